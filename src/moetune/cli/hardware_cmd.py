@@ -1,0 +1,24 @@
+"""``moetune hardware``: the GPU catalog."""
+
+import dataclasses
+
+import click
+
+from moetune.cli.output import console, emit_json, table
+from moetune.specs.hardware import catalog, load_gpu
+
+
+@click.command(name="hardware")
+@click.argument("gpu", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(gpu: str | None, as_json: bool) -> None:
+    """List the GPU catalog, or show one GPU (a catalog name or a cluster .toml file)."""
+    gpus = [load_gpu(gpu)] if gpu else list(catalog().values())
+    if as_json:
+        emit_json([dataclasses.asdict(g) for g in gpus])
+        return
+    cols = ["gpu", "name", "BF16 TF", "FP8 TF", "FP4 TF", "mem GiB", "HBM TB/s", "NVLink GB/s/dir", "NVL domain",
+            "GPUs/node", "NIC Gb/s"]
+    console().print(table("GPU catalog (dense peaks)", cols, [
+        [g.key, g.name, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or "-", g.memory_gib, g.hbm_tbps,
+         g.nvlink_gbps, g.nvlink_domain, g.gpus_per_node, g.nic_gbps] for g in gpus], justify_right_from=2))

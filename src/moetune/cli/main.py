@@ -1,0 +1,47 @@
+"""The ``moetune`` command: a thin shell over the Python API.
+
+Each sub-command lives in its own module of this package and is registered below. Errors the
+user can fix are ``MoetuneError``; they are printed as one line with a non-zero exit.
+"""
+
+import sys
+
+import click
+
+from moetune.errors import MoetuneError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="moetune")
+def cli() -> None:
+    """Plan, check and diagnose Mixture-of-Experts training on Megatron-Core / Megatron Bridge."""
+
+
+def _register() -> None:
+    # One import per sub-command module; each module defines a click command named `command`.
+    from moetune.cli import estimate_cmd, hardware_cmd, models_cmd
+
+    for module in (models_cmd, hardware_cmd, estimate_cmd):
+        cli.add_command(module.command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register()
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except MoetuneError as err:
+        click.echo(f"error: {err}", err=True)
+        return err.exit_code
+    except click.exceptions.Exit as ex:
+        return ex.exit_code
+    except click.ClickException as err:
+        click.echo(f"error: {err.format_message()}", err=True)
+        return err.exit_code
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""``moetune models``: list the built-in models; ``moetune models show MODEL``: their key figures."""
+
+import click
+
+from moetune.cli.output import billions, console, emit_json, table
+from moetune.specs.registry import builtin_names, load_model
+from moetune.walls.model_params import model_counts
+
+
+def model_summary(name: str) -> dict:
+    spec = load_model(name)
+    counts = model_counts(spec)
+    return {
+        "name": spec.name,
+        "model_type": spec.model_type,
+        **counts.as_dict(),
+        "num_layers": spec.num_layers,
+        "num_moe_layers": spec.num_moe_layers,
+        "num_experts": spec.num_moe_experts,
+        "topk": spec.moe_router_topk,
+        "shared_experts": spec.moe_shared_expert_intermediate_size // spec.moe_ffn_hidden_size
+        if spec.moe_ffn_hidden_size else 0,
+        "shared_expert_intermediate_size": spec.moe_shared_expert_intermediate_size,
+        "hidden_size": spec.hidden_size,
+        "vocab_size": spec.vocab_size,
+        "attention": spec.attention,
+        "mtp_layers": spec.mtp_num_layers,
+        "source": spec.source,
+    }
+
+
+@click.group(name="models", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def command(ctx: click.Context, as_json: bool) -> None:
+    """List the built-in models (or `models show MODEL`)."""
+    if ctx.invoked_subcommand:
+        return
+    rows = [model_summary(n) for n in builtin_names()]
+    if as_json:
+        emit_json(rows)
+        return
+    cols = ["model", "type", "attention", "total", "active", "layers", "moe", "experts", "topk", "shared", "mtp"]
+    console().print(table("Built-in models", cols, [
+        [r["name"], r["model_type"], r["attention"], billions(r["total_params"]), billions(r["active_params"]),
+         r["num_layers"], r["num_moe_layers"], r["num_experts"], r["topk"], r["shared_experts"], r["mtp_layers"]]
+        for r in rows], justify_right_from=3))
+
+
+@command.command(name="show")
+@click.argument("model")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show(model: str, as_json: bool) -> None:
+    """Key figures of MODEL (a built-in name or a config.json path)."""
+    info = model_summary(model)
+    if as_json:
+        emit_json(info)
+        return
+    rows = [[k, billions(v) if k.endswith("_params") else v] for k, v in info.items()]
+    console().print(table(f"Model {info['name']}", ["field", "value"], rows))

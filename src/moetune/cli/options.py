@@ -1,0 +1,106 @@
+"""Options shared by estimate, plan and explain: the model, cluster, layout, workload and knobs."""
+
+import functools
+import tomllib
+from pathlib import Path
+
+import click
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS, Knobs, parse_modules
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import parse_pipeline_layout
+from moetune.layout.validate import Workload
+
+
+def layout_options(func):
+    opts = [
+        click.option("--gpu", required=True, help="Catalog GPU (h100, gb200, ...) or a cluster .toml file."),
+        click.option("--gpus", type=click.IntRange(min=1), required=True, help="World size."),
+        click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--vpp", type=click.IntRange(min=1), default=None, help="Virtual pipeline size."),
+        click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--etp", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--first-stage-layers", type=click.IntRange(min=0), default=None),
+        click.option("--last-stage-layers", type=click.IntRange(min=0), default=None),
+        click.option("--pipeline-layout", default=None, help='Megatron layout string, e.g. "Et*4|(t*4|)*14tmL".'),
+        click.option("--no-sequence-parallel", is_flag=True, help="Turn sequence parallel off (on when TP>1)."),
+        click.option("--seq", type=click.IntRange(min=1), default=4096, show_default=True),
+        click.option("--mbs", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--gbs", type=click.IntRange(min=1), default=None, help="Global batch (default MBS*DP*PP)."),
+    ]
+    return functools.reduce(lambda f, o: o(f), reversed(opts), func)
+
+
+def knob_options(func):
+    opts = [
+        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+                     show_default=True),
+        click.option("--recompute-modules", default=None,
+                     help="Comma list: layernorm,core_attn,moe_act,mlp,moe,shared_experts,mla_up_proj."),
+        click.option("--no-distributed-optimizer", is_flag=True),
+        click.option("--optimizer-offload", type=float, default=0.0, show_default=True,
+                     help="Fraction of optimizer states offloaded to CPU."),
+        click.option("--bf16-grads", is_flag=True, help="Main grads in BF16 (grad_reduce_in_fp32=False)."),
+        click.option("--bf16-moments", is_flag=True, help="Adam moments in BF16 (DeepSeek-V3 recipes)."),
+        click.option("--dispatcher", type=click.Choice(DISPATCHERS), default="alltoall", show_default=True),
+        click.option("--cuda-graph-scope", default=None,
+                     help=f"Comma list of {', '.join(CUDA_GRAPH_SCOPES)}."),
+        click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless",
+                     show_default=True),
+        click.option("--overheads", type=click.Path(dir_okay=False), default=None,
+                     help="TOML overriding memory_overheads.toml figures."),
+    ]
+    return functools.reduce(lambda f, o: o(f), reversed(opts), func)
+
+
+def build_layout(kw: dict) -> Layout:
+    vpp = kw["vpp"]
+    if kw["pipeline_layout"]:
+        stages = len(parse_pipeline_layout(kw["pipeline_layout"]))
+        if stages % kw["pp"]:
+            raise MoetuneError(f"--pipeline-layout has {stages} stages, not a multiple of --pp ({kw['pp']})")
+        derived = stages // kw["pp"]
+        if vpp is not None and vpp != derived:
+            raise MoetuneError(f"--vpp ({vpp}) contradicts --pipeline-layout ({stages} stages / pp {kw['pp']} = "
+                               f"{derived} virtual stages); drop --vpp")
+        vpp = derived
+    return Layout(
+        world_size=kw["gpus"], tp=kw["tp"], cp=kw["cp"], pp=kw["pp"], vpp=vpp or 1, ep=kw["ep"], etp=kw["etp"],
+        sequence_parallel=False if kw["no_sequence_parallel"] else None,
+        first_stage_layers=kw["first_stage_layers"], last_stage_layers=kw["last_stage_layers"],
+        pipeline_layout=kw["pipeline_layout"],
+    )
+
+
+def build_workload(kw: dict) -> Workload:
+    return Workload(seq_length=kw["seq"], micro_batch_size=kw["mbs"], global_batch_size=kw["gbs"])
+
+
+def build_knobs(kw: dict) -> Knobs:
+    scopes = tuple(s for s in (kw["cuda_graph_scope"] or "").replace(",", " ").split() if s)
+    modules = parse_modules(kw["recompute_modules"])
+    recompute = kw["recompute"]
+    if modules and recompute == "none":
+        recompute = "selective"  # naming modules implies selective recompute
+    return Knobs(
+        precision=kw["precision"], recompute=recompute, recompute_modules=modules,
+        distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
+        main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
+        dispatcher=kw["dispatcher"], cuda_graph_scope=scopes,
+        routing=kw["routing"],
+    )
+
+
+def load_overheads(path: str | None) -> dict | None:
+    if not path:
+        return None
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MoetuneError(f"--overheads {path}: no such file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise MoetuneError(f"--overheads {path}: not valid TOML ({err})") from None

@@ -1,0 +1,34 @@
+"""Shared output helpers: JSON to stdout, rich tables for people."""
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+GIB = 1 << 30
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def emit_json(data: dict | list) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def gib(n: int | float) -> str:
+    return f"{n / GIB:,.2f}"
+
+
+def billions(n: int | float) -> str:
+    return f"{n / 1e9:,.3f}B"
+
+
+def table(title: str, columns: list[str], rows: list[list], justify_right_from: int = 1) -> Table:
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i >= justify_right_from else "left")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t

@@ -1,0 +1,15 @@
+"""The one exception type users see.
+
+Every error a user can cause (unknown model, illegal layout, malformed file) is raised as
+``MoetuneError`` with a single line naming what is wrong and how to fix it. The CLI prints that
+line and exits non-zero; it never shows a traceback for these.
+"""
+
+
+class MoetuneError(ValueError):
+    """A user-facing error: one line, names the field and the fix."""
+
+    exit_code = 2
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(message.split()))

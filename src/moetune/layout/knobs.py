@@ -1,0 +1,78 @@
+"""Training knobs beyond the layout: precision, recompute, optimizer, dispatcher, overlap, CUDA graphs.
+
+Names follow Megatron Bridge / Megatron-Core (``recompute_granularity``, ``recompute_modules``,
+``moe_token_dispatcher_type``, ``cuda_graph_scope``, ...). Defaults that depend on the platform are
+filled by ``moetune.planner.defaults`` and reported as defaulted.
+"""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from moetune.errors import MoetuneError
+
+Precision = Literal["bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"]
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4")
+RECOMPUTE_MODULES: tuple[str, ...] = (
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+)
+# The long-context seed writes "up_proj" and "norm"; Megatron spells them as below.
+MODULE_ALIASES = {"up_proj": "mla_up_proj", "norm": "layernorm"}
+DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
+CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
+
+
+def parse_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
+    if not text:
+        return frozenset()
+    names = text.replace(",", " ").split() if isinstance(text, str) else list(text)
+    names = [MODULE_ALIASES.get(n, n) for n in names]
+    bad = sorted(set(names) - set(RECOMPUTE_MODULES))
+    if bad:
+        raise MoetuneError(f"unknown recompute module(s) {bad}; choose from {', '.join(RECOMPUTE_MODULES)}")
+    return frozenset(names)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Knobs:
+    precision: str = "bf16"
+    recompute: Literal["none", "selective", "full"] = "none"  # recompute_granularity (None/selective/full)
+    recompute_modules: frozenset[str] = field(default_factory=frozenset)
+    distributed_optimizer: bool = True  # use_distributed_optimizer
+    optimizer_offload_fraction: float = 0.0  # optimizer_offload_fraction (HybridDeviceOptimizer)
+    main_grads_fp32: bool = True  # grad buffers in FP32 (accumulate_allreduce_grads_in_fp32)
+    adam_moments_bytes: int = 4  # 4: FP32 exp_avg/exp_avg_sq; 2: BF16 moments (DeepSeek-V3 recipes)
+    dispatcher: str = "alltoall"  # alltoall | deepep | hybridep (flex backends) | allgather
+    cuda_graph_scope: tuple[str, ...] = ()  # empty: no CUDA graphs
+    ep_overlap: bool = False  # overlap_moe_expert_parallel_comm
+    delay_wgrad: bool = False  # delay_wgrad_compute
+    routing: Literal["dropless", "force-balance"] = "dropless"
+    token_imbalance: float = 1.0  # max/mean tokens per expert rank under dropless routing
+    activation_offload: bool = False  # fine-grained activation offloading (not modelled in bytes yet)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise MoetuneError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        if self.recompute not in ("none", "selective", "full"):
+            raise MoetuneError(f"--recompute {self.recompute!r}: choose none, selective or full")
+        if self.recompute != "selective" and self.recompute_modules:
+            raise MoetuneError("--recompute-modules needs --recompute selective")
+        if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
+            raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
+        if self.dispatcher not in DISPATCHERS:
+            raise MoetuneError(f"unknown dispatcher {self.dispatcher!r}; choose from {', '.join(DISPATCHERS)}")
+        bad = sorted(set(self.cuda_graph_scope) - set(CUDA_GRAPH_SCOPES))
+        if bad:
+            raise MoetuneError(f"unknown CUDA-graph scope(s) {bad}; choose from {', '.join(CUDA_GRAPH_SCOPES)}")
+        if self.token_imbalance < 1.0:
+            raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be >= 1")
+
+    @property
+    def fp8(self) -> bool:
+        return self.precision != "bf16"
+
+    @property
+    def effective_modules(self) -> frozenset[str]:
+        """Selective recompute with no modules named means Megatron's default, ``core_attn``."""
+        if self.recompute == "selective" and not self.recompute_modules:
+            return frozenset({"core_attn"})
+        return self.recompute_modules

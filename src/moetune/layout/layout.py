@@ -1,0 +1,82 @@
+"""Parallel Folding layouts: attention ``TP x CP x DP x PP`` and experts ``ETP x EP x EDP x PP``.
+
+Both meshes cover the same ranks, so ``TP*CP*DP*PP == ETP*EP*EDP*PP == world_size``
+(Megatron-Core parallel_state.initialize_model_parallel builds both from one rank order).
+Checks that need the model or the workload live in ``validate.py``.
+"""
+
+from dataclasses import dataclass
+
+from moetune.errors import MoetuneError
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Layout:
+    """One folded layout. ``dp`` and ``edp`` are derived from the world size."""
+
+    world_size: int  # GPUs in the job
+    tp: int = 1  # tensor_model_parallel_size (attention and dense layers)
+    cp: int = 1  # context_parallel_size
+    pp: int = 1  # pipeline_model_parallel_size
+    vpp: int = 1  # virtual_pipeline_model_parallel_size (1: no interleaving)
+    ep: int = 1  # expert_model_parallel_size
+    etp: int = 1  # expert_tensor_parallel_size
+    sequence_parallel: bool | None = None  # None: on whenever tp > 1, as every MoE recipe does
+    first_stage_layers: int | None = None  # num_layers_in_first_pipeline_stage
+    last_stage_layers: int | None = None  # num_layers_in_last_pipeline_stage
+    pipeline_layout: str | None = None  # pipeline_model_parallel_layout, e.g. "Et*4|(t*4|)*14tmL"
+
+    def __post_init__(self) -> None:
+        for name in ("world_size", "tp", "cp", "pp", "vpp", "ep", "etp"):
+            if getattr(self, name) < 1:
+                raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
+        attention = self.tp * self.cp * self.pp
+        if self.world_size % attention:
+            raise MoetuneError(
+                f"world size ({self.world_size}) must be divisible by TP*CP*PP ({self.tp}*{self.cp}*{self.pp}"
+                f"={attention}) so that the attention mesh TPxCPxDPxPP covers every rank; change --gpus or the layout"
+            )
+        experts = self.etp * self.ep * self.pp
+        if self.world_size % experts:
+            raise MoetuneError(
+                f"world size ({self.world_size}) must be divisible by ETP*EP*PP ({self.etp}*{self.ep}*{self.pp}"
+                f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank; change --ep/--etp/--pp"
+            )
+        if self.pipeline_layout is None and self.vpp > 1 and self.pp == 1:
+            raise MoetuneError(f"vpp ({self.vpp}) needs pp > 1: interleaving splits pipeline stages; set --pp")
+        uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
+        if uneven and self.pipeline_layout is not None:
+            raise MoetuneError(
+                "give either --first-stage-layers/--last-stage-layers or --pipeline-layout, not both "
+                "(Megatron rejects the combination)"
+            )
+        if uneven and self.pp == 1:
+            raise MoetuneError("--first-stage-layers/--last-stage-layers need pp > 1")
+
+    @property
+    def dp(self) -> int:
+        """data_parallel_size of the attention mesh."""
+        return self.world_size // (self.tp * self.cp * self.pp)
+
+    @property
+    def edp(self) -> int:
+        """expert_data_parallel_size: the expert mesh's data-parallel size."""
+        return self.world_size // (self.etp * self.ep * self.pp)
+
+    @property
+    def sp(self) -> bool:
+        return self.tp > 1 if self.sequence_parallel is None else self.sequence_parallel
+
+    def as_dict(self) -> dict:
+        return {
+            "tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "vpp": self.vpp,
+            "etp": self.etp, "ep": self.ep, "edp": self.edp,
+        }
+
+    def describe(self) -> str:
+        """The two Parallel Folding meshes written out."""
+        return (
+            f"Attention: TP{self.tp} x CP{self.cp} x DP{self.dp} x PP{self.pp}"
+            f"{f' (VPP{self.vpp})' if self.vpp > 1 else ''} | "
+            f"MoE: ETP{self.etp} x EP{self.ep} x EDP{self.edp} x PP{self.pp}"
+        )

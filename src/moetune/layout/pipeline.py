@@ -1,0 +1,127 @@
+"""Which decoder layers, embedding, loss and MTP layers each pipeline stage (and virtual chunk) holds.
+
+Mirrors Megatron-Core:
+- even split and ``num_layers_in_first/last_pipeline_stage``:
+  megatron/core/transformer/transformer_layer.py::get_transformer_layer_offset;
+- ``pipeline_model_parallel_layout`` strings ("Et*4|(t*4|)*14tmL"):
+  megatron/core/transformer/pipeline_parallel_layer_layout.py (stage s of the flat list is
+  virtual chunk s // PP of pipeline rank s % PP; layer ids run chunk-major).
+"""
+
+import re
+from dataclasses import dataclass
+
+from moetune.errors import MoetuneError
+from moetune.layout.layout import Layout
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Chunk:
+    """One virtual pipeline chunk of one pipeline rank."""
+
+    pp_rank: int
+    vpp_rank: int
+    layers: tuple[int, ...]  # decoder layer ids (0-based, model order)
+    embedding: bool  # holds the input embedding (pre_process)
+    loss: bool  # holds final norm + output layer + loss (post_process)
+    mtp_layers: int  # multi-token-prediction layers in this chunk
+
+
+_LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+
+
+def parse_pipeline_layout(text: str) -> list[str]:
+    """Expand Megatron's layout grammar into one string per virtual stage, e.g. ['Etttt', 'tttt', ...]."""
+    flat = text.replace(",", "").replace(" ", "")
+    flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    bad = sorted(set(flat) - set(_LAYOUT_CHARS) - {"|"})
+    if bad:
+        raise MoetuneError(
+            f"--pipeline-layout {text!r}: unknown symbols {bad}; use E (embedding), t (layer), m (MTP), "
+            "L (loss), | (stage break), (..)*N and x*N"
+        )
+    return flat.split("|")
+
+
+def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list[str], int]:
+    stages = parse_pipeline_layout(layout.pipeline_layout)
+    if len(stages) % layout.pp:
+        raise MoetuneError(
+            f"--pipeline-layout has {len(stages)} stages, not a multiple of pp ({layout.pp}); "
+            "each pipeline rank needs the same number of virtual stages"
+        )
+    joined = "".join(stages)
+    for char, want, what in (("t", num_layers, "decoder layers"), ("m", mtp, "MTP layers")):
+        if joined.count(char) != want:
+            raise MoetuneError(
+                f"--pipeline-layout places {joined.count(char)} {what} but the model has {want}; "
+                f"fix the number of '{char}' symbols"
+            )
+    if not joined.startswith("E") or not joined.endswith("L") or joined.count("E") != 1 or joined.count("L") != 1:
+        raise MoetuneError("--pipeline-layout must start with one E (embedding) and end with one L (loss)")
+    if "t" in joined[joined.find("m"):] and mtp:
+        raise MoetuneError("--pipeline-layout places decoder layers after MTP layers; MTP must come last")
+    return stages, len(stages) // layout.pp
+
+
+def _even_counts(layout: Layout, num_layers: int) -> list[int]:
+    chunks = layout.pp * layout.vpp
+    if num_layers % chunks:
+        raise MoetuneError(
+            f"num_layers ({num_layers}) must be divisible by PP*VPP ({layout.pp}*{layout.vpp}={chunks}); "
+            "change --pp/--vpp, or set --first-stage-layers/--last-stage-layers or --pipeline-layout"
+        )
+    return [num_layers // chunks] * chunks
+
+
+def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
+    first, last, pp, vpp = layout.first_stage_layers, layout.last_stage_layers, layout.pp, layout.vpp
+    middle_stages = pp - (first is not None) - (last is not None)
+    middle = num_layers - (first or 0) - (last or 0)
+    for name, value in (("--first-stage-layers", first), ("--last-stage-layers", last)):
+        if value is not None and (value < 0 or value % vpp):
+            raise MoetuneError(f"{name} ({value}) must be a non-negative multiple of vpp ({vpp})")
+    if middle < 0 or (middle_stages == 0 and middle) or (middle_stages and middle % (middle_stages * vpp)):
+        raise MoetuneError(
+            f"the {middle} layers left after first/last stages must split evenly over {middle_stages} middle "
+            f"stages x vpp {vpp}; adjust --first-stage-layers/--last-stage-layers"
+        )
+    per_middle = middle // (middle_stages * vpp) if middle_stages else 0
+    counts = []
+    for _v in range(vpp):
+        for p in range(pp):
+            if p == 0 and first is not None:
+                counts.append(first // vpp)
+            elif p == pp - 1 and last is not None:
+                counts.append(last // vpp)
+            else:
+                counts.append(per_middle)
+    return counts
+
+
+def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> list[list[Chunk]]:
+    """Chunks per pipeline rank: ``result[pp_rank][vpp_rank]``."""
+    if layout.pipeline_layout:
+        stages, vpp = _counts_from_layout(layout, num_layers, mtp_layers)
+    else:
+        uneven = layout.first_stage_layers is not None or layout.last_stage_layers is not None
+        counts = _uneven_counts(layout, num_layers) if uneven else _even_counts(layout, num_layers)
+        vpp = layout.vpp
+        stages = ["t" * c for c in counts]
+        stages[0] = "E" + stages[0]
+        stages[-1] = stages[-1] + "m" * mtp_layers + "L"
+    return _chunks_from_stages(stages, layout.pp, vpp)
+
+
+def _chunks_from_stages(stages: list[str], pp: int, vpp: int) -> list[list[Chunk]]:
+    grid: list[list[Chunk]] = [[None] * vpp for _ in range(pp)]  # type: ignore[list-item]
+    next_layer = 0
+    for s, text in enumerate(stages):
+        n = text.count("t")
+        grid[s % pp][s // pp] = Chunk(
+            pp_rank=s % pp, vpp_rank=s // pp, layers=tuple(range(next_layer, next_layer + n)),
+            embedding="E" in text, loss="L" in text, mtp_layers=text.count("m"),
+        )
+        next_layer += n
+    return grid

@@ -1,0 +1,94 @@
+"""Legality of a layout for a given model and workload; each failure names the rule it breaks.
+
+The divisibility rules are the ones Megatron-Core asserts when it builds the model
+(transformer_config.py __post_init__, attention.py, moe/experts.py, parallel_state.py) and that
+Megatron-LM's arguments.py checks for the batch.
+"""
+
+from dataclasses import dataclass
+
+from moetune.errors import MoetuneError
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.specs.model import ModelSpec
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Workload:
+    """What one training iteration processes."""
+
+    seq_length: int = 4096
+    micro_batch_size: int = 1
+    global_batch_size: int | None = None  # None: one micro-batch per DP rank per pipeline stage (m = PP)
+
+    def __post_init__(self) -> None:
+        for name in ("seq_length", "micro_batch_size"):
+            if getattr(self, name) < 1:
+                raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise MoetuneError(f"global_batch_size ({self.global_batch_size}) must be at least 1")
+
+    def gbs(self, layout: Layout) -> int:
+        if self.global_batch_size is not None:
+            return self.global_batch_size
+        return self.micro_batch_size * layout.dp * layout.pp
+
+    def num_microbatches(self, layout: Layout) -> int:
+        return self.gbs(layout) // (self.micro_batch_size * layout.dp)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise MoetuneError(message)
+
+
+def _divides(a: int, a_name: str, b: int, b_name: str, fix: str) -> None:
+    _require(b % a == 0, f"{b_name} ({b}) must be divisible by {a_name} ({a}); {fix}")
+
+
+def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
+    """Model-shape rules: heads, groups, experts and FFN widths vs TP/EP/ETP; layers vs PP x VPP."""
+    tp_fix = "choose a --tp that divides it"
+    _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix)
+    if spec.attention not in ("mla",):
+        _divides(layout.tp, "TP", spec.num_query_groups, "num_query_groups", tp_fix)
+    if spec.num_dense_layers:
+        _divides(layout.tp, "TP", spec.ffn_hidden_size, "ffn_hidden_size", tp_fix)
+    if spec.moe_shared_expert_intermediate_size:
+        _divides(layout.tp, "TP", spec.moe_shared_expert_intermediate_size, "shared expert width", tp_fix)
+    if spec.gdn:
+        _divides(layout.tp, "TP", spec.gdn.num_key_heads, "linear_num_key_heads", tp_fix)
+    if spec.mamba:
+        _divides(layout.tp, "TP", spec.mamba.num_heads, "mamba_num_heads", tp_fix)
+        _divides(layout.tp, "TP", spec.mamba.n_groups, "mamba n_groups", tp_fix)
+    if spec.num_moe_layers:
+        _divides(layout.ep, "EP", spec.num_moe_experts, "num_moe_experts", "choose an --ep that divides it")
+        _divides(layout.etp, "ETP", spec.moe_ffn_hidden_size, "moe_ffn_hidden_size", "choose an --etp that divides it")
+        if layout.tp > 1 and not layout.sp:
+            raise MoetuneError(
+                f"TP ({layout.tp}) > 1 with MoE layers needs sequence parallel (Megatron-Core asserts it); "
+                "drop --no-sequence-parallel"
+            )
+    elif layout.ep > 1:
+        raise MoetuneError(f"ep ({layout.ep}) > 1 but {spec.name} has no MoE layers; use --ep 1")
+    pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
+
+
+def validate_workload(layout: Layout, workload: Workload) -> None:
+    """Batch and sequence rules: GBS vs MBS x DP, sequence vs TP (sequence parallel) and 2 x CP."""
+    gbs, mbs, seq = workload.gbs(layout), workload.micro_batch_size, workload.seq_length
+    _require(
+        gbs % (mbs * layout.dp) == 0,
+        f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {layout.dp} = "
+        f"{mbs * layout.dp}); change --gbs or --mbs",
+    )
+    if layout.sp:
+        _divides(layout.tp, "TP (sequence parallel)", seq, "sequence length", "change --seq or --tp")
+    if layout.cp > 1:
+        _divides(2 * layout.cp, "2 x CP (load-balanced causal CP chunks)", seq, "sequence length",
+                 "change --seq or --cp")
+
+
+def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:
+    validate_model_layout(spec, layout)
+    validate_workload(layout, workload)

@@ -1,0 +1,84 @@
+"""One configuration in, every wall out: the function behind ``moetune estimate``."""
+
+from dataclasses import dataclass, field
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload, validate
+from moetune.specs.hardware import GpuSpec
+from moetune.specs.model import ModelSpec
+from moetune.walls.memory import StageMemory, memory_wall
+
+
+@dataclass(kw_only=True, slots=True)
+class Estimate:
+    model: ModelSpec
+    gpu: GpuSpec
+    layout: Layout
+    workload: Workload
+    knobs: Knobs
+    stages: list[StageMemory]
+    time: dict | None = None  # filled by the time model
+    defaulted: list[str] = field(default_factory=list)  # knobs the user left to platform defaults
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(s.total for s in self.stages)
+
+    @property
+    def worst_stage(self) -> int:
+        return max(self.stages, key=lambda s: s.total).stage
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.gpu.capacity_bytes
+
+    def to_json(self) -> dict:
+        out = {
+            "model": self.model.name,
+            "gpu": self.gpu.key,
+            "gpus": self.layout.world_size,
+            "layout": self.layout.as_dict(),
+            "workload": {
+                "seq_length": self.workload.seq_length,
+                "micro_batch_size": self.workload.micro_batch_size,
+                "global_batch_size": self.workload.gbs(self.layout),
+                "num_microbatches": self.workload.num_microbatches(self.layout),
+            },
+            "knobs": knobs_json(self.knobs),
+            "stages": [
+                {"stage": s.stage, "params": s.params, "in_flight_microbatches": s.in_flight_microbatches,
+                 "bytes": {**s.items, "total": s.total}}
+                for s in self.stages
+            ],
+            "memory": {
+                "peak_bytes": self.peak_bytes, "capacity_bytes": self.gpu.capacity_bytes,
+                "fits": self.fits, "worst_stage": self.worst_stage,
+            },
+        }
+        if self.time is not None:
+            out["time"] = self.time
+        if self.defaulted:
+            out["defaulted"] = self.defaulted
+        return out
+
+
+def knobs_json(k: Knobs) -> dict:
+    return {
+        "precision": k.precision, "recompute": k.recompute, "recompute_modules": sorted(k.effective_modules),
+        "distributed_optimizer": k.distributed_optimizer, "optimizer_offload_fraction": k.optimizer_offload_fraction,
+        "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher,
+        "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
+        "routing": k.routing, "token_imbalance": k.token_imbalance,
+    }
+
+
+def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload | None = None,
+             knobs: Knobs | None = None, overheads: dict | None = None) -> Estimate:
+    """Validate the layout for this model and workload, then compute the memory wall."""
+    workload = workload or Workload()
+    knobs = knobs or Knobs()
+    validate(model, layout, workload)
+    gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
+    stages = memory_wall(model, layout, workload, knobs, overheads)
+    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages)

@@ -1,0 +1,174 @@
+"""Read Megatron-LM / Megatron Bridge training logs: iteration time, TFLOP/s/GPU, memory reports.
+
+Formats mirrored (each a `` | ``-separated list of ``key: value`` pairs):
+- iteration lines, Megatron-LM megatron/training/training.py ``training_log`` and Megatron Bridge
+  src/megatron/bridge/training/utils/train_utils.py ``training_log``:
+  `` [2025-..] iteration      100/    1000 | consumed samples: ... | elapsed time per iteration (ms):
+  41250.3 | throughput per GPU (TFLOP/s/GPU): 244.0 | ... | global batch size:  1024 | ...``
+- memory reports, Megatron-LM megatron/training/utils ``report_memory`` (MiB = 2**20 bytes):
+  ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved:
+  ... | max reserved: ...``; Megatron Bridge train_utils ``report_memory`` (GB = 1e9 bytes, keys
+  from torch.cuda.memory_stats renamed by MEMORY_KEYS): ``... memory (GB) | mem-max-reserved-gigabytes:
+  71.3 | mem-alloc-retires: 0 | ...`` (sic: "retires" is how Bridge spells it).
+- the argument dump Megatron-LM prints at start-up (``  seq_length ........ 4096``), for
+  seq_length / world_size / micro_batch_size.
+- CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``).
+"""
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moetune.errors import MoetuneError
+
+_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
+_MEM = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
+_ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError", re.IGNORECASE)
+_NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
+# Memory report keys -> our names; MB keys from Megatron-LM, *-gigabytes keys from Megatron Bridge.
+_MEM_KEYS = {
+    "allocated": "allocated", "max allocated": "max_allocated", "reserved": "reserved",
+    "max reserved": "max_reserved", "mem-allocated-gigabytes": "allocated",
+    "mem-max-allocated-gigabytes": "max_allocated", "mem-reserved-gigabytes": "reserved",
+    "mem-max-reserved-gigabytes": "max_reserved", "mem-alloc-retires": "alloc_retries",
+    "mem-alloc-retries": "alloc_retries",
+}
+_UNIT_BYTES = {"MB": 2**20, "GB": 1e9}
+
+
+@dataclass(kw_only=True, slots=True)
+class LogIteration:
+    iteration: int
+    elapsed_ms: float | None
+    tflops_per_gpu: float | None
+    global_batch_size: int | None
+    fields: dict[str, float | str]
+
+
+@dataclass(kw_only=True, slots=True)
+class MemoryReport:
+    rank: int
+    after_iteration: int
+    allocated_bytes: float | None
+    max_allocated_bytes: float | None
+    reserved_bytes: float | None
+    max_reserved_bytes: float | None
+    alloc_retries: int | None
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainingLog:
+    path: str
+    iterations: list[LogIteration]
+    memory: list[MemoryReport]
+    args: dict[str, str] = field(default_factory=dict)
+    oom_lines: list[str] = field(default_factory=list)
+
+    def steady_iterations(self) -> list[LogIteration]:
+        """Logged intervals after the first: the first one includes warm-up and compilation."""
+        timed = [it for it in self.iterations if it.elapsed_ms is not None]
+        return timed[1:] if len(timed) > 1 else timed
+
+    @property
+    def iteration_seconds(self) -> float | None:
+        values = [it.elapsed_ms / 1000 for it in self.steady_iterations()]
+        return statistics.median(values) if values else None
+
+    @property
+    def tflops_per_gpu(self) -> float | None:
+        values = [it.tflops_per_gpu for it in self.steady_iterations() if it.tflops_per_gpu is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def tokens_per_second_per_gpu(self) -> float | None:
+        """global batch x seq_length / iteration time / world size (needs the argument dump)."""
+        seq, world, t = _int(self.args.get("seq_length")), _int(self.args.get("world_size")), self.iteration_seconds
+        gbs = next((it.global_batch_size for it in reversed(self.iterations) if it.global_batch_size), None)
+        if not (seq and world and t and gbs):
+            return None
+        return gbs * seq / t / world
+
+    @property
+    def peak_reserved_bytes(self) -> float | None:
+        values = [m.max_reserved_bytes for m in self.memory if m.max_reserved_bytes is not None]
+        return max(values) if values else None
+
+    @property
+    def alloc_retries(self) -> int:
+        return max((m.alloc_retries or 0 for m in self.memory), default=0)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _pairs(text: str) -> dict[str, float | str]:
+    out: dict[str, float | str] = {}
+    for part in text.split("|"):
+        key, sep, value = part.partition(":")
+        if sep:
+            value = value.strip()
+            out[key.strip()] = float(value) if _NUM.match(value) else value
+    return out
+
+
+def _iteration(m: re.Match) -> LogIteration:
+    f = _pairs(m.group(3))
+
+    def num(key: str) -> float | None:
+        v = f.get(key)
+        return float(v) if isinstance(v, float) else None
+
+    gbs = num("global batch size")
+    return LogIteration(
+        iteration=int(m.group(1)), elapsed_ms=num("elapsed time per iteration (ms)"),
+        tflops_per_gpu=num("throughput per GPU (TFLOP/s/GPU)"),
+        global_batch_size=int(gbs) if gbs is not None else None, fields=f,
+    )
+
+
+def _memory(m: re.Match) -> MemoryReport:
+    unit = _UNIT_BYTES[m.group(3)]
+    vals = {_MEM_KEYS[k]: v for k, v in _pairs(m.group(4)).items() if k in _MEM_KEYS and isinstance(v, float)}
+
+    def size(key: str) -> float | None:
+        return vals[key] * unit if key in vals else None
+
+    retries = vals.get("alloc_retries")
+    return MemoryReport(
+        rank=int(m.group(1)), after_iteration=int(m.group(2)), allocated_bytes=size("allocated"),
+        max_allocated_bytes=size("max_allocated"), reserved_bytes=size("reserved"),
+        max_reserved_bytes=size("max_reserved"), alloc_retries=int(retries) if retries is not None else None,
+    )
+
+
+def parse_log(text: str, path: str = "<log>") -> TrainingLog:
+    log = TrainingLog(path=path, iterations=[], memory=[])
+    for line in text.splitlines():
+        if (m := _ITER.search(line)) and "elapsed time per iteration" in line:
+            log.iterations.append(_iteration(m))
+        elif m := _MEM.search(line):
+            log.memory.append(_memory(m))
+        elif _OOM.search(line):
+            log.oom_lines.append(line.strip()[:200])
+        elif m := _ARG.search(line):
+            log.args.setdefault(m.group(1), m.group(2))
+    return log
+
+
+def read_log(path: str | Path) -> TrainingLog:
+    path = Path(path)
+    if not path.is_file():
+        raise MoetuneError(f"--log {path}: no such file; pass a Megatron-LM / Megatron Bridge training log")
+    log = parse_log(path.read_text(errors="replace"), str(path))
+    if not (log.iterations or log.memory or log.oom_lines):
+        raise MoetuneError(
+            f"--log {path}: no Megatron iteration lines ('iteration N/M | ... elapsed time per iteration (ms)'), "
+            "memory reports or OOM messages found; pass the rank's stdout log"
+        )
+    return log

@@ -1,0 +1,255 @@
+"""Stream one PyTorch profiler (Kineto) trace into the few facts ``diagnose`` needs.
+
+Why not Holistic Trace Analysis (HTA) as the reader: HTA (hta.trace_analysis.TraceAnalysis) parses a
+whole trace into a pandas DataFrame per rank (memory several times the file size, and pandas,
+plotly and psutil as dependencies), its kernel typing has three classes (a ``^nccl.*Kernel`` regex,
+Memcpy/Memset, everything else) so DeepEP/HybridEP and the per-collective split are invisible to it,
+and it needs a directory whose file names carry ranks. Its definitions are good and we keep them:
+GPU ops belong to the ProfilerStep that launched them (hta/common/trace.py add_iteration), and a
+gap is host-bound when the next kernel's launch call started after the GPU went idle
+(hta/analyzers/breakdown_analysis.py, IdleTimeType.HOST_WAIT). tests/profile/test_hta_crosscheck.py
+compares our figures with HTA's where HTA is installed.
+
+Reading: ``ijson`` (yajl2 C backend) streams ``traceEvents`` one event at a time, so a 100 MB
+trace never sits in memory as one object; without ijson we fall back to ``json.load``. Kineto writes
+``deviceProperties`` and ``distributedInfo`` before ``traceEvents`` (libkineto ChromeTraceLogger
+handleTraceStart), so the header pass stops at ``traceEvents``.
+"""
+
+import gzip
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moetune.errors import MoetuneError
+from moetune.profile.kernels import classify
+
+try:  # optional: the C-backed streaming parser
+    import ijson
+except ImportError:  # pragma: no cover - exercised only where ijson is missing
+    ijson = None
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
+_HEADER_KEYS = ("deviceProperties", "distributedInfo")
+# Kineto category names across PyTorch versions (1.x wrote "Kernel", "Memcpy", "Runtime").
+_GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
+             "gpu_memset": "gpu_memset", "memset": "gpu_memset"}
+_LAUNCH_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
+# Message-size fields PyTorch's record_param_comms attaches to NCCL kernels; they make a collective's
+# signature, so a slow instance can be compared with the fastest instance of the same transfer.
+_SIG_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
+             "Process Group Name", "grid", "block")
+
+
+@dataclass(kw_only=True, slots=True)
+class GpuOp:
+    start: float  # microseconds, as Kineto writes ts/dur
+    end: float
+    cls: str
+    stream: int
+    correlation: int | None
+    signature: tuple | None = None  # only for communication ops
+
+
+@dataclass(kw_only=True, slots=True)
+class Step:
+    name: str
+    start: float
+    end: float
+
+
+@dataclass(kw_only=True, slots=True)
+class RankTrace:
+    path: str
+    rank: int | None
+    world_size: int | None
+    device_name: str | None
+    device_memory_bytes: int | None
+    compute_capability: tuple[int, int] | None
+    ops: list[GpuOp]
+    launches: dict[int, float]  # correlation id -> CPU launch-call start (us)
+    steps: list[Step]
+    peak_reserved_bytes: float | None = None  # from "[memory]" events (profile_memory=True)
+    notes: list[str] = field(default_factory=list)
+
+
+class _Sink:
+    """Keeps what the analysis needs from each event and drops the rest (cpu_op, flows...)."""
+
+    def __init__(self) -> None:
+        self.ops: list[GpuOp] = []
+        self.launches: dict[int, float] = {}
+        self.steps: list[Step] = []
+        self.devices: dict[int, int] = {}
+        self.peak_reserved: float | None = None
+        self.events = 0
+
+    def add(self, e: dict) -> None:
+        self.events += 1
+        ph = e.get("ph")
+        if ph == "X":
+            self._complete(e)
+        elif ph == "i" and e.get("name") == "[memory]":
+            self._memory(e.get("args") or {})
+
+    def _complete(self, e: dict) -> None:
+        cat = str(e.get("cat", "")).lower()
+        args = e.get("args") or {}
+        gpu_cat = _GPU_CATS.get(cat)
+        if gpu_cat is not None:
+            self._gpu(e, gpu_cat, args)
+        elif cat in _LAUNCH_CATS:
+            corr = args.get("correlation")
+            if corr is not None:
+                self.launches[int(corr)] = float(e["ts"])
+        elif cat != "gpu_user_annotation":
+            m = _STEP_RE.match(str(e.get("name", "")))
+            if m:
+                start = float(e["ts"])
+                self.steps.append(Step(name=m.group(0), start=start, end=start + float(e.get("dur", 0))))
+
+    def _gpu(self, e: dict, cat: str, args: dict) -> None:
+        name = str(e.get("name", ""))
+        collective = args.get("Collective name")
+        cls = classify(name, cat, str(collective) if collective else None)
+        start = float(e["ts"])
+        corr = args.get("correlation")
+        device = args.get("device", e.get("pid"))
+        if isinstance(device, int):
+            self.devices[device] = self.devices.get(device, 0) + 1
+        op = GpuOp(start=start, end=start + float(e.get("dur", 0)), cls=cls,
+                   stream=int(args.get("stream", e.get("tid", 0)) or 0),
+                   correlation=int(corr) if corr is not None else None)
+        if name.lower().startswith(("nccl", "deep_ep", "hybrid_ep", "userbuffers")) or collective:
+            op.signature = (name, *(str(args.get(k)) for k in _SIG_ARGS))
+        self.ops.append(op)
+
+    def _memory(self, args: dict) -> None:
+        # Kineto "[memory]" instant events: Device Type 1 is CUDA (c10::DeviceType).
+        if args.get("Device Type", 1) != 1 or args.get("Total Reserved") is None:
+            return
+        value = float(args["Total Reserved"])
+        self.peak_reserved = value if self.peak_reserved is None else max(self.peak_reserved, value)
+
+
+def _open(path: Path):
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _first_char(path: Path) -> str:
+    with _open(path) as fh:
+        head = fh.read(4096).lstrip()
+    return head[:1].decode("ascii", "replace")
+
+
+def _read_header(path: Path) -> dict:
+    """Top-level keys before ``traceEvents`` (ijson.parse is slow per token; the header is small)."""
+    header: dict = {}
+    key, builder = None, None
+    with _open(path) as fh:
+        for prefix, event, value in ijson.parse(fh, use_float=True):
+            if prefix == "" and event in ("map_key", "end_map"):
+                if builder is not None:
+                    header[key] = builder.value
+                key, builder = value, None
+                if value == "traceEvents" or event == "end_map":
+                    break
+                if value in _HEADER_KEYS:
+                    builder = ijson.ObjectBuilder()
+            elif builder is not None:
+                builder.event(event, value)
+    return header
+
+
+def _stream(path: Path, sink: _Sink) -> dict:
+    if ijson is None:
+        with _open(path) as fh:
+            doc = json.load(fh)
+        events = doc if isinstance(doc, list) else doc.get("traceEvents") or []
+        for e in events:
+            sink.add(e)
+        return doc if isinstance(doc, dict) else {}
+    if _first_char(path) == "[":  # a bare Chrome trace-event array
+        with _open(path) as fh:
+            for e in ijson.items(fh, "item", use_float=True):
+                sink.add(e)
+        return {}
+    header = _read_header(path)
+    with _open(path) as fh:
+        for e in ijson.items(fh, "traceEvents.item", use_float=True):
+            sink.add(e)
+    return header
+
+
+def _fail(path: Path, why: str) -> MoetuneError:
+    return MoetuneError(f"trace {path}: {why}")
+
+
+def read_trace(path: str | Path) -> RankTrace:
+    """Read one rank's trace (.json or .json.gz); MoetuneError names what is wrong with it."""
+    path = Path(path)
+    if not path.is_file():
+        raise _fail(path, "no such file; pass a Kineto .json/.json.gz trace or a directory of them")
+    if path.stat().st_size == 0:
+        raise _fail(path, "is empty (0 bytes); re-export it from torch.profiler")
+    sink = _Sink()
+    try:
+        if not _first_char(path):
+            raise _fail(path, "is empty after decompression; re-export it from torch.profiler")
+        header = _stream(path, sink)
+    except MoetuneError:
+        raise
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:
+        raise _fail(path, f"is not a readable gzip/JSON file ({err.__class__.__name__}); truncated copy?") from None
+    except Exception as err:  # ijson.JSONError / IncompleteJSONError / json.JSONDecodeError
+        kind = "ends early (truncated?)" if "incomplete" in type(err).__name__.lower() else "is not valid JSON"
+        raise _fail(path, f"{kind}: {str(err).splitlines()[0][:120]}") from None
+    return _assemble(path, header, sink)
+
+
+def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
+    if sink.events == 0:
+        raise _fail(path, "has no traceEvents; is it a PyTorch profiler (Kineto) trace?")
+    if not sink.ops:
+        raise _fail(path, "has no GPU kernels or memcpys (a CPU-only profile); record with "
+                          "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+    sink.ops.sort(key=lambda op: op.start)
+    sink.steps.sort(key=lambda s: s.start)
+    dist = header.get("distributedInfo") or {}
+    rank = dist.get("rank")
+    if rank is None:
+        m = _RANK_IN_NAME.search(path.name)
+        rank = int(m.group(1)) if m else None
+    device = max(sink.devices, key=sink.devices.get) if sink.devices else 0
+    props = next((p for p in header.get("deviceProperties") or [] if p.get("id") == device), {})
+    cc = (int(props["computeMajor"]), int(props.get("computeMinor", 0))) if "computeMajor" in props else None
+    mem = props.get("totalGlobalMem")
+    return RankTrace(
+        path=str(path), rank=int(rank) if rank is not None else None,
+        world_size=int(dist["world_size"]) if dist.get("world_size") is not None else None,
+        device_name=props.get("name"), device_memory_bytes=int(mem) if mem else None,
+        compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
+        peak_reserved_bytes=sink.peak_reserved,
+    )
+
+
+def expand_paths(inputs: list[str | Path]) -> list[Path]:
+    """Files as given, and every *.json / *.json.gz directly inside each directory, sorted."""
+    out: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise MoetuneError(f"trace directory {p} holds no .json or .json.gz files")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise MoetuneError(f"trace {p}: no such file or directory")
+    return out

@@ -1,0 +1,81 @@
+"""Turn the dominant wall into concrete Megatron Bridge overrides from data/diagnose_remedies.yaml.
+
+``config`` is a flat dict of Megatron Bridge dotted names (``{"model.moe_token_dispatcher_type":
+"alltoall", ...}``). It removes advice that is moot for that config: a rule whose overrides all hold
+already, or one a ``skip_if_config`` condition rules out (e.g. EP overlap with EP = 1). Keys absent
+from the config never remove anything: the advice stays, untailored.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from moetune.profile.table import all_hold, holds, remedies_table
+
+
+@dataclass(kw_only=True, slots=True)
+class Recommendation:
+    rule: str
+    wall: str
+    overrides: dict[str, Any]  # dotted name -> value; a str placeholder where config is needed
+    why: str
+    source: str
+
+    @property
+    def change(self) -> list[str]:
+        return [f"{k}={_fmt(v)}" for k, v in self.overrides.items()]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "wall": self.wall, "change": self.change, "overrides": self.overrides,
+                "why": self.why, "source": self.source}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(str, value)) + "]"
+    return str(value)
+
+
+def _resolve(key: str, value: Any, config: dict[str, Any]) -> Any:
+    """A ``{times: k}`` value becomes k x the config's value, or a placeholder without one."""
+    if not (isinstance(value, dict) and "times" in value):
+        return value
+    k = value["times"]
+    if key not in config:
+        return f"<{k}x current>"
+    current = config[key]
+    return k * (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 1)
+
+
+def _pick_change(rule: dict, facts: dict[str, Any]) -> dict[str, Any] | None:
+    if "variants" not in rule:
+        return rule["change"]
+    for variant in rule["variants"]:
+        if all_hold(variant.get("when"), facts):
+            return variant["change"]
+    return None
+
+
+def _already_set(overrides: dict[str, Any], config: dict[str, Any]) -> bool:
+    return all(k in config and holds([k, "==", v], config) for k, v in overrides.items())
+
+
+def recommend(wall: str, facts: dict[str, Any], config: dict[str, Any] | None = None) -> list[Recommendation]:
+    """Rules of ``wall`` whose measurement gate holds, tailored to ``config`` where given."""
+    config = config or {}
+    out = []
+    for rule in remedies_table()["remedies"]:
+        if rule["wall"] != wall or not all_hold(rule.get("when"), facts):
+            continue
+        if any(holds(c, config) for c in rule.get("skip_if_config", ())):
+            continue
+        change = _pick_change(rule, facts)
+        if change is None:
+            continue
+        overrides = {k: _resolve(k, v, config) for k, v in change.items()}
+        if _already_set(overrides, config):
+            continue
+        out.append(Recommendation(rule=rule["rule"], wall=wall, overrides=overrides,
+                                  why=" ".join(rule["why"].split()), source=rule["source"]))
+    return out

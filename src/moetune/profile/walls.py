@@ -1,0 +1,159 @@
+"""Name the dominant wall of a measured run, with its evidence (seed 000, Phase 3 table).
+
+``facts`` flattens the measurement (trace figures per step, log figures, GPU, config) into the
+names the rule table uses; ``decide`` walks the table's walls in order. Thresholds live in
+data/diagnose_remedies.yaml, not here.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from moetune.profile.kernels import class_ids
+from moetune.profile.megatron_log import TrainingLog
+from moetune.profile.metrics import RankMetrics, StepMetrics
+from moetune.profile.table import all_hold, holds, remedies_table
+
+GIB = 2**30
+# Compute capability -> architecture family (CUDA C Programming Guide, compute capabilities table).
+_ARCH = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell"}
+_NVL72_NAMES = ("GB200", "GB300")
+
+
+@dataclass(kw_only=True, slots=True)
+class Measurement:
+    """Everything ``diagnose`` measured, before any judgement."""
+
+    ranks: list[RankMetrics]
+    combined: StepMetrics | None  # mean over ranks of each rank's steady-step mean
+    log: TrainingLog | None
+    gpu_name: str | None
+    gpu_memory_bytes: float | None
+    compute_capability: tuple[int, int] | None
+    peak_reserved_bytes: float | None
+    peak_source: str | None
+
+
+def arch(cc: tuple[int, int] | None) -> str:
+    if cc is None:
+        return "unknown"
+    if cc[0] == 7 and cc[1] >= 5:
+        return "turing"
+    if cc == (8, 9):
+        return "ada"
+    return _ARCH.get(cc[0], "unknown")
+
+
+def imbalance(ranks: list[RankMetrics]) -> dict[str, Any]:
+    """Spread of per-rank GPU compute time: the slowest rank sets everyone's collective wait."""
+    compute = {r.rank: _compute_seconds(r.mean) for r in ranks}
+    if not compute:
+        return {}
+    mean = sum(compute.values()) / len(compute)
+    slowest = max(compute, key=compute.get)
+    return {
+        "compute_seconds_by_rank": compute, "slowest_rank": slowest,
+        "max_over_mean": compute[slowest] / mean if mean > 0 else 1.0,
+        "step_seconds_by_rank": {r.rank: r.mean.seconds for r in ranks},
+    }
+
+
+def _compute_seconds(step: StepMetrics) -> float:
+    groups = remedies_table()["groups"]
+    return sum(step.breakdown.get(c, 0.0) for c in groups["compute"])
+
+
+def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"ranks": len(m.ranks), "gpu.arch": arch(m.compute_capability),
+                           "gpu.nvl72": any(n in (m.gpu_name or "") for n in _NVL72_NAMES)}
+    s = m.combined
+    if s is not None and s.seconds > 0:
+        out.update(_step_facts(s))
+        out["imbalance"] = imbalance(m.ranks).get("max_over_mean", 1.0) - 1.0
+    if m.peak_reserved_bytes is not None and m.gpu_memory_bytes:
+        out["memory_fraction"] = m.peak_reserved_bytes / m.gpu_memory_bytes
+    if m.log is not None:
+        out["oom"] = bool(m.log.oom_lines)
+        out["alloc_retries"] = m.log.alloc_retries
+    out.update({f"config.{k}": v for k, v in (config or {}).items()})
+    return out
+
+
+def _step_facts(s: StepMetrics) -> dict[str, float]:
+    t = s.seconds
+    out = {"step_seconds": t, "busy_share": s.busy_seconds / t, "idle_share": s.idle_seconds / t,
+           "exposed_comm_share": s.exposed_comm_seconds / t, "comm_wait_share": s.comm_wait_seconds / t}
+    out.update({f"{k}_share": v / t for k, v in s.idle.items()})
+    for c in class_ids():
+        out[f"share.{c}"] = s.breakdown.get(c, 0.0) / t
+        out[f"exposed.{c}"] = s.exposed_by_class.get(c, 0.0) / t
+    for name, members in remedies_table()["groups"].items():
+        out[f"share.{name}"] = sum(out[f"share.{c}"] for c in members)
+        out[f"exposed.{name}"] = sum(out[f"exposed.{c}"] for c in members)
+    return out
+
+
+def _score(wall: dict, f: dict[str, Any]) -> float:
+    return sum(f.get(k, 0.0) for k in wall.get("score", ()))
+
+
+def decide(f: dict[str, Any]) -> tuple[str, str]:
+    """(wall id, why) following the table's order; see diagnose_remedies.yaml ``walls``."""
+    walls = remedies_table()["walls"]
+    for wall in walls:
+        if "any" in wall and any(holds(c, f) for c in wall["any"]):
+            hit = next(c for c in wall["any"] if holds(c, f))
+            return wall["id"], f"{hit[0]} {hit[1]} {hit[2]} ({wall['seed']})"
+    if "busy_share" not in f:
+        return "undetermined", "no trace: the log alone cannot split communication, host and compute time"
+    scored = [(w, _score(w, f)) for w in walls if "score" in w]
+    over = [(w, s) for w, s in scored if s >= w["at_least"]]
+    if over:
+        wall, score = max(over, key=lambda ws: ws[1])
+        terms = " + ".join(wall["score"])
+        return wall["id"], f"{terms} = {score:.0%} of the step >= {wall['at_least']:.0%} ({wall['seed']})"
+    last = walls[-1]
+    best = ", ".join(f"{w['id']} {s:.0%} < {w['at_least']:.0%}" for w, s in scored)
+    return last["id"], f"no other wall reaches its threshold ({best}); {last['seed']}"
+
+
+def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    if "step_seconds" in f:
+        lines += _trace_evidence(m, f)
+    if m.peak_reserved_bytes is not None:
+        cap = f" of {m.gpu_memory_bytes / GIB:.1f} GiB ({f['memory_fraction']:.0%})" if "memory_fraction" in f else \
+            " (GPU capacity unknown: pass a trace)"
+        lines.append(f"peak reserved memory {m.peak_reserved_bytes / GIB:.1f} GiB{cap} [{m.peak_source}]")
+    if f.get("oom"):
+        lines.append(f"log reports CUDA out-of-memory: {m.log.oom_lines[0]}")
+    if f.get("alloc_retries"):
+        lines.append(f"allocator retries (cache flushes under memory pressure): {f['alloc_retries']}")
+    if m.log is not None and m.log.iteration_seconds is not None:
+        tf = m.log.tflops_per_gpu
+        lines.append(f"log: {m.log.iteration_seconds:.3f} s/iteration (median of steady intervals)"
+                     + (f", {tf:.1f} TFLOP/s/GPU" if tf is not None else ""))
+    return lines
+
+
+def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
+    s = m.combined
+    idle = ", ".join(f"{k.replace('_', '-')} {f[f'{k}_share']:.1%}" for k in s.idle)
+    lines = [f"GPU busy {f['busy_share']:.1%} of the {s.seconds:.4f} s step; idle {f['idle_share']:.1%} ({idle})"]
+    comm = sorted(((c, f[f"exposed.{c}"]) for c in remedies_table()["groups"]["comm"]), key=lambda x: -x[1])
+    top = ", ".join(f"{c} {v:.1%}" for c, v in comm if v >= 0.005) or "none"
+    lines.append(f"communication not overlapped with compute: {s.exposed_comm_seconds:.4f} s/step "
+                 f"({f['exposed_comm_share']:.1%}; by class: {top})")
+    if f["comm_wait_share"] >= 0.005:
+        lines.append(f"communication kernels ran {f['comm_wait_share']:.1%} of the step beyond the fastest "
+                     "instance of the same transfer (waiting on slower peers)")
+    kinds = sorted(((c, f[f"share.{c}"]) for c in remedies_table()["groups"]["compute"]), key=lambda x: -x[1])
+    lines.append("compute kernels: " + ", ".join(f"{c} {v:.1%}" for c, v in kinds) + " of the step")
+    if len(m.ranks) > 1:
+        imb = imbalance(m.ranks)
+        lines.append(f"rank {imb['slowest_rank']} computes {imb['max_over_mean'] - 1:.1%} longer than the "
+                     f"mean of {len(m.ranks)} ranks")
+    return lines
+
+
+def applicable(rule: dict, f: dict[str, Any]) -> bool:
+    return all_hold(rule.get("when"), f)

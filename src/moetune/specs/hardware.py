@@ -1,0 +1,107 @@
+"""GPUs and clusters: the catalog in moetune/data/hardware.toml, or a user's own TOML file.
+
+A cluster file looks like::
+
+    gpu = "h100"            # a catalog name, or a [gpu] table with every GpuSpec field
+    gpus_per_node = 8       # optional overrides of the catalog's figures
+    nvlink_domain = 8
+    nic_gbps = 400
+"""
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from moetune.errors import MoetuneError
+
+GIB = 1 << 30
+BLACKWELL_ONLY = ("mxfp8", "nvfp4")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class GpuSpec:
+    key: str  # catalog short name, e.g. "h100"
+    name: str
+    arch: str  # ampere | hopper | blackwell
+    bf16_tflops: float  # dense peak
+    fp8_tflops: float  # dense peak, 0 if unsupported
+    fp4_tflops: float  # dense peak, 0 if unsupported
+    memory_gib: float  # device memory a process sees
+    hbm_tbps: float
+    nvlink_gbps: float  # per GPU, per direction (GB/s)
+    nvlink_domain: int  # GPUs reachable over NVLink
+    gpus_per_node: int
+    nic_gbps: float  # scale-out per GPU, Gb/s
+    tdp_w: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("bf16_tflops", "memory_gib", "hbm_tbps", "nvlink_gbps", "nvlink_domain", "gpus_per_node",
+                     "nic_gbps"):
+            if getattr(self, name) <= 0:
+                raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak for the GEMM precision; FP8 recipes use the FP8 rate, NVFP4 the FP4 rate."""
+        if precision in BLACKWELL_ONLY and self.arch != "blackwell":
+            raise MoetuneError(f"--precision {precision} needs a Blackwell GPU (MXFP8/NVFP4 block scaling is a "
+                               f"Blackwell Tensor Core feature); {self.name} is {self.arch}: use fp8-blockwise")
+        if precision == "bf16":
+            return self.bf16_tflops
+        rate = self.fp4_tflops if precision == "nvfp4" else self.fp8_tflops
+        if rate <= 0:
+            raise MoetuneError(f"{self.name} has no {precision} Tensor Core rate; use --precision bf16")
+        return rate
+
+
+@cache
+def catalog() -> dict[str, GpuSpec]:
+    text = (resources.files("moetune") / "data" / "hardware.toml").read_text()
+    return {key: GpuSpec(key=key, **row) for key, row in tomllib.loads(text).items()}
+
+
+def load_gpu(name_or_path: str) -> GpuSpec:
+    """A catalog name (h100, gb200, ...) or a path to a cluster TOML file."""
+    key = name_or_path.lower()
+    if key in catalog():
+        return catalog()[key]
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return load_cluster_file(path)
+    raise MoetuneError(f"unknown GPU '{name_or_path}': use one of {', '.join(catalog())} or a cluster .toml file")
+
+
+def load_cluster_file(path: Path) -> GpuSpec:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise MoetuneError(f"{path}: no such cluster file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise MoetuneError(f"{path}: not valid TOML ({err})") from None
+    base = data.pop("gpu", None)
+    if isinstance(base, str):
+        if base.lower() not in catalog():
+            raise MoetuneError(f"{path}: gpu = '{base}' is not in the catalog ({', '.join(catalog())})")
+        gpu = catalog()[base.lower()]
+    elif isinstance(base, dict):
+        known = {f.name for f in fields(GpuSpec)}
+        missing = sorted(known - {"key", "source"} - set(base))
+        if missing:
+            raise MoetuneError(f"{path}: [gpu] table is missing {', '.join(missing)}")
+        gpu = GpuSpec(key=path.stem, source=str(path), **{k: v for k, v in base.items() if k in known})
+    else:
+        raise MoetuneError(f"{path}: set gpu = \"h100\" (a catalog name) or a [gpu] table")
+    allowed = {f.name for f in fields(GpuSpec)} - {"key"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise MoetuneError(f"{path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    try:
+        return replace(gpu, source=str(path), **data)
+    except TypeError as err:
+        raise MoetuneError(f"{path}: {err}") from None

@@ -1,0 +1,155 @@
+"""The model spec: every architectural number that parameter, FLOP and memory formulas need.
+
+Field names follow Megatron-Core's ``TransformerConfig`` where one exists
+(megatron/core/transformer/transformer_config.py), so a reader can hold this file next to it.
+A model is a stack of layers; each layer has a token *mixer* (attention of some kind, or a
+Mamba/gated-delta-net block) and an *mlp* (dense, MoE or none, as in hybrid Mamba models).
+"""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mixer = Literal["gqa", "mla", "gdn", "mamba"]
+Mlp = Literal["dense", "moe", "none"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class LayerKind:
+    """One decoder layer: its token mixer and its MLP ("none" for a mixer-only hybrid layer)."""
+
+    mixer: Mixer | Literal["none"]
+    mlp: Mlp
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MlaDims:
+    """Multi-head latent attention (DeepSeek-V2/V3); Megatron's MLATransformerConfig names."""
+
+    q_lora_rank: int | None  # None: a plain q projection (DeepSeek-V2-Lite, Moonlight? no: see configs)
+    kv_lora_rank: int
+    qk_head_dim: int  # the "nope" part of each query/key head
+    qk_pos_emb_head_dim: int  # the rotary part, shared by all heads for keys
+    v_head_dim: int
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class GdnDims:
+    """Gated delta-net linear attention (Qwen3-Next), HF Qwen3NextGatedDeltaNet names."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MambaDims:
+    """Mamba-2 mixer (Nemotron-H family), HF NemotronHMamba2Mixer names."""
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    conv_bias: bool
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ModelSpec:
+    """A Mixture-of-Experts decoder, as read from a Hugging Face config.json."""
+
+    name: str  # short name, e.g. "deepseek-v3"
+    model_type: str  # the HF model_type it was read from
+    hidden_size: int
+    vocab_size: int  # unpadded; Megatron pads it (see walls/params.py)
+    layers: tuple[LayerKind, ...]
+    # --- attention (GQA/MHA) ---
+    num_attention_heads: int
+    num_query_groups: int  # key/value heads
+    kv_channels: int  # per-head dim
+    attention_output_gate: bool = False  # Qwen3-Next: q projection doubled for a sigmoid gate
+    add_qkv_bias: bool = False
+    add_proj_bias: bool = False  # bias on the attention output projection
+    qk_layernorm: Literal["none", "head", "full"] = "none"  # per-head norm (Megatron) or full width (OLMoE)
+    softmax_sinks: bool = False  # gpt-oss learnable per-head softmax offset
+    mla: MlaDims | None = None
+    gdn: GdnDims | None = None
+    mamba: MambaDims | None = None
+    # --- MLPs ---
+    ffn_hidden_size: int  # dense-layer width
+    gated_linear_unit: bool = True  # SwiGLU-style fc1 of width 2*ffn
+    activation: str = "silu"
+    add_mlp_bias: bool = False  # dense MLP and expert biases (gpt-oss)
+    num_moe_experts: int
+    moe_router_topk: int
+    moe_ffn_hidden_size: int
+    moe_shared_expert_intermediate_size: int = 0  # all shared experts together
+    moe_shared_expert_gate: bool = False  # Qwen2-MoE / Qwen3-Next sigmoid gate (1 x h)
+    moe_shared_expert_gated_linear_unit: bool | None = None  # None: same as routed experts
+    moe_router_bias: bool = False  # gpt-oss router has a bias
+    moe_router_score_correction_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (a buffer in Megatron)
+    moe_router_pre_softmax: bool = False
+    moe_router_score_function: Literal["softmax", "sigmoid"] = "softmax"
+    # --- norms, embeddings, heads ---
+    normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
+    norm_has_bias: bool = False  # LayerNorm with bias (Phi-3.5-MoE)
+    extra_norms_per_layer: int = 0  # Grok-1: post-attention and post-MoE norms
+    untie_embeddings_and_output_weights: bool = True
+    output_layer_bias: bool = False  # Phi-3.5-MoE lm_head bias
+    mtp_num_layers: int = 0
+    mtp_layer_kind: LayerKind | None = None
+    sliding_window: int | None = None  # on layers listed in `sliding_window_layers`
+    sliding_window_layers: tuple[bool, ...] = ()
+    source: str = ""  # where the config came from
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups"))
+        if self.num_attention_heads % self.num_query_groups:
+            raise ValueError(
+                f"{self.name}: num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                f"num_query_groups ({self.num_query_groups})"
+            )
+        if self.num_moe_layers and not (0 < self.moe_router_topk <= self.num_moe_experts):
+            raise ValueError(
+                f"{self.name}: moe_router_topk ({self.moe_router_topk}) must be in 1..num_moe_experts "
+                f"({self.num_moe_experts})"
+            )
+
+    # ---- derived facts -------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(layer.mlp == "moe" for layer in self.layers)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return sum(layer.mlp == "dense" for layer in self.layers)
+
+    @property
+    def attention(self) -> str:
+        """A one-word description of the attention: gqa, mha, mla, hybrid-linear (GDN), hybrid-mamba."""
+        mixers = {layer.mixer for layer in self.layers}
+        if "mamba" in mixers:
+            return "hybrid-mamba"
+        if "gdn" in mixers:
+            return "hybrid-linear"
+        if "mla" in mixers:
+            return "mla"
+        return "mha" if self.num_query_groups == self.num_attention_heads else "gqa"
+
+    @property
+    def shared_expert_gated(self) -> bool:
+        if self.moe_shared_expert_gated_linear_unit is None:
+            return self.gated_linear_unit
+        return self.moe_shared_expert_gated_linear_unit
+
+
+def _check_positive(spec: ModelSpec, names: tuple[str, ...]) -> None:
+    for name in names:
+        if getattr(spec, name) <= 0:
+            raise ValueError(f"{spec.name}: {name} ({getattr(spec, name)}) must be positive")

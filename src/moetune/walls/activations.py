@@ -1,0 +1,171 @@
+"""Activation bytes saved for backward, per layer and per micro-batch, on one rank.
+
+Dense part: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", Sec. 4: a GPT layer stores sbh(34 + 5as/h) bytes in 16-bit (11sbh + 5as^2b attention,
+19sbh MLP, 4sbh layer norms); with TP and sequence parallel every term divides by t (their eq. 5).
+Each term is a named item below, so the paper's figures are reproduced with ``dropout=True,
+flash_attention=False`` and a 4h GeLU MLP. MoE part: our derivation, written down in
+docs/activations.md (routed-token copies, expert fc1/activation outputs, router logits, combine).
+Recompute modules follow Megatron's ``recompute_modules`` names (transformer_config.py).
+"""
+
+from dataclasses import dataclass, field
+
+from moetune.specs.model import LayerKind, ModelSpec
+
+BF16 = 2
+FP32 = 4
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ActivationContext:
+    """The per-rank shape of one micro-batch and the knobs that change what is saved."""
+
+    seq_length: int  # full sequence; CP splits it
+    micro_batch_size: int
+    tp: int = 1
+    cp: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    recompute_modules: frozenset[str] = field(default_factory=frozenset)
+    dropout: bool = False  # Megatron MoE recipes set hidden/attention dropout to 0
+    flash_attention: bool = True  # fused attention keeps O and the softmax statistics, not s^2 terms
+    token_imbalance: float = 1.0  # max/mean routed tokens per rank; 1.0 under force-balanced routing
+    fp8_gemm_inputs: bool = False  # FP8 recipes: TE saves GEMM inputs quantized (1 byte/element)
+
+    @property
+    def tokens(self) -> int:
+        """s*b on this rank before any sequence-parallel split (CP already applied)."""
+        return self.seq_length // self.cp * self.micro_batch_size
+
+    @property
+    def sp_div(self) -> int:
+        """Divisor of tensors that sequence parallelism shards (norms, dropouts, residuals)."""
+        return self.tp if self.sequence_parallel else 1
+
+
+def _attention_core(spec: ModelSpec, ctx: ActivationContext, q_dim: int, k_dim: int, v_dim: int) -> dict:
+    """q, k, v saved for the core attention, its output and its internals (Korthikanti Sec. 4.1)."""
+    sb, t, a = ctx.tokens, ctx.tp, spec.num_attention_heads
+    items = {"attn_qkv": BF16 * sb * (q_dim + k_dim + v_dim) // t}
+    if ctx.flash_attention:
+        items["attn_softmax_stats"] = FP32 * sb * a // t  # log-sum-exp per head per token
+    elif "core_attn" not in ctx.recompute_modules:
+        s = ctx.seq_length // ctx.cp
+        # softmax output (2as^2b) + dropout mask (as^2b) + dropout output (2as^2b)
+        items["attn_scores"] = (5 if ctx.dropout else 2) * a * s * sb // t
+    return items
+
+
+def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
+    d, g = spec.kv_channels, spec.num_query_groups
+    q = spec.num_attention_heads * d * (2 if spec.attention_output_gate else 1)
+    items = _attention_core(spec, ctx, q, g * d, g * d)
+    items["attn_proj_input"] = BF16 * ctx.tokens * spec.num_attention_heads * d // ctx.tp
+    return items
+
+
+def _mla(spec: ModelSpec, ctx: ActivationContext) -> dict:
+    """MLA: latents (q_lora, kv_lora+rope) and their norms' outputs, then per-head q, k, v; the
+    ``mla_up_proj`` recompute module recomputes the up-projections, keeping only the latents."""
+    m, n, sb, t = spec.mla, spec.num_attention_heads, ctx.tokens, ctx.tp
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    latents = (2 * (m.q_lora_rank or 0)) + 2 * m.kv_lora_rank + m.qk_pos_emb_head_dim
+    items = {"mla_latents": BF16 * sb * latents // ctx.sp_div}
+    core = _attention_core(spec, ctx, n * qk, n * qk, n * m.v_head_dim)
+    if "mla_up_proj" in ctx.recompute_modules:
+        core.pop("attn_qkv")
+    items.update(core)
+    items["attn_proj_input"] = BF16 * sb * n * m.v_head_dim // t
+    return items
+
+
+def _linear_mixer(spec: ModelSpec, ctx: ActivationContext) -> dict:
+    """Gated delta-net / Mamba-2: projection outputs, conv outputs and gated-norm inputs, all split
+    over TP by heads (an estimate: chunked-scan kernels keep O(s) state, no s^2 term)."""
+    if spec.gdn:
+        g = spec.gdn
+        width = 2 * (2 * g.num_key_heads * g.key_head_dim + 2 * g.num_value_heads * g.value_head_dim)
+    else:
+        m = spec.mamba
+        d_in = m.num_heads * m.head_dim
+        width = 2 * (2 * d_in + 2 * m.n_groups * m.state_size) + d_in
+    return {"linear_mixer": BF16 * ctx.tokens * width // ctx.tp}
+
+
+def _ffn(prefix: str, tokens: int, ffn: int, gated: bool, div: int, *, recomputed: bool,
+         act_recomputed: bool = False) -> dict:
+    """fc1 output (activation input) and activation output (fc2 input) of one MLP."""
+    if recomputed:
+        return {}
+    items = {f"{prefix}fc1_output": BF16 * tokens * ffn * (2 if gated else 1) // div}
+    if not act_recomputed:
+        items[f"{prefix}act_output"] = BF16 * tokens * ffn // div
+    return items
+
+
+def _moe(spec: ModelSpec, ctx: ActivationContext) -> dict:
+    """Routed tokens per rank: each token is copied top-k times; an EP rank receives on average the
+    top-k copies of as many tokens as it sent, times ETP (the expert-TP group all-gathers them)."""
+    if "moe" in ctx.recompute_modules:
+        return {}
+    h, e = spec.hidden_size, spec.num_moe_experts
+    local = ctx.tokens // ctx.sp_div
+    routed = round(local * spec.moe_router_topk * ctx.etp * ctx.token_imbalance)
+    items = {
+        "router_logits": 2 * FP32 * local * e,  # logits and scores in FP32 (router kept in FP32)
+        "expert_input": BF16 * routed * h,  # permuted tokens, saved for fc1 weight grads
+        "expert_output": BF16 * routed * h,  # saved to weight each copy by its routing prob on combine
+        "routing_map": FP32 * routed,  # probs of each routed copy (unpermute backward)
+    }
+    items.update(_ffn("expert_", routed, spec.moe_ffn_hidden_size // ctx.etp, spec.gated_linear_unit, 1,
+                      recomputed=False, act_recomputed="moe_act" in ctx.recompute_modules))
+    if spec.moe_shared_expert_intermediate_size:
+        items.update(_ffn("shared_", ctx.tokens, spec.moe_shared_expert_intermediate_size, spec.shared_expert_gated,
+                          ctx.tp, recomputed="shared_experts" in ctx.recompute_modules))
+    return items
+
+
+# Items that are inputs of a GEMM: under FP8 Transformer Engine saves them quantized for the weight
+# gradient (1 byte/element instead of 2; block scales are <4% and ignored).
+GEMM_INPUTS = frozenset({"attn_norm_output", "attn_proj_input", "mlp_norm_output", "mlp_act_output",
+                         "expert_input", "expert_act_output", "shared_act_output"})
+
+
+def layer_activation_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:
+    """Named bytes saved for backward by one layer for one micro-batch on one rank."""
+    items = _layer_items(spec, kind, ctx)
+    if ctx.fp8_gemm_inputs:
+        items = {k: v // 2 if k in GEMM_INPUTS else v for k, v in items.items()}
+    return items
+
+
+def _layer_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:
+    sbh = ctx.tokens * spec.hidden_size
+    norm_out = "layernorm" not in ctx.recompute_modules
+    items: dict[str, int] = {}
+    if kind.mixer != "none":
+        items["attn_norm_input"] = BF16 * sbh // ctx.sp_div
+        if norm_out:
+            items["attn_norm_output"] = BF16 * sbh // ctx.sp_div
+        mixer = {"gqa": _gqa, "mla": _mla, "gdn": _linear_mixer, "mamba": _linear_mixer}[kind.mixer]
+        items.update(mixer(spec, ctx))
+        if ctx.dropout:
+            items["attn_dropout_mask"] = sbh // ctx.sp_div
+    if kind.mlp != "none":
+        items["mlp_norm_input"] = BF16 * sbh // ctx.sp_div
+        if norm_out and not (kind.mlp == "moe" and "moe" in ctx.recompute_modules):
+            items["mlp_norm_output"] = BF16 * sbh // ctx.sp_div
+        if kind.mlp == "dense":
+            items.update(_ffn("mlp_", ctx.tokens, spec.ffn_hidden_size, spec.gated_linear_unit, ctx.tp,
+                              recomputed="mlp" in ctx.recompute_modules))
+        else:
+            items.update(_moe(spec, ctx))
+        if ctx.dropout:
+            items["mlp_dropout_mask"] = sbh // ctx.sp_div
+    return items
+
+
+def full_recompute_layer_bytes(spec: ModelSpec, ctx: ActivationContext) -> int:
+    """Full (uniform) recompute keeps only each layer's input (Megatron recompute_granularity='full')."""
+    return BF16 * ctx.tokens * spec.hidden_size // ctx.sp_div

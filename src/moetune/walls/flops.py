@@ -1,0 +1,256 @@
+"""FLOP counts: Megatron's reported *model* FLOPs, and per-layer *hardware* forward FLOPs.
+
+``megatron_model_flops`` reproduces the numerator of Megatron's "throughput per GPU (TFLOP/s/GPU)":
+  Megatron-Bridge src/megatron/bridge/training/utils/flop_utils.py::num_floating_point_operations
+  (transformer_flops / hybrid_flops, HEAD 067f987, 2026-08-22), which mirrors
+  Megatron-LM megatron/training/training.py::num_floating_point_operations (HEAD d98e8a6).
+Every GEMM is counted 3x (fwd, dgrad, wgrad) x 2 (multiply-add); recompute replays, router GEMMs,
+capacity padding and dropped tokens are not counted. BSHD batches only (every sample seq_length long).
+
+``layer_flops`` / ``logits_flops`` are forward FLOPs of the work the GPU really does (router GEMM,
+the real Mamba inner width, exact causal pair counts), for the time wall. See docs/flops.md.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from moetune.errors import MoetuneError
+from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.rank_params import MAKE_VOCAB_SIZE_DIVISIBLE_BY, padded_vocab_size
+
+Convention = Literal["bridge", "bridge-pre-2026-05", "megatron-lm"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class _Rules:
+    """What differs between the FLOP counters Megatron has shipped."""
+
+    glu_needs_silu: bool  # GLU factor 3 only for SwiGLU (older Bridge; MLM's --swiglu flag)
+    count_swa: bool  # sliding-window layers get the exact causal-window context
+    count_attention_gate: bool  # Qwen3-Next's gate doubles the q projection width
+    hybrid_glu_needs_silu: bool  # hybrid_flops' swiglu flag: Bridge passes gated_linear_unit, MLM args.swiglu
+
+
+# Bridge: GLU rule and exact SWA from commit baa0259bd (PR #3947, 2026-05-28, first in v0.5.0 = 26.06);
+# releases up to 26.04.01 (v0.4.0) had the SiLU-only GLU rule, no SWA term and no gate term
+# (gate added in eaddead3f, PR #3029, not in v0.4.0). Megatron-LM HEAD: ffn factor from args.swiglu
+# (gpt-oss runs --quick-geglu, so 2), no SWA term, gate counted.
+_CONVENTIONS: dict[str, _Rules] = {
+    "bridge": _Rules(glu_needs_silu=False, count_swa=True, count_attention_gate=True,
+                     hybrid_glu_needs_silu=False),
+    "bridge-pre-2026-05": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=False,
+                                 hybrid_glu_needs_silu=False),
+    "megatron-lm": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=True,
+                          hybrid_glu_needs_silu=True),
+}
+
+LAYER_CLASSES = ("attn_proj", "core_attn", "mixer_proj", "mixer_scan", "dense_mlp", "router",
+                 "routed_experts", "shared_experts")
+_SSD_CHUNK = 128  # Mamba-2 SSD chunk length (Nemotron-H config chunk_size; mamba_ssm ssd_combined)
+_GDN_CHUNK = 64  # chunk length of FLA's chunked gated delta rule kernel (chunk_gated_delta_rule)
+
+
+def _rules(convention: str) -> _Rules:
+    if convention not in _CONVENTIONS:
+        raise MoetuneError(f"unknown FLOP convention '{convention}': use one of {', '.join(_CONVENTIONS)}")
+    return _CONVENTIONS[convention]
+
+
+def _all_layers(spec: ModelSpec) -> tuple[LayerKind, ...]:
+    """Decoder layers plus MTP layers; Megatron builds each MTP layer like the last decoder layer."""
+    mtp = spec.mtp_layer_kind or spec.layers[-1]
+    return spec.layers + (mtp,) * spec.mtp_num_layers
+
+
+def _windows(spec: ModelSpec) -> tuple[int | None, ...]:
+    """Sliding window of each decoder+MTP layer (None: full causal); MTP follows the last layer."""
+    flags = spec.sliding_window_layers or (False,) * spec.num_layers
+    flags = tuple(flags) + (flags[-1],) * spec.mtp_num_layers
+    return tuple(spec.sliding_window if f and spec.sliding_window else None for f in flags)
+
+
+def causal_context(seq_length: int, window: int | None = None) -> float:
+    """Mean number of keys a query attends to under Bridge's causal convention: s/2 for full attention;
+    for a window W < s the exact mean W - W(W-1)/(2s) (flop_utils.py, PR #3947)."""
+    if window is None or window >= seq_length:
+        return seq_length / 2
+    return window - window * (window - 1) / (2 * seq_length)
+
+
+def _glu(spec: ModelSpec, needs_silu: bool) -> int:
+    """Megatron's ffn_expansion_factor: fc1 is 2*ffn wide for a GLU, so 3 ffn-wide GEMMs, else 2."""
+    gated = spec.gated_linear_unit and (spec.activation == "silu" or not needs_silu)
+    return 3 if gated else 2
+
+
+# ---- Megatron's model FLOPs ---------------------------------------------------------------------
+
+def _gqa_proj(spec: ModelSpec, gate: bool) -> float:
+    q = spec.kv_channels * spec.num_attention_heads
+    kv = spec.kv_channels * spec.num_query_groups
+    return spec.hidden_size * (q + 2 * kv + (q if gate else 0)) + q * spec.hidden_size
+
+
+def _mla_linear(spec: ModelSpec) -> float:
+    """Token-linear MLA work as flop_utils counts it: q (lora or plain), kv lora, rope k, o-proj, norms."""
+    m, h, n = spec.mla, spec.hidden_size, spec.num_attention_heads
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    q_term = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk + 1)
+    kv_term = m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1) + h * m.qk_pos_emb_head_dim
+    return q_term + kv_term + n * m.v_head_dim * h
+
+
+def _gdn_linear(spec: ModelSpec) -> float:
+    """GDN per token: in_proj (q,k,v,z,beta,alpha), conv1d, 4 state-sized matmuls, out_proj."""
+    g, h = spec.gdn, spec.hidden_size
+    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
+    return (h * (2 * qk + 2 * v + 2 * g.num_value_heads) + g.conv_kernel * (2 * qk + v)
+            + g.num_value_heads * g.value_head_dim ** 2 * 4 + h * v)
+
+
+def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
+    """transformer_flops(): everything / (3*2*tokens)."""
+    h, f = spec.hidden_size, _glu(spec, r.glu_needs_silu)
+    q = spec.kv_channels * spec.num_attention_heads
+    total = 0.0
+    for kind, window in zip(_all_layers(spec), _windows(spec)):
+        if kind.mlp == "dense":
+            total += h * spec.ffn_hidden_size * f
+        elif kind.mlp == "moe":  # shared experts use the routed experts' factor, as Megatron does
+            total += h * f * (spec.moe_ffn_hidden_size * spec.moe_router_topk + spec.moe_shared_expert_intermediate_size)
+        if kind.mixer == "gqa":
+            ctx = causal_context(seq, window if r.count_swa else None)
+            total += _gqa_proj(spec, spec.attention_output_gate and r.count_attention_gate) + 2 * q * ctx
+        elif kind.mixer == "mla":
+            m = spec.mla
+            total += _mla_linear(spec) + spec.num_attention_heads * (
+                m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) * seq / 2
+        elif kind.mixer == "gdn":
+            total += _gdn_linear(spec)
+    total += spec.mtp_num_layers * (3 * h + 2 * h * h)  # MTP enorm/hnorm/final norm + eh_proj
+    return total + h * vocab * (spec.mtp_num_layers + 1)
+
+
+def _hybrid_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
+    """hybrid_flops(): forward FLOPs per token / tokens; the caller multiplies by 3."""
+    h, n, g = spec.hidden_size, spec.num_attention_heads, spec.num_query_groups
+    q = spec.kv_channels * n
+    scale = 1.5 if _glu(spec, r.hybrid_glu_needs_silu) == 3 else 1.0
+    total = 0.0
+    for kind, window in zip(_all_layers(spec), _windows(spec)):
+        if kind.mixer == "gqa":
+            ctx = causal_context(seq, window if r.count_swa else None)
+            total += 4 * q * (h + h * g / n) + 2 * q * 2 * ctx
+        elif kind.mixer == "mamba":  # Megatron assumes d_inner = 2*h, not heads*head_dim
+            m, d_in = spec.mamba, 2 * h
+            total += 2 * h * (2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads)
+            total += 7 * d_in * m.state_size + 2 * d_in * h
+        elif kind.mixer == "gdn":
+            total += 2 * _gdn_linear(spec)
+        if kind.mlp == "dense":
+            total += 4 * spec.ffn_hidden_size * scale * h
+        elif kind.mlp == "moe":
+            total += 4 * h * scale * (spec.moe_ffn_hidden_size * spec.moe_router_topk
+                                      + spec.moe_shared_expert_intermediate_size)
+    return total + 2 * h * vocab * (1 + spec.mtp_num_layers)
+
+
+def is_hybrid(spec: ModelSpec) -> bool:
+    """Megatron's hybrid stack (one mixer *or* one MLP per layer, Nemotron-H pattern) vs a GPT stack."""
+    return any(k.mixer in ("mamba", "none") or k.mlp == "none" for k in spec.layers)
+
+
+def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: int, *, tp: int = 1,
+                         make_vocab_size_divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY,
+                         convention: Convention = "bridge") -> float:
+    """Model FLOPs of one training iteration exactly as Megatron reports them (fwd + bwd, no recompute).
+
+    Divide by (iteration seconds * world_size * 1e12) to get Megatron's TFLOP/s/GPU."""
+    r = _rules(convention)
+    vocab = padded_vocab_size(spec.vocab_size, tp, make_vocab_size_divisible_by)
+    tokens = global_batch_size * seq_length
+    if is_hybrid(spec):
+        return 3 * tokens * _hybrid_per_token(spec, seq_length, vocab, r)
+    return 3 * 2 * tokens * _transformer_per_token(spec, seq_length, vocab, r)
+
+
+# ---- hardware forward FLOPs ---------------------------------------------------------------------
+
+def _attention_hw(spec: ModelSpec, kind: LayerKind, tokens: float, seq: int, window: int | None) -> dict:
+    h, n = spec.hidden_size, spec.num_attention_heads
+    ctx = causal_context(seq, window) + 0.5  # exact pairs: query i sees i+1 keys (the diagonal)
+    if kind.mixer == "gqa":
+        d = spec.kv_channels
+        return {"attn_proj": 2 * tokens * _gqa_proj(spec, spec.attention_output_gate),
+                "core_attn": 2 * tokens * ctx * n * 2 * d}
+    m = spec.mla  # weight-GEMM part of _mla_linear without the two norm "+1" terms
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    q = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk)
+    proj = q + h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim)
+    return {"attn_proj": 2 * tokens * (proj + n * m.v_head_dim * h),
+            "core_attn": 2 * tokens * ctx * n * (qk + m.v_head_dim)}
+
+
+def _gdn_hw(spec: ModelSpec, tokens: float) -> dict:
+    g, h = spec.gdn, spec.hidden_size
+    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
+    proj = h * (2 * qk + 2 * v + 2 * g.num_value_heads) + h * v
+    # per value head: intra-chunk q.k and attn.v (chunk/2 causal mean), plus state read, decay-update, output
+    scan = g.conv_kernel * (2 * qk + v) + g.num_value_heads * (
+        _GDN_CHUNK / 2 * (g.key_head_dim + g.value_head_dim) + 3 * g.key_head_dim * g.value_head_dim)
+    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
+
+
+def _mamba_hw(spec: ModelSpec, tokens: float) -> dict:
+    """Mamba-2 with its real inner width heads*head_dim and the SSD chunked algorithm."""
+    m, h = spec.mamba, spec.hidden_size
+    d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
+    proj = h * (2 * d_in + bc + m.num_heads) + d_in * h
+    # SSD per token: C.B^T per group, its masked product with x, chunk-state write and read per head
+    scan = m.conv_kernel * (d_in + bc) + m.n_groups * _SSD_CHUNK * m.state_size + m.num_heads * (
+        _SSD_CHUNK * m.head_dim + 2 * m.state_size * m.head_dim)
+    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
+
+
+def _mlp_hw(spec: ModelSpec, kind: LayerKind, tokens: float) -> dict:
+    h, f = spec.hidden_size, 3 if spec.gated_linear_unit else 2
+    if kind.mlp == "dense":
+        return {"dense_mlp": 2 * tokens * h * spec.ffn_hidden_size * f}
+    if kind.mlp != "moe":
+        return {}
+    shared = spec.moe_shared_expert_intermediate_size * (3 if spec.shared_expert_gated else 2)
+    shared += 1 if spec.moe_shared_expert_gate and shared else 0
+    return {"router": 2 * tokens * h * spec.num_moe_experts,
+            "routed_experts": 2 * tokens * spec.moe_router_topk * h * spec.moe_ffn_hidden_size * f,
+            "shared_experts": 2 * tokens * h * shared}
+
+
+def layer_flops(spec: ModelSpec, kind: LayerKind, tokens: float, seq_length: int, *,
+                window: int | None = None) -> dict[str, float]:
+    """Forward FLOPs of one decoder layer on `tokens` tokens of `seq_length`-long causal sequences,
+    by op class (keys: LAYER_CLASSES). `window`: this layer's sliding window, if any (layer_windows)."""
+    out = dict.fromkeys(LAYER_CLASSES, 0.0)
+    if kind.mixer in ("gqa", "mla"):
+        out.update(_attention_hw(spec, kind, tokens, seq_length, window))
+    elif kind.mixer == "gdn":
+        out.update(_gdn_hw(spec, tokens))
+    elif kind.mixer == "mamba":
+        out.update(_mamba_hw(spec, tokens))
+    out.update(_mlp_hw(spec, kind, tokens))
+    return out
+
+
+def layer_windows(spec: ModelSpec) -> tuple[int | None, ...]:
+    """Sliding window of every decoder layer then every MTP layer (None: full causal attention)."""
+    return _windows(spec)
+
+
+def mtp_proj_flops(spec: ModelSpec, tokens: float) -> float:
+    """Forward FLOPs of one MTP module's eh_proj (2h -> h); its layer is layer_flops(mtp_layer_kind)."""
+    return 2 * tokens * 2 * spec.hidden_size * spec.hidden_size
+
+
+def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1,
+                 make_vocab_size_divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> float:
+    """Forward FLOPs of the output layer: the GEMM runs over the padded vocabulary."""
+    return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp, make_vocab_size_divisible_by)

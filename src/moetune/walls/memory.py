@@ -1,0 +1,136 @@
+"""The memory wall: bytes on one rank of each pipeline stage, each a named line item.
+
+Model states (Megatron DDP + distributed optimizer, megatron/core/distributed/ and
+megatron/core/optimizer/distrib_optimizer.py): BF16 weights, a full-size gradient buffer (FP32 by
+default), and Adam states (FP32 master copy + two moments) sharded over DP x CP for dense
+parameters and over EDP for expert parameters — the ``6 + 12/DP`` bytes/param of Megatron-LM's
+theoretical_memory_usage.py, with the expert shard of Bridge's theoretical_memory_utils.py.
+Activations: activations.py per layer, times the micro-batches in flight on that stage.
+"""
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.validate import Workload
+from moetune.specs.hardware import GIB, GpuSpec
+from moetune.specs.model import ModelSpec
+from moetune.walls.activations import (
+    FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items,
+)
+from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_params
+
+# TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales.
+FP8_CACHE_BYTES = {"fp8-blockwise": 2 + 2 * 4 / 128, "fp8-delayed": 2.0, "fp8-current": 2.0,
+                   "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}
+
+
+@cache
+def default_overheads() -> dict[str, float]:
+    return tomllib.loads((resources.files("moetune") / "data" / "memory_overheads.toml").read_text())
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class StageMemory:
+    stage: int
+    params: int  # parameters on one rank of this stage
+    items: dict[str, int]  # named bytes
+    in_flight_microbatches: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.items.values())
+
+
+def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str, int]:
+    params = p.dense + p.expert
+    items = {"weights": 2 * params, "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
+    if knobs.fp8:
+        items["fp8_weight_cache"] = round(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
+    per_param = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
+    dense_shard = layout.dp * layout.cp if knobs.distributed_optimizer else 1
+    expert_shard = layout.edp if knobs.distributed_optimizer else 1
+    optimizer = per_param * (-(-p.dense // dense_shard) + -(-p.expert // expert_shard))
+    items["optimizer_states"] = round(optimizer * (1 - knobs.optimizer_offload_fraction))
+    return items
+
+
+def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
+    1F1B: PP - p (warm-up + 1). Interleaved: Megatron's warm-up of 2(PP-p-1) + (VPP-1)PP chunks + 1,
+    each chunk 1/VPP of the stage (schedules.py get_pp_warmup...; Korthikanti Sec. 4.2.3)."""
+    if layout.vpp == 1:
+        return float(min(layout.pp - stage, microbatches))
+    chunks = 2 * (layout.pp - stage - 1) + (layout.vpp - 1) * layout.pp + 1
+    return min(chunks, microbatches * layout.vpp) / layout.vpp
+
+
+def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> ActivationContext:
+    return ActivationContext(
+        seq_length=workload.seq_length, micro_batch_size=workload.micro_batch_size, tp=layout.tp,
+        cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
+        recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
+        token_imbalance=knobs.token_imbalance if knobs.routing == "dropless" else 1.0,
+        fp8_gemm_inputs=knobs.fp8,
+    )
+
+
+def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
+                           stage: int, layers: tuple[int, ...], mtp_layers: int) -> tuple[dict[str, int], float]:
+    """Activation line items of one stage at its peak, and the micro-batches in flight."""
+    ctx = activation_context(layout, workload, knobs)
+    kinds = [spec.layers[i] for i in layers] + [spec.mtp_layer_kind] * mtp_layers
+    flight = in_flight(layout, stage, workload.num_microbatches(layout))
+    if knobs.recompute == "full":
+        stored = full_recompute_layer_bytes(spec, ctx) * len(kinds)
+        working = max((sum(layer_activation_items(spec, k, ctx).values()) for k in kinds), default=0)
+        return {"activations_layer_inputs": round(stored * flight), "activations_recompute_working": working}, flight
+    items: dict[str, int] = {}
+    for kind in kinds:
+        for name, value in layer_activation_items(spec, kind, ctx).items():
+            items[name] = items.get(name, 0) + value
+    return {f"act_{k}": round(v * flight) for k, v in items.items()}, flight
+
+
+def loss_bytes(spec: ModelSpec, layout: Layout, workload: Workload) -> int:
+    """Logits of one micro-batch on the last stage: BF16 logits plus the FP32 softmax the vocab-parallel
+    cross entropy saves for backward, once per loss head (main + each MTP layer)."""
+    ctx_tokens = workload.seq_length // layout.cp * workload.micro_batch_size
+    vocab_shard = padded_vocab_size(spec.vocab_size, layout.tp) // layout.tp
+    return ctx_tokens * vocab_shard * (2 + FP32 * (1 + spec.mtp_num_layers))
+
+
+def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:
+    items = {"cuda_context": overheads["cuda_context_gib"], "nccl_buffers": overheads["nccl_gib"]}
+    if knobs.dispatcher in ("deepep", "hybridep"):
+        items[f"{knobs.dispatcher}_buffers"] = overheads[f"{knobs.dispatcher}_buffer_gib"]
+    if knobs.cuda_graph_scope:
+        full = "full_iteration" in knobs.cuda_graph_scope
+        items["cuda_graph_pool"] = overheads["cuda_graph_full_gib" if full else "cuda_graph_partial_gib"]
+    return {k: round(v * GIB) for k, v in items.items()}
+
+
+def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
+                overheads: dict[str, float] | None = None) -> list[StageMemory]:
+    """Per-stage memory of one rank, every line item named."""
+    overheads = {**default_overheads(), **(overheads or {})}
+    result = []
+    for p in stage_params(spec, layout):
+        items = model_state_bytes(p, layout, knobs)
+        acts, flight = stage_activation_items(spec, layout, workload, knobs, p.stage, p.layers, p.mtp_layers)
+        items.update(acts)
+        if p.loss:
+            items["logits_and_loss"] = loss_bytes(spec, layout, workload)
+        items.update(overhead_bytes(knobs, overheads))
+        allocated = sum(v for k, v in items.items() if k not in ("cuda_context", "nccl_buffers"))
+        items["fragmentation"] = round(allocated * overheads["fragmentation_fraction"])
+        result.append(StageMemory(stage=p.stage, params=p.total, items=items, in_flight_microbatches=flight))
+    return result
+
+
+def fits(stages: list[StageMemory], gpu: GpuSpec) -> bool:
+    return max(s.total for s in stages) <= gpu.capacity_bytes

@@ -1,0 +1,197 @@
+"""Parameter tensors of a model and how Megatron-Core shards each one over ranks.
+
+Every tensor carries a *shard* tag saying which group splits it:
+  ``tp``      split over tensor parallel (ColumnParallelLinear / RowParallelLinear weights, column biases)
+  ``rep``     a full copy on every TP rank (norms, router, row-parallel biases, MLA down-projections in
+              the Transformer Engine spec, shared-expert gate)
+  ``expert``  routed-expert weights: experts over EP, each expert's FFN dim over ETP
+  ``expert_rep`` routed-expert fc2 bias: experts over EP, replicated over ETP
+  ``vocab``   word embedding / output layer rows over TP (Megatron's VocabParallelEmbedding)
+Shapes mirror megatron/core/transformer/{attention.py, multi_latent_attention.py, mlp.py,
+moe/router.py, moe/experts.py, moe/shared_experts.py, multi_token_prediction.py} and
+megatron/core/models/gpt/gpt_model.py. ``megatron=False`` marks tensors that exist in the
+Hugging Face checkpoint but are buffers (not parameters) in Megatron, e.g. DeepSeek's
+``e_score_correction_bias`` (Megatron's router ``expert_bias`` is a registered buffer).
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from moetune.specs.model import LayerKind, ModelSpec
+
+Shard = Literal["tp", "rep", "expert", "expert_rep", "vocab"]
+LayerSpec = Literal["te", "local"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Tensor:
+    name: str
+    numel: int
+    shard: Shard
+    megatron: bool = True  # a parameter Megatron-Core allocates
+    hf: bool = True  # present in the Hugging Face checkpoint
+    expert: bool = False  # a routed-expert parameter (optimizer shards it over EDP)
+
+
+def _norm(spec: ModelSpec, name: str, width: int | None = None) -> list[Tensor]:
+    width = width or spec.hidden_size
+    out = [Tensor(name=f"{name}.weight", numel=width, shard="rep")]
+    if spec.norm_has_bias:
+        out.append(Tensor(name=f"{name}.bias", numel=width, shard="rep"))
+    return out
+
+
+def _gqa(spec: ModelSpec) -> list[Tensor]:
+    h, d = spec.hidden_size, spec.kv_channels
+    q = spec.num_attention_heads * d * (2 if spec.attention_output_gate else 1)
+    kv = 2 * spec.num_query_groups * d
+    out = [Tensor(name="linear_qkv.weight", numel=h * (q + kv), shard="tp")]
+    if spec.add_qkv_bias:
+        out.append(Tensor(name="linear_qkv.bias", numel=q + kv, shard="tp"))
+    if spec.qk_layernorm == "head":
+        out += [Tensor(name="q_layernorm.weight", numel=d, shard="rep"),
+                Tensor(name="k_layernorm.weight", numel=d, shard="rep")]
+    elif spec.qk_layernorm == "full":  # OLMoE/MiniMax: one norm over all heads; Megatron splits it over TP
+        out += [Tensor(name="q_layernorm.weight", numel=spec.num_attention_heads * d, shard="tp"),
+                Tensor(name="k_layernorm.weight", numel=spec.num_query_groups * d, shard="tp")]
+    if spec.softmax_sinks:
+        out.append(Tensor(name="core_attention.softmax_offset", numel=spec.num_attention_heads, shard="tp"))
+    out.append(Tensor(name="linear_proj.weight", numel=spec.num_attention_heads * d * h, shard="tp"))
+    if spec.add_proj_bias:
+        out.append(Tensor(name="linear_proj.bias", numel=h, shard="rep"))
+    return out
+
+
+def _mla(spec: ModelSpec, layer_spec: LayerSpec) -> list[Tensor]:
+    """MLA: the TE spec duplicates the down-projections on every TP rank (TELinear parallel_mode
+    'duplicated'); the local spec builds them as ColumnParallelLinear, split over TP
+    (multi_latent_attention.py, q_down_proj_kwargs / kv_down_proj_kwargs)."""
+    m, h, n = spec.mla, spec.hidden_size, spec.num_attention_heads
+    down: Shard = "rep" if layer_spec == "te" else "tp"
+    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    if m.q_lora_rank is None:
+        out = [Tensor(name="linear_q_proj.weight", numel=h * n * qk, shard="tp")]
+    else:
+        out = [Tensor(name="linear_q_down_proj.weight", numel=h * m.q_lora_rank, shard=down),
+               Tensor(name="q_layernorm.weight", numel=m.q_lora_rank, shard="rep"),
+               Tensor(name="linear_q_up_proj.weight", numel=m.q_lora_rank * n * qk, shard="tp")]
+    return out + [
+        Tensor(name="linear_kv_down_proj.weight", numel=h * (m.kv_lora_rank + m.qk_pos_emb_head_dim), shard=down),
+        Tensor(name="kv_layernorm.weight", numel=m.kv_lora_rank, shard="rep"),
+        Tensor(name="linear_kv_up_proj.weight", numel=m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim),
+               shard="tp"),
+        Tensor(name="linear_proj.weight", numel=n * m.v_head_dim * h, shard="tp"),
+    ]
+
+
+def _gdn(spec: ModelSpec) -> list[Tensor]:
+    """Gated delta-net (HF Qwen3NextGatedDeltaNet): fused qkvz and beta/alpha projections, a depthwise
+    causal conv over q,k,v, per-value-head decay (A_log, dt_bias), a gated RMSNorm over each value head."""
+    g, h = spec.gdn, spec.hidden_size
+    key_dim, value_dim = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
+    conv_dim = 2 * key_dim + value_dim
+    return [
+        Tensor(name="in_proj_qkvz.weight", numel=h * (2 * key_dim + 2 * value_dim), shard="tp"),
+        Tensor(name="in_proj_ba.weight", numel=h * 2 * g.num_value_heads, shard="tp"),
+        Tensor(name="conv1d.weight", numel=conv_dim * g.conv_kernel, shard="tp"),
+        Tensor(name="dt_bias", numel=g.num_value_heads, shard="tp"),
+        Tensor(name="A_log", numel=g.num_value_heads, shard="tp"),
+        Tensor(name="norm.weight", numel=g.value_head_dim, shard="rep"),
+        Tensor(name="out_proj.weight", numel=value_dim * h, shard="tp"),
+    ]
+
+
+def _mamba(spec: ModelSpec) -> list[Tensor]:
+    """Mamba-2 mixer (HF NemotronHMamba2Mixer; Megatron megatron/core/ssm/mamba_mixer.py splits heads over TP)."""
+    m, h = spec.mamba, spec.hidden_size
+    d_in = m.num_heads * m.head_dim
+    conv_dim = d_in + 2 * m.n_groups * m.state_size
+    out = [
+        Tensor(name="in_proj.weight", numel=h * (2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads), shard="tp"),
+        Tensor(name="conv1d.weight", numel=conv_dim * m.conv_kernel, shard="tp"),
+        Tensor(name="dt_bias", numel=m.num_heads, shard="tp"),
+        Tensor(name="A_log", numel=m.num_heads, shard="tp"),
+        Tensor(name="D", numel=m.num_heads, shard="tp"),
+        Tensor(name="norm.weight", numel=d_in, shard="tp"),
+        Tensor(name="out_proj.weight", numel=d_in * h, shard="tp"),
+    ]
+    if m.conv_bias:
+        out.insert(2, Tensor(name="conv1d.bias", numel=conv_dim, shard="tp"))
+    return out
+
+
+def _ffn(prefix: str, h: int, ffn: int, gated: bool, bias: bool, shard: Shard, n: int = 1) -> list[Tensor]:
+    """fc1 (h -> ffn, doubled for a gated unit) and fc2 (ffn -> h), optionally with biases, n copies."""
+    fc1 = ffn * (2 if gated else 1)
+    expert = shard == "expert"
+    out = [Tensor(name=f"{prefix}linear_fc1.weight", numel=n * h * fc1, shard=shard, expert=expert),
+           Tensor(name=f"{prefix}linear_fc2.weight", numel=n * ffn * h, shard=shard, expert=expert)]
+    if bias:
+        out += [Tensor(name=f"{prefix}linear_fc1.bias", numel=n * fc1, shard=shard, expert=expert),
+                Tensor(name=f"{prefix}linear_fc2.bias", numel=n * h, shard="expert_rep" if expert else "rep",
+                       expert=expert)]
+    return out
+
+
+def _moe(spec: ModelSpec) -> list[Tensor]:
+    h, e = spec.hidden_size, spec.num_moe_experts
+    out = [Tensor(name="router.weight", numel=e * h, shard="rep")]
+    if spec.moe_router_bias:
+        out.append(Tensor(name="router.bias", numel=e, shard="rep"))
+    if spec.moe_router_score_correction_bias:
+        out.append(Tensor(name="router.expert_bias", numel=e, shard="rep", megatron=False))
+    out += _ffn("experts.", h, spec.moe_ffn_hidden_size, spec.gated_linear_unit, spec.add_mlp_bias, "expert", n=e)
+    shared = spec.moe_shared_expert_intermediate_size
+    if shared:
+        out += _ffn("shared_experts.", h, shared, spec.shared_expert_gated, False, "tp")
+        if spec.moe_shared_expert_gate:
+            out.append(Tensor(name="shared_experts.gate_weight", numel=h, shard="rep"))
+    return out
+
+
+def layer_tensors(spec: ModelSpec, kind: LayerKind, layer_spec: LayerSpec = "te") -> list[Tensor]:
+    """Every parameter of one decoder layer, norms included."""
+    mixers = {"gqa": _gqa, "gdn": _gdn, "mamba": _mamba}
+    out: list[Tensor] = []
+    if kind.mixer != "none":
+        out += _norm(spec, "input_layernorm")
+        out += _mla(spec, layer_spec) if kind.mixer == "mla" else mixers[kind.mixer](spec)
+    if kind.mlp == "dense":
+        out += _norm(spec, "pre_mlp_layernorm")
+        out += _ffn("mlp.", spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.add_mlp_bias, "tp")
+    elif kind.mlp == "moe":
+        out += _norm(spec, "pre_mlp_layernorm") + _moe(spec)
+    for i in range(spec.extra_norms_per_layer):
+        out += _norm(spec, f"extra_norm_{i}")
+    return out
+
+
+def embedding_tensors(spec: ModelSpec, vocab: int) -> list[Tensor]:
+    return [Tensor(name="embedding.word_embeddings.weight", numel=vocab * spec.hidden_size, shard="vocab")]
+
+
+def output_tensors(spec: ModelSpec, vocab: int, *, tied_copy: bool) -> list[Tensor]:
+    """Final norm and output layer of the last stage. With tied embeddings Megatron still allocates
+    the output weight on the last stage when it is not also the first (gpt_model.py,
+    share_embeddings_and_output_weights: a copy synced by all-reduce); ``tied_copy`` says so."""
+    out = _norm(spec, "decoder.final_layernorm")
+    if spec.untie_embeddings_and_output_weights or tied_copy:
+        out.append(Tensor(name="output_layer.weight", numel=vocab * spec.hidden_size, shard="vocab"))
+    if spec.output_layer_bias:
+        out.append(Tensor(name="output_layer.bias", numel=vocab, shard="vocab"))
+    return out
+
+
+def mtp_tensors(spec: ModelSpec, layer_spec: LayerSpec = "te") -> list[Tensor]:
+    """One MTP module (multi_token_prediction.py): enorm, hnorm, eh_proj (2h -> h, column-parallel),
+    a full decoder layer and a final norm. It reuses the main model's embedding and output layer."""
+    h = spec.hidden_size
+    return (_norm(spec, "mtp.enorm") + _norm(spec, "mtp.hnorm")
+            + [Tensor(name="mtp.eh_proj.weight", numel=2 * h * h, shard="tp")]
+            + layer_tensors(spec, spec.mtp_layer_kind, layer_spec) + _norm(spec, "mtp.final_layernorm"))
+
+
+def numel(tensors: list[Tensor], *, megatron: bool | None = None) -> int:
+    """Total elements, optionally only Megatron parameters (True) or only HF checkpoint tensors (False)."""
+    keep = (lambda t: True) if megatron is None else (lambda t: t.megatron if megatron else t.hf)
+    return sum(t.numel for t in tensors if keep(t))

@@ -1,0 +1,103 @@
+"""The CLI as a user runs it: JSON contracts, tables, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from moetune.cli.main import main
+
+
+def run(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_estimate_json_contract(capsys):
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--tp", "2", "--pp", "2",
+                        "--ep", "8", "--seq", "4096", "--mbs", "1", "--gbs", "64", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0
+    assert data["layout"] == {"tp": 2, "cp": 1, "dp": 4, "pp": 2, "vpp": 1, "etp": 1, "ep": 8, "edp": 1}
+    assert [s["stage"] for s in data["stages"]] == [0, 1]
+    for s in data["stages"]:
+        assert s["bytes"]["total"] == sum(v for k, v in s["bytes"].items() if k != "total")
+        assert isinstance(s["params"], int)
+    mem = data["memory"]
+    assert mem["peak_bytes"] == max(s["bytes"]["total"] for s in data["stages"])
+    assert mem["fits"] == (mem["peak_bytes"] <= mem["capacity_bytes"])
+    assert data["stages"][mem["worst_stage"]]["bytes"]["total"] == mem["peak_bytes"]
+
+
+def test_estimate_table(capsys):
+    code, out, _ = run(["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "8"], capsys)
+    assert code == 0 and "optimizer_states" in out and "stage 0" in out
+
+
+def test_models_show_json(capsys):
+    code, out, _ = run(["models", "show", "deepseek-v3", "--json"], capsys)
+    data = json.loads(out)
+    for key in ("total_params", "active_params", "mtp_params", "embedding_params", "num_layers", "num_moe_layers",
+                "num_experts", "topk", "shared_experts", "attention"):
+        assert key in data
+    assert (data["attention"], data["num_layers"], data["num_moe_layers"], data["topk"]) == ("mla", 61, 58, 8)
+
+
+def test_models_and_hardware_list(capsys):
+    assert run(["models"], capsys)[0] == 0
+    code, out, _ = run(["hardware", "--json"], capsys)
+    assert code == 0 and {g["key"] for g in json.loads(out)} >= {"a100", "h100", "h200", "b200", "gb200", "gb300"}
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["estimate", "no-such-model", "--gpu", "h100", "--gpus", "8"], "unknown model"),
+    (["estimate", "mixtral-8x7b", "--gpu", "tpu9", "--gpus", "8"], "unknown GPU"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "16"], "ETP*EP*PP"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--ep", "16"], "num_moe_experts"),
+    (["estimate", "deepseek-v3", "--gpu", "h100", "--gpus", "64", "--pp", "8", "--ep", "8"], "num_layers (61)"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--gbs", "7"], "global batch size"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--recompute-modules", "attn"], "recompute module"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--optimizer-offload", "1.5"], "optimizer-offload"),
+    (["estimate", "deepseek-v3", "--gpu", "h100", "--gpus", "16", "--pp", "2", "--ep", "8",
+      "--pipeline-layout", "Et*30|t*30mL"], "places 60 decoder layers"),
+    (["estimate", "mixtral-8x7b", "--gpu", "a100", "--gpus", "8", "--precision", "fp8-blockwise"], "no fp8"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--precision", "mxfp8"], "needs a Blackwell"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--bogus"], "No such option"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
+    code, out, err = run(args, capsys)
+    assert code == 2
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_config_files(tmp_path, capsys):
+    bad_json = tmp_path / "config.json"
+    bad_json.write_text("{not json")
+    code, _, err = run(["models", "show", str(bad_json)], capsys)
+    assert code == 2 and "not valid JSON" in err
+    unknown = tmp_path / "u.json"
+    unknown.write_text('{"model_type": "bert"}')
+    code, _, err = run(["models", "show", str(unknown)], capsys)
+    assert code == 2 and "'bert' is not supported" in err
+    missing = tmp_path / "m.json"
+    missing.write_text('{"model_type": "mixtral", "hidden_size": 4096}')
+    code, _, err = run(["models", "show", str(missing)], capsys)
+    assert code == 2 and "missing field 'num_hidden_layers'" in err
+
+
+def test_user_cluster_toml(tmp_path, capsys):
+    toml = tmp_path / "mycluster.toml"
+    toml.write_text('gpu = "h100"\nmemory_gib = 70\nnic_gbps = 200\n')
+    code, out, _ = run(["estimate", "mixtral-8x7b", "--gpu", str(toml), "--gpus", "8", "--ep", "8", "--json"], capsys)
+    assert code == 0 and json.loads(out)["memory"]["capacity_bytes"] == 70 * 2**30
+    toml.write_text('gpu = "h100"\nwarp_drive = 1\n')
+    code, _, err = run(["estimate", "mixtral-8x7b", "--gpu", str(toml), "--gpus", "8"], capsys)
+    assert code == 2 and "unknown field(s) warp_drive" in err
+
+
+def test_console_script_runs():
+    proc = subprocess.run([sys.executable, "-m", "moetune.cli.main", "estimate", "x", "--gpu", "h100", "--gpus", "8"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown model")

@@ -1,0 +1,82 @@
+"""Every illegal layout is rejected with the rule it breaks; legal ones derive DP/EDP and stage contents."""
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
+from moetune.layout.validate import Workload, validate
+from moetune.specs.registry import load_model
+
+
+def test_folded_meshes_cover_the_world():
+    lay = Layout(world_size=1024, tp=2, cp=2, pp=8, ep=64, etp=1)
+    assert (lay.dp, lay.edp) == (32, 2)
+    assert lay.tp * lay.cp * lay.dp * lay.pp == lay.etp * lay.ep * lay.edp * lay.pp == 1024
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(world_size=12, tp=8), "TP*CP*PP"),
+    (dict(world_size=16, ep=3), "ETP*EP*PP"),
+    (dict(world_size=16, tp=0), "tp (0) must be at least 1"),
+    (dict(world_size=16, vpp=2), "vpp (2) needs pp > 1"),
+    (dict(world_size=16, pp=2, first_stage_layers=3, pipeline_layout="Et|tL"), "not both"),
+])
+def test_mesh_rules(kwargs, needle):
+    with pytest.raises(MoetuneError, match=needle.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
+        Layout(**kwargs)
+
+
+@pytest.mark.parametrize(("model", "kwargs", "workload", "needle"), [
+    ("qwen3-30b-a3b", dict(world_size=24, tp=3), {}, "num_attention_heads"),   # 32 heads
+    ("mixtral-8x7b", dict(world_size=16, tp=16), {}, "num_query_groups"),       # 8 kv heads
+    ("mixtral-8x7b", dict(world_size=16, ep=16), {}, "num_moe_experts"),        # 8 experts
+    ("qwen3-30b-a3b", dict(world_size=50, pp=5, vpp=2), {}, "PP\\*VPP"),         # 48 layers vs 10 chunks
+    ("deepseek-v3", dict(world_size=64, pp=8, ep=8), {}, "num_layers \\(61\\)"),  # 61 layers vs 8
+    ("qwen3-30b-a3b", dict(world_size=16, ep=8), dict(global_batch_size=12), "global batch size \\(12\\)"),
+    ("qwen3-30b-a3b", dict(world_size=16, tp=2, ep=8), dict(seq_length=4097), "sequence length \\(4097\\)"),
+    ("qwen3-30b-a3b", dict(world_size=16, cp=4, ep=4), dict(seq_length=4100), "2 x CP"),
+    ("qwen3-30b-a3b", dict(world_size=16, tp=2, ep=8, sequence_parallel=False), {}, "sequence parallel"),
+    ("mixtral-8x7b", dict(world_size=40, etp=5, ep=8), {}, "moe_ffn_hidden_size"),  # 14336 % 5
+])
+def test_model_and_workload_rules(model, kwargs, workload, needle):
+    spec = load_model(model)
+    lay = Layout(**kwargs)
+    with pytest.raises(MoetuneError, match=needle):
+        validate(spec, lay, Workload(**workload))
+
+
+def test_deepseek_v3_recipe_layout_string():
+    # The DeepSeek-V3 recipes' "Et*4|(t*4|)*14tmL": 16 virtual stages, 61 layers, MTP with the loss.
+    stages = parse_pipeline_layout("Et*4|(t*4|)*14tmL")
+    assert len(stages) == 16 and "".join(stages).count("t") == 61
+    grid = pipeline_chunks(Layout(world_size=64, pp=8, vpp=2, ep=8, pipeline_layout="Et*4|(t*4|)*14tmL"), 61, 1)
+    # stage s of the flat list is chunk s // PP of pipeline rank s % PP
+    assert grid[0][0].layers == (0, 1, 2, 3) and grid[0][0].embedding
+    assert grid[0][1].layers == tuple(range(32, 36))
+    assert grid[7][1].layers == (60,) and grid[7][1].mtp_layers == 1 and grid[7][1].loss
+
+
+def test_uneven_middle_must_split_evenly():
+    # 20 - 4 - 2 = 14 middle layers over 2 middle stages x 2 virtual chunks: 3.5 each, rejected
+    with pytest.raises(MoetuneError, match="14 layers left"):
+        pipeline_chunks(Layout(world_size=8, pp=4, vpp=2, first_stage_layers=4, last_stage_layers=2), 20, 0)
+
+
+def test_uneven_split_counts():
+    lay = Layout(world_size=8, pp=4, vpp=2, first_stage_layers=4, last_stage_layers=2)
+    grid = pipeline_chunks(lay, 22, 0)
+    counts = [[len(c.layers) for c in row] for row in grid]
+    assert counts == [[2, 2], [4, 4], [4, 4], [1, 1]]
+    # chunk-major layer ids: vpp row 0 holds layers 0..10, row 1 holds 11..21
+    assert grid[0][1].layers == (11, 12) and grid[3][0].layers == (10,)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("Et*4|x|tL", "unknown symbols"),
+    ("Et*3|t*3L", "places 6 decoder layers"),
+    ("t*4|t*4EL", "must start with one E"),
+])
+def test_bad_pipeline_layouts(text, needle):
+    with pytest.raises(MoetuneError, match=needle):
+        pipeline_chunks(Layout(world_size=2, pp=2, pipeline_layout=text), 8, 0)
