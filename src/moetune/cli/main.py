@@ -19,9 +19,9 @@ def cli() -> None:
 
 def _register() -> None:
     # One import per sub-command module; each module defines a click command named `command`.
-    from moetune.cli import estimate_cmd, hardware_cmd, models_cmd
+    from moetune.cli import diagnose_cmd, estimate_cmd, hardware_cmd, models_cmd
 
-    for module in (models_cmd, hardware_cmd, estimate_cmd):
+    for module in (models_cmd, hardware_cmd, estimate_cmd, diagnose_cmd):
         cli.add_command(module.command)
 
 

@@ -14,6 +14,7 @@ Requires torch + megatron-core (the ``oracle`` extra); imports them lazily.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Iterator
@@ -46,6 +47,21 @@ class Parallelism:
         p = self.pipeline_model_parallel_size
         tp_cp = self.tensor_model_parallel_size * self.context_parallel_size
         return p * math.lcm(tp_cp, self.expert_tensor_parallel_size * self.expert_model_parallel_size)
+
+
+@functools.cache
+def _load_megatron() -> None:
+    """Import torch + megatron once, hiding their import-time "no TE / no Apex" warnings."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import megatron.core.models.gpt.gpt_layer_specs  # noqa: F401
+            import megatron.core.models.gpt.gpt_model  # noqa: F401
+            import megatron.core.parallel_state  # noqa: F401
+            import torch.testing._internal.distributed.fake_pg  # noqa: F401
+    except ImportError as exc:
+        raise MoetuneError(f"oracle: needs torch and megatron-core ({exc}); "
+                           "install the 'oracle' extra: pip install 'moetune[oracle]'") from exc
 
 
 def _check(p: Parallelism, padded_vocab: int) -> None:
@@ -248,6 +264,7 @@ def count_params_breakdown(hf_config: dict, *, tp: int, pp: int, ep: int, etp: i
         raise MoetuneError(f"oracle: spec must be one of {SPECS}, got {spec!r}")
     p = _parallelism(locals())
     _check(p, padded_vocab_size)
+    _load_megatron()
     if not 0 <= stage < pp:
         raise MoetuneError(f"oracle: stage must be in [0, {pp}), got {stage}")
     args = hf_to_mcore(hf_config, include_mtp=include_mtp)

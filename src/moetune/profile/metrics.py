@@ -130,7 +130,7 @@ def _step(window: Step, ops: list[GpuOp], trace: RankTrace, starts: list[float],
     )
 
 
-def _mean(steps: list[StepMetrics]) -> StepMetrics:
+def mean_steps(steps: list[StepMetrics]) -> StepMetrics:
     n = len(steps)
 
     def avg(get) -> float:
@@ -157,4 +157,4 @@ def rank_metrics(trace: RankTrace, rank: int, floor: dict[tuple, float]) -> Rank
     starts = [op.start for op in trace.ops]
     buckets = _assign(trace.ops, windows)
     steps = [_step(w, b, trace, starts, floor) for w, b in zip(windows, buckets)]
-    return RankMetrics(rank=rank, trace=trace, steps=steps, mean=_mean(steady(steps)), notes=notes)
+    return RankMetrics(rank=rank, trace=trace, steps=steps, mean=mean_steps(steady(steps)), notes=notes)

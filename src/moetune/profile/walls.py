@@ -146,6 +146,9 @@ def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
     if f["comm_wait_share"] >= 0.005:
         lines.append(f"communication kernels ran {f['comm_wait_share']:.1%} of the step beyond the fastest "
                      "instance of the same transfer (waiting on slower peers)")
+    if f["dependency_share"] >= 0.10:
+        lines.append(f"the GPU idled {f['dependency_share']:.1%} of the step with work already queued behind a "
+                     "cross-stream dependency (typically a collective on a stream missing from the trace)")
     kinds = sorted(((c, f[f"share.{c}"]) for c in remedies_table()["groups"]["compute"]), key=lambda x: -x[1])
     lines.append("compute kernels: " + ", ".join(f"{c} {v:.1%}" for c, v in kinds) + " of the step")
     if len(m.ranks) > 1:

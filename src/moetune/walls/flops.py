@@ -77,6 +77,13 @@ def causal_context(seq_length: int, window: int | None = None) -> float:
     return window - window * (window - 1) / (2 * seq_length)
 
 
+def attended_keys(seq_length: int, window: int | None = None) -> float:
+    """Exact mean keys per query of a causal (optionally windowed) mask: query i sees min(i+1, W) keys."""
+    if window is None or window >= seq_length:
+        return (seq_length + 1) / 2
+    return causal_context(seq_length, window)
+
+
 def _glu(spec: ModelSpec, needs_silu: bool) -> int:
     """Megatron's ffn_expansion_factor: fc1 is 2*ffn wide for a GLU, so 3 ffn-wide GEMMs, else 2."""
     gated = spec.gated_linear_unit and (spec.activation == "silu" or not needs_silu)
@@ -178,7 +185,7 @@ def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: in
 
 def _attention_hw(spec: ModelSpec, kind: LayerKind, tokens: float, seq: int, window: int | None) -> dict:
     h, n = spec.hidden_size, spec.num_attention_heads
-    ctx = causal_context(seq, window) + 0.5  # exact pairs: query i sees i+1 keys (the diagonal)
+    ctx = attended_keys(seq, window)
     if kind.mixer == "gqa":
         d = spec.kv_channels
         return {"attn_proj": 2 * tokens * _gqa_proj(spec, spec.attention_output_gate),

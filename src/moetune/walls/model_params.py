@@ -9,7 +9,9 @@ embedding and output layer, so the extra embedding/head copies some HF checkpoin
 from dataclasses import asdict, dataclass
 
 from moetune.specs.model import ModelSpec
-from moetune.walls.params import Tensor, embedding_tensors, layer_tensors, mtp_tensors, numel, output_tensors
+from moetune.walls.params import (
+    Tensor, embedding_tensors, final_norm_tensors, layer_tensors, mtp_tensors, numel, output_tensors,
+)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -34,7 +36,7 @@ def main_tensors(spec: ModelSpec) -> list[Tensor]:
     out = embedding_tensors(spec, spec.vocab_size)
     for kind in spec.layers:
         out += layer_tensors(spec, kind)
-    return out + output_tensors(spec, spec.vocab_size, tied_copy=False)
+    return out + final_norm_tensors(spec) + output_tensors(spec, spec.vocab_size, tied_copy=False)
 
 
 def model_counts(spec: ModelSpec) -> ModelCounts:

@@ -170,11 +170,17 @@ def embedding_tensors(spec: ModelSpec, vocab: int) -> list[Tensor]:
     return [Tensor(name="embedding.word_embeddings.weight", numel=vocab * spec.hidden_size, shard="vocab")]
 
 
+def final_norm_tensors(spec: ModelSpec) -> list[Tensor]:
+    """The decoder's final norm: Megatron builds it with the last decoder layer (transformer_block.py),
+    which a pipeline layout may place on an earlier stage than the loss."""
+    return _norm(spec, "decoder.final_layernorm")
+
+
 def output_tensors(spec: ModelSpec, vocab: int, *, tied_copy: bool) -> list[Tensor]:
-    """Final norm and output layer of the last stage. With tied embeddings Megatron still allocates
-    the output weight on the last stage when it is not also the first (gpt_model.py,
-    share_embeddings_and_output_weights: a copy synced by all-reduce); ``tied_copy`` says so."""
-    out = _norm(spec, "decoder.final_layernorm")
+    """Output layer of the loss stage. With tied embeddings Megatron still allocates the output weight
+    on the last stage when it is not also the first (gpt_model.py, share_embeddings_and_output_weights:
+    a copy synced by all-reduce); ``tied_copy`` says so."""
+    out: list[Tensor] = []
     if spec.untie_embeddings_and_output_weights or tied_copy:
         out.append(Tensor(name="output_layer.weight", numel=vocab * spec.hidden_size, shard="vocab"))
     if spec.output_layer_bias:

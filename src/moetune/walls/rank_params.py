@@ -10,7 +10,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import Chunk, pipeline_chunks
 from moetune.specs.model import ModelSpec
 from moetune.walls.params import (
-    LayerSpec, Tensor, embedding_tensors, layer_tensors, mtp_tensors, output_tensors,
+    LayerSpec, Tensor, embedding_tensors, final_norm_tensors, layer_tensors, mtp_tensors, output_tensors,
 )
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128  # Megatron-LM --make-vocab-size-divisible-by default
@@ -45,9 +45,13 @@ def _divisor(t: Tensor, layout: Layout) -> int:
 
 
 def chunk_tensors(spec: ModelSpec, chunk: Chunk, *, vocab: int, tied_copy: bool, layer_spec: LayerSpec) -> list[Tensor]:
-    out: list[Tensor] = embedding_tensors(spec, vocab) if chunk.embedding else []
+    """Parameters of one virtual chunk. A chunk holding MTP layers also holds an embedding (MTP embeds the
+    shifted tokens; gpt_model.py builds `embedding` when pre_process or mtp_process)."""
+    out: list[Tensor] = embedding_tensors(spec, vocab) if chunk.embedding or chunk.mtp_layers else []
     for layer in chunk.layers:
         out += layer_tensors(spec, spec.layers[layer], layer_spec)
+    if spec.num_layers - 1 in chunk.layers:
+        out += final_norm_tensors(spec)
     for _ in range(chunk.mtp_layers):
         out += mtp_tensors(spec, layer_spec)
     if chunk.loss:

@@ -1,0 +1,138 @@
+"""``diagnose``: traces and/or a training log in, the dominant wall and the next changes out.
+
+Top-level figures are per training iteration (seconds), averaged over each rank's steady steps and
+then over ranks; ``per_rank`` keeps every rank's own figures and ``imbalance`` their spread.
+"""
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moetune.errors import MoetuneError
+from moetune.profile.megatron_log import TrainingLog, read_log
+from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
+from moetune.profile.reader import RankTrace, expand_paths, read_trace
+from moetune.profile.remedies import Recommendation, recommend
+from moetune.profile.walls import Measurement, decide, evidence, facts, imbalance
+
+
+@dataclass(kw_only=True, slots=True)
+class DiagnoseResult:
+    ranks: int
+    world_size: int | None
+    step_seconds: float | None
+    breakdown: dict[str, float]
+    idle: dict[str, float]
+    exposed_communication_seconds: float | None
+    dominant_wall: str
+    wall_reason: str
+    evidence: list[str]
+    recommendations: list[Recommendation]
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
+    imbalance: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    log: dict[str, Any] | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__slots__ if k != "recommendations"}
+        out["recommendations"] = [r.to_dict() for r in self.recommendations]
+        return out
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+
+def _assign_ranks(traces: list[RankTrace]) -> list[int]:
+    seen: dict[int, str] = {}
+    for t in traces:
+        if t.rank is not None:
+            if t.rank in seen:
+                raise MoetuneError(f"traces {seen[t.rank]} and {t.path} both record rank {t.rank}; "
+                                   "pass one trace per rank of a single run")
+            seen[t.rank] = t.path
+    free = (r for r in range(len(traces) + len(seen)) if r not in seen)
+    return [t.rank if t.rank is not None else next(free) for t in traces]
+
+
+def _idle_dict(s: StepMetrics) -> dict[str, float]:
+    # comm_kernel_wait is busy time inside communication kernels (peers late), not part of "seconds".
+    return {"seconds": s.idle_seconds, **s.idle, "comm_kernel_wait": s.comm_wait_seconds}
+
+
+def _step_dict(s: StepMetrics) -> dict[str, Any]:
+    return {"name": s.name, "seconds": s.seconds, "busy_seconds": s.busy_seconds, "idle": _idle_dict(s),
+            "exposed_communication_seconds": s.exposed_comm_seconds, "breakdown": s.breakdown}
+
+
+def _rank_dict(r: RankMetrics) -> dict[str, Any]:
+    t = r.trace
+    return {"rank": r.rank, "path": t.path, "device": t.device_name, **_step_dict(r.mean),
+            "steps": [_step_dict(s) for s in r.steps]}
+
+
+def _log_dict(log: TrainingLog) -> dict[str, Any]:
+    return {"path": log.path, "iterations_logged": len(log.iterations), "iteration_seconds": log.iteration_seconds,
+            "tflops_per_gpu": log.tflops_per_gpu, "tokens_per_second_per_gpu": log.tokens_per_second_per_gpu,
+            "peak_reserved_bytes": log.peak_reserved_bytes, "alloc_retries": log.alloc_retries,
+            "oom": bool(log.oom_lines)}
+
+
+def _measure(traces: list[RankTrace], log: TrainingLog | None, gpu_memory_bytes: float | None) -> Measurement:
+    ranks_ids = _assign_ranks(traces)
+    floor = comm_floor(traces)
+    ranks = sorted((rank_metrics(t, r, floor) for t, r in zip(traces, ranks_ids)), key=lambda m: m.rank)
+    first = traces[0] if traces else None
+    trace_peaks = [t.peak_reserved_bytes for t in traces if t.peak_reserved_bytes is not None]
+    peak, source = None, None
+    if log is not None and log.peak_reserved_bytes is not None:
+        peak, source = log.peak_reserved_bytes, f"log {log.path}"
+    elif trace_peaks:
+        peak, source = max(trace_peaks), "trace [memory] events"
+    return Measurement(
+        ranks=ranks, combined=mean_steps([r.mean for r in ranks]) if ranks else None, log=log,
+        gpu_name=first.device_name if first else None,
+        gpu_memory_bytes=gpu_memory_bytes or (first.device_memory_bytes if first else None),
+        compute_capability=first.compute_capability if first else None,
+        peak_reserved_bytes=peak, peak_source=source,
+    )
+
+
+def diagnose(
+    traces: Sequence[str | Path] = (),
+    log: str | Path | TrainingLog | None = None,
+    config: dict[str, Any] | None = None,
+    gpu_memory_bytes: float | None = None,
+) -> DiagnoseResult:
+    """Diagnose a run from Kineto traces (files or directories, one file per rank) and/or a log.
+
+    ``config``: Megatron Bridge dotted names -> values; it drops advice the config makes moot and
+    lets config facts (e.g. full recompute) count as evidence. ``gpu_memory_bytes`` overrides the
+    capacity read from the trace's deviceProperties.
+    """
+    paths = expand_paths(list(traces))
+    if not paths and log is None:
+        raise MoetuneError("diagnose: give at least one trace (file or directory) or --log FILE")
+    loaded = [read_trace(p) for p in paths]
+    training_log = read_log(log) if isinstance(log, (str, Path)) else log
+    m = _measure(loaded, training_log, gpu_memory_bytes)
+    f = facts(m, config)
+    wall, reason = decide(f)
+    s = m.combined
+    notes = sorted({n for r in m.ranks for n in r.notes})
+    worlds = {t.world_size for t in loaded if t.world_size is not None}
+    return DiagnoseResult(
+        ranks=len(m.ranks), world_size=max(worlds) if worlds else None,
+        step_seconds=s.seconds if s else (training_log.iteration_seconds if training_log else None),
+        breakdown=dict(s.breakdown) if s else {}, idle=_idle_dict(s) if s else {},
+        exposed_communication_seconds=s.exposed_comm_seconds if s else None,
+        dominant_wall=wall, wall_reason=reason, evidence=evidence(m, f),
+        recommendations=recommend(wall, f, config), per_rank=[_rank_dict(r) for r in m.ranks],
+        imbalance=imbalance(m.ranks) if len(m.ranks) > 1 else {},
+        memory={"peak_reserved_bytes": m.peak_reserved_bytes, "capacity_bytes": m.gpu_memory_bytes,
+                "fraction": f.get("memory_fraction"), "source": m.peak_source},
+        log=_log_dict(training_log) if training_log else None, facts=f, notes=notes,
+    )

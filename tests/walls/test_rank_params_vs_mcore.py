@@ -1,0 +1,51 @@
+"""Parameters per rank of each pipeline stage: moetune's analytic count vs Megatron-Core itself, which builds
+the model on the `meta` device under a fake process group (moetune.oracle). Exact equality, layout by layout."""
+
+import json
+
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from moetune.layout.layout import Layout  # noqa: E402
+from moetune.oracle import count_params_per_stage  # noqa: E402
+from moetune.specs.registry import load_model  # noqa: E402
+from moetune.walls.rank_params import padded_vocab_size, stage_params  # noqa: E402
+
+CASES = [
+    # (model, layout kwargs, layer spec)
+    ("mixtral-8x7b", dict(world_size=16, tp=2, pp=2, ep=4), "te"),
+    ("mixtral-8x7b", dict(world_size=32, tp=1, pp=4, vpp=2, ep=8), "te"),
+    ("qwen3-30b-a3b", dict(world_size=32, tp=2, pp=2, vpp=2, ep=8, etp=2), "te"),
+    ("qwen3-30b-a3b", dict(world_size=48, tp=4, pp=3, ep=16, first_stage_layers=14, last_stage_layers=18), "te"),
+    ("deepseek-v3", dict(world_size=64, tp=2, pp=4, ep=8, first_stage_layers=13, last_stage_layers=18), "te"),
+    ("deepseek-v3", dict(world_size=128, tp=2, pp=8, ep=16, pipeline_layout="Et*3|(tt|)*29m|L"), "te"),
+    ("deepseek-v3", dict(world_size=64, tp=4, pp=4, ep=4, etp=4, first_stage_layers=13, last_stage_layers=16),
+     "local"),
+    ("moonlight-16b-a3b", dict(world_size=16, tp=2, pp=1, ep=8), "te"),
+    ("qwen2-57b-a14b", dict(world_size=16, tp=4, pp=2, ep=4, etp=2), "te"),
+    ("gpt-oss-20b", dict(world_size=16, tp=2, pp=2, vpp=2, ep=4), "te"),
+    ("glm-4.5-air", dict(world_size=32, tp=2, pp=2, ep=16, first_stage_layers=22), "te"),
+]
+
+
+def _oracle_kwargs(lay: Layout) -> dict:
+    vpp = None
+    if lay.pipeline_layout is None and lay.vpp > 1:
+        vpp = lay.vpp
+    return dict(tp=lay.tp, pp=lay.pp, ep=lay.ep, etp=lay.etp, vpp=vpp, world_size=lay.world_size,
+                num_layers_in_first_pipeline_stage=lay.first_stage_layers,
+                num_layers_in_last_pipeline_stage=lay.last_stage_layers,
+                pipeline_model_parallel_layout=lay.pipeline_layout)
+
+
+@pytest.mark.parametrize(("model", "kwargs", "layer_spec"), CASES,
+                         ids=[f"{m}-{'-'.join(f'{k}{v}' for k, v in kw.items())}-{s}" for m, kw, s in CASES])
+def test_stage_params_equal_megatron_core(model, kwargs, layer_spec, shared_data):
+    spec = load_model(model)
+    lay = Layout(**kwargs)
+    hf = json.loads((shared_data / "models" / f"{model}.config.json").read_text())
+    theirs = count_params_per_stage(hf, padded_vocab_size=padded_vocab_size(spec.vocab_size, lay.tp),
+                                    spec=layer_spec, **_oracle_kwargs(lay))
+    ours = [s.total for s in stage_params(spec, lay, layer_spec=layer_spec)]
+    assert ours == theirs
