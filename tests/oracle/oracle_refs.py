@@ -23,6 +23,9 @@ QWEN3_30B_A3B = 30_532_122_624
 # keras-team/keras-hub keras_hub/src/models/qwen_moe/qwen_moe_presets.py
 # ("params": 14315784192 for Qwen1.5-MoE-A2.7B); the model card says 14.3B.
 QWEN15_MOE_A27B = 14_315_784_192
+# Hugging Face Hub API safetensors total for Qwen/Qwen2-57B-A14B ({"safetensors":{"total":
+# 57408658944}}, as recorded in public API fixtures); the Qwen2 blog table says 57.41B.
+QWEN2_57B_A14B = 57_408_658_944
 # huggingface/huggingface.js packages/hub/src/lib/parse-safetensors-metadata.spec.ts:
 # openai/gpt-oss-20b = 20,914,757,184 (BF16 1,804,459,584 + MXFP4 weights 19,110,297,600) and
 # openai/gpt-oss-120b = 116,829,156,672; OpenAI's model card (arXiv:2508.10925, Table 1) gives

@@ -18,6 +18,7 @@ from oracle_refs import (  # noqa: E402
     GPT_OSS_120B,
     MIXTRAL_8X7B,
     QWEN3_30B_A3B,
+    QWEN2_57B_A14B,
     QWEN15_MOE_A27B,
     load_config,
 )
@@ -34,6 +35,7 @@ def _whole_model(cfg: dict, **kw) -> int:
     ("mixtral-8x7b", MIXTRAL_8X7B),
     ("qwen3-30b-a3b", QWEN3_30B_A3B),
     ("qwen1.5-moe-a2.7b", QWEN15_MOE_A27B),  # qkv bias + gated shared expert
+    ("qwen2-57b-a14b", QWEN2_57B_A14B),
     ("gpt-oss-20b", GPT_OSS_20B),  # qkv/o/router/expert biases + attention sinks
     ("gpt-oss-120b", GPT_OSS_120B),
 ])

@@ -60,7 +60,8 @@ def test_moe_routed_token_items_follow_the_derivation():
     items = layer_activation_items(spec, spec.layers[0], ActivationContext(seq_length=s, micro_batch_size=b))
     routed = s * b * k  # docs/activations.md: each token sent to top-k experts
     assert items["expert_input"] == 2 * routed * h
-    assert items["expert_output"] == 2 * routed * h
+    assert "expert_output" not in items  # probs are applied in the activation: the combine saves nothing
+    assert items["routing_probs"] == 4 * routed
     assert items["expert_fc1_output"] == 2 * routed * 2 * f  # SwiGLU fc1 is 2f wide
     assert items["expert_act_output"] == 2 * routed * f
     assert items["router_logits"] == 2 * 4 * s * b * e  # logits and scores in FP32

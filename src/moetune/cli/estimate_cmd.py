@@ -3,6 +3,7 @@
 import click
 
 from moetune.cli.options import build_knobs, build_layout, build_workload, knob_options, layout_options, load_overheads
+from moetune.walls.efficiency import load_efficiency_file
 from moetune.cli.output import console, emit_json, gib, table
 from moetune.planner.estimate import Estimate, estimate
 from moetune.specs.hardware import load_gpu
@@ -16,8 +17,11 @@ from moetune.specs.registry import load_model
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL (built-in name or config.json) on a layout, per pipeline stage."""
-    result = estimate(load_model(model), load_gpu(kw["gpu"]), build_layout(kw), build_workload(kw),
-                      build_knobs(kw), load_overheads(kw["overheads"]))
+    gpu, layout = load_gpu(kw["gpu"]), build_layout(kw)
+    knobs, defaulted = build_knobs(kw, gpu, layout)
+    result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
+                      efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+    result.defaulted = defaulted
     if as_json:
         emit_json(result.to_json())
     else:
@@ -35,6 +39,25 @@ def print_estimate(result: Estimate) -> None:
     rows.insert(0, ["params on rank"] + [f"{s.params / 1e9:.3f}B" for s in stages])
     rows.insert(1, ["micro-batches in flight"] + [f"{s.in_flight_microbatches:g}" for s in stages])
     out.print(table("Memory per rank (GiB) by pipeline stage", ["item"] + [f"stage {s.stage}" for s in stages], rows))
+    if result.time:
+        print_time(result)
     verdict = "[green]fits[/green]" if result.fits else "[red]does NOT fit[/red]"
     out.print(f"peak {gib(result.peak_bytes)} GiB on stage {result.worst_stage} of {gib(result.gpu.capacity_bytes)} "
               f"GiB usable: {verdict}")
+
+
+def print_time(result: Estimate) -> None:
+    t, out = result.time, console()
+    walls = t["walls"]
+    rows = [[w, f"{s:.3f}", f"{100 * s / t['step_seconds']:.1f}%"] for w, s in walls.items()]
+    out.print(table(f"Step time {t['step_seconds']:.3f} s: {t['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
+                    f"{t['tflops_per_gpu']:.1f} TFLOP/s/GPU, MFU {100 * t['mfu']:.1f}% "
+                    f"(dominant: {t['dominant_wall']})", ["wall", "seconds", "share"], rows))
+    coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
+            if t["collectives"][c] > 0]
+    if coll:
+        out.print(table("Communication per step (s)", ["collective", "total", "exposed"], coll))
+    if result.defaulted:
+        out.print("defaulted to platform values: " + ", ".join(
+            f"{k}={getattr(result.knobs, k) if k != 'cuda_graph_scope' else ','.join(result.knobs.cuda_graph_scope)}"
+            for k in result.defaulted))

@@ -11,6 +11,8 @@ from moetune.layout.knobs import CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS, Kno
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
+from moetune.planner.defaults import platform_defaults
+from moetune.specs.hardware import GpuSpec
 
 
 def layout_options(func):
@@ -26,6 +28,8 @@ def layout_options(func):
         click.option("--first-stage-layers", type=click.IntRange(min=0), default=None),
         click.option("--last-stage-layers", type=click.IntRange(min=0), default=None),
         click.option("--pipeline-layout", default=None, help='Megatron layout string, e.g. "Et*4|(t*4|)*14tmL".'),
+        click.option("--account-for-embedding", is_flag=True, help="account_for_embedding_in_pipeline_split."),
+        click.option("--account-for-loss", is_flag=True, help="account_for_loss_in_pipeline_split."),
         click.option("--no-sequence-parallel", is_flag=True, help="Turn sequence parallel off (on when TP>1)."),
         click.option("--seq", type=click.IntRange(min=1), default=4096, show_default=True),
         click.option("--mbs", type=click.IntRange(min=1), default=1, show_default=True),
@@ -36,7 +40,8 @@ def layout_options(func):
 
 def knob_options(func):
     opts = [
-        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True),
+        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Default: the platform's FP8 recipe (Hopper fp8-blockwise, Blackwell mxfp8, A100 bf16)."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
                      show_default=True),
         click.option("--recompute-modules", default=None,
@@ -46,9 +51,16 @@ def knob_options(func):
                      help="Fraction of optimizer states offloaded to CPU."),
         click.option("--bf16-grads", is_flag=True, help="Main grads in BF16 (grad_reduce_in_fp32=False)."),
         click.option("--bf16-moments", is_flag=True, help="Adam moments in BF16 (DeepSeek-V3 recipes)."),
-        click.option("--dispatcher", type=click.Choice(DISPATCHERS), default="alltoall", show_default=True),
+        click.option("--dispatcher", type=click.Choice(DISPATCHERS), default=None,
+                     help="Default: deepep on H100/B200, hybridep on GB200/GB300, alltoall on A100 or EP=1."),
         click.option("--cuda-graph-scope", default=None,
-                     help=f"Comma list of {', '.join(CUDA_GRAPH_SCOPES)}."),
+                     help=f"Comma list of {', '.join(CUDA_GRAPH_SCOPES)}, or 'none'. "
+                          "Default: attn,moe_router,moe_preprocess on Hopper/Blackwell."),
+        click.option("--ep-overlap", is_flag=True, help="overlap_moe_expert_parallel_comm."),
+        click.option("--delay-wgrad", is_flag=True, help="delay_wgrad_compute."),
+        click.option("--tp-comm-overlap", is_flag=True, help="tp_comm_overlap."),
+        click.option("--efficiency", type=click.Path(dir_okay=False), default=None,
+                     help="TOML overriding efficiency.toml constants."),
         click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless",
                      show_default=True),
         click.option("--overheads", type=click.Path(dir_okay=False), default=None,
@@ -72,7 +84,8 @@ def build_layout(kw: dict) -> Layout:
         world_size=kw["gpus"], tp=kw["tp"], cp=kw["cp"], pp=kw["pp"], vpp=vpp or 1, ep=kw["ep"], etp=kw["etp"],
         sequence_parallel=False if kw["no_sequence_parallel"] else None,
         first_stage_layers=kw["first_stage_layers"], last_stage_layers=kw["last_stage_layers"],
-        pipeline_layout=kw["pipeline_layout"],
+        pipeline_layout=kw["pipeline_layout"], account_for_embedding=kw["account_for_embedding"],
+        account_for_loss=kw["account_for_loss"],
     )
 
 
@@ -80,19 +93,33 @@ def build_workload(kw: dict) -> Workload:
     return Workload(seq_length=kw["seq"], micro_batch_size=kw["mbs"], global_batch_size=kw["gbs"])
 
 
-def build_knobs(kw: dict) -> Knobs:
-    scopes = tuple(s for s in (kw["cuda_graph_scope"] or "").replace(",", " ").split() if s)
+def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str]]:
+    """Knobs from the options; those left out take the platform defaults, and are listed."""
+    defaults, defaulted = platform_defaults(gpu), []
+
+    def pick(name: str, given, fallback):
+        if given is not None:
+            return given
+        defaulted.append(name)
+        return fallback
+
+    precision = pick("precision", kw["precision"], defaults["precision"])
+    dispatcher = pick("dispatcher", kw["dispatcher"], defaults["dispatcher"] if layout.ep > 1 else "alltoall")
+    scope_text = kw["cuda_graph_scope"]
+    scopes = (tuple(s for s in scope_text.replace(",", " ").split() if s != "none") if scope_text is not None
+              else pick("cuda_graph_scope", None, tuple(defaults["cuda_graph_scope"])))
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":
         recompute = "selective"  # naming modules implies selective recompute
-    return Knobs(
-        precision=kw["precision"], recompute=recompute, recompute_modules=modules,
+    knobs = Knobs(
+        precision=precision, recompute=recompute, recompute_modules=modules,
         distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
         main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
-        dispatcher=kw["dispatcher"], cuda_graph_scope=scopes,
-        routing=kw["routing"],
+        dispatcher=dispatcher, cuda_graph_scope=scopes, routing=kw["routing"], ep_overlap=kw["ep_overlap"],
+        delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"],
     )
+    return knobs, defaulted
 
 
 def load_overheads(path: str | None) -> dict | None:

@@ -45,6 +45,7 @@ class Knobs:
     cuda_graph_scope: tuple[str, ...] = ()  # empty: no CUDA graphs
     ep_overlap: bool = False  # overlap_moe_expert_parallel_comm
     delay_wgrad: bool = False  # delay_wgrad_compute
+    tp_comm_overlap: bool = False  # tp_comm_overlap (TE userbuffers)
     routing: Literal["dropless", "force-balance"] = "dropless"
     token_imbalance: float = 1.0  # max/mean tokens per expert rank under dropless routing
     activation_offload: bool = False  # fine-grained activation offloading (not modelled in bytes yet)

@@ -25,6 +25,8 @@ class Layout:
     first_stage_layers: int | None = None  # num_layers_in_first_pipeline_stage
     last_stage_layers: int | None = None  # num_layers_in_last_pipeline_stage
     pipeline_layout: str | None = None  # pipeline_model_parallel_layout, e.g. "Et*4|(t*4|)*14tmL"
+    account_for_embedding: bool = False  # account_for_embedding_in_pipeline_split: embedding counts as a layer
+    account_for_loss: bool = False  # account_for_loss_in_pipeline_split: loss counts as a layer
 
     def __post_init__(self) -> None:
         for name in ("world_size", "tp", "cp", "pp", "vpp", "ep", "etp"):

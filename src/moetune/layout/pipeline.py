@@ -66,13 +66,22 @@ def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list
 
 
 def _even_counts(layout: Layout, num_layers: int) -> list[int]:
+    """Even split; with account_for_embedding/loss_in_pipeline_split the embedding and the loss each take
+    the place of one layer in the first and the last chunk (transformer_config.py, Megatron-Core)."""
     chunks = layout.pp * layout.vpp
-    if num_layers % chunks:
+    emb, loss = int(layout.account_for_embedding), int(layout.account_for_loss)
+    total = num_layers + emb + loss
+    if total % chunks:
+        extra = f" + {emb + loss} (embedding/loss as layers)" if emb or loss else ""
         raise MoetuneError(
-            f"num_layers ({num_layers}) must be divisible by PP*VPP ({layout.pp}*{layout.vpp}={chunks}); "
-            "change --pp/--vpp, or set --first-stage-layers/--last-stage-layers or --pipeline-layout"
+            f"num_layers ({num_layers}){extra} must be divisible by PP*VPP ({layout.pp}*{layout.vpp}={chunks}); "
+            "change --pp/--vpp, or set --first-stage-layers/--last-stage-layers, --pipeline-layout or "
+            "--account-for-embedding/--account-for-loss"
         )
-    return [num_layers // chunks] * chunks
+    counts = [total // chunks] * chunks
+    counts[0] -= emb
+    counts[-1] -= loss
+    return counts
 
 
 def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:

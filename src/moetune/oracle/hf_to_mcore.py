@@ -106,8 +106,10 @@ def _moe_layer_freq(hf: dict, rule: str, num_layers: int) -> int | list[int]:
     """1 = MoE layer, 0 = dense layer, as in TransformerConfig.moe_layer_freq."""
     if rule == "first_k_dense":
         k = int(hf.get("first_k_dense_replace") or 0)
-        step = int(hf.get("moe_layer_freq") or 1)  # DeepSeek: MoE every `step` layers after k
-        pattern = [int(i >= k and (i - k) % step == 0) for i in range(num_layers)]
+        # HF DeepseekV2/V3 decoder layer: MoE iff idx >= first_k_dense_replace and
+        # idx % moe_layer_freq == 0 (moe_layer_freq is 1 in every released config).
+        step = int(hf.get("moe_layer_freq") or 1)
+        pattern = [int(i >= k and i % step == 0) for i in range(num_layers)]
     elif rule == "qwen_sparse_step":
         # HF Qwen2Moe/Qwen3Moe decoder layer: MoE iff not in mlp_only_layers and
         # (layer_idx + 1) % decoder_sparse_step == 0.

@@ -90,8 +90,12 @@ def _layout_vpp(p: Parallelism) -> int | None:
     from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
 
     layout = p.pipeline_model_parallel_layout
-    chunks = (PipelineParallelLayerLayout.get_num_stages_from_str(layout)
-              if isinstance(layout, str) else len(layout))
+    try:
+        chunks = (PipelineParallelLayerLayout.get_num_stages_from_str(layout)
+                  if isinstance(layout, str) else len(layout))
+    except Exception as exc:  # MCore's parser raises bare errors on malformed strings
+        raise MoetuneError(f"oracle: pipeline_model_parallel_layout {layout!r} does not parse: "
+                           f"{exc}") from exc
     vpp = chunks // p.pipeline_model_parallel_size
     if p.virtual_pipeline_model_parallel_size not in (None, vpp):
         raise MoetuneError(
@@ -171,14 +175,14 @@ def _chunk_specs(config, vp_stage: int | None, spec: str):
         get_gpt_mtp_block_spec,
     )
 
-    from moetune.oracle.shims import use_local_mla_core_attention, use_te_mla_down_proj
+    from moetune.oracle.shims import use_oracle_core_attention, use_te_mla_down_proj
 
     block = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
                                        normalization="RMSNorm", vp_stage=vp_stage)
     # MTP's inner layer copies the *last decoder layer* spec of the whole model (what
     # get_gpt_mtp_block_spec takes from the last stage's block), even when this chunk has none.
     mtp_layer = get_gpt_decoder_layer_specs(config, False, "RMSNorm")[-1]
-    use_local_mla_core_attention([*block.layer_specs, mtp_layer])
+    use_oracle_core_attention([*block.layer_specs, mtp_layer])
     if spec == "te":
         use_te_mla_down_proj([*block.layer_specs, mtp_layer])
     mtp = None

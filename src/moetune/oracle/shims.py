@@ -41,10 +41,12 @@ class DuplicatedLinear(torch.nn.Module):
 @contextlib.contextmanager
 def cuda_free() -> Iterator[None]:
     """Redirect MCore's explicit CUDA device requests to ``meta`` and skip the embedding sync."""
+    from megatron.core.models.common.embeddings import yarn_rotary_pos_embedding as yarn
     from megatron.core.models.common.language_module import language_module
 
     saved_device = torch.cuda.current_device
     saved_embd = language_module.LanguageModule._is_in_embd_group
+    saved_cp_slice = yarn.get_pos_emb_on_this_cp_rank
     # rotary_pos_embedding.py / yarn_rotary_pos_embedding.py (MLA builds RotaryEmbedding without
     # use_cpu_initialization), moe/router.py expert_bias buffers, dot_product_attention.py
     # softmax_offset: all call torch.cuda.current_device() for their device.
@@ -52,11 +54,16 @@ def cuda_free() -> Iterator[None]:
     # language_module.py setup_embeddings_and_output_layer: the duplicated word embedding on the
     # last (or MTP) stage is moved with .cuda() and all-reduced to copy initial values.
     language_module.LanguageModule._is_in_embd_group = lambda self: False
+    # yarn_rotary_pos_embedding.py precomputes its cos/sin cache at construction; with CP > 1 it
+    # slices it per CP rank through rope_utils.get_pos_emb_on_this_cp_rank, which builds a
+    # pinned CPU index tensor and moves it with .cuda(). The cache is a non-persistent buffer.
+    yarn.get_pos_emb_on_this_cp_rank = lambda emb, seq_dim, cp_group: emb
     try:
         yield
     finally:
         torch.cuda.current_device = saved_device
         language_module.LanguageModule._is_in_embd_group = saved_embd
+        yarn.get_pos_emb_on_this_cp_rank = saved_cp_slice
 
 
 @contextlib.contextmanager
@@ -89,25 +96,35 @@ def use_te_mla_down_proj(layer_specs: list) -> None:
         sub.linear_kv_down_proj = DuplicatedLinear
 
 
-def mla_core_attention_class():
-    """Local ``DotProductAttention`` that tolerates MLA's ``k_channels`` / ``v_channels``.
+def core_attention_class():
+    """Local ``DotProductAttention`` standing in for ``TEDotProductAttention`` at build time.
 
-    multi_latent_attention.py builds core_attention with k_channels/v_channels (only
-    TEDotProductAttention takes them); the local DotProductAttention.__init__ rejects them, so
-    the stock local MLA spec cannot be built. The attention kernel holds no parameters for the
-    vanilla softmax MLA models use, so dropping the two sizes changes no count.
+    Two constructor-only gaps of the local class, neither touching a parameter:
+    * multi_latent_attention.py passes ``k_channels`` / ``v_channels`` (only the TE class takes
+      them), so the stock local MLA spec cannot be built at all;
+    * dot_product_attention.py asserts ``context_parallel_size == 1`` (CP needs the TE kernel).
+    CP splits activations, never weights; the only attention parameter (the learnable softmax
+    offset, one per head) is sized by TP alone, so building it under a CP=1 copy of the config
+    changes no count.
     """
+    import copy
+
     from megatron.core.transformer.dot_product_attention import DotProductAttention
 
-    class MLADotProductAttention(DotProductAttention):
-        def __init__(self, *args, k_channels=None, v_channels=None, **kwargs):
-            super().__init__(*args, **kwargs)
+    class OracleDotProductAttention(DotProductAttention):
+        def __init__(self, config, *args, k_channels=None, v_channels=None, **kwargs):
+            if config.context_parallel_size != 1:
+                config = copy.copy(config)
+                config.context_parallel_size = 1
+            super().__init__(config, *args, **kwargs)
 
-    return MLADotProductAttention
+    return OracleDotProductAttention
 
 
-def use_local_mla_core_attention(layer_specs: list) -> None:
-    """Point the MLA specs' core_attention at the k/v-channel-tolerant local class."""
-    cls = mla_core_attention_class()
-    for sub in _mla_submodules(layer_specs):
-        sub.core_attention = cls
+def use_oracle_core_attention(layer_specs: list) -> None:
+    """Point every layer spec's core_attention at ``core_attention_class()``."""
+    cls = core_attention_class()
+    for spec in layer_specs:
+        sub = getattr(spec.submodules.self_attention, "submodules", None)
+        if sub is not None and hasattr(sub, "core_attention"):
+            sub.core_attention = cls

@@ -7,7 +7,9 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload, validate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import StageMemory, memory_wall
+from moetune.walls.step import step_time
 
 
 @dataclass(kw_only=True, slots=True)
@@ -69,16 +71,20 @@ def knobs_json(k: Knobs) -> dict:
         "distributed_optimizer": k.distributed_optimizer, "optimizer_offload_fraction": k.optimizer_offload_fraction,
         "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher,
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
-        "routing": k.routing, "token_imbalance": k.token_imbalance,
+        "routing": k.routing, "token_imbalance": k.token_imbalance, "tp_comm_overlap": k.tp_comm_overlap,
+        "adam_moments_bytes": k.adam_moments_bytes,
     }
 
 
 def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload | None = None,
-             knobs: Knobs | None = None, overheads: dict | None = None) -> Estimate:
-    """Validate the layout for this model and workload, then compute the memory wall."""
+             knobs: Knobs | None = None, overheads: dict | None = None, *,
+             efficiency_overrides: dict | None = None, with_time: bool = True) -> Estimate:
+    """Validate the layout for this model and workload, then compute the memory and time walls."""
     workload = workload or Workload()
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
     stages = memory_wall(model, layout, workload, knobs, overheads)
-    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages)
+    time = step_time(model, layout, workload, knobs, gpu, efficiency(gpu.key, efficiency_overrides)) if with_time \
+        else None
+    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time)

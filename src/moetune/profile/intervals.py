@@ -24,8 +24,7 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
     merged: list[list[float]] = []
     for s, e in sorted(intervals):
         if merged and s <= merged[-1][1]:
-            if e > merged[-1][1]:
-                merged[-1][1] = e
+            merged[-1][1] = max(merged[-1][1], e)
         else:
             merged.append([s, e])
     return [(s, e) for s, e in merged]

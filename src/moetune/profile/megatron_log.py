@@ -25,7 +25,7 @@ from moetune.errors import MoetuneError
 _ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
 _MEM = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError", re.IGNORECASE)
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:", re.IGNORECASE)
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
 # Memory report keys -> our names; MB keys from Megatron-LM, *-gigabytes keys from Megatron Bridge.
 _MEM_KEYS = {

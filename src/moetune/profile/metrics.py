@@ -101,7 +101,15 @@ def _gap_cause(gap: iv.Interval, trace: RankTrace, starts: list[float]) -> str:
     return "host_bound" if launch >= gap[0] else "dependency"
 
 
-def _step(window: Step, ops: list[GpuOp], trace: RankTrace, starts: list[float], floor: dict) -> StepMetrics:
+def idle_gaps(trace: RankTrace, lo: float, hi: float) -> list[tuple[float, float, str]]:
+    """Every GPU-idle gap in [lo, hi] with its cause, judged on the whole timeline (not per window,
+    so a gap straddling a step boundary keeps its true start for the launch-time test)."""
+    starts = [op.start for op in trace.ops]
+    busy = iv.union((op.start, op.end) for op in trace.ops)
+    return [(s, e, _gap_cause((s, e), trace, starts)) for s, e in iv.gaps(busy, lo, hi)]
+
+
+def _step(window: Step, ops: list[GpuOp], gaps: list[tuple[float, float, str]], floor: dict) -> StepMetrics:
     lo, hi = window.start, window.end
     clipped = [(op, max(op.start, lo), min(op.end, hi)) for op in ops]
     breakdown = dict.fromkeys(class_ids(), 0.0)
@@ -121,8 +129,10 @@ def _step(window: Step, ops: list[GpuOp], trace: RankTrace, starts: list[float],
         u = iv.union(by_class.get(c, ()))
         exposed_by_class[c] = (iv.length(u) - iv.intersection_length(u, compute)) * US
     idle = dict.fromkeys(IDLE_KEYS, 0.0)
-    for gap in iv.gaps(busy, lo, hi):
-        idle[_gap_cause(gap, trace, starts)] += (gap[1] - gap[0]) * US
+    for s, e, cause in gaps[max(0, bisect_left(gaps, (lo,)) - 1):]:
+        if s >= hi:
+            break
+        idle[cause] += max(0.0, min(e, hi) - max(s, lo)) * US
     return StepMetrics(
         name=window.name, seconds=(hi - lo) * US, busy_seconds=iv.length(busy) * US,
         breakdown=breakdown, exposed_comm_seconds=(iv.length(comm) - iv.intersection_length(comm, compute)) * US,
@@ -154,7 +164,9 @@ def steady(steps: list[StepMetrics]) -> list[StepMetrics]:
 
 def rank_metrics(trace: RankTrace, rank: int, floor: dict[tuple, float]) -> RankMetrics:
     windows, notes = _windows(trace)
-    starts = [op.start for op in trace.ops]
+    lo = min(windows[0].start, trace.ops[0].start)
+    hi = max(windows[-1].end, max(op.end for op in trace.ops))
+    gaps = idle_gaps(trace, lo, hi)
     buckets = _assign(trace.ops, windows)
-    steps = [_step(w, b, trace, starts, floor) for w, b in zip(windows, buckets)]
+    steps = [_step(w, b, gaps, floor) for w, b in zip(windows, buckets)]
     return RankMetrics(rank=rank, trace=trace, steps=steps, mean=mean_steps(steady(steps)), notes=notes)

@@ -21,6 +21,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from moetune.errors import MoetuneError
@@ -30,6 +31,10 @@ try:  # optional: the C-backed streaming parser
     import ijson
 except ImportError:  # pragma: no cover - exercised only where ijson is missing
     ijson = None
+
+# What a malformed document raises: json.JSONDecodeError and UnicodeDecodeError are ValueErrors;
+# ijson raises its own JSONError; odd shapes (a string where a number belongs) raise TypeError.
+_BAD_JSON = (ValueError, TypeError, KeyError) + ((ijson.JSONError,) if ijson else ())
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
@@ -46,7 +51,7 @@ _SIG_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Gro
 
 @dataclass(kw_only=True, slots=True)
 class GpuOp:
-    start: float  # microseconds, as Kineto writes ts/dur
+    start: float  # microseconds since RankTrace.origin_us (Kineto ts/dur are microseconds)
     end: float
     cls: str
     stream: int
@@ -73,6 +78,7 @@ class RankTrace:
     launches: dict[int, float]  # correlation id -> CPU launch-call start (us)
     steps: list[Step]
     peak_reserved_bytes: float | None = None  # from "[memory]" events (profile_memory=True)
+    origin_us: int = 0  # the trace's own timestamp of time 0 here
     notes: list[str] = field(default_factory=list)
 
 
@@ -86,9 +92,21 @@ class _Sink:
         self.devices: dict[int, int] = {}
         self.peak_reserved: float | None = None
         self.events = 0
+        self.origin: int | None = None
+
+    def _t(self, ts) -> float:
+        """Microseconds since the first event. Numbers arrive as exact Decimals: an epoch timestamp
+        (~1.7e15 us) with ns digits keeps only 0.25 us in a float64, so we subtract first."""
+        if self.origin is None:
+            self.origin = int(ts)
+        return float(ts - self.origin)
 
     def add(self, e: dict) -> None:
+        if not isinstance(e, dict):
+            return
         self.events += 1
+        if "ts" not in e:
+            return
         ph = e.get("ph")
         if ph == "X":
             self._complete(e)
@@ -104,18 +122,18 @@ class _Sink:
         elif cat in _LAUNCH_CATS:
             corr = args.get("correlation")
             if corr is not None:
-                self.launches[int(corr)] = float(e["ts"])
+                self.launches[int(corr)] = self._t(e["ts"])
         elif cat != "gpu_user_annotation":
             m = _STEP_RE.match(str(e.get("name", "")))
             if m:
-                start = float(e["ts"])
+                start = self._t(e["ts"])
                 self.steps.append(Step(name=m.group(0), start=start, end=start + float(e.get("dur", 0))))
 
     def _gpu(self, e: dict, cat: str, args: dict) -> None:
         name = str(e.get("name", ""))
         collective = args.get("Collective name")
         cls = classify(name, cat, str(collective) if collective else None)
-        start = float(e["ts"])
+        start = self._t(e["ts"])
         corr = args.get("correlation")
         device = args.get("device", e.get("pid"))
         if isinstance(device, int):
@@ -152,7 +170,7 @@ def _read_header(path: Path) -> dict:
     header: dict = {}
     key, builder = None, None
     with _open(path) as fh:
-        for prefix, event, value in ijson.parse(fh, use_float=True):
+        for prefix, event, value in ijson.parse(fh):
             if prefix == "" and event in ("map_key", "end_map"):
                 if builder is not None:
                     header[key] = builder.value
@@ -169,21 +187,30 @@ def _read_header(path: Path) -> dict:
 def _stream(path: Path, sink: _Sink) -> dict:
     if ijson is None:
         with _open(path) as fh:
-            doc = json.load(fh)
+            doc = json.load(fh, parse_float=Decimal)
         events = doc if isinstance(doc, list) else doc.get("traceEvents") or []
         for e in events:
             sink.add(e)
         return doc if isinstance(doc, dict) else {}
     if _first_char(path) == "[":  # a bare Chrome trace-event array
         with _open(path) as fh:
-            for e in ijson.items(fh, "item", use_float=True):
+            for e in ijson.items(fh, "item"):
                 sink.add(e)
         return {}
     header = _read_header(path)
     with _open(path) as fh:
-        for e in ijson.items(fh, "traceEvents.item", use_float=True):
+        for e in ijson.items(fh, "traceEvents.item"):
             sink.add(e)
     return header
+
+
+def _json_problem(err: Exception) -> str:
+    """yajl says "premature EOF" for a cut file (ijson raises IncompleteJSONError for every error)."""
+    decode = isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)) or (ijson and isinstance(err, ijson.JSONError))
+    if "premature EOF" in str(err) or (
+            isinstance(err, json.JSONDecodeError) and err.pos >= len(err.doc.rstrip()) - 1):
+        return "ends early (truncated?)"
+    return "is not valid JSON" if decode else "has a malformed event (ts/dur/args of an unexpected type)"
 
 
 def _fail(path: Path, why: str) -> MoetuneError:
@@ -206,9 +233,8 @@ def read_trace(path: str | Path) -> RankTrace:
         raise
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:
         raise _fail(path, f"is not a readable gzip/JSON file ({err.__class__.__name__}); truncated copy?") from None
-    except Exception as err:  # ijson.JSONError / IncompleteJSONError / json.JSONDecodeError
-        kind = "ends early (truncated?)" if "incomplete" in type(err).__name__.lower() else "is not valid JSON"
-        raise _fail(path, f"{kind}: {str(err).splitlines()[0][:120]}") from None
+    except _BAD_JSON as err:
+        raise _fail(path, f"{_json_problem(err)}: {str(err).splitlines()[0][:120]}") from None
     return _assemble(path, header, sink)
 
 
@@ -234,7 +260,7 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
         world_size=int(dist["world_size"]) if dist.get("world_size") is not None else None,
         device_name=props.get("name"), device_memory_bytes=int(mem) if mem else None,
         compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
-        peak_reserved_bytes=sink.peak_reserved,
+        peak_reserved_bytes=sink.peak_reserved, origin_us=sink.origin or 0,
     )
 
 

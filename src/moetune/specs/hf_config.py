@@ -172,6 +172,8 @@ def _read_mixtral(c: HfConfig) -> dict:
         add_qkv_bias=c.get("attention_bias", default=False),
         add_proj_bias=c.get("attention_bias", default=False),
         add_mlp_bias=mt == "gpt_oss",
+        # gpt-oss's clamped SwiGLU is a quick-GELU GLU in Megatron (Bridge gpt_oss_bridge.py activation_func)
+        activation="quick_gelu" if mt == "gpt_oss" else c.get("hidden_act", default="silu"),
         softmax_sinks=mt == "gpt_oss",
         moe_router_bias=mt == "gpt_oss",
         qk_layernorm="full" if mt == "minimax_m2" else "none",

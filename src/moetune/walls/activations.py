@@ -115,8 +115,9 @@ def _moe(spec: ModelSpec, ctx: ActivationContext) -> dict:
     items = {
         "router_logits": 2 * FP32 * local * e,  # logits and scores in FP32 (router kept in FP32)
         "expert_input": BF16 * routed * h,  # permuted tokens, saved for fc1 weight grads
-        "expert_output": BF16 * routed * h,  # saved to weight each copy by its routing prob on combine
-        "routing_map": FP32 * routed,  # probs of each routed copy (unpermute backward)
+        # Megatron applies each copy's routing prob inside the expert activation (weighted SwiGLU), so the
+        # combine saves no expert output; the probs of the routed copies are saved instead.
+        "routing_probs": FP32 * routed,
     }
     items.update(_ffn("expert_", routed, spec.moe_ffn_hidden_size // ctx.etp, spec.gated_linear_unit, 1,
                       recomputed=False, act_recomputed="moe_act" in ctx.recompute_modules))

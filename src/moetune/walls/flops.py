@@ -124,7 +124,8 @@ def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> 
         if kind.mlp == "dense":
             total += h * spec.ffn_hidden_size * f
         elif kind.mlp == "moe":  # shared experts use the routed experts' factor, as Megatron does
-            total += h * f * (spec.moe_ffn_hidden_size * spec.moe_router_topk + spec.moe_shared_expert_intermediate_size)
+            routed = spec.moe_ffn_hidden_size * spec.moe_router_topk
+            total += h * f * (routed + spec.moe_shared_expert_intermediate_size)
         if kind.mixer == "gqa":
             ctx = causal_context(seq, window if r.count_swa else None)
             total += _gqa_proj(spec, spec.attention_output_gate and r.count_attention_gate) + 2 * q * ctx
@@ -139,7 +140,7 @@ def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> 
 
 
 def _hybrid_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
-    """hybrid_flops(): forward FLOPs per token / tokens; the caller multiplies by 3."""
+    """hybrid_flops(): forward FLOPs per token; the caller multiplies by 3 (fwd + bwd) and by tokens."""
     h, n, g = spec.hidden_size, spec.num_attention_heads, spec.num_query_groups
     q = spec.kv_channels * n
     scale = 1.5 if _glu(spec, r.hybrid_glu_needs_silu) == 3 else 1.0

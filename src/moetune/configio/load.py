@@ -1,0 +1,57 @@
+"""Read any mix of inputs into one normalized config: what `moetune check` and `moetune emit` take.
+
+Inputs, in order (later ones override earlier ones; within one input the same key twice with two
+values is a contradiction and an error):
+  1. files: a Megatron Bridge YAML (.yaml/.yml), a JSON ({"config": {...}} or an estimate/plan result),
+     a file of dotted overrides (key=value lines), or a file of Megatron-LM arguments (--flags);
+  2. ``--mlm-args "..."``;
+  3. ``--set key=value`` overrides together with ``--gpu`` / ``--gpus`` (cluster.gpu / cluster.num_gpus).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from moetune.configio.mlm import parse_mlm
+from moetune.configio.normalize import Assignment, merge, resolve
+from moetune.configio.readers import (dotted_assignments, looks_dotted, overrides_lines, read_json, read_yaml)
+from moetune.errors import MoetuneError
+
+
+def read_file(path: Path, fmt: str | None = None) -> list[Assignment]:
+    """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format."""
+    if not path.is_file():
+        raise MoetuneError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(suffix)
+    if fmt == "yaml":
+        return read_yaml(path)
+    if fmt == "json":
+        return read_json(path)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise MoetuneError(f"{path}: not a text file") from None
+    if fmt == "overrides" or (fmt is None and looks_dotted(text)):
+        return dotted_assignments(overrides_lines(text), str(path))
+    if fmt == "mlm" or (fmt is None and "--" in text):
+        return parse_mlm(text, str(path))
+    raise MoetuneError(
+        f"{path}: cannot tell the format; use a .yaml Bridge config, key=value override lines, "
+        "Megatron-LM --flags, or pass --format")
+
+
+def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), mlm_args: str | None = None,
+                gpu: str | None = None, gpus: int | None = None, fmt: str | None = None) -> dict[str, Any]:
+    """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*)."""
+    sources = [resolve(read_file(Path(f), fmt)) for f in files]
+    if mlm_args:
+        sources.append(resolve(parse_mlm(mlm_args, "--mlm-args")))
+    command_line = dotted_assignments(list(sets), "--set")
+    if gpu is not None:
+        command_line.append(Assignment(key="cluster.gpu", value=gpu, origin="--gpu"))
+    if gpus is not None:
+        command_line.append(Assignment(key="cluster.num_gpus", value=gpus, origin="--gpus"))
+    sources.append(resolve(command_line))
+    return merge(sources)

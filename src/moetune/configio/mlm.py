@@ -1,0 +1,132 @@
+"""Read Megatron-LM command-line arguments into Bridge dotted assignments.
+
+Accepts a bare argument list or a whole launch line/script (``torchrun ... pretrain_gpt.py --tp ...``):
+parsing starts after the last ``*.py`` token, or at the first ``--flag``. ``NAME=value`` words before
+that (``CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``, ``export NAME=value``) become ``env.NAME``.
+Every flag must be one Megatron-LM's parser knows (megatron_names.csv lists all of them, dumped from
+megatron/training/arguments.py); flags with no Bridge field are read and ignored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shlex
+
+from moetune.configio.names import names
+from moetune.configio.normalize import Assignment
+from moetune.configio.types import coerce
+from moetune.configio.readers import PRAGMA
+from moetune.errors import MoetuneError
+
+_ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+# Megatron-LM flags that set a Bridge field under another name (megatron/training/arguments.py
+# validate_args / core_transformer_config_from_args).
+SPECIAL = {
+    "--recompute-activations": [("model.recompute_granularity", "selective")],
+    "--moe-enable-deepep": [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")],
+    "--untie-embeddings-and-output-weights": [("model.share_embeddings_and_output_weights", False)],
+}
+
+
+def _tokens(text: str, origin: str) -> list[str]:
+    pragmas = [line.strip()[len(PRAGMA):].strip() for line in text.splitlines()
+               if line.strip().startswith(PRAGMA)]
+    try:
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+    except ValueError as err:
+        raise MoetuneError(f"{origin}: cannot split the Megatron-LM arguments ({err})") from None
+    return ["@pragma:" + p for p in pragmas] + words
+
+
+def _start(words: list[str]) -> int:
+    scripts = [i for i, w in enumerate(words) if w.endswith(".py")]
+    if scripts:
+        return scripts[-1] + 1
+    flags = [i for i, w in enumerate(words) if w.startswith("--")]
+    return flags[0] if flags else len(words)
+
+
+def _flag_value(flag: str, values: list[str], origin: str):
+    row = names().by_flag.get(flag)
+    if row is None:
+        close = difflib.get_close_matches(flag, list(names().by_flag), n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
+    action = row.mlm_action
+    if action in ("store_true", "store_false", "bool_optional"):
+        if values:
+            raise MoetuneError(f"{origin}: {flag} is a switch and takes no value (got {' '.join(values)!r})")
+        value = action != "store_false" and not (action == "bool_optional" and flag.startswith("--no-"))
+    elif action == "list":
+        if not values:
+            raise MoetuneError(f"{origin}: {flag} needs at least one value")
+        value = values
+    else:
+        if len(values) != 1:
+            raise MoetuneError(f"{origin}: {flag} takes one value, got {len(values)} ({' '.join(values)!r})")
+        value = values[0]
+    if not row.bridge_name:
+        return None, None
+    try:
+        return row.bridge_name, coerce(row.bridge_name, row.type, value)
+    except MoetuneError as err:
+        raise MoetuneError(f"{origin}: {flag}: {err}") from None
+
+
+def parse_mlm(text: str, origin: str) -> list[Assignment]:
+    words = _tokens(text, origin)
+    start = _start(words)
+    out: list[Assignment] = []
+    for w in words[:start]:
+        if w.startswith("@pragma:"):
+            key, _, value = w[len("@pragma:"):].partition("=")
+            out.append(Assignment(key=key.strip(), value=value.strip(), origin=origin))
+        elif m := _ENV_WORD.match(w):
+            out.append(Assignment(key=f"env.{m.group(1)}", value=m.group(2), origin=origin))
+    i, raw_vpp_layers = start, None
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("--"):
+            raise MoetuneError(f"{origin}: expected a --flag, got {word!r}")
+        flag, eq, inline = word.partition("=")
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        values = ([inline] if eq else []) + words[i + 1:j]
+        i = j
+        here = f"{origin} {flag}"
+        if flag in SPECIAL:
+            out += [Assignment(key=k, value=v, origin=here) for k, v in SPECIAL[flag]]
+            continue
+        if flag == "--num-layers-per-virtual-pipeline-stage":
+            raw_vpp_layers = (values, here)
+            continue
+        key, value = _flag_value(flag, values, here)
+        if key is not None:
+            out.append(Assignment(key=key, value=value, origin=here))
+    out += _precision_default(out, origin)
+    if raw_vpp_layers is not None:
+        out.append(_vpp_from_layers(out, *raw_vpp_layers))
+    return out
+
+
+def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
+    """Megatron-LM without --bf16/--fp16 trains in FP32: say so explicitly so precision rules can decide."""
+    given = {a.key for a in out}
+    if "mixed_precision.bf16" in given or "mixed_precision.fp16" in given:
+        return []
+    return [Assignment(key="mixed_precision.bf16", value=False, origin=f"{origin} (no --bf16)"),
+            Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)")]
+
+
+def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> Assignment:
+    """--num-layers-per-virtual-pipeline-stage L  ->  VPP = num_layers / (PP * L) (arguments.py validate_args)."""
+    given = {a.key: a.value for a in out}
+    layers, pp = given.get("model.num_layers"), given.get("model.pipeline_model_parallel_size", 1)
+    if len(values) != 1 or not values[0].isdigit() or not layers:
+        raise MoetuneError(f"{origin}: needs one integer and --num-layers; or use --num-virtual-stages-per-pipeline-rank")
+    per_stage = int(values[0])
+    if layers % (pp * per_stage):
+        raise MoetuneError(f"{origin}: num_layers {layers} is not divisible by PP {pp} x {per_stage}")
+    return Assignment(key="model.virtual_pipeline_model_parallel_size", value=layers // (pp * per_stage), origin=origin)

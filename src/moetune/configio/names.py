@@ -1,0 +1,96 @@
+"""The Megatron Bridge / Megatron-LM name table (src/moetune/data/megatron_names.csv).
+
+One row per Bridge dotted name (``model.expert_model_parallel_size``) with its Megatron-LM flag, the
+flag's argparse action, the value type, the default, and the source file it was verified in. The
+normalizer uses it to reject unknown keys, coerce types, map Megatron-LM flags to Bridge names and
+fold aliases (``model.overlap_moe_expert_parallel_comm`` -> ``comm_overlap.*``); the rules use its
+defaults for names a config leaves out; emit uses its flags.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+NO_DEFAULT = object()  # "n/a" or "required" in the table: the rule needing it skips
+
+# ConfigContainer sections moetune validates key by key (the table lists every field).
+VALIDATED = ("model", "train", "ddp", "optimizer", "comm_overlap", "mixed_precision", "cluster")
+# Other ConfigContainer sections: accepted and passed through unchecked (rules may read them with get()).
+# Verified in Megatron-Bridge src/megatron/bridge/training/config.py ConfigContainer.
+PASSTHROUGH = ("rng", "rerun_state_machine", "validation", "scheduler", "dataset", "logger", "tokenizer",
+               "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft", "tensor_inspect",
+               "inprocess_restart", "optimizer_config_override_provider")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    """One row of megatron_names.csv."""
+
+    bridge_name: str
+    mlm_flags: tuple[str, ...]  # first one is the spelling emit writes
+    mlm_action: str  # store_true | store_false | bool_optional | value | list | ""
+    type: str  # int, float, bool, str, dtype, scope, list[str], choice(a|b), any; "?" suffix: None allowed
+    default: object  # parsed JSON, or NO_DEFAULT
+    role: str  # used | accepted | mlm_only
+    canonical: str  # the normalized name when this one is an alias, else ""
+    verified_in: str
+    notes: str
+
+    @property
+    def mlm_flag(self) -> str:
+        return self.mlm_flags[0] if self.mlm_flags else ""
+
+
+@dataclass(frozen=True, slots=True)
+class NameTable:
+    by_bridge: dict[str, Name]
+    by_flag: dict[str, Name]
+
+    def get(self, name: str) -> Name | None:
+        if name.startswith("env."):
+            row = self.by_bridge.get(name)
+            return row or Name(name, (), "", "any", NO_DEFAULT, "accepted", "", "environment", "")
+        return self.by_bridge.get(name)
+
+    def default(self, name: str) -> object:
+        row = self.by_bridge.get(name)
+        return NO_DEFAULT if row is None else row.default
+
+    def canonical(self, name: str) -> str:
+        row = self.by_bridge.get(name)
+        return row.canonical if row is not None and row.canonical else name
+
+    def section_names(self, section: str) -> list[str]:
+        prefix = section + "."
+        return [n for n in self.by_bridge if n.startswith(prefix)]
+
+
+def _parse_default(text: str) -> object:
+    if text in ("n/a", "required", ""):
+        return NO_DEFAULT
+    return json.loads(text)
+
+
+@lru_cache(maxsize=1)
+def names() -> NameTable:
+    """Load the table once."""
+    text = (resources.files("moetune") / "data" / "megatron_names.csv").read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    by_bridge: dict[str, Name] = {}
+    by_flag: dict[str, Name] = {}
+    for r in csv.DictReader(io.StringIO(body)):
+        row = Name(bridge_name=r["bridge_name"], mlm_flags=tuple(f for f in r["mlm_flag"].split("|") if f),
+                   mlm_action=r["mlm_action"], type=r["type"], default=_parse_default(r["default"]),
+                   role=r["role"], canonical=r["canonical"], verified_in=r["verified_in"], notes=r["notes"])
+        if row.bridge_name:
+            by_bridge[row.bridge_name] = row
+        for flag in row.mlm_flags:
+            by_flag[flag] = row
+    return NameTable(by_bridge=by_bridge, by_flag=by_flag)

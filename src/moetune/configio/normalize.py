@@ -1,0 +1,126 @@
+"""Turn raw assignments (from a Bridge YAML, dotted overrides, Megatron-LM arguments) into one config.
+
+The normalized config is a flat dict keyed by Megatron Bridge dotted names, plus moetune's own
+``cluster.*`` facts and ``env.*`` environment variables. Only names the inputs give are present (the
+rules fall back to Megatron defaults themselves). Aliases are folded to one canonical name (see the
+``canonical`` column of megatron_names.csv): Bridge applies ``comm_overlap.*`` and ``mixed_precision.*``
+onto the model, so ``model.overlap_moe_expert_parallel_comm`` becomes ``comm_overlap.*`` and
+``model.fp8`` becomes ``mixed_precision.fp8``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from moetune.configio.names import ENV_NAME, PASSTHROUGH, VALIDATED, names
+from moetune.configio.types import coerce
+from moetune.errors import MoetuneError
+
+DELETE = object()  # a `~key` Hydra override
+
+
+@dataclass(kw_only=True, slots=True)
+class Assignment:
+    """One ``key = value`` from an input; ``soft`` ones (expanded recipes) may be refined later."""
+
+    key: str
+    value: Any
+    origin: str
+    soft: bool = False
+
+
+def _mixed_precision_recipe(name: str, origin: str) -> list[Assignment]:
+    from moetune.rules.table import load_table  # the recipe table lives with the rules data
+
+    recipes = load_table().mixed_precision_recipes
+    key = name.replace("-", "_")
+    if key not in recipes:
+        raise MoetuneError(f"{origin}: unknown mixed_precision recipe {name!r}; use one of {', '.join(recipes)}")
+    return [Assignment(key=f"mixed_precision.{k}", value=v, origin=origin, soft=True)
+            for k, v in recipes[key].items()]
+
+
+def canonical_key(key: str, origin: str) -> str:
+    """Validate a dotted name and return its canonical spelling (or raise naming the fix)."""
+    if key.startswith("env_vars."):
+        key = "env." + key[len("env_vars."):]
+    section, _, field = key.partition(".")
+    if not field:
+        raise MoetuneError(f"{origin}: {key!r} is not a dotted config name (e.g. model.tensor_model_parallel_size)")
+    if section == "env":
+        if not ENV_NAME.match(field):
+            raise MoetuneError(f"{origin}: {key!r} is not a valid environment variable name")
+        return key
+    if section in PASSTHROUGH:
+        return key
+    if section not in VALIDATED:
+        allowed = ", ".join((*VALIDATED, "env", *PASSTHROUGH))
+        raise MoetuneError(f"{origin}: unknown config section {section!r} in {key!r}; sections are {allowed}")
+    table = names()
+    if table.get(key) is None:
+        close = difflib.get_close_matches(key, table.section_names(section), n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else f"; see the {section}.* names in megatron_names.csv"
+        raise MoetuneError(f"{origin}: unknown key {key!r}{hint}")
+    return table.canonical(key)
+
+
+def _coerced(key: str, value: Any, origin: str) -> Any:
+    if value is DELETE:
+        return value
+    row = names().get(key)
+    try:
+        value = coerce(key, row.type if row else "any", value)
+    except MoetuneError as err:
+        raise MoetuneError(f"{origin}: {err}") from None
+    if key == "cluster.gpu":
+        from moetune.specs.hardware import load_gpu
+
+        try:
+            load_gpu(str(value))
+        except MoetuneError as err:
+            raise MoetuneError(f"{origin}: cluster.gpu: {err}") from None
+    return value
+
+
+def expand(a: Assignment) -> list[Assignment]:
+    """A named mixed-precision recipe becomes its fields; everything else stays one assignment."""
+    if a.key == "mixed_precision" and isinstance(a.value, str):
+        return _mixed_precision_recipe(a.value, a.origin)
+    if a.key == "mixed_precision" and a.value is None:
+        return []
+    return [a]
+
+
+def resolve(assignments: Iterable[Assignment]) -> dict[str, Any]:
+    """One source's assignments as a dict; the same key set twice to different values is an error."""
+    out: dict[str, Any] = {}
+    soft: set[str] = set()
+    where: dict[str, str] = {}
+    for raw in assignments:
+        for a in expand(raw):
+            key = canonical_key(a.key, a.origin)
+            value = _coerced(key, a.value, a.origin)
+            if key in out and key not in soft and not a.soft and out[key] != value:
+                raise MoetuneError(
+                    f"contradictory overrides: {key} is set to {out[key]!r} ({where[key]}) and to {value!r} "
+                    f"({a.origin}); keep one")
+            if key in out and a.soft and key not in soft:
+                continue  # an explicit value beats a recipe default from the same input
+            out[key] = value
+            where[key] = a.origin
+            (soft.add if a.soft else soft.discard)(key)
+    return out
+
+
+def merge(sources: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Later sources override earlier ones (file, then --mlm-args, then --set); `~key` deletes."""
+    config: dict[str, Any] = {}
+    for source in sources:
+        for key, value in source.items():
+            if value is DELETE:
+                config.pop(key, None)
+            else:
+                config[key] = value
+    return dict(sorted(config.items()))

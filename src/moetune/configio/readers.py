@@ -1,0 +1,126 @@
+"""Readers: a Megatron Bridge YAML config, a JSON config, and a file of dotted Hydra-style overrides.
+
+Bridge YAML is the ConfigContainer layout (``model:``, ``train:``, ``ddp:``, ``comm_overlap:``,
+``mixed_precision:`` ..., and ``env_vars:``), as in Megatron-Bridge's examples/*/conf/*.yaml and as
+``ConfigContainer.to_yaml`` dumps it (``_target_`` keys are skipped; a torch dtype dumped as
+``{_target_: torch.bfloat16}`` is understood).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moetune.configio.names import PASSTHROUGH, VALIDATED
+from moetune.configio.normalize import DELETE, Assignment
+from moetune.configio.types import parse_text
+from moetune.errors import MoetuneError
+
+_DOTTED_LINE = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*(=|$)")
+PRAGMA = "# moetune:"  # `# moetune: cluster.num_gpus=16` in an emitted file carries moetune's own facts
+_SKIP = ("_target_", "_call_", "_partial_", "_args_")
+
+
+def flatten_sections(data: dict[str, Any], origin: str) -> list[Assignment]:
+    """ConfigContainer sections (nested mappings) -> dotted assignments."""
+    out: list[Assignment] = []
+    for section, body in data.items():
+        section = str(section)
+        if section in _SKIP:
+            continue
+        if section in ("env_vars", "env"):
+            if not isinstance(body, dict):
+                raise MoetuneError(f"{origin}: {section} must be a mapping of NAME: value")
+            out += [Assignment(key=f"env.{k}", value=v, origin=origin) for k, v in body.items()]
+        elif section == "mixed_precision" and (isinstance(body, str) or body is None):
+            out.append(Assignment(key="mixed_precision", value=body, origin=origin))
+        elif "." in section:
+            out.append(Assignment(key=section, value=body, origin=origin))
+        elif body is None:
+            continue  # e.g. `comm_overlap: null` -- the section is off
+        elif isinstance(body, dict):
+            out += [Assignment(key=f"{section}.{k}", value=v, origin=origin)
+                    for k, v in body.items() if k not in _SKIP]
+        else:
+            raise MoetuneError(f"{origin}: section {section!r} must be a mapping of fields, got {body!r}")
+    return out
+
+
+def read_yaml(path: Path) -> list[Assignment]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise MoetuneError(f"{path}: YAML syntax error{where}: {problem}") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise MoetuneError(f"{path}: expected a Megatron Bridge config (model:, train:, ... sections)")
+    return flatten_sections(data, str(path))
+
+
+def read_json(path: Path) -> list[Assignment]:
+    """``{"config": {flat dotted names}}`` (moetune's own), or ConfigContainer-shaped JSON."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise MoetuneError(f"{path}: JSON syntax error at line {err.lineno}: {err.msg}") from None
+    return json_assignments(data, str(path))
+
+
+def json_assignments(data: Any, origin: str) -> list[Assignment]:
+    if not isinstance(data, dict):
+        raise MoetuneError(f"{origin}: expected a JSON object")
+    if isinstance(data.get("config"), dict):
+        return [Assignment(key=k, value=v, origin=origin) for k, v in data["config"].items()]
+    sections = set(VALIDATED) | set(PASSTHROUGH) | {"env", "env_vars", "mixed_precision"}
+    if all(str(k) in sections or "." in str(k) or str(k) in _SKIP for k in data):
+        return flatten_sections(data, origin)
+    try:
+        from moetune.planner import to_config  # estimate/plan result -> normalized config (planner package)
+    except ImportError:
+        raise MoetuneError(f"{origin}: no \"config\" object; give {{\"config\": {{dotted names}}}} or "
+                           "Megatron Bridge sections (model, train, ...)") from None
+    try:
+        config = to_config(data)
+    except (KeyError, TypeError, ValueError) as err:
+        raise MoetuneError(f"{origin}: not an estimate/plan result moetune can read ({err})") from None
+    return [Assignment(key=k, value=v, origin=origin) for k, v in config.items()]
+
+
+def dotted_assignments(items: list[str], origin: str) -> list[Assignment]:
+    """Hydra-style ``key=value`` / ``+key=value`` / ``++key=value`` / ``~key`` overrides."""
+    out = []
+    for item in items:
+        text = item.strip()
+        if text.startswith("~"):
+            out.append(Assignment(key=text.lstrip("~").split("=", 1)[0], value=DELETE, origin=origin))
+            continue
+        key, eq, value = text.lstrip("+").partition("=")
+        if not eq or not key:
+            raise MoetuneError(f"{origin}: override {item!r} is not key=value (e.g. model.expert_model_parallel_size=8)")
+        out.append(Assignment(key=key.strip(), value=parse_text(value.strip()), origin=f"{origin} {key.strip()}"))
+    return out
+
+
+def overrides_lines(text: str) -> list[str]:
+    """Non-comment lines of an overrides file, plus ``# moetune: key=value`` pragma lines."""
+    lines = []
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith(PRAGMA):
+            lines.append(s[len(PRAGMA):].strip())
+        elif s and not s.startswith("#"):
+            lines.append(s)
+    return lines
+
+
+def looks_dotted(text: str) -> bool:
+    lines = overrides_lines(text)
+    return bool(lines) and all(_DOTTED_LINE.match(line) for line in lines)

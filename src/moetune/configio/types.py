@@ -1,0 +1,119 @@
+"""Coerce config values to the type megatron_names.csv records, with one-line errors on mismatch.
+
+Values arrive typed (YAML/JSON) or as text (dotted overrides are parsed as YAML scalars first; Megatron-LM
+arguments are plain strings). Canonical forms keep the normalized config JSON-friendly and comparable:
+dtypes are 'bfloat16' / 'float16' / 'float32'; a CUDA-graph scope is a list of module names ([] = whole
+layer, as Bridge's utils/cuda_graph.py reads "full").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from moetune.errors import MoetuneError
+
+_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
+           "float32": "float32", "fp32": "float32", "float": "float32"}
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def parse_text(text: str) -> Any:
+    """A dotted-override value as Hydra would read it: YAML scalar/list, plus 1e-4 style floats."""
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str) and _FLOAT.match(value):
+        return float(value)
+    return value
+
+
+def _bool(name: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in _TRUE + _FALSE:
+        return v.lower() in _TRUE
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise MoetuneError(f"{name} expects true or false, got {v!r}")
+
+
+def _int(name: str, v: Any) -> int:
+    if isinstance(v, bool):
+        raise MoetuneError(f"{name} expects an integer, got {v!r}")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and re.fullmatch(r"[+-]?\d+", v.strip()):
+        return int(v)
+    raise MoetuneError(f"{name} expects an integer, got {v!r}")
+
+
+def _float(name: str, v: Any) -> float:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, str) and _FLOAT.match(v.strip()):
+        return float(v)
+    raise MoetuneError(f"{name} expects a number, got {v!r}")
+
+
+def _str(name: str, v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    raise MoetuneError(f"{name} expects a string, got {v!r}")
+
+
+def _dtype(name: str, v: Any) -> str:
+    if isinstance(v, dict) and "_target_" in v:  # Bridge YAML dumps dtypes as {_target_: torch.bfloat16}
+        v = v["_target_"]
+    key = str(v).lower().removeprefix("torch.")
+    if key in _DTYPES:
+        return _DTYPES[key]
+    raise MoetuneError(f"{name} expects a dtype (bfloat16, float16, float32), got {v!r}")
+
+
+def _list(name: str, v: Any, item: str) -> list:
+    if isinstance(v, str):
+        v = [s for s in v.strip("[]").split(",") if s.strip()]
+    if not isinstance(v, (list, tuple)):
+        raise MoetuneError(f"{name} expects a list, got {v!r}")
+    conv = {"str": lambda x: _str(name, x.strip() if isinstance(x, str) else x), "int": lambda x: _int(name, x),
+            "float": lambda x: _float(name, x)}[item]
+    return [conv(x) for x in v]
+
+
+def _scope(name: str, v: Any) -> list[str]:
+    if v is None or v == "full":
+        return []
+    items = v.split(",") if isinstance(v, str) else v
+    if not isinstance(items, (list, tuple)):
+        raise MoetuneError(f"{name} expects module names (attn, moe_router, moe_preprocess, ...), got {v!r}")
+    return [str(i).strip().rsplit(".", 1)[-1] for i in items if str(i).strip() not in ("", "full")]
+
+
+def coerce(name: str, type_: str, value: Any) -> Any:
+    """``value`` converted to ``type_`` (megatron_names.csv grammar) or a MoetuneError naming ``name``."""
+    optional = type_.endswith("?")
+    base = type_.rstrip("?")
+    if value is None or (isinstance(value, str) and value in ("None", "null") and base != "str"):
+        if optional or base in ("any", "scope"):
+            return [] if base == "scope" else None
+        raise MoetuneError(f"{name} cannot be null")
+    if base == "any":
+        return value
+    if base.startswith("choice("):
+        choices = base[len("choice("):-1].split("|")
+        if value not in choices:
+            raise MoetuneError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+    if base.startswith("list["):
+        return _list(name, value, base[len("list["):-1])
+    simple = {"int": _int, "float": _float, "bool": _bool, "str": _str, "dtype": _dtype, "scope": _scope}
+    if base not in simple:
+        return value
+    return simple[base](name, value)

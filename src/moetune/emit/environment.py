@@ -1,0 +1,33 @@
+"""Environment variables a layout needs, each with the reason, on top of the user's own ``env.*``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moetune.rules.derive import derive
+
+
+def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """NAME -> (value, why). Values the config already sets (env.*) are kept as given."""
+    d = derive(config)
+    out: dict[str, tuple[Any, str]] = {}
+    domain = d.get("nvlink_domain")
+    if d.get("flex_backend") == "hybridep" and domain:
+        # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment.
+        out["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = (
+            d["hybridep_ranks_per_domain"], f"HybridEP: min(EP={d['ep']}, NVLink domain={domain})")
+        out["NVLINK_DOMAIN_SIZE"] = (domain, "HybridEP topology: GPUs in one NVLink domain")
+        out["USE_MNNVL"] = (int(domain > d.get("gpus_per_node", domain)), "1 on multi-node NVLink (NVL72)")
+    # Megatron-Bridge scripts/performance/utils/overrides.py: 32 with DeepEP/HybridEP or on Blackwell; 1 when
+    # TP/CP communication must overlap GEMMs on Hopper-class GPUs without MoE overlap; else 8.
+    if d.get("flex_backend") in ("deepep", "hybridep") or d.get("arch") == "blackwell":
+        conns, why = 32, "DeepEP/HybridEP or Blackwell: many concurrent streams"
+    elif (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"]:
+        conns, why = 1, "TP/CP kernels queue behind GEMMs only with one hardware connection"
+    else:
+        conns, why = 8, "default for this layout"
+    out["CUDA_DEVICE_MAX_CONNECTIONS"] = (conns, why)
+    for key, value in config.items():
+        if key.startswith("env."):
+            out[key[len("env."):]] = (value, "given")
+    return dict(sorted(out.items()))

@@ -1,0 +1,94 @@
+"""env.sh, torchrun.sh and a Slurm sbatch.sh for the planned node count.
+
+torchrun.sh launches either engine: Megatron Bridge (scripts/training/run_recipe.py --recipe NAME with the
+dotted overrides) or Megatron-LM (pretrain_gpt.py with megatron_lm_args.txt). sbatch.sh runs torchrun.sh
+once per node under srun, the pattern of Megatron-Bridge scripts/training/launch_with_sbatch.sh.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from moetune.emit import values
+from moetune.emit.environment import environment
+from moetune.errors import MoetuneError
+from moetune.rules.derive import derive
+
+
+def topology(config: dict[str, Any]) -> tuple[int, int]:
+    """(nodes, GPUs per node) for the job."""
+    world = config.get("cluster.num_gpus")
+    if not world:
+        raise MoetuneError("emit needs the GPU count for the launch scripts: pass --gpus N (cluster.num_gpus)")
+    per_node = derive(config).get("gpus_per_node") or 8
+    if world <= per_node:
+        return 1, int(world)
+    if world % per_node:
+        raise MoetuneError(f"cluster.num_gpus ({world}) is not a multiple of {per_node} GPUs per node; "
+                           "change --gpus or set cluster.gpus_per_node")
+    return math.ceil(world / per_node), int(per_node)
+
+
+def env_sh(config: dict[str, Any], header: str) -> str:
+    lines = ["# shellcheck shell=bash", f"# {header}", "# Sourced by torchrun.sh; values already in the environment win."]
+    for name, (value, why) in environment(config).items():
+        lines.append(f'export {name}="${{{name}:-{values.double_quoted(value)}}}"  # {why}')
+    return "\n".join(lines) + "\n"
+
+
+def torchrun_sh(config: dict[str, Any], header: str) -> str:
+    nodes, per_node = topology(config)
+    return f"""#!/usr/bin/env bash
+# {header}
+# {nodes} node(s) x {per_node} GPUs. Run once per node (sbatch.sh does that with srun), e.g.
+#   RECIPE=<bridge recipe function> NODE_RANK=0 MASTER_ADDR=<node0> ./torchrun.sh
+#   ENGINE=megatron-lm MEGATRON_LM_DIR=/opt/Megatron-LM ./torchrun.sh
+set -euo pipefail
+HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+source "$HERE/env.sh"
+NNODES="${{NNODES:-{nodes}}}"
+NPROC_PER_NODE="${{NPROC_PER_NODE:-{per_node}}}"
+NODE_RANK="${{NODE_RANK:-0}}"
+MASTER_ADDR="${{MASTER_ADDR:-127.0.0.1}}"
+MASTER_PORT="${{MASTER_PORT:-29500}}"
+ENGINE="${{ENGINE:-bridge}}"  # bridge | megatron-lm
+LAUNCH=(torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK"
+        --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")
+if [[ "$ENGINE" == "bridge" ]]; then
+  : "${{RECIPE:?set RECIPE to a Megatron Bridge recipe function, e.g. qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config}}"
+  BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
+  mapfile -t OVERRIDES < <(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/overrides.txt")
+  exec "${{LAUNCH[@]}}" "$BRIDGE_DIR/scripts/training/run_recipe.py" --recipe "$RECIPE" --mode pretrain "${{OVERRIDES[@]}}"
+else
+  MEGATRON_LM_DIR="${{MEGATRON_LM_DIR:-/opt/Megatron-LM}}"
+  read -r -a ARGS <<< "$(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/megatron_lm_args.txt" | tr '\\n' ' ')"
+  exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/pretrain_gpt.py" "${{ARGS[@]}}" ${{EXTRA_ARGS:-}}
+fi
+"""
+
+
+def sbatch_sh(config: dict[str, Any], header: str) -> str:
+    nodes, per_node = topology(config)
+    return f"""#!/bin/bash
+# {header}
+#SBATCH --job-name=moetune
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={per_node}
+#SBATCH --exclusive
+#SBATCH --time=04:00:00
+# Submit from the directory holding the emitted files: RECIPE=<name> sbatch sbatch.sh
+# Optional: CONTAINER_IMAGE=<image> CONTAINER_MOUNTS=<src:dst,...> (pyxis/enroot srun flags).
+set -euo pipefail
+HERE="${{SLURM_SUBMIT_DIR:-$(pwd)}}"
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_PORT="${{MASTER_PORT:-29500}}"
+export NNODES="$SLURM_JOB_NUM_NODES" NPROC_PER_NODE={per_node}
+CONTAINER=()
+if [[ -n "${{CONTAINER_IMAGE:-}}" ]]; then
+  CONTAINER=(--container-image "$CONTAINER_IMAGE" --container-mounts "${{CONTAINER_MOUNTS:-$HERE:$HERE}}")
+fi
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 "${{CONTAINER[@]}}" \\
+  bash -c 'NODE_RANK="$SLURM_NODEID" exec bash "'"$HERE"'/torchrun.sh"'
+"""

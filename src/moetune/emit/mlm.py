@@ -1,0 +1,56 @@
+"""Megatron-LM arguments (pretrain_gpt.py) for a normalized config, one flag per line.
+
+Flags and their argparse actions come from megatron_names.csv (dumped from Megatron-LM
+megatron/training/arguments.py). A switch left at Megatron-LM's default is omitted; names with no
+Megatron-LM flag are listed as comments so nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moetune.configio.names import names
+from moetune.emit import values
+
+# Megatron-LM spells dtype choices short (arguments.py: --main-grads-dtype {fp32,bf16}, --exp-avg-dtype ...).
+_MLM_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
+    """(argument line, comment) for one config entry."""
+    row = names().get(name)
+    if row is None or not row.mlm_flag:
+        return None, f"# no Megatron-LM flag: {name}={values.hydra(value)}"
+    flag, action = row.mlm_flag, row.mlm_action
+    if action == "store_true":
+        return (flag if value else None), None
+    if action == "store_false":
+        return (flag if value is False else None), None
+    if action == "bool_optional":
+        positive = next(f for f in row.mlm_flags if not f.startswith("--no-"))
+        negative = next((f for f in row.mlm_flags if f.startswith("--no-")), None)
+        return (positive if value else negative), None
+    if value is None or value == []:
+        return None, None
+    if action == "list":
+        return " ".join([flag, *values.argv(value)]), None
+    if isinstance(value, (list, tuple, dict)):
+        return None, f"# {name}={values.hydra(value)} has no Megatron-LM spelling of {flag}; set it by hand"
+    if row.type.startswith("dtype"):
+        value = _MLM_DTYPE.get(value, value)
+    return f"{flag} {values.argv(value)[0]}", None
+
+
+def megatron_lm_args(config: dict[str, Any], header: str) -> str:
+    lines = [f"# {header}", "# Megatron-LM arguments for pretrain_gpt.py (one per line; torchrun.sh joins them)."]
+    lines += [f"# moetune: {k}={values.hydra(v)}" for k, v in sorted(config.items()) if k.startswith("cluster.")]
+    args, notes = [], []
+    for name, value in sorted(config.items()):
+        if name.split(".", 1)[0] in ("cluster", "env"):
+            continue
+        line, note = _flag_line(name, value)
+        if line:
+            args.append(line)
+        if note:
+            notes.append(note)
+    return "\n".join(lines + args + notes) + "\n"

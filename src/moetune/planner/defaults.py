@@ -1,0 +1,23 @@
+"""Platform defaults for knobs the user leaves out (data/platform_defaults.toml)."""
+
+import tomllib
+from functools import cache
+from importlib import resources
+
+from moetune.specs.hardware import GpuSpec
+
+
+@cache
+def _table() -> dict:
+    return tomllib.loads((resources.files("moetune") / "data" / "platform_defaults.toml").read_text())
+
+
+def platform_of(gpu: GpuSpec) -> str:
+    if gpu.arch == "blackwell" and gpu.nvlink_domain >= 36:
+        return "blackwell-nvl72"
+    return gpu.arch if gpu.arch in _table() else "ampere"
+
+
+def platform_defaults(gpu: GpuSpec) -> dict:
+    """{knob: value} plus 'source' for this GPU's platform."""
+    return dict(_table()[platform_of(gpu)])

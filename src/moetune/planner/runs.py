@@ -1,0 +1,67 @@
+"""Published measured runs (data/published_runs.csv, each row cited) as moetune configurations."""
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+
+from moetune.layout.knobs import Knobs, parse_modules
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.specs.hardware import GpuSpec, load_gpu
+from moetune.specs.model import ModelSpec
+from moetune.specs.registry import load_model
+
+REQUIRED = ("model", "gpu", "num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp",
+            "vpp", "ep", "etp", "precision", "dispatcher", "recompute", "ep_overlap", "routing",
+            "tokens_per_s_per_gpu")
+
+
+@dataclass(kw_only=True, slots=True)
+class Run:
+    run_id: str
+    model: ModelSpec
+    gpu: GpuSpec
+    layout: Layout
+    workload: Workload
+    knobs: Knobs
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float | None
+    ab_group: str
+    release: str
+    source: str
+
+
+def _int(text: str, default: int | None = None) -> int | None:
+    return int(float(text)) if text.strip() else default
+
+
+def _run(row: dict) -> Run:
+    spec = load_model(row["model"])
+    layout = Layout(world_size=_int(row["num_gpus"]), tp=_int(row["tp"]), cp=_int(row["cp"]), pp=_int(row["pp"]),
+                    vpp=_int(row["vpp"], 1), ep=_int(row["ep"]), etp=_int(row["etp"]),
+                    pipeline_layout=row["pipeline_layout"] or None,
+                    account_for_embedding=row["account_for_embedding"] == "true",
+                    account_for_loss=row["account_for_loss"] == "true")
+    modules = parse_modules(row["recompute_modules"])
+    knobs = Knobs(
+        precision=row["precision"], recompute=row["recompute"] if row["recompute"] != "none" else "none",
+        recompute_modules=modules if row["recompute"] == "selective" else frozenset(),
+        dispatcher=row["dispatcher"], cuda_graph_scope=tuple(row["cuda_graph_scope"].split()),
+        ep_overlap=row["ep_overlap"] == "true", delay_wgrad=row["delay_wgrad"] == "true",
+        routing=row["routing"], main_grads_fp32=False,  # perf recipes: grad_reduce_in_fp32=False (notes item 1)
+    )
+    return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
+               workload=Workload(seq_length=_int(row["seq_length"]), micro_batch_size=_int(row["micro_batch_size"]),
+                                 global_batch_size=_int(row["global_batch_size"])),
+               knobs=knobs, tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
+               tflops_per_gpu=float(row["tflops_per_gpu"]) if row["tflops_per_gpu"] else None,
+               ab_group=row["ab_group"], release=row["release"], source=row["source"])
+
+
+def load_runs(complete_only: bool = True) -> list[Run]:
+    """Rows with every field the planner needs (the others lack a published config field)."""
+    text = (resources.files("moetune") / "data" / "published_runs.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    if complete_only:
+        rows = [r for r in rows if all(r[k].strip() for k in REQUIRED)]
+    return [_run(r) for r in rows]

@@ -1,0 +1,159 @@
+"""Derived facts (``derived.*``) the rules read: mesh sizes, platform facts, effective knobs.
+
+Computed from the normalized config (Megatron Bridge dotted names + cluster.* + env.*), with Megatron's
+defaults for names the config leaves out. The planner/estimator may add its own facts on top (see
+EXTERNAL); a rule that needs a fact nobody supplied skips.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from moetune.configio.names import NO_DEFAULT, names
+from moetune.rules.table import load_table
+
+# Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
+EXTERNAL = {
+    "fits": "bool: the config fits in GPU memory (memory wall)",
+    "peak_bytes": "int: predicted peak bytes per rank",
+    "capacity_bytes": "int: usable bytes per GPU",
+    "fitting_layout": "dict: overrides of the smallest model parallelism that fits",
+    "fits_with_selective_recompute": "bool: selective recompute alone is enough to fit",
+    "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
+    "less_model_parallel_layout": "dict: overrides of that layout",
+    "dominant_wall": "str: memory | communication | host | compute (diagnose)",
+    "cuda_graph_bytes": "int: CUDA-graph pool bytes already counted by the estimator",
+}
+
+
+def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
+    """The config's value, else Megatron's default, else ``fallback``."""
+    if name in config:
+        return config[name]
+    default = names().default(name)
+    return fallback if default is NO_DEFAULT else default
+
+
+def graph_modules(scope: Any) -> list[str]:
+    """CUDA-graph scope names as Bridge reads them (utils/cuda_graph.py): 'full'/None -> whole layer."""
+    if scope is None or scope == "full":
+        return []
+    items = scope.split(",") if isinstance(scope, str) else list(scope)
+    return [str(i).rsplit(".", 1)[-1] for i in items if str(i) not in ("", "full")]
+
+
+def _platform(config: dict[str, Any]) -> dict[str, Any]:
+    gpu = config.get("cluster.gpu")
+    out: dict[str, Any] = {}
+    if gpu:
+        from moetune.specs.hardware import load_gpu  # the lead's GPU catalog (data/hardware.toml)
+
+        spec = load_gpu(str(gpu))
+        out = {"platform": spec.name, "gpu_key": spec.key, "arch": spec.arch, "nvlink_domain": spec.nvlink_domain,
+               "gpus_per_node": spec.gpus_per_node, "fp8_supported": spec.fp8_tflops > 0,
+               "fp4_supported": spec.fp4_tflops > 0, "mxfp8_supported": spec.arch == "blackwell",
+               "capacity_bytes": spec.capacity_bytes}
+        facts = load_table().platforms.get(spec.key, {})
+        # GPUs without a row: Bridge's architecture test (flex_dispatcher_backend.py).
+        nvidia = spec.arch in ("ampere", "hopper", "blackwell")
+        out["deepep_supported"] = facts.get("deepep", spec.arch in ("ampere", "hopper"))
+        out["hybridep_supported"] = facts.get("hybridep", nvidia)
+        out["recommended_backend"] = facts.get("recommended_backend")
+    for key in ("nvlink_domain", "gpus_per_node"):
+        if f"cluster.{key}" in config:
+            out[key] = int(config[f"cluster.{key}"])
+    return out
+
+
+def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
+    tp = int(value(config, "model.tensor_model_parallel_size", 1) or 1)
+    etp = value(config, "model.expert_tensor_parallel_size")
+    d.update(tp=tp, cp=int(value(config, "model.context_parallel_size", 1) or 1),
+             pp=int(value(config, "model.pipeline_model_parallel_size", 1) or 1),
+             vpp=value(config, "model.virtual_pipeline_model_parallel_size"),
+             ep=int(value(config, "model.expert_model_parallel_size", 1) or 1),
+             etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
+    experts = value(config, "model.num_moe_experts")
+    d["is_moe"] = bool(experts and experts > 1)
+    world = config.get("cluster.num_gpus")
+    if world:
+        d["world_size"] = world = int(world)
+        attn, expert = d["tp"] * d["cp"] * d["pp"], d["etp"] * d["ep"] * d["pp"]
+        if world % attn == 0:
+            d["data_parallel_size"] = world // attn
+        if world % expert == 0:
+            d["expert_data_parallel_size"] = world // expert
+        gbs, mbs = value(config, "train.global_batch_size"), value(config, "train.micro_batch_size")
+        dp = d.get("data_parallel_size")
+        if gbs and mbs and dp and gbs % (mbs * dp) == 0:
+            d["num_microbatches"] = gbs // (mbs * dp)
+        if "gpus_per_node" in d:
+            d["num_nodes"] = math.ceil(world / d["gpus_per_node"])
+            d["multi_node"] = world > d["gpus_per_node"]
+    if "nvlink_domain" in d:
+        d["tp_crosses_nvlink"] = d["tp"] > d["nvlink_domain"]
+        # Expert ranks are laid out ETP-fastest, so one EP group spans ETP*EP consecutive ranks.
+        d["ep_crosses_nvlink"] = d["etp"] * d["ep"] > d["nvlink_domain"]
+        # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment.
+        d["hybridep_ranks_per_domain"] = min(d["ep"], d["nvlink_domain"])
+
+
+def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
+    dispatcher = value(config, "model.moe_token_dispatcher_type", "allgather")
+    backend = value(config, "model.moe_flex_dispatcher_backend")
+    d["flex_backend"] = backend if dispatcher == "flex" else None
+    sms = value(config, "model.moe_flex_dispatcher_num_sms")
+    if sms is None and backend == "hybridep":
+        sms = value(config, "model.moe_hybridep_num_sms")
+    if sms is None and backend == "deepep":
+        sms = value(config, "model.moe_deepep_num_sms")
+    # seeds/004 § Tuning Parameters: default 20 SMs for DeepEP, 16 for HybridEP.
+    d["dispatcher_sms"] = sms if sms is not None else {"deepep": 20, "hybridep": 16}.get(backend)
+
+
+def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
+    impl = value(config, "model.cuda_graph_impl", "none") or "none"
+    if impl == "none" and value(config, "model.enable_cuda_graph", False):
+        impl = "local"  # legacy switch, mapped the same way by Megatron-Core
+    if impl == "none" and value(config, "model.external_cuda_graph", False):
+        impl = "transformer_engine"
+    raw = value(config, "model.cuda_graph_scope")
+    modules = graph_modules(raw)
+    full = impl == "full_iteration" or (impl == "local" and "full_iteration" in modules)
+    d.update(graph_impl=impl, graph_modules=[m for m in modules if m != "full_iteration"],
+             full_iteration_graph=full, scoped_graph=impl in ("local", "transformer_engine") and not full)
+    shared = value(config, "model.moe_shared_expert_intermediate_size")
+    # Megatron-Bridge training/comm_overlap.py: weight grads land inside a graph over attn, or over the
+    # router when shared experts run inside the router's graph (shared-expert overlap off).
+    d["wgrad_in_graph_scope"] = impl != "none" and (
+        "attn" in d["graph_modules"] or ("moe_router" in d["graph_modules"] and shared is not None
+                                         and not value(config, "model.moe_shared_expert_overlap", False)))
+
+
+def _precision(config: dict[str, Any], d: dict[str, Any]) -> None:
+    # A Bridge override file without precision inherits the recipe's (unknown here): leave the facts out
+    # so precision rules skip. The normalizer folds model.bf16/fp8/... into mixed_precision.*.
+    if not any(k.startswith("mixed_precision.") for k in config):
+        return
+    for f in ("bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe"):
+        d[f] = value(config, f"mixed_precision.{f}")
+
+
+def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """All derived facts for ``config``; ``extra`` (from the estimator/profiler) wins."""
+    d: dict[str, Any] = _platform(config)
+    _mesh(config, d)
+    _dispatcher(config, d)
+    _graphs(config, d)
+    _precision(config, d)
+    d["dropless"] = d["is_moe"] and value(config, "model.moe_expert_capacity_factor") is None
+    d["ep_overlap"] = bool(value(config, "comm_overlap.overlap_moe_expert_parallel_comm", False))
+    d["delay_wgrad"] = bool(value(config, "comm_overlap.delay_wgrad_compute", False))
+    d["tp_comm_overlap"] = bool(value(config, "comm_overlap.tp_comm_overlap", False))
+    d["overlap_grad_reduce"] = bool(value(config, "ddp.overlap_grad_reduce", False))
+    d.update(extra or {})
+    for key in ("peak_bytes", "capacity_bytes"):
+        if d.get(key) is not None:
+            d[key.replace("_bytes", "_gib")] = round(d[key] / 2**30, 1)
+    return d

@@ -1,0 +1,112 @@
+"""Evaluate the rule table on a normalized config: the findings behind check, explain and diagnose."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from moetune.configio.names import NO_DEFAULT, names
+from moetune.rules.derive import derive
+from moetune.rules.expr import Env, Expr, Missing, evaluate as eval_expr
+from moetune.rules.table import Rule, Table, load_table
+
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass(kw_only=True, slots=True)
+class Finding:
+    """One fired rule. ``fix`` is a dict of config overrides (dotted name -> value)."""
+
+    rule: str
+    severity: str
+    message: str
+    fix: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_env(config: dict[str, Any], derived: dict[str, Any]) -> Env:
+    """Names resolve to the config, then derived facts, then Megatron's defaults; else Missing."""
+    table = names()
+
+    def lookup(name: str) -> Any:
+        if name in config:
+            return config[name]
+        if name.startswith("derived."):
+            key = name[len("derived."):]
+            if key in derived:
+                return derived[key]
+            raise Missing(name)
+        default = table.default(name)
+        if default is NO_DEFAULT:
+            raise Missing(name)
+        return default
+
+    def present(name: str) -> bool:
+        if name.startswith("derived."):
+            return name[len("derived."):] in derived
+        return name in config
+
+    return Env(lookup=lookup, present=present)
+
+
+def _safe(expr: Expr, env: Env) -> tuple[bool, Any]:
+    """(ok, value): not ok when a name is missing or an operand is None (the rule cannot be decided)."""
+    try:
+        return True, eval_expr(expr, env)
+    except Missing:
+        return False, None
+    except TypeError:
+        # e.g. `None % 2` when a Megatron default is None: the config does not say enough to decide.
+        return False, None
+
+
+def _message(rule: Rule, env: Env) -> str:
+    text = rule.message
+    for raw, expr, conv in rule.placeholders:
+        ok, val = _safe(expr, env)
+        shown = ("?" if not ok else repr(val) if conv == "r" else str(val))
+        text = text.replace("{" + raw + "}", shown, 1)
+    return text
+
+
+def _fix(rule: Rule, env: Env) -> dict[str, Any]:
+    for step in rule.steps:
+        if step.when is not None:
+            ok, val = _safe(step.when, env)
+            if not (ok and val):
+                continue
+        if isinstance(step.fix, Expr):
+            ok, val = _safe(step.fix, env)
+            if ok and isinstance(val, dict):
+                return dict(val)
+            continue
+        out: dict[str, Any] = {}
+        for key, raw in step.fix.items():
+            ok, val = _safe(raw, env) if isinstance(raw, Expr) else (True, raw)
+            if not ok:
+                break
+            out[key] = val
+        else:
+            return out
+    return {}
+
+
+def evaluate(config: dict[str, Any], derived: dict[str, Any] | None = None, *, context: str = "check",
+             table: Table | None = None) -> list[Finding]:
+    """Findings for a normalized config, errors first. ``derived`` adds estimator/profiler facts."""
+    table = table or load_table()
+    facts = derive(config, derived)
+    env = make_env(config, facts)
+    findings = []
+    for rule in table.rules:
+        if context not in rule.contexts:
+            continue
+        ok, fired = _safe(rule.when, env)
+        if ok and fired:
+            findings.append(Finding(rule=rule.id, severity=rule.severity, message=_message(rule, env),
+                                    fix=_fix(rule, env), source=rule.source))
+    findings.sort(key=lambda f: _ORDER[f.severity])
+    return findings

@@ -1,0 +1,191 @@
+"""A small, safe expression language for rule conditions, messages and fixes.
+
+Expressions use Python syntax and are parsed with ``ast``; only a whitelist of node types is
+accepted, so nothing from a rule file is ever passed to ``eval``. A dotted chain such as
+``model.expert_model_parallel_size`` or ``env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` is one
+config name, resolved by the caller's ``lookup``; a name that cannot be resolved raises
+:class:`Missing`, which makes the rule skip instead of fire. ``and``/``or``/``x if c else y``
+short-circuit, so ``has('x') and x > 1`` never looks ``x`` up when it is absent.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from moetune.errors import MoetuneError
+
+
+class Missing(Exception):
+    """A name the expression needs is absent (and has no Megatron default)."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def _pow2_round(x: float) -> int:
+    """Nearest power of two, at least 1 (seeds/002: CP ~= seq_len/4096, rounded to a power of two)."""
+    return 1 if x <= 1 else 2 ** round(math.log2(x))
+
+
+def _pow2_floor(x: float) -> int:
+    return 1 if x < 2 else 2 ** int(math.log2(x))
+
+
+def _without(items, *drop):
+    return [i for i in (items or []) if i not in drop]
+
+
+def _union(items, more):
+    out = list(items or [])
+    return out + [m for m in (more or []) if m not in out]
+
+
+def _contains_any(items, wanted) -> bool:
+    return any(w in (items or []) for w in wanted)
+
+
+def _contains_all(items, wanted) -> bool:
+    return all(w in (items or []) for w in wanted)
+
+
+def _lower(s):
+    return s.lower() if isinstance(s, str) else s
+
+
+# Functions a rule may call. has/get are resolved against the lookup (see Env).
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "len": len, "min": min, "max": max, "int": int, "lower": _lower,
+    "pow2_round": _pow2_round, "pow2_floor": _pow2_floor,
+    "without": _without, "union": _union, "contains_any": _contains_any, "contains_all": _contains_all,
+}
+SPECIAL = ("has", "get")
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+           ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b,
+           ast.NotIn: lambda a, b: a not in b, ast.Is: operator.is_, ast.IsNot: operator.is_not}
+_UNOPS = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+@dataclass(frozen=True, slots=True)
+class Expr:
+    """A parsed, validated expression and the config names it reads."""
+
+    source: str
+    tree: ast.expr
+    names: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(kw_only=True, slots=True)
+class Env:
+    """What an expression can see: ``lookup(name)`` (raises Missing) and ``present(name)``."""
+
+    lookup: Callable[[str], Any]
+    present: Callable[[str], bool]
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` as one name, or None if the node is not a pure attribute chain."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and parts:
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def compile_expr(source: str) -> Expr:
+    """Parse and validate ``source``; raise MoetuneError naming the offending construct."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval").body
+    except SyntaxError as err:
+        raise MoetuneError(f"rule expression {source!r} is not valid: {err.msg}") from None
+    names: set[str] = set()
+    _check(tree, source, names)
+    return Expr(source=source, tree=tree, names=frozenset(names))
+
+
+def _check(node: ast.AST, source: str, names: set[str]) -> None:
+    if isinstance(node, ast.Attribute):
+        name = dotted(node)
+        if name is None:
+            raise MoetuneError(f"rule expression {source!r}: attributes only on config names")
+        names.add(name)
+        return
+    if isinstance(node, ast.Call):
+        fn = node.func.id if isinstance(node.func, ast.Name) else None
+        if fn not in FUNCTIONS and fn not in SPECIAL or node.keywords:
+            raise MoetuneError(f"rule expression {source!r}: function {ast.unparse(node.func)!r} is not allowed")
+        if fn in SPECIAL:
+            if not node.args or not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
+                raise MoetuneError(f"rule expression {source!r}: {fn}() takes a quoted config name")
+            names.add(node.args[0].value)
+        for arg in node.args:
+            _check(arg, source, names)
+        return
+    if isinstance(node, ast.Name):
+        raise MoetuneError(f"rule expression {source!r}: bare name {node.id!r} (use a dotted config name)")
+    allowed = (ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Constant, ast.List, ast.Tuple,
+               ast.And, ast.Or, ast.Load, *_BINOPS, *_CMPOPS, *_UNOPS)
+    if not isinstance(node, allowed):
+        raise MoetuneError(f"rule expression {source!r}: {type(node).__name__} is not allowed")
+    for child in ast.iter_child_nodes(node):
+        _check(child, source, names)
+
+
+def evaluate(expr: Expr, env: Env) -> Any:
+    """Evaluate a compiled expression. Raises Missing when a needed name is absent."""
+    return _eval(expr.tree, env)
+
+
+def _eval(node: ast.AST, env: Env) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute):
+        return env.lookup(dotted(node))
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval(e, env) for e in node.elts]
+    if isinstance(node, ast.BoolOp):
+        is_and = isinstance(node.op, ast.And)
+        value: Any = None
+        for operand in node.values:
+            value = _eval(operand, env)
+            if bool(value) != is_and:
+                return value
+        return value
+    if isinstance(node, ast.UnaryOp):
+        return _UNOPS[type(node.op)](_eval(node.operand, env))
+    if isinstance(node, ast.BinOp):
+        return _BINOPS[type(node.op)](_eval(node.left, env), _eval(node.right, env))
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env)
+        for op, comp in zip(node.ops, node.comparators):
+            right = _eval(comp, env)
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return _eval(node.body, env) if _eval(node.test, env) else _eval(node.orelse, env)
+    if isinstance(node, ast.Call):
+        return _call(node, env)
+    raise MoetuneError(f"cannot evaluate {ast.unparse(node)!r}")
+
+
+def _call(node: ast.Call, env: Env) -> Any:
+    fn = node.func.id
+    if fn == "has":
+        return env.present(node.args[0].value)
+    if fn == "get":
+        try:
+            return env.lookup(node.args[0].value)
+        except Missing:
+            return _eval(node.args[1], env) if len(node.args) > 1 else None
+    return FUNCTIONS[fn](*(_eval(a, env) for a in node.args))

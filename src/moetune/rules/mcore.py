@@ -1,0 +1,97 @@
+"""Megatron-Core's own TransformerConfig validation, run on the model fields of a normalized config.
+
+Optional: when megatron-core is not importable the check is skipped without a finding. It needs no GPU:
+TransformerConfig.__post_init__ only checks field combinations. Bridge applies mixed_precision.* and
+comm_overlap.* onto the model before Megatron-Core validates it, so those are passed in too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+from typing import Any
+
+from moetune.rules.engine import Finding
+
+RULE = "mcore.transformer_config"
+SOURCE = "Megatron-LM megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__"
+REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
+# Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
+# reported as info, never as a config error.
+_ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|install|not available|"
+                          r"apex|CUDA|cuda device|No module", re.IGNORECASE)
+# Fields whose validation imports optional kernels (TE fused permutation): switched off for the check.
+_NEEDS_KERNELS = {"moe_permute_fusion": False}
+_PRECISION = ("bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe", "params_dtype", "fp8_param_gather",
+              "first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+_OVERLAP = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap")
+
+
+def _kwargs(config: dict[str, Any], fields: set[str]) -> dict[str, Any]:
+    import torch
+
+    kw = {k[len("model."):]: v for k, v in config.items() if k.startswith("model.") and k[len("model."):] in fields}
+    for name in _PRECISION:
+        if f"mixed_precision.{name}" in config and name in fields:
+            kw[name] = config[f"mixed_precision.{name}"]
+    for name in _OVERLAP:
+        if f"comm_overlap.{name}" in config and name in fields:
+            kw[name] = config[f"comm_overlap.{name}"]
+    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+    for name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+        if isinstance(kw.get(name), str):
+            kw[name] = dtypes[kw[name]]
+    if kw.get("pipeline_model_parallel_size", 1) > 1 and kw.get("pipeline_dtype") is None:
+        # Bridge sets pipeline_dtype from the precision recipe (mixed_precision.py); mirror that.
+        kw["pipeline_dtype"] = torch.bfloat16 if kw.get("bf16") else torch.float16 if kw.get("fp16") else torch.float32
+    kw.update({k: v for k, v in _NEEDS_KERNELS.items() if k in kw})
+    return kw
+
+
+def mcore_findings(config: dict[str, Any]) -> list[Finding]:
+    """Findings from constructing Megatron-Core's TransformerConfig; [] when megatron-core is absent."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+    except Exception:  # megatron-core (or torch) not installed: the check is optional
+        return []
+    missing = [f for f in REQUIRED if f"model.{f}" not in config]
+    if missing:
+        return [Finding(rule="mcore.skipped", severity="info", source=SOURCE,
+                        message=f"Megatron-Core TransformerConfig validation skipped: the config has no "
+                                f"{', '.join('model.' + m for m in missing)} (architecture comes from the recipe).")]
+    cls = MLATransformerConfig if config.get("model.multi_latent_attention") else TransformerConfig
+    kw = _kwargs(config, {f.name for f in dataclasses.fields(cls)})
+    skipped: list[str] = []
+    for _ in range(8):  # switch off, one at a time, kernel options this machine cannot validate
+        text, is_env = _construct(cls, kw)
+        if text is None:
+            break
+        culprit = next((k for k, v in kw.items() if v is True and re.search(rf"\b{k}\b", text)), None)
+        if not is_env:
+            return [Finding(rule=RULE, severity="error", source=SOURCE,
+                            message=f"Megatron-Core rejects the model config: {text}")]
+        if culprit is None:
+            skipped.append(text)
+            break
+        kw[culprit] = False
+        skipped.append(text)
+    if not skipped:
+        return []
+    return [Finding(rule="mcore.environment", severity="info", source=SOURCE,
+                    message="Megatron-Core checks that depend on this machine's libraries (not the config) were "
+                            f"skipped: {'; '.join(skipped)}")]
+
+
+def _construct(cls, kw: dict[str, Any]) -> tuple[str | None, bool]:
+    """(None, False) when Megatron-Core accepts ``kw``; else (message, depends-on-the-machine)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cls(**dict(kw))
+    except (ValueError, AssertionError, TypeError, ImportError, RuntimeError) as err:
+        text = " ".join(str(err).split()) or type(err).__name__
+        return text, isinstance(err, ImportError) or bool(_ENVIRONMENT.search(text))
+    return None, False

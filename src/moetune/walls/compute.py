@@ -1,0 +1,78 @@
+"""The compute wall: seconds of GPU work per layer, per micro-batch, on one rank (forward + backward
++ recompute replays), from the hardware FLOPs of flops.layer_flops over achievable throughput.
+
+Throughput by op class: dense GEMMs at ``gemm_eff`` of the precision's peak; routed-expert grouped
+GEMMs slowed further by their small per-expert shapes (``m / (m + grouped_m_half)`` with ``m`` the
+tokens per local expert); fused attention at ``attn_eff`` of the BF16 peak (FP8 recipes speed GEMMs
+only, seeds/000 "FP8 Recipe Quick Decision"); elementwise work (norms, activations, permutation,
+router softmax) is memory-bound: ``mem_passes`` x the layer's saved activation bytes over HBM.
+Backward costs 2x the forward for GEMMs (dgrad + wgrad) and 2.5x for fused attention.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moetune.specs.hardware import GpuSpec
+from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.activations import ActivationContext, layer_activation_items
+from moetune.walls.flops import layer_flops
+
+BWD_GEMM, BWD_ATTN = 2.0, 2.5
+
+
+@dataclass(kw_only=True, slots=True)
+class Rates:
+    """FLOP/s and bytes/s one rank achieves per op class."""
+
+    gemm: float
+    attn: float
+    router: float  # the router GEMM runs in FP32/BF16 whatever the recipe
+    hbm: float
+    m_half: float
+
+
+def rates(gpu: GpuSpec, precision: str, eff: dict) -> Rates:
+    gemm_eff = eff["gemm_eff"] if precision == "bf16" else eff["fp8_gemm_eff"]
+    return Rates(gemm=gpu.peak_tflops(precision) * 1e12 * gemm_eff, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"],
+                 router=gpu.bf16_tflops * 1e12 * eff["gemm_eff"], hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
+                 m_half=eff["grouped_m_half"])
+
+
+def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep) -> dict:
+    """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
+    f = layer_flops(spec, kind, ctx.tokens, ctx.seq_length)
+    experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1
+    routed = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
+    per_expert = routed / experts_local
+    shape = per_expert / (per_expert + r.m_half)
+    return {
+        "attn_proj": (f["attn_proj"] + f["mixer_proj"]) / ctx.tp / r.gemm,
+        "core_attn": (f["core_attn"] + f["mixer_scan"]) / ctx.tp / r.attn,
+        "dense_mlp": f["dense_mlp"] / ctx.tp / r.gemm,
+        "shared_experts": f["shared_experts"] / ctx.tp / r.gemm,
+        "router": f["router"] / ctx.sp_div / r.router,
+        "routed_experts": f["routed_experts"] / ctx.sp_div * ctx.token_imbalance / np.maximum(r.gemm * shape, 1.0),
+    }
+
+
+# Recompute module -> forward classes it replays (Megatron recompute_modules, transformer_config.py).
+REPLAYS = {
+    "core_attn": ("core_attn",),
+    "mlp": ("dense_mlp",),
+    "moe": ("router", "routed_experts", "shared_experts"),
+    "shared_experts": ("shared_experts",),
+    "mla_up_proj": ("attn_proj",),  # counted whole: the up-projections dominate MLA's projection FLOPs
+}
+
+
+def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep, *,
+                          recompute: str, modules: frozenset[str], eff: dict) -> dict:
+    """Forward + backward (+ replay) seconds by class, plus memory-bound elementwise time."""
+    fwd = forward_seconds(spec, kind, ctx, r, ep)
+    out = {k: v * (1 + (BWD_ATTN if k == "core_attn" else BWD_GEMM)) for k, v in fwd.items()}
+    replay = set(fwd) if recompute == "full" else {c for m in modules for c in REPLAYS.get(m, ())}
+    out["recompute"] = sum(fwd[c] for c in replay)
+    saved = sum(layer_activation_items(spec, kind, ctx).values())
+    out["elementwise"] = eff["mem_passes"] * saved / r.hbm * (2 if recompute == "full" else 1)
+    return out

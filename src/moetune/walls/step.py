@@ -1,0 +1,181 @@
+"""Step time = compute + exposed communication + pipeline bubble + host overhead, per wall.
+
+Per micro-batch, the slowest pipeline stage's layers set the pace: an iteration of ``m`` micro-batches
+takes ``(m + (PP-1)/VPP) * t_stage`` (the bubble is ``(PP-1)/(VPP*m)`` of the useful time), plus the
+data-parallel gradient reduce-scatter / parameter all-gather left exposed and the optimizer step.
+Host overhead: launch gaps the GPU cannot hide, ``host_us_per_layer`` per layer and micro-batch
+(fitted; reduced by the share of launches the CUDA-graph scopes capture), plus one host sync per
+dropless MoE layer (token counts) unless a full-iteration graph removes it. It is paid per
+micro-batch, so small micro-batches pay it more often per token.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.validate import Workload
+from moetune.specs.hardware import GpuSpec
+from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.comms import BF16, cp_kv_seconds, ep_alltoall_seconds, ring_seconds
+from moetune.walls.compute import Rates, layer_compute_seconds, rates
+from moetune.walls.flops import logits_flops, megatron_model_flops
+from moetune.walls.memory import activation_context
+from moetune.walls.rank_params import stage_params
+
+# Share of a layer's kernel launches each CUDA-graph scope captures (TE-scoped graphs, seeds/000 "CUDA
+# Graphs For MoE"); full_iteration captures the whole step.
+GRAPH_SHARE = {"attn": 0.4, "mlp": 0.3, "moe_router": 0.15, "moe_preprocess": 0.15, "moe": 0.45,
+               "mamba": 0.4, "full_iteration": 0.95}
+
+
+@dataclass(kw_only=True, slots=True)
+class LayerTime:
+    compute: dict  # seconds by class
+    comm: dict  # exposed seconds by collective
+    comm_raw: dict  # un-hidden seconds by collective
+    host: float
+
+
+def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
+                compute_s: float, attn_s: float) -> tuple[dict, dict]:
+    """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward)."""
+    full = ctx.tokens * spec.hidden_size * BF16  # the sequence-gathered activation a TP collective moves
+    n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
+    if kind.mlp == "moe" and spec.moe_shared_expert_intermediate_size:
+        n_tp += 2  # shared experts gather and scatter the sequence themselves
+    tp = 2 * n_tp * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
+    ep = 0.0
+    if kind.mlp == "moe":
+        a2a = ep_alltoall_seconds(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
+                                  spec.moe_router_topk, lay.ep, lay.etp, gpu, eff, knobs.dispatcher)
+        replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
+        etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
+        ep = (4 + replays) * (a2a + etp)
+    cp = 0.0
+    if kind.mixer in ("gqa", "mla") and lay.cp > 1:
+        kv_width = (spec.num_query_groups * spec.kv_channels if kind.mixer == "gqa"
+                    else spec.num_attention_heads * (spec.mla.qk_head_dim + spec.mla.v_head_dim))
+        cp = 3 * cp_kv_seconds(ctx.tokens, kv_width, lay.cp, lay.tp, gpu, eff)
+    raw = {"tp": tp, "ep_alltoall": ep, "cp": cp}
+    hide_ep = eff["ep_overlap_hide"] * (1.15 if knobs.delay_wgrad else 1.0) if knobs.ep_overlap else 0.0
+    exposed = {
+        "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
+        "ep_alltoall": np.maximum(ep - hide_ep * compute_s, 0.0),
+        "cp": np.maximum(cp - 3.5 * attn_s, 0.0),  # ring steps overlap the attention of earlier chunks
+    }
+    return raw, exposed
+
+
+def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
+               r: Rates) -> LayerTime:
+    compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
+                                    modules=knobs.effective_modules, eff=eff)
+    total = sum(compute.values())
+    attn = compute["core_attn"] / (1 + 2.5)
+    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, total, attn)
+    graphed = min(sum(GRAPH_SHARE.get(s, 0.0) for s in knobs.cuda_graph_scope), 0.95)
+    # Launch gaps the GPU cannot hide: Python/launch work between dependent kernels of one layer
+    # (forward + backward) that CUDA graphs remove for the scopes they capture.
+    host = eff["host_us_per_layer"] * 1e-6 * (1 - graphed)
+    if kind.mlp == "moe" and knobs.routing == "dropless" and "full_iteration" not in knobs.cuda_graph_scope:
+        host = host + eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1)
+    return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=host)
+
+
+def _add(acc: dict, new: dict, times: float = 1.0) -> None:
+    for k, v in new.items():
+        acc[k] = acc.get(k, 0.0) + v * times
+
+
+def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> list[dict]:
+    """Per stage: seconds per micro-batch by wall and by class."""
+    ctx = activation_context(lay, wl, knobs)
+    r = rates(gpu, knobs.precision, eff)
+    cache: dict[LayerKind, LayerTime] = {}
+    out = []
+    for chunks in pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers):
+        kinds = [spec.layers[i] for c in chunks for i in c.layers]
+        kinds += [spec.mtp_layer_kind] * sum(c.mtp_layers for c in chunks)
+        compute, comm, raw, host = {}, {}, {}, 0.0
+        for kind in kinds:
+            t = cache.setdefault(kind, layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r))
+            _add(compute, t.compute), _add(comm, t.comm), _add(raw, t.comm_raw)
+            host += t.host
+        heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
+        compute["logits"] = heads * 3 * logits_flops(spec, ctx.tokens, tp=lay.tp) / lay.tp / r.gemm
+        p2p = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
+        comm["pp_p2p"] = 2 * p2p / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) * eff["p2p_exposed"] * (lay.pp > 1)
+        raw["pp_p2p"] = comm["pp_p2p"] / eff["p2p_exposed"] if lay.pp > 1 else 0.0
+        out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host,
+                    "total": sum(compute.values()) + sum(comm.values()) + host})
+    return out
+
+
+def dp_seconds(spec: ModelSpec, lay: Layout, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple[float, float]:
+    """(raw, exposed) seconds of the gradient reduce-scatter and parameter all-gather of the largest stage."""
+    p = max(stage_params(spec, lay), key=lambda s: s.total)
+    grad = 4 if knobs.main_grads_fp32 else 2
+    dense = ring_seconds(p.dense * (grad + 2), lay.dp * lay.cp, lay.tp, gpu, eff)
+    expert = ring_seconds(p.expert * (grad + 2), lay.edp, lay.etp * lay.ep, gpu, eff)
+    raw = float(dense + expert)
+    return raw, raw * (1 - eff["dp_overlap_hide"])
+
+
+def optimizer_seconds(spec: ModelSpec, lay: Layout, knobs: Knobs, gpu: GpuSpec, eff: dict) -> float:
+    """Adam step: read/write master weights, moments, grads and weights of this rank's shard (memory-bound)."""
+    p = max(stage_params(spec, lay), key=lambda s: s.total)
+    shard = p.dense / (lay.dp * lay.cp) + p.expert / lay.edp if knobs.distributed_optimizer else p.total
+    per_param = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
+    return shard * per_param * (1 - knobs.optimizer_offload_fraction) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
+
+
+def offload_seconds(spec: ModelSpec, lay: Layout, knobs: Knobs, eff: dict) -> float:
+    """Optimizer CPU offload: the offloaded share of the Adam step runs on the host and its gradients and
+    weights cross PCIe (HybridDeviceOptimizer); measured 1.9x-4.2x step time on Qwen3-30B-A3B
+    (megatron_flops_memory_notes.md item 6)."""
+    if knobs.optimizer_offload_fraction <= 0:
+        return 0.0
+    p = max(stage_params(spec, lay), key=lambda s: s.total)
+    shard = p.dense / (lay.dp * lay.cp) + p.expert / lay.edp if knobs.distributed_optimizer else p.total
+    moved = shard * knobs.optimizer_offload_fraction
+    return moved * (4 + 2 + 2 * (4 + 2 * knobs.adam_moments_bytes)) / (eff["cpu_optimizer_gbps"] * 1e9)
+
+
+def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
+    """The `time` object of estimate's JSON (seconds)."""
+    stages = stage_times(spec, lay, wl, knobs, gpu, eff)
+    slow = max(stages, key=lambda s: s["total"])
+    m = wl.num_microbatches(lay)
+    dp_raw, dp_exposed = dp_seconds(spec, lay, knobs, gpu, eff)
+    walls = {
+        "compute": m * sum(slow["compute"].values()) + optimizer_seconds(spec, lay, knobs, gpu, eff)
+        + offload_seconds(spec, lay, knobs, eff),
+        "communication": m * sum(slow["comm"].values()) + dp_exposed,
+        "bubble": (lay.pp - 1) / lay.vpp * slow["total"],
+        "host": m * slow["host"],
+    }
+    walls = {k: float(v) for k, v in walls.items()}
+    step = sum(walls.values())
+    tokens = wl.gbs(lay) * wl.seq_length
+    flops = megatron_model_flops(spec, wl.seq_length, wl.gbs(lay), tp=lay.tp)
+    tflops = flops / step / lay.world_size / 1e12
+    collectives = {k: float(m * v) for k, v in slow["comm_raw"].items()}
+    collectives["dp_grad_reduce_param_gather"] = dp_raw
+    exposed = {k: float(m * v) for k, v in slow["comm"].items()}
+    exposed["dp_grad_reduce_param_gather"] = float(dp_exposed)
+    return {
+        "step_seconds": step,
+        "tokens_per_s_per_gpu": tokens / step / lay.world_size,
+        "tflops_per_gpu": tflops,
+        "mfu": tflops / gpu.bf16_tflops,
+        "walls": walls,
+        "dominant_wall": max(walls, key=walls.get),
+        "collectives": collectives,
+        "exposed_collectives": exposed,
+        "compute_by_class": {k: float(m * v) for k, v in slow["compute"].items()},
+        "slowest_stage": stages.index(slow),
+        "num_microbatches": m,
+    }

@@ -1,0 +1,50 @@
+"""`moetune diagnose` as a user runs it: the JSON contract and the readable report."""
+
+import json
+
+import pytest
+
+from moetune.cli.main import main
+from moetune.profile import diagnose, reader
+from moetune.profile.synthetic import deepep_rank_wait, write_trace
+
+KEYS = {"ranks", "step_seconds", "breakdown", "idle", "exposed_communication_seconds", "dominant_wall", "evidence",
+        "recommendations"}
+
+
+def test_json_contract_on_a_real_trace(traces_dir, capsys):
+    code = main(["diagnose", str(traces_dir / "a100_2rank_allreduce.json.gz"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and KEYS <= data.keys()
+    assert data["ranks"] == 1 and isinstance(data["step_seconds"], float)
+    assert all(isinstance(v, float) for v in data["breakdown"].values())
+    assert data["idle"]["seconds"] == pytest.approx(
+        sum(v for k, v in data["idle"].items() if k not in ("seconds", "comm_kernel_wait")))
+    assert data["dominant_wall"] == "host_overhead"
+    for rec in data["recommendations"]:
+        assert {"rule", "change", "why"} <= rec.keys() and all("=" in c for c in rec["change"])
+
+
+def test_table_report(tmp_path, capsys):
+    path = write_trace(deepep_rank_wait(), tmp_path / "rank0.json.gz")
+    code = main(["diagnose", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Dominant wall: communication" in out and "deepep" in out and "model.moe_deepep_num_sms=32" in out
+
+
+def test_directory_and_log_together(traces_dir, fixtures_dir, tmp_path, capsys):
+    write_trace(deepep_rank_wait(rank=0, world_size=2), tmp_path / "r0.json.gz")
+    write_trace(deepep_rank_wait(rank=1, world_size=2), tmp_path / "r1.json.gz")
+    code = main(["diagnose", str(tmp_path), "--log", str(fixtures_dir / "megatron_lm_qwen3_30b_a3b.log"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["ranks"] == 2 and len(data["per_rank"]) == 2
+    assert data["log"]["iterations_logged"] == 8
+
+
+def test_stdlib_json_fallback_matches_ijson(tmp_path, monkeypatch):
+    path = write_trace(deepep_rank_wait(), tmp_path / "rank0.json")
+    streamed = diagnose([path]).to_dict()
+    monkeypatch.setattr(reader, "ijson", None)
+    loaded = diagnose([path]).to_dict()
+    assert loaded["breakdown"] == streamed["breakdown"] and loaded["idle"] == streamed["idle"]

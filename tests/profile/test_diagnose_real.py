@@ -1,0 +1,108 @@
+"""diagnose on the real GPU traces in ../shared/data/traces, checked against the raw-JSON oracle."""
+
+import pytest
+
+from moetune.profile import diagnose, read_trace
+
+ALLREDUCE = "a100_2rank_allreduce.json.gz"
+SENDRECV = "a100_16rank_sendrecv_rank0.json.gz"
+COMPUTE = "v100_1rank_compute.json.gz"
+ALL = (ALLREDUCE, SENDRECV, COMPUTE)
+
+
+def name_class(e: dict) -> str:
+    """Class from the kernel name by plain string tests (the oracle's own reading of these traces)."""
+    name, low = e["name"], e["name"].lower()
+    if e["cat"] != "kernel":
+        return "memcpy"
+    for prefix, cls in (("ncclKernel_AllReduce", "allreduce"), ("ncclKernel_SendRecv", "sendrecv"),
+                        ("ncclKernel_Broadcast", "other_comm")):
+        if name.startswith(prefix):
+            return cls
+    if "gemm" in low or "cublas" in low:
+        return "gemm"
+    return "other"
+
+
+@pytest.fixture(scope="module")
+def results(traces_dir):
+    return {name: diagnose([traces_dir / name]) for name in ALL}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_kernel_class_of_one_iteration(name, results, traces_dir, oracle):
+    doc = oracle.load(traces_dir / name)
+    steps = oracle.steps(doc)
+    step_name, lo, hi = steps[2]
+    ours = next(s for s in results[name].per_rank[0]["steps"] if s["name"] == step_name)
+    events = oracle.gpu_events(doc)
+    classes = {name_class(e) for e in events}
+    for cls in classes:
+        expected = oracle.clipped_sum([e for e in events if name_class(e) == cls], lo, hi)
+        assert ours["breakdown"][cls] == pytest.approx(expected, rel=1e-9, abs=1e-12), cls
+    assert all(ours["breakdown"][c] == 0 for c in ours["breakdown"] if c not in classes)
+    assert ours["seconds"] == pytest.approx((hi - lo) * 1e-6)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_busy_idle_and_exposed_communication(name, results, traces_dir, oracle):
+    doc = oracle.load(traces_dir / name)
+    events = oracle.gpu_events(doc)
+    comm = [e for e in events if e["name"].startswith("nccl")]
+    compute = [e for e in events if e["cat"] == "kernel" and not e["name"].startswith("nccl")]
+    for (step_name, lo, hi), ours in zip(oracle.steps(doc), results[name].per_rank[0]["steps"]):
+        assert ours["name"] == step_name
+        busy = oracle.covered(events, lo, hi)
+        assert ours["busy_seconds"] == pytest.approx(busy, rel=1e-9)
+        idle_parts = sum(v for k, v in ours["idle"].items() if k not in ("seconds", "comm_kernel_wait"))
+        assert idle_parts == pytest.approx((hi - lo) * 1e-6 - busy, rel=1e-6, abs=1e-9)
+        assert ours["exposed_communication_seconds"] == pytest.approx(oracle.exposed(comm, compute, lo, hi),
+                                                                      rel=1e-9, abs=1e-12)
+
+
+def test_host_bound_gaps_follow_launch_times(results, traces_dir, oracle):
+    """Gaps ended by a compute kernel launched after the GPU went idle are host-bound (HTA's HOST_WAIT)."""
+    doc = oracle.load(traces_dir / ALLREDUCE)
+    launches = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"}
+    events = sorted(oracle.gpu_events(doc), key=lambda e: e["ts"])
+    _, lo, hi = oracle.steps(doc)[1]
+    host, frontier = 0.0, events[0]["ts"]
+    for e in events:  # walk the GPU timeline; a kernel starting past the frontier ends a gap
+        if e["ts"] > frontier and not e["name"].startswith("nccl"):
+            launch = launches.get(e["args"].get("correlation"))
+            if launch is not None and launch >= frontier:
+                host += max(0.0, min(e["ts"], hi) - max(frontier, lo))
+        frontier = max(frontier, e["ts"] + e["dur"])
+    ours = results[ALLREDUCE].per_rank[0]["steps"][1]["idle"]["host_bound"]
+    assert ours == pytest.approx(host * 1e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_step_time_is_the_steady_profiler_step_mean(name, results, traces_dir, oracle):
+    steps = oracle.steps(oracle.load(traces_dir / name))
+    steady = steps[1:] if len(steps) >= 3 else steps
+    expected = sum(hi - lo for _, lo, hi in steady) / len(steady) * 1e-6
+    assert results[name].step_seconds == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("name, rank, world, gib", [(ALLREDUCE, 0, 2, 39.4), (SENDRECV, 0, 16, 79.2),
+                                                    (COMPUTE, 0, 1, 31.7)])
+def test_rank_and_device_from_trace_header(name, rank, world, gib, traces_dir):
+    trace = read_trace(traces_dir / name)
+    assert (trace.rank, trace.world_size) == (rank, world)
+    assert trace.device_memory_bytes / 2**30 == pytest.approx(gib, abs=0.05)
+
+
+@pytest.mark.parametrize("name, wall", [(COMPUTE, "compute"), (ALLREDUCE, "host_overhead"),
+                                        (SENDRECV, "communication")])
+def test_dominant_wall_on_real_traces(name, wall, results):
+    r = results[name]
+    assert r.dominant_wall == wall
+    assert r.evidence and r.recommendations
+    assert all(rec.wall == wall for rec in r.recommendations)
+
+
+def test_ampere_gets_no_fp8_advice(results):
+    """FP8 needs compute capability 8.9+: the table's arch variants drop it on A100 and V100."""
+    for r in results.values():
+        assert not any("fp8" in c for rec in r.recommendations for c in rec.change)

@@ -1,0 +1,143 @@
+"""Each wall recognized on a synthetic trace built to show it; figures checked against construction."""
+
+import json
+
+import pytest
+
+from moetune.profile import diagnose, read_trace
+from moetune.profile.synthetic import (
+    DEEPEP_DISPATCH,
+    NCCL_SENDRECV,
+    Op,
+    Scenario,
+    alltoall_exposed,
+    compute_bound,
+    deepep_rank_wait,
+    events,
+    header,
+    host_bound,
+    memory_bound,
+    write_trace,
+)
+
+
+def run(sc, tmp_path, name="rank0.json.gz"):
+    return diagnose([write_trace(sc, tmp_path / name)])
+
+
+def built(sc, pred) -> float:
+    """Seconds per step the scenario puts into ops matching pred (gaps and waits excluded)."""
+    return sum(op.dur_us for op in sc.step_ops if pred(op)) * 1e-6
+
+
+def test_compute_wall(tmp_path):
+    sc = compute_bound()
+    r = run(sc, tmp_path)
+    assert r.dominant_wall == "compute"
+    assert r.step_seconds == pytest.approx(sc.step_us() * 1e-6)
+    assert r.exposed_communication_seconds == pytest.approx(0.0, abs=1e-12)  # all comm hidden under GEMMs
+    assert r.breakdown["reducescatter"] == pytest.approx(built(sc, lambda op: "ReduceScatter" in op.name))
+    assert r.breakdown["grouped_gemm"] == pytest.approx(built(sc, lambda op: "GroupProblemShape" in op.name))
+    assert r.idle["seconds"] == pytest.approx(0.0, abs=1e-12)
+    assert [rec.rule for rec in r.recommendations] == ["compute.fp8"]  # H100: grouped GEMM already on
+    assert r.recommendations[0].overrides == {"mixed_precision": "bf16_with_fp8_subchannel_scaling_mixed"}
+
+
+def test_communication_wall_from_exposed_nccl_alltoall(tmp_path):
+    sc = alltoall_exposed()
+    r = run(sc, tmp_path)
+    a2a = built(sc, lambda op: op.name == NCCL_SENDRECV)
+    assert r.breakdown["alltoall"] == pytest.approx(a2a)  # SendRecv kernels, but the collective is all_to_allv
+    assert r.breakdown["sendrecv"] == 0.0
+    assert r.exposed_communication_seconds == pytest.approx(a2a)
+    assert r.dominant_wall == "communication"
+    rules = {rec.rule: rec for rec in r.recommendations}
+    assert rules["comm.dispatcher"].overrides == {"model.moe_token_dispatcher_type": "flex",
+                                                  "model.moe_flex_dispatcher_backend": "deepep"}
+    assert "comm.ep_overlap" in rules and "comm.deepep_sms" not in rules
+
+
+def test_hybridep_on_nvl72(tmp_path):
+    r = run(alltoall_exposed(device_name="NVIDIA GB200", compute_capability=(10, 0)), tmp_path)
+    dispatcher = next(rec for rec in r.recommendations if rec.rule == "comm.dispatcher")
+    assert dispatcher.overrides["model.moe_flex_dispatcher_backend"] == "hybridep"
+
+
+def test_deepep_rank_wait(tmp_path):
+    sc = deepep_rank_wait()
+    r = run(sc, tmp_path)
+    assert r.breakdown["deepep"] == pytest.approx(built(sc, lambda op: "deep_ep" in op.name))
+    waits = sum(op.gap_before_us for op in sc.step_ops if op.name == DEEPEP_DISPATCH) * 1e-6
+    assert r.idle["rank_wait"] == pytest.approx(waits)
+    assert r.idle["host_bound"] == pytest.approx(0.0, abs=1e-12)
+    assert r.dominant_wall == "communication"
+    rules = [rec.rule for rec in r.recommendations]
+    assert "comm.deepep_sms" in rules and "comm.dispatcher" not in rules  # flex already runs
+
+
+def test_host_overhead_wall(tmp_path):
+    sc = host_bound()
+    r = run(sc, tmp_path)
+    gaps = sum(op.gap_before_us for op in sc.step_ops) * 1e-6
+    assert r.idle["host_bound"] == pytest.approx(gaps)
+    assert r.dominant_wall == "host_overhead"
+    assert r.recommendations[0].rule == "host.cuda_graphs"
+
+
+def test_queued_work_is_dependency_not_host(tmp_path):
+    ops = [Op(name="gemm_a", dur_us=100), Op(name="gemm_b", dur_us=100, gap_before_us=400)]  # launched early
+    r = run(Scenario(name="dependency", step_ops=ops), tmp_path)
+    assert r.idle["dependency"] == pytest.approx(400e-6)
+    assert r.idle["host_bound"] == 0.0
+
+
+def test_memory_wall_from_trace_memory_events(tmp_path):
+    sc = memory_bound()
+    r = run(sc, tmp_path)
+    assert r.memory["fraction"] == pytest.approx(0.96)
+    assert r.dominant_wall == "memory"
+    assert r.recommendations[0].rule == "mem.selective_recompute"
+
+
+def test_two_ranks_imbalance_and_peer_wait(tmp_path):
+    """Rank 0 waits 300 us per all-to-all for rank 1: its extra time shows up as comm_kernel_wait."""
+    a2a_index = 2
+    slow = alltoall_exposed(rank=1, world_size=2)
+    fast = alltoall_exposed(rank=0, world_size=2, wait_us={a2a_index: 300.0})
+    write_trace(fast, tmp_path / "trace_rank0.json.gz")
+    write_trace(slow, tmp_path / "trace_rank1.json")  # a plain .json beside a .json.gz
+    r = diagnose([tmp_path])
+    assert r.ranks == 2 and r.world_size == 2
+    per = {p["rank"]: p for p in r.per_rank}
+    assert per[0]["idle"]["comm_kernel_wait"] == pytest.approx(300e-6)
+    assert per[1]["idle"]["comm_kernel_wait"] == pytest.approx(0.0, abs=1e-12)
+    assert per[0]["seconds"] - per[1]["seconds"] == pytest.approx(300e-6)
+    assert r.imbalance["slowest_rank"] in (0, 1) and r.imbalance["max_over_mean"] == pytest.approx(1.0)
+
+
+def test_trace_without_profiler_steps_is_one_window(tmp_path):
+    sc = compute_bound(steps=1)
+    evs = [e for e in events(sc) if not e.get("name", "").startswith("ProfilerStep")]
+    path = tmp_path / "nostep.json"
+    path.write_text(json.dumps({**header(sc), "traceEvents": evs}))
+    r = diagnose([path])
+    assert r.step_seconds == pytest.approx(sc.step_us() * 1e-6)
+    assert any("no ProfilerStep" in n for n in r.notes)
+
+
+def test_bare_event_array_and_rank_from_file_name(tmp_path):
+    sc = compute_bound(steps=2)
+    path = tmp_path / "worker_rank3.json"
+    path.write_text(json.dumps(list(events(sc))))
+    trace = read_trace(path)
+    assert trace.rank == 3 and trace.device_name is None
+    assert len(trace.steps) == 2 and len(trace.ops) == 2 * len(sc.step_ops)
+
+
+def test_config_filters_recommendations(tmp_path):
+    path = write_trace(alltoall_exposed(), tmp_path / "r.json.gz")
+    untailored = {rec.rule for rec in diagnose([path]).recommendations}
+    assert {"comm.dispatcher", "comm.ep_overlap"} <= untailored
+    config = {"model.moe_token_dispatcher_type": "flex", "model.expert_model_parallel_size": 1}
+    tailored = {rec.rule for rec in diagnose([path], config=config).recommendations}
+    assert "comm.dispatcher" not in tailored and "comm.ep_overlap" not in tailored

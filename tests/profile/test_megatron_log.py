@@ -1,0 +1,82 @@
+"""Megatron-LM / Megatron Bridge log reading, and diagnosis from a log (alone or with a trace)."""
+
+import statistics
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.profile import diagnose, parse_log, read_log
+from moetune.profile.synthetic import compute_bound, write_trace
+
+MLM = "megatron_lm_qwen3_30b_a3b.log"
+BRIDGE = "megatron_bridge_oom.log"
+STEADY_MS = [41250.3, 41190.8, 41302.1, 41248.0, 41275.6, 41231.9, 41260.4]  # iterations 2..8 of MLM
+
+
+def test_megatron_lm_iterations_and_args(fixtures_dir):
+    log = read_log(fixtures_dir / MLM)
+    assert [it.iteration for it in log.iterations] == list(range(1, 9))
+    assert log.iterations[0].elapsed_ms == 98765.4
+    assert log.iteration_seconds == pytest.approx(statistics.median(STEADY_MS) / 1000)
+    assert log.tflops_per_gpu == pytest.approx(244.0)
+    assert log.iterations[-1].global_batch_size == 1024
+    assert log.iterations[-1].fields["lm loss"] == pytest.approx(10.76543)
+    assert log.args["seq_length"] == "4096" and log.args["moe_token_dispatcher_type"] == "alltoall"
+    assert log.tokens_per_second_per_gpu == pytest.approx(1024 * 4096 / (41250.3 / 1000) / 16)
+
+
+def test_megatron_lm_memory_report_in_mib(fixtures_dir):
+    log = read_log(fixtures_dir / MLM)
+    assert len(log.memory) == 2
+    first = log.memory[0]
+    assert (first.rank, first.after_iteration) == (0, 1)
+    assert first.allocated_bytes == pytest.approx(40123.45 * 2**20)
+    assert first.max_allocated_bytes == pytest.approx(61234.56 * 2**20)
+    assert log.peak_reserved_bytes == pytest.approx(65012.00 * 2**20)
+    assert log.alloc_retries == 0 and not log.oom_lines
+
+
+def test_bridge_memory_report_in_gb_and_oom(fixtures_dir):
+    log = read_log(fixtures_dir / BRIDGE)
+    assert log.peak_reserved_bytes == pytest.approx(79.1e9)
+    assert log.memory[0].allocated_bytes == pytest.approx(71.234e9)
+    assert log.alloc_retries == 3
+    assert len(log.oom_lines) == 1 and "CUDA out of memory" in log.oom_lines[0]
+    assert log.iteration_seconds == pytest.approx(15.2341)  # a single interval is all there is
+
+
+def test_log_alone_names_the_memory_wall(fixtures_dir):
+    r = diagnose(log=fixtures_dir / BRIDGE)
+    assert r.dominant_wall == "memory"
+    assert r.ranks == 0 and r.step_seconds == pytest.approx(15.2341)
+    assert any("out-of-memory" in e for e in r.evidence)
+    rules = [rec.rule for rec in r.recommendations]
+    assert rules[0] == "mem.selective_recompute" and "mem.optimizer_offload" in rules
+
+
+def test_healthy_log_alone_cannot_split_the_walls(fixtures_dir):
+    r = diagnose(log=fixtures_dir / MLM)
+    assert r.dominant_wall == "undetermined" and r.recommendations == []
+
+
+def test_log_peak_against_trace_capacity(fixtures_dir, tmp_path):
+    sc = compute_bound()
+    trace = write_trace(sc, tmp_path / "rank0.json.gz")
+    r = diagnose([trace], log=fixtures_dir / MLM)
+    assert r.memory["fraction"] == pytest.approx(65012.00 * 2**20 / sc.device_memory_bytes)
+    assert r.dominant_wall == "compute"  # 80% of HBM is not the memory wall
+    assert r.log["tflops_per_gpu"] == pytest.approx(244.0)
+
+
+def test_log_without_megatron_lines_is_one_clear_error(tmp_path):
+    path = tmp_path / "notes.log"
+    path.write_text("hello\nnothing to see\n")
+    with pytest.raises(MoetuneError, match="no Megatron iteration lines"):
+        read_log(path)
+    with pytest.raises(MoetuneError, match="no such file"):
+        read_log(tmp_path / "missing.log")
+
+
+def test_parse_log_ignores_unrelated_lines():
+    log = parse_log("INFO something | a: 1\n iteration 5/ 9 | no timing here |\n")
+    assert log.iterations == [] and log.memory == []
