@@ -45,6 +45,23 @@ def profiler_steps(doc: dict) -> list[tuple[str, float, float]]:
     return sorted(steps, key=lambda s: s[1])
 
 
+def launching_c10d_op(doc: dict) -> dict[int, str]:
+    """correlation -> name of the innermost c10d:: CPU op around the launch call of each NCCL kernel
+    that does not name its collective itself (brute force over all pairs; traces have few of each)."""
+    evs = doc["traceEvents"]
+    runtime = {e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime"}
+    c10d = [e for e in evs if e.get("cat") == "cpu_op" and e["name"].startswith("c10d::")]
+    out = {}
+    for k in evs:
+        launch = runtime.get(k.get("args", {}).get("correlation")) if k.get("cat") == "kernel" else None
+        if launch is None or not k["name"].startswith("nccl") or "Collective name" in k["args"]:
+            continue
+        around = [o for o in c10d if o["tid"] == launch["tid"] and o["ts"] <= launch["ts"] <= o["ts"] + o["dur"]]
+        if around:
+            out[k["args"]["correlation"]] = max(around, key=lambda o: o["ts"])["name"]
+    return out
+
+
 def clipped_sum(events: list[dict], lo: float, hi: float) -> float:
     """Seconds of the events inside [lo, hi], summed (overlaps counted twice)."""
     return sum(max(0.0, min(e["ts"] + e["dur"], hi) - max(e["ts"], lo)) for e in events) * 1e-6
@@ -78,7 +95,7 @@ def exposed(comm: list[dict], compute: list[dict], lo: float, hi: float) -> floa
 
 @pytest.fixture(scope="session")
 def oracle():
-    return SimpleNamespace(load=load, gpu_events=gpu_events, steps=profiler_steps, clipped_sum=clipped_sum,
+    return SimpleNamespace(load=load, launching_c10d_op=launching_c10d_op, gpu_events=gpu_events, steps=profiler_steps, clipped_sum=clipped_sum,
                            covered=covered, exposed=exposed)
 
 

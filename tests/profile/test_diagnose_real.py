@@ -10,11 +10,18 @@ COMPUTE = "v100_1rank_compute.json.gz"
 ALL = (ALLREDUCE, SENDRECV, COMPUTE)
 
 
-def name_class(e: dict) -> str:
-    """Class from the kernel name by plain string tests (the oracle's own reading of these traces)."""
+C10D = {"alltoall": "alltoall", "reduce_scatter": "reducescatter", "allreduce": "allreduce",
+        "allgather": "allgather"}
+
+
+def name_class(e: dict, c10d: dict[int, str]) -> str:
+    """Class by plain string tests on the kernel name, or on the c10d op that launched an NCCL kernel."""
     name, low = e["name"], e["name"].lower()
     if e["cat"] != "kernel":
         return "memcpy"
+    op = c10d.get(e["args"].get("correlation"))
+    if op is not None:
+        return next(cls for key, cls in C10D.items() if key in op)
     for prefix, cls in (("ncclKernel_AllReduce", "allreduce"), ("ncclKernel_SendRecv", "sendrecv"),
                         ("ncclKernel_Broadcast", "other_comm")):
         if name.startswith(prefix):
@@ -35,10 +42,10 @@ def test_every_kernel_class_of_one_iteration(name, results, traces_dir, oracle):
     steps = oracle.steps(doc)
     step_name, lo, hi = steps[2]
     ours = next(s for s in results[name].per_rank[0]["steps"] if s["name"] == step_name)
-    events = oracle.gpu_events(doc)
-    classes = {name_class(e) for e in events}
+    events, c10d = oracle.gpu_events(doc), oracle.launching_c10d_op(doc)
+    classes = {name_class(e, c10d) for e in events}
     for cls in classes:
-        expected = oracle.clipped_sum([e for e in events if name_class(e) == cls], lo, hi)
+        expected = oracle.clipped_sum([e for e in events if name_class(e, c10d) == cls], lo, hi)
         assert ours["breakdown"][cls] == pytest.approx(expected, rel=1e-9, abs=1e-12), cls
     assert all(ours["breakdown"][c] == 0 for c in ours["breakdown"] if c not in classes)
     assert ours["seconds"] == pytest.approx((hi - lo) * 1e-6)
@@ -91,6 +98,16 @@ def test_rank_and_device_from_trace_header(name, rank, world, gib, traces_dir):
     trace = read_trace(traces_dir / name)
     assert (trace.rank, trace.world_size) == (rank, world)
     assert trace.device_memory_bytes / 2**30 == pytest.approx(gib, abs=0.05)
+
+
+def test_sendrecv_kernels_named_by_their_c10d_op(results, traces_dir, oracle):
+    """The 16-rank trace's NCCL kernels are all SendRecv by name; the c10d ops say what they were."""
+    c10d = oracle.launching_c10d_op(oracle.load(traces_dir / SENDRECV))
+    assert {op.split("::")[1] for op in c10d.values()} == {"alltoall_base_", "_reduce_scatter_base_", "allreduce_",
+                                                           "_allgather_base_"}
+    r = results[SENDRECV]
+    assert any(f"{len(c10d)} NCCL kernel(s) named" in n for n in r.notes)
+    assert r.breakdown["alltoall"] > 0 and r.breakdown["allreduce"] > r.breakdown["alltoall"]
 
 
 @pytest.mark.parametrize("name, wall", [(COMPUTE, "compute"), (ALLREDUCE, "host_overhead"),

@@ -13,9 +13,9 @@ import difflib
 import re
 import shlex
 
-from moetune.configio.names import names
+from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment
-from moetune.configio.types import coerce
+from moetune.configio.types import coerce, parse_text
 from moetune.configio.readers import PRAGMA
 from moetune.errors import MoetuneError
 
@@ -62,6 +62,9 @@ def _flag_value(flag: str, values: list[str], origin: str):
         if not values:
             raise MoetuneError(f"{origin}: {flag} needs at least one value")
         value = values
+        if row.type == "any":  # e.g. --moe-aux-loss-coeff: float or list of floats
+            parsed = [parse_text(v) for v in values]
+            value = parsed[0] if len(parsed) == 1 else parsed
     else:
         if len(values) != 1:
             raise MoetuneError(f"{origin}: {flag} takes one value, got {len(values)} ({' '.join(values)!r})")
@@ -105,10 +108,20 @@ def parse_mlm(text: str, origin: str) -> list[Assignment]:
         key, value = _flag_value(flag, values, here)
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
-    out += _precision_default(out, origin)
+    _validate_args(out)
+    out += _precision_default(out, origin) + _mlm_defaults(out, origin)
     if raw_vpp_layers is not None:
         out.append(_vpp_from_layers(out, *raw_vpp_layers))
     return out
+
+
+def _validate_args(out: list[Assignment]) -> None:
+    """What Megatron-LM's validate_args changes before training (megatron/training/arguments.py)."""
+    tp = next((a.value for a in out if a.key == "model.tensor_model_parallel_size"), 1)
+    for a in out:
+        if a.key == "model.sequence_parallel" and a.value and tp == 1:
+            # "Disabling sequence parallelism because tensor model parallelism is disabled"
+            a.value, a.origin = False, f"{a.origin} (off: Megatron-LM disables it at TP=1)"
 
 
 def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
@@ -118,6 +131,33 @@ def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
         return []
     return [Assignment(key="mixed_precision.bf16", value=False, origin=f"{origin} (no --bf16)"),
             Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)")]
+
+
+# Value flags whose Megatron-LM default differs from Bridge's, and the switch that makes them matter.
+VALUE_DEFAULTS = {"mixed_precision.fp8_recipe": "mixed_precision.fp8",
+                  "optimizer.optimizer_offload_fraction": "optimizer.optimizer_cpu_offload"}
+
+
+def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
+    """For the knobs moetune reads (role "used"), write Megatron-LM's default down where it differs from
+    Megatron Bridge's: e.g. Megatron-LM fuses gradient accumulation unless --no-gradient-accumulation-fusion,
+    defaults --fp8-recipe to delayed and --optimizer-offload-fraction to 1.0. The normalized config then
+    describes the run Megatron-LM would make, not Bridge's defaults.
+    """
+    given = {a.key for a in out}
+    filled = []
+    for row in names().by_bridge.values():
+        if row.bridge_name in given or row.role != "used" or row.mlm_default in (NO_DEFAULT, None):
+            continue
+        switch = row.mlm_action in ("store_true", "store_false", "bool_optional")
+        gate = VALUE_DEFAULTS.get(row.bridge_name)
+        if not switch and not (gate and any(a.key == gate and a.value for a in out)):
+            continue
+        value = coerce(row.bridge_name, row.type, row.mlm_default)
+        if value != row.default:
+            filled.append(Assignment(key=row.bridge_name, value=value, origin=f"{origin} (Megatron-LM default)",
+                                     soft=True))
+    return filled
 
 
 def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> Assignment:

@@ -37,7 +37,8 @@ class Name:
     mlm_flags: tuple[str, ...]  # first one is the spelling emit writes
     mlm_action: str  # store_true | store_false | bool_optional | value | list | ""
     type: str  # int, float, bool, str, dtype, scope, list[str], choice(a|b), any; "?" suffix: None allowed
-    default: object  # parsed JSON, or NO_DEFAULT
+    default: object  # Megatron Bridge / Megatron-Core default (parsed JSON), or NO_DEFAULT
+    mlm_default: object  # Megatron-LM argparse default, or NO_DEFAULT
     role: str  # used | accepted | mlm_only
     canonical: str  # the normalized name when this one is an alias, else ""
     verified_in: str
@@ -56,7 +57,7 @@ class NameTable:
     def get(self, name: str) -> Name | None:
         if name.startswith("env."):
             row = self.by_bridge.get(name)
-            return row or Name(name, (), "", "any", NO_DEFAULT, "accepted", "", "environment", "")
+            return row or Name(name, (), "", "any", NO_DEFAULT, NO_DEFAULT, "accepted", "", "environment", "")
         return self.by_bridge.get(name)
 
     def default(self, name: str) -> object:
@@ -88,6 +89,7 @@ def names() -> NameTable:
     for r in csv.DictReader(io.StringIO(body)):
         row = Name(bridge_name=r["bridge_name"], mlm_flags=tuple(f for f in r["mlm_flag"].split("|") if f),
                    mlm_action=r["mlm_action"], type=r["type"], default=_parse_default(r["default"]),
+                   mlm_default=_parse_default(r["mlm_default"]),
                    role=r["role"], canonical=r["canonical"], verified_in=r["verified_in"], notes=r["notes"])
         if row.bridge_name:
             by_bridge[row.bridge_name] = row

@@ -37,7 +37,9 @@ def _bool(name: str, v: Any) -> bool:
         return v
     if isinstance(v, str) and v.lower() in _TRUE + _FALSE:
         return v.lower() in _TRUE
-    if isinstance(v, int) and v in (0, 1):
+    if isinstance(v, int):
+        # Megatron reads bool fields by truthiness, and Bridge's own _pretrain_common passes
+        # manual_gc_eval=100 (recipes/common.py), so an integer is accepted as its truth value.
         return bool(v)
     raise MoetuneError(f"{name} expects true or false, got {v!r}")
 

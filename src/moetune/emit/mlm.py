@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from moetune.configio.names import names
+from moetune.configio.mlm import VALUE_DEFAULTS
+from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.types import coerce
 from moetune.emit import values
 
 # Megatron-LM spells dtype choices short (arguments.py: --main-grads-dtype {fp32,bf16}, --exp-avg-dtype ...).
@@ -53,4 +55,23 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
             args.append(line)
         if note:
             notes.append(note)
-    return "\n".join(lines + args + notes) + "\n"
+    defaults = [line for line in _bridge_defaults(config) if line]
+    if defaults:
+        defaults.insert(0, "# Megatron Bridge defaults that Megatron-LM spells differently (so both engines run alike):")
+    return "\n".join(lines + args + defaults + notes) + "\n"
+
+
+def _bridge_defaults(config: dict[str, Any]) -> list[str | None]:
+    """Flags that give Megatron-LM Bridge's default where the two parsers' defaults differ."""
+    out = []
+    for row in names().by_bridge.values():
+        if (row.bridge_name in config or row.role != "used" or row.default in (NO_DEFAULT, None)
+                or row.mlm_default in (NO_DEFAULT, None)):
+            continue
+        switch = row.mlm_action in ("store_true", "store_false", "bool_optional")
+        gate = VALUE_DEFAULTS.get(row.bridge_name)
+        if not switch and not (gate and config.get(gate)):
+            continue
+        if coerce(row.bridge_name, row.type, row.mlm_default) != row.default:
+            out.append(_flag_line(row.bridge_name, row.default)[0])
+    return out

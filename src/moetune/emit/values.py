@@ -47,10 +47,10 @@ def argv(value: Any) -> list[str]:
 
 
 def double_quoted(value: Any) -> str:
-    """Text safe inside a bash double-quoted string."""
+    """Text safe inside a bash double-quoted ``"${NAME:-...}"`` expansion."""
     if isinstance(value, bool):
         value = int(value)
-    return re.sub(r'([\\"$`])', r"\\\1", str(value))
+    return re.sub(r'([\\"$`}])', r"\\\1", str(value))
 
 
 def sections(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

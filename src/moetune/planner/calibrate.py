@@ -1,8 +1,9 @@
 """Fit the efficiency constants (data/efficiency.toml) to published measured runs.
 
-Per GPU, a few constants are fitted by coordinate descent on the mean squared log error of predicted
-tokens/s/GPU: the GEMM efficiencies (BF16 and FP8), attention efficiency, one multiplier on the EP
-all-to-all efficiencies and the host launch gap. The calibration subset is documented and fixed:
+Per GPU, three constants are fitted by coordinate descent on the mean squared log error of predicted
+tokens/s/GPU: one multiplier on the compute efficiencies (BF16 and FP8 GEMM, attention, elementwise
+bandwidth keep their documented ratios), one on the EP all-to-all efficiencies, and the host launch
+gap per layer. The calibration subset is documented and fixed:
 the runs of each GPU in run_id order, every other one starting with the first. The rest are held out
 and their errors reported (``moetune calibrate``).
 """
@@ -14,9 +15,9 @@ from moetune.planner.runs import Run
 from moetune.walls.efficiency import efficiency
 from moetune.walls.step import step_time
 
-FITTED = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "a2a_scale", "host_us_per_layer")
-BOUNDS = {"gemm_eff": (0.2, 0.9), "fp8_gemm_eff": (0.15, 0.9), "attn_eff": (0.15, 0.8), "a2a_scale": (0.2, 2.0),
-          "host_us_per_layer": (0.0, 5000.0)}
+FITTED = ("compute_scale", "a2a_scale", "host_us_per_layer")
+BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_layer": (0.0, 5000.0)}
+COMPUTE_KEYS = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "mem_eff")
 A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "a2a_eff_allgather")
 
 
@@ -41,9 +42,12 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def with_params(base: dict, params: dict) -> dict:
-    eff = {**base, **{k: v for k, v in params.items() if k != "a2a_scale"}}
+    """Efficiency constants with the fitted multipliers applied (each stays a fraction <= 0.95)."""
+    eff = {**base, "host_us_per_layer": params.get("host_us_per_layer", base["host_us_per_layer"])}
     for key in A2A_KEYS:
-        eff[key] = min(base[key] * params.get("a2a_scale", 1.0), 1.0)
+        eff[key] = min(base[key] * params.get("a2a_scale", 1.0), 0.95)
+    for key in COMPUTE_KEYS:
+        eff[key] = min(base[key] * params.get("compute_scale", 1.0), 0.95)
     return eff
 
 
@@ -59,7 +63,7 @@ def _loss(runs: list[Run], eff: dict) -> float:
 def fit_gpu(runs: list[Run], gpu_key: str, sweeps: int = 4) -> dict[str, float]:
     """Fitted values of FITTED for one GPU (coordinate descent, shrinking multiplicative steps)."""
     base = efficiency(gpu_key)
-    params = {k: base[k] for k in FITTED if k in base} | {"a2a_scale": 1.0}
+    params = {"compute_scale": 1.0, "a2a_scale": 1.0, "host_us_per_layer": base["host_us_per_layer"]}
     step = 1.5
     for _ in range(sweeps):
         for key in FITTED:

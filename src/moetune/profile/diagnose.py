@@ -102,7 +102,7 @@ def _measure(traces: list[RankTrace], log: TrainingLog | None, gpu_memory_bytes:
 
 
 def diagnose(
-    traces: Sequence[str | Path] = (),
+    traces: Sequence[str | Path] | str | Path = (),
     log: str | Path | TrainingLog | None = None,
     config: dict[str, Any] | None = None,
     gpu_memory_bytes: float | None = None,
@@ -113,7 +113,7 @@ def diagnose(
     lets config facts (e.g. full recompute) count as evidence. ``gpu_memory_bytes`` overrides the
     capacity read from the trace's deviceProperties.
     """
-    paths = expand_paths(list(traces))
+    paths = expand_paths([traces] if isinstance(traces, (str, Path)) else list(traces))
     if not paths and log is None:
         raise MoetuneError("diagnose: give at least one trace (file or directory) or --log FILE")
     loaded = [read_trace(p) for p in paths]

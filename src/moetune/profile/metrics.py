@@ -169,4 +169,5 @@ def rank_metrics(trace: RankTrace, rank: int, floor: dict[tuple, float]) -> Rank
     gaps = idle_gaps(trace, lo, hi)
     buckets = _assign(trace.ops, windows)
     steps = [_step(w, b, gaps, floor) for w, b in zip(windows, buckets)]
-    return RankMetrics(rank=rank, trace=trace, steps=steps, mean=mean_steps(steady(steps)), notes=notes)
+    return RankMetrics(rank=rank, trace=trace, steps=steps, mean=mean_steps(steady(steps)),
+                       notes=trace.notes + notes)

@@ -4,10 +4,11 @@ Why not Holistic Trace Analysis (HTA) as the reader: HTA (hta.trace_analysis.Tra
 whole trace into a pandas DataFrame per rank (memory several times the file size, and pandas,
 plotly and psutil as dependencies), its kernel typing has three classes (a ``^nccl.*Kernel`` regex,
 Memcpy/Memset, everything else) so DeepEP/HybridEP and the per-collective split are invisible to it,
-and it needs a directory whose file names carry ranks. Its definitions are good and we keep them:
-GPU ops belong to the ProfilerStep that launched them (hta/common/trace.py add_iteration), and a
-gap is host-bound when the next kernel's launch call started after the GPU went idle
-(hta/analyzers/breakdown_analysis.py, IdleTimeType.HOST_WAIT). tests/profile/test_hta_crosscheck.py
+and it needs a directory whose file names carry ranks. We keep its host-wait test (a gap is
+host-bound when the next kernel's launch call started after the GPU went idle;
+hta/analyzers/breakdown_analysis.py, IdleTimeType.HOST_WAIT). We do not keep its iteration rule (an op
+belongs to the step that launched it, hta/common/trace.py add_iteration): we cut the GPU timeline at
+ProfilerStep boundaries so that busy + idle = step time. tests/profile/test_hta_crosscheck.py
 compares our figures with HTA's where HTA is installed.
 
 Reading: ``ijson`` (yajl2 C backend) streams ``traceEvents`` one event at a time, so a 100 MB
@@ -25,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.profile.collectives import attribute
 from moetune.profile.kernels import classify
 
 try:  # optional: the C-backed streaming parser
@@ -43,6 +45,7 @@ _HEADER_KEYS = ("deviceProperties", "distributedInfo")
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
              "gpu_memset": "gpu_memset", "memset": "gpu_memset"}
 _LAUNCH_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
+_COLLECTIVE_OP = re.compile(r"^(?:c10d::|nccl:)_*([a-z_]+?)_*$")  # c10d::alltoall_base_, nccl:all_to_all
 # Message-size fields PyTorch's record_param_comms attaches to NCCL kernels; they make a collective's
 # signature, so a slow instance can be compared with the fastest instance of the same transfer.
 _SIG_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
@@ -93,6 +96,8 @@ class _Sink:
         self.peak_reserved: float | None = None
         self.events = 0
         self.origin: int | None = None
+        self.launch_tid: dict[int, object] = {}  # correlation -> CPU thread of the launch call
+        self.collective_ops: list[tuple[object, float, float, str]] = []  # (tid, start, end, collective)
 
     def _t(self, ts) -> float:
         """Microseconds since the first event. Numbers arrive as exact Decimals: an epoch timestamp
@@ -123,11 +128,16 @@ class _Sink:
             corr = args.get("correlation")
             if corr is not None:
                 self.launches[int(corr)] = self._t(e["ts"])
+                self.launch_tid[int(corr)] = e.get("tid")
         elif cat != "gpu_user_annotation":
-            m = _STEP_RE.match(str(e.get("name", "")))
-            if m:
+            name = str(e.get("name", ""))
+            if m := _STEP_RE.match(name):
                 start = self._t(e["ts"])
                 self.steps.append(Step(name=m.group(0), start=start, end=start + float(e.get("dur", 0))))
+            elif m := _COLLECTIVE_OP.match(name) or (name == "record_param_comms" and args.get("Collective name")):
+                start = self._t(e["ts"])
+                what = m.group(1) if isinstance(m, re.Match) else str(args["Collective name"])
+                self.collective_ops.append((e.get("tid"), start, start + float(e.get("dur", 0)), what))
 
     def _gpu(self, e: dict, cat: str, args: dict) -> None:
         name = str(e.get("name", ""))
@@ -244,6 +254,7 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     if not sink.ops:
         raise _fail(path, "has no GPU kernels or memcpys (a CPU-only profile); record with "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+    named = attribute(sink.ops, sink.launches, sink.launch_tid, sink.collective_ops)
     sink.ops.sort(key=lambda op: op.start)
     sink.steps.sort(key=lambda s: s.start)
     dist = header.get("distributedInfo") or {}
@@ -261,6 +272,7 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
         device_name=props.get("name"), device_memory_bytes=int(mem) if mem else None,
         compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
         peak_reserved_bytes=sink.peak_reserved, origin_us=sink.origin or 0,
+        notes=[f"{named} NCCL kernel(s) named by the c10d operator that launched them"] if named else [],
     )
 
 

@@ -11,6 +11,8 @@ Recompute modules follow Megatron's ``recompute_modules`` names (transformer_con
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from moetune.specs.model import LayerKind, ModelSpec
 
 BF16 = 2
@@ -41,7 +43,14 @@ class ActivationContext:
     @property
     def sp_div(self) -> int:
         """Divisor of tensors that sequence parallelism shards (norms, dropouts, residuals)."""
+        if isinstance(self.sequence_parallel, np.ndarray):  # the planner evaluates many layouts at once
+            return np.where(self.sequence_parallel, self.tp, 1)
         return self.tp if self.sequence_parallel else 1
+
+
+def whole(x):
+    """Round to whole bytes/tokens; numpy arrays (the planner's batched layouts) stay arrays."""
+    return np.rint(x).astype(np.int64) if isinstance(x, np.ndarray) else round(x)
 
 
 def _attention_core(spec: ModelSpec, ctx: ActivationContext, q_dim: int, k_dim: int, v_dim: int) -> dict:
@@ -81,15 +90,17 @@ def _mla(spec: ModelSpec, ctx: ActivationContext) -> dict:
 
 
 def _linear_mixer(spec: ModelSpec, ctx: ActivationContext) -> dict:
-    """Gated delta-net / Mamba-2: projection outputs, conv outputs and gated-norm inputs, all split
-    over TP by heads (an estimate: chunked-scan kernels keep O(s) state, no s^2 term)."""
+    """Gated delta-net / Mamba-2 (HF Qwen3NextGatedDeltaNet, NemotronHMamba2Mixer): the input projection's
+    output, the causal conv's output and the scan's output (input of the gated norm and out_proj), all split
+    over TP by heads. Chunked-scan kernels recompute their intra-chunk state, so no s^2 or state-size term."""
     if spec.gdn:
         g = spec.gdn
-        width = 2 * (2 * g.num_key_heads * g.key_head_dim + 2 * g.num_value_heads * g.value_head_dim)
+        key, value = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
+        width = (2 * key + 2 * value + 2 * g.num_value_heads) + (2 * key + value) + value
     else:
         m = spec.mamba
-        d_in = m.num_heads * m.head_dim
-        width = 2 * (2 * d_in + 2 * m.n_groups * m.state_size) + d_in
+        d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
+        width = (2 * d_in + bc + m.num_heads) + (d_in + bc) + d_in
     return {"linear_mixer": BF16 * ctx.tokens * width // ctx.tp}
 
 
@@ -111,7 +122,7 @@ def _moe(spec: ModelSpec, ctx: ActivationContext) -> dict:
         return {}
     h, e = spec.hidden_size, spec.num_moe_experts
     local = ctx.tokens // ctx.sp_div
-    routed = round(local * spec.moe_router_topk * ctx.etp * ctx.token_imbalance)
+    routed = whole(local * spec.moe_router_topk * ctx.etp * ctx.token_imbalance)
     items = {
         "router_logits": 2 * FP32 * local * e,  # logits and scores in FP32 (router kept in FP32)
         "expert_input": BF16 * routed * h,  # permuted tokens, saved for fc1 weight grads

@@ -10,6 +10,8 @@ Activations: activations.py per layer, times the micro-batches in flight on that
 
 import tomllib
 from dataclasses import dataclass
+
+import numpy as np
 from functools import cache
 from importlib import resources
 
@@ -20,7 +22,7 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GIB, GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.activations import (
-    FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items,
+    FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items, whole,
 )
 from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_params
 
@@ -50,12 +52,12 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
     params = p.dense + p.expert
     items = {"weights": 2 * params, "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
     if knobs.fp8:
-        items["fp8_weight_cache"] = round(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
+        items["fp8_weight_cache"] = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
     per_param = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
     dense_shard = layout.dp * layout.cp if knobs.distributed_optimizer else 1
     expert_shard = layout.edp if knobs.distributed_optimizer else 1
     optimizer = per_param * (-(-p.dense // dense_shard) + -(-p.expert // expert_shard))
-    items["optimizer_states"] = round(optimizer * (1 - knobs.optimizer_offload_fraction))
+    items["optimizer_states"] = whole(optimizer * (1 - knobs.optimizer_offload_fraction))
     return items
 
 
@@ -63,10 +65,11 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
     1F1B: PP - p (warm-up + 1). Interleaved: Megatron's warm-up of 2(PP-p-1) + (VPP-1)PP chunks + 1,
     each chunk 1/VPP of the stage (schedules.py get_pp_warmup...; Korthikanti Sec. 4.2.3)."""
-    if layout.vpp == 1:
-        return float(min(layout.pp - stage, microbatches))
+    one_f_one_b = np.minimum(layout.pp - stage, microbatches)
     chunks = 2 * (layout.pp - stage - 1) + (layout.vpp - 1) * layout.pp + 1
-    return min(chunks, microbatches * layout.vpp) / layout.vpp
+    interleaved = np.minimum(chunks, microbatches * layout.vpp) / layout.vpp
+    out = np.where(layout.vpp == 1, one_f_one_b, interleaved)
+    return out if isinstance(out, np.ndarray) and out.ndim else float(out)
 
 
 def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> ActivationContext:

@@ -5,10 +5,11 @@ expert mesh's EDP ranks; the distributed optimizer shards each over that group (
 """
 
 from dataclasses import dataclass
+from functools import cache
 
 from moetune.layout.layout import Layout
-from moetune.layout.pipeline import Chunk, pipeline_chunks
-from moetune.specs.model import ModelSpec
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.params import (
     LayerSpec, Tensor, embedding_tensors, final_norm_tensors, layer_tensors, mtp_tensors, output_tensors,
 )
@@ -39,36 +40,96 @@ class StageParams:
         return self.dense + self.expert
 
 
-def _divisor(t: Tensor, layout: Layout) -> int:
+def _divisor(shard: str, layout: Layout):
     return {"tp": layout.tp, "rep": 1, "vocab": layout.tp, "expert": layout.ep * layout.etp,
-            "expert_rep": layout.ep}[t.shard]
+            "expert_rep": layout.ep}[shard]
 
 
-def chunk_tensors(spec: ModelSpec, chunk: Chunk, *, vocab: int, tied_copy: bool, layer_spec: LayerSpec) -> list[Tensor]:
-    """Parameters of one virtual chunk. A chunk holding MTP layers also holds an embedding (MTP embeds the
-    shifted tokens; gpt_model.py builds `embedding` when pre_process or mtp_process)."""
-    out: list[Tensor] = embedding_tensors(spec, vocab) if chunk.embedding or chunk.mtp_layers else []
-    for layer in chunk.layers:
-        out += layer_tensors(spec, spec.layers[layer], layer_spec)
-    if spec.num_layers - 1 in chunk.layers:
-        out += final_norm_tensors(spec)
-    for _ in range(chunk.mtp_layers):
-        out += mtp_tensors(spec, layer_spec)
-    if chunk.loss:
-        out += output_tensors(spec, vocab, tied_copy=tied_copy)
-    return [t for t in out if t.megatron]
+ShardSums = dict[tuple[str, bool], int]  # (shard, is_expert) -> elements
 
 
-def per_rank(tensors: list[Tensor], layout: Layout) -> tuple[int, int]:
-    """(dense, expert) elements held by one rank; shards divide exactly once the layout is validated."""
-    dense = expert = 0
+def shard_sums(tensors: list[Tensor]) -> ShardSums:
+    out: ShardSums = {}
     for t in tensors:
-        share = t.numel // _divisor(t, layout)
-        if t.expert:
-            expert += share
+        if t.megatron:
+            out[(t.shard, t.expert)] = out.get((t.shard, t.expert), 0) + t.numel
+    return out
+
+
+@cache
+def kind_sums(spec: ModelSpec, kind: LayerKind, layer_spec: LayerSpec) -> ShardSums:
+    """Elements of one decoder layer of this kind, grouped by how they shard (cached per model)."""
+    return shard_sums(layer_tensors(spec, kind, layer_spec))
+
+
+@cache
+def _piece_sums(spec: ModelSpec, vocab: int, piece: str, tied_copy: bool, layer_spec: LayerSpec) -> ShardSums:
+    tensors = {"embedding": lambda: embedding_tensors(spec, vocab), "final_norm": lambda: final_norm_tensors(spec),
+               "mtp": lambda: mtp_tensors(spec, layer_spec),
+               "output": lambda: output_tensors(spec, vocab, tied_copy=tied_copy)}[piece]()
+    return shard_sums(tensors)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class StageStructure:
+    """What one rank of a pipeline stage holds, independent of TP/EP sizes: layers by kind and the
+    other modules. A chunk holding MTP layers also holds an embedding (MTP embeds the shifted tokens;
+    gpt_model.py builds `embedding` when pre_process or mtp_process); the decoder's final norm sits with
+    the last decoder layer (transformer_block.py)."""
+
+    stage: int
+    kind_counts: tuple[tuple[LayerKind, int], ...]
+    embeddings: int
+    final_norms: int
+    mtp_layers: int
+    outputs: int
+    layers: tuple[int, ...]
+
+
+def stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool = True) -> list[StageStructure]:
+    grid = pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers if include_mtp else 0)
+    out = []
+    for stage, chunks in enumerate(grid):
+        layers = tuple(i for c in chunks for i in c.layers)
+        counts: dict[LayerKind, int] = {}
+        for i in layers:
+            counts[spec.layers[i]] = counts.get(spec.layers[i], 0) + 1
+        out.append(StageStructure(
+            stage=stage, kind_counts=tuple(counts.items()), layers=layers,
+            embeddings=sum(bool(c.embedding or c.mtp_layers) for c in chunks),
+            final_norms=int(spec.num_layers - 1 in layers), mtp_layers=sum(c.mtp_layers for c in chunks),
+            outputs=sum(c.loss for c in chunks),
+        ))
+    return out
+
+
+def structure_sums(spec: ModelSpec, st: StageStructure, *, vocab: int, tied_copy: bool,
+                   layer_spec: LayerSpec) -> ShardSums:
+    """Elements of a stage by shard (TP/EP-independent)."""
+    parts: list[tuple[ShardSums, int]] = [(kind_sums(spec, k, layer_spec), n) for k, n in st.kind_counts]
+    pieces = (("embedding", st.embeddings), ("final_norm", st.final_norms), ("mtp", st.mtp_layers),
+              ("output", st.outputs))
+    parts += [(_piece_sums(spec, vocab, name, tied_copy, layer_spec), n) for name, n in pieces if n]
+    out: ShardSums = {}
+    for sums, times in parts:
+        for key, numel in sums.items():
+            out[key] = out.get(key, 0) + numel * times
+    return out
+
+
+def per_rank(sums: ShardSums, layout: Layout) -> tuple[int, int, int]:
+    """(dense, expert, vocab) elements held by one rank; shards divide exactly once the layout is validated.
+    Divisors may be numpy arrays (the planner's batched layouts)."""
+    dense = expert = vocab = 0
+    for (shard, is_expert), numel in sums.items():
+        share = numel // _divisor(shard, layout)
+        if is_expert:
+            expert = expert + share
         else:
-            dense += share
-    return dense, expert
+            dense = dense + share
+        if shard == "vocab":
+            vocab = vocab + share
+    return dense, expert, vocab
 
 
 def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te",
@@ -76,16 +137,10 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     """One entry per pipeline stage, for one rank of that stage (all its virtual chunks together)."""
     vocab = padded_vocab_size(spec.vocab_size, layout.tp)
     tied_copy = not spec.untie_embeddings_and_output_weights and layout.pp > 1
-    grid = pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers if include_mtp else 0)
     result = []
-    for stage, chunks in enumerate(grid):
-        tensors = [t for c in chunks for t in chunk_tensors(spec, c, vocab=vocab, tied_copy=tied_copy,
-                                                            layer_spec=layer_spec)]
-        dense, expert = per_rank(tensors, layout)
-        vocab_share = per_rank([t for t in tensors if t.shard == "vocab"], layout)[0]
-        result.append(StageParams(
-            stage=stage, dense=dense, expert=expert, vocab=vocab_share,
-            layers=tuple(i for c in chunks for i in c.layers), mtp_layers=sum(c.mtp_layers for c in chunks),
-            embedding=any(c.embedding for c in chunks), loss=any(c.loss for c in chunks),
-        ))
+    for st in stage_structures(spec, layout, include_mtp):
+        sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
+        dense, expert, vocab_share = per_rank(sums, layout)
+        result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
+                                  mtp_layers=st.mtp_layers, embedding=st.embeddings > 0, loss=st.outputs > 0))
     return result

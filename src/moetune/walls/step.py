@@ -55,7 +55,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
     cp = 0.0
-    if kind.mixer in ("gqa", "mla") and lay.cp > 1:
+    if kind.mixer in ("gqa", "mla"):
         kv_width = (spec.num_query_groups * spec.kv_channels if kind.mixer == "gqa"
                     else spec.num_attention_heads * (spec.mla.qk_head_dim + spec.mla.v_head_dim))
         cp = 3 * cp_kv_seconds(ctx.tokens, kv_width, lay.cp, lay.tp, gpu, eff)
@@ -70,9 +70,11 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
 
 
 def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
-               r: Rates) -> LayerTime:
-    compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
-                                    modules=knobs.effective_modules, eff=eff)
+               r: Rates, compute: dict | None = None) -> LayerTime:
+    """`compute` may be passed in when already known (the planner reuses it across communication knobs)."""
+    if compute is None:
+        compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
+                                        modules=knobs.effective_modules, eff=eff)
     total = sum(compute.values())
     attn = compute["core_attn"] / (1 + 2.5)
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, total, attn)
@@ -108,7 +110,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
         compute["logits"] = heads * 3 * logits_flops(spec, ctx.tokens, tp=lay.tp) / lay.tp / r.gemm
         p2p = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
         comm["pp_p2p"] = 2 * p2p / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) * eff["p2p_exposed"] * (lay.pp > 1)
-        raw["pp_p2p"] = comm["pp_p2p"] / eff["p2p_exposed"] if lay.pp > 1 else 0.0
+        raw["pp_p2p"] = comm["pp_p2p"] / eff["p2p_exposed"]
         out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
     return out

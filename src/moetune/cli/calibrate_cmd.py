@@ -1,0 +1,62 @@
+"""``moetune calibrate``: fit the efficiency constants to the published measured runs."""
+
+import click
+
+from moetune.cli.output import console, emit_json, table
+from moetune.errors import MoetuneError
+from moetune.layout.validate import validate
+from moetune.planner.calibrate import COMPUTE_KEYS, calibrate, with_params
+from moetune.planner.runs import load_runs
+from moetune.walls.efficiency import efficiency
+
+
+def _usable_runs():
+    runs = []
+    for run in load_runs():
+        try:
+            validate(run.model, run.layout, run.workload)
+        except MoetuneError:
+            continue
+        runs.append(run)
+    return runs
+
+
+def fitted_toml(fitted: dict) -> str:
+    lines = ["# Written by `moetune calibrate`; pass it with --efficiency."]
+    for gpu, params in fitted.items():
+        eff = with_params(efficiency(gpu), params)
+        lines.append(f"\n[{gpu}]")
+        for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "host_us_per_layer"):
+            lines.append(f"{key} = {eff[key]:.4g}")
+    return "\n".join(lines) + "\n"
+
+
+@click.command(name="calibrate")
+@click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the fitted constants to this TOML file.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(write_path: str | None, as_json: bool) -> None:
+    """Fit compute / all-to-all / host constants per GPU on half the published runs; report both halves."""
+    fitted, on_fit, held = calibrate(_usable_runs())
+    if write_path:
+        with open(write_path, "w") as fh:
+            fh.write(fitted_toml(fitted))
+    rows = [{"run_id": p.run.run_id, "subset": subset, "model": p.run.model.name, "gpu": p.run.gpu.key,
+             "gpus": p.run.layout.world_size, "measured": p.run.tokens_per_s_per_gpu, "predicted": p.predicted,
+             "error": p.error} for subset, preds in (("fit", on_fit), ("held-out", held)) for p in preds]
+    if as_json:
+        emit_json({"fitted": fitted, "runs": rows})
+        return
+    out = console()
+    out.print(table("Fitted per GPU", ["gpu", "compute x", "all-to-all x", "host us/layer"],
+                    [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}"]
+                     for g, p in fitted.items()]))
+    out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",
+                                                            "predicted", "error"],
+                    [[r["run_id"], r["subset"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",
+                      f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%"] for r in rows], justify_right_from=4))
+    for subset in ("fit", "held-out"):
+        errs = sorted(abs(r["error"]) for r in rows if r["subset"] == subset)
+        if errs:
+            within = sum(e <= 0.15 for e in errs)
+            out.print(f"{subset}: median |error| {100 * errs[len(errs) // 2]:.1f}%, {within}/{len(errs)} within 15%")

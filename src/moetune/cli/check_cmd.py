@@ -1,0 +1,104 @@
+"""``moetune check CONFIG...``: lint a Megatron Bridge / Megatron-LM config against the seeds' rules.
+
+Exit codes: 0 no errors, 1 errors found (RuleErrors), 2 input unreadable (one ``error:`` line, MoetuneError).
+"""
+
+from __future__ import annotations
+
+import click
+
+from rich.markup import escape
+from rich.table import Table
+
+from moetune.cli.output import console, emit_json
+from moetune.configio import load_config
+from moetune.emit.values import hydra
+from moetune.errors import MoetuneError
+from moetune.rules import evaluate
+from moetune.rules.table import CONTEXTS
+
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+class RuleErrors(click.ClickException):
+    """Exit code 1: the config has rule errors (main() prints `error: <message>` and returns 1).
+
+    Raised instead of ctx.exit(1): with standalone_mode=False click returns ctx.exit's code from cli.main()
+    rather than raising it, and main() does not pass that value on.
+    """
+
+    exit_code = 1
+
+
+def config_options(func):
+    """Inputs shared by check and emit (see moetune.configio.load)."""
+    for opt in reversed([
+        click.argument("configs", nargs=-1),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Dotted override, e.g. model.expert_model_parallel_size=8 (repeatable)."),
+        click.option("--mlm-args", default=None, help='Megatron-LM arguments, e.g. "--tensor-model-parallel-size 2 ...".'),
+        click.option("--format", "fmt", type=click.Choice(["yaml", "json", "overrides", "mlm"]), default=None,
+                     help="Force the format of CONFIG files (default: from the extension and content)."),
+        click.option("--gpu", default=None, help="GPU (h100, gb200, ...) or a cluster .toml: cluster.gpu."),
+        click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in the job: cluster.num_gpus."),
+    ]):
+        func = opt(func)
+    return func
+
+
+def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus) -> dict:
+    if not (configs or sets or mlm_args):
+        raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
+    return load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt)
+
+
+def check_findings(config: dict, context: str = "check", mcore: bool = True) -> list:
+    findings = evaluate(config, context=context)
+    if mcore:
+        from moetune.rules.mcore import mcore_findings
+
+        findings = mcore_findings(config) + findings
+    return sorted(findings, key=lambda f: _ORDER[f.severity])
+
+
+def _fix_text(fix: dict) -> str:
+    return " ".join(f"{k}={hydra(v)}" for k, v in fix.items())
+
+
+def findings_table(findings: list) -> Table:
+    """Severity, rule id, and the message with its fix and seed source underneath."""
+    t = Table(title="moetune check", title_justify="left", show_lines=True)
+    t.add_column("severity", no_wrap=True)
+    t.add_column("rule", no_wrap=True)
+    t.add_column("finding", overflow="fold")
+    for f in findings:
+        text = escape(f.message)
+        if f.fix:
+            text += f"\n[green]fix:[/] {escape(_fix_text(f.fix))}"
+        text += f"\n[dim]source: {escape(f.source)}[/]"
+        t.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.rule, text)
+    return t
+
+
+@click.command(name="check")
+@config_options
+@click.option("--context", type=click.Choice(CONTEXTS), default="check", show_default=True,
+              help="Which rules apply: a user's config (check), a planned one (explain), a measured run (diagnose).")
+@click.option("--no-mcore", is_flag=True, help="Skip Megatron-Core's own TransformerConfig validation.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, as_json) -> None:
+    """Check CONFIG (Bridge YAML, dotted overrides or Megatron-LM args) against the seeds' rules."""
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
+    findings = check_findings(config, context, mcore=not no_mcore)
+    errors = sum(f.severity == "error" for f in findings)
+    if as_json:
+        emit_json({"findings": [f.as_dict() for f in findings], "config": config})
+    else:
+        out = console()
+        out.print(findings_table(findings))
+        counts = {s: sum(f.severity == s for f in findings) for s in _ORDER}
+        out.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
+                  f"{len(config)} config keys read")
+    if errors:
+        raise RuleErrors(f"{errors} rule error(s) in the config")

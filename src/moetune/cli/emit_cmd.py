@@ -1,0 +1,59 @@
+"""``moetune emit INPUT...``: write what Megatron Bridge / Megatron-LM take for a planned config.
+
+INPUT is a plan/estimate JSON (``{"config": {...}}``), a Bridge YAML, dotted overrides or Megatron-LM
+arguments, read exactly like ``moetune check``. Refuses (exit 1) when the config has rule errors,
+unless --allow-errors.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import click
+
+from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, read_inputs
+from moetune.cli.output import console, emit_json, table
+from moetune.emit import emit_all
+from moetune.errors import MoetuneError
+
+
+def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise MoetuneError(f"--out {out_dir}: cannot create the directory ({err.strerror})") from None
+    written = []
+    for name, text in files.items():
+        path = out_dir / name
+        path.write_text(text)
+        if name.endswith(".sh"):
+            path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        written.append(path)
+    return written
+
+
+@click.command(name="emit")
+@config_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Directory to write the files to (default: print them).")
+@click.option("--allow-errors", is_flag=True, help="Emit even when `moetune check` finds errors.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: {files, config, findings}.")
+def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, as_json) -> None:
+    """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
+    errors = [f for f in check_findings(config, mcore=False) if f.severity == "error"]
+    if errors and not allow_errors:
+        listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
+        raise RuleErrors(f"the config has {len(errors)} rule error(s) ({listed}); fix them or pass --allow-errors")
+    files = emit_all(config)
+    written = _write(files, Path(out_dir)) if out_dir else []
+    if as_json:
+        emit_json({"files": files if not out_dir else {p.name: str(p) for p in written}, "config": config,
+                   "findings": [f.as_dict() for f in errors]})
+    elif out_dir:
+        console().print(table(f"moetune emit -> {out_dir}", ["file", "lines"],
+                              [[str(p), files[p.name].count("\n")] for p in written]))
+    else:
+        for name, text in files.items():
+            click.echo(f"==> {name} <==\n{text}")

@@ -1,0 +1,108 @@
+"""``moetune plan``: the fastest folded layouts and knob sets that fit, ranked."""
+
+import sys
+
+import click
+from rich.progress import Progress
+
+from moetune.cli.output import console, emit_json, table
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import parse_modules
+from moetune.layout.validate import Workload
+from moetune.planner.enumerate import knob_grid
+from moetune.planner.defaults import platform_defaults
+from moetune.planner.search import PlanResult, plan
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.efficiency import load_efficiency_file
+
+INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
+BOOL_KEYS = ("ep_overlap", "main_grads_fp32")
+
+
+def parse_fix(items: tuple[str, ...]) -> dict:
+    """--fix key=value pairs: layout sizes, mbs, precision, dispatcher, recompute, cuda_graph_scope, ..."""
+    fixed: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise MoetuneError(f"--fix {item!r}: expected key=value, e.g. --fix ep=64")
+        if key in INT_KEYS:
+            if not value.isdigit() or int(value) < 1:
+                raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
+            fixed[key] = int(value)
+        elif key in BOOL_KEYS:
+            if value.lower() not in ("true", "false"):
+                raise MoetuneError(f"--fix {key}={value}: expected true or false")
+            fixed[key] = [value.lower() == "true"] if key == "ep_overlap" else value.lower() == "true"
+        elif key in ("precision", "dispatcher"):
+            fixed[key] = [value]
+        elif key == "cuda_graph_scope":
+            fixed[key] = [tuple(s for s in value.replace(",", " ").split() if s != "none")]
+        elif key == "optimizer_offload_fraction":
+            fixed[key] = [float(value)]
+        elif key == "recompute":
+            if value not in ("none", "selective", "full"):
+                raise MoetuneError(f"--fix recompute={value}: expected none, selective or full")
+            fixed[key] = value
+        elif key == "recompute_modules":
+            fixed["recompute_modules"] = parse_modules(value)
+        else:
+            raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
+                               "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction")
+    return fixed
+
+
+@click.command(name="plan")
+@click.argument("model")
+@click.option("--gpu", required=True, help="Catalog GPU or cluster .toml file.")
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="World size.")
+@click.option("--seq", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size.")
+@click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True)
+@click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
+@click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless", show_default=True)
+@click.option("--efficiency", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, as_json) -> None:
+    """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
+    spec, gpu_spec, fixed = load_model(model), load_gpu(gpu), parse_fix(fix)
+    wl = Workload(seq_length=seq, global_batch_size=gbs)
+    eff = load_efficiency_file(efficiency)
+    show = not as_json and sys.stderr.isatty()
+    total = len(knob_grid(spec, gpu_spec, platform_defaults(gpu_spec), fixed, routing))
+    with Progress(console=console(), transient=True, disable=not show) as bar:
+        task = bar.add_task("evaluating knob sets", total=total)
+        result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
+                      progress=lambda: bar.advance(task))
+    if as_json:
+        emit_json(plan_json(result))
+    else:
+        print_plan(result)
+
+
+def plan_json(result: PlanResult) -> dict:
+    return {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
+            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
+            "results": [r.to_json() for r in result.results]}
+
+
+def print_plan(result: PlanResult) -> None:
+    out = console()
+    out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
+              f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit")
+    if not result.results:
+        out.print("[red]nothing fits[/red]: add GPUs, shorten the sequence or lower the global batch")
+        return
+    rows = []
+    for rank, r in enumerate(result.results, 1):
+        k, t = r.knobs, r.time
+        rows.append([rank, r.layout.describe(), r.workload.micro_batch_size, k.precision, k.dispatcher,
+                     k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else ""),
+                     ",".join(k.cuda_graph_scope) or "-", "on" if k.ep_overlap else "off",
+                     f"{k.optimizer_offload_fraction:g}", f"{t['tokens_per_s_per_gpu']:,.0f}",
+                     f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])
+    out.print(table("Fastest configurations that fit", ["#", "layout", "mbs", "precision", "dispatcher", "recompute",
+                                                         "cuda graphs", "EP overlap", "offload", "tok/s/GPU",
+                                                         "TFLOP/s/GPU", "peak GiB", "dominant wall"], rows,
+                    justify_right_from=9))

@@ -1,0 +1,114 @@
+"""Every legal folded layout for a world size, and the knob sets the planner crosses them with.
+
+Layouts: TP and ETP powers of two that divide heads / groups / FFN widths and stay inside the NVLink
+domain (seeds/000 Phase 2: "keep the hot communication path inside the fast interconnect"); CP powers
+of two up to seq/1024; PP any divisor of the world; VPP where the layers allow; EP any divisor of
+the expert count. Layers that do not split evenly get Megatron's uneven first/last stages or
+account_for_embedding/loss (whichever Megatron accepts first). Illegal ones are dropped silently here
+(the user did not ask for them); `validate` explains any layout a user names.
+"""
+
+from itertools import product
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload, validate
+from moetune.specs.hardware import GpuSpec
+from moetune.specs.model import ModelSpec
+
+VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+MBS_CHOICES = (1, 2, 4, 8)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pow2(limit: int) -> list[int]:
+    return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
+
+
+def _pipeline_variants(num_layers: int, pp: int, vpp: int) -> list[dict]:
+    """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends."""
+    chunks = pp * vpp
+    if num_layers % chunks == 0:
+        return [{}]
+    if (num_layers + 2) % chunks == 0:
+        return [{"account_for_embedding": True, "account_for_loss": True}]
+    if pp < 3:
+        return []
+    per_chunk = -(-num_layers // chunks)
+    middle = (pp - 2) * vpp * per_chunk
+    rest = num_layers - middle
+    for first in range(vpp, vpp * per_chunk + 1, vpp):
+        last = rest - first
+        if 0 < last <= vpp * per_chunk and last % vpp == 0:
+            return [{"first_stage_layers": first, "last_stage_layers": last}]
+    return []
+
+
+def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict) -> list[Layout]:
+    """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp)."""
+    domain = min(gpu.nvlink_domain, world)
+    choice = lambda name, values: [fixed[name]] if name in fixed else values  # noqa: E731
+    tps = choice("tp", _pow2(min(domain, 8)))
+    cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
+    pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
+    vpps = choice("vpp", list(VPP_CHOICES))
+    eps = choice("ep", [e for e in _divisors(spec.num_moe_experts or 1) if world % e == 0])
+    etps = choice("etp", _pow2(min(domain, 8)))
+    out = []
+    for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
+        if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
+            continue
+        for extra in _pipeline_variants(spec.num_layers, pp, vpp):
+            try:
+                lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
+                validate(spec, lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
+                                             global_batch_size=wl.global_batch_size))
+            except MoetuneError:
+                continue
+            out.append(lay)
+    return out
+
+
+def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:
+    """none, the useful selective sets for this model (seeds/000 Phase 1: selective before full), full."""
+    moe = spec.num_moe_layers > 0
+    sets = [frozenset({"moe_act"}) if moe else frozenset({"mlp"}),
+            frozenset({"layernorm", "moe_act"}) if moe else frozenset({"layernorm", "mlp"})]
+    if spec.mla:
+        sets.append(frozenset({"mla_up_proj", "moe_act", "layernorm"}))
+    if spec.moe_shared_expert_intermediate_size:
+        sets.append(frozenset({"shared_experts", "moe_act", "layernorm"}))
+    if spec.num_dense_layers and moe:
+        sets.append(frozenset({"mlp", "moe_act", "layernorm"}))
+    if moe:
+        sets.append(frozenset({"moe", "layernorm"}))
+    return [("none", frozenset())] + [("selective", s) for s in sets] + [("full", frozenset())]
+
+
+def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
+    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap x optimizer offload."""
+    precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
+    dispatchers = fixed.get("dispatcher", ["alltoall", "deepep", "hybridep"] if gpu.nvlink_domain > 8
+                            else ["alltoall", "deepep"])
+    scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"])] +
+                       ([("full_iteration",)] if routing == "force-balance" else []))
+    overlaps = fixed.get("ep_overlap", [False, True])
+    offloads = fixed.get("optimizer_offload_fraction", [0.0, 1.0])
+    recomputes = recompute_sets(spec)
+    if "recompute_modules" in fixed:
+        recomputes = [("selective", fixed["recompute_modules"])]
+    elif "recompute" in fixed:
+        recomputes = [r for r in recomputes if r[0] == fixed["recompute"]]
+    grid = []
+    for prec, disp, (rc, mods), scope, ov, off in product(precisions, dispatchers, recomputes, scopes, overlaps,
+                                                          offloads):
+        if ov and rc == "full":
+            continue  # seeds/003: full recompute is not a companion for the EP-overlap path
+        grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
+                          cuda_graph_scope=scope, ep_overlap=ov, routing=routing, optimizer_offload_fraction=off,
+                          main_grads_fp32=fixed.get("main_grads_fp32", True)))
+    return grid

@@ -1,0 +1,47 @@
+"""Bad input gets one clear `error:` line and exit code 2 from `moetune check` (and `emit`)."""
+
+import pytest
+
+from moetune.cli.main import main
+
+YAML_SYNTAX = "model:\n  tensor_model_parallel_size: 2\n   expert_model_parallel_size: 8\n"
+
+
+def run(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(("files", "args", "needle"), [
+    ({"c.yaml": "model:\n  expert_model_paralel_size: 8\n"}, [], "did you mean model.expert_model_parallel_size"),
+    ({"c.yaml": "modle:\n  tensor_model_parallel_size: 2\n"}, [], "unknown config section 'modle'"),
+    ({"c.yaml": "model:\n  tensor_model_parallel_size: two\n"}, [], "expects an integer"),
+    ({"c.yaml": "model:\n  moe_token_dispatcher_type: deepep\n"}, [], "must be one of allgather, alltoall, flex"),
+    ({"c.yaml": YAML_SYNTAX}, [], "YAML syntax error at line 3"),
+    ({"c.yaml": "- a\n- b\n"}, [], "expected a Megatron Bridge config"),
+    ({"c.yaml": "mixed_precision: bf17_mixed\n"}, [], "unknown mixed_precision recipe"),
+    ({"c.json": "{\"config\": {\"model.tensor_model_parallel_size\": 2,}}"}, [], "JSON syntax error"),
+    ({"c.txt": "this is prose, not a config\n"}, [], "cannot tell the format"),
+    ({}, ["--set", "model.tensor_model_parallel_size=2", "--set", "model.tensor_model_parallel_size=4"],
+     "contradictory overrides"),
+    ({}, ["--set", "cluster.gpu=gb200", "--gpu", "h100"], "contradictory overrides"),
+    ({}, ["--set", "model.overlap_moe_expert_parallel_comm=true",
+          "--set", "comm_overlap.overlap_moe_expert_parallel_comm=false"], "contradictory overrides"),
+    ({}, ["--set", "model.tensor_model_parallel_size"], "not key=value"),
+    ({}, ["--set", "model.num_moe_experts=8", "--gpu", "tpu9"], "unknown GPU"),
+    ({}, ["--mlm-args", "--no-such-flag 3"], "unknown Megatron-LM argument"),
+    ({}, ["missing.yaml"], "no such file"),
+    ({}, [], "nothing to read"),
+])
+@pytest.mark.parametrize("command", ["check", "emit"])
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, files, args, needle, command):
+    paths = []
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        paths.append(str(tmp_path / name))
+    code, out, err = run([command, *paths, *args], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert "Traceback" not in err and out == ""

@@ -1,0 +1,77 @@
+"""Megatron-LM command lines map to Bridge dotted names, the way Megatron-LM itself would run them."""
+
+from pathlib import Path
+
+import pytest
+
+from moetune.configio import load_config
+from moetune.errors import MoetuneError
+
+MIXTRAL = Path(__file__).resolve().parent / "fixtures" / "mixtral_8x7b_megatron_lm.sh"
+
+
+@pytest.fixture(scope="module")
+def mixtral():
+    return load_config([MIXTRAL], gpu="h100", gpus=32)
+
+
+def test_real_launch_script_maps_to_bridge_names(mixtral):
+    # Values as examples/mixtral/train_mixtral_8x7b_distributed.sh passes them.
+    expected = {
+        "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 4,
+        "model.expert_model_parallel_size": 8, "model.num_moe_experts": 8, "model.moe_router_topk": 2,
+        "model.moe_token_dispatcher_type": "alltoall", "model.moe_grouped_gemm": True,
+        "model.moe_aux_loss_coeff": 0.01, "model.num_query_groups": 8, "model.seq_length": 4096,
+        "ddp.overlap_grad_reduce": True, "ddp.overlap_param_gather": True, "ddp.use_distributed_optimizer": True,
+        "mixed_precision.bf16": True, "train.global_batch_size": 256, "train.micro_batch_size": 1,
+        "model.add_bias_linear": False,  # --disable-bias-linear (store_false)
+        "model.gated_linear_unit": True,  # --swiglu
+        "model.share_embeddings_and_output_weights": False,  # --untie-embeddings-and-output-weights
+        "env.CUDA_DEVICE_MAX_CONNECTIONS": 1,  # `export CUDA_DEVICE_MAX_CONNECTIONS=1` before torchrun
+    }
+    assert {k: mixtral.get(k) for k in expected} == expected
+    # Flags with no Bridge field (data, tokenizer, logging) are read and dropped, never guessed.
+    assert not any("tokenizer" in k or "data_path" in k for k in mixtral)
+
+
+def test_megatron_lm_semantics_are_kept(mixtral):
+    # validate_args turns sequence parallel off at TP=1; Megatron-LM fuses gradient accumulation by default.
+    assert mixtral["model.sequence_parallel"] is False
+    assert mixtral["model.gradient_accumulation_fusion"] is True
+
+
+def test_fp32_run_says_so():
+    config = load_config(mlm_args="--tensor-model-parallel-size 2")
+    assert config["mixed_precision.bf16"] is False and config["mixed_precision.fp16"] is False
+
+
+@pytest.mark.parametrize(("args", "key", "value"), [
+    ("--num-virtual-stages-per-pipeline-rank 4 --pipeline-model-parallel-size 2",
+     "model.virtual_pipeline_model_parallel_size", 4),
+    ("--num-layers 32 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2",
+     "model.virtual_pipeline_model_parallel_size", 4),
+    ("--cuda-graph-scope attn moe_router", "model.cuda_graph_scope", ["attn", "moe_router"]),
+    ("--cuda-graph-modules attn", "model.cuda_graph_scope", ["attn"]),
+    ("--moe-enable-deepep", "model.moe_flex_dispatcher_backend", "deepep"),
+    ("--recompute-activations", "model.recompute_granularity", "selective"),
+    ("--fp8-format e4m3", "mixed_precision.fp8_recipe", "delayed"),  # Megatron-LM's --fp8-recipe default
+    ("--tensor-model-parallel-size=2", "model.tensor_model_parallel_size", 2),
+    ("--main-grads-dtype bf16", "optimizer.main_grads_dtype", "bfloat16"),
+])
+def test_flag_forms(args, key, value):
+    assert load_config(mlm_args=args)[key] == value
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    ("--tensor-model-paralel-size 2", "did you mean --tensor-model-parallel-size"),
+    ("--tensor-model-parallel-size two", "expects an integer"),
+    ("--sequence-parallel yes", "takes no value"),
+    ("--moe-token-dispatcher-type a2a", "must be one of"),
+    ("--tensor-model-parallel-size 2 --tensor-model-parallel-size 4", "contradictory"),
+    ("--recompute-modules", "at least one value"),
+    ("--tensor-model-parallel-size 'unbalanced", "cannot split"),
+])
+def test_bad_arguments_are_one_line_errors(args, needle):
+    with pytest.raises(MoetuneError, match=needle) as err:
+        load_config(mlm_args=args)
+    assert "\n" not in str(err.value)

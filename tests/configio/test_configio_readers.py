@@ -1,0 +1,92 @@
+"""Bridge YAML, JSON and dotted-override inputs normalize to one flat config of Bridge dotted names."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from moetune.configio import load_config
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_bridge_recipe_yaml_normalizes():
+    config = load_config([FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml"], gpu="h100", gpus=16)
+    # Layout and knobs as the recipe sets them (recipes/qwen/h100/qwen3_moe.py).
+    assert config["model.expert_model_parallel_size"] == 16
+    assert config["model.moe_token_dispatcher_type"] == "flex"
+    assert config["model.moe_flex_dispatcher_backend"] == "hybridep"
+    assert config["model.cuda_graph_scope"] == ["moe_router", "moe_preprocess"]
+    assert config["comm_overlap.tp_comm_overlap"] is True
+    # Dumped torch dtypes ({_target_: torch.bfloat16}) and env_vars are understood.
+    assert config["mixed_precision.params_dtype"] == "bfloat16"
+    assert config["model.pipeline_dtype"] == "bfloat16"
+    assert config["env.TORCH_NCCL_HIGH_PRIORITY"] == 1
+    assert config["cluster.gpu"] == "h100" and config["cluster.num_gpus"] == 16
+    assert not any(k.endswith(("_target_", "_call_")) for k in config)
+
+
+def test_mixed_precision_recipe_name_expands():
+    config = load_config(sets=["mixed_precision=bf16_with_mxfp8_mixed"])
+    assert config["mixed_precision.fp8"] == "e4m3" and config["mixed_precision.fp8_recipe"] == "mxfp8"
+    assert config["mixed_precision.bf16"] is True
+    # A field set after the recipe name refines it instead of contradicting it.
+    refined = load_config(sets=["mixed_precision=bf16_with_mxfp8_mixed", "mixed_precision.fp8_recipe=blockwise"])
+    assert refined["mixed_precision.fp8_recipe"] == "blockwise"
+
+
+@pytest.mark.parametrize(("given", "canonical", "value"), [
+    ("model.overlap_moe_expert_parallel_comm=true", "comm_overlap.overlap_moe_expert_parallel_comm", True),
+    ("model.delay_wgrad_compute=true", "comm_overlap.delay_wgrad_compute", True),
+    ("model.fp8=e4m3", "mixed_precision.fp8", "e4m3"),
+    ("model.cuda_graph_modules=[attn,moe_router]", "model.cuda_graph_scope", ["attn", "moe_router"]),
+    ("comm_overlap.overlap_grad_reduce=true", "ddp.overlap_grad_reduce", True),
+    ("++env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8", "env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", 8),
+])
+def test_aliases_fold_to_one_name(given, canonical, value):
+    config = load_config(sets=[given])
+    assert config == {canonical: value}
+
+
+def test_cuda_graph_scope_forms_agree():
+    forms = ["model.cuda_graph_scope=attn,moe_router", "model.cuda_graph_scope=[attn,moe_router]",
+             "model.cuda_graph_scope=[CudaGraphScope.attn,CudaGraphScope.moe_router]"]
+    assert {tuple(load_config(sets=[f])["model.cuda_graph_scope"]) for f in forms} == {("attn", "moe_router")}
+    assert load_config(sets=["model.cuda_graph_scope=full"])["model.cuda_graph_scope"] == []
+
+
+def test_sources_override_in_order_and_tilde_deletes(tmp_path):
+    yaml_file = write(tmp_path, "c.yaml", "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n")
+    mlm = "--tensor-model-parallel-size 4"
+    config = load_config([yaml_file], mlm_args=mlm, sets=["~model.sequence_parallel"])
+    assert config["model.tensor_model_parallel_size"] == 4
+    assert "model.sequence_parallel" not in config
+
+
+def test_overrides_file_with_pragma_and_json(tmp_path):
+    text = ("# moetune: cluster.gpu=gb200\n# moetune: cluster.num_gpus=64\n# a comment\n"
+            "model.expert_model_parallel_size=64\n++env_vars.USE_MNNVL=1\nmodel.moe_token_dispatcher_type=\"flex\"\n")
+    config = load_config([write(tmp_path, "overrides.txt", text)])
+    assert config == {"cluster.gpu": "gb200", "cluster.num_gpus": 64, "env.USE_MNNVL": 1,
+                      "model.expert_model_parallel_size": 64, "model.moe_token_dispatcher_type": "flex"}
+    as_json = write(tmp_path, "plan.json", json.dumps({"config": config}))
+    assert load_config([as_json]) == config
+
+
+def test_hydra_values_parse_like_hydra():
+    config = load_config(sets=["optimizer.lr=1e-4", "model.recompute_modules=[layernorm,moe_act]",
+                               "model.recompute_granularity=null", "train.manual_gc=True"])
+    assert config["optimizer.lr"] == pytest.approx(1e-4)
+    assert config["model.recompute_modules"] == ["layernorm", "moe_act"]
+    assert config["model.recompute_granularity"] is None and config["train.manual_gc"] is True
+
+
+def test_passthrough_sections_are_kept_unchecked():
+    config = load_config(sets=["dataset.enable_in_batch_packing=true", "logger.log_interval=5"])
+    assert config == {"dataset.enable_in_batch_packing": True, "logger.log_interval": 5}

@@ -1,0 +1,88 @@
+"""megatron_names.csv: every name moetune uses is recorded with where it was verified, and the Megatron-Core
+fields it lists exist in the installed megatron-core."""
+
+import dataclasses
+
+import pytest
+
+from moetune.configio.names import NO_DEFAULT, names
+
+# Fields Megatron-LM main has that megatron-core 0.16 does not (the table is verified against main).
+NEWER_THAN_INSTALLED = {"model.cuda_graph_modules", "model.moe_flex_dispatcher_num_sms"}
+
+
+def test_used_rows_are_verified():
+    rows = [r for r in names().by_bridge.values() if r.role == "used"]
+    assert len(rows) >= 60
+    for r in rows:
+        assert r.verified_in.startswith(("Megatron-Bridge:", "Megatron-LM:", "moetune")), r.bridge_name
+        assert r.type, r.bridge_name
+        if r.bridge_name.startswith("cluster."):
+            assert "moetune" in r.notes  # moetune's own names say so
+
+
+def test_flags_map_one_way():
+    table = names()
+    for flag, row in table.by_flag.items():
+        assert flag.startswith("--")
+        assert flag in row.mlm_flags
+        if row.bridge_name:
+            assert not row.canonical, f"{flag} maps to alias {row.bridge_name}"
+
+
+def test_key_megatron_spellings():
+    """The vocabulary the issue and the seeds use, exactly as Bridge and Megatron-LM spell it."""
+    table = names()
+    expected = {
+        "model.expert_model_parallel_size": "--expert-model-parallel-size",
+        "model.expert_tensor_parallel_size": "--expert-tensor-parallel-size",
+        "model.moe_token_dispatcher_type": "--moe-token-dispatcher-type",
+        "model.moe_flex_dispatcher_backend": "--moe-flex-dispatcher-backend",
+        "model.recompute_modules": "--recompute-modules",
+        "model.num_moe_experts": "--num-experts",
+        "model.virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
+        "comm_overlap.overlap_moe_expert_parallel_comm": "--overlap-moe-expert-parallel-comm",
+        "comm_overlap.delay_wgrad_compute": "--delay-wgrad-compute",
+        "comm_overlap.tp_comm_overlap": "--tp-comm-overlap",
+        "ddp.overlap_grad_reduce": "--overlap-grad-reduce",
+        "model.moe_deepep_num_sms": "--moe-deepep-num-sms",
+        "model.moe_hybridep_num_sms": "--moe-hybridep-num-sms",
+        "model.moe_router_dtype": "--moe-router-dtype",
+        "mixed_precision.fp8_recipe": "--fp8-recipe",
+    }
+    assert {k: table.get(k).mlm_flag for k in expected} == expected
+
+
+def test_model_rows_exist_in_installed_megatron_core():
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config")
+    fields = {f.name for f in dataclasses.fields(tc.MLATransformerConfig)}
+    for row in names().by_bridge.values():
+        core = row.verified_in.startswith("Megatron-LM:megatron/core/")
+        if core and row.role == "used" and row.bridge_name.startswith("model."):
+            if row.bridge_name in NEWER_THAN_INSTALLED:
+                continue
+            assert row.bridge_name.split(".", 1)[1] in fields, row.bridge_name
+
+
+def test_defaults_match_installed_megatron_core_where_unchanged():
+    tc = pytest.importorskip("megatron.core.transformer.transformer_config")
+    defaults = {f.name: f.default for f in dataclasses.fields(tc.TransformerConfig)
+                if f.default is not dataclasses.MISSING}
+    for name in ("tensor_model_parallel_size", "expert_model_parallel_size", "moe_token_dispatcher_type",
+                 "recompute_granularity", "moe_router_dtype", "moe_grouped_gemm", "moe_shared_expert_overlap",
+                 "cuda_graph_impl", "sequence_parallel"):
+        row = names().get(f"model.{name}")
+        assert row.default is not NO_DEFAULT and row.default == defaults[name], name
+
+
+def test_names_in_moetune_code_are_recorded_as_used():
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src" / "moetune"
+    pattern = re.compile(r"""["']((?:model|train|ddp|optimizer|comm_overlap|mixed_precision|cluster)\.[a-z_0-9]+)["']""")
+    for sub in ("rules", "configio", "emit", "cli"):
+        for path in (src / sub).glob("*.py"):
+            for name in pattern.findall(path.read_text()):
+                row = names().get(name)
+                assert row is not None and row.role == "used", f"{path.name}: {name}"

@@ -1,0 +1,177 @@
+"""One config per rule that breaks it: dotted overrides, cluster, estimator/profiler facts, context.
+
+Each case is written from the rule's seed statement (what the seed says is wrong), not from the engine.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
+
+def S(*items) -> tuple[str, ...]:
+    """Overrides in order; a later key=value replaces an earlier one (one --set list has no contradictions)."""
+    out: dict[str, str] = {}
+    for item in items:
+        for text in (item,) if isinstance(item, str) else item:
+            out[text.split("=", 1)[0]] = text
+    return tuple(out.values())
+
+
+# A dropless MoE (64 experts) that trains in BF16 with the safe alltoall dispatcher and grouped GEMM.
+MOE = ("model.num_moe_experts=64", "model.moe_grouped_gemm=true", "model.moe_token_dispatcher_type=alltoall",
+       "model.moe_router_dtype=fp32", "mixed_precision.bf16=true", "train.manual_gc=true")
+EP_OVERLAP = S(MOE, "model.expert_model_parallel_size=8", "comm_overlap.overlap_moe_expert_parallel_comm=true")
+TE_GRAPHS = "model.cuda_graph_impl=transformer_engine"
+
+
+@dataclass(frozen=True)
+class Case:
+    sets: tuple[str, ...]
+    gpu: str | None = None
+    gpus: int | None = None
+    derived: dict = field(default_factory=dict)
+    context: str = "check"
+
+
+CASES: dict[str, Case] = {
+    "fit.does_not_fit": Case(MOE, "h100", 8, {"fits": False, "peak_bytes": 96 << 30, "capacity_bytes": 78 << 30}),
+    "fit.selective_before_full": Case(S(MOE, "model.recompute_granularity=full", "model.recompute_method=uniform",
+                                       "model.recompute_num_layers=1")),
+    "fit.offload_before_recompute": Case(S(MOE, "optimizer.optimizer_cpu_offload=true")),
+    "fit.fake_process_group": Case(MOE, "h100", 16),
+    "fit.order": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]"), derived={"fits": False}),
+    "scale.world_size_attention": Case(S(MOE, "model.tensor_model_parallel_size=8", "model.sequence_parallel=true"),
+                                       "h100", 12),
+    "scale.world_size_experts": Case(S(MOE, "model.expert_model_parallel_size=32"), "h100", 16),
+    "scale.experts_divisible": Case(S(MOE, "model.num_moe_experts=60", "model.expert_model_parallel_size=8")),
+    "scale.maximize_dp": Case(MOE, derived={"fits_with_less_model_parallel": True,
+                                            "less_model_parallel_layout": {"model.pipeline_model_parallel_size": 1}}),
+    "scale.tp_outside_nvlink": Case(S(MOE, "model.tensor_model_parallel_size=16", "model.sequence_parallel=true"),
+                                    "h100", 32),
+    "scale.ep_outside_nvlink": Case(S(MOE, "model.expert_model_parallel_size=16"), "h100", 16),
+    "scale.pp_without_vpp": Case(S(MOE, "model.pipeline_model_parallel_size=2")),
+    "scale.prefer_ep_over_etp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                                      "model.expert_model_parallel_size=4")),
+    "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
+                                   "model.expert_tensor_parallel_size=1")),
+    "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),
+    "longctx.cp_sizing": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=2")),
+    "longctx.cp_seq_divisible": Case(S(MOE, "model.seq_length=4100", "model.context_parallel_size=4")),
+    "longctx.dp_squeezed": Case(S(MOE, "model.seq_length=32768", "model.pipeline_model_parallel_size=8"), "h100", 8),
+    "longctx.sdpa_recompute": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16",
+                                    "model.recompute_granularity=selective", "model.recompute_modules=[core_attn]")),
+    "longctx.high_grad_accumulation": Case(S(MOE, "model.seq_length=32768", "model.context_parallel_size=8",
+                                            "train.global_batch_size=128", "train.micro_batch_size=1"), "h100", 16),
+    "longctx.tp_lever_nvl72": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16"), "gb200", 64),
+    "longctx.new_kernels": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=32")),
+    "dispatcher.flex_activation": Case(S(MOE, "model.moe_flex_dispatcher_backend=hybridep")),
+    "dispatcher.allgather_with_ep": Case(S(MOE, "model.moe_token_dispatcher_type=allgather",
+                                          "model.expert_model_parallel_size=8")),
+    "dispatcher.deepep_platform": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                        "model.moe_flex_dispatcher_backend=deepep", "model.expert_model_parallel_size=8"),
+                                       "gb200", 8),
+    # hybridep_platform needs a non-NVIDIA GPU: the test writes a cluster .toml (see test_rule_cases.py).
+    "dispatcher.hybridep_platform": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                          "model.moe_flex_dispatcher_backend=hybridep",
+                                          "model.expert_model_parallel_size=8"), "@cdna3", 8),
+    "dispatcher.platform_default": Case(S(MOE, "model.expert_model_parallel_size=8"), "h100", 8),
+    "dispatcher.hybridep_topology": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                          "model.moe_flex_dispatcher_backend=hybridep",
+                                          "model.expert_model_parallel_size=8"), "h100", 8),
+    "dispatcher.hybridep_ranks_env": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                           "model.moe_flex_dispatcher_backend=hybridep",
+                                           "model.expert_model_parallel_size=16",
+                                           "env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=16"), "h100", 16),
+    "dispatcher.hybridep_ranks_env_missing": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                                   "model.moe_flex_dispatcher_backend=hybridep",
+                                                   "model.expert_model_parallel_size=16"), "h100", 16),
+    "dispatcher.hybridep_ep_exceeds_domain": Case(S(MOE, "model.num_moe_experts=256",
+                                                   "model.moe_token_dispatcher_type=flex",
+                                                   "model.moe_flex_dispatcher_backend=hybridep",
+                                                   "model.expert_model_parallel_size=128"), "gb200", 128),
+    "dispatcher.deepep_sms": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                   "model.moe_flex_dispatcher_backend=deepep", "model.expert_model_parallel_size=8")),
+    "dispatcher.hybridep_sms": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                     "model.moe_flex_dispatcher_backend=hybridep", "model.expert_model_parallel_size=8")),
+    "dispatcher.hybridep_sms_range": Case(S(MOE, "model.moe_token_dispatcher_type=flex",
+                                           "model.moe_flex_dispatcher_backend=hybridep",
+                                           "model.expert_model_parallel_size=8", "model.moe_hybridep_num_sms=48")),
+    "dispatcher.force_balance_benchmark": Case(MOE, context="diagnose"),
+    "ep_overlap.needs_ep": Case(S(MOE, "comm_overlap.overlap_moe_expert_parallel_comm=true")),
+    "ep_overlap.needs_experts": Case(("mixed_precision.bf16=true", "model.expert_model_parallel_size=2",
+                                      "model.moe_token_dispatcher_type=alltoall",
+                                      "comm_overlap.overlap_moe_expert_parallel_comm=true")),
+    "ep_overlap.dispatcher": Case(S(EP_OVERLAP, "model.moe_token_dispatcher_type=allgather")),
+    "ep_overlap.precision": Case(S(EP_OVERLAP, "mixed_precision.bf16=false")),
+    "ep_overlap.pp_needs_vpp": Case(S(EP_OVERLAP, "model.pipeline_model_parallel_size=2")),
+    "ep_overlap.shared_expert_overlap": Case(S(EP_OVERLAP, "model.moe_shared_expert_intermediate_size=2048",
+                                              "model.moe_shared_expert_overlap=true")),
+    "ep_overlap.full_recompute": Case(S(EP_OVERLAP, "model.recompute_granularity=full",
+                                       "model.recompute_method=uniform", "model.recompute_num_layers=1")),
+    "ep_overlap.moe_recompute": Case(S(EP_OVERLAP, "model.recompute_granularity=selective",
+                                      "model.recompute_modules=[moe,layernorm]")),
+    "ep_overlap.mtp_layers": Case(S(EP_OVERLAP, "model.mtp_num_layers=2")),
+    "ep_overlap.graph_scope_moe": Case(S(EP_OVERLAP, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
+    "ep_overlap.delay_wgrad_needs_overlap": Case(S(MOE, "model.expert_model_parallel_size=8",
+                                                  "comm_overlap.delay_wgrad_compute=true")),
+    "ep_overlap.delay_wgrad_graph_scope": Case(S(EP_OVERLAP, "comm_overlap.delay_wgrad_compute=true", TE_GRAPHS,
+                                                "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]",
+                                                "model.add_bias_linear=false")),
+    "ep_overlap.delay_wgrad_graph_gaf": Case(S(EP_OVERLAP, "comm_overlap.delay_wgrad_compute=true", TE_GRAPHS,
+                                              "model.cuda_graph_scope=[attn]", "model.add_bias_linear=false",
+                                              "model.gradient_accumulation_fusion=false")),
+    "ep_overlap.delay_wgrad_graph_bias": Case(S(EP_OVERLAP, "comm_overlap.delay_wgrad_compute=true", TE_GRAPHS,
+                                               "model.cuda_graph_scope=[attn]", "model.add_bias_linear=true")),
+    "ep_overlap.candidate": Case(S(MOE, "model.expert_model_parallel_size=16"), "h100", 16, context="explain"),
+    "overlap.grad_reduce": Case(S(MOE, "ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=false"),
+                                "h100", 8),
+    "overlap.tp_comm": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true"),
+                            context="explain"),
+    "overlap.tp_comm_needs_sp": Case(S(MOE, "comm_overlap.tp_comm_overlap=true")),
+    "cudagraph.full_iteration_dropless": Case(S(MOE, "model.cuda_graph_impl=full_iteration")),
+    "cudagraph.moe_scope_dropless": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
+    "cudagraph.dropless_start_scope": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe_router,moe_preprocess]")),
+    "cudagraph.preprocess_needs_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_preprocess]")),
+    "cudagraph.full_recompute": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
+                                      "model.recompute_granularity=full", "model.recompute_method=uniform",
+                                      "model.recompute_num_layers=1")),
+    "cudagraph.moe_recompute_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router]",
+                                            "model.recompute_granularity=selective", "model.recompute_modules=[moe]")),
+    "cudagraph.local_scoped": Case(S(MOE, "model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]")),
+    "cudagraph.variable_length": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
+                                       "model.variable_seq_lengths=true")),
+    "cudagraph.memory_budget": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]")),
+    "precision.router_fp32": Case(S(MOE, "model.moe_router_dtype=null")),
+    "precision.fp8_fp4_exclusive": Case(S(MOE, "mixed_precision.fp8=e4m3", "mixed_precision.fp4=e2m1")),
+    "precision.bf16_fp16_exclusive": Case(S(MOE, "mixed_precision.fp16=true")),
+    "precision.mxfp8_needs_blackwell": Case(S(MOE, "mixed_precision.fp8=e4m3", "mixed_precision.fp8_recipe=mxfp8"),
+                                            "h100", 8),
+    "precision.fp8_unsupported": Case(S(MOE, "mixed_precision.fp8=hybrid"), "a100", 8),
+    "precision.fp4_needs_blackwell": Case(S(MOE, "mixed_precision.fp4=e2m1"), "h100", 8),
+    "precision.fp8_hopper_start": Case(S(MOE, "mixed_precision.fp8=hybrid", "mixed_precision.fp8_recipe=tensorwise"),
+                                       "h100", 8),
+    "precision.fp8_blackwell_start": Case(S(MOE, "mixed_precision.fp8=hybrid", "mixed_precision.fp8_recipe=blockwise"),
+                                          "b200", 8),
+    "precision.nvfp4_after_stable": Case(S(MOE, "mixed_precision.fp4=e2m1"), "b200", 8),
+    "precision.fp8_mfu": Case(S(MOE, "mixed_precision.fp8=e4m3"), context="explain"),
+    "host.manual_gc": Case(S(MOE, "train.manual_gc=false")),
+    "compute.grouped_gemm": Case(S(MOE, "model.moe_grouped_gemm=false")),
+    "platform.limiting_wall": Case(MOE, "gb200", 4, context="explain"),
+    "wall.memory": Case(MOE, derived={"dominant_wall": "memory"}, context="diagnose"),
+    "wall.communication": Case(MOE, derived={"dominant_wall": "communication"}, context="diagnose"),
+    "wall.host": Case(MOE, derived={"dominant_wall": "host"}, context="diagnose"),
+    "wall.compute": Case(MOE, derived={"dominant_wall": "compute"}, context="diagnose"),
+    "env.cuda_device_max_connections": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                                             "env.CUDA_DEVICE_MAX_CONNECTIONS=8"), "h100", 8),
+}
+
+# Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
+FIX_NEEDS_NEW_FACTS = {"fit.does_not_fit", "fit.order", "scale.maximize_dp", "wall.memory", "wall.communication",
+                       "wall.host", "wall.compute"}
+
+# Real Megatron Bridge recipes (tests/fixtures/bridge, each file cites repo, path, commit) and their launch targets.
+RECIPES = {
+    "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml": ("h100", 16),
+    "qwen3_30b_a3b_pretrain_8gpu_h100_bf16.yaml": ("h100", 8),
+    "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml": ("gb200", 256),
+}

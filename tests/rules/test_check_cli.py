@@ -1,0 +1,54 @@
+"""`moetune check`: the JSON contract, the table, and exit codes 0 (no errors) / 1 (errors)."""
+
+import json
+
+from rule_cases import FIXTURES
+
+from moetune.cli.main import main
+
+QWEN = str(FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml")
+
+
+def run(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_recipe_passes_with_json_contract(capsys):
+    code, out, _ = run(["check", QWEN, "--gpu", "h100", "--gpus", "16", "--no-mcore", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0
+    assert set(data) == {"findings", "config"}
+    for f in data["findings"]:
+        assert set(f) == {"rule", "severity", "message", "fix", "source"}
+        assert f["severity"] in ("warning", "info")
+    assert data["config"]["model.expert_model_parallel_size"] == 16
+
+
+def test_errors_exit_1_and_are_listed_first(capsys):
+    args = ["check", QWEN, "--gpu", "h100", "--gpus", "16", "--no-mcore", "--json",
+            "--set", "comm_overlap.overlap_moe_expert_parallel_comm=true",
+            "--set", "model.moe_shared_expert_overlap=true"]
+    code, out, err = run(args, capsys)
+    data = json.loads(out)
+    assert code == 1 and "rule error" in err
+    assert data["findings"][0]["severity"] == "error"
+    flagged = {f["rule"]: f for f in data["findings"]}
+    assert flagged["ep_overlap.shared_expert_overlap"]["fix"] == {"model.moe_shared_expert_overlap": False}
+    assert flagged["ep_overlap.shared_expert_overlap"]["source"].startswith("seeds/003")
+
+
+def test_megatron_lm_args_and_table(capsys):
+    code, out, _ = run(["check", "--mlm-args", "--num-experts 8 --expert-model-parallel-size 8 --bf16 "
+                        "--moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-router-dtype fp32 --manual-gc",
+                        "--gpu", "h100", "--gpus", "8", "--no-mcore"], capsys)
+    assert code == 0
+    assert "severity" in out and "0 error(s)" in out
+
+
+def test_context_option(capsys):
+    base = ["check", "--set", "model.num_moe_experts=8", "--set", "mixed_precision.bf16=true", "--no-mcore", "--json"]
+    check = {f["rule"] for f in json.loads(run(base, capsys)[1])["findings"]}
+    diagnose = {f["rule"] for f in json.loads(run([*base, "--context", "diagnose"], capsys)[1])["findings"]}
+    assert "dispatcher.force_balance_benchmark" in diagnose - check

@@ -1,0 +1,40 @@
+"""Megatron-Core's own TransformerConfig validation, run by `moetune check` when megatron-core is installed."""
+
+import pytest
+from rule_cases import FIXTURES
+
+from moetune.configio import load_config
+from moetune.rules.mcore import mcore_findings
+
+pytest.importorskip("megatron.core.transformer.transformer_config")
+
+QWEN = FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return load_config([QWEN], gpu="h100", gpus=16)
+
+
+def test_real_recipes_pass_megatron_core(qwen):
+    deepseek = load_config([FIXTURES / "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"], gpu="gb200", gpus=256)
+    for config in (qwen, deepseek):
+        assert [f for f in mcore_findings(config) if f.severity == "error"] == []
+
+
+@pytest.mark.parametrize(("overrides", "needle"), [
+    ({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": True},
+     "moe_shared_expert_overlap"),
+    ({"model.sequence_parallel": True}, "sequence para"),  # TP=1 in this recipe
+    ({"model.tensor_model_parallel_size": 3}, "tensor_model_parallel_size"),
+])
+def test_megatron_core_errors_become_findings(qwen, overrides, needle):
+    findings = mcore_findings({**qwen, **overrides})
+    errors = [f for f in findings if f.rule == "mcore.transformer_config"]
+    assert len(errors) == 1 and errors[0].severity == "error"
+    assert needle in errors[0].message
+
+
+def test_skipped_without_architecture():
+    findings = mcore_findings(load_config(sets=["model.tensor_model_parallel_size=2"]))
+    assert [f.rule for f in findings] == ["mcore.skipped"]

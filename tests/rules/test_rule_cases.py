@@ -1,0 +1,133 @@
+"""A test per rule: a config that breaks it is flagged with that rule id, applying the rule's fix clears it,
+and the real Megatron Bridge recipes (tests/fixtures/bridge) are not flagged with it."""
+
+from functools import lru_cache
+
+import pytest
+from rule_cases import CASES, FIX_NEEDS_NEW_FACTS, FIXTURES, RECIPES
+
+from moetune.configio import load_config
+from moetune.configio.normalize import Assignment, resolve
+from moetune.rules import evaluate, load_table
+
+CDNA3 = """
+[gpu]
+name = "MI300X (test)"
+arch = "cdna3"
+bf16_tflops = 1307.4
+fp8_tflops = 2614.9
+fp4_tflops = 0
+memory_gib = 192
+hbm_tbps = 5.3
+nvlink_gbps = 448
+nvlink_domain = 8
+gpus_per_node = 8
+nic_gbps = 400
+tdp_w = 750
+"""
+
+
+@pytest.fixture(scope="module")
+def cdna3_cluster(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cluster") / "mi300x.toml"
+    path.write_text(CDNA3)
+    return str(path)
+
+
+def build(case, cdna3_cluster):
+    gpu = cdna3_cluster if case.gpu == "@cdna3" else case.gpu
+    return load_config(sets=case.sets, gpu=gpu, gpus=case.gpus)
+
+
+def fired(config, case):
+    return {f.rule: f for f in evaluate(config, case.derived, context=case.context)}
+
+
+@lru_cache(maxsize=None)
+def recipe_rules(name: str) -> frozenset[str]:
+    gpu, gpus = RECIPES[name]
+    config = load_config([FIXTURES / name], gpu=gpu, gpus=gpus)
+    return frozenset(f.rule for ctx in ("check", "explain", "diagnose") for f in evaluate(config, context=ctx))
+
+
+def test_every_rule_has_a_case():
+    assert set(CASES) == {r.id for r in load_table().rules}
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_breaking_config_is_flagged(rule_id, cdna3_cluster):
+    case = CASES[rule_id]
+    findings = fired(build(case, cdna3_cluster), case)
+    assert rule_id in findings, f"{rule_id} did not fire; fired: {sorted(findings)}"
+    finding = findings[rule_id]
+    rule = load_table().rule(rule_id)
+    assert finding.severity == rule.severity and finding.source == rule.source
+    assert "{" not in finding.message and "?" not in finding.message.replace("?)", "")
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_fix_clears_the_rule(rule_id, cdna3_cluster):
+    case = CASES[rule_id]
+    config = build(case, cdna3_cluster)
+    fix = fired(config, case)[rule_id].fix
+    if not fix:
+        assert not load_table().rule(rule_id).steps, f"{rule_id} has a fix in the table but produced none"
+        return
+    # The fix is itself a valid config: known names, right types.
+    fixed_part = resolve(Assignment(key=k, value=v, origin="fix") for k, v in fix.items())
+    if rule_id in FIX_NEEDS_NEW_FACTS:
+        return
+    assert rule_id not in fired({**config, **fixed_part}, case)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_a_real_recipe_is_not_flagged(rule_id):
+    clean = [name for name in RECIPES if rule_id not in recipe_rules(name)]
+    assert clean, f"{rule_id} fires on every recipe fixture"
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_real_recipes_have_no_errors(name):
+    gpu, gpus = RECIPES[name]
+    config = load_config([FIXTURES / name], gpu=gpu, gpus=gpus)
+    errors = [f.rule for f in evaluate(config) if f.severity == "error"]
+    assert errors == []
+
+
+def test_qwen3_16gpu_recipe_warnings_are_the_ones_its_source_explains():
+    """Read from recipes/qwen/h100/qwen3_moe.py: the 16-GPU recipe enables CommOverlapConfig(tp_comm_overlap=True)
+    at TP=1 (Bridge turns it off), leaves moe_router_dtype unset (the Qwen3 bridge does not set it), and uses
+    HybridEP without NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN in env_vars (the launcher adds it)."""
+    config = load_config([FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml"], gpu="h100", gpus=16)
+    warnings = {f.rule for f in evaluate(config) if f.severity == "warning"}
+    assert warnings == {"overlap.tp_comm_needs_sp", "precision.router_fp32", "dispatcher.hybridep_ranks_env_missing"}
+
+
+def test_absent_estimator_facts_skip_instead_of_failing():
+    config = load_config(sets=CASES["fit.does_not_fit"].sets, gpu="h100", gpus=8)
+    assert "fit.does_not_fit" not in {f.rule for f in evaluate(config)}
+    fits = {f.rule for f in evaluate(config, {"fits": True})}
+    assert "fit.does_not_fit" not in fits
+
+
+def test_fit_steps_follow_the_seed_order():
+    """seeds/000 Phase 1: model parallelism, then selective recompute, then full recompute, then offload."""
+    base = load_config(sets=(*CASES["fit.does_not_fit"].sets, "model.moe_grouped_gemm=true"), gpu="h100", gpus=8)
+
+    def fix(extra_sets=(), derived=None):
+        cfg = {**base, **load_config(sets=extra_sets)} if extra_sets else base
+        return {f.rule: f for f in evaluate(cfg, {"fits": False, **(derived or {})})}["fit.does_not_fit"].fix
+
+    layout = {"model.expert_model_parallel_size": 8}
+    assert fix(derived={"fitting_layout": layout}) == layout
+    assert fix()["model.recompute_granularity"] == "selective"
+    assert fix(("model.recompute_granularity=selective",))["model.recompute_granularity"] == "full"
+    assert fix(("model.recompute_granularity=full",)) == {"optimizer.optimizer_cpu_offload": True,
+                                                         "optimizer.optimizer_offload_fraction": 1.0}
+
+
+def test_context_filters_rules():
+    case = CASES["wall.host"]
+    config = load_config(sets=case.sets)
+    assert "wall.host" in {f.rule for f in evaluate(config, case.derived, context="diagnose")}
+    assert "wall.host" not in {f.rule for f in evaluate(config, case.derived, context="check")}
