@@ -77,3 +77,9 @@ def test_derived_names_are_computed_or_declared():
 def test_malformed_tables_are_rejected(text, needle):
     with pytest.raises(MoetuneError, match=needle):
         parse_table(text)
+
+
+def test_docs_list_every_rule():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
+    missing = [r.id for r in load_table().rules if f"`{r.id}`" not in docs]
+    assert missing == []

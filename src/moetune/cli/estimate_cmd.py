@@ -17,7 +17,8 @@ from moetune.specs.registry import load_model
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL (built-in name or config.json) on a layout, per pipeline stage."""
-    gpu, layout = load_gpu(kw["gpu"]), build_layout(kw)
+    layout = build_layout(kw)
+    gpu = load_gpu(kw["gpu"])
     knobs, defaulted = build_knobs(kw, gpu, layout)
     result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"]))

@@ -20,10 +20,11 @@ def cli() -> None:
 def _register() -> None:
     # One import per sub-command module; each module defines a click command named `command`.
     from moetune.cli import (
-        calibrate_cmd, check_cmd, diagnose_cmd, emit_cmd, estimate_cmd, hardware_cmd, models_cmd, plan_cmd,
+        calibrate_cmd, check_cmd, diagnose_cmd, emit_cmd, estimate_cmd, explain_cmd, hardware_cmd, models_cmd,
+        plan_cmd,
     )
 
-    for module in (models_cmd, hardware_cmd, estimate_cmd, plan_cmd, diagnose_cmd, check_cmd, emit_cmd,
+    for module in (models_cmd, hardware_cmd, estimate_cmd, plan_cmd, explain_cmd, diagnose_cmd, check_cmd, emit_cmd,
                    calibrate_cmd):
         cli.add_command(module.command)
 

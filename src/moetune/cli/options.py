@@ -17,8 +17,8 @@ from moetune.specs.hardware import GpuSpec
 
 def layout_options(func):
     opts = [
-        click.option("--gpu", required=True, help="Catalog GPU (h100, gb200, ...) or a cluster .toml file."),
-        click.option("--gpus", type=click.IntRange(min=1), required=True, help="World size."),
+        click.option("--gpu", default=None, help="Catalog GPU (h100, gb200, ...) or a cluster .toml file. Required."),
+        click.option("--gpus", type=click.IntRange(min=1), default=None, help="World size. Required."),
         click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True),
         click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True),
         click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True),
@@ -69,7 +69,14 @@ def knob_options(func):
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
+def require_cluster(kw: dict) -> None:
+    for flag in ("gpu", "gpus"):
+        if kw.get(flag) is None:
+            raise MoetuneError(f"--{flag} is required (e.g. --gpu h100 --gpus 64)")
+
+
 def build_layout(kw: dict) -> Layout:
+    require_cluster(kw)
     vpp = kw["vpp"]
     if kw["pipeline_layout"]:
         stages = len(parse_pipeline_layout(kw["pipeline_layout"]))

@@ -1,6 +1,7 @@
 """Shared output helpers: JSON to stdout, rich tables for people."""
 
 import json
+import sys
 
 import click
 from rich.console import Console
@@ -10,7 +11,8 @@ GIB = 1 << 30
 
 
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    # Piped output keeps whole table rows (a terminal uses its own width).
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def emit_json(data: dict | list) -> None:

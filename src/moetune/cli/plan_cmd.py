@@ -97,7 +97,7 @@ def print_plan(result: PlanResult) -> None:
     rows = []
     for rank, r in enumerate(result.results, 1):
         k, t = r.knobs, r.time
-        rows.append([rank, r.layout.describe(), r.workload.micro_batch_size, k.precision, k.dispatcher,
+        rows.append([rank, r.layout.short(), r.workload.micro_batch_size, k.precision, k.dispatcher,
                      k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else ""),
                      ",".join(k.cuda_graph_scope) or "-", "on" if k.ep_overlap else "off",
                      f"{k.optimizer_offload_fraction:g}", f"{t['tokens_per_s_per_gpu']:,.0f}",

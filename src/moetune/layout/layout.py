@@ -75,6 +75,11 @@ class Layout:
             "etp": self.etp, "ep": self.ep, "edp": self.edp,
         }
 
+    def short(self) -> str:
+        """Compact form for tables: TP2 CP1 PP8v4 EP64 ETP1 (DP64 EDP2)."""
+        vpp = f"v{self.vpp}" if self.vpp > 1 else ""
+        return f"TP{self.tp} CP{self.cp} PP{self.pp}{vpp} EP{self.ep} ETP{self.etp} (DP{self.dp} EDP{self.edp})"
+
     def describe(self) -> str:
         """The two Parallel Folding meshes written out."""
         return (

@@ -36,11 +36,16 @@ class Estimate:
         return self.peak_bytes <= self.gpu.capacity_bytes
 
     def to_json(self) -> dict:
+        lay = self.layout
         out = {
             "model": self.model.name,
-            "gpu": self.gpu.key,
-            "gpus": self.layout.world_size,
-            "layout": self.layout.as_dict(),
+            "model_source": self.model.name if self.model.source.startswith("built-in") else self.model.source,
+            "gpu": self.gpu.key if not self.gpu.source.endswith(".toml") else self.gpu.source,
+            "gpus": lay.world_size,
+            "layout": lay.as_dict(),
+            "pipeline": {"first_stage_layers": lay.first_stage_layers, "last_stage_layers": lay.last_stage_layers,
+                         "pipeline_layout": lay.pipeline_layout, "account_for_embedding": lay.account_for_embedding,
+                         "account_for_loss": lay.account_for_loss, "sequence_parallel": lay.sp},
             "workload": {
                 "seq_length": self.workload.seq_length,
                 "micro_batch_size": self.workload.micro_batch_size,

@@ -1,0 +1,83 @@
+"""``moetune explain``: the seeds' first answer for one configuration (estimate flags or a plan result)."""
+
+import json
+from pathlib import Path
+
+import click
+
+from moetune.cli.options import build_knobs, build_layout, build_workload, knob_options, layout_options, load_overheads
+from moetune.cli.output import console, emit_json, table
+from moetune.errors import MoetuneError
+from moetune.planner.estimate import estimate
+from moetune.planner.explain import explain
+from moetune.planner.from_json import estimate_from_json
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.efficiency import load_efficiency_file
+
+
+@click.command(name="explain")
+@click.argument("model", required=False)
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False), default=None,
+              help="A `moetune plan --json` or `estimate --json` output to explain instead of flags.")
+@click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True, help="Which plan result.")
+@layout_options
+@knob_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def command(model, plan_file, rank, as_json, **kw) -> None:
+    """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
+    if plan_file:
+        result = estimate_from_json(_read(plan_file), rank)
+    else:
+        if not model:
+            raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")
+        layout = build_layout(kw)
+        gpu = load_gpu(kw["gpu"])
+        knobs, defaulted = build_knobs(kw, gpu, layout)
+        result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
+                          efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+        result.defaulted = defaulted
+    answer = explain(result)
+    if as_json:
+        emit_json(answer)
+    else:
+        print_explain(answer)
+
+
+def _read(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MoetuneError(f"--plan {path}: no such file") from None
+    except json.JSONDecodeError as err:
+        raise MoetuneError(f"--plan {path}: not valid JSON ({err}); pass `moetune plan --json` output") from None
+
+
+def print_explain(a: dict) -> None:
+    out = console()
+    f, s, p = a["fit"], a["scale"], a["profile"]
+    verdict = "fits" if f["fits"] else "does NOT fit"
+    items = ", ".join(f"{k} {v:.1f}" for k, v in f["largest_items_gib"].items())
+    out.print(f"[bold]Fit[/bold]: {verdict}: peak {f['peak_gib']:.1f} of {f['capacity_gib']:.1f} GiB on stage "
+              f"{f['worst_stage']} (largest: {items} GiB)")
+    for step in f.get("steps", []):
+        what = step.get("layout") or ", ".join(f"{k}={v}" for k, v in step.get("change", {}).items())
+        fits = "fits" if step.get("fits", True) else "still does not fit"
+        out.print(f"  - {step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}, "
+                  f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({step['source']})")
+    out.print(f"[bold]Scale[/bold]: Attention {s['attention_mesh']} | MoE {s['moe_mesh']}"
+              + (f" | VPP {s['vpp']}" if s["vpp"] > 1 else ""))
+    for note in s["notes"]:
+        out.print(f"  - {note}")
+    shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in p["wall_shares"].items())
+    out.print(f"[bold]Profile[/bold]: dominant wall {p['dominant_wall']} ({p['why']}); {shares}")
+    rows = [[r["rule"], ", ".join(f"{k}={v}" for k, v in r["change"].items()), f"{100 * r['predicted_gain']:+.1f}%",
+             f"{r['new_peak_gib']:.1f}", r["source"]] for r in a["retune"]]
+    if rows:
+        out.print(table("Retune: next changes, predicted", ["move", "overrides", "tokens/s", "peak GiB", "rule"], rows,
+                        justify_right_from=2))
+    else:
+        out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits")
+    d = a["default_mappings"]
+    out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
+              f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})")

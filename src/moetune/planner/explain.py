@@ -1,0 +1,176 @@
+"""The seeds' first answer (seeds/000 "First Answer Checklist") filled in with one configuration's numbers:
+Fit, Scale, Profile, Retune, the two Parallel Folding meshes and the platform's default mappings.
+
+Retune is measured, not asserted: each move the seeds list (data/retune_moves.toml) is applied to the
+configuration, re-estimated, and kept when it still fits and predicts a gain.
+"""
+
+import tomllib
+from dataclasses import replace
+from functools import cache
+from importlib import resources
+
+from moetune.errors import MoetuneError
+from moetune.layout.ranks import groups_leaving_domain
+from moetune.layout.validate import Workload
+from moetune.planner.defaults import platform_defaults, platform_of
+from moetune.planner.estimate import Estimate, estimate
+
+GIB = 1 << 30
+
+
+@cache
+def _moves() -> dict:
+    return tomllib.loads((resources.files("moetune") / "data" / "retune_moves.toml").read_text())
+
+
+def _fit(e: Estimate) -> dict:
+    worst = next(s for s in e.stages if s.stage == e.worst_stage)
+    top = sorted(worst.items.items(), key=lambda kv: -kv[1])[:4]
+    return {"fits": e.fits, "peak_gib": e.peak_bytes / GIB, "capacity_gib": e.gpu.capacity_bytes / GIB,
+            "worst_stage": e.worst_stage, "largest_items_gib": {k: v / GIB for k, v in top}}
+
+
+def _scale(e: Estimate) -> dict:
+    lay = e.layout
+    leaving = groups_leaving_domain(lay, e.gpu.nvlink_domain)
+    notes = []
+    if leaving.get("tp", 0) > 0:
+        notes.append(f"TP{lay.tp} leaves the {e.gpu.nvlink_domain}-GPU NVLink domain: keep TP inside it "
+                     "(seeds/000 Phase 2)")
+    if leaving.get("ep", 0) > 0:
+        notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
+                     "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
+    if e.workload.seq_length >= 16384 and lay.cp < e.workload.seq_length // 4096:
+        notes.append(f"long context: start at CP ~= seq/4096 = {e.workload.seq_length // 4096} "
+                     "(seeds/001 long-context guidance)")
+    if lay.dp == 1:
+        notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
+    return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
+            "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
+            "groups_leaving_nvlink_domain": leaving, "notes": notes}
+
+
+def _profile(e: Estimate) -> dict:
+    t = e.time
+    walls = t["walls"]
+    dominant = t["dominant_wall"] if e.fits else "memory"
+    exposed = sorted(t["exposed_collectives"].items(), key=lambda kv: -kv[1])
+    compute = sorted(t["compute_by_class"].items(), key=lambda kv: -kv[1])
+    why = {
+        "memory": f"peak {e.peak_bytes / GIB:.1f} GiB exceeds {e.gpu.capacity_bytes / GIB:.1f} GiB",
+        "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of a {t['step_seconds']:.2f} s step",
+        "compute": f"{compute[0][0]} {compute[0][1]:.2f} s and {compute[1][0]} {compute[1][1]:.2f} s lead compute",
+        "bubble": f"pipeline bubble (PP{e.layout.pp}-1)/(VPP{e.layout.vpp} x m={t['num_microbatches']})",
+        "host": f"launch gaps and host syncs {walls['host']:.2f} s",
+    }[dominant]
+    return {"dominant_wall": dominant, "why": why,
+            "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}}
+
+
+def _apply(e: Estimate, move: dict):
+    """The estimate with one move applied, or None when the move does not apply or is illegal."""
+    knobs, layout, mbs = e.knobs, e.layout, e.workload.micro_batch_size
+    changes = dict(move.get("knobs", {}))
+    if "recompute_modules" in changes:
+        changes["recompute_modules"] = frozenset(changes["recompute_modules"])
+    if "cuda_graph_scope" in changes:
+        changes["cuda_graph_scope"] = tuple(changes["cuda_graph_scope"])
+    if changes.get("precision") == "platform_fp8":
+        changes["precision"] = platform_defaults(e.gpu)["precision"]
+    if all(getattr(knobs, k) == v for k, v in changes.items()) and not move.get("layout") and not move.get("mbs"):
+        return None
+    mbs = mbs * move.get("mbs", 1)
+    try:
+        for key, factor in move.get("layout", {}).items():
+            layout = replace(layout, **{key: getattr(layout, key) * factor})
+        wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=mbs,
+                      global_batch_size=e.workload.gbs(e.layout))
+        return estimate(e.model, e.gpu, layout, wl, replace(knobs, **changes))
+    except (MoetuneError, ValueError, TypeError):
+        return None
+
+
+def _retune(e: Estimate) -> list[dict]:
+    base = e.time["tokens_per_s_per_gpu"]
+    out = []
+    for move_id, move in _moves().items():
+        if move.get("platform") and platform_of(e.gpu) not in move["platform"]:
+            continue
+        if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits:
+            continue
+        new = _apply(e, move)
+        if new is None or not new.fits:
+            continue
+        gain = new.time["tokens_per_s_per_gpu"] / base - 1
+        if gain > 0.005 or not e.fits:
+            out.append({"rule": move_id, "change": move["overrides"], "predicted_gain": gain,
+                        "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
+                        "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"]})
+    return sorted(out, key=lambda r: -r["predicted_gain"])
+
+
+# The seeds' order to make a run fit (seeds/000 Phase 1): recompute steps applied cumulatively, offload last.
+FIT_LADDER = ("selective_recompute_moe_act", "selective_recompute_mla_up_proj", "full_recompute", "optimizer_offload")
+
+
+def _fit_steps(e: Estimate) -> list[dict]:
+    """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the
+    recompute ladder and offload applied one after another until it fits."""
+    steps = []
+    smallest = _smallest_fitting_layout(e)
+    if smallest is not None:
+        steps.append({"step": "smallest model parallelism that fits", "layout": smallest.layout.describe(),
+                      "peak_gib": smallest.peak_bytes / GIB,
+                      "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"], "source": "seeds/000 Phase 1"})
+    current = e
+    for move_id in FIT_LADDER:
+        move = _moves()[move_id]
+        if move_id == "selective_recompute_mla_up_proj" and e.model.mla is None:
+            continue
+        new = _apply(current, move)
+        if new is None:
+            continue
+        current = new
+        steps.append({"step": move_id, "change": move["overrides"], "peak_gib": new.peak_bytes / GIB,
+                      "fits": new.fits, "tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
+                      "source": move["source"]})
+        if new.fits:
+            break
+    return steps
+
+
+def _smallest_fitting_layout(e: Estimate):
+    from moetune.planner.enumerate import enumerate_layouts
+    from moetune.walls.batch import batch_memory, build_batch
+    from moetune.walls.memory import default_overheads
+
+    gbs = e.workload.gbs(e.layout)
+    wl = Workload(seq_length=e.workload.seq_length, global_batch_size=gbs)
+    mbs = e.workload.micro_batch_size
+    cands = [(lay, mbs) for lay in enumerate_layouts(e.model, e.gpu, e.layout.world_size, wl, {})
+             if gbs % (mbs * lay.dp) == 0]
+    if not cands:
+        return None
+    batch = build_batch(e.model, cands)
+    peak = batch_memory(e.model, batch, wl.seq_length, gbs, e.knobs, default_overheads())
+    fitting = [lay for (lay, _), p in zip(cands, peak) if p <= e.gpu.capacity_bytes]
+    if not fitting:
+        return None
+    best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.tp, lay.pp, -lay.ep, lay.etp))
+    return estimate(e.model, e.gpu, best, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
+                                                   global_batch_size=gbs), e.knobs)
+
+
+def explain(e: Estimate) -> dict:
+    defaults = platform_defaults(e.gpu)
+    fit = _fit(e)
+    if not e.fits:
+        fit["steps"] = _fit_steps(e)
+    return {
+        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e),
+        "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
+        "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
+                             "fp8_recipe": defaults["precision"], "cuda_graph_scope": defaults["cuda_graph_scope"],
+                             "source": defaults["source"]},
+    }

@@ -1,0 +1,51 @@
+"""Rebuild an `Estimate` from moetune's own JSON (`estimate --json`, or one result of `plan --json`)."""
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import Estimate, estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+
+def pick_result(data: dict, rank: int = 1) -> dict:
+    """The estimate object: the JSON itself, or result number `rank` (1-based) of a plan."""
+    if not isinstance(data, dict):
+        raise MoetuneError("expected a JSON object from `moetune plan --json` or `moetune estimate --json`")
+    if "results" in data:
+        if not data["results"]:
+            raise MoetuneError("the plan has no results (nothing fit): nothing to explain or emit")
+        if rank > len(data["results"]):
+            raise MoetuneError(f"--rank {rank}: the plan has only {len(data['results'])} results")
+        return data["results"][rank - 1]
+    return data
+
+
+def _need(obj: dict, key: str, where: str):
+    if key not in obj:
+        raise MoetuneError(f"{where} lacks '{key}': pass unmodified `moetune plan/estimate --json` output")
+    return obj[key]
+
+
+def estimate_from_json(data: dict, rank: int = 1) -> Estimate:
+    r = pick_result(data, rank)
+    lay, pipe = _need(r, "layout", "result"), r.get("pipeline", {})
+    wl, k = _need(r, "workload", "result"), _need(r, "knobs", "result")
+    layout = Layout(world_size=_need(r, "gpus", "result"), tp=lay["tp"], cp=lay["cp"], pp=lay["pp"], vpp=lay["vpp"],
+                    ep=lay["ep"], etp=lay["etp"], first_stage_layers=pipe.get("first_stage_layers"),
+                    last_stage_layers=pipe.get("last_stage_layers"), pipeline_layout=pipe.get("pipeline_layout"),
+                    account_for_embedding=pipe.get("account_for_embedding", False),
+                    account_for_loss=pipe.get("account_for_loss", False),
+                    sequence_parallel=pipe.get("sequence_parallel"))
+    modules = frozenset(k.get("recompute_modules", [])) if k.get("recompute") == "selective" else frozenset()
+    knobs = Knobs(precision=k["precision"], recompute=k["recompute"], recompute_modules=modules,
+                  distributed_optimizer=k["distributed_optimizer"],
+                  optimizer_offload_fraction=k["optimizer_offload_fraction"], main_grads_fp32=k["main_grads_fp32"],
+                  adam_moments_bytes=k.get("adam_moments_bytes", 4), dispatcher=k["dispatcher"],
+                  cuda_graph_scope=tuple(k["cuda_graph_scope"]), ep_overlap=k["ep_overlap"],
+                  delay_wgrad=k["delay_wgrad"], tp_comm_overlap=k.get("tp_comm_overlap", False),
+                  routing=k["routing"], token_imbalance=k.get("token_imbalance", 1.0))
+    workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
+                        global_batch_size=wl["global_batch_size"])
+    return estimate(load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"]), layout, workload, knobs)

@@ -1,0 +1,72 @@
+"""explain: the seeds' first answer with this run's numbers; moves are re-estimated, not asserted."""
+
+import json
+
+from moetune.cli.main import main
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.planner.explain import explain
+from moetune.planner.from_json import estimate_from_json
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+
+def _qwen(**knobs):
+    return estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=16),
+                    Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1024),
+                    Knobs(dispatcher="alltoall", main_grads_fp32=False, **knobs))
+
+
+def test_retune_moves_are_measured_improvements_that_fit():
+    e = _qwen()
+    answer = explain(e)
+    assert answer["retune"], "an alltoall EP16 run across two nodes has something to gain"
+    for move in answer["retune"]:
+        assert move["predicted_gain"] > 0 and move["new_peak_gib"] <= e.gpu.capacity_bytes / 2**30
+    gains = [m["predicted_gain"] for m in answer["retune"]]
+    assert gains == sorted(gains, reverse=True)
+    assert {m["rule"] for m in answer["retune"]} >= {"ep_overlap", "dispatcher_deepep"}
+
+
+def test_moves_already_in_place_are_not_suggested():
+    answer = explain(_qwen(ep_overlap=True))
+    assert "ep_overlap" not in {m["rule"] for m in answer["retune"]}
+
+
+def test_sections_and_meshes():
+    answer = explain(_qwen())
+    assert answer["scale"]["attention_mesh"] == "TP1 x CP1 x DP16 x PP1"
+    assert answer["scale"]["moe_mesh"] == "ETP1 x EP16 x EDP1 x PP1"
+    assert answer["scale"]["groups_leaving_nvlink_domain"]["ep"] > 0  # EP16 spans two 8-GPU nodes
+    assert answer["default_mappings"]["dispatcher"] == "deepep"
+    assert answer["profile"]["dominant_wall"] in {"compute", "communication", "bubble", "host"}
+    assert abs(sum(answer["profile"]["wall_shares"].values()) - 1) < 1e-9
+
+
+def test_not_fitting_run_gets_fit_moves_in_seed_order(capsys):
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=1),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=64), Knobs())
+    assert not e.fits
+    answer = explain(e)
+    assert answer["profile"]["dominant_wall"] == "memory"
+    steps = answer["fit"]["steps"]
+    ladder = [s["step"] for s in steps if s["step"] != "smallest model parallelism that fits"]
+    order = ["selective_recompute_moe_act", "full_recompute", "optimizer_offload"]
+    assert ladder == order[:len(ladder)]  # the seeds' order: selective, then full, then offload
+    assert any(s.get("fits", True) for s in steps)
+    assert steps[0]["step"] == "smallest model parallelism that fits" and steps[0]["peak_gib"] <= 78
+
+
+def test_json_round_trip_through_estimate_and_plan(capsys, tmp_path):
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--gbs", "1024",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    again = estimate_from_json(data)
+    assert again.peak_bytes == data["memory"]["peak_bytes"]
+    assert again.time["step_seconds"] == data["time"]["step_seconds"]
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(data))
+    assert main(["explain", "--plan", str(path), "--json"]) == 0
+    assert "retune" in json.loads(capsys.readouterr().out)
