@@ -125,3 +125,15 @@ def test_emit_refuses_rule_errors(tmp_path, capsys):
 def test_emit_needs_the_gpu_count(capsys):
     assert main(["emit", "--set", "model.tensor_model_parallel_size=2"]) == 2
     assert "--gpus" in capsys.readouterr().err
+
+
+def test_computed_environment_matches_nvidia_gb200_recipe():
+    """perf_recipes/deepseek/gb200/deepseek_v3.py writes these four values by hand for EP=64 on GB200."""
+    from pathlib import Path
+
+    recipe = load_config([Path(__file__).resolve().parents[1] / "fixtures" / "bridge" /
+                          "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"], gpu="gb200", gpus=256)
+    names_ = ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "NVLINK_DOMAIN_SIZE", "USE_MNNVL", "CUDA_DEVICE_MAX_CONNECTIONS")
+    without_env = {k: v for k, v in recipe.items() if not k.startswith("env.")}
+    computed = {k: v for k, (v, _) in environment(without_env).items()}
+    assert {n: computed[n] for n in names_} == {n: recipe[f"env.{n}"] for n in names_}

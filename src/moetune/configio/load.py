@@ -23,16 +23,15 @@ def read_file(path: Path, fmt: str | None = None) -> list[Assignment]:
     """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format."""
     if not path.is_file():
         raise MoetuneError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(suffix)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise MoetuneError(f"{path}: not a text file (expected YAML, JSON, overrides or Megatron-LM arguments)") from None
+    fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(path.suffix.lower())
     if fmt == "yaml":
         return read_yaml(path)
     if fmt == "json":
         return read_json(path)
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise MoetuneError(f"{path}: not a text file") from None
     if fmt == "overrides" or (fmt is None and looks_dotted(text)):
         return dotted_assignments(overrides_lines(text), str(path))
     if fmt == "mlm" or (fmt is None and "--" in text):

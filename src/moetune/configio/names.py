@@ -29,7 +29,7 @@ PASSTHROUGH = ("rng", "rerun_state_machine", "validation", "scheduler", "dataset
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Name:
     """One row of megatron_names.csv."""
 
@@ -49,7 +49,7 @@ class Name:
         return self.mlm_flags[0] if self.mlm_flags else ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NameTable:
     by_bridge: dict[str, Name]
     by_flag: dict[str, Name]
@@ -57,7 +57,9 @@ class NameTable:
     def get(self, name: str) -> Name | None:
         if name.startswith("env."):
             row = self.by_bridge.get(name)
-            return row or Name(name, (), "", "any", NO_DEFAULT, NO_DEFAULT, "accepted", "", "environment", "")
+            return row or Name(bridge_name=name, mlm_flags=(), mlm_action="", type="any", default=NO_DEFAULT,
+                                mlm_default=NO_DEFAULT, role="accepted", canonical="", verified_in="environment",
+                                notes="")
         return self.by_bridge.get(name)
 
     def default(self, name: str) -> object:

@@ -24,7 +24,7 @@ _ID = re.compile(r"^[a-z0-9_]+\.[a-z0-9_]+$")
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FixStep:
     """One alternative of an ordered fix: applies when ``when`` holds."""
 
@@ -33,7 +33,7 @@ class FixStep:
     note: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Rule:
     id: str
     severity: str
@@ -47,7 +47,7 @@ class Rule:
     names: frozenset[str] = field(default_factory=frozenset)  # every config name the rule reads
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Table:
     rules: tuple[Rule, ...]
     platforms: dict[str, dict[str, Any]]

@@ -1,0 +1,170 @@
+"""moetune's layout and knobs <-> the normalized config (Megatron Bridge dotted names, data/megatron_names.csv).
+
+`to_config` turns an estimate or plan result into what `emit` writes and `check` reads; `from_config`
+reads a user's normalized config (Bridge YAML, dotted overrides or Megatron-LM arguments, via configio)
+back into a Layout, Workload and Knobs, so `diagnose --config` can predict the run it measured.
+Precision recipes follow Bridge's mixed_precision presets (training/mixed_precision.py):
+fp8-blockwise = e4m3 + "blockwise", mxfp8 = e4m3 + "mxfp8", fp8-current = hybrid + "tensorwise",
+fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
+"""
+
+from typing import Any
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import parse_pipeline_layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import Estimate
+
+PRECISION = {
+    "bf16": {},
+    "fp8-blockwise": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "blockwise"},
+    "mxfp8": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "mxfp8"},
+    "fp8-current": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise"},
+    "fp8-delayed": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "delayed"},
+    "nvfp4": {"mixed_precision.fp4": "e2m1", "mixed_precision.fp4_recipe": "nvfp4"},
+}
+DISPATCHER = {"alltoall": ("alltoall", None), "allgather": ("allgather", None), "deepep": ("flex", "deepep"),
+              "hybridep": ("flex", "hybridep")}
+
+
+def _layout_fields(lay: Layout) -> dict[str, Any]:
+    return {
+        "model.tensor_model_parallel_size": lay.tp, "model.context_parallel_size": lay.cp,
+        "model.pipeline_model_parallel_size": lay.pp,
+        # with a layout string Megatron derives VPP from it and accepts an equal explicit value
+        # (transformer_config.py: "virtual_pipeline_model_parallel_size conflicts with ...")
+        "model.virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
+        "model.expert_model_parallel_size": lay.ep, "model.expert_tensor_parallel_size": lay.etp,
+        "model.sequence_parallel": lay.sp,
+        "model.num_layers_in_first_pipeline_stage": lay.first_stage_layers,
+        "model.num_layers_in_last_pipeline_stage": lay.last_stage_layers,
+        "model.pipeline_model_parallel_layout": lay.pipeline_layout,
+        "model.account_for_embedding_in_pipeline_split": lay.account_for_embedding,
+        "model.account_for_loss_in_pipeline_split": lay.account_for_loss,
+    }
+
+
+def _knob_fields(k: Knobs) -> dict[str, Any]:
+    kind, backend = DISPATCHER[k.dispatcher]
+    full = "full_iteration" in k.cuda_graph_scope
+    out = {
+        "mixed_precision.bf16": True, **PRECISION[k.precision],
+        "mixed_precision.grad_reduce_in_fp32": k.main_grads_fp32,
+        "model.moe_token_dispatcher_type": kind,
+        "model.recompute_granularity": None if k.recompute == "none" else k.recompute,
+        "model.recompute_modules": sorted(k.effective_modules) if k.recompute == "selective" else None,
+        "model.cuda_graph_impl": ("local" if full else "transformer_engine") if k.cuda_graph_scope else "none",
+        "model.cuda_graph_scope": list(k.cuda_graph_scope) or None,
+        "model.moe_router_force_load_balancing": k.routing == "force-balance",
+        "comm_overlap.overlap_moe_expert_parallel_comm": k.ep_overlap,
+        "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
+        "comm_overlap.tp_comm_overlap": k.tp_comm_overlap,
+        "optimizer.use_distributed_optimizer": k.distributed_optimizer,
+        "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
+        "optimizer.optimizer_offload_fraction": k.optimizer_offload_fraction,
+    }
+    if backend:
+        out["model.moe_flex_dispatcher_backend"] = backend
+    if k.recompute == "full":
+        out.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
+    if k.adam_moments_bytes == 2:
+        out.update({"optimizer.use_precision_aware_optimizer": True, "optimizer.exp_avg_dtype": "bf16",
+                    "optimizer.exp_avg_sq_dtype": "bf16"})
+    return out
+
+
+def _model_fields(e: Estimate) -> dict[str, Any]:
+    """The architecture facts rules read (the recipe already sets them; the values are the model's own)."""
+    m = e.model
+    return {
+        "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
+        "model.num_attention_heads": m.num_attention_heads, "model.num_query_groups": m.num_query_groups,
+        "model.num_moe_experts": m.num_moe_experts or None, "model.moe_router_topk": m.moe_router_topk or None,
+        "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size or None,
+        "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size or None,
+        "model.mtp_num_layers": m.mtp_num_layers or None, "model.multi_latent_attention": m.mla is not None,
+    }
+
+
+def to_config(e: Estimate) -> dict[str, Any]:
+    """The normalized config of an estimate (None values are dropped)."""
+    hybridep = {"env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": min(e.layout.ep, e.gpu.nvlink_domain)} \
+        if e.knobs.dispatcher == "hybridep" else {}
+    out = {
+        **_model_fields(e), **hybridep,
+        "cluster.gpu": e.gpu.key, "cluster.num_gpus": e.layout.world_size,
+        "cluster.gpus_per_node": e.gpu.gpus_per_node, "cluster.nvlink_domain": e.gpu.nvlink_domain,
+        **_layout_fields(e.layout), **_knob_fields(e.knobs),
+        "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,
+        "train.global_batch_size": e.workload.gbs(e.layout),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _get(config: dict, key: str, default: Any = None) -> Any:
+    value = config.get(key, default)
+    return default if value is None else value
+
+
+def _precision(config: dict) -> str:
+    if config.get("mixed_precision.fp4"):
+        return "nvfp4"
+    recipe = config.get("mixed_precision.fp8_recipe")
+    if not config.get("mixed_precision.fp8"):
+        return "bf16"
+    for name, fields in PRECISION.items():
+        if fields.get("mixed_precision.fp8_recipe") == recipe:
+            return name
+    raise MoetuneError(f"mixed_precision.fp8_recipe={recipe!r} is not one moetune models; use blockwise, mxfp8, "
+                       "tensorwise or delayed")
+
+
+def _dispatcher(config: dict) -> str:
+    kind = _get(config, "model.moe_token_dispatcher_type", "alltoall")
+    if kind == "flex":
+        return _get(config, "model.moe_flex_dispatcher_backend", "deepep")
+    return kind
+
+
+def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
+    """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
+    if "cluster.num_gpus" not in config:
+        raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
+    vpp = config.get("model.virtual_pipeline_model_parallel_size") or 1
+    if config.get("model.pipeline_model_parallel_layout"):  # the layout string fixes the virtual stages
+        stages = len(parse_pipeline_layout(config["model.pipeline_model_parallel_layout"]))
+        vpp = max(stages // _get(config, "model.pipeline_model_parallel_size", 1), 1)
+    layout = Layout(
+        world_size=config["cluster.num_gpus"], tp=_get(config, "model.tensor_model_parallel_size", 1),
+        cp=_get(config, "model.context_parallel_size", 1), pp=_get(config, "model.pipeline_model_parallel_size", 1),
+        vpp=vpp, ep=_get(config, "model.expert_model_parallel_size", 1),
+        etp=_get(config, "model.expert_tensor_parallel_size", _get(config, "model.tensor_model_parallel_size", 1)),
+        sequence_parallel=config.get("model.sequence_parallel"),
+        first_stage_layers=config.get("model.num_layers_in_first_pipeline_stage"),
+        last_stage_layers=config.get("model.num_layers_in_last_pipeline_stage"),
+        pipeline_layout=config.get("model.pipeline_model_parallel_layout"),
+        account_for_embedding=bool(config.get("model.account_for_embedding_in_pipeline_split")),
+        account_for_loss=bool(config.get("model.account_for_loss_in_pipeline_split")))
+    workload = Workload(seq_length=_get(config, "model.seq_length", 4096),
+                        micro_batch_size=_get(config, "train.micro_batch_size", 1),
+                        global_batch_size=config.get("train.global_batch_size"))
+    recompute = _get(config, "model.recompute_granularity", "none")
+    knobs = Knobs(
+        precision=_precision(config), recompute=recompute,
+        recompute_modules=frozenset(_get(config, "model.recompute_modules", [])) if recompute == "selective"
+        else frozenset(),
+        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True)),
+        optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
+        if config.get("optimizer.optimizer_cpu_offload") else 0.0,
+        main_grads_fp32=bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True)),
+        adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") else 4,
+        dispatcher=_dispatcher(config),
+        cuda_graph_scope=tuple(_get(config, "model.cuda_graph_scope", []))
+        if _get(config, "model.cuda_graph_impl", "none") != "none" else (),
+        ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
+        delay_wgrad=bool(config.get("comm_overlap.delay_wgrad_compute")),
+        tp_comm_overlap=bool(config.get("comm_overlap.tp_comm_overlap")),
+        routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless")
+    return layout, workload, knobs
