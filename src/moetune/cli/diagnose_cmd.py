@@ -1,10 +1,21 @@
 """``moetune diagnose TRACE_OR_DIR... [--log FILE] [--json]``: which wall dominates a measured run."""
 
+import json
+from pathlib import Path
+
 import click
 from rich.markup import escape
 
 from moetune.cli.output import console, emit_json, table
+from moetune.configio.load import load_config
+from moetune.errors import MoetuneError
+from moetune.planner.compare import compare
+from moetune.planner.config_map import from_config
+from moetune.planner.estimate import estimate
+from moetune.planner.from_json import estimate_from_json
 from moetune.profile.diagnose import DiagnoseResult, diagnose
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
 
 
 def _ms(seconds: float | None) -> str:
@@ -42,17 +53,71 @@ def _print(result: DiagnoseResult) -> None:
                         justify_right_from=3))
 
 
+def _print_comparison(cmp: dict) -> None:
+    out = console()
+    if not cmp["available"]:
+        out.print(f"predicted vs measured: {cmp['why']}")
+        return
+    rows = [[w, f"{v['predicted']:.3f}", f"{v['measured']:.3f}"] for w, v in cmp["walls"].items()]
+    rows.append(["step", f"{cmp['step_seconds']['predicted']:.3f}", f"{cmp['step_seconds']['measured']:.3f}"])
+    out.print(table("Predicted vs measured per step (s)", ["wall", "predicted", "measured"], rows))
+    out.print(f"[bold]Model check[/bold]: {escape(cmp['verdict'])}")
+
+
+def _prediction(config: dict | None, model: str | None, plan_file: str | None):
+    """The planned run to compare with: a plan/estimate JSON, or MODEL + the config's layout and knobs."""
+    if plan_file:
+        return estimate_from_json(_read_json(plan_file))
+    if model is None:
+        return None
+    if not config:
+        raise MoetuneError("--model needs --config (the run's layout and knobs) or use --plan FILE")
+    if "cluster.gpu" not in config:
+        raise MoetuneError("--model needs --gpu (the GPU the run used)")
+    layout, workload, knobs = from_config(config)
+    return estimate(load_model(model), load_gpu(config["cluster.gpu"]), layout, workload, knobs)
+
+
+def _read_json(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MoetuneError(f"--plan {path}: no such file") from None
+    except json.JSONDecodeError as err:
+        raise MoetuneError(f"--plan {path}: not valid JSON ({err})") from None
+
+
 @click.command(name="diagnose")
 @click.argument("traces", nargs=-1, type=click.Path(path_type=str))
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Megatron-LM / Megatron Bridge training log (stdout of the last rank).")
+@click.option("--config", "configs", multiple=True, type=click.Path(path_type=str),
+              help="The run's config (Bridge YAML, dotted overrides or Megatron-LM args file), as for `check`.")
+@click.option("--set", "sets", multiple=True, help="Dotted override of the run's config (repeatable).")
+@click.option("--mlm-args", default=None, help="The run's Megatron-LM arguments.")
+@click.option("--model", default=None, help="Built-in model or config.json: predict the run from --config.")
+@click.option("--gpu", default=None, help="GPU of the run (with --model).")
+@click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs of the run (with --model).")
+@click.option("--plan", "plan_file", default=None, help="`moetune estimate/plan --json` of this run to compare.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(traces: tuple[str, ...], log_path: str | None, as_json: bool) -> None:
+def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_args, model, gpu, gpus, plan_file,
+            as_json: bool) -> None:
     """Find the dominant wall (memory, communication, host overhead, compute) in Kineto traces
     (.json/.json.gz, one file per rank, or directories of them) and/or a Megatron training log,
-    and name the next changes."""
-    result = diagnose(list(traces), log=log_path)
+    and name the next changes; with --config the advice is tailored, with --plan or --model the
+    prediction is compared wall by wall."""
+    config = None
+    if configs or sets or mlm_args or gpu or gpus:
+        config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus)
+    result = diagnose(list(traces), log=log_path, config=config)
+    predicted = _prediction(config, model, plan_file)
+    cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
-        emit_json(result.to_dict())
+        out = result.to_dict()
+        if cmp is not None:
+            out["comparison"] = cmp
+        emit_json(out)
     else:
         _print(result)
+        if cmp is not None:
+            _print_comparison(cmp)

@@ -32,7 +32,7 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> int:
     _register()
     try:
-        cli.main(args=argv, standalone_mode=False)
+        code = cli.main(args=argv, standalone_mode=False)
     except MoetuneError as err:
         click.echo(f"error: {err}", err=True)
         return err.exit_code
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

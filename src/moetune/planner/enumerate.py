@@ -14,6 +14,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload, validate
+from moetune.rules.derive import derive
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 
@@ -89,11 +90,17 @@ def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:
     return [("none", frozenset())] + [("selective", s) for s in sets] + [("full", frozenset())]
 
 
+def supported_dispatchers(gpu: GpuSpec) -> list[str]:
+    """alltoall everywhere; DeepEP / HybridEP where Megatron Bridge accepts them on this platform (the rule
+    table's platform facts: flex_dispatcher_backend.py validate_flex_dispatcher_backend)."""
+    facts = derive({"cluster.gpu": gpu.key})
+    return ["alltoall"] + [name for name in ("deepep", "hybridep") if facts.get(f"{name}_supported", True)]
+
+
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
     """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap x optimizer offload."""
     precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
-    dispatchers = fixed.get("dispatcher", ["alltoall", "deepep", "hybridep"] if gpu.nvlink_domain > 8
-                            else ["alltoall", "deepep"])
+    dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
     scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"])] +
                        ([("full_iteration",)] if routing == "force-balance" else []))
     overlaps = fixed.get("ep_overlap", [False, True])

@@ -72,6 +72,8 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
             continue
         peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads)
         fits = peak <= gpu.capacity_bytes
+        if knobs.dispatcher == "hybridep":  # HybridEP's EP group must fit one NVLink domain (rule
+            fits &= batch.fields.ep[:, 0] <= gpu.nvlink_domain  # dispatcher.hybridep_ep_exceeds_domain)
         feasible += int(fits.sum())
         if not fits.any():
             continue

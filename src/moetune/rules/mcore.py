@@ -7,6 +7,7 @@ comm_overlap.* onto the model before Megatron-Core validates it, so those are pa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import warnings
@@ -20,7 +21,10 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
 _ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|install|not available|"
-                          r"apex|CUDA|cuda device|No module", re.IGNORECASE)
+                          r"apex|CUDA|cuda device|No module|'NoneType' and 'Version'", re.IGNORECASE)
+# Options Megatron-Core gates on the installed Transformer Engine version (is_te_min_version compares
+# None with a Version when TE is absent, so the error names no field).
+_TE_VERSION_GATED = ("moe_grouped_gemm",)
 # Fields whose validation imports optional kernels (TE fused permutation): switched off for the check.
 _NEEDS_KERNELS = {"moe_permute_fusion": False}
 _PRECISION = ("bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe", "params_dtype", "fp8_param_gather",
@@ -70,6 +74,8 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
         if text is None:
             break
         culprit = next((k for k, v in kw.items() if v is True and re.search(rf"\b{k}\b", text)), None)
+        if culprit is None and "Version" in text:
+            culprit = next((k for k in _TE_VERSION_GATED if kw.get(k) is True), None)
         if not is_env:
             return [Finding(rule=RULE, severity="error", source=SOURCE,
                             message=f"Megatron-Core rejects the model config: {text}")]
@@ -86,9 +92,17 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
 
 
 def _construct(cls, kw: dict[str, Any]) -> tuple[str | None, bool]:
-    """(None, False) when Megatron-Core accepts ``kw``; else (message, depends-on-the-machine)."""
+    """(None, False) when Megatron-Core accepts ``kw``; else (message, depends-on-the-machine).
+    Transformer Engine version gates (is_te_min_version) are answered as if a current TE were installed:
+    they are facts about the training machine, not about the config."""
+    import sys
+    from unittest import mock
+
+    module = sys.modules[cls.__module__]
+    gate = mock.patch.object(module, "is_te_min_version", lambda *a, **k: True) \
+        if hasattr(module, "is_te_min_version") else contextlib.nullcontext()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), gate:
             warnings.simplefilter("ignore")
             cls(**dict(kw))
     except (ValueError, AssertionError, TypeError, ImportError, RuntimeError) as err:

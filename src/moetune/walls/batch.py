@@ -151,9 +151,8 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     return (stage_max + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
 
 
-def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,
-                       eff: dict) -> dict[str, np.ndarray]:
-    """Step seconds and walls per candidate (same assembly as step.step_time)."""
+def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
+    """Per-micro-batch time of each candidate's slowest stage, by wall (independent of the optimizer knobs)."""
     f, ctx, r = b.fields, _ctx(b, seq, knobs), rates(gpu, knobs.precision, eff)
     kinds = set(b.kinds) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
     computed = {k: b.memo(("compute", k, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing),
@@ -169,15 +168,26 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     p2p = 2 * ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"])
     comm = comm + p2p * eff["p2p_exposed"] * (f.pp > 1)
     total = np.where(b.valid, compute + comm + host, -1.0)
-    slow = total.argmax(axis=1)
-    pick = lambda a: np.take_along_axis(np.broadcast_to(a, total.shape), slow[:, None], axis=1)[:, 0]  # noqa
+    slow = total.argmax(axis=1)[:, None]
+    pick = lambda a: np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]  # noqa: E731
+    return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total)}
+
+
+def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,
+                       eff: dict) -> dict[str, np.ndarray]:
+    """Step seconds and walls per candidate (same assembly as step.step_time)."""
+    f = b.fields
+    stage = b.memo(("stage", knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules,
+                    knobs.cuda_graph_scope, knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing,
+                    knobs.token_imbalance, gbs, seq),
+                   lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     dp, optimizer, offload = b.memo(("dp", knobs.main_grads_fp32, knobs.distributed_optimizer,
                                      knobs.adam_moments_bytes, knobs.optimizer_offload_fraction),
                                     lambda: _data_parallel(b, knobs, gpu, eff))
-    walls = {"compute": m * pick(compute) + optimizer + offload,
-             "communication": m * pick(comm) + dp * (1 - eff["dp_overlap_hide"]),
-             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * pick(total), "host": m * pick(host)}
+    walls = {"compute": m * stage["compute"] + optimizer + offload,
+             "communication": m * stage["comm"] + dp * (1 - eff["dp_overlap_hide"]),
+             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * stage["total"], "host": m * stage["host"]}
     walls["step"] = sum(walls.values())
     return walls
 

@@ -1,0 +1,45 @@
+"""Predicted vs measured, wall by wall: which part of the model was wrong (diagnose --plan / --model).
+
+Measured walls come from a trace diagnosis (profile/diagnose.py), per iteration:
+communication = communication time not overlapped with compute; host = idle gaps the host caused;
+bubble = idle waiting on other ranks or on cross-stream dependencies (pipeline waits show up here);
+compute = the rest of the step.
+"""
+
+import math
+
+from moetune.planner.estimate import Estimate
+from moetune.profile.diagnose import DiagnoseResult
+
+WALLS = ("compute", "communication", "bubble", "host")
+
+
+def measured_walls(d: DiagnoseResult) -> dict[str, float] | None:
+    if not d.step_seconds or not d.breakdown:
+        return None
+    comm = d.exposed_communication_seconds or 0.0
+    host = d.idle.get("host_bound", 0.0)
+    bubble = d.idle.get("rank_wait", 0.0) + d.idle.get("dependency", 0.0)
+    return {"compute": max(d.step_seconds - comm - host - bubble, 0.0), "communication": comm, "bubble": bubble,
+            "host": host}
+
+
+def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
+    """Per wall: predicted and measured seconds; the verdict names the wall the model got most wrong."""
+    walls = measured_walls(measured)
+    if walls is None:
+        return {"available": False, "why": "the measurement has no per-step kernel timeline (a log alone)"}
+    pred = predicted.time["walls"]
+    rows = {w: {"predicted": pred[w], "measured": walls[w]} for w in WALLS}
+    step = {"predicted": predicted.time["step_seconds"], "measured": measured.step_seconds}
+
+    def weight(w: str) -> float:  # how much this wall's error moves the step
+        return abs(pred[w] - walls[w]) / max(step["measured"], 1e-12)
+
+    worst = max(WALLS, key=weight)
+    p, m = pred[worst], walls[worst]
+    direction = "over-estimates" if p > m else "under-estimates"
+    ratio = (p / m) if m > 0 else math.inf
+    verdict = (f"the model {direction} {worst}: predicted {p:.3f} s, measured {m:.3f} s per step "
+               f"({ratio:.2f}x); it moves the step by {100 * weight(worst):.0f}%")
+    return {"available": True, "walls": rows, "step_seconds": step, "worst_wall": worst, "verdict": verdict}

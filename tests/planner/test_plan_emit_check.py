@@ -1,0 +1,39 @@
+"""Round trip: a plan's winners -> emit -> check reads them back: same layout and knobs, no rule errors."""
+
+import pytest
+
+from moetune.configio.load import load_config
+from moetune.emit import emit_all
+from moetune.layout.validate import Workload
+from moetune.planner.config_map import from_config, to_config
+from moetune.planner.search import plan
+from moetune.rules import derive, evaluate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+PLANS = [("qwen3-30b-a3b", "h100", 16, 1024), ("deepseek-v3", "gb200", 256, 2048), ("gpt-oss-120b", "b200", 64, 1280),
+         ("mixtral-8x7b", "h100", 32, 512)]
+
+
+@pytest.mark.parametrize(("model", "gpu", "gpus", "gbs"), PLANS)
+@pytest.mark.parametrize("emitted", ["overrides.txt", "megatron_lm_args.txt"])
+def test_emitted_plan_reads_back_identically_and_clean(model, gpu, gpus, gbs, emitted, tmp_path):
+    result = plan(load_model(model), load_gpu(gpu), gpus, Workload(seq_length=4096, global_batch_size=gbs), top=2)
+    for est in result.results:
+        files = emit_all(to_config(est))
+        path = tmp_path / emitted
+        path.write_text(files[emitted])
+        config = load_config([path], gpu=gpu, gpus=gpus)
+        layout, workload, knobs = from_config(config)
+        assert layout.as_dict() == est.layout.as_dict()
+        assert (layout.first_stage_layers, layout.last_stage_layers, layout.account_for_embedding) == \
+            (est.layout.first_stage_layers, est.layout.last_stage_layers, est.layout.account_for_embedding)
+        assert (workload.micro_batch_size, workload.global_batch_size, workload.seq_length) == \
+            (est.workload.micro_batch_size, est.workload.gbs(est.layout), est.workload.seq_length)
+        expected = est.knobs
+        assert (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
+                knobs.ep_overlap, knobs.optimizer_offload_fraction) == \
+            (expected.precision, expected.dispatcher, expected.recompute, expected.effective_modules,
+             expected.cuda_graph_scope, expected.ep_overlap, expected.optimizer_offload_fraction)
+        errors = [f.rule for f in evaluate(config, derive(config)) if f.severity == "error"]
+        assert errors == []
