@@ -1,14 +1,12 @@
 """``moetune diagnose TRACE_OR_DIR... [--log FILE] [--json]``: which wall dominates a measured run."""
 
-import json
-from pathlib import Path
-
 import click
 from rich.markup import escape
 
 from moetune.cli.output import console, emit_json, table
 from moetune.configio.load import load_config
 from moetune.errors import MoetuneError
+from moetune.files import read_json
 from moetune.planner.compare import compare
 from moetune.planner.config_map import from_config
 from moetune.planner.estimate import estimate
@@ -67,7 +65,7 @@ def _print_comparison(cmp: dict) -> None:
 def _prediction(config: dict | None, model: str | None, plan_file: str | None):
     """The planned run to compare with: a plan/estimate JSON, or MODEL + the config's layout and knobs."""
     if plan_file:
-        return estimate_from_json(_read_json(plan_file))
+        return estimate_from_json(read_json(plan_file, "--plan"))
     if model is None:
         return None
     if not config:
@@ -76,15 +74,6 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None):
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
     layout, workload, knobs = from_config(config)
     return estimate(load_model(model), load_gpu(config["cluster.gpu"]), layout, workload, knobs)
-
-
-def _read_json(path: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MoetuneError(f"--plan {path}: no such file") from None
-    except json.JSONDecodeError as err:
-        raise MoetuneError(f"--plan {path}: not valid JSON ({err})") from None
 
 
 @click.command(name="diagnose")

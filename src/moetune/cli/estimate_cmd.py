@@ -2,12 +2,9 @@
 
 import click
 
-from moetune.cli.options import build_knobs, build_layout, build_workload, knob_options, layout_options, load_overheads
-from moetune.walls.efficiency import load_efficiency_file
+from moetune.cli.options import estimate_from_flags, knob_options, layout_options
 from moetune.cli.output import console, emit_json, gib, table
-from moetune.planner.estimate import Estimate, estimate
-from moetune.specs.hardware import load_gpu
-from moetune.specs.registry import load_model
+from moetune.planner.estimate import Estimate
 
 
 @click.command(name="estimate")
@@ -17,12 +14,7 @@ from moetune.specs.registry import load_model
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL (built-in name or config.json) on a layout, per pipeline stage."""
-    layout = build_layout(kw)
-    gpu = load_gpu(kw["gpu"])
-    knobs, defaulted = build_knobs(kw, gpu, layout)
-    result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
-                      efficiency_overrides=load_efficiency_file(kw["efficiency"]))
-    result.defaulted = defaulted
+    result = estimate_from_flags(model, kw)
     if as_json:
         emit_json(result.to_json())
     else:

@@ -1,19 +1,13 @@
 """``moetune explain``: the seeds' first answer for one configuration (estimate flags or a plan result)."""
 
-import json
-from pathlib import Path
-
 import click
 
-from moetune.cli.options import build_knobs, build_layout, build_workload, knob_options, layout_options, load_overheads
+from moetune.cli.options import estimate_from_flags, knob_options, layout_options
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
-from moetune.planner.estimate import estimate
+from moetune.files import read_json
 from moetune.planner.explain import explain
 from moetune.planner.from_json import estimate_from_json
-from moetune.specs.hardware import load_gpu
-from moetune.specs.registry import load_model
-from moetune.walls.efficiency import load_efficiency_file
 
 
 @click.command(name="explain")
@@ -27,30 +21,16 @@ from moetune.walls.efficiency import load_efficiency_file
 def command(model, plan_file, rank, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
     if plan_file:
-        result = estimate_from_json(_read(plan_file), rank)
+        result = estimate_from_json(read_json(plan_file, "--plan", "pass `moetune plan --json` output"), rank)
     else:
         if not model:
             raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")
-        layout = build_layout(kw)
-        gpu = load_gpu(kw["gpu"])
-        knobs, defaulted = build_knobs(kw, gpu, layout)
-        result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
-                          efficiency_overrides=load_efficiency_file(kw["efficiency"]))
-        result.defaulted = defaulted
+        result = estimate_from_flags(model, kw)
     answer = explain(result)
     if as_json:
         emit_json(answer)
     else:
         print_explain(answer)
-
-
-def _read(path: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MoetuneError(f"--plan {path}: no such file") from None
-    except json.JSONDecodeError as err:
-        raise MoetuneError(f"--plan {path}: not valid JSON ({err}); pass `moetune plan --json` output") from None
 
 
 def print_explain(a: dict) -> None:

@@ -1,12 +1,11 @@
 """Options shared by estimate, plan and explain: the model, cluster, layout, workload and knobs."""
 
 import functools
-import tomllib
-from pathlib import Path
 
 import click
 
 from moetune.errors import MoetuneError
+from moetune.files import read_toml
 from moetune.layout.knobs import CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS, Knobs, parse_modules
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
@@ -130,11 +129,21 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
 
 
 def load_overheads(path: str | None) -> dict | None:
-    if not path:
-        return None
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MoetuneError(f"--overheads {path}: no such file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise MoetuneError(f"--overheads {path}: not valid TOML ({err})") from None
+    return read_toml(path, "--overheads") if path else None
+
+
+def estimate_from_flags(model: str, kw: dict):
+    """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags;
+    knobs left out take the platform defaults and are recorded in `defaulted`."""
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    from moetune.walls.efficiency import load_efficiency_file
+
+    layout = build_layout(kw)
+    gpu = load_gpu(kw["gpu"])
+    knobs, defaulted = build_knobs(kw, gpu, layout)
+    result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
+                      efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+    result.defaulted = defaulted
+    return result

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.files import read_toml
 
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
@@ -78,12 +79,7 @@ def load_gpu(name_or_path: str) -> GpuSpec:
 
 
 def load_cluster_file(path: Path) -> GpuSpec:
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise MoetuneError(f"{path}: no such cluster file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise MoetuneError(f"{path}: not valid TOML ({err})") from None
+    data = read_toml(path, "cluster file")
     base = data.pop("gpu", None)
     if isinstance(base, str):
         if base.lower() not in catalog():

@@ -4,9 +4,9 @@ then an optional user TOML (same keys, flat or under the GPU's name)."""
 import tomllib
 from functools import cache
 from importlib import resources
-from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.files import read_toml
 
 
 @cache
@@ -29,11 +29,4 @@ def efficiency(gpu_key: str, user: dict | None = None) -> dict[str, float]:
 
 
 def load_efficiency_file(path: str | None) -> dict | None:
-    if not path:
-        return None
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MoetuneError(f"--efficiency {path}: no such file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise MoetuneError(f"--efficiency {path}: not valid TOML ({err})") from None
+    return read_toml(path, "--efficiency") if path else None

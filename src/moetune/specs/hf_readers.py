@@ -1,0 +1,323 @@
+"""One reader per Hugging Face model family, registered by ``model_type`` in ``READERS``.
+
+Each reader names the HF fields it uses (the field-name map is in shared/data/models/INDEX.md) and returns
+ModelSpec keyword arguments; a missing field is a one-line ``MoetuneError`` that names it.
+"""
+
+from typing import Any, Callable
+
+from moetune.errors import MoetuneError
+from moetune.specs.model import GdnDims, LayerKind, MambaDims, MlaDims
+
+_MISSING = object()
+
+
+class HfConfig:
+    """A config dict that reports missing fields by name."""
+
+    def __init__(self, data: dict, origin: str):
+        self.data = data
+        self.origin = origin
+
+    def get(self, *keys: str, default: Any = _MISSING) -> Any:
+        for key in keys:
+            node: Any = self.data
+            for part in key.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    break
+                node = node[part]
+            else:
+                if node is not None:
+                    return node
+        if default is _MISSING:
+            raise MoetuneError(
+                f"{self.origin}: missing field '{keys[0]}' (model_type {self.data.get('model_type')!r}); "
+                "add it to the config.json"
+            )
+        return default
+
+    def head_dim(self) -> int:
+        return self.get("head_dim", default=None) or self.get("hidden_size") // self.get("num_attention_heads")
+
+
+def _layers(mlps: list[str], mixers: list[str] | str = "gqa") -> tuple[LayerKind, ...]:
+    if isinstance(mixers, str):
+        mixers = [mixers] * len(mlps)
+    return tuple(LayerKind(mixer=x, mlp=m) for x, m in zip(mixers, mlps, strict=True))
+
+
+def _gqa_common(c: HfConfig) -> dict:
+    return dict(
+        hidden_size=c.get("hidden_size"),
+        vocab_size=c.get("vocab_size"),
+        num_attention_heads=c.get("num_attention_heads"),
+        num_query_groups=c.get("num_key_value_heads", default=c.get("num_attention_heads")),
+        kv_channels=c.head_dim(),
+        untie_embeddings_and_output_weights=not c.get("tie_word_embeddings", default=False),
+    )
+
+
+def _read_deepseek(c: HfConfig) -> dict:
+    """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
+    n = c.get("num_hidden_layers")
+    k_dense = c.get("first_k_dense_replace", default=0)
+    freq = c.get("moe_layer_freq", default=1)
+    mlps = ["moe" if i >= k_dense and i % freq == 0 else "dense" for i in range(n)]
+    mla = MlaDims(
+        q_lora_rank=c.get("q_lora_rank", default=None),
+        kv_lora_rank=c.get("kv_lora_rank"),
+        qk_head_dim=c.get("qk_nope_head_dim"),
+        qk_pos_emb_head_dim=c.get("qk_rope_head_dim"),
+        v_head_dim=c.get("v_head_dim"),
+    )
+    mtp = c.get("num_nextn_predict_layers", default=0)
+    sigmoid = c.get("scoring_func", default="softmax") == "sigmoid"
+    return dict(
+        _gqa_common(c),
+        num_query_groups=c.get("num_attention_heads"),
+        kv_channels=mla.qk_head_dim + mla.qk_pos_emb_head_dim,
+        layers=_layers(mlps, "mla"),
+        mla=mla,
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("n_routed_experts"),
+        moe_router_topk=c.get("num_experts_per_tok"),
+        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
+        moe_router_score_function="sigmoid" if sigmoid else "softmax",
+        moe_router_score_correction_bias=c.get("topk_method", default="") == "noaux_tc",
+        mtp_num_layers=mtp,
+        mtp_layer_kind=LayerKind(mixer="mla", mlp=mlps[-1]) if mtp else None,
+    )
+
+
+def _read_glm4_moe(c: HfConfig) -> dict:
+    """GLM-4.5 / 4.5-Air: GQA with qkv bias and optional per-head qk norm, first-k-dense, MTP."""
+    n = c.get("num_hidden_layers")
+    k_dense = c.get("first_k_dense_replace", default=0)
+    mlps = ["moe" if i >= k_dense else "dense" for i in range(n)]
+    mtp = c.get("num_nextn_predict_layers", default=0)
+    return dict(
+        _gqa_common(c),
+        layers=_layers(mlps),
+        add_qkv_bias=c.get("attention_bias", default=False),
+        qk_layernorm="head" if c.get("use_qk_norm", default=False) else "none",
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("n_routed_experts"),
+        moe_router_topk=c.get("num_experts_per_tok"),
+        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
+        moe_router_score_function="sigmoid",
+        moe_router_score_correction_bias=True,
+        mtp_num_layers=mtp,
+        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
+    )
+
+
+def _qwen_moe_mlps(c: HfConfig) -> list[str]:
+    n = c.get("num_hidden_layers")
+    step = c.get("decoder_sparse_step", default=1)
+    dense_only = set(c.get("mlp_only_layers", default=[]))
+    return ["moe" if i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(n)]
+
+
+def _read_qwen_moe(c: HfConfig) -> dict:
+    """Qwen1.5-MoE / Qwen2-MoE (qkv bias, gated shared expert) and Qwen3-MoE (per-head qk norm)."""
+    qwen3 = c.get("model_type") == "qwen3_moe"
+    shared = c.get("shared_expert_intermediate_size", default=0)
+    return dict(
+        _gqa_common(c),
+        layers=_layers(_qwen_moe_mlps(c)),
+        add_qkv_bias=not qwen3,
+        qk_layernorm="head" if qwen3 else "none",
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("num_experts"),
+        moe_router_topk=c.get("num_experts_per_tok"),
+        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=shared,
+        moe_shared_expert_gate=shared > 0,
+    )
+
+
+def _read_qwen3_next(c: HfConfig) -> dict:
+    """Qwen3-Next: every `full_attention_interval`-th layer is gated attention, the rest gated delta-net."""
+    n = c.get("num_hidden_layers")
+    interval = c.get("full_attention_interval")
+    mixers = ["gqa" if (i + 1) % interval == 0 else "gdn" for i in range(n)]
+    gdn = GdnDims(
+        num_key_heads=c.get("linear_num_key_heads"),
+        num_value_heads=c.get("linear_num_value_heads"),
+        key_head_dim=c.get("linear_key_head_dim"),
+        value_head_dim=c.get("linear_value_head_dim"),
+        conv_kernel=c.get("linear_conv_kernel_dim"),
+    )
+    spec = _read_qwen_moe(c)
+    return dict(
+        spec, layers=_layers(_qwen_moe_mlps(c), mixers), gdn=gdn, attention_output_gate=True,
+        add_qkv_bias=False, qk_layernorm="head",
+    )
+
+
+def _read_mixtral(c: HfConfig) -> dict:
+    """Mixtral, Phi-3.5-MoE, MiniMax-M2, gpt-oss, Grok-1 (hpcai port): every layer MoE, no shared expert."""
+    mt = c.get("model_type")
+    n = c.get("num_hidden_layers")
+    mtp = c.get("num_mtp_modules", default=0) if c.get("use_mtp", default=False) else 0
+    windows = tuple(t == "sliding_attention" for t in c.get("layer_types", default=[]))
+    return dict(
+        _gqa_common(c),
+        layers=_layers(["moe"] * n),
+        add_qkv_bias=c.get("attention_bias", default=False),
+        add_proj_bias=c.get("attention_bias", default=False),
+        add_mlp_bias=mt == "gpt_oss",
+        # gpt-oss's clamped SwiGLU is a quick-GELU GLU in Megatron (Bridge gpt_oss_bridge.py activation_func)
+        activation="quick_gelu" if mt == "gpt_oss" else c.get("hidden_act", default="silu"),
+        softmax_sinks=mt == "gpt_oss",
+        moe_router_bias=mt == "gpt_oss",
+        qk_layernorm="full" if mt == "minimax_m2" else "none",
+        normalization="LayerNorm" if mt == "phimoe" else "RMSNorm",
+        norm_has_bias=mt == "phimoe",
+        output_layer_bias=c.get("lm_head_bias", default=False),
+        extra_norms_per_layer=2 if mt == "grok-1" else 0,
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("num_local_experts", "num_experts"),
+        moe_router_topk=c.get("num_experts_per_tok", "experts_per_token"),
+        moe_ffn_hidden_size=c.get("intermediate_size"),
+        moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
+        moe_router_score_correction_bias=mt == "minimax_m2",
+        mtp_num_layers=mtp,
+        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
+        sliding_window=c.get("sliding_window", default=None) if any(windows) else None,
+        sliding_window_layers=windows,
+    )
+
+
+def _read_olmoe(c: HfConfig) -> dict:
+    """OLMoE: full-width q/k norms (q_norm over all heads), no shared experts."""
+    n = c.get("num_hidden_layers")
+    return dict(
+        _gqa_common(c),
+        layers=_layers(["moe"] * n),
+        qk_layernorm="full",
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("num_experts"),
+        moe_router_topk=c.get("num_experts_per_tok"),
+        moe_ffn_hidden_size=c.get("intermediate_size"),
+    )
+
+
+def _read_llama4(c: HfConfig) -> dict:
+    """Llama 4 (text_config): MoE every `interleave_moe_layer_step` layers, one shared expert."""
+    t = HfConfig(c.get("text_config", default=c.data), c.origin)
+    n = t.get("num_hidden_layers")
+    step = t.get("interleave_moe_layer_step", default=1)
+    mlps = ["moe" if (i + 1) % step == 0 else "dense" for i in range(n)]
+    return dict(
+        _gqa_common(t),
+        layers=_layers(mlps),
+        ffn_hidden_size=t.get("intermediate_size_mlp", "intermediate_size"),
+        num_moe_experts=t.get("num_local_experts"),
+        moe_router_topk=t.get("num_experts_per_tok"),
+        moe_ffn_hidden_size=t.get("intermediate_size"),
+        moe_shared_expert_intermediate_size=t.get("intermediate_size"),
+        moe_router_score_function="sigmoid",
+    )
+
+
+def _read_dbrx(c: HfConfig) -> dict:
+    """DBRX: fused Wqkv, bias-free LayerNorm, 16 experts top-4 (fields under attn_config / ffn_config)."""
+    n = c.get("n_layers")
+    heads = c.get("n_heads")
+    return dict(
+        hidden_size=c.get("d_model"),
+        vocab_size=c.get("vocab_size"),
+        num_attention_heads=heads,
+        num_query_groups=c.get("attn_config.kv_n_heads"),
+        kv_channels=c.get("d_model") // heads,
+        untie_embeddings_and_output_weights=not c.get("tie_word_embeddings", default=False),
+        layers=_layers(["moe"] * n),
+        normalization="LayerNorm",
+        ffn_hidden_size=c.get("ffn_config.ffn_hidden_size"),
+        num_moe_experts=c.get("ffn_config.moe_num_experts"),
+        moe_router_topk=c.get("ffn_config.moe_top_k"),
+        moe_ffn_hidden_size=c.get("ffn_config.ffn_hidden_size"),
+    )
+
+
+def _read_ernie(c: HfConfig) -> dict:
+    """ERNIE-4.5 MoE: MoE on layers start..end every `moe_layer_interval`, optional shared experts."""
+    n = c.get("num_hidden_layers")
+    start = c.get("moe_layer_start_index", default=0)
+    end = c.get("moe_layer_end_index", default=n - 1)
+    step = c.get("moe_layer_interval", default=1)
+    mlps = ["moe" if start <= i <= end and (i - start) % step == 0 else "dense" for i in range(n)]
+    moe_ffn = c.get("moe_intermediate_size")
+    mtp = c.get("num_nextn_predict_layers", default=0)
+    return dict(
+        _gqa_common(c),
+        layers=_layers(mlps),
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("moe_num_experts"),
+        moe_router_topk=c.get("moe_k"),
+        moe_ffn_hidden_size=moe_ffn,
+        moe_shared_expert_intermediate_size=c.get("moe_num_shared_experts", default=0) * moe_ffn,
+        mtp_num_layers=mtp,
+        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
+    )
+
+
+def _read_nemotron_h(c: HfConfig) -> dict:
+    """Nemotron-H / Nemotron-3: one layer per pattern character (M Mamba-2, * attention, E MoE, - MLP)."""
+    pattern = c.get("hybrid_override_pattern")
+    table = {"M": ("mamba", "none"), "*": ("gqa", "none"), "E": ("none", "moe"), "-": ("none", "dense")}
+    bad = sorted(set(pattern) - set(table))
+    if bad:
+        raise MoetuneError(f"{c.origin}: hybrid_override_pattern has unknown layer symbols {bad}; expected M * E -")
+    mamba = MambaDims(
+        num_heads=c.get("mamba_num_heads"),
+        head_dim=c.get("mamba_head_dim"),
+        state_size=c.get("ssm_state_size"),
+        n_groups=c.get("n_groups"),
+        conv_kernel=c.get("conv_kernel"),
+        conv_bias=c.get("use_conv_bias", default=True),
+    )
+    return dict(
+        _gqa_common(c),
+        layers=tuple(LayerKind(mixer=table[ch][0], mlp=table[ch][1]) for ch in pattern),
+        mamba=mamba,
+        gated_linear_unit=False,
+        activation=c.get("mlp_hidden_act", default="relu2"),
+        ffn_hidden_size=c.get("intermediate_size"),
+        num_moe_experts=c.get("n_routed_experts"),
+        moe_router_topk=c.get("num_experts_per_tok"),
+        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        moe_shared_expert_intermediate_size=c.get("moe_shared_expert_intermediate_size", default=0),
+        moe_router_score_function="sigmoid",
+        moe_router_score_correction_bias=True,
+    )
+
+
+READERS: dict[str, Callable[[HfConfig], dict]] = {
+    "deepseek_v2": _read_deepseek,
+    "deepseek_v3": _read_deepseek,
+    "kimi_k2": _read_deepseek,
+    "glm4_moe": _read_glm4_moe,
+    "qwen2_moe": _read_qwen_moe,
+    "qwen3_moe": _read_qwen_moe,
+    "qwen3_next": _read_qwen3_next,
+    "mixtral": _read_mixtral,
+    "phimoe": _read_mixtral,
+    "minimax_m2": _read_mixtral,
+    "gpt_oss": _read_mixtral,
+    "grok-1": _read_mixtral,
+    "olmoe": _read_olmoe,
+    "llama4": _read_llama4,
+    "llama4_text": _read_llama4,
+    "dbrx": _read_dbrx,
+    "ernie4_5_moe": _read_ernie,
+    "ernie_moe": _read_ernie,
+    "nemotron_h": _read_nemotron_h,
+}
+
+
+# Ports that ship no model_type (hpcai-tech's Grok-1 uses remote code keyed by architecture).
+ARCHITECTURE_ALIASES = {"Grok1ModelForCausalLM": "grok-1"}

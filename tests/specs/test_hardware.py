@@ -1,0 +1,45 @@
+"""The GPU catalog (from shared/data/hardware.csv) and user cluster files."""
+
+import csv
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.specs.hardware import catalog, load_gpu
+
+CSV_ROWS = {"a100": "A100 80GB SXM4", "h100": "H100 SXM5", "h200": "H200 SXM", "b200": "B200 (HGX B200)",
+            "gb200": "GB200 (NVL72)", "gb300": "GB300 (NVL72)"}
+
+
+def test_catalog_matches_the_shared_csv(shared_data):
+    rows = {r["gpu"]: r for r in csv.DictReader(open(shared_data / "hardware.csv"))}
+    for key, name in CSV_ROWS.items():
+        gpu, row = catalog()[key], rows[name]
+        assert gpu.bf16_tflops == float(row["bf16_dense_tflops"])
+        assert gpu.nvlink_domain == int(row["nvlink_domain_size"])
+        assert gpu.nvlink_gbps == float(row["nvlink_bw_per_gpu_GBps"]) / 2  # the CSV is bidirectional
+        assert gpu.hbm_tbps == float(row["hbm_bandwidth_TBps"])
+
+
+def test_fp8_and_fp4_rates():
+    assert catalog()["h100"].peak_tflops("fp8-blockwise") == 1978.9
+    assert catalog()["gb300"].peak_tflops("nvfp4") == 15000
+    with pytest.raises(MoetuneError, match="needs a Blackwell GPU"):
+        catalog()["h100"].peak_tflops("mxfp8")
+    with pytest.raises(MoetuneError, match="no fp8-blockwise Tensor Core rate"):
+        catalog()["a100"].peak_tflops("fp8-blockwise")
+
+
+def test_custom_gpu_table(tmp_path):
+    path = tmp_path / "lab.toml"
+    path.write_text('gpus_per_node = 4\n[gpu]\nname = "X"\narch = "hopper"\nbf16_tflops = 500\nfp8_tflops = 1000\n'
+                    'fp4_tflops = 0\nmemory_gib = 64\nhbm_tbps = 2\nnvlink_gbps = 200\nnvlink_domain = 4\n'
+                    'gpus_per_node = 4\nnic_gbps = 200\ntdp_w = 500\n')
+    gpu = load_gpu(str(path))
+    assert (gpu.bf16_tflops, gpu.nvlink_domain, gpu.capacity_bytes) == (500, 4, 64 * 2**30)
+    path.write_text('[gpu]\nname = "X"\n')
+    with pytest.raises(MoetuneError, match="missing"):
+        load_gpu(str(path))
+    path.write_text("gpu = [1,\n")
+    with pytest.raises(MoetuneError, match="not valid TOML"):
+        load_gpu(str(path))

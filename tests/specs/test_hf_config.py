@@ -1,0 +1,69 @@
+"""Reading Hugging Face configs: every built-in parses, layer patterns follow each family's convention,
+bad configs fail with one line naming the field."""
+
+import json
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.specs.hf_config import load_hf_config, spec_from_hf
+from moetune.specs.registry import builtin_names, load_model
+
+
+def test_every_shared_config_is_a_builtin_and_parses(shared_data):
+    shipped = {p.name.removesuffix(".config.json") for p in (shared_data / "models").glob("*.config.json")}
+    assert shipped == set(builtin_names())
+    for name in shipped:
+        spec = load_hf_config(shared_data / "models" / f"{name}.config.json")
+        assert spec.num_layers > 0 and spec.num_moe_layers > 0
+
+
+def test_deepseek_v3_first_k_dense_mla_and_mtp():
+    s = load_model("deepseek-v3")
+    assert [k.mlp for k in s.layers[:4]] == ["dense", "dense", "dense", "moe"]  # first_k_dense_replace = 3
+    assert s.attention == "mla" and s.mla.q_lora_rank == 1536 and s.mla.kv_lora_rank == 512
+    assert s.mtp_num_layers == 1 and s.moe_shared_expert_intermediate_size == 2048
+    assert s.moe_router_score_function == "sigmoid"
+
+
+def test_llama4_interleaves_moe_layers():
+    s = load_model("llama4-maverick")  # interleave_moe_layer_step = 2: layers 1, 3, 5, ... are MoE
+    assert [k.mlp for k in s.layers[:4]] == ["dense", "moe", "dense", "moe"] and s.num_moe_layers == 24
+    assert load_model("llama4-scout").num_moe_layers == 48
+
+
+def test_qwen3_next_hybrid_attention():
+    s = load_model("qwen3-next-80b-a3b")  # full_attention_interval = 4
+    assert [k.mixer for k in s.layers[:4]] == ["gdn", "gdn", "gdn", "gqa"]
+    assert sum(k.mixer == "gqa" for k in s.layers) == 12 and s.attention_output_gate and s.moe_shared_expert_gate
+
+
+def test_nemotron_pattern_symbols():
+    s = load_model("nemotron3-nano-30b-a3b")  # "MEMEM*E...": 23 Mamba, 23 MoE, 6 attention layers
+    assert sum(k.mixer == "mamba" for k in s.layers) == 23 and s.num_moe_layers == 23
+    assert sum(k.mixer == "gqa" for k in s.layers) == 6 and not s.gated_linear_unit
+
+
+def test_ernie_moe_layer_range_and_grok_alias():
+    s = load_model("ernie-4.5-300b-a47b")  # moe_layer_start_index = 3, end 53
+    assert [k.mlp for k in s.layers[:4]] == ["dense", "dense", "dense", "moe"] and s.num_moe_layers == 51
+    assert load_model("grok-1").model_type == "grok-1"  # no model_type in the port: found by architecture
+
+
+@pytest.mark.parametrize(("data", "needle"), [
+    ({"model_type": "bert"}, "model_type 'bert' is not supported"),
+    ({"model_type": "qwen3_moe", "hidden_size": 2048}, "missing field 'vocab_size'"),
+    ({"model_type": "nemotron_h", "hybrid_override_pattern": "MX", "hidden_size": 8, "vocab_size": 8,
+      "num_attention_heads": 1}, "unknown layer symbols ['X']"),
+])
+def test_bad_configs(data, needle):
+    with pytest.raises(MoetuneError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        spec_from_hf(data, name="x", origin="x.json")
+
+
+def test_inconsistent_config_is_one_line_error():
+    data = json.loads(json.dumps({"model_type": "mixtral", "hidden_size": 64, "vocab_size": 10, "num_hidden_layers": 2,
+                                  "num_attention_heads": 6, "num_key_value_heads": 4, "intermediate_size": 8,
+                                  "num_local_experts": 4, "num_experts_per_tok": 2}))
+    with pytest.raises(MoetuneError, match=r"num_attention_heads \(6\) must be a multiple of num_query_groups \(4\)"):
+        spec_from_hf(data, name="x", origin="x.json")
