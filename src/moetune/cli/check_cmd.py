@@ -14,7 +14,7 @@ from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra
 from moetune.errors import MoetuneError
-from moetune.rules import evaluate
+from moetune.rules import Finding, evaluate
 from moetune.rules.table import CONTEXTS
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -53,8 +53,8 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus) -> dict:
     return load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt)
 
 
-def check_findings(config: dict, context: str = "check", mcore: bool = True) -> list:
-    findings = evaluate(config, context=context)
+def check_findings(config: dict, context: str = "check", mcore: bool = True, derived: dict | None = None) -> list:
+    findings = evaluate(config, derived, context=context)
     if mcore:
         from moetune.rules.mcore import mcore_findings
 
@@ -86,11 +86,28 @@ def findings_table(findings: list) -> Table:
 @click.option("--context", type=click.Choice(CONTEXTS), default="check", show_default=True,
               help="Which rules apply: a user's config (check), a planned one (explain), a measured run (diagnose).")
 @click.option("--no-mcore", is_flag=True, help="Skip Megatron-Core's own TransformerConfig validation.")
+@click.option("--model", default=None,
+              help="Built-in model or config.json: run the memory wall on the config (fit rules need it).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, as_json) -> None:
+def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, as_json) -> None:
     """Check CONFIG (Bridge YAML, dotted overrides or Megatron-LM args) against the seeds' rules."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
-    findings = check_findings(config, context, mcore=not no_mcore)
+    derived, layout_error = None, None
+    if model:
+        if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
+            raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
+        from moetune.planner.memory_facts import config_memory_facts
+        from moetune.specs.registry import load_model
+
+        spec = load_model(model)
+        try:
+            derived = config_memory_facts(spec, config)
+        except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
+            layout_error = Finding(rule="layout.illegal", severity="error", message=str(err), fix={},
+                                   source="moetune layout/validate.py: Megatron-Core's divisibility rules")
+    findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
+    if layout_error is not None:
+        findings.insert(0, layout_error)
     errors = sum(f.severity == "error" for f in findings)
     if as_json:
         emit_json({"findings": [f.as_dict() for f in findings], "config": config})

@@ -1,0 +1,41 @@
+"""check --model: the memory wall feeds the fit rules; their fixes are layouts the estimator says fit."""
+
+import json
+
+from moetune.cli.main import main
+from moetune.configio.load import load_config
+from moetune.planner.config_map import from_config
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+BASE = ["--set", "train.global_batch_size=64", "--set", "model.seq_length=4096", "--gpu", "h100", "--gpus", "16",
+        "--model", "qwen3-30b-a3b", "--no-mcore", "--json"]
+
+
+def _findings(capsys, *sets):
+    code = main(["check", *[a for s in sets for a in ("--set", s)], *BASE])
+    return code, {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+
+
+def test_not_fitting_config_gets_the_smallest_fitting_layout(capsys):
+    code, found = _findings(capsys, "model.expert_model_parallel_size=1")  # 30B params unsharded on 16 GPUs
+    assert code == 1 and "fit.does_not_fit" in found
+    fix = found["fit.does_not_fit"]["fix"]
+    config = load_config(sets=[f"{k}={v}" for k, v in fix.items()] + ["train.global_batch_size=64"],
+                         gpu="h100", gpus=16)
+    layout, workload, knobs = from_config(config)
+    assert estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), layout, workload, knobs).fits
+
+
+def test_fitting_config_with_extra_model_parallelism_is_told_to_maximize_dp(capsys):
+    code, found = _findings(capsys, "model.expert_model_parallel_size=16", "model.tensor_model_parallel_size=2",
+                            "model.expert_tensor_parallel_size=1", "model.sequence_parallel=true")
+    assert "fit.does_not_fit" not in found and "scale.maximize_dp" in found
+    assert found["scale.maximize_dp"]["fix"]["model.tensor_model_parallel_size"] == 1
+
+
+def test_illegal_layout_is_a_finding_not_a_crash(capsys):
+    code, found = _findings(capsys, "model.expert_model_parallel_size=16", "model.tensor_model_parallel_size=4",
+                            "model.sequence_parallel=true")
+    assert code == 1 and found["layout.illegal"]["severity"] == "error"
