@@ -48,6 +48,12 @@ def _divides(a: int, a_name: str, b: int, b_name: str, fix: str) -> None:
 
 def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
     """Model-shape rules: heads, groups, experts and FFN widths vs TP/EP/ETP; layers vs PP x VPP."""
+    validate_shapes(spec, layout)
+    pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
+
+
+def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
+    """The divisibility rules of validate_model_layout, without the pipeline split."""
     tp_fix = "choose a --tp that divides it"
     _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix)
     if spec.attention not in ("mla",):
@@ -71,7 +77,6 @@ def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
             )
     elif layout.ep > 1:
         raise MoetuneError(f"ep ({layout.ep}) > 1 but {spec.name} has no MoE layers; use --ep 1")
-    pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
 
 
 def validate_workload(layout: Layout, workload: Workload) -> None:

@@ -13,7 +13,8 @@ from itertools import product
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.validate import Workload, validate
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.validate import Workload, validate_shapes, validate_workload
 from moetune.rules.derive import derive
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -30,9 +31,24 @@ def _pow2(limit: int) -> list[int]:
     return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
 
 
-def _pipeline_variants(num_layers: int, pp: int, vpp: int) -> list[dict]:
-    """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends."""
+def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
+    """A pipeline_model_parallel_layout that counts the embedding, the MTP layers and the loss as layers and
+    splits evenly, as the DeepSeek-V3 recipes do ("Et|(tt|)*30mL" for PP8 x VPP4)."""
+    units = num_layers + 1 + mtp + 1
+    per = units // chunks
+    if units % chunks or per - 1 - mtp < 0 or chunks < 2:
+        return None
+    stages = ["E" + "t" * (per - 1)] + ["t" * per] * (chunks - 2) + ["t" * (per - 1 - mtp) + "m" * mtp + "L"]
+    return "|".join(stages)
+
+
+def _pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
+    """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends, and for
+    MTP models a layout string balancing embedding, MTP and loss."""
     chunks = pp * vpp
+    layout = _mtp_layout(num_layers, mtp, chunks) if mtp and pp > 1 else None
+    if layout:
+        return [{"pipeline_layout": layout}]
     if num_layers % chunks == 0:
         return [{}]
     if (num_layers + 2) % chunks == 0:
@@ -60,18 +76,44 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     eps = choice("ep", [e for e in _divisors(spec.num_moe_experts or 1) if world % e == 0])
     etps = choice("etp", _pow2(min(domain, 8)))
     out = []
+    splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
+    shapes: dict[tuple, bool] = {}  # (tp, ep, etp) -> heads, groups, experts and widths divide
+    probe = Workload(seq_length=wl.seq_length, micro_batch_size=1, global_batch_size=wl.global_batch_size)
     for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
         if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
             continue
-        for extra in _pipeline_variants(spec.num_layers, pp, vpp):
+        for extra in _pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers):
             try:
                 lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
-                validate(spec, lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
-                                             global_batch_size=wl.global_batch_size))
+                if (tp, ep, etp) not in shapes:
+                    shapes[(tp, ep, etp)] = _shapes_ok(spec, lay)
+                if not shapes[(tp, ep, etp)]:
+                    continue
+                validate_workload(lay, probe)
+                key = (pp, vpp, tuple(sorted(extra.items())))
+                if key not in splits:
+                    splits[key] = _split_ok(spec, lay)
             except MoetuneError:
                 continue
-            out.append(lay)
+            if splits[key]:
+                out.append(lay)
     return out
+
+
+def _shapes_ok(spec: ModelSpec, lay: Layout) -> bool:
+    try:
+        validate_shapes(spec, lay)
+    except MoetuneError:
+        return False
+    return True
+
+
+def _split_ok(spec: ModelSpec, lay: Layout) -> bool:
+    try:
+        pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)
+    except MoetuneError:
+        return False
+    return True
 
 
 def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:

@@ -20,7 +20,7 @@ from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_memory, batch_step_seconds, build_batch
+from moetune.walls.batch import batch_memory, batch_step_seconds, build_batch, time_key
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
 
@@ -41,6 +41,33 @@ def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[
     return [(lay, m) for lay in layouts for m in mbs_choices if gbs % (m * lay.dp) == 0]
 
 
+def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict) -> np.ndarray:
+    try:
+        gpu.peak_tflops(knobs.precision)
+    except MoetuneError:
+        return np.zeros(batch.size, bool)
+    fits = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads) <= gpu.capacity_bytes
+    if knobs.dispatcher == "hybridep":  # HybridEP's EP group must fit one NVLink domain (rule
+        fits &= batch.fields.ep[:, 0] <= gpu.nvlink_domain  # dispatcher.hybridep_ep_exceeds_domain)
+    return fits
+
+
+def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[Knobs], overheads: dict):
+    """Drop candidates that cannot fit under any knob set of the grid: memory is smallest with full
+    recompute, the largest offload, no dispatcher buffers or graph pools, and either precision; a candidate
+    over capacity even then is over it for every knob set (it still counts as evaluated)."""
+    lightest = [Knobs(precision=p, recompute="full", routing=grid[0].routing if grid else "dropless",
+                      optimizer_offload_fraction=max(k.optimizer_offload_fraction for k in grid),
+                      main_grads_fp32=grid[0].main_grads_fp32 if grid else True)
+                for p in sorted({k.precision for k in grid})] if grid else []
+    if not lightest:
+        return None
+    peak = np.min([batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, k, overheads) for k in lightest],
+                  axis=0)
+    rows = np.nonzero(peak <= gpu.capacity_bytes)[0]
+    return batch.subset(rows) if len(rows) else None
+
+
 def _preference(lay: Layout, k: Knobs) -> tuple:
     """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
@@ -58,36 +85,41 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if not cands:
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}; "
                            "check --gpus, --gbs and any --fix values")
-    batch = build_batch(spec, cands)
     eff, overheads = efficiency(gpu.key, efficiency_overrides), default_overheads()
     grid = knob_grid(spec, gpu, platform_defaults(gpu), fixed, routing)
-    best: list[tuple[float, tuple, int, Knobs]] = []
+    all_candidates = len(cands)
+    batch = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)
+    best: list[tuple[float, tuple, Layout, int, Knobs]] = []
     feasible = 0
+    groups: dict[tuple, list[Knobs]] = {}
     for knobs in grid:
-        if progress:
-            progress()
-        try:
-            gpu.peak_tflops(knobs.precision)
-        except MoetuneError:
+        groups.setdefault(time_key(knobs), []).append(knobs)
+    for group in groups.values() if batch is not None else ():
+        fits = {}
+        for knobs in group:
+            if progress:
+                progress()
+            fits[knobs] = _fits(spec, gpu, batch, wl, knobs, overheads)
+            feasible += int(fits[knobs].sum())
+        union = np.logical_or.reduce(list(fits.values()))
+        if not union.any():
             continue
-        peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads)
-        fits = peak <= gpu.capacity_bytes
-        if knobs.dispatcher == "hybridep":  # HybridEP's EP group must fit one NVLink domain (rule
-            fits &= batch.fields.ep[:, 0] <= gpu.nvlink_domain  # dispatcher.hybridep_ep_exceeds_domain)
-        feasible += int(fits.sum())
-        if not fits.any():
-            continue
-        step = batch_step_seconds(spec, batch, wl.seq_length, wl.global_batch_size, knobs, gpu, eff)["step"]
-        step = np.where(fits, step, np.inf)
-        for i in np.argsort(step)[:top * 4]:
-            if np.isfinite(step[i]):
-                best.append((float(step[i]), _preference(batch.layouts[i], knobs), int(i), knobs))
+        rows = np.nonzero(union)[0]
+        sub = batch.subset(rows)  # time only what fits under some knob set of the group
+        for knobs in group:
+            step = batch_step_seconds(spec, sub, wl.seq_length, wl.global_batch_size, knobs, gpu, eff)["step"]
+            step = np.where(fits[knobs][rows], step, np.inf)
+            keep = min(top * 4, len(step))
+            for i in np.argpartition(step, keep - 1)[:keep]:
+                if np.isfinite(step[i]):
+                    best.append((float(step[i]), _preference(sub.layout(i), knobs), sub.layout(i),
+                                 int(sub.mbs[i, 0]), knobs))
     fastest = min((b[0] for b in best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
     best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
-    results = [estimate(spec, gpu, batch.layouts[i], Workload(seq_length=wl.seq_length,
-                        micro_batch_size=int(batch.mbs[i, 0]), global_batch_size=wl.global_batch_size), knobs,
-                        efficiency_overrides=efficiency_overrides) for _, _, i, knobs in best[:top]]
-    return PlanResult(candidates_evaluated=batch.size * len(grid), feasible=feasible,
+    results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
+                                                 global_batch_size=wl.global_batch_size), knobs,
+                        efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs in best[:top]]
+    return PlanResult(candidates_evaluated=all_candidates * len(grid), feasible=feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results)

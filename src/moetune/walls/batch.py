@@ -30,7 +30,8 @@ class LayoutBatch:
     Stages with the same contents are kept once, at their lowest index (the one holding the most
     micro-batches in flight), so S is small."""
 
-    layouts: list[Layout]
+    layouts: list[Layout]  # shared by subsets: candidate i is layouts[rows[i]]
+    rows: np.ndarray  # (n,) index into layouts
     mbs: np.ndarray  # (n, 1)
     fields: SimpleNamespace  # tp, cp, pp, vpp, ep, etp, dp, edp, world_size, sp: (n, 1)
     kinds: list[LayerKind]
@@ -44,10 +45,30 @@ class LayoutBatch:
     vocab: np.ndarray
     padded_vocab: np.ndarray  # (n, 1)
     cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
+    parent: "LayoutBatch | None" = None  # the batch a subset was cut from (its memo is shared, sliced)
+    parent_rows: np.ndarray | None = None
 
     @property
     def size(self) -> int:
-        return len(self.layouts)
+        return len(self.rows)
+
+    def layout(self, i: int) -> Layout:
+        return self.layouts[self.rows[i]]
+
+    def subset(self, rows: np.ndarray) -> "LayoutBatch":
+        """The candidates at `rows` (a fresh memo: cached arrays are per batch)."""
+        arrays = {k: getattr(self, k)[rows] for k in ("rows", "mbs", "counts", "mtp", "loss", "valid", "stage_index",
+                                                      "dense", "expert", "vocab", "padded_vocab")}
+        fields = SimpleNamespace(**{k: v[rows] for k, v in vars(self.fields).items()})
+        return LayoutBatch(layouts=self.layouts, fields=fields, kinds=self.kinds, parent=self, parent_rows=rows,
+                           **arrays)
+
+    def shared(self, key: tuple, make_on):
+        """A per-candidate dict of arrays computed once on the root batch and sliced for subsets."""
+        if self.parent is None:
+            return self.memo(key, lambda: make_on(self))
+        whole = self.parent.shared(key, make_on)
+        return {k: v[self.parent_rows] if isinstance(v, np.ndarray) and v.ndim else v for k, v in whole.items()}
 
     def memo(self, key: tuple, make):
         if key not in self.cache:
@@ -81,9 +102,10 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     mtp, loss, valid = np.zeros((n, depth)), np.zeros((n, depth), bool), np.zeros((n, depth), bool)
     index = np.zeros((n, depth), int)
     dense, expert, vocab = np.zeros((n, depth)), np.zeros((n, depth)), np.zeros((n, depth))
-    col = lambda name: np.array([[getattr(lay, name)] for lay, _ in candidates])  # noqa: E731
-    fields = SimpleNamespace(**{k: col(k) for k in ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp",
-                                                    "world_size", "sp")})
+    names = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "world_size", "sp")
+    table = np.array([[getattr(lay, k) for k in names] for lay, _ in candidates], dtype=np.int64)
+    fields = SimpleNamespace(**{k: table[:, j:j + 1] for j, k in enumerate(names)})
+    fields.sp = fields.sp.astype(bool)
     sig_of = [_signature(lay) for lay, _ in candidates]
     for sig, structs in structures.items():
         rows = np.array([i for i, s in enumerate(sig_of) if s == sig])
@@ -102,7 +124,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
                 d, e, v = per_rank(sums, layout_view)
                 dense[rows[sel], j], expert[rows[sel], j], vocab[rows[sel], j] = d, e, v
     padded = np.array([[padded_vocab_size(spec.vocab_size, int(t))] for t in fields.tp[:, 0]])
-    return LayoutBatch(layouts=[lay for lay, _ in candidates], mbs=np.array([[m] for _, m in candidates]),
+    return LayoutBatch(layouts=[lay for lay, _ in candidates], rows=np.arange(n), mbs=np.array([[m] for _, m in candidates]),
                        fields=fields, kinds=kinds, counts=counts, mtp=mtp, loss=loss, valid=valid,
                        stage_index=index, dense=dense, expert=expert, vocab=vocab, padded_vocab=padded)
 
@@ -138,27 +160,33 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     """Peak bytes over stages, per candidate (same line items as memory.memory_wall)."""
     f = b.fields
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab)
-    states = b.memo(("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
-                     knobs.adam_moments_bytes, knobs.distributed_optimizer),
-                    lambda: sum(model_state_bytes(params, f, knobs).values()))
-    acts = b.memo(("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, gbs),
-                  lambda: _activations(spec, b, seq, gbs, knobs))
-    logits = b.memo(("logits", seq), lambda: np.where(
-        b.loss, seq // f.cp * b.mbs * (b.padded_vocab // f.tp) * (2 + 4 * (1 + spec.mtp_num_layers)), 0))
+    states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
+                  knobs.adam_moments_bytes, knobs.distributed_optimizer)
+    acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, gbs)
+
+    def stage_max():  # the knob constants below are the same on every stage, so the max comes first
+        states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))
+        acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
+        logits = b.memo(("logits", seq), lambda: np.where(
+            b.loss, seq // f.cp * b.mbs * (b.padded_vocab // f.tp) * (2 + 4 * (1 + spec.mtp_num_layers)), 0))
+        return np.where(b.valid, states + acts + logits, 0).max(axis=1)
+
+    peak_items = b.memo(("stage_max", states_key, acts_key), stage_max)
     over = overhead_bytes(knobs, overheads)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)
-    stage_max = np.where(b.valid, states + acts + logits, 0).max(axis=1)
-    return (stage_max + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
+    return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
 
 
 def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """Per-micro-batch time of each candidate's slowest stage, by wall (independent of the optimizer knobs)."""
     f, ctx, r = b.fields, _ctx(b, seq, knobs), rates(gpu, knobs.precision, eff)
     kinds = set(b.kinds) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
-    computed = {k: b.memo(("compute", k, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing),
-                          lambda k=k: layer_compute_seconds(spec, k, ctx, r, f.ep, recompute=knobs.recompute,
-                                                            modules=knobs.effective_modules, eff=eff))
-                for k in kinds}
+    def compute_on(kind):
+        return lambda batch: layer_compute_seconds(spec, kind, _ctx(batch, seq, knobs), r, batch.fields.ep,
+                                                   recompute=knobs.recompute, modules=knobs.effective_modules, eff=eff)
+
+    computed = {k: b.shared(("compute", k, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing),
+                            compute_on(k)) for k in kinds}
     times = {k: layer_time(spec, k, f, ctx, gpu, eff, knobs, r, compute=computed[k]) for k in kinds}
     compute = _per_stage(b, spec, lambda k: sum(times[k].compute.values()))
     comm = _per_stage(b, spec, lambda k: sum(times[k].comm.values()))
@@ -173,14 +201,17 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total)}
 
 
+def time_key(knobs: Knobs) -> tuple:
+    """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms)."""
+    return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
+            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.token_imbalance)
+
+
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,
                        eff: dict) -> dict[str, np.ndarray]:
     """Step seconds and walls per candidate (same assembly as step.step_time)."""
     f = b.fields
-    stage = b.memo(("stage", knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules,
-                    knobs.cuda_graph_scope, knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing,
-                    knobs.token_imbalance, gbs, seq),
-                   lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
+    stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     dp, optimizer, offload = b.memo(("dp", knobs.main_grads_fp32, knobs.distributed_optimizer,
                                      knobs.adam_moments_bytes, knobs.optimizer_offload_fraction),
