@@ -7,6 +7,9 @@ from rich.progress import Progress
 
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
+from moetune.files import read_json
+from moetune.planner.from_json import estimate_from_json
+from moetune.planner.versus import versus
 from moetune.layout.knobs import parse_modules
 from moetune.layout.validate import Workload
 from moetune.planner.enumerate import knob_grid
@@ -63,8 +66,10 @@ def parse_fix(items: tuple[str, ...]) -> dict:
 @click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
 @click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless", show_default=True)
 @click.option("--efficiency", type=click.Path(dir_okay=False), default=None)
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None,
+              help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, as_json) -> None:
+def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline, as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     spec, gpu_spec, fixed = load_model(model), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
@@ -75,10 +80,25 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, as_json) 
         task = bar.add_task("evaluating knob sets", total=total)
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda: bar.advance(task))
+    comparison = None
+    if baseline and result.results:
+        base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"))
+        comparison = versus(result.results[0], base)
     if as_json:
-        emit_json(plan_json(result))
+        emit_json({**plan_json(result), **({"versus_baseline": comparison} if comparison else {})})
     else:
         print_plan(result)
+        if comparison:
+            print_versus(comparison)
+
+
+def print_versus(v: dict) -> None:
+    out = console()
+    out.print(f"[bold]Versus baseline[/bold]: {v['why']}" + ("" if v["baseline_fits"] else " (the baseline does not fit)"))
+    rows = [[k, str(a), str(b)] for k, (a, b) in v["changes"].items()]
+    out.print(table("Settings the pick changes", ["setting", "baseline", "pick"], rows))
+    rows = [[w, f"{x['baseline']:.3f}", f"{x['pick']:.3f}", f"{x['saved']:+.3f}"] for w, x in v["walls"].items()]
+    out.print(table("Seconds per step by wall", ["wall", "baseline", "pick", "saved"], rows))
 
 
 def plan_json(result: PlanResult) -> dict:

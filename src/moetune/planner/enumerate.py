@@ -38,8 +38,10 @@ def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
     per = units // chunks
     if units % chunks or per - 1 - mtp < 0 or chunks < 2:
         return None
-    stages = ["E" + "t" * (per - 1)] + ["t" * per] * (chunks - 2) + ["t" * (per - 1 - mtp) + "m" * mtp + "L"]
-    return "|".join(stages)
+    first, middle, last = "E" + "t" * (per - 1), "t" * per, "t" * (per - 1 - mtp) + "m" * mtp + "L"
+    if chunks == 2:
+        return f"{first}|{last}"
+    return f"{first}|({middle}|)*{chunks - 2}{last}"  # Megatron's grammar: (x|)*n repeats a stage
 
 
 def _pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
