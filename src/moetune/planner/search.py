@@ -41,6 +41,11 @@ def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[
     return [(lay, m) for lay in layouts for m in mbs_choices if gbs % (m * lay.dp) == 0]
 
 
+def _without_recompute(knobs: Knobs) -> tuple:
+    return (knobs.precision, knobs.dispatcher, knobs.cuda_graph_scope, knobs.ep_overlap, knobs.delay_wgrad,
+            knobs.tp_comm_overlap, knobs.routing, knobs.optimizer_offload_fraction, knobs.main_grads_fp32)
+
+
 def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict) -> np.ndarray:
     try:
         gpu.peak_tflops(knobs.precision)
@@ -92,23 +97,30 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     best: list[tuple[float, tuple, Layout, int, Knobs]] = []
     feasible = 0
     groups: dict[tuple, list[Knobs]] = {}
-    for knobs in grid:
+    for knobs in sorted(grid, key=lambda k: k.recompute != "none"):  # no-recompute groups first
         groups.setdefault(time_key(knobs), []).append(knobs)
+    fits_plain: dict[tuple, np.ndarray] = {}  # other knobs -> rows that fit with no recompute at all
     for group in groups.values() if batch is not None else ():
-        fits = {}
+        fits, timed = {}, {}
         for knobs in group:
             if progress:
                 progress()
             fits[knobs] = _fits(spec, gpu, batch, wl, knobs, overheads)
             feasible += int(fits[knobs].sum())
-        union = np.logical_or.reduce(list(fits.values()))
+            plain_key = _without_recompute(knobs)
+            if knobs.recompute == "none":
+                fits_plain[plain_key] = fits[knobs]
+                timed[knobs] = fits[knobs]
+            else:  # recompute only adds time: where the same knobs fit without it, this set cannot win
+                timed[knobs] = fits[knobs] & ~fits_plain.get(plain_key, np.zeros_like(fits[knobs]))
+        union = np.logical_or.reduce(list(timed.values()))
         if not union.any():
             continue
         rows = np.nonzero(union)[0]
         sub = batch.subset(rows)  # time only what fits under some knob set of the group
         for knobs in group:
             step = batch_step_seconds(spec, sub, wl.seq_length, wl.global_batch_size, knobs, gpu, eff)["step"]
-            step = np.where(fits[knobs][rows], step, np.inf)
+            step = np.where(timed[knobs][rows], step, np.inf)
             keep = min(top * 4, len(step))
             for i in np.argpartition(step, keep - 1)[:keep]:
                 if np.isfinite(step[i]):

@@ -9,7 +9,7 @@ router softmax) is memory-bound: ``mem_passes`` x the layer's saved activation b
 Backward costs 2x the forward for GEMMs (dgrad + wgrad) and 2.5x for fused attention.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -73,6 +73,9 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     out = {k: v * (1 + (BWD_ATTN if k == "core_attn" else BWD_GEMM)) for k, v in fwd.items()}
     replay = set(fwd) if recompute == "full" else {c for m in modules for c in REPLAYS.get(m, ())}
     out["recompute"] = sum(fwd[c] for c in replay)
-    saved = sum(layer_activation_items(spec, kind, ctx).values())
-    out["elementwise"] = eff["mem_passes"] * saved / r.hbm * (2 if recompute == "full" else 1)
+    # Elementwise kernels run whatever is saved: their bytes are those of the layer without recompute;
+    # replays run them again (full recompute: the whole layer once more).
+    touched = sum(layer_activation_items(spec, kind, replace(ctx, recompute_modules=frozenset())).values())
+    replayed = touched if recompute == "full" else touched - sum(layer_activation_items(spec, kind, ctx).values())
+    out["elementwise"] = eff["mem_passes"] * (touched + replayed) / r.hbm
     return out
