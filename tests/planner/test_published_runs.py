@@ -56,9 +56,10 @@ def test_held_out_runs_tokens_per_second():
     assert set(errors) - set(within) <= set(KNOWN_GAPS)
 
 
-def _run(model, gpu, world, *, tp=1, pp=1, vpp=1, ep=1, mbs=1, gbs, seq=4096, layout=None, **knobs):
+def _run(model, gpu, world, *, tp=1, pp=1, vpp=1, ep=1, mbs=1, gbs, seq=4096, layout=None, acct=False, **knobs):
     return (load_model(model), load_gpu(gpu),
-            Layout(world_size=world, tp=tp, pp=pp, vpp=vpp, ep=ep, pipeline_layout=layout),
+            Layout(world_size=world, tp=tp, pp=pp, vpp=vpp, ep=ep, pipeline_layout=layout, account_for_embedding=acct,
+                   account_for_loss=acct),
             Workload(seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs), Knobs(**knobs))
 
 
@@ -82,6 +83,12 @@ AB_PAIRS = [
                                 layout="Et|(tt|)*30mL", precision="mxfp8", recompute="selective",
                                 recompute_modules=frozenset({"mlp", "moe_act"}), main_grads_fp32=False),
      {"dispatcher": "deepep"}, {"dispatcher": "hybridep"}),
+    # R152 -> R151: dropless -> force-balanced routing, Qwen3-235B-A22B 256 x H100 at 16K (237 -> 295);
+    # CP and MBS are not stated (CP 1, MBS 1 assumed); the Bridge qwen3 split counts embedding and loss as layers
+    ("dropless_to_force_balance", dict(model="qwen3-235b-a22b", gpu="h100", world=256, tp=4, pp=8, vpp=4, ep=8,
+                                       gbs=256, seq=16384, acct=True, dispatcher="deepep", recompute="selective",
+                                       recompute_modules=frozenset({"layernorm", "moe"}), main_grads_fp32=False),
+     {"routing": "dropless"}, {"routing": "force-balance"}),
 ]
 
 

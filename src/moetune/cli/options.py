@@ -62,6 +62,8 @@ def knob_options(func):
                      help="TOML overriding efficiency.toml constants."),
         click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless",
                      show_default=True),
+        click.option("--token-imbalance", type=float, default=None,
+                     help="Dropless: busiest expert rank's tokens / mean (default 1.2)."),
         click.option("--overheads", type=click.Path(dir_okay=False), default=None,
                      help="TOML overriding memory_overheads.toml figures."),
     ]
@@ -123,6 +125,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
         main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
         dispatcher=dispatcher, cuda_graph_scope=scopes, routing=kw["routing"], ep_overlap=kw["ep_overlap"],
+        token_imbalance=kw["token_imbalance"],
         delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"],
     )
     return knobs, defaulted

@@ -132,8 +132,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
 def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
     f = b.fields
     return ActivationContext(seq_length=seq, micro_batch_size=b.mbs, tp=f.tp, cp=f.cp, etp=f.etp,
-                             sequence_parallel=f.sp, token_imbalance=knobs.token_imbalance
-                             if knobs.routing == "dropless" else 1.0, fp8_gemm_inputs=knobs.fp8,
+                             sequence_parallel=f.sp, token_imbalance=knobs.imbalance, fp8_gemm_inputs=knobs.fp8,
                              recompute_modules=knobs.effective_modules if knobs.recompute == "selective"
                              else frozenset())
 
@@ -204,7 +203,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 def time_key(knobs: Knobs) -> tuple:
     """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms)."""
     return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
-            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.token_imbalance)
+            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance)
 
 
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,

@@ -77,7 +77,7 @@ def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> Acti
         seq_length=workload.seq_length, micro_batch_size=workload.micro_batch_size, tp=layout.tp,
         cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
-        token_imbalance=knobs.token_imbalance if knobs.routing == "dropless" else 1.0,
+        token_imbalance=knobs.imbalance,
         fp8_gemm_inputs=knobs.fp8,
     )
 
