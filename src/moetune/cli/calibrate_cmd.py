@@ -24,7 +24,7 @@ def _usable_runs():
 def fitted_toml(fitted: dict) -> str:
     lines = ["# Written by `moetune calibrate`; pass it with --efficiency."]
     for gpu, params in fitted.items():
-        eff = with_params(efficiency(gpu), params)
+        eff = with_params(efficiency(gpu, priors_only=True), params)
         lines.append(f"\n[{gpu}]")
         for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "host_us_per_layer"):
             lines.append(f"{key} = {eff[key]:.4g}")

@@ -14,9 +14,10 @@ def _table() -> dict:
     return tomllib.loads((resources.files("moetune") / "data" / "efficiency.toml").read_text())
 
 
-def efficiency(gpu_key: str, user: dict | None = None) -> dict[str, float]:
+def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = False) -> dict[str, float]:
+    """[default], then the GPU's section (fitted values; skipped with priors_only), then the user's file."""
     table = _table()
-    out = {**table["default"], **table.get(gpu_key, {})}
+    out = {**table["default"], **({} if priors_only else table.get(gpu_key, {}))}
     if user:
         flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
         out.update(flat)

@@ -1,0 +1,45 @@
+"""calibrate: the shipped per-GPU constants are what `moetune calibrate` fits (no stale numbers), and the fit
+improves on the documented priors where it was fitted."""
+
+import math
+
+import pytest
+
+from moetune.layout.validate import validate
+from moetune.planner.calibrate import calibrate, predict, split
+from moetune.planner.runs import load_runs
+from moetune.walls.efficiency import efficiency
+from moetune.cli.calibrate_cmd import fitted_toml
+
+
+@pytest.fixture(scope="module")
+def fit():
+    runs = [r for r in load_runs() if _legal(r)]
+    return runs, calibrate(runs)
+
+
+def _legal(run) -> bool:
+    try:
+        validate(run.model, run.layout, run.workload)
+    except ValueError:
+        return False
+    return True
+
+
+def test_shipped_constants_are_the_fit(fit):
+    _, (fitted, _, _) = fit
+    for section in fitted_toml(fitted).split("\n[")[1:]:
+        gpu, body = section.split("]\n", 1)
+        shipped = efficiency(gpu)
+        for line in body.strip().splitlines():
+            key, value = (x.strip() for x in line.split("="))
+            assert shipped[key] == pytest.approx(float(value), rel=1e-3), (gpu, key)
+
+
+def test_fit_beats_the_priors_on_the_calibration_half(fit):
+    runs, (_, on_fit, _) = fit
+    calibration, _ = split(runs)
+    prior_loss = sum(math.log(predict(r, efficiency(r.gpu.key, priors_only=True)).predicted / r.tokens_per_s_per_gpu)
+                     ** 2 for r in calibration)
+    fitted_loss = sum(math.log(p.predicted / p.run.tokens_per_s_per_gpu) ** 2 for p in on_fit)
+    assert fitted_loss < prior_loss
