@@ -46,7 +46,13 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
     if kind.mlp == "moe" and spec.moe_shared_expert_intermediate_size:
         n_tp += 2  # shared experts gather and scatter the sequence themselves
-    tp = 2 * n_tp * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
+    # Recomputing a norm under sequence parallel re-gathers its output for the GEMM that reads it
+    # (layernorm recompute keeps only the sharded input): one more all-gather per recomputed norm in backward.
+    regather = 0
+    if "layernorm" in knobs.effective_modules and knobs.recompute == "selective":
+        regather = (kind.mixer != "none") + (kind.mlp == "dense" or (kind.mlp == "moe" and
+                                                                    bool(spec.moe_shared_expert_intermediate_size)))
+    tp = (2 * n_tp + regather) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
     ep = 0.0
     if kind.mlp == "moe":
         a2a = ep_alltoall_seconds(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
