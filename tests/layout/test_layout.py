@@ -80,3 +80,16 @@ def test_uneven_split_counts():
 def test_bad_pipeline_layouts(text, needle):
     with pytest.raises(MoetuneError, match=needle):
         pipeline_chunks(Layout(world_size=2, pp=2, pipeline_layout=text), 8, 0)
+
+
+def test_groups_leaving_the_nvlink_domain_follow_megatron_rank_order():
+    from moetune.layout.ranks import groups_leaving_domain
+
+    # TP2 (stride 1) stays in an 8-GPU node; EP16 with ETP1 spans 16 consecutive ranks: 8 of its 15 peers are
+    # in the other node; DP (stride TP*CP = 2) spans 64 ranks: 60 of 63 peers are elsewhere.
+    lay = Layout(world_size=128, tp=2, pp=1, ep=16)
+    leaving = groups_leaving_domain(lay, 8)
+    assert leaving["tp"] == 0
+    assert leaving["ep"] == pytest.approx(8 / 15)
+    assert leaving["dp"] == pytest.approx(60 / 63)
+    assert groups_leaving_domain(lay, 72)["ep"] == 0  # NVL72: the whole EP group shares the domain

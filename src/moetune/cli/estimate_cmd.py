@@ -4,6 +4,7 @@ import click
 
 from moetune.cli.options import estimate_from_flags, knob_options, layout_options
 from moetune.cli.output import console, emit_json, gib, table
+from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.estimate import Estimate
 
 
@@ -25,6 +26,10 @@ def print_estimate(result: Estimate) -> None:
     out = console()
     out.print(f"[bold]{result.model.name}[/bold] on {result.layout.world_size} x {result.gpu.name}: "
               f"{result.layout.describe()}")
+    leaving = groups_leaving_domain(result.layout, result.gpu.nvlink_domain)
+    crossing = [f"{g.upper()} ({100 * share:.0f}% of peers)" for g, share in leaving.items() if share > 0]
+    out.print(f"rank order tp-cp-ep-dp-pp; outside the {result.gpu.nvlink_domain}-GPU NVLink domain: "
+              + (", ".join(crossing) if crossing else "no group"))
     stages = result.stages
     names = list(dict.fromkeys(k for s in stages for k in s.items))
     rows = [[name] + [gib(s.items.get(name, 0)) for s in stages] for name in names]

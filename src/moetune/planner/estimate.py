@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
+from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload, validate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -58,6 +59,9 @@ class Estimate:
                  "bytes": {**s.items, "total": s.total}}
                 for s in self.stages
             ],
+            "rank_order": "tp-cp-ep-dp-pp",
+            "nvlink": {"domain": self.gpu.nvlink_domain,
+                       "groups_leaving_domain": groups_leaving_domain(lay, self.gpu.nvlink_domain)},
             "memory": {
                 "peak_bytes": self.peak_bytes, "capacity_bytes": self.gpu.capacity_bytes,
                 "fits": self.fits, "worst_stage": self.worst_stage,
