@@ -94,11 +94,16 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline,
 
 def print_versus(v: dict) -> None:
     out = console()
-    out.print(f"[bold]Versus baseline[/bold]: {v['why']}" + ("" if v["baseline_fits"] else " (the baseline does not fit)"))
+    note = "" if v["baseline_fits"] else " (the baseline does not fit)"
+    out.print(f"[bold]Versus baseline[/bold]: {v['why']}{note}")
     rows = [[k, str(a), str(b)] for k, (a, b) in v["changes"].items()]
     out.print(table("Settings the pick changes", ["setting", "baseline", "pick"], rows))
     rows = [[w, f"{x['baseline']:.3f}", f"{x['pick']:.3f}", f"{x['saved']:+.3f}"] for w, x in v["walls"].items()]
     out.print(table("Seconds per step by wall", ["wall", "baseline", "pick", "saved"], rows))
+
+
+def _recompute_text(k) -> str:
+    return k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else "")
 
 
 def plan_json(result: PlanResult) -> dict:
@@ -118,7 +123,7 @@ def print_plan(result: PlanResult) -> None:
     for rank, r in enumerate(result.results, 1):
         k, t = r.knobs, r.time
         rows.append([rank, r.layout.short(), r.workload.micro_batch_size, k.precision, k.dispatcher,
-                     k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else ""),
+                     _recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", "on" if k.ep_overlap else "off",
                      f"{k.optimizer_offload_fraction:g}", f"{t['tokens_per_s_per_gpu']:,.0f}",
                      f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])

@@ -13,12 +13,11 @@ import numpy as np
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.specs.hardware import GIB, GpuSpec
+from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, full_recompute_layer_bytes, layer_activation_items
 from moetune.walls.comms import BF16, ring_seconds
 from moetune.walls.compute import layer_compute_seconds, rates
-from moetune.walls.flops import logits_flops, megatron_model_flops
 from moetune.walls.memory import in_flight, model_state_bytes, overhead_bytes
 from moetune.walls.rank_params import StageStructure, padded_vocab_size, per_rank, stage_structures, structure_sums
 from moetune.walls.step import layer_time
@@ -124,7 +123,8 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
                 d, e, v = per_rank(sums, layout_view)
                 dense[rows[sel], j], expert[rows[sel], j], vocab[rows[sel], j] = d, e, v
     padded = np.array([[padded_vocab_size(spec.vocab_size, int(t))] for t in fields.tp[:, 0]])
-    return LayoutBatch(layouts=[lay for lay, _ in candidates], rows=np.arange(n), mbs=np.array([[m] for _, m in candidates]),
+    return LayoutBatch(layouts=[lay for lay, _ in candidates], rows=np.arange(n),
+                       mbs=np.array([[m] for _, m in candidates]),
                        fields=fields, kinds=kinds, counts=counts, mtp=mtp, loss=loss, valid=valid,
                        stage_index=index, dense=dense, expert=expert, vocab=vocab, padded_vocab=padded)
 
@@ -236,12 +236,3 @@ def _data_parallel(b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tup
     optimizer = shard * state * (1 - knobs.optimizer_offload_fraction) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
     offload = shard * knobs.optimizer_offload_fraction * state / (eff["cpu_optimizer_gbps"] * 1e9)
     return dp, optimizer, offload
-
-
-def model_flops(spec: ModelSpec, seq: int, gbs: int, tp: np.ndarray) -> np.ndarray:
-    """Megatron's model FLOPs per iteration for each candidate's TP (vocab padding depends on it)."""
-    per_tp = {int(t): megatron_model_flops(spec, seq, gbs, tp=int(t)) for t in np.unique(tp)}
-    return np.array([per_tp[int(t)] for t in tp.ravel()])
-
-
-GIB_F = float(GIB)

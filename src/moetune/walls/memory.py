@@ -17,7 +17,6 @@ from importlib import resources
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GIB, GpuSpec
 from moetune.specs.model import ModelSpec
