@@ -91,6 +91,15 @@ def _apply(e: Estimate, move: dict):
         return None
 
 
+def rule_errors(e: Estimate) -> list[str]:
+    """Rule-table errors of an estimate's config (a move that breaks a prerequisite is not offered)."""
+    from moetune.planner.config_map import to_config
+    from moetune.rules import derive, evaluate
+
+    config = to_config(e)
+    return [f.rule for f in evaluate(config, derive(config), context="explain") if f.severity == "error"]
+
+
 def _retune(e: Estimate) -> list[dict]:
     base = e.time["tokens_per_s_per_gpu"]
     out = []
@@ -100,7 +109,7 @@ def _retune(e: Estimate) -> list[dict]:
         if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits:
             continue
         new = _apply(e, move)
-        if new is None or not new.fits:
+        if new is None or not new.fits or rule_errors(new):
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
         if gain > 0.005 or not e.fits:
