@@ -181,8 +181,11 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     f, ctx, r = b.fields, _ctx(b, seq, knobs), rates(gpu, knobs.precision, eff)
     kinds = set(b.kinds) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
     def compute_on(kind):
-        return lambda batch: layer_compute_seconds(spec, kind, _ctx(batch, seq, knobs), r, batch.fields.ep,
-                                                   recompute=knobs.recompute, modules=knobs.effective_modules, eff=eff)
+        def make(batch):  # only the total and the attention part are needed downstream (layer_time)
+            c = layer_compute_seconds(spec, kind, _ctx(batch, seq, knobs), r, batch.fields.ep,
+                                      recompute=knobs.recompute, modules=knobs.effective_modules, eff=eff)
+            return {"core_attn": c["core_attn"], "rest": sum(c.values()) - c["core_attn"]}
+        return make
 
     computed = {k: b.shared(("compute", k, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing),
                             compute_on(k)) for k in kinds}
