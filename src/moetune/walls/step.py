@@ -26,7 +26,8 @@ from moetune.walls.memory import activation_context
 from moetune.walls.rank_params import stage_params
 
 # Share of a layer's kernel launches each CUDA-graph scope captures (TE-scoped graphs, seeds/000 "CUDA
-# Graphs For MoE"); full_iteration captures the whole step.
+# Graphs For MoE"); full_iteration captures the whole step. These shares are our estimates from the
+# modules' kernel counts (no published per-scope breakdown exists); calibrate fits the gap they scale.
 GRAPH_SHARE = {"attn": 0.4, "mlp": 0.3, "moe_router": 0.15, "moe_preprocess": 0.15, "moe": 0.45,
                "mamba": 0.4, "full_iteration": 0.95}
 
