@@ -18,6 +18,8 @@ from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
 from moetune.walls.flops import layer_flops
 
+# Backward / forward work: a GEMM's backward is dgrad + wgrad (2x); fused attention's backward runs five
+# matmuls to the forward's two (2.5x; Dao 2023, FlashAttention-2, Sec. 3.1).
 BWD_GEMM, BWD_ATTN = 2.0, 2.5
 
 

@@ -65,13 +65,15 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     if kind.mixer in ("gqa", "mla"):
         kv_width = (spec.num_query_groups * spec.kv_channels if kind.mixer == "gqa"
                     else spec.num_attention_heads * (spec.mla.qk_head_dim + spec.mla.v_head_dim))
+        # forward passes K,V around the ring; backward passes K,V again and their gradients (x2)
         cp = 3 * cp_kv_seconds(ctx.tokens, kv_width, lay.cp, lay.tp, gpu, eff)
     raw = {"tp": tp, "ep_alltoall": ep, "cp": cp}
     hide_ep = eff["ep_overlap_hide"] * (1.15 if knobs.delay_wgrad else 1.0) if knobs.ep_overlap else 0.0
     exposed = {
         "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
         "ep_alltoall": np.maximum(ep - hide_ep * compute_s, 0.0),
-        "cp": np.maximum(cp - 3.5 * attn_s, 0.0),  # ring steps overlap the attention of earlier chunks
+        # ring steps overlap the attention of earlier chunks: forward + backward attention is 3.5x the forward
+        "cp": np.maximum(cp - 3.5 * attn_s, 0.0),
     }
     return raw, exposed
 
