@@ -89,6 +89,17 @@ AB_PAIRS = [
                                        gbs=256, seq=16384, acct=True, dispatcher="deepep", recompute="selective",
                                        recompute_modules=frozenset({"layernorm", "moe"}), main_grads_fp32=False),
      {"routing": "dropless"}, {"routing": "force-balance"}),
+    # R067 -> R068: CUDA graphs off -> TE-scoped (attn, moe_router, moe_preprocess), Qwen3-30B-A3B 16 x H100
+    # TP2 PP2 EP4 (214 -> 274); sequence, batch and dispatcher not stated (4096, GBS 1024, alltoall assumed)
+    ("cuda_graphs_on", dict(model="qwen3-30b-a3b", gpu="h100", world=16, tp=2, pp=2, ep=4, gbs=1024,
+                            dispatcher="alltoall", main_grads_fp32=False),
+     {"cuda_graph_scope": ()}, {"cuda_graph_scope": ("attn", "moe_router", "moe_preprocess")}),
+    # R118/R119 -> R116/R117: TE-scoped -> full-iteration CUDA graphs, Qwen3-235B-A22B 128 x GB200 EP64 MXFP8
+    # HybridEP with EP overlap (1018/876 -> 1160/1208)
+    ("full_iteration_graphs", dict(model="qwen3-235b-a22b", gpu="gb200", world=128, ep=64, gbs=8192,
+                                   precision="mxfp8", dispatcher="hybridep", ep_overlap=True, routing="force-balance",
+                                   main_grads_fp32=False),
+     {"cuda_graph_scope": ("attn", "moe_router", "moe_preprocess")}, {"cuda_graph_scope": ("full_iteration",)}),
 ]
 
 
