@@ -18,7 +18,7 @@ def _findings(capsys, *sets):
     return code, {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
 
 
-def test_not_fitting_config_gets_the_smallest_fitting_layout(capsys):
+def test_not_fitting_config_gets_thesmallest_fitting_layout(capsys):
     code, found = _findings(capsys, "model.expert_model_parallel_size=1")  # 30B params unsharded on 16 GPUs
     assert code == 1 and "fit.does_not_fit" in found
     fix = found["fit.does_not_fit"]["fix"]

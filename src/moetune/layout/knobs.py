@@ -10,7 +10,6 @@ from typing import Literal
 
 from moetune.errors import MoetuneError
 
-Precision = Literal["bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4")
 RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
@@ -55,7 +54,6 @@ class Knobs:
     tp_comm_overlap: bool = False  # tp_comm_overlap (TE userbuffers)
     routing: Literal["dropless", "force-balance"] = "dropless"
     token_imbalance: float | None = None  # max/mean tokens per expert rank; None: DROPLESS_IMBALANCE / 1.0
-    activation_offload: bool = False  # fine-grained activation offloading (not modelled in bytes yet)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

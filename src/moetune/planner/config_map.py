@@ -29,7 +29,7 @@ DISPATCHER = {"alltoall": ("alltoall", None), "allgather": ("allgather", None), 
               "hybridep": ("flex", "hybridep")}
 
 
-def _layout_fields(lay: Layout) -> dict[str, Any]:
+def layout_fields(lay: Layout) -> dict[str, Any]:
     return {
         "model.tensor_model_parallel_size": lay.tp, "model.context_parallel_size": lay.cp,
         "model.pipeline_model_parallel_size": lay.pp,
@@ -100,7 +100,7 @@ def to_config(e: Estimate) -> dict[str, Any]:
         **_model_fields(e), **hybridep,
         "cluster.gpu": e.gpu.key, "cluster.num_gpus": e.layout.world_size,
         "cluster.gpus_per_node": e.gpu.gpus_per_node, "cluster.nvlink_domain": e.gpu.nvlink_domain,
-        **_layout_fields(e.layout), **_knob_fields(e.knobs),
+        **layout_fields(e.layout), **_knob_fields(e.knobs),
         "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,
         "train.global_batch_size": e.workload.gbs(e.layout),
     }

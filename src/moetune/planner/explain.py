@@ -14,7 +14,12 @@ from moetune.errors import MoetuneError
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults, platform_of
+from moetune.planner.config_map import to_config
+from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import Estimate, estimate
+from moetune.rules import derive, evaluate
+from moetune.walls.batch import batch_memory, build_batch
+from moetune.walls.memory import default_overheads
 
 GIB = 1 << 30
 
@@ -93,9 +98,6 @@ def _apply(e: Estimate, move: dict):
 
 def rule_errors(e: Estimate) -> list[str]:
     """Rule-table errors of an estimate's config (a move that breaks a prerequisite is not offered)."""
-    from moetune.planner.config_map import to_config
-    from moetune.rules import derive, evaluate
-
     config = to_config(e)
     return [f.rule for f in evaluate(config, derive(config), context="explain") if f.severity == "error"]
 
@@ -127,7 +129,7 @@ def _fit_steps(e: Estimate) -> list[dict]:
     """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the
     recompute ladder and offload applied one after another until it fits."""
     steps = []
-    smallest = _smallest_fitting_layout(e)
+    smallest = smallest_fitting_layout(e)
     if smallest is not None:
         steps.append({"step": "smallest model parallelism that fits", "layout": smallest.layout.describe(),
                       "peak_gib": smallest.peak_bytes / GIB,
@@ -149,11 +151,8 @@ def _fit_steps(e: Estimate) -> list[dict]:
     return steps
 
 
-def _smallest_fitting_layout(e: Estimate):
-    from moetune.planner.enumerate import enumerate_layouts
-    from moetune.walls.batch import batch_memory, build_batch
-    from moetune.walls.memory import default_overheads
-
+def smallest_fitting_layout(e: Estimate):
+    """The layout with the least model parallelism (TP x CP x PP) that fits with these knobs and micro-batch."""
     gbs = e.workload.gbs(e.layout)
     wl = Workload(seq_length=e.workload.seq_length, global_batch_size=gbs)
     mbs = e.workload.micro_batch_size

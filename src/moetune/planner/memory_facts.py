@@ -3,21 +3,20 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 
 from dataclasses import replace
 
-from moetune.planner.config_map import _layout_fields, from_config
+from moetune.planner.config_map import layout_fields, from_config
 from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.explain import smallest_fitting_layout
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 
 
 def memory_facts(e: Estimate) -> dict:
-    from moetune.planner.explain import _smallest_fitting_layout
-
     facts = {"fits": e.fits, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes}
     selective = replace(e.knobs, recompute="selective", recompute_modules=frozenset({"moe_act", "layernorm"}))
     facts["fits_with_selective_recompute"] = estimate(e.model, e.gpu, e.layout, e.workload, selective).fits
-    smallest = _smallest_fitting_layout(e)
+    smallest = smallest_fitting_layout(e)
     if smallest is not None:
-        layout = {k: v for k, v in _layout_fields(smallest.layout).items() if v is not None}
+        layout = {k: v for k, v in layout_fields(smallest.layout).items() if v is not None}
         model_parallel = lambda lay: lay.tp * lay.cp * lay.pp  # noqa: E731
         if not e.fits:
             facts["fitting_layout"] = layout

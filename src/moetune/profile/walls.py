@@ -11,7 +11,7 @@ from typing import Any
 from moetune.profile.kernels import class_ids
 from moetune.profile.megatron_log import TrainingLog
 from moetune.profile.metrics import RankMetrics, StepMetrics
-from moetune.profile.table import all_hold, holds, remedies_table
+from moetune.profile.table import holds, remedies_table
 
 GIB = 2**30
 # Compute capability -> architecture family (CUDA C Programming Guide, compute capabilities table).
@@ -156,7 +156,3 @@ def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
         lines.append(f"rank {imb['slowest_rank']} computes {imb['max_over_mean'] - 1:.1%} longer than the "
                      f"mean of {len(m.ranks)} ranks")
     return lines
-
-
-def applicable(rule: dict, f: dict[str, Any]) -> bool:
-    return all_hold(rule.get("when"), f)

@@ -89,7 +89,6 @@ class ModelSpec:
     moe_shared_expert_gated_linear_unit: bool | None = None  # None: same as routed experts
     moe_router_bias: bool = False  # gpt-oss router has a bias
     moe_router_score_correction_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (a buffer in Megatron)
-    moe_router_pre_softmax: bool = False
     moe_router_score_function: Literal["softmax", "sigmoid"] = "softmax"
     # --- norms, embeddings, heads ---
     normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"

@@ -1,7 +1,7 @@
 """Memory and step time of many layouts at once (numpy arrays), for the planner's full search.
 
 The formulas are the scalar ones (activations.layer_activation_items, memory.model_state_bytes,
-memory.in_flight, step.layer_time, step.dp_seconds' ring arithmetic): they are plain arithmetic, so
+memory.in_flight, step.layer_time, step.heads_seconds, step.p2p_seconds, step.iteration_terms): they are plain arithmetic, so
 they accept arrays whose first axis is the candidate and whose second is the pipeline stage. Only the
 per-stage assembly is written here; tests check it against `estimate` candidate by candidate.
 """
@@ -16,11 +16,10 @@ from moetune.layout.layout import Layout
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, full_recompute_layer_bytes, layer_activation_items
-from moetune.walls.comms import BF16, ring_seconds
 from moetune.walls.compute import layer_compute_seconds, rates
-from moetune.walls.memory import in_flight, model_state_bytes, overhead_bytes
+from moetune.walls.memory import in_flight, logits_bytes, model_state_bytes, overhead_bytes
 from moetune.walls.rank_params import StageStructure, padded_vocab_size, per_rank, stage_structures, structure_sums
-from moetune.walls.step import layer_time
+from moetune.walls.step import heads_seconds, iteration_terms, layer_time, p2p_seconds
 
 
 @dataclass(kw_only=True, slots=True)
@@ -167,7 +166,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
         states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))
         acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
         logits = b.memo(("logits", seq), lambda: np.where(
-            b.loss, seq // f.cp * b.mbs * (b.padded_vocab // f.tp) * (2 + 4 * (1 + spec.mtp_num_layers)), 0))
+            b.loss, logits_bytes(spec, seq // f.cp * b.mbs, b.padded_vocab // f.tp), 0))
         return np.where(b.valid, states + acts + logits, 0).max(axis=1)
 
     peak_items = b.memo(("stage_max", states_key, acts_key), stage_max)
@@ -193,10 +192,8 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     compute = _per_stage(b, spec, lambda k: sum(times[k].compute.values()))
     comm = _per_stage(b, spec, lambda k: sum(times[k].comm.values()))
     host = _per_stage(b, spec, lambda k: times[k].host)
-    heads = b.loss + b.mtp
-    compute = compute + heads * 3 * 2 * ctx.tokens * spec.hidden_size * b.padded_vocab / f.tp / r.gemm
-    p2p = 2 * ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"])
-    comm = comm + p2p * eff["p2p_exposed"] * (f.pp > 1)
+    compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
+    comm = comm + p2p_seconds(spec, ctx, f.pp, gpu, eff) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
     slow = total.argmax(axis=1)[:, None]
     pick = lambda a: np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]  # noqa: E731
@@ -226,16 +223,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
 
 
 def _data_parallel(b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
-    """Gradient reduce-scatter + parameter all-gather, Adam step and CPU-offload seconds (step.dp_seconds,
-    step.optimizer_seconds, step.offload_seconds) of each candidate's largest stage."""
-    f = b.fields
+    """step.iteration_terms for each candidate's largest stage."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
     dense, expert = np.take_along_axis(b.dense, big, 1), np.take_along_axis(b.expert, big, 1)
-    grad = 4 if knobs.main_grads_fp32 else 2
-    dp = (ring_seconds(dense * (grad + 2), f.dp * f.cp, f.tp, gpu, eff)
-          + ring_seconds(expert * (grad + 2), f.edp, f.etp * f.ep, gpu, eff))[:, 0]
-    shard = (dense / (f.dp * f.cp) + expert / f.edp)[:, 0] if knobs.distributed_optimizer else (dense + expert)[:, 0]
-    state = 2 * (4 + 2 * knobs.adam_moments_bytes) + 6
-    optimizer = shard * state * (1 - knobs.optimizer_offload_fraction) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
-    offload = shard * knobs.optimizer_offload_fraction * state / (eff["cpu_optimizer_gbps"] * 1e9)
-    return dp, optimizer, offload
+    return tuple(x[:, 0] for x in iteration_terms(dense, expert, b.fields, knobs, gpu, eff))

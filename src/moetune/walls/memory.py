@@ -18,7 +18,7 @@ from importlib import resources
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.specs.hardware import GIB, GpuSpec
+from moetune.specs.hardware import GIB
 from moetune.specs.model import ModelSpec
 from moetune.walls.activations import (
     FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items, whole,
@@ -98,12 +98,15 @@ def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, 
     return {f"act_{k}": round(v * flight) for k, v in items.items()}, flight
 
 
-def loss_bytes(spec: ModelSpec, layout: Layout, workload: Workload) -> int:
+def logits_bytes(spec: ModelSpec, tokens, vocab_shard):
     """Logits of one micro-batch on the last stage: BF16 logits plus the FP32 softmax the vocab-parallel
     cross entropy saves for backward, once per loss head (main + each MTP layer)."""
-    ctx_tokens = workload.seq_length // layout.cp * workload.micro_batch_size
-    vocab_shard = padded_vocab_size(spec.vocab_size, layout.tp) // layout.tp
-    return ctx_tokens * vocab_shard * (2 + FP32 * (1 + spec.mtp_num_layers))
+    return tokens * vocab_shard * (2 + FP32 * (1 + spec.mtp_num_layers))
+
+
+def loss_bytes(spec: ModelSpec, layout: Layout, workload: Workload) -> int:
+    tokens = workload.seq_length // layout.cp * workload.micro_batch_size
+    return logits_bytes(spec, tokens, padded_vocab_size(spec.vocab_size, layout.tp) // layout.tp)
 
 
 def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:
@@ -134,5 +137,3 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
     return result
 
 
-def fits(stages: list[StageMemory], gpu: GpuSpec) -> bool:
-    return max(s.total for s in stages) <= gpu.capacity_bytes

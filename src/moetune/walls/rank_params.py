@@ -32,8 +32,7 @@ class StageParams:
     vocab: int  # embedding / output-layer parameters among `dense` (not GEMM weights TE caches in FP8)
     layers: tuple[int, ...]  # decoder layer ids held (all virtual chunks)
     mtp_layers: int
-    embedding: bool
-    loss: bool
+    loss: bool  # holds the output layer (logits and loss activations)
 
     @property
     def total(self) -> int:
@@ -142,5 +141,5 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
         sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
         dense, expert, vocab_share = per_rank(sums, layout)
         result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
-                                  mtp_layers=st.mtp_layers, embedding=st.embeddings > 0, loss=st.outputs > 0))
+                                  mtp_layers=st.mtp_layers, loss=st.outputs > 0))
     return result

@@ -21,9 +21,9 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, cp_kv_seconds, ep_alltoall_seconds, ring_seconds
 from moetune.walls.compute import Rates, layer_compute_seconds, rates
-from moetune.walls.flops import logits_flops, megatron_model_flops
+from moetune.walls.flops import megatron_model_flops
 from moetune.walls.memory import activation_context
-from moetune.walls.rank_params import stage_params
+from moetune.walls.rank_params import padded_vocab_size, stage_params
 
 # Share of a layer's kernel launches each CUDA-graph scope captures (TE-scoped graphs, seeds/000 "CUDA
 # Graphs For MoE"); full_iteration captures the whole step. These shares are our estimates from the
@@ -101,10 +101,23 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
         acc[k] = acc.get(k, 0.0) + v * times
 
 
+def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
+    """Output-layer GEMMs (forward + backward) of the loss heads a stage holds (main loss + each MTP layer);
+    the GEMM runs over the padded vocabulary split over TP."""
+    return heads * 3 * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.gemm
+
+
+def p2p_seconds(spec: ModelSpec, ctx, pp, gpu: GpuSpec, eff: dict):
+    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward (NIC)."""
+    nbytes = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
+    return 2 * nbytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) * (pp > 1)
+
+
 def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> list[dict]:
     """Per stage: seconds per micro-batch by wall and by class."""
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff)
+    vocab = padded_vocab_size(spec.vocab_size, lay.tp)
     cache: dict[LayerKind, LayerTime] = {}
     out = []
     for chunks in pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers):
@@ -116,43 +129,31 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
             _add(compute, t.compute), _add(comm, t.comm), _add(raw, t.comm_raw)
             host += t.host
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
-        compute["logits"] = heads * 3 * logits_flops(spec, ctx.tokens, tp=lay.tp) / lay.tp / r.gemm
-        p2p = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
-        comm["pp_p2p"] = 2 * p2p / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) * eff["p2p_exposed"] * (lay.pp > 1)
-        raw["pp_p2p"] = comm["pp_p2p"] / eff["p2p_exposed"]
+        compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
+        raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, gpu, eff)
+        comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
         out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
     return out
 
 
-def dp_seconds(spec: ModelSpec, lay: Layout, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple[float, float]:
-    """(raw, exposed) seconds of the gradient reduce-scatter and parameter all-gather of the largest stage."""
-    p = max(stage_params(spec, lay), key=lambda s: s.total)
+def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters
+    (scalars, or arrays with `lay` fields of the same shape):
+    - raw DP traffic: gradient reduce-scatter + BF16 parameter all-gather over DP x CP (dense) and EDP (experts);
+    - the Adam step, memory-bound over this rank's shard (master weights and moments read and written,
+      grads and weights read);
+    - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
+      step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
-    dense = ring_seconds(p.dense * (grad + 2), lay.dp * lay.cp, lay.tp, gpu, eff)
-    expert = ring_seconds(p.expert * (grad + 2), lay.edp, lay.etp * lay.ep, gpu, eff)
-    raw = float(dense + expert)
-    return raw, raw * (1 - eff["dp_overlap_hide"])
-
-
-def optimizer_seconds(spec: ModelSpec, lay: Layout, knobs: Knobs, gpu: GpuSpec, eff: dict) -> float:
-    """Adam step: read/write master weights, moments, grads and weights of this rank's shard (memory-bound)."""
-    p = max(stage_params(spec, lay), key=lambda s: s.total)
-    shard = p.dense / (lay.dp * lay.cp) + p.expert / lay.edp if knobs.distributed_optimizer else p.total
-    per_param = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
-    return shard * per_param * (1 - knobs.optimizer_offload_fraction) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
-
-
-def offload_seconds(spec: ModelSpec, lay: Layout, knobs: Knobs, eff: dict) -> float:
-    """Optimizer CPU offload: the offloaded share of the Adam step runs on the host and its gradients and
-    weights cross PCIe (HybridDeviceOptimizer); measured 1.9x-4.2x step time on Qwen3-30B-A3B
-    (megatron_flops_memory_notes.md item 6)."""
-    if knobs.optimizer_offload_fraction <= 0:
-        return 0.0
-    p = max(stage_params(spec, lay), key=lambda s: s.total)
-    shard = p.dense / (lay.dp * lay.cp) + p.expert / lay.edp if knobs.distributed_optimizer else p.total
-    moved = shard * knobs.optimizer_offload_fraction
-    return moved * (4 + 2 + 2 * (4 + 2 * knobs.adam_moments_bytes)) / (eff["cpu_optimizer_gbps"] * 1e9)
+    dp = (ring_seconds(dense * (grad + 2), lay.dp * lay.cp, lay.tp, gpu, eff)
+          + ring_seconds(expert * (grad + 2), lay.edp, lay.etp * lay.ep, gpu, eff))
+    shard = dense / (lay.dp * lay.cp) + expert / lay.edp if knobs.distributed_optimizer else dense + expert
+    state = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
+    f = knobs.optimizer_offload_fraction
+    optimizer = shard * state * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
+    offload = shard * f * state / (eff["cpu_optimizer_gbps"] * 1e9)
+    return dp, optimizer, offload
 
 
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
@@ -160,10 +161,11 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     stages = stage_times(spec, lay, wl, knobs, gpu, eff)
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
-    dp_raw, dp_exposed = dp_seconds(spec, lay, knobs, gpu, eff)
+    big = max(stage_params(spec, lay), key=lambda s: s.total)
+    dp_raw, optimizer, offload = (float(x) for x in iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff))
+    dp_exposed = dp_raw * (1 - eff["dp_overlap_hide"])
     walls = {
-        "compute": m * sum(slow["compute"].values()) + optimizer_seconds(spec, lay, knobs, gpu, eff)
-        + offload_seconds(spec, lay, knobs, eff),
+        "compute": m * sum(slow["compute"].values()) + optimizer + offload,
         "communication": m * sum(slow["comm"].values()) + dp_exposed,
         "bubble": (lay.pp - 1) / lay.vpp * slow["total"],
         "host": m * slow["host"],
