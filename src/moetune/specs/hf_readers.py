@@ -40,6 +40,25 @@ class HfConfig:
         return self.get("head_dim", default=None) or self.get("hidden_size") // self.get("num_attention_heads")
 
 
+# Where each family keeps its routed-expert count, top-k and expert FFN width (shared/data/models/INDEX.md,
+# "Field-name map"); the first key present wins.
+MOE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
+    "deepseek": (("n_routed_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "qwen": (("num_experts",), ("num_experts_per_tok",), ("moe_intermediate_size",)),
+    "mixtral": (("num_local_experts", "num_experts"), ("num_experts_per_tok", "experts_per_token"),
+                ("intermediate_size",)),
+    "olmoe": (("num_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+    "llama4": (("num_local_experts",), ("num_experts_per_tok",), ("intermediate_size",)),
+    "dbrx": (("ffn_config.moe_num_experts",), ("ffn_config.moe_top_k",), ("ffn_config.ffn_hidden_size",)),
+    "ernie": (("moe_num_experts",), ("moe_k",), ("moe_intermediate_size",)),
+}
+
+
+def _moe(c: "HfConfig", family: str) -> dict:
+    experts, topk, width = MOE_FIELDS[family]
+    return dict(num_moe_experts=c.get(*experts), moe_router_topk=c.get(*topk), moe_ffn_hidden_size=c.get(*width))
+
+
 def _layers(mlps: list[str], mixers: list[str] | str = "gqa") -> tuple[LayerKind, ...]:
     if isinstance(mixers, str):
         mixers = [mixers] * len(mlps)
@@ -79,9 +98,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         layers=_layers(mlps, "mla"),
         mla=mla,
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("n_routed_experts"),
-        moe_router_topk=c.get("num_experts_per_tok"),
-        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
         moe_router_score_correction_bias=c.get("topk_method", default="") == "noaux_tc",
@@ -102,9 +119,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         add_qkv_bias=c.get("attention_bias", default=False),
         qk_layernorm="head" if c.get("use_qk_norm", default=False) else "none",
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("n_routed_experts"),
-        moe_router_topk=c.get("num_experts_per_tok"),
-        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
@@ -130,9 +145,7 @@ def _read_qwen_moe(c: HfConfig) -> dict:
         add_qkv_bias=not qwen3,
         qk_layernorm="head" if qwen3 else "none",
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("num_experts"),
-        moe_router_topk=c.get("num_experts_per_tok"),
-        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        **_moe(c, "qwen"),
         moe_shared_expert_intermediate_size=shared,
         moe_shared_expert_gate=shared > 0,
     )
@@ -179,9 +192,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         output_layer_bias=c.get("lm_head_bias", default=False),
         extra_norms_per_layer=2 if mt == "grok-1" else 0,
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("num_local_experts", "num_experts"),
-        moe_router_topk=c.get("num_experts_per_tok", "experts_per_token"),
-        moe_ffn_hidden_size=c.get("intermediate_size"),
+        **_moe(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
         mtp_num_layers=mtp,
@@ -199,9 +210,7 @@ def _read_olmoe(c: HfConfig) -> dict:
         layers=_layers(["moe"] * n),
         qk_layernorm="full",
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("num_experts"),
-        moe_router_topk=c.get("num_experts_per_tok"),
-        moe_ffn_hidden_size=c.get("intermediate_size"),
+        **_moe(c, "olmoe"),
     )
 
 
@@ -215,9 +224,7 @@ def _read_llama4(c: HfConfig) -> dict:
         _gqa_common(t),
         layers=_layers(mlps),
         ffn_hidden_size=t.get("intermediate_size_mlp", "intermediate_size"),
-        num_moe_experts=t.get("num_local_experts"),
-        moe_router_topk=t.get("num_experts_per_tok"),
-        moe_ffn_hidden_size=t.get("intermediate_size"),
+        **_moe(t, "llama4"),
         moe_shared_expert_intermediate_size=t.get("intermediate_size"),
         moe_router_score_function="sigmoid",
     )
@@ -237,9 +244,7 @@ def _read_dbrx(c: HfConfig) -> dict:
         layers=_layers(["moe"] * n),
         normalization="LayerNorm",
         ffn_hidden_size=c.get("ffn_config.ffn_hidden_size"),
-        num_moe_experts=c.get("ffn_config.moe_num_experts"),
-        moe_router_topk=c.get("ffn_config.moe_top_k"),
-        moe_ffn_hidden_size=c.get("ffn_config.ffn_hidden_size"),
+        **_moe(c, "dbrx"),
     )
 
 
@@ -256,9 +261,7 @@ def _read_ernie(c: HfConfig) -> dict:
         _gqa_common(c),
         layers=_layers(mlps),
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("moe_num_experts"),
-        moe_router_topk=c.get("moe_k"),
-        moe_ffn_hidden_size=moe_ffn,
+        **_moe(c, "ernie"),
         moe_shared_expert_intermediate_size=c.get("moe_num_shared_experts", default=0) * moe_ffn,
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
@@ -287,9 +290,7 @@ def _read_nemotron_h(c: HfConfig) -> dict:
         gated_linear_unit=False,
         activation=c.get("mlp_hidden_act", default="relu2"),
         ffn_hidden_size=c.get("intermediate_size"),
-        num_moe_experts=c.get("n_routed_experts"),
-        moe_router_topk=c.get("num_experts_per_tok"),
-        moe_ffn_hidden_size=c.get("moe_intermediate_size"),
+        **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("moe_shared_expert_intermediate_size", default=0),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
