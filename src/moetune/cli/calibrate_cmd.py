@@ -36,7 +36,8 @@ def fitted_toml(fitted: dict) -> str:
               help="Write the fitted constants to this TOML file.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(write_path: str | None, as_json: bool) -> None:
-    """Fit compute / all-to-all / host constants per GPU on half the published runs; report both halves."""
+    """Fit compute / all-to-all constants per GPU and the shared host CPU cost on half the published runs;
+    report both halves."""
     fitted, on_fit, held = calibrate(_usable_runs())
     if write_path:
         with open(write_path, "w") as fh:
@@ -48,7 +49,8 @@ def command(write_path: str | None, as_json: bool) -> None:
         emit_json({"fitted": fitted, "runs": rows})
         return
     out = console()
-    out.print(table("Fitted per GPU", ["gpu", "compute x", "all-to-all x", "host us/layer"],
+    out.print(table("Fitted per GPU (host CPU cost: one value for all)", ["gpu", "compute x", "all-to-all x",
+                                                                        "host us/layer"],
                     [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}"]
                      for g, p in fitted.items()]))
     out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",

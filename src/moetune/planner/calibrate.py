@@ -1,9 +1,11 @@
 """Fit the efficiency constants (data/efficiency.toml) to published measured runs.
 
-Per GPU, three constants are fitted by coordinate descent on the mean squared log error of predicted
-tokens/s/GPU: one multiplier on the compute efficiencies (BF16 and FP8 GEMM, attention, elementwise
-bandwidth keep their documented ratios), one on the EP all-to-all efficiencies, and the host launch
-gap per layer. The calibration subset is documented and fixed:
+Fitted by coordinate descent (each coordinate scanned over a log grid of its bounds, then refined) on the
+mean squared log error of predicted tokens/s/GPU: per GPU, one multiplier on the compute efficiencies
+(BF16 and FP8 GEMM, attention, elementwise bandwidth keep their documented ratios) and one on the EP
+all-to-all efficiencies; for all GPUs together, the host CPU cost of issuing a layer (a property of the
+host and Megatron's Python, and only runs whose GPU work per layer is small can pin it: no GB200/GB300
+run is host-bound). The calibration subset is documented and fixed:
 the runs of each GPU in run_id order, every other one starting with the first. The rest are held out
 and their errors reported (``moetune calibrate``).
 """
@@ -11,12 +13,14 @@ and their errors reported (``moetune calibrate``).
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from moetune.planner.runs import Run
 from moetune.walls.efficiency import efficiency
 from moetune.walls.step import step_time
 
-FITTED = ("compute_scale", "a2a_scale", "host_us_per_layer")
-BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_layer": (0.0, 5000.0)}
+PER_GPU = ("compute_scale", "a2a_scale")
+BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_layer": (0.0, 30000.0)}
 COMPUTE_KEYS = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "mem_eff")
 A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "a2a_eff_allgather")
 
@@ -60,29 +64,57 @@ def _loss(runs: list[Run], eff: dict) -> float:
     return sum(math.log(predict(r, eff).predicted / r.tokens_per_s_per_gpu) ** 2 for r in runs) / len(runs)
 
 
-def fit_gpu(runs: list[Run], gpu_key: str, sweeps: int = 4) -> dict[str, float]:
-    """Fitted values of FITTED for one GPU (coordinate descent, shrinking multiplicative steps)."""
+def _scan(runs: list[Run], base: dict, params: dict, key: str, values) -> dict:
+    """params with `key` set to the value in `values` of least loss (the current value included)."""
+    trials = [params] + [{**params, key: v} for v in values]
+    return min(trials, key=lambda p: _loss(runs, with_params(base, p)))
+
+
+def _grid(key: str) -> np.ndarray:
+    lo, hi = BOUNDS[key]
+    return np.geomspace(lo or 1.0, hi, 16)  # a log grid cannot start at 0 (host gap): 1 us stands for it
+
+
+def fit_gpu(runs: list[Run], gpu_key: str, host_us: float) -> dict[str, float]:
+    """compute_scale and a2a_scale of one GPU for a given host gap: each coordinate scanned over a log
+    grid of its bounds, then refined by shrinking multiplicative steps."""
     base = efficiency(gpu_key, priors_only=True)  # fit from the documented priors: re-running reproduces it
-    params = {"compute_scale": 1.0, "a2a_scale": 1.0, "host_us_per_layer": base["host_us_per_layer"]}
-    step = 1.5
+    params = {"compute_scale": 1.0, "a2a_scale": 1.0, "host_us_per_layer": host_us}
+    for _ in range(2):
+        for key in PER_GPU:
+            params = _scan(runs, base, params, key, _grid(key))
+    for step in (1.2, 1.1, 1.05, 1.025):
+        for key in PER_GPU:
+            lo, hi = BOUNDS[key]
+            params = _scan(runs, base, params, key, [min(max(params[key] * f, lo), hi) for f in (step, 1 / step)])
+    return {k: float(v) for k, v in params.items()}
+
+
+def _host_loss(by_gpu: dict[str, list[Run]], fitted: dict, host_us: float) -> float:
+    return sum(_loss(rs, with_params(efficiency(g, priors_only=True), {**fitted[g], "host_us_per_layer": host_us}))
+               * len(rs) for g, rs in by_gpu.items())
+
+
+def fit_all(runs: list[Run], sweeps: int = 2) -> dict[str, dict[str, float]]:
+    """Per-GPU compute/all-to-all multipliers and one host gap shared by every GPU (the CPU cost of
+    issuing a layer is Megatron's Python on the host, not a property of the GPU; a GPU whose runs never
+    leave the CPU behind could not pin it alone). Alternates the per-GPU fits and a scan of the host gap."""
+    by_gpu = {g: [r for r in runs if r.gpu.key == g] for g in sorted({r.gpu.key for r in runs})}
+    host = efficiency("default", priors_only=True)["host_us_per_layer"]
+    fitted: dict[str, dict[str, float]] = {}
     for _ in range(sweeps):
-        for key in FITTED:
-            best = _loss(runs, with_params(base, params))
-            for factor in (step, 1 / step):
-                lo, hi = BOUNDS[key]
-                trial = {**params, key: min(max(params[key] * factor if params[key] else 50.0, lo), hi)}
-                loss = _loss(runs, with_params(base, trial))
-                if loss < best:
-                    best, params = loss, trial
-        step = 1 + (step - 1) / 2
-    return params
+        fitted = {g: fit_gpu(rs, g, host) for g, rs in by_gpu.items()}
+        grid = [host, *_grid("host_us_per_layer")]
+        host = min(grid, key=lambda h: _host_loss(by_gpu, fitted, h))
+        for step in (1.2, 1.1, 1.05, 1.025):
+            host = min((host, host * step, host / step), key=lambda h: _host_loss(by_gpu, fitted, h))
+    return {g: {**p, "host_us_per_layer": float(host)} for g, p in fitted.items()}
 
 
 def calibrate(runs: list[Run]) -> tuple[dict[str, dict], list[Prediction], list[Prediction]]:
     """Fit per GPU on the calibration subset; return fitted constants and predictions on both subsets."""
     fit_runs, held = split(runs)
-    fitted = {gpu: fit_gpu([r for r in fit_runs if r.gpu.key == gpu], gpu) for gpu in sorted({r.gpu.key
-                                                                                            for r in fit_runs})}
+    fitted = fit_all(fit_runs)
     effs = {gpu: with_params(efficiency(gpu, priors_only=True), p) for gpu, p in fitted.items()}
     on_fit = [predict(r, effs[r.gpu.key]) for r in fit_runs]
     on_held = [predict(r, effs[r.gpu.key]) for r in held if r.gpu.key in effs]

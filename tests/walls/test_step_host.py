@@ -1,0 +1,70 @@
+"""The host wall of walls/step.py: the CPU issues a layer while the GPU runs, so only the CPU time the layer's
+GPU time does not cover shows (a 4-norm, a smooth maximum of the two)."""
+
+import pytest
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.compute import rates
+from moetune.walls.efficiency import efficiency
+from moetune.walls.memory import activation_context
+from moetune.walls.step import layer_time
+
+SPEC, GPU = load_model("qwen3-30b-a3b"), load_gpu("b200")
+LAYOUT = Layout(world_size=8, ep=8)
+MOE = next(k for k in SPEC.layers if k.mlp == "moe")
+
+
+def _layer(mbs: int, host_us: float, **knobs):
+    k = Knobs(precision="mxfp8", dispatcher="alltoall", routing="force-balance", **knobs)  # no dropless sync
+    ctx = activation_context(LAYOUT, Workload(seq_length=4096, micro_batch_size=mbs, global_batch_size=512), k)
+    eff = {**efficiency("b200"), "host_us_per_layer": host_us}
+    t = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
+    return t, sum(t.compute.values()) + sum(t.comm.values())
+
+
+def test_no_cpu_cost_no_host_wall():
+    t, _ = _layer(1, 0.0)
+    assert t.host == 0.0
+
+
+def test_a_cpu_far_behind_the_gpu_shows_almost_whole():
+    t, gpu = _layer(1, 1e6)  # one second of CPU per layer
+    assert t.host == pytest.approx(1.0 - gpu, rel=1e-3)
+
+
+def test_a_gpu_far_ahead_of_the_cpu_hides_it():
+    t, gpu = _layer(16, 100.0)  # 100 us of CPU under a 16-sequence micro-batch
+    assert gpu > 50 * 100e-6
+    assert t.host < 1e-3 * gpu
+
+
+def test_at_equal_times_the_layer_takes_the_smooth_maximum():
+    _, gpu = _layer(1, 0.0)
+    t, _ = _layer(1, gpu * 1e6)
+    assert t.host + gpu == pytest.approx(2 ** 0.25 * gpu, rel=1e-9)
+
+
+def test_cuda_graph_scopes_cut_the_cpu_share_they_capture():
+    eager, _ = _layer(1, 20000.0)
+    graphed, _ = _layer(1, 20000.0, cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    assert graphed.host < eager.host
+
+
+def test_larger_micro_batches_dilute_the_host_wall_per_token():
+    small, _ = _layer(1, 10000.0)
+    big, _ = _layer(4, 10000.0)
+    assert big.host / 4 < small.host
+
+
+def test_dropless_routing_adds_the_token_count_sync():
+    t, _ = _layer(16, 100.0)
+    k = Knobs(precision="mxfp8", dispatcher="alltoall")
+    assert k.routing == "dropless"
+    ctx = activation_context(LAYOUT, Workload(seq_length=4096, micro_batch_size=16, global_batch_size=512), k)
+    eff = {**efficiency("b200"), "host_us_per_layer": 100.0}
+    dropless = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
+    assert dropless.host == pytest.approx(t.host + eff["sync_us_per_moe_layer"] * 1e-6, rel=1e-9)
