@@ -73,3 +73,13 @@ def test_nothing_fits_is_reported_not_raised():
     result = plan(spec, g, 8, Workload(seq_length=4096, global_batch_size=64), top=3)
     assert result.results == [] and result.feasible == 0 and result.candidates_evaluated > 0
     assert np.isfinite(result.search_seconds)
+
+
+def test_equal_dispatchers_rank_the_platform_default_first():
+    """On 8 B200 all EP traffic stays on NVLink and the fitted B200 all-to-all efficiencies sit at their cap,
+    so the dispatchers tie; the seeds' default mapping (flex + DeepEP on B200) breaks the tie."""
+    res = plan(load_model("qwen3-30b-a3b"), load_gpu("b200"), 8, Workload(seq_length=4096, global_batch_size=512),
+               top=3, fixed={"micro_batch_size": 4, "tp": 1, "ep": 8})
+    times = [r.time["step_seconds"] for r in res.results]
+    assert times[0] == pytest.approx(times[1], rel=0.01)
+    assert res.results[0].knobs.dispatcher == platform_defaults(load_gpu("b200"))["dispatcher"] == "deepep"

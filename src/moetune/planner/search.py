@@ -2,8 +2,8 @@
 
 Candidates are evaluated in numpy batches (walls/batch.py): one batch per knob set over every
 (layout, micro-batch) pair. Ties and near-ties (within 1%) follow the seeds' order of preference:
-smaller model parallelism, selective before full recompute, no offload, larger DP (seeds/000 Phase 1
-and 2). The winners are re-evaluated with the scalar `estimate` for their full breakdown.
+smaller model parallelism, selective before full recompute, no offload, the platform's default dispatcher,
+larger DP (seeds/000 Phase 1 and 2, seeds/004). The winners are re-evaluated with the scalar `estimate` for their full breakdown.
 """
 
 import time
@@ -76,10 +76,12 @@ def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list
     return batch.subset(rows) if len(rows) else None
 
 
-def _preference(lay: Layout, k: Knobs) -> tuple:
-    """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload."""
+def _preference(lay: Layout, k: Knobs, dispatcher: str) -> tuple:
+    """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload, the
+    platform's default dispatcher (seeds/004 mapping, data/platform_defaults.toml)."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
-    return (lay.tp * lay.cp * lay.pp, recompute, k.optimizer_offload_fraction, -lay.dp, lay.tp, -lay.ep)
+    return (lay.tp * lay.cp * lay.pp, recompute, k.optimizer_offload_fraction, k.dispatcher != dispatcher, -lay.dp,
+            lay.tp, -lay.ep)
 
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
@@ -94,7 +96,9 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}; "
                            "check --gpus, --gbs and any --fix values")
     eff, overheads = efficiency(gpu.key, efficiency_overrides), default_overheads()
-    grid = knob_grid(spec, gpu, platform_defaults(gpu), fixed, routing)
+    defaults = platform_defaults(gpu)
+    grid = knob_grid(spec, gpu, defaults, fixed, routing)
+    default_dispatcher = defaults["dispatcher"]
     all_candidates = len(cands)
     batch = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)
     best: list[tuple[float, tuple, Layout, int, Knobs]] = []
@@ -127,7 +131,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
             keep = min(top * 4, len(step))
             for i in np.argpartition(step, keep - 1)[:keep]:
                 if np.isfinite(step[i]):
-                    best.append((float(step[i]), _preference(sub.layout(i), knobs), sub.layout(i),
+                    best.append((float(step[i]), _preference(sub.layout(i), knobs, default_dispatcher), sub.layout(i),
                                  int(sub.mbs[i, 0]), knobs))
     fastest = min((b[0] for b in best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
