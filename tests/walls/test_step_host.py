@@ -68,3 +68,17 @@ def test_dropless_routing_adds_the_token_count_sync():
     eff = {**efficiency("b200"), "host_us_per_layer": 100.0}
     dropless = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
     assert dropless.host == pytest.approx(t.host + eff["sync_us_per_moe_layer"] * 1e-6, rel=1e-9)
+
+
+def test_cpu_share_by_layer_part_and_graph_scope():
+    from moetune.specs.model import LayerKind
+    from moetune.walls.step import PART_SHARE, layer_cpu_share
+    attn_moe, mamba, moe_only = (LayerKind(mixer="gqa", mlp="moe"), LayerKind(mixer="mamba", mlp="none"),
+                                 LayerKind(mixer="none", mlp="moe"))
+    assert layer_cpu_share(attn_moe, ()) == pytest.approx(1.0)  # host_us_per_layer is one standard layer
+    assert layer_cpu_share(mamba, ()) == PART_SHARE["mixer"]  # a hybrid stack's half-layers cost their part
+    assert layer_cpu_share(moe_only, ()) == PART_SHARE["moe"]
+    assert layer_cpu_share(mamba, ("attn",)) == PART_SHARE["mixer"]  # attn graphs do not reach a Mamba mixer
+    assert layer_cpu_share(mamba, ("mamba",)) < 0.1 * PART_SHARE["mixer"]
+    assert layer_cpu_share(attn_moe, ("attn", "moe_router", "moe_preprocess")) < layer_cpu_share(attn_moe, ("attn",))
+    assert layer_cpu_share(attn_moe, ("full_iteration",)) == pytest.approx(0.05)

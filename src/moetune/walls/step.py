@@ -27,11 +27,33 @@ from moetune.walls.flops import megatron_model_flops
 from moetune.walls.memory import activation_context
 from moetune.walls.rank_params import padded_vocab_size, stage_params
 
-# Share of a layer's kernel launches each CUDA-graph scope captures (TE-scoped graphs, seeds/000 "CUDA
-# Graphs For MoE"); full_iteration captures the whole step. These shares are our estimates from the
-# modules' kernel counts (no published per-scope breakdown exists); calibrate fits the gap they scale.
-GRAPH_SHARE = {"attn": 0.4, "mlp": 0.3, "moe_router": 0.15, "moe_preprocess": 0.15, "moe": 0.45,
-               "mamba": 0.4, "full_iteration": 0.95}
+# Host CPU work of a layer by part, as shares of a standard attention + MoE layer (host_us_per_layer covers
+# one such layer). Hybrid stacks (Nemotron-H) split a block into mixer-only and MLP-only layers, so each of
+# their layers costs only its part. Our estimates from the modules' kernel counts: no published breakdown.
+PART_SHARE = {"mixer": 0.45, "moe": 0.55, "dense": 0.3}
+# CUDA-graph scope -> (the part it captures, share of that part's launches). TE-scoped graphs (seeds/000
+# "CUDA Graphs For MoE"): attn and mamba capture their mixer, mlp the dense MLP, moe the whole MoE block,
+# moe_router and moe_preprocess about a quarter of it each (router GEMM + top-k; permutation and token
+# counts). full_iteration captures the whole step (0.95: the optimizer step and logging stay eager).
+GRAPH_CAPTURE = {"attn": ("attention", 0.9), "mamba": ("mamba", 0.9), "mlp": ("dense", 0.9), "moe": ("moe", 0.8),
+                 "moe_router": ("moe", 0.27), "moe_preprocess": ("moe", 0.27)}
+FULL_ITERATION_CAPTURE = 0.95
+
+
+def layer_cpu_share(kind: LayerKind, scopes: tuple[str, ...]) -> float:
+    """Host CPU work of one layer of this kind left eager under these graph scopes, in standard layers."""
+    if "full_iteration" in scopes:
+        scopes, left = (), 1 - FULL_ITERATION_CAPTURE
+    else:
+        left = 1.0
+    mixer = {"gqa": "attention", "mla": "attention"}.get(kind.mixer, kind.mixer)
+    parts = {p: PART_SHARE[key] for p, key in ((mixer, "mixer"), (kind.mlp, kind.mlp)) if p != "none"}
+    for scope in scopes:
+        part, share = GRAPH_CAPTURE.get(scope, ("", 0.0))
+        if part in parts:
+            parts[part] *= 1 - share
+    return left * sum(parts.values())
+
 
 # A layer takes the 4-norm of its CPU and GPU times: a smooth maximum. Near the knee the two overlap
 # imperfectly (a host sync each MoE layer, launch jitter), so GPU work still shows partly (19% above the
@@ -96,12 +118,11 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     total = sum(compute.values())
     attn = compute["core_attn"] / (1 + 2.5)
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, total, attn)
-    graphed = min(sum(GRAPH_SHARE.get(s, 0.0) for s in knobs.cuda_graph_scope), 0.95)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
     # m_splits as host integers; the alltoall dispatcher's split sizes too), so a lead does not carry over.
-    cpu = eff["host_us_per_layer"] * 1e-6 * (1 - graphed)
+    cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope)
     gpu_s = total + sum(exposed.values())
     host = (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
     if kind.mlp == "moe" and knobs.routing == "dropless" and "full_iteration" not in knobs.cuda_graph_scope:
