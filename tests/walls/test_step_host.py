@@ -18,8 +18,8 @@ LAYOUT = Layout(world_size=8, ep=8)
 MOE = next(k for k in SPEC.layers if k.mlp == "moe")
 
 
-def _layer(mbs: int, host_us: float, **knobs):
-    k = Knobs(precision="mxfp8", dispatcher="alltoall", routing="force-balance", **knobs)  # no dropless sync
+def _layer(mbs: int, host_us: float, precision: str = "bf16", **knobs):
+    k = Knobs(precision=precision, dispatcher="alltoall", routing="force-balance", **knobs)  # no dropless sync
     ctx = activation_context(LAYOUT, Workload(seq_length=4096, micro_batch_size=mbs, global_batch_size=512), k)
     eff = {**efficiency("b200"), "host_us_per_layer": host_us}
     t = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
@@ -62,12 +62,21 @@ def test_larger_micro_batches_dilute_the_host_wall_per_token():
 
 def test_dropless_routing_adds_the_token_count_sync():
     t, _ = _layer(16, 100.0)
-    k = Knobs(precision="mxfp8", dispatcher="alltoall")
+    k = Knobs(precision="bf16", dispatcher="alltoall")
     assert k.routing == "dropless"
     ctx = activation_context(LAYOUT, Workload(seq_length=4096, micro_batch_size=16, global_batch_size=512), k)
     eff = {**efficiency("b200"), "host_us_per_layer": 100.0}
     dropless = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
     assert dropless.host == pytest.approx(t.host + eff["sync_us_per_moe_layer"] * 1e-6, rel=1e-9)
+
+
+def test_fp8_recipes_multiply_the_cpu_cost():
+    """seeds/004: FP8 "often increases the relative importance of communication and host overhead"."""
+    bf16, gpu16 = _layer(1, 1e6)
+    fp8, gpu8 = _layer(1, 1e6, precision="mxfp8")
+    factor = efficiency("b200")["fp8_host_factor"]
+    assert factor > 1
+    assert fp8.host + gpu8 == pytest.approx(factor * (bf16.host + gpu16), rel=1e-3)
 
 
 def test_cpu_share_by_layer_part_and_graph_scope():

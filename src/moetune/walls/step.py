@@ -122,7 +122,8 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
     # m_splits as host integers; the alltoall dispatcher's split sizes too), so a lead does not carry over.
-    cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope)
+    cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope) * (
+        eff["fp8_host_factor"] if knobs.precision != "bf16" else 1.0)
     gpu_s = total + sum(exposed.values())
     host = (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
     if kind.mlp == "moe" and knobs.routing == "dropless" and "full_iteration" not in knobs.cuda_graph_scope:
