@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from moetune.configio import load_config
+from moetune.errors import MoetuneError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
 
@@ -90,3 +91,21 @@ def test_hydra_values_parse_like_hydra():
 def test_passthrough_sections_are_kept_unchecked():
     config = load_config(sets=["dataset.enable_in_batch_packing=true", "logger.log_interval=5"])
     assert config == {"dataset.enable_in_batch_packing": True, "logger.log_interval": 5}
+
+
+def test_a_result_json_needs_the_planner_reader_handed_in(tmp_path):
+    """configio sits below the planner: it reads estimate/plan results only through the reader its caller passes."""
+    from moetune.planner import to_config as result_config
+    from moetune.planner.estimate import estimate
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    est = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=8),
+                   Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), Knobs())
+    path = write(tmp_path, "estimate.json", json.dumps(est.to_json()))
+    with pytest.raises(MoetuneError, match="no \"config\" object"):
+        load_config([path])
+    config = load_config([path], from_result=result_config)
+    assert config["model.expert_model_parallel_size"] == 8

@@ -14,6 +14,7 @@ from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra
 from moetune.errors import MoetuneError
+from moetune.planner import to_config as result_config
 from moetune.rules import Finding, evaluate
 from moetune.rules.table import CONTEXTS
 
@@ -50,7 +51,7 @@ def config_options(func):
 def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus) -> dict:
     if not (configs or sets or mlm_args):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
-    return load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt)
+    return load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=result_config)
 
 
 def check_findings(config: dict, context: str = "check", mcore: bool = True, derived: dict | None = None) -> list:

@@ -8,6 +8,7 @@ from moetune.configio.load import load_config
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner.compare import compare
+from moetune.planner import to_config as result_config
 from moetune.planner.config_map import from_config
 from moetune.planner.estimate import estimate
 from moetune.planner.from_json import estimate_from_json
@@ -97,7 +98,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     prediction is compared wall by wall."""
     config = None
     if configs or sets or mlm_args or gpu or gpus:
-        config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus)
+        config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
+                             from_result=result_config)
     result = diagnose(list(traces), log=log_path, config=config)
     predicted = _prediction(config, model, plan_file)
     cmp = compare(predicted, result) if predicted is not None else None

@@ -15,12 +15,14 @@ from typing import Any, Sequence
 
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.normalize import Assignment, merge, resolve
-from moetune.configio.readers import (dotted_assignments, looks_dotted, overrides_lines, read_json, read_yaml)
+from moetune.configio.readers import (ResultReader, dotted_assignments, looks_dotted, overrides_lines, read_json,
+                                      read_yaml)
 from moetune.errors import MoetuneError
 
 
-def read_file(path: Path, fmt: str | None = None) -> list[Assignment]:
-    """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format."""
+def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None) -> list[Assignment]:
+    """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format; ``from_result``
+    reads an estimate/plan result JSON (readers.ResultReader)."""
     if not path.is_file():
         raise MoetuneError(f"{path}: no such file")
     try:
@@ -31,7 +33,7 @@ def read_file(path: Path, fmt: str | None = None) -> list[Assignment]:
     if fmt == "yaml":
         return read_yaml(path)
     if fmt == "json":
-        return read_json(path)
+        return read_json(path, from_result)
     if fmt == "overrides" or (fmt is None and looks_dotted(text)):
         return dotted_assignments(overrides_lines(text), str(path))
     if fmt == "mlm" or (fmt is None and "--" in text):
@@ -42,9 +44,10 @@ def read_file(path: Path, fmt: str | None = None) -> list[Assignment]:
 
 
 def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), mlm_args: str | None = None,
-                gpu: str | None = None, gpus: int | None = None, fmt: str | None = None) -> dict[str, Any]:
+                gpu: str | None = None, gpus: int | None = None, fmt: str | None = None,
+                from_result: ResultReader | None = None) -> dict[str, Any]:
     """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*)."""
-    sources = [resolve(read_file(Path(f), fmt)) for f in files]
+    sources = [resolve(read_file(Path(f), fmt, from_result)) for f in files]
     if mlm_args:
         sources.append(resolve(parse_mlm(mlm_args, "--mlm-args")))
     command_line = dotted_assignments(list(sets), "--set")

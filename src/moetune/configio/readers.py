@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -23,6 +23,9 @@ from moetune.errors import MoetuneError
 _DOTTED_LINE = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*(=|$)")
 PRAGMA = "# moetune:"  # `# moetune: cluster.num_gpus=16` in an emitted file carries moetune's own facts
 _SKIP = ("_target_", "_call_", "_partial_", "_args_")
+# Turns an estimate/plan result (moetune's JSON) into the normalized config. The planner owns that mapping
+# (planner.to_config) and sits above configio, so the interfaces hand it in rather than configio importing it.
+ResultReader = Callable[[dict], dict]
 
 
 def flatten_sections(data: dict[str, Any], origin: str) -> list[Assignment]:
@@ -65,16 +68,17 @@ def read_yaml(path: Path) -> list[Assignment]:
     return flatten_sections(data, str(path))
 
 
-def read_json(path: Path) -> list[Assignment]:
-    """``{"config": {flat dotted names}}`` (moetune's own), or ConfigContainer-shaped JSON."""
+def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assignment]:
+    """``{"config": {flat dotted names}}`` (moetune's own), ConfigContainer-shaped JSON, or (when the caller
+    passes ``from_result``) an estimate/plan result."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise MoetuneError(f"{path}: JSON syntax error at line {err.lineno}: {err.msg}") from None
-    return json_assignments(data, str(path))
+    return json_assignments(data, str(path), from_result)
 
 
-def json_assignments(data: Any, origin: str) -> list[Assignment]:
+def json_assignments(data: Any, origin: str, from_result: ResultReader | None = None) -> list[Assignment]:
     if not isinstance(data, dict):
         raise MoetuneError(f"{origin}: expected a JSON object")
     if isinstance(data.get("config"), dict):
@@ -82,13 +86,11 @@ def json_assignments(data: Any, origin: str) -> list[Assignment]:
     sections = set(VALIDATED) | set(PASSTHROUGH) | {"env", "env_vars", "mixed_precision"}
     if all(str(k) in sections or "." in str(k) or str(k) in _SKIP for k in data):
         return flatten_sections(data, origin)
-    try:
-        from moetune.planner import to_config  # estimate/plan result -> normalized config (planner package)
-    except ImportError:
+    if from_result is None:
         raise MoetuneError(f"{origin}: no \"config\" object; give {{\"config\": {{dotted names}}}} or "
-                           "Megatron Bridge sections (model, train, ...)") from None
+                           "Megatron Bridge sections (model, train, ...)")
     try:
-        config = to_config(data)
+        config = from_result(data)
     except (KeyError, TypeError, ValueError) as err:
         raise MoetuneError(f"{origin}: not an estimate/plan result moetune can read ({err})") from None
     return [Assignment(key=k, value=v, origin=origin) for k, v in config.items()]

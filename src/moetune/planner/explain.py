@@ -67,7 +67,7 @@ def _profile(e: Estimate) -> dict:
         "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of a {t['step_seconds']:.2f} s step",
         "compute": f"{compute[0][0]} {compute[0][1]:.2f} s and {compute[1][0]} {compute[1][1]:.2f} s lead compute",
         "bubble": f"pipeline bubble (PP{e.layout.pp}-1)/(VPP{e.layout.vpp} x m={t['num_microbatches']})",
-        "host": f"launch gaps and host syncs {walls['host']:.2f} s",
+        "host": f"GPU idle while the host CPU issues kernels (Python, launches, syncs) {walls['host']:.2f} s",
     }[dominant]
     return {"dominant_wall": dominant, "why": why,
             "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}}
