@@ -1,9 +1,8 @@
 """Fit the efficiency constants (data/efficiency.toml) to published measured runs.
 
-Fitted by coordinate descent (each coordinate scanned over a log grid of its bounds, then refined) on the
-mean squared log error of predicted tokens/s/GPU: per GPU, one multiplier on the compute efficiencies
-(BF16 and FP8 GEMM, attention, elementwise bandwidth keep their documented ratios) and one on the EP
-all-to-all efficiencies; for all GPUs together, the host CPU cost of issuing a layer (a property of the
+Fitted (joint log grids, then refinement in turn: fit_all) on the mean squared log error of predicted
+tokens/s/GPU: per GPU, one multiplier on the compute efficiencies (BF16 and FP8 GEMM, attention, elementwise
+bandwidth keep their documented ratios) and one on the EP all-to-all efficiencies; for all GPUs together, the host CPU cost of issuing a layer (a property of the
 host and Megatron's Python, and only runs whose GPU work per layer is small can pin it: no GB200/GB300
 run is host-bound). The calibration subset is documented and fixed:
 the runs of each GPU in run_id order, every other one starting with the first. The rest are held out
@@ -64,30 +63,35 @@ def _loss(runs: list[Run], eff: dict) -> float:
     return sum(math.log(predict(r, eff).predicted / r.tokens_per_s_per_gpu) ** 2 for r in runs) / len(runs)
 
 
-def _scan(runs: list[Run], base: dict, params: dict, key: str, values) -> dict:
-    """params with `key` set to the value in `values` of least loss (the current value included)."""
-    trials = [params] + [{**params, key: v} for v in values]
-    return min(trials, key=lambda p: _loss(runs, with_params(base, p)))
-
-
-def _grid(key: str) -> np.ndarray:
+def _grid(key: str, points: int = 16) -> np.ndarray:
     lo, hi = BOUNDS[key]
-    return np.geomspace(lo or 1.0, hi, 16)  # a log grid cannot start at 0 (host gap): 1 us stands for it
+    return np.geomspace(lo or 1.0, hi, points)  # a log grid cannot start at 0 (host gap): 1 us stands for it
 
 
-def fit_gpu(runs: list[Run], gpu_key: str, host_us: float) -> dict[str, float]:
-    """compute_scale and a2a_scale of one GPU for a given host gap: each coordinate scanned over a log
-    grid of its bounds, then refined by shrinking multiplicative steps."""
+def fit_gpu(runs: list[Run], gpu_key: str, host_us: float, start: dict | None = None) -> dict[str, float]:
+    """compute_scale and a2a_scale of one GPU for a given host gap: the best point of a joint log grid over
+    both bounds (the two trade off, so one coordinate at a time can stall in the valley between them), then
+    refined by shrinking multiplicative steps along each axis and the diagonals. With `start` (a previous
+    fit), only the refinement runs."""
     base = efficiency(gpu_key, priors_only=True)  # fit from the documented priors: re-running reproduces it
-    params = {"compute_scale": 1.0, "a2a_scale": 1.0, "host_us_per_layer": host_us}
-    for _ in range(2):
-        for key in PER_GPU:
-            params = _scan(runs, base, params, key, _grid(key))
+    grid = [] if start else [{"compute_scale": float(c), "a2a_scale": float(a), "host_us_per_layer": host_us}
+            for c in _grid("compute_scale", 12) for a in _grid("a2a_scale", 12)]
+    params = {**start, "host_us_per_layer": host_us} if start else min(grid, key=lambda p: _loss(
+        runs, with_params(base, p)))
     for step in (1.2, 1.1, 1.05, 1.025):
-        for key in PER_GPU:
-            lo, hi = BOUNDS[key]
-            params = _scan(runs, base, params, key, [min(max(params[key] * f, lo), hi) for f in (step, 1 / step)])
+        moves = [(f, g) for f in (step, 1, 1 / step) for g in (step, 1, 1 / step) if (f, g) != (1, 1)]
+        improved = True
+        while improved:
+            trials = [params] + [_clamped(params, f, g) for f, g in moves]
+            best = min(trials, key=lambda p: _loss(runs, with_params(base, p)))
+            improved, params = best is not params, best
     return {k: float(v) for k, v in params.items()}
+
+
+def _clamped(params: dict, f: float, g: float) -> dict:
+    (c_lo, c_hi), (a_lo, a_hi) = BOUNDS["compute_scale"], BOUNDS["a2a_scale"]
+    return {**params, "compute_scale": min(max(params["compute_scale"] * f, c_lo), c_hi),
+            "a2a_scale": min(max(params["a2a_scale"] * g, a_lo), a_hi)}
 
 
 def _host_loss(by_gpu: dict[str, list[Run]], fitted: dict, host_us: float) -> float:
@@ -95,19 +99,20 @@ def _host_loss(by_gpu: dict[str, list[Run]], fitted: dict, host_us: float) -> fl
                * len(rs) for g, rs in by_gpu.items())
 
 
-def fit_all(runs: list[Run], sweeps: int = 2) -> dict[str, dict[str, float]]:
+def fit_all(runs: list[Run]) -> dict[str, dict[str, float]]:
     """Per-GPU compute/all-to-all multipliers and one host gap shared by every GPU (the CPU cost of
     issuing a layer is Megatron's Python on the host, not a property of the GPU; a GPU whose runs never
-    leave the CPU behind could not pin it alone). Alternates the per-GPU fits and a scan of the host gap."""
+    leave the CPU behind could not pin it alone): per-GPU grid fits at the prior host gap, a log-grid scan
+    of the host gap, then per-GPU and host refinements in turn."""
     by_gpu = {g: [r for r in runs if r.gpu.key == g] for g in sorted({r.gpu.key for r in runs})}
     host = efficiency("default", priors_only=True)["host_us_per_layer"]
-    fitted: dict[str, dict[str, float]] = {}
-    for _ in range(sweeps):
-        fitted = {g: fit_gpu(rs, g, host) for g, rs in by_gpu.items()}
-        grid = [host, *_grid("host_us_per_layer")]
-        host = min(grid, key=lambda h: _host_loss(by_gpu, fitted, h))
+    fitted = {g: fit_gpu(rs, g, host) for g, rs in by_gpu.items()}
+    host = min([host, *_grid("host_us_per_layer")], key=lambda h: _host_loss(by_gpu, fitted, h))
+    for _ in range(2):
+        fitted = {g: fit_gpu(rs, g, host, start=fitted[g]) for g, rs in by_gpu.items()}
         for step in (1.2, 1.1, 1.05, 1.025):
             host = min((host, host * step, host / step), key=lambda h: _host_loss(by_gpu, fitted, h))
+    fitted = {g: fit_gpu(rs, g, host, start=fitted[g]) for g, rs in by_gpu.items()}
     return {g: {**p, "host_us_per_layer": float(host)} for g, p in fitted.items()}
 
 

@@ -160,7 +160,9 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
         kinds += [spec.mtp_layer_kind] * sum(c.mtp_layers for c in chunks)
         compute, comm, raw, host = {}, {}, {}, 0.0
         for kind in kinds:
-            t = cache.setdefault(kind, layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r))
+            if kind not in cache:  # one evaluation per layer kind (setdefault would evaluate every time)
+                cache[kind] = layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r)
+            t = cache[kind]
             _add(compute, t.compute), _add(comm, t.comm), _add(raw, t.comm_raw)
             host += t.host
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
