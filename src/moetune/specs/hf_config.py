@@ -4,7 +4,8 @@ from pathlib import Path
 
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS, HfConfig
+from moetune.specs.hf_access import HfConfig
+from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
 from moetune.specs.model import ModelSpec
 
 

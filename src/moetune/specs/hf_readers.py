@@ -4,41 +4,11 @@ Each reader names the HF fields it uses (the field-name map is in shared/data/mo
 ModelSpec keyword arguments; a missing field is a one-line ``MoetuneError`` that names it.
 """
 
-from typing import Any, Callable
+from typing import Callable
 
 from moetune.errors import MoetuneError
+from moetune.specs.hf_access import HfConfig
 from moetune.specs.model import GdnDims, LayerKind, MambaDims, MlaDims
-
-_MISSING = object()
-
-
-class HfConfig:
-    """A config dict that reports missing fields by name."""
-
-    def __init__(self, data: dict, origin: str):
-        self.data = data
-        self.origin = origin
-
-    def get(self, *keys: str, default: Any = _MISSING) -> Any:
-        for key in keys:
-            node: Any = self.data
-            for part in key.split("."):
-                if not isinstance(node, dict) or part not in node:
-                    break
-                node = node[part]
-            else:
-                if node is not None:
-                    return node
-        if default is _MISSING:
-            raise MoetuneError(
-                f"{self.origin}: missing field '{keys[0]}' (model_type {self.data.get('model_type')!r}); "
-                "add it to the config.json"
-            )
-        return default
-
-    def head_dim(self) -> int:
-        return self.get("head_dim", default=None) or self.get("hidden_size") // self.get("num_attention_heads")
-
 
 # Where each family keeps its routed-expert count, top-k and expert FFN width (shared/data/models/INDEX.md,
 # "Field-name map"); the first key present wins.
