@@ -13,7 +13,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.calibrate import split
 from moetune.planner.estimate import estimate
-from moetune.planner.runs import load_runs
+from moetune.planner.runs import load_configured_runs, load_runs
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.flops import megatron_model_flops
@@ -48,7 +48,11 @@ def _error(run) -> float:
 
 
 def test_every_published_run_is_predicted_to_fit():
-    false_oom = [r.run_id for r in RUNS if not estimate(r.model, r.gpu, r.layout, r.workload, r.knobs).fits]
+    """Every run whose configuration is complete, including those published as TFLOP/s only (R160 ran only with
+    fine-grained activation offloading of expert_fc1 and moe_act: without it moetune predicts 196 of 186 GiB)."""
+    runs = load_configured_runs()
+    assert len(runs) > len(RUNS)
+    false_oom = [r.run_id for r in runs if not estimate(r.model, r.gpu, r.layout, r.workload, r.knobs).fits]
     assert false_oom == []
 
 

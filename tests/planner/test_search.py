@@ -17,12 +17,13 @@ from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
 
 
-@pytest.mark.parametrize(("model", "gpu", "world", "seq", "gbs"), [
-    ("qwen3-30b-a3b", "h100", 16, 4096, 256),
-    ("deepseek-v3", "gb200", 256, 4096, 1024),
-    ("gpt-oss-20b", "b200", 16, 8192, 64),
+@pytest.mark.parametrize(("model", "gpu", "world", "seq", "gbs", "fixed"), [
+    ("qwen3-30b-a3b", "h100", 16, 4096, 256, {}),
+    ("deepseek-v3", "gb200", 256, 4096, 1024, {}),
+    ("gpt-oss-20b", "b200", 16, 8192, 64, {}),
+    ("deepseek-v3", "h100", 256, 4096, 1024, {"offload_modules": frozenset({"expert_fc1", "moe_act"})}),
 ])
-def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs):
+def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     spec, g = load_model(model), load_gpu(gpu)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     layouts = enumerate_layouts(spec, g, world, wl, {})
@@ -30,7 +31,7 @@ def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs):
     cands = [(lay, m) for lay in rng.sample(layouts, min(40, len(layouts))) for m in (1, 2)
              if gbs % (m * lay.dp) == 0]
     batch = build_batch(spec, cands)
-    for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), {}, "dropless"), 6):
+    for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), fixed, "dropless"), 6):
         peak = batch_memory(spec, batch, seq, gbs, knobs, default_overheads())
         step = batch_step_seconds(spec, batch, seq, gbs, knobs, g, efficiency(g.key))["step"]
         for i, (lay, m) in enumerate(cands):

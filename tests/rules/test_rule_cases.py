@@ -23,6 +23,7 @@ nvlink_gbps = 448
 nvlink_domain = 8
 gpus_per_node = 8
 nic_gbps = 400
+host_link_gbps = 64
 tdp_w = 750
 """
 

@@ -6,7 +6,15 @@ import click
 
 from moetune.errors import MoetuneError
 from moetune.files import read_toml
-from moetune.layout.knobs import CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS, Knobs, parse_modules
+from moetune.layout.knobs import (
+    CUDA_GRAPH_SCOPES,
+    DISPATCHERS,
+    OFFLOAD_MODULES,
+    PRECISIONS,
+    Knobs,
+    parse_modules,
+    parse_offload_modules,
+)
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
@@ -48,6 +56,8 @@ def knob_options(func):
         click.option("--no-distributed-optimizer", is_flag=True),
         click.option("--optimizer-offload", type=float, default=0.0, show_default=True,
                      help="Fraction of optimizer states offloaded to CPU."),
+        click.option("--offload-modules", default=None,
+                     help=f"Fine-grained activation offloading, comma list of {', '.join(OFFLOAD_MODULES)}."),
         click.option("--bf16-grads", is_flag=True, help="Main grads in BF16 (grad_reduce_in_fp32=False)."),
         click.option("--bf16-moments", is_flag=True, help="Adam moments in BF16 (DeepSeek-V3 recipes)."),
         click.option("--dispatcher", type=click.Choice(DISPATCHERS), default=None,
@@ -127,6 +137,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         dispatcher=dispatcher, cuda_graph_scope=scopes, routing=kw["routing"], ep_overlap=kw["ep_overlap"],
         token_imbalance=kw["token_imbalance"],
         delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"],
+        offload_modules=parse_offload_modules(kw["offload_modules"]),
     )
     return knobs, defaulted
 

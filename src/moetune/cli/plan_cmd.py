@@ -10,7 +10,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.versus import versus
-from moetune.layout.knobs import parse_modules
+from moetune.layout.knobs import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.enumerate import knob_grid
 from moetune.planner.defaults import platform_defaults
@@ -50,9 +50,12 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             fixed[key] = value
         elif key == "recompute_modules":
             fixed["recompute_modules"] = parse_modules(value)
+        elif key == "offload_modules":
+            fixed["offload_modules"] = parse_offload_modules(value)
         else:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
-                               "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction")
+                               "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
+                               "recompute_modules, offload_modules")
     return fixed
 
 

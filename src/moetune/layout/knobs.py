@@ -16,6 +16,10 @@ RECOMPUTE_MODULES: tuple[str, ...] = (
 )
 # The long-context seed writes "up_proj" and "norm"; Megatron spells them as below.
 MODULE_ALIASES = {"up_proj": "mla_up_proj", "norm": "layernorm"}
+# Megatron-Core fine-grained activation offloading (TransformerConfig.offload_modules): the module whose
+# input is moved to host memory after the forward and brought back for the backward.
+OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                    "moe_act")
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
@@ -25,6 +29,17 @@ CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_p
 # Qwen3-235B H100 long context 295/237 ... 389/357; shared/data/megatron_flops_memory_notes.md item 1); 1.2 is
 # the default busiest-rank factor, overridable with --token-imbalance.
 DROPLESS_IMBALANCE = 1.2
+
+
+def parse_offload_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
+    """Megatron offload_modules names (comma or space separated)."""
+    if not text:
+        return frozenset()
+    names = text.replace(",", " ").split() if isinstance(text, str) else list(text)
+    bad = sorted(set(names) - set(OFFLOAD_MODULES))
+    if bad:
+        raise MoetuneError(f"unknown offload module(s) {bad}; choose from {', '.join(OFFLOAD_MODULES)}")
+    return frozenset(names)
 
 
 def parse_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
@@ -45,6 +60,7 @@ class Knobs:
     recompute_modules: frozenset[str] = field(default_factory=frozenset)
     distributed_optimizer: bool = True  # use_distributed_optimizer
     optimizer_offload_fraction: float = 0.0  # optimizer_offload_fraction (HybridDeviceOptimizer)
+    offload_modules: frozenset[str] = field(default_factory=frozenset)  # fine_grained_activation_offloading
     main_grads_fp32: bool = True  # grad buffers in FP32 (accumulate_allreduce_grads_in_fp32)
     adam_moments_bytes: int = 4  # 4: FP32 exp_avg/exp_avg_sq; 2: BF16 moments (DeepSeek-V3 recipes)
     dispatcher: str = "alltoall"  # alltoall | deepep | hybridep (flex backends) | allgather
@@ -64,6 +80,10 @@ class Knobs:
             raise MoetuneError("--recompute-modules needs --recompute selective")
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
             raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
+        parse_offload_modules(tuple(self.offload_modules))  # names Megatron knows
+        if self.offload_modules and self.recompute == "full":
+            raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
+                               "so there is nothing fine-grained to offload; use selective recompute")
         if self.dispatcher not in DISPATCHERS:
             raise MoetuneError(f"unknown dispatcher {self.dispatcher!r}; choose from {', '.join(DISPATCHERS)}")
         bad = sorted(set(self.cuda_graph_scope) - set(CUDA_GRAPH_SCOPES))

@@ -67,6 +67,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     }
     if backend:
         out["model.moe_flex_dispatcher_backend"] = backend
+    if k.offload_modules:
+        out.update({"model.fine_grained_activation_offloading": True,
+                    "model.offload_modules": sorted(k.offload_modules)})
     if k.recompute == "full":
         out.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
     if k.adam_moments_bytes == 2:
@@ -170,5 +173,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
         delay_wgrad=bool(config.get("comm_overlap.delay_wgrad_compute")),
         tp_comm_overlap=bool(config.get("comm_overlap.tp_comm_overlap")),
-        routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless")
+        routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
+        offload_modules=frozenset(_get(config, "model.offload_modules", []) or [])
+        if config.get("model.fine_grained_activation_offloading") else frozenset())
     return layout, workload, knobs

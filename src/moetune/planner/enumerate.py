@@ -142,7 +142,9 @@ def supported_dispatchers(gpu: GpuSpec) -> list[str]:
 
 
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
-    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap x optimizer offload."""
+    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap x optimizer offload. Fine-grained
+    activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put offloading
+    last, and each offload set would double the search."""
     precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
     dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
     scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"])] +
@@ -157,9 +159,10 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     grid = []
     for prec, disp, (rc, mods), scope, ov, off in product(precisions, dispatchers, recomputes, scopes, overlaps,
                                                           offloads):
-        if ov and rc == "full":
+        if ov and rc == "full" or rc == "full" and fixed.get("offload_modules"):
             continue  # seeds/003: full recompute is not a companion for the EP-overlap path
         grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
                           cuda_graph_scope=scope, ep_overlap=ov, routing=routing, optimizer_offload_fraction=off,
-                          main_grads_fp32=fixed.get("main_grads_fp32", True)))
+                          main_grads_fp32=fixed.get("main_grads_fp32", True),
+                          offload_modules=fixed.get("offload_modules", frozenset())))
     return grid

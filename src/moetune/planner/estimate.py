@@ -81,7 +81,7 @@ def knobs_json(k: Knobs) -> dict:
         "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher,
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
         "routing": k.routing, "token_imbalance": k.imbalance, "tp_comm_overlap": k.tp_comm_overlap,
-        "adam_moments_bytes": k.adam_moments_bytes,
+        "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),
     }
 
 

@@ -81,6 +81,8 @@ def _apply(e: Estimate, move: dict):
         changes["recompute_modules"] = frozenset(changes["recompute_modules"])
     if "cuda_graph_scope" in changes:
         changes["cuda_graph_scope"] = tuple(changes["cuda_graph_scope"])
+    if "offload_modules" in changes:
+        changes["offload_modules"] = frozenset(changes["offload_modules"])
     if changes.get("precision") == "platform_fp8":
         changes["precision"] = platform_defaults(e.gpu)["precision"]
     if all(getattr(knobs, k) == v for k, v in changes.items()) and not move.get("layout") and not move.get("mbs"):

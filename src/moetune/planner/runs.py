@@ -4,16 +4,16 @@ import csv
 from dataclasses import dataclass
 from importlib import resources
 
-from moetune.layout.knobs import Knobs, parse_modules
+from moetune.layout.knobs import Knobs, parse_modules, parse_offload_modules
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
 from moetune.specs.registry import load_model
 
-REQUIRED = ("model", "gpu", "num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp",
-            "vpp", "ep", "etp", "precision", "dispatcher", "recompute", "ep_overlap", "routing",
-            "tokens_per_s_per_gpu")
+CONFIG = ("model", "gpu", "num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp",
+          "vpp", "ep", "etp", "precision", "dispatcher", "recompute", "ep_overlap", "routing")
+REQUIRED = (*CONFIG, "tokens_per_s_per_gpu")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -24,7 +24,7 @@ class Run:
     layout: Layout
     workload: Workload
     knobs: Knobs
-    tokens_per_s_per_gpu: float
+    tokens_per_s_per_gpu: float | None  # None: the source published TFLOP/s only
     tflops_per_gpu: float | None
     ab_group: str
     release: str
@@ -49,19 +49,30 @@ def _run(row: dict) -> Run:
         dispatcher=row["dispatcher"], cuda_graph_scope=tuple(row["cuda_graph_scope"].split()),
         ep_overlap=row["ep_overlap"] == "true", delay_wgrad=row["delay_wgrad"] == "true",
         routing=row["routing"], main_grads_fp32=False,  # perf recipes: grad_reduce_in_fp32=False (notes item 1)
+        offload_modules=parse_offload_modules(row["offload_modules"]),
     )
     return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
                workload=Workload(seq_length=_int(row["seq_length"]), micro_batch_size=_int(row["micro_batch_size"]),
                                  global_batch_size=_int(row["global_batch_size"])),
-               knobs=knobs, tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
+               knobs=knobs,
+               tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]) if row["tokens_per_s_per_gpu"] else None,
                tflops_per_gpu=float(row["tflops_per_gpu"]) if row["tflops_per_gpu"] else None,
                ab_group=row["ab_group"], release=row["release"], source=row["source"])
 
 
-def load_runs(complete_only: bool = True) -> list[Run]:
-    """Rows with every field the planner needs (the others lack a published config field)."""
+def _rows() -> list[dict]:
     text = (resources.files("moetune") / "data" / "published_runs.csv").read_text()
-    rows = list(csv.DictReader(text.splitlines()))
+    return list(csv.DictReader(text.splitlines()))
+
+
+def load_runs(complete_only: bool = True) -> list[Run]:
+    """Rows with every field the planner needs and tokens/s (the others lack a published config field)."""
+    rows = _rows()
     if complete_only:
         rows = [r for r in rows if all(r[k].strip() for k in REQUIRED)]
     return [_run(r) for r in rows]
+
+
+def load_configured_runs() -> list[Run]:
+    """Rows whose configuration is complete, whether they publish tokens/s or only TFLOP/s."""
+    return [_run(r) for r in _rows() if all(r[k].strip() for k in CONFIG)]

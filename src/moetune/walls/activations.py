@@ -10,6 +10,7 @@ Recompute modules follow Megatron's ``recompute_modules`` names (transformer_con
 """
 
 from dataclasses import dataclass, field
+from functools import reduce
 
 import numpy as np
 
@@ -34,6 +35,7 @@ class ActivationContext:
     flash_attention: bool = True  # fused attention keeps O and the softmax statistics, not s^2 terms
     token_imbalance: float = 1.0  # max/mean routed tokens per rank; 1.0 under force-balanced routing
     fp8_gemm_inputs: bool = False  # FP8 recipes: TE saves GEMM inputs quantized (1 byte/element)
+    offload_modules: frozenset[str] = field(default_factory=frozenset)  # inputs moved to host (offload_modules)
 
     @property
     def tokens(self) -> int:
@@ -144,12 +146,41 @@ GEMM_INPUTS = frozenset({"attn_norm_output", "attn_proj_input", "mlp_norm_output
                          "expert_input", "expert_act_output", "shared_act_output"})
 
 
-def layer_activation_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:
-    """Named bytes saved for backward by one layer for one micro-batch on one rank."""
+# Megatron offload_modules name -> the saved item that is that module's input.
+OFFLOADED_ITEM = {"attn_norm": "attn_norm_input", "qkv_linear": "attn_norm_output", "core_attn": "attn_qkv",
+                  "attn_proj": "attn_proj_input", "mlp_norm": "mlp_norm_input", "expert_fc1": "expert_input",
+                  "moe_act": "expert_fc1_output"}
+
+
+def _saved_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:
     items = _layer_items(spec, kind, ctx)
     if ctx.fp8_gemm_inputs:
         items = {k: v // 2 if k in GEMM_INPUTS else v for k, v in items.items()}
     return items
+
+
+def layer_activation_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:
+    """Named bytes saved for backward by one layer for one micro-batch on one rank and kept on the GPU
+    (fine-grained offloading moves its modules' inputs to host memory: offloaded_bytes)."""
+    gone = {OFFLOADED_ITEM[m] for m in ctx.offload_modules}
+    return {k: v for k, v in _saved_items(spec, kind, ctx).items() if k not in gone}
+
+
+def offloaded_bytes(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext):
+    """Bytes of one layer's saved activations that fine-grained offloading moves to the host and back."""
+    if not ctx.offload_modules:
+        return 0
+    gone = {OFFLOADED_ITEM[m] for m in ctx.offload_modules}
+    return sum(v for k, v in _saved_items(spec, kind, ctx).items() if k in gone)
+
+
+def offload_staging_bytes(spec: ModelSpec, ctx: ActivationContext):
+    """GPU memory offloaded tensors still occupy: the layer whose inputs are being copied out in the forward
+    and the one prefetched back in the backward, two layers of the largest kind (0 without offloading)."""
+    if not ctx.offload_modules:
+        return 0
+    kinds = set(spec.layers) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
+    return 2 * reduce(np.maximum, (offloaded_bytes(spec, k, ctx) for k in kinds))
 
 
 def _layer_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:

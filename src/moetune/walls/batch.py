@@ -15,7 +15,12 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
-from moetune.walls.activations import ActivationContext, full_recompute_layer_bytes, layer_activation_items
+from moetune.walls.activations import (
+    ActivationContext,
+    full_recompute_layer_bytes,
+    layer_activation_items,
+    offload_staging_bytes,
+)
 from moetune.walls.compute import layer_compute_seconds, rates
 from moetune.walls.memory import in_flight, logits_bytes, model_state_bytes, overhead_bytes
 from moetune.walls.rank_params import StageStructure, padded_vocab_size, per_rank, stage_structures, structure_sums
@@ -132,6 +137,7 @@ def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
     f = b.fields
     return ActivationContext(seq_length=seq, micro_batch_size=b.mbs, tp=f.tp, cp=f.cp, etp=f.etp,
                              sequence_parallel=f.sp, token_imbalance=knobs.imbalance, fp8_gemm_inputs=knobs.fp8,
+                             offload_modules=knobs.offload_modules,
                              recompute_modules=knobs.effective_modules if knobs.recompute == "selective"
                              else frozenset())
 
@@ -151,7 +157,8 @@ def _activations(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
         stored = _per_stage(b, spec, lambda k: full_recompute_layer_bytes(spec, ctx))
         working = np.max([sum(layer_activation_items(spec, k, ctx).values()) for k in b.kinds], axis=0)
         return stored * flight + working
-    return _per_stage(b, spec, lambda k: sum(layer_activation_items(spec, k, ctx).values())) * flight
+    stored = _per_stage(b, spec, lambda k: sum(layer_activation_items(spec, k, ctx).values())) * flight
+    return stored + offload_staging_bytes(spec, ctx)
 
 
 def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, overheads: dict) -> np.ndarray:
@@ -160,7 +167,8 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab)
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer)
-    acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, gbs)
+    acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
+                gbs)
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
         states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))
@@ -203,7 +211,8 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 def time_key(knobs: Knobs) -> tuple:
     """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms)."""
     return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
-            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance)
+            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance,
+            knobs.offload_modules)
 
 
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,

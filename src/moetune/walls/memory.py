@@ -20,9 +20,8 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GIB
 from moetune.specs.model import ModelSpec
-from moetune.walls.activations import (
-    FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items, whole,
-)
+from moetune.walls.activations import (FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items,
+                                       offload_staging_bytes, whole)
 from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_params
 
 # TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales.
@@ -77,7 +76,7 @@ def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> Acti
         cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
         token_imbalance=knobs.imbalance,
-        fp8_gemm_inputs=knobs.fp8,
+        fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules,
     )
 
 
@@ -95,7 +94,10 @@ def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, 
     for kind in kinds:
         for name, value in layer_activation_items(spec, kind, ctx).items():
             items[name] = items.get(name, 0) + value
-    return {f"act_{k}": round(v * flight) for k, v in items.items()}, flight
+    out = {f"act_{k}": round(v * flight) for k, v in items.items()}
+    if knobs.offload_modules:
+        out["act_offload_staging"] = int(offload_staging_bytes(spec, ctx))
+    return out, flight
 
 
 def logits_bytes(spec: ModelSpec, tokens, vocab_shard):

@@ -21,6 +21,7 @@ from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.activations import offloaded_bytes
 from moetune.walls.comms import BF16, cp_kv_seconds, ep_alltoall_seconds, ring_seconds
 from moetune.walls.compute import Rates, layer_compute_seconds, rates
 from moetune.walls.flops import megatron_model_flops
@@ -98,13 +99,17 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
                     else spec.num_attention_heads * (spec.mla.qk_head_dim + spec.mla.v_head_dim))
         # forward passes K,V around the ring; backward passes K,V again and their gradients (x2)
         cp = 3 * cp_kv_seconds(ctx.tokens, kv_width, lay.cp, lay.tp, gpu, eff)
-    raw = {"tp": tp, "ep_alltoall": ep, "cp": cp}
+    # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
+    # the backward over the host link, each direction under that pass's compute (forward 1/3, backward 2/3).
+    moved = offloaded_bytes(spec, kind, ctx) / (gpu.host_link_gbps * 1e9 * eff["host_link_eff"])
+    raw = {"tp": tp, "ep_alltoall": ep, "cp": cp, "activation_offload": 2 * moved}
     hide_ep = eff["ep_overlap_hide"] * (1.15 if knobs.delay_wgrad else 1.0) if knobs.ep_overlap else 0.0
     exposed = {
         "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
         "ep_alltoall": np.maximum(ep - hide_ep * compute_s, 0.0),
         # ring steps overlap the attention of earlier chunks: forward + backward attention is 3.5x the forward
         "cp": np.maximum(cp - 3.5 * attn_s, 0.0),
+        "activation_offload": np.maximum(moved - compute_s / 3, 0.0) + np.maximum(moved - 2 * compute_s / 3, 0.0),
     }
     return raw, exposed
 
