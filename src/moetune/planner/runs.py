@@ -3,6 +3,7 @@
 import csv
 from dataclasses import dataclass
 from importlib import resources
+from typing import get_args
 
 from moetune.layout.knobs import Knobs, parse_modules, parse_offload_modules
 from moetune.layout.layout import Layout
@@ -10,6 +11,7 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
 from moetune.specs.registry import load_model
+from moetune.walls.flops import Convention, megatron_model_flops
 
 CONFIG = ("model", "gpu", "num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp",
           "vpp", "ep", "etp", "precision", "dispatcher", "recompute", "ep_overlap", "routing")
@@ -71,6 +73,19 @@ def load_runs(complete_only: bool = True) -> list[Run]:
     if complete_only:
         rows = [r for r in rows if all(r[k].strip() for k in REQUIRED)]
     return [_run(r) for r in rows]
+
+
+def tokens_from_tflops(run: Run) -> float | None:
+    """Tokens/s/GPU of a run published as TFLOP/s/GPU only, or None when the FLOP count depends on which
+    release counted it (walls/flops.py conventions: GPT-OSS's non-SiLU GLU, sliding windows, hybrid stacks)
+    and the source does not pin the release's convention."""
+    if run.tflops_per_gpu is None:
+        return None
+    counts = {megatron_model_flops(run.model, run.workload.seq_length, 1, tp=run.layout.tp, convention=c)
+              for c in get_args(Convention)}
+    if max(counts) > min(counts) * (1 + 1e-9):
+        return None
+    return run.tflops_per_gpu * 1e12 / (min(counts) / run.workload.seq_length)
 
 
 def load_configured_runs() -> list[Run]:
