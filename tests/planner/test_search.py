@@ -80,7 +80,22 @@ def test_equal_dispatchers_rank_the_platform_default_first():
     """On 8 B200 all EP traffic stays on NVLink and the fitted B200 all-to-all efficiencies sit at their cap,
     so the dispatchers tie; the seeds' default mapping (flex + DeepEP on B200) breaks the tie."""
     res = plan(load_model("qwen3-30b-a3b"), load_gpu("b200"), 8, Workload(seq_length=4096, global_batch_size=512),
-               top=3, fixed={"micro_batch_size": 4, "tp": 1, "ep": 8})
+               top=3, fixed={"mbs": 4, "tp": 1, "ep": 8})
     times = [r.time["step_seconds"] for r in res.results]
     assert times[0] == pytest.approx(times[1], rel=0.01)
     assert res.results[0].knobs.dispatcher == platform_defaults(load_gpu("b200"))["dispatcher"] == "deepep"
+
+
+def test_activation_offload_is_the_last_resort_when_nothing_fits():
+    """R160's pinned layout (Qwen3-235B-A22B, 256 GB200, PP4 VPP6 EP64, MBS 3, selective moe_act/layernorm, no
+    optimizer offload) fits nowhere without offloading; the planner then offloads expert_fc1 and moe_act inputs,
+    as the published run did."""
+    fixed = {"tp": 1, "cp": 1, "pp": 4, "vpp": 6, "ep": 64, "mbs": 3, "precision": ["mxfp8"],
+             "recompute_modules": frozenset({"moe_act", "layernorm"}), "optimizer_offload_fraction": [0.0]}
+    wl = Workload(seq_length=4096, global_batch_size=3072)
+    res = plan(load_model("qwen3-235b-a22b"), load_gpu("gb200"), 256, wl, fixed=fixed, top=2, routing="force-balance")
+    assert res.results and all(r.fits for r in res.results)
+    assert all(r.knobs.offload_modules == frozenset({"expert_fc1", "moe_act"}) for r in res.results)
+    pinned = plan(load_model("qwen3-235b-a22b"), load_gpu("gb200"), 256, wl, top=2, routing="force-balance",
+                  fixed={**fixed, "offload_modules": frozenset()})
+    assert pinned.results == []  # pinning "no offload" keeps the search to what was asked

@@ -59,6 +59,14 @@ def parse_fix(items: tuple[str, ...]) -> dict:
     return fixed
 
 
+def _offload(k) -> str:
+    """Optimizer offload fraction, plus the activation-offload modules when any."""
+    parts = [f"{k.optimizer_offload_fraction:g}"]
+    if k.offload_modules:
+        parts.append("act: " + ",".join(sorted(k.offload_modules)))
+    return " ".join(parts)
+
+
 @click.command(name="plan")
 @click.argument("model")
 @click.option("--gpu", required=True, help="Catalog GPU or cluster .toml file.")
@@ -128,7 +136,7 @@ def print_plan(result: PlanResult) -> None:
         rows.append([rank, r.layout.short(), r.workload.micro_batch_size, k.precision, k.dispatcher,
                      _recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", "on" if k.ep_overlap else "off",
-                     f"{k.optimizer_offload_fraction:g}", f"{t['tokens_per_s_per_gpu']:,.0f}",
+                     _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",
                      f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])
     out.print(table("Fastest configurations that fit", ["#", "layout", "mbs", "precision", "dispatcher", "recompute",
                                                          "cuda graphs", "EP overlap", "offload", "tok/s/GPU",

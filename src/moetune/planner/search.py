@@ -84,11 +84,31 @@ def _preference(lay: Layout, k: Knobs, dispatcher: str) -> tuple:
             lay.tp, -lay.ep)
 
 
+# The seeds' last resort when nothing fits (seeds/000 Phase 1: offloading after recompute and parallelism):
+# fine-grained offloading of the routed experts' saved inputs, the largest MoE activations.
+LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
+
+
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None) -> PlanResult:
+    """The fastest candidates that fit. When none fits and offloading was not pinned, the search runs again with
+    the routed experts' activations offloaded (LAST_RESORT_OFFLOAD); the counts cover both passes."""
+    fixed = fixed or {}
+    first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
+                       efficiency_overrides=efficiency_overrides, progress=progress)
+    if first.results or "offload_modules" in fixed or not spec.num_moe_experts:
+        return first
+    second = _plan_once(spec, gpu, world, wl, fixed={**fixed, "offload_modules": LAST_RESORT_OFFLOAD}, top=top,
+                        routing=routing, efficiency_overrides=efficiency_overrides, progress=progress)
+    second.candidates_evaluated += first.candidates_evaluated
+    second.search_seconds += first.search_seconds
+    return second
+
+
+def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
+               efficiency_overrides: dict | None, progress) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
-    fixed = fixed or {}
     start = time.perf_counter()
     layouts = enumerate_layouts(spec, gpu, world, wl, fixed)
     cands = _candidates(layouts, wl, fixed)
