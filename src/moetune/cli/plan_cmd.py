@@ -8,13 +8,13 @@ from rich.progress import Progress
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.planner.from_json import estimate_from_json
-from moetune.planner.versus import versus
 from moetune.layout.knobs import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
-from moetune.planner.enumerate import knob_grid
 from moetune.planner.defaults import platform_defaults
+from moetune.planner.enumerate import knob_grid
+from moetune.planner.from_json import estimate_from_json
 from moetune.planner.search import PlanResult, plan
+from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import load_efficiency_file
