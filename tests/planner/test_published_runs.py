@@ -21,8 +21,9 @@ from moetune.walls.flops import megatron_model_flops
 RUNS = load_runs()
 # Runs the model cannot reproduce yet, with the reason (they stay in the statistics below).
 KNOWN_GAPS = {
-    "R029": "same config as R011 (26.02 vs 26.02.01) yet 1.8x slower: the table and preset disagree "
-            "(published_runs.md 'Still open' 2); the prediction sits between the two (R011 -22%, R029 +39%)",
+    "R029": "same table config and preset as R011 (QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1; NeMo 26.02 vs "
+            "26.02.01) yet 118 vs 208 TFLOP/s/GPU: no config field tells them apart; the prediction sits between "
+            "the two (R011 -22%, R029 +39%)",
     "R011": "see R029",
     "R096": "gpt-oss-120b is over-predicted on every Blackwell GPU, in BF16 and MXFP8 alike (+9% to +46%; this "
             "full-iteration MXFP8 run on 64 GB300 the most) while H100 fits: a cost of this model the walls do not "
