@@ -3,25 +3,24 @@
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from moetune.errors import MoetuneError
 
 
-def read_toml(path: str | Path, what: str) -> dict[str, Any]:
-    """`what` names the flag or role in the error, e.g. "--efficiency"."""
+def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tuple, kind: str, hint: str) -> Any:
+    """`what` names the flag or role in the error, e.g. "--efficiency"; `hint` says what to pass instead."""
     try:
-        return tomllib.loads(Path(path).read_text())
+        return parse(Path(path).read_text())
     except FileNotFoundError:
         raise MoetuneError(f"{what} {path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise MoetuneError(f"{what} {path}: not valid TOML ({err})") from None
+    except (*errors, UnicodeDecodeError) as err:
+        raise MoetuneError(f"{what} {path}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
+
+
+def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    return _read(path, what, tomllib.loads, (tomllib.TOMLDecodeError,), "TOML", "")
 
 
 def read_json(path: str | Path, what: str, hint: str = "") -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise MoetuneError(f"{what} {path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise MoetuneError(f"{what} {path}: not valid JSON ({err}){'; ' + hint if hint else ''}") from None
+    return _read(path, what, json.loads, (json.JSONDecodeError,), "JSON", hint)

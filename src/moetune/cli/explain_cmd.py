@@ -57,7 +57,8 @@ def print_explain(a: dict) -> None:
         out.print(table("Retune: next changes, predicted", ["move", "overrides", "tokens/s", "peak GiB", "rule"], rows,
                         justify_right_from=2))
     else:
-        out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits")
+        out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits; `moetune plan` changes "
+                  "layout and knobs together")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})")

@@ -31,26 +31,27 @@ CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_p
 DROPLESS_IMBALANCE = 1.2
 
 
-def parse_offload_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
-    """Megatron offload_modules names (comma or space separated)."""
+def _parse_names(text: str | list[str] | tuple[str, ...] | None, allowed: tuple[str, ...], what: str,
+                 aliases: dict[str, str] | None = None) -> frozenset[str]:
+    """A comma- or space-separated list of Megatron module names, each checked against `allowed`."""
     if not text:
         return frozenset()
     names = text.replace(",", " ").split() if isinstance(text, str) else list(text)
-    bad = sorted(set(names) - set(OFFLOAD_MODULES))
+    names = [(aliases or {}).get(n, n) for n in names]
+    bad = sorted(set(names) - set(allowed))
     if bad:
-        raise MoetuneError(f"unknown offload module(s) {bad}; choose from {', '.join(OFFLOAD_MODULES)}")
+        raise MoetuneError(f"unknown {what} module(s) {bad}; choose from {', '.join(allowed)}")
     return frozenset(names)
 
 
 def parse_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
-    if not text:
-        return frozenset()
-    names = text.replace(",", " ").split() if isinstance(text, str) else list(text)
-    names = [MODULE_ALIASES.get(n, n) for n in names]
-    bad = sorted(set(names) - set(RECOMPUTE_MODULES))
-    if bad:
-        raise MoetuneError(f"unknown recompute module(s) {bad}; choose from {', '.join(RECOMPUTE_MODULES)}")
-    return frozenset(names)
+    """Megatron recompute_modules (the long-context seed's spellings accepted)."""
+    return _parse_names(text, RECOMPUTE_MODULES, "recompute", MODULE_ALIASES)
+
+
+def parse_offload_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
+    """Megatron offload_modules (fine-grained activation offloading)."""
+    return _parse_names(text, OFFLOAD_MODULES, "offload")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

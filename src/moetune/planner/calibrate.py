@@ -2,9 +2,9 @@
 
 Fitted (joint log grids, then refinement in turn: fit_all) on the mean squared log error of predicted
 tokens/s/GPU: per GPU, one multiplier on the compute efficiencies (BF16 and FP8 GEMM, attention, elementwise
-bandwidth keep their documented ratios) and one on the EP all-to-all efficiencies; for all GPUs together, the host CPU cost of issuing a layer (a property of the
-host and Megatron's Python, and only runs whose GPU work per layer is small can pin it: no GB200/GB300
-run is host-bound). The calibration subset is documented and fixed:
+bandwidth keep their documented ratios) and one on the EP all-to-all efficiencies; for all GPUs together, the
+host CPU cost of issuing a layer (a property of the host and Megatron's Python, and only runs whose GPU work per
+layer is small can pin it: no GB200/GB300 run is host-bound). The calibration subset is documented and fixed:
 the runs of each GPU in run_id order, every other one starting with the first. The rest are held out
 and their errors reported (``moetune calibrate``).
 """
@@ -74,10 +74,12 @@ def fit_gpu(runs: list[Run], gpu_key: str, host_us: float, start: dict | None = 
     refined by shrinking multiplicative steps along each axis and the diagonals. With `start` (a previous
     fit), only the refinement runs."""
     base = efficiency(gpu_key, priors_only=True)  # fit from the documented priors: re-running reproduces it
-    grid = [] if start else [{"compute_scale": float(c), "a2a_scale": float(a), "host_us_per_layer": host_us}
-            for c in _grid("compute_scale", 12) for a in _grid("a2a_scale", 12)]
-    params = {**start, "host_us_per_layer": host_us} if start else min(grid, key=lambda p: _loss(
-        runs, with_params(base, p)))
+    if start:
+        params = {**start, "host_us_per_layer": host_us}
+    else:
+        grid = [{"compute_scale": float(c), "a2a_scale": float(a), "host_us_per_layer": host_us}
+                for c in _grid("compute_scale", 12) for a in _grid("a2a_scale", 12)]
+        params = min(grid, key=lambda p: _loss(runs, with_params(base, p)))
     for step in (1.2, 1.1, 1.05, 1.025):
         moves = [(f, g) for f in (step, 1, 1 / step) for g in (step, 1, 1 / step) if (f, g) != (1, 1)]
         improved = True

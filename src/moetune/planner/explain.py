@@ -76,13 +76,8 @@ def _profile(e: Estimate) -> dict:
 def _apply(e: Estimate, move: dict):
     """The estimate with one move applied, or None when the move does not apply or is illegal."""
     knobs, layout, mbs = e.knobs, e.layout, e.workload.micro_batch_size
-    changes = dict(move.get("knobs", {}))
-    if "recompute_modules" in changes:
-        changes["recompute_modules"] = frozenset(changes["recompute_modules"])
-    if "cuda_graph_scope" in changes:
-        changes["cuda_graph_scope"] = tuple(changes["cuda_graph_scope"])
-    if "offload_modules" in changes:
-        changes["offload_modules"] = frozenset(changes["offload_modules"])
+    # TOML lists become the knob's own collection type (frozenset of modules, tuple of graph scopes)
+    changes = {k: type(getattr(knobs, k))(v) if isinstance(v, list) else v for k, v in move.get("knobs", {}).items()}
     if changes.get("precision") == "platform_fp8":
         changes["precision"] = platform_defaults(e.gpu)["precision"]
     if all(getattr(knobs, k) == v for k, v in changes.items()) and not move.get("layout") and not move.get("mbs"):

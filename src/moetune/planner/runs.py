@@ -67,12 +67,9 @@ def _rows() -> list[dict]:
     return list(csv.DictReader(text.splitlines()))
 
 
-def load_runs(complete_only: bool = True) -> list[Run]:
+def load_runs() -> list[Run]:
     """Rows with every field the planner needs and tokens/s (the others lack a published config field)."""
-    rows = _rows()
-    if complete_only:
-        rows = [r for r in rows if all(r[k].strip() for k in REQUIRED)]
-    return [_run(r) for r in rows]
+    return [_run(r) for r in _rows() if all(r[k].strip() for k in REQUIRED)]
 
 
 def tokens_from_tflops(run: Run) -> float | None:

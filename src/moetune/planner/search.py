@@ -3,7 +3,8 @@
 Candidates are evaluated in numpy batches (walls/batch.py): one batch per knob set over every
 (layout, micro-batch) pair. Ties and near-ties (within 1%) follow the seeds' order of preference:
 smaller model parallelism, selective before full recompute, no offload, the platform's default dispatcher,
-larger DP (seeds/000 Phase 1 and 2, seeds/004). The winners are re-evaluated with the scalar `estimate` for their full breakdown.
+larger DP (seeds/000 Phase 1 and 2, seeds/004). The winners are re-evaluated with the scalar `estimate` for
+their full breakdown.
 """
 
 import time

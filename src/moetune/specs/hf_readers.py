@@ -24,6 +24,14 @@ MOE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
 }
 
 
+# Linear-mixer dimensions: moetune field -> HF config key (Qwen3-Next gated delta-net; Nemotron-H Mamba-2).
+GDN_FIELDS = {"num_key_heads": "linear_num_key_heads", "num_value_heads": "linear_num_value_heads",
+              "key_head_dim": "linear_key_head_dim", "value_head_dim": "linear_value_head_dim",
+              "conv_kernel": "linear_conv_kernel_dim"}
+MAMBA_FIELDS = {"num_heads": "mamba_num_heads", "head_dim": "mamba_head_dim", "state_size": "ssm_state_size",
+                "n_groups": "n_groups", "conv_kernel": "conv_kernel"}
+
+
 def _moe(c: "HfConfig", family: str) -> dict:
     experts, topk, width = MOE_FIELDS[family]
     return dict(num_moe_experts=c.get(*experts), moe_router_topk=c.get(*topk), moe_ffn_hidden_size=c.get(*width))
@@ -126,13 +134,7 @@ def _read_qwen3_next(c: HfConfig) -> dict:
     n = c.get("num_hidden_layers")
     interval = c.get("full_attention_interval")
     mixers = ["gqa" if (i + 1) % interval == 0 else "gdn" for i in range(n)]
-    gdn = GdnDims(
-        num_key_heads=c.get("linear_num_key_heads"),
-        num_value_heads=c.get("linear_num_value_heads"),
-        key_head_dim=c.get("linear_key_head_dim"),
-        value_head_dim=c.get("linear_value_head_dim"),
-        conv_kernel=c.get("linear_conv_kernel_dim"),
-    )
+    gdn = GdnDims(**{field: c.get(key) for field, key in GDN_FIELDS.items()})
     spec = _read_qwen_moe(c)
     return dict(
         spec, layers=_layers(_qwen_moe_mlps(c), mixers), gdn=gdn, attention_output_gate=True,
@@ -245,14 +247,8 @@ def _read_nemotron_h(c: HfConfig) -> dict:
     bad = sorted(set(pattern) - set(table))
     if bad:
         raise MoetuneError(f"{c.origin}: hybrid_override_pattern has unknown layer symbols {bad}; expected M * E -")
-    mamba = MambaDims(
-        num_heads=c.get("mamba_num_heads"),
-        head_dim=c.get("mamba_head_dim"),
-        state_size=c.get("ssm_state_size"),
-        n_groups=c.get("n_groups"),
-        conv_kernel=c.get("conv_kernel"),
-        conv_bias=c.get("use_conv_bias", default=True),
-    )
+    mamba = MambaDims(**{field: c.get(key) for field, key in MAMBA_FIELDS.items()},
+                      conv_bias=c.get("use_conv_bias", default=True))
     return dict(
         _gqa_common(c),
         layers=tuple(LayerKind(mixer=table[ch][0], mlp=table[ch][1]) for ch in pattern),

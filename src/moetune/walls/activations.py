@@ -159,24 +159,30 @@ def _saved_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> di
     return items
 
 
+def _kept_and_offloaded(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> tuple[dict, dict]:
+    """One layer's saved items split into those that stay on the GPU and those fine-grained offloading moves."""
+    items = _saved_items(spec, kind, ctx)
+    if not ctx.offload_modules:  # the common case, on the planner's hot path
+        return items, {}
+    gone = {OFFLOADED_ITEM[m] for m in ctx.offload_modules}
+    return ({k: v for k, v in items.items() if k not in gone}, {k: v for k, v in items.items() if k in gone})
+
+
 def layer_activation_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:
     """Named bytes saved for backward by one layer for one micro-batch on one rank and kept on the GPU
     (fine-grained offloading moves its modules' inputs to host memory: offloaded_bytes)."""
-    gone = {OFFLOADED_ITEM[m] for m in ctx.offload_modules}
-    return {k: v for k, v in _saved_items(spec, kind, ctx).items() if k not in gone}
+    return _kept_and_offloaded(spec, kind, ctx)[0]
 
 
 def offloaded_bytes(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext):
     """Bytes of one layer's saved activations that fine-grained offloading moves to the host and back."""
-    if not ctx.offload_modules:
-        return 0
-    gone = {OFFLOADED_ITEM[m] for m in ctx.offload_modules}
-    return sum(v for k, v in _saved_items(spec, kind, ctx).items() if k in gone)
+    return sum(_kept_and_offloaded(spec, kind, ctx)[1].values()) if ctx.offload_modules else 0
 
 
 def offload_staging_bytes(spec: ModelSpec, ctx: ActivationContext):
-    """GPU memory offloaded tensors still occupy: the layer whose inputs are being copied out in the forward
-    and the one prefetched back in the backward, two layers of the largest kind (0 without offloading)."""
+    """GPU memory offloaded tensors still occupy. Our assumption, not a Megatron figure: two layers of the largest
+    kind, the one whose inputs are being copied out in the forward and the one prefetched back for the backward
+    (Megatron bounds the copies in flight with fine_grained_offloading_max_inflight_offloads)."""
     if not ctx.offload_modules:
         return 0
     kinds = set(spec.layers) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())

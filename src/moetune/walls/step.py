@@ -23,7 +23,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
 from moetune.walls.comms import BF16, cp_kv_seconds, ep_alltoall_seconds, ring_seconds
-from moetune.walls.compute import Rates, layer_compute_seconds, rates
+from moetune.walls.compute import BWD_ATTN, BWD_GEMM, Rates, layer_compute_seconds, rates
 from moetune.walls.flops import megatron_model_flops
 from moetune.walls.memory import activation_context
 from moetune.walls.rank_params import padded_vocab_size, stage_params
@@ -100,16 +100,19 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         # forward passes K,V around the ring; backward passes K,V again and their gradients (x2)
         cp = 3 * cp_kv_seconds(ctx.tokens, kv_width, lay.cp, lay.tp, gpu, eff)
     # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
-    # the backward over the host link, each direction under that pass's compute (forward 1/3, backward 2/3).
+    # the backward over the host link, each direction under that pass's compute (the backward is BWD_GEMM times
+    # the forward, compute.py).
     moved = offloaded_bytes(spec, kind, ctx) / (gpu.host_link_gbps * 1e9 * eff["host_link_eff"])
+    forward_s = compute_s / (1 + BWD_GEMM)
     raw = {"tp": tp, "ep_alltoall": ep, "cp": cp, "activation_offload": 2 * moved}
     hide_ep = eff["ep_overlap_hide"] * (1.15 if knobs.delay_wgrad else 1.0) if knobs.ep_overlap else 0.0
     exposed = {
         "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
         "ep_alltoall": np.maximum(ep - hide_ep * compute_s, 0.0),
-        # ring steps overlap the attention of earlier chunks: forward + backward attention is 3.5x the forward
-        "cp": np.maximum(cp - 3.5 * attn_s, 0.0),
-        "activation_offload": np.maximum(moved - compute_s / 3, 0.0) + np.maximum(moved - 2 * compute_s / 3, 0.0),
+        # ring steps overlap the attention of earlier chunks: forward + backward attention is (1 + BWD_ATTN)x
+        # the forward
+        "cp": np.maximum(cp - (1 + BWD_ATTN) * attn_s, 0.0),
+        "activation_offload": np.maximum(moved - forward_s, 0.0) + np.maximum(moved - BWD_GEMM * forward_s, 0.0),
     }
     return raw, exposed
 
@@ -121,14 +124,14 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
                                         modules=knobs.effective_modules, eff=eff)
     total = sum(compute.values())
-    attn = compute["core_attn"] / (1 + 2.5)
+    attn = compute["core_attn"] / (1 + BWD_ATTN)
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, total, attn)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
     # m_splits as host integers; the alltoall dispatcher's split sizes too), so a lead does not carry over.
     cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope) * (
-        eff["fp8_host_factor"] if knobs.precision != "bf16" else 1.0)
+        eff["fp8_host_factor"] if knobs.fp8 else 1.0)
     gpu_s = total + sum(exposed.values())
     host = (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
     if kind.mlp == "moe" and knobs.routing == "dropless" and "full_iteration" not in knobs.cuda_graph_scope:
