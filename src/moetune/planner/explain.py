@@ -13,12 +13,13 @@ from importlib import resources
 from moetune.errors import MoetuneError
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.config_map import to_config
+from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import Estimate, estimate
 from moetune.rules import derive, evaluate
-from moetune.walls.batch import batch_memory, build_batch
+from moetune.walls.batch import batch_memory
+from moetune.walls.batch_layouts import build_batch
 from moetune.walls.memory import default_overheads
 
 GIB = 1 << 30

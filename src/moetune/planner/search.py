@@ -21,7 +21,8 @@ from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_memory, batch_step_seconds, build_batch, time_key
+from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
+from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
 
@@ -77,6 +78,14 @@ def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list
     return batch.subset(rows) if len(rows) else None
 
 
+def _bound(best: list, keep: int) -> float:
+    """Step seconds past which a candidate cannot make the final list: 2% slower than `keep` others puts it in a
+    later 1% bin than all of them (the ranking below), so it never outranks them."""
+    if len(best) < keep:
+        return np.inf
+    return 1.02 * float(np.partition([b[0] for b in best], keep - 1)[keep - 1])
+
+
 def _preference(lay: Layout, k: Knobs, dispatcher: str) -> tuple:
     """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload, the
     platform's default dispatcher (seeds/004 mapping, data/platform_defaults.toml)."""
@@ -127,6 +136,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     groups: dict[tuple, list[Knobs]] = {}
     for knobs in sorted(grid, key=lambda k: k.recompute != "none"):  # no-recompute groups first
         groups.setdefault(time_key(knobs), []).append(knobs)
+    bound = np.inf  # candidates slower than this cannot reach the top (see _bound)
     fits_plain: dict[tuple, np.ndarray] = {}  # other knobs -> rows that fit with no recompute at all
     for group in groups.values() if batch is not None else ():
         fits, timed = {}, {}
@@ -151,9 +161,10 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
             step = np.where(timed[knobs][rows], step, np.inf)
             keep = min(top * 4, len(step))
             for i in np.argpartition(step, keep - 1)[:keep]:
-                if np.isfinite(step[i]):
+                if np.isfinite(step[i]) and step[i] <= bound:
                     best.append((float(step[i]), _preference(sub.layout(i), knobs, default_dispatcher), sub.layout(i),
                                  int(sub.mbs[i, 0]), knobs))
+            bound = _bound(best, top * 4)
     fastest = min((b[0] for b in best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
     best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))

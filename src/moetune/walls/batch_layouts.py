@@ -1,0 +1,168 @@
+"""The planner's candidates (layout x micro-batch size) as numpy arrays, for walls/batch.py.
+
+One row per candidate; per-stage quantities have a second axis. Every array is a column view of two packed
+matrices (integers and floats), so cutting a subset of candidates is two takes, not twenty.
+"""
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from moetune.layout.layout import Layout
+from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.rank_params import (
+    StageStructure,
+    padded_vocab_size,
+    per_rank,
+    stage_structures,
+    structure_sums,
+)
+
+
+@dataclass(kw_only=True, slots=True)
+class LayoutBatch:
+    """Candidates (layout x micro-batch size) as arrays: (n, 1) per layout field, (n, S) per stage.
+    Stages with the same contents are kept once, at their lowest index (the one holding the most
+    micro-batches in flight), so S is small."""
+
+    layouts: list[Layout]  # shared by subsets: candidate i is layouts[rows[i]]
+    rows: np.ndarray  # (n,) index into layouts
+    mbs: np.ndarray  # (n, 1)
+    fields: SimpleNamespace  # tp, cp, pp, vpp, ep, etp, dp, edp, world_size, sp: (n, 1)
+    kinds: list[LayerKind]
+    counts: np.ndarray  # (n, S, K) decoder layers of each kind per stage
+    mtp: np.ndarray  # (n, S)
+    loss: np.ndarray  # (n, S) bool
+    valid: np.ndarray  # (n, S) bool: stage exists
+    stage_index: np.ndarray  # (n, S) pipeline rank of the stage
+    dense: np.ndarray  # (n, S) parameters per rank
+    expert: np.ndarray
+    vocab: np.ndarray
+    padded_vocab: np.ndarray  # (n, 1)
+    cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
+    parent: "LayoutBatch | None" = None  # the batch a subset was cut from (its memo is shared, sliced)
+    parent_rows: np.ndarray | None = None
+    packed: tuple = ()  # (ints, floats): every per-candidate array above as columns, so a subset is two takes
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    def layout(self, i: int) -> Layout:
+        return self.layouts[self.rows[i]]
+
+    def subset(self, rows: np.ndarray) -> "LayoutBatch":
+        """The candidates at `rows` (a fresh memo: cached arrays are per batch)."""
+        ints, floats = self.packed
+        return _unpack(ints[rows], floats[rows], layouts=self.layouts, kinds=self.kinds, parent=self,
+                       parent_rows=rows)
+
+    def root(self) -> "LayoutBatch":
+        return self if self.parent is None else self.parent.root()
+
+    def memo(self, key: tuple, make):
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
+
+def _signature(lay: Layout) -> tuple:
+    return (lay.pp, lay.vpp, lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_layout,
+            lay.account_for_embedding, lay.account_for_loss)
+
+
+def _distinct(structs: list[StageStructure]) -> list[StageStructure]:
+    seen, out = set(), []
+    for st in structs:
+        key = (st.kind_counts, st.embeddings, st.final_norms, st.mtp_layers, st.outputs)
+        if key not in seen:
+            seen.add(key)
+            out.append(st)
+    return out
+
+
+def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> LayoutBatch:
+    kinds = sorted(set(spec.layers), key=lambda k: (k.mixer, k.mlp))
+    distinct = {id(lay): lay for lay, _ in candidates}  # each layout comes once per micro-batch size
+    position = {key: i for i, key in enumerate(distinct)}
+    which = np.array([position[id(lay)] for lay, _ in candidates])
+    shapes: dict[tuple, Layout] = {}
+    for lay in distinct.values():
+        shapes.setdefault(_signature(lay), lay)
+    group = {sig: g for g, sig in enumerate(shapes)}
+    sig_id = np.array([group[_signature(lay)] for lay in distinct.values()])[which]
+    structures = {sig: _distinct(stage_structures(spec, lay)) for sig, lay in shapes.items()}
+    n, depth = len(candidates), max(len(v) for v in structures.values())
+    counts = np.zeros((n, depth, len(kinds)))
+    mtp, loss, valid = np.zeros((n, depth)), np.zeros((n, depth), bool), np.zeros((n, depth), bool)
+    index = np.zeros((n, depth), int)
+    dense, expert, vocab = np.zeros((n, depth)), np.zeros((n, depth)), np.zeros((n, depth))
+    table = np.array([[getattr(lay, k) for k in _FIELDS] for lay in distinct.values()], dtype=np.int64)[which]
+    fields = SimpleNamespace(**{k: table[:, j:j + 1] for j, k in enumerate(_FIELDS)})
+    fields.sp = fields.sp.astype(bool)
+    for g, (sig, structs) in enumerate(structures.items()):
+        rows = np.nonzero(sig_id == g)[0]
+        sub = SimpleNamespace(**{k: getattr(fields, k)[rows, 0] for k in ("tp", "ep", "etp")})
+        for j, st in enumerate(structs):
+            for kind, c in st.kind_counts:
+                counts[rows, j, kinds.index(kind)] = c
+            mtp[rows, j], loss[rows, j], valid[rows, j], index[rows, j] = st.mtp_layers, st.outputs > 0, True, \
+                st.stage
+            for tp in np.unique(sub.tp):
+                sel = sub.tp == tp
+                layout_view = SimpleNamespace(tp=tp, ep=sub.ep[sel], etp=sub.etp[sel])
+                sums = structure_sums(spec, st, vocab=padded_vocab_size(spec.vocab_size, int(tp)),
+                                      tied_copy=not spec.untie_embeddings_and_output_weights and sig[0] > 1,
+                                      layer_spec="te")
+                d, e, v = per_rank(sums, layout_view)
+                dense[rows[sel], j], expert[rows[sel], j], vocab[rows[sel], j] = d, e, v
+    tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
+    padded = np.array([padded_vocab_size(spec.vocab_size, int(t)) for t in tps])[tp_index].reshape(-1, 1)
+    mbs = np.array([[m] for _, m in candidates])
+    ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid]).astype(np.int64)
+    floats = np.hstack([counts.reshape(n, -1), mtp, dense, expert, vocab])
+    return _unpack(ints, floats, layouts=[lay for lay, _ in candidates], kinds=kinds)
+
+
+_FIELDS = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "world_size", "sp")
+
+
+def _unpack(ints: np.ndarray, floats: np.ndarray, **rest) -> LayoutBatch:
+    """A LayoutBatch whose arrays are column views of the packed (ints, floats) matrices (see build_batch)."""
+    k = len(rest["kinds"])
+    depth = floats.shape[1] // (k + 4)
+    col = lambda a, i, w=1: a[:, i:i + w]
+    f = len(_FIELDS)
+    fields = SimpleNamespace(**{name: col(ints, 2 + j) for j, name in enumerate(_FIELDS)})
+    fields.sp = fields.sp != 0
+    stage = 3 + f
+    return LayoutBatch(rows=ints[:, 0], mbs=col(ints, 1), fields=fields, padded_vocab=col(ints, 2 + f),
+                       stage_index=col(ints, stage, depth), loss=col(ints, stage + depth, depth) != 0,
+                       valid=col(ints, stage + 2 * depth, depth) != 0,
+                       counts=col(floats, 0, depth * k).reshape(-1, depth, k), mtp=col(floats, depth * k, depth),
+                       dense=col(floats, depth * (k + 1), depth), expert=col(floats, depth * (k + 2), depth),
+                       vocab=col(floats, depth * (k + 3), depth), packed=(ints, floats), **rest)
+
+
+_SHAPE = ("mbs", "tp", "cp", "etp", "ep", "sp")
+
+
+def distinct_shapes(b: LayoutBatch) -> tuple[SimpleNamespace, np.ndarray]:
+    """The root batch's distinct (MBS, TP, CP, ETP, EP, SP) rows as (u, 1) fields, and each candidate's row
+    among them: per-layer compute, communication and host time and activation bytes depend on nothing else,
+    and a few hundred shapes cover 10^4 candidates."""
+    if b.parent is not None:
+        u, inverse = distinct_shapes(b.parent)
+        return u, b.memo(("shape_rows",), lambda: inverse[b.parent_rows])
+
+    def make():
+        cols = np.hstack([b.mbs, *(getattr(b.fields, k) for k in _SHAPE[1:])]).astype(np.int64)
+        code = np.zeros(b.size, np.int64)
+        for j in range(cols.shape[1]):  # every column is a small count (< 2^10), so six fit one int64 key
+            code = code * 1024 + cols[:, j]
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        u = SimpleNamespace(**{k: cols[first, j:j + 1] for j, k in enumerate(_SHAPE)})
+        u.sp = u.sp != 0
+        return u, inverse.reshape(-1)
+    return b.memo(("shapes",), make)
