@@ -31,22 +31,33 @@ def _pow2(limit: int) -> list[int]:
     return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
 
 
-def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
-    """A pipeline_model_parallel_layout that counts the embedding, the MTP layers and the loss as layers and
-    splits evenly, as the DeepSeek-V3 recipes do ("Et|(tt|)*30mL" for PP8 x VPP4)."""
-    units = num_layers + 1 + mtp + 1
-    per = units // chunks
-    if units % chunks or per - 1 - mtp < 0 or chunks < 2:
-        return None
-    first, middle, last = "E" + "t" * (per - 1), "t" * per, "t" * (per - 1 - mtp) + "m" * mtp + "L"
+def _stages(first: str, middle: str, last: str, chunks: int) -> str:
     if chunks == 2:
         return f"{first}|{last}"
     return f"{first}|({middle}|)*{chunks - 2}{last}"  # Megatron's grammar: (x|)*n repeats a stage
 
 
+def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
+    """A pipeline_model_parallel_layout for MTP models, as the DeepSeek-V3 recipes write them: every chunk but the
+    last full, the remainder beside the MTP layers and loss ("Et*4|(t*4|)*14tmL" for PP2 x VPP8, the GB300
+    verification card's); where no layers remain for the last chunk, the embedding, MTP layers and loss count as
+    layers and everything splits evenly ("Et|(tt|)*30mL" for PP8 x VPP4)."""
+    if chunks < 2:
+        return None
+    per = -(-num_layers // chunks)
+    rest = num_layers - per * (chunks - 1)
+    if rest > 0:
+        return _stages("E" + "t" * per, "t" * per, "t" * rest + "m" * mtp + "L", chunks)
+    units = num_layers + 1 + mtp + 1
+    per = units // chunks
+    if units % chunks or per - 1 - mtp < 0:
+        return None
+    return _stages("E" + "t" * (per - 1), "t" * per, "t" * (per - 1 - mtp) + "m" * mtp + "L", chunks)
+
+
 def _pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
     """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends, and for
-    MTP models a layout string balancing embedding, MTP and loss."""
+    MTP models a layout string placing the embedding, MTP and loss."""
     chunks = pp * vpp
     layout = _mtp_layout(num_layers, mtp, chunks) if mtp and pp > 1 else None
     if layout:
@@ -70,7 +81,7 @@ def _pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict) -> list[Layout]:
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp)."""
     domain = min(gpu.nvlink_domain, world)
-    choice = lambda name, values: [fixed[name]] if name in fixed else values  # noqa: E731
+    choice = lambda name, values: [fixed[name]] if name in fixed else values
     tps = choice("tp", _pow2(min(domain, 8)))
     cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
@@ -141,10 +152,21 @@ def supported_dispatchers(gpu: GpuSpec) -> list[str]:
     return ["alltoall"] + [name for name in ("deepep", "hybridep") if facts.get(f"{name}_supported", True)]
 
 
+def _delay_wgrad(spec: ModelSpec, ep_overlap: bool, scope: tuple, fixed: dict) -> bool:
+    """delay_wgrad_compute rides along with EP overlap (seeds/003 Enablement: "delayed wgrad for additional
+    overlap"); it only adds hidden time in the step model, so it is paired rather than searched. Not with an
+    attention CUDA graph on a model with attention biases (rule ep_overlap.delay_wgrad_graph_bias)."""
+    if not ep_overlap:
+        return False
+    if "delay_wgrad" in fixed:
+        return fixed["delay_wgrad"]
+    return not ("attn" in scope and (spec.add_qkv_bias or spec.add_proj_bias))
+
+
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
-    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap x optimizer offload. Fine-grained
-    activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put offloading
-    last, and each offload set would double the search."""
+    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload.
+    Fine-grained activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put
+    offloading last, and each offload set would double the search."""
     precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
     dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
     scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"])] +
@@ -162,7 +184,8 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
         if ov and rc == "full" or rc == "full" and fixed.get("offload_modules"):
             continue  # seeds/003: full recompute is not a companion for the EP-overlap path
         grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
-                          cuda_graph_scope=scope, ep_overlap=ov, routing=routing, optimizer_offload_fraction=off,
+                          cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(spec, ov, scope, fixed),
+                          routing=routing, optimizer_offload_fraction=off,
                           main_grads_fp32=fixed.get("main_grads_fp32", True),
                           offload_modules=fixed.get("offload_modules", frozenset())))
     return grid

@@ -36,26 +36,42 @@ class LayoutBatch:
     loss: np.ndarray  # (n, S) bool
     valid: np.ndarray  # (n, S) bool: stage exists
     stage_index: np.ndarray  # (n, S) pipeline rank of the stage
-    dense: np.ndarray  # (n, S) parameters per rank
-    expert: np.ndarray
-    vocab: np.ndarray
     padded_vocab: np.ndarray  # (n, 1)
+    params: np.ndarray  # the root batch's (N, 3S) dense, expert and vocab parameters per rank, read by `rows`
     cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
     parent: "LayoutBatch | None" = None  # the batch a subset was cut from (its memo is shared, sliced)
     parent_rows: np.ndarray | None = None
-    packed: tuple = ()  # (ints, floats): every per-candidate array above as columns, so a subset is two takes
+    packed: np.ndarray | None = None  # every integer array above as columns, so a subset is one take
 
     @property
     def size(self) -> int:
         return len(self.rows)
+
+    def _params(self, i: int) -> np.ndarray:
+        depth = self.valid.shape[1]
+        cols = slice(i * depth, (i + 1) * depth)
+        if self.parent is None:
+            return self.params[:, cols]
+        return self.memo(("params", i), lambda: self.params[self.rows, cols])
+
+    @property
+    def dense(self) -> np.ndarray:  # (n, S) parameters per rank
+        return self._params(0)
+
+    @property
+    def expert(self) -> np.ndarray:
+        return self._params(1)
+
+    @property
+    def vocab(self) -> np.ndarray:
+        return self._params(2)
 
     def layout(self, i: int) -> Layout:
         return self.layouts[self.rows[i]]
 
     def subset(self, rows: np.ndarray) -> "LayoutBatch":
         """The candidates at `rows` (a fresh memo: cached arrays are per batch)."""
-        ints, floats = self.packed
-        return _unpack(ints[rows], floats[rows], layouts=self.layouts, kinds=self.kinds, parent=self,
+        return _unpack(self.packed[rows], self.params, layouts=self.layouts, kinds=self.kinds, parent=self,
                        parent_rows=rows)
 
     def root(self) -> "LayoutBatch":
@@ -120,29 +136,28 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
     padded = np.array([padded_vocab_size(spec.vocab_size, int(t)) for t in tps])[tp_index].reshape(-1, 1)
     mbs = np.array([[m] for _, m in candidates])
-    ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid]).astype(np.int64)
-    floats = np.hstack([counts.reshape(n, -1), mtp, dense, expert, vocab])
-    return _unpack(ints, floats, layouts=[lay for lay, _ in candidates], kinds=kinds)
+    ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp])
+    return _unpack(ints.astype(np.int32), np.hstack([dense, expert, vocab]), layouts=[lay for lay, _ in candidates],
+                   kinds=kinds)
 
 
 _FIELDS = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "world_size", "sp")
 
 
-def _unpack(ints: np.ndarray, floats: np.ndarray, **rest) -> LayoutBatch:
-    """A LayoutBatch whose arrays are column views of the packed (ints, floats) matrices (see build_batch)."""
-    k = len(rest["kinds"])
-    depth = floats.shape[1] // (k + 4)
-    col = lambda a, i, w=1: a[:, i:i + w]
-    f = len(_FIELDS)
-    fields = SimpleNamespace(**{name: col(ints, 2 + j) for j, name in enumerate(_FIELDS)})
+def _unpack(ints: np.ndarray, params: np.ndarray, **rest) -> LayoutBatch:
+    """A LayoutBatch whose integer arrays are column views of one packed int32 matrix (see build_batch); the
+    (n, 1) layout fields are widened to int64 (products such as tokens x vocabulary exceed 2^31)."""
+    k, f = len(rest["kinds"]), len(_FIELDS)
+    depth = (ints.shape[1] - 3 - f) // (4 + k)
+    col = lambda i, w=1: ints[:, i:i + w]
+    fields = SimpleNamespace(**{name: col(2 + j).astype(np.int64) for j, name in enumerate(_FIELDS)})
     fields.sp = fields.sp != 0
     stage = 3 + f
-    return LayoutBatch(rows=ints[:, 0], mbs=col(ints, 1), fields=fields, padded_vocab=col(ints, 2 + f),
-                       stage_index=col(ints, stage, depth), loss=col(ints, stage + depth, depth) != 0,
-                       valid=col(ints, stage + 2 * depth, depth) != 0,
-                       counts=col(floats, 0, depth * k).reshape(-1, depth, k), mtp=col(floats, depth * k, depth),
-                       dense=col(floats, depth * (k + 1), depth), expert=col(floats, depth * (k + 2), depth),
-                       vocab=col(floats, depth * (k + 3), depth), packed=(ints, floats), **rest)
+    return LayoutBatch(rows=ints[:, 0], mbs=col(1).astype(np.int64), fields=fields,
+                       padded_vocab=col(2 + f).astype(np.int64), stage_index=col(stage, depth),
+                       loss=col(stage + depth, depth) != 0, valid=col(stage + 2 * depth, depth) != 0,
+                       counts=col(stage + 3 * depth, depth * k).reshape(-1, depth, k),
+                       mtp=col(stage + (3 + k) * depth, depth), params=params, packed=ints, **rest)
 
 
 _SHAPE = ("mbs", "tp", "cp", "etp", "ep", "sp")
