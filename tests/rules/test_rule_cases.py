@@ -24,6 +24,7 @@ nvlink_domain = 8
 gpus_per_node = 8
 nic_gbps = 400
 host_link_gbps = 64
+gemm_tile = 128
 tdp_w = 750
 """
 

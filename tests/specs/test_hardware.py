@@ -34,7 +34,7 @@ def test_custom_gpu_table(tmp_path):
     path = tmp_path / "lab.toml"
     path.write_text('gpus_per_node = 4\n[gpu]\nname = "X"\narch = "hopper"\nbf16_tflops = 500\nfp8_tflops = 1000\n'
                     'fp4_tflops = 0\nmemory_gib = 64\nhbm_tbps = 2\nnvlink_gbps = 200\nnvlink_domain = 4\n'
-                    'gpus_per_node = 4\nnic_gbps = 200\nhost_link_gbps = 64\ntdp_w = 500\n')
+                    'gpus_per_node = 4\nnic_gbps = 200\nhost_link_gbps = 64\ngemm_tile = 128\ntdp_w = 500\n')
     gpu = load_gpu(str(path))
     assert (gpu.bf16_tflops, gpu.nvlink_domain, gpu.capacity_bytes) == (500, 4, 64 * 2**30)
     path.write_text('[gpu]\nname = "X"\n')

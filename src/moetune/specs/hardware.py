@@ -36,12 +36,13 @@ class GpuSpec:
     gpus_per_node: int
     nic_gbps: float  # scale-out per GPU, Gb/s
     host_link_gbps: float  # GPU <-> host memory per direction, GB/s (PCIe or NVLink-C2C)
+    gemm_tile: int  # rows of a GEMM output tile (weight dimensions round up to it: tile quantization)
     tdp_w: float
     source: str = ""
 
     def __post_init__(self) -> None:
         for name in ("bf16_tflops", "memory_gib", "hbm_tbps", "nvlink_gbps", "nvlink_domain", "gpus_per_node",
-                     "nic_gbps", "host_link_gbps"):
+                     "nic_gbps", "host_link_gbps", "gemm_tile"):
             if getattr(self, name) <= 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
 

@@ -16,7 +16,7 @@ import numpy as np
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
-from moetune.walls.flops import layer_flops
+from moetune.walls.flops import gemm_shapes, layer_flops
 
 # Backward / forward work: a GEMM's backward is dgrad + wgrad (2x); fused attention's backward runs five
 # matmuls to the forward's two (2.5x; Dao 2023, FlashAttention-2, Sec. 3.1).
@@ -32,13 +32,28 @@ class Rates:
     router: float  # the router GEMM runs in FP32/BF16 whatever the recipe
     hbm: float
     m_half: float
+    tile: int = 1  # GEMM tile edge: weight dimensions round up to it
 
 
 def rates(gpu: GpuSpec, precision: str, eff: dict) -> Rates:
     gemm_eff = eff["gemm_eff"] if precision == "bf16" else eff["fp8_gemm_eff"]
     return Rates(gemm=gpu.peak_tflops(precision) * 1e12 * gemm_eff, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"],
                  router=gpu.bf16_tflops * 1e12 * eff["gemm_eff"], hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
-                 m_half=eff["grouped_m_half"])
+                 m_half=eff["grouped_m_half"], tile=gpu.gemm_tile)
+
+
+def _tile_eff(shapes: list, tile: int, tp) -> float:
+    """Useful over issued MACs of a class's GEMMs when output tiles round up: the forward's output is N wide,
+    dgrad's K, wgrad's K x N (NVIDIA, "Matrix Multiplication Background", tile quantization)."""
+    if not shapes or tile <= 1:
+        return 1.0
+    up = lambda d: np.ceil(d / tile) * tile  # noqa: E731
+    useful, issued = 0.0, 0.0
+    for k, n, split in shapes:
+        k, n = k / (tp if split == "k" else 1), n / (tp if split == "n" else 1)
+        useful = useful + 3 * k * n
+        issued = issued + k * up(n) + up(k) * n + up(k) * up(n)
+    return useful / issued
 
 
 def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep) -> dict:
@@ -48,13 +63,16 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     routed = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
     per_expert = routed / experts_local
     shape = per_expert / (per_expert + r.m_half)
+    g = gemm_shapes(spec, kind)
+    te = {k: _tile_eff(v, r.tile, ctx.etp if k == "routed_experts" else ctx.tp) for k, v in g.items()}
     return {
-        "attn_proj": (f["attn_proj"] + f["mixer_proj"]) / ctx.tp / r.gemm,
+        "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"]) / ctx.tp / r.gemm,
         "core_attn": (f["core_attn"] + f["mixer_scan"]) / ctx.tp / r.attn,
-        "dense_mlp": f["dense_mlp"] / ctx.tp / r.gemm,
-        "shared_experts": f["shared_experts"] / ctx.tp / r.gemm,
+        "dense_mlp": f["dense_mlp"] / ctx.tp / r.gemm / te["dense_mlp"],
+        "shared_experts": f["shared_experts"] / ctx.tp / r.gemm / te["shared_experts"],
         "router": f["router"] / ctx.sp_div / r.router,
-        "routed_experts": f["routed_experts"] / ctx.sp_div * ctx.token_imbalance / np.maximum(r.gemm * shape, 1.0),
+        "routed_experts": f["routed_experts"] / ctx.sp_div * ctx.token_imbalance / np.maximum(
+            r.gemm * shape * te["routed_experts"], 1.0),
     }
 
 

@@ -262,3 +262,30 @@ def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1,
                  make_vocab_size_divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> float:
     """Forward FLOPs of the output layer: the GEMM runs over the padded vocabulary."""
     return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp, make_vocab_size_divisible_by)
+
+
+# ---- GEMM shapes (tile quantization) -----------------------------------------------------------------
+
+def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, int, str]]]:
+    """Per op class, the (K, N, split) of each weight GEMM of one layer, x[T,K] @ W[K,N]; `split` names the
+    dimension tensor parallelism divides ("n": column-parallel, "k": row-parallel)."""
+    h, n = spec.hidden_size, spec.num_attention_heads
+    out: dict[str, list] = {"attn_proj": [], "dense_mlp": [], "shared_experts": [], "routed_experts": []}
+    if kind.mixer == "gqa":
+        q, kv = spec.kv_channels * n, spec.kv_channels * spec.num_query_groups
+        out["attn_proj"] = [(h, q * (2 if spec.attention_output_gate else 1) + 2 * kv, "n"), (q, h, "k")]
+    elif kind.mixer == "mla":
+        m = spec.mla
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        q = [(h, n * qk, "n")] if m.q_lora_rank is None else [(h, m.q_lora_rank, "-"), (m.q_lora_rank, n * qk, "n")]
+        out["attn_proj"] = q + [(h, m.kv_lora_rank + m.qk_pos_emb_head_dim, "-"),
+                                (m.kv_lora_rank, n * (m.qk_head_dim + m.v_head_dim), "n"), (n * m.v_head_dim, h, "k")]
+    f = 2 if spec.gated_linear_unit else 1
+    if kind.mlp == "dense":
+        out["dense_mlp"] = [(h, f * spec.ffn_hidden_size, "n"), (spec.ffn_hidden_size, h, "k")]
+    elif kind.mlp == "moe":
+        i, s = spec.moe_ffn_hidden_size, spec.moe_shared_expert_intermediate_size
+        out["routed_experts"] = [(h, f * i, "n"), (i, h, "k")]
+        if s:
+            out["shared_experts"] = [(h, (2 if spec.shared_expert_gated else 1) * s, "n"), (s, h, "k")]
+    return out
