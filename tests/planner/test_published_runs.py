@@ -117,10 +117,10 @@ def test_host_bound_small_micro_batches_are_predicted():
     assert big.time["walls"]["host"] < 0.05 * big.time["step_seconds"]
 
 
-def _run(model, gpu, world, *, tp=1, pp=1, vpp=1, ep=1, mbs=1, gbs, seq=4096, layout=None, acct=False, **knobs):
+def _run(model, gpu, world, *, tp=1, cp=1, pp=1, vpp=1, ep=1, mbs=1, gbs, seq=4096, layout=None, acct=False, **knobs):
     return (load_model(model), load_gpu(gpu),
-            Layout(world_size=world, tp=tp, pp=pp, vpp=vpp, ep=ep, pipeline_layout=layout, account_for_embedding=acct,
-                   account_for_loss=acct),
+            Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, pipeline_layout=layout,
+                   account_for_embedding=acct, account_for_loss=acct),
             Workload(seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs), Knobs(**knobs))
 
 
@@ -155,6 +155,22 @@ AB_PAIRS = [
     ("cuda_graphs_on", dict(model="qwen3-30b-a3b", gpu="h100", world=16, tp=2, pp=2, ep=4, gbs=1024,
                             dispatcher="alltoall", main_grads_fp32=False),
      {"cuda_graph_scope": ()}, {"cuda_graph_scope": ("attn", "moe_router", "moe_preprocess")}),
+    # R069 -> R070: CUDA graphs off -> TE-scoped, gpt-oss-20b 16 x H100 TP2 PP4 EP4, GBS 4 (40.1 -> 49.9); sequence,
+    # MBS, precision and dispatcher not stated (4096, 1, BF16, alltoall assumed)
+    ("cuda_graphs_on_gpt_oss", dict(model="gpt-oss-20b", gpu="h100", world=16, tp=2, pp=4, ep=4, gbs=4,
+                                    dispatcher="alltoall"),
+     {"cuda_graph_scope": ()}, {"cuda_graph_scope": ("attn", "moe_router", "moe_preprocess")}),
+    # R082 -> R081: recompute moe + layernorm -> moe alone, Nemotron-3-Nano 16 x H100 EP8 at 8K, BF16, HybridEP,
+    # attention/Mamba graphs (270.6 -> 277.7)
+    ("layernorm_recompute_off", dict(model="nemotron3-nano-30b-a3b", gpu="h100", world=16, ep=8, gbs=16, seq=8192,
+                                     dispatcher="hybridep", recompute="selective", cuda_graph_scope=("attn", "mamba")),
+     {"recompute_modules": frozenset({"moe", "layernorm"})}, {"recompute_modules": frozenset({"moe"})}),
+    # R154 -> R153, R156 -> R155, R158 -> R157: dropless -> force-balanced at 32K, 64K and 128K (CP 2, 4, 8)
+    *[(f"dropless_to_force_balance_{seq // 1024}k",
+       dict(model="qwen3-235b-a22b", gpu="h100", world=256, tp=4, cp=cp, pp=8, vpp=4, ep=8, gbs=256, seq=seq,
+            acct=True, dispatcher="deepep", recompute="selective", recompute_modules=frozenset({"layernorm", "moe"}),
+            main_grads_fp32=False), {"routing": "dropless"}, {"routing": "force-balance"})
+      for seq, cp in ((32768, 2), (65536, 4), (131072, 8))],
     # R118/R119 -> R116/R117: TE-scoped -> full-iteration CUDA graphs, Qwen3-235B-A22B 128 x GB200 EP64 MXFP8
     # HybridEP with EP overlap (1018/876 -> 1160/1208)
     ("full_iteration_graphs", dict(model="qwen3-235b-a22b", gpu="gb200", world=128, ep=64, gbs=8192,
