@@ -21,6 +21,8 @@ def test_folded_meshes_cover_the_world():
     (dict(world_size=16, tp=0), "tp (0) must be at least 1"),
     (dict(world_size=16, vpp=2), "vpp (2) needs pp > 1"),
     (dict(world_size=16, pp=2, first_stage_layers=3, pipeline_layout="Et|tL"), "not both"),
+    (dict(world_size=64, pp=8, vpp=4, pipeline_layout="Et*4|(t*4|)*14tmL"), "vpp (4) contradicts"),
+    (dict(world_size=96, pp=3, pipeline_layout="Et*4|(t*4|)*14tmL"), "16 stages, not a multiple of pp (3)"),
 ])
 def test_mesh_rules(kwargs, needle):
     with pytest.raises(MoetuneError, match=needle.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
@@ -55,6 +57,12 @@ def test_deepseek_v3_recipe_layout_string():
     assert grid[0][0].layers == (0, 1, 2, 3) and grid[0][0].embedding
     assert grid[0][1].layers == tuple(range(32, 36))
     assert grid[7][1].layers == (60,) and grid[7][1].mtp_layers == 1 and grid[7][1].loss
+
+
+def test_vpp_is_derived_from_a_layout_string():
+    """Megatron derives VPP from pipeline_model_parallel_layout and accepts an equal explicit value."""
+    assert Layout(world_size=64, pp=8, pipeline_layout="Et*4|(t*4|)*14tmL").vpp == 2
+    assert Layout(world_size=64, pp=8, vpp=2, pipeline_layout="Et*4|(t*4|)*14tmL").vpp == 2
 
 
 def test_uneven_middle_must_split_evenly():

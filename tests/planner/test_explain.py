@@ -7,7 +7,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
-from moetune.planner.explain import explain
+from moetune.planner.explain import _apply, _moves, explain
 from moetune.planner.from_json import estimate_from_json
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -70,3 +70,15 @@ def test_json_round_trip_through_estimate_and_plan(capsys, tmp_path):
     path.write_text(json.dumps(data))
     assert main(["explain", "--plan", str(path), "--json"]) == 0
     assert "retune" in json.loads(capsys.readouterr().out)
+
+
+def test_a_new_vpp_re_splits_a_layout_string():
+    """DeepSeek-V3 with the GB300 card's "Et*4|(t*4|)*14tmL" (PP2 x VPP8): the VPP move re-splits the layers for
+    VPP16 (the string written for VPP8 no longer applies) instead of pairing the old string with a new VPP."""
+    e = estimate(load_model("deepseek-v3"), load_gpu("gb300"),
+                 Layout(world_size=256, pp=2, ep=32, pipeline_layout="Et*4|(t*4|)*14tmL"),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=4096),
+                 Knobs(precision="mxfp8", dispatcher="hybridep", routing="force-balance", main_grads_fp32=False))
+    assert e.layout.vpp == 8
+    moved = _apply(e, _moves()["more_virtual_stages"])
+    assert moved.layout.vpp == 16 and moved.layout.pipeline_layout == "Et|(tt|)*30mL"

@@ -20,6 +20,8 @@ from moetune.planner.from_json import estimate_from_json
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, plan_file, rank, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
+    if model and not plan_file and model.lower().endswith(".json"):
+        plan_file = model  # `moetune explain plan.json`: a saved plan or estimate, as --plan
     if plan_file:
         result = estimate_from_json(read_json(plan_file, "--plan", "pass `moetune plan --json` output"), rank)
     else:

@@ -5,9 +5,32 @@ Both meshes cover the same ranks, so ``TP*CP*DP*PP == ETP*EP*EDP*PP == world_siz
 Checks that need the model or the workload live in ``validate.py``.
 """
 
+import re
 from dataclasses import dataclass
+from functools import cache
 
 from moetune.errors import MoetuneError
+
+_LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+
+
+@cache
+def _stages(text: str) -> tuple[str, ...]:
+    flat = text.replace(",", "").replace(" ", "")
+    flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    bad = sorted(set(flat) - set(_LAYOUT_CHARS) - {"|"})
+    if bad:
+        raise MoetuneError(
+            f"--pipeline-layout {text!r}: unknown symbols {bad}; use E (embedding), t (layer), m (MTP), "
+            "L (loss), | (stage break), (..)*N and x*N"
+        )
+    return tuple(flat.split("|"))
+
+
+def parse_pipeline_layout(text: str) -> list[str]:
+    """Expand Megatron's layout grammar into one string per virtual stage, e.g. ['Etttt', 'tttt', ...]."""
+    return list(_stages(text))
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -44,6 +67,8 @@ class Layout:
                 f"world size ({self.world_size}) must be divisible by ETP*EP*PP ({self.etp}*{self.ep}*{self.pp}"
                 f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank; change --ep/--etp/--pp"
             )
+        if self.pipeline_layout is not None:
+            self._derive_vpp(len(_stages(self.pipeline_layout)))
         if self.pipeline_layout is None and self.vpp > 1 and self.pp == 1:
             raise MoetuneError(f"vpp ({self.vpp}) needs pp > 1: interleaving splits pipeline stages; set --pp")
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
@@ -54,6 +79,17 @@ class Layout:
             )
         if uneven and self.pp == 1:
             raise MoetuneError("--first-stage-layers/--last-stage-layers need pp > 1")
+
+    def _derive_vpp(self, stages: int) -> None:
+        """Megatron derives VPP from a layout string and accepts an equal explicit value (transformer_config.py)."""
+        if stages % self.pp:
+            raise MoetuneError(f"the pipeline layout has {stages} stages, not a multiple of pp ({self.pp}); each "
+                               "pipeline rank needs the same number of virtual stages")
+        if self.vpp == 1:
+            object.__setattr__(self, "vpp", stages // self.pp)
+        elif self.vpp != stages // self.pp:
+            raise MoetuneError(f"vpp ({self.vpp}) contradicts the pipeline layout ({stages} stages / pp {self.pp} = "
+                               f"{stages // self.pp} virtual stages); leave vpp unset or match it")
 
     @property
     def dp(self) -> int:

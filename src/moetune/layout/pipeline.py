@@ -8,11 +8,10 @@ Mirrors Megatron-Core:
   virtual chunk s // PP of pipeline rank s % PP; layer ids run chunk-major).
 """
 
-import re
 from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
-from moetune.layout.layout import Layout
+from moetune.layout.layout import Layout, parse_pipeline_layout
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -27,30 +26,8 @@ class Chunk:
     mtp_layers: int  # multi-token-prediction layers in this chunk
 
 
-_LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
-
-
-def parse_pipeline_layout(text: str) -> list[str]:
-    """Expand Megatron's layout grammar into one string per virtual stage, e.g. ['Etttt', 'tttt', ...]."""
-    flat = text.replace(",", "").replace(" ", "")
-    flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    bad = sorted(set(flat) - set(_LAYOUT_CHARS) - {"|"})
-    if bad:
-        raise MoetuneError(
-            f"--pipeline-layout {text!r}: unknown symbols {bad}; use E (embedding), t (layer), m (MTP), "
-            "L (loss), | (stage break), (..)*N and x*N"
-        )
-    return flat.split("|")
-
-
 def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list[str], int]:
-    stages = parse_pipeline_layout(layout.pipeline_layout)
-    if len(stages) % layout.pp:
-        raise MoetuneError(
-            f"--pipeline-layout has {len(stages)} stages, not a multiple of pp ({layout.pp}); "
-            "each pipeline rank needs the same number of virtual stages"
-        )
+    stages = parse_pipeline_layout(layout.pipeline_layout)  # Layout checked stages = pp x vpp
     joined = "".join(stages)
     for char, want, what in (("t", num_layers, "decoder layers"), ("m", mtp, "MTP layers")):
         if joined.count(char) != want:

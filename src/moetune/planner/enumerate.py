@@ -55,7 +55,7 @@ def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
     return _stages("E" + "t" * (per - 1), "t" * per, "t" * (per - 1 - mtp) + "m" * mtp + "L", chunks)
 
 
-def _pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
+def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
     """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends, and for
     MTP models a layout string placing the embedding, MTP and loss."""
     chunks = pp * vpp
@@ -95,7 +95,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
         if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
             continue
-        for extra in _pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers):
+        for extra in pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers):
             try:
                 lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
                 if (tp, ep, etp) not in shapes:

@@ -11,11 +11,12 @@ from functools import cache
 from importlib import resources
 
 from moetune.errors import MoetuneError
+from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import to_config
 from moetune.planner.defaults import platform_defaults, platform_of
-from moetune.planner.enumerate import enumerate_layouts
+from moetune.planner.enumerate import enumerate_layouts, pipeline_variants
 from moetune.planner.estimate import Estimate, estimate
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
@@ -86,12 +87,25 @@ def _apply(e: Estimate, move: dict):
     mbs = mbs * move.get("mbs", 1)
     try:
         for key, factor in move.get("layout", {}).items():
-            layout = replace(layout, **{key: getattr(layout, key) * factor})
+            layout = _scaled(e.model, layout, key, getattr(layout, key) * factor)
         wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=mbs,
                       global_batch_size=e.workload.gbs(e.layout))
         return estimate(e.model, e.gpu, layout, wl, replace(knobs, **changes))
     except (MoetuneError, ValueError, TypeError):
         return None
+
+
+def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
+    """`layout` with one size changed; a new VPP re-splits the layers the way the planner would (a layout string
+    or uneven stages written for the old VPP no longer apply)."""
+    if key != "vpp":
+        return replace(layout, **{key: value})
+    split = pipeline_variants(spec.num_layers, layout.pp, value, spec.mtp_num_layers)
+    if not split:
+        raise MoetuneError(f"no split of {spec.num_layers} layers over PP{layout.pp} x VPP{value}")
+    cleared = {"pipeline_layout": None, "first_stage_layers": None, "last_stage_layers": None,
+               "account_for_embedding": False, "account_for_loss": False}
+    return replace(layout, vpp=value, **{**cleared, **split[0]})
 
 
 def rule_errors(e: Estimate) -> list[str]:
