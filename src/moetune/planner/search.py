@@ -19,6 +19,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.legal import legal_grid
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
@@ -127,7 +128,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                            "check --gpus, --gbs and any --fix values")
     eff, overheads = efficiency(gpu.key, efficiency_overrides), default_overheads()
     defaults = platform_defaults(gpu)
-    grid = knob_grid(spec, gpu, defaults, fixed, routing)
+    grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length)
     default_dispatcher = defaults["dispatcher"]
     all_candidates = len(cands)
     batch = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)

@@ -1,0 +1,40 @@
+"""The planner proposes only what `moetune check` accepts: knob sets that break a layout-independent error rule
+are dropped before the search, and every pick passes the whole rule table."""
+
+import pytest
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.validate import Workload
+from moetune.planner.explain import rule_errors
+from moetune.planner.legal import knob_errors, knob_rules
+from moetune.planner.search import plan
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+
+def test_only_layout_independent_error_rules_are_judged_per_knob_set():
+    ids = {r.id for r in knob_rules().rules}
+    assert {"ep_overlap.moe_recompute", "ep_overlap.mtp_layers", "cudagraph.moe_recompute_router"} <= ids
+    assert not ids & {"ep_overlap.needs_ep", "ep_overlap.pp_needs_vpp", "scale.experts_divisible", "fit.does_not_fit"}
+    assert all(r.severity == "error" for r in knob_rules().rules)
+
+
+def test_ep_overlap_is_refused_for_three_mtp_layers():
+    """MiniMax-M2 has 3 MTP layers; overlap_moe_expert_parallel_comm supports at most one."""
+    spec, gpu = load_model("minimax-m2"), load_gpu("h100")
+    assert "ep_overlap.mtp_layers" in knob_errors(spec, gpu, Knobs(ep_overlap=True), 4096)
+    assert knob_errors(spec, gpu, Knobs(), 4096) == []
+    moe = Knobs(recompute="selective", recompute_modules=frozenset({"moe"}),
+                cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    assert knob_errors(load_model("qwen3-30b-a3b"), gpu, moe, 4096) == ["cudagraph.moe_recompute_router"]
+
+
+@pytest.mark.parametrize(("model", "gpu", "world", "gbs"), [
+    ("minimax-m2", "h100", 64, 1024), ("qwen3-next-80b-a3b", "h100", 64, 1024),
+    ("deepseek-v3", "gb200", 128, 1024), ("gpt-oss-120b", "gb200", 64, 1280),
+])
+def test_every_pick_passes_check(model, gpu, world, gbs):
+    result = plan(load_model(model), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=gbs), top=3)
+    assert result.results
+    for pick in result.results:
+        assert rule_errors(pick) == []
