@@ -5,7 +5,7 @@ import pytest
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.validate import Workload
-from moetune.planner.explain import rule_errors
+from moetune.planner.explain import explain, rule_errors
 from moetune.planner.legal import knob_errors, knob_rules
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
@@ -38,3 +38,14 @@ def test_every_pick_passes_check(model, gpu, world, gbs):
     assert result.results
     for pick in result.results:
         assert rule_errors(pick) == []
+
+
+@pytest.mark.parametrize(("model", "gpu", "world", "gbs"), [
+    ("qwen3-30b-a3b", "gb200", 128, 1024), ("deepseek-v3", "b200", 256, 4096), ("glm-4.5-air", "h100", 64, 1024),
+])
+def test_explain_finds_no_single_move_that_beats_the_pick(model, gpu, world, gbs):
+    """The search covers every move `explain` tries (VPP up to 32 included): a pick it can improve with one
+    setting would mean the search missed part of its own space."""
+    pick = plan(load_model(model), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=gbs),
+                top=1).results[0]
+    assert explain(pick)["retune"] == []

@@ -19,7 +19,7 @@ from moetune.rules.derive import derive
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 
-VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MBS_CHOICES = (1, 2, 4, 8)
 
 
