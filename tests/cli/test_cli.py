@@ -101,3 +101,14 @@ def test_console_script_runs():
     proc = subprocess.run([sys.executable, "-m", "moetune.cli.main", "estimate", "x", "--gpu", "h100", "--gpus", "8"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown model")
+
+
+def test_plan_that_finds_nothing_says_how_far_off_and_exits_1(capsys):
+    """Kimi-K2 (1T parameters) on 64 H100: no layout fits; the line names the least memory any candidate needs."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1024"], capsys)
+    assert code == 1
+    assert "nothing fits: the lightest candidate" in out and "GiB per GPU of 78" in out
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1024",
+                        "--json"], capsys)
+    data = json.loads(out)
+    assert code == 1 and data["results"] == [] and data["nothing_fits"]["lightest_peak_gib"] > 78

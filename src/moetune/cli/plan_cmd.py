@@ -13,6 +13,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import knob_grid
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.legal import legal_grid
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
@@ -86,7 +87,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline,
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff = load_efficiency_file(efficiency)
     show = not as_json and sys.stderr.isatty()
-    total = len(knob_grid(spec, gpu_spec, platform_defaults(gpu_spec), fixed, routing))
+    total = len(legal_grid(spec, gpu_spec, knob_grid(spec, gpu_spec, platform_defaults(gpu_spec), fixed, routing), seq))
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=total)
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
@@ -101,6 +102,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline,
         print_plan(result)
         if comparison:
             print_versus(comparison)
+    if not result.results:
+        raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
 
 
 def print_versus(v: dict) -> None:
@@ -117,10 +120,23 @@ def _recompute_text(k) -> str:
     return k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else "")
 
 
+def nothing_fits(result: PlanResult) -> str:
+    """Why no candidate fits, with the least memory any of them needs."""
+    fix = "add GPUs, shorten the sequence or lower the global batch"
+    if result.lightest_peak_gib is None:
+        return fix
+    return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) needs "
+            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}; {fix}")
+
+
 def plan_json(result: PlanResult) -> dict:
-    return {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
-            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
-            "results": [r.to_json() for r in result.results]}
+    out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
+           "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
+           "results": [r.to_json() for r in result.results]}
+    if not result.results:
+        out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
+                               "capacity_gib": result.capacity_gib}
+    return out
 
 
 def print_plan(result: PlanResult) -> None:
@@ -128,7 +144,7 @@ def print_plan(result: PlanResult) -> None:
     out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
               f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit")
     if not result.results:
-        out.print("[red]nothing fits[/red]: add GPUs, shorten the sequence or lower the global batch")
+        out.print(f"[red]nothing fits[/red]: {nothing_fits(result)}")
         return
     rows = []
     for rank, r in enumerate(result.results, 1):

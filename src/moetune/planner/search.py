@@ -36,6 +36,9 @@ class PlanResult:
     layouts: int
     knob_sets: int
     results: list[Estimate] = field(default_factory=list)
+    lightest_peak_gib: float | None = None  # least peak memory of any candidate under the lightest knobs
+    lightest: str = ""  # that candidate's layout and micro-batch size
+    capacity_gib: float = 0.0  # the GPU's memory
 
 
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -72,11 +75,13 @@ def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list
                       main_grads_fp32=grid[0].main_grads_fp32 if grid else True)
                 for p in sorted({k.precision for k in grid})] if grid else []
     if not lightest:
-        return None
+        return None, (None, "")
     peak = np.min([batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, k, overheads) for k in lightest],
                   axis=0)
     rows = np.nonzero(peak <= gpu.capacity_bytes)[0]
-    return batch.subset(rows) if len(rows) else None
+    i = int(np.argmin(peak))
+    least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}")
+    return (batch.subset(rows) if len(rows) else None), least
 
 
 def _bound(best: list, keep: int) -> float:
@@ -131,7 +136,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length)
     default_dispatcher = defaults["dispatcher"]
     all_candidates = len(cands)
-    batch = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)
+    batch, (least_gib, least) = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)
     best: list[tuple[float, tuple, Layout, int, Knobs]] = []
     feasible = 0
     groups: dict[tuple, list[Knobs]] = {}
@@ -174,4 +179,5 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                         efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs in best[:top]]
     return PlanResult(candidates_evaluated=all_candidates * len(grid), feasible=feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
-                      results=results)
+                      results=results, lightest_peak_gib=least_gib, lightest=least,
+                      capacity_gib=gpu.capacity_bytes / 2**30)
