@@ -49,3 +49,10 @@ def test_explain_finds_no_single_move_that_beats_the_pick(model, gpu, world, gbs
     pick = plan(load_model(model), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=gbs),
                 top=1).results[0]
     assert explain(pick)["retune"] == []
+
+
+def test_pinning_an_illegal_knob_is_one_clear_error():
+    from moetune.errors import MoetuneError
+    with pytest.raises(MoetuneError, match=r"ep_overlap\.mtp_layers.*mtp_num_layers=3.*--fix"):
+        plan(load_model("minimax-m2"), load_gpu("h100"), 64, Workload(seq_length=4096, global_batch_size=512),
+             fixed={"ep_overlap": [True]})

@@ -10,6 +10,7 @@ from dataclasses import replace
 from functools import cache
 from types import SimpleNamespace
 
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
@@ -45,15 +46,20 @@ def _probe(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> SimpleNames
                            workload=Workload(seq_length=seq, micro_batch_size=1, global_batch_size=ep))
 
 
-def knob_errors(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> list[str]:
-    """Ids of the layout-independent error rules this knob set breaks on this model and platform."""
+def knob_findings(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> list:
+    """The layout-independent error rules this knob set breaks on this model and platform (rule findings)."""
     config = to_config(_probe(spec, gpu, knobs, seq))
-    return [f.rule for f in evaluate(config, None, context="check", table=knob_rules()) if f.severity == "error"]
+    return [f for f in evaluate(config, None, context="check", table=knob_rules()) if f.severity == "error"]
+
+
+def knob_errors(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> list[str]:
+    return [f.rule for f in knob_findings(spec, gpu, knobs, seq)]
 
 
 def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int) -> list[Knobs]:
     """`grid` without the knob sets the rule table rejects (judged once per rule-relevant combination: the
-    optimizer knobs appear in none of these rules)."""
+    optimizer knobs appear in none of these rules). When every set breaks a rule (pinned --fix values), the first
+    broken rule is the error."""
     verdict: dict[tuple, bool] = {}
     out = []
     for k in grid:
@@ -63,4 +69,7 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int) -> li
             verdict[key] = not knob_errors(spec, gpu, k, seq)
         if verdict[key]:
             out.append(k)
+    if grid and not out:
+        f = knob_findings(spec, gpu, grid[0], seq)[0]
+        raise MoetuneError(f"no knob set passes the rule table ({f.rule}): {f.message} Change the --fix values.")
     return out
