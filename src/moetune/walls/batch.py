@@ -29,7 +29,13 @@ from moetune.walls.memory import (
     model_state_bytes,
     overhead_bytes,
 )
-from moetune.walls.step import heads_seconds, iteration_terms, layer_time, p2p_seconds
+from moetune.walls.step import (
+    dp_exposed_seconds,
+    heads_seconds,
+    iteration_terms,
+    layer_time,
+    p2p_seconds,
+)
 
 
 def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
@@ -149,11 +155,11 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     root = b.root()  # the data-parallel terms depend on the layout only: computed once, read by row
-    dp, optimizer, offload = (x[b.rows] for x in root.memo(
+    rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes,
          knobs.optimizer_offload_fraction), lambda: _data_parallel(root, knobs, gpu, eff)))
     walls = {"compute": m * stage["compute"] + optimizer + offload,
-             "communication": m * stage["comm"] + dp * (1 - eff["dp_overlap_hide"]),
+             "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff),
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * stage["total"], "host": m * stage["host"]}
     walls["step"] = sum(walls.values())
     return walls
@@ -163,4 +169,5 @@ def _data_parallel(b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tup
     """step.iteration_terms for each candidate's largest stage."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
     dense, expert = np.take_along_axis(b.dense, big, 1), np.take_along_axis(b.expert, big, 1)
-    return tuple(x[:, 0] for x in iteration_terms(dense, expert, b.fields, knobs, gpu, eff))
+    (rs, ag), optimizer, offload = iteration_terms(dense, expert, b.fields, knobs, gpu, eff)
+    return tuple(x[:, 0] for x in (rs, ag, optimizer, offload))

@@ -23,7 +23,13 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
 from moetune.walls.comms import BF16, cp_kv_seconds, ep_alltoall_seconds, ring_seconds
-from moetune.walls.compute import BWD_ATTN, BWD_GEMM, Rates, layer_compute_seconds, rates
+from moetune.walls.compute import (
+    BWD_ATTN,
+    BWD_GEMM,
+    Rates,
+    layer_compute_seconds,
+    rates,
+)
 from moetune.walls.flops import megatron_model_flops
 from moetune.walls.memory import activation_context
 from moetune.walls.rank_params import padded_vocab_size, stage_params
@@ -185,14 +191,15 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
 def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters
     (scalars, or arrays with `lay` fields of the same shape):
-    - raw DP traffic: gradient reduce-scatter + BF16 parameter all-gather over DP x CP (dense) and EDP (experts);
+    - raw DP traffic, (gradient reduce-scatter, BF16 parameter all-gather), over DP x CP (dense) and EDP (experts);
     - the Adam step, memory-bound over this rank's shard (master weights and moments read and written,
       grads and weights read);
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
-    dp = (ring_seconds(dense * (grad + 2), lay.dp * lay.cp, lay.tp, gpu, eff)
-          + ring_seconds(expert * (grad + 2), lay.edp, lay.etp * lay.ep, gpu, eff))
+    ring = lambda nbytes: (ring_seconds(dense * nbytes, lay.dp * lay.cp, lay.tp, gpu, eff)
+                           + ring_seconds(expert * nbytes, lay.edp, lay.etp * lay.ep, gpu, eff))
+    dp = (ring(grad), ring(2))  # gradient reduce-scatter, BF16 parameter all-gather
     shard = dense / (lay.dp * lay.cp) + expert / lay.edp if knobs.distributed_optimizer else dense + expert
     state = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
     f = knobs.optimizer_offload_fraction
@@ -201,14 +208,25 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     return dp, optimizer, offload
 
 
+def dp_exposed_seconds(rs, ag, stage_compute, eff: dict):
+    """DP traffic left exposed: gradients accumulate over the micro-batches, so the reduce-scatter can only run
+    under the last micro-batch's backward, and the parameter all-gather (overlap_param_gather) under the first
+    one's forward (Megatron-Core distributed/param_and_grad_buffer.py: buckets launch when their last gradient is
+    ready / before their first use). `dp_overlap_hide` of each window's compute is usable."""
+    backward = stage_compute * BWD_GEMM / (1 + BWD_GEMM)
+    hide = eff["dp_overlap_hide"]
+    return np.maximum(rs - hide * backward, 0.0) + np.maximum(ag - hide * (stage_compute - backward), 0.0)
+
+
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """The `time` object of estimate's JSON (seconds)."""
     stages = stage_times(spec, lay, wl, knobs, gpu, eff)
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
-    dp_raw, optimizer, offload = (float(x) for x in iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff))
-    dp_exposed = dp_raw * (1 - eff["dp_overlap_hide"])
+    (rs, ag), optimizer, offload = iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff)
+    dp_raw = float(rs + ag)
+    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff))
     walls = {
         "compute": m * sum(slow["compute"].values()) + optimizer + offload,
         "communication": m * sum(slow["comm"].values()) + dp_exposed,

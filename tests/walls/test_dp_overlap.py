@@ -1,0 +1,31 @@
+"""DP gradient reduce-scatter and parameter all-gather hide only under one micro-batch's backward / forward
+(walls/step.py dp_exposed_seconds): more micro-batches do not hide more."""
+
+import pytest
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.step import dp_exposed_seconds
+
+EFF = {"dp_overlap_hide": 1.0}
+
+
+def test_traffic_within_the_windows_is_hidden():
+    # 3 s of stage compute per micro-batch: 2 s of backward hides the reduce-scatter, 1 s of forward the all-gather
+    assert dp_exposed_seconds(1.5, 0.5, 3.0, EFF) == 0.0
+    assert dp_exposed_seconds(2.5, 1.5, 3.0, EFF) == pytest.approx(0.5 + 0.5)
+
+
+def test_exposed_dp_does_not_shrink_with_more_micro_batches():
+    """gpt-oss-120b on 64 B200, PP1 EP8 (R006's layout): 16 B parameters per rank. Doubling the global batch
+    doubles the micro-batches but not the window, so the exposed DP seconds stay the same."""
+    spec, gpu = load_model("gpt-oss-120b"), load_gpu("b200")
+    lay, knobs = Layout(world_size=64, ep=8), Knobs(precision="bf16", dispatcher="hybridep", routing="force-balance")
+    exposed = [estimate(spec, gpu, lay, Workload(seq_length=4096, micro_batch_size=4, global_batch_size=gbs), knobs)
+               .time["exposed_collectives"]["dp_grad_reduce_param_gather"] for gbs in (1280, 2560)]
+    assert exposed[0] > 0.3
+    assert exposed[1] == pytest.approx(exposed[0])
