@@ -31,6 +31,7 @@ from moetune.walls.memory import (
 )
 from moetune.walls.step import (
     dp_exposed_seconds,
+    ep_overlap_unpaired,
     heads_seconds,
     iteration_terms,
     layer_time,
@@ -118,7 +119,8 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
                                                                  modules=knobs.effective_modules, eff=eff))
         t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
-        out[kind] = (sum(t.compute.values()), sum(t.comm.values()), t.host)
+        out[kind] = (sum(t.compute.values()), sum(t.comm.values()), t.host,
+                     t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"])
     return out
 
 
@@ -133,12 +135,14 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     compute = _per_stage(b, spec, lambda k: times[k][0])
     comm = _per_stage(b, spec, lambda k: times[k][1])
     host = _per_stage(b, spec, lambda k: times[k][2])
+    hidden_ep = _per_stage(b, spec, lambda k: times[k][3])
     compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
     comm = comm + p2p_seconds(spec, ctx, f.pp, gpu, eff) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
     slow = total.argmax(axis=1)[:, None]
     pick = lambda a: np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]
-    return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total)}
+    return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
+            "hidden_ep": pick(hidden_ep)}
 
 
 def time_key(knobs: Knobs) -> tuple:
@@ -159,7 +163,8 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
         ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes,
          knobs.optimizer_offload_fraction), lambda: _data_parallel(root, knobs, gpu, eff)))
     walls = {"compute": m * stage["compute"] + optimizer + offload,
-             "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff),
+             "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff)
+             + (ep_overlap_unpaired(f)[:, 0] * stage["hidden_ep"] if knobs.ep_overlap else 0.0),
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * stage["total"], "host": m * stage["host"]}
     walls["step"] = sum(walls.values())
     return walls

@@ -10,18 +10,24 @@ Activations: activations.py per layer, times the micro-batches in flight on that
 
 import tomllib
 from dataclasses import dataclass
-
-import numpy as np
 from functools import cache
 from importlib import resources
+
+import numpy as np
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GIB
 from moetune.specs.model import ModelSpec
-from moetune.walls.activations import (FP32, ActivationContext, full_recompute_layer_bytes, layer_activation_items,
-                                       offload_staging_bytes, whole)
+from moetune.walls.activations import (
+    FP32,
+    ActivationContext,
+    full_recompute_layer_bytes,
+    layer_activation_items,
+    offload_staging_bytes,
+    whole,
+)
 from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_params
 
 # TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales.

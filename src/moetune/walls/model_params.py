@@ -10,7 +10,13 @@ from dataclasses import asdict, dataclass
 
 from moetune.specs.model import ModelSpec
 from moetune.walls.params import (
-    Tensor, embedding_tensors, final_norm_tensors, layer_tensors, mtp_tensors, numel, output_tensors,
+    Tensor,
+    embedding_tensors,
+    final_norm_tensors,
+    layer_tensors,
+    mtp_tensors,
+    numel,
+    output_tensors,
 )
 
 

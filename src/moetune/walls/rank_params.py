@@ -11,7 +11,13 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.params import (
-    LayerSpec, Tensor, embedding_tensors, final_norm_tensors, layer_tensors, mtp_tensors, output_tensors,
+    LayerSpec,
+    Tensor,
+    embedding_tensors,
+    final_norm_tensors,
+    layer_tensors,
+    mtp_tensors,
+    output_tensors,
 )
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128  # Megatron-LM --make-vocab-size-divisible-by default

@@ -208,6 +208,16 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     return dp, optimizer, offload
 
 
+def ep_overlap_unpaired(lay) -> float:
+    """Micro-batches whose EP all-to-all has no partner to hide behind under overlap_moe_expert_parallel_comm: the
+    overlap pairs one micro-batch's forward with another's backward, so the warm-up forwards and cool-down backwards
+    run alone. PP=1: the first forward and the last backward, one micro-batch in all. Interleaved PP: the first
+    stage warms up with 2(PP-1) + (VPP-1)PP forward chunks (Megatron-Core pipeline_parallel/schedules.py), VPP
+    chunks per micro-batch."""
+    pp, vpp = lay.pp, lay.vpp
+    return np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0)
+
+
 def dp_exposed_seconds(rs, ag, stage_compute, eff: dict):
     """DP traffic left exposed: gradients accumulate over the micro-batches, so the reduce-scatter can only run
     under the last micro-batch's backward, and the parameter all-gather (overlap_param_gather) under the first
@@ -227,9 +237,11 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     (rs, ag), optimizer, offload = iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff)
     dp_raw = float(rs + ag)
     dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff))
+    unpaired = float(ep_overlap_unpaired(lay)) * (slow["comm_raw"].get("ep_alltoall", 0.0)
+                                                 - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap else 0.0
     walls = {
         "compute": m * sum(slow["compute"].values()) + optimizer + offload,
-        "communication": m * sum(slow["comm"].values()) + dp_exposed,
+        "communication": m * sum(slow["comm"].values()) + dp_exposed + unpaired,
         "bubble": (lay.pp - 1) / lay.vpp * slow["total"],
         "host": m * slow["host"],
     }
@@ -242,6 +254,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     collectives["dp_grad_reduce_param_gather"] = dp_raw
     exposed = {k: float(m * v) for k, v in slow["comm"].items()}
     exposed["dp_grad_reduce_param_gather"] = float(dp_exposed)
+    exposed["ep_alltoall"] = exposed.get("ep_alltoall", 0.0) + unpaired
     return {
         "step_seconds": step,
         "tokens_per_s_per_gpu": tokens / step / lay.world_size,

@@ -1,5 +1,5 @@
-"""DP gradient reduce-scatter and parameter all-gather hide only under one micro-batch's backward / forward
-(walls/step.py dp_exposed_seconds): more micro-batches do not hide more."""
+"""Overlap windows (walls/step.py): the DP reduce-scatter and all-gather hide only under one micro-batch's backward
+/ forward, so more micro-batches do not hide more; EP overlap leaves its unpaired micro-batches exposed."""
 
 import pytest
 
@@ -9,7 +9,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.step import dp_exposed_seconds
+from moetune.walls.step import dp_exposed_seconds, ep_overlap_unpaired
 
 EFF = {"dp_overlap_hide": 1.0}
 
@@ -29,3 +29,17 @@ def test_exposed_dp_does_not_shrink_with_more_micro_batches():
                .time["exposed_collectives"]["dp_grad_reduce_param_gather"] for gbs in (1280, 2560)]
     assert exposed[0] > 0.3
     assert exposed[1] == pytest.approx(exposed[0])
+
+
+def test_ep_overlap_leaves_the_unpaired_micro_batches_exposed():
+    """PP=1: the first forward and the last backward, one micro-batch; PP4 x VPP4: the first stage warms up with
+    2*3 + 3*4 = 18 forward chunks, 4.5 micro-batches."""
+    assert ep_overlap_unpaired(Layout(world_size=8, ep=8)) == 1.0
+    assert ep_overlap_unpaired(Layout(world_size=64, pp=4, vpp=4, ep=16)) == pytest.approx(4.5)
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("gb200")
+    lay = Layout(world_size=8, ep=8)
+    e = {m: estimate(spec, gpu, lay, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=8 * m),
+                     Knobs(precision="mxfp8", dispatcher="hybridep", ep_overlap=True, routing="force-balance"))
+         for m in (4, 8)}
+    per_mb = {m: e[m].time["exposed_collectives"]["ep_alltoall"] / m for m in e}
+    assert per_mb[4] > per_mb[8]  # the unpaired micro-batch weighs more in a shorter step
