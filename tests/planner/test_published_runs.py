@@ -23,14 +23,13 @@ RUNS = load_runs()
 KNOWN_GAPS = {
     "R029": "same table config and preset as R011 (QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1; NeMo 26.02 vs "
             "26.02.01) yet 118 vs 208 TFLOP/s/GPU: no config field tells them apart; the prediction sits between "
-            "the two (R011 -22%, R029 +39%)",
+            "the two (R011 -20%, R029 +42%)",
     "R011": "see R029",
     "R096": "gpt-oss-120b full-iteration MXFP8 on 64 GB300 +34%; its dispatcher/precision A/B (R163-R166) measures "
             "MXFP8 barely faster than BF16, so the model's MXFP8 GEMM gain is too large for this narrow model (FP8 "
             "casts, attention sinks and 64-wide heads are candidates, unverified). Its BF16 runs on Blackwell sit "
-            "at +9% to +15% (GEMM tile quantization of the 2880-wide weights and the DP traffic only the first/last "
+            "at +8% to +12% (GEMM tile quantization of the 2880-wide weights and the DP traffic only the first/last "
             "micro-batch hides are charged)",
-    "R004": "gpt-oss-120b 64 x GB300 BF16 +15.0%, on the line (its twin R022 +14.8%): see R096",
     "R044": "DeepSeek-V3 256 x B200 alltoall (NeMo 25.11) +18%: the B200 fit puts every dispatcher at the "
             "0.95 cap (pulled by R024's cross-node alltoall), so alltoall costs no more than HybridEP here",
     "R020": "DeepSeek-V3 256 x GB200 (26.02) -16%, as R002; the same layout with full-iteration graphs and EP "

@@ -47,7 +47,9 @@ def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, ep, etp, gpu: GpuSp
     inter = copies * remote * (dedup_factor(ep, etp, topk, gpu) if dispatcher in ("deepep", "hybridep") else 1.0)
     t_intra = copies * (1 - remote) / (gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"] * a2a)
     t_inter = inter / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"] * a2a)
-    return np.where(ep > 1, np.maximum(t_intra, t_inter) + eff["a2a_latency_us"] * 1e-6, 0.0)
+    # NCCL's all-to-all posts one send/recv pair per peer (a setup cost each); the fused kernels reach all at once
+    latency = eff["a2a_latency_us"] + (eff["a2a_peer_us"] * (ep - 1) if dispatcher == "alltoall" else 0.0)
+    return np.where(ep > 1, np.maximum(t_intra, t_inter) + latency * 1e-6, 0.0)
 
 
 def cp_kv_seconds(tokens, kv_width: int, cp, tp, gpu: GpuSpec, eff: dict):
