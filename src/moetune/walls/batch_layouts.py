@@ -39,8 +39,8 @@ class LayoutBatch:
     padded_vocab: np.ndarray  # (n, 1)
     params: np.ndarray  # the root batch's (N, 3S) dense, expert and vocab parameters per rank, read by `rows`
     cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
-    parent: "LayoutBatch | None" = None  # the batch a subset was cut from (its memo is shared, sliced)
-    parent_rows: np.ndarray | None = None
+    parent: "LayoutBatch | None" = None  # the batch a subset was cut from (leads to the root's per-shape memos)
+    parent_rows: np.ndarray | None = None  # this subset's rows in the parent
     packed: np.ndarray | None = None  # every integer array above as columns, so a subset is one take
 
     @property
