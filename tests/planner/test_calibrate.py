@@ -6,8 +6,8 @@ import math
 import pytest
 
 from moetune.layout.validate import validate
-from moetune.planner.calibrate import calibrate, predict, split
-from moetune.planner.runs import load_runs
+from moetune.planner.calibrate import calibrate, predict, split, unfitted_predictions
+from moetune.planner.runs import load_runs, tokens_from_tflops
 from moetune.walls.efficiency import efficiency
 from moetune.cli.calibrate_cmd import fitted_toml
 
@@ -43,3 +43,13 @@ def test_fit_beats_the_priors_on_the_calibration_half(fit):
                      ** 2 for r in calibration)
     fitted_loss = sum(math.log(p.predicted / p.run.tokens_per_s_per_gpu) ** 2 for p in on_fit)
     assert fitted_loss < prior_loss
+
+
+def test_runs_published_as_tflops_only_are_reported_unfitted(fit):
+    """The TFLOP/s-only rows are predicted with the fitted constants and compared in tokens (never fitted)."""
+    _, (fitted, _, _) = fit
+    rows = unfitted_predictions(fitted)
+    assert len(rows) >= 20
+    for p in rows:
+        assert p.run.tokens_per_s_per_gpu is None and p.target == tokens_from_tflops(p.run)
+    assert sum(abs(p.error) <= 0.15 for p in rows) >= 0.7 * len(rows)

@@ -10,11 +10,11 @@ and their errors reported (``moetune calibrate``).
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moetune.planner.runs import Run
+from moetune.planner.runs import Run, load_configured_runs, tokens_from_tflops
 from moetune.walls.efficiency import efficiency
 from moetune.walls.step import step_time
 
@@ -28,10 +28,15 @@ A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "a2a_eff_a
 class Prediction:
     run: Run
     predicted: float  # tokens/s/GPU
+    measured: float | None = None  # tokens/s/GPU when the run publishes TFLOP/s only (runs.tokens_from_tflops)
+
+    @property
+    def target(self) -> float:
+        return self.measured if self.measured is not None else self.run.tokens_per_s_per_gpu
 
     @property
     def error(self) -> float:
-        return self.predicted / self.run.tokens_per_s_per_gpu - 1
+        return self.predicted / self.target - 1
 
 
 def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
@@ -116,6 +121,18 @@ def fit_all(runs: list[Run]) -> dict[str, dict[str, float]]:
             host = min((host, host * step, host / step), key=lambda h: _host_loss(by_gpu, fitted, h))
     fitted = {g: fit_gpu(rs, g, host, start=fitted[g]) for g, rs in by_gpu.items()}
     return {g: {**p, "host_us_per_layer": float(host)} for g, p in fitted.items()}
+
+
+def unfitted_predictions(fitted: dict) -> list[Prediction]:
+    """The runs published as TFLOP/s only, in tokens where every FLOP convention agrees, predicted with the fitted
+    constants: a check never used in the fit."""
+    effs = {gpu: with_params(efficiency(gpu, priors_only=True), p) for gpu, p in fitted.items()}
+    out = []
+    for run in load_configured_runs():
+        tokens = tokens_from_tflops(run) if run.tokens_per_s_per_gpu is None else None
+        if tokens and run.gpu.key in effs:
+            out.append(replace(predict(run, effs[run.gpu.key]), measured=tokens))
+    return out
 
 
 def calibrate(runs: list[Run]) -> tuple[dict[str, dict], list[Prediction], list[Prediction]]:
