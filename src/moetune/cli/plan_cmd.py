@@ -116,6 +116,12 @@ def print_versus(v: dict) -> None:
     out.print(table("Seconds per step by wall", ["wall", "baseline", "pick", "saved"], rows))
 
 
+def _overlap_text(k) -> str:
+    if not k.ep_overlap:
+        return "off"
+    return "on + delay wgrad" if k.delay_wgrad else "on"
+
+
 def _recompute_text(k) -> str:
     return k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else "")
 
@@ -151,7 +157,7 @@ def print_plan(result: PlanResult) -> None:
         k, t = r.knobs, r.time
         rows.append([rank, r.layout.short(), r.workload.micro_batch_size, k.precision, k.dispatcher,
                      _recompute_text(k),
-                     ",".join(k.cuda_graph_scope) or "-", "on" if k.ep_overlap else "off",
+                     ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
                      _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",
                      f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])
     out.print(table("Fastest configurations that fit", ["#", "layout", "mbs", "precision", "dispatcher", "recompute",
