@@ -20,10 +20,11 @@ from moetune.planner.from_json import estimate_from_json
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, plan_file, rank, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
-    if model and not plan_file and model.lower().endswith(".json"):
-        plan_file = model  # `moetune explain plan.json`: a saved plan or estimate, as --plan
-    if plan_file:
-        result = estimate_from_json(read_json(plan_file, "--plan", "pass `moetune plan --json` output"), rank)
+    saved = _saved_result(plan_file or model) if plan_file or (model and model.lower().endswith(".json")) else None
+    if saved is None and plan_file:
+        raise MoetuneError(f"--plan {plan_file}: not a `moetune plan --json` or `estimate --json` output")
+    if saved is not None:
+        result = estimate_from_json(saved, rank)
     else:
         if not model:
             raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")
@@ -33,6 +34,13 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
         emit_json(answer)
     else:
         print_explain(answer)
+
+
+def _saved_result(path: str):
+    """A saved plan or estimate (JSON with results or a layout), or None for anything else, e.g. a Hugging Face
+    config.json given as MODEL."""
+    data = read_json(path, "--plan", "pass `moetune plan --json` output")
+    return data if isinstance(data, dict) and ("results" in data or "layout" in data) else None
 
 
 def print_explain(a: dict) -> None:
