@@ -10,10 +10,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import platform_defaults
-from moetune.planner.enumerate import knob_grid
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.legal import legal_grid
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
@@ -87,11 +84,10 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline,
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff = load_efficiency_file(efficiency)
     show = not as_json and sys.stderr.isatty()
-    total = len(legal_grid(spec, gpu_spec, knob_grid(spec, gpu_spec, platform_defaults(gpu_spec), fixed, routing), seq))
     with Progress(console=console(), transient=True, disable=not show) as bar:
-        task = bar.add_task("evaluating knob sets", total=total)
+        task = bar.add_task("evaluating knob sets", total=None)
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
-                      progress=lambda: bar.advance(task))
+                      progress=lambda done, total: bar.update(task, completed=done, total=total))
     comparison = None
     if baseline and result.results:
         base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"))

@@ -152,15 +152,11 @@ def supported_dispatchers(gpu: GpuSpec) -> list[str]:
     return ["alltoall"] + [name for name in ("deepep", "hybridep") if facts.get(f"{name}_supported", True)]
 
 
-def _delay_wgrad(spec: ModelSpec, ep_overlap: bool, scope: tuple, fixed: dict) -> bool:
+def _delay_wgrad(ep_overlap: bool, fixed: dict) -> bool:
     """delay_wgrad_compute rides along with EP overlap (seeds/003 Enablement: "delayed wgrad for additional
-    overlap"); it only adds hidden time in the step model, so it is paired rather than searched. Not with an
-    attention CUDA graph on a model with attention biases (rule ep_overlap.delay_wgrad_graph_bias)."""
-    if not ep_overlap:
-        return False
-    if "delay_wgrad" in fixed:
-        return fixed["delay_wgrad"]
-    return not ("attn" in scope and (spec.add_qkv_bias or spec.add_proj_bias))
+    overlap"); it only adds hidden time in the step model, so it is paired rather than searched. Where the rule
+    table refuses it (attention CUDA graphs on biased attention), planner/legal.py drops it again."""
+    return ep_overlap and fixed.get("delay_wgrad", True)
 
 
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
@@ -184,7 +180,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
         if ov and rc == "full" or rc == "full" and fixed.get("offload_modules"):
             continue  # seeds/003: full recompute is not a companion for the EP-overlap path
         grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
-                          cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(spec, ov, scope, fixed),
+                          cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(ov, fixed),
                           routing=routing, optimizer_offload_fraction=off,
                           main_grads_fp32=fixed.get("main_grads_fp32", True),
                           offload_modules=fixed.get("offload_modules", frozenset())))

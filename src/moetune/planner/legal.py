@@ -56,18 +56,26 @@ def knob_errors(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> list[s
     return [f.rule for f in knob_findings(spec, gpu, knobs, seq)]
 
 
-def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int) -> list[Knobs]:
+def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, optional_delay_wgrad: bool = True
+               ) -> list[Knobs]:
     """`grid` without the knob sets the rule table rejects (judged once per rule-relevant combination: the
-    optimizer knobs appear in none of these rules). When every set breaks a rule (pinned --fix values), the first
-    broken rule is the error."""
+    optimizer knobs appear in none of these rules). A set refused only with its paired delay_wgrad_compute keeps
+    EP overlap without it, unless delay_wgrad was pinned (`optional_delay_wgrad=False`). When every set breaks a
+    rule (pinned --fix values), the first broken rule is the error."""
     verdict: dict[tuple, bool] = {}
-    out = []
-    for k in grid:
+
+    def legal(k: Knobs) -> bool:
         key = (k.precision, k.dispatcher, k.recompute, k.effective_modules, k.cuda_graph_scope, k.ep_overlap,
                k.delay_wgrad, k.routing, k.offload_modules)
         if key not in verdict:
             verdict[key] = not knob_errors(spec, gpu, k, seq)
-        if verdict[key]:
+        return verdict[key]
+
+    out = []
+    for k in grid:
+        if not legal(k) and optional_delay_wgrad and k.delay_wgrad and legal(replace(k, delay_wgrad=False)):
+            k = replace(k, delay_wgrad=False)
+        if legal(k):
             out.append(k)
     if grid and not out:
         f = knob_findings(spec, gpu, grid[0], seq)[0]

@@ -107,7 +107,7 @@ LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None) -> PlanResult:
-    """The fastest candidates that fit. When none fits and offloading was not pinned, the search runs again with
+    """The fastest candidates that fit; `progress(done, total)` is called once per knob set evaluated. When none fits and offloading was not pinned, the search runs again with
     the routed experts' activations offloaded (LAST_RESORT_OFFLOAD); the counts cover both passes."""
     fixed = fixed or {}
     first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
@@ -133,7 +133,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                            "check --gpus, --gbs and any --fix values")
     eff, overheads = efficiency(gpu.key, efficiency_overrides), default_overheads()
     defaults = platform_defaults(gpu)
-    grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length)
+    grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
+                      optional_delay_wgrad="delay_wgrad" not in fixed)
     default_dispatcher = defaults["dispatcher"]
     all_candidates = len(cands)
     batch, (least_gib, least) = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)
@@ -144,11 +145,13 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
         groups.setdefault(time_key(knobs), []).append(knobs)
     bound = np.inf  # candidates slower than this cannot reach the top (see _bound)
     fits_plain: dict[tuple, np.ndarray] = {}  # other knobs -> rows that fit with no recompute at all
+    done = 0
     for group in groups.values() if batch is not None else ():
         fits, timed = {}, {}
         for knobs in group:
+            done += 1
             if progress:
-                progress()
+                progress(done, len(grid))
             fits[knobs] = _fits(spec, gpu, batch, wl, knobs, overheads)
             feasible += int(fits[knobs].sum())
             plain_key = _without_recompute(knobs)

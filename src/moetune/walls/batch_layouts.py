@@ -39,8 +39,7 @@ class LayoutBatch:
     padded_vocab: np.ndarray  # (n, 1)
     params: np.ndarray  # the root batch's (N, 3S) dense, expert and vocab parameters per rank, read by `rows`
     cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
-    parent: "LayoutBatch | None" = None  # the batch a subset was cut from (leads to the root's per-shape memos)
-    parent_rows: np.ndarray | None = None  # this subset's rows in the parent
+    origin: "LayoutBatch | None" = None  # the batch every subset was cut from (None: this one); `rows` index it
     packed: np.ndarray | None = None  # every integer array above as columns, so a subset is one take
 
     @property
@@ -50,7 +49,7 @@ class LayoutBatch:
     def _params(self, i: int) -> np.ndarray:
         depth = self.valid.shape[1]
         cols = slice(i * depth, (i + 1) * depth)
-        if self.parent is None:
+        if self.origin is None:
             return self.params[:, cols]
         return self.memo(("params", i), lambda: self.params[self.rows, cols])
 
@@ -71,11 +70,10 @@ class LayoutBatch:
 
     def subset(self, rows: np.ndarray) -> "LayoutBatch":
         """The candidates at `rows` (a fresh memo: cached arrays are per batch)."""
-        return _unpack(self.packed[rows], self.params, layouts=self.layouts, kinds=self.kinds, parent=self,
-                       parent_rows=rows)
+        return _unpack(self.packed[rows], self.params, layouts=self.layouts, kinds=self.kinds, origin=self.root())
 
     def root(self) -> "LayoutBatch":
-        return self if self.parent is None else self.parent.root()
+        return self.origin or self
 
     def memo(self, key: tuple, make):
         if key not in self.cache:
@@ -167,15 +165,15 @@ def distinct_shapes(b: LayoutBatch) -> tuple[SimpleNamespace, np.ndarray]:
     """The root batch's distinct (MBS, TP, CP, ETP, EP, SP) rows as (u, 1) fields, and each candidate's row
     among them: per-layer compute, communication and host time and activation bytes depend on nothing else,
     and a few hundred shapes cover 10^4 candidates."""
-    if b.parent is not None:
-        u, inverse = distinct_shapes(b.parent)
-        return u, b.memo(("shape_rows",), lambda: inverse[b.parent_rows])
+    if b.origin is not None:
+        u, inverse = distinct_shapes(b.origin)
+        return u, b.memo(("shape_rows",), lambda: inverse[b.rows])
 
     def make():
         cols = np.hstack([b.mbs, *(getattr(b.fields, k) for k in _SHAPE[1:])]).astype(np.int64)
         code = np.zeros(b.size, np.int64)
-        for j in range(cols.shape[1]):  # every column is a small count (< 2^10), so six fit one int64 key
-            code = code * 1024 + cols[:, j]
+        for j in range(cols.shape[1]):  # mixed radix: one int64 key per row, faster than np.unique(axis=0)
+            code = code * (int(cols[:, j].max()) + 1) + cols[:, j]
         _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
         u = SimpleNamespace(**{k: cols[first, j:j + 1] for j, k in enumerate(_SHAPE)})
         u.sp = u.sp != 0

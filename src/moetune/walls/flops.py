@@ -182,89 +182,7 @@ def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: in
     return 3 * 2 * tokens * _transformer_per_token(spec, seq_length, vocab, r)
 
 
-# ---- hardware forward FLOPs ---------------------------------------------------------------------
-
-def _attention_hw(spec: ModelSpec, kind: LayerKind, tokens: float, seq: int, window: int | None) -> dict:
-    h, n = spec.hidden_size, spec.num_attention_heads
-    ctx = attended_keys(seq, window)
-    if kind.mixer == "gqa":
-        d = spec.kv_channels
-        return {"attn_proj": 2 * tokens * _gqa_proj(spec, spec.attention_output_gate),
-                "core_attn": 2 * tokens * ctx * n * 2 * d}
-    m = spec.mla  # weight-GEMM part of _mla_linear without the two norm "+1" terms
-    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
-    q = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk)
-    proj = q + h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim)
-    return {"attn_proj": 2 * tokens * (proj + n * m.v_head_dim * h),
-            "core_attn": 2 * tokens * ctx * n * (qk + m.v_head_dim)}
-
-
-def _gdn_hw(spec: ModelSpec, tokens: float) -> dict:
-    g, h = spec.gdn, spec.hidden_size
-    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
-    proj = h * (2 * qk + 2 * v + 2 * g.num_value_heads) + h * v
-    # per value head: intra-chunk q.k and attn.v (chunk/2 causal mean), plus state read, decay-update, output
-    scan = g.conv_kernel * (2 * qk + v) + g.num_value_heads * (
-        _GDN_CHUNK / 2 * (g.key_head_dim + g.value_head_dim) + 3 * g.key_head_dim * g.value_head_dim)
-    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
-
-
-def _mamba_hw(spec: ModelSpec, tokens: float) -> dict:
-    """Mamba-2 with its real inner width heads*head_dim and the SSD chunked algorithm."""
-    m, h = spec.mamba, spec.hidden_size
-    d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
-    proj = h * (2 * d_in + bc + m.num_heads) + d_in * h
-    # SSD per token: C.B^T per group, its masked product with x, chunk-state write and read per head
-    scan = m.conv_kernel * (d_in + bc) + m.n_groups * _SSD_CHUNK * m.state_size + m.num_heads * (
-        _SSD_CHUNK * m.head_dim + 2 * m.state_size * m.head_dim)
-    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
-
-
-def _mlp_hw(spec: ModelSpec, kind: LayerKind, tokens: float) -> dict:
-    h, f = spec.hidden_size, 3 if spec.gated_linear_unit else 2
-    if kind.mlp == "dense":
-        return {"dense_mlp": 2 * tokens * h * spec.ffn_hidden_size * f}
-    if kind.mlp != "moe":
-        return {}
-    shared = spec.moe_shared_expert_intermediate_size * (3 if spec.shared_expert_gated else 2)
-    shared += 1 if spec.moe_shared_expert_gate and shared else 0
-    return {"router": 2 * tokens * h * spec.num_moe_experts,
-            "routed_experts": 2 * tokens * spec.moe_router_topk * h * spec.moe_ffn_hidden_size * f,
-            "shared_experts": 2 * tokens * h * shared}
-
-
-def layer_flops(spec: ModelSpec, kind: LayerKind, tokens: float, seq_length: int, *,
-                window: int | None = None) -> dict[str, float]:
-    """Forward FLOPs of one decoder layer on `tokens` tokens of `seq_length`-long causal sequences,
-    by op class (keys: LAYER_CLASSES). `window`: this layer's sliding window, if any (layer_windows)."""
-    out = dict.fromkeys(LAYER_CLASSES, 0.0)
-    if kind.mixer in ("gqa", "mla"):
-        out.update(_attention_hw(spec, kind, tokens, seq_length, window))
-    elif kind.mixer == "gdn":
-        out.update(_gdn_hw(spec, tokens))
-    elif kind.mixer == "mamba":
-        out.update(_mamba_hw(spec, tokens))
-    out.update(_mlp_hw(spec, kind, tokens))
-    return out
-
-
-def layer_windows(spec: ModelSpec) -> tuple[int | None, ...]:
-    """Sliding window of every decoder layer then every MTP layer (None: full causal attention)."""
-    return _windows(spec)
-
-
-def mtp_proj_flops(spec: ModelSpec, tokens: float) -> float:
-    """Forward FLOPs of one MTP module's eh_proj (2h -> h); its layer is layer_flops(mtp_layer_kind)."""
-    return 2 * tokens * 2 * spec.hidden_size * spec.hidden_size
-
-
-def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1,
-                 make_vocab_size_divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> float:
-    """Forward FLOPs of the output layer: the GEMM runs over the padded vocabulary."""
-    return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp, make_vocab_size_divisible_by)
-
-
-# ---- GEMM shapes (tile quantization) -----------------------------------------------------------------
+# ---- weight GEMMs: shapes (hardware FLOPs, tile quantization) -----------------------------------------
 
 def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, int, str]]]:
     """Per op class, the (K, N, split) of each weight GEMM of one layer, x[T,K] @ W[K,N]; `split` names the
@@ -289,3 +207,86 @@ def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, i
         if s:
             out["shared_experts"] = [(h, (2 if spec.shared_expert_gated else 1) * s, "n"), (s, h, "k")]
     return out
+
+
+def _macs(shapes: list[tuple[int, int, str]]) -> float:
+    """Multiply-adds per token of a class's weight GEMMs."""
+    return sum(k * n for k, n, _ in shapes)
+
+
+# ---- hardware forward FLOPs ---------------------------------------------------------------------
+
+def _attention_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: int,
+                  window: int | None) -> dict:
+    n, ctx = spec.num_attention_heads, attended_keys(seq, window)
+    if kind.mixer == "gqa":
+        width = 2 * spec.kv_channels
+    else:
+        m = spec.mla
+        width = m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim
+    return {"attn_proj": 2 * tokens * _macs(gemms["attn_proj"]), "core_attn": 2 * tokens * ctx * n * width}
+
+
+def _gdn_hw(spec: ModelSpec, tokens: float) -> dict:
+    g, h = spec.gdn, spec.hidden_size
+    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
+    proj = h * (2 * qk + 2 * v + 2 * g.num_value_heads) + h * v
+    # per value head: intra-chunk q.k and attn.v (chunk/2 causal mean), plus state read, decay-update, output
+    scan = g.conv_kernel * (2 * qk + v) + g.num_value_heads * (
+        _GDN_CHUNK / 2 * (g.key_head_dim + g.value_head_dim) + 3 * g.key_head_dim * g.value_head_dim)
+    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
+
+
+def _mamba_hw(spec: ModelSpec, tokens: float) -> dict:
+    """Mamba-2 with its real inner width heads*head_dim and the SSD chunked algorithm."""
+    m, h = spec.mamba, spec.hidden_size
+    d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
+    proj = h * (2 * d_in + bc + m.num_heads) + d_in * h
+    # SSD per token: C.B^T per group, its masked product with x, chunk-state write and read per head
+    scan = m.conv_kernel * (d_in + bc) + m.n_groups * _SSD_CHUNK * m.state_size + m.num_heads * (
+        _SSD_CHUNK * m.head_dim + 2 * m.state_size * m.head_dim)
+    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
+
+
+def _mlp_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float) -> dict:
+    if kind.mlp == "dense":
+        return {"dense_mlp": 2 * tokens * _macs(gemms["dense_mlp"])}
+    if kind.mlp != "moe":
+        return {}
+    shared = _macs(gemms["shared_experts"])
+    shared += spec.hidden_size if spec.moe_shared_expert_gate and shared else 0  # the shared-expert gate, h -> 1
+    return {"router": 2 * tokens * spec.hidden_size * spec.num_moe_experts,
+            "routed_experts": 2 * tokens * spec.moe_router_topk * _macs(gemms["routed_experts"]),
+            "shared_experts": 2 * tokens * shared}
+
+
+def layer_flops(spec: ModelSpec, kind: LayerKind, tokens: float, seq_length: int, *,
+                window: int | None = None) -> dict[str, float]:
+    """Forward FLOPs of one decoder layer on `tokens` tokens of `seq_length`-long causal sequences,
+    by op class (keys: LAYER_CLASSES). `window`: this layer's sliding window, if any (layer_windows)."""
+    out, gemms = dict.fromkeys(LAYER_CLASSES, 0.0), gemm_shapes(spec, kind)
+    if kind.mixer in ("gqa", "mla"):
+        out.update(_attention_hw(spec, kind, gemms, tokens, seq_length, window))
+    elif kind.mixer == "gdn":
+        out.update(_gdn_hw(spec, tokens))
+    elif kind.mixer == "mamba":
+        out.update(_mamba_hw(spec, tokens))
+    out.update(_mlp_hw(spec, kind, gemms, tokens))
+    return out
+
+
+def layer_windows(spec: ModelSpec) -> tuple[int | None, ...]:
+    """Sliding window of every decoder layer then every MTP layer (None: full causal attention)."""
+    return _windows(spec)
+
+
+def mtp_proj_flops(spec: ModelSpec, tokens: float) -> float:
+    """Forward FLOPs of one MTP module's eh_proj (2h -> h); its layer is layer_flops(mtp_layer_kind)."""
+    return 2 * tokens * 2 * spec.hidden_size * spec.hidden_size
+
+
+def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1,
+                 make_vocab_size_divisible_by: int = MAKE_VOCAB_SIZE_DIVISIBLE_BY) -> float:
+    """Forward FLOPs of the output layer: the GEMM runs over the padded vocabulary."""
+    return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp, make_vocab_size_divisible_by)
+

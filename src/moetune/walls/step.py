@@ -153,7 +153,7 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
 def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
     """Output-layer GEMMs (forward + backward) of the loss heads a stage holds (main loss + each MTP layer);
     the GEMM runs over the padded vocabulary split over TP."""
-    return heads * 3 * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.gemm
+    return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.gemm
 
 
 def p2p_seconds(spec: ModelSpec, ctx, pp, gpu: GpuSpec, eff: dict):
