@@ -24,6 +24,7 @@ from moetune.walls.activations import (
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
 from moetune.walls.compute import layer_compute_seconds, rates
 from moetune.walls.memory import (
+    activation_context,
     in_flight,
     logits_bytes,
     model_state_bytes,
@@ -44,11 +45,8 @@ def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
 
 
 def _shape_ctx(f: SimpleNamespace, seq: int, knobs: Knobs) -> ActivationContext:
-    return ActivationContext(seq_length=seq, micro_batch_size=f.mbs, tp=f.tp, cp=f.cp, etp=f.etp,
-                             sequence_parallel=f.sp, token_imbalance=knobs.imbalance, fp8_gemm_inputs=knobs.fp8,
-                             offload_modules=knobs.offload_modules,
-                             recompute_modules=knobs.effective_modules if knobs.recompute == "selective"
-                             else frozenset())
+    """memory.activation_context over arrays: `f` stands for the layout (tp, cp, etp, sp) and carries the MBS."""
+    return activation_context(f, SimpleNamespace(seq_length=seq, micro_batch_size=f.mbs), knobs)
 
 
 def _expand(x, inverse: np.ndarray) -> np.ndarray:
