@@ -20,6 +20,7 @@ from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.legal import legal_grid
+from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
@@ -129,8 +130,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     layouts = enumerate_layouts(spec, gpu, world, wl, fixed)
     cands = _candidates(layouts, wl, fixed)
     if not cands:
-        raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}; "
-                           "check --gpus, --gbs and any --fix values")
+        raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
+                           + no_layout_reason(spec, gpu, world, wl, fixed))
     eff, overheads = efficiency(gpu.key, efficiency_overrides), default_overheads()
     defaults = platform_defaults(gpu)
     grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
