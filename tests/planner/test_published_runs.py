@@ -25,7 +25,7 @@ KNOWN_GAPS = {
             "26.02.01) yet 118 vs 208 TFLOP/s/GPU: no config field tells them apart; the prediction sits between "
             "the two (R011 -20%, R029 +42%)",
     "R011": "see R029",
-    "R096": "gpt-oss-120b full-iteration MXFP8 on 64 GB300 +34%; its dispatcher/precision A/B (R163-R166) measures "
+    "R096": "gpt-oss-120b full-iteration MXFP8 on 64 GB300 +26%; its dispatcher/precision A/B (R163-R166) measures "
             "MXFP8 barely faster than BF16, so the model's MXFP8 GEMM gain is too large for this narrow model (FP8 "
             "casts, attention sinks and 64-wide heads are candidates, unverified). Its BF16 runs on Blackwell sit "
             "at +8% to +12% (GEMM tile quantization of the 2880-wide weights and the DP traffic only the first/last "
@@ -36,10 +36,16 @@ KNOWN_GAPS = {
             "overlap (R093) fits, so the model over-charges the exposed HybridEP all-to-all inside the NVL72 "
             "domain (the GB200 all-to-all multiplier is held down by the gpt-oss runs)",
     "R002": "DeepSeek-V3 256 x GB200 (26.02.01) -18%: see R020",
-    "R015": "Nemotron-3-Nano (hybrid Mamba) GB300 +35% while its H100 run (R017) fits: unexplained (a separate "
+    "R015": "Nemotron-3-Nano (hybrid Mamba) GB300 +31% while its H100 run (R017) fits: unexplained (a separate "
             "Mamba-2 scan efficiency moved these rows by under 3 points; tile quantization of its 1856-wide "
-            "experts by 2)",
+            "experts by 2; a faster attention on GB300, its doubled exponential units, by 6)",
     "R016": "Nemotron-3-Nano (hybrid Mamba) GB200 +24%: see R015",
+    "R098": "Nemotron-3-Nano GB300 verification card +17%: R015's recipe a release later, 12% faster with the TE op "
+            "fuser, the fused grouped MLP and FP8 attention, kernel paths moetune does not itemise; see R015",
+    "R001": "DeepSeek-V3 256 x GB300 MXFP8 (26.02.01) -16% (R019, the same recipe in 26.02, -15%): the GB300 fit "
+            "balances these wide-GEMM runs against the narrow Nemotron-3-Nano and gpt-oss runs, which it "
+            "over-predicts (R015, R098, R096); a shape-dependent GEMM or cast cost that would separate them is "
+            "not modelled",
 }
 
 
