@@ -23,7 +23,11 @@ from moetune.planner.legal import legal_grid
 from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
+from moetune.walls.batch import (
+    batch_memory,
+    batch_step_seconds,
+    time_key,
+)
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
@@ -97,19 +101,20 @@ def _preference(lay: Layout, k: Knobs, dispatcher: str) -> tuple:
     """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload, the
     platform's default dispatcher (seeds/004 mapping, data/platform_defaults.toml)."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
-    return (lay.tp * lay.cp * lay.pp, recompute, k.optimizer_offload_fraction, k.dispatcher != dispatcher, -lay.dp,
-            lay.tp, -lay.ep)
+    return (lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
+            k.dispatcher != dispatcher, -lay.dp, lay.tp, -lay.ep)
 
 
-# The seeds' last resort when nothing fits (seeds/000 Phase 1: offloading after recompute and parallelism):
-# fine-grained offloading of the routed experts' saved inputs, the largest MoE activations.
+# The seeds' last resort when nothing fits (seeds/000 Phase 1: "add offloading only when recompute and parallelism
+# are still insufficient"): fine-grained offloading of the routed experts' saved inputs, the largest MoE activations.
 LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None) -> PlanResult:
-    """The fastest candidates that fit; `progress(done, total)` is called once per knob set evaluated. When none fits and offloading was not pinned, the search runs again with
-    the routed experts' activations offloaded (LAST_RESORT_OFFLOAD); the counts cover both passes."""
+    """The fastest candidates that fit; `progress(done, total)` is called once per knob set evaluated. When none fits
+    and offloading was not pinned, the search runs again with the routed experts' activations offloaded
+    (LAST_RESORT_OFFLOAD); the counts cover both passes."""
     fixed = fixed or {}
     first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
                        efficiency_overrides=efficiency_overrides, progress=progress)
@@ -132,56 +137,89 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     if not cands:
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
                            + no_layout_reason(spec, gpu, world, wl, fixed))
-    eff, overheads = efficiency(gpu.key, efficiency_overrides), default_overheads()
     defaults = platform_defaults(gpu)
     grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
                       optional_delay_wgrad="delay_wgrad" not in fixed)
-    default_dispatcher = defaults["dispatcher"]
-    all_candidates = len(cands)
-    batch, (least_gib, least) = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, overheads)
-    best: list[tuple[float, tuple, Layout, int, Knobs]] = []
-    feasible = 0
-    groups: dict[tuple, list[Knobs]] = {}
-    for knobs in sorted(grid, key=lambda k: k.recompute != "none"):  # no-recompute groups first
-        groups.setdefault(time_key(knobs), []).append(knobs)
-    bound = np.inf  # candidates slower than this cannot reach the top (see _bound)
-    fits_plain: dict[tuple, np.ndarray] = {}  # other knobs -> rows that fit with no recompute at all
-    done = 0
-    for group in groups.values() if batch is not None else ():
-        fits, timed = {}, {}
+    s = _Search(spec=spec, gpu=gpu, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
+                overheads=default_overheads(), top=top, dispatcher=defaults["dispatcher"], progress=progress,
+                total=len(grid))
+    batch, (least_gib, least) = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, s.overheads)
+    if batch is not None:
+        _search_grid(s, batch, grid)
+    fastest = min((b[0] for b in s.best), default=1.0)
+    # within 1% of each other, candidates are ordered by the seeds' preferences
+    s.best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
+    results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
+                                                 global_batch_size=wl.global_batch_size), knobs,
+                        efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs in s.best[:top]]
+    return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
+                      search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
+                      results=results, lightest_peak_gib=least_gib, lightest=least,
+                      capacity_gib=gpu.capacity_bytes / 2**30)
+
+
+@dataclass(kw_only=True, slots=True)
+class _Search:
+    """One search's inputs and running state: the best candidates so far and the bound they set."""
+    spec: ModelSpec
+    gpu: GpuSpec
+    wl: Workload
+    eff: dict
+    overheads: dict
+    top: int
+    dispatcher: str  # the platform's default, preferred among near-ties
+    progress: object
+    total: int
+    done: int = 0
+    feasible: int = 0
+    bound: float = np.inf  # candidates slower than this cannot reach the top (see _bound)
+    best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs)
+
+    def fits(self, batch, knobs: Knobs) -> np.ndarray:
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, self.total)
+        fits = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads)
+        self.feasible += int(fits.sum())
+        return fits
+
+
+def _groups(items, key) -> list[list]:
+    out: dict[tuple, list] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return list(out.values())
+
+
+def _search_grid(s: _Search, batch, grid: list[Knobs]) -> None:
+    """Time every knob set of the grid where it fits."""
+    fits, fits_plain = {}, {}  # fits_plain: other knobs -> rows that fit with no recompute at all
+    for group in _groups(sorted(grid, key=lambda k: k.recompute != "none"), time_key):  # no recompute first
+        timed = {}
         for knobs in group:
-            done += 1
-            if progress:
-                progress(done, len(grid))
-            fits[knobs] = _fits(spec, gpu, batch, wl, knobs, overheads)
-            feasible += int(fits[knobs].sum())
+            fits[knobs] = s.fits(batch, knobs)
             plain_key = _without_recompute(knobs)
             if knobs.recompute == "none":
                 fits_plain[plain_key] = fits[knobs]
                 timed[knobs] = fits[knobs]
             else:  # recompute only adds time: where the same knobs fit without it, this set cannot win
                 timed[knobs] = fits[knobs] & ~fits_plain.get(plain_key, np.zeros_like(fits[knobs]))
-        union = np.logical_or.reduce(list(timed.values()))
-        if not union.any():
-            continue
-        rows = np.nonzero(union)[0]
-        sub = batch.subset(rows)  # time only what fits under some knob set of the group
-        for knobs in group:
-            step = batch_step_seconds(spec, sub, wl.seq_length, wl.global_batch_size, knobs, gpu, eff)["step"]
-            step = np.where(timed[knobs][rows], step, np.inf)
-            keep = min(top * 4, len(step))
-            for i in np.argpartition(step, keep - 1)[:keep]:
-                if np.isfinite(step[i]) and step[i] <= bound:
-                    best.append((float(step[i]), _preference(sub.layout(i), knobs, default_dispatcher), sub.layout(i),
-                                 int(sub.mbs[i, 0]), knobs))
-            bound = _bound(best, top * 4)
-    fastest = min((b[0] for b in best), default=1.0)
-    # within 1% of each other, candidates are ordered by the seeds' preferences
-    best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
-    results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                 global_batch_size=wl.global_batch_size), knobs,
-                        efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs in best[:top]]
-    return PlanResult(candidates_evaluated=all_candidates * len(grid), feasible=feasible,
-                      search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
-                      results=results, lightest_peak_gib=least_gib, lightest=least,
-                      capacity_gib=gpu.capacity_bytes / 2**30)
+        _time(s, batch, timed)
+
+
+def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
+    """Step seconds of each knob set on its rows (one shared subset per group); the fastest join `s.best`."""
+    union = np.logical_or.reduce(list(timed.values()))
+    if not union.any():
+        return
+    rows = np.nonzero(union)[0]
+    sub = batch.subset(rows)  # time only what fits under some knob set of the group
+    for knobs, mask in timed.items():
+        step = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)["step"]
+        step = np.where(mask[rows], step, np.inf)
+        keep = min(s.top * 4, len(step))
+        for i in np.argpartition(step, keep - 1)[:keep]:
+            if np.isfinite(step[i]) and step[i] <= s.bound:
+                s.best.append((float(step[i]), _preference(sub.layout(i), knobs, s.dispatcher), sub.layout(i),
+                               int(sub.mbs[i, 0]), knobs))
+        s.bound = _bound(s.best, s.top * 4)

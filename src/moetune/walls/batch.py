@@ -113,7 +113,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     out = {}
     for kind in kinds:
         compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
-                          knobs.imbalance, knobs.offload_modules),
+                          knobs.imbalance),
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
                                                                  modules=knobs.effective_modules, eff=eff))
         t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)

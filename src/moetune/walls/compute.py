@@ -88,7 +88,9 @@ REPLAYS = {
 
 def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep, *,
                           recompute: str, modules: frozenset[str], eff: dict) -> dict:
-    """Forward + backward (+ replay) seconds by class, plus memory-bound elementwise time."""
+    """Forward + backward (+ replay) seconds by class, plus memory-bound elementwise time. Independent of
+    activation offloading: the GPU runs the same kernels whether their saved inputs then go to the host or not."""
+    ctx = replace(ctx, offload_modules=frozenset())
     fwd = forward_seconds(spec, kind, ctx, r, ep)
     out = {k: v * (1 + (BWD_ATTN if k == "core_attn" else BWD_GEMM)) for k, v in fwd.items()}
     replay = set(fwd) if recompute == "full" else {c for m in modules for c in REPLAYS.get(m, ())}
