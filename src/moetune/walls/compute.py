@@ -66,7 +66,7 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     g = gemm_shapes(spec, kind)
     te = {k: _tile_eff(v, r.tile, ctx.etp if k == "routed_experts" else ctx.tp) for k, v in g.items()}
     return {
-        "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"]) / ctx.tp / r.gemm,
+        "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"] / te["mixer_proj"]) / ctx.tp / r.gemm,
         "core_attn": (f["core_attn"] + f["mixer_scan"]) / ctx.tp / r.attn,
         "dense_mlp": f["dense_mlp"] / ctx.tp / r.gemm / te["dense_mlp"],
         "shared_experts": f["shared_experts"] / ctx.tp / r.gemm / te["shared_experts"],

@@ -188,7 +188,16 @@ def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, i
     """Per op class, the (K, N, split) of each weight GEMM of one layer, x[T,K] @ W[K,N]; `split` names the
     dimension tensor parallelism divides ("n": column-parallel, "k": row-parallel)."""
     h, n = spec.hidden_size, spec.num_attention_heads
-    out: dict[str, list] = {"attn_proj": [], "dense_mlp": [], "shared_experts": [], "routed_experts": []}
+    out: dict[str, list] = {"attn_proj": [], "mixer_proj": [], "dense_mlp": [], "shared_experts": [],
+                            "routed_experts": []}
+    if kind.mixer == "mamba":  # in_proj to (z, x, B, C, dt), out_proj from the inner width
+        m = spec.mamba
+        d_in = m.num_heads * m.head_dim
+        out["mixer_proj"] = [(h, 2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads, "n"), (d_in, h, "k")]
+    elif kind.mixer == "gdn":  # in_proj to (q, k, v, z, beta, alpha), out_proj from the value width
+        g = spec.gdn
+        qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
+        out["mixer_proj"] = [(h, 2 * qk + 2 * v + 2 * g.num_value_heads, "n"), (v, h, "k")]
     if kind.mixer == "gqa":
         q, kv = spec.kv_channels * n, spec.kv_channels * spec.num_query_groups
         out["attn_proj"] = [(h, q * (2 if spec.attention_output_gate else 1) + 2 * kv, "n"), (q, h, "k")]
@@ -227,25 +236,23 @@ def _attention_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, 
     return {"attn_proj": 2 * tokens * _macs(gemms["attn_proj"]), "core_attn": 2 * tokens * ctx * n * width}
 
 
-def _gdn_hw(spec: ModelSpec, tokens: float) -> dict:
-    g, h = spec.gdn, spec.hidden_size
+def _gdn_hw(spec: ModelSpec, gemms: dict, tokens: float) -> dict:
+    g = spec.gdn
     qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
-    proj = h * (2 * qk + 2 * v + 2 * g.num_value_heads) + h * v
     # per value head: intra-chunk q.k and attn.v (chunk/2 causal mean), plus state read, decay-update, output
     scan = g.conv_kernel * (2 * qk + v) + g.num_value_heads * (
         _GDN_CHUNK / 2 * (g.key_head_dim + g.value_head_dim) + 3 * g.key_head_dim * g.value_head_dim)
-    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
+    return {"mixer_proj": 2 * tokens * _macs(gemms["mixer_proj"]), "mixer_scan": 2 * tokens * scan}
 
 
-def _mamba_hw(spec: ModelSpec, tokens: float) -> dict:
+def _mamba_hw(spec: ModelSpec, gemms: dict, tokens: float) -> dict:
     """Mamba-2 with its real inner width heads*head_dim and the SSD chunked algorithm."""
-    m, h = spec.mamba, spec.hidden_size
+    m = spec.mamba
     d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
-    proj = h * (2 * d_in + bc + m.num_heads) + d_in * h
     # SSD per token: C.B^T per group, its masked product with x, chunk-state write and read per head
     scan = m.conv_kernel * (d_in + bc) + m.n_groups * _SSD_CHUNK * m.state_size + m.num_heads * (
         _SSD_CHUNK * m.head_dim + 2 * m.state_size * m.head_dim)
-    return {"mixer_proj": 2 * tokens * proj, "mixer_scan": 2 * tokens * scan}
+    return {"mixer_proj": 2 * tokens * _macs(gemms["mixer_proj"]), "mixer_scan": 2 * tokens * scan}
 
 
 def _mlp_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float) -> dict:
@@ -268,9 +275,9 @@ def layer_flops(spec: ModelSpec, kind: LayerKind, tokens: float, seq_length: int
     if kind.mixer in ("gqa", "mla"):
         out.update(_attention_hw(spec, kind, gemms, tokens, seq_length, window))
     elif kind.mixer == "gdn":
-        out.update(_gdn_hw(spec, tokens))
+        out.update(_gdn_hw(spec, gemms, tokens))
     elif kind.mixer == "mamba":
-        out.update(_mamba_hw(spec, tokens))
+        out.update(_mamba_hw(spec, gemms, tokens))
     out.update(_mlp_hw(spec, kind, gemms, tokens))
     return out
 
