@@ -26,7 +26,28 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
         if unknown:
             raise MoetuneError(f"efficiency file: unknown constant(s) {', '.join(unknown)}; "
                                f"known: {', '.join(sorted(table['default']))}")
+        for key, value in {**flat, **user.get(gpu_key, {})}.items():
+            _check(key, value)
     return out
+
+
+def _range(key: str) -> tuple[float, float, bool]:
+    """(low, high, low excluded): efficiencies are fractions of a peak (a zero one would divide by zero), the
+    hidden/exposed shares fractions of a time, the rest non-negative costs and factors."""
+    if key.endswith("_eff"):
+        return 0.0, 1.0, True
+    if key.endswith("_hide") or key == "p2p_exposed":
+        return 0.0, 1.0, False
+    return 0.0, float("inf"), key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes")
+
+
+def _check(key: str, value) -> None:
+    low, high, open_low = _range(key)
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not (low < value if open_low else low <= value) or value > high:
+        span = f"{'(' if open_low else '['}{low:g}, {high:g}]" if high < float("inf") else \
+            f"{'>' if open_low else '>='} {low:g}"
+        raise MoetuneError(f"efficiency file: {key} = {value!r} must be a number {span}")
 
 
 def load_efficiency_file(path: str | None) -> dict | None:

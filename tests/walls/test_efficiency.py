@@ -1,0 +1,32 @@
+"""User efficiency files (--efficiency): known constants only, each a number in its range; one clear error otherwise."""
+
+import re
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.walls.efficiency import efficiency
+
+
+def test_user_values_override_the_gpu_section():
+    eff = efficiency("h100", {"nic_eff": 0.5, "h100": {"gemm_eff": 0.3}})
+    assert eff["nic_eff"] == 0.5 and eff["gemm_eff"] == 0.3
+    assert efficiency("h100")["gemm_eff"] != 0.3
+
+
+@pytest.mark.parametrize(("user", "message"), [
+    ({"gemm_eff": "x"}, "gemm_eff = 'x' must be a number (0, 1]"),
+    ({"h100": {"attn_eff": 1.5}}, "attn_eff = 1.5 must be a number (0, 1]"),
+    ({"nic_eff": 0}, "nic_eff = 0 must be a number (0, 1]"),
+    ({"ep_overlap_hide": True}, "ep_overlap_hide = True must be a number [0, 1]"),
+    ({"host_us_per_layer": -5}, "host_us_per_layer = -5 must be a number >= 0"),
+    ({"grouped_m_half": 0}, "grouped_m_half = 0 must be a number > 0"),
+    ({"warp_eff": 0.5}, "unknown constant(s) warp_eff"),
+])
+def test_bad_values_are_one_error(user, message):
+    with pytest.raises(MoetuneError, match=re.escape(message)):
+        efficiency("h100", user)
+
+
+def test_zero_costs_are_allowed():
+    assert efficiency("h100", {"a2a_latency_us": 0, "p2p_exposed": 0.0})["a2a_latency_us"] == 0
