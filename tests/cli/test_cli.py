@@ -129,3 +129,12 @@ def test_explain_takes_a_config_json_model_or_a_saved_plan(shared_data, tmp_path
     assert code == 0 and out.startswith("Fit:")
     code, _, err = run(["explain", "--plan", config], capsys)
     assert code == 2 and "not a `moetune plan --json`" in err
+
+
+def test_check_of_an_empty_config_is_an_error(capsys, tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    code, _, err = run(["check", str(empty), "--gpu", "h100", "--gpus", "8"], capsys)
+    assert code == 2 and "nothing to check" in err
+    code, out, _ = run(["check", str(empty), "--set", "model.tensor_model_parallel_size=2"], capsys)
+    assert code == 0 and "1 config keys read" in out

@@ -93,6 +93,9 @@ def findings_table(findings: list) -> Table:
 def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, as_json) -> None:
     """Check CONFIG (Bridge YAML, dotted overrides or Megatron-LM args) against the seeds' rules."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
+    if not any(not k.startswith("cluster.") for k in config):
+        raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
+                           "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
     derived, layout_error = None, None
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
