@@ -1,10 +1,12 @@
 """The planner: batched evaluation agrees with `estimate`, results fit and are ranked, --fix is honoured."""
 
+import itertools
 import random
 
 import numpy as np
 import pytest
 
+from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import enumerate_layouts, knob_grid
@@ -48,7 +50,7 @@ def test_plan_results_fit_and_are_ranked():
     assert result.results and all(r.fits for r in result.results)
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     # ranked fastest first, ties within 1% broken by the seeds' preferences
-    assert all(b <= a * 1.01 for a, b in zip(speeds, speeds[1:]))
+    assert all(b <= a * 1.01 for a, b in itertools.pairwise(speeds))
     assert max(speeds) == pytest.approx(speeds[0], rel=0.01)
 
 
@@ -100,3 +102,17 @@ def test_activation_offload_is_the_last_resort_when_nothing_fits():
     pinned = plan(load_model("qwen3-235b-a22b"), load_gpu("gb200"), 256, wl, top=2, routing="force-balance",
                   fixed={**fixed, "offload_modules": frozenset()})
     assert pinned.results == []  # pinning "no offload" keeps the search to what was asked
+
+
+def test_headroom_keeps_memory_free():
+    """Mixtral-8x7B on 16 H100: the unconstrained pick uses 77.9 of 78 GiB; with 6 GiB of headroom every result
+    leaves 6 GiB free, and a headroom the GPU cannot give is one error."""
+    spec, gpu, wl = load_model("mixtral-8x7b"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=256)
+    tight = plan(spec, gpu, 16, wl, top=1)
+    roomy = plan(spec, gpu, 16, wl, top=3, headroom_gib=6)
+    assert tight.results[0].peak_bytes > gpu.capacity_bytes - 6 * 2**30
+    assert roomy.results and all(r.peak_bytes <= gpu.capacity_bytes - 6 * 2**30 for r in roomy.results)
+    assert roomy.results[0].time["step_seconds"] >= tight.results[0].time["step_seconds"]
+    assert roomy.capacity_gib == tight.capacity_gib and roomy.headroom_gib == 6
+    with pytest.raises(MoetuneError, match="--headroom"):
+        plan(spec, gpu, 16, wl, headroom_gib=80)

@@ -50,6 +50,8 @@ def print_explain(a: dict) -> None:
     items = ", ".join(f"{k} {v:.1f}" for k, v in f["largest_items_gib"].items())
     out.print(f"[bold]Fit[/bold]: {verdict}: peak {f['peak_gib']:.1f} of {f['capacity_gib']:.1f} GiB on stage "
               f"{f['worst_stage']} (largest: {items} GiB)")
+    if f.get("note"):
+        out.print(f"  - {f['note']}")
     for step in f.get("steps", []):
         what = step.get("layout") or ", ".join(f"{k}={v}" for k, v in step.get("change", {}).items())
         fits = "fits" if step.get("fits", True) else "still does not fit"

@@ -75,10 +75,12 @@ def _offload(k) -> str:
 @click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
 @click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless", show_default=True)
 @click.option("--efficiency", type=click.Path(dir_okay=False), default=None)
+@click.option("--headroom", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="GiB of GPU memory every candidate must leave free (the estimate's own error is a few %).")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline, as_json) -> None:
+def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom, baseline, as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     spec, gpu_spec, fixed = load_model(model), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
@@ -87,7 +89,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, baseline,
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
-                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+                      progress=lambda done, total: bar.update(task, completed=done, total=total),
+                      headroom_gib=headroom)
     comparison = None
     if baseline and result.results:
         base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"))
@@ -127,14 +130,15 @@ def nothing_fits(result: PlanResult) -> str:
     fix = "add GPUs, shorten the sequence or lower the global batch"
     if result.lightest_peak_gib is None:
         return fix
+    kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
     return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) needs "
-            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}; {fix}")
+            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
 
 def plan_json(result: PlanResult) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
-           "results": [r.to_json() for r in result.results]}
+           "headroom_gib": result.headroom_gib, "results": [r.to_json() for r in result.results]}
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib}
@@ -144,7 +148,8 @@ def plan_json(result: PlanResult) -> dict:
 def print_plan(result: PlanResult) -> None:
     out = console()
     out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
-              f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit")
+              f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit"
+              + (f" with {result.headroom_gib:g} GiB kept free" if result.headroom_gib else ""))
     if not result.results:
         out.print(f"[red]nothing fits[/red]: {nothing_fits(result)}")
         return

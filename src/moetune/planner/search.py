@@ -8,7 +8,7 @@ their full breakdown.
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,6 +44,7 @@ class PlanResult:
     lightest_peak_gib: float | None = None  # least peak memory of any candidate under the lightest knobs
     lightest: str = ""  # that candidate's layout and micro-batch size
     capacity_gib: float = 0.0  # the GPU's memory
+    headroom_gib: float = 0.0  # memory every candidate leaves free (plan --headroom)
 
 
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -111,24 +112,29 @@ LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
-         routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None) -> PlanResult:
-    """The fastest candidates that fit; `progress(done, total)` is called once per knob set evaluated. When none fits
-    and offloading was not pinned, the search runs again with the routed experts' activations offloaded
-    (LAST_RESORT_OFFLOAD); the counts cover both passes."""
+         routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
+         headroom_gib: float = 0.0) -> PlanResult:
+    """The fastest candidates that fit with `headroom_gib` to spare; `progress(done, total)` is called once per knob
+    set evaluated. When none fits and offloading was not pinned, the search runs again with the routed experts'
+    activations offloaded (LAST_RESORT_OFFLOAD); the counts cover both passes."""
     fixed = fixed or {}
+    if not 0 <= headroom_gib < gpu.memory_gib:
+        raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
+                           f"{gpu.memory_gib:g} GiB")
     first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
-                       efficiency_overrides=efficiency_overrides, progress=progress)
+                       efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib)
     if first.results or "offload_modules" in fixed or not spec.num_moe_experts:
         return first
     second = _plan_once(spec, gpu, world, wl, fixed={**fixed, "offload_modules": LAST_RESORT_OFFLOAD}, top=top,
-                        routing=routing, efficiency_overrides=efficiency_overrides, progress=progress)
+                        routing=routing, efficiency_overrides=efficiency_overrides, progress=progress,
+                        headroom_gib=headroom_gib)
     second.candidates_evaluated += first.candidates_evaluated
     second.search_seconds += first.search_seconds
     return second
 
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
-               efficiency_overrides: dict | None, progress) -> PlanResult:
+               efficiency_overrides: dict | None, progress, headroom_gib: float) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
@@ -140,10 +146,11 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     defaults = platform_defaults(gpu)
     grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
                       optional_delay_wgrad="delay_wgrad" not in fixed)
-    s = _Search(spec=spec, gpu=gpu, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
+    budget = replace(gpu, memory_gib=gpu.memory_gib - headroom_gib)  # what a candidate may use
+    s = _Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                 overheads=default_overheads(), top=top, dispatcher=defaults["dispatcher"], progress=progress,
                 total=len(grid))
-    batch, (least_gib, least) = _memory_bound(spec, gpu, build_batch(spec, cands), wl, grid, s.overheads)
+    batch, (least_gib, least) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid, s.overheads)
     if batch is not None:
         _search_grid(s, batch, grid)
     fastest = min((b[0] for b in s.best), default=1.0)
@@ -155,7 +162,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least,
-                      capacity_gib=gpu.capacity_bytes / 2**30)
+                      capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib)
 
 
 @dataclass(kw_only=True, slots=True)
