@@ -213,7 +213,8 @@ def ep_overlap_unpaired(lay) -> float:
     overlap pairs one micro-batch's forward with another's backward, so the warm-up forwards and cool-down backwards
     run alone. PP=1: the first forward and the last backward, one micro-batch in all. Interleaved PP: the first
     stage warms up with 2(PP-1) + (VPP-1)PP forward chunks (Megatron-Core pipeline_parallel/schedules.py), VPP
-    chunks per micro-batch."""
+    chunks per micro-batch. The first stage's count is taken whatever stage is slowest: its warm-up opens the
+    pipeline's critical path (every later stage waits on it), while a later stage's shorter warm-up overlaps it."""
     pp, vpp = lay.pp, lay.vpp
     return np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0)
 
