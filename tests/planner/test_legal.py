@@ -5,6 +5,7 @@ import pytest
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.validate import Workload
+from moetune.planner import legal
 from moetune.planner.explain import explain, rule_errors
 from moetune.planner.legal import knob_errors, knob_rules
 from moetune.planner.search import plan
@@ -17,6 +18,24 @@ def test_only_layout_independent_error_rules_are_judged_per_knob_set():
     assert {"ep_overlap.moe_recompute", "ep_overlap.mtp_layers", "cudagraph.moe_recompute_router"} <= ids
     assert not ids & {"ep_overlap.needs_ep", "ep_overlap.pp_needs_vpp", "scale.experts_divisible", "fit.does_not_fit"}
     assert all(r.severity == "error" for r in knob_rules().rules)
+
+
+def test_layout_facts_are_found_by_probing():
+    """The layout-dependent facts are computed, not listed: every config name a layout sets, the estimator's facts,
+    and what differs between probe layouts, the same whichever architecture the probes use."""
+    facts = legal.layout_facts()
+    assert {"derived.ep", "derived.multi_node", "derived.ep_crosses_nvlink", "derived.fits", "cluster.num_gpus",
+            "model.seq_length", "train.micro_batch_size", "env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN",
+            "model.pipeline_model_parallel_layout"} <= facts
+    assert not facts & {"model.recompute_granularity", "model.moe_token_dispatcher_type", "mixed_precision.fp8"}
+    models = legal._PROBE_MODELS
+    try:
+        legal._PROBE_MODELS = ("qwen3-next-80b-a3b", "nemotron3-nano-30b-a3b", "gpt-oss-120b", "mixtral-8x7b")
+        legal.layout_facts.cache_clear()
+        assert legal.layout_facts() == facts
+    finally:
+        legal._PROBE_MODELS = models
+        legal.layout_facts.cache_clear()
 
 
 def test_ep_overlap_is_refused_for_three_mtp_layers():

@@ -8,35 +8,61 @@ layout rules are enforced by the enumeration and `search._fits`.
 
 from dataclasses import replace
 from functools import cache
+from itertools import combinations, product
 from types import SimpleNamespace
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import to_config
+from moetune.planner.config_map import layout_fields, to_config
 from moetune.rules import evaluate
+from moetune.rules.derive import EXTERNAL, derive
 from moetune.rules.table import Table, load_table
-from moetune.specs.hardware import GpuSpec
+from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
+from moetune.specs.registry import load_model
 
-# Facts that depend on the layout, the cluster size or the batch: rules reading any of them are not judged here.
-LAYOUT_FACTS = frozenset({
-    "derived.tp", "derived.cp", "derived.pp", "derived.ep", "derived.etp", "derived.data_parallel_size",
-    "derived.nvlink_domain", "derived.hybridep_ranks_per_domain", "derived.fits", "cluster.num_gpus",
-    "model.seq_length", "model.sequence_parallel", "model.virtual_pipeline_model_parallel_size",
-    "model.expert_model_parallel_size",
-})
-LAYOUT_PREFIXES = ("train.", "env.")
+# Layouts with batches and cluster sizes that differ in every dimension, and knob sets that make the layout's
+# dispatcher environment appear (HybridEP ranks per NVLink domain): facts that differ between them depend on the layout.
+_LAYOUT_PROBES = (
+    (Layout(world_size=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=8)),
+    (Layout(world_size=256, tp=2, cp=2, pp=4, vpp=2, ep=8, etp=2),
+     Workload(seq_length=8192, micro_batch_size=2, global_batch_size=512)),
+    (Layout(world_size=1024, tp=4, cp=4, pp=8, vpp=4, ep=64, account_for_embedding=True, account_for_loss=True),
+     Workload(seq_length=16384, micro_batch_size=4, global_batch_size=4096)),
+)
+_PROBE_KNOBS = (Knobs(), Knobs(dispatcher="hybridep", ep_overlap=True, delay_wgrad=True))
+# The probe model and platforms: an 8-GPU and a 72-GPU NVLink domain, so facts about leaving the domain appear.
+# Which facts a layout moves does not depend on the architecture (tests/planner/test_legal.py: the same set from
+# gated delta-net, Mamba and sliding-window models); DeepSeek-V3 is loaded anyway by most plans.
+_PROBE_MODELS, _PROBE_GPUS = ("deepseek-v3",), ("h100", "gb200")
+
+
+def _facts(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, lay: Layout, wl: Workload) -> dict:
+    config = to_config(SimpleNamespace(model=spec, gpu=gpu, layout=lay, knobs=knobs, workload=wl))
+    return {**config, **{f"derived.{k}": v for k, v in derive(config).items()}}
+
+
+@cache
+def layout_facts() -> frozenset[str]:
+    """Facts that depend on the layout, the cluster size or the batch: every config name a layout sets
+    (config_map.layout_fields), the estimator's facts (derive.EXTERNAL: fits, peak memory, ...), and every config or
+    derived fact that differs between the probe layouts. Rules reading any of them are not judged here."""
+    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL}
+    for model, gpu, knobs in product(_PROBE_MODELS, _PROBE_GPUS, _PROBE_KNOBS):
+        spec, gpu_spec = load_model(model), load_gpu(gpu)
+        facts = [_facts(spec, gpu_spec, knobs, lay, wl) for lay, wl in _LAYOUT_PROBES]
+        for a, b in combinations(facts, 2):
+            names |= {n for n in a.keys() | b.keys() if a.get(n) != b.get(n)}
+    return frozenset(names)
 
 
 @cache
 def knob_rules() -> Table:
     """The error rules that read only the model, the platform and the knobs."""
-    table = load_table()
-    return replace(table, rules=tuple(
-        r for r in table.rules if r.severity == "error" and not r.names & LAYOUT_FACTS
-        and not any(n.startswith(LAYOUT_PREFIXES) for n in r.names)))
+    table, layout = load_table(), layout_facts()
+    return replace(table, rules=tuple(r for r in table.rules if r.severity == "error" and not r.names & layout))
 
 
 def _probe(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> SimpleNamespace:
