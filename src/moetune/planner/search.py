@@ -23,11 +23,7 @@ from moetune.planner.legal import legal_grid
 from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import (
-    batch_memory,
-    batch_step_seconds,
-    time_key,
-)
+from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
@@ -200,17 +196,16 @@ def _groups(items, key) -> list[list]:
 
 def _search_grid(s: _Search, batch, grid: list[Knobs]) -> None:
     """Time every knob set of the grid where it fits."""
-    fits, fits_plain = {}, {}  # fits_plain: other knobs -> rows that fit with no recompute at all
+    fits_plain: dict[tuple, np.ndarray] = {}  # other knobs -> rows that fit with no recompute at all
     for group in _groups(sorted(grid, key=lambda k: k.recompute != "none"), time_key):  # no recompute first
         timed = {}
         for knobs in group:
-            fits[knobs] = s.fits(batch, knobs)
+            fits = s.fits(batch, knobs)
             plain_key = _without_recompute(knobs)
             if knobs.recompute == "none":
-                fits_plain[plain_key] = fits[knobs]
-                timed[knobs] = fits[knobs]
+                fits_plain[plain_key] = timed[knobs] = fits
             else:  # recompute only adds time: where the same knobs fit without it, this set cannot win
-                timed[knobs] = fits[knobs] & ~fits_plain.get(plain_key, np.zeros_like(fits[knobs]))
+                timed[knobs] = fits & ~fits_plain.get(plain_key, np.zeros_like(fits))
         _time(s, batch, timed)
 
 
