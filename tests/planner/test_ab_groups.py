@@ -20,10 +20,11 @@ from moetune.planner.runs import load_configured_runs
 NOISE_FLOOR = 0.02  # repeat-to-repeat spread of Megatron throughput logs where a group publishes no repeat
 
 ORDER_GAPS = {
-    ("R163", "R164"): "gpt-oss-120b 64 x GB200 BF16 with EP overlap: NCCL alltoall measured 4% faster than HybridEP "
-                      "(source note: 'small expert FFN 2880, topk 4'); moetune charges HybridEP's all-to-all less and "
-                      "predicts it 3% faster. What HybridEP costs beside its transfers (its 16 SMs taken from the "
-                      "overlapped GEMMs, its token chunking) is not modelled",
+    ("R163", "R164"): "gpt-oss-120b 64 x GB200 BF16 with EP overlap: NCCL alltoall measured 4% faster than HybridEP; "
+                      "Megatron-Bridge PR #3561 puts it down to 'HybridEP's setup overhead unamortized' on a small "
+                      "expert FFN (2880, topk 4). moetune charges HybridEP no setup cost beyond the all-to-all latency "
+                      "every dispatcher pays, so it predicts HybridEP 3% faster; to flip the pair the setup would have "
+                      "to cost about 1.5 ms per layer and micro-batch, which no public figure supports",
     ("R126", "R129"): "Qwen3-30B-A3B 16 x GB200: BF16 without graphs measured 10% faster than the PR #5728 re-measure "
                       "of MXFP8 with TE-scoped graphs; moetune gives MXFP8 +18% (its FP8 gain for narrow models is "
                       "optimistic, docs/time.md; R129 is also a listed TFLOP/s gap)",
