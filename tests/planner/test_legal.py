@@ -75,3 +75,15 @@ def test_pinning_an_illegal_knob_is_one_clear_error():
     with pytest.raises(MoetuneError, match=r"ep_overlap\.mtp_layers.*mtp_num_layers=3.*--fix"):
         plan(load_model("minimax-m2"), load_gpu("h100"), 64, Workload(seq_length=4096, global_batch_size=512),
              fixed={"ep_overlap": [True]})
+
+
+@pytest.mark.parametrize(("gpu", "world", "ep", "allowed"), [("h100", 64, 32, True), ("gb200", 128, 128, False),
+                                                             ("gb200", 128, 64, True)])
+def test_hybridep_reach_matches_the_rule(gpu, world, ep, allowed):
+    """The search's HybridEP limit is the rule's: EP within the NVLink domain on NVL72 racks only (HybridEP crosses
+    8-GPU H100 nodes over RDMA; Bridge's H100 DeepSeek-V3 recipe runs it at EP64). Qwen3-235B-A22B, 128 experts."""
+    result = plan(load_model("qwen3-235b-a22b"), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=1024),
+                  fixed={"ep": ep, "dispatcher": ["hybridep"]}, top=1)
+    assert bool(result.results) == allowed
+    for pick in result.results:
+        assert rule_errors(pick) == []

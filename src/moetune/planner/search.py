@@ -61,8 +61,9 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
         return np.zeros(batch.size, bool)
     fits = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads) <= gpu.capacity_bytes
     f = batch.fields
-    if knobs.dispatcher == "hybridep":  # HybridEP's EP group must fit one NVLink domain (rule
-        fits &= f.ep[:, 0] <= gpu.nvlink_domain  # dispatcher.hybridep_ep_exceeds_domain)
+    if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks HybridEP's EP group must fit
+        fits &= f.ep[:, 0] <= gpu.nvlink_domain  # the domain (rule dispatcher.hybridep_ep_exceeds_domain); across
+        # 8-GPU nodes it reaches the other nodes over RDMA (Bridge's H100 DeepSeek-V3 recipe: EP64, hybridep)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1
         fits &= (f.ep[:, 0] > 1) & ((f.pp[:, 0] == 1) | (f.vpp[:, 0] > 1))
     return fits
