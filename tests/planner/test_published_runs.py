@@ -36,6 +36,11 @@ KNOWN_GAPS = {
             "overlap (R093) fits, so the model over-charges the exposed HybridEP all-to-all inside the NVL72 "
             "domain (the GB200 all-to-all multiplier is held down by the gpt-oss runs)",
     "R002": "DeepSeek-V3 256 x GB200 (26.02.01) -18%: see R020",
+    "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -32%: HybridEP EP64 across 8 nodes with neither EP "
+            "overlap nor overlapped gradient reduce-scatter (its recipe turns both off) measures 61.8 s a step, while "
+            "moetune's compute alone is 62.7 s and its exposed all-to-all 25.7 s. Its H100 siblings with EP overlap "
+            "(R051/R052, FP8) fit, so the exposed inter-node all-to-all of this layout is over-charged (DeepSeek-V3's "
+            "node-limited routing, at most 4 of 8 nodes a token, is not in the deduplication model) or BF16 compute is",
     "R015": "Nemotron-3-Nano (hybrid Mamba) GB300 +31% while its H100 run (R017) fits: unexplained (a separate "
             "Mamba-2 scan efficiency moved these rows by under 3 points; tile quantization of its 1856-wide "
             "experts by 2; a faster attention on GB300, its doubled exponential units, by 6)",

@@ -16,8 +16,21 @@ EFF = {"dp_overlap_hide": 1.0}
 
 def test_traffic_within_the_windows_is_hidden():
     # 3 s of stage compute per micro-batch: 2 s of backward hides the reduce-scatter, 1 s of forward the all-gather
-    assert dp_exposed_seconds(1.5, 0.5, 3.0, EFF) == 0.0
-    assert dp_exposed_seconds(2.5, 1.5, 3.0, EFF) == pytest.approx(0.5 + 0.5)
+    on = Knobs()
+    assert dp_exposed_seconds(1.5, 0.5, 3.0, EFF, on) == 0.0
+    assert dp_exposed_seconds(2.5, 1.5, 3.0, EFF, on) == pytest.approx(0.5 + 0.5)
+
+
+def test_overlap_flags_off_expose_their_collective():
+    """ddp.overlap_grad_reduce / overlap_param_gather off: that collective runs outside the pipeline, all exposed."""
+    assert dp_exposed_seconds(1.5, 0.5, 3.0, EFF, Knobs(overlap_grad_reduce=False)) == pytest.approx(1.5)
+    assert dp_exposed_seconds(1.5, 0.5, 3.0, EFF, Knobs(overlap_param_gather=False)) == pytest.approx(0.5)
+    spec, gpu = load_model("gpt-oss-120b"), load_gpu("b200")
+    lay, wl = Layout(world_size=64, ep=8), Workload(seq_length=4096, micro_batch_size=4, global_batch_size=1280)
+    base = Knobs(precision="bf16", dispatcher="hybridep", routing="force-balance")
+    on, off = (estimate(spec, gpu, lay, wl, Knobs(**{**{f: getattr(base, f) for f in base.__slots__},
+                                                    "overlap_grad_reduce": flag})) for flag in (True, False))
+    assert off.time["step_seconds"] > on.time["step_seconds"]
 
 
 def test_exposed_dp_does_not_shrink_with_more_micro_batches():

@@ -69,6 +69,10 @@ class Knobs:
     ep_overlap: bool = False  # overlap_moe_expert_parallel_comm
     delay_wgrad: bool = False  # delay_wgrad_compute
     tp_comm_overlap: bool = False  # tp_comm_overlap (TE userbuffers)
+    # ddp.overlap_grad_reduce / ddp.overlap_param_gather: on in Megatron Bridge's recipes (Megatron's own default is
+    # off); a recipe may turn one off (the H100 DeepSeek-V3 one: overlap_grad_reduce=False)
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
     routing: Literal["dropless", "force-balance"] = "dropless"
     token_imbalance: float | None = None  # max/mean tokens per expert rank; None: DROPLESS_IMBALANCE / 1.0
 

@@ -61,6 +61,7 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "comm_overlap.overlap_moe_expert_parallel_comm": k.ep_overlap,
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
         "comm_overlap.tp_comm_overlap": k.tp_comm_overlap,
+        "ddp.overlap_grad_reduce": k.overlap_grad_reduce, "ddp.overlap_param_gather": k.overlap_param_gather,
         "optimizer.use_distributed_optimizer": k.distributed_optimizer,
         "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
         "optimizer.optimizer_offload_fraction": k.optimizer_offload_fraction,
@@ -175,6 +176,8 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
         delay_wgrad=bool(config.get("comm_overlap.delay_wgrad_compute")),
         tp_comm_overlap=bool(config.get("comm_overlap.tp_comm_overlap")),
+        overlap_grad_reduce=bool(config.get("ddp.overlap_grad_reduce")),  # Megatron's default: off
+        overlap_param_gather=bool(config.get("ddp.overlap_param_gather")),
         routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
         offload_modules=frozenset(_get(config, "model.offload_modules", []) or [])
         if config.get("model.fine_grained_activation_offloading") else frozenset())

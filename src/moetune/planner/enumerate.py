@@ -183,5 +183,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(ov, fixed),
                           routing=routing, optimizer_offload_fraction=off,
                           main_grads_fp32=fixed.get("main_grads_fp32", True),
+                          overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
+                          overlap_param_gather=fixed.get("overlap_param_gather", True),
                           offload_modules=fixed.get("offload_modules", frozenset())))
     return grid

@@ -82,6 +82,7 @@ def knobs_json(k: Knobs) -> dict:
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
         "routing": k.routing, "token_imbalance": k.imbalance, "tp_comm_overlap": k.tp_comm_overlap,
         "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),
+        "overlap_grad_reduce": k.overlap_grad_reduce, "overlap_param_gather": k.overlap_param_gather,
     }
 
 

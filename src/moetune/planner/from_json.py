@@ -46,7 +46,9 @@ def estimate_from_json(data: dict, rank: int = 1) -> Estimate:
                   cuda_graph_scope=tuple(k["cuda_graph_scope"]), ep_overlap=k["ep_overlap"],
                   delay_wgrad=k["delay_wgrad"], tp_comm_overlap=k.get("tp_comm_overlap", False),
                   routing=k["routing"], token_imbalance=k.get("token_imbalance"),
-                  offload_modules=frozenset(k.get("offload_modules", [])))
+                  offload_modules=frozenset(k.get("offload_modules", [])),
+                  overlap_grad_reduce=k.get("overlap_grad_reduce", True),
+                  overlap_param_gather=k.get("overlap_param_gather", True))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return estimate(load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"]), layout, workload, knobs)

@@ -52,6 +52,10 @@ def _run(row: dict) -> Run:
         ep_overlap=row["ep_overlap"] == "true", delay_wgrad=row["delay_wgrad"] == "true",
         routing=row["routing"], main_grads_fp32=False,  # perf recipes: grad_reduce_in_fp32=False (notes item 1)
         offload_modules=parse_offload_modules(row["offload_modules"]),
+        # blank: on, as Megatron Bridge's recipes set them (ddp.overlap_grad_reduce / overlap_param_gather = True);
+        # a row says "false" where its recipe turns one off
+        overlap_grad_reduce=row["overlap_grad_reduce"] != "false",
+        overlap_param_gather=row["overlap_param_gather"] != "false",
     )
     return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
                workload=Workload(seq_length=_int(row["seq_length"]), micro_batch_size=_int(row["micro_batch_size"]),

@@ -219,14 +219,17 @@ def ep_overlap_unpaired(lay) -> float:
     return np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0)
 
 
-def dp_exposed_seconds(rs, ag, stage_compute, eff: dict):
+def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs):
     """DP traffic left exposed: gradients accumulate over the micro-batches, so the reduce-scatter can only run
-    under the last micro-batch's backward, and the parameter all-gather (overlap_param_gather) under the first
-    one's forward (Megatron-Core distributed/param_and_grad_buffer.py: buckets launch when their last gradient is
-    ready / before their first use). `dp_overlap_hide` of each window's compute is usable."""
+    under the last micro-batch's backward (overlap_grad_reduce), and the parameter all-gather under the first
+    one's forward (overlap_param_gather) (Megatron-Core distributed/param_and_grad_buffer.py: buckets launch when
+    their last gradient is ready / before their first use). `dp_overlap_hide` of each window's compute is usable;
+    with an overlap flag off, that collective runs after (before) the pipeline, all exposed."""
     backward = stage_compute * BWD_GEMM / (1 + BWD_GEMM)
     hide = eff["dp_overlap_hide"]
-    return np.maximum(rs - hide * backward, 0.0) + np.maximum(ag - hide * (stage_compute - backward), 0.0)
+    rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
+    ag_hidden = hide * (stage_compute - backward) if knobs.overlap_param_gather else 0.0
+    return np.maximum(rs - rs_hidden, 0.0) + np.maximum(ag - ag_hidden, 0.0)
 
 
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
@@ -237,7 +240,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     big = max(stage_params(spec, lay), key=lambda s: s.total)
     (rs, ag), optimizer, offload = iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff)
     dp_raw = float(rs + ag)
-    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff))
+    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs))
     unpaired = float(ep_overlap_unpaired(lay)) * (slow["comm_raw"].get("ep_alltoall", 0.0)
                                                  - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap else 0.0
     walls = {
