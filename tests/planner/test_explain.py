@@ -1,6 +1,7 @@
 """explain: the seeds' first answer with this run's numbers; moves are re-estimated, not asserted."""
 
 import json
+from dataclasses import replace
 
 from moetune.cli.main import main
 from moetune.layout.knobs import Knobs
@@ -9,6 +10,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import _apply, _moves, explain
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -93,3 +95,13 @@ def test_fit_flags_a_tight_margin():
     roomy = explain(plan(spec, gpu, 16, wl, top=1, headroom_gib=6).results[0])["fit"]
     assert tight["capacity_gib"] - tight["peak_gib"] < 0.03 * tight["capacity_gib"]
     assert "--headroom" in tight["note"] and "note" not in roomy
+
+
+def test_retune_turns_dp_overlap_back_on():
+    """gpt-oss-120b on 64 B200 at PP1 EP8 as R006 ran it holds 16 B parameters per rank: with overlap_grad_reduce off
+    the whole gradient reduce-scatter is exposed, and explain offers the DP overlap back with a measured gain."""
+    run = next(r for r in load_configured_runs() if r.run_id == "R006")
+    e = estimate(run.model, run.gpu, run.layout, run.workload, replace(run.knobs, overlap_grad_reduce=False))
+    assert e.fits
+    moves = {m["rule"]: m for m in explain(e)["retune"]}
+    assert moves["dp_overlap"]["predicted_gain"] > 0
