@@ -116,3 +116,14 @@ def test_headroom_keeps_memory_free():
     assert roomy.capacity_gib == tight.capacity_gib and roomy.headroom_gib == 6
     with pytest.raises(MoetuneError, match="--headroom"):
         plan(spec, gpu, 16, wl, headroom_gib=80)
+
+
+def test_ep1_candidates_are_listed_once_with_alltoall():
+    """At EP=1 no token leaves the rank, so DeepEP/HybridEP would repeat the alltoall candidate: Qwen3-30B-A3B on
+    72 GB200 picks EP1 layouts, each listed once."""
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("gb200"), 72, Workload(seq_length=4096, global_batch_size=576),
+                  top=5)
+    ep1 = [r for r in result.results if r.layout.ep == 1]
+    assert ep1 and all(r.knobs.dispatcher == "alltoall" for r in ep1)
+    keys = [(r.layout, r.workload.micro_batch_size, r.knobs) for r in result.results]
+    assert len(keys) == len(set(keys))

@@ -65,6 +65,8 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
     if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks HybridEP's EP group must fit
         fits &= f.ep[:, 0] <= gpu.nvlink_domain  # the domain (rule dispatcher.hybridep_ep_exceeds_domain); across
         # 8-GPU nodes it reaches the other nodes over RDMA (Bridge's H100 DeepSeek-V3 recipe: EP64, hybridep)
+    if knobs.dispatcher != "alltoall":  # at EP=1 no token leaves the rank: a flex backend is the alltoall run again,
+        fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1
         fits &= (f.ep[:, 0] > 1) & ((f.pp[:, 0] == 1) | (f.vpp[:, 0] > 1))
     return fits
