@@ -6,7 +6,8 @@ import math
 import pytest
 
 from moetune.layout.validate import validate
-from moetune.planner.calibrate import calibrate, predict, split, unfitted_predictions
+from moetune.planner.ab_order import ordered_pairs
+from moetune.planner.calibrate import calibrate, fitted_effs, predict, split, unfitted_predictions
 from moetune.planner.runs import load_runs, tokens_from_tflops
 from moetune.walls.efficiency import efficiency
 from moetune.cli.calibrate_cmd import fitted_toml
@@ -53,3 +54,12 @@ def test_runs_published_as_tflops_only_are_reported_unfitted(fit):
     for p in rows:
         assert p.run.tokens_per_s_per_gpu is None and p.target == tokens_from_tflops(p.run)
     assert sum(abs(p.error) <= 0.15 for p in rows) >= 0.7 * len(rows)
+
+
+def test_ab_order_with_the_fitted_constants_matches_the_shipped_ones(fit):
+    """calibrate reports the A/B order with its own fit; the shipped constants are that fit, so it agrees pair by
+    pair with planner/ab_order.py's default (tests/planner/test_ab_groups.py lists the disagreements)."""
+    _, (fitted, _, _) = fit
+    refit = {(q.faster, q.slower): q.agrees for q in ordered_pairs(fitted_effs(fitted))}
+    shipped = {(q.faster, q.slower): q.agrees for q in ordered_pairs()}
+    assert refit == shipped and len(refit) >= 15

@@ -7,9 +7,11 @@ import click
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.layout.validate import validate
+from moetune.planner.ab_order import ordered_pairs
 from moetune.planner.calibrate import (
     COMPUTE_KEYS,
     calibrate,
+    fitted_effs,
     unfitted_predictions,
     with_params,
 )
@@ -55,8 +57,11 @@ def command(write_path: str | None, as_json: bool) -> None:
     rows = [{"run_id": p.run.run_id, "subset": subset, "model": p.run.model.name, "gpu": p.run.gpu.key,
              "gpus": p.run.layout.world_size, "measured": p.target, "predicted": p.predicted, "error": p.error}
             for subset, preds in (("fit", on_fit), ("held-out", held), (TFLOPS_ONLY, unfitted)) for p in preds]
+    pairs = ordered_pairs(fitted_effs(fitted))
+    order = [{"group": q.group, "faster": q.faster, "slower": q.slower, "measured_gap": q.measured_gap,
+              "predicted_gap": q.predicted_gap, "agrees": q.agrees} for q in pairs]
     if as_json:
-        emit_json({"fitted": fitted, "runs": rows})
+        emit_json({"fitted": fitted, "runs": rows, "ab_order": order})
         return
     out = console()
     out.print(table("Fitted per GPU (host CPU cost: one value for all)", ["gpu", "compute x", "all-to-all x",
@@ -74,3 +79,6 @@ def command(write_path: str | None, as_json: bool) -> None:
             out.print(f"{subset}: median |error| {100 * statistics.median(errs):.1f}%, {within}/{len(errs)} within 15%")
     out.print(f"({TFLOPS_ONLY}: runs published as TFLOP/s only, in tokens where every FLOP convention agrees; "
               "never fitted)")
+    wrong = [f"{q['faster']} > {q['slower']}" for q in order if not q["agrees"]]
+    out.print(f"A/B groups: {len(order) - len(wrong)}/{len(order)} pairs in the measured order (pairs whose measured "
+              f"gap exceeds the group's repeat noise)" + (f"; predicted the other way: {', '.join(wrong)}" if wrong else ""))

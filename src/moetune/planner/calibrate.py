@@ -123,14 +123,14 @@ def fit_all(runs: list[Run]) -> dict[str, dict[str, float]]:
     return {g: {**p, "host_us_per_layer": float(host)} for g, p in fitted.items()}
 
 
-def _fitted_effs(fitted: dict) -> dict[str, dict]:
+def fitted_effs(fitted: dict) -> dict[str, dict]:
     return {gpu: with_params(efficiency(gpu, priors_only=True), p) for gpu, p in fitted.items()}
 
 
 def unfitted_predictions(fitted: dict) -> list[Prediction]:
     """The runs published as TFLOP/s only, in tokens where every FLOP convention agrees, predicted with the fitted
     constants: a check never used in the fit."""
-    effs = _fitted_effs(fitted)
+    effs = fitted_effs(fitted)
     out = []
     for run in load_configured_runs():
         tokens = tokens_from_tflops(run) if run.tokens_per_s_per_gpu is None else None
@@ -143,7 +143,7 @@ def calibrate(runs: list[Run]) -> tuple[dict[str, dict], list[Prediction], list[
     """Fit per GPU on the calibration subset; return fitted constants and predictions on both subsets."""
     fit_runs, held = split(runs)
     fitted = fit_all(fit_runs)
-    effs = _fitted_effs(fitted)
+    effs = fitted_effs(fitted)
     on_fit = [predict(r, effs[r.gpu.key]) for r in fit_runs]
     on_held = [predict(r, effs[r.gpu.key]) for r in held if r.gpu.key in effs]
     return fitted, on_fit, on_held

@@ -71,6 +71,11 @@ def _rows() -> list[dict]:
     return list(csv.DictReader(text.splitlines()))
 
 
+def published_rows() -> dict[str, dict]:
+    """Every row of published_runs.csv by run_id, as text fields."""
+    return {r["run_id"]: r for r in _rows()}
+
+
 def load_runs() -> list[Run]:
     """Rows with every field the planner needs and tokens/s (the others lack a published config field)."""
     return [_run(r) for r in _rows() if all(r[k].strip() for k in REQUIRED)]

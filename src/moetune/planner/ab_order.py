@@ -1,0 +1,74 @@
+"""The measured order within each A/B group of the published runs (published_runs.csv `ab_group`: one model, one
+cluster, one source), against the predicted order.
+
+A pair of different configurations counts only when its measured gap is larger than the group's own repeat noise
+(the largest gap between two rows of the group that measured the same configuration twice), and at least
+NOISE_FLOOR when the group has no repeat: a smaller gap says nothing about order.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import combinations
+
+from moetune.planner.runs import Run, load_configured_runs, published_rows
+from moetune.walls.efficiency import efficiency
+from moetune.walls.step import step_time
+
+NOISE_FLOOR = 0.02  # repeat-to-repeat spread of Megatron throughput logs where a group publishes no repeat
+
+
+@dataclass(kw_only=True, slots=True)
+class OrderedPair:
+    group: str
+    faster: str  # run_id measured faster
+    slower: str
+    measured_gap: float  # faster / slower - 1, measured
+    predicted_gap: float  # the same ratio, predicted (negative: predicted in the other order)
+
+    @property
+    def agrees(self) -> bool:
+        return self.predicted_gap > 0
+
+
+def _measured(row: dict) -> float:
+    """Tokens/s/GPU, else TFLOP/s/GPU: within one group (one model and source) either orders the same."""
+    return float(row["tokens_per_s_per_gpu"] or row["tflops_per_gpu"])
+
+
+def _config(run: Run) -> tuple:
+    return run.layout, run.workload, run.knobs
+
+
+def group_pairs() -> list[tuple[str, Run, Run, float]]:
+    """(group, faster run, slower run, measured gap) for every pair that counts."""
+    rows, runs = published_rows(), {r.run_id: r for r in load_configured_runs()}
+    groups = defaultdict(list)
+    for rid, row in rows.items():
+        if row["ab_group"] and rid in runs:
+            groups[row["ab_group"]].append(rid)
+    out = []
+    for name, ids in sorted(groups.items()):
+        pairs = [tuple(sorted((a, b), key=lambda r: -_measured(rows[r]))) for a, b in combinations(sorted(ids), 2)]
+        gap = {(a, b): _measured(rows[a]) / _measured(rows[b]) - 1 for a, b in pairs}
+        repeats = [gap[p] for p in pairs if _config(runs[p[0]]) == _config(runs[p[1]])]
+        noise = max(repeats, default=NOISE_FLOOR)
+        out += [(name, runs[a], runs[b], gap[(a, b)]) for a, b in pairs
+                if _config(runs[a]) != _config(runs[b]) and gap[(a, b)] > noise]
+    return out
+
+
+def _predicted(run: Run, effs: dict) -> float:
+    return step_time(run.model, run.layout, run.workload, run.knobs, run.gpu, effs[run.gpu.key])[
+        "tokens_per_s_per_gpu"]
+
+
+def ordered_pairs(effs: dict | None = None) -> list[OrderedPair]:
+    """Every counted pair with its measured and predicted gaps (`effs`: efficiency constants per GPU key; the
+    shipped ones by default)."""
+    out = []
+    for group, fast, slow, gap in group_pairs():
+        effs_used = effs or {k: efficiency(k) for k in (fast.gpu.key, slow.gpu.key)}
+        predicted = _predicted(fast, effs_used) / _predicted(slow, effs_used) - 1
+        out.append(OrderedPair(group=group, faster=fast.run_id, slower=slow.run_id, measured_gap=gap,
+                               predicted_gap=predicted))
+    return out
