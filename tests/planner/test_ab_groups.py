@@ -37,3 +37,13 @@ def test_pair_in_measured_order(pair):
 
 def test_listed_gaps_are_pairs():
     assert set(ORDER_GAPS) <= {tuple(sorted((p.faster, p.slower))) for p in PAIRS}
+
+
+def test_a_group_is_compared_in_one_metric():
+    """Rows of a group are compared in the column every one of them publishes (tokens/s, else TFLOP/s); a group
+    mixing the two is left out rather than compared across units."""
+    from moetune.planner.ab_order import _metric
+    assert _metric([{"tokens_per_s_per_gpu": "10", "tflops_per_gpu": "1"},
+                    {"tokens_per_s_per_gpu": "", "tflops_per_gpu": "2"}]) == "tflops_per_gpu"
+    assert _metric([{"tokens_per_s_per_gpu": "10", "tflops_per_gpu": ""},
+                    {"tokens_per_s_per_gpu": "", "tflops_per_gpu": "2"}]) is None

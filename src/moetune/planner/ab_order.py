@@ -30,9 +30,13 @@ class OrderedPair:
         return self.predicted_gap > 0
 
 
-def _measured(row: dict) -> float:
-    """Tokens/s/GPU, else TFLOP/s/GPU: within one group (one model and source) either orders the same."""
-    return float(row["tokens_per_s_per_gpu"] or row["tflops_per_gpu"])
+def _metric(rows: list[dict]) -> str | None:
+    """The throughput column every row of a group publishes: tokens/s/GPU, else TFLOP/s/GPU (within one model and
+    source either orders the same); None when the rows publish different ones."""
+    for column in ("tokens_per_s_per_gpu", "tflops_per_gpu"):
+        if all(r[column] for r in rows):
+            return column
+    return None
 
 
 def _config(run: Run) -> tuple:
@@ -48,8 +52,12 @@ def group_pairs() -> list[tuple[str, Run, Run, float]]:
             groups[row["ab_group"]].append(rid)
     out = []
     for name, ids in sorted(groups.items()):
-        pairs = [tuple(sorted((a, b), key=lambda r: -_measured(rows[r]))) for a, b in combinations(sorted(ids), 2)]
-        gap = {(a, b): _measured(rows[a]) / _measured(rows[b]) - 1 for a, b in pairs}
+        column = _metric([rows[i] for i in ids])
+        if column is None:
+            continue
+        value = {i: float(rows[i][column]) for i in ids}
+        pairs = [tuple(sorted((a, b), key=lambda r: -value[r])) for a, b in combinations(sorted(ids), 2)]
+        gap = {(a, b): value[a] / value[b] - 1 for a, b in pairs}
         repeats = [gap[p] for p in pairs if _config(runs[p[0]]) == _config(runs[p[1]])]
         noise = max(repeats, default=NOISE_FLOOR)
         out += [(name, runs[a], runs[b], gap[(a, b)]) for a, b in pairs
