@@ -5,7 +5,7 @@ to agree."""
 
 import pytest
 
-from moetune.planner.ab_order import group_pairs, ordered_pairs
+from moetune.planner.ab_order import _metric, group_pairs, ordered_pairs
 
 ORDER_GAPS = {
     ("R163", "R164"): "gpt-oss-120b 64 x GB200 BF16 with EP overlap: NCCL alltoall measured 4% faster than HybridEP; "
@@ -42,7 +42,6 @@ def test_listed_gaps_are_pairs():
 def test_a_group_is_compared_in_one_metric():
     """Rows of a group are compared in the column every one of them publishes (tokens/s, else TFLOP/s); a group
     mixing the two is left out rather than compared across units."""
-    from moetune.planner.ab_order import _metric
     assert _metric([{"tokens_per_s_per_gpu": "10", "tflops_per_gpu": "1"},
                     {"tokens_per_s_per_gpu": "", "tflops_per_gpu": "2"}]) == "tflops_per_gpu"
     assert _metric([{"tokens_per_s_per_gpu": "10", "tflops_per_gpu": ""},
