@@ -10,11 +10,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import combinations
 
+from moetune.planner.calibrate import predict
 from moetune.planner.runs import Run, load_configured_runs, published_rows
 from moetune.walls.efficiency import efficiency
-from moetune.walls.step import step_time
 
-NOISE_FLOOR = 0.02  # repeat-to-repeat spread of Megatron throughput logs where a group publishes no repeat
+# Gap below which a group with no repeated measurement says nothing about order. Our choice, between the repeat
+# spreads the data shows (0.6% for the GB300 weak-scaling cards, 2.7%-7% for the Megatron-LM README re-measures).
+NOISE_FLOOR = 0.02
 
 
 @dataclass(kw_only=True, slots=True)
@@ -65,18 +67,12 @@ def group_pairs() -> list[tuple[str, Run, Run, float]]:
     return out
 
 
-def _predicted(run: Run, effs: dict) -> float:
-    return step_time(run.model, run.layout, run.workload, run.knobs, run.gpu, effs[run.gpu.key])[
-        "tokens_per_s_per_gpu"]
-
-
 def ordered_pairs(effs: dict | None = None) -> list[OrderedPair]:
     """Every counted pair with its measured and predicted gaps (`effs`: efficiency constants per GPU key; the
-    shipped ones by default)."""
-    out = []
-    for group, fast, slow, gap in group_pairs():
-        effs_used = effs or {k: efficiency(k) for k in (fast.gpu.key, slow.gpu.key)}
-        predicted = _predicted(fast, effs_used) / _predicted(slow, effs_used) - 1
-        out.append(OrderedPair(group=group, faster=fast.run_id, slower=slow.run_id, measured_gap=gap,
-                               predicted_gap=predicted))
-    return out
+    shipped ones by default). Each run is predicted once, however many pairs it is in."""
+    pairs, predicted = group_pairs(), {}
+    for run in {r.run_id: r for _, fast, slow, _ in pairs for r in (fast, slow)}.values():
+        predicted[run.run_id] = predict(run, (effs or {}).get(run.gpu.key) or efficiency(run.gpu.key)).predicted
+    return [OrderedPair(group=group, faster=fast.run_id, slower=slow.run_id, measured_gap=gap,
+                        predicted_gap=predicted[fast.run_id] / predicted[slow.run_id] - 1)
+            for group, fast, slow, gap in pairs]

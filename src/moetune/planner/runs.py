@@ -2,6 +2,7 @@
 
 import csv
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from typing import get_args
 
@@ -66,9 +67,11 @@ def _run(row: dict) -> Run:
                ab_group=row["ab_group"], release=row["release"], source=row["source"])
 
 
-def _rows() -> list[dict]:
+@cache
+def _rows() -> tuple[dict, ...]:
+    """published_runs.csv, read once per process (rows are not modified)."""
     text = (resources.files("moetune") / "data" / "published_runs.csv").read_text()
-    return list(csv.DictReader(text.splitlines()))
+    return tuple(csv.DictReader(text.splitlines()))
 
 
 def published_rows() -> dict[str, dict]:

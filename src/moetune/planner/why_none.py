@@ -18,8 +18,9 @@ LAYOUT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp")
 
 
 def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str | None:
-    """The layout rule these pins break on their own (other dimensions at 1, VPP at 2 where PP > 1 asks for it),
-    or None when some completion could be legal."""
+    """The layout rule these pins break on their own (the other dimensions at 1), or None when some completion
+    could be legal. The layer split is judged only when no split of the planner's fits (pipeline_variants): uneven
+    or embedding/loss-weighted stages can rescue a PP the even split refuses."""
     vpp = pins.get("vpp", 1)
     try:
         lay = Layout(world_size=world, **{**pins, "vpp": vpp})

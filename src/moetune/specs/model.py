@@ -122,6 +122,11 @@ class ModelSpec:
         return len(self.layers)
 
     @property
+    def layer_kinds(self) -> frozenset[LayerKind]:
+        """Every kind of layer the model runs: its decoder layers' and its MTP layers'."""
+        return frozenset(self.layers) | ({self.mtp_layer_kind} if self.mtp_num_layers else frozenset())
+
+    @property
     def num_moe_layers(self) -> int:
         return sum(layer.mlp == "moe" for layer in self.layers)
 

@@ -185,8 +185,7 @@ def offload_staging_bytes(spec: ModelSpec, ctx: ActivationContext):
     (Megatron bounds the copies in flight with fine_grained_offloading_max_inflight_offloads)."""
     if not ctx.offload_modules:
         return 0
-    kinds = set(spec.layers) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
-    return 2 * reduce(np.maximum, (offloaded_bytes(spec, k, ctx) for k in kinds))
+    return 2 * reduce(np.maximum, (offloaded_bytes(spec, k, ctx) for k in spec.layer_kinds))
 
 
 def _layer_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict[str, int]:

@@ -72,9 +72,8 @@ def _per_stage(b: LayoutBatch, spec: ModelSpec, per_kind) -> np.ndarray:
 def _activations(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs) -> np.ndarray:
     f = b.fields
     flight = b.memo(("flight", gbs), lambda: in_flight(f, b.stage_index, gbs // (b.mbs * f.dp)))
-    kinds = set(b.kinds) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
     saved = {k: _on_shapes(b, seq, knobs, lambda c, k=k: sum(layer_activation_items(spec, k, c).values()))
-             for k in kinds}
+             for k in spec.layer_kinds}
     if knobs.recompute == "full":
         stored = _per_stage(b, spec, lambda k: _on_shapes(b, seq, knobs,
                                                          lambda c: full_recompute_layer_bytes(spec, c)))
@@ -109,9 +108,8 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     """Per layer kind, (compute, exposed communication, host) seconds per micro-batch on each distinct shape."""
     u, _ = distinct_shapes(b)
     ctx, r = _shape_ctx(u, seq, knobs), rates(gpu, knobs.precision, eff)
-    kinds = set(b.kinds) | ({spec.mtp_layer_kind} if spec.mtp_num_layers else set())
     out = {}
-    for kind in kinds:
+    for kind in spec.layer_kinds:
         compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
                           knobs.imbalance),
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
