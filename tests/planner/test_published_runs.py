@@ -23,34 +23,24 @@ RUNS = load_runs()
 KNOWN_GAPS = {
     "R029": "same table config and preset as R011 (QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1; NeMo 26.02 vs "
             "26.02.01) yet 118 vs 208 TFLOP/s/GPU: no config field tells them apart; the prediction sits between "
-            "the two (R011 -20%, R029 +42%)",
+            "the two (R011 -22%, R029 +38%)",
     "R011": "see R029",
-    "R096": "gpt-oss-120b full-iteration MXFP8 on 64 GB300 +26%; its dispatcher/precision A/B (R163-R166) measures "
+    "R096": "gpt-oss-120b full-iteration MXFP8 on 64 GB300 +24%; its dispatcher/precision A/B (R163-R166) measures "
             "MXFP8 barely faster than BF16, so the model's MXFP8 GEMM gain is too large for this narrow model (FP8 "
             "casts, attention sinks and 64-wide heads are candidates, unverified). Its BF16 runs on Blackwell sit "
-            "at +8% to +12% (GEMM tile quantization of the 2880-wide weights and the DP traffic only the first/last "
-            "micro-batch hides are charged)",
-    "R044": "DeepSeek-V3 256 x B200 alltoall (NeMo 25.11) +18%: the B200 fit puts every dispatcher at the "
-            "0.95 cap (pulled by R024's cross-node alltoall), so alltoall costs no more than HybridEP here",
-    "R020": "DeepSeek-V3 256 x GB200 (26.02) -16%, as R002; the same layout with full-iteration graphs and EP "
-            "overlap (R093) fits, so the model over-charges the exposed HybridEP all-to-all inside the NVL72 "
-            "domain (the GB200 all-to-all multiplier is held down by the gpt-oss runs)",
-    "R002": "DeepSeek-V3 256 x GB200 (26.02.01) -18%: see R020",
-    "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -32%: HybridEP EP64 across 8 nodes with neither EP "
+            "at +2% to +12%",
+    "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -29%: HybridEP EP64 across 8 nodes with neither EP "
             "overlap nor overlapped gradient reduce-scatter (its recipe turns both off) measures 61.8 s a step, while "
-            "moetune's compute alone is 62.7 s and its exposed all-to-all 25.7 s. Its H100 siblings with EP overlap "
-            "(R051/R052, FP8) fit, so the exposed inter-node all-to-all of this layout is over-charged (DeepSeek-V3's "
-            "node-limited routing, at most 4 of 8 nodes a token, is not in the deduplication model) or BF16 compute is",
+            "moetune's compute alone is 62 s. Its H100 siblings with EP overlap (R051/R052, FP8) fit, so the exposed "
+            "inter-node all-to-all of this layout is over-charged (DeepSeek-V3's node-limited routing, at most 4 of "
+            "8 nodes a token, is not in the deduplication model) or BF16 compute is; the H100 fit already holds "
+            "the all-to-all at 0.95 of the NIC rate",
     "R015": "Nemotron-3-Nano (hybrid Mamba) GB300 +31% while its H100 run (R017) fits: unexplained (a separate "
             "Mamba-2 scan efficiency moved these rows by under 3 points; tile quantization of its 1856-wide "
             "experts by 2; a faster attention on GB300, its doubled exponential units, by 6)",
-    "R016": "Nemotron-3-Nano (hybrid Mamba) GB200 +24%: see R015",
+    "R016": "Nemotron-3-Nano (hybrid Mamba) GB200 +27%: see R015",
     "R098": "Nemotron-3-Nano GB300 verification card +17%: R015's recipe a release later, 12% faster with the TE op "
             "fuser, the fused grouped MLP and FP8 attention, kernel paths moetune does not itemise; see R015",
-    "R001": "DeepSeek-V3 256 x GB300 MXFP8 (26.02.01) -16% (R019, the same recipe in 26.02, -15%): the GB300 fit "
-            "balances these wide-GEMM runs against the narrow Nemotron-3-Nano and gpt-oss runs, which it "
-            "over-predicts (R015, R098, R096); a shape-dependent GEMM or cast cost that would separate them is "
-            "not modelled",
 }
 
 
@@ -92,11 +82,11 @@ TFLOPS_GAPS = {
             "PR #5728 refresh (R114, -7%)",
     "R119": "Qwen3-235B-A22B 128 x GB200 TE-scoped graphs (PR #5728 refresh) +30%: the README measured the same "
             "recipe 16% faster (R118, +12%)",
-    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +17% (the refresh R123 is within 12%): measured no faster than "
-            "BF16 (R124/R125, within 8%); moetune charges FP8 no quantization cost, so narrow models gain too much",
-    "R128": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs +20% (R129 the refresh +28%): measured no faster than "
-            "BF16 (R126/R127), as R122",
-    "R129": "see R128",
+    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +22% (the refresh R123 +17%): measured no faster than BF16 "
+            "(R124/R125, within 9%); moetune charges FP8 no quantization cost, so narrow models gain too much",
+    "R123": "see R122",
+    "R129": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs, PR #5728 refresh, +18%: the README measured the same "
+            "recipe 18% slower (R128, +10%); measured no faster than BF16 (R126/R127), as R122",
     "R159": "Qwen3-235B-A22B 256 x GB200 BF16 PP8 EP8 (ModelZoo) -23%: its exposed HybridEP all-to-all (a quarter "
             "of the predicted step) looks nearly free in the measurement, as for R002",
 }

@@ -1,16 +1,69 @@
-"""The EP all-to-all's fixed costs (walls/comms.py): NCCL's alltoall pays a setup per peer, the fused DeepEP /
-HybridEP kernels one launch."""
+"""The EP all-to-all (walls/comms.py): NCCL's alltoall pays a setup per peer and moves a copy per expert; the
+fused DeepEP / HybridEP kernels pay one launch and send a token once per destination rank (checked against a
+simulation of uniform top-k routing)."""
 
+import math
+
+import numpy as np
 import pytest
 
 from moetune.specs.hardware import load_gpu
-from moetune.walls.comms import ep_alltoall_seconds
+from moetune.walls.comms import ep_alltoall_seconds, fused_copies
 from moetune.walls.efficiency import efficiency
 
 
 @pytest.mark.parametrize("ep", [8, 64])
 def test_alltoall_pays_per_peer_fused_kernels_do_not(ep):
     gpu, eff = load_gpu("gb200"), efficiency("gb200")
-    empty = {d: float(ep_alltoall_seconds(0.0, 7168, 8, ep, 1, gpu, eff, d)) for d in ("alltoall", "hybridep")}
+    empty = {d: float(ep_alltoall_seconds(0.0, 7168, 8, 256, ep, 1, gpu, eff, d)) for d in ("alltoall", "hybridep")}
     assert empty["hybridep"] == pytest.approx(eff["a2a_latency_us"] * 1e-6)
     assert empty["alltoall"] == pytest.approx((eff["a2a_latency_us"] + eff["a2a_peer_us"] * (ep - 1)) * 1e-6)
+
+
+def _simulated_copies(num_experts, topk, ep, domain, rng, tokens=20000):
+    """Monte Carlo: route tokens to top-k distinct experts uniformly; count distinct destination ranks in the
+    sender's domain (NVLink sends), distinct remote domains (NIC sends), and ranks reached inside remote domains
+    other than the one a token lands on (NVLink forwarding)."""
+    local = num_experts // ep
+    members = min(ep, domain)
+    picks = np.argsort(rng.random((tokens, num_experts)), axis=1)[:, :topk]
+    ranks = picks // local
+    nvlink = nic = 0
+    for row in ranks:
+        hit = set(row.tolist())
+        own = {r for r in hit if r // members == 0} - {0}  # sender is rank 0 of domain 0
+        remote_domains = {r // members for r in hit} - {0}
+        nvlink += len(own)
+        nic += len(remote_domains)
+        for d in remote_domains:  # lands on the domain's rank with the sender's local index (0), then forwards
+            nvlink += len({r for r in hit if r // members == d} - {d * members})
+    return nvlink / tokens, nic / tokens
+
+
+@pytest.mark.parametrize(("model_experts", "topk", "ep", "gpu_key"), [
+    (128, 8, 8, "gb200"),    # Qwen3-30B-A3B EP8 in one NVL72 rack: 16 experts a rank, many shared
+    (256, 8, 64, "gb200"),   # DeepSeek-V3 EP64 in one rack: 4 experts a rank, few shared
+    (256, 8, 64, "h100"),    # DeepSeek-V3 EP64 over eight 8-GPU nodes: NIC once per node, NVLink forwarding
+    (128, 6, 16, "b200"),    # top-6 over two 8-GPU nodes
+])
+def test_fused_dispatch_sends_a_token_once_per_destination(model_experts, topk, ep, gpu_key):
+    gpu = load_gpu(gpu_key)
+    nvlink, nic = fused_copies(model_experts, topk, ep, 1, gpu)
+    sim_nv, sim_nic = _simulated_copies(model_experts, topk, ep, gpu.nvlink_domain, np.random.default_rng(0))
+    assert float(nvlink) == pytest.approx(sim_nv, rel=0.03)
+    assert float(nic) == pytest.approx(sim_nic, rel=0.03, abs=1e-9)
+
+
+def test_alltoall_sends_one_copy_per_expert_fused_kernels_fewer():
+    """Qwen3-30B-A3B-sized tokens at EP8 in one rack: NCCL's alltoall moves top-k copies, the fused kernels one
+    per rank hit (16 experts a rank, 8 of 128 chosen: about 4.7 ranks of 7 peers), plus a cost per message."""
+    gpu, eff = load_gpu("gb200"), {**efficiency("gb200"), "a2a_token_ns": 0.0, "a2a_peer_us": 0.0}
+    for d in ("alltoall", "deepep", "hybridep"):
+        eff[f"a2a_eff_{d}"] = 1.0
+    t = {d: float(ep_alltoall_seconds(16384.0, 2048, 8, 128, 8, 1, gpu, eff, d)) - eff["a2a_latency_us"] * 1e-6
+         for d in ("alltoall", "hybridep")}
+    ranks_hit = 7 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert t["hybridep"] / t["alltoall"] == pytest.approx(ranks_hit / 7, rel=1e-6)
+    eff["a2a_token_ns"] = 5.0
+    t_msg = float(ep_alltoall_seconds(16384.0, 2048, 8, 128, 8, 1, gpu, eff, "hybridep")) - eff["a2a_latency_us"] * 1e-6
+    assert t_msg - t["hybridep"] == pytest.approx(16384 * ranks_hit * 5e-9, rel=1e-6)

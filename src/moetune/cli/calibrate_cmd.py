@@ -37,7 +37,8 @@ def fitted_toml(fitted: dict) -> str:
     for gpu, params in fitted.items():
         eff = with_params(efficiency(gpu, priors_only=True), params)
         lines.append(f"\n[{gpu}]")
-        for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "host_us_per_layer"):
+        for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "host_us_per_layer",
+                    "a2a_token_ns"):
             lines.append(f"{key} = {eff[key]:.4g}")
     return "\n".join(lines) + "\n"
 
@@ -64,10 +65,10 @@ def command(write_path: str | None, as_json: bool) -> None:
         emit_json({"fitted": fitted, "runs": rows, "ab_order": order})
         return
     out = console()
-    out.print(table("Fitted per GPU (host CPU cost: one value for all)", ["gpu", "compute x", "all-to-all x",
-                                                                        "host us/layer"],
-                    [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}"]
-                     for g, p in fitted.items()]))
+    out.print(table("Fitted per GPU (host CPU cost and all-to-all token cost: one value for all)",
+                    ["gpu", "compute x", "all-to-all x", "host us/layer", "a2a ns/token"],
+                    [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}",
+                      f"{p['a2a_token_ns']:.2f}"] for g, p in fitted.items()]))
     out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",
                                                             "predicted", "error"],
                     [[r["run_id"], r["subset"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",

@@ -4,7 +4,8 @@ Fitted (joint log grids, then refinement in turn: fit_all) on the mean squared l
 tokens/s/GPU: per GPU, one multiplier on the compute efficiencies (BF16 and FP8 GEMM, attention, elementwise
 bandwidth keep their documented ratios) and one on the EP all-to-all efficiencies; for all GPUs together, the
 host CPU cost of issuing a layer (a property of the host and Megatron's Python, and only runs whose GPU work per
-layer is small can pin it: no GB200/GB300 run is host-bound). The calibration subset is documented and fixed:
+layer is small can pin it: no GB200/GB300 run is host-bound) and the fused all-to-all's cost per token message
+(a property of the DeepEP/HybridEP kernels; only the spread of hidden sizes across models pins it). The calibration subset is documented and fixed:
 the runs of each GPU in run_id order, every other one starting with the first. The rest are held out
 and their errors reported (``moetune calibrate``).
 """
@@ -19,7 +20,11 @@ from moetune.walls.efficiency import efficiency
 from moetune.walls.step import step_time
 
 PER_GPU = ("compute_scale", "a2a_scale")
-BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_layer": (0.0, 30000.0)}
+# Fitted once for every GPU: the host CPU cost of issuing a layer, and the per-token message cost of the fused
+# DeepEP/HybridEP all-to-all kernels (both properties of software, not of one GPU).
+SHARED = ("host_us_per_layer", "a2a_token_ns")
+BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_layer": (0.0, 30000.0),
+          "a2a_token_ns": (0.0, 40.0)}
 COMPUTE_KEYS = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "mem_eff")
 A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "a2a_eff_allgather")
 
@@ -50,10 +55,12 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def with_params(base: dict, params: dict) -> dict:
-    """Efficiency constants with the fitted multipliers applied (each stays a fraction <= 0.95)."""
-    eff = {**base, "host_us_per_layer": params.get("host_us_per_layer", base["host_us_per_layer"])}
+    """Efficiency constants with the fitted multipliers applied: a compute efficiency stays <= 0.95 of its peak, an
+    all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the achieved share of either link <= 0.95."""
+    eff = {**base, **{k: params.get(k, base[k]) for k in SHARED}}
+    a2a_cap = 0.95 / max(base["nvlink_eff"], base["nic_eff"])  # the achieved share of a link stays <= 0.95
     for key in A2A_KEYS:
-        eff[key] = min(base[key] * params.get("a2a_scale", 1.0), 0.95)
+        eff[key] = min(base[key] * params.get("a2a_scale", 1.0), a2a_cap)
     for key in COMPUTE_KEYS:
         eff[key] = min(base[key] * params.get("compute_scale", 1.0), 0.95)
     return eff
@@ -73,16 +80,16 @@ def _grid(key: str, points: int = 16) -> np.ndarray:
     return np.geomspace(lo or 1.0, hi, points)  # a log grid cannot start at 0 (host gap): 1 us stands for it
 
 
-def fit_gpu(runs: list[Run], gpu_key: str, host_us: float, start: dict | None = None) -> dict[str, float]:
-    """compute_scale and a2a_scale of one GPU for a given host gap: the best point of a joint log grid over
+def fit_gpu(runs: list[Run], gpu_key: str, shared: dict, start: dict | None = None) -> dict[str, float]:
+    """compute_scale and a2a_scale of one GPU for given shared constants: the best point of a joint log grid over
     both bounds (the two trade off, so one coordinate at a time can stall in the valley between them), then
     refined by shrinking multiplicative steps along each axis and the diagonals. With `start` (a previous
     fit), only the refinement runs."""
     base = efficiency(gpu_key, priors_only=True)  # fit from the documented priors: re-running reproduces it
     if start:
-        params = {**start, "host_us_per_layer": host_us}
+        params = {**start, **shared}
     else:
-        grid = [{"compute_scale": float(c), "a2a_scale": float(a), "host_us_per_layer": host_us}
+        grid = [{"compute_scale": float(c), "a2a_scale": float(a), **shared}
                 for c in _grid("compute_scale", 12) for a in _grid("a2a_scale", 12)]
         params = min(grid, key=lambda p: _loss(runs, with_params(base, p)))
     for step in (1.2, 1.1, 1.05, 1.025):
@@ -101,26 +108,37 @@ def _clamped(params: dict, f: float, g: float) -> dict:
             "a2a_scale": min(max(params["a2a_scale"] * g, a_lo), a_hi)}
 
 
-def _host_loss(by_gpu: dict[str, list[Run]], fitted: dict, host_us: float) -> float:
-    return sum(_loss(rs, with_params(efficiency(g, priors_only=True), {**fitted[g], "host_us_per_layer": host_us}))
-               * len(rs) for g, rs in by_gpu.items())
+def _shared_loss(by_gpu: dict[str, list[Run]], fitted: dict, shared: dict) -> float:
+    return sum(_loss(rs, with_params(efficiency(g, priors_only=True), {**fitted[g], **shared})) * len(rs)
+               for g, rs in by_gpu.items())
+
+
+def _refine_shared(by_gpu: dict, fitted: dict, shared: dict, key: str, steps=(1.2, 1.1, 1.05, 1.025)) -> dict:
+    lo, hi = BOUNDS[key]
+    for step in steps:
+        trials = [{**shared, key: min(max(shared[key] * f, lo), hi)} for f in (1, step, 1 / step)]
+        shared = min(trials, key=lambda s: _shared_loss(by_gpu, fitted, s))
+    return shared
 
 
 def fit_all(runs: list[Run]) -> dict[str, dict[str, float]]:
-    """Per-GPU compute/all-to-all multipliers and one host gap shared by every GPU (the CPU cost of
-    issuing a layer is Megatron's Python on the host, not a property of the GPU; a GPU whose runs never
-    leave the CPU behind could not pin it alone): per-GPU grid fits at the prior host gap, a log-grid scan
-    of the host gap, then per-GPU and host refinements in turn."""
+    """Per-GPU compute/all-to-all multipliers and the SHARED constants, one value for every GPU (the CPU cost of
+    issuing a layer is Megatron's Python on the host; the per-token cost of the fused all-to-all kernels is
+    theirs; a GPU whose runs never leave the CPU behind could not pin the first alone): per-GPU grid fits at the
+    priors, a log-grid scan of each shared constant in turn, then per-GPU and shared refinements in turn."""
     by_gpu = {g: [r for r in runs if r.gpu.key == g] for g in sorted({r.gpu.key for r in runs})}
-    host = efficiency("default", priors_only=True)["host_us_per_layer"]
-    fitted = {g: fit_gpu(rs, g, host) for g, rs in by_gpu.items()}
-    host = min([host, *_grid("host_us_per_layer")], key=lambda h: _host_loss(by_gpu, fitted, h))
+    prior = efficiency("default", priors_only=True)
+    shared = {k: prior[k] for k in SHARED}
+    fitted = {g: fit_gpu(rs, g, shared) for g, rs in by_gpu.items()}
+    for key in SHARED:
+        options = [{**shared, key: float(v)} for v in (shared[key], *_grid(key))]
+        shared = min(options, key=lambda s: _shared_loss(by_gpu, fitted, s))
     for _ in range(2):
-        fitted = {g: fit_gpu(rs, g, host, start=fitted[g]) for g, rs in by_gpu.items()}
-        for step in (1.2, 1.1, 1.05, 1.025):
-            host = min((host, host * step, host / step), key=lambda h: _host_loss(by_gpu, fitted, h))
-    fitted = {g: fit_gpu(rs, g, host, start=fitted[g]) for g, rs in by_gpu.items()}
-    return {g: {**p, "host_us_per_layer": float(host)} for g, p in fitted.items()}
+        fitted = {g: fit_gpu(rs, g, shared, start=fitted[g]) for g, rs in by_gpu.items()}
+        for key in SHARED:
+            shared = _refine_shared(by_gpu, fitted, shared, key)
+    fitted = {g: fit_gpu(rs, g, shared, start=fitted[g]) for g, rs in by_gpu.items()}
+    return {g: {**p, **shared} for g, p in fitted.items()}
 
 
 def fitted_effs(fitted: dict) -> dict[str, dict]:

@@ -6,8 +6,8 @@ A group whose members share an NVLink domain talks over NVLink (per-direction ba
 (layout/ranks.py). Ring all-gather / reduce-scatter move ``(n-1)/n`` of the full tensor per rank.
 The EP all-to-all (dispatch and combine) is ``ep_alltoall_seconds``: each rank sends top-k copies of
 its tokens; the share bound for other NVLink domains rides the NIC, the rest NVLink, concurrently.
-DeepEP dedups inter-node copies of a token bound for several experts on one node; HybridEP does the
-same per NVLink domain (seeds/004).
+DeepEP and HybridEP send a token once per destination rank (and once per remote domain, forwarded inside
+it), not once per expert: ``fused_copies``.
 """
 
 import numpy as np
@@ -29,24 +29,45 @@ def ring_seconds(nbytes, size, stride, gpu: GpuSpec, eff: dict):
     return np.where(size > 1, (size - 1) / np.maximum(size, 1) * nbytes / link_bandwidth(size, stride, gpu, eff), 0.0)
 
 
-def dedup_factor(ep, etp, topk: int, gpu: GpuSpec):
-    """Share of inter-domain token copies that DeepEP/HybridEP still send after deduplicating copies
-    bound for the same remote domain: expected remote domains hit over expected remote copies, with
-    experts chosen uniformly (N domains in the EP group)."""
-    n = np.maximum(ep / members_in_domain(ep, etp, gpu.nvlink_domain), 1)
-    remote_copies = topk * (n - 1) / n
-    distinct = (n - 1) * (1 - (1 - 1 / n) ** topk)
-    return np.where(n > 1, distinct / np.maximum(remote_copies, 1e-12), 1.0)
+def _hit_probability(experts_per_target, num_experts: int, topk: int):
+    """Chance that a token's top-k experts (drawn uniformly, without replacement) include at least one of a
+    target's ``experts_per_target`` experts: 1 - C(E - L, k) / C(E, k)."""
+    miss = np.ones_like(np.asarray(experts_per_target, dtype=float))
+    for i in range(topk):
+        miss = miss * np.maximum(num_experts - experts_per_target - i, 0) / (num_experts - i)
+    return 1.0 - miss
 
 
-def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, ep, etp, gpu: GpuSpec, eff: dict, dispatcher: str):
+def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec) -> tuple:
+    """(NVLink, NIC) token copies per token that DeepEP / HybridEP move in one dispatch or combine.
+
+    Both send a token once per destination rank, whatever number of its experts live there, and expand it to
+    experts on arrival (Megatron's _DeepepManager / _HybridEPManager permute after the dispatch and unpermute
+    before the combine, token_dispatcher.py); across NVLink domains a token travels once per remote domain and
+    is forwarded inside it over NVLink to each rank it needs (DeepEP internode kernels, seeds/004)."""
+    m = members_in_domain(ep, etp, gpu.nvlink_domain)
+    n = np.maximum(ep / m, 1)
+    local = num_experts / np.maximum(ep, 1)
+    p_rank = _hit_probability(local, num_experts, topk)
+    p_domain = _hit_probability(local * m, num_experts, topk)
+    nvlink = (m - 1) * p_rank + (n - 1) * (m - 1) * p_rank  # direct sends + forwarding inside remote domains
+    return nvlink, (n - 1) * p_domain
+
+
+def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, ep, etp, gpu: GpuSpec, eff: dict,
+                        dispatcher: str):
     """One EP all-to-all (a dispatch or a combine) on one rank; ``tokens_sent`` before top-k copies."""
-    copies = tokens_sent * topk * BF16 * hidden * (ep - 1) / np.maximum(ep, 1)
-    remote = cross_domain_fraction(ep, etp, gpu.nvlink_domain)
     a2a = eff[f"a2a_eff_{dispatcher}"]
-    inter = copies * remote * (dedup_factor(ep, etp, topk, gpu) if dispatcher in ("deepep", "hybridep") else 1.0)
-    t_intra = copies * (1 - remote) / (gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"] * a2a)
-    t_inter = inter / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"] * a2a)
+    if dispatcher in ("deepep", "hybridep"):
+        nv_copies, nic_copies = fused_copies(num_experts, topk, ep, etp, gpu)
+    else:  # permuted by expert first: one copy per (token, expert) pair
+        copies = topk * (ep - 1) / np.maximum(ep, 1)
+        remote = cross_domain_fraction(ep, etp, gpu.nvlink_domain)
+        nv_copies, nic_copies = copies * (1 - remote), copies * remote
+    token_bytes = tokens_sent * BF16 * hidden
+    per_copy = tokens_sent * eff["a2a_token_ns"] * 1e-9
+    t_intra = nv_copies * (token_bytes / (gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"]) + per_copy) / a2a
+    t_inter = nic_copies * (token_bytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) + per_copy) / a2a
     # NCCL's all-to-all posts one send/recv pair per peer (a setup cost each); the fused kernels reach all at once
     latency = eff["a2a_latency_us"] + (eff["a2a_peer_us"] * (ep - 1) if dispatcher == "alltoall" else 0.0)
     return np.where(ep > 1, np.maximum(t_intra, t_inter) + latency * 1e-6, 0.0)
