@@ -29,12 +29,12 @@ KNOWN_GAPS = {
             "MXFP8 barely faster than BF16, so the model's MXFP8 GEMM gain is too large for this narrow model (FP8 "
             "casts, attention sinks and 64-wide heads are candidates, unverified). Its BF16 runs on Blackwell sit "
             "at +2% to +12%",
-    "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -29%: HybridEP EP64 across 8 nodes with neither EP "
-            "overlap nor overlapped gradient reduce-scatter (its recipe turns both off) measures 61.8 s a step, while "
-            "moetune's compute alone is 62 s. Its H100 siblings with EP overlap (R051/R052, FP8) fit, so the exposed "
-            "inter-node all-to-all of this layout is over-charged (DeepSeek-V3's node-limited routing, at most 4 of "
-            "8 nodes a token, is not in the deduplication model) or BF16 compute is; the H100 fit already holds "
-            "the all-to-all at 0.95 of the NIC rate",
+    "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -23%: HybridEP EP64 across 8 nodes with neither EP "
+            "overlap nor overlapped gradient reduce-scatter (its recipe turns both off) measures 241 ms a "
+            "micro-batch, its FP8 sibling R051 (same layout, DeepEP with EP overlap) 197 ms; moetune puts R092's "
+            "BF16 compute alone at 247 ms. The H100 fit already holds the all-to-all at 0.95 of the NIC rate, so "
+            "BF16 compute on H100 is over-charged against FP8 for this model, as the FP8/BF16 A/B pairs of "
+            "narrower models also measure (R122-R125)",
     "R015": "Nemotron-3-Nano (hybrid Mamba) GB300 +31% while its H100 run (R017) fits: unexplained (a separate "
             "Mamba-2 scan efficiency moved these rows by under 3 points; tile quantization of its 1856-wide "
             "experts by 2; a faster attention on GB300, its doubled exponential units, by 6)",

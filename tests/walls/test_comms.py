@@ -20,14 +20,24 @@ def test_alltoall_pays_per_peer_fused_kernels_do_not(ep):
     assert empty["alltoall"] == pytest.approx((eff["a2a_latency_us"] + eff["a2a_peer_us"] * (ep - 1)) * 1e-6)
 
 
-def _simulated_copies(num_experts, topk, ep, domain, rng, tokens=20000):
-    """Monte Carlo: route tokens to top-k distinct experts uniformly; count distinct destination ranks in the
-    sender's domain (NVLink sends), distinct remote domains (NIC sends), and ranks reached inside remote domains
-    other than the one a token lands on (NVLink forwarding)."""
+def _route(num_experts, topk, rng, tokens, groups=1, group_topk=1):
+    """Top-k distinct experts per token, uniform; with group-limited routing, uniform inside `group_topk` groups
+    drawn uniformly (DeepSeek-V3 keeps the groups whose best two experts score highest, then the top-k inside
+    them: with force-balanced, random logits both choices are close to uniform)."""
+    size = num_experts // groups
+    chosen = np.argsort(rng.random((tokens, groups)), axis=1)[:, :group_topk]
+    pool = (chosen[:, :, None] * size + np.arange(size)).reshape(tokens, -1)
+    pick = np.argsort(rng.random(pool.shape), axis=1)[:, :topk]
+    return np.take_along_axis(pool, pick, axis=1)
+
+
+def _simulated_copies(num_experts, topk, ep, domain, rng, tokens=20000, groups=1, group_topk=1):
+    """Monte Carlo: route tokens (_route); count distinct destination ranks in the sender's domain (NVLink sends),
+    distinct remote domains (NIC sends), and ranks reached inside remote domains other than the one a token lands
+    on (NVLink forwarding)."""
     local = num_experts // ep
     members = min(ep, domain)
-    picks = np.argsort(rng.random((tokens, num_experts)), axis=1)[:, :topk]
-    ranks = picks // local
+    ranks = _route(num_experts, topk, rng, tokens, groups, group_topk) // local
     nvlink = nic = 0
     for row in ranks:
         hit = set(row.tolist())
@@ -40,16 +50,20 @@ def _simulated_copies(num_experts, topk, ep, domain, rng, tokens=20000):
     return nvlink / tokens, nic / tokens
 
 
-@pytest.mark.parametrize(("model_experts", "topk", "ep", "gpu_key"), [
-    (128, 8, 8, "gb200"),    # Qwen3-30B-A3B EP8 in one NVL72 rack: 16 experts a rank, many shared
-    (256, 8, 64, "gb200"),   # DeepSeek-V3 EP64 in one rack: 4 experts a rank, few shared
-    (256, 8, 64, "h100"),    # DeepSeek-V3 EP64 over eight 8-GPU nodes: NIC once per node, NVLink forwarding
-    (128, 6, 16, "b200"),    # top-6 over two 8-GPU nodes
+@pytest.mark.parametrize(("model_experts", "topk", "ep", "gpu_key", "groups"), [
+    (128, 8, 8, "gb200", (1, 1)),    # Qwen3-30B-A3B EP8 in one NVL72 rack: 16 experts a rank, many shared
+    (256, 8, 64, "gb200", (1, 1)),   # EP64 in one rack: 4 experts a rank, few shared
+    (256, 8, 64, "h100", (1, 1)),    # EP64 over eight 8-GPU nodes: NIC once per node, NVLink forwarding
+    (128, 6, 16, "b200", (1, 1)),    # top-6 over two 8-GPU nodes
+    (256, 8, 64, "h100", (8, 4)),    # DeepSeek-V3's 4-of-8 groups: a group is one node, at most 4 nodes a token
+    (256, 8, 32, "gb200", (8, 4)),   # DeepSeek-V3 EP32 in one rack: a rank inside one group
+    (160, 6, 16, "h100", (8, 3)),    # DeepSeek-V2: 3 of 8 groups of 20 experts, a node spans 4 groups
 ])
-def test_fused_dispatch_sends_a_token_once_per_destination(model_experts, topk, ep, gpu_key):
+def test_fused_dispatch_sends_a_token_once_per_destination(model_experts, topk, ep, gpu_key, groups):
     gpu = load_gpu(gpu_key)
-    nvlink, nic = fused_copies(model_experts, topk, ep, 1, gpu)
-    sim_nv, sim_nic = _simulated_copies(model_experts, topk, ep, gpu.nvlink_domain, np.random.default_rng(0))
+    nvlink, nic = fused_copies(model_experts, topk, ep, 1, gpu, *groups)
+    sim_nv, sim_nic = _simulated_copies(model_experts, topk, ep, gpu.nvlink_domain, np.random.default_rng(0),
+                                        groups=groups[0], group_topk=groups[1])
     assert float(nvlink) == pytest.approx(sim_nv, rel=0.03)
     assert float(nic) == pytest.approx(sim_nic, rel=0.03, abs=1e-9)
 

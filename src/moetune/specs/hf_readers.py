@@ -80,6 +80,8 @@ def _read_deepseek(c: HfConfig) -> dict:
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
         moe_router_score_correction_bias=c.get("topk_method", default="") == "noaux_tc",
+        moe_router_num_groups=c.get("n_group", default=1),
+        moe_router_group_topk=c.get("topk_group", default=1),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="mla", mlp=mlps[-1]) if mtp else None,
     )

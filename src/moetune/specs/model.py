@@ -90,6 +90,10 @@ class ModelSpec:
     moe_router_bias: bool = False  # gpt-oss router has a bias
     moe_router_score_correction_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (a buffer in Megatron)
     moe_router_score_function: Literal["softmax", "sigmoid"] = "softmax"
+    # Group-limited routing (DeepSeek-V2/V3 n_group / topk_group; Megatron moe_router_num_groups / group_topk):
+    # experts fall into this many contiguous groups and a token picks its experts inside its best few groups.
+    moe_router_num_groups: int = 1
+    moe_router_group_topk: int = 1
     # --- norms, embeddings, heads ---
     normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
     norm_has_bias: bool = False  # LayerNorm with bias (Phi-3.5-MoE)
@@ -114,6 +118,13 @@ class ModelSpec:
             raise ValueError(
                 f"{self.name}: moe_router_topk ({self.moe_router_topk}) must be in 1..num_moe_experts "
                 f"({self.num_moe_experts})"
+            )
+
+        groups, top = self.moe_router_num_groups, self.moe_router_group_topk
+        if groups > 1 and not (self.num_moe_experts % groups == 0 and 0 < top <= groups):
+            raise ValueError(
+                f"{self.name}: moe_router_num_groups ({groups}) must divide num_moe_experts "
+                f"({self.num_moe_experts}) and moe_router_group_topk ({top}) must be in 1..{groups}"
             )
 
     # ---- derived facts -------------------------------------------------------------------

@@ -10,6 +10,8 @@ DeepEP and HybridEP send a token once per destination rank (and once per remote 
 it), not once per expert: ``fused_copies``.
 """
 
+import math
+
 import numpy as np
 
 from moetune.layout.ranks import cross_domain_fraction, members_in_domain
@@ -29,16 +31,34 @@ def ring_seconds(nbytes, size, stride, gpu: GpuSpec, eff: dict):
     return np.where(size > 1, (size - 1) / np.maximum(size, 1) * nbytes / link_bandwidth(size, stride, gpu, eff), 0.0)
 
 
-def _hit_probability(experts_per_target, num_experts: int, topk: int):
-    """Chance that a token's top-k experts (drawn uniformly, without replacement) include at least one of a
-    target's ``experts_per_target`` experts: 1 - C(E - L, k) / C(E, k)."""
-    miss = np.ones_like(np.asarray(experts_per_target, dtype=float))
-    for i in range(topk):
-        miss = miss * np.maximum(num_experts - experts_per_target - i, 0) / (num_experts - i)
-    return 1.0 - miss
+def _miss(targets, pool, draws: int):
+    """C(pool - targets, draws) / C(pool, draws): no draw (without replacement) lands on one of `targets`."""
+    miss = np.ones_like(np.asarray(targets, dtype=float))
+    for i in range(draws):
+        miss = miss * np.maximum(pool - targets - i, 0) / (pool - i)
+    return miss
 
 
-def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec) -> tuple:
+def _hit_probability(experts_per_target, num_experts: int, topk: int, groups: int = 1, group_topk: int = 1):
+    """Chance that a token's top-k experts include at least one of a target's ``experts_per_target`` (contiguous)
+    experts. Uniform routing: 1 - C(E - L, k) / C(E, k). Group-limited routing (DeepSeek-V3: 8 groups, the best 4
+    a token): the k experts are drawn from `group_topk` of `groups` groups, so a target is hit only through its
+    groups that are chosen: sum over j chosen of P(j) x (1 - C(pool - j x its experts per group, k) / C(pool, k))."""
+    if groups <= 1 or group_topk >= groups:
+        return 1.0 - _miss(experts_per_target, num_experts, topk)
+    size = num_experts / groups
+    pool = group_topk * size
+    spans = np.maximum(np.rint(np.asarray(experts_per_target) / size), 1).astype(int)  # groups the target covers
+    per_group = np.minimum(experts_per_target, size)
+    comb = np.vectorize(math.comb)
+    hit = np.zeros_like(per_group, dtype=float)
+    for j in range(1, group_topk + 1):
+        chosen_j = comb(spans, j) * comb(groups - spans, group_topk - j) / math.comb(groups, group_topk)
+        hit = hit + chosen_j * (1.0 - _miss(j * per_group, pool, topk))
+    return hit
+
+
+def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec, groups: int = 1, group_topk: int = 1) -> tuple:
     """(NVLink, NIC) token copies per token that DeepEP / HybridEP move in one dispatch or combine.
 
     Both send a token once per destination rank, whatever number of its experts live there, and expand it to
@@ -48,18 +68,18 @@ def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec) -> tuple:
     m = members_in_domain(ep, etp, gpu.nvlink_domain)
     n = np.maximum(ep / m, 1)
     local = num_experts / np.maximum(ep, 1)
-    p_rank = _hit_probability(local, num_experts, topk)
-    p_domain = _hit_probability(local * m, num_experts, topk)
+    p_rank = _hit_probability(local, num_experts, topk, groups, group_topk)
+    p_domain = _hit_probability(local * m, num_experts, topk, groups, group_topk)
     nvlink = (m - 1) * p_rank + (n - 1) * (m - 1) * p_rank  # direct sends + forwarding inside remote domains
     return nvlink, (n - 1) * p_domain
 
 
 def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, ep, etp, gpu: GpuSpec, eff: dict,
-                        dispatcher: str):
+                        dispatcher: str, groups: int = 1, group_topk: int = 1):
     """One EP all-to-all (a dispatch or a combine) on one rank; ``tokens_sent`` before top-k copies."""
     a2a = eff[f"a2a_eff_{dispatcher}"]
     if dispatcher in ("deepep", "hybridep"):
-        nv_copies, nic_copies = fused_copies(num_experts, topk, ep, etp, gpu)
+        nv_copies, nic_copies = fused_copies(num_experts, topk, ep, etp, gpu, groups, group_topk)
     else:  # permuted by expert first: one copy per (token, expert) pair
         copies = topk * (ep - 1) / np.maximum(ep, 1)
         remote = cross_domain_fraction(ep, etp, gpu.nvlink_domain)
