@@ -67,3 +67,15 @@ def test_inconsistent_config_is_one_line_error():
                                   "num_local_experts": 4, "num_experts_per_tok": 2}))
     with pytest.raises(MoetuneError, match=r"num_attention_heads \(6\) must be a multiple of num_query_groups \(4\)"):
         spec_from_hf(data, name="x", origin="x.json")
+
+
+def test_group_limited_routing_is_read_and_checked(shared_data):
+    """DeepSeek-V3 routes inside its best 4 of 8 expert groups (config n_group / topk_group); a group count that
+    does not divide the experts is a one-line error."""
+    spec = load_model("deepseek-v3")
+    assert (spec.moe_router_num_groups, spec.moe_router_group_topk) == (8, 4)
+    assert load_model("kimi-k2").moe_router_num_groups == 1
+    data = json.loads((shared_data / "models" / "deepseek-v3.config.json").read_text())
+    data["n_group"] = 7
+    with pytest.raises(MoetuneError, match=r"moe_router_num_groups \(7\) must divide num_moe_experts \(256\)"):
+        spec_from_hf(data, name="x", origin="x.json")
