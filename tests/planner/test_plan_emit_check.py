@@ -31,9 +31,19 @@ def test_emitted_plan_reads_back_identically_and_clean(model, gpu, gpus, gbs, em
         assert (workload.micro_batch_size, workload.global_batch_size, workload.seq_length) == \
             (est.workload.micro_batch_size, est.workload.gbs(est.layout), est.workload.seq_length)
         expected = est.knobs
-        assert (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
-                knobs.ep_overlap, knobs.optimizer_offload_fraction) == \
-            (expected.precision, expected.dispatcher, expected.recompute, expected.effective_modules,
+        assert (knobs.precision, knobs.dispatcher, knobs.num_sms, knobs.recompute, knobs.effective_modules,
+                knobs.cuda_graph_scope, knobs.ep_overlap, knobs.optimizer_offload_fraction) == \
+            (expected.precision, expected.dispatcher, expected.num_sms, expected.recompute, expected.effective_modules,
              expected.cuda_graph_scope, expected.ep_overlap, expected.optimizer_offload_fraction)
         errors = [f.rule for f in evaluate(config, derive(config)) if f.severity == "error"]
         assert errors == []
+
+
+def test_a_config_without_an_sm_count_gets_megatrons_default_not_the_tuned_one():
+    """Megatron-Core gives HybridEP 16 SMs unless told (TransformerConfig.moe_hybridep_num_sms); Bridge's perf
+    scripts ask for 32. A config read back keeps what it says, and Megatron's default where it is silent."""
+    base = {"cluster.num_gpus": 8, "model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "flex",
+            "model.moe_flex_dispatcher_backend": "hybridep"}
+    assert from_config(base)[2].num_sms == 16
+    assert from_config({**base, "model.moe_hybridep_num_sms": 32})[2].num_sms == 32
+    assert from_config({**base, "model.moe_flex_dispatcher_num_sms": 24})[2].num_sms == 24

@@ -81,3 +81,32 @@ def test_alltoall_sends_one_copy_per_expert_fused_kernels_fewer():
     eff["a2a_token_ns"] = 5.0
     t_msg = float(ep_alltoall_seconds(16384.0, 2048, 8, 128, 8, 1, gpu, eff, "hybridep")) - eff["a2a_latency_us"] * 1e-6
     assert t_msg - t["hybridep"] == pytest.approx(16384 * ranks_hit * 5e-9, rel=1e-6)
+
+
+def test_fused_kernels_are_bound_by_their_sms_on_nvlink5_not_on_h100():
+    """A DeepEP/HybridEP kernel moves at most num_sms x a2a_gbps_per_sm: HybridEP's default 16 SMs cannot fill an
+    NVLink5 GPU's 900 GB/s, so the same all-to-all takes longer than at Bridge's tuned 32; a large SM count
+    leaves the link as the bound; NCCL's alltoall ignores the SM count."""
+    gpu, eff = load_gpu("gb200"), efficiency("gb200")
+    args = (4096 * 8, 2688, 6, 128, 8, 1, gpu, eff)
+    t = {sms: float(ep_alltoall_seconds(*args, "hybridep", num_sms=sms)) for sms in (16, 32, 1000, 2000)}
+    assert t[16] > t[32] >= t[1000]
+    assert t[1000] == t[2000]  # the link binds
+    assert float(ep_alltoall_seconds(*args, "alltoall", num_sms=16)) == float(ep_alltoall_seconds(*args, "alltoall"))
+    link = gpu.nvlink_gbps * eff["nvlink_eff"] * eff["a2a_eff_hybridep"]
+    assert 16 * eff["a2a_gbps_per_sm"] < link  # the published 16-SM runs on GB200 are SM-bound
+
+
+def test_fused_sm_bound_scales_the_byte_time_only():
+    """Halving the SMs of an SM-bound kernel doubles the byte term; the per-token message cost is unchanged.
+    DeepEP's SM count is not modelled (no published run pins it)."""
+    gpu = load_gpu("b200")
+    eff = {**efficiency("b200"), "a2a_gbps_per_sm": 10.0, "a2a_latency_us": 0.0}
+    args = (8192, 4096, 8, 128, 8, 1, gpu, eff, "hybridep")
+    bytes_only = {**eff, "a2a_token_ns": 0.0}
+    t8, t16 = (float(ep_alltoall_seconds(*args[:7], bytes_only, "hybridep", num_sms=s)) for s in (8, 16))
+    assert t8 == pytest.approx(2 * t16)
+    with_tokens = [float(ep_alltoall_seconds(*args, num_sms=s)) for s in (8, 16)]
+    assert with_tokens[0] - with_tokens[1] == pytest.approx(t8 - t16)
+    deepep = [float(ep_alltoall_seconds(*args[:8], "deepep", num_sms=s)) for s in (8, 16)]
+    assert deepep[0] == deepep[1]

@@ -38,7 +38,7 @@ def fitted_toml(fitted: dict) -> str:
         eff = with_params(efficiency(gpu, priors_only=True), params)
         lines.append(f"\n[{gpu}]")
         for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "host_us_per_layer",
-                    "a2a_token_ns"):
+                    "a2a_token_ns", "a2a_gbps_per_sm"):
             lines.append(f"{key} = {eff[key]:.4g}")
     return "\n".join(lines) + "\n"
 
@@ -65,10 +65,10 @@ def command(write_path: str | None, as_json: bool) -> None:
         emit_json({"fitted": fitted, "runs": rows, "ab_order": order})
         return
     out = console()
-    out.print(table("Fitted per GPU (host CPU cost and all-to-all token cost: one value for all)",
-                    ["gpu", "compute x", "all-to-all x", "host us/layer", "a2a ns/token"],
+    out.print(table("Fitted per GPU (host CPU cost and the fused all-to-all's token and SM costs: one value for all)",
+                    ["gpu", "compute x", "all-to-all x", "host us/layer", "a2a ns/token", "a2a GB/s/SM"],
                     [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}",
-                      f"{p['a2a_token_ns']:.2f}"] for g, p in fitted.items()]))
+                      f"{p['a2a_token_ns']:.2f}", f"{p['a2a_gbps_per_sm']:.1f}"] for g, p in fitted.items()]))
     out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",
                                                             "predicted", "error"],
                     [[r["run_id"], r["subset"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",

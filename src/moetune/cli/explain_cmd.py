@@ -73,4 +73,5 @@ def print_explain(a: dict) -> None:
                   "layout and knobs together")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
-              f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})")
+              f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"
+              + (f"; {d['flex_num_sms']} dispatcher SMs ({d['flex_num_sms_source']})" if d["flex_num_sms"] else ""))

@@ -11,6 +11,7 @@ from moetune.layout.knobs import (
     DISPATCHERS,
     OFFLOAD_MODULES,
     PRECISIONS,
+    TUNED_FLEX_SMS,
     Knobs,
     parse_modules,
     parse_offload_modules,
@@ -62,6 +63,9 @@ def knob_options(func):
         click.option("--bf16-moments", is_flag=True, help="Adam moments in BF16 (DeepSeek-V3 recipes)."),
         click.option("--dispatcher", type=click.Choice(DISPATCHERS), default=None,
                      help="Default: deepep on H100/B200, hybridep on GB200/GB300, alltoall on A100 or EP=1."),
+        click.option("--flex-num-sms", type=click.IntRange(1, 160), default=None,
+                     help="SMs of the DeepEP / HybridEP kernels (moe_deepep_num_sms / moe_hybridep_num_sms). "
+                          "Default: 32 for hybridep (Megatron Bridge perf recipes), 20 for deepep."),
         click.option("--cuda-graph-scope", default=None,
                      help=f"Comma list of {', '.join(CUDA_GRAPH_SCOPES)}, or 'none'. "
                           "Default: attn,moe_router,moe_preprocess on Hopper/Blackwell."),
@@ -127,6 +131,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
 
     precision = pick("precision", kw["precision"], defaults["precision"])
     dispatcher = pick("dispatcher", kw["dispatcher"], defaults["dispatcher"] if layout.ep > 1 else "alltoall")
+    if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
+        defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
     scopes = (tuple(s for s in scope_text.replace(",", " ").split() if s != "none") if scope_text is not None
               else pick("cuda_graph_scope", None, tuple(defaults["cuda_graph_scope"])))
@@ -138,7 +144,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         precision=precision, recompute=recompute, recompute_modules=modules,
         distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
         main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
-        dispatcher=dispatcher, cuda_graph_scope=scopes, routing=kw["routing"], ep_overlap=kw["ep_overlap"],
+        dispatcher=dispatcher, flex_num_sms=kw["flex_num_sms"], cuda_graph_scope=scopes, routing=kw["routing"], ep_overlap=kw["ep_overlap"],
         token_imbalance=kw["token_imbalance"],
         delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],

@@ -30,6 +30,14 @@ CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_p
 # the default busiest-rank factor, overridable with --token-imbalance.
 DROPLESS_IMBALANCE = 1.2
 
+# SMs a fused dispatcher's kernels get when a config does not say (moe_deepep_num_sms / moe_hybridep_num_sms;
+# newer Megatron: moe_flex_dispatcher_num_sms). MEGATRON_FLEX_SMS: Megatron-Core's TransformerConfig defaults
+# (megatron-core 0.16). TUNED_FLEX_SMS: what the tuned recipes set, moetune's default for a plan: 32 for HybridEP
+# (Megatron Bridge scripts/performance/utils/overrides.py _set_common_perf_overrides; Megatron-LM
+# examples/moe_recipes YAMLs), DeepEP left at Megatron's 20 (Bridge never overrides it).
+MEGATRON_FLEX_SMS = {"deepep": 20, "hybridep": 16}
+TUNED_FLEX_SMS = {"deepep": 20, "hybridep": 32}
+
 
 def _parse_names(text: str | list[str] | tuple[str, ...] | None, allowed: tuple[str, ...], what: str,
                  aliases: dict[str, str] | None = None) -> frozenset[str]:
@@ -65,6 +73,8 @@ class Knobs:
     main_grads_fp32: bool = True  # grad buffers in FP32 (accumulate_allreduce_grads_in_fp32)
     adam_moments_bytes: int = 4  # 4: FP32 exp_avg/exp_avg_sq; 2: BF16 moments (DeepSeek-V3 recipes)
     dispatcher: str = "alltoall"  # alltoall | deepep | hybridep (flex backends) | allgather
+    # SMs of the DeepEP / HybridEP kernels (moe_deepep_num_sms / moe_hybridep_num_sms); None: TUNED_FLEX_SMS
+    flex_num_sms: int | None = None
     cuda_graph_scope: tuple[str, ...] = ()  # empty: no CUDA graphs
     ep_overlap: bool = False  # overlap_moe_expert_parallel_comm
     delay_wgrad: bool = False  # delay_wgrad_compute
@@ -91,6 +101,8 @@ class Knobs:
                                "so there is nothing fine-grained to offload; use selective recompute")
         if self.dispatcher not in DISPATCHERS:
             raise MoetuneError(f"unknown dispatcher {self.dispatcher!r}; choose from {', '.join(DISPATCHERS)}")
+        if self.flex_num_sms is not None and not 1 <= self.flex_num_sms <= 160:
+            raise MoetuneError(f"flex_num_sms ({self.flex_num_sms}) must be between 1 and the GPU's SM count")
         bad = sorted(set(self.cuda_graph_scope) - set(CUDA_GRAPH_SCOPES))
         if bad:
             raise MoetuneError(f"unknown CUDA-graph scope(s) {bad}; choose from {', '.join(CUDA_GRAPH_SCOPES)}")
@@ -103,6 +115,13 @@ class Knobs:
         if self.routing == "force-balance":
             return 1.0
         return DROPLESS_IMBALANCE if self.token_imbalance is None else self.token_imbalance
+
+    @property
+    def num_sms(self) -> int:
+        """SMs of the fused dispatcher's kernels (0 for alltoall / allgather, which NCCL runs)."""
+        if self.dispatcher not in TUNED_FLEX_SMS:
+            return 0
+        return self.flex_num_sms or TUNED_FLEX_SMS[self.dispatcher]
 
     @property
     def fp8(self) -> bool:

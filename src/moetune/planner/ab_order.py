@@ -7,7 +7,7 @@ NOISE_FLOOR when the group has no repeat: a smaller gap says nothing about order
 """
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from moetune.planner.calibrate import predict
@@ -42,7 +42,8 @@ def _metric(rows: list[dict]) -> str | None:
 
 
 def _config(run: Run) -> tuple:
-    return run.layout, run.workload, run.knobs
+    """What was run: an SM count left to the default and the same count written out are one configuration."""
+    return run.layout, run.workload, replace(run.knobs, flex_num_sms=run.knobs.num_sms or None)
 
 
 def group_pairs() -> list[tuple[str, Run, Run, float]]:

@@ -11,7 +11,7 @@ fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 from typing import Any
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import Knobs
+from moetune.layout.knobs import MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
@@ -68,6 +68,7 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     }
     if backend:
         out["model.moe_flex_dispatcher_backend"] = backend
+        out[f"model.moe_{backend}_num_sms"] = k.num_sms  # the name Bridge's releases set (newer Megatron routes it)
     if k.offload_modules:
         out.update({"model.fine_grained_activation_offloading": True,
                     "model.offload_modules": sorted(k.offload_modules)})
@@ -138,6 +139,16 @@ def _dispatcher(config: dict) -> str:
     return kind
 
 
+def _flex_sms(config: dict) -> int | None:
+    """SMs of a fused dispatcher: moe_flex_dispatcher_num_sms, else its backend's own field, else Megatron's
+    default for the backend (MEGATRON_FLEX_SMS), not the tuned one: the config did not ask for more."""
+    backend = _dispatcher(config)
+    if backend not in MEGATRON_FLEX_SMS:
+        return None
+    return (config.get("model.moe_flex_dispatcher_num_sms") or config.get(f"model.moe_{backend}_num_sms")
+            or MEGATRON_FLEX_SMS[backend])  # Megatron: the unified field wins over the per-backend one
+
+
 def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
     if "cluster.num_gpus" not in config:
@@ -170,7 +181,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True)),
         adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") else 4,
-        dispatcher=_dispatcher(config),
+        dispatcher=_dispatcher(config), flex_num_sms=_flex_sms(config),
         cuda_graph_scope=tuple(_get(config, "model.cuda_graph_scope", []))
         if _get(config, "model.cuda_graph_impl", "none") != "none" else (),
         ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),

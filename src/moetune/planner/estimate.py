@@ -78,7 +78,7 @@ def knobs_json(k: Knobs) -> dict:
     return {
         "precision": k.precision, "recompute": k.recompute, "recompute_modules": sorted(k.effective_modules),
         "distributed_optimizer": k.distributed_optimizer, "optimizer_offload_fraction": k.optimizer_offload_fraction,
-        "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher,
+        "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher, "flex_num_sms": k.num_sms or None,
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
         "routing": k.routing, "token_imbalance": k.imbalance, "tp_comm_overlap": k.tp_comm_overlap,
         "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),

@@ -11,6 +11,7 @@ from functools import cache
 from importlib import resources
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
@@ -202,5 +203,8 @@ def explain(e: Estimate) -> dict:
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
                              "fp8_recipe": defaults["precision"], "cuda_graph_scope": defaults["cuda_graph_scope"],
-                             "source": defaults["source"]},
+                             "source": defaults["source"],
+                             "flex_num_sms": TUNED_FLEX_SMS.get(defaults["dispatcher"]),
+                             "flex_num_sms_source": "seeds/004 Tuning Parameters (HybridEP: the performance harness "
+                                                    "uses 32; DeepEP: default 20)"},
     }

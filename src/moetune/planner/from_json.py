@@ -43,6 +43,7 @@ def estimate_from_json(data: dict, rank: int = 1) -> Estimate:
                   distributed_optimizer=k["distributed_optimizer"],
                   optimizer_offload_fraction=k["optimizer_offload_fraction"], main_grads_fp32=k["main_grads_fp32"],
                   adam_moments_bytes=k.get("adam_moments_bytes", 4), dispatcher=k["dispatcher"],
+                  flex_num_sms=k.get("flex_num_sms"),
                   cuda_graph_scope=tuple(k["cuda_graph_scope"]), ep_overlap=k["ep_overlap"],
                   delay_wgrad=k["delay_wgrad"], tp_comm_overlap=k.get("tp_comm_overlap", False),
                   routing=k["routing"], token_imbalance=k.get("token_imbalance"),

@@ -74,9 +74,20 @@ def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec, groups: int
     return nvlink, (n - 1) * p_domain
 
 
+def fused_nvlink_rate(gpu: GpuSpec, eff: dict, a2a: float, num_sms: int) -> float:
+    """Bytes/s one rank's HybridEP kernel moves over NVLink: the link's achievable share, or what its ``num_sms``
+    SMs can push (each SM copies at about ``a2a_gbps_per_sm``), whichever is lower. With the HybridEP default of
+    16 SMs an NVLink5 GPU (900 GB/s a direction) is SM-bound; Megatron Bridge's perf scripts raise it to 32
+    (scripts/performance/utils/overrides.py). 0 SMs: no SM bound (NCCL paths, and DeepEP, whose SM bound no
+    published run pins)."""
+    link = gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"] * a2a
+    return min(link, num_sms * eff["a2a_gbps_per_sm"] * 1e9) if num_sms else link
+
+
 def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, ep, etp, gpu: GpuSpec, eff: dict,
-                        dispatcher: str, groups: int = 1, group_topk: int = 1):
-    """One EP all-to-all (a dispatch or a combine) on one rank; ``tokens_sent`` before top-k copies."""
+                        dispatcher: str, groups: int = 1, group_topk: int = 1, num_sms: int = 0):
+    """One EP all-to-all (a dispatch or a combine) on one rank; ``tokens_sent`` before top-k copies;
+    ``num_sms``: SMs of the fused kernels (Knobs.num_sms)."""
     a2a = eff[f"a2a_eff_{dispatcher}"]
     if dispatcher in ("deepep", "hybridep"):
         nv_copies, nic_copies = fused_copies(num_experts, topk, ep, etp, gpu, groups, group_topk)
@@ -86,7 +97,9 @@ def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, e
         nv_copies, nic_copies = copies * (1 - remote), copies * remote
     token_bytes = tokens_sent * BF16 * hidden
     per_copy = tokens_sent * eff["a2a_token_ns"] * 1e-9
-    t_intra = nv_copies * (token_bytes / (gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"]) + per_copy) / a2a
+    # only HybridEP's SM bound is pinned by published runs (16 vs 32 SMs on NVLink5); DeepEP's is not, so unbounded
+    sm_bound = num_sms if dispatcher == "hybridep" else 0
+    t_intra = nv_copies * (token_bytes / fused_nvlink_rate(gpu, eff, a2a, sm_bound) + per_copy / a2a)
     t_inter = nic_copies * (token_bytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) + per_copy) / a2a
     # NCCL's all-to-all posts one send/recv pair per peer (a setup cost each); the fused kernels reach all at once
     latency = eff["a2a_latency_us"] + (eff["a2a_peer_us"] * (ep - 1) if dispatcher == "alltoall" else 0.0)

@@ -96,7 +96,8 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     if kind.mlp == "moe":
         a2a = ep_alltoall_seconds(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
                                   spec.moe_router_topk, spec.num_moe_experts, lay.ep, lay.etp, gpu, eff, knobs.dispatcher,
-                                  spec.moe_router_num_groups, spec.moe_router_group_topk)
+                                  spec.moe_router_num_groups, spec.moe_router_group_topk,
+                                  knobs.num_sms)
         replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)

@@ -1,0 +1,19 @@
+"""Knobs (layout/knobs.py): the fused dispatcher's SM count."""
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import MEGATRON_FLEX_SMS, TUNED_FLEX_SMS, Knobs
+
+
+def test_sm_count_defaults_to_the_tuned_recipes_and_is_zero_for_nccl_paths():
+    assert Knobs(dispatcher="hybridep").num_sms == TUNED_FLEX_SMS["hybridep"] == 32
+    assert Knobs(dispatcher="deepep").num_sms == 20
+    assert Knobs(dispatcher="hybridep", flex_num_sms=16).num_sms == MEGATRON_FLEX_SMS["hybridep"]
+    assert Knobs(dispatcher="alltoall", flex_num_sms=16).num_sms == 0
+
+
+@pytest.mark.parametrize("sms", [0, -4, 1000])
+def test_an_impossible_sm_count_is_one_clear_error(sms):
+    with pytest.raises(MoetuneError, match=rf"flex_num_sms \({sms}\)"):
+        Knobs(dispatcher="hybridep", flex_num_sms=sms)
