@@ -3,6 +3,7 @@
 import pytest
 
 from moetune.configio.load import load_config
+from moetune.errors import MoetuneError
 from moetune.emit import emit_all
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import from_config, to_config
@@ -47,3 +48,10 @@ def test_a_config_without_an_sm_count_gets_megatrons_default_not_the_tuned_one()
     assert from_config(base)[2].num_sms == 16
     assert from_config({**base, "model.moe_hybridep_num_sms": 32})[2].num_sms == 32
     assert from_config({**base, "model.moe_flex_dispatcher_num_sms": 24})[2].num_sms == 24
+
+
+def test_a_zero_sm_count_in_a_config_is_an_error_not_the_default():
+    config = {"cluster.num_gpus": 8, "model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "flex",
+              "model.moe_flex_dispatcher_backend": "hybridep", "model.moe_hybridep_num_sms": 0}
+    with pytest.raises(MoetuneError, match=r"flex_num_sms \(0\)"):
+        from_config(config)

@@ -145,8 +145,10 @@ def _flex_sms(config: dict) -> int | None:
     backend = _dispatcher(config)
     if backend not in MEGATRON_FLEX_SMS:
         return None
-    return (config.get("model.moe_flex_dispatcher_num_sms") or config.get(f"model.moe_{backend}_num_sms")
-            or MEGATRON_FLEX_SMS[backend])  # Megatron: the unified field wins over the per-backend one
+    for key in ("model.moe_flex_dispatcher_num_sms", f"model.moe_{backend}_num_sms"):  # Megatron: unified wins
+        if config.get(key) is not None:
+            return config[key]
+    return MEGATRON_FLEX_SMS[backend]
 
 
 def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
