@@ -10,6 +10,7 @@ from moetune.layout.validate import validate
 from moetune.planner.ab_order import ordered_pairs
 from moetune.planner.calibrate import (
     COMPUTE_KEYS,
+    SHARED,
     calibrate,
     fitted_effs,
     unfitted_predictions,
@@ -37,8 +38,7 @@ def fitted_toml(fitted: dict) -> str:
     for gpu, params in fitted.items():
         eff = with_params(efficiency(gpu, priors_only=True), params)
         lines.append(f"\n[{gpu}]")
-        for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "host_us_per_layer",
-                    "a2a_token_ns", "a2a_gbps_per_sm"):
+        for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", *SHARED):
             lines.append(f"{key} = {eff[key]:.4g}")
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
+from moetune.rules.derive import dispatcher_sms
 
 PRECISION = {
     "bf16": {},
@@ -140,15 +141,10 @@ def _dispatcher(config: dict) -> str:
 
 
 def _flex_sms(config: dict) -> int | None:
-    """SMs of a fused dispatcher: moe_flex_dispatcher_num_sms, else its backend's own field, else Megatron's
-    default for the backend (MEGATRON_FLEX_SMS), not the tuned one: the config did not ask for more."""
+    """SMs of a fused dispatcher as the config sets them, else Megatron's default (not the tuned one: the config
+    did not ask for more); None for the NCCL dispatchers."""
     backend = _dispatcher(config)
-    if backend not in MEGATRON_FLEX_SMS:
-        return None
-    for key in ("model.moe_flex_dispatcher_num_sms", f"model.moe_{backend}_num_sms"):  # Megatron: unified wins
-        if config.get(key) is not None:
-            return config[key]
-    return MEGATRON_FLEX_SMS[backend]
+    return dispatcher_sms(config, backend) if backend in MEGATRON_FLEX_SMS else None
 
 
 def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:

@@ -49,7 +49,8 @@ def _run(row: dict) -> Run:
     knobs = Knobs(
         precision=row["precision"], recompute=row["recompute"] if row["recompute"] != "none" else "none",
         recompute_modules=modules if row["recompute"] == "selective" else frozenset(),
-        dispatcher=row["dispatcher"], flex_num_sms=_int(row["flex_num_sms"]), cuda_graph_scope=tuple(row["cuda_graph_scope"].split()),
+        dispatcher=row["dispatcher"], flex_num_sms=_int(row["flex_num_sms"]),
+        cuda_graph_scope=tuple(row["cuda_graph_scope"].split()),
         ep_overlap=row["ep_overlap"] == "true", delay_wgrad=row["delay_wgrad"] == "true",
         routing=row["routing"], main_grads_fp32=False,  # perf recipes: grad_reduce_in_fp32=False (notes item 1)
         offload_modules=parse_offload_modules(row["offload_modules"]),

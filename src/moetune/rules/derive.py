@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
+from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.rules.table import load_table
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
@@ -103,13 +104,19 @@ def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
     dispatcher = value(config, "model.moe_token_dispatcher_type", "allgather")
     backend = value(config, "model.moe_flex_dispatcher_backend")
     d["flex_backend"] = backend if dispatcher == "flex" else None
-    sms = value(config, "model.moe_flex_dispatcher_num_sms")
-    if sms is None and backend == "hybridep":
-        sms = value(config, "model.moe_hybridep_num_sms")
-    if sms is None and backend == "deepep":
-        sms = value(config, "model.moe_deepep_num_sms")
-    # seeds/004 § Tuning Parameters: default 20 SMs for DeepEP, 16 for HybridEP.
-    d["dispatcher_sms"] = sms if sms is not None else {"deepep": 20, "hybridep": 16}.get(backend)
+    d["dispatcher_sms"] = dispatcher_sms(config, backend)
+
+
+def dispatcher_sms(config: dict[str, Any], backend: str | None) -> int | None:
+    """SMs of a fused dispatcher's kernels: moe_flex_dispatcher_num_sms (Megatron routes the per-backend fields
+    into it, and it wins), else the backend's own field, else Megatron-Core's default for the backend
+    (MEGATRON_FLEX_SMS; seeds/004 § Tuning Parameters: 20 for DeepEP, 16 for HybridEP)."""
+    fields = ["model.moe_flex_dispatcher_num_sms"] + ([f"model.moe_{backend}_num_sms"] if backend in MEGATRON_FLEX_SMS
+                                                      else [])
+    for name in fields:
+        if (sms := value(config, name)) is not None:
+            return sms
+    return MEGATRON_FLEX_SMS.get(backend)
 
 
 def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
