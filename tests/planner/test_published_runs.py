@@ -30,27 +30,24 @@ KNOWN_GAPS = {
             "micro-batch, its FP8 sibling R051 (same layout, DeepEP with EP overlap, +10%) 197 ms; moetune puts "
             "R092's BF16 compute alone at 247 ms: BF16 compute on H100 is over-charged against FP8 for this model, "
             "as the FP8/BF16 A/B pairs of narrower models also measure (R122-R125)",
-    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +33% (R232, NeMo "
-            "26.08, +32%; R233 on GB200 +26%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
-            "and moetune gets it within 7% only because 16 SMs expose more all-to-all (it predicts 32 SMs 22% "
+    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +31% (R232, NeMo "
+            "26.08, +31%; R233 on GB200 +24%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
+            "and moetune gets it within 13% only because 16 SMs expose more all-to-all (it predicts 32 SMs 16% "
             "faster; the measurements say the SM count did not matter under overlap). Without EP overlap moetune "
             "would put every gpt-oss run at 32 SMs or in BF16 within 10%: the overlap it credits this model is what "
             "the measurements do not show (see R172)",
     "R232": "see R096", "R233": "see R096",
-    "R172": "gpt-oss-120b BF16 on 64 GB200 with EP overlap (+47%; R190, alltoall, +40%): the same recipe without "
-            "overlap (R023, NeMo 26.02) measures within 5% of both and is predicted +8%, so the overlap that moetune "
+    "R172": "gpt-oss-120b BF16 on 64 GB200 with EP overlap (+44%; R190, alltoall, +37%): the same recipe without "
+            "overlap (R023, NeMo 26.02) measures within 5% of both and is predicted +9%, so the overlap that moetune "
             "credits (most of the all-to-all hidden) gains this model 1-5% in the measurements",
     "R190": "see R172",
-    "R222": "NeMo 26.06.01 gpt-oss-120b GB300 +74% (R223, GB200, +64%): the table's footnote calls it a known "
+    "R222": "NeMo 26.06.01 gpt-oss-120b GB300 +84% (R223, GB200, +75%): the table's footnote calls it a known "
             "performance regression of that container (NVIDIA/cudnn-frontend#256); the same recipe a release earlier "
             "(R209, R210) and later (R232, R233) measures 1.6x faster",
     "R223": "see R222",
-    "R200": "Qwen3-235B-A22B on 256 H100, FP8 current scaling, NCCL alltoall EP32 over 4 nodes with EP overlap, "
-            "NeMo 26.04.01, -16% (its twins R014, R033, R050, R181 at -11% to -15%): moetune leaves about half the "
-            "step as exposed cross-node all-to-all, and at the NIC rate the measured step leaves no room for that much",
-    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +17%: the same layout "
-            "with HybridEP a release later (R170) measures 32% faster and is predicted within 2%; moetune puts "
-            "the dispatcher gap at 13%",
+    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +19%: the same layout "
+            "with HybridEP a release later (R170) measures 32% faster and is predicted within 3%; moetune puts "
+            "the dispatcher gap at 14%",
 }
 
 

@@ -9,7 +9,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.step import dp_exposed_seconds, ep_overlap_unpaired
+from moetune.walls.step import ep_overlap_sides, dp_exposed_seconds, ep_overlap_exposed, ep_overlap_unpaired
 
 EFF = {"dp_overlap_hide": 1.0}
 
@@ -56,3 +56,38 @@ def test_ep_overlap_leaves_the_unpaired_micro_batches_exposed():
          for m in (4, 8)}
     per_mb = {m: e[m].time["exposed_collectives"]["ep_alltoall"] / m for m in e}
     assert per_mb[4] > per_mb[8]  # the unpaired micro-batch weighs more in a shorter step
+
+
+# One MoE layer's compute by class (seconds, forward + backward): attention-side classes 3x their forward (GEMMs),
+# core attention 3.5x, the routed experts 3x; no elementwise or replay, so the windows are easy to read.
+LAYER = {"attn_proj": 3.0, "core_attn": 3.5, "routed_experts": 6.0}  # forwards 1 + 1; experts 2
+
+
+def test_ep_windows_hide_each_all_to_all_beside_its_own_compute():
+    """Attention-side forward 2 s hides the combine backward, the expert backward + forward (6 s) the two dispatches,
+    the attention-side backward (4.5 s) the combine forward (model_chunk_schedule_plan.py run())."""
+    assert ep_overlap_sides(LAYER) == pytest.approx((2.0, 2.0, 4.5))
+    assert ep_overlap_exposed(1.5, LAYER, 1.0, True) == 0.0
+    # a = 3 s: the combine backward shows 1 s past the attention forward, the dispatches none (2a = 6 = 3f), the
+    # combine forward none; a share of the windows only
+    assert ep_overlap_exposed(3.0, LAYER, 1.0, True) == pytest.approx(1.0)
+    # half the compute usable: 3 - 1, 6 - 3, 3 - 2.25
+    assert ep_overlap_exposed(3.0, LAYER, 0.5, True) == pytest.approx(2.0 + 3.0 + 0.75)
+
+
+def test_delay_wgrad_hides_the_dispatch_backward_under_the_weight_gradient():
+    """Without delay_wgrad_compute the dispatch backward waits for the whole expert backward (2f) and then runs beside
+    the expert forward (f): with f = 2 s and a = 3 s it shows a - f = 1 s; delayed, the weight gradient runs beside
+    it and 2a - 3f = 0. Past 2f both expose 2a - 3f."""
+    assert ep_overlap_exposed(3.0, {"routed_experts": 6.0}, 1.0, False) == pytest.approx(3 + 1 + 3)
+    assert ep_overlap_exposed(3.0, {"routed_experts": 6.0}, 1.0, True) == pytest.approx(3 + 0 + 3)
+    for delay in (True, False):
+        assert ep_overlap_exposed(5.0, {"routed_experts": 6.0}, 1.0, delay) == pytest.approx(5 + 4 + 5)
+
+
+def test_a_comm_bound_layer_hides_all_of_the_windows_compute():
+    """When each all-to-all outweighs its window, the step is the communication: the exposed part is the
+    all-to-alls less all the usable compute, not less a fixed share of it."""
+    a = 10.0
+    exposed = ep_overlap_exposed(a, LAYER, 1.0, True)
+    assert exposed == pytest.approx(4 * a - sum(LAYER.values()))

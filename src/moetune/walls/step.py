@@ -82,9 +82,44 @@ class LayerTime:
     host: float
 
 
+def ep_overlap_sides(compute: dict) -> tuple:
+    """(attention-side forward, expert forward, attention-side backward) seconds of a MoE layer: Megatron's EP-overlap
+    schedule splits a layer into the pre-dispatch part (norms, attention, router, shared experts) and the routed
+    experts (models/gpt/fine_grained_callables.py). Replays run in the backward; elementwise work splits as the rest."""
+    experts = compute.get("routed_experts", 0.0)
+    rest = {k: v for k, v in compute.items() if k not in ("routed_experts", "elementwise", "recompute")}
+    matmul = experts + sum(rest.values())
+    ew = compute.get("elementwise", 0.0)
+    experts_ew = ew * experts / np.maximum(matmul, 1e-30)
+    fwd = lambda k, v: v / (1 + (BWD_ATTN if k == "core_attn" else BWD_GEMM))
+    attn_f = sum(fwd(k, v) for k, v in rest.items()) + (ew - experts_ew) / (1 + BWD_GEMM)
+    attn_b = sum(rest.values()) + (ew - experts_ew) + compute.get("recompute", 0.0) - attn_f
+    return attn_f, (experts + experts_ew) / (1 + BWD_GEMM), attn_b
+
+
+def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
+    """Exposed seconds of a MoE layer's four all-to-alls (`a` seconds each) under overlap_moe_expert_parallel_comm.
+    Megatron pairs one micro-batch's layer forward with another's layer backward in three windows
+    (models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run): the combine backward runs under
+    the attention-side forward; the dispatch forward, then the dispatch backward, under the expert backward and
+    forward; the combine forward under the attention-side backward. Each all-to-all hides only under its window's
+    compute, of which `hide` is usable (the communication kernels share SMs and memory bandwidth). In the middle
+    window the dispatch backward waits for the expert data gradient and the expert forward for the dispatched
+    tokens: with delay_wgrad_compute the expert weight gradient runs after the data gradient, under the dispatch
+    backward, and the window exposes max(2a - 3f, 0) (f: the expert forward); without it the dispatch backward waits
+    for the whole expert backward: max(2f, a) + max(f, a) - 3f."""
+    attn_f, experts_f, attn_b = (hide * x for x in ep_overlap_sides(compute))
+    if delay_wgrad:
+        middle = np.maximum(2 * a - 3 * experts_f, 0.0)
+    else:
+        middle = np.maximum(2 * experts_f, a) + np.maximum(experts_f, a) - 3 * experts_f
+    return np.maximum(a - attn_f, 0.0) + middle + np.maximum(a - attn_b, 0.0)
+
+
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
-                compute_s: float, attn_s: float) -> tuple[dict, dict]:
+                compute: dict, attn_s: float) -> tuple[dict, dict]:
     """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward)."""
+    compute_s = sum(compute.values())
     full = ctx.tokens * spec.hidden_size * BF16  # the sequence-gathered activation a TP collective moves
     n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
     if kind.mlp == "moe" and spec.moe_shared_expert_intermediate_size:
@@ -96,7 +131,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         regather = (kind.mixer != "none") + (kind.mlp == "dense" or (kind.mlp == "moe" and
                                                                     bool(spec.moe_shared_expert_intermediate_size)))
     tp = (2 * n_tp + regather) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
-    ep = 0.0
+    ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
         a2a = ep_alltoall_seconds(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
                                   spec.moe_router_topk, spec.num_moe_experts, lay.ep, lay.etp, gpu, eff, knobs.dispatcher,
@@ -105,6 +140,8 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
+        ep_exposed = (ep_overlap_exposed(a2a + etp, compute, eff["ep_overlap_hide"], knobs.delay_wgrad)
+                      + replays * (a2a + etp)) if knobs.ep_overlap else ep
     cp = 0.0
     if kind.mixer in ("gqa", "mla"):
         kv_width = (spec.num_query_groups * spec.kv_channels if kind.mixer == "gqa"
@@ -117,10 +154,9 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     moved = offloaded_bytes(spec, kind, ctx) / (gpu.host_link_gbps * 1e9 * eff["host_link_eff"])
     forward_s = compute_s / (1 + BWD_GEMM)
     raw = {"tp": tp, "ep_alltoall": ep, "cp": cp, "activation_offload": 2 * moved}
-    hide_ep = eff["ep_overlap_hide"] * (1.15 if knobs.delay_wgrad else 1.0) if knobs.ep_overlap else 0.0
     exposed = {
         "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
-        "ep_alltoall": np.maximum(ep - hide_ep * compute_s, 0.0),
+        "ep_alltoall": ep_exposed,
         # ring steps overlap the attention of earlier chunks: forward + backward attention is (1 + BWD_ATTN)x
         # the forward
         "cp": np.maximum(cp - (1 + BWD_ATTN) * attn_s, 0.0),
@@ -137,7 +173,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
                                         modules=knobs.effective_modules, eff=eff)
     total = sum(compute.values())
     attn = compute["core_attn"] / (1 + BWD_ATTN)
-    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, total, attn)
+    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
