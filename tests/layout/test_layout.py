@@ -100,4 +100,39 @@ def test_groups_leaving_the_nvlink_domain_follow_megatron_rank_order():
     assert leaving["tp"] == 0
     assert leaving["ep"] == pytest.approx(8 / 15)
     assert leaving["dp"] == pytest.approx(60 / 63)
-    assert groups_leaving_domain(lay, 72)["ep"] == 0  # NVL72: the whole EP group shares the domain
+    # 72 consecutive ranks a domain: the EP group of ranks 64-79 straddles two (8 of its 15 peers elsewhere); in
+    # the 64-rank domains a 128-GPU job gets on NVL72 racks (below) every EP group shares one
+    assert groups_leaving_domain(lay, 72)["ep"] == pytest.approx(8 / 15)
+    assert groups_leaving_domain(lay, 64)["ep"] == 0
+
+
+@pytest.mark.parametrize(("world", "gpus_per_node", "domain", "expected"), [
+    (64, 4, 72, 64),  # 16 nodes fit one rack: one domain
+    (72, 4, 72, 72),
+    (128, 4, 72, 64),  # 32 nodes: segments of 16 (the largest divisor of 32 up to 18)
+    (256, 4, 72, 64),
+    (240, 4, 72, 60),  # 60 nodes: segments of 15
+    (144, 4, 72, 72),
+    (8, 4, 72, 8),
+    (1024, 8, 8, 8),  # HGX: one node a domain
+    (4, 8, 8, 4),
+])
+def test_job_nvlink_domain_follows_slurm_segments(world, gpus_per_node, domain, expected):
+    """Megatron Bridge's launcher splits a GB200 job into Slurm segments of the most nodes (<= 18) that divide it
+    (scripts/performance/utils/executors.py); ranks are consecutive within a segment."""
+    from moetune.layout.ranks import job_nvlink_domain
+
+    assert job_nvlink_domain(world, gpus_per_node, domain) == expected
+
+
+def test_a_straddling_group_counts_its_worst_placed_member():
+    """EP40 in 60-rank domains: the group of ranks 40-79 has 20 members in each domain, so its members see 20
+    peers (themselves included) over NVLink; in 72-rank domains the split is 32 + 8, and the 8 see only 8."""
+    import numpy as np
+
+    from moetune.layout.ranks import members_in_domain
+
+    assert members_in_domain(40, 1, 60) == 20
+    assert members_in_domain(40, 1, 72) == 8
+    assert members_in_domain(40, 1, 120) == 40  # aligned: every group inside
+    assert list(members_in_domain(np.array([8, 16, 64]), np.array([1, 1, 1]), 72)) == [8, 8, 8]

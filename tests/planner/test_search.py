@@ -131,3 +131,14 @@ def test_ep1_candidates_are_listed_once_with_alltoall():
     assert ep1 and all(r.knobs.dispatcher == "alltoall" for r in ep1)
     keys = [(r.layout, r.workload.micro_batch_size, r.knobs) for r in result.results]
     assert len(keys) == len(set(keys))
+
+
+def test_hybridep_groups_stay_inside_the_jobs_nvlink_domains():
+    """240 GB200s run in Slurm segments of 15 nodes: 60-rank NVLink domains. EP40's second group (ranks 40-79)
+    straddles two, so HybridEP at EP40 is not offered (rule dispatcher.hybridep_ep_exceeds_domain); EP20
+    tiles the domains and is (GLM-4.5: 160 experts)."""
+    spec, gpu = load_model("glm-4.5"), load_gpu("gb200")
+    wl = Workload(seq_length=4096, global_batch_size=960)
+    for ep, offered in ((40, False), (20, True)):
+        fixed = {"ep": ep, "tp": 1, "pp": 6, "dispatcher": ["hybridep"], "precision": ["mxfp8"]}
+        assert bool(plan(spec, gpu, 240, wl, fixed=fixed, top=1).results) is offered, ep

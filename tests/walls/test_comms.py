@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from moetune.layout.ranks import job_gpu
 from moetune.specs.hardware import load_gpu
 from moetune.walls.comms import ep_alltoall_seconds, fused_copies
 from moetune.walls.efficiency import efficiency
@@ -60,7 +61,7 @@ def _simulated_copies(num_experts, topk, ep, domain, rng, tokens=20000, groups=1
     (160, 6, 16, "h100", (8, 3)),    # DeepSeek-V2: 3 of 8 groups of 20 experts, a node spans 4 groups
 ])
 def test_fused_dispatch_sends_a_token_once_per_destination(model_experts, topk, ep, gpu_key, groups):
-    gpu = load_gpu(gpu_key)
+    gpu = job_gpu(load_gpu(gpu_key), ep)  # a job of one EP group: its NVLink domain as that job sees it
     nvlink, nic = fused_copies(model_experts, topk, ep, 1, gpu, *groups)
     sim_nv, sim_nic = _simulated_copies(model_experts, topk, ep, gpu.nvlink_domain, np.random.default_rng(0),
                                         groups=groups[0], group_topk=groups[1])
@@ -110,3 +111,13 @@ def test_fused_sm_bound_scales_the_byte_time_only():
     assert with_tokens[0] - with_tokens[1] == pytest.approx(t8 - t16)
     deepep = [float(ep_alltoall_seconds(*args[:8], "deepep", num_sms=s)) for s in (8, 16)]
     assert deepep[0] == deepep[1]
+
+
+def test_a_straddling_ep_group_pays_the_nic():
+    """EP40 tiles an 80-GPU job's 40-rank domains (20 nodes: segments of 10) but straddles a 240-GPU job's 60-rank
+    ones (ranks 40-79 split 20 + 20): the same all-to-all then sends half its copies over the NIC."""
+    eff = efficiency("gb200")
+    tiled, straddled = (float(ep_alltoall_seconds(16384, 5120, 8, 160, 40, 1, job_gpu(load_gpu("gb200"), w), eff,
+                                                  "alltoall")) for w in (80, 240))
+    assert job_gpu(load_gpu("gb200"), 80).nvlink_domain == 40
+    assert straddled > 2 * tiled

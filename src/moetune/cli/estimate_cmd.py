@@ -26,9 +26,9 @@ def print_estimate(result: Estimate) -> None:
     out = console()
     out.print(f"[bold]{result.model.name}[/bold] on {result.layout.world_size} x {result.gpu.name}: "
               f"{result.layout.describe()}")
-    leaving = groups_leaving_domain(result.layout, result.gpu.nvlink_domain)
+    leaving = groups_leaving_domain(result.layout, result.job_domain)
     crossing = [f"{g.upper()} ({100 * share:.0f}% of peers)" for g, share in leaving.items() if share > 0]
-    out.print(f"rank order tp-cp-ep-dp-pp; outside the {result.gpu.nvlink_domain}-GPU NVLink domain: "
+    out.print(f"rank order tp-cp-ep-dp-pp; outside the {result.job_domain}-GPU NVLink domain: "
               + (", ".join(crossing) if crossing else "no group"))
     stages = result.stages
     names = list(dict.fromkeys(k for s in stages for k in s.items))

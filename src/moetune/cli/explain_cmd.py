@@ -71,6 +71,9 @@ def print_explain(a: dict) -> None:
     else:
         out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits; `moetune plan` changes "
                   "layout and knobs together")
+    for c in a["checks"]:
+        fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
+        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"

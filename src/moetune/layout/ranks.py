@@ -8,19 +8,68 @@ ranks:
     attention mesh   TP: stride 1        CP: stride TP        DP: stride TP*CP     PP: stride world/PP
     expert mesh     ETP: stride 1        EP: stride ETP       EDP: stride ETP*EP
 
-With an NVLink domain of ``D`` consecutive ranks (8 on HGX, 72 on NVL72), each member of such a group
-shares its domain with ``min(n, max(1, D // stride))`` members (itself included). Every function
-here is plain arithmetic, so it takes Python ints or numpy arrays alike (the planner passes arrays).
+The job's NVLink domain is ``D`` consecutive ranks (`job_nvlink_domain`): a node on HGX (8); on NVL72 racks the
+nodes a Slurm segment keeps in one rack, which need not be 72 (64 for a 256-GPU job). When a group's span and
+``D`` are aligned (one divides the other) each member shares its domain with ``min(n, max(1, D // stride))``
+members (itself included); otherwise some groups straddle two domains (EP40 in 60-rank domains: ranks 40-79) and
+their members in the smaller piece see the fewest peers over NVLink. Every function here takes Python ints or
+numpy arrays alike (the planner passes arrays).
 """
+
+import math
+from dataclasses import replace
+from functools import cache
 
 import numpy as np
 
 from moetune.layout.layout import Layout
+from moetune.specs.hardware import GpuSpec
+
+
+def job_nvlink_domain(world: int, gpus_per_node: int, nvlink_domain: int) -> int:
+    """Consecutive ranks that share an NVLink domain in a job of `world` GPUs. Where a domain spans several nodes
+    (NVL72: 18 nodes of 4), the job is split into equal Slurm segments of the most nodes that divide the job and fit
+    a rack, as Megatron Bridge's launcher does for GB200 (scripts/performance/utils/executors.py: `--segment` =
+    the node count up to 18 nodes, else its largest divisor <= 18): 64 GPUs -> one domain of 64, 256 -> 64,
+    240 -> 60, 144 -> 72. One domain per node elsewhere (HGX: 8)."""
+    per_rack = max(1, nvlink_domain // gpus_per_node)
+    nodes = -(-world // gpus_per_node)
+    if nodes <= per_rack:
+        return min(world, nvlink_domain)
+    return gpus_per_node * max(d for d in range(1, per_rack + 1) if nodes % d == 0)
+
+
+def job_gpu(gpu: GpuSpec, world: int) -> GpuSpec:
+    """The GPU as a job of `world` GPUs sees it: its NVLink domain in consecutive ranks (idempotent)."""
+    domain = job_nvlink_domain(int(world), gpu.gpus_per_node, gpu.nvlink_domain)
+    return gpu if domain == gpu.nvlink_domain else replace(gpu, nvlink_domain=domain)
+
+
+@cache
+def _fewest_in_domain(size: int, stride: int, domain: int) -> int:
+    """Least, over every member of every group, of the members sharing its domain. Groups tile the ranks in blocks
+    of size*stride, domains in blocks of `domain`: the pattern repeats every lcm of the two."""
+    span = size * stride
+    if domain % span == 0 or span % domain == 0:  # aligned: every group sees the same split
+        return min(size, max(1, domain // stride))
+    fewest = size
+    for base in range(0, math.lcm(span, domain), span):
+        for offset in range(stride):
+            _, counts = np.unique((base + offset + stride * np.arange(size)) // domain, return_counts=True)
+            fewest = min(fewest, int(counts.min()))
+    return fewest
 
 
 def members_in_domain(size, stride, domain):
-    """Members of a group (itself included) that share one NVLink domain."""
-    return np.minimum(size, np.maximum(1, domain // stride))
+    """Members of a group (itself included) that share one NVLink domain, for the worst-placed member: a collective
+    runs at the pace of its slowest member, and the step at that of the slowest group."""
+    if np.ndim(size) == 0 and np.ndim(stride) == 0 and np.ndim(domain) == 0:
+        return _fewest_in_domain(int(size), int(stride), int(domain))
+    size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
+    packed = (size << 40) | (stride << 20) | domain  # each below 2**20 ranks: one key per group shape
+    keys, inverse = np.unique(packed, return_inverse=True)
+    fewest = np.array([_fewest_in_domain(int(k >> 40), int((k >> 20) & 0xFFFFF), int(k & 0xFFFFF)) for k in keys])
+    return fewest[inverse].reshape(size.shape)  # one evaluation per distinct group shape
 
 
 def cross_domain_fraction(size, stride, domain):

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.ranks import groups_leaving_domain
+from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
 from moetune.layout.validate import Workload, validate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -36,6 +36,11 @@ class Estimate:
     def fits(self) -> bool:
         return self.peak_bytes <= self.gpu.capacity_bytes
 
+    @property
+    def job_domain(self) -> int:
+        """Consecutive ranks that share an NVLink domain in this job (layout/ranks.py job_nvlink_domain)."""
+        return job_nvlink_domain(self.layout.world_size, self.gpu.gpus_per_node, self.gpu.nvlink_domain)
+
     def to_json(self) -> dict:
         lay = self.layout
         out = {
@@ -60,8 +65,8 @@ class Estimate:
                 for s in self.stages
             ],
             "rank_order": "tp-cp-ep-dp-pp",
-            "nvlink": {"domain": self.gpu.nvlink_domain,
-                       "groups_leaving_domain": groups_leaving_domain(lay, self.gpu.nvlink_domain)},
+            "nvlink": {"domain": self.gpu.nvlink_domain, "job_domain": self.job_domain,
+                       "groups_leaving_domain": groups_leaving_domain(lay, self.job_domain)},
             "memory": {
                 "peak_bytes": self.peak_bytes, "capacity_bytes": self.gpu.capacity_bytes,
                 "fits": self.fits, "worst_stage": self.worst_stage,

@@ -51,10 +51,14 @@ def _fit(e: Estimate) -> dict:
 
 def _scale(e: Estimate) -> dict:
     lay = e.layout
-    leaving = groups_leaving_domain(lay, e.gpu.nvlink_domain)
+    leaving = groups_leaving_domain(lay, e.job_domain)
     notes = []
+    if e.job_domain != e.gpu.nvlink_domain:
+        notes.append(f"{lay.world_size} GPUs in Slurm segments of {e.job_domain // e.gpu.gpus_per_node} nodes: "
+                     f"{e.job_domain} consecutive ranks share an NVLink domain (Megatron Bridge's launcher, "
+                     "scripts/performance/utils/executors.py)")
     if leaving.get("tp", 0) > 0:
-        notes.append(f"TP{lay.tp} leaves the {e.gpu.nvlink_domain}-GPU NVLink domain: keep TP inside it "
+        notes.append(f"TP{lay.tp} leaves the {e.job_domain}-GPU NVLink domain: keep TP inside it "
                      "(seeds/000 Phase 2)")
     if leaving.get("ep", 0) > 0:
         notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
@@ -119,14 +123,26 @@ def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
     return replace(layout, vpp=value, **{**cleared, **split[0]})
 
 
+def findings(e: Estimate) -> list:
+    """Rule-table findings of an estimate's config (data/rules.yaml), as `moetune check` reports them."""
+    config = to_config(e)
+    return evaluate(config, derive(config), context="explain")
+
+
 def rule_errors(e: Estimate) -> list[str]:
     """Rule-table errors of an estimate's config (a move that breaks a prerequisite is not offered)."""
-    config = to_config(e)
-    return [f.rule for f in evaluate(config, derive(config), context="explain") if f.severity == "error"]
+    return [f.rule for f in findings(e) if f.severity == "error"]
+
+
+def _checks(e: Estimate) -> list[dict]:
+    """The errors and warnings this configuration itself raises, so an answer never hides a broken prerequisite."""
+    return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix}
+            for f in findings(e) if f.severity in ("error", "warning")]
 
 
 def _retune(e: Estimate) -> list[dict]:
     base = e.time["tokens_per_s_per_gpu"]
+    broken = set(rule_errors(e))  # a move is refused for the errors it adds, not for those it inherits
     out = []
     for move_id, move in _moves().items():
         if move.get("platform") and platform_of(e.gpu) not in move["platform"]:
@@ -134,7 +150,7 @@ def _retune(e: Estimate) -> list[dict]:
         if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits:
             continue
         new = _apply(e, move)
-        if new is None or not new.fits or rule_errors(new):
+        if new is None or not new.fits or set(rule_errors(new)) - broken:
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
         if gain > 0.005 or not e.fits:
@@ -199,7 +215,7 @@ def explain(e: Estimate) -> dict:
     if not e.fits:
         fit["steps"] = _fit_steps(e)
     return {
-        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e),
+        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e), "checks": _checks(e),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
                              "fp8_recipe": defaults["precision"], "cuda_graph_scope": defaults["cuda_graph_scope"],

@@ -16,6 +16,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
+from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate
@@ -62,9 +63,11 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
         return np.zeros(batch.size, bool)
     fits = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads) <= gpu.capacity_bytes
     f = batch.fields
-    if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks HybridEP's EP group must fit
-        fits &= f.ep[:, 0] <= gpu.nvlink_domain  # the domain (rule dispatcher.hybridep_ep_exceeds_domain); across
-        # 8-GPU nodes it reaches the other nodes over RDMA (Bridge's H100 DeepSeek-V3 recipe: EP64, hybridep)
+    if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks each HybridEP EP group must lie
+        domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)  # in one of
+        fits &= members_in_domain(f.ep[:, 0], f.etp[:, 0], domain) == f.ep[:, 0]  # the job's NVLink domains (rule
+        # dispatcher.hybridep_ep_exceeds_domain); across 8-GPU nodes it reaches the other nodes over RDMA (Bridge's
+        # H100 DeepSeek-V3 recipe: EP64, hybridep)
     if knobs.dispatcher != "alltoall":  # at EP=1 no token leaves the rank: a flex backend is the alltoall run again,
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1

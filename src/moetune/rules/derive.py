@@ -12,6 +12,7 @@ from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
+from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.rules.table import load_table
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
@@ -93,11 +94,30 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
             d["num_nodes"] = math.ceil(world / d["gpus_per_node"])
             d["multi_node"] = world > d["gpus_per_node"]
     if "nvlink_domain" in d:
-        d["tp_crosses_nvlink"] = d["tp"] > d["nvlink_domain"]
-        # Expert ranks are laid out ETP-fastest, so one EP group spans ETP*EP consecutive ranks.
-        d["ep_crosses_nvlink"] = d["etp"] * d["ep"] > d["nvlink_domain"]
+        # The job's NVLink domain in consecutive ranks (Slurm segments on NVL72 racks: 64 for 256 GB200s).
+        domain = d["nvlink_domain"]
+        if "world_size" in d and "gpus_per_node" in d:
+            domain = job_nvlink_domain(d["world_size"], d["gpus_per_node"], d["nvlink_domain"])
+        d["job_nvlink_domain"] = domain
+        d["tp_crosses_nvlink"] = bool(members_in_domain(d["tp"], 1, domain) < d["tp"])
+        # Expert ranks are laid out ETP-fastest, so one EP group spans ETP*EP consecutive ranks; it leaves the domain
+        # when wider than it, or when it straddles two domains (EP40 in 60-rank domains).
+        d["ep_crosses_nvlink"] = bool(members_in_domain(d["ep"], d["etp"], domain) < d["ep"])
+        d["ep_in_domain"] = _largest_ep_in_domain(config, d, domain)
         # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment.
         d["hybridep_ranks_per_domain"] = min(d["ep"], d["nvlink_domain"])
+
+
+def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int) -> int:
+    """The largest EP, up to the configured one, whose every group lies in one NVLink domain of the job, divides
+    the experts and tiles the ranks (1 when none does)."""
+    experts = int(value(config, "model.num_moe_experts", 0) or 0)
+    world, per_ep = d.get("world_size"), d["etp"] * d["pp"]
+    for ep in range(d["ep"], 0, -1):
+        if members_in_domain(ep, d["etp"], domain) == ep and (not experts or experts % ep == 0) \
+                and (not world or world % (ep * per_ep) == 0):
+            return ep
+    return 1
 
 
 def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:

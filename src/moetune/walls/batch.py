@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from moetune.layout.knobs import Knobs
+from moetune.layout.ranks import job_gpu
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.activations import (
@@ -152,6 +153,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
                        eff: dict) -> dict[str, np.ndarray]:
     """Step seconds and walls per candidate (same assembly as step.step_time)."""
     f = b.fields
+    gpu = job_gpu(gpu, f.world_size.flat[0])  # one world size per search
     stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     root = b.root()  # the data-parallel terms depend on the layout only: computed once, read by row

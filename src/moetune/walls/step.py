@@ -18,6 +18,7 @@ import numpy as np
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
@@ -276,6 +277,7 @@ def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs):
 
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """The `time` object of estimate's JSON (seconds)."""
+    gpu = job_gpu(gpu, lay.world_size)  # collectives see the job's NVLink domain
     stages = stage_times(spec, lay, wl, knobs, gpu, eff)
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
