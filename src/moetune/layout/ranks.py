@@ -66,10 +66,15 @@ def members_in_domain(size, stride, domain):
     if np.ndim(size) == 0 and np.ndim(stride) == 0 and np.ndim(domain) == 0:
         return _fewest_in_domain(int(size), int(stride), int(domain))
     size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
-    packed = (size << 40) | (stride << 20) | domain  # each below 2**20 ranks: one key per group shape
-    keys, inverse = np.unique(packed, return_inverse=True)
-    fewest = np.array([_fewest_in_domain(int(k >> 40), int((k >> 20) & 0xFFFFF), int(k & 0xFFFFF)) for k in keys])
-    return fewest[inverse].reshape(size.shape)  # one evaluation per distinct group shape
+    out = np.minimum(size, np.maximum(1, domain // stride))  # aligned shapes (the usual case)
+    span = size * stride
+    odd = (domain % span != 0) & (span % domain != 0)
+    if odd.any():  # one enumeration per distinct straddling group shape
+        packed = (size[odd] << 40) | (stride[odd] << 20) | domain[odd]  # each below 2**20 ranks
+        keys, inverse = np.unique(packed, return_inverse=True)
+        fewest = [_fewest_in_domain(int(k >> 40), int((k >> 20) & 0xFFFFF), int(k & 0xFFFFF)) for k in keys]
+        out[odd] = np.array(fewest)[inverse]
+    return out
 
 
 def cross_domain_fraction(size, stride, domain):

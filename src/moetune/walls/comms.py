@@ -50,10 +50,11 @@ def _hit_probability(experts_per_target, num_experts: int, topk: int, groups: in
     pool = group_topk * size
     spans = np.maximum(np.rint(np.asarray(experts_per_target) / size), 1).astype(int)  # groups the target covers
     per_group = np.minimum(experts_per_target, size)
-    comb = np.vectorize(math.comb)
+    table = np.array([[math.comb(n, k) for k in range(group_topk + 1)] for n in range(groups + 1)], dtype=float)
+    spans = np.minimum(spans, groups)
     hit = np.zeros_like(per_group, dtype=float)
-    for j in range(1, group_topk + 1):
-        chosen_j = comb(spans, j) * comb(groups - spans, group_topk - j) / math.comb(groups, group_topk)
+    for j in range(1, group_topk + 1):  # C(spans, j) x C(groups - spans, topk - j) / C(groups, topk), from a table
+        chosen_j = table[spans, j] * table[groups - spans, group_topk - j] / math.comb(groups, group_topk)
         hit = hit + chosen_j * (1.0 - _miss(j * per_group, pool, topk))
     return hit
 
