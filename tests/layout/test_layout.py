@@ -116,6 +116,7 @@ def test_groups_leaving_the_nvlink_domain_follow_megatron_rank_order():
     (8, 4, 72, 8),
     (1024, 8, 8, 8),  # HGX: one node a domain
     (4, 8, 8, 4),
+    (64, 8, 4, 4),  # a cluster file with two 4-GPU NVLink islands a node
 ])
 def test_job_nvlink_domain_follows_slurm_segments(world, gpus_per_node, domain, expected):
     """Megatron Bridge's launcher splits a GB200 job into Slurm segments of the most nodes (<= 18) that divide it

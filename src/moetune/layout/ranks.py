@@ -32,7 +32,9 @@ def job_nvlink_domain(world: int, gpus_per_node: int, nvlink_domain: int) -> int
     a rack, as Megatron Bridge's launcher does for GB200 (scripts/performance/utils/executors.py: `--segment` =
     the node count up to 18 nodes, else its largest divisor <= 18): 64 GPUs -> one domain of 64, 256 -> 64,
     240 -> 60, 144 -> 72. One domain per node elsewhere (HGX: 8)."""
-    per_rack = max(1, nvlink_domain // gpus_per_node)
+    if nvlink_domain <= gpus_per_node:  # a node holds one domain or more (a cluster file may say so)
+        return min(world, nvlink_domain)
+    per_rack = nvlink_domain // gpus_per_node
     nodes = -(-world // gpus_per_node)
     if nodes <= per_rack:
         return min(world, nvlink_domain)
