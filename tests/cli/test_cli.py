@@ -138,3 +138,11 @@ def test_check_of_an_empty_config_is_an_error(capsys, tmp_path):
     assert code == 2 and "nothing to check" in err
     code, out, _ = run(["check", str(empty), "--set", "model.tensor_model_parallel_size=2"], capsys)
     assert code == 0 and "1 config keys read" in out
+
+
+def test_nothing_fits_says_when_memory_is_not_the_reason(capsys):
+    """Kimi-K2 on 144 GB200 (one 72-rank NVLink domain) with HybridEP pinned at EP48: every EP group but the first
+    straddles two domains, so no candidate is legal though the lightest fits in memory; the answer says so."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb200", "--gpus", "144", "--seq", "4096", "--gbs", "1152",
+                        "--fix", "ep=48", "--fix", "dispatcher=hybridep", "--top", "1"], capsys)
+    assert code == 1 and "candidates fit in memory" in out and "NVLink domains" in out

@@ -131,6 +131,12 @@ def nothing_fits(result: PlanResult) -> str:
     if result.lightest_peak_gib is None:
         return fix
     kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
+    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
+        return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
+                f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
+                "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` "
+                "names the domain), flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; "
+                "loosen --fix")
     return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) needs "
             f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
