@@ -48,14 +48,12 @@ def job_gpu(gpu: GpuSpec, world: int) -> GpuSpec:
 
 
 @cache
-def _fewest_in_domain(size: int, stride: int, domain: int) -> int:
-    """Least, over every member of every group, of the members sharing its domain. Groups tile the ranks in blocks
-    of size*stride, domains in blocks of `domain`: the pattern repeats every lcm of the two."""
-    span = size * stride
-    if domain % span == 0 or span % domain == 0:  # aligned: every group sees the same split
-        return min(size, max(1, domain // stride))
+def _straddled_fewest(size: int, stride: int, domain: int) -> int:
+    """Least, over every member of every group, of the members sharing its domain, for a group shape whose span
+    (size*stride) and the domain are not aligned. Groups tile the ranks in blocks of the span, domains in blocks of
+    `domain`: the pattern repeats every lcm of the two."""
     fewest = size
-    for base in range(0, math.lcm(span, domain), span):
+    for base in range(0, math.lcm(size * stride, domain), size * stride):
         for offset in range(stride):
             _, counts = np.unique((base + offset + stride * np.arange(size)) // domain, return_counts=True)
             fewest = min(fewest, int(counts.min()))
@@ -64,19 +62,17 @@ def _fewest_in_domain(size: int, stride: int, domain: int) -> int:
 
 def members_in_domain(size, stride, domain):
     """Members of a group (itself included) that share one NVLink domain, for the worst-placed member: a collective
-    runs at the pace of its slowest member, and the step at that of the slowest group."""
-    if np.ndim(size) == 0 and np.ndim(stride) == 0 and np.ndim(domain) == 0:
-        return _fewest_in_domain(int(size), int(stride), int(domain))
+    runs at the pace of its slowest member, and the step at that of the slowest group. Ints in, int out."""
     size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
-    out = np.minimum(size, np.maximum(1, domain // stride))  # aligned shapes (the usual case)
+    out = np.array(np.minimum(size, np.maximum(1, domain // stride)))  # aligned shapes (the usual case): every group alike
     span = size * stride
     odd = (domain % span != 0) & (span % domain != 0)
     if odd.any():  # one enumeration per distinct straddling group shape
         packed = (size[odd] << 40) | (stride[odd] << 20) | domain[odd]  # each below 2**20 ranks
         keys, inverse = np.unique(packed, return_inverse=True)
-        fewest = [_fewest_in_domain(int(k >> 40), int((k >> 20) & 0xFFFFF), int(k & 0xFFFFF)) for k in keys]
+        fewest = [_straddled_fewest(int(k >> 40), int((k >> 20) & 0xFFFFF), int(k & 0xFFFFF)) for k in keys]
         out[odd] = np.array(fewest)[inverse]
-    return out
+    return int(out) if out.ndim == 0 else out
 
 
 def cross_domain_fraction(size, stride, domain):

@@ -129,20 +129,20 @@ def findings(e: Estimate) -> list:
     return evaluate(config, derive(config), context="explain")
 
 
-def rule_errors(e: Estimate) -> list[str]:
+def rule_errors(e: Estimate, found: list | None = None) -> list[str]:
     """Rule-table errors of an estimate's config (a move that breaks a prerequisite is not offered)."""
-    return [f.rule for f in findings(e) if f.severity == "error"]
+    return [f.rule for f in (findings(e) if found is None else found) if f.severity == "error"]
 
 
-def _checks(e: Estimate) -> list[dict]:
+def _checks(found: list) -> list[dict]:
     """The errors and warnings this configuration itself raises, so an answer never hides a broken prerequisite."""
     return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix}
-            for f in findings(e) if f.severity in ("error", "warning")]
+            for f in found if f.severity in ("error", "warning")]
 
 
-def _retune(e: Estimate) -> list[dict]:
+def _retune(e: Estimate, found: list) -> list[dict]:
     base = e.time["tokens_per_s_per_gpu"]
-    broken = set(rule_errors(e))  # a move is refused for the errors it adds, not for those it inherits
+    broken = set(rule_errors(e, found))  # a move is refused for the errors it adds, not for those it inherits
     out = []
     for move_id, move in _moves().items():
         if move.get("platform") and platform_of(e.gpu) not in move["platform"]:
@@ -214,8 +214,9 @@ def explain(e: Estimate) -> dict:
     fit = _fit(e)
     if not e.fits:
         fit["steps"] = _fit_steps(e)
+    found = findings(e)  # the rule table is evaluated once for this configuration
     return {
-        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e), "checks": _checks(e),
+        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e, found), "checks": _checks(found),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
                              "fp8_recipe": defaults["precision"], "cuda_graph_scope": defaults["cuda_graph_scope"],

@@ -23,6 +23,11 @@ from moetune.walls.flops import gemm_shapes, layer_flops
 BWD_GEMM, BWD_ATTN = 2.0, 2.5
 
 
+def passes(op_class: str) -> float:
+    """Forward + backward work of an op class over its forward: 1 + BWD_ATTN for fused attention, else 1 + BWD_GEMM."""
+    return 1 + (BWD_ATTN if op_class == "core_attn" else BWD_GEMM)
+
+
 @dataclass(kw_only=True, slots=True)
 class Rates:
     """FLOP/s and bytes/s one rank achieves per op class."""
@@ -92,7 +97,7 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     activation offloading: the GPU runs the same kernels whether their saved inputs then go to the host or not."""
     ctx = replace(ctx, offload_modules=frozenset())
     fwd = forward_seconds(spec, kind, ctx, r, ep)
-    out = {k: v * (1 + (BWD_ATTN if k == "core_attn" else BWD_GEMM)) for k, v in fwd.items()}
+    out = {k: v * passes(k) for k, v in fwd.items()}
     replay = set(fwd) if recompute == "full" else {c for m in modules for c in REPLAYS.get(m, ())}
     out["recompute"] = sum(fwd[c] for c in replay)
     # Elementwise kernels run whatever is saved: their bytes are those of the layer without recompute;

@@ -29,6 +29,7 @@ from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
     layer_compute_seconds,
+    passes,
     rates,
 )
 from moetune.walls.flops import megatron_model_flops
@@ -92,10 +93,9 @@ def ep_overlap_sides(compute: dict) -> tuple:
     matmul = experts + sum(rest.values())
     ew = compute.get("elementwise", 0.0)
     experts_ew = ew * experts / np.maximum(matmul, 1e-30)
-    fwd = lambda k, v: v / (1 + (BWD_ATTN if k == "core_attn" else BWD_GEMM))
-    attn_f = sum(fwd(k, v) for k, v in rest.items()) + (ew - experts_ew) / (1 + BWD_GEMM)
+    attn_f = sum(v / passes(k) for k, v in rest.items()) + (ew - experts_ew) / passes("elementwise")
     attn_b = sum(rest.values()) + (ew - experts_ew) + compute.get("recompute", 0.0) - attn_f
-    return attn_f, (experts + experts_ew) / (1 + BWD_GEMM), attn_b
+    return attn_f, (experts + experts_ew) / passes("routed_experts"), attn_b
 
 
 def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
@@ -141,6 +141,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
+        # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
         ep_exposed = (ep_overlap_exposed(a2a + etp, compute, eff["ep_overlap_hide"], knobs.delay_wgrad)
                       + replays * (a2a + etp)) if knobs.ep_overlap else ep
     cp = 0.0
@@ -173,7 +174,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
                                         modules=knobs.effective_modules, eff=eff)
     total = sum(compute.values())
-    attn = compute["core_attn"] / (1 + BWD_ATTN)
+    attn = compute["core_attn"] / passes("core_attn")
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
