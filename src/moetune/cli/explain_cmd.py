@@ -7,6 +7,7 @@ from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner.explain import explain
+from moetune.planner.fp8_evidence import caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
 
 
@@ -63,17 +64,22 @@ def print_explain(a: dict) -> None:
         out.print(f"  - {note}")
     shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in p["wall_shares"].items())
     out.print(f"[bold]Profile[/bold]: dominant wall {p['dominant_wall']} ({p['why']}); {shares}")
-    rows = [[r["rule"], ", ".join(f"{k}={v}" for k, v in r["change"].items()), f"{100 * r['predicted_gain']:+.1f}%",
+    rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), ", ".join(f"{k}={v}" for k, v in r["change"].items()),
+             f"{100 * r['predicted_gain']:+.1f}%",
              f"{r['new_peak_gib']:.1f}", r["source"]] for r in a["retune"]]
     if rows:
         out.print(table("Retune: next changes, predicted", ["move", "overrides", "tokens/s", "peak GiB", "rule"], rows,
                         justify_right_from=2))
+        if any(r["unconfirmed"] for r in a["retune"]):
+            out.print(f"  * moetune's FP8 gain, unconfirmed for this model: {evidence_text(a['fp8_evidence'])}")
     else:
         out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits; `moetune plan` changes "
                   "layout and knobs together")
     for c in a["checks"]:
         fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
         out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
+    if a["fp8_caveat"]:
+        out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"

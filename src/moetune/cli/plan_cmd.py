@@ -10,6 +10,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
+from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.versus import versus
@@ -91,14 +92,19 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
                       headroom_gib=headroom)
+    fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
+                      headroom_gib=headroom)
     comparison = None
     if baseline and result.results:
         base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"))
         comparison = versus(result.results[0], base)
     if as_json:
-        emit_json({**plan_json(result), **({"versus_baseline": comparison} if comparison else {})})
+        emit_json({**plan_json(result), **({"fp8_caveat": fp8} if fp8 else {}),
+                   **({"versus_baseline": comparison} if comparison else {})})
     else:
         print_plan(result)
+        if fp8:
+            console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if comparison:
             print_versus(comparison)
     if not result.results:

@@ -19,6 +19,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, pipeline_variants
 from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
@@ -156,7 +157,9 @@ def _retune(e: Estimate, found: list) -> list[dict]:
         if gain > 0.005 or not e.fits:
             out.append({"rule": move_id, "change": move["overrides"], "predicted_gain": gain,
                         "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
-                        "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"]})
+                        "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"],
+                        # a move onto FP8 for a narrow model: its gain is moetune's, the published pairs measured none
+                        "unconfirmed": not applies(e.model, e.knobs) and applies(new.model, new.knobs)})
     return sorted(out, key=lambda r: -r["predicted_gain"])
 
 
@@ -215,7 +218,9 @@ def explain(e: Estimate) -> dict:
     if not e.fits:
         fit["steps"] = _fit_steps(e)
     found = findings(e)  # the rule table is evaluated once for this configuration
+    fp8 = caveat(e, same_config_in_bf16(e), "the same configuration in BF16") if applies(e.model, e.knobs) else None
     return {
+        "fp8_caveat": fp8, "fp8_evidence": evidence(),
         "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e, found), "checks": _checks(found),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],

@@ -1,0 +1,110 @@
+"""What the published FP8-vs-BF16 A/B pairs (data/fp8_ab_pairs.toml) say about an FP8 pick.
+
+moetune's FP8 gain is optimistic for narrow models (docs/time.md): the pairs measured FP8 at 0.95-1.06x of BF16
+where moetune predicts +18-22%. So when `plan` or `explain` lands on FP8 (or FP4) for a model no wider than the
+widest model of those pairs, it says so, with the measured ratios and moetune's own FP8 gain next to them, instead of
+letting the predicted gain stand as if it were measured.
+"""
+
+import tomllib
+from dataclasses import dataclass, replace
+from functools import cache
+from importlib import resources
+
+from moetune.layout.knobs import Knobs
+from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.runs import published_rows
+from moetune.planner.search import PlanResult, plan
+from moetune.specs.model import ModelSpec
+from moetune.specs.registry import load_model
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fp8Pair:
+    """One published pair: the same model, cluster and layout in FP8 and in BF16."""
+
+    fp8: str  # run id (published_runs.csv)
+    bf16: str
+    model: str
+    gpu: str
+    hidden_size: int
+    measured: float  # FP8 throughput over BF16 throughput, one source and release
+    note: str
+
+
+def _metric(row: dict) -> float:
+    return float(row["tokens_per_s_per_gpu"] or row["tflops_per_gpu"])
+
+
+@cache
+def fp8_pairs() -> tuple[Fp8Pair, ...]:
+    table = tomllib.loads((resources.files("moetune") / "data" / "fp8_ab_pairs.toml").read_text())
+    rows = published_rows()
+    out = []
+    for p in table["pair"]:
+        a, b = rows[p["fp8"]], rows[p["bf16"]]
+        out.append(Fp8Pair(fp8=p["fp8"], bf16=p["bf16"], model=a["model"], gpu=a["gpu"],
+                           hidden_size=load_model(a["model"]).hidden_size, measured=_metric(a) / _metric(b),
+                           note=p["note"]))
+    return tuple(out)
+
+
+def widest_measured() -> int:
+    """Hidden size of the widest model whose FP8 gain was measured in a pair."""
+    return max(p.hidden_size for p in fp8_pairs())
+
+
+def applies(spec: ModelSpec, knobs: Knobs) -> bool:
+    return knobs.precision != "bf16" and spec.hidden_size <= widest_measured()
+
+
+def evidence() -> dict:
+    """The pairs in brief: measured FP8/BF16 range, run ids, models, the widest hidden size among them."""
+    pairs = fp8_pairs()
+    return {"measured_fp8_over_bf16": [min(p.measured for p in pairs), max(p.measured for p in pairs)],
+            "pairs": [f"{p.fp8}/{p.bf16}" for p in pairs], "widest_hidden_size": widest_measured(),
+            "models": sorted({p.model for p in pairs})}
+
+
+def evidence_text(ev: dict) -> str:
+    lo, hi = ev["measured_fp8_over_bf16"]
+    return (f"the published FP8-vs-BF16 A/B runs of models this narrow (hidden size <= {ev['widest_hidden_size']}: "
+            f"{', '.join(ev['models'])}, {', '.join(ev['pairs'])}) measured FP8 at {lo:.2f}-{hi:.2f}x of BF16")
+
+
+def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
+    """The measured ratios next to moetune's predicted gain of `pick` over `bf16` (the fastest BF16 candidate, or the
+    same configuration in BF16: `bf16_what` says which)."""
+    out = {"precision": pick.knobs.precision, "hidden_size": pick.model.hidden_size, **evidence()}
+    if bf16 is not None:
+        gain = pick.time["tokens_per_s_per_gpu"] / bf16.time["tokens_per_s_per_gpu"] - 1
+        out.update(bf16_what=bf16_what, bf16_layout=bf16.layout.short(), bf16_fits=bf16.fits,
+                   bf16_peak_gib=bf16.peak_bytes / 2**30,
+                   bf16_tokens_per_s_per_gpu=bf16.time["tokens_per_s_per_gpu"], predicted_fp8_gain=gain)
+    return out
+
+
+def same_config_in_bf16(e: Estimate) -> Estimate:
+    return estimate(e.model, e.gpu, e.layout, e.workload, replace(e.knobs, precision="bf16"))
+
+
+def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed: dict, **plan_kwargs) -> dict | None:
+    """For a plan whose pick is FP8/FP4 on a narrow model: the caveat against the fastest BF16 candidate (a second
+    search with the precision pinned), or against the pick's own configuration in BF16 when the user pinned the
+    precision."""
+    if not result.results or not applies(spec, result.results[0].knobs):
+        return None
+    pick = result.results[0]
+    if "precision" in fixed:
+        return caveat(pick, same_config_in_bf16(pick), "the same configuration in BF16")
+    bf16 = plan(spec, gpu, world, wl, fixed={**fixed, "precision": ["bf16"]}, **{**plan_kwargs, "top": 1})
+    return caveat(pick, bf16.results[0] if bf16.results else None, "the fastest BF16 candidate")
+
+
+def caveat_text(c: dict) -> str:
+    text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c)}"
+    if "predicted_fp8_gain" in c:
+        fits = "" if c["bf16_fits"] else f", which does not fit: {c['bf16_peak_gib']:.1f} GiB"
+        text += (f"; moetune predicts {100 * c['predicted_fp8_gain']:+.0f}% over {c['bf16_what']} "
+                 f"({c['bf16_layout']}, {c['bf16_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
+    return text + ". Its FP8 gain is optimistic here (no quantization kernels charged): measure both precisions."
