@@ -151,6 +151,8 @@ CASES: dict[str, Case] = {
     "precision.bf16_fp16_exclusive": Case(S(MOE, "mixed_precision.fp16=true")),
     "precision.mxfp8_needs_blackwell": Case(S(MOE, "mixed_precision.fp8=e4m3", "mixed_precision.fp8_recipe=mxfp8"),
                                             "h100", 8),
+    "precision.fp8_output_proj_needs_mxfp8": Case(S(MOE, "mixed_precision.fp8=e4m3", "mixed_precision.fp8_recipe=blockwise",
+                                                    "model.fp8_output_proj=true"), "h100", 8),
     "precision.fp8_unsupported": Case(S(MOE, "mixed_precision.fp8=hybrid"), "a100", 8),
     "precision.fp4_needs_blackwell": Case(S(MOE, "mixed_precision.fp4=e2m1"), "h100", 8),
     "precision.fp8_hopper_start": Case(S(MOE, "mixed_precision.fp8=hybrid", "mixed_precision.fp8_recipe=tensorwise"),

@@ -72,6 +72,8 @@ def knob_options(func):
         click.option("--ep-overlap", is_flag=True, help="overlap_moe_expert_parallel_comm."),
         click.option("--delay-wgrad", is_flag=True, help="delay_wgrad_compute."),
         click.option("--tp-comm-overlap", is_flag=True, help="tp_comm_overlap."),
+        click.option("--fp8-output-proj", is_flag=True,
+                     help="model.fp8_output_proj: the LM head under MXFP8 (else BF16 whatever the recipe)."),
         click.option("--no-overlap-grad-reduce", is_flag=True,
                      help="ddp.overlap_grad_reduce=False: the DP gradient reduce-scatter runs after the backward."),
         click.option("--no-overlap-param-gather", is_flag=True,
@@ -147,7 +149,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         dispatcher=dispatcher, flex_num_sms=kw["flex_num_sms"], cuda_graph_scope=scopes, routing=kw["routing"],
         ep_overlap=kw["ep_overlap"],
         token_imbalance=kw["token_imbalance"],
-        delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"],
+        delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"], fp8_output_proj=kw["fp8_output_proj"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
         offload_modules=parse_offload_modules(kw["offload_modules"]),
     )

@@ -19,7 +19,8 @@ from moetune.specs.registry import load_model
 from moetune.walls.efficiency import load_efficiency_file
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
-BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather")
+BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",
+             "fp8_output_proj")
 
 
 def parse_fix(items: tuple[str, ...]) -> dict:

@@ -84,6 +84,10 @@ class Knobs:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     routing: Literal["dropless", "force-balance"] = "dropless"
+    # fp8_output_proj: the LM head (output layer) runs under MXFP8 as TE's TELMHeadColumnParallelLinear; otherwise it is
+    # Megatron's own ColumnParallelLinear, outside Transformer Engine's FP8 autocast, in BF16 whatever the recipe
+    # (megatron/core/models/gpt/gpt_model.py, fp8_utils.is_mxfp8_output_proj_active)
+    fp8_output_proj: bool = False
     token_imbalance: float | None = None  # max/mean tokens per expert rank; None: DROPLESS_IMBALANCE / 1.0
 
     def __post_init__(self) -> None:
@@ -106,6 +110,9 @@ class Knobs:
         bad = sorted(set(self.cuda_graph_scope) - set(CUDA_GRAPH_SCOPES))
         if bad:
             raise MoetuneError(f"unknown CUDA-graph scope(s) {bad}; choose from {', '.join(CUDA_GRAPH_SCOPES)}")
+        if self.fp8_output_proj and self.precision != "mxfp8":
+            raise MoetuneError(f"fp8_output_proj needs --precision mxfp8, got {self.precision} (Megatron-Core "
+                               "TransformerConfig refuses it otherwise); drop --fp8-output-proj")
         if self.token_imbalance is not None and self.token_imbalance < 1.0:
             raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be >= 1")
 

@@ -62,6 +62,7 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "comm_overlap.overlap_moe_expert_parallel_comm": k.ep_overlap,
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
         "comm_overlap.tp_comm_overlap": k.tp_comm_overlap,
+        "model.fp8_output_proj": k.fp8_output_proj,
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce, "ddp.overlap_param_gather": k.overlap_param_gather,
         "optimizer.use_distributed_optimizer": k.distributed_optimizer,
         "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
@@ -188,6 +189,8 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         overlap_grad_reduce=bool(config.get("ddp.overlap_grad_reduce")),  # Megatron's default: off
         overlap_param_gather=bool(config.get("ddp.overlap_param_gather")),
         routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
+        # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
+        fp8_output_proj=bool(config.get("model.fp8_output_proj")) and _precision(config) == "mxfp8",
         offload_modules=frozenset(_get(config, "model.offload_modules", []) or [])
         if config.get("model.fine_grained_activation_offloading") else frozenset())
     return layout, workload, knobs

@@ -185,5 +185,9 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           main_grads_fp32=fixed.get("main_grads_fp32", True),
                           overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
                           overlap_param_gather=fixed.get("overlap_param_gather", True),
-                          offload_modules=fixed.get("offload_modules", frozenset())))
+                          offload_modules=fixed.get("offload_modules", frozenset()),
+                          # the LM head under MXFP8 wherever the recipe is MXFP8, as Megatron Bridge's tuned GB200/GB300
+                          # DeepSeek-V3 and gpt-oss recipes set it (perf_recipes/deepseek/common.py, gpt_oss/common.py);
+                          # it only saves time in the step model, so it is paired, not searched; --fix ... =false drops it
+                          fp8_output_proj=fixed.get("fp8_output_proj", True) and prec == "mxfp8"))
     return grid

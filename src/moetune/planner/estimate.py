@@ -88,6 +88,7 @@ def knobs_json(k: Knobs) -> dict:
         "routing": k.routing, "token_imbalance": k.imbalance, "tp_comm_overlap": k.tp_comm_overlap,
         "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),
         "overlap_grad_reduce": k.overlap_grad_reduce, "overlap_param_gather": k.overlap_param_gather,
+        "fp8_output_proj": k.fp8_output_proj,
     }
 
 

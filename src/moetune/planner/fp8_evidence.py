@@ -85,7 +85,7 @@ def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
 
 
 def same_config_in_bf16(e: Estimate) -> Estimate:
-    return estimate(e.model, e.gpu, e.layout, e.workload, replace(e.knobs, precision="bf16"))
+    return estimate(e.model, e.gpu, e.layout, e.workload, replace(e.knobs, precision="bf16", fp8_output_proj=False))
 
 
 def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed: dict, **plan_kwargs) -> dict | None:

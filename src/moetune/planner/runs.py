@@ -58,6 +58,7 @@ def _run(row: dict) -> Run:
         # a row says "false" where its recipe turns one off
         overlap_grad_reduce=row["overlap_grad_reduce"] != "false",
         overlap_param_gather=row["overlap_param_gather"] != "false",
+        fp8_output_proj=row["fp8_output_proj"] == "true",
     )
     return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
                workload=Workload(seq_length=_int(row["seq_length"]), micro_batch_size=_int(row["micro_batch_size"]),

@@ -53,7 +53,7 @@ def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[
 def _without_recompute(knobs: Knobs) -> tuple:
     return (knobs.precision, knobs.dispatcher, knobs.cuda_graph_scope, knobs.ep_overlap, knobs.delay_wgrad,
             knobs.tp_comm_overlap, knobs.routing, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
-            knobs.overlap_grad_reduce, knobs.overlap_param_gather)
+            knobs.overlap_grad_reduce, knobs.overlap_param_gather, knobs.fp8_output_proj)
 
 
 def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict) -> np.ndarray:

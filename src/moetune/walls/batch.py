@@ -108,7 +108,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
 def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """Per layer kind, (compute, exposed communication, host) seconds per micro-batch on each distinct shape."""
     u, _ = distinct_shapes(b)
-    ctx, r = _shape_ctx(u, seq, knobs), rates(gpu, knobs.precision, eff)
+    ctx, r = _shape_ctx(u, seq, knobs), rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     out = {}
     for kind in spec.layer_kinds:
         compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
@@ -123,7 +123,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
 
 def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """Per-micro-batch time of each candidate's slowest stage, by wall (independent of the optimizer knobs)."""
-    f, ctx, r = b.fields, _ctx(b, seq, knobs), rates(gpu, knobs.precision, eff)
+    f, ctx, r = b.fields, _ctx(b, seq, knobs), rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     root = b.root()
     on_shapes = root.memo(("layer_times", *time_key(knobs), seq),
                           lambda: _shape_layer_times(spec, root, seq, knobs, gpu, eff))
@@ -146,7 +146,7 @@ def time_key(knobs: Knobs) -> tuple:
     """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms)."""
     return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
             knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance,
-            knobs.offload_modules)
+            knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj)
 
 
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,

@@ -35,15 +35,17 @@ class Rates:
     gemm: float
     attn: float
     router: float  # the router GEMM runs in FP32/BF16 whatever the recipe
+    head: float  # the LM head: BF16 unless fp8_output_proj puts it under MXFP8 (Knobs.fp8_output_proj)
     hbm: float
     m_half: float
     tile: int = 1  # GEMM tile edge: weight dimensions round up to it
 
 
-def rates(gpu: GpuSpec, precision: str, eff: dict) -> Rates:
+def rates(gpu: GpuSpec, precision: str, eff: dict, *, fp8_head: bool = False) -> Rates:
     gemm_eff = eff["gemm_eff"] if precision == "bf16" else eff["fp8_gemm_eff"]
-    return Rates(gemm=gpu.peak_tflops(precision) * 1e12 * gemm_eff, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"],
-                 router=gpu.bf16_tflops * 1e12 * eff["gemm_eff"], hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
+    gemm, bf16 = gpu.peak_tflops(precision) * 1e12 * gemm_eff, gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
+    return Rates(gemm=gemm, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"], router=bf16, head=gemm if fp8_head else bf16,
+                 hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
                  m_half=eff["grouped_m_half"], tile=gpu.gemm_tile)
 
 

@@ -196,8 +196,8 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
 
 def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
     """Output-layer GEMMs (forward + backward) of the loss heads a stage holds (main loss + each MTP layer);
-    the GEMM runs over the padded vocabulary split over TP."""
-    return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.gemm
+    the GEMM runs over the padded vocabulary split over TP, in BF16 unless fp8_output_proj (Rates.head)."""
+    return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.head
 
 
 def p2p_seconds(spec: ModelSpec, ctx, pp, gpu: GpuSpec, eff: dict):
@@ -209,7 +209,7 @@ def p2p_seconds(spec: ModelSpec, ctx, pp, gpu: GpuSpec, eff: dict):
 def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> list[dict]:
     """Per stage: seconds per micro-batch by wall and by class."""
     ctx = activation_context(lay, wl, knobs)
-    r = rates(gpu, knobs.precision, eff)
+    r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     vocab = padded_vocab_size(spec.vocab_size, lay.tp)
     cache: dict[LayerKind, LayerTime] = {}
     out = []
