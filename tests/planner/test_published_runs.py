@@ -39,7 +39,12 @@ KNOWN_GAPS = {
     "R232": "see R096", "R233": "see R096",
     "R172": "gpt-oss-120b BF16 on 64 GB200 with EP overlap (+44%; R190, alltoall, +37%): the same recipe without "
             "overlap (R023, NeMo 26.02) measures within 5% of both and is predicted +9%, so the overlap that moetune "
-            "credits (most of the all-to-all hidden) gains this model 1-5% in the measurements",
+            "credits (most of the all-to-all hidden) gains this model 1-5% in the measurements. Upstream names two "
+            "costs moetune does not itemise, unmeasured: the overlap schedule's own CPU work ('EP Overlap brings extra "
+            "cpu overhead and may cause GPU bubble', Megatron-LM PR #2184; a CPU factor on overlapped layers, tried, "
+            "lost 9 runs elsewhere: docs/time.md) and a per-layer host sync in both dispatchers (token_dispatcher.py: "
+            "alltoall before its EP all-to-all, HybridEP sizing its buffers); NVIDIA tracks the model's small MXFP8 "
+            "gain over BF16 as Megatron-Bridge issue #3389 ('only 5%-ish speedup')",
     "R190": "see R172",
     "R222": "NeMo 26.06.01 gpt-oss-120b GB300 +84% (R223, GB200, +75%): the table's footnote calls it a known "
             "performance regression of that container (NVIDIA/cudnn-frontend#256); the same recipe a release earlier "
