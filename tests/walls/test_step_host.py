@@ -18,10 +18,11 @@ LAYOUT = Layout(world_size=8, ep=8)
 MOE = next(k for k in SPEC.layers if k.mlp == "moe")
 
 
-def _layer(mbs: int, host_us: float, precision: str = "bf16", **knobs):
-    k = Knobs(precision=precision, dispatcher="alltoall", routing="force-balance", **knobs)  # no dropless sync
+def _layer(mbs: int, host_us: float, precision: str = "bf16", sync_us: float = 0.0, **knobs):
+    knobs = {"routing": "force-balance", **knobs}
+    k = Knobs(precision=precision, dispatcher="alltoall", **knobs)
     ctx = activation_context(LAYOUT, Workload(seq_length=4096, micro_batch_size=mbs, global_batch_size=512), k)
-    eff = {**efficiency("b200"), "host_us_per_layer": host_us}
+    eff = {**efficiency("b200"), "host_us_per_layer": host_us, "sync_us_per_moe_layer": sync_us}
     t = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
     return t, sum(t.compute.values()) + sum(t.comm.values())
 
@@ -60,14 +61,14 @@ def test_larger_micro_batches_dilute_the_host_wall_per_token():
     assert big.host / 4 < small.host
 
 
-def test_dropless_routing_adds_the_token_count_sync():
-    t, _ = _layer(16, 100.0)
-    k = Knobs(precision="bf16", dispatcher="alltoall")
-    assert k.routing == "dropless"
-    ctx = activation_context(LAYOUT, Workload(seq_length=4096, micro_batch_size=16, global_batch_size=512), k)
-    eff = {**efficiency("b200"), "host_us_per_layer": 100.0}
-    dropless = layer_time(SPEC, MOE, LAYOUT, ctx, GPU, eff, k, rates(GPU, k.precision, eff))
-    assert dropless.host == pytest.approx(t.host + eff["sync_us_per_moe_layer"] * 1e-6, rel=1e-9)
+@pytest.mark.parametrize("routing", ["dropless", "force-balance"])
+def test_every_eager_moe_layer_waits_for_its_token_counts(routing):
+    """Under any routing (force-balanced counts vary too), unless a full-iteration graph's sync-free path runs."""
+    plain, _ = _layer(16, 100.0, routing=routing)
+    synced, _ = _layer(16, 100.0, routing=routing, sync_us=500.0)
+    assert synced.host == pytest.approx(plain.host + 500e-6, rel=1e-9)
+    graphed, _ = _layer(16, 100.0, routing=routing, sync_us=500.0, cuda_graph_scope=("full_iteration",))
+    assert graphed.host == _layer(16, 100.0, routing=routing, cuda_graph_scope=("full_iteration",))[0].host
 
 
 def test_fp8_recipes_multiply_the_cpu_cost():

@@ -4,7 +4,8 @@ Fitted (joint log grids, then refinement in turn: fit_all) on the mean squared l
 tokens/s/GPU: per GPU, one multiplier on the compute efficiencies (BF16 and FP8 GEMM, attention, elementwise
 bandwidth keep their documented ratios) and one on the EP all-to-all efficiencies; for all GPUs together, the
 host CPU cost of issuing a layer (a property of the host and Megatron's Python, and only runs whose GPU work per
-layer is small can pin it: no GB200/GB300 run is host-bound) and the fused all-to-all's cost per token message
+layer is small can pin it: no GB200/GB300 run is host-bound), the host's wait for an eager MoE layer's token
+counts, the HybridEP copy rate per SM and the fused all-to-all's cost per token message
 (a property of the DeepEP/HybridEP kernels; only the spread of hidden sizes across models pins it). The calibration subset is documented and fixed:
 the runs of each GPU in run_id order, every other one starting with the first, among R001-R167 (runs added
 later are never fitted). The rest are held out and their errors reported (``moetune calibrate``).
@@ -20,11 +21,11 @@ from moetune.walls.efficiency import efficiency
 from moetune.walls.step import step_time
 
 PER_GPU = ("compute_scale", "a2a_scale")
-# Fitted once for every GPU: the host CPU cost of issuing a layer, and the per-token message cost of the fused
-# DeepEP/HybridEP all-to-all kernels (both properties of software, not of one GPU).
-SHARED = ("host_us_per_layer", "a2a_token_ns", "a2a_gbps_per_sm")
+# Fitted once for every GPU: the host CPU cost of issuing a layer and of an eager MoE layer's token-count sync, and the
+# per-token message cost of the fused DeepEP/HybridEP all-to-all kernels (properties of software, not of one GPU).
+SHARED = ("host_us_per_layer", "a2a_token_ns", "a2a_gbps_per_sm", "sync_us_per_moe_layer")
 BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_layer": (0.0, 30000.0),
-          "a2a_token_ns": (0.0, 40.0), "a2a_gbps_per_sm": (5.0, 200.0)}
+          "a2a_token_ns": (0.0, 40.0), "a2a_gbps_per_sm": (5.0, 200.0), "sync_us_per_moe_layer": (0.0, 3000.0)}
 COMPUTE_KEYS = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "mem_eff")
 A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "a2a_eff_allgather")
 

@@ -8,7 +8,7 @@ fitted, less the share of launches the CUDA-graph scopes capture) while the GPU 
 only what exceeds the layer's GPU time (compute + exposed communication) leaves the GPU idle. The CPU
 cost is per micro-batch and the GPU time grows with its tokens: small micro-batches of small models
 become host-bound, as the seeds' "higher MBS, CUDA graphs" remedy implies. Plus one host sync per
-dropless MoE layer (token counts) unless a full-iteration graph removes it.
+MoE layer (token counts) unless a full-iteration graph removes it.
 """
 
 from dataclasses import dataclass
@@ -184,7 +184,10 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         eff["fp8_host_factor"] if knobs.fp8 else 1.0)
     gpu_s = total + sum(exposed.values())
     host = (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
-    if kind.mlp == "moe" and knobs.routing == "dropless" and "full_iteration" not in knobs.cuda_graph_scope:
+    # The wait itself, whatever the routing (force-balanced counts vary too: random router logits): every dispatcher
+    # reads its token counts on the host (moe/token_dispatcher.py: alltoall before its EP all-to-all, HybridEP to size
+    # its buffers, DeepEP's per-expert receive counts); only a full-iteration graph's sync-free path avoids it.
+    if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope:
         host = host + eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1)
     return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=host)
 
