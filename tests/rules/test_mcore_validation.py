@@ -38,3 +38,27 @@ def test_megatron_core_errors_become_findings(qwen, overrides, needle):
 def test_skipped_without_architecture():
     findings = mcore_findings(load_config(sets=["model.tensor_model_parallel_size=2"]))
     assert [f.rule for f in findings] == ["mcore.skipped"]
+
+
+def _overlapped(qwen, **graphs):
+    return {**qwen, "comm_overlap.overlap_moe_expert_parallel_comm": True, "comm_overlap.delay_wgrad_compute": True,
+            "model.moe_token_dispatcher_type": "alltoall", "model.expert_model_parallel_size": 16, **graphs}
+
+
+def test_full_iteration_graphs_with_ep_overlap_are_not_an_error(qwen):
+    """megatron-core 0.16 refuses any non-TE CUDA graph under EP overlap; Megatron-LM main (what Bridge's GB200/GB300
+    full-iteration recipes run) accepts local full-iteration graphs. An info says so, and switching the graph off for
+    the rest of the check must not surface delay_wgrad's own dependency on EP overlap as a config error."""
+    config = _overlapped(qwen, **{"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]})
+    findings = mcore_findings(config)
+    assert [f for f in findings if f.severity == "error"] == []
+    assert any("Megatron-LM main accepts" in f.message for f in findings if f.rule == "mcore.environment")
+
+
+@pytest.mark.parametrize("scope", ["moe", "mlp"])
+def test_te_scoped_moe_or_mlp_graphs_stay_an_error(qwen, scope):
+    """Only local (full-iteration) graphs are let through: a TE-scoped moe or mlp graph is refused by every version
+    (under EP overlap, and first by its own prerequisites: drop-padding MoE, dense layers)."""
+    config = _overlapped(qwen, **{"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": [scope]})
+    errors = [f for f in mcore_findings(config) if f.severity == "error"]
+    assert len(errors) == 1 and f"{scope} cuda graph" in errors[0].message

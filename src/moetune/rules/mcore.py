@@ -21,7 +21,15 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
 _ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|install|not available|"
-                          r"apex|CUDA|cuda device|No module|'NoneType' and 'Version'", re.IGNORECASE)
+                          r"apex|CUDA(?! graph)|cuda device|No module|'NoneType' and 'Version'", re.IGNORECASE)
+# Checks the installed megatron-core makes that the Megatron-LM main Bridge's recipes run (verified at d98e8a6) no
+# longer makes, with the field to neutral for the rest of the check: megatron-core 0.16 refuses any CUDA graph but
+# TE-scoped ones under EP overlap; main refuses only TE-scoped moe/mlp graphs, so full-iteration (local) graphs run
+# with EP overlap (transformer_config.py; Megatron-LM PR #3820; Bridge's GB200/GB300 full-iteration recipes).
+_NEWER_MEGATRON_ACCEPTS = {
+    "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm":
+        (lambda kw: kw.get("cuda_graph_impl") == "local", {"cuda_graph_impl": "none"}),
+}
 # Options Megatron-Core gates on the installed Transformer Engine version (is_te_min_version compares
 # None with a Version when TE is absent, so the error names no field).
 _TE_VERSION_GATED = ("moe_grouped_gemm",)
@@ -69,20 +77,28 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
     cls = MLATransformerConfig if config.get("model.multi_latent_attention") else TransformerConfig
     kw = _kwargs(config, {f.name for f in dataclasses.fields(cls)})
     skipped: list[str] = []
+    switched: set[str] = set()
     for _ in range(8):  # switch off, one at a time, kernel options this machine cannot validate
         text, is_env = _construct(cls, kw)
         if text is None:
             break
+        newer = _NEWER_MEGATRON_ACCEPTS.get(text)
+        if newer and newer[0](kw):
+            kw.update(newer[1])
+            switched.update(newer[1])
+            skipped.append(f"{text} (the installed megatron-core; Megatron-LM main accepts this config)")
+            continue
         culprit = next((k for k, v in kw.items() if v is True and re.search(rf"\b{k}\b", text)), None)
         if culprit is None and "Version" in text:
             culprit = next((k for k in _TE_VERSION_GATED if kw.get(k) is True), None)
-        if not is_env:
+        if not is_env and not any(re.search(rf"\b{k}\b", text) for k in switched):
             return [Finding(rule=RULE, severity="error", source=SOURCE,
                             message=f"Megatron-Core rejects the model config: {text}")]
-        if culprit is None:
+        if culprit is None or culprit in switched:  # nothing more to switch, or a consequence of a switch
             skipped.append(text)
             break
         kw[culprit] = False
+        switched.add(culprit)
         skipped.append(text)
     if not skipped:
         return []
