@@ -36,6 +36,22 @@ def test_estimate_table(capsys):
     assert code == 0 and "optimizer_states" in out and "stage 0" in out
 
 
+@pytest.mark.parametrize(("args", "rule"), [
+    (["--ep", "16", "--ep-overlap", "--recompute", "full"], "ep_overlap.full_recompute"),  # Megatron-Core refuses
+    (["--gpu", "gb200", "--ep", "16", "--dispatcher", "deepep"], "dispatcher.deepep_platform"),  # Bridge refuses
+])
+def test_estimate_names_the_rule_errors_of_what_it_estimates(args, rule, capsys):
+    """A configuration Megatron would refuse still gets its numbers, with the refusal next to them."""
+    base = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "64"]
+    code, out, _ = run([*base, *args, "--json"], capsys)
+    errors = [c["rule"] for c in json.loads(out)["checks"] if c["severity"] == "error"]
+    assert code == 0 and rule in errors
+    code, out, _ = run([*base, *args], capsys)
+    assert f"Check error {rule}" in out and "rule error(s)" in out
+    code, out, _ = run([*base, "--ep", "16", "--dispatcher", "alltoall", "--json"], capsys)
+    assert [c for c in json.loads(out)["checks"] if c["severity"] == "error"] == []
+
+
 def test_models_show_json(capsys):
     code, out, _ = run(["models", "show", "deepseek-v3", "--json"], capsys)
     data = json.loads(out)

@@ -6,6 +6,7 @@ from moetune.cli.options import estimate_from_flags, knob_options, layout_option
 from moetune.cli.output import console, emit_json, gib, table
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.estimate import Estimate
+from moetune.planner.explain import checks
 
 
 @click.command(name="estimate")
@@ -16,10 +17,23 @@ from moetune.planner.estimate import Estimate
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL (built-in name or config.json) on a layout, per pipeline stage."""
     result = estimate_from_flags(model, kw)
+    found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "checks": found})
     else:
         print_estimate(result)
+        print_checks(found)
+
+
+def print_checks(found: list[dict]) -> None:
+    out = console()
+    for c in found:
+        fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
+        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
+    errors = sum(c["severity"] == "error" for c in found)
+    if errors:
+        out.print(f"[red]{errors} rule error(s)[/red]: Megatron or the seeds refuse this configuration as written; "
+                  "the numbers above are what it would cost if it ran")
 
 
 def print_estimate(result: Estimate) -> None:
@@ -56,6 +70,6 @@ def print_time(result: Estimate) -> None:
     if coll:
         out.print(table("Communication per step (s)", ["collective", "total", "exposed"], coll))
     if result.defaulted:
+        shown = {"cuda_graph_scope": ",".join(result.knobs.cuda_graph_scope), "flex_num_sms": result.knobs.num_sms}
         out.print("defaulted to platform values: " + ", ".join(
-            f"{k}={getattr(result.knobs, k) if k != 'cuda_graph_scope' else ','.join(result.knobs.cuda_graph_scope)}"
-            for k in result.defaulted))
+            f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in result.defaulted))

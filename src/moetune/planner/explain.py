@@ -135,6 +135,11 @@ def rule_errors(e: Estimate, found: list | None = None) -> list[str]:
     return [f.rule for f in (findings(e) if found is None else found) if f.severity == "error"]
 
 
+def checks(e: Estimate) -> list[dict]:
+    """The rule table's errors and warnings for one configuration (`estimate` prints them with its numbers)."""
+    return _checks(findings(e))
+
+
 def _checks(found: list) -> list[dict]:
     """The errors and warnings this configuration itself raises, so an answer never hides a broken prerequisite."""
     return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix}
