@@ -1,7 +1,7 @@
 """What the published FP8-vs-BF16 A/B pairs (data/fp8_ab_pairs.toml) say about an FP8 pick.
 
 moetune's FP8 gain is optimistic for narrow models (docs/time.md): the pairs measured FP8 at 0.95-1.06x of BF16
-where moetune predicts +18-22%. So when `plan` or `explain` lands on FP8 (or FP4) for a model no wider than the
+where moetune predicts 1.17-1.24x (tests/planner/test_fp8_evidence.py holds the gap). So when `plan` or `explain` lands on FP8 (or FP4) for a model no wider than the
 widest model of those pairs, it says so, with the measured ratios and moetune's own FP8 gain next to them, instead of
 letting the predicted gain stand as if it were measured.
 """
