@@ -11,11 +11,11 @@ ORDER_GAPS = {
     ("R163", "R164"): "gpt-oss-120b 64 x GB200 BF16 with EP overlap: NCCL alltoall measured 4% faster than HybridEP; "
                       "Megatron-Bridge PR #3561 puts it down to 'HybridEP's setup overhead unamortized' on a small "
                       "expert FFN (2880, topk 4). moetune charges HybridEP no setup cost beyond the all-to-all latency "
-                      "every dispatcher pays, so it predicts HybridEP 3% faster; to flip the pair the setup would have "
-                      "to cost about 1.5 ms per layer and micro-batch, which no public figure supports",
+                      "every dispatcher pays, so it predicts HybridEP 8% faster; to flip the pair the setup would have "
+                      "to cost about 2.2 ms per layer and micro-batch, which no public figure supports",
     ("R126", "R129"): "Qwen3-30B-A3B 16 x GB200: BF16 without graphs measured 10% faster than the PR #5728 re-measure "
-                      "of MXFP8 with TE-scoped graphs; moetune gives MXFP8 +18% (its FP8 gain for narrow models is "
-                      "optimistic, docs/time.md; R129 is also a listed TFLOP/s gap)",
+                      "of MXFP8 with TE-scoped graphs; moetune gives MXFP8 +17% (its FP8 gain for narrow models is "
+                      "optimistic, docs/time.md, and plan/explain say so; R129 is also a listed TFLOP/s gap)",
 }
 PAIRS = ordered_pairs()
 
