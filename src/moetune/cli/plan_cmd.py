@@ -87,6 +87,9 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
     spec, gpu_spec, fixed = load_model(model), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff = load_efficiency_file(efficiency)
+    # a bad --baseline fails before the search, not after it
+    base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output")) \
+        if baseline else None
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
@@ -95,10 +98,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
                       headroom_gib=headroom)
     fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
                       headroom_gib=headroom)
-    comparison = None
-    if baseline and result.results:
-        base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"))
-        comparison = versus(result.results[0], base)
+    comparison = versus(result.results[0], base) if base is not None and result.results else None
     if as_json:
         emit_json({**plan_json(result), **({"fp8_caveat": fp8} if fp8 else {}),
                    **({"versus_baseline": comparison} if comparison else {})})
