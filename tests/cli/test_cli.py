@@ -88,6 +88,16 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_bad_baseline_fails_before_the_search(tmp_path, capsys, monkeypatch):
+    import moetune.cli.plan_cmd as plan_cmd
+    monkeypatch.setattr(plan_cmd, "plan", lambda *a, **k: pytest.fail("searched before reading --baseline"))
+    bad = tmp_path / "b.json"
+    bad.write_text('{"results": []}')
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--baseline",
+                        str(bad)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_bad_config_files(tmp_path, capsys):
     bad_json = tmp_path / "config.json"
     bad_json.write_text("{not json")
