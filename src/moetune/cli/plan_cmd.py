@@ -169,7 +169,8 @@ def print_plan(result: PlanResult) -> None:
     rows = []
     for rank, r in enumerate(result.results, 1):
         k, t = r.knobs, r.time
-        rows.append([rank, r.layout.short(), r.workload.micro_batch_size, k.precision, k.dispatcher,
+        precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
+        rows.append([rank, r.layout.short(), r.workload.micro_batch_size, precision, k.dispatcher,
                      _recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
                      _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",
