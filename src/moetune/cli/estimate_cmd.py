@@ -3,7 +3,7 @@
 import click
 
 from moetune.cli.options import estimate_from_flags, knob_options, layout_options
-from moetune.cli.output import console, emit_json, gib, table
+from moetune.cli.output import console, emit_json, gib, print_checks, table
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks
@@ -23,17 +23,10 @@ def command(model: str, as_json: bool, **kw) -> None:
     else:
         print_estimate(result)
         print_checks(found)
-
-
-def print_checks(found: list[dict]) -> None:
-    out = console()
-    for c in found:
-        fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
-        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
-    errors = sum(c["severity"] == "error" for c in found)
-    if errors:
-        out.print(f"[red]{errors} rule error(s)[/red]: Megatron or the seeds refuse this configuration as written; "
-                  "the numbers above are what it would cost if it ran")
+        errors = sum(c["severity"] == "error" for c in found)
+        if errors:
+            console().print(f"[red]{errors} rule error(s)[/red]: Megatron or the seeds refuse this configuration as "
+                            "written; the numbers above are what it would cost if it ran")
 
 
 def print_estimate(result: Estimate) -> None:

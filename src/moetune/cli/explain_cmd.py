@@ -3,7 +3,7 @@
 import click
 
 from moetune.cli.options import estimate_from_flags, knob_options, layout_options
-from moetune.cli.output import console, emit_json, table
+from moetune.cli.output import console, emit_json, print_checks, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner.explain import explain
@@ -75,9 +75,7 @@ def print_explain(a: dict) -> None:
     else:
         out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits; `moetune plan` changes "
                   "layout and knobs together")
-    for c in a["checks"]:
-        fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
-        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
+    print_checks(a["checks"])
     if a["fp8_caveat"]:
         out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")
     d = a["default_mappings"]

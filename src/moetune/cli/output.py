@@ -34,3 +34,11 @@ def table(title: str, columns: list[str], rows: list[list], justify_right_from: 
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
+
+
+def print_checks(found: list[dict]) -> None:
+    """Rule findings as `explain` and `estimate` print them: one line each, with the fix when the rule has one."""
+    out = console()
+    for c in found:
+        fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
+        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))

@@ -21,6 +21,9 @@ MODULE_ALIASES = {"up_proj": "mla_up_proj", "norm": "layernorm"}
 OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
                                     "moe_act")
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
+# The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
+# it with any other, megatron/core/transformer/transformer_config.py).
+FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
 
@@ -110,9 +113,9 @@ class Knobs:
         bad = sorted(set(self.cuda_graph_scope) - set(CUDA_GRAPH_SCOPES))
         if bad:
             raise MoetuneError(f"unknown CUDA-graph scope(s) {bad}; choose from {', '.join(CUDA_GRAPH_SCOPES)}")
-        if self.fp8_output_proj and self.precision != "mxfp8":
-            raise MoetuneError(f"fp8_output_proj needs --precision mxfp8, got {self.precision} (Megatron-Core "
-                               "TransformerConfig refuses it otherwise); drop --fp8-output-proj")
+        if self.fp8_output_proj and self.precision != FP8_OUTPUT_PROJ_PRECISION:
+            raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {self.precision} "
+                               "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
         if self.token_imbalance is not None and self.token_imbalance < 1.0:
             raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be >= 1")
 

@@ -11,7 +11,7 @@ fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 from typing import Any
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import MEGATRON_FLEX_SMS, Knobs
+from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
@@ -170,9 +170,9 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     workload = Workload(seq_length=_get(config, "model.seq_length", 4096),
                         micro_batch_size=_get(config, "train.micro_batch_size", 1),
                         global_batch_size=config.get("train.global_batch_size"))
-    recompute = _get(config, "model.recompute_granularity", "none")
+    recompute, precision = _get(config, "model.recompute_granularity", "none"), _precision(config)
     knobs = Knobs(
-        precision=_precision(config), recompute=recompute,
+        precision=precision, recompute=recompute,
         recompute_modules=frozenset(_get(config, "model.recompute_modules", [])) if recompute == "selective"
         else frozenset(),
         distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True)),
@@ -190,7 +190,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         overlap_param_gather=bool(config.get("ddp.overlap_param_gather")),
         routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
         # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
-        fp8_output_proj=bool(config.get("model.fp8_output_proj")) and _precision(config) == "mxfp8",
+        fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
         offload_modules=frozenset(_get(config, "model.offload_modules", []) or [])
         if config.get("model.fine_grained_activation_offloading") else frozenset())
     return layout, workload, knobs

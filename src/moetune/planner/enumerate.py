@@ -11,7 +11,7 @@ account_for_embedding/loss (whichever Megatron accepts first). Illegal ones are 
 from itertools import product
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import Knobs
+from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
@@ -159,6 +159,13 @@ def _delay_wgrad(ep_overlap: bool, fixed: dict) -> bool:
     return ep_overlap and fixed.get("delay_wgrad", True)
 
 
+def _fp8_output_proj(precision: str, fixed: dict) -> bool:
+    """The LM head under MXFP8 wherever the recipe is MXFP8, as Megatron Bridge's tuned GB200/GB300 DeepSeek-V3 and
+    gpt-oss recipes set it (perf_recipes/deepseek/common.py, gpt_oss/common.py); it only saves time in the step model,
+    so it is paired with the precision, not searched; --fix fp8_output_proj=false keeps the head in BF16."""
+    return precision == FP8_OUTPUT_PROJ_PRECISION and fixed.get("fp8_output_proj", True)
+
+
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
     """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload.
     Fine-grained activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put
@@ -186,8 +193,5 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
                           overlap_param_gather=fixed.get("overlap_param_gather", True),
                           offload_modules=fixed.get("offload_modules", frozenset()),
-                          # the LM head under MXFP8 wherever the recipe is MXFP8, as Megatron Bridge's tuned GB200/GB300
-                          # DeepSeek-V3 and gpt-oss recipes set it (perf_recipes/deepseek/common.py, gpt_oss/common.py);
-                          # it only saves time in the step model, so it is paired, not searched; --fix ... =false drops it
-                          fp8_output_proj=fixed.get("fp8_output_proj", True) and prec == "mxfp8"))
+                          fp8_output_proj=_fp8_output_proj(prec, fixed)))
     return grid

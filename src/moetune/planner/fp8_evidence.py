@@ -1,9 +1,9 @@
 """What the published FP8-vs-BF16 A/B pairs (data/fp8_ab_pairs.toml) say about an FP8 pick.
 
 moetune's FP8 gain is optimistic for narrow models (docs/time.md): the pairs measured FP8 at 0.95-1.06x of BF16
-where moetune predicts 1.17-1.24x (tests/planner/test_fp8_evidence.py holds the gap). So when `plan` or `explain` lands on FP8 (or FP4) for a model no wider than the
-widest model of those pairs, it says so, with the measured ratios and moetune's own FP8 gain next to them, instead of
-letting the predicted gain stand as if it were measured.
+where moetune predicts 1.17-1.24x (tests/planner/test_fp8_evidence.py holds the gap). So when `plan` or `explain`
+lands on FP8 (or FP4) for a model no wider than the widest model of those pairs, it says so, with the measured ratios
+and moetune's own FP8 gain next to them, instead of letting the predicted gain stand as if it were measured.
 """
 
 import tomllib
@@ -26,10 +26,8 @@ class Fp8Pair:
     fp8: str  # run id (published_runs.csv)
     bf16: str
     model: str
-    gpu: str
     hidden_size: int
     measured: float  # FP8 throughput over BF16 throughput, one source and release
-    note: str
 
 
 def _metric(row: dict) -> float:
@@ -43,9 +41,8 @@ def fp8_pairs() -> tuple[Fp8Pair, ...]:
     out = []
     for p in table["pair"]:
         a, b = rows[p["fp8"]], rows[p["bf16"]]
-        out.append(Fp8Pair(fp8=p["fp8"], bf16=p["bf16"], model=a["model"], gpu=a["gpu"],
-                           hidden_size=load_model(a["model"]).hidden_size, measured=_metric(a) / _metric(b),
-                           note=p["note"]))
+        out.append(Fp8Pair(fp8=p["fp8"], bf16=p["bf16"], model=a["model"],
+                           hidden_size=load_model(a["model"]).hidden_size, measured=_metric(a) / _metric(b)))
     return tuple(out)
 
 
