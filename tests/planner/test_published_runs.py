@@ -44,7 +44,11 @@ KNOWN_GAPS = {
             "cpu overhead and may cause GPU bubble', Megatron-LM PR #2184; a CPU factor on overlapped layers, tried, "
             "lost 9 runs elsewhere: docs/time.md) and a per-layer host sync in both dispatchers (token_dispatcher.py: "
             "alltoall before its EP all-to-all, HybridEP sizing its buffers); NVIDIA tracks the model's small MXFP8 "
-            "gain over BF16 as Megatron-Bridge issue #3389 ('only 5%-ish speedup')",
+            "gain over BF16 as Megatron-Bridge issue #3389 ('only 5%-ish speedup'). Bridge PR #3561's eager rows of "
+            "this recipe (R163-R166, TFLOP/s only) measure the same 15-16 thousand tokens/s/GPU in BF16 and MXFP8 "
+            "with either dispatcher where moetune predicts 23-31 thousand; its full-iteration MXFP8 runs (R210, "
+            "R233) measure 29 thousand: the eager cost does not follow the GPU work (docs/time.md); estimate and "
+            "explain warn (rule ep_overlap.eager_on_blackwell)",
     "R190": "see R172",
     "R222": "NeMo 26.06.01 gpt-oss-120b GB300 +88% (R223, GB200, +77%): the table's footnote calls it a known "
             "performance regression of that container (NVIDIA/cudnn-frontend#256); the same recipe a release earlier "

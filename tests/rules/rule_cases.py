@@ -127,6 +127,7 @@ CASES: dict[str, Case] = {
                                               "model.gradient_accumulation_fusion=false")),
     "ep_overlap.delay_wgrad_graph_bias": Case(S(EP_OVERLAP, "comm_overlap.delay_wgrad_compute=true", TE_GRAPHS,
                                                "model.cuda_graph_scope=[attn]", "model.add_bias_linear=true")),
+    "ep_overlap.eager_on_blackwell": Case(EP_OVERLAP, "gb200", 64, context="explain"),
     "ep_overlap.candidate": Case(S(MOE, "model.expert_model_parallel_size=16"), "h100", 16, context="explain"),
     "overlap.grad_reduce": Case(S(MOE, "ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=false"),
                                 "h100", 8),

@@ -15,7 +15,8 @@ from moetune.planner.explain import checks
 @knob_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
-    """Per-rank memory of MODEL (built-in name or config.json) on a layout, per pipeline stage."""
+    """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,
+    with the rule findings for the configuration."""
     result = estimate_from_flags(model, kw)
     found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
     if as_json:
