@@ -140,6 +140,16 @@ def test_plan_that_finds_nothing_says_how_far_off_and_exits_1(capsys):
     assert code == 1 and data["results"] == [] and data["nothing_fits"]["lightest_peak_gib"] > 78
 
 
+def test_plan_notes_the_data_parallel_sizes_the_global_batch_rules_out(capsys):
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1000",
+                        "--top", "1"], capsys)
+    assert code == 0
+    assert "GBS 1000 is not a multiple of DP x MBS for DP 16, 32, 64" in out and "GBS 1024 would allow DP 64" in out
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1000",
+                        "--top", "1", "--json"], capsys)
+    assert json.loads(out)["gbs_excluded_dp"] == [16, 32, 64]
+
+
 def test_explain_takes_a_config_json_model_or_a_saved_plan(shared_data, tmp_path, capsys):
     """A Hugging Face config.json as MODEL is a model; a saved `plan --json` as the argument is a plan."""
     config = str(shared_data / "models" / "glm-4.5.config.json")

@@ -142,3 +142,16 @@ def test_hybridep_groups_stay_inside_the_jobs_nvlink_domains():
     for ep, offered in ((40, False), (20, True)):
         fixed = {"ep": ep, "tp": 1, "pp": 6, "dispatcher": ["hybridep"], "precision": ["mxfp8"]}
         assert bool(plan(spec, gpu, 240, wl, fixed=fixed, top=1).results) is offered, ep
+
+
+def test_a_global_batch_that_rules_out_data_parallel_sizes_says_which():
+    """GBS 1000 on 64 H100: DP 16, 32 and 64 do not divide it, so those layouts are never searched, and the result
+    names them; GBS 1024 rules out none, and its search holds the DP-64 layouts the first one could not."""
+    spec, g = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    odd = plan(spec, g, 64, Workload(seq_length=4096, global_batch_size=1000), top=1)
+    assert odd.gbs_excluded_dp == [16, 32, 64]
+    assert all(1000 % (r.layout.dp * r.workload.micro_batch_size) == 0 for r in odd.results)
+    even = plan(spec, g, 64, Workload(seq_length=4096, global_batch_size=1024), top=1)
+    assert even.gbs_excluded_dp == [] and even.layouts > odd.layouts
+    wl = Workload(seq_length=4096, global_batch_size=1024)
+    assert {lay.dp for lay in enumerate_layouts(spec, g, 64, wl, {})} >= {16, 32, 64}

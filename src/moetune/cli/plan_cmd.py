@@ -103,7 +103,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
         emit_json({**plan_json(result), **({"fp8_caveat": fp8} if fp8 else {}),
                    **({"versus_baseline": comparison} if comparison else {})})
     else:
-        print_plan(result)
+        print_plan(result, gbs)
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if comparison:
@@ -148,21 +148,31 @@ def nothing_fits(result: PlanResult) -> str:
             f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
 
+def gbs_note(excluded: list[int], gbs: int) -> str:
+    """Which data-parallel sizes the global batch ruled out, and the nearest larger GBS that allows the widest."""
+    widest = max(excluded)
+    return (f"GBS {gbs} is not a multiple of DP x MBS for DP {', '.join(map(str, excluded))}: those layouts were not "
+            f"searched (the seeds maximize DP); GBS {-(-gbs // widest) * widest} would allow DP {widest}")
+
+
 def plan_json(result: PlanResult) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
-           "headroom_gib": result.headroom_gib, "results": [r.to_json() for r in result.results]}
+           "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
+           "results": [r.to_json() for r in result.results]}
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib}
     return out
 
 
-def print_plan(result: PlanResult) -> None:
+def print_plan(result: PlanResult, gbs: int) -> None:
     out = console()
     out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
               f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit"
               + (f" with {result.headroom_gib:g} GiB kept free" if result.headroom_gib else ""))
+    if result.gbs_excluded_dp:
+        out.print(f"[yellow]note[/yellow]: {gbs_note(result.gbs_excluded_dp, gbs)}")
     if not result.results:
         out.print(f"[red]nothing fits[/red]: {nothing_fits(result)}")
         return

@@ -78,8 +78,10 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
     return []
 
 
-def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict) -> list[Layout]:
-    """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp)."""
+def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,
+                      gbs_excluded: set | None = None) -> list[Layout]:
+    """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp). The global batch is checked
+    last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
     domain = min(gpu.nvlink_domain, world)
     choice = lambda name, values: [fixed[name]] if name in fixed else values
     tps = choice("tp", _pow2(min(domain, 8)))
@@ -91,7 +93,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     out = []
     splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
     shapes: dict[tuple, bool] = {}  # (tp, ep, etp) -> heads, groups, experts and widths divide
-    probe = Workload(seq_length=wl.seq_length, micro_batch_size=1, global_batch_size=wl.global_batch_size)
+    probe = Workload(seq_length=wl.seq_length, micro_batch_size=1)  # the sequence rules; GBS is checked below
     for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
         if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
             continue
@@ -108,8 +110,13 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
                     splits[key] = _split_ok(spec, lay)
             except MoetuneError:
                 continue
-            if splits[key]:
-                out.append(lay)
+            if not splits[key]:
+                continue
+            if wl.global_batch_size is not None and wl.global_batch_size % lay.dp:
+                if gbs_excluded is not None:
+                    gbs_excluded.add(lay.dp)
+                continue
+            out.append(lay)
     return out
 
 

@@ -42,6 +42,8 @@ class PlanResult:
     lightest: str = ""  # that candidate's layout and micro-batch size
     capacity_gib: float = 0.0  # the GPU's memory
     headroom_gib: float = 0.0  # memory every candidate leaves free (plan --headroom)
+    # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS)
+    gbs_excluded_dp: list[int] = field(default_factory=list)
 
 
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -141,8 +143,10 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
-    layouts = enumerate_layouts(spec, gpu, world, wl, fixed)
+    excluded: set[int] = set()
+    layouts = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
     cands = _candidates(layouts, wl, fixed)
+    excluded |= {lay.dp for lay in layouts} - {lay.dp for lay, _ in cands}  # no MBS choice divides GBS / DP
     if not cands:
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
                            + no_layout_reason(spec, gpu, world, wl, fixed))
@@ -165,7 +169,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least,
-                      capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib)
+                      capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
+                      gbs_excluded_dp=sorted(excluded - {lay.dp for lay, _ in cands}))
 
 
 @dataclass(kw_only=True, slots=True)
