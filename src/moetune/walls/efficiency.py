@@ -1,5 +1,5 @@
-"""Efficiency constants of the step-time model: data/efficiency.toml, [default] then the GPU's table,
-then an optional user TOML (same keys, flat or under the GPU's name)."""
+"""Efficiency constants of the step-time model: data/efficiency.toml, [default], the GPU's modelling priors
+([priors.<gpu>]), the GPU's fitted table, then an optional user TOML (same keys, flat or under the GPU's name)."""
 
 import tomllib
 from functools import cache
@@ -15,9 +15,11 @@ def _table() -> dict:
 
 
 def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = False) -> dict[str, float]:
-    """[default], then the GPU's section (fitted values; skipped with priors_only), then the user's file."""
+    """[default], the GPU's priors, then the GPU's section (fitted values; skipped with priors_only), then the
+    user's file."""
     table = _table()
-    out = {**table["default"], **({} if priors_only else table.get(gpu_key, {}))}
+    out = {**table["default"], **table.get("priors", {}).get(gpu_key, {}),
+           **({} if priors_only else table.get(gpu_key, {}))}
     if user:
         flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
         out.update(flat)
@@ -36,7 +38,7 @@ def _range(key: str) -> tuple[float, float, bool]:
     hidden/exposed shares fractions of a time, the rest non-negative costs and factors."""
     if key.endswith("_eff"):
         return 0.0, 1.0, True
-    if key.endswith("_hide") or key == "p2p_exposed":
+    if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed":
         return 0.0, 1.0, False
     return 0.0, float("inf"), key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes")
 

@@ -117,6 +117,12 @@ def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
     return np.maximum(a - attn_f, 0.0) + middle + np.maximum(a - attn_b, 0.0)
 
 
+def ep_overlap_hide(eff: dict, knobs: Knobs) -> float:
+    """The usable share of each overlap window's compute: `ep_overlap_hide_eager` when no CUDA graph captures any
+    part of the layer (the combined-1F1B schedule's CPU work then sets the pace on fast GPUs: efficiency.toml)."""
+    return eff["ep_overlap_hide"] if knobs.cuda_graph_scope else eff["ep_overlap_hide_eager"]
+
+
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
                 compute: dict, attn_s: float) -> tuple[dict, dict]:
     """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward)."""
@@ -142,7 +148,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
         # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
-        ep_exposed = (ep_overlap_exposed(a2a + etp, compute, eff["ep_overlap_hide"], knobs.delay_wgrad)
+        ep_exposed = (ep_overlap_exposed(a2a + etp, compute, ep_overlap_hide(eff, knobs), knobs.delay_wgrad)
                       + replays * (a2a + etp)) if knobs.ep_overlap else ep
     cp = 0.0
     if kind.mixer in ("gqa", "mla"):
