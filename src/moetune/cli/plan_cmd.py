@@ -151,8 +151,9 @@ def nothing_fits(result: PlanResult) -> str:
 def gbs_note(excluded: list[int], gbs: int) -> str:
     """Which data-parallel sizes the global batch ruled out, and the nearest larger GBS that allows the widest."""
     widest = max(excluded)
+    allowing = (gbs + widest - 1) // widest * widest  # the next multiple of the widest DP (at MBS 1)
     return (f"GBS {gbs} is not a multiple of DP x MBS for DP {', '.join(map(str, excluded))}: those layouts were not "
-            f"searched (the seeds maximize DP); GBS {-(-gbs // widest) * widest} would allow DP {widest}")
+            f"searched (the seeds maximize DP); GBS {allowing} would allow DP {widest}")
 
 
 def plan_json(result: PlanResult) -> dict:

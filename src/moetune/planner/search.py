@@ -146,7 +146,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     excluded: set[int] = set()
     layouts = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
     cands = _candidates(layouts, wl, fixed)
-    excluded |= {lay.dp for lay in layouts} - {lay.dp for lay, _ in cands}  # no MBS choice divides GBS / DP
+    # DP sizes never searched: ruled out by GBS itself, or with no MBS choice that makes DP x MBS divide it
+    excluded = sorted((excluded | {lay.dp for lay in layouts}) - {lay.dp for lay, _ in cands})
     if not cands:
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
                            + no_layout_reason(spec, gpu, world, wl, fixed))
@@ -170,7 +171,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
-                      gbs_excluded_dp=sorted(excluded - {lay.dp for lay, _ in cands}))
+                      gbs_excluded_dp=excluded)
 
 
 @dataclass(kw_only=True, slots=True)
