@@ -95,11 +95,11 @@ def test_passthrough_sections_are_kept_unchecked():
 
 def test_a_result_json_needs_the_planner_reader_handed_in(tmp_path):
     """configio sits below the planner: it reads estimate/plan results only through the reader its caller passes."""
-    from moetune.planner import to_config as result_config
-    from moetune.planner.estimate import estimate
     from moetune.layout.knobs import Knobs
     from moetune.layout.layout import Layout
     from moetune.layout.validate import Workload
+    from moetune.planner import to_config as result_config
+    from moetune.planner.estimate import estimate
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
     est = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=8),

@@ -133,7 +133,8 @@ def test_computed_environment_matches_nvidia_gb200_recipe():
 
     recipe = load_config([Path(__file__).resolve().parents[1] / "fixtures" / "bridge" /
                           "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"], gpu="gb200", gpus=256)
-    names_ = ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "NVLINK_DOMAIN_SIZE", "USE_MNNVL", "CUDA_DEVICE_MAX_CONNECTIONS")
+    names_ = ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "NVLINK_DOMAIN_SIZE", "USE_MNNVL",
+              "CUDA_DEVICE_MAX_CONNECTIONS")
     without_env = {k: v for k, v in recipe.items() if not k.startswith("env.")}
     computed = {k: v for k, (v, _) in environment(without_env).items()}
     assert {n: computed[n] for n in names_} == {n: recipe[f"env.{n}"] for n in names_}

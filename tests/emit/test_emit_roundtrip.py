@@ -75,8 +75,8 @@ def _stub_bridge(monkeypatch):
 
     for mod, attrs in {"megatron.bridge": {}, "megatron.bridge.training": {},
                        "megatron.bridge.training.comm_overlap": {"CommOverlapConfig": CommOverlapConfig},
-                       "megatron.bridge.training.mixed_precision": {"get_mixed_precision_config": get_mixed_precision_config}
-                       }.items():
+                       "megatron.bridge.training.mixed_precision":
+                           {"get_mixed_precision_config": get_mixed_precision_config}}.items():
         monkeypatch.setitem(sys.modules, mod, types.SimpleNamespace(**attrs))
 
 

@@ -1,10 +1,10 @@
 """HF -> TransformerConfig mapping and vocab padding: pure Python, no megatron needed."""
 
 import pytest
+from oracle_refs import load_config
 
 from moetune.errors import MoetuneError
 from moetune.oracle import bridge_divisible_by, hf_to_mcore, padded_vocab_size
-from oracle_refs import load_config
 
 
 def test_padded_vocab_rounds_up_to_divisor_times_tp():

@@ -14,11 +14,14 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from moetune.errors import MoetuneError  # noqa: E402
-from moetune.oracle import count_params_breakdown, count_params_per_stage  # noqa: E402
-from moetune.oracle import mcore  # noqa: E402
-
 from oracle_refs import DEEPSEEK_V3_BF16, DEEPSEEK_V3_F8, MIXTRAL_8X7B, load_config  # noqa: E402
+
+from moetune.errors import MoetuneError  # noqa: E402
+from moetune.oracle import (  # noqa: E402
+    count_params_breakdown,
+    count_params_per_stage,
+    mcore,  # noqa: E402
+)
 
 # Replicated on every TP rank: norms, the router (moe/router.py allocates [E, H] unsplit), the
 # shared-expert gate ([1, H]), and RowParallelLinear biases (added after the all-reduce).

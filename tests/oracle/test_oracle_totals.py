@@ -10,18 +10,19 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from moetune.oracle import count_params_per_stage  # noqa: E402
 from oracle_refs import (  # noqa: E402
     DEEPSEEK_V3_BF16,
     DEEPSEEK_V3_F8,
     GPT_OSS_20B,
     GPT_OSS_120B,
     MIXTRAL_8X7B,
-    QWEN3_30B_A3B,
     QWEN2_57B_A14B,
+    QWEN3_30B_A3B,
     QWEN15_MOE_A27B,
     load_config,
 )
+
+from moetune.oracle import count_params_per_stage  # noqa: E402
 
 
 def _whole_model(cfg: dict, **kw) -> int:

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
+from moetune.cli.calibrate_cmd import fitted_toml
 from moetune.layout.validate import validate
 from moetune.planner.ab_order import ordered_pairs
 from moetune.planner.calibrate import calibrate, fitted_effs, predict, split, unfitted_predictions
 from moetune.planner.runs import load_runs, tokens_from_tflops
 from moetune.walls.efficiency import efficiency
-from moetune.cli.calibrate_cmd import fitted_toml
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,8 @@ def test_pinning_an_illegal_knob_is_one_clear_error():
 def test_hybridep_reach_matches_the_rule(gpu, world, ep, allowed):
     """The search's HybridEP limit is the rule's: EP within the NVLink domain on NVL72 racks only (HybridEP crosses
     8-GPU H100 nodes over RDMA; Bridge's H100 DeepSeek-V3 recipe runs it at EP64). Qwen3-235B-A22B, 128 experts."""
-    result = plan(load_model("qwen3-235b-a22b"), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=1024),
+    result = plan(load_model("qwen3-235b-a22b"), load_gpu(gpu), world,
+                  Workload(seq_length=4096, global_batch_size=1024),
                   fixed={"ep": ep, "dispatcher": ["hybridep"]}, top=1)
     assert bool(result.results) == allowed
     for pick in result.results:

@@ -3,8 +3,8 @@
 import pytest
 
 from moetune.configio.load import load_config
-from moetune.errors import MoetuneError
 from moetune.emit import emit_all
+from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import from_config, to_config
 from moetune.planner.search import plan

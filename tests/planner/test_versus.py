@@ -37,7 +37,8 @@ def test_the_search_holds_the_gb300_card_layout():
     on its cluster is predicted at least as fast because the search holds that exact configuration."""
     run = RUNS["R094"]
     result = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096), routing="force-balance",
-                  top=1, fixed={"tp": 1, "cp": 1, "pp": 2, "vpp": 8, "ep": 32, "etp": 1, "mbs": 1, "precision": ["mxfp8"],
+                  top=1, fixed={"tp": 1, "cp": 1, "pp": 2, "vpp": 8, "ep": 32, "etp": 1, "mbs": 1,
+                                "precision": ["mxfp8"],
                                 "dispatcher": ["hybridep"], "cuda_graph_scope": [("full_iteration",)],
                                 "recompute": "none", "ep_overlap": [True], "main_grads_fp32": False,
                                 "optimizer_offload_fraction": [0.0]})

@@ -95,8 +95,8 @@ def exposed(comm: list[dict], compute: list[dict], lo: float, hi: float) -> floa
 
 @pytest.fixture(scope="session")
 def oracle():
-    return SimpleNamespace(load=load, launching_c10d_op=launching_c10d_op, gpu_events=gpu_events, steps=profiler_steps, clipped_sum=clipped_sum,
-                           covered=covered, exposed=exposed)
+    return SimpleNamespace(load=load, launching_c10d_op=launching_c10d_op, gpu_events=gpu_events, steps=profiler_steps,
+                           clipped_sum=clipped_sum, covered=covered, exposed=exposed)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ from moetune.walls.activations import ActivationContext, layer_activation_items
 # GPT-3 175B shapes from the paper's Table 3: h=12288, a=96, s=2048.
 H, A, S = 12288, 96, 2048
 GPT3 = ModelSpec(
-    name="gpt3-175b", model_type="gpt", hidden_size=H, vocab_size=51200, layers=(LayerKind(mixer="gqa", mlp="dense"),) * 96,
+    name="gpt3-175b", model_type="gpt", hidden_size=H, vocab_size=51200,
+    layers=(LayerKind(mixer="gqa", mlp="dense"),) * 96,
     num_attention_heads=A, num_query_groups=A, kv_channels=H // A, ffn_hidden_size=4 * H, gated_linear_unit=False,
     activation="gelu", normalization="LayerNorm", num_moe_experts=0, moe_router_topk=0, moe_ffn_hidden_size=0,
 )
@@ -71,7 +72,8 @@ def test_moe_recompute_modules_remove_their_items():
     spec = _moe_spec(moe_shared_expert_intermediate_size=1024)
     ctx = dict(seq_length=1024, micro_batch_size=1)
     full = layer_activation_items(spec, spec.layers[0], ActivationContext(**ctx))
-    act = layer_activation_items(spec, spec.layers[0], ActivationContext(**ctx, recompute_modules=frozenset({"moe_act"})))
+    act = layer_activation_items(spec, spec.layers[0],
+                                 ActivationContext(**ctx, recompute_modules=frozenset({"moe_act"})))
     moe = layer_activation_items(spec, spec.layers[0], ActivationContext(**ctx, recompute_modules=frozenset({"moe"})))
     shared = layer_activation_items(spec, spec.layers[0],
                                     ActivationContext(**ctx, recompute_modules=frozenset({"shared_experts"})))

@@ -15,7 +15,13 @@ from moetune.errors import MoetuneError
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.specs.registry import load_model
 from moetune.walls.flops import (
-    attended_keys, causal_context, layer_flops, layer_windows, logits_flops, megatron_model_flops, mtp_proj_flops,
+    attended_keys,
+    causal_context,
+    layer_flops,
+    layer_windows,
+    logits_flops,
+    megatron_model_flops,
+    mtp_proj_flops,
 )
 
 CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "published_runs.csv"
@@ -135,17 +141,17 @@ def _gpt(*, h=1024, layers=4, heads=16, vocab=50304, groups=None, glu=False, ffn
 def test_dense_gpt_matches_narayanan_closed_form():
     """Narayanan et al. 2021 (Megatron-LM at scale), appendix: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
     Their s/(6h) counts the full s x s score matrix; Megatron halves it for the causal mask -> s/(12h)."""
-    h, l, s, b, v = 1024, 4, 2048, 8, 50304
-    expected = 72 * b * s * l * h * h * (1 + s / (12 * h) + v / (12 * l * h))
-    assert megatron_model_flops(_gpt(h=h, layers=l, vocab=v), s, b) == pytest.approx(expected, rel=1e-12)
+    h, layers, s, b, v = 1024, 4, 2048, 8, 50304
+    expected = 72 * b * s * layers * h * h * (1 + s / (12 * h) + v / (12 * layers * h))
+    assert megatron_model_flops(_gpt(h=h, layers=layers, vocab=v), s, b) == pytest.approx(expected, rel=1e-12)
 
 
 def test_gqa_swiglu_gpt_by_hand():
-    h, l, s, b, n, g, ffn, v = 2048, 3, 1024, 2, 16, 4, 5632, 32000
+    h, layers, s, b, n, g, ffn, v = 2048, 3, 1024, 2, 16, 4, 5632, 32000
     d = h // n
     gemm_weights = h * (n * d + 2 * g * d) + n * d * h + 3 * h * ffn  # qkv, proj, fc1 (2x wide) + fc2
-    per_token = 6 * (l * (gemm_weights + 2 * n * d * s / 2) + h * 32000)  # vocab 32000 is a multiple of 128
-    spec = _gpt(h=h, layers=l, heads=n, groups=g, glu=True, ffn=ffn, vocab=v)
+    per_token = 6 * (layers * (gemm_weights + 2 * n * d * s / 2) + h * 32000)  # vocab 32000 is a multiple of 128
+    spec = _gpt(h=h, layers=layers, heads=n, groups=g, glu=True, ffn=ffn, vocab=v)
     assert megatron_model_flops(spec, s, b) == pytest.approx(b * s * per_token, rel=1e-12)
 
 

@@ -81,5 +81,6 @@ def command(write_path: str | None, as_json: bool) -> None:
     out.print(f"({TFLOPS_ONLY}: runs published as TFLOP/s only, in tokens where every FLOP convention agrees; "
               "never fitted)")
     wrong = [f"{q['faster']} > {q['slower']}" for q in order if not q["agrees"]]
+    other_way = f"; predicted the other way: {', '.join(wrong)}" if wrong else ""
     out.print(f"A/B groups: {len(order) - len(wrong)}/{len(order)} pairs in the measured order (pairs whose measured "
-              f"gap exceeds the group's repeat noise)" + (f"; predicted the other way: {', '.join(wrong)}" if wrong else ""))
+              f"gap exceeds the group's repeat noise){other_way}")

@@ -6,7 +6,6 @@ Exit codes: 0 no errors, 1 errors found (RuleErrors), 2 input unreadable (one ``
 from __future__ import annotations
 
 import click
-
 from rich.markup import escape
 from rich.table import Table
 
@@ -38,7 +37,8 @@ def config_options(func):
         click.argument("configs", nargs=-1),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Dotted override, e.g. model.expert_model_parallel_size=8 (repeatable)."),
-        click.option("--mlm-args", default=None, help='Megatron-LM arguments, e.g. "--tensor-model-parallel-size 2 ...".'),
+        click.option("--mlm-args", default=None,
+                     help='Megatron-LM arguments, e.g. "--tensor-model-parallel-size 2 ...".'),
         click.option("--format", "fmt", type=click.Choice(["yaml", "json", "overrides", "mlm"]), default=None,
                      help="Force the format of CONFIG files (default: from the extension and content)."),
         click.option("--gpu", default=None, help="GPU (h100, gb200, ...) or a cluster .toml: cluster.gpu."),

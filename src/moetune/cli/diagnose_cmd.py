@@ -7,8 +7,8 @@ from moetune.cli.output import console, emit_json, table
 from moetune.configio.load import load_config
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.planner.compare import compare
 from moetune.planner import to_config as result_config
+from moetune.planner.compare import compare
 from moetune.planner.config_map import from_config
 from moetune.planner.estimate import estimate
 from moetune.planner.from_json import estimate_from_json

@@ -20,7 +20,14 @@ def cli() -> None:
 def _register() -> None:
     # One import per sub-command module; each module defines a click command named `command`.
     from moetune.cli import (
-        calibrate_cmd, check_cmd, diagnose_cmd, emit_cmd, estimate_cmd, explain_cmd, hardware_cmd, models_cmd,
+        calibrate_cmd,
+        check_cmd,
+        diagnose_cmd,
+        emit_cmd,
+        estimate_cmd,
+        explain_cmd,
+        hardware_cmd,
+        models_cmd,
         plan_cmd,
     )
 

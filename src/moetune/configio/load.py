@@ -15,8 +15,14 @@ from typing import Any, Sequence
 
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.normalize import Assignment, merge, resolve
-from moetune.configio.readers import (ResultReader, dotted_assignments, looks_dotted, overrides_lines, read_json,
-                                      read_yaml)
+from moetune.configio.readers import (
+    ResultReader,
+    dotted_assignments,
+    looks_dotted,
+    overrides_lines,
+    read_json,
+    read_yaml,
+)
 from moetune.errors import MoetuneError
 
 
@@ -28,7 +34,8 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
     try:
         text = path.read_text()
     except UnicodeDecodeError:
-        raise MoetuneError(f"{path}: not a text file (expected YAML, JSON, overrides or Megatron-LM arguments)") from None
+        raise MoetuneError(f"{path}: not a text file "
+                           "(expected YAML, JSON, overrides or Megatron-LM arguments)") from None
     fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(path.suffix.lower())
     if fmt == "yaml":
         return read_yaml(path)

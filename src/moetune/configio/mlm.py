@@ -15,8 +15,8 @@ import shlex
 
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment
-from moetune.configio.types import coerce, parse_text
 from moetune.configio.readers import PRAGMA
+from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
 
 _ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
@@ -24,7 +24,8 @@ _ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # validate_args / core_transformer_config_from_args).
 SPECIAL = {
     "--recompute-activations": [("model.recompute_granularity", "selective")],
-    "--moe-enable-deepep": [("model.moe_token_dispatcher_type", "flex"), ("model.moe_flex_dispatcher_backend", "deepep")],
+    "--moe-enable-deepep": [("model.moe_token_dispatcher_type", "flex"),
+                            ("model.moe_flex_dispatcher_backend", "deepep")],
     "--untie-embeddings-and-output-weights": [("model.share_embeddings_and_output_weights", False)],
 }
 
@@ -165,7 +166,8 @@ def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> A
     given = {a.key: a.value for a in out}
     layers, pp = given.get("model.num_layers"), given.get("model.pipeline_model_parallel_size", 1)
     if len(values) != 1 or not values[0].isdigit() or not layers:
-        raise MoetuneError(f"{origin}: needs one integer and --num-layers; or use --num-virtual-stages-per-pipeline-rank")
+        raise MoetuneError(f"{origin}: needs one integer and --num-layers; "
+                           "or use --num-virtual-stages-per-pipeline-rank")
     per_stage = int(values[0])
     if layers % (pp * per_stage):
         raise MoetuneError(f"{origin}: num_layers {layers} is not divisible by PP {pp} x {per_stage}")

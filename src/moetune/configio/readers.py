@@ -106,7 +106,8 @@ def dotted_assignments(items: list[str], origin: str) -> list[Assignment]:
             continue
         key, eq, value = text.lstrip("+").partition("=")
         if not eq or not key:
-            raise MoetuneError(f"{origin}: override {item!r} is not key=value (e.g. model.expert_model_parallel_size=8)")
+            raise MoetuneError(f"{origin}: override {item!r} is not key=value "
+                               "(e.g. model.expert_model_parallel_size=8)")
         out.append(Assignment(key=key.strip(), value=parse_text(value.strip()), origin=origin))
     return out
 

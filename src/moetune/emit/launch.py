@@ -31,7 +31,8 @@ def topology(config: dict[str, Any]) -> tuple[int, int]:
 
 
 def env_sh(config: dict[str, Any], header: str) -> str:
-    lines = ["# shellcheck shell=bash", f"# {header}", "# Sourced by torchrun.sh; values already in the environment win."]
+    lines = ["# shellcheck shell=bash", f"# {header}",
+             "# Sourced by torchrun.sh; values already in the environment win."]
     for name, (value, why) in environment(config).items():
         lines.append(f'export {name}="${{{name}:-{values.double_quoted(value)}}}"  # {why}')
     return "\n".join(lines) + "\n"
@@ -59,7 +60,8 @@ if [[ "$ENGINE" == "bridge" ]]; then
   : "${{RECIPE:?set RECIPE to a Megatron Bridge recipe function, e.g. qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config}}"
   BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
   mapfile -t OVERRIDES < <(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/overrides.txt")
-  exec "${{LAUNCH[@]}}" "$BRIDGE_DIR/scripts/training/run_recipe.py" --recipe "$RECIPE" --mode pretrain "${{OVERRIDES[@]}}"
+  exec "${{LAUNCH[@]}}" "$BRIDGE_DIR/scripts/training/run_recipe.py" \\
+    --recipe "$RECIPE" --mode pretrain "${{OVERRIDES[@]}}"
 else
   MEGATRON_LM_DIR="${{MEGATRON_LM_DIR:-/opt/Megatron-LM}}"
   read -r -a ARGS <<< "$(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/megatron_lm_args.txt" | tr '\\n' ' ')"

@@ -57,7 +57,8 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
             notes.append(note)
     defaults = [line for line in _bridge_defaults(config) if line]
     if defaults:
-        defaults.insert(0, "# Megatron Bridge defaults that Megatron-LM spells differently (so both engines run alike):")
+        defaults.insert(0, "# Megatron Bridge defaults that Megatron-LM spells differently "
+                           "(so both engines run alike):")
     return "\n".join(lines + args + defaults + notes) + "\n"
 
 

@@ -64,7 +64,8 @@ def members_in_domain(size, stride, domain):
     """Members of a group (itself included) that share one NVLink domain, for the worst-placed member: a collective
     runs at the pace of its slowest member, and the step at that of the slowest group. Ints in, int out."""
     size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
-    out = np.array(np.minimum(size, np.maximum(1, domain // stride)))  # aligned shapes (the usual case): every group alike
+    # aligned shapes (the usual case): every group alike
+    out = np.array(np.minimum(size, np.maximum(1, domain // stride)))
     span = size * stride
     odd = (domain % span != 0) & (span % domain != 0)
     if odd.any():  # one enumeration per distinct straddling group shape

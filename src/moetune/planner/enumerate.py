@@ -83,7 +83,9 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp). The global batch is checked
     last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
     domain = min(gpu.nvlink_domain, world)
-    choice = lambda name, values: [fixed[name]] if name in fixed else values
+    def choice(name, values):
+        return [fixed[name]] if name in fixed else values
+
     tps = choice("tp", _pow2(min(domain, 8)))
     cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])

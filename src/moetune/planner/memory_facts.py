@@ -3,7 +3,7 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 
 from dataclasses import replace
 
-from moetune.planner.config_map import layout_fields, from_config
+from moetune.planner.config_map import from_config, layout_fields
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.explain import smallest_fitting_layout
 from moetune.specs.hardware import load_gpu

@@ -15,8 +15,8 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.validate import Workload
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
+from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate

@@ -7,7 +7,8 @@ from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.rules.derive import derive
-from moetune.rules.expr import Env, Expr, Missing, evaluate as eval_expr
+from moetune.rules.expr import Env, Expr, Missing
+from moetune.rules.expr import evaluate as eval_expr
 from moetune.rules.table import Rule, Table, load_table
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}

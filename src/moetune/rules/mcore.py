@@ -23,9 +23,10 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
 _ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|install|not available|"
                           r"apex|CUDA(?! graph)|cuda device|No module|'NoneType' and 'Version'", re.IGNORECASE)
 # Checks the installed megatron-core makes that the Megatron-LM main Bridge's recipes run (verified at d98e8a6) no
-# longer makes: when the condition holds, the fields given take the values that let the rest of the check go on. megatron-core 0.16 refuses any CUDA graph but
-# TE-scoped ones under EP overlap; main refuses only TE-scoped moe/mlp graphs, so full-iteration (local) graphs run
-# with EP overlap (transformer_config.py; Megatron-LM PR #3820; Bridge's GB200/GB300 full-iteration recipes).
+# longer makes: when the condition holds, the fields given take the values that let the rest of the check go on.
+# megatron-core 0.16 refuses any CUDA graph but TE-scoped ones under EP overlap; main refuses only TE-scoped
+# moe/mlp graphs, so full-iteration (local) graphs run with EP overlap (transformer_config.py; Megatron-LM
+# PR #3820; Bridge's GB200/GB300 full-iteration recipes).
 _NEWER_MEGATRON_ACCEPTS = {
     "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm":
         (lambda kw: kw.get("cuda_graph_impl") == "local", {"cuda_graph_impl": "none"}),

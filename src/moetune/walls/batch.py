@@ -31,9 +31,8 @@ from moetune.walls.memory import (
     model_state_bytes,
     overhead_bytes,
 )
+from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.step import (
-    dp_exposed_seconds,
-    ep_overlap_unpaired,
     heads_seconds,
     iteration_terms,
     layer_time,
@@ -137,7 +136,9 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     comm = comm + p2p_seconds(spec, ctx, f.pp, gpu, eff) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
     slow = total.argmax(axis=1)[:, None]
-    pick = lambda a: np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]
+    def pick(a):
+        return np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]
+
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
             "hidden_ep": pick(hidden_ep)}
 

@@ -147,7 +147,9 @@ def _unpack(ints: np.ndarray, params: np.ndarray, **rest) -> LayoutBatch:
     (n, 1) layout fields are widened to int64 (products such as tokens x vocabulary exceed 2^31)."""
     k, f = len(rest["kinds"]), len(_FIELDS)
     depth = (ints.shape[1] - 3 - f) // (4 + k)
-    col = lambda i, w=1: ints[:, i:i + w]
+    def col(i, w=1):
+        return ints[:, i:i + w]
+
     fields = SimpleNamespace(**{name: col(2 + j).astype(np.int64) for j, name in enumerate(_FIELDS)})
     fields.sp = fields.sp != 0
     stage = 3 + f

@@ -54,7 +54,9 @@ def _tile_eff(shapes: list, tile: int, tp) -> float:
     dgrad's K, wgrad's K x N (NVIDIA, "Matrix Multiplication Background", tile quantization)."""
     if not shapes or tile <= 1:
         return 1.0
-    up = lambda d: np.ceil(d / tile) * tile
+    def up(d):
+        return np.ceil(d / tile) * tile
+
     useful, issued = 0.0, 0.0
     for k, n, split in shapes:
         k, n = k / (tp if split == "k" else 1), n / (tp if split == "n" else 1)

@@ -34,6 +34,7 @@ from moetune.walls.compute import (
 )
 from moetune.walls.flops import megatron_model_flops
 from moetune.walls.memory import activation_context
+from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
 
 # Host CPU work of a layer by part, as shares of a standard attention + MoE layer (host_us_per_layer covers
@@ -84,43 +85,10 @@ class LayerTime:
     host: float
 
 
-def ep_overlap_sides(compute: dict) -> tuple:
-    """(attention-side forward, expert forward, attention-side backward) seconds of a MoE layer: Megatron's EP-overlap
-    schedule splits a layer into the pre-dispatch part (norms, attention, router, shared experts) and the routed
-    experts (models/gpt/fine_grained_callables.py). Replays run in the backward; elementwise work splits as the rest."""
-    experts = compute.get("routed_experts", 0.0)
-    rest = {k: v for k, v in compute.items() if k not in ("routed_experts", "elementwise", "recompute")}
-    matmul = experts + sum(rest.values())
-    ew = compute.get("elementwise", 0.0)
-    experts_ew = ew * experts / np.maximum(matmul, 1e-30)
-    attn_f = sum(v / passes(k) for k, v in rest.items()) + (ew - experts_ew) / passes("elementwise")
-    attn_b = sum(rest.values()) + (ew - experts_ew) + compute.get("recompute", 0.0) - attn_f
-    return attn_f, (experts + experts_ew) / passes("routed_experts"), attn_b
 
 
-def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
-    """Exposed seconds of a MoE layer's four all-to-alls (`a` seconds each) under overlap_moe_expert_parallel_comm.
-    Megatron pairs one micro-batch's layer forward with another's layer backward in three windows
-    (models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run): the combine backward runs under
-    the attention-side forward; the dispatch forward, then the dispatch backward, under the expert backward and
-    forward; the combine forward under the attention-side backward. Each all-to-all hides only under its window's
-    compute, of which `hide` is usable (the communication kernels share SMs and memory bandwidth). In the middle
-    window the dispatch backward waits for the expert data gradient and the expert forward for the dispatched
-    tokens: with delay_wgrad_compute the expert weight gradient runs after the data gradient, under the dispatch
-    backward, and the window exposes max(2a - 3f, 0) (f: the expert forward); without it the dispatch backward waits
-    for the whole expert backward: max(2f, a) + max(f, a) - 3f."""
-    attn_f, experts_f, attn_b = (hide * x for x in ep_overlap_sides(compute))
-    if delay_wgrad:
-        middle = np.maximum(2 * a - 3 * experts_f, 0.0)
-    else:
-        middle = np.maximum(2 * experts_f, a) + np.maximum(experts_f, a) - 3 * experts_f
-    return np.maximum(a - attn_f, 0.0) + middle + np.maximum(a - attn_b, 0.0)
 
 
-def ep_overlap_hide(eff: dict, knobs: Knobs) -> float:
-    """The usable share of each overlap window's compute: `ep_overlap_hide_eager` when no CUDA graph captures any
-    part of the layer (the combined-1F1B schedule's CPU work then sets the pace on fast GPUs: efficiency.toml)."""
-    return eff["ep_overlap_hide"] if knobs.cuda_graph_scope else eff["ep_overlap_hide_eager"]
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
@@ -141,8 +109,8 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
         a2a = ep_alltoall_seconds(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
-                                  spec.moe_router_topk, spec.num_moe_experts, lay.ep, lay.etp, gpu, eff, knobs.dispatcher,
-                                  spec.moe_router_num_groups, spec.moe_router_group_topk,
+                                  spec.moe_router_topk, spec.num_moe_experts, lay.ep, lay.etp, gpu, eff,
+                                  knobs.dispatcher, spec.moe_router_num_groups, spec.moe_router_group_topk,
                                   knobs.num_sms)
         replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
@@ -250,8 +218,10 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
-    ring = lambda nbytes: (ring_seconds(dense * nbytes, lay.dp * lay.cp, lay.tp, gpu, eff)
-                           + ring_seconds(expert * nbytes, lay.edp, lay.etp * lay.ep, gpu, eff))
+    def ring(nbytes):
+        return (ring_seconds(dense * nbytes, lay.dp * lay.cp, lay.tp, gpu, eff)
+                + ring_seconds(expert * nbytes, lay.edp, lay.etp * lay.ep, gpu, eff))
+
     dp = (ring(grad), ring(2))  # gradient reduce-scatter, BF16 parameter all-gather
     shard = dense / (lay.dp * lay.cp) + expert / lay.edp if knobs.distributed_optimizer else dense + expert
     state = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
@@ -261,28 +231,8 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     return dp, optimizer, offload
 
 
-def ep_overlap_unpaired(lay) -> float:
-    """Micro-batches whose EP all-to-all has no partner to hide behind under overlap_moe_expert_parallel_comm: the
-    overlap pairs one micro-batch's forward with another's backward, so the warm-up forwards and cool-down backwards
-    run alone. PP=1: the first forward and the last backward, one micro-batch in all. Interleaved PP: the first
-    stage warms up with 2(PP-1) + (VPP-1)PP forward chunks (Megatron-Core pipeline_parallel/schedules.py), VPP
-    chunks per micro-batch. The first stage's count is taken whatever stage is slowest: its warm-up opens the
-    pipeline's critical path (every later stage waits on it), while a later stage's shorter warm-up overlaps it."""
-    pp, vpp = lay.pp, lay.vpp
-    return np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0)
 
 
-def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs):
-    """DP traffic left exposed: gradients accumulate over the micro-batches, so the reduce-scatter can only run
-    under the last micro-batch's backward (overlap_grad_reduce), and the parameter all-gather under the first
-    one's forward (overlap_param_gather) (Megatron-Core distributed/param_and_grad_buffer.py: buckets launch when
-    their last gradient is ready / before their first use). `dp_overlap_hide` of each window's compute is usable;
-    with an overlap flag off, that collective runs after (before) the pipeline, all exposed."""
-    backward = stage_compute * BWD_GEMM / (1 + BWD_GEMM)
-    hide = eff["dp_overlap_hide"]
-    rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
-    ag_hidden = hide * (stage_compute - backward) if knobs.overlap_param_gather else 0.0
-    return np.maximum(rs - rs_hidden, 0.0) + np.maximum(ag - ag_hidden, 0.0)
 
 
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:

@@ -1,4 +1,4 @@
-"""Overlap windows (walls/step.py): the DP reduce-scatter and all-gather hide only under one micro-batch's backward
+"""Overlap windows (walls/overlap.py): the DP reduce-scatter and all-gather hide only under one micro-batch's backward
 / forward, so more micro-batches do not hide more; EP overlap leaves its unpaired micro-batches exposed."""
 
 import pytest
@@ -9,7 +9,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.step import ep_overlap_sides, dp_exposed_seconds, ep_overlap_exposed, ep_overlap_unpaired
+from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_sides, ep_overlap_unpaired
 
 EFF = {"dp_overlap_hide": 1.0}
 
