@@ -81,3 +81,15 @@ def test_runs_added_after_the_subset_was_drawn_are_never_fitted():
         early = sorted((r for r in runs if r.gpu.key == gpu and int(r.run_id[1:]) <= LAST_CALIBRATION_RUN),
                        key=lambda r: int(r.run_id[1:]))
         assert [r.run_id for r in fit_runs if r.gpu.key == gpu] == [r.run_id for r in early[::2]]
+
+
+def test_attention_keeps_its_measured_kernel_rate(fit):
+    """attn_eff is a kernel rate (cuDNN fused attention on H100, efficiency.toml), not scaled with the GEMMs by the
+    fit: every fitted section leaves it at the prior, while the GEMM efficiencies move."""
+    _, (fitted, _, _) = fit
+    for gpu, eff in fitted_effs(fitted).items():
+        prior = efficiency(gpu, priors_only=True)
+        assert eff["attn_eff"] == prior["attn_eff"], gpu
+        assert "attn_eff" not in fitted_toml(fitted)
+    assert any(eff["gemm_eff"] != efficiency(gpu, priors_only=True)["gemm_eff"]
+               for gpu, eff in fitted_effs(fitted).items())

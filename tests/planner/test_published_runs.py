@@ -12,6 +12,7 @@ import pytest
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
+from moetune.planner.ab_order import NOISE_FLOOR
 from moetune.planner.calibrate import split
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import load_configured_runs, load_runs, tokens_from_tflops
@@ -93,6 +94,11 @@ TFLOPS_GAPS = {
             "(plan and explain say so: data/fp8_ab_pairs.toml)",
     "R129": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs, PR #5728 refresh, +18%: the README measured the same "
             "recipe 7% faster (R128, +10%); measured no faster than BF16 (R126/R127), as R122",
+    "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -21%: its dropless twin "
+            "R152 is -10%; the measured force-balance gain (1.25x) is twice moetune's (1.10x, token_imbalance 1.2), "
+            "and the same source's 4k run of this layout (R149, dropless) is predicted +22%: moetune's gain from 4k "
+            "to 16k at this layout is 1.05x where 1.42x was measured",
+    "R153": "Qwen3-235B-A22B 256 x H100 at 32k CP2, force-balanced, -18%: as R151 (dropless twin R154 -9%)",
 }
 
 
@@ -104,6 +110,19 @@ def test_tflops_only_runs_in_tokens():
     missed = {rid for rid, e in errors.items() if abs(e) > 0.15}
     assert missed == set(TFLOPS_GAPS), {rid: round(errors[rid], 3) for rid in missed ^ set(TFLOPS_GAPS)}
     assert statistics.median(abs(e) for e in errors.values()) <= 0.10
+
+
+def test_long_context_throughput_rises_with_sequence_as_measured():
+    """Qwen3-235B-A22B on 256 H100 at TP4 PP8 VPP4 EP8 (ModelZoo long-context table, R151-R158): 16k, 32k, 64k, 128k
+    with CP 1, 2, 4, 8, force-balanced and dropless. Attention grows from 36% to 82% of the FLOPs and runs at its kernel
+    rate, so TFLOP/s/GPU rises with the sequence in both routings as measured, and the 128k runs are within 11%."""
+    runs = {r.run_id: r for r in load_configured_runs()}
+    for ids in (("R151", "R153", "R155", "R157"), ("R152", "R154", "R156", "R158")):
+        predicted = [estimate(runs[k].model, runs[k].gpu, runs[k].layout, runs[k].workload, runs[k].knobs)
+                     .time["tflops_per_gpu"] for k in ids]
+        measured = [runs[k].tflops_per_gpu for k in ids]
+        assert measured == sorted(measured) and predicted == sorted(predicted), (ids, predicted)
+        assert abs(predicted[-1] / measured[-1] - 1) < 0.11, (ids[-1], predicted[-1])
 
 
 def test_ep_overlap_without_cuda_graphs_on_blackwell_gains_what_was_measured():
@@ -221,10 +240,14 @@ def test_recompute_sets_follow_the_measured_order_on_moonlight():
                     **knobs)
         predicted[mods] = estimate(*case).time["tflops_per_gpu"]
     names = list(measured)
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-    agree = sum((measured[a] > measured[b]) == (predicted[a] > predicted[b]) for a, b in pairs)
+    # as every A/B check here (planner/ab_order.py): a pair counts only when its measured gap exceeds the noise floor
+    # (these runs have no repeat); 12 of the 15 pairs do
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+             if abs(measured[a] / measured[b] - 1) > NOISE_FLOOR]
+    wrong = {(a, b) for a, b in pairs if (measured[a] > measured[b]) != (predicted[a] > predicted[b])}
     assert max(predicted, key=predicted.get) == ""  # no recompute is fastest, as measured
-    assert agree >= 13, f"{agree} of {len(pairs)} pairs in the measured order"  # layernorm recompute is cheaper here
+    # the one miss: moetune puts layernorm recompute cheaper than the MLA up-projections' replay here
+    assert wrong == {("mla_up_proj", "layernorm moe_act")}, f"{len(pairs) - len(wrong)} of {len(pairs)} in order"
 
 
 @pytest.mark.parametrize(("ep_overlap", "measured"), [(False, 244.039), (True, 287.305)])

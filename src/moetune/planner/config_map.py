@@ -98,6 +98,11 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         # and the router kept in FP32 (seeds/000 FP8 Recipe Quick Decision)
         "model.moe_grouped_gemm": True if m.num_moe_layers else None,
         "model.moe_router_dtype": "fp32" if m.num_moe_layers else None,
+        # no dropout, as Megatron Bridge's model bridges set it (deepseek_v3_bridge.py, qwen3_moe_bridge.py,
+        # gpt_oss_bridge.py, glm45_bridge.py: hidden_dropout = 0.0; the HF configs' attention_dropout is 0.0) and as
+        # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
+        # under graphed MLP/MoE recompute (transformer_config.py), which full-iteration graphs are
+        "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
     }
 
 
