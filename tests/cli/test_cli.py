@@ -81,6 +81,12 @@ def test_models_and_hardware_list(capsys):
     (["estimate", "mixtral-8x7b", "--gpu", "a100", "--gpus", "8", "--precision", "fp8-blockwise"], "no fp8"),
     (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--precision", "mxfp8"], "needs a Blackwell"),
     (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--bogus"], "No such option"),
+    (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "4", "--cp", "8", "--pp", "8",
+      "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p",
+      "--hcp-a2a-size", "3"], "must divide CP (8)"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--hcp-a2a-size", "2"], "need cp_comm_type a2a+p2p"),
+    (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "cp_comm_type=ring"],
+     "expected one of p2p"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     code, out, err = run(args, capsys)

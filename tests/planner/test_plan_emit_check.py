@@ -62,3 +62,26 @@ def test_a_zero_sm_count_in_a_config_is_an_error_not_the_default():
               "model.moe_flex_dispatcher_backend": "hybridep", "model.moe_hybridep_num_sms": 0}
     with pytest.raises(MoetuneError, match=r"flex_num_sms \(0\)"):
         from_config(config)
+
+
+@pytest.mark.parametrize(("model", "gpus", "seq", "exchanges"), [
+    ("deepseek-v3", 256, 131072, {"a2a", "a2a+p2p"}),  # MLA's wide K,V: an all-to-all beats the ring
+    ("gpt-oss-120b", 64, 32768, {"a2a"}),  # attention sinks: TE runs CP only over a2a
+])
+def test_long_context_plans_name_their_cp_exchange_and_pass_check(model, gpus, seq, exchanges, tmp_path):
+    """A plan at long context writes model.cp_comm_type (and a2a+p2p's hierarchical_context_parallel_sizes, whose
+    product is CP), reads it back as planned, and passes the rules and Megatron-Core's own checks."""
+    result = plan(load_model(model), load_gpu("h100"), gpus, Workload(seq_length=seq, global_batch_size=64), top=2)
+    for est in result.results:
+        assert est.layout.cp > 1 and est.knobs.cp_comm_type in exchanges
+        path = tmp_path / "overrides.txt"
+        path.write_text(emit_all(to_config(est))["overrides.txt"])
+        config = load_config([path], gpu="h100", gpus=gpus)
+        assert config["model.cp_comm_type"] == est.knobs.cp_comm_type
+        sizes = config.get("model.hierarchical_context_parallel_sizes")
+        assert (sizes is not None) == (est.knobs.cp_comm_type == "a2a+p2p")
+        assert sizes is None or sizes[0] * sizes[1] == est.layout.cp
+        _, _, knobs = from_config(config)
+        assert (knobs.cp_comm_type, knobs.hcp_a2a_size) == (est.knobs.cp_comm_type, est.knobs.hcp_a2a_size)
+        errors = [f.rule for f in evaluate(config, derive(config)) + mcore_findings(config) if f.severity == "error"]
+        assert errors == []

@@ -25,6 +25,9 @@ from moetune.walls.memory import default_overheads
     ("deepseek-v3", "gb200", 256, 4096, 1024, {}),
     ("gpt-oss-20b", "b200", 16, 8192, 64, {}),
     ("deepseek-v3", "h100", 256, 4096, 1024, {"offload_modules": frozenset({"expert_fc1", "moe_act"})}),
+    # long context: each layout's CP exchange is chosen in the batch as estimate names it (walls/context_parallel.py)
+    ("deepseek-v3", "h100", 256, 65536, 64, {}),
+    ("gpt-oss-120b", "h100", 64, 32768, 64, {}),
 ])
 def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     spec, g = load_model(model), load_gpu(gpu)

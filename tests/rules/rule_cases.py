@@ -64,6 +64,18 @@ CASES: dict[str, Case] = {
                                             "train.global_batch_size=128", "train.micro_batch_size=1"), "h100", 16),
     "longctx.tp_lever_nvl72": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16"), "gb200", 64),
     "longctx.new_kernels": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=32")),
+    # Qwen3-235B-A22B's 64 heads / 4 KV groups at TP4: one group per rank, so a2a cannot split it over CP 8
+    "cp.a2a_heads": Case(S(MOE, "model.num_attention_heads=64", "model.num_query_groups=4", "model.seq_length=131072",
+                           "model.tensor_model_parallel_size=4", "model.context_parallel_size=8",
+                           "model.cp_comm_type=a2a")),
+    "cp.hcp_sizes": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=8",
+                           "model.cp_comm_type=a2a+p2p")),
+    "cp.sinks_need_a2a": Case(S(MOE, "model.softmax_type=learnable", "model.seq_length=65536",
+                                "model.context_parallel_size=2")),
+    # DeepSeek-V3 (MLA, 128 heads) at CP 32 on H100: the p2p ring spans 4 nodes
+    "cp.p2p_crosses_nvlink": Case(S(MOE, "model.num_attention_heads=128", "model.multi_latent_attention=true",
+                                    "model.seq_length=131072", "model.context_parallel_size=32"), "h100", 256,
+                                  context="explain"),
     "dispatcher.flex_activation": Case(S(MOE, "model.moe_flex_dispatcher_backend=hybridep")),
     "dispatcher.allgather_with_ep": Case(S(MOE, "model.moe_token_dispatcher_type=allgather",
                                           "model.expert_model_parallel_size=8")),

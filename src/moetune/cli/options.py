@@ -7,6 +7,7 @@ import click
 from moetune.errors import MoetuneError
 from moetune.files import read_toml
 from moetune.layout.knobs import (
+    CP_COMM_TYPES,
     CUDA_GRAPH_SCOPES,
     DISPATCHERS,
     OFFLOAD_MODULES,
@@ -74,6 +75,12 @@ def knob_options(func):
         click.option("--tp-comm-overlap", is_flag=True, help="tp_comm_overlap."),
         click.option("--fp8-output-proj", is_flag=True,
                      help="model.fp8_output_proj: the LM head under MXFP8 (else BF16 whatever the recipe)."),
+        click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
+                     help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: p2p, Megatron's; "
+                          "auto: the legal one that hides best, as plan picks."),
+        click.option("--hcp-a2a-size", type=click.IntRange(1), default=None,
+                     help="a2a+p2p: the a2a group (hierarchical_context_parallel_sizes[0]). Default: the largest "
+                          "the heads allow inside the NVLink domain."),
         click.option("--no-overlap-grad-reduce", is_flag=True,
                      help="ddp.overlap_grad_reduce=False: the DP gradient reduce-scatter runs after the backward."),
         click.option("--no-overlap-param-gather", is_flag=True,
@@ -152,7 +159,10 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"], fp8_output_proj=kw["fp8_output_proj"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
         offload_modules=parse_offload_modules(kw["offload_modules"]),
+        cp_comm_type=kw["cp_comm_type"] or "p2p", hcp_a2a_size=kw["hcp_a2a_size"],
     )
+    if kw["cp_comm_type"] is None and layout.cp > 1:
+        defaulted.append("cp_comm_type")  # Megatron's default, p2p
     return knobs, defaulted
 
 

@@ -8,7 +8,7 @@ from rich.progress import Progress
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.layout.knobs import parse_modules, parse_offload_modules
+from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
@@ -16,6 +16,7 @@ from moetune.planner.search import PlanResult, plan
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.context_parallel import exchange_text
 from moetune.walls.efficiency import load_efficiency_file
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
@@ -52,10 +53,14 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             fixed["recompute_modules"] = parse_modules(value)
         elif key == "offload_modules":
             fixed["offload_modules"] = parse_offload_modules(value)
+        elif key == "cp_comm_type":
+            if value not in CP_COMM_TYPES:
+                raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
+            fixed[key] = value
         else:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
                                "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
-                               "recompute_modules, offload_modules")
+                               "recompute_modules, offload_modules, cp_comm_type")
     return fixed
 
 
@@ -181,7 +186,8 @@ def print_plan(result: PlanResult, gbs: int) -> None:
     for rank, r in enumerate(result.results, 1):
         k, t = r.knobs, r.time
         precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
-        rows.append([rank, r.layout.short(), r.workload.micro_batch_size, precision, k.dispatcher,
+        layout = r.layout.short() + (f" CP via {exchange_text(k, r.layout.cp)}" if r.layout.cp > 1 else "")
+        rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
                      _recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
                      _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",

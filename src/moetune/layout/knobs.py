@@ -25,6 +25,8 @@ DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
+# Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
+CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
 # Dropless routing leaves the busiest expert rank with more tokens than the mean. Published A/B pairs put
@@ -92,6 +94,10 @@ class Knobs:
     # (megatron/core/models/gpt/gpt_model.py, fp8_utils.is_mxfp8_output_proj_active)
     fp8_output_proj: bool = False
     token_imbalance: float | None = None  # max/mean tokens per expert rank; None: DROPLESS_IMBALANCE / 1.0
+    # cp_comm_type: how CP ranks exchange attention inputs (walls/context_parallel.py); Megatron's default is p2p.
+    # hcp_a2a_size: the a2a group of a2a+p2p (hierarchical_context_parallel_sizes[0]); None: the largest that fits
+    cp_comm_type: str = "p2p"
+    hcp_a2a_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -116,6 +122,10 @@ class Knobs:
         if self.fp8_output_proj and self.precision != FP8_OUTPUT_PROJ_PRECISION:
             raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {self.precision} "
                                "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
+        if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
+            raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
+        if self.hcp_a2a_size is not None and (self.cp_comm_type != "a2a+p2p" or self.hcp_a2a_size < 1):
+            raise MoetuneError(f"hierarchical CP sizes ({self.hcp_a2a_size}) need cp_comm_type a2a+p2p and a size >= 1")
         if self.token_imbalance is not None and self.token_imbalance < 1.0:
             raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be >= 1")
 

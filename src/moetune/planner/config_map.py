@@ -17,6 +17,7 @@ from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
 from moetune.rules.derive import dispatcher_sms
+from moetune.walls.context_parallel import hcp_inner_size
 
 PRECISION = {
     "bf16": {},
@@ -103,7 +104,36 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
         # under graphed MLP/MoE recompute (transformer_config.py), which full-iteration graphs are
         "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
+        # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
+        "model.softmax_type": "learnable" if m.softmax_sinks else None,
     }
+
+
+def _cp_comm_type(config: dict) -> str:
+    value = config.get("model.cp_comm_type") or "p2p"  # None: Megatron hands TE its default, p2p
+    if isinstance(value, list):
+        raise MoetuneError("model.cp_comm_type: a per-layer list is not modelled; give one type for every layer "
+                           "(p2p, all_gather, a2a or a2a+p2p)")
+    return value
+
+
+def _hcp_a2a_size(config: dict) -> int | None:
+    sizes = config.get("model.hierarchical_context_parallel_sizes")
+    return int(sizes[0]) if sizes and config.get("model.cp_comm_type") == "a2a+p2p" else None
+
+
+def _cp_fields(e: Estimate) -> dict[str, Any]:
+    """cp_comm_type where CP is on (Megatron's default p2p otherwise), and the a2a+p2p group sizes it requires
+    (hierarchical_context_parallel_sizes = [a2a, p2p]; Megatron-Bridge
+    docs/training/hierarchical-context-parallel.md)."""
+    k, lay = e.knobs, e.layout
+    if lay.cp == 1:
+        return {}
+    out: dict[str, Any] = {"model.cp_comm_type": k.cp_comm_type}
+    if k.cp_comm_type == "a2a+p2p":
+        inner = k.hcp_a2a_size or int(hcp_inner_size(e.model, lay.cp, lay.tp, e.job_domain))
+        out["model.hierarchical_context_parallel_sizes"] = [inner, lay.cp // inner]
+    return out
 
 
 def to_config(e: Estimate) -> dict[str, Any]:
@@ -117,6 +147,7 @@ def to_config(e: Estimate) -> dict[str, Any]:
         **layout_fields(e.layout), **_knob_fields(e.knobs),
         "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,
         "train.global_batch_size": e.workload.gbs(e.layout),
+        **_cp_fields(e),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -196,6 +227,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
         # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
         fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
+        cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=frozenset(_get(config, "model.offload_modules", []) or [])
         if config.get("model.fine_grained_activation_offloading") else frozenset())
     return layout, workload, knobs

@@ -14,10 +14,12 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
 from moetune.rules.derive import derive
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.walls.context_parallel import cp_exchange_exists
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MBS_CHOICES = (1, 2, 4, 8)
@@ -83,6 +85,8 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp). The global batch is checked
     last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
     domain = min(gpu.nvlink_domain, world)
+    job_domain = job_gpu(gpu, world).nvlink_domain
+
     def choice(name, values):
         return [fixed[name]] if name in fixed else values
 
@@ -95,9 +99,14 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     out = []
     splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
     shapes: dict[tuple, bool] = {}  # (tp, ep, etp) -> heads, groups, experts and widths divide
+    exchanges: dict[tuple, bool] = {}  # (cp, tp) -> a CP exchange runs (walls/context_parallel.py)
     probe = Workload(seq_length=wl.seq_length, micro_batch_size=1)  # the sequence rules; GBS is checked below
     for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
         if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
+            continue
+        if (cp, tp) not in exchanges:
+            exchanges[(cp, tp)] = cp_exchange_exists(spec, cp, tp, job_domain, fixed.get("cp_comm_type", "auto"))
+        if not exchanges[(cp, tp)]:
             continue
         for extra in pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers):
             try:
@@ -202,5 +211,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
                           overlap_param_gather=fixed.get("overlap_param_gather", True),
                           offload_modules=fixed.get("offload_modules", frozenset()),
-                          fp8_output_proj=_fp8_output_proj(prec, fixed)))
+                          fp8_output_proj=_fp8_output_proj(prec, fixed),
+                          # each layout's CP exchange is the legal one that hides best (walls/context_parallel.py)
+                          cp_comm_type=fixed.get("cp_comm_type", "auto")))
     return grid

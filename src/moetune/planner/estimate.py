@@ -8,6 +8,7 @@ from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
 from moetune.layout.validate import Workload, validate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import StageMemory, memory_wall
 from moetune.walls.step import step_time
@@ -88,7 +89,7 @@ def knobs_json(k: Knobs) -> dict:
         "routing": k.routing, "token_imbalance": k.imbalance, "tp_comm_overlap": k.tp_comm_overlap,
         "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),
         "overlap_grad_reduce": k.overlap_grad_reduce, "overlap_param_gather": k.overlap_param_gather,
-        "fp8_output_proj": k.fp8_output_proj,
+        "fp8_output_proj": k.fp8_output_proj, "cp_comm_type": k.cp_comm_type, "hcp_a2a_size": k.hcp_a2a_size,
     }
 
 
@@ -100,7 +101,8 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
+    eff = efficiency(gpu.key, efficiency_overrides)
+    knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
     stages = memory_wall(model, layout, workload, knobs, overheads)
-    time = step_time(model, layout, workload, knobs, gpu, efficiency(gpu.key, efficiency_overrides)) if with_time \
-        else None
+    time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
     return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time)

@@ -23,6 +23,7 @@ from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
+from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text
 from moetune.walls.memory import default_overheads
 
 GIB = 1 << 30
@@ -67,6 +68,12 @@ def _scale(e: Estimate) -> dict:
     if e.workload.seq_length >= 16384 and lay.cp < e.workload.seq_length // 4096:
         notes.append(f"long context: start at CP ~= seq/4096 = {e.workload.seq_length // 4096} "
                      "(seeds/001 long-context guidance)")
+    if lay.cp > 1:
+        exposed = (e.time or {}).get("exposed_collectives", {}).get("cp")
+        notes.append(f"CP{lay.cp} exchanges attention inputs by cp_comm_type {exchange_text(e.knobs, lay.cp)}: "
+                     f"{EXCHANGE_WORDS.get(e.knobs.cp_comm_type, e.knobs.cp_comm_type)}"
+                     + (f"; {exposed:.2f} s a step left exposed" if exposed is not None else "")
+                     + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that hides best)")
     if lay.dp == 1:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
     return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
@@ -146,6 +153,17 @@ def _checks(found: list) -> list[dict]:
             for f in found if f.severity in ("error", "warning")]
 
 
+def _change(move: dict, new: Estimate) -> dict:
+    """The move's overrides, with the CP exchange a plan's "auto" picked written out."""
+    out = dict(move["overrides"])
+    if "model.cp_comm_type" in out:
+        out["model.cp_comm_type"] = new.knobs.cp_comm_type
+        if new.knobs.hcp_a2a_size:
+            a = new.knobs.hcp_a2a_size
+            out["model.hierarchical_context_parallel_sizes"] = [a, new.layout.cp // a]
+    return out
+
+
 def _retune(e: Estimate, found: list) -> list[dict]:
     base = e.time["tokens_per_s_per_gpu"]
     broken = set(rule_errors(e, found))  # a move is refused for the errors it adds, not for those it inherits
@@ -160,7 +178,7 @@ def _retune(e: Estimate, found: list) -> list[dict]:
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
         if gain > 0.005 or not e.fits:
-            out.append({"rule": move_id, "change": move["overrides"], "predicted_gain": gain,
+            out.append({"rule": move_id, "change": _change(move, new), "predicted_gain": gain,
                         "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
                         "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"],
                         # a move onto FP8 for a narrow model: its gain is moetune's, the published pairs measured none

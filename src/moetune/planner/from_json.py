@@ -50,7 +50,8 @@ def estimate_from_json(data: dict, rank: int = 1) -> Estimate:
                   offload_modules=frozenset(k.get("offload_modules", [])),
                   overlap_grad_reduce=k.get("overlap_grad_reduce", True),
                   overlap_param_gather=k.get("overlap_param_gather", True),
-                  fp8_output_proj=k.get("fp8_output_proj", False))
+                  fp8_output_proj=k.get("fp8_output_proj", False),
+                  cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return estimate(load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"]), layout, workload, knobs)

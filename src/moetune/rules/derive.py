@@ -120,6 +120,25 @@ def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int
     return 1
 
 
+def _context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
+    """The CP exchange (Megatron hands TE p2p when cp_comm_type is unset) and the largest CP an all-to-all's head
+    split allows: heads and KV groups of each TP rank must divide (MLA: every head is its own group)."""
+    kind = value(config, "model.cp_comm_type") or "p2p"
+    d["cp_comm_type"] = "per-layer list" if isinstance(kind, list) else kind
+    sizes = value(config, "model.hierarchical_context_parallel_sizes")
+    d["hcp_sizes"] = list(sizes) if sizes else None
+    d["hcp_sizes_product"] = math.prod(sizes) if sizes else None
+    heads = value(config, "model.num_attention_heads")
+    groups = heads if value(config, "model.multi_latent_attention", False) else value(config, "model.num_query_groups")
+    d["attn_heads"], d["kv_groups"] = heads, groups
+    if heads and groups and heads % d["tp"] == 0 and groups % d["tp"] == 0:
+        per_rank = math.gcd(heads // d["tp"], groups // d["tp"])
+        d["cp_a2a_limit"] = max(a for a in range(1, per_rank + 1) if per_rank % a == 0 and d["cp"] % a == 0)
+    d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
+    if "job_nvlink_domain" in d:
+        d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
+
+
 def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
     dispatcher = value(config, "model.moe_token_dispatcher_type", "allgather")
     backend = value(config, "model.moe_flex_dispatcher_backend")
@@ -171,6 +190,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     """All derived facts for ``config``; ``extra`` (from the estimator/profiler) wins."""
     d: dict[str, Any] = _platform(config)
     _mesh(config, d)
+    _context_parallel(config, d)
     _dispatcher(config, d)
     _graphs(config, d)
     _precision(config, d)

@@ -105,9 +105,3 @@ def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, e
     # NCCL's all-to-all posts one send/recv pair per peer (a setup cost each); the fused kernels reach all at once
     latency = eff["a2a_latency_us"] + (eff["a2a_peer_us"] * (ep - 1) if dispatcher == "alltoall" else 0.0)
     return np.where(ep > 1, np.maximum(t_intra, t_inter) + latency * 1e-6, 0.0)
-
-
-def cp_kv_seconds(tokens, kv_width: int, cp, tp, gpu: GpuSpec, eff: dict):
-    """Ring exchange of K and V chunks over the CP group (forward): each rank passes its chunk cp-1 times."""
-    nbytes = 2 * tokens * kv_width / np.maximum(tp, 1) * BF16
-    return np.where(cp > 1, (cp - 1) * nbytes / link_bandwidth(cp, tp, gpu, eff), 0.0)

@@ -23,15 +23,15 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
-from moetune.walls.comms import BF16, cp_kv_seconds, ep_alltoall_seconds, ring_seconds
+from moetune.walls.comms import BF16, ep_alltoall_seconds, ring_seconds
 from moetune.walls.compute import (
-    BWD_ATTN,
     BWD_GEMM,
     Rates,
     layer_compute_seconds,
     passes,
     rates,
 )
+from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import megatron_model_flops
 from moetune.walls.memory import activation_context
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
@@ -92,8 +92,9 @@ class LayerTime:
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
-                compute: dict, attn_s: float) -> tuple[dict, dict]:
-    """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward)."""
+                compute: dict, attn_s: float, attn_rate: float) -> tuple[dict, dict]:
+    """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward); `attn_s` is the
+    layer's forward attention, `attn_rate` the fused-attention FLOP/s (the CP exchange hides under it)."""
     compute_s = sum(compute.values())
     full = ctx.tokens * spec.hidden_size * BF16  # the sequence-gathered activation a TP collective moves
     n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
@@ -118,12 +119,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
         ep_exposed = (ep_overlap_exposed(a2a + etp, compute, ep_overlap_hide(eff, knobs), knobs.delay_wgrad)
                       + replays * (a2a + etp)) if knobs.ep_overlap else ep
-    cp = 0.0
-    if kind.mixer in ("gqa", "mla"):
-        kv_width = (spec.num_query_groups * spec.kv_channels if kind.mixer == "gqa"
-                    else spec.num_attention_heads * (spec.mla.qk_head_dim + spec.mla.v_head_dim))
-        # forward passes K,V around the ring; backward passes K,V again and their gradients (x2)
-        cp = 3 * cp_kv_seconds(ctx.tokens, kv_width, lay.cp, lay.tp, gpu, eff)
+    cp, cp_exposed = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, attn_rate, attn_s)
     # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
     # the backward over the host link, each direction under that pass's compute (the backward is BWD_GEMM times
     # the forward, compute.py).
@@ -133,9 +129,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     exposed = {
         "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
         "ep_alltoall": ep_exposed,
-        # ring steps overlap the attention of earlier chunks: forward + backward attention is (1 + BWD_ATTN)x
-        # the forward
-        "cp": np.maximum(cp - (1 + BWD_ATTN) * attn_s, 0.0),
+        "cp": cp_exposed,  # a ring's steps hide under the attention of the chunks already held
         "activation_offload": np.maximum(moved - forward_s, 0.0) + np.maximum(moved - BWD_GEMM * forward_s, 0.0),
     }
     return raw, exposed
@@ -149,7 +143,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
                                         modules=knobs.effective_modules, eff=eff)
     total = sum(compute.values())
     attn = compute["core_attn"] / passes("core_attn")
-    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn)
+    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn, r.attn)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes

@@ -1,0 +1,197 @@
+"""Context-parallel exchanges of one attention layer, by Megatron's ``cp_comm_type`` (TransformerConfig; Transformer
+Engine runs them, transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py):
+
+- ``p2p``: a ring passes each rank's K,V chunk CP-1 times in the forward; the backward passes K,V again and their
+  gradients. Asynchronous: each step hides under the attention of the chunk already held.
+- ``all_gather``: K,V are gathered before the attention (and again in the backward, dK,dV reduce-scattered). Not
+  overlapped.
+- ``a2a`` (Ulysses): an all-to-all trades each rank's sequence chunk of Q, K, V for the full sequence of heads/CP
+  heads, and another brings the output back; the backward does the same with the gradients. Not overlapped, and the
+  head split needs heads and KV groups per TP rank divisible by CP.
+- ``a2a+p2p`` (hierarchical, ``hierarchical_context_parallel_sizes`` = [inner, outer]): a2a inside groups of
+  `inner` consecutive CP ranks (NVLink), then a p2p ring over the `outer` groups.
+
+Bytes are per TP rank (heads split over TP) for one micro-batch, forward + backward.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.ranks import job_gpu
+from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.comms import BF16, link_bandwidth
+from moetune.walls.compute import BWD_ATTN, rates
+from moetune.walls.flops import layer_flops
+from moetune.walls.memory import activation_context
+
+# What a plan weighs per layout ("auto"): all_gather moves p2p's bytes without its overlap, so it never wins.
+AUTO_OPTIONS: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p")
+
+
+ATTENTION = ("gqa", "mla")
+
+
+def widths(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
+    """(Q, K+V, O) elements per token over all heads of one attention layer (MLA: the up-projected heads that the
+    attention kernel sees, K with its RoPE part)."""
+    if kind.mixer == "mla":
+        m, h = spec.mla, spec.num_attention_heads
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        return h * qk, h * (qk + m.v_head_dim), h * m.v_head_dim
+    h, g, d = spec.num_attention_heads, spec.num_query_groups, spec.kv_channels
+    return h * d, 2 * g * d, h * d
+
+
+def a2a_allows(spec: ModelSpec, size, tp):
+    """An all-to-all over `size` CP ranks splits the heads of each TP rank: heads and KV groups per TP rank must divide
+    (Megatron-Bridge docs/training/hierarchical-context-parallel.md: "CP <= num_kv_heads")."""
+    groups = spec.num_attention_heads if spec.mla else spec.num_query_groups
+    heads_tp, groups_tp = spec.num_attention_heads // tp, groups // np.maximum(tp, 1)
+    return (heads_tp % size == 0) & (groups_tp % size == 0) & (groups_tp >= size)
+
+
+def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
+    """The a2a group of a2a+p2p: the largest divisor of CP (below CP) the head split allows whose ranks share an NVLink
+    domain (CP ranks are consecutive after TP in Megatron's order); 1 when none does."""
+    best = np.ones_like(np.asarray(cp))
+    for a in (2, 4, 8, 16, 32, 64):
+        ok = (cp % a == 0) & (a < cp) & a2a_allows(spec, a, tp) & (a * tp <= nvlink_domain)
+        best = np.where(ok, a, best)
+    return best
+
+
+# Each ring step and each all-to-all also pays a collective's fixed cost (launch + handshake): efficiency.toml
+# a2a_latency_us, the EP all-to-all's, as no published run isolates CP's own. A ring makes 3 (CP-1) steps a layer
+# (forward, then K,V and their gradients backward); a2a makes 4 all-to-alls (QKV and O, forward and backward).
+def _ring(kv, size, stride, gpu, eff):
+    steps = 3 * (size - 1)
+    return np.where(size > 1, steps * (kv / link_bandwidth(size, stride, gpu, eff) + eff["a2a_latency_us"] * 1e-6),
+                    0.0)
+
+
+def _a2a(q_kv_o, size, stride, gpu, eff):
+    share = (size - 1) / np.maximum(size, 1)
+    return np.where(size > 1, 2 * share * q_kv_o / link_bandwidth(size, stride, gpu, eff)
+                    + 4 * eff["a2a_latency_us"] * 1e-6, 0.0)
+
+
+def cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: dict, comm_type: str, inner=None):
+    """(not overlapped, overlapped with attention) seconds of one layer's CP exchanges, forward + backward."""
+    q_w, kv_w, o_w = widths(spec, kind)
+    per_rank = tokens / np.maximum(tp, 1) * BF16
+    kv, qkvo = per_rank * kv_w, per_rank * (q_w + kv_w + o_w)
+    if comm_type == "p2p":
+        return 0.0, _ring(kv, cp, tp, gpu, eff)
+    if comm_type == "all_gather":
+        return _ring(kv, cp, tp, gpu, eff), 0.0
+    if comm_type == "a2a":
+        return _a2a(qkvo, cp, tp, gpu, eff), 0.0
+    inner = hcp_inner_size(spec, cp, tp, gpu.nvlink_domain) if inner is None else inner
+    outer = cp // np.maximum(inner, 1)
+    # after the inner a2a a rank holds `inner` chunks of heads/inner heads: the ring passes as many bytes as p2p's
+    return _a2a(qkvo, inner, tp, gpu, eff), _ring(kv, outer, tp * inner, gpu, eff)
+
+
+def cp_exposed(hard, soft, attn_total):
+    """Seconds left exposed: the overlapped part hides under the layer's attention, forward + backward."""
+    return hard + np.maximum(soft - attn_total, 0.0)
+
+
+def representative_kind(spec: ModelSpec) -> LayerKind:
+    """The attention layer kind with the most attention work per token (gpt-oss: its full-attention layers), whose
+    exchanges decide a plan's cp_comm_type for the whole model."""
+    kinds = [k for k in dict.fromkeys((*spec.layers, spec.mtp_layer_kind)) if k is not None and k.mixer in ATTENTION]
+    return max(kinds, key=lambda k: layer_flops(spec, k, 1, 4096)["core_attn"])
+
+
+def _legal(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
+    """Where each exchange runs. Attention sinks (gpt-oss) leave only a2a: Transformer Engine runs them in its fused
+    backend alone, which takes CP only with a2a (rules.yaml cp.sinks_need_a2a)."""
+    ring = np.full(np.shape(cp), not spec.softmax_sinks)
+    return {"p2p": ring, "a2a": a2a_allows(spec, cp, tp),
+            "a2a+p2p": ring & (hcp_inner_size(spec, cp, tp, nvlink_domain) > 1)}
+
+
+def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, comm_type: str) -> bool:
+    """Whether a layout has a CP exchange Megatron and Transformer Engine run: `comm_type` itself, or any of
+    AUTO_OPTIONS for "auto" (the planner drops the layouts with none)."""
+    if cp == 1:
+        return True
+    legal = _legal(spec, cp, tp, nvlink_domain)
+    if comm_type == "auto":
+        return any(bool(v) for v in legal.values())
+    return bool(legal.get(comm_type, not spec.softmax_sinks))
+
+
+def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, attn_rate):
+    """Index into AUTO_OPTIONS of the legal exchange that leaves the least exposed on the representative layer: how a
+    plan sets cp_comm_type per layout (the choice barely interacts with the other knobs)."""
+    kind = representative_kind(spec)
+    attn_total = (1 + BWD_ATTN) * layer_flops(spec, kind, ctx.tokens, ctx.seq_length)["core_attn"] / tp / attn_rate
+    legal = _legal(spec, cp, tp, gpu.nvlink_domain)
+    cost = [np.where(legal[t], cp_exposed(*cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, t), attn_total),
+                     np.inf) for t in AUTO_OPTIONS]
+    return np.argmin(np.stack(np.broadcast_arrays(*cost)), axis=0)
+
+
+def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, attn_rate, attn_s):
+    """(raw, exposed) seconds of one layer's CP exchanges; `attn_s` is its forward attention."""
+    if kind.mixer not in ATTENTION or not np.any(np.asarray(cp) > 1):
+        return 0.0, 0.0
+    # The planner asks again for every knob set of a layout batch; none of those knobs moves the exchange.
+    arrays = (np.asarray(a, dtype=float).tobytes() for a in (ctx.tokens, cp, tp, attn_s))
+    key = (spec, kind, gpu.key, gpu.nvlink_domain, knobs.cp_comm_type, knobs.hcp_a2a_size, attn_rate,
+           eff["nvlink_eff"], eff["nic_eff"], eff["a2a_latency_us"], *arrays)
+    if key not in _MEMO:
+        if len(_MEMO) > 4096:
+            _MEMO.clear()
+        _MEMO[key] = _layer_cp(spec, kind, ctx, cp, tp, gpu, eff, knobs, attn_rate, attn_s)
+    return _MEMO[key]
+
+
+_MEMO: dict = {}
+
+
+def _layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, attn_rate, attn_s):
+    if knobs.cp_comm_type == "auto":
+        pick = auto_choice(spec, ctx, cp, tp, gpu, eff, attn_rate)
+        parts = [cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, t) for t in AUTO_OPTIONS]
+        hard = np.choose(pick, np.broadcast_arrays(*(p[0] for p in parts)))
+        soft = np.choose(pick, np.broadcast_arrays(*(p[1] for p in parts)))
+    else:
+        hard, soft = cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, knobs.cp_comm_type, knobs.hcp_a2a_size)
+    return hard + soft, cp_exposed(hard, soft, (1 + BWD_ATTN) * attn_s)
+
+
+def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knobs:
+    """The concrete cp_comm_type (and a2a+p2p's inner size) a plan's "auto" stands for on this layout, so estimate,
+    explain and emit name what Megatron will run; p2p, Megatron's default, when CP is 1."""
+    size = knobs.hcp_a2a_size
+    if knobs.cp_comm_type == "a2a+p2p" and size and (lay.cp % size or size == lay.cp):
+        raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must divide CP ({lay.cp}) and leave a ring "
+                           f"of at least 2; pick --hcp-a2a-size among the divisors of {lay.cp} below it")
+    if knobs.cp_comm_type != "auto":
+        return knobs
+    if lay.cp == 1:
+        return replace(knobs, cp_comm_type="p2p")
+    gpu = job_gpu(gpu, lay.world_size)
+    ctx = activation_context(lay, wl, knobs)
+    r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
+    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r.attn))]
+    inner = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain)) if choice == "a2a+p2p" else None
+    return replace(knobs, cp_comm_type=choice, hcp_a2a_size=inner)
+
+
+EXCHANGE_WORDS = {"p2p": "a p2p ring that hides under the attention", "all_gather": "an all-gather of K,V (not hidden)",
+                  "a2a": "all-to-alls that trade sequence chunks for heads (not hidden)",
+                  "a2a+p2p": "an a2a inside NVLink, then a p2p ring across"}
+
+
+def exchange_text(knobs: Knobs, cp: int) -> str:
+    """cp_comm_type as Megatron spells it, with a2a+p2p's hierarchical_context_parallel_sizes."""
+    if knobs.cp_comm_type == "a2a+p2p" and knobs.hcp_a2a_size:
+        return f"a2a+p2p [{knobs.hcp_a2a_size}, {cp // knobs.hcp_a2a_size}]"
+    return knobs.cp_comm_type

@@ -1,0 +1,95 @@
+"""Context-parallel exchanges (walls/context_parallel.py): bytes of each cp_comm_type by hand, where each is legal, what
+a plan's "auto" picks, and the published DeepSeek-V3 128k run that only an all-to-all exchange explains."""
+
+import pytest
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.planner.runs import published_rows
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.context_parallel import (
+    a2a_allows,
+    cp_exchange_exists,
+    cp_seconds,
+    hcp_inner_size,
+    widths,
+)
+from moetune.walls.efficiency import efficiency
+
+QWEN235, DSV3, GPT_OSS = (load_model(m) for m in ("qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"))
+
+
+def test_widths_are_the_heads_the_attention_kernel_sees():
+    # Qwen3-235B-A22B: 64 query heads, 4 KV groups, head dim 128
+    assert widths(QWEN235, QWEN235.layers[0]) == (64 * 128, 2 * 4 * 128, 64 * 128)
+    # DeepSeek-V3 MLA: 128 heads, K = 128 nope + 64 rope, V = 128 (the up-projected heads, not the latent)
+    assert widths(DSV3, DSV3.layers[0]) == (128 * 192, 128 * (192 + 128), 128 * 128)
+
+
+def test_each_exchange_moves_its_bytes_by_hand():
+    gpu, eff = load_gpu("gb200"), efficiency("gb200")
+    nvlink, lat = gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"], eff["a2a_latency_us"] * 1e-6
+    tokens, cp, tp = 16384, 8, 1  # a 128k sequence over CP 8, inside one NVL72 domain
+    kv = tokens * 2 * 4 * 128 * 2  # K and V of 4 groups, BF16
+    qkvo = tokens * (64 * 128 + 2 * 4 * 128 + 64 * 128) * 2
+    kind = QWEN235.layers[0]
+    ring = 3 * 7 * (kv / nvlink + lat)
+    # p2p: K,V around the ring CP-1 times forward, K,V and their gradients backward; all of it can hide
+    assert cp_seconds(QWEN235, kind, tokens, cp, tp, gpu, eff, "p2p") == pytest.approx((0.0, ring))
+    # all_gather: the same bytes, none hidden
+    assert cp_seconds(QWEN235, kind, tokens, cp, tp, gpu, eff, "all_gather") == pytest.approx((ring, 0.0))
+    # a2a: Q, K, V in and O out, forward and backward, (CP-1)/CP of each leaving the rank; none hidden
+    assert cp_seconds(QWEN235, kind, tokens, cp, tp, gpu, eff, "a2a") == pytest.approx(
+        (2 * 7 / 8 * qkvo / nvlink + 4 * lat, 0.0))
+    # a2a+p2p [4, 2]: the a2a over 4, then a 2-rank ring of chunks of the same size
+    hard, soft = cp_seconds(QWEN235, kind, tokens, cp, tp, gpu, eff, "a2a+p2p", inner=4)
+    assert (hard, soft) == pytest.approx((2 * 3 / 4 * qkvo / nvlink + 4 * lat, 3 * 1 * (kv / nvlink + lat)))
+
+
+def test_a2a_needs_the_heads_of_each_tp_rank_to_split():
+    # Qwen3-235B-A22B has 4 KV groups: CP 4 at TP 1, never CP 8, and at TP 4 one group per rank leaves CP 1
+    assert a2a_allows(QWEN235, 4, 1) and not a2a_allows(QWEN235, 8, 1) and not a2a_allows(QWEN235, 2, 4)
+    assert a2a_allows(DSV3, 32, 1) and a2a_allows(DSV3, 64, 2)  # MLA: 128 heads, each its own group
+    # a2a+p2p's inner group: the largest the heads allow whose ranks share NVLink (8 GPUs on H100)
+    assert int(hcp_inner_size(QWEN235, 8, 1, 8)) == 4 and int(hcp_inner_size(DSV3, 32, 1, 8)) == 8
+    assert int(hcp_inner_size(DSV3, 32, 2, 8)) == 4 and int(hcp_inner_size(QWEN235, 8, 4, 8)) == 1
+
+
+def test_attention_sinks_run_context_parallel_only_over_a2a():
+    """gpt-oss's sinks run only in TE's fused attention, which takes CP only with a2a (rules.yaml cp.sinks_need_a2a):
+    the planner keeps a CP layout of gpt-oss only where a2a splits its 8 KV groups."""
+    assert GPT_OSS.softmax_sinks and GPT_OSS.num_query_groups == 8
+    assert cp_exchange_exists(GPT_OSS, 4, 2, 8, "auto") and cp_exchange_exists(GPT_OSS, 4, 2, 8, "a2a")
+    assert not cp_exchange_exists(GPT_OSS, 4, 2, 8, "p2p") and not cp_exchange_exists(GPT_OSS, 8, 2, 8, "auto")
+    assert cp_exchange_exists(QWEN235, 8, 4, 8, "p2p") and not cp_exchange_exists(QWEN235, 8, 4, 8, "a2a")
+
+
+def _r064(cp_comm_type: str):
+    """R064: DeepSeek-V3 at 128k on 256 H100, TP1 CP32 PP8 VPP4 EP32, FP8 blockwise, DeepEP, recompute up_proj, norm,
+    moe, mlp, optimizer CPU offload; 303 TFLOP/s/GPU (Bridge long-context skill card). The card names no MBS, GBS or
+    CP exchange: MBS 1 and 64 micro-batches here (the pipeline bubble is then 3%)."""
+    row = published_rows()["R064"]
+    knobs = Knobs(precision="fp8-blockwise", dispatcher="deepep", recompute="selective",
+                  recompute_modules=frozenset({"mla_up_proj", "layernorm", "moe", "mlp"}), routing="force-balance",
+                  optimizer_offload_fraction=1.0, main_grads_fp32=False, cp_comm_type=cp_comm_type)
+    layout = Layout(world_size=256, tp=1, cp=32, pp=8, vpp=4, ep=32, etp=1, pipeline_layout="Et|(tt|)*30mL")
+    e = estimate(DSV3, load_gpu("h100"), layout, Workload(seq_length=131072, micro_batch_size=1,
+                                                          global_batch_size=64), knobs)
+    return e, float(row["tflops_per_gpu"])
+
+
+def test_the_128k_deepseek_run_is_explained_by_an_all_to_all_exchange():
+    """A p2p ring over 32 ranks on 4 nodes passes MLA's wide K,V (80 KB a token) over the NIC 93 times a layer: moetune
+    puts that run at a third of what was measured. An all-to-all exchange moves each chunk once, and a plan's "auto"
+    picks it (a2a+p2p, a2a inside each node): then the measured TFLOP/s is within 15%."""
+    ring, measured = _r064("p2p")
+    picked, _ = _r064("auto")
+    assert ring.fits and picked.fits
+    assert ring.time["tflops_per_gpu"] < measured / 2
+    assert picked.knobs.cp_comm_type in ("a2a", "a2a+p2p")
+    assert picked.time["tflops_per_gpu"] == pytest.approx(measured, rel=0.15)
+    for kind in ("a2a", "a2a+p2p"):
+        assert _r064(kind)[0].time["tflops_per_gpu"] == pytest.approx(measured, rel=0.15), kind
