@@ -40,3 +40,15 @@ def test_plan_cli_one_line(capsys):
                  "--fix", "pp=5"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--fix pp=5" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("model", "world", "seq", "fixed", "expected"), [
+    # gpt-oss's attention sinks run context parallel only over a2a, which splits 8 KV groups at most 8 ways
+    ("gpt-oss-120b", 64, 65536, {"cp": 16}, ["--fix cp=16", "cp.sinks_need_a2a", "CP <= 8"]),
+    # Qwen3-235B-A22B's 4 KV groups at TP4: one per rank, so a pinned a2a cannot split them over CP 8
+    ("qwen3-235b-a22b", 256, 131072, {"cp": 8, "tp": 4, "cp_comm_type": "a2a"}, ["cp.a2a_heads", "use p2p"]),
+])
+def test_reason_names_the_missing_cp_exchange(model, world, seq, fixed, expected):
+    reason = no_layout_reason(load_model(model), H100, world, Workload(seq_length=seq, global_batch_size=64), fixed)
+    for text in expected:
+        assert text in reason, reason

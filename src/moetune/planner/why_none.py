@@ -9,10 +9,12 @@ The search drops illegal layouts silently (enumerate.py); when nothing is left, 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, pipeline_variants
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.walls.context_parallel import cp_exchange_exists
 
 LAYOUT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp")
 
@@ -34,6 +36,22 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
     return None
 
 
+def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dict) -> str | None:
+    """Why pinned CP has no exchange Megatron runs (walls/context_parallel.py), or None when some TP gives it one."""
+    cp, kind = pins.get("cp", 1), fixed.get("cp_comm_type", "auto")
+    tps = [pins["tp"]] if "tp" in pins else [t for t in (1, 2, 4, 8) if t <= min(gpu.nvlink_domain, world)]
+    domain = job_gpu(gpu, world).nvlink_domain
+    if cp == 1 or any(cp_exchange_exists(spec, cp, tp, domain, kind) for tp in tps):
+        return None
+    groups = spec.num_attention_heads if spec.mla else spec.num_query_groups
+    if spec.softmax_sinks:
+        return (f"{spec.name}'s attention sinks run context parallel only over a2a (Transformer Engine; rule "
+                f"cp.sinks_need_a2a), which splits each TP rank's {groups} KV groups (or fewer) over CP: CP {cp} "
+                f"needs at least {cp} of them; use CP <= {groups}")
+    return (f"cp_comm_type {kind} splits each TP rank's {groups} KV groups (or fewer) over CP (rule cp.a2a_heads): "
+            f"CP {cp} needs at least {cp} of them; use p2p or a2a+p2p")
+
+
 def _pins_text(pins: dict) -> str:
     return " ".join(f"--fix {k}={v}" for k, v in pins.items())
 
@@ -46,7 +64,7 @@ def _gbs_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
     if not dps:
         return None
     mbs = [fixed["mbs"]] if "mbs" in fixed else list(MBS_CHOICES)
-    where = f" with {_pins_text(pins)}" if pins else ""
+    where = f" with {_pins_text(pins)}" if pins else ""  # cp_comm_type among them, when pinned
     return (f"global batch size ({wl.global_batch_size}) is divisible by no DP x micro-batch size{where} (DP "
             f"{', '.join(map(str, dps))}; MBS {', '.join(map(str, mbs))}); choose a GBS one of them divides")
 
@@ -54,15 +72,17 @@ def _gbs_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
 def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict) -> str:
     """One line: which pin (or the GBS) leaves no legal layout, and why."""
     pins = {k: fixed[k] for k in LAYOUT_KEYS if k in fixed}
+    exchange = {"cp_comm_type": fixed["cp_comm_type"]} if "cp_comm_type" in fixed else {}  # enumerate reads it
     for key, value in pins.items():
-        if enumerate_layouts(spec, gpu, world, wl, {key: value}):
+        if enumerate_layouts(spec, gpu, world, wl, {key: value, **exchange}):
             continue
-        why = (_rule_broken(spec, world, wl, {key: value}) or _gbs_reason(spec, gpu, world, wl, fixed, {key: value})
+        why = (_rule_broken(spec, world, wl, {key: value}) or _cp_reason(spec, gpu, world, {key: value}, fixed)
+               or _gbs_reason(spec, gpu, world, wl, fixed, {key: value, **exchange})
                or f"no legal layout of {spec.name} on {world} GPUs has {key}={value}")
         return f"--fix {key}={value}: {why}"
-    if len(pins) > 1 and not enumerate_layouts(spec, gpu, world, wl, pins):
-        why = (_rule_broken(spec, world, wl, pins) or _gbs_reason(spec, gpu, world, wl, fixed, pins)
-               or "drop one of them")
+    if len(pins) > 1 and not enumerate_layouts(spec, gpu, world, wl, {**pins, **exchange}):
+        why = (_rule_broken(spec, world, wl, pins) or _cp_reason(spec, gpu, world, pins, fixed)
+               or _gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange}) or "drop one of them")
         return f"{_pins_text(pins)} are each legal but not together on {world} GPUs: {why}"
-    return (_gbs_reason(spec, gpu, world, wl, fixed, pins)
+    return (_gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange})
             or f"no layout satisfies the model's shapes on {world} GPUs; change --gpus")
