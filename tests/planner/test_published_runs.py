@@ -29,13 +29,13 @@ KNOWN_GAPS = {
     "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -22%: HybridEP EP64 across 8 nodes with neither EP "
             "overlap nor overlapped gradient reduce-scatter (its recipe turns both off) measures 241 ms a "
             "micro-batch, its FP8 sibling R051 (same layout, DeepEP with EP overlap, -1%) 197 ms; moetune puts "
-            "R092's BF16 compute alone at 243 ms: BF16 compute on H100 is over-charged against FP8 for this model, "
+            "R092's BF16 compute alone at 241 ms: BF16 compute on H100 is over-charged against FP8 for this model, "
             "as the FP8/BF16 A/B pairs of narrower models also measure (R122-R125, data/fp8_ab_pairs.toml)",
-    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +32% (R232, NeMo "
-            "26.08, +32%; R233 on GB200 +25%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
+    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +28% (R232, NeMo "
+            "26.08, +28%; R233 on GB200 +21%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
             "and moetune gets it within 15% only because 16 SMs expose more all-to-all (it predicts 32 SMs 15% "
             "faster; the measurements say the SM count did not matter under overlap). Without EP overlap moetune "
-            "would put these three within 5% (-1%, -1%, -5%): the overlap it credits this model is what the "
+            "would put these three within 8% (-4%, -4%, -7%): the overlap it credits this model is what the "
             "measurements do not show. Without CUDA graphs on Blackwell moetune credits EP overlap nothing (R172, "
             "R190; efficiency.toml ep_overlap_hide_eager); these full-iteration runs say graphs alone do not bring "
             "the overlap back for this model",
@@ -44,7 +44,7 @@ KNOWN_GAPS = {
             "performance regression of that container (NVIDIA/cudnn-frontend#256); the same recipe a release earlier "
             "(R209, R210) and later (R232, R233) measures 1.6x faster",
     "R223": "see R222",
-    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +17%: the same layout "
+    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +15.3%: the same layout "
             "with HybridEP and twice the batch a release later (R170) measures 32% faster per GPU and is predicted "
             "within 3%; at R044's own batch moetune puts HybridEP only 3% ahead, so the rest of the measured gap is "
             "the dispatcher inside the node or the five months of software between the two releases",
@@ -89,9 +89,10 @@ TFLOPS_GAPS = {
             "PR #5728 refresh (R114, -7%)",
     "R119": "Qwen3-235B-A22B 128 x GB200 TE-scoped graphs (PR #5728 refresh) +26%: the README measured the same "
             "recipe 16% faster (R118, +9%)",
-    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +16% (the refresh R123 +11%): measured no faster than BF16 "
-            "(R124/R125, within 7%); moetune charges FP8 no quantization cost, so narrow models gain too much "
-            "(plan and explain say so: data/fp8_ab_pairs.toml)",
+    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +21%: measured no faster than BF16 (R124/R125, within 7%); "
+            "moetune charges FP8 no quantization cost, so narrow models gain too much (plan and explain say so: "
+            "data/fp8_ab_pairs.toml)",
+    "R123": "the same recipe re-measured in the PR #5728 refresh, +15.5%: as R122",
     "R129": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs, PR #5728 refresh, +18%: the README measured the same "
             "recipe 7% faster (R128, +10%); measured no faster than BF16 (R126/R127), as R122",
     "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -21%: its dropless twin "

@@ -33,7 +33,8 @@ class Rates:
     """FLOP/s and bytes/s one rank achieves per op class."""
 
     gemm: float
-    attn: float
+    attn: float  # fused attention at head dim 128
+    attn_hdim64: float  # ... at head dim 64 (head_dim_factor)
     router: float  # the router GEMM runs in FP32/BF16 whatever the recipe
     head: float  # the LM head: BF16 unless fp8_output_proj puts it under MXFP8 (Knobs.fp8_output_proj)
     hbm: float
@@ -44,9 +45,18 @@ class Rates:
 def rates(gpu: GpuSpec, precision: str, eff: dict, *, fp8_head: bool = False) -> Rates:
     gemm_eff = eff["gemm_eff"] if precision == "bf16" else eff["fp8_gemm_eff"]
     gemm, bf16 = gpu.peak_tflops(precision) * 1e12 * gemm_eff, gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
-    return Rates(gemm=gemm, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"], router=bf16, head=gemm if fp8_head else bf16,
-                 hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
+    return Rates(gemm=gemm, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"],
+                 attn_hdim64=gpu.bf16_tflops * 1e12 * eff["attn_eff_hdim64"], router=bf16,
+                 head=gemm if fp8_head else bf16, hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
                  m_half=eff["grouped_m_half"], tile=gpu.gemm_tile)
+
+
+def head_dim_factor(spec: ModelSpec, r: Rates) -> float:
+    """Fused attention's rate at the model's head dim over its rate at 128 (attn_eff): smaller heads do less
+    math per byte of Q, K, V they stream, `attn_eff_hdim64` at 64, linear in between; 128 and wider (MLA's 192)
+    at attn_eff (efficiency.toml)."""
+    d = spec.mla.qk_head_dim + spec.mla.qk_pos_emb_head_dim if spec.mla else spec.kv_channels
+    return float(np.interp(d, (64, 128), (r.attn_hdim64 / r.attn, 1.0)))
 
 
 def _tile_eff(shapes: list, tile: int, tp) -> float:
@@ -76,7 +86,7 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     te = {k: _tile_eff(v, r.tile, ctx.etp if k == "routed_experts" else ctx.tp) for k, v in g.items()}
     return {
         "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"] / te["mixer_proj"]) / ctx.tp / r.gemm,
-        "core_attn": (f["core_attn"] + f["mixer_scan"]) / ctx.tp / r.attn,
+        "core_attn": (f["core_attn"] / head_dim_factor(spec, r) + f["mixer_scan"]) / ctx.tp / r.attn,
         "dense_mlp": f["dense_mlp"] / ctx.tp / r.gemm / te["dense_mlp"],
         "shared_experts": f["shared_experts"] / ctx.tp / r.gemm / te["shared_experts"],
         "router": f["router"] / ctx.sp_div / r.router,

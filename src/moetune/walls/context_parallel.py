@@ -23,7 +23,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
-from moetune.walls.compute import BWD_ATTN, rates
+from moetune.walls.compute import BWD_ATTN, head_dim_factor, rates
 from moetune.walls.flops import layer_flops
 from moetune.walls.memory import activation_context
 
@@ -180,7 +180,7 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     gpu = job_gpu(gpu, lay.world_size)
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r.attn))]
+    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r.attn * head_dim_factor(spec, r)))]
     inner = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain)) if choice == "a2a+p2p" else None
     return replace(knobs, cp_comm_type=choice, hcp_a2a_size=inner)
 

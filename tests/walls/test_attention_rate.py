@@ -1,0 +1,34 @@
+"""Fused attention's rate (walls/compute.py): a kernel rate from published cuDNN measurements, by head dim."""
+
+import pytest
+
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.compute import BWD_ATTN, head_dim_factor, rates
+from moetune.walls.efficiency import efficiency
+
+# cuDNN fused attention on H100 SXM5, BF16, 4k sequence (FlashAttention-3 paper, Shah et al. 2024, Figs. 5-6):
+# TFLOP/s forward (causal) and backward, by head dim
+CUDNN_4K = {128: (518, 499), 64: (363, 417)}
+H100_PEAK = 989.4
+
+
+def _over_forward_and_backward(fwd: float, bwd: float) -> float:
+    """The rate of a forward and its BWD_ATTN-times-larger backward run back to back, as a fraction of the peak."""
+    return (1 + BWD_ATTN) / (1 / fwd + BWD_ATTN / bwd) / H100_PEAK
+
+
+def test_priors_are_the_measured_kernel_rates():
+    eff = efficiency("h100")
+    assert eff["attn_eff"] == pytest.approx(_over_forward_and_backward(*CUDNN_4K[128]), abs=0.01)
+    assert eff["attn_eff_hdim64"] == pytest.approx(_over_forward_and_backward(*CUDNN_4K[64]), abs=0.01)
+
+
+@pytest.mark.parametrize(("model", "factor"), [
+    ("gpt-oss-120b", 0.40 / 0.51),  # head dim 64
+    ("qwen3-235b-a22b", 1.0),  # 128
+    ("deepseek-v3", 1.0),  # MLA: 128 + 64 rotary, wider than 128
+])
+def test_smaller_heads_run_slower(model, factor):
+    r = rates(load_gpu("h100"), "bf16", efficiency("h100"))
+    assert head_dim_factor(load_model(model), r) == pytest.approx(factor, rel=1e-6)
