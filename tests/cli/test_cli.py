@@ -188,3 +188,16 @@ def test_nothing_fits_says_when_memory_is_not_the_reason(capsys):
     code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb200", "--gpus", "144", "--seq", "4096", "--gbs", "1152",
                         "--fix", "ep=48", "--fix", "dispatcher=hybridep", "--top", "1"], capsys)
     assert code == 1 and "candidates fit in memory" in out and "NVLink domains" in out
+
+
+def test_estimate_defaults_the_cp_exchange_to_one_that_runs(capsys):
+    """gpt-oss's attention sinks run context parallel only over a2a: left out, the exchange is the legal one that hides
+    best (a2a here, as Bridge's gpt-oss recipes set), reported as defaulted; Megatron's own p2p is refused by a rule."""
+    base = ["estimate", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--cp", "8", "--ep", "8", "--seq", "32768",
+            "--json"]
+    code, out, _ = run(base, capsys)
+    data = json.loads(out)
+    assert code == 0 and data["knobs"]["cp_comm_type"] == "a2a" and "cp_comm_type" in data["defaulted"]
+    assert "cp.sinks_need_a2a" not in {c["rule"] for c in data["checks"]}
+    code, out, _ = run(base + ["--cp-comm-type", "p2p"], capsys)
+    assert "cp.sinks_need_a2a" in {c["rule"] for c in json.loads(out)["checks"]}

@@ -76,8 +76,8 @@ def knob_options(func):
         click.option("--fp8-output-proj", is_flag=True,
                      help="model.fp8_output_proj: the LM head under MXFP8 (else BF16 whatever the recipe)."),
         click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
-                     help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: p2p, Megatron's; "
-                          "auto: the legal one that hides best, as plan picks."),
+                     help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: auto, the legal "
+                          "one that hides best, as plan picks (Megatron's own default is p2p)."),
         click.option("--hcp-a2a-size", type=click.IntRange(1), default=None,
                      help="a2a+p2p: the a2a group (hierarchical_context_parallel_sizes[0]). Default: the largest "
                           "the heads allow inside the NVLink domain."),
@@ -159,10 +159,10 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"], fp8_output_proj=kw["fp8_output_proj"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
         offload_modules=parse_offload_modules(kw["offload_modules"]),
-        cp_comm_type=kw["cp_comm_type"] or "p2p", hcp_a2a_size=kw["hcp_a2a_size"],
+        cp_comm_type=kw["cp_comm_type"] or "auto", hcp_a2a_size=kw["hcp_a2a_size"],
     )
     if kw["cp_comm_type"] is None and layout.cp > 1:
-        defaulted.append("cp_comm_type")  # Megatron's default, p2p
+        defaulted.append("cp_comm_type")  # the legal exchange that hides best (Bridge's recipes pick a2a where it runs)
     return knobs, defaulted
 
 
