@@ -85,6 +85,9 @@ def test_models_and_hardware_list(capsys):
       "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p",
       "--hcp-a2a-size", "3"], "must divide CP (8)"),
     (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--hcp-a2a-size", "2"], "need cp_comm_type a2a+p2p"),
+    (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "4", "--cp", "8", "--pp", "8",
+      "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p"],
+     "no a2a group of 2 or more splits the 4 KV groups"),
     (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "cp_comm_type=ring"],
      "expected one of p2p"),
 ])

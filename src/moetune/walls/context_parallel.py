@@ -169,10 +169,8 @@ def _layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, kno
 def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knobs:
     """The concrete cp_comm_type (and a2a+p2p's inner size) a plan's "auto" stands for on this layout, so estimate,
     explain and emit name what Megatron will run; p2p, Megatron's default, when CP is 1."""
-    size = knobs.hcp_a2a_size
-    if knobs.cp_comm_type == "a2a+p2p" and size and (lay.cp % size or size == lay.cp):
-        raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must divide CP ({lay.cp}) and leave a ring "
-                           f"of at least 2; pick --hcp-a2a-size among the divisors of {lay.cp} below it")
+    if knobs.cp_comm_type == "a2a+p2p" and lay.cp > 1:
+        return replace(knobs, hcp_a2a_size=_hcp_size(spec, lay, knobs.hcp_a2a_size, job_gpu(gpu, lay.world_size)))
     if knobs.cp_comm_type != "auto":
         return knobs
     if lay.cp == 1:
@@ -183,6 +181,20 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r.attn * head_dim_factor(spec, r)))]
     inner = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain)) if choice == "a2a+p2p" else None
     return replace(knobs, cp_comm_type=choice, hcp_a2a_size=inner)
+
+
+def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
+    """a2a+p2p's a2a group: the one given, checked, or the largest the heads allow inside NVLink."""
+    groups = spec.num_attention_heads if spec.mla else spec.num_query_groups
+    if size is None:
+        size = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain))
+        if size == 1:
+            raise MoetuneError(f"a2a+p2p at CP {lay.cp}: no a2a group of 2 or more splits the {groups} KV groups over "
+                               f"TP {lay.tp} inside the {gpu.nvlink_domain}-GPU NVLink domain; use p2p")
+    if lay.cp % size or size == lay.cp or not a2a_allows(spec, size, lay.tp):
+        raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must divide CP ({lay.cp}), leave a ring of "
+                           f"at least 2 and split the {groups} KV groups over TP {lay.tp}; pick another --hcp-a2a-size")
+    return size
 
 
 EXCHANGE_WORDS = {"p2p": "a p2p ring that hides under the attention", "all_gather": "an all-gather of K,V (not hidden)",
