@@ -1,11 +1,14 @@
 """Context-parallel exchanges (walls/context_parallel.py): bytes of each cp_comm_type by hand, where each is legal, what
 a plan's "auto" picks, and the published DeepSeek-V3 128k run that only an all-to-all exchange explains."""
 
+import re
+
 import pytest
 
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.validate import Workload
+from moetune.layout.validate import Workload, validate_shapes
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import published_rows
 from moetune.specs.hardware import load_gpu
@@ -15,6 +18,7 @@ from moetune.walls.context_parallel import (
     cp_exchange_exists,
     cp_seconds,
     hcp_inner_size,
+    layer_cp,
     widths,
 )
 from moetune.walls.efficiency import efficiency
@@ -93,3 +97,39 @@ def test_the_128k_deepseek_run_is_explained_by_an_all_to_all_exchange():
     assert picked.time["tflops_per_gpu"] == pytest.approx(measured, rel=0.15)
     for kind in ("a2a", "a2a+p2p"):
         assert _r064(kind)[0].time["tflops_per_gpu"] == pytest.approx(measured, rel=0.15), kind
+
+
+def test_linear_mixers_trade_their_inputs_for_heads():
+    """Mamba-2 (Nemotron-3-Nano) and gated delta-net (Qwen3-Next) layers run CP as all-to-alls of their own, whatever
+    cp_comm_type says: z, x, B, C, dt in and y out (Mamba), q, k, v in and the output out (GDN), forward and
+    backward, none hidden."""
+    gpu, eff = load_gpu("h100"), efficiency("h100")
+    nvlink, lat = gpu.nvlink_gbps * 1e9 * eff["nvlink_eff"], eff["a2a_latency_us"] * 1e-6
+    tokens, cp, tp = 8192, 4, 2
+    nano = load_model("nemotron3-nano-30b-a3b")  # 64 heads of 64, 8 groups, state 128
+    mamba = next(k for k in nano.layers if k.mixer == "mamba")
+    width = 3 * 64 * 64 + 2 * 8 * 128 + 64
+    expected = 2 * 3 / 4 * tokens / tp * 2 * width / nvlink + 12 * lat
+    assert layer_cp(nano, mamba, _Ctx(tokens), cp, tp, gpu, eff, Knobs(), 1.0, 0.0) == pytest.approx((expected,
+                                                                                                       expected))
+    nxt = load_model("qwen3-next-80b-a3b")  # 16 key heads and 32 value heads of 128
+    gdn = next(k for k in nxt.layers if k.mixer == "gdn")
+    expected = 2 * 3 / 4 * tokens / tp * 2 * (2 * 16 * 128 + 2 * 32 * 128) / nvlink + 8 * lat
+    assert layer_cp(nxt, gdn, _Ctx(tokens), cp, tp, gpu, eff, Knobs(), 1.0, 0.0)[0] == pytest.approx(expected)
+
+
+class _Ctx:
+    def __init__(self, tokens):
+        self.tokens, self.seq_length = tokens, tokens * 4
+
+
+@pytest.mark.parametrize(("model", "tp", "cp", "needle"), [
+    ("nemotron3-nano-30b-a3b", 1, 3, "mamba heads per TP rank (64) must be divisible by CP (3)"),
+    ("nemotron3-nano-30b-a3b", 2, 64, "mamba heads per TP rank (32) must be divisible by CP (64)"),
+    ("qwen3-next-80b-a3b", 2, 16, "linear_num_key_heads per TP rank (8) must be divisible by CP (16)"),
+])
+def test_linear_mixers_give_each_cp_rank_whole_heads(model, tp, cp, needle):
+    spec = load_model(model)
+    with pytest.raises(MoetuneError, match=re.escape(needle)):
+        validate_shapes(spec, Layout(world_size=tp * cp, tp=tp, cp=cp))
+    validate_shapes(spec, Layout(world_size=tp * 2, tp=tp, cp=2))  # two ranks split them

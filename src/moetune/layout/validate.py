@@ -52,6 +52,23 @@ def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
     pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
 
 
+def _linear_mixer_cp(spec: ModelSpec, layout: Layout) -> None:
+    """Mamba-2 and gated delta-net layers run CP as an all-to-all over their heads: each CP rank takes whole heads
+    (Megatron-LM megatron/core/ssm/mamba_context_parallel.py asserts; Mamba groups split over CP or replicate across
+    it; ssm/gated_delta_net/common.py splits the key heads by CP)."""
+    if layout.cp == 1:
+        return
+    fix = "choose a --cp that divides it (or a smaller --tp, which leaves more heads on each rank)"
+    if spec.mamba:
+        _divides(layout.cp, "CP", spec.mamba.num_heads // layout.tp, "mamba heads per TP rank", fix)
+        groups = spec.mamba.n_groups // layout.tp
+        _require(groups % layout.cp == 0 or layout.cp % groups == 0,
+                 f"mamba groups per TP rank ({groups}) and CP ({layout.cp}) must divide one or the other; {fix}")
+    if spec.gdn:
+        _divides(layout.cp, "CP", spec.gdn.num_key_heads // layout.tp, "linear_num_key_heads per TP rank", fix)
+        _divides(layout.cp, "CP", spec.gdn.num_value_heads // layout.tp, "linear_num_value_heads per TP rank", fix)
+
+
 def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
     """The divisibility rules of validate_model_layout, without the pipeline split."""
     tp_fix = "choose a --tp that divides it"
@@ -67,6 +84,7 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
     if spec.mamba:
         _divides(layout.tp, "TP", spec.mamba.num_heads, "mamba_num_heads", tp_fix)
         _divides(layout.tp, "TP", spec.mamba.n_groups, "mamba n_groups", tp_fix)
+    _linear_mixer_cp(spec, layout)
     if spec.num_moe_layers:
         _divides(layout.ep, "EP", spec.num_moe_experts, "num_moe_experts", "choose an --ep that divides it")
         _divides(layout.etp, "ETP", spec.moe_ffn_hidden_size, "moe_ffn_hidden_size", "choose an --etp that divides it")

@@ -72,10 +72,26 @@ def _ring(kv, size, stride, gpu, eff):
                     0.0)
 
 
-def _a2a(q_kv_o, size, stride, gpu, eff):
+def _a2a(q_kv_o, size, stride, gpu, eff, calls: int = 4):
     share = (size - 1) / np.maximum(size, 1)
     return np.where(size > 1, 2 * share * q_kv_o / link_bandwidth(size, stride, gpu, eff)
-                    + 4 * eff["a2a_latency_us"] * 1e-6, 0.0)
+                    + calls * eff["a2a_latency_us"] * 1e-6, 0.0)
+
+
+def linear_mixer_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: dict):
+    """Seconds (not hidden) of the all-to-alls a Mamba-2 or gated delta-net layer makes under CP, forward + backward:
+    each CP rank trades its sequence chunk of the mixer's inputs for the whole sequence of heads/CP heads before the
+    convolution and scan, and the output back after (Megatron-LM megatron/core/ssm/mamba_context_parallel.py: z, x,
+    B, C, dt in and y out; ssm/gated_delta_net/common.py: q, k, v in and the output out)."""
+    if kind.mixer == "mamba":
+        m = spec.mamba
+        d_inner = m.num_heads * m.head_dim
+        width, calls = 3 * d_inner + 2 * m.n_groups * m.state_size + m.num_heads, 12
+    else:
+        g = spec.gdn
+        qk, v = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
+        width, calls = 2 * qk + 2 * v, 8
+    return _a2a(tokens / np.maximum(tp, 1) * BF16 * width, cp, tp, gpu, eff, calls)
 
 
 def cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: dict, comm_type: str, inner=None):
@@ -139,8 +155,11 @@ def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, attn_rate):
 
 def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, attn_rate, attn_s):
     """(raw, exposed) seconds of one layer's CP exchanges; `attn_s` is its forward attention."""
-    if kind.mixer not in ATTENTION or not np.any(np.asarray(cp) > 1):
+    if not np.any(np.asarray(cp) > 1) or kind.mixer not in (*ATTENTION, "mamba", "gdn"):
         return 0.0, 0.0
+    if kind.mixer in ("mamba", "gdn"):  # their own all-to-alls, whatever cp_comm_type says (attention's exchange)
+        hard = linear_mixer_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff)
+        return hard, hard
     # The planner asks again for every knob set of a layout batch; none of those knobs moves the exchange.
     arrays = (np.asarray(a, dtype=float).tobytes() for a in (ctx.tokens, cp, tp, attn_s))
     key = (spec, kind, gpu.key, gpu.nvlink_domain, knobs.cp_comm_type, knobs.hcp_a2a_size, attn_rate,
