@@ -95,6 +95,15 @@ TFLOPS_GAPS = {
     "R123": "the same recipe re-measured in the PR #5728 refresh, +15.5%: as R122",
     "R129": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs, PR #5728 refresh, +18%: the README measured the same "
             "recipe 7% faster (R128, +10%); measured no faster than BF16 (R126/R127), as R122",
+    "R110": "DeepSeek-V3 256 x B200, Megatron-LM recipe with EP overlap and no CUDA graphs (its YAML sets none), -25%: "
+            "moetune credits eager EP overlap on Blackwell nothing (efficiency.toml ep_overlap_hide_eager: eager "
+            "gpt-oss-120b on GB200 gained 1-5% from it, R172/R190, and Qwen3-235B-A22B's eager B200 recipe R115 is "
+            "+3% with no credit, +24% with Hopper's), yet this run measures within 10% of its graph-captured Bridge "
+            "twin (R188) and would be -3% with Hopper's 0.7: the overlap's eager CPU cost differs by model in a way "
+            "one per-GPU value cannot carry",
+    "R112": "DeepSeek-V3 256 x GB300, Megatron-LM recipe (TE-scoped graphs, PP4 VPP4 EP64), +19%: Bridge's "
+            "full-iteration-graph runs of DeepSeek-V3 on GB300 (R206, R220, R230: PP2 VPP8 EP32, within 1.3%) measure "
+            "1.21x this recipe's TFLOP/s where moetune puts 1.04x",
     "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -21%: its dropless twin "
             "R152 is -10%; the measured force-balance gain (1.25x) is twice moetune's (1.10x, token_imbalance 1.2), "
             "and the same source's 4k run of this layout (R149, dropless) is predicted +22%: moetune's gain from 4k "
