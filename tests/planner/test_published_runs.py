@@ -31,11 +31,11 @@ KNOWN_GAPS = {
             "micro-batch, its FP8 sibling R051 (same layout, DeepEP with EP overlap, -1%) 197 ms; moetune puts "
             "R092's BF16 compute alone at 241 ms: BF16 compute on H100 is over-charged against FP8 for this model, "
             "as the FP8/BF16 A/B pairs of narrower models also measure (R122-R125, data/fp8_ab_pairs.toml)",
-    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +28% (R232, NeMo "
-            "26.08, +28%; R233 on GB200 +21%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
+    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +30% (R232, NeMo "
+            "26.08, +30%; R233 on GB200 +22%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
             "and moetune gets it within 15% only because 16 SMs expose more all-to-all (it predicts 32 SMs 15% "
             "faster; the measurements say the SM count did not matter under overlap). Without EP overlap moetune "
-            "would put these three within 8% (-4%, -4%, -7%): the overlap it credits this model is what the "
+            "would put these three within 8% (-3%, -3%, -8%): the overlap it credits this model is what the "
             "measurements do not show. Without CUDA graphs on Blackwell moetune credits EP overlap nothing (R172, "
             "R190; efficiency.toml ep_overlap_hide_eager); these full-iteration runs say graphs alone do not bring "
             "the overlap back for this model",
@@ -44,7 +44,7 @@ KNOWN_GAPS = {
             "performance regression of that container (NVIDIA/cudnn-frontend#256); the same recipe a release earlier "
             "(R209, R210) and later (R232, R233) measures 1.6x faster",
     "R223": "see R222",
-    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +15.3%: the same layout "
+    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +15.6%: the same layout "
             "with HybridEP and twice the batch a release later (R170) measures 32% faster per GPU and is predicted "
             "within 3%; at R044's own batch moetune puts HybridEP only 3% ahead, so the rest of the measured gap is "
             "the dispatcher inside the node or the five months of software between the two releases",
@@ -89,10 +89,9 @@ TFLOPS_GAPS = {
             "PR #5728 refresh (R114, -7%)",
     "R119": "Qwen3-235B-A22B 128 x GB200 TE-scoped graphs (PR #5728 refresh) +26%: the README measured the same "
             "recipe 16% faster (R118, +9%)",
-    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +21%: measured no faster than BF16 (R124/R125, within 7%); "
-            "moetune charges FP8 no quantization cost, so narrow models gain too much (plan and explain say so: "
-            "data/fp8_ab_pairs.toml)",
-    "R123": "the same recipe re-measured in the PR #5728 refresh, +15.5%: as R122",
+    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +20% (its PR #5728 re-measure R123 +15%, at the edge): measured "
+            "no faster than BF16 (R124/R125, within 7%); moetune charges FP8 no quantization cost, so narrow models "
+            "gain too much (plan and explain say so: data/fp8_ab_pairs.toml)",
     "R129": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs, PR #5728 refresh, +18%: the README measured the same "
             "recipe 7% faster (R128, +10%); measured no faster than BF16 (R126/R127), as R122",
     "R110": "DeepSeek-V3 256 x B200, Megatron-LM recipe with EP overlap and no CUDA graphs (its YAML sets none), -25%: "
@@ -101,14 +100,14 @@ TFLOPS_GAPS = {
             "+3% with no credit, +24% with Hopper's), yet this run measures within 10% of its graph-captured Bridge "
             "twin (R188) and would be -3% with Hopper's 0.7: the overlap's eager CPU cost differs by model in a way "
             "one per-GPU value cannot carry",
-    "R112": "DeepSeek-V3 256 x GB300, Megatron-LM recipe (TE-scoped graphs, PP4 VPP4 EP64), +19%: Bridge's "
+    "R112": "DeepSeek-V3 256 x GB300, Megatron-LM recipe (TE-scoped graphs, PP4 VPP4 EP64), +21%: Bridge's "
             "full-iteration-graph runs of DeepSeek-V3 on GB300 (R206, R220, R230: PP2 VPP8 EP32, within 1.3%) measure "
             "1.21x this recipe's TFLOP/s where moetune puts 1.04x",
-    "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -21%: its dropless twin "
-            "R152 is -10%; the measured force-balance gain (1.25x) is twice moetune's (1.10x, token_imbalance 1.2), "
-            "and the same source's 4k run of this layout (R149, dropless) is predicted +22%: moetune's gain from 4k "
-            "to 16k at this layout is 1.05x where 1.42x was measured",
-    "R153": "Qwen3-235B-A22B 256 x H100 at 32k CP2, force-balanced, -18%: as R151 (dropless twin R154 -9%)",
+    "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -19%: its dropless twin "
+            "R152 is -8%; the measured force-balance gain (1.25x) is twice moetune's (1.10x, token_imbalance 1.2), "
+            "and the same source's 4k run of this layout (R149, routing unstated; dropless here) is predicted +23%: "
+            "moetune's gain from 4k to 16k at this layout is 1.06x where 1.42x was measured",
+    "R153": "Qwen3-235B-A22B 256 x H100 at 32k CP2, force-balanced, -15.3%: as R151 (dropless twin R154 -6%)",
 }
 
 

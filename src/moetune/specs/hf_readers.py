@@ -150,9 +150,11 @@ def _read_mixtral(c: HfConfig) -> dict:
     n = c.get("num_hidden_layers")
     mtp = c.get("num_mtp_modules", default=0) if c.get("use_mtp", default=False) else 0
     windows = tuple(t == "sliding_attention" for t in c.get("layer_types", default=[]))
+    window = c.get("sliding_window", default=None) if any(windows) else None
     return dict(
         _gqa_common(c),
-        layers=_layers(["moe"] * n),
+        layers=tuple(LayerKind(mixer="gqa", mlp="moe", window=window if w else None)
+                     for w in (windows or (False,) * n)),
         add_qkv_bias=c.get("attention_bias", default=False),
         add_proj_bias=c.get("attention_bias", default=False),
         add_mlp_bias=mt == "gpt_oss",
@@ -171,7 +173,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         moe_router_score_correction_bias=mt == "minimax_m2",
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
-        sliding_window=c.get("sliding_window", default=None) if any(windows) else None,
+        sliding_window=window,
         sliding_window_layers=windows,
     )
 

@@ -19,6 +19,7 @@ class LayerKind:
 
     mixer: Mixer | Literal["none"]
     mlp: Mlp
+    window: int | None = None  # sliding-window attention (gpt-oss's alternate layers); None: full causal
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

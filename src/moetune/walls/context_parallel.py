@@ -23,7 +23,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
-from moetune.walls.compute import BWD_ATTN, head_dim_factor, rates
+from moetune.walls.compute import BWD_ATTN, attention_rate, rates
 from moetune.walls.flops import layer_flops
 from moetune.walls.memory import activation_context
 
@@ -120,7 +120,7 @@ def representative_kind(spec: ModelSpec) -> LayerKind:
     """The attention layer kind with the most attention work per token (gpt-oss: its full-attention layers), whose
     exchanges decide a plan's cp_comm_type for the whole model."""
     kinds = [k for k in dict.fromkeys((*spec.layers, spec.mtp_layer_kind)) if k is not None and k.mixer in ATTENTION]
-    return max(kinds, key=lambda k: layer_flops(spec, k, 1, 4096)["core_attn"])
+    return max(kinds, key=lambda k: layer_flops(spec, k, 1, 4096, window=k.window)["core_attn"])
 
 
 def _legal(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
@@ -146,7 +146,8 @@ def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, attn_rate):
     """Index into AUTO_OPTIONS of the legal exchange that leaves the least exposed on the representative layer: how a
     plan sets cp_comm_type per layout (the choice barely interacts with the other knobs)."""
     kind = representative_kind(spec)
-    attn_total = (1 + BWD_ATTN) * layer_flops(spec, kind, ctx.tokens, ctx.seq_length)["core_attn"] / tp / attn_rate
+    flops = layer_flops(spec, kind, ctx.tokens, ctx.seq_length, window=kind.window)["core_attn"]
+    attn_total = (1 + BWD_ATTN) * flops / tp / attn_rate
     legal = _legal(spec, cp, tp, gpu.nvlink_domain)
     cost = [np.where(legal[t], cp_exposed(*cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, t), attn_total),
                      np.inf) for t in AUTO_OPTIONS]
@@ -197,7 +198,8 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     gpu = job_gpu(gpu, lay.world_size)
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r.attn * head_dim_factor(spec, r)))]
+    rate = attention_rate(spec, wl.seq_length, None, r)
+    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, rate))]
     inner = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain)) if choice == "a2a+p2p" else None
     return replace(knobs, cp_comm_type=choice, hcp_a2a_size=inner)
 

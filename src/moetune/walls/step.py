@@ -27,7 +27,7 @@ from moetune.walls.comms import BF16, ep_alltoall_seconds, ring_seconds
 from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
-    head_dim_factor,
+    attention_rate,
     layer_compute_seconds,
     passes,
     rates,
@@ -144,7 +144,8 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
                                         modules=knobs.effective_modules, eff=eff)
     total = sum(compute.values())
     attn = compute["core_attn"] / passes("core_attn")
-    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn, r.attn * head_dim_factor(spec, r))
+    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn,
+                               attention_rate(spec, ctx.seq_length, None, r))
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
