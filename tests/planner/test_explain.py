@@ -105,3 +105,20 @@ def test_retune_turns_dp_overlap_back_on():
     assert e.fits
     moves = {m["rule"]: m for m in explain(e)["retune"]}
     assert moves["dp_overlap"]["predicted_gain"] > 0
+
+
+def test_explain_names_the_cp_exchange_and_offers_the_better_one():
+    """DeepSeek-V3 at 128k on 256 H100 over a p2p ring across nodes (the long-context card's layout, R064): explain
+    says which exchange moetune defaults to there, and its Retune offers it with the hierarchical sizes written out."""
+    knobs = Knobs(precision="fp8-blockwise", dispatcher="deepep", recompute="selective",
+                  recompute_modules=frozenset({"mla_up_proj", "layernorm", "moe", "mlp"}), routing="force-balance",
+                  optimizer_offload_fraction=1.0, cp_comm_type="p2p")
+    layout = Layout(world_size=256, tp=1, cp=32, pp=8, vpp=4, ep=32, pipeline_layout="Et|(tt|)*30mL")
+    e = estimate(load_model("deepseek-v3"), load_gpu("h100"), layout,
+                 Workload(seq_length=131072, micro_batch_size=1, global_batch_size=64), knobs)
+    answer = explain(e)
+    assert answer["default_mappings"]["cp_comm_type"] == "a2a+p2p [8, 4]"
+    move = next(m for m in answer["retune"] if m["rule"] == "cp_exchange")
+    assert move["change"] == {"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": [8, 4]}
+    assert move["predicted_gain"] > 1.0  # the ring is most of the step
+    assert any("cp_comm_type p2p" in note for note in answer["scale"]["notes"])

@@ -23,7 +23,8 @@ from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
-from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text
+from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, resolve_auto
+from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
 
 GIB = 1 << 30
@@ -235,6 +236,15 @@ def smallest_fitting_layout(e: Estimate):
                                                    global_batch_size=gbs), e.knobs)
 
 
+def _default_exchange(e: Estimate) -> str | None:
+    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose."""
+    if e.layout.cp == 1:
+        return None
+    auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
+                        e.gpu, efficiency(e.gpu.key))
+    return exchange_text(auto, e.layout.cp)
+
+
 def explain(e: Estimate) -> dict:
     defaults = platform_defaults(e.gpu)
     fit = _fit(e)
@@ -251,5 +261,10 @@ def explain(e: Estimate) -> dict:
                              "source": defaults["source"],
                              "flex_num_sms": TUNED_FLEX_SMS.get(defaults["dispatcher"]),
                              "flex_num_sms_source": "seeds/004 Tuning Parameters (HybridEP: the performance harness "
-                                                    "uses 32; DeepEP: default 20)"},
+                                                    "uses 32; DeepEP: default 20)",
+                             # with CP: the legal exchange that hides best (Megatron's own default is p2p; Bridge's
+                             # gpt-oss and Qwen3 H100 recipes set a2a)
+                             "cp_comm_type": _default_exchange(e),
+                             "cp_comm_type_source": "walls/context_parallel.py auto_choice; Megatron-Bridge "
+                                                    "docs/training/hierarchical-context-parallel.md"},
     }
