@@ -7,10 +7,9 @@ the EP all-to-all efficiencies; for all GPUs together, the host CPU cost of issu
 and Megatron's Python, and only runs whose GPU work per layer is small can pin it: no GB200/GB300 run is
 host-bound), the host's wait for an eager MoE layer's token counts, the HybridEP copy rate per SM and the fused
 all-to-all's cost per token message (a property of the DeepEP/HybridEP kernels; only the spread of hidden sizes
-across models pins it). The calibration subset is
-documented and fixed: the runs of each GPU in run_id order, every other one starting with the first, among
-R001-R167 (runs added later are never fitted). The rest are held out and their errors reported
-(``moetune calibrate``).
+across models pins it). The calibration subset is documented and fixed: the runs of each GPU in run_id order, every
+other one starting with the first, among R001-R167 (runs added later are never fitted). The rest are held out and
+their errors reported (``moetune calibrate``).
 """
 
 import math

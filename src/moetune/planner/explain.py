@@ -71,9 +71,10 @@ def _scale(e: Estimate) -> dict:
                      "(seeds/001 long-context guidance)")
     if lay.cp > 1:
         exposed = (e.time or {}).get("exposed_collectives", {}).get("cp")
+        linear = " (with the Mamba/gated delta-net layers' own all-to-alls)" if e.model.mamba or e.model.gdn else ""
         notes.append(f"CP{lay.cp} exchanges attention inputs by cp_comm_type {exchange_text(e.knobs, lay.cp)}: "
                      f"{EXCHANGE_WORDS.get(e.knobs.cp_comm_type, e.knobs.cp_comm_type)}"
-                     + (f"; {exposed:.2f} s a step left exposed" if exposed is not None else "")
+                     + (f"; {exposed:.2f} s a step left exposed{linear}" if exposed is not None else "")
                      + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that hides best)")
     if lay.dp == 1:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")

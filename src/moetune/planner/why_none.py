@@ -43,7 +43,7 @@ def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dic
     domain = job_gpu(gpu, world).nvlink_domain
     if cp == 1 or any(cp_exchange_exists(spec, cp, tp, domain, kind) for tp in tps):
         return None
-    groups = spec.num_attention_heads if spec.mla else spec.num_query_groups
+    groups = spec.kv_groups
     if spec.softmax_sinks:
         return (f"{spec.name}'s attention sinks run context parallel only over a2a (Transformer Engine; rule "
                 f"cp.sinks_need_a2a), which splits each TP rank's {groups} KV groups (or fewer) over CP: CP {cp} "

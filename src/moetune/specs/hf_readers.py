@@ -173,8 +173,6 @@ def _read_mixtral(c: HfConfig) -> dict:
         moe_router_score_correction_bias=mt == "minimax_m2",
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
-        sliding_window=window,
-        sliding_window_layers=windows,
     )
 
 

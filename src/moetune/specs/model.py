@@ -103,8 +103,6 @@ class ModelSpec:
     output_layer_bias: bool = False  # Phi-3.5-MoE lm_head bias
     mtp_num_layers: int = 0
     mtp_layer_kind: LayerKind | None = None
-    sliding_window: int | None = None  # on layers listed in `sliding_window_layers`
-    sliding_window_layers: tuple[bool, ...] = ()
     source: str = ""  # where the config came from
     notes: tuple[str, ...] = field(default=())
 
@@ -157,6 +155,11 @@ class ModelSpec:
         if "mla" in mixers:
             return "mla"
         return "mha" if self.num_query_groups == self.num_attention_heads else "gqa"
+
+    @property
+    def kv_groups(self) -> int:
+        """K,V head groups the attention kernel sees: MLA up-projects a K,V per query head."""
+        return self.num_attention_heads if self.mla else self.num_query_groups
 
     @property
     def shared_expert_gated(self) -> bool:

@@ -48,8 +48,7 @@ def widths(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
 def a2a_allows(spec: ModelSpec, size, tp):
     """An all-to-all over `size` CP ranks splits the heads of each TP rank: heads and KV groups per TP rank must divide
     (Megatron-Bridge docs/training/hierarchical-context-parallel.md: "CP <= num_kv_heads")."""
-    groups = spec.num_attention_heads if spec.mla else spec.num_query_groups
-    heads_tp, groups_tp = spec.num_attention_heads // tp, groups // np.maximum(tp, 1)
+    heads_tp, groups_tp = spec.num_attention_heads // tp, spec.kv_groups // np.maximum(tp, 1)
     return (heads_tp % size == 0) & (groups_tp % size == 0) & (groups_tp >= size)
 
 
@@ -206,7 +205,7 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
 
 def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
     """a2a+p2p's a2a group: the one given, checked, or the largest the heads allow inside NVLink."""
-    groups = spec.num_attention_heads if spec.mla else spec.num_query_groups
+    groups = spec.kv_groups
     if size is None:
         size = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain))
         if size == 1:

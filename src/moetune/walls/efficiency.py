@@ -36,11 +36,12 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
 def _range(key: str) -> tuple[float, float, bool]:
     """(low, high, low excluded): efficiencies are fractions of a peak (a zero one would divide by zero), the
     hidden/exposed shares fractions of a time, the rest non-negative costs and factors."""
-    if key.endswith("_eff"):
+    if key.endswith("_eff") or "_eff_" in key:  # attn_eff_hdim64 is a fraction of the peak too
         return 0.0, 1.0, True
     if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed":
         return 0.0, 1.0, False
-    return 0.0, float("inf"), key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes")
+    return 0.0, float("inf"), key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes",
+                                      "attn_keys_half")
 
 
 def _check(key: str, value) -> None:

@@ -64,9 +64,7 @@ def _all_layers(spec: ModelSpec) -> tuple[LayerKind, ...]:
 
 def _windows(spec: ModelSpec) -> tuple[int | None, ...]:
     """Sliding window of each decoder+MTP layer (None: full causal); MTP follows the last layer."""
-    flags = spec.sliding_window_layers or (False,) * spec.num_layers
-    flags = tuple(flags) + (flags[-1],) * spec.mtp_num_layers
-    return tuple(spec.sliding_window if f and spec.sliding_window else None for f in flags)
+    return tuple(k.window for k in _all_layers(spec))
 
 
 def causal_context(seq_length: int, window: int | None = None) -> float:
