@@ -97,9 +97,9 @@ TFLOPS_GAPS = {
     "R110": "DeepSeek-V3 256 x B200, Megatron-LM recipe with EP overlap and no CUDA graphs (its YAML sets none), -25%: "
             "moetune credits eager EP overlap on Blackwell nothing (efficiency.toml ep_overlap_hide_eager: eager "
             "gpt-oss-120b on GB200 gained 1-5% from it, R172/R190, and Qwen3-235B-A22B's eager B200 recipe R115 is "
-            "+3% with no credit, +24% with Hopper's), yet this run measures within 10% of its graph-captured Bridge "
-            "twin (R188) and would be -3% with Hopper's 0.7: the overlap's eager CPU cost differs by model in a way "
-            "one per-GPU value cannot carry",
+            "+5% with no credit, +24% with Hopper's), yet this run measures within 10% of its graph-captured Bridge "
+            "twin (R188) and would be -0.3% with Hopper's share: the overlap's eager CPU cost differs by model in a "
+            "way one per-GPU value cannot carry",
     "R112": "DeepSeek-V3 256 x GB300, Megatron-LM recipe (TE-scoped graphs, PP4 VPP4 EP64), +21%: Bridge's "
             "full-iteration-graph runs of DeepSeek-V3 on GB300 (R206, R220, R230: PP2 VPP8 EP32, within 1.3%) measure "
             "1.21x this recipe's TFLOP/s where moetune puts 1.04x",
@@ -146,6 +146,16 @@ def test_ep_overlap_without_cuda_graphs_on_blackwell_gains_what_was_measured():
         measured = runs[on].tokens_per_s_per_gpu / runs["R023"].tokens_per_s_per_gpu - 1
         assert abs(tokens[on] / tokens["R023"] - 1 - measured) < 0.06, on
     assert tokens["R084"] / tokens["R083"] - 1 > 0.10
+
+
+def test_ep_overlap_across_nodes_hides_under_nearly_the_whole_window():
+    """Qwen3-235B-A22B on 256 H100, TP2 PP8 VPP4 EP32, NCCL alltoall with EP overlap, eager (R014, R033, R050, R181,
+    R200: five releases of one recipe). Its all-to-all crosses 4 nodes and the NIC share outlasts the NVLink copies,
+    so the compute beside it loses next to nothing (overlap.ep_overlap_hide); charging the NVLink share (0.7 usable)
+    to it put all five 8-14% low. Now within 8%."""
+    runs = {r.run_id: r for r in load_configured_runs()}
+    errors = {k: _error(runs[k]) for k in ("R014", "R033", "R050", "R181", "R200")}
+    assert all(abs(e) < 0.08 for e in errors.values()), errors
 
 
 def test_host_bound_small_micro_batches_are_predicted():

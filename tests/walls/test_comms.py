@@ -9,7 +9,7 @@ import pytest
 
 from moetune.layout.ranks import job_gpu
 from moetune.specs.hardware import load_gpu
-from moetune.walls.comms import ep_alltoall_seconds, fused_copies
+from moetune.walls.comms import ep_alltoall_parts, ep_alltoall_seconds, fused_copies, nvlink_busy
 from moetune.walls.efficiency import efficiency
 
 
@@ -121,3 +121,18 @@ def test_a_straddling_ep_group_pays_the_nic():
                                                   "alltoall")) for w in (80, 240))
     assert job_gpu(load_gpu("gb200"), 80).nvlink_domain == 40
     assert straddled > 2 * tiled
+
+
+def test_nvlink_runs_the_whole_all_to_all_only_inside_a_domain():
+    """Qwen3-235B-A22B's dispatch (2,048 tokens a rank at TP2, hidden 4096, top-8 of 128): EP8 on H100 stays in the
+    node, so its NVLink copies run the whole all-to-all; EP32 (R014's layout, 4 nodes) sends 3/4 of its copies over
+    the 50 GB/s NIC, which outlasts the NVLink quarter: NVLink is busy for under a fifth of it. On an NVL72 (GB200
+    EP64) everything is NVLink again."""
+    def busy(gpu_key, ep, dispatcher="alltoall"):
+        gpu = job_gpu(load_gpu(gpu_key), 256)
+        return float(nvlink_busy(ep_alltoall_parts(2048, 4096, 8, 128, ep, 1, gpu, efficiency(gpu_key), dispatcher)))
+
+    assert busy("h100", 8) == 1.0
+    assert busy("h100", 32) < 0.2
+    assert busy("h100", 32, "deepep") < 0.5
+    assert busy("gb200", 64, "hybridep") == 1.0

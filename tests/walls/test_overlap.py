@@ -9,7 +9,14 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_sides, ep_overlap_unpaired
+from moetune.walls.efficiency import efficiency
+from moetune.walls.overlap import (
+    dp_exposed_seconds,
+    ep_overlap_exposed,
+    ep_overlap_hide,
+    ep_overlap_sides,
+    ep_overlap_unpaired,
+)
 
 EFF = {"dp_overlap_hide": 1.0}
 
@@ -92,3 +99,16 @@ def test_a_comm_bound_layer_hides_all_of_the_windows_compute():
     a = 10.0
     exposed = ep_overlap_exposed(a, LAYER, 1.0, True)
     assert exposed == pytest.approx(4 * a - sum(LAYER.values()))
+
+
+def test_only_nvlink_copies_take_from_the_window_compute():
+    """The usable share of a window is ep_overlap_hide (0.7) while the all-to-all's NVLink copies run, all of it while
+    only the NIC moves bytes; without CUDA graphs Blackwell's share is capped at ep_overlap_hide_eager (0: the CPU
+    sets the pace), Hopper's is not."""
+    graphed, eager = Knobs(cuda_graph_scope=("attn",)), Knobs()
+    h100, gb200 = efficiency("h100"), efficiency("gb200")
+    assert ep_overlap_hide(h100, graphed, 1.0) == pytest.approx(h100["ep_overlap_hide"])
+    assert ep_overlap_hide(h100, graphed, 0.0) == pytest.approx(1.0)
+    assert ep_overlap_hide(h100, eager, 0.2) == pytest.approx(1 - 0.2 * (1 - h100["ep_overlap_hide"]))
+    assert ep_overlap_hide(gb200, eager, 0.2) == 0.0
+    assert ep_overlap_hide(gb200, graphed, 1.0) == pytest.approx(gb200["ep_overlap_hide"])

@@ -85,10 +85,11 @@ def fused_nvlink_rate(gpu: GpuSpec, eff: dict, a2a: float, num_sms: int) -> floa
     return min(link, num_sms * eff["a2a_gbps_per_sm"] * 1e9) if num_sms else link
 
 
-def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, ep, etp, gpu: GpuSpec, eff: dict,
-                        dispatcher: str, groups: int = 1, group_topk: int = 1, num_sms: int = 0):
-    """One EP all-to-all (a dispatch or a combine) on one rank; ``tokens_sent`` before top-k copies;
-    ``num_sms``: SMs of the fused kernels (Knobs.num_sms)."""
+def ep_alltoall_parts(tokens_sent, hidden: int, topk: int, num_experts: int, ep, etp, gpu: GpuSpec, eff: dict,
+                      dispatcher: str, groups: int = 1, group_topk: int = 1, num_sms: int = 0) -> tuple:
+    """(NVLink seconds, NIC seconds, fixed seconds) of one EP all-to-all (a dispatch or a combine) on one rank;
+    ``tokens_sent`` before top-k copies; ``num_sms``: SMs of the fused kernels (Knobs.num_sms). The two links run
+    concurrently (ep_alltoall_seconds)."""
     a2a = eff[f"a2a_eff_{dispatcher}"]
     if dispatcher in ("deepep", "hybridep"):
         nv_copies, nic_copies = fused_copies(num_experts, topk, ep, etp, gpu, groups, group_topk)
@@ -104,4 +105,22 @@ def ep_alltoall_seconds(tokens_sent, hidden: int, topk: int, num_experts: int, e
     t_inter = nic_copies * (token_bytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) + per_copy) / a2a
     # NCCL's all-to-all posts one send/recv pair per peer (a setup cost each); the fused kernels reach all at once
     latency = eff["a2a_latency_us"] + (eff["a2a_peer_us"] * (ep - 1) if dispatcher == "alltoall" else 0.0)
-    return np.where(ep > 1, np.maximum(t_intra, t_inter) + latency * 1e-6, 0.0)
+    return np.where(ep > 1, t_intra, 0.0), np.where(ep > 1, t_inter, 0.0), np.where(ep > 1, latency * 1e-6, 0.0)
+
+
+def alltoall_total(parts: tuple):
+    """Seconds of one EP all-to-all from its parts: the slower link, plus the fixed cost."""
+    t_intra, t_inter, fixed = parts
+    return np.maximum(t_intra, t_inter) + fixed
+
+
+def nvlink_busy(parts: tuple):
+    """Share of an EP all-to-all's transfer time its NVLink copies run: 1 inside an NVLink domain, less where the NIC
+    share outlasts them (overlap.ep_overlap_hide)."""
+    t_intra, t_inter, _ = parts
+    return t_intra / np.maximum(np.maximum(t_intra, t_inter), 1e-30)
+
+
+def ep_alltoall_seconds(*args, **kwargs):
+    """Seconds of one EP all-to-all on one rank (arguments of ep_alltoall_parts)."""
+    return alltoall_total(ep_alltoall_parts(*args, **kwargs))

@@ -23,7 +23,7 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
-from moetune.walls.comms import BF16, ep_alltoall_seconds, ring_seconds
+from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, nvlink_busy, ring_seconds
 from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
@@ -110,15 +110,17 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     tp = (2 * n_tp + regather) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
     ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
-        a2a = ep_alltoall_seconds(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
+        parts = ep_alltoall_parts(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
                                   spec.moe_router_topk, spec.num_moe_experts, lay.ep, lay.etp, gpu, eff,
                                   knobs.dispatcher, spec.moe_router_num_groups, spec.moe_router_group_topk,
                                   knobs.num_sms)
+        a2a = alltoall_total(parts)
         replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
         # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
-        ep_exposed = (ep_overlap_exposed(a2a + etp, compute, ep_overlap_hide(eff, knobs), knobs.delay_wgrad)
+        hide = ep_overlap_hide(eff, knobs, nvlink_busy(parts))
+        ep_exposed = (ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad)
                       + replays * (a2a + etp)) if knobs.ep_overlap else ep
     cp, cp_exposed = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, attn_rate, attn_s)
     # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
@@ -225,10 +227,6 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     optimizer = shard * state * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
     offload = shard * f * state / (eff["cpu_optimizer_gbps"] * 1e9)
     return dp, optimizer, offload
-
-
-
-
 
 
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
