@@ -47,7 +47,7 @@ def ep_overlap_hide(eff: dict, knobs: Knobs, nvlink_busy=1.0):
     """The usable share of each overlap window's compute. The all-to-all's NVLink copies are SM loads and stores that
     contend with the compute beside them (`ep_overlap_hide` of it is usable while they run); its NIC transfers are
     the NIC's DMA at a tenth of the rate and take next to nothing from it, so only the `nvlink_busy` share of the
-    all-to-all's duration costs (comms.ep_alltoall_nvlink_busy: 1 inside an NVLink domain). Without any CUDA graph,
+    all-to-all's duration costs (comms.nvlink_busy: 1 inside an NVLink domain). Without any CUDA graph,
     the share is capped at `ep_overlap_hide_eager` (the combined-1F1B schedule's CPU work sets the pace on fast GPUs:
     efficiency.toml)."""
     share = 1 - (1 - eff["ep_overlap_hide"]) * nvlink_busy
