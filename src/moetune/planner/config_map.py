@@ -17,7 +17,6 @@ from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
 from moetune.rules.derive import dispatcher_sms
-from moetune.walls.context_parallel import hcp_inner_size
 
 PRECISION = {
     "bf16": {},
@@ -122,17 +121,17 @@ def _hcp_a2a_size(config: dict) -> int | None:
     return int(sizes[0]) if sizes and config.get("model.cp_comm_type") == "a2a+p2p" else None
 
 
-def _cp_fields(e: Estimate) -> dict[str, Any]:
+def cp_fields(e: Estimate) -> dict[str, Any]:
     """cp_comm_type where CP is on (Megatron's default p2p otherwise), and the a2a+p2p group sizes it requires
     (hierarchical_context_parallel_sizes = [a2a, p2p]; Megatron-Bridge
-    docs/training/hierarchical-context-parallel.md)."""
+    docs/training/hierarchical-context-parallel.md). estimate() has resolved a2a+p2p's a2a group
+    (context_parallel.resolve_auto)."""
     k, lay = e.knobs, e.layout
     if lay.cp == 1:
         return {}
     out: dict[str, Any] = {"model.cp_comm_type": k.cp_comm_type}
     if k.cp_comm_type == "a2a+p2p":
-        inner = k.hcp_a2a_size or int(hcp_inner_size(e.model, lay.cp, lay.tp, e.job_domain))
-        out["model.hierarchical_context_parallel_sizes"] = [inner, lay.cp // inner]
+        out["model.hierarchical_context_parallel_sizes"] = [k.hcp_a2a_size, lay.cp // k.hcp_a2a_size]
     return out
 
 
@@ -147,7 +146,7 @@ def to_config(e: Estimate) -> dict[str, Any]:
         **layout_fields(e.layout), **_knob_fields(e.knobs),
         "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,
         "train.global_batch_size": e.workload.gbs(e.layout),
-        **_cp_fields(e),
+        **cp_fields(e),
     }
     return {k: v for k, v in out.items() if v is not None}
 

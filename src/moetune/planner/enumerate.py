@@ -33,6 +33,11 @@ def _pow2(limit: int) -> list[int]:
     return [1 << i for i in range(limit.bit_length()) if 1 << i <= limit]
 
 
+def tp_choices(gpu: GpuSpec, world: int) -> list[int]:
+    """TP sizes the search tries: powers of two inside the NVLink domain (and the job), at most 8."""
+    return _pow2(min(gpu.nvlink_domain, world, 8))
+
+
 def _stages(first: str, middle: str, last: str, chunks: int) -> str:
     if chunks == 2:
         return f"{first}|{last}"
@@ -84,18 +89,17 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
                       gbs_excluded: set | None = None) -> list[Layout]:
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp). The global batch is checked
     last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
-    domain = min(gpu.nvlink_domain, world)
     job_domain = job_gpu(gpu, world).nvlink_domain
 
     def choice(name, values):
         return [fixed[name]] if name in fixed else values
 
-    tps = choice("tp", _pow2(min(domain, 8)))
+    tps = choice("tp", tp_choices(gpu, world))
     cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
     vpps = choice("vpp", list(VPP_CHOICES))
     eps = choice("ep", [e for e in _divisors(spec.num_moe_experts or 1) if world % e == 0])
-    etps = choice("etp", _pow2(min(domain, 8)))
+    etps = choice("etp", tp_choices(gpu, world))
     out = []
     splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
     shapes: dict[tuple, bool] = {}  # (tp, ep, etp) -> heads, groups, experts and widths divide

@@ -15,7 +15,7 @@ from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import to_config
+from moetune.planner.config_map import cp_fields, to_config
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, pipeline_variants
 from moetune.planner.estimate import Estimate, estimate
@@ -159,10 +159,7 @@ def _change(move: dict, new: Estimate) -> dict:
     """The move's overrides, with the CP exchange a plan's "auto" picked written out."""
     out = dict(move["overrides"])
     if "model.cp_comm_type" in out:
-        out["model.cp_comm_type"] = new.knobs.cp_comm_type
-        if new.knobs.hcp_a2a_size:
-            a = new.knobs.hcp_a2a_size
-            out["model.hierarchical_context_parallel_sizes"] = [a, new.layout.cp // a]
+        out.update({"model.cp_comm_type": new.knobs.cp_comm_type, **cp_fields(new)})
     return out
 
 

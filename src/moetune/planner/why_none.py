@@ -11,7 +11,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
-from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, pipeline_variants
+from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, pipeline_variants, tp_choices
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import cp_exchange_exists
@@ -39,7 +39,7 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
 def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dict) -> str | None:
     """Why pinned CP has no exchange Megatron runs (walls/context_parallel.py), or None when some TP gives it one."""
     cp, kind = pins.get("cp", 1), fixed.get("cp_comm_type", "auto")
-    tps = [pins["tp"]] if "tp" in pins else [t for t in (1, 2, 4, 8) if t <= min(gpu.nvlink_domain, world)]
+    tps = [pins["tp"]] if "tp" in pins else tp_choices(gpu, world)
     domain = job_gpu(gpu, world).nvlink_domain
     if cp == 1 or any(cp_exchange_exists(spec, cp, tp, domain, kind) for tp in tps):
         return None
