@@ -122,3 +122,37 @@ def test_explain_names_the_cp_exchange_and_offers_the_better_one():
     assert move["change"] == {"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": [8, 4]}
     assert move["predicted_gain"] > 1.0  # the ring is most of the step
     assert any("cp_comm_type p2p" in note for note in answer["scale"]["notes"])
+
+
+def test_retune_moves_are_estimated_under_the_users_efficiency_file():
+    """A user file that credits eager EP overlap nothing (ep_overlap_hide_eager = 0) must take the overlap move
+    off the list: each move is re-estimated under the same constants as the configuration it changes."""
+    shipped = _qwen()
+    assert "ep_overlap" in {m["rule"] for m in explain(shipped)["retune"]}
+    mine = estimate(shipped.model, shipped.gpu, shipped.layout, shipped.workload, shipped.knobs,
+                    efficiency_overrides={"ep_overlap_hide_eager": 0.0})
+    assert "ep_overlap" not in {m["rule"] for m in explain(mine)["retune"]}
+    twin = mine.variant(knobs=replace(mine.knobs, ep_overlap=True))
+    assert twin.efficiency["ep_overlap_hide_eager"] == 0.0
+    assert twin.time["step_seconds"] >= mine.time["step_seconds"] * 0.999
+
+
+def test_explain_of_a_saved_plan_takes_the_efficiency_file_again(tmp_path, capsys):
+    saved = tmp_path / "est.json"
+    slow = tmp_path / "slow.toml"
+    slow.write_text("[h100]\ngemm_eff = 0.2\nfp8_gemm_eff = 0.2\n")
+    args = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--seq", "4096", "--gbs", "1024"]
+    assert main(["estimate", *args, "--json"]) == 0
+    saved.write_text(capsys.readouterr().out)
+    assert main(["explain", "--plan", str(saved), "--json"]) == 0
+    shipped = json.loads(capsys.readouterr().out)
+    assert main(["explain", "--plan", str(saved), "--efficiency", str(slow), "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    assert mine["profile"]["wall_shares"]["compute"] > shipped["profile"]["wall_shares"]["compute"]
+    # an estimate made under the file carries it: explaining it needs no second --efficiency
+    assert main(["estimate", *args, "--efficiency", str(slow), "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["efficiency_overrides"] == {"h100": {"gemm_eff": 0.2, "fp8_gemm_eff": 0.2}}
+    saved.write_text(json.dumps(made))
+    assert main(["explain", "--plan", str(saved), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profile"] == mine["profile"]

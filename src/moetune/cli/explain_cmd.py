@@ -2,13 +2,14 @@
 
 import click
 
-from moetune.cli.options import estimate_from_flags, knob_options, layout_options
+from moetune.cli.options import estimate_from_flags, knob_options, layout_options, load_overheads
 from moetune.cli.output import console, emit_json, print_checks, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
+from moetune.walls.efficiency import load_efficiency_file
 
 
 @click.command(name="explain")
@@ -25,7 +26,9 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
     if saved is None and plan_file:
         raise MoetuneError(f"--plan {plan_file}: not a `moetune plan --json` or `estimate --json` output")
     if saved is not None:
-        result = estimate_from_json(saved, rank)
+        # under the efficiency/overhead files the saved result was made with, unless others are passed here
+        result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
+                                    efficiency_overrides=load_efficiency_file(kw["efficiency"]))
     else:
         if not model:
             raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")

@@ -24,6 +24,21 @@ class Estimate:
     stages: list[StageMemory]
     time: dict | None = None  # filled by the time model
     defaulted: list[str] = field(default_factory=list)  # knobs the user left to platform defaults
+    # the user's memory overheads and efficiency constants, kept so that what-if variants (explain's Retune moves,
+    # the BF16 twin, the smallest fitting layout) are estimated under the same files as this one
+    overheads: dict | None = None
+    efficiency_overrides: dict | None = None
+
+    def variant(self, *, layout: Layout | None = None, workload: Workload | None = None,
+                knobs: Knobs | None = None) -> "Estimate":
+        """This configuration with the given parts replaced, estimated under the same user files."""
+        return estimate(self.model, self.gpu, layout or self.layout, workload or self.workload, knobs or self.knobs,
+                        self.overheads, efficiency_overrides=self.efficiency_overrides)
+
+    @property
+    def efficiency(self) -> dict[str, float]:
+        """The efficiency constants this estimate used (shipped, with the user's file on top)."""
+        return efficiency(self.gpu.key, self.efficiency_overrides)
 
     @property
     def peak_bytes(self) -> int:
@@ -77,6 +92,11 @@ class Estimate:
             out["time"] = self.time
         if self.defaulted:
             out["defaulted"] = self.defaulted
+        # the user's files travel with the result, so `explain --plan` and `emit` rebuild it under the same numbers
+        if self.efficiency_overrides:
+            out["efficiency_overrides"] = self.efficiency_overrides
+        if self.overheads:
+            out["overheads"] = self.overheads
         return out
 
 
@@ -105,4 +125,5 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
     stages = memory_wall(model, layout, workload, knobs, overheads)
     time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
-    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time)
+    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
+                    overheads=overheads, efficiency_overrides=efficiency_overrides)

@@ -18,13 +18,12 @@ from moetune.layout.validate import Workload
 from moetune.planner.config_map import cp_fields, to_config
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, pipeline_variants
-from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, resolve_auto
-from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
 
 GIB = 1 << 30
@@ -115,7 +114,7 @@ def _apply(e: Estimate, move: dict):
             layout = _scaled(e.model, layout, key, getattr(layout, key) * factor)
         wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=mbs,
                       global_batch_size=e.workload.gbs(e.layout))
-        return estimate(e.model, e.gpu, layout, wl, replace(knobs, **changes))
+        return e.variant(layout=layout, workload=wl, knobs=replace(knobs, **changes))
     except (MoetuneError, ValueError, TypeError):
         return None
 
@@ -225,13 +224,13 @@ def smallest_fitting_layout(e: Estimate):
     if not cands:
         return None
     batch = build_batch(e.model, cands)
-    peak = batch_memory(e.model, batch, wl.seq_length, gbs, e.knobs, default_overheads())
+    peak = batch_memory(e.model, batch, wl.seq_length, gbs, e.knobs, {**default_overheads(), **(e.overheads or {})})
     fitting = [lay for (lay, _), p in zip(cands, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None
     best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.tp, lay.pp, -lay.ep, lay.etp))
-    return estimate(e.model, e.gpu, best, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                   global_batch_size=gbs), e.knobs)
+    return e.variant(layout=best, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
+                                                    global_batch_size=gbs))
 
 
 def _default_exchange(e: Estimate) -> str | None:
@@ -239,7 +238,7 @@ def _default_exchange(e: Estimate) -> str | None:
     if e.layout.cp == 1:
         return None
     auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
-                        e.gpu, efficiency(e.gpu.key))
+                        e.gpu, e.efficiency)
     return exchange_text(auto, e.layout.cp)
 
 

@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 
 from moetune.layout.knobs import Knobs
-from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.estimate import Estimate
 from moetune.planner.runs import published_rows
 from moetune.planner.search import PlanResult, plan
 from moetune.specs.model import ModelSpec
@@ -82,7 +82,7 @@ def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
 
 
 def same_config_in_bf16(e: Estimate) -> Estimate:
-    return estimate(e.model, e.gpu, e.layout, e.workload, replace(e.knobs, precision="bf16", fp8_output_proj=False))
+    return e.variant(knobs=replace(e.knobs, precision="bf16", fp8_output_proj=False))
 
 
 def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed: dict, **plan_kwargs) -> dict | None:

@@ -28,7 +28,10 @@ def _need(obj: dict, key: str, where: str):
     return obj[key]
 
 
-def estimate_from_json(data: dict, rank: int = 1) -> Estimate:
+def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = None,
+                       efficiency_overrides: dict | None = None) -> Estimate:
+    """A saved plan result (or estimate) rebuilt under the memory-overhead and efficiency files it was made with
+    (saved in it), or under the ones given here instead."""
     r = pick_result(data, rank)
     lay, pipe = _need(r, "layout", "result"), r.get("pipeline", {})
     wl, k = _need(r, "workload", "result"), _need(r, "knobs", "result")
@@ -54,4 +57,6 @@ def estimate_from_json(data: dict, rank: int = 1) -> Estimate:
                   cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
-    return estimate(load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"]), layout, workload, knobs)
+    return estimate(load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"]), layout, workload, knobs,
+                    overheads or r.get("overheads"),
+                    efficiency_overrides=efficiency_overrides or r.get("efficiency_overrides"))

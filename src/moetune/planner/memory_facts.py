@@ -13,7 +13,7 @@ from moetune.specs.model import ModelSpec
 def memory_facts(e: Estimate) -> dict:
     facts = {"fits": e.fits, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes}
     selective = replace(e.knobs, recompute="selective", recompute_modules=frozenset({"moe_act", "layernorm"}))
-    facts["fits_with_selective_recompute"] = estimate(e.model, e.gpu, e.layout, e.workload, selective).fits
+    facts["fits_with_selective_recompute"] = e.variant(knobs=selective).fits
     smallest = smallest_fitting_layout(e)
     if smallest is not None:
         layout = {k: v for k, v in layout_fields(smallest.layout).items() if v is not None}
