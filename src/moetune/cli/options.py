@@ -10,6 +10,7 @@ from moetune.layout.knobs import (
     CP_COMM_TYPES,
     CUDA_GRAPH_SCOPES,
     DISPATCHERS,
+    DROPLESS_IMBALANCE,
     OFFLOAD_MODULES,
     PRECISIONS,
     TUNED_FLEX_SMS,
@@ -90,7 +91,8 @@ def knob_options(func):
         click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless",
                      show_default=True),
         click.option("--token-imbalance", type=float, default=None,
-                     help="Dropless: busiest expert rank's tokens / mean (default 1.2)."),
+                     help=f"Dropless: busiest expert rank's tokens / mean (default {DROPLESS_IMBALANCE}, from the "
+                          "published force-balance/dropless A/B pairs)."),
         click.option("--overheads", type=click.Path(dir_okay=False), default=None,
                      help="TOML overriding memory_overheads.toml figures."),
     ]

@@ -29,11 +29,17 @@ CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_p
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 
 
-# Dropless routing leaves the busiest expert rank with more tokens than the mean. Published A/B pairs put
-# force-balanced runs 1.19x-1.33x ahead of dropless ones (MCore tracker: Qwen3-30B 200 vs 150, DSV3 295 vs 248;
-# Qwen3-235B H100 long context 295/237 ... 389/357; shared/data/megatron_flops_memory_notes.md item 1); 1.2 is
-# the default busiest-rank factor, overridable with --token-imbalance.
-DROPLESS_IMBALANCE = 1.2
+# Dropless routing leaves the busiest expert rank with more tokens than the mean, and every MoE layer waits for it
+# (the EP all-to-all synchronises the ranks), so the routed experts' GEMMs and all-to-all take `imbalance` times their
+# balanced time. Published A/B pairs measure the throughput of force-balanced routing over dropless: Qwen3-235B-A22B on
+# 256 H100, BF16, EP8 (yanring/Megatron-MoE-ModelZoo @e8650517 best_practice/qwen3, R151-R158) 295/237, 335/277,
+# 368/320 and 389/357 TFLOP/s at 16k-128k, a constant ~86 ms per micro-batch of 16k tokens a rank; the MCore release
+# tracker 200/150 (Qwen3-30B-A3B) and 295/248 (DeepSeek-V3) (shared/data/megatron_flops_memory_notes.md item 1).
+# Those are ratios of whole steps, not the busiest rank's load: only the experts and their all-to-all scale. 1.47
+# is the factor under which moetune reproduces the four ModelZoo ratios (1.245, 1.209, 1.150, 1.090) within 1.4%
+# (tests/layout/test_knobs.py); the 1.2 it replaced read the step ratio as the load ratio and predicted 1.04-1.10.
+# Overridable with --token-imbalance; it sizes the routed experts' activation memory too.
+DROPLESS_IMBALANCE = 1.47
 
 # SMs a fused dispatcher's kernels get when a config does not say (moe_deepep_num_sms / moe_hybridep_num_sms;
 # newer Megatron: moe_flex_dispatcher_num_sms). MEGATRON_FLEX_SMS: Megatron-Core's TransformerConfig defaults
