@@ -91,3 +91,24 @@ def test_expert_tokens_scale_with_etp_and_imbalance_and_shrink_with_sp():
     imb = layer_activation_items(spec, spec.layers[0], ActivationContext(**base, token_imbalance=1.5))["expert_input"]
     sp = layer_activation_items(spec, spec.layers[0], ActivationContext(**base, tp=4, sequence_parallel=True))
     assert (etp, imb, sp["expert_input"]) == (2 * one, 1.5 * one, one // 4)
+
+
+def test_dropless_imbalance_applies_only_across_expert_ranks():
+    """With every expert on each rank (EP 1) no rank waits for a busier one: dropless costs what force-balanced
+    routing costs, in time and memory; at EP 8 the busiest rank's factor applies to both."""
+    from moetune.layout.knobs import DROPLESS_IMBALANCE, Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+
+    spec, gpu, wl = load_model("qwen3-30b-a3b"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=64)
+    for ep, factor in ((1, 1.0), (8, DROPLESS_IMBALANCE)):
+        lay = Layout(world_size=8, ep=ep)
+        runs = {r: estimate(spec, gpu, lay, wl, Knobs(routing=r, dispatcher="alltoall"))
+                for r in ("dropless", "force-balance")}
+        experts = {r: e.stages[0].items["act_expert_input"] for r, e in runs.items()}
+        assert experts["dropless"] == pytest.approx(factor * experts["force-balance"], rel=1e-3)
+        slower = runs["force-balance"].time["step_seconds"] < runs["dropless"].time["step_seconds"]
+        assert slower == (ep > 1)

@@ -77,11 +77,13 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
 
 
 def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> ActivationContext:
+    # with every expert on each rank (EP 1) no rank waits for a busier one, and the rank's routed total is exact
+    imbalance = np.where(np.asarray(layout.ep) > 1, knobs.imbalance, 1.0)
     return ActivationContext(
         seq_length=workload.seq_length, micro_batch_size=workload.micro_batch_size, tp=layout.tp,
         cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
-        token_imbalance=knobs.imbalance,
+        token_imbalance=float(imbalance) if imbalance.ndim == 0 else imbalance,
         fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules,
     )
 
