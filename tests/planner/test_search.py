@@ -28,6 +28,8 @@ from moetune.walls.memory import default_overheads
     # long context: each layout's CP exchange is chosen in the batch as estimate names it (walls/context_parallel.py)
     ("deepseek-v3", "h100", 256, 65536, 64, {}),
     ("gpt-oss-120b", "h100", 64, 32768, 64, {}),
+    # EP 1 and EP > 1 side by side under dropless routing: the busiest-rank factor applies only across expert ranks
+    ("qwen3-30b-a3b", "h100", 8, 4096, 64, {}),
 ])
 def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     spec, g = load_model(model), load_gpu(gpu)
@@ -36,6 +38,7 @@ def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     rng = random.Random(0)
     cands = [(lay, m) for lay in rng.sample(layouts, min(40, len(layouts))) for m in (1, 2)
              if gbs % (m * lay.dp) == 0]
+    assert len({lay.ep for lay, _ in cands}) > 1
     batch = build_batch(spec, cands)
     for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), fixed, "dropless"), 6):
         peak = batch_memory(spec, batch, seq, gbs, knobs, default_overheads())
