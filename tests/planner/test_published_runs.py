@@ -103,15 +103,13 @@ TFLOPS_GAPS = {
     "R112": "DeepSeek-V3 256 x GB300, Megatron-LM recipe (TE-scoped graphs, PP4 VPP4 EP64), +21%: Bridge's "
             "full-iteration-graph runs of DeepSeek-V3 on GB300 (R206, R220, R230: PP2 VPP8 EP32, within 1.3%) measure "
             "1.21x this recipe's TFLOP/s where moetune puts 1.04x",
-    "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -19%, and its dropless "
-            "twin R152 -18%: moetune reproduces the measured force-balance gain (1.25x, DROPLESS_IMBALANCE is set "
-            "from these pairs) but its BF16 time for this layout is high by a fifth at 16k, falling to 3% at 128k "
-            "(R157, R158), where attention at its measured kernel rate is 68% of the micro-batch; the same source's "
-            "4k run of this layout (R149, routing unstated) is over-predicted. BF16 on H100 with a wide model is the "
-            "gap R092 names",
+    "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -17%, and its dropless "
+            "twin R152 -16%: moetune reproduces the measured force-balance gain (1.25x, DROPLESS_IMBALANCE is set "
+            "from these pairs) but its BF16 time for this layout is high by a sixth at 16k, falling to 13% at 32k "
+            "(R153, R154), 9% at 64k and 3% at 128k (R157, R158), where attention at its measured kernel rate is 68% "
+            "of the micro-batch; the same source's 4k run of this layout (R149, routing unstated) is over-predicted. "
+            "BF16 on H100 with a wide model is the gap R092 names",
     "R152": "see R151",
-    "R153": "Qwen3-235B-A22B 256 x H100 at 32k CP2, force-balanced, -15.3%, and its dropless twin R154 -15.2%: as R151",
-    "R154": "see R153",
 }
 
 

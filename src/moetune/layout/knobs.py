@@ -36,7 +36,7 @@ CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 # 368/320 and 389/357 TFLOP/s at 16k-128k, a constant ~86 ms per micro-batch of 16k tokens a rank; the MCore release
 # tracker 200/150 (Qwen3-30B-A3B) and 295/248 (DeepSeek-V3) (shared/data/megatron_flops_memory_notes.md item 1).
 # Those are ratios of whole steps, not the busiest rank's load: only the experts and their all-to-all scale. 1.47
-# is the factor under which moetune reproduces the four ModelZoo ratios (1.245, 1.209, 1.150, 1.090) within 1.4%
+# is the factor under which moetune reproduces the four ModelZoo ratios (1.245, 1.209, 1.150, 1.090) within 1.3%
 # (tests/layout/test_knobs.py); the 1.2 it replaced read the step ratio as the load ratio and predicted 1.04-1.10.
 # Overridable with --token-imbalance; it sizes the routed experts' activation memory too.
 DROPLESS_IMBALANCE = 1.47

@@ -58,6 +58,8 @@ def _run(row: dict) -> Run:
         # a row says "false" where its recipe turns one off
         overlap_grad_reduce=row["overlap_grad_reduce"] != "false",
         overlap_param_gather=row["overlap_param_gather"] != "false",
+        # blank: off, Megatron's default and what the Bridge MoE recipes set (CommOverlapConfig(tp_comm_overlap=False))
+        tp_comm_overlap=row["tp_comm_overlap"] == "true",
         fp8_output_proj=row["fp8_output_proj"] == "true",
     )
     return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
