@@ -156,3 +156,17 @@ def test_explain_of_a_saved_plan_takes_the_efficiency_file_again(tmp_path, capsy
     saved.write_text(json.dumps(made))
     assert main(["explain", "--plan", str(saved), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["profile"] == mine["profile"]
+
+
+def test_profile_says_what_dropless_routing_costs():
+    """Dropless at EP16: explain names the busiest-rank factor, where it came from, and the force-balanced figure
+    (re-estimated, not assumed); a user's own factor of 1 costs nothing; force-balanced runs get no such line."""
+    from moetune.layout.knobs import DROPLESS_IMBALANCE
+    dropless = explain(_qwen(routing="dropless"))["profile"]["routing"]
+    balanced = _qwen(routing="force-balance")
+    assert dropless["token_imbalance"] == DROPLESS_IMBALANCE and "R151-R158" in dropless["source"]
+    assert dropless["force_balanced_tokens_per_s_per_gpu"] == balanced.time["tokens_per_s_per_gpu"]
+    assert 0.05 < dropless["cost"] < 0.5
+    mine = explain(_qwen(routing="dropless", token_imbalance=1.0))["profile"]["routing"]
+    assert mine["source"] == "--token-imbalance" and abs(mine["cost"]) < 1e-9
+    assert explain(balanced)["profile"]["routing"] is None

@@ -67,6 +67,12 @@ def print_explain(a: dict) -> None:
         out.print(f"  - {note}")
     shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in p["wall_shares"].items())
     out.print(f"[bold]Profile[/bold]: dominant wall {p['dominant_wall']} ({p['why']}); {shares}")
+    if r := p.get("routing"):
+        out.print(f"  - dropless routing: the busiest expert rank is charged {r['token_imbalance']:.2f}x the mean "
+                  f"({r['source']}); force-balanced, the same run does "
+                  f"{r['force_balanced_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU: the imbalance costs "
+                  f"{100 * r['cost']:.0f}%. Measure yours from the router's per-expert token counts and pass "
+                  "--token-imbalance")
     rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), ", ".join(f"{k}={v}" for k, v in r["change"].items()),
              f"{100 * r['predicted_gain']:+.1f}%",
              f"{r['new_peak_gib']:.1f}", r["source"]] for r in a["retune"]]

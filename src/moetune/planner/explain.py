@@ -96,7 +96,20 @@ def _profile(e: Estimate) -> dict:
         "host": f"GPU idle while the host CPU issues kernels (Python, launches, syncs) {walls['host']:.2f} s",
     }[dominant]
     return {"dominant_wall": dominant, "why": why,
-            "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}}
+            "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}, "routing": _routing(e)}
+
+
+def _routing(e: Estimate) -> dict | None:
+    """What dropless routing costs this run: the busiest expert rank's factor moetune charged, where it came from,
+    and the same run force-balanced (the load factor is the least certain input of a dropless estimate)."""
+    if e.knobs.routing != "dropless" or e.layout.ep == 1 or not e.model.num_moe_experts:
+        return None
+    balanced = e.variant(knobs=replace(e.knobs, routing="force-balance"))
+    source = ("--token-imbalance" if e.knobs.token_imbalance is not None else
+              "default: layout/knobs.py DROPLESS_IMBALANCE, set from the force-balance/dropless pairs R151-R158")
+    return {"token_imbalance": e.knobs.imbalance, "source": source,
+            "force_balanced_tokens_per_s_per_gpu": balanced.time["tokens_per_s_per_gpu"],
+            "cost": 1 - e.time["tokens_per_s_per_gpu"] / balanced.time["tokens_per_s_per_gpu"]}
 
 
 def _apply(e: Estimate, move: dict):
