@@ -159,6 +159,15 @@ def test_plan_notes_the_data_parallel_sizes_the_global_batch_rules_out(capsys):
     assert json.loads(out)["gbs_excluded_dp"] == [16, 32, 64]
 
 
+def test_plan_names_the_dropless_factor_it_charged(capsys):
+    args = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "1024", "--top", "1"]
+    code, out, _ = run(args, capsys)
+    from moetune.layout.knobs import DROPLESS_IMBALANCE
+    assert code == 0 and f"busiest expert rank is charged {DROPLESS_IMBALANCE:.2f}x the mean" in " ".join(out.split())
+    code, out, _ = run([*args, "--routing", "force-balance"], capsys)
+    assert code == 0 and "busiest expert rank" not in out
+
+
 def test_explain_takes_a_config_json_model_or_a_saved_plan(shared_data, tmp_path, capsys):
     """A Hugging Face config.json as MODEL is a model; a saved `plan --json` as the argument is a plan."""
     config = str(shared_data / "models" / "glm-4.5.config.json")

@@ -109,6 +109,11 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
                    **({"versus_baseline": comparison} if comparison else {})})
     else:
         print_plan(result, gbs)
+        if routing == "dropless" and result.results and result.results[0].layout.ep > 1:
+            console().print(f"[bold]Routing[/bold]: dropless: the busiest expert rank is charged "
+                            f"{result.results[0].knobs.imbalance:.2f}x the mean (set from the published "
+                            "force-balance/dropless pairs); `explain --plan` shows what it costs; published benchmark "
+                            "recipes run --routing force-balance")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if comparison:
