@@ -170,3 +170,15 @@ def test_profile_says_what_dropless_routing_costs():
     mine = explain(_qwen(routing="dropless", token_imbalance=1.0))["profile"]["routing"]
     assert mine["source"] == "--token-imbalance" and abs(mine["cost"]) < 1e-9
     assert explain(balanced)["profile"]["routing"] is None
+
+
+def test_a_saved_dropless_result_keeps_the_default_as_a_default(tmp_path, capsys):
+    """A plan or estimate saved with moetune's dropless factor is rebuilt with the default (not as if the user had
+    passed --token-imbalance); a factor the user passed stays the user's."""
+    args = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--seq", "4096",
+            "--gbs", "1024", "--json"]
+    for extra, source in (([], "R151-R158"), (["--token-imbalance", "1.3"], "--token-imbalance")):
+        assert main([*args, *extra]) == 0
+        saved = json.loads(capsys.readouterr().out)
+        rebuilt = estimate_from_json(saved)
+        assert source in explain(rebuilt)["profile"]["routing"]["source"]

@@ -106,7 +106,9 @@ def knobs_json(k: Knobs) -> dict:
         "distributed_optimizer": k.distributed_optimizer, "optimizer_offload_fraction": k.optimizer_offload_fraction,
         "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher, "flex_num_sms": k.num_sms or None,
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
-        "routing": k.routing, "token_imbalance": k.imbalance, "tp_comm_overlap": k.tp_comm_overlap,
+        # the factor charged, and whether it is moetune's default (a saved result then takes today's default again)
+        "routing": k.routing, "token_imbalance": k.imbalance, "token_imbalance_default": k.token_imbalance is None,
+        "tp_comm_overlap": k.tp_comm_overlap,
         "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),
         "overlap_grad_reduce": k.overlap_grad_reduce, "overlap_param_gather": k.overlap_param_gather,
         "fp8_output_proj": k.fp8_output_proj, "cp_comm_type": k.cp_comm_type, "hcp_a2a_size": k.hcp_a2a_size,
