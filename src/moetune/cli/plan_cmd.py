@@ -109,9 +109,10 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
                    **({"versus_baseline": comparison} if comparison else {})})
     else:
         print_plan(result, gbs)
-        if routing == "dropless" and result.results and result.results[0].layout.ep > 1:
+        charged = result.results[0].knobs.imbalance_at(result.results[0].layout.ep) if result.results else 1.0
+        if charged > 1:
             console().print(f"[bold]Routing[/bold]: dropless: the busiest expert rank is charged "
-                            f"{result.results[0].knobs.imbalance:.2f}x the mean (set from the published "
+                            f"{charged:.2f}x the mean (set from the published "
                             "force-balance/dropless pairs); `explain --plan` shows what it costs; published benchmark "
                             "recipes run --routing force-balance")
         if fp8:

@@ -8,6 +8,8 @@ filled by ``moetune.planner.defaults`` and reported as defaulted.
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from moetune.errors import MoetuneError
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4")
@@ -37,7 +39,8 @@ CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 # tracker 200/150 (Qwen3-30B-A3B) and 295/248 (DeepSeek-V3) (shared/data/megatron_flops_memory_notes.md item 1).
 # Those are ratios of whole steps, not the busiest rank's load: only the experts and their all-to-all scale. 1.47
 # is the factor under which moetune reproduces the four ModelZoo ratios (1.245, 1.209, 1.150, 1.090) within 1.3%
-# (tests/layout/test_knobs.py); the 1.2 it replaced read the step ratio as the load ratio and predicted 1.04-1.10.
+# (tests/planner/test_published_runs.py); the 1.2 it replaced read the step ratio as the load ratio and predicted
+# 1.04-1.10.
 # Overridable with --token-imbalance; it sizes the routed experts' activation memory too.
 DROPLESS_IMBALANCE = 1.47
 
@@ -141,6 +144,13 @@ class Knobs:
         if self.routing == "force-balance":
             return 1.0
         return DROPLESS_IMBALANCE if self.token_imbalance is None else self.token_imbalance
+
+    def imbalance_at(self, ep):
+        """The factor charged at this EP size (a number or an array of them): `imbalance` across expert ranks, 1 at
+        EP 1, where every rank holds every expert, none waits for a busier one and each rank's routed total is
+        exact. Time, memory, explain and the JSON all read it here."""
+        charged = np.where(np.asarray(ep) > 1, self.imbalance, 1.0)
+        return float(charged) if charged.ndim == 0 else charged
 
     @property
     def num_sms(self) -> int:

@@ -74,7 +74,7 @@ class Estimate:
                 "global_batch_size": self.workload.gbs(self.layout),
                 "num_microbatches": self.workload.num_microbatches(self.layout),
             },
-            "knobs": knobs_json(self.knobs),
+            "knobs": knobs_json(self.knobs, self.layout.ep),
             "stages": [
                 {"stage": s.stage, "params": s.params, "in_flight_microbatches": s.in_flight_microbatches,
                  "bytes": {**s.items, "total": s.total}}
@@ -100,14 +100,15 @@ class Estimate:
         return out
 
 
-def knobs_json(k: Knobs) -> dict:
+def knobs_json(k: Knobs, ep: int) -> dict:
     return {
         "precision": k.precision, "recompute": k.recompute, "recompute_modules": sorted(k.effective_modules),
         "distributed_optimizer": k.distributed_optimizer, "optimizer_offload_fraction": k.optimizer_offload_fraction,
         "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher, "flex_num_sms": k.num_sms or None,
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
-        # the factor charged, and whether it is moetune's default (a saved result then takes today's default again)
-        "routing": k.routing, "token_imbalance": k.imbalance, "token_imbalance_default": k.token_imbalance is None,
+        # the busiest-rank factor charged, and the user's own (null: moetune's default, which a saved result rebuilt
+        # later takes again)
+        "routing": k.routing, "token_imbalance": k.imbalance_at(ep), "token_imbalance_set": k.token_imbalance,
         "tp_comm_overlap": k.tp_comm_overlap,
         "adam_moments_bytes": k.adam_moments_bytes, "offload_modules": sorted(k.offload_modules),
         "overlap_grad_reduce": k.overlap_grad_reduce, "overlap_param_gather": k.overlap_param_gather,

@@ -24,7 +24,7 @@ from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, resolve_auto
-from moetune.walls.memory import default_overheads
+from moetune.walls.memory import merged_overheads
 
 GIB = 1 << 30
 
@@ -107,7 +107,7 @@ def _routing(e: Estimate) -> dict | None:
     balanced = e.variant(knobs=replace(e.knobs, routing="force-balance"))
     source = ("--token-imbalance" if e.knobs.token_imbalance is not None else
               "default: layout/knobs.py DROPLESS_IMBALANCE, set from the force-balance/dropless pairs R151-R158")
-    return {"token_imbalance": e.knobs.imbalance, "source": source,
+    return {"token_imbalance": e.knobs.imbalance_at(e.layout.ep), "source": source,
             "force_balanced_tokens_per_s_per_gpu": balanced.time["tokens_per_s_per_gpu"],
             "cost": 1 - e.time["tokens_per_s_per_gpu"] / balanced.time["tokens_per_s_per_gpu"]}
 
@@ -237,7 +237,7 @@ def smallest_fitting_layout(e: Estimate):
     if not cands:
         return None
     batch = build_batch(e.model, cands)
-    peak = batch_memory(e.model, batch, wl.seq_length, gbs, e.knobs, {**default_overheads(), **(e.overheads or {})})
+    peak = batch_memory(e.model, batch, wl.seq_length, gbs, e.knobs, merged_overheads(e.overheads))
     fitting = [lay for (lay, _), p in zip(cands, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None

@@ -50,7 +50,7 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
                   cuda_graph_scope=tuple(k["cuda_graph_scope"]), ep_overlap=k["ep_overlap"],
                   delay_wgrad=k["delay_wgrad"], tp_comm_overlap=k.get("tp_comm_overlap", False),
                   routing=k["routing"],
-                  token_imbalance=None if k.get("token_imbalance_default") else k.get("token_imbalance"),
+                  token_imbalance=k["token_imbalance_set"] if "token_imbalance_set" in k else k.get("token_imbalance"),
                   offload_modules=frozenset(k.get("offload_modules", [])),
                   overlap_grad_reduce=k.get("overlap_grad_reduce", True),
                   overlap_param_gather=k.get("overlap_param_gather", True),

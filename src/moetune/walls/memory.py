@@ -40,6 +40,11 @@ def default_overheads() -> dict[str, float]:
     return tomllib.loads((resources.files("moetune") / "data" / "memory_overheads.toml").read_text())
 
 
+def merged_overheads(user: dict | None) -> dict[str, float]:
+    """memory_overheads.toml with a user's --overheads figures on top."""
+    return {**default_overheads(), **(user or {})}
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class StageMemory:
     stage: int
@@ -77,13 +82,11 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
 
 
 def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> ActivationContext:
-    # with every expert on each rank (EP 1) no rank waits for a busier one, and the rank's routed total is exact
-    imbalance = np.where(np.asarray(layout.ep) > 1, knobs.imbalance, 1.0)
     return ActivationContext(
         seq_length=workload.seq_length, micro_batch_size=workload.micro_batch_size, tp=layout.tp,
         cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
-        token_imbalance=float(imbalance) if imbalance.ndim == 0 else imbalance,
+        token_imbalance=knobs.imbalance_at(layout.ep),
         fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules,
     )
 
@@ -132,7 +135,7 @@ def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:
 def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
                 overheads: dict[str, float] | None = None) -> list[StageMemory]:
     """Per-stage memory of one rank, every line item named."""
-    overheads = {**default_overheads(), **(overheads or {})}
+    overheads = merged_overheads(overheads)
     result = []
     for p in stage_params(spec, layout):
         items = model_state_bytes(p, layout, knobs)
