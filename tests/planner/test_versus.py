@@ -45,3 +45,25 @@ def test_the_search_holds_the_gb300_card_layout():
     pick = result.results[0]
     assert pick.knobs.delay_wgrad
     assert pick.stages == estimate(run.model, run.gpu, run.layout, run.workload, run.knobs).stages
+
+
+def test_the_search_holds_the_kimi_k2_recipe_layout():
+    """Kimi-K2's 61 layers split over PP4 x VPP4 only by a layout string (uneven ends must be multiples of VPP): the
+    search writes the one Bridge's recipe uses (R185, "Et*4|(t*4|)*14tL") and so holds that exact configuration. It
+    once offered PP4 with VPP 1 only, so EP overlap (which needs VPP with PP) never ran on PP4 and the GB200 pick was
+    the slower layout without it."""
+    run = RUNS["R185"]
+    result = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096), routing="force-balance",
+                  top=1, fixed={"tp": 1, "cp": 1, "pp": 4, "vpp": 4, "ep": 64, "etp": 1,
+                                "mbs": run.workload.micro_batch_size, "fp8_output_proj": False,
+                                "overlap_param_gather": False,
+                                "precision": ["mxfp8"], "dispatcher": ["hybridep"], "cuda_graph_scope": [()],
+                                "recompute_modules": frozenset({"mla_up_proj"}),
+                                "ep_overlap": [False], "main_grads_fp32": run.knobs.main_grads_fp32,
+                                "optimizer_offload_fraction": [0.0]})
+    pick = result.results[0]
+    assert pick.layout.pipeline_layout == run.layout.pipeline_layout
+    assert pick.stages == estimate(run.model, run.gpu, run.layout, run.workload, run.knobs).stages
+    overlapped = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096),
+                      routing="force-balance", top=1, fixed={"pp": 4, "ep_overlap": [True]})
+    assert overlapped.results[0].layout.vpp > 1

@@ -35,7 +35,8 @@ def print_estimate(result: Estimate) -> None:
     out = console()
     out.print(f"[bold]{result.model.name}[/bold] on {result.layout.world_size} x {result.gpu.name}: "
               f"{result.layout.describe()}"
-              + (f"; CP via {exchange_text(result.knobs, result.layout.cp)}" if result.layout.cp > 1 else ""))
+              + (f"; CP via {exchange_text(result.knobs, result.layout.cp)}" if result.layout.cp > 1 else "")
+              + (f"; {result.layout.split_text()}" if result.layout.split_text() else ""))
     leaving = groups_leaving_domain(result.layout, result.job_domain)
     crossing = [f"{g.upper()} ({100 * share:.0f}% of peers)" for g, share in leaving.items() if share > 0]
     out.print(f"rank order tp-cp-ep-dp-pp; outside the {result.job_domain}-GPU NVLink domain: "

@@ -62,7 +62,8 @@ def print_explain(a: dict) -> None:
         out.print(f"  - {step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}, "
                   f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({step['source']})")
     out.print(f"[bold]Scale[/bold]: Attention {s['attention_mesh']} | MoE {s['moe_mesh']}"
-              + (f" | VPP {s['vpp']}" if s["vpp"] > 1 else ""))
+              + (f" | VPP {s['vpp']}" if s["vpp"] > 1 else "")
+              + (f" | {s['pipeline_split']}" if s["pipeline_split"] != "even" else ""))
     for note in s["notes"]:
         out.print(f"  - {note}")
     shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in p["wall_shares"].items())

@@ -193,6 +193,7 @@ def print_plan(result: PlanResult, gbs: int) -> None:
         k, t = r.knobs, r.time
         precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
         layout = r.layout.short() + (f" CP via {exchange_text(k, r.layout.cp)}" if r.layout.cp > 1 else "")
+        layout += f" {r.layout.split_text()}" if r.layout.split_text() else ""
         rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
                      _recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),

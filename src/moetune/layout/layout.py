@@ -116,6 +116,19 @@ class Layout:
         vpp = f"v{self.vpp}" if self.vpp > 1 else ""
         return f"TP{self.tp} CP{self.cp} PP{self.pp}{vpp} EP{self.ep} ETP{self.etp} (DP{self.dp} EDP{self.edp})"
 
+    def split_text(self) -> str:
+        """How the layers are split over pipeline stages when not evenly: what a user must pass again to reproduce
+        the layout (--pipeline-layout, --first/--last-stage-layers, --account-for-*); "" for an even split."""
+        if self.pipeline_layout:
+            return f"pipeline layout {self.pipeline_layout}"
+        parts = [f"{name} stage {n} layers" for name, n in (("first", self.first_stage_layers),
+                                                             ("last", self.last_stage_layers)) if n is not None]
+        counted = [name for name, on in (("embedding", self.account_for_embedding), ("loss", self.account_for_loss))
+                   if on]
+        if counted:
+            parts.append(f"{' and '.join(counted)} counted as a layer")
+        return ", ".join(parts)
+
     def describe(self) -> str:
         """The two Parallel Folding meshes written out."""
         return (

@@ -38,6 +38,11 @@ def tp_choices(gpu: GpuSpec, world: int) -> list[int]:
     return _pow2(min(gpu.nvlink_domain, world, 8))
 
 
+def _t(n: int) -> str:
+    """n decoder layers in Megatron's layout grammar, written as the recipes do: "tt", "t*4"."""
+    return "t" * n if n < 3 else f"t*{n}"
+
+
 def _stages(first: str, middle: str, last: str, chunks: int) -> str:
     if chunks == 2:
         return f"{first}|{last}"
@@ -54,17 +59,19 @@ def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
     per = -(-num_layers // chunks)
     rest = num_layers - per * (chunks - 1)
     if rest > 0:
-        return _stages("E" + "t" * per, "t" * per, "t" * rest + "m" * mtp + "L", chunks)
+        return _stages("E" + _t(per), _t(per), _t(rest) + "m" * mtp + "L", chunks)
     units = num_layers + 1 + mtp + 1
     per = units // chunks
     if units % chunks or per - 1 - mtp < 0:
         return None
-    return _stages("E" + "t" * (per - 1), "t" * per, "t" * (per - 1 - mtp) + "m" * mtp + "L", chunks)
+    return _stages("E" + _t(per - 1), _t(per), _t(per - 1 - mtp) + "m" * mtp + "L", chunks)
 
 
 def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
     """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends, and for
-    MTP models a layout string placing the embedding, MTP and loss."""
+    MTP models a layout string placing the embedding, MTP and loss. Where none of the flags splits the layers
+    (uneven ends must be whole multiples of VPP), a layout string with the remainder on the last chunk, as
+    Megatron Bridge's Kimi-K2 recipe writes for 61 layers over PP4 x VPP4: "Et*4|(t*4|)*14tL"."""
     chunks = pp * vpp
     layout = _mtp_layout(num_layers, mtp, chunks) if mtp and pp > 1 else None
     if layout:
@@ -73,16 +80,16 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
         return [{}]
     if (num_layers + 2) % chunks == 0:
         return [{"account_for_embedding": True, "account_for_loss": True}]
-    if pp < 3:
-        return []
-    per_chunk = -(-num_layers // chunks)
-    middle = (pp - 2) * vpp * per_chunk
-    rest = num_layers - middle
-    for first in range(vpp, vpp * per_chunk + 1, vpp):
-        last = rest - first
-        if 0 < last <= vpp * per_chunk and last % vpp == 0:
-            return [{"first_stage_layers": first, "last_stage_layers": last}]
-    return []
+    if pp >= 3:
+        per_chunk = -(-num_layers // chunks)
+        middle = (pp - 2) * vpp * per_chunk
+        rest = num_layers - middle
+        for first in range(vpp, vpp * per_chunk + 1, vpp):
+            last = rest - first
+            if 0 < last <= vpp * per_chunk and last % vpp == 0:
+                return [{"first_stage_layers": first, "last_stage_layers": last}]
+    layout = _mtp_layout(num_layers, 0, chunks) if pp > 1 else None
+    return [{"pipeline_layout": layout}] if layout else []
 
 
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,

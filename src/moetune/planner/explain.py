@@ -79,6 +79,7 @@ def _scale(e: Estimate) -> dict:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
     return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
             "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
+            "pipeline_split": lay.split_text() or "even",
             "groups_leaving_nvlink_domain": leaving, "notes": notes}
 
 
