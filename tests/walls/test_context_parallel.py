@@ -13,6 +13,7 @@ from moetune.planner.estimate import estimate
 from moetune.planner.runs import published_rows
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.compute import rates, ring_slowdown
 from moetune.walls.context_parallel import (
     a2a_allows,
     cp_exchange_exists,
@@ -110,12 +111,13 @@ def test_linear_mixers_trade_their_inputs_for_heads():
     mamba = next(k for k in nano.layers if k.mixer == "mamba")
     width = 3 * 64 * 64 + 2 * 8 * 128 + 64
     expected = 2 * 3 / 4 * tokens / tp * 2 * width / nvlink + 12 * lat
-    assert layer_cp(nano, mamba, _Ctx(tokens), cp, tp, gpu, eff, Knobs(), 1.0, 0.0) == pytest.approx((expected,
-                                                                                                       expected))
+    r = rates(gpu, "bf16", eff)
+    assert layer_cp(nano, mamba, _Ctx(tokens), cp, tp, gpu, eff, Knobs(), r, 0.0) == pytest.approx((expected,
+                                                                                                     expected, 1.0))
     nxt = load_model("qwen3-next-80b-a3b")  # 16 key heads and 32 value heads of 128
     gdn = next(k for k in nxt.layers if k.mixer == "gdn")
     expected = 2 * 3 / 4 * tokens / tp * 2 * (2 * 16 * 128 + 2 * 32 * 128) / nvlink + 8 * lat
-    assert layer_cp(nxt, gdn, _Ctx(tokens), cp, tp, gpu, eff, Knobs(), 1.0, 0.0)[0] == pytest.approx(expected)
+    assert layer_cp(nxt, gdn, _Ctx(tokens), cp, tp, gpu, eff, Knobs(), r, 0.0)[0] == pytest.approx(expected)
 
 
 class _Ctx:
@@ -133,3 +135,24 @@ def test_linear_mixers_give_each_cp_rank_whole_heads(model, tp, cp, needle):
     with pytest.raises(MoetuneError, match=re.escape(needle)):
         validate_shapes(spec, Layout(world_size=tp * cp, tp=tp, cp=cp))
     validate_shapes(spec, Layout(world_size=tp * 2, tp=tp, cp=2))  # two ranks split them
+
+
+def test_a_ring_runs_its_attention_in_chunks_of_the_keys():
+    """A p2p ring of R ranks runs one attention call per step on seq/(2R)-token chunks (Transformer Engine's
+    diagonal / lower-triangle / upper-triangle calls, in lockstep): each sees 1/R of the causal mean keys, at the
+    keys rate L / (L + attn_keys_half). By hand at 8k over 8 ranks: 4,096.5 keys a query in one call, 512.06 a
+    chunk: (4096.5/4286.5) / (512.06/702.06) = 1.310."""
+    r = rates(load_gpu("h100"), "bf16", efficiency("h100"))
+    assert r.attn_keys_half == 190
+    assert ring_slowdown(8192, 1, r) == 1.0
+    assert ring_slowdown(8192, 8, r) == pytest.approx((4096.5 / 4286.5) / (4096.5 / 8 / (4096.5 / 8 + 190)))
+    assert ring_slowdown(131072, 8, r) < 1.03  # long context: chunks of 8k keys run near the full rate
+    lay = Layout(world_size=64, tp=1, cp=4, pp=1, ep=8)
+    wl = Workload(seq_length=8192, micro_batch_size=1, global_batch_size=64)
+    p2p, a2a = (estimate(QWEN235, load_gpu("h100"), lay, wl, Knobs(precision="bf16", cp_comm_type=t, recompute="full"))
+                for t in ("p2p", "a2a"))
+    attn = {e.knobs.cp_comm_type: e.time["compute_by_class"]["core_attn"] for e in (p2p, a2a)}
+    assert attn["p2p"] == pytest.approx(attn["a2a"] * ring_slowdown(8192, 4, r))
+    # full recompute replays the forward attention in the ring's chunks too: 1 / (1 + 2.5) of the fwd + bwd
+    extra = p2p.time["compute_by_class"]["recompute"] - a2a.time["compute_by_class"]["recompute"]
+    assert extra == pytest.approx(attn["a2a"] / 3.5 * (ring_slowdown(8192, 4, r) - 1))

@@ -79,6 +79,17 @@ def attention_rate(spec: ModelSpec, seq_length: int, window: int | None, r: Rate
     return r.attn * head_dim_factor(spec, r) * keys_factor(attended_keys(seq_length, window), r)
 
 
+def ring_slowdown(seq_length: int, ring, r: Rates):
+    """Attention seconds under a CP p2p ring of `ring` ranks over the same FLOPs in one causal call (>= 1). Transformer
+    Engine splits the sequence into 2 x ring chunks and runs one attention call per ring step (context_parallel.py
+    AttnFuncWithCPAndKVP2P: a causal "diagonal" call on the rank's own two chunks, then "lower-triangle" calls of both
+    query chunks against one K,V chunk and "upper-triangle" calls of one query chunk against two); the steps run in
+    lockstep, so each takes its slowest call's time, one chunk (seq / (2 x ring)) of keys per query: 1/ring of the
+    whole sequence's causal mean, at keys_factor's rate for it."""
+    full = attended_keys(seq_length)
+    return keys_factor(full, r) / keys_factor(full / np.maximum(ring, 1), r)
+
+
 def _tile_eff(shapes: list, tile: int, tp) -> float:
     """Useful over issued MACs of a class's GEMMs when output tiles round up: the forward's output is N wide,
     dgrad's K, wgrad's K x N (NVIDIA, "Matrix Multiplication Background", tile quantization)."""

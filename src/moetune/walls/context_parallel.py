@@ -23,7 +23,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
-from moetune.walls.compute import BWD_ATTN, attention_rate, rates
+from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
 from moetune.walls.flops import layer_flops
 from moetune.walls.memory import activation_context
 
@@ -115,6 +115,18 @@ def cp_exposed(hard, soft, attn_total):
     return hard + np.maximum(soft - attn_total, 0.0)
 
 
+def ring_ranks(spec: ModelSpec, comm_type: str, cp, tp, nvlink_domain: int, inner=None):
+    """Ranks of the p2p ring whose attention calls each see one chunk of the keys (compute.ring_slowdown): CP for
+    p2p, the outer group for a2a+p2p; 1 for a2a (whole sequence, heads split) and all_gather (each query chunk
+    against the gathered K,V prefix)."""
+    if comm_type == "p2p":
+        return np.asarray(cp)
+    if comm_type == "a2a+p2p":
+        inner = hcp_inner_size(spec, cp, tp, nvlink_domain) if inner is None else inner
+        return np.asarray(cp) // np.maximum(inner, 1)
+    return np.ones_like(np.asarray(cp))
+
+
 def representative_kind(spec: ModelSpec) -> LayerKind:
     """The attention layer kind with the most attention work per token (gpt-oss: its full-attention layers), whose
     exchanges decide a plan's cp_comm_type for the whole model."""
@@ -141,48 +153,63 @@ def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, co
     return bool(legal.get(comm_type, not spec.softmax_sinks))
 
 
-def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, attn_rate):
-    """Index into AUTO_OPTIONS of the legal exchange that leaves the least exposed on the representative layer: how a
-    plan sets cp_comm_type per layout (the choice barely interacts with the other knobs)."""
+def _option_cost(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, r: Rates, comm_type: str, attn_total,
+                 inner=None) -> tuple:
+    """(raw, exposed, attention slowdown) of one exchange: the exchange hides under the attention as its ring's
+    chunked calls run it, `attn_total` x the slowdown (compute.ring_slowdown)."""
+    slow = ring_slowdown(ctx.seq_length, ring_ranks(spec, comm_type, cp, tp, gpu.nvlink_domain, inner), r)
+    hard, soft = cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, comm_type, inner)
+    return hard + soft, cp_exposed(hard, soft, attn_total * slow), slow
+
+
+def _total_cost(option: tuple, attn_total):
+    """What an exchange costs a layer: its exposed seconds plus the attention seconds its ring's calls add."""
+    _, exposed, slow = option
+    return exposed + attn_total * (slow - 1)
+
+
+def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, r: Rates):
+    """Index into AUTO_OPTIONS of the legal exchange that costs least on the representative layer, its exchange left
+    exposed plus what its ring's chunked attention calls add: how a plan sets cp_comm_type per layout (the choice
+    barely interacts with the other knobs)."""
     kind = representative_kind(spec)
     flops = layer_flops(spec, kind, ctx.tokens, ctx.seq_length, window=kind.window)["core_attn"]
-    attn_total = (1 + BWD_ATTN) * flops / tp / attn_rate
+    attn_total = (1 + BWD_ATTN) * flops / tp / attention_rate(spec, ctx.seq_length, None, r)
     legal = _legal(spec, cp, tp, gpu.nvlink_domain)
-    cost = [np.where(legal[t], cp_exposed(*cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, t), attn_total),
-                     np.inf) for t in AUTO_OPTIONS]
+    cost = [np.where(legal[t], _total_cost(_option_cost(spec, kind, ctx, cp, tp, gpu, eff, r, t, attn_total),
+                                           attn_total), np.inf) for t in AUTO_OPTIONS]
     return np.argmin(np.stack(np.broadcast_arrays(*cost)), axis=0)
 
 
-def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, attn_rate, attn_s):
-    """(raw, exposed) seconds of one layer's CP exchanges; `attn_s` is its forward attention."""
+def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, r: Rates, attn_s):
+    """(raw, exposed, attention slowdown) of one layer's CP exchanges; `attn_s` is its forward attention in one
+    causal call, the slowdown what a p2p ring's chunked calls multiply it by (1 without a ring)."""
     if not np.any(np.asarray(cp) > 1) or kind.mixer not in (*ATTENTION, "mamba", "gdn"):
-        return 0.0, 0.0
+        return 0.0, 0.0, 1.0
     if kind.mixer in ("mamba", "gdn"):  # their own all-to-alls, whatever cp_comm_type says (attention's exchange)
         hard = linear_mixer_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff)
-        return hard, hard
+        return hard, hard, 1.0
     # The planner asks again for every knob set of a layout batch; none of those knobs moves the exchange.
     arrays = (np.asarray(a, dtype=float).tobytes() for a in (ctx.tokens, cp, tp, attn_s))
-    key = (spec, kind, gpu.key, gpu.nvlink_domain, knobs.cp_comm_type, knobs.hcp_a2a_size, attn_rate,
-           eff["nvlink_eff"], eff["nic_eff"], eff["a2a_latency_us"], *arrays)
+    key = (spec, kind, gpu.key, gpu.nvlink_domain, knobs.cp_comm_type, knobs.hcp_a2a_size, r.attn, r.attn_hdim64,
+           r.attn_keys_half, ctx.seq_length, eff["nvlink_eff"], eff["nic_eff"], eff["a2a_latency_us"], *arrays)
     if key not in _MEMO:
         if len(_MEMO) > 4096:
             _MEMO.clear()
-        _MEMO[key] = _layer_cp(spec, kind, ctx, cp, tp, gpu, eff, knobs, attn_rate, attn_s)
+        _MEMO[key] = _layer_cp(spec, kind, ctx, cp, tp, gpu, eff, knobs, r, attn_s)
     return _MEMO[key]
 
 
 _MEMO: dict = {}
 
 
-def _layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, attn_rate, attn_s):
+def _layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, r: Rates, attn_s):
+    attn_total = (1 + BWD_ATTN) * attn_s
     if knobs.cp_comm_type == "auto":
-        pick = auto_choice(spec, ctx, cp, tp, gpu, eff, attn_rate)
-        parts = [cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, t) for t in AUTO_OPTIONS]
-        hard = np.choose(pick, np.broadcast_arrays(*(p[0] for p in parts)))
-        soft = np.choose(pick, np.broadcast_arrays(*(p[1] for p in parts)))
-    else:
-        hard, soft = cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, knobs.cp_comm_type, knobs.hcp_a2a_size)
-    return hard + soft, cp_exposed(hard, soft, (1 + BWD_ATTN) * attn_s)
+        pick = auto_choice(spec, ctx, cp, tp, gpu, eff, r)
+        parts = [_option_cost(spec, kind, ctx, cp, tp, gpu, eff, r, t, attn_total) for t in AUTO_OPTIONS]
+        return tuple(np.choose(pick, np.broadcast_arrays(*(p[i] for p in parts))) for i in range(3))
+    return _option_cost(spec, kind, ctx, cp, tp, gpu, eff, r, knobs.cp_comm_type, attn_total, knobs.hcp_a2a_size)
 
 
 def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knobs:
@@ -197,8 +224,7 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     gpu = job_gpu(gpu, lay.world_size)
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    rate = attention_rate(spec, wl.seq_length, None, r)
-    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, rate))]
+    choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r))]
     inner = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain)) if choice == "a2a+p2p" else None
     return replace(knobs, cp_comm_type=choice, hcp_a2a_size=inner)
 

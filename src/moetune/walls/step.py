@@ -27,7 +27,6 @@ from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, nvlink_
 from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
-    attention_rate,
     layer_compute_seconds,
     passes,
     rates,
@@ -93,9 +92,9 @@ class LayerTime:
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
-                compute: dict, attn_s: float, attn_rate: float) -> tuple[dict, dict]:
-    """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward); `attn_s` is the
-    layer's forward attention, `attn_rate` the fused-attention FLOP/s (the CP exchange hides under it)."""
+                compute: dict, cp: tuple) -> tuple[dict, dict]:
+    """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward); `cp` is the CP
+    exchange's (raw, exposed) seconds (context_parallel.layer_cp)."""
     compute_s = sum(compute.values())
     full = ctx.tokens * spec.hidden_size * BF16  # the sequence-gathered activation a TP collective moves
     n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
@@ -122,7 +121,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         hide = ep_overlap_hide(eff, knobs, nvlink_busy(parts))
         ep_exposed = (ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad)
                       + replays * (a2a + etp)) if knobs.ep_overlap else ep
-    cp, cp_exposed = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, attn_rate, attn_s)
+    cp, cp_exposed = cp
     # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
     # the backward over the host link, each direction under that pass's compute (the backward is BWD_GEMM times
     # the forward, compute.py).
@@ -138,16 +137,28 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     return raw, exposed
 
 
+def ring_attention(compute: dict, attn, slow, knobs: Knobs) -> dict:
+    """`compute` with the attention a CP p2p ring runs in chunked calls charged `slow` x its one-call time
+    (compute.ring_slowdown), the forward replayed by core_attn or full recompute included."""
+    if np.all(np.asarray(slow) == 1.0):
+        return compute
+    replayed = knobs.recompute == "full" or "core_attn" in knobs.effective_modules
+    extra = np.asarray(slow) - 1.0
+    return {**compute, "core_attn": compute["core_attn"] * (1 + extra),
+            "recompute": compute["recompute"] + (attn * extra if replayed else 0.0)}
+
+
 def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
                r: Rates, compute: dict | None = None) -> LayerTime:
     """`compute` may be passed in when already known (the planner reuses it across communication knobs)."""
     if compute is None:
         compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
                                         modules=knobs.effective_modules, eff=eff)
-    total = sum(compute.values())
     attn = compute["core_attn"] / passes("core_attn")
-    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, attn,
-                               attention_rate(spec, ctx.seq_length, None, r))
+    cp_raw, cp_exposed, slow = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, r, attn)
+    compute = ring_attention(compute, attn, slow, knobs)
+    total = sum(compute.values())
+    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed))
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
