@@ -161,3 +161,22 @@ def test_a_global_batch_that_rules_out_data_parallel_sizes_says_which():
     assert even.gbs_excluded_dp == [] and even.layouts > odd.layouts
     wl = Workload(seq_length=4096, global_batch_size=1024)
     assert {lay.dp for lay in enumerate_layouts(spec, g, 64, wl, {})} >= {16, 32, 64}
+
+
+def test_tp_comm_overlap_rides_along_where_userbuffers_take_the_recipe():
+    """TP overlap is paired with every precision Transformer Engine's Userbuffers take (not blockwise FP8): on a TP > 1
+    pick it is on, hides TP time and is charged its buffers; on TP 1 the result carries it off (Bridge turns it off);
+    --fix tp_comm_overlap=false keeps it off and is predicted slower."""
+    spec, gpu, wl = load_model("qwen3-235b-a22b"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=1024)
+    pinned = {"tp": 4, "pp": 8, "ep": 8, "precision": ["bf16"], "cuda_graph_scope": [()], "ep_overlap": [False],
+              "optimizer_offload_fraction": [0.0], "recompute": "none"}
+    on = plan(spec, gpu, 256, wl, top=1, fixed=pinned).results[0]
+    off = plan(spec, gpu, 256, wl, top=1, fixed={**pinned, "tp_comm_overlap": False}).results[0]
+    assert on.knobs.tp_comm_overlap and not off.knobs.tp_comm_overlap
+    assert on.time["exposed_collectives"]["tp"] < off.time["exposed_collectives"]["tp"]
+    assert on.time["step_seconds"] < off.time["step_seconds"]
+    assert "tp_comm_userbuffers" in on.stages[0].items and "tp_comm_userbuffers" not in off.stages[0].items
+    tp1 = plan(spec, gpu, 256, wl, top=1, fixed={**pinned, "tp": 1, "pp": 16}).results[0]
+    assert not tp1.knobs.tp_comm_overlap
+    blockwise = plan(spec, gpu, 256, wl, top=1, fixed={**pinned, "precision": ["fp8-blockwise"]}).results[0]
+    assert not blockwise.knobs.tp_comm_overlap

@@ -21,7 +21,7 @@ from moetune.walls.efficiency import load_efficiency_file
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
 BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",
-             "fp8_output_proj")
+             "fp8_output_proj", "tp_comm_overlap")
 
 
 def parse_fix(items: tuple[str, ...]) -> dict:
@@ -134,9 +134,9 @@ def print_versus(v: dict) -> None:
 
 
 def _overlap_text(k) -> str:
-    if not k.ep_overlap:
-        return "off"
-    return "on + delay wgrad" if k.delay_wgrad else "on"
+    """EP overlap (with delayed wgrad), and TP comm overlap where the result runs it."""
+    ep = ("on + delay wgrad" if k.delay_wgrad else "on") if k.ep_overlap else "off"
+    return ep + (" (+TP overlap)" if k.tp_comm_overlap else "")
 
 
 def _recompute_text(k) -> str:

@@ -195,6 +195,15 @@ def _fp8_output_proj(precision: str, fixed: dict) -> bool:
     return precision == FP8_OUTPUT_PROJ_PRECISION and fixed.get("fp8_output_proj", True)
 
 
+def _tp_comm_overlap(precision: str, fixed: dict) -> bool:
+    """tp_comm_overlap (seeds/000 Dispatcher And Overlap Guidance: --tp-comm-overlap) rides along wherever Transformer
+    Engine's Userbuffers take the recipe's GEMM inputs (rules.yaml overlap.tp_comm_quantizer: not blockwise FP8 or
+    NVFP4). It only hides TP time in the step model and costs its buffers in memory (memory.userbuffer_bytes), so it is
+    paired rather than searched; a result on TP 1 carries it off, as Megatron Bridge turns it off there. --fix
+    tp_comm_overlap=false keeps it off."""
+    return precision not in ("fp8-blockwise", "nvfp4") and fixed.get("tp_comm_overlap", True)
+
+
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
     """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload.
     Fine-grained activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put
@@ -223,6 +232,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           overlap_param_gather=fixed.get("overlap_param_gather", True),
                           offload_modules=fixed.get("offload_modules", frozenset()),
                           fp8_output_proj=_fp8_output_proj(prec, fixed),
+                          tp_comm_overlap=_tp_comm_overlap(prec, fixed),
                           # each layout's CP exchange is the legal one that hides best (walls/context_parallel.py)
                           cp_comm_type=fixed.get("cp_comm_type", "auto")))
     return grid

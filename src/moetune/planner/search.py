@@ -166,7 +166,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     # within 1% of each other, candidates are ordered by the seeds' preferences
     s.best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                 global_batch_size=wl.global_batch_size), knobs,
+                                                 global_batch_size=wl.global_batch_size),
+                        replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
                         efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs in s.best[:top]]
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),

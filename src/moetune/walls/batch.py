@@ -30,6 +30,7 @@ from moetune.walls.memory import (
     logits_bytes,
     model_state_bytes,
     overhead_bytes,
+    userbuffer_bytes,
 )
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.step import (
@@ -99,6 +100,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
         return np.where(b.valid, states + acts + logits, 0).max(axis=1)
 
     peak_items = b.memo(("stage_max", states_key, acts_key), stage_max)
+    peak_items = peak_items + userbuffer_bytes(spec, seq // f.cp[:, 0] * b.mbs[:, 0], f.tp[:, 0], f.sp[:, 0], knobs)
     over = overhead_bytes(knobs, overheads)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)
     return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside

@@ -132,6 +132,24 @@ def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:
     return {k: round(v * GIB) for k, v in items.items()}
 
 
+# tp_comm_overlap: Transformer Engine's initialize_ub (pytorch/module/base.py), as Megatron-LM calls it
+# (training/initialize.py: shape [seq x MBS / CP, hidden]), registers one buffer of that shape for each of 12 overlapped
+# GEMMs (qkv, proj, fc1, fc2 x fprop, dgrad, wgrad): BF16, except the 8 all-gather ones, uint8 under an FP8 recipe.
+# (A recipe keeping its first and last layers in BF16 registers a second, BF16 set; the perf recipes turn that off.)
+UB_BUFFERS, UB_ALL_GATHER = 12, 8
+UB_FP8_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
+
+
+def userbuffer_bytes(spec: ModelSpec, tokens, tp, sp, knobs: Knobs):
+    """Userbuffers of tp_comm_overlap on one rank (`tokens` = seq x MBS / CP); 0 where Megatron Bridge turns the
+    overlap off (TP < 2 or no sequence parallel, training/comm_overlap.py)."""
+    if not knobs.tp_comm_overlap:
+        return 0
+    gathered = 1 if knobs.precision in UB_FP8_PRECISIONS else 2
+    per_row = UB_ALL_GATHER * gathered + (UB_BUFFERS - UB_ALL_GATHER) * 2
+    return np.where((np.asarray(tp) > 1) & np.asarray(sp, dtype=bool), tokens * spec.hidden_size * per_row, 0)
+
+
 def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
                 overheads: dict[str, float] | None = None) -> list[StageMemory]:
     """Per-stage memory of one rank, every line item named."""
@@ -144,6 +162,10 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
         if p.loss:
             items["logits_and_loss"] = loss_bytes(spec, layout, workload)
         items.update(overhead_bytes(knobs, overheads))
+        ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
+                                  layout.sp, knobs))
+        if ub:
+            items["tp_comm_userbuffers"] = ub
         allocated = sum(v for k, v in items.items() if k not in ("cuda_context", "nccl_buffers"))
         items["fragmentation"] = round(allocated * overheads["fragmentation_fraction"])
         result.append(StageMemory(stage=p.stage, params=p.total, items=items, in_flight_microbatches=flight))

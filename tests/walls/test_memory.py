@@ -1,0 +1,41 @@
+"""walls/memory.py line items that are not parameters or activations: tp_comm_overlap's Userbuffers."""
+
+import pytest
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.specs.registry import load_model
+from moetune.walls.memory import memory_wall
+
+QWEN235 = load_model("qwen3-235b-a22b")  # hidden 4096
+WL = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=256)
+
+
+def _ub(layout: Layout, knobs: Knobs, wl: Workload = WL) -> set[int]:
+    return {s.items.get("tp_comm_userbuffers", 0) for s in memory_wall(QWEN235, layout, wl, knobs)}
+
+
+@pytest.mark.parametrize(("precision", "bytes_per_row_element"), [
+    ("bf16", 12 * 2),  # 12 buffers of [tokens, hidden] in BF16
+    ("fp8-current", 8 * 1 + 4 * 2),  # the 8 all-gather buffers in uint8 under an FP8 recipe
+    ("mxfp8", 8 * 1 + 4 * 2),
+])
+def test_userbuffers_are_twelve_sequence_by_hidden_buffers(precision, bytes_per_row_element):
+    """Transformer Engine's initialize_ub registers one [seq x MBS / CP, hidden] buffer per overlapped GEMM (qkv, proj,
+    fc1, fc2 x fprop, dgrad, wgrad) on every stage; by hand for Qwen3-235B-A22B at 16k, TP4 (ModelZoo R151's layout)."""
+    lay = Layout(world_size=256, tp=4, pp=8, vpp=4, ep=8, account_for_embedding=True, account_for_loss=True)
+    assert _ub(lay, Knobs(precision=precision, tp_comm_overlap=True)) == {16384 * 4096 * bytes_per_row_element}
+    assert _ub(lay, Knobs(precision=precision)) == {0}
+    cp2 = Layout(world_size=256, tp=4, cp=2, pp=8, vpp=4, ep=8, account_for_embedding=True, account_for_loss=True)
+    wl = Workload(seq_length=32768, micro_batch_size=1, global_batch_size=256)
+    assert _ub(cp2, Knobs(precision=precision, tp_comm_overlap=True), wl) == {16384 * 4096 * bytes_per_row_element}
+
+
+def test_no_userbuffers_where_bridge_turns_the_overlap_off():
+    """TP 1, or TP without sequence parallel: Megatron Bridge turns tp_comm_overlap off (training/comm_overlap.py)."""
+    knobs = Knobs(precision="bf16", tp_comm_overlap=True)
+    assert _ub(Layout(world_size=256, tp=1, pp=8, vpp=4, ep=8, account_for_embedding=True, account_for_loss=True),
+               knobs) == {0}
+    assert _ub(Layout(world_size=256, tp=4, pp=8, vpp=4, ep=8, account_for_embedding=True, account_for_loss=True,
+                      sequence_parallel=False), knobs) == {0}
