@@ -172,6 +172,26 @@ def test_profile_says_what_dropless_routing_costs():
     assert explain(balanced)["profile"]["routing"] is None
 
 
+def test_dropless_on_expert_tp_names_the_ep_first_layout_it_beats():
+    """Dropless on EP 1 x ETP 8: no expert rank is busier (nothing charged), while the seeds' EP-first layout over
+    the same ranks (EP 8, which rule scale.prefer_ep_over_etp points to) is charged the busiest-rank factor: explain
+    gives that layout's re-estimated figure, so a pick that keeps ETP says why."""
+    from moetune.layout.knobs import DROPLESS_IMBALANCE
+    spec, gpu = load_model("gpt-oss-20b"), load_gpu("h100")
+    wl = Workload(seq_length=4096, micro_batch_size=4, global_batch_size=512)
+    knobs = Knobs(precision="fp8-blockwise", dispatcher="alltoall", routing="dropless")
+    etp = estimate(spec, gpu, Layout(world_size=64, tp=2, ep=1, etp=8), wl, knobs)
+    routing = explain(etp)["profile"]["routing"]
+    ep_first = estimate(spec, gpu, Layout(world_size=64, tp=2, ep=8, etp=1), wl, knobs)
+    assert routing["token_imbalance"] == 1.0 and routing["ep_first_token_imbalance"] == DROPLESS_IMBALANCE
+    assert routing["ep_first_layout"] == ep_first.layout.short()
+    assert routing["ep_first_tokens_per_s_per_gpu"] == ep_first.time["tokens_per_s_per_gpu"]
+    assert routing["ep_first_tokens_per_s_per_gpu"] < etp.time["tokens_per_s_per_gpu"]
+    forced = replace(knobs, routing="force-balance")
+    assert explain(estimate(spec, gpu, Layout(world_size=64, tp=2, ep=1, etp=8), wl, forced))["profile"][
+        "routing"] is None
+
+
 def test_a_saved_dropless_result_keeps_the_default_as_a_default(tmp_path, capsys):
     """A plan or estimate saved with moetune's dropless factor is rebuilt with the default (not as if the user had
     passed --token-imbalance); a factor the user passed stays the user's."""

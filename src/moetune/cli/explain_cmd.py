@@ -68,7 +68,15 @@ def print_explain(a: dict) -> None:
         out.print(f"  - {note}")
     shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in p["wall_shares"].items())
     out.print(f"[bold]Profile[/bold]: dominant wall {p['dominant_wall']} ({p['why']}); {shares}")
-    if r := p.get("routing"):
+    if (r := p.get("routing")) and "ep_first_layout" in r:
+        fits = "" if r["ep_first_fits"] else ", and does not fit"
+        out.print(f"  - dropless routing on EP 1: {r['source']}, so no imbalance is charged; the seeds' EP-first "
+                  f"layout over the same ranks ({r['ep_first_layout']}) is charged "
+                  f"{r['ep_first_token_imbalance']:.2f}x the mean at its busiest expert rank and does "
+                  f"{r['ep_first_tokens_per_s_per_gpu']:,.0f} "
+                  f"tokens/s/GPU{fits}: why this run keeps ETP (pass --token-imbalance with your router's measured "
+                  "factor to weigh them again)")
+    elif r:
         out.print(f"  - dropless routing: the busiest expert rank is charged {r['token_imbalance']:.2f}x the mean "
                   f"({r['source']}); force-balanced, the same run does "
                   f"{r['force_balanced_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU: the imbalance costs "

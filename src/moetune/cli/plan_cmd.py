@@ -109,12 +109,18 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
                    **({"versus_baseline": comparison} if comparison else {})})
     else:
         print_plan(result, gbs)
-        charged = result.results[0].knobs.imbalance_at(result.results[0].layout.ep) if result.results else 1.0
+        pick = result.results[0] if result.results else None
+        charged = pick.knobs.imbalance_at(pick.layout.ep) if pick else 1.0
         if charged > 1:
             console().print(f"[bold]Routing[/bold]: dropless: the busiest expert rank is charged "
                             f"{charged:.2f}x the mean (set from the published "
                             "force-balance/dropless pairs); `explain --plan` shows what it costs; published benchmark "
                             "recipes run --routing force-balance")
+        elif pick and pick.knobs.routing == "dropless" and pick.layout.ep == 1 and pick.layout.etp > 1:
+            console().print(f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice "
+                            f"of every expert, so no rank waits for a busier one, while EP > 1 is charged "
+                            f"{pick.knobs.imbalance_at(2):.2f}x the mean at its busiest expert rank: why the pick "
+                            "keeps ETP over the seeds' EP first; `explain --plan` compares the two")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if comparison:

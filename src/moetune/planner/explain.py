@@ -103,14 +103,30 @@ def _profile(e: Estimate) -> dict:
 def _routing(e: Estimate) -> dict | None:
     """What dropless routing costs this run: the busiest expert rank's factor moetune charged, where it came from,
     and the same run force-balanced (the load factor is the least certain input of a dropless estimate)."""
-    if e.knobs.routing != "dropless" or e.layout.ep == 1 or not e.model.num_moe_experts:
+    if e.knobs.routing != "dropless" or not e.model.num_moe_experts:
         return None
+    if e.layout.ep == 1:
+        return _expert_tp_routing(e) if e.layout.etp > 1 else None
     balanced = e.variant(knobs=replace(e.knobs, routing="force-balance"))
     source = ("--token-imbalance" if e.knobs.token_imbalance is not None else
               "default: layout/knobs.py DROPLESS_IMBALANCE, set from the force-balance/dropless pairs R151-R158")
     return {"token_imbalance": e.knobs.imbalance_at(e.layout.ep), "source": source,
             "force_balanced_tokens_per_s_per_gpu": balanced.time["tokens_per_s_per_gpu"],
             "cost": 1 - e.time["tokens_per_s_per_gpu"] / balanced.time["tokens_per_s_per_gpu"]}
+
+
+def _expert_tp_routing(e: Estimate) -> dict | None:
+    """Dropless on EP 1 with ETP > 1: every rank holds a slice of every expert, so no expert rank is busier than the
+    mean and no imbalance is charged; the seeds' EP-first layout over the same ranks (rule scale.prefer_ep_over_etp)
+    is charged it. Both figures, so a pick that keeps ETP says why."""
+    try:
+        ep_first = e.variant(layout=replace(e.layout, ep=e.layout.etp, etp=1))
+    except (MoetuneError, ValueError):
+        return None
+    return {"token_imbalance": 1.0, "source": "each rank holds a slice of every expert, none is busier",
+            "ep_first_layout": ep_first.layout.short(),
+            "ep_first_token_imbalance": ep_first.knobs.imbalance_at(ep_first.layout.ep),
+            "ep_first_tokens_per_s_per_gpu": ep_first.time["tokens_per_s_per_gpu"], "ep_first_fits": ep_first.fits}
 
 
 def _apply(e: Estimate, move: dict):
