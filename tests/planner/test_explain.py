@@ -202,3 +202,19 @@ def test_a_saved_dropless_result_keeps_the_default_as_a_default(tmp_path, capsys
         saved = json.loads(capsys.readouterr().out)
         rebuilt = estimate_from_json(saved)
         assert source in explain(rebuilt)["profile"]["routing"]["source"]
+
+
+def test_tp_comm_overlap_is_offered_only_where_userbuffers_take_the_recipe():
+    """ModelZoo's Qwen3-235B-A22B layout at 16k (TP4, sequence parallel) without TP overlap: explain offers it in BF16
+    (it hides TP time; ModelZoo's own BF16 runs set it), never under blockwise FP8 (rule overlap.tp_comm_quantizer)."""
+    spec, gpu = load_model("qwen3-235b-a22b"), load_gpu("h100")
+    lay = Layout(world_size=256, tp=4, pp=8, vpp=4, ep=8, account_for_embedding=True, account_for_loss=True)
+    wl = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=256)
+    knobs = Knobs(precision="bf16", dispatcher="deepep", recompute="selective",
+                  recompute_modules=frozenset({"layernorm", "moe"}), cuda_graph_scope=(), routing="force-balance")
+    moves = {m["rule"]: m for m in explain(estimate(spec, gpu, lay, wl, knobs))["retune"]}
+    on = estimate(spec, gpu, lay, wl, replace(knobs, tp_comm_overlap=True))
+    assert moves["tp_comm_overlap"]["new_tokens_per_s_per_gpu"] == on.time["tokens_per_s_per_gpu"]
+    assert moves["tp_comm_overlap"]["predicted_gain"] > 0
+    blockwise = explain(estimate(spec, gpu, lay, wl, replace(knobs, precision="fp8-blockwise")))["retune"]
+    assert "tp_comm_overlap" not in {m["rule"] for m in blockwise}
