@@ -90,6 +90,8 @@ def test_models_and_hardware_list(capsys):
      "no a2a group of 2 or more splits the 4 KV groups"),
     (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "cp_comm_type=ring"],
      "expected one of p2p"),
+    (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "tp_comm_overlap=true",
+      "--fix", "precision=fp8-blockwise"], "Userbuffers take no blockwise-FP8"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     code, out, err = run(args, capsys)

@@ -201,14 +201,30 @@ def _tp_comm_overlap(precision: str, fixed: dict) -> bool:
     NVFP4). It only hides TP time in the step model and costs its buffers in memory (memory.userbuffer_bytes), so it is
     paired rather than searched; a result on TP 1 carries it off, as Megatron Bridge turns it off there. --fix
     tp_comm_overlap=false keeps it off."""
-    return precision not in ("fp8-blockwise", "nvfp4") and fixed.get("tp_comm_overlap", True)
+    return precision not in NO_USERBUFFERS and fixed.get("tp_comm_overlap", True)
+
+
+NO_USERBUFFERS = ("fp8-blockwise", "nvfp4")  # rules.yaml overlap.tp_comm_quantizer
+
+
+def _precisions(defaults: dict, fixed: dict) -> list[str]:
+    """BF16 and the platform's FP8 recipe, or the pinned ones; with tp_comm_overlap pinned on, only those whose inputs
+    Userbuffers take."""
+    precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
+    if fixed.get("tp_comm_overlap") is True:
+        precisions = [p for p in precisions if p not in NO_USERBUFFERS]
+        if not precisions:
+            raise MoetuneError("--fix tp_comm_overlap=true: Transformer Engine's Userbuffers take no blockwise-FP8 or "
+                               "NVFP4 inputs (rule overlap.tp_comm_quantizer); pin precision=bf16, fp8-current, "
+                               "fp8-delayed or mxfp8, or drop the tp_comm_overlap pin")
+    return precisions
 
 
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
     """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload.
     Fine-grained activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put
     offloading last, and each offload set would double the search."""
-    precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
+    precisions = _precisions(defaults, fixed)
     dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
     scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"])] +
                        ([("full_iteration",)] if routing == "force-balance" else []))
