@@ -218,3 +218,19 @@ def test_tp_comm_overlap_is_offered_only_where_userbuffers_take_the_recipe():
     assert moves["tp_comm_overlap"]["predicted_gain"] > 0
     blockwise = explain(estimate(spec, gpu, lay, wl, replace(knobs, precision="fp8-blockwise")))["retune"]
     assert "tp_comm_overlap" not in {m["rule"] for m in blockwise}
+
+
+def test_scale_says_what_a_cp_ring_costs_the_attention():
+    """CP4 over p2p at 8k: the ring's calls see 1,024-token chunks; explain names the ring and its slowdown
+    (compute.ring_slowdown), and an a2a exchange (whole-sequence calls) gets no such clause."""
+    from moetune.walls.compute import rates, ring_slowdown
+    from moetune.walls.efficiency import efficiency
+    spec, gpu = load_model("qwen3-235b-a22b"), load_gpu("h100")
+    lay = Layout(world_size=64, tp=1, cp=4, pp=1, ep=8)
+    wl = Workload(seq_length=8192, micro_batch_size=1, global_batch_size=64)
+    ring = estimate(spec, gpu, lay, wl, Knobs(precision="bf16", cp_comm_type="p2p"))
+    notes = " ".join(explain(ring)["scale"]["notes"])
+    slow = ring_slowdown(8192, 4, rates(gpu, "bf16", efficiency("h100")))
+    assert f"ring of 4 runs the attention in calls of 1,024-token chunks, {slow:.2f}x" in notes
+    a2a = " ".join(explain(estimate(spec, gpu, lay, wl, Knobs(precision="bf16", cp_comm_type="a2a")))["scale"]["notes"])
+    assert "ring of" not in a2a and "cp_comm_type a2a" in a2a

@@ -23,7 +23,8 @@ from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
-from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, resolve_auto
+from moetune.walls.compute import rates, ring_slowdown
+from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, resolve_auto, ring_ranks
 from moetune.walls.memory import merged_overheads
 
 GIB = 1 << 30
@@ -74,13 +75,24 @@ def _scale(e: Estimate) -> dict:
         notes.append(f"CP{lay.cp} exchanges attention inputs by cp_comm_type {exchange_text(e.knobs, lay.cp)}: "
                      f"{EXCHANGE_WORDS.get(e.knobs.cp_comm_type, e.knobs.cp_comm_type)}"
                      + (f"; {exposed:.2f} s a step left exposed{linear}" if exposed is not None else "")
-                     + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that hides best)")
+                     + _ring_text(e)
+                     + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that costs least)")
     if lay.dp == 1:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
     return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
             "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
             "pipeline_split": lay.split_text() or "even",
             "groups_leaving_nvlink_domain": leaving, "notes": notes}
+
+
+def _ring_text(e: Estimate) -> str:
+    """What a p2p ring's chunked attention calls cost (compute.ring_slowdown), or "" without a ring."""
+    ring = int(ring_ranks(e.model, e.knobs.cp_comm_type, e.layout.cp, e.layout.tp, e.job_domain, e.knobs.hcp_a2a_size))
+    if ring < 2:
+        return ""
+    slow = ring_slowdown(e.workload.seq_length, ring, rates(e.gpu, e.knobs.precision, e.efficiency))
+    return (f"; its ring of {ring} runs the attention in calls of {e.workload.seq_length // (2 * ring):,}-token "
+            f"chunks, {slow:.2f}x the time of one call over the sequence")
 
 
 def _profile(e: Estimate) -> dict:
