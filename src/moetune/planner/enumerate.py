@@ -195,6 +195,9 @@ def _fp8_output_proj(precision: str, fixed: dict) -> bool:
     return precision == FP8_OUTPUT_PROJ_PRECISION and fixed.get("fp8_output_proj", True)
 
 
+NO_USERBUFFERS = ("fp8-blockwise", "nvfp4")  # rules.yaml overlap.tp_comm_quantizer
+
+
 def _tp_comm_overlap(precision: str, fixed: dict) -> bool:
     """tp_comm_overlap (seeds/000 Dispatcher And Overlap Guidance: --tp-comm-overlap) rides along wherever Transformer
     Engine's Userbuffers take the recipe's GEMM inputs (rules.yaml overlap.tp_comm_quantizer: not blockwise FP8 or
@@ -202,9 +205,6 @@ def _tp_comm_overlap(precision: str, fixed: dict) -> bool:
     paired rather than searched; a result on TP 1 carries it off, as Megatron Bridge turns it off there. --fix
     tp_comm_overlap=false keeps it off."""
     return precision not in NO_USERBUFFERS and fixed.get("tp_comm_overlap", True)
-
-
-NO_USERBUFFERS = ("fp8-blockwise", "nvfp4")  # rules.yaml overlap.tp_comm_quantizer
 
 
 def _precisions(defaults: dict, fixed: dict) -> list[str]:
