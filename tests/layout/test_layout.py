@@ -137,3 +137,14 @@ def test_a_straddling_group_counts_its_worst_placed_member():
     assert members_in_domain(40, 1, 72) == 8
     assert members_in_domain(40, 1, 120) == 40  # aligned: every group inside
     assert list(members_in_domain(np.array([8, 16, 64]), np.array([1, 1, 1]), 72)) == [8, 8, 8]
+
+
+def test_split_text_names_what_must_be_passed_again():
+    """Results print how layers split over stages when not evenly (plan's layout column, estimate, explain)."""
+    assert Layout(world_size=64, pp=4, ep=8).split_text() == ""
+    assert Layout(world_size=64, pp=4, ep=8, first_stage_layers=13, last_stage_layers=16).split_text() == (
+        "first stage 13 layers, last stage 16 layers")
+    assert Layout(world_size=256, tp=4, pp=8, vpp=4, ep=8, account_for_embedding=True,
+                  account_for_loss=True).split_text() == "embedding and loss counted as layers"
+    assert Layout(world_size=64, pp=4, vpp=4, ep=8, pipeline_layout="Et*4|(t*4|)*14tL").split_text() == (
+        "pipeline layout Et*4|(t*4|)*14tL")

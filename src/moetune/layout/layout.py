@@ -126,7 +126,7 @@ class Layout:
         counted = [name for name, on in (("embedding", self.account_for_embedding), ("loss", self.account_for_loss))
                    if on]
         if counted:
-            parts.append(f"{' and '.join(counted)} counted as a layer")
+            parts.append(f"{' and '.join(counted)} counted as {'layers' if len(counted) == 2 else 'a layer'}")
         return ", ".join(parts)
 
     def describe(self) -> str:
