@@ -100,5 +100,5 @@ def print_explain(a: dict) -> None:
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"
               + (f"; {d['flex_num_sms']} dispatcher SMs ({d['flex_num_sms_source']})" if d["flex_num_sms"] else "")
-              + (f"; CP exchange {d['cp_comm_type']}, the legal one that hides best ({d['cp_comm_type_source']})"
+              + (f"; CP exchange {d['cp_comm_type']}, the legal one that costs least ({d['cp_comm_type_source']})"
                  if d["cp_comm_type"] else ""))

@@ -78,7 +78,7 @@ def knob_options(func):
                      help="model.fp8_output_proj: the LM head under MXFP8 (else BF16 whatever the recipe)."),
         click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
                      help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: auto, the legal "
-                          "one that hides best, as plan picks (Megatron's own default is p2p)."),
+                          "one that costs least, as plan picks (Megatron's own default is p2p)."),
         click.option("--hcp-a2a-size", type=click.IntRange(1), default=None,
                      help="a2a+p2p: the a2a group (hierarchical_context_parallel_sizes[0]). Default: the largest "
                           "the heads allow inside the NVLink domain."),
@@ -164,7 +164,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         cp_comm_type=kw["cp_comm_type"] or "auto", hcp_a2a_size=kw["hcp_a2a_size"],
     )
     if kw["cp_comm_type"] is None and layout.cp > 1:
-        defaulted.append("cp_comm_type")  # the legal exchange that hides best (Bridge's recipes pick a2a where it runs)
+        defaulted.append("cp_comm_type")  # the legal exchange that costs least (Bridge recipes pick a2a where it runs)
     return knobs, defaulted
 
 

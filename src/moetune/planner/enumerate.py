@@ -249,6 +249,6 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           offload_modules=fixed.get("offload_modules", frozenset()),
                           fp8_output_proj=_fp8_output_proj(prec, fixed),
                           tp_comm_overlap=_tp_comm_overlap(prec, fixed),
-                          # each layout's CP exchange is the legal one that hides best (walls/context_parallel.py)
+                          # each layout's CP exchange is the legal one that costs least (walls/context_parallel.py)
                           cp_comm_type=fixed.get("cp_comm_type", "auto")))
     return grid

@@ -301,7 +301,7 @@ def explain(e: Estimate) -> dict:
                              "flex_num_sms": TUNED_FLEX_SMS.get(defaults["dispatcher"]),
                              "flex_num_sms_source": "seeds/004 Tuning Parameters (HybridEP: the performance harness "
                                                     "uses 32; DeepEP: default 20)",
-                             # with CP: the legal exchange that hides best (Megatron's own default is p2p; Bridge's
+                             # with CP: the legal exchange that costs least (Megatron's own default is p2p; Bridge's
                              # gpt-oss and Qwen3 H100 recipes set a2a)
                              "cp_comm_type": _default_exchange(e),
                              "cp_comm_type_source": "walls/context_parallel.py auto_choice; Megatron-Bridge "
