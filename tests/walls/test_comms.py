@@ -9,8 +9,13 @@ import pytest
 
 from moetune.layout.ranks import job_gpu
 from moetune.specs.hardware import load_gpu
-from moetune.walls.comms import ep_alltoall_parts, ep_alltoall_seconds, fused_copies, nvlink_busy
+from moetune.walls.comms import alltoall_total, ep_alltoall_parts, fused_copies, nvlink_busy
 from moetune.walls.efficiency import efficiency
+
+
+def ep_alltoall_seconds(*args, **kwargs):
+    """Seconds of one EP all-to-all on one rank."""
+    return alltoall_total(ep_alltoall_parts(*args, **kwargs))
 
 
 @pytest.mark.parametrize("ep", [8, 64])

@@ -3,11 +3,10 @@
 import click
 
 from moetune.cli.options import estimate_from_flags, knob_options, layout_options
-from moetune.cli.output import console, emit_json, gib, print_checks, table
+from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks
-from moetune.walls.context_parallel import exchange_text
 
 
 @click.command(name="estimate")
@@ -34,9 +33,7 @@ def command(model: str, as_json: bool, **kw) -> None:
 def print_estimate(result: Estimate) -> None:
     out = console()
     out.print(f"[bold]{result.model.name}[/bold] on {result.layout.world_size} x {result.gpu.name}: "
-              f"{result.layout.describe()}"
-              + (f"; CP via {exchange_text(result.knobs, result.layout.cp)}" if result.layout.cp > 1 else "")
-              + (f"; {result.layout.split_text()}" if result.layout.split_text() else ""))
+              f"{result.layout.describe()}" + "".join(f"; {x}" for x in layout_extras(result.layout, result.knobs)))
     leaving = groups_leaving_domain(result.layout, result.job_domain)
     crossing = [f"{g.upper()} ({100 * share:.0f}% of peers)" for g, share in leaving.items() if share > 0]
     out.print(f"rank order tp-cp-ep-dp-pp; outside the {result.job_domain}-GPU NVLink domain: "

@@ -7,7 +7,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from moetune.walls.context_parallel import exchange_text
+
 GIB = 1 << 30
+
+
+def layout_extras(layout, knobs) -> list[str]:
+    """What a layout row needs besides its sizes to be run again: the CP exchange and the pipeline split."""
+    cp = [f"CP via {exchange_text(knobs, layout.cp)}"] if layout.cp > 1 else []
+    return cp + ([layout.split_text()] if layout.split_text() else [])
 
 
 def console() -> Console:

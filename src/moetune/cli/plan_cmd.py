@@ -5,7 +5,7 @@ import sys
 import click
 from rich.progress import Progress
 
-from moetune.cli.output import console, emit_json, table
+from moetune.cli.output import console, emit_json, layout_extras, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
@@ -16,7 +16,6 @@ from moetune.planner.search import PlanResult, plan
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.context_parallel import exchange_text
 from moetune.walls.efficiency import load_efficiency_file
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
@@ -198,8 +197,7 @@ def print_plan(result: PlanResult, gbs: int) -> None:
     for rank, r in enumerate(result.results, 1):
         k, t = r.knobs, r.time
         precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
-        layout = r.layout.short() + (f" CP via {exchange_text(k, r.layout.cp)}" if r.layout.cp > 1 else "")
-        layout += f" {r.layout.split_text()}" if r.layout.split_text() else ""
+        layout = " ".join([r.layout.short(), *layout_extras(r.layout, k)])
         rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
                      _recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),

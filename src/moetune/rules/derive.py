@@ -14,6 +14,7 @@ from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.rules.table import load_table
+from moetune.walls.context_parallel import a2a_splits
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {
@@ -132,8 +133,8 @@ def _context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     groups = heads if value(config, "model.multi_latent_attention", False) else value(config, "model.num_query_groups")
     d["attn_heads"], d["kv_groups"] = heads, groups
     if heads and groups and heads % d["tp"] == 0 and groups % d["tp"] == 0:
-        per_rank = math.gcd(heads // d["tp"], groups // d["tp"])
-        d["cp_a2a_limit"] = max(a for a in range(1, per_rank + 1) if per_rank % a == 0 and d["cp"] % a == 0)
+        d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1)
+                                if d["cp"] % a == 0 and a2a_splits(heads // d["tp"], groups // d["tp"], a))
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
     if "job_nvlink_domain" in d:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])

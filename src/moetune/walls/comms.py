@@ -4,8 +4,8 @@ A group whose members share an NVLink domain talks over NVLink (per-direction ba
 ``nvlink_eff``); once it leaves the domain the scale-out NIC of each GPU is the bottleneck
 (``nic_gbps`` x ``nic_eff``). Which share of a group leaves the domain follows Megatron's rank order
 (layout/ranks.py). Ring all-gather / reduce-scatter move ``(n-1)/n`` of the full tensor per rank.
-The EP all-to-all (dispatch and combine) is ``ep_alltoall_seconds``: each rank sends top-k copies of
-its tokens; the share bound for other NVLink domains rides the NIC, the rest NVLink, concurrently.
+The EP all-to-all (dispatch and combine) is ``ep_alltoall_parts`` (``alltoall_total`` adds them up): each rank
+sends top-k copies of its tokens; the share bound for other NVLink domains rides the NIC, the rest NVLink, concurrently.
 DeepEP and HybridEP send a token once per destination rank (and once per remote domain, forwarded inside
 it), not once per expert: ``fused_copies``.
 """
@@ -89,7 +89,7 @@ def ep_alltoall_parts(tokens_sent, hidden: int, topk: int, num_experts: int, ep,
                       dispatcher: str, groups: int = 1, group_topk: int = 1, num_sms: int = 0) -> tuple:
     """(NVLink seconds, NIC seconds, fixed seconds) of one EP all-to-all (a dispatch or a combine) on one rank;
     ``tokens_sent`` before top-k copies; ``num_sms``: SMs of the fused kernels (Knobs.num_sms). The two links run
-    concurrently (ep_alltoall_seconds)."""
+    concurrently (alltoall_total)."""
     a2a = eff[f"a2a_eff_{dispatcher}"]
     if dispatcher in ("deepep", "hybridep"):
         nv_copies, nic_copies = fused_copies(num_experts, topk, ep, etp, gpu, groups, group_topk)
@@ -120,7 +120,3 @@ def nvlink_busy(parts: tuple):
     t_intra, t_inter, _ = parts
     return t_intra / np.maximum(np.maximum(t_intra, t_inter), 1e-30)
 
-
-def ep_alltoall_seconds(*args, **kwargs):
-    """Seconds of one EP all-to-all on one rank (arguments of ep_alltoall_parts)."""
-    return alltoall_total(ep_alltoall_parts(*args, **kwargs))

@@ -67,8 +67,10 @@ ATTN_REF_KEYS = 2048
 
 def keys_factor(keys, r: Rates):
     """Fused attention's rate at `keys` per query over its rate at 4k: each query tile's fixed work (load Q, rescale,
-    write O) is spread over the keys it loops through, L / (L + attn_keys_half); a 128-key sliding window (gpt-oss)
-    runs at 0.44 of the 4k rate, a 64k-key causal context at 1.08."""
+    write O) is spread over the keys it loops through, L / (L + attn_keys_half), the curve cuDNN's causal forward
+    follows from 512 to 16k tokens in the FlashAttention-3 paper (Shah et al. 2024, Fig. 5; efficiency.toml
+    attn_keys_half); a 128-key sliding window (gpt-oss) runs at 0.44 of the 4k rate, a 64k-key causal context at
+    1.08."""
     def tile(k):
         return k / (k + r.attn_keys_half)
     return tile(keys) / tile(ATTN_REF_KEYS)
@@ -141,6 +143,11 @@ REPLAYS = {
 }
 
 
+def replayed_classes(recompute: str, modules: frozenset[str], classes) -> set[str]:
+    """The forward classes a recompute plan replays: all of them under full recompute, else REPLAYS of each module."""
+    return set(classes) if recompute == "full" else {c for m in modules for c in REPLAYS.get(m, ())}
+
+
 def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep, *,
                           recompute: str, modules: frozenset[str], eff: dict) -> dict:
     """Forward + backward (+ replay) seconds by class, plus memory-bound elementwise time. Independent of
@@ -148,7 +155,7 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     ctx = replace(ctx, offload_modules=frozenset())
     fwd = forward_seconds(spec, kind, ctx, r, ep)
     out = {k: v * passes(k) for k, v in fwd.items()}
-    replay = set(fwd) if recompute == "full" else {c for m in modules for c in REPLAYS.get(m, ())}
+    replay = replayed_classes(recompute, modules, fwd)
     out["recompute"] = sum(fwd[c] for c in replay)
     # Elementwise kernels run whatever is saved: their bytes are those of the layer without recompute;
     # replays run them again (full recompute: the whole layer once more).

@@ -45,11 +45,15 @@ def widths(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
     return h * d, 2 * g * d, h * d
 
 
-def a2a_allows(spec: ModelSpec, size, tp):
-    """An all-to-all over `size` CP ranks splits the heads of each TP rank: heads and KV groups per TP rank must divide
+def a2a_splits(heads_tp, groups_tp, size):
+    """An all-to-all over `size` CP ranks splits the heads of each TP rank: its heads and KV groups must divide
     (Megatron-Bridge docs/training/hierarchical-context-parallel.md: "CP <= num_kv_heads")."""
-    heads_tp, groups_tp = spec.num_attention_heads // tp, spec.kv_groups // np.maximum(tp, 1)
     return (heads_tp % size == 0) & (groups_tp % size == 0) & (groups_tp >= size)
+
+
+def a2a_allows(spec: ModelSpec, size, tp):
+    """a2a_splits for this model's heads and KV groups over TP."""
+    return a2a_splits(spec.num_attention_heads // tp, spec.kv_groups // np.maximum(tp, 1), size)
 
 
 def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
@@ -157,6 +161,8 @@ def _option_cost(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, 
                  inner=None) -> tuple:
     """(raw, exposed, attention slowdown) of one exchange: the exchange hides under the attention as its ring's
     chunked calls run it, `attn_total` x the slowdown (compute.ring_slowdown)."""
+    if comm_type == "a2a+p2p" and inner is None:  # once, for the ring and the exchange
+        inner = hcp_inner_size(spec, cp, tp, gpu.nvlink_domain)
     slow = ring_slowdown(ctx.seq_length, ring_ranks(spec, comm_type, cp, tp, gpu.nvlink_domain, inner), r)
     hard, soft = cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, comm_type, inner)
     return hard + soft, cp_exposed(hard, soft, attn_total * slow), slow

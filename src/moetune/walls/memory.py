@@ -154,6 +154,8 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
                 overheads: dict[str, float] | None = None) -> list[StageMemory]:
     """Per-stage memory of one rank, every line item named."""
     overheads = merged_overheads(overheads)
+    ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
+                              layout.sp, knobs))  # the same buffers on every stage
     result = []
     for p in stage_params(spec, layout):
         items = model_state_bytes(p, layout, knobs)
@@ -162,8 +164,6 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
         if p.loss:
             items["logits_and_loss"] = loss_bytes(spec, layout, workload)
         items.update(overhead_bytes(knobs, overheads))
-        ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
-                                  layout.sp, knobs))
         if ub:
             items["tp_comm_userbuffers"] = ub
         allocated = sum(v for k, v in items.items() if k not in ("cuda_context", "nccl_buffers"))

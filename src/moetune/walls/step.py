@@ -30,6 +30,7 @@ from moetune.walls.compute import (
     layer_compute_seconds,
     passes,
     rates,
+    replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import megatron_model_flops
@@ -142,7 +143,7 @@ def ring_attention(compute: dict, attn, slow, knobs: Knobs) -> dict:
     (compute.ring_slowdown), the forward replayed by core_attn or full recompute included."""
     if np.all(np.asarray(slow) == 1.0):
         return compute
-    replayed = knobs.recompute == "full" or "core_attn" in knobs.effective_modules
+    replayed = "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
     extra = np.asarray(slow) - 1.0
     return {**compute, "core_attn": compute["core_attn"] * (1 + extra),
             "recompute": compute["recompute"] + (attn * extra if replayed else 0.0)}
