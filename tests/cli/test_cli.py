@@ -221,14 +221,17 @@ def test_uneven_pipeline_split_is_printed_so_it_can_be_passed_again(capsys):
     """61 layers over PP4: the table and explain name the split (a layout row without it cannot be re-run)."""
     code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096",
                         "--top", "1", "--fix", "pp=4", "--fix", "vpp=1", "--json"], capsys)
-    pick = json.loads(out)["results"][0]["pipeline"]
-    assert code == 0 and pick["first_stage_layers"] and pick["last_stage_layers"]
+    pick = json.loads(out)["results"][0]
+    layout = pick["pipeline"]["pipeline_layout"]  # the ranks re-split by planner/pipeline_balance.py
+    assert code == 0 and layout
     code, out, _ = run(["estimate", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--ep", "64",
-                        "--first-stage-layers", str(pick["first_stage_layers"]),
-                        "--last-stage-layers", str(pick["last_stage_layers"])], capsys)
+                        "--tp", str(pick["layout"]["tp"]), "--cp", str(pick["layout"]["cp"]),
+                        "--pipeline-layout", layout, "--json"], capsys)
+    assert code == 0 and json.loads(out)["pipeline"]["pipeline_layout"] == layout
+    code, out, _ = run(["estimate", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--ep", "64",
+                        "--first-stage-layers", "13", "--last-stage-layers", "16"], capsys)
     assert code == 0
-    assert (f"first stage {pick['first_stage_layers']} layers, last stage {pick['last_stage_layers']} layers"
-            in " ".join(out.split()))
+    assert "first stage 13 layers, last stage 16 layers" in " ".join(out.split())
     code, out, _ = run(["explain", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--vpp", "4",
                         "--ep", "64", "--pipeline-layout", "Et*4|(t*4|)*14tL"], capsys)
     assert code == 0 and "pipeline layout Et*4|(t*4|)*14tL" in out

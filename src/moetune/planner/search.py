@@ -21,6 +21,7 @@ from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.legal import legal_grid
+from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -162,6 +163,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     batch, (least_gib, least) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid, s.overheads)
     if batch is not None:
         _search_grid(s, batch, grid)
+    _rebalance_best(s, efficiency_overrides)
     fastest = min((b[0] for b in s.best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
     s.best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
@@ -174,6 +176,26 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       results=results, lightest_peak_gib=least_gib, lightest=least,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded)
+
+
+def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
+    """The leading candidates on PP > 1 with their layers moved off the slowest pipeline rank while the scalar
+    estimate gets faster and still fits (planner/pipeline_balance.py)."""
+    s.best.sort(key=lambda x: x[0])
+    for i, (step, _, lay, mbs, knobs) in enumerate(s.best[:s.top * 2]):
+        if lay.pp < 2:
+            continue
+        wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+
+        def evaluate(cand: Layout) -> tuple | None:
+            e = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides)
+            return (e.time["step_seconds"], e.time["stage_seconds"]) if e.fits else None
+
+        start = evaluate(lay)
+        if start is None:  # the batch said it fits; the scalar estimate is the same model, so this should not happen
+            continue
+        new_step, new_lay = rebalance(lay, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, start)
+        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher), new_lay, mbs, knobs)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -280,5 +280,6 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "exposed_collectives": exposed,
         "compute_by_class": {k: float(m * v) for k, v in slow["compute"].items()},
         "slowest_stage": stages.index(slow),
+        "stage_seconds": [float(s["total"]) for s in stages],  # per micro-batch, each pipeline rank
         "num_microbatches": m,
     }

@@ -1,0 +1,103 @@
+"""Even pipeline ranks: a local search that moves decoder layers between the ranks of the planner's winners.
+
+The interleaved 1F1B schedule runs at the pace of its slowest rank (walls/step.py), and the last rank carries
+more than its layers: the output layer of the loss (BF16 under every FP8 recipe but MXFP8's fp8_output_proj) and,
+for MTP models, every MTP layer (a decoder layer, its eh_proj and one more output-layer pass: Megatron's
+MultiTokenPredictionBlock, multi_token_prediction.py). Megatron's own splits count the loss as one layer at most
+(account_for_loss_in_pipeline_split), and the recipes' MTP strings ("Et*4|(t*4|)*14tmL") give the last chunk only
+the remainder: near even for DeepSeek-V3, while MiniMax-M2's three MTP layers and 200k vocabulary over hidden 3072
+leave its last rank 15% slower than the first. NVIDIA's own tuned strings move layers for this (the MCore perf
+tracker runs DeepSeek-V3 as "Et*3|(tt|)*29m|L", data/published_runs.csv R053).
+
+How many layers to move depends on what a layer costs against an output layer under this candidate's precision,
+exchanges and overlap, and on which ranks still have memory to spare, so the step model decides: one layer at a time
+from the slowest rank to the quickest rank where the layout still fits, while the estimate gets faster
+(``rebalance``). The result is a pipeline_model_parallel_layout string (Megatron checks only that the embedding
+comes first, the loss last and the MTP layers in the last rank's last chunk: pipeline_parallel_layer_layout.py).
+"""
+
+from dataclasses import replace
+
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.specs.model import ModelSpec
+
+
+def rank_layers(lay: Layout, num_layers: int, mtp: int) -> list[int]:
+    """Decoder layers each pipeline rank holds under `lay`."""
+    return [sum(len(c.layers) for c in chunks) for chunks in pipeline_chunks(lay, num_layers, mtp)]
+
+
+def ranks_note(spec: ModelSpec, lay: Layout, time: dict) -> str:
+    """explain's line on the pipeline: decoder layers and milliseconds a micro-batch of each rank."""
+    layers = rank_layers(lay, spec.num_layers, spec.mtp_num_layers)
+    extra = f"{spec.mtp_num_layers} MTP layer(s) and " if spec.mtp_num_layers else ""
+    ms = "/".join(f"{1e3 * s:.0f}" for s in time["stage_seconds"])
+    return (f"pipeline ranks hold {'/'.join(map(str, layers))} decoder layers (the last also {extra}the loss) and "
+            f"take {ms} ms a micro-batch; rank {time['slowest_stage']} sets the pace (`plan` moves layers off the "
+            "slowest rank while that is faster, planner/pipeline_balance.py)")
+
+
+def chunk_counts(rank_counts: list[int], vpp: int) -> list[int]:
+    """Layers per virtual stage in Megatron's order (stage s: chunk s // PP of rank s % PP); a rank's spare layers
+    go to its earlier chunks, so the last rank's final chunk, beside the MTP layers and loss, is its lightest."""
+    pp = len(rank_counts)
+    per_rank = [[n // vpp + (v < n % vpp) for v in range(vpp)] for n in rank_counts]
+    return [per_rank[s % pp][s // pp] for s in range(pp * vpp)]
+
+
+def _t(n: int) -> str:
+    return "t" * n if n < 3 else f"t*{n}"
+
+
+def layout_string(counts: list[int], mtp: int) -> str:
+    """Megatron layout grammar for these chunk sizes; runs of equal middle chunks written "(t*4|)*14"."""
+    stages = [_t(n) for n in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "m" * mtp + "L"
+    out, i = "", 0
+    while i < len(stages) - 1:
+        j = i
+        while i > 0 and j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
+            j += 1
+        out += f"({stages[i]}|)*{j - i + 1}" if j > i else f"{stages[i]}|"
+        i = j + 1
+    return out + stages[-1]
+
+
+def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
+    """`lay` re-split with `counts[r]` decoder layers on pipeline rank r; None where a chunk but the last would
+    hold no layer."""
+    chunks = chunk_counts(counts, lay.vpp)
+    if any(c < 1 for c in chunks[:-1]):
+        return None
+    cleared = {"first_stage_layers": None, "last_stage_layers": None,
+               "account_for_embedding": False, "account_for_loss": False}
+    return replace(lay, pipeline_layout=layout_string(chunks, mtp), **cleared)
+
+
+def rebalance(lay: Layout, num_layers: int, mtp: int, evaluate, start: tuple) -> tuple[float, Layout]:
+    """(step seconds, layout) after moving decoder layers one at a time from the slowest pipeline rank to the
+    quickest other rank where the layout still fits, while the step gets faster. `evaluate(layout)` gives (step
+    seconds, seconds a micro-batch of each rank), or None where the layout does not fit; `start` is `lay`'s own.
+    Only PP > 1 layouts are re-split."""
+    if lay.pp < 2:
+        return start[0], lay
+    (best, stages), counts, best_lay = start, rank_layers(lay, num_layers, mtp), lay
+    while True:
+        found = _move_off_slowest(lay, counts, stages, mtp, evaluate)
+        if not found or not found[0][0] < best:
+            return best, best_lay
+        (best, stages), counts, best_lay = found
+
+
+def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: int, evaluate):
+    """((step, stage seconds), counts, layout) with one layer moved from the slowest rank to the quickest rank
+    where it fits, or None."""
+    slow = max(range(lay.pp), key=lambda i: stages[i])
+    for r in sorted((i for i in range(lay.pp) if i != slow), key=lambda i: stages[i]):
+        moved = [c + (i == r) - (i == slow) for i, c in enumerate(counts)]
+        cand = with_rank_layers(lay, moved, mtp)
+        found = evaluate(cand) if cand else None
+        if found:
+            return found, moved, cand
+    return None

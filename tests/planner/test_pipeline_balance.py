@@ -1,0 +1,92 @@
+"""The planner's re-split of pipeline ranks (planner/pipeline_balance.py)."""
+
+from dataclasses import replace
+
+from moetune.layout.layout import Layout, parse_pipeline_layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.planner.explain import explain
+from moetune.planner.pipeline_balance import chunk_counts, layout_string, rank_layers, rebalance, with_rank_layers
+from moetune.planner.search import plan
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+
+def test_chunks_follow_megatrons_stage_order():
+    """Stage s is chunk s // PP of rank s % PP; a rank's spare layer goes to its first chunk."""
+    assert chunk_counts([5, 4], 2) == [3, 2, 2, 2]
+    assert chunk_counts([7, 6, 5], 1) == [7, 6, 5]
+
+
+def test_layout_string_is_megatrons_grammar_and_round_trips():
+    text = layout_string([4, 5, 5, 3, 4, 4, 4, 2], mtp=3)
+    assert text == "Et*4|(t*5|)*2t*3|(t*4|)*3ttmmmL"
+    stages = parse_pipeline_layout(text)
+    assert [s.count("t") for s in stages] == [4, 5, 5, 3, 4, 4, 4, 2]
+    assert stages[0].startswith("E") and stages[-1].endswith("mmmL") and len(stages) == 8
+
+
+def test_a_resplit_never_leaves_a_chunk_empty_but_the_last():
+    lay = Layout(world_size=8, pp=2, vpp=2)
+    assert with_rank_layers(lay, [3, 1], mtp=1).pipeline_layout == "Ett|(t|)*2mL"  # chunks 2, 1, 1, 0
+    assert with_rank_layers(lay, [4, 0], mtp=1) is None  # rank 1's first chunk would hold nothing
+
+
+def test_layers_move_off_the_slowest_rank_until_it_stops_paying():
+    """40 layers over PP4; the last rank also carries 6 layers' worth (heads); rank 0 fits 11 layers at most.
+    By hand: 46 units over 4 ranks cannot beat 12 a rank, and rank 0 cannot take a 12th layer."""
+    lay = Layout(world_size=4, pp=4)
+    calls = []
+
+    def evaluate(cand):
+        counts = rank_layers(cand, 40, 0)
+        calls.append(counts)
+        if counts[0] > 11:
+            return None
+        loads = [c + (6 if r == 3 else 0) for r, c in enumerate(counts)]
+        return float(max(loads)), [float(x) for x in loads]
+
+    step, best = rebalance(lay, 40, 0, evaluate, (16.0, [10.0, 10.0, 10.0, 16.0]))
+    counts = rank_layers(best, 40, 0)
+    assert step == 12.0 and sum(counts) == 40 and counts[0] <= 11
+    assert max(c + (6 if r == 3 else 0) for r, c in enumerate(counts)) == 12
+    assert all(c[0] <= 12 for c in calls)  # a move onto a full rank is refused, then the next quickest is tried
+
+
+def test_a_layout_without_a_pipeline_is_left_alone():
+    lay = Layout(world_size=8, tp=8)
+    assert rebalance(lay, 40, 0, lambda cand: None, (1.0, [1.0])) == (1.0, lay)
+
+
+def _pick(name: str, gpu: str, world: int, seq: int, gbs: int):
+    return plan(load_model(name), load_gpu(gpu), world, Workload(seq_length=seq, micro_batch_size=1,
+                                                                 global_batch_size=gbs), top=1).results[0]
+
+
+def test_minimax_m2s_last_rank_is_lightened():
+    """MiniMax-M2: 3 MTP layers and a 200k vocabulary over hidden 3072 weigh on the last rank. The pick is a
+    re-split string that `estimate` rates faster, with a narrower spread of rank times, than the recipe-style string
+    on the same sizes and knobs (every chunk but the last even, the remainder beside the MTP layers)."""
+    e = _pick("minimax-m2", "h100", 128, 4096, 1024)
+    lay = e.layout
+    assert lay.pp > 1 and lay.pipeline_layout and lay.pipeline_layout.endswith("mmmL")
+    per = -(-62 // (lay.pp * lay.vpp))
+    recipe_counts = [per] * (lay.pp * lay.vpp - 1) + [62 - per * (lay.pp * lay.vpp - 1)]
+    recipe = e.variant(layout=replace(lay, pipeline_layout=layout_string(recipe_counts, 3)))
+    assert recipe.fits and e.fits
+    assert e.time["tokens_per_s_per_gpu"] > 1.05 * recipe.time["tokens_per_s_per_gpu"]
+
+    def spread(x):
+        return max(x.time["stage_seconds"]) / min(x.time["stage_seconds"])
+
+    assert spread(e) < spread(recipe)
+
+
+def test_explain_names_each_ranks_layers_and_time():
+    spec = load_model("kimi-k2")
+    lay = Layout(world_size=256, pp=4, ep=64, first_stage_layers=13, last_stage_layers=16)
+    e = estimate(spec, load_gpu("gb200"), lay, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=4096))
+    note = next(n for n in explain(e)["scale"]["notes"] if n.startswith("pipeline ranks"))
+    ms = "/".join(f"{1e3 * s:.0f}" for s in e.time["stage_seconds"])
+    assert "hold 13/16/16/16 decoder layers" in note and ms in note
+    assert f"rank {e.time['stage_seconds'].index(max(e.time['stage_seconds']))} sets the pace" in note
