@@ -178,11 +178,15 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       gbs_excluded_dp=excluded)
 
 
+REBALANCED = 10  # leading candidates whose pipeline ranks are re-split after the search
+
+
 def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
-    """The leading candidates on PP > 1 with their layers moved off the slowest pipeline rank while the scalar
-    estimate gets faster and still fits (planner/pipeline_balance.py)."""
+    """The REBALANCED leading candidates on PP > 1 with their layers moved off the slowest pipeline rank while the
+    scalar estimate gets faster and still fits (planner/pipeline_balance.py); a fixed count, so that the pick is
+    the same whatever --top asks to list."""
     s.best.sort(key=lambda x: x[0])
-    for i, (step, _, lay, mbs, knobs) in enumerate(s.best[:s.top * 2]):
+    for i, (step, _, lay, mbs, knobs) in enumerate(s.best[:REBALANCED]):
         if lay.pp < 2:
             continue
         wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
@@ -207,6 +211,12 @@ class _Search:
     eff: dict
     overheads: dict
     top: int
+
+    @property
+    def kept(self) -> int:
+        """Candidates each knob set may add, and the rank whose time bounds the rest: 4 x top, and never fewer than
+        the REBALANCED leading ones, so the pick does not depend on --top."""
+        return max(4 * self.top, 2 * REBALANCED)
     dispatcher: str  # the platform's default, preferred among near-ties
     progress: object
     total: int
@@ -256,9 +266,9 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
     for knobs, mask in timed.items():
         step = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)["step"]
         step = np.where(mask[rows], step, np.inf)
-        keep = min(s.top * 4, len(step))
+        keep = min(s.kept, len(step))
         for i in np.argpartition(step, keep - 1)[:keep]:
             if np.isfinite(step[i]) and step[i] <= s.bound:
                 s.best.append((float(step[i]), _preference(sub.layout(i), knobs, s.dispatcher), sub.layout(i),
                                int(sub.mbs[i, 0]), knobs))
-        s.bound = _bound(s.best, s.top * 4)
+        s.bound = _bound(s.best, s.kept)
