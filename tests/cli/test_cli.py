@@ -235,3 +235,28 @@ def test_uneven_pipeline_split_is_printed_so_it_can_be_passed_again(capsys):
     code, out, _ = run(["explain", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--vpp", "4",
                         "--ep", "64", "--pipeline-layout", "Et*4|(t*4|)*14tL"], capsys)
     assert code == 0 and "pipeline layout Et*4|(t*4|)*14tL" in out
+
+
+def test_a_pinned_pipeline_layout_is_kept_as_written(capsys):
+    """--fix pipeline_layout keeps the recipe's string (no re-split) on every result, at any PP x VPP it fits."""
+    text = "Et*4|(t*4|)*14tmL"
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096",
+                        "--top", "3", "--fix", f"pipeline_layout={text}", "--json"], capsys)
+    results = json.loads(out)["results"]
+    assert code == 0 and results
+    assert all(r["pipeline"]["pipeline_layout"] == text for r in results)
+    assert all(r["layout"]["pp"] * r["layout"]["vpp"] == 16 for r in results)
+
+
+@pytest.mark.parametrize("fix, words", [
+    (["pipeline_layout=Et*4|(t*4|)*14tL"], "places 0 MTP layers but the model has 1"),
+    (["pipeline_layout=Et*4|(t*4|)*14tmL", "pp=3"], "has 16 stages: it needs PP > 1 with PP x VPP = 16"),
+    (["pipeline_layout=Et*61mL"], "has 1 stage, which is no pipeline"),
+    (["pipeline_layout=Eq|tmL"], "unknown symbols ['q']"),
+])
+def test_a_pinned_pipeline_layout_that_cannot_run_is_one_line(capsys, fix, words):
+    args = ["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096"]
+    for f in fix:
+        args += ["--fix", f]
+    code, out, err = run(args, capsys)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -9,6 +9,7 @@ from moetune.cli.output import console, emit_json, layout_extras, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
+from moetune.layout.layout import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
@@ -52,6 +53,9 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             fixed["recompute_modules"] = parse_modules(value)
         elif key == "offload_modules":
             fixed["offload_modules"] = parse_offload_modules(value)
+        elif key == "pipeline_layout":
+            parse_pipeline_layout(value)  # one line on unknown symbols; placement is checked against the model
+            fixed[key] = value
         elif key == "cp_comm_type":
             if value not in CP_COMM_TYPES:
                 raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
@@ -59,7 +63,7 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         else:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
                                "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
-                               "recompute_modules, offload_modules, cp_comm_type")
+                               "recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
     return fixed
 
 

@@ -12,7 +12,7 @@ from itertools import product
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs
-from moetune.layout.layout import Layout
+from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
@@ -92,10 +92,38 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
     return [{"pipeline_layout": layout}] if layout else []
 
 
+def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
+    """Check a layout string pinned with `--fix pipeline_layout=...`: it places this model's layers, MTP layers,
+    embedding and loss (the checks `estimate` makes), and its stage count is PP x VPP of any pinned PP / VPP."""
+    stages = len(parse_pipeline_layout(text))
+    try:
+        pipeline_chunks(Layout(world_size=stages, pp=stages, pipeline_layout=text), spec.num_layers,
+                        spec.mtp_num_layers)
+    except MoetuneError as e:
+        raise MoetuneError(f"--fix pipeline_layout: {str(e).replace('--pipeline-layout ', '')}") from None
+    pp, vpp = fixed.get("pp"), fixed.get("vpp")
+    if stages < 2:
+        raise MoetuneError("--fix pipeline_layout has 1 stage, which is no pipeline: drop it (or --fix pp=1), "
+                           "or split the string into PP x VPP stages with '|'")
+    if (pp and stages % pp) or (pp and vpp and pp * vpp != stages) or (vpp and stages % vpp):
+        raise MoetuneError(f"--fix pipeline_layout has {stages} stages: it needs PP > 1 with PP x VPP = {stages}"
+                           + (f" (pinned PP {pp}, VPP {vpp or 'any'})" if pp or vpp else "")
+                           + "; fix the string or the pinned pp/vpp")
+
+
+def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
+    """pipeline_variants, or the pinned layout string where its stage count is PP x VPP."""
+    if "pipeline_layout" not in fixed:
+        return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers)
+    stages = len(parse_pipeline_layout(fixed["pipeline_layout"]))
+    return [{"pipeline_layout": fixed["pipeline_layout"]}] if pp > 1 and pp * vpp == stages else []
+
+
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,
                       gbs_excluded: set | None = None) -> list[Layout]:
-    """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp). The global batch is checked
-    last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
+    """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp, pipeline_layout). The global
+    batch is checked last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to
+    `gbs_excluded`."""
     job_domain = job_gpu(gpu, world).nvlink_domain
 
     def choice(name, values):
@@ -119,7 +147,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
             exchanges[(cp, tp)] = cp_exchange_exists(spec, cp, tp, job_domain, fixed.get("cp_comm_type", "auto"))
         if not exchanges[(cp, tp)]:
             continue
-        for extra in pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers):
+        for extra in _splits(spec, pp, vpp, fixed):
             try:
                 lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
                 if (tp, ep, etp) not in shapes:

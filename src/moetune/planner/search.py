@@ -18,7 +18,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
-from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid
+from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.legal import legal_grid
 from moetune.planner.pipeline_balance import rebalance
@@ -128,6 +128,8 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
                            f"{gpu.memory_gib:g} GiB")
+    if "pipeline_layout" in fixed:
+        pinned_split(spec, fixed["pipeline_layout"], fixed)
     first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
                        efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib)
     if first.results or "offload_modules" in fixed or not spec.num_moe_experts:
@@ -158,6 +160,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       optional_delay_wgrad="delay_wgrad" not in fixed)
     budget = replace(gpu, memory_gib=gpu.memory_gib - headroom_gib)  # what a candidate may use
     s = _Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
+                resplit="pipeline_layout" not in fixed,
                 overheads=default_overheads(), top=top, dispatcher=defaults["dispatcher"], progress=progress,
                 total=len(grid))
     batch, (least_gib, least) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid, s.overheads)
@@ -185,6 +188,8 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
     """The REBALANCED leading candidates on PP > 1 with their layers moved off the slowest pipeline rank while the
     scalar estimate gets faster and still fits (planner/pipeline_balance.py); a fixed count, so that the pick is
     the same whatever --top asks to list."""
+    if not s.resplit:  # the user pinned the layout string
+        return
     s.best.sort(key=lambda x: x[0])
     for i, (step, _, lay, mbs, knobs) in enumerate(s.best[:REBALANCED]):
         if lay.pp < 2:
@@ -211,6 +216,7 @@ class _Search:
     eff: dict
     overheads: dict
     top: int
+    resplit: bool  # re-split the leading candidates' pipeline ranks (not when --fix pipeline_layout pins the string)
 
     @property
     def kept(self) -> int:
