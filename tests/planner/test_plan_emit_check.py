@@ -1,12 +1,18 @@
 """Round trip: a plan's winners -> emit -> check reads them back: same layout and knobs, no rule errors."""
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from moetune.configio.load import load_config
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import from_config, to_config
+from moetune.planner.estimate import estimate
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
 from moetune.rules.mcore import mcore_findings
@@ -32,8 +38,9 @@ def test_emitted_plan_reads_back_identically_and_clean(model, gpu, gpus, gbs, ro
         config = load_config([path], gpu=gpu, gpus=gpus)
         layout, workload, knobs = from_config(config)
         assert layout.as_dict() == est.layout.as_dict()
-        assert (layout.first_stage_layers, layout.last_stage_layers, layout.account_for_embedding) == \
-            (est.layout.first_stage_layers, est.layout.last_stage_layers, est.layout.account_for_embedding)
+        assert (layout.first_stage_layers, layout.last_stage_layers, layout.account_for_embedding,
+                layout.pipeline_layout) == (est.layout.first_stage_layers, est.layout.last_stage_layers,
+                                            est.layout.account_for_embedding, est.layout.pipeline_layout)
         assert (workload.micro_batch_size, workload.global_batch_size, workload.seq_length) == \
             (est.workload.micro_batch_size, est.workload.gbs(est.layout), est.workload.seq_length)
         expected = est.knobs
@@ -85,3 +92,39 @@ def test_long_context_plans_name_their_cp_exchange_and_pass_check(model, gpus, s
         assert (knobs.cp_comm_type, knobs.hcp_a2a_size) == (est.knobs.cp_comm_type, est.knobs.hcp_a2a_size)
         errors = [f.rule for f in evaluate(config, derive(config)) + mcore_findings(config) if f.severity == "error"]
         assert errors == []
+
+
+def test_overrides_on_a_recipe_turn_off_what_the_plan_leaves_off(tmp_path):
+    """Bridge's DeepSeek-V3 GB200 recipe sets VPP 4, a layout list and selective recompute. A plan with none of
+    them (PP 8 without VPP, a re-split string, no recompute), applied over it, must clear them: a dropped None
+    would leave the recipe's recompute running and its VPP beside a string Megatron-Core derives VPP 1 from."""
+
+
+    text = "Et*8|(t*8|)*5t*9|t*4mL"
+    lay = Layout(world_size=256, pp=8, ep=32, pipeline_layout=text)
+    knobs = replace(Knobs(precision="mxfp8", dispatcher="hybridep"), recompute="none")
+    est = estimate(load_model("deepseek-v3"), load_gpu("gb200"), lay,
+                   Workload(seq_length=4096, micro_batch_size=1, global_batch_size=2048), knobs)
+    (tmp_path / "overrides.txt").write_text(emit_all(to_config(est))["overrides.txt"])
+    recipe = Path(__file__).resolve().parents[1] / "fixtures" / "bridge" / "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"
+    config = load_config([recipe, tmp_path / "overrides.txt"], gpu="gb200", gpus=256)
+    assert config["model.virtual_pipeline_model_parallel_size"] is None
+    assert config["model.recompute_granularity"] is None and config["model.pipeline_model_parallel_layout"] == text
+    assert from_config(config)[0].pipeline_layout == text and from_config(config)[2].recompute == "none"
+
+
+def test_megatron_lm_args_carry_vpp_in_the_layout_string_only(tmp_path):
+    """Megatron-LM refuses --num-virtual-stages-per-pipeline-rank beside --pipeline-model-parallel-layout and derives
+    VPP from the string (arguments.py validate_args); emit writes the string alone and check reads VPP back."""
+    result = plan(load_model("deepseek-v3"), load_gpu("gb200"), 256, Workload(seq_length=4096, global_batch_size=4096),
+                  top=1, fixed={"pp": 4, "vpp": 4})
+    est = result.results[0]
+    args = emit_all(to_config(est))["megatron_lm_args.txt"]
+    assert "--pipeline-model-parallel-layout" in args and "--num-virtual-stages-per-pipeline-rank" not in args
+    (tmp_path / "args.txt").write_text(args)
+    back = load_config([tmp_path / "args.txt"], gpu="gb200", gpus=256)
+    assert back["model.virtual_pipeline_model_parallel_size"] == 4
+    both = args + "\n--num-virtual-stages-per-pipeline-rank 4\n"
+    (tmp_path / "both.txt").write_text(both)
+    with pytest.raises(MoetuneError, match="sets the virtual pipeline size itself"):
+        load_config([tmp_path / "both.txt"], gpu="gb200", gpus=256)

@@ -18,6 +18,7 @@ from moetune.configio.normalize import Assignment
 from moetune.configio.readers import PRAGMA
 from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
+from moetune.layout.layout import parse_pipeline_layout
 
 _ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # Megatron-LM flags that set a Bridge field under another name (megatron/training/arguments.py
@@ -113,7 +114,25 @@ def parse_mlm(text: str, origin: str) -> list[Assignment]:
     out += _precision_default(out, origin) + _mlm_defaults(out, origin)
     if raw_vpp_layers is not None:
         out.append(_vpp_from_layers(out, *raw_vpp_layers))
-    return out
+    return out + _vpp_from_layout(out, origin)
+
+
+def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
+    """--pipeline-model-parallel-layout sets VPP = its stages / PP, and no other VPP flag may be given beside it
+    (arguments.py validate_args: "No more than one of the following arguments can be set at the same time")."""
+    given = {a.key: a for a in out}
+    layout = given.get("model.pipeline_model_parallel_layout")
+    if layout is None or layout.value is None:
+        return []
+    if "model.virtual_pipeline_model_parallel_size" in given:
+        raise MoetuneError(f"{origin}: --pipeline-model-parallel-layout sets the virtual pipeline size itself; drop "
+                           "--num-virtual-stages-per-pipeline-rank / --num-layers-per-virtual-pipeline-stage "
+                           "(Megatron-LM refuses both)")
+    stages = len(parse_pipeline_layout(str(layout.value)))
+    pp = given["model.pipeline_model_parallel_size"].value if "model.pipeline_model_parallel_size" in given else 1
+    vpp = stages // pp if stages % pp == 0 else None
+    return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=vpp if vpp and vpp > 1 else None,
+                       origin=f"{layout.origin} (VPP from the layout string, as Megatron-LM derives it)")]
 
 
 def _validate_args(out: list[Assignment]) -> None:

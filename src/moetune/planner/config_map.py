@@ -71,11 +71,12 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     if backend:
         out["model.moe_flex_dispatcher_backend"] = backend
         out[f"model.moe_{backend}_num_sms"] = k.num_sms  # the name Bridge's releases set (newer Megatron routes it)
+    out["model.fine_grained_activation_offloading"] = bool(k.offload_modules)  # off overrides a recipe's on
     if k.offload_modules:
-        out.update({"model.fine_grained_activation_offloading": True,
-                    "model.offload_modules": sorted(k.offload_modules)})
-    if k.recompute == "full":
-        out.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
+        out["model.offload_modules"] = sorted(k.offload_modules)
+    whole = k.recompute == "full"
+    out.update({"model.recompute_method": "uniform" if whole else None,
+                "model.recompute_num_layers": 1 if whole else None})
     if k.adam_moments_bytes == 2:
         out.update({"optimizer.use_precision_aware_optimizer": True, "optimizer.exp_avg_dtype": "bf16",
                     "optimizer.exp_avg_sq_dtype": "bf16"})
@@ -148,7 +149,19 @@ def to_config(e: Estimate) -> dict[str, Any]:
         "train.global_batch_size": e.workload.gbs(e.layout),
         **cp_fields(e),
     }
-    return {k: v for k, v in out.items() if v is not None}
+    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY}
+
+
+# Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split) and must
+# reach the config: a recipe the overrides are applied to may set them (DeepSeek-V3's recompute_modules and layout
+# string, GLM-4.5's num_layers_in_first_pipeline_stage), and Megatron-Core refuses a layout string beside the
+# split flags or a VPP that differs from the string's (transformer_config.py __post_init__). Every other None is
+# dropped: the recipe's value stands.
+UNSET_EXPLICITLY = frozenset({
+    "model.recompute_granularity", "model.recompute_modules", "model.recompute_method", "model.recompute_num_layers",
+    "model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout",
+})
 
 
 def _get(config: dict, key: str, default: Any = None) -> Any:
