@@ -152,15 +152,16 @@ def to_config(e: Estimate) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY}
 
 
-# Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split) and must
-# reach the config: a recipe the overrides are applied to may set them (DeepSeek-V3's recompute_modules and layout
-# string, GLM-4.5's num_layers_in_first_pipeline_stage), and Megatron-Core refuses a layout string beside the
-# split flags or a VPP that differs from the string's (transformer_config.py __post_init__). Every other None is
-# dropped: the recipe's value stands.
+# Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split, no graph
+# scope) and must reach the config: a recipe the overrides are applied to may set them (DeepSeek-V3's
+# recompute_modules and layout string, GLM-4.5's num_layers_in_first_pipeline_stage); Megatron-Core refuses a layout
+# string beside the split flags or a VPP that differs from the string's (transformer_config.py __post_init__), and
+# may turn a leftover "full_iteration" scope into graphs whatever cuda_graph_impl says (Megatron Bridge
+# perf_recipes/_common.py). Every other None is dropped: the recipe's value stands.
 UNSET_EXPLICITLY = frozenset({
     "model.recompute_granularity", "model.recompute_modules", "model.recompute_method", "model.recompute_num_layers",
     "model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
-    "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout",
+    "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout", "model.cuda_graph_scope",
 })
 
 
