@@ -260,3 +260,15 @@ def test_a_pinned_pipeline_layout_that_cannot_run_is_one_line(capsys, fix, words
         args += ["--fix", f]
     code, out, err = run(args, capsys)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_plan_table_cells_are_folded_never_cut(capsys):
+    """A cell must stay whole to be passed again: DeepSeek-V3's re-split layout strings on 1,024 H100 are longer
+    than the layout column, and the table folds them instead of ending them with an ellipsis."""
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--seq", "4096", "--gbs", "8192"],
+                       capsys)
+    cells = "".join(line.split("│")[2].strip() for line in out.splitlines() if line.count("│") > 3)
+    assert code == 0 and "…" not in out
+    code, js, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--seq", "4096", "--gbs", "8192",
+                       "--json"], capsys)
+    assert all(r["pipeline"]["pipeline_layout"] in cells for r in json.loads(js)["results"])

@@ -38,7 +38,8 @@ def billions(n: int | float) -> str:
 def table(title: str, columns: list[str], rows: list[list], justify_right_from: int = 1) -> Table:
     t = Table(title=title, title_justify="left")
     for i, c in enumerate(columns):
-        t.add_column(c, justify="right" if i >= justify_right_from else "left")
+        # fold, never truncate: a cell (a layout string, a config value) must stay whole to be passed again
+        t.add_column(c, justify="right" if i >= justify_right_from else "left", overflow="fold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
