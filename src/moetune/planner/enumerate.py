@@ -139,6 +139,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
     shapes: dict[tuple, bool] = {}  # (tp, ep, etp) -> heads, groups, experts and widths divide
     exchanges: dict[tuple, bool] = {}  # (cp, tp) -> a CP exchange runs (walls/context_parallel.py)
+    variants: dict[tuple, list] = {}  # (pp, vpp) -> the splits tried (_splits)
     probe = Workload(seq_length=wl.seq_length, micro_batch_size=1)  # the sequence rules; GBS is checked below
     for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
         if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
@@ -147,7 +148,9 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
             exchanges[(cp, tp)] = cp_exchange_exists(spec, cp, tp, job_domain, fixed.get("cp_comm_type", "auto"))
         if not exchanges[(cp, tp)]:
             continue
-        for extra in _splits(spec, pp, vpp, fixed):
+        if (pp, vpp) not in variants:
+            variants[(pp, vpp)] = _splits(spec, pp, vpp, fixed)
+        for extra in variants[(pp, vpp)]:
             try:
                 lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
                 if (tp, ep, etp) not in shapes:

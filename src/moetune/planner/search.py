@@ -3,8 +3,9 @@
 Candidates are evaluated in numpy batches (walls/batch.py): one batch per knob set over every
 (layout, micro-batch) pair. Ties and near-ties (within 1%) follow the seeds' order of preference:
 smaller model parallelism, selective before full recompute, no offload, the platform's default dispatcher,
-larger DP (seeds/000 Phase 1 and 2, seeds/004). The winners are re-evaluated with the scalar `estimate` for
-their full breakdown.
+larger DP (seeds/000 Phase 1 and 2, seeds/004). The leading candidates on PP > 1 then have their pipeline ranks
+re-split by the scalar `estimate` (planner/pipeline_balance.py), and the winners are re-evaluated with it for their
+full breakdown.
 """
 
 import time
@@ -191,20 +192,27 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
     if not s.resplit:  # the user pinned the layout string
         return
     s.best.sort(key=lambda x: x[0])
-    for i, (step, _, lay, mbs, knobs) in enumerate(s.best[:REBALANCED]):
+    for i, (_, _, lay, mbs, knobs) in enumerate(s.best[:REBALANCED]):
         if lay.pp < 2:
             continue
-        wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-
-        def evaluate(cand: Layout) -> tuple | None:
-            e = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides)
-            return (e.time["step_seconds"], e.time["stage_seconds"]) if e.fits else None
-
+        evaluate = _evaluator(s, mbs, knobs, efficiency_overrides)
         start = evaluate(lay)
         if start is None:  # the batch said it fits; the scalar estimate is the same model, so this should not happen
             continue
         new_step, new_lay = rebalance(lay, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, start)
         s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher), new_lay, mbs, knobs)
+
+
+def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
+    """layout -> (step seconds, seconds a micro-batch of each pipeline rank) by the scalar estimate, None where the
+    layout does not fit the search's memory budget."""
+    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+
+    def evaluate(cand: Layout) -> tuple | None:
+        e = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides)
+        return (e.time["step_seconds"], e.time["stage_seconds"]) if e.fits else None
+
+    return evaluate
 
 
 @dataclass(kw_only=True, slots=True)
@@ -217,12 +225,6 @@ class _Search:
     overheads: dict
     top: int
     resplit: bool  # re-split the leading candidates' pipeline ranks (not when --fix pipeline_layout pins the string)
-
-    @property
-    def kept(self) -> int:
-        """Candidates each knob set may add, and the rank whose time bounds the rest: 4 x top, and never fewer than
-        the REBALANCED leading ones, so the pick does not depend on --top."""
-        return max(4 * self.top, 2 * REBALANCED)
     dispatcher: str  # the platform's default, preferred among near-ties
     progress: object
     total: int
@@ -230,6 +232,12 @@ class _Search:
     feasible: int = 0
     bound: float = np.inf  # candidates slower than this cannot reach the top (see _bound)
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs)
+
+    @property
+    def kept(self) -> int:
+        """Candidates each knob set may add, and the rank whose time bounds the rest: 4 x top, and never fewer than
+        twice the REBALANCED leading ones, so the pick does not depend on --top."""
+        return max(4 * self.top, 2 * REBALANCED)
 
     def fits(self, batch, knobs: Knobs) -> np.ndarray:
         self.done += 1

@@ -59,14 +59,35 @@ def _hit_probability(experts_per_target, num_experts: int, topk: int, groups: in
     return hit
 
 
+_COPIES: dict[tuple, tuple] = {}  # fused_copies by its inputs: the planner asks again for each knob set
+
+
+def _key(x) -> object:
+    return (x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x
+
+
 def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec, groups: int = 1, group_topk: int = 1) -> tuple:
     """(NVLink, NIC) token copies per token that DeepEP / HybridEP move in one dispatch or combine.
 
     Both send a token once per destination rank, whatever number of its experts live there, and expand it to
     experts on arrival (Megatron's _DeepepManager / _HybridEPManager permute after the dispatch and unpermute
     before the combine, token_dispatcher.py); across NVLink domains a token travels once per remote domain and
-    is forwarded inside it over NVLink to each rank it needs (DeepEP internode kernels, seeds/004)."""
-    m = members_in_domain(ep, etp, gpu.nvlink_domain)
+    is forwarded inside it over NVLink to each rank it needs (DeepEP internode kernels, seeds/004). Memoized: the
+    result depends on these inputs only (read-only arrays; the planner's batches repeat them)."""
+    key = (num_experts, topk, _key(ep), _key(etp), gpu.nvlink_domain, groups, group_topk)
+    if key not in _COPIES:
+        if len(_COPIES) > 512:
+            _COPIES.clear()
+        out = _fused_copies(num_experts, topk, ep, etp, gpu.nvlink_domain, groups, group_topk)
+        for x in out:
+            if isinstance(x, np.ndarray):
+                x.flags.writeable = False  # shared between callers
+        _COPIES[key] = out
+    return _COPIES[key]
+
+
+def _fused_copies(num_experts: int, topk: int, ep, etp, domain: int, groups: int, group_topk: int) -> tuple:
+    m = members_in_domain(ep, etp, domain)
     n = np.maximum(ep / m, 1)
     local = num_experts / np.maximum(ep, 1)
     p_rank = _hit_probability(local, num_experts, topk, groups, group_topk)

@@ -9,6 +9,7 @@ Activations: activations.py per layer, times the micro-batches in flight on that
 """
 
 import tomllib
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -102,9 +103,9 @@ def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, 
         working = max((sum(layer_activation_items(spec, k, ctx).values()) for k in kinds), default=0)
         return {"activations_layer_inputs": round(stored * flight), "activations_recompute_working": working}, flight
     items: dict[str, int] = {}
-    for kind in kinds:
+    for kind, count in Counter(kinds).items():  # one evaluation per layer kind, times its layers
         for name, value in layer_activation_items(spec, kind, ctx).items():
-            items[name] = items.get(name, 0) + value
+            items[name] = items.get(name, 0) + value * count
     out = {f"act_{k}": round(v * flight) for k, v in items.items()}
     if knobs.offload_modules:
         out["act_offload_staging"] = int(offload_staging_bytes(spec, ctx))
