@@ -20,7 +20,7 @@ from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, pipeline_variants
 from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
-from moetune.planner.pipeline_balance import ranks_note
+from moetune.planner.pipeline_balance import even_out, ranks_note
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
@@ -159,7 +159,8 @@ def _apply(e: Estimate, move: dict):
             layout = _scaled(e.model, layout, key, getattr(layout, key) * factor)
         wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=mbs,
                       global_batch_size=e.workload.gbs(e.layout))
-        return e.variant(layout=layout, workload=wl, knobs=replace(knobs, **changes))
+        new = e.variant(layout=layout, workload=wl, knobs=replace(knobs, **changes))
+        return even_out(new) if "vpp" in move.get("layout", {}) else new
     except (MoetuneError, ValueError, TypeError):
         return None
 

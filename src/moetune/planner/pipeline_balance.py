@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
+from moetune.planner.estimate import Estimate
 from moetune.specs.model import ModelSpec
 
 
@@ -101,3 +102,17 @@ def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: 
         if found:
             return found, moved, cand
     return None
+
+
+def even_out(e: Estimate) -> Estimate:
+    """An estimate with its ranks evened out as `plan` does (explain re-splits the layers for a new VPP this way,
+    so the move is weighed against the pick on equal terms); as it is where it does not fit or has no pipeline."""
+    def evaluate(cand: Layout):
+        v = e.variant(layout=cand)
+        return (v.time["step_seconds"], v.time["stage_seconds"]) if v.fits else None
+
+    if not e.fits:
+        return e
+    _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers, evaluate,
+                        (e.time["step_seconds"], e.time["stage_seconds"]))
+    return e if best is e.layout else e.variant(layout=best)
