@@ -30,6 +30,7 @@ def test_a_resplit_never_leaves_a_chunk_empty_but_the_last():
     lay = Layout(world_size=8, pp=2, vpp=2)
     assert with_rank_layers(lay, [3, 1], mtp=1).pipeline_layout == "Ett|(t|)*2mL"  # chunks 2, 1, 1, 0
     assert with_rank_layers(lay, [4, 0], mtp=1) is None  # rank 1's first chunk would hold nothing
+    assert with_rank_layers(Layout(world_size=8, pp=2), [5, -1], mtp=1) is None  # no rank gives up a layer it lacks
 
 
 def test_layers_move_off_the_slowest_rank_until_it_stops_paying():
@@ -38,7 +39,7 @@ def test_layers_move_off_the_slowest_rank_until_it_stops_paying():
     lay = Layout(world_size=4, pp=4)
     calls = []
 
-    def evaluate(cand):
+    def evaluate(cand, below=None):
         counts = rank_layers(cand, 40, 0)
         calls.append(counts)
         if counts[0] > 11:
@@ -55,7 +56,7 @@ def test_layers_move_off_the_slowest_rank_until_it_stops_paying():
 
 def test_a_layout_without_a_pipeline_is_left_alone():
     lay = Layout(world_size=8, tp=8)
-    assert rebalance(lay, 40, 0, lambda cand: None, (1.0, [1.0])) == (1.0, lay)
+    assert rebalance(lay, 40, 0, lambda cand, below: None, (1.0, [1.0])) == (1.0, lay)
 
 
 def _pick(name: str, gpu: str, world: int, seq: int, gbs: int):
@@ -90,3 +91,12 @@ def test_explain_names_each_ranks_layers_and_time():
     ms = "/".join(f"{1e3 * s:.0f}" for s in e.time["stage_seconds"])
     assert "hold 13/16/16/16 decoder layers" in note and ms in note
     assert f"rank {e.time['stage_seconds'].index(max(e.time['stage_seconds']))} sets the pace" in note
+
+
+def test_a_mamba_hybrid_keeps_splits_its_pattern_runs():
+    """Nemotron-3 Nano is built by Megatron-Core's HybridModel, which reads no layout string and interleaves only from
+    '|' separators in hybrid_layer_pattern: the planner gives it VPP 1, even or first/last-stage splits, and no
+    re-split (before, its 52 layers over PP2 x VPP4 came out as a layout string HybridModel would not have read)."""
+    e = _pick("nemotron3-nano-30b-a3b", "gb200", 128, 8192, 512)
+    assert e.layout.pp > 1 and e.layout.vpp == 1
+    assert e.layout.pipeline_layout is None and not e.layout.account_for_embedding

@@ -88,6 +88,11 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
     if spec.num_moe_layers:
         _divides(layout.ep, "EP", spec.num_moe_experts, "num_moe_experts", "choose an --ep that divides it")
         _divides(layout.etp, "ETP", spec.moe_ffn_hidden_size, "moe_ffn_hidden_size", "choose an --etp that divides it")
+        if layout.etp > 1 and (spec.add_proj_bias or spec.add_mlp_bias):  # Megatron's add_bias_linear
+            raise MoetuneError(
+                f"ETP ({layout.etp}) > 1 on {spec.name}, whose linear layers have biases: Megatron-Core supports "
+                "biases in MoE layers only at ETP 1 (transformer_config.py); use --etp 1 (EP for the experts)"
+            )
         if layout.tp > 1 and not layout.sp:
             raise MoetuneError(
                 f"TP ({layout.tp}) > 1 with MoE layers needs sequence parallel (Megatron-Core asserts it); "

@@ -118,15 +118,17 @@ def knobs_json(k: Knobs, ep: int) -> dict:
 
 def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload | None = None,
              knobs: Knobs | None = None, overheads: dict | None = None, *,
-             efficiency_overrides: dict | None = None, with_time: bool = True) -> Estimate:
-    """Validate the layout for this model and workload, then compute the memory and time walls."""
+             efficiency_overrides: dict | None = None, with_time: bool = True,
+             with_memory: bool = True) -> Estimate:
+    """Validate the layout for this model and workload, then compute the memory and time walls (with_memory=False
+    leaves `stages` empty: for a caller that needs only the time first, and `fits` is then not known)."""
     workload = workload or Workload()
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
     eff = efficiency(gpu.key, efficiency_overrides)
     knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
-    stages = memory_wall(model, layout, workload, knobs, overheads)
+    stages = memory_wall(model, layout, workload, knobs, overheads) if with_memory else []
     time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
     return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
                     overheads=overheads, efficiency_overrides=efficiency_overrides)

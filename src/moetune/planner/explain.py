@@ -17,7 +17,7 @@ from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import cp_fields, to_config
 from moetune.planner.defaults import platform_defaults, platform_of
-from moetune.planner.enumerate import enumerate_layouts, pipeline_variants
+from moetune.planner.enumerate import enumerate_layouts, splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.planner.pipeline_balance import even_out, ranks_note
@@ -170,7 +170,7 @@ def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
     or uneven stages written for the old VPP no longer apply)."""
     if key != "vpp":
         return replace(layout, **{key: value})
-    split = pipeline_variants(spec.num_layers, layout.pp, value, spec.mtp_num_layers)
+    split = splits_for(spec, layout.pp, value)
     if not split:
         raise MoetuneError(f"no split of {spec.num_layers} layers over PP{layout.pp} x VPP{value}")
     cleared = {"pipeline_layout": None, "first_stage_layers": None, "last_stage_layers": None,

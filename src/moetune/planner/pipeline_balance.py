@@ -69,7 +69,7 @@ def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
     """`lay` re-split with `counts[r]` decoder layers on pipeline rank r; None where a chunk but the last would
     hold no layer."""
     chunks = chunk_counts(counts, lay.vpp)
-    if any(c < 1 for c in chunks[:-1]):
+    if any(c < 1 for c in chunks[:-1]) or chunks[-1] < 0:
         return None
     cleared = {"first_stage_layers": None, "last_stage_layers": None,
                "account_for_embedding": False, "account_for_loss": False}
@@ -78,27 +78,28 @@ def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
 
 def rebalance(lay: Layout, num_layers: int, mtp: int, evaluate, start: tuple) -> tuple[float, Layout]:
     """(step seconds, layout) after moving decoder layers one at a time from the slowest pipeline rank to the
-    quickest other rank where the layout still fits, while the step gets faster. `evaluate(layout)` gives (step
-    seconds, seconds a micro-batch of each rank), or None where the layout does not fit; `start` is `lay`'s own.
-    Only PP > 1 layouts are re-split."""
+    quickest other rank where the layout still fits, while the step gets faster. `evaluate(layout, below)` gives
+    (step seconds, seconds a micro-batch of each rank), or None where the layout is faster than `below` but does
+    not fit (a slower one is refused whether it fits or not, so its memory need not be known); `start` is `lay`'s
+    own. Only PP > 1 layouts are re-split."""
     if lay.pp < 2:
         return start[0], lay
     (best, stages), counts, best_lay = start, rank_layers(lay, num_layers, mtp), lay
     while True:
-        found = _move_off_slowest(lay, counts, stages, mtp, evaluate)
+        found = _move_off_slowest(lay, counts, stages, mtp, evaluate, best)
         if not found or not found[0][0] < best:
             return best, best_lay
         (best, stages), counts, best_lay = found
 
 
-def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: int, evaluate):
+def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: int, evaluate, best: float):
     """((step, stage seconds), counts, layout) with one layer moved from the slowest rank to the quickest rank
     where it fits, or None."""
     slow = max(range(lay.pp), key=lambda i: stages[i])
     for r in sorted((i for i in range(lay.pp) if i != slow), key=lambda i: stages[i]):
         moved = [c + (i == r) - (i == slow) for i, c in enumerate(counts)]
         cand = with_rank_layers(lay, moved, mtp)
-        found = evaluate(cand) if cand else None
+        found = evaluate(cand, best) if cand else None
         if found:
             return found, moved, cand
     return None
@@ -107,7 +108,7 @@ def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: 
 def even_out(e: Estimate) -> Estimate:
     """An estimate with its ranks evened out as `plan` does (explain re-splits the layers for a new VPP this way,
     so the move is weighed against the pick on equal terms); as it is where it does not fit or has no pipeline."""
-    def evaluate(cand: Layout):
+    def evaluate(cand: Layout, below: float):
         v = e.variant(layout=cand)
         return (v.time["step_seconds"], v.time["stage_seconds"]) if v.fits else None
 

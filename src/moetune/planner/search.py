@@ -174,7 +174,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
                         replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
-                        efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs in s.best[:top]]
+                        efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs, _ in s.best[:top]]
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least,
@@ -182,35 +182,47 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       gbs_excluded_dp=excluded)
 
 
-REBALANCED = 10  # leading candidates whose pipeline ranks are re-split after the search
+RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
 
 
 def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
-    """The REBALANCED leading candidates on PP > 1 with their layers moved off the slowest pipeline rank while the
-    scalar estimate gets faster and still fits (planner/pipeline_balance.py); a fixed count, so that the pick is
-    the same whatever --top asks to list."""
-    if not s.resplit:  # the user pinned the layout string
+    """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: in order of the
+    step it would take with every stage at the stages' mean (no re-split beats that), until that bound is slower
+    than the fastest step found so far (planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
+    other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
+    places of the list are re-split only where they were tried on the way."""
+    if not s.resplit or s.spec.mamba or not s.best:  # a pinned layout string; HybridModel reads none (splits_for)
         return
-    s.best.sort(key=lambda x: x[0])
-    for i, (_, _, lay, mbs, knobs) in enumerate(s.best[:REBALANCED]):
+    s.best.sort(key=lambda x: x[5])
+    fastest = min(b[0] for b in s.best)
+    found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first
+    for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
+        if len(found) == RESPLIT_LIMIT or reach >= fastest:
+            break
         if lay.pp < 2:
             continue
         evaluate = _evaluator(s, mbs, knobs, efficiency_overrides)
-        start = evaluate(lay)
-        if start is None:  # the batch said it fits; the scalar estimate is the same model, so this should not happen
-            continue
-        new_step, new_lay = rebalance(lay, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, start)
-        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher), new_lay, mbs, knobs)
+        seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
+        seeded = evaluate(seed, step) if seed else None
+        begin, start = (seed, seeded) if seeded and seeded[0] < step else (lay, evaluate(lay, -np.inf))
+        new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, start)
+        found.setdefault((lay, mbs), new_lay)
+        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher), new_lay, mbs, knobs, reach)
+        fastest = min(fastest, new_step)
 
 
 def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
-    """layout -> (step seconds, seconds a micro-batch of each pipeline rank) by the scalar estimate, None where the
-    layout does not fit the search's memory budget."""
+    """(layout, below) -> (step seconds, seconds a micro-batch of each pipeline rank) by the scalar estimate; the
+    memory is estimated only for a layout faster than `below` (rebalance refuses the others), which is None when it
+    does not fit the search's memory budget."""
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
 
-    def evaluate(cand: Layout) -> tuple | None:
-        e = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides)
-        return (e.time["step_seconds"], e.time["stage_seconds"]) if e.fits else None
+    def evaluate(cand: Layout, below: float) -> tuple | None:
+        t = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
+                     with_memory=False).time
+        if t["step_seconds"] < below and not estimate(s.spec, s.gpu, cand, wl, knobs, with_time=False).fits:
+            return None
+        return t["step_seconds"], t["stage_seconds"]
 
     return evaluate
 
@@ -231,13 +243,12 @@ class _Search:
     done: int = 0
     feasible: int = 0
     bound: float = np.inf  # candidates slower than this cannot reach the top (see _bound)
-    best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs)
+    best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
 
     @property
     def kept(self) -> int:
-        """Candidates each knob set may add, and the rank whose time bounds the rest: 4 x top, and never fewer than
-        twice the REBALANCED leading ones, so the pick does not depend on --top."""
-        return max(4 * self.top, 2 * REBALANCED)
+        """Candidates each knob set may add, and the rank whose time bounds the rest: 4 x top, at least 20."""
+        return max(4 * self.top, 20)
 
     def fits(self, batch, knobs: Knobs) -> np.ndarray:
         self.done += 1
@@ -277,12 +288,16 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         return
     rows = np.nonzero(union)[0]
     sub = batch.subset(rows)  # time only what fits under some knob set of the group
+    resplit = (sub.fields.pp[:, 0] > 1) & s.resplit & (s.spec.mamba is None)
     for knobs, mask in timed.items():
-        step = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)["step"]
-        step = np.where(mask[rows], step, np.inf)
+        walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
+        step = np.where(mask[rows], walls["step"], np.inf)
+        # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
+        reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"], step), step)
         keep = min(s.kept, len(step))
-        for i in np.argpartition(step, keep - 1)[:keep]:
-            if np.isfinite(step[i]) and step[i] <= s.bound:
+        # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
+        for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
+            if np.isfinite(step[i]) and reach[i] <= s.bound:
                 s.best.append((float(step[i]), _preference(sub.layout(i), knobs, s.dispatcher), sub.layout(i),
-                               int(sub.mbs[i, 0]), knobs))
+                               int(sub.mbs[i, 0]), knobs, float(reach[i])))
         s.bound = _bound(s.best, s.kept)

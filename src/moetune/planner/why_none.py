@@ -11,7 +11,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
-from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, pipeline_variants, tp_choices
+from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, splits_for, tp_choices
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import cp_exchange_exists
@@ -21,7 +21,7 @@ LAYOUT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp")
 
 def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str | None:
     """The layout rule these pins break on their own (the other dimensions at 1), or None when some completion
-    could be legal. The layer split is judged only when no split of the planner's fits (pipeline_variants): uneven
+    could be legal. The layer split is judged only when no split of the planner's fits (splits_for): uneven
     or embedding/loss-weighted stages can rescue a PP the even split refuses."""
     vpp = pins.get("vpp", 1)
     try:
@@ -29,7 +29,10 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
         validate_shapes(spec, lay)
         validate_workload(lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
                                         global_batch_size=lay.dp))
-        if lay.pp > 1 and not pipeline_variants(spec.num_layers, lay.pp, vpp, spec.mtp_num_layers):
+        if lay.pp > 1 and not splits_for(spec, lay.pp, vpp):
+            if spec.mamba and vpp > 1:
+                return (f"{spec.name} is a Mamba hybrid: Megatron-Core's HybridModel interleaves (VPP > 1) only from "
+                        "'|' separators in hybrid_layer_pattern, which moetune does not write; drop --fix vpp")
             pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)  # raises with the layer counts
     except MoetuneError as err:
         return str(err)

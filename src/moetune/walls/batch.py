@@ -141,8 +141,9 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     def pick(a):
         return np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]
 
+    mean = np.where(b.valid, total, 0.0).sum(axis=1) / np.maximum(b.valid.sum(axis=1), 1)
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
-            "hidden_ep": pick(hidden_ep)}
+            "hidden_ep": pick(hidden_ep), "mean_total": mean}
 
 
 def time_key(knobs: Knobs) -> tuple:
@@ -168,6 +169,9 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
              + (ep_overlap_unpaired(f)[:, 0] * stage["hidden_ep"] if knobs.ep_overlap else 0.0),
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * stage["total"], "host": m * stage["host"]}
     walls["step"] = sum(walls.values())
+    # the same step with every pipeline stage at the stages' mean: no re-split of the layers can beat it (the work
+    # is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach
+    walls["balanced"] = walls["step"] - (m + ((f.pp - 1) / f.vpp)[:, 0]) * (stage["total"] - stage["mean_total"])
     return walls
 
 
