@@ -180,3 +180,11 @@ def test_tp_comm_overlap_rides_along_where_userbuffers_take_the_recipe():
     assert not tp1.knobs.tp_comm_overlap
     blockwise = plan(spec, gpu, 256, wl, top=1, fixed={**pinned, "precision": ["fp8-blockwise"]}).results[0]
     assert not blockwise.knobs.tp_comm_overlap
+
+
+def test_a_candidate_re_split_twice_to_one_string_is_listed_once():
+    """Two splits of one layout (say even and account_for_loss) can re-split to the same string: the list keeps the
+    first, in its order."""
+    from moetune.planner.search import _first_of_each
+    best = [(1.0, 0, "L1", 1, "k"), (2.0, 0, "L2", 1, "k"), (3.0, 0, "L1", 1, "k"), (4.0, 0, "L1", 2, "k")]
+    assert _first_of_each(best) == [best[0], best[1], best[3]]

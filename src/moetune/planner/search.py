@@ -171,6 +171,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     fastest = min((b[0] for b in s.best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
     s.best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
+    s.best = _first_of_each(s.best)  # two splits of one layout may re-split to the same string
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
                         replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
@@ -180,6 +181,12 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       results=results, lightest_peak_gib=least_gib, lightest=least,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded)
+
+
+def _first_of_each(best: list) -> list:
+    """`best` without later repeats of a (layout, micro-batch, knobs) candidate."""
+    seen: set = set()
+    return [b for b in best if (b[2], b[3], b[4]) not in seen and not seen.add((b[2], b[3], b[4]))]
 
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
