@@ -55,6 +55,9 @@ CASES: dict[str, Case] = {
     # gpt-oss's biased expert linears under expert TP 2 (Megatron-Core asserts ETP 1 with add_bias_linear)
     "scale.moe_bias_needs_etp1": Case(S(MOE, "model.add_bias_linear=true", "model.expert_tensor_parallel_size=2",
                                        "model.expert_model_parallel_size=4")),
+    # a Nemotron-H style hybrid split by a layout string over PP 2 x VPP 2 (HybridModel reads neither)
+    "scale.hybrid_split_from_pattern": Case(S(MOE, "model.is_hybrid_model=true", "model.pipeline_model_parallel_size=2",
+                                             "model.virtual_pipeline_model_parallel_size=2")),
     "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
                                    "model.expert_tensor_parallel_size=1")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),

@@ -93,6 +93,7 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size or None,
         "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size or None,
         "model.mtp_num_layers": m.mtp_num_layers or None, "model.multi_latent_attention": m.mla is not None,
+        "model.is_hybrid_model": True if m.mamba else None,  # Mamba hybrids: Megatron-Core's HybridModel
         # Megatron's add_bias_linear covers the attention output projection and the MLP/expert linears
         "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
         # every planned MoE config: grouped expert GEMMs (Megatron-Core requires them for moe_act recompute)
