@@ -1,6 +1,9 @@
 """The planner's re-split of pipeline ranks (planner/pipeline_balance.py)."""
 
+import json
 from dataclasses import replace
+
+import pytest
 
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
@@ -93,10 +96,24 @@ def test_explain_names_each_ranks_layers_and_time():
     assert f"rank {e.time['stage_seconds'].index(max(e.time['stage_seconds']))} sets the pace" in note
 
 
-def test_a_mamba_hybrid_keeps_splits_its_pattern_runs():
-    """Nemotron-3 Nano is built by Megatron-Core's HybridModel, which reads no layout string and interleaves only from
-    '|' separators in hybrid_layer_pattern: the planner gives it VPP 1, even or first/last-stage splits, and no
-    re-split (before, its 52 layers over PP2 x VPP4 came out as a layout string HybridModel would not have read)."""
+def test_a_mamba_hybrid_is_split_by_its_pattern_without_vpp(shared_data):
+    """Nemotron-3 Nano is built by Megatron-Core's HybridModel, which takes its stages from '|' in hybrid_layer_pattern
+    and reads no layout string; Megatron Bridge's HybridModelProvider refuses VPP. The pick has VPP 1, its split is
+    written as separators (one segment per rank, the model's own symbols), and a config read back gives the split."""
+    from moetune.errors import MoetuneError
+    from moetune.planner.config_map import from_config, to_config
+
     e = _pick("nemotron3-nano-30b-a3b", "gb200", 128, 8192, 512)
     assert e.layout.pp > 1 and e.layout.vpp == 1
-    assert e.layout.pipeline_layout is None and not e.layout.account_for_embedding
+    config = to_config(e)
+    segments = config["model.hybrid_layer_pattern"].split("|")
+    assert [len(x) for x in segments] == rank_layers(e.layout, 52, 0)
+    assert config["model.pipeline_model_parallel_layout"] is None
+    hf = json.loads((shared_data / "models" / "nemotron3-nano-30b-a3b.config.json").read_text())[
+        "hybrid_override_pattern"]
+    assert "".join(segments) == hf  # the model's own pattern, only cut into stages
+    back = from_config(config)[0]
+    assert rank_layers(back, 52, 0) == rank_layers(e.layout, 52, 0) and back.vpp == 1
+    with pytest.raises(MoetuneError, match="refuses virtual pipeline stages"):
+        plan(load_model("nemotron3-nano-30b-a3b"), load_gpu("gb200"), 128,
+             Workload(seq_length=8192, global_batch_size=512), top=1, fixed={"pp": 2, "vpp": 2})

@@ -118,21 +118,26 @@ def parse_mlm(text: str, origin: str) -> list[Assignment]:
 
 
 def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
-    """--pipeline-model-parallel-layout sets VPP = its stages / PP, and no other VPP flag may be given beside it
-    (arguments.py validate_args: "No more than one of the following arguments can be set at the same time")."""
+    """--pipeline-model-parallel-layout, or --hybrid-layer-pattern with '|' separators, sets VPP = its stages / PP,
+    and no other VPP flag may be given beside it (arguments.py validate_args: "No more than one of the following
+    arguments can be set at the same time"; "Virtual pipeline stages are derived from the number of | segments")."""
     given = {a.key: a for a in out}
     layout = given.get("model.pipeline_model_parallel_layout")
-    if layout is None or layout.value is None:
+    pattern = given.get("model.hybrid_layer_pattern")
+    split = layout if layout is not None and layout.value is not None else pattern
+    if split is None or split.value is None:
         return []
+    flag = "--pipeline-model-parallel-layout" if split is layout else "--hybrid-layer-pattern"
     if "model.virtual_pipeline_model_parallel_size" in given:
-        raise MoetuneError(f"{origin}: --pipeline-model-parallel-layout sets the virtual pipeline size itself; drop "
+        raise MoetuneError(f"{origin}: {flag} sets the virtual pipeline size itself; drop "
                            "--num-virtual-stages-per-pipeline-rank / --num-layers-per-virtual-pipeline-stage "
                            "(Megatron-LM refuses both)")
-    stages = len(parse_pipeline_layout(str(layout.value)))
+    stages = (len(parse_pipeline_layout(str(split.value))) if split is layout
+              else str(split.value).split("/")[0].count("|") + 1)
     pp = given["model.pipeline_model_parallel_size"].value if "model.pipeline_model_parallel_size" in given else 1
     vpp = stages // pp if stages % pp == 0 else None
     return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=vpp if vpp and vpp > 1 else None,
-                       origin=f"{layout.origin} (VPP from the layout string, as Megatron-LM derives it)")]
+                       origin=f"{split.origin} (VPP from {flag}, as Megatron-LM derives it)")]
 
 
 def _validate_args(out: list[Assignment]) -> None:

@@ -50,8 +50,9 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     for name, value in sorted(config.items()):
         if name.split(".", 1)[0] in ("cluster", "env"):
             continue
-        if name == "model.virtual_pipeline_model_parallel_size" and config.get("model.pipeline_model_parallel_layout"):
-            continue  # Megatron-LM derives VPP from the layout string and refuses both flags (arguments.py)
+        if name == "model.virtual_pipeline_model_parallel_size" and (
+                config.get("model.pipeline_model_parallel_layout") or config.get("model.hybrid_layer_pattern")):
+            continue  # Megatron-LM derives VPP from the layout string or the pattern's '|' and refuses both flags
         line, note = _flag_line(name, value)
         if line:
             args.append(line)

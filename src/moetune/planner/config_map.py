@@ -13,9 +13,10 @@ from typing import Any
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.pipeline import parse_pipeline_layout
+from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
+from moetune.planner.pipeline_balance import layout_string
 from moetune.rules.derive import dispatcher_sms
 
 PRECISION = {
@@ -137,6 +138,34 @@ def cp_fields(e: Estimate) -> dict[str, Any]:
     return out
 
 
+# Layer symbols of a Mamba hybrid's hybrid_layer_pattern (Megatron-Core hybrid_layer_allocation.Symbols, as
+# specs/hf_readers.py reads Nemotron-H's hybrid_override_pattern).
+HYBRID_SYMBOLS = {("mamba", "none"): "M", ("gqa", "none"): "*", ("none", "moe"): "E", ("none", "dense"): "-"}
+HYBRID_SPLIT = "model.hybrid_layer_pattern"  # carries a hybrid's pipeline split, so it depends on the layout
+
+
+def hybrid_fields(e: Estimate) -> dict[str, Any]:
+    """A Mamba hybrid's split: HybridModel takes its stages from '|' in hybrid_layer_pattern (one segment per virtual
+    stage, in Megatron's stage order; hybrid_layer_allocation.py select_pipeline_segment) and reads neither a layout
+    string nor the first/last-stage flags beside the separators, so whatever split the layout has is written as
+    separators and those fields are cleared."""
+    m, lay = e.model, e.layout
+    if not m.mamba:
+        return {}
+    symbols = [HYBRID_SYMBOLS[(k.mixer, k.mlp)] for k in m.layers]
+    if lay.pp == 1:
+        return {HYBRID_SPLIT: "".join(symbols)}
+    try:
+        chunks = pipeline_chunks(lay, m.num_layers, m.mtp_num_layers)
+    except MoetuneError:  # a layout estimate() would refuse (rule probes build such): the pattern as it is
+        return {HYBRID_SPLIT: "".join(symbols)}
+    stages = sorted((c for rank in chunks for c in rank), key=lambda c: (c.vpp_rank, c.pp_rank))
+    return {HYBRID_SPLIT: "|".join("".join(symbols[i] for i in c.layers) for c in stages),
+            "model.pipeline_model_parallel_layout": None, "model.num_layers_in_first_pipeline_stage": None,
+            "model.num_layers_in_last_pipeline_stage": None, "model.account_for_embedding_in_pipeline_split": False,
+            "model.account_for_loss_in_pipeline_split": False}
+
+
 def to_config(e: Estimate) -> dict[str, Any]:
     """The normalized config of an estimate (None values are dropped)."""
     hybridep = {"env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": min(e.layout.ep, e.gpu.nvlink_domain)} \
@@ -148,7 +177,7 @@ def to_config(e: Estimate) -> dict[str, Any]:
         **layout_fields(e.layout), **_knob_fields(e.knobs),
         "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,
         "train.global_batch_size": e.workload.gbs(e.layout),
-        **cp_fields(e),
+        **cp_fields(e), **hybrid_fields(e),
     }
     return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY}
 
@@ -164,6 +193,15 @@ UNSET_EXPLICITLY = frozenset({
     "model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
     "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout", "model.cuda_graph_scope",
 })
+
+
+def _hybrid_split(config: dict) -> str | None:
+    """The layout string equivalent to a hybrid_layer_pattern's '|' separators (layer counts per virtual stage;
+    embedding first, loss last), or None without separators. MTP depths after '/' are not split."""
+    pattern = config.get(HYBRID_SPLIT)
+    if not pattern or "|" not in pattern:
+        return None
+    return layout_string([len(seg) for seg in str(pattern).split("/")[0].split("|")], 0)
 
 
 def _get(config: dict, key: str, default: Any = None) -> Any:
@@ -203,8 +241,9 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     if "cluster.num_gpus" not in config:
         raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
     vpp = config.get("model.virtual_pipeline_model_parallel_size") or 1
-    if config.get("model.pipeline_model_parallel_layout"):  # the layout string fixes the virtual stages
-        stages = len(parse_pipeline_layout(config["model.pipeline_model_parallel_layout"]))
+    split = _hybrid_split(config) or config.get("model.pipeline_model_parallel_layout")
+    if split:  # the layout string (or a hybrid pattern's separators) fixes the virtual stages
+        stages = len(parse_pipeline_layout(split))
         vpp = max(stages // _get(config, "model.pipeline_model_parallel_size", 1), 1)
     layout = Layout(
         world_size=config["cluster.num_gpus"], tp=_get(config, "model.tensor_model_parallel_size", 1),
@@ -214,7 +253,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         sequence_parallel=config.get("model.sequence_parallel"),
         first_stage_layers=config.get("model.num_layers_in_first_pipeline_stage"),
         last_stage_layers=config.get("model.num_layers_in_last_pipeline_stage"),
-        pipeline_layout=config.get("model.pipeline_model_parallel_layout"),
+        pipeline_layout=split or None,
         account_for_embedding=bool(config.get("model.account_for_embedding_in_pipeline_split")),
         account_for_loss=bool(config.get("model.account_for_loss_in_pipeline_split")))
     workload = Workload(seq_length=_get(config, "model.seq_length", 4096),

@@ -96,10 +96,9 @@ def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
     """Check a layout string pinned with `--fix pipeline_layout=...`: it places this model's layers, MTP layers,
     embedding and loss (the checks `estimate` makes), and its stage count is PP x VPP of any pinned PP / VPP."""
     stages = len(parse_pipeline_layout(text))
-    if spec.mamba:
-        raise MoetuneError(f"--fix pipeline_layout: {spec.name} is a Mamba hybrid, whose stages Megatron-Core takes "
-                           "from '|' separators in hybrid_layer_pattern, not from a layout string; pin --fix pp "
-                           "(and the even or first/last-stage split the planner finds) instead")
+    if spec.mamba and (fixed.get("pp", stages) != stages or fixed.get("vpp", 1) > 1):
+        raise MoetuneError(f"--fix pipeline_layout has {stages} stages, but {spec.name} is a Mamba hybrid, which "
+                           "Megatron Bridge runs without VPP: give one stage per pipeline rank")
     try:
         pipeline_chunks(Layout(world_size=stages, pp=stages, pipeline_layout=text), spec.num_layers,
                         spec.mtp_num_layers)
@@ -116,16 +115,13 @@ def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
 
 
 def splits_for(spec: ModelSpec, pp: int, vpp: int) -> list[dict]:
-    """pipeline_variants for this model. A Mamba hybrid (Nemotron-H) is built by Megatron-Core's HybridModel, which
-    takes its stages from '|' separators in hybrid_layer_pattern, or without them an even split or uneven first /
-    last stages and no VPP (hybrid_layer_allocation.py select_pipeline_segment); it reads no layout string and no
-    account_for_* flags. moetune does not rewrite the pattern, so such a model gets VPP 1 and those splits only."""
-    if not spec.mamba:
-        return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers)
-    if vpp > 1:
+    """pipeline_variants for this model. A Mamba hybrid (Nemotron-H) takes them at VPP 1 only: Megatron Bridge's
+    HybridModelProvider asserts "Virtual pipeline model parallelism is temporarily unsupported in Hybrid models"
+    (models/hybrid/hybrid_provider.py provide). Its split is written as '|' separators in hybrid_layer_pattern, which
+    Megatron-Core's HybridModel reads in place of a layout string (planner/config_map.py hybrid_fields)."""
+    if spec.mamba and vpp > 1:
         return []
-    return [v for v in pipeline_variants(spec.num_layers, pp, 1, spec.mtp_num_layers)
-            if not v or "first_stage_layers" in v]
+    return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers)
 
 
 def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
@@ -133,7 +129,8 @@ def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
     if "pipeline_layout" not in fixed:
         return splits_for(spec, pp, vpp)
     stages = len(parse_pipeline_layout(fixed["pipeline_layout"]))
-    return [{"pipeline_layout": fixed["pipeline_layout"]}] if pp > 1 and pp * vpp == stages else []
+    legal = pp > 1 and pp * vpp == stages and not (spec.mamba and vpp > 1)
+    return [{"pipeline_layout": fixed["pipeline_layout"]}] if legal else []
 
 
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,

@@ -15,7 +15,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import layout_fields, to_config
+from moetune.planner.config_map import HYBRID_SPLIT, layout_fields, to_config
 from moetune.rules import evaluate
 from moetune.rules.derive import EXTERNAL, derive
 from moetune.rules.table import Table, load_table
@@ -49,7 +49,7 @@ def layout_facts() -> frozenset[str]:
     """Facts that depend on the layout, the cluster size or the batch: every config name a layout sets
     (config_map.layout_fields), the estimator's facts (derive.EXTERNAL: fits, peak memory, ...), and every config or
     derived fact that differs between the probe layouts. Rules reading any of them are not judged here."""
-    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL}
+    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL} | {HYBRID_SPLIT}
     for model, gpu, knobs in product(_PROBE_MODELS, _PROBE_GPUS, _PROBE_KNOBS):
         spec, gpu_spec = load_model(model), load_gpu(gpu)
         facts = [_facts(spec, gpu_spec, knobs, lay, wl) for lay, wl in _LAYOUT_PROBES]

@@ -198,7 +198,7 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
     than the fastest step found so far (planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
     other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
     places of the list are re-split only where they were tried on the way."""
-    if not s.resplit or s.spec.mamba or not s.best:  # a pinned layout string; HybridModel reads none (splits_for)
+    if not s.resplit or not s.best:  # the user pinned the layout string
         return
     s.best.sort(key=lambda x: x[5])
     fastest = min(b[0] for b in s.best)
@@ -295,7 +295,7 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         return
     rows = np.nonzero(union)[0]
     sub = batch.subset(rows)  # time only what fits under some knob set of the group
-    resplit = (sub.fields.pp[:, 0] > 1) & s.resplit & (s.spec.mamba is None)
+    resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
     for knobs, mask in timed.items():
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
         step = np.where(mask[rows], walls["step"], np.inf)

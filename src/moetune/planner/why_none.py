@@ -24,15 +24,15 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
     could be legal. The layer split is judged only when no split of the planner's fits (splits_for): uneven
     or embedding/loss-weighted stages can rescue a PP the even split refuses."""
     vpp = pins.get("vpp", 1)
+    if spec.mamba and vpp > 1:
+        return (f"{spec.name} is a Mamba hybrid: Megatron Bridge's HybridModelProvider refuses virtual pipeline "
+                "stages (hybrid_provider.py); drop --fix vpp")
     try:
         lay = Layout(world_size=world, **{**pins, "vpp": vpp})
         validate_shapes(spec, lay)
         validate_workload(lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
                                         global_batch_size=lay.dp))
         if lay.pp > 1 and not splits_for(spec, lay.pp, vpp):
-            if spec.mamba and vpp > 1:
-                return (f"{spec.name} is a Mamba hybrid: Megatron-Core's HybridModel interleaves (VPP > 1) only from "
-                        "'|' separators in hybrid_layer_pattern, which moetune does not write; drop --fix vpp")
             pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)  # raises with the layer counts
     except MoetuneError as err:
         return str(err)
