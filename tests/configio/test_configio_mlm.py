@@ -75,3 +75,13 @@ def test_bad_arguments_are_one_line_errors(args, needle):
     with pytest.raises(MoetuneError, match=needle) as err:
         load_config(mlm_args=args)
     assert "\n" not in str(err.value)
+
+
+def test_a_hybrid_pattern_sets_vpp_from_its_segments_and_refuses_a_vpp_flag():
+    """Megatron-LM derives VPP from the '|' segments of --hybrid-layer-pattern and asserts that no VPP flag is given
+    beside it (arguments.py validate_args)."""
+    config = load_config(mlm_args="--pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|ME|M*|ME'")
+    assert config["model.virtual_pipeline_model_parallel_size"] == 2
+    with pytest.raises(MoetuneError, match="--hybrid-layer-pattern sets the virtual pipeline size itself"):
+        load_config(mlm_args="--pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|ME|M*|ME' "
+                             "--num-virtual-stages-per-pipeline-rank 2")

@@ -23,7 +23,9 @@ from moetune.specs.registry import load_model
 # LM head under MXFP8, as Bridge's GB200 DeepSeek-V3 recipe runs them)
 PLANS = [("qwen3-30b-a3b", "h100", 16, 1024, "dropless"), ("deepseek-v3", "gb200", 256, 2048, "dropless"),
          ("gpt-oss-120b", "b200", 64, 1280, "dropless"), ("mixtral-8x7b", "h100", 32, 512, "dropless"),
-         ("deepseek-v3", "gb200", 256, 4096, "force-balance")]
+         ("deepseek-v3", "gb200", 256, 4096, "force-balance"),
+         # a Mamba hybrid on PP 2: its split travels as '|' in hybrid_layer_pattern, read back as the same split
+         ("nemotron3-nano-30b-a3b", "gb200", 128, 512, "dropless")]
 
 
 @pytest.mark.parametrize(("model", "gpu", "gpus", "gbs", "routing"), PLANS)
