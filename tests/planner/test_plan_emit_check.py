@@ -25,7 +25,9 @@ PLANS = [("qwen3-30b-a3b", "h100", 16, 1024, "dropless"), ("deepseek-v3", "gb200
          ("gpt-oss-120b", "b200", 64, 1280, "dropless"), ("mixtral-8x7b", "h100", 32, 512, "dropless"),
          ("deepseek-v3", "gb200", 256, 4096, "force-balance"),
          # a Mamba hybrid on PP 2: its split travels as '|' in hybrid_layer_pattern, read back as the same split
-         ("nemotron3-nano-30b-a3b", "gb200", 128, 512, "dropless")]
+         ("nemotron3-nano-30b-a3b", "gb200", 128, 512, "dropless"),
+         # top-1 routing: Megatron-Core refuses a top-1 softmax router without pre-softmax; Llama 4's is a sigmoid
+         ("llama4-scout", "h100", 128, 1024, "dropless")]
 
 
 @pytest.mark.parametrize(("model", "gpu", "gpus", "gbs", "routing"), PLANS)
