@@ -3,7 +3,7 @@
 import pytest
 
 from moetune.errors import MoetuneError
-from moetune.layout.layout import Layout
+from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
 from moetune.layout.validate import Workload, validate
 from moetune.specs.registry import load_model
@@ -148,3 +148,11 @@ def test_split_text_names_what_must_be_passed_again():
                   account_for_loss=True).split_text() == "embedding and loss counted as layers"
     assert Layout(world_size=64, pp=4, vpp=4, ep=8, pipeline_layout="Et*4|(t*4|)*14tL").split_text() == (
         "pipeline layout Et*4|(t*4|)*14tL")
+
+
+def test_written_layout_is_megatrons_grammar_and_round_trips():
+    text = write_pipeline_layout([4, 5, 5, 3, 4, 4, 4, 2], mtp=3)
+    assert text == "Et*4|(t*5|)*2t*3|(t*4|)*3ttmmmL"
+    stages = parse_pipeline_layout(text)
+    assert [s.count("t") for s in stages] == [4, 5, 5, 3, 4, 4, 4, 2]
+    assert stages[0].startswith("E") and stages[-1].endswith("mmmL") and len(stages) == 8

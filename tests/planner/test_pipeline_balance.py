@@ -5,11 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from moetune.layout.layout import Layout, parse_pipeline_layout
+from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import explain
-from moetune.planner.pipeline_balance import chunk_counts, layout_string, rank_layers, rebalance, with_rank_layers
+from moetune.planner.pipeline_balance import chunk_counts, rank_layers, rebalance, with_rank_layers
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -19,14 +19,6 @@ def test_chunks_follow_megatrons_stage_order():
     """Stage s is chunk s // PP of rank s % PP; a rank's spare layer goes to its first chunk."""
     assert chunk_counts([5, 4], 2) == [3, 2, 2, 2]
     assert chunk_counts([7, 6, 5], 1) == [7, 6, 5]
-
-
-def test_layout_string_is_megatrons_grammar_and_round_trips():
-    text = layout_string([4, 5, 5, 3, 4, 4, 4, 2], mtp=3)
-    assert text == "Et*4|(t*5|)*2t*3|(t*4|)*3ttmmmL"
-    stages = parse_pipeline_layout(text)
-    assert [s.count("t") for s in stages] == [4, 5, 5, 3, 4, 4, 4, 2]
-    assert stages[0].startswith("E") and stages[-1].endswith("mmmL") and len(stages) == 8
 
 
 def test_a_resplit_never_leaves_a_chunk_empty_but_the_last():
@@ -76,7 +68,7 @@ def test_minimax_m2s_last_rank_is_lightened():
     assert lay.pp > 1 and lay.pipeline_layout and lay.pipeline_layout.endswith("mmmL")
     per = -(-62 // (lay.pp * lay.vpp))
     recipe_counts = [per] * (lay.pp * lay.vpp - 1) + [62 - per * (lay.pp * lay.vpp - 1)]
-    recipe = e.variant(layout=replace(lay, pipeline_layout=layout_string(recipe_counts, 3)))
+    recipe = e.variant(layout=replace(lay, pipeline_layout=write_pipeline_layout(recipe_counts, 3)))
     assert recipe.fits and e.fits
     assert e.time["tokens_per_s_per_gpu"] > 1.05 * recipe.time["tokens_per_s_per_gpu"]
 

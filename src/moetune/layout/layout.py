@@ -33,6 +33,26 @@ def parse_pipeline_layout(text: str) -> list[str]:
     return list(_stages(text))
 
 
+def _t(n: int) -> str:
+    return "t" * n if n < 3 else f"t*{n}"
+
+
+def write_pipeline_layout(counts: list[int], mtp: int) -> str:
+    """parse_pipeline_layout's inverse for decoder-layer counts per virtual stage (Megatron's stage order), the
+    embedding first and the MTP layers and loss last, spelled as the recipes spell theirs: "t*4", runs of equal
+    middle stages "(t*4|)*14" ("Et*4|(t*4|)*14tmL")."""
+    stages = [_t(n) for n in counts]
+    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "m" * mtp + "L"
+    out, i = "", 0
+    while i < len(stages) - 1:
+        j = i
+        while i > 0 and j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
+            j += 1
+        out += f"({stages[i]}|)*{j - i + 1}" if j > i else f"{stages[i]}|"
+        i = j + 1
+    return out + stages[-1]
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Layout:
     """One folded layout. ``dp`` and ``edp`` are derived from the world size."""

@@ -86,6 +86,13 @@ def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
     return counts
 
 
+def stage_order(grid: list[list]) -> list:
+    """Items given per pipeline rank and virtual chunk (``grid[pp_rank][vpp_rank]``) in Megatron's flat stage order:
+    stage s is chunk s // PP of rank s % PP (pipeline_parallel_layer_layout.py)."""
+    pp, vpp = len(grid), len(grid[0])
+    return [grid[s % pp][s // pp] for s in range(pp * vpp)]
+
+
 def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> list[list[Chunk]]:
     """Chunks per pipeline rank: ``result[pp_rank][vpp_rank]``."""
     if layout.pipeline_layout:

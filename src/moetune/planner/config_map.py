@@ -12,11 +12,10 @@ from typing import Any
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
-from moetune.layout.layout import Layout
-from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
+from moetune.layout.layout import Layout, write_pipeline_layout
+from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks, stage_order
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
-from moetune.planner.pipeline_balance import layout_string
 from moetune.rules.derive import dispatcher_sms
 
 PRECISION = {
@@ -161,8 +160,7 @@ def hybrid_fields(e: Estimate) -> dict[str, Any]:
         chunks = pipeline_chunks(lay, m.num_layers, m.mtp_num_layers)
     except MoetuneError:  # a layout estimate() would refuse (rule probes build such): the pattern as it is
         return {HYBRID_SPLIT: "".join(symbols)}
-    stages = sorted((c for rank in chunks for c in rank), key=lambda c: (c.vpp_rank, c.pp_rank))
-    return {HYBRID_SPLIT: "|".join("".join(symbols[i] for i in c.layers) for c in stages),
+    return {HYBRID_SPLIT: "|".join("".join(symbols[i] for i in c.layers) for c in stage_order(chunks)),
             "model.pipeline_model_parallel_layout": None, "model.num_layers_in_first_pipeline_stage": None,
             "model.num_layers_in_last_pipeline_stage": None, "model.account_for_embedding_in_pipeline_split": False,
             "model.account_for_loss_in_pipeline_split": False}
@@ -203,7 +201,7 @@ def _hybrid_split(config: dict) -> str | None:
     pattern = config.get(HYBRID_SPLIT)
     if not pattern or "|" not in pattern:
         return None
-    return layout_string([len(seg) for seg in str(pattern).split("/")[0].split("|")], 0)
+    return write_pipeline_layout([len(seg) for seg in str(pattern).split("/")[0].split("|")], 0)
 
 
 def _get(config: dict, key: str, default: Any = None) -> Any:

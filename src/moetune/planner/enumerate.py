@@ -12,7 +12,7 @@ from itertools import product
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs
-from moetune.layout.layout import Layout, parse_pipeline_layout
+from moetune.layout.layout import Layout, parse_pipeline_layout, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
@@ -38,17 +38,6 @@ def tp_choices(gpu: GpuSpec, world: int) -> list[int]:
     return _pow2(min(gpu.nvlink_domain, world, 8))
 
 
-def _t(n: int) -> str:
-    """n decoder layers in Megatron's layout grammar, written as the recipes do: "tt", "t*4"."""
-    return "t" * n if n < 3 else f"t*{n}"
-
-
-def _stages(first: str, middle: str, last: str, chunks: int) -> str:
-    if chunks == 2:
-        return f"{first}|{last}"
-    return f"{first}|({middle}|)*{chunks - 2}{last}"  # Megatron's grammar: (x|)*n repeats a stage
-
-
 def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
     """A pipeline_model_parallel_layout for MTP models, as the DeepSeek-V3 recipes write them: every chunk but the
     last full, the remainder beside the MTP layers and loss ("Et*4|(t*4|)*14tmL" for PP2 x VPP8, the GB300
@@ -59,12 +48,12 @@ def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
     per = -(-num_layers // chunks)
     rest = num_layers - per * (chunks - 1)
     if rest > 0:
-        return _stages("E" + _t(per), _t(per), _t(rest) + "m" * mtp + "L", chunks)
+        return write_pipeline_layout([per] * (chunks - 1) + [rest], mtp)
     units = num_layers + 1 + mtp + 1
     per = units // chunks
     if units % chunks or per - 1 - mtp < 0:
         return None
-    return _stages("E" + _t(per - 1), _t(per), _t(per - 1 - mtp) + "m" * mtp + "L", chunks)
+    return write_pipeline_layout([per - 1] + [per] * (chunks - 2) + [per - 1 - mtp], mtp)
 
 
 def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
@@ -96,7 +85,7 @@ def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
     """Check a layout string pinned with `--fix pipeline_layout=...`: it places this model's layers, MTP layers,
     embedding and loss (the checks `estimate` makes), and its stage count is PP x VPP of any pinned PP / VPP."""
     stages = len(parse_pipeline_layout(text))
-    if spec.mamba and (fixed.get("pp", stages) != stages or fixed.get("vpp", 1) > 1):
+    if bridge_refuses_vpp(spec, max(fixed.get("vpp", 1), stages // fixed.get("pp", stages))):
         raise MoetuneError(f"--fix pipeline_layout has {stages} stages, but {spec.name} is a Mamba hybrid, which "
                            "Megatron Bridge runs without VPP: give one stage per pipeline rank")
     try:
@@ -114,12 +103,17 @@ def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
                            + "; fix the string or the pinned pp/vpp")
 
 
+def bridge_refuses_vpp(spec: ModelSpec, vpp: int) -> bool:
+    """A Mamba hybrid (Nemotron-H) on VPP > 1: Megatron Bridge's HybridModelProvider asserts "Virtual pipeline model
+    parallelism is temporarily unsupported in Hybrid models" (models/hybrid/hybrid_provider.py provide)."""
+    return spec.mamba is not None and vpp > 1
+
+
 def splits_for(spec: ModelSpec, pp: int, vpp: int) -> list[dict]:
-    """pipeline_variants for this model. A Mamba hybrid (Nemotron-H) takes them at VPP 1 only: Megatron Bridge's
-    HybridModelProvider asserts "Virtual pipeline model parallelism is temporarily unsupported in Hybrid models"
-    (models/hybrid/hybrid_provider.py provide). Its split is written as '|' separators in hybrid_layer_pattern, which
-    Megatron-Core's HybridModel reads in place of a layout string (planner/config_map.py hybrid_fields)."""
-    if spec.mamba and vpp > 1:
+    """pipeline_variants for this model, none where Bridge refuses the VPP (bridge_refuses_vpp). A Mamba hybrid's
+    split is written as '|' separators in hybrid_layer_pattern, which Megatron-Core's HybridModel reads in place of a
+    layout string (planner/config_map.py hybrid_fields)."""
+    if bridge_refuses_vpp(spec, vpp):
         return []
     return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers)
 
@@ -129,7 +123,7 @@ def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
     if "pipeline_layout" not in fixed:
         return splits_for(spec, pp, vpp)
     stages = len(parse_pipeline_layout(fixed["pipeline_layout"]))
-    legal = pp > 1 and pp * vpp == stages and not (spec.mamba and vpp > 1)
+    legal = pp > 1 and pp * vpp == stages and not bridge_refuses_vpp(spec, vpp)
     return [{"pipeline_layout": fixed["pipeline_layout"]}] if legal else []
 
 

@@ -18,8 +18,8 @@ comes first, the loss last and the MTP layers in the last rank's last chunk: pip
 
 from dataclasses import replace
 
-from moetune.layout.layout import Layout
-from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.layout import Layout, write_pipeline_layout
+from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.planner.estimate import Estimate
 from moetune.specs.model import ModelSpec
 
@@ -42,27 +42,7 @@ def ranks_note(spec: ModelSpec, lay: Layout, time: dict) -> str:
 def chunk_counts(rank_counts: list[int], vpp: int) -> list[int]:
     """Layers per virtual stage in Megatron's order (stage s: chunk s // PP of rank s % PP); a rank's spare layers
     go to its earlier chunks, so the last rank's final chunk, beside the MTP layers and loss, is its lightest."""
-    pp = len(rank_counts)
-    per_rank = [[n // vpp + (v < n % vpp) for v in range(vpp)] for n in rank_counts]
-    return [per_rank[s % pp][s // pp] for s in range(pp * vpp)]
-
-
-def _t(n: int) -> str:
-    return "t" * n if n < 3 else f"t*{n}"
-
-
-def layout_string(counts: list[int], mtp: int) -> str:
-    """Megatron layout grammar for these chunk sizes; runs of equal middle chunks written "(t*4|)*14"."""
-    stages = [_t(n) for n in counts]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "m" * mtp + "L"
-    out, i = "", 0
-    while i < len(stages) - 1:
-        j = i
-        while i > 0 and j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
-            j += 1
-        out += f"({stages[i]}|)*{j - i + 1}" if j > i else f"{stages[i]}|"
-        i = j + 1
-    return out + stages[-1]
+    return stage_order([[n // vpp + (v < n % vpp) for v in range(vpp)] for n in rank_counts])
 
 
 def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
@@ -73,7 +53,7 @@ def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
         return None
     cleared = {"first_stage_layers": None, "last_stage_layers": None,
                "account_for_embedding": False, "account_for_loss": False}
-    return replace(lay, pipeline_layout=layout_string(chunks, mtp), **cleared)
+    return replace(lay, pipeline_layout=write_pipeline_layout(chunks, mtp), **cleared)
 
 
 def rebalance(lay: Layout, num_layers: int, mtp: int, evaluate, start: tuple) -> tuple[float, Layout]:

@@ -185,8 +185,10 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
 
 def _first_of_each(best: list) -> list:
     """`best` without later repeats of a (layout, micro-batch, knobs) candidate."""
-    seen: set = set()
-    return [b for b in best if (b[2], b[3], b[4]) not in seen and not seen.add((b[2], b[3], b[4]))]
+    firsts: dict = {}
+    for b in best:
+        firsts.setdefault((b[2], b[3], b[4]), b)
+    return list(firsts.values())
 
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)

@@ -11,7 +11,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
-from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, splits_for, tp_choices
+from moetune.planner.enumerate import MBS_CHOICES, bridge_refuses_vpp, enumerate_layouts, splits_for, tp_choices
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import cp_exchange_exists
@@ -24,7 +24,7 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
     could be legal. The layer split is judged only when no split of the planner's fits (splits_for): uneven
     or embedding/loss-weighted stages can rescue a PP the even split refuses."""
     vpp = pins.get("vpp", 1)
-    if spec.mamba and vpp > 1:
+    if bridge_refuses_vpp(spec, vpp):
         return (f"{spec.name} is a Mamba hybrid: Megatron Bridge's HybridModelProvider refuses virtual pipeline "
                 "stages (hybrid_provider.py); drop --fix vpp")
     try:

@@ -16,6 +16,7 @@ import numpy as np
 
 from moetune.layout.ranks import cross_domain_fraction, members_in_domain
 from moetune.specs.hardware import GpuSpec
+from moetune.walls.memo import array_key, remembered
 
 BF16 = 2
 
@@ -59,11 +60,7 @@ def _hit_probability(experts_per_target, num_experts: int, topk: int, groups: in
     return hit
 
 
-_COPIES: dict[tuple, tuple] = {}  # fused_copies by its inputs: the planner asks again for each knob set
-
-
-def _key(x) -> object:
-    return (x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x
+_COPIES: dict[tuple, tuple] = {}  # fused_copies by its inputs (walls/memo.py)
 
 
 def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec, groups: int = 1, group_topk: int = 1) -> tuple:
@@ -74,16 +71,9 @@ def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec, groups: int
     before the combine, token_dispatcher.py); across NVLink domains a token travels once per remote domain and
     is forwarded inside it over NVLink to each rank it needs (DeepEP internode kernels, seeds/004). Memoized: the
     result depends on these inputs only (read-only arrays; the planner's batches repeat them)."""
-    key = (num_experts, topk, _key(ep), _key(etp), gpu.nvlink_domain, groups, group_topk)
-    if key not in _COPIES:
-        if len(_COPIES) > 512:
-            _COPIES.clear()
-        out = _fused_copies(num_experts, topk, ep, etp, gpu.nvlink_domain, groups, group_topk)
-        for x in out:
-            if isinstance(x, np.ndarray):
-                x.flags.writeable = False  # shared between callers
-        _COPIES[key] = out
-    return _COPIES[key]
+    key = (num_experts, topk, array_key(ep), array_key(etp), gpu.nvlink_domain, groups, group_topk)
+    return remembered(_COPIES, key, lambda: _fused_copies(num_experts, topk, ep, etp, gpu.nvlink_domain, groups,
+                                                          group_topk), 512)
 
 
 def _fused_copies(num_experts: int, topk: int, ep, etp, domain: int, groups: int, group_topk: int) -> tuple:

@@ -25,6 +25,7 @@ from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
 from moetune.walls.flops import layer_flops
+from moetune.walls.memo import array_key, remembered
 from moetune.walls.memory import activation_context
 
 # What a plan weighs per layout ("auto"): all_gather moves p2p's bytes without its overlap, so it never wins.
@@ -196,14 +197,10 @@ def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knob
         hard = linear_mixer_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff)
         return hard, hard, 1.0
     # The planner asks again for every knob set of a layout batch; none of those knobs moves the exchange.
-    arrays = (np.asarray(a, dtype=float).tobytes() for a in (ctx.tokens, cp, tp, attn_s))
+    arrays = (array_key(np.asarray(a, dtype=float)) for a in (ctx.tokens, cp, tp, attn_s))
     key = (spec, kind, gpu.key, gpu.nvlink_domain, knobs.cp_comm_type, knobs.hcp_a2a_size, r.attn, r.attn_hdim64,
            r.attn_keys_half, ctx.seq_length, eff["nvlink_eff"], eff["nic_eff"], eff["a2a_latency_us"], *arrays)
-    if key not in _MEMO:
-        if len(_MEMO) > 4096:
-            _MEMO.clear()
-        _MEMO[key] = _layer_cp(spec, kind, ctx, cp, tp, gpu, eff, knobs, r, attn_s)
-    return _MEMO[key]
+    return remembered(_MEMO, key, lambda: _layer_cp(spec, kind, ctx, cp, tp, gpu, eff, knobs, r, attn_s), 4096)
 
 
 _MEMO: dict = {}

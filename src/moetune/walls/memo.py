@@ -1,0 +1,25 @@
+"""A bounded memo for the walls' functions that the planner asks again, with the same arrays, for every knob set of a
+layout batch (the CP exchange of a layer, the fused all-to-all's copy counts)."""
+
+import numpy as np
+
+
+def array_key(x) -> object:
+    """A hashable stand-in for a scalar or an array argument: its shape and bytes."""
+    if isinstance(x, np.ndarray):
+        return x.shape, x.dtype.str, x.tobytes()
+    return x
+
+
+def remembered(store: dict, key: tuple, compute, limit: int):
+    """store[key], computing it with compute() the first time; the store is emptied past `limit` entries. Arrays in
+    the result are made read-only: every later caller shares them."""
+    if key not in store:
+        if len(store) > limit:
+            store.clear()
+        out = compute()
+        for x in out if isinstance(out, tuple) else (out,):
+            if isinstance(x, np.ndarray):
+                x.flags.writeable = False
+        store[key] = out
+    return store[key]
