@@ -16,6 +16,7 @@ from moetune.planner.calibrate import (
     unfitted_predictions,
     with_params,
 )
+from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
 from moetune.walls.efficiency import efficiency
 
@@ -43,6 +44,19 @@ def fitted_toml(fitted: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _unmeetable_line(rows: list[dict]) -> str:
+    """Which misses the data forces: one configuration measured further apart than any prediction can meet."""
+    found = unmeetable(0.15)
+    if not found:
+        return "No configuration was measured so far apart twice that a prediction could not meet both within 15%."
+    shown = {r["run_id"] for r in rows}
+    least = sum(g.least_misses(0.15) for g in found if set(g.run_ids) <= shown)
+    missed = sum(abs(r["error"]) > 0.15 for r in rows)
+    groups = ", ".join(f"{' vs '.join(g.run_ids)} ({g.spread:.2f}x)" for g in found)
+    return (f"Measured apart by more than any prediction can meet within 15% (1.35x), same configuration: {groups}; "
+            f"so at least {least} of these {len(rows)} runs miss 15% whatever the constants ({missed} do)")
+
+
 @click.command(name="calibrate")
 @click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
               help="Write the fitted constants to this TOML file.")
@@ -62,7 +76,10 @@ def command(write_path: str | None, as_json: bool) -> None:
     order = [{"group": q.group, "faster": q.faster, "slower": q.slower, "measured_gap": q.measured_gap,
               "predicted_gap": q.predicted_gap, "agrees": q.agrees} for q in pairs]
     if as_json:
-        emit_json({"fitted": fitted, "runs": rows, "ab_order": order})
+        emit_json({"fitted": fitted, "runs": rows, "ab_order": order,
+                   "unmeetable_repeats": [{"run_ids": list(g.run_ids), "measured": list(g.measured),
+                                           "spread": g.spread, "least_misses": g.least_misses(0.15)}
+                                          for g in unmeetable(0.15)]})
         return
     out = console()
     out.print(table("Fitted per GPU (host CPU cost and the fused all-to-all's token and SM costs: one value for all)",
@@ -80,6 +97,7 @@ def command(write_path: str | None, as_json: bool) -> None:
             out.print(f"{subset}: median |error| {100 * statistics.median(errs):.1f}%, {within}/{len(errs)} within 15%")
     out.print(f"({TFLOPS_ONLY}: runs published as TFLOP/s only, in tokens where every FLOP convention agrees; "
               "never fitted)")
+    out.print(_unmeetable_line(rows))
     wrong = [f"{q['faster']} > {q['slower']}" for q in order if not q["agrees"]]
     other_way = f"; predicted the other way: {', '.join(wrong)}" if wrong else ""
     out.print(f"A/B groups: {len(order) - len(wrong)}/{len(order)} pairs in the measured order (pairs whose measured "

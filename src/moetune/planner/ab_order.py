@@ -7,10 +7,11 @@ NOISE_FLOOR when the group has no repeat: a smaller gap says nothing about order
 """
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import combinations
 
 from moetune.planner.calibrate import predict
+from moetune.planner.repeats import configuration
 from moetune.planner.runs import Run, load_configured_runs, published_rows
 from moetune.walls.efficiency import efficiency
 
@@ -41,11 +42,6 @@ def _metric(rows: list[dict]) -> str | None:
     return None
 
 
-def _config(run: Run) -> tuple:
-    """What was run: an SM count left to the default and the same count written out are one configuration."""
-    return run.layout, run.workload, replace(run.knobs, flex_num_sms=run.knobs.num_sms or None)
-
-
 def group_pairs() -> list[tuple[str, Run, Run, float]]:
     """(group, faster run, slower run, measured gap) for every pair that counts."""
     rows, runs = published_rows(), {r.run_id: r for r in load_configured_runs()}
@@ -61,10 +57,10 @@ def group_pairs() -> list[tuple[str, Run, Run, float]]:
         value = {i: float(rows[i][column]) for i in ids}
         pairs = [tuple(sorted((a, b), key=lambda r: -value[r])) for a, b in combinations(sorted(ids), 2)]
         gap = {(a, b): value[a] / value[b] - 1 for a, b in pairs}
-        repeats = [gap[p] for p in pairs if _config(runs[p[0]]) == _config(runs[p[1]])]
+        repeats = [gap[p] for p in pairs if configuration(runs[p[0]]) == configuration(runs[p[1]])]
         noise = max(repeats, default=NOISE_FLOOR)
         out += [(name, runs[a], runs[b], gap[(a, b)]) for a, b in pairs
-                if _config(runs[a]) != _config(runs[b]) and gap[(a, b)] > noise]
+                if configuration(runs[a]) != configuration(runs[b]) and gap[(a, b)] > noise]
     return out
 
 
