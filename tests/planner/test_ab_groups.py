@@ -1,22 +1,14 @@
 """Every A/B group of the published runs with complete configurations (planner/ab_order.py): each pair of different
 configurations whose measured gap exceeds the group's repeat noise is predicted in the measured order, except the
-pairs listed in ORDER_GAPS with their reasons; a test fails when an unlisted pair disagrees or a listed one starts
-to agree."""
+pairs listed in data/known_gaps.toml [order] with their reasons; a test fails when an unlisted pair disagrees or a
+listed one starts to agree."""
 
 import pytest
 
 from moetune.planner.ab_order import _metric, group_pairs, ordered_pairs
+from moetune.planner.runs import known_gaps
 
-ORDER_GAPS = {
-    ("R163", "R164"): "gpt-oss-120b 64 x GB200 BF16 with EP overlap: NCCL alltoall measured 4% faster than HybridEP; "
-                      "Megatron-Bridge PR #3561 puts it down to 'HybridEP's setup overhead unamortized' on a small "
-                      "expert FFN (2880, topk 4). moetune charges HybridEP no setup cost beyond the all-to-all latency "
-                      "every dispatcher pays, so it predicts HybridEP 8% faster; to flip the pair the setup would have "
-                      "to cost about 2.2 ms per layer and micro-batch, which no public figure supports",
-    ("R126", "R129"): "Qwen3-30B-A3B 16 x GB200: BF16 without graphs measured 10% faster than the PR #5728 re-measure "
-                      "of MXFP8 with TE-scoped graphs; moetune gives MXFP8 +17% (its FP8 gain for narrow models is "
-                      "optimistic, docs/time.md, and plan/explain say so; R129 is also a listed TFLOP/s gap)",
-}
+ORDER_GAPS = {tuple(k.split()): v for k, v in known_gaps()["order"].items()}  # data/known_gaps.toml
 PAIRS = ordered_pairs()
 
 

@@ -1,7 +1,7 @@
 """Predictions vs published measured runs (src/moetune/data/published_runs.csv, every row cited).
 
 The shipped efficiency constants were fitted (`moetune calibrate`) on the calibration half of the runs;
-accuracy is judged on the held-out half. Known gaps are listed, not hidden: see KNOWN_GAPS.
+accuracy is judged on the held-out half. Known gaps are listed, not hidden: data/known_gaps.toml.
 """
 
 import statistics
@@ -15,40 +15,14 @@ from moetune.layout.validate import Workload
 from moetune.planner.ab_order import NOISE_FLOOR
 from moetune.planner.calibrate import split
 from moetune.planner.estimate import estimate
-from moetune.planner.runs import load_configured_runs, load_runs, tokens_from_tflops
+from moetune.planner.runs import known_gaps, load_configured_runs, load_runs, tokens_from_tflops
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.flops import megatron_model_flops
 
 RUNS = load_runs()
-# Runs the model cannot reproduce yet, with the reason (they stay in the statistics below).
-KNOWN_GAPS = {
-    "R029": "same table config and preset as R011 (QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1; NeMo 26.02 vs "
-            "26.02.01) yet 118 vs 208 TFLOP/s/GPU: no config field tells them apart; R011 (-12%) and the later "
-            "releases' reruns (R178, R196, R213, -8% to -9%) measure the faster figure, so R029 is the outlier (+56%)",
-    "R092": "DeepSeek-V3 1,024 x H100 BF16 verification card -22%: HybridEP EP64 across 8 nodes with neither EP "
-            "overlap nor overlapped gradient reduce-scatter (its recipe turns both off) measures 241 ms a "
-            "micro-batch, its FP8 sibling R051 (same layout, DeepEP with EP overlap, -1%) 197 ms; moetune puts "
-            "R092's BF16 compute alone at 241 ms: BF16 compute on H100 is over-charged against FP8 for this model, "
-            "as the FP8/BF16 A/B pairs of narrower models also measure (R122-R125, data/fp8_ab_pairs.toml)",
-    "R096": "gpt-oss-120b full-iteration MXFP8 with EP overlap on 64 GB300 at 32 HybridEP SMs +30% (R232, NeMo "
-            "26.08, +30%; R233 on GB200 +22%): the same recipe at 16 SMs (R209, R210, NeMo 26.06) measures the same, "
-            "and moetune gets it within 15% only because 16 SMs expose more all-to-all (it predicts 32 SMs 15% "
-            "faster; the measurements say the SM count did not matter under overlap). Without EP overlap moetune "
-            "would put these three within 8% (-3%, -3%, -8%): the overlap it credits this model is what the "
-            "measurements do not show. Without CUDA graphs on Blackwell moetune credits EP overlap nothing (R172, "
-            "R190; efficiency.toml ep_overlap_hide_eager); these full-iteration runs say graphs alone do not bring "
-            "the overlap back for this model",
-    "R232": "see R096", "R233": "see R096",
-    "R222": "NeMo 26.06.01 gpt-oss-120b GB300 +88% (R223, GB200, +77%): the table's footnote calls it a known "
-            "performance regression of that container (NVIDIA/cudnn-frontend#256); the same recipe a release earlier "
-            "(R209, R210) and later (R232, R233) measures 1.6x faster",
-    "R223": "see R222",
-    "R044": "DeepSeek-V3 on 256 B200, NCCL alltoall, PP16 without EP overlap, NeMo 25.11, +15.6%: the same layout "
-            "with HybridEP and twice the batch a release later (R170) measures 32% faster per GPU and is predicted "
-            "within 3%; at R044's own batch moetune puts HybridEP only 3% ahead, so the rest of the measured gap is "
-            "the dispatcher inside the node or the five months of software between the two releases",
-}
+# Runs the model cannot reproduce yet, with the reason (data/known_gaps.toml; they stay in the statistics below).
+KNOWN_GAPS = known_gaps()["runs"]
 
 
 def _error(run) -> float:
@@ -84,33 +58,7 @@ def test_every_run_outside_15_percent_is_a_listed_gap():
 
 # Runs published as TFLOP/s only, converted to tokens where every FLOP convention agrees (runs.tokens_from_tflops);
 # they were not used to fit the constants.
-TFLOPS_GAPS = {
-    "R113": "Qwen3-235B-A22B 256 x H100 BF16 (Megatron-LM README) +31%: the same recipe measured 41% faster in the "
-            "PR #5728 refresh (R114, -7%)",
-    "R119": "Qwen3-235B-A22B 128 x GB200 TE-scoped graphs (PR #5728 refresh) +26%: the README measured the same "
-            "recipe 16% faster (R118, +9%)",
-    "R122": "Qwen3-30B-A3B 32 x H100 FP8 blockwise +20% (its PR #5728 re-measure R123 +15%, at the edge): measured "
-            "no faster than BF16 (R124/R125, within 7%); moetune charges FP8 no quantization cost, so narrow models "
-            "gain too much (plan and explain say so: data/fp8_ab_pairs.toml)",
-    "R129": "Qwen3-30B-A3B 16 x GB200 MXFP8 TE-scoped graphs, PR #5728 refresh, +18%: the README measured the same "
-            "recipe 7% faster (R128, +10%); measured no faster than BF16 (R126/R127), as R122",
-    "R110": "DeepSeek-V3 256 x B200, Megatron-LM recipe with EP overlap and no CUDA graphs (its YAML sets none), -25%: "
-            "moetune credits eager EP overlap on Blackwell nothing (efficiency.toml ep_overlap_hide_eager: eager "
-            "gpt-oss-120b on GB200 gained 1-5% from it, R172/R190, and Qwen3-235B-A22B's eager B200 recipe R115 is "
-            "+5% with no credit, +24% with Hopper's), yet this run measures within 10% of its graph-captured Bridge "
-            "twin (R188) and would be -0.3% with Hopper's share: the overlap's eager CPU cost differs by model in a "
-            "way one per-GPU value cannot carry",
-    "R112": "DeepSeek-V3 256 x GB300, Megatron-LM recipe (TE-scoped graphs, PP4 VPP4 EP64), +21%: Bridge's "
-            "full-iteration-graph runs of DeepSeek-V3 on GB300 (R206, R220, R230: PP2 VPP8 EP32, within 1.3%) measure "
-            "1.21x this recipe's TFLOP/s where moetune puts 1.04x",
-    "R151": "Qwen3-235B-A22B 256 x H100 at 16k, force-balanced (ModelZoo long-context table) -17%, and its dropless "
-            "twin R152 -16%: moetune reproduces the measured force-balance gain (1.25x, DROPLESS_IMBALANCE is set "
-            "from these pairs) but its BF16 time for this layout is high by a sixth at 16k, falling to 13% at 32k "
-            "(R153, R154), 9% at 64k and 3% at 128k (R157, R158), where attention at its measured kernel rate is 68% "
-            "of the micro-batch; the same source's 4k run of this layout (R149, routing unstated) is over-predicted. "
-            "BF16 on H100 with a wide model is the gap R092 names",
-    "R152": "see R151",
-}
+TFLOPS_GAPS = known_gaps()["tflops_only"]
 
 
 def test_tflops_only_runs_in_tokens():

@@ -9,6 +9,7 @@ from moetune.files import read_json
 from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.track_record import track_record_text
 from moetune.walls.efficiency import load_efficiency_file
 
 
@@ -96,6 +97,7 @@ def print_explain(a: dict) -> None:
     print_checks(a["checks"])
     if a["fp8_caveat"]:
         out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")
+    out.print(f"[bold]Track record[/bold]: {track_record_text(a['track_record'])}")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"

@@ -14,6 +14,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.search import PlanResult, plan
+from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -107,9 +108,11 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
     fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
                       headroom_gib=headroom)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
+    record = track_record(spec.name, gpu_spec.key, result.results[0].efficiency) if result.results else None
     if as_json:
         emit_json({**plan_json(result), **({"fp8_caveat": fp8} if fp8 else {}),
-                   **({"versus_baseline": comparison} if comparison else {})})
+                   **({"versus_baseline": comparison} if comparison else {}),
+                   **({"track_record": record} if record else {})})
     else:
         print_plan(result, gbs)
         pick = result.results[0] if result.results else None
@@ -126,6 +129,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom,
                             "keeps ETP over the seeds' EP first; `explain --plan` compares the two")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
+        if record:
+            console().print(f"[bold]Track record[/bold]: {track_record_text(record)}")
         if comparison:
             print_versus(comparison)
     if not result.results:

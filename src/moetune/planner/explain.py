@@ -21,6 +21,7 @@ from moetune.planner.enumerate import enumerate_layouts, splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.planner.pipeline_balance import even_out, ranks_note
+from moetune.planner.track_record import track_record
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
@@ -297,6 +298,7 @@ def explain(e: Estimate) -> dict:
     fp8 = caveat(e, same_config_in_bf16(e), "the same configuration in BF16") if applies(e.model, e.knobs) else None
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(),
+        "track_record": track_record(e.model.name, e.gpu.key, e.efficiency),
         "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e, found), "checks": _checks(found),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],

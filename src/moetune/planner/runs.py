@@ -1,6 +1,7 @@
 """Published measured runs (data/published_runs.csv, each row cited) as moetune configurations."""
 
 import csv
+import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -104,3 +105,11 @@ def tokens_from_tflops(run: Run) -> float | None:
 def load_configured_runs() -> list[Run]:
     """Rows whose configuration is complete, whether they publish tokens/s or only TFLOP/s."""
     return [_run(r) for r in _rows() if all(r[k].strip() for k in CONFIG)]
+
+
+@cache
+def known_gaps() -> dict[str, dict[str, str]]:
+    """data/known_gaps.toml: the published runs moetune misses by more than 15% ("runs": complete runs,
+    "tflops_only": runs published as TFLOP/s only) and the A/B pairs it orders the other way ("order": "Rxxx Ryyy"),
+    each with its reason."""
+    return tomllib.loads((resources.files("moetune") / "data" / "known_gaps.toml").read_text())

@@ -1,0 +1,74 @@
+"""How close moetune came on the published runs nearest to a configuration: the same model on the same GPU, and every
+published run on that GPU, predicted with the constants the configuration is estimated with.
+
+A prediction alone does not say how far to trust it. explain and plan print this beside it, misses included (each
+listed run names its reason in data/known_gaps.toml), so a user planning DeepSeek-V3 in BF16 on H100 sees the one
+published run like it, predicted 22% slow, next to the two FP8 runs within 3%.
+"""
+
+import statistics
+from functools import cache
+
+from moetune.planner.calibrate import predict
+from moetune.planner.repeats import measured_tokens
+from moetune.planner.runs import Run, known_gaps, load_configured_runs
+from moetune.walls.efficiency import efficiency
+
+TOLERANCE = 0.15  # the issue's bar: tokens/s/GPU within 15%
+
+
+@cache
+def _errors(gpu_key: str, constants: tuple) -> tuple[tuple[Run, float], ...]:
+    """(run, predicted / measured - 1) for every published run on this GPU with a throughput in tokens."""
+    eff = dict(constants)
+    return tuple((run, predict(run, eff).predicted / tokens - 1) for run in load_configured_runs()
+                 if run.gpu.key == gpu_key and (tokens := measured_tokens(run)) is not None)
+
+
+def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict:
+    """Published runs of `model_name` on `gpu_key` with moetune's error on each, and the error over every published
+    run on that GPU; `eff`: the efficiency constants in use (the shipped ones by default)."""
+    rows = _errors(gpu_key, tuple(sorted((eff or efficiency(gpu_key)).items())))
+    listed = {**known_gaps()["runs"], **known_gaps()["tflops_only"]}
+    same = [{"run_id": run.run_id, "precision": run.knobs.precision, "dispatcher": run.knobs.dispatcher,
+             "gpus": run.layout.world_size, "error": err, "listed_gap": run.run_id in listed, "release": run.release}
+            for run, err in rows if run.model.name == model_name]
+    errors = [abs(err) for _, err in rows]
+    return {"model": model_name, "gpu": gpu_key, "same_model": same, "gpu_runs": len(rows),
+            "gpu_models": len({run.model.name for run, _ in rows}),
+            "gpu_within": sum(e <= TOLERANCE for e in errors),
+            "gpu_median_abs_error": statistics.median(errors) if errors else None,
+            "model_published_on": sorted({r.gpu.key for r in load_configured_runs()
+                                          if r.model.name == model_name and measured_tokens(r) is not None})}
+
+
+def _run_text(r: dict) -> str:
+    gap = ", a listed gap" if r["listed_gap"] else ""
+    return f"{r['run_id']} {100 * r['error']:+.0f}% ({r['precision']}, {r['dispatcher']}, {r['gpus']} GPUs{gap})"
+
+
+def _runs_text(same: list[dict]) -> str:
+    """Each run when there are a few; else the error range per precision and the misses by name."""
+    if len(same) <= 4:
+        return ", ".join(_run_text(r) for r in same)
+    parts = []
+    for precision in sorted({r["precision"] for r in same}):
+        errs = [100 * r["error"] for r in same if r["precision"] == precision]
+        parts.append(f"{len(errs)} {precision} at {min(errs):+.0f}% to {max(errs):+.0f}%")
+    missed = [_run_text(r) for r in same if abs(r["error"]) > TOLERANCE]
+    return "; ".join(parts) + (f"; outside {100 * TOLERANCE:.0f}%: {', '.join(missed)}" if missed else "")
+
+
+def track_record_text(t: dict) -> str:
+    """One line: this model's runs on this GPU with their errors, then the GPU's runs in all."""
+    if t["same_model"]:
+        head = f"{len(t['same_model'])} published {t['model']} run(s) on {t['gpu']}: {_runs_text(t['same_model'])}"
+    else:
+        elsewhere = f" (its published runs are on {', '.join(t['model_published_on'])})" \
+            if t["model_published_on"] else ""
+        head = f"no published {t['model']} run on {t['gpu']}{elsewhere}"
+    if not t["gpu_runs"]:
+        return f"{head}; no published run on this GPU to check the constants against"
+    return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
+            f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
+            f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)")

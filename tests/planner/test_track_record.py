@@ -1,0 +1,70 @@
+"""explain and plan show how moetune did on the published runs nearest to a configuration, misses included."""
+
+import json
+
+import pytest
+
+from moetune.cli.main import main
+from moetune.planner.estimate import estimate
+from moetune.planner.repeats import measured_tokens
+from moetune.planner.runs import known_gaps, load_configured_runs, published_rows
+from moetune.planner.track_record import track_record, track_record_text
+from moetune.walls.efficiency import efficiency
+
+
+def _independent_error(run) -> float:
+    e = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
+    return e.time["tokens_per_s_per_gpu"] / measured_tokens(run) - 1
+
+
+def test_deepseek_v3_on_h100_names_its_three_runs_and_the_bf16_gap():
+    t = track_record("deepseek-v3", "h100")
+    runs = {r.run_id: r for r in load_configured_runs()}
+    assert [r["run_id"] for r in t["same_model"]] == ["R051", "R052", "R092"]
+    for r in t["same_model"]:
+        assert r["error"] == pytest.approx(_independent_error(runs[r["run_id"]]), rel=1e-9)
+    assert [r["listed_gap"] for r in t["same_model"]] == [False, False, True]
+    assert "R092 -22% (bf16, hybridep, 1024 GPUs, a listed gap)" in track_record_text(t)
+
+
+def test_gpu_summary_counts_every_published_run_on_it():
+    t = track_record("glm-4.5", "gb200")
+    on_gpu = [r for r in load_configured_runs() if r.gpu.key == "gb200" and measured_tokens(r)]
+    assert t["same_model"] == [] and t["gpu_runs"] == len(on_gpu)
+    assert t["gpu_within"] == sum(abs(_independent_error(r)) <= 0.15 for r in on_gpu)
+    assert t["gpu_models"] == len({r.model.name for r in on_gpu})
+    assert track_record_text(t).startswith("no published glm-4.5 run on gb200;")
+
+
+def test_uses_the_constants_in_use():
+    """A user's efficiency file moves the errors shown, as it moves the prediction they qualify."""
+    slow = {**efficiency("h100"), "gemm_eff": efficiency("h100")["gemm_eff"] / 2}
+    shipped, halved = track_record("gpt-oss-120b", "h100"), track_record("gpt-oss-120b", "h100", slow)
+    assert all(b["error"] < a["error"] for a, b in zip(shipped["same_model"], halved["same_model"], strict=True))
+
+
+def test_a_gpu_without_published_runs_says_so():
+    t = track_record("gpt-oss-120b", "a100")
+    assert t["gpu_runs"] == 0 and "h100" in t["model_published_on"]
+    assert "no published run on this GPU" in track_record_text(t)
+
+
+def test_known_gaps_name_published_runs():
+    rows = published_rows()
+    gaps = known_gaps()
+    assert set(gaps) == {"runs", "tflops_only", "order"}
+    for section in ("runs", "tflops_only"):
+        assert set(gaps[section]) <= set(rows) and all(gaps[section].values())
+    for pair in gaps["order"]:
+        a, b = pair.split()
+        assert a in rows and b in rows and a < b
+
+
+def test_explain_and_plan_print_it(capsys):
+    assert main(["explain", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8", "--vpp", "4",
+                 "--ep", "64", "--gbs", "8192", "--pipeline-layout", "Et|(tt|)*30mL", "--json"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)["track_record"]["same_model"]] == \
+        ["R051", "R052", "R092"]
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Track record" in out and "R029 +53%" in out
