@@ -58,6 +58,9 @@ CASES: dict[str, Case] = {
     # a Nemotron-H style hybrid split by a layout string over PP 2 x VPP 2 (HybridModel reads neither)
     "scale.hybrid_split_from_pattern": Case(S(MOE, "model.is_hybrid_model=true", "model.pipeline_model_parallel_size=2",
                                              "model.virtual_pipeline_model_parallel_size=2")),
+    # a hybrid pattern split into 4 segments over PP 2: Megatron-LM runs VPP 2 from it, Megatron Bridge refuses
+    "scale.hybrid_vpp_bridge": Case(S(MOE, "model.is_hybrid_model=true", "model.pipeline_model_parallel_size=2",
+                                      "model.hybrid_layer_pattern=M*-|M*-|M*-|M*-")),
     "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
                                    "model.expert_tensor_parallel_size=1")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),

@@ -79,6 +79,9 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
+    # A Mamba hybrid's pipeline stages: the '|'-separated segments of its pattern (hybrid_layer_allocation.py)
+    pattern = value(config, "model.hybrid_layer_pattern")
+    d["hybrid_stages"] = pattern.count("|") + 1 if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
     if world:
         d["world_size"] = world = int(world)
