@@ -143,6 +143,29 @@ def test_ep_overlap_without_cuda_graphs_on_blackwell_gains_what_was_measured():
     assert tokens["R084"] / tokens["R083"] - 1 > 0.10
 
 
+def test_ep_overlap_on_blackwell_gains_as_much_as_the_graphs_capture():
+    """Blackwell runs with EP overlap and TE-scoped graphs (attention and router, or the router alone) leave much of
+    each layer's launches eager, and the overlap's CPU work then sets the pace, as it does with no graph at all
+    (efficiency.toml ep_overlap_hide_eager). Crediting their overlap in full put the seven such runs at -2% to +25%;
+    capped by the share of launches left eager they are within 17% and nearer on average, and R102 (Qwen3-30B-A3B
+    on 8 GB200, router graphs only, natural routing), whose +30% prompted the look, moves to within 10% under the
+    linear form, which was taken as the plain reading of the cap, not tuned on it."""
+    runs = {r.run_id: r for r in load_configured_runs()}
+    scoped = [r for r in runs.values() if r.gpu.arch == "blackwell" and r.knobs.ep_overlap
+              and r.knobs.cuda_graph_scope and "full_iteration" not in r.knobs.cuda_graph_scope]
+    assert {r.run_id for r in scoped} >= {"R102", "R111", "R112", "R118", "R119", "R160", "R162", "R188"}
+
+    def error(run, overrides=None):
+        t = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs, efficiency_overrides=overrides)
+        return t.time["tokens_per_s_per_gpu"] / (run.tokens_per_s_per_gpu or tokens_from_tflops(run)) - 1
+
+    capped = {r.run_id: error(r) for r in scoped}
+    uncapped = {r.run_id: error(r, {"ep_overlap_hide_eager": 1.0}) for r in scoped}
+    assert max(abs(e) for e in capped.values()) < 0.17
+    assert statistics.mean(abs(e) for e in capped.values()) < statistics.mean(abs(e) for e in uncapped.values())
+    assert uncapped["R102"] > 0.25 and abs(capped["R102"]) < 0.10
+
+
 def test_ep_overlap_across_nodes_hides_under_nearly_the_whole_window():
     """Qwen3-235B-A22B on 256 H100, TP2 PP8 VPP4 EP32, NCCL alltoall with EP overlap, eager (R014, R033, R050, R181,
     R200: five releases of one recipe). Its all-to-all crosses 4 nodes and the NIC share outlasts the NVLink copies,

@@ -8,6 +8,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
+from moetune.specs.model import LayerKind
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import efficiency
 from moetune.walls.overlap import (
@@ -17,6 +18,7 @@ from moetune.walls.overlap import (
     ep_overlap_sides,
     ep_overlap_unpaired,
 )
+from moetune.walls.step import layer_cpu_share
 
 EFF = {"dp_overlap_hide": 1.0}
 
@@ -105,10 +107,28 @@ def test_only_nvlink_copies_take_from_the_window_compute():
     """The usable share of a window is ep_overlap_hide (0.7) while the all-to-all's NVLink copies run, all of it while
     only the NIC moves bytes; without CUDA graphs Blackwell's share is capped at ep_overlap_hide_eager (0: the CPU
     sets the pace), Hopper's is not."""
-    graphed, eager = Knobs(cuda_graph_scope=("attn",)), Knobs()
     h100, gb200 = efficiency("h100"), efficiency("gb200")
-    assert ep_overlap_hide(h100, graphed, 1.0) == pytest.approx(h100["ep_overlap_hide"])
-    assert ep_overlap_hide(h100, graphed, 0.0) == pytest.approx(1.0)
-    assert ep_overlap_hide(h100, eager, 0.2) == pytest.approx(1 - 0.2 * (1 - h100["ep_overlap_hide"]))
-    assert ep_overlap_hide(gb200, eager, 0.2) == 0.0
-    assert ep_overlap_hide(gb200, graphed, 1.0) == pytest.approx(gb200["ep_overlap_hide"])
+    assert ep_overlap_hide(h100, 1.0) == pytest.approx(h100["ep_overlap_hide"])
+    assert ep_overlap_hide(h100, 0.0) == pytest.approx(1.0)
+    assert ep_overlap_hide(h100, 0.2) == pytest.approx(1 - 0.2 * (1 - h100["ep_overlap_hide"]))
+    assert ep_overlap_hide(gb200, 0.2) == 0.0
+    assert ep_overlap_hide(gb200, 1.0, eager=0.0) == pytest.approx(gb200["ep_overlap_hide"])
+
+
+def _eager(scopes: tuple[str, ...]) -> float:
+    moe = LayerKind(mixer="gqa", mlp="moe")
+    return layer_cpu_share(moe, scopes) / layer_cpu_share(moe, ())
+
+
+def test_blackwell_overlap_is_capped_by_the_launches_left_eager():
+    """On Blackwell the combined-1F1B schedule's CPU work sets the pace where a layer's launches are eager, so the
+    usable share rises with what the graphs capture: nothing with no graph, a little with the router graphs alone,
+    about half with TE-scoped attention and router graphs, all of ep_overlap_hide under a full-iteration graph.
+    Hopper (ep_overlap_hide_eager 1) is never capped."""
+    gb200, h100 = efficiency("gb200"), efficiency("h100")
+    shares = [ep_overlap_hide(gb200, 1.0, _eager(s)) for s in
+              ((), ("moe_router", "moe_preprocess"), ("attn", "moe_router", "moe_preprocess"), ("full_iteration",))]
+    assert shares[0] == 0.0 and shares == sorted(shares) and len(set(shares)) == 4
+    assert shares[2] == pytest.approx(1 - _eager(("attn", "moe_router", "moe_preprocess")))
+    assert shares[3] == pytest.approx(gb200["ep_overlap_hide"])
+    assert ep_overlap_hide(h100, 1.0, _eager(())) == pytest.approx(h100["ep_overlap_hide"])

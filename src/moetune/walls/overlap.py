@@ -43,15 +43,16 @@ def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
     return np.maximum(a - attn_f, 0.0) + middle + np.maximum(a - attn_b, 0.0)
 
 
-def ep_overlap_hide(eff: dict, knobs: Knobs, nvlink_busy=1.0):
+def ep_overlap_hide(eff: dict, nvlink_busy=1.0, eager=1.0):
     """The usable share of each overlap window's compute. The all-to-all's NVLink copies are SM loads and stores that
     contend with the compute beside them (`ep_overlap_hide` of it is usable while they run); its NIC transfers are
     the NIC's DMA at a tenth of the rate and take next to nothing from it, so only the `nvlink_busy` share of the
-    all-to-all's duration costs (comms.nvlink_busy: 1 inside an NVLink domain). Without any CUDA graph,
-    the share is capped at `ep_overlap_hide_eager` (the combined-1F1B schedule's CPU work sets the pace on fast GPUs:
-    efficiency.toml)."""
+    all-to-all's duration costs (comms.nvlink_busy: 1 inside an NVLink domain). Where the combined-1F1B schedule's
+    CPU work sets the pace (fast GPUs, efficiency.toml ep_overlap_hide_eager), the share is capped by the layer's
+    launches a CUDA graph captures: `ep_overlap_hide_eager` with none captured (`eager` 1, the share of the layer's
+    CPU work left eager: step.layer_cpu_share), rising linearly to no cap with all of them captured."""
     share = 1 - (1 - eff["ep_overlap_hide"]) * nvlink_busy
-    return share if knobs.cuda_graph_scope else np.minimum(share, eff["ep_overlap_hide_eager"])
+    return np.minimum(share, eff["ep_overlap_hide_eager"] + (1 - eff["ep_overlap_hide_eager"]) * (1 - eager))
 
 
 def ep_overlap_unpaired(lay) -> float:
