@@ -60,6 +60,19 @@ def test_known_gaps_name_published_runs():
         assert a in rows and b in rows and a < b
 
 
+def test_estimate_carries_it_and_its_json_still_reads_back(capsys, tmp_path):
+    args = ["estimate", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--ep", "8", "--mbs", "4", "--gbs", "512",
+            "--precision", "mxfp8"]
+    assert main(args) == 0
+    assert "Track record" in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    saved = tmp_path / "estimate.json"
+    saved.write_text(capsys.readouterr().out)
+    record = json.loads(saved.read_text())["track_record"]
+    assert record["gpu_runs"] > 40 and "R102" in {r["run_id"] for r in record["same_model"]}
+    assert main(["explain", "--plan", str(saved), "--json"]) == 0  # explain reads an estimate with the new key
+
+
 def test_explain_and_plan_print_it(capsys):
     assert main(["explain", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8", "--vpp", "4",
                  "--ep", "64", "--gbs", "8192", "--pipeline-layout", "Et|(tt|)*30mL", "--json"]) == 0
