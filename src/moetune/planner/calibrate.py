@@ -63,8 +63,9 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     for gpu in sorted({r.gpu.key for r in runs}):
         mine = sorted((r for r in runs if r.gpu.key == gpu), key=lambda r: int(r.run_id[1:]))
         drawn = [r for r in mine if int(r.run_id[1:]) <= LAST_CALIBRATION_RUN and r.run_id not in COMPLETED_AFTER_DRAW]
+        drawn_ids = {r.run_id for r in drawn}
         fit += drawn[::2]
-        held += drawn[1::2] + [r for r in mine if r.run_id not in {d.run_id for d in drawn}]
+        held += drawn[1::2] + [r for r in mine if r.run_id not in drawn_ids]
     return fit, held
 
 

@@ -1,9 +1,9 @@
 """How close moetune came on the published runs nearest to a configuration: the same model on the same GPU, and every
 published run on that GPU, predicted with the constants the configuration is estimated with.
 
-A prediction alone does not say how far to trust it. explain and plan print this beside it, misses included (each
-listed run names its reason in data/known_gaps.toml), so a user planning DeepSeek-V3 in BF16 on H100 sees the one
-published run like it, predicted 22% slow, next to the two FP8 runs within 3%.
+A prediction alone does not say how far to trust it. estimate, explain and plan print this beside it, misses
+included (each listed run names its reason in data/known_gaps.toml), so a user planning DeepSeek-V3 in BF16 on H100
+sees the one published run like it, predicted 22% slow, next to the two FP8 runs within 3%.
 """
 
 import statistics
