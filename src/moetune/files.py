@@ -1,4 +1,5 @@
-"""Reading the small files users hand to moetune (TOML, JSON), with one-line errors that name the file."""
+"""Reading the small files users hand to moetune (TOML, JSON), and writing the ones it hands back, with one-line
+errors that name the file."""
 
 import json
 import tomllib
@@ -24,3 +25,21 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
 
 def read_json(path: str | Path, what: str, hint: str = "") -> Any:
     return _read(path, what, json.loads, (json.JSONDecodeError,), "JSON", hint)
+
+
+def write_text(path: str | Path, text: str, what: str) -> Path:
+    """Write `text` to `path`; `what` names the flag in the error (e.g. "--write")."""
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise MoetuneError(f"{what} {path}: cannot write the file ({err.strerror}); pass a writable path") from None
+    return Path(path)
+
+
+def check_writable(path: str | Path, what: str) -> None:
+    """Fail before a long computation when `path` cannot be written: its directory must exist."""
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise MoetuneError(f"{what} {path}: no directory {parent}; create it or pass another path")
+    if Path(path).is_dir():
+        raise MoetuneError(f"{what} {path}: is a directory; pass a file path")

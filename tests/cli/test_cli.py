@@ -109,6 +109,19 @@ def test_a_bad_baseline_fails_before_the_search(tmp_path, capsys, monkeypatch):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_an_unwritable_output_fails_in_one_line(tmp_path, capsys, monkeypatch):
+    """calibrate --write checks its path before the fit; emit --out and a write that fails anyway name the path."""
+    import moetune.cli.calibrate_cmd as calibrate_cmd
+    monkeypatch.setattr(calibrate_cmd, "calibrate", lambda *a: pytest.fail("fitted before checking --write"))
+    for target in (tmp_path / "no" / "such" / "x.toml", tmp_path):
+        code, _, err = run(["calibrate", "--write", str(target)], capsys)
+        assert code == 2 and str(target) in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    from moetune.errors import MoetuneError
+    from moetune.files import write_text
+    with pytest.raises(MoetuneError, match="cannot write the file"):
+        write_text(tmp_path, "x", "--out")
+
+
 def test_bad_config_files(tmp_path, capsys):
     bad_json = tmp_path / "config.json"
     bad_json.write_text("{not json")

@@ -6,6 +6,7 @@ import click
 
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
+from moetune.files import check_writable, write_text
 from moetune.layout.validate import validate
 from moetune.planner.ab_order import ordered_pairs
 from moetune.planner.calibrate import (
@@ -64,11 +65,12 @@ def _unmeetable_line(rows: list[dict]) -> str:
 def command(write_path: str | None, as_json: bool) -> None:
     """Fit compute / all-to-all constants per GPU and the shared host CPU cost on half the published runs;
     report both halves."""
+    if write_path:
+        check_writable(write_path, "--write")  # before the fit, not after it
     fitted, on_fit, held = calibrate(_usable_runs())
     unfitted = unfitted_predictions(fitted)
     if write_path:
-        with open(write_path, "w") as fh:
-            fh.write(fitted_toml(fitted))
+        write_text(write_path, fitted_toml(fitted), "--write")
     rows = [{"run_id": p.run.run_id, "subset": subset, "model": p.run.model.name, "gpu": p.run.gpu.key,
              "gpus": p.run.layout.world_size, "measured": p.target, "predicted": p.predicted, "error": p.error}
             for subset, preds in (("fit", on_fit), ("held-out", held), (TFLOPS_ONLY, unfitted)) for p in preds]

@@ -16,6 +16,7 @@ from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, re
 from moetune.cli.output import console, emit_json, table
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
+from moetune.files import write_text
 
 
 def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
@@ -25,8 +26,7 @@ def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
         raise MoetuneError(f"--out {out_dir}: cannot create the directory ({err.strerror})") from None
     written = []
     for name, text in files.items():
-        path = out_dir / name
-        path.write_text(text)
+        path = write_text(out_dir / name, text, "--out")
         if name.endswith(".sh"):
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         written.append(path)
