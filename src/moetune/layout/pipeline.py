@@ -9,6 +9,7 @@ Mirrors Megatron-Core:
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout, parse_pipeline_layout
@@ -93,8 +94,9 @@ def stage_order(grid: list[list]) -> list:
     return [grid[s % pp][s // pp] for s in range(pp * vpp)]
 
 
-def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> list[list[Chunk]]:
-    """Chunks per pipeline rank: ``result[pp_rank][vpp_rank]``."""
+@lru_cache(maxsize=4096)  # asked three times per estimate (validation, stage parameters, stage times)
+def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> tuple[tuple[Chunk, ...], ...]:
+    """Chunks per pipeline rank: ``result[pp_rank][vpp_rank]`` (read-only: the result is shared)."""
     if layout.pipeline_layout:
         stages, vpp = _counts_from_layout(layout, num_layers, mtp_layers)
     else:
@@ -104,7 +106,7 @@ def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> lis
         stages = ["t" * c for c in counts]
         stages[0] = "E" + stages[0]
         stages[-1] = stages[-1] + "m" * mtp_layers + "L"
-    return _chunks_from_stages(stages, layout.pp, vpp)
+    return tuple(map(tuple, _chunks_from_stages(stages, layout.pp, vpp)))
 
 
 def _chunks_from_stages(stages: list[str], pp: int, vpp: int) -> list[list[Chunk]]:

@@ -56,31 +56,47 @@ def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
     return replace(lay, pipeline_layout=write_pipeline_layout(chunks, mtp), **cleared)
 
 
-def rebalance(lay: Layout, num_layers: int, mtp: int, evaluate, start: tuple) -> tuple[float, Layout]:
+def rebalance(lay: Layout, num_layers: int, mtp: int, evaluate, fits, start: tuple) -> tuple[float, Layout]:
     """(step seconds, layout) after moving decoder layers one at a time from the slowest pipeline rank to the
-    quickest other rank where the layout still fits, while the step gets faster. `evaluate(layout, below)` gives
-    (step seconds, seconds a micro-batch of each rank), or None where the layout is faster than `below` but does
-    not fit (a slower one is refused whether it fits or not, so its memory need not be known); `start` is `lay`'s
-    own. Only PP > 1 layouts are re-split."""
+    quickest other rank where the layout still fits, while that makes the ranks' times better: the step faster, or
+    the same step with fewer ranks at the slowest time, so two equally slow ranks are relieved one after the other.
+    `evaluate(layout)` gives (step seconds, seconds a micro-batch of each rank); `fits(layout)` is asked only of a
+    move that would be taken; `start` is `lay`'s own evaluation. Only PP > 1 layouts are re-split."""
     if lay.pp < 2:
         return start[0], lay
-    (best, stages), counts, best_lay = start, rank_layers(lay, num_layers, mtp), lay
-    while True:
-        found = _move_off_slowest(lay, counts, stages, mtp, evaluate, best)
-        if not found or not found[0][0] < best:
-            return best, best_lay
-        (best, stages), counts, best_lay = found
+    best, counts, best_lay = start, rank_layers(lay, num_layers, mtp), lay
+    for _ in range(num_layers * lay.pp):  # a safety bound: each move strictly lowers _order, so no split repeats
+        found = _move_off_slowest(lay, counts, best, mtp, evaluate, fits)
+        if not found:
+            break
+        best, counts, best_lay = found
+    return best[0], best_lay
 
 
-def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: int, evaluate, best: float):
+def _order(found: tuple) -> tuple:
+    """What a move must lower: the step, then how many ranks share the slowest time (relieving one of two equally
+    slow ranks leaves the step where it was; the next move can lower it). Plateau moves are at most PP - 1 in a
+    row, so the search stays a few dozen estimates."""
+    step, stages = found
+    top = max(stages)
+    return step, sum(t >= top * (1 - 1e-9) for t in stages)
+
+
+def _move_off_slowest(lay: Layout, counts: list[int], best: tuple, mtp: int, evaluate, fits):
     """((step, stage seconds), counts, layout) with one layer moved from the slowest rank to the quickest rank
-    where it fits, or None."""
+    where it fits, if that lowers `_order`; else None. A rank that cannot take the layer for memory passes it to the
+    next quickest; a move that does not pay ends the search (a slower rank would pay less)."""
+    stages = best[1]
     slow = max(range(lay.pp), key=lambda i: stages[i])
     for r in sorted((i for i in range(lay.pp) if i != slow), key=lambda i: stages[i]):
         moved = [c + (i == r) - (i == slow) for i, c in enumerate(counts)]
         cand = with_rank_layers(lay, moved, mtp)
-        found = evaluate(cand, best) if cand else None
-        if found:
+        if cand is None:
+            continue
+        found = evaluate(cand)
+        if not _order(found) < _order(best):
+            return None
+        if fits(cand):
             return found, moved, cand
     return None
 
@@ -88,12 +104,14 @@ def _move_off_slowest(lay: Layout, counts: list[int], stages: list[float], mtp: 
 def even_out(e: Estimate) -> Estimate:
     """An estimate with its ranks evened out as `plan` does (explain re-splits the layers for a new VPP this way,
     so the move is weighed against the pick on equal terms); as it is where it does not fit or has no pipeline."""
-    def evaluate(cand: Layout, below: float):
-        v = e.variant(layout=cand)
-        return (v.time["step_seconds"], v.time["stage_seconds"]) if v.fits else None
-
     if not e.fits:
         return e
-    _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers, evaluate,
-                        (e.time["step_seconds"], e.time["stage_seconds"]))
-    return e if best is e.layout else e.variant(layout=best)
+    variants = {}
+
+    def variant(cand: Layout) -> Estimate:
+        return variants.setdefault(cand, e.variant(layout=cand))
+
+    _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers,
+                        lambda cand: (variant(cand).time["step_seconds"], variant(cand).time["stage_seconds"]),
+                        lambda cand: variant(cand).fits, (e.time["step_seconds"], e.time["stage_seconds"]))
+    return e if best is e.layout else variant(best)

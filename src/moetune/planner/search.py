@@ -210,30 +210,31 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
             break
         if lay.pp < 2:
             continue
-        evaluate = _evaluator(s, mbs, knobs, efficiency_overrides)
+        evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
         seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
-        seeded = evaluate(seed, step) if seed else None
-        begin, start = (seed, seeded) if seeded and seeded[0] < step else (lay, evaluate(lay, -np.inf))
-        new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, start)
+        seeded = evaluate(seed) if seed else None
+        begin, start = (seed, seeded) if seeded and seeded[0] < step and fits(seed) else (lay, evaluate(lay))
+        new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
         found.setdefault((lay, mbs), new_lay)
         s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher), new_lay, mbs, knobs, reach)
         fastest = min(fastest, new_step)
 
 
 def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
-    """(layout, below) -> (step seconds, seconds a micro-batch of each pipeline rank) by the scalar estimate; the
-    memory is estimated only for a layout faster than `below` (rebalance refuses the others), which is None when it
-    does not fit the search's memory budget."""
+    """(evaluate, fits) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank) by the
+    scalar estimate, time only; and whether it fits the search's memory budget, asked only of a move rebalance
+    would take."""
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
 
-    def evaluate(cand: Layout, below: float) -> tuple | None:
+    def evaluate(cand: Layout) -> tuple:
         t = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
                      with_memory=False).time
-        if t["step_seconds"] < below and not estimate(s.spec, s.gpu, cand, wl, knobs, with_time=False).fits:
-            return None
         return t["step_seconds"], t["stage_seconds"]
 
-    return evaluate
+    def fits(cand: Layout) -> bool:
+        return estimate(s.spec, s.gpu, cand, wl, knobs, with_time=False).fits
+
+    return evaluate, fits
 
 
 @dataclass(kw_only=True, slots=True)

@@ -6,7 +6,7 @@ A model is a stack of layers; each layer has a token *mixer* (attention of some 
 Mamba/gated-delta-net block) and an *mlp* (dense, MoE or none, as in hybrid Mamba models).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 Mixer = Literal["gqa", "mla", "gdn", "mamba"]
@@ -105,8 +105,15 @@ class ModelSpec:
     mtp_layer_kind: LayerKind | None = None
     source: str = ""  # where the config came from
     notes: tuple[str, ...] = field(default=())
+    # the hash, computed once: a spec keys the per-model caches (walls/rank_params.py) on every estimate, and hashing
+    # its dozens of layer kinds each time was a fifth of a time-only estimate
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
         _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups"))
         if self.num_attention_heads % self.num_query_groups:
             raise ValueError(

@@ -11,6 +11,7 @@ become host-bound, as the seeds' "higher MBS, CUDA graphs" remedy implies. Plus 
 MoE layer (token counts) unless a full-iteration graph removes it.
 """
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -202,15 +203,16 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     cache: dict[LayerKind, LayerTime] = {}
     out = []
     for chunks in pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers):
-        kinds = [spec.layers[i] for c in chunks for i in c.layers]
-        kinds += [spec.mtp_layer_kind] * sum(c.mtp_layers for c in chunks)
+        kinds = Counter(spec.layers[i] for c in chunks for i in c.layers)
+        if mtp := sum(c.mtp_layers for c in chunks):
+            kinds[spec.mtp_layer_kind] += mtp
         compute, comm, raw, host = {}, {}, {}, 0.0
-        for kind in kinds:
+        for kind, n in kinds.items():
             if kind not in cache:  # one evaluation per layer kind (setdefault would evaluate every time)
                 cache[kind] = layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r)
             t = cache[kind]
-            _add(compute, t.compute), _add(comm, t.comm), _add(raw, t.comm_raw)
-            host += t.host
+            _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
+            host += t.host * n
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
         compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
         raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, gpu, eff)
