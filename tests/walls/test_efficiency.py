@@ -22,6 +22,8 @@ def test_user_values_override_the_gpu_section():
     ({"host_us_per_layer": -5}, "host_us_per_layer = -5 must be a number >= 0"),
     ({"grouped_m_half": 0}, "grouped_m_half = 0 must be a number > 0"),
     ({"warp_eff": 0.5}, "unknown constant(s) warp_eff"),
+    ({"a2a_eff_deepep": 0}, "a2a_eff_deepep = 0 must be a number > 0"),
+    ({"h100": {"a2a_eff_deepep": 1.3}}, "a2a_eff_deepep = 1.3 times the link's 0.8"),
 ])
 def test_bad_values_are_one_error(user, message):
     with pytest.raises(MoetuneError, match=re.escape(message)):
@@ -30,3 +32,10 @@ def test_bad_values_are_one_error(user, message):
 
 def test_zero_costs_are_allowed():
     assert efficiency("h100", {"a2a_latency_us": 0, "p2p_exposed": 0.0})["a2a_latency_us"] == 0
+
+
+def test_calibrates_own_output_is_a_valid_efficiency_file():
+    """An all-to-all efficiency is a multiplier on the link's: the fit's 1.187 on H100 (0.95 of the link) is legal,
+    as is every constant `moetune calibrate --write` writes."""
+    shipped = efficiency("h100")
+    assert efficiency("h100", {"h100": {k: v for k, v in shipped.items() if k.startswith("a2a_eff_")}}) == shipped

@@ -14,11 +14,13 @@ from moetune.planner.calibrate import (
     SHARED,
     calibrate,
     fitted_effs,
+    predict,
     unfitted_predictions,
     with_params,
 )
 from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
+from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs, user_toml
 from moetune.walls.efficiency import efficiency
 
 TFLOPS_ONLY = "tflops-only"
@@ -59,14 +61,20 @@ def _unmeetable_line(rows: list[dict]) -> str:
 
 
 @click.command(name="calibrate")
+@click.option("--runs", "runs_path", default=None,
+              help="Your own measured runs (CSV with published_runs.csv's columns): refit the per-GPU multipliers "
+                   "on the shipped constants to them instead.")
 @click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the fitted constants to this TOML file.")
+              help="Write the fitted constants to this TOML file (an --efficiency file).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(write_path: str | None, as_json: bool) -> None:
+def command(runs_path: str | None, write_path: str | None, as_json: bool) -> None:
     """Fit compute / all-to-all constants per GPU and the shared host CPU cost on half the published runs;
-    report both halves."""
+    report both halves. With --runs, fit your own runs instead."""
     if write_path:
         check_writable(write_path, "--write")  # before the fit, not after it
+    if runs_path:
+        _calibrate_user(runs_path, write_path, as_json)
+        return
     fitted, on_fit, held = calibrate(_usable_runs())
     unfitted = unfitted_predictions(fitted)
     if write_path:
@@ -104,3 +112,30 @@ def command(write_path: str | None, as_json: bool) -> None:
     other_way = f"; predicted the other way: {', '.join(wrong)}" if wrong else ""
     out.print(f"A/B groups: {len(order) - len(wrong)}/{len(order)} pairs in the measured order (pairs whose measured "
               f"gap exceeds the group's repeat noise){other_way}")
+
+
+def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> None:
+    """Refit the per-GPU multipliers to a user's runs; report each run before and after."""
+    runs = load_user_runs(runs_path)
+    fitted = fit_user_runs(runs)
+    if write_path:
+        write_text(write_path, user_toml(fitted), "--write")
+    rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": r.gpu.key, "gpus": r.layout.world_size,
+             "measured": r.tokens_per_s_per_gpu, "shipped": predict(r, efficiency(r.gpu.key)).predicted,
+             "fitted": predict(r, fitted[r.gpu.key]["constants"]).predicted} for r in runs]
+    if as_json:
+        emit_json({"fitted": fitted, "runs": rows})
+        return
+    out = console()
+    out.print(table("Your runs: tokens/s/GPU predicted with the shipped constants and with the refit",
+                    ["run", "model", "gpu", "GPUs", "measured", "shipped", "error", "refit", "error"],
+                    [[r["run_id"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}", f"{r['shipped']:,.0f}",
+                      f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%", f"{r['fitted']:,.0f}",
+                      f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows], justify_right_from=3))
+    for gpu, f in fitted.items():
+        moved = "compute and all-to-all" if f["runs"] >= MIN_RUNS_FOR_A2A else \
+            f"compute only (all-to-all too with {MIN_RUNS_FOR_A2A}+ runs)"
+        out.print(f"{gpu}: {f['runs']} run(s), {moved}: compute x {f['compute_scale']:.3f}, all-to-all x "
+                  f"{f['a2a_scale']:.3f} on the shipped constants")
+    out.print(f"written to {write_path}: pass it with --efficiency" if write_path else
+              "pass --write FILE to keep them, then --efficiency FILE to estimate, plan and explain")

@@ -86,7 +86,8 @@ def predict(run: Run, eff: dict) -> Prediction:
     return Prediction(run=run, predicted=t["tokens_per_s_per_gpu"])
 
 
-def _loss(runs: list[Run], eff: dict) -> float:
+def mean_log_error(runs: list[Run], eff: dict) -> float:
+    """The fit's loss: mean squared log of predicted over measured tokens/s/GPU."""
     return sum(math.log(predict(r, eff).predicted / r.tokens_per_s_per_gpu) ** 2 for r in runs) / len(runs)
 
 
@@ -106,13 +107,13 @@ def fit_gpu(runs: list[Run], gpu_key: str, shared: dict, start: dict | None = No
     else:
         grid = [{"compute_scale": float(c), "a2a_scale": float(a), **shared}
                 for c in _grid("compute_scale", 12) for a in _grid("a2a_scale", 12)]
-        params = min(grid, key=lambda p: _loss(runs, with_params(base, p)))
+        params = min(grid, key=lambda p: mean_log_error(runs, with_params(base, p)))
     for step in (1.2, 1.1, 1.05, 1.025):
         moves = [(f, g) for f in (step, 1, 1 / step) for g in (step, 1, 1 / step) if (f, g) != (1, 1)]
         improved = True
         while improved:
             trials = [params] + [_clamped(params, f, g) for f, g in moves]
-            best = min(trials, key=lambda p: _loss(runs, with_params(base, p)))
+            best = min(trials, key=lambda p: mean_log_error(runs, with_params(base, p)))
             improved, params = best is not params, best
     return {k: float(v) for k, v in params.items()}
 
@@ -124,7 +125,7 @@ def _clamped(params: dict, f: float, g: float) -> dict:
 
 
 def _shared_loss(by_gpu: dict[str, list[Run]], fitted: dict, shared: dict) -> float:
-    return sum(_loss(rs, with_params(efficiency(g, priors_only=True), {**fitted[g], **shared})) * len(rs)
+    return sum(mean_log_error(rs, with_params(efficiency(g, priors_only=True), {**fitted[g], **shared})) * len(rs)
                for g, rs in by_gpu.items())
 
 

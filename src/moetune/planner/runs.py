@@ -39,7 +39,7 @@ def _int(text: str, default: int | None = None) -> int | None:
     return int(float(text)) if text.strip() else default
 
 
-def _run(row: dict) -> Run:
+def run_from_row(row: dict) -> Run:
     spec = load_model(row["model"])
     layout = Layout(world_size=_int(row["num_gpus"]), tp=_int(row["tp"]), cp=_int(row["cp"]), pp=_int(row["pp"]),
                     vpp=_int(row["vpp"], 1), ep=_int(row["ep"]), etp=_int(row["etp"]),
@@ -79,6 +79,11 @@ def _rows() -> tuple[dict, ...]:
     return tuple(csv.DictReader(text.splitlines()))
 
 
+def columns() -> tuple[str, ...]:
+    """published_runs.csv's column names."""
+    return tuple(_rows()[0])
+
+
 def published_rows() -> dict[str, dict]:
     """Every row of published_runs.csv by run_id, as text fields."""
     return {r["run_id"]: r for r in _rows()}
@@ -86,7 +91,7 @@ def published_rows() -> dict[str, dict]:
 
 def load_runs() -> list[Run]:
     """Rows with every field the planner needs and tokens/s (the others lack a published config field)."""
-    return [_run(r) for r in _rows() if all(r[k].strip() for k in REQUIRED)]
+    return [run_from_row(r) for r in _rows() if all(r[k].strip() for k in REQUIRED)]
 
 
 def tokens_from_tflops(run: Run) -> float | None:
@@ -104,7 +109,7 @@ def tokens_from_tflops(run: Run) -> float | None:
 
 def load_configured_runs() -> list[Run]:
     """Rows whose configuration is complete, whether they publish tokens/s or only TFLOP/s."""
-    return [_run(r) for r in _rows() if all(r[k].strip() for k in CONFIG)]
+    return [run_from_row(r) for r in _rows() if all(r[k].strip() for k in CONFIG)]
 
 
 @cache

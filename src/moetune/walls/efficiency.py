@@ -30,12 +30,25 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
                                f"known: {', '.join(sorted(table['default']))}")
         for key, value in {**flat, **user.get(gpu_key, {})}.items():
             _check(key, value)
+        _check_links(out)
     return out
+
+
+def _check_links(eff: dict) -> None:
+    """An all-to-all efficiency multiplies the link's (nvlink_eff, nic_eff): the share of a link it achieves, their
+    product, cannot pass 1."""
+    link = max(eff["nvlink_eff"], eff["nic_eff"])
+    for key in (k for k in eff if k.startswith("a2a_eff_")):
+        if eff[key] * link > 1:
+            raise MoetuneError(f"efficiency file: {key} = {eff[key]:g} times the link's {link:g} (max of nvlink_eff, "
+                               f"nic_eff) is {eff[key] * link:.2f} of the link; keep it <= 1")
 
 
 def _range(key: str) -> tuple[float, float, bool]:
     """(low, high, low excluded): efficiencies are fractions of a peak (a zero one would divide by zero), the
     hidden/exposed shares fractions of a time, the rest non-negative costs and factors."""
+    if key.startswith("a2a_eff_"):  # a multiplier on nvlink_eff / nic_eff: _check_links bounds the product
+        return 0.0, float("inf"), True
     if key.endswith("_eff") or "_eff_" in key:  # attn_eff_hdim64 is a fraction of the peak too
         return 0.0, 1.0, True
     if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed":

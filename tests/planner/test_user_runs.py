@@ -1,0 +1,96 @@
+"""calibrate --runs: a user's measured runs refit the per-GPU multipliers on the shipped constants, and the file it
+writes moves estimate's prediction exactly as the fit did."""
+
+import csv
+import json
+
+import pytest
+
+from moetune.cli.main import main
+from moetune.planner.calibrate import predict, with_params
+from moetune.planner.runs import published_rows
+from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs
+from moetune.walls.efficiency import efficiency
+
+# Qwen3-235B-A22B on 256 H100 (three releases of one recipe) and DeepSeek-V3 on 1,024 H100: real configurations
+IDS = ("R014", "R050", "R051", "R181")
+COLUMNS = ("run_id", "model", "gpu", "num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp",
+           "pp", "vpp", "ep", "etp", "precision", "dispatcher", "recompute", "recompute_modules", "cuda_graph_scope",
+           "ep_overlap", "delay_wgrad", "routing", "account_for_embedding", "account_for_loss", "pipeline_layout",
+           "tokens_per_s_per_gpu")
+
+
+def _write(path, rows, columns=COLUMNS):
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def _as_measured_on(ids, scales, tmp_path):
+    """The published configurations, each 'measured' at what moetune predicts under these multipliers: a cluster
+    whose true constants the fit should find."""
+    truth = with_params(efficiency("h100"), scales)
+    rows = [dict(published_rows()[i]) for i in ids]
+    runs = load_user_runs(_write(tmp_path / "cfg.csv", rows))
+    for row, run in zip(rows, runs, strict=True):
+        row["tokens_per_s_per_gpu"] = f"{predict(run, truth).predicted:.3f}"
+    return _write(tmp_path / "mine.csv", rows)
+
+
+def test_the_refit_finds_a_clusters_multipliers(tmp_path):
+    path = _as_measured_on(IDS, {"compute_scale": 1.3, "a2a_scale": 0.7}, tmp_path)
+    runs = load_user_runs(path)
+    fitted = fit_user_runs(runs)["h100"]
+    assert fitted["runs"] == len(IDS) >= MIN_RUNS_FOR_A2A
+    assert fitted["compute_scale"] == pytest.approx(1.3, rel=0.03)
+    assert fitted["a2a_scale"] == pytest.approx(0.7, rel=0.06)
+    for run in runs:
+        assert predict(run, fitted["constants"]).predicted == pytest.approx(run.tokens_per_s_per_gpu, rel=0.01)
+
+
+def test_few_runs_move_the_compute_multiplier_only(tmp_path):
+    path = _as_measured_on(IDS[:2], {"compute_scale": 0.8, "a2a_scale": 1.0}, tmp_path)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_scale"] == 1.0 and fitted["compute_scale"] == pytest.approx(0.8, rel=0.03)
+
+
+def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):
+    path = _as_measured_on(IDS, {"compute_scale": 1.2, "a2a_scale": 1.0}, tmp_path)
+    out = tmp_path / "eff.toml"
+    assert main(["calibrate", "--runs", path, "--write", str(out), "--json"]) == 0
+    report = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    row = published_rows()["R051"]
+    args = ["estimate", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8", "--vpp", "4",
+            "--ep", "64", "--seq", "4096", "--gbs", row["global_batch_size"], "--precision", "fp8-current",
+            "--dispatcher", "deepep", "--ep-overlap", "--delay-wgrad", "--cuda-graph-scope", "none",
+            "--recompute", "selective", "--recompute-modules", "mla_up_proj,mlp", "--routing", "force-balance",
+            "--pipeline-layout", row["pipeline_layout"], "--bf16-grads", "--json"]
+    assert main([*args, "--efficiency", str(out)]) == 0
+    refit = json.loads(capsys.readouterr().out)["time"]["tokens_per_s_per_gpu"]
+    assert main(args) == 0
+    shipped = json.loads(capsys.readouterr().out)["time"]["tokens_per_s_per_gpu"]
+    assert refit == pytest.approx(report["R051"]["fitted"], rel=1e-3)
+    assert shipped == pytest.approx(report["R051"]["shipped"], rel=1e-3) and refit > shipped
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda rows, cols: (rows, (*cols, "tp_size")), "unknown column(s) tp_size"),
+    (lambda rows, cols: (rows, tuple(c for c in cols if c != "ep")), "missing column(s) ep"),
+    (lambda rows, cols: ([{**rows[0], "precision": ""}], cols), "line 2: empty precision"),
+    (lambda rows, cols: ([{**rows[0], "model": "no-such-model"}], cols), "line 2: unknown model"),
+    (lambda rows, cols: ([{**rows[0], "ep": "7"}], cols), "line 2:"),
+    (lambda rows, cols: (rows, tuple(c for c in cols if c not in ("account_for_embedding", "account_for_loss"))),
+     "line 2: num_layers (94) must be divisible"),
+    (lambda rows, cols: ([{**rows[0], "tokens_per_s_per_gpu": "fast"}], cols), "line 2:"),
+    (lambda rows, cols: ([], cols), "no rows"),
+])
+def test_a_bad_file_is_one_line(edit, needle, tmp_path, capsys):
+    rows, cols = edit([dict(published_rows()["R014"])], COLUMNS)
+    path = _write(tmp_path / "bad.csv", rows, cols)
+    assert main(["calibrate", "--runs", path]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert main(["calibrate", "--runs", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().err
