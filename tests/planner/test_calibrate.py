@@ -67,8 +67,8 @@ def test_ab_order_with_the_fitted_constants_matches_the_shipped_ones(fit):
 
 def test_runs_added_after_the_subset_was_drawn_are_never_fitted():
     """The calibration subset is closed at LAST_CALIBRATION_RUN: later rows (the NeMo 26.04-26.08 summaries) are
-    all held out, so are earlier rows completed after the draw (R095, R097, R101, R102: their recipes read later), and the other earlier
-    rows alternate per GPU as before."""
+    all held out, so are earlier rows completed after the draw (R095, R097, R101, R102: their recipes read later),
+    and the other earlier rows alternate per GPU as before."""
     from moetune.planner.calibrate import COMPLETED_AFTER_DRAW, LAST_CALIBRATION_RUN
     from moetune.planner.runs import load_runs
 

@@ -100,6 +100,16 @@ def test_dropless_routing_costs_what_the_routing_pairs_measured():
         assert tok[fb] / tok[dl] == pytest.approx(measured, rel=0.02), (fb, dl, tok[fb] / tok[dl], measured)
 
 
+def test_a_run_without_the_models_mtp_layers_drops_them():
+    """DeepSeek-V3 with no --mtp-num-layers (the Megatron-LM GB200 guide, R144; published_runs.csv mtp 0): the run's
+    model has no MTP layer, so its layout string may hold none and Megatron counts no MTP FLOPs."""
+    runs = {r.run_id: r for r in load_configured_runs()}
+    without, with_mtp = runs["R144"].model, load_model("deepseek-v3")
+    assert with_mtp.mtp_num_layers == 1 and without.mtp_num_layers == 0 and without.mtp_layer_kind is None
+    assert megatron_model_flops(without, 4096, 1) < megatron_model_flops(with_mtp, 4096, 1)
+    assert runs["R051"].model.mtp_num_layers == 1  # mtp 1: the model as configured
+
+
 def test_dropless_factor_holds_on_a_second_model_and_expert_split():
     """Qwen3-30B-A3B on 16 H100, EP16 (8 experts a rank against the ModelZoo pairs' 16), natural routing on real data
     (R101, Bridge's verification card; no EP overlap, no recompute in its recipe): the default factor, set from the

@@ -2,7 +2,7 @@
 
 import csv
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import get_args
@@ -41,6 +41,9 @@ def _int(text: str, default: int | None = None) -> int | None:
 
 def run_from_row(row: dict) -> Run:
     spec = load_model(row["model"])
+    mtp = _int(row.get("mtp", ""))
+    if mtp is not None and mtp != spec.mtp_num_layers:  # a run without the model's MTP layers (--mtp-num-layers unset)
+        spec = replace(spec, mtp_num_layers=mtp, mtp_layer_kind=spec.mtp_layer_kind if mtp else None)
     layout = Layout(world_size=_int(row["num_gpus"]), tp=_int(row["tp"]), cp=_int(row["cp"]), pp=_int(row["pp"]),
                     vpp=_int(row["vpp"], 1), ep=_int(row["ep"]), etp=_int(row["etp"]),
                     pipeline_layout=row["pipeline_layout"] or None,
