@@ -67,8 +67,8 @@ def test_ab_order_with_the_fitted_constants_matches_the_shipped_ones(fit):
 
 def test_runs_added_after_the_subset_was_drawn_are_never_fitted():
     """The calibration subset is closed at LAST_CALIBRATION_RUN: later rows (the NeMo 26.04-26.08 summaries) are
-    all held out, so are earlier rows completed after the draw (R095, R097, R101, R102: their recipes read later),
-    and the other earlier rows alternate per GPU as before."""
+    all held out, so are earlier rows completed after the draw (R095, R097, R101, R102, R167: their recipes read
+    later), and the other earlier rows alternate per GPU as before."""
     from moetune.planner.calibrate import COMPLETED_AFTER_DRAW, LAST_CALIBRATION_RUN
     from moetune.planner.runs import load_runs
 
@@ -77,7 +77,8 @@ def test_runs_added_after_the_subset_was_drawn_are_never_fitted():
     assert {r.run_id for r in fit_runs} | {r.run_id for r in held} == {r.run_id for r in runs}
     assert all(int(r.run_id[1:]) <= LAST_CALIBRATION_RUN for r in fit_runs)
     later = [r for r in runs if int(r.run_id[1:]) > LAST_CALIBRATION_RUN]
-    assert len(later) >= 70 and {r.run_id for r in later} | {"R095", "R097", "R101", "R102"} <= {r.run_id for r in held}
+    assert len(later) >= 70 and {r.run_id for r in later} | COMPLETED_AFTER_DRAW <= {r.run_id for r in held}
+    assert COMPLETED_AFTER_DRAW == {"R095", "R097", "R101", "R102", "R167"}
     for gpu in {r.gpu.key for r in fit_runs}:
         early = sorted((r for r in runs if r.gpu.key == gpu and int(r.run_id[1:]) <= LAST_CALIBRATION_RUN
                         and r.run_id not in COMPLETED_AFTER_DRAW), key=lambda r: int(r.run_id[1:]))
