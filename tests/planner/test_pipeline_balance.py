@@ -9,7 +9,7 @@ from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import explain
-from moetune.planner.pipeline_balance import chunk_counts, rank_layers, rebalance, with_rank_layers
+from moetune.planner.pipeline_balance import chunk_counts, move_note, rank_layers, rebalance, with_rank_layers
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -103,6 +103,25 @@ def test_explain_names_each_ranks_layers_and_time():
     ms = "/".join(f"{1e3 * s:.0f}" for s in e.time["stage_seconds"])
     assert "hold 13/16/16/16 decoder layers" in note and ms in note
     assert f"rank {e.time['stage_seconds'].index(max(e.time['stage_seconds']))} sets the pace" in note
+
+
+def test_explain_says_what_re_split_the_ranks_want():
+    """A user's own split (DeepSeek-V3's even 'Et|(tt|)*30mL' under the bench pick's knobs) gets the re-split `plan`
+    makes, which estimates faster and fits; a pick whose ranks stay uneven (MiniMax-M2 on 128 H100 at 8k) gets the
+    split memory aside would reach and the rank that lacks the memory for it."""
+    pick = _pick("deepseek-v3", "h100", 1024, 4096, 8192)
+    even = pick.variant(layout=replace(pick.layout, pipeline_layout="Et|(tt|)*30mL"))
+    note = move_note(even)
+    assert note.startswith("re-split as `--pipeline-layout") and "fits; `plan` re-splits this way" in note
+    suggested = even.variant(layout=replace(pick.layout, pipeline_layout=note.split('"')[1]))
+    assert suggested.fits and suggested.time["step_seconds"] < even.time["step_seconds"]
+    assert move_note(pick) is None  # the pick is already re-split
+
+    mm = _pick("minimax-m2", "h100", 128, 8192, 512)
+    note = move_note(mm)
+    assert "memory, not the split, keeps the ranks uneven" in note
+    free = mm.variant(layout=replace(mm.layout, pipeline_layout=note.split("`")[1]))
+    assert not free.fits and free.time["step_seconds"] < mm.time["step_seconds"]
 
 
 def test_a_mamba_hybrid_is_split_by_its_pattern_without_vpp(shared_data):

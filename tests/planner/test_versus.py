@@ -6,7 +6,6 @@ import pytest
 from moetune.layout.validate import Workload
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import estimate
-from moetune.planner.pipeline_balance import rank_layers
 from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.planner.versus import versus
@@ -51,9 +50,9 @@ def test_the_search_holds_the_gb300_card_layout():
 
 def test_the_search_holds_the_kimi_k2_recipe_layout():
     """Kimi-K2's 61 layers split over PP4 x VPP4 only by a layout string (uneven ends must be multiples of VPP): the
-    search writes the one Bridge's recipe uses (R185, "Et*4|(t*4|)*14tL") and so holds that exact configuration, then
-    re-splits it where that pays (planner/pipeline_balance.py). It once offered PP4 with VPP 1 only, so EP overlap
-    (which needs VPP with PP) never ran on PP4 and the GB200 pick was the slower layout without it."""
+    search writes the one Bridge's recipe uses (R185, "Et*4|(t*4|)*14tL") and so holds that exact configuration (a
+    re-split would change it only where that pays, planner/pipeline_balance.py). It once offered PP4 with VPP 1 only,
+    so EP overlap (which needs VPP with PP) never ran on PP4 and the GB200 pick was the slower layout without it."""
     run = RUNS["R185"]
     result = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096), routing="force-balance",
                   top=1, fixed={"tp": 1, "cp": 1, "pp": 4, "vpp": 4, "ep": 64, "etp": 1,
@@ -66,7 +65,8 @@ def test_the_search_holds_the_kimi_k2_recipe_layout():
     assert splits_for(run.model, 4, 4) == [{"pipeline_layout": run.layout.pipeline_layout}]
     pick, recipe = result.results[0], estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
     assert pick.time["step_seconds"] <= recipe.time["step_seconds"]
-    assert rank_layers(pick.layout, 61, 0) != rank_layers(run.layout, 61, 0)  # re-split: the recipe's ranks differ
+    # its three 16-layer ranks pace it alike: relieving them one at a time never lowers the step, so the string stays
+    assert pick.layout.pipeline_layout == run.layout.pipeline_layout
     overlapped = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096),
                       routing="force-balance", top=1, fixed={"pp": 4, "ep_overlap": [True]})
     assert overlapped.results[0].layout.vpp > 1

@@ -20,7 +20,7 @@ from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
-from moetune.planner.pipeline_balance import even_out, ranks_note
+from moetune.planner.pipeline_balance import even_out, move_note, ranks_note
 from moetune.planner.track_record import track_record
 from moetune.rules import derive, evaluate
 from moetune.walls.batch import batch_memory
@@ -81,6 +81,8 @@ def _scale(e: Estimate) -> dict:
                      + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that costs least)")
     if lay.pp > 1 and e.time:
         notes.append(ranks_note(e.model, e.layout, e.time))
+        if move := move_note(e):
+            notes.append(move)
     if lay.dp == 1:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
     return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
