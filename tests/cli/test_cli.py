@@ -122,6 +122,23 @@ def test_an_unwritable_output_fails_in_one_line(tmp_path, capsys, monkeypatch):
         write_text(tmp_path, "x", "--out")
 
 
+LAB_GPU = ('gpus_per_node = 4\n[gpu]\nname = "X"\narch = "hopper"\nbf16_tflops = 500\nfp8_tflops = 1000\n'
+           'fp4_tflops = 0\nmemory_gib = 64\nhbm_tbps = 2\nnvlink_gbps = 200\nnvlink_domain = 4\n'
+           'gpus_per_node = 4\nnic_gbps = 200\nhost_link_gbps = 64\ngemm_tile = 128\ntdp_w = 500\n')
+
+
+def test_a_gpu_of_ones_own_runs_every_command(tmp_path, capsys):
+    """A cluster file with its own [gpu] table: its name is no catalog key, so the rule checks and the dispatcher
+    search must read the file back (GpuSpec.ref), as the estimate JSON does; they once asked the catalog for it."""
+    lab = tmp_path / "lab.toml"
+    lab.write_text(LAB_GPU)
+    base = ["qwen3-30b-a3b", "--gpu", str(lab), "--gpus", "16"]
+    assert run(["estimate", *base, "--ep", "8", "--gbs", "256", "--json"], capsys)[0] == 0
+    assert run(["explain", *base, "--ep", "8", "--gbs", "256"], capsys)[0] == 0
+    code, out, _ = run(["plan", *base, "--gbs", "256", "--top", "1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["results"][0]["gpu"] == str(lab)
+
+
 def test_bad_config_files(tmp_path, capsys):
     bad_json = tmp_path / "config.json"
     bad_json.write_text("{not json")

@@ -172,7 +172,7 @@ def to_config(e: Estimate) -> dict[str, Any]:
         if e.knobs.dispatcher == "hybridep" else {}
     out = {
         **_model_fields(e), **hybridep,
-        "cluster.gpu": e.gpu.key, "cluster.num_gpus": e.layout.world_size,
+        "cluster.gpu": e.gpu.ref, "cluster.num_gpus": e.layout.world_size,
         "cluster.gpus_per_node": e.gpu.gpus_per_node, "cluster.nvlink_domain": e.gpu.nvlink_domain,
         **layout_fields(e.layout), **_knob_fields(e.knobs),
         "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,

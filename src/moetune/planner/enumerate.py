@@ -216,7 +216,7 @@ def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:
 def supported_dispatchers(gpu: GpuSpec) -> list[str]:
     """alltoall everywhere; DeepEP / HybridEP where Megatron Bridge accepts them on this platform (the rule
     table's platform facts: flex_dispatcher_backend.py validate_flex_dispatcher_backend)."""
-    facts = derive({"cluster.gpu": gpu.key})
+    facts = derive({"cluster.gpu": gpu.ref})
     return ["alltoall"] + [name for name in ("deepep", "hybridep") if facts.get(f"{name}_supported", True)]
 
 

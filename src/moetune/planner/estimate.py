@@ -62,7 +62,7 @@ class Estimate:
         out = {
             "model": self.model.name,
             "model_source": self.model.name if self.model.source.startswith("built-in") else self.model.source,
-            "gpu": self.gpu.key if not self.gpu.source.endswith(".toml") else self.gpu.source,
+            "gpu": self.gpu.ref,
             "gpus": lay.world_size,
             "layout": lay.as_dict(),
             "pipeline": {"first_stage_layers": lay.first_stage_layers, "last_stage_layers": lay.last_stage_layers,

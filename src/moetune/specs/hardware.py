@@ -47,6 +47,11 @@ class GpuSpec:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
 
     @property
+    def ref(self) -> str:
+        """What load_gpu takes back: the cluster file it came from, else its catalog name."""
+        return self.source if self.source.endswith(".toml") else self.key
+
+    @property
     def capacity_bytes(self) -> int:
         return int(self.memory_gib * GIB)
 
