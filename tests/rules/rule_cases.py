@@ -61,6 +61,8 @@ CASES: dict[str, Case] = {
     # a hybrid pattern split into 4 segments over PP 2: Megatron-LM runs VPP 2 from it, Megatron Bridge refuses
     "scale.hybrid_vpp_bridge": Case(S(MOE, "model.is_hybrid_model=true", "model.pipeline_model_parallel_size=2",
                                       "model.hybrid_layer_pattern=M*-|M*-|M*-|M*-")),
+    # DeepSeek-V3-style single MTP layer under EP overlap on PP 1: Megatron-Core < 0.18 asserts PP > 1
+    "ep_overlap.mtp_pp1_needs_mcore_018": Case(S(EP_OVERLAP, "model.mtp_num_layers=1")),
     "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
                                    "model.expert_tensor_parallel_size=1")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),

@@ -62,3 +62,18 @@ def test_te_scoped_moe_or_mlp_graphs_stay_an_error(qwen, scope):
     config = _overlapped(qwen, **{"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": [scope]})
     errors = [f for f in mcore_findings(config) if f.severity == "error"]
     assert len(errors) == 1 and f"{scope} cuda graph" in errors[0].message
+
+
+def test_one_mtp_layer_under_ep_overlap_on_pp1_is_a_warning_not_an_error(qwen):
+    """megatron-core 0.16 asserts PP > 1 for EP overlap with an MTP layer; core_v0.18.0 released it (Megatron-LM PR
+    #4796), so the oracle lets it through with an info and rule ep_overlap.mtp_pp1_needs_mcore_018 warns those on
+    older containers. Two MTP layers stay an error in every version."""
+    from moetune.rules import evaluate
+
+    config = _overlapped(qwen, **{"model.mtp_num_layers": 1})
+    findings = mcore_findings(config)
+    assert [f for f in findings if f.severity == "error"] == []
+    assert any("Megatron-LM main accepts" in f.message for f in findings if f.rule == "mcore.environment")
+    assert "ep_overlap.mtp_pp1_needs_mcore_018" in {f.rule for f in evaluate(config)}
+    two = [f for f in mcore_findings(_overlapped(qwen, **{"model.mtp_num_layers": 2})) if f.severity == "error"]
+    assert len(two) == 1 and "MTP" in two[0].message

@@ -27,9 +27,13 @@ _ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|i
 # megatron-core 0.16 refuses any CUDA graph but TE-scoped ones under EP overlap; main refuses only TE-scoped
 # moe/mlp graphs, so full-iteration (local) graphs run with EP overlap (transformer_config.py; Megatron-LM
 # PR #3820; Bridge's GB200/GB300 full-iteration recipes).
+# megatron-core 0.16 also asserts PP > 1 for EP overlap with an MTP layer; core_v0.18.0 released it (Megatron-LM
+# 286445c28a, PR #4796), and rule ep_overlap.mtp_pp1_needs_mcore_018 warns those on older containers instead.
 _NEWER_MEGATRON_ACCEPTS = {
     "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm":
         (lambda kw: kw.get("cuda_graph_impl") == "local", {"cuda_graph_impl": "none"}),
+    "Pipeline model parallel size must be larger than 1 when enabling overlap_moe_expert_parallel_comm with MTP "
+    "layer.": (lambda kw: kw.get("mtp_num_layers") == 1, {"mtp_num_layers": None}),
 }
 # Options Megatron-Core gates on the installed Transformer Engine version (is_te_min_version compares
 # None with a Version when TE is absent, so the error names no field).
