@@ -18,7 +18,7 @@ from moetune.configio.normalize import Assignment
 from moetune.configio.readers import PRAGMA
 from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
-from moetune.layout.layout import parse_pipeline_layout
+from moetune.layout.layout import hybrid_segments, parse_pipeline_layout
 
 _ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 # Megatron-LM flags that set a Bridge field under another name (megatron/training/arguments.py
@@ -132,8 +132,7 @@ def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
         raise MoetuneError(f"{origin}: {flag} sets the virtual pipeline size itself; drop "
                            "--num-virtual-stages-per-pipeline-rank / --num-layers-per-virtual-pipeline-stage "
                            "(Megatron-LM refuses both)")
-    stages = (len(parse_pipeline_layout(str(split.value))) if split is layout
-              else str(split.value).split("/")[0].count("|") + 1)
+    stages = len(parse_pipeline_layout(str(split.value)) if split is layout else hybrid_segments(str(split.value)))
     pp = given["model.pipeline_model_parallel_size"].value if "model.pipeline_model_parallel_size" in given else 1
     vpp = stages // pp if stages % pp == 0 else None
     return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=vpp if vpp and vpp > 1 else None,

@@ -33,6 +33,13 @@ def parse_pipeline_layout(text: str) -> list[str]:
     return list(_stages(text))
 
 
+def hybrid_segments(pattern: str) -> list[str]:
+    """A Mamba hybrid's hybrid_layer_pattern cut at its '|' separators: one segment per virtual pipeline stage, in
+    Megatron's stage order; the MTP depths after '/' are not part of the split (Megatron-Core
+    hybrid_layer_allocation.py)."""
+    return pattern.split("/")[0].split("|")
+
+
 def _t(n: int) -> str:
     return "t" * n if n < 3 else f"t*{n}"
 

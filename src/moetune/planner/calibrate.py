@@ -14,6 +14,7 @@ their errors reported (``moetune calibrate``).
 
 import math
 from dataclasses import dataclass, replace
+from itertools import product
 
 import numpy as np
 
@@ -108,20 +109,23 @@ def fit_gpu(runs: list[Run], gpu_key: str, shared: dict, start: dict | None = No
         grid = [{"compute_scale": float(c), "a2a_scale": float(a), **shared}
                 for c in _grid("compute_scale", 12) for a in _grid("a2a_scale", 12)]
         params = min(grid, key=lambda p: mean_log_error(runs, with_params(base, p)))
-    for step in (1.2, 1.1, 1.05, 1.025):
-        moves = [(f, g) for f in (step, 1, 1 / step) for g in (step, 1, 1 / step) if (f, g) != (1, 1)]
-        improved = True
-        while improved:
-            trials = [params] + [_clamped(params, f, g) for f, g in moves]
-            best = min(trials, key=lambda p: mean_log_error(runs, with_params(base, p)))
-            improved, params = best is not params, best
+    params = refine(params, {k: BOUNDS[k] for k in PER_GPU}, lambda p: mean_log_error(runs, with_params(base, p)))
     return {k: float(v) for k, v in params.items()}
 
 
-def _clamped(params: dict, f: float, g: float) -> dict:
-    (c_lo, c_hi), (a_lo, a_hi) = BOUNDS["compute_scale"], BOUNDS["a2a_scale"]
-    return {**params, "compute_scale": min(max(params["compute_scale"] * f, c_lo), c_hi),
-            "a2a_scale": min(max(params["a2a_scale"] * g, a_lo), a_hi)}
+def refine(params: dict, bounds: dict[str, tuple], loss, steps=(1.2, 1.1, 1.05, 1.025)) -> dict:
+    """`params` with the multipliers named in `bounds` refined by shrinking multiplicative steps, along each axis
+    and the diagonals, kept within their bounds, while `loss` falls."""
+    keys = list(bounds)
+    for step in steps:
+        moves = [m for m in product((step, 1, 1 / step), repeat=len(keys)) if any(f != 1 for f in m)]
+        improved = True
+        while improved:
+            trials = [params] + [{**params, **{k: min(max(params[k] * f, bounds[k][0]), bounds[k][1])
+                                               for k, f in zip(keys, m, strict=True)}} for m in moves]
+            best = min(trials, key=loss)
+            improved, params = best is not params, best
+    return params
 
 
 def _shared_loss(by_gpu: dict[str, list[Run]], fitted: dict, shared: dict) -> float:

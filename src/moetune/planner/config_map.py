@@ -12,7 +12,7 @@ from typing import Any
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
-from moetune.layout.layout import Layout, write_pipeline_layout
+from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks, stage_order
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
@@ -201,7 +201,7 @@ def _hybrid_split(config: dict) -> str | None:
     pattern = config.get(HYBRID_SPLIT)
     if not pattern or "|" not in pattern:
         return None
-    return write_pipeline_layout([len(seg) for seg in str(pattern).split("/")[0].split("|")], 0)
+    return write_pipeline_layout([len(seg) for seg in hybrid_segments(str(pattern))], 0)
 
 
 def _get(config: dict, key: str, default: Any = None) -> Any:

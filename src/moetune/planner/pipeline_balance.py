@@ -47,20 +47,9 @@ def move_note(e: Estimate) -> str | None:
     when no re-split is faster."""
     if e.layout.pp < 2 or not e.fits or not e.time:
         return None
-    variants: dict[Layout, Estimate] = {}
+    split = _resplitter(e)
+    fitting, free = split(True), split(False)
 
-    def variant(cand: Layout) -> Estimate:
-        return variants.setdefault(cand, e.variant(layout=cand))
-
-    def evaluate(cand: Layout) -> tuple:
-        return variant(cand).time["step_seconds"], variant(cand).time["stage_seconds"]
-
-    def split(fits) -> Estimate:
-        _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers, evaluate, fits,
-                            (e.time["step_seconds"], e.time["stage_seconds"]))
-        return e if best is e.layout else variant(best)
-
-    fitting, free = split(lambda cand: variant(cand).fits), split(lambda cand: True)
     def gain(v: Estimate) -> float:
         return v.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
 
@@ -73,6 +62,26 @@ def move_note(e: Estimate) -> str | None:
     return (f"evened out as `{free.layout.pipeline_layout}` it would predict {gain(free):+.1%}, but rank "
             f"{worst.stage} would need {worst.total / GIB:.1f} GiB of {e.gpu.capacity_bytes / GIB:.1f}: memory, not "
             "the split, keeps the ranks uneven")
+
+
+def _resplitter(e: Estimate):
+    """split(check_memory) -> `e` re-split by rebalance (e itself where no move pays), each candidate layout
+    estimated once across calls; without the memory check, the split the ranks' times alone would reach."""
+    variants: dict[Layout, Estimate] = {}
+
+    def variant(cand: Layout) -> Estimate:
+        if cand not in variants:
+            variants[cand] = e.variant(layout=cand)
+        return variants[cand]
+
+    def split(check_memory: bool) -> Estimate:
+        _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers,
+                            lambda cand: (variant(cand).time["step_seconds"], variant(cand).time["stage_seconds"]),
+                            (lambda cand: variant(cand).fits) if check_memory else (lambda cand: True),
+                            (e.time["step_seconds"], e.time["stage_seconds"]))
+        return e if best is e.layout else variant(best)
+
+    return split
 
 
 def chunk_counts(rank_counts: list[int], vpp: int) -> list[int]:
@@ -146,14 +155,4 @@ def _move_off_slowest(lay: Layout, counts: list[int], best: tuple, mtp: int, eva
 def even_out(e: Estimate) -> Estimate:
     """An estimate with its ranks evened out as `plan` does (explain re-splits the layers for a new VPP this way,
     so the move is weighed against the pick on equal terms); as it is where it does not fit or has no pipeline."""
-    if not e.fits:
-        return e
-    variants = {}
-
-    def variant(cand: Layout) -> Estimate:
-        return variants.setdefault(cand, e.variant(layout=cand))
-
-    _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers,
-                        lambda cand: (variant(cand).time["step_seconds"], variant(cand).time["stage_seconds"]),
-                        lambda cand: variant(cand).fits, (e.time["step_seconds"], e.time["stage_seconds"]))
-    return e if best is e.layout else variant(best)
+    return _resplitter(e)(True) if e.fits else e

@@ -16,7 +16,7 @@ import numpy as np
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import validate
-from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, with_params
+from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, refine, with_params
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
 from moetune.walls.efficiency import efficiency
 
@@ -65,14 +65,8 @@ def _fit_one(runs: list[Run], base: dict) -> dict[str, float]:
     params = min(({"compute_scale": float(c), "a2a_scale": float(a)} for c in grid
                   for a in (grid if "a2a_scale" in keys else [1.0])),
                  key=lambda p: mean_log_error(runs, with_params(base, p)))
-    for step in (1.2, 1.1, 1.05, 1.025, 1.01):
-        improved = True
-        while improved:
-            trials = [params] + [{**params, k: min(max(params[k] * f, SCALE_BOUNDS[0]), SCALE_BOUNDS[1])}
-                                 for k in keys for f in (step, 1 / step)]
-            best = min(trials, key=lambda p: mean_log_error(runs, with_params(base, p)))
-            improved, params = best is not params, best
-    return params
+    return refine(params, dict.fromkeys(keys, SCALE_BOUNDS), lambda p: mean_log_error(runs, with_params(base, p)),
+                  steps=(1.2, 1.1, 1.05, 1.025, 1.01))
 
 
 def fit_user_runs(runs: list[Run]) -> dict[str, dict[str, float]]:

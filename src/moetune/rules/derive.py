@@ -12,6 +12,7 @@ from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
+from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.rules.table import load_table
 from moetune.walls.context_parallel import a2a_splits
@@ -79,9 +80,8 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
-    # A Mamba hybrid's pipeline stages: the '|'-separated segments of its pattern (hybrid_layer_allocation.py)
-    pattern = value(config, "model.hybrid_layer_pattern")
-    d["hybrid_stages"] = pattern.count("|") + 1 if isinstance(pattern, str) and "|" in pattern else None
+    pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
+    d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
     if world:
         d["world_size"] = world = int(world)

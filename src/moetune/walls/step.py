@@ -120,10 +120,11 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
         # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
-        eager = layer_cpu_share(kind, knobs.cuda_graph_scope) / layer_cpu_share(kind, ())
-        hide = ep_overlap_hide(eff, nvlink_busy(parts), eager)
-        ep_exposed = (ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad)
-                      + replays * (a2a + etp)) if knobs.ep_overlap else ep
+        ep_exposed = ep
+        if knobs.ep_overlap:
+            eager = layer_cpu_share(kind, knobs.cuda_graph_scope) / layer_cpu_share(kind, ())
+            hide = ep_overlap_hide(eff, nvlink_busy(parts), eager)
+            ep_exposed = ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad) + replays * (a2a + etp)
     cp, cp_exposed = cp
     # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
     # the backward over the host link, each direction under that pass's compute (the backward is BWD_GEMM times
