@@ -109,3 +109,20 @@ def test_a_result_json_needs_the_planner_reader_handed_in(tmp_path):
         load_config([path])
     config = load_config([path], from_result=result_config)
     assert config["model.expert_model_parallel_size"] == 8
+
+
+def test_bridge_list_layout_becomes_megatron_layout_string():
+    """Bridge recipes write the pipeline layout as stages of layer names (DeepSeek-V3's GB200 recipe); Megatron-Core
+    reads both forms (pipeline_parallel_layer_layout.py), moetune normalizes to the string its layout parser reads."""
+    config = load_config([FIXTURES / "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"], gpu="gb200", gpus=256)
+    assert config["model.pipeline_model_parallel_layout"] == "Etttt|" + "tttt|" * 14 + "tmL"
+
+
+def test_check_with_model_reads_a_list_layout(capsys):
+    """`check --model` maps the config onto a layout (memory wall): the list form used to raise a TypeError there."""
+    from moetune.cli.main import main
+
+    code = main(["check", str(FIXTURES / "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"), "--gpu", "gb200",
+                 "--gpus", "256", "--model", "deepseek-v3", "--json"])
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert code == 0 and not [r for r, f in found.items() if f["severity"] == "error"]

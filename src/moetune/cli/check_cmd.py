@@ -96,14 +96,17 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
-    derived, layout_error = None, None
+    derived, layout_error, read = None, None, len(config)
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
             raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
+        from moetune.planner.config_map import architecture_fields
         from moetune.planner.memory_facts import config_memory_facts
         from moetune.specs.registry import load_model
 
         spec = load_model(model)
+        # the model's architecture where the config leaves it to the recipe, so Megatron-Core validates it too
+        config = {**{k: v for k, v in architecture_fields(spec).items() if v is not None}, **config}
         try:
             derived = config_memory_facts(spec, config)
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
@@ -120,6 +123,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
         out.print(findings_table(findings))
         counts = {s: sum(f.severity == s for f in findings) for s in _ORDER}
         out.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
-                  f"{len(config)} config keys read")
+                  f"{read} config keys read" + (f" (+{len(config) - read} from {model}'s architecture)"
+                                                                if len(config) > read else ""))
     if errors:
         raise RuleErrors(f"{errors} rule error(s) in the config")

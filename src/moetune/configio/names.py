@@ -36,7 +36,7 @@ class Name:
     bridge_name: str
     mlm_flags: tuple[str, ...]  # first one is the spelling emit writes
     mlm_action: str  # store_true | store_false | bool_optional | value | list | ""
-    type: str  # int, float, bool, str, dtype, scope, list[str], choice(a|b), any; "?" suffix: None allowed
+    type: str  # int, float, bool, str, dtype, scope, layout, list[str], choice(a|b), any; "?" suffix: None allowed
     default: object  # Megatron Bridge / Megatron-Core default (parsed JSON), or NO_DEFAULT
     mlm_default: object  # Megatron-LM argparse default, or NO_DEFAULT
     role: str  # used | accepted | mlm_only

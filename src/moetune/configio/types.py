@@ -98,6 +98,27 @@ def _scope(name: str, v: Any) -> list[str]:
     return [str(i).strip().rsplit(".", 1)[-1] for i in items if str(i).strip() not in ("", "full")]
 
 
+# Megatron-Core's names of pipeline layout entries and the symbols of its layout string
+# (megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list; LayerType in enums.py)
+_LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+
+
+def _layout(name: str, v: Any) -> str:
+    """A pipeline layout as Megatron's string: Bridge recipes give a list of stages, each a list of layer names
+    ([["embedding", "decoder"], ["decoder", "loss"]]), which Megatron-Core accepts beside the string."""
+    if isinstance(v, str):
+        return v
+    if not isinstance(v, (list, tuple)) or not all(isinstance(stage, (list, tuple)) for stage in v):
+        raise MoetuneError(f"{name} expects a layout string (\"Et|(tt|)*30mL\") or a list of stages, each a list "
+                           f"of layer names, got {v!r}")
+    unknown = sorted({str(x) for stage in v for x in stage} - set(_LAYOUT_SYMBOLS)
+                     - {k.upper() for k in _LAYOUT_SYMBOLS}, key=str)
+    if unknown:
+        raise MoetuneError(f"{name}: unknown layer names {unknown}; a stage lists "
+                           f"{', '.join(_LAYOUT_SYMBOLS)} (Megatron-Core LayerType)")
+    return "|".join("".join(_LAYOUT_SYMBOLS[str(x).strip().lower()] for x in stage) for stage in v)
+
+
 def coerce(name: str, type_: str, value: Any) -> Any:
     """``value`` converted to ``type_`` (megatron_names.csv grammar) or a MoetuneError naming ``name``."""
     optional = type_.endswith("?")
@@ -115,7 +136,8 @@ def coerce(name: str, type_: str, value: Any) -> Any:
         return value
     if base.startswith("list["):
         return _list(name, value, base[len("list["):-1])
-    simple = {"int": _int, "float": _float, "bool": _bool, "str": _str, "dtype": _dtype, "scope": _scope}
+    simple = {"int": _int, "float": _float, "bool": _bool, "str": _str, "dtype": _dtype, "scope": _scope,
+              "layout": _layout}
     if base not in simple:
         return value
     return simple[base](name, value)

@@ -17,6 +17,7 @@ from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks, stag
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
 from moetune.rules.derive import dispatcher_sms
+from moetune.specs.model import ModelSpec
 
 PRECISION = {
     "bf16": {},
@@ -83,9 +84,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     return out
 
 
-def _model_fields(e: Estimate) -> dict[str, Any]:
-    """The architecture facts rules read (the recipe already sets them; the values are the model's own)."""
-    m = e.model
+def architecture_fields(m: ModelSpec) -> dict[str, Any]:
+    """The model's own architecture under Megatron's names (what a recipe's model provider sets; None: not this
+    model's). `check --model` fills in those a user's config leaves out, so Megatron-Core can validate it."""
     return {
         "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
         "model.num_attention_heads": m.num_attention_heads, "model.num_query_groups": m.num_query_groups,
@@ -98,6 +99,17 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         "model.is_hybrid_model": True if m.mamba else None,  # Mamba hybrids: Megatron-Core's HybridModel
         # Megatron's add_bias_linear covers the attention output projection and the MLP/expert linears
         "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
+        # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
+        "model.softmax_type": "learnable" if m.softmax_sinks else None,
+    }
+
+
+def _model_fields(e: Estimate) -> dict[str, Any]:
+    """The architecture facts rules read (the recipe already sets them; the values are the model's own), and the
+    model settings every plan makes."""
+    m = e.model
+    return {
+        **architecture_fields(m),
         # every planned MoE config: grouped expert GEMMs (Megatron-Core requires them for moe_act recompute)
         # and the router kept in FP32 (seeds/000 FP8 Recipe Quick Decision)
         "model.moe_grouped_gemm": True if m.num_moe_layers else None,
@@ -107,8 +119,6 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
         # under graphed MLP/MoE recompute (transformer_config.py), which full-iteration graphs are
         "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
-        # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
-        "model.softmax_type": "learnable" if m.softmax_sinks else None,
     }
 
 
