@@ -2,7 +2,8 @@
 
 Inputs, in order (later ones override earlier ones; within one input the same key twice with two
 values is a contradiction and an error):
-  1. files: a Megatron Bridge YAML (.yaml/.yml), a JSON ({"config": {...}} or an estimate/plan result),
+  1. files: a Megatron Bridge YAML (.yaml/.yml) or Megatron-LM's MODEL_ARGS YAML (model_args.py), a JSON
+     ({"config": {...}} or an estimate/plan result),
      a file of dotted overrides (key=value lines), or a file of Megatron-LM arguments (--flags);
   2. ``--mlm-args "..."``;
   3. ``--set key=value`` overrides together with ``--gpu`` / ``--gpus`` (cluster.gpu / cluster.num_gpus).
@@ -14,14 +15,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from moetune.configio.mlm import parse_mlm
+from moetune.configio.model_args import is_model_args, read_model_args
 from moetune.configio.normalize import Assignment, merge, resolve
 from moetune.configio.readers import (
     ResultReader,
     dotted_assignments,
+    load_yaml,
     looks_dotted,
     overrides_lines,
     read_json,
-    read_yaml,
+    yaml_assignments,
 )
 from moetune.errors import MoetuneError
 
@@ -38,7 +41,8 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
                            "(expected YAML, JSON, overrides or Megatron-LM arguments)") from None
     fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(path.suffix.lower())
     if fmt == "yaml":
-        return read_yaml(path)
+        data = load_yaml(path)
+        return read_model_args(data, str(path)) if is_model_args(data) else yaml_assignments(data, str(path))
     if fmt == "json":
         return read_json(path, from_result)
     if fmt == "overrides" or (fmt is None and looks_dotted(text)):

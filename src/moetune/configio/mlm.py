@@ -5,22 +5,27 @@ parsing starts after the last ``*.py`` token, or at the first ``--flag``. ``NAME
 that (``CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``, ``export NAME=value``) become ``env.NAME``.
 Every flag must be one Megatron-LM's parser knows (megatron_names.csv lists all of them, dumped from
 megatron/training/arguments.py); flags with no Bridge field are read and ignored.
+Shell variables in values (``${TP}``, ``$EP``, ``${PP:-8}``) take their value as the shell would: from a
+``NAME=value`` word earlier in the script (``TP=${TP:-2}``), else the environment, else the ``:-`` default; one
+still unset in a flag moetune reads is an error naming the variable.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shlex
+from collections.abc import Mapping
 
 from moetune.configio.names import NO_DEFAULT, names
-from moetune.configio.normalize import Assignment
+from moetune.configio.normalize import FROM_LAYOUT, Assignment
 from moetune.configio.readers import PRAGMA
 from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
-from moetune.layout.layout import hybrid_segments, parse_pipeline_layout
 
 _ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 # Megatron-LM flags that set a Bridge field under another name (megatron/training/arguments.py
 # validate_args / core_transformer_config_from_args).
 SPECIAL = {
@@ -49,12 +54,35 @@ def _start(words: list[str]) -> int:
     return flags[0] if flags else len(words)
 
 
+def substitute(word: str, env: Mapping[str, str]) -> str:
+    """``word`` with each shell variable that ``env`` sets (or whose ``${NAME:-default}`` gives one) replaced;
+    unset ones stay as written, for _flag_value to name."""
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in env:
+            return env[name]
+        return m.group(2) if m.group(2) is not None else m.group(0)
+    return _VARIABLE.sub(value, word)
+
+
+def _unset_variable(flag: str, values: list[str], origin: str) -> None:
+    for v in values:
+        if m := _VARIABLE.search(v):
+            name = m.group(1) or m.group(3)
+            raise MoetuneError(f"{origin}: {flag} is {v!r} and {name} is not set; set it as the launcher would "
+                               f"({name}=... moetune ...) or write the value into the file")
+
+
 def _flag_value(flag: str, values: list[str], origin: str):
     row = names().by_flag.get(flag)
     if row is None:
         close = difflib.get_close_matches(flag, list(names().by_flag), n=1, cutoff=0.8)
         hint = f"; did you mean {close[0]}?" if close else ""
         raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
+    if row.bridge_name and any(_VARIABLE.search(v) for v in values):
+        if row.role == "used":  # a field moetune reads: its value must be known
+            _unset_variable(flag, values, origin)
+        return None, None  # a field moetune passes through, its value left to the launcher (a run name, a path)
     action = row.mlm_action
     if action in ("store_true", "store_false", "bool_optional"):
         if values:
@@ -79,16 +107,24 @@ def _flag_value(flag: str, values: list[str], origin: str):
         raise MoetuneError(f"{origin}: {flag}: {err}") from None
 
 
-def parse_mlm(text: str, origin: str) -> list[Assignment]:
-    words = _tokens(text, origin)
+def parse_mlm(text: str, origin: str, env: Mapping[str, str] | None = None) -> list[Assignment]:
+    """A Megatron-LM argument list or launch script; ``env``: the variables it sees (default: os.environ)."""
+    return parse_mlm_words(_tokens(text, origin), origin, env)
+
+
+def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None = None,
+                    out: list[Assignment] | None = None) -> list[Assignment]:
+    """Assignments of shell words: ``NAME=value`` words (and pragmas) up to the script's arguments, then --flags."""
     start = _start(words)
-    out: list[Assignment] = []
+    out, env = list(out or []), dict(os.environ if env is None else env)
     for w in words[:start]:
         if w.startswith("@pragma:"):
             key, _, value = w[len("@pragma:"):].partition("=")
             out.append(Assignment(key=key.strip(), value=value.strip(), origin=origin))
         elif m := _ENV_WORD.match(w):
-            out.append(Assignment(key=f"env.{m.group(1)}", value=m.group(2), origin=origin))
+            env[m.group(1)] = substitute(m.group(2), env)
+            out.append(Assignment(key=f"env.{m.group(1)}", value=env[m.group(1)], origin=origin))
+    words = words[:start] + [substitute(w, env) for w in words[start:]]
     i, raw_vpp_layers = start, None
     while i < len(words):
         word = words[i]
@@ -105,6 +141,7 @@ def parse_mlm(text: str, origin: str) -> list[Assignment]:
             out += [Assignment(key=k, value=v, origin=here) for k, v in SPECIAL[flag]]
             continue
         if flag == "--num-layers-per-virtual-pipeline-stage":
+            _unset_variable(flag, values, here)
             raw_vpp_layers = (values, here)
             continue
         key, value = _flag_value(flag, values, here)
@@ -118,9 +155,10 @@ def parse_mlm(text: str, origin: str) -> list[Assignment]:
 
 
 def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
-    """--pipeline-model-parallel-layout, or --hybrid-layer-pattern with '|' separators, sets VPP = its stages / PP,
-    and no other VPP flag may be given beside it (arguments.py validate_args: "No more than one of the following
-    arguments can be set at the same time"; "Virtual pipeline stages are derived from the number of | segments")."""
+    """--pipeline-model-parallel-layout, or --hybrid-layer-pattern with '|' separators, sets VPP = its stages / PP
+    (normalize.merge works it out once every input is in: the PP may come from another), and no other VPP flag may
+    be given beside it (arguments.py validate_args: "No more than one of the following arguments can be set at the
+    same time"; "Virtual pipeline stages are derived from the number of | segments")."""
     given = {a.key: a for a in out}
     layout = given.get("model.pipeline_model_parallel_layout")
     pattern = given.get("model.hybrid_layer_pattern")
@@ -132,10 +170,7 @@ def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
         raise MoetuneError(f"{origin}: {flag} sets the virtual pipeline size itself; drop "
                            "--num-virtual-stages-per-pipeline-rank / --num-layers-per-virtual-pipeline-stage "
                            "(Megatron-LM refuses both)")
-    stages = len(parse_pipeline_layout(str(split.value)) if split is layout else hybrid_segments(str(split.value)))
-    pp = given["model.pipeline_model_parallel_size"].value if "model.pipeline_model_parallel_size" in given else 1
-    vpp = stages // pp if stages % pp == 0 else None
-    return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=vpp if vpp and vpp > 1 else None,
+    return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=FROM_LAYOUT,
                        origin=f"{split.origin} (VPP from {flag}, as Megatron-LM derives it)")]
 
 
@@ -153,8 +188,8 @@ def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
     given = {a.key for a in out}
     if "mixed_precision.bf16" in given or "mixed_precision.fp16" in given:
         return []
-    return [Assignment(key="mixed_precision.bf16", value=False, origin=f"{origin} (no --bf16)"),
-            Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)")]
+    return [Assignment(key="mixed_precision.bf16", value=False, origin=f"{origin} (no --bf16)", soft=True),
+            Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)", soft=True)]
 
 
 # Value flags whose Megatron-LM default differs from Bridge's, and the switch that makes them matter.

@@ -17,8 +17,14 @@ from typing import Any, Iterable
 from moetune.configio.names import ENV_NAME, PASSTHROUGH, VALIDATED, names
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
+from moetune.layout.layout import hybrid_segments, parse_pipeline_layout
 
 DELETE = object()  # a `~key` Hydra override
+# The VPP Megatron-LM derives from --pipeline-model-parallel-layout (or a hybrid pattern's '|' stages): stages / PP,
+# known only once every input is merged, since the PP may come from another one (a ModelZoo YAML's PP with the
+# layout on the command line)
+FROM_LAYOUT = object()
+VPP = "model.virtual_pipeline_model_parallel_size"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,7 +73,7 @@ def canonical_key(key: str, origin: str) -> str:
 
 
 def _coerced(key: str, value: Any, origin: str) -> Any:
-    if value is DELETE:
+    if value is DELETE or value is FROM_LAYOUT:
         return value
     row = names().get(key)
     try:
@@ -93,9 +99,16 @@ def expand(a: Assignment) -> list[Assignment]:
     return [a]
 
 
-def resolve(assignments: Iterable[Assignment]) -> dict[str, Any]:
+class Resolved(dict):
+    """One source's config; ``soft``: its keys that hold a default the source implies (Megatron-LM's, for a flag it
+    does not give), which an earlier source's explicit value keeps its place against (merge)."""
+
+    soft: frozenset[str] = frozenset()
+
+
+def resolve(assignments: Iterable[Assignment]) -> Resolved:
     """One source's assignments as a dict; the same key set twice to different values is an error."""
-    out: dict[str, Any] = {}
+    out = Resolved()
     soft: set[str] = set()
     where: dict[str, str] = {}
     for raw in assignments:
@@ -111,16 +124,38 @@ def resolve(assignments: Iterable[Assignment]) -> dict[str, Any]:
             out[key] = value
             where[key] = a.origin
             (soft.add if a.soft else soft.discard)(key)
+    out.soft = frozenset(soft)
     return out
 
 
 def merge(sources: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Later sources override earlier ones (file, then --mlm-args, then --set); `~key` deletes."""
+    """Later sources override earlier ones (file, then --mlm-args, then --set), except with a default one implies
+    (a Megatron-LM argument list's FP32 without --bf16) over a value an earlier one sets; `~key` deletes."""
     config: dict[str, Any] = {}
+    explicit: set[str] = set()
     for source in sources:
+        soft = getattr(source, "soft", frozenset())
         for key, value in source.items():
             if value is DELETE:
                 config.pop(key, None)
-            else:
+                explicit.discard(key)
+            elif key not in soft or key not in explicit:
                 config[key] = value
+                (explicit.discard if key in soft else explicit.add)(key)
+    if config.get(VPP) is FROM_LAYOUT:
+        config[VPP] = _layout_vpp(config)
     return dict(sorted(config.items()))
+
+
+def _layout_vpp(config: dict[str, Any]) -> int | None:
+    """Stages of the merged layout string (or hybrid pattern) over the merged PP, as arguments.py derives it; None
+    where it is 1 or does not divide (the layout rules then say why)."""
+    layout, pattern = config.get("model.pipeline_model_parallel_layout"), config.get("model.hybrid_layer_pattern")
+    if layout:
+        stages = len(parse_pipeline_layout(str(layout)))
+    elif isinstance(pattern, str):
+        stages = len(hybrid_segments(pattern))
+    else:
+        return None
+    pp = int(config.get("model.pipeline_model_parallel_size") or 1)
+    return stages // pp if stages % pp == 0 and stages // pp > 1 else None

@@ -53,7 +53,17 @@ def flatten_sections(data: dict[str, Any], origin: str) -> list[Assignment]:
     return out
 
 
-def read_yaml(path: Path) -> list[Assignment]:
+def yaml_assignments(data: Any, origin: str) -> list[Assignment]:
+    """A Bridge YAML's assignments (load.read_file sends Megatron-LM's MODEL_ARGS form to model_args.py)."""
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise MoetuneError(f"{origin}: expected a Megatron Bridge config (model:, train:, ... sections) or "
+                           "Megatron-LM's MODEL_ARGS: mapping")
+    return flatten_sections(data, origin)
+
+
+def load_yaml(path: Path) -> Any:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -61,11 +71,7 @@ def read_yaml(path: Path) -> list[Assignment]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or "syntax error"
         raise MoetuneError(f"{path}: YAML syntax error{where}: {problem}") from None
-    if data is None:
-        return []
-    if not isinstance(data, dict):
-        raise MoetuneError(f"{path}: expected a Megatron Bridge config (model:, train:, ... sections)")
-    return flatten_sections(data, str(path))
+    return data
 
 
 def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assignment]:

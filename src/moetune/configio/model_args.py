@@ -1,0 +1,64 @@
+"""Megatron-LM's YAML form of a launch: ``ENV_VARS:`` and ``MODEL_ARGS:`` mappings of ``--flag: value``.
+
+Megatron-LM's functional tests write their runs this way (tests/functional_tests/test_cases/*/model_config.yaml)
+and so does the Megatron-MoE-ModelZoo (model_configs/benchmarking/*.yaml), whose launcher fills ``${TP}``-style
+placeholders from the environment with envsubst before reading the file (interactive_benchmarking.sh). The flags
+become arguments as their harness builds them (tests/functional_tests/shell_test_utils/_run_training.sh): ``true``
+is the bare switch, a list or a ``[a, b]`` string is several values, an empty value drops the flag; ``false``
+drops it too (the harness would pass the word "false", which a switch refuses). Other top-level keys (TEST_TYPE,
+LAUNCHER, ...) steer the test harness, not the run, and are not read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from moetune.configio.mlm import parse_mlm_words, substitute
+from moetune.configio.normalize import Assignment
+from moetune.errors import MoetuneError
+
+
+def is_model_args(data: Any) -> bool:
+    return isinstance(data, dict) and "MODEL_ARGS" in data
+
+
+def _values(value: Any) -> list[str] | None:
+    """Argument words after a flag for its YAML value (placeholders filled); None drops the flag. The string
+    "true"/"false" a placeholder gives counts as the switch (the ModelZoo launcher's yq filter)."""
+    if value is True or value == "true":
+        return []
+    if value is False or value is None or value in ("", "false"):
+        return None
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    text = str(value).strip()
+    if text.startswith("[") and text.endswith("]"):
+        return [v.strip() for v in text[1:-1].replace(",", " ").split()]
+    return [text]
+
+
+def model_args_words(args: Any, origin: str, env: Mapping[str, str]) -> list[str]:
+    """Shell words of a MODEL_ARGS mapping, ``env`` filled into its placeholders first (envsubst)."""
+    if not isinstance(args, dict):
+        raise MoetuneError(f"{origin}: MODEL_ARGS must be a mapping of --flag: value, got {args!r}")
+    words: list[str] = []
+    for flag, value in args.items():
+        if not str(flag).startswith("--"):
+            raise MoetuneError(f"{origin}: MODEL_ARGS key {flag!r} is not a --flag")
+        values = _values(substitute(value, env) if isinstance(value, str) else value)
+        if values is not None:
+            words += [str(flag), *values]
+    return words
+
+
+def read_model_args(data: dict, origin: str, env: Mapping[str, str] | None = None) -> list[Assignment]:
+    """Assignments of a MODEL_ARGS YAML: its ENV_VARS as env.*, its MODEL_ARGS as Megatron-LM arguments."""
+    env_vars = data.get("ENV_VARS") or {}
+    if not isinstance(env_vars, dict):
+        raise MoetuneError(f"{origin}: ENV_VARS must be a mapping of NAME: value, got {env_vars!r}")
+    shell = os.environ if env is None else env
+    out = [Assignment(key=f"env.{k}", value=substitute(v, shell) if isinstance(v, str) else v, origin=origin)
+           for k, v in env_vars.items()]
+    return parse_mlm_words(model_args_words(data["MODEL_ARGS"], origin, shell), origin, env, out=out)
