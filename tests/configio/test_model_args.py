@@ -2,23 +2,14 @@
 environment: the Megatron-MoE-ModelZoo's DeepSeek-V3 config, as its H100 best practice runs it."""
 
 import json
-from pathlib import Path
 
 import pytest
 
+from modelzoo_launch import H100_ENV, H100_FLAGS, MODELZOO
 from moetune.cli.main import main
 from moetune.configio import load_config
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.normalize import resolve
-
-MODELZOO = Path(__file__).resolve().parents[1] / "fixtures" / "megatron_lm" / "modelzoo_deepseek_v3.yaml"
-# best_practice/deepseek-v3/run_deepseek_v3_h100.sh: the environment and the flags it adds on the command line
-H100_ENV = {"TP": "2", "PP": "8", "EP": "64", "CP": "1", "MBS": "1", "GBS": "8192", "SEQ_LEN": "4096"}
-H100_FLAGS = ('--recompute-granularity selective --recompute-modules mla_up_proj mlp --mtp-num-layers 1 '
-              '--mtp-loss-scaling-factor 0.1 --pipeline-model-parallel-layout "Et|(tt|)*30mL" '
-              # sbatch_benchmarking.sh with PR=fp8, A2A_OVERLAP=1 and its default DISPATCHER=deepep
-              '--fp8-recipe blockwise --fp8-format e4m3 --moe-token-dispatcher-type flex '
-              '--moe-flex-dispatcher-backend deepep --overlap-moe-expert-parallel-comm --delay-wgrad-compute')
 
 
 @pytest.fixture

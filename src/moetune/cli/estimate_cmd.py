@@ -2,7 +2,7 @@
 
 import click
 
-from moetune.cli.options import estimate_from_flags, knob_options, layout_options
+from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options
 from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.estimate import Estimate
@@ -14,6 +14,7 @@ from moetune.planner.track_record import track_record, track_record_text
 @click.argument("model")
 @layout_options
 @knob_options
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,

@@ -2,7 +2,7 @@
 
 import click
 
-from moetune.cli.options import estimate_from_flags, knob_options, layout_options, load_overheads
+from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options, load_overheads
 from moetune.cli.output import console, emit_json, print_checks, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -20,12 +20,16 @@ from moetune.walls.efficiency import load_efficiency_file
 @click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True, help="Which plan result.")
 @layout_options
 @knob_options
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, plan_file, rank, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
     saved = _saved_result(plan_file or model) if plan_file or (model and model.lower().endswith(".json")) else None
     if saved is None and plan_file:
         raise MoetuneError(f"--plan {plan_file}: not a `moetune plan --json` or `estimate --json` output")
+    if saved is not None and (kw["configs"] or kw["mlm_args"] or kw["sets"]):
+        raise MoetuneError("explain reads one configuration: a saved plan/estimate, or --config / --mlm-args / --set "
+                           "with MODEL, not both")
     if saved is not None:
         # under the efficiency/overhead files the saved result was made with, unless others are passed here
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),

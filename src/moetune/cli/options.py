@@ -99,6 +99,59 @@ def knob_options(func):
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
+def config_options(func):
+    """estimate/explain from a launch config instead of the layout and knob flags."""
+    opts = [
+        click.option("--config", "configs", multiple=True, type=click.Path(dir_okay=False),
+                     help="Take the layout, batch and knobs from a config instead of their flags: a Bridge YAML, "
+                          "dotted overrides, Megatron-LM arguments or a MODEL_ARGS YAML, read as `check` reads it "
+                          "(repeatable; Megatron's defaults where it is silent)."),
+        click.option("--mlm-args", default=None, help="Megatron-LM arguments, with or instead of --config."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Dotted override of the config, e.g. model.expert_model_parallel_size=8 (repeatable)."),
+    ]
+    return functools.reduce(lambda f, o: o(f), reversed(opts), func)
+
+
+# What a config does not say, so these flags still apply beside --config
+_BESIDE_CONFIG = {"gpu", "gpus", "efficiency", "overheads", "token_imbalance"}
+
+
+def _flags_the_config_replaces() -> list[str]:
+    ctx = click.get_current_context()
+    names = {p.name for p in layout_options(knob_options(lambda: None)).__click_params__} - _BESIDE_CONFIG
+    return [p.opts[0] for p in ctx.command.params if p.name in names
+            and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+
+
+def estimate_from_config(model: str, kw: dict):
+    """The estimate of a launch config (layout, batch and knobs as Megatron would run it) on MODEL."""
+    from dataclasses import replace
+
+    from moetune.configio.load import load_config
+    from moetune.planner.config_map import from_config
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    from moetune.walls.efficiency import load_efficiency_file
+
+    clash = _flags_the_config_replaces()
+    if clash:
+        raise MoetuneError(f"{clash[0]}: the layout and knobs come from --config / --mlm-args; drop {clash[0]} or "
+                           "override the config with --set KEY=VALUE")
+    config = load_config(list(kw["configs"]), sets=list(kw["sets"]), mlm_args=kw["mlm_args"], gpu=kw["gpu"],
+                         gpus=kw["gpus"])
+    if "cluster.gpu" not in config:
+        raise MoetuneError("the config does not say which GPU: pass --gpu (e.g. --gpu h100)")
+    layout, workload, knobs = from_config(config)
+    if kw["token_imbalance"] is not None:
+        knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
+    result = estimate(load_model(model), load_gpu(str(config["cluster.gpu"])), layout, workload, knobs,
+                      load_overheads(kw["overheads"]), efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+    result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
+    return result
+
+
 def require_cluster(kw: dict) -> None:
     for flag in ("gpu", "gpus"):
         if kw.get(flag) is None:
@@ -173,8 +226,10 @@ def load_overheads(path: str | None) -> dict | None:
 
 
 def estimate_from_flags(model: str, kw: dict):
-    """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags;
-    knobs left out take the platform defaults and are recorded in `defaulted`."""
+    """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags (or from a
+    config, estimate_from_config); knobs left out take the platform defaults and are recorded in `defaulted`."""
+    if kw.get("configs") or kw.get("mlm_args") or kw.get("sets"):
+        return estimate_from_config(model, kw)
     from moetune.planner.estimate import estimate
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model

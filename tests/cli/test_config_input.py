@@ -1,0 +1,59 @@
+"""estimate and explain of a launch config (--config / --mlm-args / --set) instead of layout and knob flags: the
+Megatron-MoE-ModelZoo DeepSeek-V3 config as its H100 best practice launches it."""
+
+import json
+
+import pytest
+
+from modelzoo_launch import H100_ENV as ENV
+from modelzoo_launch import H100_FLAGS as FLAGS
+from modelzoo_launch import MODELZOO
+from moetune.cli.main import main
+
+SAME_AS_FLAGS = ["--tp", "2", "--pp", "8", "--ep", "64", "--pipeline-layout", "Et|(tt|)*30mL", "--precision",
+                 "fp8-blockwise", "--dispatcher", "deepep", "--ep-overlap", "--delay-wgrad", "--recompute",
+                 "selective", "--recompute-modules", "mla_up_proj,mlp", "--cuda-graph-scope", "none", "--routing",
+                 "force-balance", "--gbs", "8192", "--seq", "4096"]
+CLUSTER = ["--gpu", "h100", "--gpus", "1024"]
+
+
+@pytest.fixture(autouse=True)
+def launcher_env(monkeypatch):
+    for k, v in ENV.items():
+        monkeypatch.setenv(k, v)
+
+
+def _json(capsys, *args):
+    code = main(list(args))
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_config_estimates_what_the_same_flags_estimate(capsys):
+    _, from_config = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS,
+                           *CLUSTER, "--json")
+    _, from_flags = _json(capsys, "estimate", "deepseek-v3", *SAME_AS_FLAGS, *CLUSTER, "--json")
+    assert from_config["knobs"] == from_flags["knobs"] and from_config["layout"] == from_flags["layout"]
+    assert from_config["time"]["step_seconds"] == from_flags["time"]["step_seconds"]
+    assert "defaulted" not in from_config  # a config takes no moetune platform default: Megatron's stand
+
+
+def test_set_overrides_the_config(capsys):
+    _, out = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER,
+                   "--set", "train.global_batch_size=4096", "--json")
+    assert out["workload"]["global_batch_size"] == 4096
+
+
+def test_explain_a_config(capsys):
+    code, out = _json(capsys, "explain", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER,
+                      "--json")
+    assert code == 0 and out["fit"]["fits"] and out["scale"]
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--tp", "4"], "--tp: the layout and knobs come from --config"),
+    (["--ep-overlap"], "--ep-overlap: the layout and knobs come from --config"),
+])
+def test_flags_the_config_replaces_are_refused(capsys, extra, needle):
+    code = main(["estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER, *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and needle in err
