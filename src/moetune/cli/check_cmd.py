@@ -106,7 +106,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
 
         spec = load_model(model)
         # the model's architecture where the config leaves it to the recipe, so Megatron-Core validates it too
-        config = {**{k: v for k, v in architecture_fields(spec).items() if v is not None}, **config}
+        config = dict(sorted({**{k: v for k, v in architecture_fields(spec).items() if v is not None},
+                              **config}.items()))
         try:
             derived = config_memory_facts(spec, config)
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input

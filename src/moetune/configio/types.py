@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from moetune.errors import MoetuneError
+from moetune.layout.layout import LAYOUT_SYMBOLS
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
            "float32": "float32", "fp32": "float32", "float": "float32"}
@@ -98,9 +99,7 @@ def _scope(name: str, v: Any) -> list[str]:
     return [str(i).strip().rsplit(".", 1)[-1] for i in items if str(i).strip() not in ("", "full")]
 
 
-# Megatron-Core's names of pipeline layout entries and the symbols of its layout string
-# (megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list; LayerType in enums.py)
-_LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+_SYMBOL_OF = {name: symbol for symbol, name in LAYOUT_SYMBOLS.items()}  # Megatron-Core LayerType name -> symbol
 
 
 def _layout(name: str, v: Any) -> str:
@@ -111,12 +110,11 @@ def _layout(name: str, v: Any) -> str:
     if not isinstance(v, (list, tuple)) or not all(isinstance(stage, (list, tuple)) for stage in v):
         raise MoetuneError(f"{name} expects a layout string (\"Et|(tt|)*30mL\") or a list of stages, each a list "
                            f"of layer names, got {v!r}")
-    unknown = sorted({str(x) for stage in v for x in stage} - set(_LAYOUT_SYMBOLS)
-                     - {k.upper() for k in _LAYOUT_SYMBOLS}, key=str)
+    unknown = sorted({str(x) for stage in v for x in stage if str(x).strip().lower() not in _SYMBOL_OF})
     if unknown:
         raise MoetuneError(f"{name}: unknown layer names {unknown}; a stage lists "
-                           f"{', '.join(_LAYOUT_SYMBOLS)} (Megatron-Core LayerType)")
-    return "|".join("".join(_LAYOUT_SYMBOLS[str(x).strip().lower()] for x in stage) for stage in v)
+                           f"{', '.join(_SYMBOL_OF)} (Megatron-Core LayerType)")
+    return "|".join("".join(_SYMBOL_OF[str(x).strip().lower()] for x in stage) for stage in v)
 
 
 def coerce(name: str, type_: str, value: Any) -> Any:

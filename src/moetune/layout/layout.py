@@ -11,7 +11,8 @@ from functools import cache
 
 from moetune.errors import MoetuneError
 
-_LAYOUT_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
+# Layout string symbols and Megatron-Core's LayerType names (transformer/pipeline_parallel_layer_layout.py)
+LAYOUT_SYMBOLS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 
 
 @cache
@@ -19,7 +20,7 @@ def _stages(text: str) -> tuple[str, ...]:
     flat = text.replace(",", "").replace(" ", "")
     flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
     flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    bad = sorted(set(flat) - set(_LAYOUT_CHARS) - {"|"})
+    bad = sorted(set(flat) - set(LAYOUT_SYMBOLS) - {"|"})
     if bad:
         raise MoetuneError(
             f"--pipeline-layout {text!r}: unknown symbols {bad}; use E (embedding), t (layer), m (MTP), "
