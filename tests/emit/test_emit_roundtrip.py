@@ -61,6 +61,10 @@ def test_megatron_lm_args_round_trip(tmp_path, name):
     # The knobs a plan sets all have Megatron-LM flags, except env vars (exported by env.sh).
     assert [k for k in config if k not in with_flags and not k.startswith("env.")] == []
     assert errors(back) == []
+    # ... and env.sh reads back with them: the launch as torchrun.sh runs it
+    launch = load_config([tmp_path / "env.sh", tmp_path / "megatron_lm_args.txt"])
+    assert {k: str(launch.get(k)) for k in config if k.startswith("env.")} == \
+        {k: str(v) for k, v in config.items() if k.startswith("env.")}
 
 
 def _stub_bridge(monkeypatch):

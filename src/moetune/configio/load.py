@@ -4,7 +4,8 @@ Inputs, in order (later ones override earlier ones; within one input the same ke
 values is a contradiction and an error):
   1. files: a Megatron Bridge YAML (.yaml/.yml) or Megatron-LM's MODEL_ARGS YAML (model_args.py), a JSON
      ({"config": {...}} or an estimate/plan result),
-     a file of dotted overrides (key=value lines), or a file of Megatron-LM arguments (--flags);
+     a file of dotted overrides (key=value lines), a file of Megatron-LM arguments (--flags), or a file of
+     ``export NAME=value`` lines (emit's env.sh: env.*);
   2. ``--mlm-args "..."``;
   3. ``--set key=value`` overrides together with ``--gpu`` / ``--gpus`` (cluster.gpu / cluster.num_gpus).
 """
@@ -22,6 +23,7 @@ from moetune.configio.readers import (
     dotted_assignments,
     load_yaml,
     looks_dotted,
+    looks_like_env,
     overrides_lines,
     read_json,
     yaml_assignments,
@@ -47,7 +49,7 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
         return read_json(path, from_result)
     if fmt == "overrides" or (fmt is None and looks_dotted(text)):
         return dotted_assignments(overrides_lines(text), str(path))
-    if fmt == "mlm" or (fmt is None and "--" in text):
+    if fmt == "mlm" or (fmt is None and ("--" in text or looks_like_env(text))):
         return parse_mlm(text, str(path))
     raise MoetuneError(
         f"{path}: cannot tell the format; use a .yaml Bridge config, key=value override lines, "

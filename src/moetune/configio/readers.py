@@ -130,6 +130,16 @@ def overrides_lines(text: str) -> list[str]:
     return lines
 
 
+_EXPORT_LINE = re.compile(r"^(export\s+)?[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def looks_like_env(text: str) -> bool:
+    """A file of shell variable lines (``export NAME=value``, as emit's env.sh): read as the environment a launch
+    line sees, by the Megatron-LM reader."""
+    lines = [s for line in text.splitlines() if (s := line.strip()) and not s.startswith("#")]
+    return bool(lines) and all(_EXPORT_LINE.match(line) for line in lines)
+
+
 def looks_dotted(text: str) -> bool:
     lines = overrides_lines(text)
     return bool(lines) and all(_DOTTED_LINE.match(line) for line in lines)
