@@ -52,3 +52,18 @@ def test_context_option(capsys):
     check = {f["rule"] for f in json.loads(run(base, capsys)[1])["findings"]}
     diagnose = {f["rule"] for f in json.loads(run([*base, "--context", "diagnose"], capsys)[1])["findings"]}
     assert "dispatcher.force_balance_benchmark" in diagnose - check
+
+
+def test_bridge_only_rules_leave_megatron_lm_launches_alone(capsys):
+    """Local per-layer CUDA graphs: Megatron Bridge refuses them (utils/cuda_graph.py), Megatron-LM runs them
+    (Megatron-LM's own functional tests launch --cuda-graph-impl local without a scope)."""
+    common = ["--gpu", "h100", "--gpus", "8", "--no-mcore", "--json"]
+    mlm = "--tensor-model-parallel-size 1 --num-layers 4 --hidden-size 512 --num-attention-heads 8 " \
+          "--bf16 --cuda-graph-impl local"
+    code, out, _ = run(["check", "--mlm-args", mlm, *common], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["config"]["cluster.launcher"] == "megatron-lm"
+    assert "cudagraph.local_scoped" not in {f["rule"] for f in data["findings"]}
+    code, out, _ = run(["check", "--set", "model.cuda_graph_impl=local", "--set", "model.num_layers=4", *common],
+                       capsys)
+    assert code == 1 and "cudagraph.local_scoped" in {f["rule"] for f in json.loads(out)["findings"]}

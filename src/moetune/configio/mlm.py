@@ -18,7 +18,7 @@ import re
 import shlex
 from collections.abc import Mapping
 
-from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
 from moetune.configio.normalize import FROM_LAYOUT, Assignment
 from moetune.configio.readers import PRAGMA
 from moetune.configio.types import coerce, parse_text
@@ -149,6 +149,7 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
             out.append(Assignment(key=key, value=value, origin=here))
     _validate_args(out)
     out += _precision_default(out, origin) + _mlm_defaults(out, origin)
+    out.append(Assignment(key=LAUNCHER, value="megatron-lm", origin=origin, soft=True))
     if raw_vpp_layers is not None:
         out.append(_vpp_from_layers(out, *raw_vpp_layers))
     return out + _vpp_from_layout(out, origin)

@@ -28,6 +28,8 @@ PASSTHROUGH = ("rng", "rerun_state_machine", "validation", "scheduler", "dataset
                "inprocess_restart", "optimizer_config_override_provider")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+LAUNCHER = "cluster.launcher"  # moetune's own fact: "megatron-lm" when read from Megatron-LM arguments
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Name:

@@ -24,7 +24,7 @@ def dotted_overrides(config: dict[str, Any], header: str) -> str:
     lines = [f"# {header}", "# Megatron Bridge dotted overrides: pass after `run_recipe.py --recipe <name>`.",
              "# comm_overlap.* needs a recipe with cfg.comm_overlap set, and mixed_precision.* a MixedPrecisionConfig",
              "# (not a recipe-name string); bridge_overrides.py handles both cases."]
-    lines += [f"# moetune: {k}={values.hydra(v)}" for k, v in sorted(config.items()) if k.startswith("cluster.")]
+    lines += values.pragmas(config)
     lines += [f"{k}={values.hydra(v)}" for k, v in _bridge_items(config)]
     lines += [f"++env_vars.{name}={values.hydra(v)}" for name, (v, _) in environment(config).items()]
     return "\n".join(lines) + "\n"

@@ -45,7 +45,7 @@ def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
 
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     lines = [f"# {header}", "# Megatron-LM arguments for pretrain_gpt.py (one per line; torchrun.sh joins them)."]
-    lines += [f"# moetune: {k}={values.hydra(v)}" for k, v in sorted(config.items()) if k.startswith("cluster.")]
+    lines += values.pragmas(config)
     args, notes = [], []
     for name, value in sorted(config.items()):
         if name.split(".", 1)[0] in ("cluster", "env"):

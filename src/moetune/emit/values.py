@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from moetune.configio.names import names
+from moetune.configio.names import LAUNCHER, names
 
 _PLAIN = re.compile(r"^[A-Za-z_][\w.\-/]*$")
 
@@ -60,3 +60,10 @@ def sections(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
         section, _, field = key.partition(".")
         out.setdefault(section, {})[field] = config[key]
     return out
+
+
+def pragmas(config: dict) -> list[str]:
+    """moetune's own cluster facts as ``# moetune: key=value`` comment lines, which check reads back; not the
+    launcher, which the reader of each emitted file sets itself (one config emits both Bridge and Megatron-LM)."""
+    return [f"# moetune: {k}={hydra(v)}" for k, v in sorted(config.items())
+            if k.startswith("cluster.") and k != LAUNCHER]
