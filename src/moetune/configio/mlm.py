@@ -77,7 +77,9 @@ def _flag_value(flag: str, values: list[str], origin: str):
     row = names().by_flag.get(flag)
     if row is None:
         close = difflib.get_close_matches(flag, list(names().by_flag), n=1, cutoff=0.8)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = (f"; did you mean {close[0]}?" if close else
+                "; not one of the training arguments (megatron/training/arguments.py) moetune checks: an inference or "
+                "export script's own flag, or one newer than megatron_names.csv")
         raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
     if row.bridge_name and any(_VARIABLE.search(v) for v in values):
         if row.role == "used":  # a field moetune reads: its value must be known
