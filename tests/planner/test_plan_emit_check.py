@@ -132,3 +132,22 @@ def test_megatron_lm_args_carry_vpp_in_the_layout_string_only(tmp_path):
     (tmp_path / "both.txt").write_text(both)
     with pytest.raises(MoetuneError, match="sets the virtual pipeline size itself"):
         load_config([tmp_path / "both.txt"], gpu="gb200", gpus=256)
+
+
+def test_full_iteration_plans_carry_static_expert_shapes():
+    """A full-iteration graph captures MoE layers only with static expert shapes: the plan takes them from HybridEP
+    with Bridge's full-iteration settings (rank budget 1.5, paged stash, TE op fuser), never from DeepEP (force-balanced
+    counts still vary); any other plan unsets the budget a recipe may carry, which would drop tokens."""
+    spec, gpu, wl = load_model("deepseek-v3"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=8192)
+    result = plan(spec, gpu, 1024, wl, top=20, routing="force-balance")
+    full = [e for e in result.results if "full_iteration" in e.knobs.cuda_graph_scope]
+    assert full and all(e.knobs.dispatcher == "hybridep" for e in full)
+    config = to_config(full[0])
+    assert (config["model.moe_expert_rank_capacity_factor"], config["model.moe_paged_stash"],
+            config["model.use_transformer_engine_op_fuser"]) == (1.5, True, True)
+    scoped = next(e for e in result.results if "full_iteration" not in e.knobs.cuda_graph_scope)
+    config = to_config(scoped)
+    assert config["model.moe_expert_rank_capacity_factor"] is None and config["model.moe_paged_stash"] is False
+    deepep = replace(full[0].knobs, dispatcher="deepep", flex_num_sms=None)
+    findings = evaluate(to_config(estimate(spec, gpu, full[0].layout, wl, deepep)), context="explain")
+    assert "cudagraph.full_iteration_static_experts" in {f.rule for f in findings if f.severity == "error"}

@@ -163,6 +163,11 @@ CASES: dict[str, Case] = {
                                         "comm_overlap.tp_comm_overlap=true", "mixed_precision.fp8=e4m3",
                                         "mixed_precision.fp8_recipe=blockwise")),
     "cudagraph.full_iteration_dropless": Case(S(MOE, "model.cuda_graph_impl=full_iteration")),
+    # forced balance (random logits) still varies the tokens per expert: DeepEP's counts are dynamic
+    "cudagraph.full_iteration_static_experts": Case(S(MOE, "model.cuda_graph_impl=full_iteration",
+                                                      "model.moe_router_force_load_balancing=true",
+                                                      "model.moe_token_dispatcher_type=flex",
+                                                      "model.moe_flex_dispatcher_backend=deepep")),
     "cudagraph.moe_scope_dropless": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
     "cudagraph.dropless_start_scope": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe_router,moe_preprocess]")),
     "cudagraph.preprocess_needs_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_preprocess]")),

@@ -48,6 +48,17 @@ def layout_fields(lay: Layout) -> dict[str, Any]:
     }
 
 
+# Full-iteration CUDA graphs capture MoE layers only with static expert shapes. Every MoE full-iteration recipe of
+# Megatron Bridge gets them from HybridEP with a per-rank token budget, paged activation stashing, and the TE op fuser
+# that Megatron-Core asks of that budget under HybridEP (perf_recipes/deepseek/common.py
+# _enable_deepseek_full_iteration_mxfp8, gpt_oss/common.py, qwen/common.py @067f987; transformer_config.py). Any
+# other plan unsets the budget, which drops tokens beyond it, and the stash that needs it (a recipe the overrides go
+# onto may set both).
+STATIC_EXPERTS = {"model.moe_expert_rank_capacity_factor": 1.5, "model.moe_paged_stash": True,
+                  "model.use_transformer_engine_op_fuser": True}
+DYNAMIC_EXPERTS = {"model.moe_expert_rank_capacity_factor": None, "model.moe_paged_stash": False}
+
+
 def _knob_fields(k: Knobs) -> dict[str, Any]:
     kind, backend = DISPATCHER[k.dispatcher]
     full = "full_iteration" in k.cuda_graph_scope
@@ -69,6 +80,7 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
         "optimizer.optimizer_offload_fraction": k.optimizer_offload_fraction,
     }
+    out.update(STATIC_EXPERTS if full and k.dispatcher == "hybridep" else DYNAMIC_EXPERTS)
     if backend:
         out["model.moe_flex_dispatcher_backend"] = backend
         out[f"model.moe_{backend}_num_sms"] = k.num_sms  # the name Bridge's releases set (newer Megatron routes it)
@@ -202,6 +214,7 @@ UNSET_EXPLICITLY = frozenset({
     "model.recompute_granularity", "model.recompute_modules", "model.recompute_method", "model.recompute_num_layers",
     "model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
     "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout", "model.cuda_graph_scope",
+    "model.moe_expert_rank_capacity_factor",
 })
 
 
