@@ -1,10 +1,19 @@
 """Activation bytes vs Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", Sec. 4 and Table 2), derived by hand here, and MoE terms vs the derivation in docs/activations.md."""
 
+from dataclasses import replace
+
 import pytest
 
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.specs.registry import load_model
 from moetune.walls.activations import ActivationContext, layer_activation_items
+from moetune.walls.memory import PAGED_STASH_CUDA
 
 # GPT-3 175B shapes from the paper's Table 3: h=12288, a=96, s=2048.
 H, A, S = 12288, 96, 2048
@@ -112,3 +121,19 @@ def test_dropless_imbalance_applies_only_across_expert_ranks():
         assert experts["dropless"] == pytest.approx(factor * experts["force-balance"], rel=1e-3)
         slower = runs["force-balance"].time["step_seconds"] < runs["dropless"].time["step_seconds"]
         assert slower == (ep > 1)
+
+
+def test_full_iteration_paged_stash_holds_routed_activations_at_its_buffer_factor():
+    """A full-iteration plan stashes its routed-expert activations in a paged buffer sized at 1.2x the average tokens
+    (Bridge's full-iteration MoE recipes); the other saved items, and the GPU's work, are those of the routed tokens."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("gb200")
+    lay, wl = Layout(world_size=8, ep=8), Workload(seq_length=4096, micro_batch_size=4, global_batch_size=256)
+    scoped = Knobs(precision="mxfp8", dispatcher="hybridep", routing="force-balance",
+                   cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    full = replace(scoped, cuda_graph_scope=("full_iteration",))
+    a, b = (estimate(spec, gpu, lay, wl, k) for k in (scoped, full))
+    routed = ("act_expert_input", "act_expert_fc1_output", "act_expert_act_output", "act_routing_probs")
+    for item in routed:
+        assert b.stages[0].items[item] == pytest.approx(a.stages[0].items[item] * PAGED_STASH_CUDA, rel=1e-3)
+    assert b.stages[0].items["act_attn_qkv"] == a.stages[0].items["act_attn_qkv"]
+    assert b.time["compute_by_class"]["routed_experts"] == a.time["compute_by_class"]["routed_experts"]

@@ -34,6 +34,9 @@ class ActivationContext:
     dropout: bool = False  # Megatron MoE recipes set hidden/attention dropout to 0
     flash_attention: bool = True  # fused attention keeps O and the softmax statistics, not s^2 terms
     token_imbalance: float = 1.0  # max/mean routed tokens per rank; 1.0 under force-balanced routing
+    # routed-expert activations held for backward over the mean: a paged stash is sized at a factor of the average
+    # tokens (full-iteration graphs, memory.PAGED_STASH_CUDA); memory only, the GPU works on the tokens routed
+    stash_factor: float = 1.0
     fp8_gemm_inputs: bool = False  # FP8 recipes: TE saves GEMM inputs quantized (1 byte/element)
     offload_modules: frozenset[str] = field(default_factory=frozenset)  # inputs moved to host (offload_modules)
 
@@ -124,7 +127,7 @@ def _moe(spec: ModelSpec, ctx: ActivationContext) -> dict:
         return {}
     h, e = spec.hidden_size, spec.num_moe_experts
     local = ctx.tokens // ctx.sp_div
-    routed = whole(local * spec.moe_router_topk * ctx.etp * ctx.token_imbalance)
+    routed = whole(local * spec.moe_router_topk * ctx.etp * ctx.token_imbalance * ctx.stash_factor)
     items = {
         "router_logits": 2 * FP32 * local * e,  # logits and scores in FP32 (router kept in FP32)
         "expert_input": BF16 * routed * h,  # permuted tokens, saved for fc1 weight grads

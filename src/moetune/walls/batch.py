@@ -90,7 +90,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
-                gbs)
+                gbs, "full_iteration" in knobs.cuda_graph_scope)  # a full-iteration plan's paged stash
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
         states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))

@@ -152,7 +152,7 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
                           recompute: str, modules: frozenset[str], eff: dict) -> dict:
     """Forward + backward (+ replay) seconds by class, plus memory-bound elementwise time. Independent of
     activation offloading: the GPU runs the same kernels whether their saved inputs then go to the host or not."""
-    ctx = replace(ctx, offload_modules=frozenset())
+    ctx = replace(ctx, offload_modules=frozenset(), stash_factor=1.0)
     fwd = forward_seconds(spec, kind, ctx, r, ep)
     out = {k: v * passes(k) for k, v in fwd.items()}
     replay = replayed_classes(recompute, modules, fwd)

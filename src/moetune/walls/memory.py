@@ -82,12 +82,20 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     return out if isinstance(out, np.ndarray) and out.ndim else float(out)
 
 
+# A full-iteration plan keeps its routed-expert activations in a paged stash (config_map.STATIC_EXPERTS), a CUDA
+# buffer sized at this factor of the average routed tokens: Megatron Bridge's full-iteration MoE recipes set
+# moe_paged_stash_buffer_size_factor_cuda = 1.2 (perf_recipes/deepseek/common.py, gpt_oss/common.py @067f987;
+# Megatron-Core's default is 1.10)
+PAGED_STASH_CUDA = 1.2
+
+
 def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> ActivationContext:
     return ActivationContext(
         seq_length=workload.seq_length, micro_batch_size=workload.micro_batch_size, tp=layout.tp,
         cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
         token_imbalance=knobs.imbalance_at(layout.ep),
+        stash_factor=PAGED_STASH_CUDA if "full_iteration" in knobs.cuda_graph_scope else 1.0,
         fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules,
     )
 
