@@ -113,14 +113,15 @@ def config_options(func):
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
-# What a config does not say, so these flags still apply beside --config
-_BESIDE_CONFIG = {"gpu", "gpus", "efficiency", "overheads", "token_imbalance"}
+# The layout and knob options a config replaces (click keeps a decorated function's options in __click_params__);
+# the cluster, the constants files and the dropless factor are not in a config, so those flags apply beside it
+_REPLACED_BY_CONFIG = frozenset(p.name for p in layout_options(knob_options(lambda: None)).__click_params__) - {
+    "gpu", "gpus", "efficiency", "overheads", "token_imbalance"}
 
 
 def _flags_the_config_replaces() -> list[str]:
     ctx = click.get_current_context()
-    names = {p.name for p in layout_options(knob_options(lambda: None)).__click_params__} - _BESIDE_CONFIG
-    return [p.opts[0] for p in ctx.command.params if p.name in names
+    return [p.opts[0] for p in ctx.command.params if p.name in _REPLACED_BY_CONFIG
             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
 
 
