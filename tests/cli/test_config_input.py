@@ -57,3 +57,19 @@ def test_flags_the_config_replaces_are_refused(capsys, extra, needle):
     code = main(["estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER, *extra])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and needle in err
+
+
+@pytest.mark.parametrize(("graph_sets", "scope"), [
+    # Bridge's current full-iteration recipes: the implementation names it, the scope is empty
+    (["model.cuda_graph_impl=full_iteration", "model.cuda_graph_scope=[]"], ["full_iteration"]),
+    (["model.cuda_graph_impl=local", "model.cuda_graph_scope=[full_iteration]"], ["full_iteration"]),
+    (["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,moe_router]"], ["attn", "moe_router"]),
+    (["model.cuda_graph_impl=local", "model.cuda_graph_scope=[]"], ["attn", "mlp", "moe"]),  # whole layers
+    (["model.enable_cuda_graph=true"], ["attn", "mlp", "moe"]),  # the legacy switch: local per-layer graphs
+    (["model.cuda_graph_impl=none", "model.cuda_graph_scope=[attn]"], []),
+])
+def test_a_config_s_cuda_graphs_are_read_as_megatron_core_reads_them(capsys, graph_sets, scope):
+    sets = [a for s in graph_sets for a in ("--set", s)]
+    _, out = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER,
+                   *sets, "--json")
+    assert out["knobs"]["cuda_graph_scope"] == scope

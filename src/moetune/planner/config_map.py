@@ -16,7 +16,7 @@ from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks, stage_order
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
-from moetune.rules.derive import dispatcher_sms
+from moetune.rules.derive import dispatcher_sms, graph_setting
 from moetune.specs.model import ModelSpec
 
 PRECISION = {
@@ -245,6 +245,15 @@ def _precision(config: dict) -> str:
                        "tensorwise or delayed")
 
 
+def _graph_scope(config: dict) -> tuple[str, ...]:
+    """A config's CUDA graphs as the knobs name them: the whole step, its scopes, or, for a per-layer
+    implementation with no scope, whole layers (Megatron-Core's default scope: attention and the MLP or MoE)."""
+    impl, modules, full = graph_setting(config)
+    if impl == "none":
+        return ()
+    return ("full_iteration",) if full else tuple(modules) or ("attn", "mlp", "moe")
+
+
 def _dispatcher(config: dict) -> str:
     kind = _get(config, "model.moe_token_dispatcher_type", "alltoall")
     if kind == "flex":
@@ -293,8 +302,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         main_grads_fp32=bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True)),
         adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") else 4,
         dispatcher=_dispatcher(config), flex_num_sms=_flex_sms(config),
-        cuda_graph_scope=tuple(_get(config, "model.cuda_graph_scope", []))
-        if _get(config, "model.cuda_graph_impl", "none") != "none" else (),
+        cuda_graph_scope=_graph_scope(config),
         ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
         delay_wgrad=bool(config.get("comm_overlap.delay_wgrad_compute")),
         tp_comm_overlap=bool(config.get("comm_overlap.tp_comm_overlap")),

@@ -162,15 +162,21 @@ def dispatcher_sms(config: dict[str, Any], backend: str | None) -> int | None:
     return MEGATRON_FLEX_SMS.get(backend)
 
 
-def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
+def graph_setting(config: dict[str, Any]) -> tuple[str, list[str], bool]:
+    """(implementation, scope modules, full-iteration) of a config's CUDA graphs, as Megatron-Core reads its fields:
+    the legacy switches map to an implementation, and cuda_graph_impl 'full_iteration' (Bridge's current recipes) or
+    a 'full_iteration' scope under 'local' capture the whole step."""
     impl = value(config, "model.cuda_graph_impl", "none") or "none"
     if impl == "none" and value(config, "model.enable_cuda_graph", False):
         impl = "local"  # legacy switch, mapped the same way by Megatron-Core
     if impl == "none" and value(config, "model.external_cuda_graph", False):
         impl = "transformer_engine"
-    raw = value(config, "model.cuda_graph_scope")
-    modules = graph_modules(raw)
-    full = impl == "full_iteration" or (impl == "local" and "full_iteration" in modules)
+    modules = graph_modules(value(config, "model.cuda_graph_scope"))
+    return impl, modules, impl == "full_iteration" or (impl == "local" and "full_iteration" in modules)
+
+
+def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
+    impl, modules, full = graph_setting(config)
     d.update(graph_impl=impl, graph_modules=[m for m in modules if m != "full_iteration"],
              full_iteration_graph=full, scoped_graph=impl in ("local", "transformer_engine") and not full)
     shared = value(config, "model.moe_shared_expert_intermediate_size")
