@@ -238,3 +238,18 @@ def test_scale_says_what_a_cp_ring_costs_the_attention():
     assert f"ring of 4 runs the attention in calls of 1,024-token chunks, {slow:.2f}x" in notes
     a2a = " ".join(explain(estimate(spec, gpu, lay, wl, Knobs(precision="bf16", cp_comm_type="a2a")))["scale"]["notes"])
     assert "ring of" not in a2a and "cp_comm_type a2a" in a2a
+
+
+def test_a_layout_with_expert_tp_is_weighed_against_the_ep_first_one():
+    """Rule scale.prefer_ep_over_etp warns on any ETP > 1; Scale then says what the EP-first layout over the same
+    ranks would do, from its own estimate, and which wall separates them (force-balanced: no imbalance in play)."""
+    spec, gpu = load_model("nemotron3-nano-30b-a3b"), load_gpu("gb200")
+    wl = Workload(seq_length=8192, micro_batch_size=1, global_batch_size=512)
+    knobs = Knobs(precision="mxfp8", dispatcher="hybridep", routing="force-balance")
+    e = estimate(spec, gpu, Layout(world_size=64, ep=2, etp=2), wl, knobs)
+    alt = estimate(spec, gpu, Layout(world_size=64, ep=4, etp=1), wl, knobs)
+    note = next(n for n in explain(e)["scale"]["notes"] if n.startswith("expert TP2"))
+    assert alt.layout.short() in note and f"{alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU" in note
+    gain = alt.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
+    assert f"({100 * gain:+.1f}%)" in note
+    assert not any(n.startswith("expert TP") for n in explain(alt)["scale"]["notes"])  # EP-first already

@@ -18,6 +18,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.config_map import cp_fields, to_config
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, splits_for
+from moetune.planner.ep_first import ep_first, ep_first_note
 from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.planner.pipeline_balance import even_out, move_note, ranks_note
@@ -83,6 +84,8 @@ def _scale(e: Estimate) -> dict:
         notes.append(ranks_note(e.model, e.layout, e.time))
         if move := move_note(e):
             notes.append(move)
+    if lay.etp > 1 and not (lay.ep == 1 and e.knobs.routing == "dropless") and (note := ep_first_note(e)):
+        notes.append(note)  # (dropless on EP 1: the routing note weighs the EP-first layout, with its imbalance)
     if lay.dp == 1:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
     return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
@@ -137,14 +140,13 @@ def _expert_tp_routing(e: Estimate) -> dict | None:
     """Dropless on EP 1 with ETP > 1: every rank holds a slice of every expert, so no expert rank is busier than the
     mean and no imbalance is charged; the seeds' EP-first layout over the same ranks (rule scale.prefer_ep_over_etp)
     is charged it. Both figures, so a pick that keeps ETP says why."""
-    try:
-        ep_first = e.variant(layout=replace(e.layout, ep=e.layout.etp, etp=1))
-    except (MoetuneError, ValueError):
+    alt = ep_first(e)
+    if alt is None:
         return None
     return {"token_imbalance": 1.0, "source": "each rank holds a slice of every expert, none is busier",
-            "ep_first_layout": ep_first.layout.short(),
-            "ep_first_token_imbalance": ep_first.knobs.imbalance_at(ep_first.layout.ep),
-            "ep_first_tokens_per_s_per_gpu": ep_first.time["tokens_per_s_per_gpu"], "ep_first_fits": ep_first.fits}
+            "ep_first_layout": alt.layout.short(),
+            "ep_first_token_imbalance": alt.knobs.imbalance_at(alt.layout.ep),
+            "ep_first_tokens_per_s_per_gpu": alt.time["tokens_per_s_per_gpu"], "ep_first_fits": alt.fits}
 
 
 def _apply(e: Estimate, move: dict):
