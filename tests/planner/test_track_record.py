@@ -49,6 +49,17 @@ def test_a_gpu_without_published_runs_says_so():
     assert "no published run on this GPU" in track_record_text(t)
 
 
+def test_a_gpu_on_another_s_constants_shows_that_gpu_s_record():
+    """H200 has no published run and runs on H100's fit (efficiency.toml): its record is H100's, and says so; a
+    user's own constants for it have no record to show."""
+    t = track_record("deepseek-v3", "h200")
+    assert t["constants_of"] == "h100" and t["gpu"] == "h200"
+    assert t["same_model"] == track_record("deepseek-v3", "h100")["same_model"]
+    assert "runs on h100's constants" in track_record_text(t) and "R092 -22%" in track_record_text(t)
+    mine = {**efficiency("h200"), "gemm_eff": 0.5}
+    assert track_record("deepseek-v3", "h200", mine)["gpu_runs"] == 0
+
+
 def test_known_gaps_name_published_runs():
     rows = published_rows()
     gaps = known_gaps()

@@ -34,12 +34,23 @@ def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict
              "gpus": run.layout.world_size, "error": err, "listed_gap": run.run_id in listed, "release": run.release}
             for run, err in rows if run.model.name == model_name]
     errors = [abs(err) for _, err in rows]
+    twin = None if rows or (eff is not None and eff != efficiency(gpu_key)) else _constants_twin(gpu_key)
+    if twin:  # no run on this GPU: the record of the GPU whose constants it runs on
+        return {**track_record(model_name, twin), "gpu": gpu_key, "constants_of": twin}
     return {"model": model_name, "gpu": gpu_key, "same_model": same, "gpu_runs": len(rows),
             "gpu_models": len({run.model.name for run, _ in rows}),
             "gpu_within": sum(e <= TOLERANCE for e in errors),
             "gpu_median_abs_error": statistics.median(errors) if errors else None,
             "model_published_on": sorted({r.gpu.key for r in load_configured_runs()
                                           if r.model.name == model_name and measured_tokens(r) is not None})}
+
+
+def _constants_twin(gpu_key: str) -> str | None:
+    """A GPU with published runs whose shipped constants this GPU uses unchanged (efficiency.toml: H200 runs on
+    H100's fit, the same GH100 compute), or None."""
+    mine = efficiency(gpu_key)
+    return next((g for g in sorted({r.gpu.key for r in load_configured_runs()})
+                 if g != gpu_key and efficiency(g) == mine), None)
 
 
 def _run_text(r: dict) -> str:
@@ -69,6 +80,9 @@ def track_record_text(t: dict) -> str:
         head = f"no published {t['model']} run on {t['gpu']}{elsewhere}"
     if not t["gpu_runs"]:
         return f"{head}; no published run on this GPU to check the constants against"
+    if t.get("constants_of"):
+        return (f"no published run on {t['gpu']}, which runs on {t['constants_of']}'s constants (efficiency.toml); "
+                f"on {t['constants_of']}: " + track_record_text({**t, "gpu": t["constants_of"], "constants_of": None}))
     return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
             f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
             f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)")
