@@ -35,6 +35,7 @@ from moetune.walls.compute import (
 )
 from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import megatron_model_flops
+from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
@@ -196,12 +197,19 @@ def p2p_seconds(spec: ModelSpec, ctx, pp, gpu: GpuSpec, eff: dict):
     return 2 * nbytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) * (pp > 1)
 
 
+# Layer times by (model, layer kind, the layout's sizes, micro-batch shape, knobs, GPU, constants): a layer's time
+# does not depend on which pipeline stage holds it, so the planner's re-split, which moves layers between the ranks of
+# one layout, reuses them (walls/memo.py; read only: stage_times adds them up into new dicts)
+_LAYER_TIMES: dict = {}
+
+
 def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> list[dict]:
     """Per stage: seconds per micro-batch by wall and by class."""
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     vocab = padded_vocab_size(spec.vocab_size, lay.tp)
-    cache: dict[LayerKind, LayerTime] = {}
+    shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
+             knobs, gpu, tuple(sorted(eff.items())))
     out = []
     for chunks in pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers):
         kinds = Counter(spec.layers[i] for c in chunks for i in c.layers)
@@ -209,9 +217,8 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
             kinds[spec.mtp_layer_kind] += mtp
         compute, comm, raw, host = {}, {}, {}, 0.0
         for kind, n in kinds.items():
-            if kind not in cache:  # one evaluation per layer kind (setdefault would evaluate every time)
-                cache[kind] = layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r)
-            t = cache[kind]
+            t = remembered(_LAYER_TIMES, (*shape, kind), lambda kind=kind: layer_time(spec, kind, lay, ctx, gpu, eff,
+                                                                                      knobs, r), 4096)
             _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
             host += t.host * n
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
