@@ -48,6 +48,7 @@ def test_unset_placeholder_is_one_line_naming_the_variable(capsys):
     ("MODEL_ARGS:\n  --sequence-parallel: true\n  --tensor-model-parallel-size: 2\n", "model.sequence_parallel", True),
     ("MODEL_ARGS:\n  --sequence-parallel: false\n", "model.sequence_parallel", None),  # dropped, as the harness does
     ("MODEL_ARGS:\n  --recompute-modules: [mlp, moe]\n", "model.recompute_modules", ["mlp", "moe"]),
+    ("MODEL_ARGS:\n  --recompute-modules: mlp moe\n", "model.recompute_modules", ["mlp", "moe"]),
     ("MODEL_ARGS:\n  --cuda-graph-scope: '[attn, moe_router]'\n", "model.cuda_graph_scope", ["attn", "moe_router"]),
     ("MODEL_ARGS:\n  --moe-grouped-gemm: ${GG}\n", "model.moe_grouped_gemm", True),  # GG=true: the switch
     ("MODEL_ARGS:\n  --expert-model-parallel-size: ${EP:-4}\n", "model.expert_model_parallel_size", 4),

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from moetune.configio.mlm import parse_mlm_words, substitute
+from moetune.configio.names import names
 from moetune.configio.normalize import Assignment
 from moetune.errors import MoetuneError
 
@@ -48,6 +49,9 @@ def model_args_words(args: Any, origin: str, env: Mapping[str, str]) -> list[str
         if not str(flag).startswith("--"):
             raise MoetuneError(f"{origin}: MODEL_ARGS key {flag!r} is not a --flag")
         values = _values(substitute(value, env) if isinstance(value, str) else value)
+        row = names().by_flag.get(str(flag))
+        if values and row is not None and row.mlm_action == "list":  # "a b": the shell's words, as the ModelZoo
+            values = [w for v in values for w in v.split()]          # launcher passes them
         if values is not None:
             words += [str(flag), *values]
     return words
