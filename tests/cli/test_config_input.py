@@ -73,3 +73,20 @@ def test_a_config_s_cuda_graphs_are_read_as_megatron_core_reads_them(capsys, gra
     _, out = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER,
                    *sets, "--json")
     assert out["knobs"]["cuda_graph_scope"] == scope
+
+
+@pytest.mark.parametrize("files", [["overrides.txt"], ["env.sh", "megatron_lm_args.txt"]])
+def test_a_plan_emitted_and_estimated_from_its_config_predicts_what_the_plan_did(capsys, tmp_path, files):
+    """plan -> emit -> estimate --config: the Bridge overrides, or the launch torchrun.sh runs, give back the pick's
+    own layout, knobs and numbers."""
+    _, planned = _json(capsys, "plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "512",
+                       "--top", "1", "--json")
+    (tmp_path / "plan.json").write_text(json.dumps(planned))
+    assert main(["emit", str(tmp_path / "plan.json"), "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    config = [a for f in files for a in ("--config", str(tmp_path / "run" / f))]
+    _, again = _json(capsys, "estimate", "glm-4.5-air", *config, "--json")
+    pick = planned["results"][0]
+    assert again["layout"] == pick["layout"] and again["knobs"] == pick["knobs"]
+    assert again["time"]["tokens_per_s_per_gpu"] == pytest.approx(pick["time"]["tokens_per_s_per_gpu"], rel=1e-9)
+    assert again["memory"]["peak_bytes"] == pick["memory"]["peak_bytes"]
