@@ -13,8 +13,8 @@ ALLOWED = {
     "walls": {"specs", "layout"},
     "oracle": {"specs", "layout", "walls"},
     "profile": {"specs", "layout", "walls"},
-    # configio reads the rule table's recipe data; rules read normalized configs (siblings); the Megatron-LM reader
-    # counts a layout string's stages with layout's grammar parser, as Megatron-LM derives VPP from it
+    # configio reads the rule table's recipe data; rules read normalized configs (siblings); the normalizer counts a
+    # layout string's stages with layout's grammar parser, as Megatron-LM derives VPP from it
     "configio": {"specs", "layout", "rules"},
     "rules": {"specs", "layout", "walls", "configio"},
     "planner": {"specs", "layout", "walls", "rules", "profile", "configio"},

@@ -20,12 +20,12 @@ from collections.abc import Mapping
 
 from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
 from moetune.configio.normalize import FROM_LAYOUT, Assignment
-from moetune.configio.readers import PRAGMA
+from moetune.configio.readers import PRAGMA, SHELL_NAME
 from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
 
-_ENV_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+_ENV_WORD = re.compile(rf"^({SHELL_NAME})=(.*)$")
+_VARIABLE = re.compile(rf"\$\{{({SHELL_NAME})(?::-([^}}]*))?\}}|\$({SHELL_NAME})")
 # Megatron-LM flags that set a Bridge field under another name (megatron/training/arguments.py
 # validate_args / core_transformer_config_from_args).
 SPECIAL = {

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from moetune.configio.names import ENV_NAME, PASSTHROUGH, VALIDATED, names
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
-from moetune.layout.layout import hybrid_segments, parse_pipeline_layout
+from moetune.layout.layout import split_stages
 
 DELETE = object()  # a `~key` Hydra override
 # The VPP Megatron-LM derives from --pipeline-model-parallel-layout (or a hybrid pattern's '|' stages): stages / PP,
@@ -150,12 +150,8 @@ def merge(sources: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def _layout_vpp(config: dict[str, Any]) -> int | None:
     """Stages of the merged layout string (or hybrid pattern) over the merged PP, as arguments.py derives it; None
     where it is 1 or does not divide (the layout rules then say why)."""
-    layout, pattern = config.get("model.pipeline_model_parallel_layout"), config.get("model.hybrid_layer_pattern")
-    if layout:
-        stages = len(parse_pipeline_layout(str(layout)))
-    elif isinstance(pattern, str):
-        stages = len(hybrid_segments(pattern))
-    else:
+    stages = split_stages(config.get("model.pipeline_model_parallel_layout"), config.get("model.hybrid_layer_pattern"))
+    if stages is None:
         return None
     pp = int(config.get("model.pipeline_model_parallel_size") or 1)
     return stages // pp if stages % pp == 0 and stages // pp > 1 else None

@@ -130,7 +130,8 @@ def overrides_lines(text: str) -> list[str]:
     return lines
 
 
-_EXPORT_LINE = re.compile(r"^(export\s+)?[A-Za-z_][A-Za-z0-9_]*=")
+SHELL_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # a shell variable's name (POSIX)
+_EXPORT_LINE = re.compile(rf"^(export\s+)?{SHELL_NAME}=")
 
 
 def looks_like_env(text: str) -> bool:

@@ -41,6 +41,14 @@ def hybrid_segments(pattern: str) -> list[str]:
     return pattern.split("/")[0].split("|")
 
 
+def split_stages(layout: str | None, hybrid_pattern: str | None) -> int | None:
+    """Virtual pipeline stages a layout string, or else a Mamba hybrid pattern's '|' segments, define; None without
+    either (Megatron derives VPP as these over PP: transformer_config.py, hybrid_layer_allocation.py)."""
+    if layout:
+        return len(_stages(str(layout)))
+    return len(hybrid_segments(hybrid_pattern)) if isinstance(hybrid_pattern, str) else None
+
+
 def _t(n: int) -> str:
     return "t" * n if n < 3 else f"t*{n}"
 

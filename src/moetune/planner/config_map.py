@@ -13,11 +13,12 @@ from typing import Any
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
-from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks, stage_order
+from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
 from moetune.rules.derive import dispatcher_sms, graph_setting
 from moetune.specs.model import ModelSpec
+from moetune.walls.memory import PAGED_STASH_CUDA
 
 PRECISION = {
     "bf16": {},
@@ -55,6 +56,7 @@ def layout_fields(lay: Layout) -> dict[str, Any]:
 # other plan unsets the budget, which drops tokens beyond it, and the stash that needs it (a recipe the overrides go
 # onto may set both).
 STATIC_EXPERTS = {"model.moe_expert_rank_capacity_factor": 1.5, "model.moe_paged_stash": True,
+                  "model.moe_paged_stash_buffer_size_factor_cuda": PAGED_STASH_CUDA,  # what the memory wall counts
                   "model.use_transformer_engine_op_fuser": True}
 DYNAMIC_EXPERTS = {"model.moe_expert_rank_capacity_factor": None, "model.moe_paged_stash": False}
 
@@ -247,7 +249,8 @@ def _precision(config: dict) -> str:
 
 def _graph_scope(config: dict) -> tuple[str, ...]:
     """A config's CUDA graphs as the knobs name them: the whole step, its scopes, or, for a per-layer
-    implementation with no scope, whole layers (Megatron-Core's default scope: attention and the MLP or MoE)."""
+    implementation with no scope, whole layers (Megatron-Core captures attention and the MLP or MoE when
+    cuda_graph_modules is empty: transformer/transformer_layer.py)."""
     impl, modules, full = graph_setting(config)
     if impl == "none":
         return ()
@@ -272,11 +275,9 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
     if "cluster.num_gpus" not in config:
         raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
-    vpp = config.get("model.virtual_pipeline_model_parallel_size") or 1
     split = _hybrid_split(config) or config.get("model.pipeline_model_parallel_layout")
-    if split:  # the layout string (or a hybrid pattern's separators) fixes the virtual stages
-        stages = len(parse_pipeline_layout(split))
-        vpp = max(stages // _get(config, "model.pipeline_model_parallel_size", 1), 1)
+    # the layout string (or a hybrid pattern's separators) fixes the virtual stages: Layout derives VPP from it
+    vpp = 1 if split else config.get("model.virtual_pipeline_model_parallel_size") or 1
     layout = Layout(
         world_size=config["cluster.num_gpus"], tp=_get(config, "model.tensor_model_parallel_size", 1),
         cp=_get(config, "model.context_parallel_size", 1), pp=_get(config, "model.pipeline_model_parallel_size", 1),
