@@ -303,3 +303,19 @@ def test_plan_table_cells_are_folded_never_cut(capsys):
     code, js, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--seq", "4096", "--gbs", "8192",
                        "--json"], capsys)
     assert all(r["pipeline"]["pipeline_layout"] in cells for r in json.loads(js)["results"])
+
+
+def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
+    """plan --overheads: every candidate carries the user's figure, and explain --plan reads it back."""
+    path = tmp_path / "o.toml"
+    path.write_text("cuda_context_gib = 20\n")
+    args = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--top", "2", "--json"]
+    assert main([*args, "--overheads", str(path)]) == 0
+    heavy = json.loads(capsys.readouterr().out)["results"]
+    assert main(args) == 0
+    light = json.loads(capsys.readouterr().out)["results"]
+    for r in heavy:
+        assert r["overheads"] == {"cuda_context_gib": 20}
+        assert r["memory"]["peak_bytes"] <= r["memory"]["capacity_bytes"]
+        assert max(s["bytes"]["cuda_context"] for s in r["stages"]) == 20 * 2**30
+    assert "overheads" not in light[0] and max(s["bytes"]["cuda_context"] for s in light[0]["stages"]) < 2**30

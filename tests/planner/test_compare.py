@@ -41,3 +41,38 @@ def test_cli_with_config_tailors_advice_and_compares(shared_data, tmp_path, caps
                  "--set", "model.expert_model_parallel_size=16", "--json"]) == 0
     tailored = json.loads(capsys.readouterr().out)
     assert "comm.ep_overlap" not in {r["rule"] for r in tailored["recommendations"]}
+
+
+def _plan(capsys, tmp_path, gpu="a100", gpus="16"):
+    main(["estimate", "qwen3-30b-a3b", "--gpu", gpu, "--gpus", gpus, "--ep", "16", "--gbs", "256", "--json"])
+    plan = tmp_path / f"{gpu}-{gpus}.json"
+    plan.write_text(capsys.readouterr().out)
+    return plan
+
+
+def test_a_prediction_of_another_cluster_is_refused(shared_data, tmp_path, capsys):
+    """The trace is rank 0 of 16 A100s: a prediction for H100s, or for 32 GPUs, is another run."""
+    trace = str(shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz")
+    for plan, needle in ((_plan(capsys, tmp_path, "h100"), "for h100 (hopper) but the traces ran on ampere"),
+                         (_plan(capsys, tmp_path, gpus="32"), "for 32 GPUs but the traces record world size 16")):
+        assert main(["diagnose", trace, "--plan", str(plan)]) == 2
+        assert needle in capsys.readouterr().err
+
+
+def test_ambiguous_or_damaged_predictions_are_one_line(shared_data, tmp_path, capsys):
+    trace = str(shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz")
+    plan = _plan(capsys, tmp_path)
+    cases = [(["--model", "qwen3-30b-a3b", "--gpu", "a100", "--gpus", "16"], "--model needs --config"),
+             (["--model", "qwen3-30b-a3b", "--plan", str(plan)], "--plan and --model both name the prediction")]
+    data = json.loads(plan.read_text())
+    del data["knobs"]["precision"]
+    (tmp_path / "cut.json").write_text(json.dumps(data))
+    data = json.loads(plan.read_text())
+    data["layout"]["tp"] = "two"
+    (tmp_path / "typed.json").write_text(json.dumps(data))
+    cases += [(["--plan", str(tmp_path / "cut.json")], "cut.json lacks 'precision'"),
+              (["--plan", str(tmp_path / "typed.json")], "typed.json holds a value of the wrong type")]
+    for args, needle in cases:
+        assert main(["diagnose", trace, *args]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1

@@ -83,7 +83,18 @@ def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):
     (lambda rows, cols: ([{**rows[0], "ep": "7"}], cols), "line 2:"),
     (lambda rows, cols: (rows, tuple(c for c in cols if c not in ("account_for_embedding", "account_for_loss"))),
      "line 2: num_layers (94) must be divisible"),
-    (lambda rows, cols: ([{**rows[0], "tokens_per_s_per_gpu": "fast"}], cols), "line 2:"),
+    (lambda rows, cols: ([{**rows[0], "tokens_per_s_per_gpu": "fast"}], cols),
+     "line 2: tokens_per_s_per_gpu = 'fast': expected a number"),
+    (lambda rows, cols: ([{**rows[0], "tokens_per_s_per_gpu": "0"}], cols), "line 2: tokens_per_s_per_gpu = '0'"),
+    (lambda rows, cols: ([{**rows[0], "tokens_per_s_per_gpu": "-100"}], cols), "expected a positive number"),
+    (lambda rows, cols: ([{**rows[0], "tp": "two"}], cols), "line 2: tp = 'two': expected a whole number"),
+    (lambda rows, cols: ([{**rows[0], "ep": "16.5"}], cols), "line 2: ep = '16.5': expected a whole number"),
+    (lambda rows, cols: ([{**rows[0], "ep_overlap": "maybe"}], cols), "ep_overlap = 'maybe': expected true, false"),
+    (lambda rows, cols: ([{**rows[0], "routing": "random"}], cols), "routing = 'random': expected dropless or"),
+    (lambda rows, cols: ([rows[0], rows[0]], cols), "run_id R014 appears more than once"),
+    # EP overlap on EP 1 (and EP 32's tokens on one rank): Megatron-Core refuses it, so it was never measured
+    (lambda rows, cols: ([{**rows[0], "ep": "1", "tp": "1", "pp": "8", "ep_overlap": "true"}], cols),
+     "Megatron refuses this configuration (ep_overlap.needs_ep"),
     (lambda rows, cols: ([], cols), "no rows"),
 ])
 def test_a_bad_file_is_one_line(edit, needle, tmp_path, capsys):
@@ -94,3 +105,14 @@ def test_a_bad_file_is_one_line(edit, needle, tmp_path, capsys):
     assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert main(["calibrate", "--runs", str(tmp_path / "none.csv")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_fit_that_cannot_meet_the_runs_says_so(tmp_path, capsys):
+    """A run measured a million times faster than any GPU can go: the constants cap at 0.95 of their peak, and the
+    report says the refit does not meet it instead of printing the multiplier as if it did."""
+    rows = [{**dict(published_rows()["R014"]), "tokens_per_s_per_gpu": "1e9"}]
+    assert main(["calibrate", "--runs", _write(tmp_path / "fast.csv", rows)]) == 0
+    out = capsys.readouterr().out
+    assert "limit:" in out and "capped: gemm_eff" in out
+    fitted = fit_user_runs(load_user_runs(str(tmp_path / "fast.csv")))["h100"]
+    assert fitted["constants"]["gemm_eff"] == 0.95 and fitted["limits"]

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 
 import pytest
 
@@ -76,3 +77,83 @@ def test_two_traces_of_the_same_rank(tmp_path):
     b = write_trace(compute_bound(rank=0), tmp_path / "b.json.gz")
     with pytest.raises(MoetuneError, match="both record rank 0"):
         diagnose([a, b])
+
+
+KERNEL = {"ph": "X", "cat": "kernel", "name": "k", "ts": 10, "dur": 5, "pid": 0, "tid": 7}
+METADATA = {
+    "rank_word.json": ({"distributedInfo": {"rank": "zero", "world_size": 2}}, KERNEL, "distributedInfo"),
+    "dist_str.json": ({"distributedInfo": "x"}, KERNEL, "distributedInfo"),
+    "props_int.json": ({"deviceProperties": 5}, KERNEL, "deviceProperties"),
+    "props_words.json": ({"deviceProperties": [{"id": 0, "totalGlobalMem": "lots", "computeMajor": "x"}]}, KERNEL,
+                         "deviceProperties"),
+    "rank_past_world.json": ({"distributedInfo": {"rank": 5, "world_size": 2}}, KERNEL, "rank 5 outside world size 2"),
+    "args_str.json": ({}, {**KERNEL, "args": "x"}, "malformed event"),
+    "negative_dur.json": ({}, {**KERNEL, "dur": -5}, "no non-negative dur"),
+    "no_dur.json": ({}, {k: v for k, v in KERNEL.items() if k != "dur"}, "no non-negative dur"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(METADATA))
+def test_malformed_metadata_or_kernel_is_one_line(name, tmp_path, capsys):
+    header, event, message = METADATA[name]
+    path = tmp_path / name
+    path.write_text(json.dumps({**header, "traceEvents": [event]}))
+    code, out, err = cli([path], capsys)
+    assert code == 2 and out == "" and message in err
+    assert err.startswith(f"error: trace {path}") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("other", "what"), [({"world_size": 16}, "world sizes (8 vs 16)"),
+                                             ({"device_name": "Tesla V100-SXM2-32GB"}, "GPUs")])
+def test_traces_of_two_runs_are_refused(other, what, tmp_path):
+    a = write_trace(compute_bound(rank=0), tmp_path / "a.json.gz")
+    b = write_trace(compute_bound(rank=1, **other), tmp_path / "b.json.gz")
+    with pytest.raises(MoetuneError, match=re.escape(f"record different {what}")):
+        diagnose([a, b])
+
+
+def _log(path, ms: str, lines: int = 10):
+    path.write_text("".join(
+        f" [2026-01-01 00:00:00] iteration {10 * i:8d}/     100 | consumed samples: 640 | elapsed time per iteration "
+        f"(ms): {ms} | throughput per GPU (TFLOP/s/GPU): 345.6 | learning rate: 1.0E-04 | global batch size:    64 | "
+        "lm loss: 5.1E+00 |\n" for i in range(1, lines + 1)))
+    return path
+
+
+def test_log_value_that_is_not_a_number_is_an_error(tmp_path, capsys):
+    code, _, err = cli(["--log", _log(tmp_path / "t.log", "abc")], capsys)
+    assert code == 2 and "line 1: elapsed time per iteration (ms) 'abc' is not a number" in err
+
+
+def test_log_and_traces_of_different_runs(tmp_path):
+    trace = write_trace(compute_bound(), tmp_path / "a.json.gz")
+    step = diagnose([trace]).step_seconds
+    far = diagnose([trace], log=_log(tmp_path / "far.log", f"{5000 * step:.1f}"))
+    assert any("5.00x the traces'" in n for n in far.notes)
+    near = diagnose([trace], log=_log(tmp_path / "near.log", f"{1100 * step:.1f}"))
+    assert not any("the traces'" in n for n in near.notes)
+    log = _log(tmp_path / "mem.log", f"{1000 * step:.1f}")
+    log.write_text(log.read_text() + "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: "
+                   "1.0 | reserved: 1.0 | max reserved: 90000.0\n")  # 87.9 GiB on an 80 GB H100
+    with pytest.raises(MoetuneError, match="exceeds the GPU's 79.6 GiB"):
+        diagnose([trace], log=log)
+
+
+def test_idle_gpu_with_no_cause_is_not_called_compute_bound(tmp_path):
+    path = tmp_path / "idle.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 0, "tid": 1},
+        {**KERNEL, "ts": 500}]}))
+    result = diagnose([path])
+    assert result.dominant_wall == "undetermined" and "busy only 0%" in result.wall_reason
+
+
+def test_a_log_alone_takes_capacity_and_shape_from_the_flags(tmp_path, capsys):
+    """A Megatron Bridge log prints no argument dump: --gpu gives the capacity, --gpus and model.seq_length the
+    tokens per GPU (64 x 4096 tokens / 1.0 s / 16 GPUs)."""
+    log = _log(tmp_path / "t.log", "1000.0")
+    code, out, _ = cli(["--log", log, "--gpu", "h100", "--gpus", "16", "--set", "model.seq_length=4096", "--json"],
+                       capsys)
+    data = json.loads(out)
+    assert code == 0 and data["log"]["tokens_per_second_per_gpu"] == 64 * 4096 / 16
+    assert data["memory"]["capacity_bytes"] == 78 * 2**30

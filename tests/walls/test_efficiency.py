@@ -5,7 +5,7 @@ import re
 import pytest
 
 from moetune.errors import MoetuneError
-from moetune.walls.efficiency import efficiency
+from moetune.walls.efficiency import efficiency, load_efficiency_file
 
 
 def test_user_values_override_the_gpu_section():
@@ -39,3 +39,26 @@ def test_calibrates_own_output_is_a_valid_efficiency_file():
     as is every constant `moetune calibrate --write` writes."""
     shipped = efficiency("h100")
     assert efficiency("h100", {"h100": {k: v for k, v in shipped.items() if k.startswith("a2a_eff_")}}) == shipped
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[default]\ngemm_eff = 0.5\n", "section [default] is not a catalog GPU"),
+    ("[priors.h100]\ngemm_eff = 0.5\n", "section [priors] is not a catalog GPU"),
+    ("[h999]\ngemm_eff = 0.5\n", "section [h999] is not a catalog GPU"),
+    ("h100 = 5\n", "h100 = 5; a GPU's constants go in a [h100] section"),
+    ("[gb200]\nwarp_eff = 0.5\n", "unknown constant 'warp_eff'"),
+    ("[gb200]\ngemm_eff = 1.5\n", "gemm_eff = 1.5 must be a number (0, 1]"),
+])
+def test_a_file_that_would_be_ignored_is_an_error(text, message, tmp_path):
+    """Every value in the file is read or refused: a section no GPU reads is not silently skipped."""
+    path = tmp_path / "eff.toml"
+    path.write_text(text)
+    with pytest.raises(MoetuneError, match=re.escape(f"--efficiency {path}: {message}")):
+        load_efficiency_file(str(path))
+
+
+def test_other_gpus_sections_are_legal_and_apply_to_their_gpu(tmp_path):
+    path = tmp_path / "eff.toml"
+    path.write_text("[gb200]\ngemm_eff = 0.5\n[h100]\nnic_eff = 0.5\n")
+    user = load_efficiency_file(str(path))
+    assert efficiency("gb200", user)["gemm_eff"] == 0.5 and efficiency("h100", user)["gemm_eff"] != 0.5

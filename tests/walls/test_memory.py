@@ -1,12 +1,15 @@
 """walls/memory.py line items that are not parameters or activations: tp_comm_overlap's Userbuffers."""
 
+import re
+
 import pytest
 
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.specs.registry import load_model
-from moetune.walls.memory import memory_wall
+from moetune.walls.memory import memory_wall, merged_overheads
 
 QWEN235 = load_model("qwen3-235b-a22b")  # hidden 4096
 WL = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=256)
@@ -39,3 +42,19 @@ def test_no_userbuffers_where_bridge_turns_the_overlap_off():
                knobs) == {0}
     assert _ub(Layout(world_size=256, tp=4, pp=8, vpp=4, ep=8, account_for_embedding=True, account_for_loss=True,
                       sequence_parallel=False), knobs) == {0}
+
+
+@pytest.mark.parametrize(("user", "message"), [
+    ({"cuda_context_gib": -50}, "cuda_context_gib = -50 must be a number >= 0 (GiB)"),
+    ({"fragmentation_fraction": 2.0}, "fragmentation_fraction = 2.0 must be a number in [0, 1)"),
+    ({"cuda_context_gibb": 1.5}, "unknown key 'cuda_context_gibb'"),
+    ({"h100": {"cuda_context_gib": 5}}, "a section 'h100'"),
+    ({"cuda_context_gib": True}, "cuda_context_gib = True must be a number"),
+    ({"cuda_context_gib": "big"}, "cuda_context_gib = 'big' must be a number"),
+    ({"deepep_buffer_gib": float("nan")}, "deepep_buffer_gib = nan must be a number"),
+])
+def test_bad_overheads_are_one_error(user, message):
+    """A negative or unknown overhead would quietly make a configuration fit (or do nothing): refused."""
+    with pytest.raises(MoetuneError, match=re.escape(message)):
+        merged_overheads(user)
+

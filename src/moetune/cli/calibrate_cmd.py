@@ -137,5 +137,8 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
             f"compute only (all-to-all too with {MIN_RUNS_FOR_A2A}+ runs)"
         out.print(f"{gpu}: {f['runs']} run(s), {moved}: compute x {f['compute_scale']:.3f}, all-to-all x "
                   f"{f['a2a_scale']:.3f} on the shipped constants")
+        if f["limits"]:
+            out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
+                      "does not meet them; check those rows (units, GPU count, configuration)")
     out.print(f"written to {write_path}: pass it with --efficiency" if write_path else
               "pass --write FILE to keep them, then --efficiency FILE to estimate, plan and explain")

@@ -63,13 +63,17 @@ def _print_comparison(cmp: dict) -> None:
     out.print(f"[bold]Model check[/bold]: {escape(cmp['verdict'])}")
 
 
-def _prediction(config: dict | None, model: str | None, plan_file: str | None):
-    """The planned run to compare with: a plan/estimate JSON, or MODEL + the config's layout and knobs."""
+def _prediction(config: dict | None, model: str | None, plan_file: str | None, given: bool):
+    """The planned run to compare with: a plan/estimate JSON, or MODEL + the config's layout and knobs (`given`:
+    --config, --set or --mlm-args were passed; --gpu/--gpus alone hold no layout)."""
     if plan_file:
-        return estimate_from_json(read_json(plan_file, "--plan"))
+        if model:
+            raise MoetuneError("--plan and --model both name the prediction; pass one (--plan FILE, or --model with "
+                               "--config)")
+        return estimate_from_json(read_json(plan_file, "--plan"), where=f"--plan {plan_file}")
     if model is None:
         return None
-    if not config:
+    if not given:
         raise MoetuneError("--model needs --config (the run's layout and knobs) or use --plan FILE")
     if "cluster.gpu" not in config:
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
@@ -100,8 +104,10 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     if configs or sets or mlm_args or gpu or gpus:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
                              from_result=result_config)
-    result = diagnose(list(traces), log=log_path, config=config)
-    predicted = _prediction(config, model, plan_file)
+    # --gpu's memory is the capacity memory reports are read against (a log alone has none)
+    result = diagnose(list(traces), log=log_path, config=config,
+                      gpu_memory_bytes=load_gpu(gpu).capacity_bytes if gpu else None)
+    predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args))
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

@@ -33,7 +33,8 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
     if saved is not None:
         # under the efficiency/overhead files the saved result was made with, unless others are passed here
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
-                                    efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+                                    efficiency_overrides=load_efficiency_file(kw["efficiency"]),
+                                    where=f"--plan {plan_file or model}")
     else:
         if not model:
             raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")

@@ -223,7 +223,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
 
 
 def load_overheads(path: str | None) -> dict | None:
-    return read_toml(path, "--overheads") if path else None
+    from moetune.walls.memory import check_overheads
+    return check_overheads(read_toml(path, "--overheads"), f"--overheads {path}") if path else None
 
 
 def estimate_from_flags(model: str, kw: dict):

@@ -5,6 +5,7 @@ import sys
 import click
 from rich.progress import Progress
 
+from moetune.cli.options import load_overheads
 from moetune.cli.output import console, emit_json, layout_extras, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -85,28 +86,33 @@ def _offload(k) -> str:
 @click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True)
 @click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
 @click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless", show_default=True)
-@click.option("--efficiency", type=click.Path(dir_okay=False), default=None)
+@click.option("--efficiency", type=click.Path(dir_okay=False), default=None,
+              help="TOML of efficiency constants over the fitted ones (flat, or under a [gpu] section).")
+@click.option("--overheads", type=click.Path(dir_okay=False), default=None,
+              help="TOML of memory overheads over data/memory_overheads.toml (cuda_context_gib, ...).")
 @click.option("--headroom", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="GiB of GPU memory every candidate must leave free (the estimate's own error is a few %).")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, headroom, baseline, as_json) -> None:
+def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, headroom, baseline,
+            as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     spec, gpu_spec, fixed = load_model(model), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
-    eff = load_efficiency_file(efficiency)
+    eff, over = load_efficiency_file(efficiency), load_overheads(overheads)
     # a bad --baseline fails before the search, not after it
-    base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output")) \
+    base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
+                              where=f"--baseline {baseline}") \
         if baseline else None
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
-                      headroom_gib=headroom)
+                      headroom_gib=headroom, overheads=over)
     fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
-                      headroom_gib=headroom)
+                      headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     record = track_record(spec.name, gpu_spec.key, result.results[0].efficiency) if result.results else None
     if as_json:

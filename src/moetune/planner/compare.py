@@ -8,6 +8,7 @@ compute = the rest of the step.
 
 import math
 
+from moetune.errors import MoetuneError
 from moetune.planner.estimate import Estimate
 from moetune.profile.diagnose import DiagnoseResult
 
@@ -24,8 +25,21 @@ def measured_walls(d: DiagnoseResult) -> dict[str, float] | None:
             "host": host}
 
 
+def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
+    """A prediction compares with a measurement of the same cluster: the traces' world size and GPU family (when
+    they record them) must be the prediction's; else one error line."""
+    world, family = measured.world_size, measured.facts.get("gpu.arch", "unknown")
+    if world is not None and world != predicted.layout.world_size:
+        raise MoetuneError(f"the prediction is for {predicted.layout.world_size} GPUs but the traces record world "
+                           f"size {world}; compare a plan or config of this run")
+    if family != "unknown" and family != predicted.gpu.arch:
+        raise MoetuneError(f"the prediction is for {predicted.gpu.key} ({predicted.gpu.arch}) but the traces ran on "
+                           f"{family} GPUs; compare a plan or config of this run (--gpu)")
+
+
 def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
     """Per wall: predicted and measured seconds; the verdict names the wall the model got most wrong."""
+    same_run(predicted, measured)
     walls = measured_walls(measured)
     if walls is None:
         return {"available": False, "why": "the measurement has no per-step kernel timeline (a log alone)"}

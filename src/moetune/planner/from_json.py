@@ -29,13 +29,26 @@ def _need(obj: dict, key: str, where: str):
 
 
 def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = None,
-                       efficiency_overrides: dict | None = None) -> Estimate:
+                       efficiency_overrides: dict | None = None, where: str = "result") -> Estimate:
     """A saved plan result (or estimate) rebuilt under the memory-overhead and efficiency files it was made with
-    (saved in it), or under the ones given here instead."""
+    (saved in it), or under the ones given here instead; `where` names the input in errors (e.g. "--plan p.json")."""
     r = pick_result(data, rank)
-    lay, pipe = _need(r, "layout", "result"), r.get("pipeline", {})
-    wl, k = _need(r, "workload", "result"), _need(r, "knobs", "result")
-    layout = Layout(world_size=_need(r, "gpus", "result"), tp=lay["tp"], cp=lay["cp"], pp=lay["pp"], vpp=lay["vpp"],
+    try:
+        layout, workload, knobs = _configuration(r, where)
+        model, gpu = load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"])
+    except KeyError as err:
+        raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None
+    except (TypeError, ValueError, AttributeError) as err:
+        raise MoetuneError(f"{where} holds a value of the wrong type ({err}): pass unmodified "
+                           "`moetune plan/estimate --json` output") from None
+    return estimate(model, gpu, layout, workload, knobs, overheads or r.get("overheads"),
+                    efficiency_overrides=efficiency_overrides or r.get("efficiency_overrides"))
+
+
+def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
+    lay, pipe = _need(r, "layout", where), r.get("pipeline", {})
+    wl, k = _need(r, "workload", where), _need(r, "knobs", where)
+    layout = Layout(world_size=_need(r, "gpus", where), tp=lay["tp"], cp=lay["cp"], pp=lay["pp"], vpp=lay["vpp"],
                     ep=lay["ep"], etp=lay["etp"], first_stage_layers=pipe.get("first_stage_layers"),
                     last_stage_layers=pipe.get("last_stage_layers"), pipeline_layout=pipe.get("pipeline_layout"),
                     account_for_embedding=pipe.get("account_for_embedding", False),
@@ -58,6 +71,4 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
                   cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
-    return estimate(load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"]), layout, workload, knobs,
-                    overheads or r.get("overheads"),
-                    efficiency_overrides=efficiency_overrides or r.get("efficiency_overrides"))
+    return layout, workload, knobs

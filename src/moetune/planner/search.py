@@ -29,7 +29,7 @@ from moetune.specs.model import ModelSpec
 from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import default_overheads
+from moetune.walls.memory import merged_overheads
 
 
 @dataclass(kw_only=True, slots=True)
@@ -121,10 +121,11 @@ LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
-         headroom_gib: float = 0.0) -> PlanResult:
-    """The fastest candidates that fit with `headroom_gib` to spare; `progress(done, total)` is called once per knob
-    set evaluated. When none fits and offloading was not pinned, the search runs again with the routed experts'
-    activations offloaded (LAST_RESORT_OFFLOAD); the counts cover both passes."""
+         headroom_gib: float = 0.0, overheads: dict | None = None) -> PlanResult:
+    """The fastest candidates that fit with `headroom_gib` to spare, under the memory wall's overheads with the
+    user's `overheads` figures on top; `progress(done, total)` is called once per knob set evaluated. When none
+    fits and offloading was not pinned, the search runs again with the routed experts' activations offloaded
+    (LAST_RESORT_OFFLOAD); the counts cover both passes."""
     fixed = fixed or {}
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
@@ -132,19 +133,21 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if "pipeline_layout" in fixed:
         pinned_split(spec, fixed["pipeline_layout"], fixed)
     first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
-                       efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib)
+                       efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib,
+                       overheads=overheads)
     if first.results or "offload_modules" in fixed or not spec.num_moe_experts:
         return first
     second = _plan_once(spec, gpu, world, wl, fixed={**fixed, "offload_modules": LAST_RESORT_OFFLOAD}, top=top,
                         routing=routing, efficiency_overrides=efficiency_overrides, progress=progress,
-                        headroom_gib=headroom_gib)
+                        headroom_gib=headroom_gib, overheads=overheads)
     second.candidates_evaluated += first.candidates_evaluated
     second.search_seconds += first.search_seconds
     return second
 
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
-               efficiency_overrides: dict | None, progress, headroom_gib: float) -> PlanResult:
+               efficiency_overrides: dict | None, progress, headroom_gib: float,
+               overheads: dict | None) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
@@ -162,8 +165,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     budget = replace(gpu, memory_gib=gpu.memory_gib - headroom_gib)  # what a candidate may use
     s = _Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                 resplit="pipeline_layout" not in fixed,
-                overheads=default_overheads(), top=top, dispatcher=defaults["dispatcher"], progress=progress,
-                total=len(grid))
+                overheads=merged_overheads(overheads), user_overheads=overheads, top=top,
+                dispatcher=defaults["dispatcher"], progress=progress, total=len(grid))
     batch, (least_gib, least) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid, s.overheads)
     if batch is not None:
         _search_grid(s, batch, grid)
@@ -175,7 +178,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
                         replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
-                        efficiency_overrides=efficiency_overrides) for _, _, lay, mbs, knobs, _ in s.best[:top]]
+                        overheads, efficiency_overrides=efficiency_overrides)
+               for _, _, lay, mbs, knobs, _ in s.best[:top]]
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least,
@@ -232,7 +236,7 @@ def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict 
         return t["step_seconds"], t["stage_seconds"]
 
     def fits(cand: Layout) -> bool:
-        return estimate(s.spec, s.gpu, cand, wl, knobs, with_time=False).fits
+        return estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False).fits
 
     return evaluate, fits
 
@@ -244,7 +248,8 @@ class _Search:
     gpu: GpuSpec
     wl: Workload
     eff: dict
-    overheads: dict
+    overheads: dict  # the memory wall's, with the user's on top
+    user_overheads: dict | None  # the user's --overheads figures alone (estimate merges them itself)
     top: int
     resplit: bool  # re-split the leading candidates' pipeline ranks (not when --fix pipeline_layout pins the string)
     dispatcher: str  # the platform's default, preferred among near-ties

@@ -17,12 +17,21 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.validate import validate
 from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, refine, with_params
+from moetune.planner.config_map import to_config
+from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
+from moetune.rules import derive, evaluate
 from moetune.walls.efficiency import efficiency
 
 MIN_RUNS_FOR_A2A = 3
 SCALE_BOUNDS = (0.25, 4.0)  # multipliers on the shipped constants
 REQUIRED_COLUMNS = (*CONFIG, "tokens_per_s_per_gpu")
+# published_runs.csv columns that hold whole numbers, switches, a choice
+INT_COLUMNS = ("num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp", "vpp", "ep",
+               "etp", "mtp", "flex_num_sms")
+BOOL_COLUMNS = ("account_for_embedding", "account_for_loss", "ep_overlap", "delay_wgrad", "overlap_grad_reduce",
+                "overlap_param_gather", "tp_comm_overlap", "fp8_output_proj")
+ROUTINGS = ("dropless", "force-balance")
 
 
 def load_user_runs(path: str) -> list[Run]:
@@ -41,7 +50,38 @@ def load_user_runs(path: str) -> list[Run]:
     runs = [_user_run(path, line, row, known) for line, row in enumerate(reader, start=2)]
     if not runs:
         raise MoetuneError(f"--runs {path}: no rows; add one line per measured run under the header")
+    ids = [r.run_id for r in runs]
+    if repeated := sorted({i for i in ids if ids.count(i) > 1}):
+        raise MoetuneError(f"--runs {path}: run_id {', '.join(repeated)} appears more than once; give each run its "
+                           "own id (two measurements of one configuration are two runs)")
     return runs
+
+
+def _check_cells(full: dict) -> None:
+    """Whole numbers, switches, the routing and a positive measurement, each named when wrong (ValueError)."""
+    for c in INT_COLUMNS:
+        if full[c] and not full[c].isdigit():
+            raise ValueError(f"{c} = {full[c]!r}: expected a whole number")
+    for c in BOOL_COLUMNS:
+        if full[c] not in ("", "true", "false"):
+            raise ValueError(f"{c} = {full[c]!r}: expected true, false or empty")
+    if full["routing"] not in ROUTINGS:
+        raise ValueError(f"routing = {full['routing']!r}: expected {' or '.join(ROUTINGS)}")
+    for c in ("tokens_per_s_per_gpu", "tflops_per_gpu"):
+        try:
+            value = float(full[c]) if full[c] else 1.0
+        except ValueError:
+            raise ValueError(f"{c} = {full[c]!r}: expected a number") from None
+        if not 0 < value < float("inf"):
+            raise ValueError(f"{c} = {full[c]!r}: expected a positive number")
+
+
+def _runnable(run: Run) -> None:
+    """A run Megatron would refuse (a rule-table error on its configuration) cannot have been measured."""
+    config = to_config(estimate(run.model, run.gpu, run.layout, run.workload, run.knobs, with_time=False))
+    if error := next((f for f in evaluate(config, derive(config), context="explain") if f.severity == "error"), None):
+        raise ValueError(f"Megatron refuses this configuration ({error.rule}: {error.message.rstrip('.')}); "
+                         "fix the row")
 
 
 def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
@@ -50,9 +90,10 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
     full = {c: (row.get(c) or "").strip() for c in known}
     full["run_id"] = full["run_id"] or f"line {line}"
     try:
+        _check_cells(full)
         run = run_from_row(full)
         validate(run.model, run.layout, run.workload)
-        float(full["tokens_per_s_per_gpu"])
+        _runnable(run)
     except (MoetuneError, ValueError) as err:
         raise MoetuneError(f"--runs {path} line {line}: {err}") from None
     return run
@@ -75,8 +116,18 @@ def fit_user_runs(runs: list[Run]) -> dict[str, dict[str, float]]:
     for gpu in sorted({r.gpu.key for r in runs}):
         mine, base = [r for r in runs if r.gpu.key == gpu], efficiency(gpu)
         params = _fit_one(mine, base)
-        out[gpu] = {**params, "runs": len(mine), "constants": with_params(base, params)}
+        constants = with_params(base, params)
+        out[gpu] = {**params, "runs": len(mine), "constants": constants, "limits": _limits(params, base, constants)}
     return out
+
+
+def _limits(params: dict, base: dict, constants: dict) -> list[str]:
+    """The multipliers the fit left at a bound, or whose constants hit their cap (0.95 of a peak or of a link): there
+    the runs ask for more than the model allows, and the refit does not meet them."""
+    out = [f"{k} at its bound {params[k]:g}" for k in ("compute_scale", "a2a_scale") if params[k] in SCALE_BOUNDS]
+    scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(A2A_KEYS, params["a2a_scale"])}
+    capped = [k for k, f in scale.items() if constants[k] < base[k] * f * (1 - 1e-9)]
+    return out + ([f"capped: {', '.join(capped)}"] if capped else [])
 
 
 def user_toml(fitted: dict) -> str:

@@ -46,6 +46,51 @@ class DiagnoseResult:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
 
+def _same_run(traces: list[RankTrace]) -> None:
+    """Traces of one run agree on the world size and the GPU; the first that does not is one error line."""
+    for field_name, what in (("world_size", "world size"), ("device_name", "GPU")):
+        first = next((t for t in traces if getattr(t, field_name) is not None), None)
+        if first is None:
+            continue
+        other = next((t for t in traces if getattr(t, field_name) not in (None, getattr(first, field_name))), None)
+        if other is not None:
+            raise MoetuneError(f"traces {first.path} and {other.path} record different {what}s "
+                               f"({getattr(first, field_name)} vs {getattr(other, field_name)}); "
+                               "pass the traces of one run")
+
+
+# The config's names for what a log's argument dump may lack (tokens/s/GPU needs seq_length and world_size)
+_LOG_ARGS = {"seq_length": "model.seq_length", "world_size": "cluster.num_gpus"}
+# A log's iteration time this far from the traces' step (either way) is worth a note: profiling slows a step a
+# little, another run or another configuration moves it far more
+LOG_TRACE_RATIO = 1.5
+
+
+def _fill_args(log: TrainingLog, config: dict[str, Any]) -> None:
+    """The config's seq_length and GPU count where the log's argument dump is silent (Megatron Bridge logs print
+    none)."""
+    for arg, key in _LOG_ARGS.items():
+        if arg not in log.args and config.get(key) is not None:
+            log.args[arg] = str(config[key])
+
+
+def _check_memory(m: Measurement) -> None:
+    """A peak reserved above the GPU's memory cannot be one run's: the log or traces (or --gpu) are another's."""
+    if m.peak_reserved_bytes and m.gpu_memory_bytes and m.peak_reserved_bytes > m.gpu_memory_bytes:
+        raise MoetuneError(f"peak reserved memory {m.peak_reserved_bytes / 2**30:.1f} GiB ({m.peak_source}) exceeds "
+                           f"the GPU's {m.gpu_memory_bytes / 2**30:.1f} GiB: pass the log and traces of one run")
+
+
+def _log_versus_traces(log: TrainingLog | None, s: StepMetrics | None) -> list[str]:
+    if log is None or s is None or not log.iteration_seconds or s.seconds <= 0:
+        return []
+    ratio = log.iteration_seconds / s.seconds
+    if 1 / LOG_TRACE_RATIO <= ratio <= LOG_TRACE_RATIO:
+        return []
+    return [f"the log's {log.iteration_seconds:.3f} s per iteration is {ratio:.2f}x the traces' {s.seconds:.3f} s "
+            "step: are they from the same run and configuration?"]
+
+
 def _assign_ranks(traces: list[RankTrace]) -> list[int]:
     seen: dict[int, str] = {}
     for t in traces:
@@ -117,13 +162,17 @@ def diagnose(
     if not paths and log is None:
         raise MoetuneError("diagnose: give at least one trace (file or directory) or --log FILE")
     loaded = [read_trace(p) for p in paths]
+    _same_run(loaded)
     training_log = read_log(log) if isinstance(log, (str, Path)) else log
+    if training_log is not None:
+        _fill_args(training_log, config or {})
     m = _measure(loaded, training_log, gpu_memory_bytes)
+    _check_memory(m)
     f = facts(m, config)
     wall, reason = decide(f)
     s = m.combined
-    notes = sorted({n for r in m.ranks for n in r.notes})
-    worlds = {t.world_size for t in loaded if t.world_size is not None}
+    notes = sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
+    worlds = {t.world_size for t in loaded if t.world_size is not None}  # one at most (_same_run)
     return DiagnoseResult(
         ranks=len(m.ranks), world_size=max(worlds) if worlds else None,
         step_seconds=s.seconds if s else (training_log.iteration_seconds if training_log else None),

@@ -147,11 +147,22 @@ def _memory(m: re.Match) -> MemoryReport:
     )
 
 
+# Iteration fields moetune reads: a value that is not a number is an error, not a silent gap
+_NUMERIC = ("elapsed time per iteration (ms)", "throughput per GPU (TFLOP/s/GPU)", "global batch size")
+
+
+def _numeric(it: LogIteration, where: str) -> LogIteration:
+    bad = next((k for k in _NUMERIC if isinstance(it.fields.get(k), str)), None)
+    if bad:
+        raise MoetuneError(f"{where}: {bad} {it.fields[bad]!r} is not a number; pass the log as Megatron wrote it")
+    return it
+
+
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     log = TrainingLog(path=path, iterations=[], memory=[])
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         if (m := _ITER.search(line)) and "elapsed time per iteration" in line:
-            log.iterations.append(_iteration(m))
+            log.iterations.append(_numeric(_iteration(m), f"--log {path} line {n}"))
         elif m := _MEM.search(line):
             log.memory.append(_memory(m))
         elif _OOM.search(line):

@@ -23,6 +23,8 @@ same transfer (same kernel, message size, group) seen on any rank, i.e. time spe
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from moetune.profile import intervals as iv
 from moetune.profile.kernels import COMMUNICATION, COMPUTE, class_ids, class_kind, ids_of_kind
 from moetune.profile.reader import GpuOp, RankTrace, Step
@@ -157,9 +159,21 @@ def mean_steps(steps: list[StepMetrics]) -> StepMetrics:
     )
 
 
+# A leading step this much shorter than the median step is still warm-up: the CPU marks steps ahead of the GPU until
+# the launch queue fills, so its first windows are short (the V100 trace: 35, 72, then 95.7 ms steps)
+WARMUP_SHORT = 0.9
+
+
 def steady(steps: list[StepMetrics]) -> list[StepMetrics]:
-    """Drop the first profiled step when there are 3 or more: the CPU runs ahead of an empty queue."""
-    return steps[1:] if len(steps) >= 3 else steps
+    """Drop the first profiled step when there are 3 or more (the CPU runs ahead of an empty queue), and any leading
+    step after it still shorter than WARMUP_SHORT x the median step, keeping at least two."""
+    if len(steps) < 3:
+        return steps
+    median = float(np.median([s.seconds for s in steps]))
+    start = 1
+    while start < len(steps) - 2 and steps[start].seconds < WARMUP_SHORT * median:
+        start += 1
+    return steps[start:]
 
 
 def rank_metrics(trace: RankTrace, rank: int, floor: dict[tuple, float]) -> RankMetrics:

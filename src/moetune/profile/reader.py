@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - exercised only where ijson is missing
 
 # What a malformed document raises: json.JSONDecodeError and UnicodeDecodeError are ValueErrors;
 # ijson raises its own JSONError; odd shapes (a string where a number belongs) raise TypeError.
-_BAD_JSON = (ValueError, TypeError, KeyError) + ((ijson.JSONError,) if ijson else ())
+_BAD_JSON = (ValueError, TypeError, KeyError, AttributeError) + ((ijson.JSONError,) if ijson else ())
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
@@ -148,7 +148,10 @@ class _Sink:
         device = args.get("device", e.get("pid"))
         if isinstance(device, int):
             self.devices[device] = self.devices.get(device, 0) + 1
-        op = GpuOp(start=start, end=start + float(e.get("dur", 0)), cls=cls,
+        dur = float(e.get("dur", -1))
+        if not dur >= 0:  # a GPU event without a duration cannot be placed on the timeline
+            raise ValueError(f"GPU event {name[:60]!r} at ts {e['ts']} has no non-negative dur")
+        op = GpuOp(start=start, end=start + dur, cls=cls,
                    stream=int(args.get("stream", e.get("tid", 0)) or 0),
                    correlation=int(corr) if corr is not None else None)
         if name.lower().startswith(("nccl", "deep_ep", "hybrid_ep", "userbuffers")) or collective:
@@ -257,23 +260,38 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     named = attribute(sink.ops, sink.launches, sink.launch_tid, sink.collective_ops)
     sink.ops.sort(key=lambda op: op.start)
     sink.steps.sort(key=lambda s: s.start)
-    dist = header.get("distributedInfo") or {}
-    rank = dist.get("rank")
-    if rank is None:
-        m = _RANK_IN_NAME.search(path.name)
-        rank = int(m.group(1)) if m else None
     device = max(sink.devices, key=sink.devices.get) if sink.devices else 0
-    props = next((p for p in header.get("deviceProperties") or [] if p.get("id") == device), {})
-    cc = (int(props["computeMajor"]), int(props.get("computeMinor", 0))) if "computeMajor" in props else None
-    mem = props.get("totalGlobalMem")
+    try:
+        rank, world = _distributed(path, header.get("distributedInfo") or {})
+        name, mem, cc = _device(header.get("deviceProperties") or [], device)
+    except (TypeError, ValueError, AttributeError) as err:
+        raise _fail(path, f"has malformed distributedInfo/deviceProperties ({err}); re-export it from "
+                          "torch.profiler or remove those keys") from None
     return RankTrace(
-        path=str(path), rank=int(rank) if rank is not None else None,
-        world_size=int(dist["world_size"]) if dist.get("world_size") is not None else None,
-        device_name=props.get("name"), device_memory_bytes=int(mem) if mem else None,
+        path=str(path), rank=rank, world_size=world, device_name=name, device_memory_bytes=mem,
         compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
         peak_reserved_bytes=sink.peak_reserved, origin_us=sink.origin or 0,
         notes=[f"{named} NCCL kernel(s) named by the c10d operator that launched them"] if named else [],
     )
+
+
+def _distributed(path: Path, dist: dict) -> tuple[int | None, int | None]:
+    """(rank, world size) from Kineto's distributedInfo, else the rank in the file name."""
+    rank, world = dist.get("rank"), dist.get("world_size")
+    if rank is None and (m := _RANK_IN_NAME.search(path.name)):
+        rank = m.group(1)
+    rank, world = (int(rank) if rank is not None else None), (int(world) if world is not None else None)
+    if rank is not None and world is not None and not 0 <= rank < world:
+        raise ValueError(f"rank {rank} outside world size {world}")
+    return rank, world
+
+
+def _device(props_list: list, device: int) -> tuple[str | None, int | None, tuple[int, int] | None]:
+    """(name, memory bytes, compute capability) of the device the kernels ran on, from deviceProperties."""
+    props = next((p for p in props_list if p.get("id") == device), {})
+    cc = (int(props["computeMajor"]), int(props.get("computeMinor", 0))) if "computeMajor" in props else None
+    mem = props.get("totalGlobalMem")
+    return props.get("name"), int(mem) if mem else None, cc
 
 
 def expand_paths(inputs: list[str | Path]) -> list[Path]:

@@ -113,6 +113,11 @@ def decide(f: dict[str, Any]) -> tuple[str, str]:
         return wall["id"], f"{terms} = {score:.0%} of the step >= {wall['at_least']:.0%} ({wall['seed']})"
     last = walls[-1]
     best = ", ".join(f"{w['id']} {s:.0%} < {w['at_least']:.0%}" for w, s in scored)
+    if "requires" in last and not holds(last["requires"], f):
+        return "undetermined", (f"no wall reaches its threshold ({best}) and the GPU is busy only "
+                                f"{f['busy_share']:.0%} of the step: the idle time has no launch record to blame "
+                                "(a CUDA-graph replay, or a trace without CPU activity); profile with "
+                                "activities=[CPU, CUDA]")
     return last["id"], f"no other wall reaches its threshold ({best}); {last['seed']}"
 
 

@@ -7,6 +7,7 @@ from importlib import resources
 
 from moetune.errors import MoetuneError
 from moetune.files import read_toml
+from moetune.specs.hardware import catalog
 
 
 @cache
@@ -57,14 +58,31 @@ def _range(key: str) -> tuple[float, float, bool]:
                                       "attn_keys_half")
 
 
-def _check(key: str, value) -> None:
+def _check(key: str, value, where: str = "efficiency file") -> None:
     low, high, open_low = _range(key)
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if not number or not (low < value if open_low else low <= value) or value > high:
         span = f"{'(' if open_low else '['}{low:g}, {high:g}]" if high < float("inf") else \
             f"{'>' if open_low else '>='} {low:g}"
-        raise MoetuneError(f"efficiency file: {key} = {value!r} must be a number {span}")
+        raise MoetuneError(f"{where}: {key} = {value!r} must be a number {span}")
+
+
+def check_file(user: dict, where: str) -> dict:
+    """A user's efficiency file: constants at the top level (every GPU) or under a catalog GPU's section, each a
+    known constant in its range; anything else is one error line naming the key and `where` (the file)."""
+    known, gpus = _table()["default"], catalog()
+    for key, value in user.items():
+        if isinstance(value, dict) and key not in gpus:
+            raise MoetuneError(f"{where}: section [{key}] is not a catalog GPU; use one of {', '.join(gpus)}, or put "
+                               f"the constants at the top level for every GPU")
+        if key in gpus and not isinstance(value, dict):
+            raise MoetuneError(f"{where}: {key} = {value!r}; a GPU's constants go in a [{key}] section")
+        for name, number in value.items() if isinstance(value, dict) else [(key, value)]:
+            if name not in known:
+                raise MoetuneError(f"{where}: unknown constant '{name}'; known: {', '.join(sorted(known))}")
+            _check(name, number, where)
+    return user
 
 
 def load_efficiency_file(path: str | None) -> dict | None:
-    return read_toml(path, "--efficiency") if path else None
+    return check_file(read_toml(path, "--efficiency"), f"--efficiency {path}") if path else None

@@ -8,6 +8,7 @@ theoretical_memory_usage.py, with the expert shard of Bridge's theoretical_memor
 Activations: activations.py per layer, times the micro-batches in flight on that stage.
 """
 
+import math
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from importlib import resources
 
 import numpy as np
 
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
@@ -41,9 +43,25 @@ def default_overheads() -> dict[str, float]:
     return tomllib.loads((resources.files("moetune") / "data" / "memory_overheads.toml").read_text())
 
 
+def check_overheads(user: dict, where: str = "overheads") -> dict[str, float]:
+    """A user's overhead figures, each a known key of memory_overheads.toml holding a number: GiB >= 0, or the
+    fragmentation fraction in [0, 1); anything else is one error line naming the key (`where`: the file)."""
+    known = default_overheads()
+    for key, value in user.items():
+        if key not in known:
+            what = "a section" if isinstance(value, dict) else "unknown key"
+            raise MoetuneError(f"{where}: {what} '{key}'; the file holds flat keys, one of {', '.join(known)}")
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        high = 1.0 if key == "fragmentation_fraction" else math.inf
+        if not number or not 0 <= value < high:
+            span = "in [0, 1)" if high == 1.0 else ">= 0 (GiB)"
+            raise MoetuneError(f"{where}: {key} = {value!r} must be a number {span}")
+    return user
+
+
 def merged_overheads(user: dict | None) -> dict[str, float]:
     """memory_overheads.toml with a user's --overheads figures on top."""
-    return {**default_overheads(), **(user or {})}
+    return {**default_overheads(), **check_overheads(user or {})}
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
