@@ -15,6 +15,8 @@ def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tupl
         return parse(Path(path).read_text())
     except FileNotFoundError:
         raise MoetuneError(f"{what} {path}: no such file") from None
+    except IsADirectoryError:
+        raise MoetuneError(f"{what} {path}: is a directory; pass a file") from None
     except (*errors, UnicodeDecodeError) as err:
         raise MoetuneError(f"{what} {path}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
 

@@ -319,3 +319,114 @@ def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
         assert r["memory"]["peak_bytes"] <= r["memory"]["capacity_bytes"]
         assert max(s["bytes"]["cuda_context"] for s in r["stages"]) == 20 * 2**30
     assert "overheads" not in light[0] and max(s["bytes"]["cuda_context"] for s in light[0]["stages"]) < 2**30
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "tp=2", "--fix", "tp=4"],
+     "--fix tp=4: conflicts with an earlier --fix"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "recompute=none", "--fix",
+      "recompute_modules=moe_act"], "recompute_modules only with recompute=selective"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix",
+      "optimizer_offload_fraction=2"], "--fix optimizer_offload_fraction=2: expected a number in [0, 1]"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "fp8_output_proj=true"],
+     "the LM head runs in mxfp8 only under an mxfp8 recipe"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--recompute", "none",
+      "--recompute-modules", "moe_act"], "--recompute none with --recompute-modules"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--cuda-graph-scope", "none,attn"],
+     "'none' turns CUDA graphs off"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--dispatcher", "alltoall",
+      "--flex-num-sms", "8"], "--flex-num-sms sets the SMs of DeepEP/HybridEP kernels"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--token-imbalance", "nan"],
+     "token_imbalance (nan) must be a number >= 1"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--token-imbalance", "100"],
+     "token_imbalance (100) cannot exceed EP (16)"),
+    (["explain", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--rank", "2"], "--rank picks a result"),
+])
+def test_conflicting_or_impossible_flags_are_one_line(args, needle, capsys):
+    code, out, err = run(args, capsys)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_saved_result_is_explained_as_saved(tmp_path, capsys):
+    """explain --plan takes layout, knobs and cluster from the file: flags that would change them are refused, not
+    ignored; --token-imbalance weighs the saved dropless run again; a baseline of another model is refused."""
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--gbs", "512",
+                        "--json"], capsys)
+    saved = tmp_path / "e.json"
+    saved.write_text(out)
+    for extra, needle in ((["--gpu", "b200"], "--gpu: the saved result"), (["--tp", "2"], "--tp: the saved result"),
+                          (["qwen3-30b-a3b"], "not both"), (["--rank", "2"], "an estimate holds one result")):
+        code, _, err = run(["explain", "--plan", str(saved), *extra], capsys)
+        assert code == 2 and needle in err
+    code, heavy, _ = run(["explain", "--plan", str(saved), "--token-imbalance", "3", "--json"], capsys)
+    code, plain, _ = run(["explain", "--plan", str(saved), "--json"], capsys)
+    assert json.loads(heavy)["profile"]["routing"]["token_imbalance"] == 3
+    assert json.loads(plain)["profile"]["routing"]["token_imbalance"] < 3
+    code, _, err = run(["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--baseline",
+                        str(saved)], capsys)
+    assert code == 2 and "is qwen3-30b-a3b on 16 GPUs; the plan is mixtral-8x7b" in err
+
+
+def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypatch):
+    """A plan made on a cluster file is explained from anywhere, with the figures it was planned under, even after
+    the file is edited."""
+    cluster = tmp_path / "c.toml"
+    cluster.write_text('gpu = "h100"\nmemory_gib = 70\n')
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "c.toml", "--gpus", "16", "--gbs", "512", "--top", "1",
+                        "--json"], capsys)
+    saved = tmp_path / "p.json"
+    saved.write_text(out)
+    cluster.write_text('gpu = "h100"\nmemory_gib = 60\n')
+    monkeypatch.chdir("/")
+    code, out, _ = run(["explain", "--plan", str(saved), "--json"], capsys)
+    assert code == 0 and json.loads(out)["fit"]["capacity_gib"] == 70
+
+
+@pytest.mark.parametrize(("line", "needle"), [
+    ('memory_gib = "seventy"', "memory_gib ('seventy') must be a number"),
+    ('arch = "blackwell"', "arch ('blackwell') differs from H100 SXM5's (hopper)"),
+    ("nvlink_domain = 7.5", "nvlink_domain (7.5) must be a whole number"),
+])
+def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text(f'gpu = "h100"\n{line}\n')
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", str(path), "--gpus", "16", "--ep", "16"], capsys)
+    assert code == 2 and f"{path}: " in err and needle in err
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("hidden_size", "2048", "hidden_size ('2048') must be a whole number"),
+    ("hidden_size", 2048.5, "hidden_size (2048.5) must be a whole number"),
+    ("tie_word_embeddings", "yes", "field 'tie_word_embeddings' ('yes') must be true or false"),
+    ("num_hidden_layers", 0, "the model has no layers"),
+])
+def test_a_config_json_of_the_wrong_types_is_one_line(field, value, needle, shared_data, tmp_path, capsys):
+    data = json.loads((shared_data / "models" / "qwen3-30b-a3b.config.json").read_text())
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**data, field: value}))
+    code, _, err = run(["estimate", str(path), "--gpu", "h100", "--gpus", "16", "--ep", "16"], capsys)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_snapshot_directory_is_read_through_its_config_json(shared_data, tmp_path, capsys):
+    snap = tmp_path / "Qwen3-30B-A3B"
+    snap.mkdir()
+    (snap / "config.json").write_text((shared_data / "models" / "qwen3-30b-a3b.config.json").read_text())
+    code, out, _ = run(["estimate", str(snap), "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"], capsys)
+    assert code == 0 and json.loads(out)["model"] == "Qwen3-30B-A3B"
+    code, _, err = run(["estimate", str(tmp_path), "--gpu", "h100", "--gpus", "16"], capsys)
+    assert code == 2 and "a directory without a config.json" in err
+
+
+def test_explain_when_the_slowest_stage_holds_only_the_loss(capsys):
+    """gpt-oss-20b's last of nine stages holds the LM head alone and paces the step: compute is named by it, and
+    the optimizer's time is a named part of the compute wall."""
+    code, out, _ = run(["explain", "gpt-oss-20b", "--gpu", "h100", "--gpus", "72", "--pp", "9", "--ep", "8",
+                        "--pipeline-layout", "Et*3|(t*3|)*7L", "--gbs", "1008", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["profile"]["why"].startswith("logits")
+    code, out, _ = run(["estimate", "gpt-oss-20b", "--gpu", "h100", "--gpus", "72", "--pp", "9", "--ep", "8",
+                        "--pipeline-layout", "Et*3|(t*3|)*7L", "--gbs", "1008", "--json"], capsys)
+    t = json.loads(out)["time"]
+    assert sum(t["compute_by_class"].values()) == pytest.approx(t["walls"]["compute"], rel=1e-9)

@@ -40,6 +40,11 @@ def test_mesh_rules(kwargs, needle):
     ("qwen3-30b-a3b", dict(world_size=16, cp=4, ep=4), dict(seq_length=4100), "2 x CP"),
     ("qwen3-30b-a3b", dict(world_size=16, tp=2, ep=8, sequence_parallel=False), {}, "sequence parallel"),
     ("mixtral-8x7b", dict(world_size=40, etp=5, ep=8), {}, "moe_ffn_hidden_size"),  # 14336 % 5
+    # Megatron's interleaved schedule: micro-batches a multiple of PP (12 / (1 x 4) = 3 over PP 2)
+    ("qwen3-30b-a3b", dict(world_size=8, pp=2, vpp=2, ep=4), dict(global_batch_size=12),
+     "number of micro-batches \\(3 = GBS 12 / \\(MBS x DP\\) 4\\) must be a multiple of PP \\(2\\)"),
+    ("qwen3-30b-a3b", dict(world_size=16, pp=2, ep=8, first_stage_layers=0), {}, "must be a positive multiple"),
+    ("qwen3-next-80b-a3b", dict(world_size=64, cp=32, ep=2), dict(seq_length=131072), "linear_num_key_heads"),
 ])
 def test_model_and_workload_rules(model, kwargs, workload, needle):
     spec = load_model(model)
@@ -84,6 +89,8 @@ def test_uneven_split_counts():
     ("Et*4|x|tL", "unknown symbols"),
     ("Et*3|t*3L", "places 6 decoder layers"),
     ("t*4|t*4EL", "must start with one E"),
+    ("(Et*4|t*4L", "unbalanced parentheses"),
+    ("Et*99999999999|t*4L", "expands to more than 100,000 symbols"),
 ])
 def test_bad_pipeline_layouts(text, needle):
     with pytest.raises(MoetuneError, match=needle):

@@ -37,7 +37,7 @@ def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     layouts = enumerate_layouts(spec, g, world, wl, {})
     rng = random.Random(0)
     cands = [(lay, m) for lay in rng.sample(layouts, min(40, len(layouts))) for m in (1, 2)
-             if gbs % (m * lay.dp) == 0]
+             if gbs % (m * lay.dp) == 0 and (lay.vpp == 1 or gbs // (m * lay.dp) % lay.pp == 0)]
     assert len({lay.ep for lay, _ in cands}) > 1
     batch = build_batch(spec, cands)
     for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), fixed, "dropless"), 6):
@@ -188,3 +188,28 @@ def test_a_candidate_re_split_twice_to_one_string_is_listed_once():
     from moetune.planner.search import _first_of_each
     best = [(1.0, 0, "L1", 1, "k"), (2.0, 0, "L2", 1, "k"), (3.0, 0, "L1", 1, "k"), (4.0, 0, "L1", 2, "k")]
     assert _first_of_each(best) == [best[0], best[1], best[3]]
+
+
+def test_interleaved_picks_run_a_multiple_of_pp_micro_batches():
+    """Megatron's interleaved schedule refuses a micro-batch count that PP does not divide; Phi-3.5-MoE on 72 H100
+    with GBS 1000 once picked PP9 VPP2 at 125 micro-batches."""
+    result = plan(load_model("phi-3.5-moe"), load_gpu("h100"), 72, Workload(seq_length=4096, global_batch_size=1000),
+                  top=10)
+    assert result.results
+    for r in result.results:
+        m = r.workload.num_microbatches(r.layout)
+        assert r.layout.vpp == 1 or m % r.layout.pp == 0
+
+
+def test_linear_attention_heads_bound_cp_in_the_search():
+    """Qwen3-Next's 16 key heads cap CP at 16 a TP rank: the search skips CP 32 rather than failing on it."""
+    result = plan(load_model("qwen3-next-80b-a3b"), load_gpu("h100"), 64,
+                  Workload(seq_length=131072, global_batch_size=64), top=3)
+    assert result.results and all(16 % (r.layout.cp * r.layout.tp) == 0 or 16 // r.layout.tp % r.layout.cp == 0
+                                  for r in result.results)
+
+
+def test_pinned_tp_comm_overlap_means_tp_above_one():
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=512),
+                  fixed={"tp_comm_overlap": True}, top=3)
+    assert all(r.layout.tp > 1 and r.knobs.tp_comm_overlap for r in result.results)

@@ -44,9 +44,12 @@ def test_uses_the_constants_in_use():
 
 
 def test_a_gpu_without_published_runs_says_so():
-    t = track_record("gpt-oss-120b", "a100")
+    """A100 runs on H100's fit (efficiency.toml); under a user's own constants it has no record to borrow."""
+    mine = {**efficiency("a100"), "gemm_eff": 0.5}
+    t = track_record("gpt-oss-120b", "a100", mine)
     assert t["gpu_runs"] == 0 and "h100" in t["model_published_on"]
     assert "no published run on this GPU" in track_record_text(t)
+    assert track_record("gpt-oss-120b", "a100")["constants_of"] == "h100"
 
 
 def test_a_gpu_on_another_s_constants_shows_that_gpu_s_record():

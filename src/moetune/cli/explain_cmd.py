@@ -1,8 +1,17 @@
 """``moetune explain``: the seeds' first answer for one configuration (estimate flags or a plan result)."""
 
+from dataclasses import replace
+
 import click
 
-from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options, load_overheads
+from moetune.cli.options import (
+    config_options,
+    estimate_from_flags,
+    flags_a_saved_result_replaces,
+    knob_options,
+    layout_options,
+    load_overheads,
+)
 from moetune.cli.output import console, emit_json, print_checks, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -31,13 +40,22 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
         raise MoetuneError("explain reads one configuration: a saved plan/estimate, or --config / --mlm-args / --set "
                            "with MODEL, not both")
     if saved is not None:
+        if plan_file and model:
+            raise MoetuneError(f"explain reads one configuration: --plan {plan_file} or MODEL {model}, not both")
+        if given := flags_a_saved_result_replaces():
+            raise MoetuneError(f"{', '.join(given)}: the saved result {plan_file or model} holds its layout, knobs and "
+                               "cluster; drop them, or explain MODEL with flags")
         # under the efficiency/overhead files the saved result was made with, unless others are passed here
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
                                     efficiency_overrides=load_efficiency_file(kw["efficiency"]),
                                     where=f"--plan {plan_file or model}")
+        if kw["token_imbalance"] is not None:  # the dropless factor a saved result may be weighed again under
+            result = result.variant(knobs=replace(result.knobs, token_imbalance=kw["token_imbalance"]))
     else:
         if not model:
             raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")
+        if click.get_current_context().get_parameter_source("rank") == click.core.ParameterSource.COMMANDLINE:
+            raise MoetuneError("--rank picks a result of a saved plan; pass --plan FILE with it")
         result = estimate_from_flags(model, kw)
     answer = explain(result)
     if as_json:
@@ -62,10 +80,13 @@ def print_explain(a: dict) -> None:
               f"{f['worst_stage']} (largest: {items} GiB)")
     if f.get("note"):
         out.print(f"  - {f['note']}")
+    ladder = 0  # the recompute/offload steps apply one on top of another (explain._fit_steps)
     for step in f.get("steps", []):
         what = step.get("layout") or ", ".join(f"{k}={v}" for k, v in step.get("change", {}).items())
         fits = "fits" if step.get("fits", True) else "still does not fit"
-        out.print(f"  - {step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}, "
+        then = "then " if "change" in step and ladder else ""
+        ladder += "change" in step
+        out.print(f"  - {then}{step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}, "
                   f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({step['source']})")
     out.print(f"[bold]Scale[/bold]: Attention {s['attention_mesh']} | MoE {s['moe_mesh']}"
               + (f" | VPP {s['vpp']}" if s["vpp"] > 1 else "")

@@ -119,10 +119,22 @@ _REPLACED_BY_CONFIG = frozenset(p.name for p in layout_options(knob_options(lamb
     "gpu", "gpus", "efficiency", "overheads", "token_imbalance"}
 
 
-def _flags_the_config_replaces() -> list[str]:
+def _flags_the_config_replaces(also: frozenset = frozenset()) -> list[str]:
+    """The layout and knob flags (and `also`) given on the command line."""
     ctx = click.get_current_context()
-    return [p.opts[0] for p in ctx.command.params if p.name in _REPLACED_BY_CONFIG
+    return [p.opts[0] for p in ctx.command.params if p.name in _REPLACED_BY_CONFIG | also
             and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
+
+
+def _given(name: str) -> bool:
+    """Whether the option was typed on the command line (not its default); False outside a click command."""
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def flags_a_saved_result_replaces() -> list[str]:
+    """Layout, knob and cluster flags given beside a saved plan/estimate, which holds all of them."""
+    return _flags_the_config_replaces(frozenset({"gpu", "gpus"}))
 
 
 def estimate_from_config(model: str, kw: dict):
@@ -196,14 +208,22 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
 
     precision = pick("precision", kw["precision"], defaults["precision"])
     dispatcher = pick("dispatcher", kw["dispatcher"], defaults["dispatcher"] if layout.ep > 1 else "alltoall")
+    if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
+        raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
+                           "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
+    if scope_text is not None and "none" in scope_text.replace(",", " ").split() and scope_text.strip() != "none":
+        raise MoetuneError(f"--cuda-graph-scope {scope_text}: 'none' turns CUDA graphs off; give it alone or drop it")
     scopes = (tuple(s for s in scope_text.replace(",", " ").split() if s != "none") if scope_text is not None
               else pick("cuda_graph_scope", None, tuple(defaults["cuda_graph_scope"])))
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":
+        if _given("recompute"):
+            raise MoetuneError("--recompute none with --recompute-modules: modules are recomputed only under "
+                               "--recompute selective; drop one of them")
         recompute = "selective"  # naming modules implies selective recompute
     knobs = Knobs(
         precision=precision, recompute=recompute, recompute_modules=modules,

@@ -33,6 +33,10 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         key, sep, value = item.partition("=")
         if not sep:
             raise MoetuneError(f"--fix {item!r}: expected key=value, e.g. --fix ep=64")
+        if key in fixed or key == "recompute_modules" and fixed.get("recompute") in ("none", "full") \
+                or key == "recompute" and value != "selective" and "recompute_modules" in fixed:
+            raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (a key once; recompute_modules only "
+                               "with recompute=selective)")
         if key in INT_KEYS:
             if not value.isdigit() or int(value) < 1:
                 raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
@@ -46,7 +50,13 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         elif key == "cuda_graph_scope":
             fixed[key] = [tuple(s for s in value.replace(",", " ").split() if s != "none")]
         elif key == "optimizer_offload_fraction":
-            fixed[key] = [float(value)]
+            try:
+                fraction = float(value)
+            except ValueError:
+                fraction = -1.0
+            if not 0 <= fraction <= 1:
+                raise MoetuneError(f"--fix optimizer_offload_fraction={value}: expected a number in [0, 1]")
+            fixed[key] = [fraction]
         elif key == "recompute":
             if value not in ("none", "selective", "full"):
                 raise MoetuneError(f"--fix recompute={value}: expected none, selective or full")
@@ -105,6 +115,9 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                               where=f"--baseline {baseline}") \
         if baseline else None
+    if base is not None and (base.model.name, base.layout.world_size) != (spec.name, gpus):
+        raise MoetuneError(f"--baseline {baseline} is {base.model.name} on {base.layout.world_size} GPUs; the plan is "
+                           f"{spec.name} on {gpus}: pass an estimate of the same model and GPU count")
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
@@ -222,3 +235,8 @@ def print_plan(result: PlanResult, gbs: int) -> None:
                                                          "cuda graphs", "EP overlap", "offload", "tok/s/GPU",
                                                          "TFLOP/s/GPU", "peak GiB", "dominant wall"], rows,
                     justify_right_from=9))
+    speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
+    if any(a < b for a, b in zip(speeds, speeds[1:])):
+        out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
+                  "the last digits: less model parallelism, lighter recompute, no offload, the platform's dispatcher, "
+                  "more DP (planner/search.py _preference)")

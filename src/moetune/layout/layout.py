@@ -15,11 +15,24 @@ from moetune.errors import MoetuneError
 LAYOUT_SYMBOLS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}
 
 
+# Most symbols an expanded layout may hold: far above any model's layers, far below what exhausts memory
+MAX_LAYOUT_SYMBOLS = 100_000
+
+
 @cache
 def _stages(text: str) -> tuple[str, ...]:
+    def repeat(m: re.Match) -> str:
+        if len(m.group(1)) * int(m.group(2)) > MAX_LAYOUT_SYMBOLS:
+            raise MoetuneError(f"--pipeline-layout {text!r}: {m.group(0)} expands to more than {MAX_LAYOUT_SYMBOLS:,} "
+                               "symbols; give one t per decoder layer")
+        return m.group(1) * int(m.group(2))
+
     flat = text.replace(",", "").replace(" ", "")
-    flat = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    flat = re.sub(r"\(([^()]+)\)\*(\d+)", repeat, flat)
+    flat = re.sub(r"(.)\*(\d+)", repeat, flat)
+    if "(" in flat or ")" in flat:
+        raise MoetuneError(f"--pipeline-layout {text!r}: unbalanced parentheses, or a group without its *N "
+                           "(write (t*4|)*14)")
     bad = sorted(set(flat) - set(LAYOUT_SYMBOLS) - {"|"})
     if bad:
         raise MoetuneError(

@@ -67,8 +67,9 @@ def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
     middle_stages = pp - (first is not None) - (last is not None)
     middle = num_layers - (first or 0) - (last or 0)
     for name, value in (("--first-stage-layers", first), ("--last-stage-layers", last)):
-        if value is not None and (value < 0 or value % vpp):
-            raise MoetuneError(f"{name} ({value}) must be a non-negative multiple of vpp ({vpp})")
+        # Megatron-Core refuses an empty first/last stage ("must be larger than 0", transformer_config.py)
+        if value is not None and (value <= 0 or value % vpp):
+            raise MoetuneError(f"{name} ({value}) must be a positive multiple of vpp ({vpp})")
     if middle < 0 or (middle_stages == 0 and middle) or (middle_stages and middle % (middle_stages * vpp)):
         raise MoetuneError(
             f"the {middle} layers left after first/last stages must split evenly over {middle_stages} middle "

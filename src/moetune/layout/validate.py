@@ -95,8 +95,8 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
             )
         if layout.tp > 1 and not layout.sp:
             raise MoetuneError(
-                f"TP ({layout.tp}) > 1 with MoE layers needs sequence parallel (Megatron-Core asserts it); "
-                "drop --no-sequence-parallel"
+                f"TP ({layout.tp}) > 1 with MoE layers needs sequence parallel (Megatron-Core asserts it); turn it "
+                "on (model.sequence_parallel=true, or drop --no-sequence-parallel)"
             )
     elif layout.ep > 1:
         raise MoetuneError(f"ep ({layout.ep}) > 1 but {spec.name} has no MoE layers; use --ep 1")
@@ -110,6 +110,14 @@ def validate_workload(layout: Layout, workload: Workload) -> None:
         f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {layout.dp} = "
         f"{mbs * layout.dp}); change --gbs or --mbs",
     )
+    if layout.vpp > 1:
+        # the interleaved schedule runs micro-batches in groups of microbatch_group_size_per_vp_stage (default PP)
+        # and refuses a last group shorter than PP (megatron/core/pipeline_parallel/schedules.py,
+        # forward_backward_pipelining_with_interleaving): the micro-batch count must be a multiple of PP
+        m = workload.num_microbatches(layout)
+        _require(m % layout.pp == 0, f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
+                 f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule); change "
+                 "--gbs or --mbs, or drop --vpp")
     if layout.sp:
         _divides(layout.tp, "TP (sequence parallel)", seq, "sequence length", "change --seq or --tp")
     if layout.cp > 1:

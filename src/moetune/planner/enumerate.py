@@ -137,7 +137,8 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     def choice(name, values):
         return [fixed[name]] if name in fixed else values
 
-    tps = choice("tp", tp_choices(gpu, world))
+    # tp_comm_overlap pinned on asks for TP > 1: Megatron Bridge turns it off at TP 1
+    tps = [t for t in choice("tp", tp_choices(gpu, world)) if t > 1 or fixed.get("tp_comm_overlap") is not True]
     cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
     vpps = choice("vpp", list(VPP_CHOICES))
@@ -145,7 +146,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     etps = choice("etp", tp_choices(gpu, world))
     out = []
     splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
-    shapes: dict[tuple, bool] = {}  # (tp, ep, etp) -> heads, groups, experts and widths divide
+    shapes: dict[tuple, bool] = {}  # (tp, cp, ep, etp) -> heads, groups, experts, widths (and linear heads/CP) divide
     exchanges: dict[tuple, bool] = {}  # (cp, tp) -> a CP exchange runs (walls/context_parallel.py)
     variants: dict[tuple, list] = {}  # (pp, vpp) -> the splits tried (_splits)
     probe = Workload(seq_length=wl.seq_length, micro_batch_size=1)  # the sequence rules; GBS is checked below
@@ -161,9 +162,9 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
         for extra in variants[(pp, vpp)]:
             try:
                 lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
-                if (tp, ep, etp) not in shapes:
-                    shapes[(tp, ep, etp)] = _shapes_ok(spec, lay)
-                if not shapes[(tp, ep, etp)]:
+                if (tp, cp, ep, etp) not in shapes:
+                    shapes[(tp, cp, ep, etp)] = _shapes_ok(spec, lay)
+                if not shapes[(tp, cp, ep, etp)]:
                     continue
                 validate_workload(lay, probe)
                 key = (pp, vpp, tuple(sorted(extra.items())))
@@ -250,6 +251,12 @@ def _precisions(defaults: dict, fixed: dict) -> list[str]:
     """BF16 and the platform's FP8 recipe, or the pinned ones; with tp_comm_overlap pinned on, only those whose inputs
     Userbuffers take."""
     precisions = fixed.get("precision", sorted({"bf16", defaults["precision"]}))
+    if fixed.get("fp8_output_proj") is True:  # the LM head under MXFP8 needs an MXFP8 recipe (Knobs)
+        precisions = [p for p in precisions if p == FP8_OUTPUT_PROJ_PRECISION]
+        if not precisions:
+            raise MoetuneError(f"--fix fp8_output_proj=true: the LM head runs in {FP8_OUTPUT_PROJ_PRECISION} only "
+                               f"under an {FP8_OUTPUT_PROJ_PRECISION} recipe, on Blackwell; drop the pin or pin "
+                               f"precision={FP8_OUTPUT_PROJ_PRECISION} on a Blackwell GPU")
     if fixed.get("tp_comm_overlap") is True:
         precisions = [p for p in precisions if p not in NO_USERBUFFERS]
         if not precisions:

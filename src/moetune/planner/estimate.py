@@ -1,7 +1,8 @@
 """One configuration in, every wall out: the function behind ``moetune estimate``."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
@@ -88,6 +89,8 @@ class Estimate:
                 "fits": self.fits, "worst_stage": self.worst_stage,
             },
         }
+        if self.gpu.ref != self.gpu.key:  # a cluster file's figures, so an edited or moved file cannot change them
+            out["gpu_spec"] = {f.name: getattr(self.gpu, f.name) for f in fields(self.gpu)}
         if self.time is not None:
             out["time"] = self.time
         if self.defaulted:
@@ -126,6 +129,9 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
+    if knobs.token_imbalance is not None and layout.ep > 1 and knobs.token_imbalance > layout.ep:
+        raise MoetuneError(f"token_imbalance ({knobs.token_imbalance:g}) cannot exceed EP ({layout.ep}): the busiest "
+                           f"of {layout.ep} expert ranks holds at most every token, {layout.ep}x the mean")
     eff = efficiency(gpu.key, efficiency_overrides)
     knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
     stages = memory_wall(model, layout, workload, knobs, overheads) if with_memory else []

@@ -109,11 +109,12 @@ def _profile(e: Estimate) -> dict:
     walls = t["walls"]
     dominant = t["dominant_wall"] if e.fits else "memory"
     exposed = sorted(t["exposed_collectives"].items(), key=lambda kv: -kv[1])
-    compute = sorted(t["compute_by_class"].items(), key=lambda kv: -kv[1])
+    compute = sorted(((k, v) for k, v in t["compute_by_class"].items() if v > 0), key=lambda kv: -kv[1])
+    lead = " and ".join(f"{k} {v:.2f} s" for k, v in compute[:2])
     why = {
         "memory": f"peak {e.peak_bytes / GIB:.1f} GiB exceeds {e.gpu.capacity_bytes / GIB:.1f} GiB",
         "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of a {t['step_seconds']:.2f} s step",
-        "compute": f"{compute[0][0]} {compute[0][1]:.2f} s and {compute[1][0]} {compute[1][1]:.2f} s lead compute",
+        "compute": f"{lead} lead{'s' if len(compute) == 1 else ''} compute ({walls['compute']:.2f} s)",
         "bubble": f"pipeline bubble (PP{e.layout.pp}-1)/(VPP{e.layout.vpp} x m={t['num_microbatches']})",
         "host": f"GPU idle while the host CPU issues kernels (Python, launches, syncs) {walls['host']:.2f} s",
     }[dominant]
@@ -274,14 +275,26 @@ def smallest_fitting_layout(e: Estimate):
              if gbs % (mbs * lay.dp) == 0]
     if not cands:
         return None
-    batch = build_batch(e.model, cands)
-    peak = batch_memory(e.model, batch, wl.seq_length, gbs, e.knobs, merged_overheads(e.overheads))
-    fitting = [lay for (lay, _), p in zip(cands, peak) if p <= e.gpu.capacity_bytes]
+    fitting = []
+    for spread in (False, True):  # experts on one rank, or over EP ranks: a defaulted dispatcher differs
+        group = [c for c in cands if (c[0].ep > 1) == spread]
+        if group:
+            peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs,
+                                _knobs_for(e, group[0][0].ep), merged_overheads(e.overheads))
+            fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None
     best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.tp, lay.pp, -lay.ep, lay.etp))
     return e.variant(layout=best, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                    global_batch_size=gbs))
+                                                    global_batch_size=gbs), knobs=_knobs_for(e, best.ep))
+
+
+def _knobs_for(e: Estimate, ep: int):
+    """The run's knobs on a layout of `ep`: a dispatcher the user left to the defaults is the platform's for EP > 1
+    and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP."""
+    if "dispatcher" not in e.defaulted:
+        return e.knobs
+    return replace(e.knobs, dispatcher=platform_defaults(e.gpu)["dispatcher"] if ep > 1 else "alltoall")
 
 
 def _default_exchange(e: Estimate) -> str | None:

@@ -5,7 +5,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate, estimate
-from moetune.specs.hardware import load_gpu
+from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
 
 
@@ -19,6 +19,8 @@ def pick_result(data: dict, rank: int = 1) -> dict:
         if rank > len(data["results"]):
             raise MoetuneError(f"--rank {rank}: the plan has only {len(data['results'])} results")
         return data["results"][rank - 1]
+    if rank > 1:
+        raise MoetuneError(f"--rank {rank}: an estimate holds one result; --rank picks among a plan's results")
     return data
 
 
@@ -35,7 +37,8 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     r = pick_result(data, rank)
     try:
         layout, workload, knobs = _configuration(r, where)
-        model, gpu = load_model(r.get("model_source", r["model"])), load_gpu(r["gpu"])
+        model = load_model(r.get("model_source", r["model"]))
+        gpu = GpuSpec(**r["gpu_spec"]) if "gpu_spec" in r else load_gpu(r["gpu"])
     except KeyError as err:
         raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None
     except (TypeError, ValueError, AttributeError) as err:

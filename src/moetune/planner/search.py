@@ -51,7 +51,9 @@ class PlanResult:
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
     mbs_choices = [fixed["mbs"]] if "mbs" in fixed else list(MBS_CHOICES)
     gbs = wl.global_batch_size
-    return [(lay, m) for lay in layouts for m in mbs_choices if gbs % (m * lay.dp) == 0]
+    # with VPP, Megatron's interleaved schedule needs the micro-batch count to be a multiple of PP (validate_workload)
+    return [(lay, m) for lay in layouts for m in mbs_choices
+            if gbs % (m * lay.dp) == 0 and (lay.vpp == 1 or gbs // (m * lay.dp) % lay.pp == 0)]
 
 
 def _without_recompute(knobs: Knobs) -> tuple:

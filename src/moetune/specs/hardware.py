@@ -19,6 +19,7 @@ from moetune.files import read_toml
 
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
+WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile")  # counts, not rates
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -41,10 +42,17 @@ class GpuSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value, whole = getattr(self, f.name), f.name in WHOLE
+            if f.type in (float, int) and (isinstance(value, bool) or not isinstance(value, int | float)
+                                                or (whole and value != int(value))):
+                kind = "whole number" if whole else "number"
+                raise MoetuneError(f"gpu '{self.key}': {f.name} ({value!r}) must be a {kind}")
         for name in ("bf16_tflops", "memory_gib", "hbm_tbps", "nvlink_gbps", "nvlink_domain", "gpus_per_node",
                      "nic_gbps", "host_link_gbps", "gemm_tile"):
             if getattr(self, name) <= 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
+
 
     @property
     def ref(self) -> str:
@@ -100,11 +108,14 @@ def load_cluster_file(path: Path) -> GpuSpec:
         gpu = GpuSpec(key=path.stem, source=str(path), **{k: v for k, v in base.items() if k in known})
     else:
         raise MoetuneError(f"{path}: set gpu = \"h100\" (a catalog name) or a [gpu] table")
+    if isinstance(base, str) and data.get("arch", gpu.arch) != gpu.arch:  # an H100 stays a Hopper GPU
+        raise MoetuneError(f"{path}: arch ({data['arch']!r}) differs from {gpu.name}'s ({gpu.arch}); describe another "
+                           "GPU with a [gpu] table of every field instead of gpu = \"name\"")
     allowed = {f.name for f in fields(GpuSpec)} - {"key"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise MoetuneError(f"{path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
     try:
-        return replace(gpu, source=str(path), **data)
-    except TypeError as err:
+        return replace(gpu, source=str(path.resolve()), **data)  # absolute: a saved plan finds it from anywhere
+    except (TypeError, MoetuneError) as err:
         raise MoetuneError(f"{path}: {err}") from None

@@ -23,6 +23,8 @@ class HfConfig:
                 node = node[part]
             else:
                 if node is not None:
+                    if isinstance(default, bool) and not isinstance(node, bool):  # a switch with a switch's default
+                        raise MoetuneError(f"{self.origin}: field '{key}' ({node!r}) must be true or false")
                     return node
         if default is _MISSING:
             raise MoetuneError(

@@ -16,7 +16,13 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
         raise MoetuneError(
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(READERS))}"
         )
-    fields = READERS[model_type](HfConfig({**data, "model_type": model_type}, origin))
+    try:
+        fields = READERS[model_type](HfConfig({**data, "model_type": model_type}, origin))
+    except MoetuneError:
+        raise
+    except (TypeError, ValueError, ZeroDivisionError) as err:  # a number given as text, a zero interval...
+        raise MoetuneError(f"{origin}: a field holds a value of the wrong type or zero ({err}); fix the "
+                           "config.json") from None
     try:
         return ModelSpec(name=name, model_type=model_type, source=origin, **fields)
     except ValueError as err:
@@ -24,11 +30,17 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
 
 
 def load_hf_config(path: Path) -> ModelSpec:
-    """Read a config.json file from disk."""
+    """Read a config.json file from disk (or the config.json inside a Hugging Face snapshot directory)."""
     if not path.exists():
         raise MoetuneError(f"{path}: no such file; pass a built-in model name or a path to a config.json")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise MoetuneError(f"{path}: a directory without a config.json; pass the model's config.json")
+        path = path / "config.json"
     data = read_json(path, "model config", "pass a Hugging Face config.json")
     if not isinstance(data, dict):
         raise MoetuneError(f"{path}: a config.json must hold a JSON object")
     stem = path.name.removesuffix(".json").removesuffix(".config")
-    return spec_from_hf(data, name=stem, origin=str(path))
+    if stem == "config":  # a snapshot's config.json: its directory names the model
+        stem = path.resolve().parent.name
+    return spec_from_hf(data, name=stem, origin=str(path.resolve()))  # absolute: a saved plan finds it from anywhere

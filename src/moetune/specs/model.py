@@ -114,7 +114,13 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
+        for f in fields(self):  # sizes are whole numbers (a config.json's 2048.5 or "2048" is an error, not a size)
+            value = getattr(self, f.name)
+            if f.type is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ValueError(f"{self.name}: {f.name} ({value!r}) must be a whole number")
         _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups"))
+        if not self.layers:
+            raise ValueError(f"{self.name}: the model has no layers (num_hidden_layers 0); fix the config.json")
         if self.num_attention_heads % self.num_query_groups:
             raise ValueError(
                 f"{self.name}: num_attention_heads ({self.num_attention_heads}) must be a multiple of "

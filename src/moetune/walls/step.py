@@ -289,7 +289,10 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "dominant_wall": max(walls, key=walls.get),
         "collectives": collectives,
         "exposed_collectives": exposed,
-        "compute_by_class": {k: float(m * v) for k, v in slow["compute"].items()},
+        # per step, summing to walls["compute"]: the slowest stage's classes over m micro-batches, then the optimizer
+        # step (on the GPU) and its offloaded share (through the host)
+        "compute_by_class": {**{k: float(m * v) for k, v in slow["compute"].items()},
+                             "optimizer_step": float(optimizer), "optimizer_offload": float(offload)},
         "slowest_stage": stages.index(slow),
         "stage_seconds": [float(s["total"]) for s in stages],  # per micro-batch, each pipeline rank
         "num_microbatches": m,
