@@ -430,3 +430,71 @@ def test_explain_when_the_slowest_stage_holds_only_the_loss(capsys):
                         "--pipeline-layout", "Et*3|(t*3|)*7L", "--gbs", "1008", "--json"], capsys)
     t = json.loads(out)["time"]
     assert sum(t["compute_by_class"].values()) == pytest.approx(t["walls"]["compute"], rel=1e-9)
+
+
+def test_megatron_lm_arguments_without_the_distributed_optimizer_count_every_state(capsys):
+    """Qwen3-30B-A3B on 16 H100 at EP 16: the same layout fits with the distributed optimizer (73.8 GiB) and not
+    without it, Megatron-LM's default when --use-distributed-optimizer is absent."""
+    base = ("--expert-model-parallel-size 16 --moe-token-dispatcher-type alltoall --bf16 --seq-length 4096 "
+            "--micro-batch-size 1 --global-batch-size 256")
+    peaks = {}
+    for extra in ("", " --use-distributed-optimizer"):
+        code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--mlm-args", base + extra,
+                            "--json"], capsys)
+        peaks[extra] = json.loads(out)["memory"]
+    assert peaks[" --use-distributed-optimizer"]["fits"] and not peaks[""]["fits"]
+
+
+@pytest.mark.parametrize(("sets", "needle"), [
+    (["model.cuda_graph_scope=[attention]", "model.cuda_graph_impl=transformer_engine"],
+     "unknown CUDA-graph scope(s) attention"),
+    (["model.tensor_model_parallel_size=0"], "model.tensor_model_parallel_size (0) must be at least 1"),
+    (["model.expert_tensor_parallel_size=0"], "must be at least 1"),
+    (["model.tensor_model_parallel_size=-2"], "must be at least 1"),
+    (["model.moe_layer_freq=abc"], "expected an integer, a list of 0/1"),
+])
+def test_check_with_a_model_reports_bad_sizes_in_one_line(sets, needle, tmp_path, capsys):
+    args = ["check", "--set", "model.expert_model_parallel_size=16", "--gpu", "h100", "--gpus", "16", "--model",
+            "qwen3-30b-a3b"]
+    code, _, err = run([*args, *[x for s in sets for x in ("--set", s)]], capsys)
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_check_with_a_model_judges_overrides_over_their_recipe(tmp_path, capsys):
+    """The gpt-oss-120b H100 perf overrides (moe_act recompute, no precision named) on the recipe Bridge's bridge and
+    recipe complete (grouped GEMM, alltoall, BF16): no Megatron-Core error; a per-layer MoE pattern of the wrong
+    length and a top-k over the experts are errors."""
+    path = tmp_path / "o.txt"
+    path.write_text("model.tensor_model_parallel_size=1\nmodel.pipeline_model_parallel_size=4\n"
+                    "model.expert_model_parallel_size=8\nmodel.recompute_granularity=selective\n"
+                    "model.recompute_modules=[layernorm,moe_act]\n")
+    args = ["check", str(path), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64"]
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "0 error(s)" in out
+    for sets, rule in ((["model.moe_layer_freq=[1,0]"], "model.moe_layer_freq_length"),
+                       (["model.moe_router_topk=200"], "model.topk_over_experts")):
+        code, out, _ = run([*args, "--set", sets[0], "--json"], capsys)
+        assert code == 1 and rule in {f["rule"] for f in json.loads(out)["findings"]}
+
+
+def test_a_long_context_pick_checks_clean(tmp_path, capsys):
+    """DeepSeek-V3 on 256 H100 at 32k: the plan's own pick, emitted and checked with --model, has no errors (the
+    smallest-layout probe once carried the pick's hierarchical CP sizes to another layout and blamed the config)."""
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "256", "--seq", "32768", "--gbs", "512",
+                        "--top", "1", "--json"], capsys)
+    (tmp_path / "p.json").write_text(out)
+    assert run(["emit", str(tmp_path / "p.json"), "--out", str(tmp_path / "run")], capsys)[0] == 0
+    code, out, _ = run(["check", str(tmp_path / "run" / "overrides.txt"), "--model", "deepseek-v3"], capsys)
+    assert code == 0 and "0 error(s)" in out
+
+
+def test_a_config_of_another_model_is_named(tmp_path, capsys):
+    """Qwen3-30B-A3B overrides (48 layers, hidden 2048) read with DeepSeek-V3: estimate refuses to estimate one model
+    under the other's name; check keeps the config's values and warns."""
+    path = tmp_path / "o.txt"
+    path.write_text("model.num_layers=48\nmodel.hidden_size=2048\nmodel.expert_model_parallel_size=16\n")
+    code, _, err = run(["estimate", "deepseek-v3", "--config", str(path), "--gpu", "h100", "--gpus", "16"], capsys)
+    assert code == 2 and "model.num_layers (48 vs deepseek-v3's 61)" in err
+    code, out, _ = run(["check", str(path), "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "16", "--json"],
+                       capsys)
+    assert "check.model_differs" in {f["rule"] for f in json.loads(out)["findings"]}

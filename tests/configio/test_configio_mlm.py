@@ -57,6 +57,19 @@ def test_fp32_run_says_so():
     ("--fp8-format e4m3", "mixed_precision.fp8_recipe", "delayed"),  # Megatron-LM's --fp8-recipe default
     ("--tensor-model-parallel-size=2", "model.tensor_model_parallel_size", 2),
     ("--main-grads-dtype bf16", "optimizer.main_grads_dtype", "bfloat16"),
+    # Megatron-LM keeps every optimizer state on every DP rank unless asked (its default is off)
+    ("--tensor-model-parallel-size 2", "optimizer.use_distributed_optimizer", False),
+    ("--use-distributed-optimizer", "optimizer.use_distributed_optimizer", True),
+    ("--te-rng-tracker", "rng.te_rng_tracker", True),
+    # moe_freq_type's expression form, read without eval
+    ("--moe-layer-freq ([0]*3+[1]*5)", "model.moe_layer_freq", [0, 0, 0, 1, 1, 1, 1, 1]),
+    ("--moe-layer-freq [1,0]*2", "model.moe_layer_freq", [1, 0, 1, 0]),
+    ("--moe-layer-freq 2", "model.moe_layer_freq", 2),
+    # VPP from layers per virtual stage counts the embedding and loss the split accounts for (arguments.py):
+    # (94 + 2) / (8 x 3) = 4, as the ModelZoo Qwen3-235B-A22B H100 best practice runs it
+    ("--num-layers 94 --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 3 "
+     "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+     "model.virtual_pipeline_model_parallel_size", 4),
 ])
 def test_flag_forms(args, key, value):
     assert load_config(mlm_args=args)[key] == value
@@ -70,6 +83,9 @@ def test_flag_forms(args, key, value):
     ("--tensor-model-parallel-size 2 --tensor-model-parallel-size 4", "contradictory"),
     ("--recompute-modules", "at least one value"),
     ("--tensor-model-parallel-size 'unbalanced", "cannot split"),
+    ("tensor-model-parallel-size 2", "no Megatron-LM --flags"),
+    ("--moe-layer-freq abc", "expected an integer, a list of 0/1"),
+    ("--tensor-model-parallel-size 0", "must be at least 1"),
 ])
 def test_bad_arguments_are_one_line_errors(args, needle):
     with pytest.raises(MoetuneError, match=needle) as err:

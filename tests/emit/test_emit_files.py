@@ -1,5 +1,7 @@
 """The emitted files: valid Python and bash, Megatron names only, the right node count and environment."""
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -138,3 +140,78 @@ def test_computed_environment_matches_nvidia_gb200_recipe():
     without_env = {k: v for k, v in recipe.items() if not k.startswith("env.")}
     computed = {k: v for k, (v, _) in environment(without_env).items()}
     assert {n: computed[n] for n in names_} == {n: recipe[f"env.{n}"] for n in names_}
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """Plans of three model shapes, emitted: DeepSeek-V3 (MLA, dense first layers, MTP) on 256 H100, Qwen3-30B-A3B
+    (GQA) on 16 H100 and the Nemotron-3 Nano hybrid on 16 H100."""
+    out = {}
+    for model, gpus, gbs in (("deepseek-v3", "256", "4096"), ("qwen3-30b-a3b", "16", "512"),
+                             ("nemotron3-nano-30b-a3b", "16", "512")):
+        root = tmp_path_factory.mktemp(model)
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            assert main(["plan", model, "--gpu", "h100", "--gpus", gpus, "--gbs", gbs, "--top", "1", "--json"]) == 0
+        (root / "plan.json").write_text(text.getvalue())
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["emit", str(root / "plan.json"), "--out", str(root / "run")]) == 0
+        out[model] = root / "run"
+    return out
+
+
+def _torchrun_argv(run, tmp_path):
+    """What torchrun.sh hands torchrun for Megatron-LM: a stub prints its arguments one per line."""
+    stub = tmp_path / "bin"
+    stub.mkdir(exist_ok=True)
+    (stub / "torchrun").write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+    (stub / "torchrun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "ENGINE": "megatron-lm"}
+    done = subprocess.run(["bash", str(run / "torchrun.sh")], env=env, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("python3") is None, reason="needs bash, python3")
+def test_megatron_lm_launch_builds_the_planned_model(planned, tmp_path):
+    """Megatron-LM has no recipe behind it: the arguments carry every parameter shape, the switches its own checks
+    ask for (arguments.py: --overlap-param-gather needs --use-distributed-optimizer), and reach torchrun unquoted."""
+    argv = _torchrun_argv(planned["deepseek-v3"], tmp_path)
+    assert argv[argv.index("--moe-layer-freq") + 1] == "([0]*3+[1]*58)"  # three dense layers, then MoE
+    layout = argv[argv.index("--pipeline-model-parallel-layout") + 1]
+    assert "'" not in layout and layout.startswith("E") and layout.endswith("mL")
+    for flag in ("--use-distributed-optimizer", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
+                 "--q-lora-rank", "--kv-lora-rank", "--moe-router-enable-expert-bias", "--swiglu"):
+        assert flag in argv, flag
+    assert argv[argv.index("--position-embedding-type") + 1] == "rope"
+    assert argv[argv.index("--vocab-size") + 1] == "129280"
+    if "--overlap-param-gather" in argv:
+        assert "--overlap-grad-reduce" in argv
+    qwen = _torchrun_argv(planned["qwen3-30b-a3b"], tmp_path)
+    assert "--group-query-attention" in qwen and qwen[qwen.index("--num-query-groups") + 1] == "4"
+    assert "--qk-layernorm" in qwen and qwen[qwen.index("--kv-channels") + 1] == "128"
+    hybrid = _torchrun_argv(planned["nemotron3-nano-30b-a3b"], tmp_path)
+    assert any(a.endswith("/pretrain_hybrid.py") for a in hybrid) and any(a.endswith("/pretrain_gpt.py") for a in qwen)
+
+
+def test_emitted_overrides_keep_the_sequence_and_the_rng_tracker(planned):
+    text = (planned["deepseek-v3"] / "overrides.txt").read_text()
+    assert "dataset.seq_length=4096" in text and "model.seq_length=4096" in text
+    if "model.cuda_graph_impl=transformer_engine" in text:
+        assert "model.use_te_rng_tracker=true" in text and "rng.te_rng_tracker=true" in text
+
+
+def test_gb200_sbatch_asks_for_rack_segments(tmp_path, capsys):
+    """256 GB200 in 4-GPU nodes: 64 nodes in segments of 16 (64 GPUs in one NVL72 rack), as moetune placed them."""
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "256", "--gbs", "4096", "--top", "1",
+                 "--json"]) == 0
+    (tmp_path / "p.json").write_text(capsys.readouterr().out)
+    assert main(["emit", str(tmp_path / "p.json"), "--out", str(tmp_path / "run")]) == 0
+    sbatch = (tmp_path / "run" / "sbatch.sh").read_text()
+    assert "#SBATCH --segment=16" in sbatch and "#SBATCH --nodes=64" in sbatch
+    assert "--segment" not in emit_all(plan("dsv3_gb200_hybridep", **{"cluster.gpu": "h100"}))["sbatch.sh"]
+
+
+def test_a_training_length_in_samples_unsets_the_recipes_iterations():
+    files = emit_all(plan("dsv3_gb200_hybridep", **{"train.train_samples": 585937500}))
+    assert "train.train_samples=585937500" in files["overrides.txt"]
+    assert "train.train_iters=null" in files["overrides.txt"]

@@ -100,14 +100,20 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
             raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
-        from moetune.planner.config_map import architecture_fields
+        from moetune.planner.config_map import architecture_conflicts, architecture_fields, provider_fields
         from moetune.planner.memory_facts import config_memory_facts
         from moetune.specs.registry import load_model
 
         spec = load_model(model)
-        # the model's architecture where the config leaves it to the recipe, so Megatron-Core validates it too
-        config = dict(sorted({**{k: v for k, v in architecture_fields(spec).items() if v is not None},
-                              **config}.items()))
+        conflicts = architecture_conflicts(spec, config)  # the config's own values stand; say they are another's
+        # the model's architecture where the config leaves it to the recipe, so Megatron-Core validates it too; for
+        # a Bridge config also what Bridge's model bridges and recipes set (a Megatron-LM launch has no recipe)
+        fill = {k: v for k, v in architecture_fields(spec).items() if v is not None}
+        if config.get("cluster.launcher") != "megatron-lm":
+            precision_given = any(k.startswith("mixed_precision.") for k in config)  # the recipe's, or all of it
+            fill.update({k: v for k, v in provider_fields(spec).items()
+                         if not (precision_given and k.startswith("mixed_precision."))})
+        config = dict(sorted({**fill, **config}.items()))
         try:
             derived = config_memory_facts(spec, config)
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
@@ -116,6 +122,10 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
     if layout_error is not None:
         findings.insert(0, layout_error)
+    if model and conflicts:
+        findings.insert(0, Finding(rule="check.model_differs", severity="warning",
+                                   message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "
+                                           "checks use the config's values", source="moetune --model"))
     errors = sum(f.severity == "error" for f in findings)
     if as_json:
         emit_json({"findings": [f.as_dict() for f in findings], "config": config})
@@ -123,8 +133,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
         out = console()
         out.print(findings_table(findings))
         counts = {s: sum(f.severity == s for f in findings) for s in _ORDER}
+        filled = f" (+{len(config) - read} from {model}'s architecture and its recipe's defaults)"
         out.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
-                  f"{read} config keys read" + (f" (+{len(config) - read} from {model}'s architecture)"
-                                                                if len(config) > read else ""))
+                  f"{read} config keys read" + (filled if len(config) > read else ""))
     if errors:
         raise RuleErrors(f"{errors} rule error(s) in the config")

@@ -142,7 +142,7 @@ def estimate_from_config(model: str, kw: dict):
     from dataclasses import replace
 
     from moetune.configio.load import load_config
-    from moetune.planner.config_map import from_config
+    from moetune.planner.config_map import architecture_conflicts, from_config
     from moetune.planner.estimate import estimate
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
@@ -156,10 +156,14 @@ def estimate_from_config(model: str, kw: dict):
                          gpus=kw["gpus"])
     if "cluster.gpu" not in config:
         raise MoetuneError("the config does not say which GPU: pass --gpu (e.g. --gpu h100)")
+    spec = load_model(model)
+    if conflicts := architecture_conflicts(spec, config):  # the estimate is MODEL's: a config of another is an error
+        raise MoetuneError(f"the config describes another model than {model}: {'; '.join(conflicts[:3])}; pass the "
+                           "MODEL the config trains")
     layout, workload, knobs = from_config(config)
     if kw["token_imbalance"] is not None:
         knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
-    result = estimate(load_model(model), load_gpu(str(config["cluster.gpu"])), layout, workload, knobs,
+    result = estimate(spec, load_gpu(str(config["cluster.gpu"])), layout, workload, knobs,
                       load_overheads(kw["overheads"]), efficiency_overrides=load_efficiency_file(kw["efficiency"]))
     result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
     return result

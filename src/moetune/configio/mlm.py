@@ -33,6 +33,10 @@ SPECIAL = {
     "--moe-enable-deepep": [("model.moe_token_dispatcher_type", "flex"),
                             ("model.moe_flex_dispatcher_backend", "deepep")],
     "--untie-embeddings-and-output-weights": [("model.share_embeddings_and_output_weights", False)],
+    "--te-rng-tracker": [("model.use_te_rng_tracker", True), ("rng.te_rng_tracker", True)],
+    # one switch for both: Megatron-LM hands args.use_distributed_optimizer to the DDP and optimizer configs
+    "--use-distributed-optimizer": [("ddp.use_distributed_optimizer", True),
+                                    ("optimizer.use_distributed_optimizer", True)],
 }
 
 
@@ -44,6 +48,10 @@ def _tokens(text: str, origin: str) -> list[str]:
     except ValueError as err:
         raise MoetuneError(f"{origin}: cannot split the Megatron-LM arguments ({err})") from None
     return ["@pragma:" + p for p in pragmas] + words
+
+
+# words a launch line holds before the script's arguments: the launcher and its own options
+_LAUNCHER_WORD = re.compile(r"^(export|torchrun|python3?|-m|-u|--?[\w-]+(=\S*)?|\d+|\S*/\S*)$")
 
 
 def _start(words: list[str]) -> int:
@@ -118,6 +126,11 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
                     out: list[Assignment] | None = None) -> list[Assignment]:
     """Assignments of shell words: ``NAME=value`` words (and pragmas) up to the script's arguments, then --flags."""
     start = _start(words)
+    stray = [w for w in words[:start] if not (w.startswith("@pragma:") or _ENV_WORD.match(w) or w.endswith(".py")
+                                              or _LAUNCHER_WORD.match(w))]
+    if start == len(words) and stray:  # words, and not one --flag among them: not Megatron-LM arguments
+        raise MoetuneError(f"{origin}: no Megatron-LM --flags, only {' '.join(stray[:3])!r}...; pass arguments as "
+                           "pretrain_gpt.py takes them (--tensor-model-parallel-size 2 ...)")
     out, env = list(out or []), dict(os.environ if env is None else env)
     for w in words[:start]:
         if w.startswith("@pragma:"):
@@ -150,7 +163,7 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
     _validate_args(out)
-    out += _precision_default(out, origin) + _mlm_defaults(out, origin)
+    out += _precision_default(out, origin) + _distributed_optimizer_default(out, origin) + _mlm_defaults(out, origin)
     out.append(Assignment(key=LAUNCHER, value="megatron-lm", origin=origin, soft=True))
     if raw_vpp_layers is not None:
         out.append(_vpp_from_layers(out, *raw_vpp_layers))
@@ -184,6 +197,15 @@ def _validate_args(out: list[Assignment]) -> None:
         if a.key == "model.sequence_parallel" and a.value and tp == 1:
             # "Disabling sequence parallelism because tensor model parallelism is disabled"
             a.value, a.origin = False, f"{a.origin} (off: Megatron-LM disables it at TP=1)"
+
+
+def _distributed_optimizer_default(out: list[Assignment], origin: str) -> list[Assignment]:
+    """Megatron-LM without --use-distributed-optimizer keeps every optimizer state on every DP rank (its default is
+    off, Bridge's recipes turn it on): say so, so the memory wall counts it."""
+    if any(a.key in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer") for a in out):
+        return []
+    return [Assignment(key=k, value=False, origin=f"{origin} (no --use-distributed-optimizer)", soft=True)
+            for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")]
 
 
 def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
@@ -223,13 +245,17 @@ def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
 
 
 def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> Assignment:
-    """--num-layers-per-virtual-pipeline-stage L  ->  VPP = num_layers / (PP * L) (arguments.py validate_args)."""
+    """--num-layers-per-virtual-pipeline-stage L  ->  VPP = layers / (PP * L), the embedding and the loss counting
+    as a layer each under --account-for-embedding/loss-in-pipeline-split (arguments.py validate_args)."""
     given = {a.key: a.value for a in out}
     layers, pp = given.get("model.num_layers"), given.get("model.pipeline_model_parallel_size", 1)
     if len(values) != 1 or not values[0].isdigit() or not layers:
         raise MoetuneError(f"{origin}: needs one integer and --num-layers; "
                            "or use --num-virtual-stages-per-pipeline-rank")
+    layers += bool(given.get("model.account_for_embedding_in_pipeline_split")) + bool(
+        given.get("model.account_for_loss_in_pipeline_split"))
     per_stage = int(values[0])
     if layers % (pp * per_stage):
-        raise MoetuneError(f"{origin}: num_layers {layers} is not divisible by PP {pp} x {per_stage}")
+        raise MoetuneError(f"{origin}: {layers} layers (with the embedding/loss the split accounts for) are not "
+                           f"divisible by PP {pp} x {per_stage}")
     return Assignment(key="model.virtual_pipeline_model_parallel_size", value=layers // (pp * per_stage), origin=origin)

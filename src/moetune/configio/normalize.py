@@ -72,6 +72,16 @@ def canonical_key(key: str, origin: str) -> str:
     return table.canonical(key)
 
 
+# Sizes and counts Megatron divides by or loops over: 0 or less is no configuration (each its own one-line error)
+AT_LEAST_ONE = frozenset({
+    "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
+    "model.expert_model_parallel_size", "model.expert_tensor_parallel_size",
+    "model.virtual_pipeline_model_parallel_size", "model.num_layers", "model.hidden_size",
+    "model.num_attention_heads", "model.num_query_groups", "model.num_moe_experts", "model.moe_router_topk",
+    "model.moe_ffn_hidden_size", "model.ffn_hidden_size", "model.seq_length", "train.micro_batch_size",
+    "train.global_batch_size", "cluster.num_gpus"})
+
+
 def _coerced(key: str, value: Any, origin: str) -> Any:
     if value is DELETE or value is FROM_LAYOUT:
         return value
@@ -80,6 +90,8 @@ def _coerced(key: str, value: Any, origin: str) -> Any:
         value = coerce(key, row.type if row else "any", value)
     except MoetuneError as err:
         raise MoetuneError(f"{origin}: {err}") from None
+    if key in AT_LEAST_ONE and isinstance(value, int) and value < 1:
+        raise MoetuneError(f"{origin}: {key} ({value}) must be at least 1")
     if key == "cluster.gpu":
         from moetune.specs.hardware import load_gpu
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import CUDA_GRAPH_SCOPES
 from moetune.layout.layout import LAYOUT_SYMBOLS
 
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
@@ -96,7 +97,10 @@ def _scope(name: str, v: Any) -> list[str]:
     items = v.split(",") if isinstance(v, str) else v
     if not isinstance(items, (list, tuple)):
         raise MoetuneError(f"{name} expects module names (attn, moe_router, moe_preprocess, ...), got {v!r}")
-    return [str(i).strip().rsplit(".", 1)[-1] for i in items if str(i).strip() not in ("", "full")]
+    scopes = [str(i).strip().rsplit(".", 1)[-1] for i in items if str(i).strip() not in ("", "full")]
+    if bad := [x for x in scopes if x not in CUDA_GRAPH_SCOPES]:  # Megatron-Core's CudaGraphScope names
+        raise MoetuneError(f"{name}: unknown CUDA-graph scope(s) {', '.join(bad)}; use {', '.join(CUDA_GRAPH_SCOPES)}")
+    return scopes
 
 
 _SYMBOL_OF = {name: symbol for symbol, name in LAYOUT_SYMBOLS.items()}  # Megatron-Core LayerType name -> symbol
@@ -117,6 +121,35 @@ def _layout(name: str, v: Any) -> str:
     return "|".join("".join(_SYMBOL_OF[str(x).strip().lower()] for x in stage) for stage in v)
 
 
+_FREQ_TERM = re.compile(r"\[([01](?:\s*,\s*[01])*)\]\s*(?:\*\s*(\d+))?")
+
+
+def _moe_freq(name: str, v: Any) -> int | list[int]:
+    """moe_layer_freq: every N-th layer MoE (an int >= 1) or one 0/1 per layer (1 = MoE), given as a list or in
+    Megatron-LM's expression form "([0]*3+[1]*58)" (arguments.py moe_freq_type evaluates it; read here without
+    eval: '+'-joined [..] or [..]*N terms)."""
+    if isinstance(v, str) and not v.strip().lstrip("-").isdigit():
+        text = v.strip()
+        text = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+        terms = [t.strip() for t in text.split("+")]
+        out: list[int] = []
+        for term in terms:
+            m = _FREQ_TERM.fullmatch(term)
+            if not m:
+                raise MoetuneError(f"{name} = {v!r}: expected an integer, a list of 0/1 or Megatron-LM's form "
+                                   "\"([0]*3+[1]*58)\"")
+            out += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
+        return out
+    if isinstance(v, list):
+        if not v or any(x not in (0, 1) or isinstance(x, bool) for x in v):
+            raise MoetuneError(f"{name} = {v!r}: a per-layer list holds 0 (dense) or 1 (MoE) for each layer")
+        return [int(x) for x in v]
+    n = _int(name, v)
+    if n < 1:
+        raise MoetuneError(f"{name} = {v!r}: every N-th layer MoE needs N >= 1")
+    return n
+
+
 def coerce(name: str, type_: str, value: Any) -> Any:
     """``value`` converted to ``type_`` (megatron_names.csv grammar) or a MoetuneError naming ``name``."""
     optional = type_.endswith("?")
@@ -135,7 +168,7 @@ def coerce(name: str, type_: str, value: Any) -> Any:
     if base.startswith("list["):
         return _list(name, value, base[len("list["):-1])
     simple = {"int": _int, "float": _float, "bool": _bool, "str": _str, "dtype": _dtype, "scope": _scope,
-              "layout": _layout}
+              "layout": _layout, "moe_freq": _moe_freq}
     if base not in simple:
         return value
     return simple[base](name, value)

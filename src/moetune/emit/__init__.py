@@ -25,6 +25,9 @@ def describe(config: dict[str, Any]) -> str:
 
 def emit_all(config: dict[str, Any]) -> dict[str, str]:
     """File name -> text for every output (see FILES)."""
+    if config.get("train.train_samples") is not None and "train.train_iters" not in config:
+        # Bridge allows one of train_iters / train_samples (training/config.py) and the recipes set train_iters
+        config = {**config, "train.train_iters": None}
     header = describe(config)
     return {
         "bridge_overrides.py": python_snippet(config, header),

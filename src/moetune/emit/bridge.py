@@ -35,7 +35,9 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
     uses_torch = any(values.python(f"{s}.{f}", v).startswith("torch.")
                      for s, fields in groups.items() for f, v in fields.items())
     out = [f'"""{header}', "", "Apply to the ConfigContainer a Megatron Bridge recipe returns:",
-           "    cfg = apply_overrides(qwen3_30b_a3b_pretrain_config())  # any recipe function",
+           "    cfg = apply_overrides(<this model's recipe>())  # e.g. deepseek_v3_pretrain_config()",
+           "The overrides carry the model's parameter shapes too, so a recipe of another model is refused by",
+           "Megatron-Core's checks or trains this model, not that one; start from this model's recipe.",
            'Equivalent dotted overrides: overrides.txt."""', ""]
     if uses_torch:
         out.append("import torch")

@@ -1,7 +1,8 @@
 """env.sh, torchrun.sh and a Slurm sbatch.sh for the planned node count.
 
 torchrun.sh launches either engine: Megatron Bridge (scripts/training/run_recipe.py --recipe NAME with the
-dotted overrides) or Megatron-LM (pretrain_gpt.py with megatron_lm_args.txt). sbatch.sh runs torchrun.sh
+dotted overrides) or Megatron-LM (pretrain_gpt.py, or pretrain_hybrid.py for Mamba hybrids, with
+megatron_lm_args.txt). sbatch.sh runs torchrun.sh
 once per node under srun, the pattern of Megatron-Bridge scripts/training/launch_with_sbatch.sh.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 from moetune.emit import values
 from moetune.emit.environment import environment
 from moetune.errors import MoetuneError
+from moetune.layout.ranks import job_nvlink_domain
 from moetune.rules.derive import derive
 
 
@@ -38,8 +40,19 @@ def env_sh(config: dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# megatron_lm_args.txt split as a shell would (quotes, comments), one argument a line, for `mapfile`
+READ_ARGS = ("python3 -c 'import shlex, sys; "
+             "print(chr(10).join(shlex.split(open(sys.argv[1]).read(), comments=True)))'")
+
+
+def entry_point(config: dict[str, Any]) -> str:
+    """Megatron-LM's training script: pretrain_hybrid.py for Mamba hybrids (HybridModel), else pretrain_gpt.py."""
+    return "pretrain_hybrid.py" if config.get("model.is_hybrid_model") else "pretrain_gpt.py"
+
+
 def torchrun_sh(config: dict[str, Any], header: str) -> str:
     nodes, per_node = topology(config)
+    entry = entry_point(config)
     return f"""#!/usr/bin/env bash
 # {header}
 # {nodes} node(s) x {per_node} GPUs. Run once per node (sbatch.sh does that with srun), e.g.
@@ -57,17 +70,27 @@ ENGINE="${{ENGINE:-bridge}}"  # bridge | megatron-lm
 LAUNCH=(torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK"
         --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")
 if [[ "$ENGINE" == "bridge" ]]; then
-  : "${{RECIPE:?set RECIPE to a Megatron Bridge recipe function, e.g. qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config}}"
+  : "${{RECIPE:?set RECIPE to the Megatron Bridge recipe function of this model, e.g. deepseek_v3_pretrain_config}}"
   BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
   mapfile -t OVERRIDES < <(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/overrides.txt")
   exec "${{LAUNCH[@]}}" "$BRIDGE_DIR/scripts/training/run_recipe.py" \\
     --recipe "$RECIPE" --mode pretrain "${{OVERRIDES[@]}}"
 else
   MEGATRON_LM_DIR="${{MEGATRON_LM_DIR:-/opt/Megatron-LM}}"
-  read -r -a ARGS <<< "$(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/megatron_lm_args.txt" | tr '\\n' ' ')"
-  exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/pretrain_gpt.py" "${{ARGS[@]}}" ${{EXTRA_ARGS:-}}
+  # the file is shell-quoted (a layout string holds '|' and '(' ); shlex reads it as a shell would, comments dropped
+  mapfile -t ARGS < <({READ_ARGS} "$HERE/megatron_lm_args.txt")
+  exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/{entry}" "${{ARGS[@]}}" ${{EXTRA_ARGS:-}}
 fi
 """
+
+
+def _segment(config: dict[str, Any], nodes: int, per_node: int) -> str:
+    """`#SBATCH --segment=N` where an NVLink domain spans nodes (NVL72): the nodes of one rack segment, as moetune
+    placed the job's ranks (layout/ranks.py job_nvlink_domain) and Megatron Bridge's GB200 launcher asks Slurm."""
+    domain = derive(config).get("nvlink_domain") or per_node
+    if domain <= per_node:
+        return ""
+    return f"#SBATCH --segment={job_nvlink_domain(nodes * per_node, per_node, domain) // per_node}\n"
 
 
 def sbatch_sh(config: dict[str, Any], header: str) -> str:
@@ -75,7 +98,7 @@ def sbatch_sh(config: dict[str, Any], header: str) -> str:
     return f"""#!/bin/bash
 # {header}
 #SBATCH --job-name=moetune
-#SBATCH --nodes={nodes}
+{_segment(config, nodes, per_node)}#SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node={per_node}
 #SBATCH --exclusive

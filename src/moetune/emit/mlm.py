@@ -1,4 +1,4 @@
-"""Megatron-LM arguments (pretrain_gpt.py) for a normalized config, one flag per line.
+"""Megatron-LM arguments (pretrain_gpt.py / pretrain_hybrid.py) for a normalized config, one flag per line.
 
 Flags and their argparse actions come from megatron_names.csv (dumped from Megatron-LM
 megatron/training/arguments.py). A switch left at Megatron-LM's default is omitted; names with no
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moetune.configio.mlm import VALUE_DEFAULTS
+from moetune.configio.mlm import SPECIAL, VALUE_DEFAULTS
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.types import coerce
 from moetune.emit import values
@@ -34,6 +34,8 @@ def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
         return (positive if value else negative), None
     if value is None or value == []:
         return None, None
+    if name == "model.moe_layer_freq" and isinstance(value, list):
+        return f"{flag} {values.argv(freq_expression(value))[0]}", None
     if action == "list":
         return " ".join([flag, *values.argv(value)]), None
     if isinstance(value, (list, tuple, dict)):
@@ -44,11 +46,18 @@ def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
 
 
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
-    lines = [f"# {header}", "# Megatron-LM arguments for pretrain_gpt.py (one per line; torchrun.sh joins them)."]
+    from moetune.emit.launch import entry_point
+    lines = [f"# {header}", f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
+             "torchrun.sh reads them with shlex)."]
+    lines += ["# The architecture below fixes every parameter shape; what no shape shows (the activation beyond",
+              "# SwiGLU, rotary base and scaling, attention windows and sinks, the tokenizer) comes from the model's",
+              "# own MODEL_ARGS, e.g. the Megatron-MoE-ModelZoo's model_configs/benchmarking/*.yaml, in EXTRA_ARGS."]
     lines += values.pragmas(config)
-    args, notes = [], []
+    switches, covered = _switches(config)
+    dropped, why = _refused_by_megatron_lm(config)
+    args, notes = list(switches), list(why)
     for name, value in sorted(config.items()):
-        if name.split(".", 1)[0] in ("cluster", "env"):
+        if name.split(".", 1)[0] in ("cluster", "env") or name in covered or name in dropped:
             continue
         if name == "model.virtual_pipeline_model_parallel_size" and (
                 config.get("model.pipeline_model_parallel_layout") or config.get("model.hybrid_layer_pattern")):
@@ -58,6 +67,7 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
             args.append(line)
         if note:
             notes.append(note)
+    args = list(dict.fromkeys(args))  # a switch both spelled by a field's own flag and by SPECIAL, once
     defaults = [line for line in _bridge_defaults(config) if line]
     if defaults:
         defaults.insert(0, "# Megatron Bridge defaults that Megatron-LM spells differently "
@@ -79,3 +89,49 @@ def _bridge_defaults(config: dict[str, Any]) -> list[str | None]:
         if coerce(row.bridge_name, row.type, row.mlm_default) != row.default:
             out.append(_flag_line(row.bridge_name, row.default)[0])
     return out
+
+
+def _switches(config: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """Megatron-LM switches for fields with no flag of their own (configio.mlm.SPECIAL, read the other way): the
+    switch where the config holds those fields at its values (--use-distributed-optimizer for
+    optimizer.use_distributed_optimizer, --untie-embeddings-and-output-weights), and --group-query-attention, without
+    which Megatron-LM ignores --num-query-groups and builds full multi-head attention (arguments.py)."""
+    out, covered = [], set()
+    for flag, pairs in SPECIAL.items():
+        flagless = [(k, v) for k, v in pairs if not (names().get(k) and names().get(k).mlm_flag)]
+        if flagless and all(config.get(k) == v for k, v in flagless):
+            out.append(flag)
+            covered |= {k for k, _ in flagless}
+    groups, heads = config.get("model.num_query_groups"), config.get("model.num_attention_heads")
+    if groups and heads and groups < heads and not config.get("model.multi_latent_attention"):
+        out.append("--group-query-attention")
+    if "model.position_embedding_type" not in config:
+        # Megatron-LM defaults to learned absolute positions (a table of parameters); the models here use rotary
+        # embeddings, Mamba hybrids none (rotary scaling such as YaRN is the model's own: MODEL_ARGS)
+        out.append(f"--position-embedding-type {'none' if config.get('model.is_hybrid_model') else 'rope'}")
+    if config.get("optimizer.optimizer_cpu_offload"):
+        # "The optimizer cpu offload must be used in conjunction with --use-precision-aware-optimizer" (arguments.py)
+        out.append("--use-precision-aware-optimizer")
+    return out, covered
+
+
+def _refused_by_megatron_lm(config: dict[str, Any]) -> tuple[set[str], list[str]]:
+    """Fields a Bridge config may hold that Megatron-LM's validate_args refuses, left off with a comment saying why:
+    --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce (arguments.py)."""
+    if config.get("ddp.overlap_param_gather") and not (config.get("ddp.overlap_grad_reduce") and (
+            config.get("optimizer.use_distributed_optimizer") or config.get("ddp.use_distributed_optimizer"))):
+        return {"ddp.overlap_param_gather"}, ["# left off: --overlap-param-gather (Megatron-LM asserts it needs "
+                                              "--overlap-grad-reduce and the distributed optimizer; Bridge ran it)"]
+    return set(), []
+
+
+def freq_expression(layers: list[int]) -> str:
+    """A per-layer moe_layer_freq list in Megatron-LM's expression form, runs collapsed: [0,0,0,1,...] ->
+    "([0]*3+[1]*58)" (arguments.py moe_freq_type evaluates it)."""
+    runs: list[list[int]] = []
+    for x in layers:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"

@@ -72,6 +72,10 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "model.recompute_modules": sorted(k.effective_modules) if k.recompute == "selective" else None,
         "model.cuda_graph_impl": ("local" if full else "transformer_engine") if k.cuda_graph_scope else "none",
         "model.cuda_graph_scope": list(k.cuda_graph_scope) or None,
+        # CUDA graphs need Transformer Engine's RNG tracker (Bridge docs/training/cuda-graphs.md; perf_recipes/
+        # _common.py sets both to graphs_active; Megatron-LM turns it on itself, arguments.py)
+        "model.use_te_rng_tracker": True if k.cuda_graph_scope else None,
+        "rng.te_rng_tracker": True if k.cuda_graph_scope else None,
         "model.moe_router_force_load_balancing": k.routing == "force-balance",
         "comm_overlap.overlap_moe_expert_parallel_comm": k.ep_overlap,
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
@@ -115,6 +119,53 @@ def architecture_fields(m: ModelSpec) -> dict[str, Any]:
         "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
         # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
         "model.softmax_type": "learnable" if m.softmax_sinks else None,
+        **_shape_fields(m),
+    }
+
+
+# The architecture fields a config may hold that name a different model when they differ from MODEL's
+IDENTITY_FIELDS = ("model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.num_moe_experts",
+                   "model.moe_ffn_hidden_size", "model.moe_router_topk")
+
+
+def architecture_conflicts(m: ModelSpec, config: dict) -> list[str]:
+    """`key (config's vs model's)` for each identity field the config sets to another value than MODEL's."""
+    mine = architecture_fields(m)
+    return [f"{k} ({config[k]} vs {m.name}'s {mine[k]})" for k in IDENTITY_FIELDS
+            if mine.get(k) is not None and config.get(k) is not None and config[k] != mine[k]]
+
+
+def provider_fields(m: ModelSpec) -> dict[str, Any]:
+    """What Megatron Bridge's model bridges set for every MoE model beside the architecture: grouped expert GEMMs and
+    the alltoall dispatcher (deepseek_v3_bridge.py, qwen3_moe_bridge.py, gpt_oss_bridge.py, glm45_bridge.py,
+    kimi_bridge.py ... provider.moe_grouped_gemm = True, moe_token_dispatcher_type = "alltoall"), and the recipes'
+    BF16 mixed precision (recipes/common.py _pretrain_common: bf16_mixed). `check --model` fills them in where an
+    overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
+    defaults."""
+    moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
+    return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
+            "mixed_precision.pipeline_dtype": "bfloat16"}
+
+
+def _shape_fields(m: ModelSpec) -> dict[str, Any]:
+    """The rest of what fixes the model's parameter shapes, as Bridge's model bridges set it from the config.json, so
+    Megatron-LM arguments (which have no recipe behind them) build this model and not its defaults."""
+    mixed = m.num_moe_layers and m.num_moe_layers < m.num_layers
+    return {
+        "model.ffn_hidden_size": m.ffn_hidden_size, "model.kv_channels": None if m.mla else m.kv_channels,
+        "model.gated_linear_unit": m.gated_linear_unit, "model.normalization": m.normalization,
+        "model.qk_layernorm": True if m.qk_layernorm == "head" else None,  # Megatron's per-head norm only
+        "model.share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
+        "model.vocab_size": m.vocab_size,
+        # 1 = MoE, 0 = dense, per decoder layer (TransformerConfig.moe_layer_freq); all-MoE models keep the default
+        "model.moe_layer_freq": [int(k.mlp == "moe") for k in m.layers] if mixed else None,
+        "model.moe_router_num_groups": m.moe_router_num_groups if m.moe_router_num_groups > 1 else None,
+        "model.moe_router_group_topk": m.moe_router_group_topk if m.moe_router_num_groups > 1 else None,
+        "model.moe_router_enable_expert_bias": True if m.moe_router_score_correction_bias else None,
+        "model.moe_shared_expert_gate": True if m.moe_shared_expert_gate else None,
+        **({"model.q_lora_rank": m.mla.q_lora_rank, "model.kv_lora_rank": m.mla.kv_lora_rank,
+            "model.qk_head_dim": m.mla.qk_head_dim, "model.qk_pos_emb_head_dim": m.mla.qk_pos_emb_head_dim,
+            "model.v_head_dim": m.mla.v_head_dim} if m.mla else {}),
     }
 
 
@@ -199,7 +250,10 @@ def to_config(e: Estimate) -> dict[str, Any]:
         "cluster.gpu": e.gpu.ref, "cluster.num_gpus": e.layout.world_size,
         "cluster.gpus_per_node": e.gpu.gpus_per_node, "cluster.nvlink_domain": e.gpu.nvlink_domain,
         **layout_fields(e.layout), **_knob_fields(e.knobs),
-        "model.seq_length": e.workload.seq_length, "train.micro_batch_size": e.workload.micro_batch_size,
+        # both: Bridge's recipe runner resets model.seq_length from the dataset's (recipe_runner.py
+        # sync_model_dataset_sequence_length), and ConfigContainer asserts the two match (training/config.py)
+        "model.seq_length": e.workload.seq_length, "dataset.seq_length": e.workload.seq_length,
+        "train.micro_batch_size": e.workload.micro_batch_size,
         "train.global_batch_size": e.workload.gbs(e.layout),
         **cp_fields(e), **hybrid_fields(e),
     }
@@ -289,7 +343,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         pipeline_layout=split or None,
         account_for_embedding=bool(config.get("model.account_for_embedding_in_pipeline_split")),
         account_for_loss=bool(config.get("model.account_for_loss_in_pipeline_split")))
-    workload = Workload(seq_length=_get(config, "model.seq_length", 4096),
+    workload = Workload(seq_length=_get(config, "model.seq_length", _get(config, "dataset.seq_length", 4096)),
                         micro_batch_size=_get(config, "train.micro_batch_size", 1),
                         global_batch_size=config.get("train.global_batch_size"))
     recompute, precision = _get(config, "model.recompute_granularity", "none"), _precision(config)
@@ -297,7 +351,9 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         precision=precision, recompute=recompute,
         recompute_modules=frozenset(_get(config, "model.recompute_modules", [])) if recompute == "selective"
         else frozenset(),
-        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True)),
+        # the optimizer's field, else DDP's (Megatron-LM's one switch sets both), else on as Bridge's recipes set it
+        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer",
+                                        _get(config, "ddp.use_distributed_optimizer", True))),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True)),

@@ -285,8 +285,11 @@ def smallest_fitting_layout(e: Estimate):
     if not fitting:
         return None
     best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.tp, lay.pp, -lay.ep, lay.etp))
+    knobs = _knobs_for(e, best.ep)
+    if (best.cp, best.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
+        knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
     return e.variant(layout=best, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                    global_batch_size=gbs), knobs=_knobs_for(e, best.ep))
+                                                    global_batch_size=gbs), knobs=knobs)
 
 
 def _knobs_for(e: Estimate, ep: int):

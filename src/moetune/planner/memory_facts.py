@@ -3,7 +3,8 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 
 from dataclasses import replace
 
-from moetune.planner.config_map import from_config, layout_fields
+from moetune.errors import MoetuneError
+from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.explain import smallest_fitting_layout
 from moetune.specs.hardware import load_gpu
@@ -14,9 +15,14 @@ def memory_facts(e: Estimate) -> dict:
     facts = {"fits": e.fits, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes}
     selective = replace(e.knobs, recompute="selective", recompute_modules=frozenset({"moe_act", "layernorm"}))
     facts["fits_with_selective_recompute"] = e.variant(knobs=selective).fits
-    smallest = smallest_fitting_layout(e)
+    try:
+        smallest = smallest_fitting_layout(e)
+    except MoetuneError:  # a probe of other layouts: a rule one of them breaks is not the config's
+        smallest = None
     if smallest is not None:
-        layout = {k: v for k, v in layout_fields(smallest.layout).items() if v is not None}
+        # the whole split: a None that the plan means (no VPP, no layout string) is written, so the fix replaces the
+        # config's own VPP or layout string instead of leaving it beside a layout it no longer fits
+        layout = {k: v for k, v in layout_fields(smallest.layout).items() if v is not None or k in UNSET_EXPLICITLY}
         model_parallel = lambda lay: lay.tp * lay.cp * lay.pp  # noqa: E731
         if not e.fits:
             facts["fitting_layout"] = layout

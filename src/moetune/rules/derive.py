@@ -80,6 +80,8 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
+    freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
+    d["moe_freq_layers"] = len(freq) if isinstance(freq, list) else None
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
     d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")

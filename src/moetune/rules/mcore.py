@@ -126,7 +126,7 @@ def _construct(cls, kw: dict[str, Any]) -> tuple[str | None, bool]:
         with warnings.catch_warnings(), gate:
             warnings.simplefilter("ignore")
             cls(**dict(kw))
-    except (ValueError, AssertionError, TypeError, ImportError, RuntimeError) as err:
+    except (ValueError, AssertionError, TypeError, ImportError, RuntimeError, KeyError, ZeroDivisionError) as err:
         text = " ".join(str(err).split()) or type(err).__name__
         return text, isinstance(err, ImportError) or bool(_ENVIRONMENT.search(text))
     return None, False
