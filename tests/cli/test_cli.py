@@ -498,3 +498,14 @@ def test_a_config_of_another_model_is_named(tmp_path, capsys):
     code, out, _ = run(["check", str(path), "--model", "deepseek-v3", "--gpu", "h100", "--gpus", "16", "--json"],
                        capsys)
     assert "check.model_differs" in {f["rule"] for f in json.loads(out)["findings"]}
+
+
+def test_check_words_layout_errors_in_config_names(tmp_path, capsys):
+    """A layout error found by check names the config's fields, not estimate's flags."""
+    path = tmp_path / "o.txt"
+    path.write_text("model.pipeline_model_parallel_size=4\nmodel.virtual_pipeline_model_parallel_size=2\n"
+                    "model.expert_model_parallel_size=8\n")
+    code, out, _ = run(["check", str(path), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--json"],
+                       capsys)
+    message = next(f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal")
+    assert "model.virtual_pipeline_model_parallel_size" in message and "--vpp" not in message and "--" not in message

@@ -5,6 +5,8 @@ Exit codes: 0 no errors, 1 errors found (RuleErrors), 2 input unreadable (one ``
 
 from __future__ import annotations
 
+import re
+
 import click
 from rich.markup import escape
 from rich.table import Table
@@ -67,6 +69,25 @@ def _fix_text(fix: dict) -> str:
     return " ".join(f"{k}={hydra(v)}" for k, v in fix.items())
 
 
+# estimate's flags, as a config names them (layout/validate.py words its fixes for the command line)
+FLAG_KEYS = {"--pipeline-layout": "model.pipeline_model_parallel_layout",
+             "--first-stage-layers": "model.num_layers_in_first_pipeline_stage",
+             "--last-stage-layers": "model.num_layers_in_last_pipeline_stage",
+             "--hcp-a2a-size": "model.hierarchical_context_parallel_sizes", "--tp": "model.tensor_model_parallel_size",
+             "--cp": "model.context_parallel_size", "--pp": "model.pipeline_model_parallel_size",
+             "--vpp": "model.virtual_pipeline_model_parallel_size", "--ep": "model.expert_model_parallel_size",
+             "--etp": "model.expert_tensor_parallel_size", "--gbs": "train.global_batch_size",
+             "--mbs": "train.micro_batch_size", "--seq": "model.seq_length",
+             "--account-for-embedding": "model.account_for_embedding_in_pipeline_split",
+             "--account-for-loss": "model.account_for_loss_in_pipeline_split",
+             "--no-sequence-parallel": "model.sequence_parallel=false"}
+
+
+def config_words(message: str) -> str:
+    """A layout error worded for flags, with the config's names instead (check reads configs, not flags)."""
+    return re.sub(r"--[a-z0-9-]+", lambda m: FLAG_KEYS.get(m.group(0), m.group(0)), message)
+
+
 def findings_table(findings: list) -> Table:
     """Severity, rule id, and the message with its fix and seed source underneath."""
     t = Table(title="moetune check", title_justify="left", show_lines=True)
@@ -117,7 +138,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
         try:
             derived = config_memory_facts(spec, config)
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
-            layout_error = Finding(rule="layout.illegal", severity="error", message=str(err), fix={},
+            layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules")
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
     if layout_error is not None:
