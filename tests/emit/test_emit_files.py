@@ -160,13 +160,13 @@ def planned(tmp_path_factory):
     return out
 
 
-def _torchrun_argv(run, tmp_path):
+def _torchrun_argv(run, tmp_path, extra=""):
     """What torchrun.sh hands torchrun for Megatron-LM: a stub prints its arguments one per line."""
     stub = tmp_path / "bin"
     stub.mkdir(exist_ok=True)
     (stub / "torchrun").write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
     (stub / "torchrun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "ENGINE": "megatron-lm"}
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "ENGINE": "megatron-lm", "EXTRA_ARGS": extra}
     done = subprocess.run(["bash", str(run / "torchrun.sh")], env=env, capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
@@ -180,7 +180,8 @@ def test_megatron_lm_launch_builds_the_planned_model(planned, tmp_path):
     layout = argv[argv.index("--pipeline-model-parallel-layout") + 1]
     assert "'" not in layout and layout.startswith("E") and layout.endswith("mL")
     for flag in ("--use-distributed-optimizer", "--untie-embeddings-and-output-weights", "--multi-latent-attention",
-                 "--q-lora-rank", "--kv-lora-rank", "--moe-router-enable-expert-bias", "--swiglu"):
+                 "--q-lora-rank", "--kv-lora-rank", "--moe-router-enable-expert-bias", "--swiglu",
+                 "--qk-layernorm"):  # MLA's q/kv latent norms
         assert flag in argv, flag
     assert argv[argv.index("--position-embedding-type") + 1] == "rope"
     assert argv[argv.index("--vocab-size") + 1] == "129280"
@@ -189,7 +190,9 @@ def test_megatron_lm_launch_builds_the_planned_model(planned, tmp_path):
     qwen = _torchrun_argv(planned["qwen3-30b-a3b"], tmp_path)
     assert "--group-query-attention" in qwen and qwen[qwen.index("--num-query-groups") + 1] == "4"
     assert "--qk-layernorm" in qwen and qwen[qwen.index("--kv-channels") + 1] == "128"
+    assert argv[argv.index("--max-position-embeddings") + 1] == "4096"  # validate_args requires it
     hybrid = _torchrun_argv(planned["nemotron3-nano-30b-a3b"], tmp_path)
+    assert hybrid[hybrid.index("--mamba-num-heads") + 1] == "64"  # Megatron's own default would be 84
     assert any(a.endswith("/pretrain_hybrid.py") for a in hybrid) and any(a.endswith("/pretrain_gpt.py") for a in qwen)
 
 
@@ -215,3 +218,11 @@ def test_a_training_length_in_samples_unsets_the_recipes_iterations():
     files = emit_all(plan("dsv3_gb200_hybridep", **{"train.train_samples": 585937500}))
     assert "train.train_samples=585937500" in files["overrides.txt"]
     assert "train.train_iters=null" in files["overrides.txt"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("python3") is None, reason="needs bash, python3")
+def test_model_args_reach_megatron_lm_as_a_shell_reads_them(planned, tmp_path):
+    """EXTRA_ARGS (the model's MODEL_ARGS) keep their quoting: the ModelZoo writes --moe-layer-freq quoted."""
+    argv = _torchrun_argv(planned["qwen3-30b-a3b"], tmp_path, "--rotary-base 1000000 --moe-layer-freq '([1]*48)'")
+    assert argv[-4:] == ["--rotary-base", "1000000", "--moe-layer-freq", "([1]*48)"]
+    assert "" not in _torchrun_argv(planned["qwen3-30b-a3b"], tmp_path)  # no empty argument without EXTRA_ARGS

@@ -49,9 +49,10 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     from moetune.emit.launch import entry_point
     lines = [f"# {header}", f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
              "torchrun.sh reads them with shlex)."]
-    lines += ["# The architecture below fixes every parameter shape; what no shape shows (the activation beyond",
-              "# SwiGLU, rotary base and scaling, attention windows and sinks, the tokenizer) comes from the model's",
-              "# own MODEL_ARGS, e.g. the Megatron-MoE-ModelZoo's model_configs/benchmarking/*.yaml, in EXTRA_ARGS."]
+    lines += ["# The architecture below sets the parameter shapes Megatron-LM's flags express (not a full-width q/k",
+              "# norm, or an attention-output bias without MLP biases); what no shape shows (activation beyond SwiGLU,",
+              "# rotary base and scaling, windows and sinks, router scaling, the tokenizer) comes from the model's own",
+              "# MODEL_ARGS, e.g. the Megatron-MoE-ModelZoo's model_configs/benchmarking/*.yaml, in EXTRA_ARGS."]
     lines += values.pragmas(config)
     switches, covered = _switches(config)
     dropped, why = _refused_by_megatron_lm(config)
@@ -105,6 +106,9 @@ def _switches(config: dict[str, Any]) -> tuple[list[str], set[str]]:
     groups, heads = config.get("model.num_query_groups"), config.get("model.num_attention_heads")
     if groups and heads and groups < heads and not config.get("model.multi_latent_attention"):
         out.append("--group-query-attention")
+    if config.get("model.seq_length"):  # a Megatron-LM-only flag: no Bridge field holds it
+        # validate_args requires it (arguments.py); positions beyond the trained sequence are the model's MODEL_ARGS
+        out.append(f"--max-position-embeddings {config['model.seq_length']}")
     if "model.position_embedding_type" not in config:
         # Megatron-LM defaults to learned absolute positions (a table of parameters); the models here use rotary
         # embeddings, Mamba hybrids none (rotary scaling such as YaRN is the model's own: MODEL_ARGS)

@@ -147,6 +147,25 @@ def provider_fields(m: ModelSpec) -> dict[str, Any]:
             "mixed_precision.pipeline_dtype": "bfloat16"}
 
 
+def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
+    """Linear-attention and Mamba mixers' dims, as Bridge's qwen3_next_bridge.py / nemotron_h_bridge.py set them."""
+    out: dict[str, Any] = {}
+    if m.gdn:
+        # every `interval`-th layer is full (gated) attention, the rest gated delta-net
+        interval = next(i + 1 for i, k in enumerate(m.layers) if k.mixer != "gdn")
+        out.update({"model.experimental_attention_variant": "gated_delta_net", "model.linear_attention_freq": interval,
+                    "model.linear_conv_kernel_dim": m.gdn.conv_kernel, "model.linear_key_head_dim": m.gdn.key_head_dim,
+                    "model.linear_value_head_dim": m.gdn.value_head_dim,
+                    "model.linear_num_key_heads": m.gdn.num_key_heads,
+                    "model.linear_num_value_heads": m.gdn.num_value_heads})
+    if m.attention_output_gate:
+        out["model.attention_output_gate"] = True
+    if m.mamba:
+        out.update({"model.mamba_num_heads": m.mamba.num_heads, "model.mamba_head_dim": m.mamba.head_dim,
+                    "model.mamba_state_dim": m.mamba.state_size, "model.mamba_num_groups": m.mamba.n_groups})
+    return out
+
+
 def _shape_fields(m: ModelSpec) -> dict[str, Any]:
     """The rest of what fixes the model's parameter shapes, as Bridge's model bridges set it from the config.json, so
     Megatron-LM arguments (which have no recipe behind them) build this model and not its defaults."""
@@ -154,7 +173,9 @@ def _shape_fields(m: ModelSpec) -> dict[str, Any]:
     return {
         "model.ffn_hidden_size": m.ffn_hidden_size, "model.kv_channels": None if m.mla else m.kv_channels,
         "model.gated_linear_unit": m.gated_linear_unit, "model.normalization": m.normalization,
-        "model.qk_layernorm": True if m.qk_layernorm == "head" else None,  # Megatron's per-head norm only
+        # Megatron's per-head q/k norm; MLA's q/kv latent norms are the same switch (Bridge's deepseek bridges set
+        # qk_layernorm=True); a full-width q/k norm (OLMoE, MiniMax) has no Megatron-LM flag
+        "model.qk_layernorm": True if m.qk_layernorm == "head" or m.mla else None,
         "model.share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
         "model.vocab_size": m.vocab_size,
         # 1 = MoE, 0 = dense, per decoder layer (TransformerConfig.moe_layer_freq); all-MoE models keep the default
@@ -163,6 +184,7 @@ def _shape_fields(m: ModelSpec) -> dict[str, Any]:
         "model.moe_router_group_topk": m.moe_router_group_topk if m.moe_router_num_groups > 1 else None,
         "model.moe_router_enable_expert_bias": True if m.moe_router_score_correction_bias else None,
         "model.moe_shared_expert_gate": True if m.moe_shared_expert_gate else None,
+        **_mixer_fields(m),
         **({"model.q_lora_rank": m.mla.q_lora_rank, "model.kv_lora_rank": m.mla.kv_lora_rank,
             "model.qk_head_dim": m.mla.qk_head_dim, "model.qk_pos_emb_head_dim": m.mla.qk_pos_emb_head_dim,
             "model.v_head_dim": m.mla.v_head_dim} if m.mla else {}),
