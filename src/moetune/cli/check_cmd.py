@@ -112,7 +112,8 @@ def findings_table(findings: list) -> Table:
               help="Built-in model or config.json: run the memory wall on the config (fit rules need it).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, as_json) -> None:
-    """Check CONFIG (Bridge YAML, dotted overrides or Megatron-LM args) against the seeds' rules."""
+    """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
+    the seeds' rules."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "

@@ -86,7 +86,8 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Megatron-LM / Megatron Bridge training log (stdout of the last rank).")
 @click.option("--config", "configs", multiple=True, type=click.Path(path_type=str),
-              help="The run's config (Bridge YAML, dotted overrides or Megatron-LM args file), as for `check`.")
+              help="The run's config (Bridge YAML or JSON, dotted overrides, Megatron-LM args, MODEL_ARGS YAML, "
+                   "env.sh), as for `check`.")
 @click.option("--set", "sets", multiple=True, help="Dotted override of the run's config (repeatable).")
 @click.option("--mlm-args", default=None, help="The run's Megatron-LM arguments.")
 @click.option("--model", default=None, help="Built-in model or config.json: predict the run from --config.")

@@ -45,7 +45,9 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, as_j
     errors = [f for f in check_findings(config, mcore=False) if f.severity == "error"]
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
-        raise RuleErrors(f"the config has {len(errors)} rule error(s) ({listed}); fix them or pass --allow-errors")
+        first = f"the first 3: {listed}" if len(errors) > 3 else listed
+        raise RuleErrors(f"the config has {len(errors)} rule error(s) ({first}); fix them or pass --allow-errors "
+                         "(`moetune check` lists them all)")
     files = emit_all(config)
     written = _write(files, Path(out_dir)) if out_dir else []
     if as_json:

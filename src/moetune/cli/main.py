@@ -38,6 +38,10 @@ def _register() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _register()
+    args = sys.argv[1:] if argv is None else argv
+    if not args:  # bare `moetune`: the help, not an error
+        click.echo(cli.get_help(click.Context(cli, info_name="moetune")))
+        return 0
     try:
         code = cli.main(args=argv, standalone_mode=False)
     except MoetuneError as err:
