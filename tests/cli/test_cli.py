@@ -341,6 +341,22 @@ def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--token-imbalance", "100"],
      "token_imbalance (100) cannot exceed EP (16)"),
     (["explain", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--rank", "2"], "--rank picks a result"),
+    # sequence parallel splits each CP rank's seq/CP tokens over TP: 65544 / 4 = 16386, not a multiple of 4
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--ep", "8", "--tp", "4", "--cp", "4", "--seq",
+      "65544"], "tokens per CP rank (seq/CP) (16386) must be divisible by TP"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--ep", "8", "--recompute", "selective",
+      "--offload-modules", "attn_proj"], "attn_proj needs core_attn too"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--recompute", "selective",
+      "--recompute-modules", "mla_up_proj,moe_act"], "mla_up_proj needs multi-latent attention"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--ep", "8", "--cp-comm-type", "a2a+p2p",
+      "--hcp-a2a-size", "2"], "need CP > 1"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--set", "model.expert_model_parallel_size=16",
+      "--set", "model.fine_grained_activation_offloading=true", "--set", "model.offload_modules=[]"],
+     "fine_grained_activation_offloading is on with no model.offload_modules"),
+    (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--set", "model.context_parallel_size=32",
+      "--set", "model.expert_model_parallel_size=8", "--set", "model.seq_length=131072",
+      "--set", "model.cp_comm_type=a2a+p2p", "--set", "model.hierarchical_context_parallel_sizes=[2,8]"],
+     "must be [a2a, p2p] multiplying to context_parallel_size (32)"),
 ])
 def test_conflicting_or_impossible_flags_are_one_line(args, needle, capsys):
     code, out, err = run(args, capsys)
@@ -509,3 +525,36 @@ def test_check_words_layout_errors_in_config_names(tmp_path, capsys):
                        capsys)
     message = next(f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal")
     assert "model.virtual_pipeline_model_parallel_size" in message and "--vpp" not in message and "--" not in message
+
+
+def test_retune_changes_are_overrides_that_apply(capsys):
+    """A Retune move onto more virtual stages writes the VPP and the pipeline split that goes with it (the uneven
+    first/last stage counts cleared), not a placeholder, and estimating the moved config gives its figure."""
+    code, out, _ = run(["explain", "qwen3-235b-a22b", "--gpu", "b200", "--gpus", "256", "--tp", "4", "--cp", "4",
+                        "--pp", "8", "--ep", "16", "--seq", "65536", "--gbs", "64", "--first-stage-layers", "11",
+                        "--last-stage-layers", "11", "--cuda-graph-scope", "none", "--dispatcher", "alltoall",
+                        "--json"], capsys)
+    moves = {m["rule"]: m for m in json.loads(out)["retune"]}
+    change = moves["more_virtual_stages"]["change"]
+    assert not any(isinstance(v, str) and v.startswith("<") for m in moves.values() for v in m["change"].values())
+    assert change["model.virtual_pipeline_model_parallel_size"] == 2
+    assert change["model.num_layers_in_first_pipeline_stage"] is None and change[
+        "model.account_for_embedding_in_pipeline_split"] is True
+    code, out, _ = run(["estimate", "qwen3-235b-a22b", "--gpu", "b200", "--gpus", "256", "--tp", "4", "--cp", "4",
+                        "--pp", "8", "--vpp", "2", "--ep", "16", "--seq", "65536", "--gbs", "64",
+                        "--account-for-embedding", "--account-for-loss", "--cuda-graph-scope", "none", "--dispatcher",
+                        "alltoall", "--json"], capsys)
+    assert json.loads(out)["time"]["tokens_per_s_per_gpu"] == pytest.approx(
+        moves["more_virtual_stages"]["new_tokens_per_s_per_gpu"], rel=1e-9)
+
+
+def test_gated_delta_net_under_context_parallel_is_megatron_lm_mains(capsys):
+    """megatron-core 0.16 refuses CP on gated delta-net layers; Megatron-LM main runs it (the assert is gone from
+    transformer_config.py): check says the installed library skipped it, not that the config is wrong."""
+    code, out, _ = run(["check", "--set", "model.context_parallel_size=8", "--set",
+                        "model.expert_model_parallel_size=8", "--set", "model.seq_length=131072", "--gpu", "gb200",
+                        "--gpus", "128", "--model",
+                        "qwen3-next-80b-a3b", "--json"], capsys)
+    findings = {f["rule"]: f for f in json.loads(out)["findings"]}
+    assert "mcore.transformer_config" not in findings
+    assert "Gated delta net does not support context parallel" in findings["mcore.environment"]["message"]

@@ -92,3 +92,22 @@ def test_cpu_share_by_layer_part_and_graph_scope():
     assert layer_cpu_share(mamba, ("mamba",)) < 0.1 * PART_SHARE["mixer"]
     assert layer_cpu_share(attn_moe, ("attn", "moe_router", "moe_preprocess")) < layer_cpu_share(attn_moe, ("attn",))
     assert layer_cpu_share(attn_moe, ("full_iteration",)) == pytest.approx(0.05)
+
+
+def test_a_longer_sequence_never_shortens_the_step():
+    """Qwen3-30B-A3B on 256 B200 (TP2 CP4 EP8, GBS 32) is host-bound at 8k: the DP reduce-scatter runs in the gaps
+    where the GPU waits for the host as well as under compute, so doubling the sequence (more work everywhere) cannot
+    make the step shorter (counting compute alone once did: 0.83 -> 0.79 -> 0.76 s)."""
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+
+    steps = [estimate(load_model("qwen3-30b-a3b"), load_gpu("b200"), Layout(world_size=256, tp=2, cp=4, ep=8),
+                      Workload(seq_length=s, micro_batch_size=1, global_batch_size=32),
+                      Knobs(precision="mxfp8", dispatcher="deepep",
+                            cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))).time["step_seconds"]
+             for s in (8192, 16384, 32768)]
+    assert steps == sorted(steps)

@@ -118,6 +118,9 @@ class Knobs:
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
             raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
         parse_offload_modules(tuple(self.offload_modules))  # names Megatron knows
+        if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:
+            raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "
+                               "offloaded alone without core_attn, transformer_config.py)")
         if self.offload_modules and self.recompute == "full":
             raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
                                "so there is nothing fine-grained to offload; use selective recompute")

@@ -120,6 +120,9 @@ def validate_workload(layout: Layout, workload: Workload) -> None:
                  "--gbs or --mbs, or drop --vpp")
     if layout.sp:
         _divides(layout.tp, "TP (sequence parallel)", seq, "sequence length", "change --seq or --tp")
+        if layout.cp > 1:  # sequence parallel splits each CP rank's seq/CP tokens over TP (mappings.py)
+            _divides(layout.tp, "TP (sequence parallel)", seq // layout.cp, "tokens per CP rank (seq/CP)",
+                     "change --seq, --cp or --tp")
     if layout.cp > 1:
         _divides(2 * layout.cp, "2 x CP (load-balanced causal CP chunks)", seq, "sequence length",
                  "change --seq or --cp")

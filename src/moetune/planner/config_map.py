@@ -219,7 +219,13 @@ def _cp_comm_type(config: dict) -> str:
 
 def _hcp_a2a_size(config: dict) -> int | None:
     sizes = config.get("model.hierarchical_context_parallel_sizes")
-    return int(sizes[0]) if sizes and config.get("model.cp_comm_type") == "a2a+p2p" else None
+    if not (sizes and config.get("model.cp_comm_type") == "a2a+p2p"):
+        return None
+    cp = int(config.get("model.context_parallel_size") or 1)
+    if len(sizes) != 2 or int(sizes[0]) * int(sizes[1]) != cp:  # parallel_state.py asserts their product is CP
+        raise MoetuneError(f"model.hierarchical_context_parallel_sizes {list(sizes)} must be [a2a, p2p] multiplying to "
+                           f"context_parallel_size ({cp}); e.g. [{min(cp, 2)}, {max(cp // 2, 1)}]")
+    return int(sizes[0])
 
 
 def cp_fields(e: Estimate) -> dict[str, Any]:
@@ -391,6 +397,16 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
         fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
-        offload_modules=frozenset(_get(config, "model.offload_modules", []) or [])
-        if config.get("model.fine_grained_activation_offloading") else frozenset())
+        offload_modules=_offload_modules(config))
     return layout, workload, knobs
+
+
+def _offload_modules(config: dict) -> frozenset[str]:
+    """Fine-grained activation offloading's modules; switched on with none named is Megatron-Core's error."""
+    if not config.get("model.fine_grained_activation_offloading"):
+        return frozenset()
+    modules = frozenset(_get(config, "model.offload_modules", []) or [])
+    if not modules:
+        raise MoetuneError("model.fine_grained_activation_offloading is on with no model.offload_modules; name the "
+                           "modules (e.g. [expert_fc1, moe_act]) or turn it off")
+    return modules

@@ -129,6 +129,12 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
+    if knobs.hcp_a2a_size is not None and layout.cp == 1:
+        raise MoetuneError(f"hierarchical CP sizes (a2a group {knobs.hcp_a2a_size}) need CP > 1; drop --hcp-a2a-size "
+                           "and --cp-comm-type a2a+p2p, or set --cp")
+    if "mla_up_proj" in knobs.effective_modules and model.mla is None:
+        raise MoetuneError(f"recompute module mla_up_proj needs multi-latent attention; {model.name} has none "
+                           "(Megatron-Core refuses it, transformer_config.py): drop it")
     if knobs.token_imbalance is not None and layout.ep > 1 and knobs.token_imbalance > layout.ep:
         raise MoetuneError(f"token_imbalance ({knobs.token_imbalance:g}) cannot exceed EP ({layout.ep}): the busiest "
                            f"of {layout.ep} expert ranks holds at most every token, {layout.ep}x the mean")

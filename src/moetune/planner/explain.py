@@ -15,7 +15,7 @@ from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import cp_fields, to_config
+from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, splits_for
 from moetune.planner.ep_first import ep_first, ep_first_note
@@ -207,8 +207,20 @@ def _checks(found: list) -> list[dict]:
 
 
 def _change(move: dict, new: Estimate) -> dict:
-    """The move's overrides, with the CP exchange a plan's "auto" picked written out."""
+    """The move's overrides as they apply: each "<...>" placeholder of retune_moves.toml replaced by the moved
+    estimate's value (a new VPP with the pipeline split that goes with it, the micro-batch, the precision recipe), and
+    the CP exchange a plan's "auto" picked written out."""
     out = dict(move["overrides"])
+    if "model.virtual_pipeline_model_parallel_size" in out:
+        split = ("model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
+                 "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout",
+                 "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+        out.update({k: v for k, v in layout_fields(new.layout).items() if k in split})
+    if "train.micro_batch_size" in out:
+        out["train.micro_batch_size"] = new.workload.micro_batch_size
+    if "mixed_precision" in out:  # the recipe's fields, as plans write them (config_map.PRECISION)
+        del out["mixed_precision"]
+        out.update(PRECISION[new.knobs.precision])
     if "model.cp_comm_type" in out:
         out.update({"model.cp_comm_type": new.knobs.cp_comm_type, **cp_fields(new)})
     return out

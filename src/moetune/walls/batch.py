@@ -165,7 +165,8 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
         ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes,
          knobs.optimizer_offload_fraction), lambda: _data_parallel(root, knobs, gpu, eff)))
     walls = {"compute": m * stage["compute"] + optimizer + offload,
-             "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs)
+             "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
+                                                                      stage["host"])
              + (ep_overlap_unpaired(f)[:, 0] * stage["hidden_ep"] if knobs.ep_overlap else 0.0),
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * stage["total"], "host": m * stage["host"]}
     walls["step"] = sum(walls.values())

@@ -261,7 +261,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     big = max(stage_params(spec, lay), key=lambda s: s.total)
     (rs, ag), optimizer, offload = iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff)
     dp_raw = float(rs + ag)
-    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs))
+    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"]))
     unpaired = float(ep_overlap_unpaired(lay)) * (slow["comm_raw"].get("ep_alltoall", 0.0)
                                                  - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap else 0.0
     walls = {
