@@ -220,6 +220,11 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     explain and emit name what Megatron will run; p2p, Megatron's default, when CP is 1."""
     if knobs.cp_comm_type == "a2a+p2p" and lay.cp > 1:
         return replace(knobs, hcp_a2a_size=_hcp_size(spec, lay, knobs.hcp_a2a_size, job_gpu(gpu, lay.world_size)))
+    if knobs.cp_comm_type == "a2a" and lay.cp > 1 and not a2a_allows(spec, lay.cp, lay.tp):
+        # Transformer Engine's all-to-all CP splits each TP rank's heads and KV groups over CP: it cannot run here
+        raise MoetuneError(f"cp_comm_type a2a at CP {lay.cp}: the {spec.num_attention_heads // lay.tp} heads and "
+                           f"{spec.kv_groups // lay.tp} KV groups of a TP {lay.tp} rank must each split over CP "
+                           f"(CP <= KV groups a rank); use p2p or a2a+p2p, or a smaller CP or TP")
     if knobs.cp_comm_type != "auto":
         return knobs
     if lay.cp == 1:
@@ -238,11 +243,17 @@ def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
     if size is None:
         size = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain))
         if size == 1:
-            raise MoetuneError(f"a2a+p2p at CP {lay.cp}: no a2a group of 2 or more splits the {groups} KV groups over "
-                               f"TP {lay.tp} inside the {gpu.nvlink_domain}-GPU NVLink domain; use p2p")
-    if lay.cp % size or size == lay.cp or not a2a_allows(spec, size, lay.tp):
-        raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must divide CP ({lay.cp}), leave a ring of "
-                           f"at least 2 and split the {groups} KV groups over TP {lay.tp}; pick another --hcp-a2a-size")
+            why = (f"CP {lay.cp} leaves no ring beside an a2a group of 2 or more" if lay.cp < 4 else
+                   f"no a2a group of 2 or more that divides CP, splits the {groups} KV groups over TP {lay.tp} and "
+                   f"fits the {gpu.nvlink_domain}-GPU NVLink domain")
+            raise MoetuneError(f"a2a+p2p at CP {lay.cp}: {why}; use p2p or a2a")
+    conditions = ((lay.cp % size, f"divide CP ({lay.cp})"),
+                  (size == lay.cp, "leave a p2p ring of at least 2 (it equals CP)"),
+                  (not a2a_allows(spec, size, lay.tp), f"split the {groups} KV groups over TP {lay.tp}"))
+    failed = [why for bad, why in conditions if bad]
+    if failed:
+        raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must {' and '.join(failed)}; pick another "
+                           "a2a size (--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])")
     return size
 
 
