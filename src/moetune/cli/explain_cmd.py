@@ -8,6 +8,7 @@ from moetune.cli.options import (
     config_options,
     estimate_from_flags,
     flags_a_saved_result_replaces,
+    given,
     knob_options,
     layout_options,
     load_overheads,
@@ -42,8 +43,8 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
     if saved is not None:
         if plan_file and model:
             raise MoetuneError(f"explain reads one configuration: --plan {plan_file} or MODEL {model}, not both")
-        if given := flags_a_saved_result_replaces():
-            raise MoetuneError(f"{', '.join(given)}: the saved result {plan_file or model} holds its layout, knobs and "
+        if clash := flags_a_saved_result_replaces():
+            raise MoetuneError(f"{', '.join(clash)}: the saved result {plan_file or model} holds its layout, knobs and "
                                "cluster; drop them, or explain MODEL with flags")
         # under the efficiency/overhead files the saved result was made with, unless others are passed here
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
@@ -54,7 +55,7 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
     else:
         if not model:
             raise MoetuneError("explain needs MODEL and layout flags, or --plan FILE")
-        if click.get_current_context().get_parameter_source("rank") == click.core.ParameterSource.COMMANDLINE:
+        if given("rank"):
             raise MoetuneError("--rank picks a result of a saved plan; pass --plan FILE with it")
         result = estimate_from_flags(model, kw)
     answer = explain(result)

@@ -21,7 +21,7 @@ from moetune.layout.knobs import (
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import platform_defaults
+from moetune.planner.defaults import default_dispatcher, platform_defaults
 from moetune.specs.hardware import GpuSpec
 
 
@@ -119,17 +119,16 @@ _REPLACED_BY_CONFIG = frozenset(p.name for p in layout_options(knob_options(lamb
     "gpu", "gpus", "efficiency", "overheads", "token_imbalance"}
 
 
-def _flags_the_config_replaces(also: frozenset = frozenset()) -> list[str]:
-    """The layout and knob flags (and `also`) given on the command line."""
-    ctx = click.get_current_context()
-    return [p.opts[0] for p in ctx.command.params if p.name in _REPLACED_BY_CONFIG | also
-            and ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE]
-
-
-def _given(name: str) -> bool:
+def given(name: str) -> bool:
     """Whether the option was typed on the command line (not its default); False outside a click command."""
     ctx = click.get_current_context(silent=True)
     return ctx is not None and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+def _flags_the_config_replaces(also: frozenset = frozenset()) -> list[str]:
+    """The layout and knob flags (and `also`) given on the command line."""
+    params = click.get_current_context().command.params
+    return [p.opts[0] for p in params if p.name in _REPLACED_BY_CONFIG | also and given(p.name)]
 
 
 def flags_a_saved_result_replaces() -> list[str]:
@@ -211,21 +210,19 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         return fallback
 
     precision = pick("precision", kw["precision"], defaults["precision"])
-    dispatcher = pick("dispatcher", kw["dispatcher"], defaults["dispatcher"] if layout.ep > 1 else "alltoall")
+    dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
                            "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
-    if scope_text is not None and "none" in scope_text.replace(",", " ").split() and scope_text.strip() != "none":
-        raise MoetuneError(f"--cuda-graph-scope {scope_text}: 'none' turns CUDA graphs off; give it alone or drop it")
-    scopes = (tuple(s for s in scope_text.replace(",", " ").split() if s != "none") if scope_text is not None
+    scopes = (scope_words(scope_text, "--cuda-graph-scope") if scope_text is not None
               else pick("cuda_graph_scope", None, tuple(defaults["cuda_graph_scope"])))
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":
-        if _given("recompute"):
+        if given("recompute"):
             raise MoetuneError("--recompute none with --recompute-modules: modules are recomputed only under "
                                "--recompute selective; drop one of them")
         recompute = "selective"  # naming modules implies selective recompute
@@ -244,6 +241,14 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
     if kw["cp_comm_type"] is None and layout.cp > 1:
         defaulted.append("cp_comm_type")  # the legal exchange that costs least (Bridge recipes pick a2a where it runs)
     return knobs, defaulted
+
+
+def scope_words(text: str, flag: str) -> tuple[str, ...]:
+    """CUDA-graph scopes as typed ("attn,moe_router" or "attn moe_router"); "none" alone is no graph."""
+    words = text.replace(",", " ").split()
+    if "none" in words and len(words) > 1:
+        raise MoetuneError(f"{flag} {text}: 'none' turns CUDA graphs off; give it alone or drop it")
+    return tuple(w for w in words if w != "none")
 
 
 def load_overheads(path: str | None) -> dict | None:

@@ -5,7 +5,7 @@ import sys
 import click
 from rich.progress import Progress
 
-from moetune.cli.options import load_overheads
+from moetune.cli.options import load_overheads, scope_words
 from moetune.cli.output import console, emit_json, layout_extras, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -48,7 +48,7 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         elif key in ("precision", "dispatcher"):
             fixed[key] = [value]
         elif key == "cuda_graph_scope":
-            fixed[key] = [tuple(s for s in value.replace(",", " ").split() if s != "none")]
+            fixed[key] = [scope_words(value, "--fix cuda_graph_scope=")]
         elif key == "optimizer_offload_fraction":
             try:
                 fraction = float(value)

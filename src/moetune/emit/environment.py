@@ -7,6 +7,13 @@ from typing import Any
 from moetune.rules.derive import derive
 
 
+def tp_cp_need_one_connection(d: dict[str, Any]) -> bool:
+    """TP/CP > 1 without EP overlap before Blackwell: TP/CP kernels overlap GEMMs only through one hardware queue
+    (Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 there, arguments.py validate_args; Bridge sets it,
+    scripts/performance/utils/overrides.py)."""
+    return d.get("arch") != "blackwell" and (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"]
+
+
 def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     """NAME -> (value, why). Values the config already sets (env.*) are kept as given."""
     d = derive(config)
@@ -22,7 +29,7 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     # TP/CP communication must overlap GEMMs on Hopper-class GPUs without MoE overlap; else 8.
     if d.get("flex_backend") in ("deepep", "hybridep") or d.get("arch") == "blackwell":
         conns, why = 32, "DeepEP/HybridEP or Blackwell: many concurrent streams"
-    elif (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"]:
+    elif tp_cp_need_one_connection(d):
         conns, why = 1, "TP/CP kernels queue behind GEMMs only with one hardware connection"
     else:
         conns, why = 8, "default for this layout"

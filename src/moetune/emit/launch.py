@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from moetune.emit import values
-from moetune.emit.environment import environment
+from moetune.emit.environment import environment, tp_cp_need_one_connection
 from moetune.errors import MoetuneError
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.rules.derive import derive
@@ -40,22 +40,16 @@ def env_sh(config: dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# megatron_lm_args.txt split as a shell would (quotes, comments), one argument a line, for `mapfile`
-READ_ARGS = ("python3 -c 'import shlex, sys; sys.stdout.write(\"\".join(w + chr(10) for w in "
-             "shlex.split(open(sys.argv[1]).read(), comments=True)))'")
-
-
+# shell words (quotes, comments) one a line, for `mapfile`: megatron_lm_args.txt's text and EXTRA_ARGS alike
 READ_WORDS = ("python3 -c 'import shlex, sys; sys.stdout.write(\"\".join(w + chr(10) for w in "
-              "shlex.split(sys.argv[1])))'")
+              "shlex.split(sys.argv[1], comments=True)))'")
 
 
 def mlm_connections(config: dict[str, Any]) -> str:
     """Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 before Blackwell unless EP overlap (or
     FSDP) is on (arguments.py validate_args); env.sh may hold Bridge's 32 for DeepEP/HybridEP, so the Megatron-LM
     branch sets 1 itself there."""
-    d = derive(config)
-    if d.get("arch") != "blackwell" and (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"] \
-            and not config.get("ddp.use_megatron_fsdp"):
+    if tp_cp_need_one_connection(derive(config)) and not config.get("ddp.use_megatron_fsdp"):
         return ("\n  export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-LM asserts it with TP/CP > 1 before Blackwell "
                 "(arguments.py)")
     return ""
@@ -94,7 +88,7 @@ if [[ "$ENGINE" == "bridge" ]]; then
 else
   MEGATRON_LM_DIR="${{MEGATRON_LM_DIR:-/opt/Megatron-LM}}"{mlm_connections(config)}
   # the file is shell-quoted (a layout string holds '|' and '(' ); shlex reads it as a shell would, comments dropped
-  mapfile -t ARGS < <({READ_ARGS} "$HERE/megatron_lm_args.txt")
+  mapfile -t ARGS < <({READ_WORDS} "$(cat "$HERE/megatron_lm_args.txt")")
   mapfile -t EXTRA < <({READ_WORDS} "${{EXTRA_ARGS:-}}")  # the model's MODEL_ARGS, quotes as a shell reads them
   exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/{entry}" "${{ARGS[@]}}" "${{EXTRA[@]}}"
 fi

@@ -13,6 +13,7 @@ from moetune.configio.mlm import SPECIAL, VALUE_DEFAULTS
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.types import coerce
 from moetune.emit import values
+from moetune.emit.launch import entry_point
 
 # Megatron-LM spells dtype choices short (arguments.py: --main-grads-dtype {fp32,bf16}, --exp-avg-dtype ...).
 _MLM_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -46,7 +47,6 @@ def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
 
 
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
-    from moetune.emit.launch import entry_point
     lines = [f"# {header}", f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
              "torchrun.sh reads them with shlex)."]
     lines += ["# The architecture below sets the parameter shapes Megatron-LM's flags express (not a full-width q/k",

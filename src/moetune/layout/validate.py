@@ -37,6 +37,13 @@ class Workload:
         return self.gbs(layout) // (self.micro_batch_size * layout.dp)
 
 
+def interleaves(pp: int, vpp: int, microbatches: int) -> bool:
+    """Megatron's interleaved schedule runs micro-batches in groups of microbatch_group_size_per_vp_stage (default PP)
+    and refuses a last group shorter than PP (megatron/core/pipeline_parallel/schedules.py,
+    forward_backward_pipelining_with_interleaving): with VPP, the micro-batch count must be a multiple of PP."""
+    return vpp == 1 or microbatches % pp == 0
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise MoetuneError(message)
@@ -110,14 +117,11 @@ def validate_workload(layout: Layout, workload: Workload) -> None:
         f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {layout.dp} = "
         f"{mbs * layout.dp}); change --gbs or --mbs",
     )
-    if layout.vpp > 1:
-        # the interleaved schedule runs micro-batches in groups of microbatch_group_size_per_vp_stage (default PP)
-        # and refuses a last group shorter than PP (megatron/core/pipeline_parallel/schedules.py,
-        # forward_backward_pipelining_with_interleaving): the micro-batch count must be a multiple of PP
-        m = workload.num_microbatches(layout)
-        _require(m % layout.pp == 0, f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
-                 f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule); change "
-                 "--gbs or --mbs, or drop --vpp")
+    m = workload.num_microbatches(layout)
+    _require(interleaves(layout.pp, layout.vpp, m),
+             f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
+             f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule); change "
+             "--gbs or --mbs, or drop --vpp")
     if layout.sp:
         _divides(layout.tp, "TP (sequence parallel)", seq, "sequence length", "change --seq or --tp")
         if layout.cp > 1:  # sequence parallel splits each CP rank's seq/CP tokens over TP (mappings.py)

@@ -21,3 +21,9 @@ def platform_of(gpu: GpuSpec) -> str:
 def platform_defaults(gpu: GpuSpec) -> dict:
     """{knob: value} plus 'source' for this GPU's platform."""
     return dict(_table()[platform_of(gpu)])
+
+
+def default_dispatcher(gpu: GpuSpec, ep: int) -> str:
+    """The dispatcher a knob left out takes: the platform's where experts spread over EP ranks, alltoall at EP 1
+    (no all-to-all to accelerate)."""
+    return platform_defaults(gpu)["dispatcher"] if ep > 1 else "alltoall"

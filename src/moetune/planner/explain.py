@@ -16,7 +16,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
-from moetune.planner.defaults import platform_defaults, platform_of
+from moetune.planner.defaults import default_dispatcher, platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, splits_for
 from moetune.planner.ep_first import ep_first, ep_first_note
 from moetune.planner.estimate import Estimate
@@ -309,7 +309,7 @@ def _knobs_for(e: Estimate, ep: int):
     and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP."""
     if "dispatcher" not in e.defaulted:
         return e.knobs
-    return replace(e.knobs, dispatcher=platform_defaults(e.gpu)["dispatcher"] if ep > 1 else "alltoall")
+    return replace(e.knobs, dispatcher=default_dispatcher(e.gpu, ep))
 
 
 def _default_exchange(e: Estimate) -> str | None:

@@ -17,7 +17,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import Workload
+from moetune.layout.validate import Workload, interleaves
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split
 from moetune.planner.estimate import Estimate, estimate
@@ -51,9 +51,8 @@ class PlanResult:
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
     mbs_choices = [fixed["mbs"]] if "mbs" in fixed else list(MBS_CHOICES)
     gbs = wl.global_batch_size
-    # with VPP, Megatron's interleaved schedule needs the micro-batch count to be a multiple of PP (validate_workload)
     return [(lay, m) for lay in layouts for m in mbs_choices
-            if gbs % (m * lay.dp) == 0 and (lay.vpp == 1 or gbs // (m * lay.dp) % lay.pp == 0)]
+            if gbs % (m * lay.dp) == 0 and interleaves(lay.pp, lay.vpp, gbs // (m * lay.dp))]
 
 
 def _without_recompute(knobs: Knobs) -> tuple:
