@@ -1,11 +1,14 @@
 """Every illegal layout is rejected with the rule it breaks; legal ones derive DP/EDP and stage contents."""
 
+import re
+
 import pytest
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
-from moetune.layout.validate import Workload, validate
+from moetune.layout.validate import Workload, validate, validate_knobs
 from moetune.specs.registry import load_model
 
 
@@ -163,3 +166,20 @@ def test_written_layout_is_megatrons_grammar_and_round_trips():
     stages = parse_pipeline_layout(text)
     assert [s.count("t") for s in stages] == [4, 5, 5, 3, 4, 4, 4, 2]
     assert stages[0].startswith("E") and stages[-1].endswith("mmmL") and len(stages) == 8
+
+
+@pytest.mark.parametrize("model, layout, knobs, needle", [
+    ("qwen3-30b-a3b", dict(world_size=8, ep=8), dict(cp_comm_type="a2a+p2p", hcp_a2a_size=2), "need CP > 1"),
+    ("qwen3-30b-a3b", dict(world_size=8, ep=8), dict(recompute="selective", recompute_modules="mla_up_proj"),
+     "needs multi-latent attention"),
+    ("qwen3-30b-a3b", dict(world_size=8, ep=4), dict(token_imbalance=5.0), "cannot exceed EP (4)"),
+])
+def test_knobs_megatron_refuses_for_the_model_and_layout(model, layout, knobs, needle):
+    with pytest.raises(MoetuneError, match=re.escape(needle)):
+        validate_knobs(load_model(model), Layout(**layout), Knobs(**knobs))
+
+
+def test_knobs_megatron_accepts_pass():
+    validate_knobs(load_model("deepseek-v3"), Layout(world_size=16, ep=8, cp=2),
+                   Knobs(recompute="selective", recompute_modules="mla_up_proj", token_imbalance=8.0,
+                         cp_comm_type="a2a+p2p", hcp_a2a_size=2))

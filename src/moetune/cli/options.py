@@ -177,15 +177,11 @@ def require_cluster(kw: dict) -> None:
 def build_layout(kw: dict) -> Layout:
     require_cluster(kw)
     vpp = kw["vpp"]
-    if kw["pipeline_layout"]:
+    if kw["pipeline_layout"] and vpp == 1:  # Layout reads vpp 1 as unset; given, it must agree with the layout
         stages = len(parse_pipeline_layout(kw["pipeline_layout"]))
-        if stages % kw["pp"]:
-            raise MoetuneError(f"--pipeline-layout has {stages} stages, not a multiple of --pp ({kw['pp']})")
-        derived = stages // kw["pp"]
-        if vpp is not None and vpp != derived:
-            raise MoetuneError(f"--vpp ({vpp}) contradicts --pipeline-layout ({stages} stages / pp {kw['pp']} = "
-                               f"{derived} virtual stages); drop --vpp")
-        vpp = derived
+        if stages != kw["pp"]:
+            raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {kw['pp']}); "
+                               "drop --vpp")
     return Layout(
         world_size=kw["gpus"], tp=kw["tp"], cp=kw["cp"], pp=kw["pp"], vpp=vpp or 1, ep=kw["ep"], etp=kw["etp"],
         sequence_parallel=False if kw["no_sequence_parallel"] else None,

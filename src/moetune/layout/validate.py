@@ -8,6 +8,7 @@ Megatron-LM's arguments.py checks for the batch.
 from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.specs.model import ModelSpec
@@ -135,3 +136,16 @@ def validate_workload(layout: Layout, workload: Workload) -> None:
 def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:
     validate_model_layout(spec, layout)
     validate_workload(layout, workload)
+
+
+def validate_knobs(spec: ModelSpec, layout: Layout, knobs: Knobs) -> None:
+    """Knob settings Megatron refuses for this model and layout (each knob's own range is checked in Knobs)."""
+    if knobs.hcp_a2a_size is not None and layout.cp == 1:
+        raise MoetuneError(f"hierarchical CP sizes (a2a group {knobs.hcp_a2a_size}) need CP > 1; drop --hcp-a2a-size "
+                           "and --cp-comm-type a2a+p2p, or set --cp")
+    if "mla_up_proj" in knobs.effective_modules and spec.mla is None:
+        raise MoetuneError(f"recompute module mla_up_proj needs multi-latent attention; {spec.name} has none "
+                           "(Megatron-Core refuses it, transformer_config.py): drop it")
+    if knobs.token_imbalance is not None and layout.ep > 1 and knobs.token_imbalance > layout.ep:
+        raise MoetuneError(f"token_imbalance ({knobs.token_imbalance:g}) cannot exceed EP ({layout.ep}): the busiest "
+                           f"of {layout.ep} expert ranks holds at most every token, {layout.ep}x the mean")

@@ -2,11 +2,10 @@
 
 from dataclasses import dataclass, field, fields
 
-from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
-from moetune.layout.validate import Workload, validate
+from moetune.layout.validate import Workload, validate, validate_knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import resolve_auto
@@ -129,15 +128,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
-    if knobs.hcp_a2a_size is not None and layout.cp == 1:
-        raise MoetuneError(f"hierarchical CP sizes (a2a group {knobs.hcp_a2a_size}) need CP > 1; drop --hcp-a2a-size "
-                           "and --cp-comm-type a2a+p2p, or set --cp")
-    if "mla_up_proj" in knobs.effective_modules and model.mla is None:
-        raise MoetuneError(f"recompute module mla_up_proj needs multi-latent attention; {model.name} has none "
-                           "(Megatron-Core refuses it, transformer_config.py): drop it")
-    if knobs.token_imbalance is not None and layout.ep > 1 and knobs.token_imbalance > layout.ep:
-        raise MoetuneError(f"token_imbalance ({knobs.token_imbalance:g}) cannot exceed EP ({layout.ep}): the busiest "
-                           f"of {layout.ep} expert ranks holds at most every token, {layout.ep}x the mean")
+    validate_knobs(model, layout, knobs)
     eff = efficiency(gpu.key, efficiency_overrides)
     knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
     stages = memory_wall(model, layout, workload, knobs, overheads) if with_memory else []
