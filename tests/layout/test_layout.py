@@ -8,7 +8,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
-from moetune.layout.validate import Workload, validate, validate_knobs
+from moetune.layout.validate import Workload, shard_cp, validate, validate_knobs
 from moetune.specs.registry import load_model
 
 
@@ -170,7 +170,8 @@ def test_written_layout_is_megatrons_grammar_and_round_trips():
 
 @pytest.mark.parametrize("model, layout, knobs, needle", [
     ("qwen3-30b-a3b", dict(world_size=8, ep=8), dict(cp_comm_type="a2a+p2p", hcp_a2a_size=2), "need CP > 1"),
-    ("qwen3-30b-a3b", dict(world_size=8, ep=8), dict(recompute="selective", recompute_modules="mla_up_proj"),
+    ("qwen3-30b-a3b", dict(world_size=8, ep=8),
+     dict(recompute="selective", recompute_modules=frozenset({"mla_up_proj"})),
      "needs multi-latent attention"),
     ("qwen3-30b-a3b", dict(world_size=8, ep=4), dict(token_imbalance=5.0), "cannot exceed EP (4)"),
 ])
@@ -181,5 +182,19 @@ def test_knobs_megatron_refuses_for_the_model_and_layout(model, layout, knobs, n
 
 def test_knobs_megatron_accepts_pass():
     validate_knobs(load_model("deepseek-v3"), Layout(world_size=16, ep=8, cp=2),
-                   Knobs(recompute="selective", recompute_modules="mla_up_proj", token_imbalance=8.0,
+                   Knobs(recompute="selective", recompute_modules=frozenset({"mla_up_proj"}), token_imbalance=8.0,
                          cp_comm_type="a2a+p2p", hcp_a2a_size=2))
+
+
+@pytest.mark.parametrize("seq, tp, pp, world, expected", [
+    (131072, 1, 8, 256, 32),  # seeds/002 DSV3 128K: CP32 at TP1
+    (131072, 4, 4, 256, 8),  # TP4 shards the same tokens: 131072 / (4096 x 4)
+    (131072, 4, 4, 64, 4),  # the world holds no more than TP4 x CP4 x PP4
+    (65536, 1, 1, None, 16),
+    (4096, 1, 1, 8, 1),
+    (24576, 1, 1, 8, 8),  # 6 is nearer 8 than 4 on a log scale
+])
+def test_shard_cp_is_the_nearest_legal_power_of_two_to_a_4k_shard(seq, tp, pp, world, expected):
+    cp = shard_cp(seq, tp, pp, world)
+    assert cp == expected
+    assert seq % (2 * cp) == 0 and (world is None or world % (tp * cp * pp) == 0)

@@ -7,11 +7,15 @@ from moetune.cli.main import main
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
+from moetune.planner.config_map import to_config
+from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import estimate
-from moetune.planner.explain import _apply, _moves, explain
+from moetune.planner.explain import COMPOUND, FIT_LADDER, _apply, _moves, explain
+from moetune.planner.explain import _scale as explain_scale
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
+from moetune.rules import derive, evaluate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -56,10 +60,37 @@ def test_not_fitting_run_gets_fit_moves_in_seed_order(capsys):
     assert answer["profile"]["dominant_wall"] == "memory"
     steps = answer["fit"]["steps"]
     ladder = [s["step"] for s in steps if s["step"] != "smallest model parallelism that fits"]
-    order = ["selective_recompute_moe_act", "full_recompute", "optimizer_offload"]
-    assert ladder == order[:len(ladder)]  # the seeds' order: selective, then full, then offload
+    assert ladder == [m for m in FIT_LADDER if m in ladder]  # the seeds' order: selective, then full, then offload
+    assert ladder.index("selective_recompute_moe_act") < len(ladder) - 1
     assert any(s.get("fits", True) for s in steps)
     assert steps[0]["step"] == "smallest model parallelism that fits" and steps[0]["peak_gib"] <= 78
+
+
+def _errors_after(e, change: dict) -> list[str]:
+    """Rule errors of the estimate's configuration with a step's overrides applied, as `moetune check` reads it."""
+    config = {**to_config(e), **change}
+    return [f.rule for f in evaluate(config, derive(config), context="check") if f.severity == "error"
+            and not f.rule.startswith("fit.")]
+
+
+def test_fit_ladder_keeps_the_runs_modules_and_ends_in_a_configuration_megatron_accepts():
+    """Each step adds to the modules already recomputed (it used to replace them and raise the peak) and drops the
+    CUDA-graph scopes Megatron refuses beside it (full recompute under TE-scoped graphs used to be the last step)."""
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=8),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1024),
+                 Knobs(recompute="selective", recompute_modules=frozenset({"core_attn"}),
+                       cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))
+    assert not e.fits and not _errors_after(e, {})
+    steps = [s for s in explain(e)["fit"]["steps"] if "change" in s]
+    assert steps and steps[-1]["fits"]
+    peaks = [s["peak_gib"] for s in steps]
+    assert peaks == sorted(peaks, reverse=True) and peaks[0] < e.peak_bytes / 2**30
+    applied = {}
+    for step in steps:
+        applied.update(step["change"])
+        assert _errors_after(e, applied) == [], step["step"]
+        if applied.get("model.recompute_granularity") == "selective":
+            assert "core_attn" in applied["model.recompute_modules"]
 
 
 def test_json_round_trip_through_estimate_and_plan(capsys, tmp_path):
@@ -253,3 +284,40 @@ def test_a_layout_with_expert_tp_is_weighed_against_the_ep_first_one():
     gain = alt.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
     assert f"({100 * gain:+.1f}%)" in note
     assert not any(n.startswith("expert TP") for n in explain(alt)["scale"]["notes"])  # EP-first already
+
+
+def test_long_context_note_follows_the_seeds_own_tp_cp_recipe():
+    """seeds/002's Qwen3-235B-A22B 128K NVL72 recipe (TP4 CP4 PP4 VPP12 EP32) is 8K tokens a TP x CP shard: no CP
+    advice; at CP2 the note names a CP the 256 GPUs can hold (CP ~= seq / (4096 x TP) = 8), not seq/4096 = 32."""
+    def notes(cp):
+        e = estimate(load_model("qwen3-235b-a22b"), load_gpu("gb200"),
+                     Layout(world_size=256, tp=4, cp=cp, pp=4, vpp=12, ep=32, account_for_embedding=True,
+                            account_for_loss=True),
+                     Workload(seq_length=131072, micro_batch_size=1, global_batch_size=256),
+                     Knobs(recompute="selective", recompute_modules=frozenset({"moe_act", "layernorm"})),
+                     with_time=False)
+        return [n for n in explain_scale(e)["notes"] if n.startswith("long context")]
+    assert notes(4) == []
+    assert "here CP8" in notes(2)[0]
+
+
+def test_grace_blackwell_defaults_to_hybridep_whatever_its_nvlink_domain(tmp_path):
+    cluster = tmp_path / "gb200_nvl8.toml"
+    cluster.write_text('gpu = "gb200"\nnvlink_domain = 8\n')
+    assert platform_defaults(load_gpu(str(cluster)))["dispatcher"] == "hybridep"  # Bridge runs no DeepEP on GB200
+
+
+def test_a_compound_move_is_shown_only_when_it_beats_its_part():
+    answer = explain(_qwen())
+    gains = {m["rule"]: m["predicted_gain"] for m in answer["retune"]}
+    for compound, part in COMPOUND.items():
+        if compound in gains and part in gains:
+            assert gains[compound] > gains[part]
+
+
+def test_explain_lists_the_seeds_info_checklist_items():
+    e = estimate(load_model("deepseek-v3"), load_gpu("h100"),
+                 Layout(world_size=1024, tp=2, pp=8, ep=64, pipeline_layout="Et|(tt|)*30mL"),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=8192), Knobs())
+    rules = {c["rule"]: c["severity"] for c in explain(e)["checks"]}
+    assert rules.get("fit.fake_process_group") == "info"  # seeds/000 Fit: --fake-init-process-group

@@ -16,7 +16,7 @@ from moetune.cli.options import (
 from moetune.cli.output import console, emit_json, print_checks, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.planner.explain import explain
+from moetune.planner.explain import TIGHT_SHARE, explain
 from moetune.planner.fp8_evidence import caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.track_record import track_record_text
@@ -112,12 +112,17 @@ def print_explain(a: dict) -> None:
                   "--token-imbalance")
     rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), ", ".join(f"{k}={v}" for k, v in r["change"].items()),
              f"{100 * r['predicted_gain']:+.1f}%",
-             f"{r['new_peak_gib']:.1f}", r["source"]] for r in a["retune"]]
+             f"{r['new_peak_gib']:.1f}" + (" tight" if r["tight"] else ""), r["source"]] for r in a["retune"]]
     if rows:
         out.print(table("Retune: next changes, predicted", ["move", "overrides", "tokens/s", "peak GiB", "rule"], rows,
                         justify_right_from=2))
+        if any(r["tight"] for r in a["retune"]):
+            out.print(f"  tight: under {100 * TIGHT_SHARE:.0f}% of the GPU free, within the memory estimate's error")
         if any(r["unconfirmed"] for r in a["retune"]):
             out.print(f"  * moetune's FP8 gain, unconfirmed for this model: {evidence_text(a['fp8_evidence'])}")
+    elif any(c["severity"] == "error" for c in a["checks"]):
+        out.print("[bold]Retune[/bold]: Megatron or the seeds refuse this configuration (Check errors below) and no "
+                  "single move clears an error; apply their fixes first, or let `moetune plan` choose")
     else:
         out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits; `moetune plan` changes "
                   "layout and knobs together")

@@ -5,6 +5,7 @@ The divisibility rules are the ones Megatron-Core asserts when it builds the mod
 Megatron-LM's arguments.py checks for the batch.
 """
 
+import math
 from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
@@ -36,6 +37,22 @@ class Workload:
 
     def num_microbatches(self, layout: Layout) -> int:
         return self.gbs(layout) // (self.micro_batch_size * layout.dp)
+
+
+# seeds/002 "Start from a 4K shard target": CP ~= seq_len / 4096, rounded to a practical power of two. Under sequence
+# parallelism TP shards the same tokens (and attention by heads), so the shard is seq / (CP x TP): seeds/002's own
+# Qwen3-235B-A22B 128K NVL72 recipe trades CP for TP at TP4 x CP4 ("use TP as another lever on NVL72 systems").
+SHARD_TOKENS = 4096
+CP_POWERS = tuple(2 ** i for i in range(12))
+
+
+def shard_cp(seq_length: int, tp: int, pp: int = 1, world: int | None = None) -> int:
+    """The power-of-two CP nearest the 4K-shard target seq / (4096 x TP) that Megatron accepts: 2 x CP divides the
+    sequence and, given the world size, TP x CP x PP divides it (ties go to the larger CP)."""
+    target = max(1.0, seq_length / (SHARD_TOKENS * tp))
+    legal = [c for c in CP_POWERS
+             if c == 1 or (seq_length % (2 * c) == 0 and (world is None or world % (tp * c * pp) == 0))]
+    return min(legal, key=lambda c: (abs(math.log2(c / target)), -c))
 
 
 def interleaves(pp: int, vpp: int, microbatches: int) -> bool:

@@ -12,8 +12,14 @@ def _table() -> dict:
     return tomllib.loads((resources.files("moetune") / "data" / "platform_defaults.toml").read_text())
 
 
+# Grace-Blackwell superchips: Megatron Bridge runs DeepEP only on GPUs named B200/B300 among Blackwells
+# (training/flex_dispatcher_backend.py apply_flex_dispatcher_backend), so these take HybridEP whatever NVLink domain a
+# cluster file gives them.
+GRACE_BLACKWELL = ("gb200", "gb300")
+
+
 def platform_of(gpu: GpuSpec) -> str:
-    if gpu.arch == "blackwell" and gpu.nvlink_domain >= 36:
+    if gpu.arch == "blackwell" and (gpu.nvlink_domain >= 36 or gpu.key in GRACE_BLACKWELL):
         return "blackwell-nvl72"
     return gpu.arch if gpu.arch in _table() else "ampere"
 

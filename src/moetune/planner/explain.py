@@ -14,7 +14,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain
-from moetune.layout.validate import Workload
+from moetune.layout.validate import SHARD_TOKENS, Workload, shard_cp
 from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
 from moetune.planner.defaults import default_dispatcher, platform_defaults, platform_of
 from moetune.planner.enumerate import enumerate_layouts, splits_for
@@ -42,6 +42,9 @@ def _moves() -> dict:
 # peak and a complete configuration (Qwen3-30B-A3B on 16 H100, published_runs.csv R084/R103) is predicted 3.1% high.
 TIGHT_SHARE = 0.03
 
+# Where the seeds' long-context guidance starts (seeds/002: "well past the 4K-class regime"; rule longctx.cp_sizing)
+LONG_CONTEXT = 16384
+
 
 def _fit(e: Estimate) -> dict:
     worst = next(s for s in e.stages if s.stage == e.worst_stage)
@@ -59,7 +62,7 @@ def _scale(e: Estimate) -> dict:
     lay = e.layout
     leaving = groups_leaving_domain(lay, e.job_domain)
     notes = []
-    if e.job_domain != e.gpu.nvlink_domain:
+    if e.job_domain != e.gpu.nvlink_domain and lay.world_size > e.gpu.gpus_per_node:  # a job within one node: no split
         notes.append(f"{lay.world_size} GPUs in Slurm segments of {e.job_domain // e.gpu.gpus_per_node} nodes: "
                      f"{e.job_domain} consecutive ranks share an NVLink domain (Megatron Bridge's launcher, "
                      "scripts/performance/utils/executors.py)")
@@ -69,9 +72,12 @@ def _scale(e: Estimate) -> dict:
     if leaving.get("ep", 0) > 0:
         notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
                      "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
-    if e.workload.seq_length >= 16384 and lay.cp < e.workload.seq_length // 4096:
-        notes.append(f"long context: start at CP ~= seq/4096 = {e.workload.seq_length // 4096} "
-                     "(seeds/001 long-context guidance)")
+    seq = e.workload.seq_length
+    target = shard_cp(seq, lay.tp, lay.pp, lay.world_size)
+    if seq >= LONG_CONTEXT and seq // (lay.cp * lay.tp) > 2 * SHARD_TOKENS and target > lay.cp:
+        notes.append(f"long context: {seq // (lay.cp * lay.tp):,} tokens per TP x CP shard; start from a 4K shard, "
+                     f"CP ~= seq/(4096 x TP), here CP{target} (the nearest legal power of two; seeds/002 § Start from "
+                     "a 4K shard target, rule longctx.cp_sizing)")
     if lay.cp > 1:
         exposed = (e.time or {}).get("exposed_collectives", {}).get("cp")
         linear = " (with the Mamba/gated delta-net layers' own all-to-alls)" if e.model.mamba or e.model.gdn else ""
@@ -86,8 +92,9 @@ def _scale(e: Estimate) -> dict:
             notes.append(move)
     if lay.etp > 1 and not (lay.ep == 1 and e.knobs.routing == "dropless") and (note := ep_first_note(e)):
         notes.append(note)  # (dropless on EP 1: the routing note weighs the EP-first layout, with its imbalance)
-    if lay.dp == 1:
-        notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/001)")
+    if lay.dp == 1 and seq >= 32768:
+        notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/002 § Keep DP alive if "
+                     "possible, rule longctx.dp_squeezed)")
     return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
             "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
             "pipeline_split": lay.split_text() or "even",
@@ -152,23 +159,36 @@ def _expert_tp_routing(e: Estimate) -> dict | None:
 
 def _apply(e: Estimate, move: dict):
     """The estimate with one move applied, or None when the move does not apply or is illegal."""
-    knobs, layout, mbs = e.knobs, e.layout, e.workload.micro_batch_size
-    # TOML lists become the knob's own collection type (frozenset of modules, tuple of graph scopes)
-    changes = {k: type(getattr(knobs, k))(v) if isinstance(v, list) else v for k, v in move.get("knobs", {}).items()}
-    if changes.get("precision") == "platform_fp8":
-        changes["precision"] = platform_defaults(e.gpu)["precision"]
+    knobs, layout = e.knobs, e.layout
+    changes = _knob_changes(e, move)
     if all(getattr(knobs, k) == v for k, v in changes.items()) and not move.get("layout") and not move.get("mbs"):
         return None
-    mbs = mbs * move.get("mbs", 1)
+    mbs = e.workload.micro_batch_size * move.get("mbs", 1)
+    if mbs < 1 or mbs != int(mbs):
+        return None
     try:
         for key, factor in move.get("layout", {}).items():
             layout = _scaled(e.model, layout, key, getattr(layout, key) * factor)
-        wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=mbs,
+        wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=int(mbs),
                       global_batch_size=e.workload.gbs(e.layout))
         new = e.variant(layout=layout, workload=wl, knobs=replace(knobs, **changes))
         return even_out(new) if "vpp" in move.get("layout", {}) else new
     except (MoetuneError, ValueError, TypeError):
         return None
+
+
+def _knob_changes(e: Estimate, move: dict) -> dict:
+    """The move's knob values as the run takes them: TOML lists as the knob's own collection type, selective
+    recompute modules added to those already recomputed, graph scopes Megatron refuses beside the move dropped."""
+    knobs = e.knobs
+    changes = {k: type(getattr(knobs, k))(v) if isinstance(v, list) else v for k, v in move.get("knobs", {}).items()}
+    if changes.get("precision") == "platform_fp8":
+        changes["precision"] = platform_defaults(e.gpu)["precision"]
+    if changes.get("recompute") == "selective" and knobs.recompute == "selective":
+        changes["recompute_modules"] = changes["recompute_modules"] | knobs.effective_modules
+    if "graphs_keep" in move:
+        changes["cuda_graph_scope"] = tuple(x for x in knobs.cuda_graph_scope if x in move["graphs_keep"])
+    return changes
 
 
 def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
@@ -187,7 +207,17 @@ def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
 def findings(e: Estimate) -> list:
     """Rule-table findings of an estimate's config (data/rules.yaml), as `moetune check` reports them."""
     config = to_config(e)
-    return evaluate(config, derive(config), context="explain")
+    derived = derive(config)
+    if e.knobs.recompute == "full" and e.stages:  # fit.selective_before_full asks whether selective would do
+        derived["fits_with_selective_recompute"] = _fits_with_selective(e)
+    return evaluate(config, derived, context="explain")
+
+
+def _fits_with_selective(e: Estimate) -> bool:
+    """Whether the seeds' first selective set (the rule's own fix) fits in place of full recompute; TE-scoped graphs
+    stay (they pair with selective recompute)."""
+    modules = frozenset({"layernorm", "moe_act"} if e.model.num_moe_experts else {"layernorm", "core_attn"})
+    return e.variant(knobs=replace(e.knobs, recompute="selective", recompute_modules=modules)).fits
 
 
 def rule_errors(e: Estimate, found: list | None = None) -> list[str]:
@@ -200,13 +230,17 @@ def checks(e: Estimate) -> list[dict]:
     return _checks(findings(e))
 
 
-def _checks(found: list) -> list[dict]:
-    """The errors and warnings this configuration itself raises, so an answer never hides a broken prerequisite."""
-    return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix}
-            for f in found if f.severity in ("error", "warning")]
+SEVERITY_ORDER = ("error", "warning", "info")
 
 
-def _change(move: dict, new: Estimate) -> dict:
+def _checks(found: list, levels: tuple[str, ...] = ("error", "warning")) -> list[dict]:
+    """The findings this configuration itself raises at these levels, errors first, so an answer never hides a broken
+    prerequisite (explain adds the seeds' info-level checklist items: rules.yaml `contexts: [explain]`)."""
+    kept = sorted((f for f in found if f.severity in levels), key=lambda f: SEVERITY_ORDER.index(f.severity))
+    return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix} for f in kept]
+
+
+def _change(move: dict, old: Estimate, new: Estimate) -> dict:
     """The move's overrides as they apply: each "<...>" placeholder of retune_moves.toml replaced by the moved
     estimate's value (a new VPP with the pipeline split that goes with it, the micro-batch, the precision recipe), and
     the CP exchange a plan's "auto" picked written out."""
@@ -218,9 +252,14 @@ def _change(move: dict, new: Estimate) -> dict:
         out.update({k: v for k, v in layout_fields(new.layout).items() if k in split})
     if "train.micro_batch_size" in out:
         out["train.micro_batch_size"] = new.workload.micro_batch_size
+    if "model.recompute_modules" in out:  # the modules the run already recomputed stay
+        out["model.recompute_modules"] = sorted(new.knobs.recompute_modules)
+    if "graphs_keep" in move and new.knobs.cuda_graph_scope != old.knobs.cuda_graph_scope:
+        graphs = to_config(new)
+        out.update({k: graphs[k] for k in ("model.cuda_graph_impl", "model.cuda_graph_scope")})
     if "mixed_precision" in out:  # the recipe's fields, as plans write them (config_map.PRECISION)
         del out["mixed_precision"]
-        out.update(PRECISION[new.knobs.precision])
+        out.update(PRECISION[new.knobs.precision] or {"mixed_precision": "bf16_mixed"})
     if "model.cp_comm_type" in out:
         out.update({"model.cp_comm_type": new.knobs.cp_comm_type, **cp_fields(new)})
     return out
@@ -236,43 +275,61 @@ def _retune(e: Estimate, found: list) -> list[dict]:
         if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits:
             continue
         new = _apply(e, move)
-        if new is None or not new.fits or set(rule_errors(new)) - broken:
+        if new is None or not new.fits:
+            continue
+        errors = set(rule_errors(new))
+        if errors - broken or (broken and errors == broken):  # on a refused run, only a move that clears an error
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
         if gain > 0.005 or not e.fits:
-            out.append({"rule": move_id, "change": _change(move, new), "predicted_gain": gain,
+            free = (new.gpu.capacity_bytes - new.peak_bytes) / GIB
+            out.append({"rule": move_id, "change": _change(move, e, new), "predicted_gain": gain,
                         "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
                         "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"],
+                        "tight": free < TIGHT_SHARE * new.gpu.capacity_bytes / GIB,
                         # a move onto FP8 for a narrow model: its gain is moetune's, the published pairs measured none
                         "unconfirmed": not applies(e.model, e.knobs) and applies(new.model, new.knobs)})
-    return sorted(out, key=lambda r: -r["predicted_gain"])
+    return _without_borrowed_gains(sorted(out, key=lambda r: -r["predicted_gain"]))
 
 
-# The seeds' order to make a run fit (seeds/000 Phase 1): recompute steps applied cumulatively, offload last.
-FIT_LADDER = ("selective_recompute_moe_act", "selective_recompute_mla_up_proj", "full_recompute", "optimizer_offload")
+# Moves that change a second thing on top of another move: kept only where they beat that move alone, so a row
+# never shows the other move's gain as its own (EP overlap with VPP against more virtual stages alone).
+COMPOUND = {"ep_overlap_with_vpp": "more_virtual_stages", "ep_overlap_delay_wgrad": "ep_overlap"}
+
+
+def _without_borrowed_gains(rows: list[dict]) -> list[dict]:
+    gain = {r["rule"]: r["predicted_gain"] for r in rows}
+    return [r for r in rows if r["rule"] not in COMPOUND or gain[r["rule"]] > gain.get(COMPOUND[r["rule"]], -1.0)]
+
+
+# The seeds' order to make a run fit (seeds/000 Phase 1; seeds/002 Prefer selective recompute): a smaller micro-batch,
+# then recompute steps applied cumulatively (the modules seeds/002 names before full recompute), offload last.
+FIT_LADDER = ("smaller_micro_batch", "selective_recompute_moe_act", "selective_recompute_mla_up_proj",
+              "selective_recompute_mlp", "selective_recompute_moe", "full_recompute", "optimizer_offload")
 
 
 def _fit_steps(e: Estimate) -> list[dict]:
-    """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the
-    recompute ladder and offload applied one after another until it fits."""
+    """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the ladder
+    applied one step after another until it fits. A step that saves no memory or that Megatron would refuse is left
+    out (the graph scopes a recompute step cannot sit beside are dropped with it: retune_moves.toml graphs_keep)."""
     steps = []
     smallest = smallest_fitting_layout(e)
     if smallest is not None:
         steps.append({"step": "smallest model parallelism that fits", "layout": smallest.layout.describe(),
                       "peak_gib": smallest.peak_bytes / GIB,
                       "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"], "source": "seeds/000 Phase 1"})
-    current = e
+    current, broken = e, set(rule_errors(e))
     for move_id in FIT_LADDER:
         move = _moves()[move_id]
         if move_id == "selective_recompute_mla_up_proj" and e.model.mla is None:
             continue
         new = _apply(current, move)
-        if new is None:
+        if new is None or new.peak_bytes >= current.peak_bytes or set(rule_errors(new)) - broken:
             continue
-        current = new
-        steps.append({"step": move_id, "change": move["overrides"], "peak_gib": new.peak_bytes / GIB,
+        steps.append({"step": move_id, "change": _change(move, current, new), "peak_gib": new.peak_bytes / GIB,
                       "fits": new.fits, "tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
                       "source": move["source"]})
+        current = new
         if new.fits:
             break
     return steps
@@ -296,7 +353,10 @@ def smallest_fitting_layout(e: Estimate):
             fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None
-    best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.tp, lay.pp, -lay.ep, lay.etp))
+    # CP is for long context (seeds/000 Phase 2): below it, TP or PP of the same size come first
+    short = e.workload.seq_length < LONG_CONTEXT
+    best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, short and lay.cp > 1, lay.tp, lay.pp, -lay.ep,
+                                         lay.etp))
     knobs = _knobs_for(e, best.ep)
     if (best.cp, best.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
         knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
@@ -327,11 +387,14 @@ def explain(e: Estimate) -> dict:
     if not e.fits:
         fit["steps"] = _fit_steps(e)
     found = findings(e)  # the rule table is evaluated once for this configuration
+    if e.layout.cp > 1 and _default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
+        found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
     fp8 = caveat(e, same_config_in_bf16(e), "the same configuration in BF16") if applies(e.model, e.knobs) else None
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(),
         "track_record": track_record(e.model.name, e.gpu.key, e.efficiency),
-        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e, found), "checks": _checks(found),
+        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e, found),
+        "checks": _checks(found, SEVERITY_ORDER),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
                              "fp8_recipe": defaults["precision"], "cuda_graph_scope": defaults["cuda_graph_scope"],

@@ -104,4 +104,6 @@ def caveat_text(c: dict) -> str:
         fits = "" if c["bf16_fits"] else f", which does not fit: {c['bf16_peak_gib']:.1f} GiB"
         text += (f"; moetune predicts {100 * c['predicted_fp8_gain']:+.0f}% over {c['bf16_what']} "
                  f"({c['bf16_layout']}, {c['bf16_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
+    if c.get("predicted_fp8_gain", 1.0) < 0:  # slower here anyway (host-bound FP8: TE's quantizer launches)
+        return text + ": BF16 is the faster choice on moetune's own numbers; measure both precisions."
     return text + ". Its FP8 gain is optimistic here (no quantization kernels charged): measure both precisions."

@@ -14,6 +14,7 @@ from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
+from moetune.layout.validate import shard_cp
 from moetune.rules.table import load_table
 from moetune.walls.context_parallel import a2a_splits
 
@@ -85,6 +86,9 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
     d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
+    seq = value(config, "model.seq_length")
+    if seq:
+        d["cp_shard_target"] = shard_cp(int(seq), d["tp"], d["pp"], int(world) if world else None)
     if world:
         d["world_size"] = world = int(world)
         attn, expert = d["tp"] * d["cp"] * d["pp"], d["etp"] * d["ep"] * d["pp"]

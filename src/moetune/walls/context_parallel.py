@@ -257,7 +257,8 @@ def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
     return size
 
 
-EXCHANGE_WORDS = {"p2p": "a p2p ring that hides under the attention", "all_gather": "an all-gather of K,V (not hidden)",
+EXCHANGE_WORDS = {"p2p": "a p2p ring whose steps overlap the attention (what outlasts it is exposed)",
+                  "all_gather": "an all-gather of K,V (not hidden)",
                   "a2a": "all-to-alls that trade sequence chunks for heads (not hidden)",
                   "a2a+p2p": "an a2a inside NVLink, then a p2p ring across"}
 
