@@ -188,7 +188,7 @@ def test_plan_notes_the_data_parallel_sizes_the_global_batch_rules_out(capsys):
     assert "GBS 1000 is not a multiple of DP x MBS for DP 16, 32, 64" in out and "GBS 1024 would allow DP 64" in out
     code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1000",
                         "--top", "1", "--json"], capsys)
-    assert json.loads(out)["gbs_excluded_dp"] == [16, 32, 64]
+    assert json.loads(out)["gbs_excluded_dp"] == [16, 32, 64] and json.loads(out)["gbs_allowing_widest_dp"] == 1024
 
 
 def test_plan_names_the_dropless_factor_it_charged(capsys):
@@ -386,7 +386,13 @@ def test_a_saved_result_is_explained_as_saved(tmp_path, capsys):
     assert json.loads(plain)["profile"]["routing"]["token_imbalance"] < 3
     code, _, err = run(["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--baseline",
                         str(saved)], capsys)
-    assert code == 2 and "is qwen3-30b-a3b on 16 GPUs; the plan is mixtral-8x7b" in err
+    assert code == 2 and "is another job (model qwen3-30b-a3b vs mixtral-8x7b)" in err
+    for extra, needle in ((["--gpu", "b200"], "GPU h100 vs b200"), (["--seq", "8192"], "seq 4096 vs 8192"),
+                          (["--gbs", "1024"], "GBS 512 vs 1024")):
+        args = {"--gpu": "h100", "--seq": "4096", "--gbs": "512", **dict(zip(extra[::2], extra[1::2]))}
+        code, _, err = run(["plan", "qwen3-30b-a3b", "--gpus", "16", *[x for kv in args.items() for x in kv],
+                            "--baseline", str(saved)], capsys)
+        assert code == 2 and needle in err
 
 
 def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypatch):

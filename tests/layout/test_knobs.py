@@ -17,3 +17,8 @@ def test_sm_count_defaults_to_the_tuned_recipes_and_is_zero_for_nccl_paths():
 def test_an_impossible_sm_count_is_one_clear_error(sms):
     with pytest.raises(MoetuneError, match=rf"flex_num_sms \({sms}\)"):
         Knobs(dispatcher="hybridep", flex_num_sms=sms)
+
+
+def test_token_imbalance_is_refused_under_force_balanced_routing():
+    with pytest.raises(MoetuneError, match=r"--token-imbalance \(3\) weighs dropless routing"):
+        Knobs(routing="force-balance", token_imbalance=3.0)

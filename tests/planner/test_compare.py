@@ -76,3 +76,12 @@ def test_ambiguous_or_damaged_predictions_are_one_line(shared_data, tmp_path, ca
         assert main(["diagnose", trace, *args]) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_prediction_far_from_the_measurement_asks_whether_it_is_the_same_run(shared_data, capsys):
+    """A 1,024-GPU-batch plan against a 16-rank trace: steps many times apart are two runs, not a model error."""
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "a100", "--gpus", "16", "--ep", "16", "--gbs", "4096",
+                 "--json"]) == 0
+    predicted = estimate_from_json(json.loads(capsys.readouterr().out))
+    result = compare(predicted, diagnose([shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz"]))
+    assert result["verdict"].startswith("predicted and measured steps are")

@@ -94,4 +94,4 @@ def test_explain_and_plan_print_it(capsys):
         ["R051", "R052", "R092"]
     assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "1"]) == 0
     out = capsys.readouterr().out
-    assert "Track record" in out and "R029 +52%" in out
+    assert "Track record" in out and "R029 +53%" in out

@@ -34,8 +34,9 @@ def test_table_report(tmp_path, capsys):
 
 
 def test_directory_and_log_together(traces_dir, fixtures_dir, tmp_path, capsys):
-    write_trace(deepep_rank_wait(rank=0, world_size=2), tmp_path / "r0.json.gz")
-    write_trace(deepep_rank_wait(rank=1, world_size=2), tmp_path / "r1.json.gz")
+    # two of the 16 ranks the log's argument dump records (world_size 16)
+    write_trace(deepep_rank_wait(rank=0, world_size=16), tmp_path / "r0.json.gz")
+    write_trace(deepep_rank_wait(rank=1, world_size=16), tmp_path / "r1.json.gz")
     code = main(["diagnose", str(tmp_path), "--log", str(fixtures_dir / "megatron_lm_qwen3_30b_a3b.log"), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["ranks"] == 2 and len(data["per_rank"]) == 2

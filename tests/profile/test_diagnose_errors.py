@@ -88,8 +88,15 @@ METADATA = {
                          "deviceProperties"),
     "rank_past_world.json": ({"distributedInfo": {"rank": 5, "world_size": 2}}, KERNEL, "rank 5 outside world size 2"),
     "args_str.json": ({}, {**KERNEL, "args": "x"}, "malformed event"),
-    "negative_dur.json": ({}, {**KERNEL, "dur": -5}, "no non-negative dur"),
-    "no_dur.json": ({}, {k: v for k, v in KERNEL.items() if k != "dur"}, "no non-negative dur"),
+    "negative_dur.json": ({}, {**KERNEL, "dur": -5}, "has dur -5: not a duration"),
+    "no_dur.json": ({}, {k: v for k, v in KERNEL.items() if k != "dur"}, "has dur missing: not a duration"),
+    # a kernel of 31 years, an infinite one (1e400 parses as inf) and a 401-digit integer (float() overflows)
+    "huge_dur.json": ({}, {**KERNEL, "dur": 10**15}, "not a duration between 0 and an hour"),
+    "huge_int_dur.json": ({}, {**KERNEL, "dur": 10**400}, "not a duration between 0 and an hour"),
+    "step_no_dur.json": ({}, {**KERNEL, "cat": "user_annotation", "name": "ProfilerStep#3", "dur": None},
+                         "ProfilerStep#3 at ts 10 has dur None"),
+    "step_zero_dur.json": ({}, {**KERNEL, "cat": "user_annotation", "name": "ProfilerStep#3", "dur": 0},
+                           "lasts 0 us"),
 }
 
 
@@ -157,3 +164,64 @@ def test_a_log_alone_takes_capacity_and_shape_from_the_flags(tmp_path, capsys):
     data = json.loads(out)
     assert code == 0 and data["log"]["tokens_per_second_per_gpu"] == 64 * 4096 / 16
     assert data["memory"]["capacity_bytes"] == 78 * 2**30
+
+
+def test_a_trace_given_twice_is_not_two_ranks(tmp_path, capsys):
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps([KERNEL]))
+    code, _, err = cli([path, tmp_path / "." / "bare.json"], capsys)
+    assert code == 2 and "is given twice" in err
+
+
+def test_gpu_flag_must_be_the_traces_architecture(tmp_path, capsys):
+    trace = write_trace(compute_bound(), tmp_path / "a.json.gz")  # an H100 (compute capability 9.0)
+    code, _, err = cli([trace, "--gpu", "gb200"], capsys)
+    assert code == 2 and "--gpu gb200 is blackwell but" in err and "(hopper, compute capability 9.0)" in err
+    assert cli([trace, "--gpu", "h100"], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("extra, where", [(["--gpus", "64"], "--gpus/the config says 64"),
+                                          (["--log", "LOG16"], "says 16")])
+def test_world_size_of_log_and_flags_must_be_the_traces(extra, where, tmp_path, capsys):
+    trace = write_trace(compute_bound(), tmp_path / "a.json.gz")  # world size 8
+    log = _log(tmp_path / "t.log", "1000.0")
+    log.write_text("  world_size ...................................... 16\n" + log.read_text())
+    code, _, err = cli([trace, *[str(log) if x == "LOG16" else x for x in extra]], capsys)
+    assert code == 2 and "says world size 8" in err and where in err
+
+
+def test_a_log_alone_gets_its_platform_from_gpu(tmp_path, capsys):
+    """No FP8 recipe for an A100 (no FP8 Tensor Cores) where the memory wall would otherwise suggest one."""
+    log = _log(tmp_path / "t.log", "1000.0")
+    log.write_text(log.read_text() + "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: "
+                   "1.0 | reserved: 1.0 | max reserved: 78000.0\n")
+    code, out, _ = cli(["--log", log, "--gpu", "a100", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["dominant_wall"] == "memory" and data["facts"]["gpu.arch"] == "ampere"
+    assert "mem.fp8" not in {r["rule"] for r in data["recommendations"]}
+
+
+def _gemms_on(streams: list[int], path):
+    """Ten 1 ms steps of a 0.9 ms GEMM each, spread over `streams` (Transformer Engine's grouped GEMM runs one cuBLAS
+    kernel per expert over its 4 compute streams)."""
+    events = []
+    for i in range(10):
+        t0 = 1000 * i
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": t0, "dur": 1000,
+                       "pid": 0, "tid": 1})
+        for j, stream in enumerate(streams):
+            events.append({"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT",
+                           "ts": t0 + 50 + j * 10, "dur": 850, "pid": 0, "tid": stream, "args": {"stream": stream}})
+    path.write_text(json.dumps({"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9,
+                                                      "computeMinor": 0, "totalGlobalMem": 85520809984}],
+                                "traceEvents": events}))
+    return path
+
+
+def test_te_multi_stream_grouped_gemm_is_not_told_to_turn_grouped_gemm_on(tmp_path):
+    moe = {"model.num_moe_experts": 128}
+    one = diagnose([_gemms_on([7], tmp_path / "one.json")], config=moe)
+    assert "compute.grouped_gemm" in {r.rule for r in one.recommendations}
+    four = diagnose([_gemms_on([7, 13, 15, 17], tmp_path / "four.json")], config=moe)
+    assert four.facts["gemm_streams"] == 4
+    assert "compute.grouped_gemm" not in {r.rule for r in four.recommendations}

@@ -141,3 +141,10 @@ def test_config_filters_recommendations(tmp_path):
     config = {"model.moe_token_dispatcher_type": "flex", "model.expert_model_parallel_size": 1}
     tailored = {rec.rule for rec in diagnose([path], config=config).recommendations}
     assert "comm.dispatcher" not in tailored and "comm.ep_overlap" not in tailored
+
+
+def test_no_deepep_advice_off_hopper_and_blackwell(tmp_path):
+    """seeds/000 maps DeepEP to H100/B200-style systems; on an A100 the alltoall dispatcher stays (no variant)."""
+    r = run(alltoall_exposed(device_name="NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)), tmp_path)
+    assert r.dominant_wall == "communication"
+    assert "comm.dispatcher" not in {rec.rule for rec in r.recommendations}

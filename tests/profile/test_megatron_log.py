@@ -60,7 +60,7 @@ def test_healthy_log_alone_cannot_split_the_walls(fixtures_dir):
 
 
 def test_log_peak_against_trace_capacity(fixtures_dir, tmp_path):
-    sc = compute_bound()
+    sc = compute_bound(world_size=16)  # one of the 16 ranks the log's argument dump records
     trace = write_trace(sc, tmp_path / "rank0.json.gz")
     r = diagnose([trace], log=fixtures_dir / MLM)
     assert r.memory["fraction"] == pytest.approx(65012.00 * 2**20 / sc.device_memory_bytes)

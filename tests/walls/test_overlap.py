@@ -56,8 +56,10 @@ def test_exposed_dp_does_not_shrink_with_more_micro_batches():
 def test_ep_overlap_leaves_the_unpaired_micro_batches_exposed():
     """PP=1: the first forward and the last backward, one micro-batch; PP4 x VPP4: the first stage warms up with
     2*3 + 3*4 = 18 forward chunks, 4.5 micro-batches."""
-    assert ep_overlap_unpaired(Layout(world_size=8, ep=8)) == 1.0
-    assert ep_overlap_unpaired(Layout(world_size=64, pp=4, vpp=4, ep=16)) == pytest.approx(4.5)
+    assert ep_overlap_unpaired(Layout(world_size=8, ep=8), 16) == 1.0
+    assert ep_overlap_unpaired(Layout(world_size=64, pp=4, vpp=4, ep=16), 16) == pytest.approx(4.5)
+    # 4 micro-batches on PP4 x VPP4: the 18-chunk warm-up covers all 16 chunks, none is paired
+    assert ep_overlap_unpaired(Layout(world_size=64, pp=4, vpp=4, ep=16), 4) == 4
     spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("gb200")
     lay = Layout(world_size=8, ep=8)
     e = {m: estimate(spec, gpu, lay, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=8 * m),
@@ -132,3 +134,14 @@ def test_blackwell_overlap_is_capped_by_the_launches_left_eager():
     assert shares[2] == pytest.approx(1 - _eager(("attn", "moe_router", "moe_preprocess")))
     assert shares[3] == pytest.approx(gb200["ep_overlap_hide"])
     assert ep_overlap_hide(h100, 1.0, _eager(())) == pytest.approx(h100["ep_overlap_hide"])
+
+
+def test_ep_overlap_never_exposes_more_than_the_all_to_all_itself():
+    """4 micro-batches on PP4 x VPP4 (the warm-up covers every chunk): the overlap pairs nothing."""
+    def run(overlap):
+        return estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=32, pp=4, vpp=4, ep=8),
+                        Workload(seq_length=4096, micro_batch_size=1, global_batch_size=32),
+                        Knobs(precision="bf16", dispatcher="alltoall", ep_overlap=overlap), with_memory=False).time
+    on, off = run(True), run(False)
+    assert on["exposed_collectives"]["ep_alltoall"] <= on["collectives"]["ep_alltoall"] + 1e-12
+    assert on["step_seconds"] == pytest.approx(off["step_seconds"], rel=0.02)

@@ -105,9 +105,9 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     if configs or sets or mlm_args or gpu or gpus:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
                              from_result=result_config)
-    # --gpu's memory is the capacity memory reports are read against (a log alone has none)
-    result = diagnose(list(traces), log=log_path, config=config,
-                      gpu_memory_bytes=load_gpu(gpu).capacity_bytes if gpu else None)
+    # --gpu: the run's GPU (checked against the traces), the capacity memory reports are read against and the
+    # platform of the advice (a log alone has neither)
+    result = diagnose(list(traces), log=log_path, config=config, gpu=load_gpu(gpu) if gpu else None)
     predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args))
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:

@@ -87,6 +87,19 @@ def _offload(k) -> str:
     return " ".join(parts)
 
 
+def _same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload) -> None:
+    """A baseline compares wall by wall only with the same job: model, GPU, GPU count, sequence and global batch
+    (another GPU or batch changes every wall's seconds for reasons no layout explains)."""
+    ours = {"model": spec.name, "GPU": gpu_spec.key, "GPU count": gpus, "seq": wl.seq_length,
+            "GBS": wl.global_batch_size}
+    theirs = {"model": base.model.name, "GPU": base.gpu.key, "GPU count": base.layout.world_size,
+              "seq": base.workload.seq_length, "GBS": base.workload.gbs(base.layout)}
+    differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
+    if differ:
+        raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
+                           "model, GPU, GPU count, --seq and --gbs")
+
+
 @click.command(name="plan")
 @click.argument("model")
 @click.option("--gpu", required=True, help="Catalog GPU or cluster .toml file.")
@@ -115,9 +128,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                               where=f"--baseline {baseline}") \
         if baseline else None
-    if base is not None and (base.model.name, base.layout.world_size) != (spec.name, gpus):
-        raise MoetuneError(f"--baseline {baseline} is {base.model.name} on {base.layout.world_size} GPUs; the plan is "
-                           f"{spec.name} on {gpus}: pass an estimate of the same model and GPU count")
+    if base is not None:
+        _same_job(baseline, base, spec, gpu_spec, gpus, wl)
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
@@ -129,7 +141,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     record = track_record(spec.name, gpu_spec.key, result.results[0].efficiency) if result.results else None
     if as_json:
-        emit_json({**plan_json(result), **({"fp8_caveat": fp8} if fp8 else {}),
+        emit_json({**plan_json(result, gbs), **({"fp8_caveat": fp8} if fp8 else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"track_record": record} if record else {})})
     else:
@@ -192,19 +204,26 @@ def nothing_fits(result: PlanResult) -> str:
             f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
 
+def gbs_allowing(excluded: list[int], gbs: int) -> int:
+    """The nearest larger GBS that allows the widest excluded DP (its next multiple, at MBS 1)."""
+    widest = max(excluded)
+    return (gbs + widest - 1) // widest * widest
+
+
 def gbs_note(excluded: list[int], gbs: int) -> str:
     """Which data-parallel sizes the global batch ruled out, and the nearest larger GBS that allows the widest."""
-    widest = max(excluded)
-    allowing = (gbs + widest - 1) // widest * widest  # the next multiple of the widest DP (at MBS 1)
+    widest, allowing = max(excluded), gbs_allowing(excluded, gbs)
     return (f"GBS {gbs} is not a multiple of DP x MBS for DP {', '.join(map(str, excluded))}: those layouts were not "
             f"searched (the seeds maximize DP); GBS {allowing} would allow DP {widest}")
 
 
-def plan_json(result: PlanResult) -> dict:
+def plan_json(result: PlanResult, gbs: int) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
            "results": [r.to_json() for r in result.results]}
+    if result.gbs_excluded_dp:
+        out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib}

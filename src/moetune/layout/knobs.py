@@ -138,6 +138,9 @@ class Knobs:
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and (self.cp_comm_type != "a2a+p2p" or self.hcp_a2a_size < 1):
             raise MoetuneError(f"hierarchical CP sizes ({self.hcp_a2a_size}) need cp_comm_type a2a+p2p and a size >= 1")
+        if self.token_imbalance is not None and self.routing == "force-balance":
+            raise MoetuneError(f"--token-imbalance ({self.token_imbalance:g}) weighs dropless routing; force-balanced "
+                               "routing sends every expert rank the mean: drop it or pass --routing dropless")
         if self.token_imbalance is not None and not 1.0 <= self.token_imbalance < float("inf"):
             raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be a number >= 1 (busiest expert rank's "
                                "tokens over the mean)")

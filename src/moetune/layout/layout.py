@@ -128,6 +128,13 @@ class Layout:
             )
         if uneven and self.pp == 1:
             raise MoetuneError("--first-stage-layers/--last-stage-layers need pp > 1")
+        accounted = self.account_for_embedding or self.account_for_loss
+        if accounted and (uneven or self.pipeline_layout is not None):
+            # transformer_config.py __post_init__ raises for either combination: the layout string or the uneven
+            # stage sizes already place the embedding and the loss
+            given = "--pipeline-layout" if self.pipeline_layout is not None else "--first/--last-stage-layers"
+            raise MoetuneError(f"--account-for-embedding/--account-for-loss cannot go with {given} (Megatron-Core "
+                               "rejects the combination): drop one")
 
     def _derive_vpp(self, stages: int) -> None:
         """Megatron derives VPP from a layout string and accepts an equal explicit value (transformer_config.py)."""

@@ -77,7 +77,7 @@ def _scale(e: Estimate) -> dict:
     if seq >= LONG_CONTEXT and seq // (lay.cp * lay.tp) > 2 * SHARD_TOKENS and target > lay.cp:
         notes.append(f"long context: {seq // (lay.cp * lay.tp):,} tokens per TP x CP shard; start from a 4K shard, "
                      f"CP ~= seq/(4096 x TP), here CP{target} (the nearest legal power of two; seeds/002 § Start from "
-                     "a 4K shard target, rule longctx.cp_sizing)")
+                     "a 4K shard target, rule longctx.cp_sizing)" + _weighed_cp(e, target))
     if lay.cp > 1:
         exposed = (e.time or {}).get("exposed_collectives", {}).get("cp")
         linear = " (with the Mamba/gated delta-net layers' own all-to-alls)" if e.model.mamba or e.model.gdn else ""
@@ -99,6 +99,20 @@ def _scale(e: Estimate) -> dict:
             "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
             "pipeline_split": lay.split_text() or "even",
             "groups_leaving_nvlink_domain": leaving, "notes": notes}
+
+
+def _weighed_cp(e: Estimate, cp: int) -> str:
+    """The seeds' first guess re-estimated against this run (a plan may pick less CP because it is faster and fits)."""
+    if e.time is None:
+        return ""
+    try:
+        alt = e.variant(layout=replace(e.layout, cp=cp),
+                        knobs=replace(_knobs_for(e, e.layout.ep), cp_comm_type="auto", hcp_a2a_size=None))
+    except MoetuneError as err:
+        return f"; not legal here: {err}"
+    fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
+    return (f"; moetune predicts CP{cp} at {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {fits}, against "
+            f"{e.time['tokens_per_s_per_gpu']:,.0f} here")
 
 
 def _ring_text(e: Estimate) -> str:
@@ -136,7 +150,7 @@ def _routing(e: Estimate) -> dict | None:
         return None
     if e.layout.ep == 1:
         return _expert_tp_routing(e) if e.layout.etp > 1 else None
-    balanced = e.variant(knobs=replace(e.knobs, routing="force-balance"))
+    balanced = e.variant(knobs=replace(e.knobs, routing="force-balance", token_imbalance=None))
     source = ("--token-imbalance" if e.knobs.token_imbalance is not None else
               "default: layout/knobs.py DROPLESS_IMBALANCE, set from the force-balance/dropless pairs R151-R158")
     return {"token_imbalance": e.knobs.imbalance_at(e.layout.ep), "source": source,

@@ -66,7 +66,8 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   cuda_graph_scope=tuple(k["cuda_graph_scope"]), ep_overlap=k["ep_overlap"],
                   delay_wgrad=k["delay_wgrad"], tp_comm_overlap=k.get("tp_comm_overlap", False),
                   routing=k["routing"],
-                  token_imbalance=k["token_imbalance_set"] if "token_imbalance_set" in k else k.get("token_imbalance"),
+                  token_imbalance=None if k["routing"] == "force-balance" else
+                  k["token_imbalance_set"] if "token_imbalance_set" in k else k.get("token_imbalance"),
                   offload_modules=frozenset(k.get("offload_modules", [])),
                   overlap_grad_reduce=k.get("overlap_grad_reduce", True),
                   overlap_param_gather=k.get("overlap_param_gather", True),

@@ -15,7 +15,8 @@ from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
 from moetune.profile.reader import RankTrace, expand_paths, read_trace
 from moetune.profile.remedies import Recommendation, recommend
-from moetune.profile.walls import Measurement, decide, evidence, facts, imbalance
+from moetune.profile.walls import Measurement, arch, decide, evidence, facts, imbalance
+from moetune.specs.hardware import GpuSpec
 
 
 @dataclass(kw_only=True, slots=True)
@@ -47,7 +48,9 @@ class DiagnoseResult:
 
 
 def _same_run(traces: list[RankTrace]) -> None:
-    """Traces of one run agree on the world size and the GPU; the first that does not is one error line."""
+    """Traces of one run agree on the world size and the GPU and were recorded at the same time; the first that does
+    not is one error line."""
+    _same_time(traces)
     for field_name, what in (("world_size", "world size"), ("device_name", "GPU")):
         first = next((t for t in traces if getattr(t, field_name) is not None), None)
         if first is None:
@@ -57,6 +60,40 @@ def _same_run(traces: list[RankTrace]) -> None:
             raise MoetuneError(f"traces {first.path} and {other.path} record different {what}s "
                                f"({getattr(first, field_name)} vs {getattr(other, field_name)}); "
                                "pass the traces of one run")
+
+
+def _same_time(traces: list[RankTrace]) -> None:
+    """Ranks of one run profile the same iterations, so traces on the wall clock overlap in time."""
+    timed = [t for t in traces if t.epoch_span is not None]
+    for t in timed[1:]:
+        (a0, a1), (b0, b1) = timed[0].epoch_span, t.epoch_span
+        if b0 > a1 or a0 > b1:
+            gap = max(b0 - a1, a0 - b1) * 1e-6
+            raise MoetuneError(f"traces {timed[0].path} and {t.path} were recorded {gap:,.0f} s apart and never "
+                               "overlap; pass the traces of one profiling window of one run")
+
+
+def _gpu_matches(traces: list[RankTrace], gpu: GpuSpec) -> None:
+    """--gpu names the GPU the run used: a trace that records another architecture is another machine's."""
+    recorded = next((t for t in traces if t.compute_capability is not None), None)
+    if recorded is not None and arch(recorded.compute_capability) != gpu.arch:
+        raise MoetuneError(f"--gpu {gpu.key} is {gpu.arch} but {recorded.path} ran on {recorded.device_name} "
+                           f"({arch(recorded.compute_capability)}, compute capability "
+                           f"{'.'.join(map(str, recorded.compute_capability))}); drop --gpu or pass the run's GPU")
+
+
+def _same_world(traces: list[RankTrace], log: TrainingLog | None, config: dict[str, Any]) -> int | None:
+    """The run's world size where traces, log and --gpus say it; two that disagree are one error line."""
+    said = [(t.world_size, f"trace {t.path}") for t in traces if t.world_size is not None][:1]
+    if log is not None and log.args.get("world_size") not in (None, ""):
+        said.append((int(log.args["world_size"]), f"log {log.path}"))
+    if config.get("cluster.num_gpus") is not None:
+        said.append((int(config["cluster.num_gpus"]), "--gpus/the config"))
+    for world, where in said[1:]:
+        if world != said[0][0]:
+            raise MoetuneError(f"{said[0][1]} says world size {said[0][0]} but {where} says {world}; pass the "
+                               "inputs of one run")
+    return said[0][0] if said else None
 
 
 # The config's names for what a log's argument dump may lack (tokens/s/GPU needs seq_length and world_size)
@@ -126,7 +163,8 @@ def _log_dict(log: TrainingLog) -> dict[str, Any]:
             "oom": bool(log.oom_lines)}
 
 
-def _measure(traces: list[RankTrace], log: TrainingLog | None, gpu_memory_bytes: float | None) -> Measurement:
+def _measure(traces: list[RankTrace], log: TrainingLog | None, gpu_memory_bytes: float | None,
+             gpu: GpuSpec | None = None) -> Measurement:
     ranks_ids = _assign_ranks(traces)
     floor = comm_floor(traces)
     ranks = sorted((rank_metrics(t, r, floor) for t, r in zip(traces, ranks_ids)), key=lambda m: m.rank)
@@ -142,7 +180,7 @@ def _measure(traces: list[RankTrace], log: TrainingLog | None, gpu_memory_bytes:
         gpu_name=first.device_name if first else None,
         gpu_memory_bytes=gpu_memory_bytes or (first.device_memory_bytes if first else None),
         compute_capability=first.compute_capability if first else None,
-        peak_reserved_bytes=peak, peak_source=source,
+        peak_reserved_bytes=peak, peak_source=source, gpu=gpu,
     )
 
 
@@ -151,30 +189,35 @@ def diagnose(
     log: str | Path | TrainingLog | None = None,
     config: dict[str, Any] | None = None,
     gpu_memory_bytes: float | None = None,
+    gpu: GpuSpec | None = None,
 ) -> DiagnoseResult:
     """Diagnose a run from Kineto traces (files or directories, one file per rank) and/or a log.
 
     ``config``: Megatron Bridge dotted names -> values; it drops advice the config makes moot and
-    lets config facts (e.g. full recompute) count as evidence. ``gpu_memory_bytes`` overrides the
-    capacity read from the trace's deviceProperties.
+    lets config facts (e.g. full recompute) count as evidence. ``gpu`` (--gpu) is the run's GPU: it must be the
+    traces' architecture, and gives the capacity and the platform a log alone lacks (``gpu_memory_bytes`` overrides
+    the capacity alone).
     """
     paths = expand_paths([traces] if isinstance(traces, (str, Path)) else list(traces))
     if not paths and log is None:
         raise MoetuneError("diagnose: give at least one trace (file or directory) or --log FILE")
     loaded = [read_trace(p) for p in paths]
     _same_run(loaded)
+    if gpu is not None:
+        _gpu_matches(loaded, gpu)
+        gpu_memory_bytes = gpu_memory_bytes or gpu.capacity_bytes
     training_log = read_log(log) if isinstance(log, (str, Path)) else log
+    run_world = _same_world(loaded, training_log, config or {})
     if training_log is not None:
         _fill_args(training_log, config or {})
-    m = _measure(loaded, training_log, gpu_memory_bytes)
+    m = _measure(loaded, training_log, gpu_memory_bytes, gpu)
     _check_memory(m)
     f = facts(m, config)
     wall, reason = decide(f)
     s = m.combined
     notes = sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
-    worlds = {t.world_size for t in loaded if t.world_size is not None}  # one at most (_same_run)
     return DiagnoseResult(
-        ranks=len(m.ranks), world_size=max(worlds) if worlds else None,
+        ranks=len(m.ranks), world_size=run_world,
         step_seconds=s.seconds if s else (training_log.iteration_seconds if training_log else None),
         breakdown=dict(s.breakdown) if s else {}, idle=_idle_dict(s) if s else {},
         exposed_communication_seconds=s.exposed_comm_seconds if s else None,

@@ -27,7 +27,7 @@ import numpy as np
 
 from moetune.profile import intervals as iv
 from moetune.profile.kernels import COMMUNICATION, COMPUTE, class_ids, class_kind, ids_of_kind
-from moetune.profile.reader import GpuOp, RankTrace, Step
+from moetune.profile.reader import GpuOp, RankTrace, Step, sized
 
 US = 1e-6  # Kineto timestamps are microseconds
 IDLE_KEYS = ("host_bound", "rank_wait", "dependency", "unattributed")
@@ -63,7 +63,7 @@ def comm_floor(traces: list[RankTrace]) -> dict[tuple, float]:
     floor: dict[tuple, float] = {}
     for trace in traces:
         for op in trace.ops:
-            if op.signature is not None:
+            if op.signature is not None and sized(op.signature):
                 dur = op.end - op.start
                 floor[op.signature] = min(dur, floor.get(op.signature, dur))
     return floor
@@ -121,7 +121,7 @@ def _step(window: Step, ops: list[GpuOp], gaps: list[tuple[float, float, str]], 
         breakdown[op.cls] += (e - s) * US
         by_class.setdefault(op.cls, []).append((s, e))
         dur = op.end - op.start
-        if op.signature is not None and dur > 0:
+        if op.signature is not None and dur > 0 and sized(op.signature):
             comm_wait += (dur - floor.get(op.signature, dur)) * (e - s) / dur * US
     busy = iv.union(iv.clip(((op.start, op.end) for op in ops), lo, hi))
     compute = iv.union(x for c in ids_of_kind(COMPUTE) for x in by_class.get(c, ()))

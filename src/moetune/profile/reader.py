@@ -52,6 +52,32 @@ _SIG_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Gro
              "Process Group Name", "grid", "block")
 
 
+def sized(signature: tuple) -> bool:
+    """Whether a communication signature records its message sizes ("In/Out msg nelems"): without them two transfers
+    of one kernel are not the same transfer, and their durations say nothing of waiting."""
+    return signature[2:4] != ("None", "None")
+
+EPOCH_2001_US = 1e15  # 2001-09-09 in epoch microseconds: a ts above it is wall-clock time
+# No op of a profiled training step lasts an hour (Kineto's dur is microseconds): a longer one is a corrupt record
+MAX_OP_US = 3.6e9
+
+
+class BadEvent(ValueError):
+    """An event whose fields parse but cannot be true (its message is the whole reason)."""
+
+
+def duration(e: dict, what: str) -> float:
+    """An event's dur in microseconds: finite, non-negative and under MAX_OP_US, else the event is named."""
+    try:
+        dur = float(e.get("dur", -1))
+    except (OverflowError, ValueError, TypeError):
+        dur = -1.0
+    if not 0 <= dur <= MAX_OP_US:
+        raise BadEvent(f"{what} at ts {e.get('ts')} has dur {e.get('dur', 'missing')!s:.24}: not a duration "
+                       "between 0 and an hour (in us); re-export the trace")
+    return dur
+
+
 @dataclass(kw_only=True, slots=True)
 class GpuOp:
     start: float  # microseconds since RankTrace.origin_us (Kineto ts/dur are microseconds)
@@ -83,6 +109,13 @@ class RankTrace:
     peak_reserved_bytes: float | None = None  # from "[memory]" events (profile_memory=True)
     origin_us: int = 0  # the trace's own timestamp of time 0 here
     notes: list[str] = field(default_factory=list)
+    span_us: float = 0.0  # from the first event to the last op's end
+
+    @property
+    def epoch_span(self) -> tuple[float, float] | None:
+        """[first, last] in epoch microseconds when the trace's clock is the wall clock (Kineto since 2.x), else
+        None (older traces count from the profiler's start)."""
+        return (self.origin_us, self.origin_us + self.span_us) if self.origin_us > EPOCH_2001_US else None
 
 
 class _Sink:
@@ -98,13 +131,17 @@ class _Sink:
         self.origin: int | None = None
         self.launch_tid: dict[int, object] = {}  # correlation -> CPU thread of the launch call
         self.collective_ops: list[tuple[object, float, float, str]] = []  # (tid, start, end, collective)
+        self.unsized_comm = 0  # communication kernels without message sizes: no comm_kernel_wait for them
+        self.last_ts = 0.0  # the latest event start, since origin
 
     def _t(self, ts) -> float:
         """Microseconds since the first event. Numbers arrive as exact Decimals: an epoch timestamp
         (~1.7e15 us) with ns digits keeps only 0.25 us in a float64, so we subtract first."""
         if self.origin is None:
             self.origin = int(ts)
-        return float(ts - self.origin)
+        t = float(ts - self.origin)
+        self.last_ts = max(self.last_ts, t)
+        return t
 
     def add(self, e: dict) -> None:
         if not isinstance(e, dict):
@@ -133,7 +170,10 @@ class _Sink:
             name = str(e.get("name", ""))
             if m := _STEP_RE.match(name):
                 start = self._t(e["ts"])
-                self.steps.append(Step(name=m.group(0), start=start, end=start + float(e.get("dur", 0))))
+                if not (dur := duration(e, m.group(0))):
+                    raise BadEvent(f"{m.group(0)} at ts {e.get('ts')} lasts 0 us: not an iteration; re-export the "
+                                   "trace")
+                self.steps.append(Step(name=m.group(0), start=start, end=start + dur))
             elif m := _COLLECTIVE_OP.match(name) or (name == "record_param_comms" and args.get("Collective name")):
                 start = self._t(e["ts"])
                 what = m.group(1) if isinstance(m, re.Match) else str(args["Collective name"])
@@ -148,14 +188,13 @@ class _Sink:
         device = args.get("device", e.get("pid"))
         if isinstance(device, int):
             self.devices[device] = self.devices.get(device, 0) + 1
-        dur = float(e.get("dur", -1))
-        if not dur >= 0:  # a GPU event without a duration cannot be placed on the timeline
-            raise ValueError(f"GPU event {name[:60]!r} at ts {e['ts']} has no non-negative dur")
+        dur = duration(e, f"GPU event {name[:40]!r}")  # an op without a real duration cannot be placed
         op = GpuOp(start=start, end=start + dur, cls=cls,
                    stream=int(args.get("stream", e.get("tid", 0)) or 0),
                    correlation=int(corr) if corr is not None else None)
         if name.lower().startswith(("nccl", "deep_ep", "hybrid_ep", "userbuffers")) or collective:
             op.signature = (name, *(str(args.get(k)) for k in _SIG_ARGS))
+            self.unsized_comm += not sized(op.signature)
         self.ops.append(op)
 
     def _memory(self, args: dict) -> None:
@@ -244,6 +283,8 @@ def read_trace(path: str | Path) -> RankTrace:
         header = _stream(path, sink)
     except MoetuneError:
         raise
+    except BadEvent as err:
+        raise _fail(path, str(err)) from None
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:
         raise _fail(path, f"is not a readable gzip/JSON file ({err.__class__.__name__}); truncated copy?") from None
     except _BAD_JSON as err:
@@ -267,11 +308,15 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     except (TypeError, ValueError, AttributeError) as err:
         raise _fail(path, f"has malformed distributedInfo/deviceProperties ({err}); re-export it from "
                           "torch.profiler or remove those keys") from None
+    notes = [f"{named} NCCL kernel(s) named by the c10d operator that launched them"] if named else []
+    if sink.unsized_comm:
+        notes.append(f"{sink.unsized_comm} communication kernel(s) carry no message sizes (record_param_comms "
+                     "args): comm_kernel_wait leaves them out, as transfers of different sizes are not comparable")
     return RankTrace(
         path=str(path), rank=rank, world_size=world, device_name=name, device_memory_bytes=mem,
         compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
         peak_reserved_bytes=sink.peak_reserved, origin_us=sink.origin or 0,
-        notes=[f"{named} NCCL kernel(s) named by the c10d operator that launched them"] if named else [],
+        span_us=max(sink.last_ts, max(op.end for op in sink.ops)), notes=notes,
     )
 
 
@@ -295,7 +340,18 @@ def _device(props_list: list, device: int) -> tuple[str | None, int | None, tupl
 
 
 def expand_paths(inputs: list[str | Path]) -> list[Path]:
-    """Files as given, and every *.json / *.json.gz directly inside each directory, sorted."""
+    """Files as given, and every *.json / *.json.gz directly inside each directory, sorted; a file named twice (by
+    two spellings, or a file and its directory) is one error line, not two ranks."""
+    out = _paths(inputs)
+    seen: dict[Path, Path] = {}
+    for p in out:
+        if (real := p.resolve()) in seen:
+            raise MoetuneError(f"trace {p} is given twice (also as {seen[real]}); pass each rank's trace once")
+        seen[real] = p
+    return out
+
+
+def _paths(inputs: list[str | Path]) -> list[Path]:
     out: list[Path] = []
     for item in inputs:
         p = Path(item)

@@ -12,6 +12,7 @@ from moetune.profile.kernels import class_ids
 from moetune.profile.megatron_log import TrainingLog
 from moetune.profile.metrics import RankMetrics, StepMetrics
 from moetune.profile.table import holds, remedies_table
+from moetune.specs.hardware import GpuSpec
 
 GIB = 2**30
 # Compute capability -> architecture family (CUDA C Programming Guide, compute capabilities table).
@@ -31,6 +32,7 @@ class Measurement:
     compute_capability: tuple[int, int] | None
     peak_reserved_bytes: float | None
     peak_source: str | None
+    gpu: GpuSpec | None = None  # --gpu: the platform where no trace records one
 
 
 def arch(cc: tuple[int, int] | None) -> str:
@@ -65,6 +67,9 @@ def _compute_seconds(step: StepMetrics) -> float:
 def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"ranks": len(m.ranks), "gpu.arch": arch(m.compute_capability),
                            "gpu.nvl72": any(n in (m.gpu_name or "") for n in _NVL72_NAMES)}
+    if m.gpu is not None and m.compute_capability is None:  # a log alone: the platform is --gpu's
+        out.update({"gpu.arch": m.gpu.arch, "gpu.nvl72": m.gpu.key.upper() in _NVL72_NAMES})
+    out["gemm_streams"] = max((len({op.stream for op in r.trace.ops if op.cls == "gemm"}) for r in m.ranks), default=0)
     s = m.combined
     if s is not None and s.seconds > 0:
         out.update(_step_facts(s))
@@ -115,10 +120,19 @@ def decide(f: dict[str, Any]) -> tuple[str, str]:
     best = ", ".join(f"{w['id']} {s:.0%} < {w['at_least']:.0%}" for w, s in scored)
     if "requires" in last and not holds(last["requires"], f):
         return "undetermined", (f"no wall reaches its threshold ({best}) and the GPU is busy only "
-                                f"{f['busy_share']:.0%} of the step: the idle time has no launch record to blame "
-                                "(a CUDA-graph replay, or a trace without CPU activity); profile with "
-                                "activities=[CPU, CUDA]")
+                                f"{f['busy_share']:.0%} of the step: " + _idle_blame(f))
     return last["id"], f"no other wall reaches its threshold ({best}); {last['seed']}"
+
+
+def _idle_blame(f: dict[str, Any]) -> str:
+    """Why the idle time names no wall: by its largest cause (metrics.IDLE_KEYS)."""
+    if f.get("dependency_share", 0.0) >= f.get("unattributed_share", 0.0):
+        return (f"most idle time ({f.get('dependency_share', 0.0):.0%} of the step) is work already queued behind a "
+                "cross-stream dependency, which a trace does not tie to a wall (often a collective on a stream or "
+                "process missing from the trace): profile every rank, or look at the streams the queued kernels wait "
+                "on")
+    return ("the idle time has no launch record to blame (a CUDA-graph replay, or a trace without CPU activity); "
+            "profile with activities=[CPU, CUDA]")
 
 
 def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:

@@ -120,7 +120,8 @@ class ModelSpec:
                 raise ValueError(f"{self.name}: {f.name} ({value!r}) must be a whole number")
         _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups"))
         if not self.layers:
-            raise ValueError(f"{self.name}: the model has no layers (num_hidden_layers 0); fix the config.json")
+            raise ValueError(f"{self.name}: the model has no layers (num_hidden_layers must be at least 1); fix the "
+                             "config.json")
         if self.num_attention_heads % self.num_query_groups:
             raise ValueError(
                 f"{self.name}: num_attention_heads ({self.num_attention_heads}) must be a multiple of "

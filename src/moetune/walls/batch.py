@@ -167,8 +167,10 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     walls = {"compute": m * stage["compute"] + optimizer + offload,
              "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
                                                                       stage["host"])
-             + (ep_overlap_unpaired(f)[:, 0] * stage["hidden_ep"] if knobs.ep_overlap else 0.0),
-             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * stage["total"], "host": m * stage["host"]}
+             + (ep_overlap_unpaired(f, m[:, None])[:, 0] * stage["hidden_ep"] if knobs.ep_overlap else 0.0),
+             # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
+             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + (stage["hidden_ep"] if knobs.ep_overlap else 0)),
+             "host": m * stage["host"]}
     walls["step"] = sum(walls.values())
     # the same step with every pipeline stage at the stages' mean: no re-split of the layers can beat it (the work
     # is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach

@@ -55,15 +55,16 @@ def ep_overlap_hide(eff: dict, nvlink_busy=1.0, eager=1.0):
     return np.minimum(share, eff["ep_overlap_hide_eager"] + (1 - eff["ep_overlap_hide_eager"]) * (1 - eager))
 
 
-def ep_overlap_unpaired(lay) -> float:
+def ep_overlap_unpaired(lay, microbatches) -> float:
     """Micro-batches whose EP all-to-all has no partner to hide behind under overlap_moe_expert_parallel_comm: the
     overlap pairs one micro-batch's forward with another's backward, so the warm-up forwards and cool-down backwards
     run alone. PP=1: the first forward and the last backward, one micro-batch in all. Interleaved PP: the first
     stage warms up with 2(PP-1) + (VPP-1)PP forward chunks (Megatron-Core pipeline_parallel/schedules.py), VPP
     chunks per micro-batch. The first stage's count is taken whatever stage is slowest: its warm-up opens the
-    pipeline's critical path (every later stage waits on it), while a later stage's shorter warm-up overlaps it."""
+    pipeline's critical path (every later stage waits on it), while a later stage's shorter warm-up overlaps it.
+    At most every micro-batch: with fewer micro-batches than the warm-up, Megatron runs all of them unpaired."""
     pp, vpp = lay.pp, lay.vpp
-    return np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0)
+    return np.minimum(np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0), microbatches)
 
 
 def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_host=0.0):

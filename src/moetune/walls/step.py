@@ -262,12 +262,15 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     (rs, ag), optimizer, offload = iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff)
     dp_raw = float(rs + ag)
     dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"]))
-    unpaired = float(ep_overlap_unpaired(lay)) * (slow["comm_raw"].get("ep_alltoall", 0.0)
-                                                 - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap else 0.0
+    # EP overlap hides a micro-batch's all-to-all only beside another's compute; the warm-up and cool-down chunks run
+    # unpaired, and they are what the other stages wait through (the bubble), so both take the all-to-all whole
+    hidden = (slow["comm_raw"].get("ep_alltoall", 0.0) - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap \
+        else 0.0
+    unpaired = float(ep_overlap_unpaired(lay, m)) * hidden
     walls = {
         "compute": m * sum(slow["compute"].values()) + optimizer + offload,
         "communication": m * sum(slow["comm"].values()) + dp_exposed + unpaired,
-        "bubble": (lay.pp - 1) / lay.vpp * slow["total"],
+        "bubble": (lay.pp - 1) / lay.vpp * (slow["total"] + hidden),
         "host": m * slow["host"],
     }
     walls = {k: float(v) for k, v in walls.items()}
