@@ -412,7 +412,7 @@ def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypa
 
 
 @pytest.mark.parametrize(("line", "needle"), [
-    ('memory_gib = "seventy"', "memory_gib ('seventy') must be a number"),
+    ('memory_gib = "seventy"', "memory_gib ('seventy') must be a finite number"),
     ('arch = "blackwell"', "arch ('blackwell') differs from H100 SXM5's (hopper)"),
     ("nvlink_domain = 7.5", "nvlink_domain (7.5) must be a whole number"),
 ])
@@ -427,7 +427,7 @@ def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, c
     ("hidden_size", "2048", "hidden_size ('2048') must be a whole number"),
     ("hidden_size", 2048.5, "hidden_size (2048.5) must be a whole number"),
     ("tie_word_embeddings", "yes", "field 'tie_word_embeddings' ('yes') must be true or false"),
-    ("num_hidden_layers", 0, "the model has no layers"),
+    ("num_hidden_layers", 0, "field 'num_hidden_layers' (0) must be a whole number >= 1"),
 ])
 def test_a_config_json_of_the_wrong_types_is_one_line(field, value, needle, shared_data, tmp_path, capsys):
     data = json.loads((shared_data / "models" / "qwen3-30b-a3b.config.json").read_text())

@@ -96,6 +96,11 @@ def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):
     (lambda rows, cols: ([{**rows[0], "ep": "1", "tp": "1", "pp": "8", "ep_overlap": "true"}], cols),
      "Megatron refuses this configuration (ep_overlap.needs_ep"),
     (lambda rows, cols: ([], cols), "no rows"),
+    (lambda rows, cols: ([{**rows[0], "tp": "\u00b2"}], cols), "line 2: tp = '\u00b2': expected a whole number"),
+    (lambda rows, cols: ([{**rows[0], "mtp": "1"}], (*cols, "mtp")), "mtp = 1: qwen3-235b-a22b has no MTP layers"),
+    (lambda rows, cols: ([{**published_rows()["R051"], "vpp": "1"}], cols), "vpp = 1 contradicts pipeline_layout"),
+    (lambda rows, cols: ([{**rows[0], "first_stage_layers": "99", "account_for_embedding": "",
+                           "account_for_loss": ""}], (*cols, "first_stage_layers")), "line 2:"),
 ])
 def test_a_bad_file_is_one_line(edit, needle, tmp_path, capsys):
     rows, cols = edit([dict(published_rows()["R014"])], COLUMNS)
@@ -116,3 +121,31 @@ def test_a_fit_that_cannot_meet_the_runs_says_so(tmp_path, capsys):
     assert "limit:" in out and "capped: gemm_eff" in out
     fitted = fit_user_runs(load_user_runs(str(tmp_path / "fast.csv")))["h100"]
     assert fitted["constants"]["gemm_eff"] == 0.95 and fitted["limits"]
+
+
+def test_a_row_longer_than_the_header_is_refused_not_cut(tmp_path, capsys):
+    """14,890 written with a thousands comma is two cells: the measurement would have read 14."""
+    path = tmp_path / "ragged.csv"
+    _write(path, [dict(published_rows()["R014"])])
+    text = path.read_text().rstrip("\n")
+    path.write_text(text + ",890\n")
+    assert main(["calibrate", "--runs", str(path)]) == 2
+    assert "1 more cell(s) than the header ('890')" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
+    path = tmp_path / "bom.csv"
+    _write(path, [dict(published_rows()["R014"])])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [r.run_id for r in load_user_runs(str(path))] == ["R014"]
+
+
+def test_uneven_stage_columns_are_read(tmp_path):
+    """first/last_stage_layers change the prediction as the same flags change estimate's."""
+    row = {**published_rows()["R007"]}
+    even = load_user_runs(_write(tmp_path / "even.csv", [row], (*COLUMNS, "first_stage_layers", "last_stage_layers")))
+    row.update(first_stage_layers="3", last_stage_layers="3")
+    uneven = load_user_runs(_write(tmp_path / "odd.csv", [row], (*COLUMNS, "first_stage_layers", "last_stage_layers")))
+    assert even[0].layout.first_stage_layers is None and uneven[0].layout.first_stage_layers == 3
+    shipped = efficiency("h100")
+    assert predict(uneven[0], shipped).predicted != pytest.approx(predict(even[0], shipped).predicted, rel=0.01)

@@ -1,6 +1,7 @@
 """The GPU catalog (from shared/data/hardware.csv) and user cluster files."""
 
 import csv
+import re
 
 import pytest
 
@@ -42,4 +43,32 @@ def test_custom_gpu_table(tmp_path):
         load_gpu(str(path))
     path.write_text("gpu = [1,\n")
     with pytest.raises(MoetuneError, match="not valid TOML"):
+        load_gpu(str(path))
+
+
+TABLE = ('[gpu]\nname = "X"\narch = "hopper"\nbf16_tflops = 500\nfp8_tflops = 1000\nfp4_tflops = 0\nmemory_gib = 64\n'
+         'hbm_tbps = 2\nnvlink_gbps = 200\nnvlink_domain = 4\ngpus_per_node = 4\nnic_gbps = 200\nhost_link_gbps = 64\n'
+         'gemm_tile = 128\ntdp_w = 500\n')
+
+
+def test_a_described_gpu_is_modelled_as_its_architectures_catalog_gpu_whatever_the_file_name(tmp_path):
+    """Its fitted constants, rules and defaults are looked up by key: the file's name said nothing about it."""
+    for name in ("lab.toml", "h100.toml", "gb300.toml"):
+        (tmp_path / name).write_text(TABLE)
+        assert load_gpu(str(tmp_path / name)).key == "h100"
+    (tmp_path / "bw.toml").write_text(TABLE.replace('"hopper"', '"blackwell"').replace("nvlink_domain = 4",
+                                                                                       "nvlink_domain = 72"))
+    assert load_gpu(str(tmp_path / "bw.toml")).key == "gb200"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('gpu = "h100"\nnic_gbps = nan\n', "nic_gbps (nan) must be a finite number"),
+    ('gpu = "h100"\nmemory_gib = inf\n', "memory_gib (inf) must be a finite number"),
+    ('gpu = "h100"\nsource = "x"\n', "unknown field(s) source"),
+    (TABLE + "memory_gb = 40\n", "[gpu] table has unknown field(s) memory_gb"),
+])
+def test_impossible_cluster_files_are_one_line(text, needle, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(MoetuneError, match=re.escape(needle)):
         load_gpu(str(path))

@@ -79,3 +79,21 @@ def test_group_limited_routing_is_read_and_checked(shared_data):
     data["n_group"] = 7
     with pytest.raises(MoetuneError, match=r"moe_router_num_groups \(7\) must divide num_moe_experts \(256\)"):
         spec_from_hf(data, name="x", origin="x.json")
+
+
+def _shared(shared_data, name: str) -> dict:
+    return json.loads((shared_data / "models" / f"{name}.config.json").read_text())
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    ("deepseek-v3", {"num_hidden_layers": 0}, "'num_hidden_layers' (0) must be a whole number >= 1"),
+    ("deepseek-v3", {"num_hidden_layers": -1}, "'num_hidden_layers' (-1) must be a whole number >= 1"),
+    ("deepseek-v3", {"num_nextn_predict_layers": -1}, "'num_nextn_predict_layers' (-1) must be a whole number >= 0"),
+    ("gpt-oss-120b", {"num_hidden_layers": 24}, "layer_types has 36 entries for num_hidden_layers 24"),
+    ("gpt-oss-120b", {"layer_types": ["foo"] * 36}, "layer_types has unknown value(s) ['foo']"),
+    ("nemotron3-nano-30b-a3b", {"num_hidden_layers": 40}, "hybrid_override_pattern has 52 layers but"),
+])
+def test_counts_that_cannot_be_are_one_line(shared_data, name, edit, needle):
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf({**_shared(shared_data, name), **edit}, name="x", origin="x.json")
+    assert needle in str(err.value)

@@ -42,13 +42,19 @@ def _int(text: str, default: int | None = None) -> int | None:
 def run_from_row(row: dict) -> Run:
     spec = load_model(row["model"])
     mtp = _int(row.get("mtp", ""))
+    if mtp and spec.mtp_layer_kind is None:
+        raise ValueError(f"mtp = {mtp}: {spec.name} has no MTP layers to train; leave mtp empty or 0")
     if mtp is not None and mtp != spec.mtp_num_layers:  # a run without the model's MTP layers (--mtp-num-layers unset)
         spec = replace(spec, mtp_num_layers=mtp, mtp_layer_kind=spec.mtp_layer_kind if mtp else None)
     layout = Layout(world_size=_int(row["num_gpus"]), tp=_int(row["tp"]), cp=_int(row["cp"]), pp=_int(row["pp"]),
                     vpp=_int(row["vpp"], 1), ep=_int(row["ep"]), etp=_int(row["etp"]),
                     pipeline_layout=row["pipeline_layout"] or None,
+                    first_stage_layers=_int(row.get("first_stage_layers") or ""),
+                    last_stage_layers=_int(row.get("last_stage_layers") or ""),
                     account_for_embedding=row["account_for_embedding"] == "true",
                     account_for_loss=row["account_for_loss"] == "true")
+    if row["vpp"].strip() and _int(row["vpp"]) != layout.vpp:  # Layout reads vpp 1 as unset beside a layout string
+        raise ValueError(f"vpp = {row['vpp']} contradicts pipeline_layout ({layout.vpp} virtual stages); fix either")
     modules = parse_modules(row["recompute_modules"])
     knobs = Knobs(
         precision=row["precision"], recompute=row["recompute"] if row["recompute"] != "none" else "none",

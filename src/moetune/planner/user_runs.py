@@ -28,7 +28,7 @@ SCALE_BOUNDS = (0.25, 4.0)  # multipliers on the shipped constants
 REQUIRED_COLUMNS = (*CONFIG, "tokens_per_s_per_gpu")
 # published_runs.csv columns that hold whole numbers, switches, a choice
 INT_COLUMNS = ("num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp", "vpp", "ep",
-               "etp", "mtp", "flex_num_sms")
+               "etp", "mtp", "flex_num_sms", "first_stage_layers", "last_stage_layers")
 BOOL_COLUMNS = ("account_for_embedding", "account_for_loss", "ep_overlap", "delay_wgrad", "overlap_grad_reduce",
                 "overlap_param_gather", "tp_comm_overlap", "fp8_output_proj")
 ROUTINGS = ("dropless", "force-balance")
@@ -37,9 +37,11 @@ ROUTINGS = ("dropless", "force-balance")
 def load_user_runs(path: str) -> list[Run]:
     """The rows of a user's CSV as runs; one error line naming the file, line and column for anything wrong."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column name
     except (FileNotFoundError, IsADirectoryError):
         raise MoetuneError(f"--runs {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise MoetuneError(f"--runs {path}: not UTF-8 text; save it as CSV (UTF-8)") from None
     reader = csv.DictReader(text.splitlines())
     known = columns()
     given = reader.fieldnames or []
@@ -60,7 +62,7 @@ def load_user_runs(path: str) -> list[Run]:
 def _check_cells(full: dict) -> None:
     """Whole numbers, switches, the routing and a positive measurement, each named when wrong (ValueError)."""
     for c in INT_COLUMNS:
-        if full[c] and not full[c].isdigit():
+        if full[c] and not (full[c].isascii() and full[c].isdigit()):
             raise ValueError(f"{c} = {full[c]!r}: expected a whole number")
     for c in BOOL_COLUMNS:
         if full[c] not in ("", "true", "false"):
@@ -85,6 +87,9 @@ def _runnable(run: Run) -> None:
 
 
 def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
+    if None in row:  # csv.DictReader files cells past the header under None
+        raise MoetuneError(f"--runs {path} line {line}: {len(row[None])} more cell(s) than the header "
+                           f"({', '.join(map(repr, row[None]))}); quote a number written with thousands commas")
     if empty := [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]:
         raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}")
     full = {c: (row.get(c) or "").strip() for c in known}
@@ -127,7 +132,10 @@ def _limits(params: dict, base: dict, constants: dict) -> list[str]:
     out = [f"{k} at its bound {params[k]:g}" for k in ("compute_scale", "a2a_scale") if params[k] in SCALE_BOUNDS]
     scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(A2A_KEYS, params["a2a_scale"])}
     capped = [k for k, f in scale.items() if constants[k] < base[k] * f * (1 - 1e-9)]
-    return out + ([f"capped: {', '.join(capped)}"] if capped else [])
+    shipped = [k for k in capped if constants[k] <= base[k] * (1 + 1e-9)]  # the shipped value is the cap already
+    return out + ([f"capped: {', '.join(capped)}" + (f" ({', '.join(shipped)} shipped at the cap: the published "
+                                                       "runs ask for more too)" if shipped else "")]
+                  if capped else [])
 
 
 def user_toml(fitted: dict) -> str:

@@ -2,12 +2,14 @@
 
 A cluster file looks like::
 
-    gpu = "h100"            # a catalog name, or a [gpu] table with every GpuSpec field
+    gpu = "h100"            # a catalog name, or a [gpu] table with every GpuSpec field (another GPU: it is
+                            # modelled with the fitted constants of its architecture's catalog GPU, FAMILY_KEY)
     gpus_per_node = 8       # optional overrides of the catalog's figures
     nvlink_domain = 8
     nic_gbps = 400
 """
 
+import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cache
@@ -20,6 +22,12 @@ from moetune.files import read_toml
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile")  # counts, not rates
+ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
+# A GPU described by a [gpu] table takes the fitted constants, rules and defaults of the catalog GPU of its
+# architecture (by key): the file's name says nothing about the hardware. An NVL72-class Blackwell domain takes
+# GB200's (its HybridEP constants), any other Blackwell B200's.
+FAMILY_KEY = {"ampere": "a100", "hopper": "h100", "blackwell": "b200"}
+NVL72_KEY, NVL72_DOMAIN = "gb200", 36
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -45,9 +53,10 @@ class GpuSpec:
         for f in fields(self):
             value, whole = getattr(self, f.name), f.name in WHOLE
             if f.type in (float, int) and (isinstance(value, bool) or not isinstance(value, int | float)
-                                                or (whole and value != int(value))):
-                kind = "whole number" if whole else "number"
+                                                or not math.isfinite(value) or (whole and value != int(value))):
+                kind = "whole number" if whole else "finite number"
                 raise MoetuneError(f"gpu '{self.key}': {f.name} ({value!r}) must be a {kind}")
+
         for name in ("bf16_tflops", "memory_gib", "hbm_tbps", "nvlink_gbps", "nvlink_domain", "gpus_per_node",
                      "nic_gbps", "host_link_gbps", "gemm_tile"):
             if getattr(self, name) <= 0:
@@ -93,6 +102,18 @@ def load_gpu(name_or_path: str) -> GpuSpec:
     raise MoetuneError(f"unknown GPU '{name_or_path}': use one of {', '.join(catalog())} or a cluster .toml file")
 
 
+def _family(table: dict, path: Path) -> str:
+    """The catalog key a [gpu] table's GPU is modelled as (FAMILY_KEY); its own name stays in `name`. Another
+    architecture (an AMD CDNA part) has no fitted constants: it runs on the [default] priors of efficiency.toml under
+    the file's name, and the rules treat it as the platform it is."""
+    arch = table.get("arch")
+    if arch not in ARCHS:
+        return path.stem
+    domain = table.get("nvlink_domain", 0)
+    return NVL72_KEY if arch == "blackwell" and isinstance(domain, int | float) and domain >= NVL72_DOMAIN \
+        else FAMILY_KEY[arch]
+
+
 def load_cluster_file(path: Path) -> GpuSpec:
     data = read_toml(path, "cluster file")
     base = data.pop("gpu", None)
@@ -101,17 +122,19 @@ def load_cluster_file(path: Path) -> GpuSpec:
             raise MoetuneError(f"{path}: gpu = '{base}' is not in the catalog ({', '.join(catalog())})")
         gpu = catalog()[base.lower()]
     elif isinstance(base, dict):
-        known = {f.name for f in fields(GpuSpec)}
-        missing = sorted(known - {"key", "source"} - set(base))
-        if missing:
-            raise MoetuneError(f"{path}: [gpu] table is missing {', '.join(missing)}")
-        gpu = GpuSpec(key=path.stem, source=str(path), **{k: v for k, v in base.items() if k in known})
+        known = {f.name for f in fields(GpuSpec)} - {"key", "source"}
+        missing, unknown = sorted(known - set(base)), sorted(set(base) - known)
+        if missing or unknown:
+            raise MoetuneError(f"{path}: [gpu] table " + (f"is missing {', '.join(missing)}" if missing else
+                                                           f"has unknown field(s) {', '.join(unknown)}")
+                               + f"; its fields: {', '.join(sorted(known))}")
+        gpu = GpuSpec(key=_family(base, path), source=str(path), **base)
     else:
         raise MoetuneError(f"{path}: set gpu = \"h100\" (a catalog name) or a [gpu] table")
     if isinstance(base, str) and data.get("arch", gpu.arch) != gpu.arch:  # an H100 stays a Hopper GPU
         raise MoetuneError(f"{path}: arch ({data['arch']!r}) differs from {gpu.name}'s ({gpu.arch}); describe another "
                            "GPU with a [gpu] table of every field instead of gpu = \"name\"")
-    allowed = {f.name for f in fields(GpuSpec)} - {"key"}
+    allowed = {f.name for f in fields(GpuSpec)} - {"key", "source"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise MoetuneError(f"{path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")

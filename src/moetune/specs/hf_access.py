@@ -33,5 +33,12 @@ class HfConfig:
             )
         return default
 
+    def count(self, *keys: str, default: Any = _MISSING, least: int = 0) -> int:
+        """A whole-number count (layers, MTP modules) of at least `least`, else one error line naming the field."""
+        value = self.get(*keys, default=default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({value!r}) must be a whole number >= {least}")
+        return value
+
     def head_dim(self) -> int:
         return self.get("head_dim", default=None) or self.get("hidden_size") // self.get("num_attention_heads")

@@ -56,7 +56,7 @@ def _gqa_common(c: HfConfig) -> dict:
 
 def _read_deepseek(c: HfConfig) -> dict:
     """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
-    n = c.get("num_hidden_layers")
+    n = c.count("num_hidden_layers", least=1)
     k_dense = c.get("first_k_dense_replace", default=0)
     freq = c.get("moe_layer_freq", default=1)
     mlps = ["moe" if i >= k_dense and i % freq == 0 else "dense" for i in range(n)]
@@ -67,7 +67,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         qk_pos_emb_head_dim=c.get("qk_rope_head_dim"),
         v_head_dim=c.get("v_head_dim"),
     )
-    mtp = c.get("num_nextn_predict_layers", default=0)
+    mtp = c.count("num_nextn_predict_layers", default=0)
     sigmoid = c.get("scoring_func", default="softmax") == "sigmoid"
     return dict(
         _gqa_common(c),
@@ -89,10 +89,10 @@ def _read_deepseek(c: HfConfig) -> dict:
 
 def _read_glm4_moe(c: HfConfig) -> dict:
     """GLM-4.5 / 4.5-Air: GQA with qkv bias and optional per-head qk norm, first-k-dense, MTP."""
-    n = c.get("num_hidden_layers")
+    n = c.count("num_hidden_layers", least=1)
     k_dense = c.get("first_k_dense_replace", default=0)
     mlps = ["moe" if i >= k_dense else "dense" for i in range(n)]
-    mtp = c.get("num_nextn_predict_layers", default=0)
+    mtp = c.count("num_nextn_predict_layers", default=0)
     return dict(
         _gqa_common(c),
         layers=_layers(mlps),
@@ -109,7 +109,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
 
 
 def _qwen_moe_mlps(c: HfConfig) -> list[str]:
-    n = c.get("num_hidden_layers")
+    n = c.count("num_hidden_layers", least=1)
     step = c.get("decoder_sparse_step", default=1)
     dense_only = set(c.get("mlp_only_layers", default=[]))
     return ["moe" if i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(n)]
@@ -133,7 +133,7 @@ def _read_qwen_moe(c: HfConfig) -> dict:
 
 def _read_qwen3_next(c: HfConfig) -> dict:
     """Qwen3-Next: every `full_attention_interval`-th layer is gated attention, the rest gated delta-net."""
-    n = c.get("num_hidden_layers")
+    n = c.count("num_hidden_layers", least=1)
     interval = c.get("full_attention_interval")
     mixers = ["gqa" if (i + 1) % interval == 0 else "gdn" for i in range(n)]
     gdn = GdnDims(**{field: c.get(key) for field, key in GDN_FIELDS.items()})
@@ -147,9 +147,9 @@ def _read_qwen3_next(c: HfConfig) -> dict:
 def _read_mixtral(c: HfConfig) -> dict:
     """Mixtral, Phi-3.5-MoE, MiniMax-M2, gpt-oss, Grok-1 (hpcai port): every layer MoE, no shared expert."""
     mt = c.get("model_type")
-    n = c.get("num_hidden_layers")
-    mtp = c.get("num_mtp_modules", default=0) if c.get("use_mtp", default=False) else 0
-    windows = tuple(t == "sliding_attention" for t in c.get("layer_types", default=[]))
+    n = c.count("num_hidden_layers", least=1)
+    mtp = c.count("num_mtp_modules", default=0) if c.get("use_mtp", default=False) else 0
+    windows = _windows(c, n)
     window = c.get("sliding_window", default=None) if any(windows) else None
     return dict(
         _gqa_common(c),
@@ -176,9 +176,22 @@ def _read_mixtral(c: HfConfig) -> dict:
     )
 
 
+ATTENTION_TYPES = ("full_attention", "sliding_attention")  # transformers' layer_types for attention layers
+
+
+def _windows(c: HfConfig, n: int) -> tuple[bool, ...]:
+    """Which layers use a sliding window, from `layer_types` (one entry per layer, as transformers checks)."""
+    types = c.get("layer_types", default=[])
+    if types and len(types) != n:
+        raise MoetuneError(f"{c.origin}: layer_types has {len(types)} entries for num_hidden_layers {n}; one per layer")
+    if bad := sorted(set(types) - set(ATTENTION_TYPES)):
+        raise MoetuneError(f"{c.origin}: layer_types has unknown value(s) {bad}; expected {', '.join(ATTENTION_TYPES)}")
+    return tuple(t == "sliding_attention" for t in types)
+
+
 def _read_olmoe(c: HfConfig) -> dict:
     """OLMoE: full-width q/k norms (q_norm over all heads), no shared experts."""
-    n = c.get("num_hidden_layers")
+    n = c.count("num_hidden_layers", least=1)
     return dict(
         _gqa_common(c),
         layers=_layers(["moe"] * n),
@@ -191,7 +204,7 @@ def _read_olmoe(c: HfConfig) -> dict:
 def _read_llama4(c: HfConfig) -> dict:
     """Llama 4 (text_config): MoE every `interleave_moe_layer_step` layers, one shared expert."""
     t = HfConfig(c.get("text_config", default=c.data), c.origin)
-    n = t.get("num_hidden_layers")
+    n = t.count("num_hidden_layers", least=1)
     step = t.get("interleave_moe_layer_step", default=1)
     mlps = ["moe" if (i + 1) % step == 0 else "dense" for i in range(n)]
     return dict(
@@ -206,7 +219,7 @@ def _read_llama4(c: HfConfig) -> dict:
 
 def _read_dbrx(c: HfConfig) -> dict:
     """DBRX: fused Wqkv, bias-free LayerNorm, 16 experts top-4 (fields under attn_config / ffn_config)."""
-    n = c.get("n_layers")
+    n = c.count("n_layers", least=1)
     heads = c.get("n_heads")
     return dict(
         hidden_size=c.get("d_model"),
@@ -224,13 +237,13 @@ def _read_dbrx(c: HfConfig) -> dict:
 
 def _read_ernie(c: HfConfig) -> dict:
     """ERNIE-4.5 MoE: MoE on layers start..end every `moe_layer_interval`, optional shared experts."""
-    n = c.get("num_hidden_layers")
+    n = c.count("num_hidden_layers", least=1)
     start = c.get("moe_layer_start_index", default=0)
     end = c.get("moe_layer_end_index", default=n - 1)
     step = c.get("moe_layer_interval", default=1)
     mlps = ["moe" if start <= i <= end and (i - start) % step == 0 else "dense" for i in range(n)]
     moe_ffn = c.get("moe_intermediate_size")
-    mtp = c.get("num_nextn_predict_layers", default=0)
+    mtp = c.count("num_nextn_predict_layers", default=0)
     return dict(
         _gqa_common(c),
         layers=_layers(mlps),
@@ -249,6 +262,10 @@ def _read_nemotron_h(c: HfConfig) -> dict:
     bad = sorted(set(pattern) - set(table))
     if bad:
         raise MoetuneError(f"{c.origin}: hybrid_override_pattern has unknown layer symbols {bad}; expected M * E -")
+    n = c.get("num_hidden_layers", default=len(pattern))
+    if n != len(pattern):
+        raise MoetuneError(f"{c.origin}: hybrid_override_pattern has {len(pattern)} layers but num_hidden_layers is "
+                           f"{n}; one symbol per layer")
     mamba = MambaDims(**{field: c.get(key) for field, key in MAMBA_FIELDS.items()},
                       conv_bias=c.get("use_conv_bias", default=True))
     return dict(
