@@ -96,10 +96,24 @@ def test_hybridep_environment(gpu, sets, expected):
     (["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"], 1),  # TP overlap on Hopper
     (["model.tensor_model_parallel_size=1"], 8),
     (["env.CUDA_DEVICE_MAX_CONNECTIONS=4"], 4),  # the user's own value stays
+    # DeepEP at TP2 without EP overlap: 1 still (Bridge's overrides.py sets 1 before the flex backend's 32, and
+    # Megatron-LM asserts it; NVIDIA's DeepSeek-V3 H100 HybridEP recipe at TP2 runs with 1)
+    (["model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "model.num_moe_experts=64",
+      "model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=deepep"], 1),
+    (["model.num_moe_experts=64", "model.moe_token_dispatcher_type=flex",
+      "model.moe_flex_dispatcher_backend=deepep"], 32),
 ])
 def test_cuda_device_max_connections(sets, expected):
     env = environment(load_config(sets=sets, gpu="h100", gpus=8))
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"][0] == expected
+
+
+def test_ep_overlap_leaves_layernorm_sms_to_the_all_to_all():
+    sets = ["model.num_moe_experts=64", "model.expert_model_parallel_size=8",
+            "comm_overlap.overlap_moe_expert_parallel_comm=true"]
+    env = environment(load_config(sets=sets, gpu="h100", gpus=8))
+    assert env["NVTE_FWD_LAYERNORM_SM_MARGIN"][0] == env["NVTE_BWD_LAYERNORM_SM_MARGIN"][0] == 20
+    assert "NVTE_FWD_LAYERNORM_SM_MARGIN" not in environment(load_config(sets=sets[:2], gpu="h100", gpus=8))
 
 
 def test_emit_cli_writes_files(tmp_path, capsys):

@@ -22,3 +22,9 @@ def test_an_impossible_sm_count_is_one_clear_error(sms):
 def test_token_imbalance_is_refused_under_force_balanced_routing():
     with pytest.raises(MoetuneError, match=r"--token-imbalance \(3\) weighs dropless routing"):
         Knobs(routing="force-balance", token_imbalance=3.0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(adam_moments_bytes=2), dict(optimizer_offload_fraction=0.5)])
+def test_precision_aware_optimizer_features_need_the_distributed_optimizer(kwargs):
+    with pytest.raises(MoetuneError, match="needs the distributed optimizer"):
+        Knobs(distributed_optimizer=False, **kwargs)

@@ -198,3 +198,33 @@ def test_shard_cp_is_the_nearest_legal_power_of_two_to_a_4k_shard(seq, tp, pp, w
     cp = shard_cp(seq, tp, pp, world)
     assert cp == expected
     assert seq % (2 * cp) == 0 and (world is None or world % (tp * cp * pp) == 0)
+
+
+@pytest.mark.parametrize(("kwargs", "layers", "mtp", "needle"), [
+    # Megatron-Core pipeline_parallel_layer_layout.py: MTP in its rank's last virtual stage, all in one stage
+    (dict(world_size=2, pp=2, pipeline_layout="Et*4|t*4m|L|"), 8, 1, "that rank's last virtual stage"),
+    (dict(world_size=2, pp=2, pipeline_layout="Et*4|t*4m|m|L"), 8, 2, "splits the MTP layers"),
+    # transformer_config.py: "0 middle layers remaining but 1 middle PP stages"
+    (dict(world_size=3, pp=3, first_stage_layers=4, last_stage_layers=4), 8, 0, "no layers for the 1 middle"),
+    # transformer_layer.py get_transformer_layer_offset divides by the middle stages
+    (dict(world_size=2, pp=2, vpp=2, first_stage_layers=4, last_stage_layers=4), 8, 0, "leave no middle stage"),
+])
+def test_pipelines_megatron_core_cannot_build(kwargs, layers, mtp, needle):
+    with pytest.raises(MoetuneError, match=re.escape(needle)):
+        pipeline_chunks(Layout(**kwargs), layers, mtp)
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(world_size=1, pp=1, pipeline_layout="Et*4|t*4L"), "--pipeline-layout's stages need pp > 1"),
+    (dict(world_size=2, pp=2, first_stage_layers=3, account_for_loss=True), "cannot go with --first/--last-stage"),
+    (dict(world_size=2, pp=2, pipeline_layout="Et*4|t*4L", account_for_embedding=True), "cannot go with --pipeline"),
+])
+def test_layouts_megatron_core_refuses(kwargs, needle):
+    with pytest.raises(MoetuneError, match=re.escape(needle)):
+        Layout(**kwargs)
+
+
+def test_embedding_and_output_sit_on_the_first_and_last_stage_whatever_the_string_says():
+    grid = pipeline_chunks(Layout(world_size=2, pp=2, pipeline_layout="|Et*4|t*4L|"), 8, 0)
+    assert grid[0][0].embedding and not grid[1][0].embedding  # stage 0 is rank 0's first chunk (empty here)
+    assert grid[1][1].loss and not grid[0][1].loss  # the last stage is rank 1's last chunk

@@ -26,6 +26,12 @@ CASES = [
     ("qwen2-57b-a14b", dict(world_size=16, tp=4, pp=2, ep=4, etp=2), "te"),
     ("gpt-oss-20b", dict(world_size=16, tp=2, pp=2, vpp=2, ep=4), "te"),
     ("glm-4.5-air", dict(world_size=32, tp=2, pp=2, ep=16, first_stage_layers=22), "te"),
+    # empty stages around E and L: Megatron-Core builds the embedding on the first stage and the output layer on the
+    # last whatever stage of the string holds them; without MTP the final norm goes with the output layer
+    ("mixtral-8x7b", dict(world_size=16, pp=2, ep=8, pipeline_layout="Et*16|t*16|L|"), "te"),
+    ("mixtral-8x7b", dict(world_size=16, pp=2, ep=8, pipeline_layout="|Et*16|t*16|L"), "te"),
+    ("qwen3-30b-a3b", dict(world_size=24, pp=3, ep=8, pipeline_layout="Et*24|t*24|L"), "te"),
+    ("glm-4.5-air", dict(world_size=32, tp=2, pp=2, ep=16, pipeline_layout="Et*23|t*23|mL|"), "te"),
 ]
 
 

@@ -130,6 +130,8 @@ def _moe_freq(name: str, v: Any) -> int | list[int]:
     eval: '+'-joined [..] or [..]*N terms)."""
     if isinstance(v, str) and not v.strip().lstrip("-").isdigit():
         text = v.strip()
+        # quoted once more for the shell that expands it (Megatron-MoE-ModelZoo's Kimi-K2.yaml: "'([0]*1+[1]*60)'")
+        text = text[1:-1].strip() if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" else text
         text = text[1:-1] if text.startswith("(") and text.endswith(")") else text
         terms = [t.strip() for t in text.split("+")]
         out: list[int] = []

@@ -25,15 +25,24 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
             d["hybridep_ranks_per_domain"], f"HybridEP: min(EP={d['ep']}, NVLink domain={domain})")
         out["NVLINK_DOMAIN_SIZE"] = (domain, "HybridEP topology: GPUs in one NVLink domain")
         out["USE_MNNVL"] = (int(domain > d.get("gpus_per_node", domain)), "1 on multi-node NVLink (NVL72)")
-    # Megatron-Bridge scripts/performance/utils/overrides.py: 32 with DeepEP/HybridEP or on Blackwell; 1 when
-    # TP/CP communication must overlap GEMMs on Hopper-class GPUs without MoE overlap; else 8.
-    if d.get("flex_backend") in ("deepep", "hybridep") or d.get("arch") == "blackwell":
-        conns, why = 32, "DeepEP/HybridEP or Blackwell: many concurrent streams"
+    # Megatron-Bridge scripts/performance/utils/overrides.py, in its order: 32 on Blackwell; else 1 when TP/CP
+    # communication must overlap GEMMs without MoE overlap (Megatron-LM asserts it, arguments.py validate_args),
+    # whatever the dispatcher; else 32 with DeepEP/HybridEP; else 8.
+    if d.get("arch") == "blackwell":
+        conns, why = 32, "Blackwell: many concurrent streams"
     elif tp_cp_need_one_connection(d):
         conns, why = 1, "TP/CP kernels queue behind GEMMs only with one hardware connection"
+    elif d.get("flex_backend") in ("deepep", "hybridep"):
+        conns, why = 32, "DeepEP/HybridEP: many concurrent streams"
     else:
         conns, why = 8, "default for this layout"
     out["CUDA_DEVICE_MAX_CONNECTIONS"] = (conns, why)
+    if d.get("ep_overlap"):
+        # TE's LayerNorm kernels leave SMs free for the all-to-all beside them: 20 in Bridge's overlapped perf recipes
+        # (perf_recipes/deepseek/b200/deepseek_v3.py), 24 in Megatron-MoE-ModelZoo when A2A_OVERLAP=1
+        # (sbatch_benchmarking.sh)
+        for name in ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN"):
+            out[name] = (20, "EP overlap: SMs left to the all-to-all beside LayerNorm")
     for key, value in config.items():
         if key.startswith("env."):
             out[key[len("env."):]] = (value, "given")

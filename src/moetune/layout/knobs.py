@@ -115,6 +115,12 @@ class Knobs:
             raise MoetuneError(f"--recompute {self.recompute!r}: choose none, selective or full")
         if self.recompute != "selective" and self.recompute_modules:
             raise MoetuneError("--recompute-modules needs --recompute selective")
+        if not self.distributed_optimizer and (self.adam_moments_bytes == 2 or self.optimizer_offload_fraction > 0):
+            # both need Megatron's precision-aware optimizer, which needs the distributed one (optimizer_config.py,
+            # optimizer/__init__.py "--use-precision-aware-optimizer only supported with distributed optimizer")
+            what = "--bf16-moments" if self.adam_moments_bytes == 2 else "--optimizer-offload"
+            raise MoetuneError(f"{what} needs the distributed optimizer (Megatron's precision-aware optimizer runs "
+                               "only there): drop --no-distributed-optimizer or it")
         if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
             raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
         parse_offload_modules(tuple(self.offload_modules))  # names Megatron knows

@@ -118,8 +118,9 @@ class Layout:
             )
         if self.pipeline_layout is not None:
             self._derive_vpp(len(_stages(self.pipeline_layout)))
-        if self.pipeline_layout is None and self.vpp > 1 and self.pp == 1:
-            raise MoetuneError(f"vpp ({self.vpp}) needs pp > 1: interleaving splits pipeline stages; set --pp")
+        if self.vpp > 1 and self.pp == 1:  # parallel_state.py: the interleaved schedule needs PP > 1
+            given = "--pipeline-layout's stages need" if self.pipeline_layout is not None else f"vpp ({self.vpp}) needs"
+            raise MoetuneError(f"{given} pp > 1: interleaving splits pipeline stages; set --pp")
         uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
         if uneven and self.pipeline_layout is not None:
             raise MoetuneError(

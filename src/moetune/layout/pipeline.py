@@ -40,7 +40,19 @@ def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list
         raise MoetuneError("--pipeline-layout must start with one E (embedding) and end with one L (loss)")
     if "t" in joined[joined.find("m"):] and mtp:
         raise MoetuneError("--pipeline-layout places decoder layers after MTP layers; MTP must come last")
+    _mtp_placement(stages, layout.pp)
     return stages, len(stages) // layout.pp
+
+
+def _mtp_placement(stages: list[str], pp: int) -> None:
+    """Megatron-Core's MTP restrictions (pipeline_parallel_layer_layout.py validate_layer_layout): every MTP layer in
+    one stage, and that stage the last virtual chunk of its rank."""
+    holding = [s for s, text in enumerate(stages) if "m" in text]
+    if len(holding) > 1:
+        raise MoetuneError("--pipeline-layout splits the MTP layers over stages; Megatron-Core needs them in one")
+    if holding and holding[0] // pp != len(stages) // pp - 1:
+        raise MoetuneError(f"--pipeline-layout puts MTP in virtual stage {holding[0] // pp} of pipeline rank "
+                           f"{holding[0] % pp}; Megatron-Core needs it in that rank's last virtual stage")
 
 
 def _even_counts(layout: Layout, num_layers: int) -> list[int]:
@@ -70,6 +82,13 @@ def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
         # Megatron-Core refuses an empty first/last stage ("must be larger than 0", transformer_config.py)
         if value is not None and (value <= 0 or value % vpp):
             raise MoetuneError(f"{name} ({value}) must be a positive multiple of vpp ({vpp})")
+    if middle_stages == 0 and vpp > 1:
+        # transformer_layer.py get_transformer_layer_offset divides by the middle stages (a ZeroDivisionError)
+        raise MoetuneError(f"--first-stage-layers and --last-stage-layers on PP{pp} leave no middle stage, which "
+                           f"Megatron-Core cannot interleave (VPP {vpp}); drop --vpp or one of them")
+    if middle_stages and middle == 0:  # transformer_config.py: "0 middle layers remaining but N middle PP stages"
+        raise MoetuneError(f"--first-stage-layers/--last-stage-layers leave no layers for the {middle_stages} middle "
+                           "stage(s); Megatron-Core refuses an empty middle stage: make them smaller")
     if middle < 0 or (middle_stages == 0 and middle) or (middle_stages and middle % (middle_stages * vpp)):
         raise MoetuneError(
             f"the {middle} layers left after first/last stages must split evenly over {middle_stages} middle "
@@ -111,13 +130,16 @@ def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> tup
 
 
 def _chunks_from_stages(stages: list[str], pp: int, vpp: int) -> list[list[Chunk]]:
+    """The grid of chunks. The embedding is built on the first stage and the output layer and loss on the last
+    whatever stage of a layout string holds E or L: Megatron-Core checks the string with its empty stages dropped,
+    then builds with pre_process / post_process = first / last pipeline stage (gpt_builders.py)."""
     grid: list[list[Chunk]] = [[None] * vpp for _ in range(pp)]  # type: ignore[list-item]
     next_layer = 0
     for s, text in enumerate(stages):
         n = text.count("t")
         grid[s % pp][s // pp] = Chunk(
             pp_rank=s % pp, vpp_rank=s // pp, layers=tuple(range(next_layer, next_layer + n)),
-            embedding="E" in text, loss="L" in text, mtp_layers=text.count("m"),
+            embedding=s == 0, loss=s == len(stages) - 1, mtp_layers=text.count("m"),
         )
         next_layer += n
     return grid

@@ -81,7 +81,12 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
         "comm_overlap.tp_comm_overlap": k.tp_comm_overlap,
         "model.fp8_output_proj": k.fp8_output_proj,
-        "ddp.overlap_grad_reduce": k.overlap_grad_reduce, "ddp.overlap_param_gather": k.overlap_param_gather,
+        # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
+        "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
+        "ddp.overlap_param_gather": k.overlap_param_gather and k.distributed_optimizer,
+        # Bridge turns the distributed optimizer on for both when either is true (config.py
+        # _validate_and_sync_distributed_optimizer_settings): both are written
+        "ddp.use_distributed_optimizer": k.distributed_optimizer,
         "optimizer.use_distributed_optimizer": k.distributed_optimizer,
         "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
         "optimizer.optimizer_offload_fraction": k.optimizer_offload_fraction,
@@ -380,8 +385,9 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         recompute_modules=frozenset(_get(config, "model.recompute_modules", [])) if recompute == "selective"
         else frozenset(),
         # the optimizer's field, else DDP's (Megatron-LM's one switch sets both), else on as Bridge's recipes set it
-        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer",
-                                        _get(config, "ddp.use_distributed_optimizer", True))),
+        # on when either says so, as Bridge syncs them; a side the config leaves out is the recipe's (on)
+        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True))
+        or bool(_get(config, "ddp.use_distributed_optimizer", True)),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True)),

@@ -38,6 +38,11 @@ _NEWER_MEGATRON_ACCEPTS = {
     # key heads over CP (megatron/core/ssm/gated_delta_net/common.py; the assert is gone from transformer_config.py)
     "Gated delta net does not support context parallel for now": (
         lambda kw: (kw.get("context_parallel_size") or 1) > 1, {"context_parallel_size": 1}),
+    # megatron-core 0.16 knows cuda_graph_impl none/local/transformer_engine; Megatron-LM main adds full_iteration
+    # (transformer_config.py cuda_graph_impl Literal), which Bridge's perf recipes set (perf_recipes/qwen/common.py)
+    "Invalid cuda graph implementation: full_iteration": (
+        lambda kw: kw.get("cuda_graph_impl") == "full_iteration",
+        {"cuda_graph_impl": "none", "cuda_graph_scope": None}),
 }
 
 

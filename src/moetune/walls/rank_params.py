@@ -102,7 +102,10 @@ def stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool = True) 
         out.append(StageStructure(
             stage=stage, kind_counts=tuple(counts.items()), layers=layers,
             embeddings=sum(bool(c.embedding or c.mtp_layers) for c in chunks),
-            final_norms=int(spec.num_layers - 1 in layers), mtp_layers=sum(c.mtp_layers for c in chunks),
+            # with MTP the final norm follows the last decoder layer, else the post-process stage (Megatron-Core
+            # transformer_block.py has_final_layernorm_in_this_stage)
+            final_norms=int(spec.num_layers - 1 in layers) if spec.mtp_num_layers and include_mtp
+            else sum(c.loss for c in chunks), mtp_layers=sum(c.mtp_layers for c in chunks),
             outputs=sum(c.loss for c in chunks),
         ))
     return out
