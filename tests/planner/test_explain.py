@@ -7,10 +7,10 @@ from moetune.cli.main import main
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import to_config
+from moetune.planner.config_map import from_config, to_config
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import estimate
-from moetune.planner.explain import COMPOUND, FIT_LADDER, _apply, _moves, explain
+from moetune.planner.explain import COMPOUND, FIT_LADDER, _apply, _change, _moves, explain
 from moetune.planner.explain import _scale as explain_scale
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.runs import load_configured_runs
@@ -321,3 +321,41 @@ def test_explain_lists_the_seeds_info_checklist_items():
                  Workload(seq_length=4096, micro_batch_size=1, global_batch_size=8192), Knobs())
     rules = {c["rule"]: c["severity"] for c in explain(e)["checks"]}
     assert rules.get("fit.fake_process_group") == "info"  # seeds/000 Fit: --fake-init-process-group
+
+
+def _est(model, gpu, world, layout, gbs, mbs=1, seq=4096, **knobs):
+    return estimate(load_model(model), load_gpu(gpu), Layout(world_size=world, **layout),
+                    Workload(seq_length=seq, micro_batch_size=mbs, global_batch_size=gbs), Knobs(**knobs))
+
+
+def test_the_bf16_move_writes_the_fields_that_turn_fp8_off():
+    """Its overrides applied to the run give BF16 (a recipe name had lost to the run's own fp8 fields)."""
+    e = _est("qwen3-30b-a3b", "gb200", 8, dict(ep=8), 256, precision="mxfp8", fp8_output_proj=True)
+    move = _moves()["bf16_precision"]
+    change = _change(move, e, _apply(e, move))
+    assert change["mixed_precision.fp8"] is None and change["model.fp8_output_proj"] is False
+    assert not _errors_after(e, change)
+    assert from_config({**to_config(e), **change})[2].precision == "bf16"
+
+
+def test_a_users_ep_overlap_does_not_stop_the_ladder_short_of_fitting():
+    """moe and full recompute are refused beside EP overlap: the ladder turns it off for them, and says so."""
+    e = _est("qwen3-next-80b-a3b", "h100", 32, dict(ep=16), 64, ep_overlap=True)
+    steps = [s for s in explain(e)["fit"]["steps"] if "change" in s]
+    assert not e.fits and steps[-1]["fits"]
+    assert any("EP overlap turned off" in s.get("note", "") for s in steps)
+
+
+def test_the_micro_batch_is_halved_down_to_one_before_recompute():
+    e = _est("qwen3-30b-a3b", "h100", 16, dict(ep=16), 1024, mbs=4)
+    steps = [s for s in explain(e)["fit"]["steps"] if "change" in s]
+    assert [s["change"].get("train.micro_batch_size") for s in steps[:2]] == [2, 1] and steps[1]["fits"]
+
+
+def test_the_smallest_fitting_layout_is_one_the_rules_accept():
+    """On 256 GB200 (64-GPU NVLink domains) an EP128 HybridEP layout is refused; the step names another."""
+    from moetune.planner.explain import rule_errors, smallest_fitting_layout
+    e = _est("kimi-k2", "gb200", 256, dict(ep=32), 512)
+    smallest = smallest_fitting_layout(e)
+    assert smallest is not None and smallest.fits
+    assert not set(rule_errors(smallest)) - set(rule_errors(e))

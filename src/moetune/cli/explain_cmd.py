@@ -87,8 +87,10 @@ def print_explain(a: dict) -> None:
         fits = "fits" if step.get("fits", True) else "still does not fit"
         then = "then " if "change" in step and ladder else ""
         ladder += "change" in step
-        out.print(f"  - {then}{step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}, "
-                  f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({step['source']})")
+        tight = ", tight" if step.get("tight") else ""
+        note = f"; {step['note']}" if step.get("note") else ""
+        out.print(f"  - {then}{step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}{tight}, "
+                  f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{note} ({step['source']})")
     out.print(f"[bold]Scale[/bold]: Attention {s['attention_mesh']} | MoE {s['moe_mesh']}"
               + (f" | VPP {s['vpp']}" if s["vpp"] > 1 else "")
               + (f" | {s['pipeline_split']}" if s["pipeline_split"] != "even" else ""))

@@ -273,10 +273,22 @@ def _change(move: dict, old: Estimate, new: Estimate) -> dict:
         out.update({k: graphs[k] for k in ("model.cuda_graph_impl", "model.cuda_graph_scope")})
     if "mixed_precision" in out:  # the recipe's fields, as plans write them (config_map.PRECISION)
         del out["mixed_precision"]
-        out.update(PRECISION[new.knobs.precision] or {"mixed_precision": "bf16_mixed"})
+        out.update(PRECISION[new.knobs.precision])
     if "model.cp_comm_type" in out:
         out.update({"model.cp_comm_type": new.knobs.cp_comm_type, **cp_fields(new)})
-    return out
+    before, after = to_config(old), to_config(new)
+    out.update({k: after.get(k) for k in COMPANIONS if k not in out and before.get(k) != after.get(k)})
+    return {k: None if v == "null" else v for k, v in out.items()}
+
+
+# Fields a move changes besides the ones it names, written with it so that its overrides applied to the run give the
+# numbers shown: precision fields (leaving FP8: the fp8 fields unset, an MXFP8-only LM head off), full recompute's
+# method fields (cleared for selective recompute, as Megatron-Core requires), graph scopes dropped beside recompute,
+# EP overlap turned off for a recompute it refuses
+COMPANIONS = ("mixed_precision.fp8", "mixed_precision.fp8_recipe", "mixed_precision.fp4", "mixed_precision.fp4_recipe",
+              "model.fp8_output_proj", "model.recompute_method", "model.recompute_num_layers",
+              "model.cuda_graph_impl", "model.cuda_graph_scope", "comm_overlap.overlap_moe_expert_parallel_comm",
+              "comm_overlap.delay_wgrad_compute")
 
 
 def _retune(e: Estimate, found: list) -> list[dict]:
@@ -296,11 +308,10 @@ def _retune(e: Estimate, found: list) -> list[dict]:
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
         if gain > 0.005 or not e.fits:
-            free = (new.gpu.capacity_bytes - new.peak_bytes) / GIB
             out.append({"rule": move_id, "change": _change(move, e, new), "predicted_gain": gain,
                         "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
                         "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"],
-                        "tight": free < TIGHT_SHARE * new.gpu.capacity_bytes / GIB,
+                        "tight": _tight(new),
                         # a move onto FP8 for a narrow model: its gain is moetune's, the published pairs measured none
                         "unconfirmed": not applies(e.model, e.knobs) and applies(new.model, new.knobs)})
     return _without_borrowed_gains(sorted(out, key=lambda r: -r["predicted_gain"]))
@@ -329,24 +340,53 @@ def _fit_steps(e: Estimate) -> list[dict]:
     steps = []
     smallest = smallest_fitting_layout(e)
     if smallest is not None:
-        steps.append({"step": "smallest model parallelism that fits", "layout": smallest.layout.describe(),
-                      "peak_gib": smallest.peak_bytes / GIB,
+        split = smallest.layout.split_text()
+        steps.append({"step": "smallest model parallelism that fits",
+                      "layout": smallest.layout.describe() + (f", {split}" if split else "")
+                      + (f", cp_comm_type {exchange_text(smallest.knobs, smallest.layout.cp)}"
+                         if smallest.layout.cp > 1 else ""),
+                      "peak_gib": smallest.peak_bytes / GIB, "tight": _tight(smallest),
                       "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"], "source": "seeds/000 Phase 1"})
     current, broken = e, set(rule_errors(e))
-    for move_id in FIT_LADDER:
+    for move_id in _ladder(e):
         move = _moves()[move_id]
-        if move_id == "selective_recompute_mla_up_proj" and e.model.mla is None:
-            continue
-        new = _apply(current, move)
-        if new is None or new.peak_bytes >= current.peak_bytes or set(rule_errors(new)) - broken:
+        new = _legal_step(current, move, broken)
+        if new is None:
             continue
         steps.append({"step": move_id, "change": _change(move, current, new), "peak_gib": new.peak_bytes / GIB,
                       "fits": new.fits, "tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
-                      "source": move["source"]})
+                      "source": move["source"], "tight": _tight(new)}
+                     | ({"note": "EP overlap turned off: Megatron-Core refuses this recompute beside it"}
+                        if current.knobs.ep_overlap and not new.knobs.ep_overlap else {}))
         current = new
         if new.fits:
             break
     return steps
+
+
+def _ladder(e: Estimate):
+    """FIT_LADDER for this run: the micro-batch halved as often as it goes (down to 1), MLA's step only for MLA."""
+    for move_id in FIT_LADDER:
+        if move_id == "smaller_micro_batch":
+            yield from [move_id] * max(e.workload.micro_batch_size.bit_length() - 1, 0)
+        elif move_id != "selective_recompute_mla_up_proj" or e.model.mla is not None:
+            yield move_id
+
+
+def _legal_step(current: Estimate, move: dict, broken: set):
+    """The step applied, or None when it saves no memory or adds a rule error; a recompute Megatron refuses beside
+    EP overlap (moe, full) is taken with the overlap off."""
+    new = _apply(current, move)
+    if new is not None and set(rule_errors(new)) - broken and current.knobs.ep_overlap:
+        new = _apply(current.variant(knobs=replace(current.knobs, ep_overlap=False, delay_wgrad=False)), move)
+    if new is None or new.peak_bytes >= current.peak_bytes or set(rule_errors(new)) - broken:
+        return None
+    return new
+
+
+def _tight(e: Estimate) -> bool:
+    """Fits, but within the memory estimate's own error of the GPU's memory."""
+    return e.fits and (e.gpu.capacity_bytes - e.peak_bytes) < TIGHT_SHARE * e.gpu.capacity_bytes
 
 
 def smallest_fitting_layout(e: Estimate):
@@ -369,13 +409,24 @@ def smallest_fitting_layout(e: Estimate):
         return None
     # CP is for long context (seeds/000 Phase 2): below it, TP or PP of the same size come first
     short = e.workload.seq_length < LONG_CONTEXT
-    best = min(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, short and lay.cp > 1, lay.tp, lay.pp, -lay.ep,
-                                         lay.etp))
-    knobs = _knobs_for(e, best.ep)
-    if (best.cp, best.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
-        knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
-    return e.variant(layout=best, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                    global_batch_size=gbs), knobs=knobs)
+    broken = set(rule_errors(e))
+    for lay in sorted(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, short and lay.cp > 1, lay.tp, lay.pp,
+                                                -lay.ep, lay.etp))[:SMALLEST_TRIES]:
+        knobs = _knobs_for(e, lay.ep)
+        if (lay.cp, lay.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
+            knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
+        try:
+            alt = e.variant(layout=lay, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
+                                                          global_batch_size=gbs), knobs=knobs)
+        except MoetuneError:
+            continue
+        if not set(rule_errors(alt)) - broken:  # a layout the rules refuse (HybridEP past its domain) is no answer
+            return alt
+    return None
+
+
+# Fitting layouts tried in order for one Megatron and the seeds accept (each costs an estimate and the rule table)
+SMALLEST_TRIES = 24
 
 
 def _knobs_for(e: Estimate, ep: int):
