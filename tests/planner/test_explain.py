@@ -10,9 +10,11 @@ from moetune.layout.validate import Workload
 from moetune.planner.config_map import from_config, to_config
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import estimate
-from moetune.planner.explain import COMPOUND, FIT_LADDER, _apply, _change, _moves, explain
+from moetune.planner.explain import COMPOUND, explain
 from moetune.planner.explain import _scale as explain_scale
+from moetune.planner.fit_steps import FIT_LADDER, smallest_fitting_layout
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.moves import apply_move, move_change, moves, rule_errors
 from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
@@ -115,7 +117,7 @@ def test_a_new_vpp_re_splits_a_layout_string():
                  Workload(seq_length=4096, micro_batch_size=1, global_batch_size=4096),
                  Knobs(precision="mxfp8", dispatcher="hybridep", routing="force-balance", main_grads_fp32=False))
     assert e.layout.vpp == 8
-    moved = _apply(e, _moves()["more_virtual_stages"])
+    moved = apply_move(e, moves()["more_virtual_stages"])
     assert moved.layout.vpp == 16 and len(parse_pipeline_layout(moved.layout.pipeline_layout)) == 32
     recipe = e.variant(layout=replace(moved.layout, pipeline_layout="Et|(tt|)*30mL"))
     assert moved.time["step_seconds"] <= recipe.time["step_seconds"]
@@ -331,8 +333,8 @@ def _est(model, gpu, world, layout, gbs, mbs=1, seq=4096, **knobs):
 def test_the_bf16_move_writes_the_fields_that_turn_fp8_off():
     """Its overrides applied to the run give BF16 (a recipe name had lost to the run's own fp8 fields)."""
     e = _est("qwen3-30b-a3b", "gb200", 8, dict(ep=8), 256, precision="mxfp8", fp8_output_proj=True)
-    move = _moves()["bf16_precision"]
-    change = _change(move, e, _apply(e, move))
+    move = moves()["bf16_precision"]
+    change = move_change(move, e, apply_move(e, move))
     assert change["mixed_precision.fp8"] is None and change["model.fp8_output_proj"] is False
     assert not _errors_after(e, change)
     assert from_config({**to_config(e), **change})[2].precision == "bf16"
@@ -354,7 +356,6 @@ def test_the_micro_batch_is_halved_down_to_one_before_recompute():
 
 def test_the_smallest_fitting_layout_is_one_the_rules_accept():
     """On 256 GB200 (64-GPU NVLink domains) an EP128 HybridEP layout is refused; the step names another."""
-    from moetune.planner.explain import rule_errors, smallest_fitting_layout
     e = _est("kimi-k2", "gb200", 256, dict(ep=32), 512)
     smallest = smallest_fitting_layout(e)
     assert smallest is not None and smallest.fits

@@ -6,8 +6,9 @@ import pytest
 from moetune.layout.knobs import Knobs
 from moetune.layout.validate import Workload
 from moetune.planner import legal
-from moetune.planner.explain import explain, rule_errors
+from moetune.planner.explain import explain
 from moetune.planner.legal import knob_errors, knob_rules
+from moetune.planner.moves import rule_errors
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model

@@ -81,7 +81,7 @@ def print_explain(a: dict) -> None:
               f"{f['worst_stage']} (largest: {items} GiB)")
     if f.get("note"):
         out.print(f"  - {f['note']}")
-    ladder = 0  # the recompute/offload steps apply one on top of another (explain._fit_steps)
+    ladder = 0  # the recompute/offload steps apply one on top of another (planner/fit_steps.py)
     for step in f.get("steps", []):
         what = step.get("layout") or ", ".join(f"{k}={v}" for k, v in step.get("change", {}).items())
         fits = "fits" if step.get("fits", True) else "still does not fit"

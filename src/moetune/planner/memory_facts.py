@@ -6,7 +6,7 @@ from dataclasses import replace
 from moetune.errors import MoetuneError
 from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields
 from moetune.planner.estimate import Estimate, estimate
-from moetune.planner.explain import smallest_fitting_layout
+from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 

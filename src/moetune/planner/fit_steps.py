@@ -1,0 +1,119 @@
+"""The seeds' Fit steps for a run that does not fit (seeds/000 Phase 1; seeds/002 Prefer selective recompute): the
+smallest model parallelism that fits, then a ladder of moves applied one on top of another until it does."""
+
+from dataclasses import replace
+
+from moetune.errors import MoetuneError
+from moetune.layout.validate import Workload
+from moetune.planner.enumerate import enumerate_layouts
+from moetune.planner.estimate import Estimate
+from moetune.planner.moves import (
+    GIB,
+    LONG_CONTEXT,
+    apply_move,
+    knobs_for,
+    move_change,
+    moves,
+    rule_errors,
+    tight,
+)
+from moetune.walls.batch import batch_memory
+from moetune.walls.batch_layouts import build_batch
+from moetune.walls.context_parallel import exchange_text
+from moetune.walls.memory import merged_overheads
+
+# The seeds' order to make a run fit (seeds/000 Phase 1; seeds/002 Prefer selective recompute): a smaller micro-batch,
+# then recompute steps applied cumulatively (the modules seeds/002 names before full recompute), offload last.
+FIT_LADDER = ("smaller_micro_batch", "selective_recompute_moe_act", "selective_recompute_mla_up_proj",
+              "selective_recompute_mlp", "selective_recompute_moe", "full_recompute", "optimizer_offload")
+
+
+def fit_steps(e: Estimate) -> list[dict]:
+    """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the ladder
+    applied one step after another until it fits. A step that saves no memory or that Megatron would refuse is left
+    out (the graph scopes a recompute step cannot sit beside are dropped with it: retune_moves.toml graphs_keep)."""
+    steps = []
+    smallest = smallest_fitting_layout(e)
+    if smallest is not None:
+        split = smallest.layout.split_text()
+        steps.append({"step": "smallest model parallelism that fits",
+                      "layout": smallest.layout.describe() + (f", {split}" if split else "")
+                      + (f", cp_comm_type {exchange_text(smallest.knobs, smallest.layout.cp)}"
+                         if smallest.layout.cp > 1 else ""),
+                      "peak_gib": smallest.peak_bytes / GIB, "tight": tight(smallest),
+                      "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"], "source": "seeds/000 Phase 1"})
+    current, broken = e, set(rule_errors(e))
+    for move_id in _ladder(e):
+        move = moves()[move_id]
+        new = _legal_step(current, move, broken)
+        if new is None:
+            continue
+        steps.append({"step": move_id, "change": move_change(move, current, new), "peak_gib": new.peak_bytes / GIB,
+                      "fits": new.fits, "tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
+                      "source": move["source"], "tight": tight(new)}
+                     | ({"note": "EP overlap turned off: Megatron-Core refuses this recompute beside it"}
+                        if current.knobs.ep_overlap and not new.knobs.ep_overlap else {}))
+        current = new
+        if new.fits:
+            break
+    return steps
+
+
+def _ladder(e: Estimate):
+    """FIT_LADDER for this run: the micro-batch halved as often as it goes (down to 1), MLA's step only for MLA."""
+    for move_id in FIT_LADDER:
+        if move_id == "smaller_micro_batch":
+            yield from [move_id] * max(e.workload.micro_batch_size.bit_length() - 1, 0)
+        elif move_id != "selective_recompute_mla_up_proj" or e.model.mla is not None:
+            yield move_id
+
+
+def _legal_step(current: Estimate, move: dict, broken: set):
+    """The step applied, or None when it saves no memory or adds a rule error; a recompute Megatron refuses beside
+    EP overlap (moe, full) is taken with the overlap off."""
+    new = apply_move(current, move)
+    if new is not None and set(rule_errors(new)) - broken and current.knobs.ep_overlap:
+        new = apply_move(current.variant(knobs=replace(current.knobs, ep_overlap=False, delay_wgrad=False)), move)
+    if new is None or new.peak_bytes >= current.peak_bytes or set(rule_errors(new)) - broken:
+        return None
+    return new
+
+
+def smallest_fitting_layout(e: Estimate):
+    """The layout with the least model parallelism (TP x CP x PP) that fits with these knobs and micro-batch."""
+    gbs = e.workload.gbs(e.layout)
+    wl = Workload(seq_length=e.workload.seq_length, global_batch_size=gbs)
+    mbs = e.workload.micro_batch_size
+    cands = [(lay, mbs) for lay in enumerate_layouts(e.model, e.gpu, e.layout.world_size, wl, {})
+             if gbs % (mbs * lay.dp) == 0]
+    if not cands:
+        return None
+    fitting = []
+    for spread in (False, True):  # experts on one rank, or over EP ranks: a defaulted dispatcher differs
+        group = [c for c in cands if (c[0].ep > 1) == spread]
+        if group:
+            peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs,
+                                knobs_for(e, group[0][0].ep), merged_overheads(e.overheads))
+            fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
+    if not fitting:
+        return None
+    # CP is for long context (seeds/000 Phase 2): below it, TP or PP of the same size come first
+    short = e.workload.seq_length < LONG_CONTEXT
+    broken = set(rule_errors(e))
+    for lay in sorted(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, short and lay.cp > 1, lay.tp, lay.pp,
+                                                -lay.ep, lay.etp))[:SMALLEST_TRIES]:
+        knobs = knobs_for(e, lay.ep)
+        if (lay.cp, lay.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
+            knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
+        try:
+            alt = e.variant(layout=lay, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
+                                                          global_batch_size=gbs), knobs=knobs)
+        except MoetuneError:
+            continue
+        if not set(rule_errors(alt)) - broken:  # a layout the rules refuse (HybridEP past its domain) is no answer
+            return alt
+    return None
+
+
+# Fitting layouts tried in order for one Megatron and the seeds accept (each costs an estimate and the rule table)
+SMALLEST_TRIES = 24

@@ -1,0 +1,149 @@
+"""Retune and Fit moves (data/retune_moves.toml) applied to an estimate, and the Bridge overrides that make each
+one: what explain offers is re-estimated, and its overrides applied to the run give the numbers shown."""
+
+import tomllib
+from dataclasses import replace
+from functools import cache
+from importlib import resources
+
+from moetune.errors import MoetuneError
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
+from moetune.planner.defaults import default_dispatcher, platform_defaults
+from moetune.planner.enumerate import splits_for
+from moetune.planner.estimate import Estimate
+from moetune.planner.pipeline_balance import even_out
+from moetune.rules import derive, evaluate
+
+GIB = 1 << 30
+
+@cache
+def moves() -> dict:
+    return tomllib.loads((resources.files("moetune") / "data" / "retune_moves.toml").read_text())
+
+
+# Free memory below this share of the GPU is within the estimate's own error: the one published run with a measured
+# peak and a complete configuration (Qwen3-30B-A3B on 16 H100, published_runs.csv R084/R103) is predicted 3.1% high.
+TIGHT_SHARE = 0.03
+
+# Where the seeds' long-context guidance starts (seeds/002: "well past the 4K-class regime"; rule longctx.cp_sizing)
+LONG_CONTEXT = 16384
+
+
+def apply_move(e: Estimate, move: dict):
+    """The estimate with one move applied, or None when the move does not apply or is illegal."""
+    knobs, layout = e.knobs, e.layout
+    changes = _knob_changes(e, move)
+    if all(getattr(knobs, k) == v for k, v in changes.items()) and not move.get("layout") and not move.get("mbs"):
+        return None
+    mbs = e.workload.micro_batch_size * move.get("mbs", 1)
+    if mbs < 1 or mbs != int(mbs):
+        return None
+    try:
+        for key, factor in move.get("layout", {}).items():
+            layout = _scaled(e.model, layout, key, getattr(layout, key) * factor)
+        wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=int(mbs),
+                      global_batch_size=e.workload.gbs(e.layout))
+        new = e.variant(layout=layout, workload=wl, knobs=replace(knobs, **changes))
+        return even_out(new) if "vpp" in move.get("layout", {}) else new
+    except (MoetuneError, ValueError, TypeError):
+        return None
+
+
+def _knob_changes(e: Estimate, move: dict) -> dict:
+    """The move's knob values as the run takes them: TOML lists as the knob's own collection type, selective
+    recompute modules added to those already recomputed, graph scopes Megatron refuses beside the move dropped."""
+    knobs = e.knobs
+    changes = {k: type(getattr(knobs, k))(v) if isinstance(v, list) else v for k, v in move.get("knobs", {}).items()}
+    if changes.get("precision") == "platform_fp8":
+        changes["precision"] = platform_defaults(e.gpu)["precision"]
+    if changes.get("recompute") == "selective" and knobs.recompute == "selective":
+        changes["recompute_modules"] = changes["recompute_modules"] | knobs.effective_modules
+    if "graphs_keep" in move:
+        changes["cuda_graph_scope"] = tuple(x for x in knobs.cuda_graph_scope if x in move["graphs_keep"])
+    return changes
+
+
+def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
+    """`layout` with one size changed; a new VPP re-splits the layers the way the planner would (a layout string
+    or uneven stages written for the old VPP no longer apply)."""
+    if key != "vpp":
+        return replace(layout, **{key: value})
+    split = splits_for(spec, layout.pp, value)
+    if not split:
+        raise MoetuneError(f"no split of {spec.num_layers} layers over PP{layout.pp} x VPP{value}")
+    cleared = {"pipeline_layout": None, "first_stage_layers": None, "last_stage_layers": None,
+               "account_for_embedding": False, "account_for_loss": False}
+    return replace(layout, vpp=value, **{**cleared, **split[0]})
+
+
+def findings(e: Estimate) -> list:
+    """Rule-table findings of an estimate's config (data/rules.yaml), as `moetune check` reports them."""
+    config = to_config(e)
+    derived = derive(config)
+    if e.knobs.recompute == "full" and e.stages:  # fit.selective_before_full asks whether selective would do
+        derived["fits_with_selective_recompute"] = _fits_with_selective(e)
+    return evaluate(config, derived, context="explain")
+
+
+def _fits_with_selective(e: Estimate) -> bool:
+    """Whether the seeds' first selective set (the rule's own fix) fits in place of full recompute; TE-scoped graphs
+    stay (they pair with selective recompute)."""
+    modules = frozenset({"layernorm", "moe_act"} if e.model.num_moe_experts else {"layernorm", "core_attn"})
+    return e.variant(knobs=replace(e.knobs, recompute="selective", recompute_modules=modules)).fits
+
+
+def rule_errors(e: Estimate, found: list | None = None) -> list[str]:
+    """Rule-table errors of an estimate's config (a move that breaks a prerequisite is not offered)."""
+    return [f.rule for f in (findings(e) if found is None else found) if f.severity == "error"]
+
+
+def move_change(move: dict, old: Estimate, new: Estimate) -> dict:
+    """The move's overrides as they apply: each "<...>" placeholder of retune_moves.toml replaced by the moved
+    estimate's value (a new VPP with the pipeline split that goes with it, the micro-batch, the precision recipe), and
+    the CP exchange a plan's "auto" picked written out."""
+    out = dict(move["overrides"])
+    if "model.virtual_pipeline_model_parallel_size" in out:
+        split = ("model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
+                 "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout",
+                 "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+        out.update({k: v for k, v in layout_fields(new.layout).items() if k in split})
+    if "train.micro_batch_size" in out:
+        out["train.micro_batch_size"] = new.workload.micro_batch_size
+    if "model.recompute_modules" in out:  # the modules the run already recomputed stay
+        out["model.recompute_modules"] = sorted(new.knobs.recompute_modules)
+    if "graphs_keep" in move and new.knobs.cuda_graph_scope != old.knobs.cuda_graph_scope:
+        graphs = to_config(new)
+        out.update({k: graphs[k] for k in ("model.cuda_graph_impl", "model.cuda_graph_scope")})
+    if "mixed_precision" in out:  # the recipe's fields, as plans write them (config_map.PRECISION)
+        del out["mixed_precision"]
+        out.update(PRECISION[new.knobs.precision])
+    if "model.cp_comm_type" in out:
+        out.update({"model.cp_comm_type": new.knobs.cp_comm_type, **cp_fields(new)})
+    before, after = to_config(old), to_config(new)
+    out.update({k: after.get(k) for k in COMPANIONS if k not in out and before.get(k) != after.get(k)})
+    return {k: None if v == "null" else v for k, v in out.items()}
+
+
+# Fields a move changes besides the ones it names, written with it so that its overrides applied to the run give the
+# numbers shown: precision fields (leaving FP8: the fp8 fields unset, an MXFP8-only LM head off), full recompute's
+# method fields (cleared for selective recompute, as Megatron-Core requires), graph scopes dropped beside recompute,
+# EP overlap turned off for a recompute it refuses
+COMPANIONS = ("mixed_precision.fp8", "mixed_precision.fp8_recipe", "mixed_precision.fp4", "mixed_precision.fp4_recipe",
+              "model.fp8_output_proj", "model.recompute_method", "model.recompute_num_layers",
+              "model.cuda_graph_impl", "model.cuda_graph_scope", "comm_overlap.overlap_moe_expert_parallel_comm",
+              "comm_overlap.delay_wgrad_compute")
+
+
+def tight(e: Estimate) -> bool:
+    """Fits, but within the memory estimate's own error of the GPU's memory."""
+    return e.fits and (e.gpu.capacity_bytes - e.peak_bytes) < TIGHT_SHARE * e.gpu.capacity_bytes
+
+
+def knobs_for(e: Estimate, ep: int):
+    """The run's knobs on a layout of `ep`: a dispatcher the user left to the defaults is the platform's for EP > 1
+    and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP."""
+    if "dispatcher" not in e.defaulted:
+        return e.knobs
+    return replace(e.knobs, dispatcher=default_dispatcher(e.gpu, ep))
