@@ -97,10 +97,10 @@ def smallest_fitting_layout(e: Estimate):
             fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None
-    # CP is for long context (seeds/000 Phase 2): below it, TP or PP of the same size come first
+    # CP is for long context (seeds/000 Phase 2): below it, less CP comes first among layouts of the same size
     short = e.workload.seq_length < LONG_CONTEXT
     broken = set(rule_errors(e))
-    for lay in sorted(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, short and lay.cp > 1, lay.tp, lay.pp,
+    for lay in sorted(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.cp if short else 0, lay.tp, lay.pp,
                                                 -lay.ep, lay.etp))[:SMALLEST_TRIES]:
         knobs = knobs_for(e, lay.ep)
         if (lay.cp, lay.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
