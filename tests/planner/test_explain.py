@@ -360,3 +360,17 @@ def test_the_smallest_fitting_layout_is_one_the_rules_accept():
     smallest = smallest_fitting_layout(e)
     assert smallest is not None and smallest.fits
     assert not set(rule_errors(smallest)) - set(rule_errors(e))
+
+
+def test_offload_rows_come_after_every_other_fix_on_a_run_that_does_not_fit():
+    e = _est("qwen3-30b-a3b", "gb300", 8, dict(ep=8), 32, seq=65536, precision="nvfp4")
+    rows = [r["rule"] for r in explain(e)["retune"]]
+    offload = [i for i, r in enumerate(rows) if "offload" in r]
+    assert not e.fits and offload and offload == list(range(len(rows) - len(offload), len(rows)))
+
+
+def test_moe_recompute_keeps_the_graph_scopes_megatron_accepts_beside_it():
+    e = _est("nemotron3-nano-30b-a3b", "h100", 8, dict(ep=8), 64, cuda_graph_scope=("attn", "mamba", "moe_router",
+                                                                                       "moe_preprocess"))
+    new = apply_move(e, moves()["selective_recompute_moe"])
+    assert new.knobs.cuda_graph_scope == ("attn", "mamba") and not set(rule_errors(new)) - set(rule_errors(e))

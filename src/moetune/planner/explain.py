@@ -197,7 +197,10 @@ def _retune(e: Estimate, found: list) -> list[dict]:
                         "tight": tight(new),
                         # a move onto FP8 for a narrow model: its gain is moetune's, the published pairs measured none
                         "unconfirmed": not applies(e.model, e.knobs) and applies(new.model, new.knobs)})
-    return _without_borrowed_gains(sorted(out, key=lambda r: -r["predicted_gain"]))
+    # on a run that does not fit, offloading comes after every other fix whatever it costs (seeds/000 Phase 1: add
+    # offloading only when recompute and parallelism are still insufficient)
+    last = (lambda r: "offload" in r["rule"]) if not e.fits else (lambda r: False)
+    return _without_borrowed_gains(sorted(out, key=lambda r: (last(r), -r["predicted_gain"])))
 
 
 # Moves that change a second thing on top of another move: kept only where they beat that move alone, so a row
