@@ -4,7 +4,7 @@ import tomllib
 from functools import cache
 from importlib import resources
 
-from moetune.specs.hardware import GpuSpec
+from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
 @cache
@@ -19,7 +19,7 @@ GRACE_BLACKWELL = ("gb200", "gb300")
 
 
 def platform_of(gpu: GpuSpec) -> str:
-    if gpu.arch == "blackwell" and (gpu.nvlink_domain >= 36 or gpu.key in GRACE_BLACKWELL):
+    if gpu.arch == "blackwell" and (gpu.nvlink_domain >= NVL72_DOMAIN or gpu.key in GRACE_BLACKWELL):
         return "blackwell-nvl72"
     return gpu.arch if gpu.arch in _table() else "ampere"
 

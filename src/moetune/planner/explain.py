@@ -40,7 +40,7 @@ def _fit(e: Estimate) -> dict:
     free = (e.gpu.capacity_bytes - e.peak_bytes) / GIB
     out = {"fits": e.fits, "peak_gib": e.peak_bytes / GIB, "capacity_gib": e.gpu.capacity_bytes / GIB,
            "worst_stage": e.worst_stage, "largest_items_gib": {k: v / GIB for k, v in top}}
-    if e.fits and free < TIGHT_SHARE * e.gpu.capacity_bytes / GIB:
+    if tight(e):
         out["note"] = (f"tight: {free:.1f} GiB free, within the memory estimate's few-% error; "
                        f"`moetune plan --headroom {TIGHT_SHARE * e.gpu.capacity_bytes / GIB:.0f}` keeps a margin")
     return out
@@ -94,8 +94,8 @@ def _weighed_cp(e: Estimate, cp: int) -> str:
     if e.time is None:
         return ""
     try:
-        alt = e.variant(layout=replace(e.layout, cp=cp),
-                        knobs=replace(knobs_for(e, e.layout.ep), cp_comm_type="auto", hcp_a2a_size=None))
+        layout = replace(e.layout, cp=cp)
+        alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
     except MoetuneError as err:
         return f"; not legal here: {err}"
     fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"

@@ -11,6 +11,7 @@ from moetune.planner.moves import (
     GIB,
     LONG_CONTEXT,
     apply_move,
+    dispatcher_for,
     knobs_for,
     move_change,
     moves,
@@ -32,8 +33,8 @@ def fit_steps(e: Estimate) -> list[dict]:
     """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the ladder
     applied one step after another until it fits. A step that saves no memory or that Megatron would refuse is left
     out (the graph scopes a recompute step cannot sit beside are dropped with it: retune_moves.toml graphs_keep)."""
-    steps = []
-    smallest = smallest_fitting_layout(e)
+    steps, broken = [], set(rule_errors(e))
+    smallest = smallest_fitting_layout(e, broken)
     if smallest is not None:
         split = smallest.layout.split_text()
         steps.append({"step": "smallest model parallelism that fits",
@@ -42,7 +43,7 @@ def fit_steps(e: Estimate) -> list[dict]:
                          if smallest.layout.cp > 1 else ""),
                       "peak_gib": smallest.peak_bytes / GIB, "tight": tight(smallest),
                       "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"], "source": "seeds/000 Phase 1"})
-    current, broken = e, set(rule_errors(e))
+    current = e
     for move_id in _ladder(e):
         move = moves()[move_id]
         new = _legal_step(current, move, broken)
@@ -72,15 +73,18 @@ def _legal_step(current: Estimate, move: dict, broken: set):
     """The step applied, or None when it saves no memory or adds a rule error; a recompute Megatron refuses beside
     EP overlap (moe, full) is taken with the overlap off."""
     new = apply_move(current, move)
-    if new is not None and set(rule_errors(new)) - broken and current.knobs.ep_overlap:
+    if new is not None and set(rule_errors(new)) - broken:  # the rule table once per candidate
+        if not current.knobs.ep_overlap:
+            return None
         new = apply_move(current.variant(knobs=replace(current.knobs, ep_overlap=False, delay_wgrad=False)), move)
-    if new is None or new.peak_bytes >= current.peak_bytes or set(rule_errors(new)) - broken:
-        return None
-    return new
+        if new is not None and set(rule_errors(new)) - broken:
+            return None
+    return None if new is None or new.peak_bytes >= current.peak_bytes else new
 
 
-def smallest_fitting_layout(e: Estimate):
-    """The layout with the least model parallelism (TP x CP x PP) that fits with these knobs and micro-batch."""
+def smallest_fitting_layout(e: Estimate, broken: set | None = None):
+    """The layout with the least model parallelism (TP x CP x PP) that fits with these knobs and micro-batch and adds
+    no rule error to `broken` (the run's own, computed here when not given)."""
     gbs = e.workload.gbs(e.layout)
     wl = Workload(seq_length=e.workload.seq_length, global_batch_size=gbs)
     mbs = e.workload.micro_batch_size
@@ -93,21 +97,18 @@ def smallest_fitting_layout(e: Estimate):
         group = [c for c in cands if (c[0].ep > 1) == spread]
         if group:
             peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs,
-                                knobs_for(e, group[0][0].ep), merged_overheads(e.overheads))
+                                dispatcher_for(e, group[0][0].ep), merged_overheads(e.overheads))
             fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None
     # CP is for long context (seeds/000 Phase 2): below it, less CP comes first among layouts of the same size
     short = e.workload.seq_length < LONG_CONTEXT
-    broken = set(rule_errors(e))
+    broken = set(rule_errors(e)) if broken is None else broken
     for lay in sorted(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.cp if short else 0, lay.tp, lay.pp,
                                                 -lay.ep, lay.etp))[:SMALLEST_TRIES]:
-        knobs = knobs_for(e, lay.ep)
-        if (lay.cp, lay.tp) != (e.layout.cp, e.layout.tp):  # another CP group: its exchange is chosen for it
-            knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
         try:
             alt = e.variant(layout=lay, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                          global_batch_size=gbs), knobs=knobs)
+                                                          global_batch_size=gbs), knobs=knobs_for(e, lay))
         except MoetuneError:
             continue
         if not set(rule_errors(alt)) - broken:  # a layout the rules refuse (HybridEP past its domain) is no answer

@@ -78,11 +78,13 @@ def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
     return replace(layout, vpp=value, **{**cleared, **split[0]})
 
 
-def findings(e: Estimate) -> list:
-    """Rule-table findings of an estimate's config (data/rules.yaml), as `moetune check` reports them."""
+def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
+    """Rule-table findings of an estimate's config (data/rules.yaml), as `moetune check` reports them. The one fact
+    that costs an estimate (whether selective recompute fits in place of full, read by the warning
+    fit.selective_before_full) is left out with weigh_selective=False."""
     config = to_config(e)
     derived = derive(config)
-    if e.knobs.recompute == "full" and e.stages:  # fit.selective_before_full asks whether selective would do
+    if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     return evaluate(config, derived, context="explain")
 
@@ -96,7 +98,8 @@ def _fits_with_selective(e: Estimate) -> bool:
 
 def rule_errors(e: Estimate, found: list | None = None) -> list[str]:
     """Rule-table errors of an estimate's config (a move that breaks a prerequisite is not offered)."""
-    return [f.rule for f in (findings(e) if found is None else found) if f.severity == "error"]
+    found = findings(e, weigh_selective=False) if found is None else found  # no error rule reads that fact
+    return [f.rule for f in found if f.severity == "error"]
 
 
 def move_change(move: dict, old: Estimate, new: Estimate) -> dict:
@@ -141,9 +144,16 @@ def tight(e: Estimate) -> bool:
     return e.fits and (e.gpu.capacity_bytes - e.peak_bytes) < TIGHT_SHARE * e.gpu.capacity_bytes
 
 
-def knobs_for(e: Estimate, ep: int):
-    """The run's knobs on a layout of `ep`: a dispatcher the user left to the defaults is the platform's for EP > 1
-    and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP."""
-    if "dispatcher" not in e.defaulted:
-        return e.knobs
-    return replace(e.knobs, dispatcher=default_dispatcher(e.gpu, ep))
+def knobs_for(e: Estimate, layout: Layout):
+    """The run's knobs on another layout: a dispatcher the user left to the defaults is the platform's for EP > 1
+    and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP; another CP group
+    (CP or TP changed) gets the exchange `auto` chooses for it."""
+    knobs = dispatcher_for(e, layout.ep)
+    if (layout.cp, layout.tp) != (e.layout.cp, e.layout.tp):
+        knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
+    return knobs
+
+
+def dispatcher_for(e: Estimate, ep: int):
+    """The run's knobs at `ep` experts ranks, a defaulted dispatcher re-defaulted for it (knobs_for)."""
+    return replace(e.knobs, dispatcher=default_dispatcher(e.gpu, ep)) if "dispatcher" in e.defaulted else e.knobs

@@ -50,12 +50,14 @@ _COLLECTIVE_OP = re.compile(r"^(?:c10d::|nccl:)_*([a-z_]+?)_*$")  # c10d::alltoa
 # signature, so a slow instance can be compared with the fastest instance of the same transfer.
 _SIG_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
              "Process Group Name", "grid", "block")
+# where the message sizes sit in a signature (the kernel name first, then _SIG_ARGS)
+_SIZES = slice(1 + _SIG_ARGS.index("In msg nelems"), 2 + _SIG_ARGS.index("Out msg nelems"))
 
 
 def sized(signature: tuple) -> bool:
     """Whether a communication signature records its message sizes ("In/Out msg nelems"): without them two transfers
     of one kernel are not the same transfer, and their durations say nothing of waiting."""
-    return signature[2:4] != ("None", "None")
+    return signature[_SIZES] != ("None", "None")
 
 EPOCH_2001_US = 1e15  # 2001-09-09 in epoch microseconds: a ts above it is wall-clock time
 # No op of a profiled training step lasts an hour (Kineto's dur is microseconds): a longer one is a corrupt record

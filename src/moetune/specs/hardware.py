@@ -27,7 +27,7 @@ ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and ru
 # architecture (by key): the file's name says nothing about the hardware. An NVL72-class Blackwell domain takes
 # GB200's (its HybridEP constants), any other Blackwell B200's.
 FAMILY_KEY = {"ampere": "a100", "hopper": "h100", "blackwell": "b200"}
-NVL72_KEY, NVL72_DOMAIN = "gb200", 36
+NVL72_KEY, NVL72_DOMAIN = "gb200", 36  # an NVLink domain this wide is a rack (NVL36/NVL72), as platform_of reads it
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -264,6 +264,8 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"]))
     # EP overlap hides a micro-batch's all-to-all only beside another's compute; the warm-up and cool-down chunks run
     # unpaired, and they are what the other stages wait through (the bubble), so both take the all-to-all whole
+    # (Megatron-Core pipeline_parallel/schedules.py: the combined 1F1B pairs a forward with a backward only in the
+    # steady phase; overlap.ep_overlap_unpaired counts the rest)
     hidden = (slow["comm_raw"].get("ep_alltoall", 0.0) - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap \
         else 0.0
     unpaired = float(ep_overlap_unpaired(lay, m)) * hidden
