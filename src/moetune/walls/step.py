@@ -234,6 +234,7 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters
     (scalars, or arrays with `lay` fields of the same shape):
     - raw DP traffic, (gradient reduce-scatter, BF16 parameter all-gather), over DP x CP (dense) and EDP (experts);
+      without the distributed optimizer, (gradient all-reduce, nothing);
     - the Adam step, memory-bound over this rank's shard (master weights and moments read and written,
       grads and weights read);
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
@@ -243,7 +244,10 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
         return (ring_seconds(dense * nbytes, lay.dp * lay.cp, lay.tp, gpu, eff)
                 + ring_seconds(expert * nbytes, lay.edp, lay.etp * lay.ep, gpu, eff))
 
-    dp = (ring(grad), ring(2))  # gradient reduce-scatter, BF16 parameter all-gather
+    if knobs.distributed_optimizer:
+        dp = (ring(grad), ring(2))  # gradient reduce-scatter, BF16 parameter all-gather
+    else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
+        dp = (2 * ring(grad), 0 * ring(2))  # (Megatron-Core distributed/param_and_grad_buffer.py: all_reduce)
     shard = dense / (lay.dp * lay.cp) + expert / lay.edp if knobs.distributed_optimizer else dense + expert
     state = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
     f = knobs.optimizer_offload_fraction
