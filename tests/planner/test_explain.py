@@ -374,3 +374,15 @@ def test_moe_recompute_keeps_the_graph_scopes_megatron_accepts_beside_it():
                                                                                        "moe_preprocess"))
     new = apply_move(e, moves()["selective_recompute_moe"])
     assert new.knobs.cuda_graph_scope == ("attn", "mamba") and not set(rule_errors(new)) - set(rule_errors(e))
+
+
+def test_a_refused_run_that_fits_is_offered_the_moves_that_clear_its_error():
+    """Full recompute under TE-scoped graphs fits but Megatron-Core refuses it: the selective-recompute and
+    graph-dropping moves clear the error even where they are memory moves or cost time."""
+    e = _qwen(recompute="full", cuda_graph_scope=("attn", "moe_router"))
+    assert e.fits and rule_errors(e) == ["cudagraph.full_recompute"]
+    rows = explain(e)["retune"]
+    assert {"selective_recompute_moe", "full_recompute"} <= {r["rule"] for r in rows}
+    for r in rows:
+        new = apply_move(e, moves()[r["rule"]])
+        assert new.fits and not rule_errors(new)

@@ -181,8 +181,8 @@ def _retune(e: Estimate, found: list) -> list[dict]:
     for move_id, move in moves().items():
         if move.get("platform") and platform_of(e.gpu) not in move["platform"]:
             continue
-        if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits:
-            continue
+        if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits and not broken:
+            continue  # a refused run takes any move that clears its error, a memory move included
         new = apply_move(e, move)
         if new is None or not new.fits:
             continue
@@ -190,7 +190,7 @@ def _retune(e: Estimate, found: list) -> list[dict]:
         if errors - broken or (broken and errors == broken):  # on a refused run, only a move that clears an error
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
-        if gain > 0.005 or not e.fits:
+        if gain > 0.005 or not e.fits or broken:
             out.append({"rule": move_id, "change": move_change(move, e, new), "predicted_gain": gain,
                         "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
                         "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"],
