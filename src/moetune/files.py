@@ -17,7 +17,9 @@ def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tupl
         raise MoetuneError(f"{what} {path}: no such file") from None
     except IsADirectoryError:
         raise MoetuneError(f"{what} {path}: is a directory; pass a file") from None
-    except (*errors, UnicodeDecodeError) as err:
+    except OSError as err:
+        raise MoetuneError(f"{what} {path}: cannot read it ({err.strerror}); check its permissions") from None
+    except (*errors, ValueError) as err:  # a decode error, or a number past Python's 4,300-digit limit
         raise MoetuneError(f"{what} {path}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
 
 

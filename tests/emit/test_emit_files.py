@@ -240,3 +240,22 @@ def test_model_args_reach_megatron_lm_as_a_shell_reads_them(planned, tmp_path):
     argv = _torchrun_argv(planned["qwen3-30b-a3b"], tmp_path, "--rotary-base 1000000 --moe-layer-freq '([1]*48)'")
     assert argv[-4:] == ["--rotary-base", "1000000", "--moe-layer-freq", "([1]*48)"]
     assert "" not in _torchrun_argv(planned["qwen3-30b-a3b"], tmp_path)  # no empty argument without EXTRA_ARGS
+
+
+@pytest.mark.parametrize(("sets", "present", "absent"), [
+    # BF16 gradient reduction has a Megatron-LM switch; without it Megatron-LM accumulates in FP32 (arguments.py)
+    (["mixed_precision.grad_reduce_in_fp32=false"], ["--grad-reduce-in-bf16"], []),
+    # Megatron-LM asserts --overlap-param-gather for its optimizer-step variant: both go when the first cannot
+    (["ddp.overlap_param_gather=true", "ddp.overlap_grad_reduce=false",
+      "optimizer.overlap_param_gather_with_optimizer_step=true"], [],
+     ["--overlap-param-gather", "--overlap-param-gather-with-optimizer-step"]),
+    # Megatron-LM turns sequence parallelism off at TP=1, then asserts it for TP overlap
+    (["comm_overlap.tp_comm_overlap=true"], [], ["--tp-comm-overlap"]),
+])
+def test_megatron_lm_arguments_hold_what_megatron_lm_accepts(sets, present, absent):
+    args = emit_all(load_config(sets=["model.num_moe_experts=64", *sets], gpu="h100", gpus=8))["megatron_lm_args.txt"]
+    flags = {line.split()[0] for line in args.splitlines() if line.startswith("--")}
+    assert set(present) <= flags and not set(absent) & flags
+    read_back = load_config(mlm_args=args, gpu="h100", gpus=8)
+    if present == ["--grad-reduce-in-bf16"]:
+        assert read_back["mixed_precision.grad_reduce_in_fp32"] is False

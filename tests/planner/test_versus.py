@@ -70,3 +70,16 @@ def test_the_search_holds_the_kimi_k2_recipe_layout():
     overlapped = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096),
                       routing="force-balance", top=1, fixed={"pp": 4, "ep_overlap": [True]})
     assert overlapped.results[0].layout.vpp > 1
+
+
+def test_a_slower_pick_names_the_wall_that_lost_most():
+    """Read the other way (the recipe as the pick, the planner's pick as the baseline), the comparison is a loss and
+    names the wall whose seconds grew most, not the one that grew least."""
+    run = RUNS["R221"]
+    recipe = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
+    pick = plan(run.model, run.gpu, run.layout.world_size,
+                Workload(seq_length=run.workload.seq_length, global_batch_size=run.workload.gbs(run.layout)),
+                routing=run.knobs.routing, top=1).results[0]
+    v = versus(recipe, pick)
+    lost = min(v["walls"], key=lambda w: v["walls"][w]["saved"])
+    assert v["speedup"] < 1 and f"most of the loss in the {lost} wall" in v["why"]

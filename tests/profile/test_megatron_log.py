@@ -80,3 +80,12 @@ def test_log_without_megatron_lines_is_one_clear_error(tmp_path):
 def test_parse_log_ignores_unrelated_lines():
     log = parse_log("INFO something | a: 1\n iteration 5/ 9 | no timing here |\n")
     assert log.iterations == [] and log.memory == []
+
+
+@pytest.mark.parametrize("elapsed", ["-5.0", "0.0", "1e400"])
+def test_an_iteration_time_that_cannot_be_is_one_line(elapsed):
+    """A negative, zero or infinite step time had printed a negative step and TFLOP/s."""
+    line = (f" [2025-01-01 00:00:00] iteration      100/    1000 | consumed samples: 100 | elapsed time per iteration "
+            f"(ms): {elapsed} | throughput per GPU (TFLOP/s/GPU): 300.0 | global batch size:   256 |")
+    with pytest.raises(MoetuneError, match="must be a positive, finite number"):
+        parse_log(line, "x.log")

@@ -68,6 +68,10 @@ CASES: dict[str, Case] = {
                                       "model.hybrid_layer_pattern=M*-|M*-|M*-|M*-")),
     # DeepSeek-V3-style single MTP layer under EP overlap on PP 1: Megatron-Core < 0.18 asserts PP > 1
     "ep_overlap.mtp_pp1_needs_mcore_018": Case(S(EP_OVERLAP, "model.mtp_num_layers=1")),
+    "pipeline.layers_divisible": Case(S(MOE, "model.num_layers=12", "model.pipeline_model_parallel_size=8"),
+                                      "h100", 8),
+    "scale.ep1_etp_needs_mcore_019": Case(S(MOE, "model.tensor_model_parallel_size=2",
+                                            "model.expert_tensor_parallel_size=1")),
     "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
                                    "model.expert_tensor_parallel_size=1")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),
@@ -165,6 +169,8 @@ CASES: dict[str, Case] = {
     "overlap.tp_comm": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true"),
                             context="explain"),
     "overlap.tp_comm_needs_sp": Case(S(MOE, "comm_overlap.tp_comm_overlap=true")),
+    # Megatron-LM turns sequence parallelism off at TP=1, then asserts it for TP overlap
+    "overlap.tp_comm_needs_sp_mlm": Case(S(MOE, "comm_overlap.tp_comm_overlap=true", "cluster.launcher=megatron-lm")),
     "overlap.tp_comm_quantizer": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
                                         "comm_overlap.tp_comm_overlap=true", "mixed_precision.fp8=e4m3",
                                         "mixed_precision.fp8_recipe=blockwise")),
@@ -220,6 +226,8 @@ CASES: dict[str, Case] = {
                                                      "cluster.launcher=megatron-lm")),
     # Bridge re-enables the distributed optimizer for both when the recipe's ddp side stays true
     "optimizer.dist_opt_out_of_sync": Case(S(MOE, "optimizer.use_distributed_optimizer=false")),
+    "optimizer.low_precision_state_needs_precision_aware": Case(S(MOE, "optimizer.exp_avg_dtype=bf16",
+                                                                  "optimizer.exp_avg_sq_dtype=bf16")),
     # Megatron-LM's validate_args asserts 1 here, with DeepEP too (Bridge's perf scripts set 1 before the backend's 32)
     "env.cuda_device_max_connections_mlm": Case(S(MOE, "model.tensor_model_parallel_size=2",
                                                   "model.sequence_parallel=true",

@@ -77,3 +77,23 @@ def test_one_mtp_layer_under_ep_overlap_on_pp1_is_a_warning_not_an_error(qwen):
     assert "ep_overlap.mtp_pp1_needs_mcore_018" in {f.rule for f in evaluate(config)}
     two = [f for f in mcore_findings(_overlapped(qwen, **{"model.mtp_num_layers": 2})) if f.severity == "error"]
     assert len(two) == 1 and "MTP" in two[0].message
+
+
+@pytest.mark.parametrize("overrides", [
+    # the ModelZoo's DeepEP launches of DeepSeek-V2 run the shared-expert overlap on the flex dispatcher
+    {"model.moe_shared_expert_intermediate_size": 1536, "model.moe_shared_expert_overlap": True,
+     "model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "deepep"},
+    # DeepSeek-V4's bridge: aux-loss-free expert bias on sqrtsoftplus scores
+    {"model.moe_router_score_function": "sqrtsoftplus", "model.moe_router_enable_expert_bias": True},
+])
+def test_checks_megatron_lm_main_dropped_are_not_errors(qwen, overrides):
+    """megatron-core 0.16.1 refuses these; Megatron-LM main (transformer_config.py: "alltoall or flex token
+    dispatcher"; expert bias for sigmoid and sqrtsoftplus) accepts them, and NVIDIA's launches run them."""
+    assert [f.message for f in mcore_findings({**qwen, **overrides}) if f.severity == "error"] == []
+
+
+def test_a_graph_scope_message_is_not_mistaken_for_a_missing_library(qwen):
+    """'cuda_graph_scope' in Megatron-Core's message names the config, not the machine's CUDA: moe and moe_router
+    together stay a config error (transformer_config.py), not an environment info."""
+    config = {**qwen, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["moe", "moe_router"]}
+    assert any(f.severity == "error" for f in mcore_findings(config))

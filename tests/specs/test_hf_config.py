@@ -62,7 +62,7 @@ def test_bad_configs(data, needle):
 
 
 def test_inconsistent_config_is_one_line_error():
-    data = json.loads(json.dumps({"model_type": "mixtral", "hidden_size": 64, "vocab_size": 10, "num_hidden_layers": 2,
+    data = json.loads(json.dumps({"model_type": "mixtral", "hidden_size": 60, "vocab_size": 10, "num_hidden_layers": 2,
                                   "num_attention_heads": 6, "num_key_value_heads": 4, "intermediate_size": 8,
                                   "num_local_experts": 4, "num_experts_per_tok": 2}))
     with pytest.raises(MoetuneError, match=r"num_attention_heads \(6\) must be a multiple of num_query_groups \(4\)"):
@@ -86,9 +86,20 @@ def _shared(shared_data, name: str) -> dict:
 
 
 @pytest.mark.parametrize("name, edit, needle", [
-    ("deepseek-v3", {"num_hidden_layers": 0}, "'num_hidden_layers' (0) must be a whole number >= 1"),
-    ("deepseek-v3", {"num_hidden_layers": -1}, "'num_hidden_layers' (-1) must be a whole number >= 1"),
-    ("deepseek-v3", {"num_nextn_predict_layers": -1}, "'num_nextn_predict_layers' (-1) must be a whole number >= 0"),
+    ("deepseek-v3", {"num_hidden_layers": 0}, "'num_hidden_layers' (0) must be a whole number from 1 to 10,000"),
+    ("deepseek-v3", {"num_hidden_layers": -1}, "'num_hidden_layers' (-1) must be a whole number from 1 to 10,000"),
+    ("deepseek-v3", {"num_nextn_predict_layers": -1}, "'num_nextn_predict_layers' (-1) must be a whole number from 0"),
+    # each of these had run: a NaN step time, every layer silently dense, a negative MLA rank, a list ignored, a
+    # billion layers looping for minutes, a head size rounded down
+    ("deepseek-v3", {"moe_intermediate_size": 0}, "moe_ffn_hidden_size (0) must be positive"),
+    ("deepseek-v3", {"first_k_dense_replace": 100}, "256 experts but no MoE layer among the 61"),
+    ("deepseek-v3", {"kv_lora_rank": -1}, "kv_lora_rank (-1) must be positive"),
+    ("qwen3-30b-a3b", {"mlp_only_layers": "all"}, "'mlp_only_layers' ('all') must be a list of layer indices"),
+    ("qwen3-30b-a3b", {"mlp_only_layers": [100]}, "must be a list of layer indices from 0 to 47"),
+    ("qwen3-30b-a3b", {"decoder_sparse_step": 0}, "'decoder_sparse_step' (0) must be a whole number from 1"),
+    ("qwen3-30b-a3b", {"num_hidden_layers": 10 ** 9}, "must be a whole number from 1 to 10,000"),
+    ("qwen3-30b-a3b", {"hidden_size": 2050, "head_dim": None},
+     "hidden_size (2050) is not a multiple of num_attention_heads (32) and no head_dim is given"),
     ("gpt-oss-120b", {"num_hidden_layers": 24}, "layer_types has 36 entries for num_hidden_layers 24"),
     ("gpt-oss-120b", {"layer_types": ["foo"] * 36}, "layer_types has unknown value(s) ['foo']"),
     ("nemotron3-nano-30b-a3b", {"num_hidden_layers": 40}, "hybrid_override_pattern has 52 layers but"),
@@ -97,3 +108,4 @@ def test_counts_that_cannot_be_are_one_line(shared_data, name, edit, needle):
     with pytest.raises(MoetuneError) as err:
         spec_from_hf({**_shared(shared_data, name), **edit}, name="x", origin="x.json")
     assert needle in str(err.value)
+

@@ -141,3 +141,33 @@ def test_nvlink_runs_the_whole_all_to_all_only_inside_a_domain():
     assert busy("h100", 32) < 0.2
     assert busy("h100", 32, "deepep") < 0.5
     assert busy("gb200", 64, "hybridep") == 1.0
+
+
+def _a2a_raw(model, lay_kw, dispatcher, gpus=8, **knobs):
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.specs.registry import load_model
+    e = estimate(load_model(model), load_gpu("h100"), Layout(world_size=gpus, **lay_kw),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=gpus * 8),
+                 Knobs(precision="bf16", dispatcher=dispatcher, routing="force-balance", **knobs))
+    return e.time["collectives"]["ep_alltoall"]
+
+
+def test_expert_tp_gathers_every_rank_s_routed_tokens():
+    """EP1 x ETPn inside one NVLink domain: each rank routes the same tokens whatever n, and the expert-TP all-gather
+    hands it the other n-1 ranks' (moe/token_dispatcher.py: gather_from_sequence_parallel_region over the expert TP
+    group), so its traffic grows as n-1: 7 at ETP8 against 1 at ETP2 (it had been charged 7/8 against 1/2)."""
+    etp2, etp8 = (_a2a_raw("mixtral-8x7b", dict(ep=1, etp=n), "alltoall") for n in (2, 8))
+    assert etp8 / etp2 == pytest.approx(7, rel=0.01)
+
+
+def test_the_allgather_dispatcher_gathers_every_token_of_the_ep_group():
+    """MoEAllGatherTokenDispatcher all-gathers all tokens over ETP x EP whatever the top-k: EP8 and ETP8 move the
+    same, and with top-2 of 8 experts it moves 7 tokens a token where alltoall moves 2 x 7/8 copies."""
+    ep8, etp8 = (_a2a_raw("mixtral-8x7b", lay, "allgather") for lay in (dict(ep=8), dict(ep=1, etp=8)))
+    assert ep8 == pytest.approx(etp8)
+    gather, alltoall = (_a2a_raw("mixtral-8x7b", dict(ep=8), d) for d in ("allgather", "alltoall"))
+    # top-2 of 8 experts: alltoall sends 2 x 7/8 copies a token, the gather 7 tokens, 4x the bytes
+    assert 2.5 < gather / alltoall < 4.5

@@ -15,6 +15,7 @@ from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra
 from moetune.errors import MoetuneError
+from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
 from moetune.rules import Finding, evaluate
 from moetune.rules.table import CONTEXTS
@@ -115,6 +116,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
+    if isinstance(text := config.get("model.pipeline_model_parallel_layout"), str):
+        parse_pipeline_layout(text)  # a string Megatron cannot parse is bad input, whatever else the config holds
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
@@ -142,8 +145,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
             layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules")
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    if layout_error is not None:
-        findings.insert(0, layout_error)
+    if layout_error is not None:  # it says the same as the config-only divisibility rule, with the model's numbers
+        findings = [layout_error] + [f for f in findings if f.rule != "pipeline.layers_divisible"]
     if model and conflicts:
         findings.insert(0, Finding(rule="check.model_differs", severity="warning",
                                    message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "

@@ -9,7 +9,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner import to_config as result_config
 from moetune.planner.compare import compare
-from moetune.planner.config_map import from_config
+from moetune.planner.config_map import from_config, trained_model
 from moetune.planner.estimate import estimate
 from moetune.planner.from_json import estimate_from_json
 from moetune.profile.diagnose import DiagnoseResult, diagnose
@@ -78,7 +78,8 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
     if "cluster.gpu" not in config:
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
     layout, workload, knobs = from_config(config)
-    return estimate(load_model(model), load_gpu(config["cluster.gpu"]), layout, workload, knobs)
+    return estimate(trained_model(load_model(model), config), load_gpu(config["cluster.gpu"]), layout, workload,
+                    knobs)
 
 
 @click.command(name="diagnose")

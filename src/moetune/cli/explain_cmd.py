@@ -14,12 +14,15 @@ from moetune.cli.options import (
     load_overheads,
 )
 from moetune.cli.output import console, emit_json, print_checks, table
+from moetune.cli.plan_cmd import print_versus, same_job
 from moetune.errors import MoetuneError
 from moetune.files import read_json
+from moetune.layout.validate import Workload
 from moetune.planner.explain import TIGHT_SHARE, explain
 from moetune.planner.fp8_evidence import caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.track_record import track_record_text
+from moetune.planner.versus import versus
 from moetune.walls.efficiency import load_efficiency_file
 
 
@@ -31,8 +34,11 @@ from moetune.walls.efficiency import load_efficiency_file
 @layout_options
 @knob_options
 @config_options
+@click.option("--baseline", type=click.Path(dir_okay=False), default=None,
+              help="An `estimate --json` of the same job (e.g. a published recipe): what this configuration changes "
+                   "and which wall gains.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(model, plan_file, rank, as_json, **kw) -> None:
+def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
     saved = _saved_result(plan_file or model) if plan_file or (model and model.lower().endswith(".json")) else None
     if saved is None and plan_file:
@@ -59,10 +65,21 @@ def command(model, plan_file, rank, as_json, **kw) -> None:
             raise MoetuneError("--rank picks a result of a saved plan; pass --plan FILE with it")
         result = estimate_from_flags(model, kw)
     answer = explain(result)
+    if baseline:
+        base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
+                                  where=f"--baseline {baseline}")
+        same_job(baseline, base, result.model, result.gpu, result.layout.world_size,
+                  Workload(seq_length=result.workload.seq_length, global_batch_size=result.workload.gbs(result.layout)),
+                  result.knobs.routing)
+        answer["versus_baseline"] = versus(result, base)
+    elif saved is not None and rank == 1 and "versus_baseline" in saved:  # a plan saved with --baseline
+        answer["versus_baseline"] = saved["versus_baseline"]
     if as_json:
         emit_json(answer)
     else:
         print_explain(answer)
+        if "versus_baseline" in answer:
+            print_versus(answer["versus_baseline"])
 
 
 def _saved_result(path: str):

@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as err:
         click.echo(f"error: {err.format_message()}", err=True)
         return err.exit_code
+    except OSError as err:  # a file the command reads or writes that the system refuses (permissions, a full disk)
+        click.echo(f"error: {err.filename or 'a file'}: {err.strerror or err}; check the path and its permissions",
+                   err=True)
+        return 2
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 1

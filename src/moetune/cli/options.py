@@ -141,7 +141,7 @@ def estimate_from_config(model: str, kw: dict):
     from dataclasses import replace
 
     from moetune.configio.load import load_config
-    from moetune.planner.config_map import architecture_conflicts, from_config
+    from moetune.planner.config_map import architecture_conflicts, from_config, trained_model
     from moetune.planner.estimate import estimate
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
@@ -159,6 +159,7 @@ def estimate_from_config(model: str, kw: dict):
     if conflicts := architecture_conflicts(spec, config):  # the estimate is MODEL's: a config of another is an error
         raise MoetuneError(f"the config describes another model than {model}: {'; '.join(conflicts[:3])}; pass the "
                            "MODEL the config trains")
+    spec = trained_model(spec, config)
     layout, workload, knobs = from_config(config)
     if kw["token_imbalance"] is not None:
         knobs = replace(knobs, token_imbalance=kw["token_imbalance"])

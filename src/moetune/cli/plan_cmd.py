@@ -9,11 +9,12 @@ from moetune.cli.options import load_overheads, scope_words
 from moetune.cli.output import console, emit_json, layout_extras, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
+from moetune.layout.knobs import CP_COMM_TYPES, imbalance_source, parse_modules, parse_offload_modules
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.moves import TIGHT_SHARE, findings, tight
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
@@ -24,6 +25,11 @@ from moetune.walls.efficiency import load_efficiency_file
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
 BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",
              "fp8_output_proj", "tp_comm_overlap")
+
+
+# Choices plan takes as flags of their own (a --fix of them is a slip for the flag)
+OWN_FLAGS = {"routing": "--routing dropless|force-balance", "token_imbalance": "estimate's --token-imbalance",
+             "seq": "--seq", "seq_length": "--seq", "gbs": "--gbs", "global_batch_size": "--gbs", "gpus": "--gpus"}
 
 
 def parse_fix(items: tuple[str, ...]) -> dict:
@@ -38,7 +44,7 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (a key once; recompute_modules only "
                                "with recompute=selective)")
         if key in INT_KEYS:
-            if not value.isdigit() or int(value) < 1:
+            if not (value.isascii() and value.isdigit()) or int(value) < 1:
                 raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
             fixed[key] = int(value)
         elif key in BOOL_KEYS:
@@ -72,6 +78,8 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             if value not in CP_COMM_TYPES:
                 raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
             fixed[key] = value
+        elif key in OWN_FLAGS:
+            raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key]}, not --fix")
         else:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
                                "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
@@ -87,17 +95,18 @@ def _offload(k) -> str:
     return " ".join(parts)
 
 
-def _same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload) -> None:
-    """A baseline compares wall by wall only with the same job: model, GPU, GPU count, sequence and global batch
-    (another GPU or batch changes every wall's seconds for reasons no layout explains)."""
+def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:
+    """A baseline compares wall by wall only with the same job: model, GPU, GPU count, sequence, global batch and
+    routing (another GPU or batch changes every wall's seconds for reasons no layout explains, and force-balanced
+    routing is a benchmark setting, not a layout's gain)."""
     ours = {"model": spec.name, "GPU": gpu_spec.key, "GPU count": gpus, "seq": wl.seq_length,
-            "GBS": wl.global_batch_size}
+            "GBS": wl.global_batch_size, "routing": routing}
     theirs = {"model": base.model.name, "GPU": base.gpu.key, "GPU count": base.layout.world_size,
-              "seq": base.workload.seq_length, "GBS": base.workload.gbs(base.layout)}
+              "seq": base.workload.seq_length, "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
     differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
     if differ:
         raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
-                           "model, GPU, GPU count, --seq and --gbs")
+                           "model, GPU, GPU count, --seq, --gbs and --routing")
 
 
 @click.command(name="plan")
@@ -129,7 +138,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                               where=f"--baseline {baseline}") \
         if baseline else None
     if base is not None:
-        _same_job(baseline, base, spec, gpu_spec, gpus, wl)
+        same_job(baseline, base, spec, gpu_spec, gpus, wl, routing)
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
@@ -142,6 +151,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     record = track_record(spec.name, gpu_spec.key, result.results[0].efficiency) if result.results else None
     if as_json:
         emit_json({**plan_json(result, gbs), **({"fp8_caveat": fp8} if fp8 else {}),
+                   **({"pick_checks": pick_checks(result.results[0])} if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"track_record": record} if record else {})})
     else:
@@ -149,15 +159,17 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         pick = result.results[0] if result.results else None
         charged = pick.knobs.imbalance_at(pick.layout.ep) if pick else 1.0
         if charged > 1:
-            console().print(f"[bold]Routing[/bold]: dropless: the busiest expert rank is charged "
-                            f"{charged:.2f}x the mean (set from the published "
-                            "force-balance/dropless pairs); `explain --plan` shows what it costs; published benchmark "
-                            "recipes run --routing force-balance")
+            console().print(f"[bold]Routing[/bold]: dropless: the busiest of EP {pick.layout.ep} expert ranks is "
+                            f"charged {charged:.2f}x the mean ({imbalance_source(pick.knobs)}); `explain --plan` shows "
+                            "what it costs; published benchmark recipes run --routing force-balance")
         elif pick and pick.knobs.routing == "dropless" and pick.layout.ep == 1 and pick.layout.etp > 1:
             console().print(f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice "
                             f"of every expert, so no rank waits for a busier one, while EP > 1 is charged "
-                            f"{pick.knobs.imbalance_at(2):.2f}x the mean at its busiest expert rank: why the pick "
-                            "keeps ETP over the seeds' EP first; `explain --plan` compares the two")
+                            f"{pick.knobs.imbalance_at(2):.2f}x (EP 2) to {pick.knobs.imbalance_at(64):.2f}x (EP 8 "
+                            "and up) the mean at its busiest expert rank: why the pick keeps ETP over the seeds' EP "
+                            "first; `explain --plan` compares the two")
+        for f in pick_checks(pick) if pick else []:
+            console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if record:
@@ -166,6 +178,13 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             print_versus(comparison)
     if not result.results:
         raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
+
+
+def pick_checks(pick) -> list[dict]:
+    """The rule errors and warnings the pick itself raises (a pinned --fix can lead the search where the seeds warn:
+    TP past the NVLink domain), as `moetune check` of its config reports them."""
+    return [{"rule": f.rule, "severity": f.severity, "message": f.message}
+            for f in findings(pick, weigh_selective=False) if f.severity in ("error", "warning")]
 
 
 def print_versus(v: dict) -> None:
@@ -221,7 +240,7 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
-           "results": [r.to_json() for r in result.results]}
+           "results": [{**r.to_json(), "tight": tight(r)} for r in result.results]}
     if result.gbs_excluded_dp:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if not result.results:
@@ -254,6 +273,10 @@ def print_plan(result: PlanResult, gbs: int) -> None:
                                                          "cuda graphs", "EP overlap", "offload", "tok/s/GPU",
                                                          "TFLOP/s/GPU", "peak GiB", "dominant wall"], rows,
                     justify_right_from=9))
+    if close := [str(rank) for rank, r in enumerate(result.results, 1) if tight(r)]:
+        out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
+                  f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "
+                  "--headroom GIB to keep a margin")
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "

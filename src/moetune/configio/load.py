@@ -61,6 +61,9 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
                 from_result: ResultReader | None = None) -> dict[str, Any]:
     """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*)."""
     sources = [resolve(read_file(Path(f), fmt, from_result)) for f in files]
+    for f, source in zip(files, sources):
+        if not source:
+            raise MoetuneError(f"{f}: sets nothing (an empty or comment-only file?); pass the config the run uses")
     if mlm_args:
         sources.append(resolve(parse_mlm(mlm_args, "--mlm-args")))
     command_line = dotted_assignments(list(sets), "--set")

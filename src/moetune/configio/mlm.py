@@ -37,6 +37,9 @@ SPECIAL = {
     # one switch for both: Megatron-LM hands args.use_distributed_optimizer to the DDP and optimizer configs
     "--use-distributed-optimizer": [("ddp.use_distributed_optimizer", True),
                                     ("optimizer.use_distributed_optimizer", True)],
+    # BF16 gradient accumulation and reduction: Megatron-LM then leaves accumulate_allreduce_grads_in_fp32 off
+    # (arguments.py validate_args), which is Bridge's mixed_precision.grad_reduce_in_fp32=False
+    "--grad-reduce-in-bf16": [("mixed_precision.grad_reduce_in_fp32", False)],
 }
 
 

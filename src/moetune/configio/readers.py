@@ -63,9 +63,30 @@ def yaml_assignments(data: Any, origin: str) -> list[Assignment]:
     return flatten_sections(data, origin)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently, so a run
+    would take a value the user may not have meant)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; the keys it brings may repeat
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise MoetuneError(f"key {key!r} is given twice in one section (line {key_node.start_mark.line + 1}); "
+                                   "keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: Path) -> Any:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except MoetuneError as err:
+        raise MoetuneError(f"{path}: {err}") from None
+    except ValueError as err:  # a number past Python's 4,300-digit limit
+        raise MoetuneError(f"{path}: a value is not a usable number ({err})") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -81,6 +102,8 @@ def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assig
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise MoetuneError(f"{path}: JSON syntax error at line {err.lineno}: {err.msg}") from None
+    except ValueError as err:  # a number past Python's 4,300-digit limit
+        raise MoetuneError(f"{path}: a value is not a usable number ({err})") from None
     return json_assignments(data, str(path), from_result)
 
 

@@ -120,13 +120,27 @@ def _switches(config: dict[str, Any]) -> tuple[list[str], set[str]]:
 
 
 def _refused_by_megatron_lm(config: dict[str, Any]) -> tuple[set[str], list[str]]:
-    """Fields a Bridge config may hold that Megatron-LM's validate_args refuses, left off with a comment saying why:
-    --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce (arguments.py)."""
+    """Fields a Bridge config may hold that Megatron-LM's validate_args refuses, left off with a comment saying why
+    (arguments.py): --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce, and
+    --overlap-param-gather-with-optimizer-step needs --overlap-param-gather; --tp-comm-overlap needs sequence
+    parallelism, which Megatron-LM turns off at TP=1 (Bridge drops the overlap silently there)."""
+    left, notes = set(), []
     if config.get("ddp.overlap_param_gather") and not (config.get("ddp.overlap_grad_reduce") and (
             config.get("optimizer.use_distributed_optimizer") or config.get("ddp.use_distributed_optimizer"))):
-        return {"ddp.overlap_param_gather"}, ["# left off: --overlap-param-gather (Megatron-LM asserts it needs "
-                                              "--overlap-grad-reduce and the distributed optimizer; Bridge ran it)"]
-    return set(), []
+        left.add("ddp.overlap_param_gather")
+        notes.append("# left off: --overlap-param-gather (Megatron-LM asserts it needs --overlap-grad-reduce and the "
+                     "distributed optimizer; Bridge ran it)")
+    if config.get("optimizer.overlap_param_gather_with_optimizer_step") and (
+            "ddp.overlap_param_gather" in left or not config.get("ddp.overlap_param_gather")):
+        left.add("optimizer.overlap_param_gather_with_optimizer_step")
+        notes.append("# left off: --overlap-param-gather-with-optimizer-step (Megatron-LM asserts it needs "
+                     "--overlap-param-gather)")
+    tp = config.get("model.tensor_model_parallel_size") or 1
+    if config.get("comm_overlap.tp_comm_overlap") and (tp < 2 or not config.get("model.sequence_parallel")):
+        left.add("comm_overlap.tp_comm_overlap")
+        notes.append(f"# left off: --tp-comm-overlap (Megatron-LM asserts sequence parallelism, off at TP={tp}; "
+                     "Bridge turns the overlap off there)")
+    return left, notes
 
 
 def freq_expression(layers: list[int]) -> str:

@@ -82,6 +82,11 @@ def write_pipeline_layout(counts: list[int], mtp: int) -> str:
     return out + stages[-1]
 
 
+# The largest job moetune plans: past the largest published training clusters (about 100k GPUs), and it keeps
+# every rank count a 64-bit number can multiply
+MAX_GPUS = 2 ** 17
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Layout:
     """One folded layout. ``dp`` and ``edp`` are derived from the world size."""
@@ -104,6 +109,9 @@ class Layout:
         for name in ("world_size", "tp", "cp", "pp", "vpp", "ep", "etp"):
             if getattr(self, name) < 1:
                 raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
+        if self.world_size > MAX_GPUS:
+            raise MoetuneError(f"world size ({self.world_size}) is past the {MAX_GPUS:,} GPUs moetune plans for; "
+                               "check --gpus")
         attention = self.tp * self.cp * self.pp
         if self.world_size % attention:
             raise MoetuneError(

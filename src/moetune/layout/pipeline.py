@@ -30,11 +30,13 @@ class Chunk:
 def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list[str], int]:
     stages = parse_pipeline_layout(layout.pipeline_layout)  # Layout checked stages = pp x vpp
     joined = "".join(stages)
-    for char, want, what in (("t", num_layers, "decoder layers"), ("m", mtp, "MTP layers")):
+    for char, want, what, whose in (("t", num_layers, "decoder layers", "the model has"),
+                                    ("m", mtp, "MTP layers", "the run has")):
         if joined.count(char) != want:
             raise MoetuneError(
-                f"--pipeline-layout places {joined.count(char)} {what} but the model has {want}; "
-                f"fix the number of '{char}' symbols"
+                f"--pipeline-layout places {joined.count(char)} {what} but {whose} {want}; fix the number of "
+                f"'{char}' symbols" + (" (a config sets the MTP depth with model.mtp_num_layers / --mtp-num-layers)"
+                                       if char == "m" else "")
             )
     if not joined.startswith("E") or not joined.endswith("L") or joined.count("E") != 1 or joined.count("L") != 1:
         raise MoetuneError("--pipeline-layout must start with one E (embedding) and end with one L (loss)")

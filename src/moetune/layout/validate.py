@@ -14,6 +14,10 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.specs.model import ModelSpec
 
+# Bounds that keep a workload's token counts inside 64-bit arithmetic: 8M-token sequences, 64M sequences a batch
+MAX_SEQ = 2 ** 23
+MAX_BATCH = 2 ** 26
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Workload:
@@ -29,6 +33,10 @@ class Workload:
                 raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise MoetuneError(f"global_batch_size ({self.global_batch_size}) must be at least 1")
+        for name, most in (("seq_length", MAX_SEQ), ("micro_batch_size", MAX_BATCH),
+                           ("global_batch_size", MAX_BATCH)):
+            if (getattr(self, name) or 0) > most:
+                raise MoetuneError(f"{name} ({getattr(self, name)}) is past the {most:,} moetune plans for")
 
     def gbs(self, layout: Layout) -> int:
         if self.global_batch_size is not None:
@@ -43,6 +51,9 @@ class Workload:
 # parallelism TP shards the same tokens (and attention by heads), so the shard is seq / (CP x TP): seeds/002's own
 # Qwen3-235B-A22B 128K NVL72 recipe trades CP for TP at TP4 x CP4 ("use TP as another lever on NVL72 systems").
 SHARD_TOKENS = 4096
+
+# Where the seeds' long-context guidance starts (seeds/002: "well past the 4K-class regime"; rule longctx.cp_sizing)
+LONG_CONTEXT = 16384
 CP_POWERS = tuple(2 ** i for i in range(12))
 
 

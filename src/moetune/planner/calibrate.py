@@ -31,7 +31,7 @@ BOUNDS = {"compute_scale": (0.3, 1.25), "a2a_scale": (0.2, 1.8), "host_us_per_la
 # attn_eff is not among them: a measured kernel rate (efficiency.toml), which the 4k-sequence calibration runs
 # cannot pin (attention is a small share there) and the long-context runs contradict when scaled with the GEMMs
 COMPUTE_KEYS = ("gemm_eff", "fp8_gemm_eff", "mem_eff")
-A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", "a2a_eff_allgather")
+A2A_KEYS = ("a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -8,8 +8,10 @@ fp8-blockwise = e4m3 + "blockwise", mxfp8 = e4m3 + "mxfp8", fp8-current = hybrid
 fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 """
 
+from dataclasses import replace
 from typing import Any
 
+from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
@@ -133,11 +135,39 @@ IDENTITY_FIELDS = ("model.num_layers", "model.hidden_size", "model.num_attention
                    "model.moe_ffn_hidden_size", "model.moe_router_topk")
 
 
+def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
+    """MODEL with the vocabulary padding (model.make_vocab_size_divisible_by) and the MTP depth the config trains:
+    `model.mtp_num_layers` where the config sets it (None or 0: none);
+    none under Megatron-LM arguments that leave it out (`--mtp-num-layers` defaults to None, arguments.py); else the
+    model's own (Bridge's model providers take num_nextn_predict_layers from the config.json)."""
+    if (divisor := config.get("model.make_vocab_size_divisible_by")) is not None:  # the padding the launch asks
+        if int(divisor) < 1:
+            raise MoetuneError(f"model.make_vocab_size_divisible_by ({divisor}) must be at least 1")
+        m = replace(m, vocab_divisor=int(divisor))
+    if "model.mtp_num_layers" in config:
+        mtp = int(config["model.mtp_num_layers"] or 0)
+    elif config.get(LAUNCHER) == "megatron-lm":
+        mtp = 0
+    else:
+        return m
+    try:
+        return m.with_mtp(mtp)
+    except ValueError as err:
+        raise MoetuneError(f"model.mtp_num_layers ({mtp}): {err}; set it to 0 or leave it out") from None
+
+
 def architecture_conflicts(m: ModelSpec, config: dict) -> list[str]:
     """`key (config's vs model's)` for each identity field the config sets to another value than MODEL's."""
     mine = architecture_fields(m)
     return [f"{k} ({config[k]} vs {m.name}'s {mine[k]})" for k in IDENTITY_FIELDS
             if mine.get(k) is not None and config.get(k) is not None and config[k] != mine[k]]
+
+
+# HF model types whose Megatron Bridge model bridge sets provider.moe_router_dtype = "fp32" (deepseek_v2_bridge.py,
+# deepseek_v3_bridge.py, kimi_bridge.py, ernie_45_bridge.py, glm45_bridge.py, olmoe_bridge.py, nemotron_h_bridge.py,
+# qwen3_next_bridge.py @067f987)
+FP32_ROUTER_BRIDGES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5_moe", "glm4_moe", "olmoe", "nemotron_h",
+                       "qwen3_next")
 
 
 def provider_fields(m: ModelSpec) -> dict[str, Any]:
@@ -148,6 +178,8 @@ def provider_fields(m: ModelSpec) -> dict[str, Any]:
     overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
     defaults."""
     moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
+    if m.num_moe_layers and m.model_type in FP32_ROUTER_BRIDGES:
+        moe["model.moe_router_dtype"] = "fp32"
     return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
             "mixed_precision.pipeline_dtype": "bfloat16"}
 
@@ -390,8 +422,11 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         or bool(_get(config, "ddp.use_distributed_optimizer", True)),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
-        main_grads_fp32=bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True)),
-        adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") else 4,
+        main_grads_fp32=_main_grads_fp32(config),
+        # low-precision moments only under the precision-aware optimizer (rule
+        # optimizer.low_precision_state_needs_precision_aware refuses them otherwise)
+        adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") and
+        config.get("optimizer.use_precision_aware_optimizer") else 4,
         dispatcher=_dispatcher(config), flex_num_sms=_flex_sms(config),
         cuda_graph_scope=_graph_scope(config),
         ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
@@ -405,6 +440,15 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=_offload_modules(config))
     return layout, workload, knobs
+
+
+def _main_grads_fp32(config: dict) -> bool:
+    """Whether gradients accumulate and reduce in FP32: Bridge's mixed_precision.grad_reduce_in_fp32; Megatron-LM
+    turns it on only where --main-grads-dtype stays fp32 and --grad-reduce-in-bf16 is off (arguments.py
+    validate_args)."""
+    if config.get(LAUNCHER) == "megatron-lm" and config.get("optimizer.main_grads_dtype") not in (None, "float32"):
+        return False
+    return bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True))
 
 
 def _offload_modules(config: dict) -> frozenset[str]:

@@ -67,7 +67,8 @@ class Estimate:
             "layout": lay.as_dict(),
             "pipeline": {"first_stage_layers": lay.first_stage_layers, "last_stage_layers": lay.last_stage_layers,
                          "pipeline_layout": lay.pipeline_layout, "account_for_embedding": lay.account_for_embedding,
-                         "account_for_loss": lay.account_for_loss, "sequence_parallel": lay.sp},
+                         "account_for_loss": lay.account_for_loss, "sequence_parallel": lay.sp,
+                         "mtp_num_layers": self.model.mtp_num_layers, "vocab_divisor": self.model.vocab_divisor},
             "workload": {
                 "seq_length": self.workload.seq_length,
                 "micro_batch_size": self.workload.micro_batch_size,

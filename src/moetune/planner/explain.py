@@ -8,9 +8,9 @@ configuration, re-estimated, and kept when it still fits and predicts a gain.
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import TUNED_FLEX_SMS
+from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
 from moetune.layout.ranks import groups_leaving_domain
-from moetune.layout.validate import SHARD_TOKENS, shard_cp
+from moetune.layout.validate import LONG_CONTEXT, SHARD_TOKENS, shard_cp
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.ep_first import ep_first, ep_first_note
 from moetune.planner.estimate import Estimate
@@ -18,7 +18,6 @@ from moetune.planner.fit_steps import fit_steps
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.planner.moves import (
     GIB,
-    LONG_CONTEXT,
     TIGHT_SHARE,
     apply_move,
     findings,
@@ -139,8 +138,7 @@ def _routing(e: Estimate) -> dict | None:
     if e.layout.ep == 1:
         return _expert_tp_routing(e) if e.layout.etp > 1 else None
     balanced = e.variant(knobs=replace(e.knobs, routing="force-balance", token_imbalance=None))
-    source = ("--token-imbalance" if e.knobs.token_imbalance is not None else
-              "default: layout/knobs.py DROPLESS_IMBALANCE, set from the force-balance/dropless pairs R151-R158")
+    source = imbalance_source(e.knobs)
     return {"token_imbalance": e.knobs.imbalance_at(e.layout.ep), "source": source,
             "force_balanced_tokens_per_s_per_gpu": balanced.time["tokens_per_s_per_gpu"],
             "cost": 1 - e.time["tokens_per_s_per_gpu"] / balanced.time["tokens_per_s_per_gpu"]}

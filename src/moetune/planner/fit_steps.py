@@ -4,12 +4,11 @@ smallest model parallelism that fits, then a ladder of moves applied one on top 
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.validate import Workload
+from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import (
     GIB,
-    LONG_CONTEXT,
     apply_move,
     dispatcher_for,
     knobs_for,

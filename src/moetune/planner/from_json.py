@@ -1,5 +1,7 @@
 """Rebuild an `Estimate` from moetune's own JSON (`estimate --json`, or one result of `plan --json`)."""
 
+from dataclasses import replace
+
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
@@ -38,6 +40,10 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     try:
         layout, workload, knobs = _configuration(r, where)
         model = load_model(r.get("model_source", r["model"]))
+        if (mtp := r.get("pipeline", {}).get("mtp_num_layers")) is not None:  # the depth the saved run trained
+            model = model.with_mtp(mtp)
+        if (divisor := r.get("pipeline", {}).get("vocab_divisor")) not in (None, model.vocab_divisor):
+            model = replace(model, vocab_divisor=int(divisor))
         gpu = GpuSpec(**r["gpu_spec"]) if "gpu_spec" in r else load_gpu(r["gpu"])
     except KeyError as err:
         raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None

@@ -4,7 +4,7 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields
+from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields, trained_model
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.specs.hardware import load_gpu
@@ -37,4 +37,5 @@ def memory_facts(e: Estimate) -> dict:
 def config_memory_facts(model: ModelSpec, config: dict) -> dict:
     """Facts for a user's normalized config (needs cluster.gpu and cluster.num_gpus)."""
     layout, workload, knobs = from_config(config)
-    return memory_facts(estimate(model, load_gpu(config["cluster.gpu"]), layout, workload, knobs))
+    return memory_facts(estimate(trained_model(model, config), load_gpu(config["cluster.gpu"]), layout, workload,
+                                 knobs))

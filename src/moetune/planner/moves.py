@@ -27,8 +27,6 @@ def moves() -> dict:
 # peak and a complete configuration (Qwen3-30B-A3B on 16 H100, published_runs.csv R084/R103) is predicted 3.1% high.
 TIGHT_SHARE = 0.03
 
-# Where the seeds' long-context guidance starts (seeds/002: "well past the 4K-class regime"; rule longctx.cp_sizing)
-LONG_CONTEXT = 16384
 
 
 def apply_move(e: Estimate, move: dict):

@@ -2,7 +2,7 @@
 
 import csv
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import get_args
@@ -42,10 +42,11 @@ def _int(text: str, default: int | None = None) -> int | None:
 def run_from_row(row: dict) -> Run:
     spec = load_model(row["model"])
     mtp = _int(row.get("mtp", ""))
-    if mtp and spec.mtp_layer_kind is None:
-        raise ValueError(f"mtp = {mtp}: {spec.name} has no MTP layers to train; leave mtp empty or 0")
-    if mtp is not None and mtp != spec.mtp_num_layers:  # a run without the model's MTP layers (--mtp-num-layers unset)
-        spec = replace(spec, mtp_num_layers=mtp, mtp_layer_kind=spec.mtp_layer_kind if mtp else None)
+    if mtp is not None:  # a run without the model's MTP layers (--mtp-num-layers unset)
+        try:
+            spec = spec.with_mtp(mtp)
+        except ValueError as err:
+            raise ValueError(f"mtp = {mtp}: {err}; leave mtp empty or 0") from None
     layout = Layout(world_size=_int(row["num_gpus"]), tp=_int(row["tp"]), cp=_int(row["cp"]), pp=_int(row["pp"]),
                     vpp=_int(row["vpp"], 1), ep=_int(row["ep"]), etp=_int(row["etp"]),
                     pipeline_layout=row["pipeline_layout"] or None,

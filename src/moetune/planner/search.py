@@ -17,7 +17,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import Workload, interleaves
+from moetune.layout.validate import LONG_CONTEXT, Workload, interleaves
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split
 from moetune.planner.estimate import Estimate, estimate
@@ -107,12 +107,18 @@ def _bound(best: list, keep: int) -> float:
     return 1.02 * float(np.partition([b[0] for b in best], keep - 1)[keep - 1])
 
 
-def _preference(lay: Layout, k: Knobs, dispatcher: str) -> tuple:
+def _within(step: float, fastest: float) -> int:
+    """The 1% band of the fastest a step falls in: 0 for [1, 1.01) of it, 1 for [1.01, 1.02), ..."""
+    return int(np.floor(100 * np.log(step / fastest) + 1e-9))
+
+
+def _preference(lay: Layout, k: Knobs, dispatcher: str, seq: int) -> tuple:
     """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload, the
-    platform's default dispatcher (seeds/004 mapping, data/platform_defaults.toml)."""
+    platform's default dispatcher (seeds/004 mapping, data/platform_defaults.toml), then, below the long-context
+    regime, less CP (seeds/000 Phase 2: CP once the sequence makes attention memory dominate), less TP, more EP."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
     return (lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
-            k.dispatcher != dispatcher, -lay.dp, lay.tp, -lay.ep)
+            k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0, lay.tp, -lay.ep)
 
 
 # The seeds' last resort when nothing fits (seeds/000 Phase 1: "add offloading only when recompute and parallelism
@@ -128,6 +134,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     fits and offloading was not pinned, the search runs again with the routed experts' activations offloaded
     (LAST_RESORT_OFFLOAD); the counts cover both passes."""
     fixed = fixed or {}
+    Layout(world_size=world)  # the job's size is in range before any layout is enumerated
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
                            f"{gpu.memory_gib:g} GiB")
@@ -174,7 +181,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     _rebalance_best(s, efficiency_overrides)
     fastest = min((b[0] for b in s.best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
-    s.best.sort(key=lambda x: (round(100 * np.log(x[0] / fastest)), x[1]))
+    s.best.sort(key=lambda x: (_within(x[0], fastest), x[1]))
     s.best = _first_of_each(s.best)  # two splits of one layout may re-split to the same string
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
@@ -221,7 +228,7 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
         begin, start = (seed, seeded) if seeded and seeded[0] < step and fits(seed) else (lay, evaluate(lay))
         new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
         found.setdefault((lay, mbs), new_lay)
-        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher), new_lay, mbs, knobs, reach)
+        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher, s.wl.seq_length), new_lay, mbs, knobs, reach)
         fastest = min(fastest, new_step)
 
 
@@ -314,6 +321,7 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
             if np.isfinite(step[i]) and reach[i] <= s.bound:
-                s.best.append((float(step[i]), _preference(sub.layout(i), knobs, s.dispatcher), sub.layout(i),
+                lay = sub.layout(i)
+                s.best.append((float(step[i]), _preference(lay, knobs, s.dispatcher, s.wl.seq_length), lay,
                                int(sub.mbs[i, 0]), knobs, float(reach[i])))
         s.bound = _bound(s.best, s.kept)

@@ -19,10 +19,11 @@ def versus(pick: Estimate, baseline: Estimate) -> dict:
     tp, tb = pick.time, baseline.time
     walls = {w: {"baseline": tb["walls"][w], "pick": tp["walls"][w], "saved": tb["walls"][w] - tp["walls"][w]}
              for w in tb["walls"]}
-    biggest = max(walls, key=lambda w: walls[w]["saved"])
     speedup = tp["tokens_per_s_per_gpu"] / tb["tokens_per_s_per_gpu"]
-    why = (f"predicted {speedup:.2f}x the baseline's tokens/s/GPU; most of it from the {biggest} wall "
-           f"({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)")
+    # a faster pick: the wall that saved most; a slower one: the wall that lost most
+    biggest = max(walls, key=lambda w: walls[w]["saved"] * (1 if speedup >= 1 else -1))
+    why = (f"predicted {speedup:.2f}x the baseline's tokens/s/GPU; most of the {'gain' if speedup >= 1 else 'loss'} "
+           f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)")
     return {"speedup": speedup, "changes": {k: list(v) for k, v in config_changes(pick, baseline).items()},
             "walls": walls, "why": why, "baseline_fits": baseline.fits,
             "baseline_tokens_per_s_per_gpu": tb["tokens_per_s_per_gpu"],

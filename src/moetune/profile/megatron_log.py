@@ -15,6 +15,7 @@ Formats mirrored (each a `` | ``-separated list of ``key: value`` pairs):
 - CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``).
 """
 
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -155,6 +156,10 @@ def _numeric(it: LogIteration, where: str) -> LogIteration:
     bad = next((k for k in _NUMERIC if isinstance(it.fields.get(k), str)), None)
     if bad:
         raise MoetuneError(f"{where}: {bad} {it.fields[bad]!r} is not a number; pass the log as Megatron wrote it")
+    bad = next((k for k in _NUMERIC if isinstance(v := it.fields.get(k), float) and not 0 < v < math.inf), None)
+    if bad:
+        raise MoetuneError(f"{where}: {bad} ({it.fields[bad]:g}) must be a positive, finite number; pass the log as "
+                           "Megatron wrote it")
     return it
 
 

@@ -21,7 +21,7 @@ REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
 _ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|install|not available|"
-                          r"apex|CUDA(?! graph)|cuda device|No module|'NoneType' and 'Version'", re.IGNORECASE)
+                          r"apex|CUDA(?![ _]graph)|cuda device|No module|'NoneType' and 'Version'", re.IGNORECASE)
 # Checks the installed megatron-core makes that the Megatron-LM main Bridge's recipes run (verified at d98e8a6) no
 # longer makes: when the condition holds, the fields given take the values that let the rest of the check go on.
 # megatron-core 0.16 refuses any CUDA graph but TE-scoped ones under EP overlap; main refuses only TE-scoped
@@ -43,6 +43,18 @@ _NEWER_MEGATRON_ACCEPTS = {
     "Invalid cuda graph implementation: full_iteration": (
         lambda kw: kw.get("cuda_graph_impl") == "full_iteration",
         {"cuda_graph_impl": "none", "cuda_graph_scope": None}),
+    # main lets the flex dispatcher drive the shared-expert overlap too (transformer_config.py "alltoall or flex";
+    # moe/token_dispatcher.py MoEFlexTokenDispatcher), as the ModelZoo's DeepEP launches of DeepSeek-V2 run it
+    "moe_shared_expert_overlap only works with alltoall token dispatcher": (
+        lambda kw: kw.get("moe_token_dispatcher_type") == "flex", {"moe_shared_expert_overlap": False}),
+    # main runs DSA attention under CP with the all-gather exchange (transformer_config.py "DSAttention context
+    # parallelism currently supports cp_comm_type=allgather only"; Bridge perf_recipes/glm_moe_dsa/gb200/glm5.py)
+    "Currently context parallelism is not supported by DSAttention": (
+        lambda kw: str(kw.get("cp_comm_type") or "").replace("_", "").lower() == "allgather",
+        {"context_parallel_size": 1}),
+    # main's aux-loss-free expert bias takes sqrtsoftplus scores as well as sigmoid ones (DeepSeek-V4's bridge)
+    "Expert bias for aux-loss-free routing only supports": (
+        lambda kw: kw.get("moe_router_score_function") == "sqrtsoftplus", {"moe_router_score_function": "sigmoid"}),
 }
 
 

@@ -23,6 +23,8 @@ GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile")  # counts, not rates
 ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
+# Architectures a [gpu] table may name without fitted constants: earlier NVIDIA ones and AMD CDNA parts
+PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
 # A GPU described by a [gpu] table takes the fitted constants, rules and defaults of the catalog GPU of its
 # architecture (by key): the file's name says nothing about the hardware. An NVL72-class Blackwell domain takes
 # GB200's (its HybridEP constants), any other Blackwell B200's.
@@ -108,6 +110,9 @@ def _family(table: dict, path: Path) -> str:
     the file's name, and the rules treat it as the platform it is."""
     arch = table.get("arch")
     if arch not in ARCHS:
+        if arch not in PRIOR_ARCHS:
+            raise MoetuneError(f"{path}: arch ({arch!r}) must be one of {', '.join(ARCHS)} (fitted constants) or "
+                               f"{', '.join(PRIOR_ARCHS)} (run on the priors of efficiency.toml), in lower case")
         return path.stem
     domain = table.get("nvlink_domain", 0)
     return NVL72_KEY if arch == "blackwell" and isinstance(domain, int | float) and domain >= NVL72_DOMAIN \

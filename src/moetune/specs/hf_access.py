@@ -5,6 +5,9 @@ from typing import Any
 from moetune.errors import MoetuneError
 
 _MISSING = object()
+# The largest count (layers, MTP modules, dense-first layers) a config.json may give: no model has a thousandth of
+# it, and a larger one would make every per-layer loop run for minutes
+MOST = 10_000
 
 
 class HfConfig:
@@ -36,9 +39,25 @@ class HfConfig:
     def count(self, *keys: str, default: Any = _MISSING, least: int = 0) -> int:
         """A whole-number count (layers, MTP modules) of at least `least`, else one error line naming the field."""
         value = self.get(*keys, default=default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({value!r}) must be a whole number >= {least}")
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MOST:
+            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({value!r}) must be a whole number from {least} "
+                               f"to {MOST:,}")
         return value
 
+    def layer_indices(self, key: str, layers: int) -> set[int]:
+        """A list of layer indices (e.g. mlp_only_layers), each in 0..layers-1."""
+        value = self.get(key, default=[])
+        if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
+                                                  for i in value):
+            raise MoetuneError(f"{self.origin}: field '{key}' ({value!r}) must be a list of layer indices from 0 "
+                               f"to {layers - 1}")
+        return set(value)
+
     def head_dim(self) -> int:
-        return self.get("head_dim", default=None) or self.get("hidden_size") // self.get("num_attention_heads")
+        if (given := self.get("head_dim", default=None)) is not None:
+            return given
+        hidden, heads = self.get("hidden_size"), self.get("num_attention_heads")
+        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+            raise MoetuneError(f"{self.origin}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
+                               f"({heads}) and no head_dim is given; add head_dim to the config.json")
+        return hidden // heads

@@ -57,8 +57,8 @@ def _gqa_common(c: HfConfig) -> dict:
 def _read_deepseek(c: HfConfig) -> dict:
     """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
     n = c.count("num_hidden_layers", least=1)
-    k_dense = c.get("first_k_dense_replace", default=0)
-    freq = c.get("moe_layer_freq", default=1)
+    k_dense = c.count("first_k_dense_replace", default=0)
+    freq = c.count("moe_layer_freq", default=1, least=1)
     mlps = ["moe" if i >= k_dense and i % freq == 0 else "dense" for i in range(n)]
     mla = MlaDims(
         q_lora_rank=c.get("q_lora_rank", default=None),
@@ -90,7 +90,7 @@ def _read_deepseek(c: HfConfig) -> dict:
 def _read_glm4_moe(c: HfConfig) -> dict:
     """GLM-4.5 / 4.5-Air: GQA with qkv bias and optional per-head qk norm, first-k-dense, MTP."""
     n = c.count("num_hidden_layers", least=1)
-    k_dense = c.get("first_k_dense_replace", default=0)
+    k_dense = c.count("first_k_dense_replace", default=0)
     mlps = ["moe" if i >= k_dense else "dense" for i in range(n)]
     mtp = c.count("num_nextn_predict_layers", default=0)
     return dict(
@@ -110,8 +110,8 @@ def _read_glm4_moe(c: HfConfig) -> dict:
 
 def _qwen_moe_mlps(c: HfConfig) -> list[str]:
     n = c.count("num_hidden_layers", least=1)
-    step = c.get("decoder_sparse_step", default=1)
-    dense_only = set(c.get("mlp_only_layers", default=[]))
+    step = c.count("decoder_sparse_step", default=1, least=1)
+    dense_only = c.layer_indices("mlp_only_layers", n)
     return ["moe" if i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(n)]
 
 

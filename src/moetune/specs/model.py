@@ -6,7 +6,7 @@ A model is a stack of layers; each layer has a token *mixer* (attention of some 
 Mamba/gated-delta-net block) and an *mlp* (dense, MoE or none, as in hybrid Mamba models).
 """
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 Mixer = Literal["gqa", "mla", "gdn", "mamba"]
@@ -103,6 +103,9 @@ class ModelSpec:
     output_layer_bias: bool = False  # Phi-3.5-MoE lm_head bias
     mtp_num_layers: int = 0
     mtp_layer_kind: LayerKind | None = None
+    # Megatron pads the vocabulary to a multiple of this x TP (make_vocab_size_divisible_by): a launch setting, 128 as
+    # Megatron-LM defaults it unless a config says otherwise (config_map.trained_model)
+    vocab_divisor: int = 128
     source: str = ""  # where the config came from
     notes: tuple[str, ...] = field(default=())
     # the hash, computed once: a spec keys the per-model caches (walls/rank_params.py) on every estimate, and hashing
@@ -127,6 +130,15 @@ class ModelSpec:
                 f"{self.name}: num_attention_heads ({self.num_attention_heads}) must be a multiple of "
                 f"num_query_groups ({self.num_query_groups})"
             )
+        if self.num_moe_experts and not self.num_moe_layers:
+            raise ValueError(f"{self.name}: {self.num_moe_experts} experts but no MoE layer among the "
+                             f"{self.num_layers} (first_k_dense_replace, mlp_only_layers or decoder_sparse_step makes "
+                             "them all dense)")
+        if self.num_moe_layers:
+            _check_positive(self, ("moe_ffn_hidden_size",))
+        if self.mla is not None:
+            _check_positive(self.mla, ("kv_lora_rank", "qk_head_dim", "v_head_dim"), self.name)
+            _check_positive(self.mla, ("q_lora_rank",) if self.mla.q_lora_rank is not None else (), self.name)
         if self.num_moe_layers and not (0 < self.moe_router_topk <= self.num_moe_experts):
             raise ValueError(
                 f"{self.name}: moe_router_topk ({self.moe_router_topk}) must be in 1..num_moe_experts "
@@ -139,6 +151,15 @@ class ModelSpec:
                 f"{self.name}: moe_router_num_groups ({groups}) must divide num_moe_experts "
                 f"({self.num_moe_experts}) and moe_router_group_topk ({top}) must be in 1..{groups}"
             )
+
+    def with_mtp(self, n: int) -> "ModelSpec":
+        """The model trained with `n` MTP layers (Megatron's mtp_num_layers) instead of its config.json's count."""
+        if n < 0:
+            raise ValueError(f"the MTP depth ({n}) must be 0 or more")
+        if n and self.mtp_layer_kind is None:
+            raise ValueError(f"{self.name}'s config.json has no MTP layer to shape {n} after; train it with 0")
+        return self if n == self.mtp_num_layers else replace(self, mtp_num_layers=n,
+                                                             mtp_layer_kind=self.mtp_layer_kind if n else None)
 
     # ---- derived facts -------------------------------------------------------------------
     @property
@@ -182,7 +203,7 @@ class ModelSpec:
         return self.moe_shared_expert_gated_linear_unit
 
 
-def _check_positive(spec: ModelSpec, names: tuple[str, ...]) -> None:
+def _check_positive(spec, names: tuple[str, ...], model: str | None = None) -> None:
     for name in names:
         if getattr(spec, name) <= 0:
-            raise ValueError(f"{spec.name}: {name} ({getattr(spec, name)}) must be positive")
+            raise ValueError(f"{model or spec.name}: {name} ({getattr(spec, name)}) must be positive")

@@ -118,7 +118,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
                                                                  modules=knobs.effective_modules, eff=eff))
         t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
         out[kind] = (sum(t.compute.values()), sum(t.comm.values()), t.host,
-                     t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"])
+                     t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)
     return out
 
 
@@ -134,6 +134,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     comm = _per_stage(b, spec, lambda k: times[k][1])
     host = _per_stage(b, spec, lambda k: times[k][2])
     hidden_ep = _per_stage(b, spec, lambda k: times[k][3])
+    regain = _per_stage(b, spec, lambda k: times[k][4])
     compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
     comm = comm + p2p_seconds(spec, ctx, f.pp, gpu, eff) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
@@ -143,7 +144,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 
     mean = np.where(b.valid, total, 0.0).sum(axis=1) / np.maximum(b.valid.sum(axis=1), 1)
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
-            "hidden_ep": pick(hidden_ep), "mean_total": mean}
+            "hidden_ep": pick(hidden_ep), "regain": pick(regain), "mean_total": mean}
 
 
 def time_key(knobs: Knobs) -> tuple:
@@ -164,13 +165,14 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes,
          knobs.optimizer_offload_fraction), lambda: _data_parallel(root, knobs, gpu, eff)))
+    u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
+    unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
     walls = {"compute": m * stage["compute"] + optimizer + offload,
              "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
-                                                                      stage["host"])
-             + (ep_overlap_unpaired(f, m[:, None])[:, 0] * stage["hidden_ep"] if knobs.ep_overlap else 0.0),
+                                                                      stage["host"]) + u * stage["hidden_ep"],
              # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
-             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + (stage["hidden_ep"] if knobs.ep_overlap else 0)),
-             "host": m * stage["host"]}
+             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + unhidden),
+             "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0)}
     walls["step"] = sum(walls.values())
     # the same step with every pipeline stage at the stages' mean: no re-split of the layers can beat it (the work
     # is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach

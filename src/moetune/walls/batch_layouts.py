@@ -126,13 +126,14 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
             for tp in np.unique(sub.tp):
                 sel = sub.tp == tp
                 layout_view = SimpleNamespace(tp=tp, ep=sub.ep[sel], etp=sub.etp[sel])
-                sums = structure_sums(spec, st, vocab=padded_vocab_size(spec.vocab_size, int(tp)),
+                sums = structure_sums(spec, st, vocab=padded_vocab_size(spec.vocab_size, int(tp), spec.vocab_divisor),
                                       tied_copy=not spec.untie_embeddings_and_output_weights and sig[0] > 1,
                                       layer_spec="te")
                 d, e, v = per_rank(sums, layout_view)
                 dense[rows[sel], j], expert[rows[sel], j], vocab[rows[sel], j] = d, e, v
     tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
-    padded = np.array([padded_vocab_size(spec.vocab_size, int(t)) for t in tps])[tp_index].reshape(-1, 1)
+    padded = np.array([padded_vocab_size(spec.vocab_size, int(t), spec.vocab_divisor) for t in tps])
+    padded = padded[tp_index].reshape(-1, 1)
     mbs = np.array([[m] for _, m in candidates])
     ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp])
     return _unpack(ints.astype(np.int32), np.hstack([dense, expert, vocab]), layouts=[lay for lay, _ in candidates],

@@ -146,7 +146,7 @@ def logits_bytes(spec: ModelSpec, tokens, vocab_shard):
 
 def loss_bytes(spec: ModelSpec, layout: Layout, workload: Workload) -> int:
     tokens = workload.seq_length // layout.cp * workload.micro_batch_size
-    return logits_bytes(spec, tokens, padded_vocab_size(spec.vocab_size, layout.tp) // layout.tp)
+    return logits_bytes(spec, tokens, padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor) // layout.tp)
 
 
 def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:

@@ -143,7 +143,7 @@ def per_rank(sums: ShardSums, layout: Layout) -> tuple[int, int, int]:
 def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te",
                  include_mtp: bool = True) -> list[StageParams]:
     """One entry per pipeline stage, for one rank of that stage (all its virtual chunks together)."""
-    vocab = padded_vocab_size(spec.vocab_size, layout.tp)
+    vocab = padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor)
     tied_copy = not spec.untie_embeddings_and_output_weights and layout.pp > 1
     result = []
     for st in stage_structures(spec, layout, include_mtp):

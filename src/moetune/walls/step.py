@@ -86,6 +86,7 @@ class LayerTime:
     comm: dict  # exposed seconds by collective
     comm_raw: dict  # un-hidden seconds by collective
     host: float
+    host_unpaired: float  # the host seconds with the EP all-to-all unhidden (a micro-batch EP overlap cannot pair)
 
 
 
@@ -112,13 +113,9 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     tp = (2 * n_tp + regather) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
     ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
-        parts = ep_alltoall_parts(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size,
-                                  spec.moe_router_topk, spec.num_moe_experts, lay.ep, lay.etp, gpu, eff,
-                                  knobs.dispatcher, spec.moe_router_num_groups, spec.moe_router_group_topk,
-                                  knobs.num_sms)
+        parts, etp = _dispatch_parts(spec, lay, ctx, gpu, eff, knobs, full)
         a2a = alltoall_total(parts)
         replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
-        etp = ring_seconds(full * spec.moe_router_topk / ctx.sp_div, lay.etp, 1, gpu, eff)
         ep = (4 + replays) * (a2a + etp)
         # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
         ep_exposed = ep
@@ -140,6 +137,22 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         "activation_offload": np.maximum(moved - forward_s, 0.0) + np.maximum(moved - BWD_GEMM * forward_s, 0.0),
     }
     return raw, exposed
+
+
+def _dispatch_parts(spec: ModelSpec, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs, full) -> tuple:
+    """One dispatch's (NVLink, NIC, fixed) seconds (comms.ep_alltoall_parts) and its expert-TP gather's.
+    The allgather dispatcher gathers every token of the ETP x EP group, whatever the top-k, and reduce-scatters
+    them back (moe/token_dispatcher.py MoEAllGatherTokenDispatcher: tp_ep_group); the others send each token to
+    its experts' ranks, then the expert-TP group all-gathers what its ranks received: ETP times one rank's routed
+    tokens, as the expert GEMMs count them (compute.forward_seconds)."""
+    if knobs.dispatcher == "allgather":
+        group = lay.ep * lay.etp
+        gather = ring_seconds(full / ctx.sp_div * group, group, 1, gpu, eff)
+        return (gather, 0.0 * gather, 0.0 * gather), 0.0
+    parts = ep_alltoall_parts(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size, spec.moe_router_topk,
+                              spec.num_moe_experts, lay.ep, lay.etp, gpu, eff, knobs.dispatcher,
+                              spec.moe_router_num_groups, spec.moe_router_group_topk, knobs.num_sms)
+    return parts, ring_seconds(full * spec.moe_router_topk / ctx.sp_div * lay.etp, lay.etp, 1, gpu, eff)
 
 
 def ring_attention(compute: dict, attn, slow, knobs: Knobs) -> dict:
@@ -170,14 +183,20 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     # m_splits as host integers; the alltoall dispatcher's split sizes too), so a lead does not carry over.
     cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope) * (
         eff["fp8_host_factor"] if knobs.fp8 else 1.0)
-    gpu_s = total + sum(exposed.values())
-    host = (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
     # The wait itself, whatever the routing (force-balanced counts vary too: random router logits): every dispatcher
     # reads its token counts on the host (moe/token_dispatcher.py: alltoall before its EP all-to-all, HybridEP to size
     # its buffers, DeepEP's per-expert receive counts); only a full-iteration graph's sync-free path avoids it.
-    if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope:
-        host = host + eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1)
-    return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=host)
+    sync = eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1) \
+        if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0
+    gpu_s = total + sum(exposed.values())
+    unhidden = gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]
+    return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=_host_wait(cpu, gpu_s) + sync,
+                     host_unpaired=_host_wait(cpu, unhidden) + sync)
+
+
+def _host_wait(cpu, gpu_s):
+    """Seconds the GPU waits for the host beside `gpu_s` of its own work (the HOST_NORM smooth maximum)."""
+    return (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
 
 
 def _add(acc: dict, new: dict, times: float = 1.0) -> None:
@@ -207,7 +226,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     """Per stage: seconds per micro-batch by wall and by class."""
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    vocab = padded_vocab_size(spec.vocab_size, lay.tp)
+    vocab = padded_vocab_size(spec.vocab_size, lay.tp, spec.vocab_divisor)
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              knobs, gpu, tuple(sorted(eff.items())))
     out = []
@@ -215,17 +234,17 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
         kinds = Counter(spec.layers[i] for c in chunks for i in c.layers)
         if mtp := sum(c.mtp_layers for c in chunks):
             kinds[spec.mtp_layer_kind] += mtp
-        compute, comm, raw, host = {}, {}, {}, 0.0
+        compute, comm, raw, host, host_unpaired = {}, {}, {}, 0.0, 0.0
         for kind, n in kinds.items():
             t = remembered(_LAYER_TIMES, (*shape, kind), lambda kind=kind: layer_time(spec, kind, lay, ctx, gpu, eff,
                                                                                       knobs, r), 4096)
             _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
-            host += t.host * n
+            host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
         compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
         raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, gpu, eff)
         comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
-        out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host,
+        out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
     return out
 
@@ -272,12 +291,15 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     # steady phase; overlap.ep_overlap_unpaired counts the rest)
     hidden = (slow["comm_raw"].get("ep_alltoall", 0.0) - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap \
         else 0.0
-    unpaired = float(ep_overlap_unpaired(lay, m)) * hidden
+    # an unpaired micro-batch's GPU work is longer, so less of it waits for the host (layer_time's host_unpaired)
+    regain = slow["host_unpaired"] - slow["host"] if knobs.ep_overlap else 0.0
+    u = float(ep_overlap_unpaired(lay, m)) if knobs.ep_overlap else 0.0
+    unpaired = u * hidden
     walls = {
         "compute": m * sum(slow["compute"].values()) + optimizer + offload,
         "communication": m * sum(slow["comm"].values()) + dp_exposed + unpaired,
-        "bubble": (lay.pp - 1) / lay.vpp * (slow["total"] + hidden),
-        "host": m * slow["host"],
+        "bubble": (lay.pp - 1) / lay.vpp * (slow["total"] + hidden + regain),
+        "host": m * slow["host"] + u * regain,
     }
     walls = {k: float(v) for k, v in walls.items()}
     step = sum(walls.values())

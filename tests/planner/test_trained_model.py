@@ -1,0 +1,85 @@
+"""config_map.trained_model: the MTP depth a launch config trains, which Megatron builds (and allocates) whatever the
+config.json says: model.mtp_num_layers where set, none under Megatron-LM arguments that leave --mtp-num-layers out."""
+
+import pytest
+
+from moetune.configio.load import load_config
+from moetune.errors import MoetuneError
+from moetune.planner.config_map import from_config, trained_model
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+LAYOUT = ["model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=8",
+          "model.expert_model_parallel_size=32", "model.expert_tensor_parallel_size=1",
+          "model.num_layers_in_first_pipeline_stage=7", "model.num_layers_in_last_pipeline_stage=6"]
+
+
+def _stages(sets=(), mlm_args=None):
+    config = load_config(sets=[*LAYOUT, *sets] if mlm_args is None else list(sets), mlm_args=mlm_args, gpu="h100",
+                         gpus=512)
+    spec = trained_model(load_model("deepseek-v3"), config)
+    e = estimate(spec, load_gpu("h100"), *from_config(config))
+    return spec.mtp_num_layers, [s.params for s in e.stages]
+
+
+def test_a_config_without_mtp_drops_the_mtp_layer_from_the_last_stage():
+    """DeepSeek-V3's config.json has one MTP layer, which Bridge's provider trains unless the config says 0 (the
+    Megatron-Core oracle gives the last rank 3,327,237,120 parameters without it, 4,319,293,440 with it)."""
+    (d_mtp, default), (none_mtp, none), (two_mtp, two) = (_stages(s) for s in
+                                                          ((), ["model.mtp_num_layers=0"], ["model.mtp_num_layers=2"]))
+    assert (d_mtp, none_mtp, two_mtp) == (1, 0, 2)
+    assert default[:-1] == none[:-1] == two[:-1]  # only the last stage holds MTP
+    assert none[-1] < default[-1] < two[-1]
+
+
+def test_megatron_lm_arguments_train_mtp_only_when_asked():
+    args = ("--tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size 32 "
+            "--expert-tensor-parallel-size 1 --decoder-first-pipeline-num-layers 7 "
+            "--decoder-last-pipeline-num-layers 6 --bf16")
+    assert _stages(mlm_args=args)[0] == 0
+    assert _stages(mlm_args=args + " --mtp-num-layers 1")[0] == 1
+
+
+def test_mtp_on_a_model_without_an_mtp_layer_is_refused():
+    config = load_config(sets=["model.mtp_num_layers=1"], gpu="h100", gpus=8)
+    with pytest.raises(MoetuneError, match="has no MTP layer"):
+        trained_model(load_model("qwen3-30b-a3b"), config)
+
+
+def test_the_last_stage_without_mtp_is_what_megatron_core_builds(shared_data):
+    pytest.importorskip("megatron.core")
+    import json
+
+    from moetune.oracle import count_params_per_stage, padded_vocab_size
+    hf = json.loads((shared_data / "models" / "deepseek-v3.config.json").read_text())
+    theirs = count_params_per_stage(hf, tp=2, pp=8, ep=32, etp=1, world_size=512,
+                                    padded_vocab_size=padded_vocab_size(hf["vocab_size"], 2),
+                                    num_layers_in_first_pipeline_stage=7, num_layers_in_last_pipeline_stage=6,
+                                    include_mtp=False)
+    assert _stages(["model.mtp_num_layers=0"])[1] == theirs
+
+
+def test_the_vocabulary_padding_a_config_asks_for_is_what_megatron_core_builds(shared_data):
+    """Bridge's DeepSeek-V3 bridge pads the vocabulary to 1280 x TP, not Megatron-LM's 128 x TP: at TP2 that is
+    1,280 more rows of embedding and output layer on the first and last stages (docs/oracle.md)."""
+    pytest.importorskip("megatron.core")
+    import json
+
+    from moetune.oracle import count_params_per_stage, padded_vocab_size
+    hf = json.loads((shared_data / "models" / "deepseek-v3.config.json").read_text())
+    theirs = count_params_per_stage(hf, tp=2, pp=8, ep=32, etp=1, world_size=512,
+                                    padded_vocab_size=padded_vocab_size(hf["vocab_size"], 2, divisible_by=1280),
+                                    num_layers_in_first_pipeline_stage=7, num_layers_in_last_pipeline_stage=6)
+    assert _stages(["model.make_vocab_size_divisible_by=1280"])[1] == theirs
+    assert _stages()[1] != theirs  # 128 x TP divides DeepSeek-V3's 129,280 already: no padding
+
+
+def test_a_saved_estimate_keeps_the_mtp_depth_and_padding_it_was_made_with():
+    from moetune.planner.from_json import estimate_from_json
+    config = load_config(sets=[*LAYOUT, "model.mtp_num_layers=0", "model.make_vocab_size_divisible_by=1280"],
+                         gpu="h100", gpus=512)
+    e = estimate(trained_model(load_model("deepseek-v3"), config), load_gpu("h100"), *from_config(config))
+    again = estimate_from_json(e.to_json())
+    assert (again.model.mtp_num_layers, again.model.vocab_divisor) == (0, 1280)
+    assert [s.params for s in again.stages] == [s.params for s in e.stages]
