@@ -83,3 +83,16 @@ def test_a_saved_estimate_keeps_the_mtp_depth_and_padding_it_was_made_with():
     again = estimate_from_json(e.to_json())
     assert (again.model.mtp_num_layers, again.model.vocab_divisor) == (0, 1280)
     assert [s.params for s in again.stages] == [s.params for s in e.stages]
+
+
+def test_a_run_without_the_model_s_mtp_layer_says_so_in_its_overrides():
+    """Bridge's DeepSeek-V3 provider adds the config.json's MTP layer back unless the overrides unset it: a plan or
+    estimate trained without it writes model.mtp_num_layers=None, one with it writes 1."""
+    from moetune.emit import emit_all
+    from moetune.planner.config_map import to_config
+    for sets, want in ((["model.mtp_num_layers=0"], None), ([], 1)):
+        config = load_config(sets=[*LAYOUT, *sets], gpu="h100", gpus=512)
+        e = estimate(trained_model(load_model("deepseek-v3"), config), load_gpu("h100"), *from_config(config))
+        written = to_config(e)
+        assert "model.mtp_num_layers" in written and written["model.mtp_num_layers"] == want
+        assert f"model.mtp_num_layers={'null' if want is None else want}" in emit_all(written)["overrides.txt"]

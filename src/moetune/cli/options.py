@@ -91,8 +91,8 @@ def knob_options(func):
         click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless",
                      show_default=True),
         click.option("--token-imbalance", type=float, default=None,
-                     help=f"Dropless: busiest expert rank's tokens / mean (default {DROPLESS_IMBALANCE}, from the "
-                          "published force-balance/dropless A/B pairs)."),
+                     help=f"Dropless: busiest expert rank's tokens / mean (default {DROPLESS_IMBALANCE} from EP 8 "
+                          "up, from the published force-balance/dropless A/B pairs; less at smaller EP)."),
         click.option("--overheads", type=click.Path(dir_okay=False), default=None,
                      help="TOML overriding memory_overheads.toml figures."),
     ]

@@ -281,4 +281,4 @@ def print_plan(result: PlanResult, gbs: int) -> None:
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
                   "the last digits: less model parallelism, lighter recompute, no offload, the platform's dispatcher, "
-                  "more DP (planner/search.py _preference)")
+                  "more DP, below 16k tokens less CP, then less TP (planner/search.py _preference)")

@@ -322,7 +322,10 @@ def to_config(e: Estimate) -> dict[str, Any]:
         "train.global_batch_size": e.workload.gbs(e.layout),
         **cp_fields(e), **hybrid_fields(e),
     }
-    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY}
+    # a model whose config.json has MTP layers, trained without them: the recipe's provider would add them back
+    dropped_mtp = {"model.mtp_num_layers"} if e.model.mtp_layer_kind is not None and not e.model.mtp_num_layers \
+        else set()
+    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY | dropped_mtp}
 
 
 # Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split, no graph

@@ -158,8 +158,8 @@ class ModelSpec:
             raise ValueError(f"the MTP depth ({n}) must be 0 or more")
         if n and self.mtp_layer_kind is None:
             raise ValueError(f"{self.name}'s config.json has no MTP layer to shape {n} after; train it with 0")
-        return self if n == self.mtp_num_layers else replace(self, mtp_num_layers=n,
-                                                             mtp_layer_kind=self.mtp_layer_kind if n else None)
+        # the MTP layer's kind stays: the config.json has it, and a config that drops it must say so (to_config)
+        return self if n == self.mtp_num_layers else replace(self, mtp_num_layers=n)
 
     # ---- derived facts -------------------------------------------------------------------
     @property

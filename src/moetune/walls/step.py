@@ -152,7 +152,9 @@ def _dispatch_parts(spec: ModelSpec, lay: Layout, ctx, gpu: GpuSpec, eff: dict, 
     parts = ep_alltoall_parts(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size, spec.moe_router_topk,
                               spec.num_moe_experts, lay.ep, lay.etp, gpu, eff, knobs.dispatcher,
                               spec.moe_router_num_groups, spec.moe_router_group_topk, knobs.num_sms)
-    return parts, ring_seconds(full * spec.moe_router_topk / ctx.sp_div * lay.etp, lay.etp, 1, gpu, eff)
+    # the busiest expert rank gathers its imbalance's share too, as its GEMMs count it
+    return parts, ring_seconds(full * spec.moe_router_topk / ctx.sp_div * lay.etp * ctx.token_imbalance, lay.etp, 1,
+                               gpu, eff)
 
 
 def ring_attention(compute: dict, attn, slow, knobs: Knobs) -> dict:
