@@ -172,8 +172,8 @@ class Knobs:
         exact; the default grows to its full value at DROPLESS_IMBALANCE_EP, a user's --token-imbalance is taken as
         measured. Time, memory, explain and the JSON all read it here."""
         ep = np.asarray(ep)
-        scale = 1.0 if self.token_imbalance is not None else np.minimum(
-            expected_max_normal(ep) / expected_max_normal(DROPLESS_IMBALANCE_EP), 1.0)
+        # the busiest-of-EP share by table lookup: a search asks it of every candidate of every knob set
+        scale = 1.0 if self.token_imbalance is not None else _EP_SHARE[np.clip(ep, 1, DROPLESS_IMBALANCE_EP)]
         charged = np.where(ep > 1, 1.0 + (self.imbalance - 1.0) * scale, 1.0)
         return float(charged) if charged.ndim == 0 else charged
 
@@ -219,3 +219,8 @@ def imbalance_source(knobs: Knobs) -> str:
         return "--token-imbalance"
     return (f"default: layout/knobs.py DROPLESS_IMBALANCE, {DROPLESS_IMBALANCE:g}x at EP {DROPLESS_IMBALANCE_EP} and "
             "above from the force-balance/dropless pairs R151-R158, less at smaller EP as the busiest of fewer ranks")
+
+
+# expected_max_normal(EP) / expected_max_normal(DROPLESS_IMBALANCE_EP), EP 0..DROPLESS_IMBALANCE_EP (imbalance_at)
+_EP_SHARE = np.array([0.0] + [expected_max_normal(n) / expected_max_normal(DROPLESS_IMBALANCE_EP)
+                              for n in range(1, DROPLESS_IMBALANCE_EP + 1)])
