@@ -250,3 +250,15 @@ def test_sliding_window_layers_do_less_core_attention():
     swa = layer_flops(spec, kind, 4096, 4096, window=windows[0])["core_attn"]
     full = layer_flops(spec, kind, 4096, 4096)["core_attn"]
     assert swa / full == pytest.approx(attended_keys(4096, 128) / attended_keys(4096), rel=1e-12)
+
+
+def test_mla_up_proj_recompute_replays_the_up_projections_alone():
+    """Megatron-Core checkpoints linear_q_up_proj and linear_kv_up_proj (with RoPE) for mla_up_proj, not the down- or
+    output projections (transformer/multi_latent_attention.py qkv_up_proj_and_rope_apply). DeepSeek-V3 (hidden 7168,
+    128 heads, q LoRA 1536, kv LoRA 512, qk 128 + rope 64, v 128): up = 1536*128*192 + 512*128*256 MACs a token,
+    of up + 7168*1536 + 7168*576 + 128*128*7168 in all."""
+    from moetune.walls.compute import mla_up_share
+    spec = load_model("deepseek-v3")
+    up = 1536 * 128 * 192 + 512 * 128 * 256
+    assert mla_up_share(spec, spec.layers[-1]) == pytest.approx(up / (up + 7168 * 1536 + 7168 * 576 + 128 * 128 * 7168))
+    assert mla_up_share(load_model("qwen3-30b-a3b"), load_model("qwen3-30b-a3b").layers[0]) == 0.0

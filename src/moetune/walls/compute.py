@@ -139,8 +139,22 @@ REPLAYS = {
     "mlp": ("dense_mlp",),
     "moe": ("router", "routed_experts", "shared_experts"),
     "shared_experts": ("shared_experts",),
-    "mla_up_proj": ("attn_proj",),  # counted whole: the up-projections dominate MLA's projection FLOPs
+    "mla_up_proj": ("mla_up",),  # the q and kv up-projections only: a share of attn_proj (mla_up_share)
 }
+
+
+def mla_up_share(spec: ModelSpec, kind: LayerKind) -> float:
+    """Share of an MLA layer's projection FLOPs in the up-projections mla_up_proj recompute replays (linear_q_up_proj
+    and linear_kv_up_proj inside qkv_up_proj_and_rope_apply; Megatron-Core transformer/multi_latent_attention.py):
+    DeepSeek-V3's are 29% of them, its output projection 63% (flops.gemm_shapes)."""
+    if kind.mixer != "mla":
+        return 0.0
+    m, n = spec.mla, spec.num_attention_heads
+    macs = [k * nn for k, nn, _ in gemm_shapes(spec, kind)["attn_proj"]]
+    # without a q LoRA rank the one q projection runs inside the checkpointed function too (linear_q_proj)
+    q_in = m.q_lora_rank if m.q_lora_rank is not None else spec.hidden_size
+    up = m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + q_in * n * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+    return up / sum(macs)
 
 
 def replayed_classes(recompute: str, modules: frozenset[str], classes) -> set[str]:
@@ -156,7 +170,8 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     fwd = forward_seconds(spec, kind, ctx, r, ep)
     out = {k: v * passes(k) for k, v in fwd.items()}
     replay = replayed_classes(recompute, modules, fwd)
-    out["recompute"] = sum(fwd[c] for c in replay)
+    out["recompute"] = sum(fwd[c] for c in replay if c in fwd) + (
+        fwd["attn_proj"] * mla_up_share(spec, kind) if "mla_up" in replay else 0.0)
     # Elementwise kernels run whatever is saved: their bytes are those of the layer without recompute;
     # replays run them again (full recompute: the whole layer once more).
     touched = sum(layer_activation_items(spec, kind, replace(ctx, recompute_modules=frozenset())).values())
