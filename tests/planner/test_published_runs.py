@@ -8,10 +8,9 @@ import math
 import statistics
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
-from moetune.layout.knobs import DROPLESS_IMBALANCE, Knobs
+from moetune.layout.knobs import DROPLESS_IMBALANCE, Knobs, expected_max_normal
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.ab_order import NOISE_FLOOR
@@ -126,17 +125,9 @@ def test_dropless_factor_holds_on_a_second_model_and_expert_split():
     assert tokens() == pytest.approx(run.tokens_per_s_per_gpu, rel=0.03)
     low, high = tokens(DROPLESS_IMBALANCE - 0.3), tokens(DROPLESS_IMBALANCE + 0.3)
     assert low / run.tokens_per_s_per_gpu > 1.10 and high / run.tokens_per_s_per_gpu < 0.90
-    per_expert_cv = (DROPLESS_IMBALANCE - 1) * math.sqrt(128 / 8) / _expected_max_normal(8)  # ModelZoo: EP8, 16 a rank
-    law = 1 + per_expert_cv / math.sqrt(8) * _expected_max_normal(16)
+    per_expert_cv = (DROPLESS_IMBALANCE - 1) * math.sqrt(128 / 8) / expected_max_normal(8)  # ModelZoo: EP8, 16 a rank
+    law = 1 + per_expert_cv / math.sqrt(8) * expected_max_normal(16)
     assert law > 1.75 and tokens(law) / run.tokens_per_s_per_gpu < 0.90
-
-
-def _expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals] = integral of x n phi(x) Phi(x)^(n-1) dx."""
-    x = np.linspace(-10, 10, 200001)
-    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-    cdf = np.cumsum(pdf) * (x[1] - x[0])
-    return float(np.sum(x * n * pdf * cdf ** (n - 1)) * (x[1] - x[0]))
 
 
 def test_ep_overlap_without_cuda_graphs_on_blackwell_gains_what_was_measured():

@@ -54,7 +54,10 @@ def config_options(func):
 def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus) -> dict:
     if not (configs or sets or mlm_args):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
-    return load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=result_config)
+    config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=result_config)
+    if isinstance(text := config.get("model.pipeline_model_parallel_layout"), str):
+        parse_pipeline_layout(text)  # a string Megatron cannot parse is bad input, whatever else the config holds
+    return config
 
 
 def check_findings(config: dict, context: str = "check", mcore: bool = True, derived: dict | None = None) -> list:
@@ -116,8 +119,6 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
-    if isinstance(text := config.get("model.pipeline_model_parallel_layout"), str):
-        parse_pipeline_layout(text)  # a string Megatron cannot parse is bad input, whatever else the config holds
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")

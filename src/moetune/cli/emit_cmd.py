@@ -17,7 +17,6 @@ from moetune.cli.output import console, emit_json, table
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
 from moetune.files import write_text
-from moetune.layout.layout import parse_pipeline_layout
 
 
 def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
@@ -43,8 +42,6 @@ def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
 def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, as_json) -> None:
     """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
-    if isinstance(text := config.get("model.pipeline_model_parallel_layout"), str):
-        parse_pipeline_layout(text)  # a string Megatron cannot parse is never written out (check's Megatron-Core step)
     errors = [f for f in check_findings(config, mcore=False) if f.severity == "error"]
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])

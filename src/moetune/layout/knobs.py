@@ -7,7 +7,6 @@ filled by ``moetune.planner.defaults`` and reported as defaulted.
 
 import math
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Literal
 
 import numpy as np
@@ -200,16 +199,9 @@ _GRID = np.linspace(-10.0, 10.0, 4001)
 _CDF = 0.5 * (1.0 + np.vectorize(math.erf)(_GRID / math.sqrt(2.0)))
 
 
-def expected_max_normal(n):
-    """E[max of n independent standard normals] (0 for n = 1), for a number or an array: the integral of x against
-    the maximum's distribution, Phi(x)^n, on a fine grid (1.0294 at n 4, 1.4236 at n 8)."""
-    n = np.asarray(n, dtype=float)
-    values, where = np.unique(n, return_inverse=True)  # a search holds a few EP sizes over millions of candidates
-    return np.array([_expected_max(float(v)) for v in values])[where].reshape(n.shape)
-
-
-@cache
-def _expected_max(n: float) -> float:
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 for n = 1): the integral of x against the maximum's distribution,
+    Phi(x)^n, on a fine grid (1.0294 at n 4, 1.4236 at n 8; order statistics of the normal)."""
     return float((0.5 * (_GRID[1:] + _GRID[:-1]) * np.diff(_CDF ** n)).sum())
 
 

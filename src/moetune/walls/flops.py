@@ -167,13 +167,12 @@ def is_hybrid(spec: ModelSpec) -> bool:
 
 
 def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: int, *, tp: int = 1,
-                         make_vocab_size_divisible_by: int | None = None,
                          convention: Convention = "bridge") -> float:
     """Model FLOPs of one training iteration exactly as Megatron reports them (fwd + bwd, no recompute).
 
     Divide by (iteration seconds * world_size * 1e12) to get Megatron's TFLOP/s/GPU."""
     r = _rules(convention)
-    vocab = padded_vocab_size(spec.vocab_size, tp, make_vocab_size_divisible_by or spec.vocab_divisor)
+    vocab = padded_vocab_size(spec.vocab_size, tp, spec.vocab_divisor)
     tokens = global_batch_size * seq_length
     if is_hybrid(spec):
         return 3 * tokens * _hybrid_per_token(spec, seq_length, vocab, r)
@@ -290,9 +289,7 @@ def mtp_proj_flops(spec: ModelSpec, tokens: float) -> float:
     return 2 * tokens * 2 * spec.hidden_size * spec.hidden_size
 
 
-def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1,
-                 make_vocab_size_divisible_by: int | None = None) -> float:
+def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1) -> float:
     """Forward FLOPs of the output layer: the GEMM runs over the padded vocabulary."""
-    return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp,
-                                                             make_vocab_size_divisible_by or spec.vocab_divisor)
+    return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp, spec.vocab_divisor)
 

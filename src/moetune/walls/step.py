@@ -191,9 +191,9 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     sync = eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1) \
         if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0
     gpu_s = total + sum(exposed.values())
-    unhidden = gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]
-    return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=_host_wait(cpu, gpu_s) + sync,
-                     host_unpaired=_host_wait(cpu, unhidden) + sync)
+    host = _host_wait(cpu, gpu_s) + sync
+    unpaired = _host_wait(cpu, gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]) + sync if knobs.ep_overlap else host
+    return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=host, host_unpaired=unpaired)
 
 
 def _host_wait(cpu, gpu_s):
