@@ -29,11 +29,17 @@ def _json(capsys, *args):
 
 
 def test_config_estimates_what_the_same_flags_estimate(capsys):
-    _, from_config = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS,
-                           *CLUSTER, "--json")
+    # flags plan a Bridge launch, whose DeepSeek-V3 bridge pads the vocabulary to 1280 x TP; the ModelZoo's YAML asks
+    # 3232 x TP (no padding of 129,280 at TP2)
+    _, mlm = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER,
+                   "--json")
+    _, from_config = _json(capsys, "estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args",
+                           FLAGS + " --make-vocab-size-divisible-by 1280", *CLUSTER, "--json")
     _, from_flags = _json(capsys, "estimate", "deepseek-v3", *SAME_AS_FLAGS, *CLUSTER, "--json")
+    assert (mlm["pipeline"]["vocab_divisor"], from_flags["pipeline"]["vocab_divisor"]) == (3232, 1280)
     assert from_config["knobs"] == from_flags["knobs"] and from_config["layout"] == from_flags["layout"]
     assert from_config["time"]["step_seconds"] == from_flags["time"]["step_seconds"]
+    assert mlm["time"]["step_seconds"] < from_flags["time"]["step_seconds"]  # 1,280 fewer output rows
     assert "defaulted" not in from_config  # a config takes no moetune platform default: Megatron's stand
 
 

@@ -228,3 +228,14 @@ def test_embedding_and_output_sit_on_the_first_and_last_stage_whatever_the_strin
     grid = pipeline_chunks(Layout(world_size=2, pp=2, pipeline_layout="|Et*4|t*4L|"), 8, 0)
     assert grid[0][0].embedding and not grid[1][0].embedding  # stage 0 is rank 0's first chunk (empty here)
     assert grid[1][1].loss and not grid[0][1].loss  # the last stage is rank 1's last chunk
+
+
+@pytest.mark.parametrize("experts, ep, etp, expected", [
+    (8, 2, 8, (8, 2)),  # Mixtral: 16 expert ranks, 8 experts: EP8 x ETP2
+    (64, 8, 2, (16, 1)),
+    (8, 8, 2, (8, 2)),  # already the most EP the experts allow
+    (60, 4, 8, (4, 8)),  # 60 experts: 8 and 16 do not divide them; 4 is the largest common divisor of 60 and 32
+])
+def test_ep_first_takes_the_largest_ep_the_experts_allow(experts, ep, etp, expected):
+    from moetune.layout.validate import ep_first_sizes
+    assert ep_first_sizes(experts, ep, etp) == expected

@@ -386,3 +386,18 @@ def test_a_refused_run_that_fits_is_offered_the_moves_that_clear_its_error():
     for r in rows:
         new = apply_move(e, moves()[r["rule"]])
         assert new.fits and not rule_errors(new)
+
+
+def test_ep_first_halves_expert_tp_where_the_experts_cannot_take_all_of_it():
+    """Mixtral-8x22B's 8 experts over 16 expert ranks: EP16 is illegal, EP8 x ETP2 is the seeds' EP-first layout
+    (the rule scale.prefer_ep_over_etp and explain's comparison both name it)."""
+    from moetune.planner.ep_first import ep_first
+    from moetune.planner.moves import findings
+    spec, gpu = load_model("mixtral-8x22b"), load_gpu("h200")
+    e = estimate(spec, gpu, Layout(world_size=64, tp=8, pp=2, ep=2, etp=8),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256),
+                 Knobs(precision="bf16", dispatcher="alltoall"))
+    alt = ep_first(e)
+    assert (alt.layout.ep, alt.layout.etp) == (8, 2)
+    rule = next(f for f in findings(e) if f.rule == "scale.prefer_ep_over_etp")
+    assert "EP8 x ETP2" in rule.message

@@ -54,25 +54,34 @@ def test_the_last_stage_without_mtp_is_what_megatron_core_builds(shared_data):
     from moetune.oracle import count_params_per_stage, padded_vocab_size
     hf = json.loads((shared_data / "models" / "deepseek-v3.config.json").read_text())
     theirs = count_params_per_stage(hf, tp=2, pp=8, ep=32, etp=1, world_size=512,
-                                    padded_vocab_size=padded_vocab_size(hf["vocab_size"], 2),
+                                    padded_vocab_size=padded_vocab_size(hf["vocab_size"], 2, divisible_by=1280),
                                     num_layers_in_first_pipeline_stage=7, num_layers_in_last_pipeline_stage=6,
                                     include_mtp=False)
     assert _stages(["model.mtp_num_layers=0"])[1] == theirs
 
 
-def test_the_vocabulary_padding_a_config_asks_for_is_what_megatron_core_builds(shared_data):
-    """Bridge's DeepSeek-V3 bridge pads the vocabulary to 1280 x TP, not Megatron-LM's 128 x TP: at TP2 that is
-    1,280 more rows of embedding and output layer on the first and last stages (docs/oracle.md)."""
+@pytest.mark.parametrize("divisor, how", [
+    (1280, {}),  # a Bridge launch: deepseek_v3_bridge.py sets provider.make_vocab_size_divisible_by = 1280
+    (128, {"sets": ["model.make_vocab_size_divisible_by=128"]}),  # a config's own padding
+    (128, {"mlm_args": "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 8 --expert-model-parallel-size "
+                       "32 --expert-tensor-parallel-size 1 --decoder-first-pipeline-num-layers 7 "
+                       "--decoder-last-pipeline-num-layers 6 --mtp-num-layers 1 --bf16"}),  # Megatron-LM's default
+])
+def test_the_vocabulary_padding_of_the_launch_is_what_megatron_core_builds(shared_data, divisor, how):
+    """Bridge's DeepSeek-V3 bridge pads the vocabulary to 1280 x TP, Megatron-LM to 128 x TP: at TP2 that is 1,280
+    rows of embedding and output layer on the first and last stages apart (docs/oracle.md)."""
     pytest.importorskip("megatron.core")
     import json
 
     from moetune.oracle import count_params_per_stage, padded_vocab_size
     hf = json.loads((shared_data / "models" / "deepseek-v3.config.json").read_text())
-    theirs = count_params_per_stage(hf, tp=2, pp=8, ep=32, etp=1, world_size=512,
-                                    padded_vocab_size=padded_vocab_size(hf["vocab_size"], 2, divisible_by=1280),
-                                    num_layers_in_first_pipeline_stage=7, num_layers_in_last_pipeline_stage=6)
-    assert _stages(["model.make_vocab_size_divisible_by=1280"])[1] == theirs
-    assert _stages()[1] != theirs  # 128 x TP divides DeepSeek-V3's 129,280 already: no padding
+    def oracle(d):
+        return count_params_per_stage(hf, tp=2, pp=8, ep=32, etp=1, world_size=512,
+                                      padded_vocab_size=padded_vocab_size(hf["vocab_size"], 2, divisible_by=d),
+                                      num_layers_in_first_pipeline_stage=7, num_layers_in_last_pipeline_stage=6)
+    ours = _stages(how.get("sets", ()), how.get("mlm_args"))[1]
+    assert ours == oracle(divisor)
+    assert ours != oracle(1408 - divisor)  # the other launcher's padding (1280 <-> 128) differs
 
 
 def test_a_saved_estimate_keeps_the_mtp_depth_and_padding_it_was_made_with():
@@ -96,3 +105,22 @@ def test_a_run_without_the_model_s_mtp_layer_says_so_in_its_overrides():
         written = to_config(e)
         assert "model.mtp_num_layers" in written and written["model.mtp_num_layers"] == want
         assert f"model.mtp_num_layers={'null' if want is None else want}" in emit_all(written)["overrides.txt"]
+
+
+def test_a_megatron_lm_launch_reports_tflops_as_megatron_lm_counts(capsys):
+    """gpt-oss trains with --quick-geglu, which Megatron-LM's counter does not take for a 3-GEMM unit (training.py:
+    ffn factor 3 only under --swiglu) and Bridge's does (any gated_linear_unit): the same step, two TFLOP/s figures,
+    each the one its launcher's log prints (walls/flops.py conventions)."""
+    import json
+
+    from moetune.cli.main import main
+    from moetune.walls.flops import megatron_model_flops
+    args = ("--tensor-model-parallel-size 2 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 --bf16 "
+            "--quick-geglu --seq-length 4096 --global-batch-size 512 --micro-batch-size 1")
+    assert main(["estimate", "gpt-oss-120b", "--mlm-args", args, "--gpu", "h100", "--gpus", "64", "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)["time"]
+    assert t["flops_convention"] == "megatron-lm"
+    spec = load_model("gpt-oss-120b")
+    flops = {c: megatron_model_flops(spec, 4096, 512, tp=2, convention=c) for c in ("megatron-lm", "bridge")}
+    assert flops["bridge"] / flops["megatron-lm"] > 1.15  # the gated MLP counted 3 GEMMs against 2
+    assert t["tflops_per_gpu"] == pytest.approx(flops["megatron-lm"] / t["step_seconds"] / 64 / 1e12, rel=1e-9)

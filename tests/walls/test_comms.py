@@ -171,3 +171,26 @@ def test_the_allgather_dispatcher_gathers_every_token_of_the_ep_group():
     gather, alltoall = (_a2a_raw("mixtral-8x7b", dict(ep=8), d) for d in ("allgather", "alltoall"))
     # top-2 of 8 experts: alltoall sends 2 x 7/8 copies a token, the gather 7 tokens, 4x the bytes
     assert 2.5 < gather / alltoall < 4.5
+
+
+def _p2p_raw(gpu_key, gpus, pp):
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.specs.registry import load_model
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu(gpu_key), Layout(world_size=gpus, pp=pp, ep=4),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=gpus * 8),
+                 Knobs(precision="bf16", dispatcher="alltoall", routing="force-balance"))
+    return e.time["collectives"]["pp_p2p"]
+
+
+def test_pp_send_recv_rides_nvlink_only_when_every_stage_shares_the_domain():
+    """PP is the outermost group (stride world/PP): 64 GB200 in one NVL72 segment pass stage boundaries over NVLink,
+    64 H100 over the NIC; the same bytes, so the time ratio is the ratio of the two links."""
+    gb200, eff_gb = load_gpu("gb200"), efficiency("gb200")
+    nvlink = _p2p_raw("gb200", 64, 4)
+    nic = _p2p_raw("gb200", 256, 4)  # 256 GB200: four 64-GPU segments, one stage each
+    assert nic / nvlink == pytest.approx(gb200.nvlink_gbps * 1e9 * eff_gb["nvlink_eff"]
+                                         / (gb200.nic_gbps / 8 * 1e9 * eff_gb["nic_eff"]), rel=1e-6)
+    assert _p2p_raw("h100", 8, 2) < _p2p_raw("h100", 16, 2)  # one HGX node against two

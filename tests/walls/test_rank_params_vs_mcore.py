@@ -51,7 +51,7 @@ def test_stage_params_equal_megatron_core(model, kwargs, layer_spec, shared_data
     spec = load_model(model)
     lay = Layout(**kwargs)
     hf = json.loads((shared_data / "models" / f"{model}.config.json").read_text())
-    theirs = count_params_per_stage(hf, padded_vocab_size=padded_vocab_size(spec.vocab_size, lay.tp),
-                                    spec=layer_spec, **_oracle_kwargs(lay))
+    padded = padded_vocab_size(spec.vocab_size, lay.tp, spec.vocab_divisor)  # the bridge's padding, as moetune's
+    theirs = count_params_per_stage(hf, padded_vocab_size=padded, spec=layer_spec, **_oracle_kwargs(lay))
     ours = [s.total for s in stage_params(spec, lay, layer_spec=layer_spec)]
     assert ours == theirs

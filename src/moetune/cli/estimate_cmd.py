@@ -5,6 +5,7 @@ import click
 from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options
 from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table
 from moetune.layout.ranks import groups_leaving_domain
+from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks
 from moetune.planner.track_record import track_record, track_record_text
@@ -61,13 +62,17 @@ def print_time(result: Estimate) -> None:
     walls = t["walls"]
     rows = [[w, f"{s:.3f}", f"{100 * s / t['step_seconds']:.1f}%"] for w, s in walls.items()]
     out.print(table(f"Step time {t['step_seconds']:.3f} s: {t['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
-                    f"{t['tflops_per_gpu']:.1f} TFLOP/s/GPU, MFU {100 * t['mfu']:.1f}% "
+                    f"{t['tflops_per_gpu']:.1f} TFLOP/s/GPU ({t['flops_convention']}'s count), "
+                    f"MFU {100 * t['mfu']:.1f}% "
                     f"(dominant: {t['dominant_wall']})", ["wall", "seconds", "share"], rows))
     coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
             if t["collectives"][c] > 0]
     if coll:
         out.print(table("Communication per step (s)", ["collective", "total", "exposed"], coll))
     if result.defaulted:
-        shown = {"cuda_graph_scope": ",".join(result.knobs.cuda_graph_scope), "flex_num_sms": result.knobs.num_sms}
+        scope = ",".join(result.knobs.cuda_graph_scope) or "none"
+        if list(result.knobs.cuda_graph_scope) != platform_defaults(result.gpu)["cuda_graph_scope"]:
+            scope += " (the platform's scoped graphs less what Megatron refuses beside this recompute)"
+        shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms}
         out.print("defaulted to platform values: " + ", ".join(
             f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in result.defaulted))

@@ -18,9 +18,10 @@ from moetune.cli.plan_cmd import print_versus, same_job
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload
-from moetune.planner.explain import TIGHT_SHARE, explain
+from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.track_record import track_record_text
 from moetune.planner.versus import versus
 from moetune.walls.efficiency import load_efficiency_file
@@ -108,6 +109,11 @@ def print_explain(a: dict) -> None:
         note = f"; {step['note']}" if step.get("note") else ""
         out.print(f"  - {then}{step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}{tight}, "
                   f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{note} ({step['source']})")
+    if fix := f.get("fastest_fix"):
+        what = ", ".join(f"{k}={v}" for k, v in fix["change"].items())
+        out.print(f"  - faster than the ladder: {fix['rule']}: {what} -> peak {fix['new_peak_gib']:.1f} GiB, fits"
+                  f"{', tight' if fix['tight'] else ''}, {fix['new_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
+                  f"({fix['source']}; seeds/000 Three Walls: the memory wall's fixes include a better PP layout)")
     out.print(f"[bold]Scale[/bold]: Attention {s['attention_mesh']} | MoE {s['moe_mesh']}"
               + (f" | VPP {s['vpp']}" if s["vpp"] > 1 else "")
               + (f" | {s['pipeline_split']}" if s["pipeline_split"] != "even" else ""))

@@ -259,14 +259,17 @@ def estimate_from_flags(model: str, kw: dict):
     if kw.get("configs") or kw.get("mlm_args") or kw.get("sets"):
         return estimate_from_config(model, kw)
     from moetune.planner.estimate import estimate
+    from moetune.planner.legal import legal_default_scope
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
     from moetune.walls.efficiency import load_efficiency_file
 
     layout = build_layout(kw)
-    gpu = load_gpu(kw["gpu"])
+    gpu, spec = load_gpu(kw["gpu"]), load_model(model)
     knobs, defaulted = build_knobs(kw, gpu, layout)
-    result = estimate(load_model(model), gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
+    if "cuda_graph_scope" in defaulted:  # the platform's graphs, less what Megatron refuses beside the recompute
+        knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])
+    result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"]))
     result.defaulted = defaulted
     return result

@@ -14,7 +14,7 @@ from moetune.layout.layout import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import TIGHT_SHARE, findings, tight
+from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
@@ -276,7 +276,7 @@ def print_plan(result: PlanResult, gbs: int) -> None:
     if close := [str(rank) for rank, r in enumerate(result.results, 1) if tight(r)]:
         out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
                   f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "
-                  "--headroom GIB to keep a margin")
+                  f"--headroom {margin_gib(result.results[0].gpu)} to keep that margin")
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "

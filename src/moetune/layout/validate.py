@@ -66,6 +66,22 @@ def shard_cp(seq_length: int, tp: int, pp: int = 1, world: int | None = None) ->
     return min(legal, key=lambda c: (abs(math.log2(c / target)), -c))
 
 
+def undersharded_cp(seq_length: int, tp: int, cp: int, pp: int = 1, world: int | None = None) -> bool:
+    """seeds/002's long-context warning: past LONG_CONTEXT, a TP x CP shard of more than twice the 4K target while
+    the nearest legal CP (shard_cp) is larger than the one chosen (rule longctx.cp_sizing, explain's Scale)."""
+    return (seq_length >= LONG_CONTEXT and seq_length / (cp * tp) > 2 * SHARD_TOKENS
+            and shard_cp(seq_length, tp, pp, world) > cp)
+
+
+def ep_first_sizes(experts: int, ep: int, etp: int) -> tuple[int, int]:
+    """The seeds' EP-first split of the same EP x ETP expert ranks (seeds/000 Parallel Folding: EP before extra TP for
+    experts): the largest EP that divides the experts and the ranks, the rest as ETP (EP2 x ETP8 of Mixtral's 8
+    experts: EP8 x ETP2)."""
+    ranks = ep * etp
+    best = max(d for d in range(1, min(experts, ranks) + 1) if experts % d == 0 and ranks % d == 0)
+    return best, ranks // best
+
+
 def interleaves(pp: int, vpp: int, microbatches: int) -> bool:
     """Megatron's interleaved schedule runs micro-batches in groups of microbatch_group_size_per_vp_stage (default PP)
     and refuses a last group shorter than PP (megatron/core/pipeline_parallel/schedules.py,

@@ -14,6 +14,7 @@ providers override it (DeepSeek-V3 and Kimi-K2 bridges set 1280).
 from __future__ import annotations
 
 from moetune.errors import MoetuneError
+from moetune.specs.hf_config import bridge_vocab_divisor
 
 
 def padded_vocab_size(vocab: int, tp: int, divisible_by: int = 128) -> int:
@@ -26,8 +27,5 @@ def padded_vocab_size(vocab: int, tp: int, divisible_by: int = 128) -> int:
 
 
 def bridge_divisible_by(vocab: int) -> int:
-    """Megatron-Bridge default divisor: largest power of two <= 128 dividing ``vocab``."""
-    base = 128
-    while vocab % base:
-        base //= 2
-    return base
+    """Megatron-Bridge default divisor: largest power of two <= 128 dividing ``vocab`` (specs.hf_config)."""
+    return bridge_vocab_divisor("", vocab)

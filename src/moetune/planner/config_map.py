@@ -135,15 +135,25 @@ IDENTITY_FIELDS = ("model.num_layers", "model.hidden_size", "model.num_attention
                    "model.moe_ffn_hidden_size", "model.moe_router_topk")
 
 
+MLM_VOCAB_DIVISOR = 128
+
+
 def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
-    """MODEL with the vocabulary padding (model.make_vocab_size_divisible_by) and the MTP depth the config trains:
+    """MODEL with the vocabulary padding (model.make_vocab_size_divisible_by; 128 under Megatron-LM arguments that
+    leave it out, else the model's Bridge default), the FLOP counter of its launcher, and the MTP depth the config
+    trains:
     `model.mtp_num_layers` where the config sets it (None or 0: none);
     none under Megatron-LM arguments that leave it out (`--mtp-num-layers` defaults to None, arguments.py); else the
     model's own (Bridge's model providers take num_nextn_predict_layers from the config.json)."""
-    if (divisor := config.get("model.make_vocab_size_divisible_by")) is not None:  # the padding the launch asks
+    divisor = config.get("model.make_vocab_size_divisible_by")  # the padding the launch asks
+    if divisor is None and config.get(LAUNCHER) == "megatron-lm":
+        divisor = MLM_VOCAB_DIVISOR  # --make-vocab-size-divisible-by's default (arguments.py)
+    if divisor is not None:
         if int(divisor) < 1:
             raise MoetuneError(f"model.make_vocab_size_divisible_by ({divisor}) must be at least 1")
         m = replace(m, vocab_divisor=int(divisor))
+    if config.get(LAUNCHER) == "megatron-lm":  # its log counts FLOPs as training.py does
+        m = replace(m, flops_convention="megatron-lm")
     if "model.mtp_num_layers" in config:
         mtp = int(config["model.mtp_num_layers"] or 0)
     elif config.get(LAUNCHER) == "megatron-lm":
@@ -243,6 +253,9 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
         # under graphed MLP/MoE recompute (transformer_config.py), which full-iteration graphs are
         "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
+        # the padding the memory and FLOPs were counted with: Megatron-LM's default (128) is not Bridge's for every
+        # model (DeepSeek-V3 1280), so the emitted launch states it
+        "model.make_vocab_size_divisible_by": m.vocab_divisor,
     }
 
 

@@ -69,6 +69,7 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
         return [{}]
     if (num_layers + 2) % chunks == 0:
         return [{"account_for_embedding": True, "account_for_loss": True}]
+    even = [{"pipeline_layout": text}] if (text := _even_ranks_layout(num_layers, pp, vpp)) else []
     if pp >= 3:
         per_chunk = -(-num_layers // chunks)
         middle = (pp - 2) * vpp * per_chunk
@@ -76,9 +77,21 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
         for first in range(vpp, vpp * per_chunk + 1, vpp):
             last = rest - first
             if 0 < last <= vpp * per_chunk and last % vpp == 0:
-                return [{"first_stage_layers": first, "last_stage_layers": last}]
+                return [{"first_stage_layers": first, "last_stage_layers": last}, *even]
     layout = _mtp_layout(num_layers, 0, chunks) if pp > 1 else None
-    return [{"pipeline_layout": layout}] if layout else []
+    return [{"pipeline_layout": layout}, *even] if layout else even
+
+
+def _even_ranks_layout(num_layers: int, pp: int, vpp: int) -> str | None:
+    """A layout string giving every pipeline rank the same layers where they divide over PP but not over PP x VPP
+    (36 layers over PP4 x VPP6: 9 a rank, in virtual stages of 2, 2, 2, 1, 1, 1): the uneven-ends split puts 6 on
+    the end ranks and 12 in the middle, so a micro-batch or knob set the middle ranks cannot hold would be pruned
+    before the re-split could even them out (planner/search.py _rebalance_best re-splits only what fits)."""
+    if pp < 2 or vpp < 2 or num_layers % pp or num_layers % (pp * vpp) == 0 or num_layers // pp < vpp:
+        return None
+    per_rank = num_layers // pp
+    base, extra = divmod(per_rank, vpp)
+    return write_pipeline_layout([base + (v < extra) for v in range(vpp) for _ in range(pp)], 0)
 
 
 def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
@@ -266,13 +279,17 @@ def _precisions(defaults: dict, fixed: dict) -> list[str]:
     return precisions
 
 
+TE_SCOPED = ("attn", "moe_router", "moe_preprocess")  # seeds/000: the graph scope for dropless MoE
+
+
 def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
     """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload.
     Fine-grained activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put
     offloading last, and each offload set would double the search."""
     precisions = _precisions(defaults, fixed)
     dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
-    scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"])] +
+    # TE-scoped graphs are searched on every platform: one that defaults to none (A100's safe bring-up) runs them too
+    scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"]) or TE_SCOPED] +
                        ([("full_iteration",)] if routing == "force-balance" else []))
     overlaps = fixed.get("ep_overlap", [False, True])
     offloads = fixed.get("optimizer_offload_fraction", [0.0, 1.0])

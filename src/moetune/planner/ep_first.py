@@ -1,20 +1,24 @@
 """The seeds' EP-first alternative to a layout with expert tensor parallelism (seeds/000 Parallel Folding: EP before
-extra TP for experts; rule scale.prefer_ep_over_etp): the same ranks with EP x ETP expert ranks and ETP 1, predicted,
-and the wall that separates the two, so a configuration that keeps ETP says why it does."""
+extra TP for experts; rule scale.prefer_ep_over_etp): the same expert ranks at the largest EP the experts allow,
+predicted, and the wall that separates the two, so a configuration that keeps ETP says why it does."""
 
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
+from moetune.layout.validate import ep_first_sizes
 from moetune.planner.estimate import Estimate
 
 
 def ep_first(e: Estimate) -> Estimate | None:
-    """The estimate with the expert ranks EP x ETP and ETP 1, or None without expert TP or where that layout is
-    illegal (the experts do not divide over it)."""
+    """The estimate with the same EP x ETP expert ranks at the largest EP the experts allow (ETP 1 where they divide
+    over all of them), or None without expert TP, where no larger EP exists, or where that layout is illegal."""
     if e.layout.etp == 1 or not e.model.num_moe_experts:
         return None
+    ep, etp = ep_first_sizes(e.model.num_moe_experts, e.layout.ep, e.layout.etp)
+    if ep == e.layout.ep:
+        return None
     try:
-        return e.variant(layout=replace(e.layout, ep=e.layout.ep * e.layout.etp, etp=1))
+        return e.variant(layout=replace(e.layout, ep=ep, etp=etp))
     except (MoetuneError, ValueError):
         return None
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
 from moetune.layout.ranks import groups_leaving_domain
-from moetune.layout.validate import LONG_CONTEXT, SHARD_TOKENS, shard_cp
+from moetune.layout.validate import shard_cp, undersharded_cp
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.ep_first import ep_first, ep_first_note
 from moetune.planner.estimate import Estimate
@@ -18,10 +18,10 @@ from moetune.planner.fit_steps import fit_steps
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
 from moetune.planner.moves import (
     GIB,
-    TIGHT_SHARE,
     apply_move,
     findings,
     knobs_for,
+    margin_gib,
     move_change,
     moves,
     rule_errors,
@@ -41,7 +41,7 @@ def _fit(e: Estimate) -> dict:
            "worst_stage": e.worst_stage, "largest_items_gib": {k: v / GIB for k, v in top}}
     if tight(e):
         out["note"] = (f"tight: {free:.1f} GiB free, within the memory estimate's few-% error; "
-                       f"`moetune plan --headroom {TIGHT_SHARE * e.gpu.capacity_bytes / GIB:.0f}` keeps a margin")
+                       f"`moetune plan --headroom {margin_gib(e.gpu)}` keeps that margin")
     return out
 
 
@@ -61,7 +61,7 @@ def _scale(e: Estimate) -> dict:
                      "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
     seq = e.workload.seq_length
     target = shard_cp(seq, lay.tp, lay.pp, lay.world_size)
-    if seq >= LONG_CONTEXT and seq // (lay.cp * lay.tp) > 2 * SHARD_TOKENS and target > lay.cp:
+    if undersharded_cp(seq, lay.tp, lay.cp, lay.pp, lay.world_size):
         notes.append(f"long context: {seq // (lay.cp * lay.tp):,} tokens per TP x CP shard; start from a 4K shard, "
                      f"CP ~= seq/(4096 x TP), here CP{target} (the nearest legal power of two; seeds/002 § Start from "
                      "a 4K shard target, rule longctx.cp_sizing)" + _weighed_cp(e, target))
@@ -211,6 +211,17 @@ def _without_borrowed_gains(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["rule"] not in COMPOUND or gain[r["rule"]] > gain.get(COMPOUND[r["rule"]], -1.0)]
 
 
+def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
+    """The fastest single Retune move that makes a run fit without offloading (each is re-estimated and fits), where
+    it beats where the seeds' ladder ends: the memory wall's fixes include a better PP layout (seeds/000 Three Walls
+    table), which can cost nothing where recompute costs a fifth."""
+    fixes = [r for r in retune if "offload" not in r["rule"]]
+    fitted = next((s for s in steps if s.get("fits") and "change" in s), None)
+    if fixes and (fitted is None or fixes[0]["new_tokens_per_s_per_gpu"] > fitted["tokens_per_s_per_gpu"]):
+        return fixes[0]
+    return None
+
+
 def _default_exchange(e: Estimate) -> str | None:
     """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose."""
     if e.layout.cp == 1:
@@ -229,10 +240,13 @@ def explain(e: Estimate) -> dict:
     if e.layout.cp > 1 and _default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
         found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
     fp8 = caveat(e, same_config_in_bf16(e), "the same configuration in BF16") if applies(e.model, e.knobs) else None
+    retune = _retune(e, found)
+    if not e.fits and (faster := _faster_fix(fit["steps"], retune)):
+        fit["fastest_fix"] = faster
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(),
         "track_record": track_record(e.model.name, e.gpu.key, e.efficiency),
-        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": _retune(e, found),
+        "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": retune,
         "checks": _checks(found, SEVERITY_ORDER),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],

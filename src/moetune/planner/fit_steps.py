@@ -41,7 +41,9 @@ def fit_steps(e: Estimate) -> list[dict]:
                       + (f", cp_comm_type {exchange_text(smallest.knobs, smallest.layout.cp)}"
                          if smallest.layout.cp > 1 else ""),
                       "peak_gib": smallest.peak_bytes / GIB, "tight": tight(smallest),
-                      "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"], "source": "seeds/000 Phase 1"})
+                      "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"],
+                      "source": "seeds/000 Phase 1; the fastest of that size with these knobs: `moetune plan` weighs "
+                                "every layout and knob set"})
     current = e
     for move_id in _ladder(e):
         move = moves()[move_id]
@@ -103,17 +105,22 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
     # CP is for long context (seeds/000 Phase 2): below it, less CP comes first among layouts of the same size
     short = e.workload.seq_length < LONG_CONTEXT
     broken = set(rule_errors(e)) if broken is None else broken
-    for lay in sorted(fitting, key=lambda lay: (lay.tp * lay.cp * lay.pp, lay.cp if short else 0, lay.tp, lay.pp,
-                                                -lay.ep, lay.etp))[:SMALLEST_TRIES]:
+    size = min(lay.tp * lay.cp * lay.pp for lay in fitting)
+    smallest = sorted((lay for lay in fitting if lay.tp * lay.cp * lay.pp == size),
+                      key=lambda lay: (lay.cp if short else 0, lay.tp, lay.pp, -lay.ep, lay.etp))
+    found = []
+    for lay in smallest[:SMALLEST_TRIES]:
         try:
             alt = e.variant(layout=lay, workload=Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                           global_batch_size=gbs), knobs=knobs_for(e, lay))
         except MoetuneError:
             continue
         if not set(rule_errors(alt)) - broken:  # a layout the rules refuse (HybridEP past its domain) is no answer
-            return alt
-    return None
+            found.append(alt)
+    # of that size, the fastest (seeds/000 Phase 2 then weighs DP, the NVLink domain and EP over expert TP, which the
+    # step time prices); the first in the order above on a tie
+    return max(found, key=lambda a: a.time["tokens_per_s_per_gpu"], default=None)
 
 
-# Fitting layouts tried in order for one Megatron and the seeds accept (each costs an estimate and the rule table)
+# Fitting layouts of the least model parallelism weighed (each costs an estimate and the rule table)
 SMALLEST_TRIES = 24

@@ -44,6 +44,8 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
             model = model.with_mtp(mtp)
         if (divisor := r.get("pipeline", {}).get("vocab_divisor")) not in (None, model.vocab_divisor):
             model = replace(model, vocab_divisor=int(divisor))
+        if (convention := (r.get("time") or {}).get("flops_convention")) not in (None, model.flops_convention):
+            model = replace(model, flops_convention=str(convention))
         gpu = GpuSpec(**r["gpu_spec"]) if "gpu_spec" in r else load_gpu(r["gpu"])
     except KeyError as err:
         raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None

@@ -31,6 +31,8 @@ _LAYOUT_PROBES = (
      Workload(seq_length=8192, micro_batch_size=2, global_batch_size=512)),
     (Layout(world_size=1024, tp=4, cp=4, pp=8, vpp=4, ep=64, account_for_embedding=True, account_for_loss=True),
      Workload(seq_length=16384, micro_batch_size=4, global_batch_size=4096)),
+    # more expert ranks than any probe model has experts (the EP-first split then keeps expert TP)
+    (Layout(world_size=2048, ep=256, etp=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=2048)),
 )
 _PROBE_KNOBS = (Knobs(), Knobs(dispatcher="hybridep", ep_overlap=True, delay_wgrad=True))
 # The probe model and platforms: an 8-GPU and a 72-GPU NVLink domain, so facts about leaving the domain appear.
@@ -107,3 +109,13 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
         f = knob_findings(spec, gpu, grid[0], seq)[0]
         raise MoetuneError(f"no knob set passes the rule table ({f.rule}): {f.message} Change the --fix values.")
     return out
+
+
+def legal_default_scope(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> Knobs:
+    """`knobs` with a defaulted graph scope narrowed until no cudagraph rule refuses it beside the rest: the platform's
+    TE-scoped graphs, then attention alone (a 'moe' recompute beside a router graph), then none (full recompute)."""
+    for scope in (knobs.cuda_graph_scope, ("attn",), ()):
+        k = replace(knobs, cuda_graph_scope=scope)
+        if not any(r.startswith("cudagraph.") for r in knob_errors(spec, gpu, k, seq)):
+            return k
+    return replace(knobs, cuda_graph_scope=())

@@ -1,6 +1,7 @@
 """Retune and Fit moves (data/retune_moves.toml) applied to an estimate, and the Bridge overrides that make each
 one: what explain offers is re-estimated, and its overrides applied to the run give the numbers shown."""
 
+import math
 import tomllib
 from dataclasses import replace
 from functools import cache
@@ -44,9 +45,12 @@ def apply_move(e: Estimate, move: dict):
         wl = Workload(seq_length=e.workload.seq_length, micro_batch_size=int(mbs),
                       global_batch_size=e.workload.gbs(e.layout))
         new = e.variant(layout=layout, workload=wl, knobs=replace(knobs, **changes))
-        return even_out(new) if "vpp" in move.get("layout", {}) else new
+        new = even_out(new) if "vpp" in move.get("layout", {}) else new
     except (MoetuneError, ValueError, TypeError):
         return None
+    # a move that changes nothing moetune counts (the dense-MLP recompute of a model with no dense layer) is no move
+    same = new.time == e.time and [s.total for s in new.stages] == [s.total for s in e.stages]
+    return None if same else new
 
 
 def _knob_changes(e: Estimate, move: dict) -> dict:
@@ -135,6 +139,11 @@ COMPANIONS = ("mixed_precision.fp8", "mixed_precision.fp8_recipe", "mixed_precis
               "model.fp8_output_proj", "model.recompute_method", "model.recompute_num_layers",
               "model.cuda_graph_impl", "model.cuda_graph_scope", "comm_overlap.overlap_moe_expert_parallel_comm",
               "comm_overlap.delay_wgrad_compute")
+
+
+def margin_gib(gpu) -> int:
+    """Whole GiB of --headroom that keep a plan's picks out of `tight`: TIGHT_SHARE of the GPU's memory, rounded up."""
+    return math.ceil(TIGHT_SHARE * gpu.capacity_bytes / GIB)
 
 
 def tight(e: Estimate) -> bool:

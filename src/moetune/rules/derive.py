@@ -14,7 +14,7 @@ from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import shard_cp
+from moetune.layout.validate import ep_first_sizes, shard_cp, undersharded_cp
 from moetune.rules.table import load_table
 from moetune.walls.context_parallel import a2a_splits
 
@@ -81,6 +81,8 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
+    if d["is_moe"]:  # the EP the same expert ranks could run with the least expert TP (rule scale.prefer_ep_over_etp)
+        d["ep_first_ep"], d["ep_first_etp"] = ep_first_sizes(int(experts), d["ep"], d["etp"])
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
     d["moe_freq_layers"] = len(freq) if isinstance(freq, list) else None
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
@@ -89,6 +91,7 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     seq = value(config, "model.seq_length")
     if seq:
         d["cp_shard_target"] = shard_cp(int(seq), d["tp"], d["pp"], int(world) if world else None)
+        d["cp_undersharded"] = undersharded_cp(int(seq), d["tp"], d["cp"], d["pp"], int(world) if world else None)
     if world:
         d["world_size"] = world = int(world)
         attn, expert = d["tp"] * d["cp"] * d["pp"], d["etp"] * d["ep"] * d["pp"]

@@ -8,6 +8,22 @@ from moetune.specs.hf_access import HfConfig
 from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
 from moetune.specs.model import ModelSpec
 
+# Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
+# deepseek_v2_bridge.py 3200, deepseek_v3_bridge.py 1280, kimi_bridge.py 1280); every other bridge passes
+# MegatronModelBridge.make_vocab_size_divisible_by(vocab) (conversion/model_bridge.py): bridge_vocab_divisor
+PROVIDER_VOCAB_DIVISORS = {"deepseek_v2": 3200, "deepseek_v3": 1280, "kimi_k2": 1280}
+
+
+def bridge_vocab_divisor(model_type: str, vocab: int) -> int:
+    """The vocabulary padding divisor of a Megatron Bridge launch: the provider's own, else the largest power of two
+    up to 128 that divides the vocabulary (so the HF vocabulary needs no padding beyond TP's)."""
+    if model_type in PROVIDER_VOCAB_DIVISORS:
+        return PROVIDER_VOCAB_DIVISORS[model_type]
+    base = 128
+    while vocab % base:
+        base //= 2
+    return base
+
 
 def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
@@ -24,7 +40,8 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
         raise MoetuneError(f"{origin}: a field holds a value of the wrong type or zero ({err}); fix the "
                            "config.json") from None
     try:
-        return ModelSpec(name=name, model_type=model_type, source=origin, **fields)
+        divisor = bridge_vocab_divisor(model_type, fields["vocab_size"])  # moetune plans Bridge launches
+        return ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields)
     except ValueError as err:
         raise MoetuneError(f"{origin}: {err}") from None
 

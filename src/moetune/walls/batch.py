@@ -136,7 +136,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     hidden_ep = _per_stage(b, spec, lambda k: times[k][3])
     regain = _per_stage(b, spec, lambda k: times[k][4])
     compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
-    comm = comm + p2p_seconds(spec, ctx, f.pp, gpu, eff) * eff["p2p_exposed"]
+    comm = comm + p2p_seconds(spec, ctx, f.pp, f.world_size, gpu, eff) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
     slow = total.argmax(axis=1)[:, None]
     def pick(a):

@@ -70,6 +70,9 @@ def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
 # Each ring step and each all-to-all also pays a collective's fixed cost (launch + handshake): efficiency.toml
 # a2a_latency_us, the EP all-to-all's, as no published run isolates CP's own. A ring makes 3 (CP-1) steps a layer
 # (forward, then K,V and their gradients backward); a2a makes 4 all-to-alls (QKV and O, forward and backward).
+RING_FORWARD, A2A_FORWARD = 1 / 3, 1 / 2  # the forward pass's share of a ring's steps, of the all-to-alls
+
+
 def _ring(kv, size, stride, gpu, eff):
     steps = 3 * (size - 1)
     return np.where(size > 1, steps * (kv / link_bandwidth(size, stride, gpu, eff) + eff["a2a_latency_us"] * 1e-6),
@@ -160,18 +163,22 @@ def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, co
 
 def _option_cost(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, r: Rates, comm_type: str, attn_total,
                  inner=None) -> tuple:
-    """(raw, exposed, attention slowdown) of one exchange: the exchange hides under the attention as its ring's
+    """(raw, exposed, attention slowdown, replay) of one exchange: the exchange hides under the attention as its ring's
     chunked calls run it, `attn_total` x the slowdown (compute.ring_slowdown)."""
     if comm_type == "a2a+p2p" and inner is None:  # once, for the ring and the exchange
         inner = hcp_inner_size(spec, cp, tp, gpu.nvlink_domain)
     slow = ring_slowdown(ctx.seq_length, ring_ranks(spec, comm_type, cp, tp, gpu.nvlink_domain, inner), r)
     hard, soft = cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff, comm_type, inner)
-    return hard + soft, cp_exposed(hard, soft, attn_total * slow), slow
+    # A recompute that replays core attention replays its forward exchange: the ring's forward third (K,V once; the
+    # backward passes K,V and their gradients) under the forward attention, a2a's forward half (QKV in, O out)
+    hard_fwd = hard * (RING_FORWARD if comm_type == "all_gather" else A2A_FORWARD)
+    replay = cp_exposed(hard_fwd, soft * RING_FORWARD, attn_total / (1 + BWD_ATTN) * slow)
+    return hard + soft, cp_exposed(hard, soft, attn_total * slow), slow, replay
 
 
 def _total_cost(option: tuple, attn_total):
     """What an exchange costs a layer: its exposed seconds plus the attention seconds its ring's calls add."""
-    _, exposed, slow = option
+    _, exposed, slow, _ = option
     return exposed + attn_total * (slow - 1)
 
 
@@ -189,13 +196,14 @@ def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, r: Rates):
 
 
 def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knobs: Knobs, r: Rates, attn_s):
-    """(raw, exposed, attention slowdown) of one layer's CP exchanges; `attn_s` is its forward attention in one
-    causal call, the slowdown what a p2p ring's chunked calls multiply it by (1 without a ring)."""
+    """(raw, exposed, attention slowdown, replay) of one layer's CP exchanges; `attn_s` is its forward attention in
+    one causal call, the slowdown what a p2p ring's chunked calls multiply it by (1 without a ring), the replay the
+    exposed seconds of the forward exchange that recomputing the mixer runs again."""
     if not np.any(np.asarray(cp) > 1) or kind.mixer not in (*ATTENTION, "mamba", "gdn"):
-        return 0.0, 0.0, 1.0
+        return 0.0, 0.0, 1.0, 0.0
     if kind.mixer in ("mamba", "gdn"):  # their own all-to-alls, whatever cp_comm_type says (attention's exchange)
         hard = linear_mixer_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff)
-        return hard, hard, 1.0
+        return hard, hard, 1.0, hard * A2A_FORWARD
     # The planner asks again for every knob set of a layout batch; none of those knobs moves the exchange.
     arrays = (array_key(np.asarray(a, dtype=float)) for a in (ctx.tokens, cp, tp, attn_s))
     key = (spec, kind, gpu.key, gpu.nvlink_domain, knobs.cp_comm_type, knobs.hcp_a2a_size, r.attn, r.attn_hdim64,
@@ -211,7 +219,7 @@ def _layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, kno
     if knobs.cp_comm_type == "auto":
         pick = auto_choice(spec, ctx, cp, tp, gpu, eff, r)
         parts = [_option_cost(spec, kind, ctx, cp, tp, gpu, eff, r, t, attn_total) for t in AUTO_OPTIONS]
-        return tuple(np.choose(pick, np.broadcast_arrays(*(p[i] for p in parts))) for i in range(3))
+        return tuple(np.choose(pick, np.broadcast_arrays(*(p[i] for p in parts))) for i in range(4))
     return _option_cost(spec, kind, ctx, cp, tp, gpu, eff, r, knobs.cp_comm_type, attn_total, knobs.hcp_a2a_size)
 
 

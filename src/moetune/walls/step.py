@@ -24,7 +24,7 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
-from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, nvlink_busy, ring_seconds
+from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, link_bandwidth, nvlink_busy, ring_seconds
 from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
@@ -110,7 +110,9 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     if "layernorm" in knobs.effective_modules and knobs.recompute == "selective":
         regather = (kind.mixer != "none") + (kind.mlp == "dense" or (kind.mlp == "moe" and
                                                                     bool(spec.moe_shared_expert_intermediate_size)))
-    tp = (2 * n_tp + regather) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
+    # full recompute replays the layer's forward, its n_tp/2 all-gathers and n_tp/2 reduce-scatters included
+    replay = n_tp if knobs.recompute == "full" else 0
+    tp = (2 * n_tp + regather + replay) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
     ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
         parts, etp = _dispatch_parts(spec, lay, ctx, gpu, eff, knobs, full)
@@ -175,7 +177,9 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         compute = layer_compute_seconds(spec, kind, ctx, r, lay.ep, recompute=knobs.recompute,
                                         modules=knobs.effective_modules, eff=eff)
     attn = compute["core_attn"] / passes("core_attn")
-    cp_raw, cp_exposed, slow = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, r, attn)
+    cp_raw, cp_exposed, slow, cp_replay = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, r, attn)
+    if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):  # as its compute is
+        cp_raw, cp_exposed = cp_raw + cp_replay, cp_exposed + cp_replay
     compute = ring_attention(compute, attn, slow, knobs)
     total = sum(compute.values())
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed))
@@ -212,10 +216,12 @@ def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
     return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.head
 
 
-def p2p_seconds(spec: ModelSpec, ctx, pp, gpu: GpuSpec, eff: dict):
-    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward (NIC)."""
+def p2p_seconds(spec: ModelSpec, ctx, pp, world, gpu: GpuSpec, eff: dict):
+    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward. PP is the outermost
+    group in Megatron's rank order (stride world/PP): NVLink when every stage shares one domain (an NVL72 job, or a
+    single node), else the NIC, which the slowest boundary sets the pace at (comms.link_bandwidth)."""
     nbytes = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
-    return 2 * nbytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) * (pp > 1)
+    return 2 * nbytes / link_bandwidth(pp, world // np.maximum(pp, 1), gpu, eff) * (pp > 1)
 
 
 # Layer times by (model, layer kind, the layout's sizes, micro-batch shape, knobs, GPU, constants): a layer's time
@@ -244,7 +250,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
             host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
         compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
-        raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, gpu, eff)
+        raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, lay.world_size, gpu, eff)
         comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
         out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
@@ -306,7 +312,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     walls = {k: float(v) for k, v in walls.items()}
     step = sum(walls.values())
     tokens = wl.gbs(lay) * wl.seq_length
-    flops = megatron_model_flops(spec, wl.seq_length, wl.gbs(lay), tp=lay.tp)
+    flops = megatron_model_flops(spec, wl.seq_length, wl.gbs(lay), tp=lay.tp, convention=spec.flops_convention)
     tflops = flops / step / lay.world_size / 1e12
     collectives = {k: float(m * v) for k, v in slow["comm_raw"].items()}
     collectives["dp_grad_reduce_param_gather"] = dp_raw
@@ -317,6 +323,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "step_seconds": step,
         "tokens_per_s_per_gpu": tokens / step / lay.world_size,
         "tflops_per_gpu": tflops,
+        "flops_convention": spec.flops_convention,  # whose counter tflops_per_gpu follows (walls/flops.py)
         "mfu": tflops / gpu.bf16_tflops,
         "walls": walls,
         "dominant_wall": max(walls, key=walls.get),
