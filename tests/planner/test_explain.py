@@ -401,3 +401,16 @@ def test_ep_first_halves_expert_tp_where_the_experts_cannot_take_all_of_it():
     assert (alt.layout.ep, alt.layout.etp) == (8, 2)
     rule = next(f for f in findings(e) if f.rule == "scale.prefer_ep_over_etp")
     assert "EP8 x ETP2" in rule.message
+
+
+def test_an_offloading_run_that_fits_without_is_told_to_drop_it():
+    """seeds/000 Phase 1: offloading only when recompute and parallelism are not enough. Qwen3-30B-A3B on 16 H100 with
+    its optimizer on the host and moe_act recompute fits without the offload: Retune offers dropping it, and its
+    overrides applied to the run give a run with no offloading."""
+    e = _est("qwen3-30b-a3b", "h100", 16, dict(ep=16), 256, precision="bf16", dispatcher="alltoall",
+             recompute="selective", recompute_modules=frozenset({"moe_act"}), optimizer_offload_fraction=1.0)
+    row = next(r for r in explain(e)["retune"] if r["rule"] == "drop_offload")
+    assert row["predicted_gain"] > 0 and row["new_peak_gib"] < e.gpu.capacity_bytes / 2**30
+    knobs = from_config({**to_config(e), **row["change"]})[2]
+    assert knobs.optimizer_offload_fraction == 0 and not knobs.offload_modules
+    assert not _errors_after(e, row["change"])

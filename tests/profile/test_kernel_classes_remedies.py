@@ -10,7 +10,7 @@ from moetune.profile.walls import arch, decide
 NAMES = [
     ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*)", None, "deepep"),
     ("void deep_ep::internode::cached_notify(int, int, int, int*, void**)", None, "deepep"),
-    ("void hybrid_ep::dispatch_kernel<__nv_bfloat16, 8, 4>(hybrid_ep::Params)", None, "deepep"),
+    ("void hybrid_ep::dispatch_kernel<__nv_bfloat16, 8, 4>(hybrid_ep::Params)", None, "hybridep"),
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "all_to_all", "alltoall"),
     ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", None, "sendrecv"),
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "send", "sendrecv"),
@@ -59,7 +59,8 @@ def test_arch(cc, name):
 
 
 COMM = {"busy_share": 0.6, "exposed_comm_share": 0.3, "rank_wait_share": 0.0, "host_bound_share": 0.02,
-        "exposed.alltoall": 0.3, "exposed.ep_comm": 0.3, "share.deepep": 0.0, "gpu.arch": "hopper", "gpu.nvl72": False}
+        "exposed.alltoall": 0.3, "exposed.ep_comm": 0.3, "share.fused_ep": 0.0, "gpu.arch": "hopper",
+        "gpu.nvl72": False}
 
 
 def test_decide_orders_walls():
@@ -104,3 +105,13 @@ def test_fp8_variant_by_architecture():
     assert next(r for r in recommend("memory", {"gpu.arch": "hopper"}) if r.rule == "mem.fp8")
     assert not [r for r in recommend("memory", {"gpu.arch": "hopper"}, {"mixed_precision": "bf16_with_mxfp8_mixed"})
                 if r.rule == "mem.fp8"]
+
+
+@pytest.mark.parametrize("exposed, knob", [("exposed.deepep", "model.moe_deepep_num_sms"),
+                                           ("exposed.hybridep", "model.moe_hybridep_num_sms")])
+def test_exposed_fused_dispatch_tunes_the_sms_of_the_backend_that_ran(exposed, knob):
+    """HybridEP on H100 or B200 runs hybrid_ep kernels, whose SMs moe_hybridep_num_sms sets; DeepEP's knob would do
+    nothing for it (seeds/004 Tuning Parameters), whatever the platform."""
+    facts = {**COMM, "exposed.alltoall": 0.0, "exposed.ep_comm": 0.3, exposed: 0.3, "share.fused_ep": 0.3}
+    changes = {k for r in recommend("communication", facts) for k in r.overrides}
+    assert knob in changes and not ({"model.moe_deepep_num_sms", "model.moe_hybridep_num_sms"} - {knob}) & changes

@@ -73,6 +73,7 @@ def test_derived_names_are_computed_or_declared():
      " {id: a.b, severity: error, when: 'True', message: m, source: s}]", "duplicate"),
     ("rules: [{id: a.b, severity: error, when: 'open(1)', message: m, source: s}]", "not allowed"),
     ("rules: [{id: a.b, severity: error, when: 'True', message: m, source: s, contexts: [lint]}]", "contexts"),
+    ("rules: [{id: a.b, severity: error, severity_mlm: mild, when: 'True', message: m, source: s}]", "severity_mlm"),
 ])
 def test_malformed_tables_are_rejected(text, needle):
     with pytest.raises(MoetuneError, match=needle):
@@ -83,3 +84,37 @@ def test_docs_list_every_rule():
     docs = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     missing = [r.id for r in load_table().rules if f"`{r.id}`" not in docs]
     assert missing == []
+
+
+def test_a_check_only_bridge_makes_is_a_warning_under_megatron_lm():
+    """DeepEP on GB200: Bridge's validate_flex_dispatcher_backend raises; Megatron-LM runs it (seeds/004 names DeepEP a
+    familiar tuned path there), so the same config is an error for a Bridge launch and a warning for Megatron-LM's."""
+    from moetune.rules import evaluate
+    base = ["model.num_moe_experts=64", "model.moe_token_dispatcher_type=flex",
+            "model.moe_flex_dispatcher_backend=deepep", "model.expert_model_parallel_size=8"]
+    def severity(extra):
+        config = load_config(sets=base + extra, gpu="gb200", gpus=8)
+        return next(f.severity for f in evaluate(config) if f.rule == "dispatcher.deepep_platform")
+    assert severity([]) == "error"
+    assert severity(["cluster.launcher=megatron-lm"]) == "warning"
+
+
+def test_selective_recompute_with_no_modules_recomputes_core_attention():
+    """Megatron-Core's recompute_modules default is ["core_attn"] (transformer_config.py __post_init__), so selective
+    recompute with no modules named is SDPA recompute, which seeds/002 warns against at very long context."""
+    from moetune.rules import evaluate
+    sets = ["model.num_moe_experts=64", "model.moe_grouped_gemm=true", "model.recompute_granularity=selective",
+            "model.seq_length=65536", "dataset.seq_length=65536", "model.context_parallel_size=16"]
+    fired = {f.rule: f for f in evaluate(load_config(sets=sets, gpu="h100", gpus=64))}
+    assert "core_attn" not in fired["longctx.sdpa_recompute"].fix["model.recompute_modules"]
+
+
+@pytest.mark.parametrize("launcher, fires", [("bridge", False), ("megatron-lm", True)])
+def test_bias_rules_leave_a_bridge_recipe_s_bias_to_the_recipe(launcher, fires):
+    """An overrides file that does not set add_bias_linear leaves it to the recipe's provider (False for most MoE
+    bridges): no bias error then; Megatron-LM's own default (bias on) applies to its arguments."""
+    from moetune.rules import evaluate
+    sets = ["model.num_moe_experts=64", "model.expert_model_parallel_size=4", "model.expert_tensor_parallel_size=2",
+            f"cluster.launcher={launcher}"]
+    found = {f.rule for f in evaluate(load_config(sets=sets, gpu="h100", gpus=8))}
+    assert ("scale.moe_bias_needs_etp1" in found) == fires

@@ -184,7 +184,7 @@ def pick_checks(pick) -> list[dict]:
     """The rule errors and warnings the pick itself raises (a pinned --fix can lead the search where the seeds warn:
     TP past the NVLink domain), as `moetune check` of its config reports them."""
     return [{"rule": f.rule, "severity": f.severity, "message": f.message}
-            for f in findings(pick, weigh_selective=False) if f.severity in ("error", "warning")]
+            for f in findings(pick) if f.severity in ("error", "warning")]
 
 
 def print_versus(v: dict) -> None:

@@ -22,7 +22,8 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     if d.get("flex_backend") == "hybridep" and domain:
         # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment.
         out["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = (
-            d["hybridep_ranks_per_domain"], f"HybridEP: min(EP={d['ep']}, NVLink domain={domain})")
+            d["hybridep_ranks_per_domain"],
+            f"HybridEP: min(EP={d['ep']}, the job's NVLink domain={d.get('job_nvlink_domain', domain)})")
         out["NVLINK_DOMAIN_SIZE"] = (domain, "HybridEP topology: GPUs in one NVLink domain")
         out["USE_MNNVL"] = (int(domain > d.get("gpus_per_node", domain)), "1 on multi-node NVLink (NVL72)")
     # Megatron-Bridge scripts/performance/utils/overrides.py, in its order: 32 on Blackwell; else 1 when TP/CP

@@ -16,6 +16,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
+from moetune.layout.ranks import job_nvlink_domain
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
 from moetune.rules.derive import dispatcher_sms, graph_setting
@@ -321,7 +322,8 @@ def hybrid_fields(e: Estimate) -> dict[str, Any]:
 
 def to_config(e: Estimate) -> dict[str, Any]:
     """The normalized config of an estimate (None values are dropped)."""
-    hybridep = {"env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": min(e.layout.ep, e.gpu.nvlink_domain)} \
+    hybridep = {"env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": min(
+        e.layout.ep, job_nvlink_domain(e.layout.world_size, e.gpu.gpus_per_node, e.gpu.nvlink_domain))} \
         if e.knobs.dispatcher == "hybridep" else {}
     out = {
         **_model_fields(e), **hybridep,

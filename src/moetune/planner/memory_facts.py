@@ -7,6 +7,7 @@ from moetune.errors import MoetuneError
 from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields, trained_model
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
+from moetune.planner.moves import fits_without_offload
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 
@@ -15,6 +16,8 @@ def memory_facts(e: Estimate) -> dict:
     facts = {"fits": e.fits, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes}
     selective = replace(e.knobs, recompute="selective", recompute_modules=frozenset({"moe_act", "layernorm"}))
     facts["fits_with_selective_recompute"] = e.variant(knobs=selective).fits
+    if e.knobs.optimizer_offload_fraction > 0 or e.knobs.offload_modules:
+        facts["fits_with_selective_without_offload"] = fits_without_offload(e)
     try:
         smallest = smallest_fitting_layout(e)
     except MoetuneError:  # a probe of other layouts: a rule one of them breaks is not the config's

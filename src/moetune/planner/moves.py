@@ -88,7 +88,21 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     derived = derive(config)
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
+    if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
+        derived["fits_with_selective_without_offload"] = fits_without_offload(e)
     return evaluate(config, derived, context="explain")
+
+
+def _offloads(knobs) -> bool:
+    return knobs.optimizer_offload_fraction > 0 or bool(knobs.offload_modules)
+
+
+def fits_without_offload(e: Estimate) -> bool:
+    """Whether the seeds' first selective set fits with no offloading in its place (rule fit.offload_before_recompute:
+    offloading only where recompute is not enough)."""
+    knobs = replace(e.knobs, recompute="selective", recompute_modules=frozenset({"layernorm", "moe_act"}),
+                    optimizer_offload_fraction=0.0, offload_modules=frozenset())
+    return e.variant(knobs=knobs).fits
 
 
 def _fits_with_selective(e: Estimate) -> bool:

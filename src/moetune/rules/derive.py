@@ -25,6 +25,7 @@ EXTERNAL = {
     "capacity_bytes": "int: usable bytes per GPU",
     "fitting_layout": "dict: overrides of the smallest model parallelism that fits",
     "fits_with_selective_recompute": "bool: selective recompute alone is enough to fit",
+    "fits_with_selective_without_offload": "bool: selective recompute with no offloading is enough to fit",
     "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
     "less_model_parallel_layout": "dict: overrides of that layout",
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",
@@ -117,8 +118,9 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         # when wider than it, or when it straddles two domains (EP40 in 60-rank domains).
         d["ep_crosses_nvlink"] = bool(members_in_domain(d["ep"], d["etp"], domain) < d["ep"])
         d["ep_in_domain"] = _largest_ep_in_domain(config, d, domain)
-        # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment.
-        d["hybridep_ranks_per_domain"] = min(d["ep"], d["nvlink_domain"])
+        # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment: EP itself, at most the
+        # domain (8 on HGX; on NVL72 Bridge refuses EP > 72, and a job's Slurm segment can hold fewer: 64 of 256 GB200)
+        d["hybridep_ranks_per_domain"] = min(d["ep"], domain)
 
 
 def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int) -> int:

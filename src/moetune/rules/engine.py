@@ -107,7 +107,9 @@ def evaluate(config: dict[str, Any], derived: dict[str, Any] | None = None, *, c
             continue
         ok, fired = _safe(rule.when, env)
         if ok and fired:
-            findings.append(Finding(rule=rule.id, severity=rule.severity, message=_message(rule, env),
+            mlm = rule.severity_mlm and config.get("cluster.launcher") == "megatron-lm"
+            findings.append(Finding(rule=rule.id, severity=rule.severity_mlm if mlm else rule.severity,
+                                    message=_message(rule, env),
                                     fix=_fix(rule, env), source=rule.source))
     findings.sort(key=lambda f: _ORDER[f.severity])
     return findings

@@ -45,6 +45,8 @@ class Rule:
     code: str = ""
     contexts: tuple[str, ...] = CONTEXTS
     names: frozenset[str] = field(default_factory=frozenset)  # every config name the rule reads
+    # the severity under a Megatron-LM launch (cluster.launcher), where it differs: a check only Bridge makes
+    severity_mlm: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +93,8 @@ def _rule(raw: dict[str, Any]) -> Rule:
         raise MoetuneError(f"rules.yaml {rid}: ids look like area.what (lower case)")
     if raw["severity"] not in SEVERITIES:
         raise MoetuneError(f"rules.yaml {rid}: severity must be one of {SEVERITIES}")
+    if raw.get("severity_mlm", raw["severity"]) not in SEVERITIES:
+        raise MoetuneError(f"rules.yaml {rid}: severity_mlm must be one of {SEVERITIES}")
     contexts = tuple(raw.get("contexts", CONTEXTS))
     if set(contexts) - set(CONTEXTS):
         raise MoetuneError(f"rules.yaml {rid}: contexts must be among {CONTEXTS}")
@@ -113,7 +117,7 @@ def _rule(raw: dict[str, Any]) -> Rule:
         names |= set(step.fix) if isinstance(step.fix, dict) else set()
     return Rule(id=rid, severity=raw["severity"], when=when, message=message, placeholders=holders,
                 steps=tuple(steps), source=str(raw["source"]), code=str(raw.get("code", "")), contexts=contexts,
-                names=frozenset(names))
+                names=frozenset(names), severity_mlm=raw.get("severity_mlm"))
 
 
 # libyaml's safe loader where PyYAML was built with it (ten times faster on rules.yaml, which every plan reads)
