@@ -64,7 +64,9 @@ def layout_facts() -> frozenset[str]:
 def knob_rules() -> Table:
     """The error rules that read only the model, the platform and the knobs."""
     table, layout = load_table(), layout_facts()
-    return replace(table, rules=tuple(r for r in table.rules if r.severity == "error" and not r.names & layout))
+    # whether a rule fires is its condition's business: its message and fix may read layout facts (the sequence a
+    # recompute fix weighs) without making the verdict depend on the layout
+    return replace(table, rules=tuple(r for r in table.rules if r.severity == "error" and not r.when.names & layout))
 
 
 def _probe(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> SimpleNamespace:
