@@ -33,7 +33,7 @@ def test_all_files(dsv3):
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
-@pytest.mark.parametrize("fname", ["env.sh", "torchrun.sh", "sbatch.sh"])
+@pytest.mark.parametrize("fname", ["env.sh", "torchrun.sh", "numa_bind.sh", "sbatch.sh"])
 def test_shell_scripts_parse(tmp_path, dsv3, fname):
     path = tmp_path / fname
     path.write_text(dsv3[fname])
@@ -259,3 +259,32 @@ def test_megatron_lm_arguments_hold_what_megatron_lm_accepts(sets, present, abse
     read_back = load_config(mlm_args=args, gpu="h100", gpus=8)
     if present == ["--grad-reduce-in-bf16"]:
         assert read_back["mixed_precision.grad_reduce_in_fp32"] is False
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_each_rank_runs_bound_to_its_gpu_s_numa_node(tmp_path, dsv3):
+    """numa_bind.sh (torchrun --no-python) binds a rank's CPUs and memory to the NUMA node of its GPU, read from the
+    GPU's PCI address (seeds/000 Host overhead: CPU affinity); stubs stand in for nvidia-smi and numactl. Without
+    them the command runs unbound, and says so."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/bash\necho "00000000:DB:00.0"\n')
+    (bin_dir / "numactl").write_text('#!/bin/bash\necho numactl "$@"\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    script = tmp_path / "numa_bind.sh"
+    script.write_text(dsv3["numa_bind.sh"])
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOCAL_RANK": "5"}
+    devices = tmp_path / "pci"  # sysfs as the script reads it: <domain:bus:device.function>/numa_node
+    (devices / "0000:db:00.0").mkdir(parents=True)
+    (devices / "0000:db:00.0" / "numa_node").write_text("1\n")
+    bound = subprocess.run(["bash", str(script), "echo", "train"], env={**env, "PCI_DEVICES": str(devices)},
+                           capture_output=True, text=True)
+    assert bound.stdout.strip() == "numactl --cpunodebind=1 --membind=1 echo train"
+    unknown = subprocess.run(["bash", str(script), "echo", "train"], env={**env, "PCI_DEVICES": str(tmp_path)},
+                             capture_output=True, text=True)
+    assert unknown.stdout.strip() == "train" and "unbound" in unknown.stderr
+    off = subprocess.run(["bash", str(script), "echo", "train"], env={**env, "NUMA_BIND": "0"}, capture_output=True,
+                         text=True)
+    assert off.stdout.strip() == "train" and off.stderr == ""
+    assert '--no-python "$HERE/numa_bind.sh"' in dsv3["torchrun.sh"]

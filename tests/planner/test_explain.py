@@ -414,3 +414,16 @@ def test_an_offloading_run_that_fits_without_is_told_to_drop_it():
     knobs = from_config({**to_config(e), **row["change"]})[2]
     assert knobs.optimizer_offload_fraction == 0 and not knobs.offload_modules
     assert not _errors_after(e, row["change"])
+
+
+def test_a_fused_dispatcher_picked_because_the_default_s_buffers_do_not_fit_says_so():
+    """Qwen3-235B-A22B on 256 H100 (the plan's pick at GBS 2048): HybridEP fits with 0.6 GiB free, DeepEP (the
+    platform's default) does not, by half a GiB: the difference is the buffers charged each (memory_overheads.toml),
+    and explain says so rather than let a tight margin pass for a preference."""
+    e = estimate(load_model("qwen3-235b-a22b"), load_gpu("h100"),
+                 Layout(world_size=256, tp=2, pp=8, vpp=6, ep=16, pipeline_layout="Ett|(tt|)*38t|(tt|)*7tL"),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=2048),
+                 Knobs(precision="fp8-blockwise", dispatcher="hybridep", ep_overlap=True, delay_wgrad=True,
+                       cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))
+    assert e.fits and not e.variant(knobs=replace(e.knobs, dispatcher="deepep")).fits
+    assert any("platform's deepep does not fit" in n for n in explain(e)["scale"]["notes"])

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.emit.bridge import dotted_overrides, python_snippet
-from moetune.emit.launch import env_sh, sbatch_sh, torchrun_sh
+from moetune.emit.launch import env_sh, numa_bind_sh, sbatch_sh, torchrun_sh
 from moetune.emit.mlm import megatron_lm_args
 from moetune.rules.derive import derive
 
-FILES = ("bridge_overrides.py", "overrides.txt", "megatron_lm_args.txt", "env.sh", "torchrun.sh", "sbatch.sh")
+FILES = ("bridge_overrides.py", "overrides.txt", "megatron_lm_args.txt", "env.sh", "torchrun.sh", "numa_bind.sh",
+         "sbatch.sh")
 
 
 def describe(config: dict[str, Any]) -> str:
@@ -35,6 +36,7 @@ def emit_all(config: dict[str, Any]) -> dict[str, str]:
         "megatron_lm_args.txt": megatron_lm_args(config, header),
         "env.sh": env_sh(config, header),
         "torchrun.sh": torchrun_sh(config, header),
+        "numa_bind.sh": numa_bind_sh(header),
         "sbatch.sh": sbatch_sh(config, header),
     }
 

@@ -77,8 +77,10 @@ NODE_RANK="${{NODE_RANK:-0}}"
 MASTER_ADDR="${{MASTER_ADDR:-127.0.0.1}}"
 MASTER_PORT="${{MASTER_PORT:-29500}}"
 ENGINE="${{ENGINE:-bridge}}"  # bridge | megatron-lm
+# each rank runs under numa_bind.sh, which binds it to its GPU's NUMA node (NUMA_BIND=0 turns that off)
 LAUNCH=(torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK"
-        --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")
+        --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"
+        --no-python "$HERE/numa_bind.sh" "${{PYTHON:-python}}")
 if [[ "$ENGINE" == "bridge" ]]; then
   : "${{RECIPE:?set RECIPE to the Megatron Bridge recipe function of this model, e.g. deepseek_v3_pretrain_config}}"
   BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
@@ -92,6 +94,30 @@ else
   mapfile -t EXTRA < <({READ_WORDS} "${{EXTRA_ARGS:-}}")  # the model's MODEL_ARGS, quotes as a shell reads them
   exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/{entry}" "${{ARGS[@]}}" "${{EXTRA[@]}}"
 fi
+"""
+
+
+def numa_bind_sh(header: str) -> str:
+    """CPU affinity for one rank (seeds/000 Phase 3, Host overhead row: CPU affinity tuning; seeds/004: it can matter
+    as much as the dispatcher on GB200/GB300): the rank's CPUs and memory on its GPU's NUMA node, as Megatron Bridge's
+    performance launcher binds them (scripts/performance/utils/executors.py, numactl --cpunodebind --membind), found
+    from the GPU's PCI address rather than a per-platform divisor. Runs the command unbound where numactl, nvidia-smi
+    or the node is missing, saying so."""
+    return f"""#!/usr/bin/env bash
+# {header}
+# torchrun runs this once per rank (LOCAL_RANK set): exec the command bound to the NUMA node of GPU LOCAL_RANK.
+set -euo pipefail
+node=-1
+if [[ "${{NUMA_BIND:-1}}" == 1 ]] && command -v numactl >/dev/null && command -v nvidia-smi >/dev/null; then
+  bus="$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "${{LOCAL_RANK:-0}}" | tr 'A-F' 'a-f')"
+  node="$(cat "${{PCI_DEVICES:-/sys/bus/pci/devices}}/${{bus: -12}}/numa_node" 2>/dev/null || echo -1)"
+fi
+if [[ "$node" =~ ^[0-9]+$ ]]; then
+  exec numactl --cpunodebind="$node" --membind="$node" "$@"
+fi
+[[ "${{NUMA_BIND:-1}}" == 1 ]] && echo "numa_bind.sh: rank ${{LOCAL_RANK:-0}} runs unbound (no numactl, nvidia-smi or \
+NUMA node)" >&2
+exec "$@"
 """
 
 

@@ -79,6 +79,8 @@ def _scale(e: Estimate) -> dict:
             notes.append(move)
     if lay.etp > 1 and not (lay.ep == 1 and e.knobs.routing == "dropless") and (note := ep_first_note(e)):
         notes.append(note)  # (dropless on EP 1: the routing note weighs the EP-first layout, with its imbalance)
+    if note := _default_dispatcher_note(e):
+        notes.append(note)
     if lay.dp == 1 and seq >= 32768:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/002 § Keep DP alive if "
                      "possible, rule longctx.dp_squeezed)")
@@ -86,6 +88,23 @@ def _scale(e: Estimate) -> dict:
             "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
             "pipeline_split": lay.split_text() or "even",
             "groups_leaving_nvlink_domain": leaving, "notes": notes}
+
+
+def _default_dispatcher_note(e: Estimate) -> str | None:
+    """Where a run uses another fused dispatcher than the platform's default and the default does not fit: the
+    difference is the buffers moetune charges each (data/memory_overheads.toml, estimates, not measurements), so a
+    tight margin should not decide it."""
+    default = platform_defaults(e.gpu)["dispatcher"]
+    if e.knobs.dispatcher == default or not e.model.num_moe_experts or e.layout.ep == 1 or not e.stages:
+        return None
+    alt = e.variant(knobs=replace(e.knobs, dispatcher=default))
+    if alt.fits:
+        return None
+    over = (alt.peak_bytes - alt.gpu.capacity_bytes) / GIB
+    return (f"the platform's {default} does not fit here by {over:.1f} GiB, where {e.knobs.dispatcher} does: the "
+            f"difference is the communication buffers moetune charges each (data/memory_overheads.toml, estimates "
+            f"from the seeds, not measurements); with so little between them, measure {default} too, or keep a "
+            f"margin with `moetune plan --headroom {margin_gib(e.gpu)}`")
 
 
 def _weighed_cp(e: Estimate, cp: int) -> str:
