@@ -170,7 +170,6 @@ CASES: dict[str, Case] = {
                             context="explain"),
     "overlap.tp_comm_needs_sp": Case(S(MOE, "comm_overlap.tp_comm_overlap=true")),
     # Megatron-LM turns sequence parallelism off at TP=1, then asserts it for TP overlap
-    "overlap.tp_comm_needs_sp_mlm": Case(S(MOE, "comm_overlap.tp_comm_overlap=true", "cluster.launcher=megatron-lm")),
     "overlap.tp_comm_quantizer": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
                                         "comm_overlap.tp_comm_overlap=true", "mixed_precision.fp8=e4m3",
                                         "mixed_precision.fp8_recipe=blockwise")),
@@ -228,13 +227,6 @@ CASES: dict[str, Case] = {
     "optimizer.dist_opt_out_of_sync": Case(S(MOE, "optimizer.use_distributed_optimizer=false")),
     "optimizer.low_precision_state_needs_precision_aware": Case(S(MOE, "optimizer.exp_avg_dtype=bf16",
                                                                   "optimizer.exp_avg_sq_dtype=bf16")),
-    # Megatron-LM's validate_args asserts 1 here, with DeepEP too (Bridge's perf scripts set 1 before the backend's 32)
-    "env.cuda_device_max_connections_mlm": Case(S(MOE, "model.tensor_model_parallel_size=2",
-                                                  "model.sequence_parallel=true",
-                                                  "model.moe_token_dispatcher_type=flex",
-                                                  "model.moe_flex_dispatcher_backend=deepep",
-                                                  "cluster.launcher=megatron-lm",
-                                                  "env.CUDA_DEVICE_MAX_CONNECTIONS=32"), "h100", 8),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.

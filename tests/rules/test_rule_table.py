@@ -118,3 +118,21 @@ def test_bias_rules_leave_a_bridge_recipe_s_bias_to_the_recipe(launcher, fires):
             f"cluster.launcher={launcher}"]
     found = {f.rule for f in evaluate(load_config(sets=sets, gpu="h100", gpus=8))}
     assert ("scale.moe_bias_needs_etp1" in found) == fires
+
+
+@pytest.mark.parametrize("rule, sets", [
+    ("overlap.tp_comm_needs_sp", ["comm_overlap.tp_comm_overlap=true"]),
+    ("env.cuda_device_max_connections", ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                                         "model.moe_token_dispatcher_type=flex",
+                                         "model.moe_flex_dispatcher_backend=deepep",
+                                         "env.CUDA_DEVICE_MAX_CONNECTIONS=32"]),
+])
+def test_what_bridge_tolerates_megatron_lm_asserts(rule, sets):
+    """Bridge turns tp_comm_overlap off without SP and its perf scripts only set the connections; Megatron-LM's
+    validate_args refuses both (arguments.py): one rule, a warning for a Bridge launch, an error for Megatron-LM's."""
+    from moetune.rules import evaluate
+    base = ["model.num_moe_experts=64", "model.expert_model_parallel_size=8", *sets]
+    def severity(launcher):
+        config = load_config(sets=base + [f"cluster.launcher={launcher}"], gpu="h100", gpus=8)
+        return next(f.severity for f in evaluate(config) if f.rule == rule)
+    assert (severity("bridge"), severity("megatron-lm")) == ("warning", "error")
