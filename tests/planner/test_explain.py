@@ -427,3 +427,21 @@ def test_a_fused_dispatcher_picked_because_the_default_s_buffers_do_not_fit_says
                        cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))
     assert e.fits and not e.variant(knobs=replace(e.knobs, dispatcher="deepep")).fits
     assert any("platform's deepep does not fit" in n for n in explain(e)["scale"]["notes"])
+
+
+def test_once_offloading_fits_the_ladder_backs_off_full_recompute():
+    """Qwen3-30B-A3B on 4 H100 in BF16: only the optimizer offload makes it fit, on top of full recompute; with the
+    offload on, selective recompute (moe) fits too and runs faster, so the ladder ends there (seeds/000 Phase 1: full
+    recompute only when the run still does not fit)."""
+    e = _est("qwen3-30b-a3b", "h100", 4, dict(ep=4), 60, precision="bf16")
+    steps = explain(e)["fit"]["steps"]
+    names = [s["step"] for s in steps]
+    assert names[-2:] == ["optimizer_offload", "lighter_recompute_with_offload"]
+    offload, lighter = steps[-2:]
+    assert lighter["fits"] and lighter["tokens_per_s_per_gpu"] > offload["tokens_per_s_per_gpu"]
+    assert lighter["change"]["model.recompute_granularity"] == "selective"
+    composed = {}
+    for step in steps:  # the ladder's overrides, one on top of another, as a user applies them
+        composed.update(step.get("change", {}))
+    assert not _errors_after(e, composed)
+    assert from_config({**to_config(e), **composed})[2].recompute == "selective"

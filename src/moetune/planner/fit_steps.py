@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import LONG_CONTEXT, Workload
+from moetune.planner.config_map import to_config
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import (
@@ -44,21 +45,48 @@ def fit_steps(e: Estimate) -> list[dict]:
                       "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"],
                       "source": "seeds/000 Phase 1; the fastest of that size with these knobs: `moetune plan` weighs "
                                 "every layout and knob set"})
-    current = e
+    current, passed = e, [e]
     for move_id in _ladder(e):
         move = moves()[move_id]
         new = _legal_step(current, move, broken)
         if new is None:
             continue
-        steps.append({"step": move_id, "change": move_change(move, current, new), "peak_gib": new.peak_bytes / GIB,
-                      "fits": new.fits, "tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
-                      "source": move["source"], "tight": tight(new)}
+        steps.append(_step(move_id, move_change(move, current, new), new, move["source"])
                      | ({"note": "EP overlap turned off: Megatron-Core refuses this recompute beside it"}
                         if current.knobs.ep_overlap and not new.knobs.ep_overlap else {}))
         current = new
+        passed.append(new)
         if new.fits:
             break
+    if current.fits and current.knobs.optimizer_offload_fraction > e.knobs.optimizer_offload_fraction:
+        if lighter := _lighter_recompute(current, passed[:-2], broken):
+            steps.append(_step("lighter_recompute_with_offload", _config_change(current, lighter), lighter,
+                               "seeds/000 Phase 1: full recompute only when the run still does not fit"))
     return steps
+
+
+def _step(name: str, change: dict, new: Estimate, source: str) -> dict:
+    return {"step": name, "change": change, "peak_gib": new.peak_bytes / GIB, "fits": new.fits,
+            "tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"], "source": source, "tight": tight(new)}
+
+
+def _config_change(old: Estimate, new: Estimate) -> dict:
+    """The Bridge overrides that take `old`'s config to `new`'s (None: unset)."""
+    before, after = to_config(old), to_config(new)
+    return {k: after.get(k) for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k)}
+
+
+def _lighter_recompute(offloaded: Estimate, earlier: list[Estimate], broken: set):
+    """Once offloading made the run fit, the lightest recompute of the ladder's earlier steps that still fits beside
+    it (the offload may have made full recompute unnecessary): the step before the offload is the one the offload
+    was added to, so only those before it are tried, lightest first."""
+    for state in earlier:
+        knobs = replace(state.knobs, optimizer_offload_fraction=offloaded.knobs.optimizer_offload_fraction)
+        alt = offloaded.variant(knobs=knobs, workload=state.workload)
+        if alt.fits and not set(rule_errors(alt)) - broken and \
+                alt.time["tokens_per_s_per_gpu"] > offloaded.time["tokens_per_s_per_gpu"]:
+            return alt
+    return None
 
 
 def _ladder(e: Estimate):
