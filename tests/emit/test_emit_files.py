@@ -288,3 +288,22 @@ def test_each_rank_runs_bound_to_its_gpu_s_numa_node(tmp_path, dsv3):
                          text=True)
     assert off.stdout.strip() == "train" and off.stderr == ""
     assert '--no-python "$HERE/numa_bind.sh"' in dsv3["torchrun.sh"]
+
+
+def test_full_iteration_graphs_turn_the_loss_nan_check_off(tmp_path):
+    """A captured iteration cannot read the loss on the host: Megatron-LM asserts --no-check-for-nan-in-loss-and-grad
+    with full-iteration graphs (arguments.py) and Bridge's perf scripts set rerun_state_machine.check_for_nan_in_loss
+    False; the emitted launch does both, and check finds nothing to fix in either."""
+    with contextlib.redirect_stdout(io.StringIO()) as text:
+        assert main(["estimate", "gpt-oss-120b", "--gpu", "gb200", "--gpus", "64", "--ep", "64", "--mbs", "4",
+                     "--gbs", "1280", "--precision", "mxfp8", "--dispatcher", "hybridep", "--cuda-graph-scope",
+                     "full_iteration", "--routing", "force-balance", "--json"]) == 0
+    (tmp_path / "e.json").write_text(text.getvalue())
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["emit", str(tmp_path / "e.json"), "--out", str(tmp_path / "run")]) == 0
+    assert "rerun_state_machine.check_for_nan_in_loss=false" in (tmp_path / "run" / "overrides.txt").read_text()
+    assert "--no-check-for-nan-in-loss-and-grad" in (tmp_path / "run" / "megatron_lm_args.txt").read_text()
+    for name in ("overrides.txt", "megatron_lm_args.txt"):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            main(["check", str(tmp_path / "run" / name), "--gpu", "gb200", "--gpus", "64", "--json"])
+        assert "cudagraph.full_iteration_nan_check" not in {f["rule"] for f in json.loads(out.getvalue())["findings"]}

@@ -174,6 +174,8 @@ CASES: dict[str, Case] = {
                                         "comm_overlap.tp_comm_overlap=true", "mixed_precision.fp8=e4m3",
                                         "mixed_precision.fp8_recipe=blockwise")),
     "cudagraph.full_iteration_dropless": Case(S(MOE, "model.cuda_graph_impl=full_iteration")),
+    "cudagraph.full_iteration_nan_check": Case(S(MOE, "model.cuda_graph_impl=full_iteration")),
+    "compute.te_cross_entropy": Case(S(MOE, "model.cross_entropy_fusion_impl=te", "cluster.launcher=megatron-lm")),
     # forced balance (random logits) still varies the tokens per expert: DeepEP's counts are dynamic
     "cudagraph.full_iteration_static_experts": Case(S(MOE, "model.cuda_graph_impl=full_iteration",
                                                       "model.moe_router_force_load_balancing=true",

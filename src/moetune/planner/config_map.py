@@ -79,6 +79,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # _common.py sets both to graphs_active; Megatron-LM turns it on itself, arguments.py)
         "model.use_te_rng_tracker": True if k.cuda_graph_scope else None,
         "rng.te_rng_tracker": True if k.cuda_graph_scope else None,
+        # a captured iteration cannot read the loss on the host: Megatron-LM asserts the NaN check off
+        # (arguments.py, --no-check-for-nan-in-loss-and-grad) and Bridge's perf scripts turn it off (overrides.py)
+        "rerun_state_machine.check_for_nan_in_loss": False if full else None,
         "model.moe_router_force_load_balancing": k.routing == "force-balance",
         "comm_overlap.overlap_moe_expert_parallel_comm": k.ep_overlap,
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
