@@ -85,3 +85,42 @@ def test_a_prediction_far_from_the_measurement_asks_whether_it_is_the_same_run(s
     predicted = estimate_from_json(json.loads(capsys.readouterr().out))
     result = compare(predicted, diagnose([shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz"]))
     assert result["verdict"].startswith("predicted and measured steps are")
+
+
+def _gpt_oss_log(path, dump: bool):
+    """A training log of gpt-oss-120b on 64 H100: a Megatron-LM one prints its arguments first, a Bridge one not."""
+    head = ("------------------------ arguments ------------------------\n"
+            "  seq_length ...................................... 4096\n"
+            "  world_size ...................................... 64\n"
+            "-------------------- end of arguments ---------------------\n") if dump else ""
+    lines = [f" [2026-01-01 00:00:00] iteration {i:8d}/     100 | consumed samples: {512 * i} | elapsed time per "
+             f"iteration (ms): 5000.0 | throughput per GPU (TFLOP/s/GPU): 150.0 | global batch size:   512 |"
+             for i in range(1, 6)]
+    path.write_text(head + "\n".join(lines) + "\n")
+    return path
+
+
+def test_a_log_alone_compares_the_step_and_tflops_as_its_launcher_counts_them(tmp_path, capsys):
+    """Without traces there are no walls, but the iteration time and TFLOP/s still face the prediction; a Megatron-LM
+    log (its argument dump) counts gpt-oss-120b's quick-GEGLU MLP as 2 GEMMs (training.py), Bridge's as 3."""
+    import pytest
+
+    from moetune.specs.registry import load_model
+    from moetune.walls.flops import megatron_model_flops
+    sets = ["model.expert_model_parallel_size=8", "model.expert_tensor_parallel_size=1",
+            "model.tensor_model_parallel_size=2", "train.global_batch_size=512", "train.micro_batch_size=1",
+            "model.seq_length=4096"]
+    got = {}
+    for dump in (True, False):
+        log = _gpt_oss_log(tmp_path / f"log{dump}.txt", dump)
+        args = ["diagnose", "--log", str(log), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--json"]
+        assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+        got[dump] = json.loads(capsys.readouterr().out)["comparison"]
+    mlm, bridge = got[True], got[False]
+    assert mlm["available"] and mlm["step_seconds"]["measured"] == pytest.approx(5.0)
+    assert (mlm["tflops_per_gpu"]["flops_convention"], bridge["tflops_per_gpu"]["flops_convention"]) == (
+        "megatron-lm", "bridge")
+    spec = load_model("gpt-oss-120b")
+    ratio = (megatron_model_flops(spec, 4096, 512, tp=2, convention="bridge")
+             / megatron_model_flops(spec, 4096, 512, tp=2, convention="megatron-lm"))
+    assert bridge["tflops_per_gpu"]["predicted"] / mlm["tflops_per_gpu"]["predicted"] == pytest.approx(ratio)

@@ -26,7 +26,10 @@ def name_class(e: dict, c10d: dict[int, str]) -> str:
                         ("ncclKernel_Broadcast", "other_comm")):
         if name.startswith(prefix):
             return cls
-    if "gemm" in low or "cublas" in low:
+    # GEMMs, and convolutions, which cuDNN runs as implicit GEMMs (the V100 trace's ResNet)
+    conv = ("scudnn", "winograd", "dgrad_engine", "wgrad_alg", "convolve", "fprop_optimized", "dgrad_optimized",
+            "wgrad_optimized")
+    if any(key in low for key in ("gemm", "cublas", *conv)):
         return "gemm"
     return "other"
 

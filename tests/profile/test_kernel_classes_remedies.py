@@ -28,6 +28,14 @@ NAMES = [
     ("void deep_gemm::fp8_gemm_kernel<4096u, 7168u, 128u, (deep_gemm::GemmType)1>(GroupedContiguous)", None,
      "grouped_gemm"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", None, "other"),
+    # convolutions are implicit GEMMs (the HTA V100 sample trace's ResNet kernels); batch norm is not
+    ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", None, "gemm"),
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int, float const*, int)", None,
+     "gemm"),
+    ("void wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>(int, int, int, float const*, int, float*)", None,
+     "gemm"),
+    ("cudnn_infer_volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", None, "gemm"),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float, float)", None, "other"),
 ]
 
 
@@ -60,7 +68,7 @@ def test_arch(cc, name):
 
 COMM = {"busy_share": 0.6, "exposed_comm_share": 0.3, "rank_wait_share": 0.0, "host_bound_share": 0.02,
         "exposed.alltoall": 0.3, "exposed.ep_comm": 0.3, "share.fused_ep": 0.0, "gpu.arch": "hopper",
-        "gpu.nvl72": False}
+        "gpu.nvl72": False, "moe": True}
 
 
 def test_decide_orders_walls():
@@ -115,3 +123,50 @@ def test_exposed_fused_dispatch_tunes_the_sms_of_the_backend_that_ran(exposed, k
     facts = {**COMM, "exposed.alltoall": 0.0, "exposed.ep_comm": 0.3, exposed: 0.3, "share.fused_ep": 0.3}
     changes = {k for r in recommend("communication", facts) for k in r.overrides}
     assert knob in changes and not ({"model.moe_deepep_num_sms", "model.moe_hybridep_num_sms"} - {knob}) & changes
+
+
+def _overrides(wall, facts, config=None):
+    config = config or {}
+    facts = {**facts, **{f"config.{k}": v for k, v in config.items()}}
+    return {r.rule: r.overrides for r in recommend(wall, facts, config)}
+
+
+def test_ep_overlap_brings_vpp_where_pp_has_none():
+    """Megatron-Core refuses EP overlap at PP > 1 without VPP (seed 003 Prerequisites, rule ep_overlap.pp_needs_vpp)."""
+    config = {"model.expert_model_parallel_size": 8, "model.pipeline_model_parallel_size": 2}
+    assert _overrides("communication", COMM, config)["comm.ep_overlap"]["model.virtual_pipeline_model_parallel_size"] \
+        == 2
+    with_vpp = {**config, "model.virtual_pipeline_model_parallel_size": 4}
+    assert "model.virtual_pipeline_model_parallel_size" not in _overrides("communication", COMM, with_vpp)[
+        "comm.ep_overlap"]
+
+
+def test_dp_and_tp_overlap_advice_is_legal_for_the_config():
+    """Parameter-gather overlap needs the distributed optimizer (Megatron-LM asserts it); TP comm overlap needs a
+    config with TP > 1 (an exposed all-reduce may be a DDP bucket's, and SP at TP 1 is refused)."""
+    facts = {**COMM, "exposed.dp_tp_comm": 0.2, "exposed.alltoall": 0.0, "exposed.ep_comm": 0.0}
+    plain = _overrides("communication", facts)
+    assert plain["comm.dp_overlap"] == {"ddp.overlap_grad_reduce": True, "ddp.overlap_param_gather": True}
+    assert "comm.tp_overlap" not in plain
+    no_dist = _overrides("communication", facts, {"ddp.use_distributed_optimizer": False})
+    assert no_dist["comm.dp_overlap"] == {"ddp.overlap_grad_reduce": True}
+    assert "comm.tp_overlap" in _overrides("communication", facts, {"model.tensor_model_parallel_size": 4})
+
+
+@pytest.mark.parametrize("arch, fp8", [("hopper", True), ("blackwell", True), ("unknown", False), ("volta", False)])
+def test_fp8_advice_only_where_the_gpu_is_known_to_run_it(arch, fp8):
+    facts = {"share.matmul": 0.6, "share.other": 0.0, "gpu.arch": arch}
+    assert ("compute.fp8" in _overrides("compute", facts)) == fp8
+
+
+def test_moe_advice_waits_for_evidence_of_a_moe_model(traces_dir):
+    """The 16-rank A100 trace's all-to-alls are a recommender's embedding exchange (TorchRec kjt all2all), and no
+    grouped-GEMM or DeepEP kernel ran: no dispatcher, EP-overlap or grouped-GEMM advice, nor MoE fusions; with a config
+    naming experts they come back."""
+    from moetune.profile import diagnose
+    path = traces_dir / "a100_16rank_sendrecv_rank0.json.gz"
+    moe_rules = {"comm.dispatcher", "comm.ep_overlap", "compute.grouped_gemm"}
+    plain = diagnose([path])
+    assert "moe" not in plain.facts and not {r.rule for r in plain.recommendations} & moe_rules
+    told = diagnose([path], config={"model.num_moe_experts": 64, "model.expert_model_parallel_size": 8})
+    assert told.facts["moe"] is True and "comm.ep_overlap" in {r.rule for r in told.recommendations}

@@ -59,6 +59,8 @@ def _print_comparison(cmp: dict) -> None:
         return
     rows = [[w, f"{v['predicted']:.3f}", f"{v['measured']:.3f}"] for w, v in cmp["walls"].items()]
     rows.append(["step", f"{cmp['step_seconds']['predicted']:.3f}", f"{cmp['step_seconds']['measured']:.3f}"])
+    if t := cmp.get("tflops_per_gpu"):
+        rows.append([f"TFLOP/s/GPU ({t['flops_convention']}'s count)", f"{t['predicted']:.1f}", f"{t['measured']:.1f}"])
     out.print(table("Predicted vs measured per step (s)", ["wall", "predicted", "measured"], rows))
     out.print(f"[bold]Model check[/bold]: {escape(cmp['verdict'])}")
 

@@ -11,6 +11,7 @@ import math
 from moetune.errors import MoetuneError
 from moetune.planner.estimate import Estimate
 from moetune.profile.diagnose import DiagnoseResult
+from moetune.walls.flops import megatron_model_flops
 
 WALLS = ("compute", "communication", "bubble", "host")
 # Predicted and measured steps further apart than this are more likely two runs than a model error: the worst
@@ -45,7 +46,7 @@ def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
     same_run(predicted, measured)
     walls = measured_walls(measured)
     if walls is None:
-        return {"available": False, "why": "the measurement has no per-step kernel timeline (a log alone)"}
+        return _step_only(predicted, measured)
     pred = predicted.time["walls"]
     rows = {w: {"predicted": pred[w], "measured": walls[w]} for w in WALLS}
     step = {"predicted": predicted.time["step_seconds"], "measured": measured.step_seconds}
@@ -65,3 +66,25 @@ def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
                    f"model's published track record: is the prediction for this run's model, batch and layout? "
                    + verdict)
     return {"available": True, "walls": rows, "step_seconds": step, "worst_wall": worst, "verdict": verdict}
+
+
+def _step_only(predicted: Estimate, measured: DiagnoseResult) -> dict:
+    """A log alone: its iteration time against the predicted step, and its TFLOP/s against the prediction counted as
+    that log's launcher counts them (a Megatron-LM log, which prints its arguments, counts gated MLPs and windows as
+    training.py does; walls/flops.py conventions)."""
+    log = measured.log or {}
+    if not measured.step_seconds:
+        return {"available": False, "why": "the measurement has neither a kernel timeline nor timed iterations"}
+    step = {"predicted": predicted.time["step_seconds"], "measured": measured.step_seconds}
+    apart = step["predicted"] / step["measured"]
+    verdict = (f"a log alone, so the step only: predicted {step['predicted']:.3f} s, measured {step['measured']:.3f} "
+               f"s per iteration ({apart:.2f}x); pass the run's traces to see which wall differs")
+    out = {"available": True, "walls": {}, "step_seconds": step, "worst_wall": None, "verdict": verdict}
+    if log.get("tflops_per_gpu"):
+        convention = log.get("launcher") or predicted.model.flops_convention
+        flops = megatron_model_flops(predicted.model, predicted.workload.seq_length,
+                                     predicted.workload.gbs(predicted.layout), tp=predicted.layout.tp,
+                                     convention=convention)
+        out["tflops_per_gpu"] = {"predicted": flops / step["predicted"] / predicted.layout.world_size / 1e12,
+                                 "measured": log["tflops_per_gpu"], "flops_convention": convention}
+    return out

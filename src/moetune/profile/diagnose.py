@@ -158,6 +158,7 @@ def _rank_dict(r: RankMetrics) -> dict[str, Any]:
 
 def _log_dict(log: TrainingLog) -> dict[str, Any]:
     return {"path": log.path, "iterations_logged": len(log.iterations), "iteration_seconds": log.iteration_seconds,
+            "launcher": "megatron-lm" if log.argument_dump else None,
             "tflops_per_gpu": log.tflops_per_gpu, "tokens_per_second_per_gpu": log.tokens_per_second_per_gpu,
             "peak_reserved_bytes": log.peak_reserved_bytes, "alloc_retries": log.alloc_retries,
             "oom": bool(log.oom_lines)}

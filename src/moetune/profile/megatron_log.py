@@ -66,6 +66,8 @@ class TrainingLog:
     memory: list[MemoryReport]
     args: dict[str, str] = field(default_factory=dict)
     oom_lines: list[str] = field(default_factory=list)
+    # Megatron-LM prints its arguments at start-up (training/arguments.py print_args); Megatron Bridge does not
+    argument_dump: bool = False
 
     def steady_iterations(self) -> list[LogIteration]:
         """Logged intervals after the first: the first one includes warm-up and compilation."""
@@ -174,6 +176,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             log.oom_lines.append(line.strip()[:200])
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
+            log.argument_dump = True
     return log
 
 

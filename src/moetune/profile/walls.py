@@ -80,7 +80,22 @@ def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any
         out["oom"] = bool(m.log.oom_lines)
         out["alloc_retries"] = m.log.alloc_retries
     out.update({f"config.{k}": v for k, v in (config or {}).items()})
+    moe = _moe_evidence(out, config or {})
+    if moe is not None:
+        out["moe"] = moe
     return out
+
+
+def _moe_evidence(f: dict[str, Any], config: dict[str, Any]) -> bool | None:
+    """Whether the run is a MoE model: the config's expert count where it gives one, else grouped-GEMM or DeepEP /
+    HybridEP kernels in the trace; unknown (None) otherwise, so MoE-only advice waits for evidence (an all-to-all
+    alone may be a recommender's embedding exchange, TorchRec's kjt all2all)."""
+    experts = config.get("model.num_moe_experts")
+    if experts is not None:
+        return bool(experts and experts > 1)
+    if f.get("share.grouped_gemm", 0) > 0 or f.get("share.deepep", 0) > 0 or f.get("share.hybridep", 0) > 0:
+        return True
+    return None
 
 
 def _step_facts(s: StepMetrics) -> dict[str, float]:
