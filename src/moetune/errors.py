@@ -13,3 +13,8 @@ class MoetuneError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(message.split()))
+
+
+class UnsupportedPrecision(MoetuneError):
+    """The GPU has no Tensor Core format for the precision asked (the rule table's precision.* errors say the same
+    of a config, so `check` reports those rather than this)."""

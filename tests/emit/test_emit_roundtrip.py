@@ -102,3 +102,14 @@ def test_python_snippet_sets_the_same_knobs(monkeypatch, name):
             continue
         got = cfg.env_vars[field] if section == "env" else getattr(getattr(cfg, section), field)
         assert got == value, key
+
+
+@pytest.mark.parametrize("fname", ["overrides.txt", "megatron_lm_args.txt"])
+def test_a_cluster_file_gpu_reads_back_from_either_file(tmp_path, fname):
+    """A plan on a cluster .toml names the file in `# moetune: cluster.gpu=...`, quoted as an override value; both
+    emitted files read it back as the path (the Megatron-LM reader had kept the quotes)."""
+    cluster = tmp_path / "cl.toml"
+    cluster.write_text('gpu = "h100"\nmemory_gib = 70\n')
+    config = {**plan_config(next(iter(PLANS))), "cluster.gpu": str(cluster)}
+    (tmp_path / fname).write_text(emit_all(config)[fname])
+    assert load_config([tmp_path / fname])["cluster.gpu"] == str(cluster)

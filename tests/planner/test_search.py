@@ -213,3 +213,13 @@ def test_pinned_tp_comm_overlap_means_tp_above_one():
     result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=512),
                   fixed={"tp_comm_overlap": True}, top=3)
     assert all(r.layout.tp > 1 and r.knobs.tp_comm_overlap for r in result.results)
+
+
+def test_a_plan_whose_only_fit_overflows_the_host_says_so():
+    """DeepSeek-V3 on 16 GB300: only a full optimizer offload fits the GPU, and its state needs more host memory
+    than a Grace gives a GPU: nothing fits, and the reason names the host, not the pinned knobs."""
+    from moetune.cli.plan_cmd import nothing_fits
+    result = plan(load_model("deepseek-v3"), load_gpu("gb300"), 16, Workload(seq_length=4096, global_batch_size=128))
+    assert not result.results
+    assert result.lightest_host_gib > result.host_capacity_gib == 223
+    assert "host memory per GPU" in nothing_fits(result)

@@ -58,3 +58,27 @@ def test_bad_overheads_are_one_error(user, message):
     with pytest.raises(MoetuneError, match=re.escape(message)):
         merged_overheads(user)
 
+
+
+def test_the_optimizer_offload_must_fit_the_host_too():
+    """Megatron-Core's CPU offload keeps an FP32 copy, the Adam moments and an FP32 gradient of each offloaded
+    parameter on the host (hybrid_optimizer.py): 16 B a parameter. DeepSeek-V3 on 16 GB300 at TP8 EP16 fits the
+    GPU only with the whole optimizer offloaded, and that is over 600 GiB a GPU against a Grace's 223 GiB per GPU."""
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    from moetune.walls.rank_params import stage_params
+    gpu = load_gpu("gb300")
+    lay = Layout(world_size=16, tp=8, pp=2, ep=8, pipeline_layout="Et*31|t*30mL")
+    knobs = Knobs(precision="mxfp8", dispatcher="hybridep", recompute="full", optimizer_offload_fraction=1.0)
+    e = estimate(load_model("deepseek-v3"), gpu, lay, Workload(seq_length=4096, global_batch_size=128), knobs)
+    shards = [(-(-p.dense // (lay.dp * lay.cp)) + -(-p.expert // lay.edp)) for p in stage_params(e.model, lay)]
+    assert e.host_peak_bytes == 16 * max(shards)
+    assert e.host_peak_bytes > 600 * 2**30 and not e.host_fits and not e.fits
+    assert e.to_json()["memory"]["host_fits"] is False
+    import dataclasses
+    unchecked = dataclasses.replace(gpu, host_memory_gib=0)  # a cluster file's 0: not known, not checked
+    assert estimate(e.model, unchecked, lay, e.workload, knobs).fits == (e.peak_bytes <= gpu.capacity_bytes)

@@ -14,7 +14,7 @@ from rich.table import Table
 from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra
-from moetune.errors import MoetuneError
+from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
 from moetune.rules import Finding, evaluate
@@ -51,10 +51,21 @@ def config_options(func):
     return func
 
 
-def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus) -> dict:
+def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1) -> dict:
     if not (configs or sets or mlm_args):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
-    config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=result_config)
+    results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
+
+    def from_result(data: dict) -> dict:
+        results.append(result_config(data, rank))
+        return results[-1]
+
+    config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result)
+    for saved in results:  # a plan was predicted for its own cluster: --gpu/--gpus may not move it elsewhere
+        for flag, key, given in (("--gpu", "cluster.gpu", gpu), ("--gpus", "cluster.num_gpus", gpus)):
+            if given is not None and str(saved.get(key)) != str(config[key]):
+                raise MoetuneError(f"{flag} {given}: the saved result was predicted for {saved.get(key)}; plan that "
+                                   f"cluster (`moetune plan ... {flag} {given}`) instead of re-targeting this one")
     if isinstance(text := config.get("model.pipeline_model_parallel_layout"), str):
         parse_pipeline_layout(text)  # a string Megatron cannot parse is bad input, whatever else the config holds
     return config
@@ -142,6 +153,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
         config = dict(sorted({**fill, **config}.items()))
         try:
             derived = config_memory_facts(spec, config)
+        except UnsupportedPrecision:  # the rule table's precision errors say so, with the config's fix
+            pass
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
             layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules")

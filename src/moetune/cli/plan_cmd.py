@@ -213,6 +213,12 @@ def nothing_fits(result: PlanResult) -> str:
     if result.lightest_peak_gib is None:
         return fix
     kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
+    host, host_cap = result.lightest_host_gib, result.host_capacity_gib
+    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and host_cap and host > host_cap:
+        return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) fits the GPU at "
+                f"{result.lightest_peak_gib:.0f} GiB of {result.capacity_gib:.0f}{kept}, but its offloaded optimizer "
+                f"state needs {host:.0f} GiB of host memory per GPU of {host_cap:.0f} (data/hardware.toml "
+                f"host_memory_gib; a cluster file with host_memory_gib sets yours); {fix}")
     if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
         return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
                 f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
@@ -245,7 +251,8 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
-                               "capacity_gib": result.capacity_gib}
+                               "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
+                               "host_capacity_gib": result.host_capacity_gib}
     return out
 
 

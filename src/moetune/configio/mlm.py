@@ -138,7 +138,8 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
     for w in words[:start]:
         if w.startswith("@pragma:"):
             key, _, value = w[len("@pragma:"):].partition("=")
-            out.append(Assignment(key=key.strip(), value=value.strip(), origin=origin))
+            # the value as written in an overrides file (hydra: a path is quoted), as overrides_lines reads it
+            out.append(Assignment(key=key.strip(), value=parse_text(value.strip()), origin=origin))
         elif m := _ENV_WORD.match(w):
             env[m.group(1)] = substitute(m.group(2), env)
             out.append(Assignment(key=f"env.{m.group(1)}", value=env[m.group(1)], origin=origin))

@@ -49,8 +49,18 @@ class Estimate:
         return max(self.stages, key=lambda s: s.total).stage
 
     @property
+    def host_peak_bytes(self) -> int:
+        return max((s.host_bytes for s in self.stages), default=0)
+
+    @property
+    def host_fits(self) -> bool:
+        """What the optimizer's CPU offload keeps on the host fits the host memory of a GPU (unknown: assumed)."""
+        cap = self.gpu.host_capacity_bytes
+        return cap is None or self.host_peak_bytes <= cap
+
+    @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.gpu.capacity_bytes
+        return self.peak_bytes <= self.gpu.capacity_bytes and self.host_fits
 
     @property
     def job_domain(self) -> int:
@@ -78,7 +88,7 @@ class Estimate:
             "knobs": knobs_json(self.knobs, self.layout.ep),
             "stages": [
                 {"stage": s.stage, "params": s.params, "in_flight_microbatches": s.in_flight_microbatches,
-                 "bytes": {**s.items, "total": s.total}}
+                 "bytes": {**s.items, "total": s.total}, "host_bytes": s.host_bytes}
                 for s in self.stages
             ],
             "rank_order": "tp-cp-ep-dp-pp",
@@ -87,6 +97,9 @@ class Estimate:
             "memory": {
                 "peak_bytes": self.peak_bytes, "capacity_bytes": self.gpu.capacity_bytes,
                 "fits": self.fits, "worst_stage": self.worst_stage,
+                # the optimizer's CPU offload, per GPU's share of the host (capacity null: not known)
+                "host_peak_bytes": self.host_peak_bytes, "host_capacity_bytes": self.gpu.host_capacity_bytes,
+                "host_fits": self.host_fits,
             },
         }
         if self.gpu.ref != self.gpu.key:  # a cluster file's figures, so an edited or moved file cannot change them

@@ -26,7 +26,7 @@ from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_memory, batch_step_seconds, time_key
+from moetune.walls.batch import batch_host_bytes, batch_memory, batch_step_seconds, time_key
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import merged_overheads
@@ -43,6 +43,8 @@ class PlanResult:
     lightest_peak_gib: float | None = None  # least peak memory of any candidate under the lightest knobs
     lightest: str = ""  # that candidate's layout and micro-batch size
     capacity_gib: float = 0.0  # the GPU's memory
+    lightest_host_gib: float | None = None  # host memory that candidate's optimizer offload needs per GPU
+    host_capacity_gib: float | None = None  # the host memory per GPU (None: not known)
     headroom_gib: float = 0.0  # memory every candidate leaves free (plan --headroom)
     # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS)
     gbs_excluded_dp: list[int] = field(default_factory=list)
@@ -68,6 +70,8 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
     except MoetuneError:
         return np.zeros(batch.size, bool)
     fits = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads) <= gpu.capacity_bytes
+    if knobs.optimizer_offload_fraction > 0 and gpu.host_capacity_bytes is not None:  # and the host holds the rest
+        fits &= batch_host_bytes(batch, knobs) <= gpu.host_capacity_bytes
     f = batch.fields
     if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks each HybridEP EP group must lie
         domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)  # in one of
@@ -90,12 +94,14 @@ def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list
                       main_grads_fp32=grid[0].main_grads_fp32 if grid else True)
                 for p in sorted({k.precision for k in grid})] if grid else []
     if not lightest:
-        return None, (None, "")
+        return None, (None, "", None)
     peak = np.min([batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, k, overheads) for k in lightest],
                   axis=0)
     rows = np.nonzero(peak <= gpu.capacity_bytes)[0]
     i = int(np.argmin(peak))
-    least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}")
+    # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit)
+    host = float(batch_host_bytes(batch, lightest[0])[i]) / 2**30
+    least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}", host)
     return (batch.subset(rows) if len(rows) else None), least
 
 
@@ -175,7 +181,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                 resplit="pipeline_layout" not in fixed,
                 overheads=merged_overheads(overheads), user_overheads=overheads, top=top,
                 dispatcher=defaults["dispatcher"], progress=progress, total=len(grid))
-    batch, (least_gib, least) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid, s.overheads)
+    batch, (least_gib, least, least_host) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid,
+                                                          s.overheads)
     if batch is not None:
         _search_grid(s, batch, grid)
     _rebalance_best(s, efficiency_overrides)
@@ -190,7 +197,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                for _, _, lay, mbs, knobs, _ in s.best[:top]]
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
-                      results=results, lightest_peak_gib=least_gib, lightest=least,
+                      results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
+                      host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded)
 

@@ -16,12 +16,13 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from moetune.errors import MoetuneError
+from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.files import read_toml
 
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile")  # counts, not rates
+OPTIONAL = {"host_memory_gib"}  # a [gpu] table may leave these out
 ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
 # Architectures a [gpu] table may name without fitted constants: earlier NVIDIA ones and AMD CDNA parts
 PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
@@ -49,6 +50,9 @@ class GpuSpec:
     host_link_gbps: float  # GPU <-> host memory per direction, GB/s (PCIe or NVLink-C2C)
     gemm_tile: int  # rows of a GEMM output tile (weight dimensions round up to it: tile quantization)
     tdp_w: float
+    # host memory per GPU (the node's, or a Grace's, divided among its GPUs), GiB; 0: unknown, not checked. What the
+    # optimizer's CPU offload keeps there must fit in it (memory.offloaded_host_bytes)
+    host_memory_gib: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -63,6 +67,9 @@ class GpuSpec:
                      "nic_gbps", "host_link_gbps", "gemm_tile"):
             if getattr(self, name) <= 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
+        if self.host_memory_gib < 0:
+            raise MoetuneError(f"gpu '{self.key}': host_memory_gib ({self.host_memory_gib}) must be positive (or 0: "
+                               "unknown, not checked)")
 
 
     @property
@@ -74,16 +81,22 @@ class GpuSpec:
     def capacity_bytes(self) -> int:
         return int(self.memory_gib * GIB)
 
+    @property
+    def host_capacity_bytes(self) -> int | None:
+        """Host memory a GPU's rank may fill, or None where the catalog does not know it."""
+        return int(self.host_memory_gib * GIB) if self.host_memory_gib > 0 else None
+
     def peak_tflops(self, precision: str) -> float:
         """Dense peak for the GEMM precision; FP8 recipes use the FP8 rate, NVFP4 the FP4 rate."""
         if precision in BLACKWELL_ONLY and self.arch != "blackwell":
-            raise MoetuneError(f"--precision {precision} needs a Blackwell GPU (MXFP8/NVFP4 block scaling is a "
-                               f"Blackwell Tensor Core feature); {self.name} is {self.arch}: use fp8-blockwise")
+            instead = "fp8-blockwise" if self.fp8_tflops > 0 else "bf16 (it has no FP8 Tensor Cores)"
+            raise UnsupportedPrecision(f"--precision {precision} needs a Blackwell GPU (MXFP8/NVFP4 block scaling is a "
+                               f"Blackwell Tensor Core feature); {self.name} is {self.arch}: use {instead}")
         if precision == "bf16":
             return self.bf16_tflops
         rate = self.fp4_tflops if precision == "nvfp4" else self.fp8_tflops
         if rate <= 0:
-            raise MoetuneError(f"{self.name} has no {precision} Tensor Core rate; use --precision bf16")
+            raise UnsupportedPrecision(f"{self.name} has no {precision} Tensor Core rate; use --precision bf16")
         return rate
 
 
@@ -128,7 +141,7 @@ def load_cluster_file(path: Path) -> GpuSpec:
         gpu = catalog()[base.lower()]
     elif isinstance(base, dict):
         known = {f.name for f in fields(GpuSpec)} - {"key", "source"}
-        missing, unknown = sorted(known - set(base)), sorted(set(base) - known)
+        missing, unknown = sorted(known - set(base) - OPTIONAL), sorted(set(base) - known)
         if missing or unknown:
             raise MoetuneError(f"{path}: [gpu] table " + (f"is missing {', '.join(missing)}" if missing else
                                                            f"has unknown field(s) {', '.join(unknown)}")

@@ -29,6 +29,7 @@ from moetune.walls.memory import (
     in_flight,
     logits_bytes,
     model_state_bytes,
+    offloaded_host_bytes,
     overhead_bytes,
     userbuffer_bytes,
 )
@@ -104,6 +105,14 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     over = overhead_bytes(knobs, overheads)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)
     return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
+
+
+def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
+    """Host bytes of the optimizer's CPU offload on each candidate's heaviest stage (memory.offloaded_host_bytes)."""
+    params = SimpleNamespace(dense=b.dense, expert=b.expert)
+    host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.distributed_optimizer),
+                  lambda: offloaded_host_bytes(params, b.fields, knobs))
+    return np.where(b.valid, host, 0).max(axis=1)
 
 
 def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:

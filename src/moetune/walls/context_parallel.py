@@ -225,18 +225,20 @@ def _layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, kno
 
 def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knobs:
     """The concrete cp_comm_type (and a2a+p2p's inner size) a plan's "auto" stands for on this layout, so estimate,
-    explain and emit name what Megatron will run; p2p, Megatron's default, when CP is 1."""
-    if knobs.cp_comm_type == "a2a+p2p" and lay.cp > 1:
+    explain and emit name what Megatron will run; p2p, Megatron's default, when CP is 1, whatever was asked (there is
+    no exchange, and a config leaves the field out: config_map.cp_fields)."""
+    if lay.cp == 1:
+        return knobs if (knobs.cp_comm_type, knobs.hcp_a2a_size) == ("p2p", None) else replace(
+            knobs, cp_comm_type="p2p", hcp_a2a_size=None)
+    if knobs.cp_comm_type == "a2a+p2p":
         return replace(knobs, hcp_a2a_size=_hcp_size(spec, lay, knobs.hcp_a2a_size, job_gpu(gpu, lay.world_size)))
-    if knobs.cp_comm_type == "a2a" and lay.cp > 1 and not a2a_allows(spec, lay.cp, lay.tp):
+    if knobs.cp_comm_type == "a2a" and not a2a_allows(spec, lay.cp, lay.tp):
         # Transformer Engine's all-to-all CP splits each TP rank's heads and KV groups over CP: it cannot run here
         raise MoetuneError(f"cp_comm_type a2a at CP {lay.cp}: the {spec.num_attention_heads // lay.tp} heads and "
                            f"{spec.kv_groups // lay.tp} KV groups of a TP {lay.tp} rank must each split over CP "
                            f"(CP <= KV groups a rank); use p2p or a2a+p2p, or a smaller CP or TP")
     if knobs.cp_comm_type != "auto":
         return knobs
-    if lay.cp == 1:
-        return replace(knobs, cp_comm_type="p2p")
     gpu = job_gpu(gpu, lay.world_size)
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)

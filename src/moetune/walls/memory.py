@@ -70,6 +70,7 @@ class StageMemory:
     params: int  # parameters on one rank of this stage
     items: dict[str, int]  # named bytes
     in_flight_microbatches: float
+    host_bytes: int = 0  # what this rank keeps in host memory: the optimizer's CPU-offloaded share
 
     @property
     def total(self) -> int:
@@ -87,6 +88,17 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
     optimizer = per_param * (-(-p.dense // dense_shard) + -(-p.expert // expert_shard))
     items["optimizer_states"] = whole(optimizer * (1 - knobs.optimizer_offload_fraction))
     return items
+
+
+def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
+    """Host bytes of the optimizer's CPU offload: for each offloaded parameter of this rank's optimizer shard, its FP32
+    copy, the Adam moments and an FP32 gradient copy (Megatron-Core optimizer/cpu_offloading/hybrid_optimizer.py
+    keeps all three on the host, the gradient in cpu_copy_map_grad)."""
+    per_param = 4 + 2 * knobs.adam_moments_bytes + 4
+    dense_shard = layout.dp * layout.cp if knobs.distributed_optimizer else 1
+    expert_shard = layout.edp if knobs.distributed_optimizer else 1
+    return whole(per_param * (-(-p.dense // dense_shard) + -(-p.expert // expert_shard))
+                 * knobs.optimizer_offload_fraction)
 
 
 def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
@@ -195,7 +207,8 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
             items["tp_comm_userbuffers"] = ub
         allocated = sum(v for k, v in items.items() if k not in ("cuda_context", "nccl_buffers"))
         items["fragmentation"] = round(allocated * overheads["fragmentation_fraction"])
-        result.append(StageMemory(stage=p.stage, params=p.total, items=items, in_flight_microbatches=flight))
+        result.append(StageMemory(stage=p.stage, params=p.total, items=items, in_flight_microbatches=flight,
+                                  host_bytes=int(offloaded_host_bytes(p, layout, knobs))))
     return result
 
 
