@@ -21,6 +21,8 @@ def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tupl
         raise MoetuneError(f"{what} {path}: cannot read it ({err.strerror}); check its permissions") from None
     except (*errors, ValueError) as err:  # a decode error, or a number past Python's 4,300-digit limit
         raise MoetuneError(f"{what} {path}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
+    except RecursionError:
+        raise MoetuneError(f"{what} {path}: nests its values too deeply to read{'; ' + hint if hint else ''}") from None
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:

@@ -436,6 +436,12 @@ def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypa
     ('memory_gib = "seventy"', "memory_gib ('seventy') must be a finite number"),
     ('arch = "blackwell"', "arch ('blackwell') differs from H100 SXM5's (hopper)"),
     ("nvlink_domain = 7.5", "nvlink_domain (7.5) must be a whole number"),
+    # figures no machine has together
+    ("gpus_per_node = 3", "nvlink_domain (8) and gpus_per_node (3) must divide one another"),
+    ("nvlink_domain = 7", "nvlink_domain (7) and gpus_per_node (8) must divide one another"),
+    ("tdp_w = -5", "tdp_w (-5) must be 0 or more"),
+    ("fp8_tflops = -1", "fp8_tflops (-1) must be 0 or more"),
+    ("host_memory_gib = -1", "host_memory_gib (-1) must be positive"),
 ])
 def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, capsys):
     path = tmp_path / "c.toml"
@@ -445,10 +451,11 @@ def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, c
 
 
 @pytest.mark.parametrize(("field", "value", "needle"), [
-    ("hidden_size", "2048", "hidden_size ('2048') must be a whole number"),
-    ("hidden_size", 2048.5, "hidden_size (2048.5) must be a whole number"),
+    ("hidden_size", "2048", "field 'hidden_size' ('2048') must be a whole number"),
+    ("hidden_size", 2048.5, "field 'hidden_size' (2048.5) must be a whole number"),
     ("tie_word_embeddings", "yes", "field 'tie_word_embeddings' ('yes') must be true or false"),
     ("num_hidden_layers", 0, "field 'num_hidden_layers' (0) must be a whole number from 1 to 10,000"),
+    ("n_shared_experts", "1", "field 'n_shared_experts' ('1') must be a whole number of at least 0"),
 ])
 def test_a_config_json_of_the_wrong_types_is_one_line(field, value, needle, shared_data, tmp_path, capsys):
     data = json.loads((shared_data / "models" / "qwen3-30b-a3b.config.json").read_text())
@@ -657,3 +664,27 @@ def test_an_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(Path, "read_text", refuse)
     code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", str(tmp_path / "c.toml"), "--gpus", "16"], capsys)
     assert code == 2 and "Permission denied" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    # Megatron-LM trains in FP32 without --bf16, which moetune has no rates for (it had estimated BF16)
+    (["--mlm-args", "--expert-model-parallel-size 8"], "train in FP32"),
+    (["--mlm-args", "--expert-model-parallel-size 8 --bf16 --fp16"], "trains in FP16"),
+    (["--set", "model.recompute_granularity=selective", "--set", "model.recompute_modules=[bogus]"],
+     "model.recompute_modules: unknown recompute module(s) ['bogus']"),
+    (["--mlm-args", "--bf16 --recompute-granularity selective --recompute-modules gdp_qkv"],
+     "does not model recompute module(s) ['gdp_qkv']"),
+    (["--dispatcher", "deepep", "--ep", "1"], "Megatron-Core asserts ETP x EP > 1"),
+    (["--set", "model.pipeline_model_parallel_size=2", "--set", "model.pipeline_model_parallel_layout=|",
+      "--set", "mixed_precision.bf16=true"], "model.pipeline_model_parallel_layout places 0 decoder layers"),
+])
+def test_configs_moetune_cannot_price_are_one_line(args, needle, capsys):
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", *args], capsys)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("pin", ["dispatcher=deepep", "dispatcher=hybridep", "ep_overlap=true"])
+def test_pins_that_need_ep_beside_ep_1_name_the_pair(pin, capsys):
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", pin,
+                        "--fix", "ep=1"], capsys)
+    assert code == 2 and f"--fix {pin} needs EP > 1" in err and "nothing fits" not in err

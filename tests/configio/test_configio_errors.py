@@ -36,6 +36,21 @@ def run(args, capsys):
     ({}, ["--mlm-args", "--no-such-flag 3"], "unknown Megatron-LM argument"),
     ({}, ["missing.yaml"], "no such file"),
     ({}, [], "nothing to read"),
+    # a second fuzz round: YAML a loader takes but no config is, and inputs with no configuration in them
+    ({"c.yaml": "? [a, b]\n: 1\n"}, [], "is a list, not a name"),
+    ({"c.yaml": "logger:\n  wandb_project: &a [*a]\nmodel:\n  tensor_model_parallel_size: 2\n"}, [],
+     "an alias that holds itself"),
+    ({"c.yaml": "".join(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}" if i else "1"] * 9) + "]\n" for i in range(10))},
+     [], "expands to over 200,000 values"),
+    ({"c.yaml": "model: " + "[" * 3000 + "]" * 3000 + "\n"}, [], "nests its values too deeply"),
+    ({"c.json": "{\"config\": " + "[" * 100000 + "]" * 100000 + "}"}, [], "nests its values too deeply"),
+    ({"c.yaml": "model:\n  tensor_model_parallel_size: ${train.tp}\n"}, [], "resolves only ${oc.env:NAME}"),
+    ({"c.yaml": "model:\n  tensor_model_parallel_size: ${oc.env:MOETUNE_UNSET_VAR}\n"}, [],
+     "MOETUNE_UNSET_VAR is not set"),
+    ({}, ["--mlm-args", "tp=2"], "no Megatron-LM --flags"),
+    ({}, ["--mlm-args", "# --tensor-model-parallel-size 2"], "no Megatron-LM --flags"),
+    ({}, ["--mlm-args", "--num-layers 48 --num-layers-per-virtual-pipeline-stage 0 --pipeline-model-parallel-size 2"],
+     "must be at least 1"),
 ])
 @pytest.mark.parametrize("command", ["check", "emit"])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, files, args, needle, command):

@@ -44,6 +44,8 @@ def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
         peak = batch_memory(spec, batch, seq, gbs, knobs, default_overheads())
         step = batch_step_seconds(spec, batch, seq, gbs, knobs, g, efficiency(g.key))["step"]
         for i, (lay, m) in enumerate(cands):
+            if knobs.dispatcher == "deepep" and lay.ep * lay.etp == 1:
+                continue  # Megatron-Core refuses DeepEP there, and so does estimate; the plan's _fits drops it
             e = estimate(spec, g, lay, Workload(seq_length=seq, micro_batch_size=m, global_batch_size=gbs), knobs)
             assert peak[i] == pytest.approx(e.peak_bytes, rel=1e-6), (lay, m, knobs)
             assert step[i] == pytest.approx(e.time["step_seconds"], rel=1e-9), (lay, m, knobs)

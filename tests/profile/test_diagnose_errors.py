@@ -225,3 +225,27 @@ def test_te_multi_stream_grouped_gemm_is_not_told_to_turn_grouped_gemm_on(tmp_pa
     four = diagnose([_gemms_on([7, 13, 15, 17], tmp_path / "four.json")], config=moe)
     assert four.facts["gemm_streams"] == 4
     assert "compute.grouped_gemm" not in {r.rule for r in four.recommendations}
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    # yajl's C backend crashed the process (exit 139) on a number this long
+    ('{"traceEvents": [{"name": "k", "ph": "X", "cat": "kernel", "ts": 1, "dur": 1' + "0" * 5000 + "}]}",
+     "a number of 512 digits or more"),
+    # nesting made ijson's prefixes grow quadratically: minutes at 100,000 levels
+    ('{"a": ' + "[" * 100000 + "]" * 100000 + ', "traceEvents": []}', "nests values 128 levels deep"),
+    ('{"traceEvents": [{"args": ' + '{"a": ' * 200 + "1" + "}" * 200 + "}]}", "nests values 128 levels deep"),
+])
+def test_traces_no_profiler_writes_are_refused_before_parsing(tmp_path, capsys, text, needle):
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    code, _, err = cli([str(path)], capsys)
+    assert code == 2 and needle in err
+
+
+@pytest.mark.parametrize("value", ["-400", "1e400"])
+def test_a_memory_report_no_allocator_prints_is_refused(tmp_path, capsys, value):
+    log = tmp_path / "log.txt"
+    log.write_text(f"[Rank 0] (after 1 iterations) memory (MB) | allocated: 1 | max allocated: 1 | reserved: 1 | "
+                   f"max reserved: {value}\n")
+    code, _, err = cli(["--log", str(log)], capsys)
+    assert code == 2 and "max_reserved" in err and "must be a finite number >= 0" in err

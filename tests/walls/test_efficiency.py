@@ -15,14 +15,18 @@ def test_user_values_override_the_gpu_section():
 
 
 @pytest.mark.parametrize(("user", "message"), [
-    ({"gemm_eff": "x"}, "gemm_eff = 'x' must be a number (0, 1]"),
-    ({"h100": {"attn_eff": 1.5}}, "attn_eff = 1.5 must be a number (0, 1]"),
-    ({"nic_eff": 0}, "nic_eff = 0 must be a number (0, 1]"),
-    ({"ep_overlap_hide": True}, "ep_overlap_hide = True must be a number [0, 1]"),
-    ({"host_us_per_layer": -5}, "host_us_per_layer = -5 must be a number >= 0"),
-    ({"grouped_m_half": 0}, "grouped_m_half = 0 must be a number > 0"),
+    ({"gemm_eff": "x"}, "gemm_eff = 'x' must be a number in [0.001, 1]"),
+    ({"h100": {"attn_eff": 1.5}}, "attn_eff = 1.5 must be a number in [0.001, 1]"),
+    ({"nic_eff": 0}, "nic_eff = 0 must be a number in [0.001, 1]"),
+    ({"gemm_eff": 1e-300}, "gemm_eff = 1e-300 must be a number in [0.001, 1]"),  # a step of years
+    ({"ep_overlap_hide": True}, "ep_overlap_hide = True must be a number in [0, 1]"),
+    ({"host_us_per_layer": -5}, "host_us_per_layer = -5 must be a number in [0, 1e+06]"),
+    ({"host_us_per_layer": float("inf")}, "host_us_per_layer = inf must be a number in [0, 1e+06]"),
+    ({"a2a_latency_us": float("nan")}, "a2a_latency_us = nan must be a number in [0, 1e+06]"),
+    ({"a2a_gbps_per_sm": 0}, "a2a_gbps_per_sm = 0 must be a number in (0, 1e+06]"),  # it divides
+    ({"grouped_m_half": 0}, "grouped_m_half = 0 must be a number in (0, 1e+06]"),
     ({"warp_eff": 0.5}, "unknown constant(s) warp_eff"),
-    ({"a2a_eff_deepep": 0}, "a2a_eff_deepep = 0 must be a number > 0"),
+    ({"a2a_eff_deepep": 0}, "a2a_eff_deepep = 0 must be a number in [0.001, 1e+06]"),
     ({"h100": {"a2a_eff_deepep": 1.3}}, "a2a_eff_deepep = 1.3 times the link's 0.8"),
 ])
 def test_bad_values_are_one_error(user, message):
@@ -47,7 +51,7 @@ def test_calibrates_own_output_is_a_valid_efficiency_file():
     ("[h999]\ngemm_eff = 0.5\n", "section [h999] is not a catalog GPU"),
     ("h100 = 5\n", "h100 = 5; a GPU's constants go in a [h100] section"),
     ("[gb200]\nwarp_eff = 0.5\n", "unknown constant 'warp_eff'"),
-    ("[gb200]\ngemm_eff = 1.5\n", "gemm_eff = 1.5 must be a number (0, 1]"),
+    ("[gb200]\ngemm_eff = 1.5\n", "gemm_eff = 1.5 must be a number in [0.001, 1]"),
 ])
 def test_a_file_that_would_be_ignored_is_an_error(text, message, tmp_path):
     """Every value in the file is read or refused: a section no GPU reads is not silently skipped."""

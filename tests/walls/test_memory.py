@@ -45,13 +45,14 @@ def test_no_userbuffers_where_bridge_turns_the_overlap_off():
 
 
 @pytest.mark.parametrize(("user", "message"), [
-    ({"cuda_context_gib": -50}, "cuda_context_gib = -50 must be a number >= 0 (GiB)"),
+    ({"cuda_context_gib": -50}, "cuda_context_gib = -50 must be a number in [0, 1e+06) (GiB)"),
     ({"fragmentation_fraction": 2.0}, "fragmentation_fraction = 2.0 must be a number in [0, 1)"),
     ({"cuda_context_gibb": 1.5}, "unknown key 'cuda_context_gibb'"),
     ({"h100": {"cuda_context_gib": 5}}, "a section 'h100'"),
     ({"cuda_context_gib": True}, "cuda_context_gib = True must be a number"),
     ({"cuda_context_gib": "big"}, "cuda_context_gib = 'big' must be a number"),
     ({"deepep_buffer_gib": float("nan")}, "deepep_buffer_gib = nan must be a number"),
+    ({"nccl_gib": 1e308}, "nccl_gib = 1e+308 must be a number in [0, 1e+06) (GiB)"),  # its bytes overflowed
 ])
 def test_bad_overheads_are_one_error(user, message):
     """A negative or unknown overhead would quietly make a configuration fit (or do nothing): refused."""

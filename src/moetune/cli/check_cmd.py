@@ -5,12 +5,11 @@ Exit codes: 0 no errors, 1 errors found (RuleErrors), 2 input unreadable (one ``
 
 from __future__ import annotations
 
-import re
-
 import click
 from rich.markup import escape
 from rich.table import Table
 
+from moetune.cli.options import config_words
 from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra
@@ -52,7 +51,7 @@ def config_options(func):
 
 
 def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1) -> dict:
-    if not (configs or sets or mlm_args):
+    if not (configs or sets or mlm_args is not None):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
@@ -82,25 +81,6 @@ def check_findings(config: dict, context: str = "check", mcore: bool = True, der
 
 def _fix_text(fix: dict) -> str:
     return " ".join(f"{k}={hydra(v)}" for k, v in fix.items())
-
-
-# estimate's flags, as a config names them (layout/validate.py words its fixes for the command line)
-FLAG_KEYS = {"--pipeline-layout": "model.pipeline_model_parallel_layout",
-             "--first-stage-layers": "model.num_layers_in_first_pipeline_stage",
-             "--last-stage-layers": "model.num_layers_in_last_pipeline_stage",
-             "--hcp-a2a-size": "model.hierarchical_context_parallel_sizes", "--tp": "model.tensor_model_parallel_size",
-             "--cp": "model.context_parallel_size", "--pp": "model.pipeline_model_parallel_size",
-             "--vpp": "model.virtual_pipeline_model_parallel_size", "--ep": "model.expert_model_parallel_size",
-             "--etp": "model.expert_tensor_parallel_size", "--gbs": "train.global_batch_size",
-             "--mbs": "train.micro_batch_size", "--seq": "model.seq_length",
-             "--account-for-embedding": "model.account_for_embedding_in_pipeline_split",
-             "--account-for-loss": "model.account_for_loss_in_pipeline_split",
-             "--no-sequence-parallel": "model.sequence_parallel=false"}
-
-
-def config_words(message: str) -> str:
-    """A layout error worded for flags, with the config's names instead (check reads configs, not flags)."""
-    return re.sub(r"--[a-z0-9-]+", lambda m: FLAG_KEYS.get(m.group(0), m.group(0)), message)
 
 
 def findings_table(findings: list) -> Table:

@@ -105,13 +105,13 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     and name the next changes; with --config the advice is tailored, with --plan or --model the
     prediction is compared wall by wall."""
     config = None
-    if configs or sets or mlm_args or gpu or gpus:
+    if configs or sets or mlm_args is not None or gpu or gpus:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
                              from_result=result_config)
     # --gpu: the run's GPU (checked against the traces), the capacity memory reports are read against and the
     # platform of the advice (a log alone has neither)
     result = diagnose(list(traces), log=log_path, config=config, gpu=load_gpu(gpu) if gpu else None)
-    predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args))
+    predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

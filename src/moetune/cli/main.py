@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         return 1
+    except RecursionError:  # a YAML/JSON input nested thousands of levels deep (or an alias that holds itself)
+        click.echo("error: an input file nests its values too deeply (or refers to itself) to read; pass the config "
+                   "or result as Megatron, Bridge or moetune wrote it", err=True)
+        return 2
     return code if isinstance(code, int) else 0
 
 

@@ -1,6 +1,7 @@
 """Options shared by estimate, plan and explain: the model, cluster, layout, workload and knobs."""
 
 import functools
+import re
 
 import click
 
@@ -136,6 +137,28 @@ def flags_a_saved_result_replaces() -> list[str]:
     return _flags_the_config_replaces(frozenset({"gpu", "gpus"}))
 
 
+# estimate's flags, as a config names them (layout/validate.py words its fixes for the command line)
+FLAG_KEYS = {"--pipeline-layout": "model.pipeline_model_parallel_layout",
+             "--first-stage-layers": "model.num_layers_in_first_pipeline_stage",
+             "--last-stage-layers": "model.num_layers_in_last_pipeline_stage",
+             "--hcp-a2a-size": "model.hierarchical_context_parallel_sizes", "--tp": "model.tensor_model_parallel_size",
+             "--cp": "model.context_parallel_size", "--pp": "model.pipeline_model_parallel_size",
+             "--vpp": "model.virtual_pipeline_model_parallel_size", "--ep": "model.expert_model_parallel_size",
+             "--etp": "model.expert_tensor_parallel_size", "--gbs": "train.global_batch_size",
+             "--mbs": "train.micro_batch_size", "--seq": "model.seq_length",
+             "--account-for-embedding": "model.account_for_embedding_in_pipeline_split",
+             "--account-for-loss": "model.account_for_loss_in_pipeline_split",
+             "--no-sequence-parallel": "model.sequence_parallel=false",
+             "--optimizer-offload": "optimizer.optimizer_offload_fraction",
+             "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
+             "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type"}
+
+
+def config_words(message: str) -> str:
+    """A layout error worded for flags, with the config's names instead (check reads configs, not flags)."""
+    return re.sub(r"--[a-z0-9-]+", lambda m: FLAG_KEYS.get(m.group(0), m.group(0)), message)
+
+
 def estimate_from_config(model: str, kw: dict):
     """The estimate of a launch config (layout, batch and knobs as Megatron would run it) on MODEL."""
     from dataclasses import replace
@@ -160,11 +183,15 @@ def estimate_from_config(model: str, kw: dict):
         raise MoetuneError(f"the config describes another model than {model}: {'; '.join(conflicts[:3])}; pass the "
                            "MODEL the config trains")
     spec = trained_model(spec, config)
-    layout, workload, knobs = from_config(config)
-    if kw["token_imbalance"] is not None:
-        knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
-    result = estimate(spec, load_gpu(str(config["cluster.gpu"])), layout, workload, knobs,
-                      load_overheads(kw["overheads"]), efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+    gpu, overheads, eff = load_gpu(str(config["cluster.gpu"])), load_overheads(kw["overheads"]), \
+        load_efficiency_file(kw["efficiency"])
+    try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
+        layout, workload, knobs = from_config(config)
+        if kw["token_imbalance"] is not None:
+            knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
+        result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
+    except MoetuneError as err:
+        raise MoetuneError(config_words(str(err))) from None
     result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
     return result
 
@@ -256,7 +283,7 @@ def load_overheads(path: str | None) -> dict | None:
 def estimate_from_flags(model: str, kw: dict):
     """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags (or from a
     config, estimate_from_config); knobs left out take the platform defaults and are recorded in `defaulted`."""
-    if kw.get("configs") or kw.get("mlm_args") or kw.get("sets"):
+    if kw.get("configs") or kw.get("mlm_args") is not None or kw.get("sets"):
         return estimate_from_config(model, kw)
     from moetune.planner.estimate import estimate
     from moetune.planner.legal import legal_default_scope

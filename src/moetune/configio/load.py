@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from moetune.configio.mlm import parse_mlm
+from moetune.configio.mlm import has_flags, parse_mlm
 from moetune.configio.model_args import is_model_args, read_model_args
 from moetune.configio.normalize import Assignment, merge, resolve
 from moetune.configio.readers import (
@@ -64,7 +64,10 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
     for f, source in zip(files, sources):
         if not source:
             raise MoetuneError(f"{f}: sets nothing (an empty or comment-only file?); pass the config the run uses")
-    if mlm_args:
+    if mlm_args is not None:
+        if not has_flags(mlm_args, "--mlm-args"):
+            raise MoetuneError(f"--mlm-args {mlm_args.strip()[:60]!r}: no Megatron-LM --flags; pass the run's "
+                               "arguments, e.g. \"--tensor-model-parallel-size 2 --bf16 ...\"")
         sources.append(resolve(parse_mlm(mlm_args, "--mlm-args")))
     command_line = dotted_assignments(list(sets), "--set")
     if gpu is not None:

@@ -53,6 +53,11 @@ def _tokens(text: str, origin: str) -> list[str]:
     return ["@pragma:" + p for p in pragmas] + words
 
 
+def has_flags(text: str, origin: str) -> bool:
+    """Whether Megatron-LM argument text holds any --flag (comments and quotes read as a shell reads them)."""
+    return any(word.startswith("--") for word in _tokens(text, origin))
+
+
 # words a launch line holds before the script's arguments: the launcher and its own options
 _LAUNCHER_WORD = re.compile(r"^(export|torchrun|python3?|-m|-u|--?[\w-]+(=\S*)?|\d+|\S*/\S*)$")
 
@@ -259,6 +264,9 @@ def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> A
     layers += bool(given.get("model.account_for_embedding_in_pipeline_split")) + bool(
         given.get("model.account_for_loss_in_pipeline_split"))
     per_stage = int(values[0])
+    if per_stage < 1 or not isinstance(pp, int) or pp < 1:
+        raise MoetuneError(f"{origin}: layers per virtual stage ({per_stage}) and --pipeline-model-parallel-size "
+                           f"({pp}) must be at least 1")
     if layers % (pp * per_stage):
         raise MoetuneError(f"{origin}: {layers} layers (with the embedding/loss the split accounts for) are not "
                            f"divisible by PP {pp} x {per_stage}")

@@ -9,6 +9,7 @@ Bridge YAML is the ConfigContainer layout (``model:``, ``train:``, ``ddp:``, ``c
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -60,7 +61,26 @@ def yaml_assignments(data: Any, origin: str) -> list[Assignment]:
     if not isinstance(data, dict):
         raise MoetuneError(f"{origin}: expected a Megatron Bridge config (model:, train:, ... sections) or "
                            "Megatron-LM's MODEL_ARGS: mapping")
-    return flatten_sections(data, origin)
+    return [_interpolated(a, origin) for a in flatten_sections(data, origin)]
+
+
+_OC_ENV = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}$")
+
+
+def _interpolated(a: Assignment, origin: str) -> Assignment:
+    """A Bridge YAML value as OmegaConf resolves it at launch: `${oc.env:NAME[,default]}` from the environment; any
+    other `${...}` (a reference to another key, a resolver) is one error line, not a silent string."""
+    if not (isinstance(a.value, str) and "${" in a.value) or a.key.split(".", 1)[0] in PASSTHROUGH:
+        return a  # a path or name in a section moetune passes through (logger, checkpoint) is the launch's business
+    m = _OC_ENV.match(a.value.strip())
+    if m and (m.group(1) in os.environ or m.group(2) is not None):
+        value = os.environ.get(m.group(1), m.group(2))
+        return Assignment(key=a.key, value=parse_text(value.strip()), origin=a.origin)
+    if m:
+        raise MoetuneError(f"{origin}: {a.key} = {a.value}: environment variable {m.group(1)} is not set; export it "
+                           "or write the value")
+    raise MoetuneError(f"{origin}: {a.key} = {a.value}: moetune resolves only ${{oc.env:NAME}} interpolations; "
+                       "write the value the launch resolves it to")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -73,6 +93,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; the keys it brings may repeat
                 continue
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):  # `? [a, b]`: a complex key no config has
+                raise MoetuneError(f"a key on line {key_node.start_mark.line + 1} is a {type(key).__name__}, not a "
+                                   "name; write `name: value`")
             if key in seen:
                 raise MoetuneError(f"key {key!r} is given twice in one section (line {key_node.start_mark.line + 1}); "
                                    "keep one")
@@ -87,12 +110,34 @@ def load_yaml(path: Path) -> Any:
         raise MoetuneError(f"{path}: {err}") from None
     except ValueError as err:  # a number past Python's 4,300-digit limit
         raise MoetuneError(f"{path}: a value is not a usable number ({err})") from None
+    except RecursionError:
+        raise MoetuneError(f"{path}: nests its values too deeply to read; pass the config as written out") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or "syntax error"
         raise MoetuneError(f"{path}: YAML syntax error{where}: {problem}") from None
+    _bounded(data, path)
     return data
+
+
+# A config is a few hundred values a few levels deep; aliases may share a value, but a value that holds itself or an
+# alias expanded into millions of values is no config (and would make emit and --json loop or run for minutes)
+MAX_VALUES, MAX_DEPTH = 200_000, 64
+
+
+def _bounded(data: Any, path: Path) -> None:
+    stack, seen = [(data, 0)], 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if depth > MAX_DEPTH or seen > MAX_VALUES:
+            what = f"nests values over {MAX_DEPTH} levels deep" if depth > MAX_DEPTH else \
+                f"expands to over {MAX_VALUES:,} values"
+            raise MoetuneError(f"{path}: {what} (an alias that holds itself, or repeated aliases?); pass the config "
+                               "as written out")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children)
 
 
 def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assignment]:
@@ -102,6 +147,9 @@ def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assig
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise MoetuneError(f"{path}: JSON syntax error at line {err.lineno}: {err.msg}") from None
+    except RecursionError:
+        raise MoetuneError(f"{path}: nests its values too deeply to read; pass the config or result as written "
+                           "out") from None
     except ValueError as err:  # a number past Python's 4,300-digit limit
         raise MoetuneError(f"{path}: a value is not a usable number ({err})") from None
     return json_assignments(data, str(path), from_result)

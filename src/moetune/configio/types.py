@@ -25,6 +25,8 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 def parse_text(text: str) -> Any:
     """A dotted-override value as Hydra would read it: YAML scalar/list, plus 1e-4 style floats."""
+    if text.strip() in ("|", ">", "|-", ">-", "|+", ">+"):  # YAML's block-scalar marks would read as "": a value
+        return text.strip()                                    # (a one-stage layout string "|") kept as written
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:

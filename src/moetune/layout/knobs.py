@@ -17,6 +17,9 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-curr
 RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
 )
+# Recompute modules Megatron-Core main accepts that moetune does not model (transformer_config.py allowed_modules:
+# gated delta-net and multi-head-compression pieces)
+UNMODELLED_RECOMPUTE = ("gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
 # The long-context seed writes "up_proj" and "norm"; Megatron spells them as below.
 MODULE_ALIASES = {"up_proj": "mla_up_proj", "norm": "layernorm"}
 # Megatron-Core fine-grained activation offloading (TransformerConfig.offload_modules): the module whose
@@ -68,6 +71,9 @@ def _parse_names(text: str | list[str] | tuple[str, ...] | None, allowed: tuple[
     names = text.replace(",", " ").split() if isinstance(text, str) else list(text)
     names = [(aliases or {}).get(n, n) for n in names]
     bad = sorted(set(names) - set(allowed))
+    if unmodelled := [b for b in bad if what == "recompute" and b in UNMODELLED_RECOMPUTE]:
+        raise MoetuneError(f"moetune does not model recompute module(s) {unmodelled} (Megatron-Core main accepts "
+                           f"them); drop them to estimate the rest, or choose from {', '.join(allowed)}")
     if bad:
         raise MoetuneError(f"unknown {what} module(s) {bad}; choose from {', '.join(allowed)}")
     return frozenset(names)
@@ -122,14 +128,15 @@ class Knobs:
             raise MoetuneError(f"--recompute {self.recompute!r}: choose none, selective or full")
         if self.recompute != "selective" and self.recompute_modules:
             raise MoetuneError("--recompute-modules needs --recompute selective")
+        if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
+            raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
         if not self.distributed_optimizer and (self.adam_moments_bytes == 2 or self.optimizer_offload_fraction > 0):
             # both need Megatron's precision-aware optimizer, which needs the distributed one (optimizer_config.py,
             # optimizer/__init__.py "--use-precision-aware-optimizer only supported with distributed optimizer")
             what = "--bf16-moments" if self.adam_moments_bytes == 2 else "--optimizer-offload"
             raise MoetuneError(f"{what} needs the distributed optimizer (Megatron's precision-aware optimizer runs "
-                               "only there): drop --no-distributed-optimizer or it")
-        if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
-            raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
+                               "only there): turn it on (Megatron-LM --use-distributed-optimizer; drop "
+                               "--no-distributed-optimizer), or drop it")
         parse_offload_modules(tuple(self.offload_modules))  # names Megatron knows
         if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:
             raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "

@@ -187,6 +187,9 @@ def validate_knobs(spec: ModelSpec, layout: Layout, knobs: Knobs) -> None:
     if knobs.hcp_a2a_size is not None and layout.cp == 1:
         raise MoetuneError(f"hierarchical CP sizes (a2a group {knobs.hcp_a2a_size}) need CP > 1; drop --hcp-a2a-size "
                            "and --cp-comm-type a2a+p2p, or set --cp")
+    if knobs.dispatcher == "deepep" and layout.ep * layout.etp == 1 and spec.num_moe_experts:
+        raise MoetuneError("DeepEP needs expert ranks to send to: Megatron-Core asserts ETP x EP > 1 "
+                           "(moe/token_dispatcher.py); use --dispatcher alltoall at EP 1, or --ep > 1")
     if "mla_up_proj" in knobs.effective_modules and spec.mla is None:
         raise MoetuneError(f"recompute module mla_up_proj needs multi-latent attention; {spec.name} has none "
                            "(Megatron-Core refuses it, transformer_config.py): drop it")

@@ -13,7 +13,13 @@ from typing import Any
 
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
+from moetune.layout.knobs import (
+    FP8_OUTPUT_PROJ_PRECISION,
+    MEGATRON_FLEX_SMS,
+    Knobs,
+    parse_modules,
+    parse_offload_modules,
+)
 from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
@@ -375,6 +381,14 @@ def _get(config: dict, key: str, default: Any = None) -> Any:
 
 
 def _precision(config: dict) -> str:
+    """The GEMM precision moetune models for a config: BF16, or an FP8/FP4 recipe on top of it. FP16 and pure FP32
+    training (Megatron-LM arguments without --bf16) have no rates here, so they are refused by name."""
+    if config.get("mixed_precision.fp16"):
+        raise MoetuneError("the config trains in FP16 (mixed_precision.fp16 / --fp16); moetune models BF16 mixed "
+                           "precision and FP8/FP4 recipes on it: use --bf16")
+    if config.get(LAUNCHER) == "megatron-lm" and not config.get("mixed_precision.bf16"):
+        raise MoetuneError("Megatron-LM arguments without --bf16 (or --fp16) train in FP32, which moetune does not "
+                           "model; add --bf16 (MoE recipes train in BF16 mixed precision)")
     if config.get("mixed_precision.fp4"):
         return "nvfp4"
     recipe = config.get("mixed_precision.fp8_recipe")
@@ -435,8 +449,8 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     recompute, precision = _get(config, "model.recompute_granularity", "none"), _precision(config)
     knobs = Knobs(
         precision=precision, recompute=recompute,
-        recompute_modules=frozenset(_get(config, "model.recompute_modules", [])) if recompute == "selective"
-        else frozenset(),
+        recompute_modules=_named("model.recompute_modules", parse_modules, _get(config, "model.recompute_modules", []))
+        if recompute == "selective" else frozenset(),
         # the optimizer's field, else DDP's (Megatron-LM's one switch sets both), else on as Bridge's recipes set it
         # on when either says so, as Bridge syncs them; a side the config leaves out is the recipe's (on)
         distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True))
@@ -472,11 +486,20 @@ def _main_grads_fp32(config: dict) -> bool:
     return bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True))
 
 
+def _named(key: str, parse, value) -> frozenset[str]:
+    """Megatron module names a config gives, each one Megatron knows (parse: knobs.parse_modules or
+    parse_offload_modules), the error naming the config field."""
+    try:
+        return parse(value)
+    except MoetuneError as err:
+        raise MoetuneError(f"{key}: {err}") from None
+
+
 def _offload_modules(config: dict) -> frozenset[str]:
     """Fine-grained activation offloading's modules; switched on with none named is Megatron-Core's error."""
     if not config.get("model.fine_grained_activation_offloading"):
         return frozenset()
-    modules = frozenset(_get(config, "model.offload_modules", []) or [])
+    modules = _named("model.offload_modules", parse_offload_modules, _get(config, "model.offload_modules", []) or [])
     if not modules:
         raise MoetuneError("model.fine_grained_activation_offloading is on with no model.offload_modules; name the "
                            "modules (e.g. [expert_fc1, moe_act]) or turn it off")

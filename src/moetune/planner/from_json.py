@@ -3,12 +3,13 @@
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import Knobs
+from moetune.layout.knobs import Knobs, parse_modules, parse_offload_modules
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.efficiency import check_file
 
 
 def pick_result(data: dict, rank: int = 1) -> dict:
@@ -16,6 +17,9 @@ def pick_result(data: dict, rank: int = 1) -> dict:
     if not isinstance(data, dict):
         raise MoetuneError("expected a JSON object from `moetune plan --json` or `moetune estimate --json`")
     if "results" in data:
+        if not isinstance(data["results"], list) or not all(isinstance(r, dict) for r in data["results"]):
+            raise MoetuneError("the plan's results are not a list of results: pass unmodified `moetune plan --json` "
+                               "output")
         if not data["results"]:
             raise MoetuneError("the plan has no results (nothing fit): nothing to explain or emit")
         if rank > len(data["results"]):
@@ -47,13 +51,22 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
         if (convention := (r.get("time") or {}).get("flops_convention")) not in (None, model.flops_convention):
             model = replace(model, flops_convention=str(convention))
         gpu = GpuSpec(**r["gpu_spec"]) if "gpu_spec" in r else load_gpu(r["gpu"])
+    except MoetuneError as err:  # a field missing (_need) or a layout Megatron refuses: said once, with `where`
+        raise MoetuneError(str(err) if str(err).startswith(where) else f"{where}: {err}") from None
     except KeyError as err:
         raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None
     except (TypeError, ValueError, AttributeError) as err:
         raise MoetuneError(f"{where} holds a value of the wrong type ({err}): pass unmodified "
                            "`moetune plan/estimate --json` output") from None
-    return estimate(model, gpu, layout, workload, knobs, overheads or r.get("overheads"),
-                    efficiency_overrides=efficiency_overrides or r.get("efficiency_overrides"))
+    saved = {k: r.get(k) for k in ("overheads", "efficiency_overrides")}
+    for key, value in saved.items():
+        if value is not None and not isinstance(value, dict):
+            raise MoetuneError(f"{where}: {key} is {type(value).__name__}, not a table of constants: pass unmodified "
+                               "`moetune plan/estimate --json` output")
+    if saved["efficiency_overrides"]:
+        check_file(saved["efficiency_overrides"], f"{where} efficiency_overrides")
+    return estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"],
+                    efficiency_overrides=efficiency_overrides or saved["efficiency_overrides"])
 
 
 def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
@@ -65,7 +78,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                     account_for_embedding=pipe.get("account_for_embedding", False),
                     account_for_loss=pipe.get("account_for_loss", False),
                     sequence_parallel=pipe.get("sequence_parallel"))
-    modules = frozenset(k.get("recompute_modules", [])) if k.get("recompute") == "selective" else frozenset()
+    modules = parse_modules(k.get("recompute_modules", [])) if k.get("recompute") == "selective" else frozenset()
     knobs = Knobs(precision=k["precision"], recompute=k["recompute"], recompute_modules=modules,
                   distributed_optimizer=k["distributed_optimizer"],
                   optimizer_offload_fraction=k["optimizer_offload_fraction"], main_grads_fp32=k["main_grads_fp32"],
@@ -76,7 +89,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   routing=k["routing"],
                   token_imbalance=None if k["routing"] == "force-balance" else
                   k["token_imbalance_set"] if "token_imbalance_set" in k else k.get("token_imbalance"),
-                  offload_modules=frozenset(k.get("offload_modules", [])),
+                  offload_modules=parse_offload_modules(k.get("offload_modules", [])),
                   overlap_grad_reduce=k.get("overlap_grad_reduce", True),
                   overlap_param_gather=k.get("overlap_param_gather", True),
                   fp8_output_proj=k.get("fp8_output_proj", False),

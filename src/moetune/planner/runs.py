@@ -36,7 +36,12 @@ class Run:
 
 
 def _int(text: str, default: int | None = None) -> int | None:
-    return int(float(text)) if text.strip() else default
+    if not text.strip():
+        return default
+    try:
+        return int(float(text))
+    except OverflowError:  # "1e400" or thousands of digits: past a float
+        raise ValueError(f"{text[:20]!r}{'...' if len(text) > 20 else ''} is not a usable whole number") from None
 
 
 def run_from_row(row: dict) -> Run:

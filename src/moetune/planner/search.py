@@ -141,6 +141,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     (LAST_RESORT_OFFLOAD); the counts cover both passes."""
     fixed = fixed or {}
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
+    _pins_agree(fixed)
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
                            f"{gpu.memory_gib:g} GiB")
@@ -157,6 +158,18 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     second.candidates_evaluated += first.candidates_evaluated
     second.search_seconds += first.search_seconds
     return second
+
+
+def _pins_agree(fixed: dict) -> None:
+    """Pinned knobs that need EP > 1 beside a pinned EP 1: one error line naming the pair (the search would find
+    nothing and blame memory)."""
+    if fixed.get("ep") != 1:
+        return
+    for key, needs in (("dispatcher", ("deepep", "hybridep")), ("ep_overlap", (True,))):
+        pinned = [v for v in fixed.get(key, []) if v in needs]
+        if pinned and len(pinned) == len(fixed[key]):
+            raise MoetuneError(f"--fix {key}={str(pinned[0]).lower()} needs EP > 1 (expert ranks to exchange tokens "
+                               f"with) but --fix ep=1 is pinned; drop one of the pins")
 
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,

@@ -135,9 +135,13 @@ def _iteration(m: re.Match) -> LogIteration:
     )
 
 
-def _memory(m: re.Match) -> MemoryReport:
+def _memory(m: re.Match, where: str = "memory report") -> MemoryReport:
     unit = _UNIT_BYTES[m.group(3)]
     vals = {_MEM_KEYS[k]: v for k, v in _pairs(m.group(4)).items() if k in _MEM_KEYS and isinstance(v, float)}
+    bad = next((k for k, v in vals.items() if not (math.isfinite(v) and v >= 0)), None)
+    if bad:  # a byte count or retry count below 0 or past a float is no measurement
+        raise MoetuneError(f"{where}: {bad} ({vals[bad]:g}) must be a finite number >= 0; pass the log as Megatron "
+                           "wrote it")
 
     def size(key: str) -> float | None:
         return vals[key] * unit if key in vals else None
@@ -171,7 +175,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
         if (m := _ITER.search(line)) and "elapsed time per iteration" in line:
             log.iterations.append(_numeric(_iteration(m), f"--log {path} line {n}"))
         elif m := _MEM.search(line):
-            log.memory.append(_memory(m))
+            log.memory.append(_memory(m, f"--log {path} line {n}"))
         elif _OOM.search(line):
             log.oom_lines.append(line.strip()[:200])
         elif m := _ARG.search(line):

@@ -213,6 +213,32 @@ def _open(path: Path):
     return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
+# What the streaming parser cannot take: yajl's C backend crashes the process on an integer of thousands of digits,
+# and ijson's prefix strings make a deeply nested value cost quadratic time. No profiler writes either.
+# (bytes.translate and find run at memory speed where a regex would take a second on a 25 MB trace)
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_OPENERS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+_LONG_NUMBER, _DEEP = b"0" * 512, b"[" * 128
+_CHUNK, _OVERLAP = 1 << 20, 16 << 10
+
+
+def _screen(path: Path) -> None:
+    """Refuse a file with a number too long or values nested too deep to parse safely: 512 digits in a row, or 128
+    opening brackets with no closing one between (the file's brackets alone, in order). Chunks overlap, so a run across
+    a boundary is seen whole."""
+    tail = b""
+    with _open(path) as fh:
+        while chunk := fh.read(_CHUNK):
+            window = tail + chunk
+            if _LONG_NUMBER in window.translate(_DIGITS):
+                raise _fail(path, "holds a number of 512 digits or more; no profiler writes one: re-export the trace")
+            if _DEEP in window.translate(_OPENERS, _NOT_BRACKETS):
+                raise _fail(path, "nests values 128 levels deep or more; a Kineto trace is an object of flat events: "
+                                  "re-export it from torch.profiler")
+            tail = window[-_OVERLAP:]
+
+
 def _first_char(path: Path) -> str:
     with _open(path) as fh:
         head = fh.read(4096).lstrip()
@@ -282,6 +308,7 @@ def read_trace(path: str | Path) -> RankTrace:
     try:
         if not _first_char(path):
             raise _fail(path, "is empty after decompression; re-export it from torch.profiler")
+        _screen(path)
         header = _stream(path, sink)
     except MoetuneError:
         raise

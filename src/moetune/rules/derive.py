@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
-from moetune.layout.knobs import MEGATRON_FLEX_SMS
+from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import ep_first_sizes, shard_cp, undersharded_cp
@@ -82,6 +82,11 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
+    modules = value(config, "model.recompute_modules")
+    if isinstance(modules, list):  # what Megatron-Core's recompute_modules assert accepts (transformer_config.py)
+        known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
+        d["unknown_recompute_modules"] = [m for m in modules if m not in known]
+        d["known_recompute_modules"] = [m for m in modules if m in known]
     if d["is_moe"]:  # the EP the same expert ranks could run with the least expert TP (rule scale.prefer_ep_over_etp)
         d["ep_first_ep"], d["ep_first_etp"] = ep_first_sizes(int(experts), d["ep"], d["etp"])
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)

@@ -67,6 +67,15 @@ class GpuSpec:
                      "nic_gbps", "host_link_gbps", "gemm_tile"):
             if getattr(self, name) <= 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
+        for name in ("fp8_tflops", "fp4_tflops", "tdp_w"):  # 0: the GPU has no such format (or no figure)
+            if getattr(self, name) < 0:
+                raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be 0 or more")
+        if not isinstance(self.name, str) or not isinstance(self.arch, str):
+            raise MoetuneError(f"gpu '{self.key}': name and arch must be text")
+        domain, node = self.nvlink_domain, self.gpus_per_node
+        if (domain % node if domain >= node else node % domain) != 0:
+            raise MoetuneError(f"gpu '{self.key}': nvlink_domain ({domain}) and gpus_per_node ({node}) must divide one "
+                               "another: a domain is whole nodes (NVL72: 18 of 4) or a node holds whole domains")
         if self.host_memory_gib < 0:
             raise MoetuneError(f"gpu '{self.key}': host_memory_gib ({self.host_memory_gib}) must be positive (or 0: "
                                "unknown, not checked)")

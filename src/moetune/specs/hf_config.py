@@ -25,10 +25,45 @@ def bridge_vocab_divisor(model_type: str, vocab: int) -> int:
     return base
 
 
+# config.json fields that are counts or sizes wherever a family uses them: a whole number (null where a config
+# leaves one out; a "128" given as text would be compared or repeated as a string). Those the readers and ModelSpec
+# bound themselves (layers, widths, ranks) say so there; the others may not be negative (NONNEGATIVE), and a head
+# dim or window of 0 divides by zero (POSITIVE).
+WHOLE_FIELDS = frozenset({
+    "hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers", "vocab_size", "n_shared_experts",
+    "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok", "kv_lora_rank", "q_lora_rank",
+    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace", "num_nextn_predict_layers",
+    "n_group", "topk_group", "decoder_sparse_step", "sliding_window", "linear_num_key_heads",
+    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "full_attention_interval", "moe_num_experts", "moe_k", "moe_num_shared_experts",
+})
+NONNEGATIVE = frozenset({"n_shared_experts", "moe_num_shared_experts", "shared_expert_intermediate_size",
+                         "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "n_group", "topk_group"})
+POSITIVE = frozenset({"head_dim", "v_head_dim", "sliding_window"})
+
+
+def _check_whole_fields(data: dict, origin: str) -> None:
+    for section in (data, data.get("text_config")):
+        if not isinstance(section, dict):
+            continue
+        for key in WHOLE_FIELDS & section.keys():
+            value = section[key]
+            if value is None:
+                continue
+            least = 1 if key in POSITIVE else 0 if key in NONNEGATIVE else None
+            if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
+                text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                bound = f" of at least {least}" if least is not None else ""
+                raise MoetuneError(f"{origin}: field '{key}' ({text}) must be a whole number{bound} (or null where "
+                                   "the model has none); fix the config.json")
+
+
 def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
-    model_type = data.get("model_type") or ARCHITECTURE_ALIASES.get((data.get("architectures") or [""])[0])
-    if model_type not in READERS:
+    model_type = data.get("model_type") or ARCHITECTURE_ALIASES.get(_first_architecture(data))
+    _check_whole_fields(data, origin)
+    if not isinstance(model_type, str) or model_type not in READERS:
         raise MoetuneError(
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(READERS))}"
         )
@@ -44,6 +79,14 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
         return ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields)
     except ValueError as err:
         raise MoetuneError(f"{origin}: {err}") from None
+    except TypeError as err:  # a number given as text ("128") that the spec's checks compare
+        raise MoetuneError(f"{origin}: a field holds a value of the wrong type ({err}); fix the config.json") from None
+
+
+def _first_architecture(data: dict):
+    architectures = data.get("architectures")
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    return first if isinstance(first, str) else None
 
 
 def load_hf_config(path: Path) -> ModelSpec:

@@ -45,26 +45,30 @@ def _check_links(eff: dict) -> None:
                                f"nic_eff) is {eff[key] * link:.2f} of the link; keep it <= 1")
 
 
+# The largest cost or factor a file may give (a microsecond, byte or GB/s count this large is a typo, and past it
+# the step's arithmetic overflows to inf and nan), and the least fraction of a peak (below it a step runs for years)
+MAX_CONSTANT, MIN_EFFICIENCY = 1e6, 1e-3
+
+
 def _range(key: str) -> tuple[float, float, bool]:
     """(low, high, low excluded): efficiencies are fractions of a peak (a zero one would divide by zero), the
-    hidden/exposed shares fractions of a time, the rest non-negative costs and factors."""
+    hidden/exposed shares fractions of a time, the rest non-negative costs and factors up to MAX_CONSTANT."""
     if key.startswith("a2a_eff_"):  # a multiplier on nvlink_eff / nic_eff: _check_links bounds the product
-        return 0.0, float("inf"), True
+        return MIN_EFFICIENCY, MAX_CONSTANT, False
     if key.endswith("_eff") or "_eff_" in key:  # attn_eff_hdim64 is a fraction of the peak too
-        return 0.0, 1.0, True
+        return MIN_EFFICIENCY, 1.0, False
     if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed":
         return 0.0, 1.0, False
-    return 0.0, float("inf"), key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes",
-                                      "attn_keys_half")
+    return 0.0, MAX_CONSTANT, key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes",
+                                      "attn_keys_half", "a2a_gbps_per_sm")
 
 
 def _check(key: str, value, where: str = "efficiency file") -> None:
     low, high, open_low = _range(key)
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not (low < value if open_low else low <= value) or value > high:
-        span = f"{'(' if open_low else '['}{low:g}, {high:g}]" if high < float("inf") else \
-            f"{'>' if open_low else '>='} {low:g}"
-        raise MoetuneError(f"{where}: {key} = {value!r} must be a number {span}")
+    if not number or not (low < value if open_low else low <= value) or not value <= high:  # nan fails it too
+        span = f"{'(' if open_low else '['}{low:g}, {high:g}]"
+        raise MoetuneError(f"{where}: {key} = {value!r} must be a number in {span}")
 
 
 def check_file(user: dict, where: str) -> dict:

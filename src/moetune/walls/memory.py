@@ -43,6 +43,9 @@ def default_overheads() -> dict[str, float]:
     return tomllib.loads((resources.files("moetune") / "data" / "memory_overheads.toml").read_text())
 
 
+MAX_OVERHEAD_GIB = 1e6  # a PiB: more than any GPU or node holds
+
+
 def check_overheads(user: dict, where: str = "overheads") -> dict[str, float]:
     """A user's overhead figures, each a known key of memory_overheads.toml holding a number: GiB >= 0, or the
     fragmentation fraction in [0, 1); anything else is one error line naming the key (`where`: the file)."""
@@ -52,9 +55,9 @@ def check_overheads(user: dict, where: str = "overheads") -> dict[str, float]:
             what = "a section" if isinstance(value, dict) else "unknown key"
             raise MoetuneError(f"{where}: {what} '{key}'; the file holds flat keys, one of {', '.join(known)}")
         number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        high = 1.0 if key == "fragmentation_fraction" else math.inf
+        high = 1.0 if key == "fragmentation_fraction" else MAX_OVERHEAD_GIB  # past it, byte counts overflow
         if not number or not 0 <= value < high:
-            span = "in [0, 1)" if high == 1.0 else ">= 0 (GiB)"
+            span = "in [0, 1)" if high == 1.0 else f"in [0, {MAX_OVERHEAD_GIB:g}) (GiB)"
             raise MoetuneError(f"{where}: {key} = {value!r} must be a number {span}")
     return user
 
