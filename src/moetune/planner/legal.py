@@ -31,8 +31,8 @@ _LAYOUT_PROBES = (
      Workload(seq_length=8192, micro_batch_size=2, global_batch_size=512)),
     (Layout(world_size=1024, tp=4, cp=4, pp=8, vpp=4, ep=64, account_for_embedding=True, account_for_loss=True),
      Workload(seq_length=16384, micro_batch_size=4, global_batch_size=4096)),
-    # more expert ranks than any probe model has experts (the EP-first split then keeps expert TP)
-    (Layout(world_size=2048, ep=256, etp=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=2048)),
+    # more expert ranks than the probe model has experts (the EP-first split then keeps expert TP)
+    (Layout(world_size=512, ep=64, etp=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=512)),
 )
 _PROBE_KNOBS = (Knobs(), Knobs(dispatcher="hybridep", ep_overlap=True, delay_wgrad=True))
 # The probe model and platforms: an 8-GPU and a 72-GPU NVLink domain, so facts about leaving the domain appear.

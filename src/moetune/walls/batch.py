@@ -38,6 +38,7 @@ from moetune.walls.step import (
     heads_seconds,
     iteration_terms,
     layer_time,
+    p2p_bandwidth,
     p2p_seconds,
 )
 
@@ -145,7 +146,9 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     hidden_ep = _per_stage(b, spec, lambda k: times[k][3])
     regain = _per_stage(b, spec, lambda k: times[k][4])
     compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
-    comm = comm + p2p_seconds(spec, ctx, f.pp, f.world_size, gpu, eff) * eff["p2p_exposed"]
+    rf = root.fields  # the send/recv link depends on the layout alone: once per search, read by row
+    bandwidth = root.memo(("p2p_bandwidth",), lambda: p2p_bandwidth(rf.pp, rf.world_size, gpu, eff))[b.rows]
+    comm = comm + p2p_seconds(spec, ctx, f.pp, bandwidth) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
     slow = total.argmax(axis=1)[:, None]
     def pick(a):

@@ -216,12 +216,17 @@ def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
     return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.head
 
 
-def p2p_seconds(spec: ModelSpec, ctx, pp, world, gpu: GpuSpec, eff: dict):
-    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward. PP is the outermost
-    group in Megatron's rank order (stride world/PP): NVLink when every stage shares one domain (an NVL72 job, or a
-    single node), else the NIC, which the slowest boundary sets the pace at (comms.link_bandwidth)."""
+def p2p_bandwidth(pp, world, gpu: GpuSpec, eff: dict):
+    """Bytes/s of a PP send/recv. PP is the outermost group in Megatron's rank order (stride world/PP): NVLink when
+    every stage shares one domain (an NVL72 job, or a single node), else the NIC, which the slowest boundary sets the
+    pace at (comms.link_bandwidth)."""
+    return link_bandwidth(pp, world // np.maximum(pp, 1), gpu, eff)
+
+
+def p2p_seconds(spec: ModelSpec, ctx, pp, bandwidth):
+    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward."""
     nbytes = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
-    return 2 * nbytes / link_bandwidth(pp, world // np.maximum(pp, 1), gpu, eff) * (pp > 1)
+    return 2 * nbytes / bandwidth * (pp > 1)
 
 
 # Layer times by (model, layer kind, the layout's sizes, micro-batch shape, knobs, GPU, constants): a layer's time
@@ -250,7 +255,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
             host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
         compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
-        raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, lay.world_size, gpu, eff)
+        raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff))
         comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
         out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
