@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from moetune.errors import MoetuneError
 from moetune.specs.hf_config import bridge_vocab_divisor
+from moetune.walls.rank_params import padded_vocab_size as walls_padded_vocab_size
 
 
 def padded_vocab_size(vocab: int, tp: int, divisible_by: int = 128) -> int:
-    """Smallest multiple of ``divisible_by * tp`` that is >= ``vocab``."""
+    """Smallest multiple of ``divisible_by * tp`` that is >= ``vocab`` (walls/rank_params.py's rule, with its inputs
+    checked: the oracle takes them from a caller's hand)."""
     for name, value in (("vocab", vocab), ("tp", tp), ("divisible_by", divisible_by)):
         if not isinstance(value, int) or value <= 0:
             raise MoetuneError(f"padded_vocab_size: {name} must be a positive integer, got {value!r}")
-    multiple = divisible_by * tp
-    return -(-vocab // multiple) * multiple
+    return walls_padded_vocab_size(vocab, tp, divisible_by)
 
 
 def bridge_divisible_by(vocab: int) -> int:

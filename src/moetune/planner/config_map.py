@@ -155,18 +155,19 @@ def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
     `model.mtp_num_layers` where the config sets it (None or 0: none);
     none under Megatron-LM arguments that leave it out (`--mtp-num-layers` defaults to None, arguments.py); else the
     model's own (Bridge's model providers take num_nextn_predict_layers from the config.json)."""
+    mlm = config.get(LAUNCHER) == "megatron-lm"
     divisor = config.get("model.make_vocab_size_divisible_by")  # the padding the launch asks
-    if divisor is None and config.get(LAUNCHER) == "megatron-lm":
+    if divisor is None and mlm:
         divisor = MLM_VOCAB_DIVISOR  # --make-vocab-size-divisible-by's default (arguments.py)
     if divisor is not None:
         if int(divisor) < 1:
             raise MoetuneError(f"model.make_vocab_size_divisible_by ({divisor}) must be at least 1")
         m = replace(m, vocab_divisor=int(divisor))
-    if config.get(LAUNCHER) == "megatron-lm":  # its log counts FLOPs as training.py does
+    if mlm:  # its log counts FLOPs as training.py does
         m = replace(m, flops_convention="megatron-lm")
     if "model.mtp_num_layers" in config:
         mtp = int(config["model.mtp_num_layers"] or 0)
-    elif config.get(LAUNCHER) == "megatron-lm":
+    elif mlm:
         mtp = 0
     else:
         return m

@@ -151,9 +151,6 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
         return [fixed[name]] if name in fixed else values
 
     # tp_comm_overlap pinned on asks for TP > 1: Megatron Bridge turns it off at TP 1
-    if fixed.get("tp_comm_overlap") is True and fixed.get("tp") == 1:
-        raise MoetuneError("--fix tp_comm_overlap=true needs TP > 1 (Megatron Bridge turns it off at TP 1 and "
-                           "Megatron-LM refuses it without sequence parallelism); drop --fix tp=1 or the overlap pin")
     tps = [t for t in choice("tp", tp_choices(gpu, world)) if t > 1 or fixed.get("tp_comm_overlap") is not True]
     cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
@@ -295,12 +292,8 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"]) or TE_SCOPED] +
                        ([("full_iteration",)] if routing == "force-balance" else []))
     overlaps = fixed.get("ep_overlap", [False, True])
-    if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (transformer_config.py)
+    if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (search._pins_agree)
         overlaps = [o for o in overlaps if o]
-        if not overlaps:
-            raise MoetuneError("--fix delay_wgrad=true needs EP overlap (Megatron-Core: "
-                               "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute); "
-                               "drop --fix ep_overlap=false or the delay_wgrad pin")
     offloads = fixed.get("optimizer_offload_fraction", [0.0, 1.0])
     recomputes = recompute_sets(spec)
     if "recompute_modules" in fixed:

@@ -161,8 +161,15 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
 
 
 def _pins_agree(fixed: dict) -> None:
-    """Pinned knobs that need EP > 1 beside a pinned EP 1: one error line naming the pair (the search would find
-    nothing and blame memory)."""
+    """Pinned knobs that cannot run together: one error line naming the pair (the search would find nothing and
+    blame memory or the batch)."""
+    if fixed.get("delay_wgrad") is True and fixed.get("ep_overlap") == [False]:
+        raise MoetuneError("--fix delay_wgrad=true needs EP overlap (Megatron-Core: overlap_moe_expert_parallel_comm "
+                           "must be enabled when enabling delay_wgrad_compute, transformer_config.py); drop --fix "
+                           "ep_overlap=false or the delay_wgrad pin")
+    if fixed.get("tp_comm_overlap") is True and fixed.get("tp") == 1:
+        raise MoetuneError("--fix tp_comm_overlap=true needs TP > 1 (Megatron Bridge turns it off at TP 1 and "
+                           "Megatron-LM refuses it without sequence parallelism); drop --fix tp=1 or the overlap pin")
     if fixed.get("ep") != 1:
         return
     for key, needs in (("dispatcher", ("deepep", "hybridep")), ("ep_overlap", (True,))):

@@ -82,6 +82,12 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
+    # the seeds' first selective set, which the fit rules' fixes write: moe_act with layernorm (Megatron-Core needs
+    # grouped GEMMs for moe_act, transformer_config.py), else core_attn with it, except at very long context
+    # (seeds/002 § Avoid SDPA-heavy recompute at very long context; rule longctx.sdpa_recompute)
+    seq = value(config, "model.seq_length") or 4096
+    d["first_selective_modules"] = ["layernorm", "moe_act"] if value(config, "model.moe_grouped_gemm") else \
+        ["layernorm", "core_attn"] if seq < 65536 else ["layernorm"]
     modules = value(config, "model.recompute_modules")
     if isinstance(modules, list):  # what Megatron-Core's recompute_modules assert accepts (transformer_config.py)
         known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)

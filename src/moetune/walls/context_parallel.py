@@ -70,7 +70,10 @@ def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
 # Each ring step and each all-to-all also pays a collective's fixed cost (launch + handshake): efficiency.toml
 # a2a_latency_us, the EP all-to-all's, as no published run isolates CP's own. A ring makes 3 (CP-1) steps a layer
 # (forward, then K,V and their gradients backward); a2a makes 4 all-to-alls (QKV and O, forward and backward).
-RING_FORWARD, A2A_FORWARD = 1 / 3, 1 / 2  # the forward pass's share of a ring's steps, of the all-to-alls
+# The forward pass's share of an exchange (Transformer Engine context_parallel.py): a ring's forward passes K,V once
+# and its backward K,V and their gradients (1 of 3 step sets, as _ring counts them); a2a's forward trades QKV in and
+# O out, its backward their gradients (2 of _a2a's 4 all-to-alls)
+RING_FORWARD, A2A_FORWARD = 1 / 3, 1 / 2
 
 
 def _ring(kv, size, stride, gpu, eff):

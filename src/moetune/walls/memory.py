@@ -86,11 +86,17 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
     if knobs.fp8:
         items["fp8_weight_cache"] = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
     per_param = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
+    items["optimizer_states"] = whole(per_param * optimizer_shard(p, layout, knobs)
+                                      * (1 - knobs.optimizer_offload_fraction))
+    return items
+
+
+def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
+    """Parameters of this rank's optimizer shard: the distributed optimizer shards dense state over DP x CP and expert
+    state over EDP; without it every rank holds all of it."""
     dense_shard = layout.dp * layout.cp if knobs.distributed_optimizer else 1
     expert_shard = layout.edp if knobs.distributed_optimizer else 1
-    optimizer = per_param * (-(-p.dense // dense_shard) + -(-p.expert // expert_shard))
-    items["optimizer_states"] = whole(optimizer * (1 - knobs.optimizer_offload_fraction))
-    return items
+    return -(-p.dense // dense_shard) + -(-p.expert // expert_shard)
 
 
 def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
@@ -98,10 +104,7 @@ def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
     copy, the Adam moments and an FP32 gradient copy (Megatron-Core optimizer/cpu_offloading/hybrid_optimizer.py
     keeps all three on the host, the gradient in cpu_copy_map_grad)."""
     per_param = 4 + 2 * knobs.adam_moments_bytes + 4
-    dense_shard = layout.dp * layout.cp if knobs.distributed_optimizer else 1
-    expert_shard = layout.edp if knobs.distributed_optimizer else 1
-    return whole(per_param * (-(-p.dense // dense_shard) + -(-p.expert // expert_shard))
-                 * knobs.optimizer_offload_fraction)
+    return whole(per_param * optimizer_shard(p, layout, knobs) * knobs.optimizer_offload_fraction)
 
 
 def in_flight(layout: Layout, stage: int, microbatches: int) -> float:

@@ -111,6 +111,8 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         regather = (kind.mixer != "none") + (kind.mlp == "dense" or (kind.mlp == "moe" and
                                                                     bool(spec.moe_shared_expert_intermediate_size)))
     # full recompute replays the layer's forward, its n_tp/2 all-gathers and n_tp/2 reduce-scatters included
+    # (Megatron-Core transformer_block.py _checkpointed_forward: tensor_parallel.checkpoint re-runs the whole layer,
+    # the sequence-parallel gathers of its Column/RowParallelLinear with it)
     replay = n_tp if knobs.recompute == "full" else 0
     tp = (2 * n_tp + regather + replay) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
     ep, ep_exposed = 0.0, 0.0
@@ -178,7 +180,9 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
                                         modules=knobs.effective_modules, eff=eff)
     attn = compute["core_attn"] / passes("core_attn")
     cp_raw, cp_exposed, slow, cp_replay = layer_cp(spec, kind, ctx, lay.cp, lay.tp, gpu, eff, knobs, r, attn)
-    if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):  # as its compute is
+    # the CP exchange runs inside core attention (Transformer Engine context_parallel.py AttnFuncWithCPAndKVP2P /
+    # AttnFuncWithCPAndQKVOA2A), so a recompute that replays the attention replays its forward exchange too
+    if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):
         cp_raw, cp_exposed = cp_raw + cp_replay, cp_exposed + cp_replay
     compute = ring_attention(compute, attn, slow, knobs)
     total = sum(compute.values())
