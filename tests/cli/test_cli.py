@@ -331,6 +331,32 @@ def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
     assert "overheads" not in light[0] and max(s["bytes"]["cuda_context"] for s in light[0]["stages"]) < 2**30
 
 
+def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_path, capsys):
+    """check --model of a saved plan runs the memory wall under the overheads the plan was made with; --overheads
+    replaces them, and needs --model (the only thing that reads them)."""
+    heavy, plan = tmp_path / "o.toml", tmp_path / "p.json"
+    heavy.write_text("cuda_context_gib = 30\n")
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "1",
+                 "--json"]) == 0
+    plan.write_text(capsys.readouterr().out)
+    check = ["check", str(plan), "--model", "qwen3-30b-a3b", "--json"]
+    assert main(check) == 0
+    assert "fit.does_not_fit" not in capsys.readouterr().out
+    assert main([*check, "--overheads", str(heavy)]) == 1
+    assert "fit.does_not_fit" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    estimate = tmp_path / "e.json"  # an estimate saved under the heavy figures: check reads them back from it
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--ep", "16", "--json",
+                 "--overheads", str(heavy)]) == 0
+    estimate.write_text(capsys.readouterr().out)
+    assert main(["check", str(estimate), "--model", "qwen3-30b-a3b", "--json"]) == 1
+    assert "fit.does_not_fit" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    (tmp_path / "none.toml").write_text("")  # the built-in figures, given explicitly, replace the saved ones
+    assert main(["check", str(estimate), "--model", "qwen3-30b-a3b", "--overheads", str(tmp_path / "none.toml")]) == 0
+    capsys.readouterr()
+    code, _, err = run(["check", str(plan), "--overheads", str(heavy)], capsys)
+    assert code == 2 and "only --model runs" in err
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "tp=2", "--fix", "tp=4"],
      "--fix tp=4: conflicts with an earlier --fix"),

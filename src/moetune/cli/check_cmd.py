@@ -9,13 +9,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from moetune.cli.options import config_words
+from moetune.cli.options import config_words, load_overheads
 from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
+from moetune.planner.from_json import pick_result
 from moetune.rules import Finding, evaluate
 from moetune.rules.table import CONTEXTS
 
@@ -50,13 +51,17 @@ def config_options(func):
     return func
 
 
-def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1) -> dict:
+def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_overheads: list | None = None) -> dict:
+    """The merged config of the inputs; the memory-overhead figures a saved plan/estimate result was predicted with
+    are appended to `saved_overheads` (one entry per result read, None where it used the defaults)."""
     if not (configs or sets or mlm_args is not None):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
     def from_result(data: dict) -> dict:
         results.append(result_config(data, rank))
+        if saved_overheads is not None:
+            saved_overheads.append(pick_result(data, rank).get("overheads"))
         return results[-1]
 
     config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result)
@@ -105,11 +110,18 @@ def findings_table(findings: list) -> Table:
 @click.option("--no-mcore", is_flag=True, help="Skip Megatron-Core's own TransformerConfig validation.")
 @click.option("--model", default=None,
               help="Built-in model or config.json: run the memory wall on the config (fit rules need it).")
+@click.option("--overheads", type=click.Path(dir_okay=False), default=None,
+              help="TOML overriding memory_overheads.toml figures for --model's memory wall (default: a saved plan's "
+                   "own, else the built-in figures).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, as_json) -> None:
+def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, overheads, as_json) -> None:
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
-    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus)
+    saved: list = []
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved_overheads=saved)
+    if overheads and not model:
+        raise MoetuneError("--overheads sets the memory wall's figures, which only --model runs: add --model MODEL")
+    overheads = load_overheads(overheads) if overheads else next((o for o in saved if o), None)
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
@@ -132,7 +144,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, a
                          if not (precision_given and k.startswith("mixed_precision."))})
         config = dict(sorted({**fill, **config}.items()))
         try:
-            derived = config_memory_facts(spec, config)
+            derived = config_memory_facts(spec, config, overheads)
         except UnsupportedPrecision:  # the rule table's precision errors say so, with the config's fix
             pass
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input

@@ -26,6 +26,9 @@ MODULE_ALIASES = {"up_proj": "mla_up_proj", "norm": "layernorm"}
 # input is moved to host memory after the forward and brought back for the backward.
 OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
                                     "moe_act")
+# The offload groups inside an MoE layer's forward (Megatron-Core's fused_group_mlp included): nothing of them is saved
+# when 'moe' recompute checkpoints the whole MoE forward, and Megatron-Core refuses the pair (transformer_config.py)
+MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
@@ -141,6 +144,10 @@ class Knobs:
         if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:
             raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "
                                "offloaded alone without core_attn, transformer_config.py)")
+        if inside := sorted(MOE_OFFLOAD_MODULES & self.offload_modules if "moe" in self.recompute_modules else ()):
+            raise MoetuneError(f"--offload-modules {','.join(inside)} with 'moe' recompute: recomputing the whole MoE "
+                               "layer saves nothing inside it to offload (Megatron-Core asserts, "
+                               "transformer_config.py); drop 'moe' from the recompute modules or those offloads")
         if self.offload_modules and self.recompute == "full":
             raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
                                "so there is nothing fine-grained to offload; use selective recompute")

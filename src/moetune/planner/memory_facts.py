@@ -37,8 +37,9 @@ def memory_facts(e: Estimate) -> dict:
     return facts
 
 
-def config_memory_facts(model: ModelSpec, config: dict) -> dict:
-    """Facts for a user's normalized config (needs cluster.gpu and cluster.num_gpus)."""
+def config_memory_facts(model: ModelSpec, config: dict, overheads: dict | None = None) -> dict:
+    """Facts for a user's normalized config (needs cluster.gpu and cluster.num_gpus), under the memory wall's
+    overhead figures with the user's `overheads` on top."""
     layout, workload, knobs = from_config(config)
     return memory_facts(estimate(trained_model(model, config), load_gpu(config["cluster.gpu"]), layout, workload,
-                                 knobs))
+                                 knobs, overheads))

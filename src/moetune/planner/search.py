@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import Knobs
+from moetune.layout.knobs import MOE_OFFLOAD_MODULES, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import LONG_CONTEXT, Workload, interleaves
@@ -170,6 +170,14 @@ def _pins_agree(fixed: dict) -> None:
     if fixed.get("tp_comm_overlap") is True and fixed.get("tp") == 1:
         raise MoetuneError("--fix tp_comm_overlap=true needs TP > 1 (Megatron Bridge turns it off at TP 1 and "
                            "Megatron-LM refuses it without sequence parallelism); drop --fix tp=1 or the overlap pin")
+    offload = fixed.get("offload_modules", frozenset())
+    if offload and fixed.get("recompute") == "full":
+        raise MoetuneError("--fix offload_modules with recompute=full: full recompute keeps only layer inputs, so "
+                           "there is nothing fine-grained to offload; drop one of the pins")
+    if inside := sorted(offload & MOE_OFFLOAD_MODULES if "moe" in fixed.get("recompute_modules", ()) else ()):
+        raise MoetuneError(f"--fix offload_modules={','.join(inside)} with the 'moe' recompute module: recomputing the "
+                           "whole MoE layer saves nothing inside it to offload (Megatron-Core asserts, "
+                           "transformer_config.py); drop one of the pins")
     if fixed.get("ep") != 1:
         return
     for key, needs in (("dispatcher", ("deepep", "hybridep")), ("ep_overlap", (True,))):
@@ -215,12 +223,30 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                         replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
                         overheads, efficiency_overrides=efficiency_overrides)
                for _, _, lay, mbs, knobs, _ in s.best[:top]]
+    if "delay_wgrad" not in fixed:
+        results = [_without_idle_delay_wgrad(e) for e in results]
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded)
+
+
+# Least share of the step delay_wgrad_compute must save to stay on in a result: the seeds call it optional and their
+# one measurement a 0.35% gain (seeds/003 § Measured Short-Run Caveat: 31.31 s -> 31.20 s), while it brings
+# constraints of its own (rules ep_overlap.delay_wgrad_*: graph scopes, gradient-accumulation fusion).
+DELAY_WGRAD_MIN_GAIN = 0.001
+
+
+def _without_idle_delay_wgrad(e: Estimate) -> Estimate:
+    """A result with delay_wgrad_compute turned back off where it hides no more all-to-all (the exchange already hides
+    under the overlapped compute): the search pairs it with EP overlap (enumerate._delay_wgrad), the result keeps it
+    only where it pays."""
+    if not e.knobs.delay_wgrad:
+        return e
+    off = e.variant(knobs=replace(e.knobs, delay_wgrad=False))
+    return off if off.time["step_seconds"] <= e.time["step_seconds"] * (1 + DELAY_WGRAD_MIN_GAIN) else e
 
 
 def _first_of_each(best: list) -> list:

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
-from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE
+from moetune.layout.knobs import MEGATRON_FLEX_SMS, MOE_OFFLOAD_MODULES, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import ep_first_sizes, shard_cp, undersharded_cp
@@ -93,6 +93,16 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
         d["unknown_recompute_modules"] = [m for m in modules if m not in known]
         d["known_recompute_modules"] = [m for m in modules if m in known]
+    # 'moe' recomputes the whole MoE forward under one checkpoint, so nothing inside it is saved to offload
+    # (Megatron-Core asserts, transformer_config.py "Cannot offload ... while recomputing the entire MoE layer")
+    offloaded = value(config, "model.offload_modules") if value(config, "model.fine_grained_activation_offloading") \
+        else None
+    recomputes_moe = value(config, "model.recompute_granularity") == "selective" and isinstance(modules, list) \
+        and "moe" in modules
+    d["offload_inside_recomputed_moe"] = sorted(MOE_OFFLOAD_MODULES & set(offloaded)) \
+        if recomputes_moe and isinstance(offloaded, list) else []
+    d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \
+        if recomputes_moe else None
     if d["is_moe"]:  # the EP the same expert ranks could run with the least expert TP (rule scale.prefer_ep_over_etp)
         d["ep_first_ep"], d["ep_first_etp"] = ep_first_sizes(int(experts), d["ep"], d["etp"])
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
