@@ -116,6 +116,23 @@ def test_activation_offload_is_the_last_resort_when_nothing_fits():
     assert pinned.results == []  # pinning "no offload" keeps the search to what was asked
 
 
+def test_optimizer_offload_comes_after_everything_that_fits_without_it():
+    """Seeds/000 Phase 1, offloading last: Qwen3-30B-A3B on 8 H100 with 3 GiB kept free had picked optimizer
+    offload at +3% over the fastest candidate without it; now the pick runs without offload. Qwen3-235B-A22B on 24
+    H100 fits nowhere without it, so the second pass offloads the optimizer."""
+    light = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 8, Workload(seq_length=4096, global_batch_size=512),
+                 top=3, headroom_gib=3)
+    assert light.results and all(r.knobs.optimizer_offload_fraction == 0 for r in light.results)
+    offloaded = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 8,
+                     Workload(seq_length=4096, global_batch_size=512), top=1, headroom_gib=3,
+                     fixed={"optimizer_offload_fraction": [1.0]})
+    assert offloaded.results[0].fits and offloaded.results[0].knobs.optimizer_offload_fraction == 1
+    heavy = plan(load_model("qwen3-235b-a22b"), load_gpu("h100"), 24,
+                 Workload(seq_length=4096, global_batch_size=240), top=1)
+    assert heavy.results[0].fits and heavy.results[0].knobs.optimizer_offload_fraction == 1
+    assert not heavy.results[0].knobs.offload_modules  # the optimizer's offload sufficed: no activation offload
+
+
 def test_headroom_keeps_memory_free():
     """Mixtral-8x7B on 16 H100: the unconstrained pick uses 77.9 of 78 GiB; with 6 GiB of headroom every result
     leaves 6 GiB free, and a headroom the GPU cannot give is one error."""

@@ -57,13 +57,20 @@ def print_estimate(result: Estimate) -> None:
               f"GiB usable: {verdict}")
 
 
+def _mfu_peak(result: Estimate) -> str:
+    """Which peak the MFU is of, where the recipe is not BF16 (with the BF16 figure beside it)."""
+    if result.knobs.precision == "bf16":
+        return ""
+    return f" of the {result.knobs.precision} peak, {100 * result.time['mfu_bf16_peak']:.1f}% of BF16's"
+
+
 def print_time(result: Estimate) -> None:
     t, out = result.time, console()
     walls = t["walls"]
     rows = [[w, f"{s:.3f}", f"{100 * s / t['step_seconds']:.1f}%"] for w, s in walls.items()]
     out.print(table(f"Step time {t['step_seconds']:.3f} s: {t['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                     f"{t['tflops_per_gpu']:.1f} TFLOP/s/GPU ({t['flops_convention']}'s count), "
-                    f"MFU {100 * t['mfu']:.1f}% "
+                    f"MFU {100 * t['mfu']:.1f}%{_mfu_peak(result)} "
                     f"(dominant: {t['dominant_wall']})", ["wall", "seconds", "share"], rows))
     coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
             if t["collectives"][c] > 0]

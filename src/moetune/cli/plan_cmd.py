@@ -209,7 +209,9 @@ def _recompute_text(k) -> str:
 
 def nothing_fits(result: PlanResult) -> str:
     """Why no candidate fits, with the least memory any of them needs."""
-    fix = "add GPUs, shorten the sequence or lower the global batch"
+    # not "lower the global batch": the lightest candidate already runs one sequence a micro-batch, and the search
+    # has tried every layout of these GPUs
+    fix = "add GPUs or shorten the sequence"
     if result.lightest_peak_gib is None:
         return fix
     kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
@@ -287,5 +289,6 @@ def print_plan(result: PlanResult, gbs: int) -> None:
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
-                  "the last digits: less model parallelism, lighter recompute, no offload, the platform's dispatcher, "
+                  "the last digits: 3% of memory free, less model parallelism, lighter recompute, no offload, the "
+                  "platform's dispatcher, "
                   "more DP, below 16k tokens less CP, then less TP (planner/search.py _preference)")

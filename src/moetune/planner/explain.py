@@ -143,10 +143,19 @@ def _profile(e: Estimate) -> dict:
         "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of a {t['step_seconds']:.2f} s step",
         "compute": f"{lead} lead{'s' if len(compute) == 1 else ''} compute ({walls['compute']:.2f} s)",
         "bubble": f"pipeline bubble (PP{e.layout.pp}-1)/(VPP{e.layout.vpp} x m={t['num_microbatches']})",
-        "host": f"GPU idle while the host CPU issues kernels (Python, launches, syncs) {walls['host']:.2f} s",
+        "host": _host_why(t),
     }[dominant]
     return {"dominant_wall": dominant, "why": why,
             "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}, "routing": _routing(e)}
+
+
+def _host_why(t: dict) -> str:
+    """The host wall's parts: the optimizer's CPU-offloaded step, and the kernel issue (Python, launches, syncs)."""
+    parts = t.get("host_by_class", {})
+    if parts.get("optimizer_offload", 0.0) > parts.get("kernel_issue", 0.0):
+        return (f"GPU idle while the host CPU steps the offloaded optimizer share {parts['optimizer_offload']:.2f} s "
+                f"(and issues kernels {parts['kernel_issue']:.2f} s)")
+    return f"GPU idle while the host CPU issues kernels (Python, launches, syncs) {t['walls']['host']:.2f} s"
 
 
 def _routing(e: Estimate) -> dict | None:

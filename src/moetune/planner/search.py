@@ -22,6 +22,7 @@ from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.legal import legal_grid
+from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
@@ -64,12 +65,15 @@ def _without_recompute(knobs: Knobs) -> tuple:
             knobs.hcp_a2a_size)
 
 
-def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict) -> np.ndarray:
+def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict,
+          roomy_bytes: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
+    """(rows that fit and run, rows that also leave moves.TIGHT_SHARE of the GPU free: peak <= roomy_bytes)."""
     try:
         gpu.peak_tflops(knobs.precision)
     except MoetuneError:
-        return np.zeros(batch.size, bool)
-    fits = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads) <= gpu.capacity_bytes
+        return np.zeros(batch.size, bool), np.zeros(batch.size, bool)
+    peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads)
+    fits = peak <= gpu.capacity_bytes
     if knobs.optimizer_offload_fraction > 0 and gpu.host_capacity_bytes is not None:  # and the host holds the rest
         fits &= batch_host_bytes(batch, knobs) <= gpu.host_capacity_bytes
     f = batch.fields
@@ -82,7 +86,7 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1
         fits &= (f.ep[:, 0] > 1) & ((f.pp[:, 0] == 1) | (f.vpp[:, 0] > 1))
-    return fits
+    return fits, fits & (peak <= roomy_bytes)
 
 
 def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[Knobs], overheads: dict):
@@ -118,12 +122,14 @@ def _within(step: float, fastest: float) -> int:
     return int(np.floor(100 * np.log(step / fastest) + 1e-9))
 
 
-def _preference(lay: Layout, k: Knobs, dispatcher: str, seq: int) -> tuple:
-    """Seeds' order among near-equal candidates: less model parallelism, lighter recompute, no offload, the
-    platform's default dispatcher (seeds/004 mapping, data/platform_defaults.toml), then, below the long-context
-    regime, less CP (seeds/000 Phase 2: CP once the sequence makes attention memory dominate), less TP, more EP."""
+def _preference(lay: Layout, k: Knobs, dispatcher: str, seq: int, tight: bool = False) -> tuple:
+    """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
+    "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model
+    parallelism, lighter recompute, no offload, the platform's default dispatcher (seeds/004 mapping,
+    data/platform_defaults.toml), then, below the long-context regime, less CP (seeds/000 Phase 2: CP once the
+    sequence makes attention memory dominate), less TP, more EP."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
-    return (lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
+    return (tight, lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
             k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0, lay.tp, -lay.ep)
 
 
@@ -136,9 +142,11 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
          headroom_gib: float = 0.0, overheads: dict | None = None) -> PlanResult:
     """The fastest candidates that fit with `headroom_gib` to spare, under the memory wall's overheads with the
-    user's `overheads` figures on top; `progress(done, total)` is called once per knob set evaluated. When none
-    fits and offloading was not pinned, the search runs again with the routed experts' activations offloaded
-    (LAST_RESORT_OFFLOAD); the counts cover both passes."""
+    user's `overheads` figures on top; `progress(done, total)` is called once per knob set evaluated. Offloading
+    comes last (seeds/000 Phase 1: "add offloading only when recompute and parallelism are still insufficient"):
+    the optimizer's CPU offload is searched only when nothing fits without it, and then, for an MoE model, the
+    routed experts' activations too (LAST_RESORT_OFFLOAD); a pinned offload is searched as pinned. The counts cover
+    every pass run."""
     fixed = fixed or {}
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
     _pins_agree(fixed)
@@ -147,17 +155,21 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
                            f"{gpu.memory_gib:g} GiB")
     if "pipeline_layout" in fixed:
         pinned_split(spec, fixed["pipeline_layout"], fixed)
-    first = _plan_once(spec, gpu, world, wl, fixed=fixed, top=top, routing=routing,
-                       efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib,
-                       overheads=overheads)
-    if first.results or "offload_modules" in fixed or not spec.num_moe_experts:
-        return first
-    second = _plan_once(spec, gpu, world, wl, fixed={**fixed, "offload_modules": LAST_RESORT_OFFLOAD}, top=top,
-                        routing=routing, efficiency_overrides=efficiency_overrides, progress=progress,
-                        headroom_gib=headroom_gib, overheads=overheads)
-    second.candidates_evaluated += first.candidates_evaluated
-    second.search_seconds += first.search_seconds
-    return second
+    passes = [fixed]
+    if "optimizer_offload_fraction" not in fixed:
+        passes = [{**fixed, "optimizer_offload_fraction": [0.0]}, fixed]
+    if "offload_modules" not in fixed and spec.num_moe_experts:
+        passes.append({**fixed, "offload_modules": LAST_RESORT_OFFLOAD})
+    done, seconds = 0, 0.0
+    for pinned in passes:
+        result = _plan_once(spec, gpu, world, wl, fixed=pinned, top=top, routing=routing,
+                            efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib,
+                            overheads=overheads)
+        done, seconds = done + result.candidates_evaluated, seconds + result.search_seconds
+        if result.results:
+            break
+    result.candidates_evaluated, result.search_seconds = done, seconds
+    return result
 
 
 def _pins_agree(fixed: dict) -> None:
@@ -208,7 +220,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     s = _Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                 resplit="pipeline_layout" not in fixed,
                 overheads=merged_overheads(overheads), user_overheads=overheads, top=top,
-                dispatcher=defaults["dispatcher"], progress=progress, total=len(grid))
+                dispatcher=defaults["dispatcher"], progress=progress, total=len(grid),
+                roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
     batch, (least_gib, least, least_host) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid,
                                                           s.overheads)
     if batch is not None:
@@ -262,8 +275,9 @@ RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a fe
 
 def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
     """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: in order of the
-    step it would take with every stage at the stages' mean (no re-split beats that), until that bound is slower
-    than the fastest step found so far (planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
+    step it would take with every stage at the stages' mean (no re-split beats that), until that bound leaves the
+    1% band of the fastest step found so far, where the seeds' order picks among near-ties (_within,
+    planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
     other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
     places of the list are re-split only where they were tried on the way."""
     if not s.resplit or not s.best:  # the user pinned the layout string
@@ -272,7 +286,7 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
     fastest = min(b[0] for b in s.best)
     found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first
     for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
-        if len(found) == RESPLIT_LIMIT or reach >= fastest:
+        if len(found) == RESPLIT_LIMIT or _within(reach, fastest) > 0:
             break
         if lay.pp < 2:
             continue
@@ -282,8 +296,15 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
         begin, start = (seed, seeded) if seeded and seeded[0] < step and fits(seed) else (lay, evaluate(lay))
         new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
         found.setdefault((lay, mbs), new_lay)
-        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher, s.wl.seq_length), new_lay, mbs, knobs, reach)
+        tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
+        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs,
+                     reach)
         fastest = min(fastest, new_step)
+
+
+def _peak_bytes(s: "_Search", lay: Layout, mbs: int, knobs: Knobs) -> int:
+    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+    return estimate(s.spec, s.gpu, lay, wl, knobs, s.user_overheads, with_time=False).peak_bytes
 
 
 def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
@@ -317,6 +338,7 @@ class _Search:
     dispatcher: str  # the platform's default, preferred among near-ties
     progress: object
     total: int
+    roomy_bytes: float = np.inf  # a peak at most this leaves moves.TIGHT_SHARE of the (whole) GPU free
     done: int = 0
     feasible: int = 0
     bound: float = np.inf  # candidates slower than this cannot reach the top (see _bound)
@@ -331,9 +353,9 @@ class _Search:
         self.done += 1
         if self.progress:
             self.progress(self.done, self.total)
-        fits = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads)
+        fits, roomy = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads, self.roomy_bytes)
         self.feasible += int(fits.sum())
-        return fits
+        return fits, roomy
 
 
 def _groups(items, key) -> list[list]:
@@ -349,24 +371,25 @@ def _search_grid(s: _Search, batch, grid: list[Knobs]) -> None:
     for group in _groups(sorted(grid, key=lambda k: k.recompute != "none"), time_key):  # no recompute first
         timed = {}
         for knobs in group:
-            fits = s.fits(batch, knobs)
+            fits, roomy = s.fits(batch, knobs)
             plain_key = _without_recompute(knobs)
             if knobs.recompute == "none":
-                fits_plain[plain_key] = timed[knobs] = fits
-            else:  # recompute only adds time: where the same knobs fit without it, this set cannot win
-                timed[knobs] = fits & ~fits_plain.get(plain_key, np.zeros_like(fits))
+                fits_plain[plain_key] = roomy
+                timed[knobs] = fits, roomy
+            else:  # recompute only adds time: where the same knobs fit roomily without it, this set cannot win
+                timed[knobs] = fits & ~fits_plain.get(plain_key, np.zeros_like(fits)), roomy
         _time(s, batch, timed)
 
 
 def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
     """Step seconds of each knob set on its rows (one shared subset per group); the fastest join `s.best`."""
-    union = np.logical_or.reduce(list(timed.values()))
+    union = np.logical_or.reduce([mask for mask, _ in timed.values()])
     if not union.any():
         return
     rows = np.nonzero(union)[0]
     sub = batch.subset(rows)  # time only what fits under some knob set of the group
     resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
-    for knobs, mask in timed.items():
+    for knobs, (mask, roomy) in timed.items():
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
         step = np.where(mask[rows], walls["step"], np.inf)
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
@@ -376,6 +399,7 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
             if np.isfinite(step[i]) and reach[i] <= s.bound:
                 lay = sub.layout(i)
-                s.best.append((float(step[i]), _preference(lay, knobs, s.dispatcher, s.wl.seq_length), lay,
+                s.best.append((float(step[i]), _preference(lay, knobs, s.dispatcher, s.wl.seq_length,
+                                                           not roomy[rows[i]]), lay,
                                int(sub.mbs[i, 0]), knobs, float(reach[i])))
         s.bound = _bound(s.best, s.kept)

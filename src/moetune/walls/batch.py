@@ -179,12 +179,12 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
          knobs.optimizer_offload_fraction), lambda: _data_parallel(root, knobs, gpu, eff)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
-    walls = {"compute": m * stage["compute"] + optimizer + offload,
+    walls = {"compute": m * stage["compute"] + optimizer,
              "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
                                                                       stage["host"]) + u * stage["hidden_ep"],
              # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + unhidden),
-             "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0)}
+             "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0) + offload}
     walls["step"] = sum(walls.values())
     # the same step with every pipeline stage at the stages' mean: no re-split of the layers can beat it (the work
     # is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach

@@ -313,10 +313,11 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     u = float(ep_overlap_unpaired(lay, m)) if knobs.ep_overlap else 0.0
     unpaired = u * hidden
     walls = {
-        "compute": m * sum(slow["compute"].values()) + optimizer + offload,
+        "compute": m * sum(slow["compute"].values()) + optimizer,
         "communication": m * sum(slow["comm"].values()) + dp_exposed + unpaired,
         "bubble": (lay.pp - 1) / lay.vpp * (slow["total"] + hidden + regain),
-        "host": m * slow["host"] + u * regain,
+        # the optimizer's offloaded share steps on the host CPU while the GPU waits (HybridDeviceOptimizer)
+        "host": m * slow["host"] + u * regain + offload,
     }
     walls = {k: float(v) for k, v in walls.items()}
     step = sum(walls.values())
@@ -333,15 +334,19 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "tokens_per_s_per_gpu": tokens / step / lay.world_size,
         "tflops_per_gpu": tflops,
         "flops_convention": spec.flops_convention,  # whose counter tflops_per_gpu follows (walls/flops.py)
-        "mfu": tflops / gpu.bf16_tflops,
+        # against the dense peak of the recipe's GEMM precision, as the seeds read MFU (seeds/004: tuned MXFP8
+        # DeepSeek-V3 on GB200 at "high-teens to low-20s MFU"; seeds/000 Pitfalls: FP8 MFU reads low), and BF16's
+        "mfu": tflops / gpu.peak_tflops(knobs.precision),
+        "mfu_bf16_peak": tflops / gpu.bf16_tflops,
         "walls": walls,
         "dominant_wall": max(walls, key=walls.get),
         "collectives": collectives,
         "exposed_collectives": exposed,
         # per step, summing to walls["compute"]: the slowest stage's classes over m micro-batches, then the optimizer
-        # step (on the GPU) and its offloaded share (through the host)
+        # step on the GPU; and to walls["host"]: kernel issue, then the optimizer's offloaded share on the host CPU
         "compute_by_class": {**{k: float(m * v) for k, v in slow["compute"].items()},
-                             "optimizer_step": float(optimizer), "optimizer_offload": float(offload)},
+                             "optimizer_step": float(optimizer)},
+        "host_by_class": {"kernel_issue": float(m * slow["host"] + u * regain), "optimizer_offload": float(offload)},
         "slowest_stage": stages.index(slow),
         "stage_seconds": [float(s["total"]) for s in stages],  # per micro-batch, each pipeline rank
         "num_microbatches": m,
