@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from moetune.configio import load_config
+from moetune.configio.mlm import argument_dump_config
 from moetune.errors import MoetuneError
 
 MIXTRAL = Path(__file__).resolve().parent / "fixtures" / "mixtral_8x7b_megatron_lm.sh"
@@ -103,3 +104,17 @@ def test_a_hybrid_pattern_sets_vpp_from_its_segments_and_refuses_a_vpp_flag():
     with pytest.raises(MoetuneError, match="--hybrid-layer-pattern sets the virtual pipeline size itself"):
         load_config(mlm_args="--pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|ME|M*|ME' "
                              "--num-virtual-stages-per-pipeline-rank 2")
+
+
+def test_a_logs_argument_dump_reads_as_bridge_names():
+    """Megatron-LM's print_args lines (argparse destinations, Python-printed values) map through the flags' own
+    spellings: booleans, lists and None where the field takes it; names with no flag of their spelling and values the
+    field refuses are left out."""
+    config = argument_dump_config({
+        "pipeline_model_parallel_size": "4", "num_experts": "64", "overlap_grad_reduce": "True",
+        "use_distributed_optimizer": "False", "recompute_granularity": "None", "cuda_graph_scope": "['attn']",
+        "params_dtype": "torch.bfloat16", "rank": "0", "moe_router_topk": "eight"})
+    assert config == {"model.pipeline_model_parallel_size": 4, "model.num_moe_experts": 64,
+                      "ddp.overlap_grad_reduce": True, "ddp.use_distributed_optimizer": False,
+                      "optimizer.use_distributed_optimizer": False, "model.recompute_granularity": None,
+                      "model.cuda_graph_scope": ["attn"]}

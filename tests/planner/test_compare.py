@@ -124,3 +124,31 @@ def test_a_log_alone_compares_the_step_and_tflops_as_its_launcher_counts_them(tm
     ratio = (megatron_model_flops(spec, 4096, 512, tp=2, convention="bridge")
              / megatron_model_flops(spec, 4096, 512, tp=2, convention="megatron-lm"))
     assert bridge["tflops_per_gpu"]["predicted"] / mlm["tflops_per_gpu"]["predicted"] == pytest.approx(ratio)
+
+
+def test_idle_waits_at_pp1_are_not_called_a_bubble(shared_data, capsys):
+    """The 16-A100 trace idles 0.136 s a step on rank waits and untimed dependencies; against a PP 1 prediction that
+    is not a pipeline bubble (there is none), and the row says what it holds."""
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "a100", "--gpus", "16", "--ep", "16", "--gbs", "256",
+                 "--json"]) == 0
+    predicted = estimate_from_json(json.loads(capsys.readouterr().out))
+    assert predicted.layout.pp == 1
+    result = compare(predicted, diagnose([shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz"]))
+    assert "PP 1 has no bubble" in result["walls"]["bubble"]["measured_is"]
+    if result["worst_wall"] == "bubble":
+        assert "no pipeline bubble" in result["verdict"]
+
+
+def test_a_log_alone_far_from_the_prediction_asks_whether_it_is_the_same_run(tmp_path, capsys):
+    """Log-only comparisons ask "same run?" past 3x as trace comparisons do."""
+    log = tmp_path / "run.log"
+    log.write_text("".join(f" iteration {10 * i:8d}/     100 | consumed samples: 640 | elapsed time per iteration "
+                           f"(ms): 4000.0 | throughput per GPU (TFLOP/s/GPU): 134.0 | global batch size:   256 |\n"
+                           for i in range(1, 9)))
+    plan = _plan(capsys, tmp_path)
+    assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    predicted = data["comparison"]["step_seconds"]["predicted"]
+    assert predicted / 4.0 > 3 and "beyond any error" in data["comparison"]["verdict"]
+    # the log's GPU is the plan's: its memory and platform are read against an A100
+    assert data["facts"]["gpu.arch"] == "ampere"

@@ -1,6 +1,7 @@
 """`moetune diagnose` as a user runs it: the JSON contract and the readable report."""
 
 import json
+import re
 
 import pytest
 
@@ -33,14 +34,36 @@ def test_table_report(tmp_path, capsys):
     assert "Dominant wall: communication" in out and "deepep" in out and "model.moe_deepep_num_sms=32" in out
 
 
+def _log_at(fixtures_dir, tmp_path, ms: float):
+    """The Megatron-LM fixture log with every iteration timed `ms` (the synthetic traces' steps are milliseconds)."""
+    text = (fixtures_dir / "megatron_lm_qwen3_30b_a3b.log").read_text()
+    path = tmp_path / "run.log"
+    path.write_text(re.sub(r"elapsed time per iteration \(ms\): [0-9.]+", f"elapsed time per iteration (ms): {ms}",
+                           text))
+    return path
+
+
 def test_directory_and_log_together(traces_dir, fixtures_dir, tmp_path, capsys):
     # two of the 16 ranks the log's argument dump records (world_size 16)
-    write_trace(deepep_rank_wait(rank=0, world_size=16), tmp_path / "r0.json.gz")
-    write_trace(deepep_rank_wait(rank=1, world_size=16), tmp_path / "r1.json.gz")
-    code = main(["diagnose", str(tmp_path), "--log", str(fixtures_dir / "megatron_lm_qwen3_30b_a3b.log"), "--json"])
+    (tmp_path / "traces").mkdir()
+    write_trace(deepep_rank_wait(rank=0, world_size=16), tmp_path / "traces" / "r0.json.gz")
+    write_trace(deepep_rank_wait(rank=1, world_size=16), tmp_path / "traces" / "r1.json.gz")
+    code = main(["diagnose", str(tmp_path / "traces"), "--log", str(_log_at(fixtures_dir, tmp_path, 7.0)), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0 and data["ranks"] == 2 and len(data["per_rank"]) == 2
     assert data["log"]["iterations_logged"] == 8
+    # the log's argument dump tailors the advice: it names the experts, so MoE advice needs no --config
+    assert data["facts"]["moe"] is True and data["facts"]["config.model.num_moe_experts"] == 128
+
+
+def test_a_log_of_another_run_than_the_traces_is_refused(fixtures_dir, tmp_path, capsys):
+    """A log whose iterations take more than 3x the traces' step (41 s against 6.6 ms) is another run's."""
+    (tmp_path / "traces").mkdir()
+    write_trace(deepep_rank_wait(rank=0, world_size=16), tmp_path / "traces" / "r0.json.gz")
+    code = main(["diagnose", str(tmp_path / "traces"), "--log",
+                 str(fixtures_dir / "megatron_lm_qwen3_30b_a3b.log")])
+    err = capsys.readouterr().err
+    assert code == 2 and "x the traces'" in err and "one run" in err and "Traceback" not in err
 
 
 def test_stdlib_json_fallback_matches_ijson(tmp_path, monkeypatch):

@@ -135,8 +135,10 @@ def test_log_value_that_is_not_a_number_is_an_error(tmp_path, capsys):
 def test_log_and_traces_of_different_runs(tmp_path):
     trace = write_trace(compute_bound(), tmp_path / "a.json.gz")
     step = diagnose([trace]).step_seconds
-    far = diagnose([trace], log=_log(tmp_path / "far.log", f"{5000 * step:.1f}"))
-    assert any("5.00x the traces'" in n for n in far.notes)
+    far = diagnose([trace], log=_log(tmp_path / "far.log", f"{2000 * step:.1f}"))
+    assert any("2.00x the traces'" in n for n in far.notes)  # past 1.5x: a note
+    with pytest.raises(MoetuneError, match="5.00x the traces' .* step, more than profiling changes a step"):
+        diagnose([trace], log=_log(tmp_path / "other.log", f"{5000 * step:.1f}"))  # past 3x: another run's
     near = diagnose([trace], log=_log(tmp_path / "near.log", f"{1100 * step:.1f}"))
     assert not any("the traces'" in n for n in near.notes)
     log = _log(tmp_path / "mem.log", f"{1000 * step:.1f}")
@@ -191,10 +193,11 @@ def test_world_size_of_log_and_flags_must_be_the_traces(extra, where, tmp_path, 
 
 
 def test_a_log_alone_gets_its_platform_from_gpu(tmp_path, capsys):
-    """No FP8 recipe for an A100 (no FP8 Tensor Cores) where the memory wall would otherwise suggest one."""
+    """No FP8 recipe for an A100 (no FP8 Tensor Cores) where the memory wall (an OOM) would otherwise suggest one."""
     log = _log(tmp_path / "t.log", "1000.0")
     log.write_text(log.read_text() + "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: "
-                   "1.0 | reserved: 1.0 | max reserved: 78000.0\n")
+                   "1.0 | reserved: 1.0 | max reserved: 78000.0\n"
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     code, out, _ = cli(["--log", log, "--gpu", "a100", "--json"], capsys)
     data = json.loads(out)
     assert code == 0 and data["dominant_wall"] == "memory" and data["facts"]["gpu.arch"] == "ampere"
@@ -249,3 +252,33 @@ def test_a_memory_report_no_allocator_prints_is_refused(tmp_path, capsys, value)
                    f"max reserved: {value}\n")
     code, _, err = cli(["--log", str(log)], capsys)
     assert code == 2 and "max_reserved" in err and "must be a finite number >= 0" in err
+
+
+def test_a_nearly_full_gpu_that_fits_is_not_the_memory_wall(tmp_path, capsys):
+    """97% of the GPU reserved with no OOM and no allocator retries is PyTorch's caching allocator keeping what it
+    freed (seeds/000's memory row: "fits only with aggressive full recompute or OOMs during warmup"): no memory wall,
+    no recompute advice, and the evidence says so."""
+    log = _log(tmp_path / "t.log", "1000.0")
+    log.write_text(log.read_text() + "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: "
+                   "1.0 | reserved: 1.0 | max reserved: 77500.0\n")
+    code, out, _ = cli(["--log", log, "--gpu", "a100", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["dominant_wall"] != "memory" and not data["recommendations"]
+    assert any("caching allocator" in line for line in data["evidence"])
+
+
+@pytest.mark.parametrize(("pp", "advised"), [(1, False), (4, True)])
+def test_a_megatron_lm_logs_argument_dump_tailors_the_advice(pp, advised, tmp_path, capsys):
+    """The argument dump a Megatron-LM log starts with is what ran: at PP 1 there is no pipeline split to even out, so
+    mem.pp_layout is not advised; the dump's experts make it a MoE run (moe_act recompute) with no --config."""
+    log = _log(tmp_path / "t.log", "1000.0")
+    dump = "".join(f"  {k} {'.' * 20} {v}\n" for k, v in (("pipeline_model_parallel_size", pp), ("num_experts", 64),
+                                                          ("recompute_granularity", None)))
+    log.write_text("------------------------ arguments ------------------------\n" + dump + log.read_text()
+                   + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    code, out, _ = cli(["--log", log, "--gpu", "h100", "--json"], capsys)
+    data = json.loads(out)
+    rules = {r["rule"]: r for r in data["recommendations"]}
+    assert code == 0 and data["dominant_wall"] == "memory" and data["facts"]["moe"] is True
+    assert ("mem.pp_layout" in rules) is advised
+    assert rules["mem.selective_recompute"]["overrides"]["model.recompute_modules"][1] == "moe_act"

@@ -132,8 +132,15 @@ def test_sendrecv_kernels_named_by_their_c10d_op(results, traces_dir, oracle):
 def test_dominant_wall_on_real_traces(name, wall, results):
     r = results[name]
     assert r.dominant_wall == wall
-    assert r.evidence and r.recommendations
-    assert all(rec.wall == wall for rec in r.recommendations)
+    assert r.evidence and all(rec.wall == wall for rec in r.recommendations)
+    # the V100 and 2-rank A100 traces are convolutional models (cuDNN kernels, no attention, no experts): the
+    # Megatron fusions and transformer CUDA-graph scopes do not apply to them, so none is advised
+    advised = {rec.rule for rec in r.recommendations}
+    if name in (COMPUTE, ALLREDUCE):
+        assert r.breakdown["attention"] == 0 and "moe" not in r.facts
+        assert not advised & {"compute.fusions", "host.cuda_graphs", "compute.grouped_gemm"}
+    else:
+        assert advised
 
 
 def test_ampere_gets_no_fp8_advice(results):

@@ -57,7 +57,8 @@ def _print_comparison(cmp: dict) -> None:
     if not cmp["available"]:
         out.print(f"predicted vs measured: {cmp['why']}")
         return
-    rows = [[w, f"{v['predicted']:.3f}", f"{v['measured']:.3f}"] for w, v in cmp["walls"].items()]
+    rows = [[w + (f" (measured: {v['measured_is']})" if "measured_is" in v else ""), f"{v['predicted']:.3f}",
+             f"{v['measured']:.3f}"] for w, v in cmp["walls"].items()]
     rows.append(["step", f"{cmp['step_seconds']['predicted']:.3f}", f"{cmp['step_seconds']['measured']:.3f}"])
     if t := cmp.get("tflops_per_gpu"):
         rows.append([f"TFLOP/s/GPU ({t['flops_convention']}'s count)", f"{t['predicted']:.1f}", f"{t['measured']:.1f}"])
@@ -110,8 +111,10 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
                              from_result=result_config)
     # --gpu: the run's GPU (checked against the traces), the capacity memory reports are read against and the
     # platform of the advice (a log alone has neither)
-    result = diagnose(list(traces), log=log_path, config=config, gpu=load_gpu(gpu) if gpu else None)
     predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
+    # the run's GPU: --gpu, else for a log alone the prediction's (traces record their own, checked against it)
+    run_gpu = load_gpu(gpu) if gpu else (predicted.gpu if predicted is not None and not traces else None)
+    result = diagnose(list(traces), log=log_path, config=config, gpu=run_gpu)
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

@@ -12,11 +12,13 @@ still unset in a flag moetune reads is an error naming the variable.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import os
 import re
 import shlex
 from collections.abc import Mapping
+from typing import Any
 
 from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
 from moetune.configio.normalize import FROM_LAYOUT, Assignment
@@ -271,3 +273,27 @@ def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> A
         raise MoetuneError(f"{origin}: {layers} layers (with the embedding/loss the split accounts for) are not "
                            f"divisible by PP {pp} x {per_stage}")
     return Assignment(key="model.virtual_pipeline_model_parallel_size", value=layers // (pp * per_stage), origin=origin)
+
+
+def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
+    """Bridge dotted names of a Megatron-LM log's argument dump (training/arguments.py print_args: one
+    ``name ..... value`` line per argparse destination, the value as Python prints it). A destination is read where it
+    is its flag's own spelling (``overlap_grad_reduce`` is ``--overlap-grad-reduce``; ``--no-...`` switches are not);
+    None where the field takes none, and a value the field's type refuses, are left out: the dump tells what ran, it
+    is not checked here."""
+    out: dict[str, Any] = {}
+    for dest, text in args.items():
+        row = names().by_flag.get("--" + dest.replace("_", "-"))
+        if row is None or not row.bridge_name or text == "None" and not row.type.endswith("?"):
+            continue
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            value = text
+        try:
+            out[row.bridge_name] = coerce(row.bridge_name, row.type, value)
+        except MoetuneError:
+            continue
+        if dest == "use_distributed_optimizer":  # Megatron-LM hands it to the DDP and optimizer configs (SPECIAL)
+            out["optimizer.use_distributed_optimizer"] = out[row.bridge_name]
+    return out

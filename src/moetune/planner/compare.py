@@ -60,6 +60,12 @@ def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
     ratio = (p / m) if m > 0 else math.inf
     verdict = (f"the model {direction} {worst}: predicted {p:.3f} s, measured {m:.3f} s per step "
                f"({ratio:.2f}x); it moves the step by {100 * weight(worst):.0f}%")
+    if predicted.layout.pp == 1:  # no pipeline: what the trace files under "bubble" is waiting of another kind
+        rows["bubble"]["measured_is"] = "rank waits and untimed cross-stream dependencies (PP 1 has no bubble)"
+        if worst == "bubble":
+            verdict = (f"the run idles {m:.3f} s per step waiting on other ranks or on work the trace does not time, "
+                       f"which the model does not predict (PP 1 has no pipeline bubble); it moves the step by "
+                       f"{100 * weight(worst):.0f}%: find what the queued kernels wait on (`diagnose` evidence)")
     apart = step["predicted"] / max(step["measured"], 1e-12)
     if not 1 / APART <= apart <= APART:
         verdict = (f"predicted and measured steps are {max(apart, 1 / apart):.1f}x apart, beyond any error of the "
@@ -79,6 +85,10 @@ def _step_only(predicted: Estimate, measured: DiagnoseResult) -> dict:
     apart = step["predicted"] / step["measured"]
     verdict = (f"a log alone, so the step only: predicted {step['predicted']:.3f} s, measured {step['measured']:.3f} "
                f"s per iteration ({apart:.2f}x); pass the run's traces to see which wall differs")
+    if not 1 / APART <= apart <= APART:
+        verdict = (f"predicted and measured steps are {max(apart, 1 / apart):.1f}x apart, beyond any error of the "
+                   "model's published track record: is the prediction for this run's model, batch and layout? "
+                   + verdict)
     out = {"available": True, "walls": {}, "step_seconds": step, "worst_wall": None, "verdict": verdict}
     if log.get("tflops_per_gpu"):
         convention = log.get("launcher") or predicted.model.flops_convention

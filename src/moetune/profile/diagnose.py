@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moetune.configio.mlm import argument_dump_config
 from moetune.errors import MoetuneError
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
@@ -99,8 +100,10 @@ def _same_world(traces: list[RankTrace], log: TrainingLog | None, config: dict[s
 # The config's names for what a log's argument dump may lack (tokens/s/GPU needs seq_length and world_size)
 _LOG_ARGS = {"seq_length": "model.seq_length", "world_size": "cluster.num_gpus"}
 # A log's iteration time this far from the traces' step (either way) is worth a note: profiling slows a step a
-# little, another run or another configuration moves it far more
+# little, another run or another configuration moves it far more; past LOG_TRACE_MISMATCH they are not one run's
+# (the same 3x at which a prediction first asks "same run?", planner/compare.py)
 LOG_TRACE_RATIO = 1.5
+LOG_TRACE_MISMATCH = 3.0
 
 
 def _fill_args(log: TrainingLog, config: dict[str, Any]) -> None:
@@ -124,6 +127,10 @@ def _log_versus_traces(log: TrainingLog | None, s: StepMetrics | None) -> list[s
     ratio = log.iteration_seconds / s.seconds
     if 1 / LOG_TRACE_RATIO <= ratio <= LOG_TRACE_RATIO:
         return []
+    if not 1 / LOG_TRACE_MISMATCH <= ratio <= LOG_TRACE_MISMATCH:
+        raise MoetuneError(f"--log {log.path}: its {log.iteration_seconds:.3f} s per iteration is {ratio:.2f}x the "
+                           f"traces' {s.seconds:.3f} s step, more than profiling changes a step: pass the log and "
+                           "traces of one run")
     return [f"the log's {log.iteration_seconds:.3f} s per iteration is {ratio:.2f}x the traces' {s.seconds:.3f} s "
             "step: are they from the same run and configuration?"]
 
@@ -211,6 +218,9 @@ def diagnose(
     run_world = _same_world(loaded, training_log, config or {})
     if training_log is not None:
         _fill_args(training_log, config or {})
+        # a Megatron-LM log's argument dump is what ran: it tailors the advice where --config does not say
+        config = {**argument_dump_config(training_log.args), **(config or {})} if training_log.argument_dump \
+            else config
     m = _measure(loaded, training_log, gpu_memory_bytes, gpu)
     _check_memory(m)
     f = facts(m, config)

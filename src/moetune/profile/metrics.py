@@ -183,5 +183,20 @@ def rank_metrics(trace: RankTrace, rank: int, floor: dict[tuple, float]) -> Rank
     gaps = idle_gaps(trace, lo, hi)
     buckets = _assign(trace.ops, windows)
     steps = [_step(w, b, gaps, floor) for w, b in zip(windows, buckets)]
-    return RankMetrics(rank=rank, trace=trace, steps=steps, mean=mean_steps(steady(steps)),
-                       notes=trace.notes + notes)
+    kept = steady(steps)
+    return RankMetrics(rank=rank, trace=trace, steps=steps, mean=mean_steps(kept),
+                       notes=trace.notes + notes + _warmup_notes(steps, kept, rank))
+
+
+def _warmup_notes(steps: list[StepMetrics], kept: list[StepMetrics], rank: int) -> list[str]:
+    """Say when the averaged steps may still be warm-up: fewer than three profiled, or one kept (at least two are)
+    that is still short of the median step."""
+    if len(steps) < 3:
+        return [f"rank {rank}: only {len(steps)} profiled step(s), none known to be past warm-up (the first runs "
+                "while the CPU fills an empty launch queue, which reads as host-bound idle); profile 3 or more steps"]
+    median = float(np.median([s.seconds for s in steps]))
+    warm = [s for s in kept if s.seconds < WARMUP_SHORT * median]
+    if warm:
+        return [f"rank {rank}: {warm[0].name} ({warm[0].seconds * 1e3:.1f} ms) is still shorter than the median step "
+                f"({median * 1e3:.1f} ms) but kept, as at least two steps are; profile more steps"]
+    return []

@@ -1,9 +1,9 @@
 """Turn the dominant wall into concrete Megatron Bridge overrides from data/diagnose_remedies.yaml.
 
 ``config`` is a flat dict of Megatron Bridge dotted names (``{"model.moe_token_dispatcher_type":
-"alltoall", ...}``). It removes advice that is moot for that config: a rule whose overrides all hold
-already, or one a ``skip_if_config`` condition rules out (e.g. EP overlap with EP = 1). Keys absent
-from the config never remove anything: the advice stays, untailored.
+"alltoall", ...}``). It removes advice that is moot for that config: overrides it holds already (a rule whose
+overrides all hold is dropped), or a rule a ``skip_if_config`` condition rules out (e.g. EP overlap with EP = 1).
+Keys absent from the config never remove anything: the advice stays, untailored.
 """
 
 from dataclasses import dataclass
@@ -57,8 +57,9 @@ def _pick_change(rule: dict, facts: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _already_set(overrides: dict[str, Any], config: dict[str, Any]) -> bool:
-    return all(k in config and holds([k, "==", v], config) for k, v in overrides.items())
+def _not_yet_set(overrides: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The overrides the config does not already hold: advice names what to change, not what is on."""
+    return {k: v for k, v in overrides.items() if not (k in config and holds([k, "==", v], config))}
 
 
 def recommend(wall: str, facts: dict[str, Any], config: dict[str, Any] | None = None) -> list[Recommendation]:
@@ -73,8 +74,8 @@ def recommend(wall: str, facts: dict[str, Any], config: dict[str, Any] | None = 
         change = _pick_change(rule, facts)
         if change is None:
             continue
-        overrides = {k: _resolve(k, v, config) for k, v in change.items()}
-        if _already_set(overrides, config):
+        overrides = _not_yet_set({k: _resolve(k, v, config) for k, v in change.items()}, config)
+        if not overrides:
             continue
         out.append(Recommendation(rule=rule["rule"], wall=wall, overrides=overrides,
                                   why=" ".join(rule["why"].split()), source=rule["source"]))

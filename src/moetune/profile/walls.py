@@ -15,6 +15,7 @@ from moetune.profile.table import holds, remedies_table
 from moetune.specs.hardware import GpuSpec
 
 GIB = 2**30
+NEAR_FULL = 0.90  # peak reserved share of the GPU worth naming (not a wall: diagnose_remedies.yaml memory)
 # Compute capability -> architecture family (CUDA C Programming Guide, compute capabilities table).
 _ARCH = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell"}
 _NVL72_NAMES = ("GB200", "GB300")
@@ -90,8 +91,8 @@ def _moe_evidence(f: dict[str, Any], config: dict[str, Any]) -> bool | None:
     """Whether the run is a MoE model: the config's expert count where it gives one, else grouped-GEMM or DeepEP /
     HybridEP kernels in the trace; unknown (None) otherwise, so MoE-only advice waits for evidence (an all-to-all
     alone may be a recommender's embedding exchange, TorchRec's kjt all2all)."""
-    experts = config.get("model.num_moe_experts")
-    if experts is not None:
+    if "model.num_moe_experts" in config:  # None there is the config saying "no experts" (a dense model)
+        experts = config["model.num_moe_experts"]
         return bool(experts and experts > 1)
     if f.get("share.grouped_gemm", 0) > 0 or f.get("share.deepep", 0) > 0 or f.get("share.hybridep", 0) > 0:
         return True
@@ -130,7 +131,11 @@ def decide(f: dict[str, Any]) -> tuple[str, str]:
     if over:
         wall, score = max(over, key=lambda ws: ws[1])
         terms = " + ".join(wall["score"])
-        return wall["id"], f"{terms} = {score:.0%} of the step >= {wall['at_least']:.0%} ({wall['seed']})"
+        why = f"{terms} = {score:.0%} of the step >= {wall['at_least']:.0%} ({wall['seed']})"
+        if (queued := f.get("dependency_share", 0.0)) > score:  # the larger share is idle the trace cannot explain
+            why += (f"; but the GPU idles {queued:.0%} of the step behind work the trace does not time, more than "
+                    "this wall's share: find what that waits on before tuning this wall")
+        return wall["id"], why
     last = walls[-1]
     best = ", ".join(f"{w['id']} {s:.0%} < {w['at_least']:.0%}" for w, s in scored)
     if "requires" in last and not holds(last["requires"], f):
@@ -143,9 +148,9 @@ def _idle_blame(f: dict[str, Any]) -> str:
     """Why the idle time names no wall: by its largest cause (metrics.IDLE_KEYS)."""
     if f.get("dependency_share", 0.0) >= f.get("unattributed_share", 0.0):
         return (f"most idle time ({f.get('dependency_share', 0.0):.0%} of the step) is work already queued behind a "
-                "cross-stream dependency, which a trace does not tie to a wall (often a collective on a stream or "
-                "process missing from the trace): profile every rank, or look at the streams the queued kernels wait "
-                "on")
+                "dependency the trace does not time (a cross-stream event, a CUDA-graph replay launched earlier, or a "
+                "collective of a stream or process not profiled), which no wall is charged with: profile every rank, "
+                "or look at what the queued kernels wait on")
     return ("the idle time has no launch record to blame (a CUDA-graph replay, or a trace without CPU activity); "
             "profile with activities=[CPU, CUDA]")
 
@@ -156,8 +161,11 @@ def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
         lines += _trace_evidence(m, f)
     if m.peak_reserved_bytes is not None:
         cap = f" of {m.gpu_memory_bytes / GIB:.1f} GiB ({f['memory_fraction']:.0%})" if "memory_fraction" in f else \
-            " (GPU capacity unknown: pass a trace)"
+            " (GPU capacity unknown: pass a trace or --gpu)"
         lines.append(f"peak reserved memory {m.peak_reserved_bytes / GIB:.1f} GiB{cap} [{m.peak_source}]")
+        if f.get("memory_fraction", 0.0) >= NEAR_FULL and not (f.get("oom") or f.get("alloc_retries")):
+            lines.append("reserved memory is near the GPU's size, but no out-of-memory and no allocator retries were "
+                         "seen: PyTorch's caching allocator keeps what it freed, so this fits (little headroom)")
     if f.get("oom"):
         lines.append(f"log reports CUDA out-of-memory: {m.log.oom_lines[0]}")
     if f.get("alloc_retries"):
@@ -181,8 +189,9 @@ def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
         lines.append(f"communication kernels ran {f['comm_wait_share']:.1%} of the step beyond the fastest "
                      "instance of the same transfer (waiting on slower peers)")
     if f["dependency_share"] >= 0.10:
-        lines.append(f"the GPU idled {f['dependency_share']:.1%} of the step with work already queued behind a "
-                     "cross-stream dependency (typically a collective on a stream missing from the trace)")
+        lines.append(f"the GPU idled {f['dependency_share']:.1%} of the step with work already queued, waiting on "
+                     "something the trace does not time (a cross-stream event, a CUDA-graph replay launched earlier, "
+                     "or a collective of a stream or process not profiled); no wall is charged with it")
     kinds = sorted(((c, f[f"share.{c}"]) for c in remedies_table()["groups"]["compute"]), key=lambda x: -x[1])
     lines.append("compute kernels: " + ", ".join(f"{c} {v:.1%}" for c, v in kinds) + " of the step")
     if len(m.ranks) > 1:
