@@ -331,6 +331,19 @@ def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
     assert "overheads" not in light[0] and max(s["bytes"]["cuda_context"] for s in light[0]["stages"]) < 2**30
 
 
+def test_a_pick_check_says_what_its_own_fix_predicts(capsys):
+    """Qwen3-Next-80B-A3B at 32k on 48 GB200: the pick keeps CP 1 and the long-context rule asks for CP 4; the search
+    already weighed that, so the check carries the fix's prediction (slower here: its linear-attention layers need
+    no 4K shards, and CP 4 leaves DP 1)."""
+    assert main(["plan", "qwen3-next-80b-a3b", "--gpu", "gb200", "--gpus", "48", "--seq", "32768", "--gbs", "96",
+                 "--top", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pick = data["results"][0]
+    check = next(c for c in data["pick_checks"] if c["rule"] == "longctx.cp_sizing")
+    assert pick["layout"]["cp"] == 1 and check["with_fix"]["fits"]
+    assert check["with_fix"]["tokens_per_s_per_gpu"] < pick["time"]["tokens_per_s_per_gpu"]
+
+
 def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_path, capsys):
     """check --model of a saved plan runs the memory wall under the overheads the plan was made with; --overheads
     replaces them, and needs --model (the only thing that reads them)."""

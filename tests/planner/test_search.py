@@ -180,6 +180,11 @@ def test_a_global_batch_that_rules_out_data_parallel_sizes_says_which():
     assert even.gbs_excluded_dp == [] and even.layouts > odd.layouts
     wl = Workload(seq_length=4096, global_batch_size=1024)
     assert {lay.dp for lay in enumerate_layouts(spec, g, 64, wl, {})} >= {16, 32, 64}
+    # DeepSeek-V3 at 128k with GBS 128 on 256 GB200: DP 256 is ruled out by the batch, but no DP-256 layout (TP, CP
+    # and PP all 1) would fit 128k tokens a rank anyway, so it is not offered as what a larger GBS would open
+    long = plan(load_model("deepseek-v3"), load_gpu("gb200"), 256, Workload(seq_length=131072, global_batch_size=128),
+                top=1)
+    assert long.results and 256 not in long.gbs_excluded_dp
 
 
 def test_tp_comm_overlap_rides_along_where_userbuffers_take_the_recipe():

@@ -5,6 +5,7 @@ from rich.markup import escape
 
 from moetune.cli.output import console, emit_json, table
 from moetune.configio.load import load_config
+from moetune.configio.mlm import argument_dump_config
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner import to_config as result_config
@@ -13,6 +14,7 @@ from moetune.planner.config_map import from_config, trained_model
 from moetune.planner.estimate import estimate
 from moetune.planner.from_json import estimate_from_json
 from moetune.profile.diagnose import DiagnoseResult, diagnose
+from moetune.profile.megatron_log import read_log
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -114,7 +116,10 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
     # the run's GPU: --gpu, else for a log alone the prediction's (traces record their own, checked against it)
     run_gpu = load_gpu(gpu) if gpu else (predicted.gpu if predicted is not None and not traces else None)
-    result = diagnose(list(traces), log=log_path, config=config, gpu=run_gpu)
+    log = read_log(log_path) if log_path else None
+    if log is not None and log.argument_dump:  # a Megatron-LM log's arguments are what ran: they tailor the advice
+        config = {**argument_dump_config(log.args), **(config or {})}  # where --config does not say
+    result = diagnose(list(traces), log=log, config=config, gpu=run_gpu)
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

@@ -100,9 +100,12 @@ def print_explain(a: dict) -> None:
     if f.get("note"):
         out.print(f"  - {f['note']}")
     ladder = 0  # the recompute/offload steps apply one on top of another (planner/fit_steps.py)
-    for step in f.get("steps", []):
+    steps = f.get("steps", [])
+    for i, step in enumerate(steps):
         what = step.get("layout") or ", ".join(f"{k}={v}" for k, v in step.get("change", {}).items())
         fits = "fits" if step.get("fits", True) else "still does not fit"
+        if "change" in step and not ladder and any("layout" in s for s in steps[:i]):
+            out.print("  - or, keeping this layout, one step on top of another:")
         then = "then " if "change" in step and ladder else ""
         ladder += "change" in step
         tight = ", tight" if step.get("tight") else ""
@@ -149,8 +152,11 @@ def print_explain(a: dict) -> None:
         out.print("[bold]Retune[/bold]: Megatron or the seeds refuse this configuration (Check errors below) and no "
                   "single move clears an error; apply their fixes first, or let `moetune plan` choose")
     else:
-        out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits; `moetune plan` changes "
-                  "layout and knobs together")
+        blocked = "; ".join(f"{r['rule']} {100 * r['predicted_gain']:+.1f}% but needs {r['new_peak_gib']:.1f} GiB"
+                            for r in a.get("retune_blocked_by_memory", []))
+        out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits"
+                  + (f" (memory stops: {blocked}, of {a['fit']['capacity_gib']:.1f})" if blocked else "")
+                  + "; `moetune plan` changes layout and knobs together")
     print_checks(a["checks"])
     if a["fp8_caveat"]:
         out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")

@@ -14,7 +14,7 @@ from moetune.layout.layout import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight
+from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
@@ -169,7 +169,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                             "and up) the mean at its busiest expert rank: why the pick keeps ETP over the seeds' EP "
                             "first; `explain --plan` compares the two")
         for f in pick_checks(pick) if pick else []:
-            console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}")
+            console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if record:
@@ -182,9 +182,29 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
 
 def pick_checks(pick) -> list[dict]:
     """The rule errors and warnings the pick itself raises (a pinned --fix can lead the search where the seeds warn:
-    TP past the NVLink domain), as `moetune check` of its config reports them."""
-    return [{"rule": f.rule, "severity": f.severity, "message": f.message}
-            for f in findings(pick) if f.severity in ("error", "warning")]
+    TP past the NVLink domain), as `moetune check` of its config reports them; a warning whose fix runs on this job
+    carries what the fix predicts (`with_fix`), since the search already weighed it against the pick."""
+    out = []
+    for f in findings(pick):
+        if f.severity not in ("error", "warning"):
+            continue
+        check = {"rule": f.rule, "severity": f.severity, "message": f.message}
+        fixed = with_fix(pick, f.fix) if f.severity == "warning" else None
+        if fixed is not None and fixed.time != pick.time:
+            check["with_fix"] = {"tokens_per_s_per_gpu": fixed.time["tokens_per_s_per_gpu"], "fits": fixed.fits,
+                                 "peak_gib": fixed.peak_bytes / 2**30}
+        out.append(check)
+    return out
+
+
+def _fix_text(check: dict, pick) -> str:
+    """What the check's own fix predicts beside the pick."""
+    if "with_fix" not in check:
+        return ""
+    w, speed = check["with_fix"], pick.time["tokens_per_s_per_gpu"]
+    fits = "" if w["fits"] else f", and needs {w['peak_gib']:.1f} GiB of {pick.gpu.capacity_bytes / 2**30:.1f}"
+    return (f" (its fix predicts {w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
+            f"{w['tokens_per_s_per_gpu'] / speed - 1:+.0%} against the pick{fits})")
 
 
 def print_versus(v: dict) -> None:

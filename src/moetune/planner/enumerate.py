@@ -143,8 +143,7 @@ def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,
                       gbs_excluded: set | None = None) -> list[Layout]:
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp, pipeline_layout). The global
-    batch is checked last: the DP sizes of otherwise legal layouts it rules out (GBS not a multiple of DP) go to
-    `gbs_excluded`."""
+    batch is checked last: otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
     job_domain = job_gpu(gpu, world).nvlink_domain
 
     def choice(name, values):
@@ -189,7 +188,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
                 continue
             if wl.global_batch_size is not None and wl.global_batch_size % lay.dp:
                 if gbs_excluded is not None:
-                    gbs_excluded.add(lay.dp)
+                    gbs_excluded.add(lay)
                 continue
             out.append(lay)
     return out

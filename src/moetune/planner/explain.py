@@ -19,6 +19,7 @@ from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_
 from moetune.planner.moves import (
     GIB,
     apply_move,
+    default_exchange,
     findings,
     knobs_for,
     margin_gib,
@@ -30,7 +31,7 @@ from moetune.planner.moves import (
 from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.planner.track_record import track_record
 from moetune.walls.compute import rates, ring_slowdown
-from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, resolve_auto, ring_ranks
+from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, ring_ranks
 
 
 def _fit(e: Estimate) -> dict:
@@ -200,7 +201,9 @@ def _checks(found: list, levels: tuple[str, ...] = ("error", "warning")) -> list
     return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix} for f in kept]
 
 
-def _retune(e: Estimate, found: list) -> list[dict]:
+def _retune(e: Estimate, found: list, blocked: list | None = None) -> list[dict]:
+    """The single moves that predict a gain and fit, best first; those that would gain but do not fit go to
+    `blocked` (each with the memory it needs), so an empty Retune can say what memory stops."""
     base = e.time["tokens_per_s_per_gpu"]
     broken = set(rule_errors(e, found))  # a move is refused for the errors it adds, not for those it inherits
     out = []
@@ -210,6 +213,9 @@ def _retune(e: Estimate, found: list) -> list[dict]:
         if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits and not broken:
             continue  # a refused run takes any move that clears its error, a memory move included
         new = apply_move(e, move)
+        if new is not None and not new.fits and e.fits and blocked is not None and not set(rule_errors(new)) - broken \
+                and (gain := new.time["tokens_per_s_per_gpu"] / base - 1) > 0.005:
+            blocked.append({"rule": move_id, "predicted_gain": gain, "new_peak_gib": new.peak_bytes / GIB})
         if new is None or not new.fits:
             continue
         errors = set(rule_errors(new))
@@ -250,31 +256,22 @@ def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
     return None
 
 
-def _default_exchange(e: Estimate) -> str | None:
-    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose."""
-    if e.layout.cp == 1:
-        return None
-    auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
-                        e.gpu, e.efficiency)
-    return exchange_text(auto, e.layout.cp)
-
-
 def explain(e: Estimate) -> dict:
     defaults = platform_defaults(e.gpu)
     fit = _fit(e)
     if not e.fits:
         fit["steps"] = fit_steps(e)
     found = findings(e)  # the rule table is evaluated once for this configuration
-    if e.layout.cp > 1 and _default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
-        found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
     fp8 = caveat(e, same_config_in_bf16(e), "the same configuration in BF16") if applies(e.model, e.knobs) else None
-    retune = _retune(e, found)
+    blocked: list[dict] = []
+    retune = _retune(e, found, blocked)
     if not e.fits and (faster := _faster_fix(fit["steps"], retune)):
         fit["fastest_fix"] = faster
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(),
         "track_record": track_record(e.model.name, e.gpu.key, e.efficiency),
         "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": retune,
+        "retune_blocked_by_memory": sorted(blocked, key=lambda r: -r["predicted_gain"])[:3],
         "checks": _checks(found, SEVERITY_ORDER),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
         "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
@@ -285,7 +282,7 @@ def explain(e: Estimate) -> dict:
                                                     "uses 32; DeepEP: default 20)",
                              # with CP: the legal exchange that costs least (Megatron's own default is p2p; Bridge's
                              # gpt-oss and Qwen3 H100 recipes set a2a)
-                             "cp_comm_type": _default_exchange(e),
+                             "cp_comm_type": default_exchange(e),
                              "cp_comm_type_source": "walls/context_parallel.py auto_choice; Megatron-Bridge "
                                                     "docs/training/hierarchical-context-parallel.md"},
     }

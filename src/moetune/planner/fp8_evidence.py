@@ -76,7 +76,7 @@ def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
     if bf16 is not None:
         gain = pick.time["tokens_per_s_per_gpu"] / bf16.time["tokens_per_s_per_gpu"] - 1
         out.update(bf16_what=bf16_what, bf16_layout=bf16.layout.short(), bf16_fits=bf16.fits,
-                   bf16_peak_gib=bf16.peak_bytes / 2**30,
+                   bf16_peak_gib=bf16.peak_bytes / 2**30, capacity_gib=bf16.gpu.capacity_bytes / 2**30,
                    bf16_tokens_per_s_per_gpu=bf16.time["tokens_per_s_per_gpu"], predicted_fp8_gain=gain)
     return out
 
@@ -101,7 +101,8 @@ def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed:
 def caveat_text(c: dict) -> str:
     text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c)}"
     if "predicted_fp8_gain" in c:
-        fits = "" if c["bf16_fits"] else f", which does not fit: {c['bf16_peak_gib']:.1f} GiB"
+        fits = "" if c["bf16_fits"] else \
+            f", which does not fit: {c['bf16_peak_gib']:.2f} GiB of {c['capacity_gib']:.2f}"
         text += (f"; moetune predicts {100 * c['predicted_fp8_gain']:+.0f}% over {c['bf16_what']} "
                  f"({c['bf16_layout']}, {c['bf16_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
     if c.get("predicted_fp8_gain", 1.0) < 0:  # slower here anyway (host-bound FP8: TE's quantizer launches)

@@ -10,12 +10,13 @@ from importlib import resources
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
+from moetune.planner.config_map import PRECISION, cp_fields, from_config, layout_fields, to_config
 from moetune.planner.defaults import default_dispatcher, platform_defaults
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.pipeline_balance import even_out
 from moetune.rules import derive, evaluate
+from moetune.walls.context_parallel import exchange_text, resolve_auto
 
 GIB = 1 << 30
 
@@ -90,7 +91,19 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
         derived["fits_with_selective_without_offload"] = fits_without_offload(e)
-    return evaluate(config, derived, context="explain")
+    found = evaluate(config, derived, context="explain")
+    if e.layout.cp > 1 and default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
+        found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
+    return found
+
+
+def default_exchange(e: Estimate) -> str | None:
+    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose."""
+    if e.layout.cp == 1:
+        return None
+    auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
+                        e.gpu, e.efficiency)
+    return exchange_text(auto, e.layout.cp)
 
 
 def _offloads(knobs) -> bool:
@@ -110,6 +123,18 @@ def _fits_with_selective(e: Estimate) -> bool:
     stay (they pair with selective recompute)."""
     modules = frozenset({"layernorm", "moe_act"} if e.model.num_moe_experts else {"layernorm", "core_attn"})
     return e.variant(knobs=replace(e.knobs, recompute="selective", recompute_modules=modules)).fits
+
+
+def with_fix(e: Estimate, fix: dict) -> Estimate | None:
+    """The estimate with a rule finding's fix (Bridge overrides) applied to its config, or None where the fixed config
+    does not run as-is on this job (a layout Megatron refuses, a batch the new DP does not divide)."""
+    if not fix or any(isinstance(v, str) and v.startswith("=") for v in fix.values()):
+        return None  # an unresolved derived value: nothing concrete to weigh
+    try:
+        layout, workload, knobs = from_config({**to_config(e), **fix})
+        return e.variant(layout=layout, workload=workload, knobs=knobs)
+    except (MoetuneError, ValueError, TypeError):
+        return None
 
 
 def rule_errors(e: Estimate, found: list | None = None) -> list[str]:

@@ -47,7 +47,8 @@ class PlanResult:
     lightest_host_gib: float | None = None  # host memory that candidate's optimizer offload needs per GPU
     host_capacity_gib: float | None = None  # the host memory per GPU (None: not known)
     headroom_gib: float = 0.0  # memory every candidate leaves free (plan --headroom)
-    # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS)
+    # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS), where one
+    # of that DP would fit (search._fitting_dp)
     gbs_excluded_dp: list[int] = field(default_factory=list)
 
 
@@ -205,11 +206,12 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
-    excluded: set[int] = set()
+    excluded: set[Layout] = set()
     layouts = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
     cands = _candidates(layouts, wl, fixed)
-    # DP sizes never searched: ruled out by GBS itself, or with no MBS choice that makes DP x MBS divide it
-    excluded = sorted((excluded | {lay.dp for lay in layouts}) - {lay.dp for lay, _ in cands})
+    # layouts never searched: ruled out by GBS itself, or with no MBS choice that makes DP x MBS divide it
+    searched = {lay.dp for lay, _ in cands}
+    excluded = [lay for lay in excluded | set(layouts) if lay.dp not in searched]
     if not cands:
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
                            + no_layout_reason(spec, gpu, world, wl, fixed))
@@ -224,6 +226,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                 roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
     batch, (least_gib, least, least_host) = _memory_bound(spec, budget, build_batch(spec, cands), wl, grid,
                                                           s.overheads)
+    excluded_dp = _fitting_dp(spec, budget, excluded, wl, grid, s.overheads)
     if batch is not None:
         _search_grid(s, batch, grid)
     _rebalance_best(s, efficiency_overrides)
@@ -243,7 +246,17 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
-                      gbs_excluded_dp=excluded)
+                      gbs_excluded_dp=excluded_dp)
+
+
+def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Workload, grid: list[Knobs],
+                overheads: dict) -> list[int]:
+    """The DP sizes of `layouts` (those the global batch ruled out) with one that would fit at MBS 1 under the grid's
+    lightest knobs: a larger GBS that allows the others would not make them run."""
+    if not layouts or not grid:
+        return []
+    batch, _ = _memory_bound(spec, gpu, build_batch(spec, [(lay, 1) for lay in layouts]), wl, grid, overheads)
+    return [] if batch is None else sorted({int(d) for d in batch.fields.dp[:, 0]})
 
 
 # Least share of the step delay_wgrad_compute must save to stay on in a result: the seeds call it optional and their

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moetune.configio.mlm import argument_dump_config
 from moetune.errors import MoetuneError
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
@@ -218,9 +217,6 @@ def diagnose(
     run_world = _same_world(loaded, training_log, config or {})
     if training_log is not None:
         _fill_args(training_log, config or {})
-        # a Megatron-LM log's argument dump is what ran: it tailors the advice where --config does not say
-        config = {**argument_dump_config(training_log.args), **(config or {})} if training_log.argument_dump \
-            else config
     m = _measure(loaded, training_log, gpu_memory_bytes, gpu)
     _check_memory(m)
     f = facts(m, config)
