@@ -207,10 +207,10 @@ class _Sink:
         self.peak_reserved = value if self.peak_reserved is None else max(self.peak_reserved, value)
 
 
-def _open(path: Path):
+def _open(path: Path) -> "_Screened":
     with open(path, "rb") as fh:
         magic = fh.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+    return _Screened(gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb"), path)
 
 
 # What the streaming parser cannot take: yajl's C backend crashes the process on an integer of thousands of digits,
@@ -220,23 +220,38 @@ _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _OPENERS = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 _LONG_NUMBER, _DEEP = b"0" * 512, b"[" * 128
-_CHUNK, _OVERLAP = 1 << 20, 16 << 10
+_OVERLAP = 16 << 10
 
 
-def _screen(path: Path) -> None:
-    """Refuse a file with a number too long or values nested too deep to parse safely: 512 digits in a row, or 128
-    opening brackets with no closing one between (the file's brackets alone, in order). Chunks overlap, so a run across
-    a boundary is seen whole."""
-    tail = b""
-    with _open(path) as fh:
-        while chunk := fh.read(_CHUNK):
-            window = tail + chunk
-            if _LONG_NUMBER in window.translate(_DIGITS):
-                raise _fail(path, "holds a number of 512 digits or more; no profiler writes one: re-export the trace")
-            if _DEEP in window.translate(_OPENERS, _NOT_BRACKETS):
-                raise _fail(path, "nests values 128 levels deep or more; a Kineto trace is an object of flat events: "
-                                  "re-export it from torch.profiler")
-            tail = window[-_OVERLAP:]
+class _Screened:
+    """A trace file read through the screen: each chunk is checked, with the tail of the one before it (so a run across
+    a boundary is seen whole), before the parser gets it; one pass over the file does both."""
+
+    def __init__(self, fh, path: Path) -> None:
+        self.fh, self.path, self.tail = fh, path, b""
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.fh.read(size)
+        if chunk:
+            self.tail = _screen(self.path, self.tail + chunk)
+        return chunk
+
+    def __enter__(self) -> "_Screened":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fh.close()
+
+
+def _screen(path: Path, window: bytes) -> bytes:
+    """Refuse a number too long or values nested too deep to parse safely: 512 digits in a row, or 128 opening brackets
+    with no closing one between (the window's brackets alone, in order); the window's tail carries over."""
+    if _LONG_NUMBER in window.translate(_DIGITS):
+        raise _fail(path, "holds a number of 512 digits or more; no profiler writes one: re-export the trace")
+    if _DEEP in window.translate(_OPENERS, _NOT_BRACKETS):
+        raise _fail(path, "nests values 128 levels deep or more; a Kineto trace is an object of flat events: "
+                          "re-export it from torch.profiler")
+    return window[-_OVERLAP:]
 
 
 def _first_char(path: Path) -> str:
@@ -308,7 +323,6 @@ def read_trace(path: str | Path) -> RankTrace:
     try:
         if not _first_char(path):
             raise _fail(path, "is empty after decompression; re-export it from torch.profiler")
-        _screen(path)
         header = _stream(path, sink)
     except MoetuneError:
         raise
