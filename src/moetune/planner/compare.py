@@ -92,9 +92,12 @@ def _step_only(predicted: Estimate, measured: DiagnoseResult) -> dict:
     out = {"available": True, "walls": {}, "step_seconds": step, "worst_wall": None, "verdict": verdict}
     if log.get("tflops_per_gpu"):
         convention = log.get("launcher") or predicted.model.flops_convention
-        flops = megatron_model_flops(predicted.model, predicted.workload.seq_length,
-                                     predicted.workload.gbs(predicted.layout), tp=predicted.layout.tp,
-                                     convention=convention)
-        out["tflops_per_gpu"] = {"predicted": flops / step["predicted"] / predicted.layout.world_size / 1e12,
-                                 "measured": log["tflops_per_gpu"], "flops_convention": convention}
+        tflops = predicted.time["tflops_per_gpu"]
+        if convention != predicted.model.flops_convention:  # counted again as the log's launcher counts
+            flops = megatron_model_flops(predicted.model, predicted.workload.seq_length,
+                                         predicted.workload.gbs(predicted.layout), tp=predicted.layout.tp,
+                                         convention=convention)
+            tflops = flops / step["predicted"] / predicted.layout.world_size / 1e12
+        out["tflops_per_gpu"] = {"predicted": tflops, "measured": log["tflops_per_gpu"],
+                                 "flops_convention": convention}
     return out
