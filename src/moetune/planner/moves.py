@@ -9,7 +9,7 @@ from importlib import resources
 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
-from moetune.layout.validate import Workload
+from moetune.layout.validate import LONG_SDPA, Workload
 from moetune.planner.config_map import PRECISION, cp_fields, from_config, layout_fields, to_config
 from moetune.planner.defaults import default_dispatcher, platform_defaults
 from moetune.planner.enumerate import splits_for
@@ -113,7 +113,7 @@ def _offloads(knobs) -> bool:
 def fits_without_offload(e: Estimate) -> bool:
     """Whether the seeds' first selective set fits with no offloading in its place (rule fit.offload_before_recompute:
     offloading only where recompute is not enough)."""
-    knobs = replace(e.knobs, recompute="selective", recompute_modules=frozenset({"layernorm", "moe_act"}),
+    knobs = replace(e.knobs, recompute="selective", recompute_modules=first_selective(e),
                     optimizer_offload_fraction=0.0, offload_modules=frozenset())
     return e.variant(knobs=knobs).fits
 
@@ -121,8 +121,16 @@ def fits_without_offload(e: Estimate) -> bool:
 def _fits_with_selective(e: Estimate) -> bool:
     """Whether the seeds' first selective set (the rule's own fix) fits in place of full recompute; TE-scoped graphs
     stay (they pair with selective recompute)."""
-    modules = frozenset({"layernorm", "moe_act"} if e.model.num_moe_experts else {"layernorm", "core_attn"})
-    return e.variant(knobs=replace(e.knobs, recompute="selective", recompute_modules=modules)).fits
+    return e.variant(knobs=replace(e.knobs, recompute="selective", recompute_modules=first_selective(e))).fits
+
+
+def first_selective(e: Estimate) -> frozenset[str]:
+    """The seeds' first selective set, as the fit rules' fixes write it (rules/derive.py first_selective_modules):
+    moe_act with layernorm for a MoE model, else core_attn with it, or layernorm alone at very long context (seeds/002
+    "avoid SDPA-heavy recompute at very long context")."""
+    if e.model.num_moe_experts:
+        return frozenset({"layernorm", "moe_act"})
+    return frozenset({"layernorm", "core_attn"} if e.workload.seq_length < LONG_SDPA else {"layernorm"})
 
 
 def with_fix(e: Estimate, fix: dict) -> Estimate | None:

@@ -14,7 +14,7 @@ from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, MOE_OFFLOAD_MODULES, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import ep_first_sizes, shard_cp, undersharded_cp
+from moetune.layout.validate import LONG_SDPA, ep_first_sizes, shard_cp, undersharded_cp
 from moetune.rules.table import load_table
 from moetune.walls.context_parallel import a2a_splits
 
@@ -87,7 +87,7 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     # (seeds/002 § Avoid SDPA-heavy recompute at very long context; rule longctx.sdpa_recompute)
     seq = value(config, "model.seq_length") or 4096
     d["first_selective_modules"] = ["layernorm", "moe_act"] if value(config, "model.moe_grouped_gemm") else \
-        ["layernorm", "core_attn"] if seq < 65536 else ["layernorm"]
+        ["layernorm", "core_attn"] if seq < LONG_SDPA else ["layernorm"]
     modules = value(config, "model.recompute_modules")
     if isinstance(modules, list):  # what Megatron-Core's recompute_modules assert accepts (transformer_config.py)
         known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
