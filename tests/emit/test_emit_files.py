@@ -307,3 +307,94 @@ def test_full_iteration_graphs_turn_the_loss_nan_check_off(tmp_path):
         with contextlib.redirect_stdout(io.StringIO()) as out:
             main(["check", str(tmp_path / "run" / name), "--gpu", "gb200", "--gpus", "64", "--json"])
         assert "cudagraph.full_iteration_nan_check" not in {f["rule"] for f in json.loads(out.getvalue())["findings"]}
+
+
+def _stand_in_bridge(root):
+    """A Megatron Bridge checkout and package in miniature: run_recipe.py loads the recipe through
+    recipe_runner.load_recipe (as the real one imports it) and prints what the recipe holds then; the recipe has
+    comm_overlap None and mixed_precision a preset name, which dotted overrides cannot reach."""
+    training = root / "bridge" / "scripts" / "training"
+    training.mkdir(parents=True)
+    (root / "bridge" / "scripts" / "common").mkdir()
+    (training / "recipe_runner.py").write_text(
+        "import types\n"
+        "def load_recipe(name, peft_scheme=None):\n"
+        "    ns = types.SimpleNamespace\n"
+        "    return ns(comm_overlap=None, mixed_precision='bf16_with_mxfp8_mixed', env_vars={},\n"
+        "              **{s: ns() for s in ('model', 'train', 'ddp', 'optimizer', 'dataset', 'rng',\n"
+        "                                   'rerun_state_machine', 'checkpoint', 'scheduler', 'logger')})\n")
+    (training / "run_recipe.py").write_text(
+        "import json, sys\n"
+        "from recipe_runner import load_recipe\n"
+        "cfg = load_recipe(sys.argv[sys.argv.index('--recipe') + 1])\n"
+        "print(json.dumps({'ep': cfg.model.expert_model_parallel_size, 'fp8': cfg.mixed_precision.fp8,\n"
+        "                  'overlap': cfg.comm_overlap.overlap_moe_expert_parallel_comm, 'argv': sys.argv[1:]}))\n")
+    package = root / "site" / "megatron" / "bridge"
+    for sub in ("", "training", "utils"):
+        (package / sub).mkdir(parents=True, exist_ok=True)
+        (package / sub / "__init__.py").write_text("")
+    (root / "site" / "megatron" / "__init__.py").write_text("")
+    (package / "training" / "comm_overlap.py").write_text(
+        "import types\nclass CommOverlapConfig(types.SimpleNamespace):\n    pass\n")
+    (package / "training" / "mixed_precision.py").write_text(
+        "import types\nPRESETS = {'bf16_mixed': (None, None), 'bf16_with_mxfp8_mixed': ('e4m3', 'mxfp8')}\n"
+        "def get_mixed_precision_config(name):\n"
+        "    fp8, recipe = PRESETS[name]\n"
+        "    return types.SimpleNamespace(fp8=fp8, fp8_recipe=recipe or 'tensorwise', fp4=None)\n")
+    return root / "bridge", root / "site"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_torchrun_applies_the_plan_to_the_recipe_through_bridges_own_runner(tmp_path):
+    """torchrun.sh (ENGINE=bridge) runs run_planned.py, which applies bridge_overrides.py to the recipe as Bridge's
+    run_recipe.py loads it: a BF16 plan over an MXFP8 recipe runs BF16, a recipe with no comm_overlap gets the plan's
+    EP overlap, and the global batch and precision-aware optimizer are named on the command line so the runner's
+    benchmark defaults leave them alone."""
+    config = {k: v for k, v in plan("dsv3_gb200_hybridep").items() if k != "mixed_precision.fp8_recipe"}
+    config["mixed_precision.fp8"] = None  # a BF16 plan
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in emit_all(config).items():
+        (out / name).write_text(text)
+        (out / name).chmod(0o755)
+    bridge, site = _stand_in_bridge(tmp_path)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    # torchrun stand-in: runs the command once, as LOCAL_RANK 0, after the torchrun options (up to --no-python)
+    (fake / "torchrun").write_text('#!/usr/bin/env bash\nwhile [[ "$1" != --no-python ]]; do shift; done; shift\n'
+                                   'LOCAL_RANK=0 NUMA_BIND=0 exec "$@"\n')
+    (fake / "torchrun").chmod(0o755)
+    import sys
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "RECIPE": "deepseek_v3_pretrain_config",
+           "BRIDGE_DIR": str(bridge), "PYTHONPATH": str(site), "PYTHON": sys.executable, "EXTRA_ARGS": "train.seed=7"}
+    run = subprocess.run(["bash", str(out / "torchrun.sh")], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["ep"] == 64 and got["fp8"] is None and got["overlap"] is True
+    assert "train.global_batch_size=4096" in got["argv"] and "train.seed=7" in got["argv"]
+    assert any(a.startswith("optimizer.use_precision_aware_optimizer=") for a in got["argv"])
+
+
+def test_overrides_name_what_a_recipe_would_otherwise_keep():
+    """A DeepEP plan with EP overlap over a recipe of other settings (Megatron Bridge recipes set
+    moe_hybridep_num_sms=16, Kimi-K2's and GLM-4.5's moe_shared_expert_overlap=True, DeepSeek-V3's H100 recipe BF16
+    Adam moments, Kimi-K2's Muon): each would break the launch or run another job, so the overrides write them."""
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.config_map import to_config
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    knobs = Knobs(precision="fp8-blockwise", dispatcher="deepep", flex_num_sms=24, ep_overlap=True,
+                  recompute="selective", recompute_modules=frozenset({"moe_act"}), optimizer_offload_fraction=1.0,
+                  offload_modules=frozenset({"core_attn"}))
+    planned = to_config(estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=16),
+                                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), knobs,
+                                 with_time=False))
+    lines = set(emit_all(planned)["overrides.txt"].splitlines())
+    assert {"model.moe_deepep_num_sms=24", "model.moe_hybridep_num_sms=null", "model.moe_shared_expert_overlap=false",
+            "mixed_precision.fp4=null", "optimizer.optimizer=adam", "optimizer.exp_avg_dtype=float32",
+            "optimizer.use_precision_aware_optimizer=true",  # the CPU offload's code path (Megatron-LM asserts it)
+            "++env_vars.NVTE_CPU_OFFLOAD_V1=1"} <= lines
+    assert "export NVTE_CPU_OFFLOAD_V1" in emit_all(planned)["env.sh"]

@@ -13,6 +13,7 @@ from moetune.configio import load_config
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment, resolve
 from moetune.emit import emit_all
+from moetune.planner.config_map import PRECISION
 from moetune.rules import evaluate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
@@ -67,6 +68,15 @@ def test_megatron_lm_args_round_trip(tmp_path, name):
         {k: str(v) for k, v in config.items() if k.startswith("env.")}
 
 
+# Megatron Bridge's presets as training/mixed_precision.py defines them: (fp8, fp8_recipe, fp4)
+BRIDGE_PRESETS = {"bf16_mixed": (None, None, None),
+                  "bf16_with_fp8_subchannel_scaling_mixed": ("hybrid", "blockwise", None),
+                  "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8", None),
+                  "bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise", None),
+                  "bf16_with_fp8_delayed_scaling_mixed": ("hybrid", "delayed", None),
+                  "bf16_with_nvfp4_mixed": (None, None, "e2m1")}
+
+
 def _stub_bridge(monkeypatch):
     """Stand-ins for the two Bridge imports the snippet makes (Bridge is not installed in this suite)."""
     class CommOverlapConfig(types.SimpleNamespace):
@@ -74,8 +84,8 @@ def _stub_bridge(monkeypatch):
             super().__init__(tp_comm_overlap=tp_comm_overlap)
 
     def get_mixed_precision_config(value):
-        assert value == "bf16_mixed"
-        return types.SimpleNamespace()
+        fp8, recipe, fp4 = BRIDGE_PRESETS[value]
+        return types.SimpleNamespace(fp8=fp8, fp8_recipe=recipe or "tensorwise", fp4=fp4, preset=value)
 
     for mod, attrs in {"megatron.bridge": {}, "megatron.bridge.training": {},
                        "megatron.bridge.training.comm_overlap": {"CommOverlapConfig": CommOverlapConfig},
@@ -101,7 +111,31 @@ def test_python_snippet_sets_the_same_knobs(monkeypatch, name):
         if section == "cluster":
             continue
         got = cfg.env_vars[field] if section == "env" else getattr(getattr(cfg, section), field)
+        if names().get(key) is not None and names().get(key).type.startswith("dtype"):  # torch dtypes, as Bridge
+            got, value = str(got), f"torch.{value}"  # recipes hold them
         assert got == value, key
+
+
+@pytest.mark.parametrize(("recipe", "plan", "kept"), [
+    ("bf16_with_mxfp8_mixed", "bf16", False),  # a BF16 plan over an MXFP8 recipe: the recipe's FP8 must not survive
+    ("bf16_with_mxfp8_mixed", "mxfp8", True),  # the same family: the recipe's own tuning stays
+    ("bf16_with_fp8_subchannel_scaling_mixed", "nvfp4", False),  # FP4 beside FP8 is refused by Bridge
+])
+def test_python_snippet_replaces_a_recipes_precision_of_another_family(monkeypatch, recipe, plan, kept):
+    config = {**plan_config("dsv3_gb200_hybridep"), **{k: None for k in ("mixed_precision.fp8",
+                                                                          "mixed_precision.fp4")}}
+    config.update({k: v for k, v in PRECISION[plan].items()})
+    _stub_bridge(monkeypatch)
+    namespace: dict = {}
+    exec(compile(emit_all(config)["bridge_overrides.py"], "bridge_overrides.py", "exec"), namespace)
+    sections = {k.split(".", 1)[0] for k in config} - {"cluster", "env", "comm_overlap", "mixed_precision"}
+    held = namespace["get_mixed_precision_config"](recipe)
+    held.fp8_param_gather = True  # a recipe's own tuning
+    cfg = types.SimpleNamespace(comm_overlap=None, mixed_precision=held, env_vars={},
+                                **{s: types.SimpleNamespace() for s in sections})
+    mp = namespace["apply_overrides"](cfg).mixed_precision
+    assert (mp is held) is kept and getattr(mp, "fp8_param_gather", False) is kept
+    assert (mp.fp8, mp.fp4) == (PRECISION[plan].get("mixed_precision.fp8"), PRECISION[plan].get("mixed_precision.fp4"))
 
 
 @pytest.mark.parametrize("fname", ["overrides.txt", "megatron_lm_args.txt"])

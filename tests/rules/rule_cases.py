@@ -52,6 +52,8 @@ CASES: dict[str, Case] = {
     "scale.experts_divisible": Case(S(MOE, "model.num_moe_experts=60", "model.expert_model_parallel_size=8")),
     "model.moe_layer_freq_length": Case(S(MOE, "model.num_layers=4", "model.moe_layer_freq=[1,0]")),
     "model.topk_over_experts": Case(S(MOE, "model.moe_router_topk=80")),
+    "env.cpu_offload_v1": Case(S(MOE, "model.fine_grained_activation_offloading=true",
+                                 "model.offload_modules=[moe_act]")),
     "env.ep_overlap_connections": Case(S(EP_OVERLAP, "env.CUDA_DEVICE_MAX_CONNECTIONS=1")),
     "train.one_training_length": Case(S(MOE, "train.train_iters=100", "train.train_samples=6400")),
     "model.seq_length_matches_dataset": Case(S(MOE, "model.seq_length=8192", "dataset.seq_length=4096")),

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.emit.bridge import dotted_overrides, python_snippet
-from moetune.emit.launch import env_sh, numa_bind_sh, sbatch_sh, torchrun_sh
+from moetune.emit.launch import env_sh, numa_bind_sh, run_planned_py, sbatch_sh, torchrun_sh
 from moetune.emit.mlm import megatron_lm_args
 from moetune.rules.derive import derive
 
-FILES = ("bridge_overrides.py", "overrides.txt", "megatron_lm_args.txt", "env.sh", "torchrun.sh", "numa_bind.sh",
-         "sbatch.sh")
+FILES = ("bridge_overrides.py", "run_planned.py", "overrides.txt", "megatron_lm_args.txt", "env.sh", "torchrun.sh",
+         "numa_bind.sh", "sbatch.sh")
 
 
 def describe(config: dict[str, Any]) -> str:
@@ -32,6 +32,7 @@ def emit_all(config: dict[str, Any]) -> dict[str, str]:
     header = describe(config)
     return {
         "bridge_overrides.py": python_snippet(config, header),
+        "run_planned.py": run_planned_py(header),
         "overrides.txt": dotted_overrides(config, header),
         "megatron_lm_args.txt": megatron_lm_args(config, header),
         "env.sh": env_sh(config, header),

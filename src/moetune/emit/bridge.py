@@ -12,6 +12,7 @@ from typing import Any
 
 from moetune.emit import values
 from moetune.emit.environment import environment
+from moetune.planner.config_map import PRECISION_PRESET, precision_of
 
 BRIDGE_SECTIONS_SKIPPED = ("cluster", "env")
 
@@ -22,28 +23,88 @@ def _bridge_items(config: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def dotted_overrides(config: dict[str, Any], header: str) -> str:
     lines = [f"# {header}", "# Megatron Bridge dotted overrides: pass after `run_recipe.py --recipe <name>`.",
-             "# comm_overlap.* needs a recipe with cfg.comm_overlap set, and mixed_precision.* a MixedPrecisionConfig",
-             "# (not a recipe-name string); bridge_overrides.py handles both cases."]
+             "# They assume a recipe with cfg.comm_overlap set, a MixedPrecisionConfig (not a preset-name string),",
+             "# and the deprecated cuda_graph_scope (not cuda_graph_modules) and per-backend dispatcher SM fields;",
+             "# bridge_overrides.py handles every recipe, and torchrun.sh applies it (run_planned.py)."]
     lines += values.pragmas(config)
     lines += [f"{k}={values.hydra(v)}" for k, v in _bridge_items(config)]
     lines += [f"++env_vars.{name}={values.hydra(v)}" for name, (v, _) in environment(config).items()]
     return "\n".join(lines) + "\n"
 
 
+# Fields the snippet writes through a block of its own, not one assignment each (see _graphs, _sms, _precision)
+GRAPH_FIELDS = ("model.cuda_graph_impl", "model.cuda_graph_scope")
+SM_FIELDS = ("model.moe_deepep_num_sms", "model.moe_hybridep_num_sms")
+
+PRELUDE = '''from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+try:  # Bridge's helpers write the current Megatron-Core API (cuda_graph_modules) or, on an older one, the scope
+    from megatron.bridge.utils.cuda_graph import set_cuda_graph_modules, set_full_iteration_cuda_graph
+except ImportError:  # a Bridge release from before them
+    set_cuda_graph_modules = set_full_iteration_cuda_graph = None
+
+
+def _family(mp):
+    """A mixed-precision config's quantized recipe: FP8 with its scaling recipe, FP4, or neither."""
+    return bool(mp.fp8), mp.fp8_recipe if mp.fp8 else None, bool(mp.fp4)
+'''
+
+
+def _precision(config: dict[str, Any]) -> list[str]:
+    """The recipe's precision config where it is of the plan's family (its own tuning stays), else Bridge's preset
+    of the plan's: a recipe's FP8 must not survive under a BF16 plan, nor FP8 beside FP4."""
+    preset = PRECISION_PRESET[precision_of(config)]
+    return [f"    planned = get_mixed_precision_config({preset!r})",
+            "    mp = cfg.mixed_precision",
+            "    mp = get_mixed_precision_config(mp) if isinstance(mp, str) else mp",
+            "    cfg.mixed_precision = planned if mp is None or _family(mp) != _family(planned) else mp"]
+
+
+def _graphs(config: dict[str, Any]) -> list[str]:
+    impl, scope = config.get("model.cuda_graph_impl"), config.get("model.cuda_graph_scope") or []
+    full = "full_iteration" in scope
+    helper = "set_full_iteration_cuda_graph(cfg.model)" if full else f"set_cuda_graph_modules(cfg.model, {scope!r})"
+    return [f"    cfg.model.cuda_graph_impl = {impl!r}",
+            "    if set_cuda_graph_modules is None:",
+            f"        cfg.model.cuda_graph_scope = {scope or None!r}",
+            "    else:",
+            f"        {helper}"]
+
+
+def _sms(config: dict[str, Any]) -> list[str]:
+    """One SM-count field in newer Megatron-Core (the per-backend ones are deprecated there, and refused when they
+    differ), the backend's own before it."""
+    backend = config.get("model.moe_flex_dispatcher_backend")
+    sms = config.get(f"model.moe_{backend}_num_sms") if backend else None
+    if sms is None:
+        return ["    cfg.model.moe_deepep_num_sms = cfg.model.moe_hybridep_num_sms = None"]
+    other = "hybridep" if backend == "deepep" else "deepep"
+    return ['    if hasattr(cfg.model, "moe_flex_dispatcher_num_sms"):',
+            f"        cfg.model.moe_flex_dispatcher_num_sms = {sms!r}",
+            "        cfg.model.moe_deepep_num_sms = cfg.model.moe_hybridep_num_sms = None",
+            "    else:",
+            f"        cfg.model.moe_{backend}_num_sms = {sms!r}",
+            f"        cfg.model.moe_{other}_num_sms = None"]
+
+
 def python_snippet(config: dict[str, Any], header: str) -> str:
-    groups = values.sections(dict(_bridge_items(config)))
+    items = dict(_bridge_items(config))
+    blocks = {"model": _graphs(items) + _sms(items) if "model.cuda_graph_impl" in items else [],
+              "mixed_precision": _precision(items) if "mixed_precision.bf16" in items else []}
+    plain = {k: v for k, v in items.items() if k not in GRAPH_FIELDS + SM_FIELDS or not blocks["model"]}
+    groups = values.sections(plain)
     uses_torch = any(values.python(f"{s}.{f}", v).startswith("torch.")
                      for s, fields in groups.items() for f, v in fields.items())
     out = [f'"""{header}', "", "Apply to the ConfigContainer a Megatron Bridge recipe returns:",
            "    cfg = apply_overrides(<this model's recipe>())  # e.g. deepseek_v3_pretrain_config()",
            "The overrides carry the model's parameter shapes too, so a recipe of another model is refused by",
            "Megatron-Core's checks or trains this model, not that one; start from this model's recipe.",
-           'Equivalent dotted overrides: overrides.txt."""', ""]
+           "torchrun.sh applies it through run_planned.py. Equivalent dotted overrides: overrides.txt.\"\"\"", ""]
     if uses_torch:
         out.append("import torch")
-    out += ["from megatron.bridge.training.comm_overlap import CommOverlapConfig",
-            "from megatron.bridge.training.mixed_precision import get_mixed_precision_config", "", "",
-            "def apply_overrides(cfg):", '    """Set the planned layout and knobs on `cfg` and return it."""']
+    out += [PRELUDE, "", "def apply_overrides(cfg):",
+            '    """Set the planned layout and knobs on `cfg` and return it."""']
     for section, fields in groups.items():
         out.append(f"    # {section}")
         if section == "comm_overlap":
@@ -51,8 +112,11 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
             out += ["    if cfg.comm_overlap is None:",
                     f"        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={tp!r})"]
         if section == "mixed_precision":
-            out.append('    cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision or "bf16_mixed")')
+            out += blocks["mixed_precision"] or \
+                ['    cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision or "bf16_mixed")']
         out += [f"    cfg.{section}.{f} = {values.python(f'{section}.{f}', v)}" for f, v in fields.items()]
+        if section == "model":
+            out += blocks["model"]
     env = environment(config)
     if env:
         out.append("    # environment (exported before training starts; launcher values take precedence)")

@@ -44,6 +44,10 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
         # (sbatch_benchmarking.sh)
         for name in ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN"):
             out[name] = (20, "EP overlap: SMs left to the all-to-all beside LayerNorm")
+    if config.get("model.fine_grained_activation_offloading"):
+        # Transformer Engine >= 2.10 offloads weights too unless told not to: Megatron-LM asserts the variable
+        # (training/arguments.py) and Megatron Bridge raises without it (training/config.py)
+        out["NVTE_CPU_OFFLOAD_V1"] = (1, "fine-grained activation offloading with Transformer Engine >= 2.10")
     for key, value in config.items():
         if key.startswith("env."):
             out[key[len("env."):]] = (value, "given")

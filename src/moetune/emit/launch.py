@@ -1,8 +1,8 @@
 """env.sh, torchrun.sh and a Slurm sbatch.sh for the planned node count.
 
-torchrun.sh launches either engine: Megatron Bridge (scripts/training/run_recipe.py --recipe NAME with the
-dotted overrides) or Megatron-LM (pretrain_gpt.py, or pretrain_hybrid.py for Mamba hybrids, with
-megatron_lm_args.txt). sbatch.sh runs torchrun.sh
+torchrun.sh launches either engine: Megatron Bridge (scripts/training/run_recipe.py --recipe NAME, with
+bridge_overrides.py applied to the recipe by run_planned.py) or Megatron-LM (pretrain_gpt.py, or
+pretrain_hybrid.py for Mamba hybrids, with megatron_lm_args.txt). sbatch.sh runs torchrun.sh
 once per node under srun, the pattern of Megatron-Bridge scripts/training/launch_with_sbatch.sh.
 """
 
@@ -62,6 +62,7 @@ def entry_point(config: dict[str, Any]) -> str:
 
 def torchrun_sh(config: dict[str, Any], header: str) -> str:
     nodes, per_node = topology(config)
+    aware = values.hydra(bool(config.get("optimizer.use_precision_aware_optimizer")))
     entry = entry_point(config)
     return f"""#!/usr/bin/env bash
 # {header}
@@ -81,20 +82,55 @@ ENGINE="${{ENGINE:-bridge}}"  # bridge | megatron-lm
 LAUNCH=(torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK"
         --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"
         --no-python "$HERE/numa_bind.sh" "${{PYTHON:-python}}")
+# EXTRA_ARGS: more arguments, quotes as a shell reads them (Bridge: dotted overrides; Megatron-LM: the model's
+# MODEL_ARGS); empty arrays expand as ${{A[@]+"${{A[@]}}"}} for bash before 4.4 under set -u
+mapfile -t EXTRA < <({READ_WORDS} "${{EXTRA_ARGS:-}}")
 if [[ "$ENGINE" == "bridge" ]]; then
   : "${{RECIPE:?set RECIPE to the Megatron Bridge recipe function of this model, e.g. deepseek_v3_pretrain_config}}"
-  BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
-  mapfile -t OVERRIDES < <(grep -v -e '^#' -e '^[[:space:]]*$' "$HERE/overrides.txt")
-  exec "${{LAUNCH[@]}}" "$BRIDGE_DIR/scripts/training/run_recipe.py" \\
-    --recipe "$RECIPE" --mode pretrain "${{OVERRIDES[@]}}"
+  export BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
+  # run_planned.py applies bridge_overrides.py to the recipe inside scripts/training/run_recipe.py (dotted
+  # overrides cannot reach every recipe); the two named here keep run_recipe.py's benchmark defaults (a weak-scaled
+  # global batch, the precision-aware optimizer) off the plan
+  exec "${{LAUNCH[@]}}" "$HERE/run_planned.py" --recipe "$RECIPE" --mode pretrain \\
+    train.global_batch_size={config.get("train.global_batch_size")} \\
+    optimizer.use_precision_aware_optimizer={aware} \\
+    ${{EXTRA[@]+"${{EXTRA[@]}}"}}
 else
   MEGATRON_LM_DIR="${{MEGATRON_LM_DIR:-/opt/Megatron-LM}}"{mlm_connections(config)}
   # the file is shell-quoted (a layout string holds '|' and '(' ); shlex reads it as a shell would, comments dropped
   mapfile -t ARGS < <({READ_WORDS} "$(cat "$HERE/megatron_lm_args.txt")")
-  mapfile -t EXTRA < <({READ_WORDS} "${{EXTRA_ARGS:-}}")  # the model's MODEL_ARGS, quotes as a shell reads them
-  exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/{entry}" "${{ARGS[@]}}" "${{EXTRA[@]}}"
+  exec "${{LAUNCH[@]}}" "$MEGATRON_LM_DIR/{entry}" "${{ARGS[@]}}" ${{EXTRA[@]+"${{EXTRA[@]}}"}}
 fi
 """
+
+
+def run_planned_py(header: str) -> str:
+    """Megatron Bridge's own runner (scripts/training/run_recipe.py) with bridge_overrides.apply_overrides applied to
+    the recipe as it is loaded, before the runner's dataset, CLI-override and sync steps: a recipe whose comm_overlap
+    is None or whose mixed_precision is a preset name takes Python, not dotted overrides."""
+    return f'''"""{header}
+
+Megatron Bridge's scripts/training/run_recipe.py, with this plan (bridge_overrides.apply_overrides) applied to the
+recipe as the runner loads it. Run as run_recipe.py is run (torchrun.sh does):
+    BRIDGE_DIR=/opt/Megatron-Bridge python run_planned.py --recipe <name> --mode pretrain [dotted overrides]
+"""
+
+import os
+import runpy
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(os.environ.get("BRIDGE_DIR", "/opt/Megatron-Bridge")) / "scripts"
+sys.path[:0] = [str(SCRIPTS / "training"), str(SCRIPTS / "common"), str(Path(__file__).resolve().parent)]
+
+import recipe_runner  # noqa: E402  (scripts/training/recipe_runner.py, which run_recipe.py imports its loader from)
+from bridge_overrides import apply_overrides  # noqa: E402
+
+_load_recipe = recipe_runner.load_recipe
+recipe_runner.load_recipe = lambda *args, **kwargs: apply_overrides(_load_recipe(*args, **kwargs))
+sys.argv[0] = str(SCRIPTS / "training" / "run_recipe.py")
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
 
 
 def numa_bind_sh(header: str) -> str:
@@ -108,8 +144,13 @@ def numa_bind_sh(header: str) -> str:
 # torchrun runs this once per rank (LOCAL_RANK set): exec the command bound to the NUMA node of GPU LOCAL_RANK.
 set -euo pipefail
 node=-1
+# the rank's GPU as nvidia-smi names it: the LOCAL_RANK-th of CUDA_VISIBLE_DEVICES where that is set (an index or
+# UUID, both of which -i takes), in PCI bus order as nvidia-smi counts (CUDA_DEVICE_ORDER below makes CUDA agree)
+IFS=, read -ra visible <<< "${{CUDA_VISIBLE_DEVICES:-}}"
+gpu="${{visible[${{LOCAL_RANK:-0}}]:-${{LOCAL_RANK:-0}}}}"
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
 if [[ "${{NUMA_BIND:-1}}" == 1 ]] && command -v numactl >/dev/null && command -v nvidia-smi >/dev/null; then
-  bus="$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "${{LOCAL_RANK:-0}}" | tr 'A-F' 'a-f')"
+  bus="$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$gpu" | tr 'A-F' 'a-f')"
   node="$(cat "${{PCI_DEVICES:-/sys/bus/pci/devices}}/${{bus: -12}}/numa_node" 2>/dev/null || echo -1)"
 fi
 if [[ "$node" =~ ^[0-9]+$ ]]; then
@@ -151,6 +192,6 @@ CONTAINER=()
 if [[ -n "${{CONTAINER_IMAGE:-}}" ]]; then
   CONTAINER=(--container-image "$CONTAINER_IMAGE" --container-mounts "${{CONTAINER_MOUNTS:-$HERE:$HERE}}")
 fi
-srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 "${{CONTAINER[@]}}" \\
+srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 ${{CONTAINER[@]+"${{CONTAINER[@]}}"}} \\
   bash -c 'NODE_RANK="$SLURM_NODEID" exec bash "'"$HERE"'/torchrun.sh"'
 """

@@ -32,11 +32,15 @@ def hydra(value: Any) -> str:
     return json.dumps(text)
 
 
+# Megatron's short dtype names (Megatron-LM --*-dtype choices, Bridge's str_to_dtype) -> torch's
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "uint8"}
+
+
 def python(name: str, value: Any) -> str:
     """A value as Python source; dtype fields become torch dtypes as Bridge recipes write them."""
     row = names().get(name)
     if row is not None and row.type.startswith("dtype") and isinstance(value, str):
-        return f"torch.{value}"
+        return f"torch.{TORCH_DTYPES.get(value, value)}"
     return repr(value)
 
 

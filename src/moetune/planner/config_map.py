@@ -29,14 +29,24 @@ from moetune.rules.derive import dispatcher_sms, graph_setting
 from moetune.specs.model import ModelSpec
 from moetune.walls.memory import PAGED_STASH_CUDA
 
+# Each writes the other family off too: a recipe's own FP8 (or FP4) would otherwise survive beside the plan's
+# (Bridge training/mixed_precision.py refuses fp4 with fp8; a BF16 plan over an MXFP8 recipe would run MXFP8)
 PRECISION = {
-    "bf16": {},
-    "fp8-blockwise": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "blockwise"},
-    "mxfp8": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "mxfp8"},
-    "fp8-current": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise"},
-    "fp8-delayed": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "delayed"},
-    "nvfp4": {"mixed_precision.fp4": "e2m1", "mixed_precision.fp4_recipe": "nvfp4"},
+    "bf16": {"mixed_precision.fp8": None, "mixed_precision.fp4": None},
+    "fp8-blockwise": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "blockwise",
+                      "mixed_precision.fp4": None},
+    "mxfp8": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "mxfp8", "mixed_precision.fp4": None},
+    "fp8-current": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise",
+                    "mixed_precision.fp4": None},
+    "fp8-delayed": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "delayed",
+                    "mixed_precision.fp4": None},
+    "nvfp4": {"mixed_precision.fp4": "e2m1", "mixed_precision.fp4_recipe": "nvfp4", "mixed_precision.fp8": None},
 }
+# Bridge's preset of each (training/mixed_precision.py): bridge_overrides.py starts from it where the recipe's own
+# precision is of another family
+PRECISION_PRESET = {"bf16": "bf16_mixed", "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+                    "mxfp8": "bf16_with_mxfp8_mixed", "fp8-current": "bf16_with_fp8_current_scaling_mixed",
+                    "fp8-delayed": "bf16_with_fp8_delayed_scaling_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
 DISPATCHER = {"alltoall": ("alltoall", None), "allgather": ("allgather", None), "deepep": ("flex", "deepep"),
               "hybridep": ("flex", "hybridep")}
 
@@ -90,6 +100,10 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "rerun_state_machine.check_for_nan_in_loss": False if full else None,
         "model.moe_router_force_load_balancing": k.routing == "force-balance",
         "comm_overlap.overlap_moe_expert_parallel_comm": k.ep_overlap,
+        # Bridge and Megatron-Core assert shared-expert overlap off beside EP overlap (comm_overlap.py,
+        # transformer_config.py), and Bridge's flex setup turns it off (flex_dispatcher_backend.py); Kimi-K2's and
+        # GLM-4.5's recipes turn it on
+        "model.moe_shared_expert_overlap": False if k.ep_overlap or backend else None,
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
         "comm_overlap.tp_comm_overlap": k.tp_comm_overlap,
         "model.fp8_output_proj": k.fp8_output_proj,
@@ -107,15 +121,23 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     if backend:
         out["model.moe_flex_dispatcher_backend"] = backend
         out[f"model.moe_{backend}_num_sms"] = k.num_sms  # the name Bridge's releases set (newer Megatron routes it)
+        # newer Megatron-Core routes both per-backend fields into one and refuses two that differ (a recipe's
+        # moe_hybridep_num_sms=16 beside a DeepEP plan's 20: "Conflicting deprecated SM-count knobs")
+        out[f"model.moe_{'hybridep' if backend == 'deepep' else 'deepep'}_num_sms"] = None
     out["model.fine_grained_activation_offloading"] = bool(k.offload_modules)  # off overrides a recipe's on
     if k.offload_modules:
         out["model.offload_modules"] = sorted(k.offload_modules)
     whole = k.recompute == "full"
     out.update({"model.recompute_method": "uniform" if whole else None,
                 "model.recompute_num_layers": 1 if whole else None})
-    if k.adam_moments_bytes == 2:
-        out.update({"optimizer.use_precision_aware_optimizer": True, "optimizer.exp_avg_dtype": "bf16",
-                    "optimizer.exp_avg_sq_dtype": "bf16"})
+    # the optimizer the memory wall sized, whatever the recipe's (Kimi-K2's recipe runs Muon; DeepSeek-V3's H100 recipe
+    # BF16 moments): Adam with FP32 or BF16 moments; Megatron's precision-aware optimizer holds BF16 moments, and its
+    # code path carries the CPU offload (Megatron-LM arguments.py asserts it with --optimizer-cpu-offload)
+    moments = "bfloat16" if k.adam_moments_bytes == 2 else "float32"  # the normalized spelling (configio/types.py)
+    aware = k.adam_moments_bytes == 2 or k.optimizer_offload_fraction > 0
+    out.update({"optimizer.optimizer": "adam", "optimizer.use_precision_aware_optimizer": aware,
+                "optimizer.exp_avg_dtype": moments, "optimizer.exp_avg_sq_dtype": moments,
+                "optimizer.main_params_dtype": "float32"})
     return out
 
 
@@ -363,7 +385,8 @@ UNSET_EXPLICITLY = frozenset({
     "model.recompute_granularity", "model.recompute_modules", "model.recompute_method", "model.recompute_num_layers",
     "model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
     "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout", "model.cuda_graph_scope",
-    "model.moe_expert_rank_capacity_factor",
+    "model.moe_expert_rank_capacity_factor", "mixed_precision.fp8", "mixed_precision.fp4", "model.moe_deepep_num_sms",
+    "model.moe_hybridep_num_sms",
 })
 
 
@@ -381,7 +404,7 @@ def _get(config: dict, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _precision(config: dict) -> str:
+def precision_of(config: dict) -> str:
     """The GEMM precision moetune models for a config: BF16, or an FP8/FP4 recipe on top of it. FP16 and pure FP32
     training (Megatron-LM arguments without --bf16) have no rates here, so they are refused by name."""
     if config.get("mixed_precision.fp16"):
@@ -447,7 +470,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     workload = Workload(seq_length=_get(config, "model.seq_length", _get(config, "dataset.seq_length", 4096)),
                         micro_batch_size=_get(config, "train.micro_batch_size", 1),
                         global_batch_size=config.get("train.global_batch_size"))
-    recompute, precision = _get(config, "model.recompute_granularity", "none"), _precision(config)
+    recompute, precision = _get(config, "model.recompute_granularity", "none"), precision_of(config)
     knobs = Knobs(
         precision=precision, recompute=recompute,
         recompute_modules=_named("model.recompute_modules", parse_modules, _get(config, "model.recompute_modules", []))
