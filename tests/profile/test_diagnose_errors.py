@@ -282,3 +282,21 @@ def test_a_megatron_lm_logs_argument_dump_tailors_the_advice(pp, advised, tmp_pa
     assert code == 0 and data["dominant_wall"] == "memory" and data["facts"]["moe"] is True
     assert ("mem.pp_layout" in rules) is advised
     assert rules["mem.selective_recompute"]["overrides"]["model.recompute_modules"][1] == "moe_act"
+
+
+@pytest.mark.parametrize(("apart_s", "refused"), [(0, False), (3600, True)])
+def test_traces_with_a_base_time_are_checked_on_the_wall_clock(tmp_path, apart_s, refused):
+    """Kineto writes baseTimeNanoseconds after traceEvents, its ts counting from it (the shared 2-rank A100 trace
+    does): two ranks of one run share the clock; one recorded an hour later is another run's."""
+    from moetune.profile.synthetic import alltoall_exposed
+    base = 1_711_964_646_000_000_000
+    for rank in (0, 1):
+        path = write_trace(alltoall_exposed(rank=rank, world_size=2), tmp_path / f"rank{rank}.json")
+        stamp = base + rank * apart_s * 10**9
+        path.write_text(path.read_text().replace('"displayTimeUnit": "ms"}',
+                                                 f'"displayTimeUnit": "ms", "baseTimeNanoseconds": {stamp}}}'))
+    if refused:
+        with pytest.raises(MoetuneError, match="recorded 3,600 s apart and never overlap"):
+            diagnose([tmp_path])
+    else:
+        assert diagnose([tmp_path]).ranks == 2

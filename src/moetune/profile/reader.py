@@ -40,7 +40,10 @@ _BAD_JSON = (ValueError, TypeError, KeyError, AttributeError) + ((ijson.JSONErro
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
-_HEADER_KEYS = ("deviceProperties", "distributedInfo")
+_HEADER_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds")
+# Kineto writes baseTimeNanoseconds after traceEvents (its ts then count from that epoch time); the events pass keeps
+# the file's last bytes (_Screened.tail), where it is read from
+_BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d{1,20})\s*[,}]')
 # Kineto category names across PyTorch versions (1.x wrote "Kernel", "Memcpy", "Runtime").
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
              "gpu_memset": "gpu_memset", "memset": "gpu_memset"}
@@ -296,6 +299,9 @@ def _stream(path: Path, sink: _Sink) -> dict:
     with _open(path) as fh:
         for e in ijson.items(fh, "traceEvents.item"):
             sink.add(e)
+        tail = fh.tail
+    if "baseTimeNanoseconds" not in header and (m := _BASE_NS.search(tail)):
+        header["baseTimeNanoseconds"] = int(m.group(1))
     return header
 
 
@@ -358,9 +364,16 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     return RankTrace(
         path=str(path), rank=rank, world_size=world, device_name=name, device_memory_bytes=mem,
         compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
-        peak_reserved_bytes=sink.peak_reserved, origin_us=sink.origin or 0,
+        peak_reserved_bytes=sink.peak_reserved, origin_us=(sink.origin or 0) + _base_us(header),
         span_us=max(sink.last_ts, max(op.end for op in sink.ops)), notes=notes,
     )
+
+
+def _base_us(header: dict) -> int:
+    """The epoch microseconds a trace's ts count from: Kineto's baseTimeNanoseconds where it writes one (its ts are
+    then relative), else 0 (ts already epoch, or a trace without a wall clock)."""
+    base = header.get("baseTimeNanoseconds")
+    return int(base) // 1000 if isinstance(base, (int, Decimal)) and 0 < base < 10**20 else 0
 
 
 def _distributed(path: Path, dist: dict) -> tuple[int | None, int | None]:
