@@ -11,7 +11,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import enumerate_layouts, knob_grid
 from moetune.planner.estimate import estimate
-from moetune.planner.search import plan
+from moetune.planner.search import CP_SHORT_MARGIN, plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory, batch_step_seconds
@@ -247,3 +247,19 @@ def test_a_plan_whose_only_fit_overflows_the_host_says_so():
     assert not result.results
     assert result.lightest_host_gib > result.host_capacity_gib == 223
     assert "host memory per GPU" in nothing_fits(result)
+
+
+def test_context_parallelism_below_long_context_must_beat_cp1_by_the_models_error(shared_data):
+    """DeepSeek-V3 on 1,024 H100 at 4k: TP2 CP2 is predicted 4% over the best CP 1 layout, within the step model's own
+    error, so the pick keeps CP 1 (the seeds add CP for long context); pinned, CP 2 is what it predicts. Qwen2-57B-A14B
+    at 8k on 40 H100, where CP 4 predicts 8% more, still takes it."""
+    spec, gpu, wl = load_model("deepseek-v3"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=8192)
+    pick = plan(spec, gpu, 1024, wl, top=1).results[0]
+    pinned = plan(spec, gpu, 1024, wl, top=1, fixed={"cp": 2}).results[0]
+    gain = pinned.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"]
+    assert pick.layout.cp == 1 and 1.0 < gain < CP_SHORT_MARGIN
+    qwen2 = load_model(str(shared_data / "models" / "qwen2-57b-a14b.config.json"))
+    wide = plan(qwen2, gpu, 40, Workload(seq_length=8192, global_batch_size=400), top=1).results[0]
+    cp1 = plan(qwen2, gpu, 40, Workload(seq_length=8192, global_batch_size=400), top=1, fixed={"cp": 1}).results[0]
+    assert wide.layout.cp > 1
+    assert wide.time["tokens_per_s_per_gpu"] > CP_SHORT_MARGIN * cp1.time["tokens_per_s_per_gpu"]

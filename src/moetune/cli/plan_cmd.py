@@ -11,11 +11,11 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import CP_COMM_TYPES, imbalance_source, parse_modules, parse_offload_modules
 from moetune.layout.layout import parse_pipeline_layout
-from moetune.layout.validate import Workload
+from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
-from moetune.planner.search import PlanResult, plan
+from moetune.planner.search import CP_SHORT_MARGIN, PlanResult, plan
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
@@ -308,7 +308,10 @@ def print_plan(result: PlanResult, gbs: int) -> None:
                   f"--headroom {margin_gib(result.results[0].gpu)} to keep that margin")
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
+        short_cp = any(r.layout.cp > 1 and r.workload.seq_length < LONG_CONTEXT for r in result.results)
+        cp = (f"; below {LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower "
+              "than it predicts (the seeds add CP for long context)") if short_cp else ""
         out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
                   "the last digits: 3% of memory free, less model parallelism, lighter recompute, no offload, the "
-                  "platform's dispatcher, "
-                  "more DP, below 16k tokens less CP, then less TP (planner/search.py _preference)")
+                  "platform's dispatcher, more DP, below 16k tokens less CP, then less TP (planner/search.py "
+                  f"_preference){cp}")

@@ -123,6 +123,18 @@ def _within(step: float, fastest: float) -> int:
     return int(np.floor(100 * np.log(step / fastest) + 1e-9))
 
 
+# Below the long-context regime a layout with CP > 1 ranks as if this much slower: the seeds add CP "for long context
+# once sequence length makes attention memory dominant" (seeds/000 Phase 2) and start it at seq/4096 (seeds/002),
+# and no published run under 16k tokens uses it; a gain smaller than the step model's own error (held-out median
+# 3.9%, docs/time.md) is no reason to leave that order. Results show their own predicted speed.
+CP_SHORT_MARGIN = 1.05
+
+
+def _cp_weight(cp, seq: int):
+    """The ranking weight of a candidate's CP (scalar or array): CP_SHORT_MARGIN for CP > 1 below LONG_CONTEXT."""
+    return np.where(np.asarray(cp) > 1, CP_SHORT_MARGIN, 1.0) if seq < LONG_CONTEXT else np.ones_like(cp, float)
+
+
 def _preference(lay: Layout, k: Knobs, dispatcher: str, seq: int, tight: bool = False) -> tuple:
     """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
     "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model
@@ -306,8 +318,10 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
         evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
         seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
         seeded = evaluate(seed) if seed else None
-        begin, start = (seed, seeded) if seeded and seeded[0] < step and fits(seed) else (lay, evaluate(lay))
+        weight = float(_cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
+        begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
         new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
+        new_step *= weight
         found.setdefault((lay, mbs), new_lay)
         tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
         s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs,
@@ -404,9 +418,11 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
     resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
     for knobs, (mask, roomy) in timed.items():
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
-        step = np.where(mask[rows], walls["step"], np.inf)
+        # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (see _cp_weight)
+        step = np.where(mask[rows], walls["step"] * _cp_weight(sub.fields.cp[:, 0], s.wl.seq_length), np.inf)
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
-        reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"], step), step)
+        reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
+                         step)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
