@@ -373,6 +373,8 @@ def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_pat
 @pytest.mark.parametrize(("args", "needle"), [
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "tp=2", "--fix", "tp=4"],
      "--fix tp=4: conflicts with an earlier --fix"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", "ep_overlap=true", "--fix",
+      "pp=4", "--fix", "vpp=1"], "with pp=4 needs VPP > 1"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "recompute=none", "--fix",
       "recompute_modules=moe_act"], "recompute_modules only with recompute=selective"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix",
@@ -727,3 +729,20 @@ def test_pins_that_need_ep_beside_ep_1_name_the_pair(pin, capsys):
     code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", pin,
                         "--fix", "ep=1"], capsys)
     assert code == 2 and f"--fix {pin} needs EP > 1" in err and "nothing fits" not in err
+
+
+def test_the_mtp_depth_is_a_flag(tmp_path, capsys):
+    """Published DeepSeek-V3 runs "w/o MTP" (R132-R144, layout Et|(tt|)*30L) are estimated with --mtp-layers 0, and
+    a plan made with it stays without MTP through its saved JSON; a depth the model cannot shape is one line."""
+    args = ["estimate", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--ep", "64",
+            "--pipeline-layout", "Et|(tt|)*30L", "--json"]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "--mtp-layers N" in err
+    code, out, _ = run([*args, "--mtp-layers", "0"], capsys)
+    assert code == 0 and json.loads(out)["pipeline"]["mtp_num_layers"] == 0
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--gbs", "4096", "--mtp-layers", "0",
+                        "--top", "1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["results"][0]["pipeline"]["mtp_num_layers"] == 0
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--mtp-layers",
+                        "1"], capsys)
+    assert code == 2 and "no MTP layer" in err

@@ -2,6 +2,7 @@
 
 import itertools
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -263,3 +264,14 @@ def test_context_parallelism_below_long_context_must_beat_cp1_by_the_models_erro
     cp1 = plan(qwen2, gpu, 40, Workload(seq_length=8192, global_batch_size=400), top=1, fixed={"cp": 1}).results[0]
     assert wide.layout.cp > 1
     assert wide.time["tokens_per_s_per_gpu"] > CP_SHORT_MARGIN * cp1.time["tokens_per_s_per_gpu"]
+
+
+def test_a_hybrid_model_searches_graphs_over_its_mamba_mixers():
+    """Every Nemotron-3 Nano recipe captures the Mamba mixers in CUDA graphs (published_runs.csv: attn mamba ...);
+    the TE-scoped set the plan searches for a hybrid holds them, and they take the pick's host wall down."""
+    spec, gpu = load_model("nemotron3-nano-30b-a3b"), load_gpu("gb300")
+    pick = plan(spec, gpu, 8, Workload(seq_length=4096, global_batch_size=256), top=1).results[0]
+    assert "mamba" in pick.knobs.cuda_graph_scope
+    without = pick.variant(knobs=replace(pick.knobs, cuda_graph_scope=tuple(
+        s for s in pick.knobs.cuda_graph_scope if s != "mamba")))
+    assert without.time["walls"]["host"] > pick.time["walls"]["host"]

@@ -95,3 +95,11 @@ def test_explain_and_plan_print_it(capsys):
     assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "Track record" in out and "R029 +53%" in out
+
+
+def test_a_published_run_that_cannot_be_predicted_is_still_named():
+    """Qwen3-Next-80B-A3B has one published GB200 run, R063, whose source states no sequence length: it is not
+    predicted, but the record names it rather than saying there is none."""
+    t = track_record("qwen3-next-80b-a3b", "gb200")
+    assert t["same_model"] == [] and "R063" in t["incomplete"]
+    assert "R063" in track_record_text(t)

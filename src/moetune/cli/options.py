@@ -39,6 +39,8 @@ def layout_options(func):
         click.option("--first-stage-layers", type=click.IntRange(min=0), default=None),
         click.option("--last-stage-layers", type=click.IntRange(min=0), default=None),
         click.option("--pipeline-layout", default=None, help='Megatron layout string, e.g. "Et*4|(t*4|)*14tmL".'),
+        click.option("--mtp-layers", type=click.IntRange(min=0), default=None,
+                     help="MTP depth trained (mtp_num_layers; default: the model's config.json, 0 to train without)."),
         click.option("--account-for-embedding", is_flag=True, help="account_for_embedding_in_pipeline_split."),
         click.option("--account-for-loss", is_flag=True, help="account_for_loss_in_pipeline_split."),
         click.option("--no-sequence-parallel", is_flag=True, help="Turn sequence parallel off (on when TP>1)."),
@@ -151,7 +153,8 @@ FLAG_KEYS = {"--pipeline-layout": "model.pipeline_model_parallel_layout",
              "--no-sequence-parallel": "model.sequence_parallel=false",
              "--optimizer-offload": "optimizer.optimizer_offload_fraction",
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
-             "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type"}
+             "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
+             "--mtp-layers": "model.mtp_num_layers"}
 
 
 def config_words(message: str) -> str:
@@ -280,6 +283,16 @@ def load_overheads(path: str | None) -> dict | None:
     return check_overheads(read_toml(path, "--overheads"), f"--overheads {path}") if path else None
 
 
+def with_mtp(spec, depth: int | None):
+    """The model trained with --mtp-layers MTP layers (None: its config.json's)."""
+    if depth is None:
+        return spec
+    try:
+        return spec.with_mtp(depth)
+    except ValueError as err:
+        raise MoetuneError(f"--mtp-layers {depth}: {err}") from None
+
+
 def estimate_from_flags(model: str, kw: dict):
     """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags (or from a
     config, estimate_from_config); knobs left out take the platform defaults and are recorded in `defaulted`."""
@@ -292,7 +305,7 @@ def estimate_from_flags(model: str, kw: dict):
     from moetune.walls.efficiency import load_efficiency_file
 
     layout = build_layout(kw)
-    gpu, spec = load_gpu(kw["gpu"]), load_model(model)
+    gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
     knobs, defaulted = build_knobs(kw, gpu, layout)
     if "cuda_graph_scope" in defaulted:  # the platform's graphs, less what Megatron refuses beside the recompute
         knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])

@@ -5,7 +5,7 @@ import sys
 import click
 from rich.progress import Progress
 
-from moetune.cli.options import load_overheads, scope_words
+from moetune.cli.options import load_overheads, scope_words, with_mtp
 from moetune.cli.output import console, emit_json, layout_extras, table
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -15,7 +15,7 @@ from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
-from moetune.planner.search import CP_SHORT_MARGIN, PlanResult, plan
+from moetune.planner.search import CP_SHORT_MARGIN, PlanResult, cp_weight, plan
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
@@ -122,15 +122,17 @@ def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: 
               help="TOML of efficiency constants over the fitted ones (flat, or under a [gpu] section).")
 @click.option("--overheads", type=click.Path(dir_okay=False), default=None,
               help="TOML of memory overheads over data/memory_overheads.toml (cuda_context_gib, ...).")
+@click.option("--mtp-layers", type=click.IntRange(min=0), default=None,
+              help="MTP depth trained (mtp_num_layers; default: the model's config.json, 0 to train without).")
 @click.option("--headroom", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="GiB of GPU memory every candidate must leave free (the estimate's own error is a few %).")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, headroom, baseline,
+def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
             as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
-    spec, gpu_spec, fixed = load_model(model), load_gpu(gpu), parse_fix(fix)
+    spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff, over = load_efficiency_file(efficiency), load_overheads(overheads)
     # a bad --baseline fails before the search, not after it
@@ -242,11 +244,11 @@ def nothing_fits(result: PlanResult) -> str:
                 f"state needs {host:.0f} GiB of host memory per GPU of {host_cap:.0f} (data/hardware.toml "
                 f"host_memory_gib; a cluster file with host_memory_gib sets yours); {fix}")
     if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
+        nvl72 = "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` " \
+            "names the domain), " if result.nvl72 else ""
         return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
                 f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
-                "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` "
-                "names the domain), flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; "
-                "loosen --fix")
+                f"{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen --fix")
     return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) needs "
             f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
@@ -264,11 +266,17 @@ def gbs_note(excluded: list[int], gbs: int) -> str:
             f"searched (the seeds maximize DP); GBS {allowing} would allow DP {widest}")
 
 
+def ranking_weight(r) -> float:
+    """The factor the search ranked this result's step by: CP_SHORT_MARGIN for CP > 1 below the long-context regime
+    (planner/search.py), else 1; its time figures are its own prediction either way."""
+    return float(cp_weight(r.layout.cp, r.workload.seq_length))
+
+
 def plan_json(result: PlanResult, gbs: int) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
-           "results": [{**r.to_json(), "tight": tight(r)} for r in result.results]}
+           "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r)} for r in result.results]}
     if result.gbs_excluded_dp:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if not result.results:

@@ -35,8 +35,8 @@ def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list
         if joined.count(char) != want:
             raise MoetuneError(
                 f"--pipeline-layout places {joined.count(char)} {what} but {whose} {want}; fix the number of "
-                f"'{char}' symbols" + (" (a config sets the MTP depth with model.mtp_num_layers / --mtp-num-layers)"
-                                       if char == "m" else "")
+                f"'{char}' symbols" + (" (or set the MTP depth: --mtp-layers N; in a config model.mtp_num_layers, "
+                                       "Megatron-LM --mtp-num-layers)" if char == "m" else "")
             )
     if not joined.startswith("E") or not joined.endswith("L") or joined.count("E") != 1 or joined.count("L") != 1:
         raise MoetuneError("--pipeline-layout must start with one E (embedding) and end with one L (loss)")

@@ -295,8 +295,10 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     precisions = _precisions(defaults, fixed)
     dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
     # TE-scoped graphs are searched on every platform: one that defaults to none (A100's safe bring-up) runs them too
-    scopes = fixed.get("cuda_graph_scope", [(), tuple(defaults["cuda_graph_scope"]) or TE_SCOPED] +
-                       ([("full_iteration",)] if routing == "force-balance" else []))
+    scoped = tuple(defaults["cuda_graph_scope"]) or TE_SCOPED
+    if spec.mamba is not None:  # a hybrid's Mamba mixers are captured too, as every Nemotron-3 Nano recipe does
+        scoped = ("attn", "mamba") + tuple(x for x in scoped if x != "attn")  # (published_runs.csv: attn mamba ...)
+    scopes = fixed.get("cuda_graph_scope", [(), scoped] + ([("full_iteration",)] if routing == "force-balance" else []))
     overlaps = fixed.get("ep_overlap", [False, True])
     if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (search._pins_agree)
         overlaps = [o for o in overlaps if o]

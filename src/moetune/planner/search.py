@@ -50,6 +50,7 @@ class PlanResult:
     # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS), where one
     # of that DP would fit (search._fitting_dp)
     gbs_excluded_dp: list[int] = field(default_factory=list)
+    nvl72: bool = False  # the GPU's NVLink domain spans nodes (HybridEP's EP groups must lie in one)
 
 
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -130,7 +131,7 @@ def _within(step: float, fastest: float) -> int:
 CP_SHORT_MARGIN = 1.05
 
 
-def _cp_weight(cp, seq: int):
+def cp_weight(cp, seq: int):
     """The ranking weight of a candidate's CP (scalar or array): CP_SHORT_MARGIN for CP > 1 below LONG_CONTEXT."""
     return np.where(np.asarray(cp) > 1, CP_SHORT_MARGIN, 1.0) if seq < LONG_CONTEXT else np.ones_like(cp, float)
 
@@ -195,6 +196,10 @@ def _pins_agree(fixed: dict) -> None:
     if fixed.get("tp_comm_overlap") is True and fixed.get("tp") == 1:
         raise MoetuneError("--fix tp_comm_overlap=true needs TP > 1 (Megatron Bridge turns it off at TP 1 and "
                            "Megatron-LM refuses it without sequence parallelism); drop --fix tp=1 or the overlap pin")
+    if fixed.get("ep_overlap") == [True] and fixed.get("pp", 1) > 1 and fixed.get("vpp") == 1:
+        raise MoetuneError(f"--fix ep_overlap=true with pp={fixed['pp']} needs VPP > 1 (seeds/003 Prerequisites: with "
+                           "PP, virtual_pipeline_model_parallel_size must be set; Megatron-Core asserts it) but "
+                           "--fix vpp=1 is pinned; drop one of the pins")
     offload = fixed.get("offload_modules", frozenset())
     if offload and fixed.get("recompute") == "full":
         raise MoetuneError("--fix offload_modules with recompute=full: full recompute keeps only layer inputs, so "
@@ -258,7 +263,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
-                      gbs_excluded_dp=excluded_dp)
+                      gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node)
 
 
 def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Workload, grid: list[Knobs],
@@ -318,7 +323,7 @@ def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
         evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
         seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
         seeded = evaluate(seed) if seed else None
-        weight = float(_cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
+        weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
         begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
         new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
         new_step *= weight
@@ -418,8 +423,8 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
     resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
     for knobs, (mask, roomy) in timed.items():
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
-        # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (see _cp_weight)
-        step = np.where(mask[rows], walls["step"] * _cp_weight(sub.fields.cp[:, 0], s.wl.seq_length), np.inf)
+        # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (see cp_weight)
+        step = np.where(mask[rows], walls["step"] * cp_weight(sub.fields.cp[:, 0], s.wl.seq_length), np.inf)
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
         reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
                          step)

@@ -11,7 +11,7 @@ from functools import cache
 
 from moetune.planner.calibrate import predict
 from moetune.planner.repeats import measured_tokens
-from moetune.planner.runs import Run, known_gaps, load_configured_runs
+from moetune.planner.runs import Run, known_gaps, load_configured_runs, published_rows
 from moetune.walls.efficiency import efficiency
 
 TOLERANCE = 0.15  # the issue's bar: tokens/s/GPU within 15%
@@ -42,7 +42,15 @@ def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict
             "gpu_within": sum(e <= TOLERANCE for e in errors),
             "gpu_median_abs_error": statistics.median(errors) if errors else None,
             "model_published_on": sorted({r.gpu.key for r in load_configured_runs()
-                                          if r.model.name == model_name and measured_tokens(r) is not None})}
+                                          if r.model.name == model_name and measured_tokens(r) is not None}),
+            "incomplete": _incomplete(model_name, gpu_key, {run.run_id for run, _ in rows})}
+
+
+def _incomplete(model_name: str, gpu_key: str, predicted: set[str]) -> list[str]:
+    """Published runs of this model on this GPU that cannot be predicted: a field the source leaves out (the
+    sequence length, the micro-batch, ...) or a figure not in tokens."""
+    return sorted(rid for rid, row in published_rows().items()
+                  if row["model"] == model_name and row["gpu"] == gpu_key and rid not in predicted)
 
 
 def _constants_twin(gpu_key: str) -> str | None:
@@ -78,6 +86,9 @@ def track_record_text(t: dict) -> str:
         elsewhere = f" (its published runs are on {', '.join(t['model_published_on'])})" \
             if t["model_published_on"] else ""
         head = f"no published {t['model']} run on {t['gpu']}{elsewhere}"
+    if t.get("incomplete"):
+        head += (f" ({len(t['incomplete'])} more published, not predicted: a field or the throughput left out; "
+                 f"{', '.join(t['incomplete'][:4])}{'...' if len(t['incomplete']) > 4 else ''})")
     if not t["gpu_runs"]:
         return f"{head}; no published run on this GPU to check the constants against"
     if t.get("constants_of"):
