@@ -288,6 +288,16 @@ def test_each_rank_runs_bound_to_its_gpu_s_numa_node(tmp_path, dsv3):
                          text=True)
     assert off.stdout.strip() == "train" and off.stderr == ""
     assert '--no-python "$HERE/numa_bind.sh"' in dsv3["torchrun.sh"]
+    # the rank's entry of CUDA_VISIBLE_DEVICES is the GPU asked about (nvidia-smi -i takes an index or a UUID)
+    (bin_dir / "nvidia-smi").write_text('#!/bin/bash\n[[ "$*" == *"-i GPU-b"* ]] && echo "00000000:DB:00.0"\n')
+    visible = subprocess.run(["bash", str(script), "echo", "train"], capture_output=True, text=True,
+                             env={**env, "LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+                                  "PCI_DEVICES": str(devices)})
+    assert visible.stdout.strip() == "numactl --cpunodebind=1 --membind=1 echo train"
+    (bin_dir / "nvidia-smi").write_text("#!/bin/bash\nexit 9\n")  # a failing nvidia-smi leaves the rank unbound
+    failing = subprocess.run(["bash", str(script), "echo", "train"], env={**env, "PCI_DEVICES": str(devices)},
+                             capture_output=True, text=True)
+    assert failing.returncode == 0 and failing.stdout.strip() == "train" and "unbound" in failing.stderr
 
 
 def test_full_iteration_graphs_turn_the_loss_nan_check_off(tmp_path):
@@ -322,12 +332,22 @@ def _stand_in_bridge(root):
         "    ns = types.SimpleNamespace\n"
         "    return ns(comm_overlap=None, mixed_precision='bf16_with_mxfp8_mixed', env_vars={},\n"
         "              **{s: ns() for s in ('model', 'train', 'ddp', 'optimizer', 'dataset', 'rng',\n"
-        "                                   'rerun_state_machine', 'checkpoint', 'scheduler', 'logger')})\n")
-    (training / "run_recipe.py").write_text(
+        "                                   'rerun_state_machine', 'checkpoint', 'scheduler', 'logger')})\n"
+        "def apply_cli_overrides(config, cli_overrides):\n"
+        "    config.cli = list(cli_overrides)\n"
+        "    return config\n"
+        "def bootstrap_recipe_environment(config, *, script_path, argv):\n"
+        "    config.reexec = script_path  # the real one re-executes script_path once\n"
+        "    return config\n")
+    (training / "run_recipe.py").write_text(  # the runner's order: load, (canonical topology), CLI overrides, bootstrap
         "import json, sys\n"
-        "from recipe_runner import load_recipe\n"
+        "from recipe_runner import apply_cli_overrides, bootstrap_recipe_environment, load_recipe\n"
         "cfg = load_recipe(sys.argv[sys.argv.index('--recipe') + 1])\n"
-        "print(json.dumps({'ep': cfg.model.expert_model_parallel_size, 'fp8': cfg.mixed_precision.fp8,\n"
+        "canonical = getattr(cfg.model, 'expert_model_parallel_size', None)\n"
+        "cfg = apply_cli_overrides(cfg, [a for a in sys.argv[1:] if '=' in a])\n"
+        "cfg = bootstrap_recipe_environment(cfg, script_path=__file__, argv=sys.argv[1:])\n"
+        "print(json.dumps({'canonical': canonical, 'ep': cfg.model.expert_model_parallel_size,\n"
+        "                  'fp8': cfg.mixed_precision.fp8, 'reexec': cfg.reexec, 'cli': cfg.cli,\n"
         "                  'overlap': cfg.comm_overlap.overlap_moe_expert_parallel_comm, 'argv': sys.argv[1:]}))\n")
     package = root / "site" / "megatron" / "bridge"
     for sub in ("", "training", "utils"):
@@ -346,10 +366,11 @@ def _stand_in_bridge(root):
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_torchrun_applies_the_plan_to_the_recipe_through_bridges_own_runner(tmp_path):
-    """torchrun.sh (ENGINE=bridge) runs run_planned.py, which applies bridge_overrides.py to the recipe as Bridge's
-    run_recipe.py loads it: a BF16 plan over an MXFP8 recipe runs BF16, a recipe with no comm_overlap gets the plan's
-    EP overlap, and the global batch and precision-aware optimizer are named on the command line so the runner's
-    benchmark defaults leave them alone."""
+    """torchrun.sh (ENGINE=bridge) runs run_planned.py, which applies bridge_overrides.py to the recipe inside Bridge's
+    run_recipe.py, before its CLI overrides and after it recorded the recipe's canonical topology: a BF16 plan over
+    an MXFP8 recipe runs BF16, a recipe with no comm_overlap gets the plan's EP overlap, a benchmark recipe's re-exec
+    runs run_planned.py again, and the global batch and precision-aware optimizer are named on the command line so
+    the runner's benchmark defaults leave them alone."""
     config = {k: v for k, v in plan("dsv3_gb200_hybridep").items() if k != "mixed_precision.fp8_recipe"}
     config["mixed_precision.fp8"] = None  # a BF16 plan
     out = tmp_path / "out"
@@ -370,7 +391,10 @@ def test_torchrun_applies_the_plan_to_the_recipe_through_bridges_own_runner(tmp_
     run = subprocess.run(["bash", str(out / "torchrun.sh")], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["canonical"] is None  # the runner records the recipe's own topology before the plan goes on
     assert got["ep"] == 64 and got["fp8"] is None and got["overlap"] is True
+    assert got["reexec"] == str((out / "run_planned.py").resolve())  # a benchmark recipe's re-exec keeps the plan
+    assert "train.global_batch_size=4096" in got["cli"]
     assert "train.global_batch_size=4096" in got["argv"] and "train.seed=7" in got["argv"]
     assert any(a.startswith("optimizer.use_precision_aware_optimizer=") for a in got["argv"])
 
@@ -396,5 +420,12 @@ def test_overrides_name_what_a_recipe_would_otherwise_keep():
     assert {"model.moe_deepep_num_sms=24", "model.moe_hybridep_num_sms=null", "model.moe_shared_expert_overlap=false",
             "mixed_precision.fp4=null", "optimizer.optimizer=adam", "optimizer.exp_avg_dtype=float32",
             "optimizer.use_precision_aware_optimizer=true",  # the CPU offload's code path (Megatron-LM asserts it)
+            "optimizer.main_grads_dtype=float32",  # DeepSeek-V3's H100 recipe holds BF16 main grads
+            "comm_overlap.overlap_grad_reduce=true",  # a recipe's CommOverlapConfig value would override ddp's
             "++env_vars.NVTE_CPU_OFFLOAD_V1=1"} <= lines
+    # no activation offload: still a list, which Megatron-Core iterates under paged stashing (recipes hold None)
+    bare = to_config(estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=16),
+                              Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), Knobs(),
+                              with_time=False))
+    assert "model.offload_modules=[]" in emit_all(bare)["overrides.txt"].splitlines()
     assert "export NVTE_CPU_OFFLOAD_V1" in emit_all(planned)["env.sh"]

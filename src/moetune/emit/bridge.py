@@ -21,6 +21,13 @@ def _bridge_items(config: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in sorted(config.items()) if k.split(".", 1)[0] not in BRIDGE_SECTIONS_SKIPPED]
 
 
+def _dp_overlap(items: dict[str, Any]) -> dict[str, Any]:
+    """The plan's DP overlap written onto comm_overlap too: a recipe's CommOverlapConfig that sets its own
+    overlap_grad_reduce / overlap_param_gather overrides ddp's with it (Bridge training/comm_overlap.py
+    _override_user_cfgs; Kimi-K2's H100 perf recipe turns the grad-reduce overlap off)."""
+    return {f: items[f"ddp.{f}"] for f in ("overlap_grad_reduce", "overlap_param_gather") if f"ddp.{f}" in items}
+
+
 def dotted_overrides(config: dict[str, Any], header: str) -> str:
     lines = [f"# {header}", "# Megatron Bridge dotted overrides: pass after `run_recipe.py --recipe <name>`.",
              "# They assume a recipe with cfg.comm_overlap set, a MixedPrecisionConfig (not a preset-name string),",
@@ -28,6 +35,8 @@ def dotted_overrides(config: dict[str, Any], header: str) -> str:
              "# bridge_overrides.py handles every recipe, and torchrun.sh applies it (run_planned.py)."]
     lines += values.pragmas(config)
     lines += [f"{k}={values.hydra(v)}" for k, v in _bridge_items(config)]
+    if any(k.startswith("comm_overlap.") for k in config):
+        lines += [f"comm_overlap.{f}={values.hydra(v)}" for f, v in _dp_overlap(config).items()]
     lines += [f"++env_vars.{name}={values.hydra(v)}" for name, (v, _) in environment(config).items()]
     return "\n".join(lines) + "\n"
 
@@ -98,8 +107,10 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
                      for s, fields in groups.items() for f, v in fields.items())
     out = [f'"""{header}', "", "Apply to the ConfigContainer a Megatron Bridge recipe returns:",
            "    cfg = apply_overrides(<this model's recipe>())  # e.g. deepseek_v3_pretrain_config()",
-           "The overrides carry the model's parameter shapes too, so a recipe of another model is refused by",
-           "Megatron-Core's checks or trains this model, not that one; start from this model's recipe.",
+           "The overrides carry the model's parameter shapes, not what a recipe holds beside them (rotary base,",
+           "activation, tokenizer): start from this model's own recipe, or for a model with none run Megatron-LM.",
+           "Within the plan's precision family the recipe's own tuning stays (fp8_dot_product_attention,",
+           "fp8_param_gather; moetune times attention in BF16).",
            "torchrun.sh applies it through run_planned.py. Equivalent dotted overrides: overrides.txt.\"\"\"", ""]
     if uses_torch:
         out.append("import torch")
@@ -111,6 +122,8 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
             tp = fields.get("tp_comm_overlap", False)
             out += ["    if cfg.comm_overlap is None:",
                     f"        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={tp!r})"]
+            out += [f"    cfg.comm_overlap.{f} = {v!r}  # a recipe's own value would override ddp's" for f, v in
+                    _dp_overlap(items).items()]
         if section == "mixed_precision":
             out += blocks["mixed_precision"] or \
                 ['    cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision or "bf16_mixed")']

@@ -69,6 +69,9 @@ def torchrun_sh(config: dict[str, Any], header: str) -> str:
 # {nodes} node(s) x {per_node} GPUs. Run once per node (sbatch.sh does that with srun), e.g.
 #   RECIPE=<bridge recipe function> NODE_RANK=0 MASTER_ADDR=<node0> ./torchrun.sh
 #   ENGINE=megatron-lm MEGATRON_LM_DIR=/opt/Megatron-LM ./torchrun.sh
+# RECIPE must be this model's own Megatron Bridge recipe: the overrides set the layout, knobs and parameter shapes,
+# not what a recipe holds beside them (rotary base, activation, tokenizer). A model with none at Bridge HEAD
+# (Mixtral, DBRX, Grok-1, Phi-3.5-MoE among the built-in ones) runs with ENGINE=megatron-lm and its MODEL_ARGS.
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 source "$HERE/env.sh"
@@ -106,12 +109,14 @@ fi
 
 def run_planned_py(header: str) -> str:
     """Megatron Bridge's own runner (scripts/training/run_recipe.py) with bridge_overrides.apply_overrides applied to
-    the recipe as it is loaded, before the runner's dataset, CLI-override and sync steps: a recipe whose comm_overlap
-    is None or whose mixed_precision is a preset name takes Python, not dotted overrides."""
+    the recipe just before the runner's CLI overrides: after the runner has recorded a benchmark recipe's canonical
+    topology (its weak-scaling check reads it), and again in the process a benchmark recipe's environment bootstrap
+    re-executes (recipe_runner.bootstrap_recipe_environment runs the script it is given, so it is given this one).
+    A recipe whose comm_overlap is None or whose mixed_precision is a preset name takes Python, not dotted overrides."""
     return f'''"""{header}
 
 Megatron Bridge's scripts/training/run_recipe.py, with this plan (bridge_overrides.apply_overrides) applied to the
-recipe as the runner loads it. Run as run_recipe.py is run (torchrun.sh does):
+recipe before the runner's dotted overrides. Run as run_recipe.py is run (torchrun.sh does):
     BRIDGE_DIR=/opt/Megatron-Bridge python run_planned.py --recipe <name> --mode pretrain [dotted overrides]
 """
 
@@ -120,14 +125,18 @@ import runpy
 import sys
 from pathlib import Path
 
+HERE = Path(__file__).resolve()
 SCRIPTS = Path(os.environ.get("BRIDGE_DIR", "/opt/Megatron-Bridge")) / "scripts"
-sys.path[:0] = [str(SCRIPTS / "training"), str(SCRIPTS / "common"), str(Path(__file__).resolve().parent)]
+sys.path[:0] = [str(SCRIPTS / "training"), str(SCRIPTS / "common"), str(HERE.parent)]
 
-import recipe_runner  # noqa: E402  (scripts/training/recipe_runner.py, which run_recipe.py imports its loader from)
+import recipe_runner  # noqa: E402  (scripts/training/recipe_runner.py, which run_recipe.py imports these from)
 from bridge_overrides import apply_overrides  # noqa: E402
 
-_load_recipe = recipe_runner.load_recipe
-recipe_runner.load_recipe = lambda *args, **kwargs: apply_overrides(_load_recipe(*args, **kwargs))
+_apply_cli_overrides = recipe_runner.apply_cli_overrides
+recipe_runner.apply_cli_overrides = lambda cfg, overrides: _apply_cli_overrides(apply_overrides(cfg), overrides)
+_bootstrap = recipe_runner.bootstrap_recipe_environment
+recipe_runner.bootstrap_recipe_environment = lambda cfg, *, script_path, argv: _bootstrap(
+    cfg, script_path=str(HERE), argv=argv)  # a benchmark recipe's re-exec runs this script again, not run_recipe.py
 sys.argv[0] = str(SCRIPTS / "training" / "run_recipe.py")
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''
@@ -150,8 +159,10 @@ IFS=, read -ra visible <<< "${{CUDA_VISIBLE_DEVICES:-}}"
 gpu="${{visible[${{LOCAL_RANK:-0}}]:-${{LOCAL_RANK:-0}}}}"
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 if [[ "${{NUMA_BIND:-1}}" == 1 ]] && command -v numactl >/dev/null && command -v nvidia-smi >/dev/null; then
-  bus="$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$gpu" | tr 'A-F' 'a-f')"
-  node="$(cat "${{PCI_DEVICES:-/sys/bus/pci/devices}}/${{bus: -12}}/numa_node" 2>/dev/null || echo -1)"
+  bus="$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "$gpu" 2>/dev/null | tr 'A-F' 'a-f')" || bus=""
+  if [[ -n "$bus" ]]; then
+    node="$(cat "${{PCI_DEVICES:-/sys/bus/pci/devices}}/${{bus: -12}}/numa_node" 2>/dev/null || echo -1)"
+  fi
 fi
 if [[ "$node" =~ ^[0-9]+$ ]]; then
   exec numactl --cpunodebind="$node" --membind="$node" "$@"

@@ -125,8 +125,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # moe_hybridep_num_sms=16 beside a DeepEP plan's 20: "Conflicting deprecated SM-count knobs")
         out[f"model.moe_{'hybridep' if backend == 'deepep' else 'deepep'}_num_sms"] = None
     out["model.fine_grained_activation_offloading"] = bool(k.offload_modules)  # off overrides a recipe's on
-    if k.offload_modules:
-        out["model.offload_modules"] = sorted(k.offload_modules)
+    # a list always: Megatron-Core iterates it under paged stashing whatever the offload switch, and most recipes
+    # hold None (transformer_config.py: set(self.offload_modules))
+    out["model.offload_modules"] = sorted(k.offload_modules)
     whole = k.recompute == "full"
     out.update({"model.recompute_method": "uniform" if whole else None,
                 "model.recompute_num_layers": 1 if whole else None})
@@ -135,9 +136,12 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     # code path carries the CPU offload (Megatron-LM arguments.py asserts it with --optimizer-cpu-offload)
     moments = "bfloat16" if k.adam_moments_bytes == 2 else "float32"  # the normalized spelling (configio/types.py)
     aware = k.adam_moments_bytes == 2 or k.optimizer_offload_fraction > 0
+    # main grads as the plan counts them: FP32 unless BF16 and the precision-aware optimizer takes them (Megatron-Core
+    # refuses BF16 main grads without it: DeepSeek-V3's and Moonlight's H100 recipes set them)
+    grads = "bfloat16" if aware and not k.main_grads_fp32 else "float32"
     out.update({"optimizer.optimizer": "adam", "optimizer.use_precision_aware_optimizer": aware,
                 "optimizer.exp_avg_dtype": moments, "optimizer.exp_avg_sq_dtype": moments,
-                "optimizer.main_params_dtype": "float32"})
+                "optimizer.main_grads_dtype": grads, "optimizer.main_params_dtype": "float32"})
     return out
 
 
