@@ -12,7 +12,8 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import enumerate_layouts, knob_grid
 from moetune.planner.estimate import estimate
-from moetune.planner.search import CP_SHORT_MARGIN, plan
+from moetune.planner.ranking import CP_SHORT_MARGIN
+from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory, batch_step_seconds

@@ -36,7 +36,7 @@ def test_pick_is_at_least_as_fast_as_the_published_recipe(run_id):
 def test_the_search_holds_the_gb300_card_layout():
     """R094's hand-written "Et*4|(t*4|)*14tmL" (PP2 x VPP8, delay_wgrad with EP overlap) is a candidate: the pick
     on its cluster is predicted at least as fast because the search holds that exact configuration (delay_wgrad pinned:
-    unpinned, a result keeps it only where it saves 0.1% of the step, search.DELAY_WGRAD_MIN_GAIN)."""
+    unpinned, a result keeps it only where it saves 0.1% of the step, ranking.DELAY_WGRAD_MIN_GAIN)."""
     run = RUNS["R094"]
     result = plan(run.model, run.gpu, 256, Workload(seq_length=4096, global_batch_size=4096), routing="force-balance",
                   top=1, fixed={"tp": 1, "cp": 1, "pp": 2, "vpp": 8, "ep": 32, "etp": 1, "mbs": 1,

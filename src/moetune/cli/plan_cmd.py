@@ -15,7 +15,8 @@ from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
-from moetune.planner.search import CP_SHORT_MARGIN, PlanResult, cp_weight, plan
+from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
+from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
@@ -268,7 +269,7 @@ def gbs_note(excluded: list[int], gbs: int) -> str:
 
 def ranking_weight(r) -> float:
     """The factor the search ranked this result's step by: CP_SHORT_MARGIN for CP > 1 below the long-context regime
-    (planner/search.py), else 1; its time figures are its own prediction either way."""
+    (planner/ranking.py), else 1; its time figures are its own prediction either way."""
     return float(cp_weight(r.layout.cp, r.workload.seq_length))
 
 

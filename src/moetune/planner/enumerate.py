@@ -86,7 +86,7 @@ def _even_ranks_layout(num_layers: int, pp: int, vpp: int) -> str | None:
     """A layout string giving every pipeline rank the same layers where they divide over PP but not over PP x VPP
     (36 layers over PP4 x VPP6: 9 a rank, in virtual stages of 2, 2, 2, 1, 1, 1): the uneven-ends split puts 6 on
     the end ranks and 12 in the middle, so a micro-batch or knob set the middle ranks cannot hold would be pruned
-    before the re-split could even them out (planner/search.py _rebalance_best re-splits only what fits)."""
+    before the re-split could even them out (planner/resplit.py rebalance_best re-splits only what fits)."""
     if pp < 2 or vpp < 2 or num_layers % pp or num_layers % (pp * vpp) == 0 or num_layers // pp < vpp:
         return None
     per_rank = num_layers // pp
@@ -242,7 +242,7 @@ def supported_dispatchers(gpu: GpuSpec) -> list[str]:
 def _delay_wgrad(ep_overlap: bool, fixed: dict) -> bool:
     """delay_wgrad_compute rides along with EP overlap (seeds/003 Enablement: "delayed wgrad for additional
     overlap"); it only adds hidden time in the step model, so it is paired rather than searched, and a result keeps it
-    only where it saves time (search._without_idle_delay_wgrad). Where the rule table refuses it (attention CUDA
+    only where it saves time (ranking.without_idle_delay_wgrad). Where the rule table refuses it (attention CUDA
     graphs on biased attention), planner/legal.py drops it again."""
     return ep_overlap and fixed.get("delay_wgrad", True)
 

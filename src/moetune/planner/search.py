@@ -17,13 +17,14 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import MOE_OFFLOAD_MODULES, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import LONG_CONTEXT, Workload, interleaves
+from moetune.layout.validate import Workload, interleaves
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
-from moetune.planner.pipeline_balance import rebalance
+from moetune.planner.ranking import bound, cp_weight, preference, within, without_idle_delay_wgrad
+from moetune.planner.resplit import rebalance_best
 from moetune.planner.why_none import no_layout_reason
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -109,42 +110,6 @@ def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list
     host = float(batch_host_bytes(batch, lightest[0])[i]) / 2**30
     least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}", host)
     return (batch.subset(rows) if len(rows) else None), least
-
-
-def _bound(best: list, keep: int) -> float:
-    """Step seconds past which a candidate cannot make the final list: 2% slower than `keep` others puts it in a
-    later 1% bin than all of them (the ranking below), so it never outranks them."""
-    if len(best) < keep:
-        return np.inf
-    return 1.02 * float(np.partition([b[0] for b in best], keep - 1)[keep - 1])
-
-
-def _within(step: float, fastest: float) -> int:
-    """The 1% band of the fastest a step falls in: 0 for [1, 1.01) of it, 1 for [1.01, 1.02), ..."""
-    return int(np.floor(100 * np.log(step / fastest) + 1e-9))
-
-
-# Below the long-context regime a layout with CP > 1 ranks as if this much slower: the seeds add CP "for long context
-# once sequence length makes attention memory dominant" (seeds/000 Phase 2) and start it at seq/4096 (seeds/002),
-# and no published run under 16k tokens uses it; a gain smaller than the step model's own error (held-out median
-# 3.9%, docs/time.md) is no reason to leave that order. Results show their own predicted speed.
-CP_SHORT_MARGIN = 1.05
-
-
-def cp_weight(cp, seq: int):
-    """The ranking weight of a candidate's CP (scalar or array): CP_SHORT_MARGIN for CP > 1 below LONG_CONTEXT."""
-    return np.where(np.asarray(cp) > 1, CP_SHORT_MARGIN, 1.0) if seq < LONG_CONTEXT else np.ones_like(cp, float)
-
-
-def _preference(lay: Layout, k: Knobs, dispatcher: str, seq: int, tight: bool = False) -> tuple:
-    """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
-    "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model
-    parallelism, lighter recompute, no offload, the platform's default dispatcher (seeds/004 mapping,
-    data/platform_defaults.toml), then, below the long-context regime, less CP (seeds/000 Phase 2: CP once the
-    sequence makes attention memory dominate), less TP, more EP."""
-    recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
-    return (tight, lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
-            k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0, lay.tp, -lay.ep)
 
 
 # The seeds' last resort when nothing fits (seeds/000 Phase 1: "add offloading only when recompute and parallelism
@@ -246,10 +211,10 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     excluded_dp = _fitting_dp(spec, budget, excluded, wl, grid, s.overheads)
     if batch is not None:
         _search_grid(s, batch, grid)
-    _rebalance_best(s, efficiency_overrides)
+    rebalance_best(s, efficiency_overrides)
     fastest = min((b[0] for b in s.best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
-    s.best.sort(key=lambda x: (_within(x[0], fastest), x[1]))
+    s.best.sort(key=lambda x: (within(x[0], fastest), x[1]))
     s.best = _first_of_each(s.best)  # two splits of one layout may re-split to the same string
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
@@ -257,7 +222,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                         overheads, efficiency_overrides=efficiency_overrides)
                for _, _, lay, mbs, knobs, _ in s.best[:top]]
     if "delay_wgrad" not in fixed:
-        results = [_without_idle_delay_wgrad(e) for e in results]
+        results = [without_idle_delay_wgrad(e) for e in results]
     return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
@@ -276,84 +241,12 @@ def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Worklo
     return [] if batch is None else sorted({int(d) for d in batch.fields.dp[:, 0]})
 
 
-# Least share of the step delay_wgrad_compute must save to stay on in a result: the seeds call it optional and their
-# one measurement a 0.35% gain (seeds/003 § Measured Short-Run Caveat: 31.31 s -> 31.20 s), while it brings
-# constraints of its own (rules ep_overlap.delay_wgrad_*: graph scopes, gradient-accumulation fusion).
-DELAY_WGRAD_MIN_GAIN = 0.001
-
-
-def _without_idle_delay_wgrad(e: Estimate) -> Estimate:
-    """A result with delay_wgrad_compute turned back off where it hides no more all-to-all (the exchange already hides
-    under the overlapped compute): the search pairs it with EP overlap (enumerate._delay_wgrad), the result keeps it
-    only where it pays."""
-    if not e.knobs.delay_wgrad:
-        return e
-    off = e.variant(knobs=replace(e.knobs, delay_wgrad=False))
-    return off if off.time["step_seconds"] <= e.time["step_seconds"] * (1 + DELAY_WGRAD_MIN_GAIN) else e
-
-
 def _first_of_each(best: list) -> list:
     """`best` without later repeats of a (layout, micro-batch, knobs) candidate."""
     firsts: dict = {}
     for b in best:
         firsts.setdefault((b[2], b[3], b[4]), b)
     return list(firsts.values())
-
-
-RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
-
-
-def _rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
-    """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: in order of the
-    step it would take with every stage at the stages' mean (no re-split beats that), until that bound leaves the
-    1% band of the fastest step found so far, where the seeds' order picks among near-ties (_within,
-    planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
-    other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
-    places of the list are re-split only where they were tried on the way."""
-    if not s.resplit or not s.best:  # the user pinned the layout string
-        return
-    s.best.sort(key=lambda x: x[5])
-    fastest = min(b[0] for b in s.best)
-    found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first
-    for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
-        if len(found) == RESPLIT_LIMIT or _within(reach, fastest) > 0:
-            break
-        if lay.pp < 2:
-            continue
-        evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
-        seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
-        seeded = evaluate(seed) if seed else None
-        weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
-        begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
-        new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
-        new_step *= weight
-        found.setdefault((lay, mbs), new_lay)
-        tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
-        s.best[i] = (new_step, _preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs,
-                     reach)
-        fastest = min(fastest, new_step)
-
-
-def _peak_bytes(s: "_Search", lay: Layout, mbs: int, knobs: Knobs) -> int:
-    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-    return estimate(s.spec, s.gpu, lay, wl, knobs, s.user_overheads, with_time=False).peak_bytes
-
-
-def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
-    """(evaluate, fits) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank) by the
-    scalar estimate, time only; and whether it fits the search's memory budget, asked only of a move rebalance
-    would take."""
-    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-
-    def evaluate(cand: Layout) -> tuple:
-        t = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
-                     with_memory=False).time
-        return t["step_seconds"], t["stage_seconds"]
-
-    def fits(cand: Layout) -> bool:
-        return estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False).fits
-
-    return evaluate, fits
 
 
 @dataclass(kw_only=True, slots=True)
@@ -373,7 +266,7 @@ class _Search:
     roomy_bytes: float = np.inf  # a peak at most this leaves moves.TIGHT_SHARE of the (whole) GPU free
     done: int = 0
     feasible: int = 0
-    bound: float = np.inf  # candidates slower than this cannot reach the top (see _bound)
+    bound: float = np.inf  # candidates slower than this cannot reach the top (ranking.bound)
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
 
     @property
@@ -423,7 +316,7 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
     resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
     for knobs, (mask, roomy) in timed.items():
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
-        # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (see cp_weight)
+        # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (ranking.cp_weight)
         step = np.where(mask[rows], walls["step"] * cp_weight(sub.fields.cp[:, 0], s.wl.seq_length), np.inf)
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
         reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
@@ -433,7 +326,7 @@ def _time(s: _Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
             if np.isfinite(step[i]) and reach[i] <= s.bound:
                 lay = sub.layout(i)
-                s.best.append((float(step[i]), _preference(lay, knobs, s.dispatcher, s.wl.seq_length,
+                s.best.append((float(step[i]), preference(lay, knobs, s.dispatcher, s.wl.seq_length,
                                                            not roomy[rows[i]]), lay,
                                int(sub.mbs[i, 0]), knobs, float(reach[i])))
-        s.bound = _bound(s.best, s.kept)
+        s.bound = bound(s.best, s.kept)

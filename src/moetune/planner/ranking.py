@@ -1,0 +1,63 @@
+"""The seeds' order among candidates the search found: the 1% tie bands, what decides inside one, the margin CP
+must beat at short sequences, and the delayed wgrad a result keeps only where it pays."""
+
+from dataclasses import replace
+
+import numpy as np
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import LONG_CONTEXT
+from moetune.planner.estimate import Estimate
+
+
+def bound(best: list, keep: int) -> float:
+    """Step seconds past which a candidate cannot make the final list: 2% slower than `keep` others puts it in a
+    later 1% bin than all of them (the ranking below), so it never outranks them."""
+    if len(best) < keep:
+        return np.inf
+    return 1.02 * float(np.partition([b[0] for b in best], keep - 1)[keep - 1])
+
+
+def within(step: float, fastest: float) -> int:
+    """The 1% band of the fastest a step falls in: 0 for [1, 1.01) of it, 1 for [1.01, 1.02), ..."""
+    return int(np.floor(100 * np.log(step / fastest) + 1e-9))
+
+
+# Below the long-context regime a layout with CP > 1 ranks as if this much slower: the seeds add CP "for long context
+# once sequence length makes attention memory dominant" (seeds/000 Phase 2) and start it at seq/4096 (seeds/002),
+# and no published run under 16k tokens uses it; a gain smaller than the step model's own error (held-out median
+# 3.9%, docs/time.md) is no reason to leave that order. Results show their own predicted speed.
+CP_SHORT_MARGIN = 1.05
+
+
+def cp_weight(cp, seq: int):
+    """The ranking weight of a candidate's CP (scalar or array): CP_SHORT_MARGIN for CP > 1 below LONG_CONTEXT."""
+    return np.where(np.asarray(cp) > 1, CP_SHORT_MARGIN, 1.0) if seq < LONG_CONTEXT else np.ones_like(cp, float)
+
+
+def preference(lay: Layout, k: Knobs, dispatcher: str, seq: int, tight: bool = False) -> tuple:
+    """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
+    "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model
+    parallelism, lighter recompute, no offload, the platform's default dispatcher (seeds/004 mapping,
+    data/platform_defaults.toml), then, below the long-context regime, less CP (seeds/000 Phase 2: CP once the
+    sequence makes attention memory dominate), less TP, more EP."""
+    recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
+    return (tight, lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
+            k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0, lay.tp, -lay.ep)
+
+
+# Least share of the step delay_wgrad_compute must save to stay on in a result: the seeds call it optional and their
+# one measurement a 0.35% gain (seeds/003 § Measured Short-Run Caveat: 31.31 s -> 31.20 s), while it brings
+# constraints of its own (rules ep_overlap.delay_wgrad_*: graph scopes, gradient-accumulation fusion).
+DELAY_WGRAD_MIN_GAIN = 0.001
+
+
+def without_idle_delay_wgrad(e: Estimate) -> Estimate:
+    """A result with delay_wgrad_compute turned back off where it hides no more all-to-all (the exchange already hides
+    under the overlapped compute): the search pairs it with EP overlap (enumerate._delay_wgrad), the result keeps it
+    only where it pays."""
+    if not e.knobs.delay_wgrad:
+        return e
+    off = e.variant(knobs=replace(e.knobs, delay_wgrad=False))
+    return off if off.time["step_seconds"] <= e.time["step_seconds"] * (1 + DELAY_WGRAD_MIN_GAIN) else e

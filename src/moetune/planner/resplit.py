@@ -1,0 +1,69 @@
+"""Re-split the pipeline ranks of the candidates a re-split could still make the fastest (planner/pipeline_balance.py
+moves the layers; this picks which candidates and ranks the result as the search ranked it)."""
+
+from typing import TYPE_CHECKING
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.planner.pipeline_balance import rebalance
+from moetune.planner.ranking import cp_weight, preference, within
+
+if TYPE_CHECKING:  # the search's running state, which search.py passes in
+    from moetune.planner.search import _Search
+
+RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
+
+
+def rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
+    """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: in order of the
+    step it would take with every stage at the stages' mean (no re-split beats that), until that bound leaves the
+    1% band of the fastest step found so far, where the seeds' order picks among near-ties (ranking.within,
+    planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
+    other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
+    places of the list are re-split only where they were tried on the way."""
+    if not s.resplit or not s.best:  # the user pinned the layout string
+        return
+    s.best.sort(key=lambda x: x[5])
+    fastest = min(b[0] for b in s.best)
+    found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first
+    for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
+        if len(found) == RESPLIT_LIMIT or within(reach, fastest) > 0:
+            break
+        if lay.pp < 2:
+            continue
+        evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
+        seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
+        seeded = evaluate(seed) if seed else None
+        weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
+        begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
+        new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
+        new_step *= weight
+        found.setdefault((lay, mbs), new_lay)
+        tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
+        s.best[i] = (new_step, preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs,
+                     reach)
+        fastest = min(fastest, new_step)
+
+
+def _peak_bytes(s: "_Search", lay: Layout, mbs: int, knobs: Knobs) -> int:
+    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+    return estimate(s.spec, s.gpu, lay, wl, knobs, s.user_overheads, with_time=False).peak_bytes
+
+
+def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
+    """(evaluate, fits) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank) by the
+    scalar estimate, time only; and whether it fits the search's memory budget, asked only of a move rebalance
+    would take."""
+    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+
+    def evaluate(cand: Layout) -> tuple:
+        t = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
+                     with_memory=False).time
+        return t["step_seconds"], t["stage_seconds"]
+
+    def fits(cand: Layout) -> bool:
+        return estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False).fits
+
+    return evaluate, fits
