@@ -18,6 +18,7 @@ from moetune.planner.moves import (
     rule_errors,
     tight,
 )
+from moetune.planner.ranking import cp_weight
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.context_parallel import exchange_text
@@ -146,8 +147,11 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
         if not set(rule_errors(alt)) - broken:  # a layout the rules refuse (HybridEP past its domain) is no answer
             found.append(alt)
     # of that size, the fastest (seeds/000 Phase 2 then weighs DP, the NVLink domain and EP over expert TP, which the
-    # step time prices); the first in the order above on a tie
-    return max(found, key=lambda a: a.time["tokens_per_s_per_gpu"], default=None)
+    # step time prices), CP > 1 at short sequences ranked as plan ranks it (ranking.cp_weight); the first in the
+    # order above on a tie
+    return max(found, key=lambda a: a.time["tokens_per_s_per_gpu"] / float(cp_weight(a.layout.cp,
+                                                                                    a.workload.seq_length)),
+               default=None)
 
 
 # Fitting layouts of the least model parallelism weighed (each costs an estimate and the rule table)
