@@ -746,3 +746,12 @@ def test_the_mtp_depth_is_a_flag(tmp_path, capsys):
     code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--mtp-layers",
                         "1"], capsys)
     assert code == 2 and "no MTP layer" in err
+
+
+def test_bad_input_under_json_is_json_on_stdout_too(capsys):
+    """A script reading --json output gets a JSON object for bad input (exit 2) as well as the error line."""
+    code, out, err = run(["estimate", "nosuch-model", "--gpu", "h100", "--gpus", "8", "--json"], capsys)
+    assert code == 2 and err.startswith("error: unknown model 'nosuch-model'")
+    assert json.loads(out) == {"error": err.strip()[len("error: "):], "exit_code": 2}
+    code, out, _ = run(["estimate", "nosuch-model", "--gpu", "h100", "--gpus", "8"], capsys)
+    assert code == 2 and out == ""

@@ -4,6 +4,7 @@ Each sub-command lives in its own module of this package and is registered below
 user can fix are ``MoetuneError``; they are printed as one line with a non-zero exit.
 """
 
+import json
 import sys
 
 import click
@@ -36,6 +37,15 @@ def _register() -> None:
         cli.add_command(module.command)
 
 
+def _fail(message: str, code: int, args: list[str]) -> int:
+    """The one error line on stderr; under --json, bad input (exit 2) is also a JSON object on stdout, so a script
+    reading stdout gets JSON either way (exit 1 follows output the command already wrote: rule errors, nothing fits)."""
+    click.echo(f"error: {message}", err=True)
+    if code == 2 and "--json" in args:
+        click.echo(json.dumps({"error": message, "exit_code": code}))
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     _register()
     args = sys.argv[1:] if argv is None else argv
@@ -45,24 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = cli.main(args=argv, standalone_mode=False)
     except MoetuneError as err:
-        click.echo(f"error: {err}", err=True)
-        return err.exit_code
+        return _fail(str(err), err.exit_code, args)
     except click.exceptions.Exit as ex:
         return ex.exit_code
     except click.ClickException as err:
-        click.echo(f"error: {err.format_message()}", err=True)
-        return err.exit_code
+        return _fail(err.format_message(), err.exit_code, args)
     except OSError as err:  # a file the command reads or writes that the system refuses (permissions, a full disk)
-        click.echo(f"error: {err.filename or 'a file'}: {err.strerror or err}; check the path and its permissions",
-                   err=True)
-        return 2
+        return _fail(f"{err.filename or 'a file'}: {err.strerror or err}; check the path and its permissions", 2, args)
     except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        return 1
+        return _fail("aborted", 1, args)
     except RecursionError:  # a YAML/JSON input nested thousands of levels deep (or an alias that holds itself)
-        click.echo("error: an input file nests its values too deeply (or refers to itself) to read; pass the config "
-                   "or result as Megatron, Bridge or moetune wrote it", err=True)
-        return 2
+        return _fail("an input file nests its values too deeply (or refers to itself) to read; pass the config or "
+                     "result as Megatron, Bridge or moetune wrote it", 2, args)
     return code if isinstance(code, int) else 0
 
 
