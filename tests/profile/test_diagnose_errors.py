@@ -43,6 +43,7 @@ CASES = {
     "other.json": (lambda p, t: p.write_text('{"hello": [1, 2, 3]}'), "no traceEvents"),
     "cpu_only.json": (lambda p, t: _cpu_only(p), "CPU-only"),
     "numbers.json": (lambda p, t: p.write_text('{"traceEvents": [1, 2, 3]}'), "no traceEvents"),
+    "empty_list.json": (lambda p, t: p.write_text('{"traceEvents": []}'), "or an empty list"),
     "bad_ts.json": (lambda p, t: p.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "x"}]}'),
                     "malformed event"),
 }

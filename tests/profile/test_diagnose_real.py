@@ -147,3 +147,10 @@ def test_ampere_gets_no_fp8_advice(results):
     """FP8 needs compute capability 8.9+: the table's arch variants drop it on A100 and V100."""
     for r in results.values():
         assert not any("fp8" in c for rec in r.recommendations for c in rec.change)
+
+
+def test_one_rank_of_many_says_what_it_cannot_show(results):
+    """Rank 0 of 16: imbalance across ranks cannot be read from one trace, and its communication wait may be its own
+    slower iterations rather than peers."""
+    r = results[SENDRECV]
+    assert any(n.startswith("1 of 16 ranks profiled") for n in r.notes)

@@ -49,8 +49,7 @@ class DiagnoseResult:
 
 def _same_run(traces: list[RankTrace]) -> None:
     """Traces of one run agree on the world size and the GPU and were recorded at the same time; the first that does
-    not is one error line."""
-    _same_time(traces)
+    not is one error line (what differs in the traces themselves before when they were recorded)."""
     for field_name, what in (("world_size", "world size"), ("device_name", "GPU")):
         first = next((t for t in traces if getattr(t, field_name) is not None), None)
         if first is None:
@@ -60,6 +59,7 @@ def _same_run(traces: list[RankTrace]) -> None:
             raise MoetuneError(f"traces {first.path} and {other.path} record different {what}s "
                                f"({getattr(first, field_name)} vs {getattr(other, field_name)}); "
                                "pass the traces of one run")
+    _same_time(traces)
 
 
 def _same_time(traces: list[RankTrace]) -> None:
@@ -223,6 +223,9 @@ def diagnose(
     wall, reason = decide(f)
     s = m.combined
     notes = sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
+    if m.ranks and run_world and len(m.ranks) < run_world:
+        notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
+                     "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")
     return DiagnoseResult(
         ranks=len(m.ranks), world_size=run_world,
         step_seconds=s.seconds if s else (training_log.iteration_seconds if training_log else None),

@@ -343,7 +343,8 @@ def read_trace(path: str | Path) -> RankTrace:
 
 def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     if sink.events == 0:
-        raise _fail(path, "has no traceEvents; is it a PyTorch profiler (Kineto) trace?")
+        raise _fail(path, "has no trace events (no traceEvents, or an empty list); is it a PyTorch profiler (Kineto) "
+                          "trace of at least one step?")
     if not sink.ops:
         raise _fail(path, "has no GPU kernels or memcpys (a CPU-only profile); record with "
                           "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")

@@ -187,6 +187,8 @@ def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
                  f"({f['exposed_comm_share']:.1%}; by class: {top})")
     if f["comm_wait_share"] >= 0.005:
         lines.append(f"communication kernels ran {f['comm_wait_share']:.1%} of the step beyond the fastest "
+                     "instance of the same transfer (waiting on slower peers, or on a slower iteration of its own: "
+                     "one rank's trace cannot tell them apart)" if len(m.ranks) == 1 else
                      "instance of the same transfer (waiting on slower peers)")
     if f["dependency_share"] >= 0.10:
         lines.append(f"the GPU idled {f['dependency_share']:.1%} of the step with work already queued, waiting on "
