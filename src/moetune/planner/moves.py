@@ -26,7 +26,8 @@ def moves() -> dict:
 
 
 # Free memory below this share of the GPU is within the estimate's own error: the one published run with a measured
-# peak and a complete configuration (Qwen3-30B-A3B on 16 H100, published_runs.csv R084/R103) is predicted 3.1% high.
+# peak and a complete configuration (Qwen3-30B-A3B on 16 H100, published_runs.csv R084/R103) is predicted 3.1% high;
+# Nemotron-3 Nano's R082, whose gradient precision is not stated, 4% high with BF16 grads (docs/memory.md).
 TIGHT_SHARE = 0.03
 
 
