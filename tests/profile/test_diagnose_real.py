@@ -154,3 +154,11 @@ def test_one_rank_of_many_says_what_it_cannot_show(results):
     slower iterations rather than peers."""
     r = results[SENDRECV]
     assert any(n.startswith("1 of 16 ranks profiled") for n in r.notes)
+
+
+def test_idle_inside_cuda_graph_replays_is_named(results):
+    """The 16-rank A100 trace replays torch.compile CUDA graphs (70 cudaGraphLaunch calls whose kernels carry their
+    correlation): most of its idle time sits inside those replays, which is told apart from other queued work."""
+    r = results[SENDRECV]
+    assert r.idle["graph_replay"] > 0.5 * r.step_seconds > r.idle["dependency"]
+    assert any("inside CUDA-graph replays" in line for line in r.evidence)

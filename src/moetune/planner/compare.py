@@ -2,7 +2,8 @@
 
 Measured walls come from a trace diagnosis (profile/diagnose.py), per iteration:
 communication = communication time not overlapped with compute; host = idle gaps the host caused;
-bubble = idle waiting on other ranks or on cross-stream dependencies (pipeline waits show up here);
+bubble = idle waiting on other ranks, on cross-stream dependencies or inside CUDA-graph replays (pipeline waits show
+up here);
 compute = the rest of the step.
 """
 
@@ -24,7 +25,7 @@ def measured_walls(d: DiagnoseResult) -> dict[str, float] | None:
         return None
     comm = d.exposed_communication_seconds or 0.0
     host = d.idle.get("host_bound", 0.0)
-    bubble = d.idle.get("rank_wait", 0.0) + d.idle.get("dependency", 0.0)
+    bubble = d.idle.get("rank_wait", 0.0) + d.idle.get("dependency", 0.0) + d.idle.get("graph_replay", 0.0)
     return {"compute": max(d.step_seconds - comm - host - bubble, 0.0), "communication": comm, "bubble": bubble,
             "host": host}
 

@@ -11,6 +11,8 @@ Idle gaps (no GPU op on any stream) are attributed by the op that ends them (doc
   only when the slowest peer has routed its tokens).
 - ``host_bound``: a compute/copy op whose launch call started after the GPU went idle: the CPU was
   late (Python, launch overhead, GC, data loading). Same test as HTA's IdleTimeType.HOST_WAIT.
+- ``graph_replay``: the op is a kernel of a CUDA graph launched before the gap began: the replayed graph's own
+  dependencies (or an event it waits on) held it; CUPTI gives replayed kernels their cudaGraphLaunch's correlation.
 - ``dependency``: the op was launched before the gap began, so work sat queued while the GPU idled:
   a cross-stream event wait held it (typically on a collective whose stream is not in the trace, or
   a host-side event). Kineto does not record which event, so it is reported, not assigned a wall.
@@ -30,7 +32,7 @@ from moetune.profile.kernels import COMMUNICATION, COMPUTE, class_ids, class_kin
 from moetune.profile.reader import GpuOp, RankTrace, Step, sized
 
 US = 1e-6  # Kineto timestamps are microseconds
-IDLE_KEYS = ("host_bound", "rank_wait", "dependency", "unattributed")
+IDLE_KEYS = ("host_bound", "rank_wait", "graph_replay", "dependency", "unattributed")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -100,7 +102,9 @@ def _gap_cause(gap: iv.Interval, trace: RankTrace, starts: list[float]) -> str:
     launch = trace.launches.get(nxt.correlation) if nxt.correlation is not None else None
     if launch is None:
         return "unattributed"
-    return "host_bound" if launch >= gap[0] else "dependency"
+    if launch >= gap[0]:
+        return "host_bound"
+    return "graph_replay" if nxt.correlation in trace.graph_launches else "dependency"
 
 
 def idle_gaps(trace: RankTrace, lo: float, hi: float) -> list[tuple[float, float, str]]:

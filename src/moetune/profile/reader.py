@@ -110,6 +110,7 @@ class RankTrace:
     compute_capability: tuple[int, int] | None
     ops: list[GpuOp]
     launches: dict[int, float]  # correlation id -> CPU launch-call start (us)
+    graph_launches: frozenset[int] = frozenset()  # correlation ids of CUDA-graph launches (replayed kernels share one)
     steps: list[Step]
     peak_reserved_bytes: float | None = None  # from "[memory]" events (profile_memory=True)
     origin_us: int = 0  # the trace's own timestamp of time 0 here
@@ -135,6 +136,7 @@ class _Sink:
         self.events = 0
         self.origin: int | None = None
         self.launch_tid: dict[int, object] = {}  # correlation -> CPU thread of the launch call
+        self.graph_launches: set[int] = set()  # correlations of cudaGraphLaunch calls (their kernels share them)
         self.collective_ops: list[tuple[object, float, float, str]] = []  # (tid, start, end, collective)
         self.unsized_comm = 0  # communication kernels without message sizes: no comm_kernel_wait for them
         self.last_ts = 0.0  # the latest event start, since origin
@@ -171,6 +173,8 @@ class _Sink:
             if corr is not None:
                 self.launches[int(corr)] = self._t(e["ts"])
                 self.launch_tid[int(corr)] = e.get("tid")
+                if "GraphLaunch" in str(e.get("name", "")):  # cudaGraphLaunch / cuGraphLaunch
+                    self.graph_launches.add(int(corr))
         elif cat != "gpu_user_annotation":
             name = str(e.get("name", ""))
             if m := _STEP_RE.match(name):
@@ -365,6 +369,7 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     return RankTrace(
         path=str(path), rank=rank, world_size=world, device_name=name, device_memory_bytes=mem,
         compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
+        graph_launches=frozenset(sink.graph_launches),
         peak_reserved_bytes=sink.peak_reserved, origin_us=(sink.origin or 0) + _base_us(header),
         span_us=max(sink.last_ts, max(op.end for op in sink.ops)), notes=notes,
     )

@@ -132,7 +132,8 @@ def decide(f: dict[str, Any]) -> tuple[str, str]:
         wall, score = max(over, key=lambda ws: ws[1])
         terms = " + ".join(wall["score"])
         why = f"{terms} = {score:.0%} of the step >= {wall['at_least']:.0%} ({wall['seed']})"
-        if (queued := f.get("dependency_share", 0.0)) > score:  # the larger share is idle the trace cannot explain
+        queued = f.get("dependency_share", 0.0) + f.get("graph_replay_share", 0.0)
+        if queued > score:  # the larger share is idle the trace cannot explain
             why += (f"; but the GPU idles {queued:.0%} of the step behind work the trace does not time, more than "
                     "this wall's share: find what that waits on before tuning this wall")
         return wall["id"], why
@@ -146,6 +147,10 @@ def decide(f: dict[str, Any]) -> tuple[str, str]:
 
 def _idle_blame(f: dict[str, Any]) -> str:
     """Why the idle time names no wall: by its largest cause (metrics.IDLE_KEYS)."""
+    if f.get("graph_replay_share", 0.0) >= max(f.get("dependency_share", 0.0), f.get("unattributed_share", 0.0)):
+        return (f"most idle time ({f['graph_replay_share']:.0%} of the step) is inside CUDA-graph replays: kernels "
+                "of a graph launched earlier wait on the graph's own dependencies or on an event it waits for, which "
+                "a trace does not tie to a wall: profile the graph's region eagerly, or look at what it waits on")
     if f.get("dependency_share", 0.0) >= f.get("unattributed_share", 0.0):
         return (f"most idle time ({f.get('dependency_share', 0.0):.0%} of the step) is work already queued behind a "
                 "dependency the trace does not time (a cross-stream event, a CUDA-graph replay launched earlier, or a "
@@ -190,6 +195,9 @@ def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
                      "instance of the same transfer (waiting on slower peers, or on a slower iteration of its own: "
                      "one rank's trace cannot tell them apart)" if len(m.ranks) == 1 else
                      "instance of the same transfer (waiting on slower peers)")
+    if f.get("graph_replay_share", 0.0) >= 0.10:
+        lines.append(f"the GPU idled {f['graph_replay_share']:.1%} of the step inside CUDA-graph replays (kernels of a "
+                     "graph launched earlier waiting on its own dependencies or an event); no wall is charged with it")
     if f["dependency_share"] >= 0.10:
         lines.append(f"the GPU idled {f['dependency_share']:.1%} of the step with work already queued, waiting on "
                      "something the trace does not time (a cross-stream event, a CUDA-graph replay launched earlier, "
