@@ -237,7 +237,10 @@ def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Worklo
     lightest knobs: a larger GBS that allows the others would not make them run."""
     if not layouts or not grid:
         return []
-    batch, _ = _memory_bound(spec, gpu, build_batch(spec, [(lay, 1) for lay in layouts]), wl, grid, overheads)
+    # weighed at a batch that gives every pipeline its full depth of micro-batches in flight, as the larger GBS that
+    # would allow them does (their own GBS may not even give each DP rank one micro-batch)
+    deep = replace(wl, global_batch_size=max(lay.dp * lay.pp * lay.vpp for lay in layouts))
+    batch, _ = _memory_bound(spec, gpu, build_batch(spec, [(lay, 1) for lay in layouts]), deep, grid, overheads)
     return [] if batch is None else sorted({int(d) for d in batch.fields.dp[:, 0]})
 
 
