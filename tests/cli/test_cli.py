@@ -755,3 +755,38 @@ def test_bad_input_under_json_is_json_on_stdout_too(capsys):
     assert json.loads(out) == {"error": err.strip()[len("error: "):], "exit_code": 2}
     code, out, _ = run(["estimate", "nosuch-model", "--gpu", "h100", "--gpus", "8"], capsys)
     assert code == 2 and out == ""
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["estimate", "deepseek-v3", "--gpu", "h100", "--gpus", "256", "--ep", "32", "--mtp-layers", "100000000"],
+     "exceeds the model's 61 decoder layers"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", "ep=" + "9" * 5000],
+     "expected a positive integer"),
+])
+def test_huge_numbers_are_one_line(args, needle, capsys):
+    """From a fuzz: an MTP depth of 10^8 had hung building its layout, a 5,000-digit pin had hit Python's int limit."""
+    code, _, err = run(args, capsys)
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_an_overheads_number_past_a_float_is_one_line(tmp_path, capsys):
+    path = tmp_path / "o.toml"
+    path.write_text("nccl_gib = 1" + "0" * 400 + "\n")
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--overheads",
+                        str(path)], capsys)
+    assert code == 2 and "nccl_gib" in err and "must be a number" in err
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("adam_moments_bytes", 3, "must be 4 (FP32 Adam moments) or 2"),
+    ("main_grads_fp32", "yes", "takes true or false"),
+    ("routing", "random", "choose dropless or force-balance"),
+])
+def test_a_hand_edited_saved_knob_is_refused_by_name(field, value, needle, tmp_path, capsys):
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    data["knobs"][field] = value
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run(["emit", str(path)], capsys)
+    assert code == 2 and needle in err and "Traceback" not in err

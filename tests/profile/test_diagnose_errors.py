@@ -301,3 +301,37 @@ def test_traces_with_a_base_time_are_checked_on_the_wall_clock(tmp_path, apart_s
             diagnose([tmp_path])
     else:
         assert diagnose([tmp_path]).ranks == 2
+
+
+@pytest.mark.parametrize(("tail", "epoch"), [
+    ('"displayTimeUnit": "ms", "baseTimeNanoseconds": 1711964646000000000}', True),
+    ('"displayTimeUnit": "ms", "baseTimeNanoseconds": "1711964646000000000"}', True),  # as a string
+    ('"displayTimeUnit": "ms", "baseTimeNanoseconds": 1.711964646e18}', True),  # as a float
+    ('"displayTimeUnit": {"baseTimeNanoseconds": 1711964646000000000}}', False),  # inside another key's object
+])
+def test_only_the_traces_own_base_time_puts_it_on_the_wall_clock(tmp_path, tail, epoch):
+    path = write_trace(compute_bound(), tmp_path / "rank0.json")
+    path.write_text(path.read_text().replace('"displayTimeUnit": "ms"}', tail))
+    assert (read_trace(path).epoch_span is not None) is epoch
+
+
+@pytest.mark.parametrize(("line", "needle"), [
+    ("  world_size ...................................... abc\n", "world_size is 'abc'"),
+    ("  world_size ...................................... 0\n", "world_size is '0'"),
+])
+def test_a_log_dump_world_size_that_is_no_count_is_one_line(tmp_path, capsys, line, needle):
+    log = _log(tmp_path / "t.log", "1000.0")
+    log.write_text("------------------------ arguments ------------------------\n" + line + log.read_text())
+    code, _, err = cli(["--log", log], capsys)
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_numbers_past_pythons_limits_in_a_log_are_not_a_crash(tmp_path, capsys):
+    """A 10,000-digit dump value is left out (the dump is read, not checked); a 5,000-digit iteration count is not a
+    Megatron line."""
+    log = _log(tmp_path / "t.log", "1000.0")
+    log.write_text("------------------------ arguments ------------------------\n"
+                   f"  hidden_size ..................................... {'9' * 10000}\n" + log.read_text()
+                   + f" iteration {'9' * 5000}/      10 | elapsed time per iteration (ms): 1000.0 |\n")
+    code, _, err = cli(["--log", log], capsys)
+    assert code == 0 and "Traceback" not in err

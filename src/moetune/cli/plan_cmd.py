@@ -45,7 +45,7 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (a key once; recompute_modules only "
                                "with recompute=selective)")
         if key in INT_KEYS:
-            if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
                 raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
             fixed[key] = int(value)
         elif key in BOOL_KEYS:

@@ -287,12 +287,12 @@ def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
         if row is None or not row.bridge_name or text == "None" and not row.type.endswith("?"):
             continue
         try:
-            value = ast.literal_eval(text)
+            value = ast.literal_eval(text) if len(text) <= 1000 else text
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             value = text
         try:
             out[row.bridge_name] = coerce(row.bridge_name, row.type, value)
-        except MoetuneError:
+        except (MoetuneError, ValueError, OverflowError):  # text the field refuses, a number past Python's limits
             continue
         if dest == "use_distributed_optimizer":  # Megatron-LM hands it to the DDP and optimizer configs (SPECIAL)
             out["optimizer.use_distributed_optimizer"] = out[row.bridge_name]

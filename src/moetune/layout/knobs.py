@@ -30,6 +30,9 @@ OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "att
 # when 'moe' recompute checkpoints the whole MoE forward, and Megatron-Core refuses the pair (transformer_config.py)
 MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
+# Knobs that are on or off (Knobs checks their type)
+SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
+            "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj")
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
@@ -125,6 +128,14 @@ class Knobs:
     hcp_a2a_size: int | None = None
 
     def __post_init__(self) -> None:
+        for name in SWITCHES:  # a saved plan edited by hand: "yes" or 1 would read as on
+            if not isinstance(getattr(self, name), bool):
+                raise MoetuneError(f"{name} is {getattr(self, name)!r}; it takes true or false")
+        if self.adam_moments_bytes not in (2, 4):
+            raise MoetuneError(f"adam_moments_bytes ({self.adam_moments_bytes!r}) must be 4 (FP32 Adam moments) or 2 "
+                               "(BF16, the precision-aware optimizer's)")
+        if self.routing not in ("dropless", "force-balance"):
+            raise MoetuneError(f"routing {self.routing!r}: choose dropless or force-balance")
         if self.precision not in PRECISIONS:
             raise MoetuneError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
         if self.recompute not in ("none", "selective", "full"):

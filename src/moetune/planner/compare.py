@@ -35,8 +35,9 @@ def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
     they record them) must be the prediction's; else one error line."""
     world, family = measured.world_size, measured.facts.get("gpu.arch", "unknown")
     if world is not None and world != predicted.layout.world_size:
-        raise MoetuneError(f"the prediction is for {predicted.layout.world_size} GPUs but the traces record world "
-                           f"size {world}; compare a plan or config of this run")
+        source = "the traces record" if measured.ranks else "the log records"
+        raise MoetuneError(f"the prediction is for {predicted.layout.world_size} GPUs but {source} world size "
+                           f"{world}; compare a plan or config of this run")
     if family != "unknown" and family != predicted.gpu.arch:
         raise MoetuneError(f"the prediction is for {predicted.gpu.key} ({predicted.gpu.arch}) but the traces ran on "
                            f"{family} GPUs; compare a plan or config of this run (--gpu)")

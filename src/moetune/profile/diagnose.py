@@ -82,11 +82,19 @@ def _gpu_matches(traces: list[RankTrace], gpu: GpuSpec) -> None:
                            f"{'.'.join(map(str, recorded.compute_capability))}); drop --gpu or pass the run's GPU")
 
 
+def _whole(text: str, what: str) -> int:
+    """A positive whole number from a log's text, or one error line naming it."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) > 0):
+        raise MoetuneError(f"{what} is {text[:40]!r}, not a GPU count; pass the log Megatron wrote")
+    return int(text)
+
+
 def _same_world(traces: list[RankTrace], log: TrainingLog | None, config: dict[str, Any]) -> int | None:
     """The run's world size where traces, log and --gpus say it; two that disagree are one error line."""
     said = [(t.world_size, f"trace {t.path}") for t in traces if t.world_size is not None][:1]
     if log is not None and log.args.get("world_size") not in (None, ""):
-        said.append((int(log.args["world_size"]), f"log {log.path}"))
+        said.append((_whole(log.args["world_size"], f"--log {log.path}: its argument dump's world_size"),
+                     f"log {log.path}"))
     if config.get("cluster.num_gpus") is not None:
         said.append((int(config["cluster.num_gpus"]), "--gpus/the config"))
     for world, where in said[1:]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from moetune.errors import MoetuneError
 
-_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
-_MEM = re.compile(r"\[Rank (\d+)\]\s*\(after (\d+) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
+_ITER = re.compile(r"\biteration\s+(\d{1,12})\s*/\s*(\d{1,12})\s*\|(.*)$")  # counts a log can hold
+_MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:", re.IGNORECASE)
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
@@ -131,7 +131,7 @@ def _iteration(m: re.Match) -> LogIteration:
     return LogIteration(
         iteration=int(m.group(1)), elapsed_ms=num("elapsed time per iteration (ms)"),
         tflops_per_gpu=num("throughput per GPU (TFLOP/s/GPU)"),
-        global_batch_size=int(gbs) if gbs is not None else None, fields=f,
+        global_batch_size=int(gbs) if gbs is not None and 0 < gbs < 1e12 else None, fields=f,
     )
 
 

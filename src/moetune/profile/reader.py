@@ -43,7 +43,7 @@ _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
 _HEADER_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds")
 # Kineto writes baseTimeNanoseconds after traceEvents (its ts then count from that epoch time); the events pass keeps
 # the file's last bytes (_Screened.tail), where it is read from
-_BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*(\d{1,20})\s*[,}]')
+_BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*"?(\d{1,20}(?:\.\d*)?(?:[eE]\+?\d{1,2})?)"?\s*[,}]')
 # Kineto category names across PyTorch versions (1.x wrote "Kernel", "Memcpy", "Runtime").
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
              "gpu_memset": "gpu_memset", "memset": "gpu_memset"}
@@ -304,9 +304,19 @@ def _stream(path: Path, sink: _Sink) -> dict:
         for e in ijson.items(fh, "traceEvents.item"):
             sink.add(e)
         tail = fh.tail
-    if "baseTimeNanoseconds" not in header and (m := _BASE_NS.search(tail)):
-        header["baseTimeNanoseconds"] = int(m.group(1))
+    if "baseTimeNanoseconds" not in header and (base := _top_level_base(tail)) is not None:
+        header["baseTimeNanoseconds"] = base
     return header
+
+
+def _top_level_base(tail: bytes) -> int | None:
+    """The trace's own baseTimeNanoseconds among the file's last bytes: the key whose remaining text closes one more
+    brace than it opens (the root object's), not one inside an event's args or a trailing object."""
+    for m in _BASE_NS.finditer(tail):
+        rest = tail[m.end(0) - 1:]
+        if rest.count(b"}") - rest.count(b"{") == 1:
+            return int(float(m.group(1)))
+    return None
 
 
 def _json_problem(err: Exception) -> str:
@@ -379,7 +389,9 @@ def _base_us(header: dict) -> int:
     """The epoch microseconds a trace's ts count from: Kineto's baseTimeNanoseconds where it writes one (its ts are
     then relative), else 0 (ts already epoch, or a trace without a wall clock)."""
     base = header.get("baseTimeNanoseconds")
-    return int(base) // 1000 if isinstance(base, (int, Decimal)) and 0 < base < 10**20 else 0
+    if isinstance(base, str) and base.isascii() and base.isdigit() and len(base) <= 20:  # written as a string
+        base = int(base)
+    return int(base) // 1000 if isinstance(base, (int, float, Decimal)) and 0 < base < 10**20 else 0
 
 
 def _distributed(path: Path, dist: dict) -> tuple[int | None, int | None]:

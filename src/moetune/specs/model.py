@@ -160,6 +160,9 @@ class ModelSpec:
         """The model trained with `n` MTP layers (Megatron's mtp_num_layers) instead of its config.json's count."""
         if n < 0:
             raise ValueError(f"the MTP depth ({n}) must be 0 or more")
+        if n > self.num_layers:  # Megatron builds each as a whole transformer layer; trained models use 1-3
+            raise ValueError(f"the MTP depth ({n}) exceeds the model's {self.num_layers} decoder layers; models train "
+                             "with 1-3")
         if n and self.mtp_layer_kind is None:
             raise ValueError(f"{self.name}'s config.json has no MTP layer to shape {n} after; train it with 0")
         # the MTP layer's kind stays: the config.json has it, and a config that drops it must say so (to_config)

@@ -46,6 +46,13 @@ def default_overheads() -> dict[str, float]:
 MAX_OVERHEAD_GIB = 1e6  # a PiB: more than any GPU or node holds
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past a float's range
+        return False
+
+
 def check_overheads(user: dict, where: str = "overheads") -> dict[str, float]:
     """A user's overhead figures, each a known key of memory_overheads.toml holding a number: GiB >= 0, or the
     fragmentation fraction in [0, 1); anything else is one error line naming the key (`where`: the file)."""
@@ -54,7 +61,7 @@ def check_overheads(user: dict, where: str = "overheads") -> dict[str, float]:
         if key not in known:
             what = "a section" if isinstance(value, dict) else "unknown key"
             raise MoetuneError(f"{where}: {what} '{key}'; the file holds flat keys, one of {', '.join(known)}")
-        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        number = isinstance(value, int | float) and not isinstance(value, bool) and _finite(value)
         high = 1.0 if key == "fragmentation_fraction" else MAX_OVERHEAD_GIB  # past it, byte counts overflow
         if not number or not 0 <= value < high:
             span = "in [0, 1)" if high == 1.0 else f"in [0, {MAX_OVERHEAD_GIB:g}) (GiB)"
