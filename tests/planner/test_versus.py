@@ -84,3 +84,17 @@ def test_a_slower_pick_names_the_wall_that_lost_most():
     v = versus(recipe, pick)
     lost = min(v["walls"], key=lambda w: v["walls"][w]["saved"])
     assert v["speedup"] < 1 and f"most of the loss in the {lost} wall" in v["why"]
+
+
+def test_a_different_mtp_depth_is_a_setting_the_pick_changes():
+    """explain --baseline of a run trained without MTP against one with it: the depth is listed with the rest."""
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    spec, gpu = load_model("deepseek-v3"), load_gpu("h100")
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=512)
+    with_mtp = estimate(spec, gpu, Layout(world_size=256, pp=4, ep=32, pipeline_layout="Et*15|t*15|t*15|t*16mL"), wl)
+    without = estimate(spec.with_mtp(0), gpu, Layout(world_size=256, pp=4, ep=32,
+                                                     pipeline_layout="Et*15|t*15|t*15|t*16L"), wl)
+    assert versus(without, with_mtp)["changes"]["model.mtp_num_layers"] == [1, None]

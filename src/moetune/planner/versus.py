@@ -4,8 +4,9 @@ Megatron Bridge names, and where the predicted time went, wall by wall."""
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
 
+# The model's architecture, the same in both (the MTP depth is not: a run may train with another, --mtp-layers)
 IGNORED = ("cluster.", "model.num_", "model.hidden_size", "model.moe_ffn", "model.moe_router_topk",
-           "model.moe_shared_expert_intermediate", "model.mtp_num_layers", "model.multi_latent_attention")
+           "model.moe_shared_expert_intermediate", "model.multi_latent_attention")
 
 
 def config_changes(pick: Estimate, baseline: Estimate) -> dict[str, tuple]:
