@@ -29,6 +29,14 @@ OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "att
 # The offload groups inside an MoE layer's forward (Megatron-Core's fused_group_mlp included): nothing of them is saved
 # when 'moe' recompute checkpoints the whole MoE forward, and Megatron-Core refuses the pair (transformer_config.py)
 MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
+
+
+def unsaved_offloads(recompute: str, modules, offload) -> list[str]:
+    """The offload modules a recompute plan leaves nothing saved for, which Megatron-Core refuses beside it: every one
+    under full recompute (only layer inputs are kept), those inside the MoE layer beside the 'moe' module."""
+    if recompute == "full":
+        return sorted(offload)
+    return sorted(MOE_OFFLOAD_MODULES & set(offload)) if "moe" in modules else []
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # Knobs that are on or off (Knobs checks their type)
 SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
@@ -155,7 +163,8 @@ class Knobs:
         if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:
             raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "
                                "offloaded alone without core_attn, transformer_config.py)")
-        if inside := sorted(MOE_OFFLOAD_MODULES & self.offload_modules if "moe" in self.recompute_modules else ()):
+        if self.recompute != "full" and (inside := unsaved_offloads(self.recompute, self.recompute_modules,
+                                                                     self.offload_modules)):
             raise MoetuneError(f"--offload-modules {','.join(inside)} with 'moe' recompute: recomputing the whole MoE "
                                "layer saves nothing inside it to offload (Megatron-Core asserts, "
                                "transformer_config.py); drop 'moe' from the recompute modules or those offloads")

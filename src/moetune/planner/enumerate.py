@@ -11,7 +11,7 @@ account_for_embedding/loss (whichever Megatron accepts first). Illegal ones are 
 from itertools import product
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MOE_OFFLOAD_MODULES, Knobs
+from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs, unsaved_offloads
 from moetune.layout.layout import Layout, parse_pipeline_layout, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
@@ -226,12 +226,6 @@ def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:
     return [("none", frozenset())] + [("selective", s) for s in sets] + [("full", frozenset())]
 
 
-def _offload_pairs_with(recompute: str, modules: frozenset[str], offload: frozenset[str]) -> bool:
-    """Fine-grained offloading beside a recompute plan Megatron-Core accepts it with: none under full recompute (only
-    layer inputs are kept), and nothing inside the MoE layer beside the 'moe' module (layout/knobs.py)."""
-    return not offload or recompute != "full" and not ("moe" in modules and offload & MOE_OFFLOAD_MODULES)
-
-
 def supported_dispatchers(gpu: GpuSpec) -> list[str]:
     """alltoall everywhere; DeepEP / HybridEP where Megatron Bridge accepts them on this platform (the rule
     table's platform facts: flex_dispatcher_backend.py validate_flex_dispatcher_backend)."""
@@ -311,7 +305,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     grid = []
     for prec, disp, (rc, mods), scope, ov, off in product(precisions, dispatchers, recomputes, scopes, overlaps,
                                                           offloads):
-        if ov and rc == "full" or not _offload_pairs_with(rc, mods, fixed.get("offload_modules", frozenset())):
+        if ov and rc == "full" or unsaved_offloads(rc, mods, fixed.get("offload_modules", ())):
             continue  # seeds/003: full recompute is not a companion for the EP-overlap path
         grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
                           cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(ov, fixed),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import MOE_OFFLOAD_MODULES, Knobs
+from moetune.layout.knobs import Knobs, unsaved_offloads
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import Workload, interleaves
@@ -169,7 +169,7 @@ def _pins_agree(fixed: dict) -> None:
     if offload and fixed.get("recompute") == "full":
         raise MoetuneError("--fix offload_modules with recompute=full: full recompute keeps only layer inputs, so "
                            "there is nothing fine-grained to offload; drop one of the pins")
-    if inside := sorted(offload & MOE_OFFLOAD_MODULES if "moe" in fixed.get("recompute_modules", ()) else ()):
+    if inside := unsaved_offloads("selective", fixed.get("recompute_modules", ()), offload):
         raise MoetuneError(f"--fix offload_modules={','.join(inside)} with the 'moe' recompute module: recomputing the "
                            "whole MoE layer saves nothing inside it to offload (Megatron-Core asserts, "
                            "transformer_config.py); drop one of the pins")

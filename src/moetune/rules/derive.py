@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
-from moetune.layout.knobs import MEGATRON_FLEX_SMS, MOE_OFFLOAD_MODULES, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE
+from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import LONG_SDPA, ep_first_sizes, shard_cp, undersharded_cp
@@ -99,7 +99,7 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         else None
     recomputes_moe = value(config, "model.recompute_granularity") == "selective" and isinstance(modules, list) \
         and "moe" in modules
-    d["offload_inside_recomputed_moe"] = sorted(MOE_OFFLOAD_MODULES & set(offloaded)) \
+    d["offload_inside_recomputed_moe"] = unsaved_offloads("selective", modules, offloaded) \
         if recomputes_moe and isinstance(offloaded, list) else []
     d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \
         if recomputes_moe else None
