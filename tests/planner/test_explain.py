@@ -445,3 +445,16 @@ def test_once_offloading_fits_the_ladder_backs_off_full_recompute():
         composed.update(step.get("change", {}))
     assert not _errors_after(e, composed)
     assert from_config({**to_config(e), **composed})[2].recompute == "selective"
+
+
+def test_current_scaling_is_offered_to_blockwise_fp8_on_hopper_only():
+    def rules(precision, gpu="h100"):
+        e = estimate(load_model("qwen3-30b-a3b"), load_gpu(gpu), Layout(world_size=16, ep=16),
+                     Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1024),
+                     Knobs(precision=precision, cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))
+        return {m["rule"]: m for m in explain(e)["retune"]}
+
+    move = rules("fp8-blockwise")["fp8_current_scaling"]
+    assert move["predicted_gain"] > 0 and move["change"]["mixed_precision.fp8_recipe"] == "tensorwise"
+    assert "fp8_current_scaling" not in rules("bf16") and "fp8_current_scaling" not in rules("fp8-current")
+    assert "fp8_current_scaling" not in rules("mxfp8", gpu="gb200")

@@ -8,7 +8,7 @@ from moetune.layout.validate import Workload
 from moetune.planner import legal
 from moetune.planner.explain import explain
 from moetune.planner.legal import knob_errors, knob_rules
-from moetune.planner.moves import rule_errors
+from moetune.planner.moves import moves, rule_errors
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -66,11 +66,12 @@ def test_every_pick_passes_check(model, gpu, world, gbs):
     ("qwen3-30b-a3b", "gb200", 128, 1024), ("deepseek-v3", "b200", 256, 4096), ("glm-4.5-air", "h100", 64, 1024),
 ])
 def test_explain_finds_no_single_move_that_beats_the_pick(model, gpu, world, gbs):
-    """The search covers every move `explain` tries (VPP up to 32 included): a pick it can improve with one
-    setting would mean the search missed part of its own space."""
+    """The search covers every move `explain` tries (VPP up to 32 included) but those it leaves out on purpose
+    (retune_moves.toml `unsearched`: FP8 current scaling on Hopper, where the seeds start at blockwise): a pick it
+    can improve with one setting would mean the search missed part of its own space."""
     pick = plan(load_model(model), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=gbs),
                 top=1).results[0]
-    assert explain(pick)["retune"] == []
+    assert [m["rule"] for m in explain(pick)["retune"] if not moves()[m["rule"]].get("unsearched")] == []
 
 
 def test_pinning_an_illegal_knob_is_one_clear_error():

@@ -27,6 +27,7 @@ def test_user_values_override_the_gpu_section():
     ({"grouped_m_half": 0}, "grouped_m_half = 0 must be a number in (0, 1e+06]"),
     ({"warp_eff": 0.5}, "unknown constant(s) warp_eff"),
     ({"a2a_eff_deepep": 0}, "a2a_eff_deepep = 0 must be a number in [0.001, 1e+06]"),
+    ({"rate_fp8_blockwise": 0}, "rate_fp8_blockwise = 0 must be a number in [0.001, 1e+06]"),  # a rate divides
     ({"h100": {"a2a_eff_deepep": 1.3}}, "a2a_eff_deepep = 1.3 times the link's 0.8"),
 ])
 def test_bad_values_are_one_error(user, message):

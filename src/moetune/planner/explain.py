@@ -210,6 +210,8 @@ def _retune(e: Estimate, found: list, blocked: list | None = None) -> list[dict]
     for move_id, move in moves().items():
         if move.get("platform") and platform_of(e.gpu) not in move["platform"]:
             continue
+        if move.get("from_precision") and e.knobs.precision not in move["from_precision"]:
+            continue
         if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits and not broken:
             continue  # a refused run takes any move that clears its error, a memory move included
         new = apply_move(e, move)

@@ -43,9 +43,18 @@ class Rates:
     tile: int = 1  # GEMM tile edge: weight dimensions round up to it
 
 
+def gemm_rate(gpu: GpuSpec, precision: str, eff: dict) -> float:
+    """FLOP/s of a large GEMM under the recipe, its quantization included: BF16 at gemm_eff of the BF16 peak; a
+    low-precision recipe at the architecture's reference FP8 rate (fp8_gemm_eff of the FP8 peak) times the recipe's
+    own rate over it (efficiency.toml rate_*, from Transformer Engine's GEMM benchmark in autocast)."""
+    gpu.peak_tflops(precision)  # refuses a recipe the GPU has no Tensor Core rate for
+    if precision == "bf16":
+        return gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
+    return gpu.fp8_tflops * 1e12 * eff["fp8_gemm_eff"] * eff["rate_" + precision.replace("-", "_")]
+
+
 def rates(gpu: GpuSpec, precision: str, eff: dict, *, fp8_head: bool = False) -> Rates:
-    gemm_eff = eff["gemm_eff"] if precision == "bf16" else eff["fp8_gemm_eff"]
-    gemm, bf16 = gpu.peak_tflops(precision) * 1e12 * gemm_eff, gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
+    gemm, bf16 = gemm_rate(gpu, precision, eff), gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
     return Rates(gemm=gemm, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"],
                  attn_hdim64=gpu.bf16_tflops * 1e12 * eff["attn_eff_hdim64"],
                  attn_keys_half=eff["attn_keys_half"], router=bf16,

@@ -57,6 +57,8 @@ def _range(key: str) -> tuple[float, float, bool]:
         return MIN_EFFICIENCY, MAX_CONSTANT, False
     if key.endswith("_eff") or "_eff_" in key:  # attn_eff_hdim64 is a fraction of the peak too
         return MIN_EFFICIENCY, 1.0, False
+    if key.startswith("rate_"):  # a recipe's GEMM rate over the reference FP8 rate: a zero one divides by zero
+        return MIN_EFFICIENCY, MAX_CONSTANT, False
     if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed":
         return 0.0, 1.0, False
     return 0.0, MAX_CONSTANT, key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes",
