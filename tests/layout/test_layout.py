@@ -239,3 +239,17 @@ def test_embedding_and_output_sit_on_the_first_and_last_stage_whatever_the_strin
 def test_ep_first_takes_the_largest_ep_the_experts_allow(experts, ep, etp, expected):
     from moetune.layout.validate import ep_first_sizes
     assert ep_first_sizes(experts, ep, etp) == expected
+
+
+@pytest.mark.parametrize(("gpu", "world", "domain", "node"), [
+    ("h100", 6, 6, 6),  # 6 of an HGX node's 8: one node of 6
+    ("gb200", 6, 6, 2),  # 4 + 2 GB200s in one rack: a domain of whole part-nodes
+    ("gb200", 256, 64, 4), ("h100", 100, 8, 8),
+])
+def test_a_job_smaller_than_its_nodes_is_a_valid_gpu(gpu, world, domain, node):
+    """Sub-node jobs had failed GpuSpec's check that a domain is whole nodes ("nvlink_domain (6) and gpus_per_node
+    (8) must divide one another"), an error about a GPU spec the user never wrote."""
+    from moetune.layout.ranks import job_gpu
+    from moetune.specs.hardware import load_gpu
+    seen = job_gpu(load_gpu(gpu), world)
+    assert (seen.nvlink_domain, seen.gpus_per_node) == (domain, node)

@@ -148,8 +148,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
                       headroom_gib=headroom, overheads=over)
-    fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
-                      headroom_gib=headroom, overheads=over)
+        fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
+                          headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     record = track_record(spec.name, gpu_spec.key, result.results[0].efficiency) if result.results else None
     if as_json:
@@ -240,17 +240,22 @@ def nothing_fits(result: PlanResult) -> str:
     kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
     host, host_cap = result.lightest_host_gib, result.host_capacity_gib
     if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and host_cap and host > host_cap:
-        return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) fits the GPU at "
+        return (f"the lightest candidate ({result.lightest}) fits the GPU at "
                 f"{result.lightest_peak_gib:.0f} GiB of {result.capacity_gib:.0f}{kept}, but its offloaded optimizer "
                 f"state needs {host:.0f} GiB of host memory per GPU of {host_cap:.0f} (data/hardware.toml "
                 f"host_memory_gib; a cluster file with host_memory_gib sets yours); {fix}")
+    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and not result.memory_fits:
+        return (f"the lightest bound ({result.lightest}, no dispatcher buffers or CUDA-graph pools) needs "
+                f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}, but no searched "
+                f"knob set fits: each adds memory to it (a dispatcher's buffers, graph pools, lighter recompute); "
+                f"{fix}")
     if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
         nvl72 = "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` " \
             "names the domain), " if result.nvl72 else ""
         return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
                 f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
                 f"{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen --fix")
-    return (f"the lightest candidate ({result.lightest}, full recompute, optimizer offload) needs "
+    return (f"the lightest candidate ({result.lightest}) needs "
             f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
 
@@ -273,6 +278,23 @@ def ranking_weight(r) -> float:
     return float(cp_weight(r.layout.cp, r.workload.seq_length))
 
 
+def offload_gain(result: PlanResult) -> float:
+    alt, pick = result.offload_alternative, result.results[0]
+    return alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
+
+
+def offload_note(result: PlanResult) -> str:
+    """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers."""
+    alt = result.offload_alternative
+    host = f" and {alt.host_peak_bytes / 2**30:.0f} GiB of host memory a GPU" if alt.host_peak_bytes else ""
+    return (f"#1 recomputes whole layers; the optimizer's CPU offload instead ({alt.layout.short()}, mbs "
+            f"{alt.workload.micro_batch_size}, recompute {_recompute_text(alt.knobs)}) predicts "
+            f"{offload_gain(result):+.0%}, {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
+            f"{alt.peak_bytes / 2**30:.1f} GiB{host}. The seeds add offloading only after recompute (seeds/000 "
+            "Phase 1), so it is not the pick; their own long-context DeepSeek-V3 pattern uses it (seeds/002): "
+            "--fix optimizer_offload_fraction=1 searches it")
+
+
 def plan_json(result: PlanResult, gbs: int) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
@@ -280,6 +302,8 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
            "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r)} for r in result.results]}
     if result.gbs_excluded_dp:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
+    if (alt := result.offload_alternative) is not None:
+        out["offload_alternative"] = {**alt.to_json(), "predicted_gain": offload_gain(result)}
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
@@ -315,6 +339,8 @@ def print_plan(result: PlanResult, gbs: int) -> None:
         out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
                   f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "
                   f"--headroom {margin_gib(result.results[0].gpu)} to keep that margin")
+    if result.offload_alternative is not None:
+        out.print(f"[yellow]note[/yellow]: {offload_note(result)}")
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         short_cp = any(r.layout.cp > 1 and r.workload.seq_length < LONG_CONTEXT for r in result.results)

@@ -42,9 +42,16 @@ def job_nvlink_domain(world: int, gpus_per_node: int, nvlink_domain: int) -> int
 
 
 def job_gpu(gpu: GpuSpec, world: int) -> GpuSpec:
-    """The GPU as a job of `world` GPUs sees it: its NVLink domain in consecutive ranks (idempotent)."""
+    """The GPU as a job of `world` GPUs sees it: its NVLink domain in consecutive ranks (idempotent). A job smaller
+    than a node (6 of an HGX node's 8 GPUs) is one node of its own size, and one of part-nodes inside a rack (6 GB200s:
+    4 + 2) a domain of whole part-nodes: nothing leaves the domain either way, and GpuSpec's check that domains are
+    whole nodes holds."""
     domain = job_nvlink_domain(int(world), gpu.gpus_per_node, gpu.nvlink_domain)
-    return gpu if domain == gpu.nvlink_domain else replace(gpu, nvlink_domain=domain)
+    if domain == gpu.nvlink_domain:
+        return gpu
+    rack = gpu.nvlink_domain > gpu.gpus_per_node
+    node = math.gcd(domain, gpu.gpus_per_node) if rack else min(domain, gpu.gpus_per_node)
+    return replace(gpu, nvlink_domain=domain, gpus_per_node=node)
 
 
 @cache

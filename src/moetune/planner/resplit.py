@@ -17,16 +17,21 @@ RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a fe
 
 
 def rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
-    """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: in order of the
-    step it would take with every stage at the stages' mean (no re-split beats that), until that bound leaves the
+    """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: first those in the
+    1% band of the fastest as they are, then in order of the step each would take with every stage at the stages'
+    mean (no re-split beats that), until that bound leaves the
     1% band of the fastest step found so far, where the seeds' order picks among near-ties (ranking.within,
     planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
     other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
     places of the list are re-split only where they were tried on the way."""
     if not s.resplit or not s.best:  # the user pinned the layout string
         return
-    s.best.sort(key=lambda x: x[5])
     fastest = min(b[0] for b in s.best)
+    # the candidates already in the band of the fastest come first (the pick is one of them, or one a re-split brings
+    # there), then the rest by the step a re-split could reach: that bound, every stage at the stages' mean, is loose
+    # where whole layers and the loss cannot be spread evenly (PP16 over 61 layers), and those layouts had used up
+    # RESPLIT_LIMIT before the pick was tried (Kimi-K2 on 1,024 GB200 at 128k: PP2, +3.2% re-split, left as it was)
+    s.best.sort(key=lambda x: (within(x[0], fastest) > 0, x[5]))
     found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first
     for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
         if len(found) == RESPLIT_LIMIT or within(reach, fastest) > 0:

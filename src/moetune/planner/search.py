@@ -52,6 +52,10 @@ class PlanResult:
     # of that DP would fit (search._fitting_dp)
     gbs_excluded_dp: list[int] = field(default_factory=list)
     nvl72: bool = False  # the GPU's NVLink domain spans nodes (HybridEP's EP groups must lie in one)
+    memory_fits: bool = False  # some candidate fit in memory under a searched knob set, its prerequisites aside
+    # the fastest candidate with the optimizer's CPU offload, where the pick recomputes whole layers and it predicts
+    # OFFLOAD_NOTE_GAIN more (offload_instead)
+    offload_alternative: Estimate | None = None
 
 
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -69,16 +73,25 @@ def _without_recompute(knobs: Knobs) -> tuple:
 
 
 def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict,
-          roomy_bytes: float = np.inf) -> tuple[np.ndarray, np.ndarray]:
-    """(rows that fit and run, rows that also leave moves.TIGHT_SHARE of the GPU free: peak <= roomy_bytes)."""
+          roomy_bytes: float = np.inf) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(rows that fit and run, rows that also leave moves.TIGHT_SHARE of the GPU free: peak <= roomy_bytes, whether
+    any row fits in memory before the knobs' prerequisites are asked)."""
     try:
         gpu.peak_tflops(knobs.precision)
     except MoetuneError:
-        return np.zeros(batch.size, bool), np.zeros(batch.size, bool)
+        return np.zeros(batch.size, bool), np.zeros(batch.size, bool), False
     peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads)
     fits = peak <= gpu.capacity_bytes
     if knobs.optimizer_offload_fraction > 0 and gpu.host_capacity_bytes is not None:  # and the host holds the rest
         fits &= batch_host_bytes(batch, knobs) <= gpu.host_capacity_bytes
+    in_memory = bool(fits.any())
+    fits = _runs(fits, batch, knobs, gpu)
+    return fits, fits & (peak <= roomy_bytes), in_memory
+
+
+def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec) -> np.ndarray:
+    """The rows of `fits` whose knobs' prerequisites the layout meets (`_Search.fits` counts the ones that fit in
+    memory and fail only here, so plan's "nothing fits" can tell the two causes apart)."""
     f = batch.fields
     if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks each HybridEP EP group must lie
         domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)  # in one of
@@ -89,7 +102,7 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1
         fits &= (f.ep[:, 0] > 1) & ((f.pp[:, 0] == 1) | (f.vpp[:, 0] > 1))
-    return fits, fits & (peak <= roomy_bytes)
+    return fits
 
 
 def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[Knobs], overheads: dict):
@@ -108,7 +121,9 @@ def _memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list
     i = int(np.argmin(peak))
     # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit)
     host = float(batch_host_bytes(batch, lightest[0])[i]) / 2**30
-    least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}", host)
+    offload = ", optimizer offload" if lightest[0].optimizer_offload_fraction > 0 else ""
+    least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}, full recompute{offload}",
+             host)
     return (batch.subset(rows) if len(rows) else None), least
 
 
@@ -139,16 +154,44 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
         passes = [{**fixed, "optimizer_offload_fraction": [0.0]}, fixed]
     if "offload_modules" not in fixed and spec.num_moe_experts:
         passes.append({**fixed, "offload_modules": LAST_RESORT_OFFLOAD})
+
+    def search(pinned: dict, best: int, report=None) -> PlanResult:
+        return _plan_once(spec, gpu, world, wl, fixed=pinned, top=best, routing=routing,
+                          efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
+                          overheads=overheads)
+
     done, seconds = 0, 0.0
     for pinned in passes:
-        result = _plan_once(spec, gpu, world, wl, fixed=pinned, top=top, routing=routing,
-                            efficiency_overrides=efficiency_overrides, progress=progress, headroom_gib=headroom_gib,
-                            overheads=overheads)
+        result = search(pinned, top, progress)
         done, seconds = done + result.candidates_evaluated, seconds + result.search_seconds
         if result.results:
             break
+    if (alt := offload_instead(result, pinned is passes[0], fixed, search)) is not None:
+        done, seconds = done + alt.candidates_evaluated, seconds + alt.search_seconds
+        result.offload_alternative = alt.results[0]
     result.candidates_evaluated, result.search_seconds = done, seconds
     return result
+
+
+# The least predicted gain for which plan names the optimizer-offload alternative to a full-recompute pick: the
+# memory estimate's own error (moves.TIGHT_SHARE) is 3%, and so is a near-tie well inside the step model's.
+OFFLOAD_NOTE_GAIN = 0.03
+
+
+def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -> PlanResult | None:
+    """Where the pick recomputes whole layers and offload was not searched (nothing needed it), the same search with
+    the optimizer's CPU offload, when it predicts OFFLOAD_NOTE_GAIN more: the seeds put offloading after recompute
+    (seeds/000 Phase 1), and full recompute is recompute, so the pick stays; but their own DeepSeek-V3 long-context
+    pattern runs selective recompute with optimizer offload (seeds/002), and at 128k on 256 H100 that predicts 18%
+    over the full-recompute pick, which the user should see."""
+    if not result.results or result.results[0].knobs.recompute != "full" or not first_pass \
+            or "optimizer_offload_fraction" in fixed:
+        return None
+    alt = search({**fixed, "optimizer_offload_fraction": [1.0]}, 1)
+    base = result.results[0].time["tokens_per_s_per_gpu"]
+    if alt.results and alt.results[0].time["tokens_per_s_per_gpu"] >= base * (1 + OFFLOAD_NOTE_GAIN):
+        return alt
+    return None
 
 
 def _pins_agree(fixed: dict) -> None:
@@ -228,7 +271,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
-                      gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node)
+                      gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,
+                      memory_fits=s.memory_fits)
 
 
 def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Workload, grid: list[Knobs],
@@ -270,6 +314,7 @@ class _Search:
     done: int = 0
     feasible: int = 0
     bound: float = np.inf  # candidates slower than this cannot reach the top (ranking.bound)
+    memory_fits: bool = False  # some candidate fit in memory under some knob set, prerequisites aside
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
 
     @property
@@ -281,8 +326,9 @@ class _Search:
         self.done += 1
         if self.progress:
             self.progress(self.done, self.total)
-        fits, roomy = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads, self.roomy_bytes)
+        fits, roomy, in_memory = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads, self.roomy_bytes)
         self.feasible += int(fits.sum())
+        self.memory_fits |= in_memory
         return fits, roomy
 
 
