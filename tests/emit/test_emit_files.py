@@ -429,3 +429,18 @@ def test_overrides_name_what_a_recipe_would_otherwise_keep():
                               with_time=False))
     assert "model.offload_modules=[]" in emit_all(bare)["overrides.txt"].splitlines()
     assert "export NVTE_CPU_OFFLOAD_V1" in emit_all(planned)["env.sh"]
+
+
+def test_emit_refuses_what_megatron_core_refuses(tmp_path, capsys):
+    """A plan pinned to FP8 delayed scaling had kept moe_act recompute, which Megatron-Core's TransformerConfig
+    refuses ("Delayed scaling does not support moe_act and layernorm recompute"); the planner no longer offers the
+    pair (rule fit.delayed_fp8_recompute) and emit refuses it in a config written by hand."""
+    plan_json = tmp_path / "p.json"
+    assert main(["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "32", "--gbs", "512", "--top", "5",
+                 "--fix", "precision=fp8-delayed", "--fix", "dispatcher=alltoall", "--json"]) == 0
+    plan_json.write_text(capsys.readouterr().out)
+    picks = json.loads(plan_json.read_text())["results"]
+    assert not any({"moe_act", "layernorm"} & set(r["knobs"]["recompute_modules"]) for r in picks)
+    assert main(["emit", str(plan_json), "--set", "model.recompute_granularity=selective",
+                 "--set", "model.recompute_modules=[moe_act]", "--out", str(tmp_path / "o")]) == 1
+    assert "fit.delayed_fp8_recompute" in capsys.readouterr().err

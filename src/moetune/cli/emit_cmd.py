@@ -44,7 +44,7 @@ def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
 def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, rank, as_json) -> None:
     """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
     config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank)
-    errors = [f for f in check_findings(config, mcore=False) if f.severity == "error"]
+    errors = [f for f in check_findings(config) if f.severity == "error"]  # Megatron-Core validation too, if installed
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
         first = f"the first 3: {listed}" if len(errors) > 3 else listed
