@@ -109,3 +109,44 @@ def test_counts_that_cannot_be_are_one_line(shared_data, name, edit, needle):
         spec_from_hf({**_shared(shared_data, name), **edit}, name="x", origin="x.json")
     assert needle in str(err.value)
 
+
+
+def _edited(shared_data, name: str, edit: dict) -> dict:
+    """A built-in's config.json with `edit` applied; a dotted key edits a nested object (text_config.x)."""
+    data = _shared(shared_data, name)
+    for key, value in edit.items():
+        node, *path, last = [data, *key.split(".")]
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return data
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    # each had been a traceback, a silent wrong count or a message naming no field
+    ("llama4-scout", {"text_config": [1, 2]}, "field 'text_config' ([1, 2]) must be an object"),
+    ("llama4-scout", {"text_config.interleave_moe_layer_step": 0},
+     "field 'interleave_moe_layer_step' (0) must be a whole number from 1"),
+    ("llama4-scout", {"text_config.interleave_moe_layer_step": "2"},
+     "field 'interleave_moe_layer_step' ('2') must be a whole number from 1"),
+    ("ernie-4.5-21b-a3b", {"moe_layer_interval": 0}, "field 'moe_layer_interval' (0) must be a whole number from 1"),
+    ("ernie-4.5-21b-a3b", {"moe_layer_start_index": "1"}, "field 'moe_layer_start_index' ('1') must be a whole number"),
+    ("dbrx", {"n_heads": 0}, "field 'n_heads' (0) must be a whole number of at least 1"),
+    ("dbrx", {"attn_config.kv_n_heads": "8"}, "field 'attn_config.kv_n_heads' ('8') must be a whole number"),
+    ("qwen3-next-80b-a3b", {"full_attention_interval": 0},
+     "field 'full_attention_interval' (0) must be a whole number"),
+    ("nemotron3-nano-30b-a3b", {"hybrid_override_pattern": 123},
+     "field 'hybrid_override_pattern' (123) must be a string of layer symbols"),
+    ("nemotron3-nano-30b-a3b", {"mamba_num_heads": "128"}, "field 'mamba_num_heads' ('128') must be a whole number"),
+    ("nemotron3-nano-30b-a3b", {"n_groups": "8"}, "field 'n_groups' ('8') must be a whole number"),
+    ("nemotron3-nano-30b-a3b", {"ssm_state_size": "128"}, "field 'ssm_state_size' ('128') must be a whole number"),
+    ("nemotron3-nano-30b-a3b", {"mamba_head_dim": 0}, "field 'mamba_head_dim' (0) must be a whole number of at least"),
+    ("nemotron3-nano-30b-a3b", {"mamba_head_dim": -64}, "field 'mamba_head_dim' (-64) must be a whole number of at"),
+    ("gpt-oss-20b", {"layer_types": "sliding_attention"}, "field 'layer_types' ('sliding_attention') must be a list"),
+    ("deepseek-v3", {"scoring_func": 5}, "field 'scoring_func' (5) must be one of softmax, sigmoid"),
+    ("deepseek-v3", {"topk_method": 7}, "field 'topk_method' (7) must be one of greedy, group_limited_greedy"),
+])
+def test_a_bad_field_is_named_in_one_line(shared_data, name, edit, needle):
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf(_edited(shared_data, name, edit), name="x", origin="x.json")
+    assert needle in str(err.value) and "\n" not in str(err.value)

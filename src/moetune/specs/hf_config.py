@@ -26,32 +26,49 @@ def bridge_vocab_divisor(model_type: str, vocab: int) -> int:
 
 
 # config.json fields that are counts or sizes wherever a family uses them: a whole number (null where a config
-# leaves one out; a "128" given as text would be compared or repeated as a string). Those the readers and ModelSpec
-# bound themselves (layers, widths, ranks) say so there; the others may not be negative (NONNEGATIVE), and a head
-# dim or window of 0 divides by zero (POSITIVE).
-WHOLE_FIELDS = frozenset({
-    "hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
-    "num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers", "vocab_size", "n_shared_experts",
-    "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok", "kv_lora_rank", "q_lora_rank",
-    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace", "num_nextn_predict_layers",
-    "n_group", "topk_group", "decoder_sparse_step", "sliding_window", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-    "full_attention_interval", "moe_num_experts", "moe_k", "moe_num_shared_experts",
-})
-NONNEGATIVE = frozenset({"n_shared_experts", "moe_num_shared_experts", "shared_expert_intermediate_size",
-                         "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "n_group", "topk_group"})
-POSITIVE = frozenset({"head_dim", "v_head_dim", "sliding_window"})
+# leaves one out; a "128" given as text would be compared or repeated as a string), from the least shown. None: the
+# reader or ModelSpec bounds it itself, naming the field (layers, expert counts, widths a model may lack); 0: a count
+# a model may lack (shared experts); 1: a size that divides (a head dim, a window) or shapes a tensor (a Mamba or
+# gated-delta-net dimension) - 0 or less would build nothing. A dotted key is nested (DBRX's attn_config and
+# ffn_config).
+SIZE_FIELDS: dict[str, int | None] = {
+    "hidden_size": None, "intermediate_size": None, "moe_intermediate_size": None, "intermediate_size_mlp": None,
+    "shared_expert_intermediate_size": 0, "moe_shared_expert_intermediate_size": 0,
+    "num_attention_heads": None, "num_key_value_heads": None, "head_dim": 1, "num_hidden_layers": None,
+    "vocab_size": None, "n_shared_experts": 0, "n_routed_experts": None, "num_experts": None,
+    "num_local_experts": None, "num_experts_per_tok": None, "kv_lora_rank": None, "q_lora_rank": 0,
+    "qk_rope_head_dim": 0, "qk_nope_head_dim": 0, "v_head_dim": 1, "first_k_dense_replace": None,
+    "num_nextn_predict_layers": None, "n_group": 0, "topk_group": 0, "decoder_sparse_step": None,
+    "sliding_window": 1, "full_attention_interval": None, "moe_num_experts": None, "moe_k": None,
+    "moe_num_shared_experts": 0,
+    # Qwen3-Next gated delta-net (HF Qwen3NextGatedDeltaNet) and Nemotron-H Mamba-2 (NemotronHMamba2Mixer) dims
+    "linear_num_key_heads": 1, "linear_num_value_heads": 1, "linear_key_head_dim": 1, "linear_value_head_dim": 1,
+    "linear_conv_kernel_dim": 1, "mamba_num_heads": 1, "mamba_head_dim": 1, "ssm_state_size": 1, "n_groups": 1,
+    "conv_kernel": 1,
+    # DBRX (HF DbrxConfig): d_model / n_heads is its head dim
+    "d_model": 1, "n_heads": 1, "attn_config.kv_n_heads": 1, "ffn_config.moe_num_experts": None,
+    "ffn_config.moe_top_k": None, "ffn_config.ffn_hidden_size": None,
+}
+_ABSENT = object()
 
 
-def _check_whole_fields(data: dict, origin: str) -> None:
+def _field(section: dict, key: str):
+    node = section
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _check_size_fields(data: dict, origin: str) -> None:
     for section in (data, data.get("text_config")):
         if not isinstance(section, dict):
             continue
-        for key in WHOLE_FIELDS & section.keys():
-            value = section[key]
-            if value is None:
+        for key, least in SIZE_FIELDS.items():
+            value = _field(section, key)
+            if value is _ABSENT or value is None:
                 continue
-            least = 1 if key in POSITIVE else 0 if key in NONNEGATIVE else None
             if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
                 text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 bound = f" of at least {least}" if least is not None else ""
@@ -62,7 +79,7 @@ def _check_whole_fields(data: dict, origin: str) -> None:
 def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
     model_type = data.get("model_type") or ARCHITECTURE_ALIASES.get(_first_architecture(data))
-    _check_whole_fields(data, origin)
+    _check_size_fields(data, origin)
     if not isinstance(model_type, str) or model_type not in READERS:
         raise MoetuneError(
             f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(READERS))}"

@@ -68,7 +68,10 @@ def _read_deepseek(c: HfConfig) -> dict:
         v_head_dim=c.get("v_head_dim"),
     )
     mtp = c.count("num_nextn_predict_layers", default=0)
-    sigmoid = c.get("scoring_func", default="softmax") == "sigmoid"
+    # HF DeepseekV2/V3 MoE gates: scoring_func softmax (V2) or sigmoid (V3); topk_method greedy /
+    # group_limited_greedy (V2) or noaux_tc (V3, the e_score_correction_bias)
+    sigmoid = c.choice("scoring_func", ("softmax", "sigmoid"), "softmax") == "sigmoid"
+    method = c.choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"), "greedy")
     return dict(
         _gqa_common(c),
         num_query_groups=c.get("num_attention_heads"),
@@ -79,7 +82,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
-        moe_router_score_correction_bias=c.get("topk_method", default="") == "noaux_tc",
+        moe_router_score_correction_bias=method == "noaux_tc",
         moe_router_num_groups=c.get("n_group", default=1),
         moe_router_group_topk=c.get("topk_group", default=1),
         mtp_num_layers=mtp,
@@ -134,7 +137,7 @@ def _read_qwen_moe(c: HfConfig) -> dict:
 def _read_qwen3_next(c: HfConfig) -> dict:
     """Qwen3-Next: every `full_attention_interval`-th layer is gated attention, the rest gated delta-net."""
     n = c.count("num_hidden_layers", least=1)
-    interval = c.get("full_attention_interval")
+    interval = c.count("full_attention_interval", least=1)
     mixers = ["gqa" if (i + 1) % interval == 0 else "gdn" for i in range(n)]
     gdn = GdnDims(**{field: c.get(key) for field, key in GDN_FIELDS.items()})
     spec = _read_qwen_moe(c)
@@ -181,7 +184,7 @@ ATTENTION_TYPES = ("full_attention", "sliding_attention")  # transformers' layer
 
 def _windows(c: HfConfig, n: int) -> tuple[bool, ...]:
     """Which layers use a sliding window, from `layer_types` (one entry per layer, as transformers checks)."""
-    types = c.get("layer_types", default=[])
+    types = c.text_list("layer_types")
     if types and len(types) != n:
         raise MoetuneError(f"{c.origin}: layer_types has {len(types)} entries for num_hidden_layers {n}; one per layer")
     if bad := sorted(set(types) - set(ATTENTION_TYPES)):
@@ -203,9 +206,9 @@ def _read_olmoe(c: HfConfig) -> dict:
 
 def _read_llama4(c: HfConfig) -> dict:
     """Llama 4 (text_config): MoE every `interleave_moe_layer_step` layers, one shared expert."""
-    t = HfConfig(c.get("text_config", default=c.data), c.origin)
+    t = c.section("text_config")
     n = t.count("num_hidden_layers", least=1)
-    step = t.get("interleave_moe_layer_step", default=1)
+    step = t.count("interleave_moe_layer_step", default=1, least=1)
     mlps = ["moe" if (i + 1) % step == 0 else "dense" for i in range(n)]
     return dict(
         _gqa_common(t),
@@ -238,9 +241,9 @@ def _read_dbrx(c: HfConfig) -> dict:
 def _read_ernie(c: HfConfig) -> dict:
     """ERNIE-4.5 MoE: MoE on layers start..end every `moe_layer_interval`, optional shared experts."""
     n = c.count("num_hidden_layers", least=1)
-    start = c.get("moe_layer_start_index", default=0)
-    end = c.get("moe_layer_end_index", default=n - 1)
-    step = c.get("moe_layer_interval", default=1)
+    start = c.count("moe_layer_start_index", default=0)
+    end = c.count("moe_layer_end_index", default=n - 1)
+    step = c.count("moe_layer_interval", default=1, least=1)
     mlps = ["moe" if start <= i <= end and (i - start) % step == 0 else "dense" for i in range(n)]
     moe_ffn = c.get("moe_intermediate_size")
     mtp = c.count("num_nextn_predict_layers", default=0)
@@ -258,6 +261,9 @@ def _read_ernie(c: HfConfig) -> dict:
 def _read_nemotron_h(c: HfConfig) -> dict:
     """Nemotron-H / Nemotron-3: one layer per pattern character (M Mamba-2, * attention, E MoE, - MLP)."""
     pattern = c.get("hybrid_override_pattern")
+    if not isinstance(pattern, str):
+        raise MoetuneError(f"{c.origin}: field 'hybrid_override_pattern' ({pattern!r:.40}) must be a string of layer "
+                           "symbols (M Mamba, * attention, E MoE, - MLP); fix the config.json")
     table = {"M": ("mamba", "none"), "*": ("gqa", "none"), "E": ("none", "moe"), "-": ("none", "dense")}
     bad = sorted(set(pattern) - set(table))
     if bad:
