@@ -2,6 +2,7 @@
 bad configs fail with one line naming the field."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,28 @@ def test_a_bad_field_is_named_in_one_line(shared_data, name, edit, needle):
     with pytest.raises(MoetuneError) as err:
         spec_from_hf(_edited(shared_data, name, edit), name="x", origin="x.json")
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+FIXTURES = Path(__file__).parent / "fixtures"  # real config.json files, sources in fixtures/SOURCES.md
+
+
+def _fixture(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.config.json").read_text())
+
+
+def test_an_unsupported_family_is_named_before_its_fields_are_read():
+    """Hunyuan-A13B lists a width per layer (moe_intermediate_size [3072, ...]): the family is the problem, not the
+    field."""
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf(_fixture("tencent--Hunyuan-A13B"), name="x", origin="x.json")
+    assert "model_type 'hunyuan' (architectures ['HunYuanMoEV1ForCausalLM']) is not supported" in str(err.value)
+
+
+def test_a_config_without_model_type_names_its_architectures():
+    data = _fixture("Qwen--Qwen3-Coder-480B-A35B-Instruct")
+    del data["model_type"]
+    with pytest.raises(MoetuneError, match=r"no model_type \(architectures \['Qwen3MoeForCausalLM'\]\); add the "):
+        spec_from_hf(data, name="x", origin="x.json")
+    del data["architectures"]
+    with pytest.raises(MoetuneError, match=r"no model_type \(no architectures\)"):
+        spec_from_hf(data, name="x", origin="x.json")

@@ -78,12 +78,8 @@ def _check_size_fields(data: dict, origin: str) -> None:
 
 def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
-    model_type = data.get("model_type") or ARCHITECTURE_ALIASES.get(_first_architecture(data))
+    model_type = _model_type(data, origin)  # first: another family's fields may mean other things (Hunyuan's lists)
     _check_size_fields(data, origin)
-    if not isinstance(model_type, str) or model_type not in READERS:
-        raise MoetuneError(
-            f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(READERS))}"
-        )
     try:
         fields = READERS[model_type](HfConfig({**data, "model_type": model_type}, origin))
     except MoetuneError:
@@ -100,10 +96,27 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
         raise MoetuneError(f"{origin}: a field holds a value of the wrong type ({err}); fix the config.json") from None
 
 
-def _first_architecture(data: dict):
+def _model_type(data: dict, origin: str) -> str:
+    """The family's model_type (a port that ships none, by its architecture), or one line saying it is not read."""
+    supported = ", ".join(sorted(READERS))
     architectures = data.get("architectures")
-    first = architectures[0] if isinstance(architectures, list) and architectures else None
-    return first if isinstance(first, str) else None
+    model_type = data.get("model_type")
+    if model_type is None:
+        first = architectures[0] if isinstance(architectures, list) and architectures else None
+        model_type = ARCHITECTURE_ALIASES.get(first) if isinstance(first, str) else None
+        if model_type is None:
+            names = f"architectures {_text(architectures)}" if architectures is not None else "no architectures"
+            raise MoetuneError(f"{origin}: no model_type ({names}); add the model_type of its Hugging Face config "
+                               f"class (supported: {supported})")
+    if not isinstance(model_type, str) or model_type not in READERS:
+        of = f" (architectures {_text(architectures)})" if architectures is not None else ""
+        raise MoetuneError(f"{origin}: model_type {_text(model_type)}{of} is not supported; supported: {supported}")
+    return model_type
+
+
+def _text(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def load_hf_config(path: Path) -> ModelSpec:
