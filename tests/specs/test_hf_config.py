@@ -8,6 +8,7 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.specs.hf_config import load_hf_config, spec_from_hf
+from moetune.specs.model import SpecError
 from moetune.specs.registry import builtin_names, load_model
 
 
@@ -66,7 +67,8 @@ def test_inconsistent_config_is_one_line_error():
     data = json.loads(json.dumps({"model_type": "mixtral", "hidden_size": 60, "vocab_size": 10, "num_hidden_layers": 2,
                                   "num_attention_heads": 6, "num_key_value_heads": 4, "intermediate_size": 8,
                                   "num_local_experts": 4, "num_experts_per_tok": 2}))
-    with pytest.raises(MoetuneError, match=r"num_attention_heads \(6\) must be a multiple of num_query_groups \(4\)"):
+    with pytest.raises(MoetuneError, match=r"^x.json: num_attention_heads \(6\) must be a multiple of "
+                                           r"num_key_value_heads \(4\); fix the config.json$"):
         spec_from_hf(data, name="x", origin="x.json")
 
 
@@ -78,7 +80,7 @@ def test_group_limited_routing_is_read_and_checked(shared_data):
     assert load_model("kimi-k2").moe_router_num_groups == 1
     data = json.loads((shared_data / "models" / "deepseek-v3.config.json").read_text())
     data["n_group"] = 7
-    with pytest.raises(MoetuneError, match=r"moe_router_num_groups \(7\) must divide num_moe_experts \(256\)"):
+    with pytest.raises(MoetuneError, match=r"n_group \(7\) must divide n_routed_experts \(256\) and topk_group"):
         spec_from_hf(data, name="x", origin="x.json")
 
 
@@ -92,7 +94,7 @@ def _shared(shared_data, name: str) -> dict:
     ("deepseek-v3", {"num_nextn_predict_layers": -1}, "'num_nextn_predict_layers' (-1) must be a whole number from 0"),
     # each of these had run: a NaN step time, every layer silently dense, a negative MLA rank, a list ignored, a
     # billion layers looping for minutes, a head size rounded down
-    ("deepseek-v3", {"moe_intermediate_size": 0}, "moe_ffn_hidden_size (0) must be positive"),
+    ("deepseek-v3", {"moe_intermediate_size": 0}, "moe_intermediate_size (0) must be positive"),
     ("deepseek-v3", {"first_k_dense_replace": 100}, "256 experts but no MoE layer among the 61"),
     ("deepseek-v3", {"kv_lora_rank": -1}, "kv_lora_rank (-1) must be positive"),
     ("qwen3-30b-a3b", {"mlp_only_layers": "all"}, "'mlp_only_layers' ('all') must be a list of layer indices"),
@@ -176,3 +178,29 @@ def test_a_config_without_model_type_names_its_architectures():
     del data["architectures"]
     with pytest.raises(MoetuneError, match=r"no model_type \(no architectures\)"):
         spec_from_hf(data, name="x", origin="x.json")
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    # ModelSpec's checks, in the keys of the config they were read from (they had named Megatron's fields, after the
+    # file's own stem: ".../m01.json: m01: moe_router_topk (8) must be in 1..num_moe_experts (0)")
+    ("qwen3-30b-a3b", {"num_experts": 0}, "x.json: num_experts_per_tok (8) must be in 1..num_experts (0)"),
+    ("qwen3-30b-a3b", {"num_key_value_heads": 0}, "x.json: num_key_value_heads (0) must be positive"),
+    ("mixtral-8x7b", {"num_experts_per_tok": 9}, "x.json: num_experts_per_tok (9) must be in 1..num_local_experts (8)"),
+    ("mixtral-8x7b", {"intermediate_size": 0}, "x.json: intermediate_size (0) must be positive"),
+    ("ernie-4.5-21b-a3b", {"moe_k": 65}, "x.json: moe_k (65) must be in 1..moe_num_experts (64)"),
+    ("dbrx", {"n_heads": 47}, "x.json: n_heads (47) must be a multiple of attn_config.kv_n_heads (8)"),
+    ("deepseek-v3", {"qk_nope_head_dim": 0}, "x.json: qk_nope_head_dim (0) must be positive"),
+    ("llama4-scout", {"text_config.intermediate_size_mlp": "16384"}, "field 'intermediate_size_mlp' ('16384') must"),
+])
+def test_spec_errors_name_the_config_keys(shared_data, name, edit, needle):
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf(_edited(shared_data, name, edit), name="x", origin="x.json")
+    assert str(err.value).startswith(needle) or needle in str(err.value)
+    assert "x.json: x:" not in str(err.value)
+
+
+def test_a_spec_error_names_modelspec_fields_outside_a_config_json():
+    """A launch config's model (planner/config_map) has Megatron's names: the same error reads in those."""
+    err = SpecError("m", "{num_query_groups} (0) must be positive")
+    assert str(err) == "m: num_query_groups (0) must be positive"
+    assert err.render({"num_query_groups": "num_key_value_heads"}) == "num_key_value_heads (0) must be positive"

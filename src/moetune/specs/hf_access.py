@@ -13,9 +13,12 @@ MOST = 10_000
 class HfConfig:
     """A config dict that reports missing fields by name."""
 
-    def __init__(self, data: dict, origin: str):
+    def __init__(self, data: dict, origin: str, keys: dict[str, str] | None = None):
         self.data = data
         self.origin = origin
+        # ModelSpec field -> the config.json key it was read from, where the two differ (read); a ModelSpec error
+        # names the key (hf_config.spec_from_hf)
+        self.keys = {} if keys is None else keys
 
     def section(self, key: str) -> "HfConfig":
         """A nested config (Llama-4's text_config) read like the top level; the top level itself where the config
@@ -26,7 +29,7 @@ class HfConfig:
         if not isinstance(value, dict):
             raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be an object holding the "
                                "language model's fields; fix the config.json")
-        return HfConfig({"model_type": self.data.get("model_type"), **value}, self.origin)
+        return HfConfig({"model_type": self.data.get("model_type"), **value}, self.origin, self.keys)
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         """A setting spelled as one of `choices` (a scoring function, a routing method)."""
@@ -55,6 +58,19 @@ class HfConfig:
             )
         return default
 
+    def read(self, field: str, *keys: str, default: Any = _MISSING) -> Any:
+        """get(*keys) for the ModelSpec `field`, remembering which key gave it (the first present; else the first)."""
+        self.keys[field] = next((key for key in keys if self._has(key)), keys[0])
+        return self.get(*keys, default=default)
+
+    def _has(self, key: str) -> bool:
+        node: Any = self.data
+        for part in key.split("."):
+            if not isinstance(node, dict) or node.get(part) is None:
+                return False
+            node = node[part]
+        return True
+
     def count(self, *keys: str, default: Any = _MISSING, least: int = 0) -> int:
         """A whole-number count (layers, MTP modules) of at least `least`, else one error line naming the field."""
         value = self.get(*keys, default=default)
@@ -81,6 +97,7 @@ class HfConfig:
         return value
 
     def head_dim(self) -> int:
+        self.keys["kv_channels"] = "head_dim"
         if (given := self.get("head_dim", default=None)) is not None:
             return given
         hidden, heads = self.get("hidden_size"), self.get("num_attention_heads")

@@ -6,7 +6,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.specs.hf_access import HfConfig
 from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
-from moetune.specs.model import ModelSpec
+from moetune.specs.model import ModelSpec, SpecError
 
 # Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
 # deepseek_v2_bridge.py 3200, deepseek_v3_bridge.py 1280, kimi_bridge.py 1280); every other bridge passes
@@ -80,8 +80,9 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
     model_type = _model_type(data, origin)  # first: another family's fields may mean other things (Hunyuan's lists)
     _check_size_fields(data, origin)
+    config = HfConfig({**data, "model_type": model_type}, origin)
     try:
-        fields = READERS[model_type](HfConfig({**data, "model_type": model_type}, origin))
+        fields = READERS[model_type](config)
     except MoetuneError:
         raise
     except (TypeError, ValueError, ZeroDivisionError) as err:  # a number given as text, a zero interval...
@@ -90,8 +91,8 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     try:
         divisor = bridge_vocab_divisor(model_type, fields["vocab_size"])  # moetune plans Bridge launches
         return ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields)
-    except ValueError as err:
-        raise MoetuneError(f"{origin}: {err}") from None
+    except SpecError as err:  # in the config's own keys; the origin names the model
+        raise MoetuneError(f"{origin}: {err.render(config.keys)}; fix the config.json") from None
     except TypeError as err:  # a number given as text ("128") that the spec's checks compare
         raise MoetuneError(f"{origin}: a field holds a value of the wrong type ({err}); fix the config.json") from None
 

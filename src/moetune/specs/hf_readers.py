@@ -34,7 +34,8 @@ MAMBA_FIELDS = {"num_heads": "mamba_num_heads", "head_dim": "mamba_head_dim", "s
 
 def _moe(c: "HfConfig", family: str) -> dict:
     experts, topk, width = MOE_FIELDS[family]
-    return dict(num_moe_experts=c.get(*experts), moe_router_topk=c.get(*topk), moe_ffn_hidden_size=c.get(*width))
+    return dict(num_moe_experts=c.read("num_moe_experts", *experts), moe_router_topk=c.read("moe_router_topk", *topk),
+                moe_ffn_hidden_size=c.read("moe_ffn_hidden_size", *width))
 
 
 def _layers(mlps: list[str], mixers: list[str] | str = "gqa") -> tuple[LayerKind, ...]:
@@ -48,7 +49,7 @@ def _gqa_common(c: HfConfig) -> dict:
         hidden_size=c.get("hidden_size"),
         vocab_size=c.get("vocab_size"),
         num_attention_heads=c.get("num_attention_heads"),
-        num_query_groups=c.get("num_key_value_heads", default=c.get("num_attention_heads")),
+        num_query_groups=c.read("num_query_groups", "num_key_value_heads", "num_attention_heads"),
         kv_channels=c.head_dim(),
         untie_embeddings_and_output_weights=not c.get("tie_word_embeddings", default=False),
     )
@@ -63,8 +64,8 @@ def _read_deepseek(c: HfConfig) -> dict:
     mla = MlaDims(
         q_lora_rank=c.get("q_lora_rank", default=None),
         kv_lora_rank=c.get("kv_lora_rank"),
-        qk_head_dim=c.get("qk_nope_head_dim"),
-        qk_pos_emb_head_dim=c.get("qk_rope_head_dim"),
+        qk_head_dim=c.read("qk_head_dim", "qk_nope_head_dim"),
+        qk_pos_emb_head_dim=c.read("qk_pos_emb_head_dim", "qk_rope_head_dim"),
         v_head_dim=c.get("v_head_dim"),
     )
     mtp = c.count("num_nextn_predict_layers", default=0)
@@ -74,17 +75,17 @@ def _read_deepseek(c: HfConfig) -> dict:
     method = c.choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"), "greedy")
     return dict(
         _gqa_common(c),
-        num_query_groups=c.get("num_attention_heads"),
+        num_query_groups=c.read("num_query_groups", "num_attention_heads"),  # MLA: a K,V per query head
         kv_channels=mla.qk_head_dim + mla.qk_pos_emb_head_dim,
         layers=_layers(mlps, "mla"),
         mla=mla,
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
         moe_router_score_correction_bias=method == "noaux_tc",
-        moe_router_num_groups=c.get("n_group", default=1),
-        moe_router_group_topk=c.get("topk_group", default=1),
+        moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
+        moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="mla", mlp=mlps[-1]) if mtp else None,
     )
@@ -101,7 +102,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         layers=_layers(mlps),
         add_qkv_bias=c.get("attention_bias", default=False),
         qk_layernorm="head" if c.get("use_qk_norm", default=False) else "none",
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_router_score_function="sigmoid",
@@ -121,13 +122,13 @@ def _qwen_moe_mlps(c: HfConfig) -> list[str]:
 def _read_qwen_moe(c: HfConfig) -> dict:
     """Qwen1.5-MoE / Qwen2-MoE (qkv bias, gated shared expert) and Qwen3-MoE (per-head qk norm)."""
     qwen3 = c.get("model_type") == "qwen3_moe"
-    shared = c.get("shared_expert_intermediate_size", default=0)
+    shared = c.read("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size", default=0)
     return dict(
         _gqa_common(c),
         layers=_layers(_qwen_moe_mlps(c)),
         add_qkv_bias=not qwen3,
         qk_layernorm="head" if qwen3 else "none",
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "qwen"),
         moe_shared_expert_intermediate_size=shared,
         moe_shared_expert_gate=shared > 0,
@@ -170,7 +171,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         norm_has_bias=mt == "phimoe",
         output_layer_bias=c.get("lm_head_bias", default=False),
         extra_norms_per_layer=2 if mt == "grok-1" else 0,
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
@@ -199,7 +200,7 @@ def _read_olmoe(c: HfConfig) -> dict:
         _gqa_common(c),
         layers=_layers(["moe"] * n),
         qk_layernorm="full",
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "olmoe"),
     )
 
@@ -213,9 +214,9 @@ def _read_llama4(c: HfConfig) -> dict:
     return dict(
         _gqa_common(t),
         layers=_layers(mlps),
-        ffn_hidden_size=t.get("intermediate_size_mlp", "intermediate_size"),
+        ffn_hidden_size=t.read("ffn_hidden_size", "intermediate_size_mlp", "intermediate_size"),
         **_moe(t, "llama4"),
-        moe_shared_expert_intermediate_size=t.get("intermediate_size"),
+        moe_shared_expert_intermediate_size=t.read("moe_shared_expert_intermediate_size", "intermediate_size"),
         moe_router_score_function="sigmoid",
     )
 
@@ -223,17 +224,17 @@ def _read_llama4(c: HfConfig) -> dict:
 def _read_dbrx(c: HfConfig) -> dict:
     """DBRX: fused Wqkv, bias-free LayerNorm, 16 experts top-4 (fields under attn_config / ffn_config)."""
     n = c.count("n_layers", least=1)
-    heads = c.get("n_heads")
+    heads = c.read("num_attention_heads", "n_heads")
     return dict(
-        hidden_size=c.get("d_model"),
+        hidden_size=c.read("hidden_size", "d_model"),
         vocab_size=c.get("vocab_size"),
         num_attention_heads=heads,
-        num_query_groups=c.get("attn_config.kv_n_heads"),
+        num_query_groups=c.read("num_query_groups", "attn_config.kv_n_heads"),
         kv_channels=c.get("d_model") // heads,
         untie_embeddings_and_output_weights=not c.get("tie_word_embeddings", default=False),
         layers=_layers(["moe"] * n),
         normalization="LayerNorm",
-        ffn_hidden_size=c.get("ffn_config.ffn_hidden_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "ffn_config.ffn_hidden_size"),
         **_moe(c, "dbrx"),
     )
 
@@ -250,7 +251,7 @@ def _read_ernie(c: HfConfig) -> dict:
     return dict(
         _gqa_common(c),
         layers=_layers(mlps),
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "ernie"),
         moe_shared_expert_intermediate_size=c.get("moe_num_shared_experts", default=0) * moe_ffn,
         mtp_num_layers=mtp,
@@ -280,7 +281,7 @@ def _read_nemotron_h(c: HfConfig) -> dict:
         mamba=mamba,
         gated_linear_unit=False,
         activation=c.get("mlp_hidden_act", default="relu2"),
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("moe_shared_expert_intermediate_size", default=0),
         moe_router_score_function="sigmoid",

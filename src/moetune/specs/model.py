@@ -7,7 +7,31 @@ Mamba/gated-delta-net block) and an *mlp* (dense, MoE or none, as in hybrid Mamb
 """
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from typing import Literal, Mapping
+
+
+class SpecError(ValueError):
+    """A failed ModelSpec check. Its text writes each field it names as {field}: str() spells them as ModelSpec does
+    (Megatron's TransformerConfig names, as a launch config has them), `render` as the config.json a reader took them
+    from (hf_config.spec_from_hf: num_key_value_heads, not num_query_groups)."""
+
+    def __init__(self, model: str, text: str):
+        self.model, self.text = model, text
+        super().__init__(f"{model}: {self.render()}")
+
+    def render(self, keys: Mapping[str, str] | None = None) -> str:
+        return self.text.format_map(_Keys(keys or {}))
+
+
+class _Keys(dict):
+    def __missing__(self, field: str) -> str:  # a field the reader took from a key of its own name
+        return field
+
+
+def _literal(value) -> str:
+    """A value shown inside a SpecError text (its braces are not field names)."""
+    return repr(value).replace("{", "{{").replace("}", "}}")
+
 
 Mixer = Literal["gqa", "mla", "gdn", "mamba"]
 Mlp = Literal["dense", "moe", "none"]
@@ -124,37 +148,31 @@ class ModelSpec:
         for f in fields(self):  # sizes are whole numbers (a config.json's 2048.5 or "2048" is an error, not a size)
             value = getattr(self, f.name)
             if f.type is int and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{self.name}: {f.name} ({value!r}) must be a whole number")
+                raise SpecError(self.name, f"{{{f.name}}} ({_literal(value)}) must be a whole number")
         _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups"))
         if not self.layers:
-            raise ValueError(f"{self.name}: the model has no layers (num_hidden_layers must be at least 1); fix the "
-                             "config.json")
+            raise SpecError(self.name, "the model has no layers (num_hidden_layers must be at least 1)")
         if self.num_attention_heads % self.num_query_groups:
-            raise ValueError(
-                f"{self.name}: num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                f"num_query_groups ({self.num_query_groups})"
-            )
+            raise SpecError(self.name, f"{{num_attention_heads}} ({self.num_attention_heads}) must be a multiple of "
+                                       f"{{num_query_groups}} ({self.num_query_groups})")
         if self.num_moe_experts and not self.num_moe_layers:
-            raise ValueError(f"{self.name}: {self.num_moe_experts} experts but no MoE layer among the "
-                             f"{self.num_layers} (first_k_dense_replace, mlp_only_layers or decoder_sparse_step makes "
-                             "them all dense)")
+            raise SpecError(self.name, f"{self.num_moe_experts} experts but no MoE layer among the {self.num_layers} "
+                                       "(first_k_dense_replace, mlp_only_layers or decoder_sparse_step makes them all "
+                                       "dense)")
         if self.num_moe_layers:
             _check_positive(self, ("moe_ffn_hidden_size",))
         if self.mla is not None:
             _check_positive(self.mla, ("kv_lora_rank", "qk_head_dim", "v_head_dim"), self.name)
             _check_positive(self.mla, ("q_lora_rank",) if self.mla.q_lora_rank is not None else (), self.name)
         if self.num_moe_layers and not (0 < self.moe_router_topk <= self.num_moe_experts):
-            raise ValueError(
-                f"{self.name}: moe_router_topk ({self.moe_router_topk}) must be in 1..num_moe_experts "
-                f"({self.num_moe_experts})"
-            )
+            raise SpecError(self.name, f"{{moe_router_topk}} ({self.moe_router_topk}) must be in "
+                                       f"1..{{num_moe_experts}} ({self.num_moe_experts})")
 
         groups, top = self.moe_router_num_groups, self.moe_router_group_topk
         if groups > 1 and not (self.num_moe_experts % groups == 0 and 0 < top <= groups):
-            raise ValueError(
-                f"{self.name}: moe_router_num_groups ({groups}) must divide num_moe_experts "
-                f"({self.num_moe_experts}) and moe_router_group_topk ({top}) must be in 1..{groups}"
-            )
+            raise SpecError(self.name, f"{{moe_router_num_groups}} ({groups}) must divide {{num_moe_experts}} "
+                                       f"({self.num_moe_experts}) and {{moe_router_group_topk}} ({top}) must be in "
+                                       f"1..{groups}")
 
     def with_mtp(self, n: int) -> "ModelSpec":
         """The model trained with `n` MTP layers (Megatron's mtp_num_layers) instead of its config.json's count."""
@@ -213,4 +231,4 @@ class ModelSpec:
 def _check_positive(spec, names: tuple[str, ...], model: str | None = None) -> None:
     for name in names:
         if getattr(spec, name) <= 0:
-            raise ValueError(f"{model or spec.name}: {name} ({getattr(spec, name)}) must be positive")
+            raise SpecError(model or spec.name, f"{{{name}}} ({getattr(spec, name)}) must be positive")
