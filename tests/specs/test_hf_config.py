@@ -204,3 +204,21 @@ def test_a_spec_error_names_modelspec_fields_outside_a_config_json():
     err = SpecError("m", "{num_query_groups} (0) must be positive")
     assert str(err) == "m: num_query_groups (0) must be positive"
     assert err.render({"num_query_groups": "num_key_value_heads"}) == "num_key_value_heads (0) must be positive"
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ({"hidden_size": 10**12}, "field 'hidden_size' (1,000,000,000,000) is past 262,144"),
+    ({"vocab_size": 10**15}, "field 'vocab_size' (1,000,000,000,000,000) is past 16,777,216"),
+    ({"num_experts": 10**9}, "field 'num_experts' (1,000,000,000) is past 65,536"),
+    ({"mamba_num_heads": 10**6}, "field 'mamba_num_heads' (1,000,000) is past 16,384"),
+    # each size below its bound, their product no model: 60,000 experts of width 200,000 x 48 layers
+    ({"num_experts": 60_000, "moe_intermediate_size": 200_000},
+     "its sizes allow up to 3.5e+15 parameters, past 1e+15 (a thousand times the largest model trained); check "
+     "hidden_size, intermediate_size, moe_intermediate_size, num_experts and the layer count"),
+])
+def test_sizes_past_any_model_are_refused(shared_data, edit, needle):
+    """A size (or a product of sizes) no model has would overflow the planner's 64-bit counts: one line, the key."""
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf({**_shared(shared_data, "qwen3-30b-a3b"), **edit}, name="x", origin="x.json")
+    assert needle in str(err.value)
+

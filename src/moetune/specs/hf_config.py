@@ -26,28 +26,36 @@ def bridge_vocab_divisor(model_type: str, vocab: int) -> int:
 
 
 # config.json fields that are counts or sizes wherever a family uses them: a whole number (null where a config
-# leaves one out; a "128" given as text would be compared or repeated as a string), from the least shown. None: the
-# reader or ModelSpec bounds it itself, naming the field (layers, expert counts, widths a model may lack); 0: a count
-# a model may lack (shared experts); 1: a size that divides (a head dim, a window) or shapes a tensor (a Mamba or
-# gated-delta-net dimension) - 0 or less would build nothing. A dotted key is nested (DBRX's attn_config and
-# ffn_config).
-SIZE_FIELDS: dict[str, int | None] = {
-    "hidden_size": None, "intermediate_size": None, "moe_intermediate_size": None, "intermediate_size_mlp": None,
-    "shared_expert_intermediate_size": 0, "moe_shared_expert_intermediate_size": 0,
-    "num_attention_heads": None, "num_key_value_heads": None, "head_dim": 1, "num_hidden_layers": None,
-    "vocab_size": None, "n_shared_experts": 0, "n_routed_experts": None, "num_experts": None,
-    "num_local_experts": None, "num_experts_per_tok": None, "kv_lora_rank": None, "q_lora_rank": 0,
-    "qk_rope_head_dim": 0, "qk_nope_head_dim": 0, "v_head_dim": 1, "first_k_dense_replace": None,
-    "num_nextn_predict_layers": None, "n_group": 0, "topk_group": 0, "decoder_sparse_step": None,
-    "sliding_window": 1, "full_attention_interval": None, "moe_num_experts": None, "moe_k": None,
-    "moe_num_shared_experts": 0,
+# leaves one out; a "128" given as text would be compared or repeated as a string) from `least` to `most`.
+# least None: the reader or ModelSpec bounds it itself, naming the field (layers, expert counts, widths a model may
+# lack); 0: a count a model may lack (shared experts); 1: a size that divides (a head dim, a window) or shapes a
+# tensor (a Mamba or gated-delta-net dimension) - 0 or less would build nothing.
+# most: orders of magnitude past any model released (the largest hidden size is 18,432, FFN width 73,728, head count
+# 256 (Nemotron-H's Mamba heads), vocabulary 262,144, 512 experts, a few hundred layers), so that no single size
+# overflows the 64-bit counts the planner's numpy layouts hold (walls/rank_params.py; ModelSpec bounds their product);
+# None: a count the reader bounds (HfConfig.count, at hf_access.MOST). A dotted key is nested (DBRX's attn_config
+# and ffn_config).
+_WIDTH, _HEADS, _EXPERTS, _VOCAB, _KERNEL, _WINDOW = 2**18, 2**14, 2**16, 2**24, 2**10, 2**32
+SIZE_FIELDS: dict[str, tuple[int | None, int | None]] = {
+    "hidden_size": (None, _WIDTH), "intermediate_size": (None, _WIDTH), "moe_intermediate_size": (None, _WIDTH),
+    "intermediate_size_mlp": (None, _WIDTH), "shared_expert_intermediate_size": (0, _WIDTH),
+    "moe_shared_expert_intermediate_size": (0, _WIDTH), "num_attention_heads": (None, _HEADS),
+    "num_key_value_heads": (None, _HEADS), "head_dim": (1, _WIDTH), "num_hidden_layers": (None, None),
+    "vocab_size": (None, _VOCAB), "n_shared_experts": (0, _EXPERTS), "n_routed_experts": (None, _EXPERTS),
+    "num_experts": (None, _EXPERTS), "num_local_experts": (None, _EXPERTS), "num_experts_per_tok": (None, _EXPERTS),
+    "kv_lora_rank": (None, _WIDTH), "q_lora_rank": (0, _WIDTH), "qk_rope_head_dim": (0, _WIDTH),
+    "qk_nope_head_dim": (0, _WIDTH), "v_head_dim": (1, _WIDTH), "first_k_dense_replace": (None, None),
+    "num_nextn_predict_layers": (None, None), "n_group": (0, _EXPERTS), "topk_group": (0, _EXPERTS),
+    "decoder_sparse_step": (None, None), "sliding_window": (1, _WINDOW), "full_attention_interval": (None, None),
+    "moe_num_experts": (None, _EXPERTS), "moe_k": (None, _EXPERTS), "moe_num_shared_experts": (0, _EXPERTS),
     # Qwen3-Next gated delta-net (HF Qwen3NextGatedDeltaNet) and Nemotron-H Mamba-2 (NemotronHMamba2Mixer) dims
-    "linear_num_key_heads": 1, "linear_num_value_heads": 1, "linear_key_head_dim": 1, "linear_value_head_dim": 1,
-    "linear_conv_kernel_dim": 1, "mamba_num_heads": 1, "mamba_head_dim": 1, "ssm_state_size": 1, "n_groups": 1,
-    "conv_kernel": 1,
+    "linear_num_key_heads": (1, _HEADS), "linear_num_value_heads": (1, _HEADS), "linear_key_head_dim": (1, _WIDTH),
+    "linear_value_head_dim": (1, _WIDTH), "linear_conv_kernel_dim": (1, _KERNEL), "mamba_num_heads": (1, _HEADS),
+    "mamba_head_dim": (1, _WIDTH), "ssm_state_size": (1, _WIDTH), "n_groups": (1, _HEADS), "conv_kernel": (1, _KERNEL),
     # DBRX (HF DbrxConfig): d_model / n_heads is its head dim
-    "d_model": 1, "n_heads": 1, "attn_config.kv_n_heads": 1, "ffn_config.moe_num_experts": None,
-    "ffn_config.moe_top_k": None, "ffn_config.ffn_hidden_size": None,
+    "d_model": (1, _WIDTH), "n_heads": (1, _HEADS), "attn_config.kv_n_heads": (1, _HEADS),
+    "ffn_config.moe_num_experts": (None, _EXPERTS), "ffn_config.moe_top_k": (None, _EXPERTS),
+    "ffn_config.ffn_hidden_size": (None, _WIDTH),
 }
 _ABSENT = object()
 
@@ -65,7 +73,7 @@ def _check_size_fields(data: dict, origin: str) -> None:
     for section in (data, data.get("text_config")):
         if not isinstance(section, dict):
             continue
-        for key, least in SIZE_FIELDS.items():
+        for key, (least, most) in SIZE_FIELDS.items():
             value = _field(section, key)
             if value is _ABSENT or value is None:
                 continue
@@ -74,6 +82,9 @@ def _check_size_fields(data: dict, origin: str) -> None:
                 bound = f" of at least {least}" if least is not None else ""
                 raise MoetuneError(f"{origin}: field '{key}' ({text}) must be a whole number{bound} (or null where "
                                    "the model has none); fix the config.json")
+            if most is not None and value > most:
+                raise MoetuneError(f"{origin}: field '{key}' ({value:,}) is past {most:,}, orders of magnitude beyond "
+                                   "any model's; fix the config.json")
 
 
 def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:

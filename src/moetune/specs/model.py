@@ -33,6 +33,11 @@ def _literal(value) -> str:
     return repr(value).replace("{", "{{").replace("}", "}}")
 
 
+# A thousand times the largest model trained (~1T parameters): sizes past it are no model anyone could run, and
+# their parameter counts would overflow the 64-bit integers the planner's numpy layouts hold (walls/rank_params.py,
+# bytes and all)
+MOST_PARAMS = 10**15
+
 Mixer = Literal["gqa", "mla", "gdn", "mamba"]
 Mlp = Literal["dense", "moe", "none"]
 
@@ -173,6 +178,11 @@ class ModelSpec:
             raise SpecError(self.name, f"{{moe_router_num_groups}} ({groups}) must divide {{num_moe_experts}} "
                                        f"({self.num_moe_experts}) and {{moe_router_group_topk}} ({top}) must be in "
                                        f"1..{groups}")
+        if (ceiling := _params_ceiling(self)) > MOST_PARAMS:
+            raise SpecError(self.name, f"its sizes allow up to {ceiling:.1e} parameters, past {MOST_PARAMS:.0e} (a "
+                                       "thousand times the largest model trained); check {hidden_size}, "
+                                       "{ffn_hidden_size}, {moe_ffn_hidden_size}, {num_moe_experts} and the layer "
+                                       "count")
 
     def with_mtp(self, n: int) -> "ModelSpec":
         """The model trained with `n` MTP layers (Megatron's mtp_num_layers) instead of its config.json's count."""
@@ -226,6 +236,27 @@ class ModelSpec:
         if self.moe_shared_expert_gated_linear_unit is None:
             return self.gated_linear_unit
         return self.moe_shared_expert_gated_linear_unit
+
+
+def _params_ceiling(spec: ModelSpec) -> int:
+    """More parameters than the model can hold, from its sizes alone: each MLP, shared and routed expert at most 3
+    hidden x width matrices (a gated fc1 and fc2), the router one per expert; the mixer at most 8 matrices square in
+    its widest dimension (MLA's 5 projections, a Mamba in-projection of up to 5 widths); the MTP projection (2 square
+    ones), the embedding and the output layer."""
+    h = spec.hidden_size
+    widths = [h, spec.num_attention_heads * spec.kv_channels]
+    if (m := spec.mla) is not None:
+        widths += [m.q_lora_rank or 0, m.kv_lora_rank + m.qk_pos_emb_head_dim,
+                   spec.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)]
+    if (g := spec.gdn) is not None:
+        widths += [g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim]
+    if (b := spec.mamba) is not None:
+        widths += [b.num_heads * b.head_dim + b.n_groups * b.state_size + b.num_heads]
+    d = max(widths)
+    mlps = spec.ffn_hidden_size + spec.moe_shared_expert_intermediate_size + spec.num_moe_experts * (
+        spec.moe_ffn_hidden_size + 1)
+    layer = 8 * d * d + 3 * h * mlps
+    return (spec.num_layers + spec.mtp_num_layers) * (layer + 2 * d * d) + 2 * spec.vocab_size * d
 
 
 def _check_positive(spec, names: tuple[str, ...], model: str | None = None) -> None:
