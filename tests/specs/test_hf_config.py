@@ -2,6 +2,7 @@
 bad configs fail with one line naming the field."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,62 @@ def test_sizes_past_any_model_are_refused(shared_data, edit, needle):
         spec_from_hf({**_shared(shared_data, "qwen3-30b-a3b"), **edit}, name="x", origin="x.json")
     assert needle in str(err.value)
 
+
+
+def test_latent_moe_is_refused_not_read_as_458b():
+    """Nemotron-3-Super's routed experts work in a 1,024-wide latent (moe_latent_size; Megatron-Core moe_layer.py's
+    fc1/fc2_latent_proj): read as hidden-wide experts it had been 458.6B parameters, not ~120B."""
+    for name, latent in (("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8", 1024),
+                         ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", 2048)):
+        with pytest.raises(MoetuneError, match=rf"^x.json: moe_latent_size \({latent}\): latent MoE is not modelled"):
+            spec_from_hf(_fixture(name), name="x", origin="x.json")
+    # 0 or null is no latent projection (Megatron's `if config.moe_latent_size`)
+    data = {**_fixture("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8"), "moe_latent_size": 0,
+            "num_nextn_predict_layers": 0}
+    assert spec_from_hf(data, name="x", origin="x.json").num_moe_layers == 40
+
+
+def test_nemotron_mtp_is_refused():
+    data = {**_fixture("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8"), "moe_latent_size": None}
+    with pytest.raises(MoetuneError, match=r"num_nextn_predict_layers \(1\): Nemotron-H multi-token prediction "
+                                           r"\(mtp_hybrid_override_pattern '\*E'\) is not modelled; set "
+                                           r"num_nextn_predict_layers to 0"):
+        spec_from_hf(data, name="x", origin="x.json")
+
+
+def test_layers_block_type_reads_as_the_pattern(shared_data):
+    """transformers 5 writes Nemotron-3.5-Lightning's pattern as layers_block_type (mamba/moe/attention per layer):
+    the same stack as Nemotron-3-Nano's hybrid_override_pattern, so the same model once MTP is off."""
+    data = {**_fixture("nvidia--NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4"), "num_nextn_predict_layers": 0}
+    lightning, nano = spec_from_hf(data, name="x", origin="x.json"), load_model("nemotron3-nano-30b-a3b")
+    assert lightning.layers == nano.layers and lightning.num_layers == 52
+    assert replace(lightning, name=nano.name, source=nano.source) == nano
+    # Ultra has no num_hidden_layers: the list gives the count (transformers' NemotronHConfig.num_hidden_layers)
+    ultra = {**_fixture("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16"), "moe_latent_size": None,
+             "num_nextn_predict_layers": 0}
+    spec = spec_from_hf(ultra, name="x", origin="x.json")
+    assert (spec.num_layers, spec.num_moe_layers, sum(k.mixer == "gqa" for k in spec.layers)) == (108, 48, 12)
+    # transformers 5's own names (linear_attention, full_attention) read the same
+    renamed = {"mamba": "linear_attention", "attention": "full_attention"}
+    data["layers_block_type"] = [renamed.get(b, b) for b in data["layers_block_type"]]
+    assert spec_from_hf(data, name="x", origin="x.json").layers == nano.layers
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ({"layers_block_type": ["mamba", "moe", "sparse"] * 4}, "layers_block_type has unknown layer type(s) ['sparse']"),
+    ({"hybrid_override_pattern": "ME" * 26}, "layers_block_type (MEMEM*EMEMEM*E"),
+    ({"layers_block_type": None}, "missing field 'hybrid_override_pattern' (or transformers 5's layers_block_type)"),
+    ({"layers_block_type": "mamba"}, "field 'layers_block_type' ('mamba') must be a list of names"),
+])
+def test_a_bad_layers_block_type_is_one_line(edit, needle):
+    data = {**_fixture("nvidia--NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4"), "num_nextn_predict_layers": 0, **edit}
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf(data, name="x", origin="x.json")
+    assert needle in str(err.value)
+
+
+def test_a_dense_nemotron_h_is_not_a_moe_model():
+    """Nemotron-H-56B's pattern has Mamba, attention and MLP layers only: not 'add n_routed_experts'."""
+    with pytest.raises(MoetuneError, match=r"^x.json: not a MoE model \(hybrid_override_pattern has no MoE layer, "
+                                           r"E\); moetune plans MoE models$"):
+        spec_from_hf(_fixture("nvidia--Nemotron-H-56B-Base-8K"), name="x", origin="x.json")

@@ -52,6 +52,7 @@ SIZE_FIELDS: dict[str, tuple[int | None, int | None]] = {
     "linear_num_key_heads": (1, _HEADS), "linear_num_value_heads": (1, _HEADS), "linear_key_head_dim": (1, _WIDTH),
     "linear_value_head_dim": (1, _WIDTH), "linear_conv_kernel_dim": (1, _KERNEL), "mamba_num_heads": (1, _HEADS),
     "mamba_head_dim": (1, _WIDTH), "ssm_state_size": (1, _WIDTH), "n_groups": (1, _HEADS), "conv_kernel": (1, _KERNEL),
+    "moe_latent_size": (0, _WIDTH),
     # DBRX (HF DbrxConfig): d_model / n_heads is its head dim
     "d_model": (1, _WIDTH), "n_heads": (1, _HEADS), "attn_config.kv_n_heads": (1, _HEADS),
     "ffn_config.moe_num_experts": (None, _EXPERTS), "ffn_config.moe_top_k": (None, _EXPERTS),
