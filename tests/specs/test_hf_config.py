@@ -282,3 +282,45 @@ def test_a_dense_nemotron_h_is_not_a_moe_model():
     with pytest.raises(MoetuneError, match=r"^x.json: not a MoE model \(hybrid_override_pattern has no MoE layer, "
                                            r"E\); moetune plans MoE models$"):
         spec_from_hf(_fixture("nvidia--Nemotron-H-56B-Base-8K"), name="x", origin="x.json")
+
+
+def test_mixtral_sliding_window_covers_every_layer(shared_data):
+    """HF MixtralModel windows every layer when sliding_window is set (modeling_mixtral.py): each layer attends its
+    last 4,096 keys, which Megatron's model FLOPs count (Bridge's SWA term) - the window had been dropped."""
+    from moetune.walls.flops import causal_context, megatron_model_flops
+    full = load_model("mixtral-8x22b")
+    windowed = spec_from_hf(_edited(shared_data, "mixtral-8x22b", {"sliding_window": 4096}), name="x", origin="x")
+    assert {k.window for k in windowed.layers} == {4096} and {k.window for k in full.layers} == {None}
+    saved = megatron_model_flops(full, 32768, 1) - megatron_model_flops(windowed, 32768, 1)
+    per_layer = 3 * 2 * 32768 * 2 * full.num_attention_heads * full.kv_channels * (
+        causal_context(32768) - causal_context(32768, 4096))
+    assert saved == pytest.approx(full.num_layers * per_layer)
+    # MiniMax-M2 reads no window (HF MiniMaxM2Model: "no sliding window opposed to mixtral")
+    minimax = spec_from_hf(_edited(shared_data, "minimax-m2", {"sliding_window": 4096}), name="x", origin="x")
+    assert {k.window for k in minimax.layers} == {None}
+
+
+@pytest.mark.parametrize("edit, needle", [
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 0},
+     "use_sliding_window is true (sliding_window 4096): sliding-window attention in qwen3_moe is not modelled; set "
+     "use_sliding_window to false"),
+    ({"layer_types": ["sliding_attention"] * 62, "sliding_window": 4096},
+     "layer_types has sliding_attention layers: sliding-window attention in qwen3_moe is not modelled"),
+])
+def test_qwen_sliding_windows_are_refused(edit, needle):
+    """Qwen3-MoE windows had been ignored; transformers versions window different layers and Bridge's Qwen3-MoE
+    bridge trains full attention, so moetune cannot say which layers a run windows."""
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf({**_fixture("Qwen--Qwen3-Coder-480B-A35B-Instruct"), **edit}, name="x", origin="x.json")
+    assert needle in str(err.value)
+
+
+def test_an_unused_qwen_window_reads(shared_data):
+    """Qwen1.5-MoE gives sliding_window 32768 with use_sliding_window false: no window, as before."""
+    assert {k.window for k in load_model("qwen1.5-moe-a2.7b").layers} == {None}
+
+
+def test_gpt_oss_sliding_layers_need_a_window(shared_data):
+    with pytest.raises(MoetuneError, match="layer_types has sliding_attention layers but sliding_window is null"):
+        spec_from_hf(_edited(shared_data, "gpt-oss-20b", {"sliding_window": None}), name="x", origin="x.json")
+    assert [k.window for k in load_model("gpt-oss-20b").layers[:2]] == [128, None]

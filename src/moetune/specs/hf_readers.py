@@ -122,6 +122,7 @@ def _qwen_moe_mlps(c: HfConfig) -> list[str]:
 def _read_qwen_moe(c: HfConfig) -> dict:
     """Qwen1.5-MoE / Qwen2-MoE (qkv bias, gated shared expert) and Qwen3-MoE (per-head qk norm)."""
     qwen3 = c.get("model_type") == "qwen3_moe"
+    _qwen_windows(c)
     shared = c.read("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size", default=0)
     return dict(
         _gqa_common(c),
@@ -153,12 +154,9 @@ def _read_mixtral(c: HfConfig) -> dict:
     mt = c.get("model_type")
     n = c.count("num_hidden_layers", least=1)
     mtp = c.count("num_mtp_modules", default=0) if c.get("use_mtp", default=False) else 0
-    windows = _windows(c, n)
-    window = c.get("sliding_window", default=None) if any(windows) else None
     return dict(
         _gqa_common(c),
-        layers=tuple(LayerKind(mixer="gqa", mlp="moe", window=window if w else None)
-                     for w in (windows or (False,) * n)),
+        layers=tuple(LayerKind(mixer="gqa", mlp="moe", window=w) for w in _windows(c, n)),
         add_qkv_bias=c.get("attention_bias", default=False),
         add_proj_bias=c.get("attention_bias", default=False),
         add_mlp_bias=mt == "gpt_oss",
@@ -181,16 +179,48 @@ def _read_mixtral(c: HfConfig) -> dict:
 
 
 ATTENTION_TYPES = ("full_attention", "sliding_attention")  # transformers' layer_types for attention layers
+# Which layers the family's HF model gives config.sliding_window (a family not here has no sliding window and does not
+# read the field: MiniMax-M2's MiniMaxM2Model builds a plain causal mask, "no sliding window opposed to mixtral"):
+# "every": every layer - HF MixtralModel builds a sliding-window causal mask for all layers whenever sliding_window is
+#   set and MixtralAttention passes it to the kernel (modeling_mixtral.py); PhimoeModel inherits that mask
+#   (modular_phimoe.py). Megatron's window_size = (W - 1, 0) on every layer is the same W keys (mistral_bridge.py).
+# "layer_types": the layers `layer_types` marks sliding_attention (HF GptOssAttention; gpt_oss_bridge.py's
+#   window_size with window_attn_skip_freq)
+SLIDING_WINDOW_LAYERS = {"mixtral": "every", "phimoe": "every", "gpt_oss": "layer_types"}
 
 
-def _windows(c: HfConfig, n: int) -> tuple[bool, ...]:
-    """Which layers use a sliding window, from `layer_types` (one entry per layer, as transformers checks)."""
-    types = c.text_list("layer_types")
+def _windows(c: HfConfig, n: int) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: full causal attention), as the family's HF model applies sliding_window."""
+    rule = SLIDING_WINDOW_LAYERS.get(c.get("model_type"))
+    window = c.get("sliding_window", default=None)
+    if rule == "every":
+        return (window,) * n
+    if rule != "layer_types":
+        return (None,) * n
+    types = c.text_list("layer_types")  # one entry per layer, as transformers checks
     if types and len(types) != n:
         raise MoetuneError(f"{c.origin}: layer_types has {len(types)} entries for num_hidden_layers {n}; one per layer")
     if bad := sorted(set(types) - set(ATTENTION_TYPES)):
         raise MoetuneError(f"{c.origin}: layer_types has unknown value(s) {bad}; expected {', '.join(ATTENTION_TYPES)}")
-    return tuple(t == "sliding_attention" for t in types)
+    if "sliding_attention" in types and window is None:
+        raise MoetuneError(f"{c.origin}: layer_types has sliding_attention layers but sliding_window is null; give "
+                           "the window's width")
+    return tuple(window if t == "sliding_attention" else None for t in types) or (None,) * n
+
+
+def _qwen_windows(c: HfConfig) -> None:
+    """Sliding windows in the Qwen MoE families are refused: transformers versions window different layers (4.5x
+    Qwen2Moe/Qwen3MoeAttention: those from max_window_layers on when use_sliding_window; 5.x Qwen3MoeAttention: every
+    layer, Qwen2Moe: as its layer_types say) and Megatron Bridge's Qwen3-MoE bridge sets no window_size
+    (qwen3_moe_bridge.py), so the launch would train full attention."""
+    window = c.get("sliding_window", default=None)
+    if c.get("use_sliding_window", default=False) and window is not None:
+        raise MoetuneError(f"{c.origin}: use_sliding_window is true (sliding_window {window}): sliding-window "
+                           f"attention in {c.get('model_type')} is not modelled; set use_sliding_window to false to "
+                           "plan full attention")
+    if "sliding_attention" in c.text_list("layer_types"):
+        raise MoetuneError(f"{c.origin}: layer_types has sliding_attention layers: sliding-window attention in "
+                           f"{c.get('model_type')} is not modelled; mark them full_attention to plan full attention")
 
 
 def _read_olmoe(c: HfConfig) -> dict:
