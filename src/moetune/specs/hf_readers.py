@@ -119,11 +119,20 @@ def _qwen_moe_mlps(c: HfConfig) -> list[str]:
     return ["moe" if i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(n)]
 
 
+# The Qwen families whose HF MoE block builds a gated shared expert of shared_expert_intermediate_size
+# (Qwen2MoeSparseMoeBlock.shared_expert + shared_expert_gate; Qwen3NextSparseMoeBlock likewise). Qwen3MoeSparseMoeBlock
+# has only the routed experts and the router, so a qwen3_moe config's shared_expert_intermediate_size builds nothing
+# (nor does Bridge's Qwen3-MoE bridge or the oracle's Qwen3MoeForCausalLM mapping).
+QWEN_SHARED_EXPERT = frozenset({"qwen2_moe", "qwen3_next"})
+
+
 def _read_qwen_moe(c: HfConfig) -> dict:
     """Qwen1.5-MoE / Qwen2-MoE (qkv bias, gated shared expert) and Qwen3-MoE (per-head qk norm)."""
     qwen3 = c.get("model_type") == "qwen3_moe"
     _qwen_windows(c)
-    shared = c.read("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size", default=0)
+    shared = 0
+    if c.get("model_type") in QWEN_SHARED_EXPERT:
+        shared = c.read("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size", default=0)
     return dict(
         _gqa_common(c),
         layers=_layers(_qwen_moe_mlps(c)),
