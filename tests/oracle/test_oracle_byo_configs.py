@@ -31,3 +31,26 @@ def test_qwen3_moe_has_no_shared_expert():
     layout = dict(world_size=64, tp=2, pp=2, ep=32)
     ours, theirs = _both({**hf, "shared_expert_intermediate_size": 2560}, **layout)
     assert ours == theirs == _both(hf, **layout)[0]
+
+
+def _builtin(name: str) -> dict:
+    return json.loads((Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "models" /
+                       f"{name}.config.json").read_text())
+
+
+def test_mixtral_has_no_attention_biases():
+    """HF MixtralAttention hard-codes bias=False: attention_bias true builds nothing in either count (moetune had
+    added q/k/v and o_proj biases, the oracle q/k/v ones)."""
+    hf, layout = _builtin("mixtral-8x22b"), dict(world_size=16, tp=2, pp=2, ep=4)
+    ours, theirs = _both({**hf, "attention_bias": True}, **layout)
+    assert ours == theirs == _both(hf, **layout)[1]
+
+
+def test_glm_attention_bias_is_qkv_only():
+    """Glm4MoeAttention biases q, k and v from attention_bias (o_proj none): Megatron's add_qkv_bias, both ways."""
+    hf, layout = _builtin("glm-4.5-air"), dict(world_size=32, tp=2, pp=2, ep=16)
+    with_bias, without = _both(hf, **layout), _both({**hf, "attention_bias": False}, **layout)
+    assert with_bias[0] == with_bias[1] and without[0] == without[1]
+    qkv = (96 + 2 * 8) * 128 // 2  # heads + 2 x kv heads, x head_dim, over TP 2, per layer
+    # 23 decoder layers a stage; the last also holds the MTP layer (num_nextn_predict_layers 1)
+    assert [a - b for a, b in zip(with_bias[0], without[0])] == [23 * qkv, 24 * qkv]

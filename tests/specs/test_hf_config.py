@@ -324,3 +324,36 @@ def test_gpt_oss_sliding_layers_need_a_window(shared_data):
     with pytest.raises(MoetuneError, match="layer_types has sliding_attention layers but sliding_window is null"):
         spec_from_hf(_edited(shared_data, "gpt-oss-20b", {"sliding_window": None}), name="x", origin="x.json")
     assert [k.window for k in load_model("gpt-oss-20b").layers[:2]] == [128, None]
+
+
+@pytest.mark.parametrize("name, edit, needle", [
+    # each had been ignored: the HF model biases projections Megatron cannot bias alone
+    ("qwen3-30b-a3b", {"attention_bias": True}, "attention_bias true: qwen3_moe's HF model would bias q, k, v and "
+                                                "o_proj (an o_proj bias comes in Megatron only with add_bias_linear"),
+    ("deepseek-v3", {"attention_bias": True}, "attention_bias true: deepseek_v3's HF model would bias MLA's q_a_proj"),
+    ("kimi-k2", {"attention_bias": True}, "attention_bias true: kimi_k2's HF model would bias MLA's q_a_proj"),
+    ("llama4-scout", {"text_config.attention_bias": True}, "attention_bias true: llama4's HF model would bias q, k"),
+    ("nemotron3-nano-30b-a3b", {"attention_bias": True}, "attention_bias true: nemotron_h's HF model would bias q"),
+    ("nemotron3-nano-30b-a3b", {"mlp_bias": True}, "mlp_bias true: nemotron_h's HF model would bias the MLPs and the "
+                                                   "shared expert but not the routed experts"),
+    ("nemotron3-nano-30b-a3b", {"use_bias": True}, "use_bias true: nemotron_h's HF model would bias the Mamba in_proj"),
+    ("gpt-oss-20b", {"attention_bias": False},
+     "attention_bias false: gpt_oss's HF model would bias no attention projection, but Megatron's expert biases"),
+])
+def test_biases_megatron_cannot_build_are_refused(shared_data, name, edit, needle):
+    with pytest.raises(MoetuneError) as err:
+        spec_from_hf(_edited(shared_data, name, edit), name="x", origin="x.json")
+    assert needle in str(err.value) and "set " in str(err.value)
+
+
+def test_attention_bias_is_read_as_the_hf_model_reads_it(shared_data):
+    """Mixtral and MiniMax-M2 build no attention biases whatever the config says (HF hard-codes bias=False; moetune
+    had added q/k/v/o biases); GLM-4.5 biases q/k/v only; gpt-oss without the key takes GptOssConfig's default, true."""
+    for name in ("mixtral-8x22b", "minimax-m2"):
+        spec = spec_from_hf(_edited(shared_data, name, {"attention_bias": True}), name="x", origin="x")
+        assert (spec.add_qkv_bias, spec.add_proj_bias) == (False, False)
+    assert (load_model("glm-4.5").add_qkv_bias, load_model("glm-4.5").add_proj_bias) == (True, False)
+    oss = _shared(shared_data, "gpt-oss-20b")
+    del oss["attention_bias"]
+    spec = spec_from_hf(oss, name="x", origin="x")
+    assert (spec.add_qkv_bias, spec.add_proj_bias) == (True, True)

@@ -5,7 +5,7 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.specs.hf_access import HfConfig
-from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
+from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS, refuse_biases
 from moetune.specs.model import ModelSpec, SpecError
 
 # Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
@@ -94,6 +94,7 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     _check_size_fields(data, origin)
     config = HfConfig({**data, "model_type": model_type}, origin)
     try:
+        refuse_biases(config)
         fields = READERS[model_type](config)
     except MoetuneError:
         raise

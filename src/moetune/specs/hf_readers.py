@@ -24,6 +24,58 @@ MOE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
 }
 
 
+# The biases each family's HF attention builds from config.attention_bias, as ModelSpec fields (a family not here
+# builds none from it: HF MixtralAttention and MiniMaxM2Attention hard-code bias=False, Qwen2-MoE reads qkv_bias):
+# Glm4MoeAttention biases q, k and v (o_proj bias=False), Megatron's add_qkv_bias; PhimoeAttention (LlamaAttention)
+# and GptOssAttention bias o_proj too. Grok-1 (hpcai remote code) keeps the reading it had. Then the config class's
+# default where a config leaves attention_bias out (GptOssConfig: true; Glm4MoeConfig, PhimoeConfig: false).
+ATTENTION_BIASES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "glm4_moe": (("add_qkv_bias",), False),
+    "phimoe": (("add_qkv_bias", "add_proj_bias"), False),
+    "gpt_oss": (("add_qkv_bias", "add_proj_bias"), True),
+    "grok-1": (("add_qkv_bias", "add_proj_bias"), False),
+}
+# Bias switches whose HF biases Megatron cannot build, refused at the value that asks for them: model_type -> key ->
+# (value, what the HF model would bias). Megatron biases o_proj only with add_bias_linear, which biases every MLP and
+# expert too (transformer_config.py add_bias_linear), and has no bias switch for MLA's down-projections.
+_QKVO = "q, k, v and o_proj (an o_proj bias comes in Megatron only with add_bias_linear, which biases every MLP too)"
+REFUSED_BIASES: dict[str, dict[str, tuple[bool, str]]] = {
+    # HF Qwen3MoeAttention (Qwen3Attention), Qwen3NextAttention, OlmoeAttention, Llama4TextAttention: bias on q/k/v/o
+    **{t: {"attention_bias": (True, _QKVO)} for t in ("qwen3_moe", "qwen3_next", "olmoe", "llama4", "llama4_text")},
+    # HF DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj (q_b_proj, kv_b_proj none); V2 alike
+    **{t: {"attention_bias": (True, "MLA's q_a_proj, kv_a_proj_with_mqa and o_proj, which Megatron's MLA cannot "
+                                    "bias alone")} for t in ("deepseek_v2", "deepseek_v3", "kimi_k2")},
+    # gpt-oss's expert biases are add_bias_linear, which biases o_proj as well: no gpt-oss without attention biases
+    "gpt_oss": {"attention_bias": (False, "no attention projection, but Megatron's expert biases (add_bias_linear) "
+                                          "bias o_proj too")},
+    # NVIDIA's modeling_nemotron_h.py NemotronHAttention: q/k/v/o (transformers 5's JambaAttention: none);
+    # NemotronHMLP: up/down_proj of the MLPs and the shared expert, and the latent projections, not the routed experts;
+    # NemotronHMamba2Mixer: in_proj and out_proj
+    "nemotron_h": {"attention_bias": (True, _QKVO),
+                   "mlp_bias": (True, "the MLPs and the shared expert but not the routed experts, which Megatron's "
+                                      "add_bias_linear cannot do"),
+                   "use_bias": (True, "the Mamba in_proj and out_proj, which moetune does not model")},
+}
+
+
+def _attention_biases(c: HfConfig) -> dict:
+    fields, default = ATTENTION_BIASES.get(c.get("model_type"), ((), False))
+    on = c.get("attention_bias", default=default)
+    return {field: on for field in fields}
+
+
+def refuse_biases(c: HfConfig) -> None:
+    """One line for a bias switch the model's HF biases cannot be built from (REFUSED_BIASES); Llama-4 keeps its
+    switches in text_config."""
+    model_type = c.get("model_type")
+    switches = c.section("text_config") if model_type in ("llama4", "llama4_text") else c
+    for key, (value, what) in REFUSED_BIASES.get(model_type, {}).items():
+        if switches.get(key, default=not value) is value:  # left out: the HF default, buildable
+            was, fix = str(value).lower(), str(not value).lower()
+            raise MoetuneError(f"{c.origin}: {key} {was}: {model_type}'s HF model would bias {what}; moetune "
+                               f"cannot plan that - set {key} to {fix}, which Megatron can build")
+
+
 # Linear-mixer dimensions: moetune field -> HF config key (Qwen3-Next gated delta-net; Nemotron-H Mamba-2).
 GDN_FIELDS = {"num_key_heads": "linear_num_key_heads", "num_value_heads": "linear_num_value_heads",
               "key_head_dim": "linear_key_head_dim", "value_head_dim": "linear_value_head_dim",
@@ -100,7 +152,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
     return dict(
         _gqa_common(c),
         layers=_layers(mlps),
-        add_qkv_bias=c.get("attention_bias", default=False),
+        **_attention_biases(c),
         qk_layernorm="head" if c.get("use_qk_norm", default=False) else "none",
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
@@ -166,8 +218,7 @@ def _read_mixtral(c: HfConfig) -> dict:
     return dict(
         _gqa_common(c),
         layers=tuple(LayerKind(mixer="gqa", mlp="moe", window=w) for w in _windows(c, n)),
-        add_qkv_bias=c.get("attention_bias", default=False),
-        add_proj_bias=c.get("attention_bias", default=False),
+        **_attention_biases(c),
         add_mlp_bias=mt == "gpt_oss",
         # gpt-oss's clamped SwiGLU is a quick-GELU GLU in Megatron (Bridge gpt_oss_bridge.py activation_func)
         activation="quick_gelu" if mt == "gpt_oss" else c.get("hidden_act", default="silu"),
