@@ -61,6 +61,18 @@ def test_models_show_json(capsys):
     assert (data["attention"], data["num_layers"], data["num_moe_layers"], data["topk"]) == ("mla", 61, 58, 8)
 
 
+def test_models_count_shared_experts_as_the_config_does(capsys):
+    """DeepSeek-V2 and ERNIE count theirs (n_shared_experts 2, moe_num_shared_experts 2); Qwen1.5-MoE, Qwen2-57B and
+    Nemotron-3-Nano have one wide shared expert (the column had shown width over expert width: 4, 8 and 2)."""
+    code, out, _ = run(["models", "--json"], capsys)
+    shared = {m["name"]: m["shared_experts"] for m in json.loads(out)}
+    assert code == 0 and {name: shared[name] for name in (
+        "deepseek-v2", "ernie-4.5-21b-a3b", "deepseek-v3", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b",
+        "nemotron3-nano-30b-a3b", "llama4-scout", "mixtral-8x7b", "qwen3-30b-a3b")} == {
+        "deepseek-v2": 2, "ernie-4.5-21b-a3b": 2, "deepseek-v3": 1, "qwen1.5-moe-a2.7b": 1, "qwen2-57b-a14b": 1,
+        "nemotron3-nano-30b-a3b": 1, "llama4-scout": 1, "mixtral-8x7b": 0, "qwen3-30b-a3b": 0}
+
+
 def test_models_and_hardware_list(capsys):
     assert run(["models"], capsys)[0] == 0
     code, out, _ = run(["hardware", "--json"], capsys)

@@ -134,6 +134,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
+        moe_shared_experts=c.get("n_shared_experts", default=0),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
         moe_router_score_correction_bias=method == "noaux_tc",
         moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
@@ -157,6 +158,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
+        moe_shared_experts=c.get("n_shared_experts", default=0),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
         mtp_num_layers=mtp,
@@ -344,6 +346,7 @@ def _read_ernie(c: HfConfig) -> dict:
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "ernie"),
         moe_shared_expert_intermediate_size=c.get("moe_num_shared_experts", default=0) * moe_ffn,
+        moe_shared_experts=c.get("moe_num_shared_experts", default=0),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )

@@ -115,6 +115,9 @@ class ModelSpec:
     moe_router_topk: int
     moe_ffn_hidden_size: int
     moe_shared_expert_intermediate_size: int = 0  # all shared experts together
+    # how many shared experts the config counts (DeepSeek's n_shared_experts, ERNIE's moe_num_shared_experts); None:
+    # one, if there is a shared width (Qwen2-MoE's, Llama-4's, Nemotron-H's single wide shared expert)
+    moe_shared_experts: int | None = None
     moe_shared_expert_gate: bool = False  # Qwen2-MoE / Qwen3-Next sigmoid gate (1 x h)
     moe_shared_expert_gated_linear_unit: bool | None = None  # None: same as routed experts
     moe_router_bias: bool = False  # gpt-oss router has a bias
@@ -230,6 +233,12 @@ class ModelSpec:
     def kv_groups(self) -> int:
         """K,V head groups the attention kernel sees: MLA up-projects a K,V per query head."""
         return self.num_attention_heads if self.mla else self.num_query_groups
+
+    @property
+    def num_shared_experts(self) -> int:
+        if self.moe_shared_experts is not None:
+            return self.moe_shared_experts
+        return int(self.moe_shared_expert_intermediate_size > 0)
 
     @property
     def shared_expert_gated(self) -> bool:
