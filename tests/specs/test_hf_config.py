@@ -185,7 +185,8 @@ def test_a_config_without_model_type_names_its_architectures():
     # ModelSpec's checks, in the keys of the config they were read from (they had named Megatron's fields, after the
     # file's own stem: ".../m01.json: m01: moe_router_topk (8) must be in 1..num_moe_experts (0)")
     ("qwen3-30b-a3b", {"num_experts": 0}, "x.json: num_experts_per_tok (8) must be in 1..num_experts (0)"),
-    ("qwen3-30b-a3b", {"num_key_value_heads": 0}, "x.json: num_key_value_heads (0) must be positive"),
+    ("qwen3-30b-a3b", {"num_key_value_heads": 3},
+     "x.json: num_attention_heads (32) must be a multiple of num_key_value_heads (3)"),
     ("mixtral-8x7b", {"num_experts_per_tok": 9}, "x.json: num_experts_per_tok (9) must be in 1..num_local_experts (8)"),
     ("mixtral-8x7b", {"intermediate_size": 0}, "x.json: intermediate_size (0) must be positive"),
     ("ernie-4.5-21b-a3b", {"moe_k": 65}, "x.json: moe_k (65) must be in 1..moe_num_experts (64)"),
@@ -357,3 +358,33 @@ def test_attention_bias_is_read_as_the_hf_model_reads_it(shared_data):
     del oss["attention_bias"]
     spec = spec_from_hf(oss, name="x", origin="x")
     assert (spec.add_qkv_bias, spec.add_proj_bias) == (True, True)
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3", "nemotron3-nano-30b-a3b", "llama4-scout", "dbrx",
+                                  "gpt-oss-20b", "ernie-4.5-21b-a3b", "qwen3-next-80b-a3b", "mixtral-8x7b"])
+def test_every_field_given_an_odd_value_is_read_or_named(shared_data, name):
+    """Each field of a real config (and of its nested objects) set to 0, -1, text, a list, an object or null: the
+    config reads, or one line names what is wrong - never a traceback or the unnamed 'wrong type or zero' fallback
+    (which had been reached by num_attention_heads 0 and a list as hidden_act)."""
+    base = _shared(shared_data, name)
+    sections = [()] + [(key,) for key, value in base.items() if isinstance(value, dict)]
+    for section in sections:
+        for key in list(_edited(shared_data, name, {}).get(section[0]) if section else base):
+            for value in (0, -1, "2", [1], {"a": 1}, None):
+                dotted = ".".join((*section, key))
+                try:
+                    spec_from_hf(_edited(shared_data, name, {dotted: value}), name="x", origin="x.json")
+                except MoetuneError as err:
+                    assert "wrong type or zero" not in str(err) and "\n" not in str(err), (dotted, value, err)
+
+
+def test_an_unforeseen_error_names_the_last_field_read(shared_data, monkeypatch):
+    from moetune.specs import hf_readers
+
+    def reader(c):
+        c.get("hidden_size"), c.get("decoder_sparse_step", default=1)
+        return 1 // 0
+    monkeypatch.setitem(hf_readers.READERS, "qwen3_moe", reader)
+    with pytest.raises(MoetuneError, match=r"^x.json: 'decoder_sparse_step' or a field read before it holds a value "
+                                           r"of the wrong type or zero \(integer division or modulo by zero\)"):
+        spec_from_hf(_shared(shared_data, "qwen3-30b-a3b"), name="x", origin="x.json")

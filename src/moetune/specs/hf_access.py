@@ -13,12 +13,13 @@ MOST = 10_000
 class HfConfig:
     """A config dict that reports missing fields by name."""
 
-    def __init__(self, data: dict, origin: str, keys: dict[str, str] | None = None):
+    def __init__(self, data: dict, origin: str, keys: dict[str, str] | None = None, read: list[str] | None = None):
         self.data = data
         self.origin = origin
         # ModelSpec field -> the config.json key it was read from, where the two differ (read); a ModelSpec error
         # names the key (hf_config.spec_from_hf)
         self.keys = {} if keys is None else keys
+        self.asked = [] if read is None else read  # the keys asked, in order: an unforeseen error names the last
 
     def section(self, key: str) -> "HfConfig":
         """A nested config (Llama-4's text_config) read like the top level; the top level itself where the config
@@ -29,7 +30,15 @@ class HfConfig:
         if not isinstance(value, dict):
             raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be an object holding the "
                                "language model's fields; fix the config.json")
-        return HfConfig({"model_type": self.data.get("model_type"), **value}, self.origin, self.keys)
+        return HfConfig({"model_type": self.data.get("model_type"), **value}, self.origin, self.keys, self.asked)
+
+    def name(self, key: str, default: str) -> str:
+        """A setting spelled as a name (an activation function)."""
+        value = self.get(key, default=default)
+        if not isinstance(value, str):
+            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a name (text); fix the "
+                               "config.json")
+        return value
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         """A setting spelled as one of `choices` (a scoring function, a routing method)."""
@@ -40,6 +49,7 @@ class HfConfig:
         return value
 
     def get(self, *keys: str, default: Any = _MISSING) -> Any:
+        self.asked.append(keys[0])
         for key in keys:
             node: Any = self.data
             for part in key.split("."):

@@ -39,8 +39,8 @@ _WIDTH, _HEADS, _EXPERTS, _VOCAB, _KERNEL, _WINDOW = 2**18, 2**14, 2**16, 2**24,
 SIZE_FIELDS: dict[str, tuple[int | None, int | None]] = {
     "hidden_size": (None, _WIDTH), "intermediate_size": (None, _WIDTH), "moe_intermediate_size": (None, _WIDTH),
     "intermediate_size_mlp": (None, _WIDTH), "shared_expert_intermediate_size": (0, _WIDTH),
-    "moe_shared_expert_intermediate_size": (0, _WIDTH), "num_attention_heads": (None, _HEADS),
-    "num_key_value_heads": (None, _HEADS), "head_dim": (1, _WIDTH), "num_hidden_layers": (None, None),
+    "moe_shared_expert_intermediate_size": (0, _WIDTH), "num_attention_heads": (1, _HEADS),
+    "num_key_value_heads": (1, _HEADS), "head_dim": (1, _WIDTH), "num_hidden_layers": (None, None),
     "vocab_size": (None, _VOCAB), "n_shared_experts": (0, _EXPERTS), "n_routed_experts": (None, _EXPERTS),
     "num_experts": (None, _EXPERTS), "num_local_experts": (None, _EXPERTS), "num_experts_per_tok": (None, _EXPERTS),
     "kv_lora_rank": (None, _WIDTH), "q_lora_rank": (0, _WIDTH), "qk_rope_head_dim": (0, _WIDTH),
@@ -98,8 +98,9 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
         fields = READERS[model_type](config)
     except MoetuneError:
         raise
-    except (TypeError, ValueError, ZeroDivisionError) as err:  # a number given as text, a zero interval...
-        raise MoetuneError(f"{origin}: a field holds a value of the wrong type or zero ({err}); fix the "
+    except (TypeError, ValueError, ZeroDivisionError) as err:  # a case the fields' checks did not foresee
+        last = f"'{config.asked[-1]}' or a field read before it" if config.asked else "a field"
+        raise MoetuneError(f"{origin}: {last} holds a value of the wrong type or zero ({err}); fix the "
                            "config.json") from None
     try:
         divisor = bridge_vocab_divisor(model_type, fields["vocab_size"])  # moetune plans Bridge launches

@@ -223,7 +223,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         **_attention_biases(c),
         add_mlp_bias=mt == "gpt_oss",
         # gpt-oss's clamped SwiGLU is a quick-GELU GLU in Megatron (Bridge gpt_oss_bridge.py activation_func)
-        activation="quick_gelu" if mt == "gpt_oss" else c.get("hidden_act", default="silu"),
+        activation="quick_gelu" if mt == "gpt_oss" else c.name("hidden_act", default="silu"),
         softmax_sinks=mt == "gpt_oss",
         moe_router_bias=mt == "gpt_oss",
         qk_layernorm="full" if mt == "minimax_m2" else "none",
@@ -412,7 +412,7 @@ def _read_nemotron_h(c: HfConfig) -> dict:
         layers=tuple(LayerKind(mixer=HYBRID_SYMBOLS[ch][0], mlp=HYBRID_SYMBOLS[ch][1]) for ch in pattern),
         mamba=mamba,
         gated_linear_unit=False,
-        activation=c.get("mlp_hidden_act", default="relu2"),
+        activation=c.name("mlp_hidden_act", default="relu2"),
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("moe_shared_expert_intermediate_size", default=0),
