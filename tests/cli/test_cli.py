@@ -61,6 +61,18 @@ def test_models_show_json(capsys):
     assert (data["attention"], data["num_layers"], data["num_moe_layers"], data["topk"]) == ("mla", 61, 58, 8)
 
 
+def test_models_count_shared_experts_as_the_config_does(capsys):
+    """DeepSeek-V2 and ERNIE count theirs (n_shared_experts 2, moe_num_shared_experts 2); Qwen1.5-MoE, Qwen2-57B and
+    Nemotron-3-Nano have one wide shared expert (the column had shown width over expert width: 4, 8 and 2)."""
+    code, out, _ = run(["models", "--json"], capsys)
+    shared = {m["name"]: m["shared_experts"] for m in json.loads(out)}
+    assert code == 0 and {name: shared[name] for name in (
+        "deepseek-v2", "ernie-4.5-21b-a3b", "deepseek-v3", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b",
+        "nemotron3-nano-30b-a3b", "llama4-scout", "mixtral-8x7b", "qwen3-30b-a3b")} == {
+        "deepseek-v2": 2, "ernie-4.5-21b-a3b": 2, "deepseek-v3": 1, "qwen1.5-moe-a2.7b": 1, "qwen2-57b-a14b": 1,
+        "nemotron3-nano-30b-a3b": 1, "llama4-scout": 1, "mixtral-8x7b": 0, "qwen3-30b-a3b": 0}
+
+
 def test_models_and_hardware_list(capsys):
     assert run(["models"], capsys)[0] == 0
     code, out, _ = run(["hardware", "--json"], capsys)
@@ -497,6 +509,9 @@ def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, c
     ("tie_word_embeddings", "yes", "field 'tie_word_embeddings' ('yes') must be true or false"),
     ("num_hidden_layers", 0, "field 'num_hidden_layers' (0) must be a whole number from 1 to 10,000"),
     ("n_shared_experts", "1", "field 'n_shared_experts' ('1') must be a whole number of at least 0"),
+    # each had overflowed numpy's 64-bit integers in rank_params (a traceback)
+    ("hidden_size", 10**12, "field 'hidden_size' (1,000,000,000,000) is past 262,144"),
+    ("vocab_size", 10**15, "field 'vocab_size' (1,000,000,000,000,000) is past 16,777,216"),
 ])
 def test_a_config_json_of_the_wrong_types_is_one_line(field, value, needle, shared_data, tmp_path, capsys):
     data = json.loads((shared_data / "models" / "qwen3-30b-a3b.config.json").read_text())
@@ -504,6 +519,16 @@ def test_a_config_json_of_the_wrong_types_is_one_line(field, value, needle, shar
     path.write_text(json.dumps({**data, field: value}))
     code, _, err = run(["estimate", str(path), "--gpu", "h100", "--gpus", "16", "--ep", "16"], capsys)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_largest_model_allowed_plans_without_overflow(shared_data, tmp_path, capsys):
+    """Just under the parameter bound (8.2e14: 60,000 experts of width 12,000), the planner's batched numpy counts
+    still fit in 64 bits: it finds nothing fits (exit 1), with no traceback."""
+    data = json.loads((shared_data / "models" / "qwen3-235b-a22b.config.json").read_text())
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps({**data, "num_experts": 60_000, "moe_intermediate_size": 12_000}))
+    code, out, err = run(["plan", str(path), "--gpu", "h100", "--gpus", "4096", "--gbs", "4096"], capsys)
+    assert code == 1 and "nothing fits" in out + err and "Traceback" not in err
 
 
 def test_a_snapshot_directory_is_read_through_its_config_json(shared_data, tmp_path, capsys):

@@ -18,8 +18,7 @@ def model_summary(name: str) -> dict:
         "num_moe_layers": spec.num_moe_layers,
         "num_experts": spec.num_moe_experts,
         "topk": spec.moe_router_topk,
-        "shared_experts": spec.moe_shared_expert_intermediate_size // spec.moe_ffn_hidden_size
-        if spec.moe_ffn_hidden_size else 0,
+        "shared_experts": spec.num_shared_experts,  # as the config counts them, not shared width / expert width
         "shared_expert_intermediate_size": spec.moe_shared_expert_intermediate_size,
         "hidden_size": spec.hidden_size,
         "vocab_size": spec.vocab_size,

@@ -67,7 +67,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "mla": False, "dense": "qwen_sparse_step", "shared": "qwen_shared_width",
         "fixed": {"add_qkv_bias": True, "moe_shared_expert_gate": True},
     },
-    "MixtralForCausalLM": {"mla": False, "dense": "all_moe", "shared": "none", "fixed": {}},
+    # HF MixtralAttention hard-codes bias=False on q/k/v/o (modeling_mixtral.py): a Mixtral config's attention_bias
+    # builds nothing (Megatron-Bridge's generic attention_bias -> add_qkv_bias would add q/k/v biases HF has not)
+    "MixtralForCausalLM": {"mla": False, "dense": "all_moe", "shared": "none", "fixed": {"add_qkv_bias": False}},
     "GptOssForCausalLM": {  # biases everywhere (qkv, o_proj, router, experts) + attention sinks
         "mla": False, "dense": "all_moe", "shared": "none",
         "fixed": {"add_bias_linear": True, "softmax_type": "learnable"},

@@ -13,11 +13,43 @@ MOST = 10_000
 class HfConfig:
     """A config dict that reports missing fields by name."""
 
-    def __init__(self, data: dict, origin: str):
+    def __init__(self, data: dict, origin: str, keys: dict[str, str] | None = None, read: list[str] | None = None):
         self.data = data
         self.origin = origin
+        # ModelSpec field -> the config.json key it was read from, where the two differ (read); a ModelSpec error
+        # names the key (hf_config.spec_from_hf)
+        self.keys = {} if keys is None else keys
+        self.asked = [] if read is None else read  # the keys asked, in order: an unforeseen error names the last
+
+    def section(self, key: str) -> "HfConfig":
+        """A nested config (Llama-4's text_config) read like the top level; the top level itself where the config
+        has none (a text-only llama4_text config)."""
+        value = self.data.get(key)
+        if value is None:
+            return self
+        if not isinstance(value, dict):
+            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be an object holding the "
+                               "language model's fields; fix the config.json")
+        return HfConfig({"model_type": self.data.get("model_type"), **value}, self.origin, self.keys, self.asked)
+
+    def name(self, key: str, default: str) -> str:
+        """A setting spelled as a name (an activation function)."""
+        value = self.get(key, default=default)
+        if not isinstance(value, str):
+            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a name (text); fix the "
+                               "config.json")
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        """A setting spelled as one of `choices` (a scoring function, a routing method)."""
+        value = self.get(key, default=default)
+        if value not in choices:
+            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be one of "
+                               f"{', '.join(choices)}; fix the config.json")
+        return value
 
     def get(self, *keys: str, default: Any = _MISSING) -> Any:
+        self.asked.append(keys[0])
         for key in keys:
             node: Any = self.data
             for part in key.split("."):
@@ -27,7 +59,7 @@ class HfConfig:
             else:
                 if node is not None:
                     if isinstance(default, bool) and not isinstance(node, bool):  # a switch with a switch's default
-                        raise MoetuneError(f"{self.origin}: field '{key}' ({node!r}) must be true or false")
+                        raise MoetuneError(f"{self.origin}: field '{key}' ({_short(node)}) must be true or false")
                     return node
         if default is _MISSING:
             raise MoetuneError(
@@ -36,12 +68,25 @@ class HfConfig:
             )
         return default
 
+    def read(self, field: str, *keys: str, default: Any = _MISSING) -> Any:
+        """get(*keys) for the ModelSpec `field`, remembering which key gave it (the first present; else the first)."""
+        self.keys[field] = next((key for key in keys if self._has(key)), keys[0])
+        return self.get(*keys, default=default)
+
+    def _has(self, key: str) -> bool:
+        node: Any = self.data
+        for part in key.split("."):
+            if not isinstance(node, dict) or node.get(part) is None:
+                return False
+            node = node[part]
+        return True
+
     def count(self, *keys: str, default: Any = _MISSING, least: int = 0) -> int:
         """A whole-number count (layers, MTP modules) of at least `least`, else one error line naming the field."""
         value = self.get(*keys, default=default)
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MOST:
-            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({value!r}) must be a whole number from {least} "
-                               f"to {MOST:,}")
+            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({_short(value)}) must be a whole number from "
+                               f"{least} to {MOST:,}")
         return value
 
     def layer_indices(self, key: str, layers: int) -> set[int]:
@@ -49,11 +94,20 @@ class HfConfig:
         value = self.get(key, default=[])
         if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
                                                   for i in value):
-            raise MoetuneError(f"{self.origin}: field '{key}' ({value!r}) must be a list of layer indices from 0 "
+            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a list of layer indices from 0 "
                                f"to {layers - 1}")
         return set(value)
 
+    def text_list(self, key: str) -> list[str]:
+        """A list of names, one per layer (layer_types, layers_block_type); [] where the config has none."""
+        value = self.get(key, default=[])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a list of names, one per "
+                               "layer; fix the config.json")
+        return value
+
     def head_dim(self) -> int:
+        self.keys["kv_channels"] = "head_dim"
         if (given := self.get("head_dim", default=None)) is not None:
             return given
         hidden, heads = self.get("hidden_size"), self.get("num_attention_heads")
@@ -61,3 +115,8 @@ class HfConfig:
             raise MoetuneError(f"{self.origin}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
                                f"({heads}) and no head_dim is given; add head_dim to the config.json")
         return hidden // heads
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

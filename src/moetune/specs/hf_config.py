@@ -5,8 +5,8 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.specs.hf_access import HfConfig
-from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
-from moetune.specs.model import ModelSpec
+from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS, refuse_biases
+from moetune.specs.model import ModelSpec, SpecError
 
 # Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
 # deepseek_v2_bridge.py 3200, deepseek_v3_bridge.py 1280, kimi_bridge.py 1280); every other bridge passes
@@ -26,67 +26,112 @@ def bridge_vocab_divisor(model_type: str, vocab: int) -> int:
 
 
 # config.json fields that are counts or sizes wherever a family uses them: a whole number (null where a config
-# leaves one out; a "128" given as text would be compared or repeated as a string). Those the readers and ModelSpec
-# bound themselves (layers, widths, ranks) say so there; the others may not be negative (NONNEGATIVE), and a head
-# dim or window of 0 divides by zero (POSITIVE).
-WHOLE_FIELDS = frozenset({
-    "hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
-    "num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers", "vocab_size", "n_shared_experts",
-    "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok", "kv_lora_rank", "q_lora_rank",
-    "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "first_k_dense_replace", "num_nextn_predict_layers",
-    "n_group", "topk_group", "decoder_sparse_step", "sliding_window", "linear_num_key_heads",
-    "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
-    "full_attention_interval", "moe_num_experts", "moe_k", "moe_num_shared_experts",
-})
-NONNEGATIVE = frozenset({"n_shared_experts", "moe_num_shared_experts", "shared_expert_intermediate_size",
-                         "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "n_group", "topk_group"})
-POSITIVE = frozenset({"head_dim", "v_head_dim", "sliding_window"})
+# leaves one out; a "128" given as text would be compared or repeated as a string) from `least` to `most`.
+# least None: the reader or ModelSpec bounds it itself, naming the field (layers, expert counts, widths a model may
+# lack); 0: a count a model may lack (shared experts); 1: a size that divides (a head dim, a window) or shapes a
+# tensor (a Mamba or gated-delta-net dimension) - 0 or less would build nothing.
+# most: orders of magnitude past any model released (the largest hidden size is 18,432, FFN width 73,728, head count
+# 256 (Nemotron-H's Mamba heads), vocabulary 262,144, 512 experts, a few hundred layers), so that no single size
+# overflows the 64-bit counts the planner's numpy layouts hold (walls/rank_params.py; ModelSpec bounds their product);
+# None: a count the reader bounds (HfConfig.count, at hf_access.MOST). A dotted key is nested (DBRX's attn_config
+# and ffn_config).
+_WIDTH, _HEADS, _EXPERTS, _VOCAB, _KERNEL, _WINDOW = 2**18, 2**14, 2**16, 2**24, 2**10, 2**32
+SIZE_FIELDS: dict[str, tuple[int | None, int | None]] = {
+    "hidden_size": (None, _WIDTH), "intermediate_size": (None, _WIDTH), "moe_intermediate_size": (None, _WIDTH),
+    "intermediate_size_mlp": (None, _WIDTH), "shared_expert_intermediate_size": (0, _WIDTH),
+    "moe_shared_expert_intermediate_size": (0, _WIDTH), "num_attention_heads": (1, _HEADS),
+    "num_key_value_heads": (1, _HEADS), "head_dim": (1, _WIDTH), "num_hidden_layers": (None, None),
+    "vocab_size": (None, _VOCAB), "n_shared_experts": (0, _EXPERTS), "n_routed_experts": (None, _EXPERTS),
+    "num_experts": (None, _EXPERTS), "num_local_experts": (None, _EXPERTS), "num_experts_per_tok": (None, _EXPERTS),
+    "kv_lora_rank": (None, _WIDTH), "q_lora_rank": (0, _WIDTH), "qk_rope_head_dim": (0, _WIDTH),
+    "qk_nope_head_dim": (0, _WIDTH), "v_head_dim": (1, _WIDTH), "first_k_dense_replace": (None, None),
+    "num_nextn_predict_layers": (None, None), "n_group": (0, _EXPERTS), "topk_group": (0, _EXPERTS),
+    "decoder_sparse_step": (None, None), "sliding_window": (1, _WINDOW), "full_attention_interval": (None, None),
+    "moe_num_experts": (None, _EXPERTS), "moe_k": (None, _EXPERTS), "moe_num_shared_experts": (0, _EXPERTS),
+    # Qwen3-Next gated delta-net (HF Qwen3NextGatedDeltaNet) and Nemotron-H Mamba-2 (NemotronHMamba2Mixer) dims
+    "linear_num_key_heads": (1, _HEADS), "linear_num_value_heads": (1, _HEADS), "linear_key_head_dim": (1, _WIDTH),
+    "linear_value_head_dim": (1, _WIDTH), "linear_conv_kernel_dim": (1, _KERNEL), "mamba_num_heads": (1, _HEADS),
+    "mamba_head_dim": (1, _WIDTH), "ssm_state_size": (1, _WIDTH), "n_groups": (1, _HEADS), "conv_kernel": (1, _KERNEL),
+    "moe_latent_size": (0, _WIDTH),
+    # DBRX (HF DbrxConfig): d_model / n_heads is its head dim
+    "d_model": (1, _WIDTH), "n_heads": (1, _HEADS), "attn_config.kv_n_heads": (1, _HEADS),
+    "ffn_config.moe_num_experts": (None, _EXPERTS), "ffn_config.moe_top_k": (None, _EXPERTS),
+    "ffn_config.ffn_hidden_size": (None, _WIDTH),
+}
+_ABSENT = object()
 
 
-def _check_whole_fields(data: dict, origin: str) -> None:
+def _field(section: dict, key: str):
+    node = section
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _check_size_fields(data: dict, origin: str) -> None:
     for section in (data, data.get("text_config")):
         if not isinstance(section, dict):
             continue
-        for key in WHOLE_FIELDS & section.keys():
-            value = section[key]
-            if value is None:
+        for key, (least, most) in SIZE_FIELDS.items():
+            value = _field(section, key)
+            if value is _ABSENT or value is None:
                 continue
-            least = 1 if key in POSITIVE else 0 if key in NONNEGATIVE else None
             if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
                 text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 bound = f" of at least {least}" if least is not None else ""
                 raise MoetuneError(f"{origin}: field '{key}' ({text}) must be a whole number{bound} (or null where "
                                    "the model has none); fix the config.json")
+            if most is not None and value > most:
+                raise MoetuneError(f"{origin}: field '{key}' ({value:,}) is past {most:,}, orders of magnitude beyond "
+                                   "any model's; fix the config.json")
 
 
 def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
-    model_type = data.get("model_type") or ARCHITECTURE_ALIASES.get(_first_architecture(data))
-    _check_whole_fields(data, origin)
-    if not isinstance(model_type, str) or model_type not in READERS:
-        raise MoetuneError(
-            f"{origin}: model_type {model_type!r} is not supported; supported: {', '.join(sorted(READERS))}"
-        )
+    model_type = _model_type(data, origin)  # first: another family's fields may mean other things (Hunyuan's lists)
+    _check_size_fields(data, origin)
+    config = HfConfig({**data, "model_type": model_type}, origin)
     try:
-        fields = READERS[model_type](HfConfig({**data, "model_type": model_type}, origin))
+        refuse_biases(config)
+        fields = READERS[model_type](config)
     except MoetuneError:
         raise
-    except (TypeError, ValueError, ZeroDivisionError) as err:  # a number given as text, a zero interval...
-        raise MoetuneError(f"{origin}: a field holds a value of the wrong type or zero ({err}); fix the "
+    except (TypeError, ValueError, ZeroDivisionError) as err:  # a case the fields' checks did not foresee
+        last = f"'{config.asked[-1]}' or a field read before it" if config.asked else "a field"
+        raise MoetuneError(f"{origin}: {last} holds a value of the wrong type or zero ({err}); fix the "
                            "config.json") from None
     try:
         divisor = bridge_vocab_divisor(model_type, fields["vocab_size"])  # moetune plans Bridge launches
         return ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields)
-    except ValueError as err:
-        raise MoetuneError(f"{origin}: {err}") from None
+    except SpecError as err:  # in the config's own keys; the origin names the model
+        raise MoetuneError(f"{origin}: {err.render(config.keys)}; fix the config.json") from None
     except TypeError as err:  # a number given as text ("128") that the spec's checks compare
         raise MoetuneError(f"{origin}: a field holds a value of the wrong type ({err}); fix the config.json") from None
 
 
-def _first_architecture(data: dict):
+def _model_type(data: dict, origin: str) -> str:
+    """The family's model_type (a port that ships none, by its architecture), or one line saying it is not read."""
+    supported = ", ".join(sorted(READERS))
     architectures = data.get("architectures")
-    first = architectures[0] if isinstance(architectures, list) and architectures else None
-    return first if isinstance(first, str) else None
+    model_type = data.get("model_type")
+    if model_type is None:
+        first = architectures[0] if isinstance(architectures, list) and architectures else None
+        model_type = ARCHITECTURE_ALIASES.get(first) if isinstance(first, str) else None
+        if model_type is None:
+            names = f"architectures {_text(architectures)}" if architectures is not None else "no architectures"
+            raise MoetuneError(f"{origin}: no model_type ({names}); add the model_type of its Hugging Face config "
+                               f"class (supported: {supported})")
+    if not isinstance(model_type, str) or model_type not in READERS:
+        of = f" (architectures {_text(architectures)})" if architectures is not None else ""
+        raise MoetuneError(f"{origin}: model_type {_text(model_type)}{of} is not supported; supported: {supported}")
+    return model_type
+
+
+def _text(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def load_hf_config(path: Path) -> ModelSpec:

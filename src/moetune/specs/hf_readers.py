@@ -24,6 +24,58 @@ MOE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] 
 }
 
 
+# The biases each family's HF attention builds from config.attention_bias, as ModelSpec fields (a family not here
+# builds none from it: HF MixtralAttention and MiniMaxM2Attention hard-code bias=False, Qwen2-MoE reads qkv_bias):
+# Glm4MoeAttention biases q, k and v (o_proj bias=False), Megatron's add_qkv_bias; PhimoeAttention (LlamaAttention)
+# and GptOssAttention bias o_proj too. Grok-1 (hpcai remote code) keeps the reading it had. Then the config class's
+# default where a config leaves attention_bias out (GptOssConfig: true; Glm4MoeConfig, PhimoeConfig: false).
+ATTENTION_BIASES: dict[str, tuple[tuple[str, ...], bool]] = {
+    "glm4_moe": (("add_qkv_bias",), False),
+    "phimoe": (("add_qkv_bias", "add_proj_bias"), False),
+    "gpt_oss": (("add_qkv_bias", "add_proj_bias"), True),
+    "grok-1": (("add_qkv_bias", "add_proj_bias"), False),
+}
+# Bias switches whose HF biases Megatron cannot build, refused at the value that asks for them: model_type -> key ->
+# (value, what the HF model would bias). Megatron biases o_proj only with add_bias_linear, which biases every MLP and
+# expert too (transformer_config.py add_bias_linear), and has no bias switch for MLA's down-projections.
+_QKVO = "q, k, v and o_proj (an o_proj bias comes in Megatron only with add_bias_linear, which biases every MLP too)"
+REFUSED_BIASES: dict[str, dict[str, tuple[bool, str]]] = {
+    # HF Qwen3MoeAttention (Qwen3Attention), Qwen3NextAttention, OlmoeAttention, Llama4TextAttention: bias on q/k/v/o
+    **{t: {"attention_bias": (True, _QKVO)} for t in ("qwen3_moe", "qwen3_next", "olmoe", "llama4", "llama4_text")},
+    # HF DeepseekV3Attention: q_a_proj, kv_a_proj_with_mqa and o_proj (q_b_proj, kv_b_proj none); V2 alike
+    **{t: {"attention_bias": (True, "MLA's q_a_proj, kv_a_proj_with_mqa and o_proj, which Megatron's MLA cannot "
+                                    "bias alone")} for t in ("deepseek_v2", "deepseek_v3", "kimi_k2")},
+    # gpt-oss's expert biases are add_bias_linear, which biases o_proj as well: no gpt-oss without attention biases
+    "gpt_oss": {"attention_bias": (False, "no attention projection, but Megatron's expert biases (add_bias_linear) "
+                                          "bias o_proj too")},
+    # NVIDIA's modeling_nemotron_h.py NemotronHAttention: q/k/v/o (transformers 5's JambaAttention: none);
+    # NemotronHMLP: up/down_proj of the MLPs and the shared expert, and the latent projections, not the routed experts;
+    # NemotronHMamba2Mixer: in_proj and out_proj
+    "nemotron_h": {"attention_bias": (True, _QKVO),
+                   "mlp_bias": (True, "the MLPs and the shared expert but not the routed experts, which Megatron's "
+                                      "add_bias_linear cannot do"),
+                   "use_bias": (True, "the Mamba in_proj and out_proj, which moetune does not model")},
+}
+
+
+def _attention_biases(c: HfConfig) -> dict:
+    fields, default = ATTENTION_BIASES.get(c.get("model_type"), ((), False))
+    on = c.get("attention_bias", default=default)
+    return {field: on for field in fields}
+
+
+def refuse_biases(c: HfConfig) -> None:
+    """One line for a bias switch the model's HF biases cannot be built from (REFUSED_BIASES); Llama-4 keeps its
+    switches in text_config."""
+    model_type = c.get("model_type")
+    switches = c.section("text_config") if model_type in ("llama4", "llama4_text") else c
+    for key, (value, what) in REFUSED_BIASES.get(model_type, {}).items():
+        if switches.get(key, default=not value) is value:  # left out: the HF default, buildable
+            was, fix = str(value).lower(), str(not value).lower()
+            raise MoetuneError(f"{c.origin}: {key} {was}: {model_type}'s HF model would bias {what}; moetune "
+                               f"cannot plan that - set {key} to {fix}, which Megatron can build")
+
+
 # Linear-mixer dimensions: moetune field -> HF config key (Qwen3-Next gated delta-net; Nemotron-H Mamba-2).
 GDN_FIELDS = {"num_key_heads": "linear_num_key_heads", "num_value_heads": "linear_num_value_heads",
               "key_head_dim": "linear_key_head_dim", "value_head_dim": "linear_value_head_dim",
@@ -34,7 +86,8 @@ MAMBA_FIELDS = {"num_heads": "mamba_num_heads", "head_dim": "mamba_head_dim", "s
 
 def _moe(c: "HfConfig", family: str) -> dict:
     experts, topk, width = MOE_FIELDS[family]
-    return dict(num_moe_experts=c.get(*experts), moe_router_topk=c.get(*topk), moe_ffn_hidden_size=c.get(*width))
+    return dict(num_moe_experts=c.read("num_moe_experts", *experts), moe_router_topk=c.read("moe_router_topk", *topk),
+                moe_ffn_hidden_size=c.read("moe_ffn_hidden_size", *width))
 
 
 def _layers(mlps: list[str], mixers: list[str] | str = "gqa") -> tuple[LayerKind, ...]:
@@ -48,7 +101,7 @@ def _gqa_common(c: HfConfig) -> dict:
         hidden_size=c.get("hidden_size"),
         vocab_size=c.get("vocab_size"),
         num_attention_heads=c.get("num_attention_heads"),
-        num_query_groups=c.get("num_key_value_heads", default=c.get("num_attention_heads")),
+        num_query_groups=c.read("num_query_groups", "num_key_value_heads", "num_attention_heads"),
         kv_channels=c.head_dim(),
         untie_embeddings_and_output_weights=not c.get("tie_word_embeddings", default=False),
     )
@@ -63,25 +116,29 @@ def _read_deepseek(c: HfConfig) -> dict:
     mla = MlaDims(
         q_lora_rank=c.get("q_lora_rank", default=None),
         kv_lora_rank=c.get("kv_lora_rank"),
-        qk_head_dim=c.get("qk_nope_head_dim"),
-        qk_pos_emb_head_dim=c.get("qk_rope_head_dim"),
+        qk_head_dim=c.read("qk_head_dim", "qk_nope_head_dim"),
+        qk_pos_emb_head_dim=c.read("qk_pos_emb_head_dim", "qk_rope_head_dim"),
         v_head_dim=c.get("v_head_dim"),
     )
     mtp = c.count("num_nextn_predict_layers", default=0)
-    sigmoid = c.get("scoring_func", default="softmax") == "sigmoid"
+    # HF DeepseekV2/V3 MoE gates: scoring_func softmax (V2) or sigmoid (V3); topk_method greedy /
+    # group_limited_greedy (V2) or noaux_tc (V3, the e_score_correction_bias)
+    sigmoid = c.choice("scoring_func", ("softmax", "sigmoid"), "softmax") == "sigmoid"
+    method = c.choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"), "greedy")
     return dict(
         _gqa_common(c),
-        num_query_groups=c.get("num_attention_heads"),
+        num_query_groups=c.read("num_query_groups", "num_attention_heads"),  # MLA: a K,V per query head
         kv_channels=mla.qk_head_dim + mla.qk_pos_emb_head_dim,
         layers=_layers(mlps, "mla"),
         mla=mla,
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
+        moe_shared_experts=c.get("n_shared_experts", default=0),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
-        moe_router_score_correction_bias=c.get("topk_method", default="") == "noaux_tc",
-        moe_router_num_groups=c.get("n_group", default=1),
-        moe_router_group_topk=c.get("topk_group", default=1),
+        moe_router_score_correction_bias=method == "noaux_tc",
+        moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
+        moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="mla", mlp=mlps[-1]) if mtp else None,
     )
@@ -96,11 +153,12 @@ def _read_glm4_moe(c: HfConfig) -> dict:
     return dict(
         _gqa_common(c),
         layers=_layers(mlps),
-        add_qkv_bias=c.get("attention_bias", default=False),
+        **_attention_biases(c),
         qk_layernorm="head" if c.get("use_qk_norm", default=False) else "none",
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
+        moe_shared_experts=c.get("n_shared_experts", default=0),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
         mtp_num_layers=mtp,
@@ -115,16 +173,26 @@ def _qwen_moe_mlps(c: HfConfig) -> list[str]:
     return ["moe" if i not in dense_only and (i + 1) % step == 0 else "dense" for i in range(n)]
 
 
+# The Qwen families whose HF MoE block builds a gated shared expert of shared_expert_intermediate_size
+# (Qwen2MoeSparseMoeBlock.shared_expert + shared_expert_gate; Qwen3NextSparseMoeBlock likewise). Qwen3MoeSparseMoeBlock
+# has only the routed experts and the router, so a qwen3_moe config's shared_expert_intermediate_size builds nothing
+# (nor does Bridge's Qwen3-MoE bridge or the oracle's Qwen3MoeForCausalLM mapping).
+QWEN_SHARED_EXPERT = frozenset({"qwen2_moe", "qwen3_next"})
+
+
 def _read_qwen_moe(c: HfConfig) -> dict:
     """Qwen1.5-MoE / Qwen2-MoE (qkv bias, gated shared expert) and Qwen3-MoE (per-head qk norm)."""
     qwen3 = c.get("model_type") == "qwen3_moe"
-    shared = c.get("shared_expert_intermediate_size", default=0)
+    _qwen_windows(c)
+    shared = 0
+    if c.get("model_type") in QWEN_SHARED_EXPERT:
+        shared = c.read("moe_shared_expert_intermediate_size", "shared_expert_intermediate_size", default=0)
     return dict(
         _gqa_common(c),
         layers=_layers(_qwen_moe_mlps(c)),
         add_qkv_bias=not qwen3,
         qk_layernorm="head" if qwen3 else "none",
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "qwen"),
         moe_shared_expert_intermediate_size=shared,
         moe_shared_expert_gate=shared > 0,
@@ -134,7 +202,7 @@ def _read_qwen_moe(c: HfConfig) -> dict:
 def _read_qwen3_next(c: HfConfig) -> dict:
     """Qwen3-Next: every `full_attention_interval`-th layer is gated attention, the rest gated delta-net."""
     n = c.count("num_hidden_layers", least=1)
-    interval = c.get("full_attention_interval")
+    interval = c.count("full_attention_interval", least=1)
     mixers = ["gqa" if (i + 1) % interval == 0 else "gdn" for i in range(n)]
     gdn = GdnDims(**{field: c.get(key) for field, key in GDN_FIELDS.items()})
     spec = _read_qwen_moe(c)
@@ -149,17 +217,13 @@ def _read_mixtral(c: HfConfig) -> dict:
     mt = c.get("model_type")
     n = c.count("num_hidden_layers", least=1)
     mtp = c.count("num_mtp_modules", default=0) if c.get("use_mtp", default=False) else 0
-    windows = _windows(c, n)
-    window = c.get("sliding_window", default=None) if any(windows) else None
     return dict(
         _gqa_common(c),
-        layers=tuple(LayerKind(mixer="gqa", mlp="moe", window=window if w else None)
-                     for w in (windows or (False,) * n)),
-        add_qkv_bias=c.get("attention_bias", default=False),
-        add_proj_bias=c.get("attention_bias", default=False),
+        layers=tuple(LayerKind(mixer="gqa", mlp="moe", window=w) for w in _windows(c, n)),
+        **_attention_biases(c),
         add_mlp_bias=mt == "gpt_oss",
         # gpt-oss's clamped SwiGLU is a quick-GELU GLU in Megatron (Bridge gpt_oss_bridge.py activation_func)
-        activation="quick_gelu" if mt == "gpt_oss" else c.get("hidden_act", default="silu"),
+        activation="quick_gelu" if mt == "gpt_oss" else c.name("hidden_act", default="silu"),
         softmax_sinks=mt == "gpt_oss",
         moe_router_bias=mt == "gpt_oss",
         qk_layernorm="full" if mt == "minimax_m2" else "none",
@@ -167,7 +231,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         norm_has_bias=mt == "phimoe",
         output_layer_bias=c.get("lm_head_bias", default=False),
         extra_norms_per_layer=2 if mt == "grok-1" else 0,
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
@@ -177,16 +241,48 @@ def _read_mixtral(c: HfConfig) -> dict:
 
 
 ATTENTION_TYPES = ("full_attention", "sliding_attention")  # transformers' layer_types for attention layers
+# Which layers the family's HF model gives config.sliding_window (a family not here has no sliding window and does not
+# read the field: MiniMax-M2's MiniMaxM2Model builds a plain causal mask, "no sliding window opposed to mixtral"):
+# "every": every layer - HF MixtralModel builds a sliding-window causal mask for all layers whenever sliding_window is
+#   set and MixtralAttention passes it to the kernel (modeling_mixtral.py); PhimoeModel inherits that mask
+#   (modular_phimoe.py). Megatron's window_size = (W - 1, 0) on every layer is the same W keys (mistral_bridge.py).
+# "layer_types": the layers `layer_types` marks sliding_attention (HF GptOssAttention; gpt_oss_bridge.py's
+#   window_size with window_attn_skip_freq)
+SLIDING_WINDOW_LAYERS = {"mixtral": "every", "phimoe": "every", "gpt_oss": "layer_types"}
 
 
-def _windows(c: HfConfig, n: int) -> tuple[bool, ...]:
-    """Which layers use a sliding window, from `layer_types` (one entry per layer, as transformers checks)."""
-    types = c.get("layer_types", default=[])
+def _windows(c: HfConfig, n: int) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: full causal attention), as the family's HF model applies sliding_window."""
+    rule = SLIDING_WINDOW_LAYERS.get(c.get("model_type"))
+    window = c.get("sliding_window", default=None)
+    if rule == "every":
+        return (window,) * n
+    if rule != "layer_types":
+        return (None,) * n
+    types = c.text_list("layer_types")  # one entry per layer, as transformers checks
     if types and len(types) != n:
         raise MoetuneError(f"{c.origin}: layer_types has {len(types)} entries for num_hidden_layers {n}; one per layer")
     if bad := sorted(set(types) - set(ATTENTION_TYPES)):
         raise MoetuneError(f"{c.origin}: layer_types has unknown value(s) {bad}; expected {', '.join(ATTENTION_TYPES)}")
-    return tuple(t == "sliding_attention" for t in types)
+    if "sliding_attention" in types and window is None:
+        raise MoetuneError(f"{c.origin}: layer_types has sliding_attention layers but sliding_window is null; give "
+                           "the window's width")
+    return tuple(window if t == "sliding_attention" else None for t in types) or (None,) * n
+
+
+def _qwen_windows(c: HfConfig) -> None:
+    """Sliding windows in the Qwen MoE families are refused: transformers versions window different layers (4.5x
+    Qwen2Moe/Qwen3MoeAttention: those from max_window_layers on when use_sliding_window; 5.x Qwen3MoeAttention: every
+    layer, Qwen2Moe: as its layer_types say) and Megatron Bridge's Qwen3-MoE bridge sets no window_size
+    (qwen3_moe_bridge.py), so the launch would train full attention."""
+    window = c.get("sliding_window", default=None)
+    if c.get("use_sliding_window", default=False) and window is not None:
+        raise MoetuneError(f"{c.origin}: use_sliding_window is true (sliding_window {window}): sliding-window "
+                           f"attention in {c.get('model_type')} is not modelled; set use_sliding_window to false to "
+                           "plan full attention")
+    if "sliding_attention" in c.text_list("layer_types"):
+        raise MoetuneError(f"{c.origin}: layer_types has sliding_attention layers: sliding-window attention in "
+                           f"{c.get('model_type')} is not modelled; mark them full_attention to plan full attention")
 
 
 def _read_olmoe(c: HfConfig) -> dict:
@@ -196,23 +292,23 @@ def _read_olmoe(c: HfConfig) -> dict:
         _gqa_common(c),
         layers=_layers(["moe"] * n),
         qk_layernorm="full",
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "olmoe"),
     )
 
 
 def _read_llama4(c: HfConfig) -> dict:
     """Llama 4 (text_config): MoE every `interleave_moe_layer_step` layers, one shared expert."""
-    t = HfConfig(c.get("text_config", default=c.data), c.origin)
+    t = c.section("text_config")
     n = t.count("num_hidden_layers", least=1)
-    step = t.get("interleave_moe_layer_step", default=1)
+    step = t.count("interleave_moe_layer_step", default=1, least=1)
     mlps = ["moe" if (i + 1) % step == 0 else "dense" for i in range(n)]
     return dict(
         _gqa_common(t),
         layers=_layers(mlps),
-        ffn_hidden_size=t.get("intermediate_size_mlp", "intermediate_size"),
+        ffn_hidden_size=t.read("ffn_hidden_size", "intermediate_size_mlp", "intermediate_size"),
         **_moe(t, "llama4"),
-        moe_shared_expert_intermediate_size=t.get("intermediate_size"),
+        moe_shared_expert_intermediate_size=t.read("moe_shared_expert_intermediate_size", "intermediate_size"),
         moe_router_score_function="sigmoid",
     )
 
@@ -220,17 +316,17 @@ def _read_llama4(c: HfConfig) -> dict:
 def _read_dbrx(c: HfConfig) -> dict:
     """DBRX: fused Wqkv, bias-free LayerNorm, 16 experts top-4 (fields under attn_config / ffn_config)."""
     n = c.count("n_layers", least=1)
-    heads = c.get("n_heads")
+    heads = c.read("num_attention_heads", "n_heads")
     return dict(
-        hidden_size=c.get("d_model"),
+        hidden_size=c.read("hidden_size", "d_model"),
         vocab_size=c.get("vocab_size"),
         num_attention_heads=heads,
-        num_query_groups=c.get("attn_config.kv_n_heads"),
+        num_query_groups=c.read("num_query_groups", "attn_config.kv_n_heads"),
         kv_channels=c.get("d_model") // heads,
         untie_embeddings_and_output_weights=not c.get("tie_word_embeddings", default=False),
         layers=_layers(["moe"] * n),
         normalization="LayerNorm",
-        ffn_hidden_size=c.get("ffn_config.ffn_hidden_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "ffn_config.ffn_hidden_size"),
         **_moe(c, "dbrx"),
     )
 
@@ -238,43 +334,86 @@ def _read_dbrx(c: HfConfig) -> dict:
 def _read_ernie(c: HfConfig) -> dict:
     """ERNIE-4.5 MoE: MoE on layers start..end every `moe_layer_interval`, optional shared experts."""
     n = c.count("num_hidden_layers", least=1)
-    start = c.get("moe_layer_start_index", default=0)
-    end = c.get("moe_layer_end_index", default=n - 1)
-    step = c.get("moe_layer_interval", default=1)
+    start = c.count("moe_layer_start_index", default=0)
+    end = c.count("moe_layer_end_index", default=n - 1)
+    step = c.count("moe_layer_interval", default=1, least=1)
     mlps = ["moe" if start <= i <= end and (i - start) % step == 0 else "dense" for i in range(n)]
     moe_ffn = c.get("moe_intermediate_size")
     mtp = c.count("num_nextn_predict_layers", default=0)
     return dict(
         _gqa_common(c),
         layers=_layers(mlps),
-        ffn_hidden_size=c.get("intermediate_size"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "ernie"),
         moe_shared_expert_intermediate_size=c.get("moe_num_shared_experts", default=0) * moe_ffn,
+        moe_shared_experts=c.get("moe_num_shared_experts", default=0),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )
 
 
-def _read_nemotron_h(c: HfConfig) -> dict:
-    """Nemotron-H / Nemotron-3: one layer per pattern character (M Mamba-2, * attention, E MoE, - MLP)."""
-    pattern = c.get("hybrid_override_pattern")
-    table = {"M": ("mamba", "none"), "*": ("gqa", "none"), "E": ("none", "moe"), "-": ("none", "dense")}
-    bad = sorted(set(pattern) - set(table))
-    if bad:
+# Megatron's hybrid layer symbols (Megatron-Core ssm/mamba_hybrid_layer_allocation.py Symbols) -> the layer's mixer
+# and MLP; a config gives them as hybrid_override_pattern ("MEM*E...")
+HYBRID_SYMBOLS = {"M": ("mamba", "none"), "*": ("gqa", "none"), "E": ("none", "moe"), "-": ("none", "dense")}
+# transformers 5 writes the pattern as layers_block_type, one name per layer: the inverse of NemotronHConfig's
+# _pattern_to_list (configuration_nemotron_h.py), with the names it still reads from older Hub configs
+# (configuration_utils.py _LEGACY_LAYER_TYPE_REMAP: mamba -> linear_attention, attention -> full_attention)
+BLOCK_TYPE_SYMBOLS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "moe": "E",
+                      "mlp": "-"}
+
+
+def _hybrid_pattern(c: HfConfig) -> tuple[str, str]:
+    """The layer pattern in Megatron's symbols, and the key it came from."""
+    pattern = c.get("hybrid_override_pattern", default=None)
+    if pattern is not None and not isinstance(pattern, str):
+        raise MoetuneError(f"{c.origin}: field 'hybrid_override_pattern' ({pattern!r:.40}) must be a string of layer "
+                           "symbols (M Mamba, * attention, E MoE, - MLP); fix the config.json")
+    if bad := sorted(set(pattern or "") - set(HYBRID_SYMBOLS)):
         raise MoetuneError(f"{c.origin}: hybrid_override_pattern has unknown layer symbols {bad}; expected M * E -")
-    n = c.get("num_hidden_layers", default=len(pattern))
+    blocks = c.text_list("layers_block_type")
+    if bad := sorted(set(blocks) - set(BLOCK_TYPE_SYMBOLS)):
+        raise MoetuneError(f"{c.origin}: layers_block_type has unknown layer type(s) {bad}; expected "
+                           f"{', '.join(BLOCK_TYPE_SYMBOLS)}")
+    listed = "".join(BLOCK_TYPE_SYMBOLS[b] for b in blocks)
+    if listed and pattern and listed != pattern:  # transformers reads layers_block_type and drops the pattern
+        raise MoetuneError(f"{c.origin}: layers_block_type ({listed}) and hybrid_override_pattern ({pattern}) "
+                           "disagree; keep one")
+    if not (listed or pattern):
+        raise MoetuneError(f"{c.origin}: missing field 'hybrid_override_pattern' (or transformers 5's "
+                           "layers_block_type), the layer pattern (model_type 'nemotron_h'); add it to the config.json")
+    return (listed, "layers_block_type") if listed else (pattern, "hybrid_override_pattern")
+
+
+def _read_nemotron_h(c: HfConfig) -> dict:
+    """Nemotron-H / Nemotron-3: one layer per pattern symbol (M Mamba-2, * attention, E MoE, - MLP)."""
+    pattern, key = _hybrid_pattern(c)
+    n = c.count("num_hidden_layers", default=len(pattern), least=1)
     if n != len(pattern):
-        raise MoetuneError(f"{c.origin}: hybrid_override_pattern has {len(pattern)} layers but num_hidden_layers is "
-                           f"{n}; one symbol per layer")
+        raise MoetuneError(f"{c.origin}: {key} has {len(pattern)} layers but num_hidden_layers is {n}; one per layer")
+    if "E" not in pattern:
+        raise MoetuneError(f"{c.origin}: not a MoE model ({key} has no MoE layer, E); moetune plans MoE models")
+    # Latent MoE (Nemotron-3 Super/Ultra): a hidden->latent and a latent->hidden projection around routed experts
+    # that work in the latent width (Megatron-Core 0.16.1 transformer/moe/moe_layer.py:170-193, experts.py:544; HF
+    # NemotronHMoE fc1/fc2_latent_proj). 0 or null: none, as Megatron's `if config.moe_latent_size` reads it.
+    if latent := c.get("moe_latent_size", default=None):
+        raise MoetuneError(f"{c.origin}: moe_latent_size ({latent}): latent MoE is not modelled (routed experts in "
+                           "a latent width between two projections); moetune cannot plan this model yet")
+    # Multi-token prediction after a hybrid stack: Megatron-Core 0.16.1's MambaModel builds no MTP block (HF ignores
+    # the mtp.* weights, modeling_nemotron_h.py _keys_to_ignore_on_load_unexpected)
+    if mtp := c.count("num_nextn_predict_layers", default=0):
+        shape = next((f"{k} {c.data[k]!r:.40}" for k in ("mtp_hybrid_override_pattern", "mtp_layers_block_type")
+                      if c.data.get(k) is not None), "its default *E")
+        raise MoetuneError(f"{c.origin}: num_nextn_predict_layers ({mtp}): Nemotron-H multi-token prediction ({shape}) "
+                           "is not modelled; set num_nextn_predict_layers to 0 to plan the model without it")
     mamba = MambaDims(**{field: c.get(key) for field, key in MAMBA_FIELDS.items()},
                       conv_bias=c.get("use_conv_bias", default=True))
     return dict(
         _gqa_common(c),
-        layers=tuple(LayerKind(mixer=table[ch][0], mlp=table[ch][1]) for ch in pattern),
+        layers=tuple(LayerKind(mixer=HYBRID_SYMBOLS[ch][0], mlp=HYBRID_SYMBOLS[ch][1]) for ch in pattern),
         mamba=mamba,
         gated_linear_unit=False,
-        activation=c.get("mlp_hidden_act", default="relu2"),
-        ffn_hidden_size=c.get("intermediate_size"),
+        activation=c.name("mlp_hidden_act", default="relu2"),
+        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "deepseek"),
         moe_shared_expert_intermediate_size=c.get("moe_shared_expert_intermediate_size", default=0),
         moe_router_score_function="sigmoid",
