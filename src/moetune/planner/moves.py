@@ -99,11 +99,15 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
 
 
 def default_exchange(e: Estimate) -> str | None:
-    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose."""
+    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose; None
+    without CP, or where no exchange runs (attention sinks past a2a's head split: exchange_refusal)."""
     if e.layout.cp == 1:
         return None
-    auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
-                        e.gpu, e.efficiency)
+    try:
+        auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
+                            e.gpu, e.efficiency)
+    except MoetuneError:
+        return None
     return exchange_text(auto, e.layout.cp)
 
 
