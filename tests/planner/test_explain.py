@@ -3,7 +3,10 @@
 import json
 from dataclasses import replace
 
+import pytest
+
 from moetune.cli.main import main
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
@@ -14,7 +17,7 @@ from moetune.planner.explain import COMPOUND, explain
 from moetune.planner.explain import _scale as explain_scale
 from moetune.planner.fit_steps import FIT_LADDER, smallest_fitting_layout
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import apply_move, move_change, moves, rule_errors
+from moetune.planner.moves import apply_move, findings, move_change, moves, rule_errors
 from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
@@ -301,6 +304,37 @@ def test_long_context_note_follows_the_seeds_own_tp_cp_recipe():
         return [n for n in explain_scale(e)["notes"] if n.startswith("long context")]
     assert notes(4) == []
     assert "here CP8" in notes(2)[0]
+
+
+def _long(model, world, seq, gbs, **layout):
+    return estimate(load_model(model), load_gpu("gb200"), Layout(world_size=world, **layout),
+                    Workload(seq_length=seq, micro_batch_size=1, global_batch_size=gbs),
+                    Knobs(cp_comm_type="auto", recompute="full"))
+
+
+def _cp_advice(e):
+    notes = [n for n in explain_scale(e)["notes"] if n.startswith("long context")]
+    rule = [f for f in findings(e) if f.rule == "longctx.cp_sizing"]
+    return notes, rule
+
+
+def test_cp_advice_names_only_a_cp_estimate_runs():
+    """The 4K-shard CP is taken among the CPs estimate runs for the model: gpt-oss-120b's sinks run CP over a2a alone,
+    at most its 8 KV groups (the picks' TP1 CP8 at 128k on 256 GB200: no CP32 priced with p2p, the note says why CP16
+    does not run); Qwen3-Next-80B-A3B's 16 gated delta-net key heads leave 8 a TP2 rank, so CP8, not CP16."""
+    gpt = _long("gpt-oss-120b", 256, 131072, 256, cp=8, ep=64)
+    notes, rule = _cp_advice(gpt)
+    assert rule == [] and len(notes) == 1 and "here CP" not in notes[0] and "predicts" not in notes[0]
+    assert "no CP above 8 runs on this layout: CP16: no CP exchange runs at CP 16" in notes[0]
+    assert '"CP ~= seq_len / 4096"' in notes[0]  # the seed as it reads; (4096 x TP) is labelled moetune's reading
+    nxt = _long("qwen3-next-80b-a3b", 256, 131072, 256, tp=2, cp=4, pp=4, ep=64)
+    notes, rule = _cp_advice(nxt)
+    assert "here CP8, the nearest power of two estimate runs" in notes[0] and "CP=8." in rule[0].message
+    assert rule[0].fix == {"model.context_parallel_size": 8}
+    assert 'seeds/002: "Start from a 4K shard target: CP ~= seq_len / 4096"' in rule[0].message
+    assert "moetune's reading" in rule[0].message
+    with pytest.raises(MoetuneError, match="linear_num_key_heads per TP rank"):
+        nxt.variant(layout=replace(nxt.layout, cp=16))  # what the advice used to name
 
 
 def test_grace_blackwell_defaults_to_hybridep_whatever_its_nvlink_domain(tmp_path):

@@ -10,7 +10,7 @@ from dataclasses import replace
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
 from moetune.layout.ranks import groups_leaving_domain
-from moetune.layout.validate import shard_cp, undersharded_cp
+from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.ep_first import ep_first, ep_first_note
 from moetune.planner.estimate import Estimate
@@ -19,6 +19,7 @@ from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_
 from moetune.planner.moves import (
     GIB,
     apply_move,
+    cp_sizing,
     default_exchange,
     findings,
     knobs_for,
@@ -31,7 +32,7 @@ from moetune.planner.moves import (
 from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.planner.track_record import track_record
 from moetune.walls.compute import rates, ring_slowdown
-from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, ring_ranks
+from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, refusal_at_cp, ring_ranks
 
 
 def _fit(e: Estimate) -> dict:
@@ -61,11 +62,8 @@ def _scale(e: Estimate) -> dict:
         notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
                      "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
     seq = e.workload.seq_length
-    target = shard_cp(seq, lay.tp, lay.pp, lay.world_size)
-    if undersharded_cp(seq, lay.tp, lay.cp, lay.pp, lay.world_size):
-        notes.append(f"long context: {seq // (lay.cp * lay.tp):,} tokens per TP x CP shard; start from a 4K shard, "
-                     f"CP ~= seq/(4096 x TP), here CP{target} (the nearest legal power of two; seeds/002 § Start from "
-                     "a 4K shard target, rule longctx.cp_sizing)" + _weighed_cp(e, target))
+    if note := _cp_sizing_note(e):
+        notes.append(note)
     if lay.cp > 1:
         exposed = (e.time or {}).get("exposed_collectives", {}).get("cp")
         linear = " (with the Mamba/gated delta-net layers' own all-to-alls)" if e.model.mamba or e.model.gdn else ""
@@ -106,6 +104,31 @@ def _default_dispatcher_note(e: Estimate) -> str | None:
             f"difference is the communication buffers moetune charges each (data/memory_overheads.toml, estimates "
             f"from the seeds, not measurements); with so little between them, measure {default} too, or keep a "
             f"margin with `moetune plan --headroom {margin_gib(e.gpu)}`")
+
+
+# How moetune applies seeds/002's first guess (quoted as the seed writes it: SEED_CP_GUESS)
+SHARD_READING = (f"seeds/002 § Start from a 4K shard target: \"{SEED_CP_GUESS}\"; moetune counts the shard as "
+                 "TP x CP, since sequence parallelism splits each CP rank's tokens over TP as well (the seed's own "
+                 "Qwen3-235B 128K NVL72 recipe trades CP for TP at TP4 x CP4), so it aims at CP ~= seq_len / "
+                 "(4096 x TP)")
+
+
+def _cp_sizing_note(e: Estimate) -> str | None:
+    """The long-context CP advice (rule longctx.cp_sizing): the 4K-shard CP among those estimate runs, weighed against
+    this run; or, where the shard is past twice 4K and no larger CP runs, why the next one does not."""
+    lay, seq = e.layout, e.workload.seq_length
+    shard = seq // (lay.cp * lay.tp)
+    target, under = cp_sizing(e)
+    if under:
+        return (f"long context: {shard:,} tokens per TP x CP shard; {SHARD_READING}: here CP{target}, the nearest "
+                f"power of two estimate runs (rule longctx.cp_sizing)" + _weighed_cp(e, target))
+    unrestricted = shard_cp(seq, lay.tp, lay.pp, lay.world_size, sp=lay.sp)  # the sequence and the world alone
+    if seq >= LONG_CONTEXT and shard > 2 * SHARD_TOKENS and unrestricted > lay.cp:
+        why = refusal_at_cp(e.model, lay, e.workload, e.gpu, 2 * lay.cp)
+        return (f"long context: {shard:,} tokens per TP x CP shard, {shard / SHARD_TOKENS:g}x the seeds' 4K; "
+                f"{SHARD_READING}, CP{unrestricted} here, but no CP above {lay.cp} runs on this layout: "
+                f"CP{2 * lay.cp}: {why}")
+    return None
 
 
 def _weighed_cp(e: Estimate, cp: int) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
+from moetune.layout.validate import validate
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
@@ -182,6 +183,32 @@ def exchange_refusal(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int) -> s
             f"over a2a (Transformer Engine; rule cp.sinks_need_a2a), which splits each TP rank's "
             f"{spec.num_attention_heads // tp} heads and {spec.kv_groups // tp} KV groups over CP, so CP can be at "
             f"most {limit} here; use --cp {limit} or less{smaller_tp}")
+
+
+def cp_refusal(spec: ModelSpec, layout, workload, nvlink_domain: int) -> str | None:
+    """Why Megatron refuses this layout, one line, by the checks estimate applies to a CP layout with `auto`
+    (None: it runs): the model's shapes and the workload's sequence and batch rules (layout/validate.py validate;
+    linear-attention heads per TP rank divisible by CP among them), then a CP exchange that runs (exchange_refusal)."""
+    try:
+        validate(spec, layout, workload)
+    except MoetuneError as err:
+        return str(err)
+    return exchange_refusal(spec, layout.cp, layout.tp, nvlink_domain)
+
+
+def refusal_at_cp(spec: ModelSpec, layout, workload, gpu, cp: int) -> str | None:
+    """cp_refusal of this layout at another CP, in the job's NVLink domain (the world refusing it included)."""
+    try:
+        other = replace(layout, cp=cp)
+    except MoetuneError as err:  # the world does not hold it
+        return str(err)
+    return cp_refusal(spec, other, workload, job_gpu(gpu, layout.world_size).nvlink_domain)
+
+
+def cp_runs(spec: ModelSpec, layout, workload, gpu):
+    """cp -> whether this layout runs at that CP instead (refusal_at_cp): what the CP advice (layout/validate.py
+    shard_cp) names only if it holds."""
+    return lambda cp: refusal_at_cp(spec, layout, workload, gpu, cp) is None
 
 
 def _option_cost(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, r: Rates, comm_type: str, attn_total,
