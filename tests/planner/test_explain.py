@@ -337,6 +337,29 @@ def test_cp_advice_names_only_a_cp_estimate_runs():
         nxt.variant(layout=replace(nxt.layout, cp=16))  # what the advice used to name
 
 
+def test_scale_notes_a_cp_group_leaving_nvlink_and_shards_below_4k_with_what_moetune_predicts():
+    """Qwen3-30B-A3B at 16k on 32 H100, TP4 CP4: two of each rank's three CP peers are on the other node of its
+    16-rank TP x CP group, and the shard is 1,024 tokens, a quarter of the seeds' 4K. Neither is an error: the notes
+    give the exchange's cost and the alternatives moetune weighed (CP kept inside NVLink at TP2; the 4K-shard CP1)."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    wl = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=64)
+    e = estimate(spec, gpu, Layout(world_size=32, tp=4, cp=4, ep=8), wl, Knobs(cp_comm_type="auto"))
+    notes = explain_scale(e)["notes"]
+    out = next(n for n in notes if "outside the NVLink domain (TP4 x CP4" in n)
+    exposed, t = e.time["exposed_collectives"]["cp"], e.time
+    assert out.startswith("2 of CP4's 3 peers sit outside") and f"of which {exposed:.2f} s is exposed" in out
+    assert f"counted in the {t['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU moetune predicts here" in out
+    inside = estimate(spec, gpu, Layout(world_size=32, tp=2, cp=4, ep=8), wl, Knobs(cp_comm_type="auto"))
+    assert f"keeping CP inside the domain, TP2 x CP4 predicts {inside.time['tokens_per_s_per_gpu']:,.0f}" in out
+    shard = next(n for n in notes if n.startswith("long context: 1,024 tokens per TP x CP shard"))
+    assert "1/4 of the seeds' 4K target" in shard and "CP1 here" in shard and "moetune predicts CP1 at" in shard
+    assert not any("is an error" in n for n in notes) and "longctx.cp_sizing" not in {f.rule for f in findings(e)}
+    # TP2 x CP4 fills one 8-GPU node: no CP peer off it; 2,048-token shards still note the 4K target
+    notes = explain_scale(inside)["notes"]
+    assert not any("outside the NVLink domain (TP" in n for n in notes)
+    assert any(n.startswith("long context: 2,048 tokens per TP x CP shard") for n in notes)
+
+
 def test_grace_blackwell_defaults_to_hybridep_whatever_its_nvlink_domain(tmp_path):
     cluster = tmp_path / "gb200_nvl8.toml"
     cluster.write_text('gpu = "gb200"\nnvlink_domain = 8\n')

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
-from moetune.layout.ranks import groups_leaving_domain
+from moetune.layout.ranks import groups_leaving_domain, members_in_domain
 from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
 from moetune.planner.defaults import platform_defaults, platform_of
 from moetune.planner.ep_first import ep_first, ep_first_note
@@ -72,6 +72,8 @@ def _scale(e: Estimate) -> dict:
                      + (f"; {exposed:.2f} s a step left exposed{linear}" if exposed is not None else "")
                      + _ring_text(e)
                      + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that costs least)")
+    if leaving.get("cp", 0) > 0 and (note := _cp_outside_note(e)):
+        notes.append(note)
     if lay.pp > 1 and e.time:
         notes.append(ranks_note(e.model, e.layout, e.time))
         if move := move_note(e):
@@ -122,6 +124,11 @@ def _cp_sizing_note(e: Estimate) -> str | None:
     if under:
         return (f"long context: {shard:,} tokens per TP x CP shard; {SHARD_READING}: here CP{target}, the nearest "
                 f"power of two estimate runs (rule longctx.cp_sizing)" + _weighed_cp(e, target))
+    if lay.cp > 1 and shard < SHARD_TOKENS:  # past the 4K target the other way: the pick's own trade, weighed
+        return (f"{'long context' if seq >= LONG_CONTEXT else 'CP'}: {shard:,} tokens per TP x CP shard, "
+                f"1/{SHARD_TOKENS / shard:g} of the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which moetune "
+                f"reads per TP x CP shard as CP ~= seq_len / (4096 x TP): CP{target} here); CP{lay.cp} stands on "
+                "moetune's prediction, not the seeds' guess" + (_weighed_cp(e, target) if target < lay.cp else ""))
     unrestricted = shard_cp(seq, lay.tp, lay.pp, lay.world_size, sp=lay.sp)  # the sequence and the world alone
     if seq >= LONG_CONTEXT and shard > 2 * SHARD_TOKENS and unrestricted > lay.cp:
         why = refusal_at_cp(e.model, lay, e.workload, e.gpu, 2 * lay.cp)
@@ -129,6 +136,39 @@ def _cp_sizing_note(e: Estimate) -> str | None:
                 f"{SHARD_READING}, CP{unrestricted} here, but no CP above {lay.cp} runs on this layout: "
                 f"CP{2 * lay.cp}: {why}")
     return None
+
+
+def _cp_outside_note(e: Estimate) -> str | None:
+    """How many CP peers sit outside the job's NVLink domain, what the exchange costs, and why the layout may still
+    win: the layouts that keep this CP group inside the domain (less TP, or less CP at this TP), re-estimated."""
+    lay, domain, t = e.layout, e.job_domain, e.time
+    outside = lay.cp - int(members_in_domain(lay.cp, lay.tp, domain))
+    if outside < 1 or t is None:
+        return None
+    peers = (f"CP{lay.cp}'s one peer sits" if lay.cp == 2 else f"all {outside} of CP{lay.cp}'s peers sit"
+             if outside == lay.cp - 1 else f"{outside} of CP{lay.cp}'s {lay.cp - 1} peers sit")
+    where = (f"CP{lay.cp} alone is wider than the job's {domain}-GPU NVLink domain" if lay.cp > domain else
+             f"TP{lay.tp} x CP{lay.cp} spans {lay.tp * lay.cp} ranks, the job's NVLink domain {domain}")
+    total, exposed = t["collectives"].get("cp", 0.0), t["exposed_collectives"].get("cp", 0.0)
+    tp_inside = next((lay.tp >> i for i in range(1, lay.tp.bit_length()) if (lay.tp >> i) * lay.cp <= domain), None)
+    cp_inside = domain // lay.tp if lay.tp <= domain and 1 <= domain // lay.tp < lay.cp else None
+    weighed = "; ".join(w for w in (_weighed_layout(e, tp=tp_inside) if tp_inside else "",
+                                    _weighed_layout(e, cp=cp_inside) if cp_inside else "") if w)
+    return (f"{peers} outside the NVLink domain ({where}): the cp_comm_type {exchange_text(e.knobs, lay.cp)} "
+            f"exchange crosses the NIC, {total:.2f} s a step of which {exposed:.2f} s is exposed "
+            f"({exposed / t['step_seconds']:.0%} of the step), counted in the {t['tokens_per_s_per_gpu']:,.0f} "
+            "tokens/s/GPU moetune predicts here" + (f"; keeping CP inside the domain, {weighed}" if weighed else ""))
+
+
+def _weighed_layout(e: Estimate, **change) -> str:
+    """This run on another TP or CP, re-estimated: its tokens/s/GPU and whether it fits ("" where it does not run)."""
+    try:
+        layout = replace(e.layout, **change)
+        alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
+    except MoetuneError:
+        return ""
+    fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
+    return f"TP{layout.tp} x CP{layout.cp} predicts {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {fits}"
 
 
 def _weighed_cp(e: Estimate, cp: int) -> str:
