@@ -8,7 +8,14 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
-from moetune.layout.validate import Workload, shard_cp, validate, validate_knobs
+from moetune.layout.validate import (
+    Workload,
+    sequence_refusal,
+    shard_cp,
+    validate,
+    validate_knobs,
+    validate_workload,
+)
 from moetune.specs.registry import load_model
 
 
@@ -193,11 +200,36 @@ def test_knobs_megatron_accepts_pass():
     (65536, 1, 1, None, 16),
     (4096, 1, 1, 8, 1),
     (24576, 1, 1, 8, 8),  # 6 is nearer 8 than 4 on a log scale
+    # 1,000,000 = 2^6 x 15625 at TP4: 2 x CP32 divides it, but sequence parallelism splits each CP rank's 31,250
+    # tokens over TP4, which does not divide them; CP16's 62,500 it does
+    (1_000_000, 4, 1, None, 16),
+    (65537, 1, 1, None, 1),  # odd: no CP > 1 at all
 ])
 def test_shard_cp_is_the_nearest_legal_power_of_two_to_a_4k_shard(seq, tp, pp, world, expected):
     cp = shard_cp(seq, tp, pp, world)
     assert cp == expected
-    assert seq % (2 * cp) == 0 and (world is None or world % (tp * cp * pp) == 0)
+    assert sequence_refusal(seq, tp, cp, tp > 1) is None and (world is None or world % (tp * cp * pp) == 0)
+
+
+def test_shard_cp_names_only_a_cp_the_callers_check_runs():
+    """A caller that knows the model (walls/context_parallel.cp_runs) narrows the CPs: gpt-oss's a2a-only CP stops at
+    its 8 KV groups, so the 4K-shard guess at 128k is CP8, not CP32."""
+    assert shard_cp(131072, 1, 1, 256) == 32
+    assert shard_cp(131072, 1, 1, 256, runs=lambda cp: cp <= 8) == 8
+    assert shard_cp(1_000_000, 4, 1, None, sp=False) == 32  # without sequence parallelism only 2 x CP must divide
+
+
+@pytest.mark.parametrize("seq, tp, cp, sp, needle", [
+    (65537, 1, 2, False, "divisible by 2 x CP"),
+    (65538, 4, 1, True, "sequence length (65538) must be divisible by TP (sequence parallel) (4)"),
+    (1_000_000, 4, 32, True, "tokens per CP rank (seq/CP) (31250) must be divisible by TP"),
+])
+def test_sequence_rules_refuse_in_one_line_as_validate_does(seq, tp, cp, sp, needle):
+    why = sequence_refusal(seq, tp, cp, sp)
+    assert needle in why
+    with pytest.raises(MoetuneError, match=re.escape(why)):
+        validate_workload(Layout(world_size=tp * cp, tp=tp, cp=cp, sequence_parallel=sp),
+                          Workload(seq_length=seq, micro_batch_size=1))
 
 
 @pytest.mark.parametrize(("kwargs", "layers", "mtp", "needle"), [

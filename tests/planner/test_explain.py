@@ -3,7 +3,10 @@
 import json
 from dataclasses import replace
 
+import pytest
+
 from moetune.cli.main import main
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
@@ -14,7 +17,7 @@ from moetune.planner.explain import COMPOUND, explain
 from moetune.planner.explain import _scale as explain_scale
 from moetune.planner.fit_steps import FIT_LADDER, smallest_fitting_layout
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import apply_move, move_change, moves, rule_errors
+from moetune.planner.moves import apply_move, findings, move_change, moves, rule_errors
 from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
@@ -301,6 +304,60 @@ def test_long_context_note_follows_the_seeds_own_tp_cp_recipe():
         return [n for n in explain_scale(e)["notes"] if n.startswith("long context")]
     assert notes(4) == []
     assert "here CP8" in notes(2)[0]
+
+
+def _long(model, world, seq, gbs, **layout):
+    return estimate(load_model(model), load_gpu("gb200"), Layout(world_size=world, **layout),
+                    Workload(seq_length=seq, micro_batch_size=1, global_batch_size=gbs),
+                    Knobs(cp_comm_type="auto", recompute="full"))
+
+
+def _cp_advice(e):
+    notes = [n for n in explain_scale(e)["notes"] if n.startswith("long context")]
+    rule = [f for f in findings(e) if f.rule == "longctx.cp_sizing"]
+    return notes, rule
+
+
+def test_cp_advice_names_only_a_cp_estimate_runs():
+    """The 4K-shard CP is taken among the CPs estimate runs for the model: gpt-oss-120b's sinks run CP over a2a alone,
+    at most its 8 KV groups (the picks' TP1 CP8 at 128k on 256 GB200: no CP32 priced with p2p, the note says why CP16
+    does not run); Qwen3-Next-80B-A3B's 16 gated delta-net key heads leave 8 a TP2 rank, so CP8, not CP16."""
+    gpt = _long("gpt-oss-120b", 256, 131072, 256, cp=8, ep=64)
+    notes, rule = _cp_advice(gpt)
+    assert rule == [] and len(notes) == 1 and "here CP" not in notes[0] and "predicts" not in notes[0]
+    assert "no CP above 8 runs on this layout: CP16: no CP exchange runs at CP 16" in notes[0]
+    assert '"CP ~= seq_len / 4096"' in notes[0]  # the seed as it reads; (4096 x TP) is labelled moetune's reading
+    nxt = _long("qwen3-next-80b-a3b", 256, 131072, 256, tp=2, cp=4, pp=4, ep=64)
+    notes, rule = _cp_advice(nxt)
+    assert "here CP8, the nearest power of two estimate runs" in notes[0] and "CP=8." in rule[0].message
+    assert rule[0].fix == {"model.context_parallel_size": 8}
+    assert 'seeds/002: "Start from a 4K shard target: CP ~= seq_len / 4096"' in rule[0].message
+    assert "moetune's reading" in rule[0].message
+    with pytest.raises(MoetuneError, match="linear_num_key_heads per TP rank"):
+        nxt.variant(layout=replace(nxt.layout, cp=16))  # what the advice used to name
+
+
+def test_scale_notes_a_cp_group_leaving_nvlink_and_shards_below_4k_with_what_moetune_predicts():
+    """Qwen3-30B-A3B at 16k on 32 H100, TP4 CP4: two of each rank's three CP peers are on the other node of its
+    16-rank TP x CP group, and the shard is 1,024 tokens, a quarter of the seeds' 4K. Neither is an error: the notes
+    give the exchange's cost and the alternatives moetune weighed (CP kept inside NVLink at TP2; the 4K-shard CP1)."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    wl = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=64)
+    e = estimate(spec, gpu, Layout(world_size=32, tp=4, cp=4, ep=8), wl, Knobs(cp_comm_type="auto"))
+    notes = explain_scale(e)["notes"]
+    out = next(n for n in notes if "outside the NVLink domain (TP4 x CP4" in n)
+    exposed, t = e.time["exposed_collectives"]["cp"], e.time
+    assert out.startswith("2 of CP4's 3 peers sit outside") and f"of which {exposed:.2f} s is exposed" in out
+    assert f"counted in the {t['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU moetune predicts here" in out
+    inside = estimate(spec, gpu, Layout(world_size=32, tp=2, cp=4, ep=8), wl, Knobs(cp_comm_type="auto"))
+    assert f"keeping CP inside the domain, TP2 x CP4 predicts {inside.time['tokens_per_s_per_gpu']:,.0f}" in out
+    shard = next(n for n in notes if n.startswith("long context: 1,024 tokens per TP x CP shard"))
+    assert "1/4 of the seeds' 4K target" in shard and "CP1 here" in shard and "moetune predicts CP1 at" in shard
+    assert not any("is an error" in n for n in notes) and "longctx.cp_sizing" not in {f.rule for f in findings(e)}
+    # TP2 x CP4 fills one 8-GPU node: no CP peer off it; 2,048-token shards still note the 4K target
+    notes = explain_scale(inside)["notes"]
+    assert not any("outside the NVLink domain (TP" in n for n in notes)
+    assert any(n.startswith("long context: 2,048 tokens per TP x CP shard") for n in notes)
 
 
 def test_grace_blackwell_defaults_to_hybridep_whatever_its_nvlink_domain(tmp_path):

@@ -59,3 +59,16 @@ def test_model_architecture_lets_megatron_core_validate_an_overrides_file(capsys
     assert out["config"]["model.num_layers"] == 27 and out["config"]["model.multi_latent_attention"] is True
     main([*args, "--model", "moonlight-16b-a3b", "--set", "model.num_layers=36"])  # the config's own value stands
     assert json.loads(capsys.readouterr().out)["config"]["model.num_layers"] == 36
+
+
+def test_check_with_the_model_advises_a_cp_its_linear_attention_runs(capsys):
+    """Qwen3-Next-80B-A3B at 128k, TP2 CP4 on 256 GB200: the 4K guess is CP16, but its 16 gated delta-net key heads
+    leave 8 a TP2 rank, which CP16 cannot split; with --model the rule takes the estimator's CP, 8."""
+    code = main(["check", "--set", "model.seq_length=131072", "--set", "model.tensor_model_parallel_size=2",
+                 "--set", "model.sequence_parallel=true", "--set", "model.context_parallel_size=4",
+                 "--set", "model.pipeline_model_parallel_size=4", "--set", "model.expert_model_parallel_size=64",
+                 "--set", "model.expert_tensor_parallel_size=1",
+                 "--set", "train.global_batch_size=256", "--set", "train.micro_batch_size=1",
+                 "--gpu", "gb200", "--gpus", "256", "--model", "qwen3-next-80b-a3b", "--no-mcore", "--json"])
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert code in (0, 1) and found["longctx.cp_sizing"]["fix"] == {"model.context_parallel_size": 8}

@@ -3,8 +3,8 @@
 import pytest
 
 from moetune.cli.main import main
-from moetune.layout.validate import Workload
-from moetune.planner.why_none import no_layout_reason
+from moetune.layout.validate import Workload, sequence_refusal
+from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -52,3 +52,26 @@ def test_reason_names_the_missing_cp_exchange(model, world, seq, fixed, expected
     reason = no_layout_reason(load_model(model), H100, world, Workload(seq_length=seq, global_batch_size=64), fixed)
     for text in expected:
         assert text in reason, reason
+
+
+@pytest.mark.parametrize(("seq", "cps", "expected"), [
+    (65537, [1, 2, 4, 8, 16, 32, 64], ["is odd", "every CP > 1", "every TP > 1", "TP1 CP1 alone", "--seq 65536"]),
+    # 24584 = 8 x 3073: CP up to 4, TP x CP up to 8; 24576 = 3 x 2^13 allows CP16 at TP8
+    (24584, [1, 2, 4, 8, 16], ["largest power-of-two factor", "CP above 4", "TP x CP above 8", "--seq 24576"]),
+])
+def test_sequence_note_names_what_the_length_rules_out_and_the_nearest_that_does_not(seq, cps, expected):
+    note = sequence_note(seq, [1, 2, 4, 8], cps)
+    for text in expected:
+        assert text in note, note
+    nearest = int(note.rsplit("--seq ", 1)[1].split()[0])
+    assert all(sequence_refusal(nearest, t, c, t > 1) is None for t in (1, 2, 4, 8) for c in cps)
+    assert sequence_note(65536, [1, 2, 4, 8], cps) is None
+
+
+def test_nothing_fits_on_an_odd_sequence_says_the_sequence_shut_out_tp_and_cp(capsys):
+    """Qwen3-235B-A22B on 256 H100 at seq 65537: only TP1 CP1 layouts are legal and none fits; the line says the odd
+    length is why, and that 65536 allows them (where the plan finds 190k fitting candidates)."""
+    code = main(["plan", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--seq", "65537", "--gbs", "256"])
+    out = capsys.readouterr().out
+    assert code == 1 and "nothing fits: the lightest candidate" in out
+    assert "seq 65,537 is odd, which rules out every CP > 1" in out and "--seq 65536 allows" in out

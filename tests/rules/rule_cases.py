@@ -86,7 +86,11 @@ CASES: dict[str, Case] = {
     "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
                                    "model.expert_tensor_parallel_size=1")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),
-    "longctx.cp_sizing": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=2")),
+    # gpt-oss's shape at 128k: 16K-token shards at CP 8 would be the 4K guess's CP 32, but its sinks run CP over a2a
+    # alone, which its 8 KV groups cap at CP 8: the rule asks for CP 8 (rules/derive.py _cp_sizing)
+    "longctx.cp_sizing": Case(S(MOE, "model.num_attention_heads=64", "model.num_query_groups=8",
+                                "model.softmax_type=learnable", "model.cp_comm_type=a2a", "model.seq_length=131072",
+                                "model.context_parallel_size=2")),
     "longctx.cp_seq_divisible": Case(S(MOE, "model.seq_length=4100", "model.context_parallel_size=4")),
     "longctx.dp_squeezed": Case(S(MOE, "model.seq_length=32768", "model.pipeline_model_parallel_size=8"), "h100", 8),
     "longctx.sdpa_recompute": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16",

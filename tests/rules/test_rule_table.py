@@ -10,7 +10,7 @@ from rule_cases import FIXTURES, RECIPES
 from moetune.configio import load_config
 from moetune.configio.names import PASSTHROUGH, names
 from moetune.errors import MoetuneError
-from moetune.rules import EXTERNAL, derive, load_table
+from moetune.rules import EXTERNAL, derive, evaluate, load_table
 from moetune.rules.table import parse_table
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
@@ -136,3 +136,20 @@ def test_what_bridge_tolerates_megatron_lm_asserts(rule, sets):
         config = load_config(sets=base + [f"cluster.launcher={launcher}"], gpu="h100", gpus=8)
         return next(f.severity for f in evaluate(config) if f.rule == rule)
     assert (severity("bridge"), severity("megatron-lm")) == ("warning", "error")
+
+
+@pytest.mark.parametrize(("sets", "target"), [
+    (("model.seq_length=131072",), 32),  # the 4K guess at TP1
+    # attention sinks: a2a alone, whose head split stops at the 8 KV groups
+    (("model.seq_length=131072", "model.num_attention_heads=64", "model.num_query_groups=8",
+      "model.softmax_type=learnable"), 8),
+    # TP4 with sequence parallelism: 2 x CP32 divides 1,000,000, but TP4 does not divide its 31,250 tokens a CP rank
+    (("model.seq_length=1000000", "model.tensor_model_parallel_size=4", "model.sequence_parallel=true"), 16),
+])
+def test_the_cp_a_config_is_advised_runs_by_its_own_fields(sets, target):
+    config = load_config(sets=("model.num_moe_experts=64", *sets), gpu="gb200", gpus=256)
+    facts = derive(config)
+    assert facts["cp_shard_target"] == target and facts["cp_undersharded"]
+    fired = {f.rule: f for f in evaluate(config)}["longctx.cp_sizing"]
+    assert fired.fix == {"model.context_parallel_size": target}
+    assert f"power of two Megatron runs here is CP={target}." in fired.message

@@ -16,8 +16,10 @@ from moetune.specs.registry import load_model
 from moetune.walls.compute import rates, ring_slowdown
 from moetune.walls.context_parallel import (
     a2a_allows,
+    a2a_cp_limit,
     cp_exchange_exists,
     cp_seconds,
+    exchange_refusal,
     hcp_inner_size,
     layer_cp,
     widths,
@@ -70,6 +72,21 @@ def test_attention_sinks_run_context_parallel_only_over_a2a():
     assert cp_exchange_exists(GPT_OSS, 4, 2, 8, "auto") and cp_exchange_exists(GPT_OSS, 4, 2, 8, "a2a")
     assert not cp_exchange_exists(GPT_OSS, 4, 2, 8, "p2p") and not cp_exchange_exists(GPT_OSS, 8, 2, 8, "auto")
     assert cp_exchange_exists(QWEN235, 8, 4, 8, "p2p") and not cp_exchange_exists(QWEN235, 8, 4, 8, "a2a")
+
+
+def test_auto_names_only_an_exchange_that_runs_and_refuses_where_none_does():
+    """gpt-oss-120b on 256 GB200 at 128k, TP1: auto is a2a up to CP 8 (its 8 KV groups), and at CP 32 no exchange runs
+    (sinks need a2a, a2a needs a KV group per CP rank): one error line, not a p2p price and rule error
+    cp.sinks_need_a2a."""
+    gpu, wl = load_gpu("gb200"), Workload(seq_length=131072, micro_batch_size=1, global_batch_size=256)
+    assert estimate(GPT_OSS, gpu, Layout(world_size=256, cp=8, ep=64), wl, Knobs(cp_comm_type="auto"),
+                    with_time=False).knobs.cp_comm_type == "a2a"
+    assert exchange_refusal(GPT_OSS, 8, 1, 64) is None and exchange_refusal(QWEN235, 32, 1, 64) is None
+    with pytest.raises(MoetuneError, match=r"no CP exchange runs at CP 32 with TP 1: .*cp.sinks_need_a2a.*"
+                                           r"8 KV groups over CP, so CP can be at most 8 here; use --cp 8 or less$"):
+        estimate(GPT_OSS, gpu, Layout(world_size=256, cp=32, ep=64), wl, Knobs(cp_comm_type="auto"))
+    assert "or a smaller --tp" in exchange_refusal(GPT_OSS, 8, 2, 64)  # 4 KV groups a TP2 rank
+    assert a2a_cp_limit(GPT_OSS, 2) == 4 and a2a_cp_limit(QWEN235, 1) == 4 and a2a_cp_limit(DSV3, 2) == 64
 
 
 def _r064(cp_comm_type: str):

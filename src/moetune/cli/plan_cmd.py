@@ -235,6 +235,8 @@ def nothing_fits(result: PlanResult) -> str:
     # not "lower the global batch": the lightest candidate already runs one sequence a micro-batch, and the search
     # has tried every layout of these GPUs
     fix = "add GPUs or shorten the sequence"
+    if result.sequence_note:  # the length itself shut out TP and CP, which would shard the activations
+        fix = f"{result.sequence_note}; or add GPUs"
     if result.lightest_peak_gib is None:
         return fix
     kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
@@ -307,7 +309,8 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
-                               "host_capacity_gib": result.host_capacity_gib}
+                               "host_capacity_gib": result.host_capacity_gib,
+                               "sequence_excludes": result.sequence_note}
     return out
 
 

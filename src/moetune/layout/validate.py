@@ -6,6 +6,7 @@ Megatron-LM's arguments.py checks for the batch.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
@@ -47,10 +48,12 @@ class Workload:
         return self.gbs(layout) // (self.micro_batch_size * layout.dp)
 
 
-# seeds/002 "Start from a 4K shard target": CP ~= seq_len / 4096, rounded to a practical power of two. Under sequence
-# parallelism TP shards the same tokens (and attention by heads), so the shard is seq / (CP x TP): seeds/002's own
-# Qwen3-235B-A22B 128K NVL72 recipe trades CP for TP at TP4 x CP4 ("use TP as another lever on NVL72 systems").
+# seeds/002 "Start from a 4K shard target: a good first guess is CP ~= seq_len / 4096". moetune's reading: under
+# sequence parallelism TP shards the same tokens (and attention by heads), so the shard is seq / (CP x TP) and the
+# guess CP ~= seq_len / (4096 x TP): seeds/002's own Qwen3-235B-A22B 128K NVL72 recipe trades CP for TP at TP4 x CP4
+# ("use TP as another lever on NVL72 systems").
 SHARD_TOKENS = 4096
+SEED_CP_GUESS = "CP ~= seq_len / 4096"  # seeds/002 § Start from a 4K shard target, verbatim
 
 # Where the seeds' long-context guidance starts (seeds/002: "well past the 4K-class regime"; rule longctx.cp_sizing)
 LONG_CONTEXT = 16384
@@ -60,20 +63,26 @@ LONG_SDPA = 65536
 CP_POWERS = tuple(2 ** i for i in range(12))
 
 
-def shard_cp(seq_length: int, tp: int, pp: int = 1, world: int | None = None) -> int:
-    """The power-of-two CP nearest the 4K-shard target seq / (4096 x TP) that Megatron accepts: 2 x CP divides the
-    sequence and, given the world size, TP x CP x PP divides it (ties go to the larger CP)."""
+def shard_cp(seq_length: int, tp: int, pp: int = 1, world: int | None = None,
+             runs: Callable[[int], bool] | None = None, sp: bool | None = None) -> int:
+    """The power-of-two CP nearest the 4K-shard target seq / (4096 x TP) that Megatron accepts (ties go to the larger
+    CP): the sequence rules (2 x CP divides the sequence; with sequence parallelism, on by default at TP > 1, TP
+    divides seq / CP: sequence_refusal), TP x CP x PP divides the world where it is given, and `runs(cp)` where a
+    caller knows the model (walls/context_parallel.cp_runs: every check estimate applies, the CP exchange's
+    included)."""
     target = max(1.0, seq_length / (SHARD_TOKENS * tp))
+    sp = tp > 1 if sp is None else sp
     legal = [c for c in CP_POWERS
-             if c == 1 or (seq_length % (2 * c) == 0 and (world is None or world % (tp * c * pp) == 0))]
+             if c == 1 or (sequence_refusal(seq_length, tp, c, sp) is None
+                           and (world is None or world % (tp * c * pp) == 0) and (runs is None or runs(c)))]
     return min(legal, key=lambda c: (abs(math.log2(c / target)), -c))
 
 
-def undersharded_cp(seq_length: int, tp: int, cp: int, pp: int = 1, world: int | None = None) -> bool:
+def undersharded_cp(seq_length: int, tp: int, cp: int, target: int) -> bool:
     """seeds/002's long-context warning: past LONG_CONTEXT, a TP x CP shard of more than twice the 4K target while
-    the nearest legal CP (shard_cp) is larger than the one chosen (rule longctx.cp_sizing, explain's Scale)."""
-    return (seq_length >= LONG_CONTEXT and seq_length / (cp * tp) > 2 * SHARD_TOKENS
-            and shard_cp(seq_length, tp, pp, world) > cp)
+    the nearest legal CP (`target`, shard_cp's) is larger than the one chosen (rule longctx.cp_sizing, explain's
+    Scale)."""
+    return seq_length >= LONG_CONTEXT and seq_length / (cp * tp) > 2 * SHARD_TOKENS and target > cp
 
 
 def ep_first_sizes(experts: int, ep: int, etp: int) -> tuple[int, int]:
@@ -170,14 +179,23 @@ def validate_workload(layout: Layout, workload: Workload) -> None:
              f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
              f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule); change "
              "--gbs or --mbs, or drop --vpp")
-    if layout.sp:
-        _divides(layout.tp, "TP (sequence parallel)", seq, "sequence length", "change --seq or --tp")
-        if layout.cp > 1:  # sequence parallel splits each CP rank's seq/CP tokens over TP (mappings.py)
-            _divides(layout.tp, "TP (sequence parallel)", seq // layout.cp, "tokens per CP rank (seq/CP)",
-                     "change --seq, --cp or --tp")
-    if layout.cp > 1:
-        _divides(2 * layout.cp, "2 x CP (load-balanced causal CP chunks)", seq, "sequence length",
-                 "change --seq or --cp")
+    why = sequence_refusal(seq, layout.tp, layout.cp, layout.sp)
+    _require(why is None, why or "")
+
+
+def sequence_refusal(seq: int, tp: int, cp: int, sp: bool) -> str | None:
+    """Megatron's sequence rules for TP x CP, one line (None: they hold): with sequence parallelism TP divides the
+    sequence and each CP rank's seq/CP tokens (mappings.py), and 2 x CP divides it (load-balanced causal CP chunks,
+    Megatron Bridge's ConfigContainer.validate)."""
+    if sp and seq % tp:
+        return f"sequence length ({seq}) must be divisible by TP (sequence parallel) ({tp}); change --seq or --tp"
+    if sp and cp > 1 and (seq // cp) % tp:
+        return (f"tokens per CP rank (seq/CP) ({seq // cp}) must be divisible by TP (sequence parallel) ({tp}); "
+                "change --seq, --cp or --tp")
+    if cp > 1 and seq % (2 * cp):
+        return (f"sequence length ({seq}) must be divisible by 2 x CP (load-balanced causal CP chunks) ({2 * cp}); "
+                "change --seq or --cp")
+    return None
 
 
 def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:

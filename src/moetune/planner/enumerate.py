@@ -140,6 +140,15 @@ def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
     return [{"pipeline_layout": fixed["pipeline_layout"]}] if legal else []
 
 
+def tp_cp_sizes(gpu: GpuSpec, world: int, seq: int, fixed: dict) -> tuple[list[int], list[int]]:
+    """The TP and CP sizes the search tries, pins honoured: TP powers of two inside the NVLink domain (tp_choices; one
+    pinned tp_comm_overlap on asks for TP > 1: Megatron Bridge turns it off at TP 1), CP powers of two up to
+    seq/1024."""
+    tps = [fixed["tp"]] if "tp" in fixed else tp_choices(gpu, world)
+    tps = [t for t in tps if t > 1 or fixed.get("tp_comm_overlap") is not True]
+    return tps, [fixed["cp"]] if "cp" in fixed else _pow2(max(1, seq // 1024))
+
+
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,
                       gbs_excluded: set | None = None) -> list[Layout]:
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp, pipeline_layout). The global
@@ -149,9 +158,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     def choice(name, values):
         return [fixed[name]] if name in fixed else values
 
-    # tp_comm_overlap pinned on asks for TP > 1: Megatron Bridge turns it off at TP 1
-    tps = [t for t in choice("tp", tp_choices(gpu, world)) if t > 1 or fixed.get("tp_comm_overlap") is not True]
-    cps = choice("cp", _pow2(max(1, wl.seq_length // 1024)))
+    tps, cps = tp_cp_sizes(gpu, world, wl.seq_length, fixed)
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
     vpps = choice("vpp", list(VPP_CHOICES))
     eps = choice("ep", [e for e in _divisors(spec.num_moe_experts or 1) if world % e == 0])

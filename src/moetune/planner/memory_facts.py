@@ -1,5 +1,6 @@
 """Memory-wall facts for the rule table (rules/derive.py EXTERNAL): does the config fit, and the seeds'
-fit steps (smallest model parallelism that fits, selective recompute) evaluated by the estimator."""
+fit steps (smallest model parallelism that fits, selective recompute) evaluated by the estimator; with them the
+4K-shard CP over the CPs the model runs at (moves.cp_sizing_facts)."""
 
 from dataclasses import replace
 
@@ -7,13 +8,13 @@ from moetune.errors import MoetuneError
 from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields, trained_model
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
-from moetune.planner.moves import first_selective, fits_without_offload
+from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 
 
 def memory_facts(e: Estimate) -> dict:
-    facts = {"fits": e.fits, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes}
+    facts = {"fits": e.fits, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes, **cp_sizing_facts(e)}
     selective = replace(e.knobs, recompute="selective", recompute_modules=first_selective(e))
     facts["fits_with_selective_recompute"] = e.variant(knobs=selective).fits
     if e.knobs.optimizer_offload_fraction > 0 or e.knobs.offload_modules:

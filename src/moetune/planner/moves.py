@@ -9,14 +9,14 @@ from importlib import resources
 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
-from moetune.layout.validate import LONG_SDPA, Workload
+from moetune.layout.validate import LONG_SDPA, Workload, shard_cp, undersharded_cp
 from moetune.planner.config_map import PRECISION, cp_fields, from_config, layout_fields, to_config
 from moetune.planner.defaults import default_dispatcher, platform_defaults
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.pipeline_balance import even_out
 from moetune.rules import derive, evaluate
-from moetune.walls.context_parallel import exchange_text, resolve_auto
+from moetune.walls.context_parallel import cp_runs, exchange_text, resolve_auto
 
 GIB = 1 << 30
 
@@ -87,7 +87,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     that costs an estimate (whether selective recompute fits in place of full, read by the warning
     fit.selective_before_full) is left out with weigh_selective=False."""
     config = to_config(e)
-    derived = derive(config)
+    derived = {**derive(config), **cp_sizing_facts(e)}
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
@@ -98,12 +98,32 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     return found
 
 
+def cp_sizing(e: Estimate) -> tuple[int, bool]:
+    """(the 4K-shard CP, whether the run's CP is below it: rule longctx.cp_sizing) over the CPs this run would run at
+    by estimate's own checks (context_parallel.cp_runs: the model's shapes, the sequence and batch rules, a CP exchange
+    that runs), so the advice never names a CP that estimate refuses."""
+    lay, seq = e.layout, e.workload.seq_length
+    target = shard_cp(seq, lay.tp, lay.pp, lay.world_size, cp_runs(e.model, lay, e.workload, e.gpu), sp=lay.sp)
+    return target, undersharded_cp(seq, lay.tp, lay.cp, target)
+
+
+def cp_sizing_facts(e: Estimate) -> dict:
+    """cp_sizing as the rule table's facts (derived.cp_shard_target, derived.cp_undersharded), which win over the
+    config-only ones (rules/derive.py _cp_sizing)."""
+    target, under = cp_sizing(e)
+    return {"cp_shard_target": target, "cp_undersharded": under}
+
+
 def default_exchange(e: Estimate) -> str | None:
-    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose."""
+    """The CP exchange moetune defaults to on this layout (what `auto` resolves to), whatever the config chose; None
+    without CP, or where no exchange runs (attention sinks past a2a's head split: exchange_refusal)."""
     if e.layout.cp == 1:
         return None
-    auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
-                        e.gpu, e.efficiency)
+    try:
+        auto = resolve_auto(e.model, e.layout, e.workload, replace(e.knobs, cp_comm_type="auto", hcp_a2a_size=None),
+                            e.gpu, e.efficiency)
+    except MoetuneError:
+        return None
     return exchange_text(auto, e.layout.cp)
 
 

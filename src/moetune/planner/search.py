@@ -19,13 +19,13 @@ from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import Workload, interleaves
 from moetune.planner.defaults import platform_defaults
-from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split
+from moetune.planner.enumerate import MBS_CHOICES, enumerate_layouts, knob_grid, pinned_split, tp_cp_sizes
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import bound, cp_weight, preference, within, without_idle_delay_wgrad
 from moetune.planner.resplit import rebalance_best
-from moetune.planner.why_none import no_layout_reason
+from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.batch import batch_host_bytes, batch_memory, batch_step_seconds, time_key
@@ -56,6 +56,8 @@ class PlanResult:
     # the fastest candidate with the optimizer's CPU offload, where the pick recomputes whole layers and it predicts
     # OFFLOAD_NOTE_GAIN more (offload_instead)
     offload_alternative: Estimate | None = None
+    # the TP and CP sizes the sequence length itself ruled out, and the nearest length that allows them (None: none)
+    sequence_note: str | None = None
 
 
 def _candidates(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -272,7 +274,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,
-                      memory_fits=s.memory_fits)
+                      memory_fits=s.memory_fits,
+                      sequence_note=sequence_note(wl.seq_length, *tp_cp_sizes(gpu, world, wl.seq_length, fixed)))
 
 
 def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Workload, grid: list[Knobs],

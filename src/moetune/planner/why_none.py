@@ -10,7 +10,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
-from moetune.layout.validate import Workload, validate_shapes, validate_workload
+from moetune.layout.validate import Workload, sequence_refusal, validate_shapes, validate_workload
 from moetune.planner.enumerate import MBS_CHOICES, bridge_refuses_vpp, enumerate_layouts, splits_for, tp_choices
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -70,6 +70,29 @@ def _gbs_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
     where = f" with {_pins_text(pins)}" if pins else ""  # cp_comm_type among them, when pinned
     return (f"global batch size ({wl.global_batch_size}) is divisible by no DP x micro-batch size{where} (DP "
             f"{', '.join(map(str, dps))}; MBS {', '.join(map(str, mbs))}); choose a GBS one of them divides")
+
+
+def sequence_note(seq: int, tps: list[int], cps: list[int]) -> str | None:
+    """Which of the TP and CP sizes searched (enumerate.tp_cp_sizes, powers of two) the sequence length itself rules
+    out by Megatron's sequence rules (layout/validate.py sequence_refusal: 2 x CP divides the sequence; sequence
+    parallelism, which MoE layers need at TP > 1, splits each CP rank's seq/CP tokens over TP), and the nearest length
+    that allows them all; None where it rules out none. Both rules read the sequence's power-of-two factor alone."""
+    ruled = [(t, c) for t in tps for c in cps if sequence_refusal(seq, t, c, t > 1)]
+    if not ruled:
+        return None
+    two = seq & -seq  # the largest power of two dividing the sequence
+    if two == 1:
+        what = (f"seq {seq:,} is odd, which rules out every CP > 1 (Megatron splits each sequence into 2 x CP chunks) "
+                "and every TP > 1 (sequence parallelism, which MoE layers need with TP, splits it over TP)")
+    else:
+        what = (f"seq {seq:,} has {two} as its largest power-of-two factor, which rules out CP above {two // 2} "
+                f"(Megatron splits each sequence into 2 x CP chunks) and TP x CP above {two} (sequence parallelism, "
+                "which MoE layers need with TP, splits each CP rank's seq/CP tokens over TP)")
+    alone = ": the search had TP1 CP1 alone" if len(ruled) == len(tps) * len(cps) - 1 else ""
+    unit = max(max(2 * c if c > 1 else 1, t * c if t > 1 else 1) for t in tps for c in cps)
+    below = seq // unit * unit
+    nearest = min((n for n in (below, below + unit) if n >= unit), key=lambda n: (abs(n - seq), n))
+    return f"{what}{alone}; --seq {nearest} allows TP up to {max(tps)} with CP up to {max(cps)}"
 
 
 def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict) -> str:

@@ -30,6 +30,9 @@ EXTERNAL = {
     "less_model_parallel_layout": "dict: overrides of that layout",
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",
     "cuda_graph_bytes": "int: CUDA-graph pool bytes already counted by the estimator",
+    # computed here from the config too; the estimator's, over every check the model adds, win
+    "cp_shard_target": "int: the 4K-shard CP among those the model runs at (planner/moves.py cp_sizing)",
+    "cp_undersharded": "bool: the config's CP is below cp_shard_target at long context",
 }
 
 
@@ -110,10 +113,6 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
     d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
-    seq = value(config, "model.seq_length")
-    if seq:
-        d["cp_shard_target"] = shard_cp(int(seq), d["tp"], d["pp"], int(world) if world else None)
-        d["cp_undersharded"] = undersharded_cp(int(seq), d["tp"], d["cp"], d["pp"], int(world) if world else None)
     if world:
         d["world_size"] = world = int(world)
         attn, expert = d["tp"] * d["cp"] * d["pp"], d["etp"] * d["ep"] * d["pp"]
@@ -171,8 +170,28 @@ def _context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1)
                                 if d["cp"] % a == 0 and a2a_splits(heads // d["tp"], groups // d["tp"], a))
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
+    _cp_sizing(config, d)
     if "job_nvlink_domain" in d:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
+
+
+def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
+    """The 4K-shard CP (rule longctx.cp_sizing) over the CPs this config's own fields allow: the sequence rules under
+    its sequence parallelism (a recipe's, on with TP > 1, where it is silent), the world, and with attention sinks
+    a2a's head split (the only exchange they run). The estimator supplies the model's every check on top
+    (planner/moves.py cp_sizing_facts: linear-attention heads, the layer split, the batch)."""
+    seq = value(config, "model.seq_length")
+    if not seq:
+        return
+    world = config.get("cluster.num_gpus")
+    sp = config.get("model.sequence_parallel")
+    tp, heads, groups = d["tp"], d["attn_heads"], d["kv_groups"]
+    runs = None
+    if d["softmax_sinks"] and heads and groups and heads % tp == 0 and groups % tp == 0:
+        runs = lambda cp: bool(a2a_splits(heads // tp, groups // tp, cp))  # noqa: E731
+    d["cp_shard_target"] = shard_cp(int(seq), tp, d["pp"], int(world) if world else None, runs,
+                                    sp=tp > 1 if sp is None else bool(sp))
+    d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"])
 
 
 def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:

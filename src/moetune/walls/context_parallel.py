@@ -14,6 +14,7 @@ Engine runs them, transformer_engine/pytorch/attention/dot_product_attention/con
 Bytes are per TP rank (heads split over TP) for one micro-batch, forward + backward.
 """
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
+from moetune.layout.validate import validate
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
@@ -164,6 +166,51 @@ def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, co
     return bool(legal.get(comm_type, not spec.softmax_sinks))
 
 
+def a2a_cp_limit(spec: ModelSpec, tp: int) -> int:
+    """The largest CP an all-to-all's head split allows at this TP (a2a_splits): the largest size that divides both the
+    heads and the KV groups of a TP rank."""
+    return math.gcd(spec.num_attention_heads // tp, spec.kv_groups // max(tp, 1))
+
+
+def exchange_refusal(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int) -> str | None:
+    """Why no CP exchange runs at this CP and TP, one line (None where `auto` has a legal one: cp_exchange_exists).
+    Only attention sinks leave none: they run CP over a2a alone, whose head split caps CP (rule cp.sinks_need_a2a)."""
+    if cp_exchange_exists(spec, cp, tp, nvlink_domain, "auto"):
+        return None
+    limit = a2a_cp_limit(spec, tp)
+    smaller_tp = " (or a smaller --tp, which leaves more KV groups on each rank)" if tp > 1 else ""
+    return (f"no CP exchange runs at CP {cp} with TP {tp}: {spec.name}'s attention sinks run context parallel only "
+            f"over a2a (Transformer Engine; rule cp.sinks_need_a2a), which splits each TP rank's "
+            f"{spec.num_attention_heads // tp} heads and {spec.kv_groups // tp} KV groups over CP, so CP can be at "
+            f"most {limit} here; use --cp {limit} or less{smaller_tp}")
+
+
+def cp_refusal(spec: ModelSpec, layout, workload, nvlink_domain: int) -> str | None:
+    """Why Megatron refuses this layout, one line, by the checks estimate applies to a CP layout with `auto`
+    (None: it runs): the model's shapes and the workload's sequence and batch rules (layout/validate.py validate;
+    linear-attention heads per TP rank divisible by CP among them), then a CP exchange that runs (exchange_refusal)."""
+    try:
+        validate(spec, layout, workload)
+    except MoetuneError as err:
+        return str(err)
+    return exchange_refusal(spec, layout.cp, layout.tp, nvlink_domain)
+
+
+def refusal_at_cp(spec: ModelSpec, layout, workload, gpu, cp: int) -> str | None:
+    """cp_refusal of this layout at another CP, in the job's NVLink domain (the world refusing it included)."""
+    try:
+        other = replace(layout, cp=cp)
+    except MoetuneError as err:  # the world does not hold it
+        return str(err)
+    return cp_refusal(spec, other, workload, job_gpu(gpu, layout.world_size).nvlink_domain)
+
+
+def cp_runs(spec: ModelSpec, layout, workload, gpu):
+    """cp -> whether this layout runs at that CP instead (refusal_at_cp): what the CP advice (layout/validate.py
+    shard_cp) names only if it holds."""
+    return lambda cp: refusal_at_cp(spec, layout, workload, gpu, cp) is None
+
+
 def _option_cost(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, r: Rates, comm_type: str, attn_total,
                  inner=None) -> tuple:
     """(raw, exposed, attention slowdown, replay) of one exchange: the exchange hides under the attention as its ring's
@@ -188,7 +235,8 @@ def _total_cost(option: tuple, attn_total):
 def auto_choice(spec: ModelSpec, ctx, cp, tp, gpu, eff: dict, r: Rates):
     """Index into AUTO_OPTIONS of the legal exchange that costs least on the representative layer, its exchange left
     exposed plus what its ring's chunked attention calls add: how a plan sets cp_comm_type per layout (the choice
-    barely interacts with the other knobs)."""
+    barely interacts with the other knobs). Where none is legal the index is 0 (p2p): the planner drops those layouts
+    (cp_exchange_exists) and resolve_auto refuses them (exchange_refusal)."""
     kind = representative_kind(spec)
     flops = layer_flops(spec, kind, ctx.tokens, ctx.seq_length, window=kind.window)["core_attn"]
     attn_total = (1 + BWD_ATTN) * flops / tp / attention_rate(spec, ctx.seq_length, None, r)
@@ -243,6 +291,8 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     if knobs.cp_comm_type != "auto":
         return knobs
     gpu = job_gpu(gpu, lay.world_size)
+    if why := exchange_refusal(spec, lay.cp, lay.tp, gpu.nvlink_domain):  # auto names only an exchange that runs
+        raise MoetuneError(why)
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     choice = AUTO_OPTIONS[int(auto_choice(spec, ctx, lay.cp, lay.tp, gpu, eff, r))]
