@@ -7,9 +7,9 @@ import json
 import pytest
 
 from moetune.cli.main import main
-from moetune.planner.calibrate import predict, with_params
+from moetune.planner.calibrate import A2A_KEYS, predict, with_params
 from moetune.planner.runs import published_rows
-from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs
+from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs, user_toml
 from moetune.walls.efficiency import efficiency
 
 # Qwen3-235B-A22B on 256 H100 (three releases of one recipe) and DeepSeek-V3 on 1,024 H100: real configurations
@@ -28,11 +28,11 @@ def _write(path, rows, columns=COLUMNS):
     return str(path)
 
 
-def _as_measured_on(ids, scales, tmp_path):
-    """The published configurations, each 'measured' at what moetune predicts under these multipliers: a cluster
-    whose true constants the fit should find."""
+def _as_measured_on(ids, scales, tmp_path, rows=None):
+    """The published configurations (or `rows`), each 'measured' at what moetune predicts under these multipliers: a
+    cluster whose true constants the fit should find."""
     truth = with_params(efficiency("h100"), scales)
-    rows = [dict(published_rows()[i]) for i in ids]
+    rows = rows or [dict(published_rows()[i]) for i in ids]
     runs = load_user_runs(_write(tmp_path / "cfg.csv", rows))
     for row, run in zip(rows, runs, strict=True):
         row["tokens_per_s_per_gpu"] = f"{predict(run, truth).predicted:.3f}"
@@ -54,6 +54,53 @@ def test_few_runs_move_the_compute_multiplier_only(tmp_path):
     path = _as_measured_on(IDS[:2], {"compute_scale": 0.8, "a2a_scale": 1.0}, tmp_path)
     fitted = fit_user_runs(load_user_runs(path))["h100"]
     assert fitted["a2a_scale"] == 1.0 and fitted["compute_scale"] == pytest.approx(0.8, rel=0.03)
+    assert fitted["a2a_note"].startswith("2 run(s): two multipliers would fit them exactly")
+
+
+def _one_configuration(run_id, batches):
+    """One published configuration run at several global batches: the same mix of compute and all-to-all."""
+    row = published_rows()[run_id]
+    return [{**row, "run_id": f"{run_id}-{gbs}", "global_batch_size": str(gbs)} for gbs in batches]
+
+
+def test_runs_that_hide_the_all_to_all_keep_it_as_shipped(tmp_path, capsys):
+    """Qwen3-30B-A3B on 16 H100 with HybridEP under EP overlap (R103) hides its all-to-all: three batch sizes of it,
+    measured on a cluster at compute 0.8 and all-to-all 0.5, cannot tell the two apart. Fitted together they came out
+    at 1.55 and 0.25 with every run within 0.2%; the all-to-all now stays as shipped and the report says why."""
+    rows = _one_configuration("R103", (512, 1024, 2048))
+    path = _as_measured_on((), {"compute_scale": 0.8, "a2a_scale": 0.5}, tmp_path, rows)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_scale"] == 1.0 and fitted["a2a_keys"] == []
+    assert fitted["a2a_note"].startswith("your runs expose too little all-to-all to fit it: at most 0.")
+    assert fitted["compute_scale"] == pytest.approx(0.8, rel=0.05)
+    for key in A2A_KEYS:
+        assert fitted["constants"][key] == efficiency("h100")[key]
+    out = tmp_path / "eff.toml"
+    assert main(["calibrate", "--runs", path, "--write", str(out)]) == 0
+    assert "all-to-all kept as shipped: your runs expose too little all-to-all" in capsys.readouterr().out
+    assert "a2a_eff" not in out.read_text()
+
+
+def test_runs_with_one_mix_of_compute_and_all_to_all_keep_it_as_shipped(tmp_path):
+    """Qwen3-235B-A22B across 32 nodes with NCCL alltoall (R014) spends over half its step in all-to-all, but three
+    batch sizes of it scale compute and all-to-all together: no pair of multipliers is pinned."""
+    rows = _one_configuration("R014", (4096, 8192, 16384))
+    path = _as_measured_on((), {"compute_scale": 1.3, "a2a_scale": 0.7}, tmp_path, rows)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_scale"] == 1.0 and "too alike to tell the two apart" in fitted["a2a_note"]
+
+
+def test_only_the_dispatchers_the_runs_use_are_refitted(tmp_path):
+    """The recovery runs use NCCL alltoall and DeepEP: HybridEP's efficiency stays as shipped, in the fit and in the
+    written file."""
+    path = _as_measured_on(IDS, {"compute_scale": 1.3, "a2a_scale": 0.7}, tmp_path)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_keys"] == ["a2a_eff_alltoall", "a2a_eff_deepep"] and fitted["a2a_note"] is None
+    shipped = efficiency("h100")
+    assert fitted["constants"]["a2a_eff_hybridep"] == shipped["a2a_eff_hybridep"]
+    assert fitted["constants"]["a2a_eff_alltoall"] == pytest.approx(0.7 * shipped["a2a_eff_alltoall"], rel=0.06)
+    text = user_toml(fit_user_runs(load_user_runs(path)))
+    assert "a2a_eff_alltoall" in text and "a2a_eff_hybridep" not in text
 
 
 def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):

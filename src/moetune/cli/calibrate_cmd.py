@@ -20,7 +20,7 @@ from moetune.planner.calibrate import (
 )
 from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
-from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs, user_toml
+from moetune.planner.user_runs import fit_user_runs, load_user_runs, user_toml
 from moetune.walls.efficiency import efficiency
 
 TFLOPS_ONLY = "tflops-only"
@@ -133,10 +133,9 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
                       f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%", f"{r['fitted']:,.0f}",
                       f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows], justify_right_from=3))
     for gpu, f in fitted.items():
-        moved = "compute and all-to-all" if f["runs"] >= MIN_RUNS_FOR_A2A else \
-            f"compute only (all-to-all too with {MIN_RUNS_FOR_A2A}+ runs)"
-        out.print(f"{gpu}: {f['runs']} run(s), {moved}: compute x {f['compute_scale']:.3f}, all-to-all x "
-                  f"{f['a2a_scale']:.3f} on the shipped constants")
+        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])})" if f["a2a_note"] is None else
+               f"all-to-all kept as shipped: {f['a2a_note']}")
+        out.print(f"{gpu}: {f['runs']} run(s): compute x {f['compute_scale']:.3f}, {a2a}")
         if f["limits"]:
             out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
                       "does not meet them; check those rows (units, GPU count, configuration)")

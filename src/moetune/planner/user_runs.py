@@ -3,20 +3,23 @@
 The published runs fix moetune's constants for the catalog GPUs under the releases they measured; a cluster of one's
 own (another NIC, another container, a tuned kernel) runs faster or slower. A CSV with published_runs.csv's columns,
 one row per measured run, refits the two per-GPU multipliers on the shipped constants (compute: GEMM, FP8 GEMM and
-elementwise rates together; all-to-all: every dispatcher's efficiency together), keeping the constants shared by all
-GPUs (host CPU cost, the fused all-to-all's per-token and per-SM costs) as shipped: a handful of runs cannot pin them.
-With fewer than MIN_RUNS_FOR_A2A runs on a GPU only the compute multiplier moves (two multipliers would fit two runs
-exactly and say nothing). The result is an --efficiency file for estimate, plan and explain.
+elementwise rates together; all-to-all: the efficiencies of the dispatchers the runs use, together), keeping the
+constants shared by all GPUs (host CPU cost, the fused all-to-all's per-token and per-SM costs) as shipped: a handful
+of runs cannot pin them. The all-to-all multiplier moves only where the runs tell it from compute: MIN_RUNS_FOR_A2A
+runs or more (two multipliers would fit two runs exactly and say nothing), enough exposed all-to-all, and a mix of
+compute and all-to-all that differs between runs (a2a_unpinned). The result is an --efficiency file for estimate,
+plan and explain.
 """
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import validate
-from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, refine, with_params
+from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, predict, refine, with_params
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
@@ -24,6 +27,15 @@ from moetune.rules import derive, evaluate
 from moetune.walls.efficiency import efficiency
 
 MIN_RUNS_FOR_A2A = 3
+# The all-to-all multiplier is fitted only where the runs pin it apart from compute (a2a_unpinned). Each run's share
+# of step that scales with either multiplier is measured over a slowdown of SHARE_STEP. Some run must show at least
+# MIN_A2A_SHARE of its step in exposed all-to-all, and the runs' all-to-all shares must differ from a multiple of
+# their compute shares by MIN_A2A_CONTRAST (the norm of the difference): a run measured 3% off moves the fitted
+# multiplier by about 3% / contrast, 20% at this bound. Recovered in the tests with runs of 5-58% all-to-all
+# (contrast 0.9); three runs of one configuration that differ in batch size alone show under 1% and 0.004.
+SHARE_STEP = 1.25
+MIN_A2A_SHARE = 0.05
+MIN_A2A_CONTRAST = 0.15
 SCALE_BOUNDS = (0.25, 4.0)  # multipliers on the shipped constants
 REQUIRED_COLUMNS = (*CONFIG, "tokens_per_s_per_gpu")
 # published_runs.csv columns that hold whole numbers, switches, a choice
@@ -104,33 +116,85 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
     return run
 
 
-def _fit_one(runs: list[Run], base: dict) -> dict[str, float]:
-    """compute_scale (and a2a_scale with enough runs) on `base`: a log grid, then shrinking multiplicative steps."""
-    keys = ("compute_scale", "a2a_scale") if len(runs) >= MIN_RUNS_FOR_A2A else ("compute_scale",)
+def a2a_keys(runs: list[Run]) -> tuple[str, ...]:
+    """The all-to-all efficiencies the runs exercise: their dispatchers' (allgather has none), where EP > 1."""
+    used = {f"a2a_eff_{r.knobs.dispatcher}" for r in runs if r.layout.ep > 1}
+    return tuple(k for k in A2A_KEYS if k in used)
+
+
+def _fit(runs: list[Run], base: dict, keys: tuple[str, ...], *, a2a: bool) -> dict[str, float]:
+    """compute_scale (and a2a_scale when `a2a`) on `base`: a log grid, then shrinking multiplicative steps."""
     grid = np.geomspace(*SCALE_BOUNDS, 13)
-    params = min(({"compute_scale": float(c), "a2a_scale": float(a)} for c in grid
-                  for a in (grid if "a2a_scale" in keys else [1.0])),
-                 key=lambda p: mean_log_error(runs, with_params(base, p)))
-    return refine(params, dict.fromkeys(keys, SCALE_BOUNDS), lambda p: mean_log_error(runs, with_params(base, p)),
-                  steps=(1.2, 1.1, 1.05, 1.025, 1.01))
+    moved = ("compute_scale", "a2a_scale") if a2a else ("compute_scale",)
+
+    def loss(p: dict) -> float:
+        return mean_log_error(runs, with_params(base, p, keys))
+
+    params = min(({"compute_scale": float(c), "a2a_scale": float(a)} for c in grid for a in (grid if a2a else [1.0])),
+                 key=loss)
+    return refine(params, dict.fromkeys(moved, SCALE_BOUNDS), loss, steps=(1.2, 1.1, 1.05, 1.025, 1.01))
 
 
-def fit_user_runs(runs: list[Run]) -> dict[str, dict[str, float]]:
-    """Per GPU of the runs: the multipliers found and the constants they give (on the shipped ones)."""
+def step_shares(run: Run, base: dict, params: dict, keys: tuple[str, ...]) -> tuple[float, float]:
+    """(compute, all-to-all): the share of the run's step that scales with each multiplier, d log(step) / d log
+    (1 / multiplier), over a slowdown of SHARE_STEP (an all-to-all that stays hidden under it counts as none)."""
+    def step(compute: float, a2a: float) -> float:
+        eff = with_params(base, {**params, "compute_scale": params["compute_scale"] / compute,
+                                 "a2a_scale": params["a2a_scale"] / a2a}, keys)
+        return 1 / predict(run, eff).predicted
+
+    at = step(1, 1)
+    return (math.log(step(SHARE_STEP, 1) / at) / math.log(SHARE_STEP),
+            math.log(step(1, SHARE_STEP) / at) / math.log(SHARE_STEP))
+
+
+def a2a_unpinned(runs: list[Run], base: dict, params: dict, keys: tuple[str, ...]) -> str | None:
+    """Why these runs cannot fit the all-to-all multiplier beside the compute one (None: they can). Fitted where
+    they cannot, it trades off against compute along a valley the runs do not see (three runs of one configuration,
+    all-to-all hidden under EP overlap, gave compute x 1.55 and all-to-all x 0.25 for a cluster at 0.8 and 0.5,
+    every run within 0.2%), and the pair predicts wrong wherever the all-to-all shows."""
+    if not keys:
+        return "none of your runs moves tokens by all-to-all (EP 1, or the allgather dispatcher)"
+    if len(runs) < MIN_RUNS_FOR_A2A:
+        return (f"{len(runs)} run(s): two multipliers would fit them exactly and say nothing "
+                f"({MIN_RUNS_FOR_A2A} runs or more fit both)")
+    shares = np.array([step_shares(r, base, params, keys) for r in runs])
+    compute, a2a = shares[:, 0], shares[:, 1]
+    if a2a.max() < MIN_A2A_SHARE:
+        return f"your runs expose too little all-to-all to fit it: at most {100 * a2a.max():.1f}% of their step"
+    # what of the all-to-all shares a compute multiplier cannot mimic: their part orthogonal to the compute shares
+    contrast = float(np.linalg.norm(a2a - compute * (compute @ a2a) / max(compute @ compute, 1e-12)))
+    if contrast < MIN_A2A_CONTRAST:
+        return (f"your runs split their step between compute ({100 * compute.min():.0f}-{100 * compute.max():.0f}%) "
+                f"and all-to-all ({100 * a2a.min():.0f}-{100 * a2a.max():.0f}%) too alike to tell the two apart; "
+                "add a run with another mix (EP size, dispatcher, node count or model)")
+    return None
+
+
+def fit_user_runs(runs: list[Run]) -> dict[str, dict]:
+    """Per GPU of the runs: the multipliers found and the constants they give (on the shipped ones). The all-to-all
+    multiplier moves only where the runs pin it (a2a_unpinned says why not, in `a2a_note`), and only the
+    efficiencies of the dispatchers they use."""
     out = {}
     for gpu in sorted({r.gpu.key for r in runs}):
         mine, base = [r for r in runs if r.gpu.key == gpu], efficiency(gpu)
-        params = _fit_one(mine, base)
-        constants = with_params(base, params)
-        out[gpu] = {**params, "runs": len(mine), "constants": constants, "limits": _limits(params, base, constants)}
+        keys = a2a_keys(mine)
+        params = _fit(mine, base, keys, a2a=False)
+        note = a2a_unpinned(mine, base, params, keys)
+        if note is None:
+            params = _fit(mine, base, keys, a2a=True)
+        constants = with_params(base, params, keys)
+        out[gpu] = {**params, "runs": len(mine), "constants": constants, "a2a_keys": list(keys) if note is None else [],
+                    "a2a_note": note, "limits": _limits(params, base, constants, keys if note is None else ())}
     return out
 
 
-def _limits(params: dict, base: dict, constants: dict) -> list[str]:
+def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> list[str]:
     """The multipliers the fit left at a bound, or whose constants hit their cap (0.95 of a peak or of a link): there
-    the runs ask for more than the model allows, and the refit does not meet them."""
+    the runs ask for more than the model allows, and the refit does not meet them. `a2a`: the all-to-all
+    efficiencies fitted (none: the multiplier stayed at 1)."""
     out = [f"{k} at its bound {params[k]:g}" for k in ("compute_scale", "a2a_scale") if params[k] in SCALE_BOUNDS]
-    scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(A2A_KEYS, params["a2a_scale"])}
+    scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(a2a, params["a2a_scale"])}
     capped = [k for k, f in scale.items() if constants[k] < base[k] * f * (1 - 1e-9)]
     shipped = [k for k in capped if constants[k] <= base[k] * (1 + 1e-9)]  # the shipped value is the cap already
     return out + ([f"capped: {', '.join(capped)}" + (f" ({', '.join(shipped)} shipped at the cap: the published "
@@ -143,7 +207,8 @@ def user_toml(fitted: dict) -> str:
     lines = ["# Written by `moetune calibrate --runs`: the shipped constants refitted to your measured runs.",
              "# Pass it to estimate, plan and explain with --efficiency."]
     for gpu, f in fitted.items():
-        lines.append(f"\n[{gpu}]  # {f['runs']} run(s); compute x {f['compute_scale']:.3f}, "
-                     f"all-to-all x {f['a2a_scale']:.3f} on the shipped constants")
-        lines += [f"{k} = {f['constants'][k]:.4g}" for k in (*COMPUTE_KEYS, *A2A_KEYS)]
+        a2a = f"all-to-all x {f['a2a_scale']:.3f}" if f["a2a_note"] is None else "all-to-all as shipped"
+        lines.append(f"\n[{gpu}]  # {f['runs']} run(s); compute x {f['compute_scale']:.3f}, {a2a} on the shipped "
+                     "constants")
+        lines += [f"{k} = {f['constants'][k]:.4g}" for k in (*COMPUTE_KEYS, *f["a2a_keys"])]
     return "\n".join(lines) + "\n"
