@@ -9,7 +9,7 @@ import pytest
 from moetune.cli.main import main
 from moetune.planner.calibrate import A2A_KEYS, predict, with_params
 from moetune.planner.runs import published_rows
-from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs, user_toml
+from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, by_gpu, fit_user_runs, load_user_runs, sections, user_toml
 from moetune.walls.efficiency import efficiency
 
 # Qwen3-235B-A22B on 256 H100 (three releases of one recipe) and DeepSeek-V3 on 1,024 H100: real configurations
@@ -99,7 +99,8 @@ def test_only_the_dispatchers_the_runs_use_are_refitted(tmp_path):
     shipped = efficiency("h100")
     assert fitted["constants"]["a2a_eff_hybridep"] == shipped["a2a_eff_hybridep"]
     assert fitted["constants"]["a2a_eff_alltoall"] == pytest.approx(0.7 * shipped["a2a_eff_alltoall"], rel=0.06)
-    text = user_toml(fit_user_runs(load_user_runs(path)))
+    runs = load_user_runs(path)
+    text = user_toml(fit_user_runs(runs), sections(by_gpu(runs)))
     assert "a2a_eff_alltoall" in text and "a2a_eff_hybridep" not in text
 
 
@@ -197,3 +198,84 @@ def test_uneven_stage_columns_are_read(tmp_path):
     assert even[0].layout.first_stage_layers is None and uneven[0].layout.first_stage_layers == 3
     shipped = efficiency("h100")
     assert predict(uneven[0], shipped).predicted != pytest.approx(predict(even[0], shipped).predicted, rel=0.01)
+
+
+H800 = """[gpu]
+name = "H800 SXM5"
+arch = "hopper"
+bf16_tflops = 989.4
+fp8_tflops = 1978.9
+fp4_tflops = 0
+memory_gib = 78
+hbm_tbps = 3.35
+nvlink_gbps = 200
+nvlink_domain = 8
+gpus_per_node = 8
+nic_gbps = 400
+host_link_gbps = 64
+gemm_tile = 128
+tdp_w = 700
+"""
+# A GPU of each kind a runs CSV may name: catalog H100, H100 with another NIC (cluster file), another Hopper GPU and
+# an AMD one ([gpu] tables); the last runs on the default priors, under the file's name
+GPU_FILES = {"nic200.toml": 'gpu = "h100"\nnic_gbps = 200\n', "h800.toml": H800,
+             "mi300x.toml": H800.replace('"H800 SXM5"', '"MI300X"').replace('"hopper"', '"cdna3"')}
+# R103's model and layout on NCCL alltoall, eagerly: a configuration every one of them runs
+EAGER = {"dispatcher": "alltoall", "flex_num_sms": "", "ep_overlap": "false", "cuda_graph_scope": ""}
+EAGER_ARGS = ["qwen3-30b-a3b", "--gpus", "16", "--ep", "16", "--seq", "4096", "--gbs", "1024", "--mbs", "1",
+              "--precision", "bf16", "--dispatcher", "alltoall", "--recompute", "none", "--cuda-graph-scope", "none",
+              "--routing", "force-balance", "--mtp-layers", "0", "--bf16-grads"]
+
+
+def _gpu(tmp_path, name):
+    if name not in GPU_FILES:
+        return name
+    path = tmp_path / name
+    path.write_text(GPU_FILES[name])
+    return str(path)
+
+
+def test_each_gpu_file_is_fitted_on_its_own_and_labelled_by_its_name(tmp_path, capsys):
+    """Catalog H100, an H100 with a 200 Gb/s NIC and an H800 were shown as h100, fitted together and written to one
+    [h100] section. Each is now its own GPU, named as given; one file cannot hold them, so --write refuses."""
+    scale = {"h100": 0.8, "nic200.toml": 1.1, "h800.toml": 0.6}
+    rows = []
+    for name, compute in scale.items():
+        row = {**published_rows()["R103"], **EAGER, "run_id": name, "gpu": _gpu(tmp_path, name)}
+        run = load_user_runs(_write(tmp_path / "one.csv", [row]))[0]
+        truth = with_params(efficiency(run.gpu.key), {"compute_scale": compute})
+        rows.append({**row, "tokens_per_s_per_gpu": f"{predict(run, truth).predicted:.3f}"})
+    path = _write(tmp_path / "mine.csv", rows)
+    fitted = fit_user_runs(load_user_runs(path))
+    assert sorted(fitted) == sorted(scale)
+    for name, compute in scale.items():
+        assert fitted[name]["runs"] == 1 and fitted[name]["compute_scale"] == pytest.approx(compute, rel=0.02)
+    assert [fitted[n]["catalog_unchanged"] for n in ("h100", "nic200.toml", "h800.toml")] == [True, False, False]
+    assert main(["calibrate", "--runs", path, "--json"]) == 0
+    assert {r["run_id"]: r["gpu"] for r in json.loads(capsys.readouterr().out)["runs"]} == {n: n for n in scale}
+    assert main(["calibrate", "--runs", path]) == 0
+    assert "to keep them, put each GPU file's runs in a CSV of its own" in capsys.readouterr().out
+    assert main(["calibrate", "--runs", path, "--write", str(tmp_path / "eff.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "--write: your runs are on 3 GPUs" in err and "h800.toml" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "eff.toml").exists()
+
+
+@pytest.mark.parametrize("name", ["h100", *GPU_FILES])
+def test_the_written_file_is_read_back_for_the_same_gpu(name, tmp_path, capsys):
+    """Whatever the GPU, --efficiency takes calibrate's file with the same --gpu, and the estimate moves as the fit
+    did: a catalog GPU's section, otherwise the constants at the top level (an AMD table's section had been named
+    after the file, [mi300x], which --efficiency refused)."""
+    gpu = _gpu(tmp_path, name)
+    row = {**published_rows()["R103"], **EAGER, "gpu": gpu}
+    run = load_user_runs(_write(tmp_path / "one.csv", [row]))[0]
+    truth = with_params(efficiency(run.gpu.key), {"compute_scale": 0.7})
+    row["tokens_per_s_per_gpu"] = f"{predict(run, truth).predicted:.3f}"
+    out = tmp_path / "eff.toml"
+    assert main(["calibrate", "--runs", _write(tmp_path / "mine.csv", [row]), "--write", str(out), "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (f"[{name}]" in out.read_text()) == (name == "h100")
+    assert main(["estimate", *EAGER_ARGS, "--gpu", gpu, "--efficiency", str(out), "--json"]) == 0
+    tokens = json.loads(capsys.readouterr().out)["time"]["tokens_per_s_per_gpu"]
+    assert tokens == pytest.approx(report["fitted"], rel=1e-3)
+    assert report["fitted"] == pytest.approx(report["measured"], rel=0.01)

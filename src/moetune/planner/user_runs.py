@@ -13,6 +13,7 @@ plan and explain.
 
 import csv
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
 from moetune.rules import derive, evaluate
+from moetune.specs.hardware import GpuSpec, catalog
 from moetune.walls.efficiency import efficiency
 
 MIN_RUNS_FOR_A2A = 3
@@ -171,21 +173,66 @@ def a2a_unpinned(runs: list[Run], base: dict, params: dict, keys: tuple[str, ...
     return None
 
 
+def gpu_label(gpu: GpuSpec) -> str:
+    """A run's GPU as the user gave it: the catalog name, or the cluster file's name."""
+    return Path(gpu.source).name if gpu.ref != gpu.key else gpu.key
+
+
+def shipped_of(gpu_key: str) -> str:
+    """Whose shipped constants a GPU runs on: its catalog GPU's, or (another architecture: hardware._family) the
+    priors every GPU starts from."""
+    return f"{gpu_key}'s shipped constants" if gpu_key in catalog() else "the shipped default priors"
+
+
+def catalog_unchanged(gpu: GpuSpec) -> bool:
+    """The catalog GPU of its key with none of its figures changed (a cluster file may give gpu = "h100" alone)."""
+    shipped = catalog().get(gpu.key)
+    return shipped is not None and replace(gpu, source=shipped.source) == shipped
+
+
+def by_gpu(runs: list[Run]) -> dict[str, list[Run]]:
+    """The runs per GPU the user gave, by label. Two cluster files are two GPUs even where both are modelled on H100's
+    constants (gpu.key): another NIC or another GPU runs at its own rates, so each is fitted on its own. A label two
+    files share (two h800.toml in different folders) is their full path."""
+    refs = sorted({r.gpu.ref for r in runs})
+    names = [gpu_label(next(r.gpu for r in runs if r.gpu.ref == ref)) for ref in refs]
+    return {(name if names.count(name) == 1 else ref): [r for r in runs if r.gpu.ref == ref]
+            for ref, name in zip(refs, names, strict=True)}
+
+
+def sections(groups: dict[str, list[Run]]) -> dict[str, str | None]:
+    """Where each GPU's constants go in the written --efficiency file: under its catalog name (every GPU a catalog
+    GPU unchanged), or at the top level (one GPU, a cluster file's: --efficiency reads a section by catalog name
+    only, and [h100] would apply to catalog H100 and to every other file modelled on it). One line naming the GPUs
+    when the runs mix a cluster file's GPU with others."""
+    gpus = {label: rs[0].gpu for label, rs in groups.items()}
+    keys = [g.key for g in gpus.values()]
+    if all(catalog_unchanged(g) for g in gpus.values()) and len(set(keys)) == len(keys):
+        return {label: g.key for label, g in gpus.items()}
+    if len(gpus) == 1:
+        return dict.fromkeys(gpus)
+    raise MoetuneError(f"--write: your runs are on {len(gpus)} GPUs ({', '.join(gpus)}) and an --efficiency file "
+                       "holds one set of constants for a cluster file's GPU (its sections are catalog names, which "
+                       "every file modelled on that GPU shares); put each GPU file's runs in a CSV of its own and "
+                       "calibrate each")
+
+
 def fit_user_runs(runs: list[Run]) -> dict[str, dict]:
-    """Per GPU of the runs: the multipliers found and the constants they give (on the shipped ones). The all-to-all
-    multiplier moves only where the runs pin it (a2a_unpinned says why not, in `a2a_note`), and only the
-    efficiencies of the dispatchers they use."""
+    """Per GPU of the runs (by_gpu): the multipliers found and the constants they give (on the shipped ones of the
+    catalog GPU it is modelled on). The all-to-all multiplier moves only where the runs pin it (a2a_unpinned says why
+    not, in `a2a_note`), and only the efficiencies of the dispatchers they use."""
     out = {}
-    for gpu in sorted({r.gpu.key for r in runs}):
-        mine, base = [r for r in runs if r.gpu.key == gpu], efficiency(gpu)
-        keys = a2a_keys(mine)
+    for label, mine in by_gpu(runs).items():
+        gpu = mine[0].gpu
+        base, keys = efficiency(gpu.key), a2a_keys(mine)
         params = _fit(mine, base, keys, a2a=False)
         note = a2a_unpinned(mine, base, params, keys)
         if note is None:
             params = _fit(mine, base, keys, a2a=True)
         constants = with_params(base, params, keys)
-        out[gpu] = {**params, "runs": len(mine), "constants": constants, "a2a_keys": list(keys) if note is None else [],
-                    "a2a_note": note, "limits": _limits(params, base, constants, keys if note is None else ())}
+        out[label] = {**params, "gpu": gpu.ref, "gpu_key": gpu.key, "catalog_unchanged": catalog_unchanged(gpu),
+                      "runs": len(mine), "constants": constants, "a2a_keys": list(keys) if note is None else [],
+                      "a2a_note": note, "limits": _limits(params, base, constants, keys if note is None else ())}
     return out
 
 
@@ -202,13 +249,18 @@ def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> 
                   if capped else [])
 
 
-def user_toml(fitted: dict) -> str:
-    """The fitted constants as an --efficiency file: one section per GPU."""
+def user_toml(fitted: dict, where: dict[str, str | None]) -> str:
+    """The fitted constants as an --efficiency file, each GPU's under the section `where` names (sections; None: at
+    the top level)."""
     lines = ["# Written by `moetune calibrate --runs`: the shipped constants refitted to your measured runs.",
              "# Pass it to estimate, plan and explain with --efficiency."]
-    for gpu, f in fitted.items():
+    for label, f in fitted.items():
         a2a = f"all-to-all x {f['a2a_scale']:.3f}" if f["a2a_note"] is None else "all-to-all as shipped"
-        lines.append(f"\n[{gpu}]  # {f['runs']} run(s); compute x {f['compute_scale']:.3f}, {a2a} on the shipped "
-                     "constants")
+        what = f"{f['runs']} run(s) on {label}; compute x {f['compute_scale']:.3f}, {a2a} on {shipped_of(f['gpu_key'])}"
+        if where[label] is None:
+            lines.append(f"\n# Top level, for --gpu {f['gpu']}: {what}. They apply to whatever --gpu this file is "
+                         "passed with.")
+        else:
+            lines.append(f"\n[{where[label]}]  # {what}")
         lines += [f"{k} = {f['constants'][k]:.4g}" for k in (*COMPUTE_KEYS, *f["a2a_keys"])]
     return "\n".join(lines) + "\n"
