@@ -6,7 +6,7 @@ import re
 import click
 
 from moetune.errors import MoetuneError
-from moetune.files import read_toml
+from moetune.files import FileTable, read_toml
 from moetune.layout.knobs import (
     CP_COMM_TYPES,
     CUDA_GRAPH_SCOPES,
@@ -279,8 +279,12 @@ def scope_words(text: str, flag: str) -> tuple[str, ...]:
 
 
 def load_overheads(path: str | None) -> dict | None:
+    """The user's --overheads figures, checked; they remember their file (results record it)."""
     from moetune.walls.memory import check_overheads
-    return check_overheads(read_toml(path, "--overheads"), f"--overheads {path}") if path else None
+    if not path:
+        return None
+    where = f"--overheads {path}"
+    return FileTable(check_overheads(read_toml(path, "--overheads"), where), where, path)
 
 
 def with_mtp(spec, depth: int | None):
