@@ -279,3 +279,35 @@ def test_the_written_file_is_read_back_for_the_same_gpu(name, tmp_path, capsys):
     tokens = json.loads(capsys.readouterr().out)["time"]["tokens_per_s_per_gpu"]
     assert tokens == pytest.approx(report["fitted"], rel=1e-3)
     assert report["fitted"] == pytest.approx(report["measured"], rel=0.01)
+
+
+def test_a_relative_gpu_file_is_read_from_the_csvs_folder(tmp_path, monkeypatch):
+    """A CSV and its GPU files travel together: ../gpus/h800.toml is found from wherever calibrate runs."""
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "h800.toml").write_text(H800)
+    (tmp_path / "runs").mkdir()
+    path = _write(tmp_path / "runs" / "mine.csv", [{**published_rows()["R103"], **EAGER, "gpu": "../gpus/h800.toml"}])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    (run,) = load_user_runs(path)
+    assert run.gpu.name == "H800 SXM5" and run.gpu.nvlink_gbps == 200
+    assert list(fit_user_runs([run])) == ["h800.toml"]
+
+
+def test_a_directory_is_named_as_one(tmp_path, capsys):
+    assert main(["calibrate", "--runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--runs {tmp_path}: is a directory; pass the CSV file of your runs" in err
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"ep": "24"}, "covers every rank; change ep/etp/pp"),
+    ({"tp": "3", "num_gpus": "48"}, "choose a tp that divides it"),
+])
+def test_a_layout_error_names_the_csv_columns_not_estimates_flags(edit, needle, tmp_path, capsys):
+    path = _write(tmp_path / "bad.csv", [{**published_rows()["R103"], **edit}],
+                  (*COLUMNS, "flex_num_sms", "mtp"))
+    assert main(["calibrate", "--runs", path]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "--ep" not in err and "--tp" not in err

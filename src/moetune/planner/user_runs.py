@@ -13,6 +13,7 @@ plan and explain.
 
 import csv
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,8 +53,10 @@ def load_user_runs(path: str) -> list[Run]:
     """The rows of a user's CSV as runs; one error line naming the file, line and column for anything wrong."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column name
-    except (FileNotFoundError, IsADirectoryError):
+    except FileNotFoundError:
         raise MoetuneError(f"--runs {path}: no such file") from None
+    except IsADirectoryError:
+        raise MoetuneError(f"--runs {path}: is a directory; pass the CSV file of your runs") from None
     except UnicodeDecodeError:
         raise MoetuneError(f"--runs {path}: not UTF-8 text; save it as CSV (UTF-8)") from None
     reader = csv.DictReader(text.splitlines())
@@ -108,14 +111,37 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
         raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}")
     full = {c: (row.get(c) or "").strip() for c in known}
     full["run_id"] = full["run_id"] or f"line {line}"
+    full["gpu"] = _gpu_cell(full["gpu"], Path(path).parent)
     try:
         _check_cells(full)
         run = run_from_row(full)
         validate(run.model, run.layout, run.workload)
         _runnable(run)
     except (MoetuneError, ValueError) as err:
-        raise MoetuneError(f"--runs {path} line {line}: {err}") from None
+        raise MoetuneError(f"--runs {path} line {line}: {column_words(str(err))}") from None
     return run
+
+
+def _gpu_cell(gpu: str, folder: Path) -> str:
+    """A catalog name, or a cluster file's path, relative to the CSV's folder as a spreadsheet's links are (the
+    CSV and its GPU files travel together; the directory calibrate runs from is an accident)."""
+    if gpu.lower() in catalog() or Path(gpu).is_absolute():
+        return gpu
+    return str(folder / gpu)
+
+
+# estimate's flags, as a runs CSV names them: the layout checks word their fixes for the command line
+FLAG_COLUMNS = {"--gpus": "num_gpus", "--seq": "seq_length", "--gbs": "global_batch_size", "--mbs": "micro_batch_size",
+                "--mtp-layers": "mtp", "--mtp-num-layers": "mtp"}
+
+
+def column_words(message: str) -> str:
+    """An error worded for estimate's flags, with the CSV's column names instead (a flag no column sets stays)."""
+    def column(match: re.Match) -> str:
+        flag = match.group(0)
+        name = FLAG_COLUMNS.get(flag, flag[2:].replace("-", "_"))
+        return name if name in columns() else flag
+    return re.sub(r"--[a-z0-9-]+", column, message)
 
 
 def a2a_keys(runs: list[Run]) -> tuple[str, ...]:
