@@ -83,6 +83,9 @@ def print_time(result: Estimate) -> None:
         scope = ",".join(result.knobs.cuda_graph_scope) or "none"
         if list(result.knobs.cuda_graph_scope) != platform_defaults(result.gpu)["cuda_graph_scope"]:
             scope += " (the platform's scoped graphs less what Megatron refuses beside this recompute)"
-        shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms}
+        precision = result.knobs.precision
+        if precision != platform_defaults(result.gpu)["precision"]:  # defaults.default_precision
+            precision += f" (the GPU has no {platform_defaults(result.gpu)['precision']} Tensor Core rate)"
+        shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms, "precision": precision}
         out.print("defaulted to platform values: " + ", ".join(
             f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in result.defaulted))

@@ -22,7 +22,7 @@ from moetune.layout.knobs import (
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import default_dispatcher, platform_defaults
+from moetune.planner.defaults import default_dispatcher, default_precision, platform_defaults
 from moetune.specs.hardware import GpuSpec
 
 
@@ -236,7 +236,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         defaulted.append(name)
         return fallback
 
-    precision = pick("precision", kw["precision"], defaults["precision"])
+    precision = pick("precision", kw["precision"], default_precision(gpu))
     dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
