@@ -25,6 +25,16 @@ def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tupl
         raise MoetuneError(f"{what} {path}: nests its values too deeply to read{'; ' + hint if hint else ''}") from None
 
 
+class FileTable(dict):
+    """A user file's table that remembers the file: a check made later, against the shipped values of the GPU it is
+    used with, names it (`where`, e.g. "--efficiency mine.toml"), and results record it (`path`, absolute: a saved
+    plan read from elsewhere still names it; None where no file is known)."""
+
+    def __init__(self, table: dict, where: str, path: str | Path | None = None) -> None:
+        super().__init__(table)
+        self.where, self.path = where, str(Path(path).resolve()) if path else None
+
+
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     return _read(path, what, tomllib.loads, (tomllib.TOMLDecodeError,), "TOML", "")
 

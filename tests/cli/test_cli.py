@@ -815,3 +815,18 @@ def test_a_hand_edited_saved_knob_is_refused_by_name(field, value, needle, tmp_p
     path.write_text(json.dumps(data))
     code, _, err = run(["emit", str(path)], capsys)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_estimate_defaults_to_bf16_on_a_gpu_without_fp8(tmp_path, capsys):
+    """A cluster file with fp8_tflops = 0: the platform's FP8 recipe cannot run, so estimate defaults to BF16 (as
+    plan searches there) and says it defaulted, where it had refused with "use --precision bf16"."""
+    gpu = tmp_path / "nofp8.toml"
+    gpu.write_text('gpu = "h100"\nfp8_tflops = 0\n')
+    args = ["estimate", "qwen3-30b-a3b", "--gpu", str(gpu), "--gpus", "16", "--ep", "16"]
+    code, out, _ = run([*args, "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["knobs"]["precision"] == "bf16" and "precision" in data["defaulted"]
+    code, out, _ = run(args, capsys)
+    assert "precision=bf16 (the GPU has no fp8-blockwise Tensor Core rate)" in out
+    code, _, err = run([*args, "--precision", "fp8-current"], capsys)
+    assert code == 2 and "has no fp8-current Tensor Core rate" in err

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from moetune.cli.main import main
-from moetune.planner.calibrate import predict, with_params
+from moetune.planner.calibrate import A2A_KEYS, predict, with_params
 from moetune.planner.runs import published_rows
-from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs
+from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, by_gpu, fit_user_runs, load_user_runs, sections, user_toml
 from moetune.walls.efficiency import efficiency
 
 # Qwen3-235B-A22B on 256 H100 (three releases of one recipe) and DeepSeek-V3 on 1,024 H100: real configurations
@@ -28,11 +28,11 @@ def _write(path, rows, columns=COLUMNS):
     return str(path)
 
 
-def _as_measured_on(ids, scales, tmp_path):
-    """The published configurations, each 'measured' at what moetune predicts under these multipliers: a cluster
-    whose true constants the fit should find."""
+def _as_measured_on(ids, scales, tmp_path, rows=None):
+    """The published configurations (or `rows`), each 'measured' at what moetune predicts under these multipliers: a
+    cluster whose true constants the fit should find."""
     truth = with_params(efficiency("h100"), scales)
-    rows = [dict(published_rows()[i]) for i in ids]
+    rows = rows or [dict(published_rows()[i]) for i in ids]
     runs = load_user_runs(_write(tmp_path / "cfg.csv", rows))
     for row, run in zip(rows, runs, strict=True):
         row["tokens_per_s_per_gpu"] = f"{predict(run, truth).predicted:.3f}"
@@ -54,6 +54,54 @@ def test_few_runs_move_the_compute_multiplier_only(tmp_path):
     path = _as_measured_on(IDS[:2], {"compute_scale": 0.8, "a2a_scale": 1.0}, tmp_path)
     fitted = fit_user_runs(load_user_runs(path))["h100"]
     assert fitted["a2a_scale"] == 1.0 and fitted["compute_scale"] == pytest.approx(0.8, rel=0.03)
+    assert fitted["a2a_note"].startswith("2 run(s): two multipliers would fit them exactly")
+
+
+def _one_configuration(run_id, batches):
+    """One published configuration run at several global batches: the same mix of compute and all-to-all."""
+    row = published_rows()[run_id]
+    return [{**row, "run_id": f"{run_id}-{gbs}", "global_batch_size": str(gbs)} for gbs in batches]
+
+
+def test_runs_that_hide_the_all_to_all_keep_it_as_shipped(tmp_path, capsys):
+    """Qwen3-30B-A3B on 16 H100 with HybridEP under EP overlap (R103) hides its all-to-all: three batch sizes of it,
+    measured on a cluster at compute 0.8 and all-to-all 0.5, cannot tell the two apart. Fitted together they came out
+    at 1.55 and 0.25 with every run within 0.2%; the all-to-all now stays as shipped and the report says why."""
+    rows = _one_configuration("R103", (512, 1024, 2048))
+    path = _as_measured_on((), {"compute_scale": 0.8, "a2a_scale": 0.5}, tmp_path, rows)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_scale"] == 1.0 and fitted["a2a_keys"] == []
+    assert fitted["a2a_note"].startswith("your runs expose too little all-to-all to fit it: at most 0.")
+    assert fitted["compute_scale"] == pytest.approx(0.8, rel=0.05)
+    for key in A2A_KEYS:
+        assert fitted["constants"][key] == efficiency("h100")[key]
+    out = tmp_path / "eff.toml"
+    assert main(["calibrate", "--runs", path, "--write", str(out)]) == 0
+    assert "all-to-all kept as shipped: your runs expose too little all-to-all" in capsys.readouterr().out
+    assert "a2a_eff" not in out.read_text()
+
+
+def test_runs_with_one_mix_of_compute_and_all_to_all_keep_it_as_shipped(tmp_path):
+    """Qwen3-235B-A22B across 32 nodes with NCCL alltoall (R014) spends over half its step in all-to-all, but three
+    batch sizes of it scale compute and all-to-all together: no pair of multipliers is pinned."""
+    rows = _one_configuration("R014", (4096, 8192, 16384))
+    path = _as_measured_on((), {"compute_scale": 1.3, "a2a_scale": 0.7}, tmp_path, rows)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_scale"] == 1.0 and "too alike to tell the two apart" in fitted["a2a_note"]
+
+
+def test_only_the_dispatchers_the_runs_use_are_refitted(tmp_path):
+    """The recovery runs use NCCL alltoall and DeepEP: HybridEP's efficiency stays as shipped, in the fit and in the
+    written file."""
+    path = _as_measured_on(IDS, {"compute_scale": 1.3, "a2a_scale": 0.7}, tmp_path)
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_keys"] == ["a2a_eff_alltoall", "a2a_eff_deepep"] and fitted["a2a_note"] is None
+    shipped = efficiency("h100")
+    assert fitted["constants"]["a2a_eff_hybridep"] == shipped["a2a_eff_hybridep"]
+    assert fitted["constants"]["a2a_eff_alltoall"] == pytest.approx(0.7 * shipped["a2a_eff_alltoall"], rel=0.06)
+    runs = load_user_runs(path)
+    text = user_toml(fit_user_runs(runs), sections(by_gpu(runs)))
+    assert "a2a_eff_alltoall" in text and "a2a_eff_hybridep" not in text
 
 
 def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):
@@ -150,3 +198,116 @@ def test_uneven_stage_columns_are_read(tmp_path):
     assert even[0].layout.first_stage_layers is None and uneven[0].layout.first_stage_layers == 3
     shipped = efficiency("h100")
     assert predict(uneven[0], shipped).predicted != pytest.approx(predict(even[0], shipped).predicted, rel=0.01)
+
+
+H800 = """[gpu]
+name = "H800 SXM5"
+arch = "hopper"
+bf16_tflops = 989.4
+fp8_tflops = 1978.9
+fp4_tflops = 0
+memory_gib = 78
+hbm_tbps = 3.35
+nvlink_gbps = 200
+nvlink_domain = 8
+gpus_per_node = 8
+nic_gbps = 400
+host_link_gbps = 64
+gemm_tile = 128
+tdp_w = 700
+"""
+# A GPU of each kind a runs CSV may name: catalog H100, H100 with another NIC (cluster file), another Hopper GPU and
+# an AMD one ([gpu] tables); the last runs on the default priors, under the file's name
+GPU_FILES = {"nic200.toml": 'gpu = "h100"\nnic_gbps = 200\n', "h800.toml": H800,
+             "mi300x.toml": H800.replace('"H800 SXM5"', '"MI300X"').replace('"hopper"', '"cdna3"')}
+# R103's model and layout on NCCL alltoall, eagerly: a configuration every one of them runs
+EAGER = {"dispatcher": "alltoall", "flex_num_sms": "", "ep_overlap": "false", "cuda_graph_scope": ""}
+EAGER_ARGS = ["qwen3-30b-a3b", "--gpus", "16", "--ep", "16", "--seq", "4096", "--gbs", "1024", "--mbs", "1",
+              "--precision", "bf16", "--dispatcher", "alltoall", "--recompute", "none", "--cuda-graph-scope", "none",
+              "--routing", "force-balance", "--mtp-layers", "0", "--bf16-grads"]
+
+
+def _gpu(tmp_path, name):
+    if name not in GPU_FILES:
+        return name
+    path = tmp_path / name
+    path.write_text(GPU_FILES[name])
+    return str(path)
+
+
+def test_each_gpu_file_is_fitted_on_its_own_and_labelled_by_its_name(tmp_path, capsys):
+    """Catalog H100, an H100 with a 200 Gb/s NIC and an H800 were shown as h100, fitted together and written to one
+    [h100] section. Each is now its own GPU, named as given; one file cannot hold them, so --write refuses."""
+    scale = {"h100": 0.8, "nic200.toml": 1.1, "h800.toml": 0.6}
+    rows = []
+    for name, compute in scale.items():
+        row = {**published_rows()["R103"], **EAGER, "run_id": name, "gpu": _gpu(tmp_path, name)}
+        run = load_user_runs(_write(tmp_path / "one.csv", [row]))[0]
+        truth = with_params(efficiency(run.gpu.key), {"compute_scale": compute})
+        rows.append({**row, "tokens_per_s_per_gpu": f"{predict(run, truth).predicted:.3f}"})
+    path = _write(tmp_path / "mine.csv", rows)
+    fitted = fit_user_runs(load_user_runs(path))
+    assert sorted(fitted) == sorted(scale)
+    for name, compute in scale.items():
+        assert fitted[name]["runs"] == 1 and fitted[name]["compute_scale"] == pytest.approx(compute, rel=0.02)
+    assert [fitted[n]["catalog_unchanged"] for n in ("h100", "nic200.toml", "h800.toml")] == [True, False, False]
+    assert main(["calibrate", "--runs", path, "--json"]) == 0
+    assert {r["run_id"]: r["gpu"] for r in json.loads(capsys.readouterr().out)["runs"]} == {n: n for n in scale}
+    assert main(["calibrate", "--runs", path]) == 0
+    assert "to keep them, put each GPU file's runs in a CSV of its own" in capsys.readouterr().out
+    assert main(["calibrate", "--runs", path, "--write", str(tmp_path / "eff.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "--write: your runs are on 3 GPUs" in err and "h800.toml" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "eff.toml").exists()
+
+
+@pytest.mark.parametrize("name", ["h100", *GPU_FILES])
+def test_the_written_file_is_read_back_for_the_same_gpu(name, tmp_path, capsys):
+    """Whatever the GPU, --efficiency takes calibrate's file with the same --gpu, and the estimate moves as the fit
+    did: a catalog GPU's section, otherwise the constants at the top level (an AMD table's section had been named
+    after the file, [mi300x], which --efficiency refused)."""
+    gpu = _gpu(tmp_path, name)
+    row = {**published_rows()["R103"], **EAGER, "gpu": gpu}
+    run = load_user_runs(_write(tmp_path / "one.csv", [row]))[0]
+    truth = with_params(efficiency(run.gpu.key), {"compute_scale": 0.7})
+    row["tokens_per_s_per_gpu"] = f"{predict(run, truth).predicted:.3f}"
+    out = tmp_path / "eff.toml"
+    assert main(["calibrate", "--runs", _write(tmp_path / "mine.csv", [row]), "--write", str(out), "--json"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (f"[{name}]" in out.read_text()) == (name == "h100")
+    assert main(["estimate", *EAGER_ARGS, "--gpu", gpu, "--efficiency", str(out), "--json"]) == 0
+    tokens = json.loads(capsys.readouterr().out)["time"]["tokens_per_s_per_gpu"]
+    assert tokens == pytest.approx(report["fitted"], rel=1e-3)
+    assert report["fitted"] == pytest.approx(report["measured"], rel=0.01)
+
+
+def test_a_relative_gpu_file_is_read_from_the_csvs_folder(tmp_path, monkeypatch):
+    """A CSV and its GPU files travel together: ../gpus/h800.toml is found from wherever calibrate runs."""
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "h800.toml").write_text(H800)
+    (tmp_path / "runs").mkdir()
+    path = _write(tmp_path / "runs" / "mine.csv", [{**published_rows()["R103"], **EAGER, "gpu": "../gpus/h800.toml"}])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    (run,) = load_user_runs(path)
+    assert run.gpu.name == "H800 SXM5" and run.gpu.nvlink_gbps == 200
+    assert list(fit_user_runs([run])) == ["h800.toml"]
+
+
+def test_a_directory_is_named_as_one(tmp_path, capsys):
+    assert main(["calibrate", "--runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--runs {tmp_path}: is a directory; pass the CSV file of your runs" in err
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"ep": "24"}, "covers every rank; change ep/etp/pp"),
+    ({"tp": "3", "num_gpus": "48"}, "choose a tp that divides it"),
+])
+def test_a_layout_error_names_the_csv_columns_not_estimates_flags(edit, needle, tmp_path, capsys):
+    path = _write(tmp_path / "bad.csv", [{**published_rows()["R103"], **edit}],
+                  (*COLUMNS, "flex_num_sms", "mtp"))
+    assert main(["calibrate", "--runs", path]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "--ep" not in err and "--tp" not in err

@@ -7,6 +7,7 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.specs.hardware import catalog, load_gpu
+from moetune.walls.efficiency import efficiency
 
 CSV_ROWS = {"a100": "A100 80GB SXM4", "h100": "H100 SXM5", "h200": "H200 SXM", "b200": "B200 (HGX B200)",
             "gb200": "GB200 (NVL72)", "gb300": "GB300 (NVL72)"}
@@ -59,6 +60,15 @@ def test_a_described_gpu_is_modelled_as_its_architectures_catalog_gpu_whatever_t
     (tmp_path / "bw.toml").write_text(TABLE.replace('"hopper"', '"blackwell"').replace("nvlink_domain = 4",
                                                                                        "nvlink_domain = 72"))
     assert load_gpu(str(tmp_path / "bw.toml")).key == "gb200"
+
+
+def test_another_architecture_in_a_file_named_as_a_catalog_gpu_runs_on_the_priors(tmp_path):
+    """An AMD GPU's table in h100.toml is not an H100: not H100's fitted constants, not its track record."""
+    (tmp_path / "h100.toml").write_text(TABLE.replace('"hopper"', '"cdna3"'))
+    gpu = load_gpu(str(tmp_path / "h100.toml"))
+    assert gpu.key == "h100-cdna3" and efficiency(gpu.key) == efficiency("default", priors_only=True)
+    (tmp_path / "mi300x.toml").write_text(TABLE.replace('"hopper"', '"cdna3"'))
+    assert load_gpu(str(tmp_path / "mi300x.toml")).key == "mi300x"
 
 
 @pytest.mark.parametrize("text, needle", [

@@ -28,7 +28,9 @@ def test_user_values_override_the_gpu_section():
     ({"warp_eff": 0.5}, "unknown constant(s) warp_eff"),
     ({"a2a_eff_deepep": 0}, "a2a_eff_deepep = 0 must be a number in [0.001, 1e+06]"),
     ({"rate_fp8_blockwise": 0}, "rate_fp8_blockwise = 0 must be a number in [0.001, 1e+06]"),  # a rate divides
-    ({"h100": {"a2a_eff_deepep": 1.3}}, "a2a_eff_deepep = 1.3 times the link's 0.8"),
+    ({"h100": {"a2a_eff_deepep": 1.3}}, "a2a_eff_deepep = 1.3 (yours) times nic_eff = 0.8 (shipped for h100; "
+                                         "the larger link efficiency) is 1.04 of the link, over 1; set "
+                                         "a2a_eff_deepep <= 1.25 beside nic_eff"),
 ])
 def test_bad_values_are_one_error(user, message):
     with pytest.raises(MoetuneError, match=re.escape(message)):
@@ -67,3 +69,36 @@ def test_other_gpus_sections_are_legal_and_apply_to_their_gpu(tmp_path):
     path.write_text("[gb200]\ngemm_eff = 0.5\n[h100]\nnic_eff = 0.5\n")
     user = load_efficiency_file(str(path))
     assert efficiency("gb200", user)["gemm_eff"] == 0.5 and efficiency("h100", user)["gemm_eff"] != 0.5
+
+
+def test_a_link_efficiency_that_the_shipped_all_to_all_passes_names_the_file_and_the_fix(tmp_path):
+    """nvlink_eff = 0.9 alone is refused on H100, whose shipped DeepEP/HybridEP efficiency (1.187) sits at 0.95 of a
+    0.8 link: the message names the file, says the all-to-all value is the shipped one, and gives the largest the
+    user may set beside it; set, the file is taken."""
+    path = tmp_path / "nvlink.toml"
+    path.write_text("nvlink_eff = 0.9\n")
+    with pytest.raises(MoetuneError) as err:
+        efficiency("h100", load_efficiency_file(str(path)))
+    assert str(err.value) == (f"--efficiency {path}: a2a_eff_deepep = 1.187 (shipped for h100) times nvlink_eff = 0.9 "
+                              "(yours; the larger link efficiency) is 1.07 of the link, over 1; set a2a_eff_deepep "
+                              "<= 1.111, a2a_eff_hybridep <= 1.111 beside nvlink_eff in the file")
+    path.write_text("nvlink_eff = 0.9\na2a_eff_deepep = 1.111\na2a_eff_hybridep = 1.111\n")
+    assert efficiency("h100", load_efficiency_file(str(path)))["a2a_eff_deepep"] == 1.111
+
+
+@pytest.mark.parametrize(("user", "message"), [
+    # 5x the FP8 peak: fp8_gemm_eff x rate is the share of the FP8 peak a recipe's GEMMs run at
+    ({"fp8_gemm_eff": 1.0, "rate_fp8_current": 5},
+     "fp8_gemm_eff = 1 (yours) x rate_fp8_current = 5 (yours) = 5 puts fp8-current GEMMs at 5x the FP8 peak"),
+    ({"rate_mxfp8": 3.1}, "fp8_gemm_eff = 0.3248 (shipped for h100) x rate_mxfp8 = 3.1 (yours) = 1.01"),
+    # NVFP4 may pass the FP8 peak, up to the largest FP4 peak of the catalog (GB300: 3x its FP8 peak)
+    ({"fp8_gemm_eff": 0.5, "rate_nvfp4": 6.1}, "past the FP4 peak (at most 3x the FP8 peak on a catalog GPU)"),
+])
+def test_a_recipe_rate_past_its_peak_is_refused(user, message):
+    with pytest.raises(MoetuneError, match=re.escape(message)):
+        efficiency("h100", user)
+
+
+def test_a_recipe_rate_at_its_peak_is_taken():
+    assert efficiency("h100", {"fp8_gemm_eff": 0.5, "rate_fp8_current": 2.0})["rate_fp8_current"] == 2.0
+    assert efficiency("gb300", {"fp8_gemm_eff": 0.5, "rate_nvfp4": 6.0})["rate_nvfp4"] == 6.0

@@ -20,7 +20,7 @@ from moetune.planner.calibrate import (
 )
 from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
-from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, fit_user_runs, load_user_runs, user_toml
+from moetune.planner.user_runs import by_gpu, fit_user_runs, load_user_runs, sections, shipped_of, user_toml
 from moetune.walls.efficiency import efficiency
 
 TFLOPS_ONLY = "tflops-only"
@@ -117,14 +117,17 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool) -> Non
 def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> None:
     """Refit the per-GPU multipliers to a user's runs; report each run before and after."""
     runs = load_user_runs(runs_path)
+    where = sections(by_gpu(runs)) if write_path else None  # a mix no file can hold fails before the fit
     fitted = fit_user_runs(runs)
     if write_path:
-        write_text(write_path, user_toml(fitted), "--write")
-    rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": r.gpu.key, "gpus": r.layout.world_size,
+        write_text(write_path, user_toml(fitted, where), "--write")
+    label = {f["gpu"]: name for name, f in fitted.items()}  # each run's GPU as the user gave it
+    rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": label[r.gpu.ref], "gpus": r.layout.world_size,
              "measured": r.tokens_per_s_per_gpu, "shipped": predict(r, efficiency(r.gpu.key)).predicted,
-             "fitted": predict(r, fitted[r.gpu.key]["constants"]).predicted} for r in runs]
+             "fitted": predict(r, fitted[label[r.gpu.ref]]["constants"]).predicted} for r in runs]
     if as_json:
-        emit_json({"fitted": fitted, "runs": rows})
+        emit_json({"fitted": fitted, "runs": rows, **({"written": {"path": write_path, "sections": where}}
+                                                      if write_path else {})})
         return
     out = console()
     out.print(table("Your runs: tokens/s/GPU predicted with the shipped constants and with the refit",
@@ -133,12 +136,28 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
                       f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%", f"{r['fitted']:,.0f}",
                       f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows], justify_right_from=3))
     for gpu, f in fitted.items():
-        moved = "compute and all-to-all" if f["runs"] >= MIN_RUNS_FOR_A2A else \
-            f"compute only (all-to-all too with {MIN_RUNS_FOR_A2A}+ runs)"
-        out.print(f"{gpu}: {f['runs']} run(s), {moved}: compute x {f['compute_scale']:.3f}, all-to-all x "
-                  f"{f['a2a_scale']:.3f} on the shipped constants")
+        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])})" if f["a2a_note"] is None else
+               f"all-to-all kept as shipped: {f['a2a_note']}")
+        base = "" if f["catalog_unchanged"] else f" (on {shipped_of(f['gpu_key'])})"
+        out.print(f"{gpu}{base}: {f['runs']} run(s): compute x {f['compute_scale']:.3f}, {a2a}")
         if f["limits"]:
             out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
                       "does not meet them; check those rows (units, GPU count, configuration)")
-    out.print(f"written to {write_path}: pass it with --efficiency" if write_path else
-              "pass --write FILE to keep them, then --efficiency FILE to estimate, plan and explain")
+    out.print(_written_line(fitted, write_path, where, runs))
+
+
+def _written_line(fitted: dict, write_path: str | None, where: dict | None, runs: list) -> str:
+    """Where the constants went and how to use them; a top-level file says for which GPU file it was fitted."""
+    if not write_path:
+        try:
+            sections(by_gpu(runs))
+        except MoetuneError:  # --write would refuse this mix: say what would keep them instead
+            return ("to keep them, put each GPU file's runs in a CSV of its own and calibrate each with --write FILE "
+                    "(an --efficiency file holds one cluster file's GPU)")
+        return "pass --write FILE to keep them, then --efficiency FILE to estimate, plan and explain"
+    label, section = next(iter(where.items()))
+    if section is None:
+        return (f"written to {write_path} as top-level constants ({label} is not a catalog GPU unchanged, and "
+                f"--efficiency reads sections by catalog name): pass it with --gpu {fitted[label]['gpu']} "
+                f"--efficiency {write_path}")
+    return f"written to {write_path}, a section per GPU named as the catalog names it: pass it with --efficiency"

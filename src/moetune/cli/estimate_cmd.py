@@ -1,14 +1,15 @@
 """``moetune estimate``: memory (and, once modelled, time) of one configuration."""
 
 import click
+from rich.markup import escape
 
 from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options
-from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table
+from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table, user_files_line
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks
-from moetune.planner.track_record import track_record, track_record_text
+from moetune.planner.track_record import estimate_record, track_record_text
 
 
 @click.command(name="estimate")
@@ -22,13 +23,15 @@ def command(model: str, as_json: bool, **kw) -> None:
     with the rule findings for the configuration."""
     result = estimate_from_flags(model, kw)
     found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
-    record = track_record(result.model.name, result.gpu.key, result.efficiency)
+    record = estimate_record(result)
     if as_json:
         emit_json({**result.to_json(), "checks": found, "track_record": record})
     else:
         print_estimate(result)
         print_checks(found)
-        console().print(f"[bold]Track record[/bold]: {track_record_text(record)}")
+        if files := user_files_line(result.user_files):
+            console().print(files)
+        console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
         errors = sum(c["severity"] == "error" for c in found)
         if errors:
             console().print(f"[red]{errors} rule error(s)[/red]: Megatron or the seeds refuse this configuration as "
@@ -80,6 +83,9 @@ def print_time(result: Estimate) -> None:
         scope = ",".join(result.knobs.cuda_graph_scope) or "none"
         if list(result.knobs.cuda_graph_scope) != platform_defaults(result.gpu)["cuda_graph_scope"]:
             scope += " (the platform's scoped graphs less what Megatron refuses beside this recompute)"
-        shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms}
+        precision = result.knobs.precision
+        if precision != platform_defaults(result.gpu)["precision"]:  # defaults.default_precision
+            precision += f" (the GPU has no {platform_defaults(result.gpu)['precision']} Tensor Core rate)"
+        shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms, "precision": precision}
         out.print("defaulted to platform values: " + ", ".join(
             f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in result.defaulted))

@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import click
+from rich.markup import escape
 
 from moetune.cli.options import (
     config_options,
@@ -13,7 +14,7 @@ from moetune.cli.options import (
     layout_options,
     load_overheads,
 )
-from moetune.cli.output import console, emit_json, print_checks, table
+from moetune.cli.output import console, emit_json, print_checks, table, user_files_line
 from moetune.cli.plan_cmd import print_versus, same_job
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -158,9 +159,11 @@ def print_explain(a: dict) -> None:
                   + (f" (memory stops: {blocked}, of {a['fit']['capacity_gib']:.1f})" if blocked else "")
                   + "; `moetune plan` changes layout and knobs together")
     print_checks(a["checks"])
+    if files := user_files_line(a):
+        out.print(files)
     if a["fp8_caveat"]:
         out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")
-    out.print(f"[bold]Track record[/bold]: {track_record_text(a['track_record'])}")
+    out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"

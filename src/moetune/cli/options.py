@@ -6,7 +6,7 @@ import re
 import click
 
 from moetune.errors import MoetuneError
-from moetune.files import read_toml
+from moetune.files import FileTable, read_toml
 from moetune.layout.knobs import (
     CP_COMM_TYPES,
     CUDA_GRAPH_SCOPES,
@@ -22,7 +22,7 @@ from moetune.layout.knobs import (
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import default_dispatcher, platform_defaults
+from moetune.planner.defaults import default_dispatcher, default_precision, platform_defaults
 from moetune.specs.hardware import GpuSpec
 
 
@@ -236,7 +236,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         defaulted.append(name)
         return fallback
 
-    precision = pick("precision", kw["precision"], defaults["precision"])
+    precision = pick("precision", kw["precision"], default_precision(gpu))
     dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
@@ -279,8 +279,12 @@ def scope_words(text: str, flag: str) -> tuple[str, ...]:
 
 
 def load_overheads(path: str | None) -> dict | None:
+    """The user's --overheads figures, checked; they remember their file (results record it)."""
     from moetune.walls.memory import check_overheads
-    return check_overheads(read_toml(path, "--overheads"), f"--overheads {path}") if path else None
+    if not path:
+        return None
+    where = f"--overheads {path}"
+    return FileTable(check_overheads(read_toml(path, "--overheads"), where), where, path)
 
 
 def with_mtp(spec, depth: int | None):

@@ -5,6 +5,7 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from moetune.walls.context_parallel import exchange_text
@@ -43,6 +44,15 @@ def table(title: str, columns: list[str], rows: list[list], justify_right_from: 
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t
+
+
+def user_files_line(files: dict) -> str | None:
+    """One line naming the user's files a result was made under (its efficiency_file / overheads_file keys; a None
+    path: constants a saved result carried without its file's name), or None without any."""
+    what = {"efficiency_file": "efficiency constants", "overheads_file": "memory overheads"}
+    parts = [f"{label} from {escape(files[key]) if files[key] else 'the saved result (file not named)'}"
+             for key, label in what.items() if key in files]
+    return f"[bold]Your files[/bold]: {'; '.join(parts)}, over the shipped ones" if parts else None
 
 
 def print_checks(found: list[dict]) -> None:

@@ -3,10 +3,11 @@
 import sys
 
 import click
+from rich.markup import escape
 from rich.progress import Progress
 
 from moetune.cli.options import load_overheads, scope_words, with_mtp
-from moetune.cli.output import console, emit_json, layout_extras, table
+from moetune.cli.output import console, emit_json, layout_extras, table, user_files_line
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import CP_COMM_TYPES, imbalance_source, parse_modules, parse_offload_modules
@@ -17,7 +18,7 @@ from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
 from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
 from moetune.planner.search import PlanResult, plan
-from moetune.planner.track_record import track_record, track_record_text
+from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.planner.versus import versus
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -151,14 +152,18 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
                           headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
-    record = track_record(spec.name, gpu_spec.key, result.results[0].efficiency) if result.results else None
+    record = estimate_record(result.results[0]) if result.results else None
+    # the files the search ran under, named even when nothing fits (each result records them too)
+    files = {k: v.path for k, v in (("efficiency_file", eff), ("overheads_file", over)) if v}
     if as_json:
-        emit_json({**plan_json(result, gbs), **({"fp8_caveat": fp8} if fp8 else {}),
+        emit_json({**plan_json(result, gbs), **files, **({"fp8_caveat": fp8} if fp8 else {}),
                    **({"pick_checks": pick_checks(result.results[0])} if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"track_record": record} if record else {})})
     else:
         print_plan(result, gbs)
+        if line := user_files_line(files):
+            console().print(line)
         pick = result.results[0] if result.results else None
         charged = pick.knobs.imbalance_at(pick.layout.ep) if pick else 1.0
         if charged > 1:
@@ -176,7 +181,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
         if record:
-            console().print(f"[bold]Track record[/bold]: {track_record_text(record)}")
+            console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
         if comparison:
             print_versus(comparison)
     if not result.results:

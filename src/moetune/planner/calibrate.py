@@ -70,12 +70,13 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     return fit, held
 
 
-def with_params(base: dict, params: dict) -> dict:
+def with_params(base: dict, params: dict, a2a_keys: tuple[str, ...] = A2A_KEYS) -> dict:
     """Efficiency constants with the fitted multipliers applied: a compute efficiency stays <= 0.95 of its peak, an
-    all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the achieved share of either link <= 0.95."""
+    all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the achieved share of either link <= 0.95. The
+    all-to-all multiplier moves `a2a_keys` only (a user's runs say nothing of a dispatcher they do not use)."""
     eff = {**base, **{k: params.get(k, base[k]) for k in SHARED}}
     a2a_cap = 0.95 / max(base["nvlink_eff"], base["nic_eff"])  # the achieved share of a link stays <= 0.95
-    for key in A2A_KEYS:
+    for key in a2a_keys:
         eff[key] = min(base[key] * params.get("a2a_scale", 1.0), a2a_cap)
     for key in COMPUTE_KEYS:
         eff[key] = min(base[key] * params.get("compute_scale", 1.0), 0.95)

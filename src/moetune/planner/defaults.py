@@ -4,6 +4,7 @@ import tomllib
 from functools import cache
 from importlib import resources
 
+from moetune.errors import UnsupportedPrecision
 from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
@@ -27,6 +28,17 @@ def platform_of(gpu: GpuSpec) -> str:
 def platform_defaults(gpu: GpuSpec) -> dict:
     """{knob: value} plus 'source' for this GPU's platform."""
     return dict(_table()[platform_of(gpu)])
+
+
+def default_precision(gpu: GpuSpec) -> str:
+    """The platform's recipe, or BF16 on a GPU without its Tensor Core format (a cluster file's fp8_tflops = 0):
+    plan searches BF16 alone there, and a default the GPU refuses would be an error the user did not make."""
+    recipe = platform_defaults(gpu)["precision"]
+    try:
+        gpu.peak_tflops(recipe)
+    except UnsupportedPrecision:
+        return "bf16"
+    return recipe
 
 
 def default_dispatcher(gpu: GpuSpec, ep: int) -> str:

@@ -41,6 +41,13 @@ class Estimate:
         return efficiency(self.gpu.key, self.efficiency_overrides)
 
     @property
+    def user_files(self) -> dict[str, str | None]:
+        """The user's files in use, by what they hold: efficiency_file, overheads_file (absolute paths; None for
+        constants a saved result carried without its file's name)."""
+        tables = {"efficiency_file": self.efficiency_overrides, "overheads_file": self.overheads}
+        return {key: getattr(table, "path", None) for key, table in tables.items() if table}
+
+    @property
     def peak_bytes(self) -> int:
         return max(s.total for s in self.stages)
 
@@ -113,7 +120,7 @@ class Estimate:
             out["efficiency_overrides"] = self.efficiency_overrides
         if self.overheads:
             out["overheads"] = self.overheads
-        return out
+        return {**out, **self.user_files}
 
 
 def knobs_json(k: Knobs, ep: int) -> dict:

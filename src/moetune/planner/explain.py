@@ -30,7 +30,7 @@ from moetune.planner.moves import (
     tight,
 )
 from moetune.planner.pipeline_balance import move_note, ranks_note
-from moetune.planner.track_record import track_record
+from moetune.planner.track_record import estimate_record
 from moetune.walls.compute import rates, ring_slowdown
 from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, refusal_at_cp, ring_ranks
 
@@ -334,7 +334,7 @@ def explain(e: Estimate) -> dict:
         fit["fastest_fix"] = faster
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(),
-        "track_record": track_record(e.model.name, e.gpu.key, e.efficiency),
+        "track_record": estimate_record(e), **e.user_files,
         "fit": fit, "scale": _scale(e), "profile": _profile(e), "retune": retune,
         "retune_blocked_by_memory": sorted(blocked, key=lambda r: -r["predicted_gain"])[:3],
         "checks": _checks(found, SEVERITY_ORDER),

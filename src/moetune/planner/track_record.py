@@ -46,6 +46,21 @@ def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict
             "incomplete": _incomplete(model_name, gpu_key, {run.run_id for run, _ in rows})}
 
 
+def estimate_record(e) -> dict:
+    """The track record beside an estimate (`e`: planner.estimate.Estimate), with the shipped constants whatever
+    --efficiency file the estimate runs under, and saying so. The record tells how far to trust moetune's model,
+    measured on the published runs, which ran on the clusters the shipped constants were fitted to. A user's file
+    describes another cluster (or a what-if): the published runs predicted with it show how unlike those clusters
+    it is, not how close the user's own prediction comes (one file took H100's headline from 33 of 40 runs within
+    15% to 18, read as moetune missing). How the user's constants meet the user's runs is what `calibrate --runs`
+    reports."""
+    record = track_record(e.model.name, e.gpu.key)
+    if e.efficiency_overrides:
+        record["constants"] = "shipped"
+        record["not_under"] = e.user_files["efficiency_file"] or "the efficiency constants saved with the result"
+    return record
+
+
 def _incomplete(model_name: str, gpu_key: str, predicted: set[str]) -> list[str]:
     """Published runs of this model on this GPU that cannot be predicted: a field the source leaves out (the
     sequence length, the micro-batch, ...) or a figure not in tokens."""
@@ -80,6 +95,11 @@ def _runs_text(same: list[dict]) -> str:
 
 def track_record_text(t: dict) -> str:
     """One line: this model's runs on this GPU with their errors, then the GPU's runs in all."""
+    if t.get("not_under"):  # estimate_record: the user's file is not what these errors measure
+        return (track_record_text({**t, "not_under": None}) + f"; with the shipped constants, not those of "
+                f"{t['not_under']}: "
+                "the published runs ran on the clusters those were fitted to (`calibrate --runs` checks yours on "
+                "your runs)")
     if t["same_model"]:
         head = f"{len(t['same_model'])} published {t['model']} run(s) on {t['gpu']}: {_runs_text(t['same_model'])}"
     else:

@@ -3,27 +3,42 @@
 The published runs fix moetune's constants for the catalog GPUs under the releases they measured; a cluster of one's
 own (another NIC, another container, a tuned kernel) runs faster or slower. A CSV with published_runs.csv's columns,
 one row per measured run, refits the two per-GPU multipliers on the shipped constants (compute: GEMM, FP8 GEMM and
-elementwise rates together; all-to-all: every dispatcher's efficiency together), keeping the constants shared by all
-GPUs (host CPU cost, the fused all-to-all's per-token and per-SM costs) as shipped: a handful of runs cannot pin them.
-With fewer than MIN_RUNS_FOR_A2A runs on a GPU only the compute multiplier moves (two multipliers would fit two runs
-exactly and say nothing). The result is an --efficiency file for estimate, plan and explain.
+elementwise rates together; all-to-all: the efficiencies of the dispatchers the runs use, together), keeping the
+constants shared by all GPUs (host CPU cost, the fused all-to-all's per-token and per-SM costs) as shipped: a handful
+of runs cannot pin them. The all-to-all multiplier moves only where the runs tell it from compute: MIN_RUNS_FOR_A2A
+runs or more (two multipliers would fit two runs exactly and say nothing), enough exposed all-to-all, and a mix of
+compute and all-to-all that differs between runs (a2a_unpinned). The result is an --efficiency file for estimate,
+plan and explain.
 """
 
 import csv
+import math
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import validate
-from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, refine, with_params
+from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, predict, refine, with_params
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
 from moetune.rules import derive, evaluate
+from moetune.specs.hardware import GpuSpec, catalog
 from moetune.walls.efficiency import efficiency
 
 MIN_RUNS_FOR_A2A = 3
+# The all-to-all multiplier is fitted only where the runs pin it apart from compute (a2a_unpinned). Each run's share
+# of step that scales with either multiplier is measured over a slowdown of SHARE_STEP. Some run must show at least
+# MIN_A2A_SHARE of its step in exposed all-to-all, and the runs' all-to-all shares must differ from a multiple of
+# their compute shares by MIN_A2A_CONTRAST (the norm of the difference): a run measured 3% off moves the fitted
+# multiplier by about 3% / contrast, 20% at this bound. Recovered in the tests with runs of 5-58% all-to-all
+# (contrast 0.9); three runs of one configuration that differ in batch size alone show under 1% and 0.004.
+SHARE_STEP = 1.25
+MIN_A2A_SHARE = 0.05
+MIN_A2A_CONTRAST = 0.15
 SCALE_BOUNDS = (0.25, 4.0)  # multipliers on the shipped constants
 REQUIRED_COLUMNS = (*CONFIG, "tokens_per_s_per_gpu")
 # published_runs.csv columns that hold whole numbers, switches, a choice
@@ -38,8 +53,10 @@ def load_user_runs(path: str) -> list[Run]:
     """The rows of a user's CSV as runs; one error line naming the file, line and column for anything wrong."""
     try:
         text = Path(path).read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column name
-    except (FileNotFoundError, IsADirectoryError):
+    except FileNotFoundError:
         raise MoetuneError(f"--runs {path}: no such file") from None
+    except IsADirectoryError:
+        raise MoetuneError(f"--runs {path}: is a directory; pass the CSV file of your runs") from None
     except UnicodeDecodeError:
         raise MoetuneError(f"--runs {path}: not UTF-8 text; save it as CSV (UTF-8)") from None
     reader = csv.DictReader(text.splitlines())
@@ -94,43 +111,163 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
         raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}")
     full = {c: (row.get(c) or "").strip() for c in known}
     full["run_id"] = full["run_id"] or f"line {line}"
+    full["gpu"] = _gpu_cell(full["gpu"], Path(path).parent)
     try:
         _check_cells(full)
         run = run_from_row(full)
         validate(run.model, run.layout, run.workload)
         _runnable(run)
     except (MoetuneError, ValueError) as err:
-        raise MoetuneError(f"--runs {path} line {line}: {err}") from None
+        raise MoetuneError(f"--runs {path} line {line}: {column_words(str(err))}") from None
     return run
 
 
-def _fit_one(runs: list[Run], base: dict) -> dict[str, float]:
-    """compute_scale (and a2a_scale with enough runs) on `base`: a log grid, then shrinking multiplicative steps."""
-    keys = ("compute_scale", "a2a_scale") if len(runs) >= MIN_RUNS_FOR_A2A else ("compute_scale",)
+def _gpu_cell(gpu: str, folder: Path) -> str:
+    """A catalog name, or a cluster file's path, relative to the CSV's folder as a spreadsheet's links are (the
+    CSV and its GPU files travel together; the directory calibrate runs from is an accident)."""
+    if gpu.lower() in catalog() or Path(gpu).is_absolute():
+        return gpu
+    return str(folder / gpu)
+
+
+# estimate's flags, as a runs CSV names them: the layout checks word their fixes for the command line
+FLAG_COLUMNS = {"--gpus": "num_gpus", "--seq": "seq_length", "--gbs": "global_batch_size", "--mbs": "micro_batch_size",
+                "--mtp-layers": "mtp", "--mtp-num-layers": "mtp"}
+
+
+def column_words(message: str) -> str:
+    """An error worded for estimate's flags, with the CSV's column names instead (a flag no column sets stays)."""
+    def column(match: re.Match) -> str:
+        flag = match.group(0)
+        name = FLAG_COLUMNS.get(flag, flag[2:].replace("-", "_"))
+        return name if name in columns() else flag
+    return re.sub(r"--[a-z0-9-]+", column, message)
+
+
+def a2a_keys(runs: list[Run]) -> tuple[str, ...]:
+    """The all-to-all efficiencies the runs exercise: their dispatchers' (allgather has none), where EP > 1."""
+    used = {f"a2a_eff_{r.knobs.dispatcher}" for r in runs if r.layout.ep > 1}
+    return tuple(k for k in A2A_KEYS if k in used)
+
+
+def _fit(runs: list[Run], base: dict, keys: tuple[str, ...], *, a2a: bool) -> dict[str, float]:
+    """compute_scale (and a2a_scale when `a2a`) on `base`: a log grid, then shrinking multiplicative steps."""
     grid = np.geomspace(*SCALE_BOUNDS, 13)
-    params = min(({"compute_scale": float(c), "a2a_scale": float(a)} for c in grid
-                  for a in (grid if "a2a_scale" in keys else [1.0])),
-                 key=lambda p: mean_log_error(runs, with_params(base, p)))
-    return refine(params, dict.fromkeys(keys, SCALE_BOUNDS), lambda p: mean_log_error(runs, with_params(base, p)),
-                  steps=(1.2, 1.1, 1.05, 1.025, 1.01))
+    moved = ("compute_scale", "a2a_scale") if a2a else ("compute_scale",)
+
+    def loss(p: dict) -> float:
+        return mean_log_error(runs, with_params(base, p, keys))
+
+    params = min(({"compute_scale": float(c), "a2a_scale": float(a)} for c in grid for a in (grid if a2a else [1.0])),
+                 key=loss)
+    return refine(params, dict.fromkeys(moved, SCALE_BOUNDS), loss, steps=(1.2, 1.1, 1.05, 1.025, 1.01))
 
 
-def fit_user_runs(runs: list[Run]) -> dict[str, dict[str, float]]:
-    """Per GPU of the runs: the multipliers found and the constants they give (on the shipped ones)."""
+def step_shares(run: Run, base: dict, params: dict, keys: tuple[str, ...]) -> tuple[float, float]:
+    """(compute, all-to-all): the share of the run's step that scales with each multiplier, d log(step) / d log
+    (1 / multiplier), over a slowdown of SHARE_STEP (an all-to-all that stays hidden under it counts as none)."""
+    def step(compute: float, a2a: float) -> float:
+        eff = with_params(base, {**params, "compute_scale": params["compute_scale"] / compute,
+                                 "a2a_scale": params["a2a_scale"] / a2a}, keys)
+        return 1 / predict(run, eff).predicted
+
+    at = step(1, 1)
+    return (math.log(step(SHARE_STEP, 1) / at) / math.log(SHARE_STEP),
+            math.log(step(1, SHARE_STEP) / at) / math.log(SHARE_STEP))
+
+
+def a2a_unpinned(runs: list[Run], base: dict, params: dict, keys: tuple[str, ...]) -> str | None:
+    """Why these runs cannot fit the all-to-all multiplier beside the compute one (None: they can). Fitted where
+    they cannot, it trades off against compute along a valley the runs do not see (three runs of one configuration,
+    all-to-all hidden under EP overlap, gave compute x 1.55 and all-to-all x 0.25 for a cluster at 0.8 and 0.5,
+    every run within 0.2%), and the pair predicts wrong wherever the all-to-all shows."""
+    if not keys:
+        return "none of your runs moves tokens by all-to-all (EP 1, or the allgather dispatcher)"
+    if len(runs) < MIN_RUNS_FOR_A2A:
+        return (f"{len(runs)} run(s): two multipliers would fit them exactly and say nothing "
+                f"({MIN_RUNS_FOR_A2A} runs or more fit both)")
+    shares = np.array([step_shares(r, base, params, keys) for r in runs])
+    compute, a2a = shares[:, 0], shares[:, 1]
+    if a2a.max() < MIN_A2A_SHARE:
+        return f"your runs expose too little all-to-all to fit it: at most {100 * a2a.max():.1f}% of their step"
+    # what of the all-to-all shares a compute multiplier cannot mimic: their part orthogonal to the compute shares
+    contrast = float(np.linalg.norm(a2a - compute * (compute @ a2a) / max(compute @ compute, 1e-12)))
+    if contrast < MIN_A2A_CONTRAST:
+        return (f"your runs split their step between compute ({100 * compute.min():.0f}-{100 * compute.max():.0f}%) "
+                f"and all-to-all ({100 * a2a.min():.0f}-{100 * a2a.max():.0f}%) too alike to tell the two apart; "
+                "add a run with another mix (EP size, dispatcher, node count or model)")
+    return None
+
+
+def gpu_label(gpu: GpuSpec) -> str:
+    """A run's GPU as the user gave it: the catalog name, or the cluster file's name."""
+    return Path(gpu.source).name if gpu.ref != gpu.key else gpu.key
+
+
+def shipped_of(gpu_key: str) -> str:
+    """Whose shipped constants a GPU runs on: its catalog GPU's, or (another architecture: hardware._family) the
+    priors every GPU starts from."""
+    return f"{gpu_key}'s shipped constants" if gpu_key in catalog() else "the shipped default priors"
+
+
+def catalog_unchanged(gpu: GpuSpec) -> bool:
+    """The catalog GPU of its key with none of its figures changed (a cluster file may give gpu = "h100" alone)."""
+    shipped = catalog().get(gpu.key)
+    return shipped is not None and replace(gpu, source=shipped.source) == shipped
+
+
+def by_gpu(runs: list[Run]) -> dict[str, list[Run]]:
+    """The runs per GPU the user gave, by label. Two cluster files are two GPUs even where both are modelled on H100's
+    constants (gpu.key): another NIC or another GPU runs at its own rates, so each is fitted on its own. A label two
+    files share (two h800.toml in different folders) is their full path."""
+    refs = sorted({r.gpu.ref for r in runs})
+    names = [gpu_label(next(r.gpu for r in runs if r.gpu.ref == ref)) for ref in refs]
+    return {(name if names.count(name) == 1 else ref): [r for r in runs if r.gpu.ref == ref]
+            for ref, name in zip(refs, names, strict=True)}
+
+
+def sections(groups: dict[str, list[Run]]) -> dict[str, str | None]:
+    """Where each GPU's constants go in the written --efficiency file: under its catalog name (every GPU a catalog
+    GPU unchanged), or at the top level (one GPU, a cluster file's: --efficiency reads a section by catalog name
+    only, and [h100] would apply to catalog H100 and to every other file modelled on it). One line naming the GPUs
+    when the runs mix a cluster file's GPU with others."""
+    gpus = {label: rs[0].gpu for label, rs in groups.items()}
+    keys = [g.key for g in gpus.values()]
+    if all(catalog_unchanged(g) for g in gpus.values()) and len(set(keys)) == len(keys):
+        return {label: g.key for label, g in gpus.items()}
+    if len(gpus) == 1:
+        return dict.fromkeys(gpus)
+    raise MoetuneError(f"--write: your runs are on {len(gpus)} GPUs ({', '.join(gpus)}) and an --efficiency file "
+                       "holds one set of constants for a cluster file's GPU (its sections are catalog names, which "
+                       "every file modelled on that GPU shares); put each GPU file's runs in a CSV of its own and "
+                       "calibrate each")
+
+
+def fit_user_runs(runs: list[Run]) -> dict[str, dict]:
+    """Per GPU of the runs (by_gpu): the multipliers found and the constants they give (on the shipped ones of the
+    catalog GPU it is modelled on). The all-to-all multiplier moves only where the runs pin it (a2a_unpinned says why
+    not, in `a2a_note`), and only the efficiencies of the dispatchers they use."""
     out = {}
-    for gpu in sorted({r.gpu.key for r in runs}):
-        mine, base = [r for r in runs if r.gpu.key == gpu], efficiency(gpu)
-        params = _fit_one(mine, base)
-        constants = with_params(base, params)
-        out[gpu] = {**params, "runs": len(mine), "constants": constants, "limits": _limits(params, base, constants)}
+    for label, mine in by_gpu(runs).items():
+        gpu = mine[0].gpu
+        base, keys = efficiency(gpu.key), a2a_keys(mine)
+        params = _fit(mine, base, keys, a2a=False)
+        note = a2a_unpinned(mine, base, params, keys)
+        if note is None:
+            params = _fit(mine, base, keys, a2a=True)
+        constants = with_params(base, params, keys)
+        out[label] = {**params, "gpu": gpu.ref, "gpu_key": gpu.key, "catalog_unchanged": catalog_unchanged(gpu),
+                      "runs": len(mine), "constants": constants, "a2a_keys": list(keys) if note is None else [],
+                      "a2a_note": note, "limits": _limits(params, base, constants, keys if note is None else ())}
     return out
 
 
-def _limits(params: dict, base: dict, constants: dict) -> list[str]:
+def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> list[str]:
     """The multipliers the fit left at a bound, or whose constants hit their cap (0.95 of a peak or of a link): there
-    the runs ask for more than the model allows, and the refit does not meet them."""
+    the runs ask for more than the model allows, and the refit does not meet them. `a2a`: the all-to-all
+    efficiencies fitted (none: the multiplier stayed at 1)."""
     out = [f"{k} at its bound {params[k]:g}" for k in ("compute_scale", "a2a_scale") if params[k] in SCALE_BOUNDS]
-    scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(A2A_KEYS, params["a2a_scale"])}
+    scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(a2a, params["a2a_scale"])}
     capped = [k for k, f in scale.items() if constants[k] < base[k] * f * (1 - 1e-9)]
     shipped = [k for k in capped if constants[k] <= base[k] * (1 + 1e-9)]  # the shipped value is the cap already
     return out + ([f"capped: {', '.join(capped)}" + (f" ({', '.join(shipped)} shipped at the cap: the published "
@@ -138,12 +275,18 @@ def _limits(params: dict, base: dict, constants: dict) -> list[str]:
                   if capped else [])
 
 
-def user_toml(fitted: dict) -> str:
-    """The fitted constants as an --efficiency file: one section per GPU."""
+def user_toml(fitted: dict, where: dict[str, str | None]) -> str:
+    """The fitted constants as an --efficiency file, each GPU's under the section `where` names (sections; None: at
+    the top level)."""
     lines = ["# Written by `moetune calibrate --runs`: the shipped constants refitted to your measured runs.",
              "# Pass it to estimate, plan and explain with --efficiency."]
-    for gpu, f in fitted.items():
-        lines.append(f"\n[{gpu}]  # {f['runs']} run(s); compute x {f['compute_scale']:.3f}, "
-                     f"all-to-all x {f['a2a_scale']:.3f} on the shipped constants")
-        lines += [f"{k} = {f['constants'][k]:.4g}" for k in (*COMPUTE_KEYS, *A2A_KEYS)]
+    for label, f in fitted.items():
+        a2a = f"all-to-all x {f['a2a_scale']:.3f}" if f["a2a_note"] is None else "all-to-all as shipped"
+        what = f"{f['runs']} run(s) on {label}; compute x {f['compute_scale']:.3f}, {a2a} on {shipped_of(f['gpu_key'])}"
+        if where[label] is None:
+            lines.append(f"\n# Top level, for --gpu {f['gpu']}: {what}. They apply to whatever --gpu this file is "
+                         "passed with.")
+        else:
+            lines.append(f"\n[{where[label]}]  # {what}")
+        lines += [f"{k} = {f['constants'][k]:.4g}" for k in (*COMPUTE_KEYS, *f["a2a_keys"])]
     return "\n".join(lines) + "\n"

@@ -129,13 +129,15 @@ def load_gpu(name_or_path: str) -> GpuSpec:
 def _family(table: dict, path: Path) -> str:
     """The catalog key a [gpu] table's GPU is modelled as (FAMILY_KEY); its own name stays in `name`. Another
     architecture (an AMD CDNA part) has no fitted constants: it runs on the [default] priors of efficiency.toml under
-    the file's name, and the rules treat it as the platform it is."""
+    the file's name, and the rules treat it as the platform it is. A name that is a catalog GPU's (an MI300X table
+    in h100.toml) takes the architecture beside it: under the bare name it ran on H100's fitted constants and showed
+    H100's published runs as its track record."""
     arch = table.get("arch")
     if arch not in ARCHS:
         if arch not in PRIOR_ARCHS:
             raise MoetuneError(f"{path}: arch ({arch!r}) must be one of {', '.join(ARCHS)} (fitted constants) or "
                                f"{', '.join(PRIOR_ARCHS)} (run on the priors of efficiency.toml), in lower case")
-        return path.stem
+        return f"{path.stem}-{arch}" if path.stem.lower() in catalog() else path.stem
     domain = table.get("nvlink_domain", 0)
     return NVL72_KEY if arch == "blackwell" and isinstance(domain, int | float) and domain >= NVL72_DOMAIN \
         else FAMILY_KEY[arch]

@@ -1,12 +1,13 @@
 """Efficiency constants of the step-time model: data/efficiency.toml, [default], the GPU's modelling priors
 ([priors.<gpu>]), the GPU's fitted table, then an optional user TOML (same keys, flat or under the GPU's name)."""
 
+import math
 import tomllib
 from functools import cache
 from importlib import resources
 
 from moetune.errors import MoetuneError
-from moetune.files import read_toml
+from moetune.files import FileTable, read_toml
 from moetune.specs.hardware import catalog
 
 
@@ -17,32 +18,63 @@ def _table() -> dict:
 
 def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = False) -> dict[str, float]:
     """[default], the GPU's priors, then the GPU's section (fitted values; skipped with priors_only), then the
-    user's file."""
+    user's file (a FileTable names itself in errors)."""
     table = _table()
     out = {**table["default"], **table.get("priors", {}).get(gpu_key, {}),
            **({} if priors_only else table.get(gpu_key, {}))}
     if user:
+        where = getattr(user, "where", "efficiency file")
         flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
-        out.update(flat)
-        out.update(user.get(gpu_key, {}))
+        mine = {**flat, **user.get(gpu_key, {})}
+        out.update(mine)
         unknown = sorted(set(out) - set(table["default"]))
         if unknown:
-            raise MoetuneError(f"efficiency file: unknown constant(s) {', '.join(unknown)}; "
+            raise MoetuneError(f"{where}: unknown constant(s) {', '.join(unknown)}; "
                                f"known: {', '.join(sorted(table['default']))}")
-        for key, value in {**flat, **user.get(gpu_key, {})}.items():
-            _check(key, value)
-        _check_links(out)
+        for key, value in mine.items():
+            _check(key, value, where)
+
+        def origin(key: str, note: str = "") -> str:  # whose value it is: the file's, or the shipped one
+            return f"{key} = {out[key]:g} ({'yours' if key in mine else f'shipped for {gpu_key}'}{note})"
+
+        _check_links(out, where, origin)
+        _check_peaks(out, where, origin)
     return out
 
 
-def _check_links(eff: dict) -> None:
+def _check_links(eff: dict, where: str, origin) -> None:
     """An all-to-all efficiency multiplies the link's (nvlink_eff, nic_eff): the share of a link it achieves, their
-    product, cannot pass 1."""
-    link = max(eff["nvlink_eff"], eff["nic_eff"])
-    for key in (k for k in eff if k.startswith("a2a_eff_")):
-        if eff[key] * link > 1:
-            raise MoetuneError(f"efficiency file: {key} = {eff[key]:g} times the link's {link:g} (max of nvlink_eff, "
-                               f"nic_eff) is {eff[key] * link:.2f} of the link; keep it <= 1")
+    product, cannot pass 1. A user who lowers a link's efficiency may meet this with the shipped all-to-all values
+    (H100's DeepEP 1.187 sits at 0.95 of a 0.8 link): the message says whose each value is and what to set."""
+    link_key = max(("nvlink_eff", "nic_eff"), key=lambda k: eff[k])
+    link = eff[link_key]
+    over = [k for k in eff if k.startswith("a2a_eff_") and eff[k] * link > 1]
+    if over:
+        largest = math.floor(1000 / link) / 1000  # rounded down: the value suggested passes
+        raise MoetuneError(f"{where}: {origin(over[0])} times {origin(link_key, '; the larger link efficiency')} is "
+                           f"{eff[over[0]] * link:.2f} of the link, over 1; set "
+                           f"{', '.join(f'{k} <= {largest:g}' for k in over)} beside {link_key} in the file")
+
+
+def _check_peaks(eff: dict, where: str, origin) -> None:
+    """A low-precision recipe's GEMMs run at fp8_gemm_eff x rate_<recipe> of the FP8 peak (compute.gemm_rate): at
+    most the FP8 peak for an FP8 recipe, the FP4 peak for NVFP4 (the GPU is not known here: at most the largest FP4
+    over FP8 peak of the catalog, GB300's 3)."""
+    for rate in (k for k in eff if k.startswith("rate_")):
+        recipe = rate.removeprefix("rate_").replace("_", "-")
+        limit = fp4_over_fp8() if recipe == "nvfp4" else 1.0
+        peak = f"the FP4 peak (at most {limit:g}x the FP8 peak on a catalog GPU)" if recipe == "nvfp4" else "it"
+        product = eff["fp8_gemm_eff"] * eff[rate]
+        if product > limit * (1 + 1e-9):
+            raise MoetuneError(f"{where}: {origin('fp8_gemm_eff')} x {origin(rate)} = {product:.3g} puts {recipe} "
+                               f"GEMMs at {product:.3g}x the FP8 peak, past {peak}; lower either so that their "
+                               f"product is <= {limit:g}")
+
+
+@cache
+def fp4_over_fp8() -> float:
+    """The largest FP4 peak over FP8 peak of a catalog GPU."""
+    return max(g.fp4_tflops / g.fp8_tflops for g in catalog().values() if g.fp8_tflops > 0)
 
 
 # The largest cost or factor a file may give (a microsecond, byte or GB/s count this large is a typo, and past it
@@ -90,5 +122,10 @@ def check_file(user: dict, where: str) -> dict:
     return user
 
 
-def load_efficiency_file(path: str | None) -> dict | None:
-    return check_file(read_toml(path, "--efficiency"), f"--efficiency {path}") if path else None
+def load_efficiency_file(path: str | None) -> FileTable | None:
+    """The user's --efficiency file, checked key by key; checked again with the shipped values of the GPU it is used
+    with (efficiency), where its errors name it too."""
+    if not path:
+        return None
+    where = f"--efficiency {path}"
+    return FileTable(check_file(read_toml(path, "--efficiency"), where), where, path)

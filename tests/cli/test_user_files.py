@@ -1,0 +1,55 @@
+"""Results made under a user's --efficiency / --overheads file say so: JSON records each file's path, text output names
+them in one line, and the track record stays the shipped constants' (planner/track_record.estimate_record says why)."""
+
+import json
+
+from moetune.cli.main import main
+
+ESTIMATE = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--gbs", "1024", "--precision", "bf16",
+            "--routing", "force-balance"]
+
+
+def _files(tmp_path):
+    eff, over = tmp_path / "eff.toml", tmp_path / "over.toml"
+    eff.write_text("gemm_eff = 0.2\n")  # under it the published H100 runs come out far slower than measured
+    over.write_text("cuda_context_gib = 2\n")
+    return str(eff.resolve()), str(over.resolve())  # results record the absolute path
+
+
+def _json(args, capsys):
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_estimate_names_its_files_and_keeps_the_shipped_track_record(tmp_path, capsys):
+    eff, over = _files(tmp_path)
+    shipped = _json(["estimate", *ESTIMATE], capsys)
+    mine = _json(["estimate", *ESTIMATE, "--efficiency", eff, "--overheads", over], capsys)
+    assert "efficiency_file" not in shipped and "overheads_file" not in shipped
+    assert (mine["efficiency_file"], mine["overheads_file"]) == (eff, over)
+    assert mine["time"]["tokens_per_s_per_gpu"] < shipped["time"]["tokens_per_s_per_gpu"]
+    record = mine["track_record"]
+    assert record.pop("constants") == "shipped" and record.pop("not_under") == eff
+    assert record == shipped["track_record"]
+    assert main(["estimate", *ESTIMATE, "--efficiency", eff, "--overheads", over]) == 0
+    text = capsys.readouterr().out
+    assert f"Your files: efficiency constants from {eff}; memory overheads from {over}, over the shipped ones" in text
+    assert f"with the shipped constants, not those of {eff}" in text
+    assert main(["estimate", *ESTIMATE]) == 0
+    assert "Your files" not in capsys.readouterr().out
+
+
+def test_plan_and_explain_record_the_files_and_explain_plan_reads_them_back(tmp_path, capsys):
+    eff, over = _files(tmp_path)
+    plan = _json(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--top", "1",
+                  "--efficiency", eff, "--overheads", over], capsys)
+    assert (plan["efficiency_file"], plan["overheads_file"]) == (eff, over)
+    assert plan["results"][0]["efficiency_file"] == eff and plan["track_record"]["not_under"] == eff
+    saved = tmp_path / "plan.json"
+    saved.write_text(json.dumps(plan))
+    again = _json(["explain", "--plan", str(saved)], capsys)
+    assert (again["efficiency_file"], again["overheads_file"]) == (eff, over)
+    assert main(["explain", "--plan", str(saved)]) == 0
+    assert f"Your files: efficiency constants from {eff}; memory overheads from {over}" in capsys.readouterr().out
+    flags = _json(["explain", *ESTIMATE, "--efficiency", eff], capsys)
+    assert flags["efficiency_file"] == eff and "overheads_file" not in flags
