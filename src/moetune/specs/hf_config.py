@@ -5,7 +5,8 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.specs.hf_access import HfConfig
-from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS, refuse_biases
+from moetune.specs.hf_attention import refuse_biases
+from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
 from moetune.specs.model import ModelSpec, SpecError
 
 # Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
