@@ -63,3 +63,15 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, files, args, needle, 
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
     assert "Traceback" not in err and out == ""
+
+
+def test_a_json_result_read_as_arguments_says_format_names_the_input(tmp_path):
+    """`emit PLAN.json --format mlm` had read the plan as Megatron-LM arguments ("no Megatron-LM --flags, only
+    '{ candidates_evaluated: ...'"): --format is the input's format, and emit writes every output format."""
+    from moetune.configio.load import read_file
+    from moetune.errors import MoetuneError
+    saved = tmp_path / "p.json"
+    saved.write_text('{"candidates_evaluated": 1, "results": []}')
+    for fmt in ("mlm", "overrides"):
+        with pytest.raises(MoetuneError, match=r"says how to read the input, and this one is JSON"):
+            read_file(saved, fmt)

@@ -41,6 +41,10 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
     except UnicodeDecodeError:
         raise MoetuneError(f"{path}: not a text file "
                            "(expected YAML, JSON, overrides or Megatron-LM arguments)") from None
+    if fmt in ("mlm", "overrides") and text.lstrip().startswith("{"):  # a plan or estimate JSON read as another format
+        raise MoetuneError(f"{path}: --format {fmt} says how to read the input, and this one is JSON (a saved plan or "
+                           "estimate?); drop --format: emit writes every output format, the Megatron-LM arguments "
+                           "among them (megatron_lm_args.txt)")
     fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(path.suffix.lower())
     if fmt == "yaml":
         data = load_yaml(path)
