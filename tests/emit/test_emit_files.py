@@ -444,3 +444,15 @@ def test_emit_refuses_what_megatron_core_refuses(tmp_path, capsys):
     assert main(["emit", str(plan_json), "--set", "model.recompute_granularity=selective",
                  "--set", "model.recompute_modules=[moe_act]", "--out", str(tmp_path / "o")]) == 1
     assert "fit.delayed_fp8_recompute" in capsys.readouterr().err
+
+
+def test_megatron_lm_arguments_carry_the_routers_pre_softmax(tmp_path, capsys):
+    """DeepSeek-V2-Lite's router (norm_topk_prob false) is --moe-router-pre-softmax; Qwen3-30B-A3B's is not."""
+    for model, expected in (("deepseek-v2-lite", True), ("qwen3-30b-a3b", False)):
+        saved = tmp_path / f"{model}.json"
+        assert main(["estimate", model, "--gpu", "h100", "--gpus", "8", "--ep", "8", "--gbs", "64", "--json"]) == 0
+        saved.write_text(capsys.readouterr().out)
+        assert main(["emit", str(saved), "--out", str(tmp_path / model)]) == 0
+        capsys.readouterr()
+        args = (tmp_path / model / "megatron_lm_args.txt").read_text().split("\n")
+        assert ("--moe-router-pre-softmax" in args) is expected

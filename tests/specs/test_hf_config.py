@@ -388,3 +388,13 @@ def test_an_unforeseen_error_names_the_last_field_read(shared_data, monkeypatch)
     with pytest.raises(MoetuneError, match=r"^x.json: 'decoder_sparse_step' or a field read before it holds a value "
                                            r"of the wrong type or zero \(integer division or modulo by zero\)"):
         spec_from_hf(_shared(shared_data, "qwen3-30b-a3b"), name="x", origin="x.json")
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2", "deepseek-v2-lite", "qwen2-57b-a14b", "qwen1.5-moe-a2.7b",
+                                  "olmoe-1b-7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b"])
+def test_a_softmax_router_without_renormalised_top_k_is_pre_softmax(name, shared_data):
+    """HF norm_topk_prob false keeps the softmax over every expert as the top-k weights: Megatron's
+    moe_router_pre_softmax (its default renormalises over the top k, as norm_topk_prob true and Mixtral do). The
+    Megatron-LM HEAD audit found the emitted arguments leaving it out, so those models trained another router."""
+    config = json.loads((shared_data / "models" / f"{name}.config.json").read_text())
+    assert load_model(name).moe_router_pre_softmax is (config.get("norm_topk_prob") is False)

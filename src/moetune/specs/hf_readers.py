@@ -56,6 +56,14 @@ def _gqa_common(c: HfConfig) -> dict:
     )
 
 
+def _pre_softmax(c: HfConfig) -> bool:
+    """A softmax router whose HF model keeps the softmax over every expert as the top-k weights (norm_topk_prob
+    false: DeepSeek-V2, Qwen1.5/Qwen2-MoE, OLMoE) is Megatron's moe_router_pre_softmax; norm_topk_prob true
+    renormalizes the top k, which is Megatron's default softmax over the top-k logits. Read where the config states
+    it (every built-in config does)."""
+    return c.get("norm_topk_prob", default=None) is False
+
+
 def _read_deepseek(c: HfConfig) -> dict:
     """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
     n = c.count("num_hidden_layers", least=1)
@@ -85,6 +93,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
         moe_shared_experts=c.get("n_shared_experts", default=0),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
+        moe_router_pre_softmax=not sigmoid and _pre_softmax(c),
         moe_router_score_correction_bias=method == "noaux_tc",
         moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
         moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
@@ -145,6 +154,7 @@ def _read_qwen_moe(c: HfConfig) -> dict:
         **_moe(c, "qwen"),
         moe_shared_expert_intermediate_size=shared,
         moe_shared_expert_gate=shared > 0,
+        moe_router_pre_softmax=_pre_softmax(c),
     )
 
 
@@ -198,6 +208,7 @@ def _read_olmoe(c: HfConfig) -> dict:
         qk_layernorm="full",
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "olmoe"),
+        moe_router_pre_softmax=_pre_softmax(c),
     )
 
 

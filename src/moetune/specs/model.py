@@ -123,6 +123,9 @@ class ModelSpec:
     moe_router_bias: bool = False  # gpt-oss router has a bias
     moe_router_score_correction_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (a buffer in Megatron)
     moe_router_score_function: Literal["softmax", "sigmoid"] = "softmax"
+    # top-k weights from the softmax over every expert, not renormalized (HF norm_topk_prob false; Megatron's
+    # moe_router_pre_softmax): the routing function, not a shape
+    moe_router_pre_softmax: bool = False
     # Group-limited routing (DeepSeek-V2/V3 n_group / topk_group; Megatron moe_router_num_groups / group_topk):
     # experts fall into this many contiguous groups and a token picks its experts inside its best few groups.
     moe_router_num_groups: int = 1
