@@ -456,3 +456,5 @@ def test_megatron_lm_arguments_carry_the_routers_pre_softmax(tmp_path, capsys):
         capsys.readouterr()
         args = (tmp_path / model / "megatron_lm_args.txt").read_text().split("\n")
         assert ("--moe-router-pre-softmax" in args) is expected
+        # neither scales its top-k weights: DeepSeek-V2-Lite's routed_scaling_factor is 1.0, Qwen3's absent
+        assert not any(a.startswith("--moe-router-topk-scaling-factor") for a in args)

@@ -398,3 +398,21 @@ def test_a_softmax_router_without_renormalised_top_k_is_pre_softmax(name, shared
     Megatron-LM HEAD audit found the emitted arguments leaving it out, so those models trained another router."""
     config = json.loads((shared_data / "models" / f"{name}.config.json").read_text())
     assert load_model(name).moe_router_pre_softmax is (config.get("norm_topk_prob") is False)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2", "deepseek-v2-lite", "deepseek-v3", "kimi-k2", "moonlight-16b-a3b",
+                                  "glm-4.5", "glm-4.5-air", "nemotron3-nano-30b-a3b", "qwen3-30b-a3b"])
+def test_routed_scaling_factor_is_megatrons_topk_scaling_factor(name, shared_data):
+    """HF routed_scaling_factor multiplies the top-k weights; Megatron Bridge's DeepSeek bridges map it to
+    moe_router_topk_scaling_factor, whose None is 1."""
+    factor = json.loads((shared_data / "models" / f"{name}.config.json").read_text()).get("routed_scaling_factor")
+    assert load_model(name).moe_router_topk_scaling_factor == (None if factor in (None, 1) else factor)
+
+
+@pytest.mark.parametrize("value", ["2.5", True, 0, -1, float("inf")])
+def test_a_routed_scaling_factor_that_is_no_positive_number_is_one_line(value, tmp_path):
+    config = json.loads((Path(__file__).parents[2] / "src/moetune/data/models/deepseek-v3.config.json").read_text())
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({**config, "routed_scaling_factor": value}))
+    with pytest.raises(MoetuneError, match="routed_scaling_factor .* must be a positive number"):
+        load_hf_config(path)

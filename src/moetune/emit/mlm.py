@@ -51,9 +51,8 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
              "torchrun.sh reads them with shlex)."]
     lines += ["# The architecture below sets the parameter shapes Megatron-LM's flags express (not a full-width q/k",
               "# norm, or an attention-output bias without MLP biases); what no shape shows (activation beyond SwiGLU,",
-              "# rotary base and scaling, windows and sinks, the router's --moe-router-topk-scaling-factor for the",
-              "# HF config's routed_scaling_factor; the tokenizer) comes from the model's own MODEL_ARGS, e.g. the",
-              "# Megatron-MoE-ModelZoo's model_configs/benchmarking/*.yaml, in EXTRA_ARGS."]
+              "# rotary base and scaling, windows and sinks, the tokenizer) comes from the model's own MODEL_ARGS,",
+              "# e.g. the Megatron-MoE-ModelZoo's model_configs/benchmarking/*.yaml, in EXTRA_ARGS."]
     lines += values.pragmas(config)
     switches, covered = _switches(config)
     dropped, why = _refused_by_megatron_lm(config)

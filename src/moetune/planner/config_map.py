@@ -155,6 +155,7 @@ def architecture_fields(m: ModelSpec) -> dict[str, Any]:
         # Megatron-Core asserts pre-softmax for a top-1 softmax router; Llama 4's top-1 router is a sigmoid
         "model.moe_router_score_function": m.moe_router_score_function if m.num_moe_experts else None,
         "model.moe_router_pre_softmax": True if m.moe_router_pre_softmax else None,
+        "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
         "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size or None,
         "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size or None,
         "model.mtp_num_layers": m.mtp_num_layers or None, "model.multi_latent_attention": m.mla is not None,

@@ -64,6 +64,17 @@ def _pre_softmax(c: HfConfig) -> bool:
     return c.get("norm_topk_prob", default=None) is False
 
 
+def _topk_scaling(c: HfConfig) -> float | None:
+    """HF routed_scaling_factor multiplies the routed experts' top-k weights (DeepSeek-V2 16, DeepSeek-V3 and GLM-4.5
+    2.5, Kimi-K2 2.827): Megatron's moe_router_topk_scaling_factor, whose None is HF's 1.0."""
+    value = c.get("routed_scaling_factor", default=None)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+        raise MoetuneError(f"{c.origin}: routed_scaling_factor ({value!r:.40}) must be a positive number")
+    return None if value == 1 else float(value)
+
+
 def _read_deepseek(c: HfConfig) -> dict:
     """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
     n = c.count("num_hidden_layers", least=1)
@@ -95,6 +106,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
         moe_router_pre_softmax=not sigmoid and _pre_softmax(c),
         moe_router_score_correction_bias=method == "noaux_tc",
+        moe_router_topk_scaling_factor=_topk_scaling(c),
         moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
         moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
         mtp_num_layers=mtp,
@@ -119,6 +131,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         moe_shared_experts=c.get("n_shared_experts", default=0),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
+        moe_router_topk_scaling_factor=_topk_scaling(c),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )
@@ -333,6 +346,7 @@ def _read_nemotron_h(c: HfConfig) -> dict:
         moe_shared_expert_intermediate_size=c.get("moe_shared_expert_intermediate_size", default=0),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
+        moe_router_topk_scaling_factor=_topk_scaling(c),
     )
 
 

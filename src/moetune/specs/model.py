@@ -126,6 +126,7 @@ class ModelSpec:
     # top-k weights from the softmax over every expert, not renormalized (HF norm_topk_prob false; Megatron's
     # moe_router_pre_softmax): the routing function, not a shape
     moe_router_pre_softmax: bool = False
+    moe_router_topk_scaling_factor: float | None = None  # HF routed_scaling_factor on the top-k weights (None: 1)
     # Group-limited routing (DeepSeek-V2/V3 n_group / topk_group; Megatron moe_router_num_groups / group_topk):
     # experts fall into this many contiguous groups and a token picks its experts inside its best few groups.
     moe_router_num_groups: int = 1
