@@ -275,7 +275,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,
                       memory_fits=s.memory_fits,
-                      sequence_note=sequence_note(wl.seq_length, *tp_cp_sizes(gpu, world, wl.seq_length, fixed)))
+                      sequence_note=None if results else sequence_note(wl.seq_length,
+                                                                       *tp_cp_sizes(gpu, world, wl.seq_length, fixed)))
 
 
 def _fitting_dp(spec: ModelSpec, gpu: GpuSpec, layouts: list[Layout], wl: Workload, grid: list[Knobs],

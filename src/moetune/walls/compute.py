@@ -16,6 +16,7 @@ import numpy as np
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
+from moetune.walls.efficiency import rate_key
 from moetune.walls.flops import attended_keys, gemm_shapes, layer_flops
 
 # Backward / forward work: a GEMM's backward is dgrad + wgrad (2x); fused attention's backward runs five
@@ -50,7 +51,7 @@ def gemm_rate(gpu: GpuSpec, precision: str, eff: dict) -> float:
     gpu.peak_tflops(precision)  # refuses a recipe the GPU has no Tensor Core rate for
     if precision == "bf16":
         return gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
-    return gpu.fp8_tflops * 1e12 * eff["fp8_gemm_eff"] * eff["rate_" + precision.replace("-", "_")]
+    return gpu.fp8_tflops * 1e12 * eff["fp8_gemm_eff"] * eff[rate_key(precision)]
 
 
 def rates(gpu: GpuSpec, precision: str, eff: dict, *, fp8_head: bool = False) -> Rates:

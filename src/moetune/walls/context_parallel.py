@@ -185,24 +185,17 @@ def exchange_refusal(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int) -> s
             f"most {limit} here; use --cp {limit} or less{smaller_tp}")
 
 
-def cp_refusal(spec: ModelSpec, layout, workload, nvlink_domain: int) -> str | None:
-    """Why Megatron refuses this layout, one line, by the checks estimate applies to a CP layout with `auto`
-    (None: it runs): the model's shapes and the workload's sequence and batch rules (layout/validate.py validate;
-    linear-attention heads per TP rank divisible by CP among them), then a CP exchange that runs (exchange_refusal)."""
-    try:
-        validate(spec, layout, workload)
-    except MoetuneError as err:
-        return str(err)
-    return exchange_refusal(spec, layout.cp, layout.tp, nvlink_domain)
-
-
 def refusal_at_cp(spec: ModelSpec, layout, workload, gpu, cp: int) -> str | None:
-    """cp_refusal of this layout at another CP, in the job's NVLink domain (the world refusing it included)."""
+    """Why Megatron refuses this layout at another CP, one line, by the checks estimate applies to a CP layout with
+    `auto` (None: it runs): the world holding it, the model's shapes and the workload's sequence and batch rules
+    (layout/validate.py validate; linear-attention heads per TP rank divisible by CP among them), then a CP exchange
+    that runs in the job's NVLink domain (exchange_refusal)."""
     try:
         other = replace(layout, cp=cp)
-    except MoetuneError as err:  # the world does not hold it
+        validate(spec, other, workload)
+    except MoetuneError as err:
         return str(err)
-    return cp_refusal(spec, other, workload, job_gpu(gpu, layout.world_size).nvlink_domain)
+    return exchange_refusal(spec, cp, layout.tp, job_gpu(gpu, layout.world_size).nvlink_domain)
 
 
 def cp_runs(spec: ModelSpec, layout, workload, gpu):

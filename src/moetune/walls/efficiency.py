@@ -8,6 +8,7 @@ from importlib import resources
 
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
+from moetune.layout.knobs import PRECISIONS
 from moetune.specs.hardware import catalog
 
 
@@ -60,8 +61,8 @@ def _check_peaks(eff: dict, where: str, origin) -> None:
     """A low-precision recipe's GEMMs run at fp8_gemm_eff x rate_<recipe> of the FP8 peak (compute.gemm_rate): at
     most the FP8 peak for an FP8 recipe, the FP4 peak for NVFP4 (the GPU is not known here: at most the largest FP4
     over FP8 peak of the catalog, GB300's 3)."""
-    for rate in (k for k in eff if k.startswith("rate_")):
-        recipe = rate.removeprefix("rate_").replace("_", "-")
+    recipes = {rate_key(p): p for p in PRECISIONS if p != "bf16"}
+    for rate, recipe in ((k, recipes[k]) for k in eff if k in recipes):  # in the table's order
         limit = fp4_over_fp8() if recipe == "nvfp4" else 1.0
         peak = f"the FP4 peak (at most {limit:g}x the FP8 peak on a catalog GPU)" if recipe == "nvfp4" else "it"
         product = eff["fp8_gemm_eff"] * eff[rate]
@@ -69,6 +70,12 @@ def _check_peaks(eff: dict, where: str, origin) -> None:
             raise MoetuneError(f"{where}: {origin('fp8_gemm_eff')} x {origin(rate)} = {product:.3g} puts {recipe} "
                                f"GEMMs at {product:.3g}x the FP8 peak, past {peak}; lower either so that their "
                                f"product is <= {limit:g}")
+
+
+def rate_key(precision: str) -> str:
+    """The efficiency.toml constant of a low-precision recipe's GEMM rate (compute.gemm_rate): rate_fp8_blockwise for
+    fp8-blockwise."""
+    return "rate_" + precision.replace("-", "_")
 
 
 @cache
