@@ -54,3 +54,17 @@ def test_glm_attention_bias_is_qkv_only():
     qkv = (96 + 2 * 8) * 128 // 2  # heads + 2 x kv heads, x head_dim, over TP 2, per layer
     # 23 decoder layers a stage; the last also holds the MTP layer (num_nextn_predict_layers 1)
     assert [a - b for a, b in zip(with_bias[0], without[0])] == [23 * qkv, 24 * qkv]
+
+
+@pytest.mark.parametrize("qkv_bias", [True, False, None])
+def test_qwen2_moe_qkv_bias_is_read(qkv_bias):
+    """HF Qwen2MoeAttention biases q, k and v by config.qkv_bias (Qwen2MoeConfig default true): false builds none in
+    either count (moetune had always added them), left out builds them."""
+    hf, layout = _builtin("qwen1.5-moe-a2.7b"), dict(world_size=8, tp=2, pp=2, ep=2)
+    edited = {k: v for k, v in hf.items() if k != "qkv_bias"} | ({} if qkv_bias is None else {"qkv_bias": qkv_bias})
+    ours, theirs = _both(edited, **layout)
+    assert ours == theirs
+    biased, plain = _both({**hf, "qkv_bias": True}, **layout)[0], _both({**hf, "qkv_bias": False}, **layout)[0]
+    qkv = 3 * 2048 // 2  # q, k and v (16 heads = 16 kv heads, head_dim 128) over TP 2, per layer
+    assert [a - b for a, b in zip(biased, plain)] == [12 * qkv, 12 * qkv]  # 24 layers, 12 a stage
+    assert ours == (plain if qkv_bias is False else biased)

@@ -99,6 +99,15 @@ CASES: dict[str, Case] = {
                                             "train.global_batch_size=128", "train.micro_batch_size=1"), "h100", 16),
     "longctx.tp_lever_nvl72": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16"), "gb200", 64),
     "longctx.new_kernels": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=32")),
+    # Nemotron-3 Nano's Mamba-2 mixer (64 heads, 8 groups) at TP4: 16 heads a rank cannot split over CP 32
+    "cp.mamba_heads": Case(S(MOE, "model.hybrid_layer_pattern=MEM*E", "model.hidden_size=2688",
+                             "model.mamba_num_heads=64", "model.mamba_num_groups=8", "model.seq_length=131072",
+                             "model.tensor_model_parallel_size=4", "model.context_parallel_size=32")),
+    # Qwen3-Next's gated delta-net (16 key, 32 value heads) at TP4: 4 key heads a rank cannot split over CP 8
+    "cp.gdn_heads": Case(S(MOE, "model.experimental_attention_variant=gated_delta_net",
+                           "model.linear_num_key_heads=16", "model.linear_num_value_heads=32",
+                           "model.seq_length=131072", "model.tensor_model_parallel_size=4",
+                           "model.context_parallel_size=8")),
     # Qwen3-235B-A22B's 64 heads / 4 KV groups at TP4: one group per rank, so a2a cannot split it over CP 8
     "cp.a2a_heads": Case(S(MOE, "model.num_attention_heads=64", "model.num_query_groups=4", "model.seq_length=131072",
                            "model.tensor_model_parallel_size=4", "model.context_parallel_size=8",

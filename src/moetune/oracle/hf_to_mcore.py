@@ -63,9 +63,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "mla": False, "dense": "qwen_sparse_step", "shared": "none",
         "fixed": {"qk_layernorm": True, "add_qkv_bias": False},
     },
-    "Qwen2MoeForCausalLM": {  # Qwen1.5-MoE, Qwen2-MoE: qkv bias, gated shared expert
+    "Qwen2MoeForCausalLM": {  # Qwen1.5-MoE, Qwen2-MoE: gated shared expert; q/k/v biases by config.qkv_bias
         "mla": False, "dense": "qwen_sparse_step", "shared": "qwen_shared_width",
-        "fixed": {"add_qkv_bias": True, "moe_shared_expert_gate": True},
+        "fixed": {"moe_shared_expert_gate": True},
+        # HF key -> (TransformerConfig field, the HF config class's default): Qwen2MoeConfig qkv_bias=True
+        "switches": {"qkv_bias": ("add_qkv_bias", True)},
     },
     # HF MixtralAttention hard-codes bias=False on q/k/v/o (modeling_mixtral.py): a Mixtral config's attention_bias
     # builds nothing (Megatron-Bridge's generic attention_bias -> add_qkv_bias would add q/k/v biases HF has not)
@@ -156,6 +158,7 @@ def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
     cfg.setdefault("num_query_groups", cfg["num_attention_heads"])
     cfg.update(normalization="RMSNorm", gated_linear_unit=True, add_bias_linear=False)
     cfg.update(fam["fixed"])
+    cfg.update({field: bool(hf_config.get(key, default)) for key, (field, default) in fam.get("switches", {}).items()})
     cfg["moe_layer_freq"] = _moe_layer_freq(hf_config, fam["dense"], cfg["num_layers"])
     cfg["moe_shared_expert_intermediate_size"] = _shared_width(
         hf_config, fam["shared"], cfg["moe_ffn_hidden_size"])

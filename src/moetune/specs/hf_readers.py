@@ -161,7 +161,9 @@ def _read_qwen_moe(c: HfConfig) -> dict:
     return dict(
         _gqa_common(c),
         layers=_layers(_qwen_moe_mlps(c)),
-        add_qkv_bias=not qwen3,
+        # HF Qwen2MoeAttention biases q, k and v by config.qkv_bias (Qwen2MoeConfig default true, transformers
+        # @008e574 configuration_qwen2_moe.py); Qwen3MoeAttention's switch is attention_bias (REFUSED_BIASES)
+        add_qkv_bias=False if qwen3 else c.get("qkv_bias", default=True),
         qk_layernorm="head" if qwen3 else "none",
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "qwen"),
