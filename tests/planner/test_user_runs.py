@@ -311,3 +311,27 @@ def test_a_layout_error_names_the_csv_columns_not_estimates_flags(edit, needle, 
     assert main(["calibrate", "--runs", path]) == 2
     err = capsys.readouterr().err
     assert needle in err and "--ep" not in err and "--tp" not in err
+
+
+def test_a_capped_all_to_all_says_what_it_got_in_effect(tmp_path, capsys):
+    """The cluster audit: a fit that raises the all-to-all where a dispatcher's efficiency is at the link cap reported
+    the nominal multiplier alone. H100's DeepEP is shipped at the cap (0.95 of a link), so x1.26 moves it by x1.00, and
+    NCCL alltoall's 0.99 reaches the cap at x1.20."""
+    path = _as_measured_on(IDS, {"compute_scale": 1.0, "a2a_scale": 1.4}, tmp_path)
+    assert main(["calibrate", "--runs", path]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    fitted = fit_user_runs(load_user_runs(path))["h100"]
+    assert fitted["a2a_scale"] > 1.2 and "a2a_eff_deepep" in fitted["a2a_keys"]
+    assert (f"all-to-all x {fitted['a2a_scale']:.3f} (a2a_eff_alltoall, a2a_eff_deepep) (in effect alltoall x1.20, "
+            "deepep x1.00: the achieved share of a link stays <= 0.95)") in out
+
+
+def test_the_shipped_fit_names_the_dispatchers_held_at_the_cap(capsys):
+    assert main(["calibrate", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for gpu, held in data["a2a_capped"].items():
+        scale = data["fitted"][gpu]["a2a_scale"]
+        assert all(v < scale for v in held.values())
+        shipped = efficiency(gpu, priors_only=True)
+        assert set(held) == {k.removeprefix("a2a_eff_") for k in A2A_KEYS
+                             if shipped[k] * scale * shipped["nvlink_eff"] > 0.95 + 1e-9}

@@ -13,6 +13,8 @@ from moetune.planner.calibrate import (
     COMPUTE_KEYS,
     SHARED,
     calibrate,
+    cap_text,
+    capped_a2a,
     fitted_effs,
     predict,
     unfitted_predictions,
@@ -82,11 +84,13 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool) -> Non
     rows = [{"run_id": p.run.run_id, "subset": subset, "model": p.run.model.name, "gpu": p.run.gpu.key,
              "gpus": p.run.layout.world_size, "measured": p.target, "predicted": p.predicted, "error": p.error}
             for subset, preds in (("fit", on_fit), ("held-out", held), (TFLOPS_ONLY, unfitted)) for p in preds]
-    pairs = ordered_pairs(fitted_effs(fitted))
+    effs = fitted_effs(fitted)
+    pairs = ordered_pairs(effs)
     order = [{"group": q.group, "faster": q.faster, "slower": q.slower, "measured_gap": q.measured_gap,
               "predicted_gap": q.predicted_gap, "agrees": q.agrees} for q in pairs]
+    capped = {g: capped_a2a(efficiency(g, priors_only=True), effs[g], p["a2a_scale"]) for g, p in fitted.items()}
     if as_json:
-        emit_json({"fitted": fitted, "runs": rows, "ab_order": order,
+        emit_json({"fitted": fitted, "a2a_capped": capped, "runs": rows, "ab_order": order,
                    "unmeetable_repeats": [{"run_ids": list(g.run_ids), "measured": list(g.measured),
                                            "spread": g.spread, "least_misses": g.least_misses(0.15)}
                                           for g in unmeetable(0.15)]})
@@ -96,6 +100,10 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool) -> Non
                     ["gpu", "compute x", "all-to-all x", "host us/layer", "a2a ns/token", "a2a GB/s/SM"],
                     [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}",
                       f"{p['a2a_token_ns']:.2f}", f"{p['a2a_gbps_per_sm']:.1f}"] for g, p in fitted.items()]))
+    held_back = {g: c for g, c in capped.items() if c}
+    if held_back:  # the table's multiplier is the fit's; a dispatcher whose efficiency hit the link cap got less
+        out.print("all-to-all x held at the link cap (the achieved share of a link stays <= 0.95): " + "; ".join(
+            f"{g} " + ", ".join(f"{k} x{v:.2f}" for k, v in c.items()) for g, c in held_back.items()))
     out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",
                                                             "predicted", "error"],
                     [[r["run_id"], r["subset"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",
@@ -136,7 +144,8 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
                       f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%", f"{r['fitted']:,.0f}",
                       f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows], justify_right_from=3))
     for gpu, f in fitted.items():
-        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])})" if f["a2a_note"] is None else
+        held = cap_text(capped_a2a(efficiency(f["gpu_key"]), f["constants"], f["a2a_scale"], tuple(f["a2a_keys"])))
+        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])}){held}" if f["a2a_note"] is None else
                f"all-to-all kept as shipped: {f['a2a_note']}")
         base = "" if f["catalog_unchanged"] else f" (on {shipped_of(f['gpu_key'])})"
         out.print(f"{gpu}{base}: {f['runs']} run(s): compute x {f['compute_scale']:.3f}, {a2a}")
