@@ -14,6 +14,7 @@ from moetune.layout.validate import (
     shard_cp,
     validate,
     validate_knobs,
+    validate_shapes,
     validate_workload,
 )
 from moetune.specs.registry import load_model
@@ -285,3 +286,15 @@ def test_a_job_smaller_than_its_nodes_is_a_valid_gpu(gpu, world, domain, node):
     from moetune.specs.hardware import load_gpu
     seen = job_gpu(load_gpu(gpu), world)
     assert (seen.nvlink_domain, seen.gpus_per_node) == (domain, node)
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_olmoe_trains_at_tp_1_only(tp):
+    """Megatron Bridge builds OLMoE's q/k norms over all 16 heads on every TP rank and applies them to the rank's
+    16/TP heads (olmoe_provider.py), which fails at the first forward: estimate and plan had accepted TP > 1 and
+    counted a norm split over TP that nothing builds (model audit)."""
+    spec = load_model("olmoe-1b-7b")
+    needle = rf"^TP \({tp}\) > 1 on olmoe-1b-7b: its q/k norms span every head.*use --tp 1$"
+    with pytest.raises(MoetuneError, match=needle):
+        validate_shapes(spec, Layout(world_size=tp * 8, tp=tp, ep=8))
+    validate_shapes(spec, Layout(world_size=8, ep=8))

@@ -136,6 +136,8 @@ def _linear_mixer_cp(spec: ModelSpec, layout: Layout) -> None:
 def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
     """The divisibility rules of validate_model_layout, without the pipeline split."""
     tp_fix = "choose a --tp that divides it"
+    if spec.tp1_only and layout.tp > 1:
+        raise MoetuneError(f"TP ({layout.tp}) > 1 on {spec.name}: {spec.tp1_only}; use --tp 1")
     _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix)
     if spec.attention not in ("mla",):
         _divides(layout.tp, "TP", spec.num_query_groups, "num_query_groups", tp_fix)

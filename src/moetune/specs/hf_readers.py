@@ -214,6 +214,14 @@ def _read_mixtral(c: HfConfig) -> dict:
     )
 
 
+# Megatron Bridge builds OLMoE's q/k norms over every head on each TP rank and applies them to the rank's shard
+# (models/olmoe/olmoe_provider.py OLMoESelfAttention: hidden_size = head dim x num_attention_heads), which fails at
+# TP > 1; its recipes run tensor_model_parallel_size=1 (recipes/olmoe/h100/olmoe_7b.py). MiniMax-M2's full-width
+# norms are TP-aware (minimax_m2_provider.py FullDimQNorm) and split over TP.
+OLMOE_TP1 = ("its q/k norms span every head, and Megatron Bridge builds them whole on each TP rank, where they "
+             "cannot apply to the rank's share of the heads (olmoe_provider.py OLMoESelfAttention)")
+
+
 def _read_olmoe(c: HfConfig) -> dict:
     """OLMoE: full-width q/k norms (q_norm over all heads), no shared experts."""
     n = c.count("num_hidden_layers", least=1)
@@ -221,6 +229,7 @@ def _read_olmoe(c: HfConfig) -> dict:
         _gqa_common(c),
         layers=_layers(["moe"] * n),
         qk_layernorm="full",
+        tp1_only=OLMOE_TP1,
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **_moe(c, "olmoe"),
         moe_router_pre_softmax=_pre_softmax(c),

@@ -103,6 +103,7 @@ class ModelSpec:
     add_proj_bias: bool = False  # bias on the attention output projection
     qk_layernorm: Literal["none", "head", "full"] = "none"  # per-head norm (Megatron) or full width (OLMoE)
     softmax_sinks: bool = False  # gpt-oss learnable per-head softmax offset
+    tp1_only: str = ""  # why its Megatron build trains at TP 1 only ('': any TP); layout/validate.py refuses more
     mla: MlaDims | None = None
     gdn: GdnDims | None = None
     mamba: MambaDims | None = None

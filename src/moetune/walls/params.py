@@ -51,7 +51,7 @@ def _gqa(spec: ModelSpec) -> list[Tensor]:
     if spec.qk_layernorm == "head":
         out += [Tensor(name="q_layernorm.weight", numel=d, shard="rep"),
                 Tensor(name="k_layernorm.weight", numel=d, shard="rep")]
-    elif spec.qk_layernorm == "full":  # OLMoE/MiniMax: one norm over all heads; Megatron splits it over TP
+    elif spec.qk_layernorm == "full":  # one norm over all heads: MiniMax-M2's splits over TP; OLMoE runs at TP 1
         out += [Tensor(name="q_layernorm.weight", numel=spec.num_attention_heads * d, shard="tp"),
                 Tensor(name="k_layernorm.weight", numel=spec.num_query_groups * d, shard="tp")]
     if spec.softmax_sinks:
