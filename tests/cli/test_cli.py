@@ -41,13 +41,16 @@ def test_estimate_table(capsys):
     (["--gpu", "gb200", "--ep", "16", "--dispatcher", "deepep"], "dispatcher.deepep_platform"),  # Bridge refuses
 ])
 def test_estimate_names_the_rule_errors_of_what_it_estimates(args, rule, capsys):
-    """A configuration Megatron would refuse still gets its numbers, with the refusal next to them."""
+    """A configuration Megatron would refuse still gets its numbers, with the refusal next to them, and exits 1 as
+    `check` does (it had exited 0, so a script gating on estimate passed what Bridge asserts against: model audit)."""
     base = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "64"]
-    code, out, _ = run([*base, *args, "--json"], capsys)
-    errors = [c["rule"] for c in json.loads(out)["checks"] if c["severity"] == "error"]
-    assert code == 0 and rule in errors
+    code, out, err = run([*base, *args, "--json"], capsys)
+    data = json.loads(out)  # one JSON document: the estimate, with the checks
+    errors = [c["rule"] for c in data["checks"] if c["severity"] == "error"]
+    assert code == 1 and rule in errors and data["time"]["tokens_per_s_per_gpu"] > 0
+    assert err.startswith(f"error: {len(errors)} rule error(s): Megatron or the seeds refuse this configuration")
     code, out, _ = run([*base, *args], capsys)
-    assert f"Check error {rule}" in out and "rule error(s)" in out
+    assert code == 1 and f"Check error {rule}" in out
     code, out, _ = run([*base, "--ep", "16", "--dispatcher", "alltoall", "--json"], capsys)
     assert [c for c in json.loads(out)["checks"] if c["severity"] == "error"] == []
 

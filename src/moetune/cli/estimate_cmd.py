@@ -3,6 +3,7 @@
 import click
 from rich.markup import escape
 
+from moetune.cli.check_cmd import RuleErrors
 from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options
 from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table, user_files_line
 from moetune.layout.ranks import groups_leaving_domain
@@ -32,10 +33,10 @@ def command(model: str, as_json: bool, **kw) -> None:
         if files := user_files_line(result.user_files):
             console().print(files)
         console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
-        errors = sum(c["severity"] == "error" for c in found)
-        if errors:
-            console().print(f"[red]{errors} rule error(s)[/red]: Megatron or the seeds refuse this configuration as "
-                            "written; the numbers above are what it would cost if it ran")
+    errors = sum(c["severity"] == "error" for c in found)
+    if errors:  # exit 1, as `check` does: a script gating on estimate must not pass a config Megatron refuses
+        raise RuleErrors(f"{errors} rule error(s): Megatron or the seeds refuse this configuration as written; the "
+                         "numbers are what it would cost if it ran (`moetune check` lists the fixes)")
 
 
 def print_estimate(result: Estimate) -> None:
