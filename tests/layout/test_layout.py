@@ -14,6 +14,7 @@ from moetune.layout.validate import (
     shard_cp,
     validate,
     validate_knobs,
+    validate_model_layout,
     validate_shapes,
     validate_workload,
 )
@@ -298,3 +299,14 @@ def test_olmoe_trains_at_tp_1_only(tp):
     with pytest.raises(MoetuneError, match=needle):
         validate_shapes(spec, Layout(world_size=tp * 8, tp=tp, ep=8))
     validate_shapes(spec, Layout(world_size=8, ep=8))
+
+
+@pytest.mark.parametrize("first, last, needle", [
+    (30, None, r"^--first-stage-layers \(30\) exceed the model's 24 layers"),
+    (10, 20, r"^--first-stage-layers \(10\) \+ --last-stage-layers \(20\) exceed the model's 24 layers"),
+])
+def test_stages_larger_than_the_model_say_so(first, last, needle):
+    """They had read 'the -6 layers left after first/last stages must split evenly' (model audit)."""
+    with pytest.raises(MoetuneError, match=needle):
+        lay = Layout(world_size=12, pp=3, ep=4, first_stage_layers=first, last_stage_layers=last)
+        validate_model_layout(load_model("qwen1.5-moe-a2.7b"), lay)

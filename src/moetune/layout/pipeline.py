@@ -88,10 +88,14 @@ def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
         # transformer_layer.py get_transformer_layer_offset divides by the middle stages (a ZeroDivisionError)
         raise MoetuneError(f"--first-stage-layers and --last-stage-layers on PP{pp} leave no middle stage, which "
                            f"Megatron-Core cannot interleave (VPP {vpp}); drop --vpp or one of them")
+    if middle < 0:
+        given = " + ".join(f"{n} ({v})" for n, v in (("--first-stage-layers", first), ("--last-stage-layers", last))
+                           if v is not None)
+        raise MoetuneError(f"{given} exceed the model's {num_layers} layers; make them smaller")
     if middle_stages and middle == 0:  # transformer_config.py: "0 middle layers remaining but N middle PP stages"
         raise MoetuneError(f"--first-stage-layers/--last-stage-layers leave no layers for the {middle_stages} middle "
                            "stage(s); Megatron-Core refuses an empty middle stage: make them smaller")
-    if middle < 0 or (middle_stages == 0 and middle) or (middle_stages and middle % (middle_stages * vpp)):
+    if (middle_stages == 0 and middle) or (middle_stages and middle % (middle_stages * vpp)):
         raise MoetuneError(
             f"the {middle} layers left after first/last stages must split evenly over {middle_stages} middle "
             f"stages x vpp {vpp}; adjust --first-stage-layers/--last-stage-layers"
