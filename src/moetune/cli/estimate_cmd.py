@@ -76,6 +76,12 @@ def print_time(result: Estimate) -> None:
                     f"{t['tflops_per_gpu']:.1f} TFLOP/s/GPU ({t['flops_convention']}'s count), "
                     f"MFU {100 * t['mfu']:.1f}%{_mfu_peak(result)} "
                     f"(dominant: {t['dominant_wall']})", ["wall", "seconds", "share"], rows))
+    if t["counted_not_run"] > 0.005:
+        share = f"{100 * t['counted_not_run']:.0f}%"
+        out.print(f"note: {result.model.name} attends within {result.model.attention_chunk:,}-token chunks (Megatron "
+                  f"Bridge's Llama 4 attention), which the step is charged; {t['flops_convention']}'s FLOP count, "
+                  f"and so TFLOP/s/GPU and MFU here, counts whole-sequence attention: {share} of the counted FLOPs "
+                  "never run")
     coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
             if t["collectives"][c] > 0]
     if coll:

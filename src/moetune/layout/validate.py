@@ -168,8 +168,9 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
         raise MoetuneError(f"ep ({layout.ep}) > 1 but {spec.name} has no MoE layers; use --ep 1")
 
 
-def validate_workload(layout: Layout, workload: Workload) -> None:
-    """Batch and sequence rules: GBS vs MBS x DP, sequence vs TP (sequence parallel) and 2 x CP."""
+def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None = None) -> None:
+    """Batch and sequence rules: GBS vs MBS x DP, sequence vs TP (sequence parallel) and 2 x CP; with `spec`, its
+    chunked attention's CP rule too (chunk_refusal)."""
     gbs, mbs, seq = workload.gbs(layout), workload.micro_batch_size, workload.seq_length
     _require(
         gbs % (mbs * layout.dp) == 0,
@@ -181,8 +182,20 @@ def validate_workload(layout: Layout, workload: Workload) -> None:
              f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
              f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule); change "
              "--gbs or --mbs, or drop --vpp")
-    why = sequence_refusal(seq, layout.tp, layout.cp, layout.sp)
-    _require(why is None, why or "")
+    why = sequence_refusal(seq, layout.tp, layout.cp, layout.sp) or (spec and chunk_refusal(spec, seq, layout.cp))
+    _require(not why, why or "")
+
+
+def chunk_refusal(spec: ModelSpec, seq: int, cp: int) -> str | None:
+    """Llama 4's chunked attention under CP (None: it runs): past the chunk, Megatron Bridge asserts each rank's
+    load-balanced CP chunk (seq / (2 x CP)) is whole attention chunks (llama4_utils.py Llama4SelfAttention)."""
+    chunk = spec.attention_chunk
+    if not chunk or cp == 1 or seq <= chunk or (seq // (2 * cp)) % chunk == 0:
+        return None
+    ok = [c for c in range(2, seq // (2 * chunk) + 1) if seq % (2 * c * chunk) == 0]
+    return (f"{spec.name} attends within {chunk}-token chunks: at CP {cp} each CP chunk (seq / (2 x CP) = "
+            f"{seq // (2 * cp)} tokens) must be whole chunks (Megatron Bridge llama4_utils.py asserts); use "
+            + (f"a CP among {', '.join(map(str, ok))}" if ok else "no CP") + " at this --seq")
 
 
 def sequence_refusal(seq: int, tp: int, cp: int, sp: bool) -> str | None:
@@ -202,7 +215,7 @@ def sequence_refusal(seq: int, tp: int, cp: int, sp: bool) -> str | None:
 
 def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:
     validate_model_layout(spec, layout)
-    validate_workload(layout, workload)
+    validate_workload(layout, workload, spec)
 
 
 def validate_knobs(spec: ModelSpec, layout: Layout, knobs: Knobs) -> None:

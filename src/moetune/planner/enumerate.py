@@ -185,7 +185,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
                     shapes[(tp, cp, ep, etp)] = _shapes_ok(spec, lay)
                 if not shapes[(tp, cp, ep, etp)]:
                     continue
-                validate_workload(lay, probe)
+                validate_workload(lay, probe, spec)
                 key = (pp, vpp, tuple(sorted(extra.items())))
                 if key not in splits:
                     splits[key] = _split_ok(spec, lay)

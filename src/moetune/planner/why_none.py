@@ -31,7 +31,7 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
         lay = Layout(world_size=world, **{**pins, "vpp": vpp})
         validate_shapes(spec, lay)
         validate_workload(lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
-                                        global_batch_size=lay.dp))
+                                        global_batch_size=lay.dp), spec)
         if lay.pp > 1 and not splits_for(spec, lay.pp, vpp):
             pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)  # raises with the layer counts
     except MoetuneError as err:

@@ -249,6 +249,8 @@ def _read_llama4(c: HfConfig) -> dict:
         **_moe(t, "llama4"),
         moe_shared_expert_intermediate_size=t.read("moe_shared_expert_intermediate_size", "intermediate_size"),
         moe_router_score_function="sigmoid",
+        attention_chunk=t.count("attention_chunk_size", least=1) if t.get("attention_chunk_size", default=None)
+        is not None else None,
     )
 
 

@@ -104,6 +104,9 @@ class ModelSpec:
     qk_layernorm: Literal["none", "head", "full"] = "none"  # per-head norm (Megatron) or full width (OLMoE)
     softmax_sinks: bool = False  # gpt-oss learnable per-head softmax offset
     tp1_only: str = ""  # why its Megatron build trains at TP 1 only ('': any TP); layout/validate.py refuses more
+    # Llama 4's attention_chunk_size: Megatron Bridge attends within chunks of it on every layer once the sequence is
+    # longer (models/llama/llama4_utils.py Llama4SelfAttention: chunkify); None: full causal attention
+    attention_chunk: int | None = None
     mla: MlaDims | None = None
     gdn: GdnDims | None = None
     mamba: MambaDims | None = None

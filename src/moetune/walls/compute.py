@@ -86,6 +86,23 @@ def keys_factor(keys, r: Rates):
     return tile(keys) / tile(ATTN_REF_KEYS)
 
 
+def attention_span(spec: ModelSpec, seq_length: int) -> int:
+    """The sequence each attention call runs over: Llama 4's chunk where the sequence is longer (Megatron Bridge folds
+    the chunks into the batch, llama4_utils.py chunkify), else the whole sequence."""
+    return min(seq_length, spec.attention_chunk or seq_length)
+
+
+def chunked_attention_flops(spec: ModelSpec, seq_length: int, tokens: float) -> float:
+    """Training FLOPs (forward + backward) of the attention a whole-sequence count includes but chunked attention
+    (attention_span) never runs, over `tokens` tokens of every layer: Megatron's FLOP counters know no chunks."""
+    span = attention_span(spec, seq_length)
+    if span == seq_length:
+        return 0.0
+    kinds = [*spec.layers, *[spec.mtp_layer_kind] * spec.mtp_num_layers]
+    return sum(3 * (layer_flops(spec, k, tokens, seq_length)["core_attn"] - layer_flops(spec, k, tokens, span)[
+        "core_attn"]) for k in kinds)
+
+
 def attention_rate(spec: ModelSpec, seq_length: int, window: int | None, r: Rates):
     """FLOP/s of fused attention for this model's head dim and the keys each query sees."""
     return r.attn * head_dim_factor(spec, r) * keys_factor(attended_keys(seq_length, window), r)
@@ -125,7 +142,12 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     # held-out median 6.7%); whether Transformer Engine's fused attention with sinks skips a window's masked tiles is
     # not measured here (docs/time.md)
     f = layer_flops(spec, kind, ctx.tokens, ctx.seq_length)
-    attn_rate = attention_rate(spec, ctx.seq_length, None, r)
+    span = attention_span(spec, ctx.seq_length)
+    # chunked attention: each query sees its chunk only (FLOP counters count the whole); a CP ring's slowdown stays the
+    # whole sequence's (Bridge hands the chunks to Transformer Engine's CP attention, whose split is not modelled)
+    if span < ctx.seq_length:
+        f["core_attn"] = layer_flops(spec, kind, ctx.tokens, span)["core_attn"]
+    attn_rate = attention_rate(spec, span, None, r)
     experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1
     routed = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
     per_expert = routed / experts_local

@@ -28,6 +28,7 @@ from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, link_ba
 from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
+    chunked_attention_flops,
     layer_compute_seconds,
     passes,
     rates,
@@ -338,6 +339,8 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         # DeepSeek-V3 on GB200 at "high-teens to low-20s MFU"; seeds/000 Pitfalls: FP8 MFU reads low), and BF16's
         "mfu": tflops / gpu.peak_tflops(knobs.precision),
         "mfu_bf16_peak": tflops / gpu.bf16_tflops,
+        # the share of those counted FLOPs that never run (Llama 4's chunked attention past its chunk): they read high
+        "counted_not_run": chunked_attention_flops(spec, wl.seq_length, tokens) / flops,
         "walls": walls,
         "dominant_wall": max(walls, key=walls.get),
         "collectives": collectives,

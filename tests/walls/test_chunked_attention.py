@@ -1,0 +1,74 @@
+"""Llama 4's chunked attention (walls/compute.py attention_span): Megatron Bridge folds a sequence longer than
+attention_chunk_size into chunks (llama4_utils.py chunkify), so attention time stops growing with the sequence past
+the chunk, while Megatron's FLOP counters still count whole-sequence attention (step time's counted_not_run)."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload, chunk_refusal, validate
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.hf_config import load_hf_config
+from moetune.specs.registry import load_model
+from moetune.walls.flops import causal_context
+
+SCOUT = load_model("llama4-scout")
+GB200 = load_gpu("gb200")
+LAYOUT = Layout(world_size=64, tp=4, ep=2, etp=8)  # CP 1: the CP ring slowdown is the whole sequence's
+KNOBS = Knobs(precision="bf16", dispatcher="alltoall", cuda_graph_scope=())
+
+
+def _time(spec, seq):
+    return estimate(spec, GB200, LAYOUT, Workload(seq_length=seq, micro_batch_size=1, global_batch_size=64),
+                    KNOBS).time
+
+
+def test_the_config_gives_the_chunk():
+    assert SCOUT.attention_chunk == 8192
+
+
+@pytest.mark.parametrize("seq", [32768, 131072])
+def test_attention_time_is_the_chunks(seq):
+    """Past the chunk, each token's attention costs what it costs at the chunk: core attention seconds per token at
+    `seq` equal those at 8,192 (same layout), where the whole-sequence model grows with the causal context."""
+    chunked, whole = _time(SCOUT, seq), _time(replace(SCOUT, attention_chunk=None), seq)
+    at_chunk = _time(SCOUT, 8192)
+    per_token = chunked["compute_by_class"]["core_attn"] / seq
+    assert per_token == pytest.approx(at_chunk["compute_by_class"]["core_attn"] / 8192, rel=1e-6)
+    assert whole["compute_by_class"]["core_attn"] / chunked["compute_by_class"]["core_attn"] > \
+        causal_context(seq) / causal_context(8192) * 0.9  # the whole-sequence rate is higher, the FLOPs far more
+    assert chunked["tflops_per_gpu"] > whole["tflops_per_gpu"]  # the same counted FLOPs in less time
+    assert 0 < chunked["counted_not_run"] < 1 and whole["counted_not_run"] == 0
+
+
+def test_nothing_is_chunked_up_to_the_chunk():
+    t = _time(SCOUT, 8192)
+    assert t["counted_not_run"] == 0
+    assert t["step_seconds"] == _time(replace(SCOUT, attention_chunk=None), 8192)["step_seconds"]
+
+
+@pytest.mark.parametrize(("seq", "cp", "needle"), [
+    (131072, 16, r"at CP 16 each CP chunk \(seq / \(2 x CP\) = 4096 tokens\) must be whole chunks .*use a CP among "
+                 r"2, 4, 8 at this --seq"),
+    (65536, 32, r"use a CP among 2, 4 at this --seq"),
+])
+def test_cp_chunks_must_be_whole_attention_chunks(seq, cp, needle):
+    with pytest.raises(MoetuneError, match=needle):
+        validate(SCOUT, Layout(world_size=cp * 2, tp=2, cp=cp), Workload(seq_length=seq, micro_batch_size=1))
+    assert chunk_refusal(SCOUT, seq, cp // 2 if seq == 131072 else 4) is None
+    assert chunk_refusal(SCOUT, 8192, 16) is None  # no chunking at the chunk
+
+
+@pytest.mark.parametrize("value", [0, "8192", 8192.5, True])
+def test_a_chunk_that_is_no_whole_number_is_one_line(value, tmp_path, shared_data):
+    config = json.loads((shared_data / "models" / "llama4-scout.config.json").read_text())
+    config["text_config"]["attention_chunk_size"] = value
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(MoetuneError, match="attention_chunk_size"):
+        load_hf_config(path)
