@@ -10,12 +10,13 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import from_config, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import COMPOUND, explain
-from moetune.planner.explain import _scale as explain_scale
+from moetune.planner.explain_scale import scale as explain_scale
 from moetune.planner.fit_steps import FIT_LADDER, smallest_fitting_layout
+from moetune.planner.from_config import from_config
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import apply_move, findings, move_change, moves, rule_errors
 from moetune.planner.runs import load_configured_runs

@@ -4,8 +4,8 @@ import json
 
 from moetune.cli.main import main
 from moetune.configio.load import load_config
-from moetune.planner.config_map import from_config
 from moetune.planner.estimate import estimate
+from moetune.planner.from_config import from_config
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 

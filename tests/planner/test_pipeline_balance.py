@@ -129,7 +129,8 @@ def test_a_mamba_hybrid_is_split_by_its_pattern_without_vpp(shared_data):
     and reads no layout string; Megatron Bridge's HybridModelProvider refuses VPP. The pick has VPP 1, its split is
     written as separators (one segment per rank, the model's own symbols), and a config read back gives the split."""
     from moetune.errors import MoetuneError
-    from moetune.planner.config_map import from_config, to_config
+    from moetune.planner.config_map import to_config
+    from moetune.planner.from_config import from_config
 
     e = _pick("nemotron3-nano-30b-a3b", "gb200", 128, 8192, 512)
     assert e.layout.pp > 1 and e.layout.vpp == 1

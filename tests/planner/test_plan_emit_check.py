@@ -11,8 +11,9 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import from_config, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
+from moetune.planner.from_config import from_config
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
 from moetune.rules.mcore import mcore_findings

@@ -10,8 +10,9 @@ import pytest
 from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import platform_defaults
-from moetune.planner.enumerate import enumerate_layouts, knob_grid
+from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import estimate
+from moetune.planner.knob_grid import knob_grid
 from moetune.planner.ranking import CP_SHORT_MARGIN
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
@@ -244,7 +245,7 @@ def test_pinned_tp_comm_overlap_means_tp_above_one():
 def test_a_plan_whose_only_fit_overflows_the_host_says_so():
     """DeepSeek-V3 on 16 GB300: only a full optimizer offload fits the GPU, and its state needs more host memory
     than a Grace gives a GPU: nothing fits, and the reason names the host, not the pinned knobs."""
-    from moetune.cli.plan_cmd import nothing_fits
+    from moetune.planner.why_none import nothing_fits
     result = plan(load_model("deepseek-v3"), load_gpu("gb300"), 16, Workload(seq_length=4096, global_batch_size=128))
     assert not result.results
     assert result.lightest_host_gib > result.host_capacity_gib == 223

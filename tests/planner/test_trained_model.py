@@ -1,12 +1,12 @@
-"""config_map.trained_model: the MTP depth a launch config trains, which Megatron builds (and allocates) whatever the
+"""from_config.trained_model: the MTP depth a launch config trains, which Megatron builds (and allocates) whatever the
 config.json says: model.mtp_num_layers where set, none under Megatron-LM arguments that leave --mtp-num-layers out."""
 
 import pytest
 
 from moetune.configio.load import load_config
 from moetune.errors import MoetuneError
-from moetune.planner.config_map import from_config, trained_model
 from moetune.planner.estimate import estimate
+from moetune.planner.from_config import from_config, trained_model
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 

@@ -202,7 +202,7 @@ def test_spec_errors_name_the_config_keys(shared_data, name, edit, needle):
 
 
 def test_a_spec_error_names_modelspec_fields_outside_a_config_json():
-    """A launch config's model (planner/config_map) has Megatron's names: the same error reads in those."""
+    """A launch config's model (planner/from_config) has Megatron's names: the same error reads in those."""
     err = SpecError("m", "{num_query_groups} (0) must be positive")
     assert str(err) == "m: num_query_groups (0) must be positive"
     assert err.render({"num_query_groups": "num_key_value_heads"}) == "num_key_value_heads (0) must be positive"

@@ -8,8 +8,9 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import from_config, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
+from moetune.planner.from_config import from_config
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import efficiency

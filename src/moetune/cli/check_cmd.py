@@ -129,8 +129,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
             raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
-        from moetune.planner.config_map import architecture_conflicts, architecture_fields, provider_fields
         from moetune.planner.memory_facts import config_memory_facts
+        from moetune.planner.model_fields import architecture_conflicts, architecture_fields, provider_fields
         from moetune.specs.registry import load_model
 
         spec = load_model(model)

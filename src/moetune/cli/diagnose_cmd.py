@@ -10,8 +10,8 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner import to_config as result_config
 from moetune.planner.compare import compare
-from moetune.planner.config_map import from_config, trained_model
 from moetune.planner.estimate import estimate
+from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.from_json import estimate_from_json
 from moetune.profile.diagnose import DiagnoseResult, diagnose
 from moetune.profile.megatron_log import read_log

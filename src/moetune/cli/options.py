@@ -167,8 +167,9 @@ def estimate_from_config(model: str, kw: dict):
     from dataclasses import replace
 
     from moetune.configio.load import load_config
-    from moetune.planner.config_map import architecture_conflicts, from_config, trained_model
     from moetune.planner.estimate import estimate
+    from moetune.planner.from_config import from_config, trained_model
+    from moetune.planner.model_fields import architecture_conflicts
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
     from moetune.walls.efficiency import load_efficiency_file

@@ -6,12 +6,12 @@ import click
 from rich.markup import escape
 from rich.progress import Progress
 
-from moetune.cli.options import load_overheads, scope_words, with_mtp
+from moetune.cli.options import load_overheads, with_mtp
 from moetune.cli.output import console, emit_json, layout_extras, table, user_files_line
+from moetune.cli.plan_fix import parse_fix
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.layout.knobs import CP_COMM_TYPES, imbalance_source, parse_modules, parse_offload_modules
-from moetune.layout.layout import parse_pipeline_layout
+from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
@@ -20,73 +20,10 @@ from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.planner.versus import versus
+from moetune.planner.why_none import nothing_fits
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import load_efficiency_file
-
-INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
-BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",
-             "fp8_output_proj", "tp_comm_overlap")
-
-
-# Choices plan takes as flags of their own (a --fix of them is a slip for the flag)
-OWN_FLAGS = {"routing": "--routing dropless|force-balance", "token_imbalance": "estimate's --token-imbalance",
-             "seq": "--seq", "seq_length": "--seq", "gbs": "--gbs", "global_batch_size": "--gbs", "gpus": "--gpus"}
-
-
-def parse_fix(items: tuple[str, ...]) -> dict:
-    """--fix key=value pairs: layout sizes, mbs, precision, dispatcher, recompute, cuda_graph_scope, ..."""
-    fixed: dict = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise MoetuneError(f"--fix {item!r}: expected key=value, e.g. --fix ep=64")
-        if key in fixed or key == "recompute_modules" and fixed.get("recompute") in ("none", "full") \
-                or key == "recompute" and value != "selective" and "recompute_modules" in fixed:
-            raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (a key once; recompute_modules only "
-                               "with recompute=selective)")
-        if key in INT_KEYS:
-            if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
-                raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
-            fixed[key] = int(value)
-        elif key in BOOL_KEYS:
-            if value.lower() not in ("true", "false"):
-                raise MoetuneError(f"--fix {key}={value}: expected true or false")
-            fixed[key] = [value.lower() == "true"] if key == "ep_overlap" else value.lower() == "true"
-        elif key in ("precision", "dispatcher"):
-            fixed[key] = [value]
-        elif key == "cuda_graph_scope":
-            fixed[key] = [scope_words(value, "--fix cuda_graph_scope=")]
-        elif key == "optimizer_offload_fraction":
-            try:
-                fraction = float(value)
-            except ValueError:
-                fraction = -1.0
-            if not 0 <= fraction <= 1:
-                raise MoetuneError(f"--fix optimizer_offload_fraction={value}: expected a number in [0, 1]")
-            fixed[key] = [fraction]
-        elif key == "recompute":
-            if value not in ("none", "selective", "full"):
-                raise MoetuneError(f"--fix recompute={value}: expected none, selective or full")
-            fixed[key] = value
-        elif key == "recompute_modules":
-            fixed["recompute_modules"] = parse_modules(value)
-        elif key == "offload_modules":
-            fixed["offload_modules"] = parse_offload_modules(value)
-        elif key == "pipeline_layout":
-            parse_pipeline_layout(value)  # one line on unknown symbols; placement is checked against the model
-            fixed[key] = value
-        elif key == "cp_comm_type":
-            if value not in CP_COMM_TYPES:
-                raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
-            fixed[key] = value
-        elif key in OWN_FLAGS:
-            raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key]}, not --fix")
-        else:
-            raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
-                               "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
-                               "recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
-    return fixed
 
 
 def _offload(k) -> str:
@@ -233,37 +170,6 @@ def _overlap_text(k) -> str:
 
 def _recompute_text(k) -> str:
     return k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else "")
-
-
-def nothing_fits(result: PlanResult) -> str:
-    """Why no candidate fits, with the least memory any of them needs."""
-    # not "lower the global batch": the lightest candidate already runs one sequence a micro-batch, and the search
-    # has tried every layout of these GPUs
-    fix = "add GPUs or shorten the sequence"
-    if result.sequence_note:  # the length itself shut out TP and CP, which would shard the activations
-        fix = f"{result.sequence_note}; or add GPUs"
-    if result.lightest_peak_gib is None:
-        return fix
-    kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
-    host, host_cap = result.lightest_host_gib, result.host_capacity_gib
-    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and host_cap and host > host_cap:
-        return (f"the lightest candidate ({result.lightest}) fits the GPU at "
-                f"{result.lightest_peak_gib:.0f} GiB of {result.capacity_gib:.0f}{kept}, but its offloaded optimizer "
-                f"state needs {host:.0f} GiB of host memory per GPU of {host_cap:.0f} (data/hardware.toml "
-                f"host_memory_gib; a cluster file with host_memory_gib sets yours); {fix}")
-    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and not result.memory_fits:
-        return (f"the lightest bound ({result.lightest}, no dispatcher buffers or CUDA-graph pools) needs "
-                f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}, but no searched "
-                f"knob set fits: each adds memory to it (a dispatcher's buffers, graph pools, lighter recompute); "
-                f"{fix}")
-    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
-        nvl72 = "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` " \
-            "names the domain), " if result.nvl72 else ""
-        return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
-                f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
-                f"{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen --fix")
-    return (f"the lightest candidate ({result.lightest}) needs "
-            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
 
 
 def gbs_allowing(excluded: list[int], gbs: int) -> int:

@@ -12,7 +12,8 @@ from typing import Any
 
 from moetune.emit import values
 from moetune.emit.environment import environment
-from moetune.planner.config_map import PRECISION_PRESET, precision_of
+from moetune.planner.config_map import PRECISION_PRESET
+from moetune.planner.from_config import precision_of
 
 BRIDGE_SECTIONS_SKIPPED = ("cluster", "env")
 

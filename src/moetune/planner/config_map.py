@@ -1,32 +1,22 @@
-"""moetune's layout and knobs <-> the normalized config (Megatron Bridge dotted names, data/megatron_names.csv).
+"""moetune's layout and knobs -> the normalized config (Megatron Bridge dotted names, data/megatron_names.csv).
 
-`to_config` turns an estimate or plan result into what `emit` writes and `check` reads; `from_config`
-reads a user's normalized config (Bridge YAML, dotted overrides or Megatron-LM arguments, via configio)
-back into a Layout, Workload and Knobs, so `diagnose --config` can predict the run it measured.
+`to_config` turns an estimate or plan result into what `emit` writes and `check` reads: the model's own fields
+(model_fields.py), the layout, the knobs, the CP exchange and a Mamba hybrid's pipeline split. from_config.py reads
+a user's config back the other way.
 Precision recipes follow Bridge's mixed_precision presets (training/mixed_precision.py):
 fp8-blockwise = e4m3 + "blockwise", mxfp8 = e4m3 + "mxfp8", fp8-current = hybrid + "tensorwise",
 fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 """
 
-from dataclasses import replace
 from typing import Any
 
-from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import (
-    FP8_OUTPUT_PROJ_PRECISION,
-    MEGATRON_FLEX_SMS,
-    Knobs,
-    parse_modules,
-    parse_offload_modules,
-)
-from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
-from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate
-from moetune.rules.derive import dispatcher_sms, graph_setting
-from moetune.specs.model import ModelSpec
+from moetune.planner.model_fields import architecture_fields
 from moetune.walls.memory import PAGED_STASH_CUDA
 
 # Each writes the other family off too: a recipe's own FP8 (or FP4) would otherwise survive beside the plan's
@@ -145,138 +135,6 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     return out
 
 
-def architecture_fields(m: ModelSpec) -> dict[str, Any]:
-    """The model's own architecture under Megatron's names (what a recipe's model provider sets; None: not this
-    model's). `check --model` fills in those a user's config leaves out, so Megatron-Core can validate it."""
-    return {
-        "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
-        "model.num_attention_heads": m.num_attention_heads, "model.num_query_groups": m.num_query_groups,
-        "model.num_moe_experts": m.num_moe_experts or None, "model.moe_router_topk": m.moe_router_topk or None,
-        # Megatron-Core asserts pre-softmax for a top-1 softmax router; Llama 4's top-1 router is a sigmoid
-        "model.moe_router_score_function": m.moe_router_score_function if m.num_moe_experts else None,
-        "model.moe_router_pre_softmax": True if m.moe_router_pre_softmax else None,
-        "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
-        "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size or None,
-        "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size or None,
-        "model.mtp_num_layers": m.mtp_num_layers or None, "model.multi_latent_attention": m.mla is not None,
-        "model.is_hybrid_model": True if m.mamba else None,  # Mamba hybrids: Megatron-Core's HybridModel
-        # Megatron's add_bias_linear covers the attention output projection and the MLP/expert linears
-        "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
-        # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
-        "model.softmax_type": "learnable" if m.softmax_sinks else None,
-        **_shape_fields(m),
-    }
-
-
-# The architecture fields a config may hold that name a different model when they differ from MODEL's
-IDENTITY_FIELDS = ("model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.num_moe_experts",
-                   "model.moe_ffn_hidden_size", "model.moe_router_topk")
-
-
-MLM_VOCAB_DIVISOR = 128
-
-
-def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
-    """MODEL with the vocabulary padding (model.make_vocab_size_divisible_by; 128 under Megatron-LM arguments that
-    leave it out, else the model's Bridge default), the FLOP counter of its launcher, and the MTP depth the config
-    trains:
-    `model.mtp_num_layers` where the config sets it (None or 0: none);
-    none under Megatron-LM arguments that leave it out (`--mtp-num-layers` defaults to None, arguments.py); else the
-    model's own (Bridge's model providers take num_nextn_predict_layers from the config.json)."""
-    mlm = config.get(LAUNCHER) == "megatron-lm"
-    divisor = config.get("model.make_vocab_size_divisible_by")  # the padding the launch asks
-    if divisor is None and mlm:
-        divisor = MLM_VOCAB_DIVISOR  # --make-vocab-size-divisible-by's default (arguments.py)
-    if divisor is not None:
-        if int(divisor) < 1:
-            raise MoetuneError(f"model.make_vocab_size_divisible_by ({divisor}) must be at least 1")
-        m = replace(m, vocab_divisor=int(divisor))
-    if mlm:  # its log counts FLOPs as training.py does
-        m = replace(m, flops_convention="megatron-lm")
-    if "model.mtp_num_layers" in config:
-        mtp = int(config["model.mtp_num_layers"] or 0)
-    elif mlm:
-        mtp = 0
-    else:
-        return m
-    try:
-        return m.with_mtp(mtp)
-    except ValueError as err:
-        raise MoetuneError(f"model.mtp_num_layers ({mtp}): {err}; set it to 0 or leave it out") from None
-
-
-def architecture_conflicts(m: ModelSpec, config: dict) -> list[str]:
-    """`key (config's vs model's)` for each identity field the config sets to another value than MODEL's."""
-    mine = architecture_fields(m)
-    return [f"{k} ({config[k]} vs {m.name}'s {mine[k]})" for k in IDENTITY_FIELDS
-            if mine.get(k) is not None and config.get(k) is not None and config[k] != mine[k]]
-
-
-# HF model types whose Megatron Bridge model bridge sets provider.moe_router_dtype = "fp32" (deepseek_v2_bridge.py,
-# deepseek_v3_bridge.py, kimi_bridge.py, ernie_45_bridge.py, glm45_bridge.py, olmoe_bridge.py, nemotron_h_bridge.py,
-# qwen3_next_bridge.py @067f987)
-FP32_ROUTER_BRIDGES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5_moe", "glm4_moe", "olmoe", "nemotron_h",
-                       "qwen3_next")
-
-
-def provider_fields(m: ModelSpec) -> dict[str, Any]:
-    """What Megatron Bridge's model bridges set for every MoE model beside the architecture: grouped expert GEMMs and
-    the alltoall dispatcher (deepseek_v3_bridge.py, qwen3_moe_bridge.py, gpt_oss_bridge.py, glm45_bridge.py,
-    kimi_bridge.py ... provider.moe_grouped_gemm = True, moe_token_dispatcher_type = "alltoall"), and the recipes'
-    BF16 mixed precision (recipes/common.py _pretrain_common: bf16_mixed). `check --model` fills them in where an
-    overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
-    defaults."""
-    moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
-    if m.num_moe_layers and m.model_type in FP32_ROUTER_BRIDGES:
-        moe["model.moe_router_dtype"] = "fp32"
-    return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
-            "mixed_precision.pipeline_dtype": "bfloat16"}
-
-
-def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
-    """Linear-attention and Mamba mixers' dims, as Bridge's qwen3_next_bridge.py / nemotron_h_bridge.py set them."""
-    out: dict[str, Any] = {}
-    if m.gdn:
-        # every `interval`-th layer is full (gated) attention, the rest gated delta-net
-        interval = next(i + 1 for i, k in enumerate(m.layers) if k.mixer != "gdn")
-        out.update({"model.experimental_attention_variant": "gated_delta_net", "model.linear_attention_freq": interval,
-                    "model.linear_conv_kernel_dim": m.gdn.conv_kernel, "model.linear_key_head_dim": m.gdn.key_head_dim,
-                    "model.linear_value_head_dim": m.gdn.value_head_dim,
-                    "model.linear_num_key_heads": m.gdn.num_key_heads,
-                    "model.linear_num_value_heads": m.gdn.num_value_heads})
-    if m.attention_output_gate:
-        out["model.attention_output_gate"] = True
-    if m.mamba:
-        out.update({"model.mamba_num_heads": m.mamba.num_heads, "model.mamba_head_dim": m.mamba.head_dim,
-                    "model.mamba_state_dim": m.mamba.state_size, "model.mamba_num_groups": m.mamba.n_groups})
-    return out
-
-
-def _shape_fields(m: ModelSpec) -> dict[str, Any]:
-    """The rest of what fixes the model's parameter shapes, as Bridge's model bridges set it from the config.json, so
-    Megatron-LM arguments (which have no recipe behind them) build this model and not its defaults."""
-    mixed = m.num_moe_layers and m.num_moe_layers < m.num_layers
-    return {
-        "model.ffn_hidden_size": m.ffn_hidden_size, "model.kv_channels": None if m.mla else m.kv_channels,
-        "model.gated_linear_unit": m.gated_linear_unit, "model.normalization": m.normalization,
-        # Megatron's per-head q/k norm; MLA's q/kv latent norms are the same switch (Bridge's deepseek bridges set
-        # qk_layernorm=True); a full-width q/k norm (OLMoE, MiniMax) has no Megatron-LM flag
-        "model.qk_layernorm": True if m.qk_layernorm == "head" or m.mla else None,
-        "model.share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
-        "model.vocab_size": m.vocab_size,
-        # 1 = MoE, 0 = dense, per decoder layer (TransformerConfig.moe_layer_freq); all-MoE models keep the default
-        "model.moe_layer_freq": [int(k.mlp == "moe") for k in m.layers] if mixed else None,
-        "model.moe_router_num_groups": m.moe_router_num_groups if m.moe_router_num_groups > 1 else None,
-        "model.moe_router_group_topk": m.moe_router_group_topk if m.moe_router_num_groups > 1 else None,
-        "model.moe_router_enable_expert_bias": True if m.moe_router_score_correction_bias else None,
-        "model.moe_shared_expert_gate": True if m.moe_shared_expert_gate else None,
-        **_mixer_fields(m),
-        **({"model.q_lora_rank": m.mla.q_lora_rank, "model.kv_lora_rank": m.mla.kv_lora_rank,
-            "model.qk_head_dim": m.mla.qk_head_dim, "model.qk_pos_emb_head_dim": m.mla.qk_pos_emb_head_dim,
-            "model.v_head_dim": m.mla.v_head_dim} if m.mla else {}),
-    }
-
-
 def _model_fields(e: Estimate) -> dict[str, Any]:
     """The architecture facts rules read (the recipe already sets them; the values are the model's own), and the
     model settings every plan makes."""
@@ -296,25 +154,6 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         # model (DeepSeek-V3 1280), so the emitted launch states it
         "model.make_vocab_size_divisible_by": m.vocab_divisor,
     }
-
-
-def _cp_comm_type(config: dict) -> str:
-    value = config.get("model.cp_comm_type") or "p2p"  # None: Megatron hands TE its default, p2p
-    if isinstance(value, list):
-        raise MoetuneError("model.cp_comm_type: a per-layer list is not modelled; give one type for every layer "
-                           "(p2p, all_gather, a2a or a2a+p2p)")
-    return value
-
-
-def _hcp_a2a_size(config: dict) -> int | None:
-    sizes = config.get("model.hierarchical_context_parallel_sizes")
-    if not (sizes and config.get("model.cp_comm_type") == "a2a+p2p"):
-        return None
-    cp = int(config.get("model.context_parallel_size") or 1)
-    if len(sizes) != 2 or int(sizes[0]) * int(sizes[1]) != cp:  # parallel_state.py asserts their product is CP
-        raise MoetuneError(f"model.hierarchical_context_parallel_sizes {list(sizes)} must be [a2a, p2p] multiplying to "
-                           f"context_parallel_size ({cp}); e.g. [{min(cp, 2)}, {max(cp // 2, 1)}]")
-    return int(sizes[0])
 
 
 def cp_fields(e: Estimate) -> dict[str, Any]:
@@ -394,143 +233,3 @@ UNSET_EXPLICITLY = frozenset({
     "model.moe_expert_rank_capacity_factor", "mixed_precision.fp8", "mixed_precision.fp4", "model.moe_deepep_num_sms",
     "model.moe_hybridep_num_sms",
 })
-
-
-def _hybrid_split(config: dict) -> str | None:
-    """The layout string equivalent to a hybrid_layer_pattern's '|' separators (layer counts per virtual stage;
-    embedding first, loss last), or None without separators. MTP depths after '/' are not split."""
-    pattern = config.get(HYBRID_SPLIT)
-    if not pattern or "|" not in pattern:
-        return None
-    return write_pipeline_layout([len(seg) for seg in hybrid_segments(str(pattern))], 0)
-
-
-def _get(config: dict, key: str, default: Any = None) -> Any:
-    value = config.get(key, default)
-    return default if value is None else value
-
-
-def precision_of(config: dict) -> str:
-    """The GEMM precision moetune models for a config: BF16, or an FP8/FP4 recipe on top of it. FP16 and pure FP32
-    training (Megatron-LM arguments without --bf16) have no rates here, so they are refused by name."""
-    if config.get("mixed_precision.fp16"):
-        raise MoetuneError("the config trains in FP16 (mixed_precision.fp16 / --fp16); moetune models BF16 mixed "
-                           "precision and FP8/FP4 recipes on it: use --bf16")
-    if config.get(LAUNCHER) == "megatron-lm" and not config.get("mixed_precision.bf16"):
-        raise MoetuneError("Megatron-LM arguments without --bf16 (or --fp16) train in FP32, which moetune does not "
-                           "model; add --bf16 (MoE recipes train in BF16 mixed precision)")
-    if config.get("mixed_precision.fp4"):
-        return "nvfp4"
-    recipe = config.get("mixed_precision.fp8_recipe")
-    if not config.get("mixed_precision.fp8"):
-        return "bf16"
-    for name, fields in PRECISION.items():
-        if fields.get("mixed_precision.fp8_recipe") == recipe:
-            return name
-    raise MoetuneError(f"mixed_precision.fp8_recipe={recipe!r} is not one moetune models; use blockwise, mxfp8, "
-                       "tensorwise or delayed")
-
-
-def _graph_scope(config: dict) -> tuple[str, ...]:
-    """A config's CUDA graphs as the knobs name them: the whole step, its scopes, or, for a per-layer
-    implementation with no scope, whole layers (Megatron-Core captures attention and the MLP or MoE when
-    cuda_graph_modules is empty: transformer/transformer_layer.py)."""
-    impl, modules, full = graph_setting(config)
-    if impl == "none":
-        return ()
-    return ("full_iteration",) if full else tuple(modules) or ("attn", "mlp", "moe")
-
-
-def _dispatcher(config: dict) -> str:
-    kind = _get(config, "model.moe_token_dispatcher_type", "alltoall")
-    if kind == "flex":
-        return _get(config, "model.moe_flex_dispatcher_backend", "deepep")
-    return kind
-
-
-def _flex_sms(config: dict) -> int | None:
-    """SMs of a fused dispatcher as the config sets them, else Megatron's default (not the tuned one: the config
-    did not ask for more); None for the NCCL dispatchers."""
-    backend = _dispatcher(config)
-    return dispatcher_sms(config, backend) if backend in MEGATRON_FLEX_SMS else None
-
-
-def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
-    """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
-    if "cluster.num_gpus" not in config:
-        raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
-    split = _hybrid_split(config) or config.get("model.pipeline_model_parallel_layout")
-    # the layout string (or a hybrid pattern's separators) fixes the virtual stages: Layout derives VPP from it
-    vpp = 1 if split else config.get("model.virtual_pipeline_model_parallel_size") or 1
-    layout = Layout(
-        world_size=config["cluster.num_gpus"], tp=_get(config, "model.tensor_model_parallel_size", 1),
-        cp=_get(config, "model.context_parallel_size", 1), pp=_get(config, "model.pipeline_model_parallel_size", 1),
-        vpp=vpp, ep=_get(config, "model.expert_model_parallel_size", 1),
-        etp=_get(config, "model.expert_tensor_parallel_size", _get(config, "model.tensor_model_parallel_size", 1)),
-        sequence_parallel=config.get("model.sequence_parallel"),
-        first_stage_layers=config.get("model.num_layers_in_first_pipeline_stage"),
-        last_stage_layers=config.get("model.num_layers_in_last_pipeline_stage"),
-        pipeline_layout=split or None,
-        account_for_embedding=bool(config.get("model.account_for_embedding_in_pipeline_split")),
-        account_for_loss=bool(config.get("model.account_for_loss_in_pipeline_split")))
-    workload = Workload(seq_length=_get(config, "model.seq_length", _get(config, "dataset.seq_length", 4096)),
-                        micro_batch_size=_get(config, "train.micro_batch_size", 1),
-                        global_batch_size=config.get("train.global_batch_size"))
-    recompute, precision = _get(config, "model.recompute_granularity", "none"), precision_of(config)
-    knobs = Knobs(
-        precision=precision, recompute=recompute,
-        recompute_modules=_named("model.recompute_modules", parse_modules, _get(config, "model.recompute_modules", []))
-        if recompute == "selective" else frozenset(),
-        # the optimizer's field, else DDP's (Megatron-LM's one switch sets both), else on as Bridge's recipes set it
-        # on when either says so, as Bridge syncs them; a side the config leaves out is the recipe's (on)
-        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True))
-        or bool(_get(config, "ddp.use_distributed_optimizer", True)),
-        optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
-        if config.get("optimizer.optimizer_cpu_offload") else 0.0,
-        main_grads_fp32=_main_grads_fp32(config),
-        # low-precision moments only under the precision-aware optimizer (rule
-        # optimizer.low_precision_state_needs_precision_aware refuses them otherwise)
-        adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") and
-        config.get("optimizer.use_precision_aware_optimizer") else 4,
-        dispatcher=_dispatcher(config), flex_num_sms=_flex_sms(config),
-        cuda_graph_scope=_graph_scope(config),
-        ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
-        delay_wgrad=bool(config.get("comm_overlap.delay_wgrad_compute")),
-        tp_comm_overlap=bool(config.get("comm_overlap.tp_comm_overlap")),
-        overlap_grad_reduce=bool(config.get("ddp.overlap_grad_reduce")),  # Megatron's default: off
-        overlap_param_gather=bool(config.get("ddp.overlap_param_gather")),
-        routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
-        # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
-        fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
-        cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
-        offload_modules=_offload_modules(config))
-    return layout, workload, knobs
-
-
-def _main_grads_fp32(config: dict) -> bool:
-    """Whether gradients accumulate and reduce in FP32: Bridge's mixed_precision.grad_reduce_in_fp32; Megatron-LM
-    turns it on only where --main-grads-dtype stays fp32 and --grad-reduce-in-bf16 is off (arguments.py
-    validate_args)."""
-    if config.get(LAUNCHER) == "megatron-lm" and config.get("optimizer.main_grads_dtype") not in (None, "float32"):
-        return False
-    return bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True))
-
-
-def _named(key: str, parse, value) -> frozenset[str]:
-    """Megatron module names a config gives, each one Megatron knows (parse: knobs.parse_modules or
-    parse_offload_modules), the error naming the config field."""
-    try:
-        return parse(value)
-    except MoetuneError as err:
-        raise MoetuneError(f"{key}: {err}") from None
-
-
-def _offload_modules(config: dict) -> frozenset[str]:
-    """Fine-grained activation offloading's modules; switched on with none named is Megatron-Core's error."""
-    if not config.get("model.fine_grained_activation_offloading"):
-        return frozenset()
-    modules = _named("model.offload_modules", parse_offload_modules, _get(config, "model.offload_modules", []) or [])
-    if not modules:
-        raise MoetuneError("model.fine_grained_activation_offloading is on with no model.offload_modules; name the "
-                           "modules (e.g. [expert_fc1, moe_act]) or turn it off")
-    return modules

@@ -3,7 +3,7 @@
 These are the error rules of data/rules.yaml that read no layout, cluster or batch fact (EP overlap with 'moe'
 recompute or with more than one MTP layer, 'moe' recompute around a moe_router CUDA graph, ...). Each knob set
 is judged once, on a probe layout that passes every layout rule (expert parallelism over the fewest ranks); the
-layout rules are enforced by the enumeration and `search._fits`.
+layout rules are enforced by the enumeration and `candidates._fits`.
 """
 
 from dataclasses import replace

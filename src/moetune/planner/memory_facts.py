@@ -5,9 +5,10 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.planner.config_map import UNSET_EXPLICITLY, from_config, layout_fields, trained_model
+from moetune.planner.config_map import UNSET_EXPLICITLY, layout_fields
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
+from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec

@@ -10,10 +10,11 @@ from importlib import resources
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.validate import LONG_SDPA, Workload, shard_cp, undersharded_cp
-from moetune.planner.config_map import PRECISION, cp_fields, from_config, layout_fields, to_config
+from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
 from moetune.planner.defaults import default_dispatcher, platform_defaults
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
+from moetune.planner.from_config import from_config
 from moetune.planner.pipeline_balance import even_out
 from moetune.rules import derive, evaluate
 from moetune.walls.context_parallel import cp_runs, exchange_text, resolve_auto

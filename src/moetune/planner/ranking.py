@@ -55,7 +55,7 @@ DELAY_WGRAD_MIN_GAIN = 0.001
 
 def without_idle_delay_wgrad(e: Estimate) -> Estimate:
     """A result with delay_wgrad_compute turned back off where it hides no more all-to-all (the exchange already hides
-    under the overlapped compute): the search pairs it with EP overlap (enumerate._delay_wgrad), the result keeps it
+    under the overlapped compute): the search pairs it with EP overlap (knob_grid._delay_wgrad), the result keeps it
     only where it pays."""
     if not e.knobs.delay_wgrad:
         return e

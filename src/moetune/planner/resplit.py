@@ -1,22 +1,18 @@
 """Re-split the pipeline ranks of the candidates a re-split could still make the fastest (planner/pipeline_balance.py
 moves the layers; this picks which candidates and ranks the result as the search ranked it)."""
 
-from typing import TYPE_CHECKING
-
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
+from moetune.planner.candidates import Search
 from moetune.planner.estimate import estimate
 from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.ranking import cp_weight, preference, within
 
-if TYPE_CHECKING:  # the search's running state, which search.py passes in
-    from moetune.planner.search import _Search
-
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
 
 
-def rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
+def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
     """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: first those in the
     1% band of the fastest as they are, then in order of the step each would take with every stage at the stages'
     mean (no re-split beats that), until that bound leaves the
@@ -52,12 +48,12 @@ def rebalance_best(s: "_Search", efficiency_overrides: dict | None) -> None:
         fastest = min(fastest, new_step)
 
 
-def _peak_bytes(s: "_Search", lay: Layout, mbs: int, knobs: Knobs) -> int:
+def _peak_bytes(s: Search, lay: Layout, mbs: int, knobs: Knobs) -> int:
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
     return estimate(s.spec, s.gpu, lay, wl, knobs, s.user_overheads, with_time=False).peak_bytes
 
 
-def _evaluator(s: "_Search", mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
+def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
     """(evaluate, fits) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank) by the
     scalar estimate, time only; and whether it fits the search's memory budget, asked only of a move rebalance
     would take."""

@@ -1,10 +1,13 @@
-"""Why `plan` found no legal layout: one line naming the pinned value (or the batch size) at fault and the
-rule it breaks, instead of a generic "check your flags".
+"""Why `plan` found nothing: one line naming the pinned value (or the batch size) at fault and the rule it breaks
+when no layout is legal, instead of a generic "check your flags"; and when legal candidates exist but none fits,
+what stops the lightest of them (nothing_fits: GPU memory, host memory, or the pinned knobs' prerequisites).
 
 The search drops illegal layouts silently (enumerate.py); when nothing is left, this re-asks the layout rules
 (layout/validate.py, pipeline.py) about the user's pins one at a time, so the message quotes the same rule
 `estimate` would quote for that layout.
 """
+
+from typing import TYPE_CHECKING
 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
@@ -15,6 +18,9 @@ from moetune.planner.enumerate import MBS_CHOICES, bridge_refuses_vpp, enumerate
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import cp_exchange_exists
+
+if TYPE_CHECKING:  # search.py imports this module, so importing it back at run time would be circular
+    from moetune.planner.search import PlanResult
 
 LAYOUT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp")
 
@@ -112,3 +118,34 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
         return f"{_pins_text(pins)} are each legal but not together on {world} GPUs: {why}"
     return (_gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange})
             or f"no layout satisfies the model's shapes on {world} GPUs; change --gpus")
+
+
+def nothing_fits(result: "PlanResult") -> str:
+    """Why no candidate fits, with the least memory any of them needs."""
+    # not "lower the global batch": the lightest candidate already runs one sequence a micro-batch, and the search
+    # has tried every layout of these GPUs
+    fix = "add GPUs or shorten the sequence"
+    if result.sequence_note:  # the length itself shut out TP and CP, which would shard the activations
+        fix = f"{result.sequence_note}; or add GPUs"
+    if result.lightest_peak_gib is None:
+        return fix
+    kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""
+    host, host_cap = result.lightest_host_gib, result.host_capacity_gib
+    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and host_cap and host > host_cap:
+        return (f"the lightest candidate ({result.lightest}) fits the GPU at "
+                f"{result.lightest_peak_gib:.0f} GiB of {result.capacity_gib:.0f}{kept}, but its offloaded optimizer "
+                f"state needs {host:.0f} GiB of host memory per GPU of {host_cap:.0f} (data/hardware.toml "
+                f"host_memory_gib; a cluster file with host_memory_gib sets yours); {fix}")
+    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib and not result.memory_fits:
+        return (f"the lightest bound ({result.lightest}, no dispatcher buffers or CUDA-graph pools) needs "
+                f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}, but no searched "
+                f"knob set fits: each adds memory to it (a dispatcher's buffers, graph pools, lighter recompute); "
+                f"{fix}")
+    if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
+        nvl72 = "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` " \
+            "names the domain), " if result.nvl72 else ""
+        return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
+                f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
+                f"{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen --fix")
+    return (f"the lightest candidate ({result.lightest}) needs "
+            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")

@@ -145,10 +145,10 @@ class ModelSpec:
     mtp_layer_kind: LayerKind | None = None
     # Megatron pads the vocabulary to a multiple of this x TP (make_vocab_size_divisible_by): a launch setting. A
     # config.json's model takes its Megatron Bridge bridge's (hf_config.bridge_vocab_divisor); a launch config's own
-    # value, or Megatron-LM's default 128 under its arguments, replaces it (config_map.trained_model)
+    # value, or Megatron-LM's default 128 under its arguments, replaces it (from_config.trained_model)
     vocab_divisor: int = 128
     # The FLOP counter of the launcher whose log the TFLOP/s/GPU compares with (walls/flops.py conventions): Bridge
-    # unless the launch is Megatron-LM arguments (config_map.trained_model)
+    # unless the launch is Megatron-LM arguments (from_config.trained_model)
     flops_convention: str = "bridge"
     source: str = ""  # where the config came from
     notes: tuple[str, ...] = field(default=())

@@ -1,0 +1,71 @@
+"""``moetune plan --fix key=value``: the pins a user gives, each checked and parsed into the `fixed` dict the search
+reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, knob_grid.py)."""
+
+from moetune.cli.options import scope_words
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
+from moetune.layout.layout import parse_pipeline_layout
+
+INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
+BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",
+             "fp8_output_proj", "tp_comm_overlap")
+
+
+# Choices plan takes as flags of their own (a --fix of them is a slip for the flag)
+OWN_FLAGS = {"routing": "--routing dropless|force-balance", "token_imbalance": "estimate's --token-imbalance",
+             "seq": "--seq", "seq_length": "--seq", "gbs": "--gbs", "global_batch_size": "--gbs", "gpus": "--gpus"}
+
+
+def parse_fix(items: tuple[str, ...]) -> dict:
+    """--fix key=value pairs: layout sizes, mbs, precision, dispatcher, recompute, cuda_graph_scope, ..."""
+    fixed: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise MoetuneError(f"--fix {item!r}: expected key=value, e.g. --fix ep=64")
+        if key in fixed or key == "recompute_modules" and fixed.get("recompute") in ("none", "full") \
+                or key == "recompute" and value != "selective" and "recompute_modules" in fixed:
+            raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (a key once; recompute_modules only "
+                               "with recompute=selective)")
+        if key in INT_KEYS:
+            if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
+                raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
+            fixed[key] = int(value)
+        elif key in BOOL_KEYS:
+            if value.lower() not in ("true", "false"):
+                raise MoetuneError(f"--fix {key}={value}: expected true or false")
+            fixed[key] = [value.lower() == "true"] if key == "ep_overlap" else value.lower() == "true"
+        elif key in ("precision", "dispatcher"):
+            fixed[key] = [value]
+        elif key == "cuda_graph_scope":
+            fixed[key] = [scope_words(value, "--fix cuda_graph_scope=")]
+        elif key == "optimizer_offload_fraction":
+            try:
+                fraction = float(value)
+            except ValueError:
+                fraction = -1.0
+            if not 0 <= fraction <= 1:
+                raise MoetuneError(f"--fix optimizer_offload_fraction={value}: expected a number in [0, 1]")
+            fixed[key] = [fraction]
+        elif key == "recompute":
+            if value not in ("none", "selective", "full"):
+                raise MoetuneError(f"--fix recompute={value}: expected none, selective or full")
+            fixed[key] = value
+        elif key == "recompute_modules":
+            fixed["recompute_modules"] = parse_modules(value)
+        elif key == "offload_modules":
+            fixed["offload_modules"] = parse_offload_modules(value)
+        elif key == "pipeline_layout":
+            parse_pipeline_layout(value)  # one line on unknown symbols; placement is checked against the model
+            fixed[key] = value
+        elif key == "cp_comm_type":
+            if value not in CP_COMM_TYPES:
+                raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
+            fixed[key] = value
+        elif key in OWN_FLAGS:
+            raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key]}, not --fix")
+        else:
+            raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
+                               "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
+                               "recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
+    return fixed

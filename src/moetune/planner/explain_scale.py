@@ -1,0 +1,166 @@
+"""explain's Scale section (seeds/000 Phase 2): the two Parallel Folding meshes of one configuration and what its
+scale costs, in its own numbers: groups that leave the NVLink domain, the CP exchange and the seeds' 4K-shard CP
+advice (each alternative layout re-estimated, not asserted), the pipeline ranks' split, the EP-first layout, and the
+platform's default dispatcher where it does not fit.
+"""
+
+from dataclasses import replace
+
+from moetune.errors import MoetuneError
+from moetune.layout.ranks import groups_leaving_domain, members_in_domain
+from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
+from moetune.planner.defaults import platform_defaults
+from moetune.planner.ep_first import ep_first_note
+from moetune.planner.estimate import Estimate
+from moetune.planner.moves import GIB, cp_sizing, knobs_for, margin_gib
+from moetune.planner.pipeline_balance import move_note, ranks_note
+from moetune.walls.compute import rates, ring_slowdown
+from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, refusal_at_cp, ring_ranks
+
+
+def scale(e: Estimate) -> dict:
+    lay = e.layout
+    leaving = groups_leaving_domain(lay, e.job_domain)
+    notes = []
+    if e.job_domain != e.gpu.nvlink_domain and lay.world_size > e.gpu.gpus_per_node:  # a job within one node: no split
+        notes.append(f"{lay.world_size} GPUs in Slurm segments of {e.job_domain // e.gpu.gpus_per_node} nodes: "
+                     f"{e.job_domain} consecutive ranks share an NVLink domain (Megatron Bridge's launcher, "
+                     "scripts/performance/utils/executors.py)")
+    if leaving.get("tp", 0) > 0:
+        notes.append(f"TP{lay.tp} leaves the {e.job_domain}-GPU NVLink domain: keep TP inside it "
+                     "(seeds/000 Phase 2)")
+    if leaving.get("ep", 0) > 0:
+        notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
+                     "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
+    seq = e.workload.seq_length
+    if note := _cp_sizing_note(e):
+        notes.append(note)
+    if lay.cp > 1:
+        exposed = (e.time or {}).get("exposed_collectives", {}).get("cp")
+        linear = " (with the Mamba/gated delta-net layers' own all-to-alls)" if e.model.mamba or e.model.gdn else ""
+        notes.append(f"CP{lay.cp} exchanges attention inputs by cp_comm_type {exchange_text(e.knobs, lay.cp)}: "
+                     f"{EXCHANGE_WORDS.get(e.knobs.cp_comm_type, e.knobs.cp_comm_type)}"
+                     + (f"; {exposed:.2f} s a step left exposed{linear}" if exposed is not None else "")
+                     + _ring_text(e)
+                     + " (walls/context_parallel.py; `--cp-comm-type auto` picks the legal one that costs least)")
+    if leaving.get("cp", 0) > 0 and (note := _cp_outside_note(e)):
+        notes.append(note)
+    if lay.pp > 1 and e.time:
+        notes.append(ranks_note(e.model, e.layout, e.time))
+        if move := move_note(e):
+            notes.append(move)
+    if lay.etp > 1 and not (lay.ep == 1 and e.knobs.routing == "dropless") and (note := ep_first_note(e)):
+        notes.append(note)  # (dropless on EP 1: the routing note weighs the EP-first layout, with its imbalance)
+    if note := _default_dispatcher_note(e):
+        notes.append(note)
+    if lay.dp == 1 and seq >= 32768:
+        notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/002 § Keep DP alive if "
+                     "possible, rule longctx.dp_squeezed)")
+    return {"attention_mesh": f"TP{lay.tp} x CP{lay.cp} x DP{lay.dp} x PP{lay.pp}",
+            "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
+            "pipeline_split": lay.split_text() or "even",
+            "groups_leaving_nvlink_domain": leaving, "notes": notes}
+
+
+def _default_dispatcher_note(e: Estimate) -> str | None:
+    """Where a run uses another fused dispatcher than the platform's default and the default does not fit: the
+    difference is the buffers moetune charges each (data/memory_overheads.toml, estimates, not measurements), so a
+    tight margin should not decide it."""
+    default = platform_defaults(e.gpu)["dispatcher"]
+    if e.knobs.dispatcher == default or not e.model.num_moe_experts or e.layout.ep == 1 or not e.stages:
+        return None
+    alt = e.variant(knobs=replace(e.knobs, dispatcher=default))
+    if alt.fits:
+        return None
+    over = (alt.peak_bytes - alt.gpu.capacity_bytes) / GIB
+    return (f"the platform's {default} does not fit here by {over:.1f} GiB, where {e.knobs.dispatcher} does: the "
+            f"difference is the communication buffers moetune charges each (data/memory_overheads.toml, estimates "
+            f"from the seeds, not measurements); with so little between them, measure {default} too, or keep a "
+            f"margin with `moetune plan --headroom {margin_gib(e.gpu)}`")
+
+
+# How moetune applies seeds/002's first guess (quoted as the seed writes it: SEED_CP_GUESS)
+SHARD_READING = (f"seeds/002 § Start from a 4K shard target: \"{SEED_CP_GUESS}\"; moetune counts the shard as "
+                 "TP x CP, since sequence parallelism splits each CP rank's tokens over TP as well (the seed's own "
+                 "Qwen3-235B 128K NVL72 recipe trades CP for TP at TP4 x CP4), so it aims at CP ~= seq_len / "
+                 "(4096 x TP)")
+
+
+def _cp_sizing_note(e: Estimate) -> str | None:
+    """The long-context CP advice (rule longctx.cp_sizing): the 4K-shard CP among those estimate runs, weighed against
+    this run; or, where the shard is past twice 4K and no larger CP runs, why the next one does not."""
+    lay, seq = e.layout, e.workload.seq_length
+    shard = seq // (lay.cp * lay.tp)
+    target, under = cp_sizing(e)
+    if under:
+        return (f"long context: {shard:,} tokens per TP x CP shard; {SHARD_READING}: here CP{target}, the nearest "
+                f"power of two estimate runs (rule longctx.cp_sizing)" + _weighed_cp(e, target))
+    if lay.cp > 1 and shard < SHARD_TOKENS:  # past the 4K target the other way: the pick's own trade, weighed
+        return (f"{'long context' if seq >= LONG_CONTEXT else 'CP'}: {shard:,} tokens per TP x CP shard, "
+                f"1/{SHARD_TOKENS / shard:g} of the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which moetune "
+                f"reads per TP x CP shard as CP ~= seq_len / (4096 x TP): CP{target} here); CP{lay.cp} stands on "
+                "moetune's prediction, not the seeds' guess" + (_weighed_cp(e, target) if target < lay.cp else ""))
+    unrestricted = shard_cp(seq, lay.tp, lay.pp, lay.world_size, sp=lay.sp)  # the sequence and the world alone
+    if seq >= LONG_CONTEXT and shard > 2 * SHARD_TOKENS and unrestricted > lay.cp:
+        why = refusal_at_cp(e.model, lay, e.workload, e.gpu, 2 * lay.cp)
+        return (f"long context: {shard:,} tokens per TP x CP shard, {shard / SHARD_TOKENS:g}x the seeds' 4K; "
+                f"{SHARD_READING}, CP{unrestricted} here, but no CP above {lay.cp} runs on this layout: "
+                f"CP{2 * lay.cp}: {why}")
+    return None
+
+
+def _cp_outside_note(e: Estimate) -> str | None:
+    """How many CP peers sit outside the job's NVLink domain, what the exchange costs, and why the layout may still
+    win: the layouts that keep this CP group inside the domain (less TP, or less CP at this TP), re-estimated."""
+    lay, domain, t = e.layout, e.job_domain, e.time
+    outside = lay.cp - int(members_in_domain(lay.cp, lay.tp, domain))
+    if outside < 1 or t is None:
+        return None
+    peers = (f"CP{lay.cp}'s one peer sits" if lay.cp == 2 else f"all {outside} of CP{lay.cp}'s peers sit"
+             if outside == lay.cp - 1 else f"{outside} of CP{lay.cp}'s {lay.cp - 1} peers sit")
+    where = (f"CP{lay.cp} alone is wider than the job's {domain}-GPU NVLink domain" if lay.cp > domain else
+             f"TP{lay.tp} x CP{lay.cp} spans {lay.tp * lay.cp} ranks, the job's NVLink domain {domain}")
+    total, exposed = t["collectives"].get("cp", 0.0), t["exposed_collectives"].get("cp", 0.0)
+    tp_inside = next((lay.tp >> i for i in range(1, lay.tp.bit_length()) if (lay.tp >> i) * lay.cp <= domain), None)
+    cp_inside = domain // lay.tp if lay.tp <= domain and 1 <= domain // lay.tp < lay.cp else None
+    weighed = "; ".join(w for w in (_weighed_layout(e, tp=tp_inside) if tp_inside else "",
+                                    _weighed_layout(e, cp=cp_inside) if cp_inside else "") if w)
+    return (f"{peers} outside the NVLink domain ({where}): the cp_comm_type {exchange_text(e.knobs, lay.cp)} "
+            f"exchange crosses the NIC, {total:.2f} s a step of which {exposed:.2f} s is exposed "
+            f"({exposed / t['step_seconds']:.0%} of the step), counted in the {t['tokens_per_s_per_gpu']:,.0f} "
+            "tokens/s/GPU moetune predicts here" + (f"; keeping CP inside the domain, {weighed}" if weighed else ""))
+
+
+def _weighed_layout(e: Estimate, **change) -> str:
+    """This run on another TP or CP, re-estimated: its tokens/s/GPU and whether it fits ("" where it does not run)."""
+    try:
+        layout = replace(e.layout, **change)
+        alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
+    except MoetuneError:
+        return ""
+    fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
+    return f"TP{layout.tp} x CP{layout.cp} predicts {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {fits}"
+
+
+def _weighed_cp(e: Estimate, cp: int) -> str:
+    """The seeds' first guess re-estimated against this run (a plan may pick less CP because it is faster and fits)."""
+    if e.time is None:
+        return ""
+    try:
+        layout = replace(e.layout, cp=cp)
+        alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
+    except MoetuneError as err:
+        return f"; not legal here: {err}"
+    fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
+    return (f"; moetune predicts CP{cp} at {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {fits}, against "
+            f"{e.time['tokens_per_s_per_gpu']:,.0f} here")
+
+
+def _ring_text(e: Estimate) -> str:
+    """What a p2p ring's chunked attention calls cost (compute.ring_slowdown), or "" without a ring."""
+    ring = int(ring_ranks(e.model, e.knobs.cp_comm_type, e.layout.cp, e.layout.tp, e.job_domain, e.knobs.hcp_a2a_size))
+    if ring < 2:
+        return ""
+    slow = ring_slowdown(e.workload.seq_length, ring, rates(e.gpu, e.knobs.precision, e.efficiency))
+    return (f"; its ring of {ring} runs the attention in calls of {e.workload.seq_length // (2 * ring):,}-token "
+            f"chunks, {slow:.2f}x the time of one call over the sequence")

@@ -1,0 +1,110 @@
+"""A model's own fields in the normalized config (Megatron Bridge dotted names): its architecture, as a recipe's
+model provider sets it, and what Bridge's model bridges and recipes set beside it for every MoE model.
+
+`to_config` writes the architecture into every plan's config; `check --model` fills in the fields a user's config
+leaves out and, like an estimate from `--config`, names the identity fields a config sets to another model's values.
+"""
+
+from typing import Any
+
+from moetune.specs.model import ModelSpec
+
+
+def architecture_fields(m: ModelSpec) -> dict[str, Any]:
+    """The model's own architecture under Megatron's names (what a recipe's model provider sets; None: not this
+    model's). `check --model` fills in those a user's config leaves out, so Megatron-Core can validate it."""
+    return {
+        "model.num_layers": m.num_layers, "model.hidden_size": m.hidden_size,
+        "model.num_attention_heads": m.num_attention_heads, "model.num_query_groups": m.num_query_groups,
+        "model.num_moe_experts": m.num_moe_experts or None, "model.moe_router_topk": m.moe_router_topk or None,
+        # Megatron-Core asserts pre-softmax for a top-1 softmax router; Llama 4's top-1 router is a sigmoid
+        "model.moe_router_score_function": m.moe_router_score_function if m.num_moe_experts else None,
+        "model.moe_router_pre_softmax": True if m.moe_router_pre_softmax else None,
+        "model.moe_router_topk_scaling_factor": m.moe_router_topk_scaling_factor,
+        "model.moe_ffn_hidden_size": m.moe_ffn_hidden_size or None,
+        "model.moe_shared_expert_intermediate_size": m.moe_shared_expert_intermediate_size or None,
+        "model.mtp_num_layers": m.mtp_num_layers or None, "model.multi_latent_attention": m.mla is not None,
+        "model.is_hybrid_model": True if m.mamba else None,  # Mamba hybrids: Megatron-Core's HybridModel
+        # Megatron's add_bias_linear covers the attention output projection and the MLP/expert linears
+        "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
+        # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
+        "model.softmax_type": "learnable" if m.softmax_sinks else None,
+        **_shape_fields(m),
+    }
+
+
+# The architecture fields a config may hold that name a different model when they differ from MODEL's
+IDENTITY_FIELDS = ("model.num_layers", "model.hidden_size", "model.num_attention_heads", "model.num_moe_experts",
+                   "model.moe_ffn_hidden_size", "model.moe_router_topk")
+
+
+def architecture_conflicts(m: ModelSpec, config: dict) -> list[str]:
+    """`key (config's vs model's)` for each identity field the config sets to another value than MODEL's."""
+    mine = architecture_fields(m)
+    return [f"{k} ({config[k]} vs {m.name}'s {mine[k]})" for k in IDENTITY_FIELDS
+            if mine.get(k) is not None and config.get(k) is not None and config[k] != mine[k]]
+
+
+# HF model types whose Megatron Bridge model bridge sets provider.moe_router_dtype = "fp32" (deepseek_v2_bridge.py,
+# deepseek_v3_bridge.py, kimi_bridge.py, ernie_45_bridge.py, glm45_bridge.py, olmoe_bridge.py, nemotron_h_bridge.py,
+# qwen3_next_bridge.py @067f987)
+FP32_ROUTER_BRIDGES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5_moe", "glm4_moe", "olmoe", "nemotron_h",
+                       "qwen3_next")
+
+
+def provider_fields(m: ModelSpec) -> dict[str, Any]:
+    """What Megatron Bridge's model bridges set for every MoE model beside the architecture: grouped expert GEMMs and
+    the alltoall dispatcher (deepseek_v3_bridge.py, qwen3_moe_bridge.py, gpt_oss_bridge.py, glm45_bridge.py,
+    kimi_bridge.py ... provider.moe_grouped_gemm = True, moe_token_dispatcher_type = "alltoall"), and the recipes'
+    BF16 mixed precision (recipes/common.py _pretrain_common: bf16_mixed). `check --model` fills them in where an
+    overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
+    defaults."""
+    moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
+    if m.num_moe_layers and m.model_type in FP32_ROUTER_BRIDGES:
+        moe["model.moe_router_dtype"] = "fp32"
+    return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
+            "mixed_precision.pipeline_dtype": "bfloat16"}
+
+
+def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
+    """Linear-attention and Mamba mixers' dims, as Bridge's qwen3_next_bridge.py / nemotron_h_bridge.py set them."""
+    out: dict[str, Any] = {}
+    if m.gdn:
+        # every `interval`-th layer is full (gated) attention, the rest gated delta-net
+        interval = next(i + 1 for i, k in enumerate(m.layers) if k.mixer != "gdn")
+        out.update({"model.experimental_attention_variant": "gated_delta_net", "model.linear_attention_freq": interval,
+                    "model.linear_conv_kernel_dim": m.gdn.conv_kernel, "model.linear_key_head_dim": m.gdn.key_head_dim,
+                    "model.linear_value_head_dim": m.gdn.value_head_dim,
+                    "model.linear_num_key_heads": m.gdn.num_key_heads,
+                    "model.linear_num_value_heads": m.gdn.num_value_heads})
+    if m.attention_output_gate:
+        out["model.attention_output_gate"] = True
+    if m.mamba:
+        out.update({"model.mamba_num_heads": m.mamba.num_heads, "model.mamba_head_dim": m.mamba.head_dim,
+                    "model.mamba_state_dim": m.mamba.state_size, "model.mamba_num_groups": m.mamba.n_groups})
+    return out
+
+
+def _shape_fields(m: ModelSpec) -> dict[str, Any]:
+    """The rest of what fixes the model's parameter shapes, as Bridge's model bridges set it from the config.json, so
+    Megatron-LM arguments (which have no recipe behind them) build this model and not its defaults."""
+    mixed = m.num_moe_layers and m.num_moe_layers < m.num_layers
+    return {
+        "model.ffn_hidden_size": m.ffn_hidden_size, "model.kv_channels": None if m.mla else m.kv_channels,
+        "model.gated_linear_unit": m.gated_linear_unit, "model.normalization": m.normalization,
+        # Megatron's per-head q/k norm; MLA's q/kv latent norms are the same switch (Bridge's deepseek bridges set
+        # qk_layernorm=True); a full-width q/k norm (OLMoE, MiniMax) has no Megatron-LM flag
+        "model.qk_layernorm": True if m.qk_layernorm == "head" or m.mla else None,
+        "model.share_embeddings_and_output_weights": not m.untie_embeddings_and_output_weights,
+        "model.vocab_size": m.vocab_size,
+        # 1 = MoE, 0 = dense, per decoder layer (TransformerConfig.moe_layer_freq); all-MoE models keep the default
+        "model.moe_layer_freq": [int(k.mlp == "moe") for k in m.layers] if mixed else None,
+        "model.moe_router_num_groups": m.moe_router_num_groups if m.moe_router_num_groups > 1 else None,
+        "model.moe_router_group_topk": m.moe_router_group_topk if m.moe_router_num_groups > 1 else None,
+        "model.moe_router_enable_expert_bias": True if m.moe_router_score_correction_bias else None,
+        "model.moe_shared_expert_gate": True if m.moe_shared_expert_gate else None,
+        **_mixer_fields(m),
+        **({"model.q_lora_rank": m.mla.q_lora_rank, "model.kv_lora_rank": m.mla.kv_lora_rank,
+            "model.qk_head_dim": m.mla.qk_head_dim, "model.qk_pos_emb_head_dim": m.mla.qk_pos_emb_head_dim,
+            "model.v_head_dim": m.mla.v_head_dim} if m.mla else {}),
+    }
