@@ -176,29 +176,29 @@ def _context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
 
 
-def _per_tp(count, tp: int):
-    return count // tp if isinstance(count, int) and count > 0 and count % tp == 0 else None
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
-    """Heads per TP rank of the Mamba-2 and gated delta-net mixers a config builds, which CP splits whole (rules
-    cp.mamba_heads, cp.gdn_heads): Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads
+    """Heads and groups of the Mamba-2 and gated delta-net mixers a config builds, which CP splits whole per TP rank
+    (rules cp.mamba_heads, cp.gdn_heads): Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads
     (mamba_num_heads, else 2 x hidden_size / mamba_head_dim: expand 2, megatron/core/ssm/mamba_mixer.py) and groups;
-    gated delta-net where experimental_attention_variant names it."""
-    tp, pattern = d["tp"], value(config, "model.hybrid_layer_pattern")
+    gated delta-net where experimental_attention_variant names it. Model facts: the rules divide by TP."""
+    pattern = value(config, "model.hybrid_layer_pattern")
     if isinstance(pattern, str) and "M" in pattern:
         heads = value(config, "model.mamba_num_heads")
         hidden, head_dim = value(config, "model.hidden_size"), value(config, "model.mamba_head_dim", 64)
-        if heads is None and isinstance(hidden, int) and isinstance(head_dim, int) and head_dim > 0:
+        if heads is None and _count(hidden) and _count(head_dim):
             heads = 2 * hidden // head_dim
-        per_tp = _per_tp(heads, tp), _per_tp(value(config, "model.mamba_num_groups", 8), tp)
-        if None not in per_tp:  # else the TP checks refuse the config (Megatron-Core's and rules')
-            d["mamba_heads_per_tp"], d["mamba_groups_per_tp"] = per_tp
+        counts = _count(heads), _count(value(config, "model.mamba_num_groups", 8))
+        if None not in counts:
+            d["mamba_heads"], d["mamba_groups"] = counts
     if str(value(config, "model.experimental_attention_variant") or "") in ("gated_delta_net", "gdn", "gdn2"):
-        per_tp = (_per_tp(value(config, "model.linear_num_key_heads", 16), tp),
-                  _per_tp(value(config, "model.linear_num_value_heads", 32), tp))
-        if None not in per_tp:
-            d["gdn_key_heads_per_tp"], d["gdn_value_heads_per_tp"] = per_tp
+        counts = (_count(value(config, "model.linear_num_key_heads", 16)),
+                  _count(value(config, "model.linear_num_value_heads", 32)))
+        if None not in counts:
+            d["gdn_key_heads"], d["gdn_value_heads"] = counts
 
 
 def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
