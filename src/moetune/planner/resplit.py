@@ -28,10 +28,16 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
     # where whole layers and the loss cannot be spread evenly (PP16 over 61 layers), and those layouts had used up
     # RESPLIT_LIMIT before the pick was tried (Kimi-K2 on 1,024 GB200 at 128k: PP2, +3.2% re-split, left as it was)
     s.best.sort(key=lambda x: (within(x[0], fastest) > 0, x[5]))
+    banded = sum(within(b[0], fastest) <= 0 for b in s.best)  # the first `banded` entries are in the band
     found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first
     for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
-        if len(found) == RESPLIT_LIMIT or within(reach, fastest) > 0:
+        if len(found) == RESPLIT_LIMIT:
             break
+        if within(reach, fastest) > 0:  # neither it nor any later one of its group can reach the band
+            if i >= banded:
+                break
+            continue  # the band's rest are out of reach too, but the candidates after it are ordered by reach
+
         if lay.pp < 2:
             continue
         evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
