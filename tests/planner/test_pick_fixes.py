@@ -1,0 +1,34 @@
+"""The fixes `explain` offers on real picks: applying one to the pick's config never adds a rule error (the recipe
+audit found the platform-dispatcher fix asking a full-iteration HybridEP pick on H100 for DeepEP, which
+cudagraph.full_iteration_static_experts refuses)."""
+
+import pytest
+
+from moetune.configio.normalize import Assignment, resolve
+from moetune.layout.validate import Workload
+from moetune.planner.config_map import to_config
+from moetune.planner.moves import findings
+from moetune.planner.search import plan
+from moetune.rules import evaluate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+
+def _errors(config: dict) -> set[str]:
+    return {f.rule for f in evaluate(config, context="explain") if f.severity == "error"}
+
+
+@pytest.mark.parametrize(("model", "gpu", "world", "gbs", "routing"), [
+    ("qwen3-30b-a3b", "h100", 16, 512, "force-balance"),  # HybridEP with a full-iteration graph on H100
+    ("gpt-oss-120b", "b200", 64, 1280, "force-balance"),
+    ("deepseek-v3", "gb200", 256, 4096, "dropless"),
+])
+def test_no_offered_fix_adds_an_error(model, gpu, world, gbs, routing):
+    pick = plan(load_model(model), load_gpu(gpu), world, Workload(seq_length=4096, global_batch_size=gbs), top=1,
+                routing=routing).results[0]
+    config = to_config(pick)
+    before = _errors(config)
+    for f in findings(pick):
+        if f.fix:
+            fixed = resolve(Assignment(key=k, value=v, origin="fix") for k, v in f.fix.items())
+            assert not _errors({**config, **fixed}) - before, (f.rule, f.fix)
