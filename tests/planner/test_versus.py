@@ -31,6 +31,14 @@ def test_pick_is_at_least_as_fast_as_the_published_recipe(run_id):
     assert saved == pytest.approx(recipe.time["step_seconds"] - pick.time["step_seconds"], rel=1e-9, abs=1e-12)
     if v["speedup"] > 1.001:
         assert v["changes"], "a faster pick must differ in some setting"
+    # the groups of changed settings, applied in turn, end at the pick: their effects multiply to the speedup
+    effects = v["effects"]
+    assert sorted(k for e in effects for k in e["settings"]) == sorted(v["changes"])
+    if effects and effects[-1]["in_turn"] is not None:
+        product = 1.0
+        for e in effects:
+            product *= 1 + (e["in_turn"] or 0.0)
+        assert product == pytest.approx(v["speedup"], rel=1e-6)
 
 
 def test_the_search_holds_the_gb300_card_layout():
@@ -98,3 +106,19 @@ def test_a_different_mtp_depth_is_a_setting_the_pick_changes():
     without = estimate(spec.with_mtp(0), gpu, Layout(world_size=256, pp=4, ep=32,
                                                      pipeline_layout="Et*15|t*15|t*15|t*16L"), wl)
     assert versus(without, with_mtp)["changes"]["model.mtp_num_layers"] == [1, None]
+
+
+def test_a_published_baseline_is_compared_with_its_measurement():
+    """The recipe audit: against R097 (Moonlight-16B-A3B, measured 22,528 tokens/s/GPU, predicted -33%, a listed gap)
+    the pick read '1.40x the baseline' while its own prediction is below the measurement; the comparison now names the
+    measurement and says so."""
+    run = RUNS["R097"]
+    recipe = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
+    pick = plan(run.model, run.gpu, 16, Workload(seq_length=4096, global_batch_size=1024), routing=run.knobs.routing,
+                top=1).results[0]
+    v = versus(pick, recipe)
+    assert [t["run_id"] for t in v["baseline_measured"]] == ["R097"] and v["baseline_measured"][0]["listed_gap"]
+    ratio = pick.time["tokens_per_s_per_gpu"] / run.tokens_per_s_per_gpu
+    assert f"is {ratio:.2f}x the fastest measurement" in v["measured_note"]
+    assert ("below what the recipe measured" in v["measured_note"]) == (ratio < 1)
+    assert versus(pick, pick.variant(knobs=pick.knobs))["measured_note"] is None  # no published run is the pick

@@ -7,6 +7,7 @@ sees the one published run like it, predicted 22% slow, next to the two FP8 runs
 """
 
 import statistics
+from dataclasses import replace
 from functools import cache
 
 from moetune.planner.calibrate import predict
@@ -117,3 +118,20 @@ def track_record_text(t: dict) -> str:
     return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
             f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
             f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)")
+
+
+def _same_config(run: Run, e) -> bool:
+    def lay(x):  # sequence parallelism as it runs (None and False are the same at TP 1)
+        return replace(x, sequence_parallel=x.sp)
+    return (run.model.name == e.model.name and run.gpu.key == e.gpu.key and lay(run.layout) == lay(e.layout)
+            and run.workload.seq_length == e.workload.seq_length
+            and run.workload.micro_batch_size == e.workload.micro_batch_size
+            and run.workload.gbs(run.layout) == e.workload.gbs(e.layout) and run.knobs == e.knobs)
+
+
+def measured_twins(e) -> list[dict]:
+    """The published runs of exactly this configuration that measured a throughput: what a recipe really ran at, where
+    a comparison against its prediction would hide moetune's error on it (listed gaps: data/known_gaps.toml)."""
+    gaps = {**known_gaps()["runs"], **known_gaps()["tflops_only"]}
+    return [{"run_id": r.run_id, "measured": tokens, "release": r.release, "listed_gap": r.run_id in gaps}
+            for r in load_configured_runs() if _same_config(r, e) and (tokens := measured_tokens(r))]

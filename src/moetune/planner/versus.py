@@ -1,12 +1,35 @@
 """Why the planner's pick beats a baseline (a published recipe or the user's config): the config changes in
-Megatron Bridge names, and where the predicted time went, wall by wall."""
+Megatron Bridge names, what each group of them predicts applied alone and in turn, and where the predicted time
+went, wall by wall."""
 
+from moetune.errors import MoetuneError
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
+from moetune.planner.from_config import from_config
+from moetune.planner.track_record import measured_twins
 
 # The model's architecture, the same in both (the MTP depth is not: a run may train with another, --mtp-layers)
 IGNORED = ("cluster.", "model.num_", "model.hidden_size", "model.moe_ffn", "model.moe_router_topk",
            "model.moe_shared_expert_intermediate", "model.multi_latent_attention")
+
+# Settings that only work together, by a piece of their dotted name, in the order they are applied "in turn": the
+# layout first (what the rest runs on), the overlaps after the graphs they may need (EP overlap hides nothing eager on
+# Blackwell: efficiency.toml ep_overlap_hide_eager). A setting no group names is its own group.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("layout", ("parallel_size", "pipeline_model_parallel_layout", "layers_in_first", "layers_in_last",
+                "account_for_", "sequence_parallel", "cp_comm_type", "hierarchical_context_parallel",
+                "hybrid_layer_pattern", "NUM_OF_HYBRID_EP_RANKS", "pipeline_dtype")),
+    ("micro-batch", ("micro_batch_size",)),
+    ("gradient precision", ("grad_reduce_in_fp32", "main_grads")),
+    ("LM head precision", ("fp8_output_proj",)),
+    ("precision", ("mixed_precision.", "fp8", "fp4")),
+    ("recompute", ("recompute",)),
+    ("dispatcher", ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "num_sms", "moe_enable_deepep")),
+    # with what graph capture needs: TE's RNG tracker, no NaN check's host sync (Bridge's full-iteration recipes)
+    ("CUDA graphs", ("cuda_graph", "rank_capacity", "paged_stash", "op_fuser", "rng_tracker", "check_for_nan")),
+    ("overlap", ("overlap", "delay_wgrad")),
+    ("offload", ("offload",)),
+)
 
 
 def config_changes(pick: Estimate, baseline: Estimate) -> dict[str, tuple]:
@@ -16,6 +39,53 @@ def config_changes(pick: Estimate, baseline: Estimate) -> dict[str, tuple]:
     return {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k)}
 
 
+def group_of(key: str) -> str:
+    return next((name for name, parts in GROUPS if any(p in key for p in parts)), key)
+
+
+def _grouped(changes: dict[str, tuple]) -> dict[str, list[str]]:
+    order = [name for name, _ in GROUPS]
+    groups: dict[str, list[str]] = {}
+    for key in changes:
+        groups.setdefault(group_of(key), []).append(key)
+    return dict(sorted(groups.items(), key=lambda g: order.index(g[0]) if g[0] in order else len(order)))
+
+
+def _apply(config: dict, changes: dict[str, tuple], keys: list[str]) -> dict:
+    out = {**config, **{k: changes[k][1] for k in keys}}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _tokens(baseline: Estimate, config: dict) -> tuple[float | None, bool, str]:
+    """(tokens/s/GPU, fits, why not) of the baseline's model and GPU under `config`; None where the config alone
+    is not a configuration moetune can run (a setting that needs another group's)."""
+    try:
+        layout, workload, knobs = from_config(config)
+        e = baseline.variant(layout=layout, workload=workload, knobs=knobs)
+    except MoetuneError as err:
+        return None, False, str(err)
+    return e.time["tokens_per_s_per_gpu"], e.fits, ""
+
+
+def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple]) -> list[dict]:
+    """Each group of changed settings applied to the baseline alone, and in turn on top of the groups before it (the
+    last in-turn figure is the pick's), as predicted tokens/s/GPU over the step before; settings interact, so the
+    alone figures need not add up."""
+    base_cfg, base = to_config(baseline), baseline.time["tokens_per_s_per_gpu"]
+    out, cumulative, before = [], base_cfg, base
+    for name, keys in _grouped(changes).items():
+        alone, alone_fits, why = _tokens(baseline, _apply(base_cfg, changes, keys))
+        cumulative = _apply(cumulative, changes, keys)
+        turn, turn_fits, turn_why = _tokens(baseline, cumulative)
+        out.append({"group": name, "settings": keys,
+                    "alone": None if alone is None else alone / base - 1, "alone_fits": alone_fits,
+                    "alone_refused": why or None,
+                    "in_turn": None if turn is None else turn / before - 1, "in_turn_fits": turn_fits,
+                    "in_turn_refused": turn_why or None})
+        before = turn if turn is not None else before
+    return out
+
+
 def versus(pick: Estimate, baseline: Estimate) -> dict:
     tp, tb = pick.time, baseline.time
     walls = {w: {"baseline": tb["walls"][w], "pick": tp["walls"][w], "saved": tb["walls"][w] - tp["walls"][w]}
@@ -23,9 +93,33 @@ def versus(pick: Estimate, baseline: Estimate) -> dict:
     speedup = tp["tokens_per_s_per_gpu"] / tb["tokens_per_s_per_gpu"]
     # a faster pick: the wall that saved most; a slower one: the wall that lost most
     biggest = max(walls, key=lambda w: walls[w]["saved"] * (1 if speedup >= 1 else -1))
+    changes = config_changes(pick, baseline)
+    effects = setting_effects(pick, baseline, changes)
+    moved = sorted((e for e in effects if e["in_turn"] and abs(e["in_turn"]) >= 0.005),
+                   key=lambda e: -abs(e["in_turn"]))
     why = (f"predicted {speedup:.2f}x the baseline's tokens/s/GPU; most of the {'gain' if speedup >= 1 else 'loss'} "
-           f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)")
-    return {"speedup": speedup, "changes": {k: list(v) for k, v in config_changes(pick, baseline).items()},
+           f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)"
+           + ("; in turn: " + ", ".join(f"{e['group']} {e['in_turn']:+.1%}" for e in moved[:4]) if moved else ""))
+    twins = measured_twins(baseline)
+    return {"speedup": speedup, "changes": {k: list(v) for k, v in changes.items()}, "effects": effects,
+            "baseline_measured": twins, "measured_note": measured_note(twins, tb["tokens_per_s_per_gpu"],
+                                                                       tp["tokens_per_s_per_gpu"]),
             "walls": walls, "why": why, "baseline_fits": baseline.fits,
             "baseline_tokens_per_s_per_gpu": tb["tokens_per_s_per_gpu"],
             "pick_tokens_per_s_per_gpu": tp["tokens_per_s_per_gpu"]}
+
+
+def measured_note(twins: list[dict], predicted: float, pick: float) -> str | None:
+    """The baseline's published measurements against its prediction and the pick's: a speedup over a prediction that
+    misses the recipe's measurement (R097 -32%) is not a speedup over the recipe."""
+    if not twins:
+        return None
+    lo, hi = min(t["measured"] for t in twins), max(t["measured"] for t in twins)
+    ids = ", ".join(t["run_id"] for t in twins)
+    measured = f"{hi:,.0f}" if lo == hi else f"{lo:,.0f}-{hi:,.0f}"
+    off = ", ".join(sorted({f"{predicted / t['measured'] - 1:+.0%}" for t in twins}))
+    gap = " (a listed gap: data/known_gaps.toml)" if any(t["listed_gap"] for t in twins) else ""
+    return (f"the baseline is published {ids}, measured at {measured} tokens/s/GPU, which moetune predicts at "
+            f"{predicted:,.0f} ({off}){gap}; the pick's predicted {pick:,.0f} is {pick / hi:.2f}x the fastest "
+            "measurement" + (": below what the recipe measured, so keep the recipe until a measured run of the pick "
+                             "says otherwise" if pick < hi else ""))
