@@ -833,3 +833,25 @@ def test_estimate_defaults_to_bf16_on_a_gpu_without_fp8(tmp_path, capsys):
     assert "precision=bf16 (the GPU has no fp8-blockwise Tensor Core rate)" in out
     code, _, err = run([*args, "--precision", "fp8-current"], capsys)
     assert code == 2 and "has no fp8-current Tensor Core rate" in err
+
+
+def test_a_baselines_fp8_recipe_is_searched_and_an_unsearched_move_is_named(tmp_path, capsys):
+    """The recipe audit: plan switched R200's fp8-current recipe to the seeds' blockwise (-0.1%) while explain then
+    offered current scaling back (+6.8%). The baseline's own recipe is now a candidate, and plan names the moves it
+    leaves unsearched on purpose that gain on its pick, as explain does."""
+    base = tmp_path / "base.json"
+    code, out, _ = run(["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "2", "--pp", "8",
+                        "--vpp", "4", "--ep", "32", "--gbs", "2048", "--precision", "fp8-current", "--dispatcher",
+                        "alltoall", "--ep-overlap", "--delay-wgrad", "--routing", "force-balance",
+                        "--account-for-embedding", "--account-for-loss", "--json"], capsys)
+    assert code == 0
+    base.write_text(out)
+    args = ["plan", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--gbs", "2048", "--routing", "force-balance",
+            "--top", "1", "--json"]
+    code, out, _ = run([*args, "--baseline", str(base)], capsys)
+    assert code == 0 and json.loads(out)["results"][0]["knobs"]["precision"] == "fp8-current"
+    code, out, _ = run(args, capsys)  # without it the seeds' Hopper recipe stays, and plan says what explain would
+    data = json.loads(out)
+    assert data["results"][0]["knobs"]["precision"] == "fp8-blockwise"
+    move = {m["rule"]: m for m in data["unsearched_moves"]}["fp8_current_scaling"]
+    assert move["predicted_gain"] > 0.03

@@ -110,6 +110,12 @@ def _checks(found: list, levels: tuple[str, ...] = ("error", "warning")) -> list
     return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix} for f in kept]
 
 
+def unsearched_gains(e: Estimate) -> list[dict]:
+    """The Retune moves `plan` leaves out of its search on purpose (retune_moves.toml `unsearched`: the seeds'
+    starting choice stays the planner's) that gain on this pick, so plan says what explain would offer."""
+    return [r for r in _retune(e, findings(e)) if moves()[r["rule"]].get("unsearched")]
+
+
 def _retune(e: Estimate, found: list, blocked: list | None = None) -> list[dict]:
     """The single moves that predict a gain and fit, best first; those that would gain but do not fit go to
     `blocked` (each with the memory it needs), so an empty Retune can say what memory stops."""
