@@ -29,6 +29,10 @@ def architecture_fields(m: ModelSpec) -> dict[str, Any]:
         "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
         # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
         "model.softmax_type": "learnable" if m.softmax_sinks else None,
+        # Llama 4: qk L2 norm, no-RoPE layers, router probability on the expert's input (Megatron-Core's own fields;
+        # Bridge HEAD has no Llama 4 bridge to set them)
+        "model.qk_l2_norm": True if m.qk_l2_norm else None, "model.no_rope_freq": m.no_rope_freq,
+        "model.moe_apply_probs_on_input": True if m.moe_apply_probs_on_input else None,
         **_shape_fields(m),
     }
 

@@ -251,7 +251,27 @@ def _read_llama4(c: HfConfig) -> dict:
         moe_router_score_function="sigmoid",
         attention_chunk=t.count("attention_chunk_size", least=1) if t.get("attention_chunk_size", default=None)
         is not None else None,
+        qk_l2_norm=t.get("use_qk_norm", default=True),  # Llama4TextConfig's default
+        no_rope_freq=_no_rope_freq(t, n),
+        moe_apply_probs_on_input=True,
     )
+
+
+def _no_rope_freq(t: HfConfig, n: int) -> int:
+    """Megatron's no_rope_freq of a Llama 4 config: HF's no_rope_layers (1: the layer uses RoPE) must leave every
+    k-th layer without it, else the interval (Llama4TextConfig no_rope_layer_interval, default 4)."""
+    interval = t.count("no_rope_layer_interval", default=4, least=1)
+    layers = t.get("no_rope_layers", default=None)
+    if layers in (None, []):
+        return interval
+    if not isinstance(layers, list) or len(layers) != n or any(x not in (0, 1) or isinstance(x, bool) for x in layers):
+        raise MoetuneError(f"{t.origin}: field 'no_rope_layers' must list 0 or 1 for each of the {n} layers")
+    nope = [i for i, x in enumerate(layers) if x == 0]
+    k = nope[0] + 1 if nope else 0
+    if not k or nope != list(range(k - 1, n, k)):
+        raise MoetuneError(f"{t.origin}: no_rope_layers leaves RoPE out of layers {nope[:6]}...: Megatron's "
+                           "no_rope_freq takes every k-th layer only; moetune cannot plan another pattern")
+    return k
 
 
 def _read_dbrx(c: HfConfig) -> dict:

@@ -107,6 +107,12 @@ class ModelSpec:
     # Llama 4's attention_chunk_size: Megatron Bridge attends within chunks of it on every layer once the sequence is
     # longer (models/llama/llama4_utils.py Llama4SelfAttention: chunkify); None: full causal attention
     attention_chunk: int | None = None
+    # Llama 4's other attention and routing semantics, under Megatron-Core's names (transformer_config.py): a weightless
+    # L2 norm of q and k (HF use_qk_norm), every no_rope_freq-th layer without RoPE (HF no_rope_layers), and the router
+    # probability applied to the expert's input instead of its output (HF Llama4TextMoe)
+    qk_l2_norm: bool = False
+    no_rope_freq: int | None = None
+    moe_apply_probs_on_input: bool = False
     mla: MlaDims | None = None
     gdn: GdnDims | None = None
     mamba: MambaDims | None = None
