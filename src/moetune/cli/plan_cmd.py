@@ -14,6 +14,7 @@ from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.defaults import platform_defaults
+from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.explain import unsearched_gains
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
@@ -96,6 +97,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                           headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     unsearched = unsearched_gains(result.results[0]) if result.results else []
+    near_ep = ep_domain_note(result.results[0]) if result.results else None
     record = estimate_record(result.results[0]) if result.results else None
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = {k: v.path for k, v in (("efficiency_file", eff), ("overheads_file", over)) if v}
@@ -104,6 +106,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                    **({"pick_checks": pick_checks(result.results[0])} if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"unsearched_moves": unsearched} if unsearched else {}),
+                   **({"ep_in_domain": near_ep} if near_ep else {}),
                    **({"track_record": record} if record else {})})
     else:
         print_plan(result, gbs)
@@ -125,6 +128,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
+        if near_ep:
+            console().print(f"[bold]NVLink domain[/bold]: #1's {ep_domain_text(result.results[0], near_ep)}")
         for m in unsearched:
             console().print(f"[bold]Not searched[/bold] (the seeds' starting choice stays the pick's): {m['rule']} "
                             f"predicts {m['predicted_gain']:+.1%} on #1 ({m['new_tokens_per_s_per_gpu']:,.0f} "

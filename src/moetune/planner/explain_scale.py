@@ -10,6 +10,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.ranks import groups_leaving_domain, members_in_domain
 from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
 from moetune.planner.defaults import platform_defaults
+from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.ep_first import ep_first_note
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import GIB, cp_sizing, knobs_for, margin_gib
@@ -32,6 +33,8 @@ def scale(e: Estimate) -> dict:
     if leaving.get("ep", 0) > 0:
         notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
                      "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
+        if e.time and (near := ep_domain_note(e)):
+            notes.append(ep_domain_text(e, near))
     seq = e.workload.seq_length
     if note := _cp_sizing_note(e):
         notes.append(note)

@@ -1,0 +1,56 @@
+"""The seeds' in-domain alternative to a pick whose EP all-to-all leaves the NVLink domain (seeds/000: keep hot
+communication inside the NVLink domain): the same layout at the largest EP whose group stays inside it, predicted, so
+a pick that crosses the domain for less than the step model's own error says so."""
+
+from dataclasses import replace
+
+from moetune.errors import MoetuneError
+from moetune.layout.ranks import job_gpu, members_in_domain
+from moetune.planner.estimate import Estimate
+from moetune.planner.moves import rule_errors
+
+# A pick that crosses the NVLink domain for less than this over the in-domain layout is named as a near-tie: the step
+# model's held-out median error is 3.9% (docs/time.md), and the all-to-all is its least-pinned part (the HybridEP SM
+# bound, docs/time.md "Communication")
+EP_DOMAIN_NOTE_MARGIN = 0.03
+
+
+def in_domain_ep(e: Estimate) -> Estimate | None:
+    """The estimate at the largest EP (dividing the experts and the job) whose group stays inside the NVLink domain,
+    where the pick's EP leaves it; None where it does not, or where no such layout runs without new rule errors."""
+    lay, experts = e.layout, e.model.num_moe_experts
+    domain = job_gpu(e.gpu, lay.world_size).nvlink_domain
+    if not experts or int(members_in_domain(lay.ep, lay.etp, domain)) == lay.ep:
+        return None
+    broken = set(rule_errors(e))
+    for ep in range(lay.ep - 1, 1, -1):
+        if experts % ep or lay.world_size % (ep * lay.etp * lay.pp) or int(members_in_domain(ep, lay.etp, domain)) < ep:
+            continue
+        try:
+            alt = e.variant(layout=replace(lay, ep=ep))
+        except (MoetuneError, ValueError):
+            continue
+        if alt.fits and not set(rule_errors(alt)) - broken:
+            return alt
+    return None
+
+
+def ep_domain_note(e: Estimate) -> dict | None:
+    """The in-domain alternative where it comes within EP_DOMAIN_NOTE_MARGIN of the pick: its layout, prediction and
+    the pick's margin over it."""
+    alt = in_domain_ep(e)
+    if alt is None:
+        return None
+    margin = e.time["tokens_per_s_per_gpu"] / alt.time["tokens_per_s_per_gpu"] - 1
+    if margin > EP_DOMAIN_NOTE_MARGIN:
+        return None
+    return {"layout": alt.layout.short(), "ep": alt.layout.ep, "tokens_per_s_per_gpu": alt.time["tokens_per_s_per_gpu"],
+            "peak_gib": alt.peak_bytes / 2**30, "pick_margin": margin}
+
+
+def ep_domain_text(e: Estimate, near: dict) -> str:
+    """One line for ep_domain_note's result."""
+    return (f"EP{e.layout.ep} leaves the NVLink domain for {near['pick_margin']:+.1%} over {near['layout']}, whose "
+            f"all-to-all stays inside it ({near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {near['peak_gib']:.1f} "
+            f"GiB): less than the step model's own error, so the seeds' order (hot communication inside the domain, "
+            "seeds/000 Phase 2) favours it; measure both")
