@@ -122,3 +122,13 @@ def test_a_published_baseline_is_compared_with_its_measurement():
     assert f"is {ratio:.2f}x the fastest measurement" in v["measured_note"]
     assert ("below what the recipe measured" in v["measured_note"]) == (ratio < 1)
     assert versus(pick, pick.variant(knobs=pick.knobs))["measured_note"] is None  # no published run is the pick
+
+
+def test_a_baseline_megatron_refuses_says_so():
+    """R167 (Mixtral-8x7B on 64 GB200) reads as dropless with MoE-scoped graphs, which rule cudagraph.moe_scope_dropless
+    refuses: the comparison names it instead of staying silent (recipe audit)."""
+    run = RUNS["R167"]
+    recipe = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
+    v = versus(recipe, recipe)
+    assert "cudagraph.moe_scope_dropless" in v["baseline_rule_errors"]
+    assert v["effects"] == [] and v["speedup"] == 1

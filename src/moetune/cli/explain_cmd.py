@@ -15,7 +15,8 @@ from moetune.cli.options import (
     load_overheads,
 )
 from moetune.cli.output import console, emit_json, print_checks, table, user_files_line
-from moetune.cli.plan_cmd import print_versus, same_job
+from moetune.cli.plan_cmd import same_job
+from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload

@@ -9,6 +9,7 @@ from rich.progress import Progress
 from moetune.cli.options import load_overheads, with_mtp
 from moetune.cli.output import console, emit_json, layout_extras, table, user_files_line
 from moetune.cli.plan_fix import parse_fix
+from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
@@ -167,31 +168,6 @@ def _fix_text(check: dict, pick) -> str:
     fits = "" if w["fits"] else f", and needs {w['peak_gib']:.1f} GiB of {pick.gpu.capacity_bytes / 2**30:.1f}"
     return (f" (its fix predicts {w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
             f"{w['tokens_per_s_per_gpu'] / speed - 1:+.0%} against the pick{fits})")
-
-
-def print_versus(v: dict) -> None:
-    out = console()
-    note = "" if v["baseline_fits"] else " (the baseline does not fit)"
-    out.print(f"[bold]Versus baseline[/bold]: {v['why']}{note}")
-    if v.get("measured_note"):  # a saved plan from before it had none
-        out.print(f"[bold]Measured[/bold]: {v['measured_note']}")
-    rows = []
-    for e in v["effects"]:  # each group's settings together, in the order they are applied in turn
-        for i, k in enumerate(e["settings"]):
-            first = i == 0
-            rows.append([e["group"] if first else "", k, *map(str, v["changes"][k]),
-                         _effect(e, "alone") if first else "", _effect(e, "in_turn") if first else ""])
-    out.print(table("Settings the pick changes (predicted tokens/s/GPU: each group alone on the baseline, and in turn "
-                    "on the groups above it)", ["group", "setting", "baseline", "pick", "alone", "in turn"], rows))
-    rows = [[w, f"{x['baseline']:.3f}", f"{x['pick']:.3f}", f"{x['saved']:+.3f}"] for w, x in v["walls"].items()]
-    out.print(table("Seconds per step by wall", ["wall", "baseline", "pick", "saved"], rows))
-
-
-def _effect(e: dict, how: str) -> str:
-    """One group's predicted effect for the settings table: '+3.6%', '+3.6% (does not fit)' or 'needs others'."""
-    if e[how] is None:
-        return "needs others"
-    return f"{e[how]:+.1%}" + ("" if e[f"{how}_fits"] else " (does not fit)")
 
 
 def _overlap_text(k) -> str:

@@ -6,6 +6,7 @@ from moetune.errors import MoetuneError
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
+from moetune.planner.moves import rule_errors
 from moetune.planner.track_record import measured_twins
 
 # The model's architecture, the same in both (the MTP depth is not: a run may train with another, --mtp-layers)
@@ -101,9 +102,10 @@ def versus(pick: Estimate, baseline: Estimate) -> dict:
            f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)"
            + ("; in turn: " + ", ".join(f"{e['group']} {e['in_turn']:+.1%}" for e in moved[:4]) if moved else ""))
     twins = measured_twins(baseline)
+    refused = rule_errors(baseline)  # compared all the same: what it would cost if it ran (as estimate prints it)
+    note = measured_note(twins, tb["tokens_per_s_per_gpu"], tp["tokens_per_s_per_gpu"])
     return {"speedup": speedup, "changes": {k: list(v) for k, v in changes.items()}, "effects": effects,
-            "baseline_measured": twins, "measured_note": measured_note(twins, tb["tokens_per_s_per_gpu"],
-                                                                       tp["tokens_per_s_per_gpu"]),
+            "baseline_measured": twins, "baseline_rule_errors": refused, "measured_note": note,
             "walls": walls, "why": why, "baseline_fits": baseline.fits,
             "baseline_tokens_per_s_per_gpu": tb["tokens_per_s_per_gpu"],
             "pick_tokens_per_s_per_gpu": tp["tokens_per_s_per_gpu"]}
