@@ -6,8 +6,8 @@ from moetune.errors import MoetuneError
 from moetune.specs.hf_access import HfConfig
 
 # The biases each family's HF attention builds from config.attention_bias, as ModelSpec fields (a family not here
-# builds none from it: HF MixtralAttention and MiniMaxM2Attention hard-code bias=False, Qwen2-MoE reads qkv_bias,
-# hf_readers):
+# builds none from it: HF MixtralAttention and MiniMaxM2Attention hard-code bias=False; Qwen2-MoE's switch is
+# qkv_bias, read in hf_readers):
 # Glm4MoeAttention biases q, k and v (o_proj bias=False), Megatron's add_qkv_bias; PhimoeAttention (LlamaAttention)
 # and GptOssAttention bias o_proj too. Grok-1 (hpcai remote code) keeps the reading it had. Then the config class's
 # default where a config leaves attention_bias out (GptOssConfig: true; Glm4MoeConfig, PhimoeConfig: false).

@@ -249,8 +249,8 @@ def _read_llama4(c: HfConfig) -> dict:
         **_moe(t, "llama4"),
         moe_shared_expert_intermediate_size=t.read("moe_shared_expert_intermediate_size", "intermediate_size"),
         moe_router_score_function="sigmoid",
-        attention_chunk=t.count("attention_chunk_size", least=1) if t.get("attention_chunk_size", default=None)
-        is not None else None,
+        attention_chunk=None if t.get("attention_chunk_size", default=None) is None
+        else t.count("attention_chunk_size", least=1),
         qk_l2_norm=t.get("use_qk_norm", default=True),  # Llama4TextConfig's default
         no_rope_freq=_no_rope_freq(t, n),
         moe_apply_probs_on_input=True,
