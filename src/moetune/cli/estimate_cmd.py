@@ -82,6 +82,11 @@ def print_time(result: Estimate) -> None:
                   f"Bridge's Llama 4 attention), which the step is charged; {t['flops_convention']}'s FLOP count, "
                   f"and so TFLOP/s/GPU and MFU here, counts whole-sequence attention: {share} of the counted FLOPs "
                   "never run")
+    if (w := t["window_charged_full"]) and result.workload.seq_length >= 16384:
+        out.print(f"note: {result.model.name}'s {w['layers']} sliding-window layers ({w['window']} keys) are charged "
+                  "full causal attention, as the published 4-8k runs calibrate it (docs/time.md); at "
+                  f"{result.workload.seq_length:,} tokens that is {w['factor']:,.0f}x their window's keys, an upper "
+                  "bound on their attention time")
     coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
             if t["collectives"][c] > 0]
     if coll:

@@ -35,7 +35,7 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
-from moetune.walls.flops import megatron_model_flops
+from moetune.walls.flops import megatron_model_flops, windowed_overcharge
 from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
@@ -341,6 +341,9 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "mfu_bf16_peak": tflops / gpu.bf16_tflops,
         # the share of those counted FLOPs that never run (Llama 4's chunked attention past its chunk): they read high
         "counted_not_run": chunked_attention_flops(spec, wl.seq_length, tokens) / flops,
+        # sliding-window layers (gpt-oss) are charged full causal attention, as calibrated at 4-8k (compute.py
+        # forward_seconds); how many times their window's own attention that is at this length: an upper bound there
+        "window_charged_full": windowed_overcharge(spec, wl.seq_length),
         "walls": walls,
         "dominant_wall": max(walls, key=walls.get),
         "collectives": collectives,
