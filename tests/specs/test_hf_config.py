@@ -416,3 +416,22 @@ def test_a_routed_scaling_factor_that_is_no_positive_number_is_one_line(value, t
     path.write_text(json.dumps({**config, "routed_scaling_factor": value}))
     with pytest.raises(MoetuneError, match="routed_scaling_factor .* must be a positive number"):
         load_hf_config(path)
+
+
+def test_qwen3_next_trains_its_checkpoints_mtp_layer_when_asked():
+    """The recipe audit: Bridge's Qwen3-Next recipes set mtp_num_layers 1 (its checkpoint ships mtp.layers.0, which
+    qwen3_next_bridge.py maps as gated full attention and MoE), and `check --model` refused it because the config.json
+    names no MTP depth. By hand: one gated attention + MoE layer and the MTP head's eh_proj and three norms, per rank
+    at EP 64 (512 experts: 8 a rank)."""
+    spec = load_model("qwen3-next-80b-a3b")
+    assert spec.mtp_num_layers == 0  # trained only where asked
+    from moetune.layout.layout import Layout
+    from moetune.walls.rank_params import stage_params
+
+    lay = Layout(world_size=64, ep=64)
+    h, heads, kv, d, ffn = 2048, 16, 2, 256, 512
+    attention = h * (2 * heads * d + 2 * kv * d) + heads * d * h + 2 * d + h  # gated q doubled; q/k norms; input norm
+    moe = 8 * 3 * h * ffn + 512 * h + 3 * h * ffn + h + h  # local experts, router, shared expert + its gate, norm
+    head = 2 * h * h + 3 * h  # eh_proj, enorm, hnorm, final_layernorm
+    added = stage_params(spec.with_mtp(1), lay)[0].total - stage_params(spec, lay)[0].total
+    assert added == attention + moe + head

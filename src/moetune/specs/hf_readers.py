@@ -183,6 +183,11 @@ def _read_qwen3_next(c: HfConfig) -> dict:
     return dict(
         spec, layers=_layers(_qwen_moe_mlps(c), mixers), gdn=gdn, attention_output_gate=True,
         add_qkv_bias=False, qk_layernorm="head",
+        # its config.json names no MTP depth, but the checkpoint ships one MTP layer (transformers skips mtp.*), and
+        # Megatron Bridge trains it: the recipe sets mtp_num_layers 1 (recipes/qwen/h100/qwen3_next.py) and the bridge
+        # maps mtp.layers.0 as gated full attention and MoE (qwen3_next_bridge.py). Trained only where asked
+        # (--mtp-layers, a config's mtp_num_layers).
+        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe"),
     )
 
 
