@@ -99,6 +99,9 @@ CASES: dict[str, Case] = {
                                             "train.global_batch_size=128", "train.micro_batch_size=1"), "h100", 16),
     "longctx.tp_lever_nvl72": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16"), "gb200", 64),
     "longctx.new_kernels": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=32")),
+    "dispatcher.flex_without_backend": Case(S(MOE, "model.expert_model_parallel_size=8",
+                                              "model.moe_token_dispatcher_type=flex",
+                                              "model.moe_flex_dispatcher_backend=null"), "h100", 8),
     # Nemotron-3 Nano's Mamba-2 mixer (64 heads, 8 groups) at TP4: 16 heads a rank cannot split over CP 32
     "cp.mamba_heads": Case(S(MOE, "model.hybrid_layer_pattern=MEM*E", "model.hidden_size=2688",
                              "model.mamba_num_heads=64", "model.mamba_num_groups=8", "model.seq_length=131072",

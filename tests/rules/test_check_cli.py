@@ -67,3 +67,16 @@ def test_bridge_only_rules_leave_megatron_lm_launches_alone(capsys):
     code, out, _ = run(["check", "--set", "model.cuda_graph_impl=local", "--set", "model.num_layers=4", *common],
                        capsys)
     assert code == 1 and "cudagraph.local_scoped" in {f["rule"] for f in json.loads(out)["findings"]}
+
+
+def test_a_null_flex_backend_reads_as_bridge_writes_it(tmp_path, capsys):
+    """Bridge's fallback (flex_dispatcher_backend.py) and its Qwen3-235B H100 perf recipes leave the backend None beside
+    the alltoall dispatcher; a saved config holding it had failed to read (check audit). Beside flex it is an error."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  num_moe_experts: 64\n  expert_model_parallel_size: 8\n"
+                      "  moe_token_dispatcher_type: alltoall\n  moe_flex_dispatcher_backend: null\n")
+    code, out, _ = run(["check", str(config), "--gpu", "h100", "--gpus", "8", "--json"], capsys)
+    assert code == 0 and not [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    code, out, _ = run(["check", str(config), "--gpu", "h100", "--gpus", "8", "--set",
+                        "model.moe_token_dispatcher_type=flex", "--json"], capsys)
+    assert code == 1 and "dispatcher.flex_without_backend" in {f["rule"] for f in json.loads(out)["findings"]}
