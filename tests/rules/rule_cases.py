@@ -66,8 +66,9 @@ CASES: dict[str, Case] = {
                                     "h100", 32),
     "scale.ep_outside_nvlink": Case(S(MOE, "model.expert_model_parallel_size=16"), "h100", 16),
     "scale.pp_without_vpp": Case(S(MOE, "model.pipeline_model_parallel_size=2")),
+    # expert TP given: a Bridge config silent on it runs ETP 1 under EP > 1 (finalize; configio/finalize.py)
     "scale.prefer_ep_over_etp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
-                                      "model.expert_model_parallel_size=4")),
+                                      "model.expert_model_parallel_size=4", "model.expert_tensor_parallel_size=2")),
     # gpt-oss's biased expert linears under expert TP 2 (Megatron-Core asserts ETP 1 with add_bias_linear)
     "scale.moe_bias_needs_etp1": Case(S(MOE, "model.add_bias_linear=true", "model.expert_tensor_parallel_size=2",
                                        "model.expert_model_parallel_size=4")),

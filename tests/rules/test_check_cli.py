@@ -80,3 +80,17 @@ def test_a_null_flex_backend_reads_as_bridge_writes_it(tmp_path, capsys):
     code, out, _ = run(["check", str(config), "--gpu", "h100", "--gpus", "8", "--set",
                         "model.moe_token_dispatcher_type=flex", "--json"], capsys)
     assert code == 1 and "dispatcher.flex_without_backend" in {f["rule"] for f in json.loads(out)["findings"]}
+
+
+def test_a_bridge_config_silent_on_expert_tp_runs_etp_1(capsys):
+    """Bridge's finalize takes ETP 1 under EP > 1 where the config is silent; check had taken TP and reported 'not
+    divisible by ETP*EP*PP = 32' for TP2 x EP16 on 16 GPUs (check audit). Megatron-LM arguments keep Megatron-Core's
+    ETP = TP."""
+    sets = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "model.expert_model_parallel_size=16",
+            "model.num_moe_experts=128"]
+    code, out, _ = run(["check", *[a for s in sets for a in ("--set", s)], "--gpu", "h100", "--gpus", "16", "--json"],
+                       capsys)
+    assert "scale.world_size_experts" not in {f["rule"] for f in json.loads(out)["findings"]}
+    mlm = "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 16 --num-experts 128"
+    code, out, _ = run(["check", "--mlm-args", mlm, "--gpu", "h100", "--gpus", "16", "--json"], capsys)
+    assert "scale.world_size_experts" in {f["rule"] for f in json.loads(out)["findings"]}

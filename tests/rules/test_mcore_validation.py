@@ -25,7 +25,6 @@ def test_real_recipes_pass_megatron_core(qwen):
 @pytest.mark.parametrize(("overrides", "needle"), [
     ({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": True},
      "moe_shared_expert_overlap"),
-    ({"model.sequence_parallel": True}, "sequence para"),  # TP=1 in this recipe
     ({"model.tensor_model_parallel_size": 3}, "tensor_model_parallel_size"),
 ])
 def test_megatron_core_errors_become_findings(qwen, overrides, needle):
@@ -97,3 +96,17 @@ def test_a_graph_scope_message_is_not_mistaken_for_a_missing_library(qwen):
     together stay a config error (transformer_config.py), not an environment info."""
     config = {**qwen, "model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["moe", "moe_router"]}
     assert any(f.severity == "error" for f in mcore_findings(config))
+
+
+def test_what_bridge_finalize_fills_in_is_no_error(qwen):
+    """Bridge's TransformerConfig.finalize turns sequence parallelism off at TP 1 (DeepSeek-V3's GB200 recipe keeps
+    SP on at TP 1) and takes ETP 1 under EP > 1 where the config is silent (the check audit: both had been reported
+    as Megatron-Core errors, the second as an expert mesh that does not cover the job)."""
+    assert not [f for f in mcore_findings({**qwen, "model.sequence_parallel": True}) if f.severity == "error"]
+    config = {**qwen, "model.tensor_model_parallel_size": 2, "model.expert_model_parallel_size": 16}
+    config.pop("model.expert_tensor_parallel_size", None)
+    assert not [f for f in mcore_findings(config) if f.severity == "error"]
+    from moetune.configio.finalize import expert_tensor_parallel_size
+
+    assert expert_tensor_parallel_size(config) == 1
+    assert expert_tensor_parallel_size({**config, "cluster.launcher": "megatron-lm"}) == 2  # Megatron-Core: TP

@@ -8,6 +8,7 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
+from moetune.configio.finalize import expert_tensor_parallel_size, sequence_parallel
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import (
@@ -144,8 +145,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         world_size=config["cluster.num_gpus"], tp=_get(config, "model.tensor_model_parallel_size", 1),
         cp=_get(config, "model.context_parallel_size", 1), pp=_get(config, "model.pipeline_model_parallel_size", 1),
         vpp=vpp, ep=_get(config, "model.expert_model_parallel_size", 1),
-        etp=_get(config, "model.expert_tensor_parallel_size", _get(config, "model.tensor_model_parallel_size", 1)),
-        sequence_parallel=config.get("model.sequence_parallel"),
+        etp=expert_tensor_parallel_size(config), sequence_parallel=sequence_parallel(config),
         first_stage_layers=config.get("model.num_layers_in_first_pipeline_stage"),
         last_stage_layers=config.get("model.num_layers_in_last_pipeline_stage"),
         pipeline_layout=split or None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from moetune.configio.finalize import expert_tensor_parallel_size
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
@@ -77,12 +78,11 @@ def _platform(config: dict[str, Any]) -> dict[str, Any]:
 
 def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     tp = int(value(config, "model.tensor_model_parallel_size", 1) or 1)
-    etp = value(config, "model.expert_tensor_parallel_size")
     d.update(tp=tp, cp=int(value(config, "model.context_parallel_size", 1) or 1),
              pp=int(value(config, "model.pipeline_model_parallel_size", 1) or 1),
              vpp=value(config, "model.virtual_pipeline_model_parallel_size"),
              ep=int(value(config, "model.expert_model_parallel_size", 1) or 1),
-             etp=tp if etp is None else int(etp))  # Megatron: ETP defaults to TP (model_parallel_config.py)
+             etp=expert_tensor_parallel_size(config))  # as the launcher fills it in (configio/finalize.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
     # the seeds' first selective set, which the fit rules' fixes write: moe_act with layernorm (Megatron-Core needs

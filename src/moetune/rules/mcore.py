@@ -13,6 +13,7 @@ import re
 import warnings
 from typing import Any
 
+from moetune.configio.finalize import expert_tensor_parallel_size, sequence_parallel
 from moetune.rules.engine import Finding
 
 RULE = "mcore.transformer_config"
@@ -89,6 +90,11 @@ def _kwargs(config: dict[str, Any], fields: set[str]) -> dict[str, Any]:
         # Bridge sets pipeline_dtype from the precision recipe (mixed_precision.py); mirror that.
         kw["pipeline_dtype"] = torch.bfloat16 if kw.get("bf16") else torch.float16 if kw.get("fp16") else torch.float32
     kw.update({k: v for k, v in _NEEDS_KERNELS.items() if k in kw})
+    # what the launcher fills in before Megatron-Core validates (Bridge's finalize: SP off at TP 1, ETP 1 under EP)
+    if "sequence_parallel" in kw:
+        kw["sequence_parallel"] = bool(sequence_parallel(config))
+    if "expert_tensor_parallel_size" in fields and kw.get("expert_model_parallel_size", 1) > 1:
+        kw["expert_tensor_parallel_size"] = expert_tensor_parallel_size(config)
     return kw
 
 
