@@ -100,6 +100,12 @@ CASES: dict[str, Case] = {
                                             "train.global_batch_size=128", "train.micro_batch_size=1"), "h100", 16),
     "longctx.tp_lever_nvl72": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16"), "gb200", 64),
     "longctx.new_kernels": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=32")),
+    # Kimi-K2's Muon recipe (dist_muon) with the param-gather overlap Megatron-LM asserts off beside it
+    "optimizer.layerwise_param_gather_overlap": Case(S(MOE, "optimizer.optimizer=dist_muon",
+                                                       "optimizer.overlap_param_gather_with_optimizer_step=true")),
+    "precision.mxfp8_param_gather_reuse": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
+                                                 "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false"),
+                                               "gb200", 8),
     "dispatcher.flex_without_backend": Case(S(MOE, "model.expert_model_parallel_size=8",
                                               "model.moe_token_dispatcher_type=flex",
                                               "model.moe_flex_dispatcher_backend=null"), "h100", 8),

@@ -202,8 +202,11 @@ def to_config(e: Estimate) -> dict[str, Any]:
     hybridep = {"env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": min(
         e.layout.ep, job_nvlink_domain(e.layout.world_size, e.gpu.gpus_per_node, e.gpu.nvlink_domain))} \
         if e.knobs.dispatcher == "hybridep" else {}
+    # Transformer Engine >= 2.10 offloads weights too unless this is set; Bridge raises without it (rule
+    # env.cpu_offload_v1), and emit's env.sh writes it (emit/environment.py)
+    offload_env = {"env.NVTE_CPU_OFFLOAD_V1": 1} if e.knobs.offload_modules else {}
     out = {
-        **_model_fields(e), **hybridep,
+        **_model_fields(e), **hybridep, **offload_env,
         "cluster.gpu": e.gpu.ref, "cluster.num_gpus": e.layout.world_size,
         "cluster.gpus_per_node": e.gpu.gpus_per_node, "cluster.nvlink_domain": e.gpu.nvlink_domain,
         **layout_fields(e.layout), **_knob_fields(e.knobs),
