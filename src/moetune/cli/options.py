@@ -60,6 +60,9 @@ def knob_options(func):
         click.option("--recompute-modules", default=None,
                      help="Comma list: layernorm,core_attn,moe_act,mlp,moe,shared_experts,mla_up_proj."),
         click.option("--no-distributed-optimizer", is_flag=True),
+        click.option("--optimizer", type=click.Choice(["adam", "muon"]), default="adam", show_default=True,
+                     help="muon: Megatron's emerging optimizer (one momentum buffer on linear weights), sharded "
+                          "layer-wise unless --no-distributed-optimizer (dist_muon, Kimi-K2's recipes)."),
         click.option("--optimizer-offload", type=float, default=0.0, show_default=True,
                      help="Fraction of optimizer states offloaded to CPU."),
         click.option("--offload-modules", default=None,
@@ -153,6 +156,7 @@ FLAG_KEYS = {"--pipeline-layout": "model.pipeline_model_parallel_layout",
              "--no-sequence-parallel": "model.sequence_parallel=false",
              "--optimizer-offload": "optimizer.optimizer_offload_fraction",
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
+             "--optimizer": "optimizer.optimizer",
              "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
              "--mtp-layers": "model.mtp_num_layers"}
 
@@ -257,6 +261,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
     knobs = Knobs(
         precision=precision, recompute=recompute, recompute_modules=modules,
         distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
+        optimizer=kw["optimizer"],
         main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
         dispatcher=dispatcher, flex_num_sms=kw["flex_num_sms"], cuda_graph_scope=scopes, routing=kw["routing"],
         ep_overlap=kw["ep_overlap"],

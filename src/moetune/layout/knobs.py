@@ -108,7 +108,10 @@ class Knobs:
     precision: str = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"  # recompute_granularity (None/selective/full)
     recompute_modules: frozenset[str] = field(default_factory=frozenset)
-    distributed_optimizer: bool = True  # use_distributed_optimizer
+    distributed_optimizer: bool = True  # use_distributed_optimizer; with Muon, the layer-wise one (dist_muon)
+    # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
+    # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
+    optimizer: str = "adam"
     optimizer_offload_fraction: float = 0.0  # optimizer_offload_fraction (HybridDeviceOptimizer)
     offload_modules: frozenset[str] = field(default_factory=frozenset)  # fine_grained_activation_offloading
     main_grads_fp32: bool = True  # grad buffers in FP32 (accumulate_allreduce_grads_in_fp32)
@@ -142,6 +145,13 @@ class Knobs:
         if self.adam_moments_bytes not in (2, 4):
             raise MoetuneError(f"adam_moments_bytes ({self.adam_moments_bytes!r}) must be 4 (FP32 Adam moments) or 2 "
                                "(BF16, the precision-aware optimizer's)")
+        if self.optimizer not in ("adam", "muon"):
+            raise MoetuneError(f"optimizer {self.optimizer!r}: moetune models adam and muon (dist_muon: muon with the "
+                               "layer-wise distributed optimizer)")
+        if self.optimizer == "muon" and (self.adam_moments_bytes == 2 or self.optimizer_offload_fraction > 0):
+            raise MoetuneError("Muon runs without the precision-aware optimizer that BF16 moments and optimizer "
+                               "offload need (Megatron-LM builds emerging optimizers apart): drop --bf16-moments and "
+                               "--optimizer-offload, or use adam")
         if self.routing not in ("dropless", "force-balance"):
             raise MoetuneError(f"routing {self.routing!r}: choose dropless or force-balance")
         if self.precision not in PRECISIONS:

@@ -73,6 +73,7 @@ DYNAMIC_EXPERTS = {"model.moe_expert_rank_capacity_factor": None, "model.moe_pag
 def _knob_fields(k: Knobs) -> dict[str, Any]:
     kind, backend = DISPATCHER[k.dispatcher]
     full = "full_iteration" in k.cuda_graph_scope
+    adam_sharded = k.distributed_optimizer and k.optimizer == "adam"
     out = {
         "mixed_precision.bf16": True, **PRECISION[k.precision],
         "mixed_precision.grad_reduce_in_fp32": k.main_grads_fp32,
@@ -99,11 +100,12 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "model.fp8_output_proj": k.fp8_output_proj,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
-        "ddp.overlap_param_gather": k.overlap_param_gather and k.distributed_optimizer,
+        "ddp.overlap_param_gather": k.overlap_param_gather and adam_sharded,
         # Bridge turns the distributed optimizer on for both when either is true (config.py
-        # _validate_and_sync_distributed_optimizer_settings): both are written
-        "ddp.use_distributed_optimizer": k.distributed_optimizer,
-        "optimizer.use_distributed_optimizer": k.distributed_optimizer,
+        # _validate_and_sync_distributed_optimizer_settings): both are written; Muon shards layer-wise instead
+        # (dist_muon, Kimi-K2's recipes), with the distributed optimizer off
+        "ddp.use_distributed_optimizer": adam_sharded,
+        "optimizer.use_distributed_optimizer": adam_sharded,
         "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
         "optimizer.optimizer_offload_fraction": k.optimizer_offload_fraction,
     }
@@ -121,15 +123,17 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     whole = k.recompute == "full"
     out.update({"model.recompute_method": "uniform" if whole else None,
                 "model.recompute_num_layers": 1 if whole else None})
-    # the optimizer the memory wall sized, whatever the recipe's (Kimi-K2's recipe runs Muon; DeepSeek-V3's H100 recipe
-    # BF16 moments): Adam with FP32 or BF16 moments; Megatron's precision-aware optimizer holds BF16 moments, and its
-    # code path carries the CPU offload (Megatron-LM arguments.py asserts it with --optimizer-cpu-offload)
+    # the optimizer the memory wall sized, whatever the recipe's: Adam with FP32 or BF16 moments (DeepSeek-V3's H100
+    # recipe: BF16), or Muon (Kimi-K2's recipes: dist_muon, the layer-wise distributed optimizer); Megatron's
+    # precision-aware optimizer holds BF16 moments, and its code path carries the CPU offload (Megatron-LM
+    # arguments.py asserts it with --optimizer-cpu-offload)
     moments = "bfloat16" if k.adam_moments_bytes == 2 else "float32"  # the normalized spelling (configio/types.py)
     aware = k.adam_moments_bytes == 2 or k.optimizer_offload_fraction > 0
     # main grads as the plan counts them: FP32 unless BF16 and the precision-aware optimizer takes them (Megatron-Core
     # refuses BF16 main grads without it: DeepSeek-V3's and Moonlight's H100 recipes set them)
     grads = "bfloat16" if aware and not k.main_grads_fp32 else "float32"
-    out.update({"optimizer.optimizer": "adam", "optimizer.use_precision_aware_optimizer": aware,
+    name = ("dist_muon" if k.distributed_optimizer else "muon") if k.optimizer == "muon" else "adam"
+    out.update({"optimizer.optimizer": name, "optimizer.use_precision_aware_optimizer": aware,
                 "optimizer.exp_avg_dtype": moments, "optimizer.exp_avg_sq_dtype": moments,
                 "optimizer.main_grads_dtype": grads, "optimizer.main_params_dtype": "float32"})
     return out

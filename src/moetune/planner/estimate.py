@@ -127,6 +127,7 @@ def knobs_json(k: Knobs, ep: int) -> dict:
     return {
         "precision": k.precision, "recompute": k.recompute, "recompute_modules": sorted(k.effective_modules),
         "distributed_optimizer": k.distributed_optimizer, "optimizer_offload_fraction": k.optimizer_offload_fraction,
+        "optimizer": k.optimizer,
         "main_grads_fp32": k.main_grads_fp32, "dispatcher": k.dispatcher, "flex_num_sms": k.num_sms or None,
         "cuda_graph_scope": list(k.cuda_graph_scope), "ep_overlap": k.ep_overlap, "delay_wgrad": k.delay_wgrad,
         # the busiest-rank factor charged, and the user's own (null: moetune's default, which a saved result rebuilt

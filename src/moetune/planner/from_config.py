@@ -159,10 +159,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         precision=precision, recompute=recompute,
         recompute_modules=_named("model.recompute_modules", parse_modules, _get(config, "model.recompute_modules", []))
         if recompute == "selective" else frozenset(),
-        # the optimizer's field, else DDP's (Megatron-LM's one switch sets both), else on as Bridge's recipes set it
-        # on when either says so, as Bridge syncs them; a side the config leaves out is the recipe's (on)
-        distributed_optimizer=bool(_get(config, "optimizer.use_distributed_optimizer", True))
-        or bool(_get(config, "ddp.use_distributed_optimizer", True)),
+        distributed_optimizer=_distributed(config), optimizer=_optimizer(config),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=_main_grads_fp32(config),
@@ -183,6 +180,31 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=_offload_modules(config))
     return layout, workload, knobs
+
+
+# Megatron-LM's optimizer names moetune models: the emerging optimizers' dist_ prefix is Muon under the layer-wise
+# distributed optimizer (optimizer/__init__.py _get_megatron_emerging_optimizer: use_layer_wise = True)
+OPTIMIZERS = {"adam": "adam", "muon": "muon", "dist_muon": "muon"}
+
+
+def _optimizer(config: dict) -> str:
+    name = str(_get(config, "optimizer.optimizer", "adam")).lower()
+    if name not in OPTIMIZERS:
+        raise MoetuneError(f"optimizer.optimizer {name!r}: moetune models adam, muon and dist_muon (their optimizer "
+                           "states); set one of them")
+    return OPTIMIZERS[name]
+
+
+def _distributed(config: dict) -> bool:
+    """Whether optimizer state is sharded over DP: Muon's layer-wise distributed optimizer (dist_muon, or
+    use_layer_wise_distributed_optimizer), else the distributed optimizer's field, else DDP's (Megatron-LM's one switch
+    sets both), else on as Bridge's recipes set it on when either says so, as Bridge syncs them; a side the config
+    leaves out is the recipe's (on)."""
+    if _optimizer(config) == "muon":
+        return str(_get(config, "optimizer.optimizer", "")).lower().startswith("dist_") or bool(
+            _get(config, "optimizer.use_layer_wise_distributed_optimizer", False))
+    return bool(_get(config, "optimizer.use_distributed_optimizer", True)) or bool(
+        _get(config, "ddp.use_distributed_optimizer", True))
 
 
 def _main_grads_fp32(config: dict) -> bool:

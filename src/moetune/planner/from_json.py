@@ -86,7 +86,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                     sequence_parallel=pipe.get("sequence_parallel"))
     modules = parse_modules(k.get("recompute_modules", [])) if k.get("recompute") == "selective" else frozenset()
     knobs = Knobs(precision=k["precision"], recompute=k["recompute"], recompute_modules=modules,
-                  distributed_optimizer=k["distributed_optimizer"],
+                  distributed_optimizer=k["distributed_optimizer"], optimizer=k.get("optimizer", "adam"),
                   optimizer_offload_fraction=k["optimizer_offload_fraction"], main_grads_fp32=k["main_grads_fp32"],
                   adam_moments_bytes=k.get("adam_moments_bytes", 4), dispatcher=k["dispatcher"],
                   flex_num_sms=k.get("flex_num_sms"),

@@ -87,14 +87,26 @@ class StageMemory:
         return sum(self.items.values())
 
 
+# Muon's state a parameter: the FP32 master copy and one FP32 momentum buffer (emerging_optimizers Muon keeps
+# momentum_buffer alone, against Adam's exp_avg and exp_avg_sq). Megatron puts linear weights under Muon and the rest
+# under Adam; the norms and biases among the rest are counted at Muon's bytes here (under 0.1% of a MoE layer's
+# parameters), the embedding and output layer at Adam's. The layer-wise distributed optimizer (dist_muon) owns whole
+# parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
+MUON_BYTES = 4 + 4
+
+
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str, int]:
     params = p.dense + p.expert
     items = {"weights": 2 * params, "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
     if knobs.fp8:
         items["fp8_weight_cache"] = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
-    per_param = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
-    items["optimizer_states"] = whole(per_param * optimizer_shard(p, layout, knobs)
-                                      * (1 - knobs.optimizer_offload_fraction))
+    adam = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
+    shard = optimizer_shard(p, layout, knobs)
+    if knobs.optimizer == "muon":  # FP32 master + one FP32 momentum; the embedding and output layer stay on Adam
+        vocab = -(-p.vocab // (layout.dp * layout.cp if knobs.distributed_optimizer else 1))
+        items["optimizer_states"] = whole(MUON_BYTES * (shard - vocab) + adam * vocab)
+    else:
+        items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
     return items
 
 
