@@ -27,3 +27,11 @@ def sequence_parallel(config: dict[str, Any]) -> bool | None:
     configio/mlm.py); None where the config is silent."""
     sp = config.get("model.sequence_parallel")
     return False if sp and _size(config, "model.tensor_model_parallel_size") <= 1 else sp
+
+
+def layer_wise_optimizer(config: dict[str, Any]) -> bool:
+    """Whether the optimizer runs under Megatron's layer-wise distributed optimizer: an emerging optimizer's dist_
+    name (dist_muon; optimizer/__init__.py _get_megatron_emerging_optimizer maps the prefix to use_layer_wise=True),
+    or the switch itself."""
+    return str(config.get("optimizer.optimizer") or "adam").lower().startswith("dist_") or bool(
+        config.get("optimizer.use_layer_wise_distributed_optimizer"))

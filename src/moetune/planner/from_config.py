@@ -8,7 +8,7 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, sequence_parallel
+from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer, sequence_parallel
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import (
@@ -201,8 +201,7 @@ def _distributed(config: dict) -> bool:
     sets both), else on as Bridge's recipes set it on when either says so, as Bridge syncs them; a side the config
     leaves out is the recipe's (on)."""
     if _optimizer(config) == "muon":
-        return str(_get(config, "optimizer.optimizer", "")).lower().startswith("dist_") or bool(
-            _get(config, "optimizer.use_layer_wise_distributed_optimizer", False))
+        return layer_wise_optimizer(config)
     return bool(_get(config, "optimizer.use_distributed_optimizer", True)) or bool(
         _get(config, "ddp.use_distributed_optimizer", True))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size
+from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
@@ -282,11 +282,8 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     _graphs(config, d)
     _precision(config, d)
     d["dropless"] = d["is_moe"] and value(config, "model.moe_expert_capacity_factor") is None
-    # 'dist_muon' and the like: an emerging optimizer under the layer-wise distributed optimizer (Megatron-LM
-    # optimizer/__init__.py _get_megatron_emerging_optimizer maps the dist_ prefix to use_layer_wise=True)
     d["optimizer"] = str(value(config, "optimizer.optimizer", "adam"))
-    d["layer_wise_optimizer"] = d["optimizer"].startswith("dist_") or bool(
-        value(config, "optimizer.use_layer_wise_distributed_optimizer", False))
+    d["layer_wise_optimizer"] = layer_wise_optimizer(config)
     d["ep_overlap"] = bool(value(config, "comm_overlap.overlap_moe_expert_parallel_comm", False))
     d["delay_wgrad"] = bool(value(config, "comm_overlap.delay_wgrad_compute", False))
     d["tp_comm_overlap"] = bool(value(config, "comm_overlap.tp_comm_overlap", False))
