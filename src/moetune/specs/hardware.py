@@ -123,7 +123,9 @@ def load_gpu(name_or_path: str) -> GpuSpec:
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         return load_cluster_file(path)
-    raise MoetuneError(f"unknown GPU '{name_or_path}': use one of {', '.join(catalog())} or a cluster .toml file")
+    raise MoetuneError(f"unknown GPU '{name_or_path}': use one of {', '.join(catalog())}, or describe it in a cluster "
+                       ".toml file: gpu = \"<the nearest of them>\" with the fields that differ (memory_gib = ...), "
+                       "or a [gpu] table of every field (`moetune hardware b200` lists them)")
 
 
 def _family(table: dict, path: Path) -> str:
