@@ -9,7 +9,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from moetune.cli.options import config_words, load_overheads
+from moetune.cli.estimate_input import load_overheads
+from moetune.cli.options import config_words
 from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
 from moetune.emit.values import hydra

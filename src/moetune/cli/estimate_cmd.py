@@ -4,7 +4,8 @@ import click
 from rich.markup import escape
 
 from moetune.cli.check_cmd import RuleErrors
-from moetune.cli.options import config_options, estimate_from_flags, knob_options, layout_options
+from moetune.cli.estimate_input import estimate_from_flags
+from moetune.cli.options import config_options, knob_options, layout_options
 from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table, user_files_line
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import platform_defaults

@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 from rich.progress import Progress
 
-from moetune.cli.options import load_overheads, with_mtp
+from moetune.cli.estimate_input import load_overheads, with_mtp
 from moetune.cli.output import console, emit_json, layout_extras, table, user_files_line
 from moetune.cli.plan_fix import parse_fix
 from moetune.cli.versus_output import print_versus

@@ -1,7 +1,7 @@
 """``moetune plan --fix key=value``: the pins a user gives, each checked and parsed into the `fixed` dict the search
 reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, knob_grid.py)."""
 
-from moetune.cli.options import scope_words
+from moetune.cli.estimate_input import scope_words
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
 from moetune.layout.layout import parse_pipeline_layout

@@ -1,0 +1,172 @@
+"""What the commands build from their flags or a --config: the layout, workload and knobs of one configuration (the
+platform's defaults where a flag is left out) and its estimate, the user's memory overheads file and the MTP depth
+trained."""
+
+from moetune.cli.options import config_words, flags_the_config_replaces, given
+from moetune.errors import MoetuneError
+from moetune.files import FileTable, read_toml
+from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs, parse_modules, parse_offload_modules
+from moetune.layout.layout import Layout
+from moetune.layout.pipeline import parse_pipeline_layout
+from moetune.layout.validate import Workload
+from moetune.planner.defaults import default_dispatcher, default_precision, platform_defaults
+from moetune.specs.hardware import GpuSpec
+
+
+def estimate_from_config(model: str, kw: dict):
+    """The estimate of a launch config (layout, batch and knobs as Megatron would run it) on MODEL."""
+    from dataclasses import replace
+
+    from moetune.configio.load import load_config
+    from moetune.planner.estimate import estimate
+    from moetune.planner.from_config import from_config, trained_model
+    from moetune.planner.model_fields import architecture_conflicts
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    from moetune.walls.efficiency import load_efficiency_file
+
+    clash = flags_the_config_replaces()
+    if clash:
+        raise MoetuneError(f"{clash[0]}: the layout and knobs come from --config / --mlm-args; drop {clash[0]} or "
+                           "override the config with --set KEY=VALUE")
+    config = load_config(list(kw["configs"]), sets=list(kw["sets"]), mlm_args=kw["mlm_args"], gpu=kw["gpu"],
+                         gpus=kw["gpus"])
+    if "cluster.gpu" not in config:
+        raise MoetuneError("the config does not say which GPU: pass --gpu (e.g. --gpu h100)")
+    spec = load_model(model)
+    if conflicts := architecture_conflicts(spec, config):  # the estimate is MODEL's: a config of another is an error
+        raise MoetuneError(f"the config describes another model than {model}: {'; '.join(conflicts[:3])}; pass the "
+                           "MODEL the config trains")
+    spec = trained_model(spec, config)
+    gpu, overheads, eff = load_gpu(str(config["cluster.gpu"])), load_overheads(kw["overheads"]), \
+        load_efficiency_file(kw["efficiency"])
+    try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
+        layout, workload, knobs = from_config(config)
+        if kw["token_imbalance"] is not None:
+            knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
+        result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
+    except MoetuneError as err:
+        raise MoetuneError(config_words(str(err))) from None
+    result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
+    return result
+
+
+def require_cluster(kw: dict) -> None:
+    for flag in ("gpu", "gpus"):
+        if kw.get(flag) is None:
+            raise MoetuneError(f"--{flag} is required (e.g. --gpu h100 --gpus 64)")
+
+
+def build_layout(kw: dict) -> Layout:
+    require_cluster(kw)
+    vpp = kw["vpp"]
+    if kw["pipeline_layout"] and vpp == 1:  # Layout reads vpp 1 as unset; given, it must agree with the layout
+        stages = len(parse_pipeline_layout(kw["pipeline_layout"]))
+        if stages != kw["pp"]:
+            raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {kw['pp']}); "
+                               "drop --vpp")
+    return Layout(
+        world_size=kw["gpus"], tp=kw["tp"], cp=kw["cp"], pp=kw["pp"], vpp=vpp or 1, ep=kw["ep"], etp=kw["etp"],
+        sequence_parallel=False if kw["no_sequence_parallel"] else None,
+        first_stage_layers=kw["first_stage_layers"], last_stage_layers=kw["last_stage_layers"],
+        pipeline_layout=kw["pipeline_layout"], account_for_embedding=kw["account_for_embedding"],
+        account_for_loss=kw["account_for_loss"],
+    )
+
+
+def build_workload(kw: dict) -> Workload:
+    return Workload(seq_length=kw["seq"], micro_batch_size=kw["mbs"], global_batch_size=kw["gbs"])
+
+
+def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str]]:
+    """Knobs from the options; those left out take the platform defaults, and are listed."""
+    defaults, defaulted = platform_defaults(gpu), []
+
+    def pick(name: str, given, fallback):
+        if given is not None:
+            return given
+        defaulted.append(name)
+        return fallback
+
+    precision = pick("precision", kw["precision"], default_precision(gpu))
+    dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep))
+    if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
+        raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
+                           "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
+    if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
+        defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
+    scope_text = kw["cuda_graph_scope"]
+    scopes = (scope_words(scope_text, "--cuda-graph-scope") if scope_text is not None
+              else pick("cuda_graph_scope", None, tuple(defaults["cuda_graph_scope"])))
+    modules = parse_modules(kw["recompute_modules"])
+    recompute = kw["recompute"]
+    if modules and recompute == "none":
+        if given("recompute"):
+            raise MoetuneError("--recompute none with --recompute-modules: modules are recomputed only under "
+                               "--recompute selective; drop one of them")
+        recompute = "selective"  # naming modules implies selective recompute
+    knobs = Knobs(
+        precision=precision, recompute=recompute, recompute_modules=modules,
+        distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
+        optimizer=kw["optimizer"],
+        main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
+        dispatcher=dispatcher, flex_num_sms=kw["flex_num_sms"], cuda_graph_scope=scopes, routing=kw["routing"],
+        ep_overlap=kw["ep_overlap"],
+        token_imbalance=kw["token_imbalance"],
+        delay_wgrad=kw["delay_wgrad"], tp_comm_overlap=kw["tp_comm_overlap"], fp8_output_proj=kw["fp8_output_proj"],
+        overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
+        offload_modules=parse_offload_modules(kw["offload_modules"]),
+        cp_comm_type=kw["cp_comm_type"] or "auto", hcp_a2a_size=kw["hcp_a2a_size"],
+    )
+    if kw["cp_comm_type"] is None and layout.cp > 1:
+        defaulted.append("cp_comm_type")  # the legal exchange that costs least (Bridge recipes pick a2a where it runs)
+    return knobs, defaulted
+
+
+def scope_words(text: str, flag: str) -> tuple[str, ...]:
+    """CUDA-graph scopes as typed ("attn,moe_router" or "attn moe_router"); "none" alone is no graph."""
+    words = text.replace(",", " ").split()
+    if "none" in words and len(words) > 1:
+        raise MoetuneError(f"{flag} {text}: 'none' turns CUDA graphs off; give it alone or drop it")
+    return tuple(w for w in words if w != "none")
+
+
+def load_overheads(path: str | None) -> dict | None:
+    """The user's --overheads figures, checked; they remember their file (results record it)."""
+    from moetune.walls.memory import check_overheads
+    if not path:
+        return None
+    where = f"--overheads {path}"
+    return FileTable(check_overheads(read_toml(path, "--overheads"), where), where, path)
+
+
+def with_mtp(spec, depth: int | None):
+    """The model trained with --mtp-layers MTP layers (None: its config.json's)."""
+    if depth is None:
+        return spec
+    try:
+        return spec.with_mtp(depth)
+    except ValueError as err:
+        raise MoetuneError(f"--mtp-layers {depth}: {err}") from None
+
+
+def estimate_from_flags(model: str, kw: dict):
+    """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags (or from a
+    config, estimate_from_config); knobs left out take the platform defaults and are recorded in `defaulted`."""
+    if kw.get("configs") or kw.get("mlm_args") is not None or kw.get("sets"):
+        return estimate_from_config(model, kw)
+    from moetune.planner.estimate import estimate
+    from moetune.planner.legal import legal_default_scope
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    from moetune.walls.efficiency import load_efficiency_file
+
+    layout = build_layout(kw)
+    gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
+    knobs, defaulted = build_knobs(kw, gpu, layout)
+    if "cuda_graph_scope" in defaulted:  # the platform's graphs, less what Megatron refuses beside the recompute
+        knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])
+    result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
+                      efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+    result.defaulted = defaulted
+    return result
