@@ -175,7 +175,7 @@ def cp_fields(e: Estimate) -> dict[str, Any]:
 
 
 # Layer symbols of a Mamba hybrid's hybrid_layer_pattern (Megatron-Core hybrid_layer_allocation.Symbols, as
-# specs/hf_readers.py reads Nemotron-H's hybrid_override_pattern).
+# specs/hf_hybrid.py reads Nemotron-H's hybrid_override_pattern).
 HYBRID_SYMBOLS = {("mamba", "none"): "M", ("gqa", "none"): "*", ("none", "moe"): "E", ("none", "dense"): "-"}
 HYBRID_SPLIT = "model.hybrid_layer_pattern"  # carries a hybrid's pipeline split, so it depends on the layout
 

@@ -1,6 +1,6 @@
 """What a Hugging Face family's attention builds beyond its shapes: the biases its attention projections carry
 (and the bias switches Megatron cannot build, refused in one line) and which layers attend over a sliding window.
-The family readers (hf_readers.py) call these."""
+The family readers (hf_readers.py, hf_hybrid.py) call these."""
 
 from moetune.errors import MoetuneError
 from moetune.specs.hf_access import HfConfig

@@ -1,4 +1,4 @@
-"""Read a Hugging Face ``config.json`` into a ``ModelSpec`` (family readers: hf_readers.py)."""
+"""Read a Hugging Face ``config.json`` into a ``ModelSpec`` (family readers: hf_readers.py, hf_hybrid.py)."""
 
 from pathlib import Path
 
