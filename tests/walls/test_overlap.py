@@ -11,6 +11,7 @@ from moetune.specs.hardware import load_gpu
 from moetune.specs.model import LayerKind
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import efficiency
+from moetune.walls.host import layer_cpu_share
 from moetune.walls.overlap import (
     dp_exposed_seconds,
     ep_overlap_exposed,
@@ -18,7 +19,6 @@ from moetune.walls.overlap import (
     ep_overlap_sides,
     ep_overlap_unpaired,
 )
-from moetune.walls.step import layer_cpu_share
 
 EFF = {"dp_overlap_hide": 1.0}
 

@@ -82,7 +82,7 @@ def test_fp8_recipes_multiply_the_cpu_cost():
 
 def test_cpu_share_by_layer_part_and_graph_scope():
     from moetune.specs.model import LayerKind
-    from moetune.walls.step import PART_SHARE, layer_cpu_share
+    from moetune.walls.host import PART_SHARE, layer_cpu_share
     attn_moe, mamba, moe_only = (LayerKind(mixer="gqa", mlp="moe"), LayerKind(mixer="mamba", mlp="none"),
                                  LayerKind(mixer="none", mlp="moe"))
     assert layer_cpu_share(attn_moe, ()) == pytest.approx(1.0)  # host_us_per_layer is one standard layer

@@ -1,7 +1,7 @@
 """Memory and step time of many layouts at once (numpy arrays), for the planner's full search.
 
 The formulas are the scalar ones (activations.layer_activation_items, memory.model_state_bytes,
-memory.in_flight, step.layer_time, step.heads_seconds, step.p2p_seconds, step.iteration_terms): they are plain
+memory.in_flight, step.layer_time, compute.heads_seconds, comms.p2p_seconds, step.iteration_terms): they are plain
 arithmetic, so they accept arrays whose first axis is the candidate and whose second is the pipeline stage
 (walls/batch_layouts.py). Per-layer quantities are evaluated once per distinct shape (MBS, TP, CP, ETP, EP, SP)
 and read back by row. Only the per-stage assembly is written here; tests check it against `estimate` candidate
@@ -23,7 +23,8 @@ from moetune.walls.activations import (
     offload_staging_bytes,
 )
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
-from moetune.walls.compute import layer_compute_seconds, rates
+from moetune.walls.comms import p2p_bandwidth, p2p_seconds
+from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
 from moetune.walls.memory import (
     activation_context,
     in_flight,
@@ -34,13 +35,7 @@ from moetune.walls.memory import (
     userbuffer_bytes,
 )
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.step import (
-    heads_seconds,
-    iteration_terms,
-    layer_time,
-    p2p_bandwidth,
-    p2p_seconds,
-)
+from moetune.walls.step import iteration_terms, layer_time
 
 
 def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:

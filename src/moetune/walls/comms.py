@@ -16,6 +16,7 @@ import numpy as np
 
 from moetune.layout.ranks import cross_domain_fraction, members_in_domain
 from moetune.specs.hardware import GpuSpec
+from moetune.specs.model import ModelSpec
 from moetune.walls.memo import array_key, remembered
 
 BF16 = 2
@@ -131,3 +132,15 @@ def nvlink_busy(parts: tuple):
     t_intra, t_inter, _ = parts
     return t_intra / np.maximum(np.maximum(t_intra, t_inter), 1e-30)
 
+
+def p2p_bandwidth(pp, world, gpu: GpuSpec, eff: dict):
+    """Bytes/s of a PP send/recv. PP is the outermost group in Megatron's rank order (stride world/PP): NVLink when
+    every stage shares one domain (an NVL72 job, or a single node), else the NIC, which the slowest boundary sets the
+    pace at (comms.link_bandwidth)."""
+    return link_bandwidth(pp, world // np.maximum(pp, 1), gpu, eff)
+
+
+def p2p_seconds(spec: ModelSpec, ctx, pp, bandwidth):
+    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward."""
+    nbytes = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
+    return 2 * nbytes / bandwidth * (pp > 1)

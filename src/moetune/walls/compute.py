@@ -210,3 +210,9 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     replayed = touched if recompute == "full" else touched - sum(layer_activation_items(spec, kind, ctx).values())
     out["elementwise"] = eff["mem_passes"] * (touched + replayed) / r.hbm
     return out
+
+
+def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
+    """Output-layer GEMMs (forward + backward) of the loss heads a stage holds (main loss + each MTP layer);
+    the GEMM runs over the padded vocabulary split over TP, in BF16 unless fp8_output_proj (Rates.head)."""
+    return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.head

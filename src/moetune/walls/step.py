@@ -24,11 +24,20 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
-from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, link_bandwidth, nvlink_busy, ring_seconds
+from moetune.walls.comms import (
+    BF16,
+    alltoall_total,
+    ep_alltoall_parts,
+    nvlink_busy,
+    p2p_bandwidth,
+    p2p_seconds,
+    ring_seconds,
+)
 from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
     chunked_attention_flops,
+    heads_seconds,
     layer_compute_seconds,
     passes,
     rates,
@@ -36,49 +45,11 @@ from moetune.walls.compute import (
 )
 from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import megatron_model_flops, windowed_overcharge
+from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
-
-# Host CPU work of a layer by part, as shares of a standard attention + MoE layer (host_us_per_layer covers
-# one such layer). Hybrid stacks (Nemotron-H) split a block into mixer-only and MLP-only layers, so each of
-# their layers costs only its part. Our estimates from the modules' kernel counts: no published breakdown.
-PART_SHARE = {"mixer": 0.45, "moe": 0.55, "dense": 0.3}
-# CUDA-graph scope -> (the part it captures, share of that part's launches). TE-scoped graphs (seeds/000
-# "CUDA Graphs For MoE"): attn and mamba capture their mixer, mlp the dense MLP, moe the whole MoE block,
-# moe_router and moe_preprocess 15% of it each (router GEMM + top-k + aux loss; permutation metadata and token
-# counts), while the dispatch and the per-expert grouped-GEMM launches stay eager. Our estimate was a quarter each
-# from kernel counts; the published host-bound runs say less: of 0.27, 0.15 and 0.08 each, 0.15 and 0.08 put 112 of
-# the 123 complete runs within 15% against 110 (Qwen3-30B-A3B eager on H100, R011, and with these two graphs on B200,
-# R028/R046, need one host cost), and 0.15 is the nearer to the kernel count. full_iteration captures the whole step
-# (0.95: the optimizer step and logging stay eager).
-GRAPH_CAPTURE = {"attn": ("attention", 0.9), "mamba": ("mamba", 0.9), "mlp": ("dense", 0.9), "moe": ("moe", 0.8),
-                 "moe_router": ("moe", 0.15), "moe_preprocess": ("moe", 0.15)}
-FULL_ITERATION_CAPTURE = 0.95
-
-
-def layer_cpu_share(kind: LayerKind, scopes: tuple[str, ...]) -> float:
-    """Host CPU work of one layer of this kind left eager under these graph scopes, in standard layers."""
-    if "full_iteration" in scopes:
-        scopes, left = (), 1 - FULL_ITERATION_CAPTURE
-    else:
-        left = 1.0
-    mixer = {"gqa": "attention", "mla": "attention"}.get(kind.mixer, kind.mixer)
-    parts = {p: PART_SHARE[key] for p, key in ((mixer, "mixer"), (kind.mlp, kind.mlp)) if p != "none"}
-    for scope in scopes:
-        part, share = GRAPH_CAPTURE.get(scope, ("", 0.0))
-        if part in parts:
-            parts[part] *= 1 - share
-    return left * sum(parts.values())
-
-
-# A layer takes the 4-norm of its CPU and GPU times: a smooth maximum. Near the knee the two overlap
-# imperfectly (a host sync each MoE layer, launch jitter), so GPU work still shows partly (19% above the
-# max when they are equal); far from it the larger wins. 4 is a modelling choice, not a fitted constant:
-# of 2, 4 and the hard maximum it gave the lowest held-out error (`moetune calibrate`) while keeping the
-# measured order of EP overlap, graph scopes and recompute sets on host-heavy small-model runs.
-HOST_NORM = 4.0
 
 
 @dataclass(kw_only=True, slots=True)
@@ -200,38 +171,14 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     sync = eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1) \
         if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0
     gpu_s = total + sum(exposed.values())
-    host = _host_wait(cpu, gpu_s) + sync
-    unpaired = _host_wait(cpu, gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]) + sync if knobs.ep_overlap else host
+    host = host_wait(cpu, gpu_s) + sync
+    unpaired = host_wait(cpu, gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]) + sync if knobs.ep_overlap else host
     return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=host, host_unpaired=unpaired)
-
-
-def _host_wait(cpu, gpu_s):
-    """Seconds the GPU waits for the host beside `gpu_s` of its own work (the HOST_NORM smooth maximum)."""
-    return (cpu ** HOST_NORM + gpu_s ** HOST_NORM) ** (1 / HOST_NORM) - gpu_s
 
 
 def _add(acc: dict, new: dict, times: float = 1.0) -> None:
     for k, v in new.items():
         acc[k] = acc.get(k, 0.0) + v * times
-
-
-def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):
-    """Output-layer GEMMs (forward + backward) of the loss heads a stage holds (main loss + each MTP layer);
-    the GEMM runs over the padded vocabulary split over TP, in BF16 unless fp8_output_proj (Rates.head)."""
-    return heads * (1 + BWD_GEMM) * 2 * tokens * spec.hidden_size * padded_vocab / tp / r.head
-
-
-def p2p_bandwidth(pp, world, gpu: GpuSpec, eff: dict):
-    """Bytes/s of a PP send/recv. PP is the outermost group in Megatron's rank order (stride world/PP): NVLink when
-    every stage shares one domain (an NVL72 job, or a single node), else the NIC, which the slowest boundary sets the
-    pace at (comms.link_bandwidth)."""
-    return link_bandwidth(pp, world // np.maximum(pp, 1), gpu, eff)
-
-
-def p2p_seconds(spec: ModelSpec, ctx, pp, bandwidth):
-    """Raw PP send/recv of the stage-boundary activation per micro-batch, forward and backward."""
-    nbytes = ctx.tokens * spec.hidden_size * BF16 / ctx.sp_div
-    return 2 * nbytes / bandwidth * (pp > 1)
 
 
 # Layer times by (model, layer kind, the layout's sizes, micro-batch shape, knobs, GPU, constants): a layer's time
