@@ -855,3 +855,11 @@ def test_a_baselines_fp8_recipe_is_searched_and_an_unsearched_move_is_named(tmp_
     assert data["results"][0]["knobs"]["precision"] == "fp8-blockwise"
     move = {m["rule"]: m for m in data["unsearched_moves"]}["fp8_current_scaling"]
     assert move["predicted_gain"] > 0.03
+
+
+def test_plan_says_when_its_tflops_count_attention_that_never_runs(capsys):
+    """Llama 4 Scout at 64k on 96 GB200 (the stop's odd-layout check): the pick read 2,361 TFLOP/s/GPU with no word
+    that Megatron's count includes the chunked attention the step never runs; estimate said so, plan now does too."""
+    code, out, _ = run(["plan", "llama4-scout", "--gpu", "gb200", "--gpus", "96", "--seq", "65536", "--gbs", "96",
+                        "--top", "1"], capsys)
+    assert code == 0 and "attends within 8,192-token chunks" in " ".join(out.split())

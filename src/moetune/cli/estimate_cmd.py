@@ -6,7 +6,16 @@ from rich.markup import escape
 from moetune.cli.check_cmd import RuleErrors
 from moetune.cli.estimate_input import estimate_from_flags
 from moetune.cli.options import config_options, knob_options, layout_options
-from moetune.cli.output import console, emit_json, gib, layout_extras, print_checks, table, user_files_line
+from moetune.cli.output import (
+    attention_notes,
+    console,
+    emit_json,
+    gib,
+    layout_extras,
+    print_checks,
+    table,
+    user_files_line,
+)
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import Estimate
@@ -77,17 +86,8 @@ def print_time(result: Estimate) -> None:
                     f"{t['tflops_per_gpu']:.1f} TFLOP/s/GPU ({t['flops_convention']}'s count), "
                     f"MFU {100 * t['mfu']:.1f}%{_mfu_peak(result)} "
                     f"(dominant: {t['dominant_wall']})", ["wall", "seconds", "share"], rows))
-    if t["counted_not_run"] > 0.005:
-        share = f"{100 * t['counted_not_run']:.0f}%"
-        out.print(f"note: {result.model.name} attends within {result.model.attention_chunk:,}-token chunks (Megatron "
-                  f"Bridge's Llama 4 attention), which the step is charged; {t['flops_convention']}'s FLOP count, "
-                  f"and so TFLOP/s/GPU and MFU here, counts whole-sequence attention: {share} of the counted FLOPs "
-                  "never run")
-    if (w := t["window_charged_full"]) and result.workload.seq_length >= 16384:
-        out.print(f"note: {result.model.name}'s {w['layers']} sliding-window layers ({w['window']} keys) are charged "
-                  "full causal attention, as the published 4-8k runs calibrate it (docs/time.md); at "
-                  f"{result.workload.seq_length:,} tokens that is {w['factor']:,.0f}x their window's keys, an upper "
-                  "bound on their attention time")
+    for note in attention_notes(result):
+        out.print(f"note: {note}")
     coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
             if t["collectives"][c] > 0]
     if coll:

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
-from moetune.cli.output import console, emit_json, layout_extras, table, user_files_line
+from moetune.cli.output import attention_notes, console, emit_json, layout_extras, table, user_files_line
 from moetune.cli.plan_fix import parse_fix
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
@@ -129,6 +129,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
+        for note in attention_notes(pick) if pick else []:
+            console().print(f"[yellow]note[/yellow] on #1: {note}")
         if near_ep:
             console().print(f"[bold]NVLink domain[/bold]: #1's {ep_domain_text(result.results[0], near_ep)}")
         for m in unsearched:
