@@ -82,29 +82,32 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                               where=f"--baseline {baseline}") \
         if baseline else None
+    searched = fixed  # the user's pins, widened by a baseline's recipe; the FP8 caveat reads the pins alone
     if base is not None:
         same_job(baseline, base, spec, gpu_spec, gpus, wl, routing)
         if "precision" not in fixed:  # the baseline's own recipe is a candidate (the recipe audit: an fp8-current
             # recipe was switched to the seeds' blockwise for -0.1% while explain offered current back for +6.8%)
-            fixed = {**fixed, "precision": sorted({"bf16", platform_defaults(gpu_spec)["precision"],
-                                                   base.knobs.precision})}
+            searched = {**fixed, "precision": sorted({"bf16", platform_defaults(gpu_spec)["precision"],
+                                                      base.knobs.precision})}
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:
         task = bar.add_task("evaluating knob sets", total=None)
-        result = plan(spec, gpu_spec, gpus, wl, fixed=fixed, top=top, routing=routing, efficiency_overrides=eff,
+        result = plan(spec, gpu_spec, gpus, wl, fixed=searched, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
                       headroom_gib=headroom, overheads=over)
         fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
                           headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
-    unsearched = unsearched_gains(result.results[0]) if result.results else []
-    near_ep = ep_domain_note(result.results[0]) if result.results else None
+    # the pick's rule findings, evaluated once for its checks, the unsearched moves and the in-domain alternative
+    found = findings(result.results[0]) if result.results else []
+    unsearched = unsearched_gains(result.results[0], found) if result.results else []
+    near_ep = ep_domain_note(result.results[0], found) if result.results else None
     record = estimate_record(result.results[0]) if result.results else None
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = {k: v.path for k, v in (("efficiency_file", eff), ("overheads_file", over)) if v}
     if as_json:
         emit_json({**plan_json(result, gbs), **files, **({"fp8_caveat": fp8} if fp8 else {}),
-                   **({"pick_checks": pick_checks(result.results[0])} if result.results else {}),
+                   **({"pick_checks": pick_checks(result.results[0], found)} if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"unsearched_moves": unsearched} if unsearched else {}),
                    **({"ep_in_domain": near_ep} if near_ep else {}),
@@ -125,7 +128,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                             f"{pick.knobs.imbalance_at(2):.2f}x (EP 2) to {pick.knobs.imbalance_at(64):.2f}x (EP 8 "
                             "and up) the mean at its busiest expert rank: why the pick keeps ETP over the seeds' EP "
                             "first; `explain --plan` compares the two")
-        for f in pick_checks(pick) if pick else []:
+        for f in pick_checks(pick, found) if pick else []:
             console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
         if fp8:
             console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
@@ -145,12 +148,12 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
 
 
-def pick_checks(pick) -> list[dict]:
+def pick_checks(pick, found: list | None = None) -> list[dict]:
     """The rule errors and warnings the pick itself raises (a pinned --fix can lead the search where the seeds warn:
     TP past the NVLink domain), as `moetune check` of its config reports them; a warning whose fix runs on this job
     carries what the fix predicts (`with_fix`), since the search already weighed it against the pick."""
     out = []
-    for f in findings(pick):
+    for f in findings(pick) if found is None else found:
         if f.severity not in ("error", "warning"):
             continue
         check = {"rule": f.rule, "severity": f.severity, "message": f.message}

@@ -5,24 +5,25 @@ a pick that crosses the domain for less than the step model's own error says so.
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.ranks import job_gpu, members_in_domain
+from moetune.layout.ranks import members_in_domain
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import rule_errors
+from moetune.planner.ranking import NEAR_TIE_MARGIN
 
-# A pick that crosses the NVLink domain for less than this over the in-domain layout is named as a near-tie: the step
-# model's held-out median error is 3.9% (docs/time.md), and the all-to-all is its least-pinned part (the HybridEP SM
-# bound, docs/time.md "Communication")
-EP_DOMAIN_NOTE_MARGIN = 0.03
+# A pick that crosses the NVLink domain for less than this over the in-domain layout is named as a near-tie (and the
+# all-to-all is the step model's least-pinned part: the HybridEP SM bound, docs/time.md "Communication")
+EP_DOMAIN_NOTE_MARGIN = NEAR_TIE_MARGIN
 
 
-def in_domain_ep(e: Estimate) -> Estimate | None:
+def in_domain_ep(e: Estimate, found: list | None = None) -> Estimate | None:
     """The estimate at the largest EP (dividing the experts and the job) whose group stays inside the NVLink domain,
-    where the pick's EP leaves it; None where it does not, or where no such layout runs without new rule errors."""
+    where the pick's EP leaves it; None where it does not, or where no such layout runs without new rule errors
+    (`found`: the pick's rule findings where the caller has them)."""
     lay, experts = e.layout, e.model.num_moe_experts
-    domain = job_gpu(e.gpu, lay.world_size).nvlink_domain
+    domain = e.job_domain
     if not experts or int(members_in_domain(lay.ep, lay.etp, domain)) == lay.ep:
         return None
-    broken = set(rule_errors(e))
+    broken = set(rule_errors(e, found))
     for ep in range(lay.ep - 1, 1, -1):
         if experts % ep or lay.world_size % (ep * lay.etp * lay.pp) or int(members_in_domain(ep, lay.etp, domain)) < ep:
             continue
@@ -35,10 +36,10 @@ def in_domain_ep(e: Estimate) -> Estimate | None:
     return None
 
 
-def ep_domain_note(e: Estimate) -> dict | None:
+def ep_domain_note(e: Estimate, found: list | None = None) -> dict | None:
     """The in-domain alternative where it comes within EP_DOMAIN_NOTE_MARGIN of the pick: its layout, prediction and
     the pick's margin over it."""
-    alt = in_domain_ep(e)
+    alt = in_domain_ep(e, found)
     if alt is None:
         return None
     margin = e.time["tokens_per_s_per_gpu"] / alt.time["tokens_per_s_per_gpu"] - 1

@@ -110,20 +110,21 @@ def _checks(found: list, levels: tuple[str, ...] = ("error", "warning")) -> list
     return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix} for f in kept]
 
 
-def unsearched_gains(e: Estimate) -> list[dict]:
+def unsearched_gains(e: Estimate, found: list | None = None) -> list[dict]:
     """The Retune moves `plan` leaves out of its search on purpose (retune_moves.toml `unsearched`: the seeds'
-    starting choice stays the planner's) that gain on this pick, so plan says what explain would offer."""
-    return [r for r in _retune(e, findings(e)) if moves()[r["rule"]].get("unsearched")]
+    starting choice stays the planner's) that gain on this pick, so plan says what explain would offer; `found`:
+    the pick's rule findings where the caller has them."""
+    return _retune(e, findings(e) if found is None else found, only=lambda move: move.get("unsearched", False))
 
 
-def _retune(e: Estimate, found: list, blocked: list | None = None) -> list[dict]:
-    """The single moves that predict a gain and fit, best first; those that would gain but do not fit go to
-    `blocked` (each with the memory it needs), so an empty Retune can say what memory stops."""
+def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda move: True) -> list[dict]:
+    """The single moves (those `only` keeps) that predict a gain and fit, best first; those that would gain but do
+    not fit go to `blocked` (each with the memory it needs), so an empty Retune can say what memory stops."""
     base = e.time["tokens_per_s_per_gpu"]
     broken = set(rule_errors(e, found))  # a move is refused for the errors it adds, not for those it inherits
     out = []
     for move_id, move in moves().items():
-        if move.get("platform") and platform_of(e.gpu) not in move["platform"]:
+        if not only(move) or move.get("platform") and platform_of(e.gpu) not in move["platform"]:
             continue
         if move.get("from_precision") and e.knobs.precision not in move["from_precision"]:
             continue

@@ -95,7 +95,8 @@ def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed:
     pick = result.results[0]
     if "precision" in fixed:
         return caveat(pick, same_config_in_bf16(pick), "the same configuration in BF16")
-    bf16 = plan(spec, gpu, world, wl, fixed={**fixed, "precision": ["bf16"]}, **{**plan_kwargs, "top": 1})
+    bf16 = plan(spec, gpu, world, wl, fixed={**fixed, "precision": ["bf16"]}, **{**plan_kwargs, "top": 1},
+                weigh_offload=False)  # the caveat reads the BF16 pick alone
     result.candidates_evaluated += bf16.candidates_evaluated
     result.search_seconds += bf16.search_seconds
     return caveat(pick, bf16.results[0] if bf16.results else None, "the fastest BF16 candidate")

@@ -29,6 +29,10 @@ def within(step: float, fastest: float) -> int:
 # and no published run under 16k tokens uses it; a gain smaller than the step model's own error (held-out median
 # 3.9%, docs/time.md) is no reason to leave that order. Results show their own predicted speed.
 CP_SHORT_MARGIN = 1.05
+# A predicted gain below this is a near-tie for what plan names beside its pick (the optimizer-offload alternative,
+# search.OFFLOAD_NOTE_GAIN; an in-domain EP, ep_domain.EP_DOMAIN_NOTE_MARGIN): the step model's held-out median error
+# is 3.9% (docs/time.md), and the memory estimate's own error is 3% (moves.TIGHT_SHARE)
+NEAR_TIE_MARGIN = 0.03
 
 
 def cp_weight(cp, seq: int):

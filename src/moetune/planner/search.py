@@ -24,7 +24,7 @@ from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
-from moetune.planner.ranking import within, without_idle_delay_wgrad
+from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
 from moetune.planner.resplit import rebalance_best
 from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
@@ -67,13 +67,14 @@ LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
-         headroom_gib: float = 0.0, overheads: dict | None = None) -> PlanResult:
+         headroom_gib: float = 0.0, overheads: dict | None = None, weigh_offload: bool = True) -> PlanResult:
     """The fastest candidates that fit with `headroom_gib` to spare, under the memory wall's overheads with the
     user's `overheads` figures on top; `progress(done, total)` is called once per knob set evaluated. Offloading
     comes last (seeds/000 Phase 1: "add offloading only when recompute and parallelism are still insufficient"):
     the optimizer's CPU offload is searched only when nothing fits without it, and then, for an MoE model, the
     routed experts' activations too (LAST_RESORT_OFFLOAD); a pinned offload is searched as pinned. The counts cover
-    every pass run."""
+    every pass run. `weigh_offload`: search the optimizer-offload alternative to a full-recompute pick
+    (offload_instead; a caller that does not show it skips the search)."""
     fixed = fixed or {}
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
     _pins_agree(fixed)
@@ -99,16 +100,15 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
         done, seconds = done + result.candidates_evaluated, seconds + result.search_seconds
         if result.results:
             break
-    if (alt := offload_instead(result, pinned is passes[0], fixed, search)) is not None:
+    if weigh_offload and (alt := offload_instead(result, pinned is passes[0], fixed, search)) is not None:
         done, seconds = done + alt.candidates_evaluated, seconds + alt.search_seconds
         result.offload_alternative = alt.results[0]
     result.candidates_evaluated, result.search_seconds = done, seconds
     return result
 
 
-# The least predicted gain for which plan names the optimizer-offload alternative to a full-recompute pick: the
-# memory estimate's own error (moves.TIGHT_SHARE) is 3%, and so is a near-tie well inside the step model's.
-OFFLOAD_NOTE_GAIN = 0.03
+# The least predicted gain for which plan names the optimizer-offload alternative to a full-recompute pick
+OFFLOAD_NOTE_GAIN = NEAR_TIE_MARGIN
 
 
 def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -> PlanResult | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer
+from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer, sequence_parallel
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
@@ -188,15 +188,15 @@ def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
     pattern = value(config, "model.hybrid_layer_pattern")
     if isinstance(pattern, str) and "M" in pattern:
         heads = value(config, "model.mamba_num_heads")
-        hidden, head_dim = value(config, "model.hidden_size"), value(config, "model.mamba_head_dim", 64)
+        hidden, head_dim = value(config, "model.hidden_size"), value(config, "model.mamba_head_dim")
         if heads is None and _count(hidden) and _count(head_dim):
             heads = 2 * hidden // head_dim
-        counts = _count(heads), _count(value(config, "model.mamba_num_groups", 8))
+        counts = _count(heads), _count(value(config, "model.mamba_num_groups"))
         if None not in counts:
             d["mamba_heads"], d["mamba_groups"] = counts
     if str(value(config, "model.experimental_attention_variant") or "") in ("gated_delta_net", "gdn", "gdn2"):
-        counts = (_count(value(config, "model.linear_num_key_heads", 16)),
-                  _count(value(config, "model.linear_num_value_heads", 32)))
+        counts = (_count(value(config, "model.linear_num_key_heads")),
+                  _count(value(config, "model.linear_num_value_heads")))
         if None not in counts:
             d["gdn_key_heads"], d["gdn_value_heads"] = counts
 
@@ -210,13 +210,12 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
     if not seq:
         return
     world = config.get("cluster.num_gpus")
-    sp = config.get("model.sequence_parallel")
     tp, heads, groups = d["tp"], d["attn_heads"], d["kv_groups"]
     runs = None
     if d["softmax_sinks"] and heads and groups and heads % tp == 0 and groups % tp == 0:
         runs = lambda cp: bool(a2a_splits(heads // tp, groups // tp, cp))  # noqa: E731
     d["cp_shard_target"] = shard_cp(int(seq), tp, d["pp"], int(world) if world else None, runs,
-                                    sp=tp > 1 if sp is None else bool(sp))
+                                    sp=sequence_parallel(config))
     d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"])
 
 

@@ -17,7 +17,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
 from moetune.walls.efficiency import rate_key
-from moetune.walls.flops import attended_keys, gemm_shapes, layer_flops
+from moetune.walls.flops import all_layers, attended_keys, gemm_shapes, layer_flops
 
 # Backward / forward work: a GEMM's backward is dgrad + wgrad (2x); fused attention's backward runs five
 # matmuls to the forward's two (2.5x; Dao 2023, FlashAttention-2, Sec. 3.1).
@@ -98,9 +98,11 @@ def chunked_attention_flops(spec: ModelSpec, seq_length: int, tokens: float) -> 
     span = attention_span(spec, seq_length)
     if span == seq_length:
         return 0.0
-    kinds = [*spec.layers, *[spec.mtp_layer_kind] * spec.mtp_num_layers]
-    return sum(3 * (layer_flops(spec, k, tokens, seq_length)["core_attn"] - layer_flops(spec, k, tokens, span)[
-        "core_attn"]) for k in kinds)
+    # 3 x the forward: forward and a backward of twice its FLOPs, as Megatron's counter takes it
+    # (flops.megatron_model_flops); each distinct layer kind once, times the layers of that kind
+    unrun = {k: layer_flops(spec, k, tokens, seq_length)["core_attn"] - layer_flops(spec, k, tokens, span)["core_attn"]
+             for k in set(all_layers(spec))}
+    return sum(3 * unrun[k] for k in all_layers(spec))
 
 
 def attention_rate(spec: ModelSpec, seq_length: int, window: int | None, r: Rates):
@@ -141,12 +143,11 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     # rate keys_factor gives it, put gpt-oss-120b 4-8 points further above its measurements (114 of 123 within 15%,
     # held-out median 6.7%); whether Transformer Engine's fused attention with sinks skips a window's masked tiles is
     # not measured here (docs/time.md)
-    f = layer_flops(spec, kind, ctx.tokens, ctx.seq_length)
+    # chunked attention: each query sees its chunk only (FLOP counters count the whole; only core attention depends on
+    # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
+    # attention, whose split is not modelled)
     span = attention_span(spec, ctx.seq_length)
-    # chunked attention: each query sees its chunk only (FLOP counters count the whole); a CP ring's slowdown stays the
-    # whole sequence's (Bridge hands the chunks to Transformer Engine's CP attention, whose split is not modelled)
-    if span < ctx.seq_length:
-        f["core_attn"] = layer_flops(spec, kind, ctx.tokens, span)["core_attn"]
+    f = layer_flops(spec, kind, ctx.tokens, span)
     attn_rate = attention_rate(spec, span, None, r)
     experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1
     routed = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance

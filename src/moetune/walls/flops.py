@@ -56,7 +56,7 @@ def _rules(convention: str) -> _Rules:
     return _CONVENTIONS[convention]
 
 
-def _all_layers(spec: ModelSpec) -> tuple[LayerKind, ...]:
+def all_layers(spec: ModelSpec) -> tuple[LayerKind, ...]:
     """Decoder layers plus MTP layers; Megatron builds each MTP layer like the last decoder layer."""
     mtp = spec.mtp_layer_kind or spec.layers[-1]
     return spec.layers + (mtp,) * spec.mtp_num_layers
@@ -64,7 +64,7 @@ def _all_layers(spec: ModelSpec) -> tuple[LayerKind, ...]:
 
 def _windows(spec: ModelSpec) -> tuple[int | None, ...]:
     """Sliding window of each decoder+MTP layer (None: full causal); MTP follows the last layer."""
-    return tuple(k.window for k in _all_layers(spec))
+    return tuple(k.window for k in all_layers(spec))
 
 
 def causal_context(seq_length: int, window: int | None = None) -> float:
@@ -129,7 +129,7 @@ def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> 
     h, f = spec.hidden_size, _glu(spec, r.glu_needs_silu)
     q = spec.kv_channels * spec.num_attention_heads
     total = 0.0
-    for kind, window in zip(_all_layers(spec), _windows(spec)):
+    for kind, window in zip(all_layers(spec), _windows(spec)):
         if kind.mlp == "dense":
             total += h * spec.ffn_hidden_size * f
         elif kind.mlp == "moe":  # shared experts use the routed experts' factor, as Megatron does
@@ -154,7 +154,7 @@ def _hybrid_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float
     q = spec.kv_channels * n
     scale = 1.5 if _glu(spec, r.hybrid_glu_needs_silu) == 3 else 1.0
     total = 0.0
-    for kind, window in zip(_all_layers(spec), _windows(spec)):
+    for kind, window in zip(all_layers(spec), _windows(spec)):
         if kind.mixer == "gqa":
             ctx = causal_context(seq, window if r.count_swa else None)
             total += 4 * q * (h + h * g / n) + 2 * q * 2 * ctx

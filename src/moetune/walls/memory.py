@@ -103,7 +103,7 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
     adam = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # FP32 master + one FP32 momentum; the embedding and output layer stay on Adam
-        vocab = -(-p.vocab // (layout.dp * layout.cp if knobs.distributed_optimizer else 1))
+        vocab = -(-p.vocab // _dense_shard(layout, knobs))
         items["optimizer_states"] = whole(MUON_BYTES * (shard - vocab) + adam * vocab)
     else:
         items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
@@ -113,9 +113,13 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
 def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
     """Parameters of this rank's optimizer shard: the distributed optimizer shards dense state over DP x CP and expert
     state over EDP; without it every rank holds all of it."""
-    dense_shard = layout.dp * layout.cp if knobs.distributed_optimizer else 1
     expert_shard = layout.edp if knobs.distributed_optimizer else 1
-    return -(-p.dense // dense_shard) + -(-p.expert // expert_shard)
+    return -(-p.dense // _dense_shard(layout, knobs)) + -(-p.expert // expert_shard)
+
+
+def _dense_shard(layout: Layout, knobs: Knobs):
+    """Ranks the distributed optimizer shards dense state over: DP x CP (1 without it)."""
+    return layout.dp * layout.cp if knobs.distributed_optimizer else 1
 
 
 def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
