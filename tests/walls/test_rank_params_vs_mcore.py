@@ -26,6 +26,10 @@ CASES = [
     ("qwen2-57b-a14b", dict(world_size=16, tp=4, pp=2, ep=4, etp=2), "te"),
     ("gpt-oss-20b", dict(world_size=16, tp=2, pp=2, vpp=2, ep=4), "te"),
     ("glm-4.5-air", dict(world_size=32, tp=2, pp=2, ep=16, first_stage_layers=22), "te"),
+    # LayerNorm with biases, q/k/v/o biases under add_bias_linear (router and expert biases with it), an LM-head
+    # bias Megatron does not build
+    ("phi-3.5-moe", dict(world_size=32, tp=2, pp=2, ep=8), "te"),
+    ("phi-3.5-moe", dict(world_size=16, tp=4, pp=2, vpp=2, ep=2), "local"),
     # empty stages around E and L: Megatron-Core builds the embedding on the first stage and the output layer on the
     # last whatever stage of the string holds them; without MTP the final norm goes with the output layer
     ("mixtral-8x7b", dict(world_size=16, pp=2, ep=8, pipeline_layout="Et*16|t*16|L|"), "te"),

@@ -76,6 +76,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "mla": False, "dense": "all_moe", "shared": "none",
         "fixed": {"add_bias_linear": True, "softmax_type": "learnable"},
     },
+    # HF PhimoeAttention biases q, k, v and o_proj (attention_bias), its norms are LayerNorms with biases; Megatron
+    # biases o_proj only under add_bias_linear, which biases the router and every expert too (no bridge ships Phi)
+    "PhiMoEForCausalLM": {"mla": False, "dense": "all_moe", "shared": "none",
+                          "fixed": {"normalization": "LayerNorm", "add_bias_linear": True}},
     "Glm4MoeForCausalLM": {  # GLM-4.5 / 4.5-Air: qkv bias from attention_bias, q/k norm from use_qk_norm
         "mla": False, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
         "fixed": {"moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True},

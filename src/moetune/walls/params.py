@@ -11,7 +11,9 @@ Shapes mirror megatron/core/transformer/{attention.py, multi_latent_attention.py
 moe/router.py, moe/experts.py, moe/shared_experts.py, multi_token_prediction.py} and
 megatron/core/models/gpt/gpt_model.py. ``megatron=False`` marks tensors that exist in the
 Hugging Face checkpoint but are buffers (not parameters) in Megatron, e.g. DeepSeek's
-``e_score_correction_bias`` (Megatron's router ``expert_bias`` is a registered buffer).
+``e_score_correction_bias`` (Megatron's router ``expert_bias`` is a registered buffer), or that Megatron does not
+build (an LM-head bias); ``hf=False`` marks the biases Megatron's one ``add_bias_linear`` switch builds where the
+checkpoint has none (Phi-3.5-MoE biases o_proj, and Megatron can only bias it with every MLP and router too).
 """
 
 from dataclasses import dataclass
@@ -57,9 +59,15 @@ def _gqa(spec: ModelSpec) -> list[Tensor]:
     if spec.softmax_sinks:
         out.append(Tensor(name="core_attention.softmax_offset", numel=spec.num_attention_heads, shard="tp"))
     out.append(Tensor(name="linear_proj.weight", numel=spec.num_attention_heads * d * h, shard="tp"))
-    if spec.add_proj_bias:
-        out.append(Tensor(name="linear_proj.bias", numel=h, shard="rep"))
+    if bias_linear(spec):
+        out.append(Tensor(name="linear_proj.bias", numel=h, shard="rep", hf=spec.add_proj_bias))
     return out
+
+
+def bias_linear(spec: ModelSpec) -> bool:
+    """Megatron's add_bias_linear, as moetune emits it (planner/model_fields.py): one switch biases the attention
+    output projection, every MLP's fc1/fc2 and the router (transformer_config.py add_bias_linear; moe/router.py)."""
+    return spec.add_proj_bias or spec.add_mlp_bias
 
 
 def _mla(spec: ModelSpec, layer_spec: LayerSpec) -> list[Tensor]:
@@ -120,30 +128,33 @@ def _mamba(spec: ModelSpec) -> list[Tensor]:
     return out
 
 
-def _ffn(prefix: str, h: int, ffn: int, gated: bool, bias: bool, shard: Shard, n: int = 1) -> list[Tensor]:
-    """fc1 (h -> ffn, doubled for a gated unit) and fc2 (ffn -> h), optionally with biases, n copies."""
-    fc1 = ffn * (2 if gated else 1)
+def _ffn(prefix: str, h: int, ffn: int, spec: ModelSpec, shard: Shard, n: int = 1, *, gated: bool | None = None,
+         hf_bias: bool | None = None) -> list[Tensor]:
+    """fc1 (h -> ffn, doubled for a gated unit) and fc2 (ffn -> h), n copies, with biases under add_bias_linear
+    (in the checkpoint where the model's MLPs carry them: hf_bias, default add_mlp_bias)."""
+    fc1 = ffn * (2 if (spec.gated_linear_unit if gated is None else gated) else 1)
     expert = shard == "expert"
     out = [Tensor(name=f"{prefix}linear_fc1.weight", numel=n * h * fc1, shard=shard, expert=expert),
            Tensor(name=f"{prefix}linear_fc2.weight", numel=n * ffn * h, shard=shard, expert=expert)]
-    if bias:
-        out += [Tensor(name=f"{prefix}linear_fc1.bias", numel=n * fc1, shard=shard, expert=expert),
+    if bias_linear(spec):
+        hf = spec.add_mlp_bias if hf_bias is None else hf_bias
+        out += [Tensor(name=f"{prefix}linear_fc1.bias", numel=n * fc1, shard=shard, expert=expert, hf=hf),
                 Tensor(name=f"{prefix}linear_fc2.bias", numel=n * h, shard="expert_rep" if expert else "rep",
-                       expert=expert)]
+                       expert=expert, hf=hf)]
     return out
 
 
 def _moe(spec: ModelSpec) -> list[Tensor]:
     h, e = spec.hidden_size, spec.num_moe_experts
     out = [Tensor(name="router.weight", numel=e * h, shard="rep")]
-    if spec.moe_router_bias:
-        out.append(Tensor(name="router.bias", numel=e, shard="rep"))
+    if bias_linear(spec):
+        out.append(Tensor(name="router.bias", numel=e, shard="rep", hf=spec.moe_router_bias))
     if spec.moe_router_score_correction_bias:
         out.append(Tensor(name="router.expert_bias", numel=e, shard="rep", megatron=False))
-    out += _ffn("experts.", h, spec.moe_ffn_hidden_size, spec.gated_linear_unit, spec.add_mlp_bias, "expert", n=e)
+    out += _ffn("experts.", h, spec.moe_ffn_hidden_size, spec, "expert", n=e)
     shared = spec.moe_shared_expert_intermediate_size
-    if shared:
-        out += _ffn("shared_experts.", h, shared, spec.shared_expert_gated, False, "tp")
+    if shared:  # Megatron's SharedExpertMLP is an MLP: biased under add_bias_linear; no HF family here biases one
+        out += _ffn("shared_experts.", h, shared, spec, "tp", gated=spec.shared_expert_gated, hf_bias=False)
         if spec.moe_shared_expert_gate:
             out.append(Tensor(name="shared_experts.gate_weight", numel=h, shard="rep"))
     return out
@@ -158,7 +169,7 @@ def layer_tensors(spec: ModelSpec, kind: LayerKind, layer_spec: LayerSpec = "te"
         out += _mla(spec, layer_spec) if kind.mixer == "mla" else mixers[kind.mixer](spec)
     if kind.mlp == "dense":
         out += _norm(spec, "pre_mlp_layernorm")
-        out += _ffn("mlp.", spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.add_mlp_bias, "tp")
+        out += _ffn("mlp.", spec.hidden_size, spec.ffn_hidden_size, spec, "tp")
     elif kind.mlp == "moe":
         out += _norm(spec, "pre_mlp_layernorm") + _moe(spec)
     for i in range(spec.extra_norms_per_layer):
@@ -183,8 +194,8 @@ def output_tensors(spec: ModelSpec, vocab: int, *, tied_copy: bool) -> list[Tens
     out: list[Tensor] = []
     if spec.untie_embeddings_and_output_weights or tied_copy:
         out.append(Tensor(name="output_layer.weight", numel=vocab * spec.hidden_size, shard="vocab"))
-    if spec.output_layer_bias:
-        out.append(Tensor(name="output_layer.bias", numel=vocab, shard="vocab"))
+    if spec.output_layer_bias:  # Megatron's output layer is built with bias=False (gpt_model.py)
+        out.append(Tensor(name="output_layer.bias", numel=vocab, shard="vocab", megatron=False))
     return out
 
 
