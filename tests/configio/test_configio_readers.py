@@ -47,7 +47,6 @@ def test_mixed_precision_recipe_name_expands():
     ("model.delay_wgrad_compute=true", "comm_overlap.delay_wgrad_compute", True),
     ("model.fp8=e4m3", "mixed_precision.fp8", "e4m3"),
     ("model.cuda_graph_modules=[attn,moe_router]", "model.cuda_graph_scope", ["attn", "moe_router"]),
-    ("comm_overlap.overlap_grad_reduce=true", "ddp.overlap_grad_reduce", True),
     ("++env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8", "env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", 8),
 ])
 def test_aliases_fold_to_one_name(given, canonical, value):

@@ -19,3 +19,27 @@ def test_comm_overlap_dp_settings_apply_only_with_the_distributed_optimizer(dist
 def test_differing_dp_overlap_without_the_optimizer_said_is_one_line():
     with pytest.raises(MoetuneError, match="set ddp.use_distributed_optimizer to say which runs"):
         load_config(sets=["comm_overlap.overlap_grad_reduce=false", "ddp.overlap_grad_reduce=true"])
+
+
+def test_a_later_comm_overlap_value_does_not_apply_without_the_distributed_optimizer(tmp_path):
+    """The two used to be one name, so an override's comm_overlap value replaced ddp's even where an earlier source
+    turned the distributed optimizer off, and Bridge then ignores it."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("ddp:\n  use_distributed_optimizer: false\n  overlap_grad_reduce: false\n")
+    config = load_config([recipe], sets=["comm_overlap.overlap_grad_reduce=true"])
+    assert config["ddp.overlap_grad_reduce"] is False
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(16, True), (2, False)])
+def test_a_comm_overlap_section_turns_dp_overlap_on_where_dp_exceeds_one(gpus, expected):
+    """Bridge's CommOverlapConfig with the distributed optimizer writes its own DP overlap onto ddp: on for DP > 1
+    where the section leaves it unset, whatever ddp said (training/comm_overlap.py _get_optimizer_overlap_cfgs)."""
+    config = load_config(sets=["comm_overlap.tp_comm_overlap=false", "ddp.use_distributed_optimizer=true",
+                               "ddp.overlap_grad_reduce=false", "model.tensor_model_parallel_size=2"], gpus=gpus)
+    assert config["ddp.overlap_grad_reduce"] is expected
+    assert config["ddp.overlap_param_gather"] is expected
+
+
+def test_without_a_comm_overlap_section_ddp_stands():
+    config = load_config(sets=["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=false"], gpus=16)
+    assert config["ddp.overlap_grad_reduce"] is False

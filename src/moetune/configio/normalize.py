@@ -119,46 +119,24 @@ class Resolved(dict):
 
 
 def resolve(assignments: Iterable[Assignment]) -> Resolved:
-    """One source's assignments as a dict; the same key set twice to different values is an error, except a
-    comm_overlap DP setting against its ddp twin, which Bridge settles itself (_dp_overlap)."""
+    """One source's assignments as a dict; the same key set twice to different values is an error."""
     out = Resolved()
     soft: set[str] = set()
     where: dict[str, str] = {}
-    given: dict[str, str] = {}  # key -> the name it was given as (an alias keeps its own)
-    pairs: dict[str, dict[str, Any]] = {}  # ddp key -> {"comm_overlap": value, "ddp": value} where the two differ
     for raw in assignments:
         for a in expand(raw):
             key = canonical_key(a.key, a.origin)
             value = _coerced(key, a.value, a.origin)
             if key in out and key not in soft and not a.soft and out[key] != value:
-                sides = {given[key].split(".")[0], a.key.split(".")[0]}
-                if sides == {"comm_overlap", "ddp"}:
-                    pairs[key] = {given[key].split(".")[0]: out[key], a.key.split(".")[0]: value}
-                    continue
                 raise MoetuneError(
                     f"contradictory overrides: {key} is set to {out[key]!r} ({where[key]}) and to {value!r} "
                     f"({a.origin}); keep one")
             if key in out and a.soft and key not in soft:
                 continue  # an explicit value beats a recipe default from the same input
-            out[key], where[key], given[key] = value, a.origin, a.key
+            out[key], where[key] = value, a.origin
             (soft.add if a.soft else soft.discard)(key)
-    for key, values in pairs.items():
-        out[key] = _dp_overlap(key, values, out)
     out.soft = frozenset(soft)
     return out
-
-
-def _dp_overlap(key: str, values: dict[str, Any], config: dict[str, Any]) -> Any:
-    """A comm_overlap DP setting and its ddp twin that differ: Bridge copies comm_overlap's onto ddp only with the
-    distributed optimizer (training/comm_overlap.py, 'Data parallel overlap is only available with ... Distributed
-    optimizer'), so the ddp value stands without it (Kimi-K2's Muon recipes); where the config does not say, one
-    line."""
-    dist = config.get("ddp.use_distributed_optimizer", config.get("optimizer.use_distributed_optimizer"))
-    if dist is None:
-        raise MoetuneError(f"comm_overlap.{key.split('.', 1)[1]} ({values['comm_overlap']!r}) and {key} "
-                           f"({values['ddp']!r}) differ, and Bridge applies the first only with the distributed "
-                           "optimizer: set ddp.use_distributed_optimizer to say which runs")
-    return values["comm_overlap"] if dist else values["ddp"]
 
 
 def merge(sources: Iterable[dict[str, Any]]) -> dict[str, Any]:
