@@ -92,6 +92,17 @@ def test_hybridep_environment(gpu, sets, expected):
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == 32
 
 
+@pytest.mark.parametrize(("value", "why"), [(1, "fine-grained activation offloading with Transformer Engine >= 2.10"),
+                                            (0, "given")])
+def test_a_planned_env_value_keeps_its_reason(value, why):
+    """A planned config carries NVTE_CPU_OFFLOAD_V1 itself (to_config, for check's rule), which env.sh had labelled
+    "given" as if the user had set it; a value of the user's own stays theirs."""
+    env = environment(load_config(sets=["model.fine_grained_activation_offloading=true",
+                                        "model.offload_modules=[core_attn]", f"env.NVTE_CPU_OFFLOAD_V1={value}"],
+                                  gpu="h100", gpus=8))
+    assert env["NVTE_CPU_OFFLOAD_V1"] == (value, why)
+
+
 @pytest.mark.parametrize(("sets", "expected"), [
     (["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"], 1),  # TP overlap on Hopper
     (["model.tensor_model_parallel_size=1"], 8),

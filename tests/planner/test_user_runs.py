@@ -322,8 +322,9 @@ def test_a_capped_all_to_all_says_what_it_got_in_effect(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     fitted = fit_user_runs(load_user_runs(path))["h100"]
     assert fitted["a2a_scale"] > 1.2 and "a2a_eff_deepep" in fitted["a2a_keys"]
-    assert (f"all-to-all x {fitted['a2a_scale']:.3f} (a2a_eff_alltoall, a2a_eff_deepep) (in effect alltoall x1.20, "
-            "deepep x1.00: the achieved share of a link stays <= 0.95)") in out
+    assert (f"all-to-all x {fitted['a2a_scale']:.3f} (a2a_eff_alltoall, a2a_eff_deepep) limit: capped: "
+            "a2a_eff_alltoall (x1.20 in effect), a2a_eff_deepep (x1.00 in effect): your runs ask for more") in out
+    assert out.count("in effect") == 2  # each capped efficiency named once (it had been twice: in effect, then limit)
 
 
 def test_the_shipped_fit_names_the_dispatchers_held_at_the_cap(capsys):

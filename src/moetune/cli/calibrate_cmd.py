@@ -13,7 +13,6 @@ from moetune.planner.calibrate import (
     COMPUTE_KEYS,
     SHARED,
     calibrate,
-    cap_text,
     capped_a2a,
     fitted_effs,
     predict,
@@ -144,8 +143,8 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
                       f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%", f"{r['fitted']:,.0f}",
                       f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows], justify_right_from=3))
     for gpu, f in fitted.items():
-        held = cap_text(capped_a2a(efficiency(f["gpu_key"]), f["constants"], f["a2a_scale"], tuple(f["a2a_keys"])))
-        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])}){held}" if f["a2a_note"] is None else
+        # a capped efficiency is named once, with what it got in effect, on the limit line below
+        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])})" if f["a2a_note"] is None else
                f"all-to-all kept as shipped: {f['a2a_note']}")
         base = "" if f["catalog_unchanged"] else f" (on {shipped_of(f['gpu_key'])})"
         out.print(f"{gpu}{base}: {f['runs']} run(s): compute x {f['compute_scale']:.3f}, {a2a}")

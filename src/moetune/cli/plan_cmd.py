@@ -16,6 +16,7 @@ from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
+from moetune.planner.estimate import user_files
 from moetune.planner.explain import unsearched_gains
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
@@ -104,7 +105,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     near_ep = ep_domain_note(result.results[0], found) if result.results else None
     record = estimate_record(result.results[0]) if result.results else None
     # the files the search ran under, named even when nothing fits (each result records them too)
-    files = {k: v.path for k, v in (("efficiency_file", eff), ("overheads_file", over)) if v}
+    files = user_files(eff, over)
     if as_json:
         emit_json({**plan_json(result, gbs), **files, **({"fp8_caveat": fp8} if fp8 else {}),
                    **({"pick_checks": pick_checks(result.results[0], found)} if result.results else {}),

@@ -49,6 +49,9 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
         # (training/arguments.py) and Megatron Bridge raises without it (training/config.py)
         out["NVTE_CPU_OFFLOAD_V1"] = (1, "fine-grained activation offloading with Transformer Engine >= 2.10")
     for key, value in config.items():
-        if key.startswith("env."):
-            out[key[len("env."):]] = (value, "given")
+        name = key[len("env."):]
+        # a planned config carries the values this derives (to_config writes them, so that check's env rules read
+        # them); one it holds at the derived value keeps the reason, any other is the user's
+        if key.startswith("env.") and out.get(name, (None,))[0] != value:
+            out[name] = (value, "given")
     return dict(sorted(out.items()))

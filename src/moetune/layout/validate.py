@@ -116,21 +116,37 @@ def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
     pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
 
 
+def mamba_cp_refusal(heads: int, groups: int, tp: int, cp: int) -> str | None:
+    """Why CP cannot split a Mamba-2 mixer of `heads` heads in `groups` groups at this TP, or None: Megatron-Core
+    runs CP over it as an all-to-all of whole heads per TP rank, and its groups split over CP or replicate across it
+    (megatron/core/ssm/mamba_context_parallel.py asserts). None too where TP does not divide them (its own rule)."""
+    if cp == 1 or heads % tp or groups % tp:
+        return None
+    h, g = heads // tp, groups // tp
+    if h % cp:
+        return f"mamba heads per TP rank ({h}) must be divisible by CP ({cp})"
+    return None if g % cp == 0 or cp % g == 0 else \
+        f"mamba groups per TP rank ({g}) and CP ({cp}) must divide one or the other"
+
+
+def gdn_cp_refusal(key_heads: int, value_heads: int, tp: int, cp: int) -> str | None:
+    """Why CP cannot split a gated delta-net mixer at this TP, or None: each TP rank's key and value heads split over
+    CP (megatron/core/ssm/gated_delta_net/common.py)."""
+    if cp == 1 or key_heads % tp or value_heads % tp:
+        return None
+    for heads, name in ((key_heads, "linear_num_key_heads"), (value_heads, "linear_num_value_heads")):
+        if (heads // tp) % cp:
+            return f"{name} per TP rank ({heads // tp}) must be divisible by CP ({cp})"
+    return None
+
+
 def _linear_mixer_cp(spec: ModelSpec, layout: Layout) -> None:
-    """Mamba-2 and gated delta-net layers run CP as an all-to-all over their heads: each CP rank takes whole heads
-    (Megatron-LM megatron/core/ssm/mamba_context_parallel.py asserts; Mamba groups split over CP or replicate across
-    it; ssm/gated_delta_net/common.py splits the key heads by CP)."""
-    if layout.cp == 1:
-        return
+    """Mamba-2 and gated delta-net layers run CP as an all-to-all over their heads (the two refusals above, which the
+    config rules cp.mamba_heads and cp.gdn_heads ask too, through rules/derive.py)."""
     fix = "choose a --cp that divides it (or a smaller --tp, which leaves more heads on each rank)"
-    if spec.mamba:
-        _divides(layout.cp, "CP", spec.mamba.num_heads // layout.tp, "mamba heads per TP rank", fix)
-        groups = spec.mamba.n_groups // layout.tp
-        _require(groups % layout.cp == 0 or layout.cp % groups == 0,
-                 f"mamba groups per TP rank ({groups}) and CP ({layout.cp}) must divide one or the other; {fix}")
-    if spec.gdn:
-        _divides(layout.cp, "CP", spec.gdn.num_key_heads // layout.tp, "linear_num_key_heads per TP rank", fix)
-        _divides(layout.cp, "CP", spec.gdn.num_value_heads // layout.tp, "linear_num_value_heads per TP rank", fix)
+    why = (spec.mamba and mamba_cp_refusal(spec.mamba.num_heads, spec.mamba.n_groups, layout.tp, layout.cp)) or (
+        spec.gdn and gdn_cp_refusal(spec.gdn.num_key_heads, spec.gdn.num_value_heads, layout.tp, layout.cp))
+    _require(not why, f"{why}; {fix}")
 
 
 def validate_shapes(spec: ModelSpec, layout: Layout) -> None:

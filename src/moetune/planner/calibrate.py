@@ -83,17 +83,15 @@ def with_params(base: dict, params: dict, a2a_keys: tuple[str, ...] = A2A_KEYS) 
     return eff
 
 
+def capped(base: dict, constants: dict, scales: dict[str, float]) -> dict[str, float]:
+    """The constants a cap held below their multiplier (`scales`: key -> multiplier) x their base value
+    (with_params: 0.95 of a peak, or of a link's share), each with the multiplier it got in effect."""
+    return {k: constants[k] / base[k] for k, f in scales.items() if constants[k] < base[k] * f * (1 - 1e-9)}
+
+
 def capped_a2a(base: dict, constants: dict, scale: float, keys: tuple[str, ...] = A2A_KEYS) -> dict[str, float]:
-    """The all-to-all efficiencies among `keys` that the link cap held below `scale` x their base value (with_params),
-    each with the multiplier it got in effect."""
-    return {k.removeprefix("a2a_eff_"): constants[k] / base[k] for k in keys
-            if constants[k] < base[k] * scale * (1 - 1e-9)}
-
-
-def cap_text(capped: dict[str, float]) -> str:
-    """' (in effect hybridep x1.40 at the link cap)' for capped_a2a's result; '' where none is capped."""
-    return (" (in effect " + ", ".join(f"{k} x{v:.2f}" for k, v in capped.items()) + ": the achieved share of a "
-            "link stays <= 0.95)") if capped else ""
+    """capped() for the all-to-all efficiencies among `keys`, named by dispatcher."""
+    return {k.removeprefix("a2a_eff_"): v for k, v in capped(base, constants, dict.fromkeys(keys, scale)).items()}
 
 
 def predict(run: Run, eff: dict) -> Prediction:

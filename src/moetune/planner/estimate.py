@@ -13,6 +13,16 @@ from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import StageMemory, memory_wall
 from moetune.walls.step import step_time
 
+# Estimate field -> the result key naming the user's file it came from (one map: results, from_json, plan)
+USER_FILE_KEYS = {"efficiency_overrides": "efficiency_file", "overheads": "overheads_file"}
+
+
+def user_files(efficiency_overrides, overheads) -> dict[str, str | None]:
+    """The user's files in use, by what they hold: efficiency_file, overheads_file (absolute paths; None for
+    constants a saved result carried without its file's name)."""
+    tables = {"efficiency_overrides": efficiency_overrides, "overheads": overheads}
+    return {USER_FILE_KEYS[k]: getattr(table, "path", None) for k, table in tables.items() if table}
+
 
 @dataclass(kw_only=True, slots=True)
 class Estimate:
@@ -42,10 +52,7 @@ class Estimate:
 
     @property
     def user_files(self) -> dict[str, str | None]:
-        """The user's files in use, by what they hold: efficiency_file, overheads_file (absolute paths; None for
-        constants a saved result carried without its file's name)."""
-        tables = {"efficiency_file": self.efficiency_overrides, "overheads_file": self.overheads}
-        return {key: getattr(table, "path", None) for key, table in tables.items() if table}
+        return user_files(self.efficiency_overrides, self.overheads)
 
     @property
     def peak_bytes(self) -> int:

@@ -134,15 +134,21 @@ def _cp_outside_note(e: Estimate) -> str | None:
             "tokens/s/GPU moetune predicts here" + (f"; keeping CP inside the domain, {weighed}" if weighed else ""))
 
 
+def _weighed(e: Estimate, **change) -> tuple[Estimate, str]:
+    """This run re-estimated on another TP or CP (MoetuneError where it is not legal), with its fit in words."""
+    layout = replace(e.layout, **change)
+    alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
+    return alt, "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
+
+
 def _weighed_layout(e: Estimate, **change) -> str:
     """This run on another TP or CP, re-estimated: its tokens/s/GPU and whether it fits ("" where it does not run)."""
     try:
-        layout = replace(e.layout, **change)
-        alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
+        alt, fits = _weighed(e, **change)
     except MoetuneError:
         return ""
-    fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
-    return f"TP{layout.tp} x CP{layout.cp} predicts {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {fits}"
+    tokens = alt.time["tokens_per_s_per_gpu"]
+    return f"TP{alt.layout.tp} x CP{alt.layout.cp} predicts {tokens:,.0f} tokens/s/GPU, {fits}"
 
 
 def _weighed_cp(e: Estimate, cp: int) -> str:
@@ -150,11 +156,9 @@ def _weighed_cp(e: Estimate, cp: int) -> str:
     if e.time is None:
         return ""
     try:
-        layout = replace(e.layout, cp=cp)
-        alt = e.variant(layout=layout, knobs=knobs_for(e, layout))
+        alt, fits = _weighed(e, cp=cp)
     except MoetuneError as err:
         return f"; not legal here: {err}"
-    fits = "fits" if alt.fits else f"does not fit ({alt.peak_bytes / GIB:.1f} GiB)"
     return (f"; moetune predicts CP{cp} at {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {fits}, against "
             f"{e.time['tokens_per_s_per_gpu']:,.0f} here")
 

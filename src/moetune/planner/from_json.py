@@ -7,12 +7,10 @@ from moetune.files import FileTable
 from moetune.layout.knobs import Knobs, parse_modules, parse_offload_modules
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.estimate import Estimate, estimate
+from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import check_file
-
-FILE_KEYS = {"efficiency_overrides": "efficiency_file", "overheads": "overheads_file"}  # Estimate.user_files
 
 
 def pick_result(data: dict, rank: int = 1) -> dict:
@@ -69,7 +67,7 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     if saved["efficiency_overrides"]:
         check_file(saved["efficiency_overrides"], f"{where} efficiency_overrides")
     # the tables as their files: a later check names the file, and the result records it again
-    paths = {k: p if isinstance(p := r.get(FILE_KEYS[k]), str) else None for k in saved}
+    paths = {k: p if isinstance(p := r.get(USER_FILE_KEYS[k]), str) else None for k in saved}
     saved = {k: FileTable(v, f"{where} {k}", paths[k]) if v else None for k, v in saved.items()}
     return estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"],
                     efficiency_overrides=efficiency_overrides or saved["efficiency_overrides"])

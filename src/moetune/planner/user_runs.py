@@ -21,7 +21,15 @@ import numpy as np
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import validate
-from moetune.planner.calibrate import A2A_KEYS, COMPUTE_KEYS, mean_log_error, predict, refine, with_params
+from moetune.planner.calibrate import (
+    A2A_KEYS,
+    COMPUTE_KEYS,
+    capped,
+    mean_log_error,
+    predict,
+    refine,
+    with_params,
+)
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
@@ -263,16 +271,16 @@ def fit_user_runs(runs: list[Run]) -> dict[str, dict]:
 
 
 def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> list[str]:
-    """The multipliers the fit left at a bound, or whose constants hit their cap (0.95 of a peak or of a link): there
-    the runs ask for more than the model allows, and the refit does not meet them. `a2a`: the all-to-all
-    efficiencies fitted (none: the multiplier stayed at 1)."""
+    """The multipliers the fit left at a bound, or whose constants hit their cap (0.95 of a peak or of a link), with
+    the multiplier each got in effect: there the runs ask for more than the model allows, and the refit does not meet
+    them. `a2a`: the all-to-all efficiencies fitted (none: the multiplier stayed at 1)."""
     out = [f"{k} at its bound {params[k]:g}" for k in ("compute_scale", "a2a_scale") if params[k] in SCALE_BOUNDS]
     scale = {**dict.fromkeys(COMPUTE_KEYS, params["compute_scale"]), **dict.fromkeys(a2a, params["a2a_scale"])}
-    capped = [k for k, f in scale.items() if constants[k] < base[k] * f * (1 - 1e-9)]
-    shipped = [k for k in capped if constants[k] <= base[k] * (1 + 1e-9)]  # the shipped value is the cap already
-    return out + ([f"capped: {', '.join(capped)}" + (f" ({', '.join(shipped)} shipped at the cap: the published "
-                                                       "runs ask for more too)" if shipped else "")]
-                  if capped else [])
+    held = capped(base, constants, scale)
+    shipped = [k for k, f in held.items() if f <= 1 + 1e-9]  # the shipped value is the cap already
+    return out + ([f"capped: {', '.join(f'{k} (x{f:.2f} in effect)' for k, f in held.items())}" + (
+        f" ({', '.join(shipped)} shipped at the cap: the published runs ask for more too)" if shipped else "")]
+                  if held else [])
 
 
 def user_toml(fitted: dict, where: dict[str, str | None]) -> str:

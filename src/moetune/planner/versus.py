@@ -74,10 +74,11 @@ def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple
     alone figures need not add up."""
     base_cfg, base = to_config(baseline), baseline.time["tokens_per_s_per_gpu"]
     out, cumulative, before = [], base_cfg, base
-    for name, keys in _grouped(changes).items():
+    for i, (name, keys) in enumerate(_grouped(changes).items()):
         alone, alone_fits, why = _tokens(baseline, _apply(base_cfg, changes, keys))
         cumulative = _apply(cumulative, changes, keys)
-        turn, turn_fits, turn_why = _tokens(baseline, cumulative)
+        # the first group in turn is the same config as alone
+        turn, turn_fits, turn_why = (alone, alone_fits, why) if i == 0 else _tokens(baseline, cumulative)
         out.append({"group": name, "settings": keys,
                     "alone": None if alone is None else alone / base - 1, "alone_fits": alone_fits,
                     "alone_refused": why or None,

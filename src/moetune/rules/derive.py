@@ -15,7 +15,14 @@ from moetune.configio.names import NO_DEFAULT, names
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import LONG_SDPA, ep_first_sizes, shard_cp, undersharded_cp
+from moetune.layout.validate import (
+    LONG_SDPA,
+    ep_first_sizes,
+    gdn_cp_refusal,
+    mamba_cp_refusal,
+    shard_cp,
+    undersharded_cp,
+)
 from moetune.rules.table import load_table
 from moetune.walls.context_parallel import a2a_splits
 
@@ -184,7 +191,8 @@ def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
     """Heads and groups of the Mamba-2 and gated delta-net mixers a config builds, which CP splits whole per TP rank
     (rules cp.mamba_heads, cp.gdn_heads): Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads
     (mamba_num_heads, else 2 x hidden_size / mamba_head_dim: expand 2, megatron/core/ssm/mamba_mixer.py) and groups;
-    gated delta-net where experimental_attention_variant names it. Model facts: the rules divide by TP."""
+    gated delta-net where experimental_attention_variant names it, each with why CP cannot split it (layout/validate.py,
+    as a layout's validation asks)."""
     pattern = value(config, "model.hybrid_layer_pattern")
     if isinstance(pattern, str) and "M" in pattern:
         heads = value(config, "model.mamba_num_heads")
@@ -194,11 +202,13 @@ def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
         counts = _count(heads), _count(value(config, "model.mamba_num_groups"))
         if None not in counts:
             d["mamba_heads"], d["mamba_groups"] = counts
+            d["mamba_cp_refusal"] = mamba_cp_refusal(*counts, d["tp"], d["cp"])
     if str(value(config, "model.experimental_attention_variant") or "") in ("gated_delta_net", "gdn", "gdn2"):
         counts = (_count(value(config, "model.linear_num_key_heads")),
                   _count(value(config, "model.linear_num_value_heads")))
         if None not in counts:
             d["gdn_key_heads"], d["gdn_value_heads"] = counts
+            d["gdn_cp_refusal"] = gdn_cp_refusal(*counts, d["tp"], d["cp"])
 
 
 def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from typing import Any
 from moetune.errors import MoetuneError
 
 _MISSING = object()
+ABSENT = object()  # lookup's answer for a key the config does not hold
 # The largest count (layers, MTP modules, dense-first layers) a config.json may give: no model has a thousandth of
 # it, and a larger one would make every per-layer loop run for minutes
 MOST = 10_000
@@ -19,7 +20,8 @@ class HfConfig:
         # ModelSpec field -> the config.json key it was read from, where the two differ (read); a ModelSpec error
         # names the key (hf_config.spec_from_hf)
         self.keys = {} if keys is None else keys
-        self.asked = [] if read is None else read  # the keys asked, in order: an unforeseen error names the last
+        # the key asked last, shared with sections (a one-item list): an unforeseen error names it
+        self.asked = [] if read is None else read
 
     def section(self, key: str) -> "HfConfig":
         """A nested config (Llama-4's text_config) read like the top level; the top level itself where the config
@@ -28,7 +30,7 @@ class HfConfig:
         if value is None:
             return self
         if not isinstance(value, dict):
-            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be an object holding the "
+            raise MoetuneError(f"{self.origin}: field '{key}' ({short(value)}) must be an object holding the "
                                "language model's fields; fix the config.json")
         return HfConfig({"model_type": self.data.get("model_type"), **value}, self.origin, self.keys, self.asked)
 
@@ -36,7 +38,7 @@ class HfConfig:
         """A setting spelled as a name (an activation function)."""
         value = self.get(key, default=default)
         if not isinstance(value, str):
-            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a name (text); fix the "
+            raise MoetuneError(f"{self.origin}: field '{key}' ({short(value)}) must be a name (text); fix the "
                                "config.json")
         return value
 
@@ -44,23 +46,18 @@ class HfConfig:
         """A setting spelled as one of `choices` (a scoring function, a routing method)."""
         value = self.get(key, default=default)
         if value not in choices:
-            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be one of "
+            raise MoetuneError(f"{self.origin}: field '{key}' ({short(value)}) must be one of "
                                f"{', '.join(choices)}; fix the config.json")
         return value
 
     def get(self, *keys: str, default: Any = _MISSING) -> Any:
-        self.asked.append(keys[0])
+        self.asked[:] = keys[:1]
         for key in keys:
-            node: Any = self.data
-            for part in key.split("."):
-                if not isinstance(node, dict) or part not in node:
-                    break
-                node = node[part]
-            else:
-                if node is not None:
-                    if isinstance(default, bool) and not isinstance(node, bool):  # a switch with a switch's default
-                        raise MoetuneError(f"{self.origin}: field '{key}' ({_short(node)}) must be true or false")
-                    return node
+            node = lookup(self.data, key)
+            if node is not ABSENT and node is not None:
+                if isinstance(default, bool) and not isinstance(node, bool):  # a switch with a switch's default
+                    raise MoetuneError(f"{self.origin}: field '{key}' ({short(node)}) must be true or false")
+                return node
         if default is _MISSING:
             raise MoetuneError(
                 f"{self.origin}: missing field '{keys[0]}' (model_type {self.data.get('model_type')!r}); "
@@ -74,18 +71,13 @@ class HfConfig:
         return self.get(*keys, default=default)
 
     def _has(self, key: str) -> bool:
-        node: Any = self.data
-        for part in key.split("."):
-            if not isinstance(node, dict) or node.get(part) is None:
-                return False
-            node = node[part]
-        return True
+        return lookup(self.data, key) not in (ABSENT, None)
 
     def count(self, *keys: str, default: Any = _MISSING, least: int = 0) -> int:
         """A whole-number count (layers, MTP modules) of at least `least`, else one error line naming the field."""
         value = self.get(*keys, default=default)
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MOST:
-            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({_short(value)}) must be a whole number from "
+            raise MoetuneError(f"{self.origin}: field '{keys[0]}' ({short(value)}) must be a whole number from "
                                f"{least} to {MOST:,}")
         return value
 
@@ -94,7 +86,7 @@ class HfConfig:
         value = self.get(key, default=[])
         if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
                                                   for i in value):
-            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a list of layer indices from 0 "
+            raise MoetuneError(f"{self.origin}: field '{key}' ({short(value)}) must be a list of layer indices from 0 "
                                f"to {layers - 1}")
         return set(value)
 
@@ -102,7 +94,7 @@ class HfConfig:
         """A list of names, one per layer (layer_types, layers_block_type); [] where the config has none."""
         value = self.get(key, default=[])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise MoetuneError(f"{self.origin}: field '{key}' ({_short(value)}) must be a list of names, one per "
+            raise MoetuneError(f"{self.origin}: field '{key}' ({short(value)}) must be a list of names, one per "
                                "layer; fix the config.json")
         return value
 
@@ -117,6 +109,17 @@ class HfConfig:
         return hidden // heads
 
 
-def _short(value: Any) -> str:
+def lookup(data: dict, key: str) -> Any:
+    """The value at a dotted key ("rope_scaling.factor"), None included; ABSENT where the config has no such key."""
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return ABSENT
+        node = node[part]
+    return node
+
+
+def short(value: Any) -> str:
+    """A value as an error line quotes it: its repr, cut at 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

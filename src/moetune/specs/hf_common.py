@@ -34,6 +34,13 @@ def moe_fields(c: "HfConfig", family: str) -> dict:
                 moe_ffn_hidden_size=c.read("moe_ffn_hidden_size", *width))
 
 
+def shared_experts(c: HfConfig, count_key: str) -> dict:
+    """Shared experts counted by `count_key` (n_shared_experts, ERNIE's moe_num_shared_experts), each as wide as a
+    routed expert (moe_intermediate_size): Megatron builds them as one MLP of their summed width."""
+    n = c.get(count_key, default=0)
+    return dict(moe_shared_experts=n, moe_shared_expert_intermediate_size=n * c.get("moe_intermediate_size"))
+
+
 def layer_kinds(mlps: list[str], mixers: list[str] | str = "gqa") -> tuple[LayerKind, ...]:
     if isinstance(mixers, str):
         mixers = [mixers] * len(mlps)

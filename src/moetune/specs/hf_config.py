@@ -4,7 +4,7 @@ from pathlib import Path
 
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.specs.hf_access import HfConfig
+from moetune.specs.hf_access import ABSENT, HfConfig, lookup, short
 from moetune.specs.hf_attention import refuse_biases
 from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
 from moetune.specs.model import ModelSpec, SpecError
@@ -59,16 +59,6 @@ SIZE_FIELDS: dict[str, tuple[int | None, int | None]] = {
     "ffn_config.moe_num_experts": (None, _EXPERTS), "ffn_config.moe_top_k": (None, _EXPERTS),
     "ffn_config.ffn_hidden_size": (None, _WIDTH),
 }
-_ABSENT = object()
-
-
-def _field(section: dict, key: str):
-    node = section
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _ABSENT
-        node = node[part]
-    return node
 
 
 def _check_size_fields(data: dict, origin: str) -> None:
@@ -76,11 +66,11 @@ def _check_size_fields(data: dict, origin: str) -> None:
         if not isinstance(section, dict):
             continue
         for key, (least, most) in SIZE_FIELDS.items():
-            value = _field(section, key)
-            if value is _ABSENT or value is None:
+            value = lookup(section, key)
+            if value is ABSENT or value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or (least is not None and value < least):
-                text = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                text = short(value)
                 bound = f" of at least {least}" if least is not None else ""
                 raise MoetuneError(f"{origin}: field '{key}' ({text}) must be a whole number{bound} (or null where "
                                    "the model has none); fix the config.json")

@@ -9,7 +9,15 @@ from typing import Callable
 from moetune.errors import MoetuneError
 from moetune.specs.hf_access import HfConfig
 from moetune.specs.hf_attention import attention_biases, refuse_qwen_windows, windows
-from moetune.specs.hf_common import GDN_FIELDS, gqa_common, layer_kinds, moe_fields, pre_softmax, topk_scaling
+from moetune.specs.hf_common import (
+    GDN_FIELDS,
+    gqa_common,
+    layer_kinds,
+    moe_fields,
+    pre_softmax,
+    shared_experts,
+    topk_scaling,
+)
 from moetune.specs.hf_hybrid import read_nemotron_h
 from moetune.specs.model import GdnDims, LayerKind, MlaDims
 
@@ -40,8 +48,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         mla=mla,
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **moe_fields(c, "deepseek"),
-        moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
-        moe_shared_experts=c.get("n_shared_experts", default=0),
+        **shared_experts(c, "n_shared_experts"),
         moe_router_score_function="sigmoid" if sigmoid else "softmax",
         moe_router_pre_softmax=not sigmoid and pre_softmax(c),
         moe_router_score_correction_bias=method == "noaux_tc",
@@ -66,8 +73,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         qk_layernorm="head" if c.get("use_qk_norm", default=False) else "none",
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **moe_fields(c, "deepseek"),
-        moe_shared_expert_intermediate_size=c.get("n_shared_experts", default=0) * c.get("moe_intermediate_size"),
-        moe_shared_experts=c.get("n_shared_experts", default=0),
+        **shared_experts(c, "n_shared_experts"),
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
         moe_router_topk_scaling_factor=topk_scaling(c),
@@ -243,15 +249,13 @@ def _read_ernie(c: HfConfig) -> dict:
     end = c.count("moe_layer_end_index", default=n - 1)
     step = c.count("moe_layer_interval", default=1, least=1)
     mlps = ["moe" if start <= i <= end and (i - start) % step == 0 else "dense" for i in range(n)]
-    moe_ffn = c.get("moe_intermediate_size")
     mtp = c.count("num_nextn_predict_layers", default=0)
     return dict(
         gqa_common(c),
         layers=layer_kinds(mlps),
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **moe_fields(c, "ernie"),
-        moe_shared_expert_intermediate_size=c.get("moe_num_shared_experts", default=0) * moe_ffn,
-        moe_shared_experts=c.get("moe_num_shared_experts", default=0),
+        **shared_experts(c, "moe_num_shared_experts"),
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )
