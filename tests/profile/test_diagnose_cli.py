@@ -6,7 +6,7 @@ import re
 import pytest
 
 from moetune.cli.main import main
-from moetune.profile import diagnose, reader
+from moetune.profile import diagnose, trace_json
 from moetune.profile.synthetic import deepep_rank_wait, write_trace
 
 KEYS = {"ranks", "step_seconds", "breakdown", "idle", "exposed_communication_seconds", "dominant_wall", "evidence",
@@ -69,6 +69,6 @@ def test_a_log_of_another_run_than_the_traces_is_refused(fixtures_dir, tmp_path,
 def test_stdlib_json_fallback_matches_ijson(tmp_path, monkeypatch):
     path = write_trace(deepep_rank_wait(), tmp_path / "rank0.json")
     streamed = diagnose([path]).to_dict()
-    monkeypatch.setattr(reader, "ijson", None)
+    monkeypatch.setattr(trace_json, "ijson", None)
     loaded = diagnose([path]).to_dict()
     assert loaded["breakdown"] == streamed["breakdown"] and loaded["idle"] == streamed["idle"]
