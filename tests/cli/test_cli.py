@@ -293,6 +293,32 @@ def test_uneven_pipeline_split_is_printed_so_it_can_be_passed_again(capsys):
     assert code == 0 and "pipeline layout Et*4|(t*4|)*14tL" in out
 
 
+def test_plan_searches_under_muon_where_pinned(capsys):
+    """Kimi-K2's recipes train with dist_muon; plan could only search Adam (no --fix optimizer): its picks carry Muon,
+    its state and its Newton-Schulz step, and emit it as dist_muon."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb300", "--gpus", "256", "--seq", "4096", "--gbs", "4096",
+                        "--top", "2", "--fix", "optimizer=muon", "--json"], capsys)
+    results = json.loads(out)["results"]
+    assert code == 0 and results and all(r["knobs"]["optimizer"] == "muon" for r in results)
+    assert all(r["knobs"]["optimizer_offload_fraction"] == 0 for r in results)
+    assert all(r["time"]["compute_by_class"]["optimizer_step"] > 0.02 for r in results)
+
+
+def test_a_muon_baseline_is_planned_under_muon(tmp_path, capsys):
+    """Muon or Adam is the training's choice: a --baseline that trains with Muon had been planned under Adam, and the
+    optimizer read as a setting the pick changes."""
+    job = ["--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "512"]
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", *job, "--ep", "8", "--optimizer", "muon", "--json"], capsys)
+    base = tmp_path / "base.json"
+    base.write_text(out)
+    code, out, _ = run(["plan", "qwen3-30b-a3b", *job, "--top", "1", "--baseline", str(base), "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["results"][0]["knobs"]["optimizer"] == "muon"
+    assert "optimizer.optimizer" not in data["versus_baseline"]["changes"]
+    code, _, err = run(["plan", "qwen3-30b-a3b", *job, "--baseline", str(base), "--fix", "optimizer=adam"], capsys)
+    assert code == 2 and "compare plans under one optimizer" in err
+
+
 def test_a_pinned_pipeline_layout_is_kept_as_written(capsys):
     """--fix pipeline_layout keeps the recipe's string (no re-split) on every result, at any PP x VPP it fits."""
     text = "Et*4|(t*4|)*14tmL"
@@ -396,6 +422,10 @@ def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_pat
       "optimizer_offload_fraction=2"], "--fix optimizer_offload_fraction=2: expected a number in [0, 1]"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "fp8_output_proj=true"],
      "the LM head runs in mxfp8 only under an mxfp8 recipe"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "optimizer=sgd"],
+     "--fix optimizer=sgd: expected adam or muon"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "optimizer=muon", "--fix",
+      "optimizer_offload_fraction=1"], "Muon runs without the optimizer's CPU offload"),
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--recompute", "none",
       "--recompute-modules", "moe_act"], "--recompute none with --recompute-modules"),
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--cuda-graph-scope", "none,attn"],

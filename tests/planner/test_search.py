@@ -33,6 +33,8 @@ from moetune.walls.memory import default_overheads
     ("gpt-oss-120b", "h100", 64, 32768, 64, {}),
     # EP 1 and EP > 1 side by side under dropless routing: the busiest-rank factor applies only across expert ranks
     ("qwen3-30b-a3b", "h100", 8, 4096, 64, {}),
+    # Muon's Newton-Schulz step, per layout's TP, DP and EDP (walls/muon.py), on an MLA model
+    ("moonlight-16b-a3b", "h100", 32, 4096, 256, {"optimizer": "muon", "optimizer_offload_fraction": [0.0]}),
 ])
 def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     spec, g = load_model(model), load_gpu(gpu)

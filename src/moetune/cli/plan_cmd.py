@@ -8,7 +8,7 @@ from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
 from moetune.cli.output import attention_notes, console, emit_json, layout_extras, table, user_files_line
-from moetune.cli.plan_fix import parse_fix
+from moetune.cli.plan_fix import muon_without_offload, parse_fix
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -53,6 +53,15 @@ def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: 
                            "model, GPU, GPU count, --seq, --gbs and --routing")
 
 
+def same_optimizer(path: str, base, fixed: dict) -> dict:
+    """The search under the baseline's optimizer: Muon or Adam is the training's choice, not a layout's (Kimi-K2's
+    recipes run dist_muon); a pin of the other is one line."""
+    if fixed.get("optimizer", base.knobs.optimizer) != base.knobs.optimizer:
+        raise MoetuneError(f"--baseline {path} trains with {base.knobs.optimizer}, --fix optimizer={fixed['optimizer']}"
+                           ": compare plans under one optimizer; drop the --fix")
+    return muon_without_offload({**fixed, "optimizer": "muon"}) if base.knobs.optimizer == "muon" else fixed
+
+
 @click.command(name="plan")
 @click.argument("model")
 @click.option("--gpu", required=True, help="Catalog GPU or cluster .toml file.")
@@ -86,9 +95,10 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     searched = fixed  # the user's pins, widened by a baseline's recipe; the FP8 caveat reads the pins alone
     if base is not None:
         same_job(baseline, base, spec, gpu_spec, gpus, wl, routing)
+        searched = same_optimizer(baseline, base, searched)
         if "precision" not in fixed:  # the baseline's own recipe is a candidate (the recipe audit: an fp8-current
             # recipe was switched to the seeds' blockwise for -0.1% while explain offered current back for +6.8%)
-            searched = {**fixed, "precision": sorted({"bf16", platform_defaults(gpu_spec)["precision"],
+            searched = {**searched, "precision": sorted({"bf16", platform_defaults(gpu_spec)["precision"],
                                                       base.knobs.precision})}
     show = not as_json and sys.stderr.isatty()
     with Progress(console=console(), transient=True, disable=not show) as bar:

@@ -58,6 +58,11 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         elif key == "pipeline_layout":
             parse_pipeline_layout(value)  # one line on unknown symbols; placement is checked against the model
             fixed[key] = value
+        elif key == "optimizer":
+            if value not in ("adam", "muon"):
+                raise MoetuneError(f"--fix optimizer={value}: expected adam or muon (dist_muon: muon under the "
+                                   "layer-wise distributed optimizer)")
+            fixed[key] = value
         elif key == "cp_comm_type":
             if value not in CP_COMM_TYPES:
                 raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
@@ -66,6 +71,18 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key]}, not --fix")
         else:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
-                               "precision, dispatcher, cuda_graph_scope, optimizer_offload_fraction, recompute, "
-                               "recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
-    return fixed
+                               "precision, dispatcher, cuda_graph_scope, optimizer, optimizer_offload_fraction, "
+                               "recompute, recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
+    return muon_without_offload(fixed)
+
+
+def muon_without_offload(fixed: dict) -> dict:
+    """Muon runs without the optimizer's CPU offload (Megatron builds emerging optimizers apart from the
+    precision-aware one offload needs; layout/knobs.py): the search leaves it off, and a pin of it is one line."""
+    if fixed.get("optimizer") != "muon":
+        return fixed
+    if any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
+        raise MoetuneError("--fix optimizer=muon with optimizer_offload_fraction above 0: Muon runs without the "
+                           "optimizer's CPU offload (Megatron builds emerging optimizers apart from the precision-"
+                           "aware optimizer offload needs); drop one of the two")
+    return {**fixed, "optimizer_offload_fraction": [0.0]}

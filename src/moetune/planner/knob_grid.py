@@ -112,7 +112,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
             continue  # seeds/003: full recompute is not a companion for the EP-overlap path
         grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
                           cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(ov, fixed),
-                          routing=routing, optimizer_offload_fraction=off,
+                          routing=routing, optimizer_offload_fraction=off, optimizer=fixed.get("optimizer", "adam"),
                           main_grads_fp32=fixed.get("main_grads_fp32", True),
                           overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
                           overlap_param_gather=fixed.get("overlap_param_gather", True),

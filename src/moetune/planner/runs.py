@@ -77,6 +77,8 @@ def run_from_row(row: dict) -> Run:
         # blank: off, Megatron's default and what the Bridge MoE recipes set (CommOverlapConfig(tp_comm_overlap=False))
         tp_comm_overlap=row["tp_comm_overlap"] == "true",
         fp8_output_proj=row["fp8_output_proj"] == "true",
+        # blank: Adam; "muon": dist_muon, Muon under the layer-wise distributed optimizer (Kimi-K2's recipes)
+        optimizer=row.get("optimizer") or "adam",
     )
     return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
                workload=Workload(seq_length=_int(row["seq_length"]), micro_batch_size=_int(row["micro_batch_size"]),

@@ -170,8 +170,8 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     m = (gbs // (b.mbs * f.dp))[:, 0]
     root = b.root()  # the data-parallel terms depend on the layout only: computed once, read by row
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
-        ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes,
-         knobs.optimizer_offload_fraction), lambda: _data_parallel(root, knobs, gpu, eff)))
+        ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
+         knobs.optimizer_offload_fraction), lambda: _data_parallel(spec, root, knobs, gpu, eff)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
     walls = {"compute": m * stage["compute"] + optimizer,
@@ -187,9 +187,9 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     return walls
 
 
-def _data_parallel(b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
     """step.iteration_terms for each candidate's largest stage."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
-    dense, expert = np.take_along_axis(b.dense, big, 1), np.take_along_axis(b.expert, big, 1)
-    (rs, ag), optimizer, offload = iteration_terms(dense, expert, b.fields, knobs, gpu, eff)
+    dense, expert, vocab = (np.take_along_axis(x, big, 1) for x in (b.dense, b.expert, b.vocab))
+    (rs, ag), optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff)
     return tuple(x[:, 0] for x in (rs, ag, optimizer, offload))

@@ -37,6 +37,7 @@ from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
     chunked_attention_flops,
+    gemm_rate,
     heads_seconds,
     layer_compute_seconds,
     passes,
@@ -47,7 +48,8 @@ from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import megatron_model_flops, windowed_overcharge
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.memo import remembered
-from moetune.walls.memory import activation_context
+from moetune.walls.memory import MUON_BYTES, activation_context
+from moetune.walls.muon import ns_seconds
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
 
@@ -214,13 +216,13 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     return out
 
 
-def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
-    """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters
-    (scalars, or arrays with `lay` fields of the same shape):
+def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
+    them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
     - raw DP traffic, (gradient reduce-scatter, BF16 parameter all-gather), over DP x CP (dense) and EDP (experts);
       without the distributed optimizer, (gradient all-reduce, nothing);
-    - the Adam step, memory-bound over this rank's shard (master weights and moments read and written,
-      grads and weights read);
+    - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
+      grads and weights read; Muon keeps one momentum), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
@@ -233,9 +235,13 @@ def iteration_terms(dense, expert, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
         dp = (2 * ring(grad), 0 * ring(2))  # (Megatron-Core distributed/param_and_grad_buffer.py: all_reduce)
     shard = dense / (lay.dp * lay.cp) + expert / lay.edp if knobs.distributed_optimizer else dense + expert
-    state = 2 * (4 + 2 * knobs.adam_moments_bytes) + 4 + 2
+    moments = MUON_BYTES - 4 if knobs.optimizer == "muon" else 2 * knobs.adam_moments_bytes
+    state = 2 * (4 + moments) + 4 + 2
     f = knobs.optimizer_offload_fraction
     optimizer = shard * state * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
+    if knobs.optimizer == "muon":
+        optimizer = optimizer + ns_seconds(spec, dense, expert, vocab, lay, knobs.distributed_optimizer,
+                                           gemm_rate(gpu, "bf16", eff))
     offload = shard * f * state / (eff["cpu_optimizer_gbps"] * 1e9)
     return dp, optimizer, offload
 
@@ -247,7 +253,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
-    (rs, ag), optimizer, offload = iteration_terms(big.dense, big.expert, lay, knobs, gpu, eff)
+    (rs, ag), optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff)
     dp_raw = float(rs + ag)
     dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"]))
     # EP overlap hides a micro-batch's all-to-all only beside another's compute; the warm-up and cool-down chunks run

@@ -1,0 +1,72 @@
+"""Muon's Newton-Schulz step: the GPU work Megatron's emerging optimizer adds to each iteration, on top of the
+memory-bound update Adam also pays (step.iteration_terms).
+
+Muon orthogonalizes each linear weight's momentum with ``muon_num_ns_steps`` quintic Newton-Schulz iterations
+(Megatron-Core optimizer/emerging_optimizers.py, newton_schulz_tp; optimizer_config.py muon_num_ns_steps = 5, as
+Megatron Bridge's distributed_muon_with_cosine_annealing). One iteration on an ``a x b`` matrix (``a`` the smaller
+side) is ``A = X Xᵀ`` (2a²b FLOPs), the polynomial's ``A @ A`` (2a³) and its product with ``X`` (2a²b). Which
+matrices and how large:
+- every linear weight of a layer (flops.gemm_shapes), routed experts one matrix each (TE GroupedLinear keeps a weight
+  per expert), a gated fc1 whole; the fused QKV split into its q, k and v (muon_split_qkv, on by default); the
+  router's too; the embedding and output layer stay on Adam (muon_scalar_optimizer);
+- Bridge's Muon recipes orthogonalize each TP shard on its own (muon_tp_mode "blockwise": no all-gather), so TP
+  shrinks the matrix a rank works on;
+- the layer-wise distributed optimizer (dist_muon) gives each data-parallel rank whole parameters to step, so the
+  work splits over DP x CP (dense) and EDP (experts), as the optimizer state does (memory.optimizer_shard).
+Charged at the BF16 GEMM rate: the momentum is FP32, but muon_fp32_matmul_prec "medium" lets PyTorch run FP32
+matmuls in bfloat16 (torch.set_float32_matmul_precision).
+"""
+
+import numpy as np
+
+from moetune.specs.model import ModelSpec
+from moetune.walls.flops import all_layers, gemm_shapes
+
+NS_STEPS = 5  # muon_num_ns_steps
+
+
+def _ns_flops(rows, cols):
+    """One quintic Newton-Schulz iteration on a rows x cols matrix (arrays broadcast)."""
+    a, b = np.minimum(rows, cols), np.maximum(rows, cols)
+    return 4 * a * a * b + 2 * a ** 3
+
+
+def _shards(k: int, n: int, split: str, tp):
+    """(rows, cols) of the shard a TP rank holds: column-parallel weights split their outputs, row-parallel their
+    inputs; the rest ("-": MLA's down-projections) are whole on every rank."""
+    return (k / tp, n) if split == "k" else ((k, n / tp) if split == "n" else (k, n))
+
+
+def _matrices(spec: ModelSpec, kind) -> dict[str, list[tuple[int, int, str]]]:
+    """A layer's Muon matrices by class, the fused QKV split into q, k and v (muon_split_qkv)."""
+    shapes = gemm_shapes(spec, kind)
+    if kind.mixer == "gqa":
+        (h, qkv, split), out = shapes["attn_proj"]
+        kv = spec.kv_channels * spec.num_query_groups
+        shapes["attn_proj"] = [(h, qkv - 2 * kv, split), (h, kv, split), (h, kv, split), out]
+    if kind.mlp == "moe":
+        shapes["router"] = [(spec.hidden_size, spec.num_moe_experts, "-")]
+    return shapes
+
+
+def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
+    """(dense, expert) Newton-Schulz FLOPs per parameter a rank steps, over all its iterations, averaged over the
+    model's layers (a stage's mix of layer kinds is the model's, near enough); `tp`, `etp` may be arrays."""
+    flops, numel = {False: 0.0, True: 0.0}, {False: 0.0, True: 0.0}
+    for kind in all_layers(spec):
+        for cls, shapes in _matrices(spec, kind).items():
+            expert = cls == "routed_experts"
+            for k, n, split in shapes:
+                rows, cols = _shards(k, n, split, etp if expert else tp)
+                flops[expert] = flops[expert] + _ns_flops(rows, cols)
+                numel[expert] = numel[expert] + rows * cols
+    return tuple(NS_STEPS * flops[e] / numel[e] if np.any(numel[e]) else 0.0 * tp for e in (False, True))
+
+
+def ns_seconds(spec: ModelSpec, dense, expert, vocab, lay, distributed: bool, gemm_rate: float):
+    """Seconds of Newton-Schulz work on one rank a step: its stage's linear weights (`dense` less the `vocab`
+    parameters on Adam, and `expert`), over the ranks that share the step (DP x CP, EDP) under the layer-wise
+    distributed optimizer; without it every rank steps all it holds."""
+    per_dense, per_expert = ns_flops_per_param(spec, lay.tp, lay.etp)
+    share_dense, share_expert = (lay.dp * lay.cp, lay.edp) if distributed else (1, 1)
+    return (per_dense * (dense - vocab) / share_dense + per_expert * expert / share_expert) / gemm_rate

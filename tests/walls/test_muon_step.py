@@ -1,0 +1,45 @@
+"""Muon's Newton-Schulz GEMMs in the optimizer step (walls/muon.py): Kimi-K2's Bridge recipes run dist_muon, whose
+step had been timed as Adam's memory-bound update alone."""
+
+import pytest
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.muon import ns_flops_per_param
+
+KIMI = load_model("kimi-k2")
+
+
+def test_an_expert_costs_five_quintic_iterations_on_each_of_its_matrices():
+    """By hand from Kimi-K2's config (hidden 7,168, expert width 2,048): fc1 is one 4,096 x 7,168 matrix (gate and up),
+    fc2 2,048 x 7,168; an iteration on a x b (a <= b) is 4a^2 b + 2a^3 FLOPs."""
+    fc1 = 4 * 4096**2 * 7168 + 2 * 4096**3
+    fc2 = 4 * 2048**2 * 7168 + 2 * 2048**3
+    per_param = 5 * (fc1 + fc2) / (4096 * 7168 + 2048 * 7168)
+    assert ns_flops_per_param(KIMI, 1, 1)[1] == pytest.approx(per_param, rel=1e-12)
+
+
+def test_blockwise_tensor_parallelism_shrinks_the_dense_matrices_only():
+    qwen = load_model("qwen3-30b-a3b")
+    dense1, expert1 = ns_flops_per_param(qwen, 1, 1)
+    dense4, expert4 = ns_flops_per_param(qwen, 4, 1)
+    assert dense4 < dense1 / 1.5 and expert4 == expert1
+
+
+@pytest.mark.parametrize("ep", [64, 16])
+def test_muon_steps_cost_the_newton_schulz_work_shared_over_expert_data_parallel_ranks(ep):
+    gpu, wl = load_gpu("gb300"), Workload(seq_length=4096, global_batch_size=4096)
+    lay = Layout(world_size=256, pp=4, ep=ep, pipeline_layout="Et*15|t*15|t*15|t*16L")
+    adam = estimate(KIMI, gpu, lay, wl, Knobs(precision="mxfp8"))
+    muon = estimate(KIMI, gpu, lay, wl, Knobs(precision="mxfp8", optimizer="muon"))
+    extra = muon.time["compute_by_class"]["optimizer_step"] - adam.time["compute_by_class"]["optimizer_step"]
+    # the largest stage's local experts (16 layers of 384 / EP experts, three 2,048 x 7,168 matrices each) at about
+    # 86k FLOPs a parameter over EDP ranks, at the BF16 GEMM rate: a tenth to a third of a second
+    experts = 16 * 384 / ep * 3 * 2048 * 7168 / lay.edp
+    rate = gpu.bf16_tflops * 1e12 * muon.efficiency["gemm_eff"]
+    assert extra > 0.9 * experts * ns_flops_per_param(KIMI, 1, 1)[1] / rate
+    assert 0.05 < extra < 0.5
