@@ -302,6 +302,14 @@ def test_plan_searches_under_muon_where_pinned(capsys):
     assert code == 0 and results and all(r["knobs"]["optimizer"] == "muon" for r in results)
     assert all(r["knobs"]["optimizer_offload_fraction"] == 0 for r in results)
     assert all(r["time"]["compute_by_class"]["optimizer_step"] > 0.02 for r in results)
+    # the tables show the searched knobs only: the pinned optimizer is named under them, in plan and estimate
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "1",
+                        "--fix", "optimizer=muon"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "Optimizer (every row): Muon under the layer-wise distributed optimizer" in text
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8",
+                        "--optimizer", "muon"], capsys)
+    assert code == 0 and "Newton-Schulz GEMMs included" in " ".join(out.split())
 
 
 def test_a_muon_baseline_is_planned_under_muon(tmp_path, capsys):

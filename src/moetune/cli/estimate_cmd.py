@@ -12,6 +12,7 @@ from moetune.cli.output import (
     emit_json,
     gib,
     layout_extras,
+    optimizer_note,
     print_checks,
     table,
     user_files_line,
@@ -88,6 +89,8 @@ def print_time(result: Estimate) -> None:
                     f"(dominant: {t['dominant_wall']})", ["wall", "seconds", "share"], rows))
     for note in attention_notes(result):
         out.print(f"note: {note}")
+    if note := optimizer_note(result):
+        out.print(f"Optimizer: {note}")
     coll = [[c, f"{t['collectives'][c]:.3f}", f"{t['exposed_collectives'][c]:.3f}"] for c in t["collectives"]
             if t["collectives"][c] > 0]
     if coll:

@@ -7,7 +7,15 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
-from moetune.cli.output import attention_notes, console, emit_json, layout_extras, table, user_files_line
+from moetune.cli.output import (
+    attention_notes,
+    console,
+    emit_json,
+    layout_extras,
+    optimizer_note,
+    table,
+    user_files_line,
+)
 from moetune.cli.plan_fix import muon_without_offload, parse_fix
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
@@ -273,6 +281,8 @@ def print_plan(result: PlanResult, gbs: int) -> None:
                                                          "cuda graphs", "EP overlap", "offload", "tok/s/GPU",
                                                          "TFLOP/s/GPU", "peak GiB", "dominant wall"], rows,
                     justify_right_from=9))
+    if note := optimizer_note(result.results[0]):  # pinned, so the same on every row
+        out.print(f"Optimizer (every row): {note}")
     if close := [str(rank) for rank, r in enumerate(result.results, 1) if tight(r)]:
         out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
                   f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "
