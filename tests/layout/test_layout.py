@@ -214,7 +214,7 @@ def test_shard_cp_is_the_nearest_legal_power_of_two_to_a_4k_shard(seq, tp, pp, w
 
 
 def test_shard_cp_names_only_a_cp_the_callers_check_runs():
-    """A caller that knows the model (walls/context_parallel.cp_runs) narrows the CPs: gpt-oss's a2a-only CP stops at
+    """A caller that knows the model (walls/cp_legal.cp_runs) narrows the CPs: gpt-oss's a2a-only CP stops at
     its 8 KV groups, so the 4K-shard guess at 128k is CP8, not CP32."""
     assert shard_cp(131072, 1, 1, 256) == 32
     assert shard_cp(131072, 1, 1, 256, runs=lambda cp: cp <= 8) == 8

@@ -14,16 +14,8 @@ from moetune.planner.runs import published_rows
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.compute import rates, ring_slowdown
-from moetune.walls.context_parallel import (
-    a2a_allows,
-    a2a_cp_limit,
-    cp_exchange_exists,
-    cp_seconds,
-    exchange_refusal,
-    hcp_inner_size,
-    layer_cp,
-    widths,
-)
+from moetune.walls.context_parallel import cp_seconds, layer_cp, widths
+from moetune.walls.cp_legal import a2a_allows, a2a_cp_limit, cp_exchange_exists, exchange_refusal, hcp_inner_size
 from moetune.walls.efficiency import efficiency
 
 QWEN235, DSV3, GPT_OSS = (load_model(m) for m in ("qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"))

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from moetune.layout.validate import LONG_CONTEXT
-from moetune.walls.context_parallel import exchange_text
+from moetune.walls.cp_legal import exchange_text
 
 GIB = 1 << 30
 

@@ -68,7 +68,7 @@ def shard_cp(seq_length: int, tp: int, pp: int = 1, world: int | None = None,
     """The power-of-two CP nearest the 4K-shard target seq / (4096 x TP) that Megatron accepts (ties go to the larger
     CP): the sequence rules (2 x CP divides the sequence; with sequence parallelism, on by default at TP > 1, TP
     divides seq / CP: sequence_refusal), TP x CP x PP divides the world where it is given, and `runs(cp)` where a
-    caller knows the model (walls/context_parallel.cp_runs: every check estimate applies, the CP exchange's
+    caller knows the model (walls/cp_legal.cp_runs: every check estimate applies, the CP exchange's
     included)."""
     target = max(1.0, seq_length / (SHARD_TOKENS * tp))
     sp = tp > 1 if sp is None else sp

@@ -17,7 +17,7 @@ from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.context_parallel import cp_exchange_exists
+from moetune.walls.cp_legal import cp_exchange_exists
 
 VPP_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 MBS_CHOICES = (1, 2, 4, 8)

@@ -16,7 +16,8 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.moves import GIB, cp_sizing, knobs_for, margin_gib
 from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.walls.compute import rates, ring_slowdown
-from moetune.walls.context_parallel import EXCHANGE_WORDS, exchange_text, refusal_at_cp, ring_ranks
+from moetune.walls.context_parallel import ring_ranks
+from moetune.walls.cp_legal import EXCHANGE_WORDS, exchange_text, refusal_at_cp
 
 
 def scale(e: Estimate) -> dict:

@@ -21,7 +21,7 @@ from moetune.planner.moves import (
 from moetune.planner.ranking import cp_weight
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
-from moetune.walls.context_parallel import exchange_text
+from moetune.walls.cp_legal import exchange_text
 from moetune.walls.memory import merged_overheads
 
 # The seeds' order to make a run fit (seeds/000 Phase 1; seeds/002 Prefer selective recompute): a smaller micro-batch,

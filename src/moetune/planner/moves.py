@@ -17,7 +17,8 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
 from moetune.planner.pipeline_balance import even_out
 from moetune.rules import derive, evaluate
-from moetune.walls.context_parallel import cp_runs, exchange_text, resolve_auto
+from moetune.walls.context_parallel import resolve_auto
+from moetune.walls.cp_legal import cp_runs, exchange_text
 
 GIB = 1 << 30
 
@@ -101,7 +102,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
 
 def cp_sizing(e: Estimate) -> tuple[int, bool]:
     """(the 4K-shard CP, whether the run's CP is below it: rule longctx.cp_sizing) over the CPs this run would run at
-    by estimate's own checks (context_parallel.cp_runs: the model's shapes, the sequence and batch rules, a CP exchange
+    by estimate's own checks (cp_legal.cp_runs: the model's shapes, the sequence and batch rules, a CP exchange
     that runs), so the advice never names a CP that estimate refuses."""
     lay, seq = e.layout, e.workload.seq_length
     target = shard_cp(seq, lay.tp, lay.pp, lay.world_size, cp_runs(e.model, lay, e.workload, e.gpu), sp=lay.sp)

@@ -17,7 +17,7 @@ from moetune.layout.validate import Workload, sequence_refusal, validate_shapes,
 from moetune.planner.enumerate import MBS_CHOICES, bridge_refuses_vpp, enumerate_layouts, splits_for, tp_choices
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.context_parallel import cp_exchange_exists
+from moetune.walls.cp_legal import cp_exchange_exists
 
 if TYPE_CHECKING:  # search.py imports this module, so importing it back at run time would be circular
     from moetune.planner.search import PlanResult

@@ -24,7 +24,7 @@ from moetune.layout.validate import (
     undersharded_cp,
 )
 from moetune.rules.table import load_table
-from moetune.walls.context_parallel import a2a_splits
+from moetune.walls.cp_legal import a2a_splits
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {

@@ -1,0 +1,105 @@
+"""Which context-parallel exchanges Megatron and Transformer Engine run for a layout, and why none does where none
+does: the all-to-all's head split, hierarchical CP's a2a group inside NVLink, attention sinks that leave only a2a; and
+the names the outputs use for them. walls/context_parallel.py prices the exchanges that run."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.ranks import job_gpu
+from moetune.layout.validate import validate
+from moetune.specs.model import ModelSpec
+
+
+def a2a_splits(heads_tp, groups_tp, size):
+    """An all-to-all over `size` CP ranks splits the heads of each TP rank: its heads and KV groups must divide
+    (Megatron-Bridge docs/training/hierarchical-context-parallel.md: "CP <= num_kv_heads")."""
+    return (heads_tp % size == 0) & (groups_tp % size == 0) & (groups_tp >= size)
+
+
+def a2a_allows(spec: ModelSpec, size, tp):
+    """a2a_splits for this model's heads and KV groups over TP."""
+    return a2a_splits(spec.num_attention_heads // tp, spec.kv_groups // np.maximum(tp, 1), size)
+
+
+def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
+    """The a2a group of a2a+p2p: the largest divisor of CP (below CP) the head split allows whose ranks share an NVLink
+    domain (CP ranks are consecutive after TP in Megatron's order); 1 when none does."""
+    best = np.ones_like(np.asarray(cp))
+    for a in (2, 4, 8, 16, 32, 64):
+        ok = (cp % a == 0) & (a < cp) & a2a_allows(spec, a, tp) & (a * tp <= nvlink_domain)
+        best = np.where(ok, a, best)
+    return best
+
+
+def legal_exchanges(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
+    """Where each exchange runs. Attention sinks (gpt-oss) leave only a2a: Transformer Engine runs them in its fused
+    backend alone, which takes CP only with a2a (rules.yaml cp.sinks_need_a2a)."""
+    ring = np.full(np.shape(cp), not spec.softmax_sinks)
+    return {"p2p": ring, "a2a": a2a_allows(spec, cp, tp),
+            "a2a+p2p": ring & (hcp_inner_size(spec, cp, tp, nvlink_domain) > 1)}
+
+
+def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, comm_type: str) -> bool:
+    """Whether a layout has a CP exchange Megatron and Transformer Engine run: `comm_type` itself, or any of
+    AUTO_OPTIONS for "auto" (the planner drops the layouts with none)."""
+    if cp == 1:
+        return True
+    legal = legal_exchanges(spec, cp, tp, nvlink_domain)
+    if comm_type == "auto":
+        return any(bool(v) for v in legal.values())
+    return bool(legal.get(comm_type, not spec.softmax_sinks))
+
+
+def a2a_cp_limit(spec: ModelSpec, tp: int) -> int:
+    """The largest CP an all-to-all's head split allows at this TP (a2a_splits): the largest size that divides both the
+    heads and the KV groups of a TP rank."""
+    return math.gcd(spec.num_attention_heads // tp, spec.kv_groups // max(tp, 1))
+
+
+def exchange_refusal(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int) -> str | None:
+    """Why no CP exchange runs at this CP and TP, one line (None where `auto` has a legal one: cp_exchange_exists).
+    Only attention sinks leave none: they run CP over a2a alone, whose head split caps CP (rule cp.sinks_need_a2a)."""
+    if cp_exchange_exists(spec, cp, tp, nvlink_domain, "auto"):
+        return None
+    limit = a2a_cp_limit(spec, tp)
+    smaller_tp = " (or a smaller --tp, which leaves more KV groups on each rank)" if tp > 1 else ""
+    return (f"no CP exchange runs at CP {cp} with TP {tp}: {spec.name}'s attention sinks run context parallel only "
+            f"over a2a (Transformer Engine; rule cp.sinks_need_a2a), which splits each TP rank's "
+            f"{spec.num_attention_heads // tp} heads and {spec.kv_groups // tp} KV groups over CP, so CP can be at "
+            f"most {limit} here; use --cp {limit} or less{smaller_tp}")
+
+
+def refusal_at_cp(spec: ModelSpec, layout, workload, gpu, cp: int) -> str | None:
+    """Why Megatron refuses this layout at another CP, one line, by the checks estimate applies to a CP layout with
+    `auto` (None: it runs): the world holding it, the model's shapes and the workload's sequence and batch rules
+    (layout/validate.py validate; linear-attention heads per TP rank divisible by CP among them), then a CP exchange
+    that runs in the job's NVLink domain (exchange_refusal)."""
+    try:
+        other = replace(layout, cp=cp)
+        validate(spec, other, workload)
+    except MoetuneError as err:
+        return str(err)
+    return exchange_refusal(spec, cp, layout.tp, job_gpu(gpu, layout.world_size).nvlink_domain)
+
+
+def cp_runs(spec: ModelSpec, layout, workload, gpu):
+    """cp -> whether this layout runs at that CP instead (refusal_at_cp): what the CP advice (layout/validate.py
+    shard_cp) names only if it holds."""
+    return lambda cp: refusal_at_cp(spec, layout, workload, gpu, cp) is None
+
+
+EXCHANGE_WORDS = {"p2p": "a p2p ring whose steps overlap the attention (what outlasts it is exposed)",
+                  "all_gather": "an all-gather of K,V (not hidden)",
+                  "a2a": "all-to-alls that trade sequence chunks for heads (not hidden)",
+                  "a2a+p2p": "an a2a inside NVLink, then a p2p ring across"}
+
+
+def exchange_text(knobs: Knobs, cp: int) -> str:
+    """cp_comm_type as Megatron spells it, with a2a+p2p's hierarchical_context_parallel_sizes."""
+    if knobs.cp_comm_type == "a2a+p2p" and knobs.hcp_a2a_size:
+        return f"a2a+p2p [{knobs.hcp_a2a_size}, {cp // knobs.hcp_a2a_size}]"
+    return knobs.cp_comm_type
