@@ -56,8 +56,8 @@ def test_explain_a_config(capsys):
 
 
 @pytest.mark.parametrize(("extra", "needle"), [
-    (["--tp", "4"], "--tp: the layout and knobs come from --config"),
-    (["--ep-overlap"], "--ep-overlap: the layout and knobs come from --config"),
+    (["--tp", "4"], "--tp: with --config and --mlm-args the layout and knobs are a config's"),
+    (["--ep-overlap"], "--ep-overlap: with --config and --mlm-args the layout and knobs are a config's"),
 ])
 def test_flags_the_config_replaces_are_refused(capsys, extra, needle):
     code = main(["estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER, *extra])
@@ -96,3 +96,11 @@ def test_a_plan_emitted_and_estimated_from_its_config_predicts_what_the_plan_did
     assert again["layout"] == pick["layout"] and again["knobs"] == pick["knobs"]
     assert again["time"]["tokens_per_s_per_gpu"] == pytest.approx(pick["time"]["tokens_per_s_per_gpu"], rel=1e-9)
     assert again["memory"]["peak_bytes"] == pick["memory"]["peak_bytes"]
+
+
+def test_a_layout_flag_beside_set_names_set(capsys):
+    """--set alone makes a config too; the error had named --config / --mlm-args, which were not given (audit)."""
+    code = main(["estimate", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--pp", "8", "--set",
+                 "model.virtual_pipeline_model_parallel_size=2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--pp: with --set the layout" in err and "--config" not in err

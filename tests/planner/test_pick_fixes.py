@@ -32,3 +32,32 @@ def test_no_offered_fix_adds_an_error(model, gpu, world, gbs, routing):
         if f.fix:
             fixed = resolve(Assignment(key=k, value=v, origin="fix") for k, v in f.fix.items())
             assert not _errors({**config, **fixed}) - before, (f.rule, f.fix)
+
+
+def _estimate(args: list[str]):
+    """The estimate `moetune estimate ARGS` makes (its flags parsed by the command itself)."""
+    from moetune.cli.estimate_cmd import command
+    from moetune.cli.estimate_input import estimate_from_flags
+    ctx = command.make_context("estimate", list(args))
+    return estimate_from_flags(ctx.params.pop("model"), ctx.params)
+
+
+@pytest.mark.parametrize("args", [
+    # uneven stages without VPP: VPP 2 cannot split a 7-layer first stage, and EP overlap needs VPP at PP > 1
+    ["kimi-k2", "--gpu", "h100", "--gpus", "512", "--pp", "8", "--ep", "64", "--first-stage-layers", "7",
+     "--last-stage-layers", "6"],
+    # a 'moe' recompute: EP overlap and a router graph are both refused beside it
+    ["deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--pp", "8", "--ep", "64", "--tp", "4", "--cp", "8",
+     "--seq", "131072", "--gbs", "64", "--recompute-modules", "mla_up_proj,layernorm,moe,mlp",
+     "--pipeline-layout", "Et|(tt|)*30mL", "--vpp", "4"],
+])
+def test_no_fix_on_an_audited_run_adds_an_error(args):
+    """The explain audit's runs whose Check fixes were refused by moetune's own rules."""
+    e = _estimate(args)
+    config = to_config(e)
+    before = _errors(config)
+    offered = [f for f in findings(e) if f.fix]
+    assert offered
+    for f in offered:
+        fixed = resolve(Assignment(key=k, value=v, origin="fix") for k, v in f.fix.items())
+        assert not _errors({**config, **fixed}) - before, (f.rule, f.fix)

@@ -65,6 +65,9 @@ CASES: dict[str, Case] = {
     "scale.tp_outside_nvlink": Case(S(MOE, "model.tensor_model_parallel_size=16", "model.sequence_parallel=true"),
                                     "h100", 32),
     "scale.ep_outside_nvlink": Case(S(MOE, "model.expert_model_parallel_size=16"), "h100", 16),
+    # GB200 past the rack: HybridEP refused beyond 72 ranks, DeepEP on no Grace-Blackwell, so only a smaller EP
+    "scale.ep_outside_rack": Case(S(MOE, "model.num_moe_experts=256", "model.expert_model_parallel_size=128"),
+                                  "gb200", 512),
     "scale.pp_without_vpp": Case(S(MOE, "model.pipeline_model_parallel_size=2")),
     # expert TP given: a Bridge config silent on it runs ETP 1 under EP > 1 (finalize; configio/finalize.py)
     "scale.prefer_ep_over_etp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
@@ -114,6 +117,9 @@ CASES: dict[str, Case] = {
                              "model.mamba_num_heads=64", "model.mamba_num_groups=8", "model.seq_length=131072",
                              "model.tensor_model_parallel_size=4", "model.context_parallel_size=32")),
     # Qwen3-Next's gated delta-net (16 key, 32 value heads) at TP4: 4 key heads a rank cannot split over CP 8
+    "cp.gdn_needs_mcore_018": Case(S(MOE, "model.experimental_attention_variant=gated_delta_net",
+                                     "model.linear_num_key_heads=16", "model.linear_num_value_heads=32",
+                                     "model.seq_length=65536", "model.context_parallel_size=2")),
     "cp.gdn_heads": Case(S(MOE, "model.experimental_attention_variant=gated_delta_net",
                            "model.linear_num_key_heads=16", "model.linear_num_value_heads=32",
                            "model.seq_length=131072", "model.tensor_model_parallel_size=4",

@@ -12,15 +12,14 @@ from moetune.cli.output import (
     emit_json,
     gib,
     layout_extras,
-    optimizer_note,
     print_checks,
     table,
     user_files_line,
 )
 from moetune.layout.ranks import groups_leaving_domain
-from moetune.planner.defaults import platform_defaults
+from moetune.planner.defaults import default_scope, platform_defaults
 from moetune.planner.estimate import Estimate
-from moetune.planner.explain import checks
+from moetune.planner.explain import checks, gbs_default_text, optimizer_note
 from moetune.planner.track_record import estimate_record, track_record_text
 
 
@@ -97,11 +96,15 @@ def print_time(result: Estimate) -> None:
         out.print(table("Communication per step (s)", ["collective", "total", "exposed"], coll))
     if result.defaulted:
         scope = ",".join(result.knobs.cuda_graph_scope) or "none"
-        if list(result.knobs.cuda_graph_scope) != platform_defaults(result.gpu)["cuda_graph_scope"]:
+        if result.knobs.cuda_graph_scope != default_scope(result.model, result.gpu):
             scope += " (the platform's scoped graphs less what Megatron refuses beside this recompute)"
         precision = result.knobs.precision
         if precision != platform_defaults(result.gpu)["precision"]:  # defaults.default_precision
             precision += f" (the GPU has no {platform_defaults(result.gpu)['precision']} Tensor Core rate)"
         shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms, "precision": precision}
-        out.print("defaulted to platform values: " + ", ".join(
-            f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in result.defaulted))
+        knobs = [k for k in result.defaulted if k != "global_batch_size"]
+        if knobs:
+            out.print("defaulted to platform values: " + ", ".join(
+                f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in knobs))
+        if "global_batch_size" in result.defaulted:
+            out.print(f"global batch defaulted to {gbs_default_text(result)}: pass --gbs with the run's own")

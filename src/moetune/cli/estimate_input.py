@@ -2,6 +2,8 @@
 platform's defaults where a flag is left out) and its estimate, the user's memory overheads file and the MTP depth
 trained."""
 
+from dataclasses import replace
+
 from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
@@ -9,14 +11,12 @@ from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs, parse_modules, parse_off
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import default_dispatcher, default_precision, platform_defaults
+from moetune.planner.defaults import default_dispatcher, default_precision, default_scope, platform_defaults
 from moetune.specs.hardware import GpuSpec
 
 
 def estimate_from_config(model: str, kw: dict):
     """The estimate of a launch config (layout, batch and knobs as Megatron would run it) on MODEL."""
-    from dataclasses import replace
-
     from moetune.configio.load import load_config
     from moetune.planner.estimate import estimate
     from moetune.planner.from_config import from_config, trained_model
@@ -27,8 +27,11 @@ def estimate_from_config(model: str, kw: dict):
 
     clash = flags_the_config_replaces()
     if clash:
-        raise MoetuneError(f"{clash[0]}: the layout and knobs come from --config / --mlm-args; drop {clash[0]} or "
-                           "override the config with --set KEY=VALUE")
+        given = [flag for flag, on in (("--config", kw.get("configs")), ("--mlm-args", kw.get("mlm_args") is not None),
+                                       ("--set", kw.get("sets"))) if on]
+        raise MoetuneError(f"{clash[0]}: with {' and '.join(given)} the layout and knobs are a config's (its Megatron "
+                           f"names); drop {clash[0]} and give it as --set KEY=VALUE too (e.g. --set "
+                           "model.pipeline_model_parallel_size=8), or drop the config options for the flags alone")
     config = load_config(list(kw["configs"]), sets=list(kw["sets"]), mlm_args=kw["mlm_args"], gpu=kw["gpu"],
                          gpus=kw["gpus"])
     if "cluster.gpu" not in config:
@@ -89,7 +92,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         return fallback
 
     precision = pick("precision", kw["precision"], default_precision(gpu))
-    dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep))
+    dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep, layout.etp, layout.world_size))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
                            "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
@@ -165,8 +168,9 @@ def estimate_from_flags(model: str, kw: dict):
     gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
     knobs, defaulted = build_knobs(kw, gpu, layout)
     if "cuda_graph_scope" in defaulted:  # the platform's graphs, less what Megatron refuses beside the recompute
-        knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])
+        knobs = legal_default_scope(spec, gpu, replace(knobs, cuda_graph_scope=default_scope(spec, gpu)), kw["seq"])
     result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"]))
-    result.defaulted = defaulted
+    # the global batch a run leaves out is MBS x DP x PP (Workload.gbs): it sets the micro-batches and so the bubble
+    result.defaulted = defaulted + (["global_batch_size"] if kw["gbs"] is None else [])
     return result

@@ -119,6 +119,10 @@ def print_explain(a: dict) -> None:
         out.print(f"  - {note}")
     shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in p["wall_shares"].items())
     out.print(f"[bold]Profile[/bold]: dominant wall {p['dominant_wall']} ({p['why']}); {shares}")
+    if a["optimizer_note"]:
+        out.print(f"  - {a['optimizer_note']}")
+    if a["gbs_defaulted"]:
+        out.print(f"  - global batch defaulted to {a['gbs_defaulted']}: pass --gbs with the run's own")
     if (r := p.get("routing")) and "ep_first_layout" in r:
         fits = "" if r["ep_first_fits"] else ", and does not fit"
         out.print(f"  - dropless routing on EP 1: {r['source']}, so no imbalance is charged; the seeds' EP-first "
@@ -159,7 +163,8 @@ def print_explain(a: dict) -> None:
         out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")
     out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")
     d = a["default_mappings"]
-    out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}, FP8 recipe "
+    out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}"
+              + (f" ({d['dispatcher_note']})" if d["dispatcher_note"] else "") + ", FP8 recipe "
               f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"
               + (f"; {d['flex_num_sms']} dispatcher SMs ({d['flex_num_sms_source']})" if d["flex_num_sms"] else "")
               + (f"; CP exchange {d['cp_comm_type']}, the legal one that costs least ({d['cp_comm_type_source']})"

@@ -64,15 +64,6 @@ def print_checks(found: list[dict]) -> None:
         out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
 
 
-def optimizer_note(e) -> str | None:
-    """The optimizer where it is Muon (the tables show the searched knobs only): how it steps and what it costs."""
-    if e.knobs.optimizer != "muon":
-        return None
-    how = "the layer-wise distributed optimizer (dist_muon)" if e.knobs.distributed_optimizer else "no sharding"
-    return (f"Muon under {how}: one momentum a parameter, no optimizer offload; its step, Newton-Schulz GEMMs "
-            f"included, is {e.time['compute_by_class']['optimizer_step']:.3f} s of the compute wall (walls/muon.py)")
-
-
 def attention_notes(e) -> list[str]:
     """What the step charges attention differently from the FLOP count (estimate and plan print them): Llama 4's chunks,
     which the count does not know, and gpt-oss's windows past 16k, charged at the full context."""

@@ -12,7 +12,6 @@ from moetune.cli.output import (
     console,
     emit_json,
     layout_extras,
-    optimizer_note,
     table,
     user_files_line,
 )
@@ -25,7 +24,7 @@ from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.estimate import user_files
-from moetune.planner.explain import unsearched_gains
+from moetune.planner.explain import optimizer_note, unsearched_gains
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix

@@ -5,6 +5,7 @@ from functools import cache
 from importlib import resources
 
 from moetune.errors import UnsupportedPrecision
+from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
@@ -41,7 +42,26 @@ def default_precision(gpu: GpuSpec) -> str:
     return recipe
 
 
-def default_dispatcher(gpu: GpuSpec, ep: int) -> str:
+def default_dispatcher(gpu: GpuSpec, ep: int, etp: int = 1, world: int | None = None) -> str:
     """The dispatcher a knob left out takes: the platform's where experts spread over EP ranks, alltoall at EP 1
-    (no all-to-all to accelerate)."""
-    return platform_defaults(gpu)["dispatcher"] if ep > 1 else "alltoall"
+    (no all-to-all to accelerate) and where the platform's HybridEP cannot span the EP group (past the job's NVLink
+    domain on NVL72: Bridge refuses HybridEP beyond the 72-rank rack and runs DeepEP on no Grace-Blackwell; rule
+    dispatcher.hybridep_ep_exceeds_domain)."""
+    backend = platform_defaults(gpu)["dispatcher"]
+    if backend == "hybridep" and gpu.nvlink_domain >= NVL72_DOMAIN and world is not None \
+            and members_in_domain(ep, etp, job_nvlink_domain(world, gpu.gpus_per_node, gpu.nvlink_domain)) < ep:
+        return "alltoall"
+    return backend if ep > 1 else "alltoall"
+
+
+def with_mamba(spec, scope: tuple[str, ...]) -> tuple[str, ...]:
+    """A TE graph scope with a hybrid's Mamba mixers captured too, as every Nemotron-3 Nano recipe does
+    (published_runs.csv: attn mamba moe_router moe_preprocess); an empty scope (eager) stays empty."""
+    if spec.mamba is None or not scope or "mamba" in scope or "full_iteration" in scope:
+        return scope
+    return ("attn", "mamba") + tuple(x for x in scope if x != "attn")
+
+
+def default_scope(spec, gpu: GpuSpec) -> tuple[str, ...]:
+    """The CUDA-graph scope a knob left out takes for this model on this platform."""
+    return with_mamba(spec, tuple(platform_defaults(gpu)["cuda_graph_scope"]))

@@ -9,7 +9,7 @@ configuration, re-estimated, and kept when it still fits and predicts a gain.
 from dataclasses import replace
 
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
-from moetune.planner.defaults import platform_defaults, platform_of
+from moetune.planner.defaults import default_dispatcher, default_scope, platform_defaults, platform_of
 from moetune.planner.ep_first import ep_first
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain_scale import scale
@@ -49,7 +49,8 @@ def _profile(e: Estimate) -> dict:
     compute = sorted(((k, v) for k, v in t["compute_by_class"].items() if v > 0), key=lambda kv: -kv[1])
     lead = " and ".join(f"{k} {v:.2f} s" for k, v in compute[:2])
     why = {
-        "memory": f"peak {e.peak_bytes / GIB:.1f} GiB exceeds {e.gpu.capacity_bytes / GIB:.1f} GiB",
+        "memory": f"peak {e.peak_bytes / GIB:.1f} GiB exceeds {e.gpu.capacity_bytes / GIB:.1f} GiB; of the time "
+                  f"walls estimate names, {t['dominant_wall']} would dominate if it ran",
         "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of a {t['step_seconds']:.2f} s step",
         "compute": f"{lead} lead{'s' if len(compute) == 1 else ''} compute ({walls['compute']:.2f} s)",
         "bubble": f"pipeline bubble (PP{e.layout.pp}-1)/(VPP{e.layout.vpp} x m={t['num_microbatches']})",
@@ -117,6 +118,23 @@ def unsearched_gains(e: Estimate, found: list | None = None) -> list[dict]:
     return _retune(e, findings(e) if found is None else found, only=lambda move: move.get("unsearched", False))
 
 
+def optimizer_note(e) -> str | None:
+    """The optimizer where it is Muon (the tables show the searched knobs only): how it steps and what it costs."""
+    if e.knobs.optimizer != "muon":
+        return None
+    how = "the layer-wise distributed optimizer (dist_muon)" if e.knobs.distributed_optimizer else "no sharding"
+    return (f"Muon under {how}: one momentum a parameter, no optimizer offload; its step, Newton-Schulz GEMMs "
+            f"included, is {e.time['compute_by_class']['optimizer_step']:.3f} s of the compute wall (walls/muon.py)")
+
+
+def gbs_default_text(e: Estimate) -> str:
+    """The global batch a run left out, and what it sets: MBS x DP x PP (Workload.gbs), whose micro-batches the
+    pipeline bubble is shared over."""
+    m = e.time["num_microbatches"]
+    return (f"MBS x DP x PP = {e.workload.gbs(e.layout):,} ({m} micro-batch{'es' if m != 1 else ''} a step; the "
+            f"bubble is (PP-1)/(VPP x {m}) of the useful time)")
+
+
 def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda move: True) -> list[dict]:
     """The single moves (those `only` keeps) that predict a gain and fit, best first; those that would gain but do
     not fit go to `blocked` (each with the memory it needs), so an empty Retune can say what memory stops."""
@@ -127,6 +145,8 @@ def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda m
         if not only(move) or move.get("platform") and platform_of(e.gpu) not in move["platform"]:
             continue
         if move.get("from_precision") and e.knobs.precision not in move["from_precision"]:
+            continue
+        if move.get("hybrid_only") and e.model.mamba is None:
             continue
         if move.get("when_not_fit") is not None and move["when_not_fit"] == e.fits and not broken:
             continue  # a refused run takes any move that clears its error, a memory move included
@@ -156,11 +176,15 @@ def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda m
 # Moves that change a second thing on top of another move: kept only where they beat that move alone, so a row
 # never shows the other move's gain as its own (EP overlap with VPP against more virtual stages alone).
 COMPOUND = {"ep_overlap_with_vpp": "more_virtual_stages", "ep_overlap_delay_wgrad": "ep_overlap"}
+# A compound move is listed only where it adds this much to the gain of its part alone: EP overlap with VPP had led
+# Retune at +19.4% where VPP alone gave +19.3% (explain audit), crediting the overlap with the bubble's gain
+COMPOUND_MARGIN = 0.005
 
 
 def _without_borrowed_gains(rows: list[dict]) -> list[dict]:
     gain = {r["rule"]: r["predicted_gain"] for r in rows}
-    return [r for r in rows if r["rule"] not in COMPOUND or gain[r["rule"]] > gain.get(COMPOUND[r["rule"]], -1.0)]
+    return [r for r in rows if r["rule"] not in COMPOUND
+            or gain[r["rule"]] > gain.get(COMPOUND[r["rule"]], -1.0) + COMPOUND_MARGIN]
 
 
 def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
@@ -185,17 +209,26 @@ def explain(e: Estimate) -> dict:
     retune = _retune(e, found, blocked)
     if not e.fits and (faster := _faster_fix(fit["steps"], retune)):
         fit["fastest_fix"] = faster
+    dispatcher = default_dispatcher(e.gpu, e.layout.ep, e.layout.etp, e.layout.world_size)
     return {
-        "fp8_caveat": fp8, "fp8_evidence": evidence(),
+        "fp8_caveat": fp8, "fp8_evidence": evidence(), "optimizer": e.knobs.optimizer,
+        "optimizer_note": optimizer_note(e),
+        "gbs_defaulted": gbs_default_text(e) if "global_batch_size" in e.defaulted else None,
         "track_record": estimate_record(e), **e.user_files,
         "fit": fit, "scale": scale(e), "profile": _profile(e), "retune": retune,
         "retune_blocked_by_memory": sorted(blocked, key=lambda r: -r["predicted_gain"])[:3],
         "checks": _checks(found, SEVERITY_ORDER),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},
-        "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": defaults["dispatcher"],
-                             "fp8_recipe": defaults["precision"], "cuda_graph_scope": defaults["cuda_graph_scope"],
+        # this model on this layout: EP 1 takes alltoall (no all-to-all to accelerate), a hybrid graphs its Mamba mixers
+        "default_mappings": {"platform": platform_of(e.gpu), "dispatcher": dispatcher,
+                             "fp8_recipe": defaults["precision"],
+                             "cuda_graph_scope": list(default_scope(e.model, e.gpu)),
                              "source": defaults["source"],
-                             "flex_num_sms": TUNED_FLEX_SMS.get(defaults["dispatcher"]),
+                             "dispatcher_note": None if dispatcher == defaults["dispatcher"] else
+                             (f"at EP 1, no all-to-all to accelerate; the platform's is {defaults['dispatcher']}"
+                              if e.layout.ep == 1 else f"{defaults['dispatcher']} cannot span EP {e.layout.ep} "
+                              "past the job's NVLink domain (rule dispatcher.hybridep_ep_exceeds_domain)"),
+                             "flex_num_sms": TUNED_FLEX_SMS.get(dispatcher),
                              "flex_num_sms_source": "seeds/004 Tuning Parameters (HybridEP: the performance harness "
                                                     "uses 32; DeepEP: default 20)",
                              # with CP: the legal exchange that costs least (Megatron's own default is p2p; Bridge's

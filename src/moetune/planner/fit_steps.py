@@ -41,7 +41,9 @@ def fit_steps(e: Estimate) -> list[dict]:
         steps.append({"step": "smallest model parallelism that fits",
                       "layout": smallest.layout.describe() + (f", {split}" if split else "")
                       + (f", cp_comm_type {exchange_text(smallest.knobs, smallest.layout.cp)}"
-                         if smallest.layout.cp > 1 else ""),
+                         if smallest.layout.cp > 1 else "")
+                      # the run's global batch is kept: a re-estimate that leaves --gbs out takes MBS x DP x PP
+                      + f", GBS {smallest.workload.gbs(smallest.layout):,}",
                       "peak_gib": smallest.peak_bytes / GIB, "tight": tight(smallest),
                       "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"],
                       "source": "seeds/000 Phase 1; the fastest of that size with these knobs: `moetune plan` weighs "

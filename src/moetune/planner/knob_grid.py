@@ -8,6 +8,7 @@ from itertools import product
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs, unsaved_offloads
+from moetune.planner.defaults import with_mamba
 from moetune.rules.derive import derive
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -92,9 +93,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     precisions = _precisions(defaults, fixed)
     dispatchers = fixed.get("dispatcher", supported_dispatchers(gpu))
     # TE-scoped graphs are searched on every platform: one that defaults to none (A100's safe bring-up) runs them too
-    scoped = tuple(defaults["cuda_graph_scope"]) or TE_SCOPED
-    if spec.mamba is not None:  # a hybrid's Mamba mixers are captured too, as every Nemotron-3 Nano recipe does
-        scoped = ("attn", "mamba") + tuple(x for x in scoped if x != "attn")  # (published_runs.csv: attn mamba ...)
+    scoped = with_mamba(spec, tuple(defaults["cuda_graph_scope"]) or TE_SCOPED)
     scopes = fixed.get("cuda_graph_scope", [(), scoped] + ([("full_iteration",)] if routing == "force-balance" else []))
     overlaps = fixed.get("ep_overlap", [False, True])
     if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (search._pins_agree)

@@ -12,8 +12,10 @@ from typing import Any
 
 from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer, sequence_parallel
 from moetune.configio.names import NO_DEFAULT, names
+from moetune.errors import MoetuneError
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
-from moetune.layout.layout import hybrid_segments
+from moetune.layout.layout import Layout, hybrid_segments
+from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     LONG_SDPA,
@@ -148,6 +150,13 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment: EP itself, at most the
         # domain (8 on HGX; on NVL72 Bridge refuses EP > 72, and a job's Slurm segment can hold fewer: 64 of 256 GB200)
         d["hybridep_ranks_per_domain"] = min(d["ep"], domain)
+        if d.get("recommended_backend") == "hybridep" and d["nvlink_domain"] >= 72 and d["ep_crosses_nvlink"]:
+            # HybridEP is refused past the rack (rule dispatcher.hybridep_ep_exceeds_domain) and Bridge runs DeepEP on
+            # no Grace-Blackwell: no flex backend runs this EP, so the seeds' bring-up dispatcher, alltoall, is the
+            # start (its fixes had sent a user from one refused backend to the other)
+            d["recommended_backend"] = None
+        # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
+        d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
 
 
 def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int) -> int:
@@ -297,8 +306,29 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["delay_wgrad"] = bool(value(config, "comm_overlap.delay_wgrad_compute", False))
     d["tp_comm_overlap"] = bool(value(config, "comm_overlap.tp_comm_overlap", False))
     d["overlap_grad_reduce"] = bool(value(config, "ddp.overlap_grad_reduce", False))
+    d["vpp2_runs"] = _vpp2_runs(config, d)
     d.update(extra or {})
     for key in ("peak_bytes", "capacity_bytes"):
         if d.get(key) is not None:
             d[key.replace("_bytes", "_gib")] = round(d[key] / 2**30, 1)
     return d
+
+
+def _vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:
+    """Whether this pipeline split holds at VPP 2 (the fix rules scale.pp_without_vpp and ep_overlap.pp_needs_vpp
+    offer): uneven first/last stages and the layers between must each split into two chunks (layout/pipeline.py);
+    None where the config does not say how many layers there are."""
+    layers = _count(value(config, "model.num_layers"))
+    if layers is None or d["pp"] <= 1:
+        return None
+    split = {"first_stage_layers": "num_layers_in_first_pipeline_stage",
+             "last_stage_layers": "num_layers_in_last_pipeline_stage",
+             "account_for_embedding": "account_for_embedding_in_pipeline_split",
+             "account_for_loss": "account_for_loss_in_pipeline_split"}
+    given = {k: value(config, f"model.{name}") for k, name in split.items()}
+    given = {k: (bool(v) if k.startswith("account") else v) for k, v in given.items()}
+    try:
+        pipeline_chunks(Layout(world_size=d["pp"], pp=d["pp"], vpp=2, **given), layers)
+    except (MoetuneError, ValueError):
+        return False
+    return True

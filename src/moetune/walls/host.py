@@ -26,7 +26,10 @@ def layer_cpu_share(kind: LayerKind, scopes: tuple[str, ...]) -> float:
         scopes, left = (), 1 - FULL_ITERATION_CAPTURE
     else:
         left = 1.0
-    mixer = {"gqa": "attention", "mla": "attention"}.get(kind.mixer, kind.mixer)
+    # a gated delta-net layer is a TransformerLayer whose self_attention is the GatedDeltaNet (Megatron-Core
+    # experimental_attention_variant_module_specs.py), which the attn scope captures (transformer_layer.py
+    # _get_submodules_under_cudagraphs: self.self_attention); Mamba layers have a scope of their own
+    mixer = {"gqa": "attention", "mla": "attention", "gdn": "attention"}.get(kind.mixer, kind.mixer)
     parts = {p: PART_SHARE[key] for p, key in ((mixer, "mixer"), (kind.mlp, kind.mlp)) if p != "none"}
     for scope in scopes:
         part, share = GRAPH_CAPTURE.get(scope, ("", 0.0))
