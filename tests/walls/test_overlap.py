@@ -151,7 +151,7 @@ def test_without_the_distributed_optimizer_gradients_are_all_reduced():
     """Megatron-Core's DDP all-reduces each bucket when use_distributed_optimizer is off (distributed/
     param_and_grad_buffer.py start_grad_sync) and every rank steps its whole copy, so no parameter all-gather: with
     FP32 grads 2 x 4 bytes a parameter cross the ring instead of 4 + 2 (R006's layout, gpt-oss-120b on 64 B200)."""
-    from moetune.walls.step import iteration_terms
+    from moetune.walls.iteration import iteration_terms
     gpu, eff, lay, spec = load_gpu("b200"), efficiency("b200"), Layout(world_size=64, ep=8), load_model("gpt-oss-120b")
     (rs, ag), opt_sharded, _ = iteration_terms(spec, 1e9, 4e9, 1e8, lay, Knobs(), gpu, eff)
     (ar, none), opt_whole, _ = iteration_terms(spec, 1e9, 4e9, 1e8, lay, Knobs(distributed_optimizer=False,

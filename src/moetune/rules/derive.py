@@ -10,23 +10,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer, sequence_parallel
-from moetune.configio.names import NO_DEFAULT, names
-from moetune.errors import MoetuneError
+from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
-from moetune.layout.layout import Layout, hybrid_segments
-from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     LONG_SDPA,
     ep_first_sizes,
-    gdn_cp_refusal,
-    mamba_cp_refusal,
-    shard_cp,
-    undersharded_cp,
 )
+from moetune.rules.derive_layers import context_parallel, value, vpp2_runs
 from moetune.rules.table import load_table
-from moetune.walls.cp_legal import a2a_splits
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {
@@ -44,14 +37,6 @@ EXTERNAL = {
     "cp_shard_target": "int: the 4K-shard CP among those the model runs at (planner/moves.py cp_sizing)",
     "cp_undersharded": "bool: the config's CP is below cp_shard_target at long context",
 }
-
-
-def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
-    """The config's value, else Megatron's default, else ``fallback``."""
-    if name in config:
-        return config[name]
-    default = names().default(name)
-    return fallback if default is NO_DEFAULT else default
 
 
 def graph_modules(scope: Any) -> list[str]:
@@ -171,73 +156,6 @@ def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int
     return 1
 
 
-def _context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
-    """The CP exchange (Megatron hands TE p2p when cp_comm_type is unset) and the largest CP an all-to-all's head
-    split allows: heads and KV groups of each TP rank must divide (MLA: every head is its own group)."""
-    kind = value(config, "model.cp_comm_type") or "p2p"
-    d["cp_comm_type"] = "per-layer list" if isinstance(kind, list) else kind
-    sizes = value(config, "model.hierarchical_context_parallel_sizes")
-    d["hcp_sizes"] = list(sizes) if sizes else None
-    d["hcp_sizes_product"] = math.prod(sizes) if sizes else None
-    heads = value(config, "model.num_attention_heads")
-    groups = heads if value(config, "model.multi_latent_attention", False) else value(config, "model.num_query_groups")
-    d["attn_heads"], d["kv_groups"] = heads, groups
-    if heads and groups and heads % d["tp"] == 0 and groups % d["tp"] == 0:
-        d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1)
-                                if d["cp"] % a == 0 and a2a_splits(heads // d["tp"], groups // d["tp"], a))
-    d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
-    _linear_mixer_heads(config, d)
-    _cp_sizing(config, d)
-    if "job_nvlink_domain" in d:
-        d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
-
-
-def _count(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
-    """Heads and groups of the Mamba-2 and gated delta-net mixers a config builds, which CP splits whole per TP rank
-    (rules cp.mamba_heads, cp.gdn_heads): Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads
-    (mamba_num_heads, else 2 x hidden_size / mamba_head_dim: expand 2, megatron/core/ssm/mamba_mixer.py) and groups;
-    gated delta-net where experimental_attention_variant names it, each with why CP cannot split it (layout/validate.py,
-    as a layout's validation asks)."""
-    pattern = value(config, "model.hybrid_layer_pattern")
-    if isinstance(pattern, str) and "M" in pattern:
-        heads = value(config, "model.mamba_num_heads")
-        hidden, head_dim = value(config, "model.hidden_size"), value(config, "model.mamba_head_dim")
-        if heads is None and _count(hidden) and _count(head_dim):
-            heads = 2 * hidden // head_dim
-        counts = _count(heads), _count(value(config, "model.mamba_num_groups"))
-        if None not in counts:
-            d["mamba_heads"], d["mamba_groups"] = counts
-            d["mamba_cp_refusal"] = mamba_cp_refusal(*counts, d["tp"], d["cp"])
-    if str(value(config, "model.experimental_attention_variant") or "") in ("gated_delta_net", "gdn", "gdn2"):
-        counts = (_count(value(config, "model.linear_num_key_heads")),
-                  _count(value(config, "model.linear_num_value_heads")))
-        if None not in counts:
-            d["gdn_key_heads"], d["gdn_value_heads"] = counts
-            d["gdn_cp_refusal"] = gdn_cp_refusal(*counts, d["tp"], d["cp"])
-
-
-def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
-    """The 4K-shard CP (rule longctx.cp_sizing) over the CPs this config's own fields allow: the sequence rules under
-    its sequence parallelism (a recipe's, on with TP > 1, where it is silent), the world, and with attention sinks
-    a2a's head split (the only exchange they run). The estimator supplies the model's every check on top
-    (planner/moves.py cp_sizing_facts: linear-attention heads, the layer split, the batch)."""
-    seq = value(config, "model.seq_length")
-    if not seq:
-        return
-    world = config.get("cluster.num_gpus")
-    tp, heads, groups = d["tp"], d["attn_heads"], d["kv_groups"]
-    runs = None
-    if d["softmax_sinks"] and heads and groups and heads % tp == 0 and groups % tp == 0:
-        runs = lambda cp: bool(a2a_splits(heads // tp, groups // tp, cp))  # noqa: E731
-    d["cp_shard_target"] = shard_cp(int(seq), tp, d["pp"], int(world) if world else None, runs,
-                                    sp=sequence_parallel(config))
-    d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"])
-
-
 def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
     dispatcher = value(config, "model.moe_token_dispatcher_type", "allgather")
     backend = value(config, "model.moe_flex_dispatcher_backend")
@@ -295,7 +213,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     """All derived facts for ``config``; ``extra`` (from the estimator/profiler) wins."""
     d: dict[str, Any] = _platform(config)
     _mesh(config, d)
-    _context_parallel(config, d)
+    context_parallel(config, d)
     _dispatcher(config, d)
     _graphs(config, d)
     _precision(config, d)
@@ -306,29 +224,9 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["delay_wgrad"] = bool(value(config, "comm_overlap.delay_wgrad_compute", False))
     d["tp_comm_overlap"] = bool(value(config, "comm_overlap.tp_comm_overlap", False))
     d["overlap_grad_reduce"] = bool(value(config, "ddp.overlap_grad_reduce", False))
-    d["vpp2_runs"] = _vpp2_runs(config, d)
+    d["vpp2_runs"] = vpp2_runs(config, d)
     d.update(extra or {})
     for key in ("peak_bytes", "capacity_bytes"):
         if d.get(key) is not None:
             d[key.replace("_bytes", "_gib")] = round(d[key] / 2**30, 1)
     return d
-
-
-def _vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:
-    """Whether this pipeline split holds at VPP 2 (the fix rules scale.pp_without_vpp and ep_overlap.pp_needs_vpp
-    offer): uneven first/last stages and the layers between must each split into two chunks (layout/pipeline.py);
-    None where the config does not say how many layers there are."""
-    layers = _count(value(config, "model.num_layers"))
-    if layers is None or d["pp"] <= 1:
-        return None
-    split = {"first_stage_layers": "num_layers_in_first_pipeline_stage",
-             "last_stage_layers": "num_layers_in_last_pipeline_stage",
-             "account_for_embedding": "account_for_embedding_in_pipeline_split",
-             "account_for_loss": "account_for_loss_in_pipeline_split"}
-    given = {k: value(config, f"model.{name}") for k, name in split.items()}
-    given = {k: (bool(v) if k.startswith("account") else v) for k, v in given.items()}
-    try:
-        pipeline_chunks(Layout(world_size=d["pp"], pp=d["pp"], vpp=2, **given), layers)
-    except (MoetuneError, ValueError):
-        return False
-    return True

@@ -1,7 +1,7 @@
 """Memory and step time of many layouts at once (numpy arrays), for the planner's full search.
 
 The formulas are the scalar ones (activations.layer_activation_items, memory.model_state_bytes,
-memory.in_flight, step.layer_time, compute.heads_seconds, comms.p2p_seconds, step.iteration_terms): they are plain
+memory.in_flight, step.layer_time, compute.heads_seconds, comms.p2p_seconds, iteration.iteration_terms): they are plain
 arithmetic, so they accept arrays whose first axis is the candidate and whose second is the pipeline stage
 (walls/batch_layouts.py). Per-layer quantities are evaluated once per distinct shape (MBS, TP, CP, ETP, EP, SP)
 and read back by row. Only the per-stage assembly is written here; tests check it against `estimate` candidate
@@ -25,6 +25,7 @@ from moetune.walls.activations import (
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
+from moetune.walls.iteration import iteration_terms
 from moetune.walls.memory import (
     activation_context,
     in_flight,
@@ -35,7 +36,7 @@ from moetune.walls.memory import (
     userbuffer_bytes,
 )
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.step import iteration_terms, layer_time
+from moetune.walls.step import layer_time
 
 
 def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
@@ -188,7 +189,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
 
 
 def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
-    """step.iteration_terms for each candidate's largest stage."""
+    """iteration.iteration_terms for each candidate's largest stage."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
     dense, expert, vocab = (np.take_along_axis(x, big, 1) for x in (b.dense, b.expert, b.vocab))
     (rs, ag), optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff)

@@ -1,5 +1,5 @@
 """Muon's Newton-Schulz step: the GPU work Megatron's emerging optimizer adds to each iteration, on top of the
-memory-bound update Adam also pays (step.iteration_terms).
+memory-bound update Adam also pays (iteration.iteration_terms).
 
 Muon orthogonalizes each linear weight's momentum with ``muon_num_ns_steps`` quintic Newton-Schulz iterations
 (Megatron-Core optimizer/emerging_optimizers.py, newton_schulz_tp; optimizer_config.py muon_num_ns_steps = 5, as

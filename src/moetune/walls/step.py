@@ -37,7 +37,6 @@ from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
     chunked_attention_flops,
-    gemm_rate,
     heads_seconds,
     layer_compute_seconds,
     passes,
@@ -47,9 +46,9 @@ from moetune.walls.compute import (
 from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import megatron_model_flops, windowed_overcharge
 from moetune.walls.host import host_wait, layer_cpu_share
+from moetune.walls.iteration import iteration_terms
 from moetune.walls.memo import remembered
-from moetune.walls.memory import MUON_BYTES, activation_context
-from moetune.walls.muon import ns_seconds
+from moetune.walls.memory import activation_context
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
 
@@ -61,12 +60,6 @@ class LayerTime:
     comm_raw: dict  # un-hidden seconds by collective
     host: float
     host_unpaired: float  # the host seconds with the EP all-to-all unhidden (a micro-batch EP overlap cannot pair)
-
-
-
-
-
-
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
@@ -214,36 +207,6 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
         out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
     return out
-
-
-def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
-    """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
-    them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
-    - raw DP traffic, (gradient reduce-scatter, BF16 parameter all-gather), over DP x CP (dense) and EDP (experts);
-      without the distributed optimizer, (gradient all-reduce, nothing);
-    - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
-      grads and weights read; Muon keeps one momentum), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
-    - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
-      step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
-    grad = 4 if knobs.main_grads_fp32 else 2
-    def ring(nbytes):
-        return (ring_seconds(dense * nbytes, lay.dp * lay.cp, lay.tp, gpu, eff)
-                + ring_seconds(expert * nbytes, lay.edp, lay.etp * lay.ep, gpu, eff))
-
-    if knobs.distributed_optimizer:
-        dp = (ring(grad), ring(2))  # gradient reduce-scatter, BF16 parameter all-gather
-    else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
-        dp = (2 * ring(grad), 0 * ring(2))  # (Megatron-Core distributed/param_and_grad_buffer.py: all_reduce)
-    shard = dense / (lay.dp * lay.cp) + expert / lay.edp if knobs.distributed_optimizer else dense + expert
-    moments = MUON_BYTES - 4 if knobs.optimizer == "muon" else 2 * knobs.adam_moments_bytes
-    state = 2 * (4 + moments) + 4 + 2
-    f = knobs.optimizer_offload_fraction
-    optimizer = shard * state * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
-    if knobs.optimizer == "muon":
-        optimizer = optimizer + ns_seconds(spec, dense, expert, vocab, lay, knobs.distributed_optimizer,
-                                           gemm_rate(gpu, "bf16", eff))
-    offload = shard * f * state / (eff["cpu_optimizer_gbps"] * 1e9)
-    return dp, optimizer, offload
 
 
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
