@@ -43,3 +43,16 @@ def test_a_comm_overlap_section_turns_dp_overlap_on_where_dp_exceeds_one(gpus, e
 def test_without_a_comm_overlap_section_ddp_stands():
     config = load_config(sets=["ddp.use_distributed_optimizer=true", "ddp.overlap_grad_reduce=false"], gpus=16)
     assert config["ddp.overlap_grad_reduce"] is False
+
+
+def test_a_saved_estimate_keeps_its_dp_overlap_through_the_comm_overlap_section(tmp_path, capsys):
+    """A planned config carries a comm_overlap section, which Bridge lets turn DP overlap on where it leaves it unset:
+    an estimate saved with --no-overlap-grad-reduce had read back with the overlap on (so check missed the warning)."""
+    from moetune.cli.main import main
+    job = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--gbs", "512"]
+    assert main(["estimate", *job, "--no-overlap-grad-reduce", "--json"]) == 0
+    saved = tmp_path / "estimate.json"
+    saved.write_text(capsys.readouterr().out)
+    main(["check", str(saved), "--json"])
+    import json
+    assert "overlap.grad_reduce" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}

@@ -26,7 +26,8 @@ def _dp_overlap(items: dict[str, Any]) -> dict[str, Any]:
     """The plan's DP overlap written onto comm_overlap too: a recipe's CommOverlapConfig that sets its own
     overlap_grad_reduce / overlap_param_gather overrides ddp's with it (Bridge training/comm_overlap.py
     _override_user_cfgs; Kimi-K2's H100 perf recipe turns the grad-reduce overlap off)."""
-    return {f: items[f"ddp.{f}"] for f in ("overlap_grad_reduce", "overlap_param_gather") if f"ddp.{f}" in items}
+    return {f: items[f"ddp.{f}"] for f in ("overlap_grad_reduce", "overlap_param_gather")
+            if f"ddp.{f}" in items and f"comm_overlap.{f}" not in items}  # a planned config carries its own
 
 
 def dotted_overrides(config: dict[str, Any], header: str) -> str:

@@ -60,6 +60,8 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     for name, value in sorted(config.items()):
         if name.split(".", 1)[0] in ("cluster", "env") or name in covered or name in dropped:
             continue
+        if name in ("comm_overlap.overlap_grad_reduce", "comm_overlap.overlap_param_gather"):
+            continue  # Bridge's copy of ddp's DP overlap (configio/finalize.py), which --overlap-* flags carry
         if name == "model.virtual_pipeline_model_parallel_size" and (
                 config.get("model.pipeline_model_parallel_layout") or config.get("model.hybrid_layer_pattern")):
             continue  # Megatron-LM derives VPP from the layout string or the pattern's '|' and refuses both flags
