@@ -146,7 +146,10 @@ def test_dp_and_tp_overlap_advice_is_legal_for_the_config():
     config with TP > 1 (an exposed all-reduce may be a DDP bucket's, and SP at TP 1 is refused)."""
     facts = {**COMM, "exposed.dp_tp_comm": 0.2, "exposed.alltoall": 0.0, "exposed.ep_comm": 0.0}
     plain = _overrides("communication", facts)
-    assert plain["comm.dp_overlap"] == {"ddp.overlap_grad_reduce": True, "ddp.overlap_param_gather": True}
+    # on the comm_overlap section too, which Bridge copies onto ddp with the distributed optimizer
+    assert plain["comm.dp_overlap"] == {"ddp.overlap_grad_reduce": True, "ddp.overlap_param_gather": True,
+                                        "comm_overlap.overlap_grad_reduce": True,
+                                        "comm_overlap.overlap_param_gather": True}
     assert "comm.tp_overlap" not in plain
     no_dist = _overrides("communication", facts, {"ddp.use_distributed_optimizer": False})
     assert no_dist["comm.dp_overlap"] == {"ddp.overlap_grad_reduce": True}

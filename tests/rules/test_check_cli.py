@@ -21,7 +21,7 @@ def test_recipe_passes_with_json_contract(capsys):
     assert code == 0
     assert set(data) == {"findings", "config"}
     for f in data["findings"]:
-        assert set(f) == {"rule", "severity", "message", "fix", "source"}
+        assert set(f) == {"rule", "severity", "message", "fix", "source", "fix_withdrawn"}
         assert f["severity"] in ("warning", "info")
     assert data["config"]["model.expert_model_parallel_size"] == 16
 
@@ -94,3 +94,36 @@ def test_a_bridge_config_silent_on_expert_tp_runs_etp_1(capsys):
     mlm = "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 16 --num-experts 128"
     code, out, _ = run(["check", "--mlm-args", mlm, "--gpu", "h100", "--gpus", "16", "--json"], capsys)
     assert "scale.world_size_experts" in {f["rule"] for f in json.loads(out)["findings"]}
+
+
+def test_a_fix_that_would_trip_another_rule_is_withdrawn_and_says_which():
+    """EP crossing the NVLink domain without overlap, beside a TE graph of the whole (drop-and-pad) MoE layer: the
+    overlap ep_overlap.candidate suggests is refused beside that graph (ep_overlap.graph_scope_moe), so its fix is
+    withdrawn and named instead of printed (review of the explain audit's fixes)."""
+    from moetune.configio import load_config
+    from moetune.rules import evaluate
+    from moetune.rules.engine import vet_fixes
+    config = load_config(sets=["model.num_moe_experts=64", "model.moe_token_dispatcher_type=alltoall",
+                               "mixed_precision.bf16=true", "model.expert_model_parallel_size=16",
+                               "model.moe_expert_capacity_factor=1.0", "model.moe_pad_expert_input_to_capacity=true",
+                               "model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,moe]"],
+                         gpu="h100", gpus=32)
+    found = evaluate(config, context="explain")
+    raw = {f.rule: f for f in found}["ep_overlap.candidate"]
+    assert raw.fix  # what the table offers, unvetted
+    vetted = {f.rule: f for f in vet_fixes(config, found, context="explain")}["ep_overlap.candidate"]
+    assert vetted.fix == {} and "ep_overlap.graph_scope_moe" in vetted.fix_withdrawn
+
+
+def test_vpp_two_is_not_offered_where_it_breaks_the_split():
+    """scale.pp_without_vpp offers VPP 2 only where the split holds it: not an odd uneven first stage, not a hybrid
+    (its stages come from the pattern, and Bridge refuses VPP on one)."""
+    from moetune.configio import load_config
+    from moetune.rules import derive
+    base = ["model.num_layers=61", "model.pipeline_model_parallel_size=8"]
+    uneven = base + ["model.num_layers_in_first_pipeline_stage=7", "model.num_layers_in_last_pipeline_stage=6"]
+    hybrid = ["model.num_layers=48", "model.pipeline_model_parallel_size=2", "model.hybrid_layer_pattern=MEM*E"]
+    assert derive(load_config(sets=uneven, gpu="h100", gpus=64))["vpp2_runs"] is False
+    assert derive(load_config(sets=["model.num_layers=64", "model.pipeline_model_parallel_size=8"], gpu="h100",
+                              gpus=64))["vpp2_runs"] is True
+    assert derive(load_config(sets=hybrid, gpu="h100", gpus=64))["vpp2_runs"] is False

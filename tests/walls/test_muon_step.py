@@ -43,3 +43,25 @@ def test_muon_steps_cost_the_newton_schulz_work_shared_over_expert_data_parallel
     rate = gpu.bf16_tflops * 1e12 * muon.efficiency["gemm_eff"]
     assert extra > 0.9 * experts * ns_flops_per_param(KIMI, 1, 1)[1] / rate
     assert 0.05 < extra < 0.5
+
+
+def test_the_layer_wise_optimizer_all_reduces_gradients_and_gathers_parameters_unhidden():
+    """dist_muon keeps DDP's own distributed optimizer off: DDP all-reduces the gradients (twice a reduce-scatter's
+    traffic) and the layer-wise optimizer all-gathers what each rank stepped (Megatron-Core
+    optimizer/layer_wise_optimizer.py), with no bucketed overlap of that gather (review)."""
+    from moetune.walls.efficiency import efficiency
+    from moetune.walls.iteration import iteration_terms
+    gpu, lay = load_gpu("h100"), Layout(world_size=64, ep=8)
+    adam = Knobs()
+    muon = Knobs(optimizer="muon")
+    (rs_a, ag_a), _, _ = iteration_terms(KIMI, 1e9, 4e9, 1e8, lay, adam, gpu, efficiency("h100"))
+    (rs_m, ag_m), _, _ = iteration_terms(KIMI, 1e9, 4e9, 1e8, lay, muon, gpu, efficiency("h100"))
+    assert rs_m == pytest.approx(2 * rs_a) and ag_m == pytest.approx(ag_a)
+    assert adam.overlap_param_gather and not muon.overlap_param_gather
+
+
+def test_the_planner_searches_muon_without_an_offload_pin():
+    from moetune.planner.search import plan
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=512),
+                  fixed={"optimizer": "muon"}, top=1)
+    assert result.results and result.results[0].knobs.optimizer == "muon"

@@ -19,6 +19,7 @@ from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
 from moetune.planner.from_json import pick_result
 from moetune.rules import Finding, evaluate
+from moetune.rules.engine import vet_fixes
 from moetune.rules.table import CONTEXTS
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -77,7 +78,7 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_ov
 
 
 def check_findings(config: dict, context: str = "check", mcore: bool = True, derived: dict | None = None) -> list:
-    findings = evaluate(config, derived, context=context)
+    findings = vet_fixes(config, evaluate(config, derived, context=context), derived, context=context)
     if mcore:
         from moetune.rules.mcore import mcore_findings
 
@@ -99,6 +100,8 @@ def findings_table(findings: list) -> Table:
         text = escape(f.message)
         if f.fix:
             text += f"\n[green]fix:[/] {escape(_fix_text(f.fix))}"
+        elif f.fix_withdrawn:
+            text += f"\n[yellow]no fix:[/] its own would trip {', '.join(f.fix_withdrawn)}"
         text += f"\n[dim]source: {escape(f.source)}[/]"
         t.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.rule, text)
     return t

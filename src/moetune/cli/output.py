@@ -61,7 +61,9 @@ def print_checks(found: list[dict]) -> None:
     out = console()
     for c in found:
         fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
-        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else ""))
+        withdrawn = c.get("fix_withdrawn") and f" (no fix: its own would trip {', '.join(c['fix_withdrawn'])})"
+        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else "")
+                  + (withdrawn or ""))
 
 
 def attention_notes(e) -> list[str]:

@@ -66,7 +66,12 @@ def same_optimizer(path: str, base, fixed: dict) -> dict:
     if fixed.get("optimizer", base.knobs.optimizer) != base.knobs.optimizer:
         raise MoetuneError(f"--baseline {path} trains with {base.knobs.optimizer}, --fix optimizer={fixed['optimizer']}"
                            ": compare plans under one optimizer; drop the --fix")
-    return muon_without_offload({**fixed, "optimizer": "muon"}) if base.knobs.optimizer == "muon" else fixed
+    if base.knobs.optimizer != "muon":
+        return fixed
+    if any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
+        raise MoetuneError(f"--baseline {path} trains with Muon, which runs without the optimizer's CPU offload: drop "
+                           "--fix optimizer_offload_fraction")
+    return muon_without_offload({**fixed, "optimizer": "muon"})
 
 
 @click.command(name="plan")

@@ -152,6 +152,11 @@ class Knobs:
             raise MoetuneError("Muon runs without the precision-aware optimizer that BF16 moments and optimizer "
                                "offload need (Megatron-LM builds emerging optimizers apart): drop --bf16-moments and "
                                "--optimizer-offload, or use adam")
+        if self.optimizer == "muon" or not self.distributed_optimizer:
+            # no parameter shards to gather under the bucketed overlap: without the distributed optimizer there are
+            # none (Megatron-LM asserts it), and Muon's layer-wise optimizer gathers after its step (Bridge writes
+            # overlap_param_gather False for it)
+            object.__setattr__(self, "overlap_param_gather", False)
         if self.routing not in ("dropless", "force-balance"):
             raise MoetuneError(f"routing {self.routing!r}: choose dropless or force-balance")
         if self.precision not in PRECISIONS:

@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 
 from moetune.layout.layout import Layout
-from moetune.specs.hardware import GpuSpec
+from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
 def job_nvlink_domain(world: int, gpus_per_node: int, nvlink_domain: int) -> int:
@@ -81,6 +81,13 @@ def members_in_domain(size, stride, domain):
         fewest = [_straddled_fewest(int(k >> 40), int((k >> 20) & 0xFFFFF), int(k & 0xFFFFF)) for k in keys]
         out[odd] = np.array(fewest)[inverse]
     return int(out) if out.ndim == 0 else out
+
+
+def hybridep_spans(ep: int, etp: int, nvlink_domain: int, job_domain: int) -> bool:
+    """Whether HybridEP runs this EP group: across HGX nodes it reaches the other nodes by RDMA, but on a rack-scale
+    NVLink domain Megatron Bridge runs it only inside the domain (it refuses EP past the 72-rank rack:
+    scripts/performance/utils/utils.py apply_target_topology_environment), here the job's (its Slurm segment)."""
+    return nvlink_domain < NVL72_DOMAIN or bool(members_in_domain(ep, etp, job_domain) >= ep)
 
 
 def cross_domain_fraction(size, stride, domain):

@@ -5,7 +5,7 @@ from functools import cache
 from importlib import resources
 
 from moetune.errors import UnsupportedPrecision
-from moetune.layout.ranks import job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
 from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
@@ -48,8 +48,8 @@ def default_dispatcher(gpu: GpuSpec, ep: int, etp: int = 1, world: int | None = 
     domain on NVL72: Bridge refuses HybridEP beyond the 72-rank rack and runs DeepEP on no Grace-Blackwell; rule
     dispatcher.hybridep_ep_exceeds_domain)."""
     backend = platform_defaults(gpu)["dispatcher"]
-    if backend == "hybridep" and gpu.nvlink_domain >= NVL72_DOMAIN and world is not None \
-            and members_in_domain(ep, etp, job_nvlink_domain(world, gpu.gpus_per_node, gpu.nvlink_domain)) < ep:
+    if backend == "hybridep" and world is not None and not hybridep_spans(
+            ep, etp, gpu.nvlink_domain, job_nvlink_domain(world, gpu.gpus_per_node, gpu.nvlink_domain)):
         return "alltoall"
     return backend if ep > 1 else "alltoall"
 

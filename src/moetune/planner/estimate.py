@@ -33,7 +33,8 @@ class Estimate:
     knobs: Knobs
     stages: list[StageMemory]
     time: dict | None = None  # filled by the time model
-    defaulted: list[str] = field(default_factory=list)  # knobs the user left to platform defaults
+    # knobs left to the platform defaults, and global_batch_size where it was left to MBS x DP x PP
+    defaulted: list[str] = field(default_factory=list)
     # the user's memory overheads and efficiency constants, kept so that what-if variants (explain's Retune moves,
     # the BF16 twin, the smallest fitting layout) are estimated under the same files as this one
     overheads: dict | None = None

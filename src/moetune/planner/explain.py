@@ -108,7 +108,8 @@ def _checks(found: list, levels: tuple[str, ...] = ("error", "warning")) -> list
     """The findings this configuration itself raises at these levels, errors first, so an answer never hides a broken
     prerequisite (explain adds the seeds' info-level checklist items: rules.yaml `contexts: [explain]`)."""
     kept = sorted((f for f in found if f.severity in levels), key=lambda f: SEVERITY_ORDER.index(f.severity))
-    return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix} for f in kept]
+    return [{"rule": f.rule, "severity": f.severity, "message": f.message, "fix": f.fix,
+             **({"fix_withdrawn": f.fix_withdrawn} if f.fix_withdrawn else {})} for f in kept]
 
 
 def unsearched_gains(e: Estimate, found: list | None = None) -> list[dict]:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from moetune.errors import MoetuneError
 from moetune.layout.ranks import groups_leaving_domain, members_in_domain
 from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
-from moetune.planner.defaults import platform_defaults
+from moetune.planner.defaults import default_dispatcher
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.ep_first import ep_first_note
 from moetune.planner.estimate import Estimate
@@ -70,8 +70,9 @@ def _default_dispatcher_note(e: Estimate) -> str | None:
     """Where a run uses another fused dispatcher than the platform's default and the default does not fit: the
     difference is the buffers moetune charges each (data/memory_overheads.toml, estimates, not measurements), so a
     tight margin should not decide it."""
-    default = platform_defaults(e.gpu)["dispatcher"]
-    if e.knobs.dispatcher == default or not e.model.num_moe_experts or e.layout.ep == 1 or not e.stages:
+    default = default_dispatcher(e.gpu, e.layout.ep, e.layout.etp, e.layout.world_size)  # one that runs here
+    if e.knobs.dispatcher == default or not e.model.num_moe_experts or e.layout.ep == 1 or not e.stages \
+            or not e.fits:
         return None
     alt = e.variant(knobs=replace(e.knobs, dispatcher=default))
     if alt.fits:

@@ -16,6 +16,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import HYBRID_SPLIT, layout_fields, to_config
+from moetune.planner.defaults import with_mamba
 from moetune.rules import evaluate
 from moetune.rules.derive import EXTERNAL, derive
 from moetune.rules.table import Table, load_table
@@ -115,8 +116,9 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
 
 def legal_default_scope(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> Knobs:
     """`knobs` with a defaulted graph scope narrowed until no cudagraph rule refuses it beside the rest: the platform's
-    TE-scoped graphs, then attention alone (a 'moe' recompute beside a router graph), then none (full recompute)."""
-    for scope in (knobs.cuda_graph_scope, ("attn",), ()):
+    TE-scoped graphs, then attention alone (a hybrid's Mamba mixers with it; a 'moe' recompute beside a router
+    graph), then none (full recompute)."""
+    for scope in (knobs.cuda_graph_scope, with_mamba(spec, ("attn",)), ()):
         k = replace(knobs, cuda_graph_scope=scope)
         if not any(r.startswith("cudagraph.") for r in knob_errors(spec, gpu, k, seq)):
             return k

@@ -17,6 +17,7 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
 from moetune.planner.pipeline_balance import even_out
 from moetune.rules import derive, evaluate
+from moetune.rules.engine import vet_fixes
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.cp_legal import cp_runs, exchange_text
 
@@ -97,7 +98,8 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     found = evaluate(config, derived, context="explain")
     if e.layout.cp > 1 and default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
         found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
-    return found
+    # the findings shown: no fix that adds an error (rule_errors, which asks only the errors, skips this)
+    return vet_fixes(config, found, derived, context="explain") if weigh_selective else found
 
 
 def cp_sizing(e: Estimate) -> tuple[int, bool]:

@@ -13,7 +13,7 @@ from typing import Any
 from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
-from moetune.layout.ranks import job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import hybridep_spans, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     LONG_SDPA,
     ep_first_sizes,
@@ -135,7 +135,8 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment: EP itself, at most the
         # domain (8 on HGX; on NVL72 Bridge refuses EP > 72, and a job's Slurm segment can hold fewer: 64 of 256 GB200)
         d["hybridep_ranks_per_domain"] = min(d["ep"], domain)
-        if d.get("recommended_backend") == "hybridep" and d["nvlink_domain"] >= 72 and d["ep_crosses_nvlink"]:
+        d["hybridep_spans"] = hybridep_spans(d["ep"], d["etp"], d["nvlink_domain"], domain)
+        if d.get("recommended_backend") == "hybridep" and not d["hybridep_spans"]:
             # HybridEP is refused past the rack (rule dispatcher.hybridep_ep_exceeds_domain) and Bridge runs DeepEP on
             # no Grace-Blackwell: no flex backend runs this EP, so the seeds' bring-up dispatcher, alltoall, is the
             # start (its fixes had sent a user from one refused backend to the other)

@@ -99,6 +99,8 @@ def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:
     layers = _count(value(config, "model.num_layers"))
     if layers is None or d["pp"] <= 1:
         return None
+    if value(config, "model.is_hybrid_model") or value(config, "model.hybrid_layer_pattern"):
+        return False  # a hybrid's stages come from its pattern's '|'; Bridge refuses VPP on one (rules scale.hybrid_*)
     split = {"first_stage_layers": "num_layers_in_first_pipeline_stage",
              "last_stage_layers": "num_layers_in_last_pipeline_stage",
              "account_for_embedding": "account_for_embedding_in_pipeline_split",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.normalize import Assignment, resolve
 from moetune.rules.derive import derive
 from moetune.rules.expr import Env, Expr, Missing
 from moetune.rules.expr import evaluate as eval_expr
@@ -23,6 +24,8 @@ class Finding:
     message: str
     fix: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    # the errors the rule's own fix would add, where vet_fixes withdrew it (a fix that trips another rule is none)
+    fix_withdrawn: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,3 +116,20 @@ def evaluate(config: dict[str, Any], derived: dict[str, Any] | None = None, *, c
                                     fix=_fix(rule, env), source=rule.source))
     findings.sort(key=lambda f: _ORDER[f.severity])
     return findings
+
+
+def vet_fixes(config: dict[str, Any], found: list[Finding], derived: dict[str, Any] | None = None, *,
+              context: str = "check") -> list[Finding]:
+    """`found` with each fix applied to the config alone and the table run again: a fix that adds an error is
+    withdrawn, its errors named (Finding.fix_withdrawn), so no printed fix sends a user into another refusal (the
+    explain audit found four that did). ``derived``: the same estimator facts the findings had."""
+    before = {f.rule for f in found if f.severity == "error"}
+    out = []
+    for f in found:
+        if f.fix:
+            fix = resolve(Assignment(key=k, value=v, origin=f"fix of {f.rule}") for k, v in f.fix.items())
+            after = evaluate({**config, **fix}, derived, context=context)
+            added = sorted({g.rule for g in after if g.severity == "error"} - before)
+            f = replace(f, fix={}, fix_withdrawn=added) if added else f
+        out.append(f)
+    return out
