@@ -39,6 +39,8 @@ class Estimate:
     # the BF16 twin, the smallest fitting layout) are estimated under the same files as this one
     overheads: dict | None = None
     efficiency_overrides: dict | None = None
+    # facts derived from this estimate alone that several readers ask (moves.cp_sizing: up to a dozen validations)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def variant(self, *, layout: Layout | None = None, workload: Workload | None = None,
                 knobs: Knobs | None = None) -> "Estimate":

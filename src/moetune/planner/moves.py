@@ -106,9 +106,11 @@ def cp_sizing(e: Estimate) -> tuple[int, bool]:
     """(the 4K-shard CP, whether the run's CP is below it: rule longctx.cp_sizing) over the CPs this run would run at
     by estimate's own checks (cp_legal.cp_runs: the model's shapes, the sequence and batch rules, a CP exchange
     that runs), so the advice never names a CP that estimate refuses."""
-    lay, seq = e.layout, e.workload.seq_length
-    target = shard_cp(seq, lay.tp, lay.pp, lay.world_size, cp_runs(e.model, lay, e.workload, e.gpu), sp=lay.sp)
-    return target, undersharded_cp(seq, lay.tp, lay.cp, target)
+    if "cp_sizing" not in e.memo:  # explain asks it three times (its rules, its Scale note, its memory facts)
+        lay, seq = e.layout, e.workload.seq_length
+        target = shard_cp(seq, lay.tp, lay.pp, lay.world_size, cp_runs(e.model, lay, e.workload, e.gpu), sp=lay.sp)
+        e.memo["cp_sizing"] = (target, undersharded_cp(seq, lay.tp, lay.cp, target))
+    return e.memo["cp_sizing"]
 
 
 def cp_sizing_facts(e: Estimate) -> dict:
