@@ -3,29 +3,34 @@
 import pytest
 
 from moetune.configio import load_config
-from moetune.errors import MoetuneError
 
 
 @pytest.mark.parametrize(("dist", "expected"), [(True, False), (False, True)])
 def test_comm_overlap_dp_settings_apply_only_with_the_distributed_optimizer(dist, expected):
     """Bridge copies comm_overlap's DP overlap onto ddp only with the distributed optimizer (training/comm_overlap.py);
     Kimi-K2's Muon recipes set comm_overlap.overlap_grad_reduce False beside ddp.overlap_grad_reduce True, which had
-    been refused as contradictory (check audit)."""
+    been refused as contradictory (check audit). Both switches are given: Bridge turns both on when either is."""
+    flag = str(dist).lower()
     config = load_config(sets=["comm_overlap.overlap_grad_reduce=false", "ddp.overlap_grad_reduce=true",
-                               f"ddp.use_distributed_optimizer={str(dist).lower()}"])
+                               f"ddp.use_distributed_optimizer={flag}", f"optimizer.use_distributed_optimizer={flag}"])
     assert config["ddp.overlap_grad_reduce"] is expected
 
 
-def test_differing_dp_overlap_without_the_optimizer_said_is_one_line():
-    with pytest.raises(MoetuneError, match="set ddp.use_distributed_optimizer to say which runs"):
-        load_config(sets=["comm_overlap.overlap_grad_reduce=false", "ddp.overlap_grad_reduce=true"])
+@pytest.mark.parametrize(("optimizer", "expected"), [("adam", False), ("dist_muon", True)])
+def test_a_silent_distributed_optimizer_is_the_recipes(optimizer, expected):
+    """A switch the config leaves out is its recipe's, as planner/from_config.py reads it: on with Adam's recipes, off
+    with Muon's (its OptimizerConfig leaves Megatron's False); it had stopped the load with an error line."""
+    config = load_config(sets=["comm_overlap.overlap_grad_reduce=false", "ddp.overlap_grad_reduce=true",
+                               f"optimizer.optimizer={optimizer}"])
+    assert config["ddp.overlap_grad_reduce"] is expected
 
 
 def test_a_later_comm_overlap_value_does_not_apply_without_the_distributed_optimizer(tmp_path):
     """The two used to be one name, so an override's comm_overlap value replaced ddp's even where an earlier source
     turned the distributed optimizer off, and Bridge then ignores it."""
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("ddp:\n  use_distributed_optimizer: false\n  overlap_grad_reduce: false\n")
+    recipe.write_text("ddp:\n  use_distributed_optimizer: false\n  overlap_grad_reduce: false\n"
+                      "optimizer:\n  use_distributed_optimizer: false\n")
     config = load_config([recipe], sets=["comm_overlap.overlap_grad_reduce=true"])
     assert config["ddp.overlap_grad_reduce"] is False
 

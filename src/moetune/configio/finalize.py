@@ -6,7 +6,6 @@ so the two launchers' configs read as each engine runs them."""
 from typing import Any
 
 from moetune.configio.names import LAUNCHER
-from moetune.errors import MoetuneError
 
 
 def _size(config: dict[str, Any], key: str) -> int:
@@ -41,9 +40,15 @@ def layer_wise_optimizer(config: dict[str, Any]) -> bool:
 DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")
 
 
-def _distributed_optimizer(config: dict[str, Any]) -> bool | None:
-    dist = config.get("ddp.use_distributed_optimizer")
-    return config.get("optimizer.use_distributed_optimizer") if dist is None else dist
+def distributed_optimizer(config: dict[str, Any]) -> bool:
+    """Whether DDP runs under Megatron's distributed optimizer: on where ddp's or the optimizer's switch says so
+    (Bridge turns both on when either is, training/config.py _validate_and_sync_distributed_optimizer_settings), a
+    switch the config leaves out being its recipe's: on with Adam (distributed_fused_adam_with_cosine_annealing), off
+    with the layer-wise optimizer's (Muon's OptimizerConfig leaves it at Megatron's False); planner/from_config.py
+    reads the same."""
+    silent = not layer_wise_optimizer(config)
+    return any(silent if config.get(k) is None else bool(config[k])
+               for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"))
 
 
 def _data_parallel_size(config: dict[str, Any]) -> int | None:
@@ -55,24 +60,17 @@ def _data_parallel_size(config: dict[str, Any]) -> int | None:
 
 def settle_dp_overlap(config: dict[str, Any]) -> dict[str, Any]:
     """ddp.overlap_grad_reduce / overlap_param_gather as a Bridge run has them: where the config has a comm_overlap
-    section and the distributed optimizer, Bridge writes its own DP overlap onto ddp, the section's value where set,
-    else on for DP > 1 (training/comm_overlap.py setup, _get_optimizer_overlap_cfgs, _override_user_cfgs: "Data
-    parallel overlap is only available with ... Distributed optimizer"); without the distributed optimizer ddp's own
-    values stand (Kimi-K2's Muon recipes). A config silent on the optimizer takes a lone comm_overlap value, and
-    gets one line where the two differ."""
-    if config.get(LAUNCHER) == "megatron-lm" or not any(k.startswith("comm_overlap.") for k in config):
+    section and the distributed optimizer (distributed_optimizer), Bridge writes its own DP overlap onto ddp, the
+    section's value where set, else on for DP > 1 (training/comm_overlap.py setup, _get_optimizer_overlap_cfgs,
+    _override_user_cfgs: "Data parallel overlap is only available with ... Distributed optimizer"); without it ddp's
+    own values stand (Kimi-K2's Muon recipes)."""
+    if config.get(LAUNCHER) == "megatron-lm" or not any(k.startswith("comm_overlap.") for k in config) \
+            or not distributed_optimizer(config):
         return config
-    dist, dp = _distributed_optimizer(config), _data_parallel_size(config)
-    out = dict(config)
+    dp, out = _data_parallel_size(config), dict(config)
     for field in DP_OVERLAP:
-        mine, theirs = config.get(f"comm_overlap.{field}"), config.get(f"ddp.{field}")
-        if dist is None and None not in (mine, theirs) and mine != theirs:
-            raise MoetuneError(f"comm_overlap.{field} ({mine!r}) and ddp.{field} ({theirs!r}) differ, and Bridge "
-                               "applies the first only with the distributed optimizer: set "
-                               "ddp.use_distributed_optimizer to say which runs")
-        if dist is False:
-            continue
-        settled = mine if mine is not None else (dp > 1 if dist and dp is not None else theirs)
+        mine = config.get(f"comm_overlap.{field}")
+        settled = mine if mine is not None else (dp > 1 if dp is not None else config.get(f"ddp.{field}"))
         if settled is not None:
             out[f"ddp.{field}"] = settled
     return out

@@ -8,7 +8,12 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer, sequence_parallel
+from moetune.configio.finalize import (
+    distributed_optimizer,
+    expert_tensor_parallel_size,
+    layer_wise_optimizer,
+    sequence_parallel,
+)
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import (
@@ -202,8 +207,7 @@ def _distributed(config: dict) -> bool:
     leaves out is the recipe's (on)."""
     if _optimizer(config) == "muon":
         return layer_wise_optimizer(config)
-    return bool(_get(config, "optimizer.use_distributed_optimizer", True)) or bool(
-        _get(config, "ddp.use_distributed_optimizer", True))
+    return distributed_optimizer(config)
 
 
 def _main_grads_fp32(config: dict) -> bool:
