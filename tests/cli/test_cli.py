@@ -901,3 +901,35 @@ def test_plan_says_when_its_tflops_count_attention_that_never_runs(capsys):
     code, out, _ = run(["plan", "llama4-scout", "--gpu", "gb200", "--gpus", "96", "--seq", "65536", "--gbs", "96",
                         "--top", "1"], capsys)
     assert code == 0 and "attends within 8,192-token chunks" in " ".join(out.split())
+
+
+def test_plan_rows_carry_what_estimate_json_has_and_each_is_re_split(capsys):
+    """The plan audit: results lacked estimate's checks and track record, and a runner-up kept its even split (5,401
+    tokens/s/GPU where `--fix recompute=selective` of the same layout and knobs gives 5,514)."""
+    job = ["nemotron3-nano-30b-a3b", "--gpu", "h100", "--gpus", "8", "--seq", "4096", "--gbs", "16"]
+    code, out, _ = run(["plan", *job, "--top", "5", "--json"], capsys)
+    rows = json.loads(out)["results"]
+    code, est, _ = run(["estimate", *job[:-2], "--ep", "8", "--json"], capsys)
+    assert set(json.loads(est)) - {"defaulted"} <= set(rows[1])
+    for row in rows[1:]:
+        if row["layout"]["pp"] > 1 and row["knobs"]["recompute"] == "selective":
+            pins = ["--fix", "recompute=selective", "--fix", f"tp={row['layout']['tp']}",
+                    "--fix", f"cp={row['layout']['cp']}", "--fix", f"pp={row['layout']['pp']}",
+                    "--fix", f"ep={row['layout']['ep']}", "--fix", f"mbs={row['workload']['micro_batch_size']}"]
+            code, pinned, _ = run(["plan", *job, "--top", "1", "--json", *pins], capsys)
+            best = json.loads(pinned)["results"][0]["time"]["tokens_per_s_per_gpu"]
+            assert row["time"]["tokens_per_s_per_gpu"] >= best * 0.995
+
+
+def test_plan_names_a_faster_cp_layout_its_short_context_weight_ranked_off(capsys):
+    """Qwen3-30B-A3B on 24 H100 at 8k: TP1 CP2 predicts +2% over the pick, but below 16k CP ranks as 5% slower; the
+    note had been printed only where a CP row was already on the list (plan audit)."""
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "24", "--seq", "8192", "--gbs", "48",
+                        "--top", "3", "--json"], capsys)
+    data = json.loads(out)
+    alt = data["short_cp_alternative"]
+    assert alt["layout"]["cp"] > 1 and alt["predicted_gain"] > 0.01
+    assert all(r["layout"]["cp"] == 1 for r in data["results"])
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "24", "--seq", "8192", "--gbs", "48",
+                        "--top", "3"], capsys)
+    assert f"--fix cp={alt['layout']['cp']}` lists it" in " ".join(out.split())

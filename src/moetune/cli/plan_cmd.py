@@ -24,7 +24,7 @@ from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.estimate import user_files
-from moetune.planner.explain import optimizer_note, unsearched_gains
+from moetune.planner.explain import checks, optimizer_note, unsearched_gains
 from moetune.planner.fp8_evidence import caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
@@ -129,7 +129,11 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = user_files(eff, over)
     if as_json:
-        emit_json({**plan_json(result, gbs), **files, **({"fp8_caveat": fp8} if fp8 else {}),
+        data = plan_json(result, gbs)
+        for i, (row, r) in enumerate(zip(data["results"], result.results)):  # each row as estimate --json has it
+            row["checks"] = checks(r, found if i == 0 else None)
+            row["track_record"] = record if i == 0 else estimate_record(r)
+        emit_json({**data, **files, **({"fp8_caveat": fp8} if fp8 else {}),
                    **({"pick_checks": pick_checks(result.results[0], found)} if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"unsearched_moves": unsearched} if unsearched else {}),
@@ -244,6 +248,17 @@ def offload_note(result: PlanResult) -> str:
             "--fix optimizer_offload_fraction=1 searches it")
 
 
+def short_cp_note(result: PlanResult) -> str:
+    """The faster CP layout the ranking's short-context CP weight kept off the list (search._short_cp_alternative)."""
+    alt, pick = result.short_cp_alternative, result.results[0]
+    gain = alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
+    return (f"{alt.layout.short()} (mbs {alt.workload.micro_batch_size}) predicts "
+            f"{alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {gain:+.1%} over #1, and fits, but below "
+            f"{LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower (the seeds "
+            f"add CP for long context, seeds/000 Phase 2; within the step model's own error); `--fix "
+            f"cp={alt.layout.cp}` lists it")
+
+
 def plan_json(result: PlanResult, gbs: int) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
@@ -253,6 +268,9 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if (alt := result.offload_alternative) is not None:
         out["offload_alternative"] = {**alt.to_json(), "predicted_gain": offload_gain(result)}
+    if (alt := result.short_cp_alternative) is not None:
+        out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": alt.time["tokens_per_s_per_gpu"]
+                                       / result.results[0].time["tokens_per_s_per_gpu"] - 1}
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
@@ -293,6 +311,8 @@ def print_plan(result: PlanResult, gbs: int) -> None:
                   f"--headroom {margin_gib(result.results[0].gpu)} to keep that margin")
     if result.offload_alternative is not None:
         out.print(f"[yellow]note[/yellow]: {offload_note(result)}")
+    if result.short_cp_alternative is not None:
+        out.print(f"[yellow]note[/yellow]: {short_cp_note(result)}")
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         short_cp = any(r.layout.cp > 1 and r.workload.seq_length < LONG_CONTEXT for r in result.results)

@@ -14,7 +14,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import Workload, interleaves
+from moetune.layout.validate import LONG_CONTEXT, Workload, interleaves
 from moetune.planner.enumerate import MBS_CHOICES
 from moetune.planner.ranking import bound, cp_weight, preference
 from moetune.specs.hardware import GpuSpec
@@ -127,6 +127,9 @@ class Search:
     bound: float = np.inf  # candidates slower than this cannot reach the top (ranking.bound)
     memory_fits: bool = False  # some candidate fit in memory under some knob set, prerequisites aside
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
+    # below the long-context regime, the fastest CP > 1 candidates by their own prediction (the ranking weighs CP
+    # there: ranking.cp_weight), so plan can say where the weight hid a faster layout: (reach, layout, mbs, knobs)
+    short_cp_best: list = field(default_factory=list)
 
     @property
     def kept(self) -> int:
@@ -181,6 +184,8 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
         reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
                          step)
+        _short_cp_best(s, np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"], mask[rows],
+                       sub, knobs)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
@@ -190,3 +195,20 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
                                                            not roomy[rows[i]]), lay,
                                int(sub.mbs[i, 0]), knobs, float(reach[i])))
         s.bound = bound(s.best, s.kept)
+
+
+def _short_cp_best(s: Search, raw, fits, sub, knobs: Knobs, keep: int = 8) -> None:
+    """Keep the `keep` fastest fitting CP > 1 candidates by their unweighted step (the best a re-split could make
+    each, where the search re-splits), below the long-context regime."""
+    if s.wl.seq_length >= LONG_CONTEXT:
+        return
+    cp = sub.fields.cp[:, 0] > 1
+    if not cp.any():
+        return
+    raw = np.where(fits & cp, raw, np.inf)
+    worst = s.short_cp_best[-1][0] if len(s.short_cp_best) == keep else np.inf
+    first = np.argpartition(raw, keep - 1)[:keep] if len(raw) > keep else np.arange(len(raw))
+    for i in first:
+        if raw[i] < worst:
+            s.short_cp_best.append((float(raw[i]), sub.layout(int(i)), int(sub.mbs[i, 0]), knobs))
+    s.short_cp_best = sorted(s.short_cp_best, key=lambda x: x[0])[:keep]

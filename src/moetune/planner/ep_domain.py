@@ -53,5 +53,6 @@ def ep_domain_text(e: Estimate, near: dict) -> str:
     """One line for ep_domain_note's result."""
     return (f"EP{e.layout.ep} leaves the NVLink domain for {near['pick_margin']:+.1%} over {near['layout']}, whose "
             f"all-to-all stays inside it ({near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {near['peak_gib']:.1f} "
-            f"GiB): less than the step model's own error, so the seeds' order (hot communication inside the domain, "
-            "seeds/000 Phase 2) favours it; measure both")
+            f"GiB): less than the step model's own error. The seeds would keep hot communication inside the domain "
+            "(seeds/000 Phase 2); moetune ranks by its prediction, which puts the pick ahead: measure both before "
+            "choosing")

@@ -96,9 +96,10 @@ def _expert_tp_routing(e: Estimate) -> dict | None:
             "ep_first_tokens_per_s_per_gpu": alt.time["tokens_per_s_per_gpu"], "ep_first_fits": alt.fits}
 
 
-def checks(e: Estimate) -> list[dict]:
-    """The rule table's errors and warnings for one configuration (`estimate` prints them with its numbers)."""
-    return _checks(findings(e))
+def checks(e: Estimate, found: list | None = None) -> list[dict]:
+    """The rule table's errors and warnings for one configuration (`estimate` prints them with its numbers; `found`:
+    its findings where the caller has them)."""
+    return _checks(findings(e) if found is None else found)
 
 
 SEVERITY_ORDER = ("error", "warning", "info")

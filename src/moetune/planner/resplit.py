@@ -40,18 +40,43 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
 
         if lay.pp < 2:
             continue
-        evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
-        seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
-        seeded = evaluate(seed) if seed else None
-        weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
-        begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
-        new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
-        new_step *= weight
-        found.setdefault((lay, mbs), new_lay)
-        tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
-        s.best[i] = (new_step, preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs,
-                     reach)
-        fastest = min(fastest, new_step)
+        fastest = min(fastest, _resplit_entry(s, i, found, efficiency_overrides))
+
+
+def resplit_shown(s: Search, shown: int, efficiency_overrides: dict | None) -> None:
+    """Re-split the first `shown` candidates of the ranked list that rebalance_best left as they were (out of reach of
+    the pick), so each row plan prints is predicted at its own best split: a runner-up had read 2% slower than `--fix`
+    of the same layout and knobs gives (plan audit). None of them can overtake the pick (each stayed out of its reach),
+    so only their own order may change."""
+    if not s.resplit:
+        return
+    found: dict[tuple, Layout] = {}
+    for i in range(min(shown, len(s.best))):
+        lay, done = s.best[i][2], s.best[i][5] is None
+        if lay.pp >= 2 and not done:
+            _resplit_entry(s, i, found, efficiency_overrides)
+
+
+def resplit_one(s: Search, lay: Layout, mbs: int, knobs: Knobs, efficiency_overrides: dict | None) -> Layout:
+    """One candidate's layout at its best split (rebalance), outside the ranked list."""
+    evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
+    return rebalance(lay, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, evaluate(lay))[1]
+
+
+def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | None) -> float:
+    """Re-split candidate `i` of s.best in place (its re-split bound cleared: done), returning its new ranked step."""
+    step, _, lay, mbs, knobs, _ = s.best[i]
+    evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
+    seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
+    seeded = evaluate(seed) if seed else None
+    weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
+    begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
+    new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
+    new_step *= weight
+    found.setdefault((lay, mbs), new_lay)
+    tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
+    s.best[i] = (new_step, preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs, None)
+    return new_step
 
 
 def _peak_bytes(s: Search, lay: Layout, mbs: int, knobs: Knobs) -> int:

@@ -25,7 +25,7 @@ from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
-from moetune.planner.resplit import rebalance_best
+from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -56,6 +56,9 @@ class PlanResult:
     # the fastest candidate with the optimizer's CPU offload, where the pick recomputes whole layers and it predicts
     # OFFLOAD_NOTE_GAIN more (offload_instead)
     offload_alternative: Estimate | None = None
+    # below 16k, the fastest CP > 1 layout where its prediction beats the pick's but the CP weight ranked it off the
+    # list (_short_cp_alternative)
+    short_cp_alternative: Estimate | None = None
     # the TP and CP sizes the sequence length itself ruled out, and the nearest length that allows them (None: none)
     sequence_note: str | None = None
 
@@ -192,6 +195,10 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     # within 1% of each other, candidates are ordered by the seeds' preferences
     s.best.sort(key=lambda x: (within(x[0], fastest), x[1]))
     s.best = _first_of_each(s.best)  # two splits of one layout may re-split to the same string
+    # the rows shown are each at their own best split (none overtakes the pick), then ranked again among themselves
+    resplit_shown(s, top, efficiency_overrides)
+    s.best[:top] = sorted(s.best[:top], key=lambda x: (within(x[0], fastest), x[1]))
+    s.best = _first_of_each(s.best)
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
                         replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
@@ -199,7 +206,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                for _, _, lay, mbs, knobs, _ in s.best[:top]]
     if "delay_wgrad" not in fixed:
         results = [without_idle_delay_wgrad(e) for e in results]
-    return PlanResult(candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
+    short_cp = _short_cp_alternative(s, results, overheads, efficiency_overrides)
+    return PlanResult(short_cp_alternative=short_cp, candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       host_capacity_gib=gpu.host_memory_gib or None,
@@ -208,6 +216,24 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       memory_fits=s.memory_fits,
                       sequence_note=None if results else sequence_note(wl.seq_length,
                                                                        *tp_cp_sizes(gpu, world, wl.seq_length, fixed)))
+
+
+def _short_cp_alternative(s, results: list[Estimate], overheads, efficiency_overrides) -> Estimate | None:
+    """The fastest CP > 1 candidate below the long-context regime where its own prediction beats the pick's by more
+    than the near-tie band but the ranking's CP weight (ranking.cp_weight) kept it off the list: plan names it."""
+    if not s.short_cp_best or not results or any(r.layout.cp > 1 for r in results):
+        return None
+    pick, best = results[0].time["step_seconds"], None
+    for reach, lay, mbs, knobs in s.short_cp_best:  # the few CP candidates that could beat the pick, each re-split
+        if within(pick, reach) <= 0:
+            break
+        if s.resplit and lay.pp > 1:  # at its own best split, as the pick is
+            lay = resplit_one(s, lay, mbs, knobs, efficiency_overrides)
+        wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+        alt = estimate(s.spec, s.gpu, lay, wl, knobs, overheads, efficiency_overrides=efficiency_overrides)
+        if alt.fits and (best is None or alt.time["step_seconds"] < best.time["step_seconds"]):
+            best = alt
+    return best if best is not None and within(pick, best.time["step_seconds"]) > 0 else None
 
 
 def _first_of_each(best: list) -> list:
