@@ -8,7 +8,7 @@ from rich.markup import escape
 from moetune.cli.estimate_input import estimate_from_flags, load_overheads
 from moetune.cli.options import config_options, flags_a_saved_result_replaces, given, knob_options, layout_options
 from moetune.cli.output import console, emit_json, print_checks, table, user_files_line
-from moetune.cli.plan_cmd import same_job
+from moetune.cli.plan_baseline import same_job
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json

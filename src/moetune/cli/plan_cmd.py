@@ -15,9 +15,17 @@ from moetune.cli.output import (
     table,
     user_files_line,
 )
-from moetune.cli.plan_fix import muon_without_offload, parse_fix
+from moetune.cli.plan_baseline import same_job, same_optimizer
+from moetune.cli.plan_fix import parse_fix
+from moetune.cli.plan_notes import (
+    gbs_allowing,
+    gbs_note,
+    offload_gain,
+    offload_note,
+    recompute_text,
+    short_cp_note,
+)
 from moetune.cli.versus_output import print_versus
-from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
@@ -44,34 +52,6 @@ def _offload(k) -> str:
     if k.offload_modules:
         parts.append("act: " + ",".join(sorted(k.offload_modules)))
     return " ".join(parts)
-
-
-def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:
-    """A baseline compares wall by wall only with the same job: model, GPU, GPU count, sequence, global batch and
-    routing (another GPU or batch changes every wall's seconds for reasons no layout explains, and force-balanced
-    routing is a benchmark setting, not a layout's gain)."""
-    ours = {"model": spec.name, "GPU": gpu_spec.key, "GPU count": gpus, "seq": wl.seq_length,
-            "GBS": wl.global_batch_size, "routing": routing}
-    theirs = {"model": base.model.name, "GPU": base.gpu.key, "GPU count": base.layout.world_size,
-              "seq": base.workload.seq_length, "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
-    differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
-    if differ:
-        raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
-                           "model, GPU, GPU count, --seq, --gbs and --routing")
-
-
-def same_optimizer(path: str, base, fixed: dict) -> dict:
-    """The search under the baseline's optimizer: Muon or Adam is the training's choice, not a layout's (Kimi-K2's
-    recipes run dist_muon); a pin of the other is one line."""
-    if fixed.get("optimizer", base.knobs.optimizer) != base.knobs.optimizer:
-        raise MoetuneError(f"--baseline {path} trains with {base.knobs.optimizer}, --fix optimizer={fixed['optimizer']}"
-                           ": compare plans under one optimizer; drop the --fix")
-    if base.knobs.optimizer != "muon":
-        return fixed
-    if any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
-        raise MoetuneError(f"--baseline {path} trains with Muon, which runs without the optimizer's CPU offload: drop "
-                           "--fix optimizer_offload_fraction")
-    return muon_without_offload({**fixed, "optimizer": "muon"})
 
 
 @click.command(name="plan")
@@ -208,55 +188,10 @@ def _overlap_text(k) -> str:
     return ep + (" (+TP overlap)" if k.tp_comm_overlap else "")
 
 
-def _recompute_text(k) -> str:
-    return k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else "")
-
-
-def gbs_allowing(excluded: list[int], gbs: int) -> int:
-    """The nearest larger GBS that allows the widest excluded DP (its next multiple, at MBS 1)."""
-    widest = max(excluded)
-    return (gbs + widest - 1) // widest * widest
-
-
-def gbs_note(excluded: list[int], gbs: int) -> str:
-    """Which data-parallel sizes the global batch ruled out, and the nearest larger GBS that allows the widest."""
-    widest, allowing = max(excluded), gbs_allowing(excluded, gbs)
-    return (f"GBS {gbs} is not a multiple of DP x MBS for DP {', '.join(map(str, excluded))}: those layouts were not "
-            f"searched (the seeds maximize DP); GBS {allowing} would allow DP {widest}")
-
-
 def ranking_weight(r) -> float:
     """The factor the search ranked this result's step by: CP_SHORT_MARGIN for CP > 1 below the long-context regime
     (planner/ranking.py), else 1; its time figures are its own prediction either way."""
     return float(cp_weight(r.layout.cp, r.workload.seq_length))
-
-
-def offload_gain(result: PlanResult) -> float:
-    alt, pick = result.offload_alternative, result.results[0]
-    return alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
-
-
-def offload_note(result: PlanResult) -> str:
-    """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers."""
-    alt = result.offload_alternative
-    host = f" and {alt.host_peak_bytes / 2**30:.0f} GiB of host memory a GPU" if alt.host_peak_bytes else ""
-    return (f"#1 recomputes whole layers; the optimizer's CPU offload instead ({alt.layout.short()}, mbs "
-            f"{alt.workload.micro_batch_size}, recompute {_recompute_text(alt.knobs)}) predicts "
-            f"{offload_gain(result):+.0%}, {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
-            f"{alt.peak_bytes / 2**30:.1f} GiB{host}. The seeds add offloading only after recompute (seeds/000 "
-            "Phase 1), so it is not the pick; their own long-context DeepSeek-V3 pattern uses it (seeds/002): "
-            "--fix optimizer_offload_fraction=1 searches it")
-
-
-def short_cp_note(result: PlanResult) -> str:
-    """The faster CP layout the ranking's short-context CP weight kept off the list (search._short_cp_alternative)."""
-    alt, pick = result.short_cp_alternative, result.results[0]
-    gain = alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
-    return (f"{alt.layout.short()} (mbs {alt.workload.micro_batch_size}) predicts "
-            f"{alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {gain:+.1%} over #1, and fits, but below "
-            f"{LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower (the seeds "
-            f"add CP for long context, seeds/000 Phase 2; within the step model's own error); `--fix "
-            f"cp={alt.layout.cp}` lists it")
 
 
 def plan_json(result: PlanResult, gbs: int) -> dict:
@@ -295,7 +230,7 @@ def print_plan(result: PlanResult, gbs: int) -> None:
         precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
         layout = " ".join([r.layout.short(), *layout_extras(r.layout, k)])
         rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
-                     _recompute_text(k),
+                     recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
                      _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",
                      f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])

@@ -1,0 +1,34 @@
+"""`plan --baseline` (and `explain --plan`'s): the baseline must be the same job, trained with the same optimizer, for
+its walls to compare with the pick's."""
+
+from moetune.cli.plan_fix import muon_without_offload
+from moetune.errors import MoetuneError
+from moetune.layout.validate import Workload
+
+
+def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:
+    """A baseline compares wall by wall only with the same job: model, GPU, GPU count, sequence, global batch and
+    routing (another GPU or batch changes every wall's seconds for reasons no layout explains, and force-balanced
+    routing is a benchmark setting, not a layout's gain)."""
+    ours = {"model": spec.name, "GPU": gpu_spec.key, "GPU count": gpus, "seq": wl.seq_length,
+            "GBS": wl.global_batch_size, "routing": routing}
+    theirs = {"model": base.model.name, "GPU": base.gpu.key, "GPU count": base.layout.world_size,
+              "seq": base.workload.seq_length, "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
+    differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
+    if differ:
+        raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
+                           "model, GPU, GPU count, --seq, --gbs and --routing")
+
+
+def same_optimizer(path: str, base, fixed: dict) -> dict:
+    """The search under the baseline's optimizer: Muon or Adam is the training's choice, not a layout's (Kimi-K2's
+    recipes run dist_muon); a pin of the other is one line."""
+    if fixed.get("optimizer", base.knobs.optimizer) != base.knobs.optimizer:
+        raise MoetuneError(f"--baseline {path} trains with {base.knobs.optimizer}, --fix optimizer={fixed['optimizer']}"
+                           ": compare plans under one optimizer; drop the --fix")
+    if base.knobs.optimizer != "muon":
+        return fixed
+    if any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
+        raise MoetuneError(f"--baseline {path} trains with Muon, which runs without the optimizer's CPU offload: drop "
+                           "--fix optimizer_offload_fraction")
+    return muon_without_offload({**fixed, "optimizer": "muon"})

@@ -1,0 +1,51 @@
+"""The notes `plan` prints under its table, each also in its JSON: the global batch ruling out DP sizes, the
+optimizer-offload alternative to a full-recompute pick, and a faster CP layout the short-context weight ranked off."""
+
+from moetune.layout.validate import LONG_CONTEXT
+from moetune.planner.ranking import CP_SHORT_MARGIN
+from moetune.planner.search import PlanResult
+
+
+def gbs_allowing(excluded: list[int], gbs: int) -> int:
+    """The nearest larger GBS that allows the widest excluded DP (its next multiple, at MBS 1)."""
+    widest = max(excluded)
+    return (gbs + widest - 1) // widest * widest
+
+
+def gbs_note(excluded: list[int], gbs: int) -> str:
+    """Which data-parallel sizes the global batch ruled out, and the nearest larger GBS that allows the widest."""
+    widest, allowing = max(excluded), gbs_allowing(excluded, gbs)
+    return (f"GBS {gbs} is not a multiple of DP x MBS for DP {', '.join(map(str, excluded))}: those layouts were not "
+            f"searched (the seeds maximize DP); GBS {allowing} would allow DP {widest}")
+
+
+def offload_gain(result: PlanResult) -> float:
+    alt, pick = result.offload_alternative, result.results[0]
+    return alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
+
+
+def offload_note(result: PlanResult) -> str:
+    """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers."""
+    alt = result.offload_alternative
+    host = f" and {alt.host_peak_bytes / 2**30:.0f} GiB of host memory a GPU" if alt.host_peak_bytes else ""
+    return (f"#1 recomputes whole layers; the optimizer's CPU offload instead ({alt.layout.short()}, mbs "
+            f"{alt.workload.micro_batch_size}, recompute {recompute_text(alt.knobs)}) predicts "
+            f"{offload_gain(result):+.0%}, {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
+            f"{alt.peak_bytes / 2**30:.1f} GiB{host}. The seeds add offloading only after recompute (seeds/000 "
+            "Phase 1), so it is not the pick; their own long-context DeepSeek-V3 pattern uses it (seeds/002): "
+            "--fix optimizer_offload_fraction=1 searches it")
+
+
+def short_cp_note(result: PlanResult) -> str:
+    """The faster CP layout the ranking's short-context CP weight kept off the list (search._short_cp_alternative)."""
+    alt, pick = result.short_cp_alternative, result.results[0]
+    gain = alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
+    return (f"{alt.layout.short()} (mbs {alt.workload.micro_batch_size}) predicts "
+            f"{alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {gain:+.1%} over #1, and fits, but below "
+            f"{LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower (the seeds "
+            f"add CP for long context, seeds/000 Phase 2; within the step model's own error); `--fix "
+            f"cp={alt.layout.cp}` lists it")
+
+
+def recompute_text(k) -> str:
+    return k.recompute + (f" ({','.join(sorted(k.effective_modules))})" if k.recompute == "selective" else "")
