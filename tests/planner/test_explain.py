@@ -580,3 +580,13 @@ def test_explain_names_a_defaulted_global_batch_muon_and_the_time_wall_of_a_run_
     main(["estimate", *muon])
     wall = json.loads(capsys.readouterr().out)["time"]["dominant_wall"]
     assert data["profile"]["dominant_wall"] == "memory" and f"{wall} would dominate" in data["profile"]["why"]
+
+
+def test_explain_withdraws_a_fix_that_would_trip_another_rule(capsys):
+    """vet_fixes re-derives each fixed config; explain had handed it the run's own derived facts, which pinned the fixed
+    config to the run's (EP overlap still off), so no fix was ever withdrawn there (review)."""
+    assert main(["explain", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "32", "--ep", "16", "--dispatcher", "alltoall",
+                 "--cuda-graph-scope", "attn,moe", "--routing", "force-balance", "--json"]) == 0
+    found = {c["rule"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert found["ep_overlap.candidate"]["fix"] == {}
+    assert found["ep_overlap.candidate"]["fix_withdrawn"] == ["ep_overlap.graph_scope_moe"]

@@ -98,7 +98,9 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         result = plan(spec, gpu_spec, gpus, wl, fixed=searched, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
                       headroom_gib=headroom, overheads=over)
-        fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, fixed, routing=routing, efficiency_overrides=eff,
+        # the caveat reads the user's pins (not the baseline's recipe), under the optimizer the search ran
+        pins = {**fixed, **{k: searched[k] for k in ("optimizer", "optimizer_offload_fraction") if k in searched}}
+        fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, pins, routing=routing, efficiency_overrides=eff,
                           headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     # the pick's rule findings, evaluated once for its checks, the unsearched moves and the in-domain alternative

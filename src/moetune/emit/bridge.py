@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moetune.configio.finalize import DP_OVERLAP
 from moetune.emit import values
 from moetune.emit.environment import environment
 from moetune.planner.config_map import PRECISION_PRESET
@@ -26,7 +27,7 @@ def _dp_overlap(items: dict[str, Any]) -> dict[str, Any]:
     """The plan's DP overlap written onto comm_overlap too: a recipe's CommOverlapConfig that sets its own
     overlap_grad_reduce / overlap_param_gather overrides ddp's with it (Bridge training/comm_overlap.py
     _override_user_cfgs; Kimi-K2's H100 perf recipe turns the grad-reduce overlap off)."""
-    return {f: items[f"ddp.{f}"] for f in ("overlap_grad_reduce", "overlap_param_gather")
+    return {f: items[f"ddp.{f}"] for f in DP_OVERLAP
             if f"ddp.{f}" in items and f"comm_overlap.{f}" not in items}  # a planned config carries its own
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moetune.configio.finalize import DP_OVERLAP
 from moetune.configio.mlm import SPECIAL, VALUE_DEFAULTS
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.types import coerce
@@ -60,7 +61,7 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     for name, value in sorted(config.items()):
         if name.split(".", 1)[0] in ("cluster", "env") or name in covered or name in dropped:
             continue
-        if name in ("comm_overlap.overlap_grad_reduce", "comm_overlap.overlap_param_gather"):
+        if name in {f"comm_overlap.{f}" for f in DP_OVERLAP}:
             continue  # Bridge's copy of ddp's DP overlap (configio/finalize.py), which --overlap-* flags carry
         if name == "model.virtual_pipeline_model_parallel_size" and (
                 config.get("model.pipeline_model_parallel_layout") or config.get("model.hybrid_layer_pattern")):

@@ -153,9 +153,10 @@ class Knobs:
                                "offload need (Megatron-LM builds emerging optimizers apart): drop --bf16-moments and "
                                "--optimizer-offload, or use adam")
         if self.optimizer == "muon" or not self.distributed_optimizer:
-            # no parameter shards to gather under the bucketed overlap: without the distributed optimizer there are
-            # none (Megatron-LM asserts it), and Muon's layer-wise optimizer gathers after its step (Bridge writes
-            # overlap_param_gather False for it)
+            # no bucketed gather to overlap: without the distributed optimizer there are no shards (Megatron-LM asserts
+            # it), and Bridge's Muon recipes turn it off (recipes/kimi/h100/kimi_k2.py sets ddp.overlap_param_gather
+            # False with Muon), so the layer-wise optimizer gathers after its step (optimizer/layer_wise_optimizer.py
+            # allgather_params; from core_v0.18.0 it can hand the gather to DDP's hooks where the overlap is on)
             object.__setattr__(self, "overlap_param_gather", False)
         if self.routing not in ("dropless", "force-balance"):
             raise MoetuneError(f"routing {self.routing!r}: choose dropless or force-balance")

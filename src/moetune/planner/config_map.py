@@ -100,11 +100,11 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "model.fp8_output_proj": k.fp8_output_proj,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
-        "ddp.overlap_param_gather": k.overlap_param_gather and adam_sharded,
+        "ddp.overlap_param_gather": k.overlap_param_gather,
         # and on the comm_overlap section, which Bridge copies onto ddp with the distributed optimizer, its own unset
         # values as on for DP > 1 whatever ddp says (configio/finalize.py settle_dp_overlap)
         "comm_overlap.overlap_grad_reduce": k.overlap_grad_reduce,
-        "comm_overlap.overlap_param_gather": k.overlap_param_gather and adam_sharded,
+        "comm_overlap.overlap_param_gather": k.overlap_param_gather,
         # Bridge turns the distributed optimizer on for both when either is true (config.py
         # _validate_and_sync_distributed_optimizer_settings): both are written; Muon shards layer-wise instead
         # (dist_muon, Kimi-K2's recipes), with the distributed optimizer off

@@ -7,7 +7,7 @@ from dataclasses import replace
 from moetune.errors import MoetuneError
 from moetune.layout.ranks import members_in_domain
 from moetune.planner.estimate import Estimate
-from moetune.planner.moves import rule_errors
+from moetune.planner.moves import knobs_for, rule_errors
 from moetune.planner.ranking import NEAR_TIE_MARGIN
 
 # A pick that crosses the NVLink domain for less than this over the in-domain layout is named as a near-tie (and the
@@ -28,7 +28,8 @@ def in_domain_ep(e: Estimate, found: list | None = None) -> Estimate | None:
         if experts % ep or lay.world_size % (ep * lay.etp * lay.pp) or int(members_in_domain(ep, lay.etp, domain)) < ep:
             continue
         try:
-            alt = e.variant(layout=replace(lay, ep=ep))
+            layout = replace(lay, ep=ep)
+            alt = e.variant(layout=layout, knobs=knobs_for(e, layout))  # a defaulted dispatcher re-defaulted
         except (MoetuneError, ValueError):
             continue
         if alt.fits and not set(rule_errors(alt)) - broken:

@@ -217,7 +217,7 @@ def explain(e: Estimate) -> dict:
         "optimizer_note": optimizer_note(e),
         "gbs_defaulted": gbs_default_text(e) if "global_batch_size" in e.defaulted else None,
         "track_record": estimate_record(e), **e.user_files,
-        "fit": fit, "scale": scale(e), "profile": _profile(e), "retune": retune,
+        "fit": fit, "scale": scale(e, found), "profile": _profile(e), "retune": retune,
         "retune_blocked_by_memory": sorted(blocked, key=lambda r: -r["predicted_gain"])[:3],
         "checks": _checks(found, SEVERITY_ORDER),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},

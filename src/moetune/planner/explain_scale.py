@@ -20,7 +20,7 @@ from moetune.walls.context_parallel import ring_ranks
 from moetune.walls.cp_legal import EXCHANGE_WORDS, exchange_text, refusal_at_cp
 
 
-def scale(e: Estimate) -> dict:
+def scale(e: Estimate, found: list | None = None) -> dict:
     lay = e.layout
     leaving = groups_leaving_domain(lay, e.job_domain)
     notes = []
@@ -34,7 +34,7 @@ def scale(e: Estimate) -> dict:
     if leaving.get("ep", 0) > 0:
         notes.append(f"{100 * leaving['ep']:.0f}% of EP{lay.ep} peers are outside the NVLink domain: the "
                      "all-to-all rides the NIC (seeds/000 Phase 2: hot communication inside the fast interconnect)")
-        if e.time and (near := ep_domain_note(e)):
+        if e.time and (near := ep_domain_note(e, found)):
             notes.append(ep_domain_text(e, near))
     seq = e.workload.seq_length
     if note := _cp_sizing_note(e):

@@ -98,8 +98,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     overlaps = fixed.get("ep_overlap", [False, True])
     if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (search._pins_agree)
         overlaps = [o for o in overlaps if o]
-    # Muon runs without the optimizer's CPU offload (layout/knobs.py)
-    offloads = fixed.get("optimizer_offload_fraction", [0.0] if fixed.get("optimizer") == "muon" else [0.0, 1.0])
+    offloads = fixed.get("optimizer_offload_fraction", [0.0, 1.0])  # search.plan pins it to 0 under Muon
     recomputes = recompute_sets(spec)
     if "recompute_modules" in fixed:
         recomputes = [("selective", fixed["recompute_modules"])]

@@ -8,6 +8,7 @@ leaves out and, like an estimate from `--config`, names the identity fields a co
 from typing import Any
 
 from moetune.specs.model import ModelSpec
+from moetune.walls.params import bias_linear
 
 
 def architecture_fields(m: ModelSpec) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def architecture_fields(m: ModelSpec) -> dict[str, Any]:
         "model.mtp_num_layers": m.mtp_num_layers or None, "model.multi_latent_attention": m.mla is not None,
         "model.is_hybrid_model": True if m.mamba else None,  # Mamba hybrids: Megatron-Core's HybridModel
         # Megatron's add_bias_linear covers the attention output projection and the MLP/expert linears
-        "model.add_bias_linear": m.add_proj_bias or m.add_mlp_bias, "model.add_qkv_bias": m.add_qkv_bias,
+        "model.add_bias_linear": bias_linear(m), "model.add_qkv_bias": m.add_qkv_bias,
         # attention sinks (gpt-oss): Bridge's gpt_oss_bridge.py sets softmax_type "learnable"; CP rules read it
         "model.softmax_type": "learnable" if m.softmax_sinks else None,
         # Llama 4: qk L2 norm, no-RoPE layers, router probability on the expert's input (Megatron-Core's own fields;

@@ -16,7 +16,7 @@ from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
 from moetune.planner.pipeline_balance import even_out
-from moetune.rules import derive, evaluate
+from moetune.rules import evaluate
 from moetune.rules.engine import vet_fixes
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.cp_legal import cp_runs, exchange_text
@@ -90,7 +90,9 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     that costs an estimate (whether selective recompute fits in place of full, read by the warning
     fit.selective_before_full) is left out with weigh_selective=False."""
     config = to_config(e)
-    derived = {**derive(config), **cp_sizing_facts(e)}
+    # the estimate's own facts only: evaluate derives the config's, and vet_fixes derives each fixed config's afresh
+    # (facts derived here would pin the fixed configs to this one's: rules/derive.py derive lets `extra` win)
+    derived = dict(cp_sizing_facts(e))
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:

@@ -79,6 +79,8 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     every pass run. `weigh_offload`: search the optimizer-offload alternative to a full-recompute pick
     (offload_instead; a caller that does not show it skips the search)."""
     fixed = fixed or {}
+    if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
+        fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
     _pins_agree(fixed)
     if not 0 <= headroom_gib < gpu.memory_gib:
@@ -92,10 +94,10 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if "offload_modules" not in fixed and spec.num_moe_experts:
         passes.append({**fixed, "offload_modules": LAST_RESORT_OFFLOAD})
 
-    def search(pinned: dict, best: int, report=None) -> PlanResult:
+    def search(pinned: dict, best: int, report=None, shown: bool = weigh_offload) -> PlanResult:
         return _plan_once(spec, gpu, world, wl, fixed=pinned, top=best, routing=routing,
                           efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
-                          overheads=overheads)
+                          overheads=overheads, weigh_short_cp=shown)
 
     done, seconds = 0, 0.0
     for pinned in passes:
@@ -123,7 +125,7 @@ def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -
     if not result.results or result.results[0].knobs.recompute != "full" or not first_pass \
             or "optimizer_offload_fraction" in fixed:
         return None
-    alt = search({**fixed, "optimizer_offload_fraction": [1.0]}, 1)
+    alt = search({**fixed, "optimizer_offload_fraction": [1.0]}, 1, shown=False)
     base = result.results[0].time["tokens_per_s_per_gpu"]
     if alt.results and alt.results[0].time["tokens_per_s_per_gpu"] >= base * (1 + OFFLOAD_NOTE_GAIN):
         return alt
@@ -163,7 +165,7 @@ def _pins_agree(fixed: dict) -> None:
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
                efficiency_overrides: dict | None, progress, headroom_gib: float,
-               overheads: dict | None) -> PlanResult:
+               overheads: dict | None, weigh_short_cp: bool = True) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
@@ -197,7 +199,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     s.best = _first_of_each(s.best)  # two splits of one layout may re-split to the same string
     # the rows shown are each at their own best split (none overtakes the pick), then ranked again among themselves
     resplit_shown(s, top, efficiency_overrides)
-    s.best[:top] = sorted(s.best[:top], key=lambda x: (within(x[0], fastest), x[1]))
+    s.best[1:top] = sorted(s.best[1:top], key=lambda x: (within(x[0], fastest), x[1]))  # the pick stays the pick
     s.best = _first_of_each(s.best)
     results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
                                                  global_batch_size=wl.global_batch_size),
@@ -206,7 +208,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                for _, _, lay, mbs, knobs, _ in s.best[:top]]
     if "delay_wgrad" not in fixed:
         results = [without_idle_delay_wgrad(e) for e in results]
-    short_cp = _short_cp_alternative(s, results, overheads, efficiency_overrides)
+    # named only where a caller shows it (not offload_instead's search, nor the FP8 caveat's BF16 one)
+    short_cp = _short_cp_alternative(s, results, overheads, efficiency_overrides) if weigh_short_cp else None
     return PlanResult(short_cp_alternative=short_cp, candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,

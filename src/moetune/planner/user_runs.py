@@ -33,7 +33,7 @@ from moetune.planner.calibrate import (
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
-from moetune.rules import derive, evaluate
+from moetune.rules import evaluate
 from moetune.specs.hardware import GpuSpec, catalog
 from moetune.walls.efficiency import efficiency
 
@@ -106,7 +106,7 @@ def _check_cells(full: dict) -> None:
 def _runnable(run: Run) -> None:
     """A run Megatron would refuse (a rule-table error on its configuration) cannot have been measured."""
     config = to_config(estimate(run.model, run.gpu, run.layout, run.workload, run.knobs, with_time=False))
-    if error := next((f for f in evaluate(config, derive(config), context="explain") if f.severity == "error"), None):
+    if error := next((f for f in evaluate(config, context="explain") if f.severity == "error"), None):
         raise ValueError(f"Megatron refuses this configuration ({error.rule}: {error.message.rstrip('.')}); "
                          "fix the row")
 

@@ -3,7 +3,7 @@ fields and linear-mixer dimensions, the layer list, the attention fields of a GQ
 scaling."""
 
 from moetune.errors import MoetuneError
-from moetune.specs.hf_access import HfConfig
+from moetune.specs.hf_access import HfConfig, short
 from moetune.specs.model import LayerKind
 
 # Where each family keeps its routed-expert count, top-k and expert FFN width (shared/data/models/INDEX.md,
@@ -73,5 +73,5 @@ def topk_scaling(c: HfConfig) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
-        raise MoetuneError(f"{c.origin}: routed_scaling_factor ({value!r:.40}) must be a positive number")
+        raise MoetuneError(f"{c.origin}: routed_scaling_factor ({short(value)}) must be a positive number")
     return None if value == 1 else float(value)

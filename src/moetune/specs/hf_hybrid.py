@@ -2,7 +2,7 @@
 symbols, the Mamba-2 dimensions, and the fields moetune refuses (latent MoE, Nemotron-H multi-token prediction)."""
 
 from moetune.errors import MoetuneError
-from moetune.specs.hf_access import HfConfig
+from moetune.specs.hf_access import HfConfig, short
 from moetune.specs.hf_common import MAMBA_FIELDS, gqa_common, moe_fields, topk_scaling
 from moetune.specs.model import LayerKind, MambaDims
 
@@ -20,7 +20,7 @@ def _hybrid_pattern(c: HfConfig) -> tuple[str, str]:
     """The layer pattern in Megatron's symbols, and the key it came from."""
     pattern = c.get("hybrid_override_pattern", default=None)
     if pattern is not None and not isinstance(pattern, str):
-        raise MoetuneError(f"{c.origin}: field 'hybrid_override_pattern' ({pattern!r:.40}) must be a string of layer "
+        raise MoetuneError(f"{c.origin}: field 'hybrid_override_pattern' ({short(pattern)}) must be a string of layer "
                            "symbols (M Mamba, * attention, E MoE, - MLP); fix the config.json")
     if bad := sorted(set(pattern or "") - set(HYBRID_SYMBOLS)):
         raise MoetuneError(f"{c.origin}: hybrid_override_pattern has unknown layer symbols {bad}; expected M * E -")
@@ -55,7 +55,7 @@ def read_nemotron_h(c: HfConfig) -> dict:
     # Multi-token prediction after a hybrid stack: Megatron-Core 0.16.1's MambaModel builds no MTP block (HF ignores
     # the mtp.* weights, modeling_nemotron_h.py _keys_to_ignore_on_load_unexpected)
     if mtp := c.count("num_nextn_predict_layers", default=0):
-        shape = next((f"{k} {c.data[k]!r:.40}" for k in ("mtp_hybrid_override_pattern", "mtp_layers_block_type")
+        shape = next((f"{k} {short(c.data[k])}" for k in ("mtp_hybrid_override_pattern", "mtp_layers_block_type")
                       if c.data.get(k) is not None), "its default *E")
         raise MoetuneError(f"{c.origin}: num_nextn_predict_layers ({mtp}): Nemotron-H multi-token prediction ({shape}) "
                            "is not modelled; set num_nextn_predict_layers to 0 to plan the model without it")

@@ -7,7 +7,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.comms import ring_seconds
 from moetune.walls.compute import gemm_rate
-from moetune.walls.memory import MUON_BYTES
+from moetune.walls.memory import MUON_MOMENT_BYTES, optimizer_divisors
 from moetune.walls.muon import ns_seconds
 
 
@@ -18,7 +18,8 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
       without the distributed optimizer, (gradient all-reduce, nothing); under Muon's layer-wise distributed optimizer
       (dist_muon: DDP's own distributed optimizer off, so DDP all-reduces the gradients, and each rank then
       all-gathers the parameters the others stepped: Megatron-Core optimizer/layer_wise_optimizer.py), (gradient
-      all-reduce, BF16 parameter all-gather), the gather never overlapped (Knobs.overlap_param_gather off);
+      all-reduce, BF16 parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it
+      (Knobs.overlap_param_gather off);
     - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
       grads and weights read; Muon keeps one momentum on the linear weights, the embedding and output layer stay on
       Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
@@ -33,18 +34,23 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     if knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the BF16 parameter all-gather
         dp = (ring(grad) * (2 if muon else 1), ring(2))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
-        dp = (2 * ring(grad), 0 * ring(2))  # (Megatron-Core distributed/param_and_grad_buffer.py: all_reduce)
-    share = (lay.dp * lay.cp, lay.edp) if knobs.distributed_optimizer else (1, 1)
-    shard, vocab_shard = dense / share[0] + expert / share[1], vocab / share[0]
+        all_reduce = 2 * ring(grad)  # (Megatron-Core distributed/param_and_grad_buffer.py: all_reduce)
+        dp = (all_reduce, 0.0 * all_reduce)
+    share = optimizer_divisors(lay, knobs)
+    linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
+    vocab_shard = vocab / share[0]
 
-    def state(moments):  # bytes a parameter's update moves
+    # bytes a parameter's update moves: the FP32 master copy and the moments read and written, the FP32 main gradient
+    # and the BF16 weight read (Megatron-Core optimizer/distributed_optimizer.py steps FP32 main params on FP32 main
+    # grads, then copies them to the BF16 model params)
+    def state(moments):
         return 2 * (4 + moments) + 4 + 2
     adam = state(2 * knobs.adam_moments_bytes)
-    moved = (shard - vocab_shard) * state(MUON_BYTES - 4) + vocab_shard * adam if muon else shard * adam
+    moved = (linear + experts) * state(MUON_MOMENT_BYTES) + vocab_shard * adam if muon else \
+        (linear + experts + vocab_shard) * adam
     f = knobs.optimizer_offload_fraction
     optimizer = moved * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
     if muon:
-        optimizer = optimizer + ns_seconds(spec, dense, expert, vocab, lay, knobs.distributed_optimizer,
-                                           gemm_rate(gpu, "bf16", eff))
+        optimizer = optimizer + ns_seconds(spec, linear, experts, lay.tp, lay.etp, gemm_rate(gpu, "bf16", eff))
     offload = moved * f / (eff["cpu_optimizer_gbps"] * 1e9)
     return dp, optimizer, offload

@@ -92,7 +92,8 @@ class StageMemory:
 # under Adam; the norms and biases among the rest are counted at Muon's bytes here (under 0.1% of a MoE layer's
 # parameters), the embedding and output layer at Adam's. The layer-wise distributed optimizer (dist_muon) owns whole
 # parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
-MUON_BYTES = 4 + 4
+MUON_MOMENT_BYTES = 4
+MUON_BYTES = 4 + MUON_MOMENT_BYTES
 
 
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str, int]:
@@ -103,7 +104,7 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
     adam = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # FP32 master + one FP32 momentum; the embedding and output layer stay on Adam
-        vocab = -(-p.vocab // _dense_shard(layout, knobs))
+        vocab = -(-p.vocab // optimizer_divisors(layout, knobs)[0])
         items["optimizer_states"] = whole(MUON_BYTES * (shard - vocab) + adam * vocab)
     else:
         items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
@@ -111,15 +112,16 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
 
 
 def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
-    """Parameters of this rank's optimizer shard: the distributed optimizer shards dense state over DP x CP and expert
-    state over EDP; without it every rank holds all of it."""
-    expert_shard = layout.edp if knobs.distributed_optimizer else 1
-    return -(-p.dense // _dense_shard(layout, knobs)) + -(-p.expert // expert_shard)
+    """Parameters of this rank's optimizer shard (optimizer_divisors)."""
+    dense, expert = optimizer_divisors(layout, knobs)
+    return -(-p.dense // dense) + -(-p.expert // expert)
 
 
-def _dense_shard(layout: Layout, knobs: Knobs):
-    """Ranks the distributed optimizer shards dense state over: DP x CP (1 without it)."""
-    return layout.dp * layout.cp if knobs.distributed_optimizer else 1
+def optimizer_divisors(layout, knobs: Knobs) -> tuple:
+    """(dense, expert) ranks the optimizer step and its state are shared over: the distributed optimizer (or Muon's
+    layer-wise one) shards dense state over DP x CP and expert state over EDP; without it every rank holds all of it.
+    `layout` may hold arrays (the planner's batches)."""
+    return (layout.dp * layout.cp, layout.edp) if knobs.distributed_optimizer else (1, 1)
 
 
 def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):

@@ -9,13 +9,16 @@ matrices and how large:
 - every linear weight of a layer (flops.gemm_shapes), routed experts one matrix each (TE GroupedLinear keeps a weight
   per expert), a gated fc1 whole; the fused QKV split into its q, k and v (muon_split_qkv, on by default); the
   router's too; the embedding and output layer stay on Adam (muon_scalar_optimizer);
-- Bridge's Muon recipes orthogonalize each TP shard on its own (muon_tp_mode "blockwise": no all-gather), so TP
-  shrinks the matrix a rank works on;
+- Bridge's Muon recipes orthogonalize each TP shard on its own (muon_tp_mode "blockwise", the default of
+  recipes/utils/optimizer_utils.py distributed_muon_with_cosine_annealing; Megatron-Core's own is "duplicated"), so
+  TP shrinks the matrix a rank works on;
 - the layer-wise distributed optimizer (dist_muon) gives each data-parallel rank whole parameters to step, so the
   work splits over DP x CP (dense) and EDP (experts), as the optimizer state does (memory.optimizer_shard).
 Charged at the BF16 GEMM rate: the momentum is FP32, but muon_fp32_matmul_prec "medium" lets PyTorch run FP32
 matmuls in bfloat16 (torch.set_float32_matmul_precision).
 """
+
+from collections import Counter
 
 import numpy as np
 
@@ -53,20 +56,18 @@ def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
     """(dense, expert) Newton-Schulz FLOPs per parameter a rank steps, over all its iterations, averaged over the
     model's layers (a stage's mix of layer kinds is the model's, near enough); `tp`, `etp` may be arrays."""
     flops, numel = {False: 0.0, True: 0.0}, {False: 0.0, True: 0.0}
-    for kind in all_layers(spec):
+    for kind, count in Counter(all_layers(spec)).items():  # each distinct layer kind once, times its layers
         for cls, shapes in _matrices(spec, kind).items():
             expert = cls == "routed_experts"
             for k, n, split in shapes:
                 rows, cols = _shards(k, n, split, etp if expert else tp)
-                flops[expert] = flops[expert] + _ns_flops(rows, cols)
-                numel[expert] = numel[expert] + rows * cols
+                flops[expert] = flops[expert] + count * _ns_flops(rows, cols)
+                numel[expert] = numel[expert] + count * rows * cols
     return tuple(NS_STEPS * flops[e] / numel[e] if np.any(numel[e]) else 0.0 * tp for e in (False, True))
 
 
-def ns_seconds(spec: ModelSpec, dense, expert, vocab, lay, distributed: bool, gemm_rate: float):
-    """Seconds of Newton-Schulz work on one rank a step: its stage's linear weights (`dense` less the `vocab`
-    parameters on Adam, and `expert`), over the ranks that share the step (DP x CP, EDP) under the layer-wise
-    distributed optimizer; without it every rank steps all it holds."""
-    per_dense, per_expert = ns_flops_per_param(spec, lay.tp, lay.etp)
-    share_dense, share_expert = (lay.dp * lay.cp, lay.edp) if distributed else (1, 1)
-    return (per_dense * (dense - vocab) / share_dense + per_expert * expert / share_expert) / gemm_rate
+def ns_seconds(spec: ModelSpec, linear, experts, tp, etp, gemm_rate: float):
+    """Seconds of Newton-Schulz work on one rank a step: the dense linear weights and routed-expert weights it steps
+    (its optimizer shard, the vocabulary on Adam left out: iteration.iteration_terms)."""
+    per_dense, per_expert = ns_flops_per_param(spec, tp, etp)
+    return (per_dense * linear + per_expert * experts) / gemm_rate
