@@ -90,6 +90,16 @@ def hybridep_spans(ep: int, etp: int, nvlink_domain: int, job_domain: int) -> bo
     return nvlink_domain < NVL72_DOMAIN or bool(members_in_domain(ep, etp, job_domain) >= ep)
 
 
+def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int = 0, pp: int = 1):
+    """EP sizes from `ep` down to 1, largest first, whose every group lies in one NVLink domain of the job (`domain`
+    consecutive ranks), that divide the experts (`experts`; 0: unknown) and tile the `world` ranks with ETP and PP
+    (0: unknown): the seeds' in-domain EP (000: hot communication inside the NVLink domain)."""
+    for size in range(ep, 0, -1):
+        if int(members_in_domain(size, etp, domain)) == size and not (experts and experts % size) \
+                and not (world and world % (size * etp * pp)):
+            yield size
+
+
 def cross_domain_fraction(size, stride, domain):
     """Share of a member's peers that sit outside its NVLink domain (0 when the group fits in one)."""
     inside = members_in_domain(size, stride, domain)

@@ -17,6 +17,7 @@ from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.planner.estimate import Estimate
 from moetune.planner.model_fields import architecture_fields
+from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
 from moetune.walls.memory import PAGED_STASH_CUDA
 
 # Each writes the other family off too: a recipe's own FP8 (or FP4) would otherwise survive beside the plan's
@@ -178,9 +179,9 @@ def cp_fields(e: Estimate) -> dict[str, Any]:
     return out
 
 
-# Layer symbols of a Mamba hybrid's hybrid_layer_pattern (Megatron-Core hybrid_layer_allocation.Symbols, as
-# specs/hf_hybrid.py reads Nemotron-H's hybrid_override_pattern).
-HYBRID_SYMBOLS = {("mamba", "none"): "M", ("gqa", "none"): "*", ("none", "moe"): "E", ("none", "dense"): "-"}
+# Layer symbols of a Mamba hybrid's hybrid_layer_pattern (Megatron-Core hybrid_layer_allocation.Symbols), the inverse of
+# the table specs/hf_hybrid.py reads Nemotron-H's hybrid_override_pattern with.
+LAYER_SYMBOL = {kind: symbol for symbol, kind in HYBRID_SYMBOLS.items()}  # (mixer, mlp) -> hybrid_layer_pattern
 HYBRID_SPLIT = "model.hybrid_layer_pattern"  # carries a hybrid's pipeline split, so it depends on the layout
 
 
@@ -192,7 +193,7 @@ def hybrid_fields(e: Estimate) -> dict[str, Any]:
     m, lay = e.model, e.layout
     if not m.mamba:
         return {}
-    symbols = [HYBRID_SYMBOLS[(k.mixer, k.mlp)] for k in m.layers]
+    symbols = [LAYER_SYMBOL[(k.mixer, k.mlp)] for k in m.layers]
     if lay.pp == 1:
         return {HYBRID_SPLIT: "".join(symbols)}
     try:

@@ -5,7 +5,7 @@ a pick that crosses the domain for less than the step model's own error says so.
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.ranks import members_in_domain
+from moetune.layout.ranks import in_domain_eps, members_in_domain
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import knobs_for, rule_errors
 from moetune.planner.ranking import NEAR_TIE_MARGIN
@@ -24,9 +24,9 @@ def in_domain_ep(e: Estimate, found: list | None = None) -> Estimate | None:
     if not experts or int(members_in_domain(lay.ep, lay.etp, domain)) == lay.ep:
         return None
     broken = set(rule_errors(e, found))
-    for ep in range(lay.ep - 1, 1, -1):
-        if experts % ep or lay.world_size % (ep * lay.etp * lay.pp) or int(members_in_domain(ep, lay.etp, domain)) < ep:
-            continue
+    for ep in in_domain_eps(lay.ep - 1, lay.etp, domain, experts, lay.world_size, lay.pp):
+        if ep == 1:
+            break
         try:
             layout = replace(lay, ep=ep)
             alt = e.variant(layout=layout, knobs=knobs_for(e, layout))  # a defaulted dispatcher re-defaulted

@@ -13,7 +13,7 @@ from typing import Any
 from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
-from moetune.layout.ranks import hybridep_spans, job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     LONG_SDPA,
     ep_first_sizes,
@@ -149,12 +149,7 @@ def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int
     """The largest EP, up to the configured one, whose every group lies in one NVLink domain of the job, divides
     the experts and tiles the ranks (1 when none does)."""
     experts = int(value(config, "model.num_moe_experts", 0) or 0)
-    world, per_ep = d.get("world_size"), d["etp"] * d["pp"]
-    for ep in range(d["ep"], 0, -1):
-        if members_in_domain(ep, d["etp"], domain) == ep and (not experts or experts % ep == 0) \
-                and (not world or world % (ep * per_ep) == 0):
-            return ep
-    return 1
+    return next(in_domain_eps(d["ep"], d["etp"], domain, experts, d.get("world_size") or 0, d["pp"]), 1)
 
 
 def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
