@@ -68,13 +68,17 @@ def test_ab_order_with_the_fitted_constants_matches_the_shipped_ones(fit):
 def test_runs_added_after_the_subset_was_drawn_are_never_fitted():
     """The calibration subset is closed at LAST_CALIBRATION_RUN: later rows (the NeMo 26.04-26.08 summaries) are
     all held out, so are earlier rows completed after the draw (R095, R097, R101, R102, R167: their recipes read
-    later), and the other earlier rows alternate per GPU as before."""
+    later), and the other earlier rows alternate per GPU as before; B300, none of whose runs was there at the draw,
+    alternates over its own (calibrate.late)."""
     from moetune.planner.calibrate import COMPLETED_AFTER_DRAW, LAST_CALIBRATION_RUN
     from moetune.planner.runs import load_runs
 
     runs = load_runs()
     fit_runs, held = split(runs)
     assert {r.run_id for r in fit_runs} | {r.run_id for r in held} == {r.run_id for r in runs}
+    b300 = sorted((r for r in runs if r.gpu.key == "b300"), key=lambda r: int(r.run_id[1:]))  # joined later, whole
+    assert len(b300) >= 20 and [r for r in fit_runs if r.gpu.key == "b300"] == b300[::2]
+    fit_runs, runs = ([r for r in rs if r.gpu.key != "b300"] for rs in (fit_runs, runs))
     assert all(int(r.run_id[1:]) <= LAST_CALIBRATION_RUN for r in fit_runs)
     later = [r for r in runs if int(r.run_id[1:]) > LAST_CALIBRATION_RUN]
     assert len(later) >= 70 and {r.run_id for r in later} | COMPLETED_AFTER_DRAW <= {r.run_id for r in held}

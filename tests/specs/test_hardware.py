@@ -82,3 +82,14 @@ def test_impossible_cluster_files_are_one_line(text, needle, tmp_path):
     path.write_text(text)
     with pytest.raises(MoetuneError, match=re.escape(needle)):
         load_gpu(str(path))
+
+
+def test_b300_is_catalogued_from_its_own_sources():
+    """B300 is not in shared/data/hardware.csv: its peaks are the HGX B300 datasheet's dense figures (36 PFLOPS sparse
+    BF16 over 8 GPUs, halved), its memory what nvidia-smi reports for 'NVIDIA B300 SXM6 AC' (275,040 MiB), and its
+    NVLink domain an HGX node's, so it is modelled as an 8-GPU board, not an NVL72 rack."""
+    gpu = catalog()["b300"]
+    assert gpu.bf16_tflops == 36_000 / 2 / 8 and gpu.fp8_tflops == 2 * gpu.bf16_tflops
+    assert gpu.memory_gib == round(275_040 / 1024, 1)
+    assert (gpu.arch, gpu.nvlink_domain, gpu.gpus_per_node, gpu.nic_gbps) == ("blackwell", 8, 8, 800)
+    assert "hardware.csv" in gpu.source and efficiency("b300")["gemm_eff"] != efficiency("gb300")["gemm_eff"]

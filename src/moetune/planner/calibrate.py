@@ -8,8 +8,10 @@ and Megatron's Python, and only runs whose GPU work per layer is small can pin i
 host-bound), the host's wait for an eager MoE layer's token counts, the HybridEP copy rate per SM and the fused
 all-to-all's cost per token message (a property of the DeepEP/HybridEP kernels; only the spread of hidden sizes
 across models pins it). The calibration subset is documented and fixed: the runs of each GPU in run_id order, every
-other one starting with the first, among R001-R167 (runs added later are never fitted). The rest are held out and
-their errors reported (``moetune calibrate``).
+other one starting with the first, among R001-R167 (runs added later are never fitted), except for a GPU none of
+whose runs is among them (B300, whose rows joined later): every other one of its own runs, fitted after the shared
+constants are settled, so it moves no other GPU. The rest are held out and their errors reported
+(``moetune calibrate``).
 """
 
 import math
@@ -57,13 +59,20 @@ LAST_CALIBRATION_RUN = 167
 COMPLETED_AFTER_DRAW = frozenset({"R095", "R097", "R101", "R102", "R167"})
 
 
+def late(runs: list[Run]) -> bool:
+    """Whether these runs (one GPU's) all joined after the draw: that GPU is fitted on its own alternate runs."""
+    return all(int(r.run_id[1:]) > LAST_CALIBRATION_RUN for r in runs)
+
+
 def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     """(calibration, held-out): per GPU, alternate runs in run_id order up to LAST_CALIBRATION_RUN; later runs
-    and those completed after the draw are held out."""
+    and those completed after the draw are held out, but on a GPU whose runs all came later (`late`) alternate runs
+    of its own are drawn."""
     fit, held = [], []
     for gpu in sorted({r.gpu.key for r in runs}):
         mine = sorted((r for r in runs if r.gpu.key == gpu), key=lambda r: int(r.run_id[1:]))
-        drawn = [r for r in mine if int(r.run_id[1:]) <= LAST_CALIBRATION_RUN and r.run_id not in COMPLETED_AFTER_DRAW]
+        drawn = mine if late(mine) else [r for r in mine if int(r.run_id[1:]) <= LAST_CALIBRATION_RUN
+                                         and r.run_id not in COMPLETED_AFTER_DRAW]
         drawn_ids = {r.run_id for r in drawn}
         fit += drawn[::2]
         held += drawn[1::2] + [r for r in mine if r.run_id not in drawn_ids]
@@ -157,8 +166,10 @@ def fit_all(runs: list[Run]) -> dict[str, dict[str, float]]:
     """Per-GPU compute/all-to-all multipliers and the SHARED constants, one value for every GPU (the CPU cost of
     issuing a layer is Megatron's Python on the host; the per-token cost of the fused all-to-all kernels is
     theirs; a GPU whose runs never leave the CPU behind could not pin the first alone): per-GPU grid fits at the
-    priors, a log-grid scan of each shared constant in turn, then per-GPU and shared refinements in turn."""
-    by_gpu = {g: [r for r in runs if r.gpu.key == g] for g in sorted({r.gpu.key for r in runs})}
+    priors, a log-grid scan of each shared constant in turn, then per-GPU and shared refinements in turn. A `late`
+    GPU's multipliers are fitted last, at the settled shared constants, which it does not move."""
+    every = {g: [r for r in runs if r.gpu.key == g] for g in sorted({r.gpu.key for r in runs})}
+    by_gpu = {g: rs for g, rs in every.items() if not late(rs)}
     prior = efficiency("default", priors_only=True)
     shared = {k: prior[k] for k in SHARED}
     fitted = {g: fit_gpu(rs, g, shared) for g, rs in by_gpu.items()}
@@ -170,6 +181,7 @@ def fit_all(runs: list[Run]) -> dict[str, dict[str, float]]:
         for key in SHARED:
             shared = _refine_shared(by_gpu, fitted, shared, key)
     fitted = {g: fit_gpu(rs, g, shared, start=fitted[g]) for g, rs in by_gpu.items()}
+    fitted |= {g: fit_gpu(rs, g, shared) for g, rs in every.items() if g not in by_gpu}
     return {g: {**p, **shared} for g, p in fitted.items()}
 
 
