@@ -570,7 +570,8 @@ def test_explain_names_a_defaulted_global_batch_muon_and_the_time_wall_of_a_run_
     assert main(["estimate", *job]) == 0
     assert "global_batch_size" in json.loads(capsys.readouterr().out)["defaulted"]
     assert main(["explain", *job]) == 0
-    assert "4 micro-batches a step" in json.loads(capsys.readouterr().out)["gbs_defaulted"]
+    said = json.loads(capsys.readouterr().out)["gbs_defaulted"]
+    assert "4 micro-batches a step" in said and "Megatron-LM's own default, MBS x DP = 8, runs one" in said
     assert main(["explain", *job, "--gbs", "256"]) == 0
     assert json.loads(capsys.readouterr().out)["gbs_defaulted"] is None
     muon = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--optimizer", "muon", "--json"]

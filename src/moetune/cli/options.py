@@ -35,7 +35,8 @@ def layout_options(func):
         click.option("--no-sequence-parallel", is_flag=True, help="Turn sequence parallel off (on when TP>1)."),
         click.option("--seq", type=click.IntRange(min=1), default=4096, show_default=True),
         click.option("--mbs", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--gbs", type=click.IntRange(min=1), default=None, help="Global batch (default MBS*DP*PP)."),
+        click.option("--gbs", type=click.IntRange(min=1), default=None,
+                     help="Global batch (default MBS*DP*PP, PP micro-batches a step; Megatron-LM's own is MBS*DP)."),
     ]
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 

@@ -131,10 +131,13 @@ def optimizer_note(e) -> str | None:
 
 def gbs_default_text(e: Estimate) -> str:
     """The global batch a run left out, and what it sets: MBS x DP x PP (Workload.gbs), whose micro-batches the
-    pipeline bubble is shared over."""
+    pipeline bubble is shared over. Megatron-LM's own default is MBS x DP (megatron/training/arguments.py), one
+    micro-batch a step, whose bubble a PP > 1 run would mostly be: said where the two differ."""
     m = e.time["num_microbatches"]
+    own = e.workload.gbs(e.layout) // e.layout.pp
+    mlm = f"; Megatron-LM's own default, MBS x DP = {own:,}, runs one micro-batch a step" if e.layout.pp > 1 else ""
     return (f"MBS x DP x PP = {e.workload.gbs(e.layout):,} ({m} micro-batch{'es' if m != 1 else ''} a step; the "
-            f"bubble is (PP-1)/(VPP x {m}) of the useful time)")
+            f"bubble is (PP-1)/(VPP x {m}) of the useful time{mlm})")
 
 
 def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda move: True) -> list[dict]:
