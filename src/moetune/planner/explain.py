@@ -26,6 +26,7 @@ from moetune.planner.moves import (
     rule_errors,
     tight,
 )
+from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import estimate_record
 
 
@@ -157,7 +158,7 @@ def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda m
             continue  # a refused run takes any move that clears its error, a memory move included
         new = apply_move(e, move)
         if new is not None and not new.fits and e.fits and blocked is not None and not set(rule_errors(new)) - broken \
-                and (gain := new.time["tokens_per_s_per_gpu"] / base - 1) > 0.005:
+                and (gain := new.time["tokens_per_s_per_gpu"] / base - 1) > SMALLEST_GAIN:
             blocked.append({"rule": move_id, "predicted_gain": gain, "new_peak_gib": new.peak_bytes / GIB})
         if new is None or not new.fits:
             continue
@@ -165,7 +166,7 @@ def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda m
         if errors - broken or (broken and errors == broken):  # on a refused run, only a move that clears an error
             continue
         gain = new.time["tokens_per_s_per_gpu"] / base - 1
-        if gain > 0.005 or not e.fits or broken:
+        if gain > SMALLEST_GAIN or not e.fits or broken:
             out.append({"rule": move_id, "change": move_change(move, e, new), "predicted_gain": gain,
                         "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
                         "new_peak_gib": new.peak_bytes / GIB, "why": move["why"], "source": move["source"],
@@ -183,7 +184,7 @@ def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda m
 COMPOUND = {"ep_overlap_with_vpp": "more_virtual_stages", "ep_overlap_delay_wgrad": "ep_overlap"}
 # A compound move is listed only where it adds this much to the gain of its part alone: EP overlap with VPP had led
 # Retune at +19.4% where VPP alone gave +19.3% (explain audit), crediting the overlap with the bubble's gain
-COMPOUND_MARGIN = 0.005
+COMPOUND_MARGIN = SMALLEST_GAIN
 
 
 def _without_borrowed_gains(rows: list[dict]) -> list[dict]:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.planner.estimate import Estimate
+from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.model import ModelSpec
 
 GIB = 1 << 30
@@ -56,7 +57,7 @@ def move_note(e: Estimate) -> str | None:
     if fitting is not e:
         return (f"re-split as `--pipeline-layout \"{fitting.layout.pipeline_layout}\"` it predicts "
                 f"{gain(fitting):+.1%} and fits; `plan` re-splits this way")
-    if free is e or gain(free) < 0.005:
+    if free is e or gain(free) < SMALLEST_GAIN:
         return None
     worst = max(free.stages, key=lambda m: m.total)
     return (f"evened out as `{free.layout.pipeline_layout}` it would predict {gain(free):+.1%}, but rank "

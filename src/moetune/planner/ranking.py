@@ -33,6 +33,10 @@ CP_SHORT_MARGIN = 1.05
 # search.OFFLOAD_NOTE_GAIN; an in-domain EP, ep_domain.EP_DOMAIN_NOTE_MARGIN): the step model's held-out median error
 # is 3.9% (docs/time.md), and the memory estimate's own error is 3% (moves.TIGHT_SHARE)
 NEAR_TIE_MARGIN = 0.03
+# The least predicted change moetune names as a gain or an effect (a Retune move, what a compound move adds to its
+# part, a pipeline re-split, one setting's share of the difference between two configs): half a percent, under which
+# a move only reshuffles the step model's own rounding (micro-batches, the layer split), not a wall
+SMALLEST_GAIN = 0.005
 
 
 def cp_weight(cp, seq: int):

@@ -7,6 +7,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
 from moetune.planner.moves import rule_errors
+from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import measured_twins
 
 # The model's architecture, the same in both (the MTP depth is not: a run may train with another, --mtp-layers)
@@ -97,7 +98,7 @@ def versus(pick: Estimate, baseline: Estimate) -> dict:
     biggest = max(walls, key=lambda w: walls[w]["saved"] * (1 if speedup >= 1 else -1))
     changes = config_changes(pick, baseline)
     effects = setting_effects(pick, baseline, changes)
-    moved = sorted((e for e in effects if e["in_turn"] and abs(e["in_turn"]) >= 0.005),
+    moved = sorted((e for e in effects if e["in_turn"] and abs(e["in_turn"]) >= SMALLEST_GAIN),
                    key=lambda e: -abs(e["in_turn"]))
     why = (f"predicted {speedup:.2f}x the baseline's tokens/s/GPU; most of the {'gain' if speedup >= 1 else 'loss'} "
            f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)"
