@@ -13,8 +13,9 @@ from typing import Any
 from moetune.errors import MoetuneError
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
-from moetune.profile.reader import RankTrace, expand_paths, read_trace
+from moetune.profile.reader import RankTrace, read_trace
 from moetune.profile.remedies import Recommendation, recommend
+from moetune.profile.trace_json import expand_paths
 from moetune.profile.walls import Measurement, arch, decide, evidence, facts, imbalance
 from moetune.specs.hardware import GpuSpec
 

@@ -280,31 +280,3 @@ def _device(props_list: list, device: int) -> tuple[str | None, int | None, tupl
     cc = (int(props["computeMajor"]), int(props.get("computeMinor", 0))) if "computeMajor" in props else None
     mem = props.get("totalGlobalMem")
     return props.get("name"), int(mem) if mem else None, cc
-
-
-def expand_paths(inputs: list[str | Path]) -> list[Path]:
-    """Files as given, and every *.json / *.json.gz directly inside each directory, sorted; a file named twice (by
-    two spellings, or a file and its directory) is one error line, not two ranks."""
-    out = _paths(inputs)
-    seen: dict[Path, Path] = {}
-    for p in out:
-        if (real := p.resolve()) in seen:
-            raise MoetuneError(f"trace {p} is given twice (also as {seen[real]}); pass each rank's trace once")
-        seen[real] = p
-    return out
-
-
-def _paths(inputs: list[str | Path]) -> list[Path]:
-    out: list[Path] = []
-    for item in inputs:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise MoetuneError(f"trace directory {p} holds no .json or .json.gz files")
-            out.extend(found)
-        elif p.exists():
-            out.append(p)
-        else:
-            raise MoetuneError(f"trace {p}: no such file or directory")
-    return out

@@ -1,6 +1,7 @@
 """The byte and JSON layer of trace reading: open a (gzipped) trace through a screen that refuses what the streaming
 parser cannot take safely, read Kineto's header, and stream ``traceEvents`` one event at a time (``ijson``, yajl2 C
-backend; ``json.load`` without it). profile/reader.py keeps what each event means."""
+backend; ``json.load`` without it); and find the trace files a user names (files, or the traces in a directory).
+profile/reader.py keeps what each event means."""
 
 import gzip
 import json
@@ -142,3 +143,29 @@ def fail(path: Path, why: str) -> MoetuneError:
     return MoetuneError(f"trace {path}: {why}")
 
 
+def expand_paths(inputs: list[str | Path]) -> list[Path]:
+    """Files as given, and every *.json / *.json.gz directly inside each directory, sorted; a file named twice (by
+    two spellings, or a file and its directory) is one error line, not two ranks."""
+    out = _paths(inputs)
+    seen: dict[Path, Path] = {}
+    for p in out:
+        if (real := p.resolve()) in seen:
+            raise MoetuneError(f"trace {p} is given twice (also as {seen[real]}); pass each rank's trace once")
+        seen[real] = p
+    return out
+
+
+def _paths(inputs: list[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise MoetuneError(f"trace directory {p} holds no .json or .json.gz files")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise MoetuneError(f"trace {p}: no such file or directory")
+    return out
