@@ -158,19 +158,16 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
 
 
 def pick_checks(pick, found: list | None = None) -> list[dict]:
-    """The rule errors and warnings the pick itself raises (a pinned --fix can lead the search where the seeds warn:
-    TP past the NVLink domain), as `moetune check` of its config reports them; a warning whose fix runs on this job
-    carries what the fix predicts (`with_fix`), since the search already weighed it against the pick."""
-    out = []
-    for f in findings(pick) if found is None else found:
-        if f.severity not in ("error", "warning"):
-            continue
-        check = {"rule": f.rule, "severity": f.severity, "message": f.message}
-        fixed = with_fix(pick, f.fix) if f.severity == "warning" else None
+    """The pick's rule errors and warnings as its row has them (explain.checks: what `moetune check` of its config
+    reports; a pinned --fix can lead the search where the seeds warn, TP past the NVLink domain), and on a warning
+    whose fix runs on this job what the fix predicts (`with_fix`), since the search already weighed it against the
+    pick."""
+    out = checks(pick, found)
+    for check in out:
+        fixed = with_fix(pick, check["fix"]) if check["severity"] == "warning" else None
         if fixed is not None and fixed.time != pick.time:
             check["with_fix"] = {"tokens_per_s_per_gpu": fixed.time["tokens_per_s_per_gpu"], "fits": fixed.fits,
                                  "peak_gib": fixed.peak_bytes / 2**30}
-        out.append(check)
     return out
 
 
