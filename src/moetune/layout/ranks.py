@@ -17,6 +17,7 @@ numpy arrays alike (the planner passes arrays).
 """
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import cache
 
@@ -90,10 +91,10 @@ def hybridep_spans(ep: int, etp: int, nvlink_domain: int, job_domain: int) -> bo
     return nvlink_domain < NVL72_DOMAIN or bool(members_in_domain(ep, etp, job_domain) >= ep)
 
 
-def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int = 0, pp: int = 1):
+def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int = 0, pp: int = 1) -> Iterator[int]:
     """EP sizes from `ep` down to 1, largest first, whose every group lies in one NVLink domain of the job (`domain`
     consecutive ranks), that divide the experts (`experts`; 0: unknown) and tile the `world` ranks with ETP and PP
-    (0: unknown): the seeds' in-domain EP (000: hot communication inside the NVLink domain)."""
+    (0: unknown): the seeds' in-domain EP (seeds/000: keep hot communication inside the NVLink domain)."""
     for size in range(ep, 0, -1):
         if int(members_in_domain(size, etp, domain)) == size and not (experts and experts % size) \
                 and not (world and world % (size * etp * pp)):

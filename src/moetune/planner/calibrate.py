@@ -59,9 +59,14 @@ LAST_CALIBRATION_RUN = 167
 COMPLETED_AFTER_DRAW = frozenset({"R095", "R097", "R101", "R102", "R167"})
 
 
+def _in_draw(run: Run) -> bool:
+    """Whether the run was among those the calibration subset was drawn from."""
+    return int(run.run_id[1:]) <= LAST_CALIBRATION_RUN and run.run_id not in COMPLETED_AFTER_DRAW
+
+
 def late(runs: list[Run]) -> bool:
-    """Whether these runs (one GPU's) all joined after the draw: that GPU is fitted on its own alternate runs."""
-    return all(int(r.run_id[1:]) > LAST_CALIBRATION_RUN for r in runs)
+    """Whether none of these runs (one GPU's) was in the draw: that GPU is fitted on its own alternate runs."""
+    return bool(runs) and not any(map(_in_draw, runs))
 
 
 def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
@@ -71,8 +76,7 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
     fit, held = [], []
     for gpu in sorted({r.gpu.key for r in runs}):
         mine = sorted((r for r in runs if r.gpu.key == gpu), key=lambda r: int(r.run_id[1:]))
-        drawn = mine if late(mine) else [r for r in mine if int(r.run_id[1:]) <= LAST_CALIBRATION_RUN
-                                         and r.run_id not in COMPLETED_AFTER_DRAW]
+        drawn = mine if late(mine) else [r for r in mine if _in_draw(r)]
         drawn_ids = {r.run_id for r in drawn}
         fit += drawn[::2]
         held += drawn[1::2] + [r for r in mine if r.run_id not in drawn_ids]

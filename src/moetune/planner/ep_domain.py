@@ -3,6 +3,7 @@ communication inside the NVLink domain): the same layout at the largest EP whose
 a pick that crosses the domain for less than the step model's own error says so."""
 
 from dataclasses import replace
+from itertools import takewhile
 
 from moetune.errors import MoetuneError
 from moetune.layout.ranks import in_domain_eps, members_in_domain
@@ -24,9 +25,8 @@ def in_domain_ep(e: Estimate, found: list | None = None) -> Estimate | None:
     if not experts or int(members_in_domain(lay.ep, lay.etp, domain)) == lay.ep:
         return None
     broken = set(rule_errors(e, found))
-    for ep in in_domain_eps(lay.ep - 1, lay.etp, domain, experts, lay.world_size, lay.pp):
-        if ep == 1:
-            break
+    smaller = in_domain_eps(lay.ep - 1, lay.etp, domain, experts, lay.world_size, lay.pp)
+    for ep in takewhile(lambda size: size > 1, smaller):
         try:
             layout = replace(lay, ep=ep)
             alt = e.variant(layout=layout, knobs=knobs_for(e, layout))  # a defaulted dispatcher re-defaulted
