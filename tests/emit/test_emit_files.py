@@ -92,6 +92,14 @@ def test_hybridep_environment(gpu, sets, expected):
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == 32
 
 
+def test_b300_gets_the_nccl_setting_its_recipes_set():
+    """Megatron Bridge's B300 recipes set NCCL_IGNORE_CPU_AFFINITY=1 (its NeMo 26.06 B300 regression fix); B200's
+    do not."""
+    sets = ["model.num_moe_experts=64", "model.expert_model_parallel_size=8"]
+    assert environment(load_config(sets=sets, gpu="b300", gpus=16))["NCCL_IGNORE_CPU_AFFINITY"][0] == 1
+    assert "NCCL_IGNORE_CPU_AFFINITY" not in environment(load_config(sets=sets, gpu="b200", gpus=16))
+
+
 @pytest.mark.parametrize(("value", "why"), [(1, "fine-grained activation offloading with Transformer Engine >= 2.10"),
                                             (0, "given")])
 def test_a_planned_env_value_keeps_its_reason(value, why):

@@ -14,10 +14,18 @@ def tp_cp_need_one_connection(d: dict[str, Any]) -> bool:
     return d.get("arch") != "blackwell" and (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"]
 
 
+# Variables a GPU's own recipes set, whatever the layout: Megatron Bridge's B300 perf recipes (perf_recipes/*/b300/,
+# and scripts/performance/perf_plugins.py since "b300_regression_fix_rel2606", PR #4431, for NeMo 26.06)
+GPU_ENV: dict[str, dict[str, tuple[Any, str]]] = {
+    "b300": {"NCCL_IGNORE_CPU_AFFINITY": (1, "B300: NCCL ignores the launcher's CPU binding, as Megatron Bridge's "
+                                             "B300 recipes set (its 26.06 regression fix)")},
+}
+
+
 def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     """NAME -> (value, why). Values the config already sets (env.*) are kept as given."""
     d = derive(config)
-    out: dict[str, tuple[Any, str]] = {}
+    out: dict[str, tuple[Any, str]] = dict(GPU_ENV.get(d.get("gpu_key"), {}))
     domain = d.get("nvlink_domain")
     if d.get("flex_backend") == "hybridep" and domain:
         # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment.
