@@ -124,13 +124,17 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
              if gbs % (mbs * lay.dp) == 0]
     if not cands:
         return None
+    # one batch per dispatcher the candidates run (a defaulted one follows EP and where its group sits: alltoall at
+    # EP 1 and past an NVL72 rack, HybridEP inside it), whose buffers differ
+    by_dispatcher: dict[str, tuple] = {}
+    for c in cands:
+        knobs = dispatcher_for(e, c[0].ep, c[0].etp)
+        by_dispatcher.setdefault(knobs.dispatcher, (knobs, []))[1].append(c)
     fitting = []
-    for spread in (False, True):  # experts on one rank, or over EP ranks: a defaulted dispatcher differs
-        group = [c for c in cands if (c[0].ep > 1) == spread]
-        if group:
-            peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs,
-                                dispatcher_for(e, group[0][0].ep), merged_overheads(e.overheads))
-            fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
+    for knobs, group in by_dispatcher.values():
+        peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs, knobs,
+                            merged_overheads(e.overheads))
+        fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None
     # CP is for long context (seeds/000 Phase 2): below it, less CP comes first among layouts of the same size
