@@ -51,7 +51,8 @@ def distributed_optimizer(config: dict[str, Any]) -> bool:
                for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"))
 
 
-def _data_parallel_size(config: dict[str, Any]) -> int | None:
+def data_parallel_size(config: dict[str, Any]) -> int | None:
+    """world / (TP x CP x PP), or None where the world is unknown or the attention mesh does not tile it."""
     world = config.get("cluster.num_gpus")
     attn = _size(config, "model.tensor_model_parallel_size") * _size(config, "model.context_parallel_size") * _size(
         config, "model.pipeline_model_parallel_size")
@@ -67,7 +68,7 @@ def settle_dp_overlap(config: dict[str, Any]) -> dict[str, Any]:
     if config.get(LAUNCHER) == "megatron-lm" or not any(k.startswith("comm_overlap.") for k in config) \
             or not distributed_optimizer(config):
         return config
-    dp, out = _data_parallel_size(config), dict(config)
+    dp, out = data_parallel_size(config), dict(config)
     for field in DP_OVERLAP:
         mine = config.get(f"comm_overlap.{field}")
         settled = mine if mine is not None else (dp > 1 if dp is not None else config.get(f"ddp.{field}"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, layer_wise_optimizer
+from moetune.configio.finalize import data_parallel_size, expert_tensor_parallel_size, layer_wise_optimizer
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
@@ -109,9 +109,9 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     world = config.get("cluster.num_gpus")
     if world:
         d["world_size"] = world = int(world)
-        attn, expert = d["tp"] * d["cp"] * d["pp"], d["etp"] * d["ep"] * d["pp"]
-        if world % attn == 0:
-            d["data_parallel_size"] = world // attn
+        expert = d["etp"] * d["ep"] * d["pp"]
+        if dp := data_parallel_size(config):
+            d["data_parallel_size"] = dp
         if world % expert == 0:
             d["expert_data_parallel_size"] = world // expert
         gbs, mbs = value(config, "train.global_batch_size"), value(config, "train.micro_batch_size")
