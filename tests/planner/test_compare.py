@@ -106,7 +106,7 @@ def test_a_log_alone_compares_the_step_and_tflops_as_its_launcher_counts_them(tm
     import pytest
 
     from moetune.specs.registry import load_model
-    from moetune.walls.flops import megatron_model_flops
+    from moetune.walls.model_flops import megatron_model_flops
     sets = ["model.expert_model_parallel_size=8", "model.expert_tensor_parallel_size=1",
             "model.tensor_model_parallel_size=2", "train.global_batch_size=512", "train.micro_batch_size=1",
             "model.seq_length=4096"]

@@ -19,7 +19,7 @@ from moetune.planner.estimate import estimate
 from moetune.planner.runs import known_gaps, load_configured_runs, load_runs, tokens_from_tflops
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.flops import megatron_model_flops
+from moetune.walls.model_flops import megatron_model_flops
 
 RUNS = load_runs()
 # Runs the model cannot reproduce yet, with the reason (data/known_gaps.toml; they stay in the statistics below).

@@ -110,11 +110,11 @@ def test_a_run_without_the_model_s_mtp_layer_says_so_in_its_overrides():
 def test_a_megatron_lm_launch_reports_tflops_as_megatron_lm_counts(capsys):
     """gpt-oss trains with --quick-geglu, which Megatron-LM's counter does not take for a 3-GEMM unit (training.py:
     ffn factor 3 only under --swiglu) and Bridge's does (any gated_linear_unit): the same step, two TFLOP/s figures,
-    each the one its launcher's log prints (walls/flops.py conventions)."""
+    each the one its launcher's log prints (walls/model_flops.py conventions)."""
     import json
 
     from moetune.cli.main import main
-    from moetune.walls.flops import megatron_model_flops
+    from moetune.walls.model_flops import megatron_model_flops
     args = ("--tensor-model-parallel-size 2 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 --bf16 "
             "--quick-geglu --seq-length 4096 --global-batch-size 512 --micro-batch-size 1")
     assert main(["estimate", "gpt-oss-120b", "--mlm-args", args, "--gpu", "h100", "--gpus", "64", "--json"]) == 0

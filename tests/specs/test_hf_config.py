@@ -288,7 +288,8 @@ def test_a_dense_nemotron_h_is_not_a_moe_model():
 def test_mixtral_sliding_window_covers_every_layer(shared_data):
     """HF MixtralModel windows every layer when sliding_window is set (modeling_mixtral.py): each layer attends its
     last 4,096 keys, which Megatron's model FLOPs count (Bridge's SWA term) - the window had been dropped."""
-    from moetune.walls.flops import causal_context, megatron_model_flops
+    from moetune.walls.flops import causal_context
+    from moetune.walls.model_flops import megatron_model_flops
     full = load_model("mixtral-8x22b")
     windowed = spec_from_hf(_edited(shared_data, "mixtral-8x22b", {"sliding_window": 4096}), name="x", origin="x")
     assert {k.window for k in windowed.layers} == {4096} and {k.window for k in full.layers} == {None}

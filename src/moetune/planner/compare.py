@@ -12,7 +12,7 @@ import math
 from moetune.errors import MoetuneError
 from moetune.planner.estimate import Estimate
 from moetune.profile.diagnose import DiagnoseResult
-from moetune.walls.flops import megatron_model_flops
+from moetune.walls.model_flops import megatron_model_flops
 
 WALLS = ("compute", "communication", "bubble", "host")
 # Predicted and measured steps further apart than this are more likely two runs than a model error: the worst
@@ -79,7 +79,7 @@ def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
 def _step_only(predicted: Estimate, measured: DiagnoseResult) -> dict:
     """A log alone: its iteration time against the predicted step, and its TFLOP/s against the prediction counted as
     that log's launcher counts them (a Megatron-LM log, which prints its arguments, counts gated MLPs and windows as
-    training.py does; walls/flops.py conventions)."""
+    training.py does; walls/model_flops.py conventions)."""
     log = measured.log or {}
     if not measured.step_seconds:
         return {"available": False, "why": "the measurement has neither a kernel timeline nor timed iterations"}

@@ -13,7 +13,7 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
 from moetune.specs.registry import load_model
-from moetune.walls.flops import Convention, megatron_model_flops
+from moetune.walls.model_flops import Convention, megatron_model_flops
 
 CONFIG = ("model", "gpu", "num_gpus", "seq_length", "global_batch_size", "micro_batch_size", "tp", "cp", "pp",
           "vpp", "ep", "etp", "precision", "dispatcher", "recompute", "ep_overlap", "routing")
@@ -113,7 +113,7 @@ def load_runs() -> list[Run]:
 
 def tokens_from_tflops(run: Run) -> float | None:
     """Tokens/s/GPU of a run published as TFLOP/s/GPU only, or None when the FLOP count depends on which
-    release counted it (walls/flops.py conventions: GPT-OSS's non-SiLU GLU, sliding windows, hybrid stacks)
+    release counted it (walls/model_flops.py conventions: GPT-OSS's non-SiLU GLU, sliding windows, hybrid stacks)
     and the source does not pin the release's convention."""
     if run.tflops_per_gpu is None:
         return None

@@ -153,8 +153,8 @@ class ModelSpec:
     # config.json's model takes its Megatron Bridge bridge's (hf_config.bridge_vocab_divisor); a launch config's own
     # value, or Megatron-LM's default 128 under its arguments, replaces it (from_config.trained_model)
     vocab_divisor: int = 128
-    # The FLOP counter of the launcher whose log the TFLOP/s/GPU compares with (walls/flops.py conventions): Bridge
-    # unless the launch is Megatron-LM arguments (from_config.trained_model)
+    # The FLOP counter of the launcher whose log the TFLOP/s/GPU compares with (walls/model_flops.py conventions):
+    # Bridge unless the launch is Megatron-LM arguments (from_config.trained_model)
     flops_convention: str = "bridge"
     source: str = ""  # where the config came from
     notes: tuple[str, ...] = field(default=())

@@ -99,7 +99,7 @@ def chunked_attention_flops(spec: ModelSpec, seq_length: int, tokens: float) -> 
     if span == seq_length:
         return 0.0
     # 3 x the forward: forward and a backward of twice its FLOPs, as Megatron's counter takes it
-    # (flops.megatron_model_flops); each distinct layer kind once, times the layers of that kind
+    # (model_flops.megatron_model_flops); each distinct layer kind once, times the layers of that kind
     unrun = {k: layer_flops(spec, k, tokens, seq_length)["core_attn"] - layer_flops(spec, k, tokens, span)["core_attn"]
              for k in set(all_layers(spec))}
     return sum(3 * unrun[k] for k in all_layers(spec))

@@ -1,48 +1,10 @@
-"""FLOP counts: Megatron's reported *model* FLOPs, and per-layer *hardware* forward FLOPs.
-
-``megatron_model_flops`` reproduces the numerator of Megatron's "throughput per GPU (TFLOP/s/GPU)":
-  Megatron-Bridge src/megatron/bridge/training/utils/flop_utils.py::num_floating_point_operations
-  (transformer_flops / hybrid_flops, HEAD 067f987, 2026-08-22), which mirrors
-  Megatron-LM megatron/training/training.py::num_floating_point_operations (HEAD d98e8a6).
-Every GEMM is counted 3x (fwd, dgrad, wgrad) x 2 (multiply-add); recompute replays, router GEMMs,
-capacity padding and dropped tokens are not counted. BSHD batches only (every sample seq_length long).
-
-``layer_flops`` / ``logits_flops`` are forward FLOPs of the work the GPU really does (router GEMM,
-the real Mamba inner width, exact causal pair counts), for the time wall. See docs/flops.md.
+"""Per-layer *hardware* forward FLOPs of the work the GPU really does (router GEMM, the real Mamba inner width,
+exact causal pair counts), for the time wall: ``layer_flops`` / ``logits_flops`` and the weight GEMM shapes. The
+count Megatron reports is walls/model_flops.py. See docs/flops.md.
 """
 
-from dataclasses import dataclass
-from typing import Literal
-
-from moetune.errors import MoetuneError
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.rank_params import padded_vocab_size
-
-Convention = Literal["bridge", "bridge-pre-2026-05", "megatron-lm"]
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class _Rules:
-    """What differs between the FLOP counters Megatron has shipped."""
-
-    glu_needs_silu: bool  # GLU factor 3 only for SwiGLU (older Bridge; MLM's --swiglu flag)
-    count_swa: bool  # sliding-window layers get the exact causal-window context
-    count_attention_gate: bool  # Qwen3-Next's gate doubles the q projection width
-    hybrid_glu_needs_silu: bool  # hybrid_flops' swiglu flag: Bridge passes gated_linear_unit, MLM args.swiglu
-
-
-# Bridge: GLU rule and exact SWA from commit baa0259bd (PR #3947, 2026-05-28, first in v0.5.0 = 26.06);
-# releases up to 26.04.01 (v0.4.0) had the SiLU-only GLU rule, no SWA term and no gate term
-# (gate added in eaddead3f, PR #3029, not in v0.4.0). Megatron-LM HEAD: ffn factor from args.swiglu
-# (gpt-oss runs --quick-geglu, so 2), no SWA term, gate counted.
-_CONVENTIONS: dict[str, _Rules] = {
-    "bridge": _Rules(glu_needs_silu=False, count_swa=True, count_attention_gate=True,
-                     hybrid_glu_needs_silu=False),
-    "bridge-pre-2026-05": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=False,
-                                 hybrid_glu_needs_silu=False),
-    "megatron-lm": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=True,
-                          hybrid_glu_needs_silu=True),
-}
 
 LAYER_CLASSES = ("attn_proj", "core_attn", "mixer_proj", "mixer_scan", "dense_mlp", "router",
                  "routed_experts", "shared_experts")
@@ -50,21 +12,10 @@ _SSD_CHUNK = 128  # Mamba-2 SSD chunk length (Nemotron-H config chunk_size; mamb
 _GDN_CHUNK = 64  # chunk length of FLA's chunked gated delta rule kernel (chunk_gated_delta_rule)
 
 
-def _rules(convention: str) -> _Rules:
-    if convention not in _CONVENTIONS:
-        raise MoetuneError(f"unknown FLOP convention '{convention}': use one of {', '.join(_CONVENTIONS)}")
-    return _CONVENTIONS[convention]
-
-
 def all_layers(spec: ModelSpec) -> tuple[LayerKind, ...]:
     """Decoder layers plus MTP layers; Megatron builds each MTP layer like the last decoder layer."""
     mtp = spec.mtp_layer_kind or spec.layers[-1]
     return spec.layers + (mtp,) * spec.mtp_num_layers
-
-
-def _windows(spec: ModelSpec) -> tuple[int | None, ...]:
-    """Sliding window of each decoder+MTP layer (None: full causal); MTP follows the last layer."""
-    return tuple(k.window for k in all_layers(spec))
 
 
 def causal_context(seq_length: int, window: int | None = None) -> float:
@@ -75,119 +26,11 @@ def causal_context(seq_length: int, window: int | None = None) -> float:
     return window - window * (window - 1) / (2 * seq_length)
 
 
-def windowed_overcharge(spec: ModelSpec, seq_length: int) -> dict | None:
-    """The sliding-window layers the step charges full causal attention (None: none, or the window spans the
-    sequence): how many, their window, and full-causal keys over the window's at this length."""
-    windows = [w for w in _windows(spec) if w is not None and w < seq_length]
-    if not windows:
-        return None
-    w = min(windows)
-    return {"layers": len(windows), "window": w,
-            "factor": causal_context(seq_length) / causal_context(seq_length, w)}
-
-
 def attended_keys(seq_length: int, window: int | None = None) -> float:
     """Exact mean keys per query of a causal (optionally windowed) mask: query i sees min(i+1, W) keys."""
     if window is None or window >= seq_length:
         return (seq_length + 1) / 2
     return causal_context(seq_length, window)
-
-
-def _glu(spec: ModelSpec, needs_silu: bool) -> int:
-    """Megatron's ffn_expansion_factor: fc1 is 2*ffn wide for a GLU, so 3 ffn-wide GEMMs, else 2."""
-    gated = spec.gated_linear_unit and (spec.activation == "silu" or not needs_silu)
-    return 3 if gated else 2
-
-
-# ---- Megatron's model FLOPs ---------------------------------------------------------------------
-
-def _gqa_proj(spec: ModelSpec, gate: bool) -> float:
-    q = spec.kv_channels * spec.num_attention_heads
-    kv = spec.kv_channels * spec.num_query_groups
-    return spec.hidden_size * (q + 2 * kv + (q if gate else 0)) + q * spec.hidden_size
-
-
-def _mla_linear(spec: ModelSpec) -> float:
-    """Token-linear MLA work as flop_utils counts it: q (lora or plain), kv lora, rope k, o-proj, norms."""
-    m, h, n = spec.mla, spec.hidden_size, spec.num_attention_heads
-    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
-    q_term = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk + 1)
-    kv_term = m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1) + h * m.qk_pos_emb_head_dim
-    return q_term + kv_term + n * m.v_head_dim * h
-
-
-def _gdn_linear(spec: ModelSpec) -> float:
-    """GDN per token: in_proj (q,k,v,z,beta,alpha), conv1d, 4 state-sized matmuls, out_proj."""
-    g, h = spec.gdn, spec.hidden_size
-    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
-    return (h * (2 * qk + 2 * v + 2 * g.num_value_heads) + g.conv_kernel * (2 * qk + v)
-            + g.num_value_heads * g.value_head_dim ** 2 * 4 + h * v)
-
-
-def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
-    """transformer_flops(): everything / (3*2*tokens)."""
-    h, f = spec.hidden_size, _glu(spec, r.glu_needs_silu)
-    q = spec.kv_channels * spec.num_attention_heads
-    total = 0.0
-    for kind, window in zip(all_layers(spec), _windows(spec)):
-        if kind.mlp == "dense":
-            total += h * spec.ffn_hidden_size * f
-        elif kind.mlp == "moe":  # shared experts use the routed experts' factor, as Megatron does
-            routed = spec.moe_ffn_hidden_size * spec.moe_router_topk
-            total += h * f * (routed + spec.moe_shared_expert_intermediate_size)
-        if kind.mixer == "gqa":
-            ctx = causal_context(seq, window if r.count_swa else None)
-            total += _gqa_proj(spec, spec.attention_output_gate and r.count_attention_gate) + 2 * q * ctx
-        elif kind.mixer == "mla":
-            m = spec.mla
-            total += _mla_linear(spec) + spec.num_attention_heads * (
-                m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) * seq / 2
-        elif kind.mixer == "gdn":
-            total += _gdn_linear(spec)
-    total += spec.mtp_num_layers * (3 * h + 2 * h * h)  # MTP enorm/hnorm/final norm + eh_proj
-    return total + h * vocab * (spec.mtp_num_layers + 1)
-
-
-def _hybrid_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
-    """hybrid_flops(): forward FLOPs per token; the caller multiplies by 3 (fwd + bwd) and by tokens."""
-    h, n, g = spec.hidden_size, spec.num_attention_heads, spec.num_query_groups
-    q = spec.kv_channels * n
-    scale = 1.5 if _glu(spec, r.hybrid_glu_needs_silu) == 3 else 1.0
-    total = 0.0
-    for kind, window in zip(all_layers(spec), _windows(spec)):
-        if kind.mixer == "gqa":
-            ctx = causal_context(seq, window if r.count_swa else None)
-            total += 4 * q * (h + h * g / n) + 2 * q * 2 * ctx
-        elif kind.mixer == "mamba":  # Megatron assumes d_inner = 2*h, not heads*head_dim
-            m, d_in = spec.mamba, 2 * h
-            total += 2 * h * (2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads)
-            total += 7 * d_in * m.state_size + 2 * d_in * h
-        elif kind.mixer == "gdn":
-            total += 2 * _gdn_linear(spec)
-        if kind.mlp == "dense":
-            total += 4 * spec.ffn_hidden_size * scale * h
-        elif kind.mlp == "moe":
-            total += 4 * h * scale * (spec.moe_ffn_hidden_size * spec.moe_router_topk
-                                      + spec.moe_shared_expert_intermediate_size)
-    return total + 2 * h * vocab * (1 + spec.mtp_num_layers)
-
-
-def is_hybrid(spec: ModelSpec) -> bool:
-    """Megatron's hybrid stack (one mixer *or* one MLP per layer, Nemotron-H pattern) vs a GPT stack."""
-    return any(k.mixer in ("mamba", "none") or k.mlp == "none" for k in spec.layers)
-
-
-def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: int, *, tp: int = 1,
-                         convention: Convention = "bridge") -> float:
-    """Model FLOPs of one training iteration exactly as Megatron reports them (fwd + bwd, no recompute).
-
-    Divide by (iteration seconds * world_size * 1e12) to get Megatron's TFLOP/s/GPU."""
-    r = _rules(convention)
-    vocab = padded_vocab_size(spec.vocab_size, tp, spec.vocab_divisor)
-    tokens = global_batch_size * seq_length
-    if is_hybrid(spec):
-        return 3 * tokens * _hybrid_per_token(spec, seq_length, vocab, r)
-    return 3 * 2 * tokens * _transformer_per_token(spec, seq_length, vocab, r)
 
 
 # ---- weight GEMMs: shapes (hardware FLOPs, tile quantization) -----------------------------------------
@@ -291,8 +134,9 @@ def layer_flops(spec: ModelSpec, kind: LayerKind, tokens: float, seq_length: int
 
 
 def layer_windows(spec: ModelSpec) -> tuple[int | None, ...]:
-    """Sliding window of every decoder layer then every MTP layer (None: full causal attention)."""
-    return _windows(spec)
+    """Sliding window of every decoder layer then every MTP layer (None: full causal attention); MTP follows the
+    last layer."""
+    return tuple(k.window for k in all_layers(spec))
 
 
 def mtp_proj_flops(spec: ModelSpec, tokens: float) -> float:

@@ -44,11 +44,11 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
-from moetune.walls.flops import megatron_model_flops, windowed_overcharge
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import iteration_terms
 from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
+from moetune.walls.model_flops import megatron_model_flops, windowed_overcharge
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
 
@@ -250,7 +250,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "step_seconds": step,
         "tokens_per_s_per_gpu": tokens / step / lay.world_size,
         "tflops_per_gpu": tflops,
-        "flops_convention": spec.flops_convention,  # whose counter tflops_per_gpu follows (walls/flops.py)
+        "flops_convention": spec.flops_convention,  # whose counter tflops_per_gpu follows (walls/model_flops.py)
         # against the dense peak of the recipe's GEMM precision, as the seeds read MFU (seeds/004: tuned MXFP8
         # DeepSeek-V3 on GB200 at "high-teens to low-20s MFU"; seeds/000 Pitfalls: FP8 MFU reads low), and BF16's
         "mfu": tflops / gpu.peak_tflops(knobs.precision),
