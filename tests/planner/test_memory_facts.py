@@ -73,3 +73,25 @@ def test_check_with_the_model_advises_a_cp_its_linear_attention_runs(capsys):
                  "--gpu", "gb200", "--gpus", "256", "--model", "qwen3-next-80b-a3b", "--no-mcore", "--json"])
     found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert code in (0, 1) and found["longctx.cp_sizing"]["fix"] == {"model.context_parallel_size": 8}
+
+
+def test_an_offload_on_a_gpu_of_unknown_host_memory_is_flagged_not_passed_silently():
+    """B300's host memory is not in the catalog (no source gives the DGX B300's): an optimizer offload there is
+    counted as fitting, so the rule table says nobody checked it; on B200 (2 TB a node, checked) it does not."""
+    from dataclasses import replace
+
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.moves import findings
+
+    model, wl = load_model("qwen3-30b-a3b"), Workload(seq_length=4096, global_batch_size=64)
+    lay = Layout(world_size=16, ep=16)
+    said = {}
+    for gpu in ("b300", "b200"):
+        base = estimate(model, load_gpu(gpu), lay, wl)
+        e = base.variant(knobs=replace(base.knobs, optimizer_offload_fraction=1.0))
+        assert e.host_peak_bytes > 0
+        said[gpu] = {f.rule: f.message for f in findings(e)}.get("fit.host_memory_unchecked")
+        if gpu == "b300":
+            assert f"keeps {round(e.host_peak_bytes / 2**30, 1)} GiB a GPU" in said[gpu]
+    assert said["b200"] is None

@@ -47,6 +47,8 @@ CASES: dict[str, Case] = {
                                                 "model.fine_grained_activation_offloading=true",
                                                 "model.offload_modules=[moe_act]")),
     "fit.offload_before_recompute": Case(S(MOE, "optimizer.optimizer_cpu_offload=true")),
+    "fit.host_memory_unchecked": Case(S(MOE, "optimizer.optimizer_cpu_offload=true"), "b300", 16,
+                                      derived={"host_unchecked_bytes": 300 * 2**30}),
     "fit.fake_process_group": Case(MOE, "h100", 16),
     "fit.order": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]"), derived={"fits": False}),
     "scale.world_size_attention": Case(S(MOE, "model.tensor_model_parallel_size=8", "model.sequence_parallel=true"),
@@ -275,7 +277,7 @@ CASES: dict[str, Case] = {
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
 FIX_NEEDS_NEW_FACTS = {"fit.does_not_fit", "fit.order", "scale.maximize_dp", "wall.memory", "wall.communication",
-                       "wall.host", "wall.compute"}
+                       "wall.host", "wall.compute", "fit.host_memory_unchecked"}
 
 # Real Megatron Bridge recipes (tests/fixtures/bridge, each file cites repo, path, commit) and their launch targets.
 RECIPES = {

@@ -9,7 +9,7 @@ from moetune.planner.config_map import UNSET_EXPLICITLY, layout_fields
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model
-from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload
+from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload, host_facts
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 
@@ -20,6 +20,7 @@ def memory_facts(e: Estimate) -> dict:
     facts["fits_with_selective_recompute"] = e.variant(knobs=selective).fits
     if e.knobs.optimizer_offload_fraction > 0 or e.knobs.offload_modules:
         facts["fits_with_selective_without_offload"] = fits_without_offload(e)
+    facts.update(host_facts(e))
     try:
         smallest = smallest_fitting_layout(e)
     except MoetuneError:  # a probe of other layouts: a rule one of them breaks is not the config's

@@ -92,7 +92,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     config = to_config(e)
     # the estimate's own facts only: evaluate derives the config's, and vet_fixes derives each fixed config's afresh
     # (facts derived here would pin the fixed configs to this one's: rules/derive.py derive lets `extra` win)
-    derived = dict(cp_sizing_facts(e))
+    derived = {**cp_sizing_facts(e), **host_facts(e)}
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
@@ -120,6 +120,13 @@ def cp_sizing_facts(e: Estimate) -> dict:
     config-only ones (rules/derive.py _cp_sizing)."""
     target, under = cp_sizing(e)
     return {"cp_shard_target": target, "cp_undersharded": under}
+
+
+def host_facts(e: Estimate) -> dict:
+    """The host bytes a GPU's optimizer offload keeps where the GPU's host memory is unknown (derived.host_unchecked_*:
+    rule fit.host_memory_unchecked); nothing where none is kept or the estimate checked it."""
+    unchecked = e.host_peak_bytes and e.gpu.host_capacity_bytes is None
+    return {"host_unchecked_bytes": e.host_peak_bytes} if unchecked else {}
 
 
 def default_exchange(e: Estimate) -> str | None:

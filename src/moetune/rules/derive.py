@@ -31,6 +31,7 @@ EXTERNAL = {
     "fits_with_selective_without_offload": "bool: selective recompute with no offloading is enough to fit",
     "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
     "less_model_parallel_layout": "dict: overrides of that layout",
+    "host_unchecked_bytes": "int: host bytes a GPU's optimizer offload keeps, where the GPU's host memory is unknown",
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",
     "cuda_graph_bytes": "int: CUDA-graph pool bytes already counted by the estimator",
     # computed here from the config too; the estimator's, over every check the model adds, win
@@ -222,7 +223,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["overlap_grad_reduce"] = bool(value(config, "ddp.overlap_grad_reduce", False))
     d["vpp2_runs"] = vpp2_runs(config, d)
     d.update(extra or {})
-    for key in ("peak_bytes", "capacity_bytes"):
+    for key in ("peak_bytes", "capacity_bytes", "host_unchecked_bytes"):
         if d.get(key) is not None:
             d[key.replace("_bytes", "_gib")] = round(d[key] / 2**30, 1)
     return d
