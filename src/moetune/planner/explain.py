@@ -235,8 +235,8 @@ def explain(e: Estimate) -> dict:
                               if e.layout.ep == 1 else f"{defaults['dispatcher']} cannot span EP {e.layout.ep} "
                               "past the job's NVLink domain (rule dispatcher.hybridep_ep_exceeds_domain)"),
                              "flex_num_sms": TUNED_FLEX_SMS.get(dispatcher),
-                             "flex_num_sms_source": "seeds/004 Tuning Parameters (HybridEP: the performance harness "
-                                                    "uses 32; DeepEP: default 20)",
+                             "flex_num_sms_source": "seeds/004 Tuning Parameters: HybridEP 32 in the performance "
+                                                    "harness, DeepEP 20 by default",
                              # with CP: the legal exchange that costs least (Megatron's own default is p2p; Bridge's
                              # gpt-oss and Qwen3 H100 recipes set a2a)
                              "cp_comm_type": default_exchange(e),
