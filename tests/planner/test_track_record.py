@@ -1,6 +1,7 @@
 """explain and plan show how moetune did on the published runs nearest to a configuration, misses included."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -103,3 +104,25 @@ def test_a_published_run_that_cannot_be_predicted_is_still_named():
     t = track_record("qwen3-next-80b-a3b", "gb200")
     assert t["same_model"] == [] and "R063" in t["incomplete"]
     assert "R063" in track_record_text(t)
+
+
+def test_a_cross_node_b300_run_is_also_priced_at_the_nic_speed_its_published_runs_read():
+    """B300's two published cross-node runs read as if its NIC ran at 400 Gb/s, not the datasheet's 800 (known_gaps
+    R243): the track record of a B300 run whose traffic crosses nodes carries its prediction at 400 beside the
+    estimate's own, one inside a node none (nothing crosses the NIC), and a GPU without that reading none."""
+    from moetune.planner.track_record import estimate_record
+
+    runs = {r.run_id: r for r in load_configured_runs()}
+    cross, inside = runs["R243"], runs["R244"]  # gpt-oss-120b EP64 over 8 nodes; Qwen3-30B-A3B on one node
+
+    def record(run, gpu=None):
+        return estimate_record(estimate(run.model, gpu or run.gpu, run.layout, run.workload, run.knobs))
+
+    slow = record(cross)["observed_nic"]
+    at_400 = estimate(cross.model, replace(cross.gpu, nic_gbps=400), cross.layout, cross.workload,
+                      cross.knobs).time["tokens_per_s_per_gpu"]
+    assert slow["nic_gbps"] == 400 and slow["tokens_per_s_per_gpu"] == pytest.approx(at_400)
+    assert slow["tokens_per_s_per_gpu"] / measured_tokens(cross) - 1 == pytest.approx(-0.02, abs=0.02)  # R243 there
+    assert "NIC ran at 400 Gb/s" in track_record_text(record(cross))
+    assert "observed_nic" not in record(inside)
+    assert "observed_nic" not in record(runs["R024"])  # B200's twin: its datasheet NIC is what it ran at

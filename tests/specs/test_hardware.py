@@ -94,3 +94,11 @@ def test_b300_is_catalogued_from_its_own_sources():
     assert (gpu.arch, gpu.nvlink_domain, gpu.gpus_per_node, gpu.nic_gbps) == ("blackwell", 8, 8, 800)
     assert "glennklockwood" in gpu.source and "275,040 MiB" in gpu.source
     assert efficiency("b300")["gemm_eff"] != efficiency("gb300")["gemm_eff"]  # fitted on its own runs
+    assert gpu.nic_gbps_observed == 400  # what its cross-node published runs read as (known_gaps R243)
+
+
+def test_an_observed_nic_above_the_datasheet_is_refused(tmp_path):
+    path = tmp_path / "lab.toml"
+    path.write_text(TABLE + "nic_gbps_observed = 400\n")  # the table's NIC is 200 Gb/s
+    with pytest.raises(MoetuneError, match=r"nic_gbps_observed \(400\) must be between 0 \(none\) and nic_gbps"):
+        load_gpu(str(path))

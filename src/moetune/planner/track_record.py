@@ -11,6 +11,7 @@ from dataclasses import replace
 from functools import cache
 
 from moetune.planner.calibrate import predict
+from moetune.planner.estimate import estimate
 from moetune.planner.repeats import measured_tokens
 from moetune.planner.runs import Run, known_gaps, load_configured_runs, published_rows
 from moetune.walls.efficiency import efficiency
@@ -56,10 +57,26 @@ def estimate_record(e) -> dict:
     15% to 18, read as moetune missing). How the user's constants meet the user's runs is what `calibrate --runs`
     reports."""
     record = track_record(e.model.name, e.gpu.key)
+    if slower := observed_nic(e):
+        record["observed_nic"] = slower
     if e.efficiency_overrides:
         record["constants"] = "shipped"
         record["not_under"] = e.user_files["efficiency_file"] or "the efficiency constants saved with the result"
     return record
+
+
+def observed_nic(e) -> dict | None:
+    """Where the published runs of this GPU read its NIC slower than its datasheet (hardware.toml nic_gbps_observed)
+    and this run's traffic crosses nodes: its prediction at that speed, which the user weighs beside the one at the
+    datasheet's."""
+    gpu = e.gpu
+    if not gpu.nic_gbps_observed or gpu.nic_gbps_observed >= gpu.nic_gbps or e.layout.world_size <= gpu.gpus_per_node:
+        return None
+    slow = estimate(e.model, replace(gpu, nic_gbps=gpu.nic_gbps_observed), e.layout, e.workload, e.knobs,
+                    e.overheads, efficiency_overrides=e.efficiency_overrides).time["tokens_per_s_per_gpu"]
+    change = slow / e.time["tokens_per_s_per_gpu"] - 1
+    return {"nic_gbps": gpu.nic_gbps_observed, "tokens_per_s_per_gpu": slow, "change": change} \
+        if change < -0.005 else None
 
 
 def _incomplete(model_name: str, gpu_key: str, predicted: set[str]) -> list[str]:
@@ -117,7 +134,16 @@ def track_record_text(t: dict) -> str:
                 f"on {t['constants_of']}: " + track_record_text({**t, "gpu": t["constants_of"], "constants_of": None}))
     return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
             f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
-            f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)")
+            f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)" + _nic_text(t))
+
+
+def _nic_text(t: dict) -> str:
+    if not (slow := t.get("observed_nic")):
+        return ""
+    return (f"; its published cross-node runs read as if the NIC ran at {slow['nic_gbps']:.0f} Gb/s a GPU "
+            f"(hardware.toml nic_gbps_observed), where this run predicts {slow['tokens_per_s_per_gpu']:,.0f} "
+            f"tokens/s/GPU ({100 * slow['change']:+.0f}%; a cluster file with nic_gbps = {slow['nic_gbps']:.0f} plans "
+            "for it)")
 
 
 def _same_config(run: Run, e) -> bool:

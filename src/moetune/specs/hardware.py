@@ -22,7 +22,7 @@ from moetune.files import read_toml
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile")  # counts, not rates
-OPTIONAL = {"host_memory_gib"}  # a [gpu] table may leave these out
+OPTIONAL = {"host_memory_gib", "nic_gbps_observed"}  # a [gpu] table may leave these out
 ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
 # Architectures a [gpu] table may name without fitted constants: earlier NVIDIA ones and AMD CDNA parts
 PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
@@ -53,6 +53,9 @@ class GpuSpec:
     # host memory per GPU (the node's, or a Grace's, divided among its GPUs), GiB; 0: unknown, not checked. What the
     # optimizer's CPU offload keeps there must fit in it (memory.offloaded_host_bytes)
     host_memory_gib: float = 0.0
+    # scale-out Gb/s a GPU the published runs of this GPU read as, where it is below the datasheet's nic_gbps (0: none
+    # below it); the track record prices a run whose traffic crosses nodes at it too (planner/track_record.py)
+    nic_gbps_observed: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -76,6 +79,9 @@ class GpuSpec:
         if (domain % node if domain >= node else node % domain) != 0:
             raise MoetuneError(f"gpu '{self.key}': nvlink_domain ({domain}) and gpus_per_node ({node}) must divide one "
                                "another: a domain is whole nodes (NVL72: 18 of 4) or a node holds whole domains")
+        if not 0 <= self.nic_gbps_observed <= self.nic_gbps:
+            raise MoetuneError(f"gpu '{self.key}': nic_gbps_observed ({self.nic_gbps_observed}) must be between 0 "
+                               f"(none) and nic_gbps ({self.nic_gbps})")
         if self.host_memory_gib < 0:
             raise MoetuneError(f"gpu '{self.key}': host_memory_gib ({self.host_memory_gib}) must be positive (or 0: "
                                "unknown, not checked)")
