@@ -132,3 +132,20 @@ def test_a_baseline_megatron_refuses_says_so():
     v = versus(recipe, recipe)
     assert "cudagraph.moe_scope_dropless" in v["baseline_rule_errors"]
     assert v["effects"] == [] and v["speedup"] == 1
+
+
+def test_a_setting_megatron_refuses_alone_is_priced_and_named():
+    """The B300 audit: applied alone to R261's PP8 layout without VPP, EP overlap was shown as +5.8% with nothing said,
+    where estimate of that configuration raises ep_overlap.pp_needs_vpp; the effect now names the rule."""
+    from dataclasses import replace
+
+    from moetune.planner.moves import rule_errors
+    from moetune.planner.versus import config_changes, setting_effects
+
+    run = RUNS["R261"]
+    baseline = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
+    pick = baseline.variant(knobs=replace(baseline.knobs, ep_overlap=True, delay_wgrad=True))
+    assert "ep_overlap.pp_needs_vpp" in rule_errors(pick) and "ep_overlap.pp_needs_vpp" not in rule_errors(baseline)
+    effects = setting_effects(pick, baseline, config_changes(pick, baseline))
+    overlap = next(e for e in effects if "comm_overlap.overlap_moe_expert_parallel_comm" in e["settings"])
+    assert overlap["alone"] is not None and "ep_overlap.pp_needs_vpp" in overlap["alone_refused"]

@@ -27,7 +27,9 @@ def print_versus(v: dict) -> None:
 
 
 def _effect(e: dict, how: str) -> str:
-    """One group's predicted effect for the settings table: '+3.6%', '+3.6% (does not fit)' or 'needs others'."""
+    """One group's predicted effect for the settings table: '+3.6%', '+3.6% (does not fit)', '+5.8% (refused by
+    rule ...)' or 'needs others'."""
     if e[how] is None:
         return "needs others"
-    return f"{e[how]:+.1%}" + ("" if e[f"{how}_fits"] else " (does not fit)")
+    refused = f" ({e[f'{how}_refused']})" if e[f"{how}_refused"] else ""
+    return f"{e[how]:+.1%}" + ("" if e[f"{how}_fits"] else " (does not fit)") + refused

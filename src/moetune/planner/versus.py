@@ -60,13 +60,15 @@ def _apply(config: dict, changes: dict[str, tuple], keys: list[str]) -> dict:
 
 def _tokens(baseline: Estimate, config: dict) -> tuple[float | None, bool, str]:
     """(tokens/s/GPU, fits, why not) of the baseline's model and GPU under `config`; None where the config alone
-    is not a configuration moetune can run (a setting that needs another group's)."""
+    is not a configuration moetune can run (a setting that needs another group's); a configuration it prices but
+    Megatron or the seeds refuse keeps its figure and names the rules (EP overlap without VPP at PP > 1)."""
     try:
         layout, workload, knobs = from_config(config)
         e = baseline.variant(layout=layout, workload=workload, knobs=knobs)
     except MoetuneError as err:
         return None, False, str(err)
-    return e.time["tokens_per_s_per_gpu"], e.fits, ""
+    refused = sorted(set(rule_errors(e)) - set(rule_errors(baseline)))
+    return e.time["tokens_per_s_per_gpu"], e.fits, f"refused by rule {', '.join(refused)}" if refused else ""
 
 
 def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple]) -> list[dict]:
