@@ -14,7 +14,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload
 from moetune.planner.explain import explain
-from moetune.planner.fp8_evidence import caveat_text, evidence_text
+from moetune.planner.fp8_evidence import caveat_label, caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.track_record import track_record_text
@@ -160,7 +160,8 @@ def print_explain(a: dict) -> None:
     if files := user_files_line(a):
         out.print(files)
     if a["fp8_caveat"]:
-        out.print(f"[bold]FP8 caveat[/bold]: this configuration runs {caveat_text(a['fp8_caveat'])}")
+        out.print(f"[bold]{caveat_label(a['fp8_caveat'])}[/bold]: this configuration runs "
+                  f"{caveat_text(a['fp8_caveat'])}")
     out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}"

@@ -33,7 +33,7 @@ from moetune.planner.defaults import platform_defaults
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.estimate import user_files
 from moetune.planner.explain import checks, optimizer_note, unsearched_gains
-from moetune.planner.fp8_evidence import caveat_text, plan_caveat
+from moetune.planner.fp8_evidence import caveat_label, caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
 from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
@@ -140,7 +140,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         for f in pick_checks(pick, found) if pick else []:
             console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
         if fp8:
-            console().print(f"[bold]FP8 caveat[/bold]: the pick runs {caveat_text(fp8)}")
+            console().print(f"[bold]{caveat_label(fp8)}[/bold]: the pick runs {caveat_text(fp8)}")
         for note in attention_notes(pick) if pick else []:
             console().print(f"[yellow]note[/yellow] on #1: {note}")
         if near_ep:

@@ -102,8 +102,15 @@ def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed:
     return caveat(pick, bf16.results[0] if bf16.results else None, "the fastest BF16 candidate")
 
 
+def caveat_label(c: dict) -> str:
+    """'FP8 caveat', or 'NVFP4 caveat' for a 4-bit pick, whose nearest evidence is the FP8 pairs."""
+    return ("NVFP4" if c["precision"] == "nvfp4" else "FP8") + " caveat"
+
+
 def caveat_text(c: dict) -> str:
-    text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c)}"
+    nearest = " (no published run measures NVFP4 against BF16: the FP8 pairs are the nearest evidence)" \
+        if c["precision"] == "nvfp4" else ""
+    text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c)}{nearest}"
     if "predicted_fp8_gain" in c:
         fits = "" if c["bf16_fits"] else \
             f", which does not fit: {c['bf16_peak_gib']:.2f} GiB of {c['capacity_gib']:.2f}"
@@ -111,6 +118,7 @@ def caveat_text(c: dict) -> str:
                  f"({c['bf16_layout']}, {c['bf16_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
     if c.get("predicted_fp8_gain", 1.0) < 0:  # slower here anyway (host-bound FP8: TE's quantizer launches)
         return text + ": BF16 is the faster choice on moetune's own numbers; measure both precisions."
-    return text + (". Its FP8 gain is optimistic here (quantization is charged at the rate Transformer Engine's "
+    low = "NVFP4" if c["precision"] == "nvfp4" else "FP8"
+    return text + (f". Its {low} gain is optimistic here (quantization is charged at the rate Transformer Engine's "
                    "benchmark measures on a hidden-4096 model, and weighs more on a narrower one): measure both "
                    "precisions.")
