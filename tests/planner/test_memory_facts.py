@@ -32,7 +32,19 @@ def test_fitting_config_with_extra_model_parallelism_is_told_to_maximize_dp(caps
     code, found = _findings(capsys, "model.expert_model_parallel_size=16", "model.tensor_model_parallel_size=2",
                             "model.expert_tensor_parallel_size=1", "model.sequence_parallel=true")
     assert "fit.does_not_fit" not in found and "scale.maximize_dp" in found
-    assert found["scale.maximize_dp"]["fix"]["model.tensor_model_parallel_size"] == 1
+    fix = found["scale.maximize_dp"]["fix"]
+    assert fix["model.tensor_model_parallel_size"] == 1
+    # and what the step model predicts of it, which plan weighs beside the seeds' order (the B300 audit: check had
+    # offered a layout moetune predicts slower without a word)
+    config = load_config(sets=[f"{k}={v}" for k, v in fix.items()] + ["train.global_batch_size=64",
+                               "model.expert_model_parallel_size=16"], gpu="h100", gpus=16)
+    mine = load_config(sets=["train.global_batch_size=64", "model.expert_model_parallel_size=16",
+                             "model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=1",
+                             "model.sequence_parallel=true"], gpu="h100", gpus=16)
+    speed = [estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), *from_config(c)).time["tokens_per_s_per_gpu"]
+             for c in (config, mine)]
+    assert f"moetune predicts it at {round(100 * (speed[0] / speed[1] - 1), 1)}%" in \
+        found["scale.maximize_dp"]["message"]
 
 
 def test_illegal_layout_is_a_finding_not_a_crash(capsys):

@@ -35,6 +35,8 @@ def memory_facts(e: Estimate) -> dict:
         elif model_parallel(smallest.layout) < model_parallel(e.layout):
             facts["fits_with_less_model_parallel"] = True
             facts["less_model_parallel_layout"] = layout
+            speed = smallest.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"]
+            facts["less_model_parallel_change"] = speed - 1
         else:
             facts["fits_with_less_model_parallel"] = False
     return facts
