@@ -66,7 +66,10 @@ def print_estimate(result: Estimate) -> None:
     out.print(table("Memory per rank (GiB) by pipeline stage", ["item"] + [f"stage {s.stage}" for s in stages], rows))
     if result.time:
         print_time(result)
-    verdict = "[green]fits[/green]" if result.fits else "[red]does NOT fit[/red]"
+    # a configuration that does not fit is still one to cost (exit 0, JSON "fits": false); `check --model` fails on
+    # it, and explain gives the seeds' fit steps
+    verdict = "[green]fits[/green]" if result.fits else \
+        "[red]does NOT fit[/red] (`explain` with these flags gives the seeds' fit steps; `check --model` exits 1 on it)"
     out.print(f"peak {gib(result.peak_bytes)} GiB on stage {result.worst_stage} of {gib(result.gpu.capacity_bytes)} "
               f"GiB usable: {verdict}")
 
