@@ -58,6 +58,10 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, rank
     elif out_dir:
         console().print(table(f"moetune emit -> {out_dir}", ["file", "lines"],
                               [[str(p), files[p.name].count("\n")] for p in written]))
+        # the launch's variables live in env.sh, so a check of the arguments alone misses them (HybridEP's topology)
+        out = Path(out_dir)
+        console().print(f"check the launch as it runs: moetune check {out / 'env.sh'} {out / 'megatron_lm_args.txt'} "
+                        f"--gpu {config.get('cluster.gpu')} --gpus {config.get('cluster.num_gpus')}")
     else:
         for name, text in files.items():
             click.echo(f"==> {name} <==\n{text}")
