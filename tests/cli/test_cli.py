@@ -646,9 +646,24 @@ def test_a_long_context_pick_checks_clean(tmp_path, capsys):
     code, out, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "256", "--seq", "32768", "--gbs", "512",
                         "--top", "1", "--json"], capsys)
     (tmp_path / "p.json").write_text(out)
-    assert run(["emit", str(tmp_path / "p.json"), "--out", str(tmp_path / "run")], capsys)[0] == 0
+    code, out, _ = run(["emit", str(tmp_path / "p.json"), "--out", str(tmp_path / "run")], capsys)
+    assert code == 0
     code, out, _ = run(["check", str(tmp_path / "run" / "overrides.txt"), "--model", "deepseek-v3"], capsys)
     assert code == 0 and "0 error(s)" in out
+
+
+def test_emit_names_the_check_of_the_launch_as_it_runs(tmp_path):
+    """emit --out ends with the check of env.sh beside the arguments (HybridEP's topology lives in env.sh): the job's
+    GPU and count where the config names them, none where it does not, paths quoted for a shell."""
+    import shlex
+
+    from moetune.cli.emit_cmd import check_command
+
+    out = tmp_path / "my run"
+    line = check_command({"cluster.gpu": "b300", "cluster.num_gpus": 16}, out)
+    assert shlex.split(line) == ["moetune", "check", str(out / "env.sh"), str(out / "megatron_lm_args.txt"),
+                                 "--gpu", "b300", "--gpus", "16"]
+    assert "--gpu" not in check_command({}, out) and "None" not in check_command({}, out)
 
 
 def test_a_config_of_another_model_is_named(tmp_path, capsys):

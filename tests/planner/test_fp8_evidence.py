@@ -82,3 +82,12 @@ def test_retune_marks_a_move_onto_fp8_unconfirmed_for_a_narrow_model():
     moves = {m["rule"]: m for m in explain(e)["retune"]}
     assert moves["fp8_platform_recipe"]["unconfirmed"] and moves["fp8_platform_recipe"]["predicted_gain"] > 0
     assert not any(m["unconfirmed"] for rule, m in moves.items() if rule != "fp8_platform_recipe")
+
+
+def test_an_nvfp4_caveat_names_its_format_and_that_only_fp8_was_measured():
+    from moetune.planner.fp8_evidence import caveat_label, caveat_text, evidence
+
+    fp8, fp4 = ({"precision": p, "hidden_size": 2048, **evidence()} for p in ("mxfp8", "nvfp4"))
+    assert (caveat_label(fp8), caveat_label(fp4)) == ("FP8 caveat", "NVFP4 caveat")
+    assert "no published run measures NVFP4 against BF16" in caveat_text(fp4)
+    assert "NVFP4" not in caveat_text(fp8) and "Its NVFP4 gain is optimistic" in caveat_text(fp4)

@@ -43,8 +43,16 @@ def test_fitting_config_with_extra_model_parallelism_is_told_to_maximize_dp(caps
                              "model.sequence_parallel=true"], gpu="h100", gpus=16)
     speed = [estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), *from_config(c)).time["tokens_per_s_per_gpu"]
              for c in (config, mine)]
-    assert f"moetune predicts it at {round(100 * (speed[0] / speed[1] - 1), 1)}%" in \
-        found["scale.maximize_dp"]["message"]
+    assert f"moetune predicts it at {100 * (speed[0] / speed[1] - 1):+.1f}%" in found["scale.maximize_dp"]["message"]
+
+
+def test_maximize_dp_says_to_measure_only_past_the_least_gain():
+    from moetune.planner.memory_facts import less_model_parallel_note
+
+    assert less_model_parallel_note(0.007) == "; moetune predicts it at +0.7% tokens/s/GPU against this one"
+    assert "measure before moving" not in less_model_parallel_note(-0.001)
+    assert less_model_parallel_note(-0.03).endswith("-3.0% tokens/s/GPU against this one, so the step time ranks "
+                                                     "this layout first (plan weighs both): measure before moving")
 
 
 def test_illegal_layout_is_a_finding_not_a_crash(capsys):

@@ -149,3 +149,26 @@ def test_a_setting_megatron_refuses_alone_is_priced_and_named():
     effects = setting_effects(pick, baseline, config_changes(pick, baseline))
     overlap = next(e for e in effects if "comm_overlap.overlap_moe_expert_parallel_comm" in e["settings"])
     assert overlap["alone"] is not None and "ep_overlap.pp_needs_vpp" in overlap["alone_refused"]
+
+
+def test_an_error_one_group_brings_is_blamed_on_that_group_alone_in_turn():
+    """A pick at PP 2 without VPP beside a baseline with EP overlap at PP 1: the layout group brings
+    ep_overlap.pp_needs_vpp, and the groups applied after it (micro-batch, precision) inherit it, not cause it."""
+    from dataclasses import replace
+
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.versus import config_changes, setting_effects
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+
+    model, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    base = estimate(model, gpu, Layout(world_size=16, ep=8), Workload(seq_length=4096, global_batch_size=256,
+                                                                       micro_batch_size=2))
+    baseline = base.variant(knobs=replace(base.knobs, ep_overlap=True, precision="bf16"))
+    pick = estimate(model, gpu, Layout(world_size=16, pp=2, ep=8),
+                    Workload(seq_length=4096, global_batch_size=256, micro_batch_size=1),
+                    replace(baseline.knobs, precision="fp8-blockwise"))
+    effects = setting_effects(pick, baseline, config_changes(pick, baseline))
+    blamed = [e["group"] for e in effects if "ep_overlap.pp_needs_vpp" in (e["in_turn_refused"] or "")]
+    assert len(effects) >= 3 and len(blamed) == 1, (blamed, [e["group"] for e in effects])

@@ -138,3 +138,9 @@ def test_context_filters_rules():
     config = load_config(sets=case.sets)
     assert "wall.host" in {f.rule for f in evaluate(config, case.derived, context="diagnose")}
     assert "wall.host" not in {f.rule for f in evaluate(config, case.derived, context="check")}
+
+
+@pytest.mark.parametrize("gpus", [4, 8, 16])
+def test_whole_nodes_or_less_than_one_are_not_partial(gpus):
+    config = load_config(sets=["model.num_moe_experts=8", "model.expert_model_parallel_size=4"], gpu="h100", gpus=gpus)
+    assert "scale.partial_node" not in {f.rule for f in evaluate(config)}

@@ -64,8 +64,7 @@ def test_derived_names_are_computed_or_declared():
     computed |= set(derive(load_config(sets=["model.hybrid_layer_pattern=M*E", "model.hidden_size=2688",
                                              "model.experimental_attention_variant=gated_delta_net"])))
     referenced = {n.split(".", 1)[1] for r in load_table().rules for n in r.names if n.startswith("derived.")}
-    unknown = referenced - computed - set(EXTERNAL) - {"peak_gib", "capacity_gib", "host_unchecked_gib",
-                                                       "less_model_parallel_percent"}
+    unknown = referenced - computed - set(EXTERNAL) - {"peak_gib", "capacity_gib", "host_unchecked_gib"}
     assert not unknown
 
 

@@ -102,3 +102,13 @@ def test_an_observed_nic_above_the_datasheet_is_refused(tmp_path):
     path.write_text(TABLE + "nic_gbps_observed = 400\n")  # the table's NIC is 200 Gb/s
     with pytest.raises(MoetuneError, match=r"nic_gbps_observed \(400\) must be between 0 \(none\) and nic_gbps"):
         load_gpu(str(path))
+
+
+@pytest.mark.parametrize(("extra", "observed"), [("nic_gbps = 200\n", 0.0), ("nic_gbps = 800\n", 0.0),
+                                                 ("nic_gbps = 800\nnic_gbps_observed = 400\n", 400.0), ("", 400.0)])
+def test_a_b300_cluster_file_with_its_own_nic_drops_the_catalogs_reading(tmp_path, extra, observed):
+    """The catalog's 400 Gb/s is what the published B300 cluster's runs read as: a file that states its own NIC
+    describes another fabric (one at 200 Gb/s had been refused as 'nic_gbps_observed (400) must be ... <= 200')."""
+    path = tmp_path / "mine.toml"
+    path.write_text('gpu = "b300"\n' + extra)
+    assert load_gpu(str(path)).nic_gbps_observed == observed

@@ -7,6 +7,7 @@ unless --allow-errors.
 
 from __future__ import annotations
 
+import shlex
 import stat
 from pathlib import Path
 
@@ -17,6 +18,16 @@ from moetune.cli.output import console, emit_json, table
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
 from moetune.files import write_text
+
+
+def check_command(config: dict, out: Path) -> str:
+    """`moetune check` of env.sh beside the arguments, with the job's GPU and count where the config names them,
+    quoted for a shell."""
+    words = ["moetune", "check", str(out / "env.sh"), str(out / "megatron_lm_args.txt")]
+    for flag, key in (("--gpu", "cluster.gpu"), ("--gpus", "cluster.num_gpus")):
+        if config.get(key) is not None:
+            words += [flag, str(config[key])]
+    return shlex.join(words)
 
 
 def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
@@ -59,9 +70,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, rank
         console().print(table(f"moetune emit -> {out_dir}", ["file", "lines"],
                               [[str(p), files[p.name].count("\n")] for p in written]))
         # the launch's variables live in env.sh, so a check of the arguments alone misses them (HybridEP's topology)
-        out = Path(out_dir)
-        console().print(f"check the launch as it runs: moetune check {out / 'env.sh'} {out / 'megatron_lm_args.txt'} "
-                        f"--gpu {config.get('cluster.gpu')} --gpus {config.get('cluster.num_gpus')}")
+        console().print(f"check the launch as it runs: {check_command(config, Path(out_dir))}")
     else:
         for name, text in files.items():
             click.echo(f"==> {name} <==\n{text}")

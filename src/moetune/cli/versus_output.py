@@ -31,5 +31,5 @@ def _effect(e: dict, how: str) -> str:
     rule ...)' or 'needs others'."""
     if e[how] is None:
         return "needs others"
-    refused = f" ({e[f'{how}_refused']})" if e[f"{how}_refused"] else ""
-    return f"{e[how]:+.1%}" + ("" if e[f"{how}_fits"] else " (does not fit)") + refused
+    said = ([] if e[f"{how}_fits"] else ["does not fit"]) + ([e[f"{how}_refused"]] if e[f"{how}_refused"] else [])
+    return f"{e[how]:+.1%}" + (f" ({'; '.join(said)})" if said else "")

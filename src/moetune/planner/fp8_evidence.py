@@ -102,9 +102,13 @@ def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed:
     return caveat(pick, bf16.results[0] if bf16.results else None, "the fastest BF16 candidate")
 
 
+def _format(c: dict) -> str:
+    """The low-precision format a caveat is about: NVFP4 for a 4-bit pick, whose nearest evidence is the FP8 pairs."""
+    return "NVFP4" if c["precision"] == "nvfp4" else "FP8"
+
+
 def caveat_label(c: dict) -> str:
-    """'FP8 caveat', or 'NVFP4 caveat' for a 4-bit pick, whose nearest evidence is the FP8 pairs."""
-    return ("NVFP4" if c["precision"] == "nvfp4" else "FP8") + " caveat"
+    return f"{_format(c)} caveat"
 
 
 def caveat_text(c: dict) -> str:
@@ -118,7 +122,6 @@ def caveat_text(c: dict) -> str:
                  f"({c['bf16_layout']}, {c['bf16_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
     if c.get("predicted_fp8_gain", 1.0) < 0:  # slower here anyway (host-bound FP8: TE's quantizer launches)
         return text + ": BF16 is the faster choice on moetune's own numbers; measure both precisions."
-    low = "NVFP4" if c["precision"] == "nvfp4" else "FP8"
-    return text + (f". Its {low} gain is optimistic here (quantization is charged at the rate Transformer Engine's "
-                   "benchmark measures on a hidden-4096 model, and weighs more on a narrower one): measure both "
-                   "precisions.")
+    return text + (f". Its {_format(c)} gain is optimistic here (quantization is charged at the rate Transformer "
+                   "Engine's benchmark measures on a hidden-4096 model, and weighs more on a narrower one): measure "
+                   "both precisions.")

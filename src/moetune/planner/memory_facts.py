@@ -10,6 +10,7 @@ from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload, host_facts
+from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 
@@ -35,11 +36,20 @@ def memory_facts(e: Estimate) -> dict:
         elif model_parallel(smallest.layout) < model_parallel(e.layout):
             facts["fits_with_less_model_parallel"] = True
             facts["less_model_parallel_layout"] = layout
-            speed = smallest.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"]
-            facts["less_model_parallel_change"] = speed - 1
+            change = smallest.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
+            facts["less_model_parallel_change"] = change
+            facts["less_model_parallel_note"] = less_model_parallel_note(change)
         else:
             facts["fits_with_less_model_parallel"] = False
     return facts
+
+
+def less_model_parallel_note(change: float) -> str:
+    """What the step model predicts of the layout scale.maximize_dp offers, against the config's: a slowdown past the
+    least gain moetune names says the two orders disagree."""
+    slower = ", so the step time ranks this layout first (plan weighs both): measure before moving" \
+        if change < -SMALLEST_GAIN else ""
+    return f"; moetune predicts it at {100 * change:+.1f}% tokens/s/GPU against this one{slower}"
 
 
 def config_memory_facts(model: ModelSpec, config: dict, overheads: dict | None = None) -> dict:

@@ -58,17 +58,19 @@ def _apply(config: dict, changes: dict[str, tuple], keys: list[str]) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _tokens(baseline: Estimate, config: dict) -> tuple[float | None, bool, str]:
-    """(tokens/s/GPU, fits, why not) of the baseline's model and GPU under `config`; None where the config alone
-    is not a configuration moetune can run (a setting that needs another group's); a configuration it prices but
-    Megatron or the seeds refuse keeps its figure and names the rules (EP overlap without VPP at PP > 1)."""
+def _tokens(baseline: Estimate, config: dict, known: set[str]) -> tuple[float | None, bool, str, set[str]]:
+    """(tokens/s/GPU, fits, why not, rule errors) of the baseline's model and GPU under `config`; None where the
+    config alone is not a configuration moetune can run (a setting that needs another group's); a configuration it
+    prices but Megatron or the seeds refuse keeps its figure and names the rules it adds to `known` (the errors of
+    the configuration it was changed from: EP overlap without VPP at PP > 1)."""
     try:
         layout, workload, knobs = from_config(config)
         e = baseline.variant(layout=layout, workload=workload, knobs=knobs)
     except MoetuneError as err:
-        return None, False, str(err)
-    refused = sorted(set(rule_errors(e)) - set(rule_errors(baseline)))
-    return e.time["tokens_per_s_per_gpu"], e.fits, f"refused by rule {', '.join(refused)}" if refused else ""
+        return None, False, str(err), known
+    errors = set(rule_errors(e))
+    refused = sorted(errors - known)
+    return e.time["tokens_per_s_per_gpu"], e.fits, f"refused by rule {', '.join(refused)}" if refused else "", errors
 
 
 def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple]) -> list[dict]:
@@ -77,11 +79,13 @@ def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple
     alone figures need not add up."""
     base_cfg, base = to_config(baseline), baseline.time["tokens_per_s_per_gpu"]
     out, cumulative, before = [], base_cfg, base
+    base_errors = turn_errors = set(rule_errors(baseline))
     for i, (name, keys) in enumerate(_grouped(changes).items()):
-        alone, alone_fits, why = _tokens(baseline, _apply(base_cfg, changes, keys))
+        alone, alone_fits, why, errors = _tokens(baseline, _apply(base_cfg, changes, keys), base_errors)
         cumulative = _apply(cumulative, changes, keys)
-        # the first group in turn is the same config as alone
-        turn, turn_fits, turn_why = (alone, alone_fits, why) if i == 0 else _tokens(baseline, cumulative)
+        # the first group in turn is the same config as alone; a later one is blamed only for the errors it adds
+        turn, turn_fits, turn_why, turn_errors = (alone, alone_fits, why, errors) if i == 0 else \
+            _tokens(baseline, cumulative, turn_errors)
         out.append({"group": name, "settings": keys,
                     "alone": None if alone is None else alone / base - 1, "alone_fits": alone_fits,
                     "alone_refused": why or None,

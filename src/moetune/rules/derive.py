@@ -32,6 +32,7 @@ EXTERNAL = {
     "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
     "less_model_parallel_layout": "dict: overrides of that layout",
     "less_model_parallel_change": "float: that layout's predicted tokens/s/GPU over this config's, minus 1",
+    "less_model_parallel_note": "str: what the step model predicts of that layout, as rule scale.maximize_dp says it",
     "host_unchecked_bytes": "int: host bytes a GPU's optimizer offload keeps, where the GPU's host memory is unknown",
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",
     "cuda_graph_bytes": "int: CUDA-graph pool bytes already counted by the estimator",
@@ -227,6 +228,4 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     for key in ("peak_bytes", "capacity_bytes", "host_unchecked_bytes"):
         if d.get(key) is not None:
             d[key.replace("_bytes", "_gib")] = round(d[key] / 2**30, 1)
-    if d.get("less_model_parallel_change") is not None:
-        d["less_model_parallel_percent"] = round(100 * d["less_model_parallel_change"], 1)
     return d
