@@ -79,7 +79,11 @@ def test_models_count_shared_experts_as_the_config_does(capsys):
 def test_models_and_hardware_list(capsys):
     assert run(["models"], capsys)[0] == 0
     code, out, _ = run(["hardware", "--json"], capsys)
-    assert code == 0 and {g["key"] for g in json.loads(out)} >= {"a100", "h100", "h200", "b200", "gb200", "gb300"}
+    assert code == 0 and {g["key"] for g in json.loads(out)} >= {"a100", "h100", "h200", "b200", "b300", "gb200",
+                                                                 "gb300"}
+    code, out, _ = run(["hardware", "b300"], capsys)  # the table names what its published runs read as
+    assert code == 0 and "as if the NIC ran at 400 Gb/s a GPU, not 800" in out.replace("\n", " ")
+    assert "NIC ran" not in run(["hardware", "b200"], capsys)[1]
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -23,3 +23,7 @@ def command(gpu: str | None, as_json: bool) -> None:
         [g.key, g.name, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or "-", g.memory_gib, g.hbm_tbps,
          g.nvlink_gbps, g.nvlink_domain, g.gpus_per_node, g.nic_gbps, g.host_memory_gib or "-"] for g in gpus],
         justify_right_from=2))
+    for g in gpus:  # what the GPU's published runs read, beside its datasheet (the track record prices both)
+        if g.nic_gbps_observed:
+            console().print(f"{g.key}: its published cross-node runs read as if the NIC ran at "
+                            f"{g.nic_gbps_observed:g} Gb/s a GPU, not {g.nic_gbps:g} (nic_gbps_observed)")
