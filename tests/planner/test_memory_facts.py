@@ -115,3 +115,38 @@ def test_an_offload_on_a_gpu_of_unknown_host_memory_is_flagged_not_passed_silent
         if gpu == "b300":
             assert f"keeps {round(e.host_peak_bytes / 2**30, 1)} GiB a GPU" in said[gpu]
     assert said["b200"] is None
+
+
+def test_the_smallest_fitting_layout_weighs_each_candidate_under_the_dispatcher_it_would_run(monkeypatch):
+    """A defaulted dispatcher follows EP and where its group sits: on 256 GB200 (Slurm segments of 64 ranks) an EP
+    group of 128 cannot run HybridEP and defaults to alltoall, one of 32 runs HybridEP. Their memory differs
+    (HybridEP's buffers), so each batch of candidates is weighed under its own; the first EP > 1 candidate's had
+    served all."""
+    from dataclasses import replace
+
+    import moetune.planner.fit_steps as fit_steps
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.defaults import default_dispatcher
+
+    groups, weighed = [], []  # the candidates of each batch, and the dispatcher each batch is weighed under
+    real_build, real_memory = fit_steps.build_batch, fit_steps.batch_memory
+
+    def build(model, group):
+        groups.append([(lay.ep, lay.etp) for lay, _ in group])
+        return real_build(model, group)
+
+    def memory(model, batch, seq, gbs, knobs, overheads):
+        weighed.append(knobs.dispatcher)
+        return real_memory(model, batch, seq, gbs, knobs, overheads)
+
+    monkeypatch.setattr(fit_steps, "build_batch", build)
+    monkeypatch.setattr(fit_steps, "batch_memory", memory)
+    gpu = load_gpu("gb200")
+    e = estimate(load_model("qwen3-235b-a22b"), gpu, Layout(world_size=256, pp=2, ep=32),
+                 Workload(seq_length=4096, global_batch_size=1024))
+    fit_steps.smallest_fitting_layout(replace(e, defaulted=["dispatcher"]))
+    assert (default_dispatcher(gpu, 128, 1, 256), default_dispatcher(gpu, 32, 1, 256)) == ("alltoall", "hybridep")
+    assert {ep for group in groups for ep, _ in group} >= {32, 128}
+    for group, dispatcher in zip(groups, weighed, strict=True):
+        assert {default_dispatcher(gpu, ep, etp, 256) for ep, etp in group} == {dispatcher}
