@@ -34,6 +34,9 @@ def test_estimate_json_contract(capsys):
 def test_estimate_table(capsys):
     code, out, _ = run(["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--ep", "8"], capsys)
     assert code == 0 and "optimizer_states" in out and "stage 0" in out
+    # it does not fit: a what-if (exit 0) that says where the fit steps are and what fails on it
+    assert "does NOT fit (`explain` with these flags gives the seeds' fit steps; `check --model` exits 1 on it)" \
+        in " ".join(out.split())
 
 
 @pytest.mark.parametrize(("args", "rule"), [
