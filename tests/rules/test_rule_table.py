@@ -11,6 +11,7 @@ from moetune.configio import load_config
 from moetune.configio.names import PASSTHROUGH, names
 from moetune.errors import MoetuneError
 from moetune.rules import EXTERNAL, derive, evaluate, load_table
+from moetune.rules.derive import GIB_FACTS
 from moetune.rules.table import parse_table
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
@@ -64,7 +65,7 @@ def test_derived_names_are_computed_or_declared():
     computed |= set(derive(load_config(sets=["model.hybrid_layer_pattern=M*E", "model.hidden_size=2688",
                                              "model.experimental_attention_variant=gated_delta_net"])))
     referenced = {n.split(".", 1)[1] for r in load_table().rules for n in r.names if n.startswith("derived.")}
-    unknown = referenced - computed - set(EXTERNAL) - {"peak_gib", "capacity_gib", "host_unchecked_gib"}
+    unknown = referenced - computed - set(EXTERNAL) - {k.replace("_bytes", "_gib") for k in GIB_FACTS}
     assert not unknown
 
 

@@ -42,6 +42,10 @@ EXTERNAL = {
 }
 
 
+# Byte facts the estimator supplies that messages quote in GiB too (peak_bytes -> peak_gib, ...)
+GIB_FACTS = ("peak_bytes", "capacity_bytes", "host_unchecked_bytes")
+
+
 def graph_modules(scope: Any) -> list[str]:
     """CUDA-graph scope names as Bridge reads them (utils/cuda_graph.py): 'full'/None -> whole layer."""
     if scope is None or scope == "full":
@@ -225,7 +229,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["overlap_grad_reduce"] = bool(value(config, "ddp.overlap_grad_reduce", False))
     d["vpp2_runs"] = vpp2_runs(config, d)
     d.update(extra or {})
-    for key in ("peak_bytes", "capacity_bytes", "host_unchecked_bytes"):
+    for key in GIB_FACTS:
         if d.get(key) is not None:
             d[key.replace("_bytes", "_gib")] = round(d[key] / 2**30, 1)
     return d
