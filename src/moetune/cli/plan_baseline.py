@@ -1,7 +1,6 @@
 """`plan --baseline` (and `explain --plan`'s): the baseline must be the same job, trained with the same optimizer, for
 its walls to compare with the pick's."""
 
-from moetune.cli.plan_fix import muon_without_offload
 from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
 
@@ -31,4 +30,4 @@ def same_optimizer(path: str, base, fixed: dict) -> dict:
     if any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
         raise MoetuneError(f"--baseline {path} trains with Muon, which runs without the optimizer's CPU offload: drop "
                            "--fix optimizer_offload_fraction")
-    return muon_without_offload({**fixed, "optimizer": "muon"})
+    return {**fixed, "optimizer": "muon"}  # search.plan leaves Muon's offload off

@@ -99,7 +99,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
                       headroom_gib=headroom, overheads=over)
         # the caveat reads the user's pins (not the baseline's recipe), under the optimizer the search ran
-        pins = {**fixed, **{k: searched[k] for k in ("optimizer", "optimizer_offload_fraction") if k in searched}}
+        pins = {**fixed, **({"optimizer": searched["optimizer"]} if "optimizer" in searched else {})}
         fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, pins, routing=routing, efficiency_overrides=eff,
                           headroom_gib=headroom, overheads=over)
     comparison = versus(result.results[0], base) if base is not None and result.results else None

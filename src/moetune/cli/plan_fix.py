@@ -78,11 +78,9 @@ def parse_fix(items: tuple[str, ...]) -> dict:
 
 def muon_without_offload(fixed: dict) -> dict:
     """Muon runs without the optimizer's CPU offload (Megatron builds emerging optimizers apart from the
-    precision-aware one offload needs; layout/knobs.py): the search leaves it off, and a pin of it is one line."""
-    if fixed.get("optimizer") != "muon":
-        return fixed
-    if any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
+    precision-aware one offload needs; layout/knobs.py): search.plan leaves it off, and a pin of it is one line."""
+    if fixed.get("optimizer") == "muon" and any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
         raise MoetuneError("--fix optimizer=muon with optimizer_offload_fraction above 0: Muon runs without the "
                            "optimizer's CPU offload (Megatron builds emerging optimizers apart from the precision-"
                            "aware optimizer offload needs); drop one of the two")
-    return {**fixed, "optimizer_offload_fraction": [0.0]}
+    return fixed

@@ -14,7 +14,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, members_in_domain
-from moetune.layout.validate import LONG_CONTEXT, Workload, interleaves
+from moetune.layout.validate import Workload, interleaves
 from moetune.planner.enumerate import MBS_CHOICES
 from moetune.planner.ranking import bound, cp_weight, preference
 from moetune.specs.hardware import GpuSpec
@@ -127,6 +127,7 @@ class Search:
     bound: float = np.inf  # candidates slower than this cannot reach the top (ranking.bound)
     memory_fits: bool = False  # some candidate fit in memory under some knob set, prerequisites aside
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
+    short_cp: bool = False  # collect short_cp_best: a search that shows plan's note, below the long-context regime
     # below the long-context regime, the fastest CP > 1 candidates by their own prediction (the ranking weighs CP
     # there: ranking.cp_weight), so plan can say where the weight hid a faster layout: (reach, layout, mbs, knobs)
     short_cp_best: list = field(default_factory=list)
@@ -184,8 +185,9 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
         reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
                          step)
-        _short_cp_best(s, np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"], mask[rows],
-                       sub, knobs)
+        if s.short_cp:
+            _short_cp_best(s, np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"],
+                           mask[rows], sub, knobs)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
@@ -197,11 +199,13 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         s.bound = bound(s.best, s.kept)
 
 
-def _short_cp_best(s: Search, raw, fits, sub, knobs: Knobs, keep: int = 8) -> None:
+# CP candidates kept for the short-context note: each costs a re-split and an estimate when the note is weighed
+SHORT_CP_KEPT = 8
+
+
+def _short_cp_best(s: Search, raw, fits, sub, knobs: Knobs, keep: int = SHORT_CP_KEPT) -> None:
     """Keep the `keep` fastest fitting CP > 1 candidates by their unweighted step (the best a re-split could make
-    each, where the search re-splits), below the long-context regime."""
-    if s.wl.seq_length >= LONG_CONTEXT:
-        return
+    each, where the search re-splits), below the long-context regime (Search.short_cp)."""
     cp = sub.fields.cp[:, 0] > 1
     if not cp.any():
         return

@@ -126,10 +126,13 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
         return None
     # one batch per dispatcher the candidates run (a defaulted one follows EP and where its group sits: alltoall at
     # EP 1 and past an NVL72 rack, HybridEP inside it), whose buffers differ
-    by_dispatcher: dict[str, tuple] = {}
+    by_mesh: dict[tuple[int, int], list] = {}
     for c in cands:
-        knobs = dispatcher_for(e, c[0].ep, c[0].etp)
-        by_dispatcher.setdefault(knobs.dispatcher, (knobs, []))[1].append(c)
+        by_mesh.setdefault((c[0].ep, c[0].etp), []).append(c)
+    by_dispatcher: dict[str, tuple] = {}
+    for (ep, etp), group in by_mesh.items():  # the dispatcher depends on the expert mesh alone
+        knobs = dispatcher_for(e, ep, etp)
+        by_dispatcher.setdefault(knobs.dispatcher, (knobs, []))[1].extend(group)
     fitting = []
     for knobs, group in by_dispatcher.values():
         peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs, knobs,

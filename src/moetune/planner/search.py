@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import unsaved_offloads
 from moetune.layout.layout import Layout
-from moetune.layout.validate import Workload
+from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.candidates import Search, candidate_pairs, fitting_dp, memory_bound, search_grid
 from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
@@ -186,6 +186,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                resplit="pipeline_layout" not in fixed,
                overheads=merged_overheads(overheads), user_overheads=overheads, top=top,
                dispatcher=defaults["dispatcher"], progress=progress, total=len(grid),
+               short_cp=weigh_short_cp and wl.seq_length < LONG_CONTEXT,
                roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
     batch, (least_gib, least, least_host) = memory_bound(spec, budget, build_batch(spec, cands), wl, grid,
                                                          s.overheads)
@@ -201,15 +202,15 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     resplit_shown(s, top, efficiency_overrides)
     s.best[1:top] = sorted(s.best[1:top], key=lambda x: (within(x[0], fastest), x[1]))  # the pick stays the pick
     s.best = _first_of_each(s.best)
-    results = [estimate(spec, gpu, lay, Workload(seq_length=wl.seq_length, micro_batch_size=mbs,
-                                                 global_batch_size=wl.global_batch_size),
-                        replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),  # Bridge: off at TP 1
-                        overheads, efficiency_overrides=efficiency_overrides)
-               for _, _, lay, mbs, knobs, _ in s.best[:top]]
-    if "delay_wgrad" not in fixed:
-        results = [without_idle_delay_wgrad(e) for e in results]
+    def result(lay, mbs, knobs) -> Estimate:  # a candidate as a row shows it, on the GPU itself
+        wl_row = Workload(seq_length=wl.seq_length, micro_batch_size=mbs, global_batch_size=wl.global_batch_size)
+        e = estimate(spec, gpu, lay, wl_row, replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),
+                     overheads, efficiency_overrides=efficiency_overrides)  # Bridge: TP comm overlap off at TP 1
+        return e if "delay_wgrad" in fixed else without_idle_delay_wgrad(e)
+
+    results = [result(lay, mbs, knobs) for _, _, lay, mbs, knobs, _ in s.best[:top]]
     # named only where a caller shows it (not offload_instead's search, nor the FP8 caveat's BF16 one)
-    short_cp = _short_cp_alternative(s, results, overheads, efficiency_overrides) if weigh_short_cp else None
+    short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_short_cp else None
     return PlanResult(short_cp_alternative=short_cp, candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
@@ -221,9 +222,10 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                                                                        *tp_cp_sizes(gpu, world, wl.seq_length, fixed)))
 
 
-def _short_cp_alternative(s, results: list[Estimate], overheads, efficiency_overrides) -> Estimate | None:
+def _short_cp_alternative(s, results: list[Estimate], result, efficiency_overrides) -> Estimate | None:
     """The fastest CP > 1 candidate below the long-context regime where its own prediction beats the pick's by more
-    than the near-tie band but the ranking's CP weight (ranking.cp_weight) kept it off the list: plan names it."""
+    than the near-tie band but the ranking's CP weight (ranking.cp_weight) kept it off the list: plan names it, as a
+    row would show it (`result`), fitting the search's memory budget (--headroom)."""
     if not s.short_cp_best or not results or any(r.layout.cp > 1 for r in results):
         return None
     pick, best = results[0].time["step_seconds"], None
@@ -232,9 +234,9 @@ def _short_cp_alternative(s, results: list[Estimate], overheads, efficiency_over
             break
         if s.resplit and lay.pp > 1:  # at its own best split, as the pick is
             lay = resplit_one(s, lay, mbs, knobs, efficiency_overrides)
-        wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-        alt = estimate(s.spec, s.gpu, lay, wl, knobs, overheads, efficiency_overrides=efficiency_overrides)
-        if alt.fits and (best is None or alt.time["step_seconds"] < best.time["step_seconds"]):
+        alt = result(lay, mbs, knobs)
+        fits = alt.peak_bytes <= s.gpu.capacity_bytes and alt.host_fits
+        if fits and (best is None or alt.time["step_seconds"] < best.time["step_seconds"]):
             best = alt
     return best if best is not None and within(pick, best.time["step_seconds"]) > 0 else None
 

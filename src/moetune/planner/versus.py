@@ -73,13 +73,14 @@ def _tokens(baseline: Estimate, config: dict, known: set[str]) -> tuple[float | 
     return e.time["tokens_per_s_per_gpu"], e.fits, f"refused by rule {', '.join(refused)}" if refused else "", errors
 
 
-def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple]) -> list[dict]:
+def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple],
+                    base_errors: set[str] | None = None) -> list[dict]:
     """Each group of changed settings applied to the baseline alone, and in turn on top of the groups before it (the
     last in-turn figure is the pick's), as predicted tokens/s/GPU over the step before; settings interact, so the
-    alone figures need not add up."""
+    alone figures need not add up. `base_errors`: the baseline's rule errors where the caller has them."""
     base_cfg, base = to_config(baseline), baseline.time["tokens_per_s_per_gpu"]
     out, cumulative, before = [], base_cfg, base
-    base_errors = turn_errors = set(rule_errors(baseline))
+    base_errors = turn_errors = set(rule_errors(baseline)) if base_errors is None else base_errors
     for i, (name, keys) in enumerate(_grouped(changes).items()):
         alone, alone_fits, why, errors = _tokens(baseline, _apply(base_cfg, changes, keys), base_errors)
         cumulative = _apply(cumulative, changes, keys)
@@ -103,14 +104,14 @@ def versus(pick: Estimate, baseline: Estimate) -> dict:
     # a faster pick: the wall that saved most; a slower one: the wall that lost most
     biggest = max(walls, key=lambda w: walls[w]["saved"] * (1 if speedup >= 1 else -1))
     changes = config_changes(pick, baseline)
-    effects = setting_effects(pick, baseline, changes)
+    refused = rule_errors(baseline)  # compared all the same: what it would cost if it ran (as estimate prints it)
+    effects = setting_effects(pick, baseline, changes, set(refused))
     moved = sorted((e for e in effects if e["in_turn"] and abs(e["in_turn"]) >= SMALLEST_GAIN),
                    key=lambda e: -abs(e["in_turn"]))
     why = (f"predicted {speedup:.2f}x the baseline's tokens/s/GPU; most of the {'gain' if speedup >= 1 else 'loss'} "
            f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)"
            + ("; in turn: " + ", ".join(f"{e['group']} {e['in_turn']:+.1%}" for e in moved[:4]) if moved else ""))
     twins = measured_twins(baseline)
-    refused = rule_errors(baseline)  # compared all the same: what it would cost if it ran (as estimate prints it)
     note = measured_note(twins, tb["tokens_per_s_per_gpu"], tp["tokens_per_s_per_gpu"])
     return {"speedup": speedup, "changes": {k: list(v) for k, v in changes.items()}, "effects": effects,
             "baseline_measured": twins, "baseline_rule_errors": refused, "measured_note": note,
