@@ -267,7 +267,7 @@ def test_mla_up_proj_recompute_replays_the_up_projections_alone():
 def test_windowed_layers_charged_full_say_by_how_much():
     """gpt-oss's sliding-window layers are charged full causal attention (calibrated at 4-8k); at 128k that is the
     whole context's s/2 keys against a 128-key window's W - W(W-1)/(2s): about 512x (the model audit asked)."""
-    from moetune.walls.model_flops import windowed_overcharge
+    from moetune.walls.flops import windowed_overcharge
 
     w = windowed_overcharge(load_model("gpt-oss-20b"), 131072)
     assert (w["layers"], w["window"]) == (12, 128)

@@ -18,6 +18,7 @@ from moetune.cli.output import (
 from moetune.cli.plan_baseline import same_job, same_optimizer
 from moetune.cli.plan_fix import parse_fix
 from moetune.cli.plan_notes import (
+    gain_over_pick,
     gbs_allowing,
     gbs_note,
     offload_gain,
@@ -116,7 +117,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             row["checks"] = checks(r, found if i == 0 else None)
             row["track_record"] = record if i == 0 else estimate_record(r)
         emit_json({**data, **files, **({"fp8_caveat": fp8} if fp8 else {}),
-                   **({"pick_checks": pick_checks(result.results[0], found)} if result.results else {}),
+                   **({"pick_checks": pick_checks(result.results[0], found, data["results"][0]["checks"])}
+                      if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"unsearched_moves": unsearched} if unsearched else {}),
                    **({"ep_in_domain": near_ep} if near_ep else {}),
@@ -157,12 +159,12 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
 
 
-def pick_checks(pick, found: list | None = None) -> list[dict]:
+def pick_checks(pick, found: list | None = None, row: list[dict] | None = None) -> list[dict]:
     """The pick's rule errors and warnings as its row has them (explain.checks: what `moetune check` of its config
     reports; a pinned --fix can lead the search where the seeds warn, TP past the NVLink domain), and on a warning
     whose fix runs on this job what the fix predicts (`with_fix`), since the search already weighed it against the
-    pick."""
-    out = checks(pick, found)
+    pick. `row`: the row's checks where the caller has them (copied, not changed)."""
+    out = [dict(c) for c in row] if row is not None else checks(pick, found)
     for check in out:
         fixed = with_fix(pick, check["fix"]) if check["severity"] == "warning" else None
         if fixed is not None and fixed.time != pick.time:
@@ -203,8 +205,7 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
     if (alt := result.offload_alternative) is not None:
         out["offload_alternative"] = {**alt.to_json(), "predicted_gain": offload_gain(result)}
     if (alt := result.short_cp_alternative) is not None:
-        out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": alt.time["tokens_per_s_per_gpu"]
-                                       / result.results[0].time["tokens_per_s_per_gpu"] - 1}
+        out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,

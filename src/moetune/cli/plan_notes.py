@@ -19,9 +19,13 @@ def gbs_note(excluded: list[int], gbs: int) -> str:
             f"searched (the seeds maximize DP); GBS {allowing} would allow DP {widest}")
 
 
+def gain_over_pick(result: PlanResult, alt) -> float:
+    """An alternative's predicted tokens/s/GPU over the pick's, minus 1."""
+    return alt.time["tokens_per_s_per_gpu"] / result.results[0].time["tokens_per_s_per_gpu"] - 1
+
+
 def offload_gain(result: PlanResult) -> float:
-    alt, pick = result.offload_alternative, result.results[0]
-    return alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
+    return gain_over_pick(result, result.offload_alternative)
 
 
 def offload_note(result: PlanResult) -> str:
@@ -38,8 +42,8 @@ def offload_note(result: PlanResult) -> str:
 
 def short_cp_note(result: PlanResult) -> str:
     """The faster CP layout the ranking's short-context CP weight kept off the list (search._short_cp_alternative)."""
-    alt, pick = result.short_cp_alternative, result.results[0]
-    gain = alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
+    alt = result.short_cp_alternative
+    gain = gain_over_pick(result, alt)
     return (f"{alt.layout.short()} (mbs {alt.workload.micro_batch_size}) predicts "
             f"{alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {gain:+.1%} over #1, and fits, but below "
             f"{LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower (the seeds "

@@ -20,6 +20,9 @@ from moetune.emit.launch import entry_point
 _MLM_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
+# Bridge's comm_overlap copy of ddp's DP overlap (configio/finalize.py settle_dp_overlap)
+SECTION_DP_OVERLAP = frozenset(f"comm_overlap.{f}" for f in DP_OVERLAP)
+
 def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
     """(argument line, comment) for one config entry."""
     row = names().get(name)
@@ -61,7 +64,7 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     for name, value in sorted(config.items()):
         if name.split(".", 1)[0] in ("cluster", "env") or name in covered or name in dropped:
             continue
-        if name in {f"comm_overlap.{f}" for f in DP_OVERLAP}:
+        if name in SECTION_DP_OVERLAP:
             continue  # Bridge's copy of ddp's DP overlap (configio/finalize.py), which --overlap-* flags carry
         if name == "model.virtual_pipeline_model_parallel_size" and (
                 config.get("model.pipeline_model_parallel_layout") or config.get("model.hybrid_layer_pattern")):

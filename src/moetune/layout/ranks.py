@@ -95,9 +95,9 @@ def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int =
     """EP sizes from `ep` down to 1, largest first, whose every group lies in one NVLink domain of the job (`domain`
     consecutive ranks), that divide the experts (`experts`; 0: unknown) and tile the `world` ranks with ETP and PP
     (0: unknown): the seeds' in-domain EP (seeds/000: keep hot communication inside the NVLink domain)."""
-    for size in range(ep, 0, -1):
-        if int(members_in_domain(size, etp, domain)) == size and not (experts and experts % size) \
-                and not (world and world % (size * etp * pp)):
+    for size in range(ep, 0, -1):  # the integer tests first: the domain's is numpy's
+        if not (experts and experts % size) and not (world and world % (size * etp * pp)) \
+                and int(members_in_domain(size, etp, domain)) == size:
             yield size
 
 

@@ -132,10 +132,12 @@ def optimizer_note(e) -> str | None:
 
 def gbs_default_text(e: Estimate) -> str:
     """The global batch a run left out, and what it sets: MBS x DP x PP (Workload.gbs), whose micro-batches the
-    pipeline bubble is shared over. Megatron-LM's own default is MBS x DP (megatron/training/arguments.py), one
-    micro-batch a step, whose bubble a PP > 1 run would mostly be: said where the two differ."""
+    pipeline bubble is shared over ((PP-1)/(VPP x m) of the useful time for interleaved 1F1B: Narayanan et al.
+    2021, "Efficient Large-Scale Language Model Training on GPU Clusters", Sec. 2.2). Megatron-LM's own default is
+    MBS x DP (megatron/training/arguments.py), one micro-batch a step, whose bubble a PP > 1 run would mostly be:
+    said where the two differ."""
     m = e.time["num_microbatches"]
-    own = e.workload.gbs(e.layout) // e.layout.pp
+    own = e.workload.micro_batch_size * e.layout.dp
     mlm = f"; Megatron-LM's own default, MBS x DP = {own:,}, runs one micro-batch a step" if e.layout.pp > 1 else ""
     return (f"MBS x DP x PP = {e.workload.gbs(e.layout):,} ({m} micro-batch{'es' if m != 1 else ''} a step; the "
             f"bubble is (PP-1)/(VPP x {m}) of the useful time{mlm})")
@@ -207,9 +209,9 @@ def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
 def explain(e: Estimate) -> dict:
     defaults = platform_defaults(e.gpu)
     fit = _fit(e)
-    if not e.fits:
-        fit["steps"] = fit_steps(e)
     found = findings(e)  # the rule table is evaluated once for this configuration
+    if not e.fits:
+        fit["steps"] = fit_steps(e, set(rule_errors(e, found)))
     fp8 = caveat(e, same_config_in_bf16(e), "the same configuration in BF16") if applies(e.model, e.knobs) else None
     blocked: list[dict] = []
     retune = _retune(e, found, blocked)

@@ -30,11 +30,12 @@ FIT_LADDER = ("smaller_micro_batch", "selective_recompute_moe_act", "selective_r
               "selective_recompute_mlp", "selective_recompute_moe", "full_recompute", "optimizer_offload")
 
 
-def fit_steps(e: Estimate) -> list[dict]:
+def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
     """For a run that does not fit: the smallest model parallelism that fits with these knobs, then the ladder
     applied one step after another until it fits. A step that saves no memory or that Megatron would refuse is left
-    out (the graph scopes a recompute step cannot sit beside are dropped with it: retune_moves.toml graphs_keep)."""
-    steps, broken = [], set(rule_errors(e))
+    out (the graph scopes a recompute step cannot sit beside are dropped with it: retune_moves.toml graphs_keep).
+    `broken`: the run's own rule errors where the caller has them."""
+    steps, broken = [], set(rule_errors(e)) if broken is None else broken
     smallest = smallest_fitting_layout(e, broken)
     if smallest is not None:
         split = smallest.layout.split_text()

@@ -37,7 +37,6 @@ def memory_facts(e: Estimate) -> dict:
             facts["fits_with_less_model_parallel"] = True
             facts["less_model_parallel_layout"] = layout
             change = smallest.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
-            facts["less_model_parallel_change"] = change
             facts["less_model_parallel_note"] = less_model_parallel_note(change)
         else:
             facts["fits_with_less_model_parallel"] = False

@@ -31,7 +31,6 @@ EXTERNAL = {
     "fits_with_selective_without_offload": "bool: selective recompute with no offloading is enough to fit",
     "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
     "less_model_parallel_layout": "dict: overrides of that layout",
-    "less_model_parallel_change": "float: that layout's predicted tokens/s/GPU over this config's, minus 1",
     "less_model_parallel_note": "str: what the step model predicts of that layout, as rule scale.maximize_dp says it",
     "host_unchecked_bytes": "int: host bytes a GPU's optimizer offload keeps, where the GPU's host memory is unknown",
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",

@@ -51,11 +51,12 @@ def _count(value) -> int | None:
 
 
 def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
-    """Heads and groups of the Mamba-2 and gated delta-net mixers a config builds, which CP splits whole per TP rank
-    (rules cp.mamba_heads, cp.gdn_heads): Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads
-    (mamba_num_heads, else 2 x hidden_size / mamba_head_dim: expand 2, megatron/core/ssm/mamba_mixer.py) and groups;
-    gated delta-net where experimental_attention_variant names it, each with why CP cannot split it (layout/validate.py,
-    as a layout's validation asks)."""
+    """Why CP cannot split the Mamba-2 and gated delta-net mixers a config builds, None where it can (rules
+    cp.mamba_heads, cp.gdn_heads; the facts are set only where the config builds such layers): CP splits their heads
+    whole per TP rank. Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads (mamba_num_heads,
+    else 2 x hidden_size / mamba_head_dim: expand 2, megatron/core/ssm/mamba_mixer.py) and groups; gated delta-net
+    where experimental_attention_variant names it; the refusals are layout/validate.py's, as a layout's validation
+    asks."""
     pattern = value(config, "model.hybrid_layer_pattern")
     if isinstance(pattern, str) and "M" in pattern:
         heads = value(config, "model.mamba_num_heads")
@@ -64,13 +65,11 @@ def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
             heads = 2 * hidden // head_dim
         counts = _count(heads), _count(value(config, "model.mamba_num_groups"))
         if None not in counts:
-            d["mamba_heads"], d["mamba_groups"] = counts
             d["mamba_cp_refusal"] = mamba_cp_refusal(*counts, d["tp"], d["cp"])
     if str(value(config, "model.experimental_attention_variant") or "") in ("gated_delta_net", "gdn", "gdn2"):
         counts = (_count(value(config, "model.linear_num_key_heads")),
                   _count(value(config, "model.linear_num_value_heads")))
         if None not in counts:
-            d["gdn_key_heads"], d["gdn_value_heads"] = counts
             d["gdn_cp_refusal"] = gdn_cp_refusal(*counts, d["tp"], d["cp"])
 
 

@@ -36,7 +36,9 @@ def moe_fields(c: "HfConfig", family: str) -> dict:
 
 def shared_experts(c: HfConfig, count_key: str) -> dict:
     """Shared experts counted by `count_key` (n_shared_experts, ERNIE's moe_num_shared_experts), each as wide as a
-    routed expert (moe_intermediate_size): Megatron builds them as one MLP of their summed width."""
+    routed expert (moe_intermediate_size): Megatron builds them as one MLP of their summed width (Megatron-Bridge
+    src/megatron/bridge/models/deepseek/deepseek_v2_bridge.py: moe_shared_expert_intermediate_size =
+    moe_intermediate_size x n_shared_experts)."""
     n = c.get(count_key, default=0)
     return dict(moe_shared_experts=n, moe_shared_expert_intermediate_size=n * c.get("moe_intermediate_size"))
 

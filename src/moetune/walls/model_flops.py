@@ -50,17 +50,6 @@ def _rules(convention: str) -> _Rules:
     return _CONVENTIONS[convention]
 
 
-def windowed_overcharge(spec: ModelSpec, seq_length: int) -> dict | None:
-    """The sliding-window layers the step charges full causal attention (None: none, or the window spans the
-    sequence): how many, their window, and full-causal keys over the window's at this length."""
-    windows = [w for w in layer_windows(spec) if w is not None and w < seq_length]
-    if not windows:
-        return None
-    w = min(windows)
-    return {"layers": len(windows), "window": w,
-            "factor": causal_context(seq_length) / causal_context(seq_length, w)}
-
-
 def _glu(spec: ModelSpec, needs_silu: bool) -> int:
     """Megatron's ffn_expansion_factor: fc1 is 2*ffn wide for a GLU, so 3 ffn-wide GEMMs, else 2."""
     gated = spec.gated_linear_unit and (spec.activation == "silu" or not needs_silu)

@@ -44,11 +44,12 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
+from moetune.walls.flops import windowed_overcharge
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import iteration_terms
 from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
-from moetune.walls.model_flops import megatron_model_flops, windowed_overcharge
+from moetune.walls.model_flops import megatron_model_flops
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
 from moetune.walls.rank_params import padded_vocab_size, stage_params
 
