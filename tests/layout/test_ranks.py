@@ -1,6 +1,6 @@
 """Megatron's rank order and the NVLink domain (layout/ranks.py); more of it is tested beside the layouts."""
 
-from moetune.layout.ranks import in_domain_eps
+from moetune.layout.ranks import in_domain_eps, job_nvlink_domain, spanning_backend
 
 
 def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_ranks():
@@ -11,3 +11,18 @@ def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_rank
     assert list(in_domain_eps(8, 1, 8, experts=60)) == [4, 2, 1]  # 8 does not divide 60, 6 straddles
     assert list(in_domain_eps(8, 1, 8, world=24, pp=2)) == [4, 2, 1]  # 24 ranks hold no EP8 x PP2 tiling
     assert next(in_domain_eps(40, 1, 60)) == 30  # EP40 in 60-rank domains straddles two (ranks 40-79)
+
+
+def test_spanning_backend_drops_hybridep_past_the_jobs_rack_domain_alone():
+    """No flex backend spans an EP group past the job's NVLink domain on a rack (Bridge refuses HybridEP there and runs
+    DeepEP on no Grace-Blackwell); across HGX nodes HybridEP reaches the others by RDMA, and other backends stay."""
+    gb200 = job_nvlink_domain(256, 4, 72)  # 256 GB200s: Slurm segments of 64 ranks
+    assert gb200 == 64
+    assert spanning_backend("hybridep", 128, 1, 72, gb200) is None  # EP128 spans two segments
+    assert spanning_backend("hybridep", 64, 1, 72, gb200) == "hybridep"  # one segment holds it
+    assert spanning_backend("hybridep", 40, 1, 72, 60) is None  # EP40 in 60-rank domains straddles two
+    hgx = job_nvlink_domain(256, 8, 8)
+    assert spanning_backend("hybridep", 64, 1, 8, hgx) == "hybridep"  # H100 HGX across eight nodes
+    assert spanning_backend("deepep", 64, 1, 8, hgx) == "deepep"
+    assert spanning_backend(None, 128, 1, 72, gb200) is None  # no recommended backend stays none
+    assert spanning_backend("alltoall", 128, 1, 72, gb200) == "alltoall"

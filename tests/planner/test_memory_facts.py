@@ -146,7 +146,10 @@ def test_the_smallest_fitting_layout_weighs_each_candidate_under_the_dispatcher_
     e = estimate(load_model("qwen3-235b-a22b"), gpu, Layout(world_size=256, pp=2, ep=32),
                  Workload(seq_length=4096, global_batch_size=1024))
     fit_steps.smallest_fitting_layout(replace(e, defaulted=["dispatcher"]))
-    assert (default_dispatcher(gpu, 128, 1, 256), default_dispatcher(gpu, 32, 1, 256)) == ("alltoall", "hybridep")
+    def default(ep, etp=1):
+        return default_dispatcher(gpu, Layout(world_size=256, ep=ep, etp=etp))
+
+    assert (default(128), default(32)) == ("alltoall", "hybridep")
     assert {ep for group in groups for ep, _ in group} >= {32, 128}
     for group, dispatcher in zip(groups, weighed, strict=True):
-        assert {default_dispatcher(gpu, ep, etp, 256) for ep, etp in group} == {dispatcher}
+        assert {default(ep, etp) for ep, etp in group} == {dispatcher}

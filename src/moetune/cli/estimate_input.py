@@ -92,7 +92,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         return fallback
 
     precision = pick("precision", kw["precision"], default_precision(gpu))
-    dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout.ep, layout.etp, layout.world_size))
+    dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
                            "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")

@@ -91,6 +91,16 @@ def hybridep_spans(ep: int, etp: int, nvlink_domain: int, job_domain: int) -> bo
     return nvlink_domain < NVL72_DOMAIN or bool(members_in_domain(ep, etp, job_domain) >= ep)
 
 
+def spanning_backend(backend: str | None, ep: int, etp: int, nvlink_domain: int, job_domain: int) -> str | None:
+    """The platform's flex backend where it runs this EP group, else None. HybridEP is refused past the job's domain
+    on a rack (hybridep_spans) and Bridge runs DeepEP on no Grace-Blackwell, so there no flex backend spans the group
+    and alltoall is what runs (rule dispatcher.hybridep_ep_exceeds_domain). One place decides it for the knob
+    defaults (planner/defaults.py) and the rules' recommended backend (rules/derive.py)."""
+    if backend == "hybridep" and not hybridep_spans(ep, etp, nvlink_domain, job_domain):
+        return None
+    return backend
+
+
 def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int = 0, pp: int = 1) -> Iterator[int]:
     """EP sizes from `ep` down to 1, largest first, whose every group lies in one NVLink domain of the job (`domain`
     consecutive ranks), that divide the experts (`experts`; 0: unknown) and tile the `world` ranks with ETP and PP

@@ -5,7 +5,8 @@ from functools import cache
 from importlib import resources
 
 from moetune.errors import UnsupportedPrecision
-from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
+from moetune.layout.layout import Layout
+from moetune.layout.ranks import job_nvlink_domain, spanning_backend
 from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
@@ -42,16 +43,25 @@ def default_precision(gpu: GpuSpec) -> str:
     return recipe
 
 
-def default_dispatcher(gpu: GpuSpec, ep: int, etp: int = 1, world: int | None = None) -> str:
-    """The dispatcher a knob left out takes: the platform's where experts spread over EP ranks, alltoall at EP 1
-    (no all-to-all to accelerate) and where the platform's HybridEP cannot span the EP group (past the job's NVLink
-    domain on NVL72: Bridge refuses HybridEP beyond the 72-rank rack and runs DeepEP on no Grace-Blackwell; rule
-    dispatcher.hybridep_ep_exceeds_domain)."""
-    backend = platform_defaults(gpu)["dispatcher"]
-    if backend == "hybridep" and world is not None and not hybridep_spans(
-            ep, etp, gpu.nvlink_domain, job_nvlink_domain(world, gpu.gpus_per_node, gpu.nvlink_domain)):
-        return "alltoall"
-    return backend if ep > 1 else "alltoall"
+def default_dispatcher_and_why(gpu: GpuSpec, layout: Layout) -> tuple[str, str | None]:
+    """The dispatcher a knob left out takes on this layout, and why it is not the platform's (None where it is):
+    explain names the reason beside the default, so a user is not left wondering why a GB200 run shows alltoall."""
+    platform = platform_defaults(gpu)["dispatcher"]
+    if layout.ep == 1:
+        return "alltoall", None if platform == "alltoall" else \
+            f"at EP 1, no all-to-all to accelerate; the platform's is {platform}"
+    domain = job_nvlink_domain(layout.world_size, gpu.gpus_per_node, gpu.nvlink_domain)
+    spanning = spanning_backend(platform, layout.ep, layout.etp, gpu.nvlink_domain, domain)
+    if spanning is None:  # alltoall, the one dispatcher that runs there
+        return "alltoall", f"{platform} cannot span EP {layout.ep} past the job's NVLink domain (rule " \
+                           "dispatcher.hybridep_ep_exceeds_domain)"
+    return spanning, None
+
+
+def default_dispatcher(gpu: GpuSpec, layout: Layout) -> str:
+    """The default that runs on this layout, not the platform's alone: alltoall at EP 1, where nothing is left to
+    accelerate, and where no flex backend spans the EP group (default_dispatcher_and_why)."""
+    return default_dispatcher_and_why(gpu, layout)[0]
 
 
 def with_mamba(spec, scope: tuple[str, ...]) -> tuple[str, ...]:

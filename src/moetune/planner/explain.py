@@ -9,7 +9,7 @@ configuration, re-estimated, and kept when it still fits and predicts a gain.
 from dataclasses import replace
 
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
-from moetune.planner.defaults import default_dispatcher, default_scope, platform_defaults, platform_of
+from moetune.planner.defaults import default_dispatcher_and_why, default_scope, platform_defaults, platform_of
 from moetune.planner.ep_first import ep_first
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain_scale import scale
@@ -217,7 +217,7 @@ def explain(e: Estimate) -> dict:
     retune = _retune(e, found, blocked)
     if not e.fits and (faster := _faster_fix(fit["steps"], retune)):
         fit["fastest_fix"] = faster
-    dispatcher = default_dispatcher(e.gpu, e.layout.ep, e.layout.etp, e.layout.world_size)
+    dispatcher, dispatcher_note = default_dispatcher_and_why(e.gpu, e.layout)
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(), "optimizer": e.knobs.optimizer,
         "optimizer_note": optimizer_note(e),
@@ -232,10 +232,7 @@ def explain(e: Estimate) -> dict:
                              "fp8_recipe": defaults["precision"],
                              "cuda_graph_scope": list(default_scope(e.model, e.gpu)),
                              "source": defaults["source"],
-                             "dispatcher_note": None if dispatcher == defaults["dispatcher"] else
-                             (f"at EP 1, no all-to-all to accelerate; the platform's is {defaults['dispatcher']}"
-                              if e.layout.ep == 1 else f"{defaults['dispatcher']} cannot span EP {e.layout.ep} "
-                              "past the job's NVLink domain (rule dispatcher.hybridep_ep_exceeds_domain)"),
+                             "dispatcher_note": dispatcher_note,
                              "flex_num_sms": TUNED_FLEX_SMS.get(dispatcher),
                              "flex_num_sms_source": "seeds/004 Tuning Parameters: HybridEP 32 in the performance "
                                                     "harness, DeepEP 20 by default",

@@ -70,7 +70,7 @@ def _default_dispatcher_note(e: Estimate) -> str | None:
     """Where a run uses another fused dispatcher than the platform's default and the default does not fit: the
     difference is the buffers moetune charges each (data/memory_overheads.toml, estimates, not measurements), so a
     tight margin should not decide it."""
-    default = default_dispatcher(e.gpu, e.layout.ep, e.layout.etp, e.layout.world_size)  # one that runs here
+    default = default_dispatcher(e.gpu, e.layout)  # one that runs here
     if e.knobs.dispatcher == default or not e.model.num_moe_experts or e.layout.ep == 1 or not e.stages \
             or not e.fits:
         return None

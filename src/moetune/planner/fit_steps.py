@@ -131,8 +131,8 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
     for c in cands:
         by_mesh.setdefault((c[0].ep, c[0].etp), []).append(c)
     by_dispatcher: dict[str, tuple] = {}
-    for (ep, etp), group in by_mesh.items():  # the dispatcher depends on the expert mesh alone
-        knobs = dispatcher_for(e, ep, etp)
+    for group in by_mesh.values():  # the dispatcher depends on the expert mesh alone: any layout of it will do
+        knobs = dispatcher_for(e, group[0][0])
         by_dispatcher.setdefault(knobs.dispatcher, (knobs, []))[1].extend(group)
     fitting = []
     for knobs, group in by_dispatcher.values():

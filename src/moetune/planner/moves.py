@@ -238,15 +238,15 @@ def knobs_for(e: Estimate, layout: Layout):
     """The run's knobs on another layout: a dispatcher the user left to the defaults is the platform's for EP > 1
     and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP; another CP group
     (CP or TP changed) gets the exchange `auto` chooses for it."""
-    knobs = dispatcher_for(e, layout.ep, layout.etp)
+    knobs = dispatcher_for(e, layout)
     if (layout.cp, layout.tp) != (e.layout.cp, e.layout.tp):
         knobs = replace(knobs, cp_comm_type="auto", hcp_a2a_size=None)
     return knobs
 
 
-def dispatcher_for(e: Estimate, ep: int, etp: int | None = None):
-    """The run's knobs at `ep` experts ranks, a defaulted dispatcher re-defaulted for it (knobs_for)."""
+def dispatcher_for(e: Estimate, layout: Layout):
+    """The run's knobs on another layout, a defaulted dispatcher re-defaulted for its expert mesh (knobs_for): the
+    default follows EP and where the group sits, and a user's own choice stays."""
     if "dispatcher" not in e.defaulted:
         return e.knobs
-    etp = e.layout.etp if etp is None else etp
-    return replace(e.knobs, dispatcher=default_dispatcher(e.gpu, ep, etp, e.layout.world_size))
+    return replace(e.knobs, dispatcher=default_dispatcher(e.gpu, layout))

@@ -13,7 +13,7 @@ from typing import Any
 from moetune.configio.finalize import data_parallel_size, expert_tensor_parallel_size, layer_wise_optimizer
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
-from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain, spanning_backend
 from moetune.layout.validate import (
     LONG_SDPA,
     ep_first_sizes,
@@ -142,11 +142,11 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         # domain (8 on HGX; on NVL72 Bridge refuses EP > 72, and a job's Slurm segment can hold fewer: 64 of 256 GB200)
         d["hybridep_ranks_per_domain"] = min(d["ep"], domain)
         d["hybridep_spans"] = hybridep_spans(d["ep"], d["etp"], d["nvlink_domain"], domain)
-        if d.get("recommended_backend") == "hybridep" and not d["hybridep_spans"]:
-            # HybridEP is refused past the rack (rule dispatcher.hybridep_ep_exceeds_domain) and Bridge runs DeepEP on
-            # no Grace-Blackwell: no flex backend runs this EP, so the seeds' bring-up dispatcher, alltoall, is the
-            # start (its fixes had sent a user from one refused backend to the other)
-            d["recommended_backend"] = None
+        if "recommended_backend" in d:  # (none without cluster.gpu: a rule asking for it stays undecided)
+            # None where no flex backend runs this EP: the seeds' bring-up dispatcher, alltoall, is then the start
+            # (its fixes had sent a user from one refused backend to the other)
+            d["recommended_backend"] = spanning_backend(d["recommended_backend"], d["ep"], d["etp"],
+                                                        d["nvlink_domain"], domain)
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
 
