@@ -1,6 +1,6 @@
-"""Muon's optimizer state (walls/memory.py MUON_BYTES): Kimi-K2's Bridge recipes run dist_muon, Muon under the
-layer-wise distributed optimizer; moetune had charged Adam's two moments unsharded and called the shipped GB200 recipe
-out of memory (check audit: 204.5 GiB of 185)."""
+"""Muon's optimizer state (walls/memory.py optimizer_state_bytes): Kimi-K2's Bridge recipes run dist_muon, Muon under
+the layer-wise distributed optimizer; moetune had charged Adam's two moments unsharded and called the shipped GB200
+recipe out of memory (check audit: 204.5 GiB of 185)."""
 
 import pytest
 

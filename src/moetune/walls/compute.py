@@ -17,7 +17,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
 from moetune.walls.efficiency import rate_key
-from moetune.walls.flops import all_layers, attended_keys, gemm_shapes, layer_flops
+from moetune.walls.flops import all_layers, attended_keys, gemm_shapes, layer_flops, tp_shard, tp_size
 
 # Backward / forward work: a GEMM's backward is dgrad + wgrad (2x); fused attention's backward runs five
 # matmuls to the forward's two (2.5x; Dao 2023, FlashAttention-2, Sec. 3.1).
@@ -131,7 +131,7 @@ def _tile_eff(shapes: list, tile: int, tp) -> float:
 
     useful, issued = 0.0, 0.0
     for k, n, split in shapes:
-        k, n = k / (tp if split == "k" else 1), n / (tp if split == "n" else 1)
+        k, n = tp_shard(k, n, split, tp)
         useful = useful + 3 * k * n
         issued = issued + k * up(n) + up(k) * n + up(k) * up(n)
     return useful / issued
@@ -154,7 +154,7 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     per_expert = routed / experts_local
     shape = per_expert / (per_expert + r.m_half)
     g = gemm_shapes(spec, kind)
-    te = {k: _tile_eff(v, r.tile, ctx.etp if k == "routed_experts" else ctx.tp) for k, v in g.items()}
+    te = {k: _tile_eff(v, r.tile, tp_size(k, ctx.tp, ctx.etp)) for k, v in g.items()}
     return {
         "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"] / te["mixer_proj"]) / ctx.tp / r.gemm,
         "core_attn": (f["core_attn"] / attn_rate + f["mixer_scan"] / r.attn) / ctx.tp,

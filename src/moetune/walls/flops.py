@@ -80,6 +80,19 @@ def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, i
     return out
 
 
+def tp_shard(k, n, split: str, tp):
+    """(K, N) of the shard of a gemm_shapes weight one TP rank holds, and so multiplies and steps: column-parallel
+    weights split their outputs, row-parallel their inputs; "-" ones (MLA's down-projections, the router) are whole on
+    every rank. `tp`: ETP for the routed experts (tp_size), TP for the rest; it may be an array."""
+    return (k / tp, n) if split == "k" else ((k, n / tp) if split == "n" else (k, n))
+
+
+def tp_size(op_class: str, tp, etp):
+    """The tensor-parallel size that splits a gemm_shapes class: expert TP for the routed experts (Parallel Folding
+    gives the experts their own TP), TP for every other class."""
+    return etp if op_class == "routed_experts" else tp
+
+
 def _macs(shapes: list[tuple[int, int, str]]) -> float:
     """Multiply-adds per token of a class's weight GEMMs."""
     return sum(k * n for k, n, _ in shapes)

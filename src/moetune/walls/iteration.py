@@ -7,7 +7,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.comms import ring_seconds
 from moetune.walls.compute import gemm_rate
-from moetune.walls.memory import MUON_MOMENT_BYTES, optimizer_divisors
+from moetune.walls.memory import optimizer_divisors, optimizer_state_bytes
 from moetune.walls.muon import ns_seconds
 
 
@@ -40,13 +40,15 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
     vocab_shard = vocab / share[0]
 
-    # bytes a parameter's update moves: the FP32 master copy and the moments read and written, the FP32 main gradient
-    # and the BF16 weight read (Megatron-Core optimizer/distributed_optimizer.py steps FP32 main params on FP32 main
-    # grads, then copies them to the BF16 model params)
-    def state(moments):
-        return 2 * (4 + moments) + 4 + 2
-    adam = state(2 * knobs.adam_moments_bytes)
-    moved = (linear + experts) * state(MUON_MOMENT_BYTES) + vocab_shard * adam if muon else \
+    # bytes a parameter's update moves: the state it holds (memory.optimizer_state_bytes: FP32 master copy and
+    # moments) read and written, the FP32 main gradient and the BF16 weight read (Megatron-Core
+    # optimizer/distributed_optimizer.py steps FP32 main params on FP32 main grads, then copies them to the BF16 model
+    # params)
+    held_linear, held_adam = optimizer_state_bytes(knobs)
+    def update_bytes(held):
+        return 2 * held + 4 + 2
+    adam = update_bytes(held_adam)
+    moved = (linear + experts) * update_bytes(held_linear) + vocab_shard * adam if muon else \
         (linear + experts + vocab_shard) * adam
     f = knobs.optimizer_offload_fraction
     optimizer = moved * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])

@@ -93,7 +93,16 @@ class StageMemory:
 # parameters), the embedding and output layer at Adam's. The layer-wise distributed optimizer (dist_muon) owns whole
 # parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
 MUON_MOMENT_BYTES = 4
-MUON_BYTES = 4 + MUON_MOMENT_BYTES
+MASTER_BYTES = 4  # the FP32 master copy of a BF16 parameter, under either optimizer
+
+
+def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
+    """Bytes of optimizer state a parameter *holds*, (linear weights, embedding and output layer): the FP32 master copy
+    plus Adam's exp_avg and exp_avg_sq (FP32, or BF16 under --bf16-moments), or plus Muon's one momentum on the linear
+    weights, the vocabulary staying on Adam. What an update reads and writes each step is derived from it
+    (iteration.iteration_terms); the gradient and the BF16 weight are separate line items."""
+    adam = MASTER_BYTES + 2 * knobs.adam_moments_bytes
+    return (MASTER_BYTES + MUON_MOMENT_BYTES if knobs.optimizer == "muon" else adam), adam
 
 
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str, int]:
@@ -101,11 +110,11 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str,
     items = {"weights": 2 * params, "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
     if knobs.fp8:
         items["fp8_weight_cache"] = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
-    adam = 4 + 2 * knobs.adam_moments_bytes  # FP32 master weights + exp_avg + exp_avg_sq
+    linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
-    if knobs.optimizer == "muon":  # FP32 master + one FP32 momentum; the embedding and output layer stay on Adam
+    if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
         vocab = -(-p.vocab // optimizer_divisors(layout, knobs)[0])
-        items["optimizer_states"] = whole(MUON_BYTES * (shard - vocab) + adam * vocab)
+        items["optimizer_states"] = whole(linear * (shard - vocab) + adam * vocab)
     else:
         items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
     return items
@@ -128,7 +137,7 @@ def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
     """Host bytes of the optimizer's CPU offload: for each offloaded parameter of this rank's optimizer shard, its FP32
     copy, the Adam moments and an FP32 gradient copy (Megatron-Core optimizer/cpu_offloading/hybrid_optimizer.py
     keeps all three on the host, the gradient in cpu_copy_map_grad)."""
-    per_param = 4 + 2 * knobs.adam_moments_bytes + 4
+    per_param = optimizer_state_bytes(knobs)[1] + 4  # Adam's state (Knobs refuses Muon's offload), the FP32 grad
     return whole(per_param * optimizer_shard(p, layout, knobs) * knobs.optimizer_offload_fraction)
 
 

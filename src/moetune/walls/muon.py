@@ -23,7 +23,7 @@ from collections import Counter
 import numpy as np
 
 from moetune.specs.model import ModelSpec
-from moetune.walls.flops import all_layers, gemm_shapes
+from moetune.walls.flops import all_layers, gemm_shapes, tp_shard, tp_size
 
 NS_STEPS = 5  # muon_num_ns_steps
 
@@ -32,12 +32,6 @@ def _ns_flops(rows, cols):
     """One quintic Newton-Schulz iteration on a rows x cols matrix (arrays broadcast)."""
     a, b = np.minimum(rows, cols), np.maximum(rows, cols)
     return 4 * a * a * b + 2 * a ** 3
-
-
-def _shards(k: int, n: int, split: str, tp):
-    """(rows, cols) of the shard a TP rank holds: column-parallel weights split their outputs, row-parallel their
-    inputs; the rest ("-": MLA's down-projections) are whole on every rank."""
-    return (k / tp, n) if split == "k" else ((k, n / tp) if split == "n" else (k, n))
 
 
 def _matrices(spec: ModelSpec, kind) -> dict[str, list[tuple[int, int, str]]]:
@@ -60,7 +54,7 @@ def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
         for cls, shapes in _matrices(spec, kind).items():
             expert = cls == "routed_experts"
             for k, n, split in shapes:
-                rows, cols = _shards(k, n, split, etp if expert else tp)
+                rows, cols = tp_shard(k, n, split, tp_size(cls, tp, etp))
                 flops[expert] = flops[expert] + count * _ns_flops(rows, cols)
                 numel[expert] = numel[expert] + count * rows * cols
     return tuple(NS_STEPS * flops[e] / numel[e] if np.any(numel[e]) else 0.0 * tp for e in (False, True))
