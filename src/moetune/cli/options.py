@@ -5,6 +5,7 @@ import re
 
 import click
 
+from moetune.configio.layout_map import LAYOUT_FIELDS
 from moetune.layout.knobs import (
     CP_COMM_TYPES,
     CUDA_GRAPH_SCOPES,
@@ -132,17 +133,13 @@ def flags_a_saved_result_replaces() -> list[str]:
     return flags_the_config_replaces(frozenset({"gpu", "gpus"}))
 
 
-# estimate's flags, as a config names them (layout/validate.py words its fixes for the command line)
-FLAG_KEYS = {"--pipeline-layout": "model.pipeline_model_parallel_layout",
-             "--first-stage-layers": "model.num_layers_in_first_pipeline_stage",
-             "--last-stage-layers": "model.num_layers_in_last_pipeline_stage",
-             "--hcp-a2a-size": "model.hierarchical_context_parallel_sizes", "--tp": "model.tensor_model_parallel_size",
-             "--cp": "model.context_parallel_size", "--pp": "model.pipeline_model_parallel_size",
-             "--vpp": "model.virtual_pipeline_model_parallel_size", "--ep": "model.expert_model_parallel_size",
-             "--etp": "model.expert_tensor_parallel_size", "--gbs": "train.global_batch_size",
+# estimate's flags, as a config names them (layout/validate.py words its fixes for the command line): each layout
+# flag is its Layout attribute's name (configio/layout_map.py holds their fields); sequence parallelism has only
+# --no-sequence-parallel
+FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIELDS.items()
+                if attr != "sequence_parallel"},
+             "--hcp-a2a-size": "model.hierarchical_context_parallel_sizes", "--gbs": "train.global_batch_size",
              "--mbs": "train.micro_batch_size", "--seq": "model.seq_length",
-             "--account-for-embedding": "model.account_for_embedding_in_pipeline_split",
-             "--account-for-loss": "model.account_for_loss_in_pipeline_split",
              "--no-sequence-parallel": "model.sequence_parallel=false",
              "--optimizer-offload": "optimizer.optimizer_offload_fraction",
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",

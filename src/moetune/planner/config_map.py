@@ -1,8 +1,8 @@
 """moetune's layout and knobs -> the normalized config (Megatron Bridge dotted names, data/megatron_names.csv).
 
 `to_config` turns an estimate or plan result into what `emit` writes and `check` reads: the model's own fields
-(model_fields.py), the layout, the knobs, the CP exchange and a Mamba hybrid's pipeline split. from_config.py reads
-a user's config back the other way.
+(model_fields.py), the layout (configio/layout_map.py), the knobs, the CP exchange and a Mamba hybrid's pipeline
+split. from_config.py reads a user's config back the other way.
 Precision recipes follow Bridge's mixed_precision presets (training/mixed_precision.py):
 fp8-blockwise = e4m3 + "blockwise", mxfp8 = e4m3 + "mxfp8", fp8-current = hybrid + "tensorwise",
 fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
@@ -10,9 +10,9 @@ fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 
 from typing import Any
 
+from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
-from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.planner.estimate import Estimate
@@ -40,23 +40,6 @@ PRECISION_PRESET = {"bf16": "bf16_mixed", "fp8-blockwise": "bf16_with_fp8_subcha
                     "fp8-delayed": "bf16_with_fp8_delayed_scaling_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
 DISPATCHER = {"alltoall": ("alltoall", None), "allgather": ("allgather", None), "deepep": ("flex", "deepep"),
               "hybridep": ("flex", "hybridep")}
-
-
-def layout_fields(lay: Layout) -> dict[str, Any]:
-    return {
-        "model.tensor_model_parallel_size": lay.tp, "model.context_parallel_size": lay.cp,
-        "model.pipeline_model_parallel_size": lay.pp,
-        # with a layout string Megatron derives VPP from it and accepts an equal explicit value
-        # (transformer_config.py: "virtual_pipeline_model_parallel_size conflicts with ...")
-        "model.virtual_pipeline_model_parallel_size": lay.vpp if lay.vpp > 1 else None,
-        "model.expert_model_parallel_size": lay.ep, "model.expert_tensor_parallel_size": lay.etp,
-        "model.sequence_parallel": lay.sp,
-        "model.num_layers_in_first_pipeline_stage": lay.first_stage_layers,
-        "model.num_layers_in_last_pipeline_stage": lay.last_stage_layers,
-        "model.pipeline_model_parallel_layout": lay.pipeline_layout,
-        "model.account_for_embedding_in_pipeline_split": lay.account_for_embedding,
-        "model.account_for_loss_in_pipeline_split": lay.account_for_loss,
-    }
 
 
 # Full-iteration CUDA graphs capture MoE layers only with static expert shapes. Every MoE full-iteration recipe of
@@ -182,7 +165,6 @@ def cp_fields(e: Estimate) -> dict[str, Any]:
 # Layer symbols of a Mamba hybrid's hybrid_layer_pattern (Megatron-Core hybrid_layer_allocation.Symbols), the inverse of
 # the table specs/hf_hybrid.py reads Nemotron-H's hybrid_override_pattern with.
 LAYER_SYMBOL = {kind: symbol for symbol, kind in HYBRID_SYMBOLS.items()}  # (mixer, mlp) -> hybrid_layer_pattern
-HYBRID_SPLIT = "model.hybrid_layer_pattern"  # carries a hybrid's pipeline split, so it depends on the layout
 
 
 def hybrid_fields(e: Estimate) -> dict[str, Any]:

@@ -8,12 +8,8 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
-from moetune.configio.finalize import (
-    distributed_optimizer,
-    expert_tensor_parallel_size,
-    layer_wise_optimizer,
-    sequence_parallel,
-)
+from moetune.configio.finalize import distributed_optimizer, layer_wise_optimizer
+from moetune.configio.layout_map import layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import (
@@ -23,9 +19,9 @@ from moetune.layout.knobs import (
     parse_modules,
     parse_offload_modules,
 )
-from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
+from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import HYBRID_SPLIT, PRECISION
+from moetune.planner.config_map import PRECISION
 from moetune.rules.derive import dispatcher_sms, graph_setting
 from moetune.specs.model import ModelSpec
 
@@ -78,15 +74,6 @@ def _hcp_a2a_size(config: dict) -> int | None:
         raise MoetuneError(f"model.hierarchical_context_parallel_sizes {list(sizes)} must be [a2a, p2p] multiplying to "
                            f"context_parallel_size ({cp}); e.g. [{min(cp, 2)}, {max(cp // 2, 1)}]")
     return int(sizes[0])
-
-
-def _hybrid_split(config: dict) -> str | None:
-    """The layout string equivalent to a hybrid_layer_pattern's '|' separators (layer counts per virtual stage;
-    embedding first, loss last), or None without separators. MTP depths after '/' are not split."""
-    pattern = config.get(HYBRID_SPLIT)
-    if not pattern or "|" not in pattern:
-        return None
-    return write_pipeline_layout([len(seg) for seg in hybrid_segments(str(pattern))], 0)
 
 
 def _get(config: dict, key: str, default: Any = None) -> Any:
@@ -143,19 +130,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
     if "cluster.num_gpus" not in config:
         raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
-    split = _hybrid_split(config) or config.get("model.pipeline_model_parallel_layout")
-    # the layout string (or a hybrid pattern's separators) fixes the virtual stages: Layout derives VPP from it
-    vpp = 1 if split else config.get("model.virtual_pipeline_model_parallel_size") or 1
-    layout = Layout(
-        world_size=config["cluster.num_gpus"], tp=_get(config, "model.tensor_model_parallel_size", 1),
-        cp=_get(config, "model.context_parallel_size", 1), pp=_get(config, "model.pipeline_model_parallel_size", 1),
-        vpp=vpp, ep=_get(config, "model.expert_model_parallel_size", 1),
-        etp=expert_tensor_parallel_size(config), sequence_parallel=sequence_parallel(config),
-        first_stage_layers=config.get("model.num_layers_in_first_pipeline_stage"),
-        last_stage_layers=config.get("model.num_layers_in_last_pipeline_stage"),
-        pipeline_layout=split or None,
-        account_for_embedding=bool(config.get("model.account_for_embedding_in_pipeline_split")),
-        account_for_loss=bool(config.get("model.account_for_loss_in_pipeline_split")))
+    layout = Layout(world_size=config["cluster.num_gpus"], **layout_settings(config))
     workload = Workload(seq_length=_get(config, "model.seq_length", _get(config, "dataset.seq_length", 4096)),
                         micro_batch_size=_get(config, "train.micro_batch_size", 1),
                         global_batch_size=config.get("train.global_batch_size"))

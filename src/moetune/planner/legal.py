@@ -11,11 +11,12 @@ from functools import cache
 from itertools import combinations, product
 from types import SimpleNamespace
 
+from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import HYBRID_SPLIT, layout_fields, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.defaults import with_mamba
 from moetune.rules import evaluate
 from moetune.rules.derive import EXTERNAL, derive
@@ -34,6 +35,8 @@ _LAYOUT_PROBES = (
      Workload(seq_length=16384, micro_batch_size=4, global_batch_size=4096)),
     # more expert ranks than the probe model has experts (the EP-first split then keeps expert TP)
     (Layout(world_size=512, ep=64, etp=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=512)),
+    # pipeline stages without interleaving (derived.pp_without_vpp: the probes above interleave every PP > 1)
+    (Layout(world_size=64, pp=2, ep=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=64)),
 )
 _PROBE_KNOBS = (Knobs(), Knobs(dispatcher="hybridep", ep_overlap=True, delay_wgrad=True))
 # The probe model and platforms: an 8-GPU and a 72-GPU NVLink domain, so facts about leaving the domain appear.
@@ -50,9 +53,12 @@ def _facts(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, lay: Layout, wl: Workloa
 @cache
 def layout_facts() -> frozenset[str]:
     """Facts that depend on the layout, the cluster size or the batch: every config name a layout sets
-    (config_map.layout_fields), the estimator's facts (derive.EXTERNAL: fits, peak memory, ...), and every config or
-    derived fact that differs between the probe layouts. Rules reading any of them are not judged here."""
-    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL} | {HYBRID_SPLIT}
+    (configio/layout_map.py layout_fields), the estimator's facts (derive.EXTERNAL: fits, peak memory, ...), and
+    every config or derived fact that differs between the probe layouts. Rules reading any of them are not judged
+    here."""
+    # a hybrid's split and the stages it makes: the probe model has no Mamba layers for a layout to split
+    hybrid = {HYBRID_SPLIT, "derived.hybrid_stages"}
+    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL} | hybrid
     for model, gpu, knobs in product(_PROBE_MODELS, _PROBE_GPUS, _PROBE_KNOBS):
         spec, gpu_spec = load_model(model), load_gpu(gpu)
         facts = [_facts(spec, gpu_spec, knobs, lay, wl) for lay, wl in _LAYOUT_PROBES]

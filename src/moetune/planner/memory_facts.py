@@ -4,8 +4,9 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 
 from dataclasses import replace
 
+from moetune.configio.layout_map import layout_fields
 from moetune.errors import MoetuneError
-from moetune.planner.config_map import UNSET_EXPLICITLY, layout_fields
+from moetune.planner.config_map import UNSET_EXPLICITLY
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model

@@ -7,10 +7,11 @@ from dataclasses import replace
 from functools import cache
 from importlib import resources
 
+from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.validate import LONG_SDPA, Workload, shard_cp, undersharded_cp
-from moetune.planner.config_map import PRECISION, cp_fields, layout_fields, to_config
+from moetune.planner.config_map import PRECISION, cp_fields, to_config
 from moetune.planner.defaults import default_dispatcher, platform_defaults
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
@@ -193,9 +194,7 @@ def move_change(move: dict, old: Estimate, new: Estimate) -> dict:
     the CP exchange a plan's "auto" picked written out."""
     out = dict(move["overrides"])
     if "model.virtual_pipeline_model_parallel_size" in out:
-        split = ("model.virtual_pipeline_model_parallel_size", "model.num_layers_in_first_pipeline_stage",
-                 "model.num_layers_in_last_pipeline_stage", "model.pipeline_model_parallel_layout",
-                 "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+        split = {LAYOUT_FIELDS[attr] for attr in ("vpp", "pipeline_layout", *UNEVEN_SPLIT)}
         out.update({k: v for k, v in layout_fields(new.layout).items() if k in split})
     if "train.micro_batch_size" in out:
         out["train.micro_batch_size"] = new.workload.micro_batch_size

@@ -85,27 +85,9 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
              etp=expert_tensor_parallel_size(config))  # as the launcher fills it in (configio/finalize.py)
     experts = value(config, "model.num_moe_experts")
     d["is_moe"] = bool(experts and experts > 1)
-    # the seeds' first selective set, which the fit rules' fixes write: moe_act with layernorm (Megatron-Core needs
-    # grouped GEMMs for moe_act, transformer_config.py), else core_attn with it, except at very long context
-    # (seeds/002 § Avoid SDPA-heavy recompute at very long context; rule longctx.sdpa_recompute)
-    seq = value(config, "model.seq_length") or 4096
-    d["first_selective_modules"] = ["layernorm", "moe_act"] if value(config, "model.moe_grouped_gemm") else \
-        ["layernorm", "core_attn"] if seq < LONG_SDPA else ["layernorm"]
-    modules = value(config, "model.recompute_modules")
-    if isinstance(modules, list):  # what Megatron-Core's recompute_modules assert accepts (transformer_config.py)
-        known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
-        d["unknown_recompute_modules"] = [m for m in modules if m not in known]
-        d["known_recompute_modules"] = [m for m in modules if m in known]
-    # 'moe' recomputes the whole MoE forward under one checkpoint, so nothing inside it is saved to offload
-    # (Megatron-Core asserts, transformer_config.py "Cannot offload ... while recomputing the entire MoE layer")
-    offloaded = value(config, "model.offload_modules") if value(config, "model.fine_grained_activation_offloading") \
-        else None
-    recomputes_moe = value(config, "model.recompute_granularity") == "selective" and isinstance(modules, list) \
-        and "moe" in modules
-    d["offload_inside_recomputed_moe"] = unsaved_offloads("selective", modules, offloaded) \
-        if recomputes_moe and isinstance(offloaded, list) else []
-    d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \
-        if recomputes_moe else None
+    # no interleaving where a pipeline could have it: EP overlap needs it, rule scale.pp_without_vpp offers it
+    d["pp_without_vpp"] = d["pp"] > 1 and d["vpp"] is None
+    _recompute(config, d)
     if d["is_moe"]:  # the EP the same expert ranks could run with the least expert TP (rule scale.prefer_ep_over_etp)
         d["ep_first_ep"], d["ep_first_etp"] = ep_first_sizes(int(experts), d["ep"], d["etp"])
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
@@ -149,6 +131,35 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
                                                         d["nvlink_domain"], domain)
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
+
+
+def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
+    """Recompute facts, named once for the rules that ask them (EP overlap, CUDA graphs and offloading each refuse
+    some recompute: rules ep_overlap.*, cudagraph.*, fit.offload_inside_recomputed_moe)."""
+    # the seeds' first selective set, which the fit rules' fixes write: moe_act with layernorm (Megatron-Core needs
+    # grouped GEMMs for moe_act, transformer_config.py), else core_attn with it, except at very long context
+    # (seeds/002 § Avoid SDPA-heavy recompute at very long context; rule longctx.sdpa_recompute)
+    seq = value(config, "model.seq_length") or 4096
+    d["first_selective_modules"] = ["layernorm", "moe_act"] if value(config, "model.moe_grouped_gemm") else \
+        ["layernorm", "core_attn"] if seq < LONG_SDPA else ["layernorm"]
+    granularity, modules = value(config, "model.recompute_granularity"), value(config, "model.recompute_modules")
+    if isinstance(modules, list):  # what Megatron-Core's recompute_modules assert accepts (transformer_config.py)
+        known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
+        d["unknown_recompute_modules"] = [m for m in modules if m not in known]
+        d["known_recompute_modules"] = [m for m in modules if m in known]
+    # a recompute method or layer count is read by full recompute alone; Bridge's EP overlap refuses each
+    d["full_recompute"] = granularity == "full" or value(config, "model.recompute_method") is not None or \
+        value(config, "model.recompute_num_layers") is not None
+    # 'moe' recomputes the whole MoE forward under one checkpoint, so nothing inside it is saved to offload
+    # (Megatron-Core asserts, transformer_config.py "Cannot offload ... while recomputing the entire MoE layer")
+    d["recomputes_moe"] = granularity == "selective" and "moe" in (modules or [])
+    offloaded = value(config, "model.offload_modules") if value(config, "model.fine_grained_activation_offloading") \
+        else None
+    listed = d["recomputes_moe"] and isinstance(modules, list)
+    d["offload_inside_recomputed_moe"] = unsaved_offloads("selective", modules, offloaded) \
+        if listed and isinstance(offloaded, list) else []
+    d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \
+        if listed else None
 
 
 def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int) -> int:

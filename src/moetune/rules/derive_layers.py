@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from moetune.configio.finalize import sequence_parallel
+from moetune.configio.layout_map import UNEVEN_SPLIT, layout_settings
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
@@ -94,20 +95,16 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
 def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:
     """Whether this pipeline split holds at VPP 2 (the fix rules scale.pp_without_vpp and ep_overlap.pp_needs_vpp
     offer): uneven first/last stages and the layers between must each split into two chunks (layout/pipeline.py);
-    None where the config does not say how many layers there are."""
+    None where the config does not say how many layers there are. The uneven split is the config's own, read as
+    the planner reads a config's layout (configio/layout_map.py)."""
     layers = _count(value(config, "model.num_layers"))
     if layers is None or d["pp"] <= 1:
         return None
     if value(config, "model.is_hybrid_model") or value(config, "model.hybrid_layer_pattern"):
         return False  # a hybrid's stages come from its pattern's '|'; Bridge refuses VPP on one (rules scale.hybrid_*)
-    split = {"first_stage_layers": "num_layers_in_first_pipeline_stage",
-             "last_stage_layers": "num_layers_in_last_pipeline_stage",
-             "account_for_embedding": "account_for_embedding_in_pipeline_split",
-             "account_for_loss": "account_for_loss_in_pipeline_split"}
-    given = {k: value(config, f"model.{name}") for k, name in split.items()}
-    given = {k: (bool(v) if k.startswith("account") else v) for k, v in given.items()}
+    split = {k: v for k, v in layout_settings(config).items() if k in UNEVEN_SPLIT}
     try:
-        pipeline_chunks(Layout(world_size=d["pp"], pp=d["pp"], vpp=2, **given), layers)
+        pipeline_chunks(Layout(world_size=d["pp"], pp=d["pp"], vpp=2, **split), layers)
     except (MoetuneError, ValueError):
         return False
     return True
