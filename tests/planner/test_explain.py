@@ -11,7 +11,6 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import to_config
-from moetune.planner.defaults import platform_defaults
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import COMPOUND, COMPOUND_MARGIN, explain
 from moetune.planner.explain_scale import scale as explain_scale
@@ -23,6 +22,7 @@ from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
 from moetune.specs.hardware import load_gpu
+from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
 
 

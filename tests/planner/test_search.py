@@ -9,13 +9,13 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import estimate
 from moetune.planner.knob_grid import knob_grid
 from moetune.planner.ranking import CP_SHORT_MARGIN
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
+from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory, batch_step_seconds
 from moetune.walls.batch_layouts import build_batch

@@ -127,3 +127,20 @@ def test_vpp_two_is_not_offered_where_it_breaks_the_split():
     assert derive(load_config(sets=["model.num_layers=64", "model.pipeline_model_parallel_size=8"], gpu="h100",
                               gpus=64))["vpp2_runs"] is True
     assert derive(load_config(sets=hybrid, gpu="h100", gpus=64))["vpp2_runs"] is False
+
+
+def test_recommended_backend_is_the_planners_default(tmp_path):
+    """The rules' recommended backend is the platform's default dispatcher (specs/platform.py), so check and explain
+    agree: DeepEP on HGX B200, HybridEP on a cluster file that puts B200s in a 72-GPU NVLink domain (the seeds'
+    NVL72 row), none past the job's domain on GB200 (HybridEP cannot span it), none on A100 (alltoall)."""
+    from moetune.configio import load_config
+    from moetune.rules import derive
+    moe = ["model.num_moe_experts=128", "model.expert_model_parallel_size=16"]
+    rack = tmp_path / "b200_nvl72.toml"
+    rack.write_text('gpu = "b200"\nnvlink_domain = 72\ngpus_per_node = 4\n')
+    assert derive(load_config(sets=moe, gpu="b200", gpus=64))["recommended_backend"] == "deepep"
+    assert derive(load_config(sets=moe, gpu=str(rack), gpus=64))["recommended_backend"] == "hybridep"
+    assert derive(load_config(sets=moe, gpu="gb200", gpus=64))["recommended_backend"] == "hybridep"
+    wide = ["model.num_moe_experts=128", "model.expert_model_parallel_size=128"]
+    assert derive(load_config(sets=wide, gpu="gb200", gpus=256))["recommended_backend"] is None
+    assert derive(load_config(sets=moe, gpu="a100", gpus=64))["recommended_backend"] is None

@@ -17,10 +17,11 @@ from moetune.cli.output import (
     user_files_line,
 )
 from moetune.layout.ranks import groups_leaving_domain
-from moetune.planner.defaults import default_scope, platform_defaults
+from moetune.planner.defaults import default_scope
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks, gbs_default_text, optimizer_note
 from moetune.planner.track_record import estimate_record, track_record_text
+from moetune.specs.platform import platform_defaults
 
 
 @click.command(name="estimate")

@@ -11,8 +11,9 @@ from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs, parse_modules, parse_off
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
-from moetune.planner.defaults import default_dispatcher, default_precision, default_scope, platform_defaults
+from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
+from moetune.specs.platform import platform_defaults
 
 
 def estimate_from_config(model: str, kw: dict):

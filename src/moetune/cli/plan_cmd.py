@@ -30,7 +30,6 @@ from moetune.cli.versus_output import print_versus
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
-from moetune.planner.defaults import platform_defaults
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
 from moetune.planner.estimate import user_files
 from moetune.planner.explain import checks, optimizer_note, unsearched_gains
@@ -43,6 +42,7 @@ from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.planner.versus import versus
 from moetune.planner.why_none import nothing_fits
 from moetune.specs.hardware import load_gpu
+from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
 from moetune.walls.efficiency import load_efficiency_file
 

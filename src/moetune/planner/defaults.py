@@ -1,35 +1,10 @@
 """Platform defaults for knobs the user leaves out (data/platform_defaults.toml)."""
 
-import tomllib
-from functools import cache
-from importlib import resources
-
 from moetune.errors import UnsupportedPrecision
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, spanning_backend
-from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
-
-
-@cache
-def _table() -> dict:
-    return tomllib.loads((resources.files("moetune") / "data" / "platform_defaults.toml").read_text())
-
-
-# Grace-Blackwell superchips: Megatron Bridge runs DeepEP only on GPUs named B200/B300 among Blackwells
-# (training/flex_dispatcher_backend.py apply_flex_dispatcher_backend), so these take HybridEP whatever NVLink domain a
-# cluster file gives them.
-GRACE_BLACKWELL = ("gb200", "gb300")
-
-
-def platform_of(gpu: GpuSpec) -> str:
-    if gpu.arch == "blackwell" and (gpu.nvlink_domain >= NVL72_DOMAIN or gpu.key in GRACE_BLACKWELL):
-        return "blackwell-nvl72"
-    return gpu.arch if gpu.arch in _table() else "ampere"
-
-
-def platform_defaults(gpu: GpuSpec) -> dict:
-    """{knob: value} plus 'source' for this GPU's platform."""
-    return dict(_table()[platform_of(gpu)])
+from moetune.specs.hardware import GpuSpec
+from moetune.specs.platform import platform_defaults
 
 
 def default_precision(gpu: GpuSpec) -> str:

@@ -9,7 +9,7 @@ configuration, re-estimated, and kept when it still fits and predicts a gain.
 from dataclasses import replace
 
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
-from moetune.planner.defaults import default_dispatcher_and_why, default_scope, platform_defaults, platform_of
+from moetune.planner.defaults import default_dispatcher_and_why, default_scope
 from moetune.planner.ep_first import ep_first
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain_scale import scale
@@ -28,6 +28,7 @@ from moetune.planner.moves import (
 )
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import estimate_record
+from moetune.specs.platform import platform_defaults, platform_of
 
 
 def _fit(e: Estimate) -> dict:

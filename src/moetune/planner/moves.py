@@ -12,13 +12,14 @@ from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.validate import LONG_SDPA, Workload, shard_cp, undersharded_cp
 from moetune.planner.config_map import PRECISION, cp_fields, to_config
-from moetune.planner.defaults import default_dispatcher, platform_defaults
+from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
 from moetune.planner.pipeline_balance import even_out
 from moetune.rules import evaluate
 from moetune.rules.engine import vet_fixes
+from moetune.specs.platform import platform_defaults
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.cp_legal import cp_runs, exchange_text
 

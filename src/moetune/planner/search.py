@@ -18,7 +18,6 @@ from moetune.layout.knobs import unsaved_offloads
 from moetune.layout.layout import Layout
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.candidates import Search, candidate_pairs, fitting_dp, memory_bound, search_grid
-from moetune.planner.defaults import platform_defaults
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.knob_grid import knob_grid
@@ -29,6 +28,7 @@ from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.specs.platform import platform_defaults
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import merged_overheads

@@ -20,6 +20,7 @@ from moetune.layout.validate import (
 )
 from moetune.rules.derive_layers import context_parallel, value, vpp2_runs
 from moetune.rules.table import load_table
+from moetune.specs.platform import platform_dispatcher
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {
@@ -69,10 +70,12 @@ def _platform(config: dict[str, Any]) -> dict[str, Any]:
         nvidia = spec.arch in ("ampere", "hopper", "blackwell")
         out["deepep_supported"] = facts.get("deepep", spec.arch in ("ampere", "hopper"))
         out["hybridep_supported"] = facts.get("hybridep", nvidia)
-        out["recommended_backend"] = facts.get("recommended_backend")
     for key in ("nvlink_domain", "gpus_per_node"):
         if f"cluster.{key}" in config:
             out[key] = int(config[f"cluster.{key}"])
+    if gpu:  # the platform's starting dispatcher, as the planner defaults it (specs/platform.py); None: alltoall
+        backend = platform_dispatcher(out["arch"], out["gpu_key"], out["nvlink_domain"])
+        out["recommended_backend"] = None if backend == "alltoall" else backend
     return out
 
 

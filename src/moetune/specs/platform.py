@@ -1,0 +1,42 @@
+"""The platform family a GPU belongs to and its knob defaults (data/platform_defaults.toml): the one statement of
+which dispatcher, FP8 recipe and CUDA-graph scope the seeds start each platform on, read by the planner's defaults
+and by the rules' recommended backend alike."""
+
+import tomllib
+from functools import cache
+from importlib import resources
+
+from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
+
+
+@cache
+def _table() -> dict:
+    return tomllib.loads((resources.files("moetune") / "data" / "platform_defaults.toml").read_text())
+
+
+# Grace-Blackwell superchips: Megatron Bridge runs DeepEP only on GPUs named B200/B300 among Blackwells
+# (training/flex_dispatcher_backend.py apply_flex_dispatcher_backend), so these take HybridEP whatever NVLink domain a
+# cluster file gives them.
+GRACE_BLACKWELL = ("gb200", "gb300")
+
+
+def platform_key(arch: str, gpu_key: str, nvlink_domain: int) -> str:
+    """The platform family: Blackwell on a rack-scale NVLink domain (or a Grace-Blackwell) is the seeds' NVL72 row,
+    an architecture without a row starts where A100 does (safe bring-up)."""
+    if arch == "blackwell" and (nvlink_domain >= NVL72_DOMAIN or gpu_key in GRACE_BLACKWELL):
+        return "blackwell-nvl72"
+    return arch if arch in _table() else "ampere"
+
+
+def platform_of(gpu: GpuSpec) -> str:
+    return platform_key(gpu.arch, gpu.key, gpu.nvlink_domain)
+
+
+def platform_defaults(gpu: GpuSpec) -> dict:
+    """{knob: value} plus 'source' for this GPU's platform."""
+    return dict(_table()[platform_of(gpu)])
+
+
+def platform_dispatcher(arch: str, gpu_key: str, nvlink_domain: int) -> str:
+    """The dispatcher the seeds start this platform on (alltoall where no flex backend is the default)."""
+    return _table()[platform_key(arch, gpu_key, nvlink_domain)]["dispatcher"]
