@@ -144,3 +144,20 @@ def test_recommended_backend_is_the_planners_default(tmp_path):
     wide = ["model.num_moe_experts=128", "model.expert_model_parallel_size=128"]
     assert derive(load_config(sets=wide, gpu="gb200", gpus=256))["recommended_backend"] is None
     assert derive(load_config(sets=moe, gpu="a100", gpus=64))["recommended_backend"] is None
+
+
+def test_grad_reduce_overlap_reads_the_optimizer_as_bridge_syncs_it():
+    """overlap.grad_reduce asks the distributed optimizer as the estimate reads it (configio/finalize.py): a config
+    that sets only the optimizer's switch, or neither (Adam's recipe turns it on), is advised; one that turns both off
+    is not (it had read ddp's field alone, so only the first config below was advised)."""
+    from moetune.configio import load_config
+    from moetune.rules import evaluate
+    moe = ["model.num_moe_experts=64", "ddp.overlap_grad_reduce=false"]
+
+    def advised(*sets):
+        return "overlap.grad_reduce" in {f.rule for f in evaluate(load_config(sets=moe + list(sets), gpu="h100",
+                                                                              gpus=8))}
+    assert advised("ddp.use_distributed_optimizer=true")
+    assert advised("optimizer.use_distributed_optimizer=true")
+    assert advised()
+    assert not advised("ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false")

@@ -10,7 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moetune.configio.finalize import data_parallel_size, expert_tensor_parallel_size, layer_wise_optimizer
+from moetune.configio.finalize import (
+    data_parallel_size,
+    distributed_optimizer,
+    expert_tensor_parallel_size,
+    layer_wise_optimizer,
+)
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain, spanning_backend
@@ -240,6 +245,9 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["delay_wgrad"] = bool(value(config, "comm_overlap.delay_wgrad_compute", False))
     d["tp_comm_overlap"] = bool(value(config, "comm_overlap.tp_comm_overlap", False))
     d["overlap_grad_reduce"] = bool(value(config, "ddp.overlap_grad_reduce", False))
+    # as Bridge syncs ddp's and the optimizer's switches, a silent one its recipe's (configio/finalize.py), as the
+    # estimate reads it: a rule asking the raw ddp field missed a config that set only the optimizer's
+    d["distributed_optimizer"] = distributed_optimizer(config)
     d["vpp2_runs"] = vpp2_runs(config, d)
     d.update(extra or {})
     for key in GIB_FACTS:
