@@ -14,6 +14,15 @@ def test_user_values_override_the_gpu_section():
     assert efficiency("h100")["gemm_eff"] != 0.3
 
 
+def test_priors_merge_the_architecture_then_the_gpu():
+    """Blackwell's shared priors reach every Blackwell GPU; NVFP4's rate is each one's own (its FP4 peak over FP8);
+    Hopper and a cluster file's GPU of another architecture (under its file's name) take none."""
+    for gpu, nvfp4 in (("b200", 1.078), ("gb200", 1.078), ("gb300", 1.392), ("b300", 1.392)):
+        eff = efficiency(gpu, priors_only=True)
+        assert (eff["ep_overlap_hide_eager"], eff["rate_fp8_delayed"], eff["rate_nvfp4"]) == (0.0, 1.151, nvfp4)
+    assert efficiency("h100", priors_only=True) == efficiency("default", priors_only=True) == efficiency("blackwell")
+
+
 @pytest.mark.parametrize(("user", "message"), [
     ({"gemm_eff": "x"}, "gemm_eff = 'x' must be a number in [0.001, 1]"),
     ({"h100": {"attn_eff": 1.5}}, "attn_eff = 1.5 must be a number in [0.001, 1]"),

@@ -1,5 +1,6 @@
-"""Efficiency constants of the step-time model: data/efficiency.toml, [default], the GPU's modelling priors
-([priors.<gpu>]), the GPU's fitted table, then an optional user TOML (same keys, flat or under the GPU's name)."""
+"""Efficiency constants of the step-time model: data/efficiency.toml, [default], the modelling priors of the GPU's
+architecture ([priors.<arch>]) and its own ([priors.<gpu>]), the GPU's fitted table, then an optional user TOML (same
+keys, flat or under the GPU's name)."""
 
 import math
 import tomllib
@@ -21,8 +22,7 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
     """[default], the GPU's priors, then the GPU's section (fitted values; skipped with priors_only), then the
     user's file (a FileTable names itself in errors)."""
     table = _table()
-    out = {**table["default"], **table.get("priors", {}).get(gpu_key, {}),
-           **({} if priors_only else table.get(gpu_key, {}))}
+    out = {**table["default"], **priors(gpu_key), **({} if priors_only else table.get(gpu_key, {}))}
     if user:
         where = getattr(user, "where", "efficiency file")
         flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
@@ -41,6 +41,14 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
         _check_links(out, where, origin)
         _check_peaks(out, where, origin)
     return out
+
+
+def priors(gpu_key: str) -> dict[str, float]:
+    """A catalog GPU's modelling priors: its architecture's table, then its own over it, so that what a family shares
+    is written once. Only catalog keys have an architecture here: a cluster file's GPU of another architecture runs
+    under its file's name, which must not pick up a table that happens to share it."""
+    gpu, tables = catalog().get(gpu_key), _table().get("priors", {})
+    return {**tables.get(gpu.arch, {}), **tables.get(gpu_key, {})} if gpu else {}
 
 
 def _check_links(eff: dict, where: str, origin) -> None:
