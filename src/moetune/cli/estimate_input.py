@@ -13,7 +13,7 @@ from moetune.layout.pipeline import parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
-from moetune.specs.platform import platform_defaults
+from moetune.specs.model import ModelSpec
 
 
 def estimate_from_config(model: str, kw: dict):
@@ -82,9 +82,12 @@ def build_workload(kw: dict) -> Workload:
     return Workload(seq_length=kw["seq"], micro_batch_size=kw["mbs"], global_batch_size=kw["gbs"])
 
 
-def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str]]:
-    """Knobs from the options; those left out take the platform defaults, and are listed."""
-    defaults, defaulted = platform_defaults(gpu), []
+def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tuple[Knobs, list[str]]:
+    """Knobs from the options; those left out take the platform defaults, and are listed. A graph scope left out is
+    defaulted here alone, whole: the model's (defaults.default_scope: a hybrid's Mamba mixers graphed too), narrowed
+    to what Megatron takes beside the recompute, which only the finished knobs tell."""
+    from moetune.planner.legal import legal_default_scope
+    defaulted = []
 
     def pick(name: str, given, fallback):
         if given is not None:
@@ -101,7 +104,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
     scopes = (scope_words(scope_text, "--cuda-graph-scope") if scope_text is not None
-              else pick("cuda_graph_scope", None, tuple(defaults["cuda_graph_scope"])))
+              else pick("cuda_graph_scope", None, default_scope(spec, gpu)))
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":
@@ -122,6 +125,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout) -> tuple[Knobs, list[str
         offload_modules=parse_offload_modules(kw["offload_modules"]),
         cp_comm_type=kw["cp_comm_type"] or "auto", hcp_a2a_size=kw["hcp_a2a_size"],
     )
+    if scope_text is None:  # the platform's graphs, less what Megatron refuses beside the recompute
+        knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])
     if kw["cp_comm_type"] is None and layout.cp > 1:
         defaulted.append("cp_comm_type")  # the legal exchange that costs least (Bridge recipes pick a2a where it runs)
     return knobs, defaulted
@@ -160,16 +165,13 @@ def estimate_from_flags(model: str, kw: dict):
     if kw.get("configs") or kw.get("mlm_args") is not None or kw.get("sets"):
         return estimate_from_config(model, kw)
     from moetune.planner.estimate import estimate
-    from moetune.planner.legal import legal_default_scope
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
     from moetune.walls.efficiency import load_efficiency_file
 
     layout = build_layout(kw)
     gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
-    knobs, defaulted = build_knobs(kw, gpu, layout)
-    if "cuda_graph_scope" in defaulted:  # the platform's graphs, less what Megatron refuses beside the recompute
-        knobs = legal_default_scope(spec, gpu, replace(knobs, cuda_graph_scope=default_scope(spec, gpu)), kw["seq"])
+    knobs, defaulted = build_knobs(kw, gpu, layout, spec)
     result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"]))
     # the global batch a run leaves out is MBS x DP x PP (Workload.gbs): it sets the micro-batches and so the bubble
