@@ -43,18 +43,34 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
         fastest = min(fastest, _resplit_entry(s, i, found, efficiency_overrides))
 
 
-def resplit_shown(s: Search, shown: int, efficiency_overrides: dict | None) -> None:
+def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: dict | None) -> None:
     """Re-split the first `shown` candidates of the ranked list that rebalance_best left as they were (out of reach of
     the pick), so each row plan prints is predicted at its own best split: a runner-up had read 2% slower than `--fix`
     of the same layout and knobs gives (plan audit). None of them can overtake the pick (each stayed out of its reach),
-    so only their own order may change."""
-    if not s.resplit:
-        return
-    found: dict[tuple, Layout] = {}
-    for i in range(min(shown, len(s.best))):
-        lay, done = s.best[i][2], s.best[i][5] is None
-        if lay.pp >= 2 and not done:
-            _resplit_entry(s, i, found, efficiency_overrides)
+    so only their own order may change. Two splits of one layout may re-split to the same string: the later is dropped
+    and the candidate that moves up into the first `shown` is re-split in turn; each further pass drops one, so the
+    passes end within the list's length."""
+    s.best = first_of_each(s.best)  # rebalance_best's re-splits may already coincide
+    found: dict[tuple, Layout] = {}  # kept across passes: a later knob set of a layout starts from its split
+    for _ in range(len(s.best)):
+        for i in range(min(shown, len(s.best))):
+            lay, done = s.best[i][2], s.best[i][5] is None
+            if s.resplit and lay.pp >= 2 and not done:
+                _resplit_entry(s, i, found, efficiency_overrides)
+        # ranked again among themselves, where the seeds' order picks among near-ties; the pick stays the pick
+        s.best[1:shown] = sorted(s.best[1:shown], key=lambda x: (within(x[0], fastest), x[1]))
+        kept = first_of_each(s.best)
+        if len(kept) == len(s.best):
+            return
+        s.best = kept
+
+
+def first_of_each(best: list) -> list:
+    """`best` without later repeats of a (layout, micro-batch, knobs) candidate."""
+    firsts: dict = {}
+    for b in best:
+        firsts.setdefault((b[2], b[3], b[4]), b)
+    return list(firsts.values())
 
 
 def resplit_one(s: Search, lay: Layout, mbs: int, knobs: Knobs, efficiency_overrides: dict | None) -> Layout:

@@ -197,11 +197,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     fastest = min((b[0] for b in s.best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
     s.best.sort(key=lambda x: (within(x[0], fastest), x[1]))
-    s.best = _first_of_each(s.best)  # two splits of one layout may re-split to the same string
     # the rows shown are each at their own best split (none overtakes the pick), then ranked again among themselves
-    resplit_shown(s, top, efficiency_overrides)
-    s.best[1:top] = sorted(s.best[1:top], key=lambda x: (within(x[0], fastest), x[1]))  # the pick stays the pick
-    s.best = _first_of_each(s.best)
+    resplit_shown(s, top, fastest, efficiency_overrides)
     def result(lay, mbs, knobs) -> Estimate:  # a candidate as a row shows it, on the GPU itself
         wl_row = Workload(seq_length=wl.seq_length, micro_batch_size=mbs, global_batch_size=wl.global_batch_size)
         e = estimate(spec, gpu, lay, wl_row, replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),
@@ -240,10 +237,3 @@ def _short_cp_alternative(s, results: list[Estimate], result, efficiency_overrid
             best = alt
     return best if best is not None and within(pick, best.time["step_seconds"]) > 0 else None
 
-
-def _first_of_each(best: list) -> list:
-    """`best` without later repeats of a (layout, micro-batch, knobs) candidate."""
-    firsts: dict = {}
-    for b in best:
-        firsts.setdefault((b[2], b[3], b[4]), b)
-    return list(firsts.values())
