@@ -3,7 +3,6 @@
 import itertools
 import random
 from dataclasses import replace
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -226,32 +225,6 @@ def test_tp_comm_overlap_rides_along_where_userbuffers_take_the_recipe():
     assert not tp1.knobs.tp_comm_overlap
     blockwise = plan(spec, gpu, 256, wl, top=1, fixed={**pinned, "precision": ["fp8-blockwise"]}).results[0]
     assert not blockwise.knobs.tp_comm_overlap
-
-
-def test_a_candidate_re_split_twice_to_one_string_is_listed_once():
-    """Two splits of one layout (say even and account_for_loss) can re-split to the same string: the list keeps the
-    first, in its order."""
-    from moetune.planner.resplit import first_of_each
-    best = [(1.0, 0, "L1", 1, "k"), (2.0, 0, "L2", 1, "k"), (3.0, 0, "L1", 1, "k"), (4.0, 0, "L1", 2, "k")]
-    assert first_of_each(best) == [best[0], best[1], best[3]]
-
-
-def test_every_row_shown_is_at_its_own_best_split():
-    """Two shown rows that re-split to one string leave one row, and the candidate that moves up into the shown rows
-    is re-split in its turn: Qwen3-30B-A3B on 256 GB200 had shown its tenth row (PP4 VPP6, CP2) at the even split,
-    predicted 0.446 s a step where its own re-split runs it in 0.400 s."""
-    from moetune.planner.resplit import resplit_one
-    spec, gpu, wl = load_model("qwen3-30b-a3b"), load_gpu("gb200"), Workload(seq_length=4096, global_batch_size=1024)
-    result = plan(spec, gpu, 256, wl, top=10)
-    search = SimpleNamespace(spec=spec, gpu=gpu, wl=wl, user_overheads=None)  # what resplit_one reads of a Search
-
-    def step(r, lay) -> float:
-        return estimate(spec, gpu, lay, r.workload, r.knobs, with_memory=False).time["step_seconds"]
-
-    assert len(result.results) == 10
-    for r in (r for r in result.results if r.layout.pp > 1):
-        split = resplit_one(search, r.layout, r.workload.micro_batch_size, r.knobs, None)
-        assert step(r, split) >= step(r, r.layout) * (1 - 1e-3), r.layout.describe()
 
 
 def test_interleaved_picks_run_a_multiple_of_pp_micro_batches():
