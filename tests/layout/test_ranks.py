@@ -1,6 +1,8 @@
 """Megatron's rank order and the NVLink domain (layout/ranks.py); more of it is tested beside the layouts."""
 
-from moetune.layout.ranks import in_domain_eps, job_nvlink_domain, spanning_backend
+import numpy as np
+
+from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, spanning_backend
 
 
 def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_ranks():
@@ -14,15 +16,27 @@ def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_rank
 
 
 def test_spanning_backend_drops_hybridep_past_the_jobs_rack_domain_alone():
-    """No flex backend spans an EP group past the job's NVLink domain on a rack (Bridge refuses HybridEP there and runs
-    DeepEP on no Grace-Blackwell); across HGX nodes HybridEP reaches the others by RDMA, and other backends stay."""
+    """Past the job's NVLink domain on a rack HybridEP is refused: DeepEP runs there where Bridge runs it (a B200
+    cluster file with a 72-GPU domain), else alltoall (None; Grace-Blackwell). Across HGX nodes HybridEP reaches the
+    others by RDMA, other backends stay, and EP 1 or a platform without a flex default runs alltoall."""
     gb200 = job_nvlink_domain(256, 4, 72)  # 256 GB200s: Slurm segments of 64 ranks
     assert gb200 == 64
     assert spanning_backend("hybridep", 128, 1, 72, gb200) is None  # EP128 spans two segments
+    assert spanning_backend("hybridep", 128, 1, 72, gb200, deepep_runs=True) == "deepep"  # B200s on a rack
     assert spanning_backend("hybridep", 64, 1, 72, gb200) == "hybridep"  # one segment holds it
     assert spanning_backend("hybridep", 40, 1, 72, 60) is None  # EP40 in 60-rank domains straddles two
     hgx = job_nvlink_domain(256, 8, 8)
     assert spanning_backend("hybridep", 64, 1, 8, hgx) == "hybridep"  # H100 HGX across eight nodes
     assert spanning_backend("deepep", 64, 1, 8, hgx) == "deepep"
-    assert spanning_backend(None, 128, 1, 72, gb200) is None  # no recommended backend stays none
-    assert spanning_backend("alltoall", 128, 1, 72, gb200) == "alltoall"
+    assert spanning_backend("deepep", 1, 1, 8, hgx) is None  # EP 1: nothing to accelerate
+    assert spanning_backend(None, 128, 1, 72, gb200) is None
+    assert spanning_backend("alltoall", 128, 1, 72, gb200) is None
+
+
+def test_hybridep_spans_one_answer_per_row():
+    """The planner asks it of every candidate at once: EP 64 fits a 64-rank segment, EP 128 does not, and an
+    NVL36 rack (36 GPUs) is a rack too, where the search had asked for a 72-GPU domain."""
+    ep, etp = np.array([64, 128, 32]), np.array([1, 1, 2])
+    assert hybridep_spans(ep, etp, 72, 64).tolist() == [True, False, True]
+    assert hybridep_spans(np.array([36, 72]), np.array([1, 1]), 36, 36).tolist() == [True, False]
+    assert hybridep_spans(ep, etp, 8, 8) is True  # HGX: RDMA reaches the other nodes

@@ -31,3 +31,30 @@ def test_no_note_inside_the_domain_or_without_a_fitting_alternative():
     dsv3 = plan(load_model("deepseek-v3"), H100, 1024, Workload(seq_length=4096, global_batch_size=8192),
                 top=1).results[0]
     assert dsv3.layout.ep == 64 and ep_domain_note(dsv3) is None  # EP8 of 671B parameters does not fit
+
+
+def test_a_36_gpu_rack_keeps_hybridep_inside_the_jobs_domain(tmp_path):
+    """An NVL36 rack is rack-scale too (layout/ranks.py hybridep_spans): the search had kept HybridEP only off
+    72-GPU domains, so a GB200 NVL36 cluster file planned HybridEP over EP32 across two 36-GPU racks, which Bridge
+    refuses (rule dispatcher.hybridep_ep_exceeds_domain)."""
+    rack = tmp_path / "gb200_nvl36.toml"
+    rack.write_text('gpu = "gb200"\nnvlink_domain = 36\n')
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu(str(rack)), 288, Workload(seq_length=4096,
+                                                                                 global_batch_size=1152),
+                  top=3, fixed={"ep": 32})
+    assert result.results and all(r.knobs.dispatcher != "hybridep" for r in result.results)
+
+
+def test_a_b200_rack_past_its_domain_defaults_to_deepep(tmp_path):
+    """Past the job's domain HybridEP is refused; on B200s in a rack-scale cluster file DeepEP still runs (Bridge
+    refuses it on Grace-Blackwell only), so explain defaults to it, and the rules' remedy for an EP group leaving
+    the domain names the same backend."""
+    from moetune.planner.defaults import default_dispatcher_and_why
+    rack = tmp_path / "b200_nvl72.toml"
+    rack.write_text('gpu = "b200"\nnvlink_domain = 72\ngpus_per_node = 4\n')
+    gpu = load_gpu(str(rack))
+    wide = Layout(tp=1, cp=1, pp=1, ep=128, etp=1, world_size=256)
+    assert default_dispatcher_and_why(gpu, wide)[0] == "deepep"
+    assert default_dispatcher_and_why(gpu, Layout(tp=1, cp=1, pp=1, ep=64, etp=1, world_size=256)) == ("hybridep",
+                                                                                                         None)
+    assert default_dispatcher_and_why(load_gpu("gb200"), wide)[0] == "alltoall"

@@ -72,3 +72,19 @@ def test_stdlib_json_fallback_matches_ijson(tmp_path, monkeypatch):
     monkeypatch.setattr(trace_json, "ijson", None)
     loaded = diagnose([path]).to_dict()
     assert loaded["breakdown"] == streamed["breakdown"] and loaded["idle"] == streamed["idle"]
+
+
+@pytest.mark.parametrize("sets, param_gather", [
+    ((), True),  # Adam's recipe runs the distributed optimizer: the parameter all-gather overlaps too
+    (("optimizer.optimizer=muon",), False),  # Muon's leaves it off: parameter-gather overlap would be refused
+    (("ddp.use_distributed_optimizer=false",), True),  # the optimizer's switch, left to Adam's recipe, turns both on
+    (("ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false"), False),
+])
+def test_dp_overlap_advice_reads_the_optimizer_as_the_run_syncs_it(traces_dir, capsys, sets, param_gather):
+    """The advice asks the distributed optimizer as Bridge syncs its two switches (configio/finalize.py): a Muon
+    config that set neither had been told to overlap the parameter all-gather it does not run."""
+    args = ["diagnose", str(traces_dir / "a100_16rank_sendrecv_rank0.json.gz"), "--gpu", "a100", "--gpus", "16",
+            "--set", "model.num_moe_experts=8", "--json"]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+    advice = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["recommendations"]}
+    assert ("ddp.overlap_param_gather=true" in advice["comm.dp_overlap"]["change"]) is param_gather

@@ -161,3 +161,4 @@ def test_grad_reduce_overlap_reads_the_optimizer_as_bridge_syncs_it():
     assert advised("optimizer.use_distributed_optimizer=true")
     assert advised()
     assert not advised("ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false")
+    assert not advised("optimizer.optimizer=muon")  # Muon's recipe leaves it off: no reduce-scatter to overlap

@@ -4,6 +4,8 @@ import click
 from rich.markup import escape
 
 from moetune.cli.output import console, emit_json, table
+from moetune.configio.cluster import config_gpu
+from moetune.configio.finalize import synced_optimizer_switches
 from moetune.configio.load import load_config
 from moetune.configio.mlm import argument_dump_config
 from moetune.errors import MoetuneError
@@ -83,7 +85,7 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
     if "cluster.gpu" not in config:
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
     layout, workload, knobs = from_config(config)
-    return estimate(trained_model(load_model(model), config), load_gpu(config["cluster.gpu"]), layout, workload,
+    return estimate(trained_model(load_model(model), config), config_gpu(config), layout, workload,
                     knobs)
 
 
@@ -119,7 +121,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     log = read_log(log_path) if log_path else None
     if log is not None and log.argument_dump:  # a Megatron-LM log's arguments are what ran: they tailor the advice
         config = {**argument_dump_config(log.args), **(config or {})}  # where --config does not say
-    result = diagnose(list(traces), log=log, config=config, gpu=run_gpu)
+    # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
+    result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu)
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

@@ -5,6 +5,7 @@ trained."""
 from dataclasses import replace
 
 from moetune.cli.options import config_words, flags_the_config_replaces, given
+from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
 from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs, parse_modules, parse_offload_modules
@@ -22,7 +23,6 @@ def estimate_from_config(model: str, kw: dict):
     from moetune.planner.estimate import estimate
     from moetune.planner.from_config import from_config, trained_model
     from moetune.planner.model_fields import architecture_conflicts
-    from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
     from moetune.walls.efficiency import load_efficiency_file
 
@@ -42,7 +42,7 @@ def estimate_from_config(model: str, kw: dict):
         raise MoetuneError(f"the config describes another model than {model}: {'; '.join(conflicts[:3])}; pass the "
                            "MODEL the config trains")
     spec = trained_model(spec, config)
-    gpu, overheads, eff = load_gpu(str(config["cluster.gpu"])), load_overheads(kw["overheads"]), \
+    gpu, overheads, eff = config_gpu(config), load_overheads(kw["overheads"]), \
         load_efficiency_file(kw["efficiency"])
     try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
         layout, workload, knobs = from_config(config)

@@ -37,6 +37,11 @@ def layer_wise_optimizer(config: dict[str, Any]) -> bool:
         config.get("optimizer.use_layer_wise_distributed_optimizer"))
 
 
+def muon(config: dict[str, Any]) -> bool:
+    """Whether the optimizer is Muon (muon, dist_muon) or runs under the layer-wise distributed optimizer."""
+    return "muon" in str(config.get("optimizer.optimizer") or "adam").lower() or layer_wise_optimizer(config)
+
+
 DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")
 
 
@@ -44,11 +49,18 @@ def distributed_optimizer(config: dict[str, Any]) -> bool:
     """Whether DDP runs under Megatron's distributed optimizer: on where ddp's or the optimizer's switch says so
     (Bridge turns both on when either is, training/config.py _validate_and_sync_distributed_optimizer_settings), a
     switch the config leaves out being its recipe's: on with Adam (distributed_fused_adam_with_cosine_annealing), off
-    with the layer-wise optimizer's (Muon's OptimizerConfig leaves it at Megatron's False); planner/from_config.py
-    reads the same."""
-    silent = not layer_wise_optimizer(config)
+    with Muon's, plain or layer-wise (Muon's OptimizerConfig leaves it at Megatron's False; Muon shards its state
+    under the layer-wise optimizer, not Adam's element-wise one); planner/from_config.py reads the same."""
+    silent = not muon(config)
     return any(silent if config.get(k) is None else bool(config[k])
                for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"))
+
+
+def synced_optimizer_switches(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with ddp's and the optimizer's distributed-optimizer switches both as the run has them
+    (distributed_optimizer): advice that asks either switch reads what Bridge syncs, not a side the config left out."""
+    on = distributed_optimizer(config)
+    return {**config, "ddp.use_distributed_optimizer": on, "optimizer.use_distributed_optimizer": on}
 
 
 def data_parallel_size(config: dict[str, Any]) -> int | None:

@@ -84,20 +84,25 @@ def members_in_domain(size, stride, domain):
     return int(out) if out.ndim == 0 else out
 
 
-def hybridep_spans(ep: int, etp: int, nvlink_domain: int, job_domain: int) -> bool:
-    """Whether HybridEP runs this EP group: across HGX nodes it reaches the other nodes by RDMA, but on a rack-scale
-    NVLink domain Megatron Bridge runs it only inside the domain (it refuses EP past the 72-rank rack:
-    scripts/performance/utils/utils.py apply_target_topology_environment), here the job's (its Slurm segment)."""
-    return nvlink_domain < NVL72_DOMAIN or bool(members_in_domain(ep, etp, job_domain) >= ep)
+def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
+    """Whether HybridEP runs this EP group (a bool, or one per row for arrays of EP and ETP): across HGX nodes it
+    reaches the other nodes by RDMA, but on a rack-scale NVLink domain Megatron Bridge runs it only inside the domain
+    (it refuses EP past the 72-rank rack: scripts/performance/utils/utils.py apply_target_topology_environment), here
+    the job's (its Slurm segment)."""
+    return nvlink_domain < NVL72_DOMAIN or members_in_domain(ep, etp, job_domain) >= ep
 
 
-def spanning_backend(backend: str | None, ep: int, etp: int, nvlink_domain: int, job_domain: int) -> str | None:
-    """The platform's flex backend where it runs this EP group, else None. HybridEP is refused past the job's domain
-    on a rack (hybridep_spans) and Bridge runs DeepEP on no Grace-Blackwell, so there no flex backend spans the group
-    and alltoall is what runs (rule dispatcher.hybridep_ep_exceeds_domain). One place decides it for the knob
-    defaults (planner/defaults.py) and the rules' recommended backend (rules/derive.py)."""
-    if backend == "hybridep" and not hybridep_spans(ep, etp, nvlink_domain, job_domain):
+def spanning_backend(backend: str | None, ep: int, etp: int, nvlink_domain: int, job_domain: int,
+                     deepep_runs: bool = False) -> str | None:
+    """The flex backend to run this EP group with, from the platform's (`backend`), or None where alltoall is the one
+    to run: at EP 1 (no all-to-all to accelerate), on a platform without a flex default, and past the job's domain on
+    a rack where HybridEP is refused (hybridep_spans) and DeepEP does not run (Bridge runs it on no Grace-Blackwell;
+    a B200 cluster file with a rack-scale domain takes DeepEP there). One place decides it for the knob defaults
+    (planner/defaults.py) and the rules' recommended backend (rules/derive.py)."""
+    if ep == 1 or backend in (None, "alltoall"):
         return None
+    if backend == "hybridep" and not hybridep_spans(ep, etp, nvlink_domain, job_domain):
+        return "deepep" if deepep_runs else None
     return backend
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.ranks import job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
 from moetune.layout.validate import Workload, interleaves
 from moetune.planner.enumerate import MBS_CHOICES
 from moetune.planner.ranking import bound, cp_weight, preference
@@ -60,11 +60,10 @@ def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec) -> np.ndarray:
     """The rows of `fits` whose knobs' prerequisites the layout meets (`Search.fits` counts the ones that fit in
     memory and fail only here, so plan's "nothing fits" can tell the two causes apart)."""
     f = batch.fields
-    if knobs.dispatcher == "hybridep" and gpu.nvlink_domain >= 72:  # on NVL72 racks each HybridEP EP group must lie
-        domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)  # in one of
-        fits &= members_in_domain(f.ep[:, 0], f.etp[:, 0], domain) == f.ep[:, 0]  # the job's NVLink domains (rule
-        # dispatcher.hybridep_ep_exceeds_domain); across 8-GPU nodes it reaches the other nodes over RDMA (Bridge's
-        # H100 DeepSeek-V3 recipe: EP64, hybridep)
+    if knobs.dispatcher == "hybridep":  # on a rack each HybridEP EP group must lie in one of the job's NVLink domains
+        domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)  # (rule
+        fits &= hybridep_spans(f.ep[:, 0], f.etp[:, 0], gpu.nvlink_domain, domain)  # dispatcher.hybridep_ep_exceeds_
+        # domain); across 8-GPU nodes it reaches the other nodes over RDMA (Bridge's H100 DeepSeek-V3 recipe: EP64)
     if knobs.dispatcher != "alltoall":  # at EP=1 no token leaves the rank: a flex backend is the alltoall run again,
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1

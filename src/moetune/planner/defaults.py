@@ -4,7 +4,7 @@ from moetune.errors import UnsupportedPrecision
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_nvlink_domain, spanning_backend
 from moetune.specs.hardware import GpuSpec
-from moetune.specs.platform import platform_defaults
+from moetune.specs.platform import deepep_runs, platform_defaults
 
 
 def default_precision(gpu: GpuSpec) -> str:
@@ -22,15 +22,14 @@ def default_dispatcher_and_why(gpu: GpuSpec, layout: Layout) -> tuple[str, str |
     """The dispatcher a knob left out takes on this layout, and why it is not the platform's (None where it is):
     explain names the reason beside the default, so a user is not left wondering why a GB200 run shows alltoall."""
     platform = platform_defaults(gpu)["dispatcher"]
-    if layout.ep == 1:
-        return "alltoall", None if platform == "alltoall" else \
-            f"at EP 1, no all-to-all to accelerate; the platform's is {platform}"
     domain = job_nvlink_domain(layout.world_size, gpu.gpus_per_node, gpu.nvlink_domain)
-    spanning = spanning_backend(platform, layout.ep, layout.etp, gpu.nvlink_domain, domain)
-    if spanning is None:  # alltoall, the one dispatcher that runs there
-        return "alltoall", f"{platform} cannot span EP {layout.ep} past the job's NVLink domain (rule " \
-                           "dispatcher.hybridep_ep_exceeds_domain)"
-    return spanning, None
+    runs = spanning_backend(platform, layout.ep, layout.etp, gpu.nvlink_domain, domain, deepep_runs(gpu)) or "alltoall"
+    if runs == platform:
+        return runs, None
+    if layout.ep == 1:
+        return runs, f"at EP 1, no all-to-all to accelerate; the platform's is {platform}"
+    return runs, f"{platform} cannot span EP {layout.ep} past the job's NVLink domain (rule " \
+                 "dispatcher.hybridep_ep_exceeds_domain)"
 
 
 def default_dispatcher(gpu: GpuSpec, layout: Layout) -> str:

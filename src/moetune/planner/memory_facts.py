@@ -4,6 +4,7 @@ fit steps (smallest model parallelism that fits, selective recompute) evaluated 
 
 from dataclasses import replace
 
+from moetune.configio.cluster import config_gpu
 from moetune.configio.layout_map import layout_fields
 from moetune.errors import MoetuneError
 from moetune.planner.config_map import UNSET_EXPLICITLY
@@ -12,7 +13,6 @@ from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload, host_facts
 from moetune.planner.ranking import SMALLEST_GAIN
-from moetune.specs.hardware import load_gpu
 from moetune.specs.model import ModelSpec
 
 
@@ -56,5 +56,5 @@ def config_memory_facts(model: ModelSpec, config: dict, overheads: dict | None =
     """Facts for a user's normalized config (needs cluster.gpu and cluster.num_gpus), under the memory wall's
     overhead figures with the user's `overheads` on top."""
     layout, workload, knobs = from_config(config)
-    return memory_facts(estimate(trained_model(model, config), load_gpu(config["cluster.gpu"]), layout, workload,
+    return memory_facts(estimate(trained_model(model, config), config_gpu(config), layout, workload,
                                  knobs, overheads))

@@ -235,8 +235,9 @@ def tight(e: Estimate) -> bool:
 
 
 def knobs_for(e: Estimate, layout: Layout):
-    """The run's knobs on another layout: a dispatcher the user left to the defaults is the platform's for EP > 1
-    and alltoall at EP 1 (as estimate defaults it), not the one defaulted for the run's own EP; another CP group
+    """The run's knobs on another layout: a dispatcher the user left to the defaults is defaulted for that layout
+    (planner/defaults.py: alltoall at EP 1 and where no flex backend spans the EP group), not the one defaulted for
+    the run's own; another CP group
     (CP or TP changed) gets the exchange `auto` chooses for it."""
     knobs = dispatcher_for(e, layout)
     if (layout.cp, layout.tp) != (e.layout.cp, e.layout.tp):

@@ -44,12 +44,12 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
 
 
 def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: dict | None) -> None:
-    """Re-split the first `shown` candidates of the ranked list that rebalance_best left as they were (out of reach of
-    the pick), so each row plan prints is predicted at its own best split: a runner-up had read 2% slower than `--fix`
-    of the same layout and knobs gives (plan audit). None of them can overtake the pick (each stayed out of its reach),
-    so only their own order may change. Two splits of one layout may re-split to the same string: the later is dropped
-    and the candidate that moves up into the first `shown` is re-split in turn; each further pass drops one, so the
-    passes end within the list's length."""
+    """Re-split the first `shown` candidates of the ranked list that rebalance_best left as they were (out of reach
+    of the pick), so each row plan prints is predicted at its own best split: a runner-up had read 2% slower than
+    `--fix` of the same layout and knobs gives (plan audit). Only rows 1 onward are ranked again, so the pick stays
+    the pick (where rebalance_best stopped at RESPLIT_LIMIT a re-split row could in principle have beaten it). Two
+    splits of one layout may re-split to the same string: the later is dropped and the candidate that moves up into
+    the first `shown` is re-split in turn; each further pass drops one, so the passes end within the list's length."""
     s.best = first_of_each(s.best)  # rebalance_best's re-splits may already coincide
     found: dict[tuple, Layout] = {}  # kept across passes: a later knob set of a layout starts from its split
     for _ in range(len(s.best)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from moetune.configio.cluster import OVERRIDDEN, config_gpu
 from moetune.configio.finalize import (
     data_parallel_size,
     distributed_optimizer,
@@ -24,8 +25,7 @@ from moetune.layout.validate import (
     ep_first_sizes,
 )
 from moetune.rules.derive_layers import context_parallel, value, vpp2_runs
-from moetune.rules.table import load_table
-from moetune.specs.platform import platform_dispatcher
+from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {
@@ -60,27 +60,19 @@ def graph_modules(scope: Any) -> list[str]:
 
 
 def _platform(config: dict[str, Any]) -> dict[str, Any]:
-    gpu = config.get("cluster.gpu")
     out: dict[str, Any] = {}
-    if gpu:
-        from moetune.specs.hardware import load_gpu  # the lead's GPU catalog (data/hardware.toml)
-
-        spec = load_gpu(str(gpu))
+    if config.get("cluster.gpu"):
+        spec = config_gpu(config)  # the catalog's or a cluster file's, with the config's own domain over it
         out = {"platform": spec.name, "gpu_key": spec.key, "arch": spec.arch, "nvlink_domain": spec.nvlink_domain,
                "gpus_per_node": spec.gpus_per_node, "fp8_supported": spec.fp8_tflops > 0,
                "fp4_supported": spec.fp4_tflops > 0, "mxfp8_supported": spec.arch == "blackwell",
-               "capacity_bytes": spec.capacity_bytes}
-        facts = load_table().platforms.get(spec.key, {})
-        # GPUs without a row: Bridge's architecture test (flex_dispatcher_backend.py).
-        nvidia = spec.arch in ("ampere", "hopper", "blackwell")
-        out["deepep_supported"] = facts.get("deepep", spec.arch in ("ampere", "hopper"))
-        out["hybridep_supported"] = facts.get("hybridep", nvidia)
-    for key in ("nvlink_domain", "gpus_per_node"):
+               "capacity_bytes": spec.capacity_bytes, "deepep_supported": deepep_runs(spec),
+               "hybridep_supported": hybridep_runs(spec), "platform_family": platform_of(spec),
+               # the platform's starting dispatcher, as the planner defaults it; narrowed to the EP group in _domain
+               "recommended_backend": platform_defaults(spec)["dispatcher"]}
+    for key in OVERRIDDEN:  # a config without a GPU may still state its topology
         if f"cluster.{key}" in config:
             out[key] = int(config[f"cluster.{key}"])
-    if gpu:  # the platform's starting dispatcher, as the planner defaults it (specs/platform.py); None: alltoall
-        backend = platform_dispatcher(out["arch"], out["gpu_key"], out["nvlink_domain"])
-        out["recommended_backend"] = None if backend == "alltoall" else backend
     return out
 
 
@@ -133,10 +125,10 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["hybridep_ranks_per_domain"] = min(d["ep"], domain)
         d["hybridep_spans"] = hybridep_spans(d["ep"], d["etp"], d["nvlink_domain"], domain)
         if "recommended_backend" in d:  # (none without cluster.gpu: a rule asking for it stays undecided)
-            # None where no flex backend runs this EP: the seeds' bring-up dispatcher, alltoall, is then the start
-            # (its fixes had sent a user from one refused backend to the other)
+            # None where alltoall is the one to run (EP 1, or no flex backend spans this EP): the seeds' bring-up
+            # dispatcher is then the start (its fixes had sent a user from one refused backend to the other)
             d["recommended_backend"] = spanning_backend(d["recommended_backend"], d["ep"], d["etp"],
-                                                        d["nvlink_domain"], domain)
+                                                        d["nvlink_domain"], domain, d["deepep_supported"])
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
 

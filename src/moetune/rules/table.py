@@ -52,7 +52,6 @@ class Rule:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Table:
     rules: tuple[Rule, ...]
-    platforms: dict[str, dict[str, Any]]
     mixed_precision_recipes: dict[str, dict[str, Any]]
 
     def rule(self, rule_id: str) -> Rule:
@@ -131,8 +130,7 @@ def parse_table(text: str) -> Table:
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise MoetuneError(f"rules.yaml: duplicate rule ids {', '.join(dupes)}")
-    return Table(rules=rules, platforms=data.get("platforms", {}),
-                 mixed_precision_recipes=data.get("mixed_precision_recipes", {}))
+    return Table(rules=rules, mixed_precision_recipes=data.get("mixed_precision_recipes", {}))
 
 
 @lru_cache(maxsize=1)

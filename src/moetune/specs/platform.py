@@ -37,6 +37,12 @@ def platform_defaults(gpu: GpuSpec) -> dict:
     return dict(_table()[platform_of(gpu)])
 
 
-def platform_dispatcher(arch: str, gpu_key: str, nvlink_domain: int) -> str:
-    """The dispatcher the seeds start this platform on (alltoall where no flex backend is the default)."""
-    return _table()[platform_key(arch, gpu_key, nvlink_domain)]["dispatcher"]
+def deepep_runs(gpu: GpuSpec) -> bool:
+    """Whether Megatron Bridge runs DeepEP on this GPU: Ampere, Hopper and Blackwell but the Grace-Blackwell superchips
+    (training/flex_dispatcher_backend.py apply_flex_dispatcher_backend: B200/B300 only among Blackwells)."""
+    return gpu.arch in ("ampere", "hopper") or (gpu.arch == "blackwell" and gpu.key not in GRACE_BLACKWELL)
+
+
+def hybridep_runs(gpu: GpuSpec) -> bool:
+    """Whether HybridEP runs on this GPU: NVIDIA's sm80, sm90 and sm100 (training/flex_dispatcher_backend.py)."""
+    return gpu.arch in ("ampere", "hopper", "blackwell")

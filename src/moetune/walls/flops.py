@@ -48,7 +48,7 @@ def attended_keys(seq_length: int, window: int | None = None) -> float:
 
 def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, int, str]]]:
     """Per op class, the (K, N, split) of each weight GEMM of one layer, x[T,K] @ W[K,N]; `split` names the
-    dimension tensor parallelism divides ("n": column-parallel, "k": row-parallel)."""
+    dimension tensor parallelism divides ("n": column-parallel, "k": row-parallel, "-": whole on every rank)."""
     h, n = spec.hidden_size, spec.num_attention_heads
     out: dict[str, list] = {"attn_proj": [], "mixer_proj": [], "dense_mlp": [], "shared_experts": [],
                             "routed_experts": []}
@@ -82,8 +82,8 @@ def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, i
 
 def tp_shard(k, n, split: str, tp):
     """(K, N) of the shard of a gemm_shapes weight one TP rank holds, and so multiplies and steps: column-parallel
-    weights split their outputs, row-parallel their inputs; "-" ones (MLA's down-projections, the router) are whole on
-    every rank. `tp`: ETP for the routed experts (tp_size), TP for the rest; it may be an array."""
+    weights split their outputs, row-parallel their inputs; "-" ones (MLA's down-projections) are whole on every
+    rank. `tp`: ETP for the routed experts (tp_size), TP for the rest; it may be an array."""
     return (k / tp, n) if split == "k" else ((k, n / tp) if split == "n" else (k, n))
 
 
