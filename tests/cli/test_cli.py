@@ -107,6 +107,9 @@ def test_models_and_hardware_list(capsys):
       "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p",
       "--hcp-a2a-size", "3"], "must divide CP (8)"),
     (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--hcp-a2a-size", "2"], "need cp_comm_type a2a+p2p"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--cp-comm-type", "a2a"], "CP is 1 here"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--cuda-graph-scope", ""],
+     "--cuda-graph-scope is empty"),
     (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "4", "--cp", "8", "--pp", "8",
       "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p"],
      "no a2a group of 2 or more that divides CP, splits the 4 KV groups over TP 4"),
@@ -460,7 +463,7 @@ def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_pat
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--recompute", "selective",
       "--recompute-modules", "mla_up_proj,moe_act"], "mla_up_proj needs multi-latent attention"),
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--ep", "8", "--cp-comm-type", "a2a+p2p",
-      "--hcp-a2a-size", "2"], "need CP > 1"),
+      "--hcp-a2a-size", "2"], "CP is 1 here"),
     # a2a CP splits each TP rank's 2 KV groups over CP 8: Transformer Engine cannot (one line, as a2a+p2p's)
     (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "2", "--cp", "8", "--pp", "4",
       "--vpp", "6", "--account-for-embedding", "--account-for-loss", "--ep", "32", "--seq", "65536", "--gbs", "64",

@@ -2,6 +2,8 @@
 walls/context_parallel.py _option_cost): full recompute re-runs the TP all-gathers and reduce-scatters of sequence
 parallelism, and a recompute that replays core attention re-runs its CP exchange's forward."""
 
+import os
+
 import pytest
 
 from moetune.layout.knobs import Knobs
@@ -41,3 +43,16 @@ def test_replayed_attention_replays_the_a2a_exchange_forward_half(recompute, mod
 def test_a_ring_s_replay_hides_under_the_replayed_attention():
     """p2p passes K,V under the attention it feeds; at 32k the replayed forward ring hides whole as the first did."""
     assert _collectives("selective", ("core_attn",))["cp"] == pytest.approx(_collectives()["cp"], rel=1e-12)
+
+
+def test_the_estimate_does_not_depend_on_the_hash_seed():
+    """Full recompute's replay time was summed over a set, in hash order: MiniMax-M2's step read ...7101 under
+    PYTHONHASHSEED=5 and ...71015 under the others (fuzz audit). The JSON is the same whatever the seed."""
+    import subprocess
+    import sys
+    args = [sys.executable, "-m", "moetune.cli.main", "estimate", "minimax-m2", "--gpu", "h100", "--gpus", "6",
+            "--seq", "32768", "--gbs", "96", "--pp", "2", "--mbs", "1", "--dispatcher", "hybridep", "--recompute",
+            "full", "--json"]
+    outs = {subprocess.run(args, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                           check=True).stdout for seed in ("4", "5")}
+    assert len(outs) == 1

@@ -36,6 +36,16 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
+
+# Config-only rules that say what the model's layout check says (by the product its message names): one finding each
+SAID_BY_LAYOUT = {"scale.world_size_attention": "by TP*CP*PP", "scale.world_size_experts": "by ETP*EP*PP",
+                  "pipeline.layers_divisible": "by PP*VPP"}
+
+
+def _said_by(layout_error: Finding, finding: Finding) -> bool:
+    return finding.rule in SAID_BY_LAYOUT and SAID_BY_LAYOUT[finding.rule] in layout_error.message
+
+
 def config_options(func):
     """Inputs shared by check and emit (see moetune.configio.load)."""
     for opt in reversed([
@@ -155,8 +165,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
             layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules")
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    if layout_error is not None:  # it says the same as the config-only divisibility rule, with the model's numbers
-        findings = [layout_error] + [f for f in findings if f.rule != "pipeline.layers_divisible"]
+    if layout_error is not None:  # it says what a config-only divisibility rule says, with the model's numbers
+        findings = [layout_error] + [f for f in findings if not _said_by(layout_error, f)]
     if model and conflicts:
         findings.insert(0, Finding(rule="check.model_differs", severity="warning",
                                    message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "

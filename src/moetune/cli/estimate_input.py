@@ -100,6 +100,9 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
                            "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
+    if kw["cp_comm_type"] is not None and layout.cp == 1:  # Megatron ignores it there: an answer the user did not ask
+        raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} sets how context-parallel ranks exchange attention "
+                           "inputs; CP is 1 here, with nothing to exchange: drop it or set --cp > 1")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
@@ -135,6 +138,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
 def scope_words(text: str, flag: str) -> tuple[str, ...]:
     """CUDA-graph scopes as typed ("attn,moe_router" or "attn moe_router"); "none" alone is no graph."""
     words = text.replace(",", " ").split()
+    if not words:
+        raise MoetuneError(f"{flag} is empty: name the scopes (attn,moe_router,...), or 'none' for no CUDA graphs")
     if "none" in words and len(words) > 1:
         raise MoetuneError(f"{flag} {text}: 'none' turns CUDA graphs off; give it alone or drop it")
     return tuple(w for w in words if w != "none")

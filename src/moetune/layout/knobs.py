@@ -200,7 +200,8 @@ class Knobs:
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and (self.cp_comm_type != "a2a+p2p" or self.hcp_a2a_size < 1):
-            raise MoetuneError(f"hierarchical CP sizes ({self.hcp_a2a_size}) need cp_comm_type a2a+p2p and a size >= 1")
+            raise MoetuneError(f"hierarchical CP sizes (a2a group {self.hcp_a2a_size}, --hcp-a2a-size) need "
+                               "cp_comm_type a2a+p2p (--cp-comm-type a2a+p2p, with --cp > 1) and a group of 1 or more")
         if self.token_imbalance is not None and self.routing == "force-balance":
             raise MoetuneError(f"--token-imbalance ({self.token_imbalance:g}) weighs dropless routing; force-balanced "
                                "routing sends every expert rank the mean: drop it or pass --routing dropless")

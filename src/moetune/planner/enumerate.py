@@ -77,7 +77,22 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
             if 0 < last <= vpp * per_chunk and last % vpp == 0:
                 return [{"first_stage_layers": first, "last_stage_layers": last}, *even]
     layout = _mtp_layout(num_layers, 0, chunks) if pp > 1 else None
-    return [{"pipeline_layout": layout}, *even] if layout else even
+    found = [{"pipeline_layout": layout}, *even] if layout else even
+    return found or (_balanced_layout(num_layers, chunks, mtp) if vpp == 1 else [])
+
+
+def _balanced_layout(num_layers: int, chunks: int, mtp: int) -> list[dict]:
+    """The last resort where no split above places the layers over a pipeline without VPP (61 over PP25: every stage
+    full but the last leaves it none, and 64 units do not divide by 25; with VPP the search keeps to the splits above,
+    whose count already bounds its time): chunks of the floor and the ceiling of the mean, the larger in the middle
+    so the end chunks, which hold the embedding, MTP layers and loss, take the smaller ("Ett|(t*3|)*11(tt|)*12ttmL");
+    the search's re-split moves layers from there (planner/resplit.py). None where a chunk would hold no layer."""
+    base, extra = divmod(num_layers, chunks)
+    if chunks < 2 or base == 0:
+        return []
+    counts = [base + (1 <= i <= extra) for i in range(chunks)] if extra < chunks - 1 else \
+        [base + (i < extra) for i in range(chunks)]
+    return [{"pipeline_layout": write_pipeline_layout(counts, mtp)}]
 
 
 def _even_ranks_layout(num_layers: int, pp: int, vpp: int) -> str | None:

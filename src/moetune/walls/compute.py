@@ -203,7 +203,8 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     fwd = forward_seconds(spec, kind, ctx, r, ep)
     out = {k: v * passes(k) for k, v in fwd.items()}
     replay = replayed_classes(recompute, modules, fwd)
-    out["recompute"] = sum(fwd[c] for c in replay if c in fwd) + (
+    # summed in the forward's order, not the set's (its hash order moved the last digit from run to run)
+    out["recompute"] = sum(fwd[c] for c in fwd if c in replay) + (
         fwd["attn_proj"] * mla_up_share(spec, kind) if "mla_up" in replay else 0.0)
     # Elementwise kernels run whatever is saved: their bytes are those of the layer without recompute;
     # replays run them again (full recompute: the whole layer once more).

@@ -1,0 +1,35 @@
+"""How the search splits layers over pipeline stages (planner/enumerate.py)."""
+
+from moetune.layout.layout import Layout, parse_pipeline_layout
+from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.validate import Workload
+from moetune.planner.enumerate import pipeline_variants
+from moetune.planner.search import plan
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+
+
+def test_a_pipeline_no_other_split_places_gets_a_balanced_one():
+    """61 layers (DeepSeek-V3, one MTP layer) over PP25: every stage full but the last leaves it none and 64 units do
+    not divide by 25, so no split had been tried; the balanced one gives each stage 2 or 3 layers, the 3s in the
+    middle, and Megatron's layout grammar places all 61 and the MTP layer."""
+    [split] = pipeline_variants(61, 25, 1, 1)
+    text = split["pipeline_layout"]
+    assert len(parse_pipeline_layout(text)) == 25
+    chunks = pipeline_chunks(Layout(world_size=25, pp=25, pipeline_layout=text), 61, 1)
+    assert chunks is not None
+    assert text == "Ett|(t*3|)*11(tt|)*12ttmL"
+
+
+def test_with_vpp_the_search_keeps_to_the_known_splits():
+    """The fallback is for plain pipelines: with VPP (27 layers over PP4 x VPP4) no split is added, which keeps the
+    search's layout count (and its time, bench/bench_plan.py) where it was."""
+    assert pipeline_variants(27, 4, 4, 0) == []
+
+
+def test_deepseek_v3_on_a_thousand_h100s_finds_a_fitting_layout():
+    """1,000 GPUs = 2^3 x 5^3: the pipelines deep enough to fit DeepSeek-V3 in 80 GB there (PP20, 25, 40, 50) split
+    its 61 layers by neither the stage flags nor the MTP layout, so plan had answered "nothing fits" (fuzz audit)."""
+    result = plan(load_model("deepseek-v3"), load_gpu("h100"), 1000, Workload(seq_length=4096, global_batch_size=8000),
+                  top=1)
+    assert result.results and result.results[0].layout.pp in (20, 25, 40, 50) and result.results[0].fits
