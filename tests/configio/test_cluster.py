@@ -24,3 +24,31 @@ def test_an_override_that_splits_a_node_is_refused_in_one_line():
     divide = r"^cluster.nvlink_domain=12: .*nvlink_domain \(12\) and gpus_per_node \(8\) must divide one another"
     with pytest.raises(MoetuneError, match=divide):
         config_gpu(config)
+
+
+def test_a_files_topology_stays_with_the_gpu_it_names(tmp_path):
+    """emit writes cluster.gpus_per_node and nvlink_domain beside cluster.gpu; a GB200 plan's file re-pointed with
+    --gpu b200 had priced B200s as a 72-GPU rack (0.81 s a step where B200s take 1.88 s)."""
+    emitted = tmp_path / "overrides.txt"
+    emitted.write_text("cluster.gpu=gb200\ncluster.gpus_per_node=4\ncluster.nvlink_domain=72\n"
+                       "model.num_moe_experts=128\nmodel.expert_model_parallel_size=16\n")
+    gpu = config_gpu(load_config([emitted], gpu="b200", gpus=64))
+    assert (gpu.key, gpu.nvlink_domain, gpu.gpus_per_node) == ("b200", 8, 8)
+    same = config_gpu(load_config([emitted], gpu="gb200", gpus=64))
+    assert (same.nvlink_domain, same.gpus_per_node) == (72, 4)
+
+
+def test_a_saved_estimate_keeps_the_topology_its_config_gave(tmp_path, capsys):
+    """`estimate --json` of B200s a config puts in a 72-GPU domain records the GPU's figures (gpu_spec), as it does a
+    cluster file's: its name alone had reloaded the catalog's 8-GPU node, and explain --plan read another machine."""
+    import json
+
+    from moetune.cli.main import main
+    args = ["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "64", "--set",
+            "model.expert_model_parallel_size=16", "--set", "cluster.nvlink_domain=72", "--json"]
+    assert main(args) == 0
+    saved = tmp_path / "run.json"
+    saved.write_text(capsys.readouterr().out)
+    assert json.loads(saved.read_text())["gpu_spec"]["nvlink_domain"] == 72
+    assert main(["explain", "--plan", str(saved), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["default_mappings"]["platform"] == "blackwell-nvl72"

@@ -21,16 +21,16 @@ def test_spanning_backend_drops_hybridep_past_the_jobs_rack_domain_alone():
     others by RDMA, other backends stay, and EP 1 or a platform without a flex default runs alltoall."""
     gb200 = job_nvlink_domain(256, 4, 72)  # 256 GB200s: Slurm segments of 64 ranks
     assert gb200 == 64
-    assert spanning_backend("hybridep", 128, 1, 72, gb200) is None  # EP128 spans two segments
+    assert spanning_backend("hybridep", 128, 1, 72, gb200, False) is None  # EP128 spans two segments
     assert spanning_backend("hybridep", 128, 1, 72, gb200, deepep_runs=True) == "deepep"  # B200s on a rack
-    assert spanning_backend("hybridep", 64, 1, 72, gb200) == "hybridep"  # one segment holds it
-    assert spanning_backend("hybridep", 40, 1, 72, 60) is None  # EP40 in 60-rank domains straddles two
+    assert spanning_backend("hybridep", 64, 1, 72, gb200, False) == "hybridep"  # one segment holds it
+    assert spanning_backend("hybridep", 40, 1, 72, 60, False) is None  # EP40 in 60-rank domains straddles two
     hgx = job_nvlink_domain(256, 8, 8)
-    assert spanning_backend("hybridep", 64, 1, 8, hgx) == "hybridep"  # H100 HGX across eight nodes
-    assert spanning_backend("deepep", 64, 1, 8, hgx) == "deepep"
-    assert spanning_backend("deepep", 1, 1, 8, hgx) is None  # EP 1: nothing to accelerate
-    assert spanning_backend(None, 128, 1, 72, gb200) is None
-    assert spanning_backend("alltoall", 128, 1, 72, gb200) is None
+    assert spanning_backend("hybridep", 64, 1, 8, hgx, False) == "hybridep"  # H100 HGX across eight nodes
+    assert spanning_backend("deepep", 64, 1, 8, hgx, False) == "deepep"
+    assert spanning_backend("deepep", 1, 1, 8, hgx, False) is None  # EP 1: nothing to accelerate
+    assert spanning_backend(None, 128, 1, 72, gb200, False) is None
+    assert spanning_backend("alltoall", 128, 1, 72, gb200, False) is None
 
 
 def test_hybridep_spans_one_answer_per_row():

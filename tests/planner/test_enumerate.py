@@ -17,7 +17,9 @@ def test_a_pipeline_no_other_split_places_gets_a_balanced_one():
     text = split["pipeline_layout"]
     assert len(parse_pipeline_layout(text)) == 25
     chunks = pipeline_chunks(Layout(world_size=25, pp=25, pipeline_layout=text), 61, 1)
-    assert chunks is not None
+    per_rank = [len(c.layers) for (c,) in chunks]
+    assert sum(per_rank) == 61 and set(per_rank) == {2, 3} and per_rank[0] == per_rank[-1] == 2
+    assert chunks[-1][0].mtp_layers == 1 and chunks[-1][0].loss and chunks[0][0].embedding
     assert text == "Ett|(t*3|)*11(tt|)*12ttmL"
 
 

@@ -162,3 +162,18 @@ def test_grad_reduce_overlap_reads_the_optimizer_as_bridge_syncs_it():
     assert advised()
     assert not advised("ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false")
     assert not advised("optimizer.optimizer=muon")  # Muon's recipe leaves it off: no reduce-scatter to overlap
+
+
+def test_the_communication_walls_dispatcher_fix_is_one_that_runs():
+    """wall.communication names the flex backend that spans the EP group: HybridEP inside a GB200 domain, alltoall at
+    EP 1 and past the job's domain, where DeepEP (its old fallback) is one Bridge refuses on Grace-Blackwell."""
+    from moetune.configio import load_config
+    from moetune.rules import evaluate
+
+    def fix(gpu, ep):
+        config = load_config(sets=["model.num_moe_experts=128", f"model.expert_model_parallel_size={ep}"], gpu=gpu,
+                             gpus=256)
+        found = evaluate(config, context="diagnose", derived={"dominant_wall": "communication"})
+        return next(f.fix for f in found if f.rule == "wall.communication")["model.moe_token_dispatcher_type"]
+    assert fix("gb200", 16) == "flex" and fix("h100", 8) == "flex"
+    assert fix("gb200", 1) == "alltoall" and fix("gb200", 128) == "alltoall"

@@ -36,7 +36,6 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
-
 # Config-only rules that say what the model's layout check says (by the product its message names): one finding each
 SAID_BY_LAYOUT = {"scale.world_size_attention": "by TP*CP*PP", "scale.world_size_experts": "by ETP*EP*PP",
                   "pipeline.layers_divisible": "by PP*VPP"}

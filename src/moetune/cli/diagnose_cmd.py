@@ -117,7 +117,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     # platform of the advice (a log alone has neither)
     predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
     # the run's GPU: --gpu, else for a log alone the prediction's (traces record their own, checked against it)
-    run_gpu = load_gpu(gpu) if gpu else (predicted.gpu if predicted is not None and not traces else None)
+    run_gpu = (config_gpu(config) if config else load_gpu(gpu)) if gpu else \
+        (predicted.gpu if predicted is not None and not traces else None)  # with the config's own topology
     log = read_log(log_path) if log_path else None
     if log is not None and log.argument_dump:  # a Megatron-LM log's arguments are what ran: they tailor the advice
         config = {**argument_dump_config(log.args), **(config or {})}  # where --config does not say

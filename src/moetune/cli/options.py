@@ -61,8 +61,9 @@ def knob_options(func):
         click.option("--bf16-grads", is_flag=True, help="Main grads in BF16 (grad_reduce_in_fp32=False)."),
         click.option("--bf16-moments", is_flag=True, help="Adam moments in BF16 (DeepSeek-V3 recipes)."),
         click.option("--dispatcher", type=click.Choice(DISPATCHERS), default=None,
-                     help="Default: deepep on H100/B200/B300, hybridep on GB200/GB300 and other rack-scale NVLink "
-                          "domains, alltoall on A100, at EP=1 and where no flex backend spans the EP group."),
+                     help="Default: deepep on H100/B200/B300, hybridep on GB200/GB300 (and Blackwell rack-scale "
+                          "cluster files; deepep past their domain where it runs), alltoall on A100, at EP=1 and "
+                          "where no flex backend spans the EP group."),
         click.option("--flex-num-sms", type=click.IntRange(1, 160), default=None,
                      help="SMs of the DeepEP / HybridEP kernels (moe_deepep_num_sms / moe_hybridep_num_sms). "
                           "Default: 32 for hybridep (Megatron Bridge perf recipes), 20 for deepep."),

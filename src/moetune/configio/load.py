@@ -61,11 +61,23 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
         "Megatron-LM --flags, or pass --format")
 
 
+def _for_gpu(source: dict[str, Any], gpu: str | None) -> dict[str, Any]:
+    """A file's NVLink domain and GPUs per node describe the GPU it names (emit writes them beside cluster.gpu):
+    where --gpu names another, they go with the GPU they describe, or a GB200 plan re-pointed at B200s would be
+    priced as B200s in a 72-GPU rack (configio/cluster.py applies the keys a config keeps)."""
+    named = source.get("cluster.gpu")
+    if gpu is None or named is None or str(named).lower() == gpu.lower():
+        return source
+    for key in ("cluster.gpus_per_node", "cluster.nvlink_domain"):
+        source.pop(key, None)
+    return source
+
+
 def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), mlm_args: str | None = None,
                 gpu: str | None = None, gpus: int | None = None, fmt: str | None = None,
                 from_result: ResultReader | None = None) -> dict[str, Any]:
     """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*)."""
-    sources = [resolve(read_file(Path(f), fmt, from_result)) for f in files]
+    sources = [_for_gpu(resolve(read_file(Path(f), fmt, from_result)), gpu) for f in files]
     for f, source in zip(files, sources):
         if not source:
             raise MoetuneError(f"{f}: sets nothing (an empty or comment-only file?); pass the config the run uses")

@@ -93,7 +93,7 @@ def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
 
 
 def spanning_backend(backend: str | None, ep: int, etp: int, nvlink_domain: int, job_domain: int,
-                     deepep_runs: bool = False) -> str | None:
+                     deepep_runs: bool) -> str | None:
     """The flex backend to run this EP group with, from the platform's (`backend`), or None where alltoall is the one
     to run: at EP 1 (no all-to-all to accelerate), on a platform without a flex default, and past the job's domain on
     a rack where HybridEP is refused (hybridep_spans) and DeepEP does not run (Bridge runs it on no Grace-Blackwell;

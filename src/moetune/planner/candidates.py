@@ -61,9 +61,10 @@ def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec) -> np.ndarray:
     memory and fail only here, so plan's "nothing fits" can tell the two causes apart)."""
     f = batch.fields
     if knobs.dispatcher == "hybridep":  # on a rack each HybridEP EP group must lie in one of the job's NVLink domains
-        domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)  # (rule
-        fits &= hybridep_spans(f.ep[:, 0], f.etp[:, 0], gpu.nvlink_domain, domain)  # dispatcher.hybridep_ep_exceeds_
-        # domain); across 8-GPU nodes it reaches the other nodes over RDMA (Bridge's H100 DeepSeek-V3 recipe: EP64)
+        # (rule dispatcher.hybridep_ep_exceeds_domain); across 8-GPU nodes it reaches the other nodes over RDMA
+        # (Bridge's H100 DeepSeek-V3 recipe: EP64)
+        domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)
+        fits &= hybridep_spans(f.ep[:, 0], f.etp[:, 0], gpu.nvlink_domain, domain)
     if knobs.dispatcher != "alltoall":  # at EP=1 no token leaves the rank: a flex backend is the alltoall run again,
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1

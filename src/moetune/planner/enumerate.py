@@ -4,7 +4,8 @@ Layouts: TP and ETP powers of two that divide heads / groups / FFN widths and st
 domain (seeds/000 Phase 2: "keep the hot communication path inside the fast interconnect"); CP powers
 of two up to seq/1024; PP any divisor of the world; VPP where the layers allow; EP any divisor of
 the expert count. Layers that do not split evenly get Megatron's uneven first/last stages or
-account_for_embedding/loss (whichever Megatron accepts first). Illegal ones are dropped silently here
+account_for_embedding/loss or a layout string (whichever Megatron accepts first; a plain pipeline nothing else
+splits gets a balanced string). Illegal ones are dropped silently here
 (the user did not ask for them); `validate` explains any layout a user names.
 """
 
@@ -58,7 +59,8 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
     """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends, and for
     MTP models a layout string placing the embedding, MTP and loss. Where none of the flags splits the layers
     (uneven ends must be whole multiples of VPP), a layout string with the remainder on the last chunk, as
-    Megatron Bridge's Kimi-K2 recipe writes for 61 layers over PP4 x VPP4: "Et*4|(t*4|)*14tL"."""
+    Megatron Bridge's Kimi-K2 recipe writes for 61 layers over PP4 x VPP4: "Et*4|(t*4|)*14tL"; where none places
+    them over a pipeline without VPP, a balanced string (_balanced_layout)."""
     chunks = pp * vpp
     layout = _mtp_layout(num_layers, mtp, chunks) if mtp and pp > 1 else None
     if layout:
@@ -84,9 +86,10 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
 def _balanced_layout(num_layers: int, chunks: int, mtp: int) -> list[dict]:
     """The last resort where no split above places the layers over a pipeline without VPP (61 over PP25: every stage
     full but the last leaves it none, and 64 units do not divide by 25; with VPP the search keeps to the splits above,
-    whose count already bounds its time): chunks of the floor and the ceiling of the mean, the larger in the middle
-    so the end chunks, which hold the embedding, MTP layers and loss, take the smaller ("Ett|(t*3|)*11(tt|)*12ttmL");
-    the search's re-split moves layers from there (planner/resplit.py). None where a chunk would hold no layer."""
+    whose count already bounds its time): stages of the floor and the ceiling of the mean, the larger from the second
+    stage on, so the first and last, which hold the embedding and the MTP layers and loss, take the smaller where the
+    remainder allows ("Ett|(t*3|)*11(tt|)*12ttmL"); the search's re-split moves layers from there
+    (planner/resplit.py). None (an empty list) where a stage would hold no layer."""
     base, extra = divmod(num_layers, chunks)
     if chunks < 2 or base == 0:
         return []

@@ -9,9 +9,9 @@ from itertools import product
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs, unsaved_offloads
 from moetune.planner.defaults import with_mamba
-from moetune.rules.derive import derive
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.specs.platform import deepep_runs, hybridep_runs
 
 
 def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:
@@ -31,10 +31,9 @@ def recompute_sets(spec: ModelSpec) -> list[tuple[str, frozenset[str]]]:
 
 
 def supported_dispatchers(gpu: GpuSpec) -> list[str]:
-    """alltoall everywhere; DeepEP / HybridEP where Megatron Bridge accepts them on this platform (the rule
-    table's platform facts: flex_dispatcher_backend.py validate_flex_dispatcher_backend)."""
-    facts = derive({"cluster.gpu": gpu.ref})
-    return ["alltoall"] + [name for name in ("deepep", "hybridep") if facts.get(f"{name}_supported", True)]
+    """alltoall everywhere; DeepEP / HybridEP where Megatron Bridge accepts them on this GPU (specs/platform.py:
+    flex_dispatcher_backend.py validate_flex_dispatcher_backend)."""
+    return ["alltoall"] + ["deepep"] * deepep_runs(gpu) + ["hybridep"] * hybridep_runs(gpu)
 
 
 def _delay_wgrad(ep_overlap: bool, fixed: dict) -> bool:

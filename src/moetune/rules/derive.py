@@ -70,9 +70,8 @@ def _platform(config: dict[str, Any]) -> dict[str, Any]:
                "hybridep_supported": hybridep_runs(spec), "platform_family": platform_of(spec),
                # the platform's starting dispatcher, as the planner defaults it; narrowed to the EP group in _domain
                "recommended_backend": platform_defaults(spec)["dispatcher"]}
-    for key in OVERRIDDEN:  # a config without a GPU may still state its topology
-        if f"cluster.{key}" in config:
-            out[key] = int(config[f"cluster.{key}"])
+    else:  # a config without a GPU may still state its topology
+        out.update({k: int(config[f"cluster.{k}"]) for k in OVERRIDDEN if f"cluster.{k}" in config})
     return out
 
 
