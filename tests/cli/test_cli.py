@@ -518,6 +518,13 @@ def test_a_saved_result_is_explained_as_saved(tmp_path, capsys):
         code, _, err = run(["plan", "qwen3-30b-a3b", "--gpus", "16", *[x for kv in args.items() for x in kv],
                             "--baseline", str(saved)], capsys)
         assert code == 2 and needle in err
+    # the same model trained without its MTP layer is another job too (it had read 1.54x with nothing explained)
+    code, out, _ = run(["estimate", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--ep", "8", "--pp", "2",
+                        "--gbs", "512", "--json"], capsys)
+    saved.write_text(out)
+    code, _, err = run(["plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--mtp-layers", "0",
+                        "--baseline", str(saved)], capsys)
+    assert code == 2 and "MTP layers 1 vs 0" in err
 
 
 def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypatch):

@@ -111,3 +111,14 @@ def test_a_recipe_rate_past_its_peak_is_refused(user, message):
 def test_a_recipe_rate_at_its_peak_is_taken():
     assert efficiency("h100", {"fp8_gemm_eff": 0.5, "rate_fp8_current": 2.0})["rate_fp8_current"] == 2.0
     assert efficiency("gb300", {"fp8_gemm_eff": 0.5, "rate_nvfp4": 6.0})["rate_nvfp4"] == 6.0
+
+
+@pytest.mark.parametrize("text, sections", [("[gb200]\nnvlink_eff = 0.7\n", r"\[gb200\]"), ("", "none")])
+def test_a_file_that_sets_nothing_for_the_gpu_is_refused(tmp_path, text, sections):
+    """A file with only another GPU's section, or none at all, changed no figure yet was reported as in use."""
+    path = tmp_path / "eff.toml"
+    path.write_text(text)
+    with pytest.raises(MoetuneError, match=rf"sets no constant for h100 \(sections: {sections}\)"):
+        efficiency("h100", load_efficiency_file(str(path)))
+    if text:
+        assert efficiency("gb200", load_efficiency_file(str(path)))["nvlink_eff"] == 0.7

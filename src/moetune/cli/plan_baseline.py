@@ -6,17 +6,18 @@ from moetune.layout.validate import Workload
 
 
 def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:
-    """A baseline compares wall by wall only with the same job: model, GPU, GPU count, sequence, global batch and
-    routing (another GPU or batch changes every wall's seconds for reasons no layout explains, and force-balanced
-    routing is a benchmark setting, not a layout's gain)."""
-    ours = {"model": spec.name, "GPU": gpu_spec.key, "GPU count": gpus, "seq": wl.seq_length,
-            "GBS": wl.global_batch_size, "routing": routing}
-    theirs = {"model": base.model.name, "GPU": base.gpu.key, "GPU count": base.layout.world_size,
-              "seq": base.workload.seq_length, "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
+    """A baseline compares wall by wall only with the same job: model, MTP depth, GPU, GPU count, sequence, global
+    batch and routing (another GPU or batch changes every wall's seconds for reasons no layout explains, MTP layers
+    are training the user chose, and force-balanced routing is a benchmark setting, not a layout's gain)."""
+    ours = {"model": spec.name, "MTP layers": spec.mtp_num_layers, "GPU": gpu_spec.key, "GPU count": gpus,
+            "seq": wl.seq_length, "GBS": wl.global_batch_size, "routing": routing}
+    theirs = {"model": base.model.name, "MTP layers": base.model.mtp_num_layers, "GPU": base.gpu.key,
+              "GPU count": base.layout.world_size, "seq": base.workload.seq_length,
+              "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
     differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
     if differ:
         raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
-                           "model, GPU, GPU count, --seq, --gbs and --routing")
+                           "model, --mtp-layers, GPU, GPU count, --seq, --gbs and --routing")
 
 
 def same_optimizer(path: str, base, fixed: dict) -> dict:

@@ -84,15 +84,19 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def with_params(base: dict, params: dict, a2a_keys: tuple[str, ...] = A2A_KEYS) -> dict:
-    """Efficiency constants with the fitted multipliers applied: a compute efficiency stays <= 0.95 of its peak, an
-    all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the achieved share of either link <= 0.95. The
-    all-to-all multiplier moves `a2a_keys` only (a user's runs say nothing of a dispatcher they do not use)."""
+    """Efficiency constants with the fitted multipliers applied: a compute efficiency stays <= 0.95 of its peak (FP8's
+    also at most the FP8 peak under its fastest recipe's rate, as --efficiency checks: rate_fp8_delayed 1.069 caps it
+    at 0.935), an all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the achieved share of either link <=
+    0.95. The all-to-all multiplier moves `a2a_keys` only (a user's runs say nothing of a dispatcher they do not
+    use)."""
     eff = {**base, **{k: params.get(k, base[k]) for k in SHARED}}
     a2a_cap = 0.95 / max(base["nvlink_eff"], base["nic_eff"])  # the achieved share of a link stays <= 0.95
     for key in a2a_keys:
         eff[key] = min(base[key] * params.get("a2a_scale", 1.0), a2a_cap)
+    fp8_rate = max(v for k, v in base.items() if k.startswith("rate_") and k != "rate_nvfp4")
+    caps = {"fp8_gemm_eff": min(0.95, math.floor(1e4 / fp8_rate) / 1e4)}  # rounded down: --write keeps 4 digits
     for key in COMPUTE_KEYS:
-        eff[key] = min(base[key] * params.get("compute_scale", 1.0), 0.95)
+        eff[key] = min(base[key] * params.get("compute_scale", 1.0), caps.get(key, 0.95))
     return eff
 
 

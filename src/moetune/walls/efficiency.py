@@ -23,10 +23,14 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
     user's file (a FileTable names itself in errors)."""
     table = _table()
     out = {**table["default"], **priors(gpu_key), **({} if priors_only else table.get(gpu_key, {}))}
-    if user:
+    if user or hasattr(user, "where"):  # a user's file, even an empty one, says something
         where = getattr(user, "where", "efficiency file")
         flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
         mine = {**flat, **user.get(gpu_key, {})}
+        if not mine:  # a file that changes nothing must not be reported as in use
+            sections = ", ".join(f"[{k}]" for k, v in user.items() if isinstance(v, dict)) or "none"
+            raise MoetuneError(f"{where} sets no constant for {gpu_key} (sections: {sections}): put them at the top "
+                               f"level for every GPU, or in a [{gpu_key}] section")
         out.update(mine)
         unknown = sorted(set(out) - set(table["default"]))
         if unknown:
