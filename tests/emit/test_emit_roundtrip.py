@@ -147,3 +147,19 @@ def test_a_cluster_file_gpu_reads_back_from_either_file(tmp_path, fname):
     config = {**plan_config(next(iter(PLANS))), "cluster.gpu": str(cluster)}
     (tmp_path / fname).write_text(emit_all(config)[fname])
     assert load_config([tmp_path / fname])["cluster.gpu"] == str(cluster)
+
+
+def test_megatron_lm_args_without_mtp_check_as_they_run(tmp_path, capsys):
+    """GLM-4.5-Air trained without its MTP layer: the emitted Megatron-LM arguments carry no --mtp-num-layers, which is
+    no MTP there (estimate --config reads it so); check --model had filled the model's one MTP layer back in and
+    refused the launch (its layout string places none)."""
+    from moetune.cli.main import main
+    assert main(["plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--mtp-layers", "0",
+                 "--top", "1", "--json"]) == 0
+    saved = tmp_path / "e.json"
+    saved.write_text(capsys.readouterr().out)
+    assert main(["emit", str(saved), "--out", str(tmp_path / "out")]) == 0
+    assert "--mtp-num-layers" not in (tmp_path / "out" / "megatron_lm_args.txt").read_text()
+    code = main(["check", str(tmp_path / "out" / "env.sh"), str(tmp_path / "out" / "megatron_lm_args.txt"), "--gpu",
+                 "h100", "--gpus", "64", "--model", "glm-4.5-air"])
+    assert code == 0, capsys.readouterr().out

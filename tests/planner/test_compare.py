@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from moetune.cli.main import main
 from moetune.planner.compare import WALLS, compare, measured_walls
 from moetune.planner.from_json import estimate_from_json
@@ -152,3 +154,23 @@ def test_a_log_alone_far_from_the_prediction_asks_whether_it_is_the_same_run(tmp
     assert predicted / 4.0 > 3 and "beyond any error" in data["comparison"]["verdict"]
     # the log's GPU is the plan's: its memory and platform are read against an A100
     assert data["facts"]["gpu.arch"] == "ampere"
+
+
+@pytest.mark.parametrize("change, needle", [({"gbs": 1024}, "global batch 1024 vs 512"),
+                                            ({"seq": 8192}, "seq length 8192 vs 4096")])
+def test_a_log_of_another_job_is_refused(tmp_path, capsys, change, needle):
+    """The log records the global batch it ran (every iteration line) and, in Megatron-LM's argument dump, the
+    sequence length and TP: a prediction of another job is one line, where it had read a ratio (fuzz audit)."""
+    head = ("------------------------ arguments ------------------------\n"
+            f"  seq_length ...................................... {change.get('seq', 4096)}\n"
+            "  world_size ...................................... 64\n"
+            "-------------------- end of arguments ---------------------\n")
+    log = tmp_path / "run.log"
+    log.write_text(head + "".join(
+        f" iteration {i:8d}/     100 | consumed samples: 0 | elapsed time per iteration (ms): 5000.0 | "
+        f"global batch size: {change.get('gbs', 512):5d} |\n" for i in range(1, 6)))
+    sets = ["model.expert_model_parallel_size=8", "model.tensor_model_parallel_size=2", "train.global_batch_size=512",
+            "train.micro_batch_size=1", "model.seq_length=4096"]
+    args = ["diagnose", "--log", str(log), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64"]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 2
+    assert needle in capsys.readouterr().err

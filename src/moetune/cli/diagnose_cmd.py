@@ -11,7 +11,7 @@ from moetune.configio.mlm import argument_dump_config
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner import to_config as result_config
-from moetune.planner.compare import compare
+from moetune.planner.compare import compare, same_log_job
 from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.from_json import estimate_from_json
@@ -124,6 +124,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
         config = {**argument_dump_config(log.args), **(config or {})}  # where --config does not say
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu)
+    if predicted is not None and log is not None:
+        same_log_job(predicted, log)
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

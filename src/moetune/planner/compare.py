@@ -43,6 +43,27 @@ def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
                            f"{family} GPUs; compare a plan or config of this run (--gpu)")
 
 
+def same_log_job(predicted: Estimate, log) -> None:
+    """A training log records the job it timed: its global batch (each iteration's line) and, where Megatron-LM
+    dumped its arguments, the sequence length and TP; a prediction of another job compares nothing (a GBS 1024 log
+    had read 0.96x against a GBS 8192 plan). One line naming the difference."""
+    gbs = next((it.global_batch_size for it in reversed(log.iterations) if it.global_batch_size), None)
+    said = {"global batch": (gbs, predicted.workload.gbs(predicted.layout)),
+            "seq length": (_int(log.args.get("seq_length")), predicted.workload.seq_length),
+            "TP": (_int(log.args.get("tensor_model_parallel_size")), predicted.layout.tp)}
+    differ = [f"{k} {logged} vs {ours}" for k, (logged, ours) in said.items() if logged is not None and logged != ours]
+    if differ:
+        raise MoetuneError(f"the log {log.path} timed another job than the prediction ({'; '.join(differ)}, log vs "
+                           "prediction): compare a plan or config of this run")
+
+
+def _int(text) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
     """Per wall: predicted and measured seconds; the verdict names the wall the model got most wrong."""
     same_run(predicted, measured)
