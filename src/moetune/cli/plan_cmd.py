@@ -112,7 +112,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = user_files(eff, over)
     if as_json:
-        data = plan_json(result, gbs)
+        data = plan_json(result, gbs, fixed)
         for i, (row, r) in enumerate(zip(data["results"], result.results)):  # each row as estimate --json has it
             row["checks"] = checks(r, found if i == 0 else None)
             row["track_record"] = record if i == 0 else estimate_record(r)
@@ -124,7 +124,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                    **({"ep_in_domain": near_ep} if near_ep else {}),
                    **({"track_record": record} if record else {})})
     else:
-        print_plan(result, gbs)
+        print_plan(result, gbs, fixed)
         if line := user_files_line(files):
             console().print(line)
         pick = result.results[0] if result.results else None
@@ -195,7 +195,7 @@ def ranking_weight(r) -> float:
     return float(cp_weight(r.layout.cp, r.workload.seq_length))
 
 
-def plan_json(result: PlanResult, gbs: int) -> dict:
+def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
@@ -210,11 +210,11 @@ def plan_json(result: PlanResult, gbs: int) -> dict:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
                                "host_capacity_gib": result.host_capacity_gib,
-                               "sequence_excludes": result.sequence_note}
+                               "sequence_excludes": result.sequence_note, "reason": nothing_fits(result, pins)}
     return out
 
 
-def print_plan(result: PlanResult, gbs: int) -> None:
+def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
     out = console()
     out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
               f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit"
@@ -222,7 +222,7 @@ def print_plan(result: PlanResult, gbs: int) -> None:
     if result.gbs_excluded_dp:
         out.print(f"[yellow]note[/yellow]: {gbs_note(result.gbs_excluded_dp, gbs)}")
     if not result.results:
-        out.print(f"[red]nothing fits[/red]: {nothing_fits(result)}")
+        out.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
         return
     rows = []
     for rank, r in enumerate(result.results, 1):

@@ -62,7 +62,10 @@ def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dic
 
 
 def _pins_text(pins: dict) -> str:
-    return " ".join(f"--fix {k}={v}" for k, v in pins.items())
+    """The pins as typed: a knob pinned to several values (precision=bf16,mxfp8) comma-joined."""
+    def typed(v) -> str:
+        return ",".join(map(str, v)) if isinstance(v, list | tuple) else str(v)
+    return " ".join(f"--fix {k}={typed(v)}" for k, v in pins.items())
 
 
 def _gbs_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, pins: dict) -> str | None:
@@ -120,11 +123,12 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
             or f"no layout satisfies the model's shapes on {world} GPUs; change --gpus")
 
 
-def nothing_fits(result: "PlanResult") -> str:
-    """Why no candidate fits, with the least memory any of them needs."""
+def nothing_fits(result: "PlanResult", pins: dict | None = None) -> str:
+    """Why no candidate fits, with the least memory any of them needs; the user's --fix pins named first among the
+    remedies, since they narrowed the search that found nothing."""
     # not "lower the global batch": the lightest candidate already runs one sequence a micro-batch, and the search
     # has tried every layout of these GPUs
-    fix = "add GPUs or shorten the sequence"
+    fix = (f"loosen {_pins_text(pins)}, " if pins else "") + "add GPUs or shorten the sequence"
     if result.sequence_note:  # the length itself shut out TP and CP, which would shard the activations
         fix = f"{result.sequence_note}; or add GPUs"
     if result.lightest_peak_gib is None:
