@@ -106,6 +106,13 @@ def _require(ok: bool, message: str) -> None:
         raise MoetuneError(message)
 
 
+# Megatron-Core from core_v0.16.0 runs TP a multiple of the KV heads (f7dfb99795, transformer/attention.py: each rank
+# computes one KV head's activations and picks its query heads); moetune does not model that path, so it keeps TP a
+# divisor and says why
+KV_SUBSHARDING = (" (Megatron-Core core_v0.16.0 and later also run TP a multiple of num_query_groups by sub-sharding "
+                  "the QKV activations, which moetune does not model)")
+
+
 def _divides(a: int, a_name: str, b: int, b_name: str, fix: str) -> None:
     _require(b % a == 0, f"{b_name} ({b}) must be divisible by {a_name} ({a}); {fix}")
 
@@ -156,7 +163,8 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
         raise MoetuneError(f"TP ({layout.tp}) > 1 on {spec.name}: {spec.tp1_only}; use --tp 1")
     _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix)
     if spec.attention not in ("mla",):
-        _divides(layout.tp, "TP", spec.num_query_groups, "num_query_groups", tp_fix)
+        _divides(layout.tp, "TP", spec.num_query_groups, "num_query_groups", tp_fix + (
+            KV_SUBSHARDING if layout.tp % spec.num_query_groups == 0 else ""))
     if spec.num_dense_layers:
         _divides(layout.tp, "TP", spec.ffn_hidden_size, "ffn_hidden_size", tp_fix)
     if spec.moe_shared_expert_intermediate_size:
