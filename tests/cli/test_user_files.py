@@ -53,3 +53,17 @@ def test_plan_and_explain_record_the_files_and_explain_plan_reads_them_back(tmp_
     assert f"Your files: efficiency constants from {eff}; memory overheads from {over}" in capsys.readouterr().out
     flags = _json(["explain", *ESTIMATE, "--efficiency", eff], capsys)
     assert flags["efficiency_file"] == eff and "overheads_file" not in flags
+
+
+def test_a_result_saved_with_another_gpus_constants_reloads_without_them(tmp_path, capsys):
+    """A result saved before --efficiency refused a file with only another GPU's section carries that table: it
+    changed no figure of the result, which reloads without it (explain --plan had stopped at the refusal)."""
+    import json
+
+    from moetune.cli.main import main
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    data["efficiency_overrides"] = {"gb200": {"nvlink_eff": 0.7}}
+    saved = tmp_path / "old.json"
+    saved.write_text(json.dumps(data))
+    assert main(["explain", "--plan", str(saved), "--json"]) == 0

@@ -52,3 +52,16 @@ def test_a_saved_estimate_keeps_the_topology_its_config_gave(tmp_path, capsys):
     assert json.loads(saved.read_text())["gpu_spec"]["nvlink_domain"] == 72
     assert main(["explain", "--plan", str(saved), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["default_mappings"]["platform"] == "blackwell-nvl72"
+
+
+def test_a_cluster_file_named_by_another_path_is_the_same_gpu(tmp_path, monkeypatch):
+    """emit writes a cluster file's absolute path; --gpu naming the same file relatively is the same GPU, whose
+    topology the file's keys keep (they had been dropped as another GPU's)."""
+    (tmp_path / "cl").mkdir()
+    cluster = tmp_path / "cl" / "b.toml"
+    cluster.write_text('gpu = "b200"\n')
+    emitted = tmp_path / "overrides.txt"
+    emitted.write_text(f"cluster.gpu={cluster}\ncluster.nvlink_domain=72\ncluster.gpus_per_node=4\n"
+                       "model.num_moe_experts=64\n")
+    monkeypatch.chdir(tmp_path)
+    assert config_gpu(load_config([emitted], gpu="cl/b.toml", gpus=64)).nvlink_domain == 72

@@ -174,3 +174,21 @@ def test_a_log_of_another_job_is_refused(tmp_path, capsys, change, needle):
     args = ["diagnose", "--log", str(log), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64"]
     assert main(args + [a for s in sets for a in ("--set", s)]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_a_log_in_batch_ramp_up_and_a_log_that_states_its_sequence_are_the_same_job(tmp_path, capsys):
+    """A log whose batch grows (rampup_batch_size) records no one GBS to hold against the prediction, and a --model
+    prediction takes the sequence length the log's argument dump states where --set does not say it."""
+    head = ("------------------------ arguments ------------------------\n"
+            "  seq_length ...................................... 8192\n"
+            "  world_size ...................................... 64\n"
+            "-------------------- end of arguments ---------------------\n")
+    log = tmp_path / "run.log"
+    log.write_text(head + "".join(
+        f" iteration {i:8d}/     100 | consumed samples: 0 | elapsed time per iteration (ms): 5000.0 | "
+        f"global batch size: {gbs:5d} |\n" for i, gbs in enumerate((128, 256, 384), 1)))
+    sets = ["model.expert_model_parallel_size=8", "model.tensor_model_parallel_size=2", "train.global_batch_size=512",
+            "train.micro_batch_size=1"]
+    args = ["diagnose", "--log", str(log), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--json"]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+    assert json.loads(capsys.readouterr().out)["comparison"]["available"]

@@ -4,7 +4,7 @@ import pytest
 
 from moetune.cli.main import main
 from moetune.layout.validate import Workload, sequence_refusal
-from moetune.planner.why_none import no_layout_reason, sequence_note
+from moetune.planner.why_none import _pins_text, no_layout_reason, sequence_note
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -75,3 +75,12 @@ def test_nothing_fits_on_an_odd_sequence_says_the_sequence_shut_out_tp_and_cp(ca
     out = capsys.readouterr().out
     assert code == 1 and "nothing fits: the lightest candidate" in out
     assert "seq 65,537 is odd, which rules out every CP > 1" in out and "--seq 65536 allows" in out
+
+
+def test_pins_read_as_typed():
+    """parse_fix's values as a user types them: a graph scope's tuple, a set of recompute modules, a switch (they had
+    printed as Python objects: frozenset({'layernorm', 'moe_act'}), ('attn',), True)."""
+    pins = {"pp": 1, "recompute_modules": frozenset({"moe_act", "layernorm"}), "cuda_graph_scope": [("attn",)],
+            "ep_overlap": True, "precision": ["bf16"]}
+    assert _pins_text(pins) == ("--fix pp=1 --fix recompute_modules=layernorm,moe_act --fix cuda_graph_scope=attn "
+                                "--fix ep_overlap=true --fix precision=bf16")

@@ -17,7 +17,6 @@ from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.from_json import estimate_from_json
 from moetune.profile.diagnose import DiagnoseResult, diagnose
 from moetune.profile.megatron_log import read_log
-from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
 
@@ -113,19 +112,19 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     if configs or sets or mlm_args is not None or gpu or gpus:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
                              from_result=result_config)
-    # --gpu: the run's GPU (checked against the traces), the capacity memory reports are read against and the
-    # platform of the advice (a log alone has neither)
-    predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
-    # the run's GPU: --gpu, else for a log alone the prediction's (traces record their own, checked against it)
-    run_gpu = (config_gpu(config) if config else load_gpu(gpu)) if gpu else \
-        (predicted.gpu if predicted is not None and not traces else None)  # with the config's own topology
     log = read_log(log_path) if log_path else None
-    if log is not None and log.argument_dump:  # a Megatron-LM log's arguments are what ran: they tailor the advice
-        config = {**argument_dump_config(log.args), **(config or {})}  # where --config does not say
+    # a Megatron-LM log's arguments are what ran: they fill in what --config does not say, for the prediction (a
+    # --model one) and the advice alike
+    dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
+    config = {**dump, **config} if config is not None else (dump or None)
+    predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
+    if predicted is not None and log is not None:  # before the traces are read: a log of another job compares nothing
+        same_log_job(predicted, log)
+    # the run's GPU: --gpu (with the config's own topology), checked against the traces, the capacity memory reports
+    # are read against and the platform of the advice; else for a log alone the prediction's
+    run_gpu = config_gpu(config) if gpu else (predicted.gpu if predicted is not None and not traces else None)
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu)
-    if predicted is not None and log is not None:
-        same_log_job(predicted, log)
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

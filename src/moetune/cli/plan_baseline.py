@@ -3,21 +3,31 @@ its walls to compare with the pick's."""
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
+from moetune.planner.user_runs import catalog_unchanged
 
 
 def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:
     """A baseline compares wall by wall only with the same job: model, MTP depth, GPU, GPU count, sequence, global
     batch and routing (another GPU or batch changes every wall's seconds for reasons no layout explains, MTP layers
     are training the user chose, and force-balanced routing is a benchmark setting, not a layout's gain)."""
-    ours = {"model": spec.name, "MTP layers": spec.mtp_num_layers, "GPU": gpu_spec.key, "GPU count": gpus,
+    ours = {"model": spec.name, "MTP layers": spec.mtp_num_layers, "GPU": _machine(gpu_spec), "GPU count": gpus,
             "seq": wl.seq_length, "GBS": wl.global_batch_size, "routing": routing}
-    theirs = {"model": base.model.name, "MTP layers": base.model.mtp_num_layers, "GPU": base.gpu.key,
+    theirs = {"model": base.model.name, "MTP layers": base.model.mtp_num_layers, "GPU": _machine(base.gpu),
               "GPU count": base.layout.world_size, "seq": base.workload.seq_length,
               "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
     differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
     if differ:
         raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
                            "model, --mtp-layers, GPU, GPU count, --seq, --gbs and --routing")
+
+
+def _machine(gpu) -> str:
+    """A GPU as a baseline must match it: its key, and the figures a cluster file or a config's topology changed (a
+    B200 baseline in a 72-GPU domain is not a plan on HGX B200s)."""
+    if catalog_unchanged(gpu):
+        return gpu.key
+    return (f"{gpu.key} ({gpu.memory_gib:g} GiB, {gpu.gpus_per_node} a node, {gpu.nvlink_domain}-GPU NVLink domain, "
+            f"{gpu.nic_gbps:g} Gb/s NIC)")
 
 
 def same_optimizer(path: str, base, fixed: dict) -> dict:

@@ -30,6 +30,7 @@ from moetune.configio.readers import (
     yaml_assignments,
 )
 from moetune.errors import MoetuneError
+from moetune.specs.hardware import load_gpu
 
 
 def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None) -> list[Assignment]:
@@ -66,7 +67,7 @@ def _for_gpu(source: dict[str, Any], gpu: str | None) -> dict[str, Any]:
     where --gpu names another, they go with the GPU they describe, or a GB200 plan re-pointed at B200s would be
     priced as B200s in a 72-GPU rack (configio/cluster.py applies the keys a config keeps)."""
     named = source.get("cluster.gpu")
-    if gpu is None or named is None or str(named).lower() == gpu.lower():
+    if gpu is None or named is None or load_gpu(str(named)).ref == load_gpu(gpu).ref:  # one GPU, however named
         return source
     for key in ("cluster.gpus_per_node", "cluster.nvlink_domain"):
         source.pop(key, None)

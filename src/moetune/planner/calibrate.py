@@ -93,7 +93,7 @@ def with_params(base: dict, params: dict, a2a_keys: tuple[str, ...] = A2A_KEYS) 
     a2a_cap = 0.95 / max(base["nvlink_eff"], base["nic_eff"])  # the achieved share of a link stays <= 0.95
     for key in a2a_keys:
         eff[key] = min(base[key] * params.get("a2a_scale", 1.0), a2a_cap)
-    fp8_rate = max(v for k, v in base.items() if k.startswith("rate_") and k != "rate_nvfp4")
+    fp8_rate = max((v for k, v in base.items() if k.startswith("rate_") and k != "rate_nvfp4"), default=1.0)
     caps = {"fp8_gemm_eff": min(0.95, math.floor(1e4 / fp8_rate) / 1e4)}  # rounded down: --write keeps 4 digits
     for key in COMPUTE_KEYS:
         eff[key] = min(base[key] * params.get("compute_scale", 1.0), caps.get(key, 0.95))
@@ -102,7 +102,8 @@ def with_params(base: dict, params: dict, a2a_keys: tuple[str, ...] = A2A_KEYS) 
 
 def capped(base: dict, constants: dict, scales: dict[str, float]) -> dict[str, float]:
     """The constants a cap held below their multiplier (`scales`: key -> multiplier) x their base value
-    (with_params: 0.95 of a peak, or of a link's share), each with the multiplier it got in effect."""
+    (with_params: 0.95 of a peak, FP8's under its fastest recipe's rate too, or of a link's share), each with the
+    multiplier it got in effect."""
     return {k: constants[k] / base[k] for k, f in scales.items() if constants[k] < base[k] * f * (1 - 1e-9)}
 
 

@@ -12,6 +12,7 @@ import math
 from moetune.errors import MoetuneError
 from moetune.planner.estimate import Estimate
 from moetune.profile.diagnose import DiagnoseResult
+from moetune.profile.megatron_log import int_or_none
 from moetune.walls.model_flops import megatron_model_flops
 
 WALLS = ("compute", "communication", "bubble", "host")
@@ -47,21 +48,16 @@ def same_log_job(predicted: Estimate, log) -> None:
     """A training log records the job it timed: its global batch (each iteration's line) and, where Megatron-LM
     dumped its arguments, the sequence length and TP; a prediction of another job compares nothing (a GBS 1024 log
     had read 0.96x against a GBS 8192 plan). One line naming the difference."""
-    gbs = next((it.global_batch_size for it in reversed(log.iterations) if it.global_batch_size), None)
+    sizes = {it.global_batch_size for it in log.iterations if it.global_batch_size}
+    ramp = len(sizes) > 1 or log.args.get("rampup_batch_size") not in (None, "None")  # the batch grows: no one GBS
+    gbs = None if ramp else next(iter(sizes), None)
     said = {"global batch": (gbs, predicted.workload.gbs(predicted.layout)),
-            "seq length": (_int(log.args.get("seq_length")), predicted.workload.seq_length),
-            "TP": (_int(log.args.get("tensor_model_parallel_size")), predicted.layout.tp)}
+            "seq length": (int_or_none(log.args.get("seq_length")), predicted.workload.seq_length),
+            "TP": (int_or_none(log.args.get("tensor_model_parallel_size")), predicted.layout.tp)}
     differ = [f"{k} {logged} vs {ours}" for k, (logged, ours) in said.items() if logged is not None and logged != ours]
     if differ:
         raise MoetuneError(f"the log {log.path} timed another job than the prediction ({'; '.join(differ)}, log vs "
                            "prediction): compare a plan or config of this run")
-
-
-def _int(text) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
 
 
 def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:

@@ -10,7 +10,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.efficiency import check_file
+from moetune.walls.efficiency import check_file, sets_for
 
 
 def pick_result(data: dict, rank: int = 1) -> dict:
@@ -66,6 +66,8 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
                                "`moetune plan/estimate --json` output")
     if saved["efficiency_overrides"]:
         check_file(saved["efficiency_overrides"], f"{where} efficiency_overrides")
+        if not sets_for(saved["efficiency_overrides"], gpu.key):  # saved before such a file was refused: it changed
+            saved["efficiency_overrides"] = None  # no figure of this result, so the result stands without it
     # the tables as their files: a later check names the file, and the result records it again
     paths = {k: p if isinstance(p := r.get(USER_FILE_KEYS[k]), str) else None for k in saved}
     saved = {k: FileTable(v, f"{where} {k}", paths[k]) if v else None for k, v in saved.items()}

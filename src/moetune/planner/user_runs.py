@@ -271,7 +271,7 @@ def fit_user_runs(runs: list[Run]) -> dict[str, dict]:
 
 
 def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> list[str]:
-    """The multipliers the fit left at a bound, or whose constants hit their cap (0.95 of a peak or of a link), with
+    """The multipliers the fit left at a bound, or whose constants hit their cap (calibrate.with_params), with
     the multiplier each got in effect: there the runs ask for more than the model allows, and the refit does not meet
     them. `a2a`: the all-to-all efficiencies fitted (none: the multiplier stayed at 1)."""
     out = [f"{k} at its bound {params[k]:g}" for k in ("compute_scale", "a2a_scale") if params[k] in SCALE_BOUNDS]

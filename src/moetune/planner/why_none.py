@@ -62,10 +62,17 @@ def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dic
 
 
 def _pins_text(pins: dict) -> str:
-    """The pins as typed: a knob pinned to several values (precision=bf16,mxfp8) comma-joined."""
-    def typed(v) -> str:
-        return ",".join(map(str, v)) if isinstance(v, list | tuple) else str(v)
-    return " ".join(f"--fix {k}={typed(v)}" for k, v in pins.items())
+    """The pins as a user types them: parse_fix's lists, tuples (a graph scope) and sets (recompute modules) comma-
+    joined, a switch lower case (--fix cuda_graph_scope=attn,moe_router --fix ep_overlap=true)."""
+    return " ".join(f"--fix {k}={_typed(v)}" for k, v in pins.items())
+
+
+def _typed(value) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(_typed(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return ",".join(sorted(map(str, value)))
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _gbs_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, pins: dict) -> str | None:
@@ -130,7 +137,7 @@ def nothing_fits(result: "PlanResult", pins: dict | None = None) -> str:
     # has tried every layout of these GPUs
     fix = (f"loosen {_pins_text(pins)}, " if pins else "") + "add GPUs or shorten the sequence"
     if result.sequence_note:  # the length itself shut out TP and CP, which would shard the activations
-        fix = f"{result.sequence_note}; or add GPUs"
+        fix = f"{result.sequence_note}; or " + (f"loosen {_pins_text(pins)}, " if pins else "") + "add GPUs"
     if result.lightest_peak_gib is None:
         return fix
     kept = f", {result.headroom_gib:g} of them kept free" if result.headroom_gib else ""

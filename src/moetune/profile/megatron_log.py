@@ -87,7 +87,8 @@ class TrainingLog:
     @property
     def tokens_per_second_per_gpu(self) -> float | None:
         """global batch x seq_length / iteration time / world size (needs the argument dump)."""
-        seq, world, t = _int(self.args.get("seq_length")), _int(self.args.get("world_size")), self.iteration_seconds
+        seq, world = int_or_none(self.args.get("seq_length")), int_or_none(self.args.get("world_size"))
+        t = self.iteration_seconds
         gbs = next((it.global_batch_size for it in reversed(self.iterations) if it.global_batch_size), None)
         if not (seq and world and t and gbs):
             return None
@@ -103,7 +104,8 @@ class TrainingLog:
         return max((m.alloc_retries or 0 for m in self.memory), default=0)
 
 
-def _int(text: str | None) -> int | None:
+def int_or_none(text: str | None) -> int | None:
+    """A whole number from a log's text (an argument dump's value), None where it is not one."""
     try:
         return int(text) if text is not None else None
     except ValueError:

@@ -27,7 +27,7 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
         where = getattr(user, "where", "efficiency file")
         flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
         mine = {**flat, **user.get(gpu_key, {})}
-        if not mine:  # a file that changes nothing must not be reported as in use
+        if not sets_for(user, gpu_key):  # a file that changes nothing must not be reported as in use
             sections = ", ".join(f"[{k}]" for k, v in user.items() if isinstance(v, dict)) or "none"
             raise MoetuneError(f"{where} sets no constant for {gpu_key} (sections: {sections}): put them at the top "
                                f"level for every GPU, or in a [{gpu_key}] section")
@@ -45,6 +45,11 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
         _check_links(out, where, origin)
         _check_peaks(out, where, origin)
     return out
+
+
+def sets_for(user: dict, gpu_key: str) -> bool:
+    """Whether a user's table sets any constant for this GPU: at the top level, or in its [gpu_key] section."""
+    return any(not isinstance(v, dict) for v in user.values()) or bool(user.get(gpu_key))
 
 
 def priors(gpu_key: str) -> dict[str, float]:
