@@ -99,6 +99,8 @@ CASES: dict[str, Case] = {
                                 "model.softmax_type=learnable", "model.cp_comm_type=a2a", "model.seq_length=131072",
                                 "model.context_parallel_size=2")),
     "longctx.cp_seq_divisible": Case(S(MOE, "model.seq_length=4100", "model.context_parallel_size=4")),
+    "sp.seq_divisible_by_tp": Case(S(MOE, "model.seq_length=4097", "model.tensor_model_parallel_size=2",
+                                     "model.sequence_parallel=true")),
     "longctx.dp_squeezed": Case(S(MOE, "model.seq_length=32768", "model.pipeline_model_parallel_size=8"), "h100", 8),
     "longctx.sdpa_recompute": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16",
                                     "model.recompute_granularity=selective", "model.recompute_modules=[core_attn]")),

@@ -38,7 +38,7 @@ class RuleErrors(click.ClickException):
 
 # Config-only rules that say what the model's layout check says (by the product its message names): one finding each
 SAID_BY_LAYOUT = {"scale.world_size_attention": "by TP*CP*PP", "scale.world_size_experts": "by ETP*EP*PP",
-                  "pipeline.layers_divisible": "by PP*VPP"}
+                  "pipeline.layers_divisible": "by PP*VPP", "sp.seq_divisible_by_tp": "by TP (sequence parallel)"}
 
 
 def _said_by(layout_error: Finding, finding: Finding) -> bool:
