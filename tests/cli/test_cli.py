@@ -530,6 +530,14 @@ def test_a_saved_result_is_explained_as_saved(tmp_path, capsys):
     code, _, err = run(["plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--mtp-layers", "0",
                         "--baseline", str(saved)], capsys)
     assert code == 2 and "MTP layers 1 vs 0" in err
+    # a baseline on B200s a config puts in a 72-GPU domain is not a plan on HGX B200s (it had passed as one)
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "64", "--set",
+                        "train.global_batch_size=512", "--set", "model.expert_model_parallel_size=16", "--set",
+                        "cluster.nvlink_domain=72", "--json"], capsys)
+    saved.write_text(out)
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "64", "--gbs", "512", "--baseline",
+                        str(saved)], capsys)
+    assert code == 2 and "72-GPU NVLink domain" in err and "vs b200" in err
 
 
 def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypatch):
