@@ -153,7 +153,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         fill = {k: v for k, v in architecture_fields(spec).items() if v is not None}
         if config.get("cluster.launcher") == "megatron-lm":  # no --mtp-num-layers is no MTP there, as estimate reads it
             fill.pop("model.mtp_num_layers", None)
-        if config.get("cluster.launcher") != "megatron-lm":
+        else:
             precision_given = any(k.startswith("mixed_precision.") for k in config)  # the recipe's, or all of it
             fill.update({k: v for k, v in provider_fields(spec).items()
                          if not (precision_given and k.startswith("mixed_precision."))})

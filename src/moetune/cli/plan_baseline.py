@@ -3,7 +3,7 @@ its walls to compare with the pick's."""
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import Workload
-from moetune.planner.user_runs import catalog_unchanged
+from moetune.specs.hardware import catalog_unchanged
 
 
 def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:

@@ -6,7 +6,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
 from moetune.layout.validate import Workload, validate, validate_knobs
-from moetune.specs.hardware import GpuSpec, catalog
+from moetune.specs.hardware import GpuSpec, catalog_unchanged
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.efficiency import efficiency
@@ -121,7 +121,7 @@ class Estimate:
         }
         # a cluster file's figures, so an edited or moved file cannot change them, or a catalog GPU a config's own
         # topology changed (configio/cluster.py): its name alone would reload the catalog's
-        if self.gpu.ref != self.gpu.key or self.gpu != catalog().get(self.gpu.key):
+        if self.gpu.ref != self.gpu.key or not catalog_unchanged(self.gpu):
             out["gpu_spec"] = {f.name: getattr(self.gpu, f.name) for f in fields(self.gpu)}
         if self.time is not None:
             out["time"] = self.time

@@ -14,7 +14,6 @@ plan and explain.
 import csv
 import math
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
 from moetune.rules import evaluate
-from moetune.specs.hardware import GpuSpec, catalog
+from moetune.specs.hardware import GpuSpec, catalog, catalog_unchanged
 from moetune.walls.efficiency import efficiency
 
 MIN_RUNS_FOR_A2A = 3
@@ -216,12 +215,6 @@ def shipped_of(gpu_key: str) -> str:
     """Whose shipped constants a GPU runs on: its catalog GPU's, or (another architecture: hardware._family) the
     priors every GPU starts from."""
     return f"{gpu_key}'s shipped constants" if gpu_key in catalog() else "the shipped default priors"
-
-
-def catalog_unchanged(gpu: GpuSpec) -> bool:
-    """The catalog GPU of its key with none of its figures changed (a cluster file may give gpu = "h100" alone)."""
-    shipped = catalog().get(gpu.key)
-    return shipped is not None and replace(gpu, source=shipped.source) == shipped
 
 
 def by_gpu(runs: list[Run]) -> dict[str, list[Run]]:

@@ -151,10 +151,10 @@ def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
         value(config, "model.recompute_num_layers") is not None
     # 'moe' recomputes the whole MoE forward under one checkpoint, so nothing inside it is saved to offload
     # (Megatron-Core asserts, transformer_config.py "Cannot offload ... while recomputing the entire MoE layer")
-    d["recomputes_moe"] = granularity == "selective" and "moe" in (modules or [])
+    d["recomputes_moe"] = granularity == "selective" and isinstance(modules, list) and "moe" in modules
     offloaded = value(config, "model.offload_modules") if value(config, "model.fine_grained_activation_offloading") \
         else None
-    listed = d["recomputes_moe"] and isinstance(modules, list)
+    listed = d["recomputes_moe"]
     d["offload_inside_recomputed_moe"] = unsaved_offloads("selective", modules, offloaded) \
         if listed and isinstance(offloaded, list) else []
     d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \

@@ -181,3 +181,10 @@ def load_cluster_file(path: Path) -> GpuSpec:
         return replace(gpu, source=str(path.resolve()), **data)  # absolute: a saved plan finds it from anywhere
     except (TypeError, MoetuneError) as err:
         raise MoetuneError(f"{path}: {err}") from None
+
+
+def catalog_unchanged(gpu: GpuSpec) -> bool:
+    """The catalog GPU of its key with none of its figures changed (a cluster file may give gpu = "h100" alone, a
+    config its own NVLink domain)."""
+    shipped = catalog().get(gpu.key)
+    return shipped is not None and replace(gpu, source=shipped.source) == shipped

@@ -20,16 +20,12 @@ def _table() -> dict:
 GRACE_BLACKWELL = ("gb200", "gb300")
 
 
-def platform_key(arch: str, gpu_key: str, nvlink_domain: int) -> str:
+def platform_of(gpu: GpuSpec) -> str:
     """The platform family: Blackwell on a rack-scale NVLink domain (or a Grace-Blackwell) is the seeds' NVL72 row,
     an architecture without a row starts where A100 does (safe bring-up)."""
-    if arch == "blackwell" and (nvlink_domain >= NVL72_DOMAIN or gpu_key in GRACE_BLACKWELL):
+    if gpu.arch == "blackwell" and (gpu.nvlink_domain >= NVL72_DOMAIN or gpu.key in GRACE_BLACKWELL):
         return "blackwell-nvl72"
-    return arch if arch in _table() else "ampere"
-
-
-def platform_of(gpu: GpuSpec) -> str:
-    return platform_key(gpu.arch, gpu.key, gpu.nvlink_domain)
+    return gpu.arch if gpu.arch in _table() else "ampere"
 
 
 def platform_defaults(gpu: GpuSpec) -> dict:

@@ -7,7 +7,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.comms import ring_seconds
 from moetune.walls.compute import gemm_rate
-from moetune.walls.memory import optimizer_divisors, optimizer_state_bytes
+from moetune.walls.memory import FP32_GRAD_BYTES, WEIGHT_BYTES, optimizer_divisors, optimizer_state_bytes
 from moetune.walls.muon import ns_seconds
 
 
@@ -45,11 +45,9 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     # optimizer/distributed_optimizer.py steps FP32 main params on FP32 main grads, then copies them to the BF16 model
     # params)
     held_linear, held_adam = optimizer_state_bytes(knobs)
-    def update_bytes(held):
-        return 2 * held + 4 + 2
-    adam = update_bytes(held_adam)
-    moved = (linear + experts) * update_bytes(held_linear) + vocab_shard * adam if muon else \
-        (linear + experts + vocab_shard) * adam
+    adam = 2 * held_adam + FP32_GRAD_BYTES + WEIGHT_BYTES
+    moved = (linear + experts) * (2 * held_linear + FP32_GRAD_BYTES + WEIGHT_BYTES) + vocab_shard * adam if muon \
+        else (linear + experts + vocab_shard) * adam
     f = knobs.optimizer_offload_fraction
     optimizer = moved * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
     if muon:

@@ -94,6 +94,8 @@ class StageMemory:
 # parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
 MUON_MOMENT_BYTES = 4
 MASTER_BYTES = 4  # the FP32 master copy of a BF16 parameter, under either optimizer
+FP32_GRAD_BYTES = 4  # the FP32 main gradient the optimizer steps on
+WEIGHT_BYTES = 2  # the BF16 model weight
 
 
 def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
@@ -137,7 +139,8 @@ def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
     """Host bytes of the optimizer's CPU offload: for each offloaded parameter of this rank's optimizer shard, its FP32
     copy, the Adam moments and an FP32 gradient copy (Megatron-Core optimizer/cpu_offloading/hybrid_optimizer.py
     keeps all three on the host, the gradient in cpu_copy_map_grad)."""
-    per_param = optimizer_state_bytes(knobs)[1] + 4  # Adam's state (Knobs refuses Muon's offload), the FP32 grad
+    # Adam's state (Knobs refuses Muon's offload) and the FP32 gradient copy
+    per_param = optimizer_state_bytes(knobs)[1] + FP32_GRAD_BYTES
     return whole(per_param * optimizer_shard(p, layout, knobs) * knobs.optimizer_offload_fraction)
 
 
