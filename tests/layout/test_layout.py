@@ -43,9 +43,11 @@ def test_mesh_rules(kwargs, needle):
 
 @pytest.mark.parametrize(("model", "kwargs", "workload", "needle"), [
     ("qwen3-30b-a3b", dict(world_size=24, tp=3), {}, "num_attention_heads"),   # 32 heads
-    ("mixtral-8x7b", dict(world_size=16, tp=16), {}, "num_query_groups"),       # 8 kv heads
-    # TP 16 a multiple of 8 KV heads: Megatron-Core >= 0.16 runs it (QKV sub-sharding), which moetune does not model
-    ("mixtral-8x7b", dict(world_size=16, tp=16), {}, "core_v0.16.0 and later also run TP a multiple"),
+    # 48 heads, 8 KV groups: TP 6 neither divides them nor is a multiple (transformer_config.py asserts one)
+    ("minimax-m2", dict(world_size=12, tp=6, ep=4), {}, "num_query_groups \\(8\\) must be a multiple or a divisor"),
+    # TP 16 past the 8 KV groups runs elsewhere (Megatron-Core >= 0.16), but MiniMax-M2's one key norm over all heads
+    # has no shard a rank holding a copy of one group could take
+    ("minimax-m2", dict(world_size=16, tp=16, ep=4), {}, "key norm spans all heads"),
     ("mixtral-8x7b", dict(world_size=16, ep=16), {}, "num_moe_experts"),        # 8 experts
     ("qwen3-30b-a3b", dict(world_size=50, pp=5, vpp=2), {}, "PP\\*VPP"),         # 48 layers vs 10 chunks
     ("deepseek-v3", dict(world_size=64, pp=8, ep=8), {}, "num_layers \\(61\\)"),  # 61 layers vs 8

@@ -18,7 +18,7 @@ WL = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1024)
 @pytest.mark.parametrize(("fixed", "expected"), [
     ({"pp": 5}, ["--fix pp=5", "TP*CP*PP (1*1*5=5)"]),
     ({"ep": 7}, ["--fix ep=7", "ETP*EP*PP (1*7*1=7)"]),
-    ({"tp": 16}, ["--fix tp=16", "num_query_groups (4)"]),
+    ({"tp": 6}, ["--fix tp=6", "num_attention_heads (64)"]),
     ({"cp": 3}, ["--fix cp=3", "2 x CP"]),
     ({"pp": 4}, ["--fix pp=4", "global batch size (1024)", "DP 3, 6, 12, 24"]),
     ({"pp": 6, "ep": 32}, ["--fix pp=6 --fix ep=32", "not together", "ETP*EP*PP (1*32*6=192)"]),

@@ -67,6 +67,10 @@ CASES: dict[str, Case] = {
                                             "less_model_parallel_layout": {"model.pipeline_model_parallel_size": 1}}),
     "scale.tp_outside_nvlink": Case(S(MOE, "model.tensor_model_parallel_size=16", "model.sequence_parallel=true"),
                                     "h100", 32),
+    # 8 KV groups (Megatron's default: one per head when unset would be 32) at TP 16
+    "scale.tp_past_kv_groups": Case(S(MOE, "model.num_attention_heads=32", "model.num_query_groups=8",
+                                      "model.tensor_model_parallel_size=16", "model.sequence_parallel=true"),
+                                    "h100", 32),
     "scale.ep_outside_nvlink": Case(S(MOE, "model.expert_model_parallel_size=16"), "h100", 16),
     # GB200 past the rack: HybridEP refused beyond 72 ranks, DeepEP on no Grace-Blackwell, so only a smaller EP
     "scale.ep_outside_rack": Case(S(MOE, "model.num_moe_experts=256", "model.expert_model_parallel_size=128"),

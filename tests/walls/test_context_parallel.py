@@ -23,9 +23,11 @@ QWEN235, DSV3, GPT_OSS = (load_model(m) for m in ("qwen3-235b-a22b", "deepseek-v
 
 def test_widths_are_the_heads_the_attention_kernel_sees():
     # Qwen3-235B-A22B: 64 query heads, 4 KV groups, head dim 128
-    assert widths(QWEN235, QWEN235.layers[0]) == (64 * 128, 2 * 4 * 128, 64 * 128)
+    assert widths(QWEN235, QWEN235.layers[0], 2) == (64 * 128, 2 * 4 * 128, 64 * 128)
+    # TP 16 past the 4 groups: each rank holds one group's K and V (a TP-th of 16 such pairs)
+    assert widths(QWEN235, QWEN235.layers[0], 16) == (64 * 128, 2 * 1 * 128 * 16, 64 * 128)
     # DeepSeek-V3 MLA: 128 heads, K = 128 nope + 64 rope, V = 128 (the up-projected heads, not the latent)
-    assert widths(DSV3, DSV3.layers[0]) == (128 * 192, 128 * (192 + 128), 128 * 128)
+    assert widths(DSV3, DSV3.layers[0], 8) == (128 * 192, 128 * (192 + 128), 128 * 128)
 
 
 def test_each_exchange_moves_its_bytes_by_hand():

@@ -25,6 +25,9 @@ CASES = [
     ("moonlight-16b-a3b", dict(world_size=16, tp=2, pp=1, ep=8), "te"),
     ("qwen2-57b-a14b", dict(world_size=16, tp=4, pp=2, ep=4, etp=2), "te"),
     ("gpt-oss-20b", dict(world_size=16, tp=2, pp=2, vpp=2, ep=4), "te"),
+    # TP past the KV groups (Megatron-Core >= core_v0.16.0): the QKV weight still splits its rows over TP
+    ("qwen3-30b-a3b", dict(world_size=16, tp=8, pp=2, ep=8), "te"),
+    ("gpt-oss-20b", dict(world_size=32, tp=16, pp=2, ep=16), "local"),
     ("glm-4.5-air", dict(world_size=32, tp=2, pp=2, ep=16, first_stage_layers=22), "te"),
     # LayerNorm with biases, q/k/v/o biases under add_bias_linear (router and expert biases with it), an LM-head
     # bias Megatron does not build

@@ -106,11 +106,17 @@ def _require(ok: bool, message: str) -> None:
         raise MoetuneError(message)
 
 
-# Megatron-Core from core_v0.16.0 runs TP a multiple of the KV heads (f7dfb99795, transformer/attention.py: each rank
-# computes one KV head's activations and picks its query heads); moetune does not model that path, so it keeps TP a
-# divisor and says why
-KV_SUBSHARDING = (" (Megatron-Core core_v0.16.0 and later also run TP a multiple of num_query_groups by sub-sharding "
-                  "the QKV activations, which moetune does not model)")
+def _query_groups(spec: ModelSpec, tp: int) -> None:
+    """TP must divide the KV groups or be a multiple of them (transformer_config.py asserts one or the other): past
+    them, Megatron-Core core_v0.16.0 and later (f7dfb99795) give each rank one group's K and V (walls/flops.py
+    kv_groups_per_rank)."""
+    g, fix = spec.num_query_groups, "choose a --tp that divides it or is a multiple of it"
+    _require(g % tp == 0 or tp % g == 0, f"num_query_groups ({g}) must be a multiple or a divisor of TP ({tp}); {fix}")
+    # One norm over all heads' keys (MiniMax-M2) is split over TP by groups; a rank holding a copy of one group has no
+    # shard of it that Megatron-Core defines, so moetune keeps such a model's TP within its groups
+    _require(tp <= g or spec.qk_layernorm != "full",
+             f"TP ({tp}) > num_query_groups ({g}) on {spec.name}, whose key norm spans all heads: moetune does not "
+             "model how Megatron-Core shards it there; choose a --tp that divides num_query_groups")
 
 
 def _divides(a: int, a_name: str, b: int, b_name: str, fix: str) -> None:
@@ -163,8 +169,7 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
         raise MoetuneError(f"TP ({layout.tp}) > 1 on {spec.name}: {spec.tp1_only}; use --tp 1")
     _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix)
     if spec.attention not in ("mla",):
-        _divides(layout.tp, "TP", spec.num_query_groups, "num_query_groups", tp_fix + (
-            KV_SUBSHARDING if layout.tp % spec.num_query_groups == 0 else ""))
+        _query_groups(spec, layout.tp)
     if spec.num_dense_layers:
         _divides(layout.tp, "TP", spec.ffn_hidden_size, "ffn_hidden_size", tp_fix)
     if spec.moe_shared_expert_intermediate_size:

@@ -15,6 +15,7 @@ from functools import reduce
 import numpy as np
 
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.flops import kv_groups_per_rank, qkv_gathered
 
 BF16 = 2
 FP32 = 4
@@ -72,9 +73,16 @@ def _attention_core(spec: ModelSpec, ctx: ActivationContext, q_dim: int, k_dim: 
 
 
 def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
+    """Past the KV groups (TP a multiple of them, flops.kv_groups_per_rank) a rank keeps one group's K, but its V is
+    a view into the QKV output gathered over TP (attention.py get_query_key_value_tensors slices and splits it, no
+    copy), and saving V for the backward keeps that whole buffer: counted in V's place, as `attn_qkv_gathered`."""
     d, g = spec.kv_channels, spec.num_query_groups
     q = spec.num_attention_heads * d * (2 if spec.attention_output_gate else 1)
-    items = _attention_core(spec, ctx, q, g * d, g * d)
+    gathered = qkv_gathered(spec, ctx.tp)
+    k = kv_groups_per_rank(g, ctx.tp) * d * ctx.tp  # one rank's K, x TP (_attention_core divides by TP)
+    items = _attention_core(spec, ctx, q, k, g * d * (1 - gathered))
+    if np.any(gathered):
+        items["attn_qkv_gathered"] = BF16 * ctx.tokens * (q + 2 * g * d) * gathered
     items["attn_proj_input"] = BF16 * ctx.tokens * spec.num_attention_heads * d // ctx.tp
     return items
 

@@ -25,7 +25,7 @@ from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
 from moetune.walls.cp_legal import a2a_allows, exchange_refusal, hcp_inner_size, legal_exchanges
-from moetune.walls.flops import layer_flops
+from moetune.walls.flops import kv_groups_per_rank, layer_flops
 from moetune.walls.memo import array_key, remembered
 from moetune.walls.memory import activation_context
 
@@ -36,15 +36,16 @@ AUTO_OPTIONS: tuple[str, ...] = ("p2p", "a2a", "a2a+p2p")
 ATTENTION = ("gqa", "mla")
 
 
-def widths(spec: ModelSpec, kind: LayerKind) -> tuple[int, int, int]:
-    """(Q, K+V, O) elements per token over all heads of one attention layer (MLA: the up-projected heads that the
-    attention kernel sees, K with its RoPE part)."""
+def widths(spec: ModelSpec, kind: LayerKind, tp) -> tuple:
+    """(Q, K+V, O) elements per token of one attention layer, x TP: a rank exchanges a TP-th of each (MLA: the
+    up-projected heads that the attention kernel sees, K with its RoPE part; TP past the KV groups: one group's K, V
+    a rank, flops.kv_groups_per_rank)."""
     if kind.mixer == "mla":
         m, h = spec.mla, spec.num_attention_heads
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
         return h * qk, h * (qk + m.v_head_dim), h * m.v_head_dim
     h, g, d = spec.num_attention_heads, spec.num_query_groups, spec.kv_channels
-    return h * d, 2 * g * d, h * d
+    return h * d, 2 * kv_groups_per_rank(g, tp) * d * tp, h * d
 
 
 # Each ring step and each all-to-all also pays a collective's fixed cost (launch + handshake): efficiency.toml
@@ -86,7 +87,7 @@ def linear_mixer_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, 
 
 def cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: dict, comm_type: str, inner=None):
     """(not overlapped, overlapped with attention) seconds of one layer's CP exchanges, forward + backward."""
-    q_w, kv_w, o_w = widths(spec, kind)
+    q_w, kv_w, o_w = widths(spec, kind, np.maximum(tp, 1))
     per_rank = tokens / np.maximum(tp, 1) * BF16
     kv, qkvo = per_rank * kv_w, per_rank * (q_w + kv_w + o_w)
     if comm_type == "p2p":

@@ -3,6 +3,8 @@ exact causal pair counts), for the time wall: ``layer_flops`` / ``logits_flops``
 count Megatron reports is walls/model_flops.py. See docs/flops.md.
 """
 
+import numpy as np
+
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.rank_params import padded_vocab_size
 
@@ -91,6 +93,20 @@ def tp_size(op_class: str, tp, etp):
     """The tensor-parallel size that splits a gemm_shapes class: expert TP for the routed experts (Parallel Folding
     gives the experts their own TP), TP for every other class."""
     return etp if op_class == "routed_experts" else tp
+
+
+def kv_groups_per_rank(groups: int, tp):
+    """KV groups whose K and V one TP rank's attention holds: groups/TP, or one where TP is a multiple of the groups
+    (Megatron-Core core_v0.16.0 and later, f7dfb99795, transformer/attention.py get_query_key_value_tensors: each rank
+    all-gathers the QKV projection's output over TP and keeps one group, its TP peers holding copies). `tp` may be an
+    array (the planner's layouts)."""
+    return np.maximum(groups // tp, 1) if isinstance(tp, np.ndarray) else max(groups // tp, 1)
+
+
+def qkv_gathered(spec: ModelSpec, tp):
+    """Whether TP runs past the KV groups (kv_groups_per_rank): then the whole QKV projection's output is gathered
+    over TP each GQA layer, forward (all-gather) and backward (its reduce-scatter). Bool or bool array."""
+    return tp > spec.num_query_groups
 
 
 def _macs(shapes: list[tuple[int, int, str]]) -> float:

@@ -23,7 +23,7 @@ from collections import Counter
 import numpy as np
 
 from moetune.specs.model import ModelSpec
-from moetune.walls.flops import all_layers, gemm_shapes, tp_shard, tp_size
+from moetune.walls.flops import all_layers, gemm_shapes, qkv_gathered, tp_shard, tp_size
 
 NS_STEPS = 5  # muon_num_ns_steps
 
@@ -34,10 +34,10 @@ def _ns_flops(rows, cols):
     return 4 * a * a * b + 2 * a ** 3
 
 
-def _matrices(spec: ModelSpec, kind) -> dict[str, list[tuple[int, int, str]]]:
-    """A layer's Muon matrices by class, the fused QKV split into q, k and v (muon_split_qkv)."""
+def _matrices(spec: ModelSpec, kind, whole_qkv: bool) -> dict[str, list[tuple[int, int, str]]]:
+    """A layer's Muon matrices by class, the fused QKV split into q, k and v (muon_split_qkv) unless `whole_qkv`."""
     shapes = gemm_shapes(spec, kind)
-    if kind.mixer == "gqa":
+    if kind.mixer == "gqa" and not whole_qkv:
         (h, qkv, split), out = shapes["attn_proj"]
         kv = spec.kv_channels * spec.num_query_groups
         shapes["attn_proj"] = [(h, qkv - 2 * kv, split), (h, kv, split), (h, kv, split), out]
@@ -46,18 +46,29 @@ def _matrices(spec: ModelSpec, kind) -> dict[str, list[tuple[int, int, str]]]:
     return shapes
 
 
-def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
-    """(dense, expert) Newton-Schulz FLOPs per parameter a rank steps, over all its iterations, averaged over the
-    model's layers (a stage's mix of layer kinds is the model's, near enough); `tp`, `etp` may be arrays."""
+def _per_param(spec: ModelSpec, tp, etp, whole_qkv: bool) -> tuple:
     flops, numel = {False: 0.0, True: 0.0}, {False: 0.0, True: 0.0}
     for kind, count in Counter(all_layers(spec)).items():  # each distinct layer kind once, times its layers
-        for cls, shapes in _matrices(spec, kind).items():
+        for cls, shapes in _matrices(spec, kind, whole_qkv).items():
             expert = cls == "routed_experts"
             for k, n, split in shapes:
                 rows, cols = tp_shard(k, n, split, tp_size(cls, tp, etp))
                 flops[expert] = flops[expert] + count * _ns_flops(rows, cols)
                 numel[expert] = numel[expert] + count * rows * cols
     return tuple(NS_STEPS * flops[e] / numel[e] if np.any(numel[e]) else 0.0 * tp for e in (False, True))
+
+
+def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
+    """(dense, expert) Newton-Schulz FLOPs per parameter a rank steps, over all its iterations, averaged over the
+    model's layers (a stage's mix of layer kinds is the model's, near enough); `tp`, `etp` may be arrays. Past the KV
+    groups a rank's QKV shard holds less than one group, which Megatron-Core's split skips (optimizer/__init__.py: the
+    shard's rows are no multiple of a group's q, k, v): the shard is one matrix there."""
+    split = _per_param(spec, tp, etp, whole_qkv=False)
+    past = qkv_gathered(spec, tp)
+    if not np.any(past):
+        return split
+    whole = _per_param(spec, tp, etp, whole_qkv=True)
+    return tuple(np.where(past, w, s) for w, s in zip(whole, split))
 
 
 def ns_seconds(spec: ModelSpec, linear, experts, tp, etp, gemm_rate: float):

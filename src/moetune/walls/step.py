@@ -44,7 +44,7 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
-from moetune.walls.flops import windowed_overcharge
+from moetune.walls.flops import qkv_gathered, windowed_overcharge
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import iteration_terms
 from moetune.walls.memo import remembered
@@ -61,6 +61,18 @@ class LayerTime:
     comm_raw: dict  # un-hidden seconds by collective
     host: float
     host_unpaired: float  # the host seconds with the EP all-to-all unhidden (a micro-batch EP overlap cannot pair)
+
+
+def qkv_gather_seconds(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs):
+    """Seconds of the QKV output's all-gather over TP past the KV groups (flops.qkv_gathered), forward, and its
+    reduce-scatter, backward; full recompute gathers again. A plain collective in attention.py, which TE's TP comm
+    overlap (userbuffers, around the linear layers' GEMMs) does not hide."""
+    if kind.mixer != "gqa" or not np.any(qkv_gathered(spec, lay.tp)):
+        return 0.0
+    q = spec.num_attention_heads * spec.kv_channels * (2 if spec.attention_output_gate else 1)
+    width = q + 2 * spec.num_query_groups * spec.kv_channels
+    calls = 2 + (knobs.recompute == "full")
+    return calls * qkv_gathered(spec, lay.tp) * ring_seconds(ctx.tokens * width * BF16, lay.tp, 1, gpu, eff)
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
@@ -83,6 +95,7 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     # the sequence-parallel gathers of its Column/RowParallelLinear with it)
     replay = n_tp if knobs.recompute == "full" else 0
     tp = (2 * n_tp + regather + replay) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
+    qkv = qkv_gather_seconds(spec, kind, lay, ctx, gpu, eff, knobs)
     ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
         parts, etp = _dispatch_parts(spec, lay, ctx, gpu, eff, knobs, full)
@@ -101,9 +114,9 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
     # the forward, compute.py).
     moved = offloaded_bytes(spec, kind, ctx) / (gpu.host_link_gbps * 1e9 * eff["host_link_eff"])
     forward_s = compute_s / (1 + BWD_GEMM)
-    raw = {"tp": tp, "ep_alltoall": ep, "cp": cp, "activation_offload": 2 * moved}
+    raw = {"tp": tp + qkv, "ep_alltoall": ep, "cp": cp, "activation_offload": 2 * moved}
     exposed = {
-        "tp": tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp,
+        "tp": (tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp) + qkv,
         "ep_alltoall": ep_exposed,
         "cp": cp_exposed,  # a ring's steps hide under the attention of the chunks already held
         "activation_offload": np.maximum(moved - forward_s, 0.0) + np.maximum(moved - BWD_GEMM * forward_s, 0.0),
