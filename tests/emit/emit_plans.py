@@ -68,3 +68,41 @@ PLANS = {
         "train.manual_gc": True, "env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 32,
     },
 }
+
+# Megatron-LM launches (a small DeepSeek-V3-style MoE on 64 GB200s) and the settings Megatron-LM runs them with, as its
+# arguments' defaults and validate_args give them (megatron/training/arguments.py) for what each leaves out.
+MLM_BASE = ("--num-layers 16 --hidden-size 2048 --ffn-hidden-size 8192 --num-attention-heads 16 --num-experts 64 "
+            "--moe-ffn-hidden-size 1024 --moe-router-topk 6 --moe-grouped-gemm --moe-router-dtype fp32 "
+            "--moe-layer-freq ([0]*1+[1]*15) --disable-bias-linear --seq-length 4096 --micro-batch-size 1 --bf16 "
+            "--use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel "
+            "--pipeline-model-parallel-size 4 --expert-model-parallel-size 8")
+# what none of them sets: no layout string or uneven split, no CUDA graphs, no HybridEP SM cap, no capacity, ETP = TP,
+# GBS = MBS x DP (64 GPUs / TP 2 / PP 4: DP 8), Megatron-LM's dropout and vocabulary padding, no DP overlap, FP32 Adam
+# moments and gradient reduction
+MLM_UNSET = {"model.pipeline_model_parallel_layout": None, "model.num_layers_in_first_pipeline_stage": None,
+             "model.cuda_graph_impl": "none", "model.moe_hybridep_num_sms": None,
+             "model.moe_expert_rank_capacity_factor": None, "model.expert_tensor_parallel_size": 2,
+             "train.global_batch_size": 8, "dataset.seq_length": 4096, "model.hidden_dropout": 0.1,
+             "model.make_vocab_size_divisible_by": 128, "ddp.overlap_grad_reduce": False,
+             "comm_overlap.overlap_grad_reduce": False, "optimizer.use_precision_aware_optimizer": False,
+             "mixed_precision.grad_reduce_in_fp32": True}
+MLM_LAUNCHES = {
+    "no_recompute_no_mtp": ("--moe-token-dispatcher-type alltoall",
+                            {"model.recompute_granularity": None, "model.recompute_modules": None,
+                             "model.mtp_num_layers": None, "model.virtual_pipeline_model_parallel_size": None}),
+    "selective_recompute_with_mtp": (
+        "--moe-token-dispatcher-type alltoall --recompute-granularity selective --recompute-modules moe_act layernorm "
+        "--mtp-num-layers 1 --cuda-graph-impl transformer_engine --cuda-graph-scope attn",
+        {"model.recompute_granularity": "selective", "model.recompute_modules": ["moe_act", "layernorm"],
+         "model.mtp_num_layers": 1, "model.virtual_pipeline_model_parallel_size": None,
+         # Megatron-LM turns Transformer Engine's RNG tracker on for CUDA graphs itself
+         "model.cuda_graph_impl": "transformer_engine", "model.use_te_rng_tracker": True, "rng.te_rng_tracker": True}),
+    "full_recompute_vpp_hybridep": (
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+        "--num-virtual-stages-per-pipeline-rank 2 --moe-token-dispatcher-type flex "
+        "--moe-flex-dispatcher-backend hybridep --expert-tensor-parallel-size 1",
+        {"model.recompute_granularity": "full", "model.recompute_method": "uniform", "model.recompute_modules": None,
+         "model.mtp_num_layers": None, "model.virtual_pipeline_model_parallel_size": 2,
+         "model.moe_flex_dispatcher_backend": "hybridep", "model.moe_deepep_num_sms": None,
+         "model.expert_tensor_parallel_size": 1}),
+}

@@ -2,18 +2,22 @@
 errors -- through the dotted overrides, the Megatron-LM arguments and the Python snippet."""
 
 import ast
+import re
 import sys
 import types
 from pathlib import Path
 
 import pytest
-from emit_plans import PLANS
+from emit_plans import MLM_BASE, MLM_LAUNCHES, MLM_UNSET, PLANS
 
+from modelzoo_launch import H100_ENV, MODELZOO
 from moetune.configio import load_config
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment, resolve
 from moetune.emit import emit_all
+from moetune.emit.values import sections as by_section
 from moetune.planner.config_map import PRECISION
+from moetune.planner.from_config import from_config
 from moetune.rules import evaluate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
@@ -163,3 +167,66 @@ def test_megatron_lm_args_without_mtp_check_as_they_run(tmp_path, capsys):
     code = main(["check", str(tmp_path / "out" / "env.sh"), str(tmp_path / "out" / "megatron_lm_args.txt"), "--gpu",
                  "h100", "--gpus", "64", "--model", "glm-4.5-air"])
     assert code == 0, capsys.readouterr().out
+
+
+# A recipe that recomputes (mla_up_proj), trains an MTP layer, splits its pipeline by a layout string into VPP 4 and
+# graphs attention and the router under HybridEP: none of it may survive under a Megatron-LM launch that leaves it off
+RECIPE = FIXTURES / "deepseek_v3_pretrain_256gpu_gb200_bf16.yaml"
+
+
+def _over_recipe(tmp_path, config):
+    """The config the recipe runs once emit's dotted overrides of `config` are applied to it."""
+    return load_config([RECIPE, emitted(tmp_path, config) / "overrides.txt"])
+
+
+@pytest.mark.parametrize("name", sorted(MLM_LAUNCHES))
+def test_megatron_lm_launch_over_a_recipe_runs_as_megatron_lm(tmp_path, name):
+    """Megatron-LM arguments -> Bridge overrides -> over a recipe: the settings Megatron-LM runs, the ones the
+    arguments leave out included (emit had left those to the recipe: its recompute, MTP layer and layout string)."""
+    extra, expected = MLM_LAUNCHES[name]
+    mlm = load_config(mlm_args=f"{MLM_BASE} {extra}", gpu="gb200", gpus=64)
+    ran = _over_recipe(tmp_path, mlm)
+    want = {**MLM_UNSET, **expected}
+    assert {k: ran.get(k) for k in want} == want
+    (layout, workload, knobs), (mlm_layout, mlm_workload, mlm_knobs) = from_config(ran), from_config(mlm)
+    assert (layout, knobs) == (mlm_layout, mlm_knobs)  # the layout and knobs moetune reads of each
+    assert workload.seq_length == mlm_workload.seq_length
+    assert errors(ran) == []
+
+
+@pytest.mark.parametrize("name", sorted(MLM_LAUNCHES))
+def test_python_snippet_of_a_megatron_lm_launch_over_a_recipe(monkeypatch, name):
+    extra, expected = MLM_LAUNCHES[name]
+    source = emit_all(load_config(mlm_args=f"{MLM_BASE} {extra}", gpu="gb200", gpus=64))["bridge_overrides.py"]
+    _stub_bridge(monkeypatch)
+    namespace: dict = {}
+    exec(compile(source, "bridge_overrides.py", "exec"), namespace)  # our own generated text, stubs only
+    recipe = by_section(load_config([RECIPE]))  # its ConfigContainer, with a section for each the snippet sets
+    named = (set(recipe) | set(re.findall(r"cfg\.(\w+)\.\w+ = ", source))) - {"mixed_precision", "env_vars"}
+    cfg = types.SimpleNamespace(mixed_precision=None, env_vars={},
+                                **{s: types.SimpleNamespace(**recipe.get(s, {})) for s in named})
+    cfg = namespace["apply_overrides"](cfg)
+    want = {**MLM_UNSET, **expected}
+    assert {k: getattr(getattr(cfg, k.split(".")[0]), k.split(".", 1)[1], "(unset)") for k in want} == want
+
+
+def test_modelzoo_model_args_over_a_recipe_run_without_recompute_or_mtp(tmp_path, monkeypatch):
+    """The ModelZoo's DeepSeek-V3 YAML leaves recompute and MTP commented out: over DeepSeek-V3's recipe, neither
+    runs."""
+    for k, v in H100_ENV.items():
+        monkeypatch.setenv(k, v)
+    ran = _over_recipe(tmp_path, load_config([MODELZOO], gpu="h100", gpus=1024))
+    assert {k: ran.get(k) for k in ("model.recompute_granularity", "model.mtp_num_layers",
+                                    "model.pipeline_model_parallel_layout", "model.cuda_graph_impl")} == \
+        {"model.recompute_granularity": None, "model.mtp_num_layers": None,
+         "model.pipeline_model_parallel_layout": None, "model.cuda_graph_impl": "none"}
+
+
+def test_a_bridge_config_leaves_to_its_recipe_what_it_leaves_out():
+    """A Bridge YAML's omitted field is the recipe's value: emit writes what the YAML sets and nothing else (guard:
+    the resets above are a Megatron-LM launch's)."""
+    config = load_config([FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml"], gpu="h100", gpus=16)
+    written = {line.split("=", 1)[0] for line in emit_all(config)["overrides.txt"].splitlines()
+               if line and not line.startswith(("#", "++"))}
+    assert written - set(config) <= {f"comm_overlap.{f}" for f in ("overlap_grad_reduce", "overlap_param_gather")}
+    assert "model.mtp_num_layers" not in written

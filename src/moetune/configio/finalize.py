@@ -5,7 +5,9 @@ so the two launchers' configs read as each engine runs them."""
 
 from typing import Any
 
-from moetune.configio.names import LAUNCHER
+from moetune.configio.mlm import VALUE_DEFAULTS
+from moetune.configio.names import LAUNCHER, NO_DEFAULT, Name, names
+from moetune.configio.types import coerce
 
 
 def _size(config: dict[str, Any], key: str) -> int:
@@ -86,4 +88,47 @@ def settle_dp_overlap(config: dict[str, Any]) -> dict[str, Any]:
         settled = mine if mine is not None else (dp > 1 if dp is not None else config.get(f"ddp.{field}"))
         if settled is not None:
             out[f"ddp.{field}"] = settled
+    return out
+
+
+def _derived_by_megatron_lm(config: dict[str, Any]) -> dict[str, Any]:
+    """What Megatron-LM's validate_args derives for a field its arguments leave out (megatron/training/arguments.py)."""
+    fp32_main_grads = config.get("optimizer.main_grads_dtype") in (None, "float32")
+    out = {"model.expert_tensor_parallel_size": expert_tensor_parallel_size(config),  # ETP = TP
+           # BF16 accumulates and all-reduces gradients in FP32 unless --grad-reduce-in-bf16 or BF16 main grads
+           "mixed_precision.grad_reduce_in_fp32": bool(config.get("mixed_precision.bf16")) and fp32_main_grads}
+    if config.get("model.seq_length") is not None:  # one --seq-length for the model and its data
+        out["dataset.seq_length"] = config["model.seq_length"]
+    dp, mbs = data_parallel_size(config), config.get("train.micro_batch_size")
+    if dp and mbs:  # micro batch x data parallel size
+        out["train.global_batch_size"] = int(mbs) * dp
+    graphs, layers = config.get("model.cuda_graph_impl") or "none", config.get("model.transformer_impl")
+    if graphs != "none" and "transformer_engine" in (graphs, layers or "transformer_engine"):
+        out.update({"model.use_te_rng_tracker": True, "rng.te_rng_tracker": True})  # TE's RNG tracker for the graphs
+    return out
+
+
+def _megatron_lm_default(row: Name) -> Any:
+    """A flag's argparse default as the reader takes the flag given (configio/mlm.py _flag_value: a one-word list of
+    any type is the word, --cp-comm-type's ["p2p"] being "p2p"); None as it is (no recompute, no MTP, no graph
+    scope)."""
+    value = row.mlm_default
+    if row.mlm_action == "list" and row.type == "any" and isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    return None if value is None else coerce(row.bridge_name, row.type, value)
+
+
+def megatron_lm_unstated(config: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
+    """Each of `fields` a Megatron-LM launch leaves out, as Megatron-LM runs it: derived as validate_args derives it,
+    else its argument's default (megatron_names.csv mlm_default: no --recompute-granularity is no recompute, no
+    --mtp-num-layers no MTP); a value whose switch is off (--fp8-recipe without FP8) and a field with no
+    Megatron-LM argument are left out."""
+    derived, out = _derived_by_megatron_lm(config), {}
+    for key in sorted(fields - config.keys()):
+        row, gate = names().get(key), VALUE_DEFAULTS.get(key)
+        if key in derived:
+            out[key] = derived[key]
+        elif row is not None and row.mlm_flags and row.mlm_default is not NO_DEFAULT and \
+                (gate is None or config.get(gate)):
+            out[key] = _megatron_lm_default(row)
     return out

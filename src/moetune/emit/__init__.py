@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moetune.emit.bridge import dotted_overrides, python_snippet
+from moetune.emit.bridge import bridge_config, dotted_overrides, python_snippet
 from moetune.emit.launch import env_sh, numa_bind_sh, run_planned_py, sbatch_sh, torchrun_sh
 from moetune.emit.mlm import megatron_lm_args
 from moetune.rules.derive import derive
@@ -29,11 +29,11 @@ def emit_all(config: dict[str, Any]) -> dict[str, str]:
     if config.get("train.train_samples") is not None and "train.train_iters" not in config:
         # Bridge allows one of train_iters / train_samples (training/config.py) and the recipes set train_iters
         config = {**config, "train.train_iters": None}
-    header = describe(config)
+    header, bridge = describe(config), bridge_config(config)
     return {
-        "bridge_overrides.py": python_snippet(config, header),
+        "bridge_overrides.py": python_snippet(bridge, header),
         "run_planned.py": run_planned_py(header),
-        "overrides.txt": dotted_overrides(config, header),
+        "overrides.txt": dotted_overrides(bridge, header),
         "megatron_lm_args.txt": megatron_lm_args(config, header),
         "env.sh": env_sh(config, header),
         "torchrun.sh": torchrun_sh(config, header),

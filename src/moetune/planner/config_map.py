@@ -8,9 +8,10 @@ fp8-blockwise = e4m3 + "blockwise", mxfp8 = e4m3 + "mxfp8", fp8-current = hybrid
 fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 """
 
+from functools import cache
 from typing import Any
 
-from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
+from moetune.configio.layout_map import HYBRID_SPLIT, LAYOUT_FIELDS, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.pipeline import pipeline_chunks, stage_order
@@ -131,12 +132,16 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
     """The architecture facts rules read (the recipe already sets them; the values are the model's own), and the
     model settings every plan makes."""
     m = e.model
+    return {**architecture_fields(m), **_planned_model_fields(bool(m.num_moe_layers), m.vocab_divisor)}
+
+
+def _planned_model_fields(moe: bool, vocab_divisor: int) -> dict[str, Any]:
+    """The model settings a plan makes whatever the model's architecture."""
     return {
-        **architecture_fields(m),
         # every planned MoE config: grouped expert GEMMs (Megatron-Core requires them for moe_act recompute)
         # and the router kept in FP32 (seeds/000 FP8 Recipe Quick Decision)
-        "model.moe_grouped_gemm": True if m.num_moe_layers else None,
-        "model.moe_router_dtype": "fp32" if m.num_moe_layers else None,
+        "model.moe_grouped_gemm": True if moe else None,
+        "model.moe_router_dtype": "fp32" if moe else None,
         # no dropout, as Megatron Bridge's model bridges set it (deepseek_v3_bridge.py, qwen3_moe_bridge.py,
         # gpt_oss_bridge.py, glm45_bridge.py: hidden_dropout = 0.0; the HF configs' attention_dropout is 0.0) and as
         # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
@@ -144,8 +149,11 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
         "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
         # the padding the memory and FLOPs were counted with: Megatron-LM's default (128) is not Bridge's for every
         # model (DeepSeek-V3 1280), so the emitted launch states it
-        "model.make_vocab_size_divisible_by": m.vocab_divisor,
+        "model.make_vocab_size_divisible_by": vocab_divisor,
     }
+
+
+CP_FIELDS = ("model.cp_comm_type", "model.hierarchical_context_parallel_sizes")
 
 
 def cp_fields(e: Estimate) -> dict[str, Any]:
@@ -156,9 +164,9 @@ def cp_fields(e: Estimate) -> dict[str, Any]:
     k, lay = e.knobs, e.layout
     if lay.cp == 1:
         return {}
-    out: dict[str, Any] = {"model.cp_comm_type": k.cp_comm_type}
+    out: dict[str, Any] = {CP_FIELDS[0]: k.cp_comm_type}
     if k.cp_comm_type == "a2a+p2p":
-        out["model.hierarchical_context_parallel_sizes"] = [k.hcp_a2a_size, lay.cp // k.hcp_a2a_size]
+        out[CP_FIELDS[1]] = [k.hcp_a2a_size, lay.cp // k.hcp_a2a_size]
     return out
 
 
@@ -227,3 +235,15 @@ UNSET_EXPLICITLY = frozenset({
     "model.moe_expert_rank_capacity_factor", "mixed_precision.fp8", "mixed_precision.fp4", "model.moe_deepep_num_sms",
     "model.moe_hybridep_num_sms",
 })
+
+
+@cache
+def plan_fields() -> frozenset[str]:
+    """The fields a plan's config may set beside the model's architecture and the cluster: its layout, knobs, CP
+    exchange, MTP depth and batch (to_config). Emit writes a Megatron-LM launch's own values of them over a Bridge
+    recipe, as a plan writes its own (emit/bridge.py bridge_config)."""
+    # knobs whose fields differ by dispatcher and CUDA-graph scope: together they write every knob field a plan may
+    variants = (Knobs(), Knobs(dispatcher="deepep"), Knobs(dispatcher="hybridep", cuda_graph_scope=("full_iteration",)))
+    knobs = {key for k in variants for key in _knob_fields(k)}
+    return frozenset(knobs | set(LAYOUT_FIELDS.values()) | set(_planned_model_fields(True, 1)) | set(CP_FIELDS)
+                     | UNSET_EXPLICITLY | {"model.mtp_num_layers", "dataset.seq_length", "train.global_batch_size"})
