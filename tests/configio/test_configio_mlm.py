@@ -41,6 +41,18 @@ def test_megatron_lm_semantics_are_kept(mixtral):
     assert mixtral["model.gradient_accumulation_fusion"] is True
 
 
+@pytest.mark.parametrize(("flags", "dispatcher"), [
+    ("--num-experts 64", "allgather"),  # Megatron-LM's default (arguments.py), which the launch runs
+    ("--num-experts 64 --moe-token-dispatcher-type alltoall", "alltoall"),
+    ("--num-experts 64 --moe-enable-deepep", "flex"),
+    ("--tensor-model-parallel-size 2", None),  # a dense model dispatches nothing
+])
+def test_a_moe_launch_without_a_dispatcher_runs_allgather(flags, dispatcher):
+    """A Megatron-LM launch without --moe-token-dispatcher-type runs allgather; it had been read as a recipe's
+    alltoall, so estimate and check priced a dispatcher other than the one that ran."""
+    assert load_config(mlm_args=flags).get("model.moe_token_dispatcher_type") == dispatcher
+
+
 def test_fp32_run_says_so():
     config = load_config(mlm_args="--tensor-model-parallel-size 2")
     assert config["mixed_precision.bf16"] is False and config["mixed_precision.fp16"] is False

@@ -229,8 +229,12 @@ def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
 
 
 # Value flags whose Megatron-LM default differs from Bridge's, and the switch that makes them matter.
+# A value flag's Megatron-LM default, written down where the flag keyed to it is set. The dispatcher's default is
+# Bridge's too (allgather, transformer_config.py), but what moetune reads a config without one as is a recipe's
+# alltoall (planner/from_config.py): a launch without --moe-token-dispatcher-type runs allgather, so it is written
 VALUE_DEFAULTS = {"mixed_precision.fp8_recipe": "mixed_precision.fp8",
-                  "optimizer.optimizer_offload_fraction": "optimizer.optimizer_cpu_offload"}
+                  "optimizer.optimizer_offload_fraction": "optimizer.optimizer_cpu_offload",
+                  "model.moe_token_dispatcher_type": "model.num_moe_experts"}
 
 
 def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
@@ -249,7 +253,7 @@ def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
         if not switch and not (gate and any(a.key == gate and a.value for a in out)):
             continue
         value = coerce(row.bridge_name, row.type, row.mlm_default)
-        if value != row.default:
+        if value != row.default or gate:
             filled.append(Assignment(key=row.bridge_name, value=value, origin=f"{origin} (Megatron-LM default)",
                                      soft=True))
     return filled
