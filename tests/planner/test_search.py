@@ -96,7 +96,10 @@ def test_enumeration_keeps_tp_inside_nvlink_and_respects_divisibility():
     layouts = enumerate_layouts(spec, g, 256, Workload(seq_length=4096, global_batch_size=2048), {})
     assert layouts
     assert all(lay.tp <= 8 and lay.etp <= 8 for lay in layouts)
-    assert all(spec.num_moe_experts % lay.ep == 0 and spec.num_query_groups % lay.tp == 0 for lay in layouts)
+    # TP divides the 4 KV groups or is a multiple of them (Megatron-Core >= core_v0.16.0), and both are searched
+    g = spec.num_query_groups
+    assert all(spec.num_moe_experts % lay.ep == 0 and (g % lay.tp == 0 or lay.tp % g == 0) for lay in layouts)
+    assert {lay.tp for lay in layouts} == {1, 2, 4, 8}
     # the published Bridge recipe layout (TP2 PP8 VPP4 EP32, embedding and loss counted as layers) is among them
     assert any((lay.tp, lay.pp, lay.vpp, lay.ep, lay.account_for_embedding) == (2, 8, 4, 32, True) for lay in layouts)
 
