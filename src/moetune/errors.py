@@ -11,8 +11,11 @@ class MoetuneError(ValueError):
 
     exit_code = 2
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, same_as: tuple[str, ...] = ()):
         super().__init__(" ".join(message.split()))
+        # the config-only rules (rules.yaml ids) that say what this error says: `check --model` reports the layout's
+        # error and leaves them out, by id rather than by the message's wording
+        self.same_as = same_as
 
 
 class UnsupportedPrecision(MoetuneError):

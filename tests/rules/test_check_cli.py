@@ -2,9 +2,11 @@
 
 import json
 
+import pytest
 from rule_cases import FIXTURES
 
 from moetune.cli.main import main
+from moetune.errors import MoetuneError
 
 QWEN = str(FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml")
 
@@ -177,3 +179,62 @@ def test_the_communication_walls_dispatcher_fix_is_one_that_runs():
         return next(f.fix for f in found if f.rule == "wall.communication")["model.moe_token_dispatcher_type"]
     assert fix("gb200", 16) == "flex" and fix("h100", 8) == "flex"
     assert fix("gb200", 1) == "alltoall" and fix("gb200", 128) == "alltoall"
+
+
+# One layout per config-only rule that says what the model's layout check says: (GPUs, overrides); Qwen3-30B-A3B's
+# 48 layers and 128 experts given, so the config alone trips the rule
+SAID_BY_LAYOUT = {
+    "scale.world_size_attention": (12, ["model.tensor_model_parallel_size=2", "model.context_parallel_size=4"]),
+    "scale.world_size_experts": (16, ["model.expert_model_parallel_size=32"]),
+    "pipeline.layers_divisible": (16, ["model.pipeline_model_parallel_size=4",
+                                       "model.virtual_pipeline_model_parallel_size=5"]),
+    "sp.seq_divisible_by_tp": (16, ["model.seq_length=4097", "model.tensor_model_parallel_size=2"]),
+    "sp.seq_divisible_by_tp/cp": (16, ["model.seq_length=4100", "model.tensor_model_parallel_size=4",
+                                       "model.context_parallel_size=2"]),  # seq/CP 2050 over TP 4
+}
+
+
+def _check_errors(capsys, gpus: int, sets: list, *more) -> tuple[dict, set]:
+    sets = sets + ["model.num_layers=48", "model.num_moe_experts=128", "model.sequence_parallel=true"]
+    code, out, _ = run(["check", *[a for s in sets for a in ("--set", s)], "--gpu", "h100", "--gpus", str(gpus),
+                        "--json", *more], capsys)
+    found = {f["rule"]: f for f in json.loads(out)["findings"]}
+    return found, {r for r, f in found.items() if f["severity"] == "error"}
+
+
+@pytest.mark.parametrize("case", SAID_BY_LAYOUT)
+def test_layout_error_is_one_finding_with_the_rule_saying_the_same(case, capsys):
+    """Config-only the rule fires; with --model the layout error says it with the model's numbers and the rule is
+    left out (fuzz audit: one finding for one fault)."""
+    rule, (gpus, sets) = case.split("/")[0], SAID_BY_LAYOUT[case]
+    assert rule in _check_errors(capsys, gpus, sets)[1]
+    assert _check_errors(capsys, gpus, sets, "--model", "qwen3-30b-a3b")[1] == {"layout.illegal"}
+
+
+def test_layout_errors_name_the_rules_they_repeat_by_id():
+    """The dedupe reads the error's rule ids, which are the table's, not its wording."""
+    from moetune.layout.layout import Layout
+    from moetune.layout.pipeline import pipeline_chunks
+    from moetune.layout.validate import Workload, validate_workload
+    from moetune.rules import load_table
+
+    said = []
+    for build in (lambda: Layout(world_size=12, tp=2, cp=4), lambda: Layout(world_size=16, ep=32),
+                  lambda: pipeline_chunks(Layout(world_size=16, pp=4, vpp=5), 48, 0),
+                  lambda: validate_workload(Layout(world_size=16, tp=2), Workload(seq_length=4097))):
+        with pytest.raises(MoetuneError) as err:
+            build()
+        said += err.value.same_as
+    assert said == ["scale.world_size_attention", "scale.world_size_experts", "pipeline.layers_divisible",
+                    "sp.seq_divisible_by_tp"]
+    assert set(said) <= {r.id for r in load_table().rules}
+
+
+def test_a_reworded_layout_error_still_leaves_its_rule_out(capsys, monkeypatch):
+    """Whatever the layout error's words, the rule ids it carries decide what check leaves out."""
+    def refuse(*_args):
+        raise MoetuneError("the expert ranks do not tile the job", same_as=("scale.world_size_experts",))
+
+    monkeypatch.setattr("moetune.planner.memory_facts.config_memory_facts", refuse)
+    found, errors = _check_errors(capsys, *SAID_BY_LAYOUT["scale.world_size_experts"], "--model", "qwen3-30b-a3b")
+    assert errors == {"layout.illegal"} and found["layout.illegal"]["message"] == "the expert ranks do not tile the job"

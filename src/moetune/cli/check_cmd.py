@@ -36,15 +36,6 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
-# Config-only rules that say what the model's layout check says (by the product its message names): one finding each
-SAID_BY_LAYOUT = {"scale.world_size_attention": "by TP*CP*PP", "scale.world_size_experts": "by ETP*EP*PP",
-                  "pipeline.layers_divisible": "by PP*VPP", "sp.seq_divisible_by_tp": "by TP (sequence parallel)"}
-
-
-def _said_by(layout_error: Finding, finding: Finding) -> bool:
-    return finding.rule in SAID_BY_LAYOUT and SAID_BY_LAYOUT[finding.rule] in layout_error.message
-
-
 def config_options(func):
     """Inputs shared by check and emit (see moetune.configio.load)."""
     for opt in reversed([
@@ -138,7 +129,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
-    derived, layout_error, read = None, None, len(config)
+    derived, layout_error, same_as, read = None, None, (), len(config)
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
             raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
@@ -165,9 +156,10 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
             layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules")
+            same_as = err.same_as  # the config-only rules (ids) that say the same: one finding for one fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    if layout_error is not None:  # it says what a config-only divisibility rule says, with the model's numbers
-        findings = [layout_error] + [f for f in findings if not _said_by(layout_error, f)]
+    if layout_error is not None:  # it says what those rules say, with the model's numbers
+        findings = [layout_error] + [f for f in findings if f.rule not in same_as]
     if model and conflicts:
         findings.insert(0, Finding(rule="check.model_differs", severity="warning",
                                    message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "

@@ -116,14 +116,14 @@ class Layout:
         if self.world_size % attention:
             raise MoetuneError(
                 f"world size ({self.world_size}) must be divisible by TP*CP*PP ({self.tp}*{self.cp}*{self.pp}"
-                f"={attention}) so that the attention mesh TPxCPxDPxPP covers every rank; change --gpus or the layout"
-            )
+                f"={attention}) so that the attention mesh TPxCPxDPxPP covers every rank; change --gpus or the layout",
+                same_as=("scale.world_size_attention",))
         experts = self.etp * self.ep * self.pp
         if self.world_size % experts:
             raise MoetuneError(
                 f"world size ({self.world_size}) must be divisible by ETP*EP*PP ({self.etp}*{self.ep}*{self.pp}"
-                f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank; change --ep/--etp/--pp"
-            )
+                f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank; change --ep/--etp/--pp",
+                same_as=("scale.world_size_experts",))
         if self.pipeline_layout is not None:
             self._derive_vpp(len(_stages(self.pipeline_layout)))
         if self.vpp > 1 and self.pp == 1:  # parallel_state.py: the interleaved schedule needs PP > 1

@@ -68,8 +68,7 @@ def _even_counts(layout: Layout, num_layers: int) -> list[int]:
         raise MoetuneError(
             f"num_layers ({num_layers}){extra} must be divisible by PP*VPP ({layout.pp}*{layout.vpp}={chunks}); "
             "change --pp/--vpp, or set --first-stage-layers/--last-stage-layers, --pipeline-layout or "
-            "--account-for-embedding/--account-for-loss"
-        )
+            "--account-for-embedding/--account-for-loss", same_as=("pipeline.layers_divisible",))
     counts = [total // chunks] * chunks
     counts[0] -= emb
     counts[-1] -= loss

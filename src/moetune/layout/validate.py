@@ -101,9 +101,9 @@ def interleaves(pp: int, vpp: int, microbatches: int) -> bool:
     return vpp == 1 or microbatches % pp == 0
 
 
-def _require(ok: bool, message: str) -> None:
+def _require(ok: bool, message: str, same_as: tuple[str, ...] = ()) -> None:
     if not ok:
-        raise MoetuneError(message)
+        raise MoetuneError(message, same_as=same_as)
 
 
 def _query_groups(spec: ModelSpec, tp: int) -> None:
@@ -211,7 +211,9 @@ def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None
              f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
              f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule); change "
              "--gbs or --mbs, or drop --vpp")
-    why = sequence_refusal(seq, layout.tp, layout.cp, layout.sp) or (spec and chunk_refusal(spec, seq, layout.cp))
+    why = sp_refusal(seq, layout.tp, layout.cp, layout.sp)
+    _require(not why, why or "", same_as=("sp.seq_divisible_by_tp",))
+    why = cp_chunk_refusal(seq, layout.cp) or (spec and chunk_refusal(spec, seq, layout.cp))
     _require(not why, why or "")
 
 
@@ -228,14 +230,22 @@ def chunk_refusal(spec: ModelSpec, seq: int, cp: int) -> str | None:
 
 
 def sequence_refusal(seq: int, tp: int, cp: int, sp: bool) -> str | None:
-    """Megatron's sequence rules for TP x CP, one line (None: they hold): with sequence parallelism TP divides the
-    sequence and each CP rank's seq/CP tokens (mappings.py), and 2 x CP divides it (load-balanced causal CP chunks,
-    Megatron Bridge's ConfigContainer.validate)."""
+    """Megatron's sequence rules for TP x CP, one line (None: they hold): sp_refusal, then cp_chunk_refusal."""
+    return sp_refusal(seq, tp, cp, sp) or cp_chunk_refusal(seq, cp)
+
+
+def sp_refusal(seq: int, tp: int, cp: int, sp: bool) -> str | None:
+    """With sequence parallelism TP divides the sequence and each CP rank's seq/CP tokens (mappings.py)."""
     if sp and seq % tp:
         return f"sequence length ({seq}) must be divisible by TP (sequence parallel) ({tp}); change --seq or --tp"
     if sp and cp > 1 and (seq // cp) % tp:
         return (f"tokens per CP rank (seq/CP) ({seq // cp}) must be divisible by TP (sequence parallel) ({tp}); "
                 "change --seq, --cp or --tp")
+    return None
+
+
+def cp_chunk_refusal(seq: int, cp: int) -> str | None:
+    """2 x CP divides the sequence (load-balanced causal CP chunks, Megatron Bridge's ConfigContainer.validate)."""
     if cp > 1 and seq % (2 * cp):
         return (f"sequence length ({seq}) must be divisible by 2 x CP (load-balanced causal CP chunks) ({2 * cp}); "
                 "change --seq or --cp")
