@@ -67,3 +67,31 @@ def test_a_result_saved_with_another_gpus_constants_reloads_without_them(tmp_pat
     saved = tmp_path / "old.json"
     saved.write_text(json.dumps(data))
     assert main(["explain", "--plan", str(saved), "--json"]) == 0
+
+
+def test_a_file_that_sets_nothing_for_the_gpu_is_refused_by_every_command(tmp_path, capsys):
+    """An empty file, or one with only another GPU's section, is one error line and exit 2 wherever it meets the GPU:
+    estimate (flags or a config), explain and plan; a saved result's such table met at explain --plan likewise."""
+    for text, sections in (("", "none"), ("[gb200]\nnvlink_eff = 0.7\n", "[gb200]")):
+        path = tmp_path / "eff.toml"
+        path.write_text(text)
+        line = (f"error: --efficiency {path} sets no constant for h100 (sections: {sections}): put them at the top "
+                "level for every GPU, or in a [h100] section\n")
+        for args in (["estimate", *ESTIMATE], ["explain", *ESTIMATE],
+                     ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--set",
+                      "model.expert_model_parallel_size=16"],
+                     ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024"]):
+            assert main([*args, "--efficiency", str(path)]) == 2 and capsys.readouterr().err == line
+
+
+def test_the_file_is_checked_once_where_it_meets_the_gpu(tmp_path, capsys, monkeypatch):
+    """The user's constants are checked against the GPU's shipped ones when the file is loaded, not again by every
+    estimate made under them (explain weighs a dozen what-if variants)."""
+    import moetune.walls.efficiency as eff_module
+
+    checked = []
+    check = eff_module._check_links
+    monkeypatch.setattr(eff_module, "_check_links", lambda *a: checked.append(a) or check(*a))
+    eff, _ = _files(tmp_path)
+    assert main(["explain", *ESTIMATE, "--efficiency", eff, "--json"]) == 0
+    assert len(checked) == 1

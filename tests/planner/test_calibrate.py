@@ -106,7 +106,7 @@ def test_a_fast_refit_writes_fp8_constants_the_efficiency_loader_accepts():
     rate_fp8_delayed 1.069 = 1.016 of the FP8 peak): the cap is the fastest FP8 recipe's too, rounded down to the
     4 digits --write keeps (1e4 / 1.069 = 9354.5 -> 0.9354)."""
     from moetune.planner.calibrate import with_params
-    from moetune.walls.efficiency import efficiency
+    from moetune.walls.efficiency import check_for_gpu, efficiency
     refit = with_params(efficiency("h100"), {"compute_scale": 3.0})
     assert refit["fp8_gemm_eff"] == 0.9354 and refit["gemm_eff"] == 0.95
-    efficiency("h100", {"fp8_gemm_eff": float(f"{refit['fp8_gemm_eff']:.4g}")})  # raises past the FP8 peak
+    check_for_gpu({"fp8_gemm_eff": float(f"{refit['fp8_gemm_eff']:.4g}")}, "h100")  # raises past the FP8 peak

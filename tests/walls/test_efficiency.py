@@ -5,7 +5,7 @@ import re
 import pytest
 
 from moetune.errors import MoetuneError
-from moetune.walls.efficiency import efficiency, load_efficiency_file
+from moetune.walls.efficiency import check_for_gpu, efficiency, load_efficiency_file
 
 
 def test_user_values_override_the_gpu_section():
@@ -43,18 +43,19 @@ def test_priors_merge_the_architecture_then_the_gpu():
 ])
 def test_bad_values_are_one_error(user, message):
     with pytest.raises(MoetuneError, match=re.escape(message)):
-        efficiency("h100", user)
+        check_for_gpu(user, "h100")
 
 
 def test_zero_costs_are_allowed():
-    assert efficiency("h100", {"a2a_latency_us": 0, "p2p_exposed": 0.0})["a2a_latency_us"] == 0
+    assert efficiency("h100", check_for_gpu({"a2a_latency_us": 0, "p2p_exposed": 0.0}, "h100"))["a2a_latency_us"] == 0
 
 
 def test_calibrates_own_output_is_a_valid_efficiency_file():
     """An all-to-all efficiency is a multiplier on the link's: the fit's 1.187 on H100 (0.95 of the link) is legal,
     as is every constant `moetune calibrate --write` writes."""
     shipped = efficiency("h100")
-    assert efficiency("h100", {"h100": {k: v for k, v in shipped.items() if k.startswith("a2a_eff_")}}) == shipped
+    fitted = check_for_gpu({"h100": {k: v for k, v in shipped.items() if k.startswith("a2a_eff_")}}, "h100")
+    assert efficiency("h100", fitted) == shipped
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -70,13 +71,14 @@ def test_a_file_that_would_be_ignored_is_an_error(text, message, tmp_path):
     path = tmp_path / "eff.toml"
     path.write_text(text)
     with pytest.raises(MoetuneError, match=re.escape(f"--efficiency {path}: {message}")):
-        load_efficiency_file(str(path))
+        load_efficiency_file(str(path), None)
 
 
 def test_other_gpus_sections_are_legal_and_apply_to_their_gpu(tmp_path):
     path = tmp_path / "eff.toml"
     path.write_text("[gb200]\ngemm_eff = 0.5\n[h100]\nnic_eff = 0.5\n")
-    user = load_efficiency_file(str(path))
+    user = load_efficiency_file(str(path), "gb200")
+    assert load_efficiency_file(str(path), "h100") == user
     assert efficiency("gb200", user)["gemm_eff"] == 0.5 and efficiency("h100", user)["gemm_eff"] != 0.5
 
 
@@ -87,12 +89,12 @@ def test_a_link_efficiency_that_the_shipped_all_to_all_passes_names_the_file_and
     path = tmp_path / "nvlink.toml"
     path.write_text("nvlink_eff = 0.9\n")
     with pytest.raises(MoetuneError) as err:
-        efficiency("h100", load_efficiency_file(str(path)))
+        load_efficiency_file(str(path), "h100")
     assert str(err.value) == (f"--efficiency {path}: a2a_eff_deepep = 1.187 (shipped for h100) times nvlink_eff = 0.9 "
                               "(yours; the larger link efficiency) is 1.07 of the link, over 1; set a2a_eff_deepep "
                               "<= 1.111, a2a_eff_hybridep <= 1.111 beside nvlink_eff in the file")
     path.write_text("nvlink_eff = 0.9\na2a_eff_deepep = 1.111\na2a_eff_hybridep = 1.111\n")
-    assert efficiency("h100", load_efficiency_file(str(path)))["a2a_eff_deepep"] == 1.111
+    assert efficiency("h100", load_efficiency_file(str(path), "h100"))["a2a_eff_deepep"] == 1.111
 
 
 @pytest.mark.parametrize(("user", "message"), [
@@ -105,12 +107,13 @@ def test_a_link_efficiency_that_the_shipped_all_to_all_passes_names_the_file_and
 ])
 def test_a_recipe_rate_past_its_peak_is_refused(user, message):
     with pytest.raises(MoetuneError, match=re.escape(message)):
-        efficiency("h100", user)
+        check_for_gpu(user, "h100")
 
 
 def test_a_recipe_rate_at_its_peak_is_taken():
-    assert efficiency("h100", {"fp8_gemm_eff": 0.5, "rate_fp8_current": 2.0})["rate_fp8_current"] == 2.0
-    assert efficiency("gb300", {"fp8_gemm_eff": 0.5, "rate_nvfp4": 6.0})["rate_nvfp4"] == 6.0
+    for gpu, user in (("h100", {"fp8_gemm_eff": 0.5, "rate_fp8_current": 2.0}),
+                      ("gb300", {"fp8_gemm_eff": 0.5, "rate_nvfp4": 6.0})):
+        assert efficiency(gpu, check_for_gpu(user, gpu)).items() >= user.items()
 
 
 @pytest.mark.parametrize("text, sections", [("[gb200]\nnvlink_eff = 0.7\n", r"\[gb200\]"), ("", "none")])
@@ -119,6 +122,8 @@ def test_a_file_that_sets_nothing_for_the_gpu_is_refused(tmp_path, text, section
     path = tmp_path / "eff.toml"
     path.write_text(text)
     with pytest.raises(MoetuneError, match=rf"sets no constant for h100 \(sections: {sections}\)"):
-        efficiency("h100", load_efficiency_file(str(path)))
+        load_efficiency_file(str(path), "h100")
+    with pytest.raises(MoetuneError, match=rf"sets no constant for h100 \(sections: {sections}\)"):
+        check_for_gpu(load_efficiency_file(str(path), None), "h100")  # a saved result's GPU, met later
     if text:
-        assert efficiency("gb200", load_efficiency_file(str(path)))["nvlink_eff"] == 0.7
+        assert efficiency("gb200", load_efficiency_file(str(path), "gb200"))["nvlink_eff"] == 0.7

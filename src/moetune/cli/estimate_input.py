@@ -42,8 +42,8 @@ def estimate_from_config(model: str, kw: dict):
         raise MoetuneError(f"the config describes another model than {model}: {'; '.join(conflicts[:3])}; pass the "
                            "MODEL the config trains")
     spec = trained_model(spec, config)
-    gpu, overheads, eff = config_gpu(config), load_overheads(kw["overheads"]), \
-        load_efficiency_file(kw["efficiency"])
+    gpu, overheads = config_gpu(config), load_overheads(kw["overheads"])
+    eff = load_efficiency_file(kw["efficiency"], gpu.key)
     try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
         layout, workload, knobs = from_config(config)
         if kw["token_imbalance"] is not None:
@@ -178,7 +178,7 @@ def estimate_from_flags(model: str, kw: dict):
     gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
     knobs, defaulted = build_knobs(kw, gpu, layout, spec)
     result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
-                      efficiency_overrides=load_efficiency_file(kw["efficiency"]))
+                      efficiency_overrides=load_efficiency_file(kw["efficiency"], gpu.key))
     # the global batch a run leaves out is MBS x DP x PP (Workload.gbs): it sets the micro-batches and so the bubble
     result.defaulted = defaulted + (["global_batch_size"] if kw["gbs"] is None else [])
     return result

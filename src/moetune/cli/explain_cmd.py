@@ -50,7 +50,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
                                "cluster; drop them, or explain MODEL with flags")
         # under the efficiency/overhead files the saved result was made with, unless others are passed here
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
-                                    efficiency_overrides=load_efficiency_file(kw["efficiency"]),
+                                    efficiency_overrides=load_efficiency_file(kw["efficiency"], None),
                                     where=f"--plan {plan_file or model}")
         if kw["token_imbalance"] is not None:  # the dropless factor a saved result may be weighed again under
             result = result.variant(knobs=replace(result.knobs, token_imbalance=kw["token_imbalance"]))

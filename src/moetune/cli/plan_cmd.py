@@ -80,7 +80,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
-    eff, over = load_efficiency_file(efficiency), load_overheads(overheads)
+    eff, over = load_efficiency_file(efficiency, gpu_spec.key), load_overheads(overheads)
     # a bad --baseline fails before the search, not after it
     base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                               where=f"--baseline {baseline}") \

@@ -10,7 +10,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.efficiency import check_file, sets_for
+from moetune.walls.efficiency import check_file, check_for_gpu, sets_for
 
 
 def pick_result(data: dict, rank: int = 1) -> dict:
@@ -71,8 +71,9 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     # the tables as their files: a later check names the file, and the result records it again
     paths = {k: p if isinstance(p := r.get(USER_FILE_KEYS[k]), str) else None for k in saved}
     saved = {k: FileTable(v, f"{where} {k}", paths[k]) if v else None for k, v in saved.items()}
-    return estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"],
-                    efficiency_overrides=efficiency_overrides or saved["efficiency_overrides"])
+    # the constants meet the saved GPU here: the given file's (loaded without a GPU: explain --plan), else the saved
+    eff = check_for_gpu(efficiency_overrides or saved["efficiency_overrides"], gpu.key)
+    return estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"], efficiency_overrides=eff)
 
 
 def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:

@@ -19,32 +19,42 @@ def _table() -> dict:
 
 
 def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = False) -> dict[str, float]:
-    """[default], the GPU's priors, then the GPU's section (fitted values; skipped with priors_only), then the
-    user's file (a FileTable names itself in errors)."""
+    """[default], the GPU's priors, then the GPU's section (fitted values; skipped with priors_only), then what the
+    user's table sets for the GPU (checked where the file met the GPU: check_for_gpu)."""
     table = _table()
     out = {**table["default"], **priors(gpu_key), **({} if priors_only else table.get(gpu_key, {}))}
-    if user or hasattr(user, "where"):  # a user's file, even an empty one, says something
-        where = getattr(user, "where", "efficiency file")
-        flat = {k: v for k, v in user.items() if not isinstance(v, dict)}
-        mine = {**flat, **user.get(gpu_key, {})}
-        if not sets_for(user, gpu_key):  # a file that changes nothing must not be reported as in use
-            sections = ", ".join(f"[{k}]" for k, v in user.items() if isinstance(v, dict)) or "none"
-            raise MoetuneError(f"{where} sets no constant for {gpu_key} (sections: {sections}): put them at the top "
-                               f"level for every GPU, or in a [{gpu_key}] section")
-        out.update(mine)
-        unknown = sorted(set(out) - set(table["default"]))
-        if unknown:
-            raise MoetuneError(f"{where}: unknown constant(s) {', '.join(unknown)}; "
-                               f"known: {', '.join(sorted(table['default']))}")
-        for key, value in mine.items():
-            _check(key, value, where)
+    return {**out, **user_constants(user, gpu_key)} if user else out
 
-        def origin(key: str, note: str = "") -> str:  # whose value it is: the file's, or the shipped one
-            return f"{key} = {out[key]:g} ({'yours' if key in mine else f'shipped for {gpu_key}'}{note})"
 
-        _check_links(out, where, origin)
-        _check_peaks(out, where, origin)
-    return out
+def user_constants(user: dict, gpu_key: str) -> dict:
+    """What a user's table sets for this GPU: its top-level constants, then its [gpu_key] section's over them."""
+    return {**{k: v for k, v in user.items() if not isinstance(v, dict)}, **user.get(gpu_key, {})}
+
+
+def check_for_gpu(user: dict | None, gpu_key: str) -> dict | None:
+    """A user's table (a FileTable names itself in errors) where it meets the GPU it is used with, once: it sets
+    something for the GPU, each constant known and in its range, and beside the GPU's shipped values no all-to-all
+    past its link nor recipe past its peak. Called where a file is loaded for a GPU (load_efficiency_file) and where
+    a saved result's table meets its GPU (planner/from_json.py), so that efficiency() only merges."""
+    if user is None:
+        return None
+    where = getattr(user, "where", "efficiency file")
+    if not sets_for(user, gpu_key):  # a file that changes nothing must not be reported as in use
+        sections = ", ".join(f"[{k}]" for k, v in user.items() if isinstance(v, dict)) or "none"
+        raise MoetuneError(f"{where} sets no constant for {gpu_key} (sections: {sections}): put them at the top "
+                           f"level for every GPU, or in a [{gpu_key}] section")
+    known, out, mine = _table()["default"], efficiency(gpu_key, user), user_constants(user, gpu_key)
+    if unknown := sorted(set(out) - set(known)):
+        raise MoetuneError(f"{where}: unknown constant(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for key, value in mine.items():
+        _check(key, value, where)
+
+    def origin(key: str, note: str = "") -> str:  # whose value it is: the file's, or the shipped one
+        return f"{key} = {out[key]:g} ({'yours' if key in mine else f'shipped for {gpu_key}'}{note})"
+
+    _check_links(out, where, origin)
+    _check_peaks(out, where, origin)
+    return user
 
 
 def sets_for(user: dict, gpu_key: str) -> bool:
@@ -146,10 +156,12 @@ def check_file(user: dict, where: str) -> dict:
     return user
 
 
-def load_efficiency_file(path: str | None) -> FileTable | None:
-    """The user's --efficiency file, checked key by key; checked again with the shipped values of the GPU it is used
-    with (efficiency), where its errors name it too."""
+def load_efficiency_file(path: str | None, gpu_key: str | None) -> FileTable | None:
+    """The user's --efficiency file, checked key by key, then with the shipped values of the GPU it is used with
+    (check_for_gpu), its errors naming it; gpu_key None where the GPU is a saved result's, whose reader
+    (planner/from_json.py) checks it there."""
     if not path:
         return None
     where = f"--efficiency {path}"
-    return FileTable(check_file(read_toml(path, "--efficiency"), where), where, path)
+    table = FileTable(check_file(read_toml(path, "--efficiency"), where), where, path)
+    return table if gpu_key is None else check_for_gpu(table, gpu_key)
