@@ -82,6 +82,11 @@ def test_a_file_that_sets_nothing_for_the_gpu_is_refused_by_every_command(tmp_pa
                       "model.expert_model_parallel_size=16"],
                      ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024"]):
             assert main([*args, "--efficiency", str(path)]) == 2 and capsys.readouterr().err == line
+        # a saved result explained under such a file: refused too, not passed over for the result's own table
+        assert main(["estimate", *ESTIMATE, "--json"]) == 0
+        (tmp_path / "e.json").write_text(capsys.readouterr().out)
+        assert main(["explain", str(tmp_path / "e.json"), "--efficiency", str(path)]) == 2
+        assert capsys.readouterr().err == line
 
 
 def test_the_file_is_checked_once_where_it_meets_the_gpu(tmp_path, capsys, monkeypatch):

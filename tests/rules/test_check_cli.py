@@ -191,6 +191,10 @@ SAID_BY_LAYOUT = {
     "sp.seq_divisible_by_tp": (16, ["model.seq_length=4097", "model.tensor_model_parallel_size=2"]),
     "sp.seq_divisible_by_tp/cp": (16, ["model.seq_length=4100", "model.tensor_model_parallel_size=4",
                                        "model.context_parallel_size=2"]),  # seq/CP 2050 over TP 4
+    "batch.gbs_divisible": (16, ["model.expert_model_parallel_size=8", "train.global_batch_size=100",
+                                 "train.micro_batch_size=1"]),  # DP 16
+    "longctx.cp_seq_divisible": (16, ["model.seq_length=4100", "model.context_parallel_size=8",
+                                      "model.expert_model_parallel_size=8"]),  # 2 x CP 16
 }
 
 

@@ -204,7 +204,7 @@ def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None
     _require(
         gbs % (mbs * layout.dp) == 0,
         f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {layout.dp} = "
-        f"{mbs * layout.dp}); change --gbs or --mbs",
+        f"{mbs * layout.dp}); change --gbs or --mbs", same_as=("batch.gbs_divisible",),
     )
     m = workload.num_microbatches(layout)
     _require(interleaves(layout.pp, layout.vpp, m),
@@ -213,7 +213,9 @@ def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None
              "--gbs or --mbs, or drop --vpp")
     why = sp_refusal(seq, layout.tp, layout.cp, layout.sp)
     _require(not why, why or "", same_as=("sp.seq_divisible_by_tp",))
-    why = cp_chunk_refusal(seq, layout.cp) or (spec and chunk_refusal(spec, seq, layout.cp))
+    why = cp_chunk_refusal(seq, layout.cp)
+    _require(not why, why or "", same_as=("longctx.cp_seq_divisible",))
+    why = spec and chunk_refusal(spec, seq, layout.cp)
     _require(not why, why or "")
 
 

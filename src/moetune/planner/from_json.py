@@ -72,7 +72,8 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     paths = {k: p if isinstance(p := r.get(USER_FILE_KEYS[k]), str) else None for k in saved}
     saved = {k: FileTable(v, f"{where} {k}", paths[k]) if v else None for k, v in saved.items()}
     # the constants meet the saved GPU here: the given file's (loaded without a GPU: explain --plan), else the saved
-    eff = check_for_gpu(efficiency_overrides or saved["efficiency_overrides"], gpu.key)
+    given = efficiency_overrides is not None  # an empty file given is refused, not passed over for the saved one
+    eff = check_for_gpu(efficiency_overrides if given else saved["efficiency_overrides"], gpu.key)
     return estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"], efficiency_overrides=eff)
 
 
