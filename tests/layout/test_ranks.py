@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, spanning_backend
+from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain
 
 
 def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_ranks():
@@ -15,22 +15,16 @@ def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_rank
     assert next(in_domain_eps(40, 1, 60)) == 30  # EP40 in 60-rank domains straddles two (ranks 40-79)
 
 
-def test_spanning_backend_drops_hybridep_past_the_jobs_rack_domain_alone():
-    """Past the job's NVLink domain on a rack HybridEP is refused: DeepEP runs there where Bridge runs it (a B200
-    cluster file with a 72-GPU domain), else alltoall (None; Grace-Blackwell). Across HGX nodes HybridEP reaches the
-    others by RDMA, other backends stay, and EP 1 or a platform without a flex default runs alltoall."""
+def test_hybridep_spans_past_the_jobs_rack_domain_alone():
+    """Past the job's NVLink domain on a rack HybridEP is refused (EP128 over 64-rank Slurm segments, EP40 straddling
+    two 60-rank domains); across HGX nodes it reaches the others by RDMA. Which backend runs instead is the platform's
+    (specs/platform.py spanning_backend, tests/specs/test_platform.py)."""
     gb200 = job_nvlink_domain(256, 4, 72)  # 256 GB200s: Slurm segments of 64 ranks
     assert gb200 == 64
-    assert spanning_backend("hybridep", 128, 1, 72, gb200, False) is None  # EP128 spans two segments
-    assert spanning_backend("hybridep", 128, 1, 72, gb200, deepep_runs=True) == "deepep"  # B200s on a rack
-    assert spanning_backend("hybridep", 64, 1, 72, gb200, False) == "hybridep"  # one segment holds it
-    assert spanning_backend("hybridep", 40, 1, 72, 60, False) is None  # EP40 in 60-rank domains straddles two
-    hgx = job_nvlink_domain(256, 8, 8)
-    assert spanning_backend("hybridep", 64, 1, 8, hgx, False) == "hybridep"  # H100 HGX across eight nodes
-    assert spanning_backend("deepep", 64, 1, 8, hgx, False) == "deepep"
-    assert spanning_backend("deepep", 1, 1, 8, hgx, False) is None  # EP 1: nothing to accelerate
-    assert spanning_backend(None, 128, 1, 72, gb200, False) is None
-    assert spanning_backend("alltoall", 128, 1, 72, gb200, False) is None
+    assert hybridep_spans(128, 1, 72, gb200) is False  # EP128 spans two segments
+    assert hybridep_spans(64, 1, 72, gb200) is True  # one segment holds it
+    assert hybridep_spans(40, 1, 72, 60) is False  # EP40 in 60-rank domains straddles two
+    assert hybridep_spans(64, 1, 8, job_nvlink_domain(256, 8, 8)) is True  # H100 HGX across eight nodes
 
 
 def test_hybridep_spans_one_answer_per_row():

@@ -88,22 +88,8 @@ def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
     """Whether HybridEP runs this EP group (a bool, or one per row for arrays of EP and ETP): across HGX nodes it
     reaches the other nodes by RDMA, but on a rack-scale NVLink domain Megatron Bridge runs it only inside the domain
     (it refuses EP past the 72-rank rack: scripts/performance/utils/utils.py apply_target_topology_environment), here
-    the job's (its Slurm segment)."""
+    the job's (its Slurm segment). Which backend then runs is platform policy (specs/platform.py spanning_backend)."""
     return nvlink_domain < NVL72_DOMAIN or members_in_domain(ep, etp, job_domain) >= ep
-
-
-def spanning_backend(backend: str | None, ep: int, etp: int, nvlink_domain: int, job_domain: int,
-                     deepep_runs: bool) -> str | None:
-    """The flex backend to run this EP group with, from the platform's (`backend`), or None where alltoall is the one
-    to run: at EP 1 (no all-to-all to accelerate), on a platform without a flex default, and past the job's domain on
-    a rack where HybridEP is refused (hybridep_spans) and DeepEP does not run (Bridge runs it on no Grace-Blackwell;
-    a B200 cluster file with a rack-scale domain takes DeepEP there). One place decides it for the knob defaults
-    (planner/defaults.py) and the rules' recommended backend (rules/derive.py)."""
-    if ep == 1 or backend in (None, "alltoall"):
-        return None
-    if backend == "hybridep" and not hybridep_spans(ep, etp, nvlink_domain, job_domain):
-        return "deepep" if deepep_runs else None
-    return backend
 
 
 def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int = 0, pp: int = 1) -> Iterator[int]:

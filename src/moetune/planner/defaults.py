@@ -2,9 +2,9 @@
 
 from moetune.errors import UnsupportedPrecision
 from moetune.layout.layout import Layout
-from moetune.layout.ranks import job_nvlink_domain, spanning_backend
+from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
 from moetune.specs.hardware import GpuSpec
-from moetune.specs.platform import deepep_runs, platform_defaults
+from moetune.specs.platform import deepep_runs, platform_defaults, spanning_backend
 
 
 def default_precision(gpu: GpuSpec) -> str:
@@ -23,7 +23,8 @@ def default_dispatcher_and_why(gpu: GpuSpec, layout: Layout) -> tuple[str, str |
     explain names the reason beside the default, so a user is not left wondering why a GB200 run shows alltoall."""
     platform = platform_defaults(gpu)["dispatcher"]
     domain = job_nvlink_domain(layout.world_size, gpu.gpus_per_node, gpu.nvlink_domain)
-    runs = spanning_backend(platform, layout.ep, layout.etp, gpu.nvlink_domain, domain, deepep_runs(gpu)) or "alltoall"
+    spans = hybridep_spans(layout.ep, layout.etp, gpu.nvlink_domain, domain)
+    runs = spanning_backend(platform, layout.ep, spans, deepep_runs(gpu)) or "alltoall"
     if runs == platform:
         return runs, None
     if layout.ep == 1:

@@ -19,13 +19,13 @@ from moetune.configio.finalize import (
 )
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
-from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain, spanning_backend
+from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     LONG_SDPA,
     ep_first_sizes,
 )
 from moetune.rules.derive_layers import context_parallel, value, vpp2_runs
-from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of
+from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of, spanning_backend
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {
@@ -126,8 +126,8 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         if "recommended_backend" in d:  # (none without cluster.gpu: a rule asking for it stays undecided)
             # None where alltoall is the one to run (EP 1, or no flex backend spans this EP): the seeds' bring-up
             # dispatcher is then the start (its fixes had sent a user from one refused backend to the other)
-            d["recommended_backend"] = spanning_backend(d["recommended_backend"], d["ep"], d["etp"],
-                                                        d["nvlink_domain"], domain, d["deepep_supported"])
+            d["recommended_backend"] = spanning_backend(d["recommended_backend"], d["ep"], d["hybridep_spans"],
+                                                        d["deepep_supported"])
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
 

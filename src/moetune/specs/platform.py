@@ -42,3 +42,17 @@ def deepep_runs(gpu: GpuSpec) -> bool:
 def hybridep_runs(gpu: GpuSpec) -> bool:
     """Whether HybridEP runs on this GPU: NVIDIA's sm80, sm90 and sm100 (training/flex_dispatcher_backend.py)."""
     return gpu.arch in ("ampere", "hopper", "blackwell")
+
+
+def spanning_backend(backend: str | None, ep: int, hybridep_spans: bool, deepep: bool) -> str | None:
+    """The flex backend to run this EP group with, from the platform's (`backend`), or None where alltoall is the one
+    to run: at EP 1 (no all-to-all to accelerate), on a platform without a flex default, and where HybridEP does not
+    span the group (`hybridep_spans`, layout/ranks.py: past the job's domain on a rack, where Bridge refuses it) and
+    DeepEP does not run (`deepep`, deepep_runs: not on Grace-Blackwell; a B200 cluster file with a rack-scale domain
+    takes DeepEP there). One place decides it for the knob defaults (planner/defaults.py) and the rules' recommended
+    backend (rules/derive.py)."""
+    if ep == 1 or backend in (None, "alltoall"):
+        return None
+    if backend == "hybridep" and not hybridep_spans:
+        return "deepep" if deepep else None
+    return backend
