@@ -1,11 +1,15 @@
 """The GPU catalog (from shared/data/hardware.csv) and user cluster files."""
 
 import csv
+import os
 import re
+from dataclasses import FrozenInstanceError
 
 import pytest
 
+import moetune.specs.hardware as hardware
 from moetune.errors import MoetuneError
+from moetune.files import read_toml
 from moetune.specs.hardware import catalog, load_gpu
 from moetune.walls.efficiency import efficiency
 
@@ -112,3 +116,22 @@ def test_a_b300_cluster_file_with_its_own_nic_drops_the_catalogs_reading(tmp_pat
     path = tmp_path / "mine.toml"
     path.write_text('gpu = "b300"\n' + extra)
     assert load_gpu(str(path)).nic_gbps_observed == observed
+
+
+def test_a_cluster_file_is_read_once_until_it_changes(tmp_path, monkeypatch):
+    """config_gpu asks for the file's GPU once per knob set a plan checks: it is parsed once, an edit (even one that
+    keeps the size) is read again, and the GpuSpec handed out is frozen, so no caller can change the cached one."""
+    reads = []
+    monkeypatch.setattr(hardware, "read_toml", lambda path, what: reads.append(path) or read_toml(path, what))
+    path = tmp_path / "rack.toml"
+    path.write_text('gpu = "b200"\nnvlink_domain = 72\ngpus_per_node = 4\n')
+    gpu = load_gpu(str(path))
+    assert load_gpu(str(path)) is gpu and len(reads) == 1
+    with pytest.raises(FrozenInstanceError):
+        gpu.nvlink_domain = 8
+    path.write_text('gpu = "b200"\nnvlink_domain = 36\ngpus_per_node = 4\n')  # the same size
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # past a coarse clock's tick
+    assert load_gpu(str(path)).nvlink_domain == 36 and len(reads) == 2
+    path.write_text('gpu = "b200"\n')
+    assert load_gpu(str(path)).nvlink_domain == 8 and len(reads) == 3

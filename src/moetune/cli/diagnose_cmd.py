@@ -120,9 +120,13 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
     if predicted is not None and log is not None:  # before the traces are read: a log of another job compares nothing
         same_log_job(predicted, log)
-    # the run's GPU: --gpu (with the config's own topology), checked against the traces, the capacity memory reports
-    # are read against and the platform of the advice; else for a log alone the prediction's
-    run_gpu = config_gpu(config) if gpu else (predicted.gpu if predicted is not None and not traces else None)
+    # the run's GPU: --gpu (with the config's own topology; a --model prediction was priced on it already), checked
+    # against the traces, the capacity memory reports are read against and the platform of the advice; else for a
+    # log alone the prediction's
+    if gpu:
+        run_gpu = predicted.gpu if model is not None else config_gpu(config)
+    else:
+        run_gpu = predicted.gpu if predicted is not None and not traces else None
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu)
     cmp = compare(predicted, result) if predicted is not None else None

@@ -12,7 +12,7 @@ A cluster file looks like::
 import math
 import tomllib
 from dataclasses import dataclass, fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -152,6 +152,23 @@ def _family(table: dict, path: Path) -> str:
 
 
 def load_cluster_file(path: Path) -> GpuSpec:
+    """A cluster file's GPU, parsed once per version of the file: config_gpu asks it of every knob set a plan checks
+    (139 reads in one 256-GPU plan) and of each step of emit and diagnose. The key is the path as given (a [gpu]
+    table's family reads its stem) and resolved, with the file's inode, mtime and size, so an edited or replaced
+    file is read again; GpuSpec is frozen, so no caller can change the copy the cache hands the next one."""
+    try:
+        stat = path.stat()
+    except OSError:  # missing or unreadable: the read names it in one line
+        return _parse_cluster_file(path)
+    return _cached_cluster_file(path, path.resolve(), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=32)
+def _cached_cluster_file(path: Path, _resolved: Path, *_version: int) -> GpuSpec:
+    return _parse_cluster_file(path)
+
+
+def _parse_cluster_file(path: Path) -> GpuSpec:
     data = read_toml(path, "cluster file")
     base = data.pop("gpu", None)
     if isinstance(base, str):
