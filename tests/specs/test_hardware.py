@@ -66,6 +66,14 @@ def test_a_described_gpu_is_modelled_as_its_architectures_catalog_gpu_whatever_t
     assert load_gpu(str(tmp_path / "bw.toml")).key == "gb200"
 
 
+def test_sms_is_optional_in_a_gpu_table_and_inherited_from_a_catalog_gpu(tmp_path):
+    """A table that leaves it out is not checked against a trace's SM count (0); gpu = "h100" keeps the H100's."""
+    (tmp_path / "lab.toml").write_text(TABLE)
+    (tmp_path / "h100_lab.toml").write_text('gpu = "h100"\nnic_gbps = 200\n')
+    assert load_gpu(str(tmp_path / "lab.toml")).sms == 0
+    assert load_gpu(str(tmp_path / "h100_lab.toml")).sms == catalog()["h100"].sms > 0
+
+
 def test_another_architecture_in_a_file_named_as_a_catalog_gpu_runs_on_the_priors(tmp_path):
     """An AMD GPU's table in h100.toml is not an H100: not H100's fitted constants, not its track record."""
     (tmp_path / "h100.toml").write_text(TABLE.replace('"hopper"', '"cdna3"'))
@@ -80,6 +88,8 @@ def test_another_architecture_in_a_file_named_as_a_catalog_gpu_runs_on_the_prior
     ('gpu = "h100"\nmemory_gib = inf\n', "memory_gib (inf) must be a finite number"),
     ('gpu = "h100"\nsource = "x"\n', "unknown field(s) source"),
     (TABLE + "memory_gb = 40\n", "[gpu] table has unknown field(s) memory_gb"),
+    ('gpu = "h100"\nsms = -1\n', "sms (-1) must be positive"),
+    ('gpu = "h100"\nsms = 113.5\n', "sms (113.5) must be a whole number"),
 ])
 def test_impossible_cluster_files_are_one_line(text, needle, tmp_path):
     path = tmp_path / "c.toml"

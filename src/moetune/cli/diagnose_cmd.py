@@ -100,10 +100,13 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
 @click.option("--model", default=None, help="Built-in model or config.json: predict the run from --config.")
 @click.option("--gpu", default=None, help="GPU of the run (with --model).")
 @click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs of the run (with --model).")
+@click.option("--force-gpu", is_flag=True,
+              help="Price the run on --gpu (or the plan's GPU) even where the traces record another part of its "
+                   "architecture (other SMs, or another catalog GPU's name): a note instead of an error.")
 @click.option("--plan", "plan_file", default=None, help="`moetune estimate/plan --json` of this run to compare.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_args, model, gpu, gpus, plan_file,
-            as_json: bool) -> None:
+def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_args, model, gpu, gpus, force_gpu: bool,
+            plan_file, as_json: bool) -> None:
     """Find the dominant wall (memory, communication, host overhead, compute) in Kineto traces
     (.json/.json.gz, one file per rank, or directories of them) and/or a Megatron training log,
     and name the next changes; with --config the advice is tailored, with --plan or --model the
@@ -128,7 +131,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     else:
         run_gpu = predicted.gpu if predicted is not None and not traces else None
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
-    result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu)
+    result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu,
+                      priced_on=predicted.gpu if predicted is not None else None, force_gpu=force_gpu)
     cmp = compare(predicted, result) if predicted is not None else None
     if as_json:
         out = result.to_dict()

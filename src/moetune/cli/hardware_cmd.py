@@ -18,10 +18,11 @@ def command(gpu: str | None, as_json: bool) -> None:
         emit_json([dataclasses.asdict(g) for g in gpus])
         return
     cols = ["gpu", "name", "BF16 TF", "FP8 TF", "FP4 TF", "mem GiB", "HBM TB/s", "NVLink GB/s/dir", "NVL domain",
-            "GPUs/node", "NIC Gb/s", "host GiB/GPU"]
+            "GPUs/node", "NIC Gb/s", "host GiB/GPU", "SMs"]
     console().print(table("GPU catalog (dense peaks)", cols, [
         [g.key, g.name, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or "-", g.memory_gib, g.hbm_tbps,
-         g.nvlink_gbps, g.nvlink_domain, g.gpus_per_node, g.nic_gbps, g.host_memory_gib or "-"] for g in gpus],
+         g.nvlink_gbps, g.nvlink_domain, g.gpus_per_node, g.nic_gbps, g.host_memory_gib or "-", g.sms or "-"]
+        for g in gpus],
         justify_right_from=2))
     for g in gpus:  # what the GPU's published runs read, beside its datasheet (the track record prices both)
         if g.nic_gbps_observed:

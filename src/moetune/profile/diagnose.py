@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from moetune.errors import MoetuneError
+from moetune.profile.device import gpu_notes
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
 from moetune.profile.reader import RankTrace, read_trace
 from moetune.profile.remedies import Recommendation, recommend
 from moetune.profile.trace_json import expand_paths
-from moetune.profile.walls import Measurement, arch, decide, evidence, facts, imbalance
+from moetune.profile.walls import Measurement, decide, evidence, facts, imbalance
 from moetune.specs.hardware import GpuSpec
 
 
@@ -72,15 +73,6 @@ def _same_time(traces: list[RankTrace]) -> None:
             gap = max(b0 - a1, a0 - b1) * 1e-6
             raise MoetuneError(f"traces {timed[0].path} and {t.path} were recorded {gap:,.0f} s apart and never "
                                "overlap; pass the traces of one profiling window of one run")
-
-
-def _gpu_matches(traces: list[RankTrace], gpu: GpuSpec) -> None:
-    """--gpu names the GPU the run used: a trace that records another architecture is another machine's."""
-    recorded = next((t for t in traces if t.compute_capability is not None), None)
-    if recorded is not None and arch(recorded.compute_capability) != gpu.arch:
-        raise MoetuneError(f"--gpu {gpu.key} is {gpu.arch} but {recorded.path} ran on {recorded.device_name} "
-                           f"({arch(recorded.compute_capability)}, compute capability "
-                           f"{'.'.join(map(str, recorded.compute_capability))}); drop --gpu or pass the run's GPU")
 
 
 def _whole(text: str, what: str) -> int:
@@ -206,21 +198,24 @@ def diagnose(
     config: dict[str, Any] | None = None,
     gpu_memory_bytes: float | None = None,
     gpu: GpuSpec | None = None,
+    priced_on: GpuSpec | None = None,
+    force_gpu: bool = False,
 ) -> DiagnoseResult:
     """Diagnose a run from Kineto traces (files or directories, one file per rank) and/or a log.
 
     ``config``: Megatron Bridge dotted names -> values; it drops advice the config makes moot and
     lets config facts (e.g. full recompute) count as evidence. ``gpu`` (--gpu) is the run's GPU: it must be the
     traces' architecture, and gives the capacity and the platform a log alone lacks (``gpu_memory_bytes`` overrides
-    the capacity alone).
+    the capacity alone). It and ``priced_on`` (the GPU a compared prediction is priced on) must be the traces' GPU:
+    another part of its architecture (an H20 as --gpu h100) is one error line, a note with ``force_gpu``.
     """
     paths = expand_paths([traces] if isinstance(traces, (str, Path)) else list(traces))
     if not paths and log is None:
         raise MoetuneError("diagnose: give at least one trace (file or directory) or --log FILE")
     loaded = [read_trace(p) for p in paths]
     _same_run(loaded)
+    part = gpu_notes(loaded, gpu, priced_on, force_gpu)
     if gpu is not None:
-        _gpu_matches(loaded, gpu)
         gpu_memory_bytes = gpu_memory_bytes or gpu.capacity_bytes
     training_log = read_log(log) if isinstance(log, (str, Path)) else log
     run_world = _same_world(loaded, training_log, config or {})
@@ -231,7 +226,7 @@ def diagnose(
     f = facts(m, config)
     wall, reason = decide(f)
     s = m.combined
-    notes = sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
+    notes = part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
     if m.ranks and run_world and len(m.ranks) < run_world:
         notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
                      "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")

@@ -100,6 +100,7 @@ class RankTrace:
     graph_launches: frozenset[int] = frozenset()  # correlation ids of CUDA-graph launches (replayed kernels share one)
     steps: list[Step]
     peak_reserved_bytes: float | None = None  # from "[memory]" events (profile_memory=True)
+    device_sms: int | None = None  # deviceProperties numSms: parts of one architecture differ in it
     origin_us: int = 0  # the trace's own timestamp of time 0 here
     notes: list[str] = field(default_factory=list)
     span_us: float = 0.0  # from the first event to the last op's end
@@ -237,7 +238,7 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     device = max(sink.devices, key=sink.devices.get) if sink.devices else 0
     try:
         rank, world = _distributed(path, header.get("distributedInfo") or {})
-        name, mem, cc = _device(header.get("deviceProperties") or [], device)
+        name, mem, cc, sms = _device(header.get("deviceProperties") or [], device)
     except (TypeError, ValueError, AttributeError) as err:
         raise fail(path, f"has malformed distributedInfo/deviceProperties ({err}); re-export it from "
                           "torch.profiler or remove those keys") from None
@@ -247,7 +248,7 @@ def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
                      "args): comm_kernel_wait leaves them out, as transfers of different sizes are not comparable")
     return RankTrace(
         path=str(path), rank=rank, world_size=world, device_name=name, device_memory_bytes=mem,
-        compute_capability=cc, ops=sink.ops, launches=sink.launches, steps=sink.steps,
+        compute_capability=cc, device_sms=sms, ops=sink.ops, launches=sink.launches, steps=sink.steps,
         graph_launches=frozenset(sink.graph_launches),
         peak_reserved_bytes=sink.peak_reserved, origin_us=(sink.origin or 0) + _base_us(header),
         span_us=max(sink.last_ts, max(op.end for op in sink.ops)), notes=notes,
@@ -274,9 +275,9 @@ def _distributed(path: Path, dist: dict) -> tuple[int | None, int | None]:
     return rank, world
 
 
-def _device(props_list: list, device: int) -> tuple[str | None, int | None, tuple[int, int] | None]:
-    """(name, memory bytes, compute capability) of the device the kernels ran on, from deviceProperties."""
+def _device(props_list: list, device: int) -> tuple[str | None, int | None, tuple[int, int] | None, int | None]:
+    """(name, memory bytes, compute capability, SMs) of the device the kernels ran on, from deviceProperties."""
     props = next((p for p in props_list if p.get("id") == device), {})
     cc = (int(props["computeMajor"]), int(props.get("computeMinor", 0))) if "computeMajor" in props else None
-    mem = props.get("totalGlobalMem")
-    return props.get("name"), int(mem) if mem else None, cc
+    mem, sms = props.get("totalGlobalMem"), props.get("numSms")
+    return props.get("name"), int(mem) if mem else None, cc, int(sms) if sms else None

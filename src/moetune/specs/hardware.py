@@ -21,8 +21,8 @@ from moetune.files import read_toml
 
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
-WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile")  # counts, not rates
-OPTIONAL = {"host_memory_gib", "nic_gbps_observed"}  # a [gpu] table may leave these out
+WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile", "sms")  # counts, not rates
+OPTIONAL = {"host_memory_gib", "nic_gbps_observed", "sms"}  # a [gpu] table may leave these out
 ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
 # Architectures a [gpu] table may name without fitted constants: earlier NVIDIA ones and AMD CDNA parts
 PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
@@ -56,6 +56,9 @@ class GpuSpec:
     # scale-out Gb/s a GPU the published runs of this GPU read as, where it is below the datasheet's nic_gbps (0: none
     # below it); the track record prices a run whose traffic crosses nodes at it too (planner/track_record.py)
     nic_gbps_observed: float = 0.0
+    # streaming multiprocessors the device reports (cudaDeviceProp.multiProcessorCount, a Kineto trace's numSms); 0:
+    # unknown, not checked. Parts of one architecture differ in it (H20 78, H100 132): diagnose tells them apart by it
+    sms: int = 0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -82,6 +85,8 @@ class GpuSpec:
         if not 0 <= self.nic_gbps_observed <= self.nic_gbps:
             raise MoetuneError(f"gpu '{self.key}': nic_gbps_observed ({self.nic_gbps_observed}) must be between 0 "
                                f"(none) and nic_gbps ({self.nic_gbps})")
+        if self.sms < 0:
+            raise MoetuneError(f"gpu '{self.key}': sms ({self.sms}) must be positive (or 0: unknown, not checked)")
         if self.host_memory_gib < 0:
             raise MoetuneError(f"gpu '{self.key}': host_memory_gib ({self.host_memory_gib}) must be positive (or 0: "
                                "unknown, not checked)")

@@ -1,0 +1,134 @@
+"""--gpu (and a compared plan's GPU) against the GPU a trace records: another part of the same architecture is
+refused with the fix, or a note with --force-gpu; another memory size is a note. Real traces from ../shared/data/traces
+and copies of one with its deviceProperties edited."""
+
+import gzip
+import hashlib
+import json
+
+import pytest
+
+from moetune.cli.main import main
+from moetune.profile import read_trace
+from moetune.profile.device import MEMORY_SLACK, model_of
+from moetune.specs.hardware import GIB, catalog
+
+ALLREDUCE = "a100_2rank_allreduce.json.gz"  # NVIDIA A100-PG509-200: the 40 GB A100
+SENDRECV = "a100_16rank_sendrecv_rank0.json.gz"  # NVIDIA A100-SXM4-80GB
+
+
+def cli(args, capsys):
+    code = main(["diagnose", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def notes(args, capsys) -> list[str]:
+    code, out, err = cli([*args, "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)["notes"]
+
+
+def props(doc: dict) -> dict:
+    """The raw deviceProperties of device 0 (the kernels of both A100 traces ran on it)."""
+    return next(p for p in doc["deviceProperties"] if p["id"] == 0)
+
+
+@pytest.fixture(scope="module")
+def edited(traces_dir, tmp_path_factory):
+    """Copies of the 2-rank A100 trace whose every device reads as another GPU (name, SMs, memory, capability)."""
+    with gzip.open(traces_dir / ALLREDUCE, "rt") as fh:
+        doc = json.load(fh)
+    folder = tmp_path_factory.mktemp("edited")
+
+    def copy(**fields):
+        path = folder / f"{hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]}.json.gz"
+        if not path.exists():
+            with gzip.open(path, "wt", compresslevel=1) as fh:
+                json.dump({**doc, "deviceProperties": [{**p, **fields} for p in doc["deviceProperties"]]}, fh)
+        return path
+    return copy
+
+
+H20 = {"name": "NVIDIA H20", "numSms": 78, "totalGlobalMem": 102_625_181_696, "computeMajor": 9}
+H100_PCIE = {"name": "NVIDIA H100 PCIe", "numSms": 114, "totalGlobalMem": 85_045_231_616, "computeMajor": 9}
+
+
+@pytest.mark.parametrize("name", [ALLREDUCE, SENDRECV])
+def test_the_reader_keeps_the_sm_count_kineto_records(name, traces_dir, oracle):
+    assert read_trace(traces_dir / name).device_sms == props(oracle.load(traces_dir / name))["numSms"]
+
+
+def test_the_shared_a100_40gb_trace_is_a_note_against_the_80gb_catalog_a100(traces_dir, oracle, capsys):
+    """The shared allreduce trace ran on a 40 GB A100 (its totalGlobalMem), the catalog's a100 is the 80 GB part:
+    the same part (108 SMs, the A100's name), so a note saying which memory is counted, not a refusal."""
+    mem = props(oracle.load(traces_dir / ALLREDUCE))["totalGlobalMem"]
+    assert mem < catalog()["a100"].capacity_bytes / MEMORY_SLACK  # the premise: another memory size
+    said = [n for n in notes([traces_dir / ALLREDUCE, "--gpu", "a100"], capsys) if "of memory" in n]
+    assert len(said) == 1 and f"{mem / GIB:.1f} GiB" in said[0] and "78 GiB" in said[0]
+
+
+def test_a_cluster_file_of_the_traced_memory_takes_the_note_away(traces_dir, oracle, tmp_path, capsys):
+    mem = props(oracle.load(traces_dir / ALLREDUCE))["totalGlobalMem"]
+    toml = tmp_path / "a100_40gb.toml"
+    toml.write_text(f'gpu = "a100"\nmemory_gib = {mem / GIB:.0f}\n')
+    assert not [n for n in notes([traces_dir / ALLREDUCE, "--gpu", toml], capsys) if "ran on" in n]
+
+
+def test_the_80gb_a100_trace_is_the_catalog_a100(traces_dir, capsys):
+    assert not [n for n in notes([traces_dir / SENDRECV, "--gpu", "a100"], capsys) if "ran on" in n]
+
+
+def test_an_h20_trace_as_gpu_h100_is_refused_with_the_gpu_to_pass(edited, capsys):
+    trace = edited(**H20)
+    code, _, err = cli([trace, "--gpu", "h100"], capsys)
+    assert code == 2 and "NVIDIA H20 (78 SMs)" in err and "(132 SMs)" in err and "pass --gpu h20" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not [n for n in notes([trace, "--gpu", "h20"], capsys) if "ran on" in n]
+
+
+def test_force_gpu_prices_another_part_with_a_note(edited, capsys):
+    trace = edited(**H20)
+    said = notes([trace, "--gpu", "h100", "--force-gpu"], capsys)
+    assert "NVIDIA H20 (78 SMs)" in said[0] and "--force-gpu" in said[0]  # first: above the trace's own notes
+
+
+def test_another_sm_count_of_a_catalog_name_is_another_part(edited, tmp_path, capsys):
+    """An H100 PCIe names the h100 but has 114 SMs to the SXM5's 132: the fix is a cluster file saying so."""
+    trace = edited(**H100_PCIE)
+    code, _, err = cli([trace, "--gpu", "h100"], capsys)
+    assert code == 2 and "(114 SMs)" in err and 'gpu = "h100", sms = 114' in err
+    toml = tmp_path / "h100_pcie.toml"
+    toml.write_text('gpu = "h100"\nsms = 114\n')
+    assert cli([trace, "--gpu", toml], capsys)[0] == 0
+
+
+def test_a_gpu_the_catalog_lacks_is_a_note(edited, capsys):
+    trace = edited(name="NVIDIA H800", numSms=132, computeMajor=9,
+                     totalGlobalMem=H100_PCIE["totalGlobalMem"])
+    said = [n for n in notes([trace, "--gpu", "h100"], capsys) if "ran on" in n]
+    assert len(said) == 1 and "NVIDIA H800, which the catalog lacks" in said[0]
+
+
+def test_a_plan_for_another_part_is_refused_too(edited, tmp_path, capsys):
+    """--plan without --gpu: the plan's GPU is what the comparison prices, so it is checked the same way."""
+    plan = tmp_path / "plan.json"
+    assert main(["estimate", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "2", "--ep", "2", "--json"]) == 0
+    plan.write_text(capsys.readouterr().out)
+    trace = edited(**H20)
+    code, _, err = cli([trace, "--plan", plan], capsys)
+    assert code == 2 and "--plan's GPU h100" in err and "compare a plan made with --gpu h20" in err
+    assert cli([trace, "--plan", plan, "--force-gpu"], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("name, model", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A100-PG509-200", "a100"),
+                                         ("NVIDIA GB200", "gb200"), ("NVIDIA H20-3e", "h20"),
+                                         ("NVIDIA B300 SXM6 AC", "b300"), ("Tesla V100-SXM2-32GB", "v100"),
+                                         ("AMD Instinct MI300X", None), (None, None)])
+def test_model_numbers_in_device_names(name, model):
+    assert model_of(name) == model
+
+
+def test_every_catalog_name_names_its_own_key():
+    """The catalog's names carry their keys' model numbers, so a catalog GPU is never another part of itself."""
+    assert all(model_of(g.name) == key for key, g in catalog().items())
