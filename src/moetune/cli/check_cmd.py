@@ -5,6 +5,8 @@ Exit codes: 0 no errors, 1 errors found (RuleErrors), 2 input unreadable (one ``
 
 from __future__ import annotations
 
+import re
+
 import click
 from rich.markup import escape
 from rich.table import Table
@@ -20,6 +22,7 @@ from moetune.planner import to_config as result_config
 from moetune.planner.from_json import pick_result
 from moetune.rules import Finding, evaluate
 from moetune.rules.engine import vet_fixes
+from moetune.rules.mcore import RULE as MCORE_RULE
 from moetune.rules.table import CONTEXTS
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -34,6 +37,28 @@ class RuleErrors(click.ClickException):
     """
 
     exit_code = 1
+
+
+# The field each shape rule's fault is named by, as Megatron-Core's TransformerConfig names it too: its own refusal
+# (mcore.transformer_config) is left out where a kept finding already says that fault (the layout error, by the rule
+# ids it repeats, or the rule itself)
+FIELD_OF_RULE = {"shape.heads_divisible_by_tp": "num_attention_heads", "shape.query_groups_vs_tp": "num_query_groups",
+                 "scale.experts_divisible": "num_moe_experts", "shape.ffn_divisible_by_tp": "ffn_hidden_size",
+                 "shape.moe_ffn_divisible_by_etp": "moe_ffn_hidden_size"}
+
+
+def _names(words: str, message: str) -> bool:
+    """Whether `message` names the fault by `words` (a field's whole name: ffn_hidden_size is not moe_ffn_...'s)."""
+    return re.search(rf"(?<![\w.]){re.escape(words)}", message) is not None
+
+
+def said_once(findings: list[Finding], layout_error: Finding | None, same_as: tuple[str, ...]) -> list[Finding]:
+    """layout.illegal (with --model) first and the config-only rules it repeats (`same_as`, by id) dropped; then
+    Megatron-Core's own refusal dropped where a finding kept says its field's fault."""
+    if layout_error is not None:
+        findings = [layout_error] + [f for f in findings if f.rule not in same_as]
+    said = [FIELD_OF_RULE[r] for r in (*same_as, *(f.rule for f in findings)) if r in FIELD_OF_RULE]
+    return [f for f in findings if f.rule != MCORE_RULE or not any(_names(w, f.message) for w in said)]
 
 
 def config_options(func):
@@ -158,8 +183,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules")
             same_as = err.same_as  # the config-only rules (ids) that say the same: one finding for one fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    if layout_error is not None:  # it says what those rules say, with the model's numbers
-        findings = [layout_error] + [f for f in findings if f.rule not in same_as]
+    findings = said_once(findings, layout_error, same_as)  # one finding for one fault
     if model and conflicts:
         findings.insert(0, Finding(rule="check.model_differs", severity="warning",
                                    message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "

@@ -111,7 +111,8 @@ def _query_groups(spec: ModelSpec, tp: int) -> None:
     them, Megatron-Core core_v0.16.0 and later (f7dfb99795) give each rank one group's K and V (walls/flops.py
     kv_groups_per_rank)."""
     g, fix = spec.num_query_groups, "choose a --tp that divides it or is a multiple of it"
-    _require(g % tp == 0 or tp % g == 0, f"num_query_groups ({g}) must be a multiple or a divisor of TP ({tp}); {fix}")
+    _require(g % tp == 0 or tp % g == 0, f"num_query_groups ({g}) must be a multiple or a divisor of TP ({tp}); {fix}",
+             ("shape.query_groups_vs_tp",))
     # One norm over all heads' keys (MiniMax-M2) is split over TP by groups; a rank holding a copy of one group has no
     # shard of it that Megatron-Core defines, so moetune keeps such a model's TP within its groups
     _require(tp <= g or spec.qk_layernorm != "full",
@@ -119,8 +120,9 @@ def _query_groups(spec: ModelSpec, tp: int) -> None:
              "model how Megatron-Core shards it there; choose a --tp that divides num_query_groups")
 
 
-def _divides(a: int, a_name: str, b: int, b_name: str, fix: str) -> None:
-    _require(b % a == 0, f"{b_name} ({b}) must be divisible by {a_name} ({a}); {fix}")
+def _divides(a: int, a_name: str, b: int, b_name: str, fix: str, same_as: str | None = None) -> None:
+    """`same_as`: the config-only rule (rules.yaml) that says this fault where the config states the shape."""
+    _require(b % a == 0, f"{b_name} ({b}) must be divisible by {a_name} ({a}); {fix}", (same_as,) if same_as else ())
 
 
 def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
@@ -167,13 +169,14 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
     tp_fix = "choose a --tp that divides it"
     if spec.tp1_only and layout.tp > 1:
         raise MoetuneError(f"TP ({layout.tp}) > 1 on {spec.name}: {spec.tp1_only}; use --tp 1")
-    _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix)
+    _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix, "shape.heads_divisible_by_tp")
     if spec.attention not in ("mla",):
         _query_groups(spec, layout.tp)
     if spec.num_dense_layers:
-        _divides(layout.tp, "TP", spec.ffn_hidden_size, "ffn_hidden_size", tp_fix)
+        _divides(layout.tp, "TP", spec.ffn_hidden_size, "ffn_hidden_size", tp_fix, "shape.ffn_divisible_by_tp")
     if spec.moe_shared_expert_intermediate_size:
-        _divides(layout.tp, "TP", spec.moe_shared_expert_intermediate_size, "shared expert width", tp_fix)
+        _divides(layout.tp, "TP", spec.moe_shared_expert_intermediate_size, "shared expert width", tp_fix,
+                 "shape.shared_expert_divisible_by_tp")
     if spec.gdn:
         _divides(layout.tp, "TP", spec.gdn.num_key_heads, "linear_num_key_heads", tp_fix)
     if spec.mamba:
@@ -181,8 +184,10 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
         _divides(layout.tp, "TP", spec.mamba.n_groups, "mamba n_groups", tp_fix)
     _linear_mixer_cp(spec, layout)
     if spec.num_moe_layers:
-        _divides(layout.ep, "EP", spec.num_moe_experts, "num_moe_experts", "choose an --ep that divides it")
-        _divides(layout.etp, "ETP", spec.moe_ffn_hidden_size, "moe_ffn_hidden_size", "choose an --etp that divides it")
+        _divides(layout.ep, "EP", spec.num_moe_experts, "num_moe_experts", "choose an --ep that divides it",
+                 "scale.experts_divisible")
+        _divides(layout.etp, "ETP", spec.moe_ffn_hidden_size, "moe_ffn_hidden_size", "choose an --etp that divides it",
+                 "shape.moe_ffn_divisible_by_etp")
         if layout.etp > 1 and (spec.add_proj_bias or spec.add_mlp_bias):  # Megatron's add_bias_linear
             raise MoetuneError(
                 f"ETP ({layout.etp}) > 1 on {spec.name}, whose linear layers have biases: Megatron-Core supports "

@@ -91,6 +91,7 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["ep_first_ep"], d["ep_first_etp"] = ep_first_sizes(int(experts), d["ep"], d["etp"])
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
     d["moe_freq_layers"] = len(freq) if isinstance(freq, list) else None
+    d["dense_mlp"] = _dense_mlp(config, d["is_moe"], freq)
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
     d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
@@ -130,6 +131,16 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
                                                         d["deepep_supported"])
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
+
+
+def _dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any) -> bool | None:
+    """Whether the config builds dense MLP layers (ffn_hidden_size split over TP, rule shape.ffn_divisible_by_tp):
+    every layer without experts, the 0s of a moe_layer_freq list, all but every N-th layer (an int N > 1); None
+    where the config leaves its experts to a recipe (Bridge overrides; a Megatron-LM launch without experts is
+    dense)."""
+    if not is_moe:
+        return True if "model.num_moe_experts" in config or config.get("cluster.launcher") == "megatron-lm" else None
+    return 0 in freq if isinstance(freq, list) else isinstance(freq, int) and freq > 1
 
 
 def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:

@@ -1,0 +1,108 @@
+"""The layout's shape rules (heads and KV groups vs TP, experts vs EP, FFN widths vs TP/ETP) where a config states
+the shapes itself: `check` without --model says them as Megatron-Core would refuse them, and with --model (as
+layout.illegal) or beside Megatron-Core's own TransformerConfig refusal each fault is said once."""
+
+import json
+
+import pytest
+from rule_cases import FIXTURES
+
+from moetune.cli.main import main
+from moetune.configio import load_config
+
+QWEN = str(FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml")  # TP 1, EP 16 on 16 H100s
+CLUSTER = ["--gpu", "h100", "--gpus", "16"]
+MODEL = ["--model", "qwen3-30b-a3b"]
+
+
+def findings(args, capsys) -> list[dict]:
+    main(["check", *args, "--json"])
+    return json.loads(capsys.readouterr().out)["findings"]
+
+
+def errors(args, capsys) -> dict[str, str]:
+    return {f["rule"]: f["message"] for f in findings(args, capsys) if f["severity"] == "error"}
+
+
+def naming(found: dict[str, str], words: str) -> list[str]:
+    return sorted(rule for rule, message in found.items() if words in message)
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return load_config([QWEN])
+
+
+@pytest.mark.parametrize("mcore", [[], ["--no-mcore"]])
+def test_heads_not_divisible_by_tp_are_an_error_without_the_model(qwen, mcore, capsys):
+    """With or without Megatron-Core's own validation (optional, and skipped where the config leaves the layer count
+    or width to its recipe), the fault is said, once."""
+    heads = qwen["model.num_attention_heads"]
+    tp = next(t for t in range(2, heads) if heads % t)
+    found = errors([QWEN, *CLUSTER, *mcore, "--set", f"model.tensor_model_parallel_size={tp}"], capsys)
+    assert naming(found, f"num_attention_heads ({heads})") == ["shape.heads_divisible_by_tp"]
+
+
+def test_with_the_model_layout_illegal_says_it_and_nothing_else_does(qwen, capsys):
+    heads = qwen["model.num_attention_heads"]
+    tp = next(t for t in range(2, heads) if heads % t)
+    # on 16 x TP GPUs, so that the world size divides and the layout's first fault is the heads'
+    found = errors([QWEN, *CLUSTER, *MODEL, "--gpus", str(16 * tp), "--set", f"model.tensor_model_parallel_size={tp}"],
+                   capsys)
+    assert naming(found, f"num_attention_heads ({heads})") == ["layout.illegal"]
+
+
+@pytest.mark.parametrize("model", [[], MODEL])
+def test_experts_not_divisible_by_ep_are_said_once(qwen, model, capsys):
+    experts = qwen["model.num_moe_experts"]
+    ep = 3  # on 3 GPUs: the expert mesh covers them, the experts do not split
+    assert experts % ep
+    found = errors([QWEN, *CLUSTER, *model, "--set", f"model.expert_model_parallel_size={ep}", "--gpus", str(ep)],
+                   capsys)
+    assert naming(found, f"num_moe_experts ({experts})") == (["layout.illegal"] if model else
+                                                              ["scale.experts_divisible"])
+
+
+def test_tp_a_multiple_of_the_kv_groups_passes_as_megatron_core_runs_it(qwen, capsys):
+    """Megatron-Core 0.16 runs TP a multiple of num_query_groups (each rank a share of one KV head), with and
+    without --model (whose estimate prices the QKV gather it adds: rule scale.tp_past_kv_groups warns)."""
+    groups = qwen["model.num_query_groups"]
+    sets = ["--set", f"model.tensor_model_parallel_size={2 * groups}", "--set", "model.sequence_parallel=true"]
+    assert not errors([QWEN, *CLUSTER, *sets], capsys)
+    assert not errors([QWEN, *CLUSTER, *MODEL, *sets], capsys)
+
+
+def test_kv_groups_neither_multiple_nor_divisor_of_tp(qwen, capsys):
+    heads = qwen["model.num_attention_heads"]
+    found = errors([QWEN, *CLUSTER, "--set", "model.tensor_model_parallel_size=2", "--set",
+                    "model.num_query_groups=3", "--no-mcore"], capsys)
+    assert heads % 2 == 0 and list(found) == ["shape.query_groups_vs_tp"]
+
+
+MLM = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --tensor-model-parallel-size 2 "
+       "--disable-bias-linear")
+
+
+@pytest.mark.parametrize("extra, fires", [
+    ("--ffn-hidden-size 1001", True),  # a dense model: every layer's MLP splits 1001 over TP 2
+    ("--ffn-hidden-size 1001 --num-experts 8 --moe-ffn-hidden-size 512", False),  # every layer MoE: no dense MLP
+    ("--ffn-hidden-size 1001 --num-experts 8 --moe-ffn-hidden-size 512 --moe-layer-freq 2", True),
+])
+def test_the_dense_ffn_width_counts_where_the_config_builds_dense_layers(extra, fires, capsys):
+    found = errors(["--mlm-args", f"{MLM} {extra}", "--gpus", "8", "--no-mcore"], capsys)
+    assert ("shape.ffn_divisible_by_tp" in found) is fires
+
+
+def test_a_bridge_override_of_the_ffn_alone_leaves_the_experts_to_the_recipe(capsys):
+    sets = ["--set", "model.ffn_hidden_size=1001", "--set", "model.tensor_model_parallel_size=2"]
+    assert "shape.ffn_divisible_by_tp" not in errors([*sets, "--gpus", "8", "--no-mcore"], capsys)
+
+
+@pytest.mark.parametrize("extra, rule", [
+    ("--expert-tensor-parallel-size 2 --moe-ffn-hidden-size 1001", "shape.moe_ffn_divisible_by_etp"),
+    ("--moe-ffn-hidden-size 512 --moe-shared-expert-intermediate-size 1001", "shape.shared_expert_divisible_by_tp"),
+])
+def test_expert_widths_vs_their_tp(extra, rule, capsys):
+    args = f"{MLM} --num-experts 8 --expert-model-parallel-size 2 --sequence-parallel {extra}"
+    found = errors(["--mlm-args", args, "--gpus", "8", "--no-mcore"], capsys)
+    assert rule in found and "1001" in found[rule]
