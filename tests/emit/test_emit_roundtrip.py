@@ -230,3 +230,23 @@ def test_a_bridge_config_leaves_to_its_recipe_what_it_leaves_out():
                if line and not line.startswith(("#", "++"))}
     assert written - set(config) <= {f"comm_overlap.{f}" for f in ("overlap_grad_reduce", "overlap_param_gather")}
     assert "model.mtp_num_layers" not in written
+
+
+@pytest.mark.parametrize("precision", ["mxfp8", "bf16"])
+def test_a_plan_over_a_recipe_that_overlaps_the_optimizer_step(tmp_path, capsys, precision):
+    """DeepSeek-V3's BF16 perf recipe overlaps the first parameter gather with the optimizer step, which
+    Megatron-Core refuses beside MXFP8's reused grad buffer (optimizer_config.py): an MXFP8 plan over it turns the
+    overlap off on both sections Bridge reads (it had kept the recipe's, and Megatron-Core would refuse the run); a
+    BF16 plan that gathers parameters leaves the recipe's."""
+    from moetune.cli.main import main
+
+    preset = {"mxfp8": "bf16_with_mxfp8_mixed", "bf16": "bf16_mixed"}[precision]
+    assert main(["estimate", "deepseek-v3", "--config", str(RECIPE), "--gpu", "gb200", "--gpus", "256", "--set",
+                 f"mixed_precision={preset}", "--json"]) in (0, 1)  # the recipe's own layout, this precision
+    (tmp_path / "e.json").write_text(capsys.readouterr().out)
+    assert main(["emit", str(tmp_path / "e.json"), "--out", str(tmp_path / "out")]) == 0
+    ran = load_config([RECIPE, tmp_path / "out" / "overrides.txt"])
+    keys = ("optimizer.overlap_param_gather_with_optimizer_step",
+            "comm_overlap.overlap_param_gather_with_optimizer_step")
+    assert [ran.get(k) for k in keys] == [precision != "mxfp8"] * 2
+    assert "optimizer.mxfp8_reuse_step_overlap" not in errors(ran)

@@ -125,6 +125,10 @@ CASES: dict[str, Case] = {
     # Kimi-K2's Muon recipe (dist_muon) with the param-gather overlap Megatron-LM asserts off beside it
     "optimizer.layerwise_param_gather_overlap": Case(S(MOE, "optimizer.optimizer=dist_muon",
                                                        "optimizer.overlap_param_gather_with_optimizer_step=true")),
+    # an MXFP8 plan (Bridge's preset reuses the grad buffer) over DeepSeek-V3's BF16 perf recipe, which overlaps
+    "optimizer.mxfp8_reuse_step_overlap": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
+                                                 "comm_overlap.overlap_param_gather_with_optimizer_step=true"),
+                                               "gb200", 8),
     "precision.mxfp8_param_gather_reuse": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
                                                  "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false"),
                                                "gb200", 8),

@@ -59,6 +59,7 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     kind, backend = DISPATCHER[k.dispatcher]
     full = "full_iteration" in k.cuda_graph_scope
     adam_sharded = k.distributed_optimizer and k.optimizer == "adam"
+    step_overlap_off = k.precision == "mxfp8" or k.optimizer == "muon" or not k.overlap_param_gather
     out = {
         "mixed_precision.bf16": True, **PRECISION[k.precision],
         "mixed_precision.grad_reduce_in_fp32": k.main_grads_fp32,
@@ -94,6 +95,13 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # _validate_and_sync_distributed_optimizer_settings): both are written; Muon shards layer-wise instead
         # (dist_muon, Kimi-K2's recipes), with the distributed optimizer off
         "ddp.use_distributed_optimizer": adam_sharded,
+        # the first bucket's parameter gather under the optimizer step: moetune does not price it, and Megatron-Core
+        # refuses it beside MXFP8's reused grad buffer (optimizer_config.py; Bridge's MXFP8 preset reuses it) and under
+        # the layer-wise optimizer (rules optimizer.mxfp8_reuse_step_overlap, optimizer.layerwise_param_gather_overlap),
+        # and without a parameter gather it has nothing to overlap: there a recipe's on (DeepSeek-V3's BF16 and FP8
+        # perf recipes, _enable_overlap_param_gather_with_optimizer_step) is turned off, on both sections Bridge reads
+        "optimizer.overlap_param_gather_with_optimizer_step": False if step_overlap_off else None,
+        "comm_overlap.overlap_param_gather_with_optimizer_step": False if step_overlap_off else None,
         "optimizer.use_distributed_optimizer": adam_sharded,
         "optimizer.optimizer_cpu_offload": k.optimizer_offload_fraction > 0,
         "optimizer.optimizer_offload_fraction": k.optimizer_offload_fraction,
