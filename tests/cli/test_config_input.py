@@ -104,3 +104,21 @@ def test_a_layout_flag_beside_set_names_set(capsys):
                  "model.virtual_pipeline_model_parallel_size=2"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--pp: with --set the layout" in err and "--config" not in err
+
+
+@pytest.mark.parametrize(("vpp", "needle"), [
+    ("2", "model.virtual_pipeline_model_parallel_size (2) contradicts model.pipeline_model_parallel_layout"),
+    ("1", "model.virtual_pipeline_model_parallel_size 1 contradicts model.pipeline_model_parallel_layout"),
+    ("4", None),  # the layout string's own count (32 stages over PP 8): Megatron-Core accepts it
+])
+def test_a_vpp_beside_a_layout_string_must_be_the_string_s(capsys, vpp, needle):
+    """Megatron-Core asserts an explicit VPP equals the layout string's (transformer_config.py "conflicts with
+    pipeline_model_parallel_layout"); estimate --config had dropped the config's VPP and estimated the string's,
+    exit 0, where check refused it (audit: glm-4.5-air plan's overrides --set VPP 5 beside a 12-a-rank layout)."""
+    code = main(["estimate", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", FLAGS, *CLUSTER, "--set",
+                 f"model.virtual_pipeline_model_parallel_size={vpp}", "--json"])
+    out = capsys.readouterr().out
+    if needle is None:
+        assert code == 0 and json.loads(out)["layout"]["vpp"] == 4
+    else:
+        assert code == 2 and needle in json.loads(out)["error"]

@@ -9,8 +9,7 @@ from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
 from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs, parse_modules, parse_offload_modules
-from moetune.layout.layout import Layout
-from moetune.layout.pipeline import parse_pipeline_layout
+from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
@@ -65,10 +64,7 @@ def build_layout(kw: dict) -> Layout:
     require_cluster(kw)
     vpp = kw["vpp"]
     if kw["pipeline_layout"] and vpp == 1:  # Layout reads vpp 1 as unset; given, it must agree with the layout
-        stages = len(parse_pipeline_layout(kw["pipeline_layout"]))
-        if stages != kw["pp"]:
-            raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {kw['pp']}); "
-                               "drop --vpp")
+        check_vpp_one(kw["pipeline_layout"], kw["pp"])
     return Layout(
         world_size=kw["gpus"], tp=kw["tp"], cp=kw["cp"], pp=kw["pp"], vpp=vpp or 1, ep=kw["ep"], etp=kw["etp"],
         sequence_parallel=False if kw["no_sequence_parallel"] else None,

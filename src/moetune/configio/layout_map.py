@@ -48,6 +48,13 @@ def hybrid_split(config: dict[str, Any]) -> str | None:
     return write_pipeline_layout([len(seg) for seg in hybrid_segments(str(pattern))], 0)
 
 
+def _vpp(config: dict[str, Any], hybrid: bool) -> int:
+    """VPP as the config sets it, kept beside a layout string so that Layout refuses a value the string contradicts,
+    as Megatron-Core asserts (transformer_config.py: "virtual_pipeline_model_parallel_size conflicts with
+    pipeline_model_parallel_layout"); a hybrid pattern's '|' separators fix it alone."""
+    return 1 if hybrid else config.get(LAYOUT_FIELDS["vpp"]) or 1
+
+
 def layout_settings(config: dict[str, Any]) -> dict[str, Any]:
     """Layout's arguments but the world size, as the config runs them: Megatron's defaults where it is silent, ETP
     and sequence parallelism as the launcher fills them in (configio/finalize.py), and the layout string, or a
@@ -55,7 +62,7 @@ def layout_settings(config: dict[str, Any]) -> dict[str, Any]:
     split = hybrid_split(config) or config.get(LAYOUT_FIELDS["pipeline_layout"])
     return {
         **{attr: _size(config, attr) for attr in ("tp", "cp", "pp", "ep")},
-        "vpp": 1 if split else config.get(LAYOUT_FIELDS["vpp"]) or 1,
+        "vpp": _vpp(config, hybrid=split is not None and HYBRID_SPLIT in config),
         "etp": expert_tensor_parallel_size(config), "sequence_parallel": sequence_parallel(config),
         "pipeline_layout": split or None,
         **{attr: config.get(LAYOUT_FIELDS[attr]) for attr in ("first_stage_layers", "last_stage_layers")},

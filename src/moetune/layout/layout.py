@@ -47,6 +47,14 @@ def parse_pipeline_layout(text: str) -> list[str]:
     return list(_stages(text))
 
 
+def check_vpp_one(pipeline_layout: str, pp: int) -> None:
+    """A VPP given as 1 beside a layout string, which Layout reads as unset: Megatron-Core accepts only the string's
+    own count (transformer_config.py), so a string of more virtual stages a rank contradicts it."""
+    stages = len(_stages(pipeline_layout))
+    if stages != pp:
+        raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {pp}); drop --vpp")
+
+
 def hybrid_segments(pattern: str) -> list[str]:
     """A Mamba hybrid's hybrid_layer_pattern cut at its '|' separators: one segment per virtual pipeline stage, in
     Megatron's stage order; the MTP depths after '/' are not part of the split (Megatron-Core
@@ -153,8 +161,8 @@ class Layout:
         if self.vpp == 1:
             object.__setattr__(self, "vpp", stages // self.pp)
         elif self.vpp != stages // self.pp:
-            raise MoetuneError(f"vpp ({self.vpp}) contradicts the pipeline layout ({stages} stages / pp {self.pp} = "
-                               f"{stages // self.pp} virtual stages); leave vpp unset or match it")
+            raise MoetuneError(f"--vpp ({self.vpp}) contradicts --pipeline-layout ({stages} stages / pp {self.pp} = "
+                               f"{stages // self.pp} virtual stages); leave --vpp unset or match it")
 
     @property
     def dp(self) -> int:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from moetune.configio.finalize import distributed_optimizer, layer_wise_optimizer
-from moetune.configio.layout_map import layout_settings
+from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import (
@@ -19,7 +19,7 @@ from moetune.layout.knobs import (
     parse_modules,
     parse_offload_modules,
 )
-from moetune.layout.layout import Layout
+from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import PRECISION
 from moetune.rules.derive import dispatcher_sms, graph_setting
@@ -130,7 +130,10 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
     """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
     if "cluster.num_gpus" not in config:
         raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
-    layout = Layout(world_size=config["cluster.num_gpus"], **layout_settings(config))
+    settings = layout_settings(config)
+    if config.get(LAYOUT_FIELDS["vpp"]) == 1 and config.get(LAYOUT_FIELDS["pipeline_layout"]):
+        check_vpp_one(settings["pipeline_layout"], settings["pp"])  # Layout reads VPP 1 as unset
+    layout = Layout(world_size=config["cluster.num_gpus"], **settings)
     workload = Workload(seq_length=_get(config, "model.seq_length", _get(config, "dataset.seq_length", 4096)),
                         micro_batch_size=_get(config, "train.micro_batch_size", 1),
                         global_batch_size=config.get("train.global_batch_size"))
