@@ -367,6 +367,13 @@ def test_a_pinned_pipeline_layout_that_cannot_run_is_one_line(capsys, fix, words
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+
+def test_a_pinned_cp_exchange_beside_a_pinned_cp_of_1_is_one_line(capsys):
+    """At CP 1 nothing is exchanged: estimate refuses --cp-comm-type there, and plan refuses the two pins together."""
+    code, _, err = run(["plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--fix", "cp=1",
+                        "--fix", "cp_comm_type=a2a"], capsys)
+    assert code == 2 and "--fix cp=1 leaves nothing to exchange" in err and len(err.strip().splitlines()) == 1
+
 def test_plan_table_cells_are_folded_never_cut(capsys):
     """A cell must stay whole to be passed again: DeepSeek-V3's re-split layout strings on 1,024 H100 are longer
     than the layout column, and the table folds them instead of ending them with an ellipsis."""

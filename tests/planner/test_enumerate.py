@@ -35,3 +35,12 @@ def test_deepseek_v3_on_a_thousand_h100s_finds_a_fitting_layout():
     result = plan(load_model("deepseek-v3"), load_gpu("h100"), 1000, Workload(seq_length=4096, global_batch_size=8000),
                   top=1)
     assert result.results and result.results[0].layout.pp in (20, 25, 40, 50) and result.results[0].fits
+
+
+
+def test_a_pinned_cp_exchange_plans_only_layouts_that_exchange():
+    """--fix cp_comm_type=a2a had returned CP 1 layouts (cp_comm_type p2p in the result, the pin silently dropped),
+    which estimate refuses as --cp-comm-type a2a at CP 1 (audit: kimi-k2 on 1024 H100, GBS 4096, picked TP4 CP1)."""
+    result = plan(load_model("glm-4.5-air"), load_gpu("h100"), 64, Workload(seq_length=4096, global_batch_size=512),
+                  fixed={"cp_comm_type": "a2a"}, top=5)
+    assert result.results and all(e.layout.cp > 1 and e.knobs.cp_comm_type == "a2a" for e in result.results)

@@ -84,3 +84,18 @@ def test_pins_read_as_typed():
             "ep_overlap": True, "precision": ["bf16"]}
     assert _pins_text(pins) == ("--fix pp=1 --fix recompute_modules=layernorm,moe_act --fix cuda_graph_scope=attn "
                                 "--fix ep_overlap=true --fix precision=bf16")
+
+
+@pytest.mark.parametrize(("seq", "fixed", "expected"), [
+    # seq 1024: the search tries CP up to seq/1024 = 1, so a pinned exchange has no CP to run on
+    (1024, {"cp_comm_type": "all_gather"}, ["--fix cp_comm_type=all_gather asks for CP > 1", "1 at seq 1,024"]),
+    # GLM-4.5-Air's 8 KV groups at TP 8: one a rank, which a2a cannot split over CP 2 or 4
+    (4096, {"tp": 8, "cp_comm_type": "a2a"}, ["--fix tp=8", "cp.a2a_heads", "CP 2 needs at least 2"]),
+])
+def test_a_pinned_cp_exchange_that_no_cp_runs_is_named(seq, fixed, expected):
+    """The line had read "no layout satisfies the model's shapes on 64 GPUs; change --gpus" or "no legal layout ...
+    has tp=8", where the pinned cp_comm_type, not the GPUs or TP, left nothing (audit)."""
+    reason = no_layout_reason(load_model("glm-4.5-air"), H100, 64, Workload(seq_length=seq, global_batch_size=512),
+                              fixed)
+    for text in expected:
+        assert text in reason, reason

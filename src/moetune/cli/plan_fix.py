@@ -73,6 +73,9 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
                                "precision, dispatcher, cuda_graph_scope, optimizer, optimizer_offload_fraction, "
                                "recompute, recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
+    if fixed.get("cp") == 1 and fixed.get("cp_comm_type", "auto") != "auto":  # as estimate's --cp-comm-type at CP 1
+        raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']} sets how context-parallel ranks exchange "
+                           "attention inputs; --fix cp=1 leaves nothing to exchange: drop one of the two")
     return muon_without_offload(fixed)
 
 

@@ -14,7 +14,14 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, sequence_refusal, validate_shapes, validate_workload
-from moetune.planner.enumerate import MBS_CHOICES, bridge_refuses_vpp, enumerate_layouts, splits_for, tp_choices
+from moetune.planner.enumerate import (
+    MBS_CHOICES,
+    bridge_refuses_vpp,
+    enumerate_layouts,
+    splits_for,
+    tp_choices,
+    tp_cp_sizes,
+)
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.cp_legal import cp_exchange_exists
@@ -120,6 +127,7 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
             continue
         why = (_rule_broken(spec, world, wl, {key: value}) or _cp_reason(spec, gpu, world, {key: value}, fixed)
                or _gbs_reason(spec, gpu, world, wl, fixed, {key: value, **exchange})
+               or _exchange_reason(spec, gpu, world, wl, {key: value}, fixed)
                or f"no legal layout of {spec.name} on {world} GPUs has {key}={value}")
         return f"--fix {key}={value}: {why}"
     if len(pins) > 1 and not enumerate_layouts(spec, gpu, world, wl, {**pins, **exchange}):
@@ -127,7 +135,24 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
                or _gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange}) or "drop one of them")
         return f"{_pins_text(pins)} are each legal but not together on {world} GPUs: {why}"
     return (_gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange})
+            or _exchange_reason(spec, gpu, world, wl, pins, fixed)
             or f"no layout satisfies the model's shapes on {world} GPUs; change --gpus")
+
+
+def _exchange_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, pins: dict, fixed: dict) -> str | None:
+    """Why a pinned cp_comm_type leaves nothing where the layout pins alone leave layouts: it asks for CP > 1
+    (enumerate.tp_cp_sizes), which the search tries up to seq/1024, each CP with an exchange that runs it (the
+    smallest CP's refusal, _cp_reason, where it has one)."""
+    kind = fixed.get("cp_comm_type")
+    if kind is None or not enumerate_layouts(spec, gpu, world, wl, pins):
+        return None
+    cps = [c for c in tp_cp_sizes(gpu, world, wl.seq_length, pins)[1] if c > 1]
+    if cps and (refusal := _cp_reason(spec, gpu, world, {**pins, "cp": cps[0]}, fixed)):
+        return refusal
+    where = (f"no legal layout at CP {', '.join(map(str, cps))} runs it" if cps else
+             f"the search tries CP up to seq/1024, 1 at seq {wl.seq_length:,}")
+    return (f"--fix cp_comm_type={kind} asks for CP > 1 (at CP 1 nothing is exchanged) and {where}; drop the pin "
+            "(plan picks each layout's exchange)")
 
 
 def nothing_fits(result: "PlanResult", pins: dict | None = None) -> str:
