@@ -314,3 +314,16 @@ def test_stages_larger_than_the_model_say_so(first, last, needle):
     with pytest.raises(MoetuneError, match=needle):
         lay = Layout(world_size=12, pp=3, ep=4, first_stage_layers=first, last_stage_layers=last)
         validate_model_layout(load_model("qwen1.5-moe-a2.7b"), lay)
+
+
+@pytest.mark.parametrize(("accounted", "drop"), [
+    ({"account_for_embedding": True, "account_for_loss": True}, "drop --account-for-embedding and --account-for-loss"),
+    ({"account_for_loss": True}, "drop --account-for-loss"),
+    ({}, "set --first-stage-layers/--last-stage-layers, --pipeline-layout or --account-for-embedding"),
+])
+def test_an_uneven_split_s_fix_is_not_the_flags_already_given(accounted, drop):
+    """GLM-4.5's 92 layers + the embedding and loss at PP 4: the fix had been to set the account flags just given
+    (audit: estimate glm-4.5 --pp 4 --account-for-embedding --account-for-loss)."""
+    with pytest.raises(MoetuneError) as err:
+        pipeline_chunks(Layout(world_size=4, pp=4, **accounted), 92 + int(not accounted), 0)
+    assert drop in str(err.value)

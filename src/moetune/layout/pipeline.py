@@ -65,10 +65,14 @@ def _even_counts(layout: Layout, num_layers: int) -> list[int]:
     total = num_layers + emb + loss
     if total % chunks:
         extra = f" + {emb + loss} (embedding/loss as layers)" if emb or loss else ""
-        raise MoetuneError(
-            f"num_layers ({num_layers}){extra} must be divisible by PP*VPP ({layout.pp}*{layout.vpp}={chunks}); "
-            "change --pp/--vpp, or set --first-stage-layers/--last-stage-layers, --pipeline-layout or "
-            "--account-for-embedding/--account-for-loss", same_as=("pipeline.layers_divisible",))
+        # the split flags already given are no fix (Megatron-Core refuses them beside uneven stages or a layout)
+        given = " and ".join(f for f, on in (("--account-for-embedding", emb), ("--account-for-loss", loss)) if on)
+        split = (f"drop {given}, or give --first-stage-layers/--last-stage-layers or --pipeline-layout instead"
+                 if emb or loss else
+                 "set --first-stage-layers/--last-stage-layers, --pipeline-layout or "
+                 "--account-for-embedding/--account-for-loss")
+        raise MoetuneError(f"num_layers ({num_layers}){extra} must be divisible by PP*VPP ({layout.pp}*{layout.vpp}="
+                           f"{chunks}); change --pp/--vpp, or {split}", same_as=("pipeline.layers_divisible",))
     counts = [total // chunks] * chunks
     counts[0] -= emb
     counts[-1] -= loss
