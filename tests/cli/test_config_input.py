@@ -2,6 +2,7 @@
 Megatron-MoE-ModelZoo DeepSeek-V3 config as its H100 best practice launches it."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ SAME_AS_FLAGS = ["--tp", "2", "--pp", "8", "--ep", "64", "--pipeline-layout", "E
                  "selective", "--recompute-modules", "mla_up_proj,mlp", "--cuda-graph-scope", "none", "--routing",
                  "force-balance", "--gbs", "8192", "--seq", "4096"]
 CLUSTER = ["--gpu", "h100", "--gpus", "1024"]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
 
 
 @pytest.fixture(autouse=True)
@@ -122,3 +124,15 @@ def test_a_vpp_beside_a_layout_string_must_be_the_string_s(capsys, vpp, needle):
         assert code == 0 and json.loads(out)["layout"]["vpp"] == 4
     else:
         assert code == 2 and needle in json.loads(out)["error"]
+
+
+def test_estimate_of_a_config_raises_what_check_raises_of_it(capsys):
+    """A rule that reads a field the layout and knobs do not carry (a dataset sequence length other than the model's)
+    fails estimate --config as it fails check: estimate had read a config rebuilt from its layout, and passed."""
+    recipe = str(FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml")
+    sets = ["--gpu", "h100", "--gpus", "16", "--set", "model.seq_length=4100", "--json"]
+    assert main(["check", recipe, *sets]) == 1
+    checked = {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"] if f["severity"] == "error"}
+    assert main(["estimate", "qwen3-30b-a3b", "--config", recipe, *sets]) == 1
+    estimated = {f["rule"] for f in json.loads(capsys.readouterr().out)["checks"] if f["severity"] == "error"}
+    assert estimated == checked == {"model.seq_length_matches_dataset"}

@@ -51,6 +51,7 @@ def estimate_from_config(model: str, kw: dict):
     except MoetuneError as err:
         raise MoetuneError(config_words(str(err))) from None
     result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
+    result.source_config = config
     return result
 
 

@@ -39,6 +39,9 @@ class Estimate:
     # the BF16 twin, the smallest fitting layout) are estimated under the same files as this one
     overheads: dict | None = None
     efficiency_overrides: dict | None = None
+    # the launch config this configuration was read from (estimate/explain --config): its rules read it as `check`
+    # does, fields the layout and knobs do not carry included (a variant is another configuration, without it)
+    source_config: dict | None = field(default=None, repr=False, compare=False)
     # facts derived from this estimate alone that several readers ask (moves.cp_sizing: up to a dozen validations)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 

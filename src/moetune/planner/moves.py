@@ -91,7 +91,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     """Rule-table findings of an estimate's config (data/rules.yaml), as `moetune check` reports them. The one fact
     that costs an estimate (whether selective recompute fits in place of full, read by the warning
     fit.selective_before_full) is left out with weigh_selective=False."""
-    config = to_config(e)
+    config = to_config(e) | (e.source_config or {})  # what a config states stands, as check reads it
     # the estimate's own facts only: evaluate derives the config's, and vet_fixes derives each fixed config's afresh
     # (facts derived here would pin the fixed configs to this one's: rules/derive.py derive lets `extra` win)
     derived = {**cp_sizing_facts(e), **host_facts(e)}
