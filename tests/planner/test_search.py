@@ -3,16 +3,22 @@
 import itertools
 import random
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
+from moetune.planner.candidates import Search
+from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import estimate
 from moetune.planner.knob_grid import knob_grid
-from moetune.planner.ranking import CP_SHORT_MARGIN
+from moetune.planner.moves import TIGHT_SHARE
+from moetune.planner.ranking import CP_SHORT_MARGIN, preference, within
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.platform import platform_defaults
@@ -123,6 +129,42 @@ def test_equal_dispatchers_rank_the_platform_default_first():
              and all(getattr(r.knobs, k) == getattr(first.knobs, k) for k in same)]
     assert twins and twins[0].time["step_seconds"] == pytest.approx(first.time["step_seconds"], rel=1e-9)
     assert first.knobs.dispatcher == platform_defaults(load_gpu("h100"))["dispatcher"] == "deepep"
+
+
+def test_near_ties_ask_each_layouts_own_default_dispatcher():
+    """At EP 1 the default dispatcher is alltoall (no all-to-all to accelerate: defaults.default_dispatcher), so a
+    near-tie between an EP1 layout and an EP > 1 one on the platform's DeepEP, at the same model parallelism and
+    recompute, is decided by the seeds' next preferences (more DP, less TP), not by a backend EP 1 cannot run.
+    Qwen3-30B-A3B on 16 B200s has such pairs; the platform's dispatcher had ranked every EP1 layout down."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("b200")
+    wl = Workload(seq_length=4096, global_batch_size=256)
+    res = plan(spec, gpu, 16, wl, top=20, fixed={"cp": 1, "precision": ["mxfp8"]}, weigh_offload=False)
+    fastest = res.results[0].time["step_seconds"]
+
+    def rank(r) -> tuple:  # what decides before the dispatcher, and what after it
+        tight = r.peak_bytes > gpu.capacity_bytes * (1 - TIGHT_SHARE)
+        return (within(r.time["step_seconds"], fastest), tight, r.layout.tp * r.layout.pp, r.knobs.recompute)
+
+    pairs = [(i, j) for i, a in enumerate(res.results) for j, b in enumerate(res.results) if i != j
+             and a.layout.ep == 1 < b.layout.ep and rank(a) == rank(b) and a.layout.dp == b.layout.dp
+             and a.layout.tp < b.layout.tp and b.knobs.dispatcher == default_dispatcher(gpu, b.layout)]
+    assert pairs and default_dispatcher(gpu, res.results[pairs[0][1]].layout) == "deepep"
+    assert all(i < j for i, j in pairs)  # less TP first: the EP1 layout runs its own default too
+
+
+def test_a_pinned_dispatcher_ranks_no_layout_down_for_a_default_the_search_leaves_out():
+    """With --fix dispatcher=alltoall on H100 no EP8 candidate can run its default DeepEP, so none is ranked down
+    for it and the seeds' EP before TP puts EP8 ahead of EP1; searched beside DeepEP, its alltoall is off its own
+    default and ranks after the EP1 layout's, which runs its own (alltoall at EP 1)."""
+    gpu, knobs = load_gpu("h100"), Knobs(dispatcher="alltoall")
+    ep1, ep8 = Layout(world_size=16, ep=1), Layout(world_size=16, ep=8)
+
+    def rank(lay, searched) -> tuple:  # what a Search of these dispatchers ranks the candidate by
+        s = SimpleNamespace(gpu=gpu, dispatchers=frozenset(searched), defaults={})
+        return preference(lay, knobs, Search.dispatcher(s, lay), 4096)
+
+    assert rank(ep8, {"alltoall"}) < rank(ep1, {"alltoall"})
+    assert rank(ep1, {"alltoall", "deepep"}) < rank(ep8, {"alltoall", "deepep"})
 
 
 def test_activation_offload_is_the_last_resort_when_nothing_fits():

@@ -15,6 +15,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
 from moetune.layout.validate import Workload, interleaves
+from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import MBS_CHOICES
 from moetune.planner.ranking import bound, cp_weight, preference
 from moetune.specs.hardware import GpuSpec
@@ -118,7 +119,6 @@ class Search:
     user_overheads: dict | None  # the user's --overheads figures alone (estimate merges them itself)
     top: int
     resplit: bool  # re-split the leading candidates' pipeline ranks (not when --fix pipeline_layout pins the string)
-    dispatcher: str  # the platform's default, preferred among near-ties
     progress: object
     total: int
     roomy_bytes: float = np.inf  # a peak at most this leaves moves.TIGHT_SHARE of the (whole) GPU free
@@ -131,6 +131,19 @@ class Search:
     # below the long-context regime, the fastest CP > 1 candidates by their own prediction (the ranking weighs CP
     # there: ranking.cp_weight), so plan can say where the weight hid a faster layout: (reach, layout, mbs, knobs)
     short_cp_best: list = field(default_factory=list)
+    dispatchers: frozenset = frozenset()  # the dispatchers the grid searches
+    defaults: dict = field(default_factory=dict)  # (EP, ETP) -> dispatcher(): it depends on the expert mesh alone
+
+    def dispatcher(self, lay: Layout) -> str | None:
+        """The layout's default dispatcher, which ranking.preference favours among near-ties: the platform's where
+        it runs, alltoall at EP 1 and where no flex backend spans the EP group (defaults.default_dispatcher), not the
+        platform's alone, which an EP-1 layout cannot run. None where the search does not run it (--fix
+        dispatcher=alltoall on H100): no candidate of that layout runs its default, so none is ranked down."""
+        key = (lay.ep, lay.etp)
+        if key not in self.defaults:
+            default = default_dispatcher(self.gpu, lay)
+            self.defaults[key] = default if default in self.dispatchers else None
+        return self.defaults[key]
 
     @property
     def kept(self) -> int:
@@ -193,7 +206,7 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
             if np.isfinite(step[i]) and reach[i] <= s.bound:
                 lay = sub.layout(i)
-                s.best.append((float(step[i]), preference(lay, knobs, s.dispatcher, s.wl.seq_length,
+                s.best.append((float(step[i]), preference(lay, knobs, s.dispatcher(lay), s.wl.seq_length,
                                                            not roomy[rows[i]]), lay,
                                int(sub.mbs[i, 0]), knobs, float(reach[i])))
         s.bound = bound(s.best, s.kept)

@@ -44,15 +44,18 @@ def cp_weight(cp, seq: int):
     return np.where(np.asarray(cp) > 1, CP_SHORT_MARGIN, 1.0) if seq < LONG_CONTEXT else np.ones_like(cp, float)
 
 
-def preference(lay: Layout, k: Knobs, dispatcher: str, seq: int, tight: bool = False) -> tuple:
+def preference(lay: Layout, k: Knobs, dispatcher: str | None, seq: int, tight: bool = False) -> tuple:
     """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
     "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model
-    parallelism, lighter recompute, no offload, the platform's default dispatcher (seeds/004 mapping,
-    data/platform_defaults.toml), then, below the long-context regime, less CP (seeds/000 Phase 2: CP once the
-    sequence makes attention memory dominate), less TP, more EP."""
+    parallelism, lighter recompute, no offload, the layout's own default dispatcher (`dispatcher`: seeds/004
+    mapping, data/platform_defaults.toml, narrowed by defaults.default_dispatcher to one that runs on the layout;
+    None: the search runs no default there, and no candidate of the layout is ranked down), then, below the
+    long-context regime, less CP (seeds/000 Phase 2: CP once the sequence makes attention memory dominate), less
+    TP, more EP."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
     return (tight, lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
-            k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0, lay.tp, -lay.ep)
+            dispatcher is not None and k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0,
+            lay.tp, -lay.ep)
 
 
 # Least share of the step delay_wgrad_compute must save to stay on in a result: the seeds call it optional and their

@@ -91,7 +91,8 @@ def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | 
     new_step *= weight
     found.setdefault((lay, mbs), new_lay)
     tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
-    s.best[i] = (new_step, preference(new_lay, knobs, s.dispatcher, s.wl.seq_length, tight), new_lay, mbs, knobs, None)
+    rank = preference(new_lay, knobs, s.dispatcher(new_lay), s.wl.seq_length, tight)
+    s.best[i] = (new_step, rank, new_lay, mbs, knobs, None)
     return new_step
 
 

@@ -4,10 +4,10 @@
 with the routed experts' activations offloaded too; a full-recompute pick is weighed once more against optimizer
 offload (offload_instead). Each pass (`_plan_once`) evaluates its candidates in numpy batches (planner/candidates.py).
 Ties and near-ties (within 1%) follow the seeds' order of preference:
-smaller model parallelism, selective before full recompute, no offload, the platform's default dispatcher,
-larger DP (seeds/000 Phase 1 and 2, seeds/004). The leading candidates on PP > 1 then have their pipeline ranks
-re-split by the scalar `estimate` (planner/pipeline_balance.py), and the winners are re-evaluated with it for their
-full breakdown.
+smaller model parallelism, selective before full recompute, no offload, the layout's default dispatcher (the
+platform's where it runs: alltoall at EP 1), larger DP (seeds/000 Phase 1 and 2, seeds/004). The leading
+candidates on PP > 1 then have their pipeline ranks re-split by the scalar `estimate` (planner/pipeline_balance.py),
+and the winners are re-evaluated with it for their full breakdown.
 """
 
 import time
@@ -185,7 +185,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     s = Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                resplit="pipeline_layout" not in fixed,
                overheads=merged_overheads(overheads), user_overheads=overheads, top=top,
-               dispatcher=defaults["dispatcher"], progress=progress, total=len(grid),
+               dispatchers=frozenset(k.dispatcher for k in grid), progress=progress, total=len(grid),
                short_cp=weigh_short_cp and wl.seq_length < LONG_CONTEXT,
                roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
     batch, (least_gib, least, least_host) = memory_bound(spec, budget, build_batch(spec, cands), wl, grid,
