@@ -117,6 +117,33 @@ def test_a_fix_that_would_trip_another_rule_is_withdrawn_and_says_which():
     assert vetted.fix == {} and "ep_overlap.graph_scope_moe" in vetted.fix_withdrawn
 
 
+@pytest.mark.parametrize(("rule", "sets", "trips"), [
+    ("ep_overlap.candidate", ["model.pipeline_model_parallel_size=2"], "ep_overlap.pp_needs_vpp"),
+    ("ep_overlap.candidate", ["model.recompute_granularity=full", "model.recompute_method=uniform",
+                              "model.recompute_num_layers=1"], "ep_overlap.full_recompute"),
+    ("ep_overlap.candidate", ["model.recompute_granularity=selective", "model.recompute_modules=[moe]"],
+     "ep_overlap.moe_recompute"),
+    ("ep_overlap.candidate", ["model.mtp_num_layers=2"], "ep_overlap.mtp_layers"),
+    ("cudagraph.dropless_start_scope", ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn]",
+                                        "model.recompute_granularity=selective", "model.recompute_modules=[moe]"],
+     "cudagraph.moe_recompute_router"),
+])
+def test_vet_fixes_is_the_one_check_of_an_advices_fix(rule, sets, trips):
+    """ep_overlap.candidate and cudagraph.dropless_start_scope had restated, in their own conditions, the errors their
+    fixes trip beside a PP without VPP, a full or 'moe' recompute, two MTP layers (the EP overlap) and a 'moe'
+    recompute (a router graph); vet_fixes asks the table itself, so the advice stands and its fix is withdrawn with
+    the rule it would trip named (the guards had hidden the advice, and missed the 'moe' graph scope)."""
+    from moetune.configio import load_config
+    from moetune.rules import evaluate
+    from moetune.rules.engine import vet_fixes
+    config = load_config(sets=["model.num_moe_experts=64", "model.moe_token_dispatcher_type=alltoall",
+                               "mixed_precision.bf16=true", "model.expert_model_parallel_size=16", *sets],
+                         gpu="h100", gpus=32)
+    found = {f.rule: f for f in vet_fixes(config, evaluate(config, context="explain"), context="explain")}
+    assert trips not in {r for r, f in found.items() if f.severity == "error"}  # the config alone runs
+    assert found[rule].fix == {} and trips in found[rule].fix_withdrawn
+
+
 def test_vpp_two_is_not_offered_where_it_breaks_the_split():
     """scale.pp_without_vpp offers VPP 2 only where the split holds it: not an odd uneven first stage, not a hybrid
     (its stages come from the pattern, and Bridge refuses VPP on one)."""
