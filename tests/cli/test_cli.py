@@ -517,6 +517,9 @@ def test_a_saved_result_is_explained_as_saved(tmp_path, capsys):
                           (["qwen3-30b-a3b"], "not both"), (["--rank", "2"], "an estimate holds one result")):
         code, _, err = run(["explain", "--plan", str(saved), *extra], capsys)
         assert code == 2 and needle in err
+    code, _, err = run(["emit", str(saved), "--rank", "2"], capsys)  # emit says the cause first, as explain does
+    assert code == 2 and err == (f"error: {saved}: --rank 2: an estimate holds one result; --rank picks among a "
+                                 "plan's results\n")
     code, heavy, _ = run(["explain", "--plan", str(saved), "--token-imbalance", "3", "--json"], capsys)
     code, plain, _ = run(["explain", "--plan", str(saved), "--json"], capsys)
     assert json.loads(heavy)["profile"]["routing"]["token_imbalance"] == 3
@@ -985,3 +988,13 @@ def test_plan_names_a_faster_cp_layout_its_short_context_weight_ranked_off(capsy
     code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "24", "--seq", "8192", "--gbs", "48",
                         "--top", "3"], capsys)
     assert f"--fix cp={alt['layout']['cp']}` lists it" in " ".join(out.split())
+
+
+def test_config_words_name_the_field_with_its_article():
+    """A layout error worded for flags reads in the config's names for check and estimate --config: 'choose an --ep'
+    had read 'choose an model.expert_model_parallel_size'; a flag the table does not know stays as written."""
+    from moetune.cli.options import config_words
+
+    assert config_words("choose an --ep that divides it; change --pp/--vpp, or an --unknown") == (
+        "choose a model.expert_model_parallel_size that divides it; change model.pipeline_model_parallel_size/"
+        "model.virtual_pipeline_model_parallel_size, or an --unknown")

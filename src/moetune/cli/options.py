@@ -152,4 +152,10 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
 
 def config_words(message: str) -> str:
     """A layout error worded for flags, with the config's names instead (check reads configs, not flags)."""
-    return re.sub(r"--[a-z0-9-]+", lambda m: FLAG_KEYS.get(m.group(0), m.group(0)), message)
+    def name(m: re.Match) -> str:
+        if m.group(2) not in FLAG_KEYS:
+            return m.group(0)
+        key = FLAG_KEYS[m.group(2)]
+        article = m.group(1) and ("an " if key[0] in "aeiou" else "a ")  # "an --ep" is "a model.expert_..."
+        return (article or "") + key
+    return re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, message)
