@@ -46,10 +46,12 @@ class Estimate:
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     def variant(self, *, layout: Layout | None = None, workload: Workload | None = None,
-                knobs: Knobs | None = None) -> "Estimate":
-        """This configuration with the given parts replaced, estimated under the same user files."""
-        return estimate(self.model, self.gpu, layout or self.layout, workload or self.workload, knobs or self.knobs,
-                        self.overheads, efficiency_overrides=self.efficiency_overrides)
+                knobs: Knobs | None = None, gpu: GpuSpec | None = None, with_memory: bool = True) -> "Estimate":
+        """This configuration with the given parts replaced, estimated under the same user files (with_memory=False:
+        the time alone, as `estimate` has it)."""
+        return estimate(self.model, gpu or self.gpu, layout or self.layout, workload or self.workload,
+                        knobs or self.knobs, self.overheads, efficiency_overrides=self.efficiency_overrides,
+                        with_memory=with_memory)
 
     @property
     def efficiency(self) -> dict[str, float]:

@@ -11,7 +11,6 @@ from dataclasses import replace
 from functools import cache
 
 from moetune.planner.calibrate import predict
-from moetune.planner.estimate import estimate
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.repeats import measured_tokens
 from moetune.planner.runs import Run, known_gaps, load_configured_runs, published_rows
@@ -73,9 +72,8 @@ def observed_nic(e) -> dict | None:
     gpu = e.gpu
     if not gpu.nic_gbps_observed or gpu.nic_gbps_observed >= gpu.nic_gbps or e.layout.world_size <= gpu.gpus_per_node:
         return None
-    slow = estimate(e.model, replace(gpu, nic_gbps=gpu.nic_gbps_observed), e.layout, e.workload, e.knobs,
-                    e.overheads, efficiency_overrides=e.efficiency_overrides,
-                    with_memory=False).time["tokens_per_s_per_gpu"]  # the time alone: the NIC moves no byte of memory
+    slow = e.variant(gpu=replace(gpu, nic_gbps=gpu.nic_gbps_observed),
+                     with_memory=False).time["tokens_per_s_per_gpu"]  # the time alone: the NIC moves no byte of memory
     change = slow / e.time["tokens_per_s_per_gpu"] - 1
     return {"nic_gbps": gpu.nic_gbps_observed, "tokens_per_s_per_gpu": slow, "change": change} \
         if change < -SMALLEST_GAIN else None
