@@ -22,7 +22,7 @@ from moetune.planner.calibrate import (
 from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
 from moetune.planner.user_runs import by_gpu, fit_user_runs, load_user_runs, sections, shipped_of, user_toml
-from moetune.walls.efficiency import efficiency
+from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
 
 TFLOPS_ONLY = "tflops-only"
 
@@ -101,8 +101,9 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool) -> Non
                       f"{p['a2a_token_ns']:.2f}", f"{p['a2a_gbps_per_sm']:.1f}"] for g, p in fitted.items()]))
     held_back = {g: c for g, c in capped.items() if c}
     if held_back:  # the table's multiplier is the fit's; a dispatcher whose efficiency hit the link cap got less
-        out.print("all-to-all x held at the link cap (the achieved share of a link stays <= 0.95): " + "; ".join(
-            f"{g} " + ", ".join(f"{k} x{v:.2f}" for k, v in c.items()) for g, c in held_back.items()))
+        out.print(f"all-to-all x held at the link cap (the achieved share of a link stays <= {EFFICIENCY_CAP:g}): "
+                  + "; ".join(f"{g} " + ", ".join(f"{k} x{v:.2f}" for k, v in c.items())
+                              for g, c in held_back.items()))
     out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",
                                                             "predicted", "error"],
                     [[r["run_id"], r["subset"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",

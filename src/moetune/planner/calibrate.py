@@ -21,7 +21,7 @@ from itertools import product
 import numpy as np
 
 from moetune.planner.runs import Run, load_configured_runs, tokens_from_tflops
-from moetune.walls.efficiency import efficiency
+from moetune.walls.efficiency import EFFICIENCY_CAP, FP8_RATES, efficiency
 from moetune.walls.step import step_time
 
 PER_GPU = ("compute_scale", "a2a_scale")
@@ -84,26 +84,27 @@ def split(runs: list[Run]) -> tuple[list[Run], list[Run]]:
 
 
 def with_params(base: dict, params: dict, a2a_keys: tuple[str, ...] = A2A_KEYS) -> dict:
-    """Efficiency constants with the fitted multipliers applied: a compute efficiency stays <= 0.95 of its peak (FP8's
-    also at most the FP8 peak under its fastest recipe's rate, as --efficiency checks: rate_fp8_delayed 1.069 caps it
-    at 0.935), an all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the achieved share of either link <=
-    0.95. The all-to-all multiplier moves `a2a_keys` only (a user's runs say nothing of a dispatcher they do not
-    use)."""
+    """Efficiency constants with the fitted multipliers applied: a compute efficiency stays <= EFFICIENCY_CAP (0.95)
+    of its peak (FP8's also at most the FP8 peak under its fastest recipe's rate, as --efficiency checks:
+    rate_fp8_delayed 1.069 caps it at 0.935), an all-to-all one (a multiplier on nvlink_eff / nic_eff) keeps the
+    achieved share of either link <= EFFICIENCY_CAP. The all-to-all multiplier moves `a2a_keys` only (a user's runs
+    say nothing of a dispatcher they do not use)."""
     eff = {**base, **{k: params.get(k, base[k]) for k in SHARED}}
-    a2a_cap = 0.95 / max(base["nvlink_eff"], base["nic_eff"])  # the achieved share of a link stays <= 0.95
+    a2a_cap = EFFICIENCY_CAP / max(base["nvlink_eff"], base["nic_eff"])  # of the larger link's rate
     for key in a2a_keys:
         eff[key] = min(base[key] * params.get("a2a_scale", 1.0), a2a_cap)
-    fp8_rate = max((v for k, v in base.items() if k.startswith("rate_") and k != "rate_nvfp4"), default=1.0)
-    caps = {"fp8_gemm_eff": min(0.95, math.floor(1e4 / fp8_rate) / 1e4)}  # rounded down: --write keeps 4 digits
+    fp8_rate = max((base[k] for k in FP8_RATES if k in base), default=1.0)
+    # rounded down: --write keeps 4 digits
+    caps = {"fp8_gemm_eff": min(EFFICIENCY_CAP, math.floor(1e4 / fp8_rate) / 1e4)}
     for key in COMPUTE_KEYS:
-        eff[key] = min(base[key] * params.get("compute_scale", 1.0), caps.get(key, 0.95))
+        eff[key] = min(base[key] * params.get("compute_scale", 1.0), caps.get(key, EFFICIENCY_CAP))
     return eff
 
 
 def capped(base: dict, constants: dict, scales: dict[str, float]) -> dict[str, float]:
     """The constants a cap held below their multiplier (`scales`: key -> multiplier) x their base value
-    (with_params: 0.95 of a peak, FP8's under its fastest recipe's rate too, or of a link's share), each with the
-    multiplier it got in effect."""
+    (with_params: EFFICIENCY_CAP of a peak, FP8's under its fastest recipe's rate too, or of a link's share), each
+    with the multiplier it got in effect."""
     return {k: constants[k] / base[k] for k, f in scales.items() if constants[k] < base[k] * f * (1 - 1e-9)}
 
 

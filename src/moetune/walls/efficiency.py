@@ -88,8 +88,7 @@ def _check_peaks(eff: dict, where: str, origin) -> None:
     """A low-precision recipe's GEMMs run at fp8_gemm_eff x rate_<recipe> of the FP8 peak (compute.gemm_rate): at
     most the FP8 peak for an FP8 recipe, the FP4 peak for NVFP4 (the GPU is not known here: at most the largest FP4
     over FP8 peak of the catalog, GB300's 3)."""
-    recipes = {rate_key(p): p for p in PRECISIONS if p != "bf16"}
-    for rate, recipe in ((k, recipes[k]) for k in eff if k in recipes):  # in the table's order
+    for rate, recipe in ((k, RECIPE_RATES[k]) for k in eff if k in RECIPE_RATES):  # in the table's order
         limit = fp4_over_fp8() if recipe == "nvfp4" else 1.0
         peak = f"the FP4 peak (at most {limit:g}x the FP8 peak on a catalog GPU)" if recipe == "nvfp4" else "it"
         product = eff["fp8_gemm_eff"] * eff[rate]
@@ -105,11 +104,24 @@ def rate_key(precision: str) -> str:
     return "rate_" + precision.replace("-", "_")
 
 
+# Each low-precision recipe's GEMM-rate constant -> the recipe (rate_mxfp8 -> mxfp8), in PRECISIONS' order; and those
+# whose GEMMs run at most at the FP8 peak, all but NVFP4's (the FP4 peak): what --efficiency (_check_peaks) and
+# calibrate's FP8 cap (calibrate.with_params) both read
+RECIPE_RATES = {rate_key(p): p for p in PRECISIONS if p != "bf16"}
+FP8_RATES = tuple(k for k, recipe in RECIPE_RATES.items() if recipe != "nvfp4")
+
+
 @cache
 def fp4_over_fp8() -> float:
     """The largest FP4 peak over FP8 peak of a catalog GPU."""
     return max(g.fp4_tflops / g.fp8_tflops for g in catalog().values() if g.fp8_tflops > 0)
 
+
+# The most of its peak a fitted compute efficiency may reach, and of a link's rate an all-to-all's achieved share
+# (calibrate.with_params). Not 1: no GEMM, memory-bound kernel or link sustains its datasheet peak over a whole step,
+# and runs the model under-predicts (or a user's mismeasured ones) would otherwise drive a multiplier to the peak
+# itself; 0.95 is moetune's bound, not a measured rate. A user's --efficiency file may still set up to 1 (_range).
+EFFICIENCY_CAP = 0.95
 
 # The largest cost or factor a file may give (a microsecond, byte or GB/s count this large is a typo, and past it
 # the step's arithmetic overflows to inf and nan), and the least fraction of a peak (below it a step runs for years)
