@@ -4,6 +4,7 @@ smallest model parallelism that fits, then a ladder of moves applied one on top 
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.config_map import to_config
 from moetune.planner.enumerate import enumerate_layouts
@@ -126,14 +127,14 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
     if not cands:
         return None
     # one batch per dispatcher the candidates run (a defaulted one follows EP and where its group sits: alltoall at
-    # EP 1 and past an NVL72 rack, HybridEP inside it), whose buffers differ
-    by_mesh: dict[tuple[int, int], list] = {}
-    for c in cands:
-        by_mesh.setdefault((c[0].ep, c[0].etp), []).append(c)
+    # EP 1 and past an NVL72 rack, HybridEP inside it), whose buffers differ; it depends on the expert mesh alone, so
+    # it is asked once a mesh, of its first layout
+    mesh_knobs: dict[tuple[int, int], Knobs] = {}
     by_dispatcher: dict[str, tuple] = {}
-    for group in by_mesh.values():  # the dispatcher depends on the expert mesh alone: any layout of it will do
-        knobs = dispatcher_for(e, group[0][0])
-        by_dispatcher.setdefault(knobs.dispatcher, (knobs, []))[1].extend(group)
+    for lay, m in cands:
+        if (mesh := (lay.ep, lay.etp)) not in mesh_knobs:
+            mesh_knobs[mesh] = dispatcher_for(e, lay)
+        by_dispatcher.setdefault(mesh_knobs[mesh].dispatcher, (mesh_knobs[mesh], []))[1].append((lay, m))
     fitting = []
     for knobs, group in by_dispatcher.values():
         peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs, knobs,
