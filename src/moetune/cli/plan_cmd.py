@@ -21,7 +21,6 @@ from moetune.cli.plan_notes import (
     gain_over_pick,
     gbs_allowing,
     gbs_note,
-    offload_gain,
     offload_note,
     recompute_text,
     short_cp_note,
@@ -203,7 +202,7 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
     if result.gbs_excluded_dp:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if (alt := result.offload_alternative) is not None:
-        out["offload_alternative"] = {**alt.to_json(), "predicted_gain": offload_gain(result)}
+        out["offload_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
     if (alt := result.short_cp_alternative) is not None:
         out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
     if not result.results:

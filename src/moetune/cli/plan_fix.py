@@ -76,14 +76,14 @@ def parse_fix(items: tuple[str, ...]) -> dict:
     if fixed.get("cp") == 1 and fixed.get("cp_comm_type", "auto") != "auto":  # as estimate's --cp-comm-type at CP 1
         raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']} sets how context-parallel ranks exchange "
                            "attention inputs; --fix cp=1 leaves nothing to exchange: drop one of the two")
-    return muon_without_offload(fixed)
+    _refuse_muon_offload(fixed)
+    return fixed
 
 
-def muon_without_offload(fixed: dict) -> dict:
+def _refuse_muon_offload(fixed: dict) -> None:
     """Muon runs without the optimizer's CPU offload (Megatron builds emerging optimizers apart from the
     precision-aware one offload needs; layout/knobs.py): search.plan leaves it off, and a pin of it is one line."""
     if fixed.get("optimizer") == "muon" and any(f > 0 for f in fixed.get("optimizer_offload_fraction", [0.0])):
         raise MoetuneError("--fix optimizer=muon with optimizer_offload_fraction above 0: Muon runs without the "
                            "optimizer's CPU offload (Megatron builds emerging optimizers apart from the precision-"
                            "aware optimizer offload needs); drop one of the two")
-    return fixed

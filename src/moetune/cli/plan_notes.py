@@ -24,17 +24,13 @@ def gain_over_pick(result: PlanResult, alt) -> float:
     return alt.time["tokens_per_s_per_gpu"] / result.results[0].time["tokens_per_s_per_gpu"] - 1
 
 
-def offload_gain(result: PlanResult) -> float:
-    return gain_over_pick(result, result.offload_alternative)
-
-
 def offload_note(result: PlanResult) -> str:
     """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers."""
     alt = result.offload_alternative
     host = f" and {alt.host_peak_bytes / 2**30:.0f} GiB of host memory a GPU" if alt.host_peak_bytes else ""
     return (f"#1 recomputes whole layers; the optimizer's CPU offload instead ({alt.layout.short()}, mbs "
             f"{alt.workload.micro_batch_size}, recompute {recompute_text(alt.knobs)}) predicts "
-            f"{offload_gain(result):+.0%}, {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
+            f"{gain_over_pick(result, alt):+.0%}, {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
             f"{alt.peak_bytes / 2**30:.1f} GiB{host}. The seeds add offloading only after recompute (seeds/000 "
             "Phase 1), so it is not the pick; their own long-context DeepSeek-V3 pattern uses it (seeds/002): "
             "--fix optimizer_offload_fraction=1 searches it")
