@@ -3,6 +3,7 @@ Megatron Bridge's TransformerConfig.finalize (models/transformer_config.py @067f
 Megatron-Core's own defaults. Readers of a config (rules/derive.py, planner/from_config.py, rules/mcore.py) ask here,
 so the two launchers' configs read as each engine runs them."""
 
+import math
 from typing import Any
 
 from moetune.configio.mlm import VALUE_DEFAULTS
@@ -10,8 +11,13 @@ from moetune.configio.names import LAUNCHER, NO_DEFAULT, Name, names
 from moetune.configio.types import coerce
 
 
-def _size(config: dict[str, Any], key: str) -> int:
-    return int(config.get(key) or 1)
+def parallel_size(config: dict[str, Any], key: str, *, zero_is_one: bool = True) -> int:
+    """A parallel size as the config sets it, Megatron's 1 where it is silent. zero_is_one: a 0 reads as 1 too
+    (this module's readers; data_parallel_size divides by it); layout_map's Layout reader passes False, leaving a 0
+    for Layout to refuse in one line. A normalized config holds neither a 0 nor a non-integer
+    (normalize.AT_LEAST_ONE, types._int)."""
+    value = config.get(key)
+    return 1 if value is None or zero_is_one and not value else int(value)
 
 
 def expert_tensor_parallel_size(config: dict[str, Any]) -> int:
@@ -20,7 +26,8 @@ def expert_tensor_parallel_size(config: dict[str, Any]) -> int:
     (model_parallel_config.py)."""
     if config.get("model.expert_tensor_parallel_size") is not None:
         return int(config["model.expert_tensor_parallel_size"])
-    tp, ep = _size(config, "model.tensor_model_parallel_size"), _size(config, "model.expert_model_parallel_size")
+    tp = parallel_size(config, "model.tensor_model_parallel_size")
+    ep = parallel_size(config, "model.expert_model_parallel_size")
     return 1 if ep > 1 and config.get(LAUNCHER) != "megatron-lm" else tp
 
 
@@ -28,7 +35,7 @@ def sequence_parallel(config: dict[str, Any]) -> bool | None:
     """Sequence parallelism as it runs: Bridge's finalize turns it off at TP 1 (Megatron-LM's reader does too,
     configio/mlm.py); None where the config is silent."""
     sp = config.get("model.sequence_parallel")
-    return False if sp and _size(config, "model.tensor_model_parallel_size") <= 1 else sp
+    return False if sp and parallel_size(config, "model.tensor_model_parallel_size") <= 1 else sp
 
 
 def layer_wise_optimizer(config: dict[str, Any]) -> bool:
@@ -68,8 +75,8 @@ def synced_optimizer_switches(config: dict[str, Any]) -> dict[str, Any]:
 def data_parallel_size(config: dict[str, Any]) -> int | None:
     """world / (TP x CP x PP), or None where the world is unknown or the attention mesh does not tile it."""
     world = config.get("cluster.num_gpus")
-    attn = _size(config, "model.tensor_model_parallel_size") * _size(config, "model.context_parallel_size") * _size(
-        config, "model.pipeline_model_parallel_size")
+    attn = math.prod(parallel_size(config, key) for key in (
+        "model.tensor_model_parallel_size", "model.context_parallel_size", "model.pipeline_model_parallel_size"))
     return int(world) // attn if world and int(world) % attn == 0 else None
 
 

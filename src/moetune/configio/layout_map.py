@@ -5,7 +5,7 @@ flag it adds changes all three together."""
 
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, sequence_parallel
+from moetune.configio.finalize import expert_tensor_parallel_size, parallel_size, sequence_parallel
 from moetune.layout.layout import Layout, hybrid_segments, write_pipeline_layout
 
 # Layout attribute -> the Bridge field that sets it (data/megatron_names.csv), in the order a plan's config lists them
@@ -34,11 +34,6 @@ def layout_fields(lay: Layout) -> dict[str, Any]:
     return {LAYOUT_FIELDS[attr]: v for attr, v in values.items()}
 
 
-def _size(config: dict[str, Any], attr: str) -> int:
-    value = config.get(LAYOUT_FIELDS[attr])
-    return 1 if value is None else value
-
-
 def hybrid_split(config: dict[str, Any]) -> str | None:
     """The layout string equivalent to a hybrid_layer_pattern's '|' separators (layer counts per virtual stage;
     embedding first, loss last), or None without separators. MTP depths after '/' are not split."""
@@ -61,7 +56,7 @@ def layout_settings(config: dict[str, Any]) -> dict[str, Any]:
     hybrid pattern's '|' separators, fixing the virtual stages (Layout derives VPP from it)."""
     split = hybrid_split(config) or config.get(LAYOUT_FIELDS["pipeline_layout"])
     return {
-        **{attr: _size(config, attr) for attr in ("tp", "cp", "pp", "ep")},
+        **{attr: parallel_size(config, LAYOUT_FIELDS[attr], zero_is_one=False) for attr in ("tp", "cp", "pp", "ep")},
         "vpp": _vpp(config, hybrid=split is not None and HYBRID_SPLIT in config),
         "etp": expert_tensor_parallel_size(config), "sequence_parallel": sequence_parallel(config),
         "pipeline_layout": split or None,
