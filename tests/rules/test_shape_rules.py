@@ -106,3 +106,14 @@ def test_expert_widths_vs_their_tp(extra, rule, capsys):
     args = f"{MLM} --num-experts 8 --expert-model-parallel-size 2 --sequence-parallel {extra}"
     found = errors(["--mlm-args", args, "--gpus", "8", "--no-mcore"], capsys)
     assert rule in found and "1001" in found[rule]
+
+
+def test_megatron_cores_refusal_of_another_fault_naming_the_same_field_stays(qwen, capsys):
+    """60 experts over EP 8 is scale.experts_divisible's fault; Megatron-Core's TransformerConfig checks no expert
+    count against EP, and its refusal here ("num_moe_experts (60) should be divisible by moe_router_num_groups (7)")
+    is another fault: it had been left out for naming num_moe_experts, so that fault went unsaid."""
+    sets = ["model.num_moe_experts=60", "model.expert_model_parallel_size=8", "model.moe_router_group_topk=2",
+            "model.moe_router_num_groups=7"]
+    found = errors([QWEN, *CLUSTER, *[a for s in sets for a in ("--set", s)]], capsys)
+    assert "scale.experts_divisible" in found
+    assert "moe_router_num_groups (7)" in found.get("mcore.transformer_config", "")

@@ -39,26 +39,26 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
-# The field each shape rule's fault is named by, as Megatron-Core's TransformerConfig names it too: its own refusal
-# (mcore.transformer_config) is left out where a kept finding already says that fault (the layout error, by the rule
-# ids it repeats, or the rule itself)
-FIELD_OF_RULE = {"shape.heads_divisible_by_tp": "num_attention_heads", "shape.query_groups_vs_tp": "num_query_groups",
-                 "scale.experts_divisible": "num_moe_experts", "shape.ffn_divisible_by_tp": "ffn_hidden_size",
-                 "shape.moe_ffn_divisible_by_etp": "moe_ffn_hidden_size"}
-
-
-def _names(words: str, message: str) -> bool:
-    """Whether `message` names the fault by `words` (a field's whole name: ffn_hidden_size is not moe_ffn_...'s)."""
-    return re.search(rf"(?<![\w.]){re.escape(words)}", message) is not None
+# Megatron-Core's TransformerConfig refusal of the fault a shape rule says (transformer_config.py __post_init__, its
+# own words): that refusal (mcore.transformer_config) is left out where a kept finding already says the fault (the
+# layout error, by the rule ids it repeats, or the rule itself). Only these two: TransformerConfig checks no FFN
+# width or expert count against TP/ETP/EP, and its other refusals that name such a field are other faults
+# ("num_moe_experts (60) should be divisible by moe_router_num_groups (7)" beside a 60-expert EP 8 error)
+REFUSAL_OF_RULE = {
+    "shape.heads_divisible_by_tp": re.compile(r"num_attention_heads \(\d+\) must be a multiple of "
+                                              r"tensor_model_parallel_size"),
+    "shape.query_groups_vs_tp": re.compile(r"num_query_groups \(\d+\) must be a multiple or divisor of "
+                                           r"tensor_model_parallel_size"),
+}
 
 
 def said_once(findings: list[Finding], layout_error: Finding | None, same_as: tuple[str, ...]) -> list[Finding]:
     """layout.illegal (with --model) first and the config-only rules it repeats (`same_as`, by id) dropped; then
-    Megatron-Core's own refusal dropped where a finding kept says its field's fault."""
+    Megatron-Core's own refusal dropped where it is the fault a kept finding says."""
     if layout_error is not None:
         findings = [layout_error] + [f for f in findings if f.rule not in same_as]
-    said = [FIELD_OF_RULE[r] for r in (*same_as, *(f.rule for f in findings)) if r in FIELD_OF_RULE]
-    return [f for f in findings if f.rule != MCORE_RULE or not any(_names(w, f.message) for w in said)]
+    said = [REFUSAL_OF_RULE[r] for r in (*same_as, *(f.rule for f in findings)) if r in REFUSAL_OF_RULE]
+    return [f for f in findings if f.rule != MCORE_RULE or not any(p.search(f.message) for p in said)]
 
 
 def config_options(func):
