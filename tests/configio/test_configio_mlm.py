@@ -130,3 +130,24 @@ def test_a_logs_argument_dump_reads_as_bridge_names():
                       "ddp.overlap_grad_reduce": True, "ddp.use_distributed_optimizer": False,
                       "optimizer.use_distributed_optimizer": False, "model.recompute_granularity": None,
                       "model.cuda_graph_scope": ["attn"]}
+
+
+@pytest.mark.parametrize(("flags", "groups"), [
+    ("--num-attention-heads 32 --num-query-groups 8 --group-query-attention", 8),
+    ("--num-attention-heads 32 --num-query-groups 8", 32),  # Megatron-LM passes None: a KV group per head
+    ("--num-attention-heads 32", None),
+])
+def test_query_groups_count_only_under_group_query_attention(flags, groups):
+    """core_transformer_config_from_args hands num_query_groups to the model only with --group-query-attention; read
+    as given, a launch's 8 groups at TP 16 had been warned past its KV groups (scale.tp_past_kv_groups) and 6 groups
+    at TP 4 refused (shape.query_groups_vs_tp), where Megatron-LM runs 32."""
+    config = load_config(mlm_args=f"{flags} --tensor-model-parallel-size 16", gpu="h100", gpus=16)
+    assert config.get("model.num_query_groups") == groups
+
+
+def test_a_dumps_query_groups_without_group_query_attention_are_the_heads():
+    """print_args shows argparse's num_query_groups (1) for a run without --group-query-attention, which has a KV
+    group per head."""
+    dump = {"num_attention_heads": "32", "num_query_groups": "1"}
+    assert argument_dump_config({**dump, "group_query_attention": "False"})["model.num_query_groups"] == 32
+    assert argument_dump_config({**dump, "group_query_attention": "True"})["model.num_query_groups"] == 1

@@ -174,6 +174,7 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
     _validate_args(out)
+    _query_groups(out, "--group-query-attention" in words[start:])
     out += _precision_default(out, origin) + _distributed_optimizer_default(out, origin) + _mlm_defaults(out, origin)
     out.append(Assignment(key=LAUNCHER, value="megatron-lm", origin=origin, soft=True))
     if raw_vpp_layers is not None:
@@ -208,6 +209,16 @@ def _validate_args(out: list[Assignment]) -> None:
         if a.key == "model.sequence_parallel" and a.value and tp == 1:
             # "Disabling sequence parallelism because tensor model parallelism is disabled"
             a.value, a.origin = False, f"{a.origin} (off: Megatron-LM disables it at TP=1)"
+
+
+def _query_groups(out: list[Assignment], gqa: bool) -> None:
+    """Megatron-LM hands --num-query-groups to the model only under --group-query-attention, else one KV group per
+    head (training/argument_utils.py core_transformer_config_from_args: num_query_groups None; its argparse default
+    is 1): without the switch the value given, or a log's dumped 1, reads as the heads."""
+    heads = next((a.value for a in out if a.key == "model.num_attention_heads"), None)
+    for a in out if not gqa else ():
+        if a.key == "model.num_query_groups" and a.value != heads:
+            a.value, a.origin = heads, f"{a.origin} (ignored without --group-query-attention: a KV group per head)"
 
 
 def _distributed_optimizer_default(out: list[Assignment], origin: str) -> list[Assignment]:
@@ -300,4 +311,6 @@ def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
             continue
         if dest == "use_distributed_optimizer":  # Megatron-LM hands it to the DDP and optimizer configs (SPECIAL)
             out["optimizer.use_distributed_optimizer"] = out[row.bridge_name]
+    if "model.num_query_groups" in out and args.get("group_query_attention") == "False":  # as _query_groups
+        out["model.num_query_groups"] = out.get("model.num_attention_heads")
     return out
