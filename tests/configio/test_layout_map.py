@@ -26,3 +26,13 @@ def test_a_layout_reads_back_as_written(lay):
 def test_a_hybrid_pattern_s_separators_are_its_layout_string():
     settings = layout_settings({"model.pipeline_model_parallel_size": 2, "model.hybrid_layer_pattern": "M*M*|M*M*"})
     assert settings["pipeline_layout"] == "Et*4|t*4L" and settings["vpp"] == 1
+
+
+@pytest.mark.parametrize("pattern", [None, "M*M*M*M*"])
+def test_a_vpp_beside_a_layout_string_stays_where_no_pattern_splits_the_stages(pattern):
+    """Only a pattern's '|' separators fix the virtual stages alone; a hybrid_layer_pattern key held as None, or a
+    pattern without separators, had dropped the config's VPP beside a layout string, so a VPP the string contradicts
+    (3 against its 2) went unrefused."""
+    config = {"model.pipeline_model_parallel_size": 2, "model.pipeline_model_parallel_layout": "Et*3|t*3|t*3|t*3L",
+              "model.virtual_pipeline_model_parallel_size": 3, "model.hybrid_layer_pattern": pattern}
+    assert layout_settings(config)["vpp"] == 3

@@ -54,10 +54,11 @@ def layout_settings(config: dict[str, Any]) -> dict[str, Any]:
     """Layout's arguments but the world size, as the config runs them: Megatron's defaults where it is silent, ETP
     and sequence parallelism as the launcher fills them in (configio/finalize.py), and the layout string, or a
     hybrid pattern's '|' separators, fixing the virtual stages (Layout derives VPP from it)."""
-    split = hybrid_split(config) or config.get(LAYOUT_FIELDS["pipeline_layout"])
+    hybrid = hybrid_split(config)
+    split = hybrid or config.get(LAYOUT_FIELDS["pipeline_layout"])
     return {
         **{attr: parallel_size(config, LAYOUT_FIELDS[attr], zero_is_one=False) for attr in ("tp", "cp", "pp", "ep")},
-        "vpp": _vpp(config, hybrid=split is not None and HYBRID_SPLIT in config),
+        "vpp": _vpp(config, hybrid=hybrid is not None),
         "etp": expert_tensor_parallel_size(config), "sequence_parallel": sequence_parallel(config),
         "pipeline_layout": split or None,
         **{attr: config.get(LAYOUT_FIELDS[attr]) for attr in ("first_stage_layers", "last_stage_layers")},
