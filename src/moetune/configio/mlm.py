@@ -239,7 +239,6 @@ def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
             Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)", soft=True)]
 
 
-# Value flags whose Megatron-LM default differs from Bridge's, and the switch that makes them matter.
 # A value flag's Megatron-LM default, written down where the flag keyed to it is set. The dispatcher's default is
 # Bridge's too (allgather, transformer_config.py), but what moetune reads a config without one as is a recipe's
 # alltoall (planner/from_config.py): a launch without --moe-token-dispatcher-type runs allgather, so it is written
@@ -251,7 +250,8 @@ VALUE_DEFAULTS = {"mixed_precision.fp8_recipe": "mixed_precision.fp8",
 def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
     """For the knobs moetune reads (role "used"), write Megatron-LM's default down where it differs from
     Megatron Bridge's: e.g. Megatron-LM fuses gradient accumulation unless --no-gradient-accumulation-fusion,
-    defaults --fp8-recipe to delayed and --optimizer-offload-fraction to 1.0. The normalized config then
+    defaults --fp8-recipe to delayed and --optimizer-offload-fraction to 1.0; a VALUE_DEFAULTS flag's default is
+    written wherever its switch is on, even where Bridge's is the same. The normalized config then
     describes the run Megatron-LM would make, not Bridge's defaults.
     """
     given = {a.key for a in out}
