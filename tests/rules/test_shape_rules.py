@@ -7,6 +7,7 @@ import json
 import pytest
 from rule_cases import FIXTURES
 
+from modelzoo_launch import H100_ENV, MODELZOO
 from moetune.cli.main import main
 from moetune.configio import load_config
 
@@ -117,3 +118,22 @@ def test_megatron_cores_refusal_of_another_fault_naming_the_same_field_stays(qwe
     found = errors([QWEN, *CLUSTER, *[a for s in sets for a in ("--set", s)]], capsys)
     assert "scale.experts_divisible" in found
     assert "moe_router_num_groups (7)" in found.get("mcore.transformer_config", "")
+
+
+
+def test_groups_equal_to_the_heads_are_one_fault_with_them(capsys):
+    """Multi-head attention (groups = heads): a TP that does not divide the heads does not divide the groups either,
+    and Megatron-Core says the heads; the query-groups rule had said it a second time."""
+    sets = ["model.num_attention_heads=24", "model.num_query_groups=24", "model.tensor_model_parallel_size=5",
+            "model.sequence_parallel=true"]
+    found = errors([QWEN, *CLUSTER, "--gpus", "80", *[a for s in sets for a in ("--set", s)]], capsys)
+    assert naming(found, "(24)") == ["shape.heads_divisible_by_tp"]
+
+
+def test_mla_heads_filled_in_by_the_model_are_one_fault(monkeypatch, capsys):
+    """The ModelZoo's DeepSeek-V3 launch at TP 3 with --model: the model fills in MLA's 128 query groups (its heads),
+    and layout.illegal says the heads; shape.query_groups_vs_tp had said the same 128 over TP 3 again."""
+    for k, v in {**H100_ENV, "TP": "3", "PP": "1"}.items():
+        monkeypatch.setenv(k, v)
+    found = errors([str(MODELZOO), "--gpu", "h100", "--gpus", "192", "--model", "deepseek-v3"], capsys)
+    assert naming(found, "(128)") == ["layout.illegal"]
