@@ -87,6 +87,18 @@ def test_an_h20_trace_as_gpu_h100_is_refused_with_the_gpu_to_pass(edited, capsys
     assert not [n for n in notes([trace, "--gpu", "h20"], capsys) if "ran on" in n]
 
 
+def test_force_gpu_without_a_gpu_to_force_is_one_line(edited, capsys):
+    """--force-gpu forces the GPU named (--gpu, or the plan's) on the traces: alone it had done nothing, silently."""
+    code, _, err = cli([edited(**H20), "--force-gpu"], capsys)
+    assert code == 2 and err == "error: --force-gpu prices the run on --gpu or the --plan's GPU; give one of them, " \
+        "or drop it\n"
+
+
+def test_an_unknown_gpu_is_named_once_by_its_flag(edited, capsys):
+    code, _, err = cli([edited(**H20), "--gpu", "h999"], capsys)
+    assert code == 2 and err.startswith("error: --gpu: unknown GPU 'h999': use one of a100, h100")
+
+
 def test_force_gpu_prices_another_part_with_a_note(edited, capsys):
     trace = edited(**H20)
     said = notes([trace, "--gpu", "h100", "--force-gpu"], capsys)

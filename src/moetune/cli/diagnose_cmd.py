@@ -111,6 +111,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     (.json/.json.gz, one file per rank, or directories of them) and/or a Megatron training log,
     and name the next changes; with --config the advice is tailored, with --plan or --model the
     prediction is compared wall by wall."""
+    if force_gpu and not (gpu or plan_file):  # it forces a GPU named to be the traces': without one it does nothing
+        raise MoetuneError("--force-gpu prices the run on --gpu or the --plan's GPU; give one of them, or drop it")
     config = None
     if configs or sets or mlm_args is not None or gpu or gpus:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,

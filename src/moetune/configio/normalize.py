@@ -98,7 +98,8 @@ def _coerced(key: str, value: Any, origin: str) -> Any:
         try:
             load_gpu(str(value))
         except MoetuneError as err:
-            raise MoetuneError(f"{origin}: cluster.gpu: {err}") from None
+            where = origin if origin == "--gpu" else f"{origin}: cluster.gpu"  # the flag names the field itself
+            raise MoetuneError(f"{where}: {err}") from None
     return value
 
 

@@ -95,11 +95,11 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # _validate_and_sync_distributed_optimizer_settings): both are written; Muon shards layer-wise instead
         # (dist_muon, Kimi-K2's recipes), with the distributed optimizer off
         "ddp.use_distributed_optimizer": adam_sharded,
-        # the first bucket's parameter gather under the optimizer step: moetune does not price it, and Megatron-Core
-        # refuses it beside MXFP8's reused grad buffer (optimizer_config.py; Bridge's MXFP8 preset reuses it) and under
-        # the layer-wise optimizer (rules optimizer.mxfp8_reuse_step_overlap, optimizer.layerwise_param_gather_overlap),
-        # and without a parameter gather it has nothing to overlap: there a recipe's on (DeepSeek-V3's BF16 and FP8
-        # perf recipes, _enable_overlap_param_gather_with_optimizer_step) is turned off, on both sections Bridge reads
+        # the first bucket's parameter gather under the optimizer step: moetune does not price it; Megatron-Core
+        # refuses it beside MXFP8's reused grad buffer (optimizer_config.py, core_v0.19.0; Bridge's MXFP8 preset
+        # reuses it) and under the layer-wise optimizer (rules optimizer.mxfp8_reuse_step_overlap and
+        # optimizer.layerwise_param_gather_overlap); without a parameter gather it has nothing to overlap. There a
+        # recipe's on (DeepSeek-V3's BF16 and FP8 perf recipes) is turned off, on both sections Bridge reads
         "optimizer.overlap_param_gather_with_optimizer_step": False if step_overlap_off else None,
         "comm_overlap.overlap_param_gather_with_optimizer_step": False if step_overlap_off else None,
         "optimizer.use_distributed_optimizer": adam_sharded,

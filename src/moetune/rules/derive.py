@@ -17,6 +17,7 @@ from moetune.configio.finalize import (
     expert_tensor_parallel_size,
     layer_wise_optimizer,
 )
+from moetune.configio.names import LAUNCHER
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.layout import hybrid_segments
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
@@ -139,7 +140,7 @@ def _dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any) -> bool | None:
     where the config leaves its experts to a recipe (Bridge overrides; a Megatron-LM launch without experts is
     dense)."""
     if not is_moe:
-        return True if "model.num_moe_experts" in config or config.get("cluster.launcher") == "megatron-lm" else None
+        return True if "model.num_moe_experts" in config or config.get(LAUNCHER) == "megatron-lm" else None
     return 0 in freq if isinstance(freq, list) else isinstance(freq, int) and freq > 1
 
 
