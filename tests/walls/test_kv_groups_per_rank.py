@@ -1,7 +1,8 @@
 """TP past the KV groups (TP a multiple of num_query_groups, Megatron-Core core_v0.16.0 and later,
-transformer/attention.py get_query_key_value_tensors): each rank all-gathers the QKV projection's output over TP, keeps
-one group's K and V, and saves the gathered buffer (V is a view of it). What that adds to memory, communication and
-Muon's Newton-Schulz work, each against a count written here from the Megatron-Core code path."""
+transformer/attention.py get_query_key_value_tensors): each rank all-gathers the QKV projection's output over TP and
+keeps one group's K and V, views of the gathered buffer, which core_attn recompute's checkpoint saves whole (V's view
+pins it). What that adds to memory, communication and Muon's Newton-Schulz work, each against a count written here
+from the Megatron-Core and Transformer Engine code paths."""
 
 import numpy as np
 import pytest
@@ -24,8 +25,9 @@ TOY = ModelSpec(name="toy-gqa", model_type="toy", hidden_size=1024, vocab_size=3
 QWEN = load_model("qwen3-30b-a3b")  # 32 query heads, 4 KV groups, head dim 128, hidden 2048
 
 
-def _items(tp):
-    ctx = ActivationContext(seq_length=4096, micro_batch_size=1, tp=tp, sequence_parallel=tp > 1)
+def _items(tp, modules=frozenset()):
+    ctx = ActivationContext(seq_length=4096, micro_batch_size=1, tp=tp, sequence_parallel=tp > 1,
+                            recompute_modules=frozenset(modules))
     return layer_activation_items(TOY, TOY.layers[0], ctx)
 
 
@@ -40,18 +42,30 @@ def test_within_the_groups_a_rank_saves_a_tp_th_of_q_k_and_v():
     assert "attn_qkv_gathered" not in items
 
 
-def test_past_the_groups_a_rank_saves_its_queries_one_key_group_and_the_gathered_buffer():
+def test_past_the_groups_a_rank_saves_its_queries_and_one_group_s_k_and_v():
+    """Transformer Engine copies V's strided view of the gathered buffer to its own layout (get_qkv_layout: its strides
+    are not K's, which RoPE or the key norm made afresh), so the buffer is not saved; one group's K and V are."""
     items, sb = _items(4), 4096
+    assert items["attn_qkv"] == 2 * sb * (8 // 4 + 1 + 1) * 128  # its 2 query heads, one group's K and one's V
+    assert "attn_qkv_gathered" not in items
+
+
+def test_core_attn_recompute_saves_the_gathered_buffer_v_is_a_view_of():
+    """The core_attn checkpoint saves the attention's inputs as given (tensor_parallel.checkpoint): V's view keeps the
+    whole gathered QKV output; within the groups nothing is gathered."""
+    items, sb = _items(4, {"core_attn"}), 4096
     assert items["attn_qkv"] == 2 * sb * (8 // 4 + 1) * 128  # its 2 query heads and one group's K
     assert items["attn_qkv_gathered"] == 2 * sb * (8 + 2 * 2) * 128  # the whole QKV output, V inside it
+    assert "attn_qkv_gathered" not in _items(2, {"core_attn"})
 
 
-def test_the_planner_s_arrays_give_what_each_layout_gives_alone():
+@pytest.mark.parametrize("modules", [frozenset(), frozenset({"core_attn"})])
+def test_the_planner_s_arrays_give_what_each_layout_gives_alone(modules):
     ctx = ActivationContext(seq_length=4096, micro_batch_size=1, tp=np.array([1, 2, 4, 8]),
-                            sequence_parallel=np.array([False, True, True, True]))
+                            sequence_parallel=np.array([False, True, True, True]), recompute_modules=modules)
     batched = layer_activation_items(TOY, TOY.layers[0], ctx)
     for i, tp in enumerate((1, 2, 4, 8)):
-        alone = _items(tp)
+        alone = _items(tp, modules)
         assert sum(int(np.asarray(v)[i]) if np.ndim(v) else v for v in batched.values()) == sum(alone.values())
 
 

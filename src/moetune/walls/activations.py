@@ -73,16 +73,19 @@ def _attention_core(spec: ModelSpec, ctx: ActivationContext, q_dim: int, k_dim: 
 
 
 def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
-    """Past the KV groups (TP a multiple of them, flops.kv_groups_per_rank) a rank keeps one group's K, but its V is
-    a view into the QKV output gathered over TP (attention.py get_query_key_value_tensors slices and splits it, no
-    copy), and saving V for the backward keeps that whole buffer: counted in V's place, as `attn_qkv_gathered`."""
+    """Past the KV groups (TP a multiple of them, flops.kv_groups_per_rank) a rank's attention takes its queries and
+    one group's K and V as views into the QKV output gathered over TP (attention.py get_query_key_value_tensors).
+    Transformer Engine copies them to a layout it takes where their strides match none (dot_product_attention/utils.py
+    get_qkv_layout: V's view and K, fresh from RoPE or its norm, do not), so it saves one group's V and the gathered
+    buffer dies with the forward. core_attn recompute saves the attention's inputs as given (tensor_parallel.checkpoint
+    save_for_backward), and V's view keeps the whole buffer: counted there in V's place, as `attn_qkv_gathered`."""
     d, g = spec.kv_channels, spec.num_query_groups
     q = spec.num_attention_heads * d * (2 if spec.attention_output_gate else 1)
-    gathered = qkv_gathered(spec, ctx.tp)
-    k = kv_groups_per_rank(g, ctx.tp) * d * ctx.tp  # one rank's K, x TP (_attention_core divides by TP)
-    items = _attention_core(spec, ctx, q, k, g * d * (1 - gathered))
-    if np.any(gathered):
-        items["attn_qkv_gathered"] = BF16 * ctx.tokens * (q + 2 * g * d) * gathered
+    kv = kv_groups_per_rank(g, ctx.tp) * d * ctx.tp  # one rank's K (or V), x TP (_attention_core divides by TP)
+    pinned = qkv_gathered(spec, ctx.tp) & ("core_attn" in ctx.recompute_modules)
+    items = _attention_core(spec, ctx, q, kv, kv * (1 - pinned))
+    if np.any(pinned):
+        items["attn_qkv_gathered"] = BF16 * ctx.tokens * (q + 2 * g * d) * pinned
     items["attn_proj_input"] = BF16 * ctx.tokens * spec.num_attention_heads * d // ctx.tp
     return items
 
