@@ -83,6 +83,18 @@ def test_auto_names_only_an_exchange_that_runs_and_refuses_where_none_does():
     assert a2a_cp_limit(GPT_OSS, 2) == 4 and a2a_cp_limit(QWEN235, 1) == 4 and a2a_cp_limit(DSV3, 2) == 64
 
 
+def test_past_the_kv_groups_a_rank_holds_one_group_and_no_a2a_split_runs():
+    """TP 16 over gpt-oss's 8 KV groups: each rank holds one group (flops.kv_groups_per_rank), so the all-to-all's
+    head split allows no CP over 1, and the refusals say so rather than naming 0 groups and a CP limit of 4 (the
+    gcd with 64 / 16 heads alone)."""
+    assert a2a_cp_limit(GPT_OSS, 16) == 1 and a2a_cp_limit(QWEN235, 8) == 1
+    why = exchange_refusal(GPT_OSS, 2, 16, 72)
+    assert "4 heads and 1 KV groups over CP, so CP can be at most 1 here; use --cp 1 (or a smaller --tp" in why
+    gpu, wl = load_gpu("h100"), Workload(seq_length=8192, micro_batch_size=1, global_batch_size=64)
+    with pytest.raises(MoetuneError, match=r"the 8 heads and 1 KV groups of a TP 8 rank must each split over CP"):
+        estimate(QWEN235, gpu, Layout(world_size=64, tp=8, cp=2, ep=8), wl, Knobs(cp_comm_type="a2a"))
+
+
 def _r064(cp_comm_type: str):
     """R064: DeepSeek-V3 at 128k on 256 H100, TP1 CP32 PP8 VPP4 EP32, FP8 blockwise, DeepEP, recompute up_proj, norm,
     moe, mlp, optimizer CPU offload; 303 TFLOP/s/GPU (Bridge long-context skill card). The card names no MBS, GBS or

@@ -200,8 +200,9 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
         return replace(knobs, hcp_a2a_size=_hcp_size(spec, lay, knobs.hcp_a2a_size, job_gpu(gpu, lay.world_size)))
     if knobs.cp_comm_type == "a2a" and not a2a_allows(spec, lay.cp, lay.tp):
         # Transformer Engine's all-to-all CP splits each TP rank's heads and KV groups over CP: it cannot run here
+        groups = kv_groups_per_rank(spec.kv_groups, lay.tp)  # one past the groups
         raise MoetuneError(f"cp_comm_type a2a at CP {lay.cp}: the {spec.num_attention_heads // lay.tp} heads and "
-                           f"{spec.kv_groups // lay.tp} KV groups of a TP {lay.tp} rank must each split over CP "
+                           f"{groups} KV groups of a TP {lay.tp} rank must each split over CP "
                            f"(CP <= KV groups a rank); use p2p or a2a+p2p, or a smaller CP or TP")
     if knobs.cp_comm_type != "auto":
         return knobs

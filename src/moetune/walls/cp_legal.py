@@ -12,6 +12,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import validate
 from moetune.specs.model import ModelSpec
+from moetune.walls.flops import kv_groups_per_rank
 
 
 def a2a_splits(heads_tp, groups_tp, size):
@@ -56,8 +57,8 @@ def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, co
 
 def a2a_cp_limit(spec: ModelSpec, tp: int) -> int:
     """The largest CP an all-to-all's head split allows at this TP (a2a_splits): the largest size that divides both the
-    heads and the KV groups of a TP rank."""
-    return math.gcd(spec.num_attention_heads // tp, spec.kv_groups // max(tp, 1))
+    heads and the KV groups of a TP rank (one past the groups: kv_groups_per_rank, so no CP over 1 there)."""
+    return math.gcd(spec.num_attention_heads // tp, kv_groups_per_rank(spec.kv_groups, max(tp, 1)))
 
 
 def exchange_refusal(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int) -> str | None:
@@ -69,8 +70,8 @@ def exchange_refusal(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int) -> s
     smaller_tp = " (or a smaller --tp, which leaves more KV groups on each rank)" if tp > 1 else ""
     return (f"no CP exchange runs at CP {cp} with TP {tp}: {spec.name}'s attention sinks run context parallel only "
             f"over a2a (Transformer Engine; rule cp.sinks_need_a2a), which splits each TP rank's "
-            f"{spec.num_attention_heads // tp} heads and {spec.kv_groups // tp} KV groups over CP, so CP can be at "
-            f"most {limit} here; use --cp {limit} or less{smaller_tp}")
+            f"{spec.num_attention_heads // tp} heads and {kv_groups_per_rank(spec.kv_groups, tp)} KV groups over CP, "
+            f"so CP can be at most {limit} here; use --cp {limit}{' or less' if limit > 1 else ''}{smaller_tp}")
 
 
 def refusal_at_cp(spec: ModelSpec, layout, workload, gpu, cp: int) -> str | None:
