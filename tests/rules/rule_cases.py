@@ -125,6 +125,11 @@ CASES: dict[str, Case] = {
     # Kimi-K2's Muon recipe (dist_muon) with the param-gather overlap Megatron-LM asserts off beside it
     "optimizer.layerwise_param_gather_overlap": Case(S(MOE, "optimizer.optimizer=dist_muon",
                                                        "optimizer.overlap_param_gather_with_optimizer_step=true")),
+    # Kimi-K2's Muon recipe at TP 16 over 8 KV groups
+    "optimizer.muon_split_qkv_past_kv_groups": Case(S(MOE, "optimizer.optimizer=dist_muon",
+                                                      "model.num_attention_heads=32", "model.num_query_groups=8",
+                                                      "model.tensor_model_parallel_size=16",
+                                                      "model.sequence_parallel=true"), "h100", 32),
     # an MXFP8 plan (Bridge's preset reuses the grad buffer) over DeepSeek-V3's BF16 perf recipe, which overlaps
     "optimizer.mxfp8_reuse_step_overlap": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
                                                  "comm_overlap.overlap_param_gather_with_optimizer_step=true"),

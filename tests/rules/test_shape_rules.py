@@ -137,3 +137,14 @@ def test_mla_heads_filled_in_by_the_model_are_one_fault(monkeypatch, capsys):
         monkeypatch.setenv(k, v)
     found = errors([str(MODELZOO), "--gpu", "h100", "--gpus", "192", "--model", "deepseek-v3"], capsys)
     assert naming(found, "(128)") == ["layout.illegal"]
+
+
+def test_an_a2a_exchange_past_the_kv_groups_splits_one_group_a_rank(capsys):
+    """Past the KV groups a TP rank holds one group, which an a2a CP exchange over 2 ranks cannot split: check refuses
+    it as estimate does (it had computed no a2a limit past the groups, and passed)."""
+    sets = [a for kv in ("model.num_attention_heads=32", "model.tensor_model_parallel_size=8",
+                         "model.sequence_parallel=true", "model.context_parallel_size=2", "model.cp_comm_type=a2a",
+                         "model.seq_length=8192") for a in ("--set", kv)]
+    assert "cp.a2a_heads" in errors([QWEN, *sets, "--gpus", "16", "--gpu", "h100"], capsys)  # 4 groups over TP 8
+    within = [a if a != "model.tensor_model_parallel_size=8" else "model.tensor_model_parallel_size=2" for a in sets]
+    assert "cp.a2a_heads" not in errors([QWEN, *within, "--gpus", "16", "--gpu", "h100"], capsys)  # 2 a rank

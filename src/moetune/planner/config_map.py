@@ -59,7 +59,7 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
     kind, backend = DISPATCHER[k.dispatcher]
     full = "full_iteration" in k.cuda_graph_scope
     adam_sharded = k.distributed_optimizer and k.optimizer == "adam"
-    step_overlap_off = k.precision == "mxfp8" or k.optimizer == "muon" or not k.overlap_param_gather
+    step_overlap_off = k.precision == "mxfp8" or not k.overlap_param_gather  # Knobs turn it off under Muon
     out = {
         "mixed_precision.bf16": True, **PRECISION[k.precision],
         "mixed_precision.grad_reduce_in_fp32": k.main_grads_fp32,

@@ -16,6 +16,7 @@ from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
 from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
 from moetune.walls.cp_legal import a2a_splits
+from moetune.walls.flops import kv_groups_per_rank
 
 
 def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
@@ -37,9 +38,10 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     heads = value(config, "model.num_attention_heads")
     groups = heads if value(config, "model.multi_latent_attention", False) else value(config, "model.num_query_groups")
     d["attn_heads"], d["kv_groups"] = heads, groups
-    if heads and groups and heads % d["tp"] == 0 and groups % d["tp"] == 0:
+    if heads and groups and heads % d["tp"] == 0 and (groups % d["tp"] == 0 or d["tp"] % groups == 0):
+        rank_groups = kv_groups_per_rank(groups, d["tp"])  # one past the groups (Megatron-Core >= core_v0.16.0)
         d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1)
-                                if d["cp"] % a == 0 and a2a_splits(heads // d["tp"], groups // d["tp"], a))
+                                if d["cp"] % a == 0 and a2a_splits(heads // d["tp"], rank_groups, a))
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
     _linear_mixer_heads(config, d)
     _cp_sizing(config, d)

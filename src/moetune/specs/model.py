@@ -249,6 +249,13 @@ class ModelSpec:
         return self.num_attention_heads if self.mla else self.num_query_groups
 
     @property
+    def qkv_widths(self) -> tuple[int, int]:
+        """(query, key + value) widths of a GQA layer's fused QKV projection output: the query doubled where a sigmoid
+        output gate rides with it (Qwen3-Next's attention_output_gate), K and V one head each per group."""
+        d = self.kv_channels
+        return self.num_attention_heads * d * (2 if self.attention_output_gate else 1), 2 * self.num_query_groups * d
+
+    @property
     def num_shared_experts(self) -> int:
         if self.moe_shared_experts is not None:
             return self.moe_shared_experts

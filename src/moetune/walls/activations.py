@@ -79,13 +79,12 @@ def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
     get_qkv_layout: V's view and K, fresh from RoPE or its norm, do not), so it saves one group's V and the gathered
     buffer dies with the forward. core_attn recompute saves the attention's inputs as given (tensor_parallel.checkpoint
     save_for_backward), and V's view keeps the whole buffer: counted there in V's place, as `attn_qkv_gathered`."""
-    d, g = spec.kv_channels, spec.num_query_groups
-    q = spec.num_attention_heads * d * (2 if spec.attention_output_gate else 1)
-    kv = kv_groups_per_rank(g, ctx.tp) * d * ctx.tp  # one rank's K (or V), x TP (_attention_core divides by TP)
+    d, (q, kv_width) = spec.kv_channels, spec.qkv_widths
+    kv = kv_groups_per_rank(spec.num_query_groups, ctx.tp) * d * ctx.tp  # one rank's K (or V), x TP (/TP below)
     pinned = qkv_gathered(spec, ctx.tp) & ("core_attn" in ctx.recompute_modules)
     items = _attention_core(spec, ctx, q, kv, kv * (1 - pinned))
     if np.any(pinned):
-        items["attn_qkv_gathered"] = BF16 * ctx.tokens * (q + 2 * g * d) * pinned
+        items["attn_qkv_gathered"] = BF16 * ctx.tokens * (q + kv_width) * pinned
     items["attn_proj_input"] = BF16 * ctx.tokens * spec.num_attention_heads * d // ctx.tp
     return items
 

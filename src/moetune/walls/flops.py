@@ -63,8 +63,7 @@ def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, i
         qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
         out["mixer_proj"] = [(h, 2 * qk + 2 * v + 2 * g.num_value_heads, "n"), (v, h, "k")]
     if kind.mixer == "gqa":
-        q, kv = spec.kv_channels * n, spec.kv_channels * spec.num_query_groups
-        out["attn_proj"] = [(h, q * (2 if spec.attention_output_gate else 1) + 2 * kv, "n"), (q, h, "k")]
+        out["attn_proj"] = [(h, sum(spec.qkv_widths), "n"), (spec.kv_channels * n, h, "k")]
     elif kind.mixer == "mla":
         m = spec.mla
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim

@@ -45,8 +45,7 @@ def _norm(spec: ModelSpec, name: str, width: int | None = None) -> list[Tensor]:
 
 def _gqa(spec: ModelSpec) -> list[Tensor]:
     h, d = spec.hidden_size, spec.kv_channels
-    q = spec.num_attention_heads * d * (2 if spec.attention_output_gate else 1)
-    kv = 2 * spec.num_query_groups * d
+    q, kv = spec.qkv_widths
     out = [Tensor(name="linear_qkv.weight", numel=h * (q + kv), shard="tp")]
     if spec.add_qkv_bias:
         out.append(Tensor(name="linear_qkv.bias", numel=q + kv, shard="tp"))

@@ -67,12 +67,11 @@ def qkv_gather_seconds(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: 
     """Seconds of the QKV output's all-gather over TP past the KV groups (flops.qkv_gathered), forward, and its
     reduce-scatter, backward; full recompute gathers again. A plain collective in attention.py, which TE's TP comm
     overlap (userbuffers, around the linear layers' GEMMs) does not hide."""
-    if kind.mixer != "gqa" or not np.any(qkv_gathered(spec, lay.tp)):
+    past = qkv_gathered(spec, lay.tp)
+    if kind.mixer != "gqa" or not np.any(past):
         return 0.0
-    q = spec.num_attention_heads * spec.kv_channels * (2 if spec.attention_output_gate else 1)
-    width = q + 2 * spec.num_query_groups * spec.kv_channels
     calls = 2 + (knobs.recompute == "full")
-    return calls * qkv_gathered(spec, lay.tp) * ring_seconds(ctx.tokens * width * BF16, lay.tp, 1, gpu, eff)
+    return calls * past * ring_seconds(ctx.tokens * sum(spec.qkv_widths) * BF16, lay.tp, 1, gpu, eff)
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
