@@ -288,6 +288,17 @@ def test_estimate_defaults_the_cp_exchange_to_one_that_runs(capsys):
     assert "cp.sinks_need_a2a" in {c["rule"] for c in json.loads(out)["checks"]}
 
 
+def test_a_cp_1_result_s_own_exchange_passes_again(capsys):
+    """estimate reports p2p at CP 1 (Megatron's unset cp_comm_type): passing that back is no silent no-op to refuse,
+    where another exchange at CP 1 is."""
+    base = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--json"]
+    code, out, _ = run(base, capsys)
+    assert code == 0 and json.loads(out)["knobs"]["cp_comm_type"] == "p2p"
+    code, again, _ = run(base + ["--cp-comm-type", "p2p"], capsys)
+    assert code == 0 and json.loads(again)["time"] == json.loads(out)["time"]
+    assert run(base + ["--cp-comm-type", "a2a"], capsys)[0] == 2
+
+
 def test_uneven_pipeline_split_is_printed_so_it_can_be_passed_again(capsys):
     """61 layers over PP4: the table and explain name the split (a layout row without it cannot be re-run)."""
     code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096",

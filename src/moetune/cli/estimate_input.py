@@ -97,7 +97,9 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
                            "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
-    if kw["cp_comm_type"] not in (None, "auto") and layout.cp == 1:  # Megatron ignores it there: a silent no-op
+    # Megatron ignores another exchange at CP 1 (a silent no-op); p2p is what it reports there, as estimate's JSON
+    # does, so a result's own knobs pass again
+    if kw["cp_comm_type"] not in (None, "auto", "p2p") and layout.cp == 1:
         raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} sets how context-parallel ranks exchange attention "
                            "inputs; CP is 1 here, with nothing to exchange: drop it or set --cp > 1")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
