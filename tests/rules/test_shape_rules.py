@@ -148,3 +148,16 @@ def test_an_a2a_exchange_past_the_kv_groups_splits_one_group_a_rank(capsys):
     assert "cp.a2a_heads" in errors([QWEN, *sets, "--gpus", "16", "--gpu", "h100"], capsys)  # 4 groups over TP 8
     within = [a if a != "model.tensor_model_parallel_size=8" else "model.tensor_model_parallel_size=2" for a in sets]
     assert "cp.a2a_heads" not in errors([QWEN, *within, "--gpus", "16", "--gpu", "h100"], capsys)  # 2 a rank
+
+
+@pytest.mark.parametrize(("args", "fires"), [
+    # a Megatron-LM launch without --moe-ffn-hidden-size runs its experts at ffn_hidden_size (14336 over ETP 5)
+    (["--mlm-args", "--num-experts 8 --ffn-hidden-size 14336 --expert-tensor-parallel-size 5 "
+      "--expert-model-parallel-size 2 --bf16"], True),
+    # Bridge overrides silent on it leave the experts' width to the recipe: nothing to check
+    (["--set", "model.num_moe_experts=8", "--set", "model.ffn_hidden_size=14336", "--set",
+      "model.expert_tensor_parallel_size=5", "--set", "model.expert_model_parallel_size=2"], False),
+])
+def test_the_experts_width_is_the_ffn_where_megatron_lm_takes_it(args, fires, capsys):
+    found = errors([*args, "--gpu", "h100", "--gpus", "10"], capsys)
+    assert ("shape.moe_ffn_divisible_by_etp" in found) is fires

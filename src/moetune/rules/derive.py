@@ -93,6 +93,10 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
     d["moe_freq_layers"] = len(freq) if isinstance(freq, list) else None
     d["dense_mlp"] = _dense_mlp(config, d["is_moe"], freq)
+    # each routed expert's FFN width: moe_ffn_hidden_size, else ffn_hidden_size where Megatron-LM runs the launch
+    # (transformer_config.py takes it when unset); a Bridge config silent on it leaves it to its recipe
+    mlm = config.get(LAUNCHER) == "megatron-lm"
+    d["expert_ffn"] = config.get("model.moe_ffn_hidden_size") or (config.get("model.ffn_hidden_size") if mlm else None)
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
     d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
