@@ -75,6 +75,10 @@ CASES: dict[str, Case] = {
     "model.seq_length_matches_dataset": Case(S(MOE, "model.seq_length=8192", "dataset.seq_length=4096")),
     "scale.maximize_dp": Case(MOE, derived={"fits_with_less_model_parallel": True,
                                             "less_model_parallel_layout": {"model.pipeline_model_parallel_size": 1}}),
+    # DeepSeek-V3's GB200 recipe string (16 stages over PP 4: VPP 4) beside a VPP of 3
+    "pipeline.vpp_matches_layout": Case(S(MOE, "model.pipeline_model_parallel_size=4",
+                                          "model.pipeline_model_parallel_layout=Et*3|(tt|)*29m|L",
+                                          "model.virtual_pipeline_model_parallel_size=3")),
     "scale.tp_outside_nvlink": Case(S(MOE, "model.tensor_model_parallel_size=16", "model.sequence_parallel=true"),
                                     "h100", 32),
     # 8 KV groups (Megatron's default: one per head when unset would be 32) at TP 16

@@ -218,6 +218,10 @@ SAID_BY_LAYOUT = {
     "sp.seq_divisible_by_tp": (16, ["model.seq_length=4097", "model.tensor_model_parallel_size=2"]),
     "sp.seq_divisible_by_tp/cp": (16, ["model.seq_length=4100", "model.tensor_model_parallel_size=4",
                                        "model.context_parallel_size=2"]),  # seq/CP 2050 over TP 4
+    # a 4-stage string over PP 2 is VPP 2 (Megatron-Core's own refusal of it is left out beside layout.illegal too)
+    "pipeline.vpp_matches_layout": (16, ["model.pipeline_model_parallel_size=2", "model.expert_model_parallel_size=8",
+                                         "model.pipeline_model_parallel_layout=Et*12|t*12|t*12|t*12L",
+                                         "model.virtual_pipeline_model_parallel_size=3"]),
     "batch.gbs_divisible": (16, ["model.expert_model_parallel_size=8", "train.global_batch_size=100",
                                  "train.micro_batch_size=1"]),  # DP 16
     "longctx.cp_seq_divisible": (16, ["model.seq_length=4100", "model.context_parallel_size=8",

@@ -49,6 +49,8 @@ REFUSAL_OF_RULE = {
                                               r"tensor_model_parallel_size"),
     "shape.query_groups_vs_tp": re.compile(r"num_query_groups \(\d+\) must be a multiple or divisor of "
                                            r"tensor_model_parallel_size"),
+    "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
+                                              r"pipeline_model_parallel_layout"),
 }
 
 

@@ -52,7 +52,8 @@ def check_vpp_one(pipeline_layout: str, pp: int) -> None:
     own count (transformer_config.py), so a string of more virtual stages a rank contradicts it."""
     stages = len(_stages(pipeline_layout))
     if stages != pp:
-        raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {pp}); drop --vpp")
+        raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {pp}); drop --vpp",
+                           same_as=("pipeline.vpp_matches_layout",))
 
 
 def hybrid_segments(pattern: str) -> list[str]:
@@ -162,7 +163,8 @@ class Layout:
             object.__setattr__(self, "vpp", stages // self.pp)
         elif self.vpp != stages // self.pp:
             raise MoetuneError(f"--vpp ({self.vpp}) contradicts --pipeline-layout ({stages} stages / pp {self.pp} = "
-                               f"{stages // self.pp} virtual stages); leave --vpp unset or match it")
+                               f"{stages // self.pp} virtual stages); leave --vpp unset or match it",
+                               same_as=("pipeline.vpp_matches_layout",))
 
     @property
     def dp(self) -> int:
