@@ -250,3 +250,17 @@ def test_a_plan_over_a_recipe_that_overlaps_the_optimizer_step(tmp_path, capsys,
             "comm_overlap.overlap_param_gather_with_optimizer_step")
     assert [ran.get(k) for k in keys] == [precision != "mxfp8"] * 2
     assert "optimizer.mxfp8_reuse_step_overlap" not in errors(ran)
+
+
+@pytest.mark.parametrize("dispatcher", ["", "--moe-token-dispatcher-type alltoall"])
+def test_megatron_lm_launch_off_flex_emits_no_flex_backend(tmp_path, dispatcher):
+    """A Megatron-LM launch that runs allgather (no --moe-token-dispatcher-type) or alltoall: its overrides leave the
+    flex backend out (Megatron-LM's default deepep does nothing off flex), so a check of them warns as one of the
+    launch does; emit had written moe_flex_dispatcher_backend=deepep, which dispatcher.flex_activation warned on."""
+    mlm = load_config(mlm_args=f"{MLM_BASE} {dispatcher}", gpu="h100", gpus=64)
+    written = emitted(tmp_path, mlm) / "overrides.txt"
+    assert "model.moe_flex_dispatcher_backend" not in written.read_text()
+
+    def warnings(config):
+        return sorted(f.rule for f in evaluate(config) if f.severity == "warning")
+    assert warnings(load_config([written])) == warnings(mlm)
