@@ -180,3 +180,18 @@ def test_a_ring_runs_its_attention_in_chunks_of_the_keys():
     # full recompute replays the forward attention in the ring's chunks too: 1 / (1 + 2.5) of the fwd + bwd
     extra = p2p.time["compute_by_class"]["recompute"] - a2a.time["compute_by_class"]["recompute"]
     assert extra == pytest.approx(attn["a2a"] / 3.5 * (ring_slowdown(8192, 4, r) - 1))
+
+
+@pytest.mark.parametrize(("tp", "cp", "kind", "offered"), [
+    # TP 8 past Qwen3-235B-A22B's 4 groups: one a rank, so neither a2a nor a2a+p2p's a2a group splits them and p2p
+    # alone runs (each refusal had offered the other)
+    (8, 2, "a2a", "use p2p, or a smaller CP or TP"),
+    (8, 4, "a2a+p2p", "use p2p$"),
+    # TP 1: 4 groups a rank, so CP 8 runs a2a+p2p [4, 2] beside p2p
+    (1, 8, "a2a", "use p2p or a2a\\+p2p, or a smaller CP or TP"),
+])
+def test_an_exchange_refused_offers_only_exchanges_that_run(tp, cp, kind, offered):
+    gpu, wl = load_gpu("h100"), Workload(seq_length=32768, micro_batch_size=1, global_batch_size=64)
+    layout = Layout(world_size=64, tp=tp, cp=cp, ep=8)
+    with pytest.raises(MoetuneError, match=offered):
+        estimate(QWEN235, gpu, layout, wl, Knobs(cp_comm_type=kind), with_time=False)

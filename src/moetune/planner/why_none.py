@@ -24,7 +24,8 @@ from moetune.planner.enumerate import (
 )
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.cp_legal import cp_exchange_exists
+from moetune.walls.cp_legal import a2a_cp_limit, cp_exchange_exists, exchanges_that_run
+from moetune.walls.flops import kv_groups_per_rank
 
 if TYPE_CHECKING:  # search.py imports this module, so importing it back at run time would be circular
     from moetune.planner.search import PlanResult
@@ -59,13 +60,17 @@ def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dic
     domain = job_gpu(gpu, world).nvlink_domain
     if cp == 1 or any(cp_exchange_exists(spec, cp, tp, domain, kind) for tp in tps):
         return None
-    groups = spec.kv_groups
+    # the most KV groups a rank of these TPs holds, and the largest CP their head split allows (one group a rank
+    # past the groups, so no CP over 1 there)
+    groups, limit = max(kv_groups_per_rank(spec.kv_groups, tp) for tp in tps), max(a2a_cp_limit(spec, tp) for tp in tps)
     if spec.softmax_sinks:
+        smaller_tp = " or a smaller --fix tp" if pins.get("tp", 1) > 1 else ""
         return (f"{spec.name}'s attention sinks run context parallel only over a2a (Transformer Engine; rule "
                 f"cp.sinks_need_a2a), which splits each TP rank's {groups} KV groups (or fewer) over CP: CP {cp} "
-                f"needs at least {cp} of them; use CP <= {groups}")
+                f"needs at least {cp} of them; use CP <= {limit}{smaller_tp}")
+    need = f"CP {cp} needs at least {cp} of them" if kind == "a2a" else "an a2a group of 2 needs at least 2 of them"
     return (f"cp_comm_type {kind} splits each TP rank's {groups} KV groups (or fewer) over CP (rule cp.a2a_heads): "
-            f"CP {cp} needs at least {cp} of them; use p2p or a2a+p2p")
+            f"{need}; use {exchanges_that_run(spec, cp, tps, domain, kind)}")
 
 
 def _pins_text(pins: dict) -> str:

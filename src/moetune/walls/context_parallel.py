@@ -24,7 +24,13 @@ from moetune.layout.ranks import job_gpu
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
-from moetune.walls.cp_legal import a2a_allows, exchange_refusal, hcp_inner_size, legal_exchanges
+from moetune.walls.cp_legal import (
+    a2a_allows,
+    exchange_refusal,
+    exchanges_that_run,
+    hcp_inner_size,
+    legal_exchanges,
+)
 from moetune.walls.flops import kv_groups_per_rank, layer_flops
 from moetune.walls.memo import array_key, remembered
 from moetune.walls.memory import activation_context
@@ -201,9 +207,10 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     if knobs.cp_comm_type == "a2a" and not a2a_allows(spec, lay.cp, lay.tp):
         # Transformer Engine's all-to-all CP splits each TP rank's heads and KV groups over CP: it cannot run here
         groups = kv_groups_per_rank(spec.kv_groups, lay.tp)  # one past the groups
+        instead = exchanges_that_run(spec, lay.cp, [lay.tp], job_gpu(gpu, lay.world_size).nvlink_domain, "a2a")
         raise MoetuneError(f"cp_comm_type a2a at CP {lay.cp}: the {spec.num_attention_heads // lay.tp} heads and "
                            f"{groups} KV groups of a TP {lay.tp} rank must each split over CP "
-                           f"(CP <= KV groups a rank); use p2p or a2a+p2p, or a smaller CP or TP")
+                           f"(CP <= KV groups a rank); use {instead + ', or ' if instead else ''}a smaller CP or TP")
     if knobs.cp_comm_type != "auto":
         return knobs
     gpu = job_gpu(gpu, lay.world_size)
@@ -225,7 +232,8 @@ def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
             why = (f"CP {lay.cp} leaves no ring beside an a2a group of 2 or more" if lay.cp < 4 else
                    f"no a2a group of 2 or more that divides CP, splits the {groups} KV groups over TP {lay.tp} and "
                    f"fits the {gpu.nvlink_domain}-GPU NVLink domain")
-            raise MoetuneError(f"a2a+p2p at CP {lay.cp}: {why}; use p2p or a2a")
+            instead = exchanges_that_run(spec, lay.cp, [lay.tp], gpu.nvlink_domain, "a2a+p2p")
+            raise MoetuneError(f"a2a+p2p at CP {lay.cp}: {why}; use {instead or 'a smaller CP or TP'}")
     conditions = ((lay.cp % size, f"divide CP ({lay.cp})"),
                   (size == lay.cp, "leave a p2p ring of at least 2 (it equals CP)"),
                   (not a2a_allows(spec, size, lay.tp), f"split the {groups} KV groups over TP {lay.tp}"))

@@ -44,6 +44,13 @@ def legal_exchanges(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
             "a2a+p2p": ring & (hcp_inner_size(spec, cp, tp, nvlink_domain) > 1)}
 
 
+def exchanges_that_run(spec: ModelSpec, cp: int, tps, nvlink_domain: int, refused: str) -> str:
+    """The exchanges other than `refused` that run at this CP with one of `tps` (legal_exchanges), as a refusal offers
+    them ("p2p or a2a+p2p"; "" where none does): past the KV groups neither a2a nor a2a+p2p's a2a group runs."""
+    legal = [legal_exchanges(spec, cp, tp, nvlink_domain) for tp in tps]
+    return " or ".join(t for t in legal[0] if t != refused and any(bool(runs[t]) for runs in legal))
+
+
 def cp_exchange_exists(spec: ModelSpec, cp: int, tp: int, nvlink_domain: int, comm_type: str) -> bool:
     """Whether a layout has a CP exchange Megatron and Transformer Engine run: `comm_type` itself, or any of
     AUTO_OPTIONS for "auto" (the planner drops the layouts with none)."""
