@@ -157,3 +157,15 @@ def test_the_cp_a_config_is_advised_runs_by_its_own_fields(sets, target):
     fired = {f.rule: f for f in evaluate(config)}["longctx.cp_sizing"]
     assert fired.fix == {"model.context_parallel_size": target}
     assert f"power of two Megatron runs here is CP={target}." in fired.message
+
+
+def test_no_cp_is_advised_where_sinks_past_the_kv_groups_run_none():
+    """gpt-oss's shape at 256k on TP 16, past its 8 KV groups: a rank holds one group, so its sinks' a2a runs no CP
+    over 1 (estimate refuses --cp 2 there); the rule had read the groups over TP as no limit and asked for CP 4."""
+    config = load_config(sets=("model.num_moe_experts=64", "model.seq_length=262144", "model.num_attention_heads=64",
+                               "model.num_query_groups=8", "model.softmax_type=learnable",
+                               "model.tensor_model_parallel_size=16", "model.sequence_parallel=true"),
+                         gpu="gb200", gpus=256)
+    facts = derive(config)
+    assert facts["cp_shard_target"] == 1 and not facts["cp_undersharded"]
+    assert "longctx.cp_sizing" not in {f.rule for f in evaluate(config)}

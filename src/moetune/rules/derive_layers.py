@@ -87,8 +87,8 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
     world = config.get("cluster.num_gpus")
     tp, heads, groups = d["tp"], d["attn_heads"], d["kv_groups"]
     runs = None
-    if d["softmax_sinks"] and heads and groups and heads % tp == 0 and groups % tp == 0:
-        runs = lambda cp: bool(a2a_splits(heads // tp, groups // tp, cp))  # noqa: E731
+    if d["softmax_sinks"] and d.get("cp_a2a_limit") is not None:  # one KV group a rank past the groups: CP 1 alone
+        runs = lambda cp: bool(a2a_splits(heads // tp, kv_groups_per_rank(groups, tp), cp))  # noqa: E731
     d["cp_shard_target"] = shard_cp(int(seq), tp, d["pp"], int(world) if world else None, runs,
                                     sp=sequence_parallel(config))
     d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"])
