@@ -195,3 +195,16 @@ def test_an_exchange_refused_offers_only_exchanges_that_run(tp, cp, kind, offere
     layout = Layout(world_size=64, tp=tp, cp=cp, ep=8)
     with pytest.raises(MoetuneError, match=offered):
         estimate(QWEN235, gpu, layout, wl, Knobs(cp_comm_type=kind), with_time=False)
+
+
+def test_an_a2a_group_of_one_runs_past_the_kv_groups_as_within_them():
+    """a2a+p2p [1, 4]: a one-rank a2a group splits nothing, so it runs at TP 4 (one KV group a rank) and at TP 8 past
+    Qwen3-235B-A22B's 4 groups alike; TP 8 had refused it as 'the a2a group (1) must split the 4 KV groups over TP 8'.
+    A group of 2 is still refused there, by the one group a rank holds."""
+    gpu, wl = load_gpu("h100"), Workload(seq_length=32768, micro_batch_size=1, global_batch_size=64)
+    for tp in (4, 8):
+        layout, knobs = Layout(world_size=64, tp=tp, cp=4, ep=8), Knobs(cp_comm_type="a2a+p2p", hcp_a2a_size=1)
+        assert estimate(QWEN235, gpu, layout, wl, knobs, with_time=False).knobs.hcp_a2a_size == 1
+    with pytest.raises(MoetuneError, match=r"the a2a group \(2\) must split the 1 KV groups of a TP 8 rank;"):
+        estimate(QWEN235, gpu, Layout(world_size=64, tp=8, cp=4, ep=8), wl,
+                 Knobs(cp_comm_type="a2a+p2p", hcp_a2a_size=2), with_time=False)

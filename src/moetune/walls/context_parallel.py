@@ -236,7 +236,8 @@ def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
             raise MoetuneError(f"a2a+p2p at CP {lay.cp}: {why}; use {instead or 'a smaller CP or TP'}")
     conditions = ((lay.cp % size, f"divide CP ({lay.cp})"),
                   (size == lay.cp, "leave a p2p ring of at least 2 (it equals CP)"),
-                  (not a2a_allows(spec, size, lay.tp), f"split the {groups} KV groups over TP {lay.tp}"))
+                  (not a2a_allows(spec, size, lay.tp),
+                   f"split the {kv_groups_per_rank(groups, lay.tp)} KV groups of a TP {lay.tp} rank"))
     failed = [why for bad, why in conditions if bad]
     if failed:
         raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must {' and '.join(failed)}; pick another "

@@ -22,8 +22,10 @@ def a2a_splits(heads_tp, groups_tp, size):
 
 
 def a2a_allows(spec: ModelSpec, size, tp):
-    """a2a_splits for this model's heads and KV groups over TP."""
-    return a2a_splits(spec.num_attention_heads // tp, spec.kv_groups // np.maximum(tp, 1), size)
+    """a2a_splits for this model's heads and the KV groups of a TP rank (one past the groups: kv_groups_per_rank, so
+    a group of one alone)."""
+    tp = np.maximum(tp, 1)
+    return a2a_splits(spec.num_attention_heads // tp, kv_groups_per_rank(spec.kv_groups, tp), size)
 
 
 def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
