@@ -144,3 +144,12 @@ def test_model_numbers_in_device_names(name, model):
 def test_every_catalog_name_names_its_own_key():
     """The catalog's names carry their keys' model numbers, so a catalog GPU is never another part of itself."""
     assert all(model_of(g.name) == key for key, g in catalog().items())
+
+
+def test_force_gpu_on_another_architecture_says_it_forces_only_a_part(traces_dir, capsys):
+    """--force-gpu prices another part of the traced architecture, not another architecture's run: the refusal of an
+    A100 trace as --gpu h100 --force-gpu had read as if the flag had not been given."""
+    code, _, err = cli([traces_dir / SENDRECV, "--gpu", "h100", "--force-gpu"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "ran on NVIDIA A100-SXM4-80GB (ampere" in err and "--force-gpu forces another part of" in err
+

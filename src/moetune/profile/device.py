@@ -30,13 +30,16 @@ def model_of(name: str | None) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _same_arch(traces: Sequence[RankTrace], gpu: GpuSpec) -> None:
-    """--gpu names the GPU the run used: a trace that records another architecture is another machine's."""
+def _same_arch(traces: Sequence[RankTrace], gpu: GpuSpec, force: bool) -> None:
+    """--gpu names the GPU the run used: a trace that records another architecture is another machine's, which
+    --force-gpu (another part of the traced architecture) does not force."""
     recorded = next((t for t in traces if t.compute_capability is not None), None)
     if recorded is not None and arch(recorded.compute_capability) != gpu.arch:
+        forced = "; --force-gpu forces another part of the traced architecture, not another architecture" * force
         raise MoetuneError(f"--gpu {gpu.key} is {gpu.arch} but {recorded.path} ran on {recorded.device_name} "
                            f"({arch(recorded.compute_capability)}, compute capability "
-                           f"{'.'.join(map(str, recorded.compute_capability))}); drop --gpu or pass the run's GPU")
+                           f"{'.'.join(map(str, recorded.compute_capability))}){forced}; drop --gpu or pass the run's "
+                           "GPU")
 
 
 def _sms(count: int | None) -> str:
@@ -96,7 +99,7 @@ def gpu_notes(traces: Sequence[RankTrace], gpu: GpuSpec | None, priced_on: GpuSp
     another architecture is planner/compare.same_run's to name."""
     notes: list[str] = []
     if gpu is not None:
-        _same_arch(traces, gpu)
+        _same_arch(traces, gpu, force)
         notes = _part_notes(traces, gpu, f"--gpu {gpu.ref}", force)
     cc = next((t.compute_capability for t in traces if t.compute_capability is not None), None)
     if priced_on is not None and priced_on != gpu and priced_on.arch == arch(cc):
