@@ -153,3 +153,13 @@ def test_force_gpu_on_another_architecture_says_it_forces_only_a_part(traces_dir
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "ran on NVIDIA A100-SXM4-80GB (ampere" in err and "--force-gpu forces another part of" in err
 
+
+def test_a_plan_of_another_architecture_beside_the_right_gpu_names_the_plan(traces_dir, tmp_path, capsys):
+    """An H100 plan against A100 traces with --gpu a100: the plan is at fault, so the line names it and asks for one
+    made with the run's GPU, where it had asked for '(--gpu)', which was given."""
+    plan = tmp_path / "plan.json"
+    assert main(["estimate", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"]) == 0
+    plan.write_text(capsys.readouterr().out)
+    code, _, err = cli([traces_dir / SENDRECV, "--plan", plan, "--gpu", "a100"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "the --plan's prediction is for h100 (hopper)" in err and "made with --gpu of the run's GPU" in err

@@ -40,8 +40,9 @@ def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
         raise MoetuneError(f"the prediction is for {predicted.layout.world_size} GPUs but {source} world size "
                            f"{world}; compare a plan or config of this run")
     if family != "unknown" and family != predicted.gpu.arch:
-        raise MoetuneError(f"the prediction is for {predicted.gpu.key} ({predicted.gpu.arch}) but the traces ran on "
-                           f"{family} GPUs; compare a plan or config of this run (--gpu)")
+        # only a saved one can be: a --model prediction is priced on --gpu, which diagnose has held to the traces
+        raise MoetuneError(f"the --plan's prediction is for {predicted.gpu.key} ({predicted.gpu.arch}) but the traces "
+                           f"ran on {family} GPUs; compare a plan or estimate made with --gpu of the run's GPU")
 
 
 def same_log_job(predicted: Estimate, log) -> None:
