@@ -45,6 +45,8 @@ def test_mesh_rules(kwargs, needle):
     ("qwen3-30b-a3b", dict(world_size=24, tp=3), {}, "num_attention_heads"),   # 32 heads
     # 48 heads, 8 KV groups: TP 6 neither divides them nor is a multiple (transformer_config.py asserts one)
     ("minimax-m2", dict(world_size=12, tp=6, ep=4), {}, "num_query_groups \\(8\\) must be a multiple or a divisor"),
+    # ... and the fix offers no multiple of them, which its key norm over all heads rules out (TP 16 below)
+    ("minimax-m2", dict(world_size=12, tp=12, ep=4), {}, "choose a --tp that divides it: minimax-m2's key norm spans"),
     # TP 16 past the 8 KV groups runs elsewhere (Megatron-Core >= 0.16), but MiniMax-M2's one key norm over all heads
     # has no shard a rank holding a copy of one group could take
     ("minimax-m2", dict(world_size=16, tp=16, ep=4), {}, "key norm spans all heads"),

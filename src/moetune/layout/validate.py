@@ -111,6 +111,8 @@ def _query_groups(spec: ModelSpec, tp: int) -> None:
     them, Megatron-Core core_v0.16.0 and later (f7dfb99795) give each rank one group's K and V (walls/flops.py
     kv_groups_per_rank)."""
     g, fix = spec.num_query_groups, "choose a --tp that divides it or is a multiple of it"
+    if spec.qk_layernorm == "full":  # no TP past the groups (below): a multiple is no fix
+        fix = f"choose a --tp that divides it: {spec.name}'s key norm spans all heads, which moetune keeps within them"
     _require(g % tp == 0 or tp % g == 0, f"num_query_groups ({g}) must be a multiple or a divisor of TP ({tp}); {fix}",
              ("shape.query_groups_vs_tp",))
     # One norm over all heads' keys (MiniMax-M2) is split over TP by groups; a rank holding a copy of one group has no
