@@ -181,11 +181,10 @@ def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
     d["recomputes_moe"] = granularity == "selective" and isinstance(modules, list) and "moe" in modules
     offloaded = value(config, "model.offload_modules") if value(config, "model.fine_grained_activation_offloading") \
         else None
-    listed = d["recomputes_moe"]
     d["offload_inside_recomputed_moe"] = unsaved_offloads("selective", modules, offloaded) \
-        if listed and isinstance(offloaded, list) else []
+        if d["recomputes_moe"] and isinstance(offloaded, list) else []
     d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \
-        if listed else None
+        if d["recomputes_moe"] else None
 
 
 def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int) -> int:
