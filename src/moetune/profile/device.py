@@ -16,11 +16,14 @@ from moetune.profile.reader import RankTrace
 from moetune.profile.walls import arch
 from moetune.specs.hardware import GIB, GpuSpec, catalog
 
-# A product's model number in a device or catalog name: "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA GB200" -> gb200,
+# A product's model number in a device or catalog name (moetune's reading of NVIDIA's device names, as the shared
+# traces' deviceProperties and the catalog spell them): "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA GB200" -> gb200,
 # "NVIDIA H20-3e" -> h20, "A100 80GB SXM4" -> a100; not a board code inside a word ("A100-PG509-200" -> a100)
 _MODEL = re.compile(r"(?<![A-Za-z0-9])(G?[A-Za-z]\d{2,3})(?![0-9])")
 # A trace's device memory this far from the GPU's (either way) is another memory size: the catalog's memory_gib is
-# what a process sees, within 2% of totalGlobalMem on the parts it lists (78 GiB against an 80 GB part's 79.15)
+# what a process sees, within 2% of totalGlobalMem on the parts it lists (78 GiB against an 80 GB part's 79.15).
+# 10% is moetune's tolerance, five times that gap and well inside the step to the nearest other size of a part
+# (A100 40 vs 80 GB, H100 80 vs H200 141)
 MEMORY_SLACK = 1.10
 
 
