@@ -44,10 +44,8 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     # moments) read and written, the FP32 main gradient and the BF16 weight read (Megatron-Core
     # optimizer/distributed_optimizer.py steps FP32 main params on FP32 main grads, then copies them to the BF16 model
     # params)
-    held_linear, held_adam = optimizer_state_bytes(knobs)
-    adam = 2 * held_adam + FP32_GRAD_BYTES + WEIGHT_BYTES
-    moved = (linear + experts) * (2 * held_linear + FP32_GRAD_BYTES + WEIGHT_BYTES) + vocab_shard * adam if muon \
-        else (linear + experts + vocab_shard) * adam
+    per_linear, adam = (2 * held + FP32_GRAD_BYTES + WEIGHT_BYTES for held in optimizer_state_bytes(knobs))
+    moved = (linear + experts) * per_linear + vocab_shard * adam if muon else (linear + experts + vocab_shard) * adam
     f = knobs.optimizer_offload_fraction
     optimizer = moved * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
     if muon:
