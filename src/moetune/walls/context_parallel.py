@@ -93,8 +93,9 @@ def linear_mixer_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, 
 
 def cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: dict, comm_type: str, inner=None):
     """(not overlapped, overlapped with attention) seconds of one layer's CP exchanges, forward + backward."""
-    q_w, kv_w, o_w = widths(spec, kind, np.maximum(tp, 1))
-    per_rank = tokens / np.maximum(tp, 1) * BF16
+    tp1 = np.maximum(tp, 1)
+    q_w, kv_w, o_w = widths(spec, kind, tp1)
+    per_rank = tokens / tp1 * BF16
     kv, qkvo = per_rank * kv_w, per_rank * (q_w + kv_w + o_w)
     if comm_type == "p2p":
         return 0.0, _ring(kv, cp, tp, gpu, eff)

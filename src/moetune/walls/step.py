@@ -65,8 +65,9 @@ class LayerTime:
 
 def qkv_gather_seconds(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs):
     """Seconds of the QKV output's all-gather over TP past the KV groups (flops.qkv_gathered), forward, and its
-    reduce-scatter, backward; full recompute gathers again. A plain collective in attention.py, which TE's TP comm
-    overlap (userbuffers, around the linear layers' GEMMs) does not hide."""
+    reduce-scatter, backward (tensor_parallel/mappings.py _AllGatherFromTensorParallelRegion: its backward is
+    _reduce_scatter_along_last_dim); full recompute gathers again. A plain collective in attention.py, which TE's TP
+    comm overlap (userbuffers, around the linear layers' GEMMs) does not hide."""
     past = qkv_gathered(spec, lay.tp)
     if kind.mixer != "gqa" or not np.any(past):
         return 0.0
