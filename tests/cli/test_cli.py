@@ -385,6 +385,17 @@ def test_a_pinned_cp_exchange_beside_a_pinned_cp_of_1_is_one_line(capsys):
                         "--fix", "cp_comm_type=a2a"], capsys)
     assert code == 2 and "--fix cp=1 leaves nothing to exchange" in err and len(err.strip().splitlines()) == 1
 
+
+def test_plan_takes_p2p_pinned_at_cp_1_as_estimate_does(capsys):
+    """p2p is what a CP-1 result reports (Megatron-Core validates cp_comm_type only at CP > 1): plan had refused
+    --fix cp=1 --fix cp_comm_type=p2p, which estimate takes as --cp 1 --cp-comm-type p2p; the pin is inert there."""
+    base = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "256", "--top", "2",
+            "--fix", "cp=1", "--json"]
+    code, pinned, err = run(base + ["--fix", "cp_comm_type=p2p"], capsys)
+    assert code == 0, err
+    code, free, _ = run(base, capsys)
+    assert json.loads(pinned)["results"] == json.loads(free)["results"]
+
 def test_plan_table_cells_are_folded_never_cut(capsys):
     """A cell must stay whole to be passed again: DeepSeek-V3's re-split layout strings on 1,024 H100 are longer
     than the layout column, and the table folds them instead of ending them with an ellipsis."""

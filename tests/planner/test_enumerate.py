@@ -3,7 +3,7 @@
 from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.validate import Workload
-from moetune.planner.enumerate import pipeline_variants
+from moetune.planner.enumerate import pipeline_variants, tp_cp_sizes
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -44,3 +44,12 @@ def test_a_pinned_cp_exchange_plans_only_layouts_that_exchange():
     result = plan(load_model("glm-4.5-air"), load_gpu("h100"), 64, Workload(seq_length=4096, global_batch_size=512),
                   fixed={"cp_comm_type": "a2a"}, top=5)
     assert result.results and all(e.layout.cp > 1 and e.knobs.cp_comm_type == "a2a" for e in result.results)
+
+
+def test_a_pinned_p2p_keeps_cp_1_in_the_search():
+    """p2p is the exchange a CP-1 layout reports (Megatron-Core validates cp_comm_type only at CP > 1), so a p2p pin
+    leaves CP 1 in the search as no pin does; any other pinned exchange still asks for CP > 1."""
+    gpu = load_gpu("h100")
+    free = tp_cp_sizes(gpu, 16, 4096, {})
+    assert 1 in free[1] and tp_cp_sizes(gpu, 16, 4096, {"cp_comm_type": "p2p"}) == free
+    assert tp_cp_sizes(gpu, 16, 4096, {"cp_comm_type": "a2a"})[1] == [c for c in free[1] if c > 1]

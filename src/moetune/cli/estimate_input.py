@@ -8,7 +8,7 @@ from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
-from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs, parse_modules, parse_offload_modules
+from moetune.layout.knobs import CP1_COMM_TYPES, TUNED_FLEX_SMS, Knobs, parse_modules, parse_offload_modules
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
@@ -97,9 +97,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
                            "(NCCL picks its own): drop it or pass --dispatcher deepep/hybridep")
-    # Megatron ignores another exchange at CP 1 (a silent no-op); p2p is what it reports there, as estimate's JSON
-    # does, so a result's own knobs pass again
-    if kw["cp_comm_type"] not in (None, "auto", "p2p") and layout.cp == 1:
+    # a result's own knobs pass again at CP 1 (CP1_COMM_TYPES); another exchange there is a silent no-op
+    if kw["cp_comm_type"] not in (None, *CP1_COMM_TYPES) and layout.cp == 1:
         raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} sets how context-parallel ranks exchange attention "
                            "inputs; CP is 1 here, with nothing to exchange: drop it or set --cp > 1")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:

@@ -3,7 +3,7 @@ reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, kno
 
 from moetune.cli.estimate_input import scope_words
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import CP_COMM_TYPES, parse_modules, parse_offload_modules
+from moetune.layout.knobs import CP1_COMM_TYPES, CP_COMM_TYPES, parse_modules, parse_offload_modules
 from moetune.layout.layout import parse_pipeline_layout
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
@@ -73,7 +73,7 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
                                "precision, dispatcher, cuda_graph_scope, optimizer, optimizer_offload_fraction, "
                                "recompute, recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
-    if fixed.get("cp") == 1 and fixed.get("cp_comm_type", "auto") != "auto":  # as estimate's --cp-comm-type at CP 1
+    if fixed.get("cp") == 1 and fixed.get("cp_comm_type", "auto") not in CP1_COMM_TYPES:  # as estimate's at CP 1
         raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']} sets how context-parallel ranks exchange "
                            "attention inputs; --fix cp=1 leaves nothing to exchange: drop one of the two")
     _refuse_muon_offload(fixed)

@@ -47,6 +47,9 @@ FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
+# The exchanges a layout at CP 1 may name: Megatron-Core validates cp_comm_type only at CP > 1 (TransformerConfig
+# __post_init__) and reports its unset value as p2p there, as estimate's and plan's JSON do; another is a silent no-op
+CP1_COMM_TYPES: tuple[str, ...] = ("auto", "p2p")
 
 
 # Dropless routing leaves the busiest expert rank with more tokens than the mean, and every MoE layer waits for it

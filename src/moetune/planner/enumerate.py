@@ -12,6 +12,7 @@ splits gets a balanced string). Illegal ones are dropped silently here
 from itertools import product
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout, parse_pipeline_layout, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
@@ -159,12 +160,12 @@ def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
 def tp_cp_sizes(gpu: GpuSpec, world: int, seq: int, fixed: dict) -> tuple[list[int], list[int]]:
     """The TP and CP sizes the search tries, pins honoured: TP powers of two inside the NVLink domain (tp_choices; one
     pinned tp_comm_overlap on asks for TP > 1: Megatron Bridge turns it off at TP 1), CP powers of two up to
-    seq/1024 (a pinned cp_comm_type other than auto asks for CP > 1: at CP 1 there is nothing to exchange, and
-    estimate refuses --cp-comm-type there)."""
+    seq/1024 (a pinned cp_comm_type other than p2p asks for CP > 1: at CP 1 there is nothing to exchange, and
+    estimate refuses another --cp-comm-type there; layout/knobs.py CP1_COMM_TYPES)."""
     tps = [fixed["tp"]] if "tp" in fixed else tp_choices(gpu, world)
     tps = [t for t in tps if t > 1 or fixed.get("tp_comm_overlap") is not True]
     cps = [fixed["cp"]] if "cp" in fixed else _pow2(max(1, seq // 1024))
-    return tps, [c for c in cps if c > 1 or fixed.get("cp_comm_type", "auto") == "auto"]
+    return tps, [c for c in cps if c > 1 or fixed.get("cp_comm_type", "auto") in CP1_COMM_TYPES]
 
 
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,
