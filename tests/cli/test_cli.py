@@ -1020,3 +1020,23 @@ def test_config_words_name_the_field_with_its_article():
     assert config_words("choose an --ep that divides it; change --pp/--vpp, or an --unknown") == (
         "choose a model.expert_model_parallel_size that divides it; change model.pipeline_model_parallel_size/"
         "model.virtual_pipeline_model_parallel_size, or an --unknown")
+    # a flag offered beside the key it sets names the key once; another key beside it stays
+    assert config_words("(--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])") == (
+        "(model.hierarchical_context_parallel_sizes [a2a, p2p])")
+    assert config_words("set --seq or model.seq_length_extra") == "set model.seq_length or model.seq_length_extra"
+
+
+def test_the_hcp_refusal_names_its_config_key_once(tmp_path, capsys):
+    """The a2a group refusal offers '--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p]'; worded
+    for a config (check --model, estimate --config) the flag became that key too, and the line named it twice."""
+    config = tmp_path / "hcp.yaml"
+    config.write_text("model:\n  tensor_model_parallel_size: 2\n  context_parallel_size: 8\n  cp_comm_type: a2a+p2p\n"
+                      "  hierarchical_context_parallel_sizes: [4, 2]\n  seq_length: 8192\n")
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--config", str(config), "--gpu", "h100", "--gpus", "16"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "the a2a group (4) must split" in err
+    assert err.count("model.hierarchical_context_parallel_sizes") == 1
+    assert err.rstrip().endswith("pick another a2a size (model.hierarchical_context_parallel_sizes [a2a, p2p])")
+    code, out, _ = run(["check", str(config), "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--json"],
+                       capsys)
+    [message] = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal"]
+    assert message.count("model.hierarchical_context_parallel_sizes") == 1 and "--hcp-a2a-size" not in message

@@ -158,4 +158,7 @@ def config_words(message: str) -> str:
         key = FLAG_KEYS[m.group(2)]
         article = m.group(1) and ("an " if key[0] in "aeiou" else "a ")  # "an --ep" is "a model.expert_..."
         return (article or "") + key
-    return re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, message)
+    # a fix that offers the flag "or" the config key it sets ("--hcp-a2a-size, or model.hierarchical_...") names
+    # that key once
+    worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, message)
+    return re.sub(r"\b([a-z_]+\.[a-z0-9_.]+),? or \1(?![\w.])", r"\1", worded)
