@@ -162,6 +162,12 @@ CASES: dict[str, Case] = {
                            "model.cp_comm_type=a2a")),
     "cp.hcp_sizes": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=8",
                            "model.cp_comm_type=a2a+p2p")),
+    # Qwen3-30B-A3B's 32 heads / 4 KV groups at TP2: 2 groups a rank, which an a2a group of 4 cannot split (CP 8 as
+    # [4, 2]); Bridge's HCP guide: a2a only within a sub-group small enough to fit within the KV head count
+    "cp.hcp_a2a_heads": Case(S(MOE, "model.num_attention_heads=32", "model.num_query_groups=4",
+                               "model.seq_length=131072", "model.tensor_model_parallel_size=2",
+                               "model.context_parallel_size=8", "model.cp_comm_type=a2a+p2p",
+                               "model.hierarchical_context_parallel_sizes=[4,2]")),
     "cp.sinks_need_a2a": Case(S(MOE, "model.softmax_type=learnable", "model.seq_length=65536",
                                 "model.context_parallel_size=2")),
     # DeepSeek-V3 (MLA, 128 heads) at CP 32 on H100: the p2p ring spans 4 nodes

@@ -64,6 +64,10 @@ def test_derived_names_are_computed_or_declared():
     # the linear mixers' head counts exist only where a config builds them: a Mamba hybrid, a gated delta-net model
     computed |= set(derive(load_config(sets=["model.hybrid_layer_pattern=M*E", "model.hidden_size=2688",
                                              "model.experimental_attention_variant=gated_delta_net"])))
+    # a2a+p2p's a2a-group facts exist only where the config states its sizes and the heads and KV groups they split
+    computed |= set(derive(load_config(sets=["model.num_attention_heads=32", "model.num_query_groups=4",
+                                             "model.context_parallel_size=4", "model.cp_comm_type=a2a+p2p",
+                                             "model.hierarchical_context_parallel_sizes=[2,2]"])))
     referenced = {n.split(".", 1)[1] for r in load_table().rules for n in r.names if n.startswith("derived.")}
     unknown = referenced - computed - set(EXTERNAL) - {k.replace("_bytes", "_gib") for k in GIB_FACTS}
     assert not unknown

@@ -150,6 +150,25 @@ def test_an_a2a_exchange_past_the_kv_groups_splits_one_group_a_rank(capsys):
     assert "cp.a2a_heads" not in errors([QWEN, *within, "--gpus", "16", "--gpu", "h100"], capsys)  # 2 a rank
 
 
+def test_an_hcp_a2a_group_past_the_kv_groups_of_a_rank(qwen, capsys):
+    """a2a+p2p's a2a group (hierarchical_context_parallel_sizes[0]) splits each TP rank's heads and KV groups as a2a
+    does: without --model check had no rule for it and passed a group of 4 over Qwen3's 4 groups at TP 2 (2 a rank),
+    which estimate refuses; with --model layout.illegal says it, once. A Megatron-LM launch states it the same way."""
+    groups = qwen["model.num_query_groups"]
+    cp = [a for kv in ("model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                       "model.expert_tensor_parallel_size=1", "model.context_parallel_size=8",
+                       "model.cp_comm_type=a2a+p2p") for a in ("--set", kv)]
+    sizes = [f"model.hierarchical_context_parallel_sizes=[{a},{8 // a}]" for a in (groups, groups // 2)]
+    assert "cp.hcp_a2a_heads" in errors([QWEN, *CLUSTER, *cp, "--set", sizes[0]], capsys)
+    assert "cp.hcp_a2a_heads" not in errors([QWEN, *CLUSTER, *cp, "--set", sizes[1]], capsys)
+    assert list(errors([QWEN, *CLUSTER, *MODEL, *cp, "--set", sizes[0]], capsys)) == ["layout.illegal"]
+    mlm = (f"--num-layers 4 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups "
+           f"{groups} --seq-length 8192 --max-position-embeddings 8192 --tensor-model-parallel-size 2 "
+           f"--sequence-parallel --context-parallel-size 8 --cp-comm-type a2a+p2p "
+           f"--hierarchical-context-parallel-sizes {groups} {8 // groups} --bf16")
+    assert list(errors(["--mlm-args", mlm, *CLUSTER], capsys)) == ["cp.hcp_a2a_heads"]
+
+
 @pytest.mark.parametrize(("args", "fires"), [
     # a Megatron-LM launch without --moe-ffn-hidden-size runs its experts at ffn_hidden_size (14336 over ETP 5)
     (["--mlm-args", "--num-experts 8 --ffn-hidden-size 14336 --expert-tensor-parallel-size 5 "

@@ -40,13 +40,26 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     d["attn_heads"], d["kv_groups"] = heads, groups
     if heads and groups and heads % d["tp"] == 0 and (groups % d["tp"] == 0 or d["tp"] % groups == 0):
         rank_groups = kv_groups_per_rank(groups, d["tp"])  # one past the groups (Megatron-Core >= core_v0.16.0)
-        d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1)
-                                if d["cp"] % a == 0 and a2a_splits(heads // d["tp"], rank_groups, a))
+        splits = lambda size: bool(a2a_splits(heads // d["tp"], rank_groups, size))  # noqa: E731
+        d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1) if d["cp"] % a == 0 and splits(a))
+        _hcp_a2a_group(d, splits)
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
     _linear_mixer_heads(config, d)
     _cp_sizing(config, d)
     if "job_nvlink_domain" in d:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
+
+
+def _hcp_a2a_group(d: dict[str, Any], splits) -> None:
+    """Whether a2a+p2p's a2a group (hierarchical_context_parallel_sizes[0]) splits each TP rank's heads and KV groups,
+    as Transformer Engine's all-to-all inside it needs (rule cp.hcp_a2a_heads), and the sizes its fix offers: the
+    largest group below CP that does, the p2p ring the rest (a group of 1 leaves the ring alone)."""
+    sizes = d["hcp_sizes"]
+    if not (sizes and len(sizes) == 2 and _count(sizes[0])):
+        return
+    d["hcp_a2a_size"], d["hcp_a2a_splits"] = sizes[0], splits(sizes[0])
+    best = max((a for a in range(1, d["cp"]) if d["cp"] % a == 0 and splits(a)), default=1)
+    d["hcp_fit_sizes"] = [best, d["cp"] // best]
 
 
 def _count(value) -> int | None:

@@ -240,7 +240,8 @@ def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
                   (not a2a_allows(spec, size, lay.tp),
                    f"split the {kv_groups_per_rank(groups, lay.tp)} KV groups of a TP {lay.tp} rank"))
     failed = [why for bad, why in conditions if bad]
-    if failed:
+    if failed:  # the head split is what rule cp.hcp_a2a_heads says where the config states the shapes
         raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must {' and '.join(failed)}; pick another "
-                           "a2a size (--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])")
+                           "a2a size (--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])",
+                           same_as=("cp.hcp_a2a_heads",) if conditions[2][0] else ())
     return size
