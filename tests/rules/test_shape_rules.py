@@ -146,6 +146,9 @@ def test_an_a2a_exchange_past_the_kv_groups_splits_one_group_a_rank(capsys):
                          "model.sequence_parallel=true", "model.context_parallel_size=2", "model.cp_comm_type=a2a",
                          "model.seq_length=8192") for a in ("--set", kv)]
     assert "cp.a2a_heads" in errors([QWEN, *sets, "--gpus", "16", "--gpu", "h100"], capsys)  # 4 groups over TP 8
+    # with --model the layout's own refusal says it, once (it had been said twice: layout.illegal and this rule)
+    said = errors([QWEN, *sets, *CLUSTER, *MODEL], capsys)
+    assert "layout.illegal" in said and "cp.a2a_heads" not in said
     within = [a if a != "model.tensor_model_parallel_size=8" else "model.tensor_model_parallel_size=2" for a in sets]
     assert "cp.a2a_heads" not in errors([QWEN, *within, "--gpus", "16", "--gpu", "h100"], capsys)  # 2 a rank
 

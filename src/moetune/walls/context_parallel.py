@@ -211,7 +211,8 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
         instead = exchanges_that_run(spec, lay.cp, [lay.tp], job_gpu(gpu, lay.world_size).nvlink_domain, "a2a")
         raise MoetuneError(f"cp_comm_type a2a at CP {lay.cp}: the {spec.num_attention_heads // lay.tp} heads and "
                            f"{groups} KV groups of a TP {lay.tp} rank must each split over CP "
-                           f"(CP <= KV groups a rank); use {instead + ', or ' if instead else ''}a smaller CP or TP")
+                           f"(CP <= KV groups a rank); use {instead + ', or ' if instead else ''}a smaller CP or TP",
+                           same_as=("cp.a2a_heads",))  # what that rule says where the config states the shapes
     if knobs.cp_comm_type != "auto":
         return knobs
     gpu = job_gpu(gpu, lay.world_size)
