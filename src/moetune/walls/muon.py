@@ -34,28 +34,39 @@ def _ns_flops(rows, cols):
     return 4 * a * a * b + 2 * a ** 3
 
 
-def _matrices(spec: ModelSpec, kind, whole_qkv: bool) -> dict[str, list[tuple[int, int, str]]]:
-    """A layer's Muon matrices by class, the fused QKV split into q, k and v (muon_split_qkv) unless `whole_qkv`."""
-    shapes = gemm_shapes(spec, kind)
-    if kind.mixer == "gqa" and not whole_qkv:
-        (h, qkv, split), out = shapes["attn_proj"]
+BOTH = (False, True)  # the readings of the fused QKV a matrix is stepped in: split (False) and whole (True)
+
+
+def _matrices(spec: ModelSpec, kind) -> dict[str, list[tuple[int, int, str, tuple[bool, ...]]]]:
+    """A layer's Muon matrices by class, each with the readings of the fused QKV it counts in (whole_qkv): a GQA
+    layer's QKV whole (True) or split into q, k and v (False, muon_split_qkv); every other matrix in both."""
+    shapes = {cls: [(k, n, split, BOTH) for k, n, split in mats] for cls, mats in gemm_shapes(spec, kind).items()}
+    if kind.mixer == "gqa":
+        (h, qkv, split, _), out = shapes["attn_proj"]
         kv = spec.kv_channels * spec.num_query_groups
-        shapes["attn_proj"] = [(h, qkv - 2 * kv, split), (h, kv, split), (h, kv, split), out]
+        q_k_v = [(h, qkv - 2 * kv, split, (False,)), (h, kv, split, (False,)), (h, kv, split, (False,))]
+        shapes["attn_proj"] = [(h, qkv, split, (True,)), *q_k_v, out]
     if kind.mlp == "moe":
-        shapes["router"] = [(spec.hidden_size, spec.num_moe_experts, "-")]
+        shapes["router"] = [(spec.hidden_size, spec.num_moe_experts, "-", BOTH)]
     return shapes
 
 
-def _per_param(spec: ModelSpec, tp, etp, whole_qkv: bool) -> tuple:
-    flops, numel = {False: 0.0, True: 0.0}, {False: 0.0, True: 0.0}
+def _per_param(spec: ModelSpec, tp, etp) -> dict[bool, tuple]:
+    """Per reading of the QKV (whole_qkv: False, True), (dense, expert) Newton-Schulz FLOPs per parameter, from one
+    pass over the model's matrices; each reading sums its own matrices in the model's order."""
+    keys = [(whole, expert) for whole in BOTH for expert in BOTH]
+    flops, numel = dict.fromkeys(keys, 0.0), dict.fromkeys(keys, 0.0)
     for kind, count in Counter(all_layers(spec)).items():  # each distinct layer kind once, times its layers
-        for cls, shapes in _matrices(spec, kind, whole_qkv).items():
+        for cls, shapes in _matrices(spec, kind).items():
             expert = cls == "routed_experts"
-            for k, n, split in shapes:
+            for k, n, split, readings in shapes:
                 rows, cols = tp_shard(k, n, split, tp_size(cls, tp, etp))
-                flops[expert] = flops[expert] + count * _ns_flops(rows, cols)
-                numel[expert] = numel[expert] + count * rows * cols
-    return tuple(NS_STEPS * flops[e] / numel[e] if np.any(numel[e]) else 0.0 * tp for e in (False, True))
+                work, size = count * _ns_flops(rows, cols), count * rows * cols
+                for whole in readings:
+                    flops[whole, expert] = flops[whole, expert] + work
+                    numel[whole, expert] = numel[whole, expert] + size
+    return {whole: tuple(NS_STEPS * flops[whole, e] / numel[whole, e] if np.any(numel[whole, e]) else 0.0 * tp
+                         for e in BOTH) for whole in BOTH}
 
 
 def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
@@ -63,12 +74,11 @@ def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
     model's layers (a stage's mix of layer kinds is the model's, near enough); `tp`, `etp` may be arrays. Past the KV
     groups a rank's QKV shard holds less than one group, which Megatron-Core's split skips (optimizer/__init__.py: the
     shard's rows are no multiple of a group's q, k, v): the shard is one matrix there."""
-    split = _per_param(spec, tp, etp, whole_qkv=False)
+    per = _per_param(spec, tp, etp)
     past = qkv_gathered(spec, tp)
     if not np.any(past):
-        return split
-    whole = _per_param(spec, tp, etp, whole_qkv=True)
-    return tuple(np.where(past, w, s) for w, s in zip(whole, split))
+        return per[False]
+    return tuple(np.where(past, w, s) for w, s in zip(per[True], per[False]))
 
 
 def ns_seconds(spec: ModelSpec, linear, experts, tp, etp, gemm_rate: float):
