@@ -33,10 +33,9 @@ def model_of(name: str | None) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _same_arch(traces: Sequence[RankTrace], gpu: GpuSpec, force: bool) -> None:
-    """--gpu names the GPU the run used: a trace that records another architecture is another machine's, which
-    --force-gpu (another part of the traced architecture) does not force."""
-    recorded = next((t for t in traces if t.compute_capability is not None), None)
+def _same_arch(recorded: RankTrace | None, gpu: GpuSpec, force: bool) -> None:
+    """--gpu names the GPU the run used: the first trace that records a compute capability (``recorded``), of another
+    architecture, is another machine's, which --force-gpu (another part of the traced architecture) does not force."""
     if recorded is not None and arch(recorded.compute_capability) != gpu.arch:
         forced = "; --force-gpu forces another part of the traced architecture, not another architecture" * force
         raise MoetuneError(f"--gpu {gpu.key} is {gpu.arch} but {recorded.path} ran on {recorded.device_name} "
@@ -101,10 +100,11 @@ def gpu_notes(traces: Sequence[RankTrace], gpu: GpuSpec | None, priced_on: GpuSp
     --gpu's, or another part than either, is one error line (another part a note with ``force``); a prediction of
     another architecture is planner/compare.same_run's to name."""
     notes: list[str] = []
+    recorded = next((t for t in traces if t.compute_capability is not None), None)
     if gpu is not None:
-        _same_arch(traces, gpu, force)
+        _same_arch(recorded, gpu, force)
         notes = _part_notes(traces, gpu, f"--gpu {gpu.ref}", force)
-    cc = next((t.compute_capability for t in traces if t.compute_capability is not None), None)
+    cc = recorded.compute_capability if recorded is not None else None
     if priced_on is not None and priced_on != gpu and priced_on.arch == arch(cc):
         notes += _part_notes(traces, priced_on, f"--plan's GPU {priced_on.ref}", force)
     return notes
