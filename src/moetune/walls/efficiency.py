@@ -38,12 +38,12 @@ def check_for_gpu(user: dict | None, gpu_key: str) -> dict | None:
     a saved result's table meets its GPU (planner/from_json.py), so that efficiency() only merges."""
     if user is None:
         return None
-    where = getattr(user, "where", "efficiency file")
-    if not sets_for(user, gpu_key):  # a file that changes nothing must not be reported as in use
+    where, mine = getattr(user, "where", "efficiency file"), user_constants(user, gpu_key)
+    if not mine:  # a file that changes nothing must not be reported as in use (sets_for)
         sections = ", ".join(f"[{k}]" for k, v in user.items() if isinstance(v, dict)) or "none"
         raise MoetuneError(f"{where} sets no constant for {gpu_key} (sections: {sections}): put them at the top "
                            f"level for every GPU, or in a [{gpu_key}] section")
-    known, out, mine = _table()["default"], efficiency(gpu_key, user), user_constants(user, gpu_key)
+    known, out = _table()["default"], {**efficiency(gpu_key), **mine}  # efficiency(gpu_key, user), built once
     if unknown := sorted(set(out) - set(known)):
         raise MoetuneError(f"{where}: unknown constant(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     for key, value in mine.items():
