@@ -16,7 +16,8 @@ from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.from_json import estimate_from_json
 from moetune.profile.diagnose import DiagnoseResult, diagnose
-from moetune.profile.megatron_log import read_log
+from moetune.profile.megatron_log import TrainingLog, read_log
+from moetune.specs.hardware import GpuSpec
 from moetune.specs.registry import load_model
 
 
@@ -88,6 +89,41 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
                     knobs)
 
 
+def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None) -> tuple[dict | None, TrainingLog | None]:
+    """The run's config and its log. A Megatron-LM log's arguments are what ran: they fill in what --config, --set,
+    --mlm-args, --gpu and --gpus do not say, for the prediction (a --model one) and the advice alike."""
+    config = None
+    if configs or sets or mlm_args is not None or gpu or gpus:
+        config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
+                             from_result=result_config)
+    log = read_log(log_path) if log_path else None
+    dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
+    return ({**dump, **config} if config is not None else (dump or None)), log
+
+
+def _run_gpu(config: dict | None, gpu: str | None, predicted, traces) -> GpuSpec | None:
+    """The run's GPU, which the traces are checked against, memory reports are read against and the advice's
+    platform is: --gpu's with the config's own topology (a --model prediction is priced on the same one); without
+    --gpu, for a log alone, the prediction's; else none (the traces say it)."""
+    if gpu:
+        return config_gpu(config)
+    return predicted.gpu if predicted is not None and not traces else None
+
+
+def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool) -> None:
+    """The diagnosis and, with a prediction, its wall-by-wall comparison: as JSON (the comparison under
+    "comparison") or as tables."""
+    if as_json:
+        out = result.to_dict()
+        if cmp is not None:
+            out["comparison"] = cmp
+        emit_json(out)
+        return
+    _print(result)
+    if cmp is not None:
+        _print_comparison(cmp)
+
+
 @click.command(name="diagnose")
 @click.argument("traces", nargs=-1, type=click.Path(path_type=str))
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=str), default=None,
@@ -113,35 +149,12 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     prediction is compared wall by wall."""
     if force_gpu and not (gpu or plan_file):  # it forces a GPU named to be the traces': without one it does nothing
         raise MoetuneError("--force-gpu prices the run on --gpu or the --plan's GPU; give one of them, or drop it")
-    config = None
-    if configs or sets or mlm_args is not None or gpu or gpus:
-        config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
-                             from_result=result_config)
-    log = read_log(log_path) if log_path else None
-    # a Megatron-LM log's arguments are what ran: they fill in what --config does not say, for the prediction (a
-    # --model one) and the advice alike
-    dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
-    config = {**dump, **config} if config is not None else (dump or None)
+    config, log = _run_config(configs, sets, mlm_args, gpu, gpus, log_path)
     predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
     if predicted is not None and log is not None:  # before the traces are read: a log of another job compares nothing
         same_log_job(predicted, log)
-    # the run's GPU: --gpu (with the config's own topology; a --model prediction was priced on it already), checked
-    # against the traces, the capacity memory reports are read against and the platform of the advice; else for a
-    # log alone the prediction's
-    if gpu:
-        run_gpu = predicted.gpu if model is not None else config_gpu(config)
-    else:
-        run_gpu = predicted.gpu if predicted is not None and not traces else None
+    run_gpu = _run_gpu(config, gpu, predicted, traces)
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu,
                       priced_on=predicted.gpu if predicted is not None else None, force_gpu=force_gpu)
-    cmp = compare(predicted, result) if predicted is not None else None
-    if as_json:
-        out = result.to_dict()
-        if cmp is not None:
-            out["comparison"] = cmp
-        emit_json(out)
-    else:
-        _print(result)
-        if cmp is not None:
-            _print_comparison(cmp)
+    _emit(result, compare(predicted, result) if predicted is not None else None, as_json)
