@@ -120,7 +120,16 @@ def fp4_over_fp8() -> float:
 # The most of its peak a fitted compute efficiency may reach, and of a link's rate an all-to-all's achieved share
 # (calibrate.with_params). Not 1: no GEMM, memory-bound kernel or link sustains its datasheet peak over a whole step,
 # and runs the model under-predicts (or a user's mismeasured ones) would otherwise drive a multiplier to the peak
-# itself; 0.95 is moetune's bound, not a measured rate. A user's --efficiency file may still set up to 1 (_range).
+# itself. 0.95 is the best share of a link's per-direction datasheet rate measured for bulk transfers, a NIC's:
+# NCCL's maintainers take 24 GB/s of nccl-tests busbw (which its doc/PERFORMANCE.md defines for comparing with the
+# hardware peak) as the peak of a 200 Gb/s NIC's 25 GB/s, and 12 of 12.5 at 100 Gb/s, 0.96 (NVIDIA/nccl-tests#119;
+# NVIDIA/nccl#412); DeepEP's normal kernels move 43-47 GB/s over a 400 Gb/s CX7's 50 on H800, 0.86-0.94 (its README
+# at ebfe47e; the later table's 50-58 GB/s pass the line rate, as its test counts the tokens a node keeps too:
+# tests/test_internode.py num_rdma_token_sent). NVLink measures lower, 0.77-0.80 of 200 GB/s a direction (400
+# bidirectional): 160 GB/s busbw on 8 A800 (NVIDIA/nccl#412), DeepEP's 153-158 on H800 (the 160 it calls NVLink's
+# maximum). Compute stays far under it (cuBLAS's large BF16 GEMMs ~0.75 of H100's peak, efficiency.toml gemm_eff;
+# the fitted 0.32-0.56), so it binds the all-to-all alone: the HGX GPUs' DeepEP/HybridEP sit at 0.95 of the NIC.
+# A user's --efficiency file may still set up to 1 (_range).
 EFFICIENCY_CAP = 0.95
 
 # The largest cost or factor a file may give (a microsecond, byte or GB/s count this large is a typo, and past it
