@@ -75,3 +75,15 @@ def test_a_json_result_read_as_arguments_says_format_names_the_input(tmp_path):
     for fmt in ("mlm", "overrides"):
         with pytest.raises(MoetuneError, match=r"says how to read the input, and this one is JSON"):
             read_file(saved, fmt)
+
+
+@pytest.mark.parametrize("command", ["check", "emit"])
+def test_a_folder_given_as_the_config_says_it_is_one(tmp_path, capsys, command):
+    """`check run/` (emit's --out folder) had said 'run: no such file' of a folder that is there: the line names a
+    folder and the file to pass from it."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "overrides.txt").write_text("model.tensor_model_parallel_size=2\n")
+    code, out, err = run([command, str(tmp_path / "run")], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == f"error: {tmp_path / 'run'}: is a directory; pass the config file inside it " \
+                          f"(e.g. {tmp_path / 'run'}/overrides.txt)"

@@ -36,6 +36,8 @@ from moetune.specs.hardware import load_gpu
 def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None) -> list[Assignment]:
     """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format; ``from_result``
     reads an estimate/plan result JSON (readers.ResultReader)."""
+    if path.is_dir():  # check run/ (emit's --out folder) instead of one of its files
+        raise MoetuneError(f"{path}: is a directory; pass the config file inside it (e.g. {path}/overrides.txt)")
     if not path.is_file():
         raise MoetuneError(f"{path}: no such file")
     try:
