@@ -126,7 +126,11 @@ def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):
 @pytest.mark.parametrize(("edit", "needle"), [
     (lambda rows, cols: (rows, (*cols, "tp_size")), "unknown column(s) tp_size"),
     (lambda rows, cols: (rows, tuple(c for c in cols if c != "ep")), "missing column(s) ep"),
-    (lambda rows, cols: ([{**rows[0], "precision": ""}], cols), "line 2: empty precision"),
+    (lambda rows, cols: ([{**rows[0], "precision": ""}], cols), "line 2: empty precision; fill in what the run used:"),
+    # published rows leave vpp empty as 'not stated'; a user's copy of one had been told 'empty vpp' and nothing more
+    (lambda rows, cols: ([{**rows[0], "vpp": "", "ep_overlap": ""}], cols),
+     "line 2: empty vpp, ep_overlap; fill in what the run used (vpp = 1 where the run does not interleave; "
+     "ep_overlap = false where the run does not overlap the all-to-all)"),
     (lambda rows, cols: ([{**rows[0], "model": "no-such-model"}], cols), "line 2: unknown model"),
     (lambda rows, cols: ([{**rows[0], "ep": "7"}], cols), "line 2:"),
     (lambda rows, cols: (rows, tuple(c for c in cols if c not in ("account_for_embedding", "account_for_loss"))),
