@@ -522,6 +522,15 @@ def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_pat
      "--fix ep=\u00b2: expected a positive integer"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", "routing=force-balance"],
      "set it with --routing"),
+    # a bad value of these pins had been refused in estimate's words: no --fix named, or --pipeline-layout, a flag
+    # plan has not
+    *[(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", pin], needle)
+      for pin, needle in (("precision=fp9", "--fix precision=fp9: expected one of bf16, fp8-blockwise"),
+                          ("dispatcher=deep", "--fix dispatcher=deep: expected one of alltoall, deepep"),
+                          ("cuda_graph_scope=attn,mpl", "--fix cuda_graph_scope=attn,mpl: unknown CUDA-graph scope"),
+                          ("recompute_modules=moe_act,mpl", "--fix recompute_modules=moe_act,mpl: unknown recompute"),
+                          ("offload_modules=fc1", "--fix offload_modules=fc1: unknown offload module(s) ['fc1']"),
+                          ("pipeline_layout=Et|xL", "--fix pipeline_layout=Et|xL: unknown symbols ['x']"))],
 ])
 def test_conflicting_or_impossible_flags_are_one_line(args, needle, capsys):
     code, out, err = run(args, capsys)

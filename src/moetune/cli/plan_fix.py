@@ -3,7 +3,15 @@ reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, kno
 
 from moetune.cli.estimate_input import scope_words
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import CP1_COMM_TYPES, CP_COMM_TYPES, parse_modules, parse_offload_modules
+from moetune.layout.knobs import (
+    CP1_COMM_TYPES,
+    CP_COMM_TYPES,
+    CUDA_GRAPH_SCOPES,
+    DISPATCHERS,
+    PRECISIONS,
+    parse_modules,
+    parse_offload_modules,
+)
 from moetune.layout.layout import parse_pipeline_layout
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
@@ -36,9 +44,12 @@ def parse_fix(items: tuple[str, ...]) -> dict:
                 raise MoetuneError(f"--fix {key}={value}: expected true or false")
             fixed[key] = [value.lower() == "true"] if key == "ep_overlap" else value.lower() == "true"
         elif key in ("precision", "dispatcher"):
+            choices = PRECISIONS if key == "precision" else DISPATCHERS
+            if value not in choices:
+                raise MoetuneError(f"--fix {key}={value}: expected one of {', '.join(choices)}")
             fixed[key] = [value]
         elif key == "cuda_graph_scope":
-            fixed[key] = [scope_words(value, "--fix cuda_graph_scope=")]
+            fixed[key] = [_named(key, value, lambda v: _scopes(scope_words(v, "--fix cuda_graph_scope=")))]
         elif key == "optimizer_offload_fraction":
             try:
                 fraction = float(value)
@@ -52,11 +63,11 @@ def parse_fix(items: tuple[str, ...]) -> dict:
                 raise MoetuneError(f"--fix recompute={value}: expected none, selective or full")
             fixed[key] = value
         elif key == "recompute_modules":
-            fixed["recompute_modules"] = parse_modules(value)
+            fixed["recompute_modules"] = _named(key, value, parse_modules)
         elif key == "offload_modules":
-            fixed["offload_modules"] = parse_offload_modules(value)
+            fixed["offload_modules"] = _named(key, value, parse_offload_modules)
         elif key == "pipeline_layout":
-            parse_pipeline_layout(value)  # one line on unknown symbols; placement is checked against the model
+            _named(key, value, parse_pipeline_layout)  # one line on unknown symbols; placement is checked later
             fixed[key] = value
         elif key == "optimizer":
             if value not in ("adam", "muon"):
@@ -78,6 +89,22 @@ def parse_fix(items: tuple[str, ...]) -> dict:
                            "attention inputs; --fix cp=1 leaves nothing to exchange: drop one of the two")
     _refuse_muon_offload(fixed)
     return fixed
+
+
+def _named(key: str, value: str, parse):
+    """parse(value), its error line naming the pin as typed: the parsers are estimate's, whose lines name its flags
+    (--pipeline-layout, which plan has not) or no flag at all."""
+    try:
+        return parse(value)
+    except MoetuneError as err:
+        reason = str(err).removeprefix(f"--pipeline-layout {value!r}: ")
+        raise MoetuneError(f"--fix {key}={value}: {reason}") from None
+
+
+def _scopes(words: tuple[str, ...]) -> tuple[str, ...]:
+    if bad := sorted(set(words) - set(CUDA_GRAPH_SCOPES)):
+        raise MoetuneError(f"unknown CUDA-graph scope(s) {bad}; choose from {', '.join(CUDA_GRAPH_SCOPES)}, or none")
+    return words
 
 
 def _refuse_muon_offload(fixed: dict) -> None:
