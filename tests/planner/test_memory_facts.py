@@ -155,3 +155,27 @@ def test_the_smallest_fitting_layout_weighs_each_candidate_under_the_dispatcher_
     assert {ep for group in groups for ep, _ in group} >= {32, 128}
     for group, dispatcher in zip(groups, weighed, strict=True):
         assert {default(ep, etp) for ep, etp in group} == {dispatcher}
+
+
+def _past_groups(capsys, seq):
+    """Qwen3-30B-A3B (4 KV groups) at TP 8 on 32 H100s, EP 16, core_attn recompute: rule scale.tp_past_kv_groups."""
+    sets = ["train.global_batch_size=64", f"model.seq_length={seq}", "model.tensor_model_parallel_size=8",
+            "model.sequence_parallel=true", "model.expert_model_parallel_size=16",
+            "model.expert_tensor_parallel_size=1", "model.recompute_granularity=selective",
+            "model.recompute_modules=[core_attn]"]
+    main(["check", *[a for s in sets for a in ("--set", s)], "--gpu", "h100", "--gpus", "32", "--model",
+          "qwen3-30b-a3b", "--no-mcore", "--json"])
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    at_groups = load_config(sets=[s.replace("=8", "=4") for s in sets], gpu="h100", gpus=32)
+    return found["scale.tp_past_kv_groups"], estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"),
+                                                      *from_config(at_groups))
+
+
+def test_tp_at_the_kv_groups_is_offered_only_where_it_fits(capsys):
+    """The fix (TP = the KV groups) splits activations over fewer ranks: at 4K tokens TP 4 fits and is offered; at 32K
+    this TP 8 layout fits but TP 4 does not, so the warning stays, names what TP 4 would need, and offers no fix."""
+    short, fixed = _past_groups(capsys, 4096)
+    assert fixed.fits and short["fix"] == {"model.tensor_model_parallel_size": 4}
+    long, fixed = _past_groups(capsys, 32768)
+    assert not fixed.fits and long["fix"] == {}
+    assert f"at TP 4 this config would need {fixed.peak_bytes / 2**30:.1f} GiB per rank" in long["message"]

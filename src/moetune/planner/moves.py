@@ -22,6 +22,7 @@ from moetune.rules.engine import vet_fixes
 from moetune.specs.platform import platform_defaults
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.cp_legal import cp_runs, exchange_text
+from moetune.walls.flops import qkv_gathered
 
 GIB = 1 << 30
 
@@ -99,6 +100,8 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
         derived["fits_with_selective_without_offload"] = fits_without_offload(e)
+    if weigh_selective and e.stages:
+        derived.update(kv_groups_tp_facts(e))
     found = evaluate(config, derived, context="explain")
     if e.layout.cp > 1 and default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
         found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
@@ -160,6 +163,25 @@ def _fits_with_selective(e: Estimate) -> bool:
     """Whether the seeds' first selective set (the rule's own fix) fits in place of full recompute; TE-scoped graphs
     stay (they pair with selective recompute)."""
     return e.variant(knobs=replace(e.knobs, recompute="selective", recompute_modules=first_selective(e))).fits
+
+
+def kv_groups_tp_facts(e: Estimate) -> dict:
+    """Whether the layout at TP = the model's KV groups, rule scale.tp_past_kv_groups's fix, fits (its DP grows as
+    its TP shrinks); where it does not, the note the rule's message ends with. Empty within the groups, or where
+    that layout is refused (then vet_fixes has the say)."""
+    groups = e.model.kv_groups
+    if not qkv_gathered(e.model, e.layout.tp):
+        return {}
+    try:
+        fixed = e.variant(layout=replace(e.layout, tp=groups))  # what the fix writes: the TP alone
+    except MoetuneError:
+        return {}
+    if fixed.fits:
+        return {"fits_at_kv_groups_tp": True}
+    need, have = (round(b / 2**30, 1) for b in (fixed.peak_bytes, e.gpu.capacity_bytes))
+    return {"fits_at_kv_groups_tp": False,
+            "kv_groups_tp_note": f"; but at TP {groups} this config would need {need} GiB per rank of the {have} GiB, "
+                                 "so no fix is offered: lower TP only once memory is freed elsewhere"}
 
 
 def first_selective(e: Estimate) -> frozenset[str]:

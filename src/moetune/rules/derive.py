@@ -40,6 +40,8 @@ EXTERNAL = {
     "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
     "less_model_parallel_layout": "dict: overrides of that layout",
     "less_model_parallel_note": "str: what the step model predicts of that layout, as rule scale.maximize_dp says it",
+    "fits_at_kv_groups_tp": "bool: the layout at TP = the KV groups (rule scale.tp_past_kv_groups's fix) fits",
+    "kv_groups_tp_note": "str: what that layout would need where it does not fit, as scale.tp_past_kv_groups says it",
     "host_unchecked_bytes": "int: host bytes a GPU's optimizer offload keeps, where the GPU's host memory is unknown",
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",
     "cuda_graph_bytes": "int: CUDA-graph pool bytes already counted by the estimator",
