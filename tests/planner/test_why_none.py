@@ -106,3 +106,21 @@ def test_a_pinned_cp_exchange_that_no_cp_runs_is_named(seq, fixed, expected):
                               fixed)
     for text in expected:
         assert text in reason, reason
+
+
+def test_each_pin_set_is_enumerated_once(monkeypatch):
+    """The batch-size reason reads the DPs of the layouts the pin's own check enumerated, those the batch ruled out
+    among them: `--fix pp=4` on Qwen3-235B-A22B (every layout ruled out by GBS 1024) had enumerated pp=4 twice."""
+    import moetune.planner.why_none as why_none
+
+    asked: list[tuple] = []
+    enumerate_layouts = why_none.enumerate_layouts
+
+    def counted(spec, gpu, world, wl, fixed, *args):
+        asked.append(tuple(sorted(fixed.items())))
+        return enumerate_layouts(spec, gpu, world, wl, fixed, *args)
+
+    monkeypatch.setattr(why_none, "enumerate_layouts", counted)
+    reason = no_layout_reason(QWEN, H100, 96, WL, {"pp": 4, "ep": 8, "tp": 2})
+    assert "--fix pp=4" in reason and "DP 3, 6, 12, 24" in reason, reason
+    assert asked and len(asked) == len(set(asked)), asked

@@ -4,9 +4,11 @@ what stops the lightest of them (nothing_fits: GPU memory, host memory, or the p
 
 The search drops illegal layouts silently (enumerate.py); when nothing is left, this re-asks the layout rules
 (layout/validate.py, pipeline.py) about the user's pins one at a time, so the message quotes the same rule
-`estimate` would quote for that layout.
+`estimate` would quote for that layout. Each pin set is enumerated once (_Enumerated): whether it leaves a layout and
+which DPs it leaves at any batch size come from the same pass.
 """
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from moetune.errors import MoetuneError
@@ -31,6 +33,25 @@ if TYPE_CHECKING:  # search.py imports this module, so importing it back at run 
     from moetune.planner.search import PlanResult
 
 LAYOUT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp")
+
+
+@dataclass(slots=True)
+class _Enumerated:
+    """The legal layouts of each pin set, enumerated once however many reasons ask: those the global batch allows,
+    and those it alone rules out (enumerate_layouts checks the batch last, so together they are the layouts of any
+    batch: _gbs_reason's DPs)."""
+    spec: ModelSpec
+    gpu: GpuSpec
+    world: int
+    wl: Workload
+    seen: dict = field(default_factory=dict)
+
+    def __call__(self, pins: dict) -> tuple[list[Layout], set[Layout]]:
+        key = tuple(sorted(pins.items()))
+        if key not in self.seen:
+            excluded: set[Layout] = set()
+            self.seen[key] = enumerate_layouts(self.spec, self.gpu, self.world, self.wl, pins, excluded), excluded
+        return self.seen[key]
 
 
 def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str | None:
@@ -87,16 +108,15 @@ def _typed(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _gbs_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, pins: dict) -> str | None:
-    """The batch-size reason, when the pins have legal layouts once any GBS is allowed (GBS = world size is
-    divisible by every DP)."""
-    free = Workload(seq_length=wl.seq_length, micro_batch_size=1, global_batch_size=world)
-    dps = sorted({lay.dp for lay in enumerate_layouts(spec, gpu, world, free, pins)})
+def _gbs_reason(layouts: _Enumerated, fixed: dict, pins: dict) -> str | None:
+    """The batch-size reason, when the pins have legal layouts once any GBS is allowed."""
+    allowed, excluded = layouts(pins)
+    dps = sorted({lay.dp for lay in [*allowed, *excluded]})
     if not dps:
         return None
     mbs = [fixed["mbs"]] if "mbs" in fixed else list(MBS_CHOICES)
     where = f" with {_pins_text(pins)}" if pins else ""  # cp_comm_type among them, when pinned
-    return (f"global batch size ({wl.global_batch_size}) is divisible by no DP x micro-batch size{where} (DP "
+    return (f"global batch size ({layouts.wl.global_batch_size}) is divisible by no DP x micro-batch size{where} (DP "
             f"{', '.join(map(str, dps))}; MBS {', '.join(map(str, mbs))}); choose a GBS one of them divides")
 
 
@@ -127,29 +147,30 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
     """One line: which pin (or the GBS) leaves no legal layout, and why."""
     pins = {k: fixed[k] for k in LAYOUT_KEYS if k in fixed}
     exchange = {"cp_comm_type": fixed["cp_comm_type"]} if "cp_comm_type" in fixed else {}  # enumerate reads it
+    layouts = _Enumerated(spec, gpu, world, wl)
     for key, value in pins.items():
-        if enumerate_layouts(spec, gpu, world, wl, {key: value, **exchange}):
+        if layouts({key: value, **exchange})[0]:
             continue
         why = (_rule_broken(spec, world, wl, {key: value}) or _cp_reason(spec, gpu, world, {key: value}, fixed)
-               or _gbs_reason(spec, gpu, world, wl, fixed, {key: value, **exchange})
-               or _exchange_reason(spec, gpu, world, wl, {key: value}, fixed)
+               or _gbs_reason(layouts, fixed, {key: value, **exchange})
+               or _exchange_reason(layouts, {key: value}, fixed)
                or f"no legal layout of {spec.name} on {world} GPUs has {key}={value}")
         return f"--fix {key}={value}: {why}"
-    if len(pins) > 1 and not enumerate_layouts(spec, gpu, world, wl, {**pins, **exchange}):
+    if len(pins) > 1 and not layouts({**pins, **exchange})[0]:
         why = (_rule_broken(spec, world, wl, pins) or _cp_reason(spec, gpu, world, pins, fixed)
-               or _gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange}) or "drop one of them")
+               or _gbs_reason(layouts, fixed, {**pins, **exchange}) or "drop one of them")
         return f"{_pins_text(pins)} are each legal but not together on {world} GPUs: {why}"
-    return (_gbs_reason(spec, gpu, world, wl, fixed, {**pins, **exchange})
-            or _exchange_reason(spec, gpu, world, wl, pins, fixed)
+    return (_gbs_reason(layouts, fixed, {**pins, **exchange})
+            or _exchange_reason(layouts, pins, fixed)
             or f"no layout satisfies the model's shapes on {world} GPUs; change --gpus")
 
 
-def _exchange_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, pins: dict, fixed: dict) -> str | None:
+def _exchange_reason(layouts: _Enumerated, pins: dict, fixed: dict) -> str | None:
     """Why a pinned cp_comm_type leaves nothing where the layout pins alone leave layouts: it asks for CP > 1
     (enumerate.tp_cp_sizes), which the search tries up to seq/1024, each CP with an exchange that runs it (the
     smallest CP's refusal, _cp_reason, where it has one)."""
-    kind = fixed.get("cp_comm_type")
-    if kind is None or not enumerate_layouts(spec, gpu, world, wl, pins):
+    kind, spec, gpu, world, wl = fixed.get("cp_comm_type"), layouts.spec, layouts.gpu, layouts.world, layouts.wl
+    if kind is None or not layouts(pins)[0]:
         return None
     cps = [c for c in tp_cp_sizes(gpu, world, wl.seq_length, pins)[1] if c > 1]
     if cps and (refusal := _cp_reason(spec, gpu, world, {**pins, "cp": cps[0]}, fixed)):
