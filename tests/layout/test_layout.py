@@ -6,7 +6,7 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
-from moetune.layout.layout import Layout, write_pipeline_layout
+from moetune.layout.layout import Layout, layout_stages, layout_stages_or_none, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
 from moetune.layout.validate import (
     Workload,
@@ -113,6 +113,18 @@ def test_uneven_split_counts():
 def test_bad_pipeline_layouts(text, needle):
     with pytest.raises(MoetuneError, match=needle):
         pipeline_chunks(Layout(world_size=2, pp=2, pipeline_layout=text), 8, 0)
+
+
+def test_layout_stage_count_is_the_parsers():
+    """The one count of a string's virtual stages that Layout, the planner and the rules (derived.layout_stages)
+    read: the parser's pieces; the rules' reading is None where Megatron-Core would refuse the string."""
+    text = "Et*4|(t*4|)*14tmL"
+    assert layout_stages(text) == len(parse_pipeline_layout(text)) == layout_stages_or_none(text)
+    assert layout_stages(text) == Layout(world_size=4, pp=4, pipeline_layout=text).vpp * 4
+    for bad in ("(Et*4|t*4L", "Et*4|x|tL", None, 8):
+        assert layout_stages_or_none(bad) is None
+    with pytest.raises(MoetuneError, match="unbalanced"):
+        layout_stages("(Et*4|t*4L")
 
 
 def test_groups_leaving_the_nvlink_domain_follow_megatron_rank_order():

@@ -8,6 +8,7 @@ Checks that need the model or the workload live in ``validate.py``.
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from moetune.errors import MoetuneError
 
@@ -47,10 +48,25 @@ def parse_pipeline_layout(text: str) -> list[str]:
     return list(_stages(text))
 
 
+def layout_stages(text: str) -> int:
+    """Virtual stages of all ranks a layout string gives (its '|'-separated pieces, expanded): Megatron-Core derives
+    VPP as these over PP (transformer_config.py)."""
+    return len(_stages(text))
+
+
+def layout_stages_or_none(text: Any) -> int | None:
+    """layout_stages, None for anything but a string that parses: a config read as it is written, whose string
+    Megatron-Core would refuse (estimate and check --model say why)."""
+    try:
+        return layout_stages(text) if isinstance(text, str) else None
+    except MoetuneError:
+        return None
+
+
 def check_vpp_one(pipeline_layout: str, pp: int) -> None:
     """A VPP given as 1 beside a layout string, which Layout reads as unset: Megatron-Core accepts only the string's
     own count (transformer_config.py), so a string of more virtual stages a rank contradicts it."""
-    stages = len(_stages(pipeline_layout))
+    stages = layout_stages(pipeline_layout)
     if stages != pp:
         raise MoetuneError(f"--vpp 1 contradicts --pipeline-layout ({stages} stages over --pp {pp}); drop --vpp",
                            same_as=("pipeline.vpp_matches_layout",))
@@ -67,7 +83,7 @@ def split_stages(layout: str | None, hybrid_pattern: str | None) -> int | None:
     """Virtual pipeline stages a layout string, or else a Mamba hybrid pattern's '|' segments, define; None without
     either (Megatron derives VPP as these over PP: transformer_config.py, hybrid_layer_allocation.py)."""
     if layout:
-        return len(_stages(str(layout)))
+        return layout_stages(str(layout))
     return len(hybrid_segments(hybrid_pattern)) if isinstance(hybrid_pattern, str) else None
 
 
@@ -134,7 +150,7 @@ class Layout:
                 f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank; change --ep/--etp/--pp",
                 same_as=("scale.world_size_experts",))
         if self.pipeline_layout is not None:
-            self._derive_vpp(len(_stages(self.pipeline_layout)))
+            self._derive_vpp(layout_stages(self.pipeline_layout))
         if self.vpp > 1 and self.pp == 1:  # parallel_state.py: the interleaved schedule needs PP > 1
             given = "--pipeline-layout's stages need" if self.pipeline_layout is not None else f"vpp ({self.vpp}) needs"
             raise MoetuneError(f"{given} pp > 1: interleaving splits pipeline stages; set --pp")

@@ -13,7 +13,7 @@ from itertools import product
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import CP1_COMM_TYPES
-from moetune.layout.layout import Layout, parse_pipeline_layout, write_pipeline_layout
+from moetune.layout.layout import Layout, layout_stages, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
@@ -114,7 +114,7 @@ def _even_ranks_layout(num_layers: int, pp: int, vpp: int) -> str | None:
 def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
     """Check a layout string pinned with `--fix pipeline_layout=...`: it places this model's layers, MTP layers,
     embedding and loss (the checks `estimate` makes), and its stage count is PP x VPP of any pinned PP / VPP."""
-    stages = len(parse_pipeline_layout(text))
+    stages = layout_stages(text)
     if bridge_refuses_vpp(spec, max(fixed.get("vpp", 1), stages // fixed.get("pp", stages))):
         raise MoetuneError(f"--fix pipeline_layout has {stages} stages, but {spec.name} is a Mamba hybrid, which "
                            "Megatron Bridge runs without VPP: give one stage per pipeline rank")
@@ -152,7 +152,7 @@ def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
     """splits_for, or the pinned layout string where its stage count is PP x VPP."""
     if "pipeline_layout" not in fixed:
         return splits_for(spec, pp, vpp)
-    stages = len(parse_pipeline_layout(fixed["pipeline_layout"]))
+    stages = layout_stages(fixed["pipeline_layout"])
     legal = pp > 1 and pp * vpp == stages and not bridge_refuses_vpp(spec, vpp)
     return [{"pipeline_layout": fixed["pipeline_layout"]}] if legal else []
 

@@ -18,9 +18,8 @@ from moetune.configio.finalize import (
     layer_wise_optimizer,
 )
 from moetune.configio.names import LAUNCHER
-from moetune.errors import MoetuneError
 from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
-from moetune.layout.layout import hybrid_segments, parse_pipeline_layout
+from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     LONG_SDPA,
@@ -100,7 +99,8 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     # (transformer_config.py takes it when unset); a Bridge config silent on it leaves it to its recipe
     mlm = config.get(LAUNCHER) == "megatron-lm"
     d["expert_ffn"] = config.get("model.moe_ffn_hidden_size") or (config.get("model.ffn_hidden_size") if mlm else None)
-    d["layout_stages"] = _layout_stages(value(config, "model.pipeline_model_parallel_layout"))
+    # the string's virtual stages (rule pipeline.vpp_matches_layout); None where it does not parse
+    d["layout_stages"] = layout_stages_or_none(value(config, "model.pipeline_model_parallel_layout"))
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
     d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
     world = config.get("cluster.num_gpus")
@@ -140,15 +140,6 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
                                                         d["deepep_supported"])
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
-
-
-def _layout_stages(text: Any) -> int | None:
-    """Virtual stages of all ranks a pipeline layout string gives (rule pipeline.vpp_matches_layout), None without
-    one or where the string itself does not parse (Megatron-Core refuses it; estimate and check --model say why)."""
-    try:
-        return len(parse_pipeline_layout(text)) if isinstance(text, str) else None
-    except MoetuneError:
-        return None
 
 
 def _dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any) -> bool | None:
