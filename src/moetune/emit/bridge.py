@@ -14,7 +14,7 @@ from moetune.configio.finalize import DP_OVERLAP, megatron_lm_unstated
 from moetune.configio.names import LAUNCHER
 from moetune.emit import values
 from moetune.emit.environment import environment
-from moetune.planner.config_map import PRECISION_PRESET, plan_fields
+from moetune.planner.config_map import PLAN_FIELDS, PRECISION_PRESET
 from moetune.planner.from_config import precision_of
 
 BRIDGE_SECTIONS_SKIPPED = ("cluster", "env")
@@ -23,11 +23,11 @@ BRIDGE_SECTIONS_SKIPPED = ("cluster", "env")
 def bridge_config(config: dict[str, Any]) -> dict[str, Any]:
     """`config` as a Bridge recipe must be told it. A field a Megatron-LM launch leaves out runs at Megatron-LM's
     value (no --recompute-granularity: no recompute; no --mtp-num-layers: no MTP), which a recipe need not hold
-    (DeepSeek-V3's recomputes and trains an MTP layer): of the fields a plan writes over a recipe (plan_fields), each
+    (DeepSeek-V3's recomputes and trains an MTP layer): of the fields a plan writes over a recipe (PLAN_FIELDS), each
     is written as Megatron-LM runs it. A Bridge config's omitted field is its recipe's value, and stays omitted."""
     if config.get(LAUNCHER) != "megatron-lm":
         return config
-    return {**config, **megatron_lm_unstated(config, plan_fields())}
+    return {**config, **megatron_lm_unstated(config, PLAN_FIELDS)}
 
 
 def _bridge_items(config: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -8,10 +8,9 @@ fp8-blockwise = e4m3 + "blockwise", mxfp8 = e4m3 + "mxfp8", fp8-current = hybrid
 fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 """
 
-from functools import cache
 from typing import Any
 
-from moetune.configio.layout_map import HYBRID_SPLIT, LAYOUT_FIELDS, layout_fields
+from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.pipeline import pipeline_chunks, stage_order
@@ -245,13 +244,33 @@ UNSET_EXPLICITLY = frozenset({
 })
 
 
-@cache
-def plan_fields() -> frozenset[str]:
-    """The fields a plan's config may set beside the model's architecture and the cluster: its layout, knobs, CP
-    exchange, MTP depth and batch (to_config). Emit writes a Megatron-LM launch's own values of them over a Bridge
-    recipe, as a plan writes its own (emit/bridge.py bridge_config)."""
-    # knobs whose fields differ by dispatcher and CUDA-graph scope: together they write every knob field a plan may
-    variants = (Knobs(), Knobs(dispatcher="deepep"), Knobs(dispatcher="hybridep", cuda_graph_scope=("full_iteration",)))
-    knobs = {key for k in variants for key in _knob_fields(k)}
-    return frozenset(knobs | set(LAYOUT_FIELDS.values()) | set(_planned_model_fields(True, 1)) | set(CP_FIELDS)
-                     | UNSET_EXPLICITLY | {"model.mtp_num_layers", "dataset.seq_length", "train.global_batch_size"})
+# The fields a plan's config may set beside the model's architecture and the cluster: its layout, knobs, CP exchange,
+# MTP depth and batch (to_config). Emit writes a Megatron-LM launch's own values of them over a Bridge recipe, as a
+# plan writes its own (emit/bridge.py bridge_config). Declared, not derived: tests/planner/test_config_map.py checks it
+# against the fields to_config writes across plans that between them set every knob.
+PLAN_FIELDS = frozenset({
+    "comm_overlap.delay_wgrad_compute", "comm_overlap.overlap_grad_reduce",
+    "comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_param_gather",
+    "comm_overlap.overlap_param_gather_with_optimizer_step", "comm_overlap.tp_comm_overlap", "dataset.seq_length",
+    "ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.use_distributed_optimizer", "mixed_precision.bf16",
+    "mixed_precision.fp4", "mixed_precision.fp8", "mixed_precision.grad_reduce_in_fp32",
+    "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
+    "model.attention_dropout", "model.context_parallel_size", "model.cp_comm_type", "model.cuda_graph_impl",
+    "model.cuda_graph_scope", "model.expert_model_parallel_size", "model.expert_tensor_parallel_size",
+    "model.fine_grained_activation_offloading", "model.fp8_output_proj", "model.hidden_dropout",
+    "model.hierarchical_context_parallel_sizes", "model.make_vocab_size_divisible_by", "model.moe_deepep_num_sms",
+    "model.moe_expert_rank_capacity_factor", "model.moe_flex_dispatcher_backend", "model.moe_grouped_gemm",
+    "model.moe_hybridep_num_sms", "model.moe_paged_stash", "model.moe_paged_stash_buffer_size_factor_cuda",
+    "model.moe_router_dtype", "model.moe_router_force_load_balancing", "model.moe_shared_expert_overlap",
+    "model.moe_token_dispatcher_type", "model.mtp_num_layers", "model.num_layers_in_first_pipeline_stage",
+    "model.num_layers_in_last_pipeline_stage", "model.offload_modules", "model.pipeline_model_parallel_layout",
+    "model.pipeline_model_parallel_size", "model.recompute_granularity", "model.recompute_method",
+    "model.recompute_modules", "model.recompute_num_layers", "model.sequence_parallel",
+    "model.tensor_model_parallel_size", "model.use_te_rng_tracker", "model.use_transformer_engine_op_fuser",
+    "model.virtual_pipeline_model_parallel_size", "optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype",
+    "optimizer.main_grads_dtype", "optimizer.main_params_dtype", "optimizer.optimizer",
+    "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",
+    "optimizer.overlap_param_gather_with_optimizer_step", "optimizer.use_distributed_optimizer",
+    "optimizer.use_precision_aware_optimizer", "rerun_state_machine.check_for_nan_in_loss", "rng.te_rng_tracker",
+    "train.global_batch_size",
+})
