@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain
+from moetune.layout.ranks import hybridep_spans, hybridep_spans_on, in_domain_eps, job_nvlink_domain
+from moetune.specs.hardware import load_gpu
 
 
 def test_in_domain_eps_largest_first_within_the_domain_dividing_experts_and_ranks():
@@ -34,3 +35,12 @@ def test_hybridep_spans_one_answer_per_row():
     assert hybridep_spans(ep, etp, 72, 64).tolist() == [True, False, True]
     assert hybridep_spans(np.array([36, 72]), np.array([1, 1]), 36, 36).tolist() == [True, False]
     assert hybridep_spans(ep, etp, 8, 8) is True  # HGX: RDMA reaches the other nodes
+
+
+def test_hybridep_spans_on_a_gpu_reads_the_jobs_domain():
+    """What the planner's default dispatcher and its HybridEP filter ask of a GPU and a job size: the job's segment
+    (64 of 256 GB200s; the whole job of 48), not the rack's 72."""
+    gb200 = load_gpu("gb200")
+    assert hybridep_spans_on(gb200, 256, np.array([64, 72, 128]), np.array([1, 1, 1])).tolist() == [True, False, False]
+    assert hybridep_spans_on(gb200, 48, 48, 1) is True and hybridep_spans_on(gb200, 144, 72, 1) is True
+    assert hybridep_spans_on(load_gpu("h100"), 256, 256, 1) is True

@@ -92,6 +92,13 @@ def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
     return nvlink_domain < NVL72_DOMAIN or members_in_domain(ep, etp, job_domain) >= ep
 
 
+
+def hybridep_spans_on(gpu: GpuSpec, world: int, ep, etp):
+    """hybridep_spans for a job of `world` GPUs of this GPU: its NVLink domain, and the job's (job_nvlink_domain)."""
+    domain = job_nvlink_domain(int(world), gpu.gpus_per_node, gpu.nvlink_domain)
+    return hybridep_spans(ep, etp, gpu.nvlink_domain, domain)
+
+
 def in_domain_eps(ep: int, etp: int, domain: int, experts: int = 0, world: int = 0, pp: int = 1) -> Iterator[int]:
     """EP sizes from `ep` down to 1, largest first, whose every group lies in one NVLink domain of the job (`domain`
     consecutive ranks), that divide the experts (`experts`; 0: unknown) and tile the `world` ranks with ETP and PP

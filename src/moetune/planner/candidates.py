@@ -13,7 +13,7 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
+from moetune.layout.ranks import hybridep_spans_on
 from moetune.layout.validate import Workload, interleaves
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import MBS_CHOICES
@@ -64,8 +64,7 @@ def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec) -> np.ndarray:
     if knobs.dispatcher == "hybridep":  # on a rack each HybridEP EP group must lie in one of the job's NVLink domains
         # (rule dispatcher.hybridep_ep_exceeds_domain); across 8-GPU nodes it reaches the other nodes over RDMA
         # (Bridge's H100 DeepSeek-V3 recipe: EP64)
-        domain = job_nvlink_domain(int(f.world_size.flat[0]), gpu.gpus_per_node, gpu.nvlink_domain)
-        fits &= hybridep_spans(f.ep[:, 0], f.etp[:, 0], gpu.nvlink_domain, domain)
+        fits &= hybridep_spans_on(gpu, f.world_size.flat[0], f.ep[:, 0], f.etp[:, 0])
     if knobs.dispatcher != "alltoall":  # at EP=1 no token leaves the rank: a flex backend is the alltoall run again,
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1

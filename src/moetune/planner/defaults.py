@@ -2,7 +2,7 @@
 
 from moetune.errors import UnsupportedPrecision
 from moetune.layout.layout import Layout
-from moetune.layout.ranks import hybridep_spans, job_nvlink_domain
+from moetune.layout.ranks import hybridep_spans_on
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.platform import deepep_runs, platform_defaults, spanning_backend
 
@@ -22,8 +22,7 @@ def default_dispatcher_and_why(gpu: GpuSpec, layout: Layout) -> tuple[str, str |
     """The dispatcher a knob left out takes on this layout, and why it is not the platform's (None where it is):
     explain names the reason beside the default, so a user is not left wondering why a GB200 run shows alltoall."""
     platform = platform_defaults(gpu)["dispatcher"]
-    domain = job_nvlink_domain(layout.world_size, gpu.gpus_per_node, gpu.nvlink_domain)
-    spans = hybridep_spans(layout.ep, layout.etp, gpu.nvlink_domain, domain)
+    spans = hybridep_spans_on(gpu, layout.world_size, layout.ep, layout.etp)
     runs = spanning_backend(platform, layout.ep, spans, deepep_runs(gpu)) or "alltoall"
     if runs == platform:
         return runs, None
