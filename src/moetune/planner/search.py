@@ -94,10 +94,12 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if "offload_modules" not in fixed and spec.num_moe_experts:
         passes.append({**fixed, "offload_modules": LAST_RESORT_OFFLOAD})
 
+    shared: dict = {}  # the passes' layouts and batch: they differ in the offload knobs alone (_candidates)
+
     def search(pinned: dict, best: int, report=None, shown: bool = weigh_offload) -> PlanResult:
         return _plan_once(spec, gpu, world, wl, fixed=pinned, top=best, routing=routing,
                           efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
-                          overheads=overheads, weigh_short_cp=shown)
+                          overheads=overheads, weigh_short_cp=shown, shared=shared)
 
     done, seconds = 0, 0.0
     for pinned in passes:
@@ -163,15 +165,29 @@ def _pins_agree(fixed: dict) -> None:
                                f"with) but --fix ep=1 is pinned; drop one of the pins")
 
 
-def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
-               efficiency_overrides: dict | None, progress, headroom_gib: float,
-               overheads: dict | None, weigh_short_cp: bool = True) -> PlanResult:
-    if wl.global_batch_size is None:
-        raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
-    start = time.perf_counter()
+def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, shared: dict | None) -> tuple:
+    """The legal layouts, those the global batch alone rules out, the (layout, MBS) candidates and their batch (None
+    without any), kept in `shared` for the plan's next pass: the passes and offload_instead's search differ in the
+    offload knobs alone, which neither enumerate_layouts nor candidate_pairs reads, and the batch's memo
+    (walls/batch.py, keyed by the knobs each piece depends on) then serves them all."""
+    if shared is not None and "candidates" in shared:
+        return shared["candidates"]
     excluded: set[Layout] = set()
     layouts = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
     cands = candidate_pairs(layouts, wl, fixed)
+    found = layouts, excluded, cands, build_batch(spec, cands) if cands else None
+    if shared is not None:
+        shared["candidates"] = found
+    return found
+
+
+def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
+               efficiency_overrides: dict | None, progress, headroom_gib: float,
+               overheads: dict | None, weigh_short_cp: bool = True, shared: dict | None = None) -> PlanResult:
+    if wl.global_batch_size is None:
+        raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
+    start = time.perf_counter()
+    layouts, excluded, cands, built = _candidates(spec, gpu, world, wl, fixed, shared)
     # layouts never searched: ruled out by GBS itself, or with no MBS choice that makes DP x MBS divide it
     searched = {lay.dp for lay, _ in cands}
     excluded = [lay for lay in excluded | set(layouts) if lay.dp not in searched]
@@ -188,8 +204,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                dispatchers=frozenset(k.dispatcher for k in grid), progress=progress, total=len(grid),
                short_cp=weigh_short_cp and wl.seq_length < LONG_CONTEXT,
                roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
-    batch, (least_gib, least, least_host) = memory_bound(spec, budget, build_batch(spec, cands), wl, grid,
-                                                         s.overheads)
+    batch, (least_gib, least, least_host) = memory_bound(spec, budget, built, wl, grid, s.overheads)
     excluded_dp = fitting_dp(spec, budget, excluded, wl, grid, s.overheads)
     if batch is not None:
         search_grid(s, batch, grid)
