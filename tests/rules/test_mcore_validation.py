@@ -34,6 +34,21 @@ def test_megatron_core_errors_become_findings(qwen, overrides, needle):
     assert needle in errors[0].message
 
 
+@pytest.mark.parametrize(("overrides", "same_as"), [
+    ({"model.tensor_model_parallel_size": 3}, ("shape.heads_divisible_by_tp",)),
+    ({"model.tensor_model_parallel_size": 4, "model.num_query_groups": 6}, ("shape.query_groups_vs_tp",)),
+    ({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": True}, ()),
+])
+def test_a_refusal_names_the_rules_that_say_its_fault(qwen, overrides, same_as):
+    """check leaves Megatron-Core's refusal out by these ids where their rule says the fault (cli/check_cmd.py
+    said_once): they are the rule table's, and a refusal no rule says names none."""
+    from moetune.rules import load_table
+
+    [error] = [f for f in mcore_findings({**qwen, **overrides}) if f.rule == "mcore.transformer_config"]
+    assert error.same_as == same_as and set(same_as) <= {r.id for r in load_table().rules}
+    assert "same_as" not in error.as_dict()
+
+
 def test_skipped_without_architecture():
     findings = mcore_findings(load_config(sets=["model.tensor_model_parallel_size=2"]))
     assert [f.rule for f in findings] == ["mcore.skipped"]

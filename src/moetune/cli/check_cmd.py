@@ -5,8 +5,6 @@ Exit codes: 0 no errors, 1 errors found (RuleErrors), 2 input unreadable (one ``
 
 from __future__ import annotations
 
-import re
-
 import click
 from rich.markup import escape
 from rich.table import Table
@@ -22,7 +20,6 @@ from moetune.planner import to_config as result_config
 from moetune.planner.from_json import pick_result
 from moetune.rules import Finding, evaluate
 from moetune.rules.engine import vet_fixes
-from moetune.rules.mcore import RULE as MCORE_RULE
 from moetune.rules.table import CONTEXTS
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -39,28 +36,14 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
-# Megatron-Core's TransformerConfig refusal of the fault a shape rule says (transformer_config.py __post_init__, its
-# own words): that refusal (mcore.transformer_config) is left out where a kept finding already says the fault (the
-# layout error, by the rule ids it repeats, or the rule itself). Only these two: TransformerConfig checks no FFN
-# width or expert count against TP/ETP/EP, and its other refusals that name such a field are other faults
-# ("num_moe_experts (60) should be divisible by moe_router_num_groups (7)" beside a 60-expert EP 8 error)
-REFUSAL_OF_RULE = {
-    "shape.heads_divisible_by_tp": re.compile(r"num_attention_heads \(\d+\) must be a multiple of "
-                                              r"tensor_model_parallel_size"),
-    "shape.query_groups_vs_tp": re.compile(r"num_query_groups \(\d+\) must be a multiple or divisor of "
-                                           r"tensor_model_parallel_size"),
-    "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
-                                              r"pipeline_model_parallel_layout"),
-}
-
-
-def said_once(findings: list[Finding], layout_error: Finding | None, same_as: tuple[str, ...]) -> list[Finding]:
-    """layout.illegal (with --model) first and the config-only rules it repeats (`same_as`, by id) dropped; then
-    Megatron-Core's own refusal dropped where it is the fault a kept finding says."""
+def said_once(findings: list[Finding], layout_error: Finding | None) -> list[Finding]:
+    """layout.illegal (with --model) first and the config-only rules it repeats (its same_as) dropped; then a finding
+    that repeats a fault said already (Megatron-Core's refusal, by its same_as) dropped."""
+    said = set(layout_error.same_as) if layout_error is not None else set()
     if layout_error is not None:
-        findings = [layout_error] + [f for f in findings if f.rule not in same_as]
-    said = [REFUSAL_OF_RULE[r] for r in (*same_as, *(f.rule for f in findings)) if r in REFUSAL_OF_RULE]
-    return [f for f in findings if f.rule != MCORE_RULE or not any(p.search(f.message) for p in said)]
+        findings = [layout_error] + [f for f in findings if f.rule not in said]
+    said |= {f.rule for f in findings}
+    return [f for f in findings if f is layout_error or not said & set(f.same_as)]
 
 
 def config_options(func):
@@ -156,7 +139,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
-    derived, layout_error, same_as, read = None, None, (), len(config)
+    derived, layout_error, read = None, None, len(config)
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
             raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
@@ -182,10 +165,10 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
             pass
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
             layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
-                                   source="moetune layout/validate.py: Megatron-Core's divisibility rules")
-            same_as = err.same_as  # the config-only rules (ids) that say the same: one finding for one fault
+                                   source="moetune layout/validate.py: Megatron-Core's divisibility rules",
+                                   same_as=err.same_as)  # the config-only rules (ids) that say the same fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    findings = said_once(findings, layout_error, same_as)  # one finding for one fault
+    findings = said_once(findings, layout_error)  # one finding for one fault
     if model and conflicts:
         findings.insert(0, Finding(rule="check.model_differs", severity="warning",
                                    message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "

@@ -19,6 +19,19 @@ from moetune.rules.engine import Finding
 RULE = "mcore.transformer_config"
 SOURCE = "Megatron-LM megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__"
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
+# TransformerConfig's refusal (its own words, transformer_config.py __post_init__) of the fault a rule of rules.yaml
+# says: the refusal's finding names that rule in same_as, and check leaves it out where the fault is said already
+# (the rule's finding, or the layout error that repeats it). Only these: TransformerConfig checks no FFN width or
+# expert count against TP/ETP/EP, and its other refusals that name such a field are other faults
+# ("num_moe_experts (60) should be divisible by moe_router_num_groups (7)" beside a 60-expert EP 8 error)
+REFUSAL_OF_RULE = {
+    "shape.heads_divisible_by_tp": re.compile(r"num_attention_heads \(\d+\) must be a multiple of "
+                                              r"tensor_model_parallel_size"),
+    "shape.query_groups_vs_tp": re.compile(r"num_query_groups \(\d+\) must be a multiple or divisor of "
+                                           r"tensor_model_parallel_size"),
+    "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
+                                              r"pipeline_model_parallel_layout"),
+}
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
 _ENVIRONMENT = re.compile(r"Transformer Engine|\bTE\b|te_version|torch version|install|not available|"
@@ -130,7 +143,8 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
             culprit = next((k for k in _TE_VERSION_GATED if kw.get(k) is True), None)
         if not is_env and not any(re.search(rf"\b{k}\b", text) for k in switched):
             return [Finding(rule=RULE, severity="error", source=SOURCE,
-                            message=f"Megatron-Core rejects the model config: {text}")]
+                            message=f"Megatron-Core rejects the model config: {text}",
+                            same_as=tuple(r for r, words in REFUSAL_OF_RULE.items() if words.search(text)))]
         if culprit is None or culprit in switched:  # nothing more to switch, or a consequence of a switch
             skipped.append(text)
             break
