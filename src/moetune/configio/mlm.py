@@ -174,7 +174,7 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
     _validate_args(out)
-    _query_groups(out, "--group-query-attention" in words[start:])
+    _groups_ignored_without_gqa(out, "--group-query-attention" in words[start:])
     out += _precision_default(out, origin) + _distributed_optimizer_default(out, origin) + _mlm_defaults(out, origin)
     out.append(Assignment(key=LAUNCHER, value="megatron-lm", origin=origin, soft=True))
     if raw_vpp_layers is not None:
@@ -211,10 +211,11 @@ def _validate_args(out: list[Assignment]) -> None:
             a.value, a.origin = False, f"{a.origin} (off: Megatron-LM disables it at TP=1)"
 
 
-def _query_groups(out: list[Assignment], gqa: bool) -> None:
+def _groups_ignored_without_gqa(out: list[Assignment], gqa: bool) -> None:
     """Megatron-LM hands --num-query-groups to the model only under --group-query-attention, else one KV group per
     head (training/argument_utils.py core_transformer_config_from_args: num_query_groups None; its argparse default
-    is 1): without the switch the value given, or a log's dumped 1, reads as the heads."""
+    is 1): without the switch the value given, or a log's dumped 1, reads as the heads. This reads the launch; whether
+    TP fits the groups is another job (rule shape.query_groups_vs_tp, layout/validate.py _tp_fits_query_groups)."""
     heads = next((a.value for a in out if a.key == "model.num_attention_heads"), None)
     for a in out if not gqa else ():
         if a.key == "model.num_query_groups" and a.value != heads:
@@ -311,6 +312,6 @@ def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
             continue
         if dest == "use_distributed_optimizer":  # Megatron-LM hands it to the DDP and optimizer configs (SPECIAL)
             out["optimizer.use_distributed_optimizer"] = out[row.bridge_name]
-    if "model.num_query_groups" in out and args.get("group_query_attention") == "False":  # as _query_groups
+    if "model.num_query_groups" in out and args.get("group_query_attention") == "False":  # _groups_ignored_without_gqa
         out["model.num_query_groups"] = out.get("model.num_attention_heads")
     return out

@@ -106,7 +106,7 @@ def _require(ok: bool, message: str, same_as: tuple[str, ...] = ()) -> None:
         raise MoetuneError(message, same_as=same_as)
 
 
-def _query_groups(spec: ModelSpec, tp: int) -> None:
+def _tp_fits_query_groups(spec: ModelSpec, tp: int) -> None:
     """TP must divide the KV groups or be a multiple of them (transformer_config.py asserts one or the other): past
     them, Megatron-Core core_v0.16.0 and later (f7dfb99795) give each rank one group's K and V (walls/flops.py
     kv_groups_per_rank)."""
@@ -173,7 +173,7 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
         raise MoetuneError(f"TP ({layout.tp}) > 1 on {spec.name}: {spec.tp1_only}; use --tp 1")
     _divides(layout.tp, "TP", spec.num_attention_heads, "num_attention_heads", tp_fix, "shape.heads_divisible_by_tp")
     if spec.attention not in ("mla",):
-        _query_groups(spec, layout.tp)
+        _tp_fits_query_groups(spec, layout.tp)
     if spec.num_dense_layers:
         _divides(layout.tp, "TP", spec.ffn_hidden_size, "ffn_hidden_size", tp_fix, "shape.ffn_divisible_by_tp")
     if spec.moe_shared_expert_intermediate_size:
