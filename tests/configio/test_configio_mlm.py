@@ -90,6 +90,34 @@ def test_flag_forms(args, key, value):
     assert load_config(mlm_args=args)[key] == value
 
 
+def test_gated_fields_and_their_gates_are_megatron_lm_arguments():
+    """configio/gates.py: each gated field and its gate is a Megatron-LM argument of megatron_names.csv, and the
+    value flags the reader writes are gated value flags (a switch is written anyway)."""
+    from moetune.configio.gates import ONLY_UNDER, VALUE_DEFAULTS
+    from moetune.configio.names import names
+
+    for key, (gate, _) in ONLY_UNDER.items():
+        assert names().get(key).mlm_flags and names().get(gate).mlm_flags, (key, gate)
+    assert set(VALUE_DEFAULTS) <= ONLY_UNDER.keys()
+    assert all(names().get(k).mlm_action == "value" for k in VALUE_DEFAULTS)
+
+
+@pytest.mark.parametrize(("args", "key"), [
+    ("--bf16", "mixed_precision.fp8_recipe"),  # no --fp8-format: no recipe
+    ("--bf16", "optimizer.optimizer_offload_fraction"),  # no --optimizer-cpu-offload
+    ("--bf16", "model.moe_token_dispatcher_type"),  # no --num-experts
+    ("--num-experts 8 --moe-token-dispatcher-type flex", "model.moe_flex_dispatcher_backend"),  # not written
+])
+def test_a_gated_default_is_not_written_where_its_gate_is_off(args, key):
+    assert key not in load_config(mlm_args=args)
+
+
+def test_a_gated_default_is_written_where_its_gate_is_on():
+    config = load_config(mlm_args="--num-experts 8 --optimizer-cpu-offload")
+    assert config["model.moe_token_dispatcher_type"] == "allgather"  # Bridge's default too: written all the same
+    assert config["optimizer.optimizer_offload_fraction"] == 1.0
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     ("--tensor-model-paralel-size 2", "did you mean --tensor-model-parallel-size"),
     ("--tensor-model-parallel-size two", "expects an integer"),

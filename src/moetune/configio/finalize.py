@@ -6,7 +6,7 @@ so the two launchers' configs read as each engine runs them."""
 import math
 from typing import Any
 
-from moetune.configio.mlm import VALUE_DEFAULTS
+from moetune.configio.gates import gate_on
 from moetune.configio.names import LAUNCHER, NO_DEFAULT, Name, names
 from moetune.configio.types import coerce
 
@@ -125,24 +125,16 @@ def _megatron_lm_default(row: Name) -> Any:
     return None if value is None else coerce(row.bridge_name, row.type, value)
 
 
-# Defaults Megatron-LM reads only under one value of another field: the flex backend (deepep) does nothing off the
-# flex dispatcher (token_dispatcher.py builds it only there), and written beside allgather or alltoall it reads as a
-# backend the user chose and forgot to switch on (rule dispatcher.flex_activation)
-READ_ONLY_UNDER = {"model.moe_flex_dispatcher_backend": ("model.moe_token_dispatcher_type", "flex")}
-
-
 def megatron_lm_unstated(config: dict[str, Any], fields: frozenset[str]) -> dict[str, Any]:
     """Each of `fields` a Megatron-LM launch leaves out, as Megatron-LM runs it: derived as validate_args derives it,
     else its argument's default (megatron_names.csv mlm_default: no --recompute-granularity is no recompute, no
-    --mtp-num-layers no MTP); a value whose switch is off (--fp8-recipe without FP8, the flex backend off flex) and
-    a field with no Megatron-LM argument are left out."""
+    --mtp-num-layers no MTP); a value whose gate is off (configio/gates.py: --fp8-recipe without FP8, the flex backend
+    off flex) and a field with no Megatron-LM argument are left out."""
     derived, out = _derived_by_megatron_lm(config), {}
     for key in sorted(fields - config.keys()):
-        row, gate = names().get(key), VALUE_DEFAULTS.get(key)
-        field, value = READ_ONLY_UNDER.get(key, (None, None))
+        row = names().get(key)
         if key in derived:
             out[key] = derived[key]
-        elif row is not None and row.mlm_flags and row.mlm_default is not NO_DEFAULT and \
-                (gate is None or config.get(gate)) and config.get(field, value) == value:
+        elif row is not None and row.mlm_flags and row.mlm_default is not NO_DEFAULT and gate_on(config, key):
             out[key] = _megatron_lm_default(row)
     return out

@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from moetune.configio.gates import VALUE_DEFAULTS, gate_on
 from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
 from moetune.configio.normalize import FROM_LAYOUT, Assignment
 from moetune.configio.readers import PRAGMA, SHELL_NAME
@@ -240,32 +241,24 @@ def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
             Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)", soft=True)]
 
 
-# A value flag's Megatron-LM default, written down where the flag keyed to it is set. The dispatcher's default is
-# Bridge's too (allgather, transformer_config.py), but what moetune reads a config without one as is a recipe's
-# alltoall (planner/from_config.py): a launch without --moe-token-dispatcher-type runs allgather, so it is written
-VALUE_DEFAULTS = {"mixed_precision.fp8_recipe": "mixed_precision.fp8",
-                  "optimizer.optimizer_offload_fraction": "optimizer.optimizer_cpu_offload",
-                  "model.moe_token_dispatcher_type": "model.num_moe_experts"}
-
-
 def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
     """For the knobs moetune reads (role "used"), write Megatron-LM's default down where it differs from
     Megatron Bridge's: e.g. Megatron-LM fuses gradient accumulation unless --no-gradient-accumulation-fusion,
     defaults --fp8-recipe to delayed and --optimizer-offload-fraction to 1.0; a VALUE_DEFAULTS flag's default is
-    written wherever its switch is on, even where Bridge's is the same. The normalized config then
+    written wherever its gate is on (configio/gates.py), even where Bridge's is the same. The normalized config then
     describes the run Megatron-LM would make, not Bridge's defaults.
     """
-    given = {a.key for a in out}
+    given = {a.key: a.value for a in out}  # a key given twice to two values is refused (normalize.resolve)
     filled = []
     for row in names().by_bridge.values():
         if row.bridge_name in given or row.role != "used" or row.mlm_default in (NO_DEFAULT, None):
             continue
         switch = row.mlm_action in ("store_true", "store_false", "bool_optional")
-        gate = VALUE_DEFAULTS.get(row.bridge_name)
-        if not switch and not (gate and any(a.key == gate and a.value for a in out)):
+        gated = row.bridge_name in VALUE_DEFAULTS
+        if not switch and not (gated and gate_on(given, row.bridge_name)):
             continue
         value = coerce(row.bridge_name, row.type, row.mlm_default)
-        if value != row.default or gate:
+        if value != row.default or gated:
             filled.append(Assignment(key=row.bridge_name, value=value, origin=f"{origin} (Megatron-LM default)",
                                      soft=True))
     return filled

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.configio.finalize import DP_OVERLAP
-from moetune.configio.mlm import SPECIAL, VALUE_DEFAULTS
+from moetune.configio.gates import VALUE_DEFAULTS, gate_on
+from moetune.configio.mlm import SPECIAL
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.types import coerce
 from moetune.emit import values
@@ -90,8 +91,7 @@ def _bridge_defaults(config: dict[str, Any]) -> list[str | None]:
                 or row.mlm_default in (NO_DEFAULT, None)):
             continue
         switch = row.mlm_action in ("store_true", "store_false", "bool_optional")
-        gate = VALUE_DEFAULTS.get(row.bridge_name)
-        if not switch and not (gate and config.get(gate)):
+        if not switch and not (row.bridge_name in VALUE_DEFAULTS and gate_on(config, row.bridge_name)):
             continue
         if coerce(row.bridge_name, row.type, row.mlm_default) != row.default:
             out.append(_flag_line(row.bridge_name, row.default)[0])
