@@ -264,3 +264,14 @@ def test_megatron_lm_launch_off_flex_emits_no_flex_backend(tmp_path, dispatcher)
     def warnings(config):
         return sorted(f.rule for f in evaluate(config) if f.severity == "warning")
     assert warnings(load_config([written])) == warnings(mlm)
+
+
+def test_megatron_lm_launch_given_experts_by_set_emits_no_flex_backend(tmp_path):
+    """The experts set with --set over a dense launch: the launch states no dispatcher, so it runs Megatron-LM's
+    allgather, and the filled-in overrides carry no flex backend (the gate had read a dispatcher left out as flex)."""
+    dense = "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 4096 --bf16"
+    mlm = load_config(mlm_args=dense, sets=["model.num_moe_experts=8", "model.moe_router_topk=2"], gpu="h100",
+                      gpus=8)
+    written = emitted(tmp_path, mlm) / "overrides.txt"
+    assert "model.moe_token_dispatcher_type=allgather" in written.read_text()
+    assert "dispatcher.flex_activation" not in {f.rule for f in evaluate(load_config([written]))}

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from moetune.configio.names import NO_DEFAULT, names
+
 ANY = "any true value"  # the gate is on at any true value: a switch, an FP8 format, an expert count
 
 # field -> (the field it is read under, the value that turns it on)
@@ -32,8 +34,17 @@ VALUE_DEFAULTS = ("mixed_precision.fp8_recipe", "optimizer.optimizer_offload_fra
 
 def gate_on(config: Mapping[str, Any], key: str) -> bool:
     """Whether `key` means something in `config`: it has no gate, or its gate holds the value that turns it on. A
-    value gate (not ANY) the config leaves out reads as on."""
+    value gate (not ANY) the config leaves out holds what Megatron runs it at (_unstated)."""
     if key not in ONLY_UNDER:
         return True
     field, on = ONLY_UNDER[key]
-    return bool(config.get(field)) if on == ANY else config.get(field, on) == on
+    return bool(config.get(field)) if on == ANY else config.get(field, _unstated(field)) == on
+
+
+def _unstated(field: str) -> Any:
+    """A gate field's value where a config leaves it out: its Megatron-LM default (megatron_names.csv mlm_default),
+    which Bridge's TransformerConfig shares for the one value gate, the dispatcher (allgather: no flex backend runs).
+    Read as on, it had written moe_flex_dispatcher_backend=deepep beside the allgather a launch without
+    --moe-token-dispatcher-type runs, which rule dispatcher.flex_activation then flagged in emit's own output."""
+    row = names().get(field)
+    return None if row is None or row.mlm_default is NO_DEFAULT else row.mlm_default
