@@ -1,8 +1,8 @@
 """TP past the KV groups (TP a multiple of num_query_groups, Megatron-Core core_v0.16.0 and later,
 transformer/attention.py get_query_key_value_tensors): each rank all-gathers the QKV projection's output over TP and
 keeps one group's K and V, views of the gathered buffer, which core_attn recompute's checkpoint saves whole (V's view
-pins it). What that adds to memory, communication and Muon's Newton-Schulz work, each against a count written here
-from the Megatron-Core and Transformer Engine code paths."""
+pins it, as it pins the rank's own QKV output within the groups). What that adds to memory, communication and Muon's
+Newton-Schulz work, each against a count written here from the Megatron-Core and Transformer Engine code paths."""
 
 import numpy as np
 import pytest
@@ -39,7 +39,7 @@ def test_groups_per_rank_never_fall_below_one():
 def test_within_the_groups_a_rank_saves_a_tp_th_of_q_k_and_v():
     items, sb = _items(2), 4096
     assert items["attn_qkv"] == 2 * sb * (8 + 2 + 2) * 128 // 2
-    assert "attn_qkv_gathered" not in items
+    assert "attn_qkv_buffer" not in items
 
 
 def test_past_the_groups_a_rank_saves_its_queries_and_one_group_s_k_and_v():
@@ -47,16 +47,19 @@ def test_past_the_groups_a_rank_saves_its_queries_and_one_group_s_k_and_v():
     are not K's, which RoPE or the key norm made afresh), so the buffer is not saved; one group's K and V are."""
     items, sb = _items(4), 4096
     assert items["attn_qkv"] == 2 * sb * (8 // 4 + 1 + 1) * 128  # its 2 query heads, one group's K and one's V
-    assert "attn_qkv_gathered" not in items
+    assert "attn_qkv_buffer" not in items
 
 
-def test_core_attn_recompute_saves_the_gathered_buffer_v_is_a_view_of():
-    """The core_attn checkpoint saves the attention's inputs as given (tensor_parallel.checkpoint): V's view keeps the
-    whole gathered QKV output; within the groups nothing is gathered."""
+def test_core_attn_recompute_saves_the_qkv_buffer_v_is_a_view_of():
+    """The core_attn checkpoint saves the attention's inputs as given (tensor_parallel.checkpoint): Q and K fresh
+    from RoPE, and V's view, which keeps the whole QKV output alive: past the groups the gathered one, within them
+    the rank's own (tests/oracle/test_saved_attention.py measures both on Megatron-Core)."""
     items, sb = _items(4, {"core_attn"}), 4096
     assert items["attn_qkv"] == 2 * sb * (8 // 4 + 1) * 128  # its 2 query heads and one group's K
-    assert items["attn_qkv_gathered"] == 2 * sb * (8 + 2 * 2) * 128  # the whole QKV output, V inside it
-    assert "attn_qkv_gathered" not in _items(2, {"core_attn"})
+    assert items["attn_qkv_buffer"] == 2 * sb * (8 + 2 * 2) * 128  # the whole gathered QKV output, V inside it
+    within = _items(2, {"core_attn"})
+    assert within["attn_qkv"] == 2 * sb * (8 + 2) * 128 // 2  # its 4 query heads and its group's K
+    assert within["attn_qkv_buffer"] == 2 * sb * (8 + 2 * 2) * 128 // 2  # its share of the QKV output
 
 
 @pytest.mark.parametrize("modules", [frozenset(), frozenset({"core_attn"})])

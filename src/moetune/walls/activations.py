@@ -63,9 +63,11 @@ def _attention_core(spec: ModelSpec, ctx: ActivationContext, q_dim: int, k_dim: 
     """q, k, v saved for the core attention, its output and its internals (Korthikanti Sec. 4.1)."""
     sb, t, a = ctx.tokens, ctx.tp, spec.num_attention_heads
     items = {"attn_qkv": BF16 * sb * (q_dim + k_dim + v_dim) // t}
+    if "core_attn" in ctx.recompute_modules:  # the checkpoint runs the attention under no_grad: nothing inside it
+        return items                          # is saved (tensor_parallel/random.py CheckpointFunction.forward)
     if ctx.flash_attention:
         items["attn_softmax_stats"] = FP32 * sb * a // t  # log-sum-exp per head per token
-    elif "core_attn" not in ctx.recompute_modules:
+    else:
         s = ctx.seq_length // ctx.cp
         # softmax output (2as^2b) + dropout mask (as^2b) + dropout output (2as^2b)
         items["attn_scores"] = (5 if ctx.dropout else 2) * a * s * sb // t
@@ -73,18 +75,24 @@ def _attention_core(spec: ModelSpec, ctx: ActivationContext, q_dim: int, k_dim: 
 
 
 def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
-    """Past the KV groups (TP a multiple of them, flops.kv_groups_per_rank) a rank's attention takes its queries and
-    one group's K and V as views into the QKV output gathered over TP (attention.py get_query_key_value_tensors).
-    Transformer Engine copies them to a layout it takes where their strides match none (dot_product_attention/utils.py
-    get_qkv_layout: V's view and K, fresh from RoPE or its norm, do not), so it saves one group's V and the gathered
-    buffer dies with the forward. core_attn recompute saves the attention's inputs as given (tensor_parallel.checkpoint
-    save_for_backward), and V's view keeps the whole buffer: counted there in V's place, as `attn_qkv_gathered`."""
+    """A rank's attention takes Q, K and V as views into the fused QKV projection's output (attention.py
+    get_query_key_value_tensors: one view of the output split with torch.split or Transformer Engine's
+    _SplitAlongDim), which past the KV groups (TP a multiple of them, flops.kv_groups_per_rank) is first all-gathered
+    over TP, of which the rank keeps one group. RoPE makes Q and K afresh (rope_utils.apply_rotary_pos_emb); V stays
+    a view. Without recompute Transformer Engine copies them to a layout it takes where their strides match none
+    (dot_product_attention/utils.py get_qkv_layout: V's view and K, fresh from RoPE or its norm, do not), so it
+    saves Q, K and V and the buffer dies with the forward. core_attn recompute saves the attention's inputs as given
+    (tensor_parallel.checkpoint save_for_backward): the fresh Q and K, and V's view, which keeps the whole buffer
+    alive, counted in V's place as `attn_qkv_buffer`: the rank's (q + 2kv)/t, or the whole gathered q + 2kv past
+    the groups. Measured with saved_tensors_hooks on a core_v0.16 TransformerLayer (16 heads, 4 groups): per token
+    at TP 2 the checkpoint held Q 256, K 64 and the buffer 384 elements; at TP 8 Q 64, K 32 and the buffer 768."""
     d, (q, kv_width) = spec.kv_channels, spec.qkv_widths
     kv = kv_groups_per_rank(spec.num_query_groups, ctx.tp) * d * ctx.tp  # one rank's K (or V), x TP (/TP below)
-    pinned = qkv_gathered(spec, ctx.tp) & ("core_attn" in ctx.recompute_modules)
-    items = _attention_core(spec, ctx, q, kv, kv * (1 - pinned))
-    if np.any(pinned):
-        items["attn_qkv_gathered"] = BF16 * ctx.tokens * (q + kv_width) * pinned
+    recomputed = "core_attn" in ctx.recompute_modules
+    items = _attention_core(spec, ctx, q, kv, 0 if recomputed else kv)
+    if recomputed:
+        held_by = np.where(qkv_gathered(spec, ctx.tp), 1, ctx.tp)  # gathered past the groups, the rank's share within
+        items["attn_qkv_buffer"] = whole(BF16 * ctx.tokens * (q + kv_width) // held_by)
     items["attn_proj_input"] = BF16 * ctx.tokens * spec.num_attention_heads * d // ctx.tp
     return items
 

@@ -207,9 +207,12 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     out["recompute"] = sum(fwd[c] for c in fwd if c in replay) + (
         fwd["attn_proj"] * mla_up_share(spec, kind) if "mla_up" in replay else 0.0)
     # Elementwise kernels run whatever is saved: their bytes are those of the layer without recompute;
-    # replays run them again (full recompute: the whole layer once more).
-    touched = sum(layer_activation_items(spec, kind, replace(ctx, recompute_modules=frozenset())).values())
-    replayed = touched if recompute == "full" else touched - sum(layer_activation_items(spec, kind, ctx).values())
+    # replays run them again (full recompute: the whole layer once more), selective ones the items they drop. Not the
+    # bytes saved less: core_attn recompute saves more than it drops (activations.py _gqa, V's view pins the QKV output)
+    items = layer_activation_items(spec, kind, replace(ctx, recompute_modules=frozenset()))
+    touched = sum(items.values())
+    kept = () if recompute == "full" else layer_activation_items(spec, kind, ctx)
+    replayed = sum(v for k, v in items.items() if k not in kept)
     out["elementwise"] = eff["mem_passes"] * (touched + replayed) / r.hbm
     return out
 
