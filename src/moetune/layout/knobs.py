@@ -44,6 +44,15 @@ SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgr
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
+# The recipes whose Megatron Bridge preset keeps the parameters in FP8 (MixedPrecisionConfig.fp8_param_gather, which
+# Bridge mirrors into TransformerConfig.fp8_param and the DDP config): bf16_with_fp8_delayed_scaling_mixed,
+# bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set it True; bf16_with_fp8_subchannel_scaling_mixed
+# (blockwise) sets it False, and bf16_with_nvfp4_mixed sets fp8_param_gather False (fp4_param_gather True instead,
+# not modelled) (Megatron Bridge src/megatron/bridge/training/mixed_precision.py)
+FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
+# The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
+# (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
+FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -135,6 +144,11 @@ class Knobs:
     # Megatron's own ColumnParallelLinear, outside Transformer Engine's FP8 autocast, in BF16 whatever the recipe
     # (megatron/core/models/gpt/gpt_model.py, fp8_utils.is_mxfp8_output_proj_active)
     fp8_output_proj: bool = False
+    # fp8_param_gather: the FP8 recipes' weights are Transformer Engine FP8 tensors built under fp8_model_init
+    # (Megatron-Core fp8_utils.get_fp8_context(is_init=True) with TransformerConfig.fp8_param), with no BF16 copy, and
+    # the distributed optimizer writes and gathers them in FP8 (walls/memory.py model_state_bytes). None: what
+    # Bridge's preset of the recipe sets (FP8_PARAM_PRESET); read it as `fp8_params`
+    fp8_param_gather: bool | None = None
     token_imbalance: float | None = None  # max/mean tokens per expert rank; None: DROPLESS_IMBALANCE / 1.0
     # cp_comm_type: how CP ranks exchange attention inputs (walls/context_parallel.py); Megatron's default is p2p.
     # hcp_a2a_size: the a2a group of a2a+p2p (hierarchical_context_parallel_sizes[0]); None: the largest that fits
@@ -200,6 +214,13 @@ class Knobs:
         if self.fp8_output_proj and self.precision != FP8_OUTPUT_PROJ_PRECISION:
             raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {self.precision} "
                                "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
+        if self.fp8_param_gather is not None and not isinstance(self.fp8_param_gather, bool):
+            raise MoetuneError(f"fp8_param_gather is {self.fp8_param_gather!r}; it takes true, false or null (the "
+                               "recipe preset's)")
+        if self.fp8_param_gather and self.precision not in FP8_PARAM_PRECISIONS:
+            raise MoetuneError(f"fp8_param_gather needs an FP8 recipe, got {self.precision} (Megatron-Core: 'fp8_param "
+                               "must be used together with fp8 mode'); drop it or pick one of "
+                               f"{', '.join(FP8_PARAM_PRECISIONS)}")
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and (self.cp_comm_type != "a2a+p2p" or self.hcp_a2a_size < 1):
@@ -240,6 +261,13 @@ class Knobs:
     @property
     def fp8(self) -> bool:
         return self.precision != "bf16"
+
+    @property
+    def fp8_params(self) -> bool:
+        """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's)."""
+        if self.fp8_param_gather is None:
+            return self.precision in FP8_PARAM_PRESET
+        return self.fp8_param_gather
 
     @property
     def effective_modules(self) -> frozenset[str]:

@@ -83,6 +83,13 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "comm_overlap.delay_wgrad_compute": k.delay_wgrad,
         "comm_overlap.tp_comm_overlap": k.tp_comm_overlap,
         "model.fp8_output_proj": k.fp8_output_proj,
+        # the weights as the memory wall sized them (Knobs.fp8_params); Bridge copies both onto the DDP config and
+        # fp8_param onto the model's. MXFP8 parameters gather through the gradient buffer: Bridge asserts the reuse
+        # with them (rule precision.mxfp8_param_gather_reuse) and Megatron-Core refuses it without them
+        # (distributed_data_parallel_config.py); TE cannot remap an MXFP8Tensor into a parameter buffer
+        # (tensor/utils.py replace_raw_data)
+        "mixed_precision.fp8_param_gather": k.fp8_params,
+        "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": k.fp8_params and k.precision == "mxfp8",
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,

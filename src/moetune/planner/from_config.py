@@ -14,6 +14,7 @@ from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import (
     FP8_OUTPUT_PROJ_PRECISION,
+    FP8_PARAM_PRECISIONS,
     MEGATRON_FLEX_SMS,
     Knobs,
     parse_modules,
@@ -160,6 +161,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
         # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
         fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
+        fp8_param_gather=_fp8_param_gather(config, precision),
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=_offload_modules(config))
     return layout, workload, knobs
@@ -186,6 +188,17 @@ def _distributed(config: dict) -> bool:
     if _optimizer(config) == "muon":
         return layer_wise_optimizer(config)
     return distributed_optimizer(config)
+
+
+def _fp8_param_gather(config: dict, precision: str) -> bool | None:
+    """Whether an FP8 config keeps its weights in FP8: mixed_precision.fp8_param_gather (Megatron-LM
+    --fp8-param-gather), else the fp8_param Bridge keeps in step with it, else off as Bridge's MixedPrecisionConfig
+    and Megatron-LM default it (a preset sets it: the config then says so). None outside FP8 recipes, where
+    Megatron-Core refuses it."""
+    if precision not in FP8_PARAM_PRECISIONS:
+        return None
+    value = config.get("mixed_precision.fp8_param_gather")
+    return bool(config.get("mixed_precision.fp8_param") if value is None else value)
 
 
 def _main_grads_fp32(config: dict) -> bool:

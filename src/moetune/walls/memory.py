@@ -36,6 +36,18 @@ from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_para
 # TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales.
 FP8_CACHE_BYTES = {"fp8-blockwise": 2 + 2 * 4 / 128, "fp8-delayed": 2.0, "fp8-current": 2.0,
                    "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}
+# Without FP8 parameters a GEMM weight is BF16 (the DDP parameter buffer) and TE quantizes it on the step's first
+# micro-batch into a workspace it keeps for the rest (module/base.py get_weight_workspace, cached while Megatron passes
+# is_first_microbatch): both copies stay. With them (Knobs.fp8_params) the weight *is* the FP8 tensor, quantized at
+# init under fp8_model_init with row- and column-wise usage (TE module/base.py reset_parameters), and no BF16 copy
+# exists (Bridge docs/performance-guide.md: "FP8 parameters lower memory usage"): Megatron-Core's DDP puts a
+# Float8Tensor's or Float8BlockwiseQTensor's row-wise bytes in a uint8 parameter buffer (distributed_data_parallel.py
+# param_dtype = torch.uint8; TE tensor/utils.py replace_raw_data) and TE keeps the transpose or column-wise copy beside
+# it (re-made after each gather: post_all_gather_processing), the same FP8_CACHE_BYTES; an MXFP8Tensor holds its own
+# row- and column-wise data and Bridge's preset gathers it through the gradient buffer
+# (reuse_grad_buf_for_mxfp8_param_ag: param_and_grad_buffer.py shared_buffer), so no parameter buffer is added. The
+# distributed optimizer's FP32 master shard is taken from the BF16 init values TE keeps on the host and dropped
+# (distrib_optimizer.py get_high_precision_init_val). Megatron-Core core_v0.16.0-core_v0.19.0, TE v2.12.
 
 
 @cache
@@ -107,11 +119,21 @@ def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
     return (MASTER_BYTES + MUON_MOMENT_BYTES if knobs.optimizer == "muon" else adam), adam
 
 
+def weight_items(p: StageParams, knobs: Knobs) -> dict[str, int]:
+    """The weights of a rank: BF16, plus under an FP8 recipe TE's cached FP8 copies of the GEMM weights (all but the
+    embedding and output layer), or with FP8 parameters those FP8 weights in place of their BF16 ones."""
+    params = p.dense + p.expert
+    if not knobs.fp8:
+        return {"weights": 2 * params}
+    fp8 = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
+    if knobs.fp8_params:
+        return {"weights": 2 * p.vocab, "fp8_weights": fp8}
+    return {"weights": 2 * params, "fp8_weight_cache": fp8}
+
+
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str, int]:
     params = p.dense + p.expert
-    items = {"weights": 2 * params, "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
-    if knobs.fp8:
-        items["fp8_weight_cache"] = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
+    items = {**weight_items(p, knobs), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam

@@ -1,0 +1,65 @@
+"""FP8 parameters (Knobs.fp8_param_gather): the weights held in FP8 alone, without the BF16 copy (walls/memory.py)."""
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import PRECISIONS, Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.config_map import PRECISION_PRESET
+from moetune.planner.estimate import estimate
+from moetune.rules.table import load_table
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.batch import batch_memory
+from moetune.walls.batch_layouts import build_batch
+from moetune.walls.memory import default_overheads, memory_wall
+from moetune.walls.rank_params import stage_params
+
+SPEC = load_model("qwen3-30b-a3b")
+LAYOUT = Layout(world_size=16, ep=8)
+WL = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+GIB = 2**30
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_default_is_what_bridges_preset_for_the_recipe_sets(precision):
+    """Bridge's preset of each recipe (rules.yaml mixed_precision_recipes, from training/mixed_precision.py):
+    the FP8 tensor-scaled and MXFP8 ones keep FP8 parameters, blockwise and NVFP4 do not."""
+    preset = load_table().mixed_precision_recipes[PRECISION_PRESET[precision]]
+    assert Knobs(precision=precision).fp8_params == bool(preset.get("fp8_param_gather", False))
+
+
+def test_fp8_parameters_drop_the_bf16_copy_of_every_quantized_weight():
+    """Per GEMM weight 2 B less: the FP8 bytes stay (row-wise data in DDP's uint8 buffer plus TE's transpose), the
+    BF16 weight goes; the embedding and output layer stay BF16 either way."""
+    on, off = Knobs(precision="fp8-current"), Knobs(precision="fp8-current", fp8_param_gather=False)
+    p = stage_params(SPEC, LAYOUT)[0]
+    quantized = p.dense + p.expert - p.vocab
+    kept, held = memory_wall(SPEC, LAYOUT, WL, on)[0].items, memory_wall(SPEC, LAYOUT, WL, off)[0].items
+    assert kept["weights"] == 2 * p.vocab and "fp8_weight_cache" not in kept
+    assert kept["fp8_weights"] == held["fp8_weight_cache"] == 2 * quantized
+    assert held["weights"] - kept["weights"] == 2 * quantized
+
+
+def test_the_batch_path_tells_the_two_apart():
+    """The planner's batched memory keys its model states on the switch too (a memo shared by both knob sets)."""
+    gpu = load_gpu("b200")
+    on, off = Knobs(precision="mxfp8"), Knobs(precision="mxfp8", fp8_param_gather=False)
+    batch = build_batch(SPEC, [(LAYOUT, 1)])
+    peaks = [float(batch_memory(SPEC, batch, WL.seq_length, WL.global_batch_size, k, default_overheads())[0])
+             for k in (on, off)]
+    assert peaks == pytest.approx([estimate(SPEC, gpu, LAYOUT, WL, k).peak_bytes for k in (on, off)], rel=1e-9)
+    assert peaks[1] - peaks[0] > GIB
+
+
+@pytest.mark.parametrize("precision", ["bf16", "nvfp4"])
+def test_fp8_parameters_need_an_fp8_recipe(precision):
+    with pytest.raises(MoetuneError, match="fp8_param_gather needs an FP8 recipe"):
+        Knobs(precision=precision, fp8_param_gather=True)
+    assert not Knobs(precision=precision).fp8_params
+
+
+def test_a_non_boolean_switch_is_refused():
+    with pytest.raises(MoetuneError, match="fp8_param_gather is 'yes'"):
+        Knobs(precision="mxfp8", fp8_param_gather="yes")
