@@ -13,7 +13,7 @@ from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
-from moetune.walls.memory import default_overheads, memory_wall
+from moetune.walls.memory import FP8_CACHE_BYTES, default_overheads, memory_wall
 from moetune.walls.rank_params import stage_params
 
 SPEC = load_model("qwen3-30b-a3b")
@@ -63,3 +63,12 @@ def test_fp8_parameters_need_an_fp8_recipe(precision):
 def test_a_non_boolean_switch_is_refused():
     with pytest.raises(MoetuneError, match="fp8_param_gather is 'yes'"):
         Knobs(precision="mxfp8", fp8_param_gather="yes")
+
+
+def test_blockwise_weights_carry_one_scale_per_128x128_block():
+    """TE's Float8BlockScaling quantizes weights in 128x128 blocks (w_block_scaling_dim=2): a 4096x4096 weight holds
+    its FP8 data both ways plus 32x32 FP32 scales each way (float8_blockwise_tensor.py get_scale_shape), not the
+    4096x32 of 1x128 blocks."""
+    rows = cols = 4096
+    scales = 2 * (rows // 128) * (cols // 128) * 4
+    assert FP8_CACHE_BYTES["fp8-blockwise"] * rows * cols == pytest.approx(2 * rows * cols + scales, rel=1e-12)

@@ -33,8 +33,11 @@ from moetune.walls.activations import (
 )
 from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_params
 
-# TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales.
-FP8_CACHE_BYTES = {"fp8-blockwise": 2 + 2 * 4 / 128, "fp8-delayed": 2.0, "fp8-current": 2.0,
+# TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales. Blockwise
+# weights take one FP32 scale per 128x128 block each way (TE recipe Float8BlockScaling w_block_scaling_dim=2, which
+# Megatron-Core fp8_utils.get_fp8_recipe leaves at its default; float8_blockwise_tensor.py get_scale_shape), not per
+# 1x128 as activations do.
+FP8_CACHE_BYTES = {"fp8-blockwise": 2 + 2 * 4 / 128**2, "fp8-delayed": 2.0, "fp8-current": 2.0,
                    "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}
 # Without FP8 parameters a GEMM weight is BF16 (the DDP parameter buffer) and TE quantizes it on the step's first
 # micro-batch into a workspace it keeps for the rest (module/base.py get_weight_workspace, cached while Megatron passes
