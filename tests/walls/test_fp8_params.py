@@ -6,7 +6,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import PRECISIONS, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION_PRESET
+from moetune.planner.config_map import PRECISION_PRESET, to_config
 from moetune.planner.estimate import estimate
 from moetune.rules.table import load_table
 from moetune.specs.hardware import load_gpu
@@ -72,3 +72,18 @@ def test_blockwise_weights_carry_one_scale_per_128x128_block():
     rows = cols = 4096
     scales = 2 * (rows // 128) * (cols // 128) * 4
     assert FP8_CACHE_BYTES["fp8-blockwise"] * rows * cols == pytest.approx(2 * rows * cols + scales, rel=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["fp8-current", "mxfp8"])
+def test_an_offloaded_optimizer_keeps_bf16_weights_outside_the_delayed_recipe(precision):
+    """Megatron-LM refuses --fp8-param-gather with optimizer CPU offload but under the delayed recipe
+    (training/arguments.py validate_args): an offloading plan defaults to BF16 weights, says so in its config, and
+    refuses the switch stated on; the delayed recipe keeps its FP8 weights."""
+    offload = dict(optimizer_offload_fraction=0.5)
+    assert not Knobs(precision=precision, **offload).fp8_params
+    assert Knobs(precision="fp8-delayed", **offload).fp8_params
+    with pytest.raises(MoetuneError, match="delayed FP8 recipe"):
+        Knobs(precision=precision, fp8_param_gather=True, **offload)
+    e = estimate(SPEC, load_gpu("h100" if precision == "fp8-current" else "gb200"), LAYOUT, WL,
+                 Knobs(precision=precision, **offload))
+    assert to_config(e)["mixed_precision.fp8_param_gather"] is False

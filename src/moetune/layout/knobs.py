@@ -53,6 +53,10 @@ FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
 # The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
 # (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
 FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
+# The recipe whose FP8 weights the optimizer's CPU offload steps: Megatron-LM asserts "When `--fp8-param-gather` is
+# enabled, the optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`" (megatron/training/
+# arguments.py validate_args), so an offloading plan under another recipe keeps BF16 weights
+OFFLOAD_FP8_PARAMS = frozenset({"fp8-delayed"})
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -221,6 +225,11 @@ class Knobs:
             raise MoetuneError(f"fp8_param_gather needs an FP8 recipe, got {self.precision} (Megatron-Core: 'fp8_param "
                                "must be used together with fp8 mode'); drop it or pick one of "
                                f"{', '.join(FP8_PARAM_PRECISIONS)}")
+        if self.fp8_param_gather and not self._offload_allows_fp8_params:
+            raise MoetuneError(f"fp8_param_gather with the optimizer's CPU offload "
+                               f"({self.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got "
+                               f"{self.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or "
+                               "the offload")
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and (self.cp_comm_type != "a2a+p2p" or self.hcp_a2a_size < 1):
@@ -264,10 +273,15 @@ class Knobs:
 
     @property
     def fp8_params(self) -> bool:
-        """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's)."""
+        """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's, off where the
+        optimizer's CPU offload cannot step FP8 weights: OFFLOAD_FP8_PARAMS)."""
         if self.fp8_param_gather is None:
-            return self.precision in FP8_PARAM_PRESET
+            return self.precision in FP8_PARAM_PRESET and self._offload_allows_fp8_params
         return self.fp8_param_gather
+
+    @property
+    def _offload_allows_fp8_params(self) -> bool:
+        return self.optimizer_offload_fraction == 0 or self.precision in OFFLOAD_FP8_PARAMS
 
     @property
     def effective_modules(self) -> frozenset[str]:
