@@ -162,6 +162,23 @@ def test_without_the_distributed_optimizer_gradients_are_all_reduced():
     assert opt_whole > 8 * opt_sharded  # DP 64 (dense) and EDP 8 (experts) shards, now stepped whole
 
 
+@pytest.mark.parametrize(("precision", "gathered"), [("fp8-current", 1), ("fp8-delayed", 1), ("mxfp8", 2)])
+def test_fp8_parameters_gather_in_their_own_bytes(precision, gathered):
+    """FP8 parameters sit in DDP's uint8 buffer and the distributed optimizer all-gathers them as 1 byte a GEMM weight
+    (tensor-scaled recipes); MXFP8's gather through the gradient buffer in BF16; the embedding and output layer stay
+    BF16. The gradient reduce-scatter is the same either way."""
+    from moetune.walls.iteration import iteration_terms
+    gpu, eff, lay, spec = load_gpu("b200"), efficiency("b200"), Layout(world_size=64, ep=8), load_model("gpt-oss-120b")
+    (rs, ag), _, _ = iteration_terms(spec, 1e9, 4e9, 1e8, lay, Knobs(precision=precision), gpu, eff)
+    (rs16, ag16), _, _ = iteration_terms(spec, 1e9, 4e9, 1e8, lay, Knobs(precision=precision, fp8_param_gather=False),
+                                         gpu, eff)
+    assert rs == rs16
+    if gathered == 2:
+        assert ag == ag16
+    else:  # half the bytes but the vocabulary's, which stays BF16
+        assert ag16 / 2 < ag < ag16 / 2 * (1 + 1e8 / 1e9)
+
+
 @pytest.mark.parametrize("gpu,gpus,lay,gbs", [("b200", 32, dict(pp=4, vpp=3, ep=8), 32),  # 4 micro-batches < 4.67
                                               ("h100", 16, dict(ep=16), 16)])  # PP1, one micro-batch
 def test_ep_overlap_with_nothing_to_pair_costs_what_no_overlap_does(gpu, gpus, lay, gbs):

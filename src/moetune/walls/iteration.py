@@ -11,10 +11,20 @@ from moetune.walls.memory import FP32_GRAD_BYTES, WEIGHT_BYTES, optimizer_diviso
 from moetune.walls.muon import ns_seconds
 
 
+def gathered_weight_bytes(knobs: Knobs) -> int:
+    """Bytes the distributed optimizer's parameter all-gather moves per GEMM weight: FP8 parameters under a
+    tensor-scaled or blockwise recipe sit in DDP's uint8 parameter buffer and gather as 1 byte (Megatron-Core
+    distributed_data_parallel.py param_dtype torch.uint8 for FP8 params); MXFP8 parameters gather in BF16 through the
+    gradient buffer (reuse_grad_buf_for_mxfp8_param_ag: Transformer Engine cannot put an MXFP8 tensor's data in that
+    buffer), as BF16 weights do. The embedding and output layer stay BF16 either way."""
+    return 1 if knobs.fp8_params and knobs.precision != "mxfp8" else WEIGHT_BYTES
+
+
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
     them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
-    - raw DP traffic, (gradient reduce-scatter, BF16 parameter all-gather), over DP x CP (dense) and EDP (experts);
+    - raw DP traffic, (gradient reduce-scatter, parameter all-gather: gathered_weight_bytes), over DP x CP (dense)
+      and EDP (experts);
       without the distributed optimizer, (gradient all-reduce, nothing); under Muon's layer-wise distributed optimizer
       (dist_muon: DDP's own distributed optimizer off, so DDP all-reduces the gradients, and each rank then
       all-gathers the parameters the others stepped: Megatron-Core optimizer/layer_wise_optimizer.py), (gradient
@@ -27,14 +37,16 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
     muon = knobs.optimizer == "muon"
-    def ring(nbytes):
-        return (ring_seconds(dense * nbytes, lay.dp * lay.cp, lay.tp, gpu, eff)
-                + ring_seconds(expert * nbytes, lay.edp, lay.etp * lay.ep, gpu, eff))
+    def ring(dense_bytes, expert_bytes):
+        return (ring_seconds(dense_bytes, lay.dp * lay.cp, lay.tp, gpu, eff)
+                + ring_seconds(expert_bytes, lay.edp, lay.etp * lay.ep, gpu, eff))
 
-    if knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the BF16 parameter all-gather
-        dp = (ring(grad) * (2 if muon else 1), ring(2))
+    w = gathered_weight_bytes(knobs)
+    if knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
+        dp = (ring(dense * grad, expert * grad) * (2 if muon else 1),
+              ring((dense - vocab) * w + vocab * WEIGHT_BYTES, expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
-        all_reduce = 2 * ring(grad)  # (Megatron-Core distributed/param_and_grad_buffer.py: all_reduce)
+        all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)
         dp = (all_reduce, 0.0 * all_reduce)
     share = optimizer_divisors(lay, knobs)
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
