@@ -117,6 +117,9 @@ def test_models_and_hardware_list(capsys):
      "expected one of p2p"),
     (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "tp_comm_overlap=true",
       "--fix", "precision=fp8-blockwise"], "Userbuffers take no blockwise-FP8"),
+    # Transformer Engine asserts on an FP8 GEMM input of 4,097 tokens (fuzz audit: plan had picked it)
+    (["estimate", "dbrx", "--gpu", "h100", "--gpus", "16", "--seq", "4097", "--gbs", "64", "--pp", "8", "--etp", "2",
+      "--precision", "fp8-blockwise"], "multiple of 8, got 4097"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
     code, out, err = run(args, capsys)

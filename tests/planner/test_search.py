@@ -351,3 +351,23 @@ def test_no_offload_alternative_where_the_pick_does_not_recompute_whole_layers()
     result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=512),
                   top=1)
     assert result.results[0].knobs.recompute != "full" and result.offload_alternative is None
+
+
+def test_no_candidate_runs_a_gemm_shape_its_recipe_refuses():
+    """Fuzz audit: DBRX on 16 H100s at seq 4097 picked FP8 blockwise at TP 1, whose 4,097-token GEMM inputs Transformer
+    Engine refuses (assert_dim_for_fp8_exec). Every row now estimates, and none is refused; a pinned FP8 plan that
+    fits in memory says which shape stops it."""
+    from moetune.layout.gemm_shapes import Widths, gemm_refusal
+    from moetune.planner.why_none import nothing_fits
+
+    spec, gpu = load_model("dbrx"), load_gpu("h100")
+    result = plan(spec, gpu, 16, Workload(seq_length=4097, global_batch_size=64), top=10)
+    assert result.results
+    for e in result.results:
+        lay, wl = e.layout, e.workload
+        assert gemm_refusal(Widths.of(spec), e.knobs.precision, gpu.arch, seq=wl.seq_length, mbs=wl.micro_batch_size,
+                            tp=lay.tp, cp=lay.cp, sp=lay.sp, etp=lay.etp) is None, e.knobs.precision
+    pinned = {"precision": ["fp8-blockwise"]}
+    none = plan(load_model("qwen3-30b-a3b"), gpu, 8, Workload(seq_length=4097, global_batch_size=64), fixed=pinned)
+    assert not none.results and none.memory_fits
+    assert "multiple of 8, got 4097" in nothing_fits(none, {"precision": "fp8-blockwise"})

@@ -226,6 +226,9 @@ SAID_BY_LAYOUT = {
                                  "train.micro_batch_size=1"]),  # DP 16
     "longctx.cp_seq_divisible": (16, ["model.seq_length=4100", "model.context_parallel_size=8",
                                       "model.expert_model_parallel_size=8"]),  # 2 x CP 16
+    # 4,100 tokens reach each FP8 GEMM at TP 1 (Transformer Engine asserts a multiple of 8)
+    "precision.gemm_shapes": (16, ["model.seq_length=4100", "train.micro_batch_size=1", "mixed_precision.fp8=e4m3",
+                                   "mixed_precision.fp8_recipe=blockwise", "model.expert_model_parallel_size=8"]),
 }
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.layout.gemm_shapes import Widths, gemm_refusal, gemm_shapes_ok
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import hybridep_spans_on
@@ -21,7 +22,7 @@ from moetune.planner.ranking import bound, cp_weight, preference
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.batch import batch_host_bytes, batch_memory, batch_step_seconds, time_key
-from moetune.walls.batch_layouts import build_batch
+from moetune.walls.batch_layouts import build_batch, distinct_shapes
 
 
 def candidate_pairs(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tuple[Layout, int]]:
@@ -41,26 +42,28 @@ def _without_recompute(knobs: Knobs) -> tuple:
 
 
 def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict,
-          roomy_bytes: float = np.inf) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(rows that fit and run, rows that also leave moves.TIGHT_SHARE of the GPU free: peak <= roomy_bytes, whether
-    any row fits in memory before the knobs' prerequisites are asked)."""
+          roomy_bytes: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows that fit and run, rows that also leave moves.TIGHT_SHARE of the GPU free: peak <= roomy_bytes, rows
+    that fit in memory before the knobs' prerequisites are asked)."""
     try:
         gpu.peak_tflops(knobs.precision)
     except MoetuneError:
-        return np.zeros(batch.size, bool), np.zeros(batch.size, bool), False
+        return np.zeros(batch.size, bool), np.zeros(batch.size, bool), np.zeros(batch.size, bool)
     peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads)
     fits = peak <= gpu.capacity_bytes
     if knobs.optimizer_offload_fraction > 0 and gpu.host_capacity_bytes is not None:  # and the host holds the rest
         fits &= batch_host_bytes(batch, knobs) <= gpu.host_capacity_bytes
-    in_memory = bool(fits.any())
-    fits = _runs(fits, batch, knobs, gpu)
+    in_memory = fits.copy()
+    fits = _runs(fits, batch, knobs, gpu, spec, wl.seq_length)
     return fits, fits & (peak <= roomy_bytes), in_memory
 
 
-def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec) -> np.ndarray:
+def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec, spec: ModelSpec, seq: int) -> np.ndarray:
     """The rows of `fits` whose knobs' prerequisites the layout meets (`Search.fits` counts the ones that fit in
     memory and fail only here, so plan's "nothing fits" can tell the two causes apart)."""
     f = batch.fields
+    if knobs.precision != "bf16":  # the tokens per rank and per-rank widths its GEMMs accept (estimate refuses alike)
+        fits &= _gemm_shapes(batch, spec, gpu, knobs.precision, seq)
     if knobs.dispatcher == "hybridep":  # on a rack each HybridEP EP group must lie in one of the job's NVLink domains
         # (rule dispatcher.hybridep_ep_exceeds_domain); across 8-GPU nodes it reaches the other nodes over RDMA
         # (Bridge's H100 DeepSeek-V3 recipe: EP64)
@@ -70,6 +73,18 @@ def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec) -> np.ndarray:
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1
         fits &= (f.ep[:, 0] > 1) & ((f.pp[:, 0] == 1) | (f.vpp[:, 0] > 1))
     return fits
+
+
+def _gemm_shapes(batch, spec: ModelSpec, gpu: GpuSpec, precision: str, seq: int) -> np.ndarray:
+    """The rows whose GEMM shapes this FP8/FP4 recipe accepts (layout/gemm_shapes.py), judged once per distinct
+    (MBS, TP, CP, ETP, SP) shape and recipe of the plan's batch."""
+    def make() -> np.ndarray:
+        u, inverse = distinct_shapes(batch.root())
+        ok = gemm_shapes_ok(Widths.of(spec), precision, gpu.arch, seq=seq, mbs=u.mbs[:, 0], tp=u.tp[:, 0],
+                            cp=u.cp[:, 0], sp=u.sp[:, 0], etp=u.etp[:, 0])
+        return np.broadcast_to(ok, u.mbs[:, 0].shape)[inverse]
+    root = batch.root().memo(("gemm_shapes", precision, seq), make)
+    return root if batch.origin is None else batch.memo(("gemm_shapes", precision, seq), lambda: root[batch.rows])
 
 
 def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[Knobs], overheads: dict):
@@ -125,6 +140,8 @@ class Search:
     feasible: int = 0
     bound: float = np.inf  # candidates slower than this cannot reach the top (ranking.bound)
     memory_fits: bool = False  # some candidate fit in memory under some knob set, prerequisites aside
+    # where candidates fit in memory but none runs: the GEMM shape an FP8/FP4 recipe refused in one of them
+    gemm_note: str | None = None
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
     short_cp: bool = False  # collect short_cp_best: a search that shows plan's note, below the long-context regime
     # below the long-context regime, the fastest CP > 1 candidates by their own prediction (the ranking weighs CP
@@ -155,7 +172,13 @@ class Search:
             self.progress(self.done, self.total)
         fits, roomy, in_memory = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads, self.roomy_bytes)
         self.feasible += int(fits.sum())
-        self.memory_fits |= in_memory
+        self.memory_fits |= bool(in_memory.any())
+        if self.gemm_note is None and knobs.precision != "bf16" and in_memory.any() and not fits.any():
+            i = int(np.argmax(in_memory))
+            lay = batch.layout(i)
+            self.gemm_note = gemm_refusal(Widths.of(self.spec), knobs.precision, self.gpu.arch,
+                                          seq=self.wl.seq_length, mbs=int(batch.mbs[i, 0]), tp=lay.tp, cp=lay.cp,
+                                          sp=lay.sp, etp=lay.etp)
         return fits, roomy
 
 

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field, fields
 
+from moetune.layout.gemm_shapes import Widths, validate_gemm_shapes
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
@@ -169,6 +170,8 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     validate(model, layout, workload)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
     validate_knobs(model, layout, knobs)
+    validate_gemm_shapes(Widths.of(model), knobs.precision, gpu.arch, seq=workload.seq_length,
+                         mbs=workload.micro_batch_size, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp)
     eff = efficiency(gpu.key, efficiency_overrides)
     knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
     stages = memory_wall(model, layout, workload, knobs, overheads) if with_memory else []

@@ -58,7 +58,10 @@ def layout_facts() -> frozenset[str]:
     here."""
     # a hybrid's split and the stages it makes: the probe model has no Mamba layers for a layout to split
     hybrid = {HYBRID_SPLIT, "derived.hybrid_stages"}
-    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL} | hybrid
+    # the GEMM shapes an FP8/FP4 recipe refuses (tokens per rank, per-rank widths): the probes train in BF16, which
+    # runs any shape, and their sequences are powers of two; the planner's candidates judge them (candidates._runs)
+    shapes = {"derived.gemm_refusal", "derived.gemm_fix_seq", "derived.gemm_fix"}
+    names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL} | hybrid | shapes
     for model, gpu, knobs in product(_PROBE_MODELS, _PROBE_GPUS, _PROBE_KNOBS):
         spec, gpu_spec = load_model(model), load_gpu(gpu)
         facts = [_facts(spec, gpu_spec, knobs, lay, wl) for lay, wl in _LAYOUT_PROBES]

@@ -206,8 +206,10 @@ def nothing_fits(result: "PlanResult", pins: dict | None = None) -> str:
     if result.lightest_peak_gib <= result.capacity_gib - result.headroom_gib:  # memory is not what excludes them
         nvl72 = "HybridEP on NVL72 needs every EP group inside one of the job's NVLink domains (`moetune explain` " \
             "names the domain), " if result.nvl72 else ""
+        shapes = f"{result.gemm_note}; " if result.gemm_note else ""  # e.g. FP8 at an odd sequence (gemm_shapes.py)
         return (f"candidates fit in memory (the lightest, {result.lightest}, needs {result.lightest_peak_gib:.0f} GiB "
                 f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
-                f"{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen --fix")
+                f"{shapes}{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen "
+                "--fix")
     return (f"the lightest candidate ({result.lightest}) needs "
             f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")

@@ -25,7 +25,7 @@ from moetune.layout.validate import (
     LONG_SDPA,
     ep_first_sizes,
 )
-from moetune.rules.derive_layers import context_parallel, value, vpp2_runs
+from moetune.rules.derive_layers import context_parallel, gemm_shapes, value, vpp2_runs
 from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of, spanning_backend
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
@@ -248,6 +248,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     _dispatcher(config, d)
     _graphs(config, d)
     _precision(config, d)
+    gemm_shapes(config, d)
     d["dropless"] = d["is_moe"] and value(config, "model.moe_expert_capacity_factor") is None
     d["optimizer"] = str(value(config, "optimizer.optimizer", "adam"))
     d["layer_wise_optimizer"] = layer_wise_optimizer(config)

@@ -11,6 +11,7 @@ from moetune.configio.finalize import sequence_parallel
 from moetune.configio.layout_map import UNEVEN_SPLIT, layout_settings
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.errors import MoetuneError
+from moetune.layout.gemm_shapes import Widths, gemm_refusal, token_fix
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
@@ -123,3 +124,28 @@ def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:
     except (MoetuneError, ValueError):
         return False
     return True
+
+
+def gemm_shapes(config: dict[str, Any], d: dict[str, Any]) -> None:
+    """The GEMM shape an FP8/FP4 recipe refuses in this config (rule precision.gemm_shapes; layout/gemm_shapes.py,
+    as estimate's validation asks it), with the sequence length and MBS that run its layout. Set only where the
+    config states its precision, sequence and micro-batch; the Hopper-only alignments need its GPU."""
+    seq, mbs = _count(value(config, "model.seq_length")), _count(value(config, "train.micro_batch_size"))
+    precision = "nvfp4" if d.get("fp4") else f"FP8 ({d.get('fp8_recipe')})" if d.get("fp8") else None
+    if precision is None or seq is None or mbs is None:
+        return
+    sp = sequence_parallel(config)
+    shape = {"seq": seq, "mbs": mbs, "tp": d["tp"], "cp": d["cp"], "sp": d["tp"] > 1 if sp is None else bool(sp)}
+    if seq * mbs % (d["cp"] * (d["tp"] if shape["sp"] else 1)):
+        return  # the sequence rules' fault (sp.seq_divisible_by_tp, longctx.cp_seq_divisible)
+    widths = Widths(mla=bool(value(config, "model.multi_latent_attention", False)),
+                    dense_ffn=_count(value(config, "model.ffn_hidden_size")) if d["dense_mlp"] else None,
+                    shared_ffn=_count(value(config, "model.moe_shared_expert_intermediate_size")),
+                    expert_ffn=_count(d["expert_ffn"]) if d["is_moe"] else None)
+    d["gemm_refusal"] = why = gemm_refusal(widths, precision, d.get("arch"), etp=d["etp"], **shape)
+    d["gemm_fix_seq"] = None
+    if why and "tokens" in why:  # a token count: the sequence or the micro-batch makes it whole multiples
+        d["gemm_fix_seq"], fix_mbs = token_fix(widths, precision, d.get("arch"), **shape)
+        d["gemm_fix"] = f"set seq_length {d['gemm_fix_seq']} or micro_batch_size {fix_mbs}, or train in BF16"
+    elif why:
+        d["gemm_fix"] = "use a smaller TP (expert TP for the expert width), or train in BF16"
