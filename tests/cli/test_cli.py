@@ -1052,3 +1052,20 @@ def test_the_hcp_refusal_names_its_config_key_once(tmp_path, capsys):
                        capsys)
     [message] = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal"]
     assert message.count("model.hierarchical_context_parallel_sizes") == 1 and "--hcp-a2a-size" not in message
+
+
+def test_estimate_takes_the_fp8_parameter_switch_and_says_when_it_defaulted(capsys):
+    """--fp8-param-gather / --no-fp8-param-gather set mixed_precision.fp8_param_gather; left out it is the recipe
+    preset's (on for MXFP8), reported as defaulted; BF16 weights beside the FP8 copy take more memory."""
+    base = ["estimate", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "16", "--ep", "8", "--precision", "mxfp8",
+            "--json"]
+    peaks = {}
+    for flag in ("", "--fp8-param-gather", "--no-fp8-param-gather"):
+        code, out, _ = run(base + ([flag] if flag else []), capsys)
+        data = json.loads(out)
+        assert code == 0 and data["knobs"]["fp8_param_gather"] == (flag != "--no-fp8-param-gather")
+        assert ("fp8_param_gather" in data["defaulted"]) == (flag == "")
+        peaks[flag] = data["memory"]["peak_bytes"]
+    assert peaks[""] == peaks["--fp8-param-gather"] < peaks["--no-fp8-param-gather"]
+    code, _, err = run(base[:-1] + ["--optimizer-offload", "0.5", "--fp8-param-gather"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "delayed FP8 recipe" in err

@@ -75,6 +75,10 @@ def knob_options(func):
         click.option("--tp-comm-overlap", is_flag=True, help="tp_comm_overlap."),
         click.option("--fp8-output-proj", is_flag=True,
                      help="model.fp8_output_proj: the LM head under MXFP8 (else BF16 whatever the recipe)."),
+        click.option("--fp8-param-gather/--no-fp8-param-gather", default=None,
+                     help="mixed_precision.fp8_param_gather: FP8 weights with no BF16 copy. Default: Megatron "
+                          "Bridge's preset of the recipe (on for tensorwise, delayed and MXFP8; off for blockwise, "
+                          "NVFP4, and beside an optimizer CPU offload but under delayed)."),
         click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
                      help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: auto, the legal "
                           "one that costs least, as plan picks (Megatron's own default is p2p)."),
@@ -147,7 +151,7 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
              "--optimizer": "optimizer.optimizer",
              "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
-             "--mtp-layers": "model.mtp_num_layers"}
+             "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather"}
 
 
 def config_words(message: str) -> str:
