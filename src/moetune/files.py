@@ -10,19 +10,21 @@ from moetune.errors import MoetuneError
 
 
 def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tuple, kind: str, hint: str) -> Any:
-    """`what` names the flag or role in the error, e.g. "--efficiency"; `hint` says what to pass instead."""
+    """`what` names the flag or role in the error, e.g. "--efficiency" (empty for a positional argument: the path alone
+    names it); `hint` says what to pass instead."""
+    name = f"{what} {path}" if what else str(path)
     try:
         return parse(Path(path).read_text())
     except FileNotFoundError:
-        raise MoetuneError(f"{what} {path}: no such file") from None
+        raise MoetuneError(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise MoetuneError(f"{what} {path}: is a directory; pass a file") from None
+        raise MoetuneError(f"{name}: is a directory; pass a file") from None
     except OSError as err:
-        raise MoetuneError(f"{what} {path}: cannot read it ({err.strerror}); check its permissions") from None
+        raise MoetuneError(f"{name}: cannot read it ({err.strerror}); check its permissions") from None
     except (*errors, ValueError) as err:  # a decode error, or a number past Python's 4,300-digit limit
-        raise MoetuneError(f"{what} {path}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
+        raise MoetuneError(f"{name}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
     except RecursionError:
-        raise MoetuneError(f"{what} {path}: nests its values too deeply to read{'; ' + hint if hint else ''}") from None
+        raise MoetuneError(f"{name}: nests its values too deeply to read{'; ' + hint if hint else ''}") from None
 
 
 class FileTable(dict):

@@ -252,6 +252,18 @@ def test_explain_takes_a_config_json_model_or_a_saved_plan(shared_data, tmp_path
     assert code == 2 and "not a `moetune plan --json`" in err
 
 
+def test_explain_names_a_missing_or_broken_file_as_the_user_gave_it(tmp_path, capsys):
+    """A file given as the argument is not named --plan, which the user did not type; after --plan it is."""
+    missing, broken = str(tmp_path / "missing.json"), tmp_path / "broken.json"
+    broken.write_text("{bad")
+    for args, named in ((["explain", missing], missing), (["explain", "--plan", missing], f"--plan {missing}"),
+                        (["explain", str(broken)], str(broken)),
+                        (["explain", "--plan", str(broken)], f"--plan {broken}")):
+        code, _, err = run(args, capsys)
+        assert code == 2 and err.startswith(f"error: {named}: "), (args, err)
+        assert ("--plan" in err) == ("--plan" in args), (args, err)
+
+
 def test_an_empty_config_file_is_an_error_for_every_command(capsys, tmp_path):
     """A file that sets nothing (empty, or comments only) is refused by name, even beside other inputs: estimate and
     emit had run Megatron's defaults on it; an input of only cluster facts still has nothing to check."""

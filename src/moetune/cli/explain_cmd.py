@@ -1,6 +1,7 @@
 """``moetune explain``: the seeds' first answer for one configuration (estimate flags or a plan result)."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -36,7 +37,10 @@ from moetune.walls.efficiency import load_efficiency_file
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
-    saved = _saved_result(plan_file or model) if plan_file or (model and model.lower().endswith(".json")) else None
+    # errors name the file as the user gave it: after --plan, or as the MODEL argument
+    source = f"--plan {plan_file}" if plan_file else model
+    json_model = bool(model) and model.lower().endswith(".json")
+    saved = _saved_result(plan_file or model, bool(plan_file)) if plan_file or json_model else None
     if saved is None and plan_file:
         raise MoetuneError(f"--plan {plan_file}: not a `moetune plan --json` or `estimate --json` output")
     if saved is not None and (kw["configs"] or kw["mlm_args"] or kw["sets"]):
@@ -46,12 +50,12 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
         if plan_file and model:
             raise MoetuneError(f"explain reads one configuration: --plan {plan_file} or MODEL {model}, not both")
         if clash := flags_a_saved_result_replaces():
-            raise MoetuneError(f"{', '.join(clash)}: the saved result {plan_file or model} holds its layout, knobs and "
+            raise MoetuneError(f"{', '.join(clash)}: the saved result {source} holds its layout, knobs and "
                                "cluster; drop them, or explain MODEL with flags")
         # under the efficiency/overhead files the saved result was made with, unless others are passed here
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
                                     efficiency_overrides=load_efficiency_file(kw["efficiency"], None),
-                                    where=f"--plan {plan_file or model}")
+                                    where=source)
         if kw["token_imbalance"] is not None:  # the dropless factor a saved result may be weighed again under
             result = result.variant(knobs=replace(result.knobs, token_imbalance=kw["token_imbalance"]))
     else:
@@ -78,10 +82,13 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
             print_versus(answer["versus_baseline"])
 
 
-def _saved_result(path: str):
+def _saved_result(path: str, after_flag: bool):
     """A saved plan or estimate (JSON with results or a layout), or None for anything else, e.g. a Hugging Face
-    config.json given as MODEL."""
-    data = read_json(path, "--plan", "pass `moetune plan --json` output")
+    config.json given as MODEL. `after_flag`: the path came after --plan (errors say so), not as MODEL."""
+    if not after_flag and not Path(path).exists():
+        raise MoetuneError(f"{path}: no such file; pass a `moetune plan --json` or `estimate --json` output, a model's "
+                           "config.json or a built-in model name")
+    data = read_json(path, "--plan" if after_flag else "", "pass `moetune plan --json` output")
     return data if isinstance(data, dict) and ("results" in data or "layout" in data) else None
 
 
