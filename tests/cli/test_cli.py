@@ -224,6 +224,26 @@ def test_plan_notes_the_data_parallel_sizes_the_global_batch_rules_out(capsys):
     assert json.loads(out)["gbs_excluded_dp"] == [16, 32, 64] and json.loads(out)["gbs_allowing_widest_dp"] == 1024
 
 
+def test_plan_says_what_the_optimizer_offload_alternative_changes_beside_the_offload(capsys):
+    """The offload is added to the pick's search, not put in recompute's place: where the alternative still
+    recomputes whole layers (GLM-4.5 at 128k on 136 H100), the note says so and names the layout it moves to; where
+    it recomputes less (Qwen3-235B at 128k on 64 H100), it names the lighter recompute."""
+    for job in (["glm-4.5", "--gpus", "136", "--gbs", "136"], ["qwen3-235b-a22b", "--gpus", "64", "--gbs", "64"]):
+        args = ["plan", *job, "--gpu", "h100", "--seq", "131072", "--top", "1"]
+        code, out, _ = run([*args, "--json"], capsys)
+        data = json.loads(out)
+        pick, alt = data["results"][0], data["offload_alternative"]
+        assert code == 0 and pick["knobs"]["recompute"] == "full" and alt["knobs"]["optimizer_offload_fraction"] == 1
+        code, out, _ = run(args, capsys)
+        note = " ".join(out.split()).split("#1 recomputes whole layers; ")[1].split(". The seeds")[0]
+        assert "offload instead" not in note and note.startswith("offloading the optimizer to the CPU frees"), note
+        assert ("still recomputing whole layers" in note) == (alt["knobs"]["recompute"] == "full"), note
+        assert ("instead of full" in note) == (alt["knobs"]["recompute"] != "full"), note
+        moved = {k: alt["layout"][k] for k in ("tp", "cp", "pp", "ep")} != {k: pick["layout"][k] for k in
+                                                                           ("tp", "cp", "pp", "ep")}
+        assert (f"the layout TP{alt['layout']['tp']} CP{alt['layout']['cp']}" in note) == moved, note
+
+
 def test_plan_names_the_dropless_factor_it_charged(capsys):
     args = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "1024", "--top", "1",
             "--fix", "ep=16"]  # EP > 1: the busiest expert rank is charged (EP 1 x ETP picks are not, another test)

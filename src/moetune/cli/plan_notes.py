@@ -25,15 +25,27 @@ def gain_over_pick(result: PlanResult, alt) -> float:
 
 
 def offload_note(result: PlanResult) -> str:
-    """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers."""
+    """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers: the
+    offload is added, not put in recompute's place, so the note says what the memory it frees buys."""
     alt = result.offload_alternative
     host = f" and {alt.host_peak_bytes / 2**30:.0f} GiB of host memory a GPU" if alt.host_peak_bytes else ""
-    return (f"#1 recomputes whole layers; the optimizer's CPU offload instead ({alt.layout.short()}, mbs "
-            f"{alt.workload.micro_batch_size}, recompute {recompute_text(alt.knobs)}) predicts "
-            f"{gain_over_pick(result, alt):+.0%}, {alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
-            f"{alt.peak_bytes / 2**30:.1f} GiB{host}. The seeds add offloading only after recompute (seeds/000 "
-            "Phase 1), so it is not the pick; their own long-context DeepSeek-V3 pattern uses it (seeds/002): "
-            "--fix optimizer_offload_fraction=1 searches it")
+    return (f"#1 recomputes whole layers; offloading the optimizer to the CPU frees the memory for "
+            f"{_offload_buys(result.results[0], alt)}: it predicts {gain_over_pick(result, alt):+.0%}, "
+            f"{alt.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at {alt.peak_bytes / 2**30:.1f} GiB{host}. The "
+            "seeds add offloading only after recompute (seeds/000 Phase 1), so it is not the pick; their own "
+            "long-context DeepSeek-V3 pattern uses it (seeds/002): --fix optimizer_offload_fraction=1 searches it")
+
+
+def _offload_buys(pick, alt) -> str:
+    """What the offload alternative changes from the pick besides the offload: layout, micro-batch, recompute."""
+    changes = [f"the layout {alt.layout.short()}"] if alt.layout.short() != pick.layout.short() else []
+    if alt.workload.micro_batch_size != pick.workload.micro_batch_size:
+        changes.append(f"mbs {alt.workload.micro_batch_size}")
+    if alt.knobs.recompute != "full":
+        lighter = "no recompute" if alt.knobs.recompute == "none" else f"recompute {recompute_text(alt.knobs)}"
+        return ", ".join([*changes, f"{lighter} instead of full"])
+    # the gain is from the layout (or other knobs) the freed memory allows: whole layers are still recomputed
+    return f"{', '.join(changes) or 'other knobs on the layout and mbs of #1'}, still recomputing whole layers"
 
 
 def short_cp_note(result: PlanResult) -> str:
