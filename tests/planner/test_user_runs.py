@@ -8,6 +8,7 @@ import pytest
 
 from moetune.cli.main import main
 from moetune.planner.calibrate import A2A_KEYS, predict, with_params
+from moetune.planner.estimate import estimate
 from moetune.planner.runs import published_rows
 from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, by_gpu, fit_user_runs, load_user_runs, sections, user_toml
 from moetune.walls.efficiency import efficiency
@@ -340,3 +341,29 @@ def test_the_shipped_fit_names_the_dispatchers_held_at_the_cap(capsys):
         shipped = efficiency(gpu, priors_only=True)
         assert set(held) == {k.removeprefix("a2a_eff_") for k in A2A_KEYS
                              if shipped[k] * scale * shipped["nvlink_eff"] > 0.95 + 1e-9}
+
+
+def test_a_run_predicted_not_to_fit_is_fitted_and_named(tmp_path, capsys):
+    """A run that ran fitted: DBRX at EP8 on 8 H100 with full recompute, which moetune predicts far past 80 GB, is
+    still fitted (its time calibrates) but named once, with its peak and the capacity, beside R014 that fits."""
+    big = {**published_rows()["R014"], **EAGER, "run_id": "dbrx-ep8", "model": "dbrx", "num_gpus": "8",
+           "global_batch_size": "64", "tp": "1", "pp": "1", "vpp": "1", "ep": "8", "precision": "bf16",
+           "recompute": "full", "recompute_modules": "", "delay_wgrad": "false", "pipeline_layout": "",
+           "tokens_per_s_per_gpu": "2000"}
+    path = _write(tmp_path / "mine.csv", [dict(published_rows()["R014"]), big])
+    over = {}
+    for r in load_user_runs(path):
+        e = estimate(r.model, r.gpu, r.layout, r.workload, r.knobs, with_time=False)
+        if not e.fits:
+            over[r.run_id] = (e.peak_bytes, e.gpu.capacity_bytes)
+    assert list(over) == ["dbrx-ep8"] and over["dbrx-ep8"][0] > 2 * over["dbrx-ep8"][1]
+    assert main(["calibrate", "--runs", path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in data["runs"]] == ["R014", "dbrx-ep8"]  # kept in the fit
+    assert [(w["run_id"], w["peak_bytes"], w["capacity_bytes"]) for w in data["memory_warnings"]] == \
+        [("dbrx-ep8", *over["dbrx-ep8"])]
+    assert main(["calibrate", "--runs", path]) == 0
+    warned = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    peak, cap = (b / 2**30 for b in over["dbrx-ep8"])
+    assert len(warned) == 1 and "run dbrx-ep8" in warned[0] and f"{peak:.1f} GiB" in warned[0], warned
+    assert f"{cap:.1f} GiB h100" in warned[0] and "memory estimate or the row's layout is off" in warned[0]

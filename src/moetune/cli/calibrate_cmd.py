@@ -3,6 +3,7 @@
 import statistics
 
 import click
+from rich.markup import escape
 
 from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
@@ -20,7 +21,7 @@ from moetune.planner.calibrate import (
     with_params,
 )
 from moetune.planner.repeats import unmeetable
-from moetune.planner.runs import load_runs
+from moetune.planner.runs import load_runs, memory_misfits
 from moetune.planner.user_runs import by_gpu, fit_user_runs, load_user_runs, sections, shipped_of, user_toml
 from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
 
@@ -133,9 +134,11 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
     rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": label[r.gpu.ref], "gpus": r.layout.world_size,
              "measured": r.tokens_per_s_per_gpu, "shipped": predict(r, efficiency(r.gpu.key)).predicted,
              "fitted": predict(r, fitted[label[r.gpu.ref]]["constants"]).predicted} for r in runs]
+    gpu_of = {r["run_id"]: r["gpu"] for r in rows}
+    misfits = [{**m, "message": _misfit_line(m, gpu_of[m["run_id"]])} for m in memory_misfits(runs)]
     if as_json:
-        emit_json({"fitted": fitted, "runs": rows, **({"written": {"path": write_path, "sections": where}}
-                                                      if write_path else {})})
+        emit_json({"fitted": fitted, "runs": rows, "memory_warnings": misfits,
+                   **({"written": {"path": write_path, "sections": where}} if write_path else {})})
         return
     out = console()
     out.print(table("Your runs: tokens/s/GPU predicted with the shipped constants and with the refit",
@@ -152,7 +155,23 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
         if f["limits"]:
             out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
                       "does not meet them; check those rows (units, GPU count, configuration)")
+    for m in misfits:
+        out.print(f"[yellow]warning[/yellow]: {escape(m['message'])}")
     out.print(_written_line(fitted, write_path, where, runs))
+
+
+def _misfit_line(m: dict, gpu: str) -> str:
+    """A run moetune predicts cannot fit (user_runs.memory_misfits): kept in the fit, and named."""
+    gib = 2**30
+    over = []
+    if m["peak_bytes"] > m["capacity_bytes"]:
+        over.append(f"a peak of {m['peak_bytes'] / gib:.1f} GiB on a {m['capacity_bytes'] / gib:.1f} GiB {gpu}")
+    if m["host_capacity_bytes"] is not None and m["host_peak_bytes"] > m["host_capacity_bytes"]:
+        host, cap = m["host_peak_bytes"] / gib, m["host_capacity_bytes"] / gib
+        over.append(f"{host:.0f} GiB of host memory a GPU of {cap:.0f}")
+    return (f"run {m['run_id']}: moetune predicts {' and '.join(over)}, yet it ran: moetune's memory estimate or the "
+            "row's layout is off (check its tp, pp, ep, recompute and offload against the launch); its time is "
+            "still fitted")
 
 
 def _written_line(fitted: dict, write_path: str | None, where: dict | None, runs: list) -> str:
