@@ -106,7 +106,16 @@ def test_models_and_hardware_list(capsys):
     (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "4", "--cp", "8", "--pp", "8",
       "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p",
       "--hcp-a2a-size", "3"], "must divide CP (8)"),
-    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--hcp-a2a-size", "2"], "need cp_comm_type a2a+p2p"),
+    (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--hcp-a2a-size", "2"],
+     "--hcp-a2a-size 2 sizes the a2a group of --cp-comm-type a2a+p2p, but --cp-comm-type is left at auto and CP is 1"),
+    # an a2a size beside auto: one line says so, and that CP 3 hosts no a2a+p2p group (nor 8 one of 3), or to add it
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "24", "--ep", "8", "--seq", "6144", "--cp", "3",
+      "--hcp-a2a-size", "3"], "left at auto, and CP 3 cannot host a group of 3 (it must divide CP, leave a p2p ring of "
+     "at least 2 and split a TP rank's heads): drop --hcp-a2a-size (no a2a group of 2 or more runs a2a+p2p at CP 3"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--cp", "8", "--hcp-a2a-size", "3",
+      "--cp-comm-type", "p2p"], "but --cp-comm-type is p2p, and CP 8 cannot host a group of 3"),
+    (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--cp", "8", "--hcp-a2a-size", "2"],
+     "but --cp-comm-type is left at auto: add --cp-comm-type a2a+p2p, or drop --hcp-a2a-size"),
     (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--cp-comm-type", "a2a"], "CP is 1 here"),
     (["estimate", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--cuda-graph-scope", ""],
      "--cuda-graph-scope is empty"),

@@ -14,6 +14,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.walls.cp_legal import a2a_allows
 
 
 def estimate_from_config(model: str, kw: dict):
@@ -101,6 +102,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     if kw["cp_comm_type"] not in (None, *CP1_COMM_TYPES) and layout.cp == 1:
         raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} sets how context-parallel ranks exchange attention "
                            "inputs; CP is 1 here, with nothing to exchange: drop it or set --cp > 1")
+    hcp_needs_a2a_p2p(kw["hcp_a2a_size"], kw["cp_comm_type"], spec, layout)
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
@@ -134,6 +136,29 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     if kw["fp8_param_gather"] is None and knobs.fp8:
         defaulted.append("fp8_param_gather")  # Knobs.fp8_params: the recipe preset's
     return knobs, defaulted
+
+
+def hcp_needs_a2a_p2p(size: int | None, comm: str | None, spec: ModelSpec, layout: Layout) -> None:
+    """--hcp-a2a-size sizes a2a+p2p's a2a group; beside another exchange (or auto) it sizes nothing. One line says
+    so, with the groups this CP could host: those that divide CP, leave a p2p ring of at least 2 and split a TP rank's
+    heads (walls/context_parallel.py _hcp_size's conditions, checked there once a2a+p2p is set)."""
+    if size is None or comm == "a2a+p2p":
+        return
+    cp = layout.cp
+    wrong = f"--hcp-a2a-size {size} sizes the a2a group of --cp-comm-type a2a+p2p, but --cp-comm-type is " + (
+        comm if comm else "left at auto")
+    if cp == 1:
+        raise MoetuneError(f"{wrong} and CP is 1, with nothing to exchange: drop --hcp-a2a-size, or set --cp > 1 "
+                           "with --cp-comm-type a2a+p2p")
+    groups = [g for g in range(1, cp) if cp % g == 0 and a2a_allows(spec, g, layout.tp)]
+    if size in groups:
+        raise MoetuneError(f"{wrong}: add --cp-comm-type a2a+p2p, or drop --hcp-a2a-size")
+    groups = groups[1:]  # a group of 1 is a p2p ring alone
+    other = (f", or pass --cp-comm-type a2a+p2p with --hcp-a2a-size {' or '.join(map(str, groups))}" if groups else
+             f" (no a2a group of 2 or more runs a2a+p2p at CP {cp} and TP {layout.tp}; auto picks an exchange that "
+             "runs)")
+    raise MoetuneError(f"{wrong}, and CP {cp} cannot host a group of {size} (it must divide CP, leave a p2p ring of "
+                       f"at least 2 and split a TP rank's heads): drop --hcp-a2a-size{other}")
 
 
 def scope_words(text: str, flag: str) -> tuple[str, ...]:

@@ -232,9 +232,11 @@ class Knobs:
                                "the offload")
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
-        if self.hcp_a2a_size is not None and (self.cp_comm_type != "a2a+p2p" or self.hcp_a2a_size < 1):
-            raise MoetuneError(f"hierarchical CP sizes (a2a group {self.hcp_a2a_size}, --hcp-a2a-size) need "
-                               "cp_comm_type a2a+p2p (--cp-comm-type a2a+p2p, with --cp > 1) and a group of 1 or more")
+        if self.hcp_a2a_size is not None and self.hcp_a2a_size < 1:
+            raise MoetuneError(f"hierarchical CP sizes: the a2a group ({self.hcp_a2a_size}) must be 1 or more")
+        if self.hcp_a2a_size is not None and self.cp_comm_type != "a2a+p2p":  # the CLI says it with its flags first
+            raise MoetuneError(f"hierarchical CP sizes (a2a group {self.hcp_a2a_size}) size the groups of cp_comm_type "
+                               f"a2a+p2p, but cp_comm_type is {self.cp_comm_type}: set a2a+p2p, or drop the sizes")
         if self.token_imbalance is not None and self.routing == "force-balance":
             raise MoetuneError(f"--token-imbalance ({self.token_imbalance:g}) weighs dropless routing; force-balanced "
                                "routing sends every expert rank the mean: drop it or pass --routing dropless")
