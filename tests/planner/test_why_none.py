@@ -6,7 +6,7 @@ import pytest
 
 from moetune.cli.main import main
 from moetune.layout.validate import Workload, sequence_refusal
-from moetune.planner.why_none import _pins_text, no_layout_reason, sequence_note
+from moetune.planner.why_none import _Enumerated, _exchange_reason, _pins_text, no_layout_reason, sequence_note
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -106,6 +106,18 @@ def test_a_pinned_cp_exchange_that_no_cp_runs_is_named(seq, fixed, expected):
                               fixed)
     for text in expected:
         assert text in reason, reason
+
+
+def test_a_pinned_p2p_is_not_said_to_ask_for_cp_above_1():
+    """--fix cp_comm_type=p2p runs at CP 1 (layout/knobs.py CP1_COMM_TYPES), so the exchange reason must not say it
+    asks for CP > 1, as it says of all_gather. Called directly: no plan is known to reach it with p2p pinned (every
+    no-layout case of the built-in models on H100 and GB200 with ten pin sets gave another reason first)."""
+    layouts = _Enumerated(load_model("glm-4.5-air"), H100, 64, Workload(seq_length=1024, global_batch_size=512))
+    gather = _exchange_reason(layouts, {}, {"cp_comm_type": "all_gather"})
+    p2p = _exchange_reason(layouts, {}, {"cp_comm_type": "p2p"})
+    assert "asks for CP > 1" in gather and "asks for CP > 1" not in p2p and "at CP 1 nothing" not in p2p, p2p
+    assert p2p.startswith("--fix cp_comm_type=p2p: ") and p2p.endswith("drop the pin (plan picks each layout's "
+                                                                      "exchange)")
 
 
 def test_each_pin_set_is_enumerated_once(monkeypatch):

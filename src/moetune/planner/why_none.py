@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
@@ -166,13 +167,19 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
 
 
 def _exchange_reason(layouts: _Enumerated, pins: dict, fixed: dict) -> str | None:
-    """Why a pinned cp_comm_type leaves nothing where the layout pins alone leave layouts: it asks for CP > 1
-    (enumerate.tp_cp_sizes), which the search tries up to seq/1024, each CP with an exchange that runs it (the
-    smallest CP's refusal, _cp_reason, where it has one)."""
+    """Why a pinned cp_comm_type leaves nothing where the layout pins alone leave layouts: one other than p2p asks for
+    CP > 1 (enumerate.tp_cp_sizes), which the search tries up to seq/1024, each CP with an exchange that runs it (the
+    smallest CP's refusal, _cp_reason, where it has one). p2p asks nothing of CP (layout/knobs.py CP1_COMM_TYPES:
+    Megatron-Core checks the exchange only at CP > 1), so it is not said to; no plan is known to reach here with p2p
+    pinned (a CP 1 layout stands beside any other, and _cp_reason and _gbs_reason answer first)."""
     kind, spec, gpu, world, wl = fixed.get("cp_comm_type"), layouts.spec, layouts.gpu, layouts.world, layouts.wl
     if kind is None or not layouts(pins)[0]:
         return None
-    cps = [c for c in tp_cp_sizes(gpu, world, wl.seq_length, pins)[1] if c > 1]
+    cps = tp_cp_sizes(gpu, world, wl.seq_length, pins)[1]
+    if kind in CP1_COMM_TYPES:
+        return (f"--fix cp_comm_type={kind}: no legal layout at CP {', '.join(map(str, cps))} runs it; drop the pin "
+                "(plan picks each layout's exchange)")
+    cps = [c for c in cps if c > 1]
     if cps and (refusal := _cp_reason(spec, gpu, world, {**pins, "cp": cps[0]}, fixed)):
         return refusal
     where = (f"no legal layout at CP {', '.join(map(str, cps))} runs it" if cps else
