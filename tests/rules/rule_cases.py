@@ -120,6 +120,8 @@ CASES: dict[str, Case] = {
     "sp.seq_divisible_by_tp": Case(S(MOE, "model.seq_length=4097", "model.tensor_model_parallel_size=2",
                                      "model.sequence_parallel=true")),
     "longctx.dp_squeezed": Case(S(MOE, "model.seq_length=32768", "model.pipeline_model_parallel_size=8"), "h100", 8),
+    "fit.core_attn_fused_attention": Case(S(MOE, "model.recompute_granularity=selective",
+                                           "model.recompute_modules=[core_attn]")),
     "longctx.sdpa_recompute": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16",
                                     "model.recompute_granularity=selective", "model.recompute_modules=[core_attn]")),
     "longctx.high_grad_accumulation": Case(S(MOE, "model.seq_length=32768", "model.context_parallel_size=8",

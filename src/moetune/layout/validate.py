@@ -57,9 +57,6 @@ SEED_CP_GUESS = "CP ~= seq_len / 4096"  # seeds/002 § Start from a 4K shard tar
 
 # Where the seeds' long-context guidance starts (seeds/002: "well past the 4K-class regime"; rule longctx.cp_sizing)
 LONG_CONTEXT = 16384
-# Where the first selective recompute set leaves core attention out (seeds/002 "avoid SDPA-heavy recompute at very
-# long context"; rule longctx.sdpa_recompute)
-LONG_SDPA = 65536
 CP_POWERS = tuple(2 ** i for i in range(12))
 
 

@@ -10,7 +10,7 @@ from importlib import resources
 from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
-from moetune.layout.validate import LONG_SDPA, Workload, shard_cp, undersharded_cp
+from moetune.layout.validate import Workload, shard_cp, undersharded_cp
 from moetune.planner.config_map import PRECISION, cp_fields, to_config
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import splits_for
@@ -185,12 +185,10 @@ def kv_groups_tp_facts(e: Estimate) -> dict:
 
 
 def first_selective(e: Estimate) -> frozenset[str]:
-    """The seeds' first selective set, as the fit rules' fixes write it (rules/derive.py first_selective_modules):
-    moe_act with layernorm for a MoE model, else core_attn with it, or layernorm alone at very long context (seeds/002
-    "avoid SDPA-heavy recompute at very long context")."""
-    if e.model.num_moe_experts:
-        return frozenset({"layernorm", "moe_act"})
-    return frozenset({"layernorm", "core_attn"} if e.workload.seq_length < LONG_SDPA else {"layernorm"})
+    """The first selective set, as the fit rules' fixes write it (rules/derive.py first_selective_modules): moe_act
+    with layernorm for a MoE model, else mlp with it (core_attn frees nothing under fused attention: rule
+    fit.core_attn_fused_attention)."""
+    return frozenset({"layernorm", "moe_act" if e.model.num_moe_experts else "mlp"})
 
 
 def with_fix(e: Estimate, fix: dict) -> Estimate | None:

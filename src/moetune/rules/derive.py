@@ -22,7 +22,6 @@ from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLE
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
-    LONG_SDPA,
     ep_first_sizes,
 )
 from moetune.rules.derive_layers import context_parallel, gemm_shapes, value, vpp2_runs
@@ -155,12 +154,11 @@ def _dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any) -> bool | None:
 def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
     """Recompute facts, named once for the rules that ask them (EP overlap, CUDA graphs and offloading each refuse
     some recompute: rules ep_overlap.*, cudagraph.*, fit.offload_inside_recomputed_moe)."""
-    # the seeds' first selective set, which the fit rules' fixes write: moe_act with layernorm (Megatron-Core needs
-    # grouped GEMMs for moe_act, transformer_config.py), else core_attn with it, except at very long context
-    # (seeds/002 § Avoid SDPA-heavy recompute at very long context; rule longctx.sdpa_recompute)
-    seq = value(config, "model.seq_length") or 4096
+    # the first selective set, which the fit rules' fixes write: moe_act with layernorm (Megatron-Core needs grouped
+    # GEMMs for moe_act, transformer_config.py), else mlp with it. The seeds also name core_attn, but under Transformer
+    # Engine's fused attention it frees nothing and pins the fused QKV output (rule fit.core_attn_fused_attention)
     d["first_selective_modules"] = ["layernorm", "moe_act"] if value(config, "model.moe_grouped_gemm") else \
-        ["layernorm", "core_attn"] if seq < LONG_SDPA else ["layernorm"]
+        ["layernorm", "mlp"]
     granularity, modules = value(config, "model.recompute_granularity"), value(config, "model.recompute_modules")
     if isinstance(modules, list):  # what Megatron-Core's recompute_modules assert accepts (transformer_config.py)
         known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
