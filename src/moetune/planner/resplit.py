@@ -18,8 +18,8 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
     mean (no re-split beats that), until that bound leaves the
     1% band of the fastest step found so far, where the seeds' order picks among near-ties (ranking.within,
     planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
-    other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the later
-    places of the list are re-split only where they were tried on the way."""
+    other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the rows after
+    it are re-split by resplit_shown."""
     if not s.resplit or not s.best:  # the user pinned the layout string
         return
     fastest = min(b[0] for b in s.best)
@@ -44,25 +44,44 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
 
 
 def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: dict | None) -> None:
-    """Re-split the first `shown` candidates of the ranked list that rebalance_best left as they were (out of reach
-    of the pick), so each row plan prints is predicted at its own best split: a runner-up had read 2% slower than
-    `--fix` of the same layout and knobs gives (plan audit). Only rows 1 onward are ranked again, so the pick stays
-    the pick (where rebalance_best stopped at RESPLIT_LIMIT a re-split row could in principle have beaten it). Two
-    splits of one layout may re-split to the same string: the later is dropped and the candidate that moves up into
-    the first `shown` is re-split in turn; each further pass drops one, so the passes end within the list's length."""
+    """Re-split the candidates that rebalance_best left as they were (out of reach of the pick) among the first
+    `shown` of the ranked list, so each row plan prints is predicted at its own best split (a runner-up had read 2%
+    slower than `--fix` of the same layout and knobs gives: plan audit); then, one at a time in order of their
+    re-split bound, those further down that bound ranks ahead of the last row shown, so no row is missing that its
+    own split would show (rebalance_best stops once the bound leaves the pick's band), up to RESPLIT_LIMIT distinct
+    layouts. Only rows 1 onward are ranked again, so the pick stays the pick (where rebalance_best stopped at
+    RESPLIT_LIMIT a re-split row could in principle have beaten it). Two splits of one layout may re-split to the
+    same string: the later is dropped. Each pass re-splits or drops one candidate at least, so the passes end within
+    twice the list's length."""
     s.best = first_of_each(s.best)  # rebalance_best's re-splits may already coincide
     found: dict[tuple, Layout] = {}  # kept across passes: a later knob set of a layout starts from its split
-    for _ in range(len(s.best)):
-        for i in range(min(shown, len(s.best))):
-            lay, done = s.best[i][2], s.best[i][5] is None
-            if s.resplit and lay.pp >= 2 and not done:
-                _resplit_entry(s, i, found, efficiency_overrides)
-        # ranked again among themselves, where the seeds' order picks among near-ties; the pick stays the pick
-        s.best[1:shown] = sorted(s.best[1:shown], key=lambda x: (within(x[0], fastest), x[1]))
+
+    def rank(x) -> tuple:  # the seeds' order picks among near-ties
+        return within(x[0], fastest), x[1]
+
+    for _ in range(2 * len(s.best) + 1):
+        todo = _unsplit(s, shown, rank, len(found) < RESPLIT_LIMIT)
+        for i in todo:
+            _resplit_entry(s, i, found, efficiency_overrides)
+        s.best[1:] = sorted(s.best[1:], key=rank)  # the pick stays the pick
         kept = first_of_each(s.best)
-        if len(kept) == len(s.best):
+        if not todo and len(kept) == len(s.best):
             return
         s.best = kept
+
+
+def _unsplit(s: Search, shown: int, rank, further: bool) -> list[int]:
+    """Places in s.best of the candidates on PP > 1 not re-split yet among the first `shown`, or else (`further`) the
+    one further down whose re-split bound ranks furthest ahead of the last row shown, if any does."""
+    if not s.resplit or not s.best:
+        return []
+    todo = [i for i, b in enumerate(s.best[:shown]) if b[5] is not None and b[2].pp >= 2]
+    if todo or not further:
+        return todo
+    last = rank(s.best[min(shown, len(s.best)) - 1])
+    below = [(rank((b[5], b[1])), i) for i, b in enumerate(s.best) if b[5] is not None and b[2].pp >= 2]
+    ahead = min(below, default=None)
+    return [ahead[1]] if ahead and ahead[0] < last else []
 
 
 def first_of_each(best: list) -> list:
