@@ -1,18 +1,28 @@
 """The planner's re-split of pipeline ranks (planner/pipeline_balance.py)."""
 
 import json
+import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.validate import Workload
+from moetune.planner.candidates import candidate_pairs
+from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import explain
+from moetune.planner.knob_grid import knob_grid
 from moetune.planner.pipeline_balance import chunk_counts, move_note, rank_layers, rebalance, with_rank_layers
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
+from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
+from moetune.walls.batch import batch_step_seconds, whole_layer_balanced
+from moetune.walls.batch_layouts import build_batch
+from moetune.walls.efficiency import efficiency
 
 
 def test_chunks_follow_megatrons_stage_order():
@@ -71,9 +81,9 @@ def test_a_layout_without_a_pipeline_is_left_alone():
     assert rebalance(lay, 40, 0, lambda cand: None, lambda cand: False, (1.0, [1.0])) == (1.0, lay)
 
 
-def _pick(name: str, gpu: str, world: int, seq: int, gbs: int):
+def _pick(name: str, gpu: str, world: int, seq: int, gbs: int, fixed: dict | None = None):
     return plan(load_model(name), load_gpu(gpu), world, Workload(seq_length=seq, micro_batch_size=1,
-                                                                 global_batch_size=gbs), top=1).results[0]
+                                                                 global_batch_size=gbs), top=1, fixed=fixed).results[0]
 
 
 def test_minimax_m2s_last_rank_is_lightened():
@@ -107,8 +117,9 @@ def test_explain_names_each_ranks_layers_and_time():
 
 def test_explain_says_what_re_split_the_ranks_want():
     """A user's own split (DeepSeek-V3's even 'Et|(tt|)*30mL' under the bench pick's knobs) gets the re-split `plan`
-    makes, which estimates faster and fits; a pick whose ranks stay uneven (MiniMax-M2 on 128 H100 at 8k) gets the
-    split memory aside would reach and the rank that lacks the memory for it."""
+    makes, which estimates faster and fits; a pick whose ranks stay uneven (MiniMax-M2 on 128 H100 at 8k without VPP:
+    the pick itself runs PP4 VPP4 and even ranks since the re-split bound counts every rank) gets the split memory
+    aside would reach and the rank that lacks the memory for it."""
     pick = _pick("deepseek-v3", "h100", 1024, 4096, 8192)
     even = pick.variant(layout=replace(pick.layout, pipeline_layout="Et|(tt|)*30mL"))
     note = move_note(even)
@@ -117,7 +128,7 @@ def test_explain_says_what_re_split_the_ranks_want():
     assert suggested.fits and suggested.time["step_seconds"] < even.time["step_seconds"]
     assert move_note(pick) is None  # the pick is already re-split
 
-    mm = _pick("minimax-m2", "h100", 128, 8192, 512)
+    mm = _pick("minimax-m2", "h100", 128, 8192, 512, {"vpp": 1})
     note = move_note(mm)
     assert "memory, not the split, keeps the ranks uneven" in note
     free = mm.variant(layout=replace(mm.layout, pipeline_layout=note.split("`")[1]))
@@ -156,3 +167,83 @@ def test_the_pick_is_re_split_even_where_looser_layouts_crowd_the_resplit_budget
                 top=1).results[0]
     assert pick.layout.pp > 1 and move_note(pick) is None
     assert pick.layout.pipeline_layout != "Et*4|(t*4|)*14tL"  # the recipe's even string, not re-split
+
+
+@pytest.mark.parametrize(("model", "gpu", "world", "mtp"), [
+    ("glm-4.5", "gb200", 136, 0),  # three dense layers before 89 MoE ones, 92 in all over PP17 or PP34
+    ("qwen3-30b-a3b", "h100", 136, None),  # one layer kind; PP4 x VPP12 leaves every virtual stage one layer
+    ("minimax-m2", "h100", 96, None),  # three MTP layers and a 200k vocabulary on the last rank
+])
+def test_the_resplit_bound_never_passes_what_a_resplit_reaches(model, gpu, world, mtp):
+    """The slowest rank's time the search's re-split bounds assume (walls/batch.py "balanced" and its whole-layer
+    tightening: the step with that rank at the least a re-split could make it, walls/split_floor.py) is never above
+    what rebalance reaches, memory aside: a bound that overstated it would pass over a candidate a re-split makes the
+    fastest. (The per-iteration terms of the largest stage's parameters are held as they are; a re-split moves them a
+    little too.)"""
+    spec, g = load_model(model) if mtp is None else load_model(model).with_mtp(mtp), load_gpu(gpu)
+    wl = Workload(seq_length=4096, global_batch_size=8 * world)
+    layouts = [lay for lay in enumerate_layouts(spec, g, world, wl, {}) if lay.pp > 1]
+    cands = candidate_pairs(random.Random(0).sample(layouts, min(12, len(layouts))), wl, {"mbs": 1})
+    batch, rng, checked = build_batch(spec, cands), random.Random(1), 0
+    for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), {}, "dropless"), 3):
+        walls = batch_step_seconds(spec, batch, 4096, wl.global_batch_size, knobs, g, efficiency(g.key))
+        tight = whole_layer_balanced(spec, batch, 4096, wl.global_batch_size, knobs, walls, np.arange(len(cands)))
+        assert np.all(tight >= walls["balanced"] * (1 - 1e-12))
+        for i, (lay, mbs) in enumerate(cands):
+            if lay.ep == 1 and (knobs.dispatcher != "alltoall" or knobs.ep_overlap):
+                continue  # flex dispatchers and EP overlap need expert ranks (the search's _runs drops these)
+
+            def evaluate(cand, run=replace(wl, micro_batch_size=mbs), knobs=knobs):
+                t = estimate(spec, g, cand, run, knobs, with_memory=False).time
+                return t["step_seconds"], t["stage_seconds"]
+
+            start = evaluate(lay)
+            _, split = rebalance(lay, spec.num_layers, spec.mtp_num_layers, evaluate, lambda _: True, start)
+            weight = wl.global_batch_size // (mbs * lay.dp) + (lay.pp - 1) / lay.vpp  # a rank's time in the step
+            assumed = max(start[1]) - (walls["step"][i] - tight[i]) / weight
+            assert assumed <= max(evaluate(split)[1]) * (1 + 1e-9), (lay.short(), lay.pipeline_layout, knobs)
+            checked += 1
+    assert checked >= 12
+
+
+def test_the_resplit_bound_counts_every_rank_and_whole_layers():
+    """GLM-4.5 without MTP over PP17 ends-light (1, 6 x 15, 1 layers): 89 MoE layers leave some rank 6 under any split,
+    which this split already is, so no re-split gains and the bound is the step itself. It had read the mean of the
+    four distinct ranks (one for the fifteen alike), 5.5 s against 8.8."""
+    spec, g = load_model("glm-4.5").with_mtp(0), load_gpu("gb200")
+    lay = Layout(world_size=136, pp=17, ep=4, first_stage_layers=1, last_stage_layers=1)
+    assert rank_layers(lay, 92, 0) == [1] + [6] * 15 + [1]
+    knobs = Knobs(precision="mxfp8", dispatcher="hybridep", routing="force-balance", fp8_output_proj=True)
+    batch = build_batch(spec, [(lay, 1)])
+    walls = batch_step_seconds(spec, batch, 4096, 1088, knobs, g, efficiency(g.key))
+    assert walls["balanced"][0] == pytest.approx(walls["step"][0], rel=1e-9)
+    tight = whole_layer_balanced(spec, batch, 4096, 1088, knobs, walls, np.arange(1))
+    assert tight[0] == pytest.approx(walls["step"][0], rel=1e-9)
+
+
+def test_the_whole_layer_bound_sees_what_the_last_rank_cannot_take():
+    """GLM-4.5-Air (46 layers, one MTP layer) over PP8 VPP3 on 256 H100: the last rank's MTP layer and loss weigh about
+    four MoE layers, so the ranks' mean (85 ms a micro-batch) cannot be reached in whole layers: some rank keeps 7 MoE
+    layers (95 ms), which is where rebalance stops (memory aside) and what the whole-layer bound reads."""
+    spec, g = load_model("glm-4.5-air"), load_gpu("h100")
+    lay = Layout(world_size=256, tp=2, pp=8, vpp=3, ep=16, account_for_embedding=True, account_for_loss=True)
+    knobs = Knobs(precision="fp8-blockwise", dispatcher="deepep")
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=2048)
+    batch = build_batch(spec, [(lay, 1)])
+    walls = batch_step_seconds(spec, batch, 4096, 2048, knobs, g, efficiency(g.key))
+    tight = whole_layer_balanced(spec, batch, 4096, 2048, knobs, walls, np.arange(1))[0]
+
+    def evaluate(cand):
+        t = estimate(spec, g, cand, wl, knobs, with_memory=False).time
+        return t["step_seconds"], t["stage_seconds"]
+
+    start = evaluate(lay)
+    _, split = rebalance(lay, spec.num_layers, spec.mtp_num_layers, evaluate, lambda _: True, start)
+    weight = 2048 // lay.dp + (lay.pp - 1) / lay.vpp  # the slowest rank's times in a step
+
+    def assumed(balanced):  # the slowest rank's time a bound assumes
+        return max(start[1]) - (walls["step"][0] - balanced) / weight
+
+    assert max(rank_layers(split, 46, 1)) == 7
+    assert assumed(walls["balanced"][0]) < 0.97 * assumed(tight)
+    assert assumed(tight) == pytest.approx(max(evaluate(split)[1]), rel=1e-9)

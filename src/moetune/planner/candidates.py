@@ -21,7 +21,13 @@ from moetune.planner.enumerate import MBS_CHOICES
 from moetune.planner.ranking import bound, cp_weight, preference
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_host_bytes, batch_memory, batch_step_seconds, time_key
+from moetune.walls.batch import (
+    batch_host_bytes,
+    batch_memory,
+    batch_step_seconds,
+    time_key,
+    whole_layer_balanced,
+)
 from moetune.walls.batch_layouts import build_batch, distinct_shapes
 
 
@@ -220,6 +226,11 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
         reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
                          step)
+        # tightened to whole layers where that first bound keeps it in reach of the list (the rest stay out either way)
+        near = np.nonzero(resplit & np.isfinite(step) & (reach <= s.bound))[0]
+        if len(near):
+            tight = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, near)
+            reach[near] = np.minimum(tight * (step[near] / walls["step"][near]), step[near])
         if s.short_cp:
             _short_cp_best(s, np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"],
                            mask[rows], sub, knobs)

@@ -14,9 +14,9 @@ RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a fe
 
 def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
     """Re-split the pipeline ranks of every kept candidate a re-split could still make the fastest: first those in the
-    1% band of the fastest as they are, then in order of the step each would take with every stage at the stages'
-    mean (no re-split beats that), until that bound leaves the
-    1% band of the fastest step found so far, where the seeds' order picks among near-ties (ranking.within,
+    1% band of the fastest as they are, then in order of the step each would take with its slowest rank at the least
+    any split of whole layers could make it (walls/batch.py _split_floor: no re-split beats that), until that bound
+    leaves the 1% band of the fastest step found so far, where the seeds' order picks among near-ties (ranking.within,
     planner/pipeline_balance.py); at most RESPLIT_LIMIT distinct layouts, the
     other knob sets of a layout already re-split trying its split. The pick does not depend on --top; the rows after
     it are re-split by resplit_shown."""
@@ -24,9 +24,11 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
         return
     fastest = min(b[0] for b in s.best)
     # the candidates already in the band of the fastest come first (the pick is one of them, or one a re-split brings
-    # there), then the rest by the step a re-split could reach: that bound, every stage at the stages' mean, is loose
-    # where whole layers and the loss cannot be spread evenly (PP16 over 61 layers), and those layouts had used up
-    # RESPLIT_LIMIT before the pick was tried (Kimi-K2 on 1,024 GB200 at 128k: PP2, +3.2% re-split, left as it was)
+    # there), then the rest by the step a re-split could reach. A loose bound spends RESPLIT_LIMIT on layouts that
+    # cannot gain: every stage at the mean of the distinct stages, where whole layers and the loss cannot be spread
+    # evenly (PP16 over 61 layers), had crowded out the pick (Kimi-K2 on 1,024 GB200 at 128k: PP2, +3.2% re-split,
+    # left as it was); and that mean, counting 15 alike ranks once, read GLM-4.5's PP17 splits (no MTP, 136 GB200)
+    # 5.5 s against their 8.8 s, so 24 of them went first and the PP17 pick stood 4.6% behind PP34 rows shown under it
     s.best.sort(key=lambda x: (within(x[0], fastest) > 0, x[5]))
     banded = sum(within(b[0], fastest) <= 0 for b in s.best)  # the first `banded` entries are in the band
     found: dict[tuple, Layout] = {}  # (layout, mbs) -> its re-split under the knobs tried first

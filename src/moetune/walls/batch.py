@@ -36,6 +36,7 @@ from moetune.walls.memory import (
     userbuffer_bytes,
 )
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
+from moetune.walls.split_floor import even_floor, whole_floor
 from moetune.walls.step import layer_time
 
 
@@ -150,9 +151,15 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     def pick(a):
         return np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]
 
-    mean = np.where(b.valid, total, 0.0).sum(axis=1) / np.maximum(b.valid.sum(axis=1), 1)
+    # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
+    # a stage past the last reads as the first, held by no rank
+    cost = np.hstack([sum(times[k][:3]) for k in b.kinds])  # a decoder layer's compute, exposed comm and host
+    fixed = total - (b.counts * cost[:, None, :]).sum(axis=2)
+    fixed = np.where(b.valid, fixed, fixed[:, :1])
+    ranks = b.ranks.astype(float)
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
-            "hidden_ep": pick(hidden_ep), "regain": pick(regain), "mean_total": mean}
+            "hidden_ep": pick(hidden_ep), "regain": pick(regain), "fixed": fixed, "layer_cost": cost,
+            "floor_total": even_floor(spec, b.kinds, total, fixed, ranks, cost)}
 
 
 def time_key(knobs: Knobs) -> tuple:
@@ -182,10 +189,24 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + unhidden),
              "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0) + offload}
     walls["step"] = sum(walls.values())
-    # the same step with every pipeline stage at the stages' mean: no re-split of the layers can beat it (the work
-    # is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach
-    walls["balanced"] = walls["step"] - (m + ((f.pp - 1) / f.vpp)[:, 0]) * (stage["total"] - stage["mean_total"])
+    # the same step with the slowest pipeline rank at the least a re-split could make it (walls/split_floor.py: the
+    # work is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach
+    walls["balanced"] = walls["step"] - (m + ((f.pp - 1) / f.vpp)[:, 0]) * (stage["total"] - stage["floor_total"])
     return walls
+
+
+def whole_layer_balanced(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, walls: dict,
+                         rows: np.ndarray) -> np.ndarray:
+    """walls["balanced"] (of batch_step_seconds under these knobs) at `rows`, its floor raised to the best split in
+    whole layers (split_floor.whole_floor): tighter, and too dear to take for every candidate, so the planner asks it
+    of those the first bound keeps in reach."""
+    stage, f = b.cache[("stage", *time_key(knobs), gbs, seq)], b.fields
+    least = (f.vpp - b.loss)[rows].astype(float)  # the layers each rank keeps (pipeline_balance.with_rank_layers)
+    whole = whole_floor(spec, b.kinds, stage["fixed"][rows], b.ranks[rows].astype(float), least,
+                        stage["layer_cost"][rows])
+    floor = np.maximum(stage["floor_total"][rows], whole)
+    weight = (gbs // (b.mbs * f.dp))[rows, 0] + ((f.pp - 1) / f.vpp)[rows, 0]  # the slowest rank's times in a step
+    return walls["step"][rows] - weight * (stage["total"][rows] - floor)
 
 
 def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:

@@ -24,7 +24,7 @@ from moetune.walls.rank_params import (
 class LayoutBatch:
     """Candidates (layout x micro-batch size) as arrays: (n, 1) per layout field, (n, S) per stage.
     Stages with the same contents are kept once, at their lowest index (the one holding the most
-    micro-batches in flight), so S is small."""
+    micro-batches in flight), so S is small; `ranks` counts the pipeline ranks each stands for."""
 
     layouts: list[Layout]  # shared by subsets: candidate i is layouts[rows[i]]
     rows: np.ndarray  # (n,) index into layouts
@@ -35,6 +35,7 @@ class LayoutBatch:
     mtp: np.ndarray  # (n, S)
     loss: np.ndarray  # (n, S) bool
     valid: np.ndarray  # (n, S) bool: stage exists
+    ranks: np.ndarray  # (n, S) pipeline ranks with this stage's contents (0 where it does not exist)
     stage_index: np.ndarray  # (n, S) pipeline rank of the stage
     padded_vocab: np.ndarray  # (n, 1)
     params: np.ndarray  # the root batch's (N, 3S) dense, expert and vocab parameters per rank, read by `rows`
@@ -86,14 +87,13 @@ def _signature(lay: Layout) -> tuple:
             lay.account_for_embedding, lay.account_for_loss)
 
 
-def _distinct(structs: list[StageStructure]) -> list[StageStructure]:
-    seen, out = set(), []
+def _distinct(structs: list[StageStructure]) -> list[tuple[StageStructure, int]]:
+    """Each distinct stage (its first rank) and how many ranks hold the same contents."""
+    out: dict[tuple, list] = {}
     for st in structs:
         key = (st.kind_counts, st.embeddings, st.final_norms, st.mtp_layers, st.outputs)
-        if key not in seen:
-            seen.add(key)
-            out.append(st)
-    return out
+        out.setdefault(key, [st, 0])[1] += 1
+    return [(st, n) for st, n in out.values()]
 
 
 def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> LayoutBatch:
@@ -110,7 +110,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     n, depth = len(candidates), max(len(v) for v in structures.values())
     counts = np.zeros((n, depth, len(kinds)))
     mtp, loss, valid = np.zeros((n, depth)), np.zeros((n, depth), bool), np.zeros((n, depth), bool)
-    index = np.zeros((n, depth), int)
+    index, ranks = np.zeros((n, depth), int), np.zeros((n, depth), int)
     dense, expert, vocab = np.zeros((n, depth)), np.zeros((n, depth)), np.zeros((n, depth))
     table = np.array([[getattr(lay, k) for k in _FIELDS] for lay in distinct.values()], dtype=np.int64)[which]
     fields = SimpleNamespace(**{k: table[:, j:j + 1] for j, k in enumerate(_FIELDS)})
@@ -118,11 +118,12 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     for g, (sig, structs) in enumerate(structures.items()):
         rows = np.nonzero(sig_id == g)[0]
         sub = SimpleNamespace(**{k: getattr(fields, k)[rows, 0] for k in ("tp", "ep", "etp")})
-        for j, st in enumerate(structs):
+        for j, (st, same) in enumerate(structs):
             for kind, c in st.kind_counts:
                 counts[rows, j, kinds.index(kind)] = c
             mtp[rows, j], loss[rows, j], valid[rows, j], index[rows, j] = st.mtp_layers, st.outputs > 0, True, \
                 st.stage
+            ranks[rows, j] = same
             for tp in np.unique(sub.tp):
                 sel = sub.tp == tp
                 layout_view = SimpleNamespace(tp=tp, ep=sub.ep[sel], etp=sub.etp[sel])
@@ -135,7 +136,8 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     padded = np.array([padded_vocab_size(spec.vocab_size, int(t), spec.vocab_divisor) for t in tps])
     padded = padded[tp_index].reshape(-1, 1)
     mbs = np.array([[m] for _, m in candidates])
-    ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp])
+    ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp,
+                      ranks])
     return _unpack(ints.astype(np.int32), np.hstack([dense, expert, vocab]), layouts=[lay for lay, _ in candidates],
                    kinds=kinds)
 
@@ -147,7 +149,7 @@ def _unpack(ints: np.ndarray, params: np.ndarray, **rest) -> LayoutBatch:
     """A LayoutBatch whose integer arrays are column views of one packed int32 matrix (see build_batch); the
     (n, 1) layout fields are widened to int64 (products such as tokens x vocabulary exceed 2^31)."""
     k, f = len(rest["kinds"]), len(_FIELDS)
-    depth = (ints.shape[1] - 3 - f) // (4 + k)
+    depth = (ints.shape[1] - 3 - f) // (5 + k)
     def col(i, w=1):
         return ints[:, i:i + w]
 
@@ -158,7 +160,8 @@ def _unpack(ints: np.ndarray, params: np.ndarray, **rest) -> LayoutBatch:
                        padded_vocab=col(2 + f).astype(np.int64), stage_index=col(stage, depth),
                        loss=col(stage + depth, depth) != 0, valid=col(stage + 2 * depth, depth) != 0,
                        counts=col(stage + 3 * depth, depth * k).reshape(-1, depth, k),
-                       mtp=col(stage + (3 + k) * depth, depth), params=params, packed=ints, **rest)
+                       mtp=col(stage + (3 + k) * depth, depth), ranks=col(stage + (4 + k) * depth, depth),
+                       params=params, packed=ints, **rest)
 
 
 _SHAPE = ("mbs", "tp", "cp", "etp", "ep", "sp")
