@@ -229,6 +229,11 @@ SAID_BY_LAYOUT = {
     # 4,100 tokens reach each FP8 GEMM at TP 1 (Transformer Engine asserts a multiple of 8)
     "precision.gemm_shapes": (16, ["model.seq_length=4100", "train.micro_batch_size=1", "mixed_precision.fp8=e4m3",
                                    "mixed_precision.fp8_recipe=blockwise", "model.expert_model_parallel_size=8"]),
+    # FP8 weights under tensorwise scaling beside the optimizer's CPU offload (Megatron-LM validate_args)
+    "precision.fp8_params_with_optimizer_offload": (16, [
+        "mixed_precision.fp8=hybrid", "mixed_precision.fp8_recipe=tensorwise", "mixed_precision.fp8_param_gather=true",
+        "optimizer.optimizer_cpu_offload=true", "optimizer.optimizer_offload_fraction=0.5",
+        "optimizer.use_precision_aware_optimizer=true", "model.expert_model_parallel_size=8"]),
 }
 
 

@@ -229,7 +229,7 @@ class Knobs:
             raise MoetuneError(f"fp8_param_gather with the optimizer's CPU offload "
                                f"({self.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got "
                                f"{self.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or "
-                               "the offload")
+                               "the offload", same_as=("precision.fp8_params_with_optimizer_offload",))
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and self.hcp_a2a_size < 1:
