@@ -229,6 +229,9 @@ SAID_BY_LAYOUT = {
     # 4,100 tokens reach each FP8 GEMM at TP 1 (Transformer Engine asserts a multiple of 8)
     "precision.gemm_shapes": (16, ["model.seq_length=4100", "train.micro_batch_size=1", "mixed_precision.fp8=e4m3",
                                    "mixed_precision.fp8_recipe=blockwise", "model.expert_model_parallel_size=8"]),
+    # an a2a group of 3 in CP 4: the sizes do not multiply to CP (Megatron-Core's parallel_state.py asserts it)
+    "cp.hcp_sizes": (16, ["model.context_parallel_size=4", "model.cp_comm_type=a2a+p2p", "model.seq_length=8192",
+                          "model.hierarchical_context_parallel_sizes=[3,2]", "model.expert_model_parallel_size=8"]),
     # FP8 weights under tensorwise scaling beside the optimizer's CPU offload (Megatron-LM validate_args)
     "precision.fp8_params_with_optimizer_offload": (16, [
         "mixed_precision.fp8=hybrid", "mixed_precision.fp8_recipe=tensorwise", "mixed_precision.fp8_param_gather=true",

@@ -165,6 +165,9 @@ def test_an_hcp_a2a_group_past_the_kv_groups_of_a_rank(qwen, capsys):
     assert "cp.hcp_a2a_heads" in errors([QWEN, *CLUSTER, *cp, "--set", sizes[0]], capsys)
     assert "cp.hcp_a2a_heads" not in errors([QWEN, *CLUSTER, *cp, "--set", sizes[1]], capsys)
     assert list(errors([QWEN, *CLUSTER, *MODEL, *cp, "--set", sizes[0]], capsys)) == ["layout.illegal"]
+    # sizes that do not multiply to CP are cp.hcp_sizes's fault alone, though 3 splits no rank's heads either
+    assert list(errors([QWEN, *CLUSTER, *cp, "--set", "model.hierarchical_context_parallel_sizes=[3,2]"],
+                       capsys)) == ["cp.hcp_sizes"]
     mlm = (f"--num-layers 4 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups "
            f"{groups} --seq-length 8192 --max-position-embeddings 8192 --tensor-model-parallel-size 2 "
            f"--sequence-parallel --context-parallel-size 8 --cp-comm-type a2a+p2p "

@@ -73,7 +73,8 @@ def _hcp_a2a_size(config: dict) -> int | None:
     cp = int(config.get("model.context_parallel_size") or 1)
     if len(sizes) != 2 or int(sizes[0]) * int(sizes[1]) != cp:  # parallel_state.py asserts their product is CP
         raise MoetuneError(f"model.hierarchical_context_parallel_sizes {list(sizes)} must be [a2a, p2p] multiplying to "
-                           f"context_parallel_size ({cp}); e.g. [{min(cp, 2)}, {max(cp // 2, 1)}]")
+                           f"context_parallel_size ({cp}); e.g. [{min(cp, 2)}, {max(cp // 2, 1)}]",
+                           same_as=("cp.hcp_sizes",))
     return int(sizes[0])
 
 
