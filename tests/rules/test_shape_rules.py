@@ -186,3 +186,18 @@ def test_an_hcp_a2a_group_past_the_kv_groups_of_a_rank(qwen, capsys):
 def test_the_experts_width_is_the_ffn_where_megatron_lm_takes_it(args, fires, capsys):
     found = errors([*args, "--gpu", "h100", "--gpus", "10"], capsys)
     assert ("shape.moe_ffn_divisible_by_etp" in found) is fires
+
+
+def test_the_gemm_shape_fix_sets_the_datasets_sequence_length_too(capsys):
+    """precision.gemm_shapes offers a sequence length; on a Bridge recipe, whose dataset.seq_length Bridge asserts
+    equals the model's, the fix had set model.seq_length alone, tripped model.seq_length_matches_dataset and was
+    withdrawn (fix {}). It now sets both, and the fixed config passes."""
+    config = {"model.seq_length": 4097, "dataset.seq_length": 4097, "mixed_precision.fp8": "e4m3",
+              "mixed_precision.fp8_recipe": "blockwise", "model.moe_router_dtype": "fp32"}
+
+    def sets(values: dict) -> list[str]:
+        return [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
+    [found] = [f for f in findings([QWEN, *CLUSTER, *sets(config)], capsys) if f["rule"] == "precision.gemm_shapes"]
+    fix = found["fix"]
+    assert fix.get("model.seq_length") and fix.get("dataset.seq_length") == fix["model.seq_length"] != 4097
+    assert not errors([QWEN, *CLUSTER, *sets({**config, **fix})], capsys)
