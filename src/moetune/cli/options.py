@@ -154,6 +154,18 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
              "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather"}
 
 
+def _precision_words(m: re.Match) -> str:
+    """'--precision P' as the mixed_precision fields that set recipe P (bf16: FP8 and FP4 both off)."""
+    from moetune.planner.config_map import PRECISION  # config_map pulls in the planner: only for an error's words
+
+    fields = PRECISION.get(m.group(1))
+    if fields is None:
+        return m.group(0)
+    shown = {k: v for k, v in fields.items() if v is not None}
+    words = " ".join(f"{k}={'null' if v is None else v}" for k, v in (shown or fields).items())
+    return words if shown else f"BF16 ({words})"
+
+
 def config_words(message: str) -> str:
     """A layout error worded for flags, with the config's names instead (check reads configs, not flags)."""
     def name(m: re.Match) -> str:
@@ -164,5 +176,6 @@ def config_words(message: str) -> str:
         return (article or "") + key
     # a fix that offers the flag "or" the config key it sets ("--hcp-a2a-size, or model.hierarchical_...") names
     # that key once
-    worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, message)
+    worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, re.sub(r"--precision ([a-z0-9-]+)", _precision_words,
+                                                                message))
     return re.sub(r"\b([a-z_]+\.[a-z0-9_.]+),? or \1(?![\w.])", r"\1", worded)
