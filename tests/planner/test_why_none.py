@@ -47,6 +47,13 @@ def test_plan_cli_one_line(capsys):
 @pytest.mark.parametrize(("model", "world", "seq", "fixed", "expected"), [
     # gpt-oss's attention sinks run context parallel only over a2a, which splits 8 KV groups at most 8 ways
     ("gpt-oss-120b", 64, 65536, {"cp": 16}, ["--fix cp=16", "cp.sinks_need_a2a", "CP <= 8"]),
+    # a pinned p2p (or a2a+p2p) is what sinks refuse at CP 2, which a2a runs: the line had blamed the KV groups and
+    # offered "CP <= 8", which CP 2 already is
+    ("gpt-oss-120b", 32, 32768, {"cp": 2, "cp_comm_type": "p2p"},
+     ["cp.sinks_need_a2a), not the pinned p2p; drop --fix cp_comm_type=p2p"]),
+    ("gpt-oss-120b", 32, 32768, {"cp": 2, "cp_comm_type": "a2a+p2p"}, ["not the pinned a2a+p2p; drop"]),
+    # past a2a's limit too, both are said
+    ("gpt-oss-120b", 32, 65536, {"cp": 16, "cp_comm_type": "p2p"}, ["not the pinned p2p, and a2a splits", "CP <= 8"]),
     # Qwen3-235B-A22B's 4 KV groups at TP4: one per rank, so a pinned a2a cannot split them over CP 8
     ("qwen3-235b-a22b", 256, 131072, {"cp": 8, "tp": 4, "cp_comm_type": "a2a"}, ["cp.a2a_heads", "use p2p"]),
     # TP 16 past gpt-oss's 8 groups: one a rank, so no CP over 1 runs there (the line had offered CP <= 8)

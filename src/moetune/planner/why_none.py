@@ -86,13 +86,24 @@ def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dic
     # past the groups, so no CP over 1 there)
     groups, limit = max(kv_groups_per_rank(spec.kv_groups, tp) for tp in tps), max(a2a_cp_limit(spec, tp) for tp in tps)
     if spec.softmax_sinks:
-        smaller_tp = " or a smaller --fix tp" if pins.get("tp", 1) > 1 else ""
-        return (f"{spec.name}'s attention sinks run context parallel only over a2a (Transformer Engine; rule "
-                f"cp.sinks_need_a2a), which splits each TP rank's {groups} KV groups (or fewer) over CP: CP {cp} "
-                f"needs at least {cp} of them; use CP <= {limit}{smaller_tp}")
+        return _sinks_reason(spec, pins, kind, groups, limit,
+                             a2a_runs=any(cp_exchange_exists(spec, cp, tp, domain, "a2a") for tp in tps))
     need = f"CP {cp} needs at least {cp} of them" if kind == "a2a" else "an a2a group of 2 needs at least 2 of them"
     return (f"cp_comm_type {kind} splits each TP rank's {groups} KV groups (or fewer) over CP (rule cp.a2a_heads): "
             f"{need}; use {exchanges_that_run(spec, cp, tps, domain, kind)}")
+
+
+def _sinks_reason(spec: ModelSpec, pins: dict, kind: str, groups: int, limit: int, a2a_runs: bool) -> str:
+    """Attention sinks run CP over a2a alone: a pinned other exchange is the fault where a2a would run this CP (it
+    had been told the KV groups limit CP, which they did not), else a2a's head split is."""
+    cp, pinned = pins.get("cp", 1), kind not in ("auto", "a2a")
+    sinks = (f"{spec.name}'s attention sinks run context parallel only over a2a (Transformer Engine; rule "
+             f"cp.sinks_need_a2a){f', not the pinned {kind}' if pinned else ''}")
+    if pinned and a2a_runs:
+        return f"{sinks}; drop --fix cp_comm_type={kind} (plan picks a2a) or pin a2a"
+    smaller_tp = " or a smaller --fix tp" if pins.get("tp", 1) > 1 else ""
+    return (f"{sinks}{', and a2a' if pinned else ', which'} splits each TP rank's {groups} KV groups (or fewer) "
+            f"over CP: CP {cp} needs at least {cp} of them; use CP <= {limit}{smaller_tp}")
 
 
 def _pins_text(pins: dict) -> str:
