@@ -49,6 +49,23 @@ def test_a_refusal_names_the_rules_that_say_its_fault(qwen, overrides, same_as):
     assert "same_as" not in error.as_dict()
 
 
+def test_fp8_weights_without_fp8_are_refused_and_the_bf16_fixes_turn_them_off(qwen):
+    """Bridge sets TransformerConfig.fp8_param from fp8_param_gather (Megatron-LM from --fp8-param-gather), which
+    refuses it without fp8: check had not handed it over and passed a BF16 config with FP8 weights. The rules that
+    send an FP8 config to BF16 turn them off with it, so an FP8 preset (fp8_param_gather on) fixed is one that runs."""
+    from moetune.cli.check_cmd import check_findings
+
+    def errors(config):
+        return {f.rule for f in check_findings(config) if f.severity == "error"}
+    assert "mcore.transformer_config" in errors({**qwen, "mixed_precision.fp8_param_gather": True})
+    assert "mcore.transformer_config" in errors({**qwen, "mixed_precision.fp8_param": True})
+    # an A100 has no FP8: precision.fp8_unsupported's fix, applied to a tensorwise preset, leaves no error
+    fp8 = {**qwen, "cluster.gpu": "a100", "mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise",
+           "mixed_precision.fp8_param_gather": True, "model.moe_router_dtype": "fp32"}
+    [fix] = [f.fix for f in check_findings(fp8) if f.rule == "precision.fp8_unsupported"]
+    assert fix["mixed_precision.fp8_param_gather"] is False and not errors({**fp8, **fix})
+
+
 def test_skipped_without_architecture():
     findings = mcore_findings(load_config(sets=["model.tensor_model_parallel_size=2"]))
     assert [f.rule for f in findings] == ["mcore.skipped"]

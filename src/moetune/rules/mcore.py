@@ -92,6 +92,12 @@ def _kwargs(config: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     for name in _PRECISION:
         if f"mixed_precision.{name}" in config and name in fields:
             kw[name] = config[f"mixed_precision.{name}"]
+    # TransformerConfig's fp8_param is the FP8-weights switch: Bridge keeps it in step with fp8_param_gather
+    # (mixed_precision.py), Megatron-LM sets it from --fp8-param-gather (argument_utils.py)
+    param = config.get("mixed_precision.fp8_param")
+    param = config.get("mixed_precision.fp8_param_gather") if param is None else param
+    if "fp8_param" in fields and param is not None:
+        kw["fp8_param"] = bool(param)
     for name in _OVERLAP:
         if f"comm_overlap.{name}" in config and name in fields:
             kw[name] = config[f"comm_overlap.{name}"]
