@@ -312,6 +312,10 @@ CASES: dict[str, Case] = {
                                                   "ddp.use_distributed_optimizer=false",
                                                   "optimizer.use_distributed_optimizer=false",
                                                   "cluster.launcher=megatron-lm")),
+    "precision.fp8_params_need_distributed_optimizer": Case(S(
+        MOE, "mixed_precision=bf16_with_fp8_current_scaling_mixed", "ddp.overlap_param_gather=false",
+        "ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false",
+        "cluster.launcher=megatron-lm")),
     "overlap.param_gather_needs_grad_reduce": Case(S(MOE, "ddp.overlap_param_gather=true",
                                                      "ddp.use_distributed_optimizer=true",
                                                      "cluster.launcher=megatron-lm")),
