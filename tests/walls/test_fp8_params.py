@@ -11,8 +11,9 @@ from moetune.planner.estimate import estimate
 from moetune.rules.table import load_table
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.batch import batch_memory
+from moetune.walls.batch import batch_memory, batch_step_seconds
 from moetune.walls.batch_layouts import build_batch
+from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import FP8_CACHE_BYTES, default_overheads, memory_wall
 from moetune.walls.rank_params import stage_params
 
@@ -87,3 +88,15 @@ def test_an_offloaded_optimizer_keeps_bf16_weights_outside_the_delayed_recipe(pr
     e = estimate(SPEC, load_gpu("h100" if precision == "fp8-current" else "gb200"), LAYOUT, WL,
                  Knobs(precision=precision, **offload))
     assert to_config(e)["mixed_precision.fp8_param_gather"] is False
+
+
+def test_one_batch_times_each_recipes_parameter_gather_as_estimate_does():
+    """The batch memoizes the data-parallel terms across a search's knob sets; FP8 parameters gather in 1 byte under a
+    tensor-scaled recipe (walls/iteration.py gathered_weight_bytes), so a batch timed under BF16 first must not lend
+    that gather to fp8-current (an H100 grid pinned to bf16 and fp8-current, through the API)."""
+    gpu, lay = load_gpu("h100"), Layout(world_size=64, ep=8)
+    batch = build_batch(SPEC, [(lay, 1)])
+    for knobs in (Knobs(precision="bf16"), Knobs(precision="fp8-current"), Knobs(precision="fp8-blockwise")):
+        step = batch_step_seconds(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, gpu, efficiency(gpu.key))
+        assert float(step["step"][0]) == pytest.approx(estimate(SPEC, gpu, lay, WL, knobs).time["step_seconds"],
+                                                      rel=1e-9), knobs.precision
