@@ -8,8 +8,9 @@ from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
-from moetune.layout.knobs import CP1_COMM_TYPES, TUNED_FLEX_SMS, Knobs, parse_modules, parse_offload_modules
+from moetune.layout.knobs import CP1_COMM_TYPES, TUNED_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
+from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec

@@ -6,14 +6,8 @@ import re
 import click
 
 from moetune.configio.layout_map import LAYOUT_FIELDS
-from moetune.layout.knobs import (
-    CP_COMM_TYPES,
-    CUDA_GRAPH_SCOPES,
-    DISPATCHERS,
-    DROPLESS_IMBALANCE,
-    OFFLOAD_MODULES,
-    PRECISIONS,
-)
+from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, DROPLESS_IMBALANCE, PRECISIONS
+from moetune.layout.modules import OFFLOAD_MODULES
 
 
 def layout_options(func):

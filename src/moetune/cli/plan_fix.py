@@ -3,16 +3,9 @@ reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, kno
 
 from moetune.cli.estimate_input import scope_words
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import (
-    CP1_COMM_TYPES,
-    CP_COMM_TYPES,
-    CUDA_GRAPH_SCOPES,
-    DISPATCHERS,
-    PRECISIONS,
-    parse_modules,
-    parse_offload_modules,
-)
+from moetune.layout.knobs import CP1_COMM_TYPES, CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
 from moetune.layout.layout import parse_pipeline_layout
+from moetune.layout.modules import parse_modules, parse_offload_modules
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
 BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",

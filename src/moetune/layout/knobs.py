@@ -12,31 +12,9 @@ from typing import Literal
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.layout.modules import parse_offload_modules, unsaved_offloads
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4")
-RECOMPUTE_MODULES: tuple[str, ...] = (
-    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
-)
-# Recompute modules Megatron-Core main accepts that moetune does not model (transformer_config.py allowed_modules:
-# gated delta-net and multi-head-compression pieces)
-UNMODELLED_RECOMPUTE = ("gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
-# The long-context seed writes "up_proj" and "norm"; Megatron spells them as below.
-MODULE_ALIASES = {"up_proj": "mla_up_proj", "norm": "layernorm"}
-# Megatron-Core fine-grained activation offloading (TransformerConfig.offload_modules): the module whose
-# input is moved to host memory after the forward and brought back for the backward.
-OFFLOAD_MODULES: tuple[str, ...] = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
-                                    "moe_act")
-# The offload groups inside an MoE layer's forward (Megatron-Core's fused_group_mlp included): nothing of them is saved
-# when 'moe' recompute checkpoints the whole MoE forward, and Megatron-Core refuses the pair (transformer_config.py)
-MOE_OFFLOAD_MODULES = frozenset({"expert_fc1", "moe_act", "fused_group_mlp"})
-
-
-def unsaved_offloads(recompute: str, modules, offload) -> list[str]:
-    """The offload modules a recompute plan leaves nothing saved for, which Megatron-Core refuses beside it: every one
-    under full recompute (only layer inputs are kept), those inside the MoE layer beside the 'moe' module."""
-    if recompute == "full":
-        return sorted(offload)
-    return sorted(MOE_OFFLOAD_MODULES & set(offload)) if "moe" in modules else []
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # Knobs that are on or off (Knobs checks their type)
 SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
@@ -91,32 +69,6 @@ DROPLESS_IMBALANCE_EP = 8
 # examples/moe_recipes YAMLs), DeepEP left at Megatron's 20 (Bridge never overrides it).
 MEGATRON_FLEX_SMS = {"deepep": 20, "hybridep": 16}
 TUNED_FLEX_SMS = {"deepep": 20, "hybridep": 32}
-
-
-def _parse_names(text: str | list[str] | tuple[str, ...] | None, allowed: tuple[str, ...], what: str,
-                 aliases: dict[str, str] | None = None) -> frozenset[str]:
-    """A comma- or space-separated list of Megatron module names, each checked against `allowed`."""
-    if not text:
-        return frozenset()
-    names = text.replace(",", " ").split() if isinstance(text, str) else list(text)
-    names = [(aliases or {}).get(n, n) for n in names]
-    bad = sorted(set(names) - set(allowed))
-    if unmodelled := [b for b in bad if what == "recompute" and b in UNMODELLED_RECOMPUTE]:
-        raise MoetuneError(f"moetune does not model recompute module(s) {unmodelled} (Megatron-Core main accepts "
-                           f"them); drop them to estimate the rest, or choose from {', '.join(allowed)}")
-    if bad:
-        raise MoetuneError(f"unknown {what} module(s) {bad}; choose from {', '.join(allowed)}")
-    return frozenset(names)
-
-
-def parse_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
-    """Megatron recompute_modules (the long-context seed's spellings accepted)."""
-    return _parse_names(text, RECOMPUTE_MODULES, "recompute", MODULE_ALIASES)
-
-
-def parse_offload_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:
-    """Megatron offload_modules (fine-grained activation offloading)."""
-    return _parse_names(text, OFFLOAD_MODULES, "offload")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

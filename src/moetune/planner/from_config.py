@@ -12,15 +12,9 @@ from moetune.configio.finalize import distributed_optimizer, layer_wise_optimize
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import (
-    FP8_OUTPUT_PROJ_PRECISION,
-    FP8_PARAM_PRECISIONS,
-    MEGATRON_FLEX_SMS,
-    Knobs,
-    parse_modules,
-    parse_offload_modules,
-)
+from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, FP8_PARAM_PRECISIONS, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
+from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import PRECISION
 from moetune.rules.derive import dispatcher_sms, graph_setting
@@ -212,7 +206,7 @@ def _main_grads_fp32(config: dict) -> bool:
 
 
 def _named(key: str, parse, value) -> frozenset[str]:
-    """Megatron module names a config gives, each one Megatron knows (parse: knobs.parse_modules or
+    """Megatron module names a config gives, each one Megatron knows (parse: modules.parse_modules or
     parse_offload_modules), the error naming the config field."""
     try:
         return parse(value)

@@ -4,8 +4,9 @@ from dataclasses import replace
 
 from moetune.errors import MoetuneError
 from moetune.files import FileTable
-from moetune.layout.knobs import Knobs, parse_modules, parse_offload_modules
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
+from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu

@@ -7,7 +7,8 @@ doubling the search.
 from itertools import product
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs, unsaved_offloads
+from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, Knobs
+from moetune.layout.modules import unsaved_offloads
 from moetune.planner.defaults import with_mamba
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec

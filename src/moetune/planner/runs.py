@@ -7,8 +7,9 @@ from functools import cache
 from importlib import resources
 from typing import get_args
 
-from moetune.layout.knobs import Knobs, parse_modules, parse_offload_modules
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
+from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import GpuSpec, load_gpu

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import unsaved_offloads
 from moetune.layout.layout import Layout
+from moetune.layout.modules import unsaved_offloads
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.candidates import Search, candidate_pairs, fitting_dp, memory_bound, search_grid
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes

@@ -18,8 +18,9 @@ from moetune.configio.finalize import (
     layer_wise_optimizer,
 )
 from moetune.configio.names import LAUNCHER
-from moetune.layout.knobs import MEGATRON_FLEX_SMS, RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
+from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
+from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     ep_first_sizes,
