@@ -100,3 +100,18 @@ def test_one_batch_times_each_recipes_parameter_gather_as_estimate_does():
         step = batch_step_seconds(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, gpu, efficiency(gpu.key))
         assert float(step["step"][0]) == pytest.approx(estimate(SPEC, gpu, lay, WL, knobs).time["step_seconds"],
                                                       rel=1e-9), knobs.precision
+
+
+@pytest.mark.parametrize("precision", ["fp8-current", "fp8-delayed", "mxfp8"])
+def test_without_the_distributed_optimizer_the_weights_stay_bf16(precision):
+    """Megatron-LM refuses --fp8-param-gather without the distributed optimizer (training/arguments.py validate_args;
+    Muon's layer-wise one passes, as the flag is checked before Muon takes it over): the recipe preset's FP8 weights
+    give way to BF16 ones and their FP8 cache there, the config says so, and the switch stated on is refused."""
+    assert not Knobs(precision=precision, distributed_optimizer=False).fp8_params
+    assert Knobs(precision=precision, optimizer="muon").fp8_params
+    with pytest.raises(MoetuneError, match="fp8_param_gather needs the distributed optimizer"):
+        Knobs(precision=precision, distributed_optimizer=False, fp8_param_gather=True)
+    knobs = Knobs(precision=precision, distributed_optimizer=False)
+    e = estimate(SPEC, load_gpu("gb200"), LAYOUT, WL, knobs)
+    assert to_config(e)["mixed_precision.fp8_param_gather"] is False
+    assert "fp8_weight_cache" in e.stages[0].items and "fp8_weights" not in e.stages[0].items

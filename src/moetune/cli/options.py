@@ -72,7 +72,8 @@ def knob_options(func):
         click.option("--fp8-param-gather/--no-fp8-param-gather", default=None,
                      help="mixed_precision.fp8_param_gather: FP8 weights with no BF16 copy. Default: Megatron "
                           "Bridge's preset of the recipe (on for tensorwise, delayed and MXFP8; off for blockwise, "
-                          "NVFP4, and beside an optimizer CPU offload but under delayed)."),
+                          "NVFP4, without the distributed optimizer, and beside an optimizer CPU offload but under "
+                          "delayed)."),
         click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
                      help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: auto, the legal "
                           "one that costs least, as plan picks (Megatron's own default is p2p)."),

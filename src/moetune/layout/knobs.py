@@ -170,18 +170,7 @@ class Knobs:
         if self.fp8_output_proj and self.precision != FP8_OUTPUT_PROJ_PRECISION:
             raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {self.precision} "
                                "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
-        if self.fp8_param_gather is not None and not isinstance(self.fp8_param_gather, bool):
-            raise MoetuneError(f"fp8_param_gather is {self.fp8_param_gather!r}; it takes true, false or null (the "
-                               "recipe preset's)")
-        if self.fp8_param_gather and self.precision not in FP8_PARAM_PRECISIONS:
-            raise MoetuneError(f"fp8_param_gather needs an FP8 recipe, got {self.precision} (Megatron-Core: 'fp8_param "
-                               "must be used together with fp8 mode'); drop it or pick one of "
-                               f"{', '.join(FP8_PARAM_PRECISIONS)}")
-        if self.fp8_param_gather and not self._offload_allows_fp8_params:
-            raise MoetuneError(f"fp8_param_gather with the optimizer's CPU offload "
-                               f"({self.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got "
-                               f"{self.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or "
-                               "the offload", same_as=("precision.fp8_params_with_optimizer_offload",))
+        self._check_fp8_params()
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and self.hcp_a2a_size < 1:
@@ -227,15 +216,36 @@ class Knobs:
 
     @property
     def fp8_params(self) -> bool:
-        """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's, off where the
-        optimizer's CPU offload cannot step FP8 weights: OFFLOAD_FP8_PARAMS)."""
+        """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's, off without the
+        distributed optimizer and where the optimizer's CPU offload cannot step FP8 weights: OFFLOAD_FP8_PARAMS)."""
         if self.fp8_param_gather is None:
-            return self.precision in FP8_PARAM_PRESET and self._offload_allows_fp8_params
+            return self.precision in FP8_PARAM_PRESET and self.distributed_optimizer and self._offload_allows_fp8_params
         return self.fp8_param_gather
 
     @property
     def _offload_allows_fp8_params(self) -> bool:
         return self.optimizer_offload_fraction == 0 or self.precision in OFFLOAD_FP8_PARAMS
+
+    def _check_fp8_params(self) -> None:
+        """fp8_param_gather where Megatron takes it: a switch, under an FP8 recipe, with the distributed optimizer
+        (Muon's layer-wise one too: Megatron-LM checks the flag before an emerging optimizer turns it into that one)
+        and, beside the optimizer's CPU offload, under the delayed recipe (training/arguments.py validate_args)."""
+        if self.fp8_param_gather is not None and not isinstance(self.fp8_param_gather, bool):
+            raise MoetuneError(f"fp8_param_gather is {self.fp8_param_gather!r}; it takes true, false or null (the "
+                               "recipe preset's)")
+        if self.fp8_param_gather and self.precision not in FP8_PARAM_PRECISIONS:
+            raise MoetuneError(f"fp8_param_gather needs an FP8 recipe, got {self.precision} (Megatron-Core: 'fp8_param "
+                               "must be used together with fp8 mode'); drop it or pick one of "
+                               f"{', '.join(FP8_PARAM_PRECISIONS)}")
+        if self.fp8_param_gather and not self.distributed_optimizer:
+            raise MoetuneError("fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts "
+                               "it); drop fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
+                               same_as=("precision.fp8_params_need_distributed_optimizer",))
+        if self.fp8_param_gather and not self._offload_allows_fp8_params:
+            raise MoetuneError(f"fp8_param_gather with the optimizer's CPU offload "
+                               f"({self.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got "
+                               f"{self.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or "
+                               "the offload", same_as=("precision.fp8_params_with_optimizer_offload",))
 
     @property
     def effective_modules(self) -> frozenset[str]:
