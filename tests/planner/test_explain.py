@@ -404,6 +404,25 @@ def test_the_bf16_move_writes_the_fields_that_turn_fp8_off():
     assert from_config({**to_config(e), **change})[2].precision == "bf16"
 
 
+@pytest.mark.parametrize(("move_id", "offload", "fp8_weights"), [("optimizer_offload", 0.0, False),
+                                                                 ("drop_offload", 1.0, True)])
+def test_the_offload_moves_write_the_fp8_weights_they_size(move_id, offload, fp8_weights):
+    """MXFP8 weights stay FP8 only without the optimizer's CPU offload (layout/knobs.py OFFLOAD_FP8_PARAMS), so an
+    offload move turns fp8_param_gather (and the MXFP8 gradient-buffer reuse) off or back on; its overrides applied to
+    the run's config give the peak shown and a config `check` accepts (they had kept the recipe's FP8 weights beside
+    the offload: Megatron-LM refuses it and the weights' bytes differ)."""
+    e = _est("qwen3-235b-a22b", "gb200", 32, dict(ep=8, pp=2), 256, precision="mxfp8",
+             optimizer_offload_fraction=offload)
+    move = moves()[move_id]
+    moved = apply_move(e, move)
+    change = move_change(move, e, moved)
+    assert change["mixed_precision.fp8_param_gather"] is fp8_weights
+    assert change["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] is fp8_weights
+    assert not _errors_after(e, change)
+    layout, wl, knobs = from_config({**to_config(e), **change})
+    assert estimate(e.model, e.gpu, layout, wl, knobs).peak_bytes == moved.peak_bytes
+
+
 def test_a_users_ep_overlap_does_not_stop_the_ladder_short_of_fitting():
     """moe and full recompute are refused beside EP overlap: the ladder turns it off for them, and says so."""
     e = _est("qwen3-next-80b-a3b", "h100", 32, dict(ep=16), 64, ep_overlap=True)
