@@ -14,7 +14,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.explain import COMPOUND, COMPOUND_MARGIN, explain
 from moetune.planner.explain_scale import scale as explain_scale
-from moetune.planner.fit_steps import FIT_LADDER, smallest_fitting_layout
+from moetune.planner.fit_steps import FIT_LADDER, fit_steps, smallest_fitting_layout
 from moetune.planner.from_config import from_config
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import apply_move, findings, move_change, moves, rule_errors
@@ -421,6 +421,18 @@ def test_the_offload_moves_write_the_fp8_weights_they_size(move_id, offload, fp8
     assert not _errors_after(e, change)
     layout, wl, knobs = from_config({**to_config(e), **change})
     assert estimate(e.model, e.gpu, layout, wl, knobs).peak_bytes == moved.peak_bytes
+
+
+def test_a_config_stating_fp8_weights_is_still_offered_the_optimizer_offload():
+    """A Bridge MXFP8 recipe's config states fp8_param_gather (its preset's), which Knobs refuses beside a non-delayed
+    optimizer offload; the ladder's offload step turns it off with the offload (it had been dropped as illegal, so the
+    ladder stopped at full recompute, still out of memory) and the lighter recompute after it keeps those weights."""
+    e0 = _est("qwen3-235b-a22b", "gb200", 32, dict(ep=8, pp=2), 256, precision="mxfp8")
+    layout, wl, knobs = from_config({**to_config(e0), "cluster.num_gpus": 32})
+    assert knobs.fp8_param_gather is True and not e0.fits
+    steps = {s["step"]: s for s in fit_steps(estimate(e0.model, e0.gpu, layout, wl, knobs)) if "change" in s}
+    assert steps["optimizer_offload"]["fits"] and steps["lighter_recompute_with_offload"]["fits"]
+    assert steps["optimizer_offload"]["change"]["mixed_precision.fp8_param_gather"] is False
 
 
 def test_a_users_ep_overlap_does_not_stop_the_ladder_short_of_fitting():

@@ -86,7 +86,8 @@ def _lighter_recompute(offloaded: Estimate, earlier: list[Estimate], broken: set
     it (the offload may have made full recompute unnecessary): the step before the offload is the one the offload
     was added to, so only those before it are tried, lightest first."""
     for state in earlier:
-        knobs = replace(state.knobs, optimizer_offload_fraction=offloaded.knobs.optimizer_offload_fraction)
+        knobs = replace(state.knobs, optimizer_offload_fraction=offloaded.knobs.optimizer_offload_fraction,
+                        fp8_param_gather=offloaded.knobs.fp8_param_gather)  # the weights the offload keeps
         alt = offloaded.variant(knobs=knobs, workload=state.workload)
         if alt.fits and not set(rule_errors(alt)) - broken and \
                 alt.time["tokens_per_s_per_gpu"] > offloaded.time["tokens_per_s_per_gpu"]:
