@@ -131,6 +131,13 @@ def test_fit_steps_follow_the_seed_order():
     assert fix(("model.recompute_granularity=selective",))["model.recompute_granularity"] == "full"
     assert fix(("model.recompute_granularity=full",)) == {"optimizer.optimizer_cpu_offload": True,
                                                          "optimizer.optimizer_offload_fraction": 1.0}
+    # a recipe's FP8 weights give way to BF16 ones beside the offload but under the delayed recipe
+    # (precision.fp8_params_with_optimizer_offload, which the fixed config then passes)
+    fp8 = ("model.recompute_granularity=full", "mixed_precision=bf16_with_fp8_current_scaling_mixed")
+    assert fix(fp8) == {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
+                        "mixed_precision.fp8_param_gather": False}
+    fixed = {**base, **load_config(sets=fp8), **fix(fp8)}
+    assert "precision.fp8_params_with_optimizer_offload" not in {f.rule for f in evaluate(fixed, {"fits": False})}
 
 
 def test_context_filters_rules():
