@@ -232,8 +232,7 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
             tight = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, near)
             reach[near] = np.minimum(tight * (step[near] / walls["step"][near]), step[near])
         if s.short_cp:
-            _short_cp_best(s, np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"],
-                           mask[rows], sub, knobs)
+            _short_cp_best(s, _cp_reach(s, sub, knobs, walls, resplit & mask[rows]), mask[rows], sub, knobs)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
@@ -247,6 +246,20 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
 
 # CP candidates kept for the short-context note: each costs a re-split and an estimate when the note is weighed
 SHORT_CP_KEPT = 8
+
+
+def _cp_reach(s: Search, sub, knobs: Knobs, walls: dict, resplit) -> np.ndarray:
+    """The unweighted step a re-split could reach, for the short-context note: the first bound, tightened to whole
+    layers for the CP > 1 candidates it ranks first (a loose first bound had filled the kept few with PP6 splits
+    that whole layers leave slower than the pick, crowding out the PP3 one that beats it)."""
+    reach = np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"].copy()
+    first = np.where(resplit & (sub.fields.cp[:, 0] > 1), reach, np.inf)
+    near = np.argsort(first)[:4 * SHORT_CP_KEPT]
+    near = near[np.isfinite(first[near])]
+    if len(near):
+        tight = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, near)
+        reach[near] = np.minimum(tight, walls["step"][near])
+    return reach
 
 
 def _short_cp_best(s: Search, raw, fits, sub, knobs: Knobs, keep: int = SHORT_CP_KEPT) -> None:
