@@ -62,3 +62,25 @@ def test_cli_refuses_the_flag_outside_mxfp8_in_one_line(capsys):
                  "--fp8-output-proj"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "fp8_output_proj needs --precision mxfp8" in err
+
+
+def test_fp8_output_proj_keeps_an_mxfp8_copy_of_the_lm_head_weight():
+    """The TE LM head is built outside the layers' FP8-parameter init (transformer_block.py), so its BF16 weight stays
+    and TE caches its MXFP8 copy (row- and column-wise bytes and one E8M0 scale per 32 each way): gpt-oss-120b's
+    201,088-token vocabulary (padded to 201,088) x 2,880 hidden on the stage holding the loss, about 1.1 GiB at TP 1,
+    alike in estimate and the planner's batch."""
+    from moetune.walls.batch import batch_memory
+    from moetune.walls.batch_layouts import build_batch
+    from moetune.walls.memory import default_overheads
+
+    spec, lay = load_model("gpt-oss-120b"), Layout(world_size=64, ep=64)
+    wl = Workload(seq_length=4096, micro_batch_size=4, global_batch_size=1280)
+    knobs = {flag: Knobs(precision="mxfp8", dispatcher="hybridep", fp8_output_proj=flag) for flag in (False, True)}
+    estimates = {flag: estimate(spec, GPU, lay, wl, k) for flag, k in knobs.items()}
+    peaks = {flag: e.peak_bytes for flag, e in estimates.items()}
+    assert estimates[True].stages[-1].items["fp8_output_proj_cache"] == pytest.approx(201_088 * 2_880 * (2 + 2 / 32))
+    assert "fp8_output_proj_cache" not in estimates[False].stages[-1].items and peaks[True] > peaks[False]
+    batch = build_batch(spec, [(lay, 4)])
+    for flag, k in knobs.items():
+        assert float(batch_memory(spec, batch, 4096, 1280, k, default_overheads())[0]) == pytest.approx(
+            peaks[flag], rel=1e-9)

@@ -32,6 +32,7 @@ from moetune.walls.memory import (
     logits_bytes,
     model_state_bytes,
     offloaded_host_bytes,
+    output_proj_cache_bytes,
     overhead_bytes,
     userbuffer_bytes,
 )
@@ -94,11 +95,12 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
         states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))
         acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
-        logits = b.memo(("logits", seq), lambda: np.where(
-            b.loss, logits_bytes(spec, seq // f.cp * b.mbs, b.padded_vocab // f.tp), 0))
+        logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: np.where(
+            b.loss, logits_bytes(spec, seq // f.cp * b.mbs, b.padded_vocab // f.tp)
+            + (output_proj_cache_bytes(spec, b.padded_vocab // f.tp) if knobs.fp8_output_proj else 0), 0))
         return np.where(b.valid, states + acts + logits, 0).max(axis=1)
 
-    peak_items = b.memo(("stage_max", states_key, acts_key), stage_max)
+    peak_items = b.memo(("stage_max", states_key, acts_key, knobs.fp8_output_proj), stage_max)
     peak_items = peak_items + userbuffer_bytes(spec, seq // f.cp[:, 0] * b.mbs[:, 0], f.tp[:, 0], f.sp[:, 0], knobs)
     over = overhead_bytes(knobs, overheads)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)

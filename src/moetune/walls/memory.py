@@ -224,6 +224,14 @@ def logits_bytes(spec: ModelSpec, tokens, vocab_shard):
     return tokens * vocab_shard * (2 + FP32 * (1 + spec.mtp_num_layers))
 
 
+def output_proj_cache_bytes(spec: ModelSpec, vocab_shard):
+    """Under fp8_output_proj the LM head is a Transformer Engine linear run in MXFP8 (Megatron-Core
+    extensions/transformer_engine.py TELMHeadColumnParallelLinear), built outside the layers' FP8-parameter init
+    (transformer_block.py: get_fp8_context(is_init=True) per layer), so its BF16 weight stays and TE caches its MXFP8
+    copy across micro-batches, as for any BF16 GEMM weight under an FP8 recipe (FP8_CACHE_BYTES)."""
+    return whole(FP8_CACHE_BYTES["mxfp8"] * vocab_shard * spec.hidden_size)
+
+
 def loss_bytes(spec: ModelSpec, layout: Layout, workload: Workload) -> int:
     tokens = workload.seq_length // layout.cp * workload.micro_batch_size
     return logits_bytes(spec, tokens, padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor) // layout.tp)
@@ -270,6 +278,9 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
         items.update(acts)
         if p.loss:
             items["logits_and_loss"] = loss_bytes(spec, layout, workload)
+        if p.loss and knobs.fp8_output_proj:
+            vocab_shard = padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor) // layout.tp
+            items["fp8_output_proj_cache"] = output_proj_cache_bytes(spec, vocab_shard)
         items.update(overhead_bytes(knobs, overheads))
         if ub:
             items["tp_comm_userbuffers"] = ub
