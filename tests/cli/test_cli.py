@@ -110,8 +110,8 @@ def test_models_and_hardware_list(capsys):
      "--hcp-a2a-size 2 sizes the a2a group of --cp-comm-type a2a+p2p, but --cp-comm-type is left at auto and CP is 1"),
     # an a2a size beside auto: one line says so, and that CP 3 hosts no a2a+p2p group (nor 8 one of 3), or to add it
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "24", "--ep", "8", "--seq", "6144", "--cp", "3",
-      "--hcp-a2a-size", "3"], "left at auto, and CP 3 cannot host a group of 3 (it must divide CP, leave a p2p ring of "
-     "at least 2 and split a TP rank's heads): drop --hcp-a2a-size (no a2a group of 2 or more runs a2a+p2p at CP 3"),
+      "--hcp-a2a-size", "3"], "left at auto, and CP 3 cannot host a group of 3 (it must divide CP and split a TP "
+     "rank's heads): drop --hcp-a2a-size (no a2a group of 2 or more runs a2a+p2p at CP 3"),
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--cp", "8", "--hcp-a2a-size", "3",
       "--cp-comm-type", "p2p"], "but --cp-comm-type is p2p, and CP 8 cannot host a group of 3"),
     (["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--cp", "8", "--hcp-a2a-size", "2"],

@@ -167,8 +167,9 @@ CASES: dict[str, Case] = {
     "cp.a2a_heads": Case(S(MOE, "model.num_attention_heads=64", "model.num_query_groups=4", "model.seq_length=131072",
                            "model.tensor_model_parallel_size=4", "model.context_parallel_size=8",
                            "model.cp_comm_type=a2a")),
+    # no sizes; its fix offers sizes whose a2a group splits the heads stated here (Qwen3-30B-A3B's 32 / 4 groups)
     "cp.hcp_sizes": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=8",
-                           "model.cp_comm_type=a2a+p2p")),
+                           "model.num_attention_heads=32", "model.num_query_groups=4", "model.cp_comm_type=a2a+p2p")),
     # Qwen3-30B-A3B's 32 heads / 4 KV groups at TP2: 2 groups a rank, which an a2a group of 4 cannot split (CP 8 as
     # [4, 2]); Bridge's HCP guide: a2a only within a sub-group small enough to fit within the KV head count
     "cp.hcp_a2a_heads": Case(S(MOE, "model.num_attention_heads=32", "model.num_query_groups=4",

@@ -201,3 +201,20 @@ def test_the_gemm_shape_fix_sets_the_datasets_sequence_length_too(capsys):
     fix = found["fix"]
     assert fix.get("model.seq_length") and fix.get("dataset.seq_length") == fix["model.seq_length"] != 4097
     assert not errors([QWEN, *CLUSTER, *sets({**config, **fix})], capsys)
+
+
+def test_hcp_sizes_offer_sizes_that_run_and_a_ring_of_one_runs(qwen, capsys):
+    """cp.hcp_sizes had no fix; it now offers sizes whose a2a group splits each TP rank's KV groups (Qwen3-30B-A3B: 4
+    groups at TP 1), which check then passes, with --model too. An a2a group of CP (a p2p ring of one) runs as plain
+    a2a in Transformer Engine, so check --model no longer calls [4, 1] at CP 4 illegal where check alone passed it."""
+    groups = qwen["model.num_query_groups"]
+    cp = [a for kv in (f"model.context_parallel_size={groups}", "model.cp_comm_type=a2a+p2p")
+          for a in ("--set", kv)]
+    [fix] = [f["fix"] for f in findings([QWEN, *CLUSTER, *cp], capsys) if f["rule"] == "cp.hcp_sizes"]
+    sizes = fix["model.hierarchical_context_parallel_sizes"]
+    assert sizes[0] * sizes[1] == groups and groups % sizes[0] == 0 and sizes[1] >= 2
+    for extra in ([], MODEL):
+        assert not errors([QWEN, *CLUSTER, *extra, *cp, "--set", f"model.hierarchical_context_parallel_sizes={sizes}"],
+                          capsys)
+        assert not errors([QWEN, *CLUSTER, *extra, *cp, "--set",
+                           f"model.hierarchical_context_parallel_sizes=[{groups},1]"], capsys)

@@ -208,3 +208,17 @@ def test_an_a2a_group_of_one_runs_past_the_kv_groups_as_within_them():
     with pytest.raises(MoetuneError, match=r"the a2a group \(2\) must split the 1 KV groups of a TP 8 rank;"):
         estimate(QWEN235, gpu, Layout(world_size=64, tp=8, cp=4, ep=8), wl,
                  Knobs(cp_comm_type="a2a+p2p", hcp_a2a_size=2), with_time=False)
+
+
+def test_an_a2a_group_of_cp_runs_as_a2a():
+    """a2a+p2p [CP, 1]: a ring of one rank, which Transformer Engine runs (attn_forward_func_with_cp hands a one-rank
+    p2p group to plain a2a over cp_group[0]), so estimate prices it as a2a where it had refused 'leave a p2p ring of
+    at least 2'. The head split still binds: Qwen3-235B-A22B's 4 KV groups cannot take a group of 8."""
+    gpu, wl = load_gpu("h100"), Workload(seq_length=65536, micro_batch_size=1, global_batch_size=64)
+    layout = Layout(world_size=64, tp=1, cp=8, ep=8)
+    whole = estimate(DSV3, gpu, layout, wl, Knobs(cp_comm_type="a2a+p2p", hcp_a2a_size=8))
+    a2a = estimate(DSV3, gpu, layout, wl, Knobs(cp_comm_type="a2a"))
+    assert whole.knobs.hcp_a2a_size == 8
+    assert whole.time["tflops_per_gpu"] == pytest.approx(a2a.time["tflops_per_gpu"], rel=1e-9)
+    with pytest.raises(MoetuneError, match=r"the a2a group \(8\) must split the 4 KV groups of a TP 1 rank;"):
+        estimate(QWEN235, gpu, layout, wl, Knobs(cp_comm_type="a2a+p2p", hcp_a2a_size=8), with_time=False)

@@ -141,8 +141,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
 
 def hcp_needs_a2a_p2p(size: int | None, comm: str | None, spec: ModelSpec, layout: Layout) -> None:
     """--hcp-a2a-size sizes a2a+p2p's a2a group; beside another exchange (or auto) it sizes nothing. One line says
-    so, with the groups this CP could host: those that divide CP, leave a p2p ring of at least 2 and split a TP rank's
-    heads (walls/context_parallel.py _hcp_size's conditions, checked there once a2a+p2p is set)."""
+    so, with the groups this CP could host: those that divide CP and split a TP rank's heads (walls/context_parallel.py
+    _hcp_size's conditions, checked there once a2a+p2p is set; a group of CP runs as a2a, of 1 as p2p)."""
     if size is None or comm == "a2a+p2p":
         return
     cp = layout.cp
@@ -151,15 +151,15 @@ def hcp_needs_a2a_p2p(size: int | None, comm: str | None, spec: ModelSpec, layou
     if cp == 1:
         raise MoetuneError(f"{wrong} and CP is 1, with nothing to exchange: drop --hcp-a2a-size, or set --cp > 1 "
                            "with --cp-comm-type a2a+p2p")
-    groups = [g for g in range(1, cp) if cp % g == 0 and a2a_allows(spec, g, layout.tp)]
+    groups = [g for g in range(1, cp + 1) if cp % g == 0 and a2a_allows(spec, g, layout.tp)]
     if size in groups:
         raise MoetuneError(f"{wrong}: add --cp-comm-type a2a+p2p, or drop --hcp-a2a-size")
     groups = groups[1:]  # a group of 1 is a p2p ring alone
     other = (f", or pass --cp-comm-type a2a+p2p with --hcp-a2a-size {' or '.join(map(str, groups))}" if groups else
              f" (no a2a group of 2 or more runs a2a+p2p at CP {cp} and TP {layout.tp}; auto picks an exchange that "
              "runs)")
-    raise MoetuneError(f"{wrong}, and CP {cp} cannot host a group of {size} (it must divide CP, leave a p2p ring of "
-                       f"at least 2 and split a TP rank's heads): drop --hcp-a2a-size{other}")
+    raise MoetuneError(f"{wrong}, and CP {cp} cannot host a group of {size} (it must divide CP and split a TP "
+                       f"rank's heads): drop --hcp-a2a-size{other}")
 
 
 def scope_words(text: str, flag: str) -> tuple[str, ...]:

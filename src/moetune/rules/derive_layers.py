@@ -53,14 +53,15 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
 
 def _hcp_a2a_group(d: dict[str, Any], splits) -> None:
     """Whether a2a+p2p's a2a group (hierarchical_context_parallel_sizes[0]) splits each TP rank's heads and KV groups,
-    as Transformer Engine's all-to-all inside it needs (rule cp.hcp_a2a_heads), and the sizes its fix offers: the
-    largest group below CP that does, the p2p ring the rest (a group of 1 leaves the ring alone)."""
-    sizes = d["hcp_sizes"]
-    if not (sizes and len(sizes) == 2 and _count(sizes[0])):
-        return
-    d["hcp_a2a_size"], d["hcp_a2a_splits"] = sizes[0], splits(sizes[0])
+    as Transformer Engine's all-to-all inside it needs (rule cp.hcp_a2a_heads), and the sizes the fixes of
+    cp.hcp_sizes and cp.hcp_a2a_heads offer: the largest group below CP that does, the p2p ring the rest (a group of
+    1 leaves the ring alone; one of CP, a ring of 1, runs too, as plain a2a, but then a2a+p2p says nothing a2a
+    would not)."""
     best = max((a for a in range(1, d["cp"]) if d["cp"] % a == 0 and splits(a)), default=1)
     d["hcp_fit_sizes"] = [best, d["cp"] // best]
+    sizes = d["hcp_sizes"]
+    if sizes and len(sizes) == 2 and _count(sizes[0]):
+        d["hcp_a2a_size"], d["hcp_a2a_splits"] = sizes[0], splits(sizes[0])
 
 
 def _count(value) -> int | None:
