@@ -25,8 +25,8 @@ FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
 # The recipes whose Megatron Bridge preset keeps the parameters in FP8 (MixedPrecisionConfig.fp8_param_gather, which
 # Bridge mirrors into TransformerConfig.fp8_param and the DDP config): bf16_with_fp8_delayed_scaling_mixed,
 # bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set it True; bf16_with_fp8_subchannel_scaling_mixed
-# (blockwise) sets it False, and bf16_with_nvfp4_mixed sets fp8_param_gather False (fp4_param_gather True instead,
-# not modelled) (Megatron Bridge src/megatron/bridge/training/mixed_precision.py)
+# (blockwise) sets it False, and bf16_with_nvfp4_mixed sets fp8_param_gather False (fp4_param_gather True instead:
+# FP4_PARAM_PRESET) (Megatron Bridge src/megatron/bridge/training/mixed_precision.py)
 FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
 # The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
 # (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
@@ -35,6 +35,10 @@ FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
 # enabled, the optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`" (megatron/training/
 # arguments.py validate_args), so an offloading plan under another recipe keeps BF16 weights
 OFFLOAD_FP8_PARAMS = frozenset({"fp8-delayed"})
+# The one recipe with FP4 parameters, whose Bridge preset keeps them (bf16_with_nvfp4_mixed: fp4_param_gather=True,
+# which Bridge mirrors into fp4_param); Megatron-LM refuses --fp4-param-gather without --fp4-format (validate_args) and
+# TransformerConfig fp4_param without fp4
+FP4_PARAM_PRECISION = "nvfp4"
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -105,6 +109,10 @@ class Knobs:
     # the distributed optimizer writes and gathers them in FP8 (walls/memory.py model_state_bytes). None: what
     # Bridge's preset of the recipe sets (FP8_PARAM_PRESET); read it as `fp8_params`
     fp8_param_gather: bool | None = None
+    # fp4_param_gather: NVFP4's weights are Transformer Engine NVFP4 tensors built under Megatron-Core's
+    # get_fp4_context(is_init=True) (TransformerConfig.fp4_param), with no BF16 copy; DDP gathers their packed 4-bit
+    # data (walls/iteration.py gathered_weight_bytes). None: Bridge's NVFP4 preset's (on); read it as `fp4_params`
+    fp4_param_gather: bool | None = None
     token_imbalance: float | None = None  # max/mean tokens per expert rank; None: DROPLESS_IMBALANCE / 1.0
     # cp_comm_type: how CP ranks exchange attention inputs (walls/context_parallel.py); Megatron's default is p2p.
     # hcp_a2a_size: the a2a group of a2a+p2p (hierarchical_context_parallel_sizes[0]); None: the largest that fits
@@ -223,6 +231,19 @@ class Knobs:
         return self.fp8_param_gather
 
     @property
+    def fp4_params(self) -> bool:
+        """Whether the weights are kept in NVFP4 (fp4_param_gather as given, else the NVFP4 preset's, off without the
+        distributed optimizer, whose shards quantize_nvfp4_param_shard casts back: distrib_optimizer.py)."""
+        if self.fp4_param_gather is None:
+            return self.precision == FP4_PARAM_PRECISION and self.distributed_optimizer
+        return self.fp4_param_gather
+
+    @property
+    def quantized_params(self) -> bool:
+        """Whether the GEMM weights are the recipe's quantized tensors (FP8 or NVFP4 parameters), with no BF16 copy."""
+        return self.fp8_params or self.fp4_params
+
+    @property
     def _offload_allows_fp8_params(self) -> bool:
         return self.optimizer_offload_fraction == 0 or self.precision in OFFLOAD_FP8_PARAMS
 
@@ -246,6 +267,12 @@ class Knobs:
                                f"({self.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got "
                                f"{self.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or "
                                "the offload", same_as=("precision.fp8_params_with_optimizer_offload",))
+        if self.fp4_param_gather is not None and not isinstance(self.fp4_param_gather, bool):
+            raise MoetuneError(f"fp4_param_gather is {self.fp4_param_gather!r}; it takes true, false or null (the "
+                               "recipe preset's)")
+        if self.fp4_param_gather and self.precision != FP4_PARAM_PRECISION:
+            raise MoetuneError(f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {self.precision} "
+                               "(Megatron-LM: '--fp4-param-gather must be used together with --fp4-format'); drop it")
 
     @property
     def effective_modules(self) -> frozenset[str]:

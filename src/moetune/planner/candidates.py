@@ -44,7 +44,7 @@ def _without_recompute(knobs: Knobs) -> tuple:
     return (knobs.precision, knobs.dispatcher, knobs.cuda_graph_scope, knobs.ep_overlap, knobs.delay_wgrad,
             knobs.tp_comm_overlap, knobs.routing, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
             knobs.overlap_grad_reduce, knobs.overlap_param_gather, knobs.fp8_output_proj, knobs.cp_comm_type,
-            knobs.hcp_a2a_size, knobs.fp8_params)
+            knobs.hcp_a2a_size, knobs.quantized_params)
 
 
 def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, overheads: dict,

@@ -90,6 +90,8 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # (tensor/utils.py replace_raw_data)
         "mixed_precision.fp8_param_gather": k.fp8_params,
         "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": k.fp8_params and k.precision == "mxfp8",
+        # NVFP4 weights likewise (Knobs.fp4_params); Bridge keeps fp4_param in step with it
+        "mixed_precision.fp4_param_gather": k.fp4_params,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,
@@ -260,8 +262,9 @@ PLAN_FIELDS = frozenset({
     "comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.overlap_param_gather",
     "comm_overlap.overlap_param_gather_with_optimizer_step", "comm_overlap.tp_comm_overlap", "dataset.seq_length",
     "ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.use_distributed_optimizer", "mixed_precision.bf16",
-    "mixed_precision.fp4", "mixed_precision.fp8", "mixed_precision.fp8_param_gather",
-    "mixed_precision.grad_reduce_in_fp32", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
+    "mixed_precision.fp4", "mixed_precision.fp4_param_gather", "mixed_precision.fp8",
+    "mixed_precision.fp8_param_gather", "mixed_precision.grad_reduce_in_fp32",
+    "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
     "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
     "model.attention_dropout", "model.context_parallel_size", "model.cp_comm_type", "model.cuda_graph_impl",
     "model.cuda_graph_scope", "model.expert_model_parallel_size", "model.expert_tensor_parallel_size",

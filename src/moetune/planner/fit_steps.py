@@ -87,7 +87,8 @@ def _lighter_recompute(offloaded: Estimate, earlier: list[Estimate], broken: set
     was added to, so only those before it are tried, lightest first."""
     for state in earlier:
         knobs = replace(state.knobs, optimizer_offload_fraction=offloaded.knobs.optimizer_offload_fraction,
-                        fp8_param_gather=offloaded.knobs.fp8_param_gather)  # the weights the offload keeps
+                        fp8_param_gather=offloaded.knobs.fp8_param_gather,  # the weights the offload keeps
+                        fp4_param_gather=offloaded.knobs.fp4_param_gather)
         alt = offloaded.variant(knobs=knobs, workload=state.workload)
         if alt.fits and not set(rule_errors(alt)) - broken and \
                 alt.time["tokens_per_s_per_gpu"] > offloaded.time["tokens_per_s_per_gpu"]:

@@ -82,7 +82,8 @@ def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
 
 
 def same_config_in_bf16(e: Estimate) -> Estimate:
-    return e.variant(knobs=replace(e.knobs, precision="bf16", fp8_output_proj=False, fp8_param_gather=None))
+    return e.variant(knobs=replace(e.knobs, precision="bf16", fp8_output_proj=False, fp8_param_gather=None,
+                                   fp4_param_gather=None))
 
 
 def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed: dict, **plan_kwargs) -> dict | None:

@@ -12,7 +12,13 @@ from moetune.configio.finalize import distributed_optimizer, layer_wise_optimize
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, FP8_PARAM_PRECISIONS, MEGATRON_FLEX_SMS, Knobs
+from moetune.layout.knobs import (
+    FP4_PARAM_PRECISION,
+    FP8_OUTPUT_PROJ_PRECISION,
+    FP8_PARAM_PRECISIONS,
+    MEGATRON_FLEX_SMS,
+    Knobs,
+)
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
@@ -157,6 +163,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
         fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
         fp8_param_gather=_fp8_param_gather(config, precision),
+        fp4_param_gather=_fp4_param_gather(config, precision),
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=_offload_modules(config))
     return layout, workload, knobs
@@ -194,6 +201,16 @@ def _fp8_param_gather(config: dict, precision: str) -> bool | None:
         return None
     value = config.get("mixed_precision.fp8_param_gather")
     return bool(config.get("mixed_precision.fp8_param") if value is None else value)
+
+
+def _fp4_param_gather(config: dict, precision: str) -> bool | None:
+    """Whether an NVFP4 config keeps its weights in NVFP4: mixed_precision.fp4_param_gather (Megatron-LM
+    --fp4-param-gather), else the fp4_param Bridge keeps in step with it, else off as Bridge's MixedPrecisionConfig
+    defaults it (the NVFP4 preset sets it). None outside NVFP4, where Megatron refuses it."""
+    if precision != FP4_PARAM_PRECISION:
+        return None
+    value = config.get("mixed_precision.fp4_param_gather")
+    return bool(config.get("mixed_precision.fp4_param") if value is None else value)
 
 
 def _main_grads_fp32(config: dict) -> bool:

@@ -241,14 +241,15 @@ def move_change(move: dict, old: Estimate, new: Estimate) -> dict:
 
 # Fields a move changes besides the ones it names, written with it so that its overrides applied to the run give the
 # numbers shown: precision fields (leaving FP8: the fp8 fields unset, an MXFP8-only LM head off), FP8 weights (the
-# recipe preset's give way to BF16 beside a non-delayed optimizer offload and return without it: Knobs.fp8_params),
+# recipe preset's give way to BF16 beside a non-delayed optimizer offload and return without it: Knobs.fp8_params;
+# NVFP4 weights leave with NVFP4: Knobs.fp4_params),
 # full recompute's method fields (cleared for selective recompute, as Megatron-Core requires), graph scopes dropped
 # beside recompute, EP overlap turned off for a recompute it refuses
 COMPANIONS = ("mixed_precision.fp8", "mixed_precision.fp8_recipe", "mixed_precision.fp4", "mixed_precision.fp4_recipe",
               "mixed_precision.fp8_param_gather", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
-              "model.fp8_output_proj", "model.recompute_method", "model.recompute_num_layers",
-              "model.cuda_graph_impl", "model.cuda_graph_scope", "comm_overlap.overlap_moe_expert_parallel_comm",
-              "comm_overlap.delay_wgrad_compute")
+              "mixed_precision.fp4_param_gather", "model.fp8_output_proj", "model.recompute_method",
+              "model.recompute_num_layers", "model.cuda_graph_impl", "model.cuda_graph_scope",
+              "comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute")
 
 
 def margin_gib(gpu) -> int:

@@ -10,13 +10,21 @@ from moetune.walls.compute import gemm_rate
 from moetune.walls.memory import FP32_GRAD_BYTES, WEIGHT_BYTES, optimizer_divisors, optimizer_state_bytes
 from moetune.walls.muon import ns_seconds
 
+# bytes an NVFP4 weight element moves in the gather: packed E2M1 data, plus the tile amax all-reduce
+NVFP4_GATHER_BYTES = 0.5 + 2 * 4 / 16**2
+
 
 def gathered_weight_bytes(knobs: Knobs) -> int:
     """Bytes the distributed optimizer's parameter all-gather moves per GEMM weight: FP8 parameters under a
     tensor-scaled or blockwise recipe sit in DDP's uint8 parameter buffer and gather as 1 byte (Megatron-Core
     distributed_data_parallel.py param_dtype torch.uint8 for FP8 params); MXFP8 parameters gather in BF16 through the
     gradient buffer (reuse_grad_buf_for_mxfp8_param_ag: Transformer Engine cannot put an MXFP8 tensor's data in that
-    buffer), as BF16 weights do. The embedding and output layer stay BF16 either way."""
+    buffer), as BF16 weights do. NVFP4 parameters gather their packed 4-bit row-wise data (DDP's uint8 buffer of half
+    the elements: param_and_grad_buffer.py nvfp4_packed_numel) after the step all-reduces one FP32 amax per 16x16
+    weight tile over the same group (TE tensor/utils.py _cast_master_weights_to_nvfp4_2d, which every rank turns into
+    the E4M3 scales itself): an all-reduce moves twice a gather's bytes. The embedding and output layer stay BF16."""
+    if knobs.fp4_params:
+        return NVFP4_GATHER_BYTES
     return 1 if knobs.fp8_params and knobs.precision != "mxfp8" else WEIGHT_BYTES
 
 

@@ -123,13 +123,13 @@ def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
 
 
 def weight_items(p: StageParams, knobs: Knobs) -> dict[str, int]:
-    """The weights of a rank: BF16, plus under an FP8 recipe TE's cached FP8 copies of the GEMM weights (all but the
-    embedding and output layer), or with FP8 parameters those FP8 weights in place of their BF16 ones."""
+    """The weights of a rank: BF16, plus under an FP8/FP4 recipe TE's cached quantized copies of the GEMM weights (all
+    but the embedding and output layer), or with FP8 or NVFP4 parameters those weights in place of their BF16 ones."""
     params = p.dense + p.expert
     if not knobs.fp8:
         return {"weights": 2 * params}
     fp8 = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
-    if knobs.fp8_params:
+    if knobs.quantized_params:
         return {"weights": 2 * p.vocab, "fp8_weights": fp8}
     return {"weights": 2 * params, "fp8_weight_cache": fp8}
 
