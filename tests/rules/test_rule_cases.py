@@ -151,3 +151,15 @@ def test_context_filters_rules():
 def test_whole_nodes_or_less_than_one_are_not_partial(gpus):
     config = load_config(sets=["model.num_moe_experts=8", "model.expert_model_parallel_size=4"], gpu="h100", gpus=gpus)
     assert "scale.partial_node" not in {f.rule for f in evaluate(config)}
+
+
+@pytest.mark.parametrize(("rule", "gpu"), [("precision.fp4_needs_blackwell", "h100"),
+                                         ("precision.fp8_unsupported", "a100")])
+def test_fixes_that_leave_nvfp4_turn_its_fp4_weights_off(rule, gpu):
+    """Bridge's NVFP4 preset keeps the weights in NVFP4 (fp4_param_gather), which Megatron-Core refuses without FP4:
+    a fix that takes the config off NVFP4 turns them off too, as the FP8 fixes do fp8_param_gather."""
+    config = load_config(sets=(*CASES["fit.does_not_fit"].sets, "mixed_precision=bf16_with_nvfp4_mixed"), gpu=gpu,
+                         gpus=8)
+    assert config["mixed_precision.fp4_param_gather"] is True
+    fix = {f.rule: f for f in evaluate(config)}[rule].fix
+    assert fix["mixed_precision.fp4"] is None and fix["mixed_precision.fp4_param_gather"] is False
