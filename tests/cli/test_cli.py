@@ -1128,3 +1128,20 @@ def test_estimate_takes_the_fp8_parameter_switch_and_says_when_it_defaulted(caps
     assert peaks[""] == peaks["--fp8-param-gather"] < peaks["--no-fp8-param-gather"]
     code, _, err = run(base[:-1] + ["--optimizer-offload", "0.5", "--fp8-param-gather"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "delayed FP8 recipe" in err
+
+
+def test_estimate_takes_the_nvfp4_parameter_switch(capsys):
+    """--fp4-param-gather / --no-fp4-param-gather set mixed_precision.fp4_param_gather; left out it is the NVFP4
+    preset's (on), reported as defaulted; BF16 weights beside the NVFP4 copy take more memory; outside NVFP4 the
+    switch is refused in one line."""
+    base = ["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "64", "--ep", "8", "--json"]
+    peaks = {}
+    for flag in ("", "--no-fp4-param-gather"):
+        code, out, _ = run(base + ["--precision", "nvfp4"] + ([flag] if flag else []), capsys)
+        data = json.loads(out)
+        assert code == 0 and data["knobs"]["fp4_param_gather"] == (flag == "")
+        assert ("fp4_param_gather" in data["defaulted"]) == (flag == "")
+        peaks[flag] = data["memory"]["peak_bytes"]
+    assert peaks[""] < peaks["--no-fp4-param-gather"]
+    code, _, err = run(base[:-1] + ["--precision", "mxfp8", "--fp4-param-gather"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "nvfp4" in err

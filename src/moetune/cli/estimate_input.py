@@ -128,7 +128,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
         offload_modules=parse_offload_modules(kw["offload_modules"]),
         cp_comm_type=kw["cp_comm_type"] or "auto", hcp_a2a_size=kw["hcp_a2a_size"],
-        fp8_param_gather=kw["fp8_param_gather"],
+        fp8_param_gather=kw["fp8_param_gather"], fp4_param_gather=kw["fp4_param_gather"],
     )
     if scope_text is None:  # the platform's graphs, less what Megatron refuses beside the recompute
         knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])
@@ -136,6 +136,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         defaulted.append("cp_comm_type")  # the legal exchange that costs least (Bridge recipes pick a2a where it runs)
     if kw["fp8_param_gather"] is None and knobs.fp8:
         defaulted.append("fp8_param_gather")  # Knobs.fp8_params: the recipe preset's
+    if kw["fp4_param_gather"] is None and knobs.precision == "nvfp4":
+        defaulted.append("fp4_param_gather")  # Knobs.fp4_params: the NVFP4 preset's
     return knobs, defaulted
 
 

@@ -74,6 +74,9 @@ def knob_options(func):
                           "Bridge's preset of the recipe (on for tensorwise, delayed and MXFP8; off for blockwise, "
                           "NVFP4, without the distributed optimizer, and beside an optimizer CPU offload but under "
                           "delayed)."),
+        click.option("--fp4-param-gather/--no-fp4-param-gather", default=None,
+                     help="mixed_precision.fp4_param_gather: NVFP4 weights with no BF16 copy. Default: Megatron "
+                          "Bridge's NVFP4 preset (on, but without the distributed optimizer)."),
         click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
                      help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: auto, the legal "
                           "one that costs least, as plan picks (Megatron's own default is p2p)."),
@@ -146,7 +149,8 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
              "--optimizer": "optimizer.optimizer",
              "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
-             "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather"}
+             "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather",
+             "--fp4-param-gather": "mixed_precision.fp4_param_gather"}
 
 
 def _precision_words(m: re.Match) -> str:
