@@ -284,3 +284,12 @@ def test_a_reworded_layout_error_still_leaves_its_rule_out(capsys, monkeypatch):
     monkeypatch.setattr("moetune.planner.memory_facts.config_memory_facts", refuse)
     found, errors = _check_errors(capsys, *SAID_BY_LAYOUT["scale.world_size_experts"], "--model", "qwen3-30b-a3b")
     assert errors == {"layout.illegal"} and found["layout.illegal"]["message"] == "the expert ranks do not tile the job"
+
+
+def test_nvfp4_weights_without_nvfp4_are_said_once(capsys):
+    """fp4_param_gather on a BF16 config: Megatron-LM and Megatron-Core refuse it; check says it once, with or without
+    --model (the estimate reads a config's NVFP4 weights under NVFP4 alone, so no layout error repeats it)."""
+    sets = ["mixed_precision.fp4_param_gather=true", "model.expert_model_parallel_size=8"]
+    for more in ((), ("--model", "qwen3-30b-a3b")):
+        errors = _check_errors(capsys, 16, sets, *more)[1]
+        assert "precision.fp4_params_without_fp4" in errors and "layout.illegal" not in errors

@@ -272,7 +272,8 @@ class Knobs:
                                "recipe preset's)")
         if self.fp4_param_gather and self.precision != FP4_PARAM_PRECISION:
             raise MoetuneError(f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {self.precision} "
-                               "(Megatron-LM: '--fp4-param-gather must be used together with --fp4-format'); drop it")
+                               "(Megatron-LM: '--fp4-param-gather must be used together with --fp4-format'); drop it",
+                               same_as=("precision.fp4_params_without_fp4",))
 
     @property
     def effective_modules(self) -> frozenset[str]:
