@@ -92,7 +92,6 @@ def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
     return nvlink_domain < NVL72_DOMAIN or members_in_domain(ep, etp, job_domain) >= ep
 
 
-
 def hybridep_spans_on(gpu: GpuSpec, world: int, ep, etp):
     """hybridep_spans for a job of `world` GPUs of this GPU: its NVLink domain, and the job's (job_nvlink_domain)."""
     domain = job_nvlink_domain(int(world), gpu.gpus_per_node, gpu.nvlink_domain)

@@ -14,7 +14,7 @@ from moetune.walls.muon import ns_seconds
 NVFP4_GATHER_BYTES = 0.5 + 2 * 4 / 16**2
 
 
-def gathered_weight_bytes(knobs: Knobs) -> int:
+def gathered_weight_bytes(knobs: Knobs) -> float:
     """Bytes the distributed optimizer's parameter all-gather moves per GEMM weight: FP8 parameters under a
     tensor-scaled or blockwise recipe sit in DDP's uint8 parameter buffer and gather as 1 byte (Megatron-Core
     distributed_data_parallel.py param_dtype torch.uint8 for FP8 params); MXFP8 parameters gather in BF16 through the
