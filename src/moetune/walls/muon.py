@@ -43,8 +43,8 @@ def _matrices(spec: ModelSpec, kind) -> dict[str, list[tuple[int, int, str, tupl
     shapes = {cls: [(k, n, split, BOTH) for k, n, split in mats] for cls, mats in gemm_shapes(spec, kind).items()}
     if kind.mixer == "gqa":
         (h, qkv, split, _), out = shapes["attn_proj"]
-        kv = spec.kv_channels * spec.num_query_groups
-        q_k_v = [(h, qkv - 2 * kv, split, (False,)), (h, kv, split, (False,)), (h, kv, split, (False,))]
+        q, kv = spec.qkv_widths[0], spec.qkv_widths[1] // 2  # the fused output's q and each of k and v
+        q_k_v = [(h, q, split, (False,)), (h, kv, split, (False,)), (h, kv, split, (False,))]
         shapes["attn_proj"] = [(h, qkv, split, (True,)), *q_k_v, out]
     if kind.mlp == "moe":
         shapes["router"] = [(spec.hidden_size, spec.num_moe_experts, "-", BOTH)]
