@@ -162,8 +162,8 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         routing="force-balance" if config.get("model.moe_router_force_load_balancing") else "dropless",
         # Megatron refuses it outside MXFP8; `check` reports that (rule precision.fp8_output_proj_needs_mxfp8)
         fp8_output_proj=bool(config.get("model.fp8_output_proj")) and precision == FP8_OUTPUT_PROJ_PRECISION,
-        fp8_param_gather=_fp8_param_gather(config, precision),
-        fp4_param_gather=_fp4_param_gather(config, precision),
+        fp8_param_gather=_param_gather(config, "fp8", precision in FP8_PARAM_PRECISIONS),
+        fp4_param_gather=_param_gather(config, "fp4", precision == FP4_PARAM_PRECISION),
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=_offload_modules(config))
     return layout, workload, knobs
@@ -192,25 +192,15 @@ def _distributed(config: dict) -> bool:
     return distributed_optimizer(config)
 
 
-def _fp8_param_gather(config: dict, precision: str) -> bool | None:
-    """Whether an FP8 config keeps its weights in FP8: mixed_precision.fp8_param_gather (Megatron-LM
-    --fp8-param-gather), else the fp8_param Bridge keeps in step with it, else off as Bridge's MixedPrecisionConfig
-    and Megatron-LM default it (a preset sets it: the config then says so). None outside FP8 recipes, where
-    Megatron-Core refuses it."""
-    if precision not in FP8_PARAM_PRECISIONS:
+def _param_gather(config: dict, kind: str, on: bool) -> bool | None:
+    """Whether a config keeps its weights in `kind` ("fp8" or "fp4"): mixed_precision.{kind}_param_gather
+    (Megatron-LM --fp8-param-gather / --fp4-param-gather), else the {kind}_param Bridge keeps in step with it, else off
+    as Bridge's MixedPrecisionConfig and Megatron-LM default it (a preset sets it: the config then says so). None
+    where the recipe is not one of `kind` (`on` false), where Megatron-Core refuses it."""
+    if not on:
         return None
-    value = config.get("mixed_precision.fp8_param_gather")
-    return bool(config.get("mixed_precision.fp8_param") if value is None else value)
-
-
-def _fp4_param_gather(config: dict, precision: str) -> bool | None:
-    """Whether an NVFP4 config keeps its weights in NVFP4: mixed_precision.fp4_param_gather (Megatron-LM
-    --fp4-param-gather), else the fp4_param Bridge keeps in step with it, else off as Bridge's MixedPrecisionConfig
-    defaults it (the NVFP4 preset sets it). None outside NVFP4, where Megatron refuses it."""
-    if precision != FP4_PARAM_PRECISION:
-        return None
-    value = config.get("mixed_precision.fp4_param_gather")
-    return bool(config.get("mixed_precision.fp4_param") if value is None else value)
+    value = config.get(f"mixed_precision.{kind}_param_gather")
+    return bool(config.get(f"mixed_precision.{kind}_param") if value is None else value)
 
 
 def _main_grads_fp32(config: dict) -> bool:
