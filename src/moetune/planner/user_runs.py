@@ -56,9 +56,8 @@ BOOL_COLUMNS = ("account_for_embedding", "account_for_loss", "ep_overlap", "dela
 ROUTINGS = ("dropless", "force-balance")
 # the value a required column takes where the run does not use what it sets (published_runs.md: "vpp=1 means no
 # interleaving"), named in the error for an empty one: published rows leave them empty as "not stated"
-UNSET = {"cp": "1", "vpp": "1", "etp": "1", "ep_overlap": "false"}
-UNSET_MEANS = {"cp": "has no context parallelism", "vpp": "does not interleave", "etp": "has no expert TP",
-               "ep_overlap": "does not overlap the all-to-all"}
+UNSET = {"cp": ("1", "has no context parallelism"), "vpp": ("1", "does not interleave"),
+         "etp": ("1", "has no expert TP"), "ep_overlap": ("false", "does not overlap the all-to-all")}
 
 
 def load_user_runs(path: str) -> list[Run]:
@@ -120,7 +119,7 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
         raise MoetuneError(f"--runs {path} line {line}: {len(row[None])} more cell(s) than the header "
                            f"({', '.join(map(repr, row[None]))}); quote a number written with thousands commas")
     if empty := [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]:
-        plain = "; ".join(f"{c} = {UNSET[c]} where the run {UNSET_MEANS[c]}" for c in empty if c in UNSET)
+        plain = "; ".join(f"{c} = {UNSET[c][0]} where the run {UNSET[c][1]}" for c in empty if c in UNSET)
         raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}; fill in what the run used"
                            f"{' (' + plain + ')' if plain else ''}: a fit needs each run's whole configuration "
                            "(data/published_runs.md describes the columns)")
