@@ -228,11 +228,12 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
                          step)
         # tightened to whole layers where that first bound keeps it in reach of the list (the rest stay out either way)
         near = np.nonzero(resplit & np.isfinite(step) & (reach <= s.bound))[0]
+        cp_near = _cp_first(s, sub, walls, resplit & mask[rows]) if s.short_cp else near[:0]
+        tight = _whole_layers(s, sub, knobs, walls, np.union1d(near, cp_near))  # once for both readers
         if len(near):
-            tight = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, near)
-            reach[near] = np.minimum(tight * (step[near] / walls["step"][near]), step[near])
+            reach[near] = np.minimum(tight[near] * (step[near] / walls["step"][near]), step[near])
         if s.short_cp:
-            _short_cp_best(s, _cp_reach(s, sub, knobs, walls, resplit & mask[rows]), mask[rows], sub, knobs)
+            _short_cp_best(s, _cp_reach(s, walls, cp_near, tight), mask[rows], sub, knobs)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         for i in np.union1d(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep]):
@@ -248,17 +249,32 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
 SHORT_CP_KEPT = 8
 
 
-def _cp_reach(s: Search, sub, knobs: Knobs, walls: dict, resplit) -> np.ndarray:
+def _whole_layers(s: Search, sub, knobs: Knobs, walls: dict, rows) -> np.ndarray:
+    """walls["balanced"] tightened to whole layers (walls/batch.py whole_layer_balanced) at `rows`, NaN elsewhere."""
+    tight = np.full(len(walls["step"]), np.nan)
+    if len(rows):
+        tight[rows] = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, rows)
+    return tight
+
+
+def _loose_reach(s: Search, walls: dict) -> np.ndarray:
+    return np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"].copy()
+
+
+def _cp_first(s: Search, sub, walls: dict, resplit) -> np.ndarray:
+    """The CP > 1 candidates the first bound ranks first: four times the few the note keeps, so that whole layers
+    may reorder them before the few are taken."""
+    first = np.where(resplit & (sub.fields.cp[:, 0] > 1), _loose_reach(s, walls), np.inf)
+    near = np.argsort(first)[:4 * SHORT_CP_KEPT]
+    return near[np.isfinite(first[near])]
+
+
+def _cp_reach(s: Search, walls: dict, cp_near, tight) -> np.ndarray:
     """The unweighted step a re-split could reach, for the short-context note: the first bound, tightened to whole
     layers for the CP > 1 candidates it ranks first (a loose first bound had filled the kept few with PP6 splits
     that whole layers leave slower than the pick, crowding out the PP3 one that beats it)."""
-    reach = np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"].copy()
-    first = np.where(resplit & (sub.fields.cp[:, 0] > 1), reach, np.inf)
-    near = np.argsort(first)[:4 * SHORT_CP_KEPT]
-    near = near[np.isfinite(first[near])]
-    if len(near):
-        tight = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, near)
-        reach[near] = np.minimum(tight, walls["step"][near])
+    reach = _loose_reach(s, walls)
+    reach[cp_near] = np.minimum(tight[cp_near], walls["step"][cp_near])
     return reach
 
 
