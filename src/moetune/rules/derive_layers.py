@@ -40,8 +40,7 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     groups = heads if value(config, "model.multi_latent_attention", False) else value(config, "model.num_query_groups")
     d["attn_heads"], d["kv_groups"] = heads, groups
     if heads and groups and heads % d["tp"] == 0 and (groups % d["tp"] == 0 or d["tp"] % groups == 0):
-        rank_groups = kv_groups_per_rank(groups, d["tp"])  # one past the groups (Megatron-Core >= core_v0.16.0)
-        splits = lambda size: bool(a2a_splits(heads // d["tp"], rank_groups, size))  # noqa: E731
+        splits = _rank_a2a(d)
         d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1) if d["cp"] % a == 0 and splits(a))
         _hcp_a2a_group(d, splits)
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
@@ -49,6 +48,13 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     _cp_sizing(config, d)
     if "job_nvlink_domain" in d:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
+
+
+def _rank_a2a(d: dict[str, Any]):
+    """Whether an all-to-all over `size` CP ranks splits each TP rank's heads and KV groups (walls/cp_legal.py
+    a2a_splits; one KV group a rank past the groups, Megatron-Core >= core_v0.16.0: kv_groups_per_rank)."""
+    heads_tp, groups_tp = d["attn_heads"] // d["tp"], kv_groups_per_rank(d["kv_groups"], d["tp"])
+    return lambda size: bool(a2a_splits(heads_tp, groups_tp, size))
 
 
 def _hcp_a2a_group(d: dict[str, Any], splits) -> None:
@@ -100,10 +106,9 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
     if not seq:
         return
     world = config.get("cluster.num_gpus")
-    tp, heads, groups = d["tp"], d["attn_heads"], d["kv_groups"]
-    runs = None
-    if d["softmax_sinks"] and d.get("cp_a2a_limit") is not None:  # one KV group a rank past the groups: CP 1 alone
-        runs = lambda cp: bool(a2a_splits(heads // tp, kv_groups_per_rank(groups, tp), cp))  # noqa: E731
+    tp = d["tp"]
+    # one KV group a rank past the groups: CP 1 alone
+    runs = _rank_a2a(d) if d["softmax_sinks"] and d.get("cp_a2a_limit") is not None else None
     d["cp_shard_target"] = shard_cp(int(seq), tp, d["pp"], int(world) if world else None, runs,
                                     sp=sequence_parallel(config))
     d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"])
