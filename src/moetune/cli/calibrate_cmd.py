@@ -5,7 +5,7 @@ import statistics
 import click
 from rich.markup import escape
 
-from moetune.cli.output import console, emit_json, table
+from moetune.cli.output import GIB, console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, write_text
 from moetune.layout.validate import validate
@@ -161,13 +161,12 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
 
 
 def _misfit_line(m: dict, gpu: str) -> str:
-    """A run moetune predicts cannot fit (user_runs.memory_misfits): kept in the fit, and named."""
-    gib = 2**30
+    """A run moetune predicts cannot fit (planner/runs.py memory_misfits): kept in the fit, and named."""
     over = []
     if m["peak_bytes"] > m["capacity_bytes"]:
-        over.append(f"a peak of {m['peak_bytes'] / gib:.1f} GiB on a {m['capacity_bytes'] / gib:.1f} GiB {gpu}")
+        over.append(f"a peak of {m['peak_bytes'] / GIB:.1f} GiB on a {m['capacity_bytes'] / GIB:.1f} GiB {gpu}")
     if m["host_capacity_bytes"] is not None and m["host_peak_bytes"] > m["host_capacity_bytes"]:
-        host, cap = m["host_peak_bytes"] / gib, m["host_capacity_bytes"] / gib
+        host, cap = m["host_peak_bytes"] / GIB, m["host_capacity_bytes"] / GIB
         over.append(f"{host:.0f} GiB of host memory a GPU of {cap:.0f}")
     return (f"run {m['run_id']}: moetune predicts {' and '.join(over)}, yet it ran: moetune's memory estimate or the "
             "row's layout is off (check its tp, pp, ep, recompute and offload against the launch); its time is "
