@@ -141,8 +141,9 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
     # Sliding-window layers (gpt-oss) are charged full causal attention: counting the 128-key window, at the keys
     # rate keys_factor gives it, put gpt-oss-120b 4-8 points further above its measurements (114 of 123 within 15%,
-    # held-out median 6.7%); whether Transformer Engine's fused attention with sinks skips a window's masked tiles is
-    # not measured here (docs/time.md)
+    # held-out median 6.7%); tried again once the fc2 bias pass was charged (expert_bias_seconds): 101 of 111 held out
+    # either way, but a 4.4% median against 3.8% and one TFLOP/s-only run out. Whether Transformer Engine's fused
+    # attention with sinks skips a window's masked tiles is not measured here (docs/time.md)
     # chunked attention: each query sees its chunk only (FLOP counters count the whole; only core attention depends on
     # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
     # attention, whose split is not modelled)
@@ -215,6 +216,28 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     replayed = sum(v for k, v in items.items() if k not in kept)
     out["elementwise"] = eff["mem_passes"] * (touched + replayed) / r.hbm
     return out
+
+
+# Bytes a biased expert layer's fc2 bias pass moves per element of its [routed rows, hidden] output, forward and
+# backward, by the dtype of the routing probabilities. Megatron-Core adds the fc2 bias scaled by each row's
+# probability outside the GEMM (moe/experts.py TEGroupedMLP._apply_bias, core_v0.16.0-v0.18.0: fc2 runs with
+# skip_bias_add=True; per local expert `t + b * p`, then torch.cat and .to(t.dtype)), eagerly. BF16 probabilities:
+# b*p written (2), t + bp read 2+2 written 2, cat read 2 written 2 = 10 forward; backward the two products and
+# reductions of mul's gradient, 3 x 2 each = 12. FP32 probabilities (DeepEP and HybridEP cast them:
+# moe/token_dispatcher.py "only supports float32 probs", unless moe_router_dtype is fp32 already) promote the
+# temporaries: 4 + (2+4+4) + (4+4) + the cast back (4+2) = 28 forward; backward the cast's and the add's gradient
+# casts (6 + 6) and the products at 4 bytes (24) = 36.
+EXPERT_BIAS_BYTES = {"bf16": (10, 12), "fp32": (28, 36)}
+FP32_PROBS_DISPATCHERS = frozenset({"deepep", "hybridep"})
+
+
+def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, dispatcher: str, replayed: bool):
+    """Seconds of the fc2 bias pass of a biased MoE layer's experts (gpt-oss: add_mlp_bias) on one rank, one
+    micro-batch, forward + backward (+ the forward again where recompute replays the experts): memory-bound, at the
+    elementwise HBM rate."""
+    fwd, bwd = EXPERT_BIAS_BYTES["fp32" if dispatcher in FP32_PROBS_DISPATCHERS else "bf16"]
+    rows = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
+    return rows * spec.hidden_size * (fwd * (2 if replayed else 1) + bwd) / r.hbm
 
 
 def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):

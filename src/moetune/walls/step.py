@@ -37,6 +37,7 @@ from moetune.walls.compute import (
     BWD_GEMM,
     Rates,
     chunked_attention_flops,
+    expert_bias_seconds,
     heads_seconds,
     layer_compute_seconds,
     passes,
@@ -166,6 +167,9 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):
         cp_raw, cp_exposed = cp_raw + cp_replay, cp_exposed + cp_replay
     compute = ring_attention(compute, attn, slow, knobs)
+    if spec.add_mlp_bias and kind.mlp == "moe":  # added past the planner's memo: it depends on the dispatcher
+        replays = "routed_experts" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
+        compute = {**compute, "expert_bias": expert_bias_seconds(spec, ctx, r, knobs.dispatcher, replays)}
     total = sum(compute.values())
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed))
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
