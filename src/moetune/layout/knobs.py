@@ -13,6 +13,7 @@ import numpy as np
 
 from moetune.errors import MoetuneError
 from moetune.layout.modules import parse_offload_modules, unsaved_offloads
+from moetune.layout.param_gather import PARAM_SWITCHES
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4")
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
@@ -22,23 +23,6 @@ SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgr
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
-# The recipes whose Megatron Bridge preset keeps the parameters in FP8 (MixedPrecisionConfig.fp8_param_gather, which
-# Bridge mirrors into TransformerConfig.fp8_param and the DDP config): bf16_with_fp8_delayed_scaling_mixed,
-# bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set it True; bf16_with_fp8_subchannel_scaling_mixed
-# (blockwise) sets it False, and bf16_with_nvfp4_mixed sets fp8_param_gather False (fp4_param_gather True instead:
-# FP4_PARAM_PRESET) (Megatron Bridge src/megatron/bridge/training/mixed_precision.py)
-FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
-# The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
-# (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
-FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
-# The recipe whose FP8 weights the optimizer's CPU offload steps: Megatron-LM asserts "When `--fp8-param-gather` is
-# enabled, the optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`" (megatron/training/
-# arguments.py validate_args), so an offloading plan under another recipe keeps BF16 weights
-OFFLOAD_FP8_PARAMS = frozenset({"fp8-delayed"})
-# The one recipe with FP4 parameters, whose Bridge preset keeps them (bf16_with_nvfp4_mixed: fp4_param_gather=True,
-# which Bridge mirrors into fp4_param); Megatron-LM refuses --fp4-param-gather without --fp4-format (validate_args) and
-# TransformerConfig fp4_param without fp4
-FP4_PARAM_PRECISION = "nvfp4"
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -178,7 +162,7 @@ class Knobs:
         if self.fp8_output_proj and self.precision != FP8_OUTPUT_PROJ_PRECISION:
             raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {self.precision} "
                                "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
-        self._check_fp8_params()
+        self._check_param_switches()
         if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
             raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
         if self.hcp_a2a_size is not None and self.hcp_a2a_size < 1:
@@ -226,54 +210,37 @@ class Knobs:
     def fp8_params(self) -> bool:
         """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's, off without the
         distributed optimizer and where the optimizer's CPU offload cannot step FP8 weights: OFFLOAD_FP8_PARAMS)."""
-        if self.fp8_param_gather is None:
-            return self.precision in FP8_PARAM_PRESET and self.distributed_optimizer and self._offload_allows_fp8_params
-        return self.fp8_param_gather
+        return self._param_switch("fp8_param_gather")
 
     @property
     def fp4_params(self) -> bool:
         """Whether the weights are kept in NVFP4 (fp4_param_gather as given, else the NVFP4 preset's, off without the
         distributed optimizer, whose shards quantize_nvfp4_param_shard casts back: distrib_optimizer.py)."""
-        if self.fp4_param_gather is None:
-            return self.precision == FP4_PARAM_PRECISION and self.distributed_optimizer
-        return self.fp4_param_gather
+        return self._param_switch("fp4_param_gather")
 
     @property
     def quantized_params(self) -> bool:
         """Whether the GEMM weights are the recipe's quantized tensors (FP8 or NVFP4 parameters), with no BF16 copy."""
         return self.fp8_params or self.fp4_params
 
-    @property
-    def _offload_allows_fp8_params(self) -> bool:
-        return self.optimizer_offload_fraction == 0 or self.precision in OFFLOAD_FP8_PARAMS
+    def _param_switch(self, name: str) -> bool:
+        """A PARAM_SWITCHES switch as given, else its preset: on under a preset recipe with the distributed optimizer
+        where none of the switch's needs refuses it."""
+        value, switch = getattr(self, name), PARAM_SWITCHES[name]
+        if value is not None:
+            return value
+        return (self.precision in switch.preset and self.distributed_optimizer
+                and not any(need.refuses(self) for need in switch.needs))
 
-    def _check_fp8_params(self) -> None:
-        """fp8_param_gather where Megatron takes it: a switch, under an FP8 recipe, with the distributed optimizer
-        (Muon's layer-wise one too: Megatron-LM checks the flag before an emerging optimizer turns it into that one)
-        and, beside the optimizer's CPU offload, under the delayed recipe (training/arguments.py validate_args)."""
-        if self.fp8_param_gather is not None and not isinstance(self.fp8_param_gather, bool):
-            raise MoetuneError(f"fp8_param_gather is {self.fp8_param_gather!r}; it takes true, false or null (the "
-                               "recipe preset's)")
-        if self.fp8_param_gather and self.precision not in FP8_PARAM_PRECISIONS:
-            raise MoetuneError(f"fp8_param_gather needs an FP8 recipe, got {self.precision} (Megatron-Core: 'fp8_param "
-                               "must be used together with fp8 mode'); drop it or pick one of "
-                               f"{', '.join(FP8_PARAM_PRECISIONS)}")
-        if self.fp8_param_gather and not self.distributed_optimizer:
-            raise MoetuneError("fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts "
-                               "it); drop fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
-                               same_as=("precision.fp8_params_need_distributed_optimizer",))
-        if self.fp8_param_gather and not self._offload_allows_fp8_params:
-            raise MoetuneError(f"fp8_param_gather with the optimizer's CPU offload "
-                               f"({self.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got "
-                               f"{self.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or "
-                               "the offload", same_as=("precision.fp8_params_with_optimizer_offload",))
-        if self.fp4_param_gather is not None and not isinstance(self.fp4_param_gather, bool):
-            raise MoetuneError(f"fp4_param_gather is {self.fp4_param_gather!r}; it takes true, false or null (the "
-                               "recipe preset's)")
-        if self.fp4_param_gather and self.precision != FP4_PARAM_PRECISION:
-            raise MoetuneError(f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {self.precision} "
-                               "(Megatron-LM: '--fp4-param-gather must be used together with --fp4-format'); drop it",
-                               same_as=("precision.fp4_params_without_fp4",))
+    def _check_param_switches(self) -> None:
+        """Each PARAM_SWITCHES switch is true, false or null, and on only where Megatron takes it (its needs)."""
+        for name, switch in PARAM_SWITCHES.items():
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise MoetuneError(f"{name} is {value!r}; it takes true, false or null (the recipe preset's)")
+            for need in switch.needs if value else ():
+                if need.refuses(self):
+                    raise MoetuneError(need.message.format(k=self), same_as=need.same_as)
 
     @property
     def effective_modules(self) -> frozenset[str]:

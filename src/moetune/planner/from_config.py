@@ -12,15 +12,10 @@ from moetune.configio.finalize import distributed_optimizer, layer_wise_optimize
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import (
-    FP4_PARAM_PRECISION,
-    FP8_OUTPUT_PROJ_PRECISION,
-    FP8_PARAM_PRECISIONS,
-    MEGATRON_FLEX_SMS,
-    Knobs,
-)
+from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
+from moetune.layout.param_gather import FP4_PARAM_PRECISION, FP8_PARAM_PRECISIONS
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import PRECISION
 from moetune.rules.derive import dispatcher_sms, graph_setting

@@ -9,8 +9,8 @@ from importlib import resources
 
 from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
-from moetune.layout.knobs import OFFLOAD_FP8_PARAMS
 from moetune.layout.layout import Layout
+from moetune.layout.param_gather import OFFLOAD_FP8_PARAMS
 from moetune.layout.validate import Workload, shard_cp, undersharded_cp
 from moetune.planner.config_map import PRECISION, cp_fields, to_config
 from moetune.planner.defaults import default_dispatcher

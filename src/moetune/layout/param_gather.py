@@ -1,0 +1,68 @@
+"""Quantized parameters: which recipes keep the GEMM weights as FP8 or NVFP4 tensors with no BF16 copy
+(fp8_param_gather / fp4_param_gather, Knobs.fp8_params / fp4_params), and where Megatron takes those switches."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from moetune.layout.knobs import Knobs
+
+# The recipes whose Megatron Bridge preset keeps the parameters in FP8 (MixedPrecisionConfig.fp8_param_gather, which
+# Bridge mirrors into TransformerConfig.fp8_param and the DDP config): bf16_with_fp8_delayed_scaling_mixed,
+# bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set it True; bf16_with_fp8_subchannel_scaling_mixed
+# (blockwise) sets it False, and bf16_with_nvfp4_mixed sets fp8_param_gather False (fp4_param_gather True instead:
+# FP4_PARAM_PRESET) (Megatron Bridge src/megatron/bridge/training/mixed_precision.py)
+FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
+# The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
+# (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
+FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
+# The recipe whose FP8 weights the optimizer's CPU offload steps: Megatron-LM asserts "When `--fp8-param-gather` is
+# enabled, the optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`" (megatron/training/
+# arguments.py validate_args), so an offloading plan under another recipe keeps BF16 weights
+OFFLOAD_FP8_PARAMS = frozenset({"fp8-delayed"})
+# The one recipe with FP4 parameters, whose Bridge preset keeps them (bf16_with_nvfp4_mixed: fp4_param_gather=True,
+# which Bridge mirrors into fp4_param); Megatron-LM refuses --fp4-param-gather without --fp4-format (validate_args) and
+# TransformerConfig fp4_param without fp4
+FP4_PARAM_PRECISION = "nvfp4"
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    """What Megatron asks of a quantized-parameter switch that is on: `refuses` the knobs that break it, with
+    `message` (a str.format template over the knobs, `k`) and the rule that says the same (`same_as`)."""
+    refuses: Callable[["Knobs"], bool]
+    message: str
+    same_as: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _ParamSwitch:
+    """A tri-state Knobs field keeping the weights quantized: None takes Bridge's preset, on under the `preset`
+    recipes with the distributed optimizer where none of `needs` refuses it (Knobs._param_switch)."""
+    preset: frozenset[str]
+    needs: tuple[_Need, ...]
+
+
+# fp8_param_gather: under an FP8 recipe, with the distributed optimizer (Muon's layer-wise one too: Megatron-LM checks
+# the flag before an emerging optimizer turns it into that one) and, beside the optimizer's CPU offload, under the
+# delayed recipe (training/arguments.py validate_args). fp4_param_gather: under NVFP4 (FP4_PARAM_PRECISION)
+PARAM_SWITCHES = {
+    "fp8_param_gather": _ParamSwitch(FP8_PARAM_PRESET, (
+        _Need(lambda k: k.precision not in FP8_PARAM_PRECISIONS,
+              "fp8_param_gather needs an FP8 recipe, got {k.precision} (Megatron-Core: 'fp8_param must be used "
+              f"together with fp8 mode'); drop it or pick one of {', '.join(FP8_PARAM_PRECISIONS)}"),
+        _Need(lambda k: not k.distributed_optimizer,
+              "fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts it); drop "
+              "fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
+              ("precision.fp8_params_need_distributed_optimizer",)),
+        _Need(lambda k: k.optimizer_offload_fraction != 0 and k.precision not in OFFLOAD_FP8_PARAMS,
+              "fp8_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}) needs the delayed "
+              "FP8 recipe, got {k.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or the "
+              "offload", ("precision.fp8_params_with_optimizer_offload",)))),
+    "fp4_param_gather": _ParamSwitch(frozenset({FP4_PARAM_PRECISION}), (
+        _Need(lambda k: k.precision != FP4_PARAM_PRECISION,
+              f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {{k.precision}} (Megatron-LM: "
+              "'--fp4-param-gather must be used together with --fp4-format'); drop it",
+              ("precision.fp4_params_without_fp4",)),)),
+}
