@@ -253,7 +253,7 @@ def _whole_layers(s: Search, sub, knobs: Knobs, walls: dict, rows) -> np.ndarray
     """walls["balanced"] tightened to whole layers (walls/batch.py whole_layer_balanced) at `rows`, NaN elsewhere."""
     tight = np.full(len(walls["step"]), np.nan)
     if len(rows):
-        tight[rows] = whole_layer_balanced(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, rows)
+        tight[rows] = whole_layer_balanced(sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, rows)
     return tight
 
 

@@ -161,7 +161,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     ranks = b.ranks.astype(float)
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
             "hidden_ep": pick(hidden_ep), "regain": pick(regain), "fixed": fixed, "layer_cost": cost,
-            "floor_total": even_floor(spec, b.kinds, total, fixed, ranks, cost)}
+            "floor_total": even_floor(b.kind_layers, total, fixed, ranks, cost)}
 
 
 def time_key(knobs: Knobs) -> tuple:
@@ -203,14 +203,13 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     return walls
 
 
-def whole_layer_balanced(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, walls: dict,
-                         rows: np.ndarray) -> np.ndarray:
+def whole_layer_balanced(b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, walls: dict, rows: np.ndarray) -> np.ndarray:
     """walls["balanced"] (of batch_step_seconds under these knobs) at `rows`, its floor raised to the best split in
     whole layers (split_floor.whole_floor): tighter, and too dear to take for every candidate, so the planner asks it
     of those the first bound keeps in reach."""
     stage, f = b.cache[_stage_key(knobs, gbs, seq)], b.fields
     least = (f.vpp - b.loss)[rows].astype(float)  # the layers each rank keeps (pipeline_balance.with_rank_layers)
-    whole = whole_floor(spec, b.kinds, stage["fixed"][rows], b.ranks[rows].astype(float), least,
+    whole = whole_floor(b.kind_layers, stage["fixed"][rows], b.ranks[rows].astype(float), least,
                         stage["layer_cost"][rows])
     floor = np.maximum(stage["floor_total"][rows], whole)
     weight = (gbs // (b.mbs * f.dp))[rows, 0] + ((f.pp - 1) / f.vpp)[rows, 0]  # the slowest rank's times in a step

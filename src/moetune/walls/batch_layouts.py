@@ -31,6 +31,7 @@ class LayoutBatch:
     mbs: np.ndarray  # (n, 1)
     fields: SimpleNamespace  # tp, cp, pp, vpp, ep, etp, dp, edp, world_size, sp: (n, 1)
     kinds: list[LayerKind]
+    kind_layers: np.ndarray  # (K,) the model's decoder layers of each of `kinds` (walls/split_floor.py)
     counts: np.ndarray  # (n, S, K) decoder layers of each kind per stage
     mtp: np.ndarray  # (n, S)
     loss: np.ndarray  # (n, S) bool
@@ -71,7 +72,8 @@ class LayoutBatch:
 
     def subset(self, rows: np.ndarray) -> "LayoutBatch":
         """The candidates at `rows` (a fresh memo: cached arrays are per batch)."""
-        return _unpack(self.packed[rows], self.params, layouts=self.layouts, kinds=self.kinds, origin=self.root())
+        return _unpack(self.packed[rows], self.params, layouts=self.layouts, kinds=self.kinds,
+                       kind_layers=self.kind_layers, origin=self.root())
 
     def root(self) -> "LayoutBatch":
         return self.origin or self
@@ -98,6 +100,7 @@ def _distinct(structs: list[StageStructure]) -> list[tuple[StageStructure, int]]
 
 def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> LayoutBatch:
     kinds = sorted(set(spec.layers), key=lambda k: (k.mixer, k.mlp))
+    kind_layers = np.array([spec.layers.count(k) for k in kinds])  # counted once: every knob set's floor reads it
     distinct = {id(lay): lay for lay, _ in candidates}  # each layout comes once per micro-batch size
     position = {key: i for i, key in enumerate(distinct)}
     which = np.array([position[id(lay)] for lay, _ in candidates])
@@ -139,7 +142,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp,
                       ranks])
     return _unpack(ints.astype(np.int32), np.hstack([dense, expert, vocab]), layouts=[lay for lay, _ in candidates],
-                   kinds=kinds)
+                   kinds=kinds, kind_layers=kind_layers)
 
 
 _FIELDS = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "world_size", "sp")

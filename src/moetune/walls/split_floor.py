@@ -7,34 +7,32 @@ planner/pipeline_balance.py moves whole decoder layers and leaves every virtual 
 final one, so a rank keeps VPP of them, the last VPP - 1; the loss, the MTP layers and the send/recv stay where they
 are (`fixed`: a stage's time less its decoder layers'). The batch keeps each distinct stage once
 (walls/batch_layouts.py) with the count of ranks it stands for (`ranks`); a mean that read each distinct stage once
-had read GLM-4.5's PP17 splits (no MTP, 15 of 17 ranks alike) able to reach 5.5 s a step against their 8.8 s.
+had read GLM-4.5's PP17 splits (no MTP, 15 of 17 ranks alike) able to reach 5.5 s a step against their 8.8 s. The
+model's layers of each kind come counted with the batch (LayoutBatch.kind_layers), not again for each knob set.
 """
 
 import numpy as np
 
-from moetune.specs.model import LayerKind, ModelSpec
 
-
-def even_floor(spec: ModelSpec, kinds: list[LayerKind], total: np.ndarray, fixed: np.ndarray, ranks: np.ndarray,
+def even_floor(kind_layers: np.ndarray, total: np.ndarray, fixed: np.ndarray, ranks: np.ndarray,
                cost: np.ndarray) -> np.ndarray:
     """The ranks' mean (`total` of each distinct stage weighted by its `ranks`), or where higher the ceil(n / PP) of
-    each kind's n layers (of `cost` seconds each) that some rank holds on top of the least fixed part: 89 MoE layers
-    over PP17 leave one rank 6 where the mean is 5.4 (GLM-4.5). Cheap enough for every candidate."""
+    each kind's n layers (`kind_layers`, of `cost` seconds each) that some rank holds on top of the least fixed part:
+    89 MoE layers over PP17 leave one rank 6 where the mean is 5.4 (GLM-4.5). Cheap enough for every candidate."""
     pp = ranks.sum(axis=1)
-    per_kind = np.ceil(np.array([spec.layers.count(k) for k in kinds]) / pp[:, None]) * cost
+    per_kind = np.ceil(kind_layers / pp[:, None]) * cost
     return np.maximum((total * ranks).sum(axis=1) / pp, fixed.min(axis=1) + per_kind.max(axis=1))
 
 
-def whole_floor(spec: ModelSpec, kinds: list[LayerKind], fixed: np.ndarray, ranks: np.ndarray, least: np.ndarray,
+def whole_floor(kind_layers: np.ndarray, fixed: np.ndarray, ranks: np.ndarray, least: np.ndarray,
                 cost: np.ndarray) -> np.ndarray:
     """The best split in whole layers (_whole_layers) of all the layers at the cheapest kind's cost, and of the most
     numerous kind's alone, each rank keeping `least` layers (of the most numerous kind, all but the others' count):
     GLM-4.5-Air's 45 MoE layers over PP8 leave one rank 7 beside its MTP layer and loss, 11% over the mean."""
-    counts = np.array([spec.layers.count(k) for k in kinds])
-    main = int(counts.argmax())
-    cols = [(cost.min(axis=1), spec.num_layers, least)]
-    if len(kinds) > 1:
-        cols.append((cost[:, main], counts[main], np.maximum(least - (spec.num_layers - counts[main]), 0)))
+    main, num_layers = int(kind_layers.argmax()), int(kind_layers.sum())
+    cols = [(cost.min(axis=1), num_layers, least)]
+    if len(kind_layers) > 1:
+        cols.append((cost[:, main], kind_layers[main], np.maximum(least - (num_layers - kind_layers[main]), 0)))
     whole = _whole_layers(fixed, ranks, np.stack([c for c, _, _ in cols], axis=1), np.array([n for _, n, _ in cols]),
                           np.stack([k for _, _, k in cols], axis=1))
     return whole.max(axis=1)
