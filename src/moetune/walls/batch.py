@@ -37,6 +37,7 @@ from moetune.walls.memory import (
     userbuffer_bytes,
 )
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
+from moetune.walls.rank_params import vocab_shard
 from moetune.walls.split_floor import even_floor, whole_floor
 from moetune.walls.step import layer_time
 
@@ -70,6 +71,14 @@ def _per_stage(b: LayoutBatch, spec: ModelSpec, per_kind) -> np.ndarray:
     return total
 
 
+def _head_bytes(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs) -> np.ndarray:
+    """The loss stages' logits and loss, and under fp8_output_proj the LM head's MXFP8 weight cache (memory.memory_wall
+    logits_and_loss, fp8_output_proj_cache), over each candidate's vocabulary shard; 0 on the other stages."""
+    f, shard = b.fields, vocab_shard(spec, b.fields.tp)
+    head = output_proj_cache_bytes(spec, shard) if knobs.fp8_output_proj else 0
+    return np.where(b.loss, logits_bytes(spec, seq // f.cp * b.mbs, shard) + head, 0)
+
+
 def _activations(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs) -> np.ndarray:
     f = b.fields
     flight = b.memo(("flight", gbs), lambda: in_flight(f, b.stage_index, gbs // (b.mbs * f.dp)))
@@ -95,9 +104,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
         states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))
         acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
-        logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: np.where(
-            b.loss, logits_bytes(spec, seq // f.cp * b.mbs, b.padded_vocab // f.tp)
-            + (output_proj_cache_bytes(spec, b.padded_vocab // f.tp) if knobs.fp8_output_proj else 0), 0))
+        logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
         return np.where(b.valid, states + acts + logits, 0).max(axis=1)
 
     peak_items = b.memo(("stage_max", states_key, acts_key, knobs.fp8_output_proj), stage_max)

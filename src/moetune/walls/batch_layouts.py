@@ -13,7 +13,7 @@ from moetune.layout.layout import Layout
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.rank_params import (
     StageStructure,
-    padded_vocab_size,
+    model_padded_vocab,
     per_rank,
     stage_structures,
     structure_sums,
@@ -130,13 +130,13 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
             for tp in np.unique(sub.tp):
                 sel = sub.tp == tp
                 layout_view = SimpleNamespace(tp=tp, ep=sub.ep[sel], etp=sub.etp[sel])
-                sums = structure_sums(spec, st, vocab=padded_vocab_size(spec.vocab_size, int(tp), spec.vocab_divisor),
+                sums = structure_sums(spec, st, vocab=model_padded_vocab(spec, int(tp)),
                                       tied_copy=not spec.untie_embeddings_and_output_weights and sig[0] > 1,
                                       layer_spec="te")
                 d, e, v = per_rank(sums, layout_view)
                 dense[rows[sel], j], expert[rows[sel], j], vocab[rows[sel], j] = d, e, v
     tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
-    padded = np.array([padded_vocab_size(spec.vocab_size, int(t), spec.vocab_divisor) for t in tps])
+    padded = np.array([model_padded_vocab(spec, int(t)) for t in tps])
     padded = padded[tp_index].reshape(-1, 1)
     mbs = np.array([[m] for _, m in candidates])
     ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp,

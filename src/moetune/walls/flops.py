@@ -6,7 +6,7 @@ count Megatron reports is walls/model_flops.py. See docs/flops.md.
 import numpy as np
 
 from moetune.specs.model import LayerKind, ModelSpec
-from moetune.walls.rank_params import padded_vocab_size
+from moetune.walls.rank_params import model_padded_vocab
 
 LAYER_CLASSES = ("attn_proj", "core_attn", "mixer_proj", "mixer_scan", "dense_mlp", "router",
                  "routed_experts", "shared_experts")
@@ -185,5 +185,5 @@ def mtp_proj_flops(spec: ModelSpec, tokens: float) -> float:
 
 def logits_flops(spec: ModelSpec, tokens: float, *, tp: int = 1) -> float:
     """Forward FLOPs of the output layer: the GEMM runs over the padded vocabulary."""
-    return 2 * tokens * spec.hidden_size * padded_vocab_size(spec.vocab_size, tp, spec.vocab_divisor)
+    return 2 * tokens * spec.hidden_size * model_padded_vocab(spec, tp)
 

@@ -31,7 +31,7 @@ from moetune.walls.activations import (
     offload_staging_bytes,
     whole,
 )
-from moetune.walls.rank_params import StageParams, padded_vocab_size, stage_params
+from moetune.walls.rank_params import StageParams, stage_params, vocab_shard
 
 # TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales. Blockwise
 # weights take one FP32 scale per 128x128 block each way (TE recipe Float8BlockScaling w_block_scaling_dim=2, which
@@ -234,7 +234,7 @@ def output_proj_cache_bytes(spec: ModelSpec, vocab_shard):
 
 def loss_bytes(spec: ModelSpec, layout: Layout, workload: Workload) -> int:
     tokens = workload.seq_length // layout.cp * workload.micro_batch_size
-    return logits_bytes(spec, tokens, padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor) // layout.tp)
+    return logits_bytes(spec, tokens, vocab_shard(spec, layout.tp))
 
 
 def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:
@@ -279,8 +279,7 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
         if p.loss:
             items["logits_and_loss"] = loss_bytes(spec, layout, workload)
         if p.loss and knobs.fp8_output_proj:
-            vocab_shard = padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor) // layout.tp
-            items["fp8_output_proj_cache"] = output_proj_cache_bytes(spec, vocab_shard)
+            items["fp8_output_proj_cache"] = output_proj_cache_bytes(spec, vocab_shard(spec, layout.tp))
         items.update(overhead_bytes(knobs, overheads))
         if ub:
             items["tp_comm_userbuffers"] = ub

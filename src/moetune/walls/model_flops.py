@@ -15,7 +15,7 @@ from typing import Literal
 from moetune.errors import MoetuneError
 from moetune.specs.model import ModelSpec
 from moetune.walls.flops import all_layers, causal_context, layer_windows
-from moetune.walls.rank_params import padded_vocab_size
+from moetune.walls.rank_params import model_padded_vocab
 
 Convention = Literal["bridge", "bridge-pre-2026-05", "megatron-lm"]
 
@@ -138,7 +138,7 @@ def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: in
 
     Divide by (iteration seconds * world_size * 1e12) to get Megatron's TFLOP/s/GPU."""
     r = _rules(convention)
-    vocab = padded_vocab_size(spec.vocab_size, tp, spec.vocab_divisor)
+    vocab = model_padded_vocab(spec, tp)
     tokens = global_batch_size * seq_length
     if is_hybrid(spec):
         return 3 * tokens * _hybrid_per_token(spec, seq_length, vocab, r)

@@ -30,6 +30,18 @@ def padded_vocab_size(vocab: int, tp: int, divisible_by: int = MAKE_VOCAB_SIZE_D
     return -(-vocab // multiple) * multiple
 
 
+def model_padded_vocab(spec: ModelSpec, tp):
+    """The model's vocabulary as Megatron pads it at this TP (padded_vocab_size with the model's divisor); `tp` may
+    be an array."""
+    return padded_vocab_size(spec.vocab_size, tp, spec.vocab_divisor)
+
+
+def vocab_shard(spec: ModelSpec, tp):
+    """The rows of the padded vocabulary one TP rank holds (VocabParallelEmbedding, the output layer's
+    ColumnParallelLinear): what its logits and its LM head's weight cache are sized by (walls/memory.py)."""
+    return model_padded_vocab(spec, tp) // tp
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class StageParams:
     stage: int
@@ -143,7 +155,7 @@ def per_rank(sums: ShardSums, layout: Layout) -> tuple[int, int, int]:
 def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te",
                  include_mtp: bool = True) -> list[StageParams]:
     """One entry per pipeline stage, for one rank of that stage (all its virtual chunks together)."""
-    vocab = padded_vocab_size(spec.vocab_size, layout.tp, spec.vocab_divisor)
+    vocab = model_padded_vocab(spec, layout.tp)
     tied_copy = not spec.untie_embeddings_and_output_weights and layout.pp > 1
     result = []
     for st in stage_structures(spec, layout, include_mtp):

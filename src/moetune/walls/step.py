@@ -52,7 +52,7 @@ from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
-from moetune.walls.rank_params import padded_vocab_size, stage_params
+from moetune.walls.rank_params import model_padded_vocab, stage_params
 
 
 @dataclass(kw_only=True, slots=True)
@@ -204,7 +204,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     """Per stage: seconds per micro-batch by wall and by class."""
     ctx = activation_context(lay, wl, knobs)
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    vocab = padded_vocab_size(spec.vocab_size, lay.tp, spec.vocab_divisor)
+    vocab = model_padded_vocab(spec, lay.tp)
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              knobs, gpu, tuple(sorted(eff.items())))
     out = []
