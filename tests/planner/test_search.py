@@ -215,6 +215,22 @@ def test_headroom_keeps_memory_free():
         plan(spec, gpu, 16, wl, headroom_gib=80)
 
 
+
+def test_an_estimate_moved_to_another_gpu_keeps_no_facts_of_the_first():
+    """Estimate.memo caches facts by name alone, and moves.cp_sizing reads the GPU (its NVLink domain): a copy on
+    another GPU (dataclasses.replace) must start its own memo, not answer with the first GPU's. plan weighs a row
+    against its --headroom budget with fits_on, which copies nothing."""
+    from moetune.planner.moves import cp_sizing
+
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=32, tp=2, cp=4, ep=4),
+                 Workload(seq_length=65536, global_batch_size=32), Knobs(precision="bf16", recompute="full"))
+    cp_sizing(e)
+    moved = replace(e, gpu=load_gpu("gb200"))
+    assert "cp_sizing" in e.memo and "cp_sizing" not in moved.memo
+    budget = replace(e.gpu, memory_gib=e.peak_bytes / 2**30 - 1)  # 1 GiB less than the peak
+    assert e.fits_on(e.gpu) == e.fits and not e.fits_on(budget)
+
+
 def test_ep1_candidates_are_listed_once_with_alltoall():
     """At EP=1 no token leaves the rank, so DeepEP/HybridEP would repeat the alltoall candidate: Qwen3-30B-A3B on
     72 GB200 picks EP1 layouts, each listed once."""

@@ -43,8 +43,10 @@ class Estimate:
     # the launch config this configuration was read from (estimate/explain --config): its rules read it as `check`
     # does, fields the layout and knobs do not carry included (a variant is another configuration, without it)
     source_config: dict | None = field(default=None, repr=False, compare=False)
-    # facts derived from this estimate alone that several readers ask (moves.cp_sizing: up to a dozen validations)
-    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    # facts derived from this estimate alone that several readers ask (moves.cp_sizing: up to a dozen validations),
+    # keyed by the fact's name alone; not an init field, so dataclasses.replace gives a copy with other parts (another
+    # GPU: cp_sizing reads its NVLink domain) a memo of its own, never this one's answers
+    memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def variant(self, *, layout: Layout | None = None, workload: Workload | None = None,
                 knobs: Knobs | None = None, gpu: GpuSpec | None = None, with_memory: bool = True) -> "Estimate":
@@ -83,7 +85,12 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.peak_bytes <= self.gpu.capacity_bytes and self.host_fits
+        return self.fits_on(self.gpu)
+
+    def fits_on(self, gpu: GpuSpec) -> bool:
+        """Whether this estimate's peak fits `gpu`'s memory (plan: the search's budget, the GPU less --headroom) and
+        its offloaded optimizer states the host memory of this estimate's GPU."""
+        return self.peak_bytes <= gpu.capacity_bytes and self.host_fits
 
     @property
     def job_domain(self) -> int:

@@ -248,7 +248,7 @@ def _short_cp_alternative(s, results: list[Estimate], result, efficiency_overrid
         if s.resplit and lay.pp > 1:  # at its own best split, as the pick is
             lay = resplit_one(s, lay, mbs, knobs, efficiency_overrides)
         alt = result(lay, mbs, knobs)
-        fits = replace(alt, gpu=s.gpu).fits  # on the search's budget (--headroom), not the whole GPU it shows
+        fits = alt.fits_on(s.gpu)  # on the search's budget (--headroom), not the whole GPU it shows
         if fits and (best is None or alt.time["step_seconds"] < best.time["step_seconds"]):
             best = alt
     return best if best is not None and within(pick, best.time["step_seconds"]) > 0 else None
