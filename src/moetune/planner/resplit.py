@@ -53,15 +53,18 @@ def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: d
     own split would show (rebalance_best stops once the bound leaves the pick's band), up to RESPLIT_LIMIT distinct
     layouts. Only rows 1 onward are ranked again, so the pick stays the pick (where rebalance_best stopped at
     RESPLIT_LIMIT a re-split row could in principle have beaten it). Two splits of one layout may re-split to the
-    same string: the later is dropped. Each pass re-splits or drops one candidate at least, so the passes end within
-    twice the list's length."""
+    same string: the later is dropped. The passes end within twice the list's length (`passes`)."""
     s.best = first_of_each(s.best)  # rebalance_best's re-splits may already coincide
     found: dict[tuple, Layout] = {}  # kept across passes: a later knob set of a layout starts from its split
 
     def rank(x) -> tuple:  # the seeds' order picks among near-ties
         return within(x[0], fastest), x[1]
 
-    for _ in range(2 * len(s.best) + 1):
+    # A pass that does not return re-splits one candidate at least (its bound cleared, _unsplit never picks it again)
+    # or drops one repeat (the list only shrinks): at most len(s.best) of each, so a pass with neither, which returns,
+    # comes by pass 2 * len(s.best) + 1
+    passes = 2 * len(s.best) + 1
+    for _ in range(passes):
         todo = _unsplit(s, shown, rank, len(found) < RESPLIT_LIMIT)
         for i in todo:
             _resplit_entry(s, i, found, efficiency_overrides)
@@ -70,6 +73,7 @@ def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: d
         if not todo and len(kept) == len(s.best):
             return
         s.best = kept
+    raise AssertionError(f"resplit_shown did not settle within {passes} passes")  # unreachable by the count above
 
 
 def _unsplit(s: Search, shown: int, rank, further: bool) -> list[int]:
