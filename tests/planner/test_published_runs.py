@@ -14,9 +14,9 @@ from moetune.layout.knobs import DROPLESS_IMBALANCE, Knobs, expected_max_normal
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.ab_order import NOISE_FLOOR
-from moetune.planner.calibrate import split
+from moetune.planner.calibrate import memory_misfits, split
 from moetune.planner.estimate import estimate
-from moetune.planner.runs import known_gaps, load_configured_runs, load_runs, memory_misfits, tokens_from_tflops
+from moetune.planner.runs import known_gaps, load_configured_runs, load_runs, tokens_from_tflops
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.model_flops import megatron_model_flops

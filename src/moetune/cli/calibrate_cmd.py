@@ -16,12 +16,13 @@ from moetune.planner.calibrate import (
     calibrate,
     capped_a2a,
     fitted_effs,
+    memory_misfits,
     predict,
     unfitted_predictions,
     with_params,
 )
 from moetune.planner.repeats import unmeetable
-from moetune.planner.runs import load_runs, memory_misfits
+from moetune.planner.runs import load_runs
 from moetune.planner.user_runs import by_gpu, fit_user_runs, load_user_runs, sections, shipped_of, user_toml
 from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
 
@@ -161,7 +162,7 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
 
 
 def _misfit_line(m: dict, gpu: str) -> str:
-    """A run moetune predicts cannot fit (planner/runs.py memory_misfits): kept in the fit, and named."""
+    """A run moetune predicts cannot fit (planner/calibrate.py memory_misfits): kept in the fit, and named."""
     over = []
     if m["peak_bytes"] > m["capacity_bytes"]:
         over.append(f"a peak of {m['peak_bytes'] / GIB:.1f} GiB on a {m['capacity_bytes'] / GIB:.1f} GiB {gpu}")

@@ -20,6 +20,7 @@ from itertools import product
 
 import numpy as np
 
+from moetune.planner.estimate import estimate
 from moetune.planner.runs import Run, load_configured_runs, tokens_from_tflops
 from moetune.walls.efficiency import EFFICIENCY_CAP, FP8_RATES, efficiency
 from moetune.walls.step import step_time
@@ -219,3 +220,16 @@ def calibrate(runs: list[Run]) -> tuple[dict[str, dict], list[Prediction], list[
     on_fit = [predict(r, effs[r.gpu.key]) for r in fit_runs]
     on_held = [predict(r, effs[r.gpu.key]) for r in held if r.gpu.key in effs]
     return fitted, on_fit, on_held
+
+
+def memory_misfits(runs: list[Run]) -> list[dict]:
+    """The runs moetune predicts cannot fit in GPU (or host) memory. A run that ran fitted, so moetune's memory
+    estimate or the row's layout is off: the published runs are held to none (tests/planner/test_published_runs.py);
+    calibrate --runs keeps a user's in the fit (its measured time still calibrates) and names it."""
+    out = []
+    for run in runs:
+        e = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs, with_time=False)
+        if not e.fits:
+            out.append({"run_id": run.run_id, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes,
+                        "host_peak_bytes": e.host_peak_bytes, "host_capacity_bytes": e.gpu.host_capacity_bytes})
+    return out

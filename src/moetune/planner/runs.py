@@ -11,7 +11,6 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
-from moetune.planner.estimate import estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
 from moetune.specs.registry import load_model
@@ -137,16 +136,3 @@ def known_gaps() -> dict[str, dict[str, str]]:
     "tflops_only": runs published as TFLOP/s only) and the A/B pairs it orders the other way ("order": "Rxxx Ryyy"),
     each with its reason."""
     return tomllib.loads((resources.files("moetune") / "data" / "known_gaps.toml").read_text())
-
-
-def memory_misfits(runs: list[Run]) -> list[dict]:
-    """The runs moetune predicts cannot fit in GPU (or host) memory. A run that ran fitted, so moetune's memory
-    estimate or the row's layout is off: the published runs are held to none (tests/planner/test_published_runs.py);
-    calibrate --runs keeps a user's in the fit (its measured time still calibrates) and names it."""
-    out = []
-    for run in runs:
-        e = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs, with_time=False)
-        if not e.fits:
-            out.append({"run_id": run.run_id, "peak_bytes": e.peak_bytes, "capacity_bytes": e.gpu.capacity_bytes,
-                        "host_peak_bytes": e.host_peak_bytes, "host_capacity_bytes": e.gpu.host_capacity_bytes})
-    return out
