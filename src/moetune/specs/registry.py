@@ -1,5 +1,6 @@
 """Built-in models: the Hugging Face configs shipped in moetune/data/models, addressable by short name."""
 
+import difflib
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -29,13 +30,20 @@ def _builtin(name: str) -> ModelSpec:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A built-in short name (``deepseek-v3``) or a path to a config.json."""
-    if name_or_path in builtin_names():
-        return _builtin(name_or_path)
+    """A built-in short name (``deepseek-v3``, in any case, as GPU names are) or a path to a config.json."""
+    if name_or_path.lower() in builtin_names():
+        return _builtin(name_or_path.lower())
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists():
         return load_hf_config(path)
     raise MoetuneError(
-        f"unknown model '{name_or_path}': use a built-in name ({', '.join(builtin_names())}) "
+        f"unknown model '{name_or_path}'{_closest(name_or_path)}: use a built-in name ({', '.join(builtin_names())}) "
         "or a path to a Hugging Face config.json"
     )
+
+
+def _closest(name: str) -> str:
+    """'; did you mean X?' for the built-in name nearest a typo or a Hugging Face repo id (Qwen/Qwen3-30B-A3B,
+    kimi-k2-instruct), else nothing: the list of every name alone leaves the user to spot it."""
+    close = difflib.get_close_matches(name.lower().rsplit("/", 1)[-1], builtin_names(), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
