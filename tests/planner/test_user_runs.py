@@ -300,6 +300,15 @@ def test_a_relative_gpu_file_is_read_from_the_csvs_folder(tmp_path, monkeypatch)
     assert list(fit_user_runs([run])) == ["h800.toml"]
 
 
+def test_an_unknown_gpu_name_is_quoted_as_written(tmp_path, capsys):
+    """A bare name that is no catalog GPU and no file beside the CSV had been joined to the CSV's folder, so the
+    error named a path ('/tmp/.../h101') the user never typed."""
+    path = _write(tmp_path / "mine.csv", [{**published_rows()["R103"], **EAGER, "gpu": "h101"}])
+    assert main(["calibrate", "--runs", path]) == 2
+    err = capsys.readouterr().err
+    assert "line 2: unknown GPU 'h101': use one of a100, h100" in err and str(tmp_path / "h101") not in err
+
+
 def test_a_directory_is_named_as_one(tmp_path, capsys):
     assert main(["calibrate", "--runs", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -138,10 +138,12 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
 
 def _gpu_cell(gpu: str, folder: Path) -> str:
     """A catalog name, or a cluster file's path, relative to the CSV's folder as a spreadsheet's links are (the
-    CSV and its GPU files travel together; the directory calibrate runs from is an accident)."""
-    if gpu.lower() in catalog() or Path(gpu).is_absolute():
+    CSV and its GPU files travel together; the directory calibrate runs from is an accident). A cell that names no
+    file there (h101) stays as written, so load_gpu's error quotes the user's word, not a path they never typed."""
+    beside = folder / gpu
+    if gpu.lower() in catalog() or Path(gpu).is_absolute() or not (beside.suffix == ".toml" or beside.exists()):
         return gpu
-    return str(folder / gpu)
+    return str(beside)
 
 
 # estimate's flags, as a runs CSV names them: the layout checks word their fixes for the command line
