@@ -192,6 +192,8 @@ def test_a_config_without_model_type_names_its_architectures():
     ("ernie-4.5-21b-a3b", {"moe_k": 65}, "x.json: moe_k (65) must be in 1..moe_num_experts (64)"),
     ("dbrx", {"n_heads": 47}, "x.json: n_heads (47) must be a multiple of attn_config.kv_n_heads (8)"),
     ("deepseek-v3", {"qk_nope_head_dim": 0}, "x.json: qk_nope_head_dim (0) must be positive"),
+    # a negative width that heads do not divide had been told to add head_dim, not that it is negative
+    ("qwen3-30b-a3b", {"hidden_size": -4, "head_dim": None}, "x.json: hidden_size (-4) must be positive"),
     ("llama4-scout", {"text_config.intermediate_size_mlp": "16384"}, "field 'intermediate_size_mlp' ('16384') must"),
 ])
 def test_spec_errors_name_the_config_keys(shared_data, name, edit, needle):

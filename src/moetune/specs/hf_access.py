@@ -103,7 +103,7 @@ class HfConfig:
         if (given := self.get("head_dim", default=None)) is not None:
             return given
         hidden, heads = self.get("hidden_size"), self.get("num_attention_heads")
-        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+        if isinstance(hidden, int) and isinstance(heads, int) and hidden > 0 and heads > 0 and hidden % heads:
             raise MoetuneError(f"{self.origin}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
                                f"({heads}) and no head_dim is given; add head_dim to the config.json")
         return hidden // heads
