@@ -296,10 +296,12 @@ def test_explain_names_a_missing_or_broken_file_as_the_user_gave_it(tmp_path, ca
 def test_an_empty_config_file_is_an_error_for_every_command(capsys, tmp_path):
     """A file that sets nothing (empty, or comments only) is refused by name, even beside other inputs: estimate and
     emit had run Megatron's defaults on it; an input of only cluster facts still has nothing to check."""
-    empty, comment = tmp_path / "empty.yaml", tmp_path / "comment.yaml"
+    empty, comment, blank_json = tmp_path / "empty.yaml", tmp_path / "comment.yaml", tmp_path / "empty.json"
     empty.write_text("")
     comment.write_text("# only a comment\n")
+    blank_json.write_text("\n")  # had read 'JSON syntax error at line 1: Expecting value'
     for args in (["check", str(empty), "--gpu", "h100", "--gpus", "8"],
+                 ["check", str(blank_json)], ["emit", str(blank_json), "--gpu", "h100", "--gpus", "8"],
                  ["check", str(comment), "--set", "model.tensor_model_parallel_size=2"],
                  ["estimate", "qwen3-30b-a3b", "--config", str(empty), "--gpu", "h100", "--gpus", "16"],
                  ["emit", str(comment), "--gpu", "h100", "--gpus", "16"]):

@@ -143,8 +143,11 @@ def _bounded(data: Any, path: Path) -> None:
 def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assignment]:
     """``{"config": {flat dotted names}}`` (moetune's own), ConfigContainer-shaped JSON, or (when the caller
     passes ``from_result``) an estimate/plan result."""
+    text = path.read_text()
+    if not text.strip():  # as an empty YAML reads: load_config names the file as one that sets nothing
+        return []
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise MoetuneError(f"{path}: JSON syntax error at line {err.lineno}: {err.msg}") from None
     except RecursionError:
