@@ -40,6 +40,8 @@ CASES = {
     "cut.json.gz": (_truncated_gz, "truncated"),
     "cut.json": (_truncated_json, "truncated"),
     "garbage.json": (lambda p, t: p.write_text("this is not json {"), "not valid JSON"),
+    # an error page saved under a trace's name had read as 'not valid JSON: lexical error', nothing about the .gz
+    "page.json.gz": (lambda p, t: p.write_text("<html>404</html>"), "not valid JSON, and is not gzip-compressed"),
     "other.json": (lambda p, t: p.write_text('{"hello": [1, 2, 3]}'), "no traceEvents"),
     "cpu_only.json": (lambda p, t: _cpu_only(p), "CPU-only"),
     "numbers.json": (lambda p, t: p.write_text('{"traceEvents": [1, 2, 3]}'), "no traceEvents"),

@@ -27,7 +27,7 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.profile.collectives import attribute
 from moetune.profile.kernels import classify
-from moetune.profile.trace_json import BAD_JSON, fail, first_char, json_problem, stream
+from moetune.profile.trace_json import BAD_JSON, fail, first_char, json_problem, misnamed_gzip, stream
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
@@ -221,7 +221,7 @@ def read_trace(path: str | Path) -> RankTrace:
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:
         raise fail(path, f"is not a readable gzip/JSON file ({err.__class__.__name__}); truncated copy?") from None
     except BAD_JSON as err:
-        raise fail(path, f"{json_problem(err)}: {str(err).splitlines()[0][:120]}") from None
+        raise fail(path, f"{json_problem(err)}{misnamed_gzip(path)}: {str(err).splitlines()[0][:120]}") from None
     return _assemble(path, header, sink)
 
 

@@ -25,9 +25,19 @@ _HEADER_KEYS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds")
 # the file's last bytes (_Screened.tail), where it is read from
 _BASE_NS = re.compile(rb'"baseTimeNanoseconds"\s*:\s*"?(\d{1,20}(?:\.\d*)?(?:[eE]\+?\d{1,2})?)"?\s*[,}]')
 def _open(path: Path) -> "_Screened":
+    return _Screened(gzip.open(path, "rb") if _gzipped(path) else open(path, "rb"), path)
+
+
+def _gzipped(path: Path) -> bool:
     with open(path, "rb") as fh:
-        magic = fh.read(2)
-    return _Screened(gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb"), path)
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def misnamed_gzip(path: Path) -> str:
+    """What to add where a trace named .gz holds no gzip stream (read as plain text, it is then not JSON either): a
+    download saved over by an error page, or a copy cut at its start."""
+    return ", and is not gzip-compressed though named .gz (a copy saved over, or cut at its start?)" \
+        if path.name.endswith(".gz") and not _gzipped(path) else ""
 
 
 # What the streaming parser cannot take: yajl's C backend crashes the process on an integer of thousands of digits,
