@@ -138,9 +138,9 @@ def test_the_smallest_fitting_layout_weighs_each_candidate_under_the_dispatcher_
         groups.append([(lay.ep, lay.etp) for lay, _ in group])
         return real_build(model, group)
 
-    def memory(model, batch, seq, gbs, knobs, overheads):
+    def memory(model, batch, seq, gbs, knobs, overheads, *, arch):
         weighed.append(knobs.dispatcher)
-        return real_memory(model, batch, seq, gbs, knobs, overheads)
+        return real_memory(model, batch, seq, gbs, knobs, overheads, arch=arch)
 
     monkeypatch.setattr(fit_steps, "build_batch", build)
     monkeypatch.setattr(fit_steps, "batch_memory", memory)

@@ -52,7 +52,7 @@ def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     assert len({lay.ep for lay, _ in cands}) > 1
     batch = build_batch(spec, cands)
     for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), fixed, "dropless"), 6):
-        peak = batch_memory(spec, batch, seq, gbs, knobs, default_overheads())
+        peak = batch_memory(spec, batch, seq, gbs, knobs, default_overheads(), arch=g.arch)
         step = batch_step_seconds(spec, batch, seq, gbs, knobs, g, efficiency(g.key))["step"]
         for i, (lay, m) in enumerate(cands):
             if knobs.dispatcher == "deepep" and lay.ep * lay.etp == 1:

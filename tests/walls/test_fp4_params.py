@@ -44,7 +44,8 @@ def test_nvfp4_parameters_drop_the_bf16_copy_of_every_quantized_weight():
     16 elements each way; with NVFP4 parameters that is all a GEMM weight holds, the BF16 weight goes."""
     p = stage_params(SPEC, LAYOUT)[0]
     quantized = p.dense + p.expert - p.vocab
-    kept, held = memory_wall(SPEC, LAYOUT, WL, ON)[0].items, memory_wall(SPEC, LAYOUT, WL, OFF)[0].items
+    kept, held = memory_wall(SPEC, LAYOUT, WL, ON, arch="blackwell")[0].items, memory_wall(
+        SPEC, LAYOUT, WL, OFF, arch="blackwell")[0].items
     assert kept["weights"] == 2 * p.vocab and "fp8_weight_cache" not in kept
     assert kept["fp8_weights"] == held["fp8_weight_cache"] == pytest.approx((2 * 0.5 + 2 / 16) * quantized, abs=1)
     assert held["weights"] - kept["weights"] == 2 * quantized
@@ -65,7 +66,8 @@ def test_the_batch_path_is_estimate_for_both():
     eff = efficiency(gpu.key)
     for knobs in (Knobs(precision="bf16"), ON, OFF):
         e = estimate(SPEC, gpu, lay, WL, knobs)
-        peak = batch_memory(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, default_overheads())[0]
+        peak = batch_memory(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, default_overheads(),
+                            arch=gpu.arch)[0]
         step = batch_step_seconds(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, gpu, eff)["step"][0]
         assert float(peak) == pytest.approx(e.peak_bytes, rel=1e-9), knobs
         assert float(step) == pytest.approx(e.time["step_seconds"], rel=1e-9), knobs

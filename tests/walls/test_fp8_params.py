@@ -37,10 +37,41 @@ def test_fp8_parameters_drop_the_bf16_copy_of_every_quantized_weight():
     on, off = Knobs(precision="fp8-current"), Knobs(precision="fp8-current", fp8_param_gather=False)
     p = stage_params(SPEC, LAYOUT)[0]
     quantized = p.dense + p.expert - p.vocab
-    kept, held = memory_wall(SPEC, LAYOUT, WL, on)[0].items, memory_wall(SPEC, LAYOUT, WL, off)[0].items
+    kept, held = memory_wall(SPEC, LAYOUT, WL, on, arch="hopper")[0].items, memory_wall(
+        SPEC, LAYOUT, WL, off, arch="hopper")[0].items
     assert kept["weights"] == 2 * p.vocab and "fp8_weight_cache" not in kept
     assert kept["fp8_weights"] == held["fp8_weight_cache"] == 2 * quantized
     assert held["weights"] - kept["weights"] == 2 * quantized
+
+
+@pytest.mark.parametrize("fp8_params", [True, False])
+@pytest.mark.parametrize("precision", ["fp8-delayed", "fp8-current"])
+def test_tensor_scaled_fp8_weights_keep_no_transpose_on_blackwell(precision, fp8_params):
+    """Transformer Engine allocates a Float8Tensor's transpose only where FP8 GEMMs need the TN layout
+    (pytorch/csrc/quantizer.cpp: columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported(), which is true from
+    compute capability 10.0): on B200/GB200 a tensor-scaled weight, parameter or cached workspace, is its 1-byte
+    row-wise data, on H100 that plus its 1-byte transpose, in estimate and in the planner's batch alike."""
+    knobs = Knobs(precision=precision, fp8_param_gather=fp8_params)
+    p = stage_params(SPEC, LAYOUT)[0]
+    quantized = p.dense + p.expert - p.vocab
+    item = "fp8_weights" if fp8_params else "fp8_weight_cache"
+    batch = build_batch(SPEC, [(LAYOUT, 1)])
+    for gpu, per_weight in (("h100", 2), ("b200", 1), ("gb200", 1)):
+        e = estimate(SPEC, load_gpu(gpu), LAYOUT, WL, knobs)
+        assert e.stages[0].items[item] == per_weight * quantized, gpu
+        peak = batch_memory(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, default_overheads(),
+                            arch=e.gpu.arch)[0]
+        assert float(peak) == pytest.approx(e.peak_bytes, rel=1e-9), gpu
+
+
+@pytest.mark.parametrize(("precision", "per_weight"), [("fp8-blockwise", 2 + 2 * 4 / 128**2), ("mxfp8", 2 + 2 / 32),
+                                                       ("nvfp4", 2 * 0.5 + 2 / 16)])
+def test_block_scaled_weights_keep_both_copies_on_blackwell(precision, per_weight):
+    """Float8BlockQuantizer, MXFP8Quantizer and NVFP4Quantizer allocate row- and column-wise data whatever the GPU."""
+    p = stage_params(SPEC, LAYOUT)[0]
+    items = estimate(SPEC, load_gpu("b200"), LAYOUT, WL, Knobs(precision=precision)).stages[0].items
+    cached = items.get("fp8_weights", items.get("fp8_weight_cache"))
+    assert cached == pytest.approx(per_weight * (p.dense + p.expert - p.vocab), abs=1)
 
 
 def test_the_batch_path_tells_the_two_apart():
@@ -48,8 +79,8 @@ def test_the_batch_path_tells_the_two_apart():
     gpu = load_gpu("b200")
     on, off = Knobs(precision="mxfp8"), Knobs(precision="mxfp8", fp8_param_gather=False)
     batch = build_batch(SPEC, [(LAYOUT, 1)])
-    peaks = [float(batch_memory(SPEC, batch, WL.seq_length, WL.global_batch_size, k, default_overheads())[0])
-             for k in (on, off)]
+    peaks = [float(batch_memory(SPEC, batch, WL.seq_length, WL.global_batch_size, k, default_overheads(),
+                                arch=gpu.arch)[0]) for k in (on, off)]
     assert peaks == pytest.approx([estimate(SPEC, gpu, LAYOUT, WL, k).peak_bytes for k in (on, off)], rel=1e-9)
     assert peaks[1] - peaks[0] > GIB
 

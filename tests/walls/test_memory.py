@@ -16,7 +16,7 @@ WL = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=256)
 
 
 def _ub(layout: Layout, knobs: Knobs, wl: Workload = WL) -> set[int]:
-    return {s.items.get("tp_comm_userbuffers", 0) for s in memory_wall(QWEN235, layout, wl, knobs)}
+    return {s.items.get("tp_comm_userbuffers", 0) for s in memory_wall(QWEN235, layout, wl, knobs, arch="hopper")}
 
 
 @pytest.mark.parametrize(("precision", "bytes_per_row_element"), [

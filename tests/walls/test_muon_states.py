@@ -24,8 +24,9 @@ LAYOUT = Layout(world_size=256, pp=4, ep=64, pipeline_layout="Et*15|t*15|t*15|t*
 def test_muon_keeps_one_momentum_on_linear_weights_and_adam_on_the_vocabulary():
     for p in stage_params(KIMI, LAYOUT):
         for dist in (True, False):
-            adam = model_state_bytes(p, LAYOUT, Knobs(distributed_optimizer=dist))["optimizer_states"]
-            muon = model_state_bytes(p, LAYOUT, Knobs(distributed_optimizer=dist, optimizer="muon"))["optimizer_states"]
+            adam = model_state_bytes(p, LAYOUT, Knobs(distributed_optimizer=dist), "hopper")["optimizer_states"]
+            muon = model_state_bytes(p, LAYOUT, Knobs(distributed_optimizer=dist, optimizer="muon"),
+                                     "hopper")["optimizer_states"]
             dense_shard = LAYOUT.dp * LAYOUT.cp if dist else 1
             shard = -(-p.dense // dense_shard) + -(-p.expert // (LAYOUT.edp if dist else 1))
             vocab = -(-p.vocab // dense_shard)

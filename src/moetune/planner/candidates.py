@@ -55,7 +55,7 @@ def _fits(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, knobs: Knobs, over
         gpu.peak_tflops(knobs.precision)
     except MoetuneError:
         return np.zeros(batch.size, bool), np.zeros(batch.size, bool), np.zeros(batch.size, bool)
-    peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads)
+    peak = batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, knobs, overheads, arch=gpu.arch)
     fits = peak <= gpu.capacity_bytes
     if knobs.optimizer_offload_fraction > 0 and gpu.host_capacity_bytes is not None:  # and the host holds the rest
         fits &= batch_host_bytes(batch, knobs) <= gpu.host_capacity_bytes
@@ -103,8 +103,8 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
                 for p in sorted({k.precision for k in grid})] if grid else []
     if not lightest:
         return None, (None, "", None)
-    peak = np.min([batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, k, overheads) for k in lightest],
-                  axis=0)
+    peak = np.min([batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, k, overheads, arch=gpu.arch)
+                   for k in lightest], axis=0)
     rows = np.nonzero(peak <= gpu.capacity_bytes)[0]
     i = int(np.argmin(peak))
     # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit)

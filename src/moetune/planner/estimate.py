@@ -182,7 +182,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
                          mbs=workload.micro_batch_size, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp)
     eff = efficiency(gpu.key, efficiency_overrides)
     knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
-    stages = memory_wall(model, layout, workload, knobs, overheads) if with_memory else []
+    stages = memory_wall(model, layout, workload, knobs, overheads, arch=gpu.arch) if with_memory else []
     time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
     return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
                     overheads=overheads, efficiency_overrides=efficiency_overrides)

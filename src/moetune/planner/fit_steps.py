@@ -140,7 +140,7 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
     fitting = []
     for knobs, group in by_dispatcher.values():
         peak = batch_memory(e.model, build_batch(e.model, group), wl.seq_length, gbs, knobs,
-                            merged_overheads(e.overheads))
+                            merged_overheads(e.overheads), arch=e.gpu.arch)
         fitting += [lay for (lay, _), p in zip(group, peak) if p <= e.gpu.capacity_bytes]
     if not fitting:
         return None

@@ -92,17 +92,18 @@ def _activations(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
         b, seq, knobs, lambda c: offload_staging_bytes(spec, c))
 
 
-def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, overheads: dict) -> np.ndarray:
-    """Peak bytes over stages, per candidate (same line items as memory.memory_wall)."""
+def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, overheads: dict, *,
+                 arch: str) -> np.ndarray:
+    """Peak bytes over stages, per candidate (same line items as memory.memory_wall, on a GPU of `arch`)."""
     f = b.fields
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab)
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
-                  knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params)
+                  knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
                 gbs, "full_iteration" in knobs.cuda_graph_scope)  # a full-iteration plan's paged stash
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
-        states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs).values()))
+        states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs, arch).values()))
         acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
         logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
         return np.where(b.valid, states + acts + logits, 0).max(axis=1)

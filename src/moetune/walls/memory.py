@@ -51,6 +51,25 @@ FP8_CACHE_BYTES = {"fp8-blockwise": 2 + 2 * 4 / 128**2, "fp8-delayed": 2.0, "fp8
 # (reuse_grad_buf_for_mxfp8_param_ag: param_and_grad_buffer.py shared_buffer), so no parameter buffer is added. The
 # distributed optimizer's FP32 master shard is taken from the BF16 init values TE keeps on the host and dropped
 # (distrib_optimizer.py get_high_precision_init_val). Megatron-Core core_v0.16.0-core_v0.19.0, TE v2.12.
+# Tensor-scaled FP8 (delayed and current scaling) keeps no transpose where the GPU runs FP8 GEMMs in any layout: TE's
+# Float8Quantizer and Float8CurrentScalingQuantizer allocate `_transpose` only for column-wise usage while
+# nvte_is_non_tn_fp8_gemm_supported() is false (pytorch/csrc/quantizer.cpp create_tensor, convert_and_update_tensor),
+# and it is true from compute capability 10.0 up to 12.0 and from 13.0 (common/transformer_engine.cpp; pytorch/utils.py
+# is_non_tn_fp8_gemm_supported), where the GEMMs read the row-wise `_data` both ways (Float8TensorStorage.update_usage
+# drops a transpose there, post_all_gather_processing makes none): 1 byte a weight on the Blackwell parts moetune
+# knows (B200, B300, GB200, GB300: sm100/sm103; a consumer sm120 part would keep the transpose), for FP8 parameters
+# and for the workspace TE caches beside a BF16 weight alike (module/base.py _is_weight_workspace_valid). Blockwise,
+# MXFP8 and NVFP4 keep both copies on every GPU (Float8BlockQuantizer, MXFP8Quantizer, NVFP4Quantizer create_tensor).
+# Since TE v2.3.
+TRANSPOSE_FREE_FP8 = {"fp8-delayed": 1.0, "fp8-current": 1.0}
+NON_TN_FP8_ARCHS = ("blackwell",)
+
+
+def quantized_weight_bytes(precision: str, arch: str) -> float:
+    """Bytes TE holds for one GEMM weight element under an FP8/FP4 recipe on a GPU of this architecture."""
+    if arch in NON_TN_FP8_ARCHS and precision in TRANSPOSE_FREE_FP8:
+        return TRANSPOSE_FREE_FP8[precision]
+    return FP8_CACHE_BYTES[precision]
 
 
 @cache
@@ -122,21 +141,22 @@ def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
     return (MASTER_BYTES + MUON_MOMENT_BYTES if knobs.optimizer == "muon" else adam), adam
 
 
-def weight_items(p: StageParams, knobs: Knobs) -> dict[str, int]:
+def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
     """The weights of a rank: BF16, plus under an FP8/FP4 recipe TE's cached quantized copies of the GEMM weights (all
-    but the embedding and output layer), or with FP8 or NVFP4 parameters those weights in place of their BF16 ones."""
+    but the embedding and output layer), or with FP8 or NVFP4 parameters those weights in place of their BF16 ones;
+    `arch` is the GPU's (quantized_weight_bytes)."""
     params = p.dense + p.expert
     if not knobs.fp8:
         return {"weights": 2 * params}
-    fp8 = whole(FP8_CACHE_BYTES[knobs.precision] * (params - p.vocab))
+    fp8 = whole(quantized_weight_bytes(knobs.precision, arch) * (params - p.vocab))
     if knobs.quantized_params:
         return {"weights": 2 * p.vocab, "fp8_weights": fp8}
     return {"weights": 2 * params, "fp8_weight_cache": fp8}
 
 
-def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs) -> dict[str, int]:
+def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -> dict[str, int]:
     params = p.dense + p.expert
-    items = {**weight_items(p, knobs), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
+    items = {**weight_items(p, knobs, arch), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
@@ -266,14 +286,14 @@ def userbuffer_bytes(spec: ModelSpec, tokens, tp, sp, knobs: Knobs):
 
 
 def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
-                overheads: dict[str, float] | None = None) -> list[StageMemory]:
-    """Per-stage memory of one rank, every line item named."""
+                overheads: dict[str, float] | None = None, *, arch: str) -> list[StageMemory]:
+    """Per-stage memory of one rank, every line item named, on a GPU of architecture `arch`."""
     overheads = merged_overheads(overheads)
     ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
                               layout.sp, knobs))  # the same buffers on every stage
     result = []
     for p in stage_params(spec, layout):
-        items = model_state_bytes(p, layout, knobs)
+        items = model_state_bytes(p, layout, knobs, arch)
         acts, flight = stage_activation_items(spec, layout, workload, knobs, p.stage, p.layers, p.mtp_layers)
         items.update(acts)
         if p.loss:
