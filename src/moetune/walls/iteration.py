@@ -7,11 +7,29 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.comms import ring_seconds
 from moetune.walls.compute import gemm_rate
-from moetune.walls.memory import FP32_GRAD_BYTES, WEIGHT_BYTES, optimizer_divisors, optimizer_state_bytes
+from moetune.walls.memory import (
+    FP32_GRAD_BYTES,
+    MASTER_BYTES,
+    WEIGHT_BYTES,
+    optimizer_divisors,
+    optimizer_state_bytes,
+)
 from moetune.walls.muon import ns_seconds
 
 # bytes an NVFP4 weight element moves in the gather: packed E2M1 data, plus the tile amax all-reduce
 NVFP4_GATHER_BYTES = 0.5 + 2 * 4 / 16**2
+# What the optimizer step writes into a GEMM weight's shard with FP8 or NVFP4 parameters, in place of the BF16 copy of
+# the FP32 master (Megatron-Core distrib_optimizer.py _copy_main_params_to_model_params): the FP8 row-wise bytes
+# (fp8_utils.py quantize_param_shard -> TE tensor/utils.py cast_master_weights_to_fp8; the transpose or column-wise
+# copy is made after the gather), packed E2M1 (quantize_nvfp4_param_shard), and for MXFP8 a BF16 copy staged in the
+# gradient buffer that TE quantizes after the gather (reuse_grad_buf_for_mxfp8_param_ag: optimizer.py
+# step_with_ready_grads -> _copy_main_params_to_param_buffer).
+STEP_WRITE_BYTES = {"fp8-delayed": 1, "fp8-current": 1, "fp8-blockwise": 1, "mxfp8": WEIGHT_BYTES, "nvfp4": 0.5}
+# The casts that first read the FP32 master shard once more for a fresh amax, all-reduced over the DP group (TE
+# tensor/utils.py: compute_amax in _cast_master_weights_to_fp8_current_scaling, fp8_block_scaling_compute_partial_amax
+# in _cast_master_weights_to_fp8_blockwise_scaling, nvfp4_multi_tensor_compute_partial_amax in
+# _cast_master_weights_to_nvfp4_2d); delayed scaling casts with the scale its amax history holds.
+FRESH_AMAX = ("fp8-current", "fp8-blockwise", "nvfp4")
 
 
 def gathered_weight_bytes(knobs: Knobs) -> float:
@@ -28,6 +46,14 @@ def gathered_weight_bytes(knobs: Knobs) -> float:
     return 1 if knobs.fp8_params and knobs.precision != "mxfp8" else WEIGHT_BYTES
 
 
+def step_weight_bytes(knobs: Knobs) -> float:
+    """Bytes the optimizer step moves into a GEMM weight beyond its state and gradient: the BF16 weight written, or
+    with FP8/NVFP4 parameters the quantized shard (STEP_WRITE_BYTES) and, under FRESH_AMAX, the master read again."""
+    if not knobs.quantized_params:
+        return WEIGHT_BYTES
+    return STEP_WRITE_BYTES[knobs.precision] + (MASTER_BYTES if knobs.precision in FRESH_AMAX else 0)
+
+
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
     them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
@@ -39,8 +65,8 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
       all-reduce, BF16 parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it
       (Knobs.overlap_param_gather off);
     - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
-      grads and weights read; Muon keeps one momentum on the linear weights, the embedding and output layer stay on
-      Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
+      grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
+      and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
@@ -61,11 +87,12 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     vocab_shard = vocab / share[0]
 
     # bytes a parameter's update moves: the state it holds (memory.optimizer_state_bytes: FP32 master copy and
-    # moments) read and written, the FP32 main gradient and the BF16 weight read (Megatron-Core
+    # moments) read and written, the FP32 main gradient read, and the model weight written (Megatron-Core
     # optimizer/distributed_optimizer.py steps FP32 main params on FP32 main grads, then copies them to the BF16 model
-    # params)
-    per_linear, adam = (2 * held + FP32_GRAD_BYTES + WEIGHT_BYTES for held in optimizer_state_bytes(knobs))
-    moved = (linear + experts) * per_linear + vocab_shard * adam if muon else (linear + experts + vocab_shard) * adam
+    # params, or quantizes them into FP8/NVFP4 ones: step_weight_bytes; the embedding and output layer stay BF16)
+    per_linear, adam = (2 * held + FP32_GRAD_BYTES for held in optimizer_state_bytes(knobs))
+    moved = ((linear + experts) * ((per_linear if muon else adam) + step_weight_bytes(knobs))
+             + vocab_shard * (adam + WEIGHT_BYTES))
     f = knobs.optimizer_offload_fraction
     optimizer = moved * (1 - f) / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
     if muon:
