@@ -15,7 +15,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.cp_legal import a2a_allows
+from moetune.walls.cp_legal import hcp_groups, rank_heads
 
 
 def estimate_from_config(model: str, kw: dict):
@@ -143,8 +143,9 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
 
 def hcp_needs_a2a_p2p(size: int | None, comm: str | None, spec: ModelSpec, layout: Layout) -> None:
     """--hcp-a2a-size sizes a2a+p2p's a2a group; beside another exchange (or auto) it sizes nothing. One line says
-    so, with the groups this CP could host: those that divide CP and split a TP rank's heads (walls/context_parallel.py
-    _hcp_size's conditions, checked there once a2a+p2p is set; a group of CP runs as a2a, of 1 as p2p)."""
+    so, with the groups this CP could host: those that divide CP and split a TP rank's heads (walls/cp_legal.py
+    hcp_groups, as walls/context_parallel.py _hcp_size checks once a2a+p2p is set; a group of CP runs as a2a, of 1 as
+    p2p)."""
     if size is None or comm == "a2a+p2p":
         return
     cp = layout.cp
@@ -153,7 +154,7 @@ def hcp_needs_a2a_p2p(size: int | None, comm: str | None, spec: ModelSpec, layou
     if cp == 1:
         raise MoetuneError(f"{wrong} and CP is 1, with nothing to exchange: drop --hcp-a2a-size, or set --cp > 1 "
                            "with --cp-comm-type a2a+p2p")
-    groups = [g for g in range(1, cp + 1) if cp % g == 0 and a2a_allows(spec, g, layout.tp)]
+    groups = hcp_groups(*rank_heads(spec, layout.tp), cp)
     if size in groups:
         raise MoetuneError(f"{wrong}: add --cp-comm-type a2a+p2p, or drop --hcp-a2a-size")
     groups = groups[1:]  # a group of 1 is a p2p ring alone

@@ -16,7 +16,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
 from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
-from moetune.walls.cp_legal import a2a_splits
+from moetune.walls.cp_legal import a2a_splits, hcp_groups
 from moetune.walls.flops import kv_groups_per_rank
 
 
@@ -42,7 +42,7 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     if heads and groups and heads % d["tp"] == 0 and (groups % d["tp"] == 0 or d["tp"] % groups == 0):
         splits = _rank_a2a(d)
         d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1) if d["cp"] % a == 0 and splits(a))
-        _hcp_a2a_group(d, splits)
+        _hcp_a2a_group(d)
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
     _linear_mixer_heads(config, d)
     _cp_sizing(config, d)
@@ -50,24 +50,30 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
 
 
+def _rank_heads(d: dict[str, Any]) -> tuple[int, int]:
+    """(heads, KV groups) of one TP rank's attention (one KV group a rank past the groups, Megatron-Core >=
+    core_v0.16.0: kv_groups_per_rank)."""
+    return d["attn_heads"] // d["tp"], kv_groups_per_rank(d["kv_groups"], d["tp"])
+
+
 def _rank_a2a(d: dict[str, Any]):
     """Whether an all-to-all over `size` CP ranks splits each TP rank's heads and KV groups (walls/cp_legal.py
-    a2a_splits; one KV group a rank past the groups, Megatron-Core >= core_v0.16.0: kv_groups_per_rank)."""
-    heads_tp, groups_tp = d["attn_heads"] // d["tp"], kv_groups_per_rank(d["kv_groups"], d["tp"])
+    a2a_splits)."""
+    heads_tp, groups_tp = _rank_heads(d)
     return lambda size: bool(a2a_splits(heads_tp, groups_tp, size))
 
 
-def _hcp_a2a_group(d: dict[str, Any], splits) -> None:
+def _hcp_a2a_group(d: dict[str, Any]) -> None:
     """Whether a2a+p2p's a2a group (hierarchical_context_parallel_sizes[0]) splits each TP rank's heads and KV groups,
     as Transformer Engine's all-to-all inside it needs (rule cp.hcp_a2a_heads), and the sizes the fixes of
-    cp.hcp_sizes and cp.hcp_a2a_heads offer: the largest group below CP that does, the p2p ring the rest (a group of
-    1 leaves the ring alone; one of CP, a ring of 1, runs too, as plain a2a, but then a2a+p2p says nothing a2a
-    would not)."""
-    best = max((a for a in range(1, d["cp"]) if d["cp"] % a == 0 and splits(a)), default=1)
+    cp.hcp_sizes and cp.hcp_a2a_heads offer: the largest group below CP that runs (walls/cp_legal.py hcp_groups), the
+    p2p ring the rest (a group of 1 leaves the ring alone; one of CP, a ring of 1, runs too, as plain a2a, but then
+    a2a+p2p says nothing a2a would not)."""
+    best = max((a for a in hcp_groups(*_rank_heads(d), d["cp"]) if a < d["cp"]), default=1)
     d["hcp_fit_sizes"] = [best, d["cp"] // best]
     sizes = d["hcp_sizes"]
     if sizes and len(sizes) == 2 and _count(sizes[0]):
-        d["hcp_a2a_size"], d["hcp_a2a_splits"] = sizes[0], splits(sizes[0])
+        d["hcp_a2a_size"], d["hcp_a2a_splits"] = sizes[0], _rank_a2a(d)(sizes[0])
 
 
 def _count(value) -> int | None:

@@ -21,19 +21,42 @@ def a2a_splits(heads_tp, groups_tp, size):
     return (heads_tp % size == 0) & (groups_tp % size == 0) & (groups_tp >= size)
 
 
-def a2a_allows(spec: ModelSpec, size, tp):
-    """a2a_splits for this model's heads and the KV groups of a TP rank (one past the groups: kv_groups_per_rank, so
-    a group of one alone)."""
+def rank_heads(spec: ModelSpec, tp):
+    """(heads, KV groups) of one TP rank's attention: what an all-to-all over CP splits (a2a_splits; one KV group a rank
+    past the groups: kv_groups_per_rank)."""
     tp = np.maximum(tp, 1)
-    return a2a_splits(spec.num_attention_heads // tp, kv_groups_per_rank(spec.kv_groups, tp), size)
+    return spec.num_attention_heads // tp, kv_groups_per_rank(spec.kv_groups, tp)
+
+
+def a2a_allows(spec: ModelSpec, size, tp):
+    """a2a_splits for this model's heads and the KV groups of a TP rank (rank_heads; so past the groups a group of one
+    alone)."""
+    return a2a_splits(*rank_heads(spec, tp), size)
+
+
+def hcp_group_runs(heads_tp, groups_tp, cp, size, tp=1, nvlink_domain: int | None = None):
+    """Whether a2a+p2p runs with an a2a group (hierarchical_context_parallel_sizes[0]) of `size` ranks at this CP: the
+    group divides CP and Transformer Engine's all-to-all inside it splits each TP rank's heads and KV groups
+    (a2a_splits; Megatron-Bridge docs/training/hierarchical-context-parallel.md); given an NVLink domain, its size x
+    TP ranks share it too (CP ranks are consecutive after TP in Megatron's order; Transformer Engine's a2a+p2p runs
+    the a2a inside a node). A group of 1 leaves the p2p ring alone, one of CP a ring of 1 (plain a2a). Scalars or
+    arrays (the planner's layouts); cli/estimate_input.py and rules/derive_layers.py ask here too."""
+    runs = (cp % size == 0) & a2a_splits(heads_tp, groups_tp, size)
+    return runs if nvlink_domain is None else runs & (size * tp <= nvlink_domain)
+
+
+def hcp_groups(heads_tp: int, groups_tp: int, cp: int, tp: int = 1, nvlink_domain: int | None = None) -> list[int]:
+    """The a2a group sizes a2a+p2p runs with at this CP (hcp_group_runs), ascending, 1 and CP among them where they
+    run."""
+    return [a for a in range(1, cp + 1) if hcp_group_runs(heads_tp, groups_tp, cp, a, tp, nvlink_domain)]
 
 
 def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
-    """The a2a group of a2a+p2p: the largest divisor of CP (below CP) the head split allows whose ranks share an NVLink
-    domain (CP ranks are consecutive after TP in Megatron's order); 1 when none does."""
+    """The a2a group of a2a+p2p: the largest group below CP that runs inside an NVLink domain (hcp_group_runs); 1 when
+    none does."""
     best = np.ones_like(np.asarray(cp))
     for a in (2, 4, 8, 16, 32, 64):
-        ok = (cp % a == 0) & (a < cp) & a2a_allows(spec, a, tp) & (a * tp <= nvlink_domain)
+        ok = (a < cp) & hcp_group_runs(*rank_heads(spec, tp), cp, a, tp, nvlink_domain)
         best = np.where(ok, a, best)
     return best
 
