@@ -175,6 +175,27 @@ def test_an_hcp_a2a_group_past_the_kv_groups_of_a_rank(qwen, capsys):
     assert list(errors(["--mlm-args", mlm, *CLUSTER], capsys)) == ["cp.hcp_a2a_heads"]
 
 
+@pytest.mark.parametrize(("gpu", "node"), [("h100", 8), ("gb200", 64)])  # a 64-GPU job's NVLink domain
+def test_the_hcp_sizes_fix_keeps_the_a2a_group_inside_nvlink(gpu, node, capsys):
+    """cp.hcp_sizes offered the largest a2a group that splits a TP rank's heads, wherever its ranks sat: 64 heads / 16
+    KV groups at TP 4 CP 16 got [4, 4] on H100, an all-to-all over 16 ranks, two nodes. It now offers the largest
+    inside the job's NVLink domain, as estimate picks (Bridge's HCP guide: a2a on intra-node links), and past it only
+    where none fits; the fixed config passes."""
+    tp, cp, heads, groups = 4, 16, 64, 16
+    sets = [a for kv in (f"model.num_attention_heads={heads}", f"model.num_query_groups={groups}",
+                         f"model.tensor_model_parallel_size={tp}", "model.sequence_parallel=true",
+                         "model.expert_tensor_parallel_size=1", f"model.context_parallel_size={cp}",
+                         "model.cp_comm_type=a2a+p2p", "model.seq_length=131072") for a in ("--set", kv)]
+    cluster = ["--gpu", gpu, "--gpus", "64"]
+    [fix] = [f["fix"] for f in findings([QWEN, *cluster, *sets], capsys) if f["rule"] == "cp.hcp_sizes"]
+    a2a, p2p = fix["model.hierarchical_context_parallel_sizes"]
+    splits = [a for a in range(2, cp) if cp % a == 0 and (heads // tp) % a == 0 and (groups // tp) % a == 0]
+    assert a2a * p2p == cp and a2a == max(a for a in splits if a * tp <= node)
+    assert (a2a * tp <= 8) if gpu == "h100" else a2a == max(splits)  # 4 x TP 4 fits NVL72, not an H100 node
+    fixed = ["--set", f"model.hierarchical_context_parallel_sizes=[{a2a},{p2p}]"]
+    assert not naming(errors([QWEN, *cluster, *sets, *fixed], capsys), "hierarchical_context_parallel_sizes")
+
+
 @pytest.mark.parametrize(("args", "fires"), [
     # a Megatron-LM launch without --moe-ffn-hidden-size runs its experts at ffn_hidden_size (14336 over ETP 5)
     (["--mlm-args", "--num-experts 8 --ffn-hidden-size 14336 --expert-tensor-parallel-size 5 "
