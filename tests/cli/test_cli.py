@@ -425,6 +425,20 @@ def test_a_pinned_pipeline_layout_that_cannot_run_is_one_line(capsys, fix, words
 
 
 
+@pytest.mark.parametrize(("text", "reason"), [
+    ("Et|xL", "unknown symbols ['x']; use E (embedding), t (layer), m (MTP), L (loss), | (stage break), (..)*N "
+              "and x*N"),
+    ("Et|(t*4L", "unbalanced parentheses, or a group without its *N (write (t*4|)*14)"),
+    ("Et*99999999999|tL", "t*99999999999 expands to more than 100,000 symbols; give one t per decoder layer"),
+])
+def test_a_pinned_pipeline_layout_that_does_not_parse_names_the_pin(text, reason, capsys):
+    """The layout parser's refusal names the string as plan's user typed it, --fix pipeline_layout=..., whole: not
+    estimate's --pipeline-layout flag, which plan has not (it had been named so, then cut off after the fact)."""
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix",
+                        f"pipeline_layout={text}"], capsys)
+    assert code == 2 and err.strip() == f"error: --fix pipeline_layout={text}: {reason}"
+
+
 def test_a_pinned_cp_exchange_beside_a_pinned_cp_of_1_is_one_line(capsys):
     """At CP 1 nothing is exchanged: estimate refuses --cp-comm-type there, and plan refuses the two pins together."""
     code, _, err = run(["plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--fix", "cp=1",
@@ -876,7 +890,7 @@ def test_plan_names_the_pick_s_own_warnings_and_tight_margins(capsys):
      "key 'expert_model_parallel_size' is given twice in one section (line 3)"),
     ("big.yaml", "model:\n  num_layers: " + "9" * 5000 + "\n", "a value is not a usable number"),
     ("layout.yaml", "model:\n  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: \"Et*4|(t*\"\n",
-     "unbalanced parentheses"),
+     "model.pipeline_model_parallel_layout 'Et*4|(t*': unbalanced parentheses"),  # the config's field, not a flag
 ])
 def test_a_config_file_megatron_would_misread_is_one_line(name, text, needle, tmp_path, capsys):
     """A key given twice (PyYAML keeps the last silently), a number past Python's 4,300-digit limit, and a layout

@@ -83,7 +83,8 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_ov
                 raise MoetuneError(f"{flag} {given}: the saved result was predicted for {saved.get(key)}; plan that "
                                    f"cluster (`moetune plan ... {flag} {given}`) instead of re-targeting this one")
     if isinstance(text := config.get("model.pipeline_model_parallel_layout"), str):
-        parse_pipeline_layout(text)  # a string Megatron cannot parse is bad input, whatever else the config holds
+        # a string Megatron cannot parse is bad input, whatever else the config holds; named as the config names it
+        parse_pipeline_layout(text, named=f"model.pipeline_model_parallel_layout {text!r}")
     return config
 
 

@@ -59,8 +59,8 @@ def parse_fix(items: tuple[str, ...]) -> dict:
             fixed["recompute_modules"] = _named(key, value, parse_modules)
         elif key == "offload_modules":
             fixed["offload_modules"] = _named(key, value, parse_offload_modules)
-        elif key == "pipeline_layout":
-            _named(key, value, parse_pipeline_layout)  # one line on unknown symbols; placement is checked later
+        elif key == "pipeline_layout":  # one line on unknown symbols; placement is checked later
+            parse_pipeline_layout(value, named=f"--fix {key}={value}")
             fixed[key] = value
         elif key == "optimizer":
             if value not in ("adam", "muon"):
@@ -85,13 +85,11 @@ def parse_fix(items: tuple[str, ...]) -> dict:
 
 
 def _named(key: str, value: str, parse):
-    """parse(value), its error line naming the pin as typed: the parsers are estimate's, whose lines name its flags
-    (--pipeline-layout, which plan has not) or no flag at all."""
+    """parse(value), its error line naming the pin as typed: the parsers are estimate's, whose lines name no flag."""
     try:
         return parse(value)
     except MoetuneError as err:
-        reason = str(err).removeprefix(f"--pipeline-layout {value!r}: ")
-        raise MoetuneError(f"--fix {key}={value}: {reason}") from None
+        raise MoetuneError(f"--fix {key}={value}: {err}") from None
 
 
 def _scopes(words: tuple[str, ...]) -> tuple[str, ...]:

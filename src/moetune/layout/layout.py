@@ -21,10 +21,14 @@ MAX_LAYOUT_SYMBOLS = 100_000
 
 
 @cache
-def _stages(text: str) -> tuple[str, ...]:
+def _stages(text: str, named: str | None = None) -> tuple[str, ...]:
+    """The virtual stages of a layout string; a refusal begins with `named`, the string as the user gave it (estimate's
+    flag unless the caller says otherwise: plan's --fix pin, a config's field)."""
+    named = named or f"--pipeline-layout {text!r}"
+
     def repeat(m: re.Match) -> str:
         if len(m.group(1)) * int(m.group(2)) > MAX_LAYOUT_SYMBOLS:
-            raise MoetuneError(f"--pipeline-layout {text!r}: {m.group(0)} expands to more than {MAX_LAYOUT_SYMBOLS:,} "
+            raise MoetuneError(f"{named}: {m.group(0)} expands to more than {MAX_LAYOUT_SYMBOLS:,} "
                                "symbols; give one t per decoder layer")
         return m.group(1) * int(m.group(2))
 
@@ -32,20 +36,21 @@ def _stages(text: str) -> tuple[str, ...]:
     flat = re.sub(r"\(([^()]+)\)\*(\d+)", repeat, flat)
     flat = re.sub(r"(.)\*(\d+)", repeat, flat)
     if "(" in flat or ")" in flat:
-        raise MoetuneError(f"--pipeline-layout {text!r}: unbalanced parentheses, or a group without its *N "
+        raise MoetuneError(f"{named}: unbalanced parentheses, or a group without its *N "
                            "(write (t*4|)*14)")
     bad = sorted(set(flat) - set(LAYOUT_SYMBOLS) - {"|"})
     if bad:
         raise MoetuneError(
-            f"--pipeline-layout {text!r}: unknown symbols {bad}; use E (embedding), t (layer), m (MTP), "
+            f"{named}: unknown symbols {bad}; use E (embedding), t (layer), m (MTP), "
             "L (loss), | (stage break), (..)*N and x*N"
         )
     return tuple(flat.split("|"))
 
 
-def parse_pipeline_layout(text: str) -> list[str]:
-    """Expand Megatron's layout grammar into one string per virtual stage, e.g. ['Etttt', 'tttt', ...]."""
-    return list(_stages(text))
+def parse_pipeline_layout(text: str, named: str | None = None) -> list[str]:
+    """Expand Megatron's layout grammar into one string per virtual stage, e.g. ['Etttt', 'tttt', ...]; a refusal
+    names the string as `named` says (_stages)."""
+    return list(_stages(text, named))
 
 
 def layout_stages(text: str) -> int:
