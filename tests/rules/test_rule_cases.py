@@ -163,3 +163,13 @@ def test_fixes_that_leave_nvfp4_turn_its_fp4_weights_off(rule, gpu):
     assert config["mixed_precision.fp4_param_gather"] is True
     fix = {f.rule: f for f in evaluate(config)}[rule].fix
     assert fix["mixed_precision.fp4"] is None and fix["mixed_precision.fp4_param_gather"] is False
+
+
+@pytest.mark.parametrize("fsdp", ["", " --use-torch-fsdp2", " --use-megatron-fsdp"])
+def test_fp8_weights_without_the_distributed_optimizer_pass_under_either_fsdp(fsdp):
+    """Megatron-LM asserts --fp8-param-gather "only supported with distributed optimizer, torch fsdp2, megatron fsdp,
+    or inference mode" (arguments.py validate_args): --use-torch-fsdp2 had been read and ignored, so the rule refused
+    a launch Megatron-LM runs."""
+    args = "--num-experts 64 --bf16 --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather" + fsdp
+    fired = {f.rule for f in evaluate(load_config(mlm_args=args))}
+    assert ("precision.fp8_params_need_distributed_optimizer" in fired) is (not fsdp)
