@@ -407,10 +407,10 @@ def test_the_bf16_move_writes_the_fields_that_turn_fp8_off():
 @pytest.mark.parametrize(("move_id", "offload", "fp8_weights"), [("optimizer_offload", 0.0, False),
                                                                  ("drop_offload", 1.0, True)])
 def test_the_offload_moves_write_the_fp8_weights_they_size(move_id, offload, fp8_weights):
-    """MXFP8 weights stay FP8 only without the optimizer's CPU offload (layout/param_gather.py OFFLOAD_FP8_PARAMS), so
-    an offload move turns fp8_param_gather (and the MXFP8 gradient-buffer reuse) off or back on; its overrides applied
-    to the run's config give the peak shown and a config `check` accepts (they had kept the recipe's FP8 weights
-    beside the offload: Megatron-LM refuses it and the weights' bytes differ)."""
+    """MXFP8 weights stay FP8 only without the optimizer's CPU offload (layout/param_gather.py
+    offload_refuses_fp8_params), so an offload move turns fp8_param_gather (and the MXFP8 gradient-buffer reuse) off
+    or back on; its overrides applied to the run's config give the peak shown and a config `check` accepts (they had
+    kept the recipe's FP8 weights beside the offload: Megatron-LM refuses it and the weights' bytes differ)."""
     e = _est("qwen3-235b-a22b", "gb200", 32, dict(ep=8, pp=2), 256, precision="mxfp8",
              optimizer_offload_fraction=offload)
     move = moves()[move_id]

@@ -209,7 +209,8 @@ class Knobs:
     @property
     def fp8_params(self) -> bool:
         """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's, off without the
-        distributed optimizer and where the optimizer's CPU offload cannot step FP8 weights: OFFLOAD_FP8_PARAMS)."""
+        distributed optimizer and where the optimizer's CPU offload cannot step FP8 weights:
+        param_gather.py offload_refuses_fp8_params)."""
         return self._param_switch("fp8_param_gather")
 
     @property

@@ -17,14 +17,24 @@ FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
 # The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
 # (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
 FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
+# Megatron's fp8_recipe under each FP8 precision (planner/config_map.py PRECISION writes it beside the format)
+FP8_RECIPES = {"fp8-blockwise": "blockwise", "mxfp8": "mxfp8", "fp8-current": "tensorwise", "fp8-delayed": "delayed"}
 # The recipe whose FP8 weights the optimizer's CPU offload steps: Megatron-LM asserts "When `--fp8-param-gather` is
 # enabled, the optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`" (megatron/training/
 # arguments.py validate_args), so an offloading plan under another recipe keeps BF16 weights
-OFFLOAD_FP8_PARAMS = frozenset({"fp8-delayed"})
+OFFLOAD_FP8_RECIPE = "delayed"
 # The one recipe with FP4 parameters, whose Bridge preset keeps them (bf16_with_nvfp4_mixed: fp4_param_gather=True,
 # which Bridge mirrors into fp4_param); Megatron-LM refuses --fp4-param-gather without --fp4-format (validate_args) and
 # TransformerConfig fp4_param without fp4
 FP4_PARAM_PRECISION = "nvfp4"
+
+
+def offload_refuses_fp8_params(fp8_params: bool | None, fp8_recipe: str | None) -> bool:
+    """Whether FP8 weights (`fp8_params`) stand under an FP8 recipe (Megatron's name) whose weights the optimizer's
+    CPU offload cannot step (any but OFFLOAD_FP8_RECIPE): the one test Knobs (the offload need of PARAM_SWITCHES),
+    the planner's offload moves (planner/moves.py) and the rules' derived.offload_refuses_fp8_params (rules/derive.py)
+    make."""
+    return bool(fp8_params) and fp8_recipe != OFFLOAD_FP8_RECIPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +66,8 @@ PARAM_SWITCHES = {
               "fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts it); drop "
               "fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
               ("precision.fp8_params_need_distributed_optimizer",)),
-        _Need(lambda k: k.optimizer_offload_fraction != 0 and k.precision not in OFFLOAD_FP8_PARAMS,
+        _Need(lambda k: k.optimizer_offload_fraction != 0
+              and offload_refuses_fp8_params(True, FP8_RECIPES.get(k.precision)),
               "fp8_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}) needs the delayed "
               "FP8 recipe, got {k.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or the "
               "offload", ("precision.fp8_params_with_optimizer_offload",)))),

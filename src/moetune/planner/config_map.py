@@ -13,6 +13,7 @@ from typing import Any
 from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
+from moetune.layout.param_gather import FP8_RECIPES
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.planner.estimate import Estimate
@@ -22,15 +23,11 @@ from moetune.walls.memory import PAGED_STASH_CUDA
 
 # Each writes the other family off too: a recipe's own FP8 (or FP4) would otherwise survive beside the plan's
 # (Bridge training/mixed_precision.py refuses fp4 with fp8; a BF16 plan over an MXFP8 recipe would run MXFP8)
+_FP8_FORMATS = {"fp8-blockwise": "e4m3", "mxfp8": "e4m3", "fp8-current": "hybrid", "fp8-delayed": "hybrid"}
 PRECISION = {
     "bf16": {"mixed_precision.fp8": None, "mixed_precision.fp4": None},
-    "fp8-blockwise": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "blockwise",
-                      "mixed_precision.fp4": None},
-    "mxfp8": {"mixed_precision.fp8": "e4m3", "mixed_precision.fp8_recipe": "mxfp8", "mixed_precision.fp4": None},
-    "fp8-current": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise",
-                    "mixed_precision.fp4": None},
-    "fp8-delayed": {"mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "delayed",
-                    "mixed_precision.fp4": None},
+    **{name: {"mixed_precision.fp8": fmt, "mixed_precision.fp8_recipe": FP8_RECIPES[name], "mixed_precision.fp4": None}
+       for name, fmt in _FP8_FORMATS.items()},  # param_gather.py's recipe names, as the offload test reads them
     "nvfp4": {"mixed_precision.fp4": "e2m1", "mixed_precision.fp4_recipe": "nvfp4", "mixed_precision.fp8": None},
 }
 # Bridge's preset of each (training/mixed_precision.py): bridge_overrides.py starts from it where the recipe's own

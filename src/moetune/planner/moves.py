@@ -10,7 +10,7 @@ from importlib import resources
 from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
-from moetune.layout.param_gather import OFFLOAD_FP8_PARAMS
+from moetune.layout.param_gather import FP8_RECIPES, offload_refuses_fp8_params
 from moetune.layout.validate import Workload, shard_cp, undersharded_cp
 from moetune.planner.config_map import PRECISION, cp_fields, to_config
 from moetune.planner.defaults import default_dispatcher
@@ -65,7 +65,7 @@ def apply_move(e: Estimate, move: dict):
 def _knob_changes(e: Estimate, move: dict) -> dict:
     """The move's knob values as the run takes them: TOML lists as the knob's own collection type, selective
     recompute modules added to those already recomputed, graph scopes Megatron refuses beside the move dropped, FP8
-    weights a run states turned off beside an optimizer offload that cannot step them (OFFLOAD_FP8_PARAMS)."""
+    weights a run states turned off beside an optimizer offload that cannot step them (offload_refuses_fp8_params)."""
     knobs = e.knobs
     changes = {k: type(getattr(knobs, k))(v) if isinstance(v, list) else v for k, v in move.get("knobs", {}).items()}
     if changes.get("precision") == "platform_fp8":
@@ -75,7 +75,7 @@ def _knob_changes(e: Estimate, move: dict) -> dict:
     if "graphs_keep" in move:
         changes["cuda_graph_scope"] = tuple(x for x in knobs.cuda_graph_scope if x in move["graphs_keep"])
     offloads = changes.get("optimizer_offload_fraction")
-    if offloads and knobs.fp8_param_gather and knobs.precision not in OFFLOAD_FP8_PARAMS:
+    if offloads and offload_refuses_fp8_params(knobs.fp8_param_gather, FP8_RECIPES.get(knobs.precision)):
         changes["fp8_param_gather"] = False  # as a Bridge MXFP8 recipe's config states it; the offload steps BF16
     return changes
 

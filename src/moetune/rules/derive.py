@@ -21,6 +21,7 @@ from moetune.configio.names import LAUNCHER
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
+from moetune.layout.param_gather import offload_refuses_fp8_params
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     ep_first_sizes,
@@ -231,6 +232,10 @@ def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
 
 
 def _precision(config: dict[str, Any], d: dict[str, Any]) -> None:
+    # FP8 weights the optimizer's CPU offload cannot step, as the planner and the knobs test it (rules
+    # precision.fp8_params_with_optimizer_offload, fit.does_not_fit's offload steps); off where nothing keeps them
+    d["offload_refuses_fp8_params"] = offload_refuses_fp8_params(
+        value(config, "mixed_precision.fp8_param_gather", False), value(config, "mixed_precision.fp8_recipe"))
     # A Bridge override file without precision inherits the recipe's (unknown here): leave the facts out
     # so precision rules skip. The normalizer folds model.bf16/fp8/... into mixed_precision.*.
     if not any(k.startswith("mixed_precision.") for k in config):
