@@ -143,6 +143,7 @@ CASES: dict[str, Case] = {
     "precision.mxfp8_param_gather_reuse": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
                                                  "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false"),
                                                "gb200", 8),
+    "precision.fp8_params_without_fp8": Case(S(MOE, "mixed_precision.fp8_param_gather=true")),
     "precision.fp4_params_without_fp4": Case(S(MOE, "mixed_precision.fp4_param_gather=true"), "b200", 8),
     "precision.fp8_params_with_optimizer_offload": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
                                                           "optimizer.optimizer_cpu_offload=true",

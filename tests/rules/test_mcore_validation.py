@@ -51,14 +51,19 @@ def test_a_refusal_names_the_rules_that_say_its_fault(qwen, overrides, same_as):
 
 def test_fp8_weights_without_fp8_are_refused_and_the_bf16_fixes_turn_them_off(qwen):
     """Bridge sets TransformerConfig.fp8_param from fp8_param_gather (Megatron-LM from --fp8-param-gather), which
-    refuses it without fp8: check had not handed it over and passed a BF16 config with FP8 weights. The rules that
-    send an FP8 config to BF16 turn them off with it, so an FP8 preset (fp8_param_gather on) fixed is one that runs."""
-    from moetune.cli.check_cmd import check_findings
+    refuses it without fp8: check had not handed it over and passed a BF16 config with FP8 weights. Rule
+    precision.fp8_params_without_fp8 says it (as precision.fp4_params_without_fp4 does NVFP4's), also where
+    megatron-core is absent, and Megatron-Core's refusal names it in same_as, so check says the fault once. The rules
+    that send an FP8 config to BF16 turn them off with it, so an FP8 preset (fp8_param_gather on) fixed is one that
+    runs."""
+    from moetune.cli.check_cmd import check_findings, said_once
 
     def errors(config):
-        return {f.rule for f in check_findings(config) if f.severity == "error"}
-    assert "mcore.transformer_config" in errors({**qwen, "mixed_precision.fp8_param_gather": True})
-    assert "mcore.transformer_config" in errors({**qwen, "mixed_precision.fp8_param": True})
+        return {f.rule for f in said_once(check_findings(config), None) if f.severity == "error"}
+    for weights in ({"mixed_precision.fp8_param_gather": True}, {"mixed_precision.fp8_param": True}):
+        [refusal] = [f for f in mcore_findings({**qwen, **weights}) if f.rule == "mcore.transformer_config"]
+        assert refusal.same_as == ("precision.fp8_params_without_fp8",)
+        assert errors({**qwen, **weights}) == {"precision.fp8_params_without_fp8"}
     # an A100 has no FP8: precision.fp8_unsupported's fix, applied to a tensorwise preset, leaves no error
     fp8 = {**qwen, "cluster.gpu": "a100", "mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise",
            "mixed_precision.fp8_param_gather": True, "model.moe_router_dtype": "fp32"}

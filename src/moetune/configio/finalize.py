@@ -51,6 +51,15 @@ def muon(config: dict[str, Any]) -> bool:
     return "muon" in str(config.get("optimizer.optimizer") or "adam").lower() or layer_wise_optimizer(config)
 
 
+def quantized_params(config: dict[str, Any], kind: str) -> bool | None:
+    """Whether the config keeps its weights in `kind` ("fp8" or "fp4"), None where it says nothing: the gather
+    (Megatron-LM --{kind}-param-gather, which sets {kind}_param from it: argument_utils.py), else the {kind}_param
+    Bridge keeps in step with it (MixedPrecisionConfig.__setattr__ copies either onto the other, and both its __init__
+    and the override path assign the gather last, so where the two disagree the gather wins: mixed_precision.py)."""
+    value = config.get(f"mixed_precision.{kind}_param_gather")
+    return config.get(f"mixed_precision.{kind}_param") if value is None else value
+
+
 DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")
 
 

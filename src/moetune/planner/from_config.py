@@ -8,7 +8,7 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
-from moetune.configio.finalize import distributed_optimizer, layer_wise_optimizer
+from moetune.configio.finalize import distributed_optimizer, layer_wise_optimizer, quantized_params
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
@@ -188,14 +188,13 @@ def _distributed(config: dict) -> bool:
 
 
 def _param_gather(config: dict, kind: str, on: bool) -> bool | None:
-    """Whether a config keeps its weights in `kind` ("fp8" or "fp4"): mixed_precision.{kind}_param_gather
-    (Megatron-LM --fp8-param-gather / --fp4-param-gather), else the {kind}_param Bridge keeps in step with it, else off
-    as Bridge's MixedPrecisionConfig and Megatron-LM default it (a preset sets it: the config then says so). None
-    where the recipe is not one of `kind` (`on` false), where Megatron-Core refuses it."""
+    """Whether a config keeps its weights in `kind` ("fp8" or "fp4"), as check's derived.fp8_params reads it
+    (configio/finalize.py quantized_params: the gather, else {kind}_param), else off as Bridge's MixedPrecisionConfig
+    and Megatron-LM default it (a preset sets it: the config then says so). None where the recipe is not one of `kind`
+    (`on` false), where Megatron-Core refuses it."""
     if not on:
         return None
-    value = config.get(f"mixed_precision.{kind}_param_gather")
-    return bool(config.get(f"mixed_precision.{kind}_param") if value is None else value)
+    return bool(quantized_params(config, kind))
 
 
 def _main_grads_fp32(config: dict) -> bool:

@@ -16,6 +16,7 @@ from moetune.configio.finalize import (
     distributed_optimizer,
     expert_tensor_parallel_size,
     layer_wise_optimizer,
+    quantized_params,
 )
 from moetune.configio.names import LAUNCHER
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
@@ -236,6 +237,8 @@ def _precision(config: dict[str, Any], d: dict[str, Any]) -> None:
     # precision.fp8_params_with_optimizer_offload, fit.does_not_fit's offload steps); off where nothing keeps them
     d["offload_refuses_fp8_params"] = offload_refuses_fp8_params(
         value(config, "mixed_precision.fp8_param_gather", False), value(config, "mixed_precision.fp8_recipe"))
+    # FP8 weights as Bridge hands them to Megatron-Core (fp8_param) and the estimate reads them (finalize.py)
+    d["fp8_params"] = bool(quantized_params(config, "fp8"))
     # A Bridge override file without precision inherits the recipe's (unknown here): leave the facts out
     # so precision rules skip. The normalizer folds model.bf16/fp8/... into mixed_precision.*.
     if not any(k.startswith("mixed_precision.") for k in config):

@@ -31,6 +31,7 @@ REFUSAL_OF_RULE = {
                                            r"tensor_model_parallel_size"),
     "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
                                               r"pipeline_model_parallel_layout"),
+    "precision.fp8_params_without_fp8": re.compile(r"fp8_param must be used together with fp8 mode"),
 }
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
