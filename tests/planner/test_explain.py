@@ -404,20 +404,23 @@ def test_the_bf16_move_writes_the_fields_that_turn_fp8_off():
     assert from_config({**to_config(e), **change})[2].precision == "bf16"
 
 
-@pytest.mark.parametrize(("move_id", "offload", "fp8_weights"), [("optimizer_offload", 0.0, False),
-                                                                 ("drop_offload", 1.0, True)])
-def test_the_offload_moves_write_the_fp8_weights_they_size(move_id, offload, fp8_weights):
-    """MXFP8 weights stay FP8 only without the optimizer's CPU offload (layout/param_gather.py
-    offload_refuses_fp8_params), so an offload move turns fp8_param_gather (and the MXFP8 gradient-buffer reuse) off
-    or back on; its overrides applied to the run's config give the peak shown and a config `check` accepts (they had
-    kept the recipe's FP8 weights beside the offload: Megatron-LM refuses it and the weights' bytes differ)."""
-    e = _est("qwen3-235b-a22b", "gb200", 32, dict(ep=8, pp=2), 256, precision="mxfp8",
+@pytest.mark.parametrize(("precision", "switch"), [("mxfp8", "fp8_param_gather"), ("nvfp4", "fp4_param_gather")])
+@pytest.mark.parametrize(("move_id", "offload", "quantized"), [("optimizer_offload", 0.0, False),
+                                                               ("drop_offload", 1.0, True)])
+def test_the_offload_moves_write_the_quantized_weights_they_size(precision, switch, move_id, offload, quantized):
+    """MXFP8 weights stay FP8 only without the optimizer's CPU offload, NVFP4 ones likewise (layout/param_gather.py
+    OFFLOAD_RECIPES), so an offload move turns fp8_param_gather (and the MXFP8 gradient-buffer reuse) or
+    fp4_param_gather off or back on; its overrides applied to the run's config give the peak shown and a config `check`
+    accepts (they had kept the recipe's quantized weights beside the offload: Megatron refuses or fails on it and the
+    weights' bytes differ)."""
+    e = _est("qwen3-235b-a22b", "gb200", 32, dict(ep=8, pp=2), 256, precision=precision,
              optimizer_offload_fraction=offload)
     move = moves()[move_id]
     moved = apply_move(e, move)
     change = move_change(move, e, moved)
-    assert change["mixed_precision.fp8_param_gather"] is fp8_weights
-    assert change["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag"] is fp8_weights
+    assert change[f"mixed_precision.{switch}"] is quantized
+    assert change.get("mixed_precision.reuse_grad_buf_for_mxfp8_param_ag") is (quantized if precision == "mxfp8"
+                                                                              else None)
     assert not _errors_after(e, change)
     layout, wl, knobs = from_config({**to_config(e), **change})
     assert estimate(e.model, e.gpu, layout, wl, knobs).peak_bytes == moved.peak_bytes
@@ -433,6 +436,16 @@ def test_a_config_stating_fp8_weights_is_still_offered_the_optimizer_offload():
     steps = {s["step"]: s for s in fit_steps(estimate(e0.model, e0.gpu, layout, wl, knobs)) if "change" in s}
     assert steps["optimizer_offload"]["fits"] and steps["lighter_recompute_with_offload"]["fits"]
     assert steps["optimizer_offload"]["change"]["mixed_precision.fp8_param_gather"] is False
+
+
+def test_a_config_stating_nvfp4_weights_is_still_offered_the_optimizer_offload():
+    """Bridge's NVFP4 recipe states fp4_param_gather, which no optimizer offload steps: the ladder's offload step
+    turns it off with the offload (precision.fp4_params_with_optimizer_offload would otherwise refuse the step)."""
+    e0 = _est("qwen3-235b-a22b", "gb200", 32, dict(ep=8, pp=2), 256, precision="nvfp4")
+    layout, wl, knobs = from_config({**to_config(e0), "cluster.num_gpus": 32})
+    assert knobs.fp4_param_gather is True and not e0.fits
+    steps = {s["step"]: s for s in fit_steps(estimate(e0.model, e0.gpu, layout, wl, knobs)) if "change" in s}
+    assert steps["optimizer_offload"]["change"]["mixed_precision.fp4_param_gather"] is False
 
 
 def test_a_users_ep_overlap_does_not_stop_the_ladder_short_of_fitting():

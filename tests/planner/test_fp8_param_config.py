@@ -49,7 +49,7 @@ def test_the_bf16_twin_of_an_fp8_plan_drops_the_switch():
 def test_the_rules_and_the_knobs_refuse_fp8_weights_beside_the_offload_alike(precision):
     """Megatron-LM steps FP8 weights in the optimizer's CPU offload under the delayed recipe alone (validate_args):
     check's derived fact (rules fit.does_not_fit, precision.fp8_params_with_optimizer_offload) and the knobs the
-    estimate and planner build ask one test, layout/param_gather.py offload_refuses_fp8_params."""
+    estimate and planner build ask one test, layout/param_gather.py offload_refuses_params."""
     config = {"mixed_precision.bf16": True, **PRECISION[precision], "mixed_precision.fp8_param_gather": True}
     refused = derive(config)["offload_refuses_fp8_params"]
     assert refused is (precision != "fp8-delayed")

@@ -138,6 +138,12 @@ def test_fit_steps_follow_the_seed_order():
                         "mixed_precision.fp8_param_gather": False}
     fixed = {**base, **load_config(sets=fp8), **fix(fp8)}
     assert "precision.fp8_params_with_optimizer_offload" not in {f.rule for f in evaluate(fixed, {"fits": False})}
+    # NVFP4 weights beside no offload at all (precision.fp4_params_with_optimizer_offload)
+    fp4 = ("model.recompute_granularity=full", "mixed_precision=bf16_with_nvfp4_mixed")
+    assert fix(fp4) == {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
+                        "mixed_precision.fp4_param_gather": False}
+    fixed = {**base, **load_config(sets=fp4), **fix(fp4)}
+    assert "precision.fp4_params_with_optimizer_offload" not in {f.rule for f in evaluate(fixed, {"fits": False})}
 
 
 def test_context_filters_rules():

@@ -100,3 +100,18 @@ def test_the_bf16_twin_of_an_nvfp4_plan_drops_the_switch():
     e = estimate(SPEC, load_gpu("b200"), LAYOUT, WL, Knobs(precision="nvfp4", fp4_param_gather=True))
     assert same_config_in_bf16(e).knobs == replace(e.knobs, precision="bf16", fp4_param_gather=None)
     assert to_config(same_config_in_bf16(e))["mixed_precision.fp4_param_gather"] is False
+
+
+def test_an_offloaded_optimizer_keeps_bf16_weights_under_nvfp4():
+    """No optimizer CPU offload steps NVFP4 weights: the offload takes Megatron-Core's precision-aware path, and the
+    distributed optimizer builds no shard of an NVFP4Tensor to hand its HybridDeviceOptimizer nor casts the master back
+    (distrib_optimizer.py). An offloading NVFP4 plan defaults to BF16 weights, says so in its config, and refuses the
+    switch stated on, as under a non-delayed FP8 recipe."""
+    offload = dict(optimizer_offload_fraction=0.5)
+    assert not Knobs(precision="nvfp4", **offload).fp4_params
+    with pytest.raises(MoetuneError, match="fp4_param_gather with the optimizer's CPU offload") as refused:
+        Knobs(precision="nvfp4", fp4_param_gather=True, **offload)
+    assert refused.value.same_as == ("precision.fp4_params_with_optimizer_offload",)
+    e = estimate(SPEC, load_gpu("b200"), LAYOUT, WL, Knobs(precision="nvfp4", **offload))
+    assert to_config(e)["mixed_precision.fp4_param_gather"] is False
+    assert "fp8_weights" not in e.stages[0].items and "fp8_weight_cache" in e.stages[0].items

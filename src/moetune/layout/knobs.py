@@ -210,13 +210,14 @@ class Knobs:
     def fp8_params(self) -> bool:
         """Whether the weights are kept in FP8 (fp8_param_gather as given, else the recipe preset's, off without the
         distributed optimizer and where the optimizer's CPU offload cannot step FP8 weights:
-        param_gather.py offload_refuses_fp8_params)."""
+        param_gather.py offload_refuses_params)."""
         return self._param_switch("fp8_param_gather")
 
     @property
     def fp4_params(self) -> bool:
         """Whether the weights are kept in NVFP4 (fp4_param_gather as given, else the NVFP4 preset's, off without the
-        distributed optimizer, whose shards quantize_nvfp4_param_shard casts back: distrib_optimizer.py)."""
+        distributed optimizer, whose shards quantize_nvfp4_param_shard casts back: distrib_optimizer.py, and beside
+        the optimizer's CPU offload, which cannot step them: param_gather.py OFFLOAD_RECIPES)."""
         return self._param_switch("fp4_param_gather")
 
     @property

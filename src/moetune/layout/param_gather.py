@@ -27,14 +27,23 @@ OFFLOAD_FP8_RECIPE = "delayed"
 # which Bridge mirrors into fp4_param); Megatron-LM refuses --fp4-param-gather without --fp4-format (validate_args) and
 # TransformerConfig fp4_param without fp4
 FP4_PARAM_PRECISION = "nvfp4"
+# Megatron's recipe name (fp8_recipe, fp4_recipe) under each precision with quantized parameters
+PARAM_RECIPES = {**FP8_RECIPES, FP4_PARAM_PRECISION: "nvfp4"}
+# The recipes (Megatron's names) whose quantized weights the optimizer's CPU offload steps, per switch: FP8 ones under
+# the delayed recipe alone (above), NVFP4 ones under none, though Megatron-LM does not say so: the offload takes the
+# precision-aware path (optimizer_config.py use_precision_aware_optimizer_no_fp8_or_ds_fp8), which hands the optimizer
+# each parameter's shard view, and distrib_optimizer.py has none for an NVFP4Tensor (shard_model_param = None,
+# "NVFP4Tensor don't support view(-1)") to rebuild its HybridDeviceOptimizer from, nor casts the master back
+# (_copy_main_params_to_model_params returns before quantize_nvfp4_param_shard)
+OFFLOAD_RECIPES = {"fp8_param_gather": frozenset({OFFLOAD_FP8_RECIPE}), "fp4_param_gather": frozenset()}
 
 
-def offload_refuses_fp8_params(fp8_params: bool | None, fp8_recipe: str | None) -> bool:
-    """Whether FP8 weights (`fp8_params`) stand under an FP8 recipe (Megatron's name) whose weights the optimizer's
-    CPU offload cannot step (any but OFFLOAD_FP8_RECIPE): the one test Knobs (the offload need of PARAM_SWITCHES),
-    the planner's offload moves (planner/moves.py) and the rules' derived.offload_refuses_fp8_params (rules/derive.py)
-    make."""
-    return bool(fp8_params) and fp8_recipe != OFFLOAD_FP8_RECIPE
+def offload_refuses_params(switch: str, on: bool | None, recipe: str | None) -> bool:
+    """Whether weights a switch keeps quantized (`on`) stand under a recipe (Megatron's name) whose weights the
+    optimizer's CPU offload cannot step (not in OFFLOAD_RECIPES): the one test Knobs (each switch's offload need), the
+    planner's offload moves (planner/moves.py) and the rules' derived.offload_refuses_fp8_params / _fp4_params
+    (rules/derive.py) make."""
+    return bool(on) and recipe not in OFFLOAD_RECIPES[switch]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +53,12 @@ class _Need:
     refuses: Callable[["Knobs"], bool]
     message: str
     same_as: tuple[str, ...] = ()
+
+
+def _offload_need(switch: str, message: str, rule: str) -> _Need:
+    """A switch's need beside the optimizer's CPU offload: a recipe whose weights it steps (offload_refuses_params)."""
+    return _Need(lambda k: k.optimizer_offload_fraction != 0
+                 and offload_refuses_params(switch, True, PARAM_RECIPES.get(k.precision)), message, (rule,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +71,8 @@ class _ParamSwitch:
 
 # fp8_param_gather: under an FP8 recipe, with the distributed optimizer (Muon's layer-wise one too: Megatron-LM checks
 # the flag before an emerging optimizer turns it into that one) and, beside the optimizer's CPU offload, under the
-# delayed recipe (training/arguments.py validate_args). fp4_param_gather: under NVFP4 (FP4_PARAM_PRECISION)
+# delayed recipe (training/arguments.py validate_args). fp4_param_gather: under NVFP4 (FP4_PARAM_PRECISION), without
+# the offload (OFFLOAD_RECIPES)
 PARAM_SWITCHES = {
     "fp8_param_gather": _ParamSwitch(FP8_PARAM_PRESET, (
         _Need(lambda k: k.precision not in FP8_PARAM_PRECISIONS,
@@ -66,14 +82,18 @@ PARAM_SWITCHES = {
               "fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts it); drop "
               "fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
               ("precision.fp8_params_need_distributed_optimizer",)),
-        _Need(lambda k: k.optimizer_offload_fraction != 0
-              and offload_refuses_fp8_params(True, FP8_RECIPES.get(k.precision)),
-              "fp8_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}) needs the delayed "
-              "FP8 recipe, got {k.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or the "
-              "offload", ("precision.fp8_params_with_optimizer_offload",)))),
+        _offload_need("fp8_param_gather",
+                      "fp8_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}) needs the "
+                      "delayed FP8 recipe, got {k.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 "
+                      "weights) or the offload", "precision.fp8_params_with_optimizer_offload"))),
     "fp4_param_gather": _ParamSwitch(frozenset({FP4_PARAM_PRECISION}), (
         _Need(lambda k: k.precision != FP4_PARAM_PRECISION,
               f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {{k.precision}} (Megatron-LM: "
               "'--fp4-param-gather must be used together with --fp4-format'); drop it",
-              ("precision.fp4_params_without_fp4",)),)),
+              ("precision.fp4_params_without_fp4",)),
+        _offload_need("fp4_param_gather",
+                      "fp4_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}): "
+                      "Megatron-Core's offloaded optimizer cannot step NVFP4 weights (distrib_optimizer.py builds no "
+                      "shard of an NVFP4Tensor for it); drop fp4_param_gather (BF16 weights) or the offload",
+                      "precision.fp4_params_with_optimizer_offload"))),
 }

@@ -10,7 +10,7 @@ from importlib import resources
 from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
-from moetune.layout.param_gather import FP8_RECIPES, offload_refuses_fp8_params
+from moetune.layout.param_gather import OFFLOAD_RECIPES, PARAM_RECIPES, offload_refuses_params
 from moetune.layout.validate import Workload, shard_cp, undersharded_cp
 from moetune.planner.config_map import PRECISION, cp_fields, to_config
 from moetune.planner.defaults import default_dispatcher
@@ -65,7 +65,8 @@ def apply_move(e: Estimate, move: dict):
 def _knob_changes(e: Estimate, move: dict) -> dict:
     """The move's knob values as the run takes them: TOML lists as the knob's own collection type, selective
     recompute modules added to those already recomputed, graph scopes Megatron refuses beside the move dropped, FP8
-    weights a run states turned off beside an optimizer offload that cannot step them (offload_refuses_fp8_params)."""
+    and NVFP4 weights a run states turned off beside an optimizer offload that cannot step them
+    (offload_refuses_params)."""
     knobs = e.knobs
     changes = {k: type(getattr(knobs, k))(v) if isinstance(v, list) else v for k, v in move.get("knobs", {}).items()}
     if changes.get("precision") == "platform_fp8":
@@ -75,8 +76,9 @@ def _knob_changes(e: Estimate, move: dict) -> dict:
     if "graphs_keep" in move:
         changes["cuda_graph_scope"] = tuple(x for x in knobs.cuda_graph_scope if x in move["graphs_keep"])
     offloads = changes.get("optimizer_offload_fraction")
-    if offloads and offload_refuses_fp8_params(knobs.fp8_param_gather, FP8_RECIPES.get(knobs.precision)):
-        changes["fp8_param_gather"] = False  # as a Bridge MXFP8 recipe's config states it; the offload steps BF16
+    for switch in OFFLOAD_RECIPES if offloads else ():
+        if offload_refuses_params(switch, getattr(knobs, switch), PARAM_RECIPES.get(knobs.precision)):
+            changes[switch] = False  # BF16 weights, which the offload steps (a Bridge MXFP8 config states it so)
     return changes
 
 
@@ -242,7 +244,7 @@ def move_change(move: dict, old: Estimate, new: Estimate) -> dict:
 # Fields a move changes besides the ones it names, written with it so that its overrides applied to the run give the
 # numbers shown: precision fields (leaving FP8: the fp8 fields unset, an MXFP8-only LM head off), FP8 weights (the
 # recipe preset's give way to BF16 beside a non-delayed optimizer offload and return without it: Knobs.fp8_params;
-# NVFP4 weights leave with NVFP4: Knobs.fp4_params),
+# NVFP4 weights leave with NVFP4 and give way beside any optimizer offload: Knobs.fp4_params),
 # full recompute's method fields (cleared for selective recompute, as Megatron-Core requires), graph scopes dropped
 # beside recompute, EP overlap turned off for a recompute it refuses
 COMPANIONS = ("mixed_precision.fp8", "mixed_precision.fp8_recipe", "mixed_precision.fp4", "mixed_precision.fp4_recipe",

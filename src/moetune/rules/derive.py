@@ -22,7 +22,7 @@ from moetune.configio.names import LAUNCHER
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
-from moetune.layout.param_gather import offload_refuses_fp8_params
+from moetune.layout.param_gather import offload_refuses_params
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     ep_first_sizes,
@@ -233,10 +233,12 @@ def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
 
 
 def _precision(config: dict[str, Any], d: dict[str, Any]) -> None:
-    # FP8 weights the optimizer's CPU offload cannot step, as the planner and the knobs test it (rules
-    # precision.fp8_params_with_optimizer_offload, fit.does_not_fit's offload steps); off where nothing keeps them
-    d["offload_refuses_fp8_params"] = offload_refuses_fp8_params(
-        value(config, "mixed_precision.fp8_param_gather", False), value(config, "mixed_precision.fp8_recipe"))
+    # FP8 or NVFP4 weights the optimizer's CPU offload cannot step, as the planner and the knobs test it (rules
+    # precision.fp8/fp4_params_with_optimizer_offload, fit.does_not_fit's offload steps); off where nothing keeps them
+    for kind in ("fp8", "fp4"):
+        d[f"offload_refuses_{kind}_params"] = offload_refuses_params(
+            f"{kind}_param_gather", value(config, f"mixed_precision.{kind}_param_gather", False),
+            value(config, f"mixed_precision.{kind}_recipe"))
     # FP8 weights as Bridge hands them to Megatron-Core (fp8_param) and the estimate reads them (finalize.py)
     d["fp8_params"] = bool(quantized_params(config, "fp8"))
     # A Bridge override file without precision inherits the recipe's (unknown here): leave the facts out
