@@ -71,6 +71,20 @@ def test_fp8_weights_without_fp8_are_refused_and_the_bf16_fixes_turn_them_off(qw
     assert fix["mixed_precision.fp8_param_gather"] is False and not errors({**fp8, **fix})
 
 
+@pytest.mark.parametrize(("param", "gather"), [(True, False), (False, True)])
+def test_fp8_param_and_its_gather_disagreeing_mean_what_the_estimate_reads(qwen, param, gather):
+    """Bridge's MixedPrecisionConfig copies each of fp8_param / fp8_param_gather onto the other and assigns the
+    gather last, so the gather wins (configio/finalize.py quantized_params): check had handed Megatron-Core fp8_param
+    first while estimate --config read the gather, one config meaning FP8 weights to one and not the other."""
+    from moetune.planner.from_config import from_config
+
+    both = {"mixed_precision.fp8_param": param, "mixed_precision.fp8_param_gather": gather}
+    refused = [f for f in mcore_findings({**qwen, **both}) if f.rule == "mcore.transformer_config"]
+    assert bool(refused) is gather  # BF16: Megatron-Core refuses FP8 weights, here exactly where the gather is on
+    fp8 = {**qwen, **both, "mixed_precision.fp8": "hybrid", "mixed_precision.fp8_recipe": "tensorwise"}
+    assert from_config(fp8)[2].fp8_params is gather
+
+
 def test_skipped_without_architecture():
     findings = mcore_findings(load_config(sets=["model.tensor_model_parallel_size=2"]))
     assert [f.rule for f in findings] == ["mcore.skipped"]

@@ -52,10 +52,13 @@ def muon(config: dict[str, Any]) -> bool:
 
 
 def quantized_params(config: dict[str, Any], kind: str) -> bool | None:
-    """Whether the config keeps its weights in `kind` ("fp8" or "fp4"), None where it says nothing: the gather
-    (Megatron-LM --{kind}-param-gather, which sets {kind}_param from it: argument_utils.py), else the {kind}_param
-    Bridge keeps in step with it (MixedPrecisionConfig.__setattr__ copies either onto the other, and both its __init__
-    and the override path assign the gather last, so where the two disagree the gather wins: mixed_precision.py)."""
+    """Whether the config keeps its weights in `kind` ("fp8" or "fp4"), None where it says nothing. Bridge's
+    MixedPrecisionConfig.__setattr__ copies each assignment of {kind}_param or {kind}_param_gather onto the other, and
+    both its dataclass __init__ and the YAML/Hydra override path (utils/omegaconf_utils.py _apply_overrides, in field
+    order) assign {kind}_param_gather last, so where the two disagree the gather wins; a {kind}_param alone is read as
+    a script's cfg.mixed_precision.{kind}_param = True leaves both (finalize copies the gather into a None
+    {kind}_param; training/mixed_precision.py @067f987). setup hands {kind}_param to TransformerConfig and the gather
+    to the DDP config; Megatron-LM has only --{kind}-param-gather and sets {kind}_param from it (argument_utils.py)."""
     value = config.get(f"mixed_precision.{kind}_param_gather")
     return config.get(f"mixed_precision.{kind}_param") if value is None else value
 

@@ -188,10 +188,10 @@ def _distributed(config: dict) -> bool:
 
 
 def _param_gather(config: dict, kind: str, on: bool) -> bool | None:
-    """Whether a config keeps its weights in `kind` ("fp8" or "fp4"), as check's derived.fp8_params reads it
-    (configio/finalize.py quantized_params: the gather, else {kind}_param), else off as Bridge's MixedPrecisionConfig
-    and Megatron-LM default it (a preset sets it: the config then says so). None where the recipe is not one of `kind`
-    (`on` false), where Megatron-Core refuses it."""
+    """Whether a config keeps its weights in `kind` ("fp8" or "fp4"), as `check` hands Megatron-Core its fp8_param
+    (configio/finalize.py quantized_params: the gather wins over {kind}_param), else off as Bridge's
+    MixedPrecisionConfig and Megatron-LM default it (a preset sets it: the config then says so). None where the recipe
+    is not one of `kind` (`on` false), where Megatron-Core refuses it."""
     if not on:
         return None
     return bool(quantized_params(config, kind))

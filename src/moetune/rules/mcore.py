@@ -13,7 +13,7 @@ import re
 import warnings
 from typing import Any
 
-from moetune.configio.finalize import expert_tensor_parallel_size, sequence_parallel
+from moetune.configio.finalize import expert_tensor_parallel_size, quantized_params, sequence_parallel
 from moetune.rules.engine import Finding
 
 RULE = "mcore.transformer_config"
@@ -93,10 +93,8 @@ def _kwargs(config: dict[str, Any], fields: set[str]) -> dict[str, Any]:
     for name in _PRECISION:
         if f"mixed_precision.{name}" in config and name in fields:
             kw[name] = config[f"mixed_precision.{name}"]
-    # TransformerConfig's fp8_param is the FP8-weights switch: Bridge keeps it in step with fp8_param_gather
-    # (mixed_precision.py), Megatron-LM sets it from --fp8-param-gather (argument_utils.py)
-    param = config.get("mixed_precision.fp8_param")
-    param = config.get("mixed_precision.fp8_param_gather") if param is None else param
+    # TransformerConfig's fp8_param is the FP8-weights switch, read as the estimate reads it (configio/finalize.py)
+    param = quantized_params(config, "fp8")
     if "fp8_param" in fields and param is not None:
         kw["fp8_param"] = bool(param)
     for name in _OVERLAP:
