@@ -130,6 +130,13 @@ def print_explain(a: dict) -> None:
         out.print(f"  - {a['optimizer_note']}")
     if a["gbs_defaulted"]:
         out.print(f"  - global batch defaulted to {a['gbs_defaulted']}: pass --gbs with the run's own")
+    if b := p.get("expert_bias"):
+        how = ("in FP32: DeepEP and HybridEP cast the router's probabilities to FP32 (Megatron-Core "
+               "token_dispatcher.py), NCCL alltoall keeps them BF16, about a third of the bytes"
+               if b["fp32_probs"] else "in BF16 (the alltoall dispatcher keeps the router's probabilities BF16)")
+        out.print(f"  - biased experts: the fc2 bias, scaled by each row's probability, is added outside the GEMM, "
+                  f"eagerly (moe/experts.py _apply_bias), {b['seconds']:.2f} s, {100 * b['share_of_compute']:.0f}% of "
+                  f"compute, {how} (walls/compute.py expert_bias_seconds)")
     if (r := p.get("routing")) and "ep_first_layout" in r:
         fits = "" if r["ep_first_fits"] else ", and does not fit"
         out.print(f"  - dropless routing on EP 1: {r['source']}, so no imbalance is charged; the seeds' EP-first "

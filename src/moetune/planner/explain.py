@@ -29,6 +29,7 @@ from moetune.planner.moves import (
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import estimate_record
 from moetune.specs.platform import platform_defaults, platform_of
+from moetune.walls.compute import FP32_PROBS_DISPATCHERS
 
 
 def _fit(e: Estimate) -> dict:
@@ -59,7 +60,18 @@ def _profile(e: Estimate) -> dict:
         "host": _host_why(t),
     }[dominant]
     return {"dominant_wall": dominant, "why": why,
-            "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}, "routing": _routing(e)}
+            "wall_shares": {k: v / t["step_seconds"] for k, v in walls.items()}, "routing": _routing(e),
+            "expert_bias": _expert_bias(e)}
+
+
+def _expert_bias(e: Estimate) -> dict | None:
+    """The fc2 bias pass of biased experts (gpt-oss), where it runs: its seconds, its share of the compute wall, and
+    whether its temporaries are FP32 (the dispatcher casts the probabilities: walls/compute.py expert_bias_seconds)."""
+    seconds = e.time["compute_by_class"].get("expert_bias")
+    if not seconds:
+        return None
+    return {"seconds": seconds, "share_of_compute": seconds / e.time["walls"]["compute"],
+            "fp32_probs": e.knobs.dispatcher in FP32_PROBS_DISPATCHERS}
 
 
 def _host_why(t: dict) -> str:
