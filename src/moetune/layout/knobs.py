@@ -242,7 +242,7 @@ class Knobs:
                 raise MoetuneError(f"{name} is {value!r}; it takes true, false or null (the recipe preset's)")
             for need in switch.needs if value else ():
                 if need.refuses(self):
-                    raise MoetuneError(need.message.format(k=self), same_as=need.same_as)
+                    raise MoetuneError(need.message(self), same_as=need.same_as)
 
     @property
     def effective_modules(self) -> frozenset[str]:

@@ -49,13 +49,13 @@ def offload_refuses_params(switch: str, on: bool | None, recipe: str | None) -> 
 @dataclass(frozen=True, slots=True)
 class _Need:
     """What Megatron asks of a quantized-parameter switch that is on: `refuses` the knobs that break it, with
-    `message` (a str.format template over the knobs, `k`) and the rule that says the same (`same_as`)."""
+    `message` (the refusal's words for those knobs) and the rule that says the same (`same_as`)."""
     refuses: Callable[["Knobs"], bool]
-    message: str
+    message: Callable[["Knobs"], str]
     same_as: tuple[str, ...] = ()
 
 
-def _offload_need(switch: str, message: str, rule: str) -> _Need:
+def _offload_need(switch: str, message: Callable[["Knobs"], str], rule: str) -> _Need:
     """A switch's need beside the optimizer's CPU offload: a recipe whose weights it steps (offload_refuses_params)."""
     return _Need(lambda k: k.optimizer_offload_fraction != 0
                  and offload_refuses_params(switch, True, PARAM_RECIPES.get(k.precision)), message, (rule,))
@@ -76,24 +76,26 @@ class _ParamSwitch:
 PARAM_SWITCHES = {
     "fp8_param_gather": _ParamSwitch(FP8_PARAM_PRESET, (
         _Need(lambda k: k.precision not in FP8_PARAM_PRECISIONS,
-              "fp8_param_gather needs an FP8 recipe, got {k.precision} (Megatron-Core: 'fp8_param must be used "
-              f"together with fp8 mode'); drop it or pick one of {', '.join(FP8_PARAM_PRECISIONS)}"),
+              lambda k: f"fp8_param_gather needs an FP8 recipe, got {k.precision} (Megatron-Core: 'fp8_param must be "
+              f"used together with fp8 mode'); drop it or pick one of {', '.join(FP8_PARAM_PRECISIONS)}"),
         _Need(lambda k: not k.distributed_optimizer,
-              "fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts it); drop "
-              "fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
+              lambda k: "fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts it); "
+              "drop fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
               ("precision.fp8_params_need_distributed_optimizer",)),
         _offload_need("fp8_param_gather",
-                      "fp8_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}) needs the "
-                      "delayed FP8 recipe, got {k.precision} (Megatron-LM validate_args); drop fp8_param_gather (BF16 "
-                      "weights) or the offload", "precision.fp8_params_with_optimizer_offload"))),
+                      lambda k: f"fp8_param_gather with the optimizer's CPU offload "
+                      f"({k.optimizer_offload_fraction:g}) needs the delayed FP8 recipe, got {k.precision} "
+                      "(Megatron-LM validate_args); drop fp8_param_gather (BF16 weights) or the offload",
+                      "precision.fp8_params_with_optimizer_offload"))),
     "fp4_param_gather": _ParamSwitch(frozenset({FP4_PARAM_PRECISION}), (
         _Need(lambda k: k.precision != FP4_PARAM_PRECISION,
-              f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {{k.precision}} (Megatron-LM: "
+              lambda k: f"fp4_param_gather needs --precision {FP4_PARAM_PRECISION}, got {k.precision} (Megatron-LM: "
               "'--fp4-param-gather must be used together with --fp4-format'); drop it",
               ("precision.fp4_params_without_fp4",)),
         _offload_need("fp4_param_gather",
-                      "fp4_param_gather with the optimizer's CPU offload ({k.optimizer_offload_fraction:g}): "
-                      "Megatron-Core's offloaded optimizer cannot step NVFP4 weights (distrib_optimizer.py builds no "
-                      "shard of an NVFP4Tensor for it); drop fp4_param_gather (BF16 weights) or the offload",
+                      lambda k: f"fp4_param_gather with the optimizer's CPU offload "
+                      f"({k.optimizer_offload_fraction:g}): Megatron-Core's offloaded optimizer cannot step NVFP4 "
+                      "weights (distrib_optimizer.py builds no shard of an NVFP4Tensor for it); drop fp4_param_gather "
+                      "(BF16 weights) or the offload",
                       "precision.fp4_params_with_optimizer_offload"))),
 }
