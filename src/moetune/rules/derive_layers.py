@@ -40,8 +40,8 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     groups = heads if value(config, "model.multi_latent_attention", False) else value(config, "model.num_query_groups")
     d["attn_heads"], d["kv_groups"] = heads, groups
     if heads and groups and heads % d["tp"] == 0 and (groups % d["tp"] == 0 or d["tp"] % groups == 0):
-        splits = _rank_a2a(d)
-        d["cp_a2a_limit"] = max(a for a in range(1, d["cp"] + 1) if d["cp"] % a == 0 and splits(a))
+        # the largest a2a over CP ranks: a group a2a+p2p runs with (hcp_groups), the ring of one where it is CP
+        d["cp_a2a_limit"] = max(hcp_groups(*_rank_heads(d), d["cp"]))
         _hcp_a2a_group(d)
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
     _linear_mixer_heads(config, d)
