@@ -137,6 +137,12 @@ def _tile_eff(shapes: list, tile: int, tp) -> float:
     return useful / issued
 
 
+def routed_rows(spec: ModelSpec, ctx: ActivationContext):
+    """Rows the routed experts of one rank compute for one micro-batch: its tokens (the ETP group's, past the
+    sequence-parallel split) times top-k, scaled by the busiest rank's token imbalance."""
+    return ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
+
+
 def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep) -> dict:
     """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
     # Sliding-window layers (gpt-oss) are charged full causal attention: counting the 128-key window, at the keys
@@ -151,7 +157,7 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     f = layer_flops(spec, kind, ctx.tokens, span)
     attn_rate = attention_rate(spec, span, None, r)
     experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1
-    routed = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
+    routed = routed_rows(spec, ctx)
     per_expert = routed / experts_local
     shape = per_expert / (per_expert + r.m_half)
     g = gemm_shapes(spec, kind)
@@ -236,7 +242,7 @@ def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, dispa
     micro-batch, forward + backward (+ the forward again where recompute replays the experts): memory-bound, at the
     elementwise HBM rate."""
     fwd, bwd = EXPERT_BIAS_BYTES["fp32" if dispatcher in FP32_PROBS_DISPATCHERS else "bf16"]
-    rows = ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
+    rows = routed_rows(spec, ctx)
     return rows * spec.hidden_size * (fwd * (2 if replayed else 1) + bwd) / r.hbm
 
 
