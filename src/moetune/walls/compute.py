@@ -147,9 +147,10 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
     # Sliding-window layers (gpt-oss) are charged full causal attention: counting the 128-key window, at the keys
     # rate keys_factor gives it, put gpt-oss-120b 4-8 points further above its measurements (114 of 123 within 15%,
-    # held-out median 6.7%); tried again once the fc2 bias pass was charged (expert_bias_seconds): 101 of 111 held out
-    # either way, but a 4.4% median against 3.8% and one TFLOP/s-only run out. Whether Transformer Engine's fused
-    # attention with sinks skips a window's masked tiles is not measured here (docs/time.md)
+    # held-out median 6.7%). Once the fc2 bias pass was charged (expert_bias_seconds) the window reads better: the same
+    # 40/40, 101/111 and 31/39 within 15%, medians 3.3/3.8/8.2% against 4.1/4.4/8.8% (docs/time.md); not switched yet
+    # (the estimate's window_charged_full note goes with it). Whether Transformer Engine's fused attention with sinks
+    # skips a window's masked tiles is not measured here
     # chunked attention: each query sees its chunk only (FLOP counters count the whole; only core attention depends on
     # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
     # attention, whose split is not modelled)
@@ -227,13 +228,15 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
 # Bytes a biased expert layer's fc2 bias pass moves per element of its [routed rows, hidden] output, forward and
 # backward, by the dtype of the routing probabilities. Megatron-Core adds the fc2 bias scaled by each row's
 # probability outside the GEMM (moe/experts.py TEGroupedMLP._apply_bias, core_v0.16.0-v0.18.0: fc2 runs with
-# skip_bias_add=True; per local expert `t + b * p`, then torch.cat and .to(t.dtype)), eagerly. BF16 probabilities:
-# b*p written (2), t + bp read 2+2 written 2, cat read 2 written 2 = 10 forward; backward the two products and
-# reductions of mul's gradient, 3 x 2 each = 12. FP32 probabilities (DeepEP and HybridEP cast them:
-# moe/token_dispatcher.py "only supports float32 probs", unless moe_router_dtype is fp32 already) promote the
-# temporaries: 4 + (2+4+4) + (4+4) + the cast back (4+2) = 28 forward; backward the cast's and the add's gradient
-# casts (6 + 6) and the products at 4 bytes (24) = 36.
-EXPERT_BIAS_BYTES = {"bf16": (10, 12), "fp32": (28, 36)}
+# skip_bias_add=True; the output split per local expert, `t + b * p` on each, then torch.cat and .to(t.dtype)),
+# eagerly. BF16 probabilities: b*p written (2), t + bp read 2+2 written 2, cat read 2 written 2 = 12 forward (the .to
+# copies nothing); backward the two products and reductions of mul's gradient (3 x 2 each) and the split's gradient,
+# a cat of the per-expert gradients of t (2+2) = 16. FP32 probabilities (DeepEP and HybridEP cast them:
+# moe/token_dispatcher.py "only supports float32 probs") promote the temporaries: 4 + (2+4+4) + (4+4) + the cast back
+# (4+2) = 28 forward; backward the cast's and the add's gradient casts (6 + 6), the products at 4 bytes (24) and the
+# split's cat (4) = 40. Counted by hand and checked by logging the bytes every aten op of the expression reads and
+# writes under autograd (PyTorch 2.13, four experts).
+EXPERT_BIAS_BYTES = {"bf16": (12, 16), "fp32": (28, 40)}
 FP32_PROBS_DISPATCHERS = frozenset({"deepep", "hybridep"})
 
 
