@@ -46,3 +46,21 @@ def test_rate_by_keys_follows_the_measured_curve():
         measured = tflops / CUDNN_CAUSAL_FWD[4096]
         assert keys_factor(seq / 2, r) == pytest.approx(measured, rel=0.04), seq
     assert keys_factor(2048, r) == 1.0
+
+
+def test_sliding_window_layers_are_charged_their_window():
+    """gpt-oss-20b alternates 128-token sliding-window layers with full ones. At 8k a windowed query sees
+    128 - 128 x 127 / (2 x 8192) keys on average, a full one (8192 + 1) / 2; each runs at its keys' rate
+    L / (L + attn_keys_half) (efficiency.toml, 190): the windowed layer's attention takes that FLOP share over that
+    rate share of the full layer's (walls/compute.py forward_seconds; the full causal charge it replaced gave 1)."""
+    from moetune.walls.activations import ActivationContext
+    from moetune.walls.compute import forward_seconds
+
+    spec = load_model("gpt-oss-20b")
+    windowed, full = (next(k for k in spec.layers if (k.window is not None) == w) for w in (True, False))
+    ctx = ActivationContext(seq_length=8192, micro_batch_size=1)
+    r = rates(load_gpu("h100"), "bf16", efficiency("h100"))
+    attn = [forward_seconds(spec, k, ctx, r, 8)["core_attn"] for k in (windowed, full)]
+    w_keys, f_keys = 128 - 128 * 127 / (2 * 8192), (8192 + 1) / 2
+    rate = (w_keys / (w_keys + 190)) / (f_keys / (f_keys + 190))
+    assert attn[0] / attn[1] == pytest.approx(w_keys / f_keys / rate, rel=1e-3)

@@ -101,7 +101,8 @@ def test_a_link_efficiency_that_the_shipped_all_to_all_passes_names_the_file_and
     # 5x the FP8 peak: fp8_gemm_eff x rate is the share of the FP8 peak a recipe's GEMMs run at
     ({"fp8_gemm_eff": 1.0, "rate_fp8_current": 5},
      "fp8_gemm_eff = 1 (yours) x rate_fp8_current = 5 (yours) = 5 puts fp8-current GEMMs at 5x the FP8 peak"),
-    ({"rate_mxfp8": 3.1}, "fp8_gemm_eff = 0.3361 (shipped for h100) x rate_mxfp8 = 3.1 (yours) = 1.04"),
+    # the shipped fit (about 0.33 on H100) times 3.1 passes the peak; its digits move with each refit
+    ({"rate_mxfp8": 3.1}, "(shipped for h100) x rate_mxfp8 = 3.1 (yours) = 1.0"),
     # NVFP4 may pass the FP8 peak, up to the largest FP4 peak of the catalog (GB300: 3x its FP8 peak)
     ({"fp8_gemm_eff": 0.5, "rate_nvfp4": 6.1}, "past the FP4 peak (at most 3x the FP8 peak on a catalog GPU)"),
 ])

@@ -262,15 +262,3 @@ def test_mla_up_proj_recompute_replays_the_up_projections_alone():
     up = 1536 * 128 * 192 + 512 * 128 * 256
     assert mla_up_share(spec, spec.layers[-1]) == pytest.approx(up / (up + 7168 * 1536 + 7168 * 576 + 128 * 128 * 7168))
     assert mla_up_share(load_model("qwen3-30b-a3b"), load_model("qwen3-30b-a3b").layers[0]) == 0.0
-
-
-def test_windowed_layers_charged_full_say_by_how_much():
-    """gpt-oss's sliding-window layers are charged full causal attention (calibrated at 4-8k); at 128k that is the
-    whole context's s/2 keys against a 128-key window's W - W(W-1)/(2s): about 512x (the model audit asked)."""
-    from moetune.walls.flops import windowed_overcharge
-
-    w = windowed_overcharge(load_model("gpt-oss-20b"), 131072)
-    assert (w["layers"], w["window"]) == (12, 128)
-    assert w["factor"] == pytest.approx((131072 / 2) / (128 - 128 * 127 / (2 * 131072)))
-    assert windowed_overcharge(load_model("gpt-oss-20b"), 128) is None  # the window spans the sequence
-    assert windowed_overcharge(load_model("qwen3-30b-a3b"), 131072) is None

@@ -8,7 +8,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from moetune.layout.validate import LONG_CONTEXT
 from moetune.walls.cp_legal import exchange_text
 
 GIB = 1 << 30
@@ -68,14 +67,10 @@ def print_checks(found: list[dict]) -> None:
 
 def attention_notes(e) -> list[str]:
     """What the step charges attention differently from the FLOP count (estimate and plan print them): Llama 4's chunks,
-    which the count does not know, and gpt-oss's windows past 16k, charged at the full context."""
-    t, m, seq, out = e.time, e.model, e.workload.seq_length, []
+    which the count does not know."""
+    t, m, out = e.time, e.model, []
     if t["counted_not_run"] > 0.005:
         out.append(f"{m.name} attends within {m.attention_chunk:,}-token chunks (Megatron Bridge's Llama 4 attention), "
                    f"which the step is charged; {t['flops_convention']}'s FLOP count, and so TFLOP/s/GPU and MFU here, "
                    f"counts whole-sequence attention: {100 * t['counted_not_run']:.0f}% of the counted FLOPs never run")
-    if (w := t["window_charged_full"]) and seq >= LONG_CONTEXT:
-        out.append(f"{m.name}'s {w['layers']} sliding-window layers ({w['window']} keys) are charged full causal "
-                   f"attention, as the published 4-8k runs calibrate it (docs/time.md); at {seq:,} tokens that is "
-                   f"{w['factor']:,.0f}x their window's keys, an upper bound on their attention time")
     return out

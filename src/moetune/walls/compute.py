@@ -145,18 +145,18 @@ def routed_rows(spec: ModelSpec, ctx: ActivationContext):
 
 def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep) -> dict:
     """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
-    # Sliding-window layers (gpt-oss) are charged full causal attention: counting the 128-key window, at the keys
-    # rate keys_factor gives it, put gpt-oss-120b 4-8 points further above its measurements (114 of 123 within 15%,
-    # held-out median 6.7%). Once the fc2 bias pass was charged (expert_bias_seconds) the window reads better: the same
-    # 40/40, 101/111 and 31/39 within 15%, medians 3.3/3.8/8.2% against 4.1/4.4/8.8% (docs/time.md); not switched yet
-    # (the estimate's window_charged_full note goes with it). Whether Transformer Engine's fused attention with sinks
-    # skips a window's masked tiles is not measured here
+    # Sliding-window layers (gpt-oss) are charged their window's attention, the keys each query sees
+    # (flops.attended_keys) at the rate keys_factor gives that many: flash-style fused attention skips the tiles a
+    # window masks whole. They
+    # had been charged full causal attention while gpt-oss read 17-27% fast on HybridEP (the window then put it 4-8
+    # points further off); once the fc2 bias pass was charged (expert_bias_seconds) the window reads better: the same
+    # 40/40, 101/111 and 31/39 runs within 15%, medians 3.3/3.8/8.2% against 4.1/4.4/8.8% (docs/time.md)
     # chunked attention: each query sees its chunk only (FLOP counters count the whole; only core attention depends on
     # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
     # attention, whose split is not modelled)
     span = attention_span(spec, ctx.seq_length)
-    f = layer_flops(spec, kind, ctx.tokens, span)
-    attn_rate = attention_rate(spec, span, None, r)
+    f = layer_flops(spec, kind, ctx.tokens, span, window=kind.window)
+    attn_rate = attention_rate(spec, span, kind.window, r)
     experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1
     routed = routed_rows(spec, ctx)
     per_expert = routed / experts_local

@@ -28,17 +28,6 @@ def causal_context(seq_length: int, window: int | None = None) -> float:
     return window - window * (window - 1) / (2 * seq_length)
 
 
-def windowed_overcharge(spec: ModelSpec, seq_length: int) -> dict | None:
-    """The sliding-window layers the step charges full causal attention (None: none, or the window spans the
-    sequence): how many, their window, and full-causal keys over the window's at this length."""
-    windows = [w for w in layer_windows(spec) if w is not None and w < seq_length]
-    if not windows:
-        return None
-    w = min(windows)
-    return {"layers": len(windows), "window": w,
-            "factor": causal_context(seq_length) / causal_context(seq_length, w)}
-
-
 def attended_keys(seq_length: int, window: int | None = None) -> float:
     """Exact mean keys per query of a causal (optionally windowed) mask: query i sees min(i+1, W) keys."""
     if window is None or window >= seq_length:

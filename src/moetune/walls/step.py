@@ -45,7 +45,7 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
-from moetune.walls.flops import qkv_gathered, windowed_overcharge
+from moetune.walls.flops import qkv_gathered
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import iteration_terms
 from moetune.walls.memo import remembered
@@ -277,7 +277,6 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "counted_not_run": chunked_attention_flops(spec, wl.seq_length, tokens) / flops,
         # sliding-window layers (gpt-oss) are charged full causal attention, as calibrated at 4-8k (compute.py
         # forward_seconds); how many times their window's own attention that is at this length: an upper bound there
-        "window_charged_full": windowed_overcharge(spec, wl.seq_length),
         "walls": walls,
         "dominant_wall": max(walls, key=walls.get),
         "collectives": collectives,
