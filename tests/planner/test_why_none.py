@@ -31,6 +31,22 @@ def test_reason_names_the_pin_and_rule(fixed, expected):
         assert text in reason, reason
 
 
+@pytest.mark.parametrize(("fixed", "expected", "absent"), [
+    # more stages than Qwen2-57B-A14B's 28 layers: no split of any kind, and estimate's split flags are no fix here
+    ({"pp": 40}, ["--fix pp=40", "40 stages for qwen2-57b-a14b's 28 layers", "at most 28 stages"],
+     ["--first-stage-layers", "--account-for"]),
+    # 25 chunks for 28 layers: the layers are why, not an interleaving batch check on a GBS the user never gave
+    ({"pp": 5, "vpp": 5}, ["no split of qwen2-57b-a14b's 28 layers over PP 5 x VPP 5 = 25", "--fix pipeline_layout"],
+     ["GBS 8", "--first-stage-layers"]),
+])
+def test_a_pinned_pipeline_no_split_runs_is_worded_for_plan(fixed, expected, absent):
+    """The audit's `plan qwen2-57b-a14b --gpu h100 --gpus 40 --gbs 1000 --fix pp=40` had been told to set
+    --first-stage-layers, which plan does not take (its search already tries uneven splits)."""
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1000)
+    reason = no_layout_reason(load_model("qwen2-57b-a14b"), H100, 40, wl, fixed)
+    assert all(t in reason for t in expected) and not any(t in reason for t in absent), reason
+
+
 def test_unpinned_batch_size_reason():
     wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1000)
     reason = no_layout_reason(QWEN, H100, 96, wl, {"mbs": 8})

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout
-from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, sequence_refusal, validate_shapes, validate_workload
 from moetune.planner.enumerate import (
@@ -56,7 +55,8 @@ class _Enumerated:
 
 
 def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str | None:
-    """The layout rule these pins break on their own (the other dimensions at 1), or None when some completion
+    """The layout rule these pins break on their own (the other dimensions at 1, PP micro-batches so that an interleaved
+    schedule is judged on its layers, not on a batch the user never gave), or None when some completion
     could be legal. The layer split is judged only when no split of the planner's fits (splits_for): uneven
     or embedding/loss-weighted stages can rescue a PP the even split refuses."""
     vpp = pins.get("vpp", 1)
@@ -67,11 +67,19 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
         lay = Layout(world_size=world, **{**pins, "vpp": vpp})
         validate_shapes(spec, lay)
         validate_workload(lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
-                                        global_batch_size=lay.dp), spec)
-        if lay.pp > 1 and not splits_for(spec, lay.pp, vpp):
-            pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)  # raises with the layer counts
+                                        global_batch_size=lay.dp * lay.pp), spec)
     except MoetuneError as err:
         return str(err)
+    if lay.pp > 1 and not splits_for(spec, lay.pp, vpp):
+        # worded for plan: its search already tried every split estimate's flags would offer (uneven first/last
+        # stages, embedding/loss as layers), so the fix is another PP/VPP or a pinned layout string
+        stages = lay.pp * vpp
+        if stages > spec.num_layers:
+            return (f"PP {lay.pp} x VPP {vpp} = {stages} stages for {spec.name}'s {spec.num_layers} layers: choose "
+                    f"--fix pp (and vpp) with at most {spec.num_layers} stages")
+        return (f"no split of {spec.name}'s {spec.num_layers} layers over PP {lay.pp} x VPP {vpp} = {stages} stages "
+                "runs (even, uneven first/last stages and embedding/loss as layers tried); change --fix pp/vpp, or pin "
+                "--fix pipeline_layout")
     return None
 
 
