@@ -16,9 +16,15 @@ from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment, resolve
 from moetune.emit import emit_all
 from moetune.emit.values import sections as by_section
-from moetune.planner.config_map import PRECISION
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.config_map import PRECISION, to_config
+from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config
 from moetune.rules import evaluate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
 
@@ -275,3 +281,18 @@ def test_megatron_lm_launch_given_experts_by_set_emits_no_flex_backend(tmp_path)
     written = emitted(tmp_path, mlm) / "overrides.txt"
     assert "model.moe_token_dispatcher_type=allgather" in written.read_text()
     assert "dispatcher.flex_activation" not in {f.rule for f in evaluate(load_config([written]))}
+
+
+@pytest.mark.parametrize("value", ["fp32", "fp64", None])
+def test_a_plan_s_router_dtype_round_trips_through_every_launch(tmp_path, value):
+    """The router dtype a plan was priced with (Knobs.moe_router_dtype) is the one its overrides and Megatron-LM
+    arguments run: None is written over a recipe (DeepSeek-V3's bridge sets FP32), and the arguments leave the flag
+    out, Megatron-LM's None."""
+    model = load_model("deepseek-v3")
+    e = estimate(model, load_gpu("gb200"), Layout(world_size=256, pp=4, vpp=4, ep=64,
+                                                  pipeline_layout="Et*4|(t*4|)*14tmL"),
+                 Workload(seq_length=4096, global_batch_size=1024), Knobs(moe_router_dtype=value))
+    out = emitted(tmp_path, to_config(e))
+    over_recipe = load_config([RECIPE, out / "overrides.txt"])
+    launch = load_config([out / "megatron_lm_args.txt"])
+    assert [from_config(c, model)[2].moe_router_dtype for c in (over_recipe, launch)] == [value, value]

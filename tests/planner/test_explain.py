@@ -637,15 +637,19 @@ def test_explain_withdraws_a_fix_that_would_trip_another_rule(capsys):
     assert found["ep_overlap.candidate"]["fix_withdrawn"] == ["ep_overlap.graph_scope_moe"]
 
 
-@pytest.mark.parametrize("dispatcher, fp32", [("hybridep", True), ("alltoall", False)])
-def test_profile_names_the_fc2_bias_pass_of_biased_experts(dispatcher, fp32):
+@pytest.mark.parametrize("dispatcher, router, source", [("hybridep", None, "dispatcher"), ("alltoall", None, None),
+                                                        ("alltoall", "fp32", "moe_router_dtype"),
+                                                        ("hybridep", "fp64", "moe_router_dtype")])
+def test_profile_names_the_fc2_bias_pass_of_biased_experts(dispatcher, router, source):
     """gpt-oss adds its experts' fc2 bias outside the GEMM (walls/compute.py expert_bias_seconds): Profile says how
-    much of the compute wall it is and whether the dispatcher made it FP32; a model without expert biases has none."""
-    knobs = Knobs(precision="bf16", dispatcher=dispatcher, routing="force-balance")
+    much of the compute wall it is and whether the router's dtype or the dispatcher made it FP32; a model without
+    expert biases has none."""
+    knobs = Knobs(precision="bf16", dispatcher=dispatcher, routing="force-balance", moe_router_dtype=router)
     work = Workload(seq_length=4096, micro_batch_size=4, global_batch_size=32)
     e = estimate(load_model("gpt-oss-120b"), load_gpu("b200"), Layout(world_size=8, ep=8), work, knobs)
     bias = explain(e)["profile"]["expert_bias"]
-    assert bias["fp32_probs"] is fp32 and bias["seconds"] == e.time["compute_by_class"]["expert_bias"]
+    assert (bias["fp32_probs"], bias["fp32_probs_from"]) == (source is not None, source)
+    assert bias["seconds"] == e.time["compute_by_class"]["expert_bias"]
     assert 0 < bias["share_of_compute"] < 1
     plain = estimate(load_model("qwen3-30b-a3b"), load_gpu("b200"), Layout(world_size=8, ep=8), work, knobs)
     assert explain(plain)["profile"]["expert_bias"] is None

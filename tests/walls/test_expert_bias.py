@@ -1,10 +1,14 @@
 """Biased experts (gpt-oss) add the fc2 bias outside the GEMM, scaled by each routed row's probability (Megatron-Core
-moe/experts.py TEGroupedMLP._apply_bias), and DeepEP / HybridEP hand the experts FP32 probabilities
-(moe/token_dispatcher.py "only supports float32 probs"): the pass is charged its bytes at the elementwise HBM rate
-(walls/compute.py expert_bias_seconds), 28 bytes an output element with BF16 probabilities, 68 with FP32."""
+moe/experts.py TEGroupedMLP._apply_bias); the probabilities are FP32 where the router computes in FP32 or FP64
+(moe_router_dtype, moe/router.py) or DeepEP / HybridEP cast them (moe/token_dispatcher.py "only supports float32
+probs"): the pass is charged its bytes at the elementwise HBM rate (walls/compute.py expert_bias_seconds), 28 bytes an
+output element with BF16 probabilities, 68 with FP32."""
+
+import json
 
 import pytest
 
+from moetune.cli.main import main
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
@@ -14,9 +18,9 @@ from moetune.specs.registry import load_model
 from moetune.walls.efficiency import efficiency
 
 
-def _by_class(model="gpt-oss-120b", dispatcher="hybridep", recompute="none", modules=()):
+def _by_class(model="gpt-oss-120b", dispatcher="hybridep", recompute="none", modules=(), router=None):
     knobs = Knobs(precision="bf16", dispatcher=dispatcher, routing="force-balance", recompute=recompute,
-                  recompute_modules=frozenset(modules))
+                  recompute_modules=frozenset(modules), moe_router_dtype=router)
     e = estimate(load_model(model), load_gpu("b200"), Layout(world_size=8, ep=8),
                  Workload(seq_length=4096, micro_batch_size=4, global_batch_size=32), knobs)
     assert e.time["num_microbatches"] == 1
@@ -32,6 +36,31 @@ def test_hybridep_fp32_probabilities_cost_the_bytes_of_the_bias_pass():
 
 def test_bf16_probabilities_of_the_alltoall_dispatcher_move_fewer_bytes():
     assert _by_class(dispatcher="alltoall")["expert_bias"] / _by_class()["expert_bias"] == pytest.approx(28 / 68)
+
+
+@pytest.mark.parametrize("router", ["fp32", "fp64"])
+def test_an_fp32_router_hands_the_alltoall_dispatcher_fp32_probabilities(router):
+    """moe/router.py computes the logits in moe_router_dtype and the probabilities follow them, under any
+    dispatcher (FP64 charged as FP32)."""
+    assert _by_class(dispatcher="alltoall", router=router)["expert_bias"] == \
+        pytest.approx(_by_class()["expert_bias"], rel=1e-12)
+
+
+def _cli_bias(capsys, *flags):
+    code = main(["estimate", "gpt-oss-120b", "--gpu", "gb200", "--gpus", "64", "--ep", "64", "--mbs", "4", "--gbs",
+                 "1280", "--dispatcher", "alltoall", "--json", *flags])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    return out["time"]["compute_by_class"]["expert_bias"], out["defaulted"], out["knobs"]["moe_router_dtype"]
+
+
+def test_estimate_defaults_to_the_fp32_router_plans_emit(capsys):
+    """An alltoall gpt-oss estimate with the knobs left out is priced as the config a plan writes runs it: FP32."""
+    default, defaulted, dtype = _cli_bias(capsys)
+    bf16, defaulted_bf16, dtype_bf16 = _cli_bias(capsys, "--moe-router-dtype", "none")
+    assert default / bf16 == pytest.approx(68 / 28)
+    assert (dtype, dtype_bf16) == ("fp32", None)
+    assert "moe_router_dtype" in defaulted and "moe_router_dtype" not in defaulted_bf16
 
 
 def test_recomputing_the_experts_replays_the_forward_pass():

@@ -84,9 +84,9 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
         raise MoetuneError("--model needs --config (the run's layout and knobs) or use --plan FILE")
     if "cluster.gpu" not in config:
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
-    layout, workload, knobs = from_config(config)
-    return estimate(trained_model(load_model(model), config), config_gpu(config), layout, workload,
-                    knobs)
+    spec = trained_model(load_model(model), config)
+    layout, workload, knobs = from_config(config, spec)
+    return estimate(spec, config_gpu(config), layout, workload, knobs)
 
 
 def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None) -> tuple[dict | None, TrainingLog | None]:

@@ -46,7 +46,7 @@ def estimate_from_config(model: str, kw: dict):
     gpu, overheads = config_gpu(config), load_overheads(kw["overheads"])
     eff = load_efficiency_file(kw["efficiency"], gpu.key)
     try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
-        layout, workload, knobs = from_config(config)
+        layout, workload, knobs = from_config(config, spec)
         if kw["token_imbalance"] is not None:
             knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
         result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
@@ -95,6 +95,10 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         return fallback
 
     precision = pick("precision", kw["precision"], default_precision(gpu))
+    # "none": the activations' BF16; left out, the FP32 router every plan's config sets (Knobs.moe_router_dtype)
+    router_dtype = {None: "fp32", "none": None}.get(kw["moe_router_dtype"], kw["moe_router_dtype"])
+    if kw["moe_router_dtype"] is None and spec.num_moe_layers:
+        defaulted.append("moe_router_dtype")
     dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
         raise MoetuneError(f"--flex-num-sms sets the SMs of DeepEP/HybridEP kernels; the dispatcher is {dispatcher} "
@@ -129,6 +133,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         offload_modules=parse_offload_modules(kw["offload_modules"]),
         cp_comm_type=kw["cp_comm_type"] or "auto", hcp_a2a_size=kw["hcp_a2a_size"],
         fp8_param_gather=kw["fp8_param_gather"], fp4_param_gather=kw["fp4_param_gather"],
+        moe_router_dtype=router_dtype,
     )
     if scope_text is None:  # the platform's graphs, less what Megatron refuses beside the recompute
         knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])

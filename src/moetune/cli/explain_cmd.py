@@ -92,6 +92,17 @@ def _saved_result(path: str, after_flag: bool):
     return data if isinstance(data, dict) and ("results" in data or "layout" in data) else None
 
 
+def _bias_dtype_words(bias: dict) -> str:
+    """The dtype the fc2 bias pass runs in, and what sets it (walls/compute.py fp32_probs_source)."""
+    if bias["fp32_probs_from"] == "moe_router_dtype":
+        return (f"in FP32: the router computes the probabilities in {bias['moe_router_dtype'].upper()} "
+                "(moe_router_dtype; Megatron-Core moe/router.py), about 2.4x the bytes of BF16 ones")
+    if bias["fp32_probs_from"] == "dispatcher":
+        return ("in FP32: DeepEP and HybridEP cast the router's BF16 probabilities to FP32 (Megatron-Core "
+                "token_dispatcher.py), about 2.4x the bytes of BF16 ones")
+    return "in BF16 (moe_router_dtype unset, and the alltoall dispatcher keeps the router's probabilities BF16)"
+
+
 def print_explain(a: dict) -> None:
     out = console()
     f, s, p = a["fit"], a["scale"], a["profile"]
@@ -131,9 +142,7 @@ def print_explain(a: dict) -> None:
     if a["gbs_defaulted"]:
         out.print(f"  - global batch defaulted to {a['gbs_defaulted']}: pass --gbs with the run's own")
     if b := p.get("expert_bias"):
-        how = ("in FP32: DeepEP and HybridEP cast the router's probabilities to FP32 (Megatron-Core "
-               "token_dispatcher.py), NCCL alltoall keeps them BF16, about a third of the bytes"
-               if b["fp32_probs"] else "in BF16 (the alltoall dispatcher keeps the router's probabilities BF16)")
+        how = _bias_dtype_words(b)
         out.print(f"  - biased experts: the fc2 bias, scaled by each row's probability, is added outside the GEMM, "
                   f"eagerly (moe/experts.py _apply_bias), {b['seconds']:.2f} s, {100 * b['share_of_compute']:.0f}% of "
                   f"compute, {how} (walls/compute.py expert_bias_seconds)")

@@ -77,6 +77,10 @@ def knob_options(func):
         click.option("--fp4-param-gather/--no-fp4-param-gather", default=None,
                      help="mixed_precision.fp4_param_gather: NVFP4 weights with no BF16 copy. Default: Megatron "
                           "Bridge's NVFP4 preset (on, but without the distributed optimizer)."),
+        click.option("--moe-router-dtype", type=click.Choice(["fp32", "fp64", "none"]), default=None,
+                     help="model.moe_router_dtype: the dtype of the MoE router's logits and probabilities (none: "
+                          "the activations' BF16). Default: fp32, as every plan's config sets it (Megatron's own is "
+                          "none); biased experts' (gpt-oss) fc2 bias pass runs in it."),
         click.option("--cp-comm-type", type=click.Choice((*CP_COMM_TYPES, "auto")), default=None,
                      help="How CP ranks exchange attention inputs (model.cp_comm_type). Default: auto, the legal "
                           "one that costs least, as plan picks (Megatron's own default is p2p)."),
@@ -150,7 +154,7 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
              "--optimizer": "optimizer.optimizer",
              "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
              "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather",
-             "--fp4-param-gather": "mixed_precision.fp4_param_gather"}
+             "--fp4-param-gather": "mixed_precision.fp4_param_gather", "--moe-router-dtype": "model.moe_router_dtype"}
 
 
 def _precision_words(m: re.Match) -> str:

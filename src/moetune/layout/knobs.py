@@ -23,6 +23,8 @@ SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgr
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
+# Megatron-Core's moe_router_dtype values (TransformerConfig: Optional[Literal['fp32', 'fp64']])
+ROUTER_DTYPES: tuple[str | None, ...] = ("fp32", "fp64", None)
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -102,6 +104,12 @@ class Knobs:
     # hcp_a2a_size: the a2a group of a2a+p2p (hierarchical_context_parallel_sizes[0]); None: the largest that fits
     cp_comm_type: str = "p2p"
     hcp_a2a_size: int | None = None
+    # moe_router_dtype: the dtype the MoE router computes its logits and so the routing probabilities in ("fp32" or
+    # "fp64"; None: the activations' BF16), Megatron-Core moe/router.py TopKRouter.gating (probs follow the logits:
+    # type_as(logits)). The biased experts' fc2 bias pass runs in it (walls/compute.py expert_bias_seconds).
+    # Default "fp32": what every plan's config sets (planner/config_map.py, seeds/000 FP8 Recipe Quick Decision);
+    # a config that leaves it out runs its model bridge's (planner/model_fields.py bridge_router_dtype)
+    moe_router_dtype: str | None = "fp32"
 
     def __post_init__(self) -> None:
         for name in SWITCHES:  # a saved plan edited by hand: "yes" or 1 would read as on
@@ -152,6 +160,9 @@ class Knobs:
         if self.offload_modules and self.recompute == "full":
             raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
                                "so there is nothing fine-grained to offload; use selective recompute")
+        if self.moe_router_dtype not in ROUTER_DTYPES:
+            raise MoetuneError(f"moe_router_dtype {self.moe_router_dtype!r}: choose fp32, fp64 or null (the "
+                               "activations' BF16; Megatron-Core's TransformerConfig takes those)")
         if self.dispatcher not in DISPATCHERS:
             raise MoetuneError(f"unknown dispatcher {self.dispatcher!r}; choose from {', '.join(DISPATCHERS)}")
         if self.flex_num_sms is not None and not 1 <= self.flex_num_sms <= 160:

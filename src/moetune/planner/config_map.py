@@ -145,16 +145,17 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
     """The architecture facts rules read (the recipe already sets them; the values are the model's own), and the
     model settings every plan makes."""
     m = e.model
-    return {**architecture_fields(m), **_planned_model_fields(bool(m.num_moe_layers), m.vocab_divisor)}
+    return {**architecture_fields(m), **_planned_model_fields(bool(m.num_moe_layers), m.vocab_divisor),
+            # the router's dtype the step was priced with (Knobs.moe_router_dtype; a plan's: FP32, as seeds/000 FP8
+            # Recipe Quick Decision keeps it); to_config writes its None too, over a recipe's FP32 (_UNSET_ON_MOE)
+            "model.moe_router_dtype": e.knobs.moe_router_dtype if m.num_moe_layers else None}
 
 
 def _planned_model_fields(moe: bool, vocab_divisor: int) -> dict[str, Any]:
     """The model settings a plan makes whatever the model's architecture."""
     return {
         # every planned MoE config: grouped expert GEMMs (Megatron-Core requires them for moe_act recompute)
-        # and the router kept in FP32 (seeds/000 FP8 Recipe Quick Decision)
         "model.moe_grouped_gemm": True if moe else None,
-        "model.moe_router_dtype": "fp32" if moe else None,
         # no dropout, as Megatron Bridge's model bridges set it (deepseek_v3_bridge.py, qwen3_moe_bridge.py,
         # gpt_oss_bridge.py, glm45_bridge.py: hidden_dropout = 0.0; the HF configs' attention_dropout is 0.0) and as
         # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
@@ -232,9 +233,12 @@ def to_config(e: Estimate) -> dict[str, Any]:
     # a model whose config.json has MTP layers, trained without them: the recipe's provider would add them back
     dropped_mtp = {"model.mtp_num_layers"} if e.model.mtp_layer_kind is not None and not e.model.mtp_num_layers \
         else set()
-    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY | dropped_mtp}
+    moe = _UNSET_ON_MOE if e.model.num_moe_layers else set()
+    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY | dropped_mtp | moe}
 
 
+# A MoE model's fields whose None is the plan's own (a BF16 router: a model bridge may set FP32, model_fields.py)
+_UNSET_ON_MOE = frozenset({"model.moe_router_dtype"})
 # Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split, no graph
 # scope) and must reach the config: a recipe the overrides are applied to may set them (DeepSeek-V3's
 # recompute_modules and layout string, GLM-4.5's num_layers_in_first_pipeline_stage); Megatron-Core refuses a layout

@@ -163,7 +163,7 @@ def knobs_json(k: Knobs, ep: int) -> dict:
         "overlap_grad_reduce": k.overlap_grad_reduce, "overlap_param_gather": k.overlap_param_gather,
         "fp8_output_proj": k.fp8_output_proj, "cp_comm_type": k.cp_comm_type, "hcp_a2a_size": k.hcp_a2a_size,
         "fp8_param_gather": k.fp8_params,  # as sized: the recipe preset's where not given
-        "fp4_param_gather": k.fp4_params,
+        "fp4_param_gather": k.fp4_params, "moe_router_dtype": k.moe_router_dtype,
     }
 
 

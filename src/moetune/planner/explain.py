@@ -29,7 +29,7 @@ from moetune.planner.moves import (
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import estimate_record
 from moetune.specs.platform import platform_defaults, platform_of
-from moetune.walls.compute import FP32_PROBS_DISPATCHERS
+from moetune.walls.compute import fp32_probs_source
 
 
 def _fit(e: Estimate) -> dict:
@@ -66,12 +66,14 @@ def _profile(e: Estimate) -> dict:
 
 def _expert_bias(e: Estimate) -> dict | None:
     """The fc2 bias pass of biased experts (gpt-oss), where it runs: its seconds, its share of the compute wall, and
-    whether its temporaries are FP32 (the dispatcher casts the probabilities: walls/compute.py expert_bias_seconds)."""
+    whether its temporaries are FP32 and why (the router's dtype, or the dispatcher's cast: walls/compute.py
+    fp32_probs_source)."""
     seconds = e.time["compute_by_class"].get("expert_bias")
     if not seconds:
         return None
     return {"seconds": seconds, "share_of_compute": seconds / e.time["walls"]["compute"],
-            "fp32_probs": e.knobs.dispatcher in FP32_PROBS_DISPATCHERS}
+            "fp32_probs": fp32_probs_source(e.knobs) is not None, "fp32_probs_from": fp32_probs_source(e.knobs),
+            "moe_router_dtype": e.knobs.moe_router_dtype}
 
 
 def _host_why(t: dict) -> str:

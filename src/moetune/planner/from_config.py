@@ -18,6 +18,7 @@ from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.param_gather import FP4_PARAM_PRECISION, FP8_PARAM_PRECISIONS
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import PRECISION
+from moetune.planner.model_fields import bridge_router_dtype
 from moetune.rules.derive import dispatcher_sms, graph_setting
 from moetune.specs.model import ModelSpec
 
@@ -123,8 +124,20 @@ def _flex_sms(config: dict) -> int | None:
     return dispatcher_sms(config, backend) if backend in MEGATRON_FLEX_SMS else None
 
 
-def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
-    """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent)."""
+def _router_dtype(config: dict, model: ModelSpec | None) -> str | None:
+    """moe_router_dtype as the config sets it (null: the activations' BF16); left out, what runs: Megatron's None
+    under Megatron-LM arguments (--moe-router-dtype defaults to None, arguments.py) or with no MODEL to read, else
+    MODEL's Bridge model bridge's (model_fields.bridge_router_dtype: FP32 for DeepSeek's, None for gpt-oss')."""
+    if "model.moe_router_dtype" in config:
+        return config["model.moe_router_dtype"]
+    if model is None or config.get(LAUNCHER) == "megatron-lm":
+        return None
+    return bridge_router_dtype(model)
+
+
+def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple[Layout, Workload, Knobs]:
+    """Layout, workload and knobs of a normalized config (Megatron's defaults where a name is absent; MODEL's model
+    bridge's for a Bridge config's router dtype)."""
     if "cluster.num_gpus" not in config:
         raise MoetuneError("the config does not say how many GPUs: pass --gpus N")
     settings = layout_settings(config)
@@ -160,7 +173,7 @@ def from_config(config: dict[str, Any]) -> tuple[Layout, Workload, Knobs]:
         fp8_param_gather=_param_gather(config, "fp8", precision in FP8_PARAM_PRECISIONS),
         fp4_param_gather=_param_gather(config, "fp4", precision == FP4_PARAM_PRECISION),
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
-        offload_modules=_offload_modules(config))
+        offload_modules=_offload_modules(config), moe_router_dtype=_router_dtype(config, model))
     return layout, workload, knobs
 
 

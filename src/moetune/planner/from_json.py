@@ -103,7 +103,9 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   overlap_param_gather=k.get("overlap_param_gather", True),
                   fp8_output_proj=k.get("fp8_output_proj", False), fp8_param_gather=k.get("fp8_param_gather"),
                   fp4_param_gather=k.get("fp4_param_gather"),
-                  cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"))
+                  cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"),
+                  # a result saved before the knob was recorded: the FP32 router every plan's config sets
+                  moe_router_dtype=k.get("moe_router_dtype", "fp32"))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return layout, workload, knobs

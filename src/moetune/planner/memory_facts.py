@@ -56,6 +56,6 @@ def less_model_parallel_note(change: float) -> str:
 def config_memory_facts(model: ModelSpec, config: dict, overheads: dict | None = None) -> dict:
     """Facts for a user's normalized config (needs cluster.gpu and cluster.num_gpus), under the memory wall's
     overhead figures with the user's `overheads` on top."""
-    layout, workload, knobs = from_config(config)
+    layout, workload, knobs = from_config(config, model)
     return memory_facts(estimate(trained_model(model, config), config_gpu(config), layout, workload,
                                  knobs, overheads))

@@ -57,6 +57,13 @@ FP32_ROUTER_BRIDGES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "ernie4_5_moe", 
                        "qwen3_next")
 
 
+def bridge_router_dtype(m: ModelSpec) -> str | None:
+    """The moe_router_dtype a Megatron Bridge recipe of MODEL runs where its config leaves the field out: its model
+    bridge's ("fp32" for FP32_ROUTER_BRIDGES' types), else Megatron-Core's None (gpt_oss_bridge.py and
+    qwen3_moe_bridge.py do not set it, nor do the gpt-oss recipes and perf scripts @067f987)."""
+    return "fp32" if m.num_moe_layers and m.model_type in FP32_ROUTER_BRIDGES else None
+
+
 def provider_fields(m: ModelSpec) -> dict[str, Any]:
     """What Megatron Bridge's model bridges set for every MoE model beside the architecture: grouped expert GEMMs and
     the alltoall dispatcher (deepseek_v3_bridge.py, qwen3_moe_bridge.py, gpt_oss_bridge.py, glm45_bridge.py,
@@ -65,8 +72,8 @@ def provider_fields(m: ModelSpec) -> dict[str, Any]:
     overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
     defaults."""
     moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
-    if m.num_moe_layers and m.model_type in FP32_ROUTER_BRIDGES:
-        moe["model.moe_router_dtype"] = "fp32"
+    if bridge_router_dtype(m):
+        moe["model.moe_router_dtype"] = bridge_router_dtype(m)
     return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
             "mixed_precision.pipeline_dtype": "bfloat16"}
 

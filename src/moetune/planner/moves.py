@@ -204,7 +204,7 @@ def with_fix(e: Estimate, fix: dict) -> Estimate | None:
     if not fix or any(isinstance(v, str) and v.startswith("=") for v in fix.values()):
         return None  # an unresolved derived value: nothing concrete to weigh
     try:
-        layout, workload, knobs = from_config({**to_config(e), **fix})
+        layout, workload, knobs = from_config({**to_config(e), **fix}, e.model)
         return e.variant(layout=layout, workload=workload, knobs=knobs)
     except (MoetuneError, ValueError, TypeError):
         return None

@@ -11,6 +11,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
+from moetune.planner.model_fields import bridge_router_dtype
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
 from moetune.specs.registry import load_model
@@ -80,6 +81,10 @@ def run_from_row(row: dict) -> Run:
         fp8_output_proj=row["fp8_output_proj"] == "true",
         # blank: Adam; "muon": dist_muon, Muon under the layer-wise distributed optimizer (Kimi-K2's recipes)
         optimizer=row.get("optimizer") or "adam",
+        # the model bridge's: the rows ran Bridge recipes, which leave it to the bridge (gpt-oss': unset, BF16
+        # probabilities). The Megatron-LM recipe rows (DeepSeek-V3, Qwen3) train models without expert biases, where
+        # it changes no prediction (only walls/compute.py expert_bias_seconds reads it)
+        moe_router_dtype=bridge_router_dtype(spec),
     )
     return Run(run_id=row["run_id"], model=spec, gpu=load_gpu(row["gpu"]), layout=layout,
                workload=Workload(seq_length=_int(row["seq_length"]), micro_batch_size=_int(row["micro_batch_size"]),

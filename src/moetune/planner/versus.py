@@ -64,7 +64,7 @@ def _tokens(baseline: Estimate, config: dict, known: set[str]) -> tuple[float | 
     prices but Megatron or the seeds refuse keeps its figure and names the rules it adds to `known` (the errors of
     the configuration it was changed from: EP overlap without VPP at PP > 1)."""
     try:
-        layout, workload, knobs = from_config(config)
+        layout, workload, knobs = from_config(config, baseline.model)
         e = baseline.variant(layout=layout, workload=workload, knobs=knobs)
     except MoetuneError as err:
         return None, False, str(err), known

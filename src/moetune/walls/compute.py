@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from moetune.layout.knobs import Knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
@@ -231,20 +232,31 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
 # skip_bias_add=True; the output split per local expert, `t + b * p` on each, then torch.cat and .to(t.dtype)),
 # eagerly. BF16 probabilities: b*p written (2), t + bp read 2+2 written 2, cat read 2 written 2 = 12 forward (the .to
 # copies nothing); backward the two products and reductions of mul's gradient (3 x 2 each) and the split's gradient,
-# a cat of the per-expert gradients of t (2+2) = 16. FP32 probabilities (DeepEP and HybridEP cast them:
-# moe/token_dispatcher.py "only supports float32 probs") promote the temporaries: 4 + (2+4+4) + (4+4) + the cast back
-# (4+2) = 28 forward; backward the cast's and the add's gradient casts (6 + 6), the products at 4 bytes (24) and the
-# split's cat (4) = 40. Counted by hand and checked by logging the bytes every aten op of the expression reads and
-# writes under autograd (PyTorch 2.13, four experts).
+# a cat of the per-expert gradients of t (2+2) = 16. FP32 probabilities (an FP32 router's, or DeepEP's and HybridEP's
+# cast: moe/token_dispatcher.py "only supports float32 probs") promote the temporaries: 4 + (2+4+4) + (4+4) + the
+# cast back (4+2) = 28 forward; backward the cast's and the add's gradient casts (6 + 6), the products at 4 bytes
+# (24) and the split's cat (4) = 40. Counted by hand and checked by logging the bytes every aten op of the expression
+# reads and writes under autograd (PyTorch 2.13, four experts).
+# The probabilities are FP32 under any dispatcher where the router computes in FP32 or FP64 (moe_router_dtype;
+# moe/router.py: the logits in that dtype, the probabilities type_as(logits)). FP64 ones are charged as FP32: no
+# published run sets it, and its temporaries' bytes were not logged.
 EXPERT_BIAS_BYTES = {"bf16": (12, 16), "fp32": (28, 40)}
 FP32_PROBS_DISPATCHERS = frozenset({"deepep", "hybridep"})
 
 
-def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, dispatcher: str, replayed: bool):
+def fp32_probs_source(knobs: Knobs) -> str | None:
+    """What makes the experts' routing probabilities FP32 ("moe_router_dtype": the router's own dtype, else
+    "dispatcher": DeepEP's or HybridEP's cast), or None where they stay the activations' BF16."""
+    if knobs.moe_router_dtype is not None:
+        return "moe_router_dtype"
+    return "dispatcher" if knobs.dispatcher in FP32_PROBS_DISPATCHERS else None
+
+
+def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, knobs: Knobs, replayed: bool):
     """Seconds of the fc2 bias pass of a biased MoE layer's experts (gpt-oss: add_mlp_bias) on one rank, one
     micro-batch, forward + backward (+ the forward again where recompute replays the experts): memory-bound, at the
-    elementwise HBM rate."""
-    fwd, bwd = EXPERT_BIAS_BYTES["fp32" if dispatcher in FP32_PROBS_DISPATCHERS else "bf16"]
+    elementwise HBM rate, with the bytes of the probabilities' dtype (fp32_probs_source)."""
+    fwd, bwd = EXPERT_BIAS_BYTES["bf16" if fp32_probs_source(knobs) is None else "fp32"]
     rows = routed_rows(spec, ctx)
     return rows * spec.hidden_size * (fwd * (2 if replayed else 1) + bwd) / r.hbm
 

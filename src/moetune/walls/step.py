@@ -167,9 +167,10 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):
         cp_raw, cp_exposed = cp_raw + cp_replay, cp_exposed + cp_replay
     compute = ring_attention(compute, attn, slow, knobs)
-    if spec.add_mlp_bias and kind.mlp == "moe":  # added past the planner's memo: it depends on the dispatcher
+    # added past the planner's memo: it depends on the dispatcher and the router's dtype
+    if spec.add_mlp_bias and kind.mlp == "moe":
         replays = "routed_experts" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
-        compute = {**compute, "expert_bias": expert_bias_seconds(spec, ctx, r, knobs.dispatcher, replays)}
+        compute = {**compute, "expert_bias": expert_bias_seconds(spec, ctx, r, knobs, replays)}
     total = sum(compute.values())
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed))
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
