@@ -252,13 +252,13 @@ def fp32_probs_source(knobs: Knobs) -> str | None:
     return "dispatcher" if knobs.dispatcher in FP32_PROBS_DISPATCHERS else None
 
 
-def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, knobs: Knobs, replayed: bool):
-    """Seconds of the fc2 bias pass of a biased MoE layer's experts (gpt-oss: add_mlp_bias) on one rank, one
-    micro-batch, forward + backward (+ the forward again where recompute replays the experts): memory-bound, at the
-    elementwise HBM rate, with the bytes of the probabilities' dtype (fp32_probs_source)."""
-    fwd, bwd = EXPERT_BIAS_BYTES["bf16" if fp32_probs_source(knobs) is None else "fp32"]
-    rows = routed_rows(spec, ctx)
-    return rows * spec.hidden_size * (fwd * (2 if replayed else 1) + bwd) / r.hbm
+def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, knobs: Knobs) -> tuple:
+    """(forward, backward) seconds of the fc2 bias pass of a biased MoE layer's experts (gpt-oss: add_mlp_bias) on one
+    rank, one micro-batch: memory-bound, at the elementwise HBM rate, with the bytes of the probabilities' dtype
+    (fp32_probs_source). A recompute that replays the experts runs the forward again (walls/step.py layer_time)."""
+    per_element = EXPERT_BIAS_BYTES["bf16" if fp32_probs_source(knobs) is None else "fp32"]
+    elements = routed_rows(spec, ctx) * spec.hidden_size
+    return tuple(elements * b / r.hbm for b in per_element)
 
 
 def heads_seconds(spec: ModelSpec, tokens, heads, tp, padded_vocab, r: Rates):

@@ -169,8 +169,10 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     compute = ring_attention(compute, attn, slow, knobs)
     # added past the planner's memo: it depends on the dispatcher and the router's dtype
     if spec.add_mlp_bias and kind.mlp == "moe":
+        fwd, bwd = expert_bias_seconds(spec, ctx, r, knobs)
+        # its replay is charged with the others' (class recompute), where the experts' forward runs again
         replays = "routed_experts" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
-        compute = {**compute, "expert_bias": expert_bias_seconds(spec, ctx, r, knobs, replays)}
+        compute = {**compute, "expert_bias": fwd + bwd, "recompute": compute["recompute"] + (fwd if replays else 0.0)}
     total = sum(compute.values())
     raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed))
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
