@@ -3,6 +3,7 @@ the shapes itself: `check` without --model says them as Megatron-Core would refu
 layout.illegal) or beside Megatron-Core's own TransformerConfig refusal each fault is said once."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from rule_cases import FIXTURES
@@ -10,6 +11,13 @@ from rule_cases import FIXTURES
 from modelzoo_launch import H100_ENV, MODELZOO
 from moetune.cli.main import main
 from moetune.configio import load_config
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.context_parallel import resolve_auto
+from moetune.walls.efficiency import efficiency
 
 QWEN = str(FIXTURES / "qwen3_30b_a3b_pretrain_16gpu_h100_bf16.yaml")  # TP 1, EP 16 on 16 H100s
 CLUSTER = ["--gpu", "h100", "--gpus", "16"]
@@ -194,6 +202,27 @@ def test_the_hcp_sizes_fix_keeps_the_a2a_group_inside_nvlink(gpu, node, capsys):
     assert (a2a * tp <= 8) if gpu == "h100" else a2a == max(splits)  # 4 x TP 4 fits NVL72, not an H100 node
     fixed = ["--set", f"model.hierarchical_context_parallel_sizes=[{a2a},{p2p}]"]
     assert not naming(errors([QWEN, *cluster, *sets, *fixed], capsys), "hierarchical_context_parallel_sizes")
+
+
+@pytest.mark.parametrize(("groups", "cp"), [(12, 12), (3, 12), (3, 6)])
+def test_estimate_picks_the_a2a_group_the_hcp_sizes_fix_offers_at_any_cp(groups, cp, capsys):
+    """At a CP that is no power of two estimate tried a2a groups of 2, 4, 8 ... alone, while cp.hcp_sizes offers the
+    largest divisor of CP that splits a TP rank's heads inside NVLink: 48 heads / 12 KV groups at CP 12 got 4 from
+    estimate and [6, 2] from the rule; 3 groups at CP 12 or 6 were refused (no power of two splits them) where the
+    rule offers [3, 4] or [3, 2]. Estimate now picks what the rule offers."""
+    heads, world = 48, 2 * cp
+    sets = [a for kv in (f"model.num_attention_heads={heads}", f"model.num_query_groups={groups}",
+                         "model.context_parallel_size=" + str(cp), "model.cp_comm_type=a2a+p2p",
+                         "model.expert_model_parallel_size=2", "model.seq_length=65536") for a in ("--set", kv)]
+    [fix] = [f["fix"] for f in findings([QWEN, "--gpu", "h100", "--gpus", str(world), *sets], capsys)
+             if f["rule"] == "cp.hcp_sizes"]
+    a2a, p2p = fix["model.hierarchical_context_parallel_sizes"]
+    # by hand: the largest divisor of CP below it that splits the groups and fits an 8-GPU H100 node at TP 1
+    assert a2a == max(a for a in range(2, min(cp, 9)) if cp % a == 0 and groups % a == 0) and a2a * p2p == cp
+    spec = replace(load_model("qwen3-30b-a3b"), num_attention_heads=heads, num_query_groups=groups)
+    knobs = resolve_auto(spec, Layout(world_size=world, cp=cp, ep=2), Workload(seq_length=65536),
+                         Knobs(cp_comm_type="a2a+p2p"), load_gpu("h100"), efficiency("h100"))
+    assert knobs.hcp_a2a_size == a2a
 
 
 @pytest.mark.parametrize(("args", "fires"), [

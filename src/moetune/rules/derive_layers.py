@@ -16,7 +16,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
 from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
-from moetune.walls.cp_legal import a2a_splits, hcp_groups
+from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group
 from moetune.walls.flops import kv_groups_per_rank
 
 
@@ -66,13 +66,13 @@ def _rank_a2a(d: dict[str, Any]):
 def _hcp_a2a_group(d: dict[str, Any]) -> None:
     """Whether a2a+p2p's a2a group (hierarchical_context_parallel_sizes[0]) splits each TP rank's heads and KV groups,
     as Transformer Engine's all-to-all inside it needs (rule cp.hcp_a2a_heads), and the sizes the fixes of
-    cp.hcp_sizes and cp.hcp_a2a_heads offer: the largest group below CP that runs (walls/cp_legal.py hcp_groups) inside
-    the job's NVLink domain, as estimate's own pick (hcp_inner_size; Megatron-Bridge
+    cp.hcp_sizes and cp.hcp_a2a_heads offer: the largest group below CP, of every divisor, that runs inside the job's
+    NVLink domain (walls/cp_legal.py hcp_largest_group), estimate's own pick (hcp_inner_size; Megatron-Bridge
     docs/training/hierarchical-context-parallel.md: "a2a (fast, head-parallel) on intra-node links with p2p ... on
     inter-node links"), else past it; the p2p ring the rest (a group of 1 leaves the ring alone; one of CP, a ring of
     1, runs too, as plain a2a, but then a2a+p2p says nothing a2a would not)."""
     def largest(domain: int | None) -> int:
-        return max((a for a in hcp_groups(*_rank_heads(d), d["cp"], d["tp"], domain) if a < d["cp"]), default=1)
+        return int(hcp_largest_group(*_rank_heads(d), d["cp"], d["tp"], domain))
 
     best = largest(d.get("job_nvlink_domain"))  # the whole domain where the cluster is unknown
     best = best if best > 1 else largest(None)

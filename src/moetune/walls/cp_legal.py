@@ -51,14 +51,28 @@ def hcp_groups(heads_tp: int, groups_tp: int, cp: int, tp: int = 1, nvlink_domai
     return [a for a in range(1, cp + 1) if hcp_group_runs(heads_tp, groups_tp, cp, a, tp, nvlink_domain)]
 
 
-def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
-    """The a2a group of a2a+p2p: the largest group below CP that runs inside an NVLink domain (hcp_group_runs); 1 when
-    none does."""
-    best = np.ones_like(np.asarray(cp))
-    for a in (2, 4, 8, 16, 32, 64):
-        ok = (a < cp) & hcp_group_runs(*rank_heads(spec, tp), cp, a, tp, nvlink_domain)
-        best = np.where(ok, a, best)
+def hcp_largest_group(heads_tp, groups_tp, cp, tp=1, nvlink_domain: int | None = None):
+    """The largest a2a group below CP that a2a+p2p runs with (hcp_group_runs: inside the NVLink domain where one is
+    given), among every divisor of CP (CP 12: 2, 3, 4 and 6); 1 where none does. Scalars or arrays (the planner's
+    layouts); rules/derive_layers.py suggests this group (cp.hcp_sizes), so the rule and estimate agree."""
+    cps = np.asarray(cp)
+    best = np.ones_like(cps)
+    for a in _group_sizes(cps, nvlink_domain):  # ascending, so the largest that runs is kept
+        best = np.where((a < cps) & hcp_group_runs(heads_tp, groups_tp, cps, a, tp, nvlink_domain), a, best)
     return best
+
+
+def _group_sizes(cps, nvlink_domain: int | None) -> list[int]:
+    """The sizes of 2 or more that divide one of these CPs, below it and no wider than the NVLink domain (a group of
+    `size` x TP ranks shares it: hcp_group_runs)."""
+    cap = nvlink_domain if nvlink_domain is not None else int(np.max(cps, initial=1))
+    return sorted({a for c in np.unique(cps).tolist() for a in range(2, min(c - 1, cap) + 1) if c % a == 0})
+
+
+def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
+    """The a2a group of a2a+p2p estimate prices: the largest group below CP that runs inside an NVLink domain
+    (hcp_largest_group, over this model's heads and KV groups of a TP rank); 1 when none does."""
+    return hcp_largest_group(*rank_heads(spec, tp), cp, tp, nvlink_domain)
 
 
 def legal_exchanges(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
