@@ -179,3 +179,21 @@ def test_fp8_weights_without_the_distributed_optimizer_pass_under_either_fsdp(fs
     args = "--num-experts 64 --bf16 --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather" + fsdp
     fired = {f.rule for f in evaluate(load_config(mlm_args=args))}
     assert ("precision.fp8_params_need_distributed_optimizer" in fired) is (not fsdp)
+
+
+@pytest.mark.parametrize(("kind", "recipe", "gpu"), [("fp8", ("fp8=hybrid", "fp8_recipe=tensorwise"), "h100"),
+                                                     ("fp4", ("fp4=e2m1", "fp4_recipe=nvfp4"), "b200")])
+def test_a_lone_param_switch_beside_the_offload_is_refused_as_its_gather(kind, recipe, gpu):
+    """Bridge's MixedPrecisionConfig copies {kind}_param onto {kind}_param_gather (configio/finalize.py
+    quantized_params), so a config setting only fp8_param (fp4_param) keeps the weights quantized: the offload rule
+    and fit.does_not_fit's offload step had read the gather alone and passed it."""
+    offload = ("optimizer.optimizer_cpu_offload=true", "optimizer.optimizer_offload_fraction=0.5",
+               "optimizer.use_precision_aware_optimizer=true")
+    base = (*CASES["fit.does_not_fit"].sets, *(f"mixed_precision.{r}" for r in recipe))
+    for switch in (f"{kind}_param_gather", f"{kind}_param"):
+        config = load_config(sets=(*base, *offload, f"mixed_precision.{switch}=true"), gpu=gpu, gpus=8)
+        assert f"precision.{kind}_params_with_optimizer_offload" in {f.rule for f in evaluate(config)}, switch
+        full = load_config(sets=(*base, "model.recompute_granularity=full", f"mixed_precision.{switch}=true"), gpu=gpu,
+                           gpus=8)
+        fix = {f.rule: f for f in evaluate(full, {"fits": False})}["fit.does_not_fit"].fix
+        assert fix[f"mixed_precision.{kind}_param_gather"] is False, switch

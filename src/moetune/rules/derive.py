@@ -233,14 +233,14 @@ def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
 
 
 def _precision(config: dict[str, Any], d: dict[str, Any]) -> None:
-    # FP8 or NVFP4 weights the optimizer's CPU offload cannot step, as the planner and the knobs test it (rules
-    # precision.fp8/fp4_params_with_optimizer_offload, fit.does_not_fit's offload steps); off where nothing keeps them
+    # FP8 or NVFP4 weights (the gather, else a lone {kind}_param, as Bridge hands them to Megatron-Core and the
+    # estimate reads them: finalize.py quantized_params) and those the optimizer's CPU offload cannot step, as the
+    # planner and the knobs test it (rules precision.fp8/fp4_params_with_optimizer_offload, fit.does_not_fit's
+    # offload steps); off where nothing keeps them
     for kind in ("fp8", "fp4"):
+        d[f"{kind}_params"] = bool(quantized_params(config, kind))
         d[f"offload_refuses_{kind}_params"] = offload_refuses_params(
-            f"{kind}_param_gather", value(config, f"mixed_precision.{kind}_param_gather", False),
-            value(config, f"mixed_precision.{kind}_recipe"))
-    # FP8 weights as Bridge hands them to Megatron-Core (fp8_param) and the estimate reads them (finalize.py)
-    d["fp8_params"] = bool(quantized_params(config, "fp8"))
+            f"{kind}_param_gather", d[f"{kind}_params"], value(config, f"mixed_precision.{kind}_recipe"))
     # A Bridge override file without precision inherits the recipe's (unknown here): leave the facts out
     # so precision rules skip. The normalizer folds model.bf16/fp8/... into mixed_precision.*.
     if not any(k.startswith("mixed_precision.") for k in config):
