@@ -197,3 +197,16 @@ def test_a_lone_param_switch_beside_the_offload_is_refused_as_its_gather(kind, r
                            gpus=8)
         fix = {f.rule: f for f in evaluate(full, {"fits": False})}["fit.does_not_fit"].fix
         assert fix[f"mixed_precision.{kind}_param_gather"] is False, switch
+
+
+@pytest.mark.parametrize(("rule", "precision", "gpu"), [
+    ("precision.mxfp8_param_gather_reuse", "{bf16: true, fp8: e4m3, fp8_recipe: mxfp8, fp8_param: true}", "gb200"),
+    ("precision.fp4_params_without_fp4", "{bf16: true, fp4_param: true}", "b200")])
+def test_a_bridge_yaml_setting_only_the_param_switch_is_read_as_its_gather(rule, precision, gpu, tmp_path):
+    """A Bridge YAML's fp8_param (fp4_param) alone keeps the weights quantized as the gather would (Bridge's
+    MixedPrecisionConfig.__setattr__ copies it onto the gather, which ConfigContainer.validate and Megatron-Core then
+    read): the rules had read the gather's key alone and passed it."""
+    path = tmp_path / "override.yaml"
+    path.write_text(f"mixed_precision: {precision}\n")
+    config = load_config([path], sets=CASES["fit.does_not_fit"].sets, gpu=gpu, gpus=8)
+    assert rule in {f.rule for f in evaluate(config)}
