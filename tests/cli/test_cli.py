@@ -58,6 +58,17 @@ def test_estimate_names_the_rule_errors_of_what_it_estimates(args, rule, capsys)
     assert [c for c in json.loads(out)["checks"] if c["severity"] == "error"] == []
 
 
+@pytest.mark.parametrize(("switch", "refusal"), [("--fp8-param-gather", "fp8_param_gather needs an FP8 recipe"),
+                                                 ("--fp4-param-gather", "fp4_param_gather needs --precision nvfp4")])
+def test_estimate_says_quantized_weights_without_their_recipe_once(switch, refusal, capsys):
+    """The knobs refuse FP8 (NVFP4) weights under BF16 before anything is estimated: one error line, exit 2, the
+    fault said once (the refusal names rule precision.fp8/fp4_params_without_* as its same_as, which only check
+    reads)."""
+    code, out, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "8", "--precision", "bf16",
+                          switch], capsys)
+    assert code == 2 and out == "" and err.count(refusal) == 1 and len(err.strip().splitlines()) == 1
+
+
 def test_models_show_json(capsys):
     code, out, _ = run(["models", "show", "deepseek-v3", "--json"], capsys)
     data = json.loads(out)

@@ -87,8 +87,9 @@ def test_the_batch_path_tells_the_two_apart():
 
 @pytest.mark.parametrize("precision", ["bf16", "nvfp4"])
 def test_fp8_parameters_need_an_fp8_recipe(precision):
-    with pytest.raises(MoetuneError, match="fp8_param_gather needs an FP8 recipe"):
+    with pytest.raises(MoetuneError, match="fp8_param_gather needs an FP8 recipe") as refused:
         Knobs(precision=precision, fp8_param_gather=True)
+    assert refused.value.same_as == ("precision.fp8_params_without_fp8",)  # as the NVFP4 twin names its rule
     assert not Knobs(precision=precision).fp8_params
 
 

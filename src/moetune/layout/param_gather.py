@@ -77,7 +77,8 @@ PARAM_SWITCHES = {
     "fp8_param_gather": _ParamSwitch(FP8_PARAM_PRESET, (
         _Need(lambda k: k.precision not in FP8_PARAM_PRECISIONS,
               lambda k: f"fp8_param_gather needs an FP8 recipe, got {k.precision} (Megatron-Core: 'fp8_param must be "
-              f"used together with fp8 mode'); drop it or pick one of {', '.join(FP8_PARAM_PRECISIONS)}"),
+              f"used together with fp8 mode'); drop it or pick one of {', '.join(FP8_PARAM_PRECISIONS)}",
+              ("precision.fp8_params_without_fp8",)),
         _Need(lambda k: not k.distributed_optimizer,
               lambda k: "fp8_param_gather needs the distributed optimizer (Megatron-LM validate_args asserts it); "
               "drop fp8_param_gather (BF16 weights) or turn the distributed optimizer on",
