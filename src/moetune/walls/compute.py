@@ -148,10 +148,10 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
     # Sliding-window layers (gpt-oss) are charged their window's attention, the keys each query sees
     # (flops.attended_keys) at the rate keys_factor gives that many: flash-style fused attention skips the tiles a
-    # window masks whole. They
-    # had been charged full causal attention while gpt-oss read 17-27% fast on HybridEP (the window then put it 4-8
-    # points further off); once the fc2 bias pass was charged (expert_bias_seconds) the window reads better: the same
-    # 40/40, 101/111 and 31/39 runs within 15%, medians 3.3/3.8/8.2% against 4.1/4.4/8.8% (docs/time.md)
+    # window masks whole. They had been charged full causal attention while gpt-oss read 17-27% fast on HybridEP (the
+    # window then put it 4-8 points further off); once the fc2 bias pass was charged (expert_bias_seconds) the window
+    # reads better: the same 40/40, 101/111 and 31/39 runs within 15%, medians 3.3/3.8/8.2% against 4.1/4.4/8.8%
+    # (docs/time.md)
     # chunked attention: each query sees its chunk only (FLOP counters count the whole; only core attention depends on
     # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
     # attention, whose split is not modelled)

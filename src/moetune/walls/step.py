@@ -278,8 +278,6 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "mfu_bf16_peak": tflops / gpu.bf16_tflops,
         # the share of those counted FLOPs that never run (Llama 4's chunked attention past its chunk): they read high
         "counted_not_run": chunked_attention_flops(spec, wl.seq_length, tokens) / flops,
-        # sliding-window layers (gpt-oss) are charged full causal attention, as calibrated at 4-8k (compute.py
-        # forward_seconds); how many times their window's own attention that is at this length: an upper bound there
         "walls": walls,
         "dominant_wall": max(walls, key=walls.get),
         "collectives": collectives,
