@@ -37,6 +37,12 @@ def test_a_config_s_own_value_stands(value):
     assert _router(GPT_OSS, [f"model.moe_router_dtype={value or 'null'}"]) == value
 
 
+def test_a_bridge_config_s_bf16_runs_as_none():
+    """Bridge's DeepSeek-V3 GB300 perf recipe sets moe_router_dtype = "bf16", which Megatron-Core's router runs in the
+    activations' dtype (only fp32 and fp64 change it): read, not refused, and priced as unset (a review finding)."""
+    assert _router(DSV3, ["model.moe_router_dtype=bf16"]) is None
+
+
 def test_megatron_lm_arguments_that_leave_it_out_run_megatron_s_none():
     args = "--bf16 --expert-model-parallel-size 8 --micro-batch-size 4 --global-batch-size 32"
     assert _router(DSV3, mlm_args=args) is None

@@ -129,7 +129,10 @@ def _router_dtype(config: dict, model: ModelSpec | None) -> str | None:
     under Megatron-LM arguments (--moe-router-dtype defaults to None, arguments.py) or with no MODEL to read, else
     MODEL's Bridge model bridge's (model_fields.bridge_router_dtype: FP32 for DeepSeek's, None for gpt-oss')."""
     if "model.moe_router_dtype" in config:
-        return config["model.moe_router_dtype"]
+        # "bf16" is what Bridge's DeepSeek-V3 GB300 perf recipe writes (perf_recipes/deepseek/gb300/deepseek_v3.py);
+        # Megatron-Core's router changes dtype for fp32 and fp64 only (moe/router.py), so it runs as None
+        value = config["model.moe_router_dtype"]
+        return None if value == "bf16" else value
     if model is None or config.get(LAUNCHER) == "megatron-lm":
         return None
     return bridge_router_dtype(model)
