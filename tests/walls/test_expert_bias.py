@@ -75,3 +75,9 @@ def test_recomputing_the_experts_replays_the_forward_pass_as_recompute():
 
 def test_unbiased_experts_have_no_bias_pass():
     assert "expert_bias" not in _by_class(model="qwen3-30b-a3b")
+
+
+def test_the_router_default_is_said_only_where_it_moves_the_estimate(capsys):
+    """Only biased experts read the router's dtype: a Qwen3 estimate does not list it among the defaulted knobs."""
+    code = main(["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "8", "--ep", "8", "--json"])
+    assert code == 0 and "moe_router_dtype" not in json.loads(capsys.readouterr().out)["defaulted"]

@@ -97,7 +97,8 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     precision = pick("precision", kw["precision"], default_precision(gpu))
     # "none": the activations' BF16; left out, the FP32 router every plan's config sets (Knobs.moe_router_dtype)
     router_dtype = {None: "fp32", "none": None}.get(kw["moe_router_dtype"], kw["moe_router_dtype"])
-    if kw["moe_router_dtype"] is None and spec.num_moe_layers:
+    # said only where it moves the estimate: the fc2 bias pass of biased experts (walls/compute.py expert_bias_seconds)
+    if kw["moe_router_dtype"] is None and spec.num_moe_layers and spec.add_mlp_bias:
         defaulted.append("moe_router_dtype")
     dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:
