@@ -81,3 +81,12 @@ def test_the_router_default_is_said_only_where_it_moves_the_estimate(capsys):
     """Only biased experts read the router's dtype: a Qwen3 estimate does not list it among the defaulted knobs."""
     code = main(["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "8", "--ep", "8", "--json"])
     assert code == 0 and "moe_router_dtype" not in json.loads(capsys.readouterr().out)["defaulted"]
+
+
+def test_an_fp64_router_s_pass_is_said_to_be_priced_at_fp32_s_bytes_a_floor(capsys):
+    """An FP64 router's probabilities stay FP64 under alltoall (DeepEP/HybridEP cast them to FP32); the pass is priced
+    at FP32's bytes, which explain says is a floor rather than calling it FP32."""
+    code = main(["explain", "gpt-oss-120b", "--gpu", "gb200", "--gpus", "64", "--ep", "64", "--dispatcher", "alltoall",
+                 "--moe-router-dtype", "fp64"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0 and "at FP32's bytes, a floor" in out and "in FP32: the router" not in out

@@ -94,9 +94,12 @@ def _saved_result(path: str, after_flag: bool):
 
 def _bias_dtype_words(bias: dict) -> str:
     """The dtype the fc2 bias pass runs in, and what sets it (walls/compute.py fp32_probs_source)."""
+    if bias["fp32_probs_from"] == "moe_router_dtype" and bias["moe_router_dtype"] == "fp64":
+        return ("at FP32's bytes, a floor: the router computes the probabilities in FP64 (moe_router_dtype; "
+                "Megatron-Core moe/router.py), which DeepEP and HybridEP cast down to FP32 and alltoall keeps wider")
     if bias["fp32_probs_from"] == "moe_router_dtype":
-        return (f"in FP32: the router computes the probabilities in {bias['moe_router_dtype'].upper()} "
-                "(moe_router_dtype; Megatron-Core moe/router.py), about 2.4x the bytes of BF16 ones")
+        return ("in FP32: the router computes the probabilities in FP32 (moe_router_dtype; Megatron-Core "
+                "moe/router.py), about 2.4x the bytes of BF16 ones")
     if bias["fp32_probs_from"] == "dispatcher":
         return ("in FP32: DeepEP and HybridEP cast the router's BF16 probabilities to FP32 (Megatron-Core "
                 "token_dispatcher.py), about 2.4x the bytes of BF16 ones")
