@@ -46,6 +46,10 @@ CASES = {
     "cpu_only.json": (lambda p, t: _cpu_only(p), "CPU-only"),
     "numbers.json": (lambda p, t: p.write_text('{"traceEvents": [1, 2, 3]}'), "no traceEvents"),
     "empty_list.json": (lambda p, t: p.write_text('{"traceEvents": []}'), "or an empty list"),
+    # had read 'no traceEvents, or an empty list' for a key that is there, holding something else (the audit's case)
+    "events_number.json": (lambda p, t: p.write_text('{"traceEvents": 5}'), "traceEvents as a number, not a list"),
+    "events_object.json": (lambda p, t: p.write_text('{"schemaVersion": 1, "traceEvents": {"a": 1}}'),
+                           "traceEvents as an object, not a list"),
     "bad_ts.json": (lambda p, t: p.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": "x"}]}'),
                     "malformed event"),
 }

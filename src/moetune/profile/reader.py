@@ -27,7 +27,15 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.profile.collectives import attribute
 from moetune.profile.kernels import classify
-from moetune.profile.trace_json import BAD_JSON, fail, first_char, json_problem, misnamed_gzip, stream
+from moetune.profile.trace_json import (
+    BAD_JSON,
+    EVENTS_NOT_A_LIST,
+    fail,
+    first_char,
+    json_problem,
+    misnamed_gzip,
+    stream,
+)
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
@@ -202,6 +210,12 @@ class _Sink:
         self.peak_reserved = value if self.peak_reserved is None else max(self.peak_reserved, value)
 
 
+# What a traceEvents that is not a list holds, in words (ijson's event names; the fallback reader's Python types)
+NOT_A_LIST_WORDS = {"number": "a number", "int": "a number", "float": "a number", "string": "a string",
+                    "str": "a string", "start_map": "an object", "dict": "an object", "boolean": "true/false",
+                    "bool": "true/false"}
+
+
 def read_trace(path: str | Path) -> RankTrace:
     """Read one rank's trace (.json or .json.gz); MoetuneError names what is wrong with it."""
     path = Path(path)
@@ -226,6 +240,9 @@ def read_trace(path: str | Path) -> RankTrace:
 
 
 def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
+    if sink.events == 0 and (found := header.get(EVENTS_NOT_A_LIST)):
+        raise fail(path, f"has traceEvents as {NOT_A_LIST_WORDS.get(found, found)}, not a list of events; is it a "
+                          "PyTorch profiler (Kineto) trace?")
     if sink.events == 0:
         raise fail(path, "has no trace events (no traceEvents, or an empty list); is it a PyTorch profiler (Kineto) "
                           "trace of at least one step?")

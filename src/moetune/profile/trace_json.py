@@ -87,17 +87,26 @@ def first_char(path: Path) -> str:
     return head[:1].decode("ascii", "replace")
 
 
+# The header key under which _read_header notes a traceEvents that is not a list (the JSON event found there)
+EVENTS_NOT_A_LIST = "_traceEvents_not_a_list"
+
+
 def _read_header(path: Path) -> dict:
     """Top-level keys before ``traceEvents`` (ijson.parse is slow per token; the header is small)."""
     header: dict = {}
-    key, builder = None, None
+    key, builder, at_events = None, None, False
     with _open(path) as fh:
         for prefix, event, value in ijson.parse(fh):
+            if at_events:  # the event after the traceEvents key: a list opens, else say what is there instead
+                if event != "start_array":
+                    header[EVENTS_NOT_A_LIST] = event
+                break
             if prefix == "" and event in ("map_key", "end_map"):
                 if builder is not None:
                     header[key] = builder.value
                 key, builder = value, None
-                if value == "traceEvents" or event == "end_map":
+                at_events = value == "traceEvents"
+                if event == "end_map":
                     break
                 if value in _HEADER_KEYS:
                     builder = ijson.ObjectBuilder()
@@ -112,6 +121,8 @@ def stream(path: Path, sink) -> dict:
         with _open(path) as fh:
             doc = json.load(fh, parse_float=Decimal)
         events = doc if isinstance(doc, list) else doc.get("traceEvents") or []
+        if not isinstance(events, list):
+            return {EVENTS_NOT_A_LIST: type(events).__name__}
         for e in events:
             sink.add(e)
         return doc if isinstance(doc, dict) else {}
