@@ -74,8 +74,10 @@ def _hcp_a2a_group(d: dict[str, Any]) -> None:
     def largest(domain: int | None) -> int:
         return int(hcp_largest_group(*_rank_heads(d), d["cp"], d["tp"], domain))
 
-    best = largest(d.get("job_nvlink_domain"))  # the whole domain where the cluster is unknown
-    best = best if best > 1 else largest(None)
+    domain = d.get("job_nvlink_domain")  # None where the cluster is unknown: no domain bound
+    best = largest(domain)
+    if best == 1 and domain is not None:  # none inside the domain: the largest past it
+        best = largest(None)
     d["hcp_fit_sizes"] = [best, d["cp"] // best]
     sizes = d["hcp_sizes"]
     if sizes and len(sizes) == 2 and _count(sizes[0]):
