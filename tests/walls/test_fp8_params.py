@@ -125,10 +125,12 @@ def test_an_offloaded_optimizer_keeps_bf16_weights_outside_the_delayed_recipe(pr
 def test_one_batch_times_each_recipes_parameter_gather_as_estimate_does():
     """The batch memoizes the data-parallel terms across a search's knob sets; FP8 parameters gather in 1 byte under a
     tensor-scaled recipe (walls/iteration.py gathered_weight_bytes), so a batch timed under BF16 first must not lend
-    that gather to fp8-current (an H100 grid pinned to bf16 and fp8-current, through the API)."""
+    that gather to fp8-current (an H100 grid pinned to bf16 and fp8-current, through the API), nor fp8-delayed its
+    optimizer step to fp8-current: both gather 1 byte, but the step writes 1 byte under delayed scaling and re-reads
+    the master for a fresh amax under current scaling (iteration.step_weight_bytes)."""
     gpu, lay = load_gpu("h100"), Layout(world_size=64, ep=8)
     batch = build_batch(SPEC, [(lay, 1)])
-    for knobs in (Knobs(precision="bf16"), Knobs(precision="fp8-current"), Knobs(precision="fp8-blockwise")):
+    for knobs in (Knobs(precision=p) for p in ("bf16", "fp8-delayed", "fp8-current", "fp8-blockwise")):
         step = batch_step_seconds(SPEC, batch, WL.seq_length, WL.global_batch_size, knobs, gpu, efficiency(gpu.key))
         assert float(step["step"][0]) == pytest.approx(estimate(SPEC, gpu, lay, WL, knobs).time["step_seconds"],
                                                       rel=1e-9), knobs.precision

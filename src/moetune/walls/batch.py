@@ -25,7 +25,7 @@ from moetune.walls.activations import (
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
-from moetune.walls.iteration import gathered_weight_bytes, iteration_terms
+from moetune.walls.iteration import gathered_weight_bytes, iteration_terms, step_weight_bytes
 from moetune.walls.memory import (
     activation_context,
     in_flight,
@@ -194,7 +194,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     root = b.root()  # the data-parallel terms depend on the layout and the knobs below: computed once, read by row
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
-         knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs)),
+         knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs)),
         lambda: _data_parallel(spec, root, knobs, gpu, eff)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
