@@ -71,8 +71,9 @@ def _expert_bias(e: Estimate) -> dict | None:
     seconds = e.time["compute_by_class"].get("expert_bias")
     if not seconds:
         return None
+    source = fp32_probs_source(e.knobs)
     return {"seconds": seconds, "share_of_compute": seconds / e.time["walls"]["compute"],
-            "fp32_probs": fp32_probs_source(e.knobs) is not None, "fp32_probs_from": fp32_probs_source(e.knobs),
+            "fp32_probs": source is not None, "fp32_probs_from": source,
             "moe_router_dtype": e.knobs.moe_router_dtype}
 
 

@@ -72,8 +72,8 @@ def provider_fields(m: ModelSpec) -> dict[str, Any]:
     overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
     defaults."""
     moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
-    if bridge_router_dtype(m):
-        moe["model.moe_router_dtype"] = bridge_router_dtype(m)
+    if dtype := bridge_router_dtype(m):
+        moe["model.moe_router_dtype"] = dtype
     return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
             "mixed_precision.pipeline_dtype": "bfloat16"}
 
