@@ -3,6 +3,8 @@ them in one line, and the track record stays the shipped constants' (planner/tra
 
 import json
 
+from cli_run import run
+
 from moetune.cli.main import main
 
 ESTIMATE = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--gbs", "1024", "--precision", "bf16",
@@ -100,3 +102,53 @@ def test_the_file_is_checked_once_where_it_meets_the_gpu(tmp_path, capsys, monke
     eff, _ = _files(tmp_path)
     assert main(["explain", *ESTIMATE, "--efficiency", eff, "--json"]) == 0
     assert len(checked) == 1
+
+
+def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
+    """plan --overheads: every candidate carries the user's figure, and explain --plan reads it back."""
+    path = tmp_path / "o.toml"
+    path.write_text("cuda_context_gib = 20\n")
+    args = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--top", "2", "--json"]
+    assert main([*args, "--overheads", str(path)]) == 0
+    heavy = json.loads(capsys.readouterr().out)["results"]
+    assert main(args) == 0
+    light = json.loads(capsys.readouterr().out)["results"]
+    for r in heavy:
+        assert r["overheads"] == {"cuda_context_gib": 20}
+        assert r["memory"]["peak_bytes"] <= r["memory"]["capacity_bytes"]
+        assert max(s["bytes"]["cuda_context"] for s in r["stages"]) == 20 * 2**30
+    assert "overheads" not in light[0] and max(s["bytes"]["cuda_context"] for s in light[0]["stages"]) < 2**30
+
+
+def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_path, capsys):
+    """check --model of a saved plan runs the memory wall under the overheads the plan was made with; --overheads
+    replaces them, and needs --model (the only thing that reads them)."""
+    heavy, plan = tmp_path / "o.toml", tmp_path / "p.json"
+    heavy.write_text("cuda_context_gib = 30\n")
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "1",
+                 "--json"]) == 0
+    plan.write_text(capsys.readouterr().out)
+    check = ["check", str(plan), "--model", "qwen3-30b-a3b", "--json"]
+    assert main(check) == 0
+    assert "fit.does_not_fit" not in capsys.readouterr().out
+    assert main([*check, "--overheads", str(heavy)]) == 1
+    assert "fit.does_not_fit" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    estimate = tmp_path / "e.json"  # an estimate saved under the heavy figures: check reads them back from it
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--ep", "16", "--json",
+                 "--overheads", str(heavy)]) == 0
+    estimate.write_text(capsys.readouterr().out)
+    assert main(["check", str(estimate), "--model", "qwen3-30b-a3b", "--json"]) == 1
+    assert "fit.does_not_fit" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    (tmp_path / "none.toml").write_text("")  # the built-in figures, given explicitly, replace the saved ones
+    assert main(["check", str(estimate), "--model", "qwen3-30b-a3b", "--overheads", str(tmp_path / "none.toml")]) == 0
+    capsys.readouterr()
+    code, _, err = run(["check", str(plan), "--overheads", str(heavy)], capsys)
+    assert code == 2 and "only --model runs" in err
+
+
+def test_an_overheads_number_past_a_float_is_one_line(tmp_path, capsys):
+    path = tmp_path / "o.toml"
+    path.write_text("nccl_gib = 1" + "0" * 400 + "\n")
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--overheads",
+                        str(path)], capsys)
+    assert code == 2 and "nccl_gib" in err and "must be a number" in err

@@ -1,0 +1,54 @@
+"""cli/options.py config_words: an error worded for flags reads in the config's names for check --model and
+estimate --config."""
+
+import json
+
+from cli_run import run
+
+
+def test_config_words_name_the_field_with_its_article():
+    """A layout error worded for flags reads in the config's names for check and estimate --config: 'choose an --ep'
+    had read 'choose an model.expert_model_parallel_size'; a flag the table does not know stays as written."""
+    from moetune.cli.options import config_words
+
+    assert config_words("choose an --ep that divides it; change --pp/--vpp, or an --unknown") == (
+        "choose a model.expert_model_parallel_size that divides it; change model.pipeline_model_parallel_size/"
+        "model.virtual_pipeline_model_parallel_size, or an --unknown")
+    # a flag offered beside the key it sets names the key once; another key beside it stays
+    assert config_words("(--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])") == (
+        "(model.hierarchical_context_parallel_sizes [a2a, p2p])")
+    assert config_words("set --seq or model.seq_length_extra") == "set model.seq_length or model.seq_length_extra"
+
+
+def test_a_precision_flag_reads_as_the_config_fields_that_set_it(capsys):
+    """The GEMM-shape refusal ends 'or --precision bf16'; check --model (and estimate --config) word it for a config,
+    and had left the flag as it was, which a config has no place for."""
+    from moetune.cli.options import config_words
+
+    assert config_words("use --seq 4112, or --precision bf16") == (
+        "use model.seq_length 4112, or BF16 (mixed_precision.fp8=null mixed_precision.fp4=null)")
+    assert config_words("needs --precision mxfp8") == "needs mixed_precision.fp8=e4m3 mixed_precision.fp8_recipe=mxfp8"
+    assert config_words("--precision fp9") == "--precision fp9"  # not a recipe: left as written
+    sets = ["model.num_layers=48", "model.num_moe_experts=128", "model.expert_model_parallel_size=8",
+            "model.seq_length=4100", "train.micro_batch_size=1", "mixed_precision.fp8=e4m3",
+            "mixed_precision.fp8_recipe=blockwise"]
+    code, out, _ = run(["check", *[a for s in sets for a in ("--set", s)], "--gpu", "h100", "--gpus", "16",
+                        "--model", "qwen3-30b-a3b", "--json"], capsys)
+    [message] = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal"]
+    assert "multiple of 8, got 4100" in message and "--" not in message and "mixed_precision.fp8=null" in message
+
+
+def test_the_hcp_refusal_names_its_config_key_once(tmp_path, capsys):
+    """The a2a group refusal offers '--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p]'; worded
+    for a config (check --model, estimate --config) the flag became that key too, and the line named it twice."""
+    config = tmp_path / "hcp.yaml"
+    config.write_text("model:\n  tensor_model_parallel_size: 2\n  context_parallel_size: 8\n  cp_comm_type: a2a+p2p\n"
+                      "  hierarchical_context_parallel_sizes: [4, 2]\n  seq_length: 8192\n")
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--config", str(config), "--gpu", "h100", "--gpus", "16"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "the a2a group (4) must split" in err
+    assert err.count("model.hierarchical_context_parallel_sizes") == 1
+    assert err.rstrip().endswith("pick another a2a size (model.hierarchical_context_parallel_sizes [a2a, p2p])")
+    code, out, _ = run(["check", str(config), "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--json"],
+                       capsys)
+    [message] = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal"]
+    assert message.count("model.hierarchical_context_parallel_sizes") == 1 and "--hcp-a2a-size" not in message

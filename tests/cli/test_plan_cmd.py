@@ -1,0 +1,200 @@
+"""plan as a user runs it: what its table and JSON say about the pick, the runners-up, the alternatives it
+weighed and why nothing fits."""
+
+import json
+
+from cli_run import run
+
+from moetune.cli.main import main
+
+
+def test_plan_that_finds_nothing_says_how_far_off_and_exits_1(capsys):
+    """Kimi-K2 (1T parameters) on 64 H100: no layout fits; the line names the least memory any candidate needs."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1024"], capsys)
+    assert code == 1
+    assert "nothing fits: the lightest candidate" in out and "GiB per GPU of 78" in out
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1024",
+                        "--json"], capsys)
+    data = json.loads(out)
+    assert code == 1 and data["results"] == [] and data["nothing_fits"]["lightest_peak_gib"] > 78
+    assert data["nothing_fits"]["reason"].endswith("add GPUs or shorten the sequence")
+    # pins that narrowed the search are the first remedy named (fuzz audit: the advice had never mentioned them)
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--fix", "pp=1",
+                        "--fix", "precision=bf16"], capsys)
+    assert code == 1 and "loosen --fix pp=1 --fix precision=bf16, add GPUs" in out
+
+
+def test_plan_notes_the_data_parallel_sizes_the_global_batch_rules_out(capsys):
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1000",
+                        "--top", "1"], capsys)
+    assert code == 0
+    assert "GBS 1000 is not a multiple of DP x MBS for DP 16, 32, 64" in out and "GBS 1024 would allow DP 64" in out
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "1000",
+                        "--top", "1", "--json"], capsys)
+    assert json.loads(out)["gbs_excluded_dp"] == [16, 32, 64] and json.loads(out)["gbs_allowing_widest_dp"] == 1024
+
+
+def test_plan_says_what_the_optimizer_offload_alternative_changes_beside_the_offload(capsys):
+    """The offload is added to the pick's search, not put in recompute's place: where the alternative still
+    recomputes whole layers (GLM-4.5 at 128k on 136 H100), the note says so and names the layout it moves to; where
+    it recomputes less (Qwen3-235B at 128k on 64 H100), it names the lighter recompute."""
+    for job in (["glm-4.5", "--gpus", "136", "--gbs", "136"], ["qwen3-235b-a22b", "--gpus", "64", "--gbs", "64"]):
+        args = ["plan", *job, "--gpu", "h100", "--seq", "131072", "--top", "1"]
+        code, out, _ = run([*args, "--json"], capsys)
+        data = json.loads(out)
+        pick, alt = data["results"][0], data["offload_alternative"]
+        assert code == 0 and pick["knobs"]["recompute"] == "full" and alt["knobs"]["optimizer_offload_fraction"] == 1
+        code, out, _ = run(args, capsys)
+        note = " ".join(out.split()).split("#1 recomputes whole layers; ")[1].split(". The seeds")[0]
+        assert "offload instead" not in note and note.startswith("offloading the optimizer to the CPU frees"), note
+        assert ("still recomputing whole layers" in note) == (alt["knobs"]["recompute"] == "full"), note
+        assert ("instead of full" in note) == (alt["knobs"]["recompute"] != "full"), note
+        moved = {k: alt["layout"][k] for k in ("tp", "cp", "pp", "ep")} != {k: pick["layout"][k] for k in
+                                                                           ("tp", "cp", "pp", "ep")}
+        assert (f"the layout TP{alt['layout']['tp']} CP{alt['layout']['cp']}" in note) == moved, note
+
+
+def test_plan_names_the_dropless_factor_it_charged(capsys):
+    args = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "1024", "--top", "1",
+            "--fix", "ep=16"]  # EP > 1: the busiest expert rank is charged (EP 1 x ETP picks are not, another test)
+    code, out, _ = run(args, capsys)
+    from moetune.layout.knobs import DROPLESS_IMBALANCE
+    assert code == 0 and f"busiest of EP 16 expert ranks is charged {DROPLESS_IMBALANCE:.2f}x the mean" in \
+        " ".join(out.split())
+    code, out, _ = run([*args, "--routing", "force-balance"], capsys)
+    assert code == 0 and "busiest of" not in out
+
+
+def test_nothing_fits_says_when_memory_is_not_the_reason(capsys):
+    """Kimi-K2 on 144 GB200 (one 72-rank NVLink domain) with HybridEP pinned at EP48: every EP group but the first
+    straddles two domains, so no candidate is legal though the lightest fits in memory; the answer says so."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb200", "--gpus", "144", "--seq", "4096", "--gbs", "1152",
+                        "--fix", "ep=48", "--fix", "dispatcher=hybridep", "--top", "1"], capsys)
+    assert code == 1 and "candidates fit in memory" in out and "NVLink domains" in out
+
+
+def test_uneven_pipeline_split_is_printed_so_it_can_be_passed_again(capsys):
+    """61 layers over PP4: the table and explain name the split (a layout row without it cannot be re-run)."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096",
+                        "--top", "1", "--fix", "pp=4", "--fix", "vpp=1", "--json"], capsys)
+    pick = json.loads(out)["results"][0]
+    layout = pick["pipeline"]["pipeline_layout"]  # the ranks re-split by planner/pipeline_balance.py
+    assert code == 0 and layout
+    code, out, _ = run(["estimate", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--ep", "64",
+                        "--tp", str(pick["layout"]["tp"]), "--cp", str(pick["layout"]["cp"]),
+                        "--pipeline-layout", layout, "--json"], capsys)
+    assert code == 0 and json.loads(out)["pipeline"]["pipeline_layout"] == layout
+    code, out, _ = run(["estimate", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--ep", "64",
+                        "--first-stage-layers", "13", "--last-stage-layers", "16"], capsys)
+    assert code == 0
+    assert "first stage 13 layers, last stage 16 layers" in " ".join(out.split())
+    code, out, _ = run(["explain", "kimi-k2", "--gpu", "gb200", "--gpus", "256", "--pp", "4", "--vpp", "4",
+                        "--ep", "64", "--pipeline-layout", "Et*4|(t*4|)*14tL"], capsys)
+    assert code == 0 and "pipeline layout Et*4|(t*4|)*14tL" in out
+
+
+def test_plan_searches_under_muon_where_pinned(capsys):
+    """Kimi-K2's recipes train with dist_muon; plan could only search Adam (no --fix optimizer): its picks carry Muon,
+    its state and its Newton-Schulz step, and emit it as dist_muon."""
+    code, out, _ = run(["plan", "kimi-k2", "--gpu", "gb300", "--gpus", "256", "--seq", "4096", "--gbs", "4096",
+                        "--top", "2", "--fix", "optimizer=muon", "--json"], capsys)
+    results = json.loads(out)["results"]
+    assert code == 0 and results and all(r["knobs"]["optimizer"] == "muon" for r in results)
+    assert all(r["knobs"]["optimizer_offload_fraction"] == 0 for r in results)
+    assert all(r["time"]["compute_by_class"]["optimizer_step"] > 0.02 for r in results)
+    # the tables show the searched knobs only: the pinned optimizer is named under them, in plan and estimate
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "1",
+                        "--fix", "optimizer=muon"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "Optimizer (every row): Muon under the layer-wise distributed optimizer" in text
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8",
+                        "--optimizer", "muon"], capsys)
+    assert code == 0 and "Newton-Schulz GEMMs included" in " ".join(out.split())
+
+
+def test_plan_table_cells_are_folded_never_cut(capsys):
+    """A cell must stay whole to be passed again: DeepSeek-V3's re-split layout strings on 1,024 H100 are longer
+    than the layout column, and the table folds them instead of ending them with an ellipsis."""
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--seq", "4096", "--gbs", "8192"],
+                       capsys)
+    cells = "".join(line.split("│")[2].strip() for line in out.splitlines() if line.count("│") > 3)
+    assert code == 0 and "…" not in out
+    code, js, _ = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--seq", "4096", "--gbs", "8192",
+                       "--json"], capsys)
+    assert all(r["pipeline"]["pipeline_layout"] in cells for r in json.loads(js)["results"])
+
+
+def test_a_pick_check_says_what_its_own_fix_predicts(capsys):
+    """Qwen3-Next-80B-A3B at 32k on 48 GB200: the pick keeps CP 1 and the long-context rule asks for CP 4; the search
+    already weighed that, so the check carries the fix's prediction (slower here: its linear-attention layers need
+    no 4K shards, and CP 4 leaves DP 1)."""
+    assert main(["plan", "qwen3-next-80b-a3b", "--gpu", "gb200", "--gpus", "48", "--seq", "32768", "--gbs", "96",
+                 "--top", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pick = data["results"][0]
+    check = next(c for c in data["pick_checks"] if c["rule"] == "longctx.cp_sizing")
+    assert pick["layout"]["cp"] == 1 and check["with_fix"]["fits"]
+    assert check["with_fix"]["tokens_per_s_per_gpu"] < pick["time"]["tokens_per_s_per_gpu"]
+
+
+def test_the_largest_model_allowed_plans_without_overflow(shared_data, tmp_path, capsys):
+    """Just under the parameter bound (8.2e14: 60,000 experts of width 12,000), the planner's batched numpy counts
+    still fit in 64 bits: it finds nothing fits (exit 1), with no traceback."""
+    data = json.loads((shared_data / "models" / "qwen3-235b-a22b.config.json").read_text())
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps({**data, "num_experts": 60_000, "moe_intermediate_size": 12_000}))
+    code, out, err = run(["plan", str(path), "--gpu", "h100", "--gpus", "4096", "--gbs", "4096"], capsys)
+    assert code == 1 and "nothing fits" in out + err and "Traceback" not in err
+
+
+def test_plan_names_the_pick_s_own_warnings_and_tight_margins(capsys):
+    """A pinned TP past the NVLink domain is searched as asked, and the pick's rule warning says what it costs;
+    each result says whether it fits within the memory estimate's own error."""
+    code, out, _ = run(["plan", "deepseek-v2-lite", "--gpu", "h100", "--gpus", "32", "--gbs", "256", "--fix", "tp=16",
+                        "--top", "2", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and "scale.tp_outside_nvlink" in {c["rule"] for c in data["pick_checks"]}
+    assert all(isinstance(r["tight"], bool) for r in data["results"])
+    code, out, _ = run(["plan", "deepseek-v2-lite", "--gpu", "h100", "--gpus", "32", "--gbs", "256", "--fix", "tp=16",
+                        "--top", "1"], capsys)
+    assert "Check on #1 warning scale.tp_outside_nvlink" in " ".join(out.split())
+
+
+def test_plan_says_when_its_tflops_count_attention_that_never_runs(capsys):
+    """Llama 4 Scout at 64k on 96 GB200 (the stop's odd-layout check): the pick read 2,361 TFLOP/s/GPU with no word
+    that Megatron's count includes the chunked attention the step never runs; estimate said so, plan now does too."""
+    code, out, _ = run(["plan", "llama4-scout", "--gpu", "gb200", "--gpus", "96", "--seq", "65536", "--gbs", "96",
+                        "--top", "1"], capsys)
+    assert code == 0 and "attends within 8,192-token chunks" in " ".join(out.split())
+
+
+def test_plan_rows_carry_what_estimate_json_has_and_each_is_re_split(capsys):
+    """The plan audit: results lacked estimate's checks and track record, and a runner-up kept its even split (5,401
+    tokens/s/GPU where `--fix recompute=selective` of the same layout and knobs gives 5,514)."""
+    job = ["nemotron3-nano-30b-a3b", "--gpu", "h100", "--gpus", "8", "--seq", "4096", "--gbs", "16"]
+    code, out, _ = run(["plan", *job, "--top", "5", "--json"], capsys)
+    rows = json.loads(out)["results"]
+    code, est, _ = run(["estimate", *job[:-2], "--ep", "8", "--json"], capsys)
+    assert set(json.loads(est)) - {"defaulted"} <= set(rows[1])
+    for row in rows[1:]:
+        if row["layout"]["pp"] > 1 and row["knobs"]["recompute"] == "selective":
+            pins = ["--fix", "recompute=selective", "--fix", f"tp={row['layout']['tp']}",
+                    "--fix", f"cp={row['layout']['cp']}", "--fix", f"pp={row['layout']['pp']}",
+                    "--fix", f"ep={row['layout']['ep']}", "--fix", f"mbs={row['workload']['micro_batch_size']}"]
+            code, pinned, _ = run(["plan", *job, "--top", "1", "--json", *pins], capsys)
+            best = json.loads(pinned)["results"][0]["time"]["tokens_per_s_per_gpu"]
+            assert row["time"]["tokens_per_s_per_gpu"] >= best * 0.995
+
+
+def test_plan_names_a_faster_cp_layout_its_short_context_weight_ranked_off(capsys):
+    """Qwen3-30B-A3B on 16 H100 at 12k: TP1 CP2 predicts +2% over the pick, but below 16k CP ranks as 5% slower; the
+    note had been printed only where a CP row was already on the list (plan audit)."""
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "12288", "--gbs", "48",
+                        "--top", "3", "--json"], capsys)
+    data = json.loads(out)
+    alt = data["short_cp_alternative"]
+    assert alt["layout"]["cp"] > 1 and alt["predicted_gain"] > 0.01
+    assert all(r["layout"]["cp"] == 1 for r in data["results"])
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "12288", "--gbs", "48",
+                        "--top", "3"], capsys)
+    assert f"--fix cp={alt['layout']['cp']}` lists it" in " ".join(out.split())

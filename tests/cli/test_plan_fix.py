@@ -1,0 +1,70 @@
+"""plan --fix: pins kept as written, and pins that cannot run together refused in one line naming the pin."""
+
+import json
+
+import pytest
+from cli_run import run
+
+
+def test_a_pinned_pipeline_layout_is_kept_as_written(capsys):
+    """--fix pipeline_layout keeps the recipe's string (no re-split) on every result, at any PP x VPP it fits."""
+    text = "Et*4|(t*4|)*14tmL"
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096",
+                        "--top", "3", "--fix", f"pipeline_layout={text}", "--json"], capsys)
+    results = json.loads(out)["results"]
+    assert code == 0 and results
+    assert all(r["pipeline"]["pipeline_layout"] == text for r in results)
+    assert all(r["layout"]["pp"] * r["layout"]["vpp"] == 16 for r in results)
+
+
+@pytest.mark.parametrize("fix, words", [
+    (["pipeline_layout=Et*4|(t*4|)*14tL"], "places 0 MTP layers but the run has 1"),
+    (["pipeline_layout=Et*4|(t*4|)*14tmL", "pp=3"], "has 16 stages: it needs PP > 1 with PP x VPP = 16"),
+    (["pipeline_layout=Et*61mL"], "has 1 stage, which is no pipeline"),
+    (["pipeline_layout=Eq|tmL"], "unknown symbols ['q']"),
+])
+def test_a_pinned_pipeline_layout_that_cannot_run_is_one_line(capsys, fix, words):
+    args = ["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--seq", "4096", "--gbs", "4096"]
+    for f in fix:
+        args += ["--fix", f]
+    code, out, err = run(args, capsys)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("Et|xL", "unknown symbols ['x']; use E (embedding), t (layer), m (MTP), L (loss), | (stage break), (..)*N "
+              "and x*N"),
+    ("Et|(t*4L", "unbalanced parentheses, or a group without its *N (write (t*4|)*14)"),
+    ("Et*99999999999|tL", "t*99999999999 expands to more than 100,000 symbols; give one t per decoder layer"),
+])
+def test_a_pinned_pipeline_layout_that_does_not_parse_names_the_pin(text, reason, capsys):
+    """The layout parser's refusal names the string as plan's user typed it, --fix pipeline_layout=..., whole: not
+    estimate's --pipeline-layout flag, which plan has not (it had been named so, then cut off after the fact)."""
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix",
+                        f"pipeline_layout={text}"], capsys)
+    assert code == 2 and err.strip() == f"error: --fix pipeline_layout={text}: {reason}"
+
+
+def test_a_pinned_cp_exchange_beside_a_pinned_cp_of_1_is_one_line(capsys):
+    """At CP 1 nothing is exchanged: estimate refuses --cp-comm-type there, and plan refuses the two pins together."""
+    code, _, err = run(["plan", "glm-4.5-air", "--gpu", "h100", "--gpus", "64", "--gbs", "512", "--fix", "cp=1",
+                        "--fix", "cp_comm_type=a2a"], capsys)
+    assert code == 2 and "--fix cp=1 leaves nothing to exchange" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_takes_p2p_pinned_at_cp_1_as_estimate_does(capsys):
+    """p2p is what a CP-1 result reports (Megatron-Core validates cp_comm_type only at CP > 1): plan had refused
+    --fix cp=1 --fix cp_comm_type=p2p, which estimate takes as --cp 1 --cp-comm-type p2p; the pin is inert there."""
+    base = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "256", "--top", "2",
+            "--fix", "cp=1", "--json"]
+    code, pinned, err = run(base + ["--fix", "cp_comm_type=p2p"], capsys)
+    assert code == 0, err
+    code, free, _ = run(base, capsys)
+    assert json.loads(pinned)["results"] == json.loads(free)["results"]
+
+
+@pytest.mark.parametrize("pin", ["dispatcher=deepep", "dispatcher=hybridep", "ep_overlap=true"])
+def test_pins_that_need_ep_beside_ep_1_name_the_pair(pin, capsys):
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", pin,
+                        "--fix", "ep=1"], capsys)
+    assert code == 2 and f"--fix {pin} needs EP > 1" in err and "nothing fits" not in err
