@@ -187,7 +187,7 @@ def test_the_resplit_bound_never_passes_what_a_resplit_reaches(model, gpu, world
     batch, rng, checked = build_batch(spec, cands), random.Random(1), 0
     for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), {}, "dropless"), 3):
         walls = batch_step_seconds(spec, batch, 4096, wl.global_batch_size, knobs, g, efficiency(g.key))
-        tight = whole_layer_balanced(batch, 4096, wl.global_batch_size, knobs, walls, np.arange(len(cands)))
+        tight = whole_layer_balanced(batch, wl.global_batch_size, walls, np.arange(len(cands)))
         assert np.all(tight >= walls["balanced"] * (1 - 1e-12))
         for i, (lay, mbs) in enumerate(cands):
             if lay.ep == 1 and (knobs.dispatcher != "alltoall" or knobs.ep_overlap):
@@ -217,7 +217,7 @@ def test_the_resplit_bound_counts_every_rank_and_whole_layers():
     batch = build_batch(spec, [(lay, 1)])
     walls = batch_step_seconds(spec, batch, 4096, 1088, knobs, g, efficiency(g.key))
     assert walls["balanced"][0] == pytest.approx(walls["step"][0], rel=1e-9)
-    tight = whole_layer_balanced(batch, 4096, 1088, knobs, walls, np.arange(1))
+    tight = whole_layer_balanced(batch, 1088, walls, np.arange(1))
     assert tight[0] == pytest.approx(walls["step"][0], rel=1e-9)
 
 
@@ -231,7 +231,7 @@ def test_the_whole_layer_bound_sees_what_the_last_rank_cannot_take():
     wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=2048)
     batch = build_batch(spec, [(lay, 1)])
     walls = batch_step_seconds(spec, batch, 4096, 2048, knobs, g, efficiency(g.key))
-    tight = whole_layer_balanced(batch, 4096, 2048, knobs, walls, np.arange(1))[0]
+    tight = whole_layer_balanced(batch, 2048, walls, np.arange(1))[0]
 
     def evaluate(cand):
         t = estimate(spec, g, cand, wl, knobs, with_memory=False).time

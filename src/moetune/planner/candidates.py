@@ -229,7 +229,7 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         # tightened to whole layers where that first bound keeps it in reach of the list (the rest stay out either way)
         near = np.nonzero(resplit & np.isfinite(step) & (reach <= s.bound))[0]
         cp_near = _cp_first(s, sub, walls, resplit & mask[rows]) if s.short_cp else near[:0]
-        tight = _whole_layers(s, sub, knobs, walls, np.union1d(near, cp_near))  # once for both readers
+        tight = _whole_layers(s, sub, walls, np.union1d(near, cp_near))  # once for both readers
         if len(near):
             reach[near] = np.minimum(tight[near] * (step[near] / walls["step"][near]), step[near])
         if s.short_cp:
@@ -249,11 +249,11 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
 SHORT_CP_KEPT = 8
 
 
-def _whole_layers(s: Search, sub, knobs: Knobs, walls: dict, rows) -> np.ndarray:
+def _whole_layers(s: Search, sub, walls: dict, rows) -> np.ndarray:
     """walls["balanced"] tightened to whole layers (walls/batch.py whole_layer_balanced) at `rows`, NaN elsewhere."""
     tight = np.full(len(walls["step"]), np.nan)
     if len(rows):
-        tight[rows] = whole_layer_balanced(sub, s.wl.seq_length, s.wl.global_batch_size, knobs, walls, rows)
+        tight[rows] = whole_layer_balanced(sub, s.wl.global_batch_size, walls, rows)
     return tight
 
 

@@ -179,17 +179,13 @@ def time_key(knobs: Knobs) -> tuple:
             knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size)
 
 
-def _stage_key(knobs: Knobs, gbs: int, seq: int) -> tuple:
-    """The memo key of _stage_part's result, which whole_layer_balanced reads back from the batch's cache."""
-    return ("stage", *time_key(knobs), gbs, seq)
-
-
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,
-                       eff: dict) -> dict[str, np.ndarray]:
-    """Step seconds and walls per candidate (same assembly as step.step_time)."""
+                       eff: dict) -> dict:
+    """Step seconds and walls per candidate (same assembly as step.step_time), and under "stage" the slowest stage's
+    per-micro-batch part (_stage_part) that whole_layer_balanced tightens."""
     f = b.fields
     gpu = job_gpu(gpu, f.world_size.flat[0])  # one world size per search
-    stage = b.memo(_stage_key(knobs, gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
+    stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     root = b.root()  # the data-parallel terms depend on the layout and the knobs below: computed once, read by row
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
@@ -208,14 +204,14 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     # the same step with the slowest pipeline rank at the least a re-split could make it (walls/split_floor.py: the
     # work is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach
     walls["balanced"] = walls["step"] - (m + ((f.pp - 1) / f.vpp)[:, 0]) * (stage["total"] - stage["floor_total"])
-    return walls
+    return walls | {"stage": stage}
 
 
-def whole_layer_balanced(b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, walls: dict, rows: np.ndarray) -> np.ndarray:
-    """walls["balanced"] (of batch_step_seconds under these knobs) at `rows`, its floor raised to the best split in
-    whole layers (split_floor.whole_floor): tighter, and too dear to take for every candidate, so the planner asks it
-    of those the first bound keeps in reach."""
-    stage, f = b.cache[_stage_key(knobs, gbs, seq)], b.fields
+def whole_layer_balanced(b: LayoutBatch, gbs: int, walls: dict, rows: np.ndarray) -> np.ndarray:
+    """walls["balanced"] (batch_step_seconds of the batch `b`) at `rows`, its floor raised to the best split in whole
+    layers (split_floor.whole_floor): tighter, and too dear to take for every candidate, so the planner asks it of
+    those the first bound keeps in reach."""
+    stage, f = walls["stage"], b.fields
     least = (f.vpp - b.loss)[rows].astype(float)  # the layers each rank keeps (pipeline_balance.with_rank_layers)
     whole = whole_floor(b.kind_layers, stage["fixed"][rows], b.ranks[rows].astype(float), least,
                         stage["layer_cost"][rows])
