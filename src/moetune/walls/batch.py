@@ -37,7 +37,6 @@ from moetune.walls.memory import (
     userbuffer_bytes,
 )
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import vocab_shard
 from moetune.walls.split_floor import even_floor, whole_floor
 from moetune.walls.step import layer_time
 
@@ -74,7 +73,8 @@ def _per_stage(b: LayoutBatch, spec: ModelSpec, per_kind) -> np.ndarray:
 def _head_bytes(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs) -> np.ndarray:
     """The loss stages' logits and loss, and under fp8_output_proj the LM head's MXFP8 weight cache (memory.memory_wall
     logits_and_loss, fp8_output_proj_cache), over each candidate's vocabulary shard; 0 on the other stages."""
-    f, shard = b.fields, vocab_shard(spec, b.fields.tp)
+    f = b.fields
+    shard = b.padded_vocab // f.tp  # rank_params.vocab_shard, of the padded vocabulary the batch holds
     head = output_proj_cache_bytes(spec, shard) if knobs.fp8_output_proj else 0
     return np.where(b.loss, logits_bytes(spec, seq // f.cp * b.mbs, shard) + head, 0)
 
