@@ -15,6 +15,8 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.batch import batch_step_seconds
+from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 
 
@@ -90,3 +92,17 @@ def test_an_fp64_router_s_pass_is_said_to_be_priced_at_fp32_s_bytes_a_floor(caps
                  "--moe-router-dtype", "fp64"])
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0 and "at FP32's bytes, a floor" in out and "in FP32: the router" not in out
+
+
+def test_one_batch_times_each_router_dtype_s_bias_pass_as_estimate_does():
+    """The batch memoizes its layer times across a search's knob sets (walls/batch.py time_key); under the alltoall
+    dispatcher the bias pass's bytes follow the router's dtype alone, so a batch timed with an FP32 router first must
+    not lend its FP32 probabilities' pass to a router left unset (BF16 probabilities), nor the reverse."""
+    spec, gpu, lay = load_model("gpt-oss-120b"), load_gpu("b200"), Layout(world_size=8, ep=8)
+    wl = Workload(seq_length=4096, micro_batch_size=4, global_batch_size=32)
+    batch = build_batch(spec, [(lay, 4)])
+    for router in ("fp32", None, "fp64"):
+        knobs = Knobs(precision="bf16", dispatcher="alltoall", moe_router_dtype=router)
+        step = batch_step_seconds(spec, batch, wl.seq_length, wl.global_batch_size, knobs, gpu, efficiency(gpu.key))
+        assert float(step["step"][0]) == pytest.approx(estimate(spec, gpu, lay, wl, knobs).time["step_seconds"],
+                                                      rel=1e-9), router

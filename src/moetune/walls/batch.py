@@ -173,10 +173,12 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 
 
 def time_key(knobs: Knobs) -> tuple:
-    """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms)."""
+    """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms); the router's dtype
+    sizes biased experts' fc2 bias pass (compute.expert_bias_seconds)."""
     return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
             knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance,
-            knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size)
+            knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size,
+            knobs.moe_router_dtype)
 
 
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,

@@ -167,7 +167,8 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):
         cp_raw, cp_exposed = cp_raw + cp_replay, cp_exposed + cp_replay
     compute = ring_attention(compute, attn, slow, knobs)
-    # added past the planner's memo: it depends on the dispatcher and the router's dtype
+    # past the planner's compute memo (not keyed by the dispatcher and router dtype it reads); no memo of its own: a few
+    # array operations (0.5% of a gpt-oss plan's time) in a layer_time both callers memoise whole by knobs (time_key)
     if spec.add_mlp_bias and kind.mlp == "moe":
         fwd, bwd = expert_bias_seconds(spec, ctx, r, knobs)
         # its replay is charged with the others' (class recompute), where the experts' forward runs again
