@@ -78,13 +78,24 @@ LAYER = {"attn_proj": 3.0, "core_attn": 3.5, "routed_experts": 6.0}  # forwards 
 def test_ep_windows_hide_each_all_to_all_beside_its_own_compute():
     """Attention-side forward 2 s hides the combine backward, the expert backward + forward (6 s) the two dispatches,
     the attention-side backward (4.5 s) the combine forward (model_chunk_schedule_plan.py run())."""
-    assert ep_overlap_sides(LAYER) == pytest.approx((2.0, 2.0, 4.5))
+    assert ep_overlap_sides(LAYER) == pytest.approx((2.0, 2.0, 4.0, 4.5))
     assert ep_overlap_exposed(1.5, LAYER, 1.0, True) == 0.0
     # a = 3 s: the combine backward shows 1 s past the attention forward, the dispatches none (2a = 6 = 3f), the
     # combine forward none; a share of the windows only
     assert ep_overlap_exposed(3.0, LAYER, 1.0, True) == pytest.approx(1.0)
     # half the compute usable: 3 - 1, 6 - 3, 3 - 2.25
     assert ep_overlap_exposed(3.0, LAYER, 0.5, True) == pytest.approx(2.0 + 3.0 + 0.75)
+
+
+def test_the_bias_pass_splits_between_the_expert_windows_at_its_own_bytes():
+    """Biased experts' fc2 bias pass (gpt-oss) runs in the expert part at its own split, 28 of its 68 bytes forward
+    with FP32 probabilities (compute.EXPERT_BIAS_BYTES), not a third of it forward as the GEMMs: f = 2 + 2.8 s and
+    b = 4 + 4 s. Without delay_wgrad the dispatch backward (a = 5 s) hides under b and the dispatch forward shows
+    a - f = 0.2 s (at the GEMMs' third, f = 4.27 s, 0.73 s); delayed, the window is f + b either way."""
+    biased = {"routed_experts": 6.0, "expert_bias": 6.8}
+    assert ep_overlap_sides(biased, 2.8) == pytest.approx((0.0, 4.8, 8.0, 0.0))
+    assert ep_overlap_exposed(5.0, biased, 1.0, False, 2.8) == pytest.approx(5 + 0.2 + 5)
+    assert ep_overlap_exposed(7.0, biased, 1.0, True, 2.8) == pytest.approx(7 + (14 - 12.8) + 7)
 
 
 def test_delay_wgrad_hides_the_dispatch_backward_under_the_weight_gradient():

@@ -10,23 +10,26 @@ from moetune.layout.knobs import Knobs
 from moetune.walls.compute import BWD_GEMM, passes
 
 
-def ep_overlap_sides(compute: dict) -> tuple:
-    """(attention-side forward, expert forward, attention-side backward) seconds of a MoE layer: Megatron's EP-overlap
-    schedule splits a layer into the pre-dispatch part (norms, attention, router, shared experts) and the routed
-    experts (models/gpt/fine_grained_callables.py). Replays run in the backward; elementwise work splits as the rest."""
-    # the fc2 bias pass of biased experts (compute.expert_bias_seconds) runs inside the expert part, taken at its GEMMs'
-    # forward share (a third; its bytes are 0.41 forward)
-    experts = compute.get("routed_experts", 0.0) + compute.get("expert_bias", 0.0)
+def ep_overlap_sides(compute: dict, bias_forward=0.0) -> tuple:
+    """(attention-side forward, expert forward, expert backward, attention-side backward) seconds of a MoE layer:
+    Megatron's EP-overlap schedule splits a layer into the pre-dispatch part (norms, attention, router, shared experts)
+    and the routed experts (models/gpt/fine_grained_callables.py). Replays run in the backward; elementwise work splits
+    as the rest. The fc2 bias pass of biased experts (compute["expert_bias"], compute.expert_bias_seconds) runs in the
+    expert part at its own split, `bias_forward` its forward seconds (12 of its 28 bytes an element with BF16
+    probabilities, 28 of 68 with FP32: compute.EXPERT_BIAS_BYTES), not its GEMMs' third."""
+    routed, bias = compute.get("routed_experts", 0.0), compute.get("expert_bias", 0.0)
+    experts = routed + bias
     rest = {k: v for k, v in compute.items() if k not in ("routed_experts", "expert_bias", "elementwise", "recompute")}
     matmul = experts + sum(rest.values())
     ew = compute.get("elementwise", 0.0)
     experts_ew = ew * experts / np.maximum(matmul, 1e-30)
     attn_f = sum(v / passes(k) for k, v in rest.items()) + (ew - experts_ew) / passes("elementwise")
     attn_b = sum(rest.values()) + (ew - experts_ew) + compute.get("recompute", 0.0) - attn_f
-    return attn_f, (experts + experts_ew) / passes("routed_experts"), attn_b
+    gemm_f = (routed + experts_ew) / passes("routed_experts")
+    return attn_f, gemm_f + bias_forward, (passes("routed_experts") - 1) * gemm_f + (bias - bias_forward), attn_b
 
 
-def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
+def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool, bias_forward=0.0):
     """Exposed seconds of a MoE layer's four all-to-alls (`a` seconds each) under overlap_moe_expert_parallel_comm.
     Megatron pairs one micro-batch's layer forward with another's layer backward in three windows
     (models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run): the combine backward runs under
@@ -35,13 +38,15 @@ def ep_overlap_exposed(a, compute: dict, hide: float, delay_wgrad: bool):
     compute, of which `hide` is usable (the communication kernels share SMs and memory bandwidth). In the middle
     window the dispatch backward waits for the expert data gradient and the expert forward for the dispatched
     tokens: with delay_wgrad_compute the expert weight gradient runs after the data gradient, under the dispatch
-    backward, and the window exposes max(2a - 3f, 0) (f: the expert forward); without it the dispatch backward waits
-    for the whole expert backward: max(2f, a) + max(f, a) - 3f."""
-    attn_f, experts_f, attn_b = (hide * x for x in ep_overlap_sides(compute))
+    backward, and the window exposes max(2a - f - b, 0) (f: the expert forward, b: its backward, 2f for GEMMs alone);
+    without it the dispatch backward waits for the whole expert backward: max(b, a) + max(f, a) - f - b.
+    `bias_forward`: as ep_overlap_sides."""
+    attn_f, experts_f, experts_b, attn_b = (hide * x for x in ep_overlap_sides(compute, bias_forward))
+    both = experts_f + experts_b
     if delay_wgrad:
-        middle = np.maximum(2 * a - 3 * experts_f, 0.0)
+        middle = np.maximum(2 * a - both, 0.0)
     else:
-        middle = np.maximum(2 * experts_f, a) + np.maximum(experts_f, a) - 3 * experts_f
+        middle = np.maximum(experts_b, a) + np.maximum(experts_f, a) - both
     return np.maximum(a - attn_f, 0.0) + middle + np.maximum(a - attn_b, 0.0)
 
 

@@ -77,9 +77,10 @@ def qkv_gather_seconds(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: 
 
 
 def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
-                compute: dict, cp: tuple) -> tuple[dict, dict]:
+                compute: dict, cp: tuple, bias_forward=0.0) -> tuple[dict, dict]:
     """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward); `cp` is the CP
-    exchange's (raw, exposed) seconds (context_parallel.layer_cp)."""
+    exchange's (raw, exposed) seconds (context_parallel.layer_cp), `bias_forward` the forward seconds of the experts'
+    fc2 bias pass (compute.expert_bias_seconds), which EP overlap pairs with the expert forward."""
     compute_s = sum(compute.values())
     full = ctx.tokens * spec.hidden_size * BF16  # the sequence-gathered activation a TP collective moves
     n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
@@ -108,7 +109,8 @@ def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec
         if knobs.ep_overlap:
             eager = layer_cpu_share(kind, knobs.cuda_graph_scope) / layer_cpu_share(kind, ())
             hide = ep_overlap_hide(eff, nvlink_busy(parts), eager)
-            ep_exposed = ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad) + replays * (a2a + etp)
+            ep_exposed = ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad, bias_forward) + \
+                replays * (a2a + etp)
     cp, cp_exposed = cp
     # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
     # the backward over the host link, each direction under that pass's compute (the backward is BWD_GEMM times
@@ -167,6 +169,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     if "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute):
         cp_raw, cp_exposed = cp_raw + cp_replay, cp_exposed + cp_replay
     compute = ring_attention(compute, attn, slow, knobs)
+    fwd = 0.0  # the fc2 bias pass's forward seconds (none but under biased experts)
     # past the planner's compute memo (not keyed by the dispatcher and router dtype it reads); no memo of its own: a few
     # array operations (0.5% of a gpt-oss plan's time) in a layer_time both callers memoise whole by knobs (time_key)
     if spec.add_mlp_bias and kind.mlp == "moe":
@@ -175,7 +178,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         replays = "routed_experts" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
         compute = {**compute, "expert_bias": fwd + bwd, "recompute": compute["recompute"] + (fwd if replays else 0.0)}
     total = sum(compute.values())
-    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed))
+    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed), fwd)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
