@@ -28,8 +28,10 @@ from moetune.walls.cp_legal import (
     a2a_allows,
     exchange_refusal,
     exchanges_that_run,
+    hcp_group_checks,
     hcp_inner_size,
     legal_exchanges,
+    rank_heads,
 )
 from moetune.walls.flops import kv_groups_per_rank, layer_flops
 from moetune.walls.memo import array_key, remembered
@@ -238,13 +240,12 @@ def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
             raise MoetuneError(f"a2a+p2p at CP {lay.cp}: {why}; use {instead or 'a smaller CP or TP'}")
     # A group of CP leaves a p2p ring of 1, which runs: Transformer Engine's attn_forward_func_with_cp hands a2a+p2p
     # with a one-rank p2p group to plain a2a over cp_group[0] (since v1.12), priced so here (the ring costs nothing)
-    splits = a2a_allows(spec, size, lay.tp)
-    conditions = ((lay.cp % size, f"divide CP ({lay.cp})"),
-                  (not splits,
-                   f"split the {kv_groups_per_rank(groups, lay.tp)} KV groups of a TP {lay.tp} rank"))
-    failed = [why for bad, why in conditions if bad]
+    heads_tp, groups_tp = rank_heads(spec, lay.tp)
+    checks = hcp_group_checks(heads_tp, groups_tp, lay.cp, size)
+    words = {"divides": f"divide CP ({lay.cp})", "splits": f"split the {groups_tp} KV groups of a TP {lay.tp} rank"}
+    failed = [words[name] for name, holds in checks.items() if not holds]
     if failed:  # the head split is what rule cp.hcp_a2a_heads says where the config states the shapes
         raise MoetuneError(f"hierarchical CP sizes: the a2a group ({size}) must {' and '.join(failed)}; pick another "
                            "a2a size (--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])",
-                           same_as=() if splits else ("cp.hcp_a2a_heads",))
+                           same_as=() if checks["splits"] else ("cp.hcp_a2a_heads",))
     return size

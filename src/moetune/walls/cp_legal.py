@@ -41,8 +41,15 @@ def hcp_group_runs(heads_tp, groups_tp, cp, size, tp=1, nvlink_domain: int | Non
     TP ranks share it too (CP ranks are consecutive after TP in Megatron's order; Transformer Engine's a2a+p2p runs
     the a2a inside a node). A group of 1 leaves the p2p ring alone, one of CP a ring of 1 (plain a2a). Scalars or
     arrays (the planner's layouts); cli/estimate_input.py and rules/derive_layers.py ask here too."""
-    runs = (cp % size == 0) & a2a_splits(heads_tp, groups_tp, size)
+    checks = hcp_group_checks(heads_tp, groups_tp, cp, size)
+    runs = checks["divides"] & checks["splits"]
     return runs if nvlink_domain is None else runs & (size * tp <= nvlink_domain)
+
+
+def hcp_group_checks(heads_tp, groups_tp, cp, size) -> dict:
+    """hcp_group_runs's conditions on the group itself, by name, for a refusal to say which fail: it divides CP, and
+    its all-to-all splits each TP rank's heads and KV groups (a2a_splits)."""
+    return {"divides": cp % size == 0, "splits": a2a_splits(heads_tp, groups_tp, size)}
 
 
 def hcp_groups(heads_tp: int, groups_tp: int, cp: int, tp: int = 1, nvlink_domain: int | None = None) -> list[int]:
