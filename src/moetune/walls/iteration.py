@@ -2,6 +2,8 @@
 step on the GPU (Adam's memory-bound update; Muon's, plus its Newton-Schulz GEMMs) and the optimizer's CPU-offloaded
 share. step.step_time and batch.batch_step_seconds take them for the largest stage."""
 
+from typing import NamedTuple
+
 from moetune.layout.knobs import Knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -16,42 +18,54 @@ from moetune.walls.memory import (
 )
 from moetune.walls.muon import ns_seconds
 
-# bytes an NVFP4 weight element moves in the gather: packed E2M1 data, plus the tile amax all-reduce
-NVFP4_GATHER_BYTES = 0.5 + 2 * 4 / 16**2
-# What the optimizer step writes into a GEMM weight's shard with FP8 or NVFP4 parameters, in place of the BF16 copy of
-# the FP32 master (Megatron-Core distrib_optimizer.py _copy_main_params_to_model_params): the FP8 row-wise bytes
+
+class ParamBytes(NamedTuple):
+    """Bytes a GEMM weight element moves under a recipe's quantized parameters (gathered_weight_bytes,
+    step_weight_bytes)."""
+    gather: float  # in the distributed optimizer's parameter all-gather
+    write: float  # written by the optimizer step into its shard, in place of the BF16 copy of the FP32 master
+    fresh_amax: bool  # the step's cast reads the FP32 master shard once more for a fresh amax
+
+
+# What the step writes (Megatron-Core distrib_optimizer.py _copy_main_params_to_model_params): the FP8 row-wise bytes
 # (fp8_utils.py quantize_param_shard -> TE tensor/utils.py cast_master_weights_to_fp8; the transpose or column-wise
 # copy is made after the gather), packed E2M1 (quantize_nvfp4_param_shard), and for MXFP8 a BF16 copy staged in the
 # gradient buffer that TE quantizes after the gather (reuse_grad_buf_for_mxfp8_param_ag: optimizer.py
-# step_with_ready_grads -> _copy_main_params_to_param_buffer).
-STEP_WRITE_BYTES = {"fp8-delayed": 1, "fp8-current": 1, "fp8-blockwise": 1, "mxfp8": WEIGHT_BYTES, "nvfp4": 0.5}
-# The casts that first read the FP32 master shard once more for a fresh amax, all-reduced over the DP group (TE
+# step_with_ready_grads -> _copy_main_params_to_param_buffer). A fresh amax, all-reduced over the DP group (TE
 # tensor/utils.py: compute_amax in _cast_master_weights_to_fp8_current_scaling, fp8_block_scaling_compute_partial_amax
 # in _cast_master_weights_to_fp8_blockwise_scaling, nvfp4_multi_tensor_compute_partial_amax in
-# _cast_master_weights_to_nvfp4_2d); delayed scaling casts with the scale its amax history holds.
-FRESH_AMAX = ("fp8-current", "fp8-blockwise", "nvfp4")
+# _cast_master_weights_to_nvfp4_2d); delayed scaling casts with the scale its amax history holds. NVFP4 gathers its
+# packed E2M1 data plus the tile amax all-reduce (2 x 4 bytes a 16x16 tile).
+QUANTIZED_PARAM_BYTES = {
+    "fp8-delayed": ParamBytes(gather=1, write=1, fresh_amax=False),
+    "fp8-current": ParamBytes(gather=1, write=1, fresh_amax=True),
+    "fp8-blockwise": ParamBytes(gather=1, write=1, fresh_amax=True),
+    "mxfp8": ParamBytes(gather=WEIGHT_BYTES, write=WEIGHT_BYTES, fresh_amax=False),
+    "nvfp4": ParamBytes(gather=0.5 + 2 * 4 / 16**2, write=0.5, fresh_amax=True),
+}
 
 
 def gathered_weight_bytes(knobs: Knobs) -> float:
-    """Bytes the distributed optimizer's parameter all-gather moves per GEMM weight: FP8 parameters under a
-    tensor-scaled or blockwise recipe sit in DDP's uint8 parameter buffer and gather as 1 byte (Megatron-Core
-    distributed_data_parallel.py param_dtype torch.uint8 for FP8 params); MXFP8 parameters gather in BF16 through the
-    gradient buffer (reuse_grad_buf_for_mxfp8_param_ag: Transformer Engine cannot put an MXFP8 tensor's data in that
-    buffer), as BF16 weights do. NVFP4 parameters gather their packed 4-bit row-wise data (DDP's uint8 buffer of half
-    the elements: param_and_grad_buffer.py nvfp4_packed_numel) after the step all-reduces one FP32 amax per 16x16
-    weight tile over the same group (TE tensor/utils.py _cast_master_weights_to_nvfp4_2d, which every rank turns into
-    the E4M3 scales itself): an all-reduce moves twice a gather's bytes. The embedding and output layer stay BF16."""
-    if knobs.fp4_params:
-        return NVFP4_GATHER_BYTES
-    return 1 if knobs.fp8_params and knobs.precision != "mxfp8" else WEIGHT_BYTES
+    """Bytes the distributed optimizer's parameter all-gather moves per GEMM weight (QUANTIZED_PARAM_BYTES): FP8
+    parameters under a tensor-scaled or blockwise recipe sit in DDP's uint8 parameter buffer and gather as 1 byte
+    (Megatron-Core distributed_data_parallel.py param_dtype torch.uint8 for FP8 params); MXFP8 parameters gather in BF16
+    through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag: Transformer Engine cannot put an MXFP8 tensor's
+    data in that buffer), as BF16 weights do. NVFP4 parameters gather their packed 4-bit row-wise data (DDP's uint8
+    buffer of half the elements: param_and_grad_buffer.py nvfp4_packed_numel) after the step all-reduces one FP32 amax
+    per 16x16 weight tile over the same group (TE tensor/utils.py _cast_master_weights_to_nvfp4_2d, which every rank
+    turns into the E4M3 scales itself): an all-reduce moves twice a gather's bytes. The embedding and output layer stay
+    BF16."""
+    return QUANTIZED_PARAM_BYTES[knobs.precision].gather if knobs.quantized_params else WEIGHT_BYTES
 
 
 def step_weight_bytes(knobs: Knobs) -> float:
     """Bytes the optimizer step moves into a GEMM weight beyond its state and gradient: the BF16 weight written, or
-    with FP8/NVFP4 parameters the quantized shard (STEP_WRITE_BYTES) and, under FRESH_AMAX, the master read again."""
+    with FP8/NVFP4 parameters the quantized shard and, for a fresh amax, the master read again
+    (QUANTIZED_PARAM_BYTES)."""
     if not knobs.quantized_params:
         return WEIGHT_BYTES
-    return STEP_WRITE_BYTES[knobs.precision] + (MASTER_BYTES if knobs.precision in FRESH_AMAX else 0)
+    row = QUANTIZED_PARAM_BYTES[knobs.precision]
+    return row.write + (MASTER_BYTES if row.fresh_amax else 0)
 
 
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
