@@ -120,6 +120,19 @@ def test_selective_recompute_with_no_modules_recomputes_core_attention():
     assert "core_attn" not in fired["longctx.sdpa_recompute"].fix["model.recompute_modules"]
 
 
+@pytest.mark.parametrize("grouped_gemm", ["true", "false"])
+def test_core_attn_under_fused_attention_names_the_modules_its_fix_sets(grouped_gemm):
+    """The message recommends derived.first_selective_modules, the set the fix writes (moe_act needs grouped GEMMs),
+    rather than restating how that set is chosen."""
+    sets = ["model.num_moe_experts=64", f"model.moe_grouped_gemm={grouped_gemm}",
+            "model.recompute_granularity=selective", "model.recompute_modules=[core_attn]"]
+    config = load_config(sets=sets, gpu="h100", gpus=8)
+    fired = {f.rule: f for f in evaluate(config)}["fit.core_attn_fused_attention"]
+    modules = fired.fix["model.recompute_modules"]
+    assert modules == derive(config)["first_selective_modules"] and ("moe_act" in modules) == (grouped_gemm == "true")
+    assert f"Recompute {modules} instead." in fired.message
+
+
 @pytest.mark.parametrize("launcher, fires", [("bridge", False), ("megatron-lm", True)])
 def test_bias_rules_leave_a_bridge_recipe_s_bias_to_the_recipe(launcher, fires):
     """An overrides file that does not set add_bias_linear leaves it to the recipe's provider (False for most MoE
