@@ -11,7 +11,7 @@ from moetune.configio import load_config
 from moetune.configio.names import PASSTHROUGH, names
 from moetune.errors import MoetuneError
 from moetune.rules import EXTERNAL, derive, evaluate, load_table
-from moetune.rules.derive import GIB_FACTS
+from moetune.rules.derive import GIB_FACTS, LONG_CONTEXT_TOKENS
 from moetune.rules.table import parse_table
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
@@ -120,6 +120,20 @@ def test_selective_recompute_with_no_modules_recomputes_core_attention():
     assert "core_attn" not in fired["longctx.sdpa_recompute"].fix["model.recompute_modules"]
 
 
+@pytest.mark.parametrize("seq", [LONG_CONTEXT_TOKENS - 2, LONG_CONTEXT_TOKENS])
+def test_sdpa_recompute_takes_over_from_fused_attention_at_one_cutoff(seq):
+    """Below seeds/002's very long context core_attn recompute is fit.core_attn_fused_attention's warning, from it on
+    longctx.sdpa_recompute's (as is the NVL72 TP lever): one fact, derived.long_context_tokens, for all three."""
+    sets = ["model.num_moe_experts=64", "model.moe_grouped_gemm=true", "model.recompute_granularity=selective",
+            "model.recompute_modules=[core_attn]", f"model.seq_length={seq}", f"dataset.seq_length={seq}",
+            "model.context_parallel_size=16"]
+    config = load_config(sets=sets, gpu="gb200", gpus=64)
+    fired = {f.rule for f in evaluate(config)}
+    long = seq >= derive(config)["long_context_tokens"]
+    assert ("longctx.sdpa_recompute" in fired, "longctx.tp_lever_nvl72" in fired) == (long, long)
+    assert ("fit.core_attn_fused_attention" in fired) == (not long)
+    assert [r.id for r in load_table().rules if "derived.long_context_tokens" in r.when.source] == [
+        "longctx.sdpa_recompute", "fit.core_attn_fused_attention", "longctx.tp_lever_nvl72"]
 @pytest.mark.parametrize("grouped_gemm", ["true", "false"])
 def test_core_attn_under_fused_attention_names_the_modules_its_fix_sets(grouped_gemm):
     """The message recommends derived.first_selective_modules, the set the fix writes (moe_act needs grouped GEMMs),

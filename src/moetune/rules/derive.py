@@ -55,6 +55,12 @@ EXTERNAL = {
 # Byte facts the estimator supplies that messages quote in GiB too (peak_bytes -> peak_gib, ...)
 GIB_FACTS = ("peak_bytes", "capacity_bytes", "host_unchecked_bytes")
 
+# Where "very long context" starts, the sequence length rules longctx.sdpa_recompute and longctx.tp_lever_nvl72 fire
+# from and fit.core_attn_fused_attention stops below (seeds/002_9e3c03e3c28f68e6.txt § Avoid SDPA-heavy recompute at
+# very long context; § Use TP as another lever on NVL72 systems). The seed names no number: its long-context recipes
+# are 128K-class and it leaves the 4K-class regime behind "well past" 4K; moetune reads 64K tokens and up.
+LONG_CONTEXT_TOKENS = 65_536
+
 
 def graph_modules(scope: Any) -> list[str]:
     """CUDA-graph scope names as Bridge reads them (utils/cuda_graph.py): 'full'/None -> whole layer."""
@@ -269,6 +275,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     # estimate reads it: a rule asking the raw ddp field missed a config that set only the optimizer's
     d["distributed_optimizer"] = distributed_optimizer(config)
     d["vpp2_runs"] = vpp2_runs(config, d)
+    d["long_context_tokens"] = LONG_CONTEXT_TOKENS  # a constant: the rules table has no constants of its own
     d.update(extra or {})
     for key in GIB_FACTS:
         if d.get(key) is not None:
