@@ -16,8 +16,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
 from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
-from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group
-from moetune.walls.flops import kv_groups_per_rank
+from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group, heads_per_rank
 
 
 def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
@@ -51,9 +50,8 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
 
 
 def _rank_heads(d: dict[str, Any]) -> tuple[int, int]:
-    """(heads, KV groups) of one TP rank's attention (one KV group a rank past the groups, Megatron-Core >=
-    core_v0.16.0: kv_groups_per_rank)."""
-    return d["attn_heads"] // d["tp"], kv_groups_per_rank(d["kv_groups"], d["tp"])
+    """(heads, KV groups) of one TP rank's attention (walls/cp_legal.py heads_per_rank)."""
+    return heads_per_rank(d["attn_heads"], d["kv_groups"], d["tp"])
 
 
 def _rank_a2a(d: dict[str, Any]):

@@ -24,8 +24,12 @@ def a2a_splits(heads_tp, groups_tp, size):
 def rank_heads(spec: ModelSpec, tp):
     """(heads, KV groups) of one TP rank's attention: what an all-to-all over CP splits (a2a_splits; one KV group a rank
     past the groups: kv_groups_per_rank)."""
-    tp = np.maximum(tp, 1)
-    return spec.num_attention_heads // tp, kv_groups_per_rank(spec.kv_groups, tp)
+    return heads_per_rank(spec.num_attention_heads, spec.kv_groups, np.maximum(tp, 1))
+
+
+def heads_per_rank(heads: int, kv_groups: int, tp):
+    """rank_heads from the counts alone (rules/derive_layers.py reads them from a config, not a ModelSpec)."""
+    return heads // tp, kv_groups_per_rank(kv_groups, tp)
 
 
 def a2a_allows(spec: ModelSpec, size, tp):
