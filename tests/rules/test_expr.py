@@ -26,6 +26,9 @@ def env(values):
     ("contains_any(model.m, ['moe', 'mlp']) and not contains_all(model.m, ['attn', 'moe'])",
      {"model.m": ["moe"]}, True),
     ("'a' if model.x >= 72 else 'b'", {"model.x": 8}, "b"),
+    ("words(model.m)", {"model.m": ["layernorm", "moe_act", "mla_up_proj"]}, "layernorm, moe_act and mla_up_proj"),
+    ("words(model.m)", {"model.m": ["layernorm"]}, "layernorm"),
+    ("words(model.m)", {"model.m": None}, ""),
     ("env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", {"env.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 8}, 8),
     ("-model.a + 1", {"model.a": 3}, -2),
 ])

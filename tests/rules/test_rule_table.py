@@ -144,7 +144,7 @@ def test_core_attn_under_fused_attention_names_the_modules_its_fix_sets(grouped_
     fired = {f.rule: f for f in evaluate(config)}["fit.core_attn_fused_attention"]
     modules = fired.fix["model.recompute_modules"]
     assert modules == derive(config)["first_selective_modules"] and ("moe_act" in modules) == (grouped_gemm == "true")
-    assert f"Recompute {modules} instead." in fired.message
+    assert f"Recompute {' and '.join(modules)} instead." in fired.message and "[" not in fired.message
 
 
 @pytest.mark.parametrize("launcher, fires", [("bridge", False), ("megatron-lm", True)])
