@@ -331,6 +331,9 @@ CASES: dict[str, Case] = {
     "optimizer.dist_opt_out_of_sync": Case(S(MOE, "optimizer.use_distributed_optimizer=false")),
     "optimizer.low_precision_state_needs_precision_aware": Case(S(MOE, "optimizer.exp_avg_dtype=bf16",
                                                                   "optimizer.exp_avg_sq_dtype=bf16")),
+    # Megatron-LM's validate_args under --use-torch-fsdp2 (arguments.py, core_v0.16.0-core_v0.18.2)
+    "fsdp.torch_fsdp2_expert_parallel": Case(S(MOE, "dist.use_torch_fsdp2=true", "model.expert_model_parallel_size=8",
+                                               "cluster.launcher=megatron-lm")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
