@@ -22,6 +22,8 @@ MOE = ("model.num_moe_experts=64", "model.moe_grouped_gemm=true", "model.moe_tok
        "model.moe_router_dtype=fp32", "mixed_precision.bf16=true", "train.manual_gc=true")
 EP_OVERLAP = S(MOE, "model.expert_model_parallel_size=8", "comm_overlap.overlap_moe_expert_parallel_comm=true")
 TE_GRAPHS = "model.cuda_graph_impl=transformer_engine"
+# A Megatron-LM launch under --use-torch-fsdp2 (its validate_args asserts are what the fsdp.* rules mirror)
+FSDP2_MLM = S(MOE, "dist.use_torch_fsdp2=true", "cluster.launcher=megatron-lm")
 
 
 @dataclass(frozen=True)
@@ -332,8 +334,8 @@ CASES: dict[str, Case] = {
     "optimizer.low_precision_state_needs_precision_aware": Case(S(MOE, "optimizer.exp_avg_dtype=bf16",
                                                                   "optimizer.exp_avg_sq_dtype=bf16")),
     # Megatron-LM's validate_args under --use-torch-fsdp2 (arguments.py, core_v0.16.0-core_v0.18.2)
-    "fsdp.torch_fsdp2_expert_parallel": Case(S(MOE, "dist.use_torch_fsdp2=true", "model.expert_model_parallel_size=8",
-                                               "cluster.launcher=megatron-lm")),
+    "fsdp.torch_fsdp2_expert_parallel": Case(S(FSDP2_MLM, "model.expert_model_parallel_size=8")),
+    "fsdp.torch_fsdp2_pipeline_parallel": Case(S(FSDP2_MLM, "model.pipeline_model_parallel_size=2")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
