@@ -336,6 +336,8 @@ CASES: dict[str, Case] = {
     # Megatron-LM's validate_args under --use-torch-fsdp2 (arguments.py, core_v0.16.0-core_v0.18.2)
     "fsdp.torch_fsdp2_expert_parallel": Case(S(FSDP2_MLM, "model.expert_model_parallel_size=8")),
     "fsdp.torch_fsdp2_pipeline_parallel": Case(S(FSDP2_MLM, "model.pipeline_model_parallel_size=2")),
+    "fsdp.torch_fsdp2_distributed_optimizer": Case(S(FSDP2_MLM, "ddp.use_distributed_optimizer=true",
+                                                     "optimizer.use_distributed_optimizer=true")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
