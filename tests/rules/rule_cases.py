@@ -339,6 +339,7 @@ CASES: dict[str, Case] = {
     "fsdp.torch_fsdp2_distributed_optimizer": Case(S(FSDP2_MLM, "ddp.use_distributed_optimizer=true",
                                                      "optimizer.use_distributed_optimizer=true")),
     "fsdp.torch_fsdp2_gradient_accumulation_fusion": Case(FSDP2_MLM),  # Megatron-LM's default is on
+    "fsdp.torch_fsdp2_tied_embeddings": Case(S(FSDP2_MLM, "model.share_embeddings_and_output_weights=true")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
