@@ -340,6 +340,7 @@ CASES: dict[str, Case] = {
                                                      "optimizer.use_distributed_optimizer=true")),
     "fsdp.torch_fsdp2_gradient_accumulation_fusion": Case(FSDP2_MLM),  # Megatron-LM's default is on
     "fsdp.torch_fsdp2_tied_embeddings": Case(S(FSDP2_MLM, "model.share_embeddings_and_output_weights=true")),
+    "fsdp.torch_fsdp2_fp16": Case(S(FSDP2_MLM, "mixed_precision.bf16=false", "mixed_precision.fp16=true")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
