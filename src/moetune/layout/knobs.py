@@ -19,7 +19,7 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-curr
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # Knobs that are on or off (Knobs checks their type)
 SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
-            "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj")
+            "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj", "torch_fsdp2")
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
@@ -67,6 +67,9 @@ class Knobs:
     recompute: Literal["none", "selective", "full"] = "none"  # recompute_granularity (None/selective/full)
     recompute_modules: frozenset[str] = field(default_factory=frozenset)
     distributed_optimizer: bool = True  # use_distributed_optimizer; with Muon, the layer-wise one (dist_muon)
+    # torch_fsdp2 (--use-torch-fsdp2 / dist.use_torch_fsdp2): PyTorch FSDP2 in place of Megatron's DDP, sharding the
+    # weights, gradients and optimizer state over DP x CP (walls/memory.py fsdp2_state_items)
+    torch_fsdp2: bool = False
     # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
     # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
     optimizer: str = "adam"

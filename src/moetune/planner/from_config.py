@@ -156,6 +156,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         recompute_modules=_named("model.recompute_modules", parse_modules, _get(config, "model.recompute_modules", []))
         if recompute == "selective" else frozenset(),
         distributed_optimizer=_distributed(config), optimizer=_optimizer(config),
+        torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=_main_grads_fp32(config),

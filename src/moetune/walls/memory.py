@@ -157,6 +157,8 @@ def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -> dict[str, int]:
     params = p.dense + p.expert
     items = {**weight_items(p, knobs, arch), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
+    if knobs.torch_fsdp2:
+        items.update(fsdp2_sharded_items(items, params, layout))
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
@@ -165,6 +167,19 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -
     else:
         items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
     return items
+
+
+def fsdp2_sharded_items(items: dict[str, int], params, layout) -> dict[str, int]:
+    """The BF16 weights and the gradients of a rank under torch FSDP2. Megatron-Core's TorchFullyShardedDataParallel
+    calls fully_shard on every TransformerLayer, the embedding and the output layer over the DP x CP group
+    (distributed/torch_fully_sharded_data_parallel.py: get_data_parallel_group(with_context_parallel=True), unchanged
+    core_v0.16.0-core_v0.18.2), experts included (Megatron-LM refuses EP > 1 under it), so each rank keeps 1/(DP x CP)
+    of each weight between uses. There is no DDP gradient buffer: the sharded BF16 .grad is copied to an FP32 .grad
+    of the FP32 master shard at the step, each BF16 one freed as it is copied (optimizer/optimizer.py
+    Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads), so the gradient line is the FP32 shard.
+    TE's cached FP8 copies of the gathered weights are left whole."""
+    shards = layout.dp * layout.cp
+    return {"weights": -(-items["weights"] // shards), "main_grads": FP32_GRAD_BYTES * -(-params // shards)}
 
 
 def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
@@ -176,7 +191,11 @@ def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
 def optimizer_divisors(layout, knobs: Knobs) -> tuple:
     """(dense, expert) ranks the optimizer step and its state are shared over: the distributed optimizer (or Muon's
     layer-wise one) shards dense state over DP x CP and expert state over EDP; without it every rank holds all of it.
-    `layout` may hold arrays (the planner's batches)."""
+    `layout` may hold arrays (the planner's batches). Under torch FSDP2 the plain optimizer steps the FP32 master
+    copies of the rank's DP x CP shards (fsdp2_sharded_items), experts' too: Megatron-LM refuses the distributed
+    optimizer there (training/arguments.py:612-613 @core_v0.16.0)."""
+    if knobs.torch_fsdp2:
+        return layout.dp * layout.cp, layout.dp * layout.cp
     return (layout.dp * layout.cp, layout.edp) if knobs.distributed_optimizer else (1, 1)
 
 

@@ -1,0 +1,53 @@
+"""Model-state memory under torch FSDP2 (--use-torch-fsdp2): Megatron-Core's TorchFullyShardedDataParallel shards every
+weight over the DP x CP group (distributed/torch_fully_sharded_data_parallel.py,
+get_data_parallel_group(with_context_parallel=True)), the plain optimizer holds FP32 master copies and Adam moments of
+those shards, and the gradient the step reads is an FP32 copy of the sharded one (optimizer/optimizer.py
+_copy_model_grads_to_main_grads). Megatron-LM refuses EP > 1, PP > 1 and the distributed optimizer under it."""
+
+import pytest
+
+from moetune.configio import load_config
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.from_config import from_config
+from moetune.specs.registry import load_model
+from moetune.walls.memory import memory_wall
+
+# Qwen3-30B-A3B on 64 GPUs at TP2 CP2 (DP 16: 32 shards), as Megatron-LM would run it under FSDP2
+LAYOUT = Layout(world_size=64, tp=2, cp=2, etp=2)
+MLM = ("--bf16 --use-torch-fsdp2 --no-gradient-accumulation-fusion --untie-embeddings-and-output-weights "
+       "--tensor-model-parallel-size 2 --expert-tensor-parallel-size 2 --context-parallel-size 2")
+
+
+def _stage(knobs: Knobs):
+    (stage,) = memory_wall(load_model("qwen3-30b-a3b"), LAYOUT, Workload(seq_length=4096), knobs, arch="hopper")
+    return stage
+
+
+def test_weights_grads_and_adam_state_are_sharded_over_dp_times_cp():
+    stage, shards = _stage(Knobs(torch_fsdp2=True, distributed_optimizer=False)), LAYOUT.dp * LAYOUT.cp
+    per_rank = stage.params / shards  # parameters of one rank's shard
+    for item, bytes_per_param in (("weights", 2), ("main_grads", 4), ("optimizer_states", 12)):
+        # BF16 weight; FP32 gradient copy at the step; FP32 master + exp_avg + exp_avg_sq (ceilings: a few bytes)
+        assert stage.items[item] == pytest.approx(bytes_per_param * per_rank, abs=2 * bytes_per_param), item
+
+
+def test_fsdp2_holds_far_less_than_ddp_without_the_distributed_optimizer():
+    """The same rank under Megatron's DDP with the plain optimizer keeps every weight, a full FP32 gradient buffer and
+    the whole Adam state: 18 B a parameter against FSDP2's 18 B over 32 shards."""
+    ddp = _stage(Knobs(distributed_optimizer=False))
+    fsdp2 = _stage(Knobs(torch_fsdp2=True, distributed_optimizer=False))
+    model_state = ("weights", "main_grads", "optimizer_states")
+    assert sum(ddp.items[k] for k in model_state) == 18 * ddp.params
+    assert sum(fsdp2.items[k] for k in model_state) == pytest.approx(18 * ddp.params / 32, rel=1e-6)
+
+
+def test_a_megatron_lm_launch_with_use_torch_fsdp2_is_estimated_sharded():
+    """--use-torch-fsdp2 had been read and ignored by the estimate: the Qwen3-30B-A3B launch above was charged
+    ~278 GiB of model state a rank (no distributed optimizer: nothing sharded) and reported as not fitting an H100."""
+    layout, _, knobs = from_config(load_config(mlm_args=MLM, gpu="h100", gpus=64))
+    assert knobs.torch_fsdp2 and not knobs.distributed_optimizer and layout == LAYOUT
+    stage = _stage(knobs)
+    assert stage.items["optimizer_states"] < 12 * stage.params / 16
+    assert stage.total < 80 * 2**30
