@@ -341,6 +341,9 @@ CASES: dict[str, Case] = {
     "fsdp.torch_fsdp2_gradient_accumulation_fusion": Case(FSDP2_MLM),  # Megatron-LM's default is on
     "fsdp.torch_fsdp2_tied_embeddings": Case(S(FSDP2_MLM, "model.share_embeddings_and_output_weights=true")),
     "fsdp.torch_fsdp2_fp16": Case(S(FSDP2_MLM, "mixed_precision.bf16=false", "mixed_precision.fp16=true")),
+    "fsdp.torch_fsdp2_drops_fp8_params": Case(S(FSDP2_MLM, "mixed_precision.fp8=hybrid",
+                                                "mixed_precision.fp8_recipe=tensorwise",
+                                                "mixed_precision.fp8_param_gather=true")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.

@@ -51,3 +51,13 @@ def test_a_megatron_lm_launch_with_use_torch_fsdp2_is_estimated_sharded():
     stage = _stage(knobs)
     assert stage.items["optimizer_states"] < 12 * stage.params / 16
     assert stage.total < 80 * 2**30
+
+
+def test_megatron_lm_turns_fp8_weights_off_under_fsdp2():
+    """validate_args sets fp8_param_gather False under --use-torch-fsdp2 with TE >= 2.0 (arguments.py:625-631
+    @core_v0.16.0): the launch runs with BF16 weights, where the estimate had refused it ('fp8_param_gather needs the
+    distributed optimizer')."""
+    fp8 = " --fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather"
+    _, _, knobs = from_config(load_config(mlm_args=MLM + fp8, gpu="h100", gpus=64))
+    assert knobs.fp8 and not knobs.fp8_params
+    assert "fp8_weights" not in _stage(knobs).items

@@ -211,6 +211,8 @@ def _param_gather(config: dict, kind: str, on: bool) -> bool | None:
     is not one of `kind` (`on` false), where Megatron-Core refuses it."""
     if not on:
         return None
+    if kind == "fp8" and config.get(LAUNCHER) == "megatron-lm" and config.get("dist.use_torch_fsdp2"):
+        return False  # validate_args turns it off under FSDP2 (rule fsdp.torch_fsdp2_drops_fp8_params)
     return bool(quantized_params(config, kind))
 
 
