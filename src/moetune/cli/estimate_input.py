@@ -8,7 +8,7 @@ from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
-from moetune.layout.knobs import CP1_COMM_TYPES, TUNED_FLEX_SMS, Knobs
+from moetune.layout.knobs import CP1_COMM_TYPES, PLAN_ROUTER_DTYPE, TUNED_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
@@ -96,7 +96,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
 
     precision = pick("precision", kw["precision"], default_precision(gpu))
     # "none": the activations' BF16; left out, the FP32 router every plan's config sets (Knobs.moe_router_dtype)
-    router_dtype = {None: "fp32", "none": None}.get(kw["moe_router_dtype"], kw["moe_router_dtype"])
+    router_dtype = {None: PLAN_ROUTER_DTYPE, "none": None}.get(kw["moe_router_dtype"], kw["moe_router_dtype"])
     # said only where it moves the estimate: the fc2 bias pass of biased experts (walls/compute.py expert_bias_seconds)
     if kw["moe_router_dtype"] is None and spec.num_moe_layers and spec.add_mlp_bias:
         defaulted.append("moe_router_dtype")

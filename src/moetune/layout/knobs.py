@@ -25,6 +25,10 @@ SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgr
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
 # Megatron-Core's moe_router_dtype values (TransformerConfig: Optional[Literal['fp32', 'fp64']])
 ROUTER_DTYPES: tuple[str | None, ...] = ("fp32", "fp64", None)
+# Knobs' moe_router_dtype where nothing sets it: what every plan's config sets (planner/config_map.py, seeds/000 FP8
+# Recipe Quick Decision); a config that leaves it out runs its model bridge's (planner/model_fields.py
+# bridge_router_dtype). estimate's options and a saved result without the knob read it too.
+PLAN_ROUTER_DTYPE = "fp32"
 CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 # Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
 CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
@@ -110,9 +114,7 @@ class Knobs:
     # moe_router_dtype: the dtype the MoE router computes its logits and so the routing probabilities in ("fp32" or
     # "fp64"; None: the activations' BF16), Megatron-Core moe/router.py TopKRouter.gating (probs follow the logits:
     # type_as(logits)). The biased experts' fc2 bias pass runs in it (walls/compute.py expert_bias_seconds).
-    # Default "fp32": what every plan's config sets (planner/config_map.py, seeds/000 FP8 Recipe Quick Decision);
-    # a config that leaves it out runs its model bridge's (planner/model_fields.py bridge_router_dtype)
-    moe_router_dtype: str | None = "fp32"
+    moe_router_dtype: str | None = PLAN_ROUTER_DTYPE
 
     def __post_init__(self) -> None:
         for name in SWITCHES:  # a saved plan edited by hand: "yes" or 1 would read as on

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from moetune.errors import MoetuneError
 from moetune.files import FileTable
-from moetune.layout.knobs import Knobs
+from moetune.layout.knobs import PLAN_ROUTER_DTYPE, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
@@ -105,7 +105,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   fp4_param_gather=k.get("fp4_param_gather"),
                   cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"),
                   # a result saved before the knob was recorded: the FP32 router every plan's config sets
-                  moe_router_dtype=k.get("moe_router_dtype", "fp32"))
+                  moe_router_dtype=k.get("moe_router_dtype", PLAN_ROUTER_DTYPE))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return layout, workload, knobs
