@@ -172,3 +172,32 @@ def test_an_error_one_group_brings_is_blamed_on_that_group_alone_in_turn():
     effects = setting_effects(pick, baseline, config_changes(pick, baseline))
     blamed = [e["group"] for e in effects if "ep_overlap.pp_needs_vpp" in (e["in_turn_refused"] or "")]
     assert len(effects) >= 3 and len(blamed) == 1, (blamed, [e["group"] for e in effects])
+
+
+def test_a_baseline_s_unset_router_dtype_stays_unset_in_the_configs_it_prices():
+    """A baseline that leaves moe_router_dtype unset (None: the activations' BF16) on a model whose Bridge model bridge
+    sets FP32 (OLMoE, model_fields.py FP32_ROUTER_BRIDGES): the configs setting_effects prices had dropped its None and
+    so read the router back as FP32. Given biased experts, whose fc2 bias pass costs more under FP32 probabilities
+    (walls/compute.py expert_bias_seconds), a pick that changes one group alone is that group applied alone, and the
+    figure must be the pick's own."""
+    from dataclasses import replace
+
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.model_fields import bridge_router_dtype
+    from moetune.planner.versus import config_changes, setting_effects
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+
+    model = replace(load_model("olmoe-1b-7b"), add_mlp_bias=True)
+    assert bridge_router_dtype(model) == "fp32"
+    base = estimate(model, load_gpu("h100"), Layout(world_size=8, ep=8),
+                    Workload(seq_length=4096, global_batch_size=64, micro_batch_size=1))
+    baseline = base.variant(knobs=replace(base.knobs, moe_router_dtype=None, dispatcher="alltoall"))
+    pick = baseline.variant(knobs=replace(baseline.knobs, overlap_grad_reduce=False))
+    fp32_router = baseline.variant(knobs=replace(baseline.knobs, moe_router_dtype="fp32"))
+    assert fp32_router.time["tokens_per_s_per_gpu"] != baseline.time["tokens_per_s_per_gpu"]  # the router is priced
+    [effect] = setting_effects(pick, baseline, config_changes(pick, baseline))
+    gain = pick.time["tokens_per_s_per_gpu"] / baseline.time["tokens_per_s_per_gpu"] - 1
+    assert effect["alone"] == pytest.approx(gain, rel=1e-9, abs=1e-12)
+    assert effect["in_turn"] == pytest.approx(gain, rel=1e-9, abs=1e-12)

@@ -53,9 +53,13 @@ def _grouped(changes: dict[str, tuple]) -> dict[str, list[str]]:
     return dict(sorted(groups.items(), key=lambda g: order.index(g[0]) if g[0] in order else len(order)))
 
 
-def _apply(config: dict, changes: dict[str, tuple], keys: list[str]) -> dict:
-    out = {**config, **{k: changes[k][1] for k in keys}}
-    return {k: v for k, v in out.items() if v is not None}
+def _apply(config: dict, pick_config: dict, keys: list[str]) -> dict:
+    """`config` with the pick's settings of `keys` as the pick's config has them: a None it writes stays (to_config
+    keeps only the Nones a plan means, config_map.py UNSET_EXPLICITLY and a MoE model's BF16 router, where leaving
+    the field out would run another value: from_config reads an absent moe_router_dtype as the model bridge's FP32),
+    and a setting it leaves out is left out."""
+    kept = {k: v for k, v in config.items() if k not in keys}
+    return {**kept, **{k: pick_config[k] for k in keys if k in pick_config}}
 
 
 def _tokens(baseline: Estimate, config: dict, known: set[str]) -> tuple[float | None, bool, str, set[str]]:
@@ -78,12 +82,12 @@ def setting_effects(pick: Estimate, baseline: Estimate, changes: dict[str, tuple
     """Each group of changed settings applied to the baseline alone, and in turn on top of the groups before it (the
     last in-turn figure is the pick's), as predicted tokens/s/GPU over the step before; settings interact, so the
     alone figures need not add up. `base_errors`: the baseline's rule errors where the caller has them."""
-    base_cfg, base = to_config(baseline), baseline.time["tokens_per_s_per_gpu"]
+    base_cfg, pick_cfg, base = to_config(baseline), to_config(pick), baseline.time["tokens_per_s_per_gpu"]
     out, cumulative, before = [], base_cfg, base
     base_errors = turn_errors = set(rule_errors(baseline)) if base_errors is None else base_errors
     for i, (name, keys) in enumerate(_grouped(changes).items()):
-        alone, alone_fits, why, errors = _tokens(baseline, _apply(base_cfg, changes, keys), base_errors)
-        cumulative = _apply(cumulative, changes, keys)
+        alone, alone_fits, why, errors = _tokens(baseline, _apply(base_cfg, pick_cfg, keys), base_errors)
+        cumulative = _apply(cumulative, pick_cfg, keys)
         # the first group in turn is the same config as alone; a later one is blamed only for the errors it adds
         turn, turn_fits, turn_why, turn_errors = (alone, alone_fits, why, errors) if i == 0 else \
             _tokens(baseline, cumulative, turn_errors)
