@@ -223,15 +223,15 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
         # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (ranking.cp_weight)
         step = np.where(mask[rows], walls["step"] * cp_weight(sub.fields.cp[:, 0], s.wl.seq_length), np.inf)
+        weight = step / walls["step"]  # the CP weight the ranking put on each step (inf where it does not fit)
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
-        reach = np.where(resplit & np.isfinite(step), np.minimum(walls["balanced"] * (step / walls["step"]), step),
-                         step)
+        reach = np.where(resplit & np.isfinite(step), _within(walls["balanced"], step, weight), step)
         # tightened to whole layers where that first bound keeps it in reach of the list (the rest stay out either way)
         near = np.nonzero(resplit & np.isfinite(step) & (reach <= s.bound))[0]
         cp_near = _cp_first(s, sub, walls, resplit & mask[rows]) if s.short_cp else near[:0]
         tight = _whole_layers(s, sub, walls, np.union1d(near, cp_near))  # once for both readers
         if len(near):
-            reach[near] = np.minimum(tight[near] * (step[near] / walls["step"][near]), step[near])
+            reach[near] = _within(tight[near], step[near], weight[near])
         if s.short_cp:
             _short_cp_best(s, _cp_reach(s, walls, cp_near, tight), mask[rows], sub, knobs)
         keep = min(s.kept, len(step))
@@ -247,6 +247,18 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
 
 # CP candidates kept for the short-context note: each costs a re-split and an estimate when the note is weighed
 SHORT_CP_KEPT = 8
+# CP candidates the loose first bound ranks first, tightened to whole layers before the note keeps its few (_cp_reach).
+# The 4 is arbitrary, not measured: a larger pool asks whole_layer_balanced of more rows per knob set on the search's
+# hot path; a smaller one misses more candidates whose whole-layer bound ranks among the kept but whose loose one falls
+# below the pool, as some do (GLM-4.5-Air on 48 H200 at 12k: 67 of 132 knob sets; yet its note, and that of 7 other
+# searches, came out the same with every CP row tightened)
+SHORT_CP_POOL = 4 * SHORT_CP_KEPT
+
+
+def _within(balanced: np.ndarray, step: np.ndarray, weight: np.ndarray | None = None) -> np.ndarray:
+    """The step a re-split could reach: the balanced step (walls["balanced"], or _whole_layers') under the CP weight
+    the ranking put on `step` (ranking.cp_weight; None: unweighted), never above `step`."""
+    return np.minimum(balanced if weight is None else balanced * weight, step)
 
 
 def _whole_layers(s: Search, sub, walls: dict, rows) -> np.ndarray:
@@ -258,23 +270,23 @@ def _whole_layers(s: Search, sub, walls: dict, rows) -> np.ndarray:
 
 
 def _loose_reach(s: Search, walls: dict) -> np.ndarray:
-    return np.minimum(walls["balanced"], walls["step"]) if s.resplit else walls["step"].copy()
+    return _within(walls["balanced"], walls["step"]) if s.resplit else walls["step"].copy()
 
 
 def _cp_first(s: Search, sub, walls: dict, resplit) -> np.ndarray:
-    """The CP > 1 candidates the first bound ranks first: four times the few the note keeps, so that whole layers
-    may reorder them before the few are taken."""
+    """The SHORT_CP_POOL CP > 1 candidates the first bound ranks first, so that whole layers may reorder them before
+    the few the note keeps are taken."""
     first = np.where(resplit & (sub.fields.cp[:, 0] > 1), _loose_reach(s, walls), np.inf)
-    near = np.argsort(first)[:4 * SHORT_CP_KEPT]
+    near = np.argsort(first)[:SHORT_CP_POOL]
     return near[np.isfinite(first[near])]
 
 
 def _cp_reach(s: Search, walls: dict, cp_near, tight) -> np.ndarray:
     """The unweighted step a re-split could reach, for the short-context note: the first bound, tightened to whole
-    layers for the CP > 1 candidates it ranks first (a loose first bound had filled the kept few with PP6 splits
-    that whole layers leave slower than the pick, crowding out the PP3 one that beats it)."""
+    layers for the CP > 1 candidates it ranks first (_cp_first; a loose first bound had filled the kept few with PP6
+    splits that whole layers leave slower than the pick, crowding out the PP3 one that beats it)."""
     reach = _loose_reach(s, walls)
-    reach[cp_near] = np.minimum(tight[cp_near], walls["step"][cp_near])
+    reach[cp_near] = _within(tight[cp_near], walls["step"][cp_near])
     return reach
 
 
