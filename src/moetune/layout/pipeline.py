@@ -29,31 +29,38 @@ class Chunk:
 
 def _counts_from_layout(layout: Layout, num_layers: int, mtp: int) -> tuple[list[str], int]:
     stages = parse_pipeline_layout(layout.pipeline_layout)  # Layout checked stages = pp x vpp
+    check_placement(stages, layout.pp, num_layers, mtp)
+    return stages, len(stages) // layout.pp
+
+
+def check_placement(stages: list[str], pp: int, num_layers: int, mtp: int, named: str = "--pipeline-layout") -> None:
+    """A layout string's stages (parse_pipeline_layout) place the model's layers and the run's MTP layers, the
+    embedding first and the loss last; a refusal begins with `named`, the string as the caller's user gave it
+    (estimate's --pipeline-layout unless told)."""
     joined = "".join(stages)
     for char, want, what, whose in (("t", num_layers, "decoder layers", "the model has"),
                                     ("m", mtp, "MTP layers", "the run has")):
         if joined.count(char) != want:
             raise MoetuneError(
-                f"--pipeline-layout places {joined.count(char)} {what} but {whose} {want}; fix the number of "
+                f"{named} places {joined.count(char)} {what} but {whose} {want}; fix the number of "
                 f"'{char}' symbols" + (" (or set the MTP depth: --mtp-layers N; in a config model.mtp_num_layers, "
                                        "Megatron-LM --mtp-num-layers)" if char == "m" else "")
             )
     if not joined.startswith("E") or not joined.endswith("L") or joined.count("E") != 1 or joined.count("L") != 1:
-        raise MoetuneError("--pipeline-layout must start with one E (embedding) and end with one L (loss)")
+        raise MoetuneError(f"{named} must start with one E (embedding) and end with one L (loss)")
     if "t" in joined[joined.find("m"):] and mtp:
-        raise MoetuneError("--pipeline-layout places decoder layers after MTP layers; MTP must come last")
-    _mtp_placement(stages, layout.pp)
-    return stages, len(stages) // layout.pp
+        raise MoetuneError(f"{named} places decoder layers after MTP layers; MTP must come last")
+    _mtp_placement(stages, pp, named)
 
 
-def _mtp_placement(stages: list[str], pp: int) -> None:
+def _mtp_placement(stages: list[str], pp: int, named: str) -> None:
     """Megatron-Core's MTP restrictions (pipeline_parallel_layer_layout.py validate_layer_layout): every MTP layer in
     one stage, and that stage the last virtual chunk of its rank."""
     holding = [s for s, text in enumerate(stages) if "m" in text]
     if len(holding) > 1:
-        raise MoetuneError("--pipeline-layout splits the MTP layers over stages; Megatron-Core needs them in one")
+        raise MoetuneError(f"{named} splits the MTP layers over stages; Megatron-Core needs them in one")
     if holding and holding[0] // pp != len(stages) // pp - 1:
-        raise MoetuneError(f"--pipeline-layout puts MTP in virtual stage {holding[0] // pp} of pipeline rank "
+        raise MoetuneError(f"{named} puts MTP in virtual stage {holding[0] // pp} of pipeline rank "
                            f"{holding[0] % pp}; Megatron-Core needs it in that rank's last virtual stage")
 
 

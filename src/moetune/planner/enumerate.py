@@ -13,8 +13,8 @@ from itertools import product
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import CP1_COMM_TYPES
-from moetune.layout.layout import Layout, layout_stages, write_pipeline_layout
-from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.layout import Layout, layout_stages, parse_pipeline_layout, write_pipeline_layout
+from moetune.layout.pipeline import check_placement, pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
 from moetune.specs.hardware import GpuSpec
@@ -114,15 +114,13 @@ def _even_ranks_layout(num_layers: int, pp: int, vpp: int) -> str | None:
 def pinned_split(spec: ModelSpec, text: str, fixed: dict) -> None:
     """Check a layout string pinned with `--fix pipeline_layout=...`: it places this model's layers, MTP layers,
     embedding and loss (the checks `estimate` makes), and its stage count is PP x VPP of any pinned PP / VPP."""
-    stages = layout_stages(text)
+    parsed = parse_pipeline_layout(text)
+    stages = len(parsed)
     if bridge_refuses_vpp(spec, max(fixed.get("vpp", 1), stages // fixed.get("pp", stages))):
         raise MoetuneError(f"--fix pipeline_layout has {stages} stages, but {spec.name} is a Mamba hybrid, which "
                            "Megatron Bridge runs without VPP: give one stage per pipeline rank")
-    try:
-        pipeline_chunks(Layout(world_size=stages, pp=stages, pipeline_layout=text), spec.num_layers,
-                        spec.mtp_num_layers)
-    except MoetuneError as e:
-        raise MoetuneError(f"--fix pipeline_layout: {str(e).replace('--pipeline-layout ', '')}") from None
+    # at one stage a rank (VPP 1): whether MTP sits in its rank's last virtual stage is asked of each layout (_split_ok)
+    check_placement(parsed, stages, spec.num_layers, spec.mtp_num_layers, named="--fix pipeline_layout:")
     pp, vpp = fixed.get("pp"), fixed.get("vpp")
     if stages < 2:
         raise MoetuneError("--fix pipeline_layout has 1 stage, which is no pipeline: drop it (or --fix pp=1), "
