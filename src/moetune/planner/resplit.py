@@ -73,7 +73,8 @@ def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: d
         if not todo and len(kept) == len(s.best):
             return
         s.best = kept
-    raise AssertionError(f"resplit_shown did not settle within {passes} passes")  # unreachable by the count above
+    assert False, (f"resplit_shown unsettled after {passes} passes, which cannot be: a pass that does not return "
+                   "re-splits a candidate (never picked again) or drops a repeat, each at most len(s.best) times")
 
 
 def _unsplit(s: Search, shown: int, rank, further: bool) -> list[int]:
