@@ -147,7 +147,7 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
     m = e.model
     return {**architecture_fields(m), **_planned_model_fields(bool(m.num_moe_layers), m.vocab_divisor),
             # the router's dtype the step was priced with (Knobs.moe_router_dtype; a plan's: FP32, as seeds/000 FP8
-            # Recipe Quick Decision keeps it); to_config writes its None too, over a recipe's FP32 (_UNSET_ON_MOE)
+            # Recipe Quick Decision keeps it); to_config writes its None too, over a recipe's FP32 (bf16_router)
             "model.moe_router_dtype": e.knobs.moe_router_dtype if m.num_moe_layers else None}
 
 
@@ -233,12 +233,11 @@ def to_config(e: Estimate) -> dict[str, Any]:
     # a model whose config.json has MTP layers, trained without them: the recipe's provider would add them back
     dropped_mtp = {"model.mtp_num_layers"} if e.model.mtp_layer_kind is not None and not e.model.mtp_num_layers \
         else set()
-    moe = _UNSET_ON_MOE if e.model.num_moe_layers else set()
-    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY | dropped_mtp | moe}
+    # a MoE model's BF16 router (None): the model bridge may set FP32 (model_fields.py bridge_router_dtype)
+    bf16_router = {"model.moe_router_dtype"} if e.model.num_moe_layers else set()
+    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY | dropped_mtp | bf16_router}
 
 
-# A MoE model's fields whose None is the plan's own (a BF16 router: a model bridge may set FP32, model_fields.py)
-_UNSET_ON_MOE = frozenset({"model.moe_router_dtype"})
 # Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split, no graph
 # scope) and must reach the config: a recipe the overrides are applied to may set them (DeepSeek-V3's
 # recompute_modules and layout string, GLM-4.5's num_layers_in_first_pipeline_stage); Megatron-Core refuses a layout
