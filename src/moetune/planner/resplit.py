@@ -73,8 +73,10 @@ def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: d
         if not todo and len(kept) == len(s.best):
             return
         s.best = kept
-    assert False, (f"resplit_shown unsettled after {passes} passes, which cannot be: a pass that does not return "
-                   "re-splits a candidate (never picked again) or drops a repeat, each at most len(s.best) times")
+    # raised, not asserted: `python -O` strips asserts and the search would go on with an unsettled list
+    raise AssertionError(f"resplit_shown unsettled after {passes} passes, which cannot be: a pass that does not "
+                         "return re-splits a candidate (never picked again) or drops a repeat, each at most "
+                         "len(s.best) times")
 
 
 def _unsplit(s: Search, shown: int, rank, further: bool) -> list[int]:
