@@ -179,3 +179,26 @@ def test_estimate_takes_the_nvfp4_parameter_switch(capsys):
     assert peaks[""] < peaks["--no-fp4-param-gather"]
     code, _, err = run(base[:-1] + ["--precision", "mxfp8", "--fp4-param-gather"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "nvfp4" in err
+
+
+@pytest.mark.parametrize(("model", "layout", "depth", "warned"), [
+    ("glm-4.5-air", ["--gpus", "64", "--ep", "8", "--pp", "2"], 1, False),  # the checkpoint's one MTP module
+    ("glm-4.5-air", ["--gpus", "64", "--ep", "8", "--pp", "2"], 3, True),
+    ("qwen3-next-80b-a3b", ["--gpus", "16", "--ep", "16"], 1, False),  # one module its config.json does not name
+    ("qwen3-next-80b-a3b", ["--gpus", "16", "--ep", "16"], 2, True),
+    ("minimax-m2", ["--gpus", "64", "--ep", "8", "--pp", "2"], 3, False),  # num_mtp_modules 3
+    ("minimax-m2", ["--gpus", "64", "--ep", "8", "--pp", "2"], 4, True),
+])
+def test_mtp_layers_past_the_checkpoint_warn(model, layout, depth, warned, capsys):
+    """Megatron-Core builds every MTP layer --mtp-layers asks for, and those past the checkpoint's modules start from
+    random initialisation (Bridge maps only the checkpoint's): a warning among the checks, text and JSON, not a
+    refusal (a deeper MTP is a legitimate run)."""
+    args = ["estimate", model, "--gpu", "h100", *layout, "--mtp-layers", str(depth)]
+    code, out, _ = run([*args, "--json"], capsys)
+    found = [c for c in json.loads(out)["checks"] if c["rule"] == "model.mtp_beyond_checkpoint"]
+    assert code == 0 and bool(found) == warned
+    if warned:
+        assert found[0]["severity"] == "warning" and f"mtp_num_layers={depth}" in found[0]["message"]
+        assert "random initialisation" in found[0]["message"]
+        code, out, _ = run(args, capsys)
+        assert code == 0 and "warning model.mtp_beyond_checkpoint" in out

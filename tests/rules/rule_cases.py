@@ -248,6 +248,7 @@ CASES: dict[str, Case] = {
     "ep_overlap.moe_recompute": Case(S(EP_OVERLAP, "model.recompute_granularity=selective",
                                       "model.recompute_modules=[moe,layernorm]")),
     "ep_overlap.mtp_layers": Case(S(EP_OVERLAP, "model.mtp_num_layers=2")),
+    "model.mtp_beyond_checkpoint": Case(S(MOE, "model.mtp_num_layers=2"), derived={"mtp_checkpoint_layers": 1}),
     "ep_overlap.graph_scope_moe": Case(S(EP_OVERLAP, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
     "ep_overlap.delay_wgrad_needs_overlap": Case(S(MOE, "model.expert_model_parallel_size=8",
                                                   "comm_overlap.delay_wgrad_compute=true")),

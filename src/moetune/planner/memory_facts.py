@@ -11,7 +11,14 @@ from moetune.planner.config_map import UNSET_EXPLICITLY
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model
-from moetune.planner.moves import cp_sizing_facts, first_selective, fits_without_offload, host_facts, kv_groups_tp_facts
+from moetune.planner.moves import (
+    checkpoint_facts,
+    cp_sizing_facts,
+    first_selective,
+    fits_without_offload,
+    host_facts,
+    kv_groups_tp_facts,
+)
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.model import ModelSpec
 
@@ -23,6 +30,7 @@ def memory_facts(e: Estimate) -> dict:
     if e.knobs.optimizer_offload_fraction > 0 or e.knobs.offload_modules:
         facts["fits_with_selective_without_offload"] = fits_without_offload(e)
     facts.update(host_facts(e))
+    facts.update(checkpoint_facts(e))
     facts.update(kv_groups_tp_facts(e))
     try:
         smallest = smallest_fitting_layout(e)

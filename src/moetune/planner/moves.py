@@ -102,7 +102,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     config = to_config(e) | (e.source_config or {})  # what a config states stands, as check reads it
     # the estimate's own facts only: evaluate derives the config's, and vet_fixes derives each fixed config's afresh
     # (facts derived here would pin the fixed configs to this one's: rules/derive.py derive lets `extra` win)
-    derived = {**cp_sizing_facts(e), **host_facts(e)}
+    derived = {**cp_sizing_facts(e), **host_facts(e), **checkpoint_facts(e)}
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
@@ -132,6 +132,12 @@ def cp_sizing_facts(e: Estimate) -> dict:
     config-only ones (rules/derive.py _cp_sizing)."""
     target, under = cp_sizing(e)
     return {"cp_shard_target": target, "cp_undersharded": under}
+
+
+def checkpoint_facts(e: Estimate) -> dict:
+    """The MTP modules the model's checkpoint ships (derived.mtp_checkpoint_layers: rule model.mtp_beyond_checkpoint
+    warns of trained ones past them)."""
+    return {"mtp_checkpoint_layers": e.model.mtp_checkpoint_layers}
 
 
 def host_facts(e: Estimate) -> dict:

@@ -55,7 +55,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         moe_router_topk_scaling_factor=topk_scaling(c),
         moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
         moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
-        mtp_num_layers=mtp,
+        mtp_num_layers=mtp, mtp_checkpoint_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="mla", mlp=mlps[-1]) if mtp else None,
     )
 
@@ -77,7 +77,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
         moe_router_topk_scaling_factor=topk_scaling(c),
-        mtp_num_layers=mtp,
+        mtp_num_layers=mtp, mtp_checkpoint_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )
 
@@ -132,7 +132,7 @@ def _read_qwen3_next(c: HfConfig) -> dict:
         # Megatron Bridge trains it: the recipe sets mtp_num_layers 1 (recipes/qwen/h100/qwen3_next.py) and the bridge
         # maps mtp.layers.0 as gated full attention and MoE (qwen3_next_bridge.py). Trained only where asked
         # (--mtp-layers, a config's mtp_num_layers).
-        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe"),
+        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe"), mtp_checkpoint_layers=1,
     )
 
 
@@ -159,7 +159,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         **moe_fields(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
-        mtp_num_layers=mtp,
+        mtp_num_layers=mtp, mtp_checkpoint_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )
 
@@ -256,6 +256,8 @@ def _read_ernie(c: HfConfig) -> dict:
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **moe_fields(c, "ernie"),
         **shared_experts(c, "moe_num_shared_experts"),
+        # no mtp_checkpoint_layers: the HF checkpoint ships no MTP weights (Bridge ernie_45_bridge.py), so trained
+        # MTP layers start from scratch
         mtp_num_layers=mtp,
         mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )

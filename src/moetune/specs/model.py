@@ -149,6 +149,11 @@ class ModelSpec:
     output_layer_bias: bool = False  # Phi-3.5-MoE lm_head bias
     mtp_num_layers: int = 0
     mtp_layer_kind: LayerKind | None = None
+    # MTP modules the checkpoint ships (num_nextn_predict_layers, MiniMax's num_mtp_modules, Qwen3-Next's one its
+    # config.json leaves out; none for a config that is not a checkpoint's): Megatron-Core builds mtp_num_layers modules
+    # whatever it holds, and Bridge's import leaves those past it at random initialisation (model_bridge.py
+    # build_conversion_tasks: "No mapping found"; rule model.mtp_beyond_checkpoint)
+    mtp_checkpoint_layers: int = 0
     # Megatron pads the vocabulary to a multiple of this x TP (make_vocab_size_divisible_by): a launch setting. A
     # config.json's model takes its Megatron Bridge bridge's (hf_config.bridge_vocab_divisor); a launch config's own
     # value, or Megatron-LM's default 128 under its arguments, replaces it (from_config.trained_model)
