@@ -168,7 +168,7 @@ def _misfit_line(m: dict, gpu: str) -> str:
         over.append(f"a peak of {m['peak_bytes'] / GIB:.1f} GiB on a {m['capacity_bytes'] / GIB:.1f} GiB {gpu}")
     if m["host_capacity_bytes"] is not None and m["host_peak_bytes"] > m["host_capacity_bytes"]:
         host, cap = m["host_peak_bytes"] / GIB, m["host_capacity_bytes"] / GIB
-        over.append(f"{host:.0f} GiB of host memory a GPU of {cap:.0f}")
+        over.append(f"{host:.0f} GiB of host memory a GPU, past its {cap:.0f} GiB share of the host")
     return (f"run {m['run_id']}: moetune predicts {' and '.join(over)}, yet it ran: moetune's memory estimate or the "
             "row's layout is off (check its tp, pp, ep, recompute and offload against the launch); its time is "
             "still fitted")
