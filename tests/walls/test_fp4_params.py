@@ -82,6 +82,15 @@ def test_nvfp4_parameters_need_nvfp4(precision):
         Knobs(precision="nvfp4", fp4_param_gather="yes")
 
 
+def test_the_nvfp4_preset_needs_the_distributed_optimizer_a_stated_switch_does_not():
+    """The preset keeps NVFP4 weights only with the distributed optimizer, whose shards quantize_nvfp4_param_shard
+    casts back (param_gather.py preset_off); Megatron asserts nothing of fp4_param_gather without it, so a stated one
+    stands, where a stated fp8_param_gather is refused (its need)."""
+    assert not Knobs(precision="nvfp4", distributed_optimizer=False).fp4_params
+    assert Knobs(precision="nvfp4", distributed_optimizer=False, fp4_param_gather=True).fp4_params
+    assert Knobs(precision="nvfp4", optimizer="muon").fp4_params  # Muon's layer-wise distributed optimizer
+
+
 @pytest.mark.parametrize("gather", [True, False])
 def test_the_config_carries_the_switch_both_ways(gather):
     """to_config writes what the wall sized and from_config reads it back (fp4_param, which Bridge keeps in step, too);

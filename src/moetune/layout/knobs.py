@@ -242,12 +242,12 @@ class Knobs:
         return self.fp8_params or self.fp4_params
 
     def _param_switch(self, name: str) -> bool:
-        """A PARAM_SWITCHES switch as given, else its preset: on under a preset recipe with the distributed optimizer
-        where none of the switch's needs refuses it."""
+        """A PARAM_SWITCHES switch as given, else its preset: on under a preset recipe where none of the switch's
+        needs refuses it and its preset_off does not hold."""
         value, switch = getattr(self, name), PARAM_SWITCHES[name]
         if value is not None:
             return value
-        return (self.precision in switch.preset and self.distributed_optimizer
+        return (self.precision in switch.preset and not switch.preset_off(self)
                 and not any(need.refuses(self) for need in switch.needs))
 
     def _check_param_switches(self) -> None:

@@ -64,15 +64,18 @@ def _offload_need(switch: str, message: Callable[["Knobs"], str], rule: str) -> 
 @dataclass(frozen=True, slots=True)
 class _ParamSwitch:
     """A tri-state Knobs field keeping the weights quantized: None takes Bridge's preset, on under the `preset`
-    recipes with the distributed optimizer where none of `needs` refuses it (Knobs._param_switch)."""
+    recipes where none of `needs` refuses it and `preset_off` does not hold (Knobs._param_switch)."""
     preset: frozenset[str]
     needs: tuple[_Need, ...]
+    # knobs beside which the preset stays off though Megatron takes the switch stated on
+    preset_off: Callable[["Knobs"], bool] = lambda k: False
 
 
 # fp8_param_gather: under an FP8 recipe, with the distributed optimizer (Muon's layer-wise one too: Megatron-LM checks
 # the flag before an emerging optimizer turns it into that one) and, beside the optimizer's CPU offload, under the
 # delayed recipe (training/arguments.py validate_args). fp4_param_gather: under NVFP4 (FP4_PARAM_PRECISION), without
-# the offload (OFFLOAD_RECIPES)
+# the offload (OFFLOAD_RECIPES); its preset only with the distributed optimizer, whose shards quantize_nvfp4_param_shard
+# casts back (distrib_optimizer.py), though Megatron asserts nothing of a stated one without it
 PARAM_SWITCHES = {
     "fp8_param_gather": _ParamSwitch(FP8_PARAM_PRESET, (
         _Need(lambda k: k.precision not in FP8_PARAM_PRECISIONS,
@@ -98,5 +101,6 @@ PARAM_SWITCHES = {
                       f"({k.optimizer_offload_fraction:g}): Megatron-Core's offloaded optimizer cannot step NVFP4 "
                       "weights (distrib_optimizer.py builds no shard of an NVFP4Tensor for it); drop fp4_param_gather "
                       "(BF16 weights) or the offload",
-                      "precision.fp4_params_with_optimizer_offload"))),
+                      "precision.fp4_params_with_optimizer_offload")),
+        preset_off=lambda k: not k.distributed_optimizer),
 }
