@@ -3,6 +3,8 @@ published run and a saved result, and writes it back: a Bridge config that leave
 (gpt-oss': unset, BF16 probabilities; DeepSeek's: FP32), Megatron-LM arguments Megatron's None, and what a plan was
 priced with is what its config states."""
 
+import json
+
 import pytest
 
 from moetune.configio import load_config
@@ -77,3 +79,26 @@ def test_a_plan_s_config_and_saved_result_keep_it(value):
 def test_an_unknown_dtype_is_refused_in_one_line():
     with pytest.raises(Exception, match="moe_router_dtype 'bf16': choose fp32, fp64 or null"):
         Knobs(moe_router_dtype="bf16")
+
+
+def test_a_result_saved_before_the_knob_reloads_fp32_listed_as_defaulted(tmp_path, capsys):
+    """A saved result without knobs.moe_router_dtype (saved before moetune recorded it) is rebuilt with the FP32
+    router every plan's config set, and that is listed as defaulted, as estimate lists its own, where it moves the
+    estimate (the fc2 bias pass of gpt-oss's biased experts), and explain says so; a recorded value is the result's."""
+    from moetune.cli.main import main
+    e = estimate(GPT_OSS, load_gpu("b200"), Layout(world_size=8, ep=8), Workload(seq_length=4096, global_batch_size=32),
+                 Knobs(dispatcher="alltoall"))
+    e.defaulted = ["global_batch_size"]
+    saved = e.to_json()
+    assert estimate_from_json(saved).defaulted == ["global_batch_size"]  # the saved list stands
+    del saved["knobs"]["moe_router_dtype"]
+    old = estimate_from_json(saved)
+    assert old.knobs.moe_router_dtype == "fp32" and old.defaulted == ["global_batch_size", "moe_router_dtype"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(saved))
+    assert main(["explain", "--plan", str(path)]) == 0
+    assert "moe_router_dtype was not given: fp32" in capsys.readouterr().out
+    dsv3 = estimate(DSV3, load_gpu("gb200"), Layout(world_size=256, pp=4, vpp=4, ep=64, pipeline_layout=LAYOUT),
+                    Workload(seq_length=4096, global_batch_size=1024), Knobs()).to_json()
+    del dsv3["knobs"]["moe_router_dtype"]
+    assert estimate_from_json(dsv3).defaulted == []  # no biased experts: the dtype moves nothing there

@@ -98,8 +98,10 @@ def _bias_dtype_words(bias: dict) -> str:
         return ("at FP32's bytes, a floor: the router computes the probabilities in FP64 (moe_router_dtype; "
                 "Megatron-Core moe/router.py), which DeepEP and HybridEP cast down to FP32 and alltoall keeps wider")
     if bias["fp32_probs_from"] == "moe_router_dtype":
+        given = ("; moe_router_dtype was not given: fp32, as plans' configs set it (Megatron's own default is none)"
+                 if bias["moe_router_dtype_defaulted"] else "")
         return ("in FP32: the router computes the probabilities in FP32 (moe_router_dtype; Megatron-Core "
-                "moe/router.py), about 2.4x the bytes of BF16 ones")
+                f"moe/router.py), about 2.4x the bytes of BF16 ones{given}")
     if bias["fp32_probs_from"] == "dispatcher":
         return ("in FP32: DeepEP and HybridEP cast the router's BF16 probabilities to FP32 (Megatron-Core "
                 "token_dispatcher.py), about 2.4x the bytes of BF16 ones")

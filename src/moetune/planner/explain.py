@@ -74,7 +74,8 @@ def _expert_bias(e: Estimate) -> dict | None:
     source = fp32_probs_source(e.knobs)
     return {"seconds": seconds, "share_of_compute": seconds / e.time["walls"]["compute"],
             "fp32_probs": source is not None, "fp32_probs_from": source,
-            "moe_router_dtype": e.knobs.moe_router_dtype}
+            "moe_router_dtype": e.knobs.moe_router_dtype,
+            "moe_router_dtype_defaulted": "moe_router_dtype" in e.defaulted}
 
 
 def _host_why(t: dict) -> str:

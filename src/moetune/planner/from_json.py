@@ -75,7 +75,21 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     # the constants meet the saved GPU here: the given file's (loaded without a GPU: explain --plan), else the saved
     given = efficiency_overrides is not None  # an empty file given is refused, not passed over for the saved one
     eff = check_for_gpu(efficiency_overrides if given else saved["efficiency_overrides"], gpu.key)
-    return estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"], efficiency_overrides=eff)
+    result = estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"], efficiency_overrides=eff)
+    result.defaulted = _defaulted(r, model)
+    return result
+
+
+def _defaulted(r: dict, model) -> list[str]:
+    """What the saved result lists as defaulted (an estimate's: knobs left to the platform and its global batch), and
+    moe_router_dtype where a result saved before the knob was recorded is rebuilt with FP32 (_configuration), said
+    where it moves the estimate as estimate_input.build_knobs says it: the fc2 bias pass of biased experts."""
+    saved = r.get("defaulted")
+    out = [str(name) for name in saved] if isinstance(saved, list) else []
+    if "moe_router_dtype" not in r["knobs"] and model.num_moe_layers and model.add_mlp_bias \
+            and "moe_router_dtype" not in out:
+        out.append("moe_router_dtype")
+    return out
 
 
 def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
