@@ -202,3 +202,17 @@ def test_mtp_layers_past_the_checkpoint_warn(model, layout, depth, warned, capsy
         assert "random initialisation" in found[0]["message"]
         code, out, _ = run(args, capsys)
         assert code == 0 and "warning model.mtp_beyond_checkpoint" in out
+
+
+@pytest.mark.parametrize(("gpu", "precision", "said"), [
+    ("h100", "fp8-blockwise", "fp8_param_gather=False"),  # the blockwise preset keeps BF16 weights
+    ("gb200", "mxfp8", "fp8_param_gather=True"),
+    ("b200", "nvfp4", "fp4_param_gather=True"),
+])
+def test_estimate_says_the_parameter_switch_value_it_defaulted_to(gpu, precision, said, capsys):
+    """The 'defaulted to platform values' line gives the preset's value the estimate ran (it had printed the unset
+    knob, 'fp8_param_gather=None'), and under NVFP4 no FP8 switch, which that recipe does not take."""
+    code, out, _ = run(["estimate", "olmoe-1b-7b", "--gpu", gpu, "--gpus", "8", "--precision", precision], capsys)
+    line = next(x for x in out.splitlines() if x.startswith("defaulted to platform values"))
+    assert code == 0 and said in line and "=None" not in line
+    assert ("fp8_param_gather" in line) == (precision != "nvfp4")

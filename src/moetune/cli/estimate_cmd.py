@@ -105,8 +105,10 @@ def print_time(result: Estimate) -> None:
         precision = result.knobs.precision
         if precision != platform_defaults(result.gpu)["precision"]:  # defaults.default_precision
             precision += f" (the GPU has no {platform_defaults(result.gpu)['precision']} Tensor Core rate)"
+        # the value the estimate ran, not the knob's unset field: the parameter switches resolve to their presets
         shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms, "precision": precision,
-                 "moe_router_dtype": f"{result.knobs.moe_router_dtype} (as plans emit it; Megatron's own: none)"}
+                 "moe_router_dtype": f"{result.knobs.moe_router_dtype} (as plans emit it; Megatron's own: none)",
+                 "fp8_param_gather": result.knobs.fp8_params, "fp4_param_gather": result.knobs.fp4_params}
         knobs = [k for k in result.defaulted if k != "global_batch_size"]
         if knobs:
             out.print("defaulted to platform values: " + ", ".join(

@@ -11,6 +11,7 @@ from moetune.files import FileTable, read_toml
 from moetune.layout.knobs import CP1_COMM_TYPES, PLAN_ROUTER_DTYPE, TUNED_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
+from moetune.layout.param_gather import FP8_PARAM_PRECISIONS
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
@@ -140,7 +141,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         knobs = legal_default_scope(spec, gpu, knobs, kw["seq"])
     if kw["cp_comm_type"] is None and layout.cp > 1:
         defaulted.append("cp_comm_type")  # the legal exchange that costs least (Bridge recipes pick a2a where it runs)
-    if kw["fp8_param_gather"] is None and knobs.fp8:
+    if kw["fp8_param_gather"] is None and knobs.precision in FP8_PARAM_PRECISIONS:  # NVFP4 takes no FP8 weights
         defaulted.append("fp8_param_gather")  # Knobs.fp8_params: the recipe preset's
     if kw["fp4_param_gather"] is None and knobs.precision == "nvfp4":
         defaulted.append("fp4_param_gather")  # Knobs.fp4_params: the NVFP4 preset's
