@@ -178,3 +178,19 @@ def test_huge_numbers_are_one_line(args, needle, capsys):
     """From a fuzz: an MTP depth of 10^8 had hung building its layout, a 5,000-digit pin had hit Python's int limit."""
     code, _, err = run(args, capsys)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("where", "key", "value", "needle"), [
+    ("pipeline", "vocab_divisor", 0, "vocab_divisor (0) must be positive"),  # had divided by zero
+    ("pipeline", "mtp_num_layers", 2, "holds a value moetune cannot take (olmoe-1b-7b's config.json has no MTP"),
+])
+def test_a_damaged_saved_result_is_one_line_naming_the_value(where, key, value, needle, tmp_path, capsys):
+    """From a fuzz of a saved estimate: a zero vocabulary divisor raised ZeroDivisionError in padded_vocab_size, and
+    an out-of-range value was said to be 'of the wrong type'."""
+    code, out, _ = run(["estimate", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--json"], capsys)
+    data = json.loads(out)
+    data[where][key] = value
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run(["explain", "--plan", str(path)], capsys)
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1

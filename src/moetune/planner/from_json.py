@@ -57,8 +57,11 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
         raise MoetuneError(str(err) if str(err).startswith(where) else f"{where}: {err}") from None
     except KeyError as err:
         raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None
-    except (TypeError, ValueError, AttributeError) as err:
+    except (TypeError, AttributeError) as err:
         raise MoetuneError(f"{where} holds a value of the wrong type ({err}): pass unmodified "
+                           "`moetune plan/estimate --json` output") from None
+    except ValueError as err:  # a value of the right type out of range: a model check (SpecError), int("two")
+        raise MoetuneError(f"{where} holds a value moetune cannot take ({err}): pass unmodified "
                            "`moetune plan/estimate --json` output") from None
     saved = {k: r.get(k) for k in ("overheads", "efficiency_overrides")}
     for key, value in saved.items():

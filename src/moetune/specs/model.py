@@ -176,7 +176,7 @@ class ModelSpec:
             value = getattr(self, f.name)
             if f.type is int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise SpecError(self.name, f"{{{f.name}}} ({_literal(value)}) must be a whole number")
-        _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups"))
+        _check_positive(self, ("hidden_size", "vocab_size", "num_attention_heads", "num_query_groups", "vocab_divisor"))
         if not self.layers:
             raise SpecError(self.name, "the model has no layers (num_hidden_layers must be at least 1)")
         if self.num_attention_heads % self.num_query_groups:
