@@ -54,7 +54,7 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
             model = replace(model, flops_convention=str(convention))
         gpu = GpuSpec(**r["gpu_spec"]) if "gpu_spec" in r else load_gpu(r["gpu"])
     except MoetuneError as err:  # a field missing (_need) or a layout Megatron refuses: said once, with `where`
-        raise MoetuneError(str(err) if str(err).startswith(where) else f"{where}: {err}") from None
+        raise _named(err, where) from None
     except KeyError as err:
         raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None
     except (TypeError, AttributeError) as err:
@@ -78,9 +78,18 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     # the constants meet the saved GPU here: the given file's (loaded without a GPU: explain --plan), else the saved
     given = efficiency_overrides is not None  # an empty file given is refused, not passed over for the saved one
     eff = check_for_gpu(efficiency_overrides if given else saved["efficiency_overrides"], gpu.key)
-    result = estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"], efficiency_overrides=eff)
+    try:
+        result = estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"],
+                          efficiency_overrides=eff)
+    except MoetuneError as err:  # the saved configuration as a whole (its batch over its DP): the file is named
+        raise _named(err, where) from None
     result.defaulted = _defaulted(r, model)
     return result
+
+
+def _named(err: MoetuneError, where: str) -> MoetuneError:
+    """The error naming the saved result once."""
+    return err if str(err).startswith(where) else MoetuneError(f"{where}: {err}", same_as=err.same_as)
 
 
 def _defaulted(r: dict, model) -> list[str]:
