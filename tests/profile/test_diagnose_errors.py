@@ -100,6 +100,9 @@ METADATA = {
     # a kernel of 31 years, an infinite one (1e400 parses as inf) and a 401-digit integer (float() overflows)
     "huge_dur.json": ({}, {**KERNEL, "dur": 10**15}, "not a duration between 0 and an hour"),
     "huge_int_dur.json": ({}, {**KERNEL, "dur": 10**400}, "not a duration between 0 and an hour"),
+    # a kernel's ts of 401 digits had overflowed the trace's wall-clock span (OverflowError), one of 1e18 us no clock
+    "huge_int_ts.json": ({}, {**KERNEL, "ts": 10**400}, "is past any clock's"),
+    "huge_ts.json": ({}, {**KERNEL, "ts": 10**18}, "ts 1000000000000000000 is past any clock's"),
     "step_no_dur.json": ({}, {**KERNEL, "cat": "user_annotation", "name": "ProfilerStep#3", "dur": None},
                          "ProfilerStep#3 at ts 10 has dur None"),
     "step_zero_dur.json": ({}, {**KERNEL, "cat": "user_annotation", "name": "ProfilerStep#3", "dur": 0},

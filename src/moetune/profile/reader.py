@@ -60,6 +60,8 @@ def sized(signature: tuple) -> bool:
 EPOCH_2001_US = 1e15  # 2001-09-09 in epoch microseconds: a ts above it is wall-clock time
 # No op of a profiled training step lasts an hour (Kineto's dur is microseconds): a longer one is a corrupt record
 MAX_OP_US = 3.6e9
+# Nor does a clock write a ts past 1e17 us (the year 5138 in epoch microseconds; Kineto's are ~1.7e15): a corrupt record
+MAX_TS_US = 1e17
 
 
 class BadEvent(ValueError):
@@ -139,7 +141,11 @@ class _Sink:
 
     def _t(self, ts) -> float:
         """Microseconds since the first event. Numbers arrive as exact Decimals: an epoch timestamp
-        (~1.7e15 us) with ns digits keeps only 0.25 us in a float64, so we subtract first."""
+        (~1.7e15 us) with ns digits keeps only 0.25 us in a float64, so we subtract first. A number past MAX_TS_US
+        (1e400 had overflowed the trace's wall-clock span) names the event; a string fails int() as malformed."""
+        if isinstance(ts, (int, float, Decimal)) and not abs(ts) < MAX_TS_US:
+            raise BadEvent(f"an event's ts {ts!s:.24} is past any clock's (over {MAX_TS_US:.0e} us); re-export the "
+                           "trace")
         if self.origin is None:
             self.origin = int(ts)
         t = float(ts - self.origin)
