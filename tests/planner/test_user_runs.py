@@ -126,6 +126,9 @@ def test_the_written_file_moves_estimate_as_the_fit_did(tmp_path, capsys):
 
 @pytest.mark.parametrize(("edit", "needle"), [
     (lambda rows, cols: (rows, (*cols, "tp_size")), "unknown column(s) tp_size"),
+    # the raw shared table is named published_runs.csv too: the error says which file's columns, and lists them
+    (lambda rows, cols: (rows, (*cols, "hardware")), "those of moetune's own runs table, moetune/data/published_runs."
+     "csv (required: model, gpu, num_gpus"),
     (lambda rows, cols: (rows, tuple(c for c in cols if c != "ep")), "missing column(s) ep"),
     (lambda rows, cols: ([{**rows[0], "precision": ""}], cols), "line 2: empty precision; fill in what the run used:"),
     # published rows leave vpp empty as 'not stated'; a user's copy of one had been told 'empty vpp' and nothing more

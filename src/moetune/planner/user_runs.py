@@ -74,7 +74,9 @@ def load_user_runs(path: str) -> list[Run]:
     known = columns()
     given = reader.fieldnames or []
     if unknown := sorted(set(given) - set(known)):
-        raise MoetuneError(f"--runs {path}: unknown column(s) {', '.join(unknown)}; use published_runs.csv's names")
+        raise MoetuneError(f"--runs {path}: unknown column(s) {', '.join(unknown)}; the columns are those of moetune's "
+                           f"own runs table, moetune/data/published_runs.csv (required: {', '.join(REQUIRED_COLUMNS)}; "
+                           f"optional: {', '.join(c for c in known if c not in REQUIRED_COLUMNS)})")
     if missing := [c for c in REQUIRED_COLUMNS if c not in given]:
         raise MoetuneError(f"--runs {path}: missing column(s) {', '.join(missing)}")
     runs = [_user_run(path, line, row, known) for line, row in enumerate(reader, start=2)]
