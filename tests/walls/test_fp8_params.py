@@ -1,5 +1,7 @@
 """FP8 parameters (Knobs.fp8_param_gather): the weights held in FP8 alone, without the BF16 copy (walls/memory.py)."""
 
+from dataclasses import replace
+
 import pytest
 
 from moetune.errors import MoetuneError
@@ -8,6 +10,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import PRECISION_PRESET, to_config
 from moetune.planner.estimate import estimate
+from moetune.planner.from_json import estimate_from_json
 from moetune.rules.table import load_table
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -149,3 +152,20 @@ def test_without_the_distributed_optimizer_the_weights_stay_bf16(precision):
     e = estimate(SPEC, load_gpu("gb200"), LAYOUT, WL, knobs)
     assert to_config(e)["mixed_precision.fp8_param_gather"] is False
     assert "fp8_weight_cache" in e.stages[0].items and "fp8_weights" not in e.stages[0].items
+
+
+def test_a_saved_result_reloads_the_switch_as_given():
+    """A saved result records fp8_param_gather as sized (the preset's value) and as given (fp8_param_gather_set, null:
+    the preset's) and reloads as given: blockwise's preset off had been read back as a stated off, so explain --plan's
+    move to the tensorwise recipe (fp8_current_scaling) kept BF16 weights where plan and explain with flags take FP8
+    ones, and predicted another gain."""
+    e = estimate(SPEC, load_gpu("h100"), LAYOUT, WL, Knobs(precision="fp8-blockwise"))
+    saved = e.to_json()["knobs"]
+    assert (saved["fp8_param_gather"], saved["fp8_param_gather_set"]) == (False, None)
+    again = estimate_from_json(e.to_json())
+    assert again.knobs.fp8_param_gather is None and replace(again.knobs, precision="fp8-current").fp8_params
+    stated = estimate(SPEC, load_gpu("h100"), LAYOUT, WL, Knobs(precision="fp8-current", fp8_param_gather=False))
+    assert estimate_from_json(stated.to_json()).knobs.fp8_param_gather is False
+    old = stated.to_json()
+    del old["knobs"]["fp8_param_gather_set"]  # saved before the key: as sized
+    assert estimate_from_json(old).knobs.fp8_param_gather is False

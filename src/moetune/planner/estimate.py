@@ -164,6 +164,8 @@ def knobs_json(k: Knobs, ep: int) -> dict:
         "fp8_output_proj": k.fp8_output_proj, "cp_comm_type": k.cp_comm_type, "hcp_a2a_size": k.hcp_a2a_size,
         "fp8_param_gather": k.fp8_params,  # as sized: the recipe preset's where not given
         "fp4_param_gather": k.fp4_params, "moe_router_dtype": k.moe_router_dtype,
+        # the switches as given (null: the preset's, which a move to another recipe takes again), as token_imbalance_set
+        "fp8_param_gather_set": k.fp8_param_gather, "fp4_param_gather_set": k.fp4_param_gather,
     }
 
 

@@ -127,11 +127,17 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   offload_modules=parse_offload_modules(k.get("offload_modules", [])),
                   overlap_grad_reduce=k.get("overlap_grad_reduce", True),
                   overlap_param_gather=k.get("overlap_param_gather", True),
-                  fp8_output_proj=k.get("fp8_output_proj", False), fp8_param_gather=k.get("fp8_param_gather"),
-                  fp4_param_gather=k.get("fp4_param_gather"),
+                  fp8_output_proj=k.get("fp8_output_proj", False),
+                  fp8_param_gather=_switch(k, "fp8_param_gather"), fp4_param_gather=_switch(k, "fp4_param_gather"),
                   cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"),
                   # a result saved before the knob was recorded: the FP32 router every plan's config sets
                   moe_router_dtype=k.get("moe_router_dtype", PLAN_ROUTER_DTYPE))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return layout, workload, knobs
+
+
+def _switch(k: dict, name: str) -> bool | None:
+    """A quantized-parameter switch as given (`<name>_set`: null where it took the preset, so a move to another recipe
+    takes that recipe's preset as the same flags would); a result saved before that key, as sized."""
+    return k[f"{name}_set"] if f"{name}_set" in k else k.get(name)
