@@ -184,6 +184,7 @@ def test_huge_numbers_are_one_line(args, needle, capsys):
     ("pipeline", "vocab_divisor", 0, "vocab_divisor (0) must be positive"),  # had divided by zero
     ("pipeline", "mtp_num_layers", 2, "holds a value moetune cannot take (olmoe-1b-7b's config.json has no MTP"),
     ("workload", "global_batch_size", 7, "damaged.json: global batch size (7) must be divisible"),  # file unnamed
+    ("knobs", "cuda_graph_scope", "attn", "knobs.cuda_graph_scope is str 'attn', not a list"),  # read as a, t, t, n
 ])
 def test_a_damaged_saved_result_is_one_line_naming_the_value(where, key, value, needle, tmp_path, capsys):
     """From a fuzz of a saved estimate: a zero vocabulary divisor raised ZeroDivisionError in padded_vocab_size, and

@@ -119,7 +119,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   optimizer_offload_fraction=k["optimizer_offload_fraction"], main_grads_fp32=k["main_grads_fp32"],
                   adam_moments_bytes=k.get("adam_moments_bytes", 4), dispatcher=k["dispatcher"],
                   flex_num_sms=k.get("flex_num_sms"),
-                  cuda_graph_scope=tuple(k["cuda_graph_scope"]), ep_overlap=k["ep_overlap"],
+                  cuda_graph_scope=tuple(_listed(k, "cuda_graph_scope")), ep_overlap=k["ep_overlap"],
                   delay_wgrad=k["delay_wgrad"], tp_comm_overlap=k.get("tp_comm_overlap", False),
                   routing=k["routing"],
                   token_imbalance=None if k["routing"] == "force-balance" else
@@ -135,6 +135,13 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return layout, workload, knobs
+
+
+def _listed(k: dict, name: str) -> list:
+    """A list the JSON holds (a string there had been taken letter by letter: scope 'attn' as a, t, t, n)."""
+    if not isinstance(value := k[name], list):
+        raise TypeError(f"knobs.{name} is {type(value).__name__} {value!r:.40}, not a list")
+    return value
 
 
 def _switch(k: dict, name: str) -> bool | None:
