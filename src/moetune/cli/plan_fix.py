@@ -24,10 +24,12 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         key, sep, value = item.partition("=")
         if not sep:
             raise MoetuneError(f"--fix {item!r}: expected key=value, e.g. --fix ep=64")
-        if key in fixed or key == "recompute_modules" and fixed.get("recompute") in ("none", "full") \
+        if key in fixed:
+            raise MoetuneError(f"--fix {item}: {key} is pinned by an earlier --fix already; give each key once")
+        if key == "recompute_modules" and fixed.get("recompute") in ("none", "full") \
                 or key == "recompute" and value != "selective" and "recompute_modules" in fixed:
-            raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (a key once; recompute_modules only "
-                               "with recompute=selective)")
+            raise MoetuneError(f"--fix {item}: conflicts with an earlier --fix (recompute_modules only with "
+                               "recompute=selective)")
         if key in INT_KEYS:
             if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < 1:
                 raise MoetuneError(f"--fix {key}={value}: expected a positive integer")
