@@ -94,6 +94,20 @@ def test_a_slower_pick_names_the_wall_that_lost_most():
     assert v["speedup"] < 1 and f"most of the loss in the {lost} wall" in v["why"]
 
 
+def test_a_baseline_that_is_the_pick_places_no_gain(capsys):
+    """A plan's own pick given as its baseline (plan --baseline of its plan --json) had read 'most of the gain in the
+    compute wall (3.93 s -> 3.93 s per step)' over an empty table of settings."""
+    from moetune.cli.versus_output import print_versus
+    run = RUNS["R221"]
+    recipe = estimate(run.model, run.gpu, run.layout, run.workload, run.knobs)
+    v = versus(recipe, recipe)
+    assert v["changes"] == {} and v["why"].startswith("the pick is the baseline's configuration, no setting changed")
+    assert "most of the" not in v["why"]
+    print_versus(v)
+    out = capsys.readouterr().out
+    assert "Settings the pick changes" not in out and "Seconds per step by wall" in out
+
+
 def test_a_different_mtp_depth_is_a_setting_the_pick_changes():
     """explain --baseline of a run trained without MTP against one with it: the depth is listed with the rest."""
     from moetune.layout.layout import Layout

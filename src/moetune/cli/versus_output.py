@@ -20,8 +20,10 @@ def print_versus(v: dict) -> None:
             first = i == 0
             rows.append([e["group"] if first else "", k, *map(str, v["changes"][k]),
                          _effect(e, "alone") if first else "", _effect(e, "in_turn") if first else ""])
-    out.print(table("Settings the pick changes (predicted tokens/s/GPU: each group alone on the baseline, and in turn "
-                    "on the groups above it)", ["group", "setting", "baseline", "pick", "alone", "in turn"], rows))
+    if rows:  # none where the pick is the baseline's configuration (its `why` says so)
+        out.print(table("Settings the pick changes (predicted tokens/s/GPU: each group alone on the baseline, and in "
+                        "turn on the groups above it)", ["group", "setting", "baseline", "pick", "alone", "in turn"],
+                        rows))
     rows = [[w, f"{x['baseline']:.3f}", f"{x['pick']:.3f}", f"{x['saved']:+.3f}"] for w, x in v["walls"].items()]
     out.print(table("Seconds per step by wall", ["wall", "baseline", "pick", "saved"], rows))
 

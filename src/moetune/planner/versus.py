@@ -115,6 +115,8 @@ def versus(pick: Estimate, baseline: Estimate) -> dict:
     why = (f"predicted {speedup:.2f}x the baseline's tokens/s/GPU; most of the {'gain' if speedup >= 1 else 'loss'} "
            f"in the {biggest} wall ({walls[biggest]['baseline']:.2f} s -> {walls[biggest]['pick']:.2f} s per step)"
            + ("; in turn: " + ", ".join(f"{e['group']} {e['in_turn']:+.1%}" for e in moved[:4]) if moved else ""))
+    if not changes:  # e.g. a plan's own pick given as its baseline: no gain to place in a wall
+        why = f"the pick is the baseline's configuration, no setting changed: predicted {speedup:.2f}x its tokens/s/GPU"
     twins = measured_twins(baseline)
     note = measured_note(twins, tb["tokens_per_s_per_gpu"], tp["tokens_per_s_per_gpu"])
     return {"speedup": speedup, "changes": {k: list(v) for k, v in changes.items()}, "effects": effects,
