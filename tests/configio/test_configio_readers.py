@@ -125,3 +125,14 @@ def test_check_with_model_reads_a_list_layout(capsys):
                  "--gpus", "256", "--model", "deepseek-v3", "--json"])
     found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert code == 0 and not [r for r, f in found.items() if f["severity"] == "error"]
+
+
+def test_a_model_config_json_given_as_a_launch_config_says_it_is_the_model(tmp_path, shared_data):
+    """A Hugging Face config.json passed where a launch config goes (check FILE, estimate --config FILE) had been
+    asked for '{"config": ...}' or, under check, for a saved result's 'layout': it names what the file is and where
+    it goes."""
+    path = shared_data / "models" / "phi-3.5-moe.config.json"
+    for reader in (None, lambda data: {}):
+        with pytest.raises(MoetuneError, match=r"a Hugging Face model config.json \(model_type 'phimoe'\), not a "
+                                               r"launch config .*check --model FILE"):
+            load_config([path], from_result=reader)

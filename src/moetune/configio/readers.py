@@ -166,6 +166,10 @@ def json_assignments(data: Any, origin: str, from_result: ResultReader | None = 
     sections = set(VALIDATED) | set(PASSTHROUGH) | {"env", "env_vars", "mixed_precision"}
     if all(str(k) in sections or "." in str(k) or str(k) in _SKIP for k in data):
         return flatten_sections(data, origin)
+    if "model_type" in data and "layout" not in data:  # a model's config.json is the model, not the launch
+        raise MoetuneError(f"{origin}: a Hugging Face model config.json (model_type {data['model_type']!r}), not a "
+                           "launch config or a saved result: give it as the model (check --model FILE; estimate, "
+                           "plan and explain take it as MODEL)")
     if from_result is None:
         raise MoetuneError(f"{origin}: no \"config\" object; give {{\"config\": {{dotted names}}}} or "
                            "Megatron Bridge sections (model, train, ...)")
