@@ -47,6 +47,9 @@ def run(args, capsys):
     ({"c.yaml": "model:\n  tensor_model_parallel_size: ${train.tp}\n"}, [], "resolves only ${oc.env:NAME}"),
     ({"c.yaml": "model:\n  tensor_model_parallel_size: ${oc.env:MOETUNE_UNSET_VAR}\n"}, [],
      "MOETUNE_UNSET_VAR is not set"),
+    # a launch script's argument variable (Megatron-LM's examples: TRAINING_ARGS="--flags ...") is no dotted override
+    ({"train.sh": "#!/bin/bash\nTRAINING_ARGS=\"--micro-batch-size 1\"\n"}, [],
+     "reads as a launch script's shell variable: pass its Megatron-LM arguments with --mlm-args"),
     ({}, ["--mlm-args", "tp=2"], "no Megatron-LM --flags"),
     ({}, ["--mlm-args", "# --tensor-model-parallel-size 2"], "no Megatron-LM --flags"),
     ({}, ["--mlm-args", "--num-layers 48 --num-layers-per-virtual-pipeline-stage 0 --pipeline-model-parallel-size 2"],

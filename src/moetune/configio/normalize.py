@@ -54,7 +54,12 @@ def canonical_key(key: str, origin: str) -> str:
         key = "env." + key[len("env_vars."):]
     section, _, field = key.partition(".")
     if not field:
-        raise MoetuneError(f"{origin}: {key!r} is not a dotted config name (e.g. model.tensor_model_parallel_size)")
+        hint = ""
+        if key.isupper():  # a launch script's NAME="--flags ..." (Megatron-LM's examples: TRAINING_ARGS)
+            hint = ("; it reads as a launch script's shell variable: pass its Megatron-LM arguments with --mlm-args "
+                    "\"...\" or a file of them")
+        raise MoetuneError(f"{origin}: {key!r} is not a dotted config name (e.g. model.tensor_model_parallel_size)"
+                           f"{hint}")
     if section == "env":
         if not ENV_NAME.match(field):
             raise MoetuneError(f"{origin}: {key!r} is not a valid environment variable name")
