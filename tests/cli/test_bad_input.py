@@ -77,7 +77,7 @@ def test_console_script_runs():
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "tp=2", "--fix", "tp=4"],
-     "--fix tp=4: conflicts with an earlier --fix"),
+     "--fix tp=4: tp is pinned by an earlier --fix already; give each key once"),  # recompute's reason had read too
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", "ep_overlap=true", "--fix",
       "pp=4", "--fix", "vpp=1"], "with pp=4 needs VPP > 1"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--fix", "recompute=none", "--fix",
