@@ -127,9 +127,20 @@ def test_the_mtp_depth_is_a_flag(tmp_path, capsys):
     code, out, _ = run(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--gbs", "4096", "--mtp-layers", "0",
                         "--top", "1", "--json"], capsys)
     assert code == 0 and json.loads(out)["results"][0]["pipeline"]["mtp_num_layers"] == 0
-    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--mtp-layers",
-                        "1"], capsys)
-    assert code == 2 and "no MTP layer" in err
+    code, _, err = run(["estimate", "nemotron3-nano-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16",
+                        "--mtp-layers", "1"], capsys)
+    assert code == 2 and "builds no MTP block" in err and len(err.strip().splitlines()) == 1
+
+
+def test_mtp_layers_on_a_checkpoint_without_them_train_from_scratch(capsys):
+    """A model whose checkpoint ships no MTP module trains --mtp-layers N from scratch, each layer built as the
+    decoder's last (Megatron-LM gpt_builders.py), where moetune had refused it: slower than without, and no
+    mtp_beyond_checkpoint warning (nothing to fine-tune past)."""
+    args = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"]
+    runs = {n: json.loads(run([*args, "--mtp-layers", str(n)], capsys)[1]) for n in (0, 1)}
+    assert runs[1]["pipeline"]["mtp_num_layers"] == 1 and runs[0]["pipeline"]["mtp_num_layers"] == 0
+    assert runs[1]["time"]["step_seconds"] > runs[0]["time"]["step_seconds"]
+    assert not [c for c in runs[1]["checks"] if c["rule"] == "model.mtp_beyond_checkpoint"]
 
 
 def test_estimate_defaults_to_bf16_on_a_gpu_without_fp8(tmp_path, capsys):

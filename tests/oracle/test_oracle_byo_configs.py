@@ -68,3 +68,18 @@ def test_qwen2_moe_qkv_bias_is_read(qkv_bias):
     qkv = 3 * 2048 // 2  # q, k and v (16 heads = 16 kv heads, head_dim 128) over TP 2, per layer
     assert [a - b for a, b in zip(biased, plain)] == [12 * qkv, 12 * qkv]  # 24 layers, 12 a stage
     assert ours == (plain if qkv_bias is False else biased)
+
+
+@pytest.mark.parametrize(("name", "layout"), [("mixtral-8x7b", dict(world_size=16, tp=2, pp=2, ep=4)),
+                                              ("qwen3-30b-a3b", dict(world_size=8, tp=1, pp=2, ep=4))])
+def test_mtp_trained_from_scratch_is_the_decoders_last_layer(name, layout):
+    """A checkpoint with no MTP module, trained with one: Megatron-Core builds it as the decoder's last layer
+    (Megatron-LM gpt_builders.py), which the oracle does from num_nextn_predict_layers; moetune's with_mtp(1) holds
+    the same parameters on every stage, the last one more than without."""
+    hf = _builtin(name)
+    spec, lay = spec_from_hf(hf, name=name, origin="x.json").with_mtp(1), Layout(**layout)
+    padded = padded_vocab_size(spec.vocab_size, lay.tp, spec.vocab_divisor)
+    theirs = count_params_per_stage({**hf, "num_nextn_predict_layers": 1}, padded_vocab_size=padded, tp=lay.tp,
+                                    pp=lay.pp, ep=lay.ep, etp=lay.etp, world_size=lay.world_size)
+    ours = [s.total for s in stage_params(spec, lay, layer_spec="te")]
+    assert ours == theirs and ours[-1] > _both(hf, **layout)[0][-1]

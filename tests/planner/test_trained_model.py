@@ -41,10 +41,14 @@ def test_megatron_lm_arguments_train_mtp_only_when_asked():
     assert _stages(mlm_args=args + " --mtp-num-layers 1")[0] == 1
 
 
-def test_mtp_on_a_model_without_an_mtp_layer_is_refused():
+def test_mtp_on_a_model_without_an_mtp_layer_trains_the_decoders_last_layer():
+    """Megatron-LM builds each MTP layer as the decoder's last (gpt_builders.py), checkpoint or not; a hybrid Mamba
+    stack builds none (MambaModel), so that one is refused."""
     config = load_config(sets=["model.mtp_num_layers=1"], gpu="h100", gpus=8)
-    with pytest.raises(MoetuneError, match="has no MTP layer"):
-        trained_model(load_model("qwen3-30b-a3b"), config)
+    model = trained_model(load_model("qwen3-30b-a3b"), config)
+    assert model.mtp_num_layers == 1 and model.mtp_layer_kind == model.layers[-1]
+    with pytest.raises(MoetuneError, match="builds no MTP block"):
+        trained_model(load_model("nemotron3-nano-30b-a3b"), config)
 
 
 def test_the_last_stage_without_mtp_is_what_megatron_core_builds(shared_data):

@@ -213,10 +213,18 @@ class ModelSpec:
         if n > self.num_layers:  # Megatron builds each as a whole transformer layer; trained models use 1-3
             raise ValueError(f"the MTP depth ({n}) exceeds the model's {self.num_layers} decoder layers; models train "
                              "with 1-3")
-        if n and self.mtp_layer_kind is None:
-            raise ValueError(f"{self.name}'s config.json has no MTP layer to shape {n} after; train it with 0")
-        # the MTP layer's kind stays: the config.json has it, and a config that drops it must say so (to_config)
-        return self if n == self.mtp_num_layers else replace(self, mtp_num_layers=n)
+        if n == self.mtp_num_layers:
+            return self
+        if not n or self.mtp_layer_kind is not None:
+            # the MTP layer's kind stays: the config.json has it, and a config that drops it must say so (to_config)
+            return replace(self, mtp_num_layers=n)
+        if any(k.mixer == "mamba" for k in self.layers):
+            raise ValueError(f"{self.name} is a hybrid Mamba stack, and Megatron-Core's MambaModel builds no MTP "
+                             "block (core_v0.16.0); train it with 0")
+        # A model whose checkpoint ships no MTP module trains its MTP layers from scratch, each built as the decoder's
+        # last layer (Megatron-LM gpt_builders.py: "Use spec of the last layer in decoder block as spec of the
+        # transformer layer in MTP"; Megatron Bridge's providers take the same, gpt_provider.py mtp_block_spec)
+        return replace(self, mtp_num_layers=n, mtp_layer_kind=self.layers[-1])
 
     # ---- derived facts -------------------------------------------------------------------
     @property
