@@ -127,6 +127,18 @@ def test_cuda_device_max_connections(sets, expected):
     assert env["CUDA_DEVICE_MAX_CONNECTIONS"][0] == expected
 
 
+@pytest.mark.parametrize("fsdp", ["dist.use_torch_fsdp2=true", "ddp.use_megatron_fsdp=true"])
+def test_neither_fsdp_is_given_one_connection(fsdp):
+    """Both FSDPs assert CUDA_DEVICE_MAX_CONNECTIONS != 1 (Megatron-LM arguments.py:622-623 and :687-688
+    @core_v0.16.0), and validate_args only warns about TP/CP beside them: TP2 on Hopper keeps CUDA's 8, in env.sh
+    and in torchrun.sh's Megatron-LM branch alike."""
+    from moetune.emit.launch import mlm_connections
+    config = load_config(sets=["model.tensor_model_parallel_size=2", "model.sequence_parallel=true", fsdp,
+                               "cluster.launcher=megatron-lm"], gpu="h100", gpus=8)
+    assert environment(config)["CUDA_DEVICE_MAX_CONNECTIONS"][0] == 8
+    assert mlm_connections(config) == ""
+
+
 def test_ep_overlap_leaves_layernorm_sms_to_the_all_to_all():
     sets = ["model.num_moe_experts=64", "model.expert_model_parallel_size=8",
             "comm_overlap.overlap_moe_expert_parallel_comm=true"]

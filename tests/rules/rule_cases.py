@@ -319,6 +319,9 @@ CASES: dict[str, Case] = {
     "wall.compute": Case(MOE, derived={"dominant_wall": "compute"}, context="diagnose"),
     "env.cuda_device_max_connections": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
                                              "env.CUDA_DEVICE_MAX_CONNECTIONS=8"), "h100", 8),
+    # TP2 on Hopper, where Megatron-LM asks for 1 connection without an FSDP (env.cuda_device_max_connections)
+    "env.fsdp_connections": Case(S(FSDP2_MLM, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
+                                   "env.CUDA_DEVICE_MAX_CONNECTIONS=1"), "h100", 8),
     "overlap.param_gather_needs_dist_opt": Case(S(MOE, "ddp.overlap_param_gather=true", "ddp.overlap_grad_reduce=true",
                                                   "ddp.use_distributed_optimizer=false",
                                                   "optimizer.use_distributed_optimizer=false",

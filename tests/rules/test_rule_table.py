@@ -176,6 +176,18 @@ def test_what_bridge_tolerates_megatron_lm_asserts(rule, sets):
     assert (severity("bridge"), severity("megatron-lm")) == ("warning", "error")
 
 
+@pytest.mark.parametrize("fsdp", ["dist.use_torch_fsdp2=true", "ddp.use_megatron_fsdp=true"])
+@pytest.mark.parametrize(("connections", "fired"), [(8, set()), (1, {"env.fsdp_connections"})])
+def test_either_fsdp_wants_more_than_one_connection_at_tp2(fsdp, connections, fired):
+    """Megatron-LM asks TP/CP > 1 before Blackwell for one connection except beside an FSDP (validate_args only
+    warns there, arguments.py:930-937 @core_v0.16.0) and both FSDPs assert more than one (:622-623, :687-688)."""
+    from moetune.rules import evaluate
+    sets = ["model.num_moe_experts=64", "model.tensor_model_parallel_size=2", "model.sequence_parallel=true", fsdp,
+            "cluster.launcher=megatron-lm", f"env.CUDA_DEVICE_MAX_CONNECTIONS={connections}"]
+    found = {f.rule for f in evaluate(load_config(sets=sets, gpu="h100", gpus=8))}
+    assert found & {"env.fsdp_connections", "env.cuda_device_max_connections"} == fired
+
+
 @pytest.mark.parametrize(("sets", "target"), [
     (("model.seq_length=131072",), 32),  # the 4K guess at TP1
     # attention sinks: a2a alone, whose head split stops at the 8 KV groups

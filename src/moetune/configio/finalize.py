@@ -63,6 +63,15 @@ def quantized_params(config: dict[str, Any], kind: str) -> bool | None:
     return config.get(f"mixed_precision.{kind}_param") if value is None else value
 
 
+def fsdp_impl(config: dict[str, Any]) -> str:
+    """Which FSDP wraps the model, named as Megatron-LM's validate_args names it (fsdp_impl, arguments.py:930-931
+    @core_v0.16.0, :1401-1402 @core_v0.18.2): "Torch-FSDP2" (dist.use_torch_fsdp2), "Megatron-FSDP"
+    (ddp.use_megatron_fsdp), "" under Megatron's DDP."""
+    if config.get("dist.use_torch_fsdp2"):
+        return "Torch-FSDP2"
+    return "Megatron-FSDP" if config.get("ddp.use_megatron_fsdp") else ""
+
+
 DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")
 
 

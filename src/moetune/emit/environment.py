@@ -8,10 +8,12 @@ from moetune.rules.derive import derive
 
 
 def tp_cp_need_one_connection(d: dict[str, Any]) -> bool:
-    """TP/CP > 1 without EP overlap before Blackwell: TP/CP kernels overlap GEMMs only through one hardware queue
-    (Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 there, arguments.py validate_args; Bridge sets it,
-    scripts/performance/utils/overrides.py)."""
-    return d.get("arch") != "blackwell" and (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"]
+    """TP/CP > 1 without EP overlap or an FSDP before Blackwell: TP/CP kernels overlap GEMMs only through one hardware
+    queue (Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 there, arguments.py validate_args; Bridge sets it,
+    scripts/performance/utils/overrides.py). Either FSDP asserts the opposite, whatever the layout (Megatron-LM
+    arguments.py:622-623 and :687-688 @core_v0.16.0; Bridge training/config.py for Megatron FSDP), and validate_args
+    only warns about TP/CP beside it (:930-937), so an FSDP run never gets 1."""
+    return d.get("arch") != "blackwell" and (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"] and not d["fsdp"]
 
 
 # Variables a GPU's own recipes set, whatever the layout: Megatron Bridge's B300 perf recipes (perf_recipes/*/b300/,

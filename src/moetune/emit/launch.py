@@ -47,9 +47,9 @@ READ_WORDS = ("python3 -c 'import shlex, sys; sys.stdout.write(\"\".join(w + chr
 
 def mlm_connections(config: dict[str, Any]) -> str:
     """Megatron-LM asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1 before Blackwell unless EP overlap (or
-    FSDP) is on (arguments.py validate_args); env.sh may hold Bridge's 32 for DeepEP/HybridEP, so the Megatron-LM
-    branch sets 1 itself there."""
-    if tp_cp_need_one_connection(derive(config)) and not config.get("ddp.use_megatron_fsdp"):
+    either FSDP) is on (arguments.py validate_args); env.sh may hold Bridge's 32 for DeepEP/HybridEP, so the
+    Megatron-LM branch sets 1 itself there."""
+    if tp_cp_need_one_connection(derive(config)):
         return ("\n  export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-LM asserts it with TP/CP > 1 before Blackwell "
                 "(arguments.py)")
     return ""

@@ -15,6 +15,7 @@ from moetune.configio.finalize import (
     data_parallel_size,
     distributed_optimizer,
     expert_tensor_parallel_size,
+    fsdp_impl,
     layer_wise_optimizer,
     quantized_params,
 )
@@ -275,6 +276,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     # as Bridge syncs ddp's and the optimizer's switches, a silent one its recipe's (configio/finalize.py), as the
     # estimate reads it: a rule asking the raw ddp field missed a config that set only the optimizer's
     d["distributed_optimizer"] = distributed_optimizer(config)
+    d["fsdp"] = fsdp_impl(config)
     d["vpp2_runs"] = vpp2_runs(config, d)
     d["long_context_tokens"] = LONG_CONTEXT_TOKENS  # a constant: the rules table has no constants of its own
     d.update(extra or {})
