@@ -345,6 +345,7 @@ CASES: dict[str, Case] = {
     "fsdp.torch_fsdp2_gradient_accumulation_fusion": Case(FSDP2_MLM),  # Megatron-LM's default is on
     "fsdp.torch_fsdp2_tied_embeddings": Case(S(FSDP2_MLM, "model.share_embeddings_and_output_weights=true")),
     "fsdp.torch_fsdp2_fp16": Case(S(FSDP2_MLM, "mixed_precision.bf16=false", "mixed_precision.fp16=true")),
+    "fsdp.muon": Case(S(FSDP2_MLM, "optimizer.optimizer=dist_muon")),
     "fsdp.torch_fsdp2_drops_fp8_params": Case(S(FSDP2_MLM, "mixed_precision.fp8=hybrid",
                                                 "mixed_precision.fp8_recipe=tensorwise",
                                                 "mixed_precision.fp8_param_gather=true")),

@@ -188,6 +188,16 @@ def test_either_fsdp_wants_more_than_one_connection_at_tp2(fsdp, connections, fi
     assert found & {"env.fsdp_connections", "env.cuda_device_max_connections"} == fired
 
 
+@pytest.mark.parametrize("fsdp", ["--use-torch-fsdp2", "--use-megatron-fsdp"])
+@pytest.mark.parametrize(("optimizer", "fires"), [("muon", True), ("dist_muon", True), ("adam", False)])
+def test_megatron_lm_refuses_muon_under_either_fsdp(fsdp, optimizer, fires):
+    """validate_args: "Muon optimizer does not support Torch-FSDP2 / Megatron-FSDP for now" (arguments.py:1185-1186
+    @core_v0.16.0, :1572-1573 @core_v0.18.2), read from Megatron-LM's own arguments."""
+    from moetune.rules import evaluate
+    config = load_config(mlm_args=f"--num-experts 64 --bf16 {fsdp} --optimizer {optimizer}", gpu="h100", gpus=8)
+    assert ("fsdp.muon" in {f.rule for f in evaluate(config)}) == fires
+
+
 @pytest.mark.parametrize(("sets", "target"), [
     (("model.seq_length=131072",), 32),  # the 4K guess at TP1
     # attention sinks: a2a alone, whose head split stops at the 8 KV groups
