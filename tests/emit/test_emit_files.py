@@ -280,6 +280,10 @@ def test_model_args_reach_megatron_lm_as_a_shell_reads_them(planned, tmp_path):
     (["ddp.overlap_param_gather=true", "ddp.overlap_grad_reduce=false",
       "optimizer.overlap_param_gather_with_optimizer_step=true"], [],
      ["--overlap-param-gather", "--overlap-param-gather-with-optimizer-step"]),
+    # Megatron FSDP gathers its own shards: the assert accepts it without the distributed optimizer
+    (["ddp.overlap_param_gather=true", "ddp.overlap_grad_reduce=true", "ddp.use_megatron_fsdp=true",
+      "ddp.use_distributed_optimizer=false", "optimizer.use_distributed_optimizer=false"],
+     ["--overlap-param-gather", "--use-megatron-fsdp"], []),
     # Megatron-LM turns sequence parallelism off at TP=1, then asserts it for TP overlap
     (["comm_overlap.tp_comm_overlap=true"], [], ["--tp-comm-overlap"]),
 ])

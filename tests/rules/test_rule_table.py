@@ -198,6 +198,24 @@ def test_megatron_lm_refuses_muon_under_either_fsdp(fsdp, optimizer, fires):
     assert ("fsdp.muon" in {f.rule for f in evaluate(config)}) == fires
 
 
+@pytest.mark.parametrize(("args", "fix"), [
+    ("", {"ddp.use_distributed_optimizer": True}),
+    ("--use-megatron-fsdp", None),  # Megatron FSDP gathers its own shards: the assert accepts it
+    ("--optimizer dist_muon", None),  # accepted from core_v0.17.0 (arguments.py:856-859)
+    # torch FSDP2 refuses the distributed optimizer (fsdp.torch_fsdp2_distributed_optimizer): the switch goes
+    ("--use-torch-fsdp2", {"ddp.overlap_param_gather": False}),
+])
+def test_overlap_param_gather_needs_what_megatron_lm_asserts(args, fix):
+    """validate_args: '--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or dist_muon'
+    (megatron/training/arguments.py:1003-1006 @core_v0.18.2)."""
+    from moetune.rules import evaluate
+    config = load_config(mlm_args=f"--num-experts 64 --bf16 --overlap-grad-reduce --overlap-param-gather {args}",
+                         gpu="h100", gpus=8)
+    found = {f.rule: f for f in evaluate(config)}
+    finding = found.get("overlap.param_gather_needs_dist_opt")
+    assert (finding.fix if finding else None) == fix
+
+
 @pytest.mark.parametrize(("sets", "target"), [
     (("model.seq_length=131072",), 32),  # the 4K guess at TP1
     # attention sinks: a2a alone, whose head split stops at the 8 KV groups

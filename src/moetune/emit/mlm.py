@@ -127,12 +127,14 @@ def _switches(config: dict[str, Any]) -> tuple[list[str], set[str]]:
 
 def _refused_by_megatron_lm(config: dict[str, Any]) -> tuple[set[str], list[str]]:
     """Fields a Bridge config may hold that Megatron-LM's validate_args refuses, left off with a comment saying why
-    (arguments.py): --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce, and
+    (arguments.py): --overlap-param-gather needs --overlap-grad-reduce and something whose shards it gathers (the
+    distributed optimizer, Megatron FSDP or, from core_v0.17.0, dist_muon: :1003-1006 @core_v0.18.2), and
     --overlap-param-gather-with-optimizer-step needs --overlap-param-gather; --tp-comm-overlap needs sequence
     parallelism, which Megatron-LM turns off at TP=1 (Bridge drops the overlap silently there)."""
     left, notes = set(), []
-    if config.get("ddp.overlap_param_gather") and not (config.get("ddp.overlap_grad_reduce") and (
-            config.get("optimizer.use_distributed_optimizer") or config.get("ddp.use_distributed_optimizer"))):
+    sharded = any(config.get(k) for k in ("optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer",
+                                          "ddp.use_megatron_fsdp")) or config.get("optimizer.optimizer") == "dist_muon"
+    if config.get("ddp.overlap_param_gather") and not (config.get("ddp.overlap_grad_reduce") and sharded):
         left.add("ddp.overlap_param_gather")
         notes.append("# left off: --overlap-param-gather (Megatron-LM asserts it needs --overlap-grad-reduce and the "
                      "distributed optimizer; Bridge ran it)")
