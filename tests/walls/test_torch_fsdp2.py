@@ -9,10 +9,18 @@ import pytest
 from moetune.configio import load_config
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
+from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config
+from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.batch import batch_step_seconds
+from moetune.walls.batch_layouts import build_batch
+from moetune.walls.comms import ring_seconds
+from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import memory_wall
+from moetune.walls.rank_params import stage_params
 
 # Qwen3-30B-A3B on 64 GPUs at TP2 CP2 (DP 16: 32 shards), as Megatron-LM would run it under FSDP2
 LAYOUT = Layout(world_size=64, tp=2, cp=2, etp=2)
@@ -61,3 +69,38 @@ def test_megatron_lm_turns_fp8_weights_off_under_fsdp2():
     _, _, knobs = from_config(load_config(mlm_args=MLM + fp8, gpu="h100", gpus=64))
     assert knobs.fp8 and not knobs.fp8_params
     assert "fp8_weights" not in _stage(knobs).items
+
+
+# ---------------------------------------------------------------- step time: FSDP2's DP traffic
+FSDP2 = Knobs(torch_fsdp2=True, distributed_optimizer=False)
+
+
+def _time(knobs: Knobs, gbs: int) -> dict:
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=gbs)
+    return estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), LAYOUT, wl, knobs, with_memory=False).time
+
+
+def test_fsdp2_gathers_twice_and_reduce_scatters_in_every_micro_batch():
+    """fully_shard (reshard_after_forward True, Megatron's default; no_sync a no-op) gathers each layer's BF16 weights
+    in the forward and again in the backward and reduce-scatters its BF16 gradients, every micro-batch, over DP x CP
+    (torch_fully_sharded_data_parallel.py): three rings of 2 B a parameter of the rank's, m times a step. The old
+    estimate timed one FP32 all-reduce a step, as for Megatron's DDP."""
+    spec, gpu = load_model("qwen3-30b-a3b"), job_gpu(load_gpu("h100"), LAYOUT.world_size)
+    params = max(stage_params(spec, LAYOUT), key=lambda s: s.total).total
+    one_ring = ring_seconds(2 * params, LAYOUT.dp * LAYOUT.cp, LAYOUT.tp, gpu, efficiency(gpu.key))
+    for gbs in (128, 256):
+        t = _time(FSDP2, gbs)
+        assert t["num_microbatches"] == gbs // LAYOUT.dp
+        raw = t["collectives"]["dp_grad_reduce_param_gather"]
+        assert raw == pytest.approx(t["num_microbatches"] * 3 * one_ring, rel=1e-9)
+        # each micro-batch's collectives hide only under its own compute, so most of them show at this size
+        assert 0.5 * raw < t["exposed_collectives"]["dp_grad_reduce_param_gather"] <= raw
+
+
+def test_the_batch_path_times_fsdp2_as_estimate_does():
+    gpu, wl = load_gpu("h100"), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+    batch = build_batch(load_model("qwen3-30b-a3b"), [(LAYOUT, 1)])
+    for knobs in (Knobs(distributed_optimizer=False), FSDP2):
+        step = batch_step_seconds(load_model("qwen3-30b-a3b"), batch, wl.seq_length, wl.global_batch_size, knobs,
+                                  gpu, efficiency(gpu.key))["step"][0]
+        assert float(step) == pytest.approx(_time(knobs, 256)["step_seconds"], rel=1e-9), knobs

@@ -199,7 +199,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
     walls = {"compute": m * stage["compute"] + optimizer,
              "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
-                                                                      stage["host"]) + u * stage["hidden_ep"],
+                                                                      stage["host"], m) + u * stage["hidden_ep"],
              # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + unhidden),
              "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0) + offload}

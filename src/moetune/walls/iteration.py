@@ -68,6 +68,26 @@ def step_weight_bytes(knobs: Knobs) -> float:
     return row.write + (MASTER_BYTES if row.fresh_amax else 0)
 
 
+def fsdp2_traffic(params, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """(reduce-scatter, all-gather) seconds of one micro-batch under torch FSDP2, for a rank's `params` (`vocab` of them
+    the embedding's and output layer's). Megatron-Core's TorchFullyShardedDataParallel calls fully_shard per layer
+    over the DP x CP group with reshard_after_forward True unless --torch-fsdp2-no-reshard-after-forward, and no
+    mixed-precision policy (distributed/torch_fully_sharded_data_parallel.py; training/training.py:1288-1289
+    @core_v0.16.0), and its no_sync is the base class's no-op (data_parallel_base.py): each micro-batch gathers every
+    layer's weights in its forward and again in its backward (dp_raw_seconds counts the two) and reduce-scatters
+    the BF16 gradients (the parameters' dtype under Float16Module) in its backward. Megatron-LM refuses EP and PP
+    under it, so every weight shards over the one group."""
+    group = (lay.dp * lay.cp, lay.tp, gpu, eff)
+    return (ring_seconds(params * WEIGHT_BYTES, *group),
+            ring_seconds((params - vocab) * gathered_weight_bytes(knobs) + vocab * WEIGHT_BYTES, *group))
+
+
+def dp_raw_seconds(rs, ag, knobs: Knobs, microbatches):
+    """A step's DP traffic from iteration_terms' pair: one reduce-scatter (all-reduce) and one all-gather, or under
+    torch FSDP2 each micro-batch's reduce-scatter and two all-gathers (fsdp2_traffic)."""
+    return microbatches * (rs + 2 * ag) if knobs.torch_fsdp2 else rs + ag
+
+
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
     them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
@@ -77,7 +97,7 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
       (dist_muon: DDP's own distributed optimizer off, so DDP all-reduces the gradients, and each rank then
       all-gathers the parameters the others stepped: Megatron-Core optimizer/layer_wise_optimizer.py), (gradient
       all-reduce, BF16 parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it
-      (Knobs.overlap_param_gather off);
+      (Knobs.overlap_param_gather off); under torch FSDP2, one micro-batch's pair over DP x CP (fsdp2_traffic);
     - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
       grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
       and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
@@ -90,7 +110,9 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
                 + ring_seconds(expert_bytes, lay.edp, lay.etp * lay.ep, gpu, eff))
 
     w = gathered_weight_bytes(knobs)
-    if knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
+    if knobs.torch_fsdp2:
+        dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
+    elif knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         dp = (ring(dense * grad, expert * grad) * (2 if muon else 1),
               ring((dense - vocab) * w + vocab * WEIGHT_BYTES, expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights

@@ -74,17 +74,23 @@ def ep_overlap_unpaired(lay, microbatches) -> float:
     return np.minimum(np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0), microbatches)
 
 
-def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_host=0.0):
+def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_host=0.0, microbatches=1):
     """DP traffic left exposed: gradients accumulate over the micro-batches, so the reduce-scatter can only run
     under the last micro-batch's backward (overlap_grad_reduce), and the parameter all-gather under the first
     one's forward (overlap_param_gather) (Megatron-Core distributed/param_and_grad_buffer.py: buckets launch when
     their last gradient is ready / before their first use). `dp_overlap_hide` of each window's time is usable: its
     compute, and the gaps where the GPU waits for the host (`stage_host`), in which the NCCL kernels run all the same
     (without them a host-bound step got faster as its compute grew); with an overlap flag off, that collective runs
-    after (before) the pipeline, all exposed."""
+    after (before) the pipeline, all exposed. Torch FSDP2 runs its collectives in every one of the `microbatches`,
+    always beside compute (fully_shard prefetches the next layer's gather and reduce-scatters on its own streams,
+    whatever the DDP overlap flags): a gather under the forward, a gather and the reduce-scatter under the backward
+    (iteration.fsdp2_traffic)."""
     window = stage_compute + stage_host
     backward = window * BWD_GEMM / (1 + BWD_GEMM)
     hide = eff["dp_overlap_hide"]
+    if knobs.torch_fsdp2:
+        return microbatches * (np.maximum(ag - hide * (window - backward), 0.0)
+                               + np.maximum(ag + rs - hide * backward, 0.0))
     rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
     ag_hidden = hide * (window - backward) if knobs.overlap_param_gather else 0.0
     return np.maximum(rs - rs_hidden, 0.0) + np.maximum(ag - ag_hidden, 0.0)

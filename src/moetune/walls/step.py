@@ -47,7 +47,7 @@ from moetune.walls.compute import (
 from moetune.walls.context_parallel import layer_cp
 from moetune.walls.flops import qkv_gathered
 from moetune.walls.host import host_wait, layer_cpu_share
-from moetune.walls.iteration import iteration_terms
+from moetune.walls.iteration import dp_raw_seconds, iteration_terms
 from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops
@@ -242,8 +242,8 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
     (rs, ag), optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff)
-    dp_raw = float(rs + ag)
-    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"]))
+    dp_raw = float(dp_raw_seconds(rs, ag, knobs, m))
+    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m))
     # EP overlap hides a micro-batch's all-to-all only beside another's compute; the warm-up and cool-down chunks run
     # unpaired, and they are what the other stages wait through (the bubble), so both take the all-to-all whole
     # (Megatron-Core pipeline_parallel/schedules.py: the combined 1F1B pairs a forward with a backward only in the
