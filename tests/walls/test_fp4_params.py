@@ -1,5 +1,5 @@
 """NVFP4 parameters (Knobs.fp4_param_gather): the weights held as NVFP4 tensors alone, without the BF16 copy
-(walls/memory.py), gathered as packed 4-bit data (walls/iteration.py), and through the config a plan writes and
+(walls/model_state.py), gathered as packed 4-bit data (walls/iteration.py), and through the config a plan writes and
 reads."""
 
 from dataclasses import replace

@@ -1,4 +1,4 @@
-"""FP8 parameters (Knobs.fp8_param_gather): the weights held in FP8 alone, without the BF16 copy (walls/memory.py)."""
+"""FP8 parameters (Knobs.fp8_param_gather): the weights held in FP8 alone, without the BF16 copy (model_state.py)."""
 
 from dataclasses import replace
 
@@ -17,7 +17,8 @@ from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory, batch_step_seconds
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import FP8_CACHE_BYTES, default_overheads, memory_wall
+from moetune.walls.memory import default_overheads, memory_wall
+from moetune.walls.model_state import FP8_CACHE_BYTES
 from moetune.walls.rank_params import stage_params
 
 SPEC = load_model("qwen3-30b-a3b")

@@ -1,4 +1,4 @@
-"""Muon's optimizer state (walls/memory.py optimizer_state_bytes): Kimi-K2's Bridge recipes run dist_muon, Muon under
+"""Muon's optimizer state (walls/model_state.py): Kimi-K2's Bridge recipes run dist_muon, Muon under
 the layer-wise distributed optimizer; moetune had charged Adam's two moments unsharded and called the shipped GB200
 recipe out of memory (check audit: 204.5 GiB of 185)."""
 
@@ -14,7 +14,7 @@ from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.memory import model_state_bytes
+from moetune.walls.model_state import model_state_bytes
 from moetune.walls.rank_params import stage_params
 
 KIMI = load_model("kimi-k2")

@@ -1,10 +1,10 @@
-"""The optimizer state a parameter holds (walls/memory.py optimizer_state_bytes), which the memory wall charges and the
+"""The optimizer state a parameter holds (model_state.py optimizer_state_bytes), which the memory wall charges and the
 optimizer step's memory-bound update reads and writes (walls/iteration.py)."""
 
 import pytest
 
 from moetune.layout.knobs import Knobs
-from moetune.walls.memory import optimizer_state_bytes
+from moetune.walls.model_state import optimizer_state_bytes
 
 
 @pytest.mark.parametrize(("knobs", "held"), [

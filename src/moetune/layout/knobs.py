@@ -72,7 +72,7 @@ class Knobs:
     recompute_modules: frozenset[str] = field(default_factory=frozenset)
     distributed_optimizer: bool = True  # use_distributed_optimizer; with Muon, the layer-wise one (dist_muon)
     # torch_fsdp2 (--use-torch-fsdp2 / dist.use_torch_fsdp2): PyTorch FSDP2 in place of Megatron's DDP, sharding the
-    # weights, gradients and optimizer state over DP x CP (walls/memory.py fsdp2_state_items)
+    # weights, gradients and optimizer state over DP x CP (walls/model_state.py fsdp2_sharded_items)
     torch_fsdp2: bool = False
     # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
     # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
@@ -99,7 +99,7 @@ class Knobs:
     fp8_output_proj: bool = False
     # fp8_param_gather: the FP8 recipes' weights are Transformer Engine FP8 tensors built under fp8_model_init
     # (Megatron-Core fp8_utils.get_fp8_context(is_init=True) with TransformerConfig.fp8_param), with no BF16 copy, and
-    # the distributed optimizer writes and gathers them in FP8 (walls/memory.py model_state_bytes). None: what
+    # the distributed optimizer writes and gathers them in FP8 (walls/model_state.py model_state_bytes). None: what
     # Bridge's preset of the recipe sets (FP8_PARAM_PRESET); read it as `fp8_params`
     fp8_param_gather: bool | None = None
     # fp4_param_gather: NVFP4's weights are Transformer Engine NVFP4 tensors built under Megatron-Core's

@@ -51,7 +51,7 @@ class GpuSpec:
     gemm_tile: int  # rows of a GEMM output tile (weight dimensions round up to it: tile quantization)
     tdp_w: float
     # host memory per GPU (the node's, or a Grace's, divided among its GPUs), GiB; 0: unknown, not checked. What the
-    # optimizer's CPU offload keeps there must fit in it (memory.offloaded_host_bytes)
+    # optimizer's CPU offload keeps there must fit in it (model_state.offloaded_host_bytes)
     host_memory_gib: float = 0.0
     # scale-out Gb/s a GPU the published runs of this GPU read as, where it is below the datasheet's nic_gbps (0: none
     # below it); the track record prices a run whose traffic crosses nodes at it too (planner/track_record.py)

@@ -1,6 +1,6 @@
 """Memory and step time of many layouts at once (numpy arrays), for the planner's full search.
 
-The formulas are the scalar ones (activations.layer_activation_items, memory.model_state_bytes,
+The formulas are the scalar ones (activations.layer_activation_items, model_state.model_state_bytes,
 memory.in_flight, step.layer_time, compute.heads_seconds, comms.p2p_seconds, iteration.iteration_terms): they are plain
 arithmetic, so they accept arrays whose first axis is the candidate and whose second is the pipeline stage
 (walls/batch_layouts.py). Per-layer quantities are evaluated once per distinct shape (MBS, TP, CP, ETP, EP, SP)
@@ -30,12 +30,11 @@ from moetune.walls.memory import (
     activation_context,
     in_flight,
     logits_bytes,
-    model_state_bytes,
-    offloaded_host_bytes,
     output_proj_cache_bytes,
     overhead_bytes,
     userbuffer_bytes,
 )
+from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.split_floor import even_floor, whole_floor
 from moetune.walls.step import layer_time
@@ -117,7 +116,8 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
 
 
 def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
-    """Host bytes of the optimizer's CPU offload on each candidate's heaviest stage (memory.offloaded_host_bytes)."""
+    """Host bytes of the optimizer's CPU offload on each candidate's heaviest stage
+    (model_state.offloaded_host_bytes)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert)
     host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.distributed_optimizer),
                   lambda: offloaded_host_bytes(params, b.fields, knobs))

@@ -9,7 +9,7 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.comms import ring_seconds
 from moetune.walls.compute import gemm_rate
-from moetune.walls.memory import (
+from moetune.walls.model_state import (
     FP32_GRAD_BYTES,
     MASTER_BYTES,
     WEIGHT_BYTES,
@@ -122,7 +122,7 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
     vocab_shard = vocab / share[0]
 
-    # bytes a parameter's update moves: the state it holds (memory.optimizer_state_bytes: FP32 master copy and
+    # bytes a parameter's update moves: the state it holds (model_state.optimizer_state_bytes: FP32 master copy and
     # moments) read and written, the FP32 main gradient read, and the model weight written (Megatron-Core
     # optimizer/distributed_optimizer.py steps FP32 main params on FP32 main grads, then copies them to the BF16 model
     # params, or quantizes them into FP8/NVFP4 ones: step_weight_bytes; the embedding and output layer stay BF16)

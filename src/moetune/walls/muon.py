@@ -13,7 +13,7 @@ matrices and how large:
   recipes/utils/optimizer_utils.py distributed_muon_with_cosine_annealing; Megatron-Core's own is "duplicated"), so
   TP shrinks the matrix a rank works on;
 - the layer-wise distributed optimizer (dist_muon) gives each data-parallel rank whole parameters to step, so the
-  work splits over DP x CP (dense) and EDP (experts), as the optimizer state does (memory.optimizer_shard).
+  work splits over DP x CP (dense) and EDP (experts), as the optimizer state does (model_state.optimizer_shard).
 Charged at the BF16 GEMM rate: the momentum is FP32, but muon_fp32_matmul_prec "medium" lets PyTorch run FP32
 matmuls in bfloat16 (torch.set_float32_matmul_precision).
 """

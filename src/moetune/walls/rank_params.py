@@ -1,7 +1,7 @@
 """Parameters held by one rank of each pipeline stage, split into dense and routed-expert parts.
 
 The dense part is replicated over the attention mesh's DP x CP ranks, the expert part over the
-expert mesh's EDP ranks; the distributed optimizer shards each over that group (see memory.py).
+expert mesh's EDP ranks; the distributed optimizer shards each over that group (see model_state.py).
 """
 
 from dataclasses import dataclass

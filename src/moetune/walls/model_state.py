@@ -1,0 +1,139 @@
+"""Model states on one rank: the weights (BF16, and TE's quantized copies of the GEMM weights under an FP8/FP4
+recipe), the gradients and the optimizer state, and how they shard. Megatron DDP + distributed optimizer
+(megatron/core/distributed/ and megatron/core/optimizer/distrib_optimizer.py): BF16 weights, a full-size gradient
+buffer (FP32 by default), and Adam states (FP32 master copy + two moments) sharded over DP x CP for dense parameters
+and over EDP for expert parameters: the ``6 + 12/DP`` bytes/param of Megatron-LM's theoretical_memory_usage.py, with
+the expert shard of Bridge's theoretical_memory_utils.py. Under torch FSDP2 all of it shards over DP x CP
+(fsdp2_sharded_items). memory.memory_wall adds them to each stage's activations and overheads; iteration.py prices
+the optimizer step from the same bytes.
+"""
+
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.walls.activations import whole
+from moetune.walls.rank_params import StageParams
+
+# TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales. Blockwise
+# weights take one FP32 scale per 128x128 block each way (TE recipe Float8BlockScaling w_block_scaling_dim=2, which
+# Megatron-Core fp8_utils.get_fp8_recipe leaves at its default; float8_blockwise_tensor.py get_scale_shape), not per
+# 1x128 as activations do.
+FP8_CACHE_BYTES = {"fp8-blockwise": 2 + 2 * 4 / 128**2, "fp8-delayed": 2.0, "fp8-current": 2.0,
+                   "mxfp8": 2 + 2 / 32, "nvfp4": 1 + 2 / 16}
+# Without FP8 parameters a GEMM weight is BF16 (the DDP parameter buffer) and TE quantizes it on the step's first
+# micro-batch into a workspace it keeps for the rest (module/base.py get_weight_workspace, cached while Megatron passes
+# is_first_microbatch): both copies stay. With them (Knobs.fp8_params) the weight *is* the FP8 tensor, quantized at
+# init under fp8_model_init with row- and column-wise usage (TE module/base.py reset_parameters), and no BF16 copy
+# exists (Bridge docs/performance-guide.md: "FP8 parameters lower memory usage"): Megatron-Core's DDP puts a
+# Float8Tensor's or Float8BlockwiseQTensor's row-wise bytes in a uint8 parameter buffer (distributed_data_parallel.py
+# param_dtype = torch.uint8; TE tensor/utils.py replace_raw_data) and TE keeps the transpose or column-wise copy beside
+# it (re-made after each gather: post_all_gather_processing), the same FP8_CACHE_BYTES; an MXFP8Tensor holds its own
+# row- and column-wise data and Bridge's preset gathers it through the gradient buffer
+# (reuse_grad_buf_for_mxfp8_param_ag: param_and_grad_buffer.py shared_buffer), so no parameter buffer is added. The
+# distributed optimizer's FP32 master shard is taken from the BF16 init values TE keeps on the host and dropped
+# (distrib_optimizer.py get_high_precision_init_val). Megatron-Core core_v0.16.0-core_v0.19.0, TE v2.12.
+# Tensor-scaled FP8 (delayed and current scaling) keeps no transpose where the GPU runs FP8 GEMMs in any layout: TE's
+# Float8Quantizer and Float8CurrentScalingQuantizer allocate `_transpose` only for column-wise usage while
+# nvte_is_non_tn_fp8_gemm_supported() is false (pytorch/csrc/quantizer.cpp create_tensor, convert_and_update_tensor),
+# and it is true from compute capability 10.0 up to 12.0 and from 13.0 (common/transformer_engine.cpp; pytorch/utils.py
+# is_non_tn_fp8_gemm_supported), where the GEMMs read the row-wise `_data` both ways (Float8TensorStorage.update_usage
+# drops a transpose there, post_all_gather_processing makes none): 1 byte a weight on the Blackwell parts moetune
+# knows (B200, B300, GB200, GB300: sm100/sm103; a consumer sm120 part would keep the transpose), for FP8 parameters
+# and for the workspace TE caches beside a BF16 weight alike (module/base.py _is_weight_workspace_valid). Blockwise,
+# MXFP8 and NVFP4 keep both copies on every GPU (Float8BlockQuantizer, MXFP8Quantizer, NVFP4Quantizer create_tensor).
+# Since TE v2.3.
+TRANSPOSE_FREE_FP8 = {"fp8-delayed": 1.0, "fp8-current": 1.0}
+NON_TN_FP8_ARCHS = ("blackwell",)
+
+
+def quantized_weight_bytes(precision: str, arch: str) -> float:
+    """Bytes TE holds for one GEMM weight element under an FP8/FP4 recipe on a GPU of this architecture."""
+    if arch in NON_TN_FP8_ARCHS and precision in TRANSPOSE_FREE_FP8:
+        return TRANSPOSE_FREE_FP8[precision]
+    return FP8_CACHE_BYTES[precision]
+
+
+# Muon's state a parameter: the FP32 master copy and one FP32 momentum buffer (emerging_optimizers Muon keeps
+# momentum_buffer alone, against Adam's exp_avg and exp_avg_sq). Megatron puts linear weights under Muon and the rest
+# under Adam; the norms and biases among the rest are counted at Muon's bytes here (under 0.1% of a MoE layer's
+# parameters), the embedding and output layer at Adam's. The layer-wise distributed optimizer (dist_muon) owns whole
+# parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
+MUON_MOMENT_BYTES = 4
+MASTER_BYTES = 4  # the FP32 master copy of a BF16 parameter, under either optimizer
+FP32_GRAD_BYTES = 4  # the FP32 main gradient the optimizer steps on
+WEIGHT_BYTES = 2  # the BF16 model weight
+
+
+def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
+    """Bytes of optimizer state a parameter *holds*, (linear weights, embedding and output layer): the FP32 master copy
+    plus Adam's exp_avg and exp_avg_sq (FP32, or BF16 under --bf16-moments), or plus Muon's one momentum on the linear
+    weights, the vocabulary staying on Adam. What an update reads and writes each step is derived from it
+    (iteration.iteration_terms); the gradient and the BF16 weight are separate line items."""
+    adam = MASTER_BYTES + 2 * knobs.adam_moments_bytes
+    return (MASTER_BYTES + MUON_MOMENT_BYTES if knobs.optimizer == "muon" else adam), adam
+
+
+def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
+    """The weights of a rank: BF16, plus under an FP8/FP4 recipe TE's cached quantized copies of the GEMM weights (all
+    but the embedding and output layer), or with FP8 or NVFP4 parameters those weights in place of their BF16 ones;
+    `arch` is the GPU's (quantized_weight_bytes)."""
+    params = p.dense + p.expert
+    if not knobs.fp8:
+        return {"weights": 2 * params}
+    fp8 = whole(quantized_weight_bytes(knobs.precision, arch) * (params - p.vocab))
+    if knobs.quantized_params:
+        return {"weights": 2 * p.vocab, "fp8_weights": fp8}
+    return {"weights": 2 * params, "fp8_weight_cache": fp8}
+
+
+def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -> dict[str, int]:
+    params = p.dense + p.expert
+    items = {**weight_items(p, knobs, arch), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
+    if knobs.torch_fsdp2:
+        items.update(fsdp2_sharded_items(items, params, layout))
+    linear, adam = optimizer_state_bytes(knobs)
+    shard = optimizer_shard(p, layout, knobs)
+    if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
+        vocab = -(-p.vocab // optimizer_divisors(layout, knobs)[0])
+        items["optimizer_states"] = whole(linear * (shard - vocab) + adam * vocab)
+    else:
+        items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
+    return items
+
+
+def fsdp2_sharded_items(items: dict[str, int], params, layout) -> dict[str, int]:
+    """The BF16 weights and the gradients of a rank under torch FSDP2. Megatron-Core's TorchFullyShardedDataParallel
+    calls fully_shard on every TransformerLayer, the embedding and the output layer over the DP x CP group
+    (distributed/torch_fully_sharded_data_parallel.py: get_data_parallel_group(with_context_parallel=True), unchanged
+    core_v0.16.0-core_v0.18.2), experts included (Megatron-LM refuses EP > 1 under it), so each rank keeps 1/(DP x CP)
+    of each weight between uses. There is no DDP gradient buffer: the sharded BF16 .grad is copied to an FP32 .grad
+    of the FP32 master shard at the step, each BF16 one freed as it is copied (optimizer/optimizer.py
+    Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads), so the gradient line is the FP32 shard.
+    TE's cached FP8 copies of the gathered weights are left whole."""
+    shards = layout.dp * layout.cp
+    return {"weights": -(-items["weights"] // shards), "main_grads": FP32_GRAD_BYTES * -(-params // shards)}
+
+
+def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
+    """Parameters of this rank's optimizer shard (optimizer_divisors)."""
+    dense, expert = optimizer_divisors(layout, knobs)
+    return -(-p.dense // dense) + -(-p.expert // expert)
+
+
+def optimizer_divisors(layout, knobs: Knobs) -> tuple:
+    """(dense, expert) ranks the optimizer step and its state are shared over: the distributed optimizer (or Muon's
+    layer-wise one) shards dense state over DP x CP and expert state over EDP; without it every rank holds all of it.
+    `layout` may hold arrays (the planner's batches). Under torch FSDP2 the plain optimizer steps the FP32 master
+    copies of the rank's DP x CP shards (fsdp2_sharded_items), experts' too: Megatron-LM refuses the distributed
+    optimizer there (training/arguments.py:612-613 @core_v0.16.0)."""
+    if knobs.torch_fsdp2:
+        return layout.dp * layout.cp, layout.dp * layout.cp
+    return (layout.dp * layout.cp, layout.edp) if knobs.distributed_optimizer else (1, 1)
+
+
+def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
+    """Host bytes of the optimizer's CPU offload: for each offloaded parameter of this rank's optimizer shard, its FP32
+    copy, the Adam moments and an FP32 gradient copy (Megatron-Core optimizer/cpu_offloading/hybrid_optimizer.py
+    keeps all three on the host, the gradient in cpu_copy_map_grad)."""
+    # Adam's state (Knobs refuses Muon's offload) and the FP32 gradient copy
+    per_param = optimizer_state_bytes(knobs)[1] + FP32_GRAD_BYTES
+    return whole(per_param * optimizer_shard(p, layout, knobs) * knobs.optimizer_offload_fraction)
