@@ -182,7 +182,7 @@ def test_huge_numbers_are_one_line(args, needle, capsys):
 
 @pytest.mark.parametrize(("where", "key", "value", "needle"), [
     ("pipeline", "vocab_divisor", 0, "vocab_divisor (0) must be positive"),  # had divided by zero
-    ("pipeline", "mtp_num_layers", 2, "holds a value moetune cannot take (olmoe-1b-7b's config.json has no MTP"),
+    ("pipeline", "mtp_num_layers", 99, "holds a value moetune cannot take (the MTP depth (99) exceeds the model"),
     ("workload", "global_batch_size", 7, "damaged.json: global batch size (7) must be divisible"),  # file unnamed
     ("knobs", "cuda_graph_scope", "attn", "knobs.cuda_graph_scope is str 'attn', not a list"),  # read as a, t, t, n
 ])
