@@ -61,3 +61,18 @@ def test_a_saved_estimate_keeps_its_dp_overlap_through_the_comm_overlap_section(
     main(["check", str(saved), "--json"])
     import json
     assert "overlap.grad_reduce" in {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]}
+
+
+def test_bridge_runs_megatron_fsdp_from_the_dist_switch_too(tmp_path):
+    """Bridge's ConfigContainer.validate takes dist.use_megatron_fsdp or ddp.use_megatron_fsdp and sets both
+    (training/config.py _validate_and_apply_megatron_fsdp_configs @067f987): a recipe naming only dist's had been read
+    as Megatron's DDP, so the rules that ask either FSDP stayed silent (env.fsdp_connections here)."""
+    from moetune.configio.finalize import fsdp_impl
+    from moetune.rules import evaluate
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("dist:\n  use_megatron_fsdp: true\nmodel:\n  num_moe_experts: 64\n")
+    config = load_config([recipe], sets=["env.CUDA_DEVICE_MAX_CONNECTIONS=1"], gpu="h100", gpus=8)
+    assert config["ddp.use_megatron_fsdp"] is True and fsdp_impl(config) == "Megatron-FSDP"
+    assert "env.fsdp_connections" in {f.rule for f in evaluate(config)}
+    assert fsdp_impl({"dist.use_megatron_fsdp": True}) == "Megatron-FSDP"
+    assert fsdp_impl({"dist.use_megatron_fsdp": False}) == ""

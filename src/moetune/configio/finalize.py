@@ -63,13 +63,26 @@ def quantized_params(config: dict[str, Any], kind: str) -> bool | None:
     return config.get(f"mixed_precision.{kind}_param") if value is None else value
 
 
+def megatron_fsdp(config: dict[str, Any]) -> bool:
+    """Whether Megatron FSDP wraps the model: Bridge takes dist.use_megatron_fsdp or ddp.use_megatron_fsdp and turns
+    both on (training/config.py ConfigContainer.validate, _validate_and_apply_megatron_fsdp_configs @067f987);
+    Megatron-LM's --use-megatron-fsdp is ddp's."""
+    return bool(config.get("ddp.use_megatron_fsdp") or config.get("dist.use_megatron_fsdp"))
+
+
+def sync_megatron_fsdp(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with ddp.use_megatron_fsdp on where dist's switch turns Megatron FSDP on, as Bridge sets it: the rules
+    and the Megatron-LM arguments emit writes read ddp's."""
+    return {**config, "ddp.use_megatron_fsdp": True} if megatron_fsdp(config) else config
+
+
 def fsdp_impl(config: dict[str, Any]) -> str:
     """Which FSDP wraps the model, named as Megatron-LM's validate_args names it (fsdp_impl, arguments.py:930-931
     @core_v0.16.0, :1401-1402 @core_v0.18.2): "Torch-FSDP2" (dist.use_torch_fsdp2), "Megatron-FSDP"
-    (ddp.use_megatron_fsdp), "" under Megatron's DDP."""
+    (megatron_fsdp), "" under Megatron's DDP."""
     if config.get("dist.use_torch_fsdp2"):
         return "Torch-FSDP2"
-    return "Megatron-FSDP" if config.get("ddp.use_megatron_fsdp") else ""
+    return "Megatron-FSDP" if megatron_fsdp(config) else ""
 
 
 DP_OVERLAP = ("overlap_grad_reduce", "overlap_param_gather")

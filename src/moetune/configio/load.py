@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from moetune.configio.finalize import settle_dp_overlap
+from moetune.configio.finalize import settle_dp_overlap, sync_megatron_fsdp
 from moetune.configio.mlm import has_flags, parse_mlm
 from moetune.configio.model_args import is_model_args, read_model_args
 from moetune.configio.normalize import Assignment, merge, resolve
@@ -95,4 +95,4 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
     if gpus is not None:
         command_line.append(Assignment(key="cluster.num_gpus", value=gpus, origin="--gpus"))
     sources.append(resolve(command_line))
-    return settle_dp_overlap(merge(sources))
+    return settle_dp_overlap(sync_megatron_fsdp(merge(sources)))
