@@ -134,6 +134,13 @@ CASES: dict[str, Case] = {
     "optimizer.layerwise_param_gather_overlap": Case(S(MOE, "optimizer.optimizer=dist_muon",
                                                        "optimizer.overlap_param_gather_with_optimizer_step=true")),
     # Kimi-K2's Muon recipe at TP 16 over 8 KV groups
+    # Megatron-LM launches with Muon and DP overlap (Kimi-K2's Bridge recipes overlap the gradient reduce under it)
+    "optimizer.muon_dp_overlap_needs_mcore_018": Case(S(MOE, "optimizer.optimizer=muon", "ddp.overlap_grad_reduce=true",
+                                                        "cluster.launcher=megatron-lm")),
+    "optimizer.dist_muon_dp_overlap_needs_mcore_017": Case(S(MOE, "optimizer.optimizer=dist_muon",
+                                                             "ddp.overlap_grad_reduce=true",
+                                                             "ddp.overlap_param_gather=true",
+                                                             "cluster.launcher=megatron-lm")),
     "optimizer.muon_split_qkv_past_kv_groups": Case(S(MOE, "optimizer.optimizer=dist_muon",
                                                       "model.num_attention_heads=32", "model.num_query_groups=8",
                                                       "model.tensor_model_parallel_size=16",

@@ -188,6 +188,32 @@ def test_either_fsdp_wants_more_than_one_connection_at_tp2(fsdp, connections, fi
     assert found & {"env.fsdp_connections", "env.cuda_device_max_connections"} == fired
 
 
+MUON_OVERLAP = {"optimizer.muon_dp_overlap_needs_mcore_018", "optimizer.dist_muon_dp_overlap_needs_mcore_017"}
+
+
+@pytest.mark.parametrize(("args", "fired"), [
+    ("--optimizer muon --overlap-grad-reduce", {"optimizer.muon_dp_overlap_needs_mcore_018"}),
+    ("--optimizer dist_muon --overlap-grad-reduce --overlap-param-gather",
+     {"optimizer.dist_muon_dp_overlap_needs_mcore_017"}),
+    ("--optimizer dist_muon", set()),
+    ("--optimizer adam --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather", set()),
+])
+def test_megatron_lm_refused_muon_with_dp_overlap_before_core_v0_18(args, fired):
+    """validate_args' Muon check: core_v0.16.0 asserts neither overlap flag for any Muon (arguments.py:1181-1182),
+    core_v0.17.0 for plain muon (:1479-1480), core_v0.18.0 for none; the warnings name the release that accepts it."""
+    from moetune.rules import evaluate
+    config = load_config(mlm_args=f"--num-experts 64 --bf16 {args}", gpu="h100", gpus=8)
+    assert {f.rule for f in evaluate(config)} & MUON_OVERLAP == fired
+
+
+def test_bridge_runs_muon_with_dp_overlap_unchecked():
+    """Bridge runs none of validate_args' asserts (Kimi-K2's Muon recipes overlap the gradient reduce)."""
+    from moetune.rules import evaluate
+    config = load_config(sets=["model.num_moe_experts=64", "optimizer.optimizer=muon", "ddp.overlap_grad_reduce=true"],
+                         gpu="h100", gpus=8)
+    assert not {f.rule for f in evaluate(config)} & MUON_OVERLAP
+
+
 @pytest.mark.parametrize("fsdp", ["--use-torch-fsdp2", "--use-megatron-fsdp"])
 @pytest.mark.parametrize(("optimizer", "fires"), [("muon", True), ("dist_muon", True), ("adam", False)])
 def test_megatron_lm_refuses_muon_under_either_fsdp(fsdp, optimizer, fires):
