@@ -73,6 +73,7 @@ def test_megatron_lm_turns_fp8_weights_off_under_fsdp2():
 
 # ---------------------------------------------------------------- step time: FSDP2's DP traffic
 FSDP2 = Knobs(torch_fsdp2=True, distributed_optimizer=False)
+NO_RESHARD = Knobs(torch_fsdp2=True, distributed_optimizer=False, fsdp2_reshard_after_forward=False)
 
 
 def _time(knobs: Knobs, gbs: int) -> dict:
@@ -100,7 +101,30 @@ def test_fsdp2_gathers_twice_and_reduce_scatters_in_every_micro_batch():
 def test_the_batch_path_times_fsdp2_as_estimate_does():
     gpu, wl = load_gpu("h100"), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
     batch = build_batch(load_model("qwen3-30b-a3b"), [(LAYOUT, 1)])
-    for knobs in (Knobs(distributed_optimizer=False), FSDP2):
+    for knobs in (Knobs(distributed_optimizer=False), FSDP2, NO_RESHARD):
         step = batch_step_seconds(load_model("qwen3-30b-a3b"), batch, wl.seq_length, wl.global_batch_size, knobs,
                                   gpu, efficiency(gpu.key))["step"][0]
         assert float(step) == pytest.approx(_time(knobs, 256)["step_seconds"], rel=1e-9), knobs
+
+
+# ---------------------------------------------------------------- --torch-fsdp2-no-reshard-after-forward
+def test_weights_kept_gathered_after_the_forward_drop_the_backward_gather():
+    """reshard_after_forward False (Megatron-LM's --torch-fsdp2-no-reshard-after-forward, training/training.py:1288-1289
+    @core_v0.16.0) leaves each layer's weights gathered from its forward to its backward: two rings a micro-batch, not
+    three. The flag had been read and ignored."""
+    args = MLM + " --torch-fsdp2-no-reshard-after-forward"
+    _, _, knobs = from_config(load_config(mlm_args=args, gpu="h100", gpus=64))
+    assert knobs.torch_fsdp2 and not knobs.fsdp2_reshard_after_forward
+    resharded, kept = (_time(k, 256)["collectives"]["dp_grad_reduce_param_gather"] for k in (FSDP2, NO_RESHARD))
+    assert kept == pytest.approx(resharded * 2 / 3, rel=1e-9)
+    exposed = (_time(k, 256)["exposed_collectives"]["dp_grad_reduce_param_gather"] for k in (FSDP2, NO_RESHARD))
+    assert next(exposed) > next(exposed)
+
+
+def test_weights_kept_gathered_are_resident_whole():
+    """Every wrapped layer (fully_shard per TransformerLayer, torch_fully_sharded_data_parallel.py) keeps its gathered
+    BF16 weights until its backward, so the rank holds all of them beside its shards."""
+    resharded, kept = _stage(FSDP2), _stage(NO_RESHARD)
+    assert "fsdp2_gathered_weights" not in resharded.items
+    assert kept.items["fsdp2_gathered_weights"] == 2 * kept.params
+    assert kept.items["weights"] == resharded.items["weights"]

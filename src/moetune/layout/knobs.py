@@ -19,7 +19,8 @@ PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-curr
 DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # Knobs that are on or off (Knobs checks their type)
 SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
-            "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj", "torch_fsdp2")
+            "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj", "torch_fsdp2",
+            "fsdp2_reshard_after_forward")
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
@@ -74,6 +75,10 @@ class Knobs:
     # torch_fsdp2 (--use-torch-fsdp2 / dist.use_torch_fsdp2): PyTorch FSDP2 in place of Megatron's DDP, sharding the
     # weights, gradients and optimizer state over DP x CP (walls/model_state.py fsdp2_sharded_items)
     torch_fsdp2: bool = False
+    # fsdp2_reshard_after_forward: FSDP2 frees each layer's gathered weights after its forward and gathers them again
+    # in its backward (Megatron's default); off (Megatron-LM's --torch-fsdp2-no-reshard-after-forward) keeps them
+    # from forward to backward: one gather a micro-batch fewer, every layer's gathered weights resident meanwhile
+    fsdp2_reshard_after_forward: bool = True
     # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
     # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
     optimizer: str = "adam"
@@ -115,6 +120,12 @@ class Knobs:
     # "fp64"; None: the activations' BF16), Megatron-Core moe/router.py TopKRouter.gating (probs follow the logits:
     # type_as(logits)). The biased experts' fc2 bias pass runs in it (walls/compute.py expert_bias_seconds).
     moe_router_dtype: str | None = PLAN_ROUTER_DTYPE
+
+    @property
+    def fsdp2_backward_gathers(self) -> int:
+        """All-gathers torch FSDP2 runs a micro-batch in its backward: the forward's again where it resharded after
+        the forward (walls/iteration.py fsdp2_traffic)."""
+        return 1 if self.fsdp2_reshard_after_forward else 0
 
     def __post_init__(self) -> None:
         for name in SWITCHES:  # a saved plan edited by hand: "yes" or 1 would read as on

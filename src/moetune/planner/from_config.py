@@ -157,6 +157,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         if recompute == "selective" else frozenset(),
         distributed_optimizer=_distributed(config), optimizer=_optimizer(config),
         torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
+        fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=_main_grads_fp32(config),

@@ -98,7 +98,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab)
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
-                  knobs.torch_fsdp2)
+                  knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
                 gbs, "full_iteration" in knobs.cuda_graph_scope)  # a full-iteration plan's paged stash
 

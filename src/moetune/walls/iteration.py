@@ -74,7 +74,8 @@ def fsdp2_traffic(params, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> 
     over the DP x CP group with reshard_after_forward True unless --torch-fsdp2-no-reshard-after-forward, and no
     mixed-precision policy (distributed/torch_fully_sharded_data_parallel.py; training/training.py:1288-1289
     @core_v0.16.0), and its no_sync is the base class's no-op (data_parallel_base.py): each micro-batch gathers every
-    layer's weights in its forward and again in its backward (dp_raw_seconds counts the two) and reduce-scatters
+    layer's weights in its forward and again in its backward (dp_raw_seconds counts the two; once where the weights
+    stay gathered between them: Knobs.fsdp2_backward_gathers) and reduce-scatters
     the BF16 gradients (the parameters' dtype under Float16Module) in its backward. Megatron-LM refuses EP and PP
     under it, so every weight shards over the one group."""
     group = (lay.dp * lay.cp, lay.tp, gpu, eff)
@@ -84,8 +85,8 @@ def fsdp2_traffic(params, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> 
 
 def dp_raw_seconds(rs, ag, knobs: Knobs, microbatches):
     """A step's DP traffic from iteration_terms' pair: one reduce-scatter (all-reduce) and one all-gather, or under
-    torch FSDP2 each micro-batch's reduce-scatter and two all-gathers (fsdp2_traffic)."""
-    return microbatches * (rs + 2 * ag) if knobs.torch_fsdp2 else rs + ag
+    torch FSDP2 each micro-batch's reduce-scatter and its forward's and backward's all-gathers (fsdp2_traffic)."""
+    return microbatches * (rs + (1 + knobs.fsdp2_backward_gathers) * ag) if knobs.torch_fsdp2 else rs + ag
 
 
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:

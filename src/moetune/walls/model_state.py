@@ -89,7 +89,7 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -
     params = p.dense + p.expert
     items = {**weight_items(p, knobs, arch), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
     if knobs.torch_fsdp2:
-        items.update(fsdp2_sharded_items(items, params, layout))
+        items.update(fsdp2_sharded_items(items, params, layout, knobs))
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
@@ -100,7 +100,7 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -
     return items
 
 
-def fsdp2_sharded_items(items: dict[str, int], params, layout) -> dict[str, int]:
+def fsdp2_sharded_items(items: dict[str, int], params, layout, knobs: Knobs) -> dict[str, int]:
     """The BF16 weights and the gradients of a rank under torch FSDP2. Megatron-Core's TorchFullyShardedDataParallel
     calls fully_shard on every TransformerLayer, the embedding and the output layer over the DP x CP group
     (distributed/torch_fully_sharded_data_parallel.py: get_data_parallel_group(with_context_parallel=True), unchanged
@@ -108,9 +108,13 @@ def fsdp2_sharded_items(items: dict[str, int], params, layout) -> dict[str, int]
     of each weight between uses. There is no DDP gradient buffer: the sharded BF16 .grad is copied to an FP32 .grad
     of the FP32 master shard at the step, each BF16 one freed as it is copied (optimizer/optimizer.py
     Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads), so the gradient line is the FP32 shard.
-    TE's cached FP8 copies of the gathered weights are left whole."""
+    TE's cached FP8 copies of the gathered weights are left whole. Without resharding after the forward
+    (--torch-fsdp2-no-reshard-after-forward) every wrapped module keeps its gathered weights from its forward to its
+    backward, so from the last layer's forward the rank holds all of them, whole, beside its shards
+    (fsdp2_gathered_weights)."""
     shards = layout.dp * layout.cp
-    return {"weights": -(-items["weights"] // shards), "main_grads": FP32_GRAD_BYTES * -(-params // shards)}
+    out = {"weights": -(-items["weights"] // shards), "main_grads": FP32_GRAD_BYTES * -(-params // shards)}
+    return out if knobs.fsdp2_reshard_after_forward else {**out, "fsdp2_gathered_weights": items["weights"]}
 
 
 def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):

@@ -83,14 +83,14 @@ def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_hos
     (without them a host-bound step got faster as its compute grew); with an overlap flag off, that collective runs
     after (before) the pipeline, all exposed. Torch FSDP2 runs its collectives in every one of the `microbatches`,
     always beside compute (fully_shard prefetches the next layer's gather and reduce-scatters on its own streams,
-    whatever the DDP overlap flags): a gather under the forward, a gather and the reduce-scatter under the backward
-    (iteration.fsdp2_traffic)."""
+    whatever the DDP overlap flags): a gather under the forward, a gather (none where the forward's weights stay
+    gathered: Knobs.fsdp2_backward_gathers) and the reduce-scatter under the backward (iteration.fsdp2_traffic)."""
     window = stage_compute + stage_host
     backward = window * BWD_GEMM / (1 + BWD_GEMM)
     hide = eff["dp_overlap_hide"]
     if knobs.torch_fsdp2:
         return microbatches * (np.maximum(ag - hide * (window - backward), 0.0)
-                               + np.maximum(ag + rs - hide * backward, 0.0))
+                               + np.maximum(knobs.fsdp2_backward_gathers * ag + rs - hide * backward, 0.0))
     rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
     ag_hidden = hide * (window - backward) if knobs.overlap_param_gather else 0.0
     return np.maximum(rs - rs_hidden, 0.0) + np.maximum(ag - ag_hidden, 0.0)
