@@ -128,3 +128,20 @@ def test_weights_kept_gathered_are_resident_whole():
     assert "fsdp2_gathered_weights" not in resharded.items
     assert kept.items["fsdp2_gathered_weights"] == 2 * kept.params
     assert kept.items["weights"] == resharded.items["weights"]
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_a_saved_fsdp2_result_rebuilds_and_emits_fsdp2(reshard):
+    """estimate --json keeps torch FSDP2 and its reshard switch, so explain --plan and emit of that file price and
+    write the same run (the knobs JSON had left both out: a reload was sized under Megatron's DDP, unsharded)."""
+    from moetune.planner.config_map import to_config
+    from moetune.planner.from_json import estimate_from_json
+
+    knobs = Knobs(torch_fsdp2=True, distributed_optimizer=False, fsdp2_reshard_after_forward=reshard)
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), LAYOUT, Workload(seq_length=4096), knobs)
+    again = estimate_from_json(e.to_json())
+    assert again.knobs.torch_fsdp2 and again.knobs.fsdp2_reshard_after_forward == reshard
+    assert again.peak_bytes == e.peak_bytes and again.time["step_seconds"] == e.time["step_seconds"]
+    config = to_config(e)
+    assert config["dist.use_torch_fsdp2"] is True
+    assert config.get("dist.torch_fsdp2_reshard_after_forward") == (None if reshard else False)

@@ -89,6 +89,11 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": k.fp8_params and k.precision == "mxfp8",
         # NVFP4 weights likewise (Knobs.fp4_params); Bridge keeps fp4_param in step with it
         "mixed_precision.fp4_param_gather": k.fp4_params,
+        # torch FSDP2 in place of Megatron's DDP (rules fsdp.torch_fsdp2_*); the no-reshard switch is Megatron-LM's
+        # alone (megatron_names.csv), written only where it departs from fully_shard's default
+        "dist.use_torch_fsdp2": k.torch_fsdp2 or None,
+        "dist.torch_fsdp2_reshard_after_forward": False if k.torch_fsdp2 and not k.fsdp2_reshard_after_forward
+        else None,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,

@@ -166,6 +166,7 @@ def knobs_json(k: Knobs, ep: int) -> dict:
         "fp4_param_gather": k.fp4_params, "moe_router_dtype": k.moe_router_dtype,
         # the switches as given (null: the preset's, which a move to another recipe takes again), as token_imbalance_set
         "fp8_param_gather_set": k.fp8_param_gather, "fp4_param_gather_set": k.fp4_param_gather,
+        "torch_fsdp2": k.torch_fsdp2, "fsdp2_reshard_after_forward": k.fsdp2_reshard_after_forward,
     }
 
 
