@@ -77,3 +77,10 @@ def topk_scaling(c: HfConfig) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
         raise MoetuneError(f"{c.origin}: routed_scaling_factor ({short(value)}) must be a positive number")
     return None if value == 1 else float(value)
+
+
+def mtp_fields(mtp: int, kind: LayerKind, shipped: bool = True) -> dict:
+    """The MTP depth a config.json names, each layer shaped as `kind`, and the modules its checkpoint ships (all of
+    them where `shipped`; ModelSpec.mtp_checkpoint_layers)."""
+    return {"mtp_num_layers": mtp, "mtp_checkpoint_layers": mtp if shipped else 0,
+            "mtp_layer_kind": kind if mtp else None}

@@ -14,6 +14,7 @@ from moetune.specs.hf_common import (
     gqa_common,
     layer_kinds,
     moe_fields,
+    mtp_fields,
     pre_softmax,
     shared_experts,
     topk_scaling,
@@ -55,8 +56,7 @@ def _read_deepseek(c: HfConfig) -> dict:
         moe_router_topk_scaling_factor=topk_scaling(c),
         moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
         moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
-        mtp_num_layers=mtp, mtp_checkpoint_layers=mtp,
-        mtp_layer_kind=LayerKind(mixer="mla", mlp=mlps[-1]) if mtp else None,
+        **mtp_fields(mtp, LayerKind(mixer="mla", mlp=mlps[-1])),
     )
 
 
@@ -77,8 +77,7 @@ def _read_glm4_moe(c: HfConfig) -> dict:
         moe_router_score_function="sigmoid",
         moe_router_score_correction_bias=True,
         moe_router_topk_scaling_factor=topk_scaling(c),
-        mtp_num_layers=mtp, mtp_checkpoint_layers=mtp,
-        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
+        **mtp_fields(mtp, LayerKind(mixer="gqa", mlp="moe")),
     )
 
 
@@ -159,8 +158,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         **moe_fields(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
-        mtp_num_layers=mtp, mtp_checkpoint_layers=mtp,
-        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
+        **mtp_fields(mtp, LayerKind(mixer="gqa", mlp="moe")),
     )
 
 
@@ -256,10 +254,9 @@ def _read_ernie(c: HfConfig) -> dict:
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **moe_fields(c, "ernie"),
         **shared_experts(c, "moe_num_shared_experts"),
-        # no mtp_checkpoint_layers: the HF checkpoint ships no MTP weights (Bridge ernie_45_bridge.py), so trained
-        # MTP layers start from scratch
-        mtp_num_layers=mtp,
-        mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
+        # not shipped: the HF checkpoint has no MTP weights (Bridge ernie_45_bridge.py), so trained MTP layers start
+        # from scratch
+        **mtp_fields(mtp, LayerKind(mixer="gqa", mlp="moe"), shipped=False),
     )
 
 
