@@ -8,7 +8,7 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
-from moetune.configio.finalize import distributed_optimizer, layer_wise_optimizer, quantized_params
+from moetune.configio.finalize import distributed_optimizer, fsdp_impl, layer_wise_optimizer, quantized_params
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
@@ -212,8 +212,10 @@ def _param_gather(config: dict, kind: str, on: bool) -> bool | None:
     is not one of `kind` (`on` false), where Megatron-Core refuses it."""
     if not on:
         return None
-    if kind == "fp8" and config.get(LAUNCHER) == "megatron-lm" and config.get("dist.use_torch_fsdp2"):
-        return False  # validate_args turns it off under FSDP2 (rule fsdp.torch_fsdp2_drops_fp8_params)
+    if kind == "fp8" and config.get(LAUNCHER) == "megatron-lm" and fsdp_impl(config) == "Torch-FSDP2":
+        # validate_args turns it off under FSDP2 with TE >= 2.0 (arguments.py:625-631 @core_v0.16.0, :1030-1036
+        # @core_v0.18.2; rule fsdp.torch_fsdp2_drops_fp8_params), after the config said it: the rules read the config
+        return False
     return bool(quantized_params(config, kind))
 
 

@@ -11,6 +11,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.compute import router_dtype_matters
 from moetune.walls.efficiency import check_file, check_for_gpu, sets_for
 
 
@@ -98,7 +99,7 @@ def _defaulted(r: dict, model) -> list[str]:
     where it moves the estimate as estimate_input.build_knobs says it: the fc2 bias pass of biased experts."""
     saved = r.get("defaulted")
     out = [str(name) for name in saved] if isinstance(saved, list) else []
-    if "moe_router_dtype" not in r["knobs"] and model.num_moe_layers and model.add_mlp_bias \
+    if "moe_router_dtype" not in r["knobs"] and router_dtype_matters(model) \
             and "moe_router_dtype" not in out:
         out.append("moe_router_dtype")
     return out

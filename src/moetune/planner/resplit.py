@@ -74,7 +74,7 @@ def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: d
             return
         s.best = kept
     # raised, not asserted: `python -O` strips asserts and the search would go on with an unsettled list
-    raise AssertionError(f"resplit_shown unsettled after {passes} passes, which cannot be: a pass that does not "
+    raise RuntimeError(f"resplit_shown unsettled after {passes} passes, which cannot be: a pass that does not "
                          "return re-splits a candidate (never picked again) or drops a repeat, each at most "
                          "len(s.best) times")
 

@@ -252,6 +252,12 @@ def fp32_probs_source(knobs: Knobs) -> str | None:
     return "dispatcher" if knobs.dispatcher in FP32_PROBS_DISPATCHERS else None
 
 
+def router_dtype_matters(spec: ModelSpec) -> bool:
+    """Whether the router's dtype moves this model's estimate: only through the fc2 bias pass of biased MoE experts
+    (expert_bias_seconds; gpt-oss), so estimate and a saved result's reload list it as defaulted there alone."""
+    return bool(spec.num_moe_layers and spec.add_mlp_bias)
+
+
 def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, knobs: Knobs) -> tuple:
     """(forward, backward) seconds of the fc2 bias pass of a biased MoE layer's experts (gpt-oss: add_mlp_bias) on one
     rank, one micro-batch: memory-bound, at the elementwise HBM rate, with the bytes of the probabilities' dtype
