@@ -80,7 +80,13 @@ def fsdp2_traffic(params, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> 
     under it, so every weight shards over the one group."""
     group = (lay.dp * lay.cp, lay.tp, gpu, eff)
     return (ring_seconds(params * WEIGHT_BYTES, *group),
-            ring_seconds((params - vocab) * gathered_weight_bytes(knobs) + vocab * WEIGHT_BYTES, *group))
+            ring_seconds(_gather_bytes(params, vocab, gathered_weight_bytes(knobs)), *group))
+
+
+def _gather_bytes(params, vocab, w):
+    """Bytes a parameter all-gather moves: `w` a GEMM weight element (gathered_weight_bytes), BF16 for the `vocab`
+    embedding and output-layer ones, which stay unquantized."""
+    return (params - vocab) * w + vocab * WEIGHT_BYTES
 
 
 def dp_raw_seconds(rs, ag, knobs: Knobs, microbatches):
@@ -115,7 +121,7 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
         dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
     elif knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         dp = (ring(dense * grad, expert * grad) * (2 if muon else 1),
-              ring((dense - vocab) * w + vocab * WEIGHT_BYTES, expert * w))
+              ring(_gather_bytes(dense, vocab, w), expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
         all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)
         dp = (all_reduce, 0.0 * all_reduce)
