@@ -75,9 +75,9 @@ def fsdp2_traffic(params, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> 
     mixed-precision policy (distributed/torch_fully_sharded_data_parallel.py; training/training.py:1288-1289
     @core_v0.16.0), and its no_sync is the base class's no-op (data_parallel_base.py): each micro-batch gathers every
     layer's weights in its forward and again in its backward (dp_raw_seconds counts the two; once where the weights
-    stay gathered between them: Knobs.fsdp2_backward_gathers) and reduce-scatters
-    the BF16 gradients (the parameters' dtype under Float16Module) in its backward. Megatron-LM refuses EP and PP
-    under it, so every weight shards over the one group."""
+    stay gathered between them: Knobs.fsdp2_backward_gathers) and reduce-scatters the BF16 gradients (the parameters'
+    dtype under Float16Module) in its backward. Megatron-LM refuses EP and PP under it, so every weight shards over
+    the one group."""
     group = (lay.dp * lay.cp, lay.tp, gpu, eff)
     return (ring_seconds(params * WEIGHT_BYTES, *group),
             ring_seconds(_gather_bytes(params, vocab, gathered_weight_bytes(knobs)), *group))
@@ -116,10 +116,10 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
         return (ring_seconds(dense_bytes, lay.dp * lay.cp, lay.tp, gpu, eff)
                 + ring_seconds(expert_bytes, lay.edp, lay.etp * lay.ep, gpu, eff))
 
-    w = gathered_weight_bytes(knobs)
     if knobs.torch_fsdp2:
         dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
     elif knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
+        w = gathered_weight_bytes(knobs)
         dp = (ring(dense * grad, expert * grad) * (2 if muon else 1),
               ring(_gather_bytes(dense, vocab, w), expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
