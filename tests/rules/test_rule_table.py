@@ -224,6 +224,16 @@ def test_megatron_lm_refuses_muon_under_either_fsdp(fsdp, optimizer, fires):
     assert ("fsdp.muon" in {f.rule for f in evaluate(config)}) == fires
 
 
+def test_the_muon_fsdp_fix_clears_megatron_fsdp_turned_on_from_dist():
+    """Megatron FSDP turned on by dist.use_megatron_fsdp alone (Bridge takes it as ddp's, finalize.megatron_fsdp):
+    fsdp.muon's fix turns that switch off too, where it had cleared only ddp's and left the error standing."""
+    from moetune.rules import evaluate
+    base = load_config(mlm_args="--num-experts 64 --bf16 --optimizer dist_muon", gpu="h100", gpus=8)
+    config = {**base, "dist.use_megatron_fsdp": True}
+    (found,) = [f for f in evaluate(config) if f.rule == "fsdp.muon"]
+    assert "fsdp.muon" not in {f.rule for f in evaluate({**config, **found.fix})}
+
+
 @pytest.mark.parametrize(("args", "fix"), [
     ("", {"ddp.use_distributed_optimizer": True}),
     ("--use-megatron-fsdp", None),  # Megatron FSDP gathers its own shards: the assert accepts it
