@@ -277,6 +277,9 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     # estimate reads it: a rule asking the raw ddp field missed a config that set only the optimizer's
     d["distributed_optimizer"] = distributed_optimizer(config)
     d["fsdp"] = fsdp_impl(config)
+    # a Megatron-LM launch (its arguments, or MODEL_ARGS YAML): the rules that mirror validate_args's asserts fire on
+    # it alone, Bridge running none of them; a config that names no launcher is Bridge's
+    d["megatron_lm"] = config.get("cluster.launcher", "bridge") == "megatron-lm"
     d["vpp2_runs"] = vpp2_runs(config, d)
     d["long_context_tokens"] = LONG_CONTEXT_TOKENS  # a constant: the rules table has no constants of its own
     d.update(extra or {})
