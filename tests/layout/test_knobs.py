@@ -34,7 +34,7 @@ def test_expected_maximum_of_normals_matches_its_closed_forms():
     """E[max of 2] = 1/sqrt(pi), E[max of 3] = 3/(2 sqrt(pi)) (order statistics of the normal), 0 for one draw."""
     import math
 
-    from moetune.layout.knobs import expected_max_normal
+    from moetune.layout.imbalance import expected_max_normal
     assert expected_max_normal(1) == pytest.approx(0.0, abs=1e-9)
     assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-6)
     assert expected_max_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), rel=1e-6)

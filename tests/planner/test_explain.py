@@ -201,7 +201,7 @@ def test_explain_of_a_saved_plan_takes_the_efficiency_file_again(tmp_path, capsy
 def test_profile_says_what_dropless_routing_costs():
     """Dropless at EP16: explain names the busiest-rank factor, where it came from, and the force-balanced figure
     (re-estimated, not assumed); a user's own factor of 1 costs nothing; force-balanced runs get no such line."""
-    from moetune.layout.knobs import DROPLESS_IMBALANCE
+    from moetune.layout.imbalance import DROPLESS_IMBALANCE
     dropless = explain(_qwen(routing="dropless"))["profile"]["routing"]
     balanced = _qwen(routing="force-balance")
     assert dropless["token_imbalance"] == DROPLESS_IMBALANCE and "R151-R158" in dropless["source"]
@@ -217,7 +217,7 @@ def test_dropless_on_expert_tp_names_the_ep_first_layout_it_beats():
     the same ranks (EP 8, which rule scale.prefer_ep_over_etp points to) is charged the busiest-rank factor: explain
     gives that layout's re-estimated figure, so a pick that keeps ETP says why. (gpt-oss, the first model this was
     seen on, has expert biases and may not run ETP > 1 at all.)"""
-    from moetune.layout.knobs import DROPLESS_IMBALANCE
+    from moetune.layout.imbalance import DROPLESS_IMBALANCE
     spec, gpu = load_model("mixtral-8x7b"), load_gpu("h100")  # no biases: ETP > 1 is legal (rule scale.moe_bias_*)
     wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=512)
     knobs = Knobs(precision="fp8-blockwise", dispatcher="alltoall", routing="dropless")

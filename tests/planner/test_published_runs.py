@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from moetune.layout.knobs import DROPLESS_IMBALANCE, Knobs, expected_max_normal
+from moetune.layout.imbalance import DROPLESS_IMBALANCE, expected_max_normal
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.ab_order import NOISE_FLOOR

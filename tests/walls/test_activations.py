@@ -113,7 +113,8 @@ def test_expert_tokens_scale_with_etp_and_imbalance_and_shrink_with_sp():
 def test_dropless_imbalance_applies_only_across_expert_ranks():
     """With every expert on each rank (EP 1) no rank waits for a busier one: dropless costs what force-balanced
     routing costs, in time and memory; at EP 8 the busiest rank's factor applies to both."""
-    from moetune.layout.knobs import DROPLESS_IMBALANCE, Knobs
+    from moetune.layout.imbalance import DROPLESS_IMBALANCE
+    from moetune.layout.knobs import Knobs
     from moetune.layout.layout import Layout
     from moetune.layout.validate import Workload
     from moetune.planner.estimate import estimate

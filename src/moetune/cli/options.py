@@ -6,7 +6,8 @@ import re
 import click
 
 from moetune.configio.layout_map import LAYOUT_FIELDS
-from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, DROPLESS_IMBALANCE, PRECISIONS
+from moetune.layout.imbalance import DROPLESS_IMBALANCE
+from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
 from moetune.layout.modules import OFFLOAD_MODULES
 
 

@@ -5,13 +5,13 @@ Names follow Megatron Bridge / Megatron-Core (``recompute_granularity``, ``recom
 filled by ``moetune.planner.defaults`` and reported as defaulted.
 """
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP, busiest_share
 from moetune.layout.modules import parse_offload_modules, unsaved_offloads
 from moetune.layout.param_gather import PARAM_SWITCHES
 
@@ -38,24 +38,6 @@ CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
 CP1_COMM_TYPES: tuple[str, ...] = ("auto", "p2p")
 
 
-# Dropless routing leaves the busiest expert rank with more tokens than the mean, and every MoE layer waits for it
-# (the EP all-to-all synchronises the ranks), so the routed experts' GEMMs and all-to-all take `imbalance` times their
-# balanced time. Published A/B pairs measure the throughput of force-balanced routing over dropless: Qwen3-235B-A22B on
-# 256 H100, BF16, EP8 (yanring/Megatron-MoE-ModelZoo @e8650517 best_practice/qwen3, R151-R158) 295/237, 335/277,
-# 368/320 and 389/357 TFLOP/s at 16k-128k, a constant ~86 ms per micro-batch of 16k tokens a rank; the MCore release
-# tracker 200/150 (Qwen3-30B-A3B) and 295/248 (DeepSeek-V3) (shared/data/megatron_flops_memory_notes.md item 1).
-# Those are ratios of whole steps, not the busiest rank's load: only the experts and their all-to-all scale. 1.47
-# is the factor under which moetune reproduces the four ModelZoo ratios (1.245, 1.209, 1.150, 1.090) within 1.3%
-# (tests/planner/test_published_runs.py); the 1.2 it replaced read the step ratio as the load ratio and predicted
-# 1.04-1.10.
-# Overridable with --token-imbalance; it sizes the routed experts' activation memory too.
-DROPLESS_IMBALANCE = 1.47
-# The EP size of those pairs. The busiest of EP ranks exceeds the mean as the largest of EP draws does: by nothing at
-# EP 1 and growing with EP, so below this size the default is scaled by the expected maximum of EP standard normals
-# over that of 8 (EP2 1.19x, EP4 1.34x), where a flat factor made EP 1 with expert TP free against EP 2 at the full
-# 1.47x. Above it the factor stays flat: the one dropless run at a larger EP (Qwen3-30B-A3B at EP16, R101) is predicted
-# within 1% at 1.47x, so the data show no further growth.
-DROPLESS_IMBALANCE_EP = 8
 
 # SMs a fused dispatcher's kernels get when a config does not say (moe_deepep_num_sms / moe_hybridep_num_sms;
 # newer Megatron: moe_flex_dispatcher_num_sms). MEGATRON_FLEX_SMS: Megatron-Core's TransformerConfig defaults
@@ -218,7 +200,7 @@ class Knobs:
         measured. Time, memory, explain and the JSON all read it here."""
         ep = np.asarray(ep)
         # the busiest-of-EP share by table lookup: a search asks it of every candidate of every knob set
-        scale = 1.0 if self.token_imbalance is not None else _EP_SHARE[np.clip(ep, 1, DROPLESS_IMBALANCE_EP)]
+        scale = 1.0 if self.token_imbalance is not None else busiest_share(ep)
         charged = np.where(ep > 1, 1.0 + (self.imbalance - 1.0) * scale, 1.0)
         return float(charged) if charged.ndim == 0 else charged
 
@@ -279,24 +261,10 @@ class Knobs:
         return self.recompute_modules
 
 
-_GRID = np.linspace(-10.0, 10.0, 4001)
-_CDF = 0.5 * (1.0 + np.vectorize(math.erf)(_GRID / math.sqrt(2.0)))
-
-
-def expected_max_normal(n: int) -> float:
-    """E[max of n independent standard normals] (0 for n = 1): the integral of x against the maximum's distribution,
-    Phi(x)^n, on a fine grid (1.0294 at n 4, 1.4236 at n 8; order statistics of the normal)."""
-    return float((0.5 * (_GRID[1:] + _GRID[:-1]) * np.diff(_CDF ** n)).sum())
-
-
 def imbalance_source(knobs: Knobs) -> str:
     """Where the dropless factor a run is charged comes from, in words."""
     if knobs.token_imbalance is not None:
         return "--token-imbalance"
-    return (f"default: layout/knobs.py DROPLESS_IMBALANCE, {DROPLESS_IMBALANCE:g}x at EP {DROPLESS_IMBALANCE_EP} and "
+    return (f"default: layout/imbalance.py DROPLESS_IMBALANCE, {DROPLESS_IMBALANCE:g}x at EP {DROPLESS_IMBALANCE_EP} "
+            "and "
             "above from the force-balance/dropless pairs R151-R158, less at smaller EP as the busiest of fewer ranks")
-
-
-# expected_max_normal(EP) / expected_max_normal(DROPLESS_IMBALANCE_EP), EP 0..DROPLESS_IMBALANCE_EP (imbalance_at)
-_EP_SHARE = np.array([0.0] + [expected_max_normal(n) / expected_max_normal(DROPLESS_IMBALANCE_EP)
-                              for n in range(1, DROPLESS_IMBALANCE_EP + 1)])
