@@ -25,6 +25,7 @@ from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
 from moetune.planner.user_runs import by_gpu, fit_user_runs, load_user_runs, sections, shipped_of, user_toml
 from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
+from moetune.words import a_figure
 
 TFLOPS_ONLY = "tflops-only"
 
@@ -165,7 +166,8 @@ def _misfit_line(m: dict, gpu: str) -> str:
     """A run moetune predicts cannot fit (planner/calibrate.py memory_misfits): kept in the fit, and named."""
     over = []
     if m["peak_bytes"] > m["capacity_bytes"]:
-        over.append(f"a peak of {m['peak_bytes'] / GIB:.1f} GiB on a {m['capacity_bytes'] / GIB:.1f} GiB {gpu}")
+        peak, cap = m["peak_bytes"] / GIB, m["capacity_bytes"] / GIB
+        over.append(f"a peak of {peak:.1f} GiB on {a_figure(f'{cap:.1f}')} GiB {gpu}")
     if m["host_capacity_bytes"] is not None and m["host_peak_bytes"] > m["host_capacity_bytes"]:
         host, cap = m["host_peak_bytes"] / GIB, m["host_capacity_bytes"] / GIB
         over.append(f"{host:.0f} GiB of host memory a GPU, past its {cap:.0f} GiB share of the host")

@@ -30,6 +30,7 @@ from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import estimate_record
 from moetune.specs.platform import platform_defaults, platform_of
 from moetune.walls.compute import fp32_probs_source
+from moetune.words import a_figure
 
 
 def _fit(e: Estimate) -> dict:
@@ -51,10 +52,11 @@ def _profile(e: Estimate) -> dict:
     exposed = sorted(t["exposed_collectives"].items(), key=lambda kv: -kv[1])
     compute = sorted(((k, v) for k, v in t["compute_by_class"].items() if v > 0), key=lambda kv: -kv[1])
     lead = " and ".join(f"{k} {v:.2f} s" for k, v in compute[:2])
+    step = f"{t['step_seconds']:.2f}"
     why = {
         "memory": f"peak {e.peak_bytes / GIB:.1f} GiB exceeds {e.gpu.capacity_bytes / GIB:.1f} GiB; of the time "
                   f"walls estimate names, {t['dominant_wall']} would dominate if it ran",
-        "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of a {t['step_seconds']:.2f} s step",
+        "communication": f"exposed {exposed[0][0]} {exposed[0][1]:.2f} s of {a_figure(step)} s step",
         "compute": f"{lead} lead{'s' if len(compute) == 1 else ''} compute ({walls['compute']:.2f} s)",
         "bubble": f"pipeline bubble (PP{e.layout.pp}-1)/(VPP{e.layout.vpp} x m={t['num_microbatches']})",
         "host": _host_why(t),

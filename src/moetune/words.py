@@ -1,0 +1,21 @@
+"""English for figures in moetune's sentences (any layer may import it)."""
+
+import re
+
+_DIGITS = re.compile(r"\d[\d,]*")
+
+
+def article(figure: str) -> str:
+    """ "a" or "an" before a figure, by how it is read aloud: "an" where it starts with "eight" (8, 80.0, 800) or
+    "eleven"/"eighteen" (11, 18.5, 11,000, 18000), else "a" (a 1.5, a 110, a 180)."""
+    m = _DIGITS.match(figure.lstrip())
+    if not m:
+        return "a"
+    whole = m.group(0).replace(",", "")
+    lead = whole[:len(whole) % 3 or 3]  # the digits read before "thousand"/"million": 11 of 11000, 180 of 180
+    return "an" if whole.startswith("8") or lead in ("11", "18") else "a"
+
+
+def a_figure(figure: str) -> str:
+    """The figure with its article: "an 80.0", "a 94.0"."""
+    return f"{article(figure)} {figure}"
