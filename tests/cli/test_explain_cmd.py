@@ -80,6 +80,25 @@ def test_a_saved_result_is_explained_as_saved(tmp_path, capsys):
     assert code == 2 and "72-GPU NVLink domain" in err and "vs b200" in err
 
 
+def test_a_saved_result_whose_batch_does_not_divide_is_fixed_in_the_file(tmp_path, capsys):
+    """A saved result's batch that does not divide over its DP says to mend the file, not to change --gbs or --mbs
+    (flags explain --plan and emit refuse or do not take); the same batch given as flags still names the flags."""
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--gbs", "512",
+                        "--json"], capsys)
+    saved = json.loads(out)
+    saved["workload"]["global_batch_size"] = 510  # not a multiple of MBS 1 x DP 16
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(saved))
+    for args in (["explain", "--plan", str(path)], ["emit", str(path)]):
+        code, _, err = run(args, capsys)
+        assert code == 2 and "global batch size (510) must be divisible" in err, (args, err)
+        assert "--gbs" not in err and "--mbs" not in err and "global_batch_size" in err, (args, err)
+        assert err.count("\n") == 1, (args, err)
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--gbs", "510"],
+                       capsys)
+    assert code == 2 and err.rstrip().endswith("change --gbs or --mbs")
+
+
 def test_a_saved_plan_keeps_its_cluster_files_figures(tmp_path, capsys, monkeypatch):
     """A plan made on a cluster file is explained from anywhere, with the figures it was planned under, even after
     the file is edited."""

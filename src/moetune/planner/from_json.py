@@ -88,9 +88,15 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     return result
 
 
+# A saved result's own fix where the error's is worded in flags (its batch over its DP): no flag changes a file
+_SAVED_FIX = "edit the file's workload (global_batch_size, micro_batch_size) to fit, or save the result again with " \
+             "`moetune plan/estimate --json`"
+
+
 def _named(err: MoetuneError, where: str) -> MoetuneError:
-    """The error naming the saved result once."""
-    return err if str(err).startswith(where) else MoetuneError(f"{where}: {err}", same_as=err.same_as)
+    """The error naming the saved result once, with a fix for the file where the error's is worded in flags."""
+    text = f"{err.problem}; {_SAVED_FIX}" if err.flags_fix else str(err)
+    return MoetuneError(text if text.startswith(where) else f"{where}: {text}", same_as=err.same_as)
 
 
 def _defaulted(r: dict, model) -> list[str]:
