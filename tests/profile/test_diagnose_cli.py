@@ -56,6 +56,44 @@ def test_directory_and_log_together(traces_dir, fixtures_dir, tmp_path, capsys):
     assert data["facts"]["moe"] is True and data["facts"]["config.model.num_moe_experts"] == 128
 
 
+def test_a_directory_passes_over_json_that_is_not_a_trace(tmp_path, capsys):
+    """A plan.json saved beside the traces is not a rank (it had failed the whole run as "has no trace events"): the
+    directory's traces are read and one note names what was passed over; named on its own, the file stays an error,
+    and a directory of nothing but such files is one error line."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_trace(deepep_rank_wait(rank=0, world_size=2), traces / "r0.json.gz")
+    write_trace(deepep_rank_wait(rank=1, world_size=2), traces / "r1.json")
+    (traces / "plan.json").write_text(json.dumps({"model": "qwen3-30b-a3b", "results": []}))
+    code = main(["diagnose", str(traces), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["ranks"] == 2
+    skipped = [n for n in data["notes"] if "plan.json" in n]
+    assert len(skipped) == 1 and "traceEvents" in skipped[0] and "r0" not in skipped[0]
+    code = main(["diagnose", str(traces / "plan.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "plan.json" in err and err.count("\n") == 1 and "Traceback" not in err
+    only = tmp_path / "plans"
+    only.mkdir()
+    (only / "plan.json").write_text("{}")
+    code = main(["diagnose", str(only)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no Kineto traces" in err and "plan.json" in err and err.count("\n") == 1
+
+
+def test_a_broken_trace_in_a_directory_is_still_an_error(tmp_path, capsys):
+    """Only JSON objects without traceEvents are passed over: a cut trace (not valid JSON) or an empty traceEvents
+    list in a directory is named, not skipped."""
+    for name, text in (("r1.json", '{"traceEvents": [{"ph": "X"'), ("r1.json", '{"traceEvents": []}')):
+        traces = tmp_path / f"t{len(text)}"
+        traces.mkdir()
+        write_trace(deepep_rank_wait(rank=0, world_size=2), traces / "r0.json")
+        (traces / name).write_text(text)
+        code = main(["diagnose", str(traces)])
+        err = capsys.readouterr().err
+        assert code == 2 and "r1.json" in err, err
+
+
 def test_a_log_of_another_run_than_the_traces_is_refused(fixtures_dir, tmp_path, capsys):
     """A log whose iterations take more than 3x the traces' step (41 s against 6.6 ms) is another run's."""
     (tmp_path / "traces").mkdir()

@@ -209,7 +209,8 @@ def diagnose(
     the capacity alone). It and ``priced_on`` (the GPU a compared prediction is priced on) must be the traces' GPU:
     another part of its architecture (an H20 as --gpu h100) is one error line, a note with ``force_gpu``.
     """
-    paths = expand_paths([traces] if isinstance(traces, (str, Path)) else list(traces))
+    found = expand_paths([traces] if isinstance(traces, (str, Path)) else list(traces))
+    paths = found.paths
     if not paths and log is None:
         raise MoetuneError("diagnose: give at least one trace (file or directory) or --log FILE")
     loaded = [read_trace(p) for p in paths]
@@ -226,7 +227,7 @@ def diagnose(
     f = facts(m, config)
     wall, reason = decide(f)
     s = m.combined
-    notes = part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
+    notes = found.note() + part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
     if m.ranks and run_world and len(m.ranks) < run_world:
         notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
                      "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")

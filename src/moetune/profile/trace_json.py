@@ -6,6 +6,7 @@ profile/reader.py keeps what each event means."""
 import gzip
 import json
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -164,29 +165,61 @@ def fail(path: Path, why: str) -> MoetuneError:
     return MoetuneError(f"trace {path}: {why}")
 
 
-def expand_paths(inputs: list[str | Path]) -> list[Path]:
-    """Files as given, and every *.json / *.json.gz directly inside each directory, sorted; a file named twice (by
-    two spellings, or a file and its directory) is one error line, not two ranks."""
-    out = _paths(inputs)
+def lacks_trace_events(path: Path) -> bool:
+    """Whether a file is a JSON object with no top-level traceEvents: other JSON kept beside the traces (a saved plan, a
+    config). Anything else, a bare event list or a file that does not parse, is left for the reader to judge."""
+    try:
+        if first_char(path) != "{":
+            return False
+        with _open(path) as fh:
+            if ijson is None:
+                return "traceEvents" not in json.load(fh)
+            return not any(prefix == "" and event == "map_key" and value == "traceEvents"
+                           for prefix, event, value in ijson.parse(fh))
+    except (MoetuneError, EOFError, OSError, *BAD_JSON):
+        return False
+
+
+@dataclass(kw_only=True, slots=True)
+class TracePaths:
+    """The trace files to read, and the JSON files in a named directory passed over as not traces (lacks_trace_events);
+    a file named by itself is always read, and the reader names what is wrong with it."""
+    paths: list[Path]
+    skipped: list[Path]
+
+    def note(self) -> list[str]:
+        names = ", ".join(str(p) for p in self.skipped)
+        return [f"skipped {len(self.skipped)} JSON file(s) with no traceEvents, not Kineto traces: {names}"] \
+            if self.skipped else []
+
+
+def expand_paths(inputs: list[str | Path]) -> TracePaths:
+    """Files as given, and every *.json / *.json.gz directly inside each directory that is a trace, sorted; a file
+    named twice (by two spellings, or a file and its directory) is one error line, not two ranks."""
+    found = TracePaths(paths=[], skipped=[])
+    for item in inputs:
+        _add(Path(item), found)
     seen: dict[Path, Path] = {}
-    for p in out:
+    for p in found.paths:
         if (real := p.resolve()) in seen:
             raise MoetuneError(f"trace {p} is given twice (also as {seen[real]}); pass each rank's trace once")
         seen[real] = p
-    return out
+    return found
 
 
-def _paths(inputs: list[str | Path]) -> list[Path]:
-    out: list[Path] = []
-    for item in inputs:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
-            if not found:
-                raise MoetuneError(f"trace directory {p} holds no .json or .json.gz files")
-            out.extend(found)
-        elif p.exists():
-            out.append(p)
-        else:
+def _add(p: Path, found: TracePaths) -> None:
+    if not p.is_dir():
+        if not p.exists():
             raise MoetuneError(f"trace {p}: no such file or directory")
-    return out
+        found.paths.append(p)
+        return
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+    if not files:
+        raise MoetuneError(f"trace directory {p} holds no .json or .json.gz files")
+    others = [f for f in files if lacks_trace_events(f)]
+    if len(others) == len(files):
+        names = ", ".join(f.name for f in files)
+        raise MoetuneError(f"trace directory {p} holds no Kineto traces: its JSON files ({names}) have no traceEvents; "
+                           "pass the directory torch.profiler wrote its traces to")
+    found.paths.extend(f for f in files if f not in others)
+    found.skipped.extend(others)
