@@ -94,3 +94,35 @@ def test_an_iteration_time_that_cannot_be_is_one_line(elapsed):
             f"(ms): {elapsed} | throughput per GPU (TFLOP/s/GPU): 300.0 | global batch size:   256 |")
     with pytest.raises(MoetuneError, match="must be a positive, finite number"):
         parse_log(line, "x.log")
+
+
+def test_a_log_of_two_runs_is_read_as_its_last_run(fixtures_dir, tmp_path, capsys):
+    """Two runs appended to one file (iteration numbers 1..8 twice) had been read as one run of 16 iterations, with
+    the first run's arguments: the last run's iterations, arguments and memory count, and a note says so."""
+    from moetune.cli.main import main
+    first = (fixtures_dir / MLM).read_text()
+    second = first.replace("seq_length ...................................... 4096",
+                           "seq_length ...................................... 2048").replace(
+        "elapsed time per iteration (ms): 41", "elapsed time per iteration (ms): 31")
+    assert second != first
+    path = tmp_path / "appended.log"
+    path.write_text(first + second)
+    log, last = read_log(path), parse_log(second)
+    assert [it.iteration for it in log.iterations] == [it.iteration for it in last.iterations] == list(range(1, 9))
+    assert log.iteration_seconds == last.iteration_seconds < read_log(fixtures_dir / MLM).iteration_seconds
+    assert log.args["seq_length"] == "2048" and len(log.memory) == len(last.memory)
+    assert len(log.notes) == 1 and "2 runs" in log.notes[0] and f"line {len(first.splitlines()) + 1}" in log.notes[0]
+    assert not last.notes and not read_log(fixtures_dir / MLM).notes
+    code = main(["diagnose", "--log", str(path), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and "2 runs" in out
+
+
+def test_an_iteration_logged_twice_in_a_row_counts_once(fixtures_dir):
+    """Two ranks' output in one file logs each iteration twice: counted once, and said."""
+    lines = (fixtures_dir / MLM).read_text().splitlines()
+    doubled = [x for line in lines for x in ([line, line] if " iteration " in line else [line])]
+    log, plain = parse_log("\n".join(doubled)), read_log(fixtures_dir / MLM)
+    assert [it.iteration for it in log.iterations] == [it.iteration for it in plain.iterations]
+    assert log.iteration_seconds == plain.iteration_seconds
+    assert len(log.notes) == 1 and "8 iteration(s) twice in a row" in log.notes[0]

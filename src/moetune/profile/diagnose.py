@@ -228,6 +228,7 @@ def diagnose(
     wall, reason = decide(f)
     s = m.combined
     notes = found.note() + part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
+    notes += training_log.notes if training_log is not None else []
     if m.ranks and run_world and len(m.ranks) < run_world:
         notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
                      "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")

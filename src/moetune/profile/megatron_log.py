@@ -68,6 +68,7 @@ class TrainingLog:
     oom_lines: list[str] = field(default_factory=list)
     # Megatron-LM prints its arguments at start-up (training/arguments.py print_args); Megatron Bridge does not
     argument_dump: bool = False
+    notes: list[str] = field(default_factory=list)  # what a reader of the figures should know: runs passed over
 
     def steady_iterations(self) -> list[LogIteration]:
         """Logged intervals after the first: the first one includes warm-up and compilation."""
@@ -171,11 +172,36 @@ def _numeric(it: LogIteration, where: str) -> LogIteration:
     return it
 
 
+def _is_iteration(line: str) -> re.Match | None:
+    return m if (m := _ITER.search(line)) and "elapsed time per iteration" in line else None
+
+
+def _last_run(lines: list[str]) -> tuple[int, int]:
+    """(index of the line the log's last run starts at, how many runs it holds): a run starts again where an iteration
+    number falls below the one logged before it (a job restarted from a checkpoint, or two runs appended to one file),
+    on the line after the previous run's last iteration line, so the new run's argument dump is its own."""
+    start, runs, last, at = 0, 1, None, 0
+    for i, line in enumerate(lines):
+        if m := _is_iteration(line):
+            if last is not None and int(m.group(1)) < last:
+                start, runs = at + 1, runs + 1
+            last, at = int(m.group(1)), i
+    return start, runs
+
+
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
-    log = TrainingLog(path=path, iterations=[], memory=[])
-    for n, line in enumerate(text.splitlines(), 1):
-        if (m := _ITER.search(line)) and "elapsed time per iteration" in line:
-            log.iterations.append(_numeric(_iteration(m), f"--log {path} line {n}"))
+    """The log's last run (_last_run): its iterations, memory reports, OOM messages and argument dump; an iteration
+    logged twice in a row (two ranks' output in one file) counts once. What was passed over is said in log.notes."""
+    lines = text.splitlines()
+    start, runs = _last_run(lines)
+    log, repeats = TrainingLog(path=path, iterations=[], memory=[]), []
+    for n, line in enumerate(lines[start:], start + 1):
+        if m := _is_iteration(line):
+            it = _numeric(_iteration(m), f"--log {path} line {n}")
+            if log.iterations and it.iteration == log.iterations[-1].iteration:
+                repeats.append(n)
+            else:
+                log.iterations.append(it)
         elif m := _MEM.search(line):
             log.memory.append(_memory(m, f"--log {path} line {n}"))
         elif _OOM.search(line):
@@ -183,6 +209,12 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
+    if runs > 1:
+        log.notes.append(f"--log {path} holds {runs} runs (its iteration numbers start again at a lower one "
+                         f"{runs - 1} time(s)): the figures are the last run's, from line {start + 1}")
+    if repeats:
+        log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
+                         "two ranks' output in one file?): each is counted once")
     return log
 
 
