@@ -11,11 +11,12 @@ class MoetuneError(ValueError):
 
     exit_code = 2
 
-    def __init__(self, message: str, same_as: tuple[str, ...] = (), flags_fix: str = ""):
+    def __init__(self, message: str, same_as: tuple[str, ...] = (), flags_fix: str = "", file_fields: str = ""):
         super().__init__(" ".join((f"{message}; {flags_fix}" if flags_fix else message).split()))
         # the problem apart from a fix worded in command-line flags ("change --gbs or --mbs"): a reader of a saved
         # file, where no flag applies, words the fix for the file instead (planner/from_json.py _named)
-        self.problem, self.flags_fix = " ".join(message.split()), flags_fix
+        # (file_fields: the saved result's fields that fix says to edit, "workload (global_batch_size, ...)")
+        self.problem, self.flags_fix, self.file_fields = " ".join(message.split()), flags_fix, file_fields
         # the config-only rules (rules.yaml ids) that say what this error says: `check --model` reports the layout's
         # error and leaves them out, by id rather than by the message's wording
         self.same_as = same_as

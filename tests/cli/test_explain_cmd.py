@@ -166,3 +166,23 @@ def test_explain_weighs_a_configuration_against_a_baseline_of_the_same_job(capsy
     code, _, err = run(["explain", *job, "--ep", "8", "--routing", "force-balance", "--baseline",
                         str(tmp_path / "b.json")], capsys)
     assert code == 2 and "routing dropless vs force-balance" in err
+
+
+@pytest.mark.parametrize(("section", "key", "value", "needle", "fields"), [
+    ("layout", "ep", 3, "expert mesh ETPxEPxEDPxPP", "layout (ep, etp, pp)"),
+    ("layout", "tp", 3, "attention mesh TPxCPxDPxPP", "layout (tp, cp, pp) or gpus"),
+])
+def test_a_saved_layout_that_does_not_cover_the_ranks_is_fixed_in_the_file(section, key, value, needle, fields,
+                                                                             tmp_path, capsys):
+    """The mesh errors of a saved result name the file's fields to mend, not --ep/--etp/--pp or --gpus, and emit
+    names the file once (it had read '<file>: result: ...')."""
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"], capsys)
+    saved = json.loads(out)
+    saved[section][key] = value
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(saved))
+    for args in (["explain", "--plan", str(path)], ["emit", str(path)]):
+        code, _, err = run(args, capsys)
+        assert code == 2 and needle in err and f"edit the file's {fields}" in err
+        assert "--ep" not in err and "--gpus" not in err and "change" not in err, (args, err)
+        assert err.count(str(path)) == 1 and "result:" not in err and err.count("\n") == 1, (args, err)

@@ -70,8 +70,8 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_ov
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
-    def from_result(data: dict) -> dict:
-        results.append(result_config(data, rank))
+    def from_result(data: dict, where: str) -> dict:
+        results.append(result_config(data, where, rank=rank))
         if saved_overheads is not None:
             saved_overheads.append(pick_result(data, rank).get("overheads"))
         return results[-1]

@@ -26,7 +26,8 @@ PRAGMA = "# moetune:"  # `# moetune: cluster.num_gpus=16` in an emitted file car
 _SKIP = ("_target_", "_call_", "_partial_", "_args_")
 # Turns an estimate/plan result (moetune's JSON) into the normalized config. The planner owns that mapping
 # (planner.to_config) and sits above configio, so the interfaces hand it in rather than configio importing it.
-ResultReader = Callable[[dict], dict]
+# It takes the result and the name its errors give it (the file's path), and names it once.
+ResultReader = Callable[[dict, str], dict]
 
 
 def flatten_sections(data: dict[str, Any], origin: str) -> list[Assignment]:
@@ -174,9 +175,9 @@ def json_assignments(data: Any, origin: str, from_result: ResultReader | None = 
         raise MoetuneError(f"{origin}: no \"config\" object; give {{\"config\": {{dotted names}}}} or "
                            "Megatron Bridge sections (model, train, ...)")
     try:
-        config = from_result(data)
+        config = from_result(data, origin)
     except MoetuneError as err:  # a readable result that says what is wrong itself (--rank past its results)
-        raise MoetuneError(f"{origin}: {err}") from None
+        raise (err if str(err).startswith(origin) else MoetuneError(f"{origin}: {err}")) from None
     except (KeyError, TypeError, ValueError) as err:
         raise MoetuneError(f"{origin}: not an estimate/plan result moetune can read ({err})") from None
     return [Assignment(key=k, value=v, origin=origin) for k, v in config.items()]

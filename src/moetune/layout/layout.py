@@ -146,14 +146,16 @@ class Layout:
         if self.world_size % attention:
             raise MoetuneError(
                 f"world size ({self.world_size}) must be divisible by TP*CP*PP ({self.tp}*{self.cp}*{self.pp}"
-                f"={attention}) so that the attention mesh TPxCPxDPxPP covers every rank; change --gpus or the layout",
-                same_as=("scale.world_size_attention",))
+                f"={attention}) so that the attention mesh TPxCPxDPxPP covers every rank",
+                same_as=("scale.world_size_attention",), flags_fix="change --gpus or the layout",
+                file_fields="layout (tp, cp, pp) or gpus")
         experts = self.etp * self.ep * self.pp
         if self.world_size % experts:
             raise MoetuneError(
                 f"world size ({self.world_size}) must be divisible by ETP*EP*PP ({self.etp}*{self.ep}*{self.pp}"
-                f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank; change --ep/--etp/--pp",
-                same_as=("scale.world_size_experts",))
+                f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank",
+                same_as=("scale.world_size_experts",), flags_fix="change --ep/--etp/--pp",
+                file_fields="layout (ep, etp, pp)")
         if self.pipeline_layout is not None:
             self._derive_vpp(layout_stages(self.pipeline_layout))
         if self.vpp > 1 and self.pp == 1:  # parallel_state.py: the interleaved schedule needs PP > 1

@@ -98,9 +98,9 @@ def interleaves(pp: int, vpp: int, microbatches: int) -> bool:
     return vpp == 1 or microbatches % pp == 0
 
 
-def _require(ok: bool, message: str, same_as: tuple[str, ...] = (), flags_fix: str = "") -> None:
+def _require(ok: bool, message: str, same_as: tuple[str, ...] = (), flags_fix: str = "", file_fields: str = "") -> None:
     if not ok:
-        raise MoetuneError(message, same_as=same_as, flags_fix=flags_fix)
+        raise MoetuneError(message, same_as=same_as, flags_fix=flags_fix, file_fields=file_fields)
 
 
 def _tp_fits_query_groups(spec: ModelSpec, tp: int) -> None:
@@ -209,12 +209,14 @@ def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None
         gbs % (mbs * layout.dp) == 0,
         f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {layout.dp} = "
         f"{mbs * layout.dp})", same_as=("batch.gbs_divisible",), flags_fix="change --gbs or --mbs",
+        file_fields="workload (global_batch_size, micro_batch_size)",
     )
     m = workload.num_microbatches(layout)
     _require(interleaves(layout.pp, layout.vpp, m),
              f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
              f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule)",
-             flags_fix="change --gbs or --mbs, or drop --vpp")
+             flags_fix="change --gbs or --mbs, or drop --vpp",
+             file_fields="workload (global_batch_size, micro_batch_size) or layout's vpp")
     why = sp_refusal(seq, layout.tp, layout.cp, layout.sp)
     _require(not why, why or "", same_as=("sp.seq_divisible_by_tp",))
     why = cp_chunk_refusal(seq, layout.cp)

@@ -1,9 +1,10 @@
 """Planning: estimate one configuration, search all of them, explain, calibrate."""
 
 
-def to_config(data: dict, rank: int = 1) -> dict:
-    """Normalized config (Bridge dotted names + cluster.* + env.*) of an `estimate --json` / `plan --json` result."""
+def to_config(data: dict, where: str = "result", rank: int = 1) -> dict:
+    """Normalized config (Bridge dotted names + cluster.* + env.*) of an `estimate --json` / `plan --json` result;
+    `where` names it in errors (configio/readers.py ResultReader: the file's path)."""
     from moetune.planner.config_map import to_config as estimate_to_config
     from moetune.planner.from_json import estimate_from_json
 
-    return estimate_to_config(estimate_from_json(data, rank))
+    return estimate_to_config(estimate_from_json(data, rank, where=where))

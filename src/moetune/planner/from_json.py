@@ -89,13 +89,15 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
 
 
 # A saved result's own fix where the error's is worded in flags (its batch over its DP): no flag changes a file
-_SAVED_FIX = "edit the file's workload (global_batch_size, micro_batch_size) to fit, or save the result again with " \
-             "`moetune plan/estimate --json`"
+def _saved_fix(err: MoetuneError) -> str:
+    """The fix of an error worded in flags, worded for a saved result: its fields to edit."""
+    return f"edit the file's {err.file_fields or 'configuration'} to fit, or save the result again with " \
+           "`moetune plan/estimate --json`"
 
 
 def _named(err: MoetuneError, where: str) -> MoetuneError:
     """The error naming the saved result once, with a fix for the file where the error's is worded in flags."""
-    text = f"{err.problem}; {_SAVED_FIX}" if err.flags_fix else str(err)
+    text = f"{err.problem}; {_saved_fix(err)}" if err.flags_fix else str(err)
     return MoetuneError(text if text.startswith(where) else f"{where}: {text}", same_as=err.same_as)
 
 
