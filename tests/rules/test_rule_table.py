@@ -215,10 +215,12 @@ def test_bridge_runs_muon_with_dp_overlap_unchecked():
 
 
 @pytest.mark.parametrize("fsdp", ["--use-torch-fsdp2", "--use-megatron-fsdp"])
-@pytest.mark.parametrize(("optimizer", "fires"), [("muon", True), ("dist_muon", True), ("adam", False)])
+@pytest.mark.parametrize(("optimizer", "fires"), [("muon", True), ("dist_muon", True), ("adam", False),
+                                                   ("sgd", False), ("lion", True), ("soap", True)])
 def test_megatron_lm_refuses_muon_under_either_fsdp(fsdp, optimizer, fires):
-    """validate_args: "Muon optimizer does not support Torch-FSDP2 / Megatron-FSDP for now" (arguments.py:1185-1186
-    @core_v0.16.0, :1572-1573 @core_v0.18.2), read from Megatron-LM's own arguments."""
+    """validate_args: "Emerging optimizer does not support Torch-FSDP2 / Megatron-FSDP for now", every optimizer but
+    Adam and SGD (arguments.py:1559-1573 @core_v0.18.2; Muon alone at :1185-1186 @core_v0.16.0), read from
+    Megatron-LM's own arguments (lion and soap had passed check)."""
     from moetune.rules import evaluate
     config = load_config(mlm_args=f"--num-experts 64 --bf16 {fsdp} --optimizer {optimizer}", gpu="h100", gpus=8)
     assert ("fsdp.muon" in {f.rule for f in evaluate(config)}) == fires
