@@ -119,7 +119,9 @@ def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
     """Host bytes of the optimizer's CPU offload on each candidate's heaviest stage
     (model_state.offloaded_host_bytes)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert)
-    host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.distributed_optimizer),
+    # torch_fsdp2 shards the offloaded state over DP x CP (model_state.optimizer_divisors): part of the key
+    host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.distributed_optimizer,
+                   knobs.torch_fsdp2),
                   lambda: offloaded_host_bytes(params, b.fields, knobs))
     return np.where(b.valid, host, 0).max(axis=1)
 
@@ -190,7 +192,9 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     gpu = job_gpu(gpu, f.world_size.flat[0])  # one world size per search
     stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
-    root = b.root()  # the data-parallel terms depend on the layout and the knobs below: computed once, read by row
+    # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
+    # FSDP2 traffic: fsdp2_reshard_after_forward's gather count applies later, in dp_raw/exposed_seconds, not the key)
+    root = b.root()
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2),
