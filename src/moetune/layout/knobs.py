@@ -266,5 +266,5 @@ def imbalance_source(knobs: Knobs) -> str:
     if knobs.token_imbalance is not None:
         return "--token-imbalance"
     return (f"default: layout/imbalance.py DROPLESS_IMBALANCE, {DROPLESS_IMBALANCE:g}x at EP {DROPLESS_IMBALANCE_EP} "
-            "and "
-            "above from the force-balance/dropless pairs R151-R158, less at smaller EP as the busiest of fewer ranks")
+            "and above from the force-balance/dropless pairs R151-R158, less at smaller EP as the busiest of fewer "
+            "ranks")
