@@ -19,3 +19,9 @@ def article(figure: str) -> str:
 def a_figure(figure: str) -> str:
     """The figure with its article: "an 80.0", "a 94.0"."""
     return f"{article(figure)} {figure}"
+
+
+def words(items) -> str:
+    """A list as a sentence says it: 'a', 'a and b', 'a, b and c' (rules/expr.py words() for rule messages)."""
+    items = [str(i) for i in (items or [])]
+    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]])) if items else ""

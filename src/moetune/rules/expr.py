@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from moetune.errors import MoetuneError
+from moetune.words import words
 
 
 class Missing(Exception):
@@ -53,19 +54,13 @@ def _contains_all(items, wanted) -> bool:
     return all(w in (items or []) for w in wanted)
 
 
-def _words(items) -> str:
-    """A list as a message says it: 'a', 'a and b', 'a, b and c'."""
-    items = [str(i) for i in (items or [])]
-    return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]])) if items else ""
-
-
 def _lower(s):
     return s.lower() if isinstance(s, str) else s
 
 
 # Functions a rule may call. has/get are resolved against the lookup (see Env).
 FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "len": len, "min": min, "max": max, "int": int, "lower": _lower, "words": _words,
+    "len": len, "min": min, "max": max, "int": int, "lower": _lower, "words": words,
     "pow2_round": _pow2_round, "pow2_floor": _pow2_floor,
     "without": _without, "union": _union, "contains_any": _contains_any, "contains_all": _contains_all,
 }
