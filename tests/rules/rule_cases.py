@@ -24,6 +24,8 @@ EP_OVERLAP = S(MOE, "model.expert_model_parallel_size=8", "comm_overlap.overlap_
 TE_GRAPHS = "model.cuda_graph_impl=transformer_engine"
 # A Megatron-LM launch under --use-torch-fsdp2 (its validate_args asserts are what the fsdp.* rules mirror)
 FSDP2_MLM = S(MOE, "dist.use_torch_fsdp2=true", "cluster.launcher=megatron-lm")
+# A Bridge config under Megatron FSDP (dist's switch: Bridge turns ddp's on with it)
+MFSDP = S(MOE, "dist.use_megatron_fsdp=true")
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,13 @@ CASES: dict[str, Case] = {
     "fsdp.torch_fsdp2_drops_fp8_params": Case(S(FSDP2_MLM, "mixed_precision.fp8=hybrid",
                                                 "mixed_precision.fp8_recipe=tensorwise",
                                                 "mixed_precision.fp8_param_gather=true")),
+    "fsdp.torch_fsdp2_ckpt_format": Case(S(FSDP2_MLM, "checkpoint.ckpt_format=torch")),
+    # Megatron FSDP: Megatron-LM's launch asserts the format whatever it saves; Bridge only where it saves or loads
+    "fsdp.megatron_fsdp_ckpt_format": Case(S(MFSDP, "checkpoint.save=/ckpt")),
+    "fsdp.fsdp_dtensor_needs_megatron_fsdp": Case(S(MOE, "checkpoint.ckpt_format=fsdp_dtensor",
+                                                    "cluster.launcher=megatron-lm")),
+    "fsdp.megatron_fsdp_no_shard": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor",
+                                          "ddp.data_parallel_sharding_strategy=no_shard")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.

@@ -9,14 +9,29 @@ from rich.markup import escape
 from rich.table import Table
 
 from moetune.walls.cp_legal import exchange_text
+from moetune.words import words
 
 GIB = 1 << 30
 
 
 def layout_extras(layout, knobs) -> list[str]:
-    """What a layout row needs besides its sizes to be run again: the CP exchange and the pipeline split."""
+    """What a layout row needs besides its sizes to be run again: the CP exchange, the pipeline split and an FSDP in
+    place of Megatron's DDP."""
     cp = [f"CP via {exchange_text(knobs, layout.cp)}"] if layout.cp > 1 else []
-    return cp + ([layout.split_text()] if layout.split_text() else [])
+    return cp + ([layout.split_text()] if layout.split_text() else []) + fsdp_text(knobs)
+
+
+def fsdp_text(knobs) -> list[str]:
+    """The FSDP wrapping the model and what it shards over which ranks (walls/model_state.py), none under DDP."""
+    if knobs.torch_fsdp2:
+        return ["torch FSDP2: weights, gradients and optimizer state sharded over DP x CP"]
+    if not knobs.megatron_fsdp:
+        return []
+    s = knobs.fsdp_strategy
+    sharded = [name for name, on in (("weights", s.weights), ("gradients", s.grads), ("optimizer state", s.optimizer))
+               if on]
+    what = f"{words(sharded)} sharded over DP x CP (experts: EDP)" if sharded else "nothing sharded"
+    return [f"Megatron FSDP {knobs.megatron_fsdp}: {what}"]
 
 
 def console() -> Console:

@@ -76,6 +76,16 @@ def sync_megatron_fsdp(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "ddp.use_megatron_fsdp": True} if megatron_fsdp(config) else config
 
 
+def megatron_fsdp_strategy(config: dict[str, Any]) -> str | None:
+    """Megatron FSDP's data_parallel_sharding_strategy where it wraps the model (None under Megatron's DDP or torch
+    FSDP2); left out, optim_grads_params: Megatron-LM's --data-parallel-sharding-strategy default from core_v0.18.0
+    (arguments.py:2805 @core_v0.18.2; no_shard up to core_v0.17), and what Bridge's recipes set (recipes/common.py,
+    scripts/performance/utils/overrides.py _set_megatron_fsdp_overrides for --use_megatron_fsdp @067f987)."""
+    if not megatron_fsdp(config):
+        return None
+    return str(config.get("ddp.data_parallel_sharding_strategy") or "optim_grads_params")
+
+
 def fsdp_impl(config: dict[str, Any]) -> str:
     """Which FSDP wraps the model, named as Megatron-LM's validate_args names it (fsdp_impl, arguments.py:930-931
     @core_v0.16.0, :1401-1402 @core_v0.18.2): "Torch-FSDP2" (dist.use_torch_fsdp2), "Megatron-FSDP"
@@ -93,7 +103,11 @@ def distributed_optimizer(config: dict[str, Any]) -> bool:
     (Bridge turns both on when either is, training/config.py _validate_and_sync_distributed_optimizer_settings), a
     switch the config leaves out being its recipe's: on with Adam (distributed_fused_adam_with_cosine_annealing), off
     with Muon's, plain or layer-wise (Muon's OptimizerConfig leaves it at Megatron's False; Muon shards its state
-    under the layer-wise optimizer, not Adam's element-wise one); planner/from_config.py reads the same."""
+    under the layer-wise optimizer, not Adam's element-wise one); planner/from_config.py reads the same. Megatron FSDP
+    turns it on whatever the switches say (Megatron-LM arguments.py:1112-1118 @core_v0.18.2; Bridge config.py
+    _validate_and_apply_megatron_fsdp_v1_configs @067f987)."""
+    if megatron_fsdp(config):
+        return True
     silent = not muon(config)
     return any(silent if config.get(k) is None else bool(config[k])
                for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"))

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES, UNIT_GATHERS, FsdpStrategy
 from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP, busiest_share
 from moetune.layout.modules import parse_offload_modules, unsaved_offloads
 from moetune.layout.param_gather import PARAM_SWITCHES
@@ -61,6 +62,9 @@ class Knobs:
     # in its backward (Megatron's default); off (Megatron-LM's --torch-fsdp2-no-reshard-after-forward) keeps them
     # from forward to backward: one gather a micro-batch fewer, every layer's gathered weights resident meanwhile
     fsdp2_reshard_after_forward: bool = True
+    # megatron_fsdp: Megatron FSDP's data_parallel_sharding_strategy where it wraps the model (ddp.use_megatron_fsdp),
+    # None under Megatron's DDP (layout/dp_sharding.py says what each strategy shards)
+    megatron_fsdp: str | None = None
     # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
     # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
     optimizer: str = "adam"
@@ -109,6 +113,31 @@ class Knobs:
         the forward (walls/iteration.py fsdp2_traffic)."""
         return 1 if self.fsdp2_reshard_after_forward else 0
 
+    @property
+    def fsdp_strategy(self) -> FsdpStrategy | None:
+        """Megatron FSDP's strategy (layout/dp_sharding.py), None without it."""
+        return MEGATRON_FSDP_STRATEGIES[self.megatron_fsdp] if self.megatron_fsdp else None
+
+    @property
+    def sharded_optimizer(self) -> bool:
+        """Whether the optimizer state shards over the data-parallel ranks (Megatron FSDP's strategy says, else the
+        distributed optimizer; torch FSDP2 apart: walls/model_state.py optimizer_divisors)."""
+        return self.fsdp_strategy.optimizer if self.fsdp_strategy else self.distributed_optimizer
+
+    @property
+    def microbatch_reduce_scatters(self) -> bool:
+        """Whether the DP gradient reduce-scatter runs every micro-batch (an FSDP with sharded gradients) rather than
+        once, after the last one."""
+        return self.torch_fsdp2 or bool(self.fsdp_strategy and self.fsdp_strategy.grads)
+
+    @property
+    def microbatch_gathers(self) -> int:
+        """DP all-gathers of every weight a micro-batch (an FSDP with sharded weights), 0 where the weights are
+        gathered once a step, after the optimizer."""
+        if self.torch_fsdp2:
+            return 1 + self.fsdp2_backward_gathers
+        return UNIT_GATHERS if self.fsdp_strategy and self.fsdp_strategy.weights else 0
+
     def __post_init__(self) -> None:
         for name in SWITCHES:  # a saved plan edited by hand: "yes" or 1 would read as on
             if not isinstance(getattr(self, name), bool):
@@ -123,6 +152,7 @@ class Knobs:
             raise MoetuneError("Muon runs without the precision-aware optimizer that BF16 moments and optimizer "
                                "offload need (Megatron-LM builds emerging optimizers apart): drop --bf16-moments and "
                                "--optimizer-offload, or use adam")
+        self._check_megatron_fsdp()
         if self.optimizer == "muon" or not self.distributed_optimizer:
             # no bucketed gather to overlap: without the distributed optimizer there are no shards (Megatron-LM asserts
             # it), and Bridge's Muon recipes turn it off (recipes/kimi/h100/kimi_k2.py sets ddp.overlap_param_gather
@@ -185,6 +215,18 @@ class Knobs:
         if self.token_imbalance is not None and not 1.0 <= self.token_imbalance < float("inf"):
             raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be a number >= 1 (busiest expert rank's "
                                "tokens over the mean)")
+
+    def _check_megatron_fsdp(self) -> None:
+        if self.megatron_fsdp is not None and self.megatron_fsdp not in MEGATRON_FSDP_STRATEGIES:
+            raise MoetuneError(f"data_parallel_sharding_strategy {self.megatron_fsdp!r}: Megatron FSDP takes "
+                               f"{', '.join(MEGATRON_FSDP_STRATEGIES)}")
+        if self.megatron_fsdp and self.torch_fsdp2:  # Bridge's ConfigContainer.validate raises the same
+            raise MoetuneError("Megatron FSDP and torch FSDP2 both wrap the model; they are mutually exclusive: keep "
+                               "one (use_megatron_fsdp or use_torch_fsdp2)")
+        if self.megatron_fsdp and not self.distributed_optimizer:
+            # Megatron-LM and Bridge both turn it on under Megatron FSDP (arguments.py:1112-1118 @core_v0.18.2;
+            # config.py _validate_and_apply_megatron_fsdp_v1_configs @067f987)
+            object.__setattr__(self, "distributed_optimizer", True)
 
     @property
     def imbalance(self) -> float:

@@ -94,6 +94,12 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "dist.use_torch_fsdp2": k.torch_fsdp2 or None,
         "dist.torch_fsdp2_reshard_after_forward": False if k.torch_fsdp2 and not k.fsdp2_reshard_after_forward
         else None,
+        # Megatron FSDP and its strategy (layout/dp_sharding.py), on the ddp section, which Megatron-LM's
+        # --use-megatron-fsdp sets and Bridge syncs dist's switch onto, and the checkpoint format it asserts (rule
+        # fsdp.megatron_fsdp_ckpt_format)
+        "ddp.use_megatron_fsdp": True if k.megatron_fsdp else None,
+        "ddp.data_parallel_sharding_strategy": k.megatron_fsdp,
+        "checkpoint.ckpt_format": "fsdp_dtensor" if k.megatron_fsdp else None,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,

@@ -8,7 +8,13 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
-from moetune.configio.finalize import distributed_optimizer, fsdp_impl, layer_wise_optimizer, quantized_params
+from moetune.configio.finalize import (
+    distributed_optimizer,
+    fsdp_impl,
+    layer_wise_optimizer,
+    megatron_fsdp_strategy,
+    quantized_params,
+)
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
@@ -158,6 +164,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         distributed_optimizer=_distributed(config), optimizer=_optimizer(config),
         torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
+        megatron_fsdp=megatron_fsdp_strategy(config),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=_main_grads_fp32(config),

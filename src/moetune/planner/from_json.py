@@ -141,6 +141,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   cp_comm_type=k.get("cp_comm_type", "p2p"), hcp_a2a_size=k.get("hcp_a2a_size"),
                   torch_fsdp2=k.get("torch_fsdp2", False),
                   fsdp2_reshard_after_forward=k.get("fsdp2_reshard_after_forward", True),
+                  megatron_fsdp=k.get("megatron_fsdp"),
                   # a result saved before the knob was recorded: the FP32 router every plan's config sets
                   moe_router_dtype=k.get("moe_router_dtype", PLAN_ROUTER_DTYPE))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],

@@ -17,6 +17,7 @@ from moetune.configio.finalize import (
     expert_tensor_parallel_size,
     fsdp_impl,
     layer_wise_optimizer,
+    megatron_fsdp_strategy,
     quantized_params,
 )
 from moetune.configio.names import LAUNCHER
@@ -277,6 +278,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     # estimate reads it: a rule asking the raw ddp field missed a config that set only the optimizer's
     d["distributed_optimizer"] = distributed_optimizer(config)
     d["fsdp"] = fsdp_impl(config)
+    d["fsdp_sharding"] = megatron_fsdp_strategy(config) or ""  # Megatron FSDP's strategy, "" without it
     # a Megatron-LM launch (its arguments, or MODEL_ARGS YAML): the rules that mirror validate_args's asserts fire on
     # it alone, Bridge running none of them; a config that names no launcher is Bridge's
     d["megatron_lm"] = config.get("cluster.launcher", "bridge") == "megatron-lm"

@@ -36,6 +36,7 @@ from moetune.walls.memory import (
 )
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
+from moetune.walls.rank_params import kind_sums, per_rank
 from moetune.walls.split_floor import even_floor, whole_floor
 from moetune.walls.step import layer_time
 
@@ -95,10 +96,11 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
                  arch: str) -> np.ndarray:
     """Peak bytes over stages, per candidate (same line items as memory.memory_wall, on a GPU of `arch`)."""
     f = b.fields
-    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab)
+    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
+                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
-                  knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward)
+                  knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward, knobs.megatron_fsdp)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
                 gbs, "full_iteration" in knobs.cuda_graph_scope)  # a full-iteration plan's paged stash
 
@@ -113,6 +115,13 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     over = overhead_bytes(knobs, overheads)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)
     return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
+
+
+def largest_layer(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:
+    """(n, S) parameters of the largest decoder layer each stage holds, on one rank (rank_params.StageParams
+    largest_layer)."""
+    per_kind = [sum(per_rank(kind_sums(spec, kind, "te"), b.fields)[:2]) for kind in b.kinds]
+    return np.max([np.where(b.counts[:, :, i] > 0, n, 0) for i, n in enumerate(per_kind)], axis=0)
 
 
 def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
@@ -193,10 +202,10 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
-    # FSDP2 traffic: fsdp2_reshard_after_forward's gather count applies later, in dp_raw/exposed_seconds, not the key)
+    # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key)
     root = b.root()
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
-        ("dp", knobs.main_grads_fp32, knobs.distributed_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
+        ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2),
         lambda: _data_parallel(spec, root, knobs, gpu, eff)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0

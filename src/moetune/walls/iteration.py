@@ -90,9 +90,11 @@ def _gather_bytes(params, vocab, w):
 
 
 def dp_raw_seconds(rs, ag, knobs: Knobs, microbatches):
-    """A step's DP traffic from iteration_terms' pair: one reduce-scatter (all-reduce) and one all-gather, or under
-    torch FSDP2 each micro-batch's reduce-scatter and its forward's and backward's all-gathers (fsdp2_traffic)."""
-    return microbatches * (rs + (1 + knobs.fsdp2_backward_gathers) * ag) if knobs.torch_fsdp2 else rs + ag
+    """A step's DP traffic from iteration_terms' pair: one reduce-scatter (all-reduce) and one all-gather, or under an
+    FSDP that shards them, each micro-batch's reduce-scatter (Knobs.microbatch_reduce_scatters) and its forward's and
+    backward's all-gathers (Knobs.microbatch_gathers; fsdp2_traffic, layout/dp_sharding.py)."""
+    rs_count = microbatches if knobs.microbatch_reduce_scatters else 1
+    return rs * rs_count + ag * (microbatches * knobs.microbatch_gathers if knobs.microbatch_gathers else 1)
 
 
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
@@ -105,6 +107,8 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
       all-gathers the parameters the others stepped: Megatron-Core optimizer/layer_wise_optimizer.py), (gradient
       all-reduce, BF16 parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it
       (Knobs.overlap_param_gather off); under torch FSDP2, one micro-batch's pair over DP x CP (fsdp2_traffic);
+      Megatron FSDP's the distributed optimizer's where its strategy shards the optimizer (dp_raw_seconds counts
+      them: layout/dp_sharding.py), else the all-reduce;
     - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
       grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
       and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
@@ -118,7 +122,7 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
 
     if knobs.torch_fsdp2:
         dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
-    elif knobs.distributed_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
+    elif knobs.sharded_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         w = gathered_weight_bytes(knobs)
         dp = (ring(dense * grad, expert * grad) * (2 if muon else 1),
               ring(_gather_bytes(dense, vocab, w), expert * w))

@@ -8,6 +8,9 @@ the expert shard of Bridge's theoretical_memory_utils.py. Under torch FSDP2 all 
 the optimizer step from the same bytes.
 """
 
+from types import SimpleNamespace
+
+from moetune.layout.dp_sharding import GATHERED_UNITS
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.walls.activations import whole
@@ -87,9 +90,11 @@ def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
 
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -> dict[str, int]:
     params = p.dense + p.expert
-    items = {**weight_items(p, knobs, arch), "main_grads": (4 if knobs.main_grads_fp32 else 2) * params}
+    items = {**weight_items(p, knobs, arch), "main_grads": grad_bytes(knobs) * params}
     if knobs.torch_fsdp2:
         items.update(fsdp2_sharded_items(items, params, layout, knobs))
+    if knobs.fsdp_strategy:
+        items.update(megatron_fsdp_items(p, layout, knobs, arch))
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
@@ -117,6 +122,38 @@ def fsdp2_sharded_items(items: dict[str, int], params, layout, knobs: Knobs) -> 
     return out if knobs.fsdp2_reshard_after_forward else {**out, "fsdp2_gathered_weights": items["weights"]}
 
 
+def grad_bytes(knobs: Knobs) -> int:
+    """Bytes of a main gradient: FP32 (grad_reduce_in_fp32), else BF16."""
+    return FP32_GRAD_BYTES if knobs.main_grads_fp32 else WEIGHT_BYTES
+
+
+def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str) -> dict[str, int]:
+    """The weights and gradients of a rank under Megatron FSDP (layout/dp_sharding.py), where its strategy shards
+    them: over DP x CP for dense parameters and EDP for experts (the optimizer's groups), TE's cached FP8 copies of the
+    gathered weights left whole. Sharded weights add those gathered at once (fsdp_gathered_weights): GATHERED_UNITS of
+    the stage's largest decoder layer, at the bytes a weight is stored in, and the embedding and output layer, which
+    are no FSDP unit (mcore_fsdp_adapter.py: TransformerLayer alone), so nothing releases them after their gather
+    (megatron_fsdp.py release_module_parameters runs on units); sharded gradients add one unit's unsharded gradients
+    waiting for their reduce-scatter (fsdp_unit_grads)."""
+    strategy, out = knobs.fsdp_strategy, {}
+    dense, expert = optimizer_divisors(layout, knobs)
+    # `p` may hold arrays (the planner's batches): the shares are namespaces of the fields weight_items reads
+    kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense))
+    if strategy.weights:
+        out.update(_stored_weights(kept, knobs, arch))
+        unit = _stored_weights(SimpleNamespace(dense=p.largest_layer, expert=0, vocab=0), knobs, arch)
+        out["fsdp_gathered_weights"] = WEIGHT_BYTES * p.vocab + GATHERED_UNITS * sum(unit.values())
+    if strategy.grads:
+        out["main_grads"] = grad_bytes(knobs) * (kept.dense + kept.expert)
+        out["fsdp_unit_grads"] = grad_bytes(knobs) * p.largest_layer
+    return out
+
+
+def _stored_weights(p, knobs: Knobs, arch: str) -> dict:
+    """weight_items without TE's cached FP8 copy of a BF16 weight: the bytes the weights are stored and gathered in."""
+    return {name: n for name, n in weight_items(p, knobs, arch).items() if name != "fp8_weight_cache"}
+
+
 def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):
     """Parameters of this rank's optimizer shard (optimizer_divisors)."""
     dense, expert = optimizer_divisors(layout, knobs)
@@ -131,7 +168,7 @@ def optimizer_divisors(layout, knobs: Knobs) -> tuple:
     optimizer there (training/arguments.py:612-613 @core_v0.16.0)."""
     if knobs.torch_fsdp2:
         return layout.dp * layout.cp, layout.dp * layout.cp
-    return (layout.dp * layout.cp, layout.edp) if knobs.distributed_optimizer else (1, 1)
+    return (layout.dp * layout.cp, layout.edp) if knobs.sharded_optimizer else (1, 1)
 
 
 def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):

@@ -81,16 +81,22 @@ def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_hos
     their last gradient is ready / before their first use). `dp_overlap_hide` of each window's time is usable: its
     compute, and the gaps where the GPU waits for the host (`stage_host`), in which the NCCL kernels run all the same
     (without them a host-bound step got faster as its compute grew); with an overlap flag off, that collective runs
-    after (before) the pipeline, all exposed. Torch FSDP2 runs its collectives in every one of the `microbatches`,
-    always beside compute (fully_shard prefetches the next layer's gather and reduce-scatters on its own streams,
-    whatever the DDP overlap flags): a gather under the forward, a gather (none where the forward's weights stay
-    gathered: Knobs.fsdp2_backward_gathers) and the reduce-scatter under the backward (iteration.fsdp2_traffic)."""
+    after (before) the pipeline, all exposed. An FSDP that shards the weights or gradients runs those collectives in
+    every one of the `microbatches`, always beside compute (torch FSDP2's fully_shard and Megatron FSDP's pipelines
+    prefetch the next layer's gather and reduce-scatter on their own streams, whatever the DDP overlap flags; Megatron
+    FSDP forces both flags on for them): a gather under the forward, a gather (none where the forward's weights stay
+    gathered: Knobs.microbatch_gathers) and the reduce-scatter under the backward (iteration.fsdp2_traffic,
+    layout/dp_sharding.py)."""
     window = stage_compute + stage_host
     backward = window * BWD_GEMM / (1 + BWD_GEMM)
     hide = eff["dp_overlap_hide"]
-    if knobs.torch_fsdp2:
-        return microbatches * (np.maximum(ag - hide * (window - backward), 0.0)
-                               + np.maximum(knobs.fsdp2_backward_gathers * ag + rs - hide * backward, 0.0))
+    gathers, rs_each = knobs.microbatch_gathers, knobs.microbatch_reduce_scatters
+    once_rs, once_ag = (0.0 if rs_each else rs), (0.0 if gathers else ag)
     rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
     ag_hidden = hide * (window - backward) if knobs.overlap_param_gather else 0.0
-    return np.maximum(rs - rs_hidden, 0.0) + np.maximum(ag - ag_hidden, 0.0)
+    exposed = np.maximum(once_rs - rs_hidden, 0.0) + np.maximum(once_ag - ag_hidden, 0.0)
+    if not (gathers or rs_each):
+        return exposed
+    forward_ag, backward_ag = (ag, (gathers - 1) * ag) if gathers else (0.0, 0.0)
+    return exposed + microbatches * (np.maximum(forward_ag - hide * (window - backward), 0.0)
+                                     + np.maximum(backward_ag + (rs if rs_each else 0.0) - hide * backward, 0.0))

@@ -51,6 +51,7 @@ class StageParams:
     layers: tuple[int, ...]  # decoder layer ids held (all virtual chunks)
     mtp_layers: int
     loss: bool  # holds the output layer (logits and loss activations)
+    largest_layer: int = 0  # parameters of the largest decoder layer on one rank (a Megatron FSDP unit)
 
     @property
     def total(self) -> int:
@@ -161,6 +162,9 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     for st in stage_structures(spec, layout, include_mtp):
         sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
         dense, expert, vocab_share = per_rank(sums, layout)
+        largest = max((sum(per_rank(kind_sums(spec, kind, layer_spec), layout)[:2]) for kind, _ in st.kind_counts),
+                      default=0)
         result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
+                                  largest_layer=largest,
                                   mtp_layers=st.mtp_layers, loss=st.outputs > 0))
     return result

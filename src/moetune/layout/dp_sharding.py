@@ -1,0 +1,44 @@
+"""Megatron FSDP's data-parallel sharding strategies (ddp.data_parallel_sharding_strategy under
+ddp.use_megatron_fsdp / Megatron-LM's --use-megatron-fsdp): which model states each one shards, and how often its
+collectives run. Knobs.megatron_fsdp names the strategy; walls/model_state.py and walls/iteration.py read this table.
+
+Megatron-Core distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py _init_each_parameter_group_buffers (unchanged
+core_v0.16.0-core_v0.18.2) makes three buffers a parameter group and distributes them by strategy: the model weights
+(BF16, or uint8 for FP8 parameters), the FP32 main weights the optimizer steps, and the main gradients. A distributed
+buffer keeps 1/N of the group on each rank: N is the DP x CP group for dense parameters and the expert data-parallel
+group (EDP) for experts (mcore_fsdp_adapter.py builds the dense mesh on get_data_parallel_group(with_context_parallel=
+True), the expert mesh on get_expert_data_parallel_group()). The optimizer steps the local main weights, so its state
+shards exactly where they do.
+
+megatron_fsdp.py: with the gradients sharded ("optim_grads", "optim_grads_params"), every backward reduce-scatters
+them (grad_reduce_every_bprop; no_sync is overridden: "For grads shard mode there will actually always be gradient
+sync happening"); otherwise the gradients accumulate and reduce once, at the last micro-batch. With the weights
+sharded ("optim_grads_params") every TransformerLayer is an FSDP unit whose weights are all-gathered before its
+forward, released after it (_post_forward -> release_module_parameters) and gathered again before its backward; both
+overlaps are forced on for it (MegatronFSDP.__init__ sets overlap_param_gather and overlap_grad_reduce). "no_shard"
+all-reduces full gradients and steps full optimizer states on every rank, as DDP without the distributed optimizer.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpStrategy:
+    weights: bool  # the model weights stay sharded between uses: gathered per unit, twice a micro-batch
+    grads: bool  # the main gradients are sharded: reduce-scattered every micro-batch
+    optimizer: bool  # the FP32 main weights and the optimizer state are sharded
+
+
+MEGATRON_FSDP_STRATEGIES = {
+    "no_shard": FsdpStrategy(weights=False, grads=False, optimizer=False),
+    "optim": FsdpStrategy(weights=False, grads=False, optimizer=True),
+    "optim_grads": FsdpStrategy(weights=False, grads=True, optimizer=True),
+    "optim_grads_params": FsdpStrategy(weights=True, grads=True, optimizer=True),
+}
+# FSDP units whose gathered weights are resident at once under "optim_grads_params": the layer computing and the next
+# one prefetched (megatron_fsdp.py all_gather_pipeline prefetches in forward and backward order); a unit's unsharded
+# gradients wait in a temporary bucket until their reduce-scatter (param_and_grad_buffer.py temporary_bucket_allocator)
+GATHERED_UNITS = 2
+# Megatron FSDP's all-gather per FSDP unit a micro-batch under "optim_grads_params": before the forward, and again
+# before the backward (the forward's were released)
+UNIT_GATHERS = 2

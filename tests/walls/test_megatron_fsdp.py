@@ -1,0 +1,156 @@
+"""Model states and DP traffic under Megatron FSDP (--use-megatron-fsdp; Bridge ddp/dist.use_megatron_fsdp), by
+data_parallel_sharding_strategy. Megatron-Core distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py
+_init_each_parameter_group_buffers distributes the model-weight buffer under optim_grads_params, the gradient buffer
+under optim_grads and optim_grads_params, the FP32 main weights (and so the optimizer state) under all but no_shard;
+dense parameters over DP x CP, experts over EDP (mcore_fsdp_adapter.py). megatron_fsdp.py reduce-scatters every
+backward once gradients are sharded, and gathers each TransformerLayer before its forward and again before its
+backward once weights are."""
+
+import pytest
+
+from moetune.configio import load_config
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.ranks import job_gpu
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.planner.from_config import from_config
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
+from moetune.walls.batch import batch_memory, batch_step_seconds
+from moetune.walls.batch_layouts import build_batch
+from moetune.walls.comms import ring_seconds
+from moetune.walls.efficiency import efficiency
+from moetune.walls.memory import memory_wall
+from moetune.walls.rank_params import stage_params
+
+# Qwen3-30B-A3B (128 experts, 48 MoE layers) on 16 H100s at EP 8: DP 16 for dense parameters, EDP 2 for experts
+LAYOUT = Layout(world_size=16, ep=8)
+STATES = ("weights", "main_grads", "optimizer_states")
+
+
+def _stage(knobs: Knobs, layout: Layout = LAYOUT):
+    (stage,) = memory_wall(load_model("qwen3-30b-a3b"), layout, Workload(seq_length=4096), knobs, arch="hopper")
+    return stage
+
+
+def _fsdp(strategy: str) -> Knobs:
+    return Knobs(megatron_fsdp=strategy)
+
+
+def test_no_shard_and_optim_hold_what_ddp_holds_without_and_with_the_distributed_optimizer():
+    """no_shard distributes no buffer: every rank keeps the BF16 weights, full FP32 gradients and the whole Adam state,
+    as Megatron's DDP with the plain optimizer; optim shards the FP32 main weights, so the state the optimizer steps,
+    exactly as the distributed optimizer does."""
+    plain, distributed = _stage(Knobs(distributed_optimizer=False)), _stage(Knobs())
+    no_shard, optim = _stage(_fsdp("no_shard")), _stage(_fsdp("optim"))
+    assert {k: no_shard.items[k] for k in STATES} == {k: plain.items[k] for k in STATES}
+    assert {k: optim.items[k] for k in STATES} == {k: distributed.items[k] for k in STATES}
+    assert "fsdp_gathered_weights" not in optim.items and "fsdp_unit_grads" not in optim.items
+
+
+def test_sharded_strategies_shard_dense_state_over_dp_and_expert_state_over_edp():
+    (p,) = stage_params(load_model("qwen3-30b-a3b"), LAYOUT)
+    dense, expert = p.dense / LAYOUT.dp, p.expert / LAYOUT.edp  # the rank's shard of each
+    grads, full = _stage(_fsdp("optim_grads")), _stage(_fsdp("optim_grads_params"))
+    assert grads.items["weights"] == 2 * p.total  # optim_grads keeps whole weights
+    for stage in (grads, full):
+        assert stage.items["main_grads"] == pytest.approx(4 * (dense + expert), abs=8)
+        assert stage.items["optimizer_states"] == pytest.approx(12 * (dense + expert), abs=24)
+    assert full.items["weights"] == pytest.approx(2 * (dense + expert), abs=4)
+    # the experts, most of the rank's weights, shard over EDP 2 only: the weights shrink far less than DP's 16x
+    assert 2 < grads.items["weights"] / full.items["weights"] < 4
+
+
+def test_model_state_falls_with_each_strategy_and_transients_are_one_or_two_layers():
+    held = {s: _stage(_fsdp(s)) for s in ("no_shard", "optim", "optim_grads", "optim_grads_params")}
+    totals = [sum(st.items[k] for k in STATES) for st in held.values()]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    (p,) = stage_params(load_model("qwen3-30b-a3b"), LAYOUT)
+    # every decoder layer of Qwen3-30B-A3B is the same MoE layer: the largest is the mean of the 48
+    layers = p.total - p.vocab
+    assert p.largest_layer == pytest.approx(layers / 48, rel=1e-3)
+    full = held["optim_grads_params"]
+    assert full.items["fsdp_gathered_weights"] == 2 * 2 * p.largest_layer + 2 * p.vocab  # two units and the vocab
+    assert full.items["fsdp_unit_grads"] == 4 * p.largest_layer
+
+
+def test_a_megatron_lm_launch_under_use_megatron_fsdp_is_sharded_and_fits():
+    """--use-megatron-fsdp had been read and ignored: this launch was charged the unsharded state of a plain
+    optimizer (Megatron-LM turns the distributed optimizer on under it, arguments.py:1112-1118 @core_v0.18.2), 122.7
+    GiB, and reported as not fitting an H100; its strategy left out is optim_grads_params, core_v0.18's default."""
+    args = "--bf16 --expert-model-parallel-size 8 --use-megatron-fsdp --ckpt-format fsdp_dtensor"
+    layout, _, knobs = from_config(load_config(mlm_args=args, gpu="h100", gpus=16))
+    assert layout == LAYOUT and knobs.megatron_fsdp == "optim_grads_params" and knobs.distributed_optimizer
+    assert _stage(knobs).total < 78 * 2**30 < _stage(Knobs(distributed_optimizer=False)).total
+
+
+# ---------------------------------------------------------------- step time: the DP traffic each strategy runs
+def _time(knobs: Knobs, gbs: int = 256) -> dict:
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=gbs)
+    return estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), LAYOUT, wl, knobs, with_memory=False).time
+
+
+def _rings(knobs: Knobs):
+    """(gradient reduce-scatter, weight all-gather) of the whole rank once: dense over DP, experts over EDP."""
+    spec, gpu = load_model("qwen3-30b-a3b"), job_gpu(load_gpu("h100"), LAYOUT.world_size)
+    (p,) = stage_params(spec, LAYOUT)
+    eff = efficiency(gpu.key)
+    def ring(per_param):
+        return (ring_seconds(per_param * p.dense, LAYOUT.dp, LAYOUT.tp, gpu, eff)
+                + ring_seconds(per_param * p.expert, LAYOUT.edp, LAYOUT.ep, gpu, eff))
+    return ring(4), ring(2)
+
+
+def test_each_strategy_runs_its_collectives_as_often_as_megatron_fsdp_does():
+    rs, ag = _rings(Knobs())
+    m = 256 // LAYOUT.dp
+    expected = {"optim": rs + ag,  # once a step, as the distributed optimizer
+                "optim_grads": m * rs + ag,  # gradients every backward, weights once after the step
+                "optim_grads_params": m * (rs + 2 * ag),  # and every layer gathered in forward and backward
+                "no_shard": 2 * rs}  # one all-reduce of full gradients
+    for strategy, seconds in expected.items():
+        raw = _time(_fsdp(strategy))["collectives"]["dp_grad_reduce_param_gather"]
+        assert raw == pytest.approx(seconds, rel=1e-9), strategy
+
+
+def test_per_micro_batch_collectives_show_more_than_the_once_a_step_ones():
+    exposed = {s: _time(_fsdp(s))["exposed_collectives"]["dp_grad_reduce_param_gather"]
+               for s in ("optim", "optim_grads", "optim_grads_params")}
+    assert exposed["optim"] < exposed["optim_grads"] < exposed["optim_grads_params"]
+    assert _time(_fsdp("optim"))["step_seconds"] == _time(Knobs())["step_seconds"]
+
+
+@pytest.mark.parametrize("strategy", ["no_shard", "optim", "optim_grads", "optim_grads_params"])
+def test_the_batch_path_prices_megatron_fsdp_as_estimate_does(strategy):
+    """explain's fit steps and retune moves size candidates in batches (walls/batch.py)."""
+    spec, gpu, knobs = load_model("qwen3-30b-a3b"), load_gpu("h100"), _fsdp(strategy)
+    batch = build_batch(spec, [(LAYOUT, 1)])
+    step = batch_step_seconds(spec, batch, 4096, 256, knobs, gpu, efficiency(gpu.key))["step"][0]
+    assert float(step) == pytest.approx(_time(knobs)["step_seconds"], rel=1e-9)
+    from moetune.walls.memory import merged_overheads
+    peak = batch_memory(spec, batch, 4096, 256, knobs, merged_overheads(None), arch="hopper")[0]
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+    assert float(peak) == pytest.approx(estimate(spec, gpu, LAYOUT, wl, knobs, with_time=False).peak_bytes, rel=1e-9)
+
+
+def test_a_saved_megatron_fsdp_result_rebuilds_and_emits_it():
+    from moetune.planner.config_map import to_config
+    from moetune.planner.from_json import estimate_from_json
+
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), LAYOUT, Workload(seq_length=4096),
+                 _fsdp("optim_grads"))
+    again = estimate_from_json(e.to_json())
+    assert again.knobs.megatron_fsdp == "optim_grads" and again.peak_bytes == e.peak_bytes
+    config = to_config(e)
+    assert config["ddp.use_megatron_fsdp"] is True and config["ddp.data_parallel_sharding_strategy"] == "optim_grads"
+    assert config["checkpoint.ckpt_format"] == "fsdp_dtensor"  # Megatron-LM asserts it under Megatron FSDP
+
+
+def test_megatron_fsdp_refuses_what_megatron_refuses():
+    from moetune.errors import MoetuneError
+
+    with pytest.raises(MoetuneError, match="mutually exclusive"):
+        Knobs(megatron_fsdp="optim_grads_params", torch_fsdp2=True, distributed_optimizer=False)
+    with pytest.raises(MoetuneError, match="takes no_shard, optim, optim_grads, optim_grads_params"):
+        Knobs(megatron_fsdp="zero3")
