@@ -653,3 +653,18 @@ def test_profile_names_the_fc2_bias_pass_of_biased_experts(dispatcher, router, s
     assert 0 < bias["share_of_compute"] < 1
     plain = estimate(load_model("qwen3-30b-a3b"), load_gpu("b200"), Layout(world_size=8, ep=8), work, knobs)
     assert explain(plain)["profile"]["expert_bias"] is None
+
+
+def test_a_megatron_fsdp_run_is_offered_the_strategies_its_memory_allows():
+    """Under optim_grads_params every layer is gathered twice a micro-batch (layout/dp_sharding.py): where whole
+    weights still fit, explain says what keeping them gains; a move onto a strategy the run already has, or from a
+    strategy the move does not start from, is never offered (retune_moves.toml from_knobs)."""
+    spec, gpu, layout = load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=16, ep=8)
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+    full = estimate(spec, gpu, layout, wl, Knobs(megatron_fsdp="optim_grads_params"))
+    rows = {r["rule"]: r for r in explain(full)["retune"]}
+    assert rows["megatron_fsdp_whole_weights"]["predicted_gain"] > 0.1
+    assert rows["megatron_fsdp_whole_weights"]["change"]["ddp.data_parallel_sharding_strategy"] == "optim_grads"
+    assert "megatron_fsdp_shard_everything" not in rows
+    ddp = {r["rule"] for r in explain(estimate(spec, gpu, layout, wl, Knobs()))["retune"]}
+    assert not any(rule.startswith("megatron_fsdp") for rule in ddp)  # no FSDP move onto a DDP run

@@ -171,7 +171,7 @@ def _retune(e: Estimate, found: list, blocked: list | None = None, only=lambda m
     for move_id, move in moves().items():
         if not only(move) or move.get("platform") and platform_of(e.gpu) not in move["platform"]:
             continue
-        if move.get("from_precision") and e.knobs.precision not in move["from_precision"]:
+        if any(getattr(e.knobs, name) not in values for name, values in move.get("from_knobs", {}).items()):
             continue
         if move.get("hybrid_only") and e.model.mamba is None:
             continue
