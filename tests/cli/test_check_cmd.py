@@ -59,6 +59,25 @@ def test_check_with_a_model_judges_overrides_over_their_recipe(tmp_path, capsys)
         assert code == 1 and rule in {f["rule"] for f in json.loads(out)["findings"]}
 
 
+def test_check_with_a_model_leaves_no_dropout_to_the_recipe(tmp_path, capsys):
+    """A Bridge YAML with core_attn recompute under attention CUDA graphs leaves dropout to the recipe, whose model
+    bridge sets none: check --model had judged it at Megatron-Core's 0.1 and failed it ('attention dropout is not
+    supported with graphed attention recomputation') where estimate --config ran it. A Megatron-LM launch has no
+    recipe: its own 0.1 stands and the error is real."""
+    path = tmp_path / "user.yaml"
+    path.write_text("model:\n  expert_model_parallel_size: 8\n  recompute_granularity: selective\n"
+                    "  recompute_modules: [core_attn, moe_act]\n  cuda_graph_impl: transformer_engine\n"
+                    "  cuda_graph_scope: [attn, moe_router, moe_preprocess]\n")
+    cluster = ["--model", "deepseek-v2-lite", "--gpu", "h100", "--gpus", "8", "--json"]
+    code, out, _ = run(["check", str(path), *cluster], capsys)
+    assert "mcore.transformer_config" not in {f["rule"] for f in json.loads(out)["findings"]}
+    mlm = ("--expert-model-parallel-size 8 --recompute-granularity selective --recompute-modules core_attn "
+           "--cuda-graph-impl transformer_engine --cuda-graph-scope attn moe_router moe_preprocess --bf16")
+    code, out, _ = run(["check", "--mlm-args", mlm, *cluster], capsys)
+    messages = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "mcore.transformer_config"]
+    assert code == 1 and any("attention dropout" in m for m in messages)
+
+
 def test_a_long_context_pick_checks_clean(tmp_path, capsys):
     """DeepSeek-V3 on 256 H100 at 32k: the plan's own pick, emitted and checked with --model, has no errors (the
     smallest-layout probe once carried the pick's hierarchical CP sizes to another layout and blamed the config)."""

@@ -17,7 +17,7 @@ from moetune.layout.param_gather import FP8_RECIPES
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.planner.estimate import Estimate
-from moetune.planner.model_fields import architecture_fields
+from moetune.planner.model_fields import NO_DROPOUT, architecture_fields
 from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
 from moetune.walls.memory import PAGED_STASH_CUDA
 
@@ -167,11 +167,9 @@ def _planned_model_fields(moe: bool, vocab_divisor: int) -> dict[str, Any]:
     return {
         # every planned MoE config: grouped expert GEMMs (Megatron-Core requires them for moe_act recompute)
         "model.moe_grouped_gemm": True if moe else None,
-        # no dropout, as Megatron Bridge's model bridges set it (deepseek_v3_bridge.py, qwen3_moe_bridge.py,
-        # gpt_oss_bridge.py, glm45_bridge.py: hidden_dropout = 0.0; the HF configs' attention_dropout is 0.0) and as
-        # the activation memory counts it; Megatron-LM's own default is 0.1, and Megatron-Core refuses hidden dropout
-        # under graphed MLP/MoE recompute (transformer_config.py), which full-iteration graphs are
-        "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
+        # no dropout, as Megatron Bridge's model bridges set it and the activation memory counts it (NO_DROPOUT);
+        # written out for Megatron-LM, whose own default is 0.1
+        **NO_DROPOUT,
         # the padding the memory and FLOPs were counted with: Megatron-LM's default (128) is not Bridge's for every
         # model (DeepSeek-V3 1280), so the emitted launch states it
         "model.make_vocab_size_divisible_by": vocab_divisor,

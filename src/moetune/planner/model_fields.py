@@ -64,17 +64,25 @@ def bridge_router_dtype(m: ModelSpec) -> str | None:
     return "fp32" if m.num_moe_layers and m.model_type in FP32_ROUTER_BRIDGES else None
 
 
+# No dropout, as Megatron Bridge builds every MoE model: its model bridges set hidden_dropout = 0.0
+# (deepseek_v2_bridge.py, qwen3_moe_bridge.py, olmoe_bridge.py, glm45_bridge.py, gpt_oss_bridge.py ...) and copy
+# attention_dropout from the config.json (model_bridge.py CONFIG_MAPPING; 0.0 in every built-in one that names it);
+# the activation memory counts no dropout mask. Megatron-Core's own default is 0.1, which it refuses under graphed
+# attention or MLP/MoE recompute (transformer_config.py).
+NO_DROPOUT = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0}
+
+
 def provider_fields(m: ModelSpec) -> dict[str, Any]:
-    """What Megatron Bridge's model bridges set for every MoE model beside the architecture: grouped expert GEMMs and
-    the alltoall dispatcher (deepseek_v3_bridge.py, qwen3_moe_bridge.py, gpt_oss_bridge.py, glm45_bridge.py,
-    kimi_bridge.py ... provider.moe_grouped_gemm = True, moe_token_dispatcher_type = "alltoall"), and the recipes'
-    BF16 mixed precision (recipes/common.py _pretrain_common: bf16_mixed). `check --model` fills them in where an
-    overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its own
-    defaults."""
+    """What Megatron Bridge's model bridges set for every MoE model beside the architecture: no dropout (NO_DROPOUT),
+    grouped expert GEMMs and the alltoall dispatcher (deepseek_v3_bridge.py, qwen3_moe_bridge.py, gpt_oss_bridge.py,
+    glm45_bridge.py, kimi_bridge.py ... provider.moe_grouped_gemm = True, moe_token_dispatcher_type = "alltoall"),
+    and the recipes' BF16 mixed precision (recipes/common.py _pretrain_common: bf16_mixed). `check --model` fills them
+    in where an overrides file leaves them to the recipe, so Megatron-Core does not judge the recipe's fields at its
+    own defaults."""
     moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
     if dtype := bridge_router_dtype(m):
         moe["model.moe_router_dtype"] = dtype
-    return {**moe, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
+    return {**moe, **NO_DROPOUT, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
             "mixed_precision.pipeline_dtype": "bfloat16"}
 
 
