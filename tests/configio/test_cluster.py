@@ -19,6 +19,16 @@ def test_a_configs_own_domain_reaches_the_rules_and_the_estimate_alike():
     assert config_gpu(load_config(sets=["model.num_moe_experts=64"], gpu="b200", gpus=64)).nvlink_domain == 8
 
 
+@pytest.mark.parametrize(("gpu", "sets", "domain"), [
+    ("h100", ["cluster.gpus_per_node=4"], 4), ("h100", ["cluster.gpus_per_node=4", "cluster.nvlink_domain=8"], 8),
+    ("gb200", ["cluster.gpus_per_node=2"], 72)])
+def test_a_configs_smaller_node_of_a_board_gpu_is_its_nvlink_domain(gpu, sets, domain):
+    """--set cluster.gpus_per_node=4 on H100s (as emit's partial-node error suggests): HGX NVLink stops at the node,
+    where the catalog's 8-GPU domain had stayed and spanned two nodes; a named domain, and NVL72's, stand."""
+    config = load_config(sets=[*sets, "model.num_moe_experts=64"], gpu=gpu, gpus=16)
+    assert config_gpu(config).nvlink_domain == domain
+
+
 def test_an_override_that_splits_a_node_is_refused_in_one_line():
     config = load_config(sets=["cluster.nvlink_domain=12"], gpu="b200", gpus=64)
     divide = r"^cluster.nvlink_domain=12: .*nvlink_domain \(12\) and gpus_per_node \(8\) must divide one another"

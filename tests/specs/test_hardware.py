@@ -128,6 +128,17 @@ def test_a_b300_cluster_file_with_its_own_nic_drops_the_catalogs_reading(tmp_pat
     assert load_gpu(str(path)).nic_gbps_observed == observed
 
 
+@pytest.mark.parametrize(("text", "domain"), [('gpu = "h100"\ngpus_per_node = 4\n', 4),
+                                               ('gpu = "h100"\ngpus_per_node = 4\nnvlink_domain = 8\n', 8),
+                                               ('gpu = "gb200"\ngpus_per_node = 2\n', 72)])
+def test_a_smaller_node_of_a_board_gpu_is_its_nvlink_domain(tmp_path, text, domain):
+    """HGX H100's NVLink stops at the node: a file of 4-GPU nodes that names no domain had kept the catalog's 8, so
+    an EP 8 group over two nodes ran at NVLink speed. A domain the file names stands, and NVL72's spans nodes."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    assert load_gpu(str(path)).nvlink_domain == domain
+
+
 def test_a_cluster_file_is_read_once_until_it_changes(tmp_path, monkeypatch):
     """config_gpu asks for the file's GPU once per knob set a plan checks: it is parsed once, an edit (even one that
     keeps the size) is read again, and the GpuSpec handed out is frozen, so no caller can change the cached one."""

@@ -5,7 +5,7 @@ from dataclasses import replace
 from typing import Any
 
 from moetune.errors import MoetuneError
-from moetune.specs.hardware import GpuSpec, load_gpu
+from moetune.specs.hardware import GpuSpec, load_gpu, node_domain
 
 OVERRIDDEN = ("nvlink_domain", "gpus_per_node")
 
@@ -15,6 +15,7 @@ def config_gpu(config: dict[str, Any]) -> GpuSpec:
     is not whole nodes."""
     gpu = load_gpu(str(config["cluster.gpu"]))
     given = {k: int(config[f"cluster.{k}"]) for k in OVERRIDDEN if config.get(f"cluster.{k}") is not None}
+    given = node_domain(gpu, given)  # an HGX node's NVLink stops at the node, as a cluster file's does
     changed = {k: v for k, v in given.items() if getattr(gpu, k) != v}
     try:
         return replace(gpu, **changed) if changed else gpu

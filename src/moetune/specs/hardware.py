@@ -200,9 +200,19 @@ def _parse_cluster_file(path: Path) -> GpuSpec:
     if "nic_gbps" in data and "nic_gbps_observed" not in data:  # the file's own fabric: the catalog's reading is not
         data = {**data, "nic_gbps_observed": 0.0}  # of it (B300's published runs read 400 of the datasheet's 800)
     try:
-        return replace(gpu, source=str(path.resolve()), **data)  # absolute: a saved plan finds it from anywhere
+        return replace(gpu, source=str(path.resolve()), **node_domain(gpu, data))  # absolute: found from anywhere
     except (TypeError, MoetuneError) as err:
         raise MoetuneError(f"{path}: {err}") from None
+
+
+def node_domain(gpu: GpuSpec, data: dict) -> dict:
+    """A cluster file's (or a config's) gpus_per_node is its NVLink domain too where the catalog GPU's domain is one
+    node (HGX boards: NVLink stops at the node) and it names no domain of its own: an H100 file of 4-GPU nodes had
+    kept the catalog's 8, and EP 8 ran over two nodes at NVLink speed. An NVL72-class domain spans nodes and stays."""
+    node = data.get("gpus_per_node")
+    if "nvlink_domain" in data or gpu.nvlink_domain != gpu.gpus_per_node or not isinstance(node, int):
+        return data
+    return {**data, "nvlink_domain": node}
 
 
 def catalog_unchanged(gpu: GpuSpec) -> bool:
