@@ -35,3 +35,17 @@ def test_a_hand_edited_saved_knob_is_refused_by_name(field, value, needle, tmp_p
     path.write_text(json.dumps(data))
     code, _, err = run(["emit", str(path)], capsys)
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_a_saved_result_on_part_of_a_node_names_the_fix_emit_takes(tmp_path, capsys):
+    """A 12-H100 estimate (12 over 8-GPU nodes) saved and emitted: the refusal had said 'change --gpus', which emit
+    refuses for a saved result (priced for 12); the --set it names instead emits."""
+    assert main(["estimate", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "12", "--gbs", "96", "--json"]) == 0
+    path = tmp_path / "e.json"
+    path.write_text(capsys.readouterr().out)
+    code, _, err = run(["emit", str(path)], capsys)
+    assert code == 2 and "--set cluster.gpus_per_node=N" in err
+    code, _, _ = run(["emit", str(path), "--gpus", "16"], capsys)
+    assert code == 2
+    code, out, _ = run(["emit", str(path), "--set", "cluster.gpus_per_node=4"], capsys)
+    assert code == 0 and "--nodes=3" in out

@@ -27,8 +27,10 @@ def topology(config: dict[str, Any]) -> tuple[int, int]:
     if world <= per_node:
         return 1, int(world)
     if world % per_node:
-        raise MoetuneError(f"cluster.num_gpus ({world}) is not a multiple of {per_node} GPUs per node; "
-                           "change --gpus or set cluster.gpus_per_node")
+        # a saved result refuses another --gpus (it was priced for this count): name the fix that both take
+        raise MoetuneError(f"cluster.num_gpus ({world}) is not a multiple of {per_node} GPUs per node: the launch "
+                           f"runs whole nodes; use a multiple of {per_node} GPUs (for a saved result, plan that "
+                           "count), or pass --set cluster.gpus_per_node=N with the GPUs each node runs")
     return math.ceil(world / per_node), int(per_node)
 
 
