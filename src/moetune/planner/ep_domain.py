@@ -51,9 +51,14 @@ def ep_domain_note(e: Estimate, found: list | None = None) -> dict | None:
 
 
 def ep_domain_text(e: Estimate, near: dict) -> str:
-    """One line for ep_domain_note's result."""
-    return (f"EP{e.layout.ep} leaves the NVLink domain for {near['pick_margin']:+.1%} over {near['layout']}, whose "
-            f"all-to-all stays inside it ({near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {near['peak_gib']:.1f} "
-            f"GiB): less than the step model's own error. The seeds would keep hot communication inside the domain "
-            "(seeds/000 Phase 2); moetune ranks by its prediction, which puts the pick ahead: measure both before "
-            "choosing")
+    """One line for ep_domain_note's result. The in-domain layout can predict faster (a user's layout, or a pick
+    under --fix ep): then the seeds' choice is the faster one too, not a near-tie the pick wins."""
+    alt = (f"{near['layout']}, whose all-to-all stays inside it ({near['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
+           f"{near['peak_gib']:.1f} GiB)")
+    if near["pick_margin"] < 0:
+        gain = near["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
+        return (f"EP{e.layout.ep} leaves the NVLink domain, and {alt}, predicts {gain:+.1%} over it: the seeds' "
+                "choice, hot communication inside the domain (seeds/000 Phase 2), is the faster one here too")
+    return (f"EP{e.layout.ep} leaves the NVLink domain for {near['pick_margin']:+.1%} over {alt}: less than the step "
+            "model's own error. The seeds would keep hot communication inside the domain (seeds/000 Phase 2); "
+            "moetune ranks by its prediction, which puts the pick ahead: measure both before choosing")
