@@ -49,7 +49,8 @@ def test_user_cluster_toml(tmp_path, capsys):
     ('arch = "blackwell"', "arch ('blackwell') differs from H100 SXM5's (hopper)"),
     ("nvlink_domain = 7.5", "nvlink_domain (7.5) must be a whole number"),
     # figures no machine has together
-    ("gpus_per_node = 3", "nvlink_domain (8) and gpus_per_node (3) must divide one another"),
+    # (a node's GPUs alone are its domain where the catalog's is one node: specs/hardware.py node_domain)
+    ("gpus_per_node = 3\nnvlink_domain = 8", "nvlink_domain (8) and gpus_per_node (3) must divide one another"),
     ("nvlink_domain = 7", "nvlink_domain (7) and gpus_per_node (8) must divide one another"),
     ("tdp_w = -5", "tdp_w (-5) must be 0 or more"),
     ("fp8_tflops = -1", "fp8_tflops (-1) must be 0 or more"),

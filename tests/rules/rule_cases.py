@@ -358,6 +358,7 @@ CASES: dict[str, Case] = {
     "fsdp.torch_fsdp2_drops_fp8_params": Case(S(FSDP2_MLM, "mixed_precision.fp8=hybrid",
                                                 "mixed_precision.fp8_recipe=tensorwise",
                                                 "mixed_precision.fp8_param_gather=true")),
+    "model.moe_dropout": Case(S(MOE, "cluster.launcher=megatron-lm", "model.attention_dropout=0.0")),
     "fsdp.torch_fsdp2_ckpt_format": Case(S(FSDP2_MLM, "checkpoint.ckpt_format=torch")),
     # Megatron FSDP: Megatron-LM's launch asserts the format whatever it saves; Bridge only where it saves or loads
     "fsdp.megatron_fsdp_ckpt_format": Case(S(MFSDP, "checkpoint.save=/ckpt")),

@@ -83,3 +83,21 @@ def test_the_optimizer_offload_must_fit_the_host_too():
     import dataclasses
     unchecked = dataclasses.replace(gpu, host_memory_gib=0)  # a cluster file's 0: not known, not checked
     assert estimate(e.model, unchecked, lay, e.workload, knobs).fits == (e.peak_bytes <= gpu.capacity_bytes)
+
+
+def test_hidden_dropout_masks_are_counted_where_the_launch_keeps_megatron_lms_default():
+    """Megatron-LM trains with --hidden-dropout 0.1 unless told otherwise; bias-dropout-add keeps a one-byte mask of
+    every residual branch's output (s x b x h, split by sequence parallelism) for the backward. A launch that leaves
+    the flag out had been sized as if it ran none."""
+    from moetune.configio import load_config
+    from moetune.planner.from_config import from_config
+
+    spec, args = load_model("qwen3-30b-a3b"), "--bf16 --expert-model-parallel-size 8 --seq-length 4096"
+    sized = {}
+    for extra in ("", " --hidden-dropout 0.0 --attention-dropout 0.0"):
+        layout, workload, knobs = from_config(load_config(mlm_args=args + extra, gpu="h100", gpus=16))
+        (stage,) = memory_wall(spec, layout, workload, knobs, arch="hopper")
+        sized[bool(extra)] = stage.items
+    mask = 4096 * spec.hidden_size * spec.num_layers  # one byte an element, one mask a branch, every layer
+    assert sized[False]["act_attn_dropout_mask"] == sized[False]["act_mlp_dropout_mask"] == mask
+    assert "act_attn_dropout_mask" not in sized[True]

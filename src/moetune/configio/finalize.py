@@ -86,6 +86,14 @@ def megatron_fsdp_strategy(config: dict[str, Any]) -> str | None:
     return str(config.get("ddp.data_parallel_sharding_strategy") or "optim_grads_params")
 
 
+def dropout_rate(config: dict[str, Any], key: str) -> float:
+    """model.hidden_dropout / model.attention_dropout as the run has it: as the config sets it, else Megatron-LM's 0.1
+    under its arguments (arguments.py --hidden-dropout, --attention-dropout), else the 0 Megatron Bridge's MoE model
+    bridges set (planner/model_fields.py NO_DROPOUT)."""
+    value = config.get(key)
+    return float(value) if value is not None else 0.1 if config.get(LAUNCHER) == "megatron-lm" else 0.0
+
+
 def fsdp_impl(config: dict[str, Any]) -> str:
     """Which FSDP wraps the model, named as Megatron-LM's validate_args names it (fsdp_impl, arguments.py:930-931
     @core_v0.16.0, :1401-1402 @core_v0.18.2): "Torch-FSDP2" (dist.use_torch_fsdp2), "Megatron-FSDP"

@@ -106,6 +106,12 @@ class Knobs:
     # "fp64"; None: the activations' BF16), Megatron-Core moe/router.py TopKRouter.gating (probs follow the logits:
     # type_as(logits)). The biased experts' fc2 bias pass runs in it (walls/compute.py expert_bias_seconds).
     moe_router_dtype: str | None = PLAN_ROUTER_DTYPE
+    # hidden_dropout / attention_dropout (model.*; Megatron-LM's --hidden-dropout / --attention-dropout, 0.1 by
+    # default; 0 in Megatron Bridge's model bridges and every plan). Hidden dropout keeps a mask per residual branch
+    # (walls/activations.py); fused attention keeps none for attention dropout, which Megatron refuses under graphed
+    # attention recompute (rules read it)
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
 
     @property
     def fsdp2_backward_gathers(self) -> int:
@@ -188,6 +194,9 @@ class Knobs:
         if self.offload_modules and self.recompute == "full":
             raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
                                "so there is nothing fine-grained to offload; use selective recompute")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not (isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) < 1):
+                raise MoetuneError(f"{name} ({getattr(self, name)!r}) must be a rate in [0, 1)")
         if self.moe_router_dtype not in ROUTER_DTYPES:
             raise MoetuneError(f"moe_router_dtype {self.moe_router_dtype!r}: choose fp32, fp64 or null (the "
                                "activations' BF16; Megatron-Core's TransformerConfig takes those)")

@@ -17,7 +17,7 @@ from moetune.layout.param_gather import FP8_RECIPES
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.planner.estimate import Estimate
-from moetune.planner.model_fields import NO_DROPOUT, architecture_fields
+from moetune.planner.model_fields import architecture_fields
 from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
 from moetune.walls.memory import PAGED_STASH_CUDA
 
@@ -159,7 +159,9 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
     return {**architecture_fields(m), **_planned_model_fields(bool(m.num_moe_layers), m.vocab_divisor),
             # the router's dtype the step was priced with (Knobs.moe_router_dtype; a plan's: FP32, as seeds/000 FP8
             # Recipe Quick Decision keeps it); to_config writes its None too, over a recipe's FP32 (bf16_router)
-            "model.moe_router_dtype": e.knobs.moe_router_dtype if m.num_moe_layers else None}
+            "model.moe_router_dtype": e.knobs.moe_router_dtype if m.num_moe_layers else None,
+            # the dropout the activations were counted with (a plan's: none, NO_DROPOUT)
+            "model.hidden_dropout": e.knobs.hidden_dropout, "model.attention_dropout": e.knobs.attention_dropout}
 
 
 def _planned_model_fields(moe: bool, vocab_divisor: int) -> dict[str, Any]:
@@ -167,9 +169,6 @@ def _planned_model_fields(moe: bool, vocab_divisor: int) -> dict[str, Any]:
     return {
         # every planned MoE config: grouped expert GEMMs (Megatron-Core requires them for moe_act recompute)
         "model.moe_grouped_gemm": True if moe else None,
-        # no dropout, as Megatron Bridge's model bridges set it and the activation memory counts it (NO_DROPOUT);
-        # written out for Megatron-LM, whose own default is 0.1
-        **NO_DROPOUT,
         # the padding the memory and FLOPs were counted with: Megatron-LM's default (128) is not Bridge's for every
         # model (DeepSeek-V3 1280), so the emitted launch states it
         "model.make_vocab_size_divisible_by": vocab_divisor,

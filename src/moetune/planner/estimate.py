@@ -167,7 +167,7 @@ def knobs_json(k: Knobs, ep: int) -> dict:
         # the switches as given (null: the preset's, which a move to another recipe takes again), as token_imbalance_set
         "fp8_param_gather_set": k.fp8_param_gather, "fp4_param_gather_set": k.fp4_param_gather,
         "torch_fsdp2": k.torch_fsdp2, "fsdp2_reshard_after_forward": k.fsdp2_reshard_after_forward,
-        "megatron_fsdp": k.megatron_fsdp,
+        "megatron_fsdp": k.megatron_fsdp, "hidden_dropout": k.hidden_dropout, "attention_dropout": k.attention_dropout,
     }
 
 

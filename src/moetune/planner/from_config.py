@@ -10,6 +10,7 @@ from typing import Any
 
 from moetune.configio.finalize import (
     distributed_optimizer,
+    dropout_rate,
     fsdp_impl,
     layer_wise_optimizer,
     megatron_fsdp_strategy,
@@ -165,6 +166,8 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
         megatron_fsdp=megatron_fsdp_strategy(config),
+        hidden_dropout=dropout_rate(config, "model.hidden_dropout"),
+        attention_dropout=dropout_rate(config, "model.attention_dropout"),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))
         if config.get("optimizer.optimizer_cpu_offload") else 0.0,
         main_grads_fp32=_main_grads_fp32(config),

@@ -14,6 +14,7 @@ from moetune.configio.cluster import OVERRIDDEN, config_gpu
 from moetune.configio.finalize import (
     data_parallel_size,
     distributed_optimizer,
+    dropout_rate,
     expert_tensor_parallel_size,
     fsdp_impl,
     layer_wise_optimizer,
@@ -279,6 +280,8 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["distributed_optimizer"] = distributed_optimizer(config)
     d["fsdp"] = fsdp_impl(config)
     d["fsdp_sharding"] = megatron_fsdp_strategy(config) or ""  # Megatron FSDP's strategy, "" without it
+    d["hidden_dropout"] = dropout_rate(config, "model.hidden_dropout")
+    d["attention_dropout"] = dropout_rate(config, "model.attention_dropout")
     # a Megatron-LM launch (its arguments, or MODEL_ARGS YAML): the rules that mirror validate_args's asserts fire on
     # it alone, Bridge running none of them; a config that names no launcher is Bridge's
     d["megatron_lm"] = config.get("cluster.launcher", "bridge") == "megatron-lm"

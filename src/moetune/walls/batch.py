@@ -102,7 +102,8 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
                   knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward, knobs.megatron_fsdp)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
-                gbs, "full_iteration" in knobs.cuda_graph_scope)  # a full-iteration plan's paged stash
+                gbs, "full_iteration" in knobs.cuda_graph_scope,  # a full-iteration plan's paged stash
+                knobs.hidden_dropout > 0)
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
         states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs, arch).values()))

@@ -105,7 +105,7 @@ def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> Acti
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
         token_imbalance=knobs.imbalance_at(layout.ep),
         stash_factor=PAGED_STASH_CUDA if "full_iteration" in knobs.cuda_graph_scope else 1.0,
-        fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules,
+        fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules, dropout=knobs.hidden_dropout > 0,
     )
 
 
