@@ -41,6 +41,33 @@ def test_megatron_lm_arguments_train_mtp_only_when_asked():
     assert _stages(mlm_args=args + " --mtp-num-layers 1")[0] == 1
 
 
+def test_a_bridge_config_trains_no_mtp_from_minimax_s_num_mtp_modules():
+    """MiniMax-M2's config.json names its 3 MTP modules as num_mtp_modules, which Megatron Bridge's provider does not
+    read (model_bridge.py CONFIG_MAPPING: num_nextn_predict_layers, mtp_num_hidden_layers): a Bridge config silent
+    on mtp_num_layers trains none, one that sets it trains that many; the flags' default stays the config.json's."""
+    config = load_config(sets=["model.pipeline_model_parallel_size=2", "model.expert_model_parallel_size=8"],
+                         gpu="h100", gpus=64)
+    spec = load_model("minimax-m2")
+    assert spec.mtp_num_layers == 3 and trained_model(spec, config).mtp_num_layers == 0
+    assert trained_model(spec, {**config, "model.mtp_num_layers": 2}).mtp_num_layers == 2
+
+
+def test_check_fills_in_no_mtp_for_minimax_s_bridge_config(capsys):
+    """check --model fills in the architecture a Bridge config leaves to its provider: for MiniMax-M2 no MTP, so the
+    fit rules see the last stage as Bridge builds it (the peak of a config that says 0, not 3 MTP layers more: 143.6
+    GiB against 154.0 on this layout)."""
+    import json
+
+    from moetune.cli.main import main
+    base = ["--set", "model.pipeline_model_parallel_size=2", "--set", "model.expert_model_parallel_size=8",
+            "--set", "model.tensor_model_parallel_size=4", "--gpu", "h100", "--gpus", "64", "--json"]
+    assert main(["estimate", "minimax-m2", *base, "--set", "model.mtp_num_layers=0"]) == 0  # as Bridge builds it
+    peak = json.loads(capsys.readouterr().out)["memory"]["peak_bytes"] / 2**30
+    assert main(["check", *base, "--model", "minimax-m2"]) == 1  # it does not fit on 64 H100s
+    said = [f["message"] for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "fit.does_not_fit"]
+    assert said and f"({peak:.1f} GiB needed per rank" in said[0]
+
+
 def test_mtp_on_a_model_without_an_mtp_layer_trains_the_decoders_last_layer():
     """Megatron-LM builds each MTP layer as the decoder's last (gpt_builders.py), checkpoint or not; a hybrid Mamba
     stack builds none (MambaModel), so that one is refused."""

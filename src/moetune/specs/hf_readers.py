@@ -158,7 +158,7 @@ def _read_mixtral(c: HfConfig) -> dict:
         **moe_fields(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
-        **mtp_fields(mtp, LayerKind(mixer="gqa", mlp="moe")),
+        **mtp_fields(mtp, LayerKind(mixer="gqa", mlp="moe")), mtp_bridge_reads=False,  # num_mtp_modules
     )
 
 
