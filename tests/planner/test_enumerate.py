@@ -29,6 +29,18 @@ def test_with_vpp_the_search_keeps_to_the_known_splits():
     assert pipeline_variants(27, 4, 4, 0) == []
 
 
+def test_a_pinned_vpp_gets_the_balanced_split_the_full_search_skips():
+    """Kimi-K2's 61 layers over PP4 x VPP3 fit none of the split flags, and the full search keeps the balanced string
+    to plain pipelines; pinned (`--fix pp=4 --fix vpp=3`), plan had answered that no split of the layers runs while
+    estimate ran a layout string over the same stages. The pinned search now tries the balanced one."""
+    spec, wl = load_model("kimi-k2"), Workload(seq_length=4096, global_batch_size=1536)
+    [split] = pipeline_variants(61, 4, 3, 0, balanced=True)
+    chunks = pipeline_chunks(Layout(world_size=192, pp=4, vpp=3, pipeline_layout=split["pipeline_layout"]), 61, 0)
+    assert sum(len(c.layers) for rank in chunks for c in rank) == 61
+    result = plan(spec, load_gpu("h100"), 192, wl, fixed={"pp": 4, "vpp": 3}, top=1)
+    assert result.results and result.results[0].layout.vpp == 3 and result.results[0].fits
+
+
 def test_deepseek_v3_on_a_thousand_h100s_finds_a_fitting_layout():
     """1,000 GPUs = 2^3 x 5^3: the pipelines deep enough to fit DeepSeek-V3 in 80 GB there (PP20, 25, 40, 50) split
     its 61 layers by neither the stage flags nor the MTP layout, so plan had answered "nothing fits" (fuzz audit)."""

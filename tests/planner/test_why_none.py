@@ -35,8 +35,8 @@ def test_reason_names_the_pin_and_rule(fixed, expected):
     # more stages than Qwen2-57B-A14B's 28 layers: no split of any kind, and estimate's split flags are no fix here
     ({"pp": 40}, ["--fix pp=40", "40 stages for qwen2-57b-a14b's 28 layers", "at most 28 stages"],
      ["--first-stage-layers", "--account-for"]),
-    # 25 chunks for 28 layers: the layers are why, not an interleaving batch check on a GBS the user never gave
-    ({"pp": 5, "vpp": 5}, ["no split of qwen2-57b-a14b's 28 layers over PP 5 x VPP 5 = 25", "--fix pipeline_layout"],
+    # 40 chunks for 28 layers: the layers are why, not an interleaving batch check on a GBS the user never gave
+    ({"pp": 20, "vpp": 2}, ["40 stages for qwen2-57b-a14b's 28 layers", "at most 28 stages"],
      ["GBS 8", "--first-stage-layers"]),
 ])
 def test_a_pinned_pipeline_no_split_runs_is_worded_for_plan(fixed, expected, absent):

@@ -56,12 +56,13 @@ def _mtp_layout(num_layers: int, mtp: int, chunks: int) -> str | None:
     return write_pipeline_layout([per - 1] + [per] * (chunks - 2) + [per - 1 - mtp], mtp)
 
 
-def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[dict]:
+def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0, balanced: bool = False) -> list[dict]:
     """Ways Megatron can split the layers over PP x VPP: even, embedding/loss as layers, uneven ends, and for
     MTP models a layout string placing the embedding, MTP and loss. Where none of the flags splits the layers
     (uneven ends must be whole multiples of VPP), a layout string with the remainder on the last chunk, as
     Megatron Bridge's Kimi-K2 recipe writes for 61 layers over PP4 x VPP4: "Et*4|(t*4|)*14tL"; where none places
-    them over a pipeline without VPP, a balanced string (_balanced_layout)."""
+    them over a pipeline without VPP, or with VPP where `balanced` asks (a VPP the user pinned, a single move), a
+    balanced string (_balanced_layout)."""
     chunks = pp * vpp
     layout = _mtp_layout(num_layers, mtp, chunks) if mtp and pp > 1 else None
     if layout:
@@ -81,7 +82,7 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0) -> list[
                 return [{"first_stage_layers": first, "last_stage_layers": last}, *even]
     layout = _mtp_layout(num_layers, 0, chunks) if pp > 1 else None
     found = [{"pipeline_layout": layout}, *even] if layout else even
-    return found or (_balanced_layout(num_layers, chunks, mtp) if vpp == 1 else [])
+    return found or (_balanced_layout(num_layers, chunks, mtp) if vpp == 1 or balanced else [])
 
 
 def _balanced_layout(num_layers: int, chunks: int, mtp: int) -> list[dict]:
@@ -90,7 +91,9 @@ def _balanced_layout(num_layers: int, chunks: int, mtp: int) -> list[dict]:
     whose count already bounds its time): stages of the floor and the ceiling of the mean, the larger from the second
     stage on, so the first and last, which hold the embedding and the MTP layers and loss, take the smaller where the
     remainder allows ("Ett|(t*3|)*11(tt|)*12ttmL"); the search's re-split moves layers from there
-    (planner/resplit.py). None (an empty list) where a stage would hold no layer."""
+    (planner/resplit.py). None (an empty list) where a stage would hold no layer. With VPP only where asked
+    (pipeline_variants `balanced`): the full search over every VPP stays within its time (bench/bench_plan.py: 1.2 s
+    for DeepSeek-V3 on 1,024 H100 with them, 0.85 s without)."""
     base, extra = divmod(num_layers, chunks)
     if chunks < 2 or base == 0:
         return []
@@ -137,19 +140,20 @@ def bridge_refuses_vpp(spec: ModelSpec, vpp: int) -> bool:
     return spec.mamba is not None and vpp > 1
 
 
-def splits_for(spec: ModelSpec, pp: int, vpp: int) -> list[dict]:
-    """pipeline_variants for this model, none where Bridge refuses the VPP (bridge_refuses_vpp). A Mamba hybrid's
-    split is written as '|' separators in hybrid_layer_pattern, which Megatron-Core's HybridModel reads in place of a
-    layout string (planner/config_map.py hybrid_fields)."""
+def splits_for(spec: ModelSpec, pp: int, vpp: int, balanced: bool = False) -> list[dict]:
+    """pipeline_variants for this model (`balanced`: with a balanced layout string as the last resort at any VPP),
+    none where Bridge refuses the VPP (bridge_refuses_vpp). A Mamba hybrid's split is written as '|' separators in
+    hybrid_layer_pattern, which Megatron-Core's HybridModel reads in place of a layout string (planner/config_map.py
+    hybrid_fields)."""
     if bridge_refuses_vpp(spec, vpp):
         return []
-    return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers)
+    return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers, balanced)
 
 
 def _splits(spec: ModelSpec, pp: int, vpp: int, fixed: dict) -> list[dict]:
-    """splits_for, or the pinned layout string where its stage count is PP x VPP."""
+    """splits_for (balanced at a pinned VPP), or the pinned layout string where its stage count is PP x VPP."""
     if "pipeline_layout" not in fixed:
-        return splits_for(spec, pp, vpp)
+        return splits_for(spec, pp, vpp, balanced="vpp" in fixed)
     stages = layout_stages(fixed["pipeline_layout"])
     legal = pp > 1 and pp * vpp == stages and not bridge_refuses_vpp(spec, vpp)
     return [{"pipeline_layout": fixed["pipeline_layout"]}] if legal else []

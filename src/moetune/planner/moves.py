@@ -87,7 +87,7 @@ def _scaled(spec, layout: Layout, key: str, value: int) -> Layout:
     or uneven stages written for the old VPP no longer apply)."""
     if key != "vpp":
         return replace(layout, **{key: value})
-    split = splits_for(spec, layout.pp, value)
+    split = splits_for(spec, layout.pp, value, balanced=True)  # one estimate: any VPP a balanced string places
     if not split:
         raise MoetuneError(f"no split of {spec.num_layers} layers over PP{layout.pp} x VPP{value}")
     cleared = {"pipeline_layout": None, "first_stage_layers": None, "last_stage_layers": None,

@@ -70,16 +70,12 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
                                         global_batch_size=lay.dp * lay.pp), spec)
     except MoetuneError as err:
         return str(err)
-    if lay.pp > 1 and not splits_for(spec, lay.pp, vpp):
-        # worded for plan: its search already tried every split estimate's flags would offer (uneven first/last
-        # stages, embedding/loss as layers), so the fix is another PP/VPP or a pinned layout string
+    if lay.pp > 1 and not splits_for(spec, lay.pp, vpp, balanced=True):
+        # worded for plan: a pinned PP (and VPP) is tried with every split estimate's flags would offer and a balanced
+        # layout string (enumerate._splits), which places the layers wherever every stage can hold one
         stages = lay.pp * vpp
-        if stages > spec.num_layers:
-            return (f"PP {lay.pp} x VPP {vpp} = {stages} stages for {spec.name}'s {spec.num_layers} layers: choose "
-                    f"--fix pp (and vpp) with at most {spec.num_layers} stages")
-        return (f"no split of {spec.name}'s {spec.num_layers} layers over PP {lay.pp} x VPP {vpp} = {stages} stages "
-                "runs (even, uneven first/last stages and embedding/loss as layers tried); change --fix pp/vpp, or pin "
-                "--fix pipeline_layout")
+        return (f"PP {lay.pp} x VPP {vpp} = {stages} stages for {spec.name}'s {spec.num_layers} layers: choose "
+                f"--fix pp (and vpp) with at most {spec.num_layers} stages")
     return None
 
 
