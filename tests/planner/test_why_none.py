@@ -1,5 +1,6 @@
 """When `plan` finds no legal layout, its one line names the pin (or the batch size) at fault and the rule broken."""
 
+import json
 import re
 
 import pytest
@@ -159,3 +160,16 @@ def test_each_pin_set_is_enumerated_once(monkeypatch):
     reason = no_layout_reason(QWEN, H100, 96, WL, {"pp": 4, "ep": 8, "tp": 2})
     assert "--fix pp=4" in reason and "DP 3, 6, 12, 24" in reason, reason
     assert asked and len(asked) == len(set(asked)), asked
+
+
+def test_nothing_fits_drops_the_shorter_sequence_where_the_model_state_alone_is_too_big(capsys):
+    """Kimi-K2 on 8 H100s: the weights and FP32 gradients alone are ~720 GiB a GPU on any layout (the optimizer
+    state offloaded), so 'shorten the sequence' was no remedy; OLMoE on one H100 at 1M tokens is held back by its
+    activations, and keeps it."""
+    code = main(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--json"])
+    reason = json.loads(capsys.readouterr().out)["nothing_fits"]
+    assert code == 1 and reason["lightest_state_gib"] > 78
+    assert "shorten the sequence" not in reason["reason"] and "no shorter sequence lowers" in reason["reason"]
+    code = main(["plan", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "1", "--gbs", "8", "--seq", "1048576", "--json"])
+    reason = json.loads(capsys.readouterr().out)["nothing_fits"]
+    assert code == 1 and reason["lightest_state_gib"] < 78 and "shorten the sequence" in reason["reason"]

@@ -208,6 +208,7 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
+                               "lightest_state_gib": result.lightest_state_gib,
                                "host_capacity_gib": result.host_capacity_gib,
                                "sequence_excludes": result.sequence_note, "reason": nothing_fits(result, pins)}
     return out

@@ -24,6 +24,7 @@ from moetune.specs.model import ModelSpec
 from moetune.walls.batch import (
     batch_host_bytes,
     batch_memory,
+    batch_state_bytes,
     batch_step_seconds,
     time_key,
     whole_layer_balanced,
@@ -102,7 +103,7 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
                       main_grads_fp32=grid[0].main_grads_fp32 if grid else True)
                 for p in sorted({k.precision for k in grid})] if grid else []
     if not lightest:
-        return None, (None, "", None)
+        return None, (None, "", None, None)
     peak = np.min([batch_memory(spec, batch, wl.seq_length, wl.global_batch_size, k, overheads, arch=gpu.arch)
                    for k in lightest], axis=0)
     rows = np.nonzero(peak <= gpu.capacity_bytes)[0]
@@ -110,8 +111,10 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
     # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit)
     host = float(batch_host_bytes(batch, lightest[0])[i]) / 2**30
     offload = ", optimizer offload" if lightest[0].optimizer_offload_fraction > 0 else ""
+    # where nothing fits: the least model state any candidate holds, which no shorter sequence lowers (why_none)
+    state = None if len(rows) else float(min(batch_state_bytes(spec, batch, k, gpu.arch).min() for k in lightest))
     least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}, full recompute{offload}",
-             host)
+             host, None if state is None else state / 2**30)
     return (batch.subset(rows) if len(rows) else None), least
 
 

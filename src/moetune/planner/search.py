@@ -46,6 +46,7 @@ class PlanResult:
     lightest: str = ""  # that candidate's layout and micro-batch size
     capacity_gib: float = 0.0  # the GPU's memory
     lightest_host_gib: float | None = None  # host memory that candidate's optimizer offload needs per GPU
+    lightest_state_gib: float | None = None  # where nothing fits: the least model state of any candidate
     host_capacity_gib: float | None = None  # the host memory per GPU (None: not known)
     headroom_gib: float = 0.0  # memory every candidate leaves free (plan --headroom)
     # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS), where one
@@ -205,7 +206,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                dispatchers=frozenset(k.dispatcher for k in grid), progress=progress, total=len(grid),
                short_cp=weigh_short_cp and wl.seq_length < LONG_CONTEXT,
                roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
-    batch, (least_gib, least, least_host) = memory_bound(spec, budget, built, wl, grid, s.overheads)
+    batch, (least_gib, least, least_host, least_state) = memory_bound(spec, budget, built, wl, grid, s.overheads)
     excluded_dp = fitting_dp(spec, budget, excluded, wl, grid, s.overheads)
     if batch is not None:
         search_grid(s, batch, grid)
@@ -227,6 +228,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     return PlanResult(short_cp_alternative=short_cp, candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
+                      lightest_state_gib=least_state,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,

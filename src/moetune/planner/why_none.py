@@ -208,7 +208,9 @@ def nothing_fits(result: "PlanResult", pins: dict | None = None) -> str:
     remedies, since they narrowed the search that found nothing."""
     # not "lower the global batch": the lightest candidate already runs one sequence a micro-batch, and the search
     # has tried every layout of these GPUs
-    fix = (f"loosen {_pins_text(pins)}, " if pins else "") + "add GPUs or shorten the sequence"
+    state = result.lightest_state_gib
+    stuck = state is not None and state > result.capacity_gib - result.headroom_gib  # whatever the sequence
+    fix = (f"loosen {_pins_text(pins)}, " if pins else "") + "add GPUs" + ("" if stuck else " or shorten the sequence")
     if result.sequence_note:  # the length itself shut out TP and CP, which would shard the activations
         fix = f"{result.sequence_note}; or " + (f"loosen {_pins_text(pins)}, " if pins else "") + "add GPUs"
     if result.lightest_peak_gib is None:
@@ -233,5 +235,7 @@ def nothing_fits(result: "PlanResult", pins: dict | None = None) -> str:
                 f"per GPU of {result.capacity_gib:.0f}{kept}) but each breaks a prerequisite of the pinned knobs: "
                 f"{shapes}{nvl72}flex dispatchers and EP overlap need EP > 1, EP overlap needs VPP with PP; loosen "
                 "--fix")
+    alone = (f"; its weights, gradients and optimizer state alone need {state:.0f} GiB at the least on any layout, "
+             "which no shorter sequence lowers") if stuck else ""
     return (f"the lightest candidate ({result.lightest}) needs "
-            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}; {fix}")
+            f"{result.lightest_peak_gib:.0f} GiB per GPU of {result.capacity_gib:.0f}{kept}{alone}; {fix}")

@@ -97,7 +97,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     """Peak bytes over stages, per candidate (same line items as memory.memory_wall, on a GPU of `arch`)."""
     f = b.fields
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
-                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)
+                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)  # batch_state_bytes
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
                   knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward, knobs.megatron_fsdp)
@@ -123,6 +123,14 @@ def largest_layer(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:
     largest_layer)."""
     per_kind = [sum(per_rank(kind_sums(spec, kind, "te"), b.fields)[:2]) for kind in b.kinds]
     return np.max([np.where(b.counts[:, :, i] > 0, n, 0) for i, n in enumerate(per_kind)], axis=0)
+
+
+def batch_state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:
+    """Model-state bytes (weights, gradients, optimizer state: model_state.model_state_bytes) of each candidate's
+    heaviest stage: what no shorter sequence or smaller micro-batch lowers."""
+    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
+                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)
+    return np.where(b.valid, sum(model_state_bytes(params, b.fields, knobs, arch).values()), 0).max(axis=1)
 
 
 def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
