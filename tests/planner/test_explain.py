@@ -668,3 +668,14 @@ def test_a_megatron_fsdp_run_is_offered_the_strategies_its_memory_allows():
     assert "megatron_fsdp_shard_everything" not in rows
     ddp = {r["rule"] for r in explain(estimate(spec, gpu, layout, wl, Knobs()))["retune"]}
     assert not any(rule.startswith("megatron_fsdp") for rule in ddp)  # no FSDP move onto a DDP run
+
+
+def test_a_run_no_layout_and_no_ladder_step_fits_alone_gets_the_two_together():
+    """Qwen2-57B-A14B on 8 A100s at EP 8: no layout fits its own knobs, and the ladder down to the optimizer offload
+    still needs 91 GiB on its own layout; explain had ended there ('no single move'), though plan finds layouts that
+    fit. The ladder's knobs on the smallest model parallelism that takes them are the last step."""
+    e = estimate(load_model("qwen2-57b-a14b"), load_gpu("a100"), Layout(world_size=8, ep=8), Workload(seq_length=4096))
+    steps = fit_steps(e)
+    assert not any(s.get("fits") for s in steps[:-1]) and "peak_gib" in steps[-1]
+    assert steps[-1]["step"] == "then the smallest model parallelism that fits"
+    assert steps[-1]["peak_gib"] <= e.gpu.capacity_bytes / 2**30 and "PP" in steps[-1]["layout"]

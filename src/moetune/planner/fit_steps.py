@@ -39,17 +39,7 @@ def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
     steps, broken = [], set(rule_errors(e)) if broken is None else broken
     smallest = smallest_fitting_layout(e, broken)
     if smallest is not None:
-        split = smallest.layout.split_text()
-        steps.append({"step": "smallest model parallelism that fits",
-                      "layout": smallest.layout.describe() + (f", {split}" if split else "")
-                      + (f", cp_comm_type {exchange_text(smallest.knobs, smallest.layout.cp)}"
-                         if smallest.layout.cp > 1 else "")
-                      # the run's global batch is kept: a re-estimate that leaves --gbs out takes MBS x DP x PP
-                      + f", GBS {smallest.workload.gbs(smallest.layout):,}",
-                      "peak_gib": smallest.peak_bytes / GIB, "tight": tight(smallest),
-                      "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"],
-                      "source": "seeds/000 Phase 1; the fastest of that size with these knobs: `moetune plan` weighs "
-                                "every layout and knob set"})
+        steps.append(_layout_step("smallest model parallelism that fits", smallest, "these knobs"))
     current, passed = e, [e]
     for move_id in _ladder(e):
         move = moves()[move_id]
@@ -63,11 +53,30 @@ def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
         passed.append(new)
         if new.fits:
             break
+    if smallest is None and not current.fits and current is not e and \
+            (wider := smallest_fitting_layout(current, broken)) is not None:
+        # no layout fitted the run's own knobs, nor the ladder on its own layout: the two together
+        steps.append(_layout_step("then the smallest model parallelism that fits", wider, "the steps' knobs"))
     if current.fits and current.knobs.optimizer_offload_fraction > e.knobs.optimizer_offload_fraction:
         if lighter := _lighter_recompute(current, passed[:-2], broken):
             steps.append(_step("lighter_recompute_with_offload", _config_change(current, lighter), lighter,
                                "seeds/000 Phase 1: full recompute only when the run still does not fit"))
     return steps
+
+
+def _layout_step(name: str, smallest: Estimate, knobs: str) -> dict:
+    """A step to the layout smallest_fitting_layout found, its split, CP exchange and the run's global batch (kept:
+    a re-estimate that leaves --gbs out takes MBS x DP x PP)."""
+    lay = smallest.layout
+    split = lay.split_text()
+    return {"step": name,
+            "layout": lay.describe() + (f", {split}" if split else "")
+            + (f", cp_comm_type {exchange_text(smallest.knobs, lay.cp)}" if lay.cp > 1 else "")
+            + f", GBS {smallest.workload.gbs(lay):,}",
+            "peak_gib": smallest.peak_bytes / GIB, "tight": tight(smallest),
+            "tokens_per_s_per_gpu": smallest.time["tokens_per_s_per_gpu"],
+            "source": f"seeds/000 Phase 1; the fastest of that size with {knobs}: `moetune plan` weighs every layout "
+                      "and knob set"}
 
 
 def _step(name: str, change: dict, new: Estimate, source: str) -> dict:
