@@ -173,3 +173,11 @@ def test_nothing_fits_drops_the_shorter_sequence_where_the_model_state_alone_is_
     code = main(["plan", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "1", "--gbs", "8", "--seq", "1048576", "--json"])
     reason = json.loads(capsys.readouterr().out)["nothing_fits"]
     assert code == 1 and reason["lightest_state_gib"] < 78 and "shorten the sequence" in reason["reason"]
+
+
+def test_a_layout_refusal_names_plans_pins_not_estimates_flags():
+    """plan takes layout sizes as --fix pins; the refusal it quotes from the layout checks had told the user to
+    'choose an --ep that divides it' (audit)."""
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=64)
+    reason = no_layout_reason(load_model("qwen1.5-moe-a2.7b"), H100, 8, wl, {"ep": 8})
+    assert "choose a --fix ep=N that divides it" in reason and "--ep " not in reason

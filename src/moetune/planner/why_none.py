@@ -8,6 +8,7 @@ The search drops illegal layouts silently (enumerate.py); when nothing is left, 
 which DPs it leaves at any batch size come from the same pass.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,7 +70,7 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
         validate_workload(lay, Workload(seq_length=wl.seq_length, micro_batch_size=1,
                                         global_batch_size=lay.dp * lay.pp), spec)
     except MoetuneError as err:
-        return str(err)
+        return as_plan_flags(str(err))
     if lay.pp > 1 and not splits_for(spec, lay.pp, vpp, balanced=True):
         # worded for plan: a pinned PP (and VPP) is tried with every split estimate's flags would offer and a balanced
         # layout string (enumerate._splits), which places the layers wherever every stage can hold one
@@ -77,6 +78,18 @@ def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str |
         return (f"PP {lay.pp} x VPP {vpp} = {stages} stages for {spec.name}'s {spec.num_layers} layers: choose "
                 f"--fix pp (and vpp) with at most {spec.num_layers} stages")
     return None
+
+
+# estimate's layout flags in a layout refusal, as plan pins them: "choose an --ep that divides it" -> "choose a
+# --fix ep=N that divides it", "use --tp 1" -> "use --fix tp=1" (plan takes the sizes as --fix pins)
+_LAYOUT_FLAG = re.compile(r"(?:\b(an?) )?--(tp|cp|pp|vpp|ep|etp|mbs)(?![-\w])( \d+)?")
+
+
+def as_plan_flags(message: str) -> str:
+    """A layout refusal written for estimate's flags, with plan's --fix pins in their place."""
+    def pin(m: re.Match) -> str:
+        return f"{'a ' if m.group(1) else ''}--fix {m.group(2)}={m.group(3).strip() if m.group(3) else 'N'}"
+    return _LAYOUT_FLAG.sub(pin, message)
 
 
 def _cp_reason(spec: ModelSpec, gpu: GpuSpec, world: int, pins: dict, fixed: dict) -> str | None:
