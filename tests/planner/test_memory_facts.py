@@ -179,3 +179,31 @@ def test_tp_at_the_kv_groups_is_offered_only_where_it_fits(capsys):
     long, fixed = _past_groups(capsys, 32768)
     assert not fixed.fits and long["fix"] == {}
     assert f"at TP 4 this config would need {fixed.peak_bytes / 2**30:.1f} GiB per rank" in long["message"]
+
+
+def test_the_platform_dispatcher_is_advised_only_where_its_buffers_fit():
+    """Qwen2-57B-A14B on 24 H100s at TP2 PP3 VPP2 EP8 (a plan's pick, within 0.1 GiB of the GPU on alltoall):
+    DeepEP's buffers take it past the GPU, and explain said so, while dispatcher.platform_default still advised
+    DeepEP (audit). With the memory facts the rule keeps quiet there, and still advises it where it fits."""
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.planner.memory_facts import memory_facts
+    from moetune.planner.moves import findings
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+
+    knobs = Knobs(precision="fp8-blockwise", recompute="selective", recompute_modules=frozenset({"layernorm",
+                  "moe_act"}), dispatcher="alltoall", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"),
+                  ep_overlap=True)
+    tight = estimate(load_model("qwen2-57b-a14b"), load_gpu("h100"),
+                     Layout(world_size=24, tp=2, pp=3, vpp=2, ep=8, account_for_embedding=True,
+                            account_for_loss=True), Workload(seq_length=4096, global_batch_size=960), knobs)
+    assert tight.fits and memory_facts(tight)["fits_with_default_dispatcher"] is False
+    assert "dispatcher.platform_default" not in {f.rule for f in findings(tight)}
+    roomy = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=32, ep=16),
+                     Workload(seq_length=4096), Knobs(dispatcher="alltoall"))
+    assert roomy.peak_bytes < 0.9 * roomy.gpu.capacity_bytes
+    assert memory_facts(roomy)["fits_with_default_dispatcher"] is True
+    assert "dispatcher.platform_default" in {f.rule for f in findings(roomy)}

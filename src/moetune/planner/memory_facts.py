@@ -14,6 +14,7 @@ from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.moves import (
     checkpoint_facts,
     cp_sizing_facts,
+    dispatcher_facts,
     first_selective,
     fits_without_offload,
     host_facts,
@@ -29,6 +30,7 @@ def memory_facts(e: Estimate) -> dict:
     facts["fits_with_selective_recompute"] = e.variant(knobs=selective).fits
     if e.knobs.optimizer_offload_fraction > 0 or e.knobs.offload_modules:
         facts["fits_with_selective_without_offload"] = fits_without_offload(e)
+    facts.update(dispatcher_facts(e))
     facts.update(host_facts(e))
     facts.update(checkpoint_facts(e))
     facts.update(kv_groups_tp_facts(e))

@@ -9,6 +9,7 @@ from importlib import resources
 
 from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.layout import Layout
 from moetune.layout.param_gather import OFFLOAD_RECIPES, PARAM_RECIPES, offload_refuses_params
 from moetune.layout.validate import Workload, shard_cp, undersharded_cp
@@ -108,7 +109,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
         derived["fits_with_selective_without_offload"] = fits_without_offload(e)
     if weigh_selective and e.stages:
-        derived.update(kv_groups_tp_facts(e))
+        derived.update(kv_groups_tp_facts(e) | dispatcher_facts(e))
     found = evaluate(config, derived, context="explain")
     if e.layout.cp > 1 and default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
         found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
@@ -138,6 +139,15 @@ def checkpoint_facts(e: Estimate) -> dict:
     """The MTP modules the model's checkpoint ships (derived.mtp_checkpoint_layers: rule model.mtp_beyond_checkpoint
     warns of trained ones past them)."""
     return {"mtp_checkpoint_layers": e.model.mtp_checkpoint_layers}
+
+
+def dispatcher_facts(e: Estimate) -> dict:
+    """Whether the run fits on the dispatcher a plan defaults to on this layout, where the run's differs and it is a
+    fused one (its buffers: walls/memory.py): rule dispatcher.platform_default advises it only where it fits."""
+    default = default_dispatcher(e.gpu, e.layout)
+    if default == e.knobs.dispatcher or default not in TUNED_FLEX_SMS:
+        return {}
+    return {"fits_with_default_dispatcher": e.variant(knobs=replace(e.knobs, dispatcher=default)).fits}
 
 
 def host_facts(e: Estimate) -> dict:

@@ -42,6 +42,7 @@ EXTERNAL = {
     "fits_with_selective_recompute": "bool: selective recompute alone is enough to fit",
     "fits_with_selective_without_offload": "bool: selective recompute with no offloading is enough to fit",
     "fits_with_less_model_parallel": "bool: a layout with less model parallelism also fits",
+    "fits_with_default_dispatcher": "bool: the config fits on the fused dispatcher a plan defaults to on its layout",
     "less_model_parallel_layout": "dict: overrides of that layout",
     "less_model_parallel_note": "str: what the step model predicts of that layout, as rule scale.maximize_dp says it",
     "fits_at_kv_groups_tp": "bool: the layout at TP = the KV groups (rule scale.tp_past_kv_groups's fix) fits",
