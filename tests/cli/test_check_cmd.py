@@ -139,3 +139,14 @@ def test_a_config_file_megatron_would_misread_is_one_line(name, text, needle, tm
     for cmd in (["check"], ["emit"]):
         code, _, err = run([*cmd, str(tmp_path / name), "--gpu", "h100", "--gpus", "16"], capsys)
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, (cmd, err)
+
+
+def test_a_saved_result_is_checked_against_the_model_it_names(tmp_path, capsys):
+    """A saved estimate names its model, so `check FILE` runs its memory wall as `--model` would: Qwen3-30B-A3B at EP8
+    on 16 H100s (84 GiB a rank) had passed `check` with no fit error unless --model was given again (audit)."""
+    saved = tmp_path / "e.json"
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--json"], capsys)
+    saved.write_text(out)
+    code, out, _ = run(["check", str(saved), "--json"], capsys)
+    rules = {f["rule"] for f in json.loads(out)["findings"]}
+    assert code == 1 and "fit.does_not_fit" in rules

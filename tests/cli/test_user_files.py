@@ -142,7 +142,10 @@ def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_pat
     (tmp_path / "none.toml").write_text("")  # the built-in figures, given explicitly, replace the saved ones
     assert main(["check", str(estimate), "--model", "qwen3-30b-a3b", "--overheads", str(tmp_path / "none.toml")]) == 0
     capsys.readouterr()
-    code, _, err = run(["check", str(plan), "--overheads", str(heavy)], capsys)
+    # the saved plan names its model, which --overheads then sizes; a config that names none needs --model
+    code, out, _ = run(["check", str(plan), "--overheads", str(heavy), "--json"], capsys)
+    assert code == 1 and "fit.does_not_fit" in {f["rule"] for f in json.loads(out)["findings"]}
+    code, _, err = run(["check", "--set", "model.num_moe_experts=128", "--overheads", str(heavy)], capsys)
     assert code == 2 and "only --model runs" in err
 
 

@@ -63,17 +63,22 @@ def config_options(func):
     return func
 
 
-def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_overheads: list | None = None) -> dict:
+def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_overheads: list | None = None,
+                saved_models: list | None = None) -> dict:
     """The merged config of the inputs; the memory-overhead figures a saved plan/estimate result was predicted with
-    are appended to `saved_overheads` (one entry per result read, None where it used the defaults)."""
+    are appended to `saved_overheads` (one entry per result read, None where it used the defaults), the model it was
+    predicted for (its built-in name or config.json) to `saved_models`."""
     if not (configs or sets or mlm_args is not None):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
     def from_result(data: dict, where: str) -> dict:
         results.append(result_config(data, where, rank=rank))
+        picked = pick_result(data, rank)
         if saved_overheads is not None:
-            saved_overheads.append(pick_result(data, rank).get("overheads"))
+            saved_overheads.append(picked.get("overheads"))
+        if saved_models is not None and picked.get("model"):
+            saved_models.append(picked.get("model_source", picked["model"]))
         return results[-1]
 
     config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result)
@@ -124,7 +129,8 @@ def findings_table(findings: list) -> Table:
               help="Which rules apply: a user's config (check), a planned one (explain), a measured run (diagnose).")
 @click.option("--no-mcore", is_flag=True, help="Skip Megatron-Core's own TransformerConfig validation.")
 @click.option("--model", default=None,
-              help="Built-in model or config.json: run the memory wall on the config (fit rules need it).")
+              help="Built-in model or config.json: run the memory wall on the config (fit rules need it; default: the "
+                   "model a saved plan/estimate result names).")
 @click.option("--overheads", type=click.Path(dir_okay=False), default=None,
               help="TOML overriding memory_overheads.toml figures for --model's memory wall (default: a saved plan's "
                    "own, else the built-in figures).")
@@ -132,8 +138,10 @@ def findings_table(findings: list) -> Table:
 def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, overheads, as_json) -> None:
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
-    saved: list = []
-    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved_overheads=saved)
+    saved, models = [], []
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved_overheads=saved, saved_models=models)
+    # a saved plan or estimate names its model: its memory wall runs as under --model (the fit rules need it)
+    model = model or (models[0] if len(set(models)) == 1 else None)
     if overheads and not model:
         raise MoetuneError("--overheads sets the memory wall's figures, which only --model runs: add --model MODEL")
     overheads = load_overheads(overheads) if overheads else next((o for o in saved if o), None)
