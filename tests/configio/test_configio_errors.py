@@ -54,6 +54,9 @@ def run(args, capsys):
     ({}, ["--mlm-args", "# --tensor-model-parallel-size 2"], "no Megatron-LM --flags"),
     ({}, ["--mlm-args", "--num-layers 48 --num-layers-per-virtual-pipeline-stage 0 --pipeline-model-parallel-size 2"],
      "must be at least 1"),
+    # Megatron-LM asserts the other VPP flag beside uneven first/last stages (audit: the error had asked for an integer)
+    ({}, ["--mlm-args", "--num-layers 61 --pipeline-model-parallel-size 8 --decoder-first-pipeline-num-layers 5 "
+          "--num-layers-per-virtual-pipeline-stage 2"], "use --num-virtual-stages-per-pipeline-rank"),
 ])
 @pytest.mark.parametrize("command", ["check", "emit"])
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, files, args, needle, command):

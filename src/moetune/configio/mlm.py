@@ -269,6 +269,11 @@ def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> A
     as a layer each under --account-for-embedding/loss-in-pipeline-split (arguments.py validate_args)."""
     given = {a.key: a.value for a in out}
     layers, pp = given.get("model.num_layers"), given.get("model.pipeline_model_parallel_size", 1)
+    if any(given.get(f"model.num_layers_in_{end}_pipeline_stage") is not None for end in ("first", "last")):
+        # validate_args: "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel
+        # degree when enable uneven pipeline parallelism" (arguments.py:529-531 @core_v0.16.0)
+        raise MoetuneError(f"{origin} with uneven first/last stages (--decoder-first/last-pipeline-num-layers): "
+                           "Megatron-LM asserts the other VPP flag there; use --num-virtual-stages-per-pipeline-rank")
     if len(values) != 1 or not values[0].isdigit() or not layers:
         raise MoetuneError(f"{origin}: needs one integer and --num-layers; "
                            "or use --num-virtual-stages-per-pipeline-rank")
