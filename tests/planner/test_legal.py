@@ -42,8 +42,8 @@ def test_layout_facts_are_found_by_probing():
 
 
 def test_ep_overlap_is_refused_for_three_mtp_layers():
-    """MiniMax-M2 has 3 MTP layers; overlap_moe_expert_parallel_comm supports at most one."""
-    spec, gpu = load_model("minimax-m2"), load_gpu("h100")
+    """MiniMax-M2 trained with its checkpoint's 3 MTP layers; overlap_moe_expert_parallel_comm supports at most one."""
+    spec, gpu = load_model("minimax-m2").with_mtp(3), load_gpu("h100")
     assert "ep_overlap.mtp_layers" in knob_errors(spec, gpu, Knobs(ep_overlap=True), 4096)
     assert knob_errors(spec, gpu, Knobs(), 4096) == []
     moe = Knobs(recompute="selective", recompute_modules=frozenset({"moe"}),
@@ -77,8 +77,8 @@ def test_explain_finds_no_single_move_that_beats_the_pick(model, gpu, world, gbs
 def test_pinning_an_illegal_knob_is_one_clear_error():
     from moetune.errors import MoetuneError
     with pytest.raises(MoetuneError, match=r"ep_overlap\.mtp_layers.*mtp_num_layers=3.*--fix"):
-        plan(load_model("minimax-m2"), load_gpu("h100"), 64, Workload(seq_length=4096, global_batch_size=512),
-             fixed={"ep_overlap": [True]})
+        plan(load_model("minimax-m2").with_mtp(3), load_gpu("h100"), 64,
+             Workload(seq_length=4096, global_batch_size=512), fixed={"ep_overlap": [True]})
 
 
 @pytest.mark.parametrize(("gpu", "world", "ep", "allowed"), [("h100", 64, 32, True), ("gb200", 128, 128, False),

@@ -81,16 +81,18 @@ def test_a_layout_without_a_pipeline_is_left_alone():
     assert rebalance(lay, 40, 0, lambda cand: None, lambda cand: False, (1.0, [1.0])) == (1.0, lay)
 
 
-def _pick(name: str, gpu: str, world: int, seq: int, gbs: int, fixed: dict | None = None):
-    return plan(load_model(name), load_gpu(gpu), world, Workload(seq_length=seq, micro_batch_size=1,
-                                                                 global_batch_size=gbs), top=1, fixed=fixed).results[0]
+def _pick(name: str, gpu: str, world: int, seq: int, gbs: int, fixed: dict | None = None, mtp: int | None = None):
+    spec = load_model(name) if mtp is None else load_model(name).with_mtp(mtp)
+    return plan(spec, load_gpu(gpu), world, Workload(seq_length=seq, micro_batch_size=1, global_batch_size=gbs),
+                top=1, fixed=fixed).results[0]
 
 
 def test_minimax_m2s_last_rank_is_lightened():
-    """MiniMax-M2: 3 MTP layers and a 200k vocabulary over hidden 3072 weigh on the last rank. The pick is a
-    re-split string that `estimate` rates faster, with a narrower spread of rank times, than the recipe-style string
-    on the same sizes and knobs (every chunk but the last even, the remainder beside the MTP layers)."""
-    e = _pick("minimax-m2", "h100", 128, 4096, 1024)
+    """MiniMax-M2 trained with its checkpoint's 3 MTP layers (--mtp-layers 3): they and a 200k vocabulary over hidden
+    3072 weigh on the last rank. The pick is a re-split string that `estimate` rates faster, with a narrower spread of
+    rank times, than the recipe-style string on the same sizes and knobs (every chunk but the last even, the remainder
+    beside the MTP layers)."""
+    e = _pick("minimax-m2", "h100", 128, 4096, 1024, mtp=3)
     lay = e.layout
     assert lay.pp > 1 and lay.pipeline_layout and lay.pipeline_layout.endswith("mmmL")
     per = -(-62 // (lay.pp * lay.vpp))
@@ -128,7 +130,7 @@ def test_explain_says_what_re_split_the_ranks_want():
     assert suggested.fits and suggested.time["step_seconds"] < even.time["step_seconds"]
     assert move_note(pick) is None  # the pick is already re-split
 
-    mm = _pick("minimax-m2", "h100", 128, 8192, 512, {"vpp": 1})
+    mm = _pick("minimax-m2", "h100", 128, 8192, 512, {"vpp": 1}, mtp=3)
     note = move_note(mm)
     assert "memory, not the split, keeps the ranks uneven" in note
     free = mm.variant(layout=replace(mm.layout, pipeline_layout=note.split("`")[1]))
@@ -172,7 +174,7 @@ def test_the_pick_is_re_split_even_where_looser_layouts_crowd_the_resplit_budget
 @pytest.mark.parametrize(("model", "gpu", "world", "mtp"), [
     ("glm-4.5", "gb200", 136, 0),  # three dense layers before 89 MoE ones, 92 in all over PP17 or PP34
     ("qwen3-30b-a3b", "h100", 136, None),  # one layer kind; PP4 x VPP12 leaves every virtual stage one layer
-    ("minimax-m2", "h100", 96, None),  # three MTP layers and a 200k vocabulary on the last rank
+    ("minimax-m2", "h100", 96, 3),  # three MTP layers and a 200k vocabulary on the last rank
 ])
 def test_the_resplit_bound_never_passes_what_a_resplit_reaches(model, gpu, world, mtp):
     """The slowest rank's time the search's re-split bounds assume (walls/batch.py "balanced" and its whole-layer

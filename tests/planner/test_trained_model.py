@@ -43,13 +43,15 @@ def test_megatron_lm_arguments_train_mtp_only_when_asked():
 
 def test_a_bridge_config_trains_no_mtp_from_minimax_s_num_mtp_modules():
     """MiniMax-M2's config.json names its 3 MTP modules as num_mtp_modules, which Megatron Bridge's provider does not
-    read (model_bridge.py CONFIG_MAPPING: num_nextn_predict_layers, mtp_num_hidden_layers): a Bridge config silent
-    on mtp_num_layers trains none, one that sets it trains that many; the flags' default stays the config.json's."""
+    read (model_bridge.py CONFIG_MAPPING: num_nextn_predict_layers, mtp_num_hidden_layers) nor map: a Bridge config
+    silent on mtp_num_layers trains none, one that sets it trains that many, shaped as the checkpoint's MTP layer;
+    the flags' default is the same none (the flags had priced 3)."""
     config = load_config(sets=["model.pipeline_model_parallel_size=2", "model.expert_model_parallel_size=8"],
                          gpu="h100", gpus=64)
     spec = load_model("minimax-m2")
-    assert spec.mtp_num_layers == 3 and trained_model(spec, config).mtp_num_layers == 0
-    assert trained_model(spec, {**config, "model.mtp_num_layers": 2}).mtp_num_layers == 2
+    assert spec.mtp_num_layers == 0 and trained_model(spec, config).mtp_num_layers == 0
+    deeper = trained_model(spec, {**config, "model.mtp_num_layers": 2})
+    assert deeper.mtp_num_layers == 2 and deeper.mtp_layer_kind.mixer == "gqa" and deeper.mtp_layer_kind.window is None
 
 
 def test_check_fills_in_no_mtp_for_minimax_s_bridge_config(capsys):

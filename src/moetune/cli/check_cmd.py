@@ -162,9 +162,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         # a Bridge config also what Bridge's model bridges and recipes set (a Megatron-LM launch has no recipe)
         fill = {k: v for k, v in architecture_fields(spec).items() if v is not None}
         mlm = config.get("cluster.launcher") == "megatron-lm"
-        # no --mtp-num-layers is no MTP there, as estimate reads it; nor does Bridge's provider build any from
-        # MiniMax's num_mtp_modules (ModelSpec.bridge_mtp_num_layers)
-        if mlm or not spec.bridge_mtp_num_layers:
+        # no --mtp-num-layers is no MTP there, as estimate reads it
+        if mlm or not spec.mtp_num_layers:
             fill.pop("model.mtp_num_layers", None)
         if not mlm:
             precision_given = any(k.startswith("mixed_precision.") for k in config)  # the recipe's, or all of it

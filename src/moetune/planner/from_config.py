@@ -38,8 +38,8 @@ def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
     trains:
     `model.mtp_num_layers` where the config sets it (None or 0: none);
     none under Megatron-LM arguments that leave it out (`--mtp-num-layers` defaults to None, arguments.py); else
-    Bridge's provider's (ModelSpec.bridge_mtp_num_layers: num_nextn_predict_layers from the config.json, none from
-    MiniMax's num_mtp_modules, which Bridge does not read)."""
+    Bridge's provider's (the model's mtp_num_layers: num_nextn_predict_layers from the config.json; none from MiniMax's
+    num_mtp_modules, which Bridge does not read: specs/hf_readers.py)."""
     mlm = config.get(LAUNCHER) == "megatron-lm"
     divisor = config.get("model.make_vocab_size_divisible_by")  # the padding the launch asks
     if divisor is None and mlm:
@@ -55,7 +55,7 @@ def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
     elif mlm:
         mtp = 0
     else:
-        mtp = m.bridge_mtp_num_layers
+        mtp = m.mtp_num_layers
     try:
         return m.with_mtp(mtp)
     except ValueError as err:

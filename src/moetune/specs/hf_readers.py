@@ -158,7 +158,11 @@ def _read_mixtral(c: HfConfig) -> dict:
         **moe_fields(c, "mixtral"),
         moe_router_score_function="sigmoid" if mt == "minimax_m2" else "softmax",
         moe_router_score_correction_bias=mt == "minimax_m2",
-        **mtp_fields(mtp, LayerKind(mixer="gqa", mlp="moe")), mtp_bridge_reads=False,  # num_mtp_modules
+        # MiniMax's num_mtp_modules: Megatron Bridge's provider reads no MTP depth from it (CONFIG_MAPPING takes
+        # num_nextn_predict_layers and mtp_num_hidden_layers only, models/conversion/model_bridge.py) nor maps its
+        # modules (minimax_m2_bridge.py "MTP modules are not mapped"), and Megatron-LM builds none unless asked: none
+        # trained by default, and --mtp-layers N trains N from scratch, each the checkpoint's MTP layer shape
+        mtp_num_layers=0, mtp_layer_kind=LayerKind(mixer="gqa", mlp="moe") if mtp else None,
     )
 
 

@@ -154,10 +154,6 @@ class ModelSpec:
     # whatever it holds, and Bridge's import leaves those past it at random initialisation (model_bridge.py
     # build_conversion_tasks: "No mapping found"; rule model.mtp_beyond_checkpoint)
     mtp_checkpoint_layers: int = 0
-    # whether Megatron Bridge's model provider takes mtp_num_layers from this config.json: its CONFIG_MAPPING reads
-    # num_nextn_predict_layers and mtp_num_hidden_layers only (models/conversion/model_bridge.py), not MiniMax's
-    # num_mtp_modules (minimax_m2_bridge.py: "MTP modules are not mapped")
-    mtp_bridge_reads: bool = True
     # Megatron pads the vocabulary to a multiple of this x TP (make_vocab_size_divisible_by): a launch setting. A
     # config.json's model takes its Megatron Bridge bridge's (hf_config.bridge_vocab_divisor); a launch config's own
     # value, or Megatron-LM's default 128 under its arguments, replaces it (from_config.trained_model)
@@ -229,12 +225,6 @@ class ModelSpec:
         # last layer (Megatron-LM gpt_builders.py: "Use spec of the last layer in decoder block as spec of the
         # transformer layer in MTP"; Megatron Bridge's providers take the same, gpt_provider.py mtp_block_spec)
         return replace(self, mtp_num_layers=n, mtp_layer_kind=self.layers[-1])
-
-    @property
-    def bridge_mtp_num_layers(self) -> int:
-        """The MTP depth a Megatron Bridge launch config that names none trains: the provider's, from the config.json
-        where Bridge reads it there (mtp_bridge_reads), else none."""
-        return self.mtp_num_layers if self.mtp_bridge_reads else 0
 
     # ---- derived facts -------------------------------------------------------------------
     @property
