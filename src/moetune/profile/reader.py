@@ -216,12 +216,6 @@ class _Sink:
         self.peak_reserved = value if self.peak_reserved is None else max(self.peak_reserved, value)
 
 
-# What a traceEvents that is not a list holds, in words (ijson's event names; the fallback reader's Python types)
-NOT_A_LIST_WORDS = {"number": "a number", "int": "a number", "float": "a number", "string": "a string",
-                    "str": "a string", "start_map": "an object", "dict": "an object", "boolean": "true/false",
-                    "bool": "true/false"}
-
-
 def read_trace(path: str | Path) -> RankTrace:
     """Read one rank's trace (.json or .json.gz); MoetuneError names what is wrong with it."""
     path = Path(path)
@@ -247,7 +241,7 @@ def read_trace(path: str | Path) -> RankTrace:
 
 def _assemble(path: Path, header: dict, sink: _Sink) -> RankTrace:
     if sink.events == 0 and (found := header.get(EVENTS_NOT_A_LIST)):
-        raise fail(path, f"has traceEvents as {NOT_A_LIST_WORDS.get(found, found)}, not a list of events; is it a "
+        raise fail(path, f"has traceEvents as {found}, not a list of events; is it a "
                           "PyTorch profiler (Kineto) trace?")
     if sink.events == 0:
         raise fail(path, "has no trace events (no traceEvents, or an empty list); is it a PyTorch profiler (Kineto) "

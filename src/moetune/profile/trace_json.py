@@ -88,8 +88,15 @@ def first_char(path: Path) -> str:
     return head[:1].decode("ascii", "replace")
 
 
-# The header key under which _read_header notes a traceEvents that is not a list (the JSON event found there)
+# The header key under which a traceEvents that is not a list is noted: what it holds instead, in words
 EVENTS_NOT_A_LIST = "_traceEvents_not_a_list"
+# Those words, by what each parser calls the value: ijson's event names, the fallback json.load's Python types
+_KIND_WORDS = {"number": "a number", "int": "a number", "float": "a number", "string": "a string", "str": "a string",
+               "start_map": "an object", "dict": "an object", "boolean": "true/false", "bool": "true/false"}
+
+
+def _not_a_list(kind: str) -> dict:
+    return {EVENTS_NOT_A_LIST: _KIND_WORDS.get(kind, kind)}
 
 
 def _read_header(path: Path) -> dict:
@@ -100,7 +107,7 @@ def _read_header(path: Path) -> dict:
         for prefix, event, value in ijson.parse(fh):
             if at_events:  # the event after the traceEvents key: a list opens, else say what is there instead
                 if event != "start_array":
-                    header[EVENTS_NOT_A_LIST] = event
+                    header |= _not_a_list(event)
                 break
             if prefix == "" and event in ("map_key", "end_map"):
                 if builder is not None:
@@ -123,7 +130,7 @@ def stream(path: Path, sink) -> dict:
             doc = json.load(fh, parse_float=Decimal)
         events = doc if isinstance(doc, list) else doc.get("traceEvents") or []
         if not isinstance(events, list):
-            return {EVENTS_NOT_A_LIST: type(events).__name__}
+            return _not_a_list(type(events).__name__)
         for e in events:
             sink.add(e)
         return doc if isinstance(doc, dict) else {}
