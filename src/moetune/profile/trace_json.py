@@ -99,8 +99,9 @@ def _not_a_list(kind: str) -> dict:
     return {EVENTS_NOT_A_LIST: _KIND_WORDS.get(kind, kind)}
 
 
-def _read_header(path: Path) -> dict:
-    """Top-level keys before ``traceEvents`` (ijson.parse is slow per token; the header is small)."""
+def _read_header(path: Path) -> tuple[dict, bool]:
+    """Top-level keys before ``traceEvents`` (ijson.parse is slow per token; the header is small), and whether the
+    file has a top-level traceEvents (the scan reads on to the root's end where it has none)."""
     header: dict = {}
     key, builder, at_events = None, None, False
     with _open(path) as fh:
@@ -108,19 +109,17 @@ def _read_header(path: Path) -> dict:
             if at_events:  # the event after the traceEvents key: a list opens, else say what is there instead
                 if event != "start_array":
                     header |= _not_a_list(event)
-                break
+                return header, True
             if prefix == "" and event in ("map_key", "end_map"):
                 if builder is not None:
                     header[key] = builder.value
                 key, builder = value, None
                 at_events = value == "traceEvents"
-                if event == "end_map":
-                    break
                 if value in _HEADER_KEYS:
                     builder = ijson.ObjectBuilder()
             elif builder is not None:
                 builder.event(event, value)
-    return header
+    return header, False
 
 
 def stream(path: Path, sink) -> dict:
@@ -139,7 +138,7 @@ def stream(path: Path, sink) -> dict:
             for e in ijson.items(fh, "item"):
                 sink.add(e)
         return {}
-    header = _read_header(path)
+    header = _read_header(path)[0]
     with _open(path) as fh:
         for e in ijson.items(fh, "traceEvents.item"):
             sink.add(e)
@@ -178,11 +177,10 @@ def lacks_trace_events(path: Path) -> bool:
     try:
         if first_char(path) != "{":
             return False
-        with _open(path) as fh:
-            if ijson is None:
+        if ijson is None:
+            with _open(path) as fh:
                 return "traceEvents" not in json.load(fh)
-            return not any(prefix == "" and event == "map_key" and value == "traceEvents"
-                           for prefix, event, value in ijson.parse(fh))
+        return not _read_header(path)[1]  # the scan read_trace makes of a trace's header
     except (MoetuneError, EOFError, OSError, *BAD_JSON):
         return False
 
