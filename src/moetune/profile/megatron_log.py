@@ -37,6 +37,9 @@ _MEM_KEYS = {
     "mem-alloc-retries": "alloc_retries",
 }
 _UNIT_BYTES = {"MB": 2**20, "GB": 1e9}
+# Iteration fields moetune reads: a value that is not a number is an error, not a silent gap
+_NUMERIC = _ELAPSED, _TFLOPS, _GBS = ("elapsed time per iteration (ms)", "throughput per GPU (TFLOP/s/GPU)",
+                                      "global batch size")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -130,10 +133,9 @@ def _iteration(m: re.Match) -> LogIteration:
         v = f.get(key)
         return float(v) if isinstance(v, float) else None
 
-    gbs = num("global batch size")
+    gbs = num(_GBS)
     return LogIteration(
-        iteration=int(m.group(1)), elapsed_ms=num("elapsed time per iteration (ms)"),
-        tflops_per_gpu=num("throughput per GPU (TFLOP/s/GPU)"),
+        iteration=int(m.group(1)), elapsed_ms=num(_ELAPSED), tflops_per_gpu=num(_TFLOPS),
         global_batch_size=int(gbs) if gbs is not None and 0 < gbs < 1e12 else None, fields=f,
     )
 
@@ -155,10 +157,6 @@ def _memory(m: re.Match, where: str = "memory report") -> MemoryReport:
         max_allocated_bytes=size("max_allocated"), reserved_bytes=size("reserved"),
         max_reserved_bytes=size("max_reserved"), alloc_retries=int(retries) if retries is not None else None,
     )
-
-
-# Iteration fields moetune reads: a value that is not a number is an error, not a silent gap
-_NUMERIC = ("elapsed time per iteration (ms)", "throughput per GPU (TFLOP/s/GPU)", "global batch size")
 
 
 def _numeric(it: LogIteration, where: str) -> LogIteration:
