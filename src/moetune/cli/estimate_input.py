@@ -16,7 +16,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.compute import router_dtype_matters
+from moetune.walls.compute import router_dtype_defaulted
 from moetune.walls.cp_legal import hcp_groups, rank_heads
 
 
@@ -99,8 +99,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     precision = pick("precision", kw["precision"], default_precision(gpu))
     # "none": the activations' BF16; left out, the FP32 router every plan's config sets (Knobs.moe_router_dtype)
     router_dtype = {None: PLAN_ROUTER_DTYPE, "none": None}.get(kw["moe_router_dtype"], kw["moe_router_dtype"])
-    # said only where it moves the estimate: the fc2 bias pass of biased experts (walls/compute.py expert_bias_seconds)
-    if kw["moe_router_dtype"] is None and router_dtype_matters(spec):
+    if router_dtype_defaulted(spec, given=kw["moe_router_dtype"] is not None):
         defaulted.append("moe_router_dtype")
     dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:

@@ -11,7 +11,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.compute import router_dtype_matters
+from moetune.walls.compute import router_dtype_defaulted
 from moetune.walls.efficiency import check_file, check_for_gpu, sets_for
 
 
@@ -104,11 +104,10 @@ def _named(err: MoetuneError, where: str) -> MoetuneError:
 def _defaulted(r: dict, model) -> list[str]:
     """What the saved result lists as defaulted (an estimate's: knobs left to the platform and its global batch), and
     moe_router_dtype where a result saved before the knob was recorded is rebuilt with FP32 (_configuration), said
-    where it moves the estimate as estimate_input.build_knobs says it: the fc2 bias pass of biased experts."""
+    where estimate's options say it (compute.router_dtype_defaulted)."""
     saved = r.get("defaulted")
     out = [str(name) for name in saved] if isinstance(saved, list) else []
-    if "moe_router_dtype" not in r["knobs"] and router_dtype_matters(model) \
-            and "moe_router_dtype" not in out:
+    if router_dtype_defaulted(model, given="moe_router_dtype" in r["knobs"]) and "moe_router_dtype" not in out:
         out.append("moe_router_dtype")
     return out
 

@@ -252,10 +252,11 @@ def fp32_probs_source(knobs: Knobs) -> str | None:
     return "dispatcher" if knobs.dispatcher in FP32_PROBS_DISPATCHERS else None
 
 
-def router_dtype_matters(spec: ModelSpec) -> bool:
-    """Whether the router's dtype moves this model's estimate: only through the fc2 bias pass of biased MoE experts
-    (expert_bias_seconds; gpt-oss), so estimate and a saved result's reload list it as defaulted there alone."""
-    return bool(spec.num_moe_layers and spec.add_mlp_bias)
+def router_dtype_defaulted(spec: ModelSpec, given: bool) -> bool:
+    """Whether moe_router_dtype is listed as defaulted: left out (the FP32 router every plan's config sets stands in,
+    PLAN_ROUTER_DTYPE) where the router's dtype moves this model's estimate, only through the fc2 bias pass of biased
+    MoE experts (expert_bias_seconds; gpt-oss). estimate's options and a saved result's reload both ask it."""
+    return not given and bool(spec.num_moe_layers and spec.add_mlp_bias)
 
 
 def expert_bias_seconds(spec: ModelSpec, ctx: ActivationContext, r: Rates, knobs: Knobs) -> tuple:
