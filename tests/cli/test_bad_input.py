@@ -41,7 +41,7 @@ from cli_run import run
      "--cuda-graph-scope is empty"),
     (["estimate", "qwen3-235b-a22b", "--gpu", "h100", "--gpus", "256", "--tp", "4", "--cp", "8", "--pp", "8",
       "--ep", "8", "--seq", "131072", "--account-for-embedding", "--account-for-loss", "--cp-comm-type", "a2a+p2p"],
-     "no a2a group of 2 or more that divides CP, splits the 4 KV groups over TP 4"),
+     "no a2a group of 2 or more that divides CP, splits the 1 KV groups of a TP 4 rank and fits the 8-GPU NVLink"),
     (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "cp_comm_type=ring"],
      "expected one of p2p"),
     (["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--fix", "tp_comm_overlap=true",

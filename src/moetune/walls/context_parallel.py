@@ -228,19 +228,19 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
 
 
 def _hcp_size(spec: ModelSpec, lay, size: int | None, gpu) -> int:
-    """a2a+p2p's a2a group: the one given, checked, or the largest the heads allow inside NVLink."""
-    groups = spec.kv_groups
+    """a2a+p2p's a2a group: the one given, checked, or the largest the heads allow inside NVLink; its errors count the
+    KV groups of a TP rank (rank_heads), what the all-to-all splits, as the other CP errors do."""
+    heads_tp, groups_tp = rank_heads(spec, lay.tp)
     if size is None:
         size = int(hcp_inner_size(spec, lay.cp, lay.tp, gpu.nvlink_domain))
         if size == 1:
             why = (f"CP {lay.cp} leaves no ring beside an a2a group of 2 or more" if lay.cp < 4 else
-                   f"no a2a group of 2 or more that divides CP, splits the {groups} KV groups over TP {lay.tp} and "
-                   f"fits the {gpu.nvlink_domain}-GPU NVLink domain")
+                   f"no a2a group of 2 or more that divides CP, splits the {groups_tp} KV groups of a TP {lay.tp} rank "
+                   f"and fits the {gpu.nvlink_domain}-GPU NVLink domain")
             instead = exchanges_that_run(spec, lay.cp, [lay.tp], gpu.nvlink_domain, "a2a+p2p")
             raise MoetuneError(f"a2a+p2p at CP {lay.cp}: {why}; use {instead or 'a smaller CP or TP'}")
     # A group of CP leaves a p2p ring of 1, which runs: Transformer Engine's attn_forward_func_with_cp hands a2a+p2p
     # with a one-rank p2p group to plain a2a over cp_group[0] (since v1.12), priced so here (the ring costs nothing)
-    heads_tp, groups_tp = rank_heads(spec, lay.tp)
     checks = hcp_group_checks(heads_tp, groups_tp, lay.cp, size)
     words = {"divides": f"divide CP ({lay.cp})", "splits": f"split the {groups_tp} KV groups of a TP {lay.tp} rank"}
     failed = [words[name] for name, holds in checks.items() if not holds]
