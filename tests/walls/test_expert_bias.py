@@ -15,7 +15,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls import step
+from moetune.walls import layer_comm
 from moetune.walls.batch import batch_step_seconds
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
@@ -81,13 +81,13 @@ def test_ep_overlap_pairs_the_bias_pass_s_forward_with_the_expert_forward(monkey
     """Under EP overlap the expert part's forward window holds the bias pass's forward: its bytes' forward share of
     the pass (12 of 28 with the alltoall dispatcher's BF16 probabilities, 28 of 68 with HybridEP's FP32 ones), where
     it had been taken at the GEMMs' third."""
-    seen, exposed = [], step.ep_overlap_exposed
+    seen, exposed = [], layer_comm.ep_overlap_exposed
 
     def spy(a, compute, hide, delay_wgrad, *bias_forward):
         seen.append((compute["expert_bias"], *bias_forward))
         return exposed(a, compute, hide, delay_wgrad, *bias_forward)
 
-    monkeypatch.setattr(step, "ep_overlap_exposed", spy)
+    monkeypatch.setattr(layer_comm, "ep_overlap_exposed", spy)
     knobs = Knobs(precision="bf16", dispatcher=dispatcher, ep_overlap=True, moe_router_dtype=None)
     estimate(load_model("gpt-oss-120b"), load_gpu("b200"), Layout(world_size=8, ep=8),
              Workload(seq_length=4096, micro_batch_size=4, global_batch_size=32), knobs)

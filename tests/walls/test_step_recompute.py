@@ -1,4 +1,4 @@
-"""Recompute replays a layer's forward communication with its forward compute (walls/step.py _layer_comm, layer_time;
+"""Recompute replays a layer's forward communication with its forward compute (walls/layer_comm.py, step.py layer_time;
 walls/context_parallel.py _option_cost): full recompute re-runs the TP all-gathers and reduce-scatters of sequence
 parallelism, and a recompute that replays core attention re-runs its CP exchange's forward."""
 

@@ -23,18 +23,8 @@ from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
-from moetune.walls.activations import offloaded_bytes
-from moetune.walls.comms import (
-    BF16,
-    alltoall_total,
-    ep_alltoall_parts,
-    nvlink_busy,
-    p2p_bandwidth,
-    p2p_seconds,
-    ring_seconds,
-)
+from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import (
-    BWD_GEMM,
     Rates,
     chunked_attention_flops,
     expert_bias_seconds,
@@ -45,13 +35,13 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
-from moetune.walls.flops import qkv_gathered
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import dp_raw_seconds, iteration_terms
+from moetune.walls.layer_comm import layer_comm
 from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops
-from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_exposed, ep_overlap_hide, ep_overlap_unpaired
+from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.rank_params import model_padded_vocab, stage_params
 
 
@@ -62,87 +52,6 @@ class LayerTime:
     comm_raw: dict  # un-hidden seconds by collective
     host: float
     host_unpaired: float  # the host seconds with the EP all-to-all unhidden (a micro-batch EP overlap cannot pair)
-
-
-def qkv_gather_seconds(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs):
-    """Seconds of the QKV output's all-gather over TP past the KV groups (flops.qkv_gathered), forward, and its
-    reduce-scatter, backward (tensor_parallel/mappings.py _AllGatherFromTensorParallelRegion: its backward is
-    _reduce_scatter_along_last_dim); full recompute gathers again. A plain collective in attention.py, which TE's TP
-    comm overlap (userbuffers, around the linear layers' GEMMs) does not hide."""
-    past = qkv_gathered(spec, lay.tp)
-    if kind.mixer != "gqa" or not np.any(past):
-        return 0.0
-    calls = 2 + (knobs.recompute == "full")
-    return calls * past * ring_seconds(ctx.tokens * sum(spec.qkv_widths) * BF16, lay.tp, 1, gpu, eff)
-
-
-def _layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs,
-                compute: dict, cp: tuple, bias_forward=0.0) -> tuple[dict, dict]:
-    """Raw and exposed seconds of the TP, EP and CP collectives of one layer (forward + backward); `cp` is the CP
-    exchange's (raw, exposed) seconds (context_parallel.layer_cp), `bias_forward` the forward seconds of the experts'
-    fc2 bias pass (compute.expert_bias_seconds), which EP overlap pairs with the expert forward."""
-    compute_s = sum(compute.values())
-    full = ctx.tokens * spec.hidden_size * BF16  # the sequence-gathered activation a TP collective moves
-    n_tp = (2 if kind.mixer != "none" else 0) + (2 if kind.mlp == "dense" else 0)
-    if kind.mlp == "moe" and spec.moe_shared_expert_intermediate_size:
-        n_tp += 2  # shared experts gather and scatter the sequence themselves
-    # Recomputing a norm under sequence parallel re-gathers its output for the GEMM that reads it
-    # (layernorm recompute keeps only the sharded input): one more all-gather per recomputed norm in backward.
-    regather = 0
-    if "layernorm" in knobs.effective_modules and knobs.recompute == "selective":
-        regather = (kind.mixer != "none") + (kind.mlp == "dense" or (kind.mlp == "moe" and
-                                                                    bool(spec.moe_shared_expert_intermediate_size)))
-    # full recompute replays the layer's forward, its n_tp/2 all-gathers and n_tp/2 reduce-scatters included
-    # (Megatron-Core transformer_block.py _checkpointed_forward: tensor_parallel.checkpoint re-runs the whole layer,
-    # the sequence-parallel gathers of its Column/RowParallelLinear with it)
-    replay = n_tp if knobs.recompute == "full" else 0
-    tp = (2 * n_tp + regather + replay) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
-    qkv = qkv_gather_seconds(spec, kind, lay, ctx, gpu, eff, knobs)
-    ep, ep_exposed = 0.0, 0.0
-    if kind.mlp == "moe":
-        parts, etp = _dispatch_parts(spec, lay, ctx, gpu, eff, knobs, full)
-        a2a = alltoall_total(parts)
-        replays = 2 if (knobs.recompute == "full" or "moe" in knobs.effective_modules) else 0
-        ep = (4 + replays) * (a2a + etp)
-        # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
-        ep_exposed = ep
-        if knobs.ep_overlap:
-            eager = layer_cpu_share(kind, knobs.cuda_graph_scope) / layer_cpu_share(kind, ())
-            hide = ep_overlap_hide(eff, nvlink_busy(parts), eager)
-            ep_exposed = ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad, bias_forward) + \
-                replays * (a2a + etp)
-    cp, cp_exposed = cp
-    # Fine-grained activation offloading: the offloaded inputs go to the host in the forward and come back in
-    # the backward over the host link, each direction under that pass's compute (the backward is BWD_GEMM times
-    # the forward, compute.py).
-    moved = offloaded_bytes(spec, kind, ctx) / (gpu.host_link_gbps * 1e9 * eff["host_link_eff"])
-    forward_s = compute_s / (1 + BWD_GEMM)
-    raw = {"tp": tp + qkv, "ep_alltoall": ep, "cp": cp, "activation_offload": 2 * moved}
-    exposed = {
-        "tp": (tp * (1 - eff["tp_overlap_hide"]) if knobs.tp_comm_overlap else tp) + qkv,
-        "ep_alltoall": ep_exposed,
-        "cp": cp_exposed,  # a ring's steps hide under the attention of the chunks already held
-        "activation_offload": np.maximum(moved - forward_s, 0.0) + np.maximum(moved - BWD_GEMM * forward_s, 0.0),
-    }
-    return raw, exposed
-
-
-def _dispatch_parts(spec: ModelSpec, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs, full) -> tuple:
-    """One dispatch's (NVLink, NIC, fixed) seconds (comms.ep_alltoall_parts) and its expert-TP gather's.
-    The allgather dispatcher gathers every token of the ETP x EP group, whatever the top-k, and reduce-scatters
-    them back (moe/token_dispatcher.py MoEAllGatherTokenDispatcher: tp_ep_group); the others send each token to
-    its experts' ranks, then the expert-TP group all-gathers what its ranks received: ETP times one rank's routed
-    tokens, as the expert GEMMs count them (compute.forward_seconds)."""
-    if knobs.dispatcher == "allgather":
-        group = lay.ep * lay.etp
-        gather = ring_seconds(full / ctx.sp_div * group, group, 1, gpu, eff)
-        return (gather, 0.0 * gather, 0.0 * gather), 0.0
-    parts = ep_alltoall_parts(ctx.tokens / ctx.sp_div * ctx.token_imbalance, spec.hidden_size, spec.moe_router_topk,
-                              spec.num_moe_experts, lay.ep, lay.etp, gpu, eff, knobs.dispatcher,
-                              spec.moe_router_num_groups, spec.moe_router_group_topk, knobs.num_sms)
-    # the busiest expert rank gathers its imbalance's share too, as its GEMMs count it
-    return parts, ring_seconds(full * spec.moe_router_topk / ctx.sp_div * lay.etp * ctx.token_imbalance, lay.etp, 1,
-                               gpu, eff)
 
 
 def ring_attention(compute: dict, attn, slow, knobs: Knobs) -> dict:
@@ -178,7 +87,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         replays = "routed_experts" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
         compute = {**compute, "expert_bias": fwd + bwd, "recompute": compute["recompute"] + (fwd if replays else 0.0)}
     total = sum(compute.values())
-    raw, exposed = _layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed), fwd)
+    raw, exposed = layer_comm(spec, kind, lay, ctx, gpu, eff, knobs, compute, (cp_raw, cp_exposed), fwd)
     # The CPU's work to issue the layer (forward + backward) minus what CUDA graphs capture; the GPU idles
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
@@ -188,8 +97,8 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     # The wait itself, whatever the routing (force-balanced counts vary too: random router logits): every dispatcher
     # reads its token counts on the host (moe/token_dispatcher.py: alltoall before its EP all-to-all, HybridEP to size
     # its buffers, DeepEP's per-expert receive counts); only a full-iteration graph's sync-free path avoids it.
-    sync = eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1) \
-        if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0
+    sync = (eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1)
+            if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0)
     gpu_s = total + sum(exposed.values())
     host = host_wait(cpu, gpu_s) + sync
     unpaired = host_wait(cpu, gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]) + sync if knobs.ep_overlap else host
@@ -248,8 +157,8 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     # unpaired, and they are what the other stages wait through (the bubble), so both take the all-to-all whole
     # (Megatron-Core pipeline_parallel/schedules.py: the combined 1F1B pairs a forward with a backward only in the
     # steady phase; overlap.ep_overlap_unpaired counts the rest)
-    hidden = (slow["comm_raw"].get("ep_alltoall", 0.0) - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap \
-        else 0.0
+    hidden = ((slow["comm_raw"].get("ep_alltoall", 0.0) - slow["comm"].get("ep_alltoall", 0.0)) if knobs.ep_overlap
+              else 0.0)
     # an unpaired micro-batch's GPU work is longer, so less of it waits for the host (layer_time's host_unpaired)
     regain = slow["host_unpaired"] - slow["host"] if knobs.ep_overlap else 0.0
     u = float(ep_overlap_unpaired(lay, m)) if knobs.ep_overlap else 0.0
