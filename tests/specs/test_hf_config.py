@@ -9,8 +9,8 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.specs.hf_config import load_hf_config, spec_from_hf
-from moetune.specs.model import SpecError
 from moetune.specs.registry import builtin_names, load_model
+from moetune.specs.spec_checks import SpecError
 
 
 def test_every_shared_config_is_a_builtin_and_parses(shared_data):

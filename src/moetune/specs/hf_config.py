@@ -7,7 +7,8 @@ from moetune.files import read_json
 from moetune.specs.hf_access import ABSENT, HfConfig, lookup, short
 from moetune.specs.hf_attention import refuse_biases
 from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
-from moetune.specs.model import ModelSpec, SpecError
+from moetune.specs.model import ModelSpec
+from moetune.specs.spec_checks import SpecError
 
 # Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
 # deepseek_v2_bridge.py 3200, deepseek_v3_bridge.py 1280, kimi_bridge.py 1280); every other bridge passes
