@@ -176,8 +176,8 @@ def json_assignments(data: Any, origin: str, from_result: ResultReader | None = 
                            "Megatron Bridge sections (model, train, ...)")
     try:
         config = from_result(data, origin)
-    except MoetuneError as err:  # a readable result that says what is wrong itself (--rank past its results)
-        raise (err if str(err).startswith(origin) else MoetuneError(f"{origin}: {err}")) from None
+    except MoetuneError:  # a readable result that says what is wrong itself, naming the file (ResultReader)
+        raise
     except (KeyError, TypeError, ValueError) as err:
         raise MoetuneError(f"{origin}: not an estimate/plan result moetune can read ({err})") from None
     return [Assignment(key=k, value=v, origin=origin) for k, v in config.items()]
