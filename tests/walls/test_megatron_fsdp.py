@@ -6,6 +6,8 @@ dense parameters over DP x CP, experts over EDP (mcore_fsdp_adapter.py). megatro
 backward once gradients are sharded, and gathers each TransformerLayer before its forward and again before its
 backward once weights are."""
 
+from dataclasses import replace
+
 import pytest
 
 from moetune.configio import load_config
@@ -154,3 +156,36 @@ def test_megatron_fsdp_refuses_what_megatron_refuses():
         Knobs(megatron_fsdp="optim_grads_params", torch_fsdp2=True, distributed_optimizer=False)
     with pytest.raises(MoetuneError, match="takes no_shard, optim, optim_grads, optim_grads_params"):
         Knobs(megatron_fsdp="zero3")
+
+
+# Megatron Bridge's DeepSeek-V3 64 x GB300 MXFP8 Megatron FSDP perf recipe (perf_recipes/deepseek/gb300/deepseek_v3.py
+# deepseek_v3_pretrain_64gpu_gb300_fp8mx_fsdp_config and common.py _apply_deepseek_v3_64gpu_gb300_fsdp_configs
+# @067f987; _perf_precision turns grad_reduce_in_fp32 off, _deepseek_v3_common forces load balancing)
+DSV3_FSDP_RECIPE = [
+    "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1", "model.expert_model_parallel_size=64",
+    "model.expert_tensor_parallel_size=1", "model.context_parallel_size=1", "model.sequence_parallel=false",
+    "train.global_batch_size=256", "train.micro_batch_size=2", "model.seq_length=4096",
+    "ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params",
+    "checkpoint.ckpt_format=fsdp_dtensor", "mixed_precision=bf16_with_mxfp8_mixed",
+    "mixed_precision.grad_reduce_in_fp32=false", "mixed_precision.fp8_param_gather=true", "model.fp8_output_proj=true",
+    "model.recompute_granularity=selective", "model.recompute_modules=[layernorm,mla_up_proj,moe_act]",
+    "model.fine_grained_activation_offloading=true", "model.offload_modules=[core_attn,attn_proj]",
+    "model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=hybridep",
+    "model.moe_router_force_load_balancing=true"]
+
+
+def test_bridges_deepseek_v3_megatron_fsdp_recipe_fits_only_with_its_weights_sharded():
+    """The recipe runs DeepSeek-V3 on 64 GB300s at EP 64 with every expert whole on its rank (EDP 1): Megatron FSDP
+    shards the dense weights over the 64 ranks and gathers each layer as it runs. It is predicted to fit (within the
+    GPU's usable memory), and keeping the weights whole (optim_grads) would not."""
+    from moetune.planner.from_config import trained_model
+
+    config = load_config(sets=DSV3_FSDP_RECIPE, gpu="gb300", gpus=64)
+    layout, workload, knobs = from_config(config, load_model("deepseek-v3"))
+    spec = trained_model(load_model("deepseek-v3"), config)
+    assert knobs.megatron_fsdp == "optim_grads_params" and layout.edp == 1
+    e = estimate(spec, load_gpu("gb300"), layout, workload, knobs, with_time=False)
+    assert e.fits
+    whole = estimate(spec, load_gpu("gb300"), layout, workload, replace(knobs, megatron_fsdp="optim_grads"),
+                     with_time=False)
+    assert not whole.fits
