@@ -63,22 +63,17 @@ def config_options(func):
     return func
 
 
-def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved_overheads: list | None = None,
-                saved_models: list | None = None) -> dict:
-    """The merged config of the inputs; the memory-overhead figures a saved plan/estimate result was predicted with
-    are appended to `saved_overheads` (one entry per result read, None where it used the defaults), the model it was
-    predicted for (its built-in name or config.json) to `saved_models`."""
+def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: list | None = None) -> dict:
+    """The merged config of the inputs; the result picked from each saved plan/estimate result read is appended to
+    `saved`, whose overheads and model the memory wall runs with as they were predicted."""
     if not (configs or sets or mlm_args is not None):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
     def from_result(data: dict, where: str) -> dict:
         results.append(result_config(data, where, rank=rank))
-        picked = pick_result(data, rank)
-        if saved_overheads is not None:
-            saved_overheads.append(picked.get("overheads"))
-        if saved_models is not None and picked.get("model"):
-            saved_models.append(picked.get("model_source", picked["model"]))
+        if saved is not None:
+            saved.append(pick_result(data, rank))
         return results[-1]
 
     config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result)
@@ -138,13 +133,16 @@ def findings_table(findings: list) -> Table:
 def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, overheads, as_json) -> None:
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
-    saved, models = [], []
-    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved_overheads=saved, saved_models=models)
-    # a saved plan or estimate names its model: its memory wall runs as under --model (the fit rules need it)
-    model = model or (models[0] if len(set(models)) == 1 else None)
+    saved: list[dict] = []
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved)
+    # a saved plan or estimate names its model (its built-in name or config.json): its memory wall runs as under
+    # --model (the fit rules need it)
+    models = {r.get("model_source", r["model"]) for r in saved if r.get("model")}
+    model = model or (models.pop() if len(models) == 1 else None)
     if overheads and not model:
         raise MoetuneError("--overheads sets the memory wall's figures, which only --model runs: add --model MODEL")
-    overheads = load_overheads(overheads) if overheads else next((o for o in saved if o), None)
+    saved_overheads = next((r["overheads"] for r in saved if r.get("overheads")), None)  # the first saved figures
+    overheads = load_overheads(overheads) if overheads else saved_overheads
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
