@@ -53,8 +53,8 @@ def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
         passed.append(new)
         if new.fits:
             break
-    if smallest is None and not current.fits and current is not e and \
-            (wider := smallest_fitting_layout(current, broken)) is not None:
+    if (smallest is None and not current.fits and current is not e
+            and (wider := smallest_fitting_layout(current, broken)) is not None):
         # no layout fitted the run's own knobs, nor the ladder on its own layout: the two together
         steps.append(_layout_step("then the smallest model parallelism that fits", wider, "the steps' knobs"))
     if current.fits and current.knobs.optimizer_offload_fraction > e.knobs.optimizer_offload_fraction:
