@@ -86,9 +86,8 @@ def pipeline_variants(num_layers: int, pp: int, vpp: int, mtp: int = 0, balanced
 
 
 def _balanced_layout(num_layers: int, chunks: int, mtp: int) -> list[dict]:
-    """The last resort where no split above places the layers over a pipeline without VPP (61 over PP25: every stage
-    full but the last leaves it none, and 64 units do not divide by 25; with VPP the search keeps to the splits above,
-    whose count already bounds its time): stages of the floor and the ceiling of the mean, the larger from the second
+    """The last resort where no split above places the layers (61 over PP25: every stage full but the last leaves it
+    none, and 64 units do not divide by 25): stages of the floor and the ceiling of the mean, the larger from the second
     stage on, so the first and last, which hold the embedding and the MTP layers and loss, take the smaller where the
     remainder allows ("Ett|(t*3|)*11(tt|)*12ttmL"); the search's re-split moves layers from there
     (planner/resplit.py). None (an empty list) where a stage would hold no layer. With VPP only where asked

@@ -109,7 +109,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
         derived["fits_with_selective_without_offload"] = fits_without_offload(e)
     if weigh_selective and e.stages:
-        derived.update(kv_groups_tp_facts(e) | dispatcher_facts(e))
+        derived.update(costly_facts(e))
     found = evaluate(config, derived, context="explain")
     if e.layout.cp > 1 and default_exchange(e) == exchange_text(e.knobs, e.layout.cp):
         found = [f for f in found if f.rule != "cp.p2p_crosses_nvlink"]  # priced: the ring is the cheapest exchange
@@ -141,11 +141,18 @@ def checkpoint_facts(e: Estimate) -> dict:
     return {"mtp_checkpoint_layers": e.model.mtp_checkpoint_layers}
 
 
+def costly_facts(e: Estimate) -> dict:
+    """The rule facts that cost an estimate each (another layout or dispatcher re-estimated): findings asks them where
+    it weighs them, memory_facts always."""
+    return kv_groups_tp_facts(e) | dispatcher_facts(e)
+
+
 def dispatcher_facts(e: Estimate) -> dict:
     """Whether the run fits on the dispatcher a plan defaults to on this layout, where the run's differs and it is a
-    fused one (its buffers: walls/memory.py): rule dispatcher.platform_default advises it only where it fits."""
+    fused one (its buffers: walls/memory.py): rule dispatcher.platform_default advises it only where it fits, and only
+    from EP 8 (its condition: no estimate below that)."""
     default = default_dispatcher(e.gpu, e.layout)
-    if default == e.knobs.dispatcher or default not in TUNED_FLEX_SMS:
+    if e.layout.ep < 8 or default == e.knobs.dispatcher or default not in TUNED_FLEX_SMS:
         return {}
     return {"fits_with_default_dispatcher": e.variant(knobs=replace(e.knobs, dispatcher=default)).fits}
 

@@ -58,8 +58,8 @@ class _Enumerated:
 def _rule_broken(spec: ModelSpec, world: int, wl: Workload, pins: dict) -> str | None:
     """The layout rule these pins break on their own (the other dimensions at 1, PP micro-batches so that an interleaved
     schedule is judged on its layers, not on a batch the user never gave), or None when some completion
-    could be legal. The layer split is judged only when no split of the planner's fits (splits_for): uneven
-    or embedding/loss-weighted stages can rescue a PP the even split refuses."""
+    could be legal. The layer split is judged on every split a pinned PP (and VPP) is searched with (splits_for with
+    its balanced string), which leaves none only where the stages outnumber what they can hold."""
     vpp = pins.get("vpp", 1)
     if bridge_refuses_vpp(spec, vpp):
         return (f"{spec.name} is a Mamba hybrid: Megatron Bridge's HybridModelProvider refuses virtual pipeline "
