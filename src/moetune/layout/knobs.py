@@ -112,6 +112,10 @@ class Knobs:
     # attention recompute (rules read it)
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
+    # num_distributed_optimizer_instances: the distributed optimizer's copies across the DP ranks; each shards the state
+    # over its 1/N of them (DP x CP / N dense, EDP / N experts: parallel_state.py intra partial DP groups) and the
+    # copies all-reduce the reduced gradients (walls/iteration.py)
+    num_distributed_optimizer_instances: int = 1
 
     @property
     def fsdp2_backward_gathers(self) -> int:
@@ -194,6 +198,10 @@ class Knobs:
         if self.offload_modules and self.recompute == "full":
             raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
                                "so there is nothing fine-grained to offload; use selective recompute")
+        if not (isinstance(self.num_distributed_optimizer_instances, int)
+                and self.num_distributed_optimizer_instances >= 1):
+            raise MoetuneError(f"num_distributed_optimizer_instances ({self.num_distributed_optimizer_instances!r}) "
+                               "must be a whole number of 1 or more")
         for name in ("hidden_dropout", "attention_dropout"):
             if not (isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) < 1):
                 raise MoetuneError(f"{name} ({getattr(self, name)!r}) must be a rate in [0, 1)")

@@ -100,6 +100,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         "ddp.use_megatron_fsdp": True if k.megatron_fsdp else None,
         "ddp.data_parallel_sharding_strategy": k.megatron_fsdp,
         "checkpoint.ckpt_format": "fsdp_dtensor" if k.megatron_fsdp else None,
+        # the distributed optimizer's copies the state was sized with (one: Megatron's default, left out)
+        "ddp.num_distributed_optimizer_instances": k.num_distributed_optimizer_instances
+        if k.num_distributed_optimizer_instances > 1 else None,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,

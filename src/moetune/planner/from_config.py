@@ -167,6 +167,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
         megatron_fsdp=megatron_fsdp_strategy(config),
+        num_distributed_optimizer_instances=int(_get(config, "ddp.num_distributed_optimizer_instances", 1)),
         hidden_dropout=dropout_rate(config, "model.hidden_dropout"),
         attention_dropout=dropout_rate(config, "model.attention_dropout"),
         optimizer_offload_fraction=float(_get(config, "optimizer.optimizer_offload_fraction", 0.0))

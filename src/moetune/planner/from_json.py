@@ -142,6 +142,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   fsdp2_reshard_after_forward=k.get("fsdp2_reshard_after_forward", True),
                   megatron_fsdp=k.get("megatron_fsdp"),
                   hidden_dropout=k.get("hidden_dropout", 0.0), attention_dropout=k.get("attention_dropout", 0.0),
+                  num_distributed_optimizer_instances=k.get("num_distributed_optimizer_instances", 1),
                   # a result saved before the knob was recorded: the FP32 router every plan's config sets
                   moe_router_dtype=k.get("moe_router_dtype", PLAN_ROUTER_DTYPE))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],

@@ -116,15 +116,26 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     grad = 4 if knobs.main_grads_fp32 else 2
     muon = knobs.optimizer == "muon"
+    # the distributed optimizer's copies (num_distributed_optimizer_instances): each reduce-scatters and gathers over
+    # its own share of the ranks (Megatron-Core parallel_state.py intra partial DP groups, contiguous in DP order), and
+    # the copies all-reduce each reduced shard between them (distributed/param_and_grad_buffer.py: the inter-instance
+    # all-reduce after the intra-instance reduce-scatter)
+    copies = knobs.num_distributed_optimizer_instances if knobs.sharded_optimizer and not knobs.torch_fsdp2 else 1
+    dense_n, expert_n = lay.dp * lay.cp // copies, lay.edp // copies
     def ring(dense_bytes, expert_bytes):
-        return (ring_seconds(dense_bytes, lay.dp * lay.cp, lay.tp, gpu, eff)
-                + ring_seconds(expert_bytes, lay.edp, lay.etp * lay.ep, gpu, eff))
+        return (ring_seconds(dense_bytes, dense_n, lay.tp, gpu, eff)
+                + ring_seconds(expert_bytes, expert_n, lay.etp * lay.ep, gpu, eff))
+
+    def across_copies(dense_bytes, expert_bytes):  # an all-reduce (2 rings) of one copy's shard between the copies
+        return 2 * (ring_seconds(dense_bytes / dense_n, copies, lay.tp * dense_n, gpu, eff)
+                    + ring_seconds(expert_bytes / expert_n, copies, lay.etp * lay.ep * expert_n, gpu, eff))
 
     if knobs.torch_fsdp2:
         dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
     elif knobs.sharded_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         w = gathered_weight_bytes(knobs)
-        dp = (ring(dense * grad, expert * grad) * (2 if muon else 1),
+        dp = (ring(dense * grad, expert * grad) * (2 if muon else 1)
+              + (across_copies(dense * grad, expert * grad) if copies > 1 else 0.0),
               ring(_gather_bytes(dense, vocab, w), expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
         all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)

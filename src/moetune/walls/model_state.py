@@ -168,7 +168,10 @@ def optimizer_divisors(layout, knobs: Knobs) -> tuple:
     optimizer there (training/arguments.py:612-613 @core_v0.16.0)."""
     if knobs.torch_fsdp2:
         return layout.dp * layout.cp, layout.dp * layout.cp
-    return (layout.dp * layout.cp, layout.edp) if knobs.sharded_optimizer else (1, 1)
+    if not knobs.sharded_optimizer:
+        return 1, 1
+    copies = knobs.num_distributed_optimizer_instances  # each copy shards over its share of the ranks
+    return layout.dp * layout.cp // copies, layout.edp // copies
 
 
 def offloaded_host_bytes(p: StageParams, layout: Layout, knobs: Knobs):
