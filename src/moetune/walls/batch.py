@@ -36,7 +36,7 @@ from moetune.walls.memory import (
 )
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import kind_sums, per_rank
+from moetune.walls.rank_params import layer_rank_params
 from moetune.walls.split_floor import even_floor, whole_floor
 from moetune.walls.step import layer_time
 
@@ -96,8 +96,6 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
                  arch: str) -> np.ndarray:
     """Peak bytes over stages, per candidate (same line items as memory.memory_wall, on a GPU of `arch`)."""
     f = b.fields
-    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
-                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)  # batch_state_bytes
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
                   knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward, knobs.megatron_fsdp,
@@ -107,7 +105,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
                 knobs.hidden_dropout > 0)
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
-        states = b.memo(states_key, lambda: sum(model_state_bytes(params, f, knobs, arch).values()))
+        states = b.memo(states_key, lambda: _state_bytes(spec, b, knobs, arch))
         acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
         logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
         return np.where(b.valid, states + acts + logits, 0).max(axis=1)
@@ -119,19 +117,25 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
 
 
+def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:
+    """(n, S) model-state bytes of each stage (model_state.model_state_bytes, read from the batch's fields of
+    rank_params.StageParams; the largest layer only where Megatron FSDP reads it)."""
+    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
+                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)
+    return sum(model_state_bytes(params, b.fields, knobs, arch).values())
+
+
 def largest_layer(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:
     """(n, S) parameters of the largest decoder layer each stage holds, on one rank (rank_params.StageParams
     largest_layer)."""
-    per_kind = [sum(per_rank(kind_sums(spec, kind, "te"), b.fields)[:2]) for kind in b.kinds]
+    per_kind = [layer_rank_params(spec, kind, b.fields) for kind in b.kinds]
     return np.max([np.where(b.counts[:, :, i] > 0, n, 0) for i, n in enumerate(per_kind)], axis=0)
 
 
 def batch_state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:
     """Model-state bytes (weights, gradients, optimizer state: model_state.model_state_bytes) of each candidate's
     heaviest stage: what no shorter sequence or smaller micro-batch lowers."""
-    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
-                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)
-    return np.where(b.valid, sum(model_state_bytes(params, b.fields, knobs, arch).values()), 0).max(axis=1)
+    return np.where(b.valid, _state_bytes(spec, b, knobs, arch), 0).max(axis=1)
 
 
 def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:

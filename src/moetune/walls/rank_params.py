@@ -153,6 +153,12 @@ def per_rank(sums: ShardSums, layout: Layout) -> tuple[int, int, int]:
     return dense, expert, vocab
 
 
+def layer_rank_params(spec: ModelSpec, kind: LayerKind, layout, layer_spec: LayerSpec = "te"):
+    """Parameters of one decoder layer of this kind on one rank, dense and expert (a Megatron FSDP unit); `layout` may
+    hold numpy arrays (per_rank)."""
+    return sum(per_rank(kind_sums(spec, kind, layer_spec), layout)[:2])
+
+
 def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te",
                  include_mtp: bool = True) -> list[StageParams]:
     """One entry per pipeline stage, for one rank of that stage (all its virtual chunks together)."""
@@ -162,9 +168,7 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     for st in stage_structures(spec, layout, include_mtp):
         sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
         dense, expert, vocab_share = per_rank(sums, layout)
-        largest = max((sum(per_rank(kind_sums(spec, kind, layer_spec), layout)[:2]) for kind, _ in st.kind_counts),
-                      default=0)
+        largest = max((layer_rank_params(spec, kind, layout, layer_spec) for kind, _ in st.kind_counts), default=0)
         result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
-                                  largest_layer=largest,
-                                  mtp_layers=st.mtp_layers, loss=st.outputs > 0))
+                                  largest_layer=largest, mtp_layers=st.mtp_layers, loss=st.outputs > 0))
     return result
