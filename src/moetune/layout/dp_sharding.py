@@ -21,6 +21,8 @@ all-reduces full gradients and steps full optimizer states on every rank, as DDP
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True)
 class FsdpStrategy:
@@ -35,10 +37,34 @@ MEGATRON_FSDP_STRATEGIES = {
     "optim_grads": FsdpStrategy(weights=False, grads=True, optimizer=True),
     "optim_grads_params": FsdpStrategy(weights=True, grads=True, optimizer=True),
 }
-# FSDP units whose gathered weights are resident at once under "optim_grads_params": the layer computing and the next
-# one prefetched (megatron_fsdp.py all_gather_pipeline prefetches in forward and backward order); a unit's unsharded
-# gradients wait in a temporary bucket until their reduce-scatter (param_and_grad_buffer.py temporary_bucket_allocator)
-GATHERED_UNITS = 2
 # Megatron FSDP's all-gather per FSDP unit a micro-batch under "optim_grads_params": before the forward, and again
 # before the backward (the forward's were released)
 UNIT_GATHERS = 2
+# Megatron FSDP's communication unit, in elements, where ddp.suggested_communication_unit_size is left unset
+# (megatron_fsdp.py MegatronFSDP.__init__, core_v0.16.x): twice the mean FSDP unit under "optim_grads_params", else
+# the bucket size (unset in Megatron's and Bridge's DDP configs) or 1B, and never below 1B. The all-gather prefetches
+# buckets ahead of the unit computing while less than half of it is in flight (param_and_grad_buffer.py
+# AllGatherPipeline, suggested_AG_prefetch_size), and the reduce-scatter queue holds unsharded gradients until more
+# than all of it waits (wait_for_previous_grad_reduce, suggested_RS_queue_capacity). fsdp_double_buffer caps both at
+# two units; moetune sizes the default.
+MIN_COMMUNICATION_UNIT = 1_000_000_000
+
+
+def communication_unit(mean_unit):
+    """Elements of Megatron FSDP's communication unit for FSDP units of `mean_unit` elements (0: no units)."""
+    return np.maximum(MIN_COMMUNICATION_UNIT, 2 * mean_unit)
+
+
+def gathered_elements(largest, mean_unit, layer_elements):
+    """Unsharded weight elements resident at once under "optim_grads_params": the unit computing and whole units
+    prefetched until half a communication unit is in flight, at most the stage's layers; units sized as the largest."""
+    unit = np.maximum(largest, 1)
+    return np.minimum(unit * (1 + np.ceil(communication_unit(mean_unit) / 2 / unit)), layer_elements)
+
+
+def pending_grad_elements(largest, mean_unit, layer_elements):
+    """Unsharded gradient elements at once: the whole units a queue of one communication unit holds (trimmed before
+    each launch: param_and_grad_buffer.py reduce_gradients waits, then launches), the unit just launched and the one
+    whose backward is filling its bucket, at most the stage's layers; units sized as the largest."""
+    unit = np.maximum(largest, 1)
+    return np.minimum(unit * (np.floor(communication_unit(mean_unit) / unit) + 2), layer_elements)

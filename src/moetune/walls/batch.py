@@ -121,7 +121,8 @@ def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np
     """(n, S) model-state bytes of each stage (model_state.model_state_bytes, read from the batch's fields of
     rank_params.StageParams; the largest layer only where Megatron FSDP reads it)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
-                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0)
+                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0,
+                             fsdp_units=b.counts.sum(axis=2) + b.mtp)  # rank_params.StageParams.fsdp_units
     return sum(model_state_bytes(params, b.fields, knobs, arch).values())
 
 

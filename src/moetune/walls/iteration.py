@@ -134,8 +134,11 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
         dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
     elif knobs.sharded_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         w = gathered_weight_bytes(knobs)
+        # Megatron FSDP's copies (its hybrid sharding) all-reduce between them at the last micro-batch alone
+        # (megatron_fsdp.py outer_fsdp_group_grad_reduce), once where the rest runs every micro-batch: left out
+        between = copies > 1 and not knobs.microbatch_reduce_scatters
         dp = (ring(dense * grad, expert * grad) * (2 if muon else 1)
-              + (across_copies(dense * grad, expert * grad) if copies > 1 else 0.0),
+              + (across_copies(dense * grad, expert * grad) if between else 0.0),
               ring(_gather_bytes(dense, vocab, w), expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
         all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)

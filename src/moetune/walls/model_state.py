@@ -10,7 +10,9 @@ the optimizer step from the same bytes.
 
 from types import SimpleNamespace
 
-from moetune.layout.dp_sharding import GATHERED_UNITS
+import numpy as np
+
+from moetune.layout.dp_sharding import gathered_elements, pending_grad_elements
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.walls.activations import whole
@@ -130,22 +132,25 @@ def grad_bytes(knobs: Knobs) -> int:
 def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str) -> dict[str, int]:
     """The weights and gradients of a rank under Megatron FSDP (layout/dp_sharding.py), where its strategy shards
     them: over DP x CP for dense parameters and EDP for experts (the optimizer's groups), TE's cached FP8 copies of the
-    gathered weights left whole. Sharded weights add those gathered at once (fsdp_gathered_weights): GATHERED_UNITS of
-    the stage's largest decoder layer, at the bytes a weight is stored in, and the embedding and output layer, which
-    are no FSDP unit (mcore_fsdp_adapter.py: TransformerLayer alone), so nothing releases them after their gather
-    (megatron_fsdp.py release_module_parameters runs on units); sharded gradients add one unit's unsharded gradients
-    waiting for their reduce-scatter (fsdp_unit_grads)."""
+    gathered weights left whole. Sharded weights add those gathered at once (fsdp_gathered_weights): the decoder
+    layers computing and prefetched (dp_sharding.gathered_elements), at the bytes a weight is stored in, and the
+    embedding and output layer, which are no FSDP unit (mcore_fsdp_adapter.py: TransformerLayer alone), so nothing
+    releases them after their gather (megatron_fsdp.py release_module_parameters runs on units); sharded gradients add
+    the unsharded ones waiting for their reduce-scatter (fsdp_pending_grads: dp_sharding.pending_grad_elements).
+    `p` may hold arrays (the planner's batches): the shares are namespaces of the fields weight_items reads."""
     strategy, out = knobs.fsdp_strategy, {}
     dense, expert = optimizer_divisors(layout, knobs)
-    # `p` may hold arrays (the planner's batches): the shares are namespaces of the fields weight_items reads
     kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense))
+    layers = p.dense + p.expert - p.vocab  # the FSDP units' elements (decoder and MTP layers)
+    mean = layers / np.maximum(p.fsdp_units, 1) if strategy.weights else 0  # units exist under optim_grads_params
     if strategy.weights:
         out.update(_stored_weights(kept, knobs, arch))
-        unit = _stored_weights(SimpleNamespace(dense=p.largest_layer, expert=0, vocab=0), knobs, arch)
-        out["fsdp_gathered_weights"] = WEIGHT_BYTES * p.vocab + GATHERED_UNITS * sum(unit.values())
+        gathered = gathered_elements(p.largest_layer, mean, layers)
+        per_weight = quantized_weight_bytes(knobs.precision, arch) if knobs.quantized_params else WEIGHT_BYTES
+        out["fsdp_gathered_weights"] = whole(WEIGHT_BYTES * p.vocab + per_weight * gathered)
     if strategy.grads:
         out["main_grads"] = grad_bytes(knobs) * (kept.dense + kept.expert)
-        out["fsdp_unit_grads"] = grad_bytes(knobs) * p.largest_layer
+        out["fsdp_pending_grads"] = whole(grad_bytes(knobs) * pending_grad_elements(p.largest_layer, mean, layers))
     return out
 
 

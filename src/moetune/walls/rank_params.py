@@ -57,6 +57,11 @@ class StageParams:
     def total(self) -> int:
         return self.dense + self.expert
 
+    @property
+    def fsdp_units(self) -> int:
+        """Megatron FSDP units held: one per decoder and MTP layer (mcore_fsdp_adapter.py: TransformerLayer)."""
+        return len(self.layers) + self.mtp_layers
+
 
 def _divisor(shard: str, layout: Layout):
     return {"tp": layout.tp, "rep": 1, "vocab": layout.tp, "expert": layout.ep * layout.etp,
