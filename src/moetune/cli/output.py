@@ -27,9 +27,7 @@ def fsdp_text(knobs) -> list[str]:
         return ["torch FSDP2: weights, gradients and optimizer state sharded over DP x CP"]
     if not knobs.megatron_fsdp:
         return []
-    s = knobs.fsdp_strategy
-    sharded = [name for name, on in (("weights", s.weights), ("gradients", s.grads), ("optimizer state", s.optimizer))
-               if on]
+    sharded = knobs.fsdp_strategy.sharded()
     what = f"{words(sharded)} sharded over DP x CP (experts: EDP)" if sharded else "nothing sharded"
     return [f"Megatron FSDP {knobs.megatron_fsdp}: {what}"]
 

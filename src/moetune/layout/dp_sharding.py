@@ -30,6 +30,11 @@ class FsdpStrategy:
     grads: bool  # the main gradients are sharded: reduce-scattered every micro-batch
     optimizer: bool  # the FP32 main weights and the optimizer state are sharded
 
+    def sharded(self) -> list[str]:
+        """What the strategy shards, in words (estimate's layout line)."""
+        return [name for name, on in (("weights", self.weights), ("gradients", self.grads),
+                                      ("optimizer state", self.optimizer)) if on]
+
 
 MEGATRON_FSDP_STRATEGIES = {
     "no_shard": FsdpStrategy(weights=False, grads=False, optimizer=False),

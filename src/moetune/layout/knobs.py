@@ -118,12 +118,6 @@ class Knobs:
     num_distributed_optimizer_instances: int = 1
 
     @property
-    def fsdp2_backward_gathers(self) -> int:
-        """All-gathers torch FSDP2 runs a micro-batch in its backward: the forward's again where it resharded after
-        the forward (walls/iteration.py fsdp2_traffic)."""
-        return 1 if self.fsdp2_reshard_after_forward else 0
-
-    @property
     def fsdp_strategy(self) -> FsdpStrategy | None:
         """Megatron FSDP's strategy (layout/dp_sharding.py), None without it."""
         return MEGATRON_FSDP_STRATEGIES[self.megatron_fsdp] if self.megatron_fsdp else None
@@ -143,9 +137,11 @@ class Knobs:
     @property
     def microbatch_gathers(self) -> int:
         """DP all-gathers of every weight a micro-batch (an FSDP with sharded weights), 0 where the weights are
-        gathered once a step, after the optimizer."""
+        gathered once a step, after the optimizer. Torch FSDP2 gathers in the forward and again in the backward,
+        unless its weights stay gathered between them (fsdp2_reshard_after_forward off: walls/iteration.py
+        fsdp2_traffic)."""
         if self.torch_fsdp2:
-            return 1 + self.fsdp2_backward_gathers
+            return 2 if self.fsdp2_reshard_after_forward else 1
         return UNIT_GATHERS if self.fsdp_strategy and self.fsdp_strategy.weights else 0
 
     def __post_init__(self) -> None:

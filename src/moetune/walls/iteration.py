@@ -75,7 +75,7 @@ def fsdp2_traffic(params, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> 
     mixed-precision policy (distributed/torch_fully_sharded_data_parallel.py; training/training.py:1288-1289
     @core_v0.16.0), and its no_sync is the base class's no-op (data_parallel_base.py): each micro-batch gathers every
     layer's weights in its forward and again in its backward (dp_raw_seconds counts the two; once where the weights
-    stay gathered between them: Knobs.fsdp2_backward_gathers) and reduce-scatters the BF16 gradients (the parameters'
+    stay gathered between them: Knobs.microbatch_gathers) and reduce-scatters the BF16 gradients (the parameters'
     dtype under Float16Module) in its backward. Megatron-LM refuses EP and PP under it, so every weight shards over
     the one group."""
     group = (lay.dp * lay.cp, lay.tp, gpu, eff)
