@@ -181,3 +181,11 @@ def test_a_layout_refusal_names_plans_pins_not_estimates_flags():
     wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=64)
     reason = no_layout_reason(load_model("qwen1.5-moe-a2.7b"), H100, 8, wl, {"ep": 8})
     assert "choose a --fix ep=N that divides it" in reason and "--ep " not in reason
+
+
+def test_a_pinned_vpp_is_judged_on_the_pinned_pp():
+    """--fix vpp=40 --fix pp=5 had been told 'vpp (40) needs pp > 1 ... set --fix pp=N', pp being pinned already
+    (audit); the VPP is judged with its PP: 200 stages for 28 layers."""
+    wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=320)
+    reason = no_layout_reason(load_model("qwen2-57b-a14b"), H100, 40, wl, {"vpp": 40, "pp": 5})
+    assert reason.startswith("--fix vpp=40 --fix pp=5: PP 5 x VPP 40 = 200 stages") and "needs pp > 1" not in reason

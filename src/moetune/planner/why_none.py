@@ -178,13 +178,15 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
     exchange = {"cp_comm_type": fixed["cp_comm_type"]} if "cp_comm_type" in fixed else {}  # enumerate reads it
     layouts = _Enumerated(spec, gpu, world, wl)
     for key, value in pins.items():
-        if layouts({key: value, **exchange})[0]:
+        # a VPP is judged on the pinned PP, if any: interleaving is over it (alone, "needs pp > 1" would be wrong)
+        alone = {key: value, **({"pp": pins["pp"]} if key == "vpp" and "pp" in pins else {})}
+        if layouts({**alone, **exchange})[0]:
             continue
-        why = (_rule_broken(spec, world, wl, {key: value}) or _cp_reason(spec, gpu, world, {key: value}, fixed)
-               or _gbs_reason(layouts, fixed, {key: value, **exchange})
-               or _exchange_reason(layouts, {key: value}, fixed)
+        why = (_rule_broken(spec, world, wl, alone) or _cp_reason(spec, gpu, world, alone, fixed)
+               or _gbs_reason(layouts, fixed, {**alone, **exchange})
+               or _exchange_reason(layouts, alone, fixed)
                or f"no legal layout of {spec.name} on {world} GPUs has {key}={value}")
-        return f"--fix {key}={value}: {why}"
+        return f"{_pins_text(alone)}: {why}"
     if len(pins) > 1 and not layouts({**pins, **exchange})[0]:
         why = (_rule_broken(spec, world, wl, pins) or _cp_reason(spec, gpu, world, pins, fixed)
                or _gbs_reason(layouts, fixed, {**pins, **exchange}) or "drop one of them")
