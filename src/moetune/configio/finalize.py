@@ -76,6 +76,15 @@ def sync_megatron_fsdp(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "ddp.use_megatron_fsdp": True} if megatron_fsdp(config) else config
 
 
+def gathers_param_shards(config: dict[str, Any]) -> bool:
+    """Whether some parameter shards are there for --overlap-param-gather to gather, in the terms of Megatron-LM's
+    assert (arguments.py:597-599 @core_v0.16.0, :1003-1006 @core_v0.18.2, checked before Megatron FSDP turns the
+    distributed optimizer on): either switch of the distributed optimizer as written, Megatron FSDP, or (from
+    core_v0.17.0) dist_muon. Rule overlap.param_gather_needs_dist_opt and emit/mlm.py ask it."""
+    written = any(config.get(k) for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer"))
+    return written or megatron_fsdp(config) or config.get("optimizer.optimizer") == "dist_muon"
+
+
 def megatron_fsdp_strategy(config: dict[str, Any]) -> str | None:
     """Megatron FSDP's data_parallel_sharding_strategy where it wraps the model (None under Megatron's DDP or torch
     FSDP2); left out, optim_grads_params: Megatron-LM's --data-parallel-sharding-strategy default from core_v0.18.0

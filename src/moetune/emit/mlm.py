@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moetune.configio.finalize import DP_OVERLAP, megatron_fsdp
+from moetune.configio.finalize import DP_OVERLAP, gathers_param_shards
 from moetune.configio.gates import VALUE_DEFAULTS, gate_on
 from moetune.configio.mlm import SPECIAL
 from moetune.configio.names import NO_DEFAULT, names
@@ -132,8 +132,7 @@ def _refused_by_megatron_lm(config: dict[str, Any]) -> tuple[set[str], list[str]
     --overlap-param-gather-with-optimizer-step needs --overlap-param-gather; --tp-comm-overlap needs sequence
     parallelism, which Megatron-LM turns off at TP=1 (Bridge drops the overlap silently there)."""
     left, notes = set(), []
-    sharded = any(config.get(k) for k in ("optimizer.use_distributed_optimizer", "ddp.use_distributed_optimizer")) \
-        or megatron_fsdp(config) or config.get("optimizer.optimizer") == "dist_muon"
+    sharded = gathers_param_shards(config)
     if config.get("ddp.overlap_param_gather") and not (config.get("ddp.overlap_grad_reduce") and sharded):
         left.add("ddp.overlap_param_gather")
         notes.append("# left off: --overlap-param-gather (Megatron-LM asserts it needs --overlap-grad-reduce and the "

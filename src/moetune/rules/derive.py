@@ -17,6 +17,7 @@ from moetune.configio.finalize import (
     dropout_rate,
     expert_tensor_parallel_size,
     fsdp_impl,
+    gathers_param_shards,
     layer_wise_optimizer,
     megatron_fsdp_strategy,
     quantized_params,
@@ -280,6 +281,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     # estimate reads it: a rule asking the raw ddp field missed a config that set only the optimizer's
     d["distributed_optimizer"] = distributed_optimizer(config)
     d["fsdp"] = fsdp_impl(config)
+    d["gathers_param_shards"] = gathers_param_shards(config)  # rule overlap.param_gather_needs_dist_opt's assert
     d["fsdp_sharding"] = megatron_fsdp_strategy(config) or ""  # Megatron FSDP's strategy, "" without it
     d["hidden_dropout"] = dropout_rate(config, "model.hidden_dropout")
     d["attention_dropout"] = dropout_rate(config, "model.attention_dropout")
