@@ -68,3 +68,21 @@ def test_pins_that_need_ep_beside_ep_1_name_the_pair(pin, capsys):
     code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", pin,
                         "--fix", "ep=1"], capsys)
     assert code == 2 and f"--fix {pin} needs EP > 1" in err and "nothing fits" not in err
+
+
+def test_a_pinned_megatron_fsdp_strategy_runs_on_every_row_and_is_said_once(capsys):
+    base = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "256", "--top", "3",
+            "--fix", "megatron_fsdp=optim_grads"]
+    code, out, err = run(base + ["--json"], capsys)
+    results = json.loads(out)["results"]
+    assert code == 0 and results and all(r["knobs"]["megatron_fsdp"] == "optim_grads" for r in results), err
+    code, out, _ = run(base, capsys)
+    assert code == 0 and out.count("Megatron FSDP optim_grads") == 1
+    assert "Data-parallel sharding (every row): Megatron FSDP optim_grads: gradients and optimizer state sharded" in out
+
+
+def test_an_unknown_megatron_fsdp_strategy_is_one_line(capsys):
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix",
+                        "megatron_fsdp=full"], capsys)
+    assert code == 2 and err.strip() == ("error: --fix megatron_fsdp=full: expected a data_parallel_sharding_strategy, "
+                                         "one of no_shard, optim, optim_grads, optim_grads_params")

@@ -59,6 +59,22 @@ def test_emitted_plan_reads_back_identically_and_clean(model, gpu, gpus, gbs, ro
         assert errors == []
 
 
+@pytest.mark.parametrize("emitted", ["overrides.txt", "megatron_lm_args.txt"])
+def test_a_plan_under_megatron_fsdp_emits_a_config_that_reads_back_and_checks_clean(emitted, tmp_path):
+    """--fix megatron_fsdp=optim_grads_params: the emitted config turns Megatron FSDP on with its strategy and the
+    fsdp_dtensor checkpoint format Megatron asserts (rule fsdp.megatron_fsdp_ckpt_format), and reads back the same."""
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=256),
+                  top=2, fixed={"megatron_fsdp": "optim_grads_params"})
+    for est in result.results:
+        path = tmp_path / emitted
+        path.write_text(emit_all(to_config(est))[emitted])
+        config = load_config([path], gpu="h100", gpus=16)
+        knobs = from_config(config)[2]
+        assert knobs.megatron_fsdp == "optim_grads_params" and knobs.distributed_optimizer
+        errors = [f.rule for f in evaluate(config, derive(config)) + mcore_findings(config) if f.severity == "error"]
+        assert errors == []
+
+
 def test_a_config_without_an_sm_count_gets_megatrons_default_not_the_tuned_one():
     """Megatron-Core gives HybridEP 16 SMs unless told (TransformerConfig.moe_hybridep_num_sms); Bridge's perf
     scripts ask for 32. A config read back keeps what it says, and Megatron's default where it is silent."""

@@ -388,3 +388,27 @@ def test_no_candidate_runs_a_gemm_shape_its_recipe_refuses():
     none = plan(load_model("qwen3-30b-a3b"), gpu, 8, Workload(seq_length=4097, global_batch_size=64), fixed=pinned)
     assert not none.results and none.memory_fits
     assert "multiple of 8, got 4097" in nothing_fits(none, {"precision": "fp8-blockwise"})
+
+
+def test_a_pinned_megatron_fsdp_strategy_is_searched_as_estimate_prices_it():
+    """--fix megatron_fsdp=S: every candidate runs Megatron FSDP's strategy S, the memory bound prunes with it (EP 8
+    at EDP 2 without recompute or offload fits no DDP candidate on 16 H100, and fits sharded), and the batch's peak
+    and throughput are estimate's for the same configuration."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    wl = Workload(seq_length=4096, global_batch_size=256)
+    pins = {"tp": 1, "cp": 1, "pp": 1, "ep": 8, "etp": 1, "recompute": "none", "optimizer_offload_fraction": [0.0],
+            "offload_modules": frozenset()}
+    assert not plan(spec, gpu, 16, wl, fixed=pins, top=1).results
+    for strategy in ("optim_grads", "optim_grads_params"):
+        result = plan(spec, gpu, 16, wl, fixed={**pins, "megatron_fsdp": strategy}, top=3)
+        assert result.results and all(r.knobs.megatron_fsdp == strategy and r.fits for r in result.results)
+        for r in result.results:
+            e = estimate(spec, gpu, r.layout, r.workload, r.knobs)
+            assert r.peak_bytes == pytest.approx(e.peak_bytes, rel=1e-9)
+            assert r.time["step_seconds"] == pytest.approx(e.time["step_seconds"], rel=1e-9)
+
+
+def test_megatron_fsdp_with_muon_pinned_is_one_line():
+    with pytest.raises(MoetuneError, match="Megatron FSDP runs Adam or SGD only"):
+        plan(load_model("moonlight-16b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=64),
+             fixed={"megatron_fsdp": "optim_grads_params", "optimizer": "muon"})

@@ -14,11 +14,11 @@ from moetune.words import words
 GIB = 1 << 30
 
 
-def layout_extras(layout, knobs) -> list[str]:
+def layout_extras(layout, knobs, fsdp: bool = True) -> list[str]:
     """What a layout row needs besides its sizes to be run again: the CP exchange, the pipeline split and an FSDP in
-    place of Megatron's DDP."""
+    place of Megatron's DDP (`fsdp` False: said once beside the table, as plan's rows share it)."""
     cp = [f"CP via {exchange_text(knobs, layout.cp)}"] if layout.cp > 1 else []
-    return cp + ([layout.split_text()] if layout.split_text() else []) + fsdp_text(knobs)
+    return cp + ([layout.split_text()] if layout.split_text() else []) + (fsdp_text(knobs) if fsdp else [])
 
 
 def fsdp_text(knobs) -> list[str]:

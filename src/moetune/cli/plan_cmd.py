@@ -11,6 +11,7 @@ from moetune.cli.output import (
     attention_notes,
     console,
     emit_json,
+    fsdp_text,
     layout_extras,
     table,
     user_files_line,
@@ -228,7 +229,7 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
     for rank, r in enumerate(result.results, 1):
         k, t = r.knobs, r.time
         precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
-        layout = " ".join([r.layout.short(), *layout_extras(r.layout, k)])
+        layout = " ".join([r.layout.short(), *layout_extras(r.layout, k, fsdp=False)])
         rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
                      recompute_text(k),
                      ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
@@ -240,6 +241,8 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
                     justify_right_from=9))
     if note := optimizer_note(result.results[0]):  # pinned, so the same on every row
         out.print(f"Optimizer (every row): {note}")
+    for note in fsdp_text(result.results[0].knobs):  # one search pass, one strategy (search.plan)
+        out.print(f"Data-parallel sharding (every row): {note}")
     if close := [str(rank) for rank, r in enumerate(result.results, 1) if tight(r)]:
         out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
                   f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "

@@ -3,6 +3,7 @@ reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, kno
 
 from moetune.cli.estimate_input import scope_words
 from moetune.errors import MoetuneError
+from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.knobs import CP1_COMM_TYPES, CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
@@ -69,6 +70,11 @@ def parse_fix(items: tuple[str, ...]) -> dict:
                 raise MoetuneError(f"--fix optimizer={value}: expected adam or muon (dist_muon: muon under the "
                                    "layer-wise distributed optimizer)")
             fixed[key] = value
+        elif key == "megatron_fsdp":  # Megatron FSDP's data_parallel_sharding_strategy (layout/dp_sharding.py)
+            if value not in MEGATRON_FSDP_STRATEGIES:
+                raise MoetuneError(f"--fix megatron_fsdp={value}: expected a data_parallel_sharding_strategy, one of "
+                                   f"{', '.join(MEGATRON_FSDP_STRATEGIES)}")
+            fixed[key] = value
         elif key == "cp_comm_type":
             if value not in CP_COMM_TYPES:
                 raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
@@ -78,7 +84,8 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         else:
             raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
                                "precision, dispatcher, cuda_graph_scope, optimizer, optimizer_offload_fraction, "
-                               "recompute, recompute_modules, offload_modules, cp_comm_type, pipeline_layout")
+                               "recompute, recompute_modules, offload_modules, cp_comm_type, megatron_fsdp, "
+                               "pipeline_layout")
     if fixed.get("cp") == 1 and fixed.get("cp_comm_type", "auto") not in CP1_COMM_TYPES:  # as estimate's at CP 1
         raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']} sets how context-parallel ranks exchange "
                            "attention inputs; --fix cp=1 leaves nothing to exchange: drop one of the two")

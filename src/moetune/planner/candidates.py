@@ -100,7 +100,8 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
     over capacity even then is over it for every knob set (it still counts as evaluated)."""
     lightest = [Knobs(precision=p, recompute="full", routing=grid[0].routing if grid else "dropless",
                       optimizer_offload_fraction=max(k.optimizer_offload_fraction for k in grid),
-                      main_grads_fp32=grid[0].main_grads_fp32 if grid else True)
+                      main_grads_fp32=grid[0].main_grads_fp32 if grid else True,
+                      megatron_fsdp=grid[0].megatron_fsdp if grid else None)  # one pass shares its strategy
                 for p in sorted({k.precision for k in grid})] if grid else []
     if not lightest:
         return None, (None, "", None, None)
@@ -111,6 +112,8 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
     # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit)
     host = float(batch_host_bytes(batch, lightest[0])[i]) / 2**30
     offload = ", optimizer offload" if lightest[0].optimizer_offload_fraction > 0 else ""
+    if lightest[0].megatron_fsdp:
+        offload += f", Megatron FSDP {lightest[0].megatron_fsdp}"
     # where nothing fits: the least model state any candidate holds, which no shorter sequence lowers (why_none)
     state = None if len(rows) else float(min(batch_state_bytes(spec, batch, k, gpu.arch).min() for k in lightest))
     least = (float(peak[i]) / 2**30, f"{batch.layout(i).short()}, MBS {int(batch.mbs[i, 0])}, full recompute{offload}",

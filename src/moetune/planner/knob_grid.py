@@ -116,6 +116,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
                           overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
                           overlap_param_gather=fixed.get("overlap_param_gather", True),
                           offload_modules=fixed.get("offload_modules", frozenset()),
+                          megatron_fsdp=fixed.get("megatron_fsdp"),
                           fp8_output_proj=_fp8_output_proj(prec, fixed),
                           tp_comm_overlap=_tp_comm_overlap(prec, fixed),
                           # each layout's CP exchange is the legal one that costs least (walls/context_parallel.py)

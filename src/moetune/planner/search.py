@@ -150,6 +150,10 @@ def _pins_agree(fixed: dict) -> None:
         raise MoetuneError(f"--fix ep_overlap=true with pp={fixed['pp']} needs VPP > 1 (seeds/003 Prerequisites: with "
                            "PP, virtual_pipeline_model_parallel_size must be set; Megatron-Core asserts it) but "
                            "--fix vpp=1 is pinned; drop one of the pins")
+    if fixed.get("megatron_fsdp") and fixed.get("optimizer") == "muon":
+        raise MoetuneError(f"--fix megatron_fsdp={fixed['megatron_fsdp']} with optimizer=muon: Megatron-LM asserts "
+                           "Megatron FSDP runs Adam or SGD only (arguments.py validate_args @core_v0.18.2; rule "
+                           "fsdp.muon); drop one of the pins")
     offload = fixed.get("offload_modules", frozenset())
     if offload and fixed.get("recompute") == "full":
         raise MoetuneError("--fix offload_modules with recompute=full: full recompute keeps only layer inputs, so "

@@ -222,7 +222,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2,
-         knobs.num_distributed_optimizer_instances),
+         knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp),  # plan's passes share one batch's memo
         lambda: _data_parallel(spec, root, knobs, gpu, eff)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
