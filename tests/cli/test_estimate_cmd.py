@@ -227,3 +227,32 @@ def test_estimate_says_the_parameter_switch_value_it_defaulted_to(gpu, precision
     line = next(x for x in out.splitlines() if x.startswith("defaulted to platform values"))
     assert code == 0 and said in line and "=None" not in line
     assert ("fp8_param_gather" in line) == (precision != "nvfp4")
+
+
+def test_the_megatron_fsdp_flag_prices_what_its_config_does(capsys):
+    """--megatron-fsdp S is the flag for a config's ddp.use_megatron_fsdp with data_parallel_sharding_strategy S: the
+    same memory and time either way; it had no flag, so estimate's flags could not ask for it."""
+    base = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--json"]
+    # the config's other settings as flags: Megatron's BF16, alltoall, no graphs, BF16 router, overlaps off
+    same = ["--precision", "bf16", "--dispatcher", "alltoall", "--cuda-graph-scope", "none", "--moe-router-dtype",
+            "none", "--no-overlap-grad-reduce", "--no-overlap-param-gather"]
+    code, flags, err = run(base + same + ["--ep", "8", "--megatron-fsdp", "optim_grads_params"], capsys)
+    assert code == 0, err
+    code, config, err = run(base + ["--set", "model.expert_model_parallel_size=8",
+                                    "--set", "ddp.use_megatron_fsdp=true",
+                                    "--set", "ddp.data_parallel_sharding_strategy=optim_grads_params",
+                                    "--set", "checkpoint.ckpt_format=fsdp_dtensor"], capsys)
+    assert code == 0, err
+    a, b = json.loads(flags), json.loads(config)
+    assert a["knobs"]["megatron_fsdp"] == b["knobs"]["megatron_fsdp"] == "optim_grads_params"
+    assert a["memory"]["peak_bytes"] == b["memory"]["peak_bytes"]
+    assert a["time"]["step_seconds"] == pytest.approx(b["time"]["step_seconds"], rel=1e-9)
+    code, plain, _ = run(base + same + ["--ep", "8"], capsys)
+    assert json.loads(plain)["memory"]["peak_bytes"] > a["memory"]["peak_bytes"] + 10 * 2**30  # weights, grads sharded
+
+
+def test_megatron_fsdp_beside_no_distributed_optimizer_is_one_line(capsys):
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--megatron-fsdp",
+                        "optim", "--no-distributed-optimizer"], capsys)
+    assert code == 2 and err.strip() == ("error: --megatron-fsdp runs the distributed optimizer (Megatron-LM and "
+                                         "Bridge turn it on under Megatron FSDP): drop --no-distributed-optimizer")

@@ -115,6 +115,9 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     scope_text = kw["cuda_graph_scope"]
     scopes = (scope_words(scope_text, "--cuda-graph-scope") if scope_text is not None
               else pick("cuda_graph_scope", None, default_scope(spec, gpu)))
+    if kw["megatron_fsdp"] and kw["no_distributed_optimizer"]:  # Knobs turns it on as Megatron does; a flag is read
+        raise MoetuneError("--megatron-fsdp runs the distributed optimizer (Megatron-LM and Bridge turn it on under "
+                           "Megatron FSDP): drop --no-distributed-optimizer")
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":
@@ -125,7 +128,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     knobs = Knobs(
         precision=precision, recompute=recompute, recompute_modules=modules,
         distributed_optimizer=not kw["no_distributed_optimizer"], optimizer_offload_fraction=kw["optimizer_offload"],
-        optimizer=kw["optimizer"],
+        optimizer=kw["optimizer"], megatron_fsdp=kw["megatron_fsdp"],
         main_grads_fp32=not kw["bf16_grads"], adam_moments_bytes=2 if kw["bf16_moments"] else 4,
         dispatcher=dispatcher, flex_num_sms=kw["flex_num_sms"], cuda_graph_scope=scopes, routing=kw["routing"],
         ep_overlap=kw["ep_overlap"],

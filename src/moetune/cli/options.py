@@ -6,6 +6,7 @@ import re
 import click
 
 from moetune.configio.layout_map import LAYOUT_FIELDS
+from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.imbalance import DROPLESS_IMBALANCE
 from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
 from moetune.layout.modules import OFFLOAD_MODULES
@@ -46,6 +47,10 @@ def knob_options(func):
         click.option("--recompute-modules", default=None,
                      help="Comma list: layernorm,core_attn,moe_act,mlp,moe,shared_experts,mla_up_proj."),
         click.option("--no-distributed-optimizer", is_flag=True),
+        click.option("--megatron-fsdp", type=click.Choice(list(MEGATRON_FSDP_STRATEGIES)), default=None,
+                     help="Megatron FSDP in place of Megatron's DDP, with this data_parallel_sharding_strategy "
+                          "(optim_grads_params: weights, gradients and optimizer state sharded, as Bridge's FSDP "
+                          "recipes run it). Default: off."),
         click.option("--optimizer", type=click.Choice(["adam", "muon"]), default="adam", show_default=True,
                      help="muon: Megatron's emerging optimizer (one momentum buffer on linear weights), sharded "
                           "layer-wise unless --no-distributed-optimizer (dist_muon, Kimi-K2's recipes)."),
@@ -152,6 +157,7 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
              "--no-sequence-parallel": "model.sequence_parallel=false",
              "--optimizer-offload": "optimizer.optimizer_offload_fraction",
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
+             "--megatron-fsdp": "ddp.data_parallel_sharding_strategy",
              "--optimizer": "optimizer.optimizer",
              "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
              "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather",
