@@ -679,3 +679,19 @@ def test_a_run_no_layout_and_no_ladder_step_fits_alone_gets_the_two_together():
     assert not any(s.get("fits") for s in steps[:-1]) and "peak_gib" in steps[-1]
     assert steps[-1]["step"] == "then the smallest model parallelism that fits"
     assert steps[-1]["peak_gib"] <= e.gpu.capacity_bytes / 2**30 and "PP" in steps[-1]["layout"]
+
+
+@pytest.mark.parametrize(("ep", "whole"), [(8, False), (16, True)])
+def test_scale_says_what_megatron_fsdp_shards_and_what_its_collectives_cost(ep, whole):
+    """Scale names the FSDP wrapping the run: what it shards over which ranks, that at EDP 1 the experts stay whole,
+    and its per-micro-batch traffic as the step's collectives report it; a run under Megatron's DDP gets no such
+    note."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    lay, wl = Layout(world_size=16, ep=ep), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+    e = estimate(spec, gpu, lay, wl, Knobs(megatron_fsdp="optim_grads_params"))
+    (note,) = [n for n in explain_scale(e)["notes"] if "Megatron FSDP" in n]
+    assert f"over DP x CP 16 (experts over EDP {16 // ep})" in note
+    assert ("only the dense part is sharded" in note) is whole
+    assert f"{e.time['collectives']['dp_grad_reduce_param_gather']:.2f} s a step" in note
+    ddp = estimate(spec, gpu, lay, wl, Knobs())
+    assert not [n for n in explain_scale(ddp)["notes"] if "FSDP" in n]

@@ -18,6 +18,7 @@ from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.walls.compute import rates, ring_slowdown
 from moetune.walls.context_parallel import ring_ranks
 from moetune.walls.cp_legal import EXCHANGE_WORDS, exchange_text, refusal_at_cp
+from moetune.words import words
 
 
 def scale(e: Estimate, found: list | None = None) -> dict:
@@ -57,6 +58,8 @@ def scale(e: Estimate, found: list | None = None) -> dict:
         notes.append(note)  # (dropless on EP 1: the routing note weighs the EP-first layout, with its imbalance)
     if note := _default_dispatcher_note(e):
         notes.append(note)
+    if note := _fsdp_note(e):
+        notes.append(note)
     if lay.dp == 1 and seq >= 32768:
         notes.append("DP is squeezed to 1: long-context scaling becomes brittle (seeds/002 § Keep DP alive if "
                      "possible, rule longctx.dp_squeezed)")
@@ -64,6 +67,25 @@ def scale(e: Estimate, found: list | None = None) -> dict:
             "moe_mesh": f"ETP{lay.etp} x EP{lay.ep} x EDP{lay.edp} x PP{lay.pp}", "vpp": lay.vpp,
             "pipeline_split": lay.split_text() or "even",
             "groups_leaving_nvlink_domain": leaving, "notes": notes}
+
+
+def _fsdp_note(e: Estimate) -> str | None:
+    """Under Megatron FSDP, what it shards over which ranks and what its per-micro-batch collectives cost this run;
+    at EDP 1 the experts' share is held whole (a group of one shards nothing: layout/dp_sharding.py)."""
+    strategy, lay = e.knobs.fsdp_strategy, e.layout
+    if strategy is None:
+        return None
+    sharded = strategy.sharded()
+    what = f"shards the {words(sharded)} over DP x CP {lay.dp * lay.cp} (experts over EDP {lay.edp})" if sharded \
+        else "shards nothing (no_shard)"
+    whole = "; at EDP 1 each rank keeps its experts' share whole, so only the dense part is sharded" \
+        if sharded and lay.edp == 1 and e.model.num_moe_experts else ""
+    cost = ""
+    if e.time and (strategy.weights or strategy.grads):
+        dp = "dp_grad_reduce_param_gather"
+        cost = (f"; its gathers and gradient reduce-scatters run every micro-batch beside compute: "
+                f"{e.time['collectives'][dp]:.2f} s a step, {e.time['exposed_collectives'][dp]:.2f} s exposed")
+    return f"Megatron FSDP {e.knobs.megatron_fsdp} {what}{whole}{cost} (walls/iteration.py, walls/overlap.py)"
 
 
 def _default_dispatcher_note(e: Estimate) -> str | None:
