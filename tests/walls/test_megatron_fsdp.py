@@ -20,11 +20,12 @@ from moetune.planner.from_config import from_config
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory, batch_step_seconds
+from moetune.walls.batch import largest_fsdp_unit as batch_largest_unit
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.comms import ring_seconds
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import memory_wall
-from moetune.walls.rank_params import stage_params
+from moetune.walls.rank_params import largest_fsdp_unit, layer_rank_params, stage_params
 
 # Qwen3-30B-A3B (128 experts, 48 MoE layers) on 16 H100s at EP 8: DP 16 for dense parameters, EDP 2 for experts
 LAYOUT = Layout(world_size=16, ep=8)
@@ -71,14 +72,42 @@ def test_model_state_falls_with_each_strategy_and_transients_follow_the_communic
     (p,) = stage_params(load_model("qwen3-30b-a3b"), LAYOUT)
     # every decoder layer of Qwen3-30B-A3B is the same MoE layer: the largest is the mean of the 48
     layers = p.total - p.vocab
-    assert p.largest_layer == pytest.approx(layers / 48, rel=1e-3)
+    largest = largest_fsdp_unit(load_model("qwen3-30b-a3b"), p, LAYOUT)
+    assert largest == pytest.approx(layers / 48, rel=1e-3)
     full = held["optim_grads_params"]
     # Megatron FSDP's default communication unit is max(1B, 2 x the mean unit) elements = 1B here (megatron_fsdp.py):
     # the all-gather prefetches whole layers while under half of it (500M) is in flight, 6 of 94.6M beside the one
     # computing, and the embedding and output layer stay gathered; the reduce-scatter queue holds the whole layers
     # that fit in 1B elements (10), beside the layer just launched and the one whose backward fills its bucket
-    assert full.items["fsdp_gathered_weights"] == 2 * 7 * p.largest_layer + 2 * p.vocab
-    assert full.items["fsdp_pending_grads"] == 4 * 12 * p.largest_layer
+    assert full.items["fsdp_gathered_weights"] == 2 * 7 * largest + 2 * p.vocab
+    assert full.items["fsdp_pending_grads"] == 4 * 12 * largest
+
+
+# DeepSeek-V3 on 64 GPUs at PP 2 x VPP 2: rank 0 holds the embedding and the 3 dense layers, then the MTP layer (whose
+# decoder layer is MoE, as the model's), rank 1 the 58 MoE layers and the loss
+MTP_LAYOUT = Layout(world_size=64, pp=2, ep=32, pipeline_layout="Et*3|t*58|m|L")
+
+
+@pytest.mark.parametrize("mtp", [1, 0])
+def test_the_decoder_layer_of_an_mtp_layer_is_an_fsdp_unit(mtp):
+    """Megatron FSDP wraps every TransformerLayer (mcore_fsdp_adapter.py), the one inside each MTP layer too: on the
+    rank holding DeepSeek-V3's dense layers and its MTP layer the largest unit is that MoE layer, and it sizes the
+    gradients waiting for their reduce-scatter (2 units beside those a 1B-element queue holds: 7.02 GB in FP32, where
+    sizing by the dense layers gave 7.00 GB). Without MTP, or without Megatron FSDP, nothing moves."""
+    spec = load_model("deepseek-v3").with_mtp(mtp)
+    layout = MTP_LAYOUT if mtp else replace(MTP_LAYOUT, pipeline_layout="Et*3|t*58||L")
+    first = stage_params(spec, layout)[0]
+    moe, dense = (layer_rank_params(spec, k, layout) for k in (spec.layers[-1], spec.layers[0]))
+    unit = moe if mtp else dense
+    assert largest_fsdp_unit(spec, first, layout) == unit and moe > dense
+    queue = 1_000_000_000 // unit + 2
+    (stage, _), (plain, _) = (memory_wall(spec, layout, Workload(seq_length=4096), k, arch="hopper")
+                              for k in (_fsdp("optim_grads"), Knobs()))
+    assert stage.items["fsdp_pending_grads"] == 4 * queue * unit == (7_023_820_800 if mtp else 7_001_800_704)
+    assert plain.total == (48_224_792_888 if mtp else 28_319_967_744)  # as before: no FSDP, no unit
+    batch = build_batch(spec, [(layout, 1)])  # the planner's batches take the same unit (walls/batch.py)
+    units = [largest_fsdp_unit(spec, p, layout) for p in stage_params(spec, layout)]
+    assert batch_largest_unit(spec, batch)[0].tolist() == units
 
 
 def test_a_megatron_lm_launch_under_use_megatron_fsdp_is_sharded_and_fits():

@@ -119,18 +119,21 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
 
 def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:
     """(n, S) model-state bytes of each stage (model_state.model_state_bytes, read from the batch's fields of
-    rank_params.StageParams; the largest layer only where Megatron FSDP reads it)."""
+    rank_params.StageParams; the largest FSDP unit only where Megatron FSDP reads it)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
-                             largest_layer=largest_layer(spec, b) if knobs.megatron_fsdp else 0,
                              fsdp_units=b.counts.sum(axis=2) + b.mtp)  # rank_params.StageParams.fsdp_units
-    return sum(model_state_bytes(params, b.fields, knobs, arch).values())
+    largest = largest_fsdp_unit(spec, b) if knobs.megatron_fsdp else None
+    return sum(model_state_bytes(params, b.fields, knobs, arch, largest_unit=largest).values())
 
 
-def largest_layer(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:
-    """(n, S) parameters of the largest decoder layer each stage holds, on one rank (rank_params.StageParams
-    largest_layer)."""
-    per_kind = [layer_rank_params(spec, kind, b.fields) for kind in b.kinds]
-    return np.max([np.where(b.counts[:, :, i] > 0, n, 0) for i, n in enumerate(per_kind)], axis=0)
+def largest_fsdp_unit(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:
+    """(n, S) parameters on one rank of the largest Megatron FSDP unit each stage holds: its decoder layers and the
+    decoder layer of each MTP layer (rank_params.largest_fsdp_unit)."""
+    held = [np.where(b.counts[:, :, i] > 0, layer_rank_params(spec, kind, b.fields), 0)
+            for i, kind in enumerate(b.kinds)]
+    if spec.mtp_num_layers:
+        held.append(np.where(b.mtp > 0, layer_rank_params(spec, spec.mtp_layer_kind, b.fields), 0))
+    return np.max(held, axis=0)
 
 
 def batch_state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:

@@ -28,7 +28,7 @@ from moetune.walls.activations import (
     whole,
 )
 from moetune.walls.model_state import FP8_CACHE_BYTES, model_state_bytes, offloaded_host_bytes
-from moetune.walls.rank_params import stage_params, vocab_shard
+from moetune.walls.rank_params import largest_fsdp_unit, stage_params, vocab_shard
 
 
 @cache
@@ -184,7 +184,8 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
                               layout.sp, knobs))  # the same buffers on every stage
     result = []
     for p in stage_params(spec, layout):
-        items = model_state_bytes(p, layout, knobs, arch)
+        largest = largest_fsdp_unit(spec, p, layout) if knobs.megatron_fsdp else None
+        items = model_state_bytes(p, layout, knobs, arch, largest_unit=largest)
         acts, flight = stage_activation_items(spec, layout, workload, knobs, p.stage, p.layers, p.mtp_layers)
         items.update(acts)
         if p.loss:

@@ -90,13 +90,15 @@ def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
     return {"weights": 2 * params, "fp8_weight_cache": fp8}
 
 
-def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str) -> dict[str, int]:
+def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str, *, largest_unit=None) -> dict[str, int]:
+    """Weights, gradients and optimizer state of one rank of stage `p`. `largest_unit`: parameters on one rank of the
+    stage's largest Megatron FSDP unit (rank_params.largest_fsdp_unit), read only under Megatron FSDP."""
     params = p.dense + p.expert
     items = {**weight_items(p, knobs, arch), "main_grads": grad_bytes(knobs) * params}
     if knobs.torch_fsdp2:
         items.update(fsdp2_sharded_items(items, params, layout, knobs))
     if knobs.fsdp_strategy:
-        items.update(megatron_fsdp_items(p, layout, knobs, arch))
+        items.update(megatron_fsdp_items(p, layout, knobs, arch, largest_unit))
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs)
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
@@ -129,7 +131,7 @@ def grad_bytes(knobs: Knobs) -> int:
     return FP32_GRAD_BYTES if knobs.main_grads_fp32 else WEIGHT_BYTES
 
 
-def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str) -> dict[str, int]:
+def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest_unit) -> dict[str, int]:
     """The weights and gradients of a rank under Megatron FSDP (layout/dp_sharding.py), where its strategy shards
     them: over DP x CP for dense parameters and EDP for experts (the optimizer's groups), TE's cached FP8 copies of the
     gathered weights left whole. Sharded weights add those gathered at once (fsdp_gathered_weights): the decoder
@@ -137,7 +139,10 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str) -> dict
     embedding and output layer, which are no FSDP unit (mcore_fsdp_adapter.py: TransformerLayer alone), so nothing
     releases them after their gather (megatron_fsdp.py release_module_parameters runs on units); sharded gradients add
     the unsharded ones waiting for their reduce-scatter (fsdp_pending_grads: dp_sharding.pending_grad_elements).
-    `p` may hold arrays (the planner's batches): the shares are namespaces of the fields weight_items reads."""
+    `p` and `largest_unit` (the stage's largest unit on one rank, which sizes those transients) may hold arrays (the
+    planner's batches): the shares are namespaces of the fields weight_items reads."""
+    if largest_unit is None:
+        raise ValueError("Megatron FSDP's transients need the stage's largest unit (rank_params.largest_fsdp_unit)")
     strategy, out = knobs.fsdp_strategy, {}
     dense, expert = optimizer_divisors(layout, knobs)
     kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense))
@@ -145,12 +150,12 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str) -> dict
     mean = layers / np.maximum(p.fsdp_units, 1) if strategy.weights else 0  # units exist under optim_grads_params
     if strategy.weights:
         out.update(_stored_weights(kept, knobs, arch))
-        gathered = gathered_elements(p.largest_layer, mean, layers)
+        gathered = gathered_elements(largest_unit, mean, layers)
         per_weight = quantized_weight_bytes(knobs.precision, arch) if knobs.quantized_params else WEIGHT_BYTES
         out["fsdp_gathered_weights"] = whole(WEIGHT_BYTES * p.vocab + per_weight * gathered)
     if strategy.grads:
         out["main_grads"] = grad_bytes(knobs) * (kept.dense + kept.expert)
-        out["fsdp_pending_grads"] = whole(grad_bytes(knobs) * pending_grad_elements(p.largest_layer, mean, layers))
+        out["fsdp_pending_grads"] = whole(grad_bytes(knobs) * pending_grad_elements(largest_unit, mean, layers))
     return out
 
 

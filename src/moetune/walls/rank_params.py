@@ -51,7 +51,6 @@ class StageParams:
     layers: tuple[int, ...]  # decoder layer ids held (all virtual chunks)
     mtp_layers: int
     loss: bool  # holds the output layer (logits and loss activations)
-    largest_layer: int = 0  # parameters of the largest decoder layer on one rank (a Megatron FSDP unit)
 
     @property
     def total(self) -> int:
@@ -173,7 +172,16 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     for st in stage_structures(spec, layout, include_mtp):
         sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
         dense, expert, vocab_share = per_rank(sums, layout)
-        largest = max((layer_rank_params(spec, kind, layout, layer_spec) for kind, _ in st.kind_counts), default=0)
         result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
-                                  largest_layer=largest, mtp_layers=st.mtp_layers, loss=st.outputs > 0))
+                                  mtp_layers=st.mtp_layers, loss=st.outputs > 0))
     return result
+
+
+def largest_fsdp_unit(spec: ModelSpec, p: StageParams, layout: Layout, layer_spec: LayerSpec = "te") -> int:
+    """Parameters on one rank of the largest Megatron FSDP unit stage `p` holds, which sizes the unit gathered and the
+    gradients pending (walls/model_state.py megatron_fsdp_items); asked for only under Megatron FSDP. The units are
+    every TransformerLayer (mcore_fsdp_adapter.py fsdp_unit_modules, core_v0.16.0-core_v0.18.2): each decoder layer
+    and the decoder layer inside each MTP layer (multi_token_prediction.py MultiTokenPredictionLayer builds one,
+    transformer_layer @core_v0.16.0, mtp_model_layer @core_v0.18.2; its norms and eh_proj sit outside it)."""
+    kinds = {spec.layers[i] for i in p.layers} | ({spec.mtp_layer_kind} if p.mtp_layers else set())
+    return max((layer_rank_params(spec, kind, layout, layer_spec) for kind in kinds), default=0)
