@@ -8,7 +8,7 @@ from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
-from moetune.layout.knobs import CP1_COMM_TYPES, PLAN_ROUTER_DTYPE, TUNED_FLEX_SMS, Knobs
+from moetune.layout.knobs import CP1_COMM_TYPES, TUNED_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.param_gather import FP8_PARAM_PRECISIONS
@@ -16,7 +16,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.compute import router_dtype_defaulted
+from moetune.walls.compute import router_dtype_defaulted, router_dtype_or_plan
 from moetune.walls.cp_legal import hcp_groups, rank_heads
 
 
@@ -97,9 +97,10 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         return fallback
 
     precision = pick("precision", kw["precision"], default_precision(gpu))
-    # "none": the activations' BF16; left out, the FP32 router every plan's config sets (Knobs.moe_router_dtype)
-    router_dtype = {None: PLAN_ROUTER_DTYPE, "none": None}.get(kw["moe_router_dtype"], kw["moe_router_dtype"])
-    if router_dtype_defaulted(spec, given=kw["moe_router_dtype"] is not None):
+    # "none": the activations' BF16
+    router = kw["moe_router_dtype"]
+    router_dtype = router_dtype_or_plan(router is not None, None if router == "none" else router)
+    if router_dtype_defaulted(spec, given=router is not None):
         defaulted.append("moe_router_dtype")
     dispatcher = pick("dispatcher", kw["dispatcher"], default_dispatcher(gpu, layout))
     if kw["flex_num_sms"] is not None and dispatcher not in TUNED_FLEX_SMS:

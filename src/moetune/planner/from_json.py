@@ -4,14 +4,14 @@ from dataclasses import replace
 
 from moetune.errors import MoetuneError
 from moetune.files import FileTable
-from moetune.layout.knobs import PLAN_ROUTER_DTYPE, Knobs
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import USER_FILE_KEYS, Estimate, estimate
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.compute import router_dtype_defaulted
+from moetune.walls.compute import router_dtype_defaulted, router_dtype_or_plan
 from moetune.walls.efficiency import check_file, check_for_gpu, sets_for
 
 
@@ -144,7 +144,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   hidden_dropout=k.get("hidden_dropout", 0.0), attention_dropout=k.get("attention_dropout", 0.0),
                   num_distributed_optimizer_instances=k.get("num_distributed_optimizer_instances", 1),
                   # a result saved before the knob was recorded: the FP32 router every plan's config sets
-                  moe_router_dtype=k.get("moe_router_dtype", PLAN_ROUTER_DTYPE))
+                  moe_router_dtype=router_dtype_or_plan("moe_router_dtype" in k, k.get("moe_router_dtype")))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],
                         global_batch_size=wl["global_batch_size"])
     return layout, workload, knobs

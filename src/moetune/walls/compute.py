@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from moetune.layout.knobs import Knobs
+from moetune.layout.knobs import PLAN_ROUTER_DTYPE, Knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
@@ -250,6 +250,14 @@ def fp32_probs_source(knobs: Knobs) -> str | None:
     if knobs.moe_router_dtype is not None:
         return "moe_router_dtype"
     return "dispatcher" if knobs.dispatcher in FP32_PROBS_DISPATCHERS else None
+
+
+def router_dtype_or_plan(given: bool, value: str | None) -> str | None:
+    """moe_router_dtype where estimate's options or a saved result may leave it out: the value given (None: the
+    activations' BF16), else the FP32 router every plan's config sets (PLAN_ROUTER_DTYPE); whether the fallback is
+    listed as defaulted is router_dtype_defaulted's. A config that leaves it out runs its model bridge's instead
+    (planner/from_config.py)."""
+    return value if given else PLAN_ROUTER_DTYPE
 
 
 def router_dtype_defaulted(spec: ModelSpec, given: bool) -> bool:
