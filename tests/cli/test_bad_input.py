@@ -196,3 +196,30 @@ def test_a_damaged_saved_result_is_one_line_naming_the_value(where, key, value, 
     path.write_text(json.dumps(data))
     code, _, err = run(["explain", "--plan", str(path)], capsys)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("key", ["workload", "knobs", "gpus"])  # without "layout" it is no saved result to explain
+def test_a_saved_result_missing_a_section_names_the_file_once(key, tmp_path, capsys):
+    """The file is named by the error that already words it (from_json._need), not by reading the message's text."""
+    code, out, _ = run(["estimate", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--json"], capsys)
+    data = json.loads(out)
+    del data[key]
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps(data))
+    code, _, err = run(["explain", "--plan", str(path)], capsys)
+    assert (code, err.strip()) == (2, f"error: --plan {path} lacks '{key}': pass unmodified `moetune plan/estimate "
+                                      "--json` output")
+
+
+def test_a_saved_result_s_error_is_named_whatever_its_words():
+    """A result named by words its error happens to open with is still named: the prefix had been left off wherever
+    the message's text began with the name (a layout error read from a result called 'world size')."""
+    from moetune.errors import MoetuneError
+    from moetune.planner.from_json import estimate_from_json
+
+    data = {"gpus": 16, "model": "qwen3-30b-a3b", "gpu": "h100",
+            "layout": {"tp": 3, "cp": 1, "pp": 1, "vpp": 1, "ep": 1, "etp": 1},
+            "workload": {"seq_length": 4096, "micro_batch_size": 1, "global_batch_size": 16}, "knobs": {}}
+    with pytest.raises(MoetuneError) as err:
+        estimate_from_json(data, where="world size")
+    assert str(err.value).startswith("world size: world size (16) must be divisible by TP*CP*PP")

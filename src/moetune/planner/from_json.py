@@ -33,9 +33,13 @@ def pick_result(data: dict, rank: int = 1) -> dict:
     return data
 
 
+class _NamesFile(MoetuneError):
+    """An error already worded with the saved result's name (`where`): _named takes it as it is."""
+
+
 def _need(obj: dict, key: str, where: str):
     if key not in obj:
-        raise MoetuneError(f"{where} lacks '{key}': pass unmodified `moetune plan/estimate --json` output")
+        raise _NamesFile(f"{where} lacks '{key}': pass unmodified `moetune plan/estimate --json` output")
     return obj[key]
 
 
@@ -96,9 +100,10 @@ def _saved_fix(err: MoetuneError) -> str:
 
 
 def _named(err: MoetuneError, where: str) -> MoetuneError:
-    """The error naming the saved result once, with a fix for the file where the error's is worded in flags."""
+    """The error naming the saved result once (_NamesFile's name it already), with a fix for the file where the
+    error's is worded in flags."""
     text = f"{err.problem}; {_saved_fix(err)}" if err.flags_fix else str(err)
-    return MoetuneError(text if text.startswith(where) else f"{where}: {text}", same_as=err.same_as)
+    return MoetuneError(text if isinstance(err, _NamesFile) else f"{where}: {text}", same_as=err.same_as)
 
 
 def _defaulted(r: dict, model) -> list[str]:
