@@ -185,6 +185,10 @@ def test_huge_numbers_are_one_line(args, needle, capsys):
     ("pipeline", "mtp_num_layers", 99, "holds a value moetune cannot take (the MTP depth (99) exceeds the model"),
     ("workload", "global_batch_size", 7, "damaged.json: global batch size (7) must be divisible"),  # file unnamed
     ("knobs", "cuda_graph_scope", "attn", "knobs.cuda_graph_scope is str 'attn', not a list"),  # read as a, t, t, n
+    # null had raised TypeError (int(None)) splitting the pipeline, a traceback
+    ("pipeline", "account_for_embedding", None, "damaged.json: account_for_embedding is None; it takes true or false"),
+    ("pipeline", "account_for_loss", None, "account_for_loss is None; it takes true or false"),
+    ("pipeline", "sequence_parallel", "yes", "sequence_parallel is 'yes'; it takes true or false"),
 ])
 def test_a_damaged_saved_result_is_one_line_naming_the_value(where, key, value, needle, tmp_path, capsys):
     """From a fuzz of a saved estimate: a zero vocabulary divisor raised ZeroDivisionError in padded_vocab_size, and

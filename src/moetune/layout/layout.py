@@ -136,6 +136,10 @@ class Layout:
     account_for_loss: bool = False  # account_for_loss_in_pipeline_split: loss counts as a layer
 
     def __post_init__(self) -> None:
+        for name in ("account_for_embedding", "account_for_loss", "sequence_parallel"):  # a hand-edited saved result
+            if not isinstance(getattr(self, name), bool) and (name != "sequence_parallel" or self.sequence_parallel
+                                                              is not None):
+                raise MoetuneError(f"{name} is {getattr(self, name)!r}; it takes true or false")
         for name in ("world_size", "tp", "cp", "pp", "vpp", "ep", "etp"):
             if getattr(self, name) < 1:
                 raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
