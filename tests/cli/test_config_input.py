@@ -115,8 +115,9 @@ def test_a_layout_flag_beside_set_names_set(capsys):
 
 
 @pytest.mark.parametrize(("vpp", "needle"), [
-    ("2", "model.virtual_pipeline_model_parallel_size (2) contradicts model.pipeline_model_parallel_layout"),
-    ("1", "model.virtual_pipeline_model_parallel_size 1 contradicts model.pipeline_model_parallel_layout"),
+    # a Megatron-LM launch (MODEL_ARGS and --mlm-args) is told its own arguments, whichever way a value came in
+    ("2", "--num-virtual-stages-per-pipeline-rank (2) contradicts --pipeline-model-parallel-layout"),
+    ("1", "--num-virtual-stages-per-pipeline-rank 1 contradicts --pipeline-model-parallel-layout"),
     ("4", None),  # the layout string's own count (32 stages over PP 8): Megatron-Core accepts it
 ])
 def test_a_vpp_beside_a_layout_string_must_be_the_string_s(capsys, vpp, needle):

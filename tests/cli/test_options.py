@@ -52,3 +52,46 @@ def test_the_hcp_refusal_names_its_config_key_once(tmp_path, capsys):
                        capsys)
     [message] = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal"]
     assert message.count("model.hierarchical_context_parallel_sizes") == 1 and "--hcp-a2a-size" not in message
+
+
+OLMOE = "olmoe-1b-7b"
+TP2_LAUNCH = "--tensor-model-parallel-size 2 --bf16"
+
+
+def test_a_megatron_lm_launch_is_told_its_own_arguments():
+    """A layout refusal reached from Megatron-LM arguments names the argument to change: OLMoE at TP 2 had been told
+    'use model.tensor_model_parallel_size 1', Megatron Bridge's field, which such a launch has no place for."""
+    from moetune.cli.options import mlm_words
+
+    assert mlm_words("use --tp 1") == "use --tensor-model-parallel-size 1"
+    assert mlm_words("choose an --ep that divides it; change --pp/--vpp, or an --unknown") == (
+        "choose an --expert-model-parallel-size that divides it; change --pipeline-model-parallel-size/"
+        "--num-virtual-stages-per-pipeline-rank, or an --unknown")
+    # Megatron-LM turns sequence parallelism and the distributed optimizer on by adding a switch, never off by one
+    assert mlm_words("turn it on (model.sequence_parallel=true, or drop --no-sequence-parallel)") == (
+        "turn it on (add --sequence-parallel)")
+    assert mlm_words("turn it on (Megatron-LM --use-distributed-optimizer; drop --no-distributed-optimizer)") == (
+        "turn it on (add --use-distributed-optimizer)")
+    assert mlm_words("(--hcp-a2a-size, or model.hierarchical_context_parallel_sizes [a2a, p2p])") == (
+        "(--hierarchical-context-parallel-sizes [a2a, p2p])")
+    assert mlm_words("use --seq 4112, or --precision bf16") == (
+        "use --seq-length 4112, or BF16 (no --fp8-format or --fp4-format)")
+    assert mlm_words("needs --precision mxfp8") == "needs --fp8-format e4m3 --fp8-recipe mxfp8"
+
+
+def test_olmoe_tp2_from_megatron_lm_arguments_names_the_flag(capsys):
+    """estimate, check --model and diagnose --model of an OLMoE launch at TP 2 given as Megatron-LM arguments: each
+    refusal ends with the Megatron-LM flag (diagnose had named estimate's --tp); a Bridge config keeps its field."""
+    fix = "use --tensor-model-parallel-size 1"
+    code, _, err = run(["estimate", OLMOE, "--gpu", "h100", "--gpus", "8", "--mlm-args", TP2_LAUNCH], capsys)
+    assert code == 2 and err.rstrip().endswith(fix) and "model.tensor_model_parallel_size" not in err
+    code, out, _ = run(["check", "--mlm-args", TP2_LAUNCH, "--model", OLMOE, "--gpu", "h100", "--gpus", "8", "--json"],
+                       capsys)
+    [message] = [f["message"] for f in json.loads(out)["findings"] if f["rule"] == "layout.illegal"]
+    assert message.endswith(fix)
+    code, _, err = run(["diagnose", "--model", OLMOE, "--mlm-args", TP2_LAUNCH, "--gpu", "h100", "--gpus", "8"],
+                       capsys)
+    assert code == 2 and err.rstrip().endswith(fix)
+    code, _, err = run(["diagnose", "--model", OLMOE, "--set", "model.tensor_model_parallel_size=2", "--gpu", "h100",
+                        "--gpus", "8"], capsys)
+    assert code == 2 and err.rstrip().endswith("use model.tensor_model_parallel_size 1")

@@ -173,7 +173,8 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         except UnsupportedPrecision:  # the rule table's precision errors say so, with the config's fix
             pass
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
-            layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err)), fix={},
+            layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err), config),
+                                   fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules",
                                    same_as=err.same_as)  # the config-only rules (ids) that say the same fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)

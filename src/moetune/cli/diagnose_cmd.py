@@ -3,6 +3,7 @@
 import click
 from rich.markup import escape
 
+from moetune.cli.options import config_words
 from moetune.cli.output import console, emit_json, table
 from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import synced_optimizer_switches
@@ -85,8 +86,11 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
     if "cluster.gpu" not in config:
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
     spec = trained_model(load_model(model), config)
-    layout, workload, knobs = from_config(config, spec)
-    return estimate(spec, config_gpu(config), layout, workload, knobs)
+    try:  # a layout or knob Megatron refuses, worded for the run's config (the checks word them for estimate's flags)
+        layout, workload, knobs = from_config(config, spec)
+        return estimate(spec, config_gpu(config), layout, workload, knobs)
+    except MoetuneError as err:
+        raise MoetuneError(config_words(str(err), config)) from None
 
 
 def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None) -> tuple[dict | None, TrainingLog | None]:

@@ -53,7 +53,7 @@ def estimate_from_config(model: str, kw: dict):
             knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
         result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
     except MoetuneError as err:
-        raise MoetuneError(config_words(str(err))) from None
+        raise MoetuneError(config_words(str(err), config)) from None
     result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
     result.source_config = config
     return result

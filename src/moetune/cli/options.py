@@ -176,8 +176,14 @@ def _precision_words(m: re.Match) -> str:
     return words if shown else f"BF16 ({words})"
 
 
-def config_words(message: str) -> str:
-    """A layout error worded for flags, with the config's names instead (check reads configs, not flags)."""
+def config_words(message: str, config: dict | None = None) -> str:
+    """A layout error worded for flags, with the config's names instead (check reads configs, not flags): Bridge's
+    fields, or where CONFIG was read from Megatron-LM arguments the arguments that set them (mlm_words)."""
+    from moetune.configio.names import LAUNCHER
+
+    if config is not None and config.get(LAUNCHER) == "megatron-lm":
+        return mlm_words(message)
+
     def name(m: re.Match) -> str:
         if m.group(2) not in FLAG_KEYS:
             return m.group(0)
@@ -189,3 +195,56 @@ def config_words(message: str) -> str:
     worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, re.sub(r"--precision ([a-z0-9-]+)", _precision_words,
                                                                 message))
     return re.sub(r"\b([a-z_]+\.[a-z0-9_.]+),? or \1(?![\w.])", r"\1", worded)
+
+
+# estimate's switches that turn a Megatron default off, and the config field each turns off: Megatron-LM has no
+# argument that does so, its switch for the field being store_true (arguments.py: --sequence-parallel,
+# --use-distributed-optimizer), so a launch turns it off by leaving that switch out and on by adding it
+_MLM_OFF_SWITCHES = {"--no-sequence-parallel": "model.sequence_parallel",
+                     "--no-distributed-optimizer": "ddp.use_distributed_optimizer"}
+
+
+def _mlm_flag(key: str) -> str:
+    """The Megatron-LM argument that sets config field KEY (data/megatron_names.csv), or '' where it has none."""
+    from moetune.configio.names import names
+
+    row = names().get(key)
+    return row.mlm_flag if row is not None else ""
+
+
+def _mlm_precision_words(m: re.Match) -> str:
+    """'--precision P' as the Megatron-LM arguments that train recipe P (bf16: no --fp8-format or --fp4-format)."""
+    from moetune.planner.config_map import PRECISION  # config_map pulls in the planner: only for an error's words
+
+    fields = PRECISION.get(m.group(1))
+    if fields is None:
+        return m.group(0)
+    given = " ".join(f"{_mlm_flag(k)} {v}" for k, v in fields.items() if v is not None)
+    return given or f"BF16 (no {' or '.join(_mlm_flag(k) for k in fields)})"
+
+
+def mlm_words(message: str) -> str:
+    """A layout error worded for estimate's flags, with the Megatron-LM arguments that set them instead, for a launch
+    given as Megatron-LM arguments (which has no Bridge field to set): '--tp' reads '--tensor-model-parallel-size',
+    'drop --no-sequence-parallel' reads 'add --sequence-parallel'; a flag with no Megatron-LM argument stays."""
+    def switch(m: re.Match) -> str:
+        flag = _mlm_flag(_MLM_OFF_SWITCHES[m.group(2)])
+        return f"add {flag}" if m.group(1) else f"no {flag}"
+
+    def name(m: re.Match) -> str:
+        flag = _mlm_flag(FLAG_KEYS.get(m.group(2), ""))
+        if not flag:
+            return m.group(0)
+        article = m.group(1) and ("an " if flag.lstrip("-")[0] in "aeiou" else "a ")
+        return (article or "") + flag
+    worded = re.sub(rf"(drop )?({'|'.join(_MLM_OFF_SWITCHES)})(?![\w-])", switch, message)
+    worded = re.sub(r"--precision ([a-z0-9-]+)", _mlm_precision_words, worded)
+    worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, worded)
+    # a fix that offers the flag "or" the config key it sets ("--hcp-a2a-size, or model.hierarchical_...", "turn it
+    # on (model.sequence_parallel=true, or drop --no-sequence-parallel)"), or its Megatron-LM name beside the fix,
+    # names the argument once
+    worded = re.sub(r"Megatron-LM (--[a-z0-9-]+); add \1(?![\w-])", r"add \1", worded)
+    worded = re.sub(r"(--[a-z0-9-]+),? or ([a-z_]+\.[a-z0-9_]+)(?![\w.])",
+                    lambda m: m.group(1) if _mlm_flag(m.group(2)) == m.group(1) else m.group(0), worded)
+    return re.sub(r"\b([a-z_]+\.[a-z0-9_]+)(?:=true)?,? or (add )?(--[a-z0-9-]+)(?![\w-])",
+                  lambda m: m.group(2) + m.group(3) if _mlm_flag(m.group(1)) == m.group(3) else m.group(0), worded)
