@@ -256,3 +256,17 @@ def test_megatron_fsdp_beside_no_distributed_optimizer_is_one_line(capsys):
                         "optim", "--no-distributed-optimizer"], capsys)
     assert code == 2 and err.strip() == ("error: --megatron-fsdp runs the distributed optimizer (Megatron-LM and "
                                          "Bridge turn it on under Megatron FSDP): drop --no-distributed-optimizer")
+
+
+def test_estimate_and_plan_on_96_gb200_say_the_rack_is_partial(capsys):
+    """qwen3-30b-a3b on 96 GB200 at EP32 (audit): two 48-GPU Slurm segments, so EP32 crosses between partly used
+    racks; estimate (table and JSON) and plan's pick say so, and at EP16, inside a segment, nothing is added."""
+    flags = ["--gpu", "gb200", "--gpus", "96"]
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", *flags, "--ep", "32"], capsys)
+    assert code == 0 and "note: 96 GPUs in Slurm segments of 12 nodes" in out and "EP32 crosses between racks" in out
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", *flags, "--ep", "32", "--json"], capsys)
+    assert "48 of its 72 GPUs" in json.loads(out)["partial_domain_note"]
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", *flags, "--ep", "16", "--json"], capsys)
+    assert code == 0 and "partial_domain_note" not in json.loads(out)
+    code, out, _ = run(["plan", "qwen3-30b-a3b", *flags, "--gbs", "384", "--fix", "ep=32"], capsys)
+    assert code == 0 and "note on #1: 96 GPUs in Slurm segments of 12 nodes" in out

@@ -5,7 +5,13 @@ import pytest
 
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.ep_domain import EP_DOMAIN_NOTE_MARGIN, ep_domain_note, ep_domain_text, in_domain_ep
+from moetune.planner.ep_domain import (
+    EP_DOMAIN_NOTE_MARGIN,
+    ep_domain_note,
+    ep_domain_text,
+    in_domain_ep,
+    partial_domain_note,
+)
 from moetune.planner.estimate import estimate
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
@@ -71,3 +77,17 @@ def test_a_b200_rack_past_its_domain_defaults_to_deepep(tmp_path):
     assert default_dispatcher_and_why(gpu, Layout(tp=1, cp=1, pp=1, ep=64, etp=1, world_size=256)) == ("hybridep",
                                                                                                          None)
     assert default_dispatcher_and_why(load_gpu("gb200"), wide)[0] == "alltoall"
+
+
+def test_a_hot_group_crossing_a_partial_rack_is_told_why_the_domain_is_short():
+    """96 GB200s (audit: no partial-domain note): Megatron Bridge's launcher runs the 24 nodes as two Slurm segments
+    of 12, so each rack holds 48 of its 72 GPUs; EP32's groups cross between them (ranks 32-63), which estimate and
+    plan had shown only as 'the 48-GPU NVLink domain', not why a 72-GPU rack is 48 here. Whole racks, an EP inside
+    the segment, and HGX nodes keep their notes as they were."""
+    gb200, spec, wl = load_gpu("gb200"), load_model("qwen3-30b-a3b"), Workload(seq_length=4096)
+    note = partial_domain_note(estimate(spec, gb200, Layout(world_size=96, ep=32), wl))
+    assert note.startswith("96 GPUs in Slurm segments of 12 nodes: 48 consecutive ranks share an NVLink domain")
+    assert "partial domain (48 of its 72 GPUs), and EP32 crosses between racks" in note
+    assert partial_domain_note(estimate(spec, gb200, Layout(world_size=96, ep=16), wl)) is None  # inside a segment
+    assert partial_domain_note(estimate(spec, gb200, Layout(world_size=144, ep=16), wl)) is None  # whole racks
+    assert partial_domain_note(estimate(spec, H100, Layout(world_size=96, ep=32), wl)) is None  # HGX nodes

@@ -18,6 +18,7 @@ from moetune.cli.output import (
 )
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import default_scope
+from moetune.planner.ep_domain import partial_domain_note
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks, gbs_default_text, optimizer_note
 from moetune.planner.track_record import estimate_record, track_record_text
@@ -37,7 +38,9 @@ def command(model: str, as_json: bool, **kw) -> None:
     found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
     record = estimate_record(result)
     if as_json:
-        emit_json({**result.to_json(), "checks": found, "track_record": record})
+        note = partial_domain_note(result)
+        emit_json({**result.to_json(), **({"partial_domain_note": note} if note else {}), "checks": found,
+                   "track_record": record})
     else:
         print_estimate(result)
         print_checks(found)
@@ -58,6 +61,8 @@ def print_estimate(result: Estimate) -> None:
     crossing = [f"{g.upper()} ({100 * share:.0f}% of peers)" for g, share in leaving.items() if share > 0]
     out.print(f"rank order tp-cp-ep-dp-pp; outside the {result.job_domain}-GPU NVLink domain: "
               + (", ".join(crossing) if crossing else "no group"))
+    if note := partial_domain_note(result):
+        out.print(f"[yellow]note[/yellow]: {note}")
     stages = result.stages
     names = list(dict.fromkeys(k for s in stages for k in s.items))
     rows = [[name] + [gib(s.items.get(name, 0)) for s in stages] for name in names]

@@ -30,7 +30,7 @@ from moetune.cli.versus_output import print_versus
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
-from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
+from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
 from moetune.planner.explain import checks, optimizer_note, unsearched_gains
 from moetune.planner.fp8_evidence import caveat_label, caveat_text, plan_caveat
@@ -108,6 +108,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     found = findings(result.results[0]) if result.results else []
     unsearched = unsearched_gains(result.results[0], found) if result.results else []
     near_ep = ep_domain_note(result.results[0], found) if result.results else None
+    partial = partial_domain_note(result.results[0]) if result.results else None
     record = estimate_record(result.results[0]) if result.results else None
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = user_files(eff, over)
@@ -122,6 +123,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"unsearched_moves": unsearched} if unsearched else {}),
                    **({"ep_in_domain": near_ep} if near_ep else {}),
+                   **({"partial_domain_note": partial} if partial else {}),
                    **({"track_record": record} if record else {})})
     else:
         print_plan(result, gbs, fixed)
@@ -145,6 +147,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]{caveat_label(fp8)}[/bold]: the pick runs {caveat_text(fp8)}")
         for note in attention_notes(pick) if pick else []:
             console().print(f"[yellow]note[/yellow] on #1: {note}")
+        if partial:
+            console().print(f"[yellow]note[/yellow] on #1: {partial}")
         if near_ep:
             console().print(f"[bold]NVLink domain[/bold]: #1's {ep_domain_text(result.results[0], near_ep)}")
         for m in unsearched:

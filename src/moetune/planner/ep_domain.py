@@ -1,12 +1,13 @@
 """The seeds' in-domain alternative to a pick whose EP all-to-all leaves the NVLink domain (seeds/000: keep hot
 communication inside the NVLink domain): the same layout at the largest EP whose group stays inside it, predicted, so
-a pick that crosses the domain for less than the step model's own error says so."""
+a pick that crosses the domain for less than the step model's own error says so; and, where Slurm segments leave
+each rack partly used, why the job's domain is smaller than the rack a hot group crosses."""
 
 from dataclasses import replace
 from itertools import takewhile
 
 from moetune.errors import MoetuneError
-from moetune.layout.ranks import in_domain_eps, members_in_domain
+from moetune.layout.ranks import groups_leaving_domain, in_domain_eps, members_in_domain
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import knobs_for, rule_errors
 from moetune.planner.ranking import NEAR_TIE_MARGIN
@@ -62,3 +63,35 @@ def ep_domain_text(e: Estimate, near: dict) -> str:
     return (f"EP{e.layout.ep} leaves the NVLink domain for {near['pick_margin']:+.1%} over {alt}: less than the step "
             "model's own error. The seeds would keep hot communication inside the domain (seeds/000 Phase 2); "
             "moetune ranks by its prediction, which puts the pick ahead: measure both before choosing")
+
+
+# The groups whose traffic is hot (seeds/000 Phase 2: keep TP, CP and the EP all-to-all inside the fast interconnect);
+# DP's gradient reduction overlaps the backward
+HOT_GROUPS = ("tp", "cp", "ep")
+
+
+def segment_note(e: Estimate) -> str | None:
+    """Where a job of several nodes sees a smaller NVLink domain than its GPU's rack: Megatron Bridge's launcher splits
+    it into equal Slurm segments, each in one rack (layout/ranks.py job_nvlink_domain), so a rack holds only part of
+    the job's ranks; None where the domain is the GPU's own (HGX nodes, whole racks)."""
+    lay = e.layout
+    if e.job_domain == e.gpu.nvlink_domain or lay.world_size <= e.gpu.gpus_per_node:  # one node: no split
+        return None
+    return (f"{lay.world_size} GPUs in Slurm segments of {e.job_domain // e.gpu.gpus_per_node} nodes: "
+            f"{e.job_domain} consecutive ranks share an NVLink domain (Megatron Bridge's launcher, "
+            "scripts/performance/utils/executors.py)")
+
+
+def partial_domain_note(e: Estimate) -> str | None:
+    """segment_note where the job's NVLink domains are partial racks and a hot group leaves one: its traffic crosses
+    between racks over the network, at a domain the rack's size alone does not show (96 GB200s: two racks of 48, not
+    72 + 24); None elsewhere (whole racks, or no hot group crossing), so the existing notes stand alone there."""
+    note = segment_note(e)
+    if note is None:
+        return None
+    leaving = groups_leaving_domain(e.layout, e.job_domain)
+    hot = [f"{g.upper()}{getattr(e.layout, g)}" for g in HOT_GROUPS if leaving.get(g, 0) > 0]
+    if not hot:
+        return None
+    return (f"{note}: each rack is a partial domain ({e.job_domain} of its {e.gpu.nvlink_domain} GPUs), and "
+            f"{' and '.join(hot)} cross{'es' if len(hot) == 1 else ''} between racks over the network")

@@ -10,7 +10,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.ranks import groups_leaving_domain, members_in_domain
 from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
 from moetune.planner.defaults import default_dispatcher
-from moetune.planner.ep_domain import ep_domain_note, ep_domain_text
+from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, segment_note
 from moetune.planner.ep_first import ep_first_note
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import GIB, cp_sizing, knobs_for, margin_gib
@@ -25,10 +25,8 @@ def scale(e: Estimate, found: list | None = None) -> dict:
     lay = e.layout
     leaving = groups_leaving_domain(lay, e.job_domain)
     notes = []
-    if e.job_domain != e.gpu.nvlink_domain and lay.world_size > e.gpu.gpus_per_node:  # a job within one node: no split
-        notes.append(f"{lay.world_size} GPUs in Slurm segments of {e.job_domain // e.gpu.gpus_per_node} nodes: "
-                     f"{e.job_domain} consecutive ranks share an NVLink domain (Megatron Bridge's launcher, "
-                     "scripts/performance/utils/executors.py)")
+    if note := segment_note(e):
+        notes.append(note)
     if leaving.get("tp", 0) > 0:
         notes.append(f"TP{lay.tp} leaves the {e.job_domain}-GPU NVLink domain: keep TP inside it "
                      "(seeds/000 Phase 2)")
