@@ -3,6 +3,7 @@ model and recipe audits: Moonlight-16B-A3B on 32 H100 picked EP16 across nodes f
 
 import pytest
 
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.ep_domain import (
@@ -11,6 +12,7 @@ from moetune.planner.ep_domain import (
     ep_domain_text,
     in_domain_ep,
     partial_domain_note,
+    segment_note,
 )
 from moetune.planner.estimate import estimate
 from moetune.planner.search import plan
@@ -91,3 +93,11 @@ def test_a_hot_group_crossing_a_partial_rack_is_told_why_the_domain_is_short():
     assert partial_domain_note(estimate(spec, gb200, Layout(world_size=96, ep=16), wl)) is None  # inside a segment
     assert partial_domain_note(estimate(spec, gb200, Layout(world_size=144, ep=16), wl)) is None  # whole racks
     assert partial_domain_note(estimate(spec, H100, Layout(world_size=96, ep=32), wl)) is None  # HGX nodes
+
+
+def test_a_segment_of_one_node_is_said_in_the_singular():
+    """76 GB200 = 19 nodes of 4, which no segment of 2..18 nodes divides: one-node segments, 'of 1 node' (it had
+    read 'of 1 nodes')."""
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("gb200"), Layout(world_size=76, ep=4),
+                 Workload(seq_length=4096, micro_batch_size=1, global_batch_size=76), Knobs())
+    assert segment_note(e).startswith("76 GPUs in Slurm segments of 1 node: 4 consecutive ranks")

@@ -77,7 +77,8 @@ def segment_note(e: Estimate) -> str | None:
     lay = e.layout
     if e.job_domain == e.gpu.nvlink_domain or lay.world_size <= e.gpu.gpus_per_node:  # one node: no split
         return None
-    return (f"{lay.world_size} GPUs in Slurm segments of {e.job_domain // e.gpu.gpus_per_node} nodes: "
+    nodes = e.job_domain // e.gpu.gpus_per_node
+    return (f"{lay.world_size} GPUs in Slurm segments of {nodes} node{'s' if nodes > 1 else ''}: "
             f"{e.job_domain} consecutive ranks share an NVLink domain (Megatron Bridge's launcher, "
             "scripts/performance/utils/executors.py)")
 
