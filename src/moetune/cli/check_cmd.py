@@ -13,6 +13,8 @@ from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words
 from moetune.cli.output import console, emit_json
 from moetune.configio import load_config
+from moetune.configio.names import LAUNCHER
+from moetune.emit.mlm import mlm_fix_words
 from moetune.emit.values import hydra
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.layout import parse_pipeline_layout
@@ -97,12 +99,14 @@ def check_findings(config: dict, context: str = "check", mcore: bool = True, der
     return sorted(findings, key=lambda f: _ORDER[f.severity])
 
 
-def _fix_text(fix: dict) -> str:
-    return " ".join(f"{k}={hydra(v)}" for k, v in fix.items())
+def _fix_text(fix: dict, mlm: bool = False) -> str:
+    """A fix in the config's names, or for a Megatron-LM launch (`mlm`) in its arguments (emit/mlm.py)."""
+    return mlm_fix_words(fix) if mlm else " ".join(f"{k}={hydra(v)}" for k, v in fix.items())
 
 
-def findings_table(findings: list) -> Table:
-    """Severity, rule id, and the message with its fix and seed source underneath."""
+def findings_table(findings: list, mlm: bool = False) -> Table:
+    """Severity, rule id, and the message with its fix (as Megatron-LM arguments for a Megatron-LM launch: `mlm`) and
+    seed source underneath."""
     t = Table(title="moetune check", title_justify="left", show_lines=True)
     t.add_column("severity", no_wrap=True)
     t.add_column("rule", no_wrap=True)
@@ -110,7 +114,7 @@ def findings_table(findings: list) -> Table:
     for f in findings:
         text = escape(f.message)
         if f.fix:
-            text += f"\n[green]fix:[/] {escape(_fix_text(f.fix))}"
+            text += f"\n[green]fix:[/] {escape(_fix_text(f.fix, mlm))}"
         elif f.fix_withdrawn:
             text += f"\n[yellow]no fix:[/] its own would trip {', '.join(f.fix_withdrawn)}"
         text += f"\n[dim]source: {escape(f.source)}[/]"
@@ -188,7 +192,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         emit_json({"findings": [f.as_dict() for f in findings], "config": config})
     else:
         out = console()
-        out.print(findings_table(findings))
+        out.print(findings_table(findings, mlm=config.get(LAUNCHER) == "megatron-lm"))
         counts = {s: sum(f.severity == s for f in findings) for s in _ORDER}
         filled = f" (+{len(config) - read} from {model}'s architecture and its recipe's defaults)"
         out.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "

@@ -11,6 +11,7 @@ from moetune.cli.output import (
     console,
     emit_json,
     gib,
+    launched_by_mlm,
     layout_extras,
     print_checks,
     table,
@@ -43,7 +44,7 @@ def command(model: str, as_json: bool, **kw) -> None:
                    "track_record": record})
     else:
         print_estimate(result)
-        print_checks(found)
+        print_checks(found, mlm=launched_by_mlm(result))
         if files := user_files_line(result.user_files):
             console().print(files)
         console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")

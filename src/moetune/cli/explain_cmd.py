@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from moetune.cli.estimate_input import estimate_from_flags, load_overheads
 from moetune.cli.options import config_options, flags_a_saved_result_replaces, given, knob_options, layout_options
-from moetune.cli.output import console, emit_json, print_checks, table, user_files_line
+from moetune.cli.output import console, emit_json, launched_by_mlm, print_checks, table, user_files_line
 from moetune.cli.plan_baseline import same_job
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
@@ -77,7 +77,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     if as_json:
         emit_json(answer)
     else:
-        print_explain(answer)
+        print_explain(answer, mlm=launched_by_mlm(result))
         if "versus_baseline" in answer:
             print_versus(answer["versus_baseline"])
 
@@ -108,7 +108,7 @@ def _bias_dtype_words(bias: dict) -> str:
     return "in BF16 (moe_router_dtype unset, and the alltoall dispatcher keeps the router's probabilities BF16)"
 
 
-def print_explain(a: dict) -> None:
+def print_explain(a: dict, mlm: bool = False) -> None:
     out = console()
     f, s, p = a["fit"], a["scale"], a["profile"]
     verdict = "fits" if f["fits"] else "does NOT fit"
@@ -184,7 +184,7 @@ def print_explain(a: dict) -> None:
         out.print("[bold]Retune[/bold]: no single move predicts a gain that still fits"
                   + (f" (memory stops: {blocked}, of {a['fit']['capacity_gib']:.1f})" if blocked else "")
                   + "; `moetune plan` changes layout and knobs together")
-    print_checks(a["checks"])
+    print_checks(a["checks"], mlm)
     if files := user_files_line(a):
         out.print(files)
     if a["fp8_caveat"]:

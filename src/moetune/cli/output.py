@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from moetune.configio.names import LAUNCHER
+from moetune.emit.mlm import mlm_fix_words
 from moetune.walls.cp_legal import exchange_text
 from moetune.words import words
 
@@ -68,11 +70,17 @@ def user_files_line(files: dict) -> str | None:
     return f"[bold]Your files[/bold]: {'; '.join(parts)}, over the shipped ones" if parts else None
 
 
-def print_checks(found: list[dict]) -> None:
-    """Rule findings as `explain` and `estimate` print them: one line each, with the fix when the rule has one."""
+def launched_by_mlm(result) -> bool:
+    """Whether an estimate was read from a Megatron-LM launch (its fixes are then said as Megatron-LM arguments)."""
+    return (result.source_config or {}).get(LAUNCHER) == "megatron-lm"
+
+
+def print_checks(found: list[dict], mlm: bool = False) -> None:
+    """Rule findings as `explain` and `estimate` print them: one line each, with the fix when the rule has one (as
+    Megatron-LM arguments for a Megatron-LM launch: `mlm`, emit/mlm.py)."""
     out = console()
     for c in found:
-        fix = ", ".join(f"{k}={v}" for k, v in c["fix"].items())
+        fix = mlm_fix_words(c["fix"]) if mlm else ", ".join(f"{k}={v}" for k, v in c["fix"].items())
         withdrawn = c.get("fix_withdrawn") and f" (no fix: its own would trip {', '.join(c['fix_withdrawn'])})"
         out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else "")
                   + (withdrawn or ""))

@@ -51,6 +51,28 @@ def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
     return f"{flag} {values.argv(value)[0]}", None
 
 
+def mlm_fix_words(fix: dict[str, Any]) -> str:
+    """A rule's fix (config names) as a Megatron-LM launch changes its arguments: the arguments to pass, each name as
+    its flag with the value ('--moe-router-dtype fp32', '--no-gradient-accumulation-fusion'), then those to drop (a
+    switch or list turned off: '; drop --use-torch-fsdp2'); a name with no Megatron-LM flag as written (name=value)."""
+    words = [_fix_word(k, v) for k, v in fix.items()]
+    passed = " ".join(w for w in words if not w.startswith("drop "))
+    dropped = ", ".join(w[len("drop "):] for w in words if w.startswith("drop "))
+    return "; ".join(filter(None, (passed, dropped and f"drop {dropped}")))
+
+
+def _fix_word(name: str, value: Any) -> str:
+    if (row := names().get(name)) is not None and row.canonical:  # an alias: the flag is its normalized name's
+        name = row.canonical
+    line, comment = _flag_line(name, value)
+    if line:
+        return line
+    row = names().get(name)
+    if comment or row is None or not row.mlm_flag:
+        return f"{name}={values.hydra(value)}"
+    return f"drop {row.mlm_flag}"  # off: a store_true switch left out, an empty list or null unset
+
+
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     lines = [f"# {header}", f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
              "torchrun.sh reads them with shlex)."]
