@@ -53,15 +53,33 @@ def test_nothing_is_chunked_up_to_the_chunk():
 
 
 @pytest.mark.parametrize(("seq", "cp", "needle"), [
-    (131072, 16, r"at CP 16 each CP chunk \(seq / \(2 x CP\) = 4096 tokens\) must be whole chunks .*use a CP among "
-                 r"2, 4, 8 at this --seq"),
-    (65536, 32, r"use a CP among 2, 4 at this --seq"),
+    # the query holds the CP rank's seq / CP tokens (Bridge's gpt_step.py slices the batch before the model), and
+    # llama4_utils.py asserts that over 2 x CP is whole chunks: 131072 / 16 / 32 = 256
+    (131072, 16, r"at CP 16 each CP rank's 8192 tokens are not past the chunk, so Megatron Bridge .* chunks nothing "
+                 r"and attention would span all 131072 tokens; use a CP among 2 at this --seq"),
+    (131072, 4, r"at CP 4 each CP rank's 32768 tokens over 2 x CP \(4096\) must be whole chunks .*use a CP among 2 "
+                r"at this --seq"),
+    (65536, 32, r"use a CP among 2 at this --seq"),
+    (32768, 2, r"at CP 2 each CP rank's 16384 tokens over 2 x CP \(4096\) .* use no CP at this --seq"),
 ])
 def test_cp_chunks_must_be_whole_attention_chunks(seq, cp, needle):
     with pytest.raises(MoetuneError, match=needle):
         validate(SCOUT, Layout(world_size=cp * 2, tp=2, cp=cp), Workload(seq_length=seq, micro_batch_size=1))
-    assert chunk_refusal(SCOUT, seq, cp // 2 if seq == 131072 else 4) is None
-    assert chunk_refusal(SCOUT, 8192, 16) is None  # no chunking at the chunk
+    assert chunk_refusal(SCOUT, seq, 2) is None or seq == 32768
+    assert chunk_refusal(SCOUT, 8192, 16) is None  # no chunking at the chunk, with or without CP
+    assert chunk_refusal(SCOUT, 2 * 8 * 8 * 8192, 8) is None  # seq a multiple of 2 x CP^2 x chunk
+
+
+def test_plan_picks_no_cp_bridge_refuses(shared_data, capsys):
+    """Llama-4-Scout's real config.json at 128k on 96 GB200: every result's CP leaves each rank's seq / CP tokens over
+    2 x CP whole 8192-token chunks (the pick had been CP 8: 131072 / 8 / 16 = 1024 tokens, which Bridge asserts on)."""
+    from moetune.cli.main import main
+
+    config = str(shared_data / "models" / "llama4-scout.config.json")
+    assert main(["plan", config, "--gpu", "gb200", "--gpus", "96", "--gbs", "96", "--seq", "131072", "--top", "3",
+                 "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert results and all(r["layout"]["cp"] in (1, 2) for r in results)
 
 
 @pytest.mark.parametrize("value", [0, "8192", 8192.5, True])
