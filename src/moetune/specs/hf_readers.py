@@ -257,6 +257,11 @@ def _read_ernie(c: HfConfig) -> dict:
         layers=layer_kinds(mlps),
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
         **moe_fields(c, "ernie"),
+        # HF's router takes the top-k of softmax scores plus moe_statics.e_score_correction_bias (aux-free balancing);
+        # Megatron-Core's expert bias takes only a sigmoid or sqrtsoftplus score (transformer_config.py), so Bridge's
+        # ernie_45_bridge.py builds it as sigmoid + moe_router_enable_expert_bias, over which the plan's config goes
+        moe_router_score_function="sigmoid",
+        moe_router_score_correction_bias=True,
         **shared_experts(c, "moe_num_shared_experts"),
         # not shipped: the HF checkpoint has no MTP weights (Bridge ernie_45_bridge.py), so trained MTP layers start
         # from scratch
