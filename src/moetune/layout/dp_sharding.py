@@ -14,7 +14,8 @@ megatron_fsdp.py: with the gradients sharded ("optim_grads", "optim_grads_params
 them (grad_reduce_every_bprop; no_sync is overridden: "For grads shard mode there will actually always be gradient
 sync happening"); otherwise the gradients accumulate and reduce once, at the last micro-batch. With the weights
 sharded ("optim_grads_params") every TransformerLayer is an FSDP unit whose weights are all-gathered before its
-forward, released after it (_post_forward -> release_module_parameters) and gathered again before its backward; both
+forward, released after it (_post_forward -> release_module_parameters) and gathered again before its backward (the
+embedding and output layer, no unit, once a step: walls/iteration.py megatron_fsdp_unit_traffic); both
 overlaps are forced on for it (MegatronFSDP.__init__ sets overlap_param_gather and overlap_grad_reduce). "no_shard"
 all-reduces full gradients and steps full optimizer states on every rank, as DDP without the distributed optimizer.
 """

@@ -222,7 +222,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
     # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key)
     root = b.root()
-    rs, ag, optimizer, offload = (x[b.rows] for x in root.memo(
+    rs, ag, step_rs, step_ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2,
          knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp),  # plan's passes share one batch's memo
@@ -231,7 +231,8 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
     walls = {"compute": m * stage["compute"] + optimizer,
              "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
-                                                                      stage["host"], m) + u * stage["hidden_ep"],
+                                                                      stage["host"], m, step_rs, step_ag)
+                              + u * stage["hidden_ep"],
              # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
              "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + unhidden),
              "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0) + offload}
@@ -259,5 +260,5 @@ def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, 
     """iteration.iteration_terms for each candidate's largest stage."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
     dense, expert, vocab = (np.take_along_axis(x, big, 1) for x in (b.dense, b.expert, b.vocab))
-    (rs, ag), optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff)
-    return tuple(x[:, 0] for x in (rs, ag, optimizer, offload))
+    dp, optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff)
+    return tuple(np.broadcast_to(x, dp.rs.shape)[:, 0] for x in (*dp, optimizer, offload))

@@ -19,6 +19,17 @@ from moetune.walls.model_state import (
 from moetune.walls.muon import ns_seconds
 
 
+class DpTraffic(NamedTuple):
+    """A step's data-parallel collectives, seconds (iteration_terms): `rs` and `ag` as the knobs run them (once a
+    step, or every micro-batch under an FSDP that shards them: dp_raw_seconds), and what Megatron FSDP runs once a
+    step beside its per-micro-batch ones: `step_rs` in the last micro-batch's backward, `step_ag` in the first one's
+    forward (overlap.dp_exposed_seconds)."""
+    rs: object
+    ag: object
+    step_rs: object = 0.0
+    step_ag: object = 0.0
+
+
 class ParamBytes(NamedTuple):
     """Bytes a GEMM weight element moves under a recipe's quantized parameters (gathered_weight_bytes,
     step_weight_bytes)."""
@@ -89,12 +100,32 @@ def _gather_bytes(params, vocab, w):
     return (params - vocab) * w + vocab * WEIGHT_BYTES
 
 
-def dp_raw_seconds(rs, ag, knobs: Knobs, microbatches):
-    """A step's DP traffic from iteration_terms' pair: one reduce-scatter (all-reduce) and one all-gather, or under an
-    FSDP that shards them, each micro-batch's reduce-scatter (Knobs.microbatch_reduce_scatters) and its forward's and
-    backward's all-gathers (Knobs.microbatch_gathers; fsdp2_traffic, layout/dp_sharding.py)."""
+def dp_raw_seconds(rs, ag, knobs: Knobs, microbatches, step_rs=0.0, step_ag=0.0):
+    """A step's DP traffic from iteration_terms' DpTraffic: one reduce-scatter (all-reduce) and one all-gather, or
+    under an FSDP that shards them, each micro-batch's reduce-scatter (Knobs.microbatch_reduce_scatters) and its
+    forward's and backward's all-gathers (Knobs.microbatch_gathers; fsdp2_traffic, layout/dp_sharding.py), plus
+    Megatron FSDP's once-a-step `step_rs` and `step_ag`."""
     rs_count = microbatches if knobs.microbatch_reduce_scatters else 1
-    return rs * rs_count + ag * (microbatches * knobs.microbatch_gathers if knobs.microbatch_gathers else 1)
+    ag_count = microbatches * knobs.microbatch_gathers if knobs.microbatch_gathers else 1
+    return rs * rs_count + ag * ag_count + step_rs + step_ag
+
+
+def megatron_fsdp_unit_traffic(dense, expert, vocab, ring, w, grad) -> DpTraffic:
+    """Megatron FSDP's collectives under optim_grads_params, `ring(dense_bytes, expert_bytes)` pricing one over the
+    rank's DP groups, `w` the bytes a GEMM weight gathers in, `grad` a gradient's: every micro-batch reduce-scatters
+    all gradients and gathers the decoder layers (the FSDP units) in its forward and again in its backward, but the
+    embedding and output layer, no unit, are gathered once a step, in the first micro-batch's forward. Their
+    modules get the pre-forward unshard hook alone, no post-forward release nor pre-backward gather as the
+    TransformerLayer units do (megatron_fsdp.py _register_fsdp_hooks :1051-1090 @core_v0.19.0); nothing releases
+    their buckets (release_module_parameters runs on units, :600-626 and :956-975; _root_pre_backward marks unit
+    buckets releasable alone, :929-940); all_gather_params launches only EMPTY or PRESERVED buckets
+    (param_and_grad_buffer.py :4510-4517), so the later micro-batches' hooks, the fine-grained ones of EP overlap
+    too, gather nothing for them; finish_grad_sync's synchronize_param_gather resets the pipeline once a step
+    (megatron_fsdp.py :1316-1320, :1366), freeing them at core_v0.16.0 and marking them PRESERVED from core_v0.18
+    (param_and_grad_buffer.py AllGatherPipeline.reset :4331-4363 @core_v0.19.0), to be gathered again in the next
+    step's first forward."""
+    layers = ring(_gather_bytes(dense - vocab, 0, w), expert * w)
+    return DpTraffic(ring(dense * grad, expert * grad), layers, 0.0 * layers, ring(vocab * WEIGHT_BYTES, 0.0 * vocab))
 
 
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
@@ -131,18 +162,20 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
                     + ring_seconds(expert_bytes / expert_n, copies, lay.etp * lay.ep * expert_n, gpu, eff))
 
     if knobs.torch_fsdp2:
-        dp = fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff)
+        dp = DpTraffic(*fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff))
+    elif knobs.fsdp_strategy and knobs.fsdp_strategy.weights:
+        dp = megatron_fsdp_unit_traffic(dense, expert, vocab, ring, gathered_weight_bytes(knobs), grad)
     elif knobs.sharded_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         w = gathered_weight_bytes(knobs)
         # Megatron FSDP's copies (its hybrid sharding) all-reduce between them at the last micro-batch alone
         # (megatron_fsdp.py outer_fsdp_group_grad_reduce), once where the rest runs every micro-batch: left out
         between = copies > 1 and not knobs.microbatch_reduce_scatters
-        dp = (ring(dense * grad, expert * grad) * (2 if muon else 1)
-              + (across_copies(dense * grad, expert * grad) if between else 0.0),
-              ring(_gather_bytes(dense, vocab, w), expert * w))
+        dp = DpTraffic(ring(dense * grad, expert * grad) * (2 if muon else 1)
+                       + (across_copies(dense * grad, expert * grad) if between else 0.0),
+                       ring(_gather_bytes(dense, vocab, w), expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
         all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)
-        dp = (all_reduce, 0.0 * all_reduce)
+        dp = DpTraffic(all_reduce, 0.0 * all_reduce)
     share = optimizer_divisors(lay, knobs)
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
     vocab_shard = vocab / share[0]

@@ -74,7 +74,8 @@ def ep_overlap_unpaired(lay, microbatches) -> float:
     return np.minimum(np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0), microbatches)
 
 
-def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_host=0.0, microbatches=1):
+def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_host=0.0, microbatches=1, step_rs=0.0,
+                       step_ag=0.0):
     """DP traffic left exposed: gradients accumulate over the micro-batches, so the reduce-scatter can only run
     under the last micro-batch's backward (overlap_grad_reduce), and the parameter all-gather under the first
     one's forward (overlap_param_gather) (Megatron-Core distributed/param_and_grad_buffer.py: buckets launch when
@@ -86,17 +87,24 @@ def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_hos
     prefetch the next layer's gather and reduce-scatter on their own streams, whatever the DDP overlap flags; Megatron
     FSDP forces both flags on for them): a gather under the forward, a gather (none where the forward's weights stay
     gathered: Knobs.microbatch_gathers) and the reduce-scatter under the backward (iteration.fsdp2_traffic,
-    layout/dp_sharding.py)."""
+    layout/dp_sharding.py). Megatron FSDP's once-a-step collectives (iteration.DpTraffic) share a window with them:
+    `step_ag` the first micro-batch's forward, `step_rs` the last one's backward."""
     window = stage_compute + stage_host
     backward = window * BWD_GEMM / (1 + BWD_GEMM)
     hide = eff["dp_overlap_hide"]
     gathers, rs_each = knobs.microbatch_gathers, knobs.microbatch_reduce_scatters
-    once_rs, once_ag = (0.0 if rs_each else rs), (0.0 if gathers else ag)
+    once_rs = 0.0 if rs_each else rs + step_rs
+    once_ag = 0.0 if gathers else ag + step_ag
     rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
     ag_hidden = hide * (window - backward) if knobs.overlap_param_gather else 0.0
     exposed = np.maximum(once_rs - rs_hidden, 0.0) + np.maximum(once_ag - ag_hidden, 0.0)
     if not (gathers or rs_each):
         return exposed
     forward_ag, backward_ag = (ag, (gathers - 1) * ag) if gathers else (0.0, 0.0)
-    return exposed + microbatches * (np.maximum(forward_ag - hide * (window - backward), 0.0)
-                                     + np.maximum(backward_ag + (rs if rs_each else 0.0) - hide * backward, 0.0))
+    backward_rs = backward_ag + (rs if rs_each else 0.0)
+    forward_left = np.maximum(forward_ag - hide * (window - backward), 0.0)
+    backward_left = np.maximum(backward_rs - hide * backward, 0.0)
+    # the micro-batches that also carry a once-a-step collective leave what both leave, in place of their own alone
+    first = np.maximum(forward_ag + (step_ag if gathers else 0.0) - hide * (window - backward), 0.0) - forward_left
+    last = np.maximum(backward_rs + (step_rs if rs_each else 0.0) - hide * backward, 0.0) - backward_left
+    return exposed + microbatches * (forward_left + backward_left) + first + last

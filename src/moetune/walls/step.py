@@ -150,9 +150,10 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
-    (rs, ag), optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff)
-    dp_raw = float(dp_raw_seconds(rs, ag, knobs, m))
-    dp_exposed = float(dp_exposed_seconds(rs, ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m))
+    dp, optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff)
+    dp_raw = float(dp_raw_seconds(dp.rs, dp.ag, knobs, m, dp.step_rs, dp.step_ag))
+    dp_exposed = float(dp_exposed_seconds(dp.rs, dp.ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m,
+                                          dp.step_rs, dp.step_ag))
     # EP overlap hides a micro-batch's all-to-all only beside another's compute; the warm-up and cool-down chunks run
     # unpaired, and they are what the other stages wait through (the bubble), so both take the all-to-all whole
     # (Megatron-Core pipeline_parallel/schedules.py: the combined 1F1B pairs a forward with a backward only in the
