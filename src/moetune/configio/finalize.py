@@ -95,6 +95,16 @@ def megatron_fsdp_strategy(config: dict[str, Any]) -> str | None:
     return str(config.get("ddp.data_parallel_sharding_strategy") or "optim_grads_params")
 
 
+def outer_dp_sharding(config: dict[str, Any]) -> str:
+    """What Megatron FSDP's copies shard between them (ddp.outer_dp_sharding_strategy, Megatron-LM
+    --outer-dp-sharding-strategy; layout/dp_sharding.py OUTER_DP_SHARDING): read under Megatron FSDP with more than
+    one copy alone, where Megatron-Core builds its hybrid groups (mcore_fsdp_adapter.py _init_dist_index
+    @core_v0.19.0); elsewhere it shards nothing, whatever the config says."""
+    if not megatron_fsdp(config) or int(config.get("ddp.num_distributed_optimizer_instances") or 1) < 2:
+        return "no_shard"
+    return str(config.get("ddp.outer_dp_sharding_strategy") or "no_shard")
+
+
 def dropout_rate(config: dict[str, Any], key: str) -> float:
     """model.hidden_dropout / model.attention_dropout as the run has it: as the config sets it, else Megatron-LM's 0.1
     under its arguments (arguments.py --hidden-dropout, --attention-dropout), else the 0 Megatron Bridge's MoE model

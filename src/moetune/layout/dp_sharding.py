@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from moetune.errors import MoetuneError
+
 
 @dataclass(frozen=True, slots=True)
 class FsdpStrategy:
@@ -43,6 +45,17 @@ MEGATRON_FSDP_STRATEGIES = {
     "optim_grads": FsdpStrategy(weights=False, grads=True, optimizer=True),
     "optim_grads_params": FsdpStrategy(weights=True, grads=True, optimizer=True),
 }
+# Megatron FSDP's hybrid sharding (HSDP: ddp.num_distributed_optimizer_instances N > 1; mcore_fsdp_adapter.py
+# _init_dist_index @core_v0.19.0): the strategy above shards over an inner group, DP x CP / N (EDP / N for experts),
+# and the N copies form the outer group. ddp.outer_dp_sharding_strategy (Megatron-LM --outer-dp-sharding-strategy,
+# default no_shard) says what the outer group shards. "no_shard": nothing; each copy's gradient shards are
+# all-reduced between the copies at the last micro-batch (param_and_grad_buffer.py GradReducePipeline
+# _bucket_group_gradient_reduce :4127-4213). "optim": the FP32 main weights, the main-gradient
+# view and so the optimizer state shard over inner and outer groups together, all the DP ranks, while the weights and
+# accumulating gradients stay in inner shards (the hfsdp helper buffers: param_and_grad_buffer.py :2317-2507);
+# the copies reduce-scatter the gradients at the last micro-batch and all-gather the stepped weights in the next
+# step's first micro-batch (megatron_fsdp.py all_gather_and_wait_parameters_ready :458-493, microbatch_count 0).
+OUTER_DP_SHARDING = ("no_shard", "optim")
 # Megatron FSDP's all-gather per FSDP unit a micro-batch under "optim_grads_params": before the forward, and again
 # before the backward (the forward's were released)
 UNIT_GATHERS = 2
@@ -74,3 +87,17 @@ def pending_grad_elements(largest, mean_unit, layer_elements):
     whose backward is filling its bucket, at most the stage's layers; units sized as the largest."""
     unit = np.maximum(largest, 1)
     return np.minimum(unit * (np.floor(communication_unit(mean_unit) / unit) + 2), layer_elements)
+
+
+def check_outer_sharding(outer: str, strategy: str | None, copies: int) -> None:
+    """Refuse an outer_dp_sharding_strategy that Megatron FSDP refuses: a value outside OUTER_DP_SHARDING
+    (arguments.py --outer-dp-sharding-strategy choices @core_v0.19.0), and "optim" without Megatron FSDP's hybrid
+    sharding, or beside a strategy other than optim_grads_params (param_and_grad_buffer.py
+    _init_each_parameter_group_buffers raises NotImplementedError; without copies there are no helper buffers for
+    AllGatherPipeline.get_fsdp_buffer to read)."""
+    if outer not in OUTER_DP_SHARDING:
+        raise MoetuneError(f"outer_dp_sharding_strategy {outer!r}: Megatron FSDP takes {', '.join(OUTER_DP_SHARDING)}")
+    if outer == "optim" and (strategy != "optim_grads_params" or copies < 2):
+        raise MoetuneError(f"outer_dp_sharding_strategy optim needs Megatron FSDP's optim_grads_params (here "
+                           f"{strategy or 'no Megatron FSDP'}) with num_distributed_optimizer_instances > 1 (here "
+                           f"{copies}): set both, or outer_dp_sharding_strategy no_shard")

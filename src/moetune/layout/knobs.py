@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 
 from moetune.errors import MoetuneError
-from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES, UNIT_GATHERS, FsdpStrategy
+from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES, UNIT_GATHERS, FsdpStrategy, check_outer_sharding
 from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP, busiest_share
 from moetune.layout.modules import parse_offload_modules, unsaved_offloads
 from moetune.layout.param_gather import PARAM_SWITCHES
@@ -65,6 +65,10 @@ class Knobs:
     # megatron_fsdp: Megatron FSDP's data_parallel_sharding_strategy where it wraps the model (ddp.use_megatron_fsdp),
     # None under Megatron's DDP (layout/dp_sharding.py says what each strategy shards)
     megatron_fsdp: str | None = None
+    # outer_dp_sharding_strategy: under Megatron FSDP with num_distributed_optimizer_instances > 1 (its hybrid
+    # sharding), what the outer group of copies shards: "no_shard" (each copy holds all of the state), or "optim" (the
+    # FP32 main weights and optimizer state over all the DP ranks; layout/dp_sharding.py OUTER_DP_SHARDING)
+    outer_dp_sharding_strategy: str = "no_shard"
     # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
     # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
     optimizer: str = "adam"
@@ -236,6 +240,8 @@ class Knobs:
         if self.megatron_fsdp and self.torch_fsdp2:  # Bridge's ConfigContainer.validate raises the same
             raise MoetuneError("Megatron FSDP and torch FSDP2 both wrap the model; they are mutually exclusive: keep "
                                "one (use_megatron_fsdp or use_torch_fsdp2)")
+        check_outer_sharding(self.outer_dp_sharding_strategy, self.megatron_fsdp,
+                             self.num_distributed_optimizer_instances)
         if self.megatron_fsdp and not self.distributed_optimizer:
             # Megatron-LM and Bridge both turn it on under Megatron FSDP (arguments.py:1112-1118 @core_v0.18.2;
             # config.py _validate_and_apply_megatron_fsdp_v1_configs @067f987)

@@ -103,6 +103,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # the distributed optimizer's copies the state was sized with (one: Megatron's default, left out)
         "ddp.num_distributed_optimizer_instances": k.num_distributed_optimizer_instances
         if k.num_distributed_optimizer_instances > 1 else None,
+        # and what Megatron FSDP's copies shard between them (no_shard: Megatron's default, left out)
+        "ddp.outer_dp_sharding_strategy": k.outer_dp_sharding_strategy
+        if k.outer_dp_sharding_strategy != "no_shard" else None,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,

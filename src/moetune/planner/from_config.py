@@ -14,6 +14,7 @@ from moetune.configio.finalize import (
     fsdp_impl,
     layer_wise_optimizer,
     megatron_fsdp_strategy,
+    outer_dp_sharding,
     quantized_params,
 )
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
@@ -166,7 +167,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         distributed_optimizer=_distributed(config), optimizer=_optimizer(config),
         torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
-        megatron_fsdp=megatron_fsdp_strategy(config),
+        megatron_fsdp=megatron_fsdp_strategy(config), outer_dp_sharding_strategy=outer_dp_sharding(config),
         num_distributed_optimizer_instances=int(_get(config, "ddp.num_distributed_optimizer_instances", 1)),
         hidden_dropout=dropout_rate(config, "model.hidden_dropout"),
         attention_dropout=dropout_rate(config, "model.attention_dropout"),

@@ -99,7 +99,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
                   knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward, knobs.megatron_fsdp,
-                  knobs.num_distributed_optimizer_instances)
+                  knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
                 gbs, "full_iteration" in knobs.cuda_graph_scope,  # a full-iteration plan's paged stash
                 knobs.hidden_dropout > 0)
@@ -148,7 +148,7 @@ def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
     params = SimpleNamespace(dense=b.dense, expert=b.expert)
     # torch_fsdp2 shards the offloaded state over DP x CP (model_state.optimizer_divisors): part of the key
     host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.distributed_optimizer,
-                   knobs.torch_fsdp2, knobs.num_distributed_optimizer_instances),
+                   knobs.torch_fsdp2, knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy),
                   lambda: offloaded_host_bytes(params, b.fields, knobs))
     return np.where(b.valid, host, 0).max(axis=1)
 
@@ -225,7 +225,8 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     rs, ag, step_rs, step_ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2,
-         knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp),  # plan's passes share one batch's memo
+         knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp, knobs.outer_dp_sharding_strategy),
+        # plan's passes share one batch's memo
         lambda: _data_parallel(spec, root, knobs, gpu, eff)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0

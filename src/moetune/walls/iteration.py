@@ -4,6 +4,7 @@ share. step.step_time and batch.batch_step_seconds take them for the largest sta
 
 from typing import NamedTuple
 
+from moetune.layout.dp_sharding import UNIT_GATHERS
 from moetune.layout.knobs import Knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -128,6 +129,27 @@ def megatron_fsdp_unit_traffic(dense, expert, vocab, ring, w, grad) -> DpTraffic
     return DpTraffic(ring(dense * grad, expert * grad), layers, 0.0 * layers, ring(vocab * WEIGHT_BYTES, 0.0 * vocab))
 
 
+def megatron_fsdp_outer_traffic(dense, expert, vocab, inner: tuple, outer_ring, knobs: Knobs, grad) -> dict:
+    """Megatron FSDP's once-a-step collectives between its copies (hybrid sharding: layout/dp_sharding.py
+    OUTER_DP_SHARDING), for a rank's `dense` and `expert` parameters (`vocab` of them the embedding's and output
+    layer's), sharded over the `inner` (dense, expert) groups, `outer_ring(dense_bytes, expert_bytes)` pricing one
+    ring of those bytes over the copies: under outer no_shard, an all-reduce of the gradients at the last
+    micro-batch, of the inner shard where the strategy shards gradients, else of the whole unsharded buffer
+    (param_and_grad_buffer.py _bucket_group_gradient_reduce :4146-4205 @core_v0.19.0 all-reduces the DP-shard
+    buffer's data); under outer optim a reduce-scatter of the inner shard there, and in the next step's first
+    micro-batch an all-gather of the stepped weights into the inner shards, run by every unit gather while
+    microbatch_count is 0 (its forward's and its backward's: megatron_fsdp.py all_gather_and_wait_parameters_ready
+    :458-493, AllGatherPipeline.all_gather_params; the count rises in _root_post_backward) and once for the embedding
+    and output layer, which stay gathered."""
+    shard = (1, 1) if knobs.fsdp_strategy.grads else inner  # an unsharded gradient buffer goes whole
+    grads = outer_ring(dense * grad / inner[0] * shard[0], expert * grad / inner[1] * shard[1])
+    if knobs.outer_dp_sharding_strategy == "no_shard":
+        return {"step_rs": 2 * grads}
+    w = gathered_weight_bytes(knobs)
+    layers = outer_ring(_gather_bytes(dense - vocab, 0, w) / inner[0], expert * w / inner[1])
+    return {"step_rs": grads, "step_ag": UNIT_GATHERS * layers + outer_ring(vocab * WEIGHT_BYTES / inner[0], 0.0)}
+
+
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
     them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
@@ -157,9 +179,12 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
         return (ring_seconds(dense_bytes, dense_n, lay.tp, gpu, eff)
                 + ring_seconds(expert_bytes, expert_n, lay.etp * lay.ep, gpu, eff))
 
+    def outer_ring(dense_bytes, expert_bytes):  # one ring of these bytes between the copies (ranks a group apart)
+        return (ring_seconds(dense_bytes, copies, lay.tp * dense_n, gpu, eff)
+                + ring_seconds(expert_bytes, copies, lay.etp * lay.ep * expert_n, gpu, eff))
+
     def across_copies(dense_bytes, expert_bytes):  # an all-reduce (2 rings) of one copy's shard between the copies
-        return 2 * (ring_seconds(dense_bytes / dense_n, copies, lay.tp * dense_n, gpu, eff)
-                    + ring_seconds(expert_bytes / expert_n, copies, lay.etp * lay.ep * expert_n, gpu, eff))
+        return 2 * outer_ring(dense_bytes / dense_n, expert_bytes / expert_n)
 
     if knobs.torch_fsdp2:
         dp = DpTraffic(*fsdp2_traffic(dense + expert, vocab, lay, knobs, gpu, eff))
@@ -167,15 +192,16 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
         dp = megatron_fsdp_unit_traffic(dense, expert, vocab, ring, gathered_weight_bytes(knobs), grad)
     elif knobs.sharded_optimizer:  # reduce-scatter (all-reduce under Muon) and the parameter all-gather
         w = gathered_weight_bytes(knobs)
-        # Megatron FSDP's copies (its hybrid sharding) all-reduce between them at the last micro-batch alone
-        # (megatron_fsdp.py outer_fsdp_group_grad_reduce), once where the rest runs every micro-batch: left out
-        between = copies > 1 and not knobs.microbatch_reduce_scatters
+        between = copies > 1 and not knobs.fsdp_strategy  # Megatron FSDP's copies: megatron_fsdp_outer_traffic
         dp = DpTraffic(ring(dense * grad, expert * grad) * (2 if muon else 1)
                        + (across_copies(dense * grad, expert * grad) if between else 0.0),
                        ring(_gather_bytes(dense, vocab, w), expert * w))
     else:  # gradient all-reduce (a reduce-scatter and an all-gather of the grads); every rank steps all its weights
         all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)
         dp = DpTraffic(all_reduce, 0.0 * all_reduce)
+    if knobs.fsdp_strategy and copies > 1:
+        outer = megatron_fsdp_outer_traffic(dense, expert, vocab, (dense_n, expert_n), outer_ring, knobs, grad)
+        dp = dp._replace(**{name: getattr(dp, name) + seconds for name, seconds in outer.items()})
     share = optimizer_divisors(lay, knobs)
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
     vocab_shard = vocab / share[0]

@@ -133,7 +133,8 @@ def grad_bytes(knobs: Knobs) -> int:
 
 def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest_unit) -> dict[str, int]:
     """The weights and gradients of a rank under Megatron FSDP (layout/dp_sharding.py), where its strategy shards
-    them: over DP x CP for dense parameters and EDP for experts (the optimizer's groups), TE's cached FP8 copies of the
+    them: over DP x CP for dense parameters and EDP for experts (one copy's share of them under its hybrid
+    sharding, where the optimizer state may shard over all: optimizer_divisors), TE's cached FP8 copies of the
     gathered weights left whole. Sharded weights add those gathered at once (fsdp_gathered_weights): the decoder
     layers computing and prefetched (dp_sharding.gathered_elements), at the bytes a weight is stored in, and the
     embedding and output layer, which are no FSDP unit (mcore_fsdp_adapter.py: TransformerLayer alone), so nothing
@@ -144,7 +145,7 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest
     if largest_unit is None:
         raise ValueError("Megatron FSDP's transients need the stage's largest unit (rank_params.largest_fsdp_unit)")
     strategy, out = knobs.fsdp_strategy, {}
-    dense, expert = optimizer_divisors(layout, knobs)
+    dense, expert = inner_divisors(layout, knobs)
     kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense))
     layers = p.dense + p.expert - p.vocab  # the FSDP units' elements (decoder and MTP layers)
     mean = layers / np.maximum(p.fsdp_units, 1) if strategy.weights else 0  # units exist under optim_grads_params
@@ -180,6 +181,14 @@ def optimizer_divisors(layout, knobs: Knobs) -> tuple:
         return layout.dp * layout.cp, layout.dp * layout.cp
     if not knobs.sharded_optimizer:
         return 1, 1
+    if knobs.outer_dp_sharding_strategy == "optim":  # Megatron FSDP's copies shard it too (dp_sharding.py)
+        return layout.dp * layout.cp, layout.edp
+    return inner_divisors(layout, knobs)
+
+
+def inner_divisors(layout, knobs: Knobs) -> tuple:
+    """(dense, expert) ranks one copy of the distributed optimizer (num_distributed_optimizer_instances) spans: Megatron
+    FSDP shards the weights and gradients over them, each copy holding its own (layout/dp_sharding.py)."""
     copies = knobs.num_distributed_optimizer_instances  # each copy shards over its share of the ranks
     return layout.dp * layout.cp // copies, layout.edp // copies
 
