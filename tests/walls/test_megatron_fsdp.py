@@ -240,3 +240,47 @@ def test_bridges_deepseek_v3_megatron_fsdp_recipe_fits_only_with_its_weights_sha
     whole = estimate(spec, load_gpu("gb300"), layout, workload, replace(knobs, megatron_fsdp="optim_grads"),
                      with_time=False)
     assert not whole.fits
+
+
+def test_double_buffers_and_a_set_communication_unit_size_the_transients():
+    """fsdp_double_buffer keeps two pool buffers of the largest unit for the gathered weights and two for the pending
+    gradients, in place of what the communication unit lets through (7 and 12 layers here); a set
+    suggested_communication_unit_size replaces the 1B default, its floor included: 200M elements prefetch one layer of
+    94.6M beside the one computing and queue two (param_and_grad_buffer.py, megatron_fsdp.py @core_v0.19.0)."""
+    (p,) = stage_params(load_model("qwen3-30b-a3b"), LAYOUT)
+    largest = largest_fsdp_unit(load_model("qwen3-30b-a3b"), p, LAYOUT)
+    double = _stage(replace(_fsdp("optim_grads_params"), fsdp_double_buffer=True))
+    assert double.items["fsdp_gathered_weights"] == 2 * 2 * largest + 2 * p.vocab
+    assert double.items["fsdp_pending_grads"] == 4 * 2 * largest
+    small = _stage(replace(_fsdp("optim_grads_params"), suggested_communication_unit_size=200_000_000))
+    assert small.items["fsdp_gathered_weights"] == 2 * 3 * largest + 2 * p.vocab
+    assert small.items["fsdp_pending_grads"] == 4 * 4 * largest
+    # optim_grads has no units: its pending gradients follow the unit size, not the pool (whose units it has none of)
+    grads = _stage(replace(_fsdp("optim_grads"), fsdp_double_buffer=True))
+    assert grads.items["fsdp_pending_grads"] == _stage(_fsdp("optim_grads")).items["fsdp_pending_grads"]
+
+
+def test_the_buffer_settings_are_read_kept_and_emitted():
+    from moetune.errors import MoetuneError
+    from moetune.planner.config_map import to_config
+    from moetune.planner.from_json import estimate_from_json
+
+    sets = ["model.expert_model_parallel_size=8", "ddp.use_megatron_fsdp=true", "checkpoint.ckpt_format=fsdp_dtensor",
+            "ddp.fsdp_double_buffer=true", "ddp.suggested_communication_unit_size=800000000"]
+    _, _, bridge = from_config(load_config(sets=sets, gpu="h100", gpus=16))
+    assert bridge.fsdp_double_buffer and bridge.suggested_communication_unit_size == 800_000_000
+    args = ("--bf16 --expert-model-parallel-size 8 --use-megatron-fsdp --ckpt-format fsdp_dtensor --use-nccl-ub "
+            "--suggested-communication-unit-size 500000000")
+    _, _, mlm = from_config(load_config(mlm_args=args, gpu="h100", gpus=16))
+    assert mlm.fsdp_double_buffer and mlm.suggested_communication_unit_size == 500_000_000  # nccl_ub turns it on
+    _, _, ddp = from_config(load_config(sets=sets[:1] + sets[3:], gpu="h100", gpus=16))
+    assert not ddp.fsdp_double_buffer and ddp.suggested_communication_unit_size is None  # no Megatron FSDP
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), LAYOUT, Workload(seq_length=4096), bridge)
+    again = estimate_from_json(e.to_json())
+    assert again.knobs == e.knobs and again.peak_bytes == e.peak_bytes
+    config = to_config(e)
+    assert config["ddp.fsdp_double_buffer"] is True and config["ddp.suggested_communication_unit_size"] == 800_000_000
+    with pytest.raises(MoetuneError, match="suggested_communication_unit_size"):
+        from_config(load_config(sets=sets[:-1] + ["ddp.suggested_communication_unit_size=lots"], gpu="h100", gpus=16))
+    with pytest.raises(MoetuneError, match="suggested_communication_unit_size"):
+        Knobs(megatron_fsdp="optim_grads_params", suggested_communication_unit_size=0)

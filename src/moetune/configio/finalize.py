@@ -105,6 +105,15 @@ def outer_dp_sharding(config: dict[str, Any]) -> str:
     return str(config.get("ddp.outer_dp_sharding_strategy") or "no_shard")
 
 
+def fsdp_double_buffer(config: dict[str, Any]) -> bool:
+    """Whether Megatron FSDP keeps double buffers (layout/dp_sharding.py): ddp.fsdp_double_buffer, which NCCL user
+    buffers turn on (Megatron-LM arguments.py --use-nccl-ub under Megatron FSDP; Megatron-Core asserts it beside
+    nccl_ub, param_and_grad_buffer.py :2509-2513 @core_v0.19.0) as does the max-pool allocator
+    (distributed_data_parallel_config.py __post_init__ :273-275)."""
+    names = ("ddp.fsdp_double_buffer", "ddp.nccl_ub", "ddp.megatron_fsdp_max_pool_double_buffer")
+    return megatron_fsdp(config) and any(config.get(name) for name in names)
+
+
 def dropout_rate(config: dict[str, Any], key: str) -> float:
     """model.hidden_dropout / model.attention_dropout as the run has it: as the config sets it, else Megatron-LM's 0.1
     under its arguments (arguments.py --hidden-dropout, --attention-dropout), else the 0 Megatron Bridge's MoE model

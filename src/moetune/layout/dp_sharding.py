@@ -60,33 +60,44 @@ OUTER_DP_SHARDING = ("no_shard", "optim")
 # before the backward (the forward's were released)
 UNIT_GATHERS = 2
 # Megatron FSDP's communication unit, in elements, where ddp.suggested_communication_unit_size is left unset
-# (megatron_fsdp.py MegatronFSDP.__init__, core_v0.16.x): twice the mean FSDP unit under "optim_grads_params", else
-# the bucket size (unset in Megatron's and Bridge's DDP configs) or 1B, and never below 1B. The all-gather prefetches
-# buckets ahead of the unit computing while less than half of it is in flight (param_and_grad_buffer.py
-# AllGatherPipeline, suggested_AG_prefetch_size), and the reduce-scatter queue holds unsharded gradients until more
-# than all of it waits (wait_for_previous_grad_reduce, suggested_RS_queue_capacity). fsdp_double_buffer caps both at
-# two units; moetune sizes the default.
+# (megatron_fsdp.py MegatronFSDP.__init__ :419-443, core_v0.16.x-core_v0.19.0): twice the mean FSDP unit under
+# "optim_grads_params", else the bucket size or 1B, and never below 1B; a set size replaces all of it, floor included.
+# The all-gather prefetches buckets ahead of the unit computing while less than half of it is in flight
+# (param_and_grad_buffer.py AllGatherPipeline, suggested_AG_prefetch_size), and the reduce-scatter queue holds
+# unsharded gradients until more than all of it waits (wait_for_previous_grad_reduce, suggested_RS_queue_capacity).
+# ddp.fsdp_double_buffer (Megatron-LM --fsdp-double-buffer; on under nccl_ub or megatron_fsdp_max_pool_double_buffer)
+# replaces both: two pool buffers of the largest unit for the weights and two for the gradients, allocated once and
+# kept (_init_each_parameter_group_buffers: FixedPoolAllocator / MaxPoolAllocator, UB_BUFFER_NUM 2), the gathers
+# refusing a third unit (all_gather_params need_skip_prefetch) and the reduce-scatters waiting before one
+# (GradReducePipeline._enforce_double_buffer_limit), param_and_grad_buffer.py @core_v0.19.0.
 MIN_COMMUNICATION_UNIT = 1_000_000_000
 
 
-def communication_unit(mean_unit):
-    """Elements of Megatron FSDP's communication unit for FSDP units of `mean_unit` elements (0: no units)."""
-    return np.maximum(MIN_COMMUNICATION_UNIT, 2 * mean_unit)
+def communication_unit(mean_unit, suggested=None):
+    """Elements of Megatron FSDP's communication unit for FSDP units of `mean_unit` elements (0: no units), or the
+    `suggested` size where ddp.suggested_communication_unit_size sets one."""
+    return suggested if suggested else np.maximum(MIN_COMMUNICATION_UNIT, 2 * mean_unit)
 
 
-def gathered_elements(largest, mean_unit, layer_elements):
+def gathered_elements(largest, mean_unit, layer_elements, suggested=None, double_buffer=False):
     """Unsharded weight elements resident at once under "optim_grads_params": the unit computing and whole units
-    prefetched until half a communication unit is in flight, at most the stage's layers; units sized as the largest."""
+    prefetched until half a communication unit is in flight, at most the stage's layers; units sized as the largest.
+    Under fsdp_double_buffer, the pool's two buffers of the largest unit."""
     unit = np.maximum(largest, 1)
-    return np.minimum(unit * (1 + np.ceil(communication_unit(mean_unit) / 2 / unit)), layer_elements)
+    if double_buffer:
+        return 2 * unit
+    return np.minimum(unit * (1 + np.ceil(communication_unit(mean_unit, suggested) / 2 / unit)), layer_elements)
 
 
-def pending_grad_elements(largest, mean_unit, layer_elements):
+def pending_grad_elements(largest, mean_unit, layer_elements, suggested=None, double_buffer=False):
     """Unsharded gradient elements at once: the whole units a queue of one communication unit holds (trimmed before
     each launch: param_and_grad_buffer.py reduce_gradients waits, then launches), the unit just launched and the one
-    whose backward is filling its bucket, at most the stage's layers; units sized as the largest."""
+    whose backward is filling its bucket, at most the stage's layers; units sized as the largest. Under
+    fsdp_double_buffer, the pool's two buffers of the largest unit."""
     unit = np.maximum(largest, 1)
-    return np.minimum(unit * (np.floor(communication_unit(mean_unit) / unit) + 2), layer_elements)
+    if double_buffer:
+        return 2 * unit
+    return np.minimum(unit * (np.floor(communication_unit(mean_unit, suggested) / unit) + 2), layer_elements)
 
 
 def check_outer_sharding(outer: str, strategy: str | None, copies: int) -> None:

@@ -21,7 +21,7 @@ DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
 # Knobs that are on or off (Knobs checks their type)
 SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
             "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj", "torch_fsdp2",
-            "fsdp2_reshard_after_forward")
+            "fsdp2_reshard_after_forward", "fsdp_double_buffer")
 # The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
 # it with any other, megatron/core/transformer/transformer_config.py).
 FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
@@ -69,6 +69,11 @@ class Knobs:
     # sharding), what the outer group of copies shards: "no_shard" (each copy holds all of the state), or "optim" (the
     # FP32 main weights and optimizer state over all the DP ranks; layout/dp_sharding.py OUTER_DP_SHARDING)
     outer_dp_sharding_strategy: str = "no_shard"
+    # Megatron FSDP's transient buffers (layout/dp_sharding.py): fsdp_double_buffer, two pool buffers of the largest
+    # unit each for gathered weights and pending gradients; suggested_communication_unit_size, elements of its
+    # communication unit where set (None: Megatron's default)
+    fsdp_double_buffer: bool = False
+    suggested_communication_unit_size: int | None = None
     # "adam", or "muon": Megatron's emerging optimizer (linear weights under Muon's one momentum buffer, the rest under
     # Adam; optimizer/__init__.py _get_megatron_emerging_optimizer), as Kimi-K2's Bridge recipes run it (dist_muon)
     optimizer: str = "adam"
@@ -242,6 +247,10 @@ class Knobs:
                                "one (use_megatron_fsdp or use_torch_fsdp2)")
         check_outer_sharding(self.outer_dp_sharding_strategy, self.megatron_fsdp,
                              self.num_distributed_optimizer_instances)
+        unit = self.suggested_communication_unit_size
+        if unit is not None and not (isinstance(unit, int) and not isinstance(unit, bool) and unit > 0):
+            raise MoetuneError(f"suggested_communication_unit_size ({unit!r}) must be a whole number of elements > 0, "
+                               "or left unset for Megatron FSDP's default")
         if self.megatron_fsdp and not self.distributed_optimizer:
             # Megatron-LM and Bridge both turn it on under Megatron FSDP (arguments.py:1112-1118 @core_v0.18.2;
             # config.py _validate_and_apply_megatron_fsdp_v1_configs @067f987)

@@ -106,6 +106,9 @@ def _knob_fields(k: Knobs) -> dict[str, Any]:
         # and what Megatron FSDP's copies shard between them (no_shard: Megatron's default, left out)
         "ddp.outer_dp_sharding_strategy": k.outer_dp_sharding_strategy
         if k.outer_dp_sharding_strategy != "no_shard" else None,
+        # and the transient buffers it was sized with (layout/dp_sharding.py; off and unset: Megatron's defaults)
+        "ddp.fsdp_double_buffer": True if k.fsdp_double_buffer else None,
+        "ddp.suggested_communication_unit_size": k.suggested_communication_unit_size,
         # without the distributed optimizer there are no parameter shards to gather (Megatron-LM asserts it)
         "ddp.overlap_grad_reduce": k.overlap_grad_reduce,
         "ddp.overlap_param_gather": k.overlap_param_gather,

@@ -169,7 +169,8 @@ def knobs_json(k: Knobs, ep: int) -> dict:
         "torch_fsdp2": k.torch_fsdp2, "fsdp2_reshard_after_forward": k.fsdp2_reshard_after_forward,
         "megatron_fsdp": k.megatron_fsdp, "hidden_dropout": k.hidden_dropout, "attention_dropout": k.attention_dropout,
         "num_distributed_optimizer_instances": k.num_distributed_optimizer_instances,
-        "outer_dp_sharding_strategy": k.outer_dp_sharding_strategy,
+        "outer_dp_sharding_strategy": k.outer_dp_sharding_strategy, "fsdp_double_buffer": k.fsdp_double_buffer,
+        "suggested_communication_unit_size": k.suggested_communication_unit_size,
     }
 
 

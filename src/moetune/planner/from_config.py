@@ -11,6 +11,7 @@ from typing import Any
 from moetune.configio.finalize import (
     distributed_optimizer,
     dropout_rate,
+    fsdp_double_buffer,
     fsdp_impl,
     layer_wise_optimizer,
     megatron_fsdp_strategy,
@@ -86,6 +87,18 @@ def _hcp_a2a_size(config: dict) -> int | None:
 def _get(config: dict, key: str, default: Any = None) -> Any:
     value = config.get(key, default)
     return default if value is None else value
+
+
+def _unit_size(config: dict) -> int | None:
+    """ddp.suggested_communication_unit_size as a whole number of elements (None: unset), or one line naming it."""
+    value = config.get("ddp.suggested_communication_unit_size")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise MoetuneError(f"ddp.suggested_communication_unit_size={value!r}: expected a whole number of elements, "
+                           "or leave it unset") from None
 
 
 def precision_of(config: dict) -> str:
@@ -168,6 +181,8 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         torch_fsdp2=bool(config.get("dist.use_torch_fsdp2")),
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
         megatron_fsdp=megatron_fsdp_strategy(config), outer_dp_sharding_strategy=outer_dp_sharding(config),
+        fsdp_double_buffer=fsdp_double_buffer(config),
+        suggested_communication_unit_size=_unit_size(config) if megatron_fsdp_strategy(config) else None,
         num_distributed_optimizer_instances=int(_get(config, "ddp.num_distributed_optimizer_instances", 1)),
         hidden_dropout=dropout_rate(config, "model.hidden_dropout"),
         attention_dropout=dropout_rate(config, "model.attention_dropout"),

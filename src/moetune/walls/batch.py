@@ -99,7 +99,8 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     states_key = ("states", knobs.precision, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
                   knobs.adam_moments_bytes, knobs.distributed_optimizer, knobs.optimizer, knobs.quantized_params, arch,
                   knobs.torch_fsdp2, knobs.fsdp2_reshard_after_forward, knobs.megatron_fsdp,
-                  knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy)
+                  knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy, knobs.fsdp_double_buffer,
+                  knobs.suggested_communication_unit_size)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
                 gbs, "full_iteration" in knobs.cuda_graph_scope,  # a full-iteration plan's paged stash
                 knobs.hidden_dropout > 0)

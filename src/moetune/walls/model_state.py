@@ -149,14 +149,16 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest
     kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense))
     layers = p.dense + p.expert - p.vocab  # the FSDP units' elements (decoder and MTP layers)
     mean = layers / np.maximum(p.fsdp_units, 1) if strategy.weights else 0  # units exist under optim_grads_params
+    pools = (knobs.suggested_communication_unit_size, knobs.fsdp_double_buffer and bool(strategy.weights))
     if strategy.weights:
         out.update(_stored_weights(kept, knobs, arch))
-        gathered = gathered_elements(largest_unit, mean, layers)
+        gathered = gathered_elements(largest_unit, mean, layers, *pools)
         per_weight = quantized_weight_bytes(knobs.precision, arch) if knobs.quantized_params else WEIGHT_BYTES
         out["fsdp_gathered_weights"] = whole(WEIGHT_BYTES * p.vocab + per_weight * gathered)
     if strategy.grads:
         out["main_grads"] = grad_bytes(knobs) * (kept.dense + kept.expert)
-        out["fsdp_pending_grads"] = whole(grad_bytes(knobs) * pending_grad_elements(largest_unit, mean, layers))
+        pending = pending_grad_elements(largest_unit, mean, layers, *pools)
+        out["fsdp_pending_grads"] = whole(grad_bytes(knobs) * pending)
     return out
 
 
