@@ -146,3 +146,21 @@ def test_bridges_deepseek_v3_hsdp_recipe_fits_only_with_the_optimizer_sharded_ov
     replicated = estimate(spec, load_gpu("gb300"), layout, workload,
                           replace(knobs, outer_dp_sharding_strategy="no_shard"), with_time=False)
     assert not replicated.fits
+
+
+@pytest.mark.parametrize("knobs", [HSDP, HFSDP, replace(HFSDP, fsdp_double_buffer=True),
+                                   replace(HSDP, suggested_communication_unit_size=300_000_000)])
+def test_the_batch_path_prices_hybrid_sharding_as_estimate_does(knobs):
+    """plan and explain size candidates in batches (walls/batch.py): their memo keys carry the outer strategy and
+    the buffer settings."""
+    from moetune.walls.batch import batch_memory, batch_step_seconds
+    from moetune.walls.batch_layouts import build_batch
+    from moetune.walls.memory import merged_overheads
+
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    batch = build_batch(spec, [(LAYOUT, 1)])
+    step = batch_step_seconds(spec, batch, 4096, 256, knobs, gpu, efficiency(gpu.key))["step"][0]
+    peak = batch_memory(spec, batch, 4096, 256, knobs, merged_overheads(None), arch="hopper")[0]
+    e = estimate(spec, gpu, LAYOUT, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), knobs)
+    assert float(step) == pytest.approx(e.time["step_seconds"], rel=1e-9)
+    assert float(peak) == pytest.approx(e.peak_bytes, rel=1e-9)
