@@ -10,35 +10,21 @@ from typing import Literal
 
 import numpy as np
 
-from moetune.errors import MoetuneError
-from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES, UNIT_GATHERS, FsdpStrategy, check_outer_sharding
+from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES, UNIT_GATHERS, FsdpStrategy
 from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP, busiest_share
-from moetune.layout.modules import parse_offload_modules, unsaved_offloads
+from moetune.layout.knob_checks import check_knobs, check_megatron_fsdp, check_optimizer
+from moetune.layout.knob_values import (  # noqa: F401  the knobs' vocabulary, imported from here across moetune
+    CP1_COMM_TYPES,
+    CP_COMM_TYPES,
+    CUDA_GRAPH_SCOPES,
+    DISPATCHERS,
+    FP8_OUTPUT_PROJ_PRECISION,
+    PLAN_ROUTER_DTYPE,
+    PRECISIONS,
+    ROUTER_DTYPES,
+    SWITCHES,
+)
 from moetune.layout.param_gather import PARAM_SWITCHES
-
-PRECISIONS: tuple[str, ...] = ("bf16", "fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4")
-DISPATCHERS: tuple[str, ...] = ("alltoall", "deepep", "hybridep", "allgather")
-# Knobs that are on or off (Knobs checks their type)
-SWITCHES = ("distributed_optimizer", "main_grads_fp32", "ep_overlap", "delay_wgrad", "tp_comm_overlap",
-            "overlap_grad_reduce", "overlap_param_gather", "fp8_output_proj", "torch_fsdp2",
-            "fsdp2_reshard_after_forward", "fsdp_double_buffer")
-# The one recipe under which Megatron-Core builds the LM head as a TE layer (fp8_output_proj; TransformerConfig refuses
-# it with any other, megatron/core/transformer/transformer_config.py).
-FP8_OUTPUT_PROJ_PRECISION = "mxfp8"
-# Megatron-Core's moe_router_dtype values (TransformerConfig: Optional[Literal['fp32', 'fp64']])
-ROUTER_DTYPES: tuple[str | None, ...] = ("fp32", "fp64", None)
-# Knobs' moe_router_dtype where nothing sets it: what every plan's config sets (planner/config_map.py, seeds/000 FP8
-# Recipe Quick Decision); a config that leaves it out runs its model bridge's (planner/model_fields.py
-# bridge_router_dtype). estimate's options and a saved result without the knob read it too.
-PLAN_ROUTER_DTYPE = "fp32"
-CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
-# Megatron's cp_comm_type values (TransformerConfig; Transformer Engine runs them); "auto" lets a plan pick per layout
-CP_COMM_TYPES: tuple[str, ...] = ("p2p", "all_gather", "a2a", "a2a+p2p")
-# The exchanges a layout at CP 1 may name: Megatron-Core validates cp_comm_type only at CP > 1 (TransformerConfig
-# __post_init__) and reports its unset value as p2p there, as estimate's and plan's JSON do; another is a silent no-op
-CP1_COMM_TYPES: tuple[str, ...] = ("auto", "p2p")
-
-
 
 # SMs a fused dispatcher's kernels get when a config does not say (moe_deepep_num_sms / moe_hybridep_num_sms;
 # newer Megatron: moe_flex_dispatcher_num_sms). MEGATRON_FLEX_SMS: Megatron-Core's TransformerConfig defaults
@@ -154,107 +140,19 @@ class Knobs:
         return UNIT_GATHERS if self.fsdp_strategy and self.fsdp_strategy.weights else 0
 
     def __post_init__(self) -> None:
-        for name in SWITCHES:  # a saved plan edited by hand: "yes" or 1 would read as on
-            if not isinstance(getattr(self, name), bool):
-                raise MoetuneError(f"{name} is {getattr(self, name)!r}; it takes true or false")
-        if self.adam_moments_bytes not in (2, 4):
-            raise MoetuneError(f"adam_moments_bytes ({self.adam_moments_bytes!r}) must be 4 (FP32 Adam moments) or 2 "
-                               "(BF16, the precision-aware optimizer's)")
-        if self.optimizer not in ("adam", "muon"):
-            raise MoetuneError(f"optimizer {self.optimizer!r}: moetune models adam and muon (dist_muon: muon with the "
-                               "layer-wise distributed optimizer)")
-        if self.optimizer == "muon" and (self.adam_moments_bytes == 2 or self.optimizer_offload_fraction > 0):
-            raise MoetuneError("Muon runs without the precision-aware optimizer that BF16 moments and optimizer "
-                               "offload need (Megatron-LM builds emerging optimizers apart): drop --bf16-moments and "
-                               "--optimizer-offload, or use adam")
-        self._check_megatron_fsdp()
+        check_optimizer(self)
+        check_megatron_fsdp(self)
+        if self.megatron_fsdp and not self.distributed_optimizer:
+            # Megatron-LM and Bridge both turn it on under Megatron FSDP (arguments.py:1112-1118 @core_v0.18.2;
+            # config.py _validate_and_apply_megatron_fsdp_v1_configs @067f987)
+            object.__setattr__(self, "distributed_optimizer", True)
         if self.optimizer == "muon" or not self.distributed_optimizer:
             # no bucketed gather to overlap: without the distributed optimizer there are no shards (Megatron-LM asserts
             # it), and Bridge's Muon recipes turn it off (recipes/kimi/h100/kimi_k2.py sets ddp.overlap_param_gather
             # False with Muon), so the layer-wise optimizer gathers after its step (optimizer/layer_wise_optimizer.py
             # allgather_params; from core_v0.18.0 it can hand the gather to DDP's hooks where the overlap is on)
             object.__setattr__(self, "overlap_param_gather", False)
-        if self.routing not in ("dropless", "force-balance"):
-            raise MoetuneError(f"routing {self.routing!r}: choose dropless or force-balance")
-        if self.precision not in PRECISIONS:
-            raise MoetuneError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
-        if self.recompute not in ("none", "selective", "full"):
-            raise MoetuneError(f"--recompute {self.recompute!r}: choose none, selective or full")
-        if self.recompute != "selective" and self.recompute_modules:
-            raise MoetuneError("--recompute-modules needs --recompute selective")
-        if not 0.0 <= self.optimizer_offload_fraction <= 1.0:
-            raise MoetuneError(f"--optimizer-offload ({self.optimizer_offload_fraction}) must be in [0, 1]")
-        if not self.distributed_optimizer and (self.adam_moments_bytes == 2 or self.optimizer_offload_fraction > 0):
-            # both need Megatron's precision-aware optimizer, which needs the distributed one (optimizer_config.py,
-            # optimizer/__init__.py "--use-precision-aware-optimizer only supported with distributed optimizer")
-            what = "--bf16-moments" if self.adam_moments_bytes == 2 else "--optimizer-offload"
-            raise MoetuneError(f"{what} needs the distributed optimizer (Megatron's precision-aware optimizer runs "
-                               "only there): turn it on (Megatron-LM --use-distributed-optimizer; drop "
-                               "--no-distributed-optimizer), or drop it")
-        parse_offload_modules(tuple(self.offload_modules))  # names Megatron knows
-        if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:
-            raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "
-                               "offloaded alone without core_attn, transformer_config.py)")
-        if self.recompute != "full" and (inside := unsaved_offloads(self.recompute, self.recompute_modules,
-                                                                     self.offload_modules)):
-            raise MoetuneError(f"--offload-modules {','.join(inside)} with 'moe' recompute: recomputing the whole MoE "
-                               "layer saves nothing inside it to offload (Megatron-Core asserts, "
-                               "transformer_config.py); drop 'moe' from the recompute modules or those offloads")
-        if self.offload_modules and self.recompute == "full":
-            raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
-                               "so there is nothing fine-grained to offload; use selective recompute")
-        if not (isinstance(self.num_distributed_optimizer_instances, int)
-                and self.num_distributed_optimizer_instances >= 1):
-            raise MoetuneError(f"num_distributed_optimizer_instances ({self.num_distributed_optimizer_instances!r}) "
-                               "must be a whole number of 1 or more")
-        for name in ("hidden_dropout", "attention_dropout"):
-            if not (isinstance(getattr(self, name), (int, float)) and 0 <= getattr(self, name) < 1):
-                raise MoetuneError(f"{name} ({getattr(self, name)!r}) must be a rate in [0, 1)")
-        if self.moe_router_dtype not in ROUTER_DTYPES:
-            raise MoetuneError(f"moe_router_dtype {self.moe_router_dtype!r}: choose fp32, fp64 or null (the "
-                               "activations' BF16; Megatron-Core's TransformerConfig takes those)")
-        if self.dispatcher not in DISPATCHERS:
-            raise MoetuneError(f"unknown dispatcher {self.dispatcher!r}; choose from {', '.join(DISPATCHERS)}")
-        if self.flex_num_sms is not None and not 1 <= self.flex_num_sms <= 160:
-            raise MoetuneError(f"flex_num_sms ({self.flex_num_sms}) must be between 1 and the GPU's SM count")
-        bad = sorted(set(self.cuda_graph_scope) - set(CUDA_GRAPH_SCOPES))
-        if bad:
-            raise MoetuneError(f"unknown CUDA-graph scope(s) {bad}; choose from {', '.join(CUDA_GRAPH_SCOPES)}")
-        if self.fp8_output_proj and self.precision != FP8_OUTPUT_PROJ_PRECISION:
-            raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {self.precision} "
-                               "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
-        self._check_param_switches()
-        if self.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
-            raise MoetuneError(f"unknown cp_comm_type {self.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
-        if self.hcp_a2a_size is not None and self.hcp_a2a_size < 1:
-            raise MoetuneError(f"hierarchical CP sizes: the a2a group ({self.hcp_a2a_size}) must be 1 or more")
-        if self.hcp_a2a_size is not None and self.cp_comm_type != "a2a+p2p":  # the CLI says it with its flags first
-            raise MoetuneError(f"hierarchical CP sizes (a2a group {self.hcp_a2a_size}) size the groups of cp_comm_type "
-                               f"a2a+p2p, but cp_comm_type is {self.cp_comm_type}: set a2a+p2p, or drop the sizes")
-        if self.token_imbalance is not None and self.routing == "force-balance":
-            raise MoetuneError(f"--token-imbalance ({self.token_imbalance:g}) weighs dropless routing; force-balanced "
-                               "routing sends every expert rank the mean: drop it or pass --routing dropless")
-        if self.token_imbalance is not None and not 1.0 <= self.token_imbalance < float("inf"):
-            raise MoetuneError(f"token_imbalance ({self.token_imbalance}) must be a number >= 1 (busiest expert rank's "
-                               "tokens over the mean)")
-
-    def _check_megatron_fsdp(self) -> None:
-        if self.megatron_fsdp is not None and self.megatron_fsdp not in MEGATRON_FSDP_STRATEGIES:
-            raise MoetuneError(f"data_parallel_sharding_strategy {self.megatron_fsdp!r}: Megatron FSDP takes "
-                               f"{', '.join(MEGATRON_FSDP_STRATEGIES)}")
-        if self.megatron_fsdp and self.torch_fsdp2:  # Bridge's ConfigContainer.validate raises the same
-            raise MoetuneError("Megatron FSDP and torch FSDP2 both wrap the model; they are mutually exclusive: keep "
-                               "one (use_megatron_fsdp or use_torch_fsdp2)")
-        check_outer_sharding(self.outer_dp_sharding_strategy, self.megatron_fsdp,
-                             self.num_distributed_optimizer_instances)
-        unit = self.suggested_communication_unit_size
-        if unit is not None and not (isinstance(unit, int) and not isinstance(unit, bool) and unit > 0):
-            raise MoetuneError(f"suggested_communication_unit_size ({unit!r}) must be a whole number of elements > 0, "
-                               "or left unset for Megatron FSDP's default")
-        if self.megatron_fsdp and not self.distributed_optimizer:
-            # Megatron-LM and Bridge both turn it on under Megatron FSDP (arguments.py:1112-1118 @core_v0.18.2;
-            # config.py _validate_and_apply_megatron_fsdp_v1_configs @067f987)
-            object.__setattr__(self, "distributed_optimizer", True)
+        check_knobs(self)
 
     @property
     def imbalance(self) -> float:
@@ -312,16 +210,6 @@ class Knobs:
             return value
         return (self.precision in switch.preset and not switch.preset_off(self)
                 and not any(need.refuses(self) for need in switch.needs))
-
-    def _check_param_switches(self) -> None:
-        """Each PARAM_SWITCHES switch is true, false or null, and on only where Megatron takes it (its needs)."""
-        for name, switch in PARAM_SWITCHES.items():
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                raise MoetuneError(f"{name} is {value!r}; it takes true, false or null (the recipe preset's)")
-            for need in switch.needs if value else ():
-                if need.refuses(self):
-                    raise MoetuneError(need.message(self), same_as=need.same_as)
 
     @property
     def effective_modules(self) -> frozenset[str]:
