@@ -366,6 +366,10 @@ CASES: dict[str, Case] = {
                                                     "cluster.launcher=megatron-lm")),
     "fsdp.megatron_fsdp_no_shard": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor",
                                           "ddp.data_parallel_sharding_strategy=no_shard")),
+    "fsdp.outer_optim_needs_hybrid_full_sharding": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor",
+                                                          "ddp.outer_dp_sharding_strategy=optim",
+                                                          "ddp.num_distributed_optimizer_instances=2",
+                                                          "ddp.data_parallel_sharding_strategy=optim_grads")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.

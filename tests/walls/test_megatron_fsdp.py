@@ -6,11 +6,14 @@ dense parameters over DP x CP, experts over EDP (mcore_fsdp_adapter.py). megatro
 backward once gradients are sharded, and gathers each TransformerLayer before its forward and again before its
 backward once weights are."""
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from moetune.configio import load_config
+from moetune.errors import MoetuneError
+from moetune.layout.dp_sharding import check_outer_sharding
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_gpu
@@ -201,7 +204,6 @@ def test_a_saved_megatron_fsdp_result_rebuilds_and_emits_it():
 
 
 def test_megatron_fsdp_refuses_what_megatron_refuses():
-    from moetune.errors import MoetuneError
 
     with pytest.raises(MoetuneError, match="mutually exclusive"):
         Knobs(megatron_fsdp="optim_grads_params", torch_fsdp2=True, distributed_optimizer=False)
@@ -284,3 +286,14 @@ def test_the_buffer_settings_are_read_kept_and_emitted():
         from_config(load_config(sets=sets[:-1] + ["ddp.suggested_communication_unit_size=lots"], gpu="h100", gpus=16))
     with pytest.raises(MoetuneError, match="suggested_communication_unit_size"):
         Knobs(megatron_fsdp="optim_grads_params", suggested_communication_unit_size=0)
+
+
+@pytest.mark.parametrize(("strategy", "copies", "said"), [
+    ("optim_grads", 2, "needs Megatron FSDP's optim_grads_params (here optim_grads) (rule"),
+    ("optim_grads", 1, "needs Megatron FSDP's optim_grads_params (here optim_grads) and "
+                       "num_distributed_optimizer_instances > 1 (here 1) (rule"),
+])
+def test_an_outer_optim_sharding_megatron_refuses_names_only_what_is_wrong(strategy, copies, said):
+    """The refusal had said 'num_distributed_optimizer_instances > 1 (here 2)' where 2 copies were right."""
+    with pytest.raises(MoetuneError, match=re.escape(said)):
+        check_outer_sharding("optim", strategy, copies)

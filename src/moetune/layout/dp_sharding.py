@@ -109,6 +109,9 @@ def check_outer_sharding(outer: str, strategy: str | None, copies: int) -> None:
     if outer not in OUTER_DP_SHARDING:
         raise MoetuneError(f"outer_dp_sharding_strategy {outer!r}: Megatron FSDP takes {', '.join(OUTER_DP_SHARDING)}")
     if outer == "optim" and (strategy != "optim_grads_params" or copies < 2):
-        raise MoetuneError(f"outer_dp_sharding_strategy optim needs Megatron FSDP's optim_grads_params (here "
-                           f"{strategy or 'no Megatron FSDP'}) with num_distributed_optimizer_instances > 1 (here "
-                           f"{copies}): set both, or outer_dp_sharding_strategy no_shard")
+        wrong = ([f"Megatron FSDP's optim_grads_params (here {strategy or 'no Megatron FSDP'})"]
+                 * (strategy != "optim_grads_params") + [f"num_distributed_optimizer_instances > 1 (here {copies})"]
+                 * (copies < 2))
+        raise MoetuneError(f"outer_dp_sharding_strategy optim needs {' and '.join(wrong)} (rule "
+                           f"fsdp.outer_optim_needs_hybrid_full_sharding): set {'both' if len(wrong) > 1 else 'it'}, "
+                           "or outer_dp_sharding_strategy no_shard")
