@@ -12,12 +12,12 @@ from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.moves import (
-    checkpoint_facts,
     costly_facts,
     cp_sizing_facts,
     first_selective,
     fits_without_offload,
     host_facts,
+    model_facts,
 )
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.model import ModelSpec
@@ -30,7 +30,7 @@ def memory_facts(e: Estimate) -> dict:
     if e.knobs.optimizer_offload_fraction > 0 or e.knobs.offload_modules:
         facts["fits_with_selective_without_offload"] = fits_without_offload(e)
     facts.update(host_facts(e))
-    facts.update(checkpoint_facts(e))
+    facts.update(model_facts(e))
     facts.update(costly_facts(e))
     try:
         smallest = smallest_fitting_layout(e)

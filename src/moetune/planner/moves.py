@@ -103,7 +103,7 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     config = to_config(e) | (e.source_config or {})  # what a config states stands, as check reads it
     # the estimate's own facts only: evaluate derives the config's, and vet_fixes derives each fixed config's afresh
     # (facts derived here would pin the fixed configs to this one's: rules/derive.py derive lets `extra` win)
-    derived = {**cp_sizing_facts(e), **host_facts(e), **checkpoint_facts(e)}
+    derived = {**cp_sizing_facts(e), **host_facts(e), **model_facts(e)}
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:
@@ -135,10 +135,14 @@ def cp_sizing_facts(e: Estimate) -> dict:
     return {"cp_shard_target": target, "cp_undersharded": under}
 
 
-def checkpoint_facts(e: Estimate) -> dict:
-    """The MTP modules the model's checkpoint ships (derived.mtp_checkpoint_layers: rule model.mtp_beyond_checkpoint
-    warns of trained ones past them)."""
-    return {"mtp_checkpoint_layers": e.model.mtp_checkpoint_layers}
+def model_facts(e: Estimate) -> dict:
+    """The model's own facts the rules read: the MTP modules its checkpoint ships (derived.mtp_checkpoint_layers: rule
+    model.mtp_beyond_checkpoint warns of trained ones past them), and Llama 4's attention chunk (0: none) with the
+    share of the counted FLOPs its chunks skip (derived.attention_chunk, derived.chunk_skipped_pct: rule
+    longctx.chunked_attention_bridge)."""
+    skipped = {"chunk_skipped_pct": round(100 * e.time["counted_not_run"])} if e.time else {}
+    return {"mtp_checkpoint_layers": e.model.mtp_checkpoint_layers, "attention_chunk": e.model.attention_chunk or 0,
+            **skipped}
 
 
 def costly_facts(e: Estimate) -> dict:

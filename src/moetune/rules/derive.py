@@ -52,6 +52,8 @@ EXTERNAL = {
     "dominant_wall": "str: memory | communication | host | compute (diagnose)",
     "cuda_graph_bytes": "int: CUDA-graph pool bytes already counted by the estimator",
     "mtp_checkpoint_layers": "int: MTP modules the model's checkpoint ships (specs: num_nextn_predict_layers, ...)",
+    "attention_chunk": "int: the model's attention chunk (Llama 4's attention_chunk_size; 0: none)",
+    "chunk_skipped_pct": "int: % of the counted FLOPs (whole-sequence attention) the chunks skip at this sequence",
     # computed here from the config too; the estimator's, over every check the model adds, win
     "cp_shard_target": "int: the 4K-shard CP among those the model runs at (planner/moves.py cp_sizing)",
     "cp_undersharded": "bool: the config's CP is below cp_shard_target at long context",
