@@ -15,6 +15,7 @@ from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.hf_config import load_hf_config
 from moetune.specs.registry import load_model
+from moetune.walls.compute import chunked_attention_flops
 from moetune.walls.flops import causal_context
 
 SCOUT = load_model("llama4-scout")
@@ -44,6 +45,14 @@ def test_attention_time_is_the_chunks(seq):
         causal_context(seq) / causal_context(8192) * 0.9  # the whole-sequence rate is higher, the FLOPs far more
     assert chunked["tflops_per_gpu"] > whole["tflops_per_gpu"]  # the same counted FLOPs in less time
     assert 0 < chunked["counted_not_run"] < 1 and whole["counted_not_run"] == 0
+
+
+def test_no_rope_layers_are_chunked_too():
+    """Bridge's Llama4SelfAttention chunks every layer, its no-RoPE ones (every 4th) included (llama4_utils.py
+    @v0.3.1: chunkify runs whatever is_nope_layer says): the unrun FLOPs are the same per layer on all 48."""
+    assert SCOUT.no_rope_freq == 4
+    one = chunked_attention_flops(replace(SCOUT, layers=SCOUT.layers[:1]), 131072, 131072)
+    assert chunked_attention_flops(SCOUT, 131072, 131072) == pytest.approx(48 * one)
 
 
 def test_nothing_is_chunked_up_to_the_chunk():

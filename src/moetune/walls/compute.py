@@ -89,7 +89,9 @@ def keys_factor(keys, r: Rates):
 
 def attention_span(spec: ModelSpec, seq_length: int) -> int:
     """The sequence each attention call runs over: Llama 4's chunk where the sequence is longer (Megatron Bridge folds
-    the chunks into the batch, llama4_utils.py chunkify), else the whole sequence."""
+    the chunks into the batch, llama4_utils.py chunkify), else the whole sequence. Every layer alike, its no-RoPE
+    layers too: Bridge's Llama4SelfAttention (llama4_utils.py @v0.3.1) chunks before it reads is_nope_layer, which
+    only skips RoPE and the q/k L2 norm (HF's Llama 4 attends over the whole sequence on those layers instead)."""
     return min(seq_length, spec.attention_chunk or seq_length)
 
 
