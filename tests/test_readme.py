@@ -19,3 +19,13 @@ def test_python_api_example_runs(monkeypatch):
     assert 0 < float(peak_gib) < 78 and fits == "True" and float(tokens) > 0 and wall in (
         "compute", "communication", "bubble", "host")
     assert float(second) > 0
+
+
+def test_readme_counts_the_rules_the_table_holds():
+    """The rule count README gives `check` is the table's: two rules landing beside each other had left it one short."""
+    import re
+
+    from moetune.rules.table import load_table
+
+    (count,) = re.findall(r"against (\d+) rules", (REPO / "README.md").read_text())
+    assert int(count) == len(load_table().rules)
