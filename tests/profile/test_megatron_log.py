@@ -111,7 +111,9 @@ def test_a_log_of_two_runs_is_read_as_its_last_run(fixtures_dir, tmp_path, capsy
     assert [it.iteration for it in log.iterations] == [it.iteration for it in last.iterations] == list(range(1, 9))
     assert log.iteration_seconds == last.iteration_seconds < read_log(fixtures_dir / MLM).iteration_seconds
     assert log.args["seq_length"] == "2048" and len(log.memory) == len(last.memory)
-    assert len(log.notes) == 1 and "2 runs" in log.notes[0] and f"line {len(first.splitlines()) + 1}" in log.notes[0]
+    relaunch = len(first.splitlines()) + 6  # the second run's first start-up line ("using world size"), past its header
+    assert second.splitlines()[5].startswith("using world size")
+    assert len(log.notes) == 1 and "2 runs" in log.notes[0] and f"line {relaunch}," in log.notes[0]
     assert not last.notes and not read_log(fixtures_dir / MLM).notes
     code = main(["diagnose", "--log", str(path), "--json"])
     out = capsys.readouterr().out

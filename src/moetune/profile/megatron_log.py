@@ -13,6 +13,7 @@ Formats mirrored (each a `` | ``-separated list of ``key: value`` pairs):
 - the argument dump Megatron-LM prints at start-up (``  seq_length ........ 4096``), for
   seq_length / world_size / micro_batch_size.
 - CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``).
+- lines printed once per launch (_STARTUP), which tell a job restarted from a checkpoint from one run.
 """
 
 import math
@@ -28,6 +29,13 @@ _MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memor
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:", re.IGNORECASE)
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
+# Lines rank 0 prints once per launch, before training: a relaunch prints them again, whatever iteration it resumes
+# at. Megatron-LM megatron/training/arguments.py @ core_v0.18.2 validate_args ("using world size: ") and _print_args
+# (the arguments banner); initialize.py _initialize_distributed and training.py pretrain (also Megatron Bridge
+# training/initialize.py and setup.py); Bridge training/train.py train ("Starting training loop at iteration").
+# Not checkpoint lines: saves recur within a run, and a run may load a checkpoint more than once (RL reference weights).
+_STARTUP = re.compile(r"-{8,} arguments -{8,}|using world size: |> initializing torch distributed \.\.\.|"
+                      r"time to initialize megatron \(seconds\)|Starting training loop at iteration")
 # Memory report keys -> our names; MB keys from Megatron-LM, *-gigabytes keys from Megatron Bridge.
 _MEM_KEYS = {
     "allocated": "allocated", "max allocated": "max_allocated", "reserved": "reserved",
@@ -175,15 +183,25 @@ def _is_iteration(line: str) -> re.Match | None:
 
 
 def _last_run(lines: list[str]) -> tuple[int, int]:
-    """(index of the line the log's last run starts at, how many runs it holds): a run starts again where an iteration
-    number falls below the one logged before it (a job restarted from a checkpoint, or two runs appended to one file),
-    on the line after the previous run's last iteration line, so the new run's argument dump is its own."""
+    """(index of the line the log's last run starts at, how many runs it holds). A run starts again where, after an
+    iteration line, Megatron's start-up lines (_STARTUP) come before the next one (a job restarted from a checkpoint,
+    at whatever iteration it resumes, or two runs appended to one file), or where an iteration number falls below the
+    one logged before it. The new run starts at its launch's first start-up line, so what the previous run printed
+    last (its OOM, its memory report) stays with it and the new run's argument dump is its own; with no start-up
+    lines, on the line after the previous run's last iteration line. Of launches between two iteration lines, the
+    last counts (an earlier one that failed at start-up logged no iteration): a launch prints each start-up line once,
+    so one printed again begins the next."""
     start, runs, last, at = 0, 1, None, 0
+    launch, seen = None, set()  # first line of the latest launch since the last iteration line; its start-up lines
     for i, line in enumerate(lines):
         if m := _is_iteration(line):
-            if last is not None and int(m.group(1)) < last:
-                start, runs = at + 1, runs + 1
-            last, at = int(m.group(1)), i
+            if last is not None and (launch is not None or int(m.group(1)) < last):
+                start, runs = at + 1 if launch is None else launch, runs + 1
+            last, at, launch, seen = int(m.group(1)), i, None, set()
+        elif last is not None and (up := _STARTUP.search(line)):
+            if launch is None or up.group(0) in seen:
+                launch, seen = i, set()
+            seen.add(up.group(0))
     return start, runs
 
 
@@ -208,8 +226,9 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
     if runs > 1:
-        log.notes.append(f"--log {path} holds {runs} runs (its iteration numbers start again at a lower one "
-                         f"{runs - 1} time(s)): the figures are the last run's, from line {start + 1}")
+        log.notes.append(f"--log {path} holds {runs} runs (Megatron started again {runs - 1} time(s): its start-up "
+                         "lines printed anew, or iteration numbers going back): the figures are the last run's, from "
+                         f"line {start + 1}, iteration {log.iterations[0].iteration} on")
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")
