@@ -108,3 +108,18 @@ def test_a_launch_that_failed_at_start_up_is_passed_over(fixtures_dir):
     start = len(first.splitlines()) + [x.startswith("using world size") for x in second.splitlines()].index(True) + 1
     assert len(log.notes) == 1 and "2 runs (Megatron started again 1 time(s)" in log.notes[0]
     assert f"from line {start}," in log.notes[0]
+
+
+def test_a_last_launch_that_failed_at_start_up_is_said_and_keeps_its_oom(fixtures_dir):
+    """A log that ends with a relaunch which ran out of memory before its first iteration: its OOM had been counted
+    against the run before it (whose figures the log gives); now that run's figures stand without it, and a note says
+    the last launch failed, with its OOM line."""
+    text = (fixtures_dir / MLM).read_text()
+    header = text[text.index("using world size"):text.index("[after dataloaders")]
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB."
+    log, plain = parse_log(text + header + oom + "\n"), parse_log(text)
+    assert [it.iteration for it in log.iterations] == list(range(1, 9)) and not log.oom_lines
+    assert log.iteration_seconds == plain.iteration_seconds and log.args == plain.args
+    start = len(text.splitlines()) + 1
+    assert log.notes == [f"--log <log>: the last launch, from line {start}, logged no iteration and ran out of memory "
+                         f"({oom}): the figures are the run before it"]

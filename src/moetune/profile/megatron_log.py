@@ -182,8 +182,10 @@ def _is_iteration(line: str) -> re.Match | None:
     return m if (m := _ITER.search(line)) and "elapsed time per iteration" in line else None
 
 
-def _last_run(lines: list[str]) -> tuple[int, int]:
-    """(index of the line the log's last run starts at, how many runs it holds). A run starts again where, after an
+def _last_run(lines: list[str]) -> tuple[int, int, int | None]:
+    """(index of the line the log's last run starts at, how many runs it holds, index of a launch after the last
+    iteration line that logged none: it stopped before training, None where there is none). A run starts again where,
+    after an
     iteration line, Megatron's start-up lines (_STARTUP) come before the next one (a job restarted from a checkpoint,
     at whatever iteration it resumes, or two runs appended to one file), or where an iteration number falls below the
     one logged before it. The new run starts at its launch's first start-up line, so what the previous run printed
@@ -202,16 +204,16 @@ def _last_run(lines: list[str]) -> tuple[int, int]:
             if launch is None or up.group(0) in seen:
                 launch, seen = i, set()
             seen.add(up.group(0))
-    return start, runs
+    return start, runs, launch
 
 
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     """The log's last run (_last_run): its iterations, memory reports, OOM messages and argument dump; an iteration
     logged twice in a row (two ranks' output in one file) counts once. What was passed over is said in log.notes."""
     lines = text.splitlines()
-    start, runs = _last_run(lines)
+    start, runs, failed = _last_run(lines)
     log, repeats = TrainingLog(path=path, iterations=[], memory=[]), []
-    for n, line in enumerate(lines[start:], start + 1):
+    for n, line in enumerate(lines[start:failed], start + 1):
         if m := _is_iteration(line):
             it = _numeric(_iteration(m), f"--log {path} line {n}")
             if log.iterations and it.iteration == log.iterations[-1].iteration:
@@ -229,6 +231,10 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
         log.notes.append(f"--log {path} holds {runs} runs (Megatron started again {runs - 1} time(s): its start-up "
                          "lines printed anew, or iteration numbers going back): the figures are the last run's, from "
                          f"line {start + 1}, iteration {log.iterations[0].iteration} on")
+    if failed is not None:  # its OOM is its own, not the figures' run's
+        oom = next((x.strip()[:200] for x in lines[failed:] if _OOM.search(x)), None)
+        log.notes.append(f"--log {path}: the last launch, from line {failed + 1}, logged no iteration"
+                         + (f" and ran out of memory ({oom})" if oom else "") + ": the figures are the run before it")
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")
