@@ -24,6 +24,7 @@ from functools import cache
 import numpy as np
 
 from moetune.layout.layout import Layout
+from moetune.memo import array_key, remembered
 from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
@@ -56,6 +57,15 @@ def job_gpu(gpu: GpuSpec, world: int) -> GpuSpec:
 
 
 @cache
+def _members_in_domain(size: int, stride: int, domain: int) -> int:
+    """members_in_domain of one group shape, in Python ints (the array path's aligned and straddling cases)."""
+    span = size * stride
+    if domain % span and span % domain:
+        return _straddled_fewest(size, stride, domain)
+    return min(size, max(1, domain // stride))
+
+
+@cache
 def _straddled_fewest(size: int, stride: int, domain: int) -> int:
     """Least, over every member of every group, of the members sharing its domain, for a group shape whose span
     (size*stride) and the domain are not aligned. Groups tile the ranks in blocks of the span, domains in blocks of
@@ -71,6 +81,17 @@ def _straddled_fewest(size: int, stride: int, domain: int) -> int:
 def members_in_domain(size, stride, domain):
     """Members of a group (itself included) that share one NVLink domain, for the worst-placed member: a collective
     runs at the pace of its slowest member, and the step at that of the slowest group. Ints in, int out."""
+    if type(size) is int and type(stride) is int and type(domain) is int:  # the scalar estimate's case, without numpy
+        return _members_in_domain(size, stride, domain)
+    # the planner asks again with the same shape arrays for every knob set of a batch (walls/comms.py link_bandwidth)
+    key = (array_key(size), array_key(stride), array_key(domain))
+    return remembered(_MEMBERS, key, lambda: _members_in_domain_arrays(size, stride, domain), 256)
+
+
+_MEMBERS: dict = {}
+
+
+def _members_in_domain_arrays(size, stride, domain):
     size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
     # aligned shapes (the usual case): every group alike
     out = np.array(np.minimum(size, np.maximum(1, domain // stride)))

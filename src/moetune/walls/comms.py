@@ -15,9 +15,9 @@ import math
 import numpy as np
 
 from moetune.layout.ranks import cross_domain_fraction, members_in_domain
+from moetune.memo import array_key, remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.memo import array_key, remembered
 
 BF16 = 2
 

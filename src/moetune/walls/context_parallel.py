@@ -21,6 +21,7 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
+from moetune.memo import array_key, remembered
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
@@ -34,7 +35,6 @@ from moetune.walls.cp_legal import (
     rank_heads,
 )
 from moetune.walls.flops import kv_groups_per_rank, layer_flops
-from moetune.walls.memo import array_key, remembered
 from moetune.walls.memory import activation_context
 
 # What a plan weighs per layout ("auto"): all_gather moves p2p's bytes without its overlap, so it never wins.

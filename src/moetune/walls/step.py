@@ -21,6 +21,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload
+from moetune.memo import remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
@@ -38,7 +39,6 @@ from moetune.walls.context_parallel import layer_cp
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import dp_raw_seconds, iteration_terms
 from moetune.walls.layer_comm import layer_comm
-from moetune.walls.memo import remembered
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired

@@ -1,5 +1,5 @@
-"""A bounded memo for the walls' functions that the planner asks again, with the same arrays, for every knob set of a
-layout batch (the CP exchange of a layer, the fused all-to-all's copy counts)."""
+"""A bounded memo for the functions the planner asks again, with the same arrays, for every knob set of a layout batch
+(the CP exchange of a layer, the fused all-to-all's copy counts, a group's members inside one NVLink domain)."""
 
 import numpy as np
 
