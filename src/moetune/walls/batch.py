@@ -178,11 +178,11 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
                           lambda: _shape_layer_times(spec, root, seq, knobs, gpu, eff))
     _, inverse = distinct_shapes(b)
     times = {k: [_expand(x, inverse) for x in v] for k, v in on_shapes.items()}
-    compute = _per_stage(b, spec, lambda k: times[k][0])
-    comm = _per_stage(b, spec, lambda k: times[k][1])
-    host = _per_stage(b, spec, lambda k: times[k][2])
-    hidden_ep = _per_stage(b, spec, lambda k: times[k][3])
-    regain = _per_stage(b, spec, lambda k: times[k][4])
+    # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers
+    layers = b.counts @ np.stack([np.hstack(times[k]) for k in b.kinds], axis=1)
+    staged = layers + b.mtp[:, :, None] * np.hstack(times[spec.mtp_layer_kind])[:, None, :] if spec.mtp_num_layers \
+        else layers
+    compute, comm, host, hidden_ep, regain = np.moveaxis(staged, 2, 0)
     compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
     rf = root.fields  # the send/recv link depends on the layout alone: once per search, read by row
     bandwidth = root.memo(("p2p_bandwidth",), lambda: p2p_bandwidth(rf.pp, rf.world_size, gpu, eff))[b.rows]
@@ -195,7 +195,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
     # a stage past the last reads as the first, held by no rank
     cost = np.hstack([sum(times[k][:3]) for k in b.kinds])  # a decoder layer's compute, exposed comm and host
-    fixed = total - (b.counts * cost[:, None, :]).sum(axis=2)
+    fixed = total - layers[:, :, :3].sum(axis=2)
     fixed = np.where(b.valid, fixed, fixed[:, :1])
     ranks = b.ranks.astype(float)
     return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
