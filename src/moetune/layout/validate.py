@@ -204,19 +204,17 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
 def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None = None) -> None:
     """Batch and sequence rules: GBS vs MBS x DP, sequence vs TP (sequence parallel) and 2 x CP; with `spec`, its
     chunked attention's CP rule too (chunk_refusal)."""
-    gbs, mbs, seq = workload.gbs(layout), workload.micro_batch_size, workload.seq_length
-    _require(
-        gbs % (mbs * layout.dp) == 0,
-        f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {layout.dp} = "
-        f"{mbs * layout.dp})", same_as=("batch.gbs_divisible",), flags_fix="change --gbs or --mbs",
-        file_fields="workload (global_batch_size, micro_batch_size)",
-    )
+    gbs, mbs, seq, dp = workload.gbs(layout), workload.micro_batch_size, workload.seq_length, layout.dp
+    if gbs % (mbs * dp):  # each message built only where it is raised: the planner validates every layout
+        _require(False, f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {dp} = "
+                        f"{mbs * dp})", same_as=("batch.gbs_divisible",), flags_fix="change --gbs or --mbs",
+                 file_fields="workload (global_batch_size, micro_batch_size)")
     m = workload.num_microbatches(layout)
-    _require(interleaves(layout.pp, layout.vpp, m),
-             f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * layout.dp}) "
-             f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule)",
-             flags_fix="change --gbs or --mbs, or drop --vpp",
-             file_fields="workload (global_batch_size, micro_batch_size) or layout's vpp")
+    if not interleaves(layout.pp, layout.vpp, m):
+        _require(False, f"the number of micro-batches ({m} = GBS {gbs} / (MBS x DP) {mbs * dp}) "
+                        f"must be a multiple of PP ({layout.pp}) with VPP > 1 (Megatron's interleaved schedule)",
+                 flags_fix="change --gbs or --mbs, or drop --vpp",
+                 file_fields="workload (global_batch_size, micro_batch_size) or layout's vpp")
     why = sp_refusal(seq, layout.tp, layout.cp, layout.sp)
     _require(not why, why or "", same_as=("sp.seq_divisible_by_tp",))
     why = cp_chunk_refusal(seq, layout.cp)

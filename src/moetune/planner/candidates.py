@@ -37,8 +37,8 @@ def candidate_pairs(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tu
     count the layout's interleaved schedule runs (layout/validate.py interleaves)."""
     mbs_choices = [fixed["mbs"]] if "mbs" in fixed else list(MBS_CHOICES)
     gbs = wl.global_batch_size
-    return [(lay, m) for lay in layouts for m in mbs_choices
-            if gbs % (m * lay.dp) == 0 and interleaves(lay.pp, lay.vpp, gbs // (m * lay.dp))]
+    return [(lay, m) for lay, dp in ((lay, lay.dp) for lay in layouts) for m in mbs_choices
+            if gbs % (m * dp) == 0 and interleaves(lay.pp, lay.vpp, gbs // (m * dp))]
 
 
 def _without_recompute(knobs: Knobs) -> tuple:
