@@ -5,7 +5,7 @@ expert mesh's EDP ranks; the distributed optimizer shards each over that group (
 """
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
@@ -108,7 +108,9 @@ class StageStructure:
     layers: tuple[int, ...]
 
 
-def stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool = True) -> list[StageStructure]:
+@lru_cache(maxsize=4096)  # asked twice per estimate (memory and time), and again for each split a re-split weighs
+def stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool = True) -> tuple[StageStructure, ...]:
+    """Each pipeline stage's structure (read-only: the result is shared)."""
     grid = pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers if include_mtp else 0)
     out = []
     for stage, chunks in enumerate(grid):
@@ -125,7 +127,7 @@ def stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool = True) 
             else sum(c.loss for c in chunks), mtp_layers=sum(c.mtp_layers for c in chunks),
             outputs=sum(c.loss for c in chunks),
         ))
-    return out
+    return tuple(out)
 
 
 def structure_sums(spec: ModelSpec, st: StageStructure, *, vocab: int, tied_copy: bool,
