@@ -188,9 +188,9 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     bandwidth = root.memo(("p2p_bandwidth",), lambda: p2p_bandwidth(rf.pp, rf.world_size, gpu, eff))[b.rows]
     comm = comm + p2p_seconds(spec, ctx, f.pp, bandwidth) * eff["p2p_exposed"]
     total = np.where(b.valid, compute + comm + host, -1.0)
-    slow = total.argmax(axis=1)[:, None]
-    def pick(a):
-        return np.take_along_axis(np.broadcast_to(a, total.shape), slow, axis=1)[:, 0]
+    slow = total.argmax(axis=1)
+    # the slowest stage's six figures, read at once
+    at_slow = np.stack([compute, comm, host, total, hidden_ep, regain], axis=2)[np.arange(len(slow)), slow]
 
     # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
     # a stage past the last reads as the first, held by no rank
@@ -198,8 +198,8 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     fixed = total - layers[:, :, :3].sum(axis=2)
     fixed = np.where(b.valid, fixed, fixed[:, :1])
     ranks = b.ranks.astype(float)
-    return {"compute": pick(compute), "comm": pick(comm), "host": pick(host), "total": pick(total),
-            "hidden_ep": pick(hidden_ep), "regain": pick(regain), "fixed": fixed, "layer_cost": cost,
+    return {**dict(zip(("compute", "comm", "host", "total", "hidden_ep", "regain"), at_slow.T)),
+            "fixed": fixed, "layer_cost": cost,
             "floor_total": even_floor(b.kind_layers, total, fixed, ranks, cost)}
 
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
+from moetune.memo import array_key, remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
@@ -79,7 +80,25 @@ def layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     return raw, exposed
 
 
+_PARTS: dict = {}  # _dispatch_parts by its inputs (moetune/memo.py): every knob set of a batch asks it again
+
+
 def _dispatch_parts(spec: ModelSpec, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs, full) -> tuple:
+    """_dispatch_parts_of, remembered: it reads the dispatcher, its SMs, the shapes and the routing imbalance alone,
+    which most of a search's knob sets share."""
+    arrays = (array_key(a) for a in (ctx.tokens, ctx.sp_div, ctx.token_imbalance, lay.ep, lay.etp, full))
+    key = (spec.hidden_size, spec.moe_router_topk, spec.num_moe_experts, spec.moe_router_num_groups,
+           spec.moe_router_group_topk, knobs.dispatcher, knobs.num_sms, gpu, tuple(sorted(eff.items())), *arrays)
+    *parts, etp = remembered(_PARTS, key, lambda: _flat(*_dispatch_parts_of(spec, lay, ctx, gpu, eff, knobs, full)),
+                             1024)  # flat, so remembered makes every array in it read-only
+    return tuple(parts), etp
+
+
+def _flat(parts: tuple, etp) -> tuple:
+    return (*parts, etp)
+
+
+def _dispatch_parts_of(spec: ModelSpec, lay: Layout, ctx, gpu: GpuSpec, eff: dict, knobs: Knobs, full) -> tuple:
     """One dispatch's (NVLink, NIC, fixed) seconds (comms.ep_alltoall_parts) and its expert-TP gather's.
     The allgather dispatcher gathers every token of the ETP x EP group, whatever the top-k, and reduce-scatters
     them back (moe/token_dispatcher.py MoEAllGatherTokenDispatcher: tp_ep_group); the others send each token to
