@@ -17,6 +17,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
+from moetune.memo import remembered
 from moetune.specs.hardware import GIB
 from moetune.specs.model import ModelSpec
 from moetune.walls.activations import (
@@ -121,12 +122,20 @@ def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, 
         return {"activations_layer_inputs": round(stored * flight), "activations_recompute_working": working}, flight
     items: dict[str, int] = {}
     for kind, count in Counter(kinds).items():  # one evaluation per layer kind, times its layers
-        for name, value in layer_activation_items(spec, kind, ctx).items():
+        for name, value in _layer_items(spec, kind, ctx).items():
             items[name] = items.get(name, 0) + value * count
     out = {f"act_{k}": round(v * flight) for k, v in items.items()}
     if knobs.offload_modules:
         out["act_offload_staging"] = int(offload_staging_bytes(spec, ctx))
     return out, flight
+
+
+_LAYER_ITEMS: dict = {}  # one layer's items by (model, kind, context): a re-split asks again for every split it weighs
+
+
+def _layer_items(spec: ModelSpec, kind, ctx) -> dict[str, int]:
+    """layer_activation_items of one scalar context, remembered (read-only: the dict is shared)."""
+    return remembered(_LAYER_ITEMS, (spec, kind, ctx), lambda: layer_activation_items(spec, kind, ctx), 4096)
 
 
 def logits_bytes(spec: ModelSpec, tokens, vocab_shard):
