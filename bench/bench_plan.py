@@ -21,7 +21,8 @@ def main(repeats: int = 3) -> None:
     best = result.results[0]
     print(f"plan deepseek-v3 on 1024 x h100, seq 4096, GBS 8192: {result.candidates_evaluated:,} candidates "
           f"({result.layouts:,} layouts x micro-batch sizes x {result.knob_sets} knob sets), {result.feasible:,} fit")
-    print(f"search_seconds: median {statistics.median(times):.3f} s, min {min(times):.3f} s over {repeats} runs")
+    print(f"search_seconds: median {statistics.median(times):.3f} s, min {min(times):.3f} s over {repeats} runs; the "
+          f"first, with this process's caches cold (as one `moetune plan` runs it), {times[0]:.3f} s")
     print(f"winner: {best.layout.describe()} mbs {best.workload.micro_batch_size} {best.knobs.precision} "
           f"{best.knobs.dispatcher} -> {best.time['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU")
 
