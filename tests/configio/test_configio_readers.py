@@ -61,6 +61,24 @@ def test_cuda_graph_scope_forms_agree():
     assert load_config(sets=["model.cuda_graph_scope=full"])["model.cuda_graph_scope"] == []
 
 
+# Megatron Bridge @067f987 perf_recipes/gpt_oss/common.py _apply_gpt_oss_20b_local_graph_configs (used by
+# gpt_oss_20b_pretrain_8gpu_b300_fp8mx_config and its GB200/GB300/VR200 siblings) sets cuda_graph_impl="local",
+# cuda_graph_modules="full_iteration" and cuda_graph_scope=None; Bridge's set_cuda_graph_modules writes the same pair,
+# and a YAML dump of a Megatron-Core-normalized config carries both fields. A None scope is the deprecated alias left
+# unset (transformer_config.py @ core_v0.18.2), not an empty scope that contradicts the modules.
+@pytest.mark.parametrize("modules", ["full_iteration", "[attn,moe_router]"])
+def test_unset_deprecated_scope_beside_cuda_graph_modules(tmp_path, modules):
+    sets = ["model.cuda_graph_impl=local", f"model.cuda_graph_modules={modules}", "model.cuda_graph_scope=null"]
+    expected = load_config(sets=sets[:2])["model.cuda_graph_scope"]
+    assert load_config(sets=sets)["model.cuda_graph_scope"] == expected
+    yaml_file = write(tmp_path, "c.yaml", f"model:\n  cuda_graph_modules: {modules}\n  cuda_graph_scope: null\n")
+    assert load_config([yaml_file])["model.cuda_graph_scope"] == expected
+    # alone, a None scope is still Megatron-Core's default (the whole layer), and a set one still contradicts
+    assert load_config(sets=["model.cuda_graph_scope=null"])["model.cuda_graph_scope"] == []
+    with pytest.raises(MoetuneError, match="contradictory"):
+        load_config(sets=["model.cuda_graph_modules=[attn]", "model.cuda_graph_scope=[moe_router]"])
+
+
 def test_sources_override_in_order_and_tilde_deletes(tmp_path):
     yaml_file = write(tmp_path, "c.yaml", "model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n")
     mlm = "--tensor-model-parallel-size 4"

@@ -124,12 +124,28 @@ class Resolved(dict):
     soft: frozenset[str] = frozenset()
 
 
+# Megatron-Core renamed cuda_graph_scope to cuda_graph_modules and keeps the old field as an alias that defaults to
+# None: a None scope is no value at all, and only a set one is moved onto cuda_graph_modules (TransformerConfig
+# __post_init__, transformer_config.py @ core_v0.18.2). Bridge's own helper writes the new field with the old one
+# None beside it (utils/cuda_graph.py set_cuda_graph_modules @ 067f987), as the GPT-OSS 20B local-graph recipes do by
+# hand (perf_recipes/gpt_oss/common.py _apply_gpt_oss_20b_local_graph_configs), and so does every YAML dump of a config
+# Megatron-Core has normalized. Both fold to one name here (megatron_names.csv), so that None is dropped where the
+# same source sets cuda_graph_modules, instead of reading as an empty scope that contradicts it.
+_SCOPE, _MODULES = "model.cuda_graph_scope", "model.cuda_graph_modules"
+
+
+def _unset_scopes_dropped(assignments: list[Assignment]) -> list[Assignment]:
+    if not any(a.key == _MODULES for a in assignments):
+        return assignments
+    return [a for a in assignments if not (a.key == _SCOPE and a.value is None)]
+
+
 def resolve(assignments: Iterable[Assignment]) -> Resolved:
     """One source's assignments as a dict; the same key set twice to different values is an error."""
     out = Resolved()
     soft: set[str] = set()
     where: dict[str, str] = {}
-    for raw in assignments:
+    for raw in _unset_scopes_dropped(list(assignments)):
         for a in expand(raw):
             key = canonical_key(a.key, a.origin)
             value = _coerced(key, a.value, a.origin)
