@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from moetune.cli.main import main
 from moetune.configio.load import load_config
 from moetune.planner.estimate import estimate
@@ -207,3 +209,25 @@ def test_the_platform_dispatcher_is_advised_only_where_its_buffers_fit():
     assert roomy.peak_bytes < 0.9 * roomy.gpu.capacity_bytes
     assert memory_facts(roomy)["fits_with_default_dispatcher"] is True
     assert "dispatcher.platform_default" in {f.rule for f in findings(roomy)}
+
+
+# Megatron Bridge @067f987 perf_recipes/deepseek/gb300/deepseek_v3.py
+# deepseek_v3_pretrain_128gpu_gb300_fp8mx_hsdp_config
+# runs Megatron FSDP with ddp.num_distributed_optimizer_instances=4 and outer_dp_sharding_strategy=optim (EP 32, EDP
+# 4); the same hybrid sharding on a model that runs here. The fit probe of other layouts took ones the copies do not
+# split (EDP 1 at EP 16): the memory wall divided by zero there (a RuntimeWarning on check's stderr, their weights
+# sized at nothing).
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_fit_probe_keeps_to_layouts_the_optimizer_copies_split(capsys):
+    from moetune.planner.fit_steps import smallest_fitting_layout
+
+    hsdp = ["ddp.use_megatron_fsdp=true", "ddp.data_parallel_sharding_strategy=optim_grads_params",
+            "ddp.num_distributed_optimizer_instances=2", "ddp.outer_dp_sharding_strategy=optim",
+            "ddp.use_distributed_optimizer=true", "model.expert_model_parallel_size=8",
+            "model.tensor_model_parallel_size=2", "model.sequence_parallel=true"]
+    code, found = _findings(capsys, *hsdp)
+    assert code == 0 and "fit.does_not_fit" not in found
+    config = load_config(sets=hsdp + ["train.global_batch_size=64", "model.seq_length=4096"], gpu="h100", gpus=16)
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), *from_config(config))
+    smallest = smallest_fitting_layout(e)
+    assert smallest is not None and smallest.layout.edp % 2 == 0 and (smallest.layout.dp * smallest.layout.cp) % 2 == 0

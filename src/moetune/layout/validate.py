@@ -276,13 +276,19 @@ def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:
     validate_workload(layout, workload, spec)
 
 
-def validate_knobs(spec: ModelSpec, layout: Layout, knobs: Knobs) -> None:
-    """Knob settings Megatron refuses for this model and layout (each knob's own range is checked in Knobs)."""
-    if (n := knobs.num_distributed_optimizer_instances) > 1:  # parallel_state.py initialize_model_parallel asserts
+def validate_optimizer_copies(layout: Layout, knobs: Knobs) -> None:
+    """The distributed optimizer's copies (num_distributed_optimizer_instances) must split DP x CP and EDP evenly:
+    parallel_state.py initialize_model_parallel asserts it."""
+    if (n := knobs.num_distributed_optimizer_instances) > 1:
         for group, size in (("DP x CP", layout.dp * layout.cp), ("EDP", layout.edp)):
             if size % n:
                 raise MoetuneError(f"num_distributed_optimizer_instances ({n}) must divide {group} ({size}): each "
                                    "copy of the distributed optimizer takes an equal share of those ranks")
+
+
+def validate_knobs(spec: ModelSpec, layout: Layout, knobs: Knobs) -> None:
+    """Knob settings Megatron refuses for this model and layout (each knob's own range is checked in Knobs)."""
+    validate_optimizer_copies(layout, knobs)
     if knobs.hcp_a2a_size is not None and layout.cp == 1:
         raise MoetuneError(f"hierarchical CP sizes (a2a group {knobs.hcp_a2a_size}) need CP > 1; drop --hcp-a2a-size "
                            "and --cp-comm-type a2a+p2p, or set --cp")

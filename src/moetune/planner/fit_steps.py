@@ -5,7 +5,7 @@ from dataclasses import replace
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
-from moetune.layout.validate import LONG_CONTEXT, Workload
+from moetune.layout.validate import LONG_CONTEXT, Workload, validate_optimizer_copies
 from moetune.planner.config_map import to_config
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import Estimate
@@ -134,7 +134,7 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
     wl = Workload(seq_length=e.workload.seq_length, global_batch_size=gbs)
     mbs = e.workload.micro_batch_size
     cands = [(lay, mbs) for lay in enumerate_layouts(e.model, e.gpu, e.layout.world_size, wl, {})
-             if gbs % (mbs * lay.dp) == 0]
+             if gbs % (mbs * lay.dp) == 0 and _copies_split(e, lay)]
     if not cands:
         return None
     # one batch per dispatcher the candidates run (a defaulted one follows EP and where its group sits: alltoall at
@@ -174,6 +174,17 @@ def smallest_fitting_layout(e: Estimate, broken: set | None = None):
     return max(found, key=lambda a: a.time["tokens_per_s_per_gpu"] / float(cp_weight(a.layout.cp,
                                                                                     a.workload.seq_length)),
                default=None)
+
+
+def _copies_split(e: Estimate, layout) -> bool:
+    """Whether the run's hybrid-sharded optimizer copies (num_distributed_optimizer_instances) split `layout`'s DP x CP
+    and EDP evenly, as Megatron asserts; on a layout they do not, the memory wall would shard over none of its ranks
+    (a division by zero that sized its weights at nothing)."""
+    try:
+        validate_optimizer_copies(layout, e.knobs)
+    except MoetuneError:
+        return False
+    return True
 
 
 # Fitting layouts of the least model parallelism weighed (each costs an estimate and the rule table)
