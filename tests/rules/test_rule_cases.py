@@ -210,3 +210,15 @@ def test_a_bridge_yaml_setting_only_the_param_switch_is_read_as_its_gather(rule,
     path.write_text(f"mixed_precision: {precision}\n")
     config = load_config([path], sets=CASES["fit.does_not_fit"].sets, gpu=gpu, gpus=8)
     assert rule in {f.rule for f in evaluate(config)}
+
+
+@pytest.mark.parametrize(("optimizer", "flagged"), [("adam", True), ("dist_muon", False), ("muon", False)])
+def test_a_muon_recipe_turning_the_ddp_distributed_optimizer_off_is_in_sync(optimizer, flagged):
+    """Megatron Bridge @067f987 recipes/kimi/h100/kimi_k2.py _apply_kimi_k2_optimizer(cfg, "muon"), under every Kimi K2
+    perf recipe (kimi_k2_pretrain_256gpu_gb300_nvfp4_config among them), sets ddp.use_distributed_optimizer=False and
+    replaces the optimizer config with distributed_muon_with_cosine_annealing's (recipes/utils/optimizer_utils.py),
+    which leaves optimizer.use_distributed_optimizer at Megatron-Core's False: both are off, nothing to sync. The Adam
+    helpers set it True, so there a lone ddp False is still out of sync."""
+    config = load_config(sets=["model.num_moe_experts=64", "ddp.use_distributed_optimizer=false",
+                               f"optimizer.optimizer={optimizer}"])
+    assert ("optimizer.dist_opt_out_of_sync" in {f.rule for f in evaluate(config)}) is flagged
