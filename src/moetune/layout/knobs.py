@@ -111,6 +111,11 @@ class Knobs:
     # over its 1/N of them (DP x CP / N dense, EDP / N experts: parallel_state.py intra partial DP groups) and the
     # copies all-reduce the reduced gradients (walls/iteration.py)
     num_distributed_optimizer_instances: int = 1
+    # routed_buffer_factor: under full-iteration CUDA graphs, the routed-expert activations kept for backward as a
+    # factor of the mean tokens an expert rank receives: the paged stash's CUDA buffer
+    # (moe_paged_stash_buffer_size_factor_cuda) or, without the stash, the fixed-size buffers HybridEP fills up to
+    # moe_expert_rank_capacity_factor. None: a plan's own stash (walls/memory.py PAGED_STASH_CUDA)
+    routed_buffer_factor: float | None = None
 
     @property
     def fsdp_strategy(self) -> FsdpStrategy | None:

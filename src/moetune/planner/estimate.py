@@ -171,6 +171,7 @@ def knobs_json(k: Knobs, ep: int) -> dict:
         "num_distributed_optimizer_instances": k.num_distributed_optimizer_instances,
         "outer_dp_sharding_strategy": k.outer_dp_sharding_strategy, "fsdp_double_buffer": k.fsdp_double_buffer,
         "suggested_communication_unit_size": k.suggested_communication_unit_size,
+        "routed_buffer_factor": k.routed_buffer_factor,
     }
 
 

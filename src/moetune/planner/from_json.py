@@ -151,6 +151,7 @@ def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
                   outer_dp_sharding_strategy=k.get("outer_dp_sharding_strategy", "no_shard"),
                   fsdp_double_buffer=k.get("fsdp_double_buffer", False),
                   suggested_communication_unit_size=k.get("suggested_communication_unit_size"),
+                  routed_buffer_factor=k.get("routed_buffer_factor"),
                   # a result saved before the knob was recorded: the FP32 router every plan's config sets
                   moe_router_dtype=router_dtype_or_plan("moe_router_dtype" in k, k.get("moe_router_dtype")))
     workload = Workload(seq_length=wl["seq_length"], micro_batch_size=wl["micro_batch_size"],

@@ -32,6 +32,7 @@ from moetune.walls.memory import (
     logits_bytes,
     output_proj_cache_bytes,
     overhead_bytes,
+    stash_factor,
     userbuffer_bytes,
 )
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes
@@ -102,7 +103,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
                   knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy, knobs.fsdp_double_buffer,
                   knobs.suggested_communication_unit_size)
     acts_key = ("acts", knobs.fp8, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.offload_modules,
-                gbs, "full_iteration" in knobs.cuda_graph_scope,  # a full-iteration plan's paged stash
+                gbs, stash_factor(knobs),  # a full-iteration graph's routed-expert buffers
                 knobs.hidden_dropout > 0)
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first

@@ -99,13 +99,21 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
 PAGED_STASH_CUDA = 1.2
 
 
+def stash_factor(knobs: Knobs) -> float:
+    """Routed-expert activations kept for backward over the mean tokens: the full-iteration graph's buffers (the
+    config's own, Knobs.routed_buffer_factor, else a plan's paged stash), the tokens routed otherwise."""
+    if "full_iteration" not in knobs.cuda_graph_scope:
+        return 1.0
+    return PAGED_STASH_CUDA if knobs.routed_buffer_factor is None else knobs.routed_buffer_factor
+
+
 def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> ActivationContext:
     return ActivationContext(
         seq_length=workload.seq_length, micro_batch_size=workload.micro_batch_size, tp=layout.tp,
         cp=layout.cp, etp=layout.etp, sequence_parallel=layout.sp,
         recompute_modules=knobs.effective_modules if knobs.recompute == "selective" else frozenset(),
         token_imbalance=knobs.imbalance_at(layout.ep),
-        stash_factor=PAGED_STASH_CUDA if "full_iteration" in knobs.cuda_graph_scope else 1.0,
+        stash_factor=stash_factor(knobs),
         fp8_gemm_inputs=knobs.fp8, offload_modules=knobs.offload_modules, dropout=knobs.hidden_dropout > 0,
     )
 
