@@ -173,6 +173,10 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
                         micro_batch_size=_get(config, "train.micro_batch_size", 1),
                         global_batch_size=config.get("train.global_batch_size"))
     recompute, precision = _get(config, "model.recompute_granularity", "none"), precision_of(config)
+    if recompute == "selective" and config.get("model.recompute_modules") == []:
+        # an empty list recomputes nothing: Megatron-Core's core_attn default is for None alone (transformer_config.py
+        # @ core_v0.18.2), where Knobs reads no modules as that default (Knobs.effective_modules)
+        recompute = "none"
     knobs = Knobs(
         precision=precision, recompute=recompute,
         recompute_modules=_named("model.recompute_modules", parse_modules, _get(config, "model.recompute_modules", []))

@@ -184,6 +184,9 @@ def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
         known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
         d["unknown_recompute_modules"] = [m for m in modules if m not in known]
         d["known_recompute_modules"] = [m for m in modules if m in known]
+    # what Megatron-Core recomputes under selective: core_attn where recompute_modules is None, nothing for an empty
+    # list (transformer_config.py @ core_v0.18.2), as Bridge's GB300 DeepSeek-V3 MXFP8 perf recipes set it (@067f987)
+    d["recompute_modules_run"] = ["core_attn"] if modules is None else modules if isinstance(modules, list) else []
     # a recompute method or layer count is read by full recompute alone; Bridge's EP overlap refuses each
     d["full_recompute"] = granularity == "full" or value(config, "model.recompute_method") is not None or \
         value(config, "model.recompute_num_layers") is not None

@@ -1,0 +1,33 @@
+"""Selective recompute over an empty module list recomputes nothing: Megatron-Core fills in its core_attn default only
+where recompute_modules is None (transformer_config.py @ core_v0.18.2). Megatron Bridge @067f987
+perf_recipes/deepseek/gb300/deepseek_v3.py deepseek_v3_pretrain_256gpu_gb300_fp8mx_config sets
+recompute_granularity "selective" (_deepseek_v3_common) and recompute_modules [] and measures 6,288-6,338
+tokens/s/GPU (docs/performance-summary.md, 26.06-26.08); read as core_attn recompute it was predicted at 6,025 with a
+warning against core_attn recompute the config does not ask for, now 6,319 and no warning."""
+
+import pytest
+
+from moetune.configio import load_config
+from moetune.planner.from_config import from_config
+from moetune.rules import evaluate
+
+SELECTIVE = ["model.num_moe_experts=64", "model.moe_grouped_gemm=true", "model.recompute_granularity=selective"]
+
+
+@pytest.mark.parametrize(("modules", "run"), [([], frozenset()), (None, frozenset({"core_attn"})),
+                                              (["mla_up_proj"], frozenset({"mla_up_proj"}))])
+def test_knobs_recompute_what_megatron_recomputes(modules, run):
+    given = [] if modules is None else [f"model.recompute_modules=[{','.join(modules)}]"]
+    sets = SELECTIVE + ["model.seq_length=4096"] + given
+    _, _, knobs = from_config(load_config(sets=sets, gpu="gb300", gpus=8))
+    assert knobs.effective_modules == run
+
+
+@pytest.mark.parametrize(("sets", "flagged"), [([], True), (["model.recompute_modules=null"], True),
+                                               (["model.recompute_modules=[]"], False),
+                                               (["model.recompute_modules=[layernorm]"], False)])
+def test_core_attn_rules_read_what_megatron_recomputes(sets, flagged):
+    fired = {f.rule for f in evaluate(load_config(sets=SELECTIVE + sets + ["model.seq_length=4096"]))}
+    assert ("fit.core_attn_fused_attention" in fired) is flagged
+    long = {f.rule for f in evaluate(load_config(sets=SELECTIVE + sets + ["model.seq_length=65536"]))}
+    assert ("longctx.sdpa_recompute" in long) is flagged
