@@ -158,6 +158,9 @@ CASES: dict[str, Case] = {
                                                  "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=false"),
                                                "gb200", 8),
     "precision.fp8_params_without_fp8": Case(S(MOE, "mixed_precision.fp8_param_gather=true")),
+    # the DeepSeek-V3 GB300 FSDP/HSDP MXFP8 perf recipes (Bridge @067f987) set cfg.model.fp8_param_gather beside the
+    # preset's own; here it says otherwise than mixed_precision, which setup copies over it
+    "precision.model_fp8_param_gather_overwritten": Case(S(MOE, "model.fp8_param_gather=true")),
     "precision.fp4_params_without_fp4": Case(S(MOE, "mixed_precision.fp4_param_gather=true"), "b200", 8),
     "precision.fp8_params_with_optimizer_offload": Case(S(MOE, "mixed_precision=bf16_with_mxfp8_mixed",
                                                           "optimizer.optimizer_cpu_offload=true",

@@ -222,3 +222,14 @@ def test_a_muon_recipe_turning_the_ddp_distributed_optimizer_off_is_in_sync(opti
     config = load_config(sets=["model.num_moe_experts=64", "ddp.use_distributed_optimizer=false",
                                f"optimizer.optimizer={optimizer}"])
     assert ("optimizer.dist_opt_out_of_sync" in {f.rule for f in evaluate(config)}) is flagged
+
+
+def test_the_fsdp_recipes_model_fp8_param_gather_is_read_and_agrees():
+    """Megatron Bridge @067f987 perf_recipes/deepseek/gb300/deepseek_v3.py
+    deepseek_v3_pretrain_64gpu_gb300_fp8mx_fsdp_config (and the 128-GPU HSDP one) set cfg.model.fp8_param_gather = True
+    under the MXFP8 preset, which keeps the weights in FP8 too: the overrides load (they had stopped as an unknown key)
+    and nothing is flagged."""
+    config = load_config(sets=["model.num_moe_experts=64", "mixed_precision=bf16_with_mxfp8_mixed",
+                               "model.fp8_param_gather=true", "model.fp8_param=true"])
+    assert config["model.fp8_param_gather"] is True
+    assert "precision.model_fp8_param_gather_overwritten" not in {f.rule for f in evaluate(config)}
