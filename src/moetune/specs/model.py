@@ -145,6 +145,12 @@ class ModelSpec:
         return self._hash
 
     def __post_init__(self) -> None:
+        # equal layer kinds as one object each: the walls count and look up layers by kind, and a dict finds the same
+        # object without comparing field by field
+        kinds: dict[LayerKind, LayerKind] = {}
+        object.__setattr__(self, "layers", tuple(kinds.setdefault(k, k) for k in self.layers))
+        if self.mtp_layer_kind is not None:
+            object.__setattr__(self, "mtp_layer_kind", kinds.get(self.mtp_layer_kind, self.mtp_layer_kind))
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
         check_spec(self)
 
