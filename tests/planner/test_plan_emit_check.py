@@ -168,3 +168,23 @@ def test_full_iteration_plans_carry_static_expert_shapes():
     deepep = replace(full[0].knobs, dispatcher="deepep", flex_num_sms=None)
     findings = evaluate(to_config(estimate(spec, gpu, full[0].layout, wl, deepep)), context="explain")
     assert "cudagraph.full_iteration_static_experts" in {f.rule for f in findings if f.severity == "error"}
+
+
+@pytest.mark.parametrize("emitted", ["overrides.txt", "megatron_lm_args.txt"])
+def test_full_iteration_plans_pass_the_rank_budget_op_fuser_rule_a_recipe_without_it_fails(emitted, tmp_path):
+    """Megatron-Core refuses moe_expert_rank_capacity_factor under HybridEP without the TE op fuser
+    (transformer_config.py __post_init__ @core_v0.18.0-core_v0.19.0): the plan's full-iteration settings carry it
+    and pass, while Bridge's full-iteration recipe with the op fuser turned off is an error the op fuser clears."""
+    wl = Workload(seq_length=4096, global_batch_size=4096)
+    result = plan(load_model("deepseek-v3"), load_gpu("gb200"), 256, wl, top=2, routing="force-balance")
+    full = [e for e in result.results if "full_iteration" in e.knobs.cuda_graph_scope]
+    assert full
+    path = tmp_path / emitted
+    path.write_text(emit_all(to_config(full[0]))[emitted])
+    rule = "dispatcher.rank_capacity_needs_op_fuser"
+    config = load_config([path], gpu="gb200", gpus=256)
+    assert config["model.moe_expert_rank_capacity_factor"] == 1.5
+    assert rule not in {f.rule for f in evaluate(config, derive(config))}
+    off = load_config([path], sets=["model.use_transformer_engine_op_fuser=false"], gpu="gb200", gpus=256)
+    finding = next(f for f in evaluate(off, derive(off)) if f.rule == rule)
+    assert finding.severity == "error" and finding.fix == {"model.use_transformer_engine_op_fuser": True}

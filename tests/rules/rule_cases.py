@@ -22,6 +22,13 @@ MOE = ("model.num_moe_experts=64", "model.moe_grouped_gemm=true", "model.moe_tok
        "model.moe_router_dtype=fp32", "mixed_precision.bf16=true", "train.manual_gc=true")
 EP_OVERLAP = S(MOE, "model.expert_model_parallel_size=8", "comm_overlap.overlap_moe_expert_parallel_comm=true")
 TE_GRAPHS = "model.cuda_graph_impl=transformer_engine"
+# Megatron Bridge's full-iteration MoE settings (perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8
+# @067f987): HybridEP with a per-rank token budget, paged stashing and the TE op fuser
+FULL_ITERATION_HYBRIDEP = S(MOE, "model.expert_model_parallel_size=8", "model.cuda_graph_impl=full_iteration",
+                            "model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=hybridep",
+                            "model.moe_expert_rank_capacity_factor=1.5", "model.moe_paged_stash=true",
+                            "model.use_transformer_engine_op_fuser=true",
+                            "rerun_state_machine.check_for_nan_in_loss=false")
 # A Megatron-LM launch under --use-torch-fsdp2 (its validate_args asserts are what the fsdp.* rules mirror)
 FSDP2_MLM = S(MOE, "dist.use_torch_fsdp2=true", "cluster.launcher=megatron-lm")
 # A Bridge config under Megatron FSDP (dist's switch: Bridge turns ddp's on with it)
@@ -294,6 +301,12 @@ CASES: dict[str, Case] = {
                                                       "model.moe_router_force_load_balancing=true",
                                                       "model.moe_token_dispatcher_type=flex",
                                                       "model.moe_flex_dispatcher_backend=deepep")),
+    # Bridge's full-iteration recipe (perf_recipes/deepseek/common.py @067f987) with its TE op fuser left off
+    "dispatcher.rank_capacity_needs_op_fuser": Case(S(FULL_ITERATION_HYBRIDEP,
+                                                      "model.use_transformer_engine_op_fuser=false")),
+    "dispatcher.rank_capacity_grouped_tensor_needs_newer_mcore": Case(S(FULL_ITERATION_HYBRIDEP,
+                                                                        "model.use_transformer_engine_op_fuser=false",
+                                                                        "model.moe_use_grouped_tensor=true")),
     "cudagraph.moe_scope_dropless": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
     "cudagraph.dropless_start_scope": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe_router,moe_preprocess]")),
     "cudagraph.preprocess_needs_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_preprocess]")),
