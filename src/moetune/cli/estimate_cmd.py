@@ -22,6 +22,7 @@ from moetune.planner.defaults import default_scope
 from moetune.planner.ep_domain import partial_domain_note
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain import checks, gbs_default_text, optimizer_note
+from moetune.planner.nvfp4_evidence import caveat, caveat_line
 from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.specs.platform import platform_defaults
 
@@ -38,15 +39,18 @@ def command(model: str, as_json: bool, **kw) -> None:
     result = estimate_from_flags(model, kw)
     found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
     record = estimate_record(result)
+    fp4 = caveat(result)
     if as_json:
         note = partial_domain_note(result)
-        emit_json({**result.to_json(), **({"partial_domain_note": note} if note else {}), "checks": found,
-                   "track_record": record})
+        emit_json({**result.to_json(), **({"partial_domain_note": note} if note else {}),
+                   **({"nvfp4_caveat": fp4} if fp4 else {}), "checks": found, "track_record": record})
     else:
         print_estimate(result)
         print_checks(found, mlm=launched_by_mlm(result))
         if files := user_files_line(result.user_files):
             console().print(files)
+        if fp4:
+            console().print(caveat_line(fp4))
         console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
     errors = sum(c["severity"] == "error" for c in found)
     if errors:  # exit 1, as `check` does: a script gating on estimate must not pass a config Megatron refuses

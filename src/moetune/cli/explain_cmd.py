@@ -18,6 +18,7 @@ from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_label, caveat_text, evidence_text
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE
+from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.track_record import track_record_text
 from moetune.planner.versus import versus
 from moetune.walls.efficiency import load_efficiency_file
@@ -190,6 +191,8 @@ def print_explain(a: dict, mlm: bool = False) -> None:
     if a["fp8_caveat"]:
         out.print(f"[bold]{caveat_label(a['fp8_caveat'])}[/bold]: this configuration runs "
                   f"{caveat_text(a['fp8_caveat'])}")
+    if a["nvfp4_caveat"]:
+        out.print(caveat_line(a["nvfp4_caveat"]))
     out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}"

@@ -36,6 +36,8 @@ from moetune.planner.explain import checks, optimizer_note, unsearched_gains
 from moetune.planner.fp8_evidence import caveat_label, caveat_text, plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
+from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
+from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import estimate_record, track_record_text
@@ -110,6 +112,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     near_ep = ep_domain_note(result.results[0], found) if result.results else None
     partial = partial_domain_note(result.results[0]) if result.results else None
     record = estimate_record(result.results[0]) if result.results else None
+    fp4 = nvfp4_caveat(result.results[0]) if result.results else None
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = user_files(eff, over)
     if as_json:
@@ -117,7 +120,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         for i, (row, r) in enumerate(zip(data["results"], result.results)):  # each row as estimate --json has it
             row["checks"] = checks(r, found if i == 0 else None)
             row["track_record"] = record if i == 0 else estimate_record(r)
-        emit_json({**data, **files, **({"fp8_caveat": fp8} if fp8 else {}),
+        emit_json({**data, **files, **({"fp8_caveat": fp8} if fp8 else {}), **({"nvfp4_caveat": fp4} if fp4 else {}),
                    **({"pick_checks": pick_checks(result.results[0], found, data["results"][0]["checks"])}
                       if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
@@ -145,6 +148,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
         if fp8:
             console().print(f"[bold]{caveat_label(fp8)}[/bold]: the pick runs {caveat_text(fp8)}")
+        if fp4:
+            console().print(caveat_line(fp4, "the pick"))
         for note in attention_notes(pick) if pick else []:
             console().print(f"[yellow]note[/yellow] on #1: {note}")
         if partial:

@@ -26,6 +26,7 @@ from moetune.planner.moves import (
     rule_errors,
     tight,
 )
+from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.track_record import estimate_record
 from moetune.specs.platform import platform_defaults, platform_of
@@ -238,7 +239,7 @@ def explain(e: Estimate) -> dict:
         fit["fastest_fix"] = faster
     dispatcher, dispatcher_note = default_dispatcher_and_why(e.gpu, e.layout)
     return {
-        "fp8_caveat": fp8, "fp8_evidence": evidence(), "optimizer": e.knobs.optimizer,
+        "fp8_caveat": fp8, "fp8_evidence": evidence(), "nvfp4_caveat": nvfp4_caveat(e), "optimizer": e.knobs.optimizer,
         "optimizer_note": optimizer_note(e),
         "gbs_defaulted": gbs_default_text(e) if "global_batch_size" in e.defaulted else None,
         "track_record": estimate_record(e), **e.user_files,

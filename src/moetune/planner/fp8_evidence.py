@@ -74,16 +74,36 @@ def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
     same configuration in BF16: `bf16_what` says which)."""
     out = {"precision": pick.knobs.precision, "hidden_size": pick.model.hidden_size, **evidence()}
     if bf16 is not None:
-        gain = pick.time["tokens_per_s_per_gpu"] / bf16.time["tokens_per_s_per_gpu"] - 1
-        out.update(bf16_what=bf16_what, bf16_layout=bf16.layout.short(), bf16_fits=bf16.fits,
-                   bf16_peak_gib=bf16.peak_bytes / 2**30, capacity_gib=bf16.gpu.capacity_bytes / 2**30,
-                   bf16_tokens_per_s_per_gpu=bf16.time["tokens_per_s_per_gpu"], predicted_fp8_gain=gain)
+        out.update(comparison(pick, bf16, bf16_what, "bf16", "predicted_fp8_gain"))
     return out
 
 
-def same_config_in_bf16(e: Estimate) -> Estimate:
-    return e.variant(knobs=replace(e.knobs, precision="bf16", fp8_output_proj=False, fp8_param_gather=None,
+def comparison(pick: Estimate, other: Estimate, what: str, prefix: str, gain_key: str) -> dict:
+    """moetune's predicted gain of `pick` over `other` (under `gain_key`), and `other` in brief under `prefix`_ keys:
+    which configuration it is (`what`), its layout, whether it fits, its throughput."""
+    return {f"{prefix}_what": what, f"{prefix}_layout": other.layout.short(), f"{prefix}_fits": other.fits,
+            f"{prefix}_peak_gib": other.peak_bytes / 2**30, "capacity_gib": other.gpu.capacity_bytes / 2**30,
+            f"{prefix}_tokens_per_s_per_gpu": other.time["tokens_per_s_per_gpu"],
+            gain_key: pick.time["tokens_per_s_per_gpu"] / other.time["tokens_per_s_per_gpu"] - 1}
+
+
+def comparison_text(c: dict, prefix: str, gain_key: str) -> str:
+    """`comparison` in words: moetune predicts +N% over <what> (<layout>, <tokens/s>[, which does not fit ...])."""
+    fits = "" if c[f"{prefix}_fits"] else \
+        f", which does not fit: {c[f'{prefix}_peak_gib']:.2f} GiB of {c['capacity_gib']:.2f}"
+    return (f"moetune predicts {100 * c[gain_key]:+.0f}% over {c[f'{prefix}_what']} "
+            f"({c[f'{prefix}_layout']}, {c[f'{prefix}_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
+
+
+def same_config_in(e: Estimate, precision: str) -> Estimate:
+    """`e` with only its recipe changed: the switches that belong to one recipe (the MXFP8 LM head, FP8 or FP4
+    weights) go back to the new recipe's presets."""
+    return e.variant(knobs=replace(e.knobs, precision=precision, fp8_output_proj=False, fp8_param_gather=None,
                                    fp4_param_gather=None))
+
+
+def same_config_in_bf16(e: Estimate) -> Estimate:
+    return same_config_in(e, "bf16")
 
 
 def plan_caveat(result: PlanResult, spec: ModelSpec, gpu, world: int, wl, fixed: dict, **plan_kwargs) -> dict | None:
@@ -117,10 +137,7 @@ def caveat_text(c: dict) -> str:
         if c["precision"] == "nvfp4" else ""
     text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c)}{nearest}"
     if "predicted_fp8_gain" in c:
-        fits = "" if c["bf16_fits"] else \
-            f", which does not fit: {c['bf16_peak_gib']:.2f} GiB of {c['capacity_gib']:.2f}"
-        text += (f"; moetune predicts {100 * c['predicted_fp8_gain']:+.0f}% over {c['bf16_what']} "
-                 f"({c['bf16_layout']}, {c['bf16_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{fits})")
+        text += f"; {comparison_text(c, 'bf16', 'predicted_fp8_gain')}"
     if c.get("predicted_fp8_gain", 1.0) < 0:  # slower here anyway (host-bound FP8: TE's quantizer launches)
         return text + ": BF16 is the faster choice on moetune's own numbers; measure both precisions."
     return text + (f". Its {_format(c)} gain is optimistic here (quantization is charged at the rate Transformer "
