@@ -1,6 +1,7 @@
 """Round trip: a plan's winners -> emit -> check reads them back: same layout and knobs, no rule errors."""
 
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -170,21 +171,57 @@ def test_full_iteration_plans_carry_static_expert_shapes():
     assert "cudagraph.full_iteration_static_experts" in {f.rule for f in findings if f.severity == "error"}
 
 
-@pytest.mark.parametrize("emitted", ["overrides.txt", "megatron_lm_args.txt"])
-def test_full_iteration_plans_pass_the_rank_budget_op_fuser_rule_a_recipe_without_it_fails(emitted, tmp_path):
-    """Megatron-Core refuses moe_expert_rank_capacity_factor under HybridEP without the TE op fuser
-    (transformer_config.py __post_init__ @core_v0.18.0-core_v0.19.0): the plan's full-iteration settings carry it
-    and pass, while Bridge's full-iteration recipe with the op fuser turned off is an error the op fuser clears."""
+# Megatron-Core's asserts on the per-rank budget (transformer_config.py __post_init__ @core_v0.18.0-core_v0.19.0): a
+# full-iteration plan's settings, broken one way each, and the fix its rule gives back
+BUDGET_BREAKS = [
+    ("dispatcher.rank_capacity_needs_op_fuser", "model.use_transformer_engine_op_fuser=false",
+     {"model.use_transformer_engine_op_fuser": True}),
+    ("dispatcher.rank_capacity_needs_hybridep", "model.moe_flex_dispatcher_backend=deepep",
+     {"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "hybridep",
+      "model.use_transformer_engine_op_fuser": True}),
+]
+
+
+@lru_cache(maxsize=1)
+def _full_iteration_plan():
     wl = Workload(seq_length=4096, global_batch_size=4096)
     result = plan(load_model("deepseek-v3"), load_gpu("gb200"), 256, wl, top=2, routing="force-balance")
     full = [e for e in result.results if "full_iteration" in e.knobs.cuda_graph_scope]
     assert full
+    return emit_all(to_config(full[0]))
+
+
+@pytest.mark.parametrize(("rule", "broken", "fix"), BUDGET_BREAKS)
+@pytest.mark.parametrize("emitted", ["overrides.txt", "megatron_lm_args.txt"])
+def test_full_iteration_plans_pass_the_rank_budget_rules_and_each_break_has_a_clearing_fix(rule, broken, fix, emitted,
+                                                                                          tmp_path):
+    """The plan's full-iteration settings (HybridEP, rank budget 1.5, paged stash, TE op fuser, as Bridge's recipes)
+    pass Megatron-Core's budget asserts; each one broken is an error whose fix gives back a config with no errors."""
     path = tmp_path / emitted
-    path.write_text(emit_all(to_config(full[0]))[emitted])
-    rule = "dispatcher.rank_capacity_needs_op_fuser"
+    path.write_text(_full_iteration_plan()[emitted])
     config = load_config([path], gpu="gb200", gpus=256)
     assert config["model.moe_expert_rank_capacity_factor"] == 1.5
-    assert rule not in {f.rule for f in evaluate(config, derive(config))}
-    off = load_config([path], sets=["model.use_transformer_engine_op_fuser=false"], gpu="gb200", gpus=256)
+    assert not [f.rule for f in evaluate(config, derive(config)) if f.severity == "error"]
+    off = load_config([path], sets=[broken], gpu="gb200", gpus=256)
     finding = next(f for f in evaluate(off, derive(off)) if f.rule == rule)
-    assert finding.severity == "error" and finding.fix == {"model.use_transformer_engine_op_fuser": True}
+    assert finding.severity == "error" and finding.fix == fix
+    fixed = {**off, **fix}
+    assert not [f.rule for f in evaluate(fixed, derive(fixed)) if f.severity == "error"]
+
+
+def test_a_budget_on_a_scoped_plan_is_refused_off_hybridep_and_its_fix_unsets_it(tmp_path):
+    """Without a full-iteration graph the budget's fix is no budget and no paged stash (Megatron-Core refuses the
+    stash without it), which gives the plan back clean; a plan without HybridEP cannot carry the budget."""
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=1024),
+                  top=1)
+    est = result.results[0]
+    assert "full_iteration" not in est.knobs.cuda_graph_scope and est.knobs.dispatcher != "hybridep"
+    path = tmp_path / "overrides.txt"
+    path.write_text(emit_all(to_config(est))["overrides.txt"])
+    budget = load_config([path], sets=["model.moe_expert_rank_capacity_factor=1.5", "model.moe_paged_stash=true"],
+                         gpu="h100", gpus=16)
+    finding = next(f for f in evaluate(budget, derive(budget)) if f.rule == "dispatcher.rank_capacity_needs_hybridep")
+    assert finding.severity == "error"
+    assert finding.fix == {"model.moe_expert_rank_capacity_factor": None, "model.moe_paged_stash": False}
+    fixed = {**budget, **finding.fix}
+    assert not [f.rule for f in evaluate(fixed, derive(fixed)) if f.severity == "error"]

@@ -304,6 +304,9 @@ CASES: dict[str, Case] = {
     # Bridge's full-iteration recipe (perf_recipes/deepseek/common.py @067f987) with its TE op fuser left off
     "dispatcher.rank_capacity_needs_op_fuser": Case(S(FULL_ITERATION_HYBRIDEP,
                                                       "model.use_transformer_engine_op_fuser=false")),
+    # the same recipe moved to DeepEP (the H100 backend): its budget stays behind
+    "dispatcher.rank_capacity_needs_hybridep": Case(S(FULL_ITERATION_HYBRIDEP,
+                                                      "model.moe_flex_dispatcher_backend=deepep")),
     "dispatcher.rank_capacity_grouped_tensor_needs_newer_mcore": Case(S(FULL_ITERATION_HYBRIDEP,
                                                                         "model.use_transformer_engine_op_fuser=false",
                                                                         "model.moe_use_grouped_tensor=true")),
