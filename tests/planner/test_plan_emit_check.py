@@ -179,6 +179,8 @@ BUDGET_BREAKS = [
     ("dispatcher.rank_capacity_needs_hybridep", "model.moe_flex_dispatcher_backend=deepep",
      {"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "hybridep",
       "model.use_transformer_engine_op_fuser": True}),
+    ("dispatcher.paged_stash_needs_rank_capacity", "model.moe_expert_rank_capacity_factor=null",
+     {"model.moe_expert_rank_capacity_factor": 1.5, "model.use_transformer_engine_op_fuser": True}),
 ]
 
 
@@ -224,4 +226,18 @@ def test_a_budget_on_a_scoped_plan_is_refused_off_hybridep_and_its_fix_unsets_it
     assert finding.severity == "error"
     assert finding.fix == {"model.moe_expert_rank_capacity_factor": None, "model.moe_paged_stash": False}
     fixed = {**budget, **finding.fix}
+    assert not [f.rule for f in evaluate(fixed, derive(fixed)) if f.severity == "error"]
+
+
+def test_a_paged_stash_on_a_scoped_plan_without_a_budget_is_refused_and_its_fix_turns_it_off(tmp_path):
+    """Megatron-Core refuses moe_paged_stash without a per-rank budget (transformer_config.py __post_init__
+    @core_v0.18.0-core_v0.19.0); off a full-iteration HybridEP graph the fix is the stash off, the plan as it was."""
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=1024),
+                  top=1)
+    path = tmp_path / "overrides.txt"
+    path.write_text(emit_all(to_config(result.results[0]))["overrides.txt"])
+    stash = load_config([path], sets=["model.moe_paged_stash=true"], gpu="h100", gpus=16)
+    finding = next(f for f in evaluate(stash, derive(stash)) if f.rule == "dispatcher.paged_stash_needs_rank_capacity")
+    assert finding.severity == "error" and finding.fix == {"model.moe_paged_stash": False}
+    fixed = {**stash, **finding.fix}
     assert not [f.rule for f in evaluate(fixed, derive(fixed)) if f.severity == "error"]

@@ -310,6 +310,9 @@ CASES: dict[str, Case] = {
     "dispatcher.rank_capacity_grouped_tensor_needs_newer_mcore": Case(S(FULL_ITERATION_HYBRIDEP,
                                                                         "model.use_transformer_engine_op_fuser=false",
                                                                         "model.moe_use_grouped_tensor=true")),
+    # the same recipe with its budget unset and the paged stash left on
+    "dispatcher.paged_stash_needs_rank_capacity": Case(S(FULL_ITERATION_HYBRIDEP,
+                                                         "model.moe_expert_rank_capacity_factor=null")),
     "cudagraph.moe_scope_dropless": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
     "cudagraph.dropless_start_scope": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe_router,moe_preprocess]")),
     "cudagraph.preprocess_needs_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_preprocess]")),
