@@ -186,3 +186,15 @@ def test_a_saved_layout_that_does_not_cover_the_ranks_is_fixed_in_the_file(secti
         assert code == 2 and needle in err and f"edit the file's {fields}" in err
         assert "--ep" not in err and "--gpus" not in err and "change" not in err, (args, err)
         assert err.count(str(path)) == 1 and "result:" not in err and err.count("\n") == 1, (args, err)
+
+
+def test_defaults_print_each_mapping_with_bridge_fields_and_rule(capsys):
+    """The Defaults section writes each mapping as Megatron Bridge spells it, with the rule it comes from."""
+    code, out, _ = run(["explain", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--ep", "8"], capsys)
+    assert code == 0
+    out = " ".join(out.split())
+    assert ("model.moe_token_dispatcher_type=flex, model.moe_flex_dispatcher_backend=hybridep (seeds/000 First Answer "
+            "Checklist: flex + hybridep for GB200/GB300/NVL72 systems)") in out
+    assert "mixed_precision.fp8_recipe=mxfp8 (seeds/000 First Answer Checklist: Blackwell to MXFP8)" in out
+    assert ("model.cuda_graph_impl=transformer_engine, model.cuda_graph_scope=['attn', 'moe_router', "
+            "'moe_preprocess'] (seeds/000 First Answer Checklist: dropless MoE TE-scoped CUDA graphs") in out

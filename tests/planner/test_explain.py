@@ -695,3 +695,24 @@ def test_scale_says_what_megatron_fsdp_shards_and_what_its_collectives_cost(ep, 
     assert f"{e.time['collectives']['dp_grad_reduce_param_gather']:.2f} s a step" in note
     ddp = estimate(spec, gpu, lay, wl, Knobs())
     assert not [n for n in explain_scale(ddp)["notes"] if "FSDP" in n]
+
+
+@pytest.mark.parametrize(("model", "gpu", "backend", "recipe", "graphs"), [
+    ("qwen3-30b-a3b", "h100", "deepep", "Hopper to FP8 blockwise", "dropless MoE TE-scoped CUDA graphs"),
+    ("qwen3-30b-a3b", "gb200", "hybridep", "Blackwell to MXFP8", "dropless MoE TE-scoped CUDA graphs"),
+    ("nemotron3-nano-30b-a3b", "b200", "deepep", "Blackwell to MXFP8", "Nemotron-3 Nano recipe"),
+    ("qwen3-30b-a3b", "a100", None, "no FP8 Tensor Cores", "eager at bring-up"),
+])
+def test_each_default_mapping_names_its_rule_and_bridge_fields(model, gpu, backend, recipe, graphs):
+    """Each default mapping (dispatcher, FP8 recipe, CUDA-graph scope) with the seed rule it comes from and the
+    fields Megatron Bridge sets for it: the scope had none (explain audit), a hybrid's Mamba scope no word at all."""
+    e = estimate(load_model(model), load_gpu(gpu), Layout(world_size=8, ep=8), Workload(seq_length=4096))
+    d = explain(e)["default_mappings"]
+    assert recipe in d["rules"]["fp8_recipe"] and graphs in d["rules"]["cuda_graph_scope"]
+    assert d["rules"]["dispatcher"].startswith("seeds/000 First Answer Checklist")
+    fields = d["bridge_fields"]
+    assert fields["model.moe_token_dispatcher_type"] == ("flex" if backend else "alltoall")
+    assert fields.get("model.moe_flex_dispatcher_backend") == backend
+    assert fields["model.cuda_graph_impl"] == ("transformer_engine" if d["cuda_graph_scope"] else "none")
+    assert fields.get("model.cuda_graph_scope", []) == d["cuda_graph_scope"]
+    assert fields.get("mixed_precision.fp8_recipe") == {"h100": "blockwise", "a100": None}.get(gpu, "mxfp8")

@@ -195,9 +195,18 @@ def print_explain(a: dict, mlm: bool = False) -> None:
         out.print(caveat_line(a["nvfp4_caveat"]))
     out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")
     d = a["default_mappings"]
-    out.print(f"[bold]Defaults[/bold] for {d['platform']}: dispatcher {d['dispatcher']}"
-              + (f" ({d['dispatcher_note']})" if d["dispatcher_note"] else "") + ", FP8 recipe "
-              f"{d['fp8_recipe']}, CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'} ({d['source']})"
-              + (f"; {d['flex_num_sms']} dispatcher SMs ({d['flex_num_sms_source']})" if d["flex_num_sms"] else "")
-              + (f"; CP exchange {d['cp_comm_type']}, the legal one that costs least ({d['cp_comm_type_source']})"
-                 if d["cp_comm_type"] else ""))
+    out.print(f"[bold]Defaults[/bold] for {d['platform']}:")
+    fields, rules = d["bridge_fields"], d["rules"]
+
+    def spelled(*names: str) -> str:  # as Megatron Bridge spells them
+        return escape(", ".join(f"{k}={v}" for k, v in fields.items() if k.split(".")[-1].startswith(names)))
+
+    out.print(f"  - dispatcher {d['dispatcher']}: {spelled('moe_token_dispatcher', 'moe_flex')}"
+              + (f" ({d['dispatcher_note']})" if d["dispatcher_note"] else "") + f" ({rules['dispatcher']})"
+              + (f"; {d['flex_num_sms']} dispatcher SMs ({d['flex_num_sms_source']})" if d["flex_num_sms"] else ""))
+    out.print(f"  - FP8 recipe {d['fp8_recipe']}: {spelled('fp8', 'fp4') or 'mixed_precision.fp8=None'} "
+              f"({rules['fp8_recipe']})")
+    out.print(f"  - CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'}: {spelled('cuda_graph')} "
+              f"({rules['cuda_graph_scope']})")
+    if d["cp_comm_type"]:
+        out.print(f"  - CP exchange {d['cp_comm_type']}, the legal one that costs least ({d['cp_comm_type_source']})")
