@@ -3,6 +3,7 @@
 from moetune.errors import UnsupportedPrecision
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import hybridep_spans_on
+from moetune.planner.config_map import DISPATCHER, PRECISION
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.platform import deepep_runs, platform_defaults, spanning_backend
 
@@ -49,3 +50,21 @@ def with_mamba(spec, scope: tuple[str, ...]) -> tuple[str, ...]:
 def default_scope(spec, gpu: GpuSpec) -> tuple[str, ...]:
     """The CUDA-graph scope a knob left out takes for this model on this platform."""
     return with_mamba(spec, tuple(platform_defaults(gpu)["cuda_graph_scope"]))
+
+
+def mapping_rules(defaults: dict, mamba: bool) -> dict:
+    """The seed rule each default mapping comes from (data/platform_defaults.toml), a hybrid's Mamba scope included."""
+    graphs = defaults["cuda_graph_scope_source"] + ("; a hybrid's Mamba mixers captured too, as every Nemotron-3 "
+                                                    "Nano recipe runs them (data/published_runs.csv)" if mamba else "")
+    return {"dispatcher": defaults["dispatcher_source"], "fp8_recipe": defaults["precision_source"],
+            "cuda_graph_scope": graphs}
+
+
+def mapping_fields(dispatcher: str, precision: str, scope: tuple[str, ...]) -> dict:
+    """The default mappings as Megatron Bridge spells them (planner/config_map.py, as plan's overrides write them)."""
+    kind, backend = DISPATCHER[dispatcher]
+    return {"model.moe_token_dispatcher_type": kind,
+            **({"model.moe_flex_dispatcher_backend": backend} if backend else {}),
+            **{k: v for k, v in PRECISION[precision].items() if v is not None},
+            "model.cuda_graph_impl": "transformer_engine" if scope else "none",
+            **({"model.cuda_graph_scope": list(scope)} if scope else {})}

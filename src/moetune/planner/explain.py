@@ -9,8 +9,8 @@ configuration, re-estimated, and kept when it still fits and predicts a gain.
 from dataclasses import replace
 
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
-from moetune.planner.config_map import DISPATCHER, PRECISION, to_config
-from moetune.planner.defaults import default_dispatcher_and_why, default_scope
+from moetune.planner.config_map import to_config
+from moetune.planner.defaults import default_dispatcher_and_why, default_scope, mapping_fields, mapping_rules
 from moetune.planner.ep_first import ep_first
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain_scale import scale
@@ -250,24 +250,6 @@ def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
     return None
 
 
-def _mapping_rules(defaults: dict, mamba: bool) -> dict:
-    """The seed rule each default mapping comes from (data/platform_defaults.toml), a hybrid's Mamba scope included."""
-    graphs = defaults["cuda_graph_scope_source"] + ("; a hybrid's Mamba mixers captured too, as every Nemotron-3 "
-                                                    "Nano recipe runs them (data/published_runs.csv)" if mamba else "")
-    return {"dispatcher": defaults["dispatcher_source"], "fp8_recipe": defaults["precision_source"],
-            "cuda_graph_scope": graphs}
-
-
-def _mapping_fields(dispatcher: str, precision: str, scope: tuple[str, ...]) -> dict:
-    """The default mappings as Megatron Bridge spells them (planner/config_map.py, as plan's overrides write them)."""
-    kind, backend = DISPATCHER[dispatcher]
-    return {"model.moe_token_dispatcher_type": kind,
-            **({"model.moe_flex_dispatcher_backend": backend} if backend else {}),
-            **{k: v for k, v in PRECISION[precision].items() if v is not None},
-            "model.cuda_graph_impl": "transformer_engine" if scope else "none",
-            **({"model.cuda_graph_scope": list(scope)} if scope else {})}
-
-
 def explain(e: Estimate) -> dict:
     defaults = platform_defaults(e.gpu)
     fit = _fit(e)
@@ -297,8 +279,8 @@ def explain(e: Estimate) -> dict:
                              "fp8_recipe": defaults["precision"],
                              "cuda_graph_scope": list(scope),
                              "source": defaults["source"],
-                             "rules": _mapping_rules(defaults, e.model.mamba is not None and "mamba" in scope),
-                             "bridge_fields": _mapping_fields(dispatcher, defaults["precision"], scope),
+                             "rules": mapping_rules(defaults, e.model.mamba is not None and "mamba" in scope),
+                             "bridge_fields": mapping_fields(dispatcher, defaults["precision"], scope),
                              "dispatcher_note": dispatcher_note,
                              "flex_num_sms": TUNED_FLEX_SMS.get(dispatcher),
                              "flex_num_sms_source": "seeds/004 Tuning Parameters: HybridEP 32 in the performance "
