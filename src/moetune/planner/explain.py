@@ -11,6 +11,7 @@ from dataclasses import replace
 from moetune.layout.knobs import TUNED_FLEX_SMS, imbalance_source
 from moetune.planner.config_map import to_config
 from moetune.planner.defaults import default_dispatcher_and_why, default_scope, mapping_fields, mapping_rules
+from moetune.planner.ep_domain import in_domain_ep
 from moetune.planner.ep_first import ep_first
 from moetune.planner.estimate import Estimate
 from moetune.planner.explain_scale import scale
@@ -211,26 +212,33 @@ COMPOUND = {"ep_overlap_with_vpp": "more_virtual_stages", "ep_overlap_delay_wgra
 COMPOUND_MARGIN = SMALLEST_GAIN
 
 
-RESPLIT_SOURCE = ("seeds/000 Three Walls: better PP layout; seeds/004 Key Interactions: a poor PP or VPP layout can "
-                  "erase dispatcher gains")
+# Layout moves Scale names, ranked with the knob moves, or Retune's top row could be a smaller gain than one Scale
+# names (explain audit: +3.1% first where a re-split predicts +23.0%; +0.9% where EP inside the domain does +1.3%)
+LAYOUT_MOVES = {
+    "pipeline_resplit": ("layers move off the slowest pipeline rank while that is faster and every rank still fits",
+                         "seeds/000 Three Walls: better PP layout; seeds/004 Key Interactions: a poor PP or VPP layout "
+                         "can erase dispatcher gains"),
+    "ep_inside_nvlink": ("the largest EP whose all-to-all stays inside the NVLink domain",
+                         "seeds/000 Phase 2: keep hot communication (the EP all-to-all) inside the fast interconnect")}
 
 
-def _with_resplit(e: Estimate, found: list, retune: list[dict]) -> list[dict]:
-    """Retune with the pipeline re-split `plan` would make (Scale's pipeline note, planner/pipeline_balance.py), where
-    it gains: it had been left out of Retune, whose top row could then be a smaller gain than the one Scale names
-    (explain audit: +3.1% listed first where the re-split predicts +23.0%)."""
-    new = even_out(e)
-    if new is e or set(rule_errors(new)) - set(rule_errors(e, found)):
-        return retune
-    gain = new.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1
-    if gain <= SMALLEST_GAIN:
-        return retune
-    before, after = to_config(e), to_config(new)
-    row = {"rule": "pipeline_resplit", "change": {k: v for k, v in after.items() if before.get(k) != v},
-           "predicted_gain": gain, "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
-           "new_peak_gib": new.peak_bytes / GIB, "why": "layers move off the slowest pipeline rank while that is "
-           "faster and every rank still fits", "source": RESPLIT_SOURCE, "tight": tight(new), "unconfirmed": False}
-    return sorted([*retune, row], key=lambda r: -r["predicted_gain"])
+def _with_layout_moves(e: Estimate, found: list, retune: list[dict]) -> list[dict]:
+    """Retune with the layout moves Scale names (pipeline_balance.py even_out, ep_domain.py in_domain_ep), each where
+    it fits and gains under _retune's error rules; its overrides are the config fields it changes."""
+    broken = set(rule_errors(e, found))
+    rows = list(retune)
+    for rule, new in (("pipeline_resplit", even_out(e)), ("ep_inside_nvlink", in_domain_ep(e, found))):
+        errors = set(rule_errors(new)) if new is not None and new is not e and new.fits else None
+        if errors is None or errors - broken or (broken and errors == broken):  # as _retune: a refused run takes
+            continue  # only a move that clears an error
+        if (gain := new.time["tokens_per_s_per_gpu"] / e.time["tokens_per_s_per_gpu"] - 1) <= SMALLEST_GAIN:
+            continue
+        before, after = to_config(e), to_config(new)
+        rows.append({"rule": rule, "change": {k: v for k, v in after.items() if before.get(k) != v},
+                     "predicted_gain": gain, "new_tokens_per_s_per_gpu": new.time["tokens_per_s_per_gpu"],
+                     "new_peak_gib": new.peak_bytes / GIB, "why": LAYOUT_MOVES[rule][0],
+                     "source": LAYOUT_MOVES[rule][1], "tight": tight(new), "unconfirmed": False})
+    return sorted(rows, key=lambda r: -r["predicted_gain"])
 
 
 def _without_borrowed_gains(rows: list[dict]) -> list[dict]:
@@ -260,7 +268,7 @@ def explain(e: Estimate) -> dict:
     blocked: list[dict] = []
     retune = _retune(e, found, blocked)
     if e.fits:
-        retune = _with_resplit(e, found, retune)
+        retune = _with_layout_moves(e, found, retune)
     if not e.fits and (faster := _faster_fix(fit["steps"], retune)):
         fit["fastest_fix"] = faster
     dispatcher, dispatcher_note = default_dispatcher_and_why(e.gpu, e.layout)
