@@ -148,8 +148,9 @@ def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
     """Host bytes of the optimizer's CPU offload on each candidate's heaviest stage
     (model_state.offloaded_host_bytes)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert)
-    # torch_fsdp2 shards the offloaded state over DP x CP (model_state.optimizer_divisors): part of the key
-    host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.distributed_optimizer,
+    # the shard the offload keeps (model_state.optimizer_divisors) follows torch_fsdp2, the copies, and whether the
+    # optimizer shards at all, which Megatron FSDP's strategy says in place of distributed_optimizer
+    host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.sharded_optimizer,
                    knobs.torch_fsdp2, knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy),
                   lambda: offloaded_host_bytes(params, b.fields, knobs))
     return np.where(b.valid, host, 0).max(axis=1)
