@@ -745,3 +745,18 @@ def test_retune_lists_the_ep_inside_the_domain_scale_names(capsys):
                  "--seq", "65536", "--json"]) == 0
     assert top["new_tokens_per_s_per_gpu"] == pytest.approx(
         json.loads(capsys.readouterr().out)["time"]["tokens_per_s_per_gpu"])
+
+
+@pytest.mark.parametrize(("ep", "outer", "inner_edp"), [(8, "no_shard", 2), (16, "no_shard", 1), (8, "optim", 2)])
+def test_scale_says_megatron_fsdp_shards_within_each_copy_under_hybrid_sharding(ep, outer, inner_edp):
+    """Under Megatron FSDP's hybrid sharding (4 copies) the strategy shards over each copy's DP x CP / 4 and EDP / 4
+    ranks (walls/model_state.py inner_divisors), the experts whole where a copy's EDP is 1; outer optim shards the
+    optimizer state over all the DP ranks."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    lay, wl = Layout(world_size=64, ep=ep), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+    knobs = Knobs(megatron_fsdp="optim_grads_params", num_distributed_optimizer_instances=4,
+                  outer_dp_sharding_strategy=outer)
+    (note,) = [n for n in explain_scale(estimate(spec, gpu, lay, wl, knobs))["notes"] if "Megatron FSDP" in n]
+    assert f"within each of its 4 copies, over DP x CP / 4 = 16 (experts over EDP / 4 = {inner_edp})" in note
+    assert ("only the dense part is sharded" in note) is (inner_edp == 1)
+    assert ("optimizer state over all DP x CP 64 (EDP " in note) is (outer == "optim")

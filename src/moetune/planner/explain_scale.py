@@ -18,6 +18,7 @@ from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.walls.compute import rates, ring_slowdown
 from moetune.walls.context_parallel import ring_ranks
 from moetune.walls.cp_legal import EXCHANGE_WORDS, exchange_text, refusal_at_cp
+from moetune.walls.model_state import inner_divisors
 from moetune.words import words
 
 
@@ -69,15 +70,23 @@ def scale(e: Estimate, found: list | None = None) -> dict:
 
 def _fsdp_note(e: Estimate) -> str | None:
     """Under Megatron FSDP, what it shards over which ranks and what its per-micro-batch collectives cost this run;
-    at EDP 1 the experts' share is held whole (a group of one shards nothing: layout/dp_sharding.py)."""
-    strategy, lay = e.knobs.fsdp_strategy, e.layout
+    under its hybrid sharding the strategy shards within each copy's ranks, and outer optim spreads the optimizer
+    state over all of them (walls/model_state.py inner_divisors, optimizer_divisors); where a copy's EDP is 1 the
+    experts' share is held whole (a group of one shards nothing: layout/dp_sharding.py)."""
+    strategy, lay, knobs = e.knobs.fsdp_strategy, e.layout, e.knobs
     if strategy is None:
         return None
+    copies = knobs.num_distributed_optimizer_instances
+    dense, expert = inner_divisors(lay, knobs)
+    over = f"over DP x CP {dense} (experts over EDP {expert})" if copies == 1 else \
+        (f"within each of its {copies} copies, over DP x CP / {copies} = {dense} "
+         f"(experts over EDP / {copies} = {expert})")
     sharded = strategy.sharded()
-    what = f"shards the {words(sharded)} over DP x CP {lay.dp * lay.cp} (experts over EDP {lay.edp})" if sharded \
-        else "shards nothing (no_shard)"
-    whole = "; at EDP 1 each rank keeps its experts' share whole, so only the dense part is sharded" \
-        if sharded and lay.edp == 1 and e.model.num_moe_experts else ""
+    what = f"shards the {words(sharded)} {over}" if sharded else "shards nothing (no_shard)"
+    if copies > 1 and knobs.outer_dp_sharding_strategy == "optim":
+        what += f", and outer optim the optimizer state over all DP x CP {lay.dp * lay.cp} (EDP {lay.edp})"
+    whole = f"; at EDP {'1' if copies == 1 else f'/ {copies} = 1'} each rank keeps its experts' share whole, so only " \
+        "the dense part is sharded" if sharded and expert == 1 and e.model.num_moe_experts else ""
     cost = ""
     if e.time and (strategy.weights or strategy.grads):
         dp = "dp_grad_reduce_param_gather"
