@@ -189,6 +189,10 @@ def test_huge_numbers_are_one_line(args, needle, capsys):
     ("pipeline", "account_for_embedding", None, "damaged.json: account_for_embedding is None; it takes true or false"),
     ("pipeline", "account_for_loss", None, "account_for_loss is None; it takes true or false"),
     ("pipeline", "sequence_parallel", "yes", "sequence_parallel is 'yes'; it takes true or false"),
+    # a string had raised TypeError sizing the activations; a negative or a switch had been taken as a factor
+    ("knobs", "routed_buffer_factor", "abc", "routed_buffer_factor ('abc') must be a number > 0"),
+    ("knobs", "routed_buffer_factor", -2.0, "routed_buffer_factor (-2.0) must be a number > 0"),
+    ("knobs", "routed_buffer_factor", True, "routed_buffer_factor (True) must be a number > 0"),
 ])
 def test_a_damaged_saved_result_is_one_line_naming_the_value(where, key, value, needle, tmp_path, capsys):
     """From a fuzz of a saved estimate: a zero vocabulary divisor raised ZeroDivisionError in padded_vocab_size, and

@@ -116,6 +116,18 @@ def check_knobs(k) -> None:
     if k.token_imbalance is not None and not 1.0 <= k.token_imbalance < float("inf"):
         raise MoetuneError(f"token_imbalance ({k.token_imbalance}) must be a number >= 1 (busiest expert rank's "
                            "tokens over the mean)")
+    check_routed_buffer_factor(k)
+
+
+def check_routed_buffer_factor(k) -> None:
+    """A saved result's routed_buffer_factor (a config's own full-iteration buffers, planner/from_config.py
+    _routed_buffer_factor) scales memory: a hand-edited string had raised TypeError, and a negative one sized the
+    buffers below nothing."""
+    factor = k.routed_buffer_factor
+    if factor is not None and not (isinstance(factor, (int, float)) and not isinstance(factor, bool)
+                                   and 0 < factor < float("inf")):
+        raise MoetuneError(f"routed_buffer_factor ({factor!r}) must be a number > 0 (the routed-expert buffers "
+                           "over the mean tokens), or null for a plan's paged stash")
 
 
 def check_param_switches(k) -> None:
