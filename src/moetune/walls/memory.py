@@ -7,9 +7,11 @@ Activations: activations.py per layer, times the micro-batches in flight on that
 import math
 import tomllib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from types import MappingProxyType
 
 import numpy as np
 
@@ -141,9 +143,11 @@ def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, 
 _LAYER_ITEMS: dict = {}  # one layer's items by (model, kind, context): a re-split asks again for every split it weighs
 
 
-def _layer_items(spec: ModelSpec, kind, ctx) -> dict[str, int]:
-    """layer_activation_items of one scalar context, remembered (read-only: the dict is shared)."""
-    return remembered(_LAYER_ITEMS, (spec, kind, ctx), lambda: layer_activation_items(spec, kind, ctx), 4096)
+def _layer_items(spec: ModelSpec, kind, ctx) -> Mapping[str, int]:
+    """layer_activation_items of one scalar context, remembered: every later caller shares it, so it is a read-only
+    view (memo.remembered makes arrays read-only, not dicts)."""
+    return remembered(_LAYER_ITEMS, (spec, kind, ctx),
+                      lambda: MappingProxyType(layer_activation_items(spec, kind, ctx)), 4096)
 
 
 def logits_bytes(spec: ModelSpec, tokens, vocab_shard):
