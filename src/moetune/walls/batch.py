@@ -163,7 +163,8 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     out = {}
     for kind in spec.layer_kinds:
         compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
-                          knobs.imbalance, knobs.token_imbalance),  # Knobs.imbalance_at reads both
+                          knobs.imbalance, knobs.token_imbalance,  # Knobs.imbalance_at reads both
+                          knobs.hidden_dropout > 0),  # the elementwise kernels touch the dropout masks
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
                                                                  modules=knobs.effective_modules, eff=eff))
         t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
@@ -208,10 +209,11 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 def time_key(knobs: Knobs) -> tuple:
     """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms); the router's dtype
     sizes biased experts' fc2 bias pass (compute.expert_bias_seconds); a measured token_imbalance is charged whole at
-    any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so both are part of it."""
+    any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so both are part of it; dropout adds
+    masks the elementwise kernels touch (compute.layer_compute_seconds)."""
     return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
             knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance,
-            knobs.token_imbalance,
+            knobs.token_imbalance, knobs.hidden_dropout > 0,
             knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size,
             knobs.moe_router_dtype)
 
