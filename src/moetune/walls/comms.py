@@ -61,7 +61,7 @@ def _hit_probability(experts_per_target, num_experts: int, topk: int, groups: in
     return hit
 
 
-_COPIES: dict[tuple, tuple] = {}  # fused_copies by its inputs (walls/memo.py)
+_COPIES: dict[tuple, tuple] = {}  # fused_copies by its inputs (moetune/memo.py)
 
 
 def fused_copies(num_experts: int, topk: int, ep, etp, gpu: GpuSpec, groups: int = 1, group_topk: int = 1) -> tuple:

@@ -112,7 +112,7 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
 
 # Layer times by (model, layer kind, the layout's sizes, micro-batch shape, knobs, GPU, constants): a layer's time
 # does not depend on which pipeline stage holds it, so the planner's re-split, which moves layers between the ranks of
-# one layout, reuses them (walls/memo.py; read only: stage_times adds them up into new dicts)
+# one layout, reuses them (moetune/memo.py; read only: stage_times adds them up into new dicts)
 _LAYER_TIMES: dict = {}
 
 
