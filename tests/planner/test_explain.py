@@ -760,3 +760,17 @@ def test_scale_says_megatron_fsdp_shards_within_each_copy_under_hybrid_sharding(
     assert f"within each of its 4 copies, over DP x CP / 4 = 16 (experts over EDP / 4 = {inner_edp})" in note
     assert ("only the dense part is sharded" in note) is (inner_edp == 1)
     assert ("optimizer state over all DP x CP 64 (EDP " in note) is (outer == "optim")
+
+
+@pytest.mark.parametrize(("strategy", "each"), [
+    ("optim_grads", "its gradient reduce-scatters run every micro-batch"),
+    ("optim_grads_params", "its weight gathers and gradient reduce-scatters run every micro-batch"),
+])
+def test_scale_names_the_megatron_fsdp_collectives_each_micro_batch_runs(strategy, each):
+    """optim_grads gathers its weights once a step (the distributed optimizer's gather): only its reduce-scatters run
+    every micro-batch (Knobs.microbatch_gathers, microbatch_reduce_scatters)."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    lay, wl = Layout(world_size=16, ep=8), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
+    e = estimate(spec, gpu, lay, wl, Knobs(megatron_fsdp=strategy))
+    (note,) = [n for n in explain_scale(e)["notes"] if "Megatron FSDP" in n]
+    assert each in note

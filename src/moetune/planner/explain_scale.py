@@ -90,7 +90,8 @@ def _fsdp_note(e: Estimate) -> str | None:
     cost = ""
     if e.time and (strategy.weights or strategy.grads):
         dp = "dp_grad_reduce_param_gather"
-        cost = (f"; its gathers and gradient reduce-scatters run every micro-batch beside compute: "
+        each = "weight gathers and gradient reduce-scatters" if strategy.weights else "gradient reduce-scatters"
+        cost = (f"; its {each} run every micro-batch beside compute: "
                 f"{e.time['collectives'][dp]:.2f} s a step, {e.time['exposed_collectives'][dp]:.2f} s exposed")
     return f"Megatron FSDP {e.knobs.megatron_fsdp} {what}{whole}{cost} (walls/iteration.py, walls/overlap.py)"
 
