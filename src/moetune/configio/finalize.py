@@ -9,6 +9,7 @@ from typing import Any
 from moetune.configio.gates import gate_on
 from moetune.configio.names import LAUNCHER, NO_DEFAULT, Name, names
 from moetune.configio.types import coerce
+from moetune.errors import MoetuneError
 
 
 def parallel_size(config: dict[str, Any], key: str, *, zero_is_one: bool = True) -> int:
@@ -112,6 +113,39 @@ def fsdp_double_buffer(config: dict[str, Any]) -> bool:
     (distributed_data_parallel_config.py __post_init__ :273-275)."""
     names = ("ddp.fsdp_double_buffer", "ddp.nccl_ub", "ddp.megatron_fsdp_max_pool_double_buffer")
     return megatron_fsdp(config) and any(config.get(name) for name in names)
+
+
+def suggested_unit_size(config: dict[str, Any]) -> int | None:
+    """ddp.suggested_communication_unit_size as a whole number of elements (None: unset), or one line naming it."""
+    value = config.get("ddp.suggested_communication_unit_size")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise MoetuneError(f"ddp.suggested_communication_unit_size={value!r}: expected a whole number of elements, "
+                           "or leave it unset") from None
+
+
+# Megatron-Core's moe_paged_stash_buffer_size_factor_cuda default (transformer_config.py @ core_v0.18.2)
+MCORE_STASH_FACTOR = 1.10
+
+
+def routed_buffer_factor(config: dict[str, Any]) -> float | None:
+    """The routed-expert buffers a full-iteration graph keeps for backward, over the mean tokens (Knobs): the paged
+    stash's CUDA buffer (its factor's sign picks the mean or the actual maximum to size from, its magnitude the
+    headroom: transformer_config.py @ core_v0.18.2), else the capacity HybridEP pads every expert rank's tokens to;
+    None where the config sets neither. Bridge's recipes set their own: 1.2 over a 1.5 capacity (perf_recipes/deepseek/
+    common.py), 1.0 over 1.2 (qwen3_235b_a22b_pretrain_128gpu_gb300_fp8mx_paged_stash_dev_config), no stash at a
+    capacity of 5 (gpt_oss_20b_pretrain_8gpu_b300_fp8mx_config), all @067f987."""
+    if config.get("model.moe_paged_stash"):
+        factor = config.get("model.moe_paged_stash_buffer_size_factor_cuda")
+        factor = abs(float(MCORE_STASH_FACTOR if factor is None else factor))
+    elif config.get("model.moe_expert_rank_capacity_factor") is not None:
+        factor = float(config["model.moe_expert_rank_capacity_factor"])
+    else:
+        return None
+    return factor if factor > 0 else None
 
 
 def dropout_rate(config: dict[str, Any], key: str) -> float:

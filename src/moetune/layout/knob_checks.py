@@ -120,8 +120,8 @@ def check_knobs(k) -> None:
 
 
 def check_routed_buffer_factor(k) -> None:
-    """A saved result's routed_buffer_factor (a config's own full-iteration buffers, planner/from_config.py
-    _routed_buffer_factor) scales memory: a hand-edited string had raised TypeError, and a negative one sized the
+    """A saved result's routed_buffer_factor (a config's own full-iteration buffers, configio/finalize.py
+    routed_buffer_factor) scales memory: a hand-edited string had raised TypeError, and a negative one sized the
     buffers below nothing."""
     factor = k.routed_buffer_factor
     if factor is not None and not (isinstance(factor, (int, float)) and not isinstance(factor, bool)

@@ -17,6 +17,8 @@ from moetune.configio.finalize import (
     megatron_fsdp_strategy,
     outer_dp_sharding,
     quantized_params,
+    routed_buffer_factor,
+    suggested_unit_size,
 )
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
 from moetune.configio.names import LAUNCHER
@@ -87,18 +89,6 @@ def _hcp_a2a_size(config: dict) -> int | None:
 def _get(config: dict, key: str, default: Any = None) -> Any:
     value = config.get(key, default)
     return default if value is None else value
-
-
-def _unit_size(config: dict) -> int | None:
-    """ddp.suggested_communication_unit_size as a whole number of elements (None: unset), or one line naming it."""
-    value = config.get("ddp.suggested_communication_unit_size")
-    if value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise MoetuneError(f"ddp.suggested_communication_unit_size={value!r}: expected a whole number of elements, "
-                           "or leave it unset") from None
 
 
 def precision_of(config: dict) -> str:
@@ -186,7 +176,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
         megatron_fsdp=megatron_fsdp_strategy(config), outer_dp_sharding_strategy=outer_dp_sharding(config),
         fsdp_double_buffer=fsdp_double_buffer(config),
-        suggested_communication_unit_size=_unit_size(config) if megatron_fsdp_strategy(config) else None,
+        suggested_communication_unit_size=suggested_unit_size(config) if megatron_fsdp_strategy(config) else None,
         num_distributed_optimizer_instances=int(_get(config, "ddp.num_distributed_optimizer_instances", 1)),
         hidden_dropout=dropout_rate(config, "model.hidden_dropout"),
         attention_dropout=dropout_rate(config, "model.attention_dropout"),
@@ -211,28 +201,8 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         fp4_param_gather=_param_gather(config, "fp4", precision == FP4_PARAM_PRECISION),
         cp_comm_type=_cp_comm_type(config), hcp_a2a_size=_hcp_a2a_size(config),
         offload_modules=_offload_modules(config), moe_router_dtype=_router_dtype(config, model),
-        routed_buffer_factor=_routed_buffer_factor(config))
+        routed_buffer_factor=routed_buffer_factor(config))
     return layout, workload, knobs
-
-
-# Megatron-Core's moe_paged_stash_buffer_size_factor_cuda default (transformer_config.py @ core_v0.18.2)
-MCORE_STASH_FACTOR = 1.10
-
-
-def _routed_buffer_factor(config: dict[str, Any]) -> float | None:
-    """The routed-expert buffers a full-iteration graph keeps for backward, over the mean tokens (Knobs): the paged
-    stash's CUDA buffer (its factor's sign picks the mean or the actual maximum to size from, its magnitude the
-    headroom: transformer_config.py @ core_v0.18.2), else the capacity HybridEP pads every expert rank's tokens to;
-    None where the config sets neither. Bridge's recipes set their own: 1.2 over a 1.5 capacity (perf_recipes/deepseek/
-    common.py), 1.0 over 1.2 (qwen3_235b_a22b_pretrain_128gpu_gb300_fp8mx_paged_stash_dev_config), no stash at a
-    capacity of 5 (gpt_oss_20b_pretrain_8gpu_b300_fp8mx_config), all @067f987."""
-    if config.get("model.moe_paged_stash"):
-        factor = abs(float(_get(config, "model.moe_paged_stash_buffer_size_factor_cuda", MCORE_STASH_FACTOR)))
-    elif config.get("model.moe_expert_rank_capacity_factor") is not None:
-        factor = float(config["model.moe_expert_rank_capacity_factor"])
-    else:
-        return None
-    return factor if factor > 0 else None
 
 
 # Megatron-LM's optimizer names moetune models: the emerging optimizers' dist_ prefix is Muon under the layer-wise
