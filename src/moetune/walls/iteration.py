@@ -150,23 +150,17 @@ def megatron_fsdp_outer_traffic(dense, expert, vocab, inner: tuple, outer_ring, 
     return {"step_rs": grads, "step_ag": UNIT_GATHERS * layers + outer_ring(vocab * WEIGHT_BYTES / inner[0], 0.0)}
 
 
-def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
-    """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
-    them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
-    - raw DP traffic, (gradient reduce-scatter, parameter all-gather: gathered_weight_bytes), over DP x CP (dense)
-      and EDP (experts);
-      without the distributed optimizer, (gradient all-reduce, nothing); under Muon's layer-wise distributed optimizer
-      (dist_muon: DDP's own distributed optimizer off, so DDP all-reduces the gradients, and each rank then
-      all-gathers the parameters the others stepped: Megatron-Core optimizer/layer_wise_optimizer.py), (gradient
-      all-reduce, BF16 parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it
-      (Knobs.overlap_param_gather off); under torch FSDP2, one micro-batch's pair over DP x CP (fsdp2_traffic);
-      Megatron FSDP's the distributed optimizer's where its strategy shards the optimizer (dp_raw_seconds counts
-      them: layout/dp_sharding.py), else the all-reduce;
-    - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
-      grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
-      and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
-    - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
-      step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
+def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> DpTraffic:
+    """Raw DP traffic of a rank holding `dense` and `expert` parameters, `vocab` of them the embedding's and output
+    layer's (iteration_terms): (gradient reduce-scatter, parameter all-gather: gathered_weight_bytes), over DP x CP
+    (dense) and EDP (experts);
+    without the distributed optimizer, (gradient all-reduce, nothing); under Muon's layer-wise distributed optimizer
+    (dist_muon: DDP's own distributed optimizer off, so DDP all-reduces the gradients, and each rank then all-gathers
+    the parameters the others stepped: Megatron-Core optimizer/layer_wise_optimizer.py), (gradient all-reduce, BF16
+    parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it (Knobs.overlap_param_gather
+    off); under torch FSDP2, one micro-batch's pair over DP x CP (fsdp2_traffic); Megatron FSDP's the distributed
+    optimizer's where its strategy shards the optimizer (dp_raw_seconds counts them: layout/dp_sharding.py), else the
+    all-reduce, and between its copies megatron_fsdp_outer_traffic."""
     grad = 4 if knobs.main_grads_fp32 else 2
     muon = knobs.optimizer == "muon"
     # the distributed optimizer's copies (num_distributed_optimizer_instances): each reduce-scatters and gathers over
@@ -202,6 +196,20 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     if knobs.fsdp_strategy and copies > 1:
         outer = megatron_fsdp_outer_traffic(dense, expert, vocab, (dense_n, expert_n), outer_ring, knobs, grad)
         dp = dp._replace(**{name: getattr(dp, name) + seconds for name, seconds in outer.items()})
+    return dp
+
+
+def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
+    them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
+    - raw DP traffic (dp_traffic);
+    - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
+      grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
+      and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
+    - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
+      step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
+    dp = dp_traffic(dense, expert, vocab, lay, knobs, gpu, eff)
+    muon = knobs.optimizer == "muon"
     share = optimizer_divisors(lay, knobs)
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
     vocab_shard = vocab / share[0]
