@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 
 from moetune.errors import MoetuneError
+from moetune.layout.chunked_attention import chunk_refusal
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.validate import Workload, chunk_refusal, validate
+from moetune.layout.validate import Workload, validate
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.hf_config import load_hf_config

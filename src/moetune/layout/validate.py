@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
+from moetune.layout.chunked_attention import chunk_refusal
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
@@ -203,7 +204,7 @@ def validate_shapes(spec: ModelSpec, layout: Layout) -> None:
 
 def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None = None) -> None:
     """Batch and sequence rules: GBS vs MBS x DP, sequence vs TP (sequence parallel) and 2 x CP; with `spec`, its
-    chunked attention's CP rule too (chunk_refusal)."""
+    chunked attention's CP rule too (layout/chunked_attention.py chunk_refusal)."""
     gbs, mbs, seq, dp = workload.gbs(layout), workload.micro_batch_size, workload.seq_length, layout.dp
     if gbs % (mbs * dp):  # each message built only where it is raised: the planner validates every layout
         _require(False, f"global batch size ({gbs}) must be divisible by micro batch size x DP ({mbs} x {dp} = "
@@ -221,31 +222,6 @@ def validate_workload(layout: Layout, workload: Workload, spec: ModelSpec | None
     _require(not why, why or "", same_as=("longctx.cp_seq_divisible",))
     why = spec and chunk_refusal(spec, seq, layout.cp)
     _require(not why, why or "")
-
-
-def chunk_refusal(spec: ModelSpec, seq: int, cp: int) -> str | None:
-    """Llama 4's chunked attention under CP (None: it runs as the model attends). Megatron Bridge's
-    Llama4SelfAttention (llama4_utils.py) reads the sequence length off the query, which holds this CP rank's seq / CP
-    tokens (gpt_step.py slices an unpacked batch with get_batch_on_this_cp_rank before the model): past the chunk it
-    asserts that length over 2 x CP is whole attention chunks, so seq must be a multiple of 2 x CP^2 x chunk; at or
-    under the chunk it chunks nothing, and attention would span the whole sequence, not the model's chunks."""
-    chunk = spec.attention_chunk
-    if not chunk or cp == 1 or seq <= chunk or _cp_chunks_whole(seq, cp, chunk):
-        return None
-    local = seq // cp
-    ok = [c for c in range(2, seq // chunk + 1) if seq % (2 * c) == 0 and _cp_chunks_whole(seq, c, chunk)]
-    why = (f"each CP rank's {local} tokens over 2 x CP ({local // (2 * cp)}) must be whole chunks (Megatron Bridge "
-           "llama4_utils.py asserts on the rank's own sequence)" if local > chunk else
-           f"each CP rank's {local} tokens are not past the chunk, so Megatron Bridge (llama4_utils.py) chunks "
-           f"nothing and attention would span all {seq} tokens")
-    return (f"{spec.name} attends within {chunk}-token chunks: at CP {cp} {why}; use "
-            + (f"a CP among {', '.join(map(str, ok))}" if ok else "no CP") + " at this --seq")
-
-
-def _cp_chunks_whole(seq: int, cp: int, chunk: int) -> bool:
-    """Whether Llama4SelfAttention chunks a CP rank's seq / CP tokens and its assert holds (chunk_refusal)."""
-    local = seq // cp
-    return local > chunk and local % (2 * cp) == 0 and (local // (2 * cp)) % chunk == 0
 
 
 def sequence_refusal(seq: int, tp: int, cp: int, sp: bool) -> str | None:
