@@ -70,18 +70,7 @@ def check_knobs(k) -> None:
         raise MoetuneError(f"{what} needs the distributed optimizer (Megatron's precision-aware optimizer runs "
                            "only there): turn it on (Megatron-LM --use-distributed-optimizer; drop "
                            "--no-distributed-optimizer), or drop it")
-    parse_offload_modules(tuple(k.offload_modules))  # names Megatron knows
-    if "attn_proj" in k.offload_modules and "core_attn" not in k.offload_modules:
-        raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "
-                           "offloaded alone without core_attn, transformer_config.py)")
-    if k.recompute != "full" and (inside := unsaved_offloads(k.recompute, k.recompute_modules,
-                                                                 k.offload_modules)):
-        raise MoetuneError(f"--offload-modules {','.join(inside)} with 'moe' recompute: recomputing the whole MoE "
-                           "layer saves nothing inside it to offload (Megatron-Core asserts, "
-                           "transformer_config.py); drop 'moe' from the recompute modules or those offloads")
-    if k.offload_modules and k.recompute == "full":
-        raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
-                           "so there is nothing fine-grained to offload; use selective recompute")
+    check_offloads(k)
     if not (isinstance(k.num_distributed_optimizer_instances, int)
             and k.num_distributed_optimizer_instances >= 1):
         raise MoetuneError(f"num_distributed_optimizer_instances ({k.num_distributed_optimizer_instances!r}) "
@@ -103,6 +92,29 @@ def check_knobs(k) -> None:
         raise MoetuneError(f"fp8_output_proj needs --precision {FP8_OUTPUT_PROJ_PRECISION}, got {k.precision} "
                            "(Megatron-Core TransformerConfig refuses it otherwise); drop --fp8-output-proj")
     check_param_switches(k)
+    check_cp(k)
+    check_token_imbalance(k)
+    check_routed_buffer_factor(k)
+
+
+def check_offloads(k) -> None:
+    """The activation offloads: names Megatron knows, and the recompute they need."""
+    parse_offload_modules(tuple(k.offload_modules))
+    if "attn_proj" in k.offload_modules and "core_attn" not in k.offload_modules:
+        raise MoetuneError("--offload-modules attn_proj needs core_attn too (Megatron-Core: attn_proj cannot be "
+                           "offloaded alone without core_attn, transformer_config.py)")
+    if k.recompute != "full" and (inside := unsaved_offloads(k.recompute, k.recompute_modules,
+                                                                 k.offload_modules)):
+        raise MoetuneError(f"--offload-modules {','.join(inside)} with 'moe' recompute: recomputing the whole MoE "
+                           "layer saves nothing inside it to offload (Megatron-Core asserts, "
+                           "transformer_config.py); drop 'moe' from the recompute modules or those offloads")
+    if k.offload_modules and k.recompute == "full":
+        raise MoetuneError("--offload-modules with --recompute full: full recompute keeps only layer inputs, "
+                           "so there is nothing fine-grained to offload; use selective recompute")
+
+
+def check_cp(k) -> None:
+    """The CP exchange, and hierarchical CP's group sizes beside it."""
     if k.cp_comm_type not in (*CP_COMM_TYPES, "auto"):
         raise MoetuneError(f"unknown cp_comm_type {k.cp_comm_type!r}; choose from {', '.join(CP_COMM_TYPES)}")
     if k.hcp_a2a_size is not None and k.hcp_a2a_size < 1:
@@ -110,13 +122,16 @@ def check_knobs(k) -> None:
     if k.hcp_a2a_size is not None and k.cp_comm_type != "a2a+p2p":  # the CLI says it with its flags first
         raise MoetuneError(f"hierarchical CP sizes (a2a group {k.hcp_a2a_size}) size the groups of cp_comm_type "
                            f"a2a+p2p, but cp_comm_type is {k.cp_comm_type}: set a2a+p2p, or drop the sizes")
+
+
+def check_token_imbalance(k) -> None:
+    """A measured token imbalance: a dropless routing's factor, at least 1."""
     if k.token_imbalance is not None and k.routing == "force-balance":
         raise MoetuneError(f"--token-imbalance ({k.token_imbalance:g}) weighs dropless routing; force-balanced "
                            "routing sends every expert rank the mean: drop it or pass --routing dropless")
     if k.token_imbalance is not None and not 1.0 <= k.token_imbalance < float("inf"):
         raise MoetuneError(f"token_imbalance ({k.token_imbalance}) must be a number >= 1 (busiest expert rank's "
                            "tokens over the mean)")
-    check_routed_buffer_factor(k)
 
 
 def check_routed_buffer_factor(k) -> None:
