@@ -24,3 +24,28 @@ def test_a_fix_is_said_as_the_arguments_a_megatron_lm_launch_changes(fix, words)
 def test_a_name_without_a_megatron_lm_flag_stays_as_written():
     assert mlm_fix_words({"model.moe_flex_dispatcher_backend": "deepep", "no.such_name": 3}).endswith("no.such_name=3")
 
+
+
+@pytest.mark.parametrize(("fix", "words"), [
+    # rule precision.fp8_params_need_distributed_optimizer: one switch sets both (configio/mlm.py SPECIAL)
+    ({"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True},
+     "--use-distributed-optimizer"),
+    ({"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False},
+     "drop --use-distributed-optimizer"),
+    ({"optimizer.use_distributed_optimizer": True}, "--use-distributed-optimizer"),
+    # rule overlap.grad_reduce: Bridge's comm_overlap copies are ddp's arguments on a Megatron-LM launch
+    ({"ddp.overlap_grad_reduce": True, "ddp.overlap_param_gather": True, "comm_overlap.overlap_grad_reduce": True,
+      "comm_overlap.overlap_param_gather": True}, "--overlap-grad-reduce --overlap-param-gather"),
+    ({"optimizer.overlap_param_gather_with_optimizer_step": False,
+      "comm_overlap.overlap_param_gather_with_optimizer_step": False},
+     "drop --overlap-param-gather-with-optimizer-step"),
+    ({"dist.use_torch_fsdp2": False, "ddp.use_megatron_fsdp": False, "dist.use_megatron_fsdp": False},
+     "drop --use-torch-fsdp2, --use-megatron-fsdp"),
+    ({"model.seq_length": 4096, "dataset.seq_length": 4096}, "--seq-length 4096"),
+    ({"model.share_embeddings_and_output_weights": False}, "--untie-embeddings-and-output-weights"),
+])
+def test_a_field_megatron_lm_sets_through_another_argument_is_said_as_that_argument(fix, words):
+    """A flagless field a Megatron-LM launch sets from another field's argument is said as that argument, once: the
+    fixes had read '--use-distributed-optimizer optimizer.use_distributed_optimizer=true', a field such a launch has
+    no way to set."""
+    assert mlm_fix_words(fix) == words

@@ -55,15 +55,42 @@ def mlm_fix_words(fix: dict[str, Any]) -> str:
     """A rule's fix (config names) as a Megatron-LM launch changes its arguments: the arguments to pass, each name as
     its flag with the value ('--moe-router-dtype fp32', '--no-gradient-accumulation-fusion'), then those to drop (a
     switch or list turned off: '; drop --use-torch-fsdp2'); a name with no Megatron-LM flag as written (name=value)."""
-    words = [_fix_word(k, v) for k, v in fix.items()]
+    words = list(dict.fromkeys(_fix_word(k, v) for k, v in fix.items()))  # twins (_MLM_TWIN, SPECIAL) said once
     passed = " ".join(w for w in words if not w.startswith("drop "))
     dropped = ", ".join(w[len("drop "):] for w in words if w.startswith("drop "))
     return "; ".join(filter(None, (passed, dropped and f"drop {dropped}")))
 
 
+# Fields with no Megatron-LM argument that a Megatron-LM launch sets from another field's: Bridge's comm_overlap copies
+# of the DP overlap, which Bridge writes onto ddp's and optimizer's (configio/finalize.py settle_dp_overlap; a
+# Megatron-LM launch has only --overlap-*), dist's Megatron FSDP switch, which Bridge syncs with ddp's
+# (sync_megatron_fsdp; --use-megatron-fsdp), and the data's sequence length (one --seq-length, _derived_by_megatron_lm).
+# A fix to one is said as its twin's argument, not as a field such a launch cannot set.
+_MLM_TWIN = {**{f"comm_overlap.{f}": f"ddp.{f}" for f in DP_OVERLAP},
+             "comm_overlap.overlap_param_gather_with_optimizer_step":
+                 "optimizer.overlap_param_gather_with_optimizer_step",
+             "dist.use_megatron_fsdp": "ddp.use_megatron_fsdp", "dataset.seq_length": "model.seq_length"}
+
+
+def _special_word(name: str, value: Any) -> str | None:
+    """A flagless field one of Megatron-LM's SPECIAL switches sets (configio/mlm.py): the switch where VALUE is the one
+    it gives ('--use-distributed-optimizer' for optimizer.use_distributed_optimizer=true), 'drop' it where VALUE is
+    the other of a boolean ('--untie-embeddings-and-output-weights' left out: tied)."""
+    for flag, pairs in SPECIAL.items():
+        for key, given in pairs:
+            if key == name and value == given:
+                return flag
+            if key == name and isinstance(given, bool) and value is (not given):
+                return f"drop {flag}"
+    return None
+
+
 def _fix_word(name: str, value: Any) -> str:
     if (row := names().get(name)) is not None and row.canonical:  # an alias: the flag is its normalized name's
         name = row.canonical
+    name = _MLM_TWIN.get(name, name)
+    if not getattr(names().get(name), "mlm_flag", "") and (special := _special_word(name, value)):
+        return special
     line, comment = _flag_line(name, value)
     if line:
         return line
