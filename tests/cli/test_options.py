@@ -95,3 +95,20 @@ def test_olmoe_tp2_from_megatron_lm_arguments_names_the_flag(capsys):
     code, _, err = run(["diagnose", "--model", OLMOE, "--set", "model.tensor_model_parallel_size=2", "--gpu", "h100",
                         "--gpus", "8"], capsys)
     assert code == 2 and err.rstrip().endswith("use model.tensor_model_parallel_size 1")
+
+
+def test_the_uneven_split_refusal_names_both_stage_fields():
+    """Layout's refusal of --account-for-* beside an uneven split had said '--first/--last-stage-layers', which the
+    rewording turned into '--first/model.num_layers_in_last_pipeline_stage' (Bridge) and
+    '--first/--decoder-last-pipeline-num-layers' (Megatron-LM): the first stage's field was lost."""
+    import pytest
+
+    from moetune.cli.options import config_words, mlm_words
+    from moetune.errors import MoetuneError
+    from moetune.layout.layout import Layout
+
+    with pytest.raises(MoetuneError) as err:
+        Layout(world_size=8, pp=2, first_stage_layers=3, account_for_embedding=True)
+    assert "model.num_layers_in_first_pipeline_stage/model.num_layers_in_last_pipeline_stage" in config_words(
+        str(err.value))
+    assert "--decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers" in mlm_words(str(err.value))

@@ -268,7 +268,8 @@ def test_pipelines_megatron_core_cannot_build(kwargs, layers, mtp, needle):
 
 @pytest.mark.parametrize(("kwargs", "needle"), [
     (dict(world_size=1, pp=1, pipeline_layout="Et*4|t*4L"), "--pipeline-layout's stages need pp > 1"),
-    (dict(world_size=2, pp=2, first_stage_layers=3, account_for_loss=True), "cannot go with --first/--last-stage"),
+    (dict(world_size=2, pp=2, first_stage_layers=3, account_for_loss=True),
+     "cannot go with --first-stage-layers/--last-stage"),
     (dict(world_size=2, pp=2, pipeline_layout="Et*4|t*4L", account_for_embedding=True), "cannot go with --pipeline"),
 ])
 def test_layouts_megatron_core_refuses(kwargs, needle):

@@ -177,7 +177,8 @@ class Layout:
         if accounted and (uneven or self.pipeline_layout is not None):
             # transformer_config.py __post_init__ raises for either combination: the layout string or the uneven
             # stage sizes already place the embedding and the loss
-            given = "--pipeline-layout" if self.pipeline_layout is not None else "--first/--last-stage-layers"
+            given = ("--pipeline-layout" if self.pipeline_layout is not None
+                     else "--first-stage-layers/--last-stage-layers")
             raise MoetuneError(f"--account-for-embedding/--account-for-loss cannot go with {given} (Megatron-Core "
                                "rejects the combination): drop one")
 
