@@ -112,3 +112,15 @@ def test_the_uneven_split_refusal_names_both_stage_fields():
     assert "model.num_layers_in_first_pipeline_stage/model.num_layers_in_last_pipeline_stage" in config_words(
         str(err.value))
     assert "--decoder-first-pipeline-num-layers/--decoder-last-pipeline-num-layers" in mlm_words(str(err.value))
+
+
+def test_the_deepep_refusal_names_the_dispatcher_field(capsys):
+    """DeepEP at EP 1 from Megatron-LM arguments (or a config) had been told 'use --dispatcher alltoall', estimate's
+    flag: --dispatcher had no entry among the flags a config rewords."""
+    launch = "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep --bf16"
+    code, _, err = run(["estimate", OLMOE, "--gpu", "h100", "--gpus", "8", "--mlm-args", launch], capsys)
+    assert code == 2 and "use --moe-token-dispatcher-type alltoall at EP 1" in err and "--dispatcher" not in err
+    code, _, err = run(["estimate", OLMOE, "--gpu", "h100", "--gpus", "8", "--set",
+                        "model.moe_token_dispatcher_type=flex", "--set", "model.moe_flex_dispatcher_backend=deepep"],
+                       capsys)
+    assert code == 2 and "use model.moe_token_dispatcher_type alltoall at EP 1" in err

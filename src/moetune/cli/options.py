@@ -158,7 +158,7 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
              "--optimizer-offload": "optimizer.optimizer_offload_fraction",
              "--no-distributed-optimizer": "optimizer.use_distributed_optimizer=false",
              "--megatron-fsdp": "ddp.data_parallel_sharding_strategy",
-             "--optimizer": "optimizer.optimizer",
+             "--optimizer": "optimizer.optimizer", "--dispatcher": "model.moe_token_dispatcher_type",
              "--recompute-modules": "model.recompute_modules", "--cp-comm-type": "model.cp_comm_type",
              "--mtp-layers": "model.mtp_num_layers", "--fp8-param-gather": "mixed_precision.fp8_param_gather",
              "--fp4-param-gather": "mixed_precision.fp4_param_gather", "--moe-router-dtype": "model.moe_router_dtype"}
