@@ -258,6 +258,16 @@ def test_megatron_fsdp_beside_no_distributed_optimizer_is_one_line(capsys):
                                          "Bridge turn it on under Megatron FSDP): drop --no-distributed-optimizer")
 
 
+def test_megatron_fsdp_beside_muon_is_one_line(capsys):
+    """estimate had priced --megatron-fsdp with --optimizer muon, which Megatron-LM asserts against and plan refuses
+    as two pins; a Bridge-launcher estimate's checks said nothing (rule fsdp.muon reads Megatron-LM launches)."""
+    code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--megatron-fsdp",
+                        "optim_grads_params", "--optimizer", "muon"], capsys)
+    assert code == 2 and err.strip() == ("error: --megatron-fsdp with --optimizer muon: Megatron-LM asserts Megatron "
+                                         "FSDP runs Adam or SGD only (arguments.py validate_args @core_v0.18.2; rule "
+                                         "fsdp.muon); drop one of them")
+
+
 def test_estimate_and_plan_on_96_gb200_say_the_rack_is_partial(capsys):
     """qwen3-30b-a3b on 96 GB200 at EP32 (audit): two 48-GPU Slurm segments, so EP32 crosses between partly used
     racks; estimate (table and JSON) and plan's pick say so, and at EP16, inside a segment, nothing is added."""

@@ -119,6 +119,9 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     if kw["megatron_fsdp"] and kw["no_distributed_optimizer"]:  # Knobs turns it on as Megatron does; a flag is read
         raise MoetuneError("--megatron-fsdp runs the distributed optimizer (Megatron-LM and Bridge turn it on under "
                            "Megatron FSDP): drop --no-distributed-optimizer")
+    if kw["megatron_fsdp"] and kw["optimizer"] == "muon":  # as plan refuses the two pins (planner/search.py)
+        raise MoetuneError("--megatron-fsdp with --optimizer muon: Megatron-LM asserts Megatron FSDP runs Adam or SGD "
+                           "only (arguments.py validate_args @core_v0.18.2; rule fsdp.muon); drop one of them")
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":
