@@ -149,8 +149,9 @@ def evaluate(expr: Expr, env: Env) -> Any:
 
 
 def _closure(node: ast.AST) -> Callable[[Env], Any]:
-    """`node` (validated by _check) as a function of the Env that evaluates it as _eval does: the planner asks every
-    knob set's rules (planner/legal.py), a few hundred a plan."""
+    """`node` (validated by _check) as a function of the Env that evaluates it, Python's semantics kept (and/or
+    short-circuit to an operand, comparisons chain, get's default only for a missing name), built once at load because
+    the planner asks every knob set's rules (planner/legal.py), a few hundred a plan."""
     if isinstance(node, ast.Constant):
         value = node.value
         return lambda env: value
