@@ -49,3 +49,11 @@ def test_a_field_megatron_lm_sets_through_another_argument_is_said_as_that_argum
     fixes had read '--use-distributed-optimizer optimizer.use_distributed_optimizer=true', a field such a launch has
     no way to set."""
     assert mlm_fix_words(fix) == words
+
+
+def test_a_named_precision_recipe_is_said_as_its_arguments():
+    """diagnose's compute remedies name Bridge recipes ('mixed_precision: bf16_with_mxfp8_mixed'), which a
+    Megatron-LM launch has no name for: the recipe's fields that have an argument, instead."""
+    assert mlm_fix_words({"mixed_precision": "bf16_with_mxfp8_mixed"}) == (
+        "--bf16 --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag; "
+        "drop --fp16")

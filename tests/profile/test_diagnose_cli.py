@@ -126,3 +126,15 @@ def test_dp_overlap_advice_reads_the_optimizer_as_the_run_syncs_it(traces_dir, c
     assert main(args + [a for s in sets for a in ("--set", s)]) == 0
     advice = {r["rule"]: r for r in json.loads(capsys.readouterr().out)["recommendations"]}
     assert ("ddp.overlap_param_gather=true" in advice["comm.dp_overlap"]["change"]) is param_gather
+
+
+def test_a_megatron_lm_launch_is_told_its_changes_as_arguments(tmp_path, capsys):
+    """diagnose of a run given as Megatron-LM arguments had listed its next changes as Megatron Bridge overrides
+    ('comm_overlap.overlap_moe_expert_parallel_comm=true'), which such a launch cannot set."""
+    path = write_trace(deepep_rank_wait(), tmp_path / "rank0.json.gz")
+    launch = ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep --expert-model-parallel-size 8 "
+              "--bf16")
+    code = main(["diagnose", str(path), "--mlm-args", launch])
+    out = capsys.readouterr().out
+    assert code == 0 and "Next changes (Megatron-LM arguments)" in out and "--moe-deepep-num-sms 32" in out
+    assert "--overlap-moe-expert-parallel-comm; drop --moe-shared-expert-overlap" in out and "comm_overlap." not in out

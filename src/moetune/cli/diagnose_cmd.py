@@ -9,6 +9,8 @@ from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import synced_optimizer_switches
 from moetune.configio.load import load_config
 from moetune.configio.mlm import argument_dump_config
+from moetune.configio.names import LAUNCHER
+from moetune.emit.mlm import mlm_fix_words
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.planner import to_config as result_config
@@ -30,7 +32,7 @@ def _share(seconds: float, step: float | None) -> str:
     return f"{seconds / step:.1%}" if step else "-"
 
 
-def _print(result: DiagnoseResult) -> None:
+def _print(result: DiagnoseResult, mlm: bool = False) -> None:
     out, step = console(), result.step_seconds
     world = f" of {result.world_size}" if result.world_size else ""
     out.print(f"[bold]moetune diagnose[/bold]: {result.ranks} rank trace(s){world}, step {_ms(step)} ms")
@@ -52,9 +54,11 @@ def _print(result: DiagnoseResult) -> None:
     for note in result.notes:
         out.print(f"  note: {escape(note)}")
     if result.recommendations:
-        rows = [[r.rule, escape("\n".join(r.change)), escape(r.why)] for r in result.recommendations]
-        out.print(table("Next changes (Megatron Bridge overrides)", ["rule", "change", "why"], rows,
-                        justify_right_from=3))
+        # a Megatron-LM launch has no Bridge field to set: its changes are said as its arguments (emit/mlm.py)
+        rows = [[r.rule, escape(mlm_fix_words(r.overrides) if mlm else "\n".join(r.change)), escape(r.why)]
+                for r in result.recommendations]
+        words = "Megatron-LM arguments" if mlm else "Megatron Bridge overrides"
+        out.print(table(f"Next changes ({words})", ["rule", "change", "why"], rows, justify_right_from=3))
 
 
 def _print_comparison(cmp: dict) -> None:
@@ -114,16 +118,16 @@ def _run_gpu(config: dict | None, gpu: str | None, predicted, traces) -> GpuSpec
     return predicted.gpu if predicted is not None and not traces else None
 
 
-def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool) -> None:
+def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool, mlm: bool = False) -> None:
     """The diagnosis and, with a prediction, its wall-by-wall comparison: as JSON (the comparison under
-    "comparison") or as tables."""
+    "comparison") or as tables, the changes as Megatron-LM arguments for a Megatron-LM launch (`mlm`)."""
     if as_json:
         out = result.to_dict()
         if cmp is not None:
             out["comparison"] = cmp
         emit_json(out)
         return
-    _print(result)
+    _print(result, mlm)
     if cmp is not None:
         _print_comparison(cmp)
 
@@ -161,4 +165,5 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu,
                       priced_on=predicted.gpu if predicted is not None else None, force_gpu=force_gpu)
-    _emit(result, compare(predicted, result) if predicted is not None else None, as_json)
+    _emit(result, compare(predicted, result) if predicted is not None else None, as_json,
+          mlm=bool(config) and config.get(LAUNCHER) == "megatron-lm")

@@ -13,6 +13,7 @@ from moetune.configio.finalize import DP_OVERLAP, gathers_param_shards
 from moetune.configio.gates import VALUE_DEFAULTS, gate_on
 from moetune.configio.mlm import SPECIAL
 from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.normalize import Assignment, expand
 from moetune.configio.types import coerce
 from moetune.emit import values
 from moetune.emit.launch import entry_point
@@ -55,7 +56,7 @@ def mlm_fix_words(fix: dict[str, Any]) -> str:
     """A rule's fix (config names) as a Megatron-LM launch changes its arguments: the arguments to pass, each name as
     its flag with the value ('--moe-router-dtype fp32', '--no-gradient-accumulation-fusion'), then those to drop (a
     switch or list turned off: '; drop --use-torch-fsdp2'); a name with no Megatron-LM flag as written (name=value)."""
-    words = list(dict.fromkeys(_fix_word(k, v) for k, v in fix.items()))  # twins (_MLM_TWIN, SPECIAL) said once
+    words = list(dict.fromkeys(_fix_word(k, v) for k, v in _recipes_expanded(fix).items()))  # twins said once
     passed = " ".join(w for w in words if not w.startswith("drop "))
     dropped = ", ".join(w[len("drop "):] for w in words if w.startswith("drop "))
     return "; ".join(filter(None, (passed, dropped and f"drop {dropped}")))
@@ -83,6 +84,21 @@ def _special_word(name: str, value: Any) -> str | None:
             if key == name and isinstance(given, bool) and value is (not given):
                 return f"drop {flag}"
     return None
+
+
+def _recipes_expanded(fix: dict[str, Any]) -> dict[str, Any]:
+    """FIX with a named Bridge mixed-precision recipe (diagnose's 'mixed_precision: bf16_with_mxfp8_mixed') as the
+    fields it sets that Megatron-LM has an argument for (configio/normalize.py expand): such a launch has no recipe
+    names, and the recipe's dtypes are what --bf16 / --fp16 already give."""
+    out: dict[str, Any] = {}
+    for name, value in fix.items():
+        if name != "mixed_precision" or not isinstance(value, str):
+            out[name] = value
+            continue
+        for a in expand(Assignment(key=name, value=value, origin="fix")):
+            if getattr(names().get(a.key), "mlm_flag", ""):
+                out[a.key] = a.value
+    return out
 
 
 def _fix_word(name: str, value: Any) -> str:
