@@ -185,14 +185,13 @@ def _is_iteration(line: str) -> re.Match | None:
 def _last_run(lines: list[str]) -> tuple[int, int, int | None]:
     """(index of the line the log's last run starts at, how many runs it holds, index of a launch after the last
     iteration line that logged none: it stopped before training, None where there is none). A run starts again where,
-    after an
-    iteration line, Megatron's start-up lines (_STARTUP) come before the next one (a job restarted from a checkpoint,
-    at whatever iteration it resumes, or two runs appended to one file), or where an iteration number falls below the
-    one logged before it. The new run starts at its launch's first start-up line, so what the previous run printed
-    last (its OOM, its memory report) stays with it and the new run's argument dump is its own; with no start-up
-    lines, on the line after the previous run's last iteration line. Of launches between two iteration lines, the
-    last counts (an earlier one that failed at start-up logged no iteration): a launch prints each start-up line once,
-    so one printed again begins the next."""
+    after an iteration line, Megatron's start-up lines (_STARTUP) come before the next one (a job restarted from a
+    checkpoint, at whatever iteration it resumes, or two runs appended to one file), or where an iteration number falls
+    below the one logged before it. The new run starts at its launch's first start-up line, so what the previous run
+    printed last (its OOM, its memory report) stays with it and the new run's argument dump is its own; with no start-up
+    lines, on the line after the previous run's last iteration line. Of launches between two iteration lines, the last
+    counts (an earlier one that failed at start-up logged no iteration): a launch prints each start-up line once, so one
+    printed again begins the next."""
     start, runs, last, at = 0, 1, None, 0
     launch, seen = None, set()  # first line of the latest launch since the last iteration line; its start-up lines
     for i, line in enumerate(lines):
