@@ -83,6 +83,16 @@ def build_workload(kw: dict) -> Workload:
     return Workload(seq_length=kw["seq"], micro_batch_size=kw["mbs"], global_batch_size=kw["gbs"])
 
 
+def _megatron_fsdp_clashes(kw: dict) -> None:
+    """--megatron-fsdp beside a flag Megatron refuses it with, as one line."""
+    if kw["megatron_fsdp"] and kw["no_distributed_optimizer"]:  # Knobs turns it on as Megatron does; a flag is read
+        raise MoetuneError("--megatron-fsdp runs the distributed optimizer (Megatron-LM and Bridge turn it on under "
+                           "Megatron FSDP): drop --no-distributed-optimizer")
+    if kw["megatron_fsdp"] and kw["optimizer"] == "muon":  # as plan refuses the two pins (planner/search.py)
+        raise MoetuneError("--megatron-fsdp with --optimizer muon: Megatron-LM asserts Megatron FSDP runs Adam or SGD "
+                           "only (arguments.py validate_args @core_v0.18.2; rule fsdp.muon); drop one of them")
+
+
 def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tuple[Knobs, list[str]]:
     """Knobs from the options; those left out take the platform defaults, and are listed. A graph scope left out is
     defaulted here alone, whole: the model's (defaults.default_scope: a hybrid's Mamba mixers graphed too), narrowed
@@ -116,12 +126,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
     scope_text = kw["cuda_graph_scope"]
     scopes = (scope_words(scope_text, "--cuda-graph-scope") if scope_text is not None
               else pick("cuda_graph_scope", None, default_scope(spec, gpu)))
-    if kw["megatron_fsdp"] and kw["no_distributed_optimizer"]:  # Knobs turns it on as Megatron does; a flag is read
-        raise MoetuneError("--megatron-fsdp runs the distributed optimizer (Megatron-LM and Bridge turn it on under "
-                           "Megatron FSDP): drop --no-distributed-optimizer")
-    if kw["megatron_fsdp"] and kw["optimizer"] == "muon":  # as plan refuses the two pins (planner/search.py)
-        raise MoetuneError("--megatron-fsdp with --optimizer muon: Megatron-LM asserts Megatron FSDP runs Adam or SGD "
-                           "only (arguments.py validate_args @core_v0.18.2; rule fsdp.muon); drop one of them")
+    _megatron_fsdp_clashes(kw)
     modules = parse_modules(kw["recompute_modules"])
     recompute = kw["recompute"]
     if modules and recompute == "none":

@@ -31,7 +31,7 @@ from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domai
 from moetune.layout.validate import (
     ep_first_sizes,
 )
-from moetune.rules.derive_layers import context_parallel, gemm_shapes, value, vpp2_runs
+from moetune.rules.derive_layers import context_parallel, dense_mlp, gemm_shapes, value, vpp2_runs
 from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of, spanning_backend
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
@@ -110,7 +110,7 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["ep_first_ep"], d["ep_first_etp"] = ep_first_sizes(int(experts), d["ep"], d["etp"])
     freq = value(config, "model.moe_layer_freq")  # a per-layer 0/1 list, or every N-th layer (an int)
     d["moe_freq_layers"] = len(freq) if isinstance(freq, list) else None
-    d["dense_mlp"] = _dense_mlp(config, d["is_moe"], freq, value(config, "model.hybrid_layer_pattern"))
+    d["dense_mlp"] = dense_mlp(config, d["is_moe"], freq, value(config, "model.hybrid_layer_pattern"))
     # each routed expert's FFN width: moe_ffn_hidden_size, else ffn_hidden_size where Megatron-LM runs the launch
     # (transformer_config.py takes it when unset); a Bridge config silent on it leaves it to its recipe
     mlm = config.get(LAUNCHER) == "megatron-lm"
@@ -156,19 +156,6 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
                                                         d["deepep_supported"])
         # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
         d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
-
-
-def _dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any, hybrid_pattern: Any) -> bool | None:
-    """Whether the config builds dense MLP layers (ffn_hidden_size split over TP, rule shape.ffn_divisible_by_tp):
-    every layer without experts, the 0s of a moe_layer_freq list, all but every N-th layer (an int N > 1); None
-    where the config leaves its experts to a recipe (Bridge overrides; a Megatron-LM launch without experts is
-    dense). A Mamba hybrid builds one only for each '-' of its hybrid_layer_pattern (Megatron-Core
-    hybrid_layer_allocation.py): the 0s of its moe_layer_freq are Mamba and attention layers."""
-    if isinstance(hybrid_pattern, str) and hybrid_pattern:
-        return "-" in hybrid_pattern
-    if not is_moe:
-        return True if "model.num_moe_experts" in config or config.get(LAUNCHER) == "megatron-lm" else None
-    return 0 in freq if isinstance(freq, list) else isinstance(freq, int) and freq > 1
 
 
 def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
-"""Derived facts about the layers a config builds: its context-parallel exchange and the head splits CP needs
-(attention, Mamba-2, gated delta-net), the 4K-shard CP, and whether its pipeline split holds at VPP 2. Read by
-rules/derive.py, which assembles every ``derived.*`` fact."""
+"""Derived facts about the layers a config builds: whether it builds dense MLP layers, its context-parallel exchange
+and the head splits CP needs (attention, Mamba-2, gated delta-net), the 4K-shard CP, and whether its pipeline split
+holds at VPP 2. Read by rules/derive.py, which assembles every ``derived.*`` fact."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from moetune.configio.finalize import sequence_parallel
 from moetune.configio.layout_map import UNEVEN_SPLIT, layout_settings
-from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
 from moetune.errors import MoetuneError
 from moetune.layout.gemm_shapes import Widths, gemm_refusal, token_fix
 from moetune.layout.layout import Layout
@@ -25,6 +25,19 @@ def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
         return config[name]
     default = names().default(name)
     return fallback if default is NO_DEFAULT else default
+
+
+def dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any, hybrid_pattern: Any) -> bool | None:
+    """Whether the config builds dense MLP layers (ffn_hidden_size split over TP, rule shape.ffn_divisible_by_tp):
+    every layer without experts, the 0s of a moe_layer_freq list, all but every N-th layer (an int N > 1); None
+    where the config leaves its experts to a recipe (Bridge overrides; a Megatron-LM launch without experts is
+    dense). A Mamba hybrid builds one only for each '-' of its hybrid_layer_pattern (Megatron-Core
+    hybrid_layer_allocation.py): the 0s of its moe_layer_freq are Mamba and attention layers."""
+    if isinstance(hybrid_pattern, str) and hybrid_pattern:
+        return "-" in hybrid_pattern
+    if not is_moe:
+        return True if "model.num_moe_experts" in config or config.get(LAUNCHER) == "megatron-lm" else None
+    return 0 in freq if isinstance(freq, list) else isinstance(freq, int) and freq > 1
 
 
 def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
