@@ -22,3 +22,19 @@ def test_a_bridge_config_keeps_its_config_names(capsys):
                         "model.tensor_model_parallel_size=2", "--gpu", "h100", "--gpus", "16", "--model",
                         "qwen3-30b-a3b"], capsys)
     assert "model.moe_router_dtype=fp32" in " ".join(out.split())
+
+
+def test_estimate_and_explain_write_a_bridge_fix_as_check_does(capsys):
+    """estimate/explain's check lines had written a fix's values as Python does (None, True, ['moe_act']), where check
+    and the overrides files write null, true, [moe_act]; and rich had read brackets as markup, dropping
+    cp.hcp_sizes' '[a2a, p2p]' from its message."""
+    from moetune.cli.output import print_checks
+
+    print_checks([{"severity": "error", "rule": "cp.hcp_sizes", "message": "needs sizes [a2a, p2p] whose product",
+                   "fix": {}}])
+    assert "needs sizes [a2a, p2p] whose product" in capsys.readouterr().out
+    print_checks([{"severity": "warning", "rule": "fit.x", "message": "m",
+                   "fix": {"model.recompute_method": None, "model.recompute_modules": ["moe_act", "mlp"],
+                           "train.manual_gc": True}}])
+    assert ("(fix: model.recompute_method=null, model.recompute_modules=[moe_act,mlp], train.manual_gc=true)"
+            in " ".join(capsys.readouterr().out.split()))

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from moetune.configio.names import LAUNCHER
 from moetune.emit.mlm import mlm_fix_words
+from moetune.emit.values import hydra
 from moetune.walls.cp_legal import exchange_text
 from moetune.words import words
 
@@ -80,10 +81,12 @@ def print_checks(found: list[dict], mlm: bool = False) -> None:
     Megatron-LM arguments for a Megatron-LM launch: `mlm`, emit/mlm.py)."""
     out = console()
     for c in found:
-        fix = mlm_fix_words(c["fix"]) if mlm else ", ".join(f"{k}={v}" for k, v in c["fix"].items())
+        # values as check and the overrides files write them (null, true, [a,b]), not Python's None / True / ['a']
+        fix = mlm_fix_words(c["fix"]) if mlm else ", ".join(f"{k}={hydra(v)}" for k, v in c["fix"].items())
         withdrawn = c.get("fix_withdrawn") and f" (no fix: its own would trip {', '.join(c['fix_withdrawn'])})"
-        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {c['message']}" + (f" (fix: {fix})" if fix else "")
-                  + (withdrawn or ""))
+        # escaped: a message or fix may hold brackets ('[moe_act,mlp]', '[a2a, p2p]') that rich reads as markup
+        out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {escape(c['message'])}"
+                  + (f" (fix: {escape(fix)})" if fix else "") + escape(withdrawn or ""))
 
 
 def attention_notes(e) -> list[str]:
