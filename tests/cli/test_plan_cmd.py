@@ -199,3 +199,14 @@ def test_plan_names_a_faster_cp_layout_its_short_context_weight_ranked_off(capsy
     code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "12288", "--gbs", "48",
                         "--top", "3"], capsys)
     assert f"--fix cp={alt['layout']['cp']}` lists it" in " ".join(out.split())
+
+
+def test_a_check_on_the_pick_keeps_its_brackets(capsys, monkeypatch):
+    """plan's 'Check on #1' line had handed the rule's message to rich as markup, which drops '[a2a, p2p]'."""
+    import moetune.cli.plan_cmd as plan_cmd
+
+    check = {"severity": "error", "rule": "cp.hcp_sizes", "message": "needs sizes [a2a, p2p] whose product", "fix": {}}
+    monkeypatch.setattr(plan_cmd, "pick_checks", lambda pick, found=None, row=None: [check])
+    code, out, _ = run(["plan", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--top", "1"],
+                       capsys)
+    assert code == 0 and "cp.hcp_sizes: needs sizes [a2a, p2p] whose product" in " ".join(out.split())

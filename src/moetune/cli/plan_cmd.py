@@ -145,7 +145,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
                             "and up) the mean at its busiest expert rank: why the pick keeps ETP over the seeds' EP "
                             "first; `explain --plan` compares the two")
         for f in pick_checks(pick, found) if pick else []:
-            console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {f['message']}{_fix_text(f, pick)}")
+            console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {escape(f['message'])}"
+                            f"{_fix_text(f, pick)}")  # escaped: brackets in a message are no markup
         if fp8:
             console().print(f"[bold]{caveat_label(fp8)}[/bold]: the pick runs {caveat_text(fp8)}")
         if fp4:
