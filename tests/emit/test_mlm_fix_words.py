@@ -12,7 +12,9 @@ from moetune.emit.mlm import mlm_fix_words
      "--expert-model-parallel-size 16 --expert-tensor-parallel-size 1"),
     ({"model.gradient_accumulation_fusion": False}, "--no-gradient-accumulation-fusion"),  # a store_false switch
     ({"dist.use_torch_fsdp2": False}, "drop --use-torch-fsdp2"),  # a store_true switch turned off
-    ({"model.recompute_modules": []}, "drop --recompute-modules"),
+    # selective over no module recomputes nothing; left out, --recompute-modules would be core_attn
+    ({"model.recompute_modules": []}, "drop --recompute-granularity, --recompute-modules"),
+    ({"model.recompute_modules": None}, "drop --recompute-modules"),
     ({"model.sequence_parallel": True}, "--sequence-parallel"),
     ({"model.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": False},
      "--overlap-moe-expert-parallel-comm; drop --moe-shared-expert-overlap"),

@@ -105,6 +105,10 @@ def _fix_word(name: str, value: Any) -> str:
     if (row := names().get(name)) is not None and row.canonical:  # an alias: the flag is its normalized name's
         name = row.canonical
     name = _MLM_TWIN.get(name, name)
+    if name == "model.recompute_modules" and value == []:
+        # selective over no module recomputes nothing (transformer_config.py @ core_v0.18.2); --recompute-modules takes
+        # one value or more (argument_utils.py nargs '+') and, left out, is core_attn: no recompute says it
+        return "drop --recompute-granularity, --recompute-modules"
     if not getattr(names().get(name), "mlm_flag", "") and (special := _special_word(name, value)):
         return special
     line, comment = _flag_line(name, value)
