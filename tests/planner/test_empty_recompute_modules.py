@@ -31,3 +31,18 @@ def test_core_attn_rules_read_what_megatron_recomputes(sets, flagged):
     assert ("fit.core_attn_fused_attention" in fired) is flagged
     long = {f.rule for f in evaluate(load_config(sets=SELECTIVE + sets + ["model.seq_length=65536"]))}
     assert ("longctx.sdpa_recompute" in long) is flagged
+
+
+def test_megatron_lm_arguments_of_an_empty_module_list_recompute_nothing(tmp_path):
+    """emit's Megatron-LM arguments of such a config had said '--recompute-granularity selective' alone, which
+    Megatron-LM runs as core_attn recompute (--recompute-modules left out; it cannot be given empty): now the
+    granularity is left off too, with a note, so the launch recomputes nothing, as the config does."""
+    from moetune.emit import emit_all
+
+    config = load_config(sets=SELECTIVE + ["model.seq_length=4096", "model.recompute_modules=[]",
+                                           "mixed_precision.bf16=true"], gpu="gb300", gpus=8)
+    text = emit_all(config)["megatron_lm_args.txt"]
+    (tmp_path / "megatron_lm_args.txt").write_text(text)
+    assert "\n--recompute-granularity" not in text and "# left off: --recompute-granularity selective" in text
+    _, _, knobs = from_config(load_config([tmp_path / "megatron_lm_args.txt"], gpu="gb300", gpus=8))
+    assert knobs.effective_modules == frozenset() and knobs.recompute == "none"

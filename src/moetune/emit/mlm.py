@@ -199,7 +199,9 @@ def _refused_by_megatron_lm(config: dict[str, Any]) -> tuple[set[str], list[str]
     (arguments.py): --overlap-param-gather needs --overlap-grad-reduce and something whose shards it gathers (the
     distributed optimizer, Megatron FSDP or, from core_v0.17.0, dist_muon: :1003-1006 @core_v0.18.2), and
     --overlap-param-gather-with-optimizer-step needs --overlap-param-gather; --tp-comm-overlap needs sequence
-    parallelism, which Megatron-LM turns off at TP=1 (Bridge drops the overlap silently there)."""
+    parallelism, which Megatron-LM turns off at TP=1 (Bridge drops the overlap silently there). Selective recompute
+    over no module recomputes nothing (transformer_config.py @ core_v0.18.2), which Megatron-LM cannot spell
+    (--recompute-modules takes one value or more, and left out is core_attn): its granularity is left off too."""
     left, notes = set(), []
     sharded = gathers_param_shards(config)
     if config.get("ddp.overlap_param_gather") and not (config.get("ddp.overlap_grad_reduce") and sharded):
@@ -216,6 +218,10 @@ def _refused_by_megatron_lm(config: dict[str, Any]) -> tuple[set[str], list[str]
         left.add("comm_overlap.tp_comm_overlap")
         notes.append(f"# left off: --tp-comm-overlap (Megatron-LM asserts sequence parallelism, off at TP={tp}; "
                      "Bridge turns the overlap off there)")
+    if config.get("model.recompute_granularity") == "selective" and config.get("model.recompute_modules") == []:
+        left.add("model.recompute_granularity")
+        notes.append("# left off: --recompute-granularity selective (over no module it recomputes nothing; "
+                     "--recompute-modules cannot be given empty, and left out it is core_attn)")
     return left, notes
 
 
