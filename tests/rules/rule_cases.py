@@ -391,6 +391,10 @@ CASES: dict[str, Case] = {
                                                     "cluster.launcher=megatron-lm")),
     "fsdp.megatron_fsdp_no_shard": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor",
                                           "ddp.data_parallel_sharding_strategy=no_shard")),
+    # 8 GPUs at TP 8 (ETP 8 inherited): DP 1, EDP 1
+    "fsdp.megatron_fsdp_one_rank": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor",
+                                          "model.tensor_model_parallel_size=8", "model.sequence_parallel=true"),
+                                        gpus=8),
     "fsdp.outer_optim_needs_hybrid_full_sharding": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor",
                                                           "ddp.outer_dp_sharding_strategy=optim",
                                                           "ddp.num_distributed_optimizer_instances=2",
