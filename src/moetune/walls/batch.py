@@ -182,7 +182,8 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     _, inverse = distinct_shapes(b)
     times = {k: [_expand(x, inverse) for x in v] for k, v in on_shapes.items()}
     # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers
-    layers = b.counts @ np.stack([np.hstack(times[k]) for k in b.kinds], axis=1)
+    per_layer = np.stack([np.hstack(times[k]) for k in b.kinds], axis=1)
+    layers = b.counts @ per_layer
     staged = layers + b.mtp[:, :, None] * np.hstack(times[spec.mtp_layer_kind])[:, None, :] if spec.mtp_num_layers \
         else layers
     compute, comm, host, hidden_ep, regain = np.moveaxis(staged, 2, 0)
@@ -197,7 +198,7 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 
     # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
     # a stage past the last reads as the first, held by no rank
-    cost = np.hstack([sum(times[k][:3]) for k in b.kinds])  # a decoder layer's compute, exposed comm and host
+    cost = per_layer[:, :, :3].sum(axis=2)  # a decoder layer's compute, exposed comm and host, (n, K)
     fixed = total - layers[:, :, :3].sum(axis=2)
     fixed = np.where(b.valid, fixed, fixed[:, :1])
     ranks = b.ranks.astype(float)

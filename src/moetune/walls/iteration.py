@@ -14,6 +14,7 @@ from moetune.walls.model_state import (
     FP32_GRAD_BYTES,
     MASTER_BYTES,
     WEIGHT_BYTES,
+    grad_bytes,
     optimizer_divisors,
     optimizer_state_bytes,
 )
@@ -161,7 +162,7 @@ def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict)
     off); under torch FSDP2, one micro-batch's pair over DP x CP (fsdp2_traffic); Megatron FSDP's the distributed
     optimizer's where its strategy shards the optimizer (dp_raw_seconds counts them: layout/dp_sharding.py), else the
     all-reduce, and between its copies megatron_fsdp_outer_traffic."""
-    grad = 4 if knobs.main_grads_fp32 else 2
+    grad = grad_bytes(knobs)
     muon = knobs.optimizer == "muon"
     # the distributed optimizer's copies (num_distributed_optimizer_instances): each reduce-scatters and gathers over
     # its own share of the ranks (Megatron-Core parallel_state.py intra partial DP groups, contiguous in DP order), and
