@@ -8,6 +8,7 @@ from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
+from moetune.layout.dp_sharding import fsdp_optimizer_refusal
 from moetune.layout.knobs import CP1_COMM_TYPES, TUNED_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
@@ -88,9 +89,8 @@ def _megatron_fsdp_clashes(kw: dict) -> None:
     if kw["megatron_fsdp"] and kw["no_distributed_optimizer"]:  # Knobs turns it on as Megatron does; a flag is read
         raise MoetuneError("--megatron-fsdp runs the distributed optimizer (Megatron-LM and Bridge turn it on under "
                            "Megatron FSDP): drop --no-distributed-optimizer")
-    if kw["megatron_fsdp"] and kw["optimizer"] == "muon":  # as plan refuses the two pins (planner/search.py)
-        raise MoetuneError("--megatron-fsdp with --optimizer muon: Megatron-LM asserts Megatron FSDP runs Adam or SGD "
-                           "only (arguments.py validate_args @core_v0.18.2; rule fsdp.muon); drop one of them")
+    if why := fsdp_optimizer_refusal(kw["megatron_fsdp"], kw["optimizer"]):  # as plan refuses the two pins
+        raise MoetuneError(f"--megatron-fsdp with --optimizer {kw['optimizer']}: {why}; drop one of them")
 
 
 def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tuple[Knobs, list[str]]:

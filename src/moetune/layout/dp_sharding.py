@@ -100,6 +100,15 @@ def pending_grad_elements(largest, mean_unit, layer_elements, suggested=None, do
     return np.minimum(unit * (np.floor(communication_unit(mean_unit, suggested) / unit) + 2), layer_elements)
 
 
+def fsdp_optimizer_refusal(strategy: str | None, optimizer: str) -> str | None:
+    """Why Megatron FSDP cannot run this optimizer (None where it can): Megatron-LM asserts Adam or SGD under it. The
+    pins and flags that ask for both (plan's --fix, estimate's --megatron-fsdp) say it with their own names."""
+    if strategy and optimizer not in ("adam", "sgd"):
+        return ("Megatron-LM asserts Megatron FSDP runs Adam or SGD only (arguments.py validate_args @core_v0.18.2; "
+                "rule fsdp.muon)")
+    return None
+
+
 def check_outer_sharding(outer: str, strategy: str | None, copies: int) -> None:
     """Refuse an outer_dp_sharding_strategy that Megatron FSDP refuses: a value outside OUTER_DP_SHARDING
     (arguments.py --outer-dp-sharding-strategy choices @core_v0.19.0), and "optim" without Megatron FSDP's hybrid

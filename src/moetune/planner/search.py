@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from moetune.errors import MoetuneError
+from moetune.layout.dp_sharding import fsdp_optimizer_refusal
 from moetune.layout.layout import Layout
 from moetune.layout.modules import unsaved_offloads
 from moetune.layout.validate import LONG_CONTEXT, Workload
@@ -150,10 +151,9 @@ def _pins_agree(fixed: dict) -> None:
         raise MoetuneError(f"--fix ep_overlap=true with pp={fixed['pp']} needs VPP > 1 (seeds/003 Prerequisites: with "
                            "PP, virtual_pipeline_model_parallel_size must be set; Megatron-Core asserts it) but "
                            "--fix vpp=1 is pinned; drop one of the pins")
-    if fixed.get("megatron_fsdp") and fixed.get("optimizer") == "muon":
-        raise MoetuneError(f"--fix megatron_fsdp={fixed['megatron_fsdp']} with optimizer=muon: Megatron-LM asserts "
-                           "Megatron FSDP runs Adam or SGD only (arguments.py validate_args @core_v0.18.2; rule "
-                           "fsdp.muon); drop one of the pins")
+    if why := fsdp_optimizer_refusal(fixed.get("megatron_fsdp"), fixed.get("optimizer", "adam")):
+        raise MoetuneError(f"--fix megatron_fsdp={fixed['megatron_fsdp']} with optimizer={fixed['optimizer']}: {why}; "
+                           "drop one of the pins")
     offload = fixed.get("offload_modules", frozenset())
     if offload and fixed.get("recompute") == "full":
         raise MoetuneError("--fix offload_modules with recompute=full: full recompute keeps only layer inputs, so "
