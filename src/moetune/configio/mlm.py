@@ -1,6 +1,7 @@
 """Read Megatron-LM command-line arguments into Bridge dotted assignments.
 
-Accepts a bare argument list or a whole launch line/script (``torchrun ... pretrain_gpt.py --tp ...``):
+Accepts a bare argument list or a whole launch line/script (``torchrun ... pretrain_gpt.py --tp ...``; a script
+is first run through configio/shell.py, which expands its arrays and branches into the training command's words):
 parsing starts after the last ``*.py`` token, or at the first ``--flag``. ``NAME=value`` words before
 that (``CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun ...``, ``export NAME=value``) become ``env.NAME``.
 Every flag must be one Megatron-LM's parser knows (megatron_names.csv lists all of them, dumped from
@@ -16,7 +17,6 @@ import ast
 import difflib
 import os
 import re
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +24,8 @@ from moetune.configio.gates import VALUE_DEFAULTS, gate_on
 from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
 from moetune.configio.normalize import FROM_LAYOUT, Assignment
 from moetune.configio.readers import PRAGMA, SHELL_NAME
+from moetune.configio.shell import launch_words
+from moetune.configio.shell_words import tokens
 from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
 
@@ -46,19 +48,16 @@ SPECIAL = {
 }
 
 
-def _tokens(text: str, origin: str) -> list[str]:
+def _tokens(text: str, origin: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """Pragma words, then the words of the launch the script runs, as bash expands them (configio/shell.py)."""
     pragmas = [line.strip()[len(PRAGMA):].strip() for line in text.splitlines()
                if line.strip().startswith(PRAGMA)]
-    try:
-        words = shlex.split(text.replace("\\\n", " "), comments=True)
-    except ValueError as err:
-        raise MoetuneError(f"{origin}: cannot split the Megatron-LM arguments ({err})") from None
-    return ["@pragma:" + p for p in pragmas] + words
+    return ["@pragma:" + p for p in pragmas] + launch_words(text, origin, os.environ if env is None else env)
 
 
 def has_flags(text: str, origin: str) -> bool:
     """Whether Megatron-LM argument text holds any --flag (comments and quotes read as a shell reads them)."""
-    return any(word.startswith("--") for word in _tokens(text, origin))
+    return any(not t.op and t.text.startswith("--") for t in tokens(text, origin))
 
 
 # words a launch line holds before the script's arguments: the launcher and its own options
@@ -130,7 +129,7 @@ def _flag_value(flag: str, values: list[str], origin: str):
 
 def parse_mlm(text: str, origin: str, env: Mapping[str, str] | None = None) -> list[Assignment]:
     """A Megatron-LM argument list or launch script; ``env``: the variables it sees (default: os.environ)."""
-    return parse_mlm_words(_tokens(text, origin), origin, env)
+    return parse_mlm_words(_tokens(text, origin, env), origin, env)
 
 
 def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None = None,

@@ -1,0 +1,206 @@
+"""Read a bash launch script as bash would run it, up to the command that starts Megatron-LM's training script, and
+give that command's words with the environment it sees (configio/mlm.py reads the --flags).
+
+Megatron-LM's own examples build the arguments in bash arrays, append to them under `if`, and run
+`torchrun ... pretrain_gpt.py ${ARGS[@]}` (examples/mixtral/train_mixtral_8x7b_distributed.sh), or put that line in
+a string handed to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh). Read,
+in order: variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`,
+`local`, `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `{ }` groups and
+`bash -c STRING`. No other command runs: loops, `case` and functions are not entered, and a condition that would
+run a command (`if grep ...`) decides nothing. Where such a condition guards an assignment or the training command,
+that is an error naming the line, never a guess.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+
+from moetune.configio.shell_expand import expand, expand_one
+from moetune.configio.shell_parse import DECLARE, Chain, If, Simple, Unread, parse
+from moetune.configio.shell_words import Vars, tokens
+from moetune.errors import MoetuneError
+
+# commands whose words may name a .py file without running it (`echo "launching pretrain_gpt.py"`)
+_NOT_LAUNCHERS = frozenset("echo printf cat cp mv ls rm git sed grep awk tee touch wget curl pip chmod mkdir cd "
+                           "source . test [ [[".split())
+_SHELLS = frozenset(("bash", "sh"))
+
+
+def launch_words(text: str, origin: str, env: Mapping[str, str]) -> list[str]:
+    """`NAME=value` words of the environment the training command sees (what the script exports, and the command's
+    own prefix), then the command's words. A text that runs no *.py (a bare argument list, an env file) gives every
+    variable it sets and every word of its commands, in order."""
+    run = _Run(Vars(scalars=dict(env), exported=set(env)), origin)  # the environment is exported
+    run.block(parse(tokens(text, origin), origin))
+    if run.found is not None:
+        return run.found
+    if run.unread_python is not None:
+        kind, line = run.unread_python
+        raise MoetuneError(f"{origin} line {line}: the training command runs inside a '{kind}', which moetune does "
+                           "not unroll (its values are computed as bash runs it); pass one run's arguments "
+                           "(a launch line, or --mlm-args)")
+    assigned = dict.fromkeys(run.vars.assigned)
+    return [f"{n}={run.vars.scalars[n]}" for n in assigned if n in run.vars.scalars] + run.words
+
+
+class _Run:
+    def __init__(self, env: Vars, origin: str):
+        self.vars, self.origin = env, origin
+        self.found: list[str] | None = None
+        self.words: list[str] = []  # every command's words, for a text with no training command
+        self.unread_python: tuple[str, int] | None = None
+
+    def block(self, nodes: list) -> None:
+        for node in nodes:
+            if self.found is not None:
+                return
+            if isinstance(node, Chain):
+                self.chain(node)
+            elif isinstance(node, If):
+                self.branch(node)
+            elif isinstance(node, Unread) and any(w.endswith(".py") for w in node.words):
+                self.unread_python = self.unread_python or (node.kind, node.line)
+
+    def branch(self, node: If) -> None:
+        for cond, body in node.branches:
+            holds = self.condition(cond) if cond else True
+            holds = holds if holds is None or not node.unless else not holds
+            if holds is None:
+                if any(_acts(n) for _, b in node.branches for n in b):
+                    raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell whether this 'if' holds "
+                                       "(its condition runs a command) and a branch sets what the launch reads; "
+                                       "write the branch's assignments without the 'if'")
+                return
+            if holds:
+                self.block(body)
+                return
+
+    def condition(self, chains: list[Chain]) -> bool | None:
+        holds = True
+        for chain in chains:
+            holds = self.chain(chain, condition=True)
+        return holds
+
+    def chain(self, chain: Chain, condition: bool = False) -> bool | None:
+        status: bool | None = True
+        for k, (conn, simple) in enumerate(chain.parts):
+            if k and status is not None and (conn == "&&") != status:
+                continue  # `a && b` runs b where a holds, `a || b` where it does not
+            if k and status is None:
+                if _acts(Chain([(None, simple)])):
+                    raise MoetuneError(f"{self.origin} line {simple.line}: moetune cannot tell whether the command "
+                                       f"before '{conn}' succeeds (it runs none), and what follows sets what the "
+                                       "launch reads; write it without the condition")
+                continue
+            status = self.simple(simple, condition)
+        return status
+
+    def simple(self, s: Simple, condition: bool) -> bool | None:
+        words = [w for raw in s.words for w in expand(raw, self.vars, keep_unset=True)]
+        if words and words[0] in ("[", "[[", "test", "!"):  # an unset variable is empty there, as bash reads it
+            if "[[" in words[:2]:  # no word splitting inside [[ ]]: an empty operand stays an operand
+                return _test([expand_one(raw, self.vars, keep_unset=False) for raw in s.words])
+            return _test([w for raw in s.words for w in expand(raw, self.vars, keep_unset=False)])
+        if not words or words[0] in DECLARE:
+            self.assign(s.assigns, export=bool(words) and words[0] == "export" or "-x" in words)
+            self.declared(words)
+            return True
+        if words[0] == "unset":
+            for name in words[1:]:
+                self.vars.scalars.pop(name, None)
+                self.vars.arrays.pop(name, None)
+                self.vars.exported.discard(name)
+            return True
+        return self.command(s, words, condition)
+
+    def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
+        prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
+        if words[0] not in _NOT_LAUNCHERS and any(w.endswith(".py") for w in words):
+            exported = dict.fromkeys(n for n in self.vars.assigned if n in self.vars.exported)
+            self.found = [f"{n}={self.vars.scalars[n]}" for n in exported if n in self.vars.scalars] + prefix + words
+            return True
+        if (script := _shell_string(words)) is not None:
+            inner = _Run(Vars(scalars=dict(self.vars.scalars), arrays=dict(self.vars.arrays),
+                              exported=set(self.vars.exported), assigned=list(self.vars.assigned)), self.origin)
+            inner.block(parse(tokens(script, self.origin), self.origin))
+            self.found = inner.found
+        self.words += prefix + words
+        return None if condition else True
+
+    def assign(self, assigns: list, export: bool) -> None:
+        for name, append, value in assigns:
+            if isinstance(value, list):
+                items = [w for raw in value for w in expand(raw, self.vars)]
+                self.vars.arrays[name] = (self.vars.arrays.get(name, []) if append else []) + items
+                self.vars.scalars.pop(name, None)
+            else:
+                now = expand_one(value, self.vars)
+                self.vars.set(name, (self.vars.get(name) or "") + now if append else now)
+            if export:
+                self.vars.exported.add(name)
+
+    def declared(self, words: list[str]) -> None:
+        """`export NAME` of a variable already set exports it."""
+        if words and words[0] == "export":
+            self.vars.exported |= {w for w in words[1:] if not w.startswith("-")}
+            self.vars.assigned += [w for w in words[1:] if w in self.vars.scalars and not w.startswith("-")]
+
+
+def _acts(node) -> bool:
+    """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
+    if isinstance(node, Chain):
+        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset")) or
+                   any(".py" in w for w in s.words) for _, s in node.parts)
+    if isinstance(node, If):
+        return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
+    return isinstance(node, Unread) and any(w.endswith(".py") for w in node.words)
+
+
+def _shell_string(words: list[str]) -> str | None:
+    """The script of `bash -c STRING` (or `sh -c`, after a launcher's own words: `srun ... bash -x -c STRING`)."""
+    for i, w in enumerate(words):
+        if w.rsplit("/", 1)[-1] in _SHELLS and "-c" in words[i + 1:]:
+            at = words.index("-c", i + 1)
+            return words[at + 1] if at + 1 < len(words) else None
+    return None
+
+
+def _test(words: list[str]) -> bool | None:
+    """`[ a = b ]`, `[[ a == b* ]]`, `test -n a`, and `!` before them: None for a form moetune does not read (file
+    tests, -a/-o, several clauses)."""
+    negate = words[0] == "!"
+    words = words[1:] if negate else words
+    pattern = bool(words) and words[0] == "[["  # only [[ ]] matches == against a glob pattern
+    if words and words[0] in ("[", "[[") and words[-1] in ("]", "]]"):
+        words = words[1:-1]
+    elif words and words[0] == "test":
+        words = words[1:]
+    holds = _clause(words, pattern)
+    return None if holds is None else holds != negate
+
+
+_NUMERIC = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
+            "-ge": int.__ge__}
+
+
+def _clause(words: list[str], pattern: bool) -> bool | None:
+    if len(words) == 1:
+        return words[0] != ""
+    if len(words) == 2 and words[0] in ("-n", "-z"):
+        return (words[1] != "") == (words[0] == "-n")
+    if len(words) != 3:
+        return None
+    a, op, b = words
+    if op in ("=", "==", "!="):
+        same = fnmatch.fnmatchcase(a, b) if pattern else a == b
+        return same != (op == "!=")
+    if op == "=~":
+        return re.search(b, a) is not None
+    if op in _NUMERIC:
+        try:
+            return _NUMERIC[op](int(a), int(b))
+        except ValueError:
+            return None
+    return None

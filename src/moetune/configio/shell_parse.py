@@ -1,0 +1,228 @@
+"""A bash script's statements as a small tree: simple commands (their assignments, arrays and words), `&&`/`||`
+chains, `if` branches, and the constructs configio/shell.py does not enter (loops, `case`, functions), kept whole so
+it can tell whether one of them holds the training command."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from moetune.configio.shell_words import Token
+from moetune.errors import MoetuneError
+
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
+_SEPARATORS = ("\n", ";", "&", "|", ";;")
+_REDIRECTS = (">", ">>", "<", ">&", "<&", "&>", "<<", "<<-")
+_LOOPS = ("for", "while", "until", "select")
+DECLARE = frozenset(("export", "declare", "typeset", "local", "readonly"))  # their NAME=value words assign
+
+
+@dataclass(slots=True)
+class Simple:
+    """One simple command: leading assignments (NAME=word, NAME+=word, NAME=(words)), then its words."""
+    line: int
+    assigns: list[tuple[str, bool, list[str] | str]] = field(default_factory=list)  # (name, +=, array or word)
+    words: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Chain:
+    """Simple commands joined by && / || (the first joined by None)."""
+    parts: list[tuple[str | None, Simple]]
+
+    @property
+    def line(self) -> int:
+        return self.parts[0][1].line
+
+
+@dataclass(slots=True)
+class If:
+    line: int
+    branches: list[tuple[list[Chain], list]]  # (condition, body); an `else` body's condition is empty
+    has_else: bool = False
+    unless: bool = False  # `cond || { body }`: the body runs where the condition fails
+
+
+@dataclass(slots=True)
+class Unread:
+    """A loop, `case` or function body: not entered (what it runs depends on values bash computes as it goes)."""
+    kind: str
+    line: int
+    words: list[str]
+
+
+@dataclass(slots=True)
+class _Kw:
+    kw: str
+    line: int
+
+
+def parse(tokens: list[Token], origin: str) -> list:
+    units = _units(tokens)
+    nodes, i = _block(units, 0, set(), origin)
+    if i < len(units):
+        raise MoetuneError(f"{origin} line {units[i].line}: '{units[i].kw}' without its opening keyword")
+    return nodes
+
+
+def _units(tokens: list[Token]) -> list:
+    """Chains and keywords, in order (a keyword opens its statement: `then A=1` is `then`, then `A=1`)."""
+    out, i = [], 0
+    while i < len(tokens):
+        parts, i = _chain(tokens, i)
+        if parts:
+            _split_keywords(parts, out)
+    return out
+
+
+_KEYWORDS = ("then", "do", "else", "{", "}", "fi", "done", "esac", "if", "elif", *_LOOPS, "case")
+
+
+def _keyword(word: str) -> str | None:
+    if word in _KEYWORDS:
+        return word
+    return "function" if word == "function" or word.endswith("()") else None
+
+
+def _split_keywords(parts: list, out: list) -> None:
+    s = parts[0][1]
+    while s.words and (kw := _keyword(s.words[0])):
+        out.append(_Kw(kw, s.line))
+        # `function name {`: the name goes with the keyword
+        s.words = s.words[2:] if s.words[0] == "function" else s.words[1:]
+    if not (s.words or s.assigns):
+        parts = parts[1:]
+        if parts:
+            parts[0] = (None, parts[0][1])
+    # `cmd || { ...; }`: the chain up to the group is its condition
+    group = next((k for k, (_, p) in enumerate(parts) if k and p.words[:1] == ["{"] and not p.assigns), None)
+    if group is None:
+        if parts:
+            out.append(Chain(parts))
+        return
+    out += [Chain(parts[:group]), _Kw("{" + parts[group][0], parts[group][1].line)]
+    rest = parts[group][1]
+    rest.words = rest.words[1:]
+    if rest.words or rest.assigns or parts[group + 1:]:
+        _split_keywords([(None, rest), *parts[group + 1:]], out)
+
+
+def _chain(tokens: list[Token], i: int) -> tuple[list, int]:
+    parts, conn = [], None
+    while i < len(tokens):
+        s, i = _simple(tokens, i)
+        if s.words or s.assigns:
+            parts.append((conn, s))
+        if i >= len(tokens):
+            break
+        tok = tokens[i]
+        i += 1
+        if tok.text in ("&&", "||"):
+            conn = tok.text
+        else:
+            break
+    return parts, i
+
+
+def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
+    s = Simple(line=tokens[i].line)
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.op and tok.text in (*_SEPARATORS, "&&", "||"):
+            return s, i
+        i += 1
+        if tok.op and tok.text in _REDIRECTS:
+            i += 1  # and its target
+        elif tok.op and tok.text == "(" and len(s.words) == 1 and not s.assigns:
+            s.words[-1] += "()"  # `name() {`: a function definition
+            i += 1 if i < len(tokens) and tokens[i].text == ")" else 0
+        elif tok.op:
+            continue  # a subshell's parentheses: its commands are read as the script's
+        elif (m := _ASSIGN.match(tok.text)) and (not s.words or s.words[0] in DECLARE or
+                                                 all(w in _KEYWORDS for w in s.words)):  # `then A=1`
+            if m.group(3) == "" and i < len(tokens) and tokens[i].text == "(":
+                words, i = _array(tokens, i + 1)
+                s.assigns.append((m.group(1), m.group(2) == "+", words))
+            else:
+                s.assigns.append((m.group(1), m.group(2) == "+", m.group(3)))
+        else:
+            s.words.append(tok.text)
+    return s, i
+
+
+def _array(tokens: list[Token], i: int) -> tuple[list[str], int]:
+    """The words of `NAME=( ... )` up to its `)` (newlines inside are blanks)."""
+    words = []
+    while i < len(tokens) and tokens[i].text != ")":
+        if not tokens[i].op:
+            words.append(tokens[i].text)
+        i += 1
+    return words, i + 1
+
+
+def _block(units: list, i: int, stop: set[str], origin: str) -> tuple[list, int]:
+    nodes = []
+    while i < len(units):
+        u = units[i]
+        if isinstance(u, Chain):
+            nodes.append(u)
+            i += 1
+        elif u.kw in stop:
+            return nodes, i
+        elif u.kw == "if":
+            node, i = _if(units, i, origin)
+            nodes.append(node)
+        elif u.kw in (*_LOOPS, "case", "function"):
+            node, i = _unread(units, i, origin)
+            nodes.append(node)
+        elif u.kw == "{":
+            body, i = _block(units, i + 1, {"}"}, origin)
+            nodes += body
+            i += 1
+        elif u.kw in ("{&&", "{||") and nodes and isinstance(nodes[-1], Chain):
+            body, i = _block(units, i + 1, {"}"}, origin)
+            nodes[-1] = If(line=u.line, branches=[([nodes[-1]], body)], unless=u.kw == "{||")
+            i += 1
+        else:
+            return nodes, i
+    return nodes, i
+
+
+def _if(units: list, i: int, origin: str) -> tuple[If, int]:
+    node, kw = If(line=units[i].line, branches=[]), "if"
+    while kw in ("if", "elif", "else"):
+        cond = []
+        i += 1
+        if kw != "else":
+            while i < len(units) and isinstance(units[i], Chain):
+                cond.append(units[i])
+                i += 1
+            _expect(units, i, "then", origin, node.line)
+            i += 1
+        body, i = _block(units, i, {"elif", "else", "fi"}, origin)
+        node.branches.append((cond, body))
+        node.has_else |= kw == "else"
+        _expect(units, i, ("elif", "else", "fi"), origin, node.line)
+        kw = units[i].kw
+    return node, i + 1
+
+
+def _unread(units: list, i: int, origin: str) -> tuple[Unread, int]:
+    """Skip a loop (to its `done`), a `case` (to its `esac`) or a function (to its closing `}`), nested alike."""
+    kind, line, depth, words = units[i].kw, units[i].line, 0, []
+    opens, closes = {"case": (("case",), "esac"), "function": (("{",), "}")}.get(kind, (_LOOPS, "done"))
+    for j in range(i, len(units)):
+        u = units[j]
+        if isinstance(u, Chain):
+            words += [w for _, s in u.parts for w in s.words]
+            continue
+        depth += (u.kw in opens) - (u.kw == closes)
+        if depth == 0 and u.kw == closes:
+            return Unread(kind, line, words), j + 1
+    raise MoetuneError(f"{origin} line {line}: '{kind}' is never closed ('{closes}')")
+
+
+def _expect(units: list, i: int, kws, origin: str, line: int) -> None:
+    if i >= len(units) or isinstance(units[i], Chain) or units[i].kw not in kws:
+        want = kws if isinstance(kws, str) else "' or '".join(kws)
+        raise MoetuneError(f"{origin} line {line}: this 'if' lacks its '{want}'")

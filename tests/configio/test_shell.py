@@ -1,0 +1,88 @@
+"""Launch scripts are read as bash runs them: Megatron-LM's own examples build their arguments in bash arrays,
+append under `if`, and run the training script from a string inside an sbatch here-document."""
+
+from pathlib import Path
+
+import pytest
+
+from moetune.configio import load_config
+from moetune.configio.shell import launch_words
+from moetune.errors import MoetuneError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+MIXTRAL_REAL = FIXTURES / "mlm_train_mixtral_8x7b_distributed.sh"  # bash arrays, as Megatron-LM ships it
+MIXTRAL_FLAT = FIXTURES / "mixtral_8x7b_megatron_lm.sh"  # the same launch with its arrays expanded by hand
+FSDP = FIXTURES / "mlm_sbatch_mfsdp_deepseek_v3.sh"
+
+
+def _words(text: str, env: dict | None = None) -> list[str]:
+    return launch_words(text, "t.sh", env or {})
+
+
+def test_megatron_lm_mixtral_example_reads_as_its_hand_expanded_launch():
+    real = load_config([MIXTRAL_REAL], gpu="h100", gpus=32)
+    flat = load_config([MIXTRAL_FLAT], gpu="h100", gpus=32)
+    model = {k: v for k, v in flat.items() if k.split(".")[0] in ("model", "train", "ddp", "mixed_precision", "env")}
+    assert model and {k: real.get(k) for k in model} == model
+
+
+def test_fsdp_sbatch_example_reads_the_branch_its_defaults_take():
+    config = load_config([FSDP], gpu="h100", gpus=64)
+    # PRETRAIN_ARGS, then the USE_MEGATRON_FSDP=1 branch (its default) appends the Megatron FSDP flags; the line
+    # runs from TRAINING_CMD under `bash -c` in the sbatch here-document
+    assert config["ddp.use_megatron_fsdp"] is True
+    assert config["ddp.data_parallel_sharding_strategy"] == "optim_grads_params"
+    assert config["ddp.fsdp_double_buffer"] is True
+    assert config["model.expert_model_parallel_size"] == 8 and config["train.micro_batch_size"] == 4
+    assert config["model.moe_flex_dispatcher_backend"] == "hybridep"
+    assert config["env.NCCL_IB_SL"] == "1"  # exported at the top
+
+
+def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
+    words = launch_words(FSDP.read_text(), str(FSDP), {"USE_MEGATRON_FSDP": "0"})
+    assert "--use-megatron-fsdp" not in words and "--overlap-grad-reduce" in words
+
+
+@pytest.mark.parametrize(("script", "expected"), [
+    # defaults, arrays, appends, elements holding spaces, integer arithmetic
+    ('N=${N:-"2"}\nA=(--a $N)\nA+=(--b "x y")\npython t.py "${A[@]}" --c $((N*4))',
+     ["--a", "2", "--b", "x y", "--c", "8"]),
+    # an unquoted expansion splits at blanks; a quoted one does not
+    ('X="--p 1"\npython t.py $X "$X"', ["--p", "1", "--p 1"]),
+    # an unset variable keeps its text, for the flag reader to name it
+    ("python t.py --tp ${TP}", ["--tp", "${TP}"]),
+    # a default's own quotes keep it one word; defaults nest
+    ('python t.py --a ${Z:-"q r"} --b ${X:-${Y:-7}}', ["--a", "q r", "--b", "7"]),
+    # a test reads an unset variable as empty; `[[ ]]` matches globs
+    ('if [ -n "$KEY" ]; then A=--x; elif [[ $M == gb* ]]; then A=--y; else A=--z; fi\npython t.py $A', ["--z"]),
+    ('M=gb200\nif [[ $M == gb* ]]; then A=--y; fi\npython t.py $A', ["--y"]),
+    ('[ "$M" = "" ] && A=--e || A=--f\npython t.py $A', ["--e"]),
+    ('mkdir -p out || { echo failed; exit 1; }\npython t.py --k', ["--k"]),
+    # redirections, pipes and comments are not arguments; echo names a .py without running it
+    ('echo "running t.py"\npython t.py --k 1 2>&1 | tee log.txt  # a comment', ["--k", "1"]),
+    # a here-document that feeds cat is text, not script (its quote is never closed)
+    ("cat <<EOF > notes.txt\ndon't\nEOF\npython t.py --k", ["--k"]),
+    # `(` inside an argument is text, as users write --moe-layer-freq
+    ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
+])
+def test_bash_forms(script, expected):
+    words = _words(script)
+    assert words[words.index("t.py") + 1:] == expected
+
+
+def test_only_exported_variables_reach_the_launch():
+    words = _words("export A=1\nB=2\nexport B2\nC=3 python t.py --k")
+    assert words[:words.index("python")] == ["A=1", "C=3"]
+
+
+@pytest.mark.parametrize(("script", "needle"), [
+    ("if grep -q x f; then ARGS+=(--bf16); fi\npython t.py ${ARGS[@]}", "line 1: moetune cannot tell whether"),
+    ("for EP in 8 16; do\n  python t.py --expert-model-parallel-size $EP\ndone", "line 1: the training command runs "
+                                                                                 "inside a 'for'"),
+    ("python t.py --tp '2", "the ' opened here is never closed"),
+    ("if [ 1 = 1 ]; then\npython t.py", "this 'if' lacks its"),
+])
+def test_scripts_moetune_cannot_read_are_one_line_errors(script, needle):
+    with pytest.raises(MoetuneError, match=needle) as err:
+        _words(script)
+    assert "\n" not in str(err.value)
