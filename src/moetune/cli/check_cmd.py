@@ -11,7 +11,7 @@ from rich.table import Table
 
 from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words
-from moetune.cli.output import console, emit_json
+from moetune.cli.output import console, emit_json, unknown_launcher_note
 from moetune.configio import load_config
 from moetune.configio.names import LAUNCHER
 from moetune.emit.mlm import mlm_fix_words
@@ -74,6 +74,7 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: l
 
     def from_result(data: dict, where: str) -> dict:
         results.append(result_config(data, where, rank=rank))
+        unknown_launcher_note(data, rank, where)
         if saved is not None:
             saved.append(pick_result(data, rank))
         return results[-1]

@@ -4,7 +4,7 @@ import click
 from rich.markup import escape
 
 from moetune.cli.options import config_words
-from moetune.cli.output import console, emit_json, table
+from moetune.cli.output import console, emit_json, launched_by_mlm, table, unknown_launcher_note
 from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import synced_optimizer_switches
 from moetune.configio.load import load_config
@@ -82,7 +82,10 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
         if model:
             raise MoetuneError("--plan and --model both name the prediction; pass one (--plan FILE, or --model with "
                                "--config)")
-        return estimate_from_json(read_json(plan_file, "--plan"), where=f"--plan {plan_file}")
+        saved, where = read_json(plan_file, "--plan"), f"--plan {plan_file}"
+        predicted = estimate_from_json(saved, where=where)
+        unknown_launcher_note(saved, 1, where)
+        return predicted
     if model is None:
         return None
     if not given:
@@ -97,13 +100,20 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
         raise MoetuneError(config_words(str(err), config)) from None
 
 
+def _result_config(data: dict, where: str) -> dict:
+    """A saved plan/estimate given as --config, read as check reads it (its launcher said where it records none)."""
+    config = result_config(data, where)
+    unknown_launcher_note(data, 1, where)
+    return config
+
+
 def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None) -> tuple[dict | None, TrainingLog | None]:
     """The run's config and its log. A Megatron-LM log's arguments are what ran: they fill in what --config, --set,
     --mlm-args, --gpu and --gpus do not say, for the prediction (a --model one) and the advice alike."""
     config = None
     if configs or sets or mlm_args is not None or gpu or gpus:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
-                             from_result=result_config)
+                             from_result=_result_config)
     log = read_log(log_path) if log_path else None
     dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
     return ({**dump, **config} if config is not None else (dump or None)), log
@@ -158,7 +168,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     if force_gpu and not (gpu or plan_file):  # it forces a GPU named to be the traces': without one it does nothing
         raise MoetuneError("--force-gpu prices the run on --gpu or the --plan's GPU; give one of them, or drop it")
     config, log = _run_config(configs, sets, mlm_args, gpu, gpus, log_path)
-    predicted = _prediction(config, model, plan_file, bool(configs or sets or mlm_args is not None))
+    given = bool(configs or sets or mlm_args is not None)
+    predicted = _prediction(config, model, plan_file, given)
     if predicted is not None and log is not None:  # before the traces are read: a log of another job compares nothing
         same_log_job(predicted, log)
     run_gpu = _run_gpu(config, gpu, predicted, traces)
@@ -166,4 +177,13 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu,
                       priced_on=predicted.gpu if predicted is not None else None, force_gpu=force_gpu)
     _emit(result, compare(predicted, result) if predicted is not None else None, as_json,
-          mlm=bool(config) and config.get(LAUNCHER) == "megatron-lm")
+          mlm=_launched_by_mlm(config, predicted, given))
+
+
+def _launched_by_mlm(config: dict | None, predicted, given: bool) -> bool:
+    """Whether the run is a Megatron-LM launch, so its advice says Megatron-LM arguments: as its config says where one
+    was `given` or a Megatron-LM log's arguments name the launcher (what ran), else as a saved --plan recorded
+    (Estimate.launcher); --gpu/--gpus alone say nothing of it."""
+    if config and (given or LAUNCHER in config):
+        return config.get(LAUNCHER) == "megatron-lm"
+    return predicted is not None and launched_by_mlm(predicted)

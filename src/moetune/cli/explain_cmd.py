@@ -8,7 +8,15 @@ from rich.markup import escape
 
 from moetune.cli.estimate_input import estimate_from_flags, load_overheads
 from moetune.cli.options import config_options, flags_a_saved_result_replaces, given, knob_options, layout_options
-from moetune.cli.output import console, emit_json, launched_by_mlm, print_checks, table, user_files_line
+from moetune.cli.output import (
+    console,
+    emit_json,
+    launched_by_mlm,
+    print_checks,
+    table,
+    unknown_launcher_note,
+    user_files_line,
+)
 from moetune.cli.plan_baseline import same_job
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
@@ -57,6 +65,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
         result = estimate_from_json(saved, rank, overheads=load_overheads(kw["overheads"]),
                                     efficiency_overrides=load_efficiency_file(kw["efficiency"], None),
                                     where=source)
+        unknown_launcher_note(saved, rank, source)
         if kw["token_imbalance"] is not None:  # the dropless factor a saved result may be weighed again under
             result = result.variant(knobs=replace(result.knobs, token_imbalance=kw["token_imbalance"]))
     else:

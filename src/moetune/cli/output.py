@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from moetune.configio.names import LAUNCHER
 from moetune.emit.mlm import mlm_fix_words
 from moetune.emit.values import hydra
+from moetune.planner.from_json import pick_result, saved_launcher
 from moetune.walls.cp_legal import exchange_text
 from moetune.words import words
 
@@ -72,8 +72,19 @@ def user_files_line(files: dict) -> str | None:
 
 
 def launched_by_mlm(result) -> bool:
-    """Whether an estimate was read from a Megatron-LM launch (its fixes are then said as Megatron-LM arguments)."""
-    return (result.source_config or {}).get(LAUNCHER) == "megatron-lm"
+    """Whether an estimate was read from a Megatron-LM launch (its fixes are then said as Megatron-LM arguments), a
+    saved one's as it recorded (planner/from_json.py saved_launcher)."""
+    return result.launcher == "megatron-lm"
+
+
+def unknown_launcher_note(data: dict, rank: int, where: str) -> None:
+    """One line on stderr where a saved result (result RANK of DATA) records no launcher, neither its own key nor the
+    FLOP counter of its launch: it is read as a Megatron Bridge launch, which a Megatron-LM launch's user would
+    otherwise take for moetune's answer to it (Bridge's names in its fixes, Bridge's rules)."""
+    if saved_launcher(pick_result(data, rank), where) is None:
+        click.echo(f"note: {where} does not say which launcher runs it (saved by an older moetune): read as a "
+                   "Megatron Bridge launch; for a Megatron-LM one, save its estimate again (`moetune estimate ... "
+                   "--mlm-args ... --json`)", err=True)
 
 
 def print_checks(found: list[dict], mlm: bool = False) -> None:

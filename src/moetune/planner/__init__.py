@@ -12,4 +12,7 @@ def to_config(data: dict, where: str = "result", rank: int = 1) -> dict:
         pick_result(data, rank)
     except MoetuneError as err:
         raise MoetuneError(f"{where}: {err}") from None
-    return estimate_to_config(estimate_from_json(data, rank, where=where))
+    result = estimate_from_json(data, rank, where=where)
+    # a Megatron-LM launch's saved result keeps its launcher (Estimate.launcher), which check and emit read as they
+    # read the launch's own config; a Bridge one's config stays as it was
+    return estimate_to_config(result) | (result.source_config or {})

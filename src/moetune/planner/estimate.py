@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field, fields
 
+from moetune.configio.names import LAUNCHER
 from moetune.layout.gemm_shapes import Widths, validate_gemm_shapes
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
@@ -66,6 +67,12 @@ class Estimate:
         return user_files(self.efficiency_overrides, self.overheads)
 
     @property
+    def launcher(self) -> str:
+        """The frontend that runs this configuration: "megatron-lm" where it was read from Megatron-LM arguments (its
+        config's cluster.launcher; a saved result's "launcher", planner/from_json.py saved_launcher), else "bridge"."""
+        return (self.source_config or {}).get(LAUNCHER) or "bridge"
+
+    @property
     def peak_bytes(self) -> int:
         return max(s.total for s in self.stages)
 
@@ -104,6 +111,9 @@ class Estimate:
             "model_source": self.model.name if self.model.source.startswith("built-in") else self.model.source,
             "gpu": self.gpu.ref,
             "gpus": lay.world_size,
+            # recorded so that a saved result read back (explain --plan, check, emit, diagnose --plan) words its fixes
+            # for the launch that runs it, and its rules weigh it as they weighed it here
+            "launcher": self.launcher,
             "layout": lay.as_dict(),
             "pipeline": {"first_stage_layers": lay.first_stage_layers, "last_stage_layers": lay.last_stage_layers,
                          "pipeline_layout": lay.pipeline_layout, "account_for_embedding": lay.account_for_embedding,

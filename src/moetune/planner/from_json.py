@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+from moetune.configio.names import LAUNCHER
 from moetune.errors import MoetuneError
 from moetune.files import FileTable
 from moetune.layout.knobs import Knobs
@@ -31,6 +32,24 @@ def pick_result(data: dict, rank: int = 1) -> dict:
     if rank > 1:
         raise MoetuneError(f"--rank {rank}: an estimate holds one result; --rank picks among a plan's results")
     return data
+
+
+LAUNCHERS = ("bridge", "megatron-lm")  # Estimate.launcher's values (data/megatron_names.csv cluster.launcher)
+
+
+def saved_launcher(r: dict, where: str = "result") -> str | None:
+    """The frontend that runs a saved result (R, picked): its "launcher"; for a result saved before moetune recorded
+    it, "megatron-lm" where its FLOP counter is Megatron-LM's, which only a launch read from Megatron-LM arguments
+    takes (time.flops_convention; from_config.trained_model), else "bridge"; None where it records neither (saved
+    before the counter was recorded too): not known, and read as Bridge's (the caller says so)."""
+    if "launcher" in r:
+        if r["launcher"] not in LAUNCHERS:
+            raise MoetuneError(f"{where}: launcher is {r['launcher']!r}, not one of {', '.join(LAUNCHERS)}: pass "
+                               "unmodified `moetune plan/estimate --json` output")
+        return r["launcher"]
+    time = r.get("time")
+    convention = time.get("flops_convention") if isinstance(time, dict) else None
+    return None if convention is None else "megatron-lm" if convention == "megatron-lm" else "bridge"
 
 
 class _NamesFile(MoetuneError):
@@ -89,6 +108,8 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     except MoetuneError as err:  # the saved configuration as a whole (its batch over its DP): the file is named
         raise _named(err, where) from None
     result.defaulted = _defaulted(r, model)
+    if saved_launcher(r, where) == "megatron-lm":  # all a saved result keeps of its launch config: rules read it
+        result.source_config = {LAUNCHER: "megatron-lm"}
     return result
 
 
