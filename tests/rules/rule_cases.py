@@ -399,6 +399,13 @@ CASES: dict[str, Case] = {
                                                           "ddp.outer_dp_sharding_strategy=optim",
                                                           "ddp.num_distributed_optimizer_instances=2",
                                                           "ddp.data_parallel_sharding_strategy=optim_grads")),
+    # Megatron FSDP's wrapper beside EP overlap (mcore_fsdp_adapter.py @core_v0.18.2): NCCL user buffers alone, which
+    # turn double buffering on after its check, and per-layer TE graphs
+    "fsdp.ep_overlap_double_buffer": Case(S(EP_OVERLAP, "dist.use_megatron_fsdp=true",
+                                            "checkpoint.ckpt_format=fsdp_dtensor", "ddp.nccl_ub=true")),
+    "fsdp.ep_overlap_layer_graphs": Case(S(EP_OVERLAP, "dist.use_megatron_fsdp=true",
+                                           "checkpoint.ckpt_format=fsdp_dtensor", TE_GRAPHS,
+                                           "model.cuda_graph_scope=[attn]")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
