@@ -406,6 +406,10 @@ CASES: dict[str, Case] = {
     "fsdp.ep_overlap_layer_graphs": Case(S(EP_OVERLAP, "dist.use_megatron_fsdp=true",
                                            "checkpoint.ckpt_format=fsdp_dtensor", TE_GRAPHS,
                                            "model.cuda_graph_scope=[attn]")),
+    "fsdp.nccl_ub_forces_double_buffer": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor", "ddp.nccl_ub=true",
+                                                "ddp.fsdp_double_buffer=false")),
+    "env.nccl_ub_expandable_segments": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor", "ddp.nccl_ub=true",
+                                              "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")),
 }
 
 # Rules whose condition rests on an estimator/profiler fact: applying the fix cannot change that fact.
