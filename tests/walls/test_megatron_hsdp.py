@@ -164,3 +164,57 @@ def test_the_batch_path_prices_hybrid_sharding_as_estimate_does(knobs):
     e = estimate(spec, gpu, LAYOUT, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), knobs)
     assert float(step) == pytest.approx(e.time["step_seconds"], rel=1e-9)
     assert float(peak) == pytest.approx(e.peak_bytes, rel=1e-9)
+
+
+def test_outer_gathers_repeat_in_every_forward_before_the_first_backward():
+    """Megatron FSDP gathers across its copies on every unit gather while microbatch_count is 0, and the count rises
+    only when a backward ends (megatron_fsdp.py @core_v0.19.0): at PP 1 the first micro-batch's forward and
+    backward; under 1F1B the first stage's PP - 1 warm-up forwards and one more too; interleaved (PP 4, VPP 2, 8
+    micro-batches: 10 warm-up chunks) the last chunk gathers in its 4 forwards before its backward opens the steady
+    phase, the first chunk in all 8 of its forwards, each + 1 for its backward: (5 + 9) / 2."""
+    from moetune.layout.dp_sharding import outer_gather_passes
+
+    assert outer_gather_passes(1, 1, 16) == 2
+    assert outer_gather_passes(4, 1, 8) == 5 and outer_gather_passes(4, 1, 2) == 3
+    assert outer_gather_passes(4, 2, 8) == 7 and outer_gather_passes(4, 2, 8, ep_overlap=True) == 7
+    assert outer_gather_passes(4, 2, 2) == 3  # every forward runs in the warm-up
+
+
+PIPELINE = Layout(world_size=64, ep=8, pp=4)  # DP 16, EDP 2; two copies: inner DP 8, inner EDP 1
+HSDP_PP, HFSDP_PP = (replace(k, num_distributed_optimizer_instances=2) for k in (HSDP, HFSDP))
+
+
+def test_a_pipeline_gathers_across_the_copies_once_more_per_warm_up_forward():
+    """The model had charged two passes (the first micro-batch's forward and backward) whatever the pipeline: at PP
+    4 with 16 micro-batches the first stage runs four forwards before its first backward ends, so five."""
+    from moetune.walls.iteration import iteration_terms
+
+    spec = load_model("qwen3-30b-a3b")
+    p = max(stage_params(spec, PIPELINE), key=lambda s: s.total)
+    gpu = job_gpu(load_gpu("h100"), PIPELINE.world_size)
+    eff = efficiency(gpu.key)
+    extra = {}
+    for m in (1, 16):
+        d_hsdp, _, _ = iteration_terms(spec, p.dense, p.expert, p.vocab, PIPELINE, HSDP_PP, gpu, eff, m)
+        d_hfsdp, _, _ = iteration_terms(spec, p.dense, p.expert, p.vocab, PIPELINE, HFSDP_PP, gpu, eff, m)
+        extra[m] = d_hfsdp.step_ag - d_hsdp.step_ag
+    vocab = ring_seconds(2 * p.vocab / 8, 2, 8, gpu, eff)
+    one_pass = (ring_seconds(2 * (p.dense - p.vocab) / 8, 2, 8, gpu, eff)
+                + ring_seconds(2 * p.expert / 1, 2, LAYOUT.ep, gpu, eff))
+    assert extra[1] == pytest.approx(2 * one_pass + vocab, rel=1e-9)
+    assert extra[16] == pytest.approx(5 * one_pass + vocab, rel=1e-9)
+
+
+@pytest.mark.parametrize("knobs", [HFSDP_PP, replace(HFSDP_PP, ep_overlap=True)])
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_the_batch_path_counts_the_pipeline_passes_as_estimate_does(knobs, vpp):
+    from moetune.walls.batch import batch_step_seconds
+    from moetune.walls.batch_layouts import build_batch
+
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
+    layout = replace(PIPELINE, vpp=vpp)
+    batch = build_batch(spec, [(layout, 1)])
+    step = batch_step_seconds(spec, batch, 4096, 256, knobs, gpu, efficiency(gpu.key))["step"][0]
+    e = estimate(spec, gpu, layout, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), knobs,
+                 with_memory=False)
+    assert float(step) == pytest.approx(e.time["step_seconds"], rel=1e-9)

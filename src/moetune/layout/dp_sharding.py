@@ -21,6 +21,7 @@ all-reduces full gradients and steps full optimizer states on every rank, as DDP
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -53,12 +54,51 @@ MEGATRON_FSDP_STRATEGIES = {
 # _bucket_group_gradient_reduce :4127-4213). "optim": the FP32 main weights, the main-gradient
 # view and so the optimizer state shard over inner and outer groups together, all the DP ranks, while the weights and
 # accumulating gradients stay in inner shards (the hfsdp helper buffers: param_and_grad_buffer.py :2317-2507);
-# the copies reduce-scatter the gradients at the last micro-batch and all-gather the stepped weights in the next
-# step's first micro-batch (megatron_fsdp.py all_gather_and_wait_parameters_ready :458-493, microbatch_count 0).
+# the copies reduce-scatter the gradients at the last micro-batch and all-gather the stepped weights with the next
+# step's unit gathers while microbatch_count is 0 (megatron_fsdp.py all_gather_and_wait_parameters_ready :458-493):
+# outer_gather_passes.
 OUTER_DP_SHARDING = ("no_shard", "optim")
 # Megatron FSDP's all-gather per FSDP unit a micro-batch under "optim_grads_params": before the forward, and again
 # before the backward (the forward's were released)
 UNIT_GATHERS = 2
+
+
+def outer_gather_passes(pp, vpp, microbatches, ep_overlap=False):
+    """Passes over a stage's FSDP units that also all-gather across the copies in a step, under outer "optim": a unit
+    gather asks for the copies' gather while its model chunk's microbatch_count is 0 (megatron_fsdp.py
+    all_gather_and_wait_parameters_ready :484-490 @core_v0.19.0), the count rises only when a backward ends
+    (_root_post_backward :884), and each forward released the unit (release_module_parameters), so every forward
+    that starts before its chunk's first backward ends gathers across the copies again, and so does that backward.
+    PP 1: the first micro-batch's forward and backward, 2. Under a pipeline, the first stage's count, as
+    overlap.ep_overlap_unpaired takes it (its warm-up opens the critical path): 1F1B, PP - 1 warm-up forwards and one
+    more before the first backward (at most every micro-batch), + 1; interleaved, Megatron's schedule walked
+    (schedules.py get_pp_rank_microbatches, get_schedule_table @core_v0.18.2: 2(PP-1) + (VPP-1)PP warm-up chunks,
+    one more under EP overlap, then a forward before each backward), each chunk's count + 1, the chunks' mean.
+    Arrays broadcast."""
+    passes = np.vectorize(_stage0_passes, otypes=[float])(pp, vpp, microbatches, bool(ep_overlap))
+    return passes if passes.ndim else float(passes)
+
+
+@lru_cache(maxsize=None)
+def _stage0_passes(pp: int, vpp: int, m: int, ep_overlap: bool) -> float:
+    if pp == 1 or m < 1:  # m < 1: a candidate the batch refuses elsewhere
+        return 2.0
+    if vpp == 1:
+        return min(pp, m) + 1.0
+    table = []  # each virtual forward's chunk, in groups of PP micro-batches (microbatch_group_size_per_vp_stage)
+    for start in range(0, m, pp):
+        end = m if start + pp >= m else start + pp
+        table += [c for c in range(vpp) for _ in range(start, end)]
+    total = m * vpp
+    warmup = min(2 * (pp - 1) + (vpp - 1) * pp + int(ep_overlap), total)
+    counts = 0
+    for c in range(vpp):
+        first = next(k for k in range(total) if vpp - 1 - table[k] == c)  # chunk c's first backward
+        done = total if first >= total - warmup else warmup + first + 1
+        counts += table[:done].count(c)
+    return counts / vpp + 1.0
+
+
 # Megatron FSDP's communication unit, in elements, where ddp.suggested_communication_unit_size is left unset
 # (megatron_fsdp.py MegatronFSDP.__init__ :419-443, core_v0.16.x-core_v0.19.0): twice the mean FSDP unit under
 # "optim_grads_params", else the bucket size or 1B, and never below 1B; a set size replaces all of it, floor included.

@@ -228,14 +228,16 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = (gbs // (b.mbs * f.dp))[:, 0]
     # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
-    # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key)
+    # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key; but Megatron
+    # FSDP's gathers across its copies under outer optim run a count of passes the micro-batches set, so there it is)
     root = b.root()
     rs, ag, step_rs, step_ag, optimizer, offload = (x[b.rows] for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2,
-         knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp, knobs.outer_dp_sharding_strategy),
+         knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp, knobs.outer_dp_sharding_strategy,
+         *((gbs, knobs.ep_overlap) if knobs.outer_dp_sharding_strategy == "optim" else ())),  # its passes: m
         # plan's passes share one batch's memo
-        lambda: _data_parallel(spec, root, knobs, gpu, eff)))
+        lambda: _data_parallel(spec, root, knobs, gpu, eff, gbs)))
     u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
     walls = {"compute": m * stage["compute"] + optimizer,
@@ -265,9 +267,10 @@ def whole_layer_balanced(b: LayoutBatch, gbs: int, walls: dict, rows: np.ndarray
     return walls["step"][rows] - weight * (stage["total"][rows] - floor)
 
 
-def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
-    """iteration.iteration_terms for each candidate's largest stage."""
+def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict, gbs: int) -> tuple:
+    """iteration.iteration_terms for each candidate's largest stage, over its micro-batches."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
     dense, expert, vocab = (np.take_along_axis(x, big, 1) for x in (b.dense, b.expert, b.vocab))
-    dp, optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff)
+    m = gbs // (b.mbs * b.fields.dp)
+    dp, optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff, m)
     return tuple(np.broadcast_to(x, dp.rs.shape)[:, 0] for x in (*dp, optimizer, offload))

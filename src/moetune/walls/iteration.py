@@ -4,7 +4,7 @@ share. step.step_time and batch.batch_step_seconds take them for the largest sta
 
 from typing import NamedTuple
 
-from moetune.layout.dp_sharding import UNIT_GATHERS
+from moetune.layout.dp_sharding import outer_gather_passes
 from moetune.layout.knobs import Knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -130,7 +130,7 @@ def megatron_fsdp_unit_traffic(dense, expert, vocab, ring, w, grad) -> DpTraffic
     return DpTraffic(ring(dense * grad, expert * grad), layers, 0.0 * layers, ring(vocab * WEIGHT_BYTES, 0.0 * vocab))
 
 
-def megatron_fsdp_outer_traffic(dense, expert, vocab, inner: tuple, outer_ring, knobs: Knobs, grad) -> dict:
+def megatron_fsdp_outer_traffic(dense, expert, vocab, inner: tuple, outer_ring, knobs: Knobs, grad, passes) -> dict:
     """Megatron FSDP's once-a-step collectives between its copies (hybrid sharding: layout/dp_sharding.py
     OUTER_DP_SHARDING), for a rank's `dense` and `expert` parameters (`vocab` of them the embedding's and output
     layer's), sharded over the `inner` (dense, expert) groups, `outer_ring(dense_bytes, expert_bytes)` pricing one
@@ -139,19 +139,19 @@ def megatron_fsdp_outer_traffic(dense, expert, vocab, inner: tuple, outer_ring, 
     (param_and_grad_buffer.py _bucket_group_gradient_reduce :4146-4205 @core_v0.19.0 all-reduces the DP-shard
     buffer's data); under outer optim a reduce-scatter of the inner shard there, and in the next step's first
     micro-batch an all-gather of the stepped weights into the inner shards, run by every unit gather while
-    microbatch_count is 0 (its forward's and its backward's: megatron_fsdp.py all_gather_and_wait_parameters_ready
-    :458-493, AllGatherPipeline.all_gather_params; the count rises in _root_post_backward) and once for the embedding
-    and output layer, which stay gathered."""
+    microbatch_count is 0 (AllGatherPipeline.all_gather_params): `passes` over the units
+    (layout/dp_sharding.py outer_gather_passes: the first micro-batch's forward and backward at PP 1, every
+    warm-up forward too under a pipeline), and once for the embedding and output layer, which stay gathered."""
     shard = (1, 1) if knobs.fsdp_strategy.grads else inner  # an unsharded gradient buffer goes whole
     grads = outer_ring(dense * grad / inner[0] * shard[0], expert * grad / inner[1] * shard[1])
     if knobs.outer_dp_sharding_strategy == "no_shard":
         return {"step_rs": 2 * grads}
     w = gathered_weight_bytes(knobs)
     layers = outer_ring(_gather_bytes(dense - vocab, 0, w) / inner[0], expert * w / inner[1])
-    return {"step_rs": grads, "step_ag": UNIT_GATHERS * layers + outer_ring(vocab * WEIGHT_BYTES / inner[0], 0.0)}
+    return {"step_rs": grads, "step_ag": passes * layers + outer_ring(vocab * WEIGHT_BYTES / inner[0], 0.0)}
 
 
-def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> DpTraffic:
+def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict, microbatches=1) -> DpTraffic:
     """Raw DP traffic of a rank holding `dense` and `expert` parameters, `vocab` of them the embedding's and output
     layer's (iteration_terms): (gradient reduce-scatter, parameter all-gather: gathered_weight_bytes), over DP x CP
     (dense) and EDP (experts);
@@ -161,7 +161,7 @@ def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict)
     parameter all-gather), the gather not overlapped as Bridge's Muon recipes run it (Knobs.overlap_param_gather
     off); under torch FSDP2, one micro-batch's pair over DP x CP (fsdp2_traffic); Megatron FSDP's the distributed
     optimizer's where its strategy shards the optimizer (dp_raw_seconds counts them: layout/dp_sharding.py), else the
-    all-reduce, and between its copies megatron_fsdp_outer_traffic."""
+    all-reduce, and between its copies megatron_fsdp_outer_traffic (its passes over `microbatches`)."""
     grad = grad_bytes(knobs)
     muon = knobs.optimizer == "muon"
     # the distributed optimizer's copies (num_distributed_optimizer_instances): each reduce-scatters and gathers over
@@ -195,21 +195,23 @@ def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict)
         all_reduce = 2 * ring(dense * grad, expert * grad)  # (Megatron-Core distributed/param_and_grad_buffer.py)
         dp = DpTraffic(all_reduce, 0.0 * all_reduce)
     if knobs.fsdp_strategy and copies > 1:
-        outer = megatron_fsdp_outer_traffic(dense, expert, vocab, (dense_n, expert_n), outer_ring, knobs, grad)
+        passes = outer_gather_passes(lay.pp, lay.vpp, microbatches, knobs.ep_overlap)
+        outer = megatron_fsdp_outer_traffic(dense, expert, vocab, (dense_n, expert_n), outer_ring, knobs, grad, passes)
         dp = dp._replace(**{name: getattr(dp, name) + seconds for name, seconds in outer.items()})
     return dp
 
 
-def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict,
+                    microbatches=1) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
     them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
-    - raw DP traffic (dp_traffic);
+    - raw DP traffic (dp_traffic; `microbatches` a step runs set Megatron FSDP's passes across its copies);
     - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
       grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
       and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
-    dp = dp_traffic(dense, expert, vocab, lay, knobs, gpu, eff)
+    dp = dp_traffic(dense, expert, vocab, lay, knobs, gpu, eff, microbatches)
     muon = knobs.optimizer == "muon"
     share = optimizer_divisors(lay, knobs)
     linear, experts = (dense - vocab) / share[0], expert / share[1]  # this rank's shard, the vocabulary apart
