@@ -182,8 +182,13 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
 def largest_fsdp_unit(spec: ModelSpec, p: StageParams, layout: Layout, layer_spec: LayerSpec = "te") -> int:
     """Parameters on one rank of the largest Megatron FSDP unit stage `p` holds, which sizes the unit gathered and the
     gradients pending (walls/model_state.py megatron_fsdp_items); asked for only under Megatron FSDP. The units are
-    every TransformerLayer (mcore_fsdp_adapter.py fsdp_unit_modules, core_v0.16.0-core_v0.18.2): each decoder layer
-    and the decoder layer inside each MTP layer (multi_token_prediction.py MultiTokenPredictionLayer builds one,
-    transformer_layer @core_v0.16.0, mtp_model_layer @core_v0.18.2; its norms and eh_proj sit outside it)."""
+    every decoder layer and the decoder layer inside each MTP layer (multi_token_prediction.py
+    MultiTokenPredictionLayer builds one, transformer_layer @core_v0.16.0, mtp_model_layer @core_v0.18.2; its norms
+    and eh_proj sit outside it): mcore_fsdp_adapter.py fsdp_unit_modules, TransformerLayer to core_v0.18.2 (MoE
+    layers are units there too, MoETransformerLayer being a TransformerLayer), TransformerLayer, MoETransformerLayer
+    and MambaLayer from core_v0.19.0 (:162). A Mamba layer is counted as a unit, as core_v0.19.0 makes it; before
+    it MambaLayer is no unit, so (as the embedding) its weights are gathered by its first forward and stay whole till
+    the step ends (megatron_fsdp.py _register_fsdp_hooks @core_v0.18.2: no post-forward release), which moetune,
+    having no release input, does not charge."""
     kinds = {spec.layers[i] for i in p.layers} | ({spec.mtp_layer_kind} if p.mtp_layers else set())
     return max((layer_rank_params(spec, kind, layout, layer_spec) for kind in kinds), default=0)
