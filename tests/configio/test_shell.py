@@ -60,8 +60,12 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     ('mkdir -p out || { echo failed; exit 1; }\npython t.py --k', ["--k"]),
     # redirections, pipes and comments are not arguments; echo names a .py without running it
     ('echo "running t.py"\npython t.py --k 1 2>&1 | tee log.txt  # a comment', ["--k", "1"]),
+    # a condition moetune cannot decide around commands that set nothing it reads is passed over
+    ('if [ ! -f "$S" ]; then\n  echo "t.py not found"; exit 1\nfi\npython t.py --k', ["--k"]),
     # a here-document that feeds cat is text, not script (its quote is never closed)
     ("cat <<EOF > notes.txt\ndon't\nEOF\npython t.py --k", ["--k"]),
+    # a command substitution holding quotes inside double quotes is kept, not run
+    ('mkdir -p "$(dirname "$P")"\npython t.py --save "$(dirname "$P")"', ["--save", '$(dirname "$P")']),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

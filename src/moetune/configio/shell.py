@@ -152,7 +152,8 @@ def _acts(node) -> bool:
     """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
     if isinstance(node, Chain):
         return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset")) or
-                   any(".py" in w for w in s.words) for _, s in node.parts)
+                   (s.words and s.words[0] not in _NOT_LAUNCHERS and any(".py" in w for w in s.words))
+                   for _, s in node.parts)
     if isinstance(node, If):
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
     return isinstance(node, Unread) and any(w.endswith(".py") for w in node.words)

@@ -117,7 +117,11 @@ class _Quoted:
 
 
 def _dollar(word: str, i: int, env: Vars, out, quoted: bool, keep_unset: bool) -> int:
-    """Expand the `$` form at `i` into `out`; return the index of its last character."""
+    """Expand the `$` form at `i` into `out`; return the index of its last character (an unclosed form is text to
+    the word's end)."""
+    if word.startswith(("$(", "${"), i) and balanced(word, i + 1, word[i + 1], ")" if word[i + 1] == "(" else "}") < 0:
+        out.literal(word[i:], True)
+        return len(word) - 1
     if word.startswith("$((", i):
         end = balanced(word, i + 1, "(", ")")
         out.unquoted(_arithmetic(word[i:end + 1], env))

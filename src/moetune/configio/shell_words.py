@@ -195,8 +195,14 @@ def _statement_head(out: list[Token]) -> str:
 
 
 def closing_quote(t: str, i: int) -> int:
+    """The index of the quote that closes the one at `i`, or -1; a `$(...)` inside double quotes holds quotes of its
+    own (`"$(dirname "$P")"`)."""
     j = i + 1
     while j < len(t) and t[j] != t[i]:
+        if t[i] == '"' and t.startswith("$(", j):
+            j = balanced(t, j + 1, "(", ")")
+            if j < 0:
+                return -1
         j += 2 if t[j] == "\\" else 1
     return j if j < len(t) else -1
 
