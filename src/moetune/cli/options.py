@@ -6,6 +6,7 @@ import re
 import click
 
 from moetune.configio.layout_map import LAYOUT_FIELDS
+from moetune.configio.names import LAUNCHER, names
 from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.imbalance import DROPLESS_IMBALANCE
 from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
@@ -179,8 +180,6 @@ def _precision_words(m: re.Match) -> str:
 def config_words(message: str, config: dict | None = None) -> str:
     """A layout error worded for flags, with the config's names instead (check reads configs, not flags): Bridge's
     fields, or where CONFIG was read from Megatron-LM arguments the arguments that set them (mlm_words)."""
-    from moetune.configio.names import LAUNCHER
-
     if config is not None and config.get(LAUNCHER) == "megatron-lm":
         return mlm_words(message)
 
@@ -204,14 +203,6 @@ _MLM_OFF_SWITCHES = {"--no-sequence-parallel": "model.sequence_parallel",
                      "--no-distributed-optimizer": "ddp.use_distributed_optimizer"}
 
 
-def _mlm_flag(key: str) -> str:
-    """The Megatron-LM argument that sets config field KEY (data/megatron_names.csv), or '' where it has none."""
-    from moetune.configio.names import names
-
-    row = names().get(key)
-    return row.mlm_flag if row is not None else ""
-
-
 def _mlm_precision_words(m: re.Match) -> str:
     """'--precision P' as the Megatron-LM arguments that train recipe P (bf16: no --fp8-format or --fp4-format)."""
     from moetune.planner.config_map import PRECISION  # config_map pulls in the planner: only for an error's words
@@ -219,8 +210,8 @@ def _mlm_precision_words(m: re.Match) -> str:
     fields = PRECISION.get(m.group(1))
     if fields is None:
         return m.group(0)
-    given = " ".join(f"{_mlm_flag(k)} {v}" for k, v in fields.items() if v is not None)
-    return given or f"BF16 (no {' or '.join(_mlm_flag(k) for k in fields)})"
+    given = " ".join(f"{names().mlm_flag(k)} {v}" for k, v in fields.items() if v is not None)
+    return given or f"BF16 (no {' or '.join(names().mlm_flag(k) for k in fields)})"
 
 
 def mlm_words(message: str) -> str:
@@ -228,11 +219,11 @@ def mlm_words(message: str) -> str:
     given as Megatron-LM arguments (which has no Bridge field to set): '--tp' reads '--tensor-model-parallel-size',
     'drop --no-sequence-parallel' reads 'add --sequence-parallel'; a flag with no Megatron-LM argument stays."""
     def switch(m: re.Match) -> str:
-        flag = _mlm_flag(_MLM_OFF_SWITCHES[m.group(2)])
+        flag = names().mlm_flag(_MLM_OFF_SWITCHES[m.group(2)])
         return f"add {flag}" if m.group(1) else f"no {flag}"
 
     def name(m: re.Match) -> str:
-        flag = _mlm_flag(FLAG_KEYS.get(m.group(2), ""))
+        flag = names().mlm_flag(FLAG_KEYS.get(m.group(2), ""))
         if not flag:
             return m.group(0)
         article = m.group(1) and ("an " if flag.lstrip("-")[0] in "aeiou" else "a ")
@@ -245,6 +236,7 @@ def mlm_words(message: str) -> str:
     # names the argument once
     worded = re.sub(r"Megatron-LM (--[a-z0-9-]+); add \1(?![\w-])", r"add \1", worded)
     worded = re.sub(r"(--[a-z0-9-]+),? or ([a-z_]+\.[a-z0-9_]+)(?![\w.])",
-                    lambda m: m.group(1) if _mlm_flag(m.group(2)) == m.group(1) else m.group(0), worded)
+                    lambda m: m.group(1) if names().mlm_flag(m.group(2)) == m.group(1) else m.group(0), worded)
     return re.sub(r"\b([a-z_]+\.[a-z0-9_]+)(?:=true)?,? or (add )?(--[a-z0-9-]+)(?![\w-])",
-                  lambda m: m.group(2) + m.group(3) if _mlm_flag(m.group(1)) == m.group(3) else m.group(0), worded)
+                  lambda m: m.group(2) + m.group(3) if names().mlm_flag(m.group(1)) == m.group(3) else m.group(0),
+                  worded)

@@ -72,6 +72,11 @@ class NameTable:
         row = self.by_bridge.get(name)
         return row.canonical if row is not None and row.canonical else name
 
+    def mlm_flag(self, name: str) -> str:
+        """The Megatron-LM argument that sets field NAME, or '' where it has none."""
+        row = self.by_bridge.get(name)
+        return row.mlm_flag if row is not None else ""
+
     def section_names(self, section: str) -> list[str]:
         prefix = section + "."
         return [n for n in self.by_bridge if n.startswith(prefix)]

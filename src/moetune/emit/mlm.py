@@ -96,28 +96,24 @@ def _recipes_expanded(fix: dict[str, Any]) -> dict[str, Any]:
             out[name] = value
             continue
         for a in expand(Assignment(key=name, value=value, origin="fix")):
-            if getattr(names().get(a.key), "mlm_flag", ""):
+            if names().mlm_flag(a.key):
                 out[a.key] = a.value
     return out
 
 
 def _fix_word(name: str, value: Any) -> str:
-    if (row := names().get(name)) is not None and row.canonical:  # an alias: the flag is its normalized name's
-        name = row.canonical
+    name = names().canonical(name)  # an alias: the flag is its normalized name's
     name = _MLM_TWIN.get(name, name)
     if name == "model.recompute_modules" and value == []:
         # selective over no module recomputes nothing (transformer_config.py @ core_v0.18.2); --recompute-modules takes
         # one value or more (argument_utils.py nargs '+') and, left out, is core_attn: no recompute says it
         return "drop --recompute-granularity, --recompute-modules"
-    if not getattr(names().get(name), "mlm_flag", "") and (special := _special_word(name, value)):
-        return special
+    if not (flag := names().mlm_flag(name)):
+        return _special_word(name, value) or f"{name}={values.hydra(value)}"
     line, comment = _flag_line(name, value)
-    if line:
-        return line
-    row = names().get(name)
-    if comment or row is None or not row.mlm_flag:
+    if comment:  # a value Megatron-LM cannot spell
         return f"{name}={values.hydra(value)}"
-    return f"drop {row.mlm_flag}"  # off: a store_true switch left out, an empty list or null unset
+    return line or f"drop {flag}"  # off: a store_true switch left out, an empty list or null unset
 
 
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
@@ -174,7 +170,7 @@ def _switches(config: dict[str, Any]) -> tuple[list[str], set[str]]:
     which Megatron-LM ignores --num-query-groups and builds full multi-head attention (arguments.py)."""
     out, covered = [], set()
     for flag, pairs in SPECIAL.items():
-        flagless = [(k, v) for k, v in pairs if not (names().get(k) and names().get(k).mlm_flag)]
+        flagless = [(k, v) for k, v in pairs if not names().mlm_flag(k)]
         if flagless and all(config.get(k) == v for k, v in flagless):
             out.append(flag)
             covered |= {k for k, _ in flagless}
