@@ -177,22 +177,27 @@ def _precision_words(m: re.Match) -> str:
     return words if shown else f"BF16 ({words})"
 
 
+def _flags_as(message: str, word_of) -> str:
+    """Each of estimate's flags in MESSAGE as word_of(flag) ('' leaves it as written), its article agreeing with the
+    new word: "an --ep" is "a model.expert_model_parallel_size", "an --expert-model-parallel-size"."""
+    def name(m: re.Match) -> str:
+        word = word_of(m.group(2))
+        if not word:
+            return m.group(0)
+        article = m.group(1) and ("an " if word.lstrip("-")[0] in "aeiou" else "a ")
+        return (article or "") + word
+    return re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, message)
+
+
 def config_words(message: str, config: dict | None = None) -> str:
     """A layout error worded for flags, with the config's names instead (check reads configs, not flags): Bridge's
     fields, or where CONFIG was read from Megatron-LM arguments the arguments that set them (mlm_words)."""
     if config is not None and config.get(LAUNCHER) == "megatron-lm":
         return mlm_words(message)
 
-    def name(m: re.Match) -> str:
-        if m.group(2) not in FLAG_KEYS:
-            return m.group(0)
-        key = FLAG_KEYS[m.group(2)]
-        article = m.group(1) and ("an " if key[0] in "aeiou" else "a ")  # "an --ep" is "a model.expert_..."
-        return (article or "") + key
+    worded = _flags_as(re.sub(r"--precision ([a-z0-9-]+)", _precision_words, message), lambda f: FLAG_KEYS.get(f, ""))
     # a fix that offers the flag "or" the config key it sets ("--hcp-a2a-size, or model.hierarchical_...") names
     # that key once
-    worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, re.sub(r"--precision ([a-z0-9-]+)", _precision_words,
-                                                                message))
     return re.sub(r"\b([a-z_]+\.[a-z0-9_.]+),? or \1(?![\w.])", r"\1", worded)
 
 
@@ -222,15 +227,9 @@ def mlm_words(message: str) -> str:
         flag = names().mlm_flag(_MLM_OFF_SWITCHES[m.group(2)])
         return f"add {flag}" if m.group(1) else f"no {flag}"
 
-    def name(m: re.Match) -> str:
-        flag = names().mlm_flag(FLAG_KEYS.get(m.group(2), ""))
-        if not flag:
-            return m.group(0)
-        article = m.group(1) and ("an " if flag.lstrip("-")[0] in "aeiou" else "a ")
-        return (article or "") + flag
     worded = re.sub(rf"(drop )?({'|'.join(_MLM_OFF_SWITCHES)})(?![\w-])", switch, message)
     worded = re.sub(r"--precision ([a-z0-9-]+)", _mlm_precision_words, worded)
-    worded = re.sub(r"(?:\b(an?) )?(--[a-z0-9-]+)", name, worded)
+    worded = _flags_as(worded, lambda f: names().mlm_flag(FLAG_KEYS.get(f, "")))
     # a fix that offers the flag "or" the config key it sets ("--hcp-a2a-size, or model.hierarchical_...", "turn it
     # on (model.sequence_parallel=true, or drop --no-sequence-parallel)"), or its Megatron-LM name beside the fix,
     # names the argument once
