@@ -109,16 +109,18 @@ def outer_dp_sharding(config: dict[str, Any]) -> str:
 def fsdp_double_buffer(config: dict[str, Any]) -> bool:
     """Whether Megatron FSDP keeps double buffers (layout/dp_sharding.py): ddp.fsdp_double_buffer, which NCCL user
     buffers turn on (Megatron-LM arguments.py --use-nccl-ub under Megatron FSDP; Megatron-Core asserts it beside
-    nccl_ub, param_and_grad_buffer.py :2509-2513 @core_v0.19.0) as does the max-pool allocator
+    nccl_ub, fsdp/src/megatron_fsdp/param_and_grad_buffer.py :2508-2512 @core_v0.19.0) as does the max-pool allocator
     (distributed_data_parallel_config.py __post_init__ :273-275)."""
     names = ("ddp.fsdp_double_buffer", "ddp.nccl_ub", "ddp.megatron_fsdp_max_pool_double_buffer")
     return megatron_fsdp(config) and any(config.get(name) for name in names)
 
 
 def suggested_unit_size(config: dict[str, Any]) -> int | None:
-    """ddp.suggested_communication_unit_size as a whole number of elements (None: unset), or one line naming it."""
+    """ddp.suggested_communication_unit_size as a whole number of elements, read under Megatron FSDP alone (the
+    elements its collectives move at once; megatron_fsdp.py reads it, DDP does not, @core_v0.19.0), None where unset
+    or under DDP, or one line naming it."""
     value = config.get("ddp.suggested_communication_unit_size")
-    if value is None:
+    if value is None or not megatron_fsdp(config):
         return None
     try:
         return int(value)

@@ -176,7 +176,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         fsdp2_reshard_after_forward=bool(config.get("dist.torch_fsdp2_reshard_after_forward", True)),
         megatron_fsdp=megatron_fsdp_strategy(config), outer_dp_sharding_strategy=outer_dp_sharding(config),
         fsdp_double_buffer=fsdp_double_buffer(config),
-        suggested_communication_unit_size=suggested_unit_size(config) if megatron_fsdp_strategy(config) else None,
+        suggested_communication_unit_size=suggested_unit_size(config),
         num_distributed_optimizer_instances=int(_get(config, "ddp.num_distributed_optimizer_instances", 1)),
         hidden_dropout=dropout_rate(config, "model.hidden_dropout"),
         attention_dropout=dropout_rate(config, "model.attention_dropout"),
