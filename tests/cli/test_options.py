@@ -79,6 +79,16 @@ def test_a_megatron_lm_launch_is_told_its_own_arguments():
     assert mlm_words("needs --precision mxfp8") == "needs --fp8-format e4m3 --fp8-recipe mxfp8"
 
 
+def test_a_field_offered_before_its_own_argument_is_named_once():
+    """'FIELD, or --flag' with no 'add' between them had raised TypeError (None + str) in mlm_words: a traceback for
+    any refusal worded that way. No message says it today; it reads as the argument alone, as 'FIELD=true, or add
+    --flag' does."""
+    from moetune.cli.options import mlm_words
+
+    assert mlm_words("set model.seq_length, or --seq 4096") == "set --seq-length 4096"
+    assert mlm_words("(model.tensor_model_parallel_size or --tp 1)") == "(--tensor-model-parallel-size 1)"
+
+
 def test_olmoe_tp2_from_megatron_lm_arguments_names_the_flag(capsys):
     """estimate, check --model and diagnose --model of an OLMoE launch at TP 2 given as Megatron-LM arguments: each
     refusal ends with the Megatron-LM flag (diagnose had named estimate's --tp); a Bridge config keeps its field."""

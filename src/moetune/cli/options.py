@@ -237,5 +237,5 @@ def mlm_words(message: str) -> str:
     worded = re.sub(r"(--[a-z0-9-]+),? or ([a-z_]+\.[a-z0-9_]+)(?![\w.])",
                     lambda m: m.group(1) if names().mlm_flag(m.group(2)) == m.group(1) else m.group(0), worded)
     return re.sub(r"\b([a-z_]+\.[a-z0-9_]+)(?:=true)?,? or (add )?(--[a-z0-9-]+)(?![\w-])",
-                  lambda m: m.group(2) + m.group(3) if names().mlm_flag(m.group(1)) == m.group(3) else m.group(0),
-                  worded)
+                  lambda m: (m.group(2) or "") + m.group(3) if names().mlm_flag(m.group(1)) == m.group(3)
+                  else m.group(0), worded)
