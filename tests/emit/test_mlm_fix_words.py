@@ -59,3 +59,19 @@ def test_a_named_precision_recipe_is_said_as_its_arguments():
     assert mlm_fix_words({"mixed_precision": "bf16_with_mxfp8_mixed"}) == (
         "--bf16 --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather --reuse-grad-buf-for-mxfp8-param-ag; "
         "drop --fp16")
+
+
+def test_the_optimizer_offload_fix_names_the_argument_megatron_lm_asserts_beside_it():
+    """Megatron-LM's validate_args refuses --optimizer-cpu-offload without --use-precision-aware-optimizer
+    (arguments.py @core_v0.18.2, @core_v0.19.0), which emit already writes beside it: rule fit.does_not_fit's
+    offload step had told a Megatron-LM launch '--optimizer-cpu-offload --optimizer-offload-fraction 1.0', a launch
+    that stops at that assert. Named once where the fix sets it too; not for a fix that turns the offload off."""
+    assert mlm_fix_words({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
+                          "mixed_precision.fp8_param_gather": False}) == (
+        "--optimizer-cpu-offload --optimizer-offload-fraction 1.0 --use-precision-aware-optimizer; "
+        "drop --fp8-param-gather")
+    assert mlm_fix_words({"optimizer.optimizer_cpu_offload": True,
+                          "optimizer.use_precision_aware_optimizer": True}) == (
+        "--optimizer-cpu-offload --use-precision-aware-optimizer")
+    assert mlm_fix_words({"optimizer.optimizer_cpu_offload": False, "optimizer.optimizer_offload_fraction": 0.0}) == (
+        "--optimizer-offload-fraction 0.0; drop --optimizer-cpu-offload")

@@ -56,10 +56,19 @@ def mlm_fix_words(fix: dict[str, Any]) -> str:
     """A rule's fix (config names) as a Megatron-LM launch changes its arguments: the arguments to pass, each name as
     its flag with the value ('--moe-router-dtype fp32', '--no-gradient-accumulation-fusion'), then those to drop (a
     switch or list turned off: '; drop --use-torch-fsdp2'); a name with no Megatron-LM flag as written (name=value)."""
-    words = list(dict.fromkeys(_fix_word(k, v) for k, v in _recipes_expanded(fix).items()))  # twins said once
+    fix = _recipes_expanded(fix)
+    words = [*(_fix_word(k, v) for k, v in fix.items()), *(flag for k, flag in _MLM_NEEDS.items() if fix.get(k))]
+    words = list(dict.fromkeys(words))  # twins said once
     passed = " ".join(w for w in words if not w.startswith("drop "))
     dropped = ", ".join(w[len("drop "):] for w in words if w.startswith("drop "))
     return "; ".join(filter(None, (passed, dropped and f"drop {dropped}")))
+
+
+# A switch whose Megatron-LM argument validate_args refuses without another, and that other: "The optimizer cpu
+# offload must be used in conjunction with --use-precision-aware-optimizer" (arguments.py :1671-1675 @core_v0.18.2,
+# :1803-1807 @core_v0.19.0), where Bridge takes the offload alone. Emit writes it beside the switch, and a fix that
+# turns the switch on names it too.
+_MLM_NEEDS = {"optimizer.optimizer_cpu_offload": "--use-precision-aware-optimizer"}
 
 
 # Fields with no Megatron-LM argument that a Megatron-LM launch sets from another field's: Bridge's comm_overlap copies
@@ -184,9 +193,7 @@ def _switches(config: dict[str, Any]) -> tuple[list[str], set[str]]:
         # Megatron-LM defaults to learned absolute positions (a table of parameters); the models here use rotary
         # embeddings, Mamba hybrids none (rotary scaling such as YaRN is the model's own: MODEL_ARGS)
         out.append(f"--position-embedding-type {'none' if config.get('model.is_hybrid_model') else 'rope'}")
-    if config.get("optimizer.optimizer_cpu_offload"):
-        # "The optimizer cpu offload must be used in conjunction with --use-precision-aware-optimizer" (arguments.py)
-        out.append("--use-precision-aware-optimizer")
+    out += [flag for key, flag in _MLM_NEEDS.items() if config.get(key)]
     return out, covered
 
 
