@@ -23,7 +23,8 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload
 from moetune.planner.explain import explain
-from moetune.planner.fp8_evidence import caveat_label, caveat_text, evidence_text
+from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
+from moetune.planner.fp8_evidence import evidence_text
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.nvfp4_evidence import caveat_line
@@ -198,8 +199,7 @@ def print_explain(a: dict, mlm: bool = False) -> None:
     if files := user_files_line(a):
         out.print(files)
     if a["fp8_caveat"]:
-        out.print(f"[bold]{caveat_label(a['fp8_caveat'])}[/bold]: this configuration runs "
-                  f"{caveat_text(a['fp8_caveat'])}")
+        out.print(fp8_caveat_line(a["fp8_caveat"]))
     if a["nvfp4_caveat"]:
         out.print(caveat_line(a["nvfp4_caveat"]))
     out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")

@@ -33,7 +33,8 @@ from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
 from moetune.planner.explain import checks, optimizer_note, unsearched_gains
-from moetune.planner.fp8_evidence import caveat_label, caveat_text, plan_caveat
+from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
+from moetune.planner.fp8_evidence import plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
 from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
@@ -148,7 +149,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {escape(f['message'])}"
                             f"{_fix_text(f, pick)}")  # escaped: brackets in a message are no markup
         if fp8:
-            console().print(f"[bold]{caveat_label(fp8)}[/bold]: the pick runs {caveat_text(fp8)}")
+            console().print(fp8_caveat_line(fp8, "the pick"))
         if fp4:
             console().print(caveat_line(fp4, "the pick"))
         for note in attention_notes(pick) if pick else []:

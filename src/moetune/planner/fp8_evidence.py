@@ -132,6 +132,11 @@ def caveat_label(c: dict) -> str:
     return f"{_format(c)} caveat"
 
 
+def caveat_line(c: dict, subject: str = "this configuration") -> str:
+    """The caveat as plan and explain print it, as nvfp4_evidence.caveat_line words its own."""
+    return f"[bold]{caveat_label(c)}[/bold]: {subject} runs {caveat_text(c)}"
+
+
 def caveat_text(c: dict) -> str:
     nearest = " (no published run measures NVFP4 against BF16: the FP8 pairs are the nearest evidence)" \
         if c["precision"] == "nvfp4" else ""
