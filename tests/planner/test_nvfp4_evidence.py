@@ -25,6 +25,16 @@ def _kimi_k2_gb300(precision: str):
     return same_config_in(estimate(r.model, r.gpu, r.layout, r.workload, r.knobs), precision)
 
 
+def test_each_caveat_holds_evidence_of_its_own():
+    """evidence() had been cached, so every caveat shared one dict and its lists: a change to one caveat's pairs (a
+    caller adding a field before writing JSON) reached every later caveat."""
+    first = evidence()
+    first["pairs"][0]["mxfp8"] = 1
+    first["measured_nvfp4_over_mxfp8"][0] = 9.0
+    again = evidence()
+    assert again["pairs"][0]["mxfp8"] == 9344 and round(again["measured_nvfp4_over_mxfp8"][0], 2) == 0.88
+
+
 def test_evidence_is_the_published_pairs_and_no_nvfp4_run_is_calibrated():
     ev = evidence()
     assert published_nvfp4_runs() == 0

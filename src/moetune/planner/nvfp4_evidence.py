@@ -35,9 +35,10 @@ def published_nvfp4_runs() -> int:
     return sum(r["precision"] == NVFP4 for r in published_rows().values())
 
 
-@cache
 def evidence() -> dict:
-    """The pairs in brief: measured NVFP4/MXFP8 range, each pair's system and ratio, the source."""
+    """The pairs in brief: measured NVFP4/MXFP8 range, each pair's system and ratio, the source. Built afresh on each
+    call (four pairs, read once by _pairs): every caveat gets dicts and lists of its own, none shared through a cache
+    for one caller's change to reach the next."""
     pairs = [{**p, "measured_nvfp4_over_mxfp8": p["nvfp4"] / p["mxfp8"], "same_layout": "tp_mxfp8" not in p}
              for p in _pairs()]
     ratios = [p["measured_nvfp4_over_mxfp8"] for p in pairs]
