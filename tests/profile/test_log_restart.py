@@ -123,3 +123,20 @@ def test_a_last_launch_that_failed_at_start_up_is_said_and_keeps_its_oom(fixture
     start = len(text.splitlines()) + 1
     assert log.notes == [f"--log <log>: the last launch, from line {start}, logged no iteration and ran out of memory "
                          f"({oom}): the figures are the run before it"]
+
+
+def test_a_first_launch_that_failed_at_start_up_is_passed_over(fixtures_dir):
+    """A log that opens with a launch which ran out of memory before its first iteration (micro-batch 2), relaunched
+    at micro-batch 1: the failed launch's OOM and arguments had stood as the run's (diagnose named memory the wall of a
+    run that trained at 63.5 GiB); now the run starts at the relaunch, and a note says what was passed over."""
+    text = (fixtures_dir / MLM).read_text()
+    header = text[text.index("using world size"):text.index("[after dataloaders")]
+    mbs = "micro_batch_size ................................ "
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB."
+    failed = header.replace(mbs + "1", mbs + "2") + oom + "\n"
+    log, alone = parse_log(failed + text), parse_log(text[text.index("using world size"):])
+    assert [it.iteration for it in log.iterations] == list(range(1, 9)) and not log.oom_lines
+    assert log.args == alone.args and log.args["micro_batch_size"] == "1"
+    start = len(failed.splitlines()) + [x.startswith("using world size") for x in text.splitlines()].index(True) + 1
+    assert log.notes == [f"--log <log>: the launch(es) before line {start} logged no iteration and ran out of memory "
+                         f"({oom}): the figures are the launch from line {start}"]

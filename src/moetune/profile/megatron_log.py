@@ -189,21 +189,27 @@ def _last_run(lines: list[str]) -> tuple[int, int, int | None]:
     checkpoint, at whatever iteration it resumes, or two runs appended to one file), or where an iteration number falls
     below the one logged before it. The new run starts at its launch's first start-up line, so what the previous run
     printed last (its OOM, its memory report) stays with it and the new run's argument dump is its own; with no start-up
-    lines, on the line after the previous run's last iteration line. Of launches between two iteration lines, the last
-    counts (an earlier one that failed at start-up logged no iteration): a launch prints each start-up line once, so one
-    printed again begins the next."""
+    lines, on the line after the previous run's last iteration line. Of launches before an iteration line (the first
+    one's included), the last counts (an earlier one that failed at start-up logged no iteration): a launch prints each
+    start-up line once, so one printed again begins the next."""
     start, runs, last, at = 0, 1, None, 0
-    launch, seen = None, set()  # first line of the latest launch since the last iteration line; its start-up lines
+    launch, seen = None, set()  # first line of a launch since the last iteration line (or a relaunch before the first)
     for i, line in enumerate(lines):
         if m := _is_iteration(line):
-            if last is not None and (launch is not None or int(m.group(1)) < last):
-                start, runs = at + 1 if launch is None else launch, runs + 1
+            if launch is not None or (last is not None and int(m.group(1)) < last):
+                start, runs = at + 1 if launch is None else launch, runs + (last is not None)
             last, at, launch, seen = int(m.group(1)), i, None, set()
-        elif last is not None and (up := _STARTUP.search(line)):
-            if launch is None or up.group(0) in seen:
+        elif up := _STARTUP.search(line):
+            if up.group(0) in seen or (launch is None and last is not None):
                 launch, seen = i, set()
             seen.add(up.group(0))
-    return start, runs, launch
+    return start, runs, launch if last is not None else None
+
+
+def _oom_words(lines: list[str]) -> str:
+    """' and ran out of memory (its OOM line)' for a launch passed over, "" where it printed no OOM."""
+    oom = next((x.strip()[:200] for x in lines if _OOM.search(x)), None)
+    return f" and ran out of memory ({oom})" if oom else ""
 
 
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
@@ -230,10 +236,12 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
         log.notes.append(f"--log {path} holds {runs} runs (Megatron started again {runs - 1} time(s): its start-up "
                          "lines printed anew, or iteration numbers going back): the figures are the last run's, from "
                          f"line {start + 1}, iteration {log.iterations[0].iteration} on")
+    elif start:  # launches before the first iteration line that failed at start-up: their OOM is not the run's
+        log.notes.append(f"--log {path}: the launch(es) before line {start + 1} logged no iteration"
+                         f"{_oom_words(lines[:start])}: the figures are the launch from line {start + 1}")
     if failed is not None:  # its OOM is its own, not the figures' run's
-        oom = next((x.strip()[:200] for x in lines[failed:] if _OOM.search(x)), None)
         log.notes.append(f"--log {path}: the last launch, from line {failed + 1}, logged no iteration"
-                         + (f" and ran out of memory ({oom})" if oom else "") + ": the figures are the run before it")
+                         f"{_oom_words(lines[failed:])}: the figures are the run before it")
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")
