@@ -91,7 +91,9 @@ def _fsdp_note(e: Estimate) -> str | None:
     if e.time and (strategy.weights or strategy.grads):
         dp = "dp_grad_reduce_param_gather"
         each = "weight gathers and gradient reduce-scatters" if strategy.weights else "gradient reduce-scatters"
-        cost = (f"; its {each} run every micro-batch beside compute: "
+        # the step's DP figure (walls/iteration.py dp_raw_seconds) holds the once-a-step collectives too: the weights'
+        # gather under optim_grads, the embedding's and output layer's under optim_grads_params, between copies
+        cost = (f"; its {each} run every micro-batch beside compute; with what it runs once a step, "
                 f"{e.time['collectives'][dp]:.2f} s a step, {e.time['exposed_collectives'][dp]:.2f} s exposed")
     return f"Megatron FSDP {e.knobs.megatron_fsdp} {what}{whole}{cost} (walls/iteration.py, walls/overlap.py)"
 
