@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from moetune.errors import MoetuneError
-from moetune.profile.reader import RankTrace
+from moetune.profile.rank_trace import RankTrace
 from moetune.profile.walls import arch
 from moetune.specs.hardware import GIB, GpuSpec, catalog
 

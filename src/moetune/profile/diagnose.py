@@ -14,7 +14,8 @@ from moetune.errors import MoetuneError
 from moetune.profile.device import gpu_notes
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.metrics import RankMetrics, StepMetrics, comm_floor, mean_steps, rank_metrics
-from moetune.profile.reader import RankTrace, read_trace
+from moetune.profile.rank_trace import RankTrace
+from moetune.profile.reader import read_trace
 from moetune.profile.remedies import Recommendation, recommend
 from moetune.profile.trace_json import expand_paths
 from moetune.profile.walls import Measurement, decide, evidence, facts, imbalance

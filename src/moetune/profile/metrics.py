@@ -29,7 +29,7 @@ import numpy as np
 
 from moetune.profile import intervals as iv
 from moetune.profile.kernels import COMMUNICATION, COMPUTE, class_ids, class_kind, ids_of_kind
-from moetune.profile.reader import GpuOp, RankTrace, Step, sized
+from moetune.profile.rank_trace import GpuOp, RankTrace, Step, sized
 
 US = 1e-6  # Kineto timestamps are microseconds
 IDLE_KEYS = ("host_bound", "rank_wait", "graph_replay", "dependency", "unattributed")

@@ -1,7 +1,7 @@
 """The byte and JSON layer of trace reading: open a (gzipped) trace through a screen that refuses what the streaming
 parser cannot take safely, read Kineto's header, and stream ``traceEvents`` one event at a time (``ijson``, yajl2 C
 backend; ``json.load`` without it); and find the trace files a user names (files, or the traces in a directory).
-profile/reader.py keeps what each event means."""
+profile/event_sink.py keeps what each event means."""
 
 import gzip
 import json
