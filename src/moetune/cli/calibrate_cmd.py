@@ -23,7 +23,8 @@ from moetune.planner.calibrate import (
 )
 from moetune.planner.repeats import unmeetable
 from moetune.planner.runs import load_runs
-from moetune.planner.user_runs import by_gpu, fit_user_runs, load_user_runs, sections, shipped_of, user_toml
+from moetune.planner.user_runs import by_gpu, fit_user_runs, sections, shipped_of, user_toml
+from moetune.planner.user_runs_csv import load_user_runs
 from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
 from moetune.words import a_figure
 
