@@ -8,7 +8,8 @@ Every flag must be one Megatron-LM's parser knows (megatron_names.csv lists all 
 megatron/training/arguments.py); flags with no Bridge field are read and ignored.
 Shell variables in values (``${TP}``, ``$EP``, ``${PP:-8}``) take their value as the shell would: from a
 ``NAME=value`` word earlier in the script (``TP=${TP:-2}``), else the environment, else the ``:-`` default; one
-still unset in a flag moetune reads is an error naming the variable.
+still unset in a flag moetune reads is an error naming the variable. What Megatron-LM's validate_args and defaults
+then make of the flags is configio/mlm_validate.py's.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from moetune.configio.gates import VALUE_DEFAULTS, gate_on
-from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
-from moetune.configio.normalize import FROM_LAYOUT, Assignment
+from moetune.configio.mlm_validate import as_megatron_lm_runs
+from moetune.configio.names import names
+from moetune.configio.normalize import Assignment
 from moetune.configio.readers import PRAGMA, SHELL_NAME
 from moetune.configio.shell import launch_words
 from moetune.configio.shell_words import tokens
@@ -142,7 +143,16 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
         raise MoetuneError(f"{origin}: no Megatron-LM --flags, only {' '.join(stray[:3])!r}...; pass arguments as "
                            "pretrain_gpt.py takes them (--tensor-model-parallel-size 2 ...)")
     out, env = list(out or []), dict(os.environ if env is None else env)
-    for w in words[:start]:
+    out += _launch_words(words[:start], env, origin)
+    args = [substitute(w, env) for w in words[start:]]
+    flags, vpp_layers = _flags(args, origin)
+    return as_megatron_lm_runs(out + flags, origin, gqa="--group-query-attention" in args, vpp_layers=vpp_layers)
+
+
+def _launch_words(words: list[str], env: dict[str, str], origin: str) -> list[Assignment]:
+    """The pragmas and ``NAME=value`` words before the script's arguments; each variable set is added to `env`."""
+    out = []
+    for w in words:
         if w.startswith("@pragma:"):
             key, _, value = w[len("@pragma:"):].partition("=")
             # the value as written in an overrides file (hydra: a path is quoted), as overrides_lines reads it
@@ -150,8 +160,13 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
         elif m := _ENV_WORD.match(w):
             env[m.group(1)] = substitute(m.group(2), env)
             out.append(Assignment(key=f"env.{m.group(1)}", value=env[m.group(1)], origin=origin))
-    words = words[:start] + [substitute(w, env) for w in words[start:]]
-    i, raw_vpp_layers = start, None
+    return out
+
+
+def _flags(words: list[str], origin: str) -> tuple[list[Assignment], tuple[list[str], str] | None]:
+    """(assignments, the values and origin of --num-layers-per-virtual-pipeline-stage or None) of the script's
+    --flags, their shell variables substituted."""
+    out, i, raw_vpp_layers = [], 0, None
     while i < len(words):
         word = words[i]
         if not word.startswith("--"):
@@ -173,119 +188,7 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
         key, value = _flag_value(flag, values, here)
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
-    _validate_args(out)
-    _groups_ignored_without_gqa(out, "--group-query-attention" in words[start:])
-    out += _precision_default(out, origin) + _distributed_optimizer_default(out, origin) + _mlm_defaults(out, origin)
-    out.append(Assignment(key=LAUNCHER, value="megatron-lm", origin=origin, soft=True))
-    if raw_vpp_layers is not None:
-        out.append(_vpp_from_layers(out, *raw_vpp_layers))
-    return out + _vpp_from_layout(out, origin)
-
-
-def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
-    """--pipeline-model-parallel-layout, or --hybrid-layer-pattern with '|' separators, sets VPP = its stages / PP
-    (normalize.merge works it out once every input is in: the PP may come from another), and no other VPP flag may
-    be given beside it (arguments.py validate_args: "No more than one of the following arguments can be set at the
-    same time"; "Virtual pipeline stages are derived from the number of | segments")."""
-    given = {a.key: a for a in out}
-    layout = given.get("model.pipeline_model_parallel_layout")
-    pattern = given.get("model.hybrid_layer_pattern")
-    split = layout if layout is not None and layout.value is not None else pattern
-    if split is None or split.value is None:
-        return []
-    flag = "--pipeline-model-parallel-layout" if split is layout else "--hybrid-layer-pattern"
-    if "model.virtual_pipeline_model_parallel_size" in given:
-        raise MoetuneError(f"{origin}: {flag} sets the virtual pipeline size itself; drop "
-                           "--num-virtual-stages-per-pipeline-rank / --num-layers-per-virtual-pipeline-stage "
-                           "(Megatron-LM refuses both)")
-    return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=FROM_LAYOUT,
-                       origin=f"{split.origin} (VPP from {flag}, as Megatron-LM derives it)")]
-
-
-def _validate_args(out: list[Assignment]) -> None:
-    """What Megatron-LM's validate_args changes before training (megatron/training/arguments.py)."""
-    tp = next((a.value for a in out if a.key == "model.tensor_model_parallel_size"), 1)
-    for a in out:
-        if a.key == "model.sequence_parallel" and a.value and tp == 1:
-            # "Disabling sequence parallelism because tensor model parallelism is disabled"
-            a.value, a.origin = False, f"{a.origin} (off: Megatron-LM disables it at TP=1)"
-
-
-def _groups_ignored_without_gqa(out: list[Assignment], gqa: bool) -> None:
-    """Megatron-LM hands --num-query-groups to the model only under --group-query-attention, else one KV group per
-    head (training/argument_utils.py core_transformer_config_from_args: num_query_groups None; its argparse default
-    is 1): without the switch the value given, or a log's dumped 1, reads as the heads. This reads the launch; whether
-    TP fits the groups is another job (rule shape.query_groups_vs_tp, layout/validate.py _tp_fits_query_groups)."""
-    heads = next((a.value for a in out if a.key == "model.num_attention_heads"), None)
-    for a in out if not gqa else ():
-        if a.key == "model.num_query_groups" and a.value != heads:
-            a.value, a.origin = heads, f"{a.origin} (ignored without --group-query-attention: a KV group per head)"
-
-
-def _distributed_optimizer_default(out: list[Assignment], origin: str) -> list[Assignment]:
-    """Megatron-LM without --use-distributed-optimizer keeps every optimizer state on every DP rank (its default is
-    off, Bridge's recipes turn it on): say so, so the memory wall counts it."""
-    if any(a.key in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer") for a in out):
-        return []
-    return [Assignment(key=k, value=False, origin=f"{origin} (no --use-distributed-optimizer)", soft=True)
-            for k in ("ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")]
-
-
-def _precision_default(out: list[Assignment], origin: str) -> list[Assignment]:
-    """Megatron-LM without --bf16/--fp16 trains in FP32: say so explicitly so precision rules can decide."""
-    given = {a.key for a in out}
-    if "mixed_precision.bf16" in given or "mixed_precision.fp16" in given:
-        return []
-    return [Assignment(key="mixed_precision.bf16", value=False, origin=f"{origin} (no --bf16)", soft=True),
-            Assignment(key="mixed_precision.fp16", value=False, origin=f"{origin} (no --fp16)", soft=True)]
-
-
-def _mlm_defaults(out: list[Assignment], origin: str) -> list[Assignment]:
-    """For the knobs moetune reads (role "used"), write Megatron-LM's default down where it differs from
-    Megatron Bridge's: e.g. Megatron-LM fuses gradient accumulation unless --no-gradient-accumulation-fusion,
-    defaults --fp8-recipe to delayed and --optimizer-offload-fraction to 1.0; a VALUE_DEFAULTS flag's default is
-    written wherever its gate is on (configio/gates.py), even where Bridge's is the same. The normalized config then
-    describes the run Megatron-LM would make, not Bridge's defaults.
-    """
-    given = {a.key: a.value for a in out}  # a key given twice to two values is refused (normalize.resolve)
-    filled = []
-    for row in names().by_bridge.values():
-        if row.bridge_name in given or row.role != "used" or row.mlm_default in (NO_DEFAULT, None):
-            continue
-        switch = row.mlm_action in ("store_true", "store_false", "bool_optional")
-        gated = row.bridge_name in VALUE_DEFAULTS
-        if not switch and not (gated and gate_on(given, row.bridge_name)):
-            continue
-        value = coerce(row.bridge_name, row.type, row.mlm_default)
-        if value != row.default or gated:
-            filled.append(Assignment(key=row.bridge_name, value=value, origin=f"{origin} (Megatron-LM default)",
-                                     soft=True))
-    return filled
-
-
-def _vpp_from_layers(out: list[Assignment], values: list[str], origin: str) -> Assignment:
-    """--num-layers-per-virtual-pipeline-stage L  ->  VPP = layers / (PP * L), the embedding and the loss counting
-    as a layer each under --account-for-embedding/loss-in-pipeline-split (arguments.py validate_args)."""
-    given = {a.key: a.value for a in out}
-    layers, pp = given.get("model.num_layers"), given.get("model.pipeline_model_parallel_size", 1)
-    if any(given.get(f"model.num_layers_in_{end}_pipeline_stage") is not None for end in ("first", "last")):
-        # validate_args: "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel
-        # degree when enable uneven pipeline parallelism" (arguments.py:529-531 @core_v0.16.0)
-        raise MoetuneError(f"{origin} with uneven first/last stages (--decoder-first/last-pipeline-num-layers): "
-                           "Megatron-LM asserts the other VPP flag there; use --num-virtual-stages-per-pipeline-rank")
-    if len(values) != 1 or not values[0].isdigit() or not layers:
-        raise MoetuneError(f"{origin}: needs one integer and --num-layers; "
-                           "or use --num-virtual-stages-per-pipeline-rank")
-    layers += bool(given.get("model.account_for_embedding_in_pipeline_split")) + bool(
-        given.get("model.account_for_loss_in_pipeline_split"))
-    per_stage = int(values[0])
-    if per_stage < 1 or not isinstance(pp, int) or pp < 1:
-        raise MoetuneError(f"{origin}: layers per virtual stage ({per_stage}) and --pipeline-model-parallel-size "
-                           f"({pp}) must be at least 1")
-    if layers % (pp * per_stage):
-        raise MoetuneError(f"{origin}: {layers} layers (with the embedding/loss the split accounts for) are not "
-                           f"divisible by PP {pp} x {per_stage}")
-    return Assignment(key="model.virtual_pipeline_model_parallel_size", value=layers // (pp * per_stage), origin=origin)
+    return out, raw_vpp_layers
 
 
 def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
@@ -309,6 +212,6 @@ def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
             continue
         if dest == "use_distributed_optimizer":  # Megatron-LM hands it to the DDP and optimizer configs (SPECIAL)
             out["optimizer.use_distributed_optimizer"] = out[row.bridge_name]
-    if "model.num_query_groups" in out and args.get("group_query_attention") == "False":  # _groups_ignored_without_gqa
+    if "model.num_query_groups" in out and args.get("group_query_attention") == "False":  # mlm_validate.py's GQA rule
         out["model.num_query_groups"] = out.get("model.num_attention_heads")
     return out
