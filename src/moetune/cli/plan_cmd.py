@@ -36,10 +36,11 @@ from moetune.planner.explain import checks, optimizer_note, unsearched_gains
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import plan_caveat
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import TIGHT_SHARE, findings, margin_gib, tight, with_fix
+from moetune.planner.moves import TIGHT_SHARE, margin_gib, tight
 from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
 from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
+from moetune.planner.rule_findings import findings, with_fix
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.planner.versus import versus

@@ -9,8 +9,9 @@ from itertools import takewhile
 from moetune.errors import MoetuneError
 from moetune.layout.ranks import groups_leaving_domain, in_domain_eps, members_in_domain
 from moetune.planner.estimate import Estimate
-from moetune.planner.moves import knobs_for, rule_errors
+from moetune.planner.moves import knobs_for
 from moetune.planner.ranking import NEAR_TIE_MARGIN
+from moetune.planner.rule_findings import rule_errors
 
 # A pick that crosses the NVLink domain for less than this over the in-domain layout is named as a near-tie (and the
 # all-to-all is the step model's least-pinned part: the HybridEP SM bound, docs/time.md "Communication")

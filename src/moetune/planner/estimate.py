@@ -44,9 +44,9 @@ class Estimate:
     # the launch config this configuration was read from (estimate/explain --config): its rules read it as `check`
     # does, fields the layout and knobs do not carry included (a variant is another configuration, without it)
     source_config: dict | None = field(default=None, repr=False, compare=False)
-    # facts derived from this estimate alone that several readers ask (moves.cp_sizing: up to a dozen validations),
-    # keyed by the fact's name alone; not an init field, so dataclasses.replace gives a copy with other parts (another
-    # GPU: cp_sizing reads its NVLink domain) a memo of its own, never this one's answers
+    # facts derived from this estimate alone that several readers ask (rule_findings.cp_sizing: up to a dozen
+    # validations), keyed by the fact's name alone; not an init field, so dataclasses.replace gives a copy with other
+    # parts (another GPU: cp_sizing reads its NVLink domain) a memo of its own, never this one's answers
     memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def variant(self, *, layout: Layout | None = None, workload: Workload | None = None,

@@ -20,17 +20,15 @@ from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_
 from moetune.planner.moves import (
     GIB,
     apply_move,
-    default_exchange,
-    findings,
     margin_gib,
     move_change,
     moves,
-    rule_errors,
     tight,
 )
 from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
 from moetune.planner.pipeline_balance import even_out
 from moetune.planner.ranking import SMALLEST_GAIN
+from moetune.planner.rule_findings import default_exchange, findings, rule_errors
 from moetune.planner.track_record import estimate_record
 from moetune.specs.platform import platform_defaults, platform_of
 from moetune.walls.compute import fp32_probs_source

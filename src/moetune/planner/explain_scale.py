@@ -13,8 +13,9 @@ from moetune.planner.defaults import default_dispatcher
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, segment_note
 from moetune.planner.ep_first import ep_first_note
 from moetune.planner.estimate import Estimate
-from moetune.planner.moves import GIB, cp_sizing, knobs_for, margin_gib
+from moetune.planner.moves import GIB, knobs_for, margin_gib
 from moetune.planner.pipeline_balance import move_note, ranks_note
+from moetune.planner.rule_findings import cp_sizing
 from moetune.walls.compute import rates, ring_slowdown
 from moetune.walls.context_parallel import ring_ranks
 from moetune.walls.cp_legal import EXCHANGE_WORDS, exchange_text, refusal_at_cp

@@ -16,10 +16,10 @@ from moetune.planner.moves import (
     knobs_for,
     move_change,
     moves,
-    rule_errors,
     tight,
 )
 from moetune.planner.ranking import cp_weight
+from moetune.planner.rule_findings import rule_errors
 from moetune.walls.batch import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.cp_legal import exchange_text

@@ -1,6 +1,6 @@
 """Memory-wall facts for the rule table (rules/derive.py EXTERNAL): does the config fit, and the seeds'
 fit steps (smallest model parallelism that fits, selective recompute) evaluated by the estimator; with them the
-4K-shard CP over the CPs the model runs at (moves.cp_sizing_facts)."""
+4K-shard CP over the CPs the model runs at (rule_findings.cp_sizing_facts)."""
 
 from dataclasses import replace
 
@@ -11,7 +11,8 @@ from moetune.planner.config_map import UNSET_EXPLICITLY
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.fit_steps import smallest_fitting_layout
 from moetune.planner.from_config import from_config, trained_model
-from moetune.planner.moves import (
+from moetune.planner.ranking import SMALLEST_GAIN
+from moetune.planner.rule_findings import (
     costly_facts,
     cp_sizing_facts,
     first_selective,
@@ -19,7 +20,6 @@ from moetune.planner.moves import (
     host_facts,
     model_facts,
 )
-from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.model import ModelSpec
 
 

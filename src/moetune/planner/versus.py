@@ -6,8 +6,8 @@ from moetune.errors import MoetuneError
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
-from moetune.planner.moves import rule_errors
 from moetune.planner.ranking import SMALLEST_GAIN
+from moetune.planner.rule_findings import rule_errors
 from moetune.planner.track_record import measured_twins
 
 # The model's architecture, the same in both (the MTP depth is not: a run may train with another, --mtp-layers)

@@ -55,7 +55,7 @@ EXTERNAL = {
     "attention_chunk": "int: the model's attention chunk (Llama 4's attention_chunk_size; 0: none)",
     "chunk_skipped_pct": "int: % of the counted FLOPs (whole-sequence attention) the chunks skip at this sequence",
     # computed here from the config too; the estimator's, over every check the model adds, win
-    "cp_shard_target": "int: the 4K-shard CP among those the model runs at (planner/moves.py cp_sizing)",
+    "cp_shard_target": "int: the 4K-shard CP among those the model runs at (planner/rule_findings.py cp_sizing)",
     "cp_undersharded": "bool: the config's CP is below cp_shard_target at long context",
 }
 

@@ -126,7 +126,7 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
     """The 4K-shard CP (rule longctx.cp_sizing) over the CPs this config's own fields allow: the sequence rules under
     its sequence parallelism (a recipe's, on with TP > 1, where it is silent), the world, and with attention sinks
     a2a's head split (the only exchange they run). The estimator supplies the model's every check on top
-    (planner/moves.py cp_sizing_facts: linear-attention heads, the layer split, the batch)."""
+    (planner/rule_findings.py cp_sizing_facts: linear-attention heads, the layer split, the batch)."""
     seq = value(config, "model.seq_length")
     if not seq:
         return
