@@ -167,7 +167,7 @@ FLAG_KEYS = {**{f"--{attr.replace('_', '-')}": name for attr, name in LAYOUT_FIE
 
 def _precision_words(m: re.Match) -> str:
     """'--precision P' as the mixed_precision fields that set recipe P (bf16: FP8 and FP4 both off)."""
-    from moetune.planner.config_map import PRECISION  # config_map pulls in the planner: only for an error's words
+    from moetune.planner.knob_fields import PRECISION  # the planner's table, imported only for an error's words
 
     fields = PRECISION.get(m.group(1))
     if fields is None:
@@ -210,7 +210,7 @@ _MLM_OFF_SWITCHES = {"--no-sequence-parallel": "model.sequence_parallel",
 
 def _mlm_precision_words(m: re.Match) -> str:
     """'--precision P' as the Megatron-LM arguments that train recipe P (bf16: no --fp8-format or --fp4-format)."""
-    from moetune.planner.config_map import PRECISION  # config_map pulls in the planner: only for an error's words
+    from moetune.planner.knob_fields import PRECISION  # the planner's table, imported only for an error's words
 
     fields = PRECISION.get(m.group(1))
     if fields is None:

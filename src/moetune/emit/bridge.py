@@ -14,8 +14,9 @@ from moetune.configio.finalize import DP_OVERLAP, megatron_lm_unstated
 from moetune.configio.names import LAUNCHER
 from moetune.emit import values
 from moetune.emit.environment import environment
-from moetune.planner.config_map import PLAN_FIELDS, PRECISION_PRESET
+from moetune.planner.config_map import PLAN_FIELDS
 from moetune.planner.from_config import precision_of
+from moetune.planner.knob_fields import PRECISION_PRESET
 
 BRIDGE_SECTIONS_SKIPPED = ("cluster", "env")
 

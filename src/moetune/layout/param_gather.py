@@ -17,7 +17,7 @@ FP8_PARAM_PRESET = frozenset({"fp8-delayed", "fp8-current", "mxfp8"})
 # The recipes under which FP8 parameters exist at all: Megatron-Core refuses fp8_param without fp8
 # (transformer_config.py "fp8_param must be used together with fp8 mode"), and FP4 excludes FP8
 FP8_PARAM_PRECISIONS = ("fp8-blockwise", "fp8-delayed", "fp8-current", "mxfp8")
-# Megatron's fp8_recipe under each FP8 precision (planner/config_map.py PRECISION writes it beside the format)
+# Megatron's fp8_recipe under each FP8 precision (planner/knob_fields.py PRECISION writes it beside the format)
 FP8_RECIPES = {"fp8-blockwise": "blockwise", "mxfp8": "mxfp8", "fp8-current": "tensorwise", "fp8-delayed": "delayed"}
 # The recipe whose FP8 weights the optimizer's CPU offload steps: Megatron-LM asserts "When `--fp8-param-gather` is
 # enabled, the optimizer cpu offload must be used in conjunction with `--fp8-recipe delayed`" (megatron/training/

@@ -3,7 +3,7 @@
 from moetune.errors import UnsupportedPrecision
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import hybridep_spans_on
-from moetune.planner.config_map import DISPATCHER, PRECISION
+from moetune.planner.knob_fields import DISPATCHER, PRECISION
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.platform import deepep_runs, platform_defaults, spanning_backend
 
@@ -61,7 +61,7 @@ def mapping_rules(defaults: dict, mamba: bool) -> dict:
 
 
 def mapping_fields(dispatcher: str, precision: str, scope: tuple[str, ...]) -> dict:
-    """The default mappings as Megatron Bridge spells them (planner/config_map.py, as plan's overrides write them)."""
+    """The default mappings as Megatron Bridge spells them (planner/knob_fields.py, as plan's overrides write them)."""
     kind, backend = DISPATCHER[dispatcher]
     return {"model.moe_token_dispatcher_type": kind,
             **({"model.moe_flex_dispatcher_backend": backend} if backend else {}),

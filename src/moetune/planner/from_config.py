@@ -2,7 +2,7 @@
 moetune's Layout, Workload and Knobs, Megatron's defaults where it is silent, and the model it trains
 (`trained_model`), so `diagnose --config` can predict the run it measured and `estimate --config` can weigh it.
 
-The inverse of `config_map.to_config`: the same field names and precision recipes (config_map.PRECISION).
+The inverse of `config_map.to_config`: the same field names and precision recipes (knob_fields.PRECISION).
 """
 
 from dataclasses import replace
@@ -28,7 +28,7 @@ from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.param_gather import FP4_PARAM_PRECISION, FP8_PARAM_PRECISIONS
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION
+from moetune.planner.knob_fields import PRECISION
 from moetune.planner.model_fields import bridge_router_dtype
 from moetune.rules.derive import dispatcher_sms, graph_setting
 from moetune.specs.model import ModelSpec

@@ -13,10 +13,11 @@ from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.param_gather import OFFLOAD_RECIPES, PARAM_RECIPES, offload_refuses_params
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION, cp_fields, to_config
+from moetune.planner.config_map import cp_fields, to_config
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
+from moetune.planner.knob_fields import PRECISION
 from moetune.planner.pipeline_balance import even_out
 from moetune.planner.rule_findings import cp_sizing, findings, rule_errors  # noqa: F401  tests/planner read them here
 from moetune.specs.platform import platform_defaults
@@ -105,7 +106,7 @@ def move_change(move: dict, old: Estimate, new: Estimate) -> dict:
     if "graphs_keep" in move and new.knobs.cuda_graph_scope != old.knobs.cuda_graph_scope:
         graphs = to_config(new)
         out.update({k: graphs[k] for k in ("model.cuda_graph_impl", "model.cuda_graph_scope")})
-    if "mixed_precision" in out:  # the recipe's fields, as plans write them (config_map.PRECISION)
+    if "mixed_precision" in out:  # the recipe's fields, as plans write them (knob_fields.PRECISION)
         del out["mixed_precision"]
         out.update(PRECISION[new.knobs.precision])
     if "model.cp_comm_type" in out:
