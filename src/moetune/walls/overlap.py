@@ -93,18 +93,17 @@ def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_hos
     backward = window * BWD_GEMM / (1 + BWD_GEMM)
     hide = eff["dp_overlap_hide"]
     gathers, rs_each = knobs.microbatch_gathers, knobs.microbatch_reduce_scatters
-    once_rs = 0.0 if rs_each else rs + step_rs
-    once_ag = 0.0 if gathers else ag + step_ag
-    rs_hidden = hide * backward if knobs.overlap_grad_reduce else 0.0
-    ag_hidden = hide * (window - backward) if knobs.overlap_param_gather else 0.0
-    exposed = np.maximum(once_rs - rs_hidden, 0.0) + np.maximum(once_ag - ag_hidden, 0.0)
-    if not (gathers or rs_each):
-        return exposed
-    forward_ag, backward_ag = (ag, (gathers - 1) * ag) if gathers else (0.0, 0.0)
-    backward_rs = backward_ag + (rs if rs_each else 0.0)
-    forward_left = np.maximum(forward_ag - hide * (window - backward), 0.0)
-    backward_left = np.maximum(backward_rs - hide * backward, 0.0)
-    # the micro-batches that also carry a once-a-step collective leave what both leave, in place of their own alone
-    first = np.maximum(forward_ag + (step_ag if gathers else 0.0) - hide * (window - backward), 0.0) - forward_left
-    last = np.maximum(backward_rs + (step_rs if rs_each else 0.0) - hide * backward, 0.0) - backward_left
-    return exposed + microbatches * (forward_left + backward_left) + first + last
+    # every micro-batch's forward and backward carry the FSDP's own collectives (none under DDP), which always have
+    # compute beside them; the first forward also carries the once-a-step all-gather and the last backward the
+    # once-a-step reduce-scatter, which hide only under their overlap flag (an FSDP that shards the weights shards the
+    # gradients too: a micro-batch that gathers reduce-scatters)
+    forward_room = hide * (window - backward) if gathers or knobs.overlap_param_gather else 0.0
+    backward_room = hide * backward if rs_each or knobs.overlap_grad_reduce else 0.0
+    forward_each = ag if gathers else 0.0
+    backward_each = ((gathers - 1) * ag if gathers else 0.0) + (rs if rs_each else 0.0)
+    first = np.maximum(ag + step_ag - forward_room, 0.0)
+    last = np.maximum(backward_each + (0.0 if rs_each else rs) + step_rs - backward_room, 0.0)
+    if not (gathers or rs_each):  # the planner's usual case: skip the others' arrays of zeros
+        return first + last
+    each = np.maximum(forward_each - forward_room, 0.0) + np.maximum(backward_each - backward_room, 0.0)
+    return first + last + (microbatches - 1) * each
