@@ -119,14 +119,21 @@ def communication_unit(mean_unit, suggested=None):
     return suggested if suggested else np.maximum(MIN_COMMUNICATION_UNIT, 2 * mean_unit)
 
 
+def _resident_elements(largest, mean_unit, layer_elements, suggested, double_buffer, units):
+    """Elements of `units(communication unit / largest unit)` units sized as the largest, at most the stage's layers
+    (`layer_elements`); under fsdp_double_buffer, the pool's two buffers of the largest unit whatever the queue."""
+    unit = np.maximum(largest, 1)
+    if double_buffer:
+        return 2 * unit
+    return np.minimum(unit * units(communication_unit(mean_unit, suggested) / unit), layer_elements)
+
+
 def gathered_elements(largest, mean_unit, layer_elements, suggested=None, double_buffer=False):
     """Unsharded weight elements resident at once under "optim_grads_params": the unit computing and whole units
     prefetched until half a communication unit is in flight, at most the stage's layers; units sized as the largest.
     Under fsdp_double_buffer, the pool's two buffers of the largest unit."""
-    unit = np.maximum(largest, 1)
-    if double_buffer:
-        return 2 * unit
-    return np.minimum(unit * (1 + np.ceil(communication_unit(mean_unit, suggested) / 2 / unit)), layer_elements)
+    return _resident_elements(largest, mean_unit, layer_elements, suggested, double_buffer,
+                              lambda per_unit: 1 + np.ceil(per_unit / 2))
 
 
 def pending_grad_elements(largest, mean_unit, layer_elements, suggested=None, double_buffer=False):
@@ -134,10 +141,8 @@ def pending_grad_elements(largest, mean_unit, layer_elements, suggested=None, do
     each launch: param_and_grad_buffer.py reduce_gradients waits, then launches), the unit just launched and the one
     whose backward is filling its bucket, at most the stage's layers; units sized as the largest. Under
     fsdp_double_buffer, the pool's two buffers of the largest unit."""
-    unit = np.maximum(largest, 1)
-    if double_buffer:
-        return 2 * unit
-    return np.minimum(unit * (np.floor(communication_unit(mean_unit, suggested) / unit) + 2), layer_elements)
+    return _resident_elements(largest, mean_unit, layer_elements, suggested, double_buffer,
+                              lambda per_unit: np.floor(per_unit) + 2)
 
 
 def fsdp_optimizer_refusal(strategy: str | None, optimizer: str) -> str | None:
