@@ -56,13 +56,19 @@ def job_gpu(gpu: GpuSpec, world: int) -> GpuSpec:
     return replace(gpu, nvlink_domain=domain, gpus_per_node=node)
 
 
+def _aligned_members(size, stride, domain, least=min, most=max):
+    """Members sharing a domain for a group shape whose span and the domain are aligned (the module's formula): with
+    Python's min and max for ints, so the scalar path stays numpy-free, or numpy's elementwise ones for arrays."""
+    return least(size, most(1, domain // stride))
+
+
 @cache
 def _members_in_domain(size: int, stride: int, domain: int) -> int:
     """members_in_domain of one group shape, in Python ints (the array path's aligned and straddling cases)."""
     span = size * stride
     if domain % span and span % domain:
         return _straddled_fewest(size, stride, domain)
-    return min(size, max(1, domain // stride))
+    return _aligned_members(size, stride, domain)
 
 
 @cache
@@ -94,7 +100,7 @@ _MEMBERS: dict = {}
 def _members_in_domain_arrays(size, stride, domain):
     size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
     # aligned shapes (the usual case): every group alike
-    out = np.array(np.minimum(size, np.maximum(1, domain // stride)))
+    out = np.array(_aligned_members(size, stride, domain, np.minimum, np.maximum))
     span = size * stride
     odd = (domain % span != 0) & (span % domain != 0)
     if odd.any():  # one enumeration per distinct straddling group shape
