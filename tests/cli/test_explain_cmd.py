@@ -196,5 +196,5 @@ def test_defaults_print_each_mapping_with_bridge_fields_and_rule(capsys):
     assert ("model.moe_token_dispatcher_type=flex, model.moe_flex_dispatcher_backend=hybridep (seeds/000 First Answer "
             "Checklist: flex + hybridep for GB200/GB300/NVL72 systems)") in out
     assert "mixed_precision.fp8_recipe=mxfp8 (seeds/000 First Answer Checklist: Blackwell to MXFP8)" in out
-    assert ("model.cuda_graph_impl=transformer_engine, model.cuda_graph_scope=['attn', 'moe_router', "
-            "'moe_preprocess'] (seeds/000 First Answer Checklist: dropless MoE TE-scoped CUDA graphs") in out
+    assert ("model.cuda_graph_impl=transformer_engine, model.cuda_graph_scope=[attn,moe_router,moe_preprocess] "
+            "(seeds/000 First Answer Checklist: dropless MoE TE-scoped CUDA graphs") in out

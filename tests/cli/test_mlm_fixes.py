@@ -38,3 +38,20 @@ def test_estimate_and_explain_write_a_bridge_fix_as_check_does(capsys):
                            "train.manual_gc": True}}])
     assert ("(fix: model.recompute_method=null, model.recompute_modules=[moe_act,mlp], train.manual_gc=true)"
             in " ".join(capsys.readouterr().out.split()))
+
+
+def test_explain_writes_its_fit_steps_and_retune_moves_as_overrides(capsys):
+    """explain's fit steps and Retune table had written their changes as Python does (True, None, ['layernorm',
+    'moe_act']) where check and the overrides files write true, null, [layernorm,moe_act]; a Megatron-LM launch's
+    steps are its arguments, as its check lines are."""
+    layout = ["--gpu", "h100", "--gpus", "16", "--tp", "1", "--ep", "8", "--pp", "1", "--seq", "4096", "--gbs", "256"]
+    code, out, err = run(["explain", "qwen3-30b-a3b", *layout], capsys)
+    flat = " ".join(out.split())
+    assert "model.recompute_modules=[layernorm,moe_act] -> peak" in flat, err
+    assert "optimizer.optimizer_cpu_offload=true," in flat and "model.cuda_graph_scope=null" in flat
+    assert "=True" not in flat and "=None" not in flat and "['" not in flat
+    code, out, err = run(["explain", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--mlm-args",
+                          "--expert-model-parallel-size 8 --bf16 --seq-length 4096 --global-batch-size 256"], capsys)
+    flat = " ".join(out.split())
+    assert "moe_act: --recompute-granularity selective --recompute-modules layernorm moe_act" in flat, err
+    assert "model.recompute" not in flat

@@ -11,11 +11,9 @@ from rich.table import Table
 
 from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words
-from moetune.cli.output import console, emit_json, unknown_launcher_note
+from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
 from moetune.configio import load_config
 from moetune.configio.names import LAUNCHER
-from moetune.emit.mlm import mlm_fix_words
-from moetune.emit.values import hydra
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
@@ -102,7 +100,7 @@ def check_findings(config: dict, context: str = "check", mcore: bool = True, der
 
 def _fix_text(fix: dict, mlm: bool = False) -> str:
     """A fix in the config's names, or for a Megatron-LM launch (`mlm`) in its arguments (emit/mlm.py)."""
-    return mlm_fix_words(fix) if mlm else " ".join(f"{k}={hydra(v)}" for k, v in fix.items())
+    return override_words(fix, mlm, sep=" ")
 
 
 def findings_table(findings: list, mlm: bool = False) -> Table:

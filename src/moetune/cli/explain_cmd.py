@@ -12,6 +12,7 @@ from moetune.cli.output import (
     console,
     emit_json,
     launched_by_mlm,
+    override_words,
     print_checks,
     table,
     unknown_launcher_note,
@@ -131,7 +132,7 @@ def print_explain(a: dict, mlm: bool = False) -> None:
     ladder = 0  # the recompute/offload steps apply one on top of another (planner/fit_steps.py)
     steps = f.get("steps", [])
     for i, step in enumerate(steps):
-        what = step.get("layout") or ", ".join(f"{k}={v}" for k, v in step.get("change", {}).items())
+        what = step.get("layout") or escape(override_words(step.get("change", {}), mlm))
         fits = "fits" if step.get("fits", True) else "still does not fit"
         if "change" in step and not ladder and any("layout" in s for s in steps[:i]):
             out.print("  - or, keeping this layout, one step on top of another:")
@@ -142,7 +143,7 @@ def print_explain(a: dict, mlm: bool = False) -> None:
         out.print(f"  - {then}{step['step']}: {what} -> peak {step['peak_gib']:.1f} GiB, {fits}{tight}, "
                   f"{step['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{note} ({step['source']})")
     if fix := f.get("fastest_fix"):
-        what = ", ".join(f"{k}={v}" for k, v in fix["change"].items())
+        what = escape(override_words(fix["change"], mlm))
         out.print(f"  - faster than the ladder: {fix['rule']}: {what} -> peak {fix['new_peak_gib']:.1f} GiB, fits"
                   f"{', tight' if fix['tight'] else ''}, {fix['new_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
                   f"({fix['source']}; seeds/000 Three Walls: the memory wall's fixes include a better PP layout)")
@@ -176,11 +177,12 @@ def print_explain(a: dict, mlm: bool = False) -> None:
                   f"{r['force_balanced_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU: the imbalance costs "
                   f"{100 * r['cost']:.0f}%. Measure yours from the router's per-expert token counts and pass "
                   "--token-imbalance")
-    rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), ", ".join(f"{k}={v}" for k, v in r["change"].items()),
+    rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), escape(override_words(r["change"], mlm)),
              f"{100 * r['predicted_gain']:+.1f}%",
              f"{r['new_peak_gib']:.1f}" + (" tight" if r["tight"] else ""), r["source"]] for r in a["retune"]]
     if rows:
-        out.print(table("Retune: next changes, predicted", ["move", "overrides", "tokens/s", "peak GiB", "rule"], rows,
+        what = "Megatron-LM arguments" if mlm else "overrides"
+        out.print(table("Retune: next changes, predicted", ["move", what, "tokens/s", "peak GiB", "rule"], rows,
                         justify_right_from=2))
         if any(r["tight"] for r in a["retune"]):
             out.print(f"  tight: under {100 * TIGHT_SHARE:.0f}% of the GPU free, within the memory estimate's error")
@@ -208,12 +210,12 @@ def print_explain(a: dict, mlm: bool = False) -> None:
     fields, rules = d["bridge_fields"], d["rules"]
 
     def spelled(*names: str) -> str:  # as Megatron Bridge spells them
-        return escape(", ".join(f"{k}={v}" for k, v in fields.items() if k.split(".")[-1].startswith(names)))
+        return escape(override_words({k: v for k, v in fields.items() if k.split(".")[-1].startswith(names)}))
 
     out.print(f"  - dispatcher {d['dispatcher']}: {spelled('moe_token_dispatcher', 'moe_flex')}"
               + (f" ({d['dispatcher_note']})" if d["dispatcher_note"] else "") + f" ({rules['dispatcher']})"
               + (f"; {d['flex_num_sms']} dispatcher SMs ({d['flex_num_sms_source']})" if d["flex_num_sms"] else ""))
-    out.print(f"  - FP8 recipe {d['fp8_recipe']}: {spelled('fp8', 'fp4') or 'mixed_precision.fp8=None'} "
+    out.print(f"  - FP8 recipe {d['fp8_recipe']}: {spelled('fp8', 'fp4') or 'mixed_precision.fp8=null'} "
               f"({rules['fp8_recipe']})")
     out.print(f"  - CUDA graphs {','.join(d['cuda_graph_scope']) or 'none'}: {spelled('cuda_graph')} "
               f"({rules['cuda_graph_scope']})")

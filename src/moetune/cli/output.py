@@ -87,13 +87,19 @@ def unknown_launcher_note(data: dict, rank: int, where: str) -> None:
                    "--mlm-args ... --json`)", err=True)
 
 
+def override_words(change: dict, mlm: bool = False, sep: str = ", ") -> str:
+    """Config fields to set, as the user sets them: Hydra overrides with values as check and the overrides files write
+    them (null, true, [a,b]: emit/values.py hydra), not Python's None / True / ['a']; for a Megatron-LM launch (`mlm`)
+    its arguments (emit/mlm.py). Brackets are rich markup: escape the words before printing them."""
+    return mlm_fix_words(change) if mlm else sep.join(f"{k}={hydra(v)}" for k, v in change.items())
+
+
 def print_checks(found: list[dict], mlm: bool = False) -> None:
     """Rule findings as `explain` and `estimate` print them: one line each, with the fix when the rule has one (as
     Megatron-LM arguments for a Megatron-LM launch: `mlm`, emit/mlm.py)."""
     out = console()
     for c in found:
-        # values as check and the overrides files write them (null, true, [a,b]), not Python's None / True / ['a']
-        fix = mlm_fix_words(c["fix"]) if mlm else ", ".join(f"{k}={hydra(v)}" for k, v in c["fix"].items())
+        fix = override_words(c["fix"], mlm)
         withdrawn = c.get("fix_withdrawn") and f" (no fix: its own would trip {', '.join(c['fix_withdrawn'])})"
         # escaped: a message or fix may hold brackets ('[moe_act,mlp]', '[a2a, p2p]') that rich reads as markup
         out.print(f"[bold]Check[/bold] {c['severity']} {c['rule']}: {escape(c['message'])}"
