@@ -78,7 +78,31 @@ def test_a_pinned_megatron_fsdp_strategy_runs_on_every_row_and_is_said_once(caps
     assert code == 0 and results and all(r["knobs"]["megatron_fsdp"] == "optim_grads" for r in results), err
     code, out, _ = run(base, capsys)
     assert code == 0 and out.count("Megatron FSDP optim_grads") == 1
-    assert "Data-parallel sharding (every row): Megatron FSDP optim_grads: gradients and optimizer state sharded" in out
+    assert ("Data-parallel sharding (every row): Megatron FSDP optim_grads: shards the gradients and optimizer state "
+            "over DP x CP (experts over EDP)") in out
+
+
+def test_estimate_and_plan_say_megatron_fsdp_shards_within_each_copy_under_hybrid_sharding(capsys):
+    """With N distributed optimizer instances Megatron FSDP shards within each copy's DP x CP / N ranks, outer optim
+    the optimizer state over all of them, as explain says (planner/explain_scale.py fsdp_shards); estimate's layout
+    line and plan's every-row line had said DP x CP (experts: EDP) whatever N."""
+    from moetune.cli.output import fsdp_text
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+
+    knobs = Knobs(megatron_fsdp="optim_grads_params", num_distributed_optimizer_instances=4,
+                  outer_dp_sharding_strategy="optim")
+    assert fsdp_text(knobs) == ["Megatron FSDP optim_grads_params: shards the weights, gradients and optimizer state "
+                                "within each of its 4 copies, over DP x CP / 4 (experts over EDP / 4), and outer optim "
+                                "the optimizer state over all DP x CP (experts over EDP)"]
+    assert "over DP x CP / 4 = 16 (experts over EDP / 4 = 2), and outer optim the optimizer state over all DP x CP " \
+        "64 (EDP 8)" in fsdp_text(knobs, Layout(world_size=64, ep=8))[0]
+    code, out, err = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--set",
+                          "model.expert_model_parallel_size=8", "--set", "ddp.use_megatron_fsdp=true", "--set",
+                          "ddp.data_parallel_sharding_strategy=optim_grads", "--set",
+                          "ddp.num_distributed_optimizer_instances=2"], capsys)
+    assert ("Megatron FSDP optim_grads: shards the gradients and optimizer state within each of its 2 copies, over "
+            "DP x CP / 2 = 32 (experts over EDP / 2 = 4)") in out, err
 
 
 def test_an_unknown_megatron_fsdp_strategy_is_one_line(capsys):

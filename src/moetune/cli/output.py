@@ -10,9 +10,9 @@ from rich.table import Table
 
 from moetune.emit.mlm import mlm_fix_words
 from moetune.emit.values import hydra
+from moetune.planner.explain_scale import fsdp_shards
 from moetune.planner.from_json import pick_result, saved_launcher
 from moetune.walls.cp_legal import exchange_text
-from moetune.words import words
 
 GIB = 1 << 30
 
@@ -21,18 +21,17 @@ def layout_extras(layout, knobs, fsdp: bool = True) -> list[str]:
     """What a layout row needs besides its sizes to be run again: the CP exchange, the pipeline split and an FSDP in
     place of Megatron's DDP (`fsdp` False: said once beside the table, as plan's rows share it)."""
     cp = [f"CP via {exchange_text(knobs, layout.cp)}"] if layout.cp > 1 else []
-    return cp + ([layout.split_text()] if layout.split_text() else []) + (fsdp_text(knobs) if fsdp else [])
+    return cp + ([layout.split_text()] if layout.split_text() else []) + (fsdp_text(knobs, layout) if fsdp else [])
 
 
-def fsdp_text(knobs) -> list[str]:
-    """The FSDP wrapping the model and what it shards over which ranks (walls/model_state.py), none under DDP."""
+def fsdp_text(knobs, layout=None) -> list[str]:
+    """The FSDP wrapping the model and what it shards over which ranks (explain's wording, planner/explain_scale.py:
+    each copy's DP x CP / N under hybrid sharding), none under DDP. `layout`: the groups' sizes too."""
     if knobs.torch_fsdp2:
         return ["torch FSDP2: weights, gradients and optimizer state sharded over DP x CP"]
     if not knobs.megatron_fsdp:
         return []
-    sharded = knobs.fsdp_strategy.sharded()
-    what = f"{words(sharded)} sharded over DP x CP (experts: EDP)" if sharded else "nothing sharded"
-    return [f"Megatron FSDP {knobs.megatron_fsdp}: {what}"]
+    return [f"Megatron FSDP {knobs.megatron_fsdp}: {fsdp_shards(knobs, layout)}"]
 
 
 def console() -> Console:

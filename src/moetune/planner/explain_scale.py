@@ -74,20 +74,13 @@ def _fsdp_note(e: Estimate) -> str | None:
     under its hybrid sharding the strategy shards within each copy's ranks, and outer optim spreads the optimizer
     state over all of them (walls/model_state.py inner_divisors, optimizer_divisors); where a copy's EDP is 1 the
     experts' share is held whole (a group of one shards nothing: layout/dp_sharding.py)."""
-    strategy, lay, knobs = e.knobs.fsdp_strategy, e.layout, e.knobs
+    strategy, knobs = e.knobs.fsdp_strategy, e.knobs
     if strategy is None:
         return None
-    copies = knobs.num_distributed_optimizer_instances
-    dense, expert = inner_divisors(lay, knobs)
-    over = f"over DP x CP {dense} (experts over EDP {expert})" if copies == 1 else \
-        (f"within each of its {copies} copies, over DP x CP / {copies} = {dense} "
-         f"(experts over EDP / {copies} = {expert})")
-    sharded = strategy.sharded()
-    what = f"shards the {words(sharded)} {over}" if sharded else "shards nothing (no_shard)"
-    if copies > 1 and knobs.outer_dp_sharding_strategy == "optim":
-        what += f", and outer optim the optimizer state over all DP x CP {lay.dp * lay.cp} (EDP {lay.edp})"
+    copies, expert = knobs.num_distributed_optimizer_instances, inner_divisors(e.layout, knobs)[1]
+    what = fsdp_shards(knobs, e.layout)
     whole = f"; at EDP {'1' if copies == 1 else f'/ {copies} = 1'} each rank keeps its experts' share whole, so only " \
-        "the dense part is sharded" if sharded and expert == 1 and e.model.num_moe_experts else ""
+        "the dense part is sharded" if strategy.sharded() and expert == 1 and e.model.num_moe_experts else ""
     cost = ""
     if e.time and (strategy.weights or strategy.grads):
         dp = "dp_grad_reduce_param_gather"
@@ -97,6 +90,28 @@ def _fsdp_note(e: Estimate) -> str | None:
         cost = (f"; its {each} run every micro-batch beside compute; with what it runs once a step, "
                 f"{e.time['collectives'][dp]:.2f} s a step, {e.time['exposed_collectives'][dp]:.2f} s exposed")
     return f"Megatron FSDP {e.knobs.megatron_fsdp} {what}{whole}{cost} (walls/iteration.py, walls/overlap.py)"
+
+
+def fsdp_shards(knobs, layout=None) -> str:
+    """What Megatron FSDP shards over which ranks: DP x CP (experts over EDP), or under its hybrid sharding
+    (num_distributed_optimizer_instances N > 1) each copy's DP x CP / N (experts over EDP / N), outer optim the
+    optimizer state over all of them (walls/model_state.py inner_divisors, optimizer_divisors). With `layout` the
+    groups' sizes too; without (plan's rows share one strategy, not one layout) their names alone."""
+    copies = knobs.num_distributed_optimizer_instances
+    dense, expert = inner_divisors(layout, knobs) if layout else (None, None)
+
+    def size(n, per: str) -> str:  # ' / N = n' within a copy, ' n' over all, nothing without a layout
+        return f"{per}{' =' if per and n is not None else ''}{'' if n is None else f' {n}'}"
+
+    per = f" / {copies}" if copies > 1 else ""
+    over = f"over DP x CP{size(dense, per)} (experts over EDP{size(expert, per)})"
+    sharded = knobs.fsdp_strategy.sharded()
+    what = (f"shards the {words(sharded)} {f'within each of its {copies} copies, ' if copies > 1 else ''}{over}"
+            if sharded else "shards nothing (no_shard)")
+    if copies > 1 and knobs.outer_dp_sharding_strategy == "optim":
+        total = f"DP x CP {layout.dp * layout.cp} (EDP {layout.edp})" if layout else "DP x CP (experts over EDP)"
+        what += f", and outer optim the optimizer state over all {total}"
+    return what
 
 
 def _default_dispatcher_note(e: Estimate) -> str | None:
