@@ -13,7 +13,7 @@ from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
 from moetune.configio import load_config
-from moetune.configio.names import LAUNCHER
+from moetune.configio.names import is_megatron_lm
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
@@ -162,7 +162,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         # the model's architecture where the config leaves it to the recipe, so Megatron-Core validates it too; for
         # a Bridge config also what Bridge's model bridges and recipes set (a Megatron-LM launch has no recipe)
         fill = {k: v for k, v in architecture_fields(spec).items() if v is not None}
-        mlm = config.get("cluster.launcher") == "megatron-lm"
+        mlm = is_megatron_lm(config)
         # no --mtp-num-layers is no MTP there, as estimate reads it
         if mlm or not spec.mtp_num_layers:
             fill.pop("model.mtp_num_layers", None)
@@ -191,7 +191,7 @@ def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, o
         emit_json({"findings": [f.as_dict() for f in findings], "config": config})
     else:
         out = console()
-        out.print(findings_table(findings, mlm=config.get(LAUNCHER) == "megatron-lm"))
+        out.print(findings_table(findings, mlm=is_megatron_lm(config)))
         counts = {s: sum(f.severity == s for f in findings) for s in _ORDER}
         filled = f" (+{len(config) - read} from {model}'s architecture and its recipe's defaults)"
         out.print(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "

@@ -9,7 +9,7 @@ from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import synced_optimizer_switches
 from moetune.configio.load import load_config
 from moetune.configio.mlm import argument_dump_config
-from moetune.configio.names import LAUNCHER
+from moetune.configio.names import LAUNCHER, is_megatron_lm
 from moetune.emit.mlm import mlm_fix_words
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -185,5 +185,5 @@ def _launched_by_mlm(config: dict | None, predicted, given: bool) -> bool:
     was `given` or a Megatron-LM log's arguments name the launcher (what ran), else as a saved --plan recorded
     (Estimate.launcher); --gpu/--gpus alone say nothing of it."""
     if config and (given or LAUNCHER in config):
-        return config.get(LAUNCHER) == "megatron-lm"
+        return is_megatron_lm(config)
     return predicted is not None and launched_by_mlm(predicted)

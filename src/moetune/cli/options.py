@@ -6,7 +6,7 @@ import re
 import click
 
 from moetune.configio.layout_map import LAYOUT_FIELDS
-from moetune.configio.names import LAUNCHER, names
+from moetune.configio.names import is_megatron_lm, names
 from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.imbalance import DROPLESS_IMBALANCE
 from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
@@ -192,7 +192,7 @@ def _flags_as(message: str, word_of) -> str:
 def config_words(message: str, config: dict | None = None) -> str:
     """A layout error worded for flags, with the config's names instead (check reads configs, not flags): Bridge's
     fields, or where CONFIG was read from Megatron-LM arguments the arguments that set them (mlm_words)."""
-    if config is not None and config.get(LAUNCHER) == "megatron-lm":
+    if config is not None and is_megatron_lm(config):
         return mlm_words(message)
 
     worded = _flags_as(re.sub(r"--precision ([a-z0-9-]+)", _precision_words, message), lambda f: FLAG_KEYS.get(f, ""))

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from moetune.configio.gates import gate_on
-from moetune.configio.names import LAUNCHER, NO_DEFAULT, Name, names
+from moetune.configio.names import NO_DEFAULT, Name, is_megatron_lm, names
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
 
@@ -29,7 +29,7 @@ def expert_tensor_parallel_size(config: dict[str, Any]) -> int:
         return int(config["model.expert_tensor_parallel_size"])
     tp = parallel_size(config, "model.tensor_model_parallel_size")
     ep = parallel_size(config, "model.expert_model_parallel_size")
-    return 1 if ep > 1 and config.get(LAUNCHER) != "megatron-lm" else tp
+    return 1 if ep > 1 and not is_megatron_lm(config) else tp
 
 
 def sequence_parallel(config: dict[str, Any]) -> bool | None:
@@ -155,7 +155,7 @@ def dropout_rate(config: dict[str, Any], key: str) -> float:
     under its arguments (arguments.py --hidden-dropout, --attention-dropout), else the 0 Megatron Bridge's MoE model
     bridges set (planner/model_fields.py NO_DROPOUT)."""
     value = config.get(key)
-    return float(value) if value is not None else 0.1 if config.get(LAUNCHER) == "megatron-lm" else 0.0
+    return float(value) if value is not None else 0.1 if is_megatron_lm(config) else 0.0
 
 
 def fsdp_impl(config: dict[str, Any]) -> str:
@@ -206,7 +206,7 @@ def settle_dp_overlap(config: dict[str, Any]) -> dict[str, Any]:
     section's value where set, else on for DP > 1 (training/comm_overlap.py setup, _get_optimizer_overlap_cfgs,
     _override_user_cfgs: "Data parallel overlap is only available with ... Distributed optimizer"); without it ddp's
     own values stand (Kimi-K2's Muon recipes)."""
-    if config.get(LAUNCHER) == "megatron-lm" or not any(k.startswith("comm_overlap.") for k in config) \
+    if is_megatron_lm(config) or not any(k.startswith("comm_overlap.") for k in config) \
             or not distributed_optimizer(config):
         return config
     dp, out = data_parallel_size(config), dict(config)

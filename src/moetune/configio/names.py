@@ -31,6 +31,12 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 LAUNCHER = "cluster.launcher"  # moetune's own fact: "megatron-lm" when read from Megatron-LM arguments
 
 
+def is_megatron_lm(config) -> bool:
+    """Whether a config was read from a Megatron-LM launch (its arguments: configio/mlm_validate.py sets LAUNCHER),
+    not a Megatron Bridge one (LAUNCHER unset or "bridge")."""
+    return config.get(LAUNCHER) == "megatron-lm"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Name:
     """One row of megatron_names.csv."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.configio.finalize import DP_OVERLAP, megatron_lm_unstated
-from moetune.configio.names import LAUNCHER
+from moetune.configio.names import is_megatron_lm
 from moetune.emit import values
 from moetune.emit.environment import environment
 from moetune.planner.config_map import PLAN_FIELDS
@@ -26,7 +26,7 @@ def bridge_config(config: dict[str, Any]) -> dict[str, Any]:
     value (no --recompute-granularity: no recompute; no --mtp-num-layers: no MTP), which a recipe need not hold
     (DeepSeek-V3's recomputes and trains an MTP layer): of the fields a plan writes over a recipe (PLAN_FIELDS), each
     is written as Megatron-LM runs it. A Bridge config's omitted field is its recipe's value, and stays omitted."""
-    if config.get(LAUNCHER) != "megatron-lm":
+    if not is_megatron_lm(config):
         return config
     return {**config, **megatron_lm_unstated(config, PLAN_FIELDS)}
 

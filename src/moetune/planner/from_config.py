@@ -21,7 +21,7 @@ from moetune.configio.finalize import (
     suggested_unit_size,
 )
 from moetune.configio.layout_map import LAYOUT_FIELDS, layout_settings
-from moetune.configio.names import LAUNCHER
+from moetune.configio.names import is_megatron_lm
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, Knobs
 from moetune.layout.layout import Layout, check_vpp_one
@@ -44,7 +44,7 @@ def trained_model(m: ModelSpec, config: dict) -> ModelSpec:
     none under Megatron-LM arguments that leave it out (`--mtp-num-layers` defaults to None, arguments.py); else
     Bridge's provider's (the model's mtp_num_layers: num_nextn_predict_layers from the config.json; none from MiniMax's
     num_mtp_modules, which Bridge does not read: specs/hf_readers.py)."""
-    mlm = config.get(LAUNCHER) == "megatron-lm"
+    mlm = is_megatron_lm(config)
     divisor = config.get("model.make_vocab_size_divisible_by")  # the padding the launch asks
     if divisor is None and mlm:
         divisor = MLM_VOCAB_DIVISOR  # --make-vocab-size-divisible-by's default (arguments.py)
@@ -97,7 +97,7 @@ def precision_of(config: dict) -> str:
     if config.get("mixed_precision.fp16"):
         raise MoetuneError("the config trains in FP16 (mixed_precision.fp16 / --fp16); moetune models BF16 mixed "
                            "precision and FP8/FP4 recipes on it: use --bf16")
-    if config.get(LAUNCHER) == "megatron-lm" and not config.get("mixed_precision.bf16"):
+    if is_megatron_lm(config) and not config.get("mixed_precision.bf16"):
         raise MoetuneError("Megatron-LM arguments without --bf16 (or --fp16) train in FP32, which moetune does not "
                            "model; add --bf16 (MoE recipes train in BF16 mixed precision)")
     if config.get("mixed_precision.fp4"):
@@ -145,7 +145,7 @@ def _router_dtype(config: dict, model: ModelSpec | None) -> str | None:
         # Megatron-Core's router changes dtype for fp32 and fp64 only (moe/router.py), so it runs as None
         value = config["model.moe_router_dtype"]
         return None if value == "bf16" else value
-    if model is None or config.get(LAUNCHER) == "megatron-lm":
+    if model is None or is_megatron_lm(config):
         return None
     return bridge_router_dtype(model)
 
@@ -235,7 +235,7 @@ def _param_gather(config: dict, kind: str, on: bool) -> bool | None:
     is not one of `kind` (`on` false), where Megatron-Core refuses it."""
     if not on:
         return None
-    if kind == "fp8" and config.get(LAUNCHER) == "megatron-lm" and fsdp_impl(config) == "Torch-FSDP2":
+    if kind == "fp8" and is_megatron_lm(config) and fsdp_impl(config) == "Torch-FSDP2":
         # validate_args turns it off under FSDP2 with TE >= 2.0 (arguments.py:625-631 @core_v0.16.0, :1030-1036
         # @core_v0.18.2; rule fsdp.torch_fsdp2_drops_fp8_params), after the config said it: the rules read the config
         return False
@@ -246,7 +246,7 @@ def _main_grads_fp32(config: dict) -> bool:
     """Whether gradients accumulate and reduce in FP32: Bridge's mixed_precision.grad_reduce_in_fp32; Megatron-LM
     turns it on only where --main-grads-dtype stays fp32 and --grad-reduce-in-bf16 is off (arguments.py
     validate_args)."""
-    if config.get(LAUNCHER) == "megatron-lm" and config.get("optimizer.main_grads_dtype") not in (None, "float32"):
+    if is_megatron_lm(config) and config.get("optimizer.main_grads_dtype") not in (None, "float32"):
         return False
     return bool(_get(config, "mixed_precision.grad_reduce_in_fp32", True))
 

@@ -22,7 +22,7 @@ from moetune.configio.finalize import (
     megatron_fsdp_strategy,
     quantized_params,
 )
-from moetune.configio.names import LAUNCHER
+from moetune.configio.names import is_megatron_lm
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, unsaved_offloads
@@ -113,7 +113,7 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     d["dense_mlp"] = dense_mlp(config, d["is_moe"], freq, value(config, "model.hybrid_layer_pattern"))
     # each routed expert's FFN width: moe_ffn_hidden_size, else ffn_hidden_size where Megatron-LM runs the launch
     # (transformer_config.py takes it when unset); a Bridge config silent on it leaves it to its recipe
-    mlm = config.get(LAUNCHER) == "megatron-lm"
+    mlm = is_megatron_lm(config)
     d["expert_ffn"] = config.get("model.moe_ffn_hidden_size") or (config.get("model.ffn_hidden_size") if mlm else None)
     # the string's virtual stages (rule pipeline.vpp_matches_layout); None where it does not parse
     d["layout_stages"] = layout_stages_or_none(value(config, "model.pipeline_model_parallel_layout"))
@@ -282,7 +282,7 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["attention_dropout"] = dropout_rate(config, "model.attention_dropout")
     # a Megatron-LM launch (its arguments, or MODEL_ARGS YAML): the rules that mirror validate_args's asserts fire on
     # it alone, Bridge running none of them; a config that names no launcher is Bridge's
-    d["megatron_lm"] = config.get("cluster.launcher", "bridge") == "megatron-lm"
+    d["megatron_lm"] = is_megatron_lm(config)
     d["vpp2_runs"] = vpp2_runs(config, d)
     d["long_context_tokens"] = LONG_CONTEXT_TOKENS  # a constant: the rules table has no constants of its own
     d.update(extra or {})

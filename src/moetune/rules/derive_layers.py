@@ -9,7 +9,7 @@ from typing import Any
 
 from moetune.configio.finalize import sequence_parallel
 from moetune.configio.layout_map import UNEVEN_SPLIT, layout_settings
-from moetune.configio.names import LAUNCHER, NO_DEFAULT, names
+from moetune.configio.names import NO_DEFAULT, is_megatron_lm, names
 from moetune.errors import MoetuneError
 from moetune.layout.gemm_shapes import Widths, gemm_refusal, token_fix
 from moetune.layout.layout import Layout
@@ -36,7 +36,7 @@ def dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any, hybrid_pattern: A
     if isinstance(hybrid_pattern, str) and hybrid_pattern:
         return "-" in hybrid_pattern
     if not is_moe:
-        return True if "model.num_moe_experts" in config or config.get(LAUNCHER) == "megatron-lm" else None
+        return True if "model.num_moe_experts" in config or is_megatron_lm(config) else None
     return 0 in freq if isinstance(freq, list) else isinstance(freq, int) and freq > 1
 
 

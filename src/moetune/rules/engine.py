@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.names import NO_DEFAULT, is_megatron_lm, names
 from moetune.configio.normalize import Assignment, resolve
 from moetune.rules.derive import derive
 from moetune.rules.expr import Env, Expr, Missing
@@ -113,7 +113,7 @@ def evaluate(config: dict[str, Any], derived: dict[str, Any] | None = None, *, c
             continue
         ok, fired = _safe(rule.when, env)
         if ok and fired:
-            mlm = rule.severity_mlm and config.get("cluster.launcher") == "megatron-lm"
+            mlm = rule.severity_mlm and is_megatron_lm(config)
             findings.append(Finding(rule=rule.id, severity=rule.severity_mlm if mlm else rule.severity,
                                     message=_message(rule, env),
                                     fix=_fix(rule, env), source=rule.source))
