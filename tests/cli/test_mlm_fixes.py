@@ -55,3 +55,14 @@ def test_explain_writes_its_fit_steps_and_retune_moves_as_overrides(capsys):
     flat = " ".join(out.split())
     assert "moe_act: --recompute-granularity selective --recompute-modules layernorm moe_act" in flat, err
     assert "model.recompute" not in flat
+
+
+def test_a_fix_that_clears_recompute_drops_each_flag_once():
+    """A fix clearing recompute_granularity and emptying recompute_modules had said --recompute-granularity twice
+    ('drop --recompute-granularity, --recompute-granularity, --recompute-modules'), as explain's drop_recompute move
+    on a Megatron-LM launch showed."""
+    from moetune.emit.mlm import mlm_fix_words
+
+    assert mlm_fix_words({"model.recompute_granularity": None, "model.recompute_modules": [],
+                          "model.recompute_method": None}) == ("drop --recompute-granularity, --recompute-modules, "
+                                                               "--recompute-method")

@@ -60,7 +60,9 @@ def mlm_fix_words(fix: dict[str, Any]) -> str:
     words = [*(_fix_word(k, v) for k, v in fix.items()), *(flag for k, flag in _MLM_NEEDS.items() if fix.get(k))]
     words = list(dict.fromkeys(words))  # twins said once
     passed = " ".join(w for w in words if not w.startswith("drop "))
-    dropped = ", ".join(w[len("drop "):] for w in words if w.startswith("drop "))
+    # each flag dropped once: the empty recompute list's word drops --recompute-granularity too, which a cleared
+    # recompute_granularity beside it drops again
+    dropped = ", ".join(dict.fromkeys(f for w in words if w.startswith("drop ") for f in w[len("drop "):].split(", ")))
     return "; ".join(filter(None, (passed, dropped and f"drop {dropped}")))
 
 
