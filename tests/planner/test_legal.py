@@ -1,6 +1,8 @@
 """The planner proposes only what `moetune check` accepts: knob sets that break a layout-independent error rule
 are dropped before the search, and every pick passes the whole rule table."""
 
+from dataclasses import replace
+
 import pytest
 
 from moetune.layout.knobs import Knobs
@@ -49,6 +51,20 @@ def test_ep_overlap_is_refused_for_three_mtp_layers():
     moe = Knobs(recompute="selective", recompute_modules=frozenset({"moe"}),
                 cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
     assert knob_errors(load_model("qwen3-30b-a3b"), gpu, moe, 4096) == ["cudagraph.moe_recompute_router"]
+
+
+def test_the_last_resort_expert_offload_is_refused_beside_the_paged_stash():
+    """A full-iteration graph on HybridEP writes Bridge's paged stash (config_map.STATIC_EXPERTS), which Megatron-Core
+    refuses beside offload_modules expert_fc1/moe_act (transformer_config.py:1691-1697 @core_v0.18.0): the search's
+    last-resort offload (search.LAST_RESORT_OFFLOAD) had passed there."""
+    spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("gb200")
+    graph = Knobs(precision="mxfp8", dispatcher="hybridep", cuda_graph_scope=("full_iteration",),
+                  routing="force-balance")
+    offload = frozenset({"expert_fc1", "moe_act"})
+    assert knob_errors(spec, gpu, graph, 4096) == []
+    assert knob_errors(spec, gpu, replace(graph, offload_modules=offload), 4096) == [
+        "dispatcher.paged_stash_expert_offload"]
+    assert knob_errors(spec, gpu, replace(graph, cuda_graph_scope=(), offload_modules=offload), 4096) == []
 
 
 @pytest.mark.parametrize(("model", "gpu", "world", "gbs"), [

@@ -313,6 +313,13 @@ CASES: dict[str, Case] = {
     # the same recipe with its budget unset and the paged stash left on
     "dispatcher.paged_stash_needs_rank_capacity": Case(S(FULL_ITERATION_HYBRIDEP,
                                                          "model.moe_expert_rank_capacity_factor=null")),
+    # the same recipe with the layer-wise CPU activation offload turned on
+    "dispatcher.paged_stash_cpu_offloading": Case(S(FULL_ITERATION_HYBRIDEP, "model.cpu_offloading=true")),
+    # the same recipe offloading the routed experts' activation input, which the stash already holds
+    "dispatcher.paged_stash_expert_offload": Case(S(FULL_ITERATION_HYBRIDEP,
+                                                    "model.fine_grained_activation_offloading=true",
+                                                    "model.offload_modules=[core_attn,moe_act]",
+                                                    "env.NVTE_CPU_OFFLOAD_V1=1")),
     "cudagraph.moe_scope_dropless": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
     "cudagraph.dropless_start_scope": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe_router,moe_preprocess]")),
     "cudagraph.preprocess_needs_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_preprocess]")),
