@@ -62,8 +62,9 @@ def test_the_last_resort_expert_offload_is_refused_beside_the_paged_stash():
                   routing="force-balance")
     offload = frozenset({"expert_fc1", "moe_act"})
     assert knob_errors(spec, gpu, graph, 4096) == []
-    assert knob_errors(spec, gpu, replace(graph, offload_modules=offload), 4096) == [
-        "dispatcher.paged_stash_expert_offload"]
+    # the TE op fuser written beside the stash refuses them too (compute.op_fuser_expert_offload)
+    assert {"dispatcher.paged_stash_expert_offload", "compute.op_fuser_expert_offload"} == set(
+        knob_errors(spec, gpu, replace(graph, offload_modules=offload), 4096))
     assert knob_errors(spec, gpu, replace(graph, cuda_graph_scope=(), offload_modules=offload), 4096) == []
 
 
@@ -106,5 +107,19 @@ def test_hybridep_reach_matches_the_rule(gpu, world, ep, allowed):
                   Workload(seq_length=4096, global_batch_size=1024),
                   fixed={"ep": ep, "dispatcher": ["hybridep"]}, top=1)
     assert bool(result.results) == allowed
+    for pick in result.results:
+        assert rule_errors(pick) == []
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_full_iteration_hybridep_runs_at_expert_tp_1(etp):
+    """A full-iteration graph on HybridEP writes the TE op fuser (config_map.STATIC_EXPERTS), whose fused grouped MLP
+    Megatron-Core asserts at expert TP > 1 (experts.py:330-331 @core_v0.18.0; rule compute.op_fuser_expert_tp): the
+    search had picked it at ETP 2."""
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu("gb200"), 16, Workload(seq_length=4096, global_batch_size=256),
+                  fixed={"etp": etp, "dispatcher": ["hybridep"], "precision": ["mxfp8"]}, routing="force-balance",
+                  top=3)
+    assert result.results
+    assert any("full_iteration" in pick.knobs.cuda_graph_scope for pick in result.results) is (etp == 1)
     for pick in result.results:
         assert rule_errors(pick) == []

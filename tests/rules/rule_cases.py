@@ -295,6 +295,12 @@ CASES: dict[str, Case] = {
                                         "mixed_precision.fp8_recipe=blockwise")),
     "cudagraph.full_iteration_dropless": Case(S(MOE, "model.cuda_graph_impl=full_iteration")),
     "cudagraph.full_iteration_nan_check": Case(S(MOE, "model.cuda_graph_impl=full_iteration")),
+    # Bridge's full-iteration recipe with the experts split over two ranks each (TEGroupedMLP asserts)
+    "compute.op_fuser_expert_tp": Case(S(FULL_ITERATION_HYBRIDEP, "model.expert_tensor_parallel_size=2")),
+    # the op fuser without the stash, offloading the experts' FC1 input
+    "compute.op_fuser_expert_offload": Case(S(MOE, "model.use_transformer_engine_op_fuser=true",
+                                              "model.fine_grained_activation_offloading=true",
+                                              "model.offload_modules=[expert_fc1]", "env.NVTE_CPU_OFFLOAD_V1=1")),
     "compute.te_cross_entropy": Case(S(MOE, "model.cross_entropy_fusion_impl=te", "cluster.launcher=megatron-lm")),
     # forced balance (random logits) still varies the tokens per expert: DeepEP's counts are dynamic
     "cudagraph.full_iteration_static_experts": Case(S(MOE, "model.cuda_graph_impl=full_iteration",

@@ -75,6 +75,9 @@ def _runs(fits: np.ndarray, batch, knobs: Knobs, gpu: GpuSpec, spec: ModelSpec, 
         # (rule dispatcher.hybridep_ep_exceeds_domain); across 8-GPU nodes it reaches the other nodes over RDMA
         # (Bridge's H100 DeepSeek-V3 recipe: EP64)
         fits &= hybridep_spans_on(gpu, f.world_size.flat[0], f.ep[:, 0], f.etp[:, 0])
+    if knobs.dispatcher == "hybridep" and "full_iteration" in knobs.cuda_graph_scope:  # the TE op fuser that
+        # config_map.STATIC_EXPERTS writes there fuses the experts only at ETP 1 (rule compute.op_fuser_expert_tp)
+        fits &= f.etp[:, 0] == 1
     if knobs.dispatcher != "alltoall":  # at EP=1 no token leaves the rank: a flex backend is the alltoall run again,
         fits &= f.ep[:, 0] > 1  # so it is listed once (estimate defaults EP=1 to alltoall likewise)
     if knobs.ep_overlap:  # EP-overlap prerequisites (seeds/003): EP > 1, and VPP whenever PP > 1

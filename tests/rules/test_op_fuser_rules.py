@@ -1,0 +1,43 @@
+"""The TE op fuser's own refusals (TEGroupedMLP._is_fused_impl_supported, experts.py, core_v0.18.0 on): each rule
+fires where Megatron-Core builds TE grouped experts it cannot fuse, and stays silent where the switch is not read."""
+
+import pytest
+from rule_cases import FULL_ITERATION_HYBRIDEP, MOE, S
+
+from moetune.configio import load_config
+from moetune.rules import evaluate
+
+FUSER = S(MOE, "model.use_transformer_engine_op_fuser=true", "model.expert_model_parallel_size=4")
+OFFLOAD = ("model.fine_grained_activation_offloading=true", "env.NVTE_CPU_OFFLOAD_V1=1")
+
+
+def fired(*sets) -> set[str]:
+    return {f.rule for f in evaluate(load_config(sets=S(*sets)))} & {
+        "compute.op_fuser_expert_tp", "compute.op_fuser_expert_offload"}
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ((), set()),
+    (("model.expert_tensor_parallel_size=2",), {"compute.op_fuser_expert_tp"}),
+    # SequentialMLP (no grouped GEMM, or the local spec) never reads the switch
+    (("model.expert_tensor_parallel_size=2", "model.moe_grouped_gemm=false"), set()),
+    (("model.expert_tensor_parallel_size=2", "model.transformer_impl=local"), set()),
+    (("model.expert_tensor_parallel_size=2", "model.use_transformer_engine_op_fuser=false"), set()),
+    ((*OFFLOAD, "model.offload_modules=[moe_act]"), {"compute.op_fuser_expert_offload"}),
+    # the experts' hooks are gated by the switch; offloads outside the experts stay legal
+    (("model.offload_modules=[moe_act]",), set()),
+    ((*OFFLOAD, "model.offload_modules=[core_attn]"), set()),
+])
+def test_op_fuser_refusals(extra, expected):
+    assert fired(FUSER, *extra) == expected
+
+
+def test_expert_tp_fix_moves_the_ranks_to_ep():
+    config = load_config(sets=S(FULL_ITERATION_HYBRIDEP, "model.expert_model_parallel_size=4",
+                                "model.expert_tensor_parallel_size=2"))
+    fix = {f.rule: f for f in evaluate(config)}["compute.op_fuser_expert_tp"].fix
+    assert fix == {"model.expert_tensor_parallel_size": 1, "model.expert_model_parallel_size": 8}
+    # 60 experts over EP 8: no ETP 1 layout of the same ranks, and the HybridEP budget keeps the op fuser: no fix
+    odd = load_config(sets=S(FULL_ITERATION_HYBRIDEP, "model.num_moe_experts=60", "model.expert_model_parallel_size=4",
+                             "model.expert_tensor_parallel_size=2"))
+    assert not {f.rule: f for f in evaluate(odd)}["compute.op_fuser_expert_tp"].fix
