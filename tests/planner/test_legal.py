@@ -8,10 +8,12 @@ import pytest
 from moetune.layout.knobs import Knobs
 from moetune.layout.validate import Workload
 from moetune.planner import legal
+from moetune.planner.config_map import to_config
 from moetune.planner.explain import explain
 from moetune.planner.legal import knob_errors, knob_rules
 from moetune.planner.moves import moves, rule_errors
 from moetune.planner.search import plan
+from moetune.rules import evaluate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -123,3 +125,23 @@ def test_full_iteration_hybridep_runs_at_expert_tp_1(etp):
     assert any("full_iteration" in pick.knobs.cuda_graph_scope for pick in result.results) is (etp == 1)
     for pick in result.results:
         assert rule_errors(pick) == []
+
+
+def test_the_op_fuser_of_a_full_iteration_graph_meets_the_experts_it_fuses():
+    """A full-iteration graph on HybridEP writes the TE op fuser (config_map.STATIC_EXPERTS), whose fused grouped MLP
+    Megatron-Core refuses for Llama 4's probabilities on the expert input (experts.py:334-335 @core_v0.18.0), and
+    fuses Nemotron-H's non-gated squared ReLU only in its weighted form (:346-356), which Bridge's nemotronh recipes
+    turn on beside it: Llama 4 keeps no such knob set, Nemotron-3-Nano's config turns the weighted form on."""
+    graph = Knobs(precision="mxfp8", dispatcher="hybridep", cuda_graph_scope=("full_iteration",),
+                  routing="force-balance")
+    gpu = load_gpu("gb200")
+    assert knob_errors(load_model("llama4-scout"), gpu, graph, 4096) == ["compute.op_fuser_probs_on_input"]
+    result = plan(load_model("nemotron3-nano-30b-a3b"), gpu, 16, Workload(seq_length=4096, global_batch_size=256),
+                  fixed={"dispatcher": ["hybridep"], "precision": ["mxfp8"], "cuda_graph_scope": [("full_iteration",)]},
+                  routing="force-balance", top=1)
+    config = to_config(result.results[0])
+    assert config["model.use_transformer_engine_op_fuser"] and config["model.use_fused_weighted_squared_relu"]
+    mlm = {**config, "cluster.launcher": "megatron-lm"}  # where Megatron-Core's own default (off) is what runs
+    assert "compute.op_fuser_activation" not in {f.rule for f in evaluate(mlm)}
+    del mlm["model.use_fused_weighted_squared_relu"]
+    assert "compute.op_fuser_activation" in {f.rule for f in evaluate(mlm)}

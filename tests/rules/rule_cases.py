@@ -301,6 +301,13 @@ CASES: dict[str, Case] = {
     "compute.op_fuser_expert_offload": Case(S(MOE, "model.use_transformer_engine_op_fuser=true",
                                               "model.fine_grained_activation_offloading=true",
                                               "model.offload_modules=[expert_fc1]", "env.NVTE_CPU_OFFLOAD_V1=1")),
+    # Nemotron-H's squared ReLU (not gated) under the op fuser without the kernel's weighted form
+    "compute.op_fuser_activation": Case(S(MOE, "model.use_transformer_engine_op_fuser=true",
+                                          "model.gated_linear_unit=false",
+                                          "model.use_fused_weighted_squared_relu=false")),
+    # Llama 4's router probability on the expert input under the op fuser
+    "compute.op_fuser_probs_on_input": Case(S(MOE, "model.use_transformer_engine_op_fuser=true",
+                                              "model.moe_router_topk=1", "model.moe_apply_probs_on_input=true")),
     "compute.te_cross_entropy": Case(S(MOE, "model.cross_entropy_fusion_impl=te", "cluster.launcher=megatron-lm")),
     # forced balance (random logits) still varies the tokens per expert: DeepEP's counts are dynamic
     "cudagraph.full_iteration_static_experts": Case(S(MOE, "model.cuda_graph_impl=full_iteration",

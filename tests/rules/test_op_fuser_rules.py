@@ -13,7 +13,8 @@ OFFLOAD = ("model.fine_grained_activation_offloading=true", "env.NVTE_CPU_OFFLOA
 
 def fired(*sets) -> set[str]:
     return {f.rule for f in evaluate(load_config(sets=S(*sets)))} & {
-        "compute.op_fuser_expert_tp", "compute.op_fuser_expert_offload"}
+        "compute.op_fuser_expert_tp", "compute.op_fuser_expert_offload", "compute.op_fuser_activation",
+        "compute.op_fuser_probs_on_input"}
 
 
 @pytest.mark.parametrize(("extra", "expected"), [
@@ -27,6 +28,16 @@ def fired(*sets) -> set[str]:
     # the experts' hooks are gated by the switch; offloads outside the experts stay legal
     (("model.offload_modules=[moe_act]",), set()),
     ((*OFFLOAD, "model.offload_modules=[core_attn]"), set()),
+    # a non-gated expert: the weighted squared ReLU fuses; a Bridge file naming only the GLU switch leaves the
+    # weighted one to its recipe; Megatron-LM's default (off) is what runs
+    (("model.gated_linear_unit=false", "model.use_fused_weighted_squared_relu=false"),
+     {"compute.op_fuser_activation"}),
+    (("model.gated_linear_unit=false", "model.use_fused_weighted_squared_relu=true"), set()),
+    (("model.gated_linear_unit=false",), set()),
+    (("model.gated_linear_unit=false", "cluster.launcher=megatron-lm"), {"compute.op_fuser_activation"}),
+    (("model.gated_linear_unit=true", "model.use_fused_weighted_squared_relu=false"), set()),
+    (("model.moe_router_topk=1", "model.moe_apply_probs_on_input=true"), {"compute.op_fuser_probs_on_input"}),
+    (("model.moe_router_topk=1", "model.moe_apply_probs_on_input=true", "model.moe_grouped_gemm=false"), set()),
 ])
 def test_op_fuser_refusals(extra, expected):
     assert fired(FUSER, *extra) == expected

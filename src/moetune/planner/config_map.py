@@ -103,6 +103,11 @@ def to_config(e: Estimate) -> dict[str, Any]:
         "train.global_batch_size": e.workload.gbs(e.layout),
         **cp_fields(e), **hybrid_fields(e),
     }
+    # the op fuser (STATIC_EXPERTS) fuses a non-gated expert only as the kernel's weighted squared ReLU, which Bridge's
+    # nemotronh recipes turn on beside it (perf_recipes/nemotronh/common.py @067f987; rule compute.op_fuser_activation)
+    if out.get("model.use_transformer_engine_op_fuser") and not e.model.gated_linear_unit \
+            and e.model.activation == "relu2":
+        out["model.use_fused_weighted_squared_relu"] = True
     # a model whose config.json has MTP layers, trained without them: the recipe's provider would add them back
     dropped_mtp = {"model.mtp_num_layers"} if e.model.mtp_layer_kind is not None and not e.model.mtp_num_layers \
         else set()
