@@ -493,3 +493,30 @@ def test_megatron_lm_arguments_carry_the_routers_pre_softmax(tmp_path, capsys):
         assert ("--moe-router-pre-softmax" in args) is expected
         # neither scales its top-k weights: DeepSeek-V2-Lite's routed_scaling_factor is 1.0, Qwen3's absent
         assert not any(a.startswith("--moe-router-topk-scaling-factor") for a in args)
+
+
+def test_a_full_iteration_hybridep_plan_exports_the_cutedsl_switch():
+    """A full-iteration graph on HybridEP writes the TE op fuser (config_map.STATIC_EXPERTS), which Megatron-Core
+    core_v0.19.0 on refuses over GLU experts without NVTE_CUTEDSL_FUSED_GROUPED_MLP > 0 (experts.py:398-399; rule
+    env.op_fuser_cutedsl): the plan's overrides and env.sh carry it, as Bridge's op-fuser recipes' env_vars do; a
+    non-gated model (Nemotron-3-Nano) gets the weighted squared ReLU in its place, and no graph neither."""
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.config_map import to_config
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+
+    def planned(model, scope):
+        knobs = Knobs(precision="mxfp8", dispatcher="hybridep", cuda_graph_scope=scope, routing="force-balance")
+        return to_config(estimate(load_model(model), load_gpu("gb200"), Layout(world_size=8, ep=8),
+                                  Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), knobs,
+                                  with_time=False))
+
+    files = emit_all(planned("qwen3-30b-a3b", ("full_iteration",)))
+    assert "++env_vars.NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in files["overrides.txt"].splitlines()
+    assert 'export NVTE_CUTEDSL_FUSED_GROUPED_MLP="${NVTE_CUTEDSL_FUSED_GROUPED_MLP:-1}"' in files["env.sh"]
+    nano = planned("nemotron3-nano-30b-a3b", ("full_iteration",))
+    assert "env.NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in nano and nano["model.use_fused_weighted_squared_relu"]
+    assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in emit_all(planned("qwen3-30b-a3b", ()))["env.sh"]

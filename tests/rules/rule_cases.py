@@ -428,6 +428,8 @@ CASES: dict[str, Case] = {
                                            "model.cuda_graph_scope=[attn]")),
     "fsdp.nccl_ub_forces_double_buffer": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor", "ddp.nccl_ub=true",
                                                 "ddp.fsdp_double_buffer=false")),
+    # Bridge's full-iteration recipe (gated experts) launched without its env_vars' CuTe DSL switch
+    "env.op_fuser_cutedsl": Case(S(FULL_ITERATION_HYBRIDEP, "model.gated_linear_unit=true")),
     "env.nccl_ub_expandable_segments": Case(S(MFSDP, "checkpoint.ckpt_format=fsdp_dtensor", "ddp.nccl_ub=true",
                                               "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")),
 }

@@ -52,3 +52,21 @@ def test_expert_tp_fix_moves_the_ranks_to_ep():
     odd = load_config(sets=S(FULL_ITERATION_HYBRIDEP, "model.num_moe_experts=60", "model.expert_model_parallel_size=4",
                              "model.expert_tensor_parallel_size=2"))
     assert not {f.rule: f for f in evaluate(odd)}["compute.op_fuser_expert_tp"].fix
+
+
+@pytest.mark.parametrize(("extra", "fires"), [
+    ((), True),
+    (("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP=1",), False),
+    (("env.NVTE_CUTEDSL_FUSED_GROUPED_MLP=0",), True),
+    (("model.gated_linear_unit=false", "model.use_fused_weighted_squared_relu=true"), False),  # no GLU to fuse
+    (("model.moe_grouped_gemm=false",), False),
+    (("model.use_transformer_engine_op_fuser=false",), False),
+    # Megatron-LM arguments carry the environment only where the user gives it (emit writes it to env.sh)
+    (("cluster.launcher=megatron-lm",), False),
+    (("cluster.launcher=megatron-lm", "env.NVTE_CUTEDSL_FUSED_GROUPED_MLP=0"), True),
+])
+def test_glu_fusion_needs_the_cutedsl_switch(extra, fires):
+    config = load_config(sets=S(FUSER, "model.gated_linear_unit=true", *extra))
+    assert ("env.op_fuser_cutedsl" in {f.rule for f in evaluate(config)}) is fires
+    # check alone reads the launch environment
+    assert "env.op_fuser_cutedsl" not in {f.rule for f in evaluate(config, context="explain")}

@@ -16,6 +16,14 @@ def tp_cp_need_one_connection(d: dict[str, Any]) -> bool:
     return d.get("arch") != "blackwell" and (d["tp"] > 1 or d["cp"] > 1) and not d["ep_overlap"] and not d["fsdp"]
 
 
+def op_fuser_fuses_glu(config: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The TE op fuser over TE grouped GLU experts (TEGroupedMLP, experts.py @core_v0.19.0), which Megatron-Core fuses
+    only under NVTE_CUTEDSL_FUSED_GROUPED_MLP > 0."""
+    return bool(config.get("model.use_transformer_engine_op_fuser") and d.get("is_moe")
+                and config.get("model.moe_grouped_gemm") and config.get("model.gated_linear_unit")
+                and config.get("model.transformer_impl", "transformer_engine") == "transformer_engine")
+
+
 # Variables a GPU's own recipes set, whatever the layout: Megatron Bridge's B300 perf recipes (perf_recipes/*/b300/,
 # and scripts/performance/perf_plugins.py since "b300_regression_fix_rel2606", PR #4431, for NeMo 26.06)
 GPU_ENV: dict[str, dict[str, tuple[Any, str]]] = {
@@ -58,6 +66,9 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
         # Transformer Engine >= 2.10 offloads weights too unless told not to: Megatron-LM asserts the variable
         # (training/arguments.py) and Megatron Bridge raises without it (training/config.py)
         out["NVTE_CPU_OFFLOAD_V1"] = (1, "fine-grained activation offloading with Transformer Engine >= 2.10")
+    if op_fuser_fuses_glu(config, d):
+        # Megatron-Core core_v0.19.0 on fuses a GLU expert only through TE's CuTe DSL kernel (rule env.op_fuser_cutedsl)
+        out["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = (1, "the TE op fuser over GLU experts (TE's CuTe DSL grouped MLP)")
     for key, value in config.items():
         name = key[len("env."):]
         # a planned config carries the values this derives (to_config writes them, so that check's env rules read

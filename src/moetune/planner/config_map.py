@@ -103,10 +103,12 @@ def to_config(e: Estimate) -> dict[str, Any]:
         "train.global_batch_size": e.workload.gbs(e.layout),
         **cp_fields(e), **hybrid_fields(e),
     }
-    # the op fuser (STATIC_EXPERTS) fuses a non-gated expert only as the kernel's weighted squared ReLU, which Bridge's
-    # nemotronh recipes turn on beside it (perf_recipes/nemotronh/common.py @067f987; rule compute.op_fuser_activation)
-    if out.get("model.use_transformer_engine_op_fuser") and not e.model.gated_linear_unit \
-            and e.model.activation == "relu2":
+    # the op fuser (STATIC_EXPERTS) fuses a GLU expert only under TE's CuTe DSL kernel (rule env.op_fuser_cutedsl), a
+    # non-gated one only as the weighted squared ReLU, as Bridge's recipes set beside it (perf_recipes/nemotronh/
+    # common.py, */gb200/*.py env_vars @067f987; rule compute.op_fuser_activation)
+    if out.get("model.use_transformer_engine_op_fuser") and e.model.gated_linear_unit:
+        out["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = 1
+    elif out.get("model.use_transformer_engine_op_fuser") and e.model.activation == "relu2":
         out["model.use_fused_weighted_squared_relu"] = True
     # a model whose config.json has MTP layers, trained without them: the recipe's provider would add them back
     dropped_mtp = {"model.mtp_num_layers"} if e.model.mtp_layer_kind is not None and not e.model.mtp_num_layers \
