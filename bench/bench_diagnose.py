@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from moetune.profile import diagnose, reader
+from moetune.profile import diagnose, trace_json
 from moetune.profile.synthetic import deepep_rank_wait, write_trace
 
 
@@ -46,12 +46,12 @@ def main() -> int:
               f"in {time.perf_counter() - t0:.1f} s")
         seconds, result = timed(path)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"diagnose (ijson {reader.ijson.backend if reader.ijson else 'missing'}): {seconds:.2f} s, "
+        print(f"diagnose (ijson {trace_json.ijson.backend if trace_json.ijson else 'missing'}): {seconds:.2f} s, "
               f"peak RSS {rss:.0f} MiB, wall={result.dominant_wall}, step={result.step_seconds * 1e3:.3f} ms")
         if args.stdlib:
-            reader.ijson, saved = None, reader.ijson
+            trace_json.ijson, saved = None, trace_json.ijson
             seconds_std, _ = timed(path)
-            reader.ijson = saved
+            trace_json.ijson = saved
             print(f"diagnose (json.load fallback): {seconds_std:.2f} s")
     return 0 if seconds < 30 else 1
 
