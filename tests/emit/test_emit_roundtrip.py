@@ -19,9 +19,10 @@ from moetune.emit.values import sections as by_section
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config
+from moetune.planner.knob_fields import PRECISION
 from moetune.rules import evaluate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model

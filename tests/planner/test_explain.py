@@ -17,7 +17,8 @@ from moetune.planner.explain_scale import scale as explain_scale
 from moetune.planner.fit_steps import FIT_LADDER, fit_steps, smallest_fitting_layout
 from moetune.planner.from_config import from_config
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import apply_move, findings, move_change, moves, rule_errors
+from moetune.planner.moves import apply_move, move_change, moves
+from moetune.planner.rule_findings import findings, rule_errors
 from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.rules import derive, evaluate
@@ -500,7 +501,7 @@ def test_ep_first_halves_expert_tp_where_the_experts_cannot_take_all_of_it():
     """Mixtral-8x22B's 8 experts over 16 expert ranks: EP16 is illegal, EP8 x ETP2 is the seeds' EP-first layout
     (the rule scale.prefer_ep_over_etp and explain's comparison both name it)."""
     from moetune.planner.ep_first import ep_first
-    from moetune.planner.moves import findings
+    from moetune.planner.rule_findings import findings
     spec, gpu = load_model("mixtral-8x22b"), load_gpu("h200")
     e = estimate(spec, gpu, Layout(world_size=64, tp=8, pp=2, ep=2, etp=8),
                  Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256),

@@ -11,10 +11,11 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.param_gather import FP8_RECIPES
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.fp8_evidence import same_config_in_bf16
 from moetune.planner.from_config import from_config
+from moetune.planner.knob_fields import PRECISION
 from moetune.rules.derive import derive
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model

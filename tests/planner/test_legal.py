@@ -11,7 +11,8 @@ from moetune.planner import legal
 from moetune.planner.config_map import to_config
 from moetune.planner.explain import explain
 from moetune.planner.legal import knob_errors, knob_rules
-from moetune.planner.moves import moves, rule_errors
+from moetune.planner.moves import moves
+from moetune.planner.rule_findings import rule_errors
 from moetune.planner.search import plan
 from moetune.rules import evaluate
 from moetune.specs.hardware import load_gpu

@@ -106,7 +106,7 @@ def test_an_offload_on_a_gpu_of_unknown_host_memory_is_flagged_not_passed_silent
 
     from moetune.layout.layout import Layout
     from moetune.layout.validate import Workload
-    from moetune.planner.moves import findings
+    from moetune.planner.rule_findings import findings
 
     model, wl = load_model("qwen3-30b-a3b"), Workload(seq_length=4096, global_batch_size=64)
     lay = Layout(world_size=16, ep=16)
@@ -192,7 +192,7 @@ def test_the_platform_dispatcher_is_advised_only_where_its_buffers_fit():
     from moetune.layout.validate import Workload
     from moetune.planner.estimate import estimate
     from moetune.planner.memory_facts import memory_facts
-    from moetune.planner.moves import findings
+    from moetune.planner.rule_findings import findings
     from moetune.specs.hardware import load_gpu
     from moetune.specs.registry import load_model
 

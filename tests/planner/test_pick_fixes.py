@@ -7,7 +7,7 @@ import pytest
 from moetune.configio.normalize import Assignment, resolve
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import to_config
-from moetune.planner.moves import findings
+from moetune.planner.rule_findings import findings
 from moetune.planner.search import plan
 from moetune.rules import evaluate
 from moetune.specs.hardware import load_gpu

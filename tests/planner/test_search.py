@@ -217,10 +217,10 @@ def test_headroom_keeps_memory_free():
 
 
 def test_an_estimate_moved_to_another_gpu_keeps_no_facts_of_the_first():
-    """Estimate.memo caches facts by name alone, and moves.cp_sizing reads the GPU (its NVLink domain): a copy on
-    another GPU (dataclasses.replace) must start its own memo, not answer with the first GPU's. plan weighs a row
+    """Estimate.memo caches facts by name alone, and rule_findings.cp_sizing reads the GPU (its NVLink domain): a copy
+    on another GPU (dataclasses.replace) must start its own memo, not answer with the first GPU's. plan weighs a row
     against its --headroom budget with fits_on, which copies nothing."""
-    from moetune.planner.moves import cp_sizing
+    from moetune.planner.rule_findings import cp_sizing
 
     e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=32, tp=2, cp=4, ep=4),
                  Workload(seq_length=65536, global_batch_size=32), Knobs(precision="bf16", recompute="full"))

@@ -10,7 +10,8 @@ from moetune.cli.main import main
 from moetune.planner.calibrate import A2A_KEYS, predict, with_params
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import published_rows
-from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, by_gpu, fit_user_runs, load_user_runs, sections, user_toml
+from moetune.planner.user_runs import MIN_RUNS_FOR_A2A, by_gpu, fit_user_runs, sections, user_toml
+from moetune.planner.user_runs_csv import load_user_runs
 from moetune.walls.efficiency import efficiency
 
 # Qwen3-235B-A22B on 256 H100 (three releases of one recipe) and DeepSeek-V3 on 1,024 H100: real configurations

@@ -153,7 +153,7 @@ def test_a_setting_megatron_refuses_alone_is_priced_and_named():
     where estimate of that configuration raises ep_overlap.pp_needs_vpp; the effect now names the rule."""
     from dataclasses import replace
 
-    from moetune.planner.moves import rule_errors
+    from moetune.planner.rule_findings import rule_errors
     from moetune.planner.versus import config_changes, setting_effects
 
     run = RUNS["R261"]

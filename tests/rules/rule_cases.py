@@ -139,7 +139,7 @@ CASES: dict[str, Case] = {
                                             "train.global_batch_size=128", "train.micro_batch_size=1"), "h100", 16),
     "longctx.tp_lever_nvl72": Case(S(MOE, "model.seq_length=65536", "model.context_parallel_size=16"), "gb200", 64),
     "longctx.new_kernels": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=32")),
-    # Llama 4's 8192-token chunks at 128k (the facts estimate supplies: planner/moves.py model_facts)
+    # Llama 4's 8192-token chunks at 128k (the facts estimate supplies: planner/rule_findings.py model_facts)
     "longctx.chunked_attention_bridge": Case(S(MOE, "model.seq_length=131072", "model.context_parallel_size=2"),
                                              derived={"attention_chunk": 8192, "chunk_skipped_pct": 62}),
     # Kimi-K2's Muon recipe (dist_muon) with the param-gather overlap Megatron-LM asserts off beside it

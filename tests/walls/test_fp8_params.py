@@ -8,9 +8,10 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import PRECISIONS, Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.config_map import PRECISION_PRESET, to_config
+from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.from_json import estimate_from_json
+from moetune.planner.knob_fields import PRECISION_PRESET
 from moetune.rules.table import load_table
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model

@@ -12,7 +12,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.layout.ranks import job_nvlink_domain
 from moetune.planner.estimate import Estimate
-from moetune.planner.knob_fields import PRECISION, PRECISION_PRESET, knob_fields  # noqa: F401  tests read both here
+from moetune.planner.knob_fields import knob_fields
 from moetune.planner.model_fields import architecture_fields
 from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
 

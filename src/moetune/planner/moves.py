@@ -19,7 +19,6 @@ from moetune.planner.enumerate import splits_for
 from moetune.planner.estimate import Estimate
 from moetune.planner.knob_fields import PRECISION
 from moetune.planner.pipeline_balance import even_out
-from moetune.planner.rule_findings import cp_sizing, findings, rule_errors  # noqa: F401  tests/planner read them here
 from moetune.specs.platform import platform_defaults
 
 GIB = 1 << 30

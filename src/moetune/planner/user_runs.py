@@ -27,7 +27,6 @@ from moetune.planner.calibrate import (
     with_params,
 )
 from moetune.planner.runs import Run
-from moetune.planner.user_runs_csv import load_user_runs  # noqa: F401  tests/planner/test_user_runs.py reads it here
 from moetune.specs.hardware import GpuSpec, catalog, catalog_unchanged
 from moetune.walls.efficiency import efficiency
 

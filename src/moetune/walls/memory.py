@@ -94,7 +94,7 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     return out if isinstance(out, np.ndarray) and out.ndim else float(out)
 
 
-# A full-iteration plan keeps its routed-expert activations in a paged stash (config_map.STATIC_EXPERTS), a CUDA
+# A full-iteration plan keeps its routed-expert activations in a paged stash (knob_fields.STATIC_EXPERTS), a CUDA
 # buffer sized at this factor of the average routed tokens: Megatron Bridge's full-iteration MoE recipes set
 # moe_paged_stash_buffer_size_factor_cuda = 1.2 (perf_recipes/deepseek/common.py, gpt_oss/common.py @067f987;
 # Megatron-Core's default is 1.10)
