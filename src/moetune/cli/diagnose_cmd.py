@@ -145,7 +145,8 @@ def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool, mlm: bool = F
 @click.command(name="diagnose")
 @click.argument("traces", nargs=-1, type=click.Path(path_type=str))
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Megatron-LM / Megatron Bridge training log (stdout of the last rank).")
+              help="Megatron-LM / Megatron Bridge training log: the job's whole stdout (the last rank prints the "
+                   "iteration lines, rank 0 the start-up lines and Megatron-LM's argument dump).")
 @click.option("--config", "configs", multiple=True, type=click.Path(path_type=str),
               help="The run's config (Bridge YAML or JSON, dotted overrides, Megatron-LM args, MODEL_ARGS YAML, "
                    "env.sh), as for `check`.")

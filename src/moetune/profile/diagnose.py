@@ -115,6 +115,20 @@ def _fill_args(log: TrainingLog, config: dict[str, Any]) -> None:
             log.args[arg] = str(config[key])
 
 
+def _rank0_note(log: TrainingLog) -> list[str]:
+    """What a log without rank 0's start-up lines costs (TrainingLog.rank0_lines: Megatron prints them, and
+    Megatron-LM's argument dump, from rank 0 alone; the iteration lines come from the last rank)."""
+    if log.rank0_lines or not log.iterations:
+        return []
+    tokens = "" if _LOG_ARGS.keys() <= log.args.keys() else \
+        "tokens/s/GPU needs seq_length and the GPU count from --config/--gpus, "
+    return [f"--log {log.path} has none of the lines Megatron prints from rank 0 at start-up (Megatron-LM's argument "
+            "dump among them), as the last rank's stdout alone: a relaunch shows only where iteration numbers go "
+            f"back, and a Megatron-LM run's own arguments are missing ({tokens}the log's world size is not checked "
+            "against the traces, and the advice and the check against a prediction have --config alone); pass the "
+            "job's whole stdout, rank 0's lines with the last rank's"]
+
+
 def _check_memory(m: Measurement) -> None:
     """A peak reserved above the GPU's memory cannot be one run's: the log or traces (or --gpu) are another's."""
     if m.peak_reserved_bytes and m.gpu_memory_bytes and m.peak_reserved_bytes > m.gpu_memory_bytes:
@@ -229,7 +243,7 @@ def diagnose(
     wall, reason = decide(f)
     s = m.combined
     notes = found.note() + part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
-    notes += training_log.notes if training_log is not None else []
+    notes += (training_log.notes + _rank0_note(training_log)) if training_log is not None else []
     if m.ranks and run_world and len(m.ranks) < run_world:
         notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
                      "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")

@@ -14,6 +14,14 @@ Formats mirrored (each a `` | ``-separated list of ``key: value`` pairs):
   seq_length / world_size / micro_batch_size.
 - CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``).
 - lines printed once per launch (_STARTUP), which tell a job restarted from a checkpoint from one run.
+
+Which rank prints what (Megatron-LM megatron/training @ core_v0.18.2; Megatron Bridge training/ @067f987 alike): the
+iteration lines come from the last rank (training.py training_log, print_rank_last), the start-up lines and the
+argument dump from rank 0 (arguments.py validate_args and _print_args, initialize.py, training.py pretrain:
+print_rank_0 / is_rank0), the memory reports from every rank whose data-parallel rank is 0 (utils/common_utils.py
+report_memory; the last rank's is DP - 1, so it prints them only at DP 1), an OOM from the rank that ran out. So the log
+to read is the job's whole stdout (every rank's, as srun gathers it; torchrun gathers one node's); one without rank 0's
+lines is flagged (TrainingLog.rank0_lines).
 """
 
 import math
@@ -77,8 +85,11 @@ class TrainingLog:
     memory: list[MemoryReport]
     args: dict[str, str] = field(default_factory=dict)
     oom_lines: list[str] = field(default_factory=list)
-    # Megatron-LM prints its arguments at start-up (training/arguments.py print_args); Megatron Bridge does not
+    # Megatron-LM's rank 0 prints its arguments at start-up (training/arguments.py _print_args); Bridge prints none
     argument_dump: bool = False
+    # any line rank 0 prints at start-up (_STARTUP, the argument dump): without one, the log is the last rank's stdout
+    # alone (or was cut after start-up), so a relaunch shows only where iteration numbers go back
+    rank0_lines: bool = True
     notes: list[str] = field(default_factory=list)  # what a reader of the figures should know: runs passed over
 
     def steady_iterations(self) -> list[LogIteration]:
@@ -232,6 +243,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
+    log.rank0_lines = log.argument_dump or any(_STARTUP.search(x) for x in lines)
     if runs > 1:
         log.notes.append(f"--log {path} holds {runs} runs (Megatron started again {runs - 1} time(s): its start-up "
                          "lines printed anew, or iteration numbers going back): the figures are the last run's, from "
@@ -256,6 +268,6 @@ def read_log(path: str | Path) -> TrainingLog:
     if not (log.iterations or log.memory or log.oom_lines):
         raise MoetuneError(
             f"--log {path}: no Megatron iteration lines ('iteration N/M | ... elapsed time per iteration (ms)'), "
-            "memory reports or OOM messages found; pass the rank's stdout log"
+            "memory reports or OOM messages found; pass the job's stdout (the last rank prints the iteration lines)"
         )
     return log
