@@ -204,3 +204,12 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
     return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
                     overheads=overheads, efficiency_overrides=efficiency_overrides)
+
+
+def with_memory_wall(e: Estimate, overheads: dict | None) -> Estimate:
+    """`e`, a time-only estimate (with_memory=False: validated, its "auto" CP exchange resolved), with its memory
+    wall under `overheads` and no time: what estimate(..., overheads, with_time=False) gives where it resolves "auto"
+    as `e` did (the same efficiency constants), without validating and resolving again."""
+    stages = memory_wall(e.model, e.layout, e.workload, e.knobs, overheads, arch=e.gpu.arch)
+    return Estimate(model=e.model, gpu=e.gpu, layout=e.layout, workload=e.workload, knobs=e.knobs, stages=stages,
+                    overheads=overheads, efficiency_overrides=e.efficiency_overrides)

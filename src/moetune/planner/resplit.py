@@ -5,7 +5,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.candidates import Search
-from moetune.planner.estimate import estimate
+from moetune.planner.estimate import Estimate, estimate, with_memory_wall
 from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.ranking import cp_weight, preference, within
 
@@ -103,14 +103,14 @@ def first_of_each(best: list) -> list:
 
 def resplit_one(s: Search, lay: Layout, mbs: int, knobs: Knobs, efficiency_overrides: dict | None) -> Layout:
     """One candidate's layout at its best split (rebalance), outside the ranked list."""
-    evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
+    evaluate, fits, _ = _evaluator(s, mbs, knobs, efficiency_overrides)
     return rebalance(lay, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, evaluate(lay))[1]
 
 
 def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | None) -> float:
     """Re-split candidate `i` of s.best in place (its re-split bound cleared: done), returning its new ranked step."""
     step, _, lay, mbs, knobs, _ = s.best[i]
-    evaluate, fits = _evaluator(s, mbs, knobs, efficiency_overrides)
+    evaluate, fits, memory = _evaluator(s, mbs, knobs, efficiency_overrides)
     seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
     seeded = evaluate(seed) if seed else None
     weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
@@ -118,29 +118,34 @@ def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | 
     new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
     new_step *= weight
     found.setdefault((lay, mbs), new_lay)
-    tight = s.best[i][1][0] if new_lay == lay else _peak_bytes(s, new_lay, mbs, knobs) > s.roomy_bytes
+    tight = s.best[i][1][0] if new_lay == lay else memory(new_lay).peak_bytes > s.roomy_bytes
     rank = preference(new_lay, knobs, s.dispatcher(new_lay), s.wl.seq_length, tight)
     s.best[i] = (new_step, rank, new_lay, mbs, knobs, None)
     return new_step
 
 
-def _peak_bytes(s: Search, lay: Layout, mbs: int, knobs: Knobs) -> int:
-    wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-    return estimate(s.spec, s.gpu, lay, wl, knobs, s.user_overheads, with_time=False).peak_bytes
-
-
 def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
-    """(evaluate, fits) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank) by the
-    scalar estimate, time only; and whether it fits the search's memory budget, asked only of a move rebalance
-    would take."""
+    """(evaluate, fits, memory) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank)
+    by the scalar estimate, time only; whether it fits the search's memory budget, asked only of a move rebalance
+    would take; and its memory estimate (fits' reading, the re-split's peak). Each layout is estimated once a kind:
+    rebalance asks fits of a layout it has just evaluated, and the re-split's peak of the one fits last passed."""
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
+    timed: dict[Layout, Estimate] = {}
+    held: dict[Layout, Estimate] = {}
 
     def evaluate(cand: Layout) -> tuple:
-        t = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
-                     with_memory=False).time
+        if cand not in timed:
+            timed[cand] = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
+                                   with_memory=False)
+        t = timed[cand].time
         return t["step_seconds"], t["stage_seconds"]
 
-    def fits(cand: Layout) -> bool:
-        return estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False).fits
+    def memory(cand: Layout) -> Estimate:
+        if cand not in held:
+            # the memory estimate resolves "auto" under the shipped constants (no efficiency_overrides), so the time
+            # estimate's validated and resolved knobs serve it only where the user's constants are not in play
+            held[cand] = with_memory_wall(timed[cand], s.user_overheads) if cand in timed and not efficiency_overrides \
+                else estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False)
+        return held[cand]
 
-    return evaluate, fits
+    return evaluate, lambda cand: memory(cand).fits, memory
