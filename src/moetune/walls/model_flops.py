@@ -10,6 +10,7 @@ The hardware FLOPs of the time wall are walls/flops.py. See docs/flops.md.
 """
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from moetune.errors import MoetuneError
@@ -132,6 +133,9 @@ def is_hybrid(spec: ModelSpec) -> bool:
     return any(k.mixer in ("mamba", "none") or k.mlp == "none" for k in spec.layers)
 
 
+# Pure in its arguments (the spec, compared whole; the conventions are constants): a plan's re-split asks it again for
+# every layout it moves layers on, with the same model, sequence, batch and TP
+@lru_cache(maxsize=1024)
 def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: int, *, tp: int = 1,
                          convention: Convention = "bridge") -> float:
     """Model FLOPs of one training iteration exactly as Megatron reports them (fwd + bwd, no recompute).
