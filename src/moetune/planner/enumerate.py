@@ -189,6 +189,9 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
     exchanges: dict[tuple, bool] = {}  # (cp, tp) -> a CP exchange runs (walls/context_parallel.py)
     variants: dict[tuple, list] = {}  # (pp, vpp) -> the splits tried (_splits)
     probe = Workload(seq_length=wl.seq_length, micro_batch_size=1)  # the sequence rules; GBS is checked below
+    # (dp, pp, vpp, tp, cp, sp) -> the probe passes validate_workload, which reads those alone of the layout (and the
+    # probe, the model and the sequence, the same for every layout here): ~6k layouts share a few dozen verdicts
+    sequenced: dict[tuple, bool] = {}
     for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
         if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
             continue
@@ -205,7 +208,10 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
                     shapes[(tp, cp, ep, etp)] = _shapes_ok(spec, lay)
                 if not shapes[(tp, cp, ep, etp)]:
                     continue
-                validate_workload(lay, probe, spec)
+                if (seq_key := (lay.dp, lay.pp, lay.vpp, lay.tp, lay.cp, lay.sp)) not in sequenced:
+                    sequenced[seq_key] = _sequence_ok(spec, lay, probe)
+                if not sequenced[seq_key]:
+                    continue
                 key = (pp, vpp, tuple(sorted(extra.items())))
                 if key not in splits:
                     splits[key] = _split_ok(spec, lay)
@@ -224,6 +230,14 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
 def _shapes_ok(spec: ModelSpec, lay: Layout) -> bool:
     try:
         validate_shapes(spec, lay)
+    except MoetuneError:
+        return False
+    return True
+
+
+def _sequence_ok(spec: ModelSpec, lay: Layout, probe: Workload) -> bool:
+    try:
+        validate_workload(lay, probe, spec)
     except MoetuneError:
         return False
     return True
