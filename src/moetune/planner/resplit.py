@@ -132,11 +132,17 @@ def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | N
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
     timed: dict[Layout, Estimate] = {}
     held: dict[Layout, Estimate] = {}
+    # the knobs with a plan's "auto" CP exchange resolved (context_parallel.resolve_auto), by the layout fields it
+    # reads (world size, TP, CP, EP, ETP, SP; never the pipeline split, all that rebalance moves): estimate given them
+    # resolves them to themselves, so each re-split layout skips auto_choice
+    resolved: dict[tuple, Knobs] = {}
 
     def evaluate(cand: Layout) -> tuple:
         if cand not in timed:
-            timed[cand] = estimate(s.spec, s.gpu, cand, wl, knobs, efficiency_overrides=efficiency_overrides,
-                                   with_memory=False)
+            mesh = (cand.world_size, cand.tp, cand.cp, cand.ep, cand.etp, cand.sp)
+            timed[cand] = estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs),
+                                   efficiency_overrides=efficiency_overrides, with_memory=False)
+            resolved.setdefault(mesh, timed[cand].knobs)
         t = timed[cand].time
         return t["step_seconds"], t["stage_seconds"]
 
