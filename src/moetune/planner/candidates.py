@@ -37,8 +37,14 @@ def candidate_pairs(layouts: list[Layout], wl: Workload, fixed: dict) -> list[tu
     count the layout's interleaved schedule runs (layout/validate.py interleaves)."""
     mbs_choices = [fixed["mbs"]] if "mbs" in fixed else list(MBS_CHOICES)
     gbs = wl.global_batch_size
-    return [(lay, m) for lay, dp in ((lay, lay.dp) for lay in layouts) for m in mbs_choices
-            if gbs % (m * dp) == 0 and interleaves(lay.pp, lay.vpp, gbs // (m * dp))]
+    sizes: dict[tuple, list[int]] = {}  # (DP, PP, VPP), all the test reads -> its sizes: ~6k layouts, a few dozen keys
+    out = []
+    for lay in layouts:
+        if (key := (lay.dp, lay.pp, lay.vpp)) not in sizes:
+            dp, pp, vpp = key
+            sizes[key] = [m for m in mbs_choices if gbs % (m * dp) == 0 and interleaves(pp, vpp, gbs // (m * dp))]
+        out.extend((lay, m) for m in sizes[key])
+    return out
 
 
 def _without_recompute(knobs: Knobs) -> tuple:

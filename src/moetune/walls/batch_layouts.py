@@ -5,6 +5,7 @@ matrices (integers and floats), so cutting a subset of candidates is two takes, 
 """
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from types import SimpleNamespace
 
 import numpy as np
@@ -115,7 +116,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     mtp, loss, valid = np.zeros((n, depth)), np.zeros((n, depth), bool), np.zeros((n, depth), bool)
     index, ranks = np.zeros((n, depth), int), np.zeros((n, depth), int)
     dense, expert, vocab = np.zeros((n, depth)), np.zeros((n, depth)), np.zeros((n, depth))
-    table = np.array([[getattr(lay, k) for k in _FIELDS] for lay in distinct.values()], dtype=np.int64)[which]
+    table = np.array(list(map(attrgetter(*_FIELDS), distinct.values())), dtype=np.int64)[which]  # one C call a layout
     fields = SimpleNamespace(**{k: table[:, j:j + 1] for j, k in enumerate(_FIELDS)})
     fields.sp = fields.sp.astype(bool)
     for g, (sig, structs) in enumerate(structures.items()):
@@ -138,7 +139,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
     padded = np.array([model_padded_vocab(spec, int(t)) for t in tps])
     padded = padded[tp_index].reshape(-1, 1)
-    mbs = np.array([[m] for _, m in candidates])
+    mbs = np.array([m for _, m in candidates]).reshape(-1, 1)
     ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp,
                       ranks])
     return _unpack(ints.astype(np.int32), np.hstack([dense, expert, vocab]), layouts=[lay for lay, _ in candidates],
