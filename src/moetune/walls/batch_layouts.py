@@ -128,7 +128,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
             mtp[rows, j], loss[rows, j], valid[rows, j], index[rows, j] = st.mtp_layers, st.outputs > 0, True, \
                 st.stage
             ranks[rows, j] = same
-            for tp in np.unique(sub.tp):
+            for tp in np.array(sorted(set(sub.tp.tolist())), dtype=sub.tp.dtype):  # np.unique: see _group_sizes
                 sel = sub.tp == tp
                 layout_view = SimpleNamespace(tp=tp, ep=sub.ep[sel], etp=sub.etp[sel])
                 sums = structure_sums(spec, st, vocab=model_padded_vocab(spec, int(tp)),

@@ -77,7 +77,9 @@ def _group_sizes(cps, nvlink_domain: int | None) -> list[int]:
     """The sizes of 2 or more that divide one of these CPs, below it and no wider than the NVLink domain (a group of
     `size` x TP ranks shares it: hcp_group_runs)."""
     cap = nvlink_domain if nvlink_domain is not None else int(np.max(cps, initial=1))
-    return sorted({a for c in np.unique(cps).tolist() for a in range(2, min(c - 1, cap) + 1) if c % a == 0})
+    # a set of the CPs, not np.unique: that asks np.ma.is_masked, whose first call imports numpy.ma (~10 ms of a cold
+    # plan, which holds no masked array)
+    return sorted({a for c in set(np.ravel(cps).tolist()) for a in range(2, min(c - 1, cap) + 1) if c % a == 0})
 
 
 def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
