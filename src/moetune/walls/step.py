@@ -110,9 +110,10 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
         acc[k] = acc.get(k, 0.0) + v * times
 
 
-# Layer times by (model, layer kind, the layout's sizes, micro-batch shape, knobs, GPU, constants): a layer's time
-# does not depend on which pipeline stage holds it, so the planner's re-split, which moves layers between the ranks of
-# one layout, reuses them (moetune/memo.py; read only: stage_times adds them up into new dicts)
+# Layer times by (model, the layout's sizes, micro-batch shape, knobs, GPU, constants), then by layer kind: a layer's
+# time does not depend on which pipeline stage holds it, so the planner's re-split, which moves layers between the
+# ranks of one layout, reuses them (moetune/memo.py; read only: stage_times adds them up into new dicts). The outer
+# key, whose knobs, GPU and constants take a while to hash, is hashed once a call, not once a stage and kind.
 _LAYER_TIMES: dict = {}
 
 
@@ -123,6 +124,9 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     vocab = model_padded_vocab(spec, lay.tp)
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              knobs, gpu, tuple(sorted(eff.items())))
+    by_kind = remembered(_LAYER_TIMES, shape, dict, 1024)
+    # the stage-boundary send/recv is the same on every stage (PP and the link are the layout's)
+    p2p = p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff))
     out = []
     for chunks in pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers):
         kinds = Counter(spec.layers[i] for c in chunks for i in c.layers)
@@ -130,13 +134,14 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
             kinds[spec.mtp_layer_kind] += mtp
         compute, comm, raw, host, host_unpaired = {}, {}, {}, 0.0, 0.0
         for kind, n in kinds.items():
-            t = remembered(_LAYER_TIMES, (*shape, kind), lambda kind=kind: layer_time(spec, kind, lay, ctx, gpu, eff,
-                                                                                      knobs, r), 4096)
+            if kind not in by_kind:
+                by_kind[kind] = layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r)
+            t = by_kind[kind]
             _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
             host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
         heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
         compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
-        raw["pp_p2p"] = p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff))
+        raw["pp_p2p"] = p2p
         comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
         out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
                     "total": sum(compute.values()) + sum(comm.values()) + host})
