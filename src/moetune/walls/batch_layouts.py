@@ -100,7 +100,9 @@ def _distinct(structs: list[StageStructure]) -> list[tuple[StageStructure, int]]
 
 
 def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> LayoutBatch:
-    kinds = sorted(set(spec.layers), key=lambda k: (k.mixer, k.mlp))
+    # a total order (gpt-oss's sliding-window and full layers tie on mixer and MLP): a set's order follows the
+    # process's string hashes, and the per-stage sums would add the kinds in another order run to run
+    kinds = sorted(set(spec.layers), key=lambda k: (k.mixer, k.mlp, k.window is not None, k.window or 0))
     kind_layers = np.array([spec.layers.count(k) for k in kinds])  # counted once: every knob set's floor reads it
     distinct = {id(lay): lay for lay, _ in candidates}  # each layout comes once per micro-batch size
     position = {key: i for i, key in enumerate(distinct)}
