@@ -66,6 +66,9 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     ("cat <<EOF > notes.txt\ndon't\nEOF\npython t.py --k", ["--k"]),
     # a command substitution holding quotes inside double quotes is kept, not run
     ('mkdir -p "$(dirname "$P")"\npython t.py --save "$(dirname "$P")"', ["--save", '$(dirname "$P")']),
+    # a here-string (`<<<`) is one word fed to the loop, not a here-document swallowing the lines after it
+    # (Megatron-LM tests/functional_tests/shell_test_utils/_run_training.sh)
+    ('while read -r l; do\n  X+=$l\ndone <<<"$S"\nif [ 1 = 1 ]; then A=--k; fi\npython t.py $A', ["--k"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

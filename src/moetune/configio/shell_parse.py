@@ -12,7 +12,7 @@ from moetune.errors import MoetuneError
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _SEPARATORS = ("\n", ";", "&", "|", ";;")
-_REDIRECTS = (">", ">>", "<", ">&", "<&", "&>", "<<", "<<-")
+_REDIRECTS = (">", ">>", "<", ">&", "<&", "&>", "<<", "<<-", "<<<")  # `<<<`: a here-string, one word
 _LOOPS = ("for", "while", "until", "select")
 DECLARE = frozenset(("export", "declare", "typeset", "local", "readonly"))  # their NAME=value words assign
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from moetune.errors import MoetuneError
 
 # longest first, so `&&` is not read as two `&`
-_OPS = ("&&", "||", ";;", ">>", "<<-", "<<", ">&", "<&", "&>", ";", "&", "|", "(", ")", "<", ">", "\n")
+_OPS = ("&&", "||", ";;", ">>", "<<<", "<<-", "<<", ">&", "<&", "&>", ";", "&", "|", "(", ")", "<", ">", "\n")
 _OP_CHARS = set(";&|()<>")
 _SEPARATORS = ("\n", ";", "&&", "||", "|", "&", ";;")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
