@@ -69,6 +69,11 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     # a here-string (`<<<`) is one word fed to the loop, not a here-document swallowing the lines after it
     # (Megatron-LM tests/functional_tests/shell_test_utils/_run_training.sh)
     ('while read -r l; do\n  X+=$l\ndone <<<"$S"\nif [ 1 = 1 ]; then A=--k; fi\npython t.py $A', ["--k"]),
+    # `case` over a word the script knows takes the first arm that matches, nested alike
+    # (Megatron-LM examples/mamba/train.sh picks its model size so)
+    ('S=8B\ncase "$S" in\n  "800M")\n    TP=1\n    ;;\n  8B|16B) TP=4; case $TP in 4) PP=2 ;; *) PP=9 ;; esac\n'
+     '    ;;\n  *) echo bad; exit 1 ;;\nesac\npython t.py --tp $TP --pp $PP', ["--tp", "4", "--pp", "2"]),
+    ('case x in\n  (y) A=--y ;;\n  (x) A=--x ;;\nesac\npython t.py --k $A', ["--k", "--x"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])
@@ -86,6 +91,7 @@ def test_only_exported_variables_reach_the_launch():
     ("if grep -q x f; then ARGS+=(--bf16); fi\npython t.py ${ARGS[@]}", "line 1: moetune cannot tell whether"),
     ("for EP in 8 16; do\n  python t.py --expert-model-parallel-size $EP\ndone", "line 1: the training command runs "
                                                                                  "inside a 'for'"),
+    ("case $(hostname) in\n  a*) TP=2 ;;\nesac\npython t.py --tp $TP", "line 1: moetune cannot tell which arm"),
     ("python t.py --tp '2", "the ' opened here is never closed"),
     ("if [ 1 = 1 ]; then\npython t.py", "this 'if' lacks its"),
 ])

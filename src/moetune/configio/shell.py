@@ -5,10 +5,10 @@ Megatron-LM's own examples build the arguments in bash arrays, append to them un
 `torchrun ... pretrain_gpt.py ${ARGS[@]}` (examples/mixtral/train_mixtral_8x7b_distributed.sh), or put that line in
 a string handed to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh). Read,
 in order: variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`,
-`local`, `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `{ }` groups and
-`bash -c STRING`. No other command runs: loops, `case` and functions are not entered, and a condition that would
-run a command (`if grep ...`) decides nothing. Where such a condition guards an assignment or the training command,
-that is an error naming the line, never a guess.
+`local`, `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word
+the script knows, `{ }` groups and `bash -c STRING`. No other command runs: loops and functions are not entered, and
+a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides nothing. Where such a condition
+guards an assignment or the training command, that is an error naming the line, never a guess.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 
 from moetune.configio.shell_expand import expand, expand_one
-from moetune.configio.shell_parse import DECLARE, Chain, If, Simple, Unread, parse
+from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 
@@ -60,6 +60,8 @@ class _Run:
                 self.chain(node)
             elif isinstance(node, If):
                 self.branch(node)
+            elif isinstance(node, Case):
+                self.case(node)
             elif isinstance(node, Unread) and any(w.endswith(".py") for w in node.words):
                 self.unread_python = self.unread_python or (node.kind, node.line)
 
@@ -74,6 +76,20 @@ class _Run:
                                        "write the branch's assignments without the 'if'")
                 return
             if holds:
+                self.block(body)
+                return
+
+    def case(self, node: Case) -> None:
+        """The first arm whose pattern matches the word, as bash picks it (examples/mamba/train.sh's model sizes)."""
+        subject = expand_one(node.subject, self.vars, keep_unset=False)
+        if "$(" in subject or "`" in subject:  # a command's output, known only by running it
+            if any(_acts(n) for _, body in node.arms for n in body):
+                raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell which arm of this 'case' "
+                                   "runs (its word is a command's output) and an arm sets what the launch reads; "
+                                   "write that arm's assignments without the 'case'")
+            return
+        for patterns, body in node.arms:
+            if any(fnmatch.fnmatchcase(subject, expand_one(p, self.vars, keep_unset=False)) for p in patterns):
                 self.block(body)
                 return
 
@@ -156,6 +172,8 @@ def _acts(node) -> bool:
                    for _, s in node.parts)
     if isinstance(node, If):
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
+    if isinstance(node, Case):
+        return any(_acts(n) for _, body in node.arms for n in body)
     return isinstance(node, Unread) and any(w.endswith(".py") for w in node.words)
 
 

@@ -1,6 +1,6 @@
 """A bash script's statements as a small tree: simple commands (their assignments, arrays and words), `&&`/`||`
-chains, `if` branches, and the constructs configio/shell.py does not enter (loops, `case`, functions), kept whole so
-it can tell whether one of them holds the training command."""
+chains, `if` branches, `case` arms, and the constructs configio/shell.py does not enter (loops, functions), kept whole
+so it can tell whether one of them holds the training command."""
 
 from __future__ import annotations
 
@@ -45,10 +45,20 @@ class If:
 
 @dataclass(slots=True)
 class Unread:
-    """A loop, `case` or function body: not entered (what it runs depends on values bash computes as it goes)."""
+    """A loop or function body (or a `case` after `then`/`do` on its line): not entered (what it runs depends on
+    values bash computes as it goes)."""
     kind: str
     line: int
     words: list[str]
+
+
+@dataclass(slots=True)
+class Case:
+    """`case WORD in PATTERN|PATTERN) body ;; ... esac`: the word and patterns as written, each arm's statements."""
+    line: int
+    subject: str
+    arms: list[tuple[list[str], list]]
+    words: list[str]  # every word of its arms, to tell whether a loop around it runs a *.py
 
 
 @dataclass(slots=True)
@@ -58,17 +68,22 @@ class _Kw:
 
 
 def parse(tokens: list[Token], origin: str) -> list:
-    units = _units(tokens)
+    units = _units(tokens, origin)
     nodes, i = _block(units, 0, set(), origin)
     if i < len(units):
         raise MoetuneError(f"{origin} line {units[i].line}: '{units[i].kw}' without its opening keyword")
     return nodes
 
 
-def _units(tokens: list[Token]) -> list:
-    """Chains and keywords, in order (a keyword opens its statement: `then A=1` is `then`, then `A=1`)."""
+def _units(tokens: list[Token], origin: str) -> list:
+    """Chains, keywords and `case` statements, in order (a keyword opens its statement: `then A=1` is `then`, then
+    `A=1`)."""
     out, i = [], 0
     while i < len(tokens):
+        if tokens[i].text == "case" and not tokens[i].op:
+            node, i = _case(tokens, i, origin)
+            out.append(node)
+            continue
         parts, i = _chain(tokens, i)
         if parts:
             _split_keywords(parts, out)
@@ -164,7 +179,7 @@ def _block(units: list, i: int, stop: set[str], origin: str) -> tuple[list, int]
     nodes = []
     while i < len(units):
         u = units[i]
-        if isinstance(u, Chain):
+        if isinstance(u, (Chain, Case)):
             nodes.append(u)
             i += 1
         elif u.kw in stop:
@@ -213,8 +228,8 @@ def _unread(units: list, i: int, origin: str) -> tuple[Unread, int]:
     opens, closes = {"case": (("case",), "esac"), "function": (("{",), "}")}.get(kind, (_LOOPS, "done"))
     for j in range(i, len(units)):
         u = units[j]
-        if isinstance(u, Chain):
-            words += [w for _, s in u.parts for w in s.words]
+        if isinstance(u, (Chain, Case)):
+            words += u.words if isinstance(u, Case) else [w for _, s in u.parts for w in s.words]
             continue
         depth += (u.kw in opens) - (u.kw == closes)
         if depth == 0 and u.kw == closes:
@@ -226,3 +241,35 @@ def _expect(units: list, i: int, kws, origin: str, line: int) -> None:
     if i >= len(units) or isinstance(units[i], Chain) or units[i].kw not in kws:
         want = kws if isinstance(kws, str) else "' or '".join(kws)
         raise MoetuneError(f"{origin} line {line}: this 'if' lacks its '{want}'")
+
+
+_HEADS = ("\n", ";", ";;", "&&", "||", "|", "&")  # operators after which a word starts a statement
+
+
+def _case(tokens: list[Token], i: int, origin: str) -> tuple[Case, int]:
+    """A `case` read from its tokens (its `)` and `;;` are operators no simple command holds), to its `esac`."""
+    line, subject, i = tokens[i].line, tokens[i + 1].text if i + 1 < len(tokens) else "", i + 2
+    if i >= len(tokens) or tokens[i].text != "in":
+        raise MoetuneError(f"{origin} line {line}: this 'case' lacks its 'in'")
+    node, i = Case(line, subject, [], []), i + 1
+    while True:
+        while i < len(tokens) and tokens[i].op and tokens[i].text in _HEADS:
+            i += 1
+        if i >= len(tokens):
+            raise MoetuneError(f"{origin} line {line}: 'case' is never closed ('esac')")
+        if tokens[i].text == "esac":
+            return node, i + 1
+        i += tokens[i].text == "("  # `(pattern)` is allowed too
+        patterns = []
+        while i < len(tokens) and tokens[i].text != ")":
+            patterns += [] if tokens[i].op else [tokens[i].text]  # `a|b)`: the `|` joins patterns
+            i += 1
+        start, depth, i = i + 1, 0, i + 1
+        while i < len(tokens):  # the arm's body: to its `;;` or the `esac`, past a nested case's own
+            tok, head = tokens[i], i == start or tokens[i - 1].op and tokens[i - 1].text in _HEADS
+            if tok.op and tok.text == ";;" and not depth or head and tok.text == "esac" and not depth:
+                break
+            depth += head and not tok.op and (tok.text == "case") - (tok.text == "esac")
+            i += 1
+        node.words += [t.text for t in tokens[start:i] if not t.op]
+        node.arms.append((patterns, parse(tokens[start:i], origin)))
