@@ -74,6 +74,14 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     ('S=8B\ncase "$S" in\n  "800M")\n    TP=1\n    ;;\n  8B|16B) TP=4; case $TP in 4) PP=2 ;; *) PP=9 ;; esac\n'
      '    ;;\n  *) echo bad; exit 1 ;;\nesac\npython t.py --tp $TP --pp $PP', ["--tp", "4", "--pp", "2"]),
     ('case x in\n  (y) A=--y ;;\n  (x) A=--x ;;\nesac\npython t.py --k $A', ["--k", "--x"]),
+    # clauses joined inside [[ ]] (&&, ||, !) and by -a/-o in [ ], -v, and an unset operand as 0 in a [[ ]]
+    # comparison, as bash evaluates them (Megatron-LM examples/post_training/modelopt/finetune.sh tests CP so)
+    ('if [[ -v CP && "$CP" != "1" ]]; then B=fused; else B=auto; fi\n'
+     'if [ -n "$B" -a "$B" = auto ]; then C=yes; else C=no; fi\n'
+     'if [[ $R -gt 1 && $(yq x) == true ]]; then K=2; else K=1; fi\n'
+     'if [[ ! -v CP || $CP == 1 ]]; then D=d1; else D=d2; fi\npython t.py $B $C $K $D', ["auto", "yes", "1", "d1"]),
+    ('CP=2\nif [[ -v CP && "$CP" != "1" ]]; then B=fused; else B=auto; fi\n'
+     'if [[ ! -v CP || $CP == 1 ]]; then D=d1; else D=d2; fi\npython t.py $B $D', ["fused", "d2"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])
@@ -92,6 +100,8 @@ def test_only_exported_variables_reach_the_launch():
     ("for EP in 8 16; do\n  python t.py --expert-model-parallel-size $EP\ndone", "line 1: the training command runs "
                                                                                  "inside a 'for'"),
     ("case $(hostname) in\n  a*) TP=2 ;;\nesac\npython t.py --tp $TP", "line 1: moetune cannot tell which arm"),
+    # a command's output in a test is not compared as text
+    ('if [ "$(hostname)" = n1 ]; then TP=2; fi\npython t.py --tp $TP', "line 1: moetune cannot tell whether"),
     ("python t.py --tp '2", "the ' opened here is never closed"),
     ("if [ 1 = 1 ]; then\npython t.py", "this 'if' lacks its"),
 ])

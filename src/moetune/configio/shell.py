@@ -14,11 +14,11 @@ guards an assignment or the training command, that is an error naming the line, 
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Mapping
 
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
+from moetune.configio.shell_test import evaluate
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 
@@ -72,8 +72,9 @@ class _Run:
             if holds is None:
                 if any(_acts(n) for _, b in node.branches for n in b):
                     raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell whether this 'if' holds "
-                                       "(its condition runs a command) and a branch sets what the launch reads; "
-                                       "write the branch's assignments without the 'if'")
+                                       "(its condition runs a command, or tests a file or a command's output) "
+                                       "and a branch sets what the launch reads; write the branch's assignments "
+                                       "without the 'if'")
                 return
             if holds:
                 self.block(body)
@@ -117,8 +118,8 @@ class _Run:
         words = [w for raw in s.words for w in expand(raw, self.vars, keep_unset=True)]
         if words and words[0] in ("[", "[[", "test", "!"):  # an unset variable is empty there, as bash reads it
             if "[[" in words[:2]:  # no word splitting inside [[ ]]: an empty operand stays an operand
-                return _test([expand_one(raw, self.vars, keep_unset=False) for raw in s.words])
-            return _test([w for raw in s.words for w in expand(raw, self.vars, keep_unset=False)])
+                return evaluate([expand_one(raw, self.vars, keep_unset=False) for raw in s.words], self._is_set)
+            return evaluate([w for raw in s.words for w in expand(raw, self.vars, keep_unset=False)], self._is_set)
         if not words or words[0] in DECLARE:
             self.assign(s.assigns, export=bool(words) and words[0] == "export" or "-x" in words)
             self.declared(words)
@@ -130,6 +131,9 @@ class _Run:
                 self.vars.exported.discard(name)
             return True
         return self.command(s, words, condition)
+
+    def _is_set(self, name: str) -> bool:
+        return self.vars.get(name) is not None
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
@@ -183,43 +187,4 @@ def _shell_string(words: list[str]) -> str | None:
         if w.rsplit("/", 1)[-1] in _SHELLS and "-c" in words[i + 1:]:
             at = words.index("-c", i + 1)
             return words[at + 1] if at + 1 < len(words) else None
-    return None
-
-
-def _test(words: list[str]) -> bool | None:
-    """`[ a = b ]`, `[[ a == b* ]]`, `test -n a`, and `!` before them: None for a form moetune does not read (file
-    tests, -a/-o, several clauses)."""
-    negate = words[0] == "!"
-    words = words[1:] if negate else words
-    pattern = bool(words) and words[0] == "[["  # only [[ ]] matches == against a glob pattern
-    if words and words[0] in ("[", "[[") and words[-1] in ("]", "]]"):
-        words = words[1:-1]
-    elif words and words[0] == "test":
-        words = words[1:]
-    holds = _clause(words, pattern)
-    return None if holds is None else holds != negate
-
-
-_NUMERIC = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
-            "-ge": int.__ge__}
-
-
-def _clause(words: list[str], pattern: bool) -> bool | None:
-    if len(words) == 1:
-        return words[0] != ""
-    if len(words) == 2 and words[0] in ("-n", "-z"):
-        return (words[1] != "") == (words[0] == "-n")
-    if len(words) != 3:
-        return None
-    a, op, b = words
-    if op in ("=", "==", "!="):
-        same = fnmatch.fnmatchcase(a, b) if pattern else a == b
-        return same != (op == "!=")
-    if op == "=~":
-        return re.search(b, a) is not None
-    if op in _NUMERIC:
-        try:
-            return _NUMERIC[op](int(a), int(b))
-        except ValueError:
-            return None
     return None

@@ -143,6 +143,10 @@ def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
     s = Simple(line=tokens[i].line)
     while i < len(tokens):
         tok = tokens[i]
+        if tok.op and tok.text in ("&&", "||", "<", ">") and _open_double_test(s.words):
+            s.words.append(tok.text)  # inside [[ ]] these join or compare clauses
+            i += 1
+            continue
         if tok.op and tok.text in (*_SEPARATORS, "&&", "||"):
             return s, i
         i += 1
@@ -163,6 +167,12 @@ def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
         else:
             s.words.append(tok.text)
     return s, i
+
+
+def _open_double_test(words: list[str]) -> bool:
+    """Whether `words` (after `if`, `elif`, `!`) open a `[[` whose `]]` is still to come."""
+    head = next((w for w in words if w not in _KEYWORDS and w != "!"), None)
+    return head == "[[" and "]]" not in words
 
 
 def _array(tokens: list[Token], i: int) -> tuple[list[str], int]:
