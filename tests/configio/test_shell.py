@@ -95,11 +95,22 @@ def test_only_exported_variables_reach_the_launch():
     assert words[:words.index("python")] == ["A=1", "C=3"]
 
 
+def test_a_script_run_with_flags_is_the_launch():
+    # the Megatron-MoE-ModelZoo's best_practice/*/run_*.sh hand the flags to sbatch_benchmarking.sh; what follows
+    # the run is not its arguments
+    words = _words("export MODEL=DeepSeek-V3\nPR=mxfp8 PP=8 bash sbatch_benchmarking.sh \\\n  --mtp-num-layers 1\n"
+                   "echo submitted")
+    assert words == ["MODEL=DeepSeek-V3", "PR=mxfp8", "PP=8", "bash", "sbatch_benchmarking.sh", "--mtp-num-layers", "1"]
+
+
 @pytest.mark.parametrize(("script", "needle"), [
     ("if grep -q x f; then ARGS+=(--bf16); fi\npython t.py ${ARGS[@]}", "line 1: moetune cannot tell whether"),
     ("for EP in 8 16; do\n  python t.py --expert-model-parallel-size $EP\ndone", "line 1: the training command runs "
                                                                                  "inside a 'for'"),
     ("case $(hostname) in\n  a*) TP=2 ;;\nesac\npython t.py --tp $TP", "line 1: moetune cannot tell which arm"),
+    ("PP=8 bash run.sh --mtp-num-layers 1\nPP=4 bash run.sh --mtp-num-layers 1", r"line 2: a second run \(the first at "
+                                                                                r"line 1\)"),
+    ("for EP in 8 16; do\n  bash run.sh --expert-model-parallel-size $EP\ndone", "runs inside a 'for'"),
     # a command's output in a test is not compared as text
     ('if [ "$(hostname)" = n1 ]; then TP=2; fi\npython t.py --tp $TP', "line 1: moetune cannot tell whether"),
     ("python t.py --tp '2", "the ' opened here is never closed"),

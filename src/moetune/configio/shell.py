@@ -30,12 +30,15 @@ _SHELLS = frozenset(("bash", "sh"))
 
 def launch_words(text: str, origin: str, env: Mapping[str, str]) -> list[str]:
     """`NAME=value` words of the environment the training command sees (what the script exports, and the command's
-    own prefix), then the command's words. A text that runs no *.py (a bare argument list, an env file) gives every
-    variable it sets and every word of its commands, in order."""
+    own prefix), then the command's words. Where no command runs a *.py, the one that runs a script with --flags
+    (the Megatron-MoE-ModelZoo's `PP=8 EP=32 bash sbatch_benchmarking.sh --mtp-num-layers 1`) is the launch. A text
+    with neither (a bare argument list, an env file) gives every variable it sets and every word of its commands."""
     run = _Run(Vars(scalars=dict(env), exported=set(env)), origin)  # the environment is exported
     run.block(parse(tokens(text, origin), origin))
     if run.found is not None:
         return run.found
+    if run.script_launch is not None:
+        return run.script_launch[1]
     if run.unread_python is not None:
         kind, line = run.unread_python
         raise MoetuneError(f"{origin} line {line}: the training command runs inside a '{kind}', which moetune does "
@@ -51,6 +54,7 @@ class _Run:
         self.found: list[str] | None = None
         self.words: list[str] = []  # every command's words, for a text with no training command
         self.unread_python: tuple[str, int] | None = None
+        self.script_launch: tuple[int, list[str]] | None = None  # (line, words) of a `bash run.sh --flags`
 
     def block(self, nodes: list) -> None:
         for node in nodes:
@@ -62,7 +66,7 @@ class _Run:
                 self.branch(node)
             elif isinstance(node, Case):
                 self.case(node)
-            elif isinstance(node, Unread) and any(w.endswith(".py") for w in node.words):
+            elif isinstance(node, Unread) and _launches(node.words):
                 self.unread_python = self.unread_python or (node.kind, node.line)
 
     def branch(self, node: If) -> None:
@@ -137,9 +141,17 @@ class _Run:
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
+        exported = dict.fromkeys(n for n in self.vars.assigned if n in self.vars.exported)
+        seen = [f"{n}={self.vars.scalars[n]}" for n in exported if n in self.vars.scalars] + prefix + words
         if words[0] not in _NOT_LAUNCHERS and any(w.endswith(".py") for w in words):
-            exported = dict.fromkeys(n for n in self.vars.assigned if n in self.vars.exported)
-            self.found = [f"{n}={self.vars.scalars[n]}" for n in exported if n in self.vars.scalars] + prefix + words
+            self.found = seen
+            return True
+        if _runs_script_with_flags(words):
+            if self.script_launch is not None:
+                raise MoetuneError(f"{self.origin} line {s.line}: a second run (the first at line "
+                                   f"{self.script_launch[0]}); moetune checks one: put that run's line in a file "
+                                   "of its own, or pass its arguments with --mlm-args")
+            self.script_launch = (s.line, seen)
             return True
         if (script := _shell_string(words)) is not None:
             inner = _Run(Vars(scalars=dict(self.vars.scalars), arrays=dict(self.vars.arrays),
@@ -171,14 +183,26 @@ class _Run:
 def _acts(node) -> bool:
     """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
     if isinstance(node, Chain):
-        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset")) or
-                   (s.words and s.words[0] not in _NOT_LAUNCHERS and any(".py" in w for w in s.words))
+        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset")) or _launches(s.words)
                    for _, s in node.parts)
     if isinstance(node, If):
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
     if isinstance(node, Case):
         return any(_acts(n) for _, body in node.arms for n in body)
-    return isinstance(node, Unread) and any(w.endswith(".py") for w in node.words)
+    return isinstance(node, Unread) and _launches(node.words)
+
+
+def _launches(words: list[str]) -> bool:
+    """Whether raw words may start the training: a *.py, or a script given --flags."""
+    return bool(words) and words[0] not in _NOT_LAUNCHERS and any(".py" in w for w in words) or \
+        _runs_script_with_flags(words)
+
+
+def _runs_script_with_flags(words: list[str]) -> bool:
+    """`bash run.sh --flag ...`, `sbatch run.sh --flag`, `./run.sh --flag`: a *.sh with a --flag after it."""
+    at = next((i for i, w in enumerate(words) if w.endswith(".sh")), None)
+    return bool(words) and words[0] not in _NOT_LAUNCHERS and at is not None and \
+        any(w.startswith("--") for w in words[at + 1:])
 
 
 def _shell_string(words: list[str]) -> str | None:
