@@ -82,6 +82,11 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
      'if [[ ! -v CP || $CP == 1 ]]; then D=d1; else D=d2; fi\npython t.py $B $C $K $D', ["auto", "yes", "1", "d1"]),
     ('CP=2\nif [[ -v CP && "$CP" != "1" ]]; then B=fused; else B=auto; fi\n'
      'if [[ ! -v CP || $CP == 1 ]]; then D=d1; else D=d2; fi\npython t.py $B $D', ["fused", "d2"]),
+    # bash arithmetic: comparisons, the ternary, C division, octal/hex, logic and shifts (Pai-Megatron-Patch's
+    # run_mcore_*.sh set TP_COMM_OVERLAP=$(( ($TP > 1) ? 1 : 0 ))); the values real bash prints
+    ('TP=4; PP=8; L=61\nA=$(( ($TP > 1) ? 1 : 0 ))\nB=$(( ($L / $PP) % 3 ))\nF=$(( (L - 1) % (PP - 1) ))\n'
+     'E=$(( -7 / 2 )),$(( -7 % 2 )),$(( 2**10 )),$(( 0x10 + 010 )),$(( TP >= 4 && PP < 8 || !0 )),$(( 1 << 3 ^ 1 ))\n'
+     'python t.py $A $B $F $E', ["1", "1", "4", "-3,-1,1024,24,1,9"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

@@ -8,10 +8,9 @@ as bash reads it. `$(...)` and backquotes keep their text: their output is known
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 
+from moetune.configio import shell_arith as arith
 from moetune.configio.shell_words import Vars, balanced, closing_quote
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -19,8 +18,6 @@ _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _BRACED = re.compile(rf"^(#?)({_NAME}|\d+|[@*#?$!])(?:\[(@|\*|\d+)\])?(?:(:?[-=?+])(.*))?$", re.S)
 _SIMPLE = re.compile(rf"{_NAME}|\d|[@*#?$!]")
 _IFS = re.compile(r"[ \t\n]+")
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Mod: operator.mod,
-          ast.Pow: operator.pow}
 
 
 class _Fields:
@@ -193,28 +190,10 @@ def _operator(env: Vars, name: str, value: str | None, op: str, arg: str, keep_u
 
 
 def _arithmetic(text: str, env: Vars) -> str:
-    """$((...)) in integers, with `$NAME` and bare names read from the script (unset: 0, as bash); as written where
-    it holds anything else."""
+    """$((...)) in integers (configio/shell_arith.py), with `$NAME` and bare names read from the script (unset: 0,
+    as bash); as written where it holds anything else."""
     body = expand_one(text[3:-2], env, keep_unset=False)
-    body = re.sub(_NAME, lambda m: env.get(m.group(0)) or "0", body)
     try:
-        return str(_integer(ast.parse(body.strip(), mode="eval").body))
-    except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
+        return str(arith.evaluate(body, env.get))
+    except (ValueError, ZeroDivisionError):
         return text
-
-
-def _integer(node: ast.AST) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return -_integer(node.operand) if isinstance(node.op, ast.USub) else _integer(node.operand)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
-        a, b = _integer(node.left), _integer(node.right)
-        return int(a / b) if b else _zero()  # bash truncates toward zero
-    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-        return _ARITH[type(node.op)](_integer(node.left), _integer(node.right))
-    raise ValueError(node)
-
-
-def _zero() -> int:
-    raise ZeroDivisionError
