@@ -87,6 +87,10 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     ('TP=4; PP=8; L=61\nA=$(( ($TP > 1) ? 1 : 0 ))\nB=$(( ($L / $PP) % 3 ))\nF=$(( (L - 1) % (PP - 1) ))\n'
      'E=$(( -7 / 2 )),$(( -7 % 2 )),$(( 2**10 )),$(( 0x10 + 010 )),$(( TP >= 4 && PP < 8 || !0 )),$(( 1 << 3 ^ 1 ))\n'
      'python t.py $A $B $F $E', ["1", "1", "4", "-3,-1,1024,24,1,9"]),
+    # `eval` runs its words, joined, as script: the line, its quotes and a newline inside the string as bash reads
+    # them (Pai-Megatron-Patch's run_mcore_*.sh end in `eval ${run_cmd}`)
+    ('O="--bf16"\nrun_cmd="torchrun --nproc_per_node 8 t.py\n ${O} --moe-layer-freq \'([1]*48)\'"\n'
+     'echo ${run_cmd}\neval ${run_cmd}', ["--bf16", "--moe-layer-freq", "([1]*48)"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

@@ -1,14 +1,14 @@
 """Read a bash launch script as bash would run it, up to the command that starts Megatron-LM's training script, and
 give that command's words with the environment it sees (configio/mlm.py reads the --flags).
 
-Megatron-LM's own examples build the arguments in bash arrays, append to them under `if`, and run
-`torchrun ... pretrain_gpt.py ${ARGS[@]}` (examples/mixtral/train_mixtral_8x7b_distributed.sh), or put that line in
-a string handed to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh). Read,
-in order: variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`,
-`local`, `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word
-the script knows, `{ }` groups and `bash -c STRING`. No other command runs: loops and functions are not entered, and
-a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides nothing. Where such a condition
-guards an assignment or the training command, that is an error naming the line, never a guess.
+Megatron-LM's own examples build the arguments in bash arrays, append to them under `if`, and run `torchrun ...
+pretrain_gpt.py ${ARGS[@]}` (examples/mixtral/train_mixtral_8x7b_distributed.sh), or put that line in a string handed
+to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh). Read, in order:
+variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`, `local`,
+`readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word the script
+knows, `{ }` groups, `eval WORDS` and `bash -c STRING`. No other command runs: loops and functions are not entered,
+and a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides nothing. Where such a
+condition guards an assignment or the training command, that is an error naming the line, never a guess.
 """
 
 from __future__ import annotations
@@ -141,6 +141,9 @@ class _Run:
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
+        if words[0] == "eval":  # its words, joined by blanks, run as script in this shell (Pai-Megatron-Patch's
+            self.block(parse(tokens(" ".join(words[1:]), self.origin), self.origin))  # `eval ${run_cmd}`)
+            return True
         exported = dict.fromkeys(n for n in self.vars.assigned if n in self.vars.exported)
         seen = [f"{n}={self.vars.scalars[n]}" for n in exported if n in self.vars.scalars] + prefix + words
         if words[0] not in _NOT_LAUNCHERS and any(w.endswith(".py") for w in words):
@@ -183,7 +186,7 @@ class _Run:
 def _acts(node) -> bool:
     """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
     if isinstance(node, Chain):
-        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset")) or _launches(s.words)
+        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval")) or _launches(s.words)
                    for _, s in node.parts)
     if isinstance(node, If):
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
