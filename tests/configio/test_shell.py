@@ -91,6 +91,10 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     # them (Pai-Megatron-Patch's run_mcore_*.sh end in `eval ${run_cmd}`)
     ('O="--bf16"\nrun_cmd="torchrun --nproc_per_node 8 t.py\n ${O} --moe-layer-freq \'([1]*48)\'"\n'
      'echo ${run_cmd}\neval ${run_cmd}', ["--bf16", "--moe-layer-freq", "([1]*48)"]),
+    # a lone unset variable the script sets on another path is dropped, as bash drops it; one it never sets, or
+    # after a -flag, keeps its text for the flag reader to name
+    ('if [ "$OFF" = 1 ]; then opt="--optimizer-cpu-offload"; fi\npython t.py --lr 1 ${opt} --tp ${TP} $X',
+     ["--lr", "1", "--tp", "${TP}", "$X"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

@@ -14,6 +14,7 @@ condition guards an assignment or the training command, that is an error naming 
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Mapping
 
 from moetune.configio.shell_expand import expand, expand_one
@@ -26,6 +27,9 @@ from moetune.errors import MoetuneError
 _NOT_LAUNCHERS = frozenset("echo printf cat cp mv ls rm git sed grep awk tee touch wget curl pip chmod mkdir cd "
                            "source . test [ [[".split())
 _SHELLS = frozenset(("bash", "sh"))
+_ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=",
+                       re.M)
+_LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `${X}`, `${X[@]}` as a whole word
 
 
 def launch_words(text: str, origin: str, env: Mapping[str, str]) -> list[str]:
@@ -34,6 +38,7 @@ def launch_words(text: str, origin: str, env: Mapping[str, str]) -> list[str]:
     (the Megatron-MoE-ModelZoo's `PP=8 EP=32 bash sbatch_benchmarking.sh --mtp-num-layers 1`) is the launch. A text
     with neither (a bare argument list, an env file) gives every variable it sets and every word of its commands."""
     run = _Run(Vars(scalars=dict(env), exported=set(env)), origin)  # the environment is exported
+    run.names = set(_ASSIGNED.findall(text))
     run.block(parse(tokens(text, origin), origin))
     if run.found is not None:
         return run.found
@@ -55,6 +60,7 @@ class _Run:
         self.words: list[str] = []  # every command's words, for a text with no training command
         self.unread_python: tuple[str, int] | None = None
         self.script_launch: tuple[int, list[str]] | None = None  # (line, words) of a `bash run.sh --flags`
+        self.names: set[str] = set()  # every name the script assigns somewhere
 
     def block(self, nodes: list) -> None:
         for node in nodes:
@@ -119,7 +125,7 @@ class _Run:
         return status
 
     def simple(self, s: Simple, condition: bool) -> bool | None:
-        words = [w for raw in s.words for w in expand(raw, self.vars, keep_unset=True)]
+        words = self.expand(s.words)
         if words and words[0] in ("[", "[[", "test", "!"):  # an unset variable is empty there, as bash reads it
             if "[[" in words[:2]:  # no word splitting inside [[ ]]: an empty operand stays an operand
                 return evaluate([expand_one(raw, self.vars, keep_unset=False) for raw in s.words], self._is_set)
@@ -135,6 +141,18 @@ class _Run:
                 self.vars.exported.discard(name)
             return True
         return self.command(s, words, condition)
+
+    def expand(self, raws: list[str]) -> list[str]:
+        """The words `raws` give. An unset variable keeps its text for the flag reader to name (`--num-layers
+        ${NUM_LAYERS}`), except a lone unquoted one, not after a -flag, that the script itself sets on another path
+        (`${offload_option}` where offloading is off): bash drops that word, and so does moetune."""
+        out: list[str] = []
+        for raw in raws:
+            m = _LONE.fullmatch(raw)
+            if not (m and m.group(1) in self.names and self.vars.get(m.group(1)) is None and
+                    not (out and out[-1].startswith("-"))):
+                out += expand(raw, self.vars, keep_unset=True)
+        return out
 
     def _is_set(self, name: str) -> bool:
         return self.vars.get(name) is not None
@@ -159,6 +177,7 @@ class _Run:
         if (script := _shell_string(words)) is not None:
             inner = _Run(Vars(scalars=dict(self.vars.scalars), arrays=dict(self.vars.arrays),
                               exported=set(self.vars.exported), assigned=list(self.vars.assigned)), self.origin)
+            inner.names = self.names
             inner.block(parse(tokens(script, self.origin), self.origin))
             self.found = inner.found
         self.words += prefix + words
@@ -167,7 +186,7 @@ class _Run:
     def assign(self, assigns: list, export: bool) -> None:
         for name, append, value in assigns:
             if isinstance(value, list):
-                items = [w for raw in value for w in expand(raw, self.vars)]
+                items = self.expand(value)
                 self.vars.arrays[name] = (self.vars.arrays.get(name, []) if append else []) + items
                 self.vars.scalars.pop(name, None)
             else:
