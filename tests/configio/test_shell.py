@@ -124,6 +124,8 @@ def test_a_script_run_with_flags_is_the_launch():
     ("PP=8 bash run.sh --mtp-num-layers 1\nPP=4 bash run.sh --mtp-num-layers 1", r"line 2: a second run \(the first at "
                                                                                 r"line 1\)"),
     ("for EP in 8 16; do\n  bash run.sh --expert-model-parallel-size $EP\ndone", "runs inside a 'for'"),
+    # a file of flag variables for a launch script to splice in (Megatron-LM examples/post_training/modelopt/conf/)
+    ('echo "Qwen3"\nMODEL_ARGS=" \\\n  --num-layers 48 \\\n"', "MODEL_ARGS reads as a launch script's shell variable"),
     # a command's output in a test is not compared as text
     ('if [ "$(hostname)" = n1 ]; then TP=2; fi\npython t.py --tp $TP', "line 1: moetune cannot tell whether"),
     ("python t.py --tp '2", "the ' opened here is never closed"),
@@ -133,3 +135,21 @@ def test_scripts_moetune_cannot_read_are_one_line_errors(script, needle):
     with pytest.raises(MoetuneError, match=needle) as err:
         _words(script)
     assert "\n" not in str(err.value)
+
+
+def test_scripts_a_launch_runs_or_sources_are_read_with_their_arguments(tmp_path):
+    # Megatron-LM examples/post_training/modelopt: `TP=2 bash finetune.sh Qwen/Qwen3-30B-A3B` runs finetune.sh, which
+    # finds its folder from $0, sources conf/arguments.sh, which sources conf/$1.sh for the model's MODEL_ARGS
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "m.sh").write_text('MODEL_ARGS="--num-layers 4 --hidden-size 64"\n')
+    (tmp_path / "run.sh").write_text('CFG=$1\nDIR="$(dirname "$(readlink -f "$0")")"\nsource "$DIR/conf/$CFG.sh"\n'
+                                     'torchrun --nproc_per_node=$# $DIR/t.py $MODEL_ARGS --tensor-model-parallel-size'
+                                     ' $TP\n')
+    launch = tmp_path / "launch.sh"
+    launch.write_text("export NCCL_IB_SL=1\nTP=2 bash run.sh m\n")
+    here = tmp_path.resolve()
+    assert launch_words(launch.read_text(), str(launch), {}) == [
+        "NCCL_IB_SL=1", "TP=2", "torchrun", "--nproc_per_node=1", f"{here}/t.py", "--num-layers", "4",
+        "--hidden-size", "64", "--tensor-model-parallel-size", "2"]
+    config = load_config([launch], gpu="h100", gpus=8)  # a .sh is a launch script, though it starts `TP=2 ...`
+    assert config["model.num_layers"] == 4 and config["model.tensor_model_parallel_size"] == 2

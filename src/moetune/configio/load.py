@@ -49,7 +49,8 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
         raise MoetuneError(f"{path}: --format {fmt} says how to read the input, and this one is JSON (a saved plan or "
                            "estimate?); drop --format: emit writes every output format, the Megatron-LM arguments "
                            "among them (megatron_lm_args.txt)")
-    fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(path.suffix.lower())
+    # a .sh is a launch script, however it starts (`TP=2 EP=4 bash finetune.sh Qwen/Qwen3-30B-A3B` is no override)
+    fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sh": "mlm"}.get(path.suffix.lower())
     if fmt == "yaml":
         data = load_yaml(path)
         return read_model_args(data, str(path)) if is_model_args(data) else yaml_assignments(data, str(path))

@@ -6,16 +6,18 @@ pretrain_gpt.py ${ARGS[@]}` (examples/mixtral/train_mixtral_8x7b_distributed.sh)
 to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh). Read, in order:
 variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`, `local`,
 `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word the script
-knows, `{ }` groups, `eval WORDS` and `bash -c STRING`. No other command runs: loops and functions are not entered,
-and a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides nothing. Where such a
-condition guards an assignment or the training command, that is an error naming the line, never a guess.
+knows, `{ }` groups, `eval WORDS`, `bash -c STRING`, and `source FILE` / `bash FILE ARGS` where FILE is here. No other
+command runs: loops and functions are not entered, and a condition that would run a command (`if grep ...`,
+`case $(hostname) in`) decides nothing. Where such a condition guards an assignment or the training command, that is
+an error naming the line, never a guess.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
@@ -32,14 +34,14 @@ _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s
 _LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `${X}`, `${X[@]}` as a whole word
 
 
-def launch_words(text: str, origin: str, env: Mapping[str, str]) -> list[str]:
+def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[str] = ()) -> list[str]:
     """`NAME=value` words of the environment the training command sees (what the script exports, and the command's
     own prefix), then the command's words. Where no command runs a *.py, the one that runs a script with --flags
     (the Megatron-MoE-ModelZoo's `PP=8 EP=32 bash sbatch_benchmarking.sh --mtp-num-layers 1`) is the launch. A text
-    with neither (a bare argument list, an env file) gives every variable it sets and every word of its commands."""
-    run = _Run(Vars(scalars=dict(env), exported=set(env)), origin)  # the environment is exported
-    run.names = set(_ASSIGNED.findall(text))
-    run.block(parse(tokens(text, origin), origin))
+    with neither (a bare argument list, an env file) gives every variable it sets and every word of its commands.
+    `args` are the script's own ($1, $2, ...; $0 is `origin`)."""
+    run = _Run(_positional(Vars(scalars=dict(env), exported=set(env)), origin, args), origin)  # env is exported
+    run.run_text(text, origin)
     if run.found is not None:
         return run.found
     if run.script_launch is not None:
@@ -50,7 +52,21 @@ def launch_words(text: str, origin: str, env: Mapping[str, str]) -> list[str]:
                            "not unroll (its values are computed as bash runs it); pass one run's arguments "
                            "(a launch line, or --mlm-args)")
     assigned = dict.fromkeys(run.vars.assigned)
+    held = [n for n in assigned if not run.ran and any(w.startswith("--") for w in run.vars.arrays.get(
+        n, str(run.vars.scalars.get(n)).split()))]
+    if held:  # Megatron-LM's modelopt conf/*.sh: MODEL_ARGS="--num-layers 48 ...", spliced in by the launch script
+        raise MoetuneError(f"{origin}: {held[0]} reads as a launch script's shell variable: pass its Megatron-LM "
+                           "arguments with --mlm-args \"...\" or a file of them, or check the script that runs them "
+                           "(this file runs no command)")
     return [f"{n}={run.vars.scalars[n]}" for n in assigned if n in run.vars.scalars] + run.words
+
+
+def _positional(env: Vars, script: str, args: Sequence[str]) -> Vars:
+    """`env` with $0 the script, $1... its arguments, $# and $@ (earlier positional parameters cleared)."""
+    env.scalars = {k: v for k, v in env.scalars.items() if not k.isdigit()}
+    env.scalars |= {"0": script, "#": str(len(args))} | {str(k): a for k, a in enumerate(args, 1)}
+    env.arrays["@"] = list(args)
+    return env
 
 
 class _Run:
@@ -61,6 +77,38 @@ class _Run:
         self.unread_python: tuple[str, int] | None = None
         self.script_launch: tuple[int, list[str]] | None = None  # (line, words) of a `bash run.sh --flags`
         self.names: set[str] = set()  # every name the script assigns somewhere
+        self.depth = 0  # scripts run or sourced to get here
+        self.ran = False  # whether a command ran that is no argument list and no echo, cd, source...
+
+    def run_text(self, text: str, origin: str) -> None:
+        self.names |= set(_ASSIGNED.findall(text))
+        self.block(parse(tokens(text, origin), origin))
+
+    def run_file(self, path: str, args: list[str], own_shell: bool, prefix: list[str]) -> None:
+        """`source FILE ARGS` in this shell, or `bash FILE ARGS` in a child that sees what this one exports."""
+        if self.depth > 8:
+            raise MoetuneError(f"{self.origin}: scripts run or source one another more than 8 deep; pass the launch "
+                               "line itself")
+        text = Path(path).read_text(errors="replace")
+        if not own_shell:
+            exported = [n for n in dict.fromkeys(self.vars.assigned) if n in self.vars.exported]
+            scalars = {n: v for n, v in self.vars.scalars.items() if n in self.vars.exported}
+            scalars |= dict(w.split("=", 1) for w in prefix)
+            names = exported + [w.split("=", 1)[0] for w in prefix]
+            child = _Run(_positional(Vars(scalars, exported=set(scalars), assigned=names), path, args), path)
+            child.depth = self.depth + 1
+            child.run_text(text, path)
+            self.found, self.unread_python = child.found, self.unread_python or child.unread_python
+            self.script_launch = self.script_launch or child.script_launch
+            return
+        saved = self.origin, dict(self.vars.scalars), list(self.vars.arrays.get("@", []))
+        if args:
+            _positional(self.vars, self.vars.scalars.get("0", path), args)
+        self.origin, self.depth = path, self.depth + 1
+        self.run_text(text, path)
+        self.origin, self.depth = saved[0], self.depth - 1
+        if args:  # bash restores the caller's positional parameters
+            _positional(self.vars, saved[1].get("0", path), saved[2])
 
     def block(self, nodes: list) -> None:
         for node in nodes:
@@ -159,6 +207,9 @@ class _Run:
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
+        if (run := _script_file(words, self.origin)) is not None:
+            self.run_file(*run, prefix)
+            return True
         if words[0] == "eval":  # its words, joined by blanks, run as script in this shell (Pai-Megatron-Patch's
             self.block(parse(tokens(" ".join(words[1:]), self.origin), self.origin))  # `eval ${run_cmd}`)
             return True
@@ -181,6 +232,7 @@ class _Run:
             inner.block(parse(tokens(script, self.origin), self.origin))
             self.found = inner.found
         self.words += prefix + words
+        self.ran |= words[0] not in _NOT_LAUNCHERS and not words[0].startswith("-")
         return None if condition else True
 
     def assign(self, assigns: list, export: bool) -> None:
@@ -205,7 +257,8 @@ class _Run:
 def _acts(node) -> bool:
     """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
     if isinstance(node, Chain):
-        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval")) or _launches(s.words)
+        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval", "source", ".")) or
+                   _launches(s.words)
                    for _, s in node.parts)
     if isinstance(node, If):
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
@@ -225,6 +278,19 @@ def _runs_script_with_flags(words: list[str]) -> bool:
     at = next((i for i, w in enumerate(words) if w.endswith(".sh")), None)
     return bool(words) and words[0] not in _NOT_LAUNCHERS and at is not None and \
         any(w.startswith("--") for w in words[at + 1:])
+
+
+def _script_file(words: list[str], origin: str) -> tuple[str, list[str], bool] | None:
+    """(path, arguments, in this shell) of `source FILE ARGS` or `bash FILE.sh ARGS` (ARGS without --flags: those
+    make it the launch) where FILE is here, as written or beside the script."""
+    if words[0] in ("source", ".") and len(words) > 1:
+        at, own = 1, True
+    elif words[0].rsplit("/", 1)[-1] in _SHELLS and not any(w.startswith("--") for w in words):
+        at, own = next((i for i, w in enumerate(words) if w.endswith(".sh")), 0), False
+    else:
+        return None
+    found = [p for p in (Path(words[at]), Path(origin).parent / words[at]) if at and p.is_file()]
+    return (str(found[0]), words[at + 1:], own) if found else None
 
 
 def _shell_string(words: list[str]) -> str | None:

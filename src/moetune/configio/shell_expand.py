@@ -3,15 +3,18 @@ splitting of unquoted expansions: bash(1) EXPANSION), with the variables a scrip
 
 A variable the script leaves unset keeps its text (`${TP}`) where `keep_unset` asks it, so the reader of the flag it
 feeds can name the variable to set (configio/mlm.py), where bash would pass an empty word; in a test it is empty,
-as bash reads it. `$(...)` and backquotes keep their text: their output is known only by running them.
+as bash reads it. `$(...)` and backquotes keep their text: their output is known only by running them (but for the
+path commands a script finds its own folder with: dirname, basename, readlink -f, realpath, cd, pwd).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 from moetune.configio import shell_arith as arith
-from moetune.configio.shell_words import Vars, balanced, closing_quote
+from moetune.configio.shell_words import Vars, balanced, closing_quote, tokens
+from moetune.errors import MoetuneError
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 # ${NAME}, ${NAME[@]}, ${NAME[0]}, ${NAME:-default} and the other operators, ${#NAME}, ${#NAME[@]}, ${1}
@@ -125,7 +128,8 @@ def _dollar(word: str, i: int, env: Vars, out, quoted: bool, keep_unset: bool) -
         return end
     if word.startswith("$(", i):
         end = balanced(word, i + 1, "(", ")")
-        out.literal(word[i:end + 1], True)
+        path = _path_command(word[i + 2:end], env)
+        out.literal(word[i:end + 1], True) if path is None else out.unquoted(path)
         return end
     if word.startswith("${", i):
         end = balanced(word, i + 1, "{", "}")  # past a nested ${...} in a default
@@ -145,6 +149,8 @@ def _parameter(text: str, inner: str, env: Vars, out, quoted: bool, keep_unset: 
         out.literal(text, True)
         return
     length, name, index, op, arg = m.groups()
+    if name in ("@", "*") and index is None:  # the positional parameters: $@ is ${@[@]}
+        name, index = "@", name
     if index in ("@", "*") and name in env.arrays and not length:
         items = env.arrays[name]
         out.elements(items, quoted) if index == "@" else (out.literal if quoted else out.unquoted)(" ".join(items))
@@ -187,6 +193,40 @@ def _operator(env: Vars, name: str, value: str | None, op: str, arg: str, keep_u
     if kind == "+":
         return "" if unset else word
     return value  # `?`: bash would stop the script with the message; moetune names the unset variable where read
+
+
+def _path_command(script: str, env: Vars) -> str | None:
+    """The output of a command substitution that only works out a path (`$(dirname "$(readlink -f "$0")")`,
+    `$( cd "$( dirname "$0" )" && pwd )`, as launch scripts find their own folder), computed as those commands
+    would; None for any other command, which keeps its text."""
+    try:
+        toks = tokens(script, "$(...)")
+    except MoetuneError:
+        return None
+    commands: list[list[str]] = [[]]
+    for tok in toks:
+        if tok.op and tok.text not in ("&&", "\n"):
+            return None
+        commands.append([]) if tok.text == "&&" else commands[-1].append(tok.text) if not tok.op else None
+    cwd, out = os.getcwd(), None
+    for raw in filter(None, commands):
+        words = [w for r in raw for w in expand(r, env)]
+        if any("$" in w or "`" in w for w in words):  # an unset variable, or another command's output
+            return None
+        name, args = words[0], [w for w in words[1:] if not w.startswith("-")]
+        if name == "cd" and len(args) == 1:
+            cwd = os.path.join(cwd, args[0])
+        elif name == "pwd" and not args:
+            out = os.path.normpath(cwd)
+        elif name == "dirname" and len(args) == 1:
+            out = os.path.dirname(args[0].rstrip("/")) or ("/" if args[0].startswith("/") else ".")
+        elif name == "basename" and len(args) == 1:
+            out = os.path.basename(args[0].rstrip("/"))
+        elif name == "realpath" and len(args) == 1 or name == "readlink" and "-f" in words and len(args) == 1:
+            out = os.path.realpath(os.path.join(cwd, args[0]))
+        else:
+            return None
+    return out
 
 
 def _arithmetic(text: str, env: Vars) -> str:
