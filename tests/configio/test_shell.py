@@ -95,6 +95,10 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     # after a -flag, keeps its text for the flag reader to name
     ('if [ "$OFF" = 1 ]; then opt="--optimizer-cpu-offload"; fi\npython t.py --lr 1 ${opt} --tp ${TP} $X',
      ["--lr", "1", "--tp", "${TP}", "$X"]),
+    # an undecidable `if` whose other branches all `exit`: a script that reaches its launch took the one left
+    ('if [[ -f "$P" ]]; then A=--x; else echo missing; exit 1; fi\npython t.py $A', ["--x"]),
+    ('if [ -f "$P" ]; then echo found; exit 0; fi\nA=--y\nif [ -d "$Q" ]; then A=--z; exit 0; fi\npython t.py $A',
+     ["--y"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

@@ -124,10 +124,16 @@ class _Run:
                 self.unread_python = self.unread_python or (node.kind, node.line)
 
     def branch(self, node: If) -> None:
-        for cond, body in node.branches:
+        for k, (cond, body) in enumerate(node.branches):
             holds = self.condition(cond) if cond else True
             holds = holds if holds is None or not node.unless else not holds
             if holds is None:
+                # where every branch left but one ends in `exit`, a script that reaches its launch took that one
+                # (sbatch_benchmarking.sh: `if [[ -f $PATH ]]; then ...; else echo ...; exit 1; fi`)
+                going_on = [b for _, b in node.branches[k:] if not _exits(b)] + ([] if node.has_else else [[]])
+                if len(going_on) == 1:
+                    self.block(going_on[0])
+                    return
                 if any(_acts(n) for _, b in node.branches for n in b):
                     raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell whether this 'if' holds "
                                        "(its condition runs a command, or tests a file or a command's output) "
@@ -265,6 +271,10 @@ def _acts(node) -> bool:
     if isinstance(node, Case):
         return any(_acts(n) for _, body in node.arms for n in body)
     return isinstance(node, Unread) and _launches(node.words)
+
+
+def _exits(body: list) -> bool:
+    return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] for n in body)
 
 
 def _launches(words: list[str]) -> bool:
