@@ -99,6 +99,8 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     ('if [[ -f "$P" ]]; then A=--x; else echo missing; exit 1; fi\npython t.py $A', ["--x"]),
     ('if [ -f "$P" ]; then echo found; exit 0; fi\nA=--y\nif [ -d "$Q" ]; then A=--z; exit 0; fi\npython t.py $A',
      ["--y"]),
+    # calling a function that sets nothing the launch reads is passed over
+    ('function log {\n  echo "$@"\n}\nlog hi\npython t.py --k', ["--k"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])
@@ -130,6 +132,10 @@ def test_a_script_run_with_flags_is_the_launch():
     ("for EP in 8 16; do\n  bash run.sh --expert-model-parallel-size $EP\ndone", "runs inside a 'for'"),
     # a file of flag variables for a launch script to splice in (Megatron-LM examples/post_training/modelopt/conf/)
     ('echo "Qwen3"\nMODEL_ARGS=" \\\n  --num-layers 48 \\\n"', "MODEL_ARGS reads as a launch script's shell variable"),
+    # a function that sets variables is not entered, and calling it is not passed over in silence
+    # (the Megatron-MoE-ModelZoo's runtime.conf: set_model_configs exports TP, PP, EP...)
+    ("set_cfg() {\n  local m=$1\n  export TP=2\n}\nset_cfg x\npython t.py --tp $TP", r"line 5: calls set_cfg \(a "
+                                                                                   r"function, line 1\)"),
     # a command's output in a test is not compared as text
     ('if [ "$(hostname)" = n1 ]; then TP=2; fi\npython t.py --tp $TP', "line 1: moetune cannot tell whether"),
     ("python t.py --tp '2", "the ' opened here is never closed"),

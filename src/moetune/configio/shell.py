@@ -79,6 +79,7 @@ class _Run:
         self.names: set[str] = set()  # every name the script assigns somewhere
         self.depth = 0  # scripts run or sourced to get here
         self.ran = False  # whether a command ran that is no argument list and no echo, cd, source...
+        self.functions: dict[str, Unread] = {}  # the script's functions, by name
 
     def run_text(self, text: str, origin: str) -> None:
         self.names |= set(_ASSIGNED.findall(text))
@@ -120,8 +121,11 @@ class _Run:
                 self.branch(node)
             elif isinstance(node, Case):
                 self.case(node)
-            elif isinstance(node, Unread) and _launches(node.words):
-                self.unread_python = self.unread_python or (node.kind, node.line)
+            elif isinstance(node, Unread):
+                if node.kind == "function":
+                    self.functions[node.name] = node
+                if _launches(node.words):
+                    self.unread_python = self.unread_python or (node.kind, node.line)
 
     def branch(self, node: If) -> None:
         for k, (cond, body) in enumerate(node.branches):
@@ -216,6 +220,10 @@ class _Run:
         if (run := _script_file(words, self.origin)) is not None:
             self.run_file(*run, prefix)
             return True
+        if (fn := self.functions.get(words[0])) and any(_acts(n) for n in fn.statements):
+            raise MoetuneError(f"{self.origin} line {s.line}: calls {words[0]} (a function, line {fn.line}), which "
+                               "moetune does not enter, and it sets what the launch reads; write its assignments "
+                               "out of the function")
         if words[0] == "eval":  # its words, joined by blanks, run as script in this shell (Pai-Megatron-Patch's
             self.block(parse(tokens(" ".join(words[1:]), self.origin), self.origin))  # `eval ${run_cmd}`)
             return True

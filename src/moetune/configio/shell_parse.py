@@ -50,6 +50,8 @@ class Unread:
     kind: str
     line: int
     words: list[str]
+    name: str = ""  # a function's
+    statements: list = field(default_factory=list)  # its chains and cases, to tell whether calling it sets anything
 
 
 @dataclass(slots=True)
@@ -65,6 +67,7 @@ class Case:
 class _Kw:
     kw: str
     line: int
+    name: str = ""  # a function's
 
 
 def parse(tokens: list[Token], origin: str) -> list:
@@ -102,7 +105,8 @@ def _keyword(word: str) -> str | None:
 def _split_keywords(parts: list, out: list) -> None:
     s = parts[0][1]
     while s.words and (kw := _keyword(s.words[0])):
-        out.append(_Kw(kw, s.line))
+        named = s.words[1] if s.words[0] == "function" and len(s.words) > 1 else s.words[0].removesuffix("()")
+        out.append(_Kw(kw, s.line, named if kw == "function" else ""))
         # `function name {`: the name goes with the keyword
         s.words = s.words[2:] if s.words[0] == "function" else s.words[1:]
     if not (s.words or s.assigns):
@@ -234,16 +238,17 @@ def _if(units: list, i: int, origin: str) -> tuple[If, int]:
 
 def _unread(units: list, i: int, origin: str) -> tuple[Unread, int]:
     """Skip a loop (to its `done`), a `case` (to its `esac`) or a function (to its closing `}`), nested alike."""
-    kind, line, depth, words = units[i].kw, units[i].line, 0, []
+    kind, line, depth, words, statements = units[i].kw, units[i].line, 0, [], []
     opens, closes = {"case": (("case",), "esac"), "function": (("{",), "}")}.get(kind, (_LOOPS, "done"))
     for j in range(i, len(units)):
         u = units[j]
         if isinstance(u, (Chain, Case)):
             words += u.words if isinstance(u, Case) else [w for _, s in u.parts for w in s.words]
+            statements.append(u)
             continue
         depth += (u.kw in opens) - (u.kw == closes)
         if depth == 0 and u.kw == closes:
-            return Unread(kind, line, words), j + 1
+            return Unread(kind, line, words, units[i].name, statements), j + 1
     raise MoetuneError(f"{origin} line {line}: '{kind}' is never closed ('{closes}')")
 
 
