@@ -19,16 +19,22 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from moetune.configio.shell_commands import (
+    NOT_LAUNCHERS,
+    exits,
+    launches,
+    positional,
+    runs_script_with_flags,
+    script_file,
+    shell_string,
+)
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
 from moetune.configio.shell_test import evaluate
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 
-# commands whose words may name a .py file without running it (`echo "launching pretrain_gpt.py"`)
-_NOT_LAUNCHERS = frozenset("echo printf cat cp mv ls rm git sed grep awk tee touch wget curl pip chmod mkdir cd "
-                           "source . test [ [[".split())
-_SHELLS = frozenset(("bash", "sh"))
+# a name the script assigns somewhere (`X=`, `export X=`, `local X=`, `declare -a X=`)
 _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=",
                        re.M)
 _LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `${X}`, `${X[@]}` as a whole word
@@ -40,7 +46,7 @@ def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[
     (the Megatron-MoE-ModelZoo's `PP=8 EP=32 bash sbatch_benchmarking.sh --mtp-num-layers 1`) is the launch. A text
     with neither (a bare argument list, an env file) gives every variable it sets and every word of its commands.
     `args` are the script's own ($1, $2, ...; $0 is `origin`)."""
-    run = _Run(_positional(Vars(scalars=dict(env), exported=set(env)), origin, args), origin)  # env is exported
+    run = _Run(positional(Vars(scalars=dict(env), exported=set(env)), origin, args), origin)  # env is exported
     run.run_text(text, origin)
     if run.found is not None:
         return run.found
@@ -59,14 +65,6 @@ def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[
                            "arguments with --mlm-args \"...\" or a file of them, or check the script that runs them "
                            "(this file runs no command)")
     return [f"{n}={run.vars.scalars[n]}" for n in assigned if n in run.vars.scalars] + run.words
-
-
-def _positional(env: Vars, script: str, args: Sequence[str]) -> Vars:
-    """`env` with $0 the script, $1... its arguments, $# and $@ (earlier positional parameters cleared)."""
-    env.scalars = {k: v for k, v in env.scalars.items() if not k.isdigit()}
-    env.scalars |= {"0": script, "#": str(len(args))} | {str(k): a for k, a in enumerate(args, 1)}
-    env.arrays["@"] = list(args)
-    return env
 
 
 class _Run:
@@ -96,7 +94,7 @@ class _Run:
             scalars = {n: v for n, v in self.vars.scalars.items() if n in self.vars.exported}
             scalars |= dict(w.split("=", 1) for w in prefix)
             names = exported + [w.split("=", 1)[0] for w in prefix]
-            child = _Run(_positional(Vars(scalars, exported=set(scalars), assigned=names), path, args), path)
+            child = _Run(positional(Vars(scalars, exported=set(scalars), assigned=names), path, args), path)
             child.depth = self.depth + 1
             child.run_text(text, path)
             self.found, self.unread_python = child.found, self.unread_python or child.unread_python
@@ -104,12 +102,12 @@ class _Run:
             return
         saved = self.origin, dict(self.vars.scalars), list(self.vars.arrays.get("@", []))
         if args:
-            _positional(self.vars, self.vars.scalars.get("0", path), args)
+            positional(self.vars, self.vars.scalars.get("0", path), args)
         self.origin, self.depth = path, self.depth + 1
         self.run_text(text, path)
         self.origin, self.depth = saved[0], self.depth - 1
         if args:  # bash restores the caller's positional parameters
-            _positional(self.vars, saved[1].get("0", path), saved[2])
+            positional(self.vars, saved[1].get("0", path), saved[2])
 
     def block(self, nodes: list) -> None:
         for node in nodes:
@@ -124,7 +122,7 @@ class _Run:
             elif isinstance(node, Unread):
                 if node.kind == "function":
                     self.functions[node.name] = node
-                if _launches(node.words):
+                if launches(node.words):
                     self.unread_python = self.unread_python or (node.kind, node.line)
 
     def branch(self, node: If) -> None:
@@ -134,7 +132,7 @@ class _Run:
             if holds is None:
                 # where every branch left but one ends in `exit`, a script that reaches its launch took that one
                 # (sbatch_benchmarking.sh: `if [[ -f $PATH ]]; then ...; else echo ...; exit 1; fi`)
-                going_on = [b for _, b in node.branches[k:] if not _exits(b)] + ([] if node.has_else else [[]])
+                going_on = [b for _, b in node.branches[k:] if not exits(b)] + ([] if node.has_else else [[]])
                 if len(going_on) == 1:
                     self.block(going_on[0])
                     return
@@ -217,7 +215,7 @@ class _Run:
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
-        if (run := _script_file(words, self.origin)) is not None:
+        if (run := script_file(words, self.origin)) is not None:
             self.run_file(*run, prefix)
             return True
         if (fn := self.functions.get(words[0])) and any(_acts(n) for n in fn.statements):
@@ -229,24 +227,24 @@ class _Run:
             return True
         exported = dict.fromkeys(n for n in self.vars.assigned if n in self.vars.exported)
         seen = [f"{n}={self.vars.scalars[n]}" for n in exported if n in self.vars.scalars] + prefix + words
-        if words[0] not in _NOT_LAUNCHERS and any(w.endswith(".py") for w in words):
+        if words[0] not in NOT_LAUNCHERS and any(w.endswith(".py") for w in words):
             self.found = seen
             return True
-        if _runs_script_with_flags(words):
+        if runs_script_with_flags(words):
             if self.script_launch is not None:
                 raise MoetuneError(f"{self.origin} line {s.line}: a second run (the first at line "
                                    f"{self.script_launch[0]}); moetune checks one: put that run's line in a file "
                                    "of its own, or pass its arguments with --mlm-args")
             self.script_launch = (s.line, seen)
             return True
-        if (script := _shell_string(words)) is not None:
+        if (script := shell_string(words)) is not None:
             inner = _Run(Vars(scalars=dict(self.vars.scalars), arrays=dict(self.vars.arrays),
                               exported=set(self.vars.exported), assigned=list(self.vars.assigned)), self.origin)
             inner.names = self.names
             inner.block(parse(tokens(script, self.origin), self.origin))
             self.found = inner.found
         self.words += prefix + words
-        self.ran |= words[0] not in _NOT_LAUNCHERS and not words[0].startswith("-")
+        self.ran |= words[0] not in NOT_LAUNCHERS and not words[0].startswith("-")
         return None if condition else True
 
     def assign(self, assigns: list, export: bool) -> None:
@@ -272,49 +270,10 @@ def _acts(node) -> bool:
     """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
     if isinstance(node, Chain):
         return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval", "source", ".")) or
-                   _launches(s.words)
+                   launches(s.words)
                    for _, s in node.parts)
     if isinstance(node, If):
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
     if isinstance(node, Case):
         return any(_acts(n) for _, body in node.arms for n in body)
-    return isinstance(node, Unread) and _launches(node.words)
-
-
-def _exits(body: list) -> bool:
-    return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] for n in body)
-
-
-def _launches(words: list[str]) -> bool:
-    """Whether raw words may start the training: a *.py, or a script given --flags."""
-    return bool(words) and words[0] not in _NOT_LAUNCHERS and any(".py" in w for w in words) or \
-        _runs_script_with_flags(words)
-
-
-def _runs_script_with_flags(words: list[str]) -> bool:
-    """`bash run.sh --flag ...`, `sbatch run.sh --flag`, `./run.sh --flag`: a *.sh with a --flag after it."""
-    at = next((i for i, w in enumerate(words) if w.endswith(".sh")), None)
-    return bool(words) and words[0] not in _NOT_LAUNCHERS and at is not None and \
-        any(w.startswith("--") for w in words[at + 1:])
-
-
-def _script_file(words: list[str], origin: str) -> tuple[str, list[str], bool] | None:
-    """(path, arguments, in this shell) of `source FILE ARGS` or `bash FILE.sh ARGS` (ARGS without --flags: those
-    make it the launch) where FILE is here, as written or beside the script."""
-    if words[0] in ("source", ".") and len(words) > 1:
-        at, own = 1, True
-    elif words[0].rsplit("/", 1)[-1] in _SHELLS and not any(w.startswith("--") for w in words):
-        at, own = next((i for i, w in enumerate(words) if w.endswith(".sh")), 0), False
-    else:
-        return None
-    found = [p for p in (Path(words[at]), Path(origin).parent / words[at]) if at and p.is_file()]
-    return (str(found[0]), words[at + 1:], own) if found else None
-
-
-def _shell_string(words: list[str]) -> str | None:
-    """The script of `bash -c STRING` (or `sh -c`, after a launcher's own words: `srun ... bash -x -c STRING`)."""
-    for i, w in enumerate(words):
-        if w.rsplit("/", 1)[-1] in _SHELLS and "-c" in words[i + 1:]:
-            at = words.index("-c", i + 1)
-            return words[at + 1] if at + 1 < len(words) else None
-    return None
+    return isinstance(node, Unread) and launches(node.words)

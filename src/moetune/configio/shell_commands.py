@@ -1,0 +1,64 @@
+"""What a launch script's command does, told from its words alone (configio/shell.py runs the script): whether it
+may start the training (a *.py, a script given --flags), runs or sources another script, runs a string under
+`bash -c`, or ends the script; and the positional parameters a script run with arguments sees."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from moetune.configio.shell_parse import Chain
+from moetune.configio.shell_words import Vars
+
+# commands whose words may name a .py file without running it (`echo "launching pretrain_gpt.py"`)
+NOT_LAUNCHERS = frozenset("echo printf cat cp mv ls rm git sed grep awk tee touch wget curl pip chmod mkdir cd "
+                          "source . test [ [[".split())
+SHELLS = frozenset(("bash", "sh"))
+
+
+def positional(env: Vars, script: str, args: Sequence[str]) -> Vars:
+    """`env` with $0 the script, $1... its arguments, $# and $@ (earlier positional parameters cleared)."""
+    env.scalars = {k: v for k, v in env.scalars.items() if not k.isdigit()}
+    env.scalars |= {"0": script, "#": str(len(args))} | {str(k): a for k, a in enumerate(args, 1)}
+    env.arrays["@"] = list(args)
+    return env
+
+
+def exits(body: list) -> bool:
+    """Whether a branch's statements end the script (`exit` on a line of its own)."""
+    return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] for n in body)
+
+
+def launches(words: list[str]) -> bool:
+    """Whether raw words may start the training: a *.py, or a script given --flags."""
+    return bool(words) and words[0] not in NOT_LAUNCHERS and any(".py" in w for w in words) or \
+        runs_script_with_flags(words)
+
+
+def runs_script_with_flags(words: list[str]) -> bool:
+    """`bash run.sh --flag ...`, `sbatch run.sh --flag`, `./run.sh --flag`: a *.sh with a --flag after it."""
+    at = next((i for i, w in enumerate(words) if w.endswith(".sh")), None)
+    return bool(words) and words[0] not in NOT_LAUNCHERS and at is not None and \
+        any(w.startswith("--") for w in words[at + 1:])
+
+
+def script_file(words: list[str], origin: str) -> tuple[str, list[str], bool] | None:
+    """(path, arguments, in this shell) of `source FILE ARGS` or `bash FILE.sh ARGS` (ARGS without --flags: those
+    make it the launch) where FILE is here, as written or beside the script."""
+    if words[0] in ("source", ".") and len(words) > 1:
+        at, own = 1, True
+    elif words[0].rsplit("/", 1)[-1] in SHELLS and not any(w.startswith("--") for w in words):
+        at, own = next((i for i, w in enumerate(words) if w.endswith(".sh")), 0), False
+    else:
+        return None
+    found = [p for p in (Path(words[at]), Path(origin).parent / words[at]) if at and p.is_file()]
+    return (str(found[0]), words[at + 1:], own) if found else None
+
+
+def shell_string(words: list[str]) -> str | None:
+    """The script of `bash -c STRING` (or `sh -c`, after a launcher's own words: `srun ... bash -x -c STRING`)."""
+    for i, w in enumerate(words):
+        if w.rsplit("/", 1)[-1] in SHELLS and "-c" in words[i + 1:]:
+            at = words.index("-c", i + 1)
+            return words[at + 1] if at + 1 < len(words) else None
+    return None
