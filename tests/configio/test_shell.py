@@ -136,6 +136,11 @@ def test_a_script_run_with_flags_is_the_launch():
     # (the Megatron-MoE-ModelZoo's runtime.conf: set_model_configs exports TP, PP, EP...)
     ("set_cfg() {\n  local m=$1\n  export TP=2\n}\nset_cfg x\npython t.py --tp $TP", r"line 5: calls set_cfg \(a "
                                                                                    r"function, line 1\)"),
+    # an unset variable's text kept in another's value is not compared as text either (Pai-Megatron-Patch's
+    # run_mcore_*.sh: ENV=$1, then `if [ $ENV = dsw ]`); the condition is shown as bash would test it
+    ("ENV=$1\nif [ $ENV = dsw ]; then\n  A=1\nelif [ $ENV = dlc ]; then\n  A=2\nfi\npython t.py $A",
+     r"line 2: moetune cannot tell whether `\[ \$1 = dsw \]` holds"),
+    ("S=$1\ncase $S in\n  a*) TP=2 ;;\nesac\npython t.py --tp $TP", r"its word, '\$1', is a command's output or"),
     # a command's output in a test is not compared as text
     ('if [ "$(hostname)" = n1 ]; then TP=2; fi\npython t.py --tp $TP', "line 1: moetune cannot tell whether"),
     ("python t.py --tp '2", "the ' opened here is never closed"),

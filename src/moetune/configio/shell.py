@@ -30,7 +30,7 @@ from moetune.configio.shell_commands import (
 )
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
-from moetune.configio.shell_test import evaluate
+from moetune.configio.shell_test import UNKNOWN, evaluate
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 
@@ -137,23 +137,32 @@ class _Run:
                     self.block(going_on[0])
                     return
                 if any(_acts(n) for _, b in node.branches for n in b):
-                    raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell whether this 'if' holds "
-                                       "(its condition runs a command, or tests a file or a command's output) "
-                                       "and a branch sets what the launch reads; write the branch's assignments "
-                                       "without the 'if'")
+                    raise MoetuneError(f"{self.origin} line {cond[0].line if cond else node.line}: moetune cannot "
+                                       f"tell whether `{self.shown(cond)}` holds (it runs a command, tests a file or "
+                                       "a command's output, or is malformed as bash reads it: an unset variable?) "
+                                       "and a branch sets what the launch reads; set what it tests as the launcher "
+                                       "would, or write the branch's assignments without the 'if'")
                 return
             if holds:
                 self.block(body)
                 return
 
+    def shown(self, cond: list[Chain]) -> str:
+        """A condition as bash would test it, its variables expanded (`[ = dsw ]` where ENV is unset), cut short."""
+        text = " ; ".join(" ".join(([conn] if conn else []) + [expand_one(w, self.vars, keep_unset=False) or "''"
+                                                                for w in simple.words])
+                          for chain in cond for conn, simple in chain.parts)
+        return text if len(text) <= 80 else text[:77] + "..."
+
     def case(self, node: Case) -> None:
         """The first arm whose pattern matches the word, as bash picks it (examples/mamba/train.sh's model sizes)."""
         subject = expand_one(node.subject, self.vars, keep_unset=False)
-        if "$(" in subject or "`" in subject:  # a command's output, known only by running it
+        if UNKNOWN.search(subject):  # a command's output, known only by running it, or an unset variable's text
             if any(_acts(n) for _, body in node.arms for n in body):
                 raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell which arm of this 'case' "
-                                   "runs (its word is a command's output) and an arm sets what the launch reads; "
-                                   "write that arm's assignments without the 'case'")
+                                   f"runs (its word, {subject!r}, is a command's output or holds an unset "
+                                   "variable) and an arm sets what the launch reads; set what it reads as the "
+                                   "launcher would, or write that arm's assignments without the 'case'")
             return
         for patterns, body in node.arms:
             if any(fnmatch.fnmatchcase(subject, expand_one(p, self.vars, keep_unset=False)) for p in patterns):

@@ -1,7 +1,7 @@
 """`[ ]`, `[[ ]]` and `test` as bash evaluates them (bash(1) CONDITIONAL EXPRESSIONS), over the words the script's
 variables expand to: string and integer comparisons, `-n`/`-z`/`-v`, `==` against a glob and `=~` inside `[[ ]]`,
 `!`, and clauses joined by `&&`/`||` (`[[ ]]`) or `-a`/`-o` (`[ ]`). None where the answer needs what only running
-would tell: a file test, a command's output (`$(...)`), parentheses.
+would tell: a file test, a command's output (`$(...)`), a value holding an unset variable, parentheses.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ import fnmatch
 import re
 from collections.abc import Callable
 
+# what a value holds where moetune could not expand it: `$(...)`, a backquote, or an unset variable's text that an
+# assignment kept (`ENV=$1` with no $1 holds "$1", so `[ $ENV = dsw ]` is unknown, not false)
+UNKNOWN = re.compile(r"\$[({A-Za-z_0-9@#*]|`")
 _NUMERIC = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
             "-ge": int.__ge__}
 
@@ -48,8 +51,8 @@ def _primary(words: list[str], double: bool, is_set: Callable[[str], bool]) -> b
     if len(words) > 1 and words[0] == "!":
         holds = _primary(words[1:], double, is_set)
         return None if holds is None else not holds
-    if any("$(" in w or "`" in w or w in ("(", ")") for w in words):
-        return None  # a command's output, or a grouping moetune does not read
+    if any(UNKNOWN.search(w) or w in ("(", ")") for w in words):
+        return None  # a command's output, an unset variable's text kept in another's value, a grouping
     if len(words) == 1:
         return words[0] != ""
     if len(words) == 2 and words[0] in ("-n", "-z"):
