@@ -101,6 +101,8 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
      ["--y"]),
     # calling a function that sets nothing the launch reads is passed over
     ('function log {\n  echo "$@"\n}\nlog hi\npython t.py --k', ["--k"]),
+    # "${A[*]}" is one word; unquoted it splits (Megatron-Bridge examples/models/gpt_oss/slurm_pretrain.sh)
+    ('A=(a "b c")\npython t.py "${A[*]}" ${A[*]}', ["a b c", "a", "b", "c"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

@@ -153,7 +153,10 @@ def _parameter(text: str, inner: str, env: Vars, out, quoted: bool, keep_unset: 
         name, index = "@", name
     if index in ("@", "*") and name in env.arrays and not length:
         items = env.arrays[name]
-        out.elements(items, quoted) if index == "@" else (out.literal if quoted else out.unquoted)(" ".join(items))
+        if index == "@":
+            out.elements(items, quoted)
+        else:  # "${A[*]}" is one word, the elements joined by blanks
+            out.literal(" ".join(items), True) if quoted else out.unquoted(" ".join(items))
         return
     value = _value(env, name, index)
     if length:
