@@ -143,6 +143,9 @@ def test_a_script_run_with_flags_is_the_launch():
     ("ENV=$1\nif [ $ENV = dsw ]; then\n  A=1\nelif [ $ENV = dlc ]; then\n  A=2\nfi\npython t.py $A",
      r"line 2: moetune cannot tell whether `\[ \$1 = dsw \]` holds"),
     ("S=$1\ncase $S in\n  a*) TP=2 ;;\nesac\npython t.py --tp $TP", r"its word, '\$1', is a command's output or"),
+    # a loop's launch is found in any of its statements: a string run under `bash -c`, a line after an echo
+    ('for C in a b; do\n  CMD="python t.py --k $C"\n  srun bash -c "$CMD"\ndone', "runs inside a 'for'"),
+    ('while [ -z "$DONE" ]; do\n  python t.py --k\n  DONE=1\ndone', "runs inside a 'while'"),
     # a command's output in a test is not compared as text
     ('if [ "$(hostname)" = n1 ]; then TP=2; fi\npython t.py --tp $TP', "line 1: moetune cannot tell whether"),
     ("python t.py --tp '2", "the ' opened here is never closed"),

@@ -122,7 +122,7 @@ class _Run:
             elif isinstance(node, Unread):
                 if node.kind == "function":
                     self.functions[node.name] = node
-                if launches(node.words):
+                if _unread_launches(node):
                     self.unread_python = self.unread_python or (node.kind, node.line)
 
     def branch(self, node: If) -> None:
@@ -285,4 +285,14 @@ def _acts(node) -> bool:
         return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
     if isinstance(node, Case):
         return any(_acts(n) for _, body in node.arms for n in body)
-    return isinstance(node, Unread) and launches(node.words)
+    return isinstance(node, Unread) and _unread_launches(node)
+
+
+def _unread_launches(node: Unread) -> bool:
+    """Whether a loop or function may start the training: a statement that runs a *.py or a script with --flags,
+    a string under `bash -c` or `eval`, or a value naming a *.py (Megatron-Bridge's gpt_oss slurm_pretrain.sh loops
+    over configs building CMD="... run_recipe.py ..." and running `$SRUN_CMD bash -c "$CMD"`)."""
+    simples = [s for u in node.statements if isinstance(u, Chain) for _, s in u.parts]
+    return any(isinstance(u, Case) and launches(u.words) for u in node.statements) or any(
+        launches(s.words) or shell_string(s.words) is not None or s.words[:1] == ["eval"] or
+        any(isinstance(v, str) and ".py" in v for _, _, v in s.assigns) for s in simples)
