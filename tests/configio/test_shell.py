@@ -103,6 +103,11 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     ('function log {\n  echo "$@"\n}\nlog hi\npython t.py --k', ["--k"]),
     # "${A[*]}" is one word; unquoted it splits (Megatron-Bridge examples/models/gpt_oss/slurm_pretrain.sh)
     ('A=(a "b c")\npython t.py "${A[*]}" ${A[*]}', ["a b c", "a", "b", "c"]),
+    # a backslash-newline inside double quotes joins the lines, and `bash -lc` (options run together) runs its
+    # string (Megatron-Bridge examples/models/deepseek_v4/slurm_pretrain.sh: CMD="... \\<newline> ...", then
+    # `$SRUN_CMD bash -lc "...; $CMD"`)
+    ('CMD="torchrun --nnodes=2 \\\n    t.py \\\n    --k 1"\nsrun -l bash -o pipefail -lc "\n  cd /w\n  $CMD\n"',
+     ["--k", "1"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

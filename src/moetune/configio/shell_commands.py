@@ -56,9 +56,17 @@ def script_file(words: list[str], origin: str) -> tuple[str, list[str], bool] | 
 
 
 def shell_string(words: list[str]) -> str | None:
-    """The script of `bash -c STRING` (or `sh -c`, after a launcher's own words: `srun ... bash -x -c STRING`)."""
+    """The script of `bash -c STRING` (or `sh -c`, after a launcher's own words: `srun ... bash -x -c STRING`, and
+    with the options run together: Megatron-Bridge's `$SRUN_CMD bash -lc "..."`): the first word after the options."""
     for i, w in enumerate(words):
-        if w.rsplit("/", 1)[-1] in SHELLS and "-c" in words[i + 1:]:
-            at = words.index("-c", i + 1)
-            return words[at + 1] if at + 1 < len(words) else None
+        if w.rsplit("/", 1)[-1] not in SHELLS:
+            continue
+        command, rest = False, iter(words[i + 1:])
+        for option in rest:
+            if option in ("-o", "+o"):
+                next(rest, None)  # `-o pipefail`: the option's own word
+            elif option[:1] in "-+" and option[1:2] != "-":
+                command |= option[0] == "-" and "c" in option[1:]
+            elif not option.startswith("--"):
+                return option if command else None
     return None

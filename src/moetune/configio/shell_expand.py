@@ -88,7 +88,8 @@ def _expand_into(word: str, env: Vars, out: _Fields, *, quoted: bool, keep_unset
             end = i + 1
             escaped = word[end:end + 1]
             keep = quoted and escaped not in '$`"\\\n'  # inside double quotes a backslash escapes only these
-            out.literal(("\\" if keep else "") + escaped, True)
+            # and a backslash-newline inside them joins the lines: CMD="torchrun \<newline> --nnodes=2" is one line
+            out.literal(("\\" if keep else "") + escaped if escaped != "\n" else "", True)
         elif c == "$":
             end = _dollar(word, i, env, out, quoted, keep_unset)
         elif c == "`":
