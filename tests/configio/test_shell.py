@@ -178,3 +178,12 @@ def test_scripts_a_launch_runs_or_sources_are_read_with_their_arguments(tmp_path
         "--hidden-size", "64", "--tensor-model-parallel-size", "2"]
     config = load_config([launch], gpu="h100", gpus=8)  # a .sh is a launch script, though it starts `TP=2 ...`
     assert config["model.num_layers"] == 4 and config["model.tensor_model_parallel_size"] == 2
+
+
+def test_a_loop_that_parses_arguments_runs_only_when_given_some():
+    # Megatron-LM examples/gptoss/02_train.sh parses its options in `while [[ $# -gt 0 ]]; do case $1 in ...`
+    script = ("TP=1\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --tp) TP=\"$2\"; shift 2 ;;\n  esac\ndone\n"
+              "python t.py --tensor-model-parallel-size $TP")
+    assert launch_words(script, "t.sh", {})[-1] == "1"  # no arguments: the loop never runs
+    assert launch_words(script, "t.sh", {}, ["--tp", "4"])[-1] == "$(set-in-while-loop-line-2)"  # not the old 1
+

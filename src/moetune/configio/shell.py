@@ -21,12 +21,15 @@ from pathlib import Path
 
 from moetune.configio.shell_commands import (
     NOT_LAUNCHERS,
+    acts,
+    assigned_in,
     exits,
-    launches,
     positional,
     runs_script_with_flags,
     script_file,
     shell_string,
+    tests_only,
+    unread_launches,
 )
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
@@ -120,10 +123,22 @@ class _Run:
             elif isinstance(node, Case):
                 self.case(node)
             elif isinstance(node, Unread):
-                if node.kind == "function":
-                    self.functions[node.name] = node
-                if _unread_launches(node):
-                    self.unread_python = self.unread_python or (node.kind, node.line)
+                self.unread(node)
+
+    def unread(self, node: Unread) -> None:
+        """A function is kept for its calls. A `while` whose test fails at once (`while [[ $# -gt 0 ]]` given no
+        arguments) never runs; any other loop leaves what it assigns unknown, never the value from before the loop: a
+        `$(set-in-while-loop-line-3)` text no test decides and the flag reader shows where read."""
+        if node.kind == "function":
+            self.functions[node.name] = node
+        elif node.kind in ("while", "until") and tests_only(node.statements[:1]) and \
+                self.condition(node.statements[:1]) is (node.kind == "until"):
+            return
+        else:
+            for name in assigned_in(node.statements):
+                self.vars.set(name, f"$(set-in-{node.kind}-loop-line-{node.line})")
+        if unread_launches(node):
+            self.unread_python = self.unread_python or (node.kind, node.line)
 
     def branch(self, node: If) -> None:
         for k, (cond, body) in enumerate(node.branches):
@@ -136,7 +151,7 @@ class _Run:
                 if len(going_on) == 1:
                     self.block(going_on[0])
                     return
-                if any(_acts(n) for _, b in node.branches for n in b):
+                if any(acts(n) for _, b in node.branches for n in b):
                     raise MoetuneError(f"{self.origin} line {cond[0].line if cond else node.line}: moetune cannot "
                                        f"tell whether `{self.shown(cond)}` holds (it runs a command, tests a file or "
                                        "a command's output, or is malformed as bash reads it: an unset variable?) "
@@ -158,7 +173,7 @@ class _Run:
         """The first arm whose pattern matches the word, as bash picks it (examples/mamba/train.sh's model sizes)."""
         subject = expand_one(node.subject, self.vars, keep_unset=False)
         if UNKNOWN.search(subject):  # a command's output, known only by running it, or an unset variable's text
-            if any(_acts(n) for _, body in node.arms for n in body):
+            if any(acts(n) for _, body in node.arms for n in body):
                 raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell which arm of this 'case' "
                                    f"runs (its word, {subject!r}, is a command's output or holds an unset "
                                    "variable) and an arm sets what the launch reads; set what it reads as the "
@@ -181,7 +196,7 @@ class _Run:
             if k and status is not None and (conn == "&&") != status:
                 continue  # `a && b` runs b where a holds, `a || b` where it does not
             if k and status is None:
-                if _acts(Chain([(None, simple)])):
+                if acts(Chain([(None, simple)])):
                     raise MoetuneError(f"{self.origin} line {simple.line}: moetune cannot tell whether the command "
                                        f"before '{conn}' succeeds (it runs none), and what follows sets what the "
                                        "launch reads; write it without the condition")
@@ -227,7 +242,7 @@ class _Run:
         if (run := script_file(words, self.origin)) is not None:
             self.run_file(*run, prefix)
             return True
-        if (fn := self.functions.get(words[0])) and any(_acts(n) for n in fn.statements):
+        if (fn := self.functions.get(words[0])) and any(acts(n) for n in fn.statements):
             raise MoetuneError(f"{self.origin} line {s.line}: calls {words[0]} (a function, line {fn.line}), which "
                                "moetune does not enter, and it sets what the launch reads; write its assignments "
                                "out of the function")
@@ -273,26 +288,3 @@ class _Run:
         if words and words[0] == "export":
             self.vars.exported |= {w for w in words[1:] if not w.startswith("-")}
             self.vars.assigned += [w for w in words[1:] if w in self.vars.scalars and not w.startswith("-")]
-
-
-def _acts(node) -> bool:
-    """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
-    if isinstance(node, Chain):
-        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval", "source", ".")) or
-                   launches(s.words)
-                   for _, s in node.parts)
-    if isinstance(node, If):
-        return any(_acts(n) for cond, body in node.branches for n in (*cond, *body))
-    if isinstance(node, Case):
-        return any(_acts(n) for _, body in node.arms for n in body)
-    return isinstance(node, Unread) and _unread_launches(node)
-
-
-def _unread_launches(node: Unread) -> bool:
-    """Whether a loop or function may start the training: a statement that runs a *.py or a script with --flags,
-    a string under `bash -c` or `eval`, or a value naming a *.py (Megatron-Bridge's gpt_oss slurm_pretrain.sh loops
-    over configs building CMD="... run_recipe.py ..." and running `$SRUN_CMD bash -c "$CMD"`)."""
-    simples = [s for u in node.statements if isinstance(u, Chain) for _, s in u.parts]
-    return any(isinstance(u, Case) and launches(u.words) for u in node.statements) or any(
-        launches(s.words) or shell_string(s.words) is not None or s.words[:1] == ["eval"] or
-        any(isinstance(v, str) and ".py" in v for _, _, v in s.assigns) for s in simples)

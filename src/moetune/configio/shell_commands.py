@@ -1,13 +1,14 @@
-"""What a launch script's command does, told from its words alone (configio/shell.py runs the script): whether it
-may start the training (a *.py, a script given --flags), runs or sources another script, runs a string under
-`bash -c`, or ends the script; and the positional parameters a script run with arguments sees."""
+"""What a launch script's statements do, told from their words alone (configio/shell.py runs the script): whether
+they may start the training (a *.py, a script given --flags), set what the launch reads, run or source another
+script, run a string under `bash -c`, or end the script; and the positional parameters a script run with arguments
+sees."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from moetune.configio.shell_parse import Chain
+from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Unread
 from moetune.configio.shell_words import Vars
 
 # commands whose words may name a .py file without running it (`echo "launching pretrain_gpt.py"`)
@@ -70,3 +71,43 @@ def shell_string(words: list[str]) -> str | None:
             elif not option.startswith("--"):
                 return option if command else None
     return None
+
+
+def unread_launches(node: Unread) -> bool:
+    """Whether a loop or function may start the training: a statement that runs a *.py or a script with --flags,
+    a string under `bash -c` or `eval`, or a value naming a *.py (Megatron-Bridge's gpt_oss slurm_pretrain.sh loops
+    over configs building CMD="... run_recipe.py ..." and running `$SRUN_CMD bash -c "$CMD"`)."""
+    simples = [s for u in node.statements if isinstance(u, Chain) for _, s in u.parts]
+    return any(isinstance(u, Case) and launches(u.words) for u in node.statements) or any(
+        launches(s.words) or shell_string(s.words) is not None or s.words[:1] == ["eval"] or
+        any(isinstance(v, str) and ".py" in v for _, _, v in s.assigns) for s in simples)
+
+
+def assigned_in(nodes: list) -> list[str]:
+    """The names statements assign, inside `if` branches and `case` arms too."""
+    names: list[str] = []
+    for node in nodes:
+        if isinstance(node, Chain):
+            names += [a[0] for _, simple in node.parts for a in simple.assigns]
+        elif isinstance(node, (If, Case)):
+            parts = node.branches if isinstance(node, If) else node.arms
+            names += assigned_in([n for _, body in parts for n in body])
+    return names
+
+
+def tests_only(nodes: list) -> bool:
+    return bool(nodes) and isinstance(nodes[0], Chain) and all(
+        simple.words[:1] in (["["], ["[["], ["test"]) for _, simple in nodes[0].parts)
+
+
+def acts(node) -> bool:
+    """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
+    if isinstance(node, Chain):
+        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval", "source", ".")) or
+                   launches(s.words)
+                   for _, s in node.parts)
+    if isinstance(node, If):
+        return any(acts(n) for cond, body in node.branches for n in (*cond, *body))
+    if isinstance(node, Case):
+        return any(acts(n) for _, body in node.arms for n in body)
+    return isinstance(node, Unread) and unread_launches(node)
