@@ -13,6 +13,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MIXTRAL_REAL = FIXTURES / "mlm_train_mixtral_8x7b_distributed.sh"  # bash arrays, as Megatron-LM ships it
 MIXTRAL_FLAT = FIXTURES / "mixtral_8x7b_megatron_lm.sh"  # the same launch with its arrays expanded by hand
 FSDP = FIXTURES / "mlm_sbatch_mfsdp_deepseek_v3.sh"
+MAMBA = FIXTURES / "mlm_mamba_train.sh"  # picks its model size in a `case`
 
 
 def _words(text: str, env: dict | None = None) -> list[str]:
@@ -36,6 +37,14 @@ def test_fsdp_sbatch_example_reads_the_branch_its_defaults_take():
     assert config["model.expert_model_parallel_size"] == 8 and config["train.micro_batch_size"] == 4
     assert config["model.moe_flex_dispatcher_backend"] == "hybridep"
     assert config["env.NCCL_IB_SL"] == "1"  # exported at the top
+
+
+def test_mamba_example_reads_the_case_arm_its_model_scale_picks():
+    config = load_config([MAMBA], gpu="h100", gpus=8)
+    # MODEL_SCALE="800M": TENSOR_MODEL_PARALLEL_SIZE=1, HIDDEN_SIZE=1024, NUM_ATTENTION_HEADS=16, GLOBAL_BATCH_SIZE=32
+    assert config["model.hidden_size"] == 1024 and config["model.num_attention_heads"] == 16
+    assert config["model.tensor_model_parallel_size"] == 1 and config["train.global_batch_size"] == 32
+    assert config["model.hybrid_layer_pattern"] == "M-M-M--M-*M-M-M-M--*M-M-M-M-*M--M-M-M-*M-M--M-M-"
 
 
 def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
