@@ -117,6 +117,10 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     # `$SRUN_CMD bash -lc "...; $CMD"`)
     ('CMD="torchrun --nnodes=2 \\\n    t.py \\\n    --k 1"\nsrun -l bash -o pipefail -lc "\n  cd /w\n  $CMD\n"',
      ["--k", "1"]),
+    # `let` assigns bash's integer arithmetic (megablocks-style launchers: let TOTAL_GPUs=$NGPUs*$NNodes); one it
+    # cannot compute leaves the name unknown
+    ('N=4; M=2\nlet T=$N*$M\nlet T+=1 "U = T / 2"\nlet "V == 1" W=$Q*$N\npython t.py $T $U $W',
+     ["9", "4", "$(let-line-4)"]),
     # `(` inside an argument is text, as users write --moe-layer-freq
     ("python t.py --moe-layer-freq ([0]*3+[1]*5)", ["--moe-layer-freq", "([0]*3+[1]*5)"]),
 ])

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from moetune.configio import shell_arith as arith
 from moetune.configio.shell_commands import (
     NOT_LAUNCHERS,
     acts,
@@ -28,6 +29,7 @@ from moetune.configio.shell_commands import (
     runs_script_with_flags,
     script_file,
     shell_string,
+    shown,
     tests_only,
     unread_launches,
 )
@@ -40,6 +42,7 @@ from moetune.errors import MoetuneError
 # a name the script assigns somewhere (`X=`, `export X=`, `local X=`, `declare -a X=`)
 _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=",
                        re.M)
+_LET = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*([-+*/]?)=(?!=)(.+)", re.S)  # not `let "X == 1"`
 _LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `${X}`, `${X[@]}` as a whole word
 
 
@@ -153,21 +156,14 @@ class _Run:
                     return
                 if any(acts(n) for _, b in node.branches for n in b):
                     raise MoetuneError(f"{self.origin} line {cond[0].line if cond else node.line}: moetune cannot "
-                                       f"tell whether `{self.shown(cond)}` holds (it runs a command, tests a file or "
-                                       "a command's output, or is malformed as bash reads it: an unset variable?) "
-                                       "and a branch sets what the launch reads; set what it tests as the launcher "
-                                       "would, or write the branch's assignments without the 'if'")
+                                       f"tell whether `{shown(cond, self.vars)}` holds (it runs a command, tests a "
+                                       "file or a command's output, or is malformed as bash reads it: an unset "
+                                       "variable?) and a branch sets what the launch reads; set what it tests as the "
+                                       "launcher would, or write the branch's assignments without the 'if'")
                 return
             if holds:
                 self.block(body)
                 return
-
-    def shown(self, cond: list[Chain]) -> str:
-        """A condition as bash would test it, its variables expanded (`[ = dsw ]` where ENV is unset), cut short."""
-        text = " ; ".join(" ".join(([conn] if conn else []) + [expand_one(w, self.vars, keep_unset=False) or "''"
-                                                                for w in simple.words])
-                          for chain in cond for conn, simple in chain.parts)
-        return text if len(text) <= 80 else text[:77] + "..."
 
     def case(self, node: Case) -> None:
         """The first arm whose pattern matches the word, as bash picks it (examples/mamba/train.sh's model sizes)."""
@@ -220,7 +216,23 @@ class _Run:
                 self.vars.arrays.pop(name, None)
                 self.vars.exported.discard(name)
             return True
+        if words[0] == "let":
+            return self.let(words[1:], s.line)
         return self.command(s, words, condition)
+
+    def let(self, expressions: list[str], line: int) -> bool:
+        """`let N=EXPR` (and `+=`, `-=`, `*=`, `/=`) sets N to the integer bash computes; unknown where it cannot be
+        (`let TOTAL_GPUS=$NGPUS*$NNODES` with NGPUS from an unset $1)."""
+        for text in expressions:
+            if m := _LET.fullmatch(text):
+                name, op, expr = m.groups()
+                try:
+                    value = str(arith.evaluate(f"{self.vars.get(name) or 0} {op} ({expr})" if op else expr,
+                                               self.vars.get))
+                except (ValueError, ZeroDivisionError):
+                    value = f"$(let-line-{line})"
+                self.vars.set(name, value)
+        return True
 
     def expand(self, raws: list[str]) -> list[str]:
         """The words `raws` give. An unset variable keeps its text for the flag reader to name (`--num-layers

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from moetune.configio.shell_expand import expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Unread
 from moetune.configio.shell_words import Vars
 
@@ -103,7 +104,7 @@ def tests_only(nodes: list) -> bool:
 def acts(node) -> bool:
     """Whether a node sets a variable or array, or runs a *.py: what would change the launch moetune reads."""
     if isinstance(node, Chain):
-        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "eval", "source", ".")) or
+        return any(s.assigns or (s.words and s.words[0] in (*DECLARE, "unset", "let", "eval", "source", ".")) or
                    launches(s.words)
                    for _, s in node.parts)
     if isinstance(node, If):
@@ -111,3 +112,11 @@ def acts(node) -> bool:
     if isinstance(node, Case):
         return any(acts(n) for _, body in node.arms for n in body)
     return isinstance(node, Unread) and unread_launches(node)
+
+
+def shown(cond: list[Chain], env: Vars) -> str:
+    """A condition as bash would test it, its variables expanded (`[ = dsw ]` where ENV is unset), cut short."""
+    text = " ; ".join(" ".join(([conn] if conn else []) + [expand_one(w, env, keep_unset=False) or "''"
+                                                            for w in simple.words])
+                      for chain in cond for conn, simple in chain.parts)
+    return text if len(text) <= 80 else text[:77] + "..."
