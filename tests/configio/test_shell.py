@@ -183,8 +183,9 @@ def test_scripts_a_launch_runs_or_sources_are_read_with_their_arguments(tmp_path
     (tmp_path / "run.sh").write_text('CFG=$1\nDIR="$(dirname "$(readlink -f "$0")")"\nsource "$DIR/conf/$CFG.sh"\n'
                                      'torchrun --nproc_per_node=$# $DIR/t.py $MODEL_ARGS --tensor-model-parallel-size'
                                      ' $TP\n')
+    (tmp_path / "setup.sh").write_text("if grep -q x /etc/hosts; then TP=8; fi\n")  # a child starting no *.py
     launch = tmp_path / "launch.sh"
-    launch.write_text("export NCCL_IB_SL=1\nTP=2 bash run.sh m\n")
+    launch.write_text("export NCCL_IB_SL=1\nbash setup.sh\nTP=2 bash run.sh m\n")
     here = tmp_path.resolve()
     assert launch_words(launch.read_text(), str(launch), {}) == [
         "NCCL_IB_SL=1", "TP=2", "torchrun", "--nproc_per_node=1", f"{here}/t.py", "--num-layers", "4",

@@ -95,6 +95,8 @@ class _Run:
             raise MoetuneError(f"{self.origin}: scripts run or source one another more than 8 deep; pass the launch "
                                "line itself")
         text = Path(path).read_text(errors="replace")
+        if not own_shell and ".py" not in text:
+            return  # a child that starts no *.py (`bash setup_env.sh`) changes nothing this shell reads
         if not own_shell:
             exported = [n for n in dict.fromkeys(self.vars.assigned) if n in self.vars.exported]
             scalars = {n: v for n, v in self.vars.scalars.items() if n in self.vars.exported}
