@@ -201,3 +201,13 @@ def test_a_loop_that_parses_arguments_runs_only_when_given_some():
     assert launch_words(script, "t.sh", {})[-1] == "1"  # no arguments: the loop never runs
     assert launch_words(script, "t.sh", {}, ["--tp", "4"])[-1] == "$(set-in-while-loop-line-2)"  # not the old 1
 
+
+def test_an_unset_variable_of_flags_is_named(tmp_path):
+    # Megatron-LM examples/post_training/modelopt/finetune.sh run alone: MODEL_ARGS comes from the conf file its
+    # launcher sources
+    script = tmp_path / "finetune.sh"
+    script.write_text("torchrun t.py ${MODEL_ARGS} --tensor-model-parallel-size 2\n")
+    with pytest.raises(MoetuneError, match=r"got '\$\{MODEL_ARGS\}': MODEL_ARGS is not set") as err:
+        load_config([script], gpu="h100", gpus=8)
+    assert "\n" not in str(err.value)
+

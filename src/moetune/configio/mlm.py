@@ -170,6 +170,10 @@ def _flags(words: list[str], origin: str) -> tuple[list[Assignment], tuple[list[
     while i < len(words):
         word = words[i]
         if not word.startswith("--"):
+            if unset := re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", word):  # a variable configio/shell.py kept
+                raise MoetuneError(f"{origin}: expected a --flag, got {word!r}: {unset.group(1)} is not set (the "
+                                   "launch splices in the flags it holds); set it as the launcher would, or pass "
+                                   "its flags with --mlm-args")
             raise MoetuneError(f"{origin}: expected a --flag, got {word!r}")
         flag, eq, inline = word.partition("=")
         j = i + 1
