@@ -211,3 +211,18 @@ def test_an_unset_variable_of_flags_is_named(tmp_path):
         load_config([script], gpu="h100", gpus=8)
     assert "\n" not in str(err.value)
 
+
+def test_a_modelzoo_run_line_fills_its_yaml(tmp_path, monkeypatch):
+    # best_practice/deepseek-v3/run_deepseek_v3_h100.sh hands TP, PP, EP ... to sbatch_benchmarking.sh, which fills
+    # the model's YAML with them (envsubst) and appends the line's flags after its MODEL_ARGS
+    from modelzoo_launch import H100_ENV, MODELZOO
+    for name in H100_ENV:
+        monkeypatch.delenv(name, raising=False)
+    run = tmp_path / "run.sh"
+    run.write_text(" ".join(f"{k}={v}" for k, v in H100_ENV.items()) + " PR=fp8 bash sbatch_benchmarking.sh "
+                   "--mtp-num-layers 1 --pipeline-model-parallel-layout 'Et|(tt|)*30mL'\n")
+    config = load_config([MODELZOO, run], gpu="h100", gpus=1024)  # the YAML first: the run's flags win, as appended
+    assert config["model.tensor_model_parallel_size"] == 2 and config["model.expert_model_parallel_size"] == 64
+    assert config["train.global_batch_size"] == 8192 and config["model.mtp_num_layers"] == 1
+    assert config["model.pipeline_model_parallel_layout"] == "Et|(tt|)*30mL"
+

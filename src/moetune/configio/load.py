@@ -12,6 +12,8 @@ values is a contradiction and an error):
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,9 +35,11 @@ from moetune.errors import MoetuneError
 from moetune.specs.hardware import load_gpu
 
 
-def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None) -> list[Assignment]:
+def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None,
+              env: Mapping[str, str] | None = None) -> list[Assignment]:
     """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format; ``from_result``
-    reads an estimate/plan result JSON (readers.ResultReader)."""
+    reads an estimate/plan result JSON (readers.ResultReader); ``env``: the variables a launch script or a
+    MODEL_ARGS YAML sees (default: os.environ)."""
     if path.is_dir():  # check run/ (emit's --out folder) instead of one of its files
         raise MoetuneError(f"{path}: is a directory; pass the config file inside it (e.g. {path}/overrides.txt)")
     if not path.is_file():
@@ -53,13 +57,13 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
     fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sh": "mlm"}.get(path.suffix.lower())
     if fmt == "yaml":
         data = load_yaml(path)
-        return read_model_args(data, str(path)) if is_model_args(data) else yaml_assignments(data, str(path))
+        return read_model_args(data, str(path), env) if is_model_args(data) else yaml_assignments(data, str(path))
     if fmt == "json":
         return read_json(path, from_result)
     if fmt == "overrides" or (fmt is None and looks_dotted(text)):
         return dotted_assignments(overrides_lines(text), str(path))
     if fmt == "mlm" or (fmt is None and ("--" in text or looks_like_env(text))):
-        return parse_mlm(text, str(path))
+        return parse_mlm(text, str(path), env)
     raise MoetuneError(
         f"{path}: cannot tell the format; use a .yaml Bridge config, key=value override lines, "
         "Megatron-LM --flags, or pass --format")
@@ -81,7 +85,16 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
                 gpu: str | None = None, gpus: int | None = None, fmt: str | None = None,
                 from_result: ResultReader | None = None) -> dict[str, Any]:
     """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*)."""
-    sources = [_for_gpu(resolve(read_file(Path(f), fmt, from_result)), gpu) for f in files]
+    # launch scripts first: what they export reaches every input, as a launcher hands on its environment (the
+    # Megatron-MoE-ModelZoo's `TP=2 PP=8 ... bash sbatch_benchmarking.sh --flags` fills its YAML's ${TP} by envsubst);
+    # the inputs still override one another in the order given
+    env, read = dict(os.environ), {}
+    for k, f in enumerate(files):
+        if Path(f).suffix.lower() == ".sh":
+            read[k] = _for_gpu(resolve(read_file(Path(f), fmt, from_result, env)), gpu)
+            env |= {n[len("env."):]: str(v) for n, v in read[k].items() if n.startswith("env.") and v is not None}
+    sources = [read[k] if k in read else _for_gpu(resolve(read_file(Path(f), fmt, from_result, env)), gpu)
+               for k, f in enumerate(files)]
     for f, source in zip(files, sources):
         if not source:
             raise MoetuneError(f"{f}: sets nothing (an empty or comment-only file?); pass the config the run uses")
