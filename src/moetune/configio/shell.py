@@ -33,9 +33,9 @@ from moetune.configio.shell_commands import (
     tests_only,
     unread_launches,
 )
+from moetune.configio.shell_conditions import UNKNOWN, evaluate
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
-from moetune.configio.shell_test import UNKNOWN, evaluate
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 
