@@ -163,7 +163,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     out = {}
     for kind in spec.layer_kinds:
         compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
-                          knobs.imbalance, knobs.token_imbalance,  # Knobs.imbalance_at reads both
+                          knobs.token_imbalance,  # with routing, all Knobs.imbalance_at reads
                           knobs.hidden_dropout > 0),  # the elementwise kernels touch the dropout masks
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
                                                                  modules=knobs.effective_modules, eff=eff))
@@ -210,10 +210,11 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
 def time_key(knobs: Knobs) -> tuple:
     """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms); the router's dtype
     sizes biased experts' fc2 bias pass (compute.expert_bias_seconds); a measured token_imbalance is charged whole at
-    any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so both are part of it; dropout adds
+    any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so it is part of it beside routing
+    (Knobs.imbalance is a function of the two, so it adds nothing to the key); dropout adds
     masks the elementwise kernels touch (compute.layer_compute_seconds)."""
     return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
-            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing, knobs.imbalance,
+            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing,
             knobs.token_imbalance, knobs.hidden_dropout > 0,
             knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size,
             knobs.moe_router_dtype)
