@@ -12,7 +12,6 @@ from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.candidates import Search
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import estimate
@@ -20,6 +19,7 @@ from moetune.planner.knob_grid import knob_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import CP_SHORT_MARGIN, preference, within
 from moetune.planner.search import plan
+from moetune.planner.search_state import Search
 from moetune.specs.hardware import load_gpu
 from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model

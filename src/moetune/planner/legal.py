@@ -3,7 +3,7 @@
 These are the error rules of data/rules.yaml that read no layout, cluster or batch fact (EP overlap with 'moe'
 recompute or with more than one MTP layer, 'moe' recompute around a moe_router CUDA graph, ...). Each knob set
 is judged once, on a probe layout that passes every layout rule (expert parallelism over the fewest ranks); the
-layout rules are enforced by the enumeration and `candidates._fits`.
+layout rules are enforced by the enumeration and `search_state._fits`.
 """
 
 from dataclasses import replace
@@ -59,7 +59,7 @@ def layout_facts() -> frozenset[str]:
     # a hybrid's split and the stages it makes: the probe model has no Mamba layers for a layout to split
     hybrid = {HYBRID_SPLIT, "derived.hybrid_stages"}
     # the GEMM shapes an FP8/FP4 recipe refuses (tokens per rank, per-rank widths): the probes train in BF16, which
-    # runs any shape, and their sequences are powers of two; the planner's candidates judge them (candidates._runs)
+    # runs any shape, and their sequences are powers of two; the planner's candidates judge them (search_state._runs)
     shapes = {"derived.gemm_refusal", "derived.gemm_fix_seq", "derived.gemm_fix"}
     names = set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL} | hybrid | shapes
     for model, gpu, knobs in product(_PROBE_MODELS, _PROBE_GPUS, _PROBE_KNOBS):

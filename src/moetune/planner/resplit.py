@@ -4,10 +4,10 @@ moves the layers; this picks which candidates and ranks the result as the search
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.candidates import Search
 from moetune.planner.estimate import Estimate, estimate, with_memory_wall
 from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.ranking import cp_weight, preference, within
+from moetune.planner.search_state import Search
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
 
@@ -113,7 +113,7 @@ def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | 
     evaluate, fits, memory = _evaluator(s, mbs, knobs, efficiency_overrides)
     seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
     seeded = evaluate(seed) if seed else None
-    weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (_time)
+    weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (search_grid._time)
     begin, start = (seed, seeded) if seeded and seeded[0] * weight < step and fits(seed) else (lay, evaluate(lay))
     new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
     new_step *= weight

@@ -2,7 +2,8 @@
 
 `plan` searches in passes, offloading last: without the optimizer's CPU offload, then with it, then (MoE models)
 with the routed experts' activations offloaded too; a full-recompute pick is weighed once more against optimizer
-offload (offload_instead). Each pass (`_plan_once`) evaluates its candidates in numpy batches (planner/candidates.py).
+offload (offload_instead). Each pass (`_plan_once`) evaluates its candidates in numpy batches (planner/candidates.py,
+search_grid.py).
 Ties and near-ties (within 1%) follow the seeds' order of preference:
 smaller model parallelism, selective before full recompute, no offload, the layout's default dispatcher (the
 platform's where it runs: alltoall at EP 1), larger DP (seeds/000 Phase 1 and 2, seeds/004). The leading
@@ -18,7 +19,7 @@ from moetune.layout.dp_sharding import fsdp_optimizer_refusal
 from moetune.layout.layout import Layout
 from moetune.layout.modules import unsaved_offloads
 from moetune.layout.validate import LONG_CONTEXT, Workload
-from moetune.planner.candidates import Search, candidate_pairs, fitting_dp, memory_bound, search_grid
+from moetune.planner.candidates import candidate_pairs, fitting_dp, memory_bound
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
 from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.knob_grid import knob_grid
@@ -26,6 +27,8 @@ from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
+from moetune.planner.search_grid import search_grid
+from moetune.planner.search_state import Search
 from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
