@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from moetune.configio import shell_arith as arith
+from moetune.configio.shell_assign import assign, declared, expand_words, let, unset
 from moetune.configio.shell_commands import (
     NOT_LAUNCHERS,
     acts,
@@ -42,8 +42,6 @@ from moetune.errors import MoetuneError
 # a name the script assigns somewhere (`X=`, `export X=`, `local X=`, `declare -a X=`)
 _ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=",
                        re.M)
-_LET = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*([-+*/]?)=(?!=)(.+)", re.S)  # not `let "X == 1"`
-_LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `${X}`, `${X[@]}` as a whole word
 
 
 def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[str] = ()) -> list[str]:
@@ -203,50 +201,21 @@ class _Run:
         return status
 
     def simple(self, s: Simple, condition: bool) -> bool | None:
-        words = self.expand(s.words)
+        words = expand_words(s.words, self.vars, self.names)
         if words and words[0] in ("[", "[[", "test", "!"):  # an unset variable is empty there, as bash reads it
             if "[[" in words[:2]:  # no word splitting inside [[ ]]: an empty operand stays an operand
                 return evaluate([expand_one(raw, self.vars, keep_unset=False) for raw in s.words], self._is_set)
             return evaluate([w for raw in s.words for w in expand(raw, self.vars, keep_unset=False)], self._is_set)
         if not words or words[0] in DECLARE:
-            self.assign(s.assigns, export=bool(words) and words[0] == "export" or "-x" in words)
-            self.declared(words)
+            assign(self.vars, self.names, s.assigns, export=bool(words) and words[0] == "export" or "-x" in words)
+            declared(self.vars, words)
             return True
         if words[0] == "unset":
-            for name in words[1:]:
-                self.vars.scalars.pop(name, None)
-                self.vars.arrays.pop(name, None)
-                self.vars.exported.discard(name)
+            unset(self.vars, words[1:])
             return True
         if words[0] == "let":
-            return self.let(words[1:], s.line)
+            return let(self.vars, words[1:], s.line)
         return self.command(s, words, condition)
-
-    def let(self, expressions: list[str], line: int) -> bool:
-        """`let N=EXPR` (and `+=`, `-=`, `*=`, `/=`) sets N to the integer bash computes; unknown where it cannot be
-        (`let TOTAL_GPUS=$NGPUS*$NNODES` with NGPUS from an unset $1)."""
-        for text in expressions:
-            if m := _LET.fullmatch(text):
-                name, op, expr = m.groups()
-                try:
-                    value = str(arith.evaluate(f"{self.vars.get(name) or 0} {op} ({expr})" if op else expr,
-                                               self.vars.get))
-                except (ValueError, ZeroDivisionError):
-                    value = f"$(let-line-{line})"
-                self.vars.set(name, value)
-        return True
-
-    def expand(self, raws: list[str]) -> list[str]:
-        """The words `raws` give. An unset variable keeps its text for the flag reader to name (`--num-layers
-        ${NUM_LAYERS}`), except a lone unquoted one, not after a -flag, that the script itself sets on another path
-        (`${offload_option}` where offloading is off): bash drops that word, and so does moetune."""
-        out: list[str] = []
-        for raw in raws:
-            m = _LONE.fullmatch(raw)
-            if not (m and m.group(1) in self.names and self.vars.get(m.group(1)) is None and
-                    not (out and out[-1].startswith("-"))):
-                out += expand(raw, self.vars, keep_unset=True)
-        return out
 
     def _is_set(self, name: str) -> bool:
         return self.vars.get(name) is not None
@@ -284,21 +253,3 @@ class _Run:
         self.words += prefix + words
         self.ran |= words[0] not in NOT_LAUNCHERS and not words[0].startswith("-")
         return None if condition else True
-
-    def assign(self, assigns: list, export: bool) -> None:
-        for name, append, value in assigns:
-            if isinstance(value, list):
-                items = self.expand(value)
-                self.vars.arrays[name] = (self.vars.arrays.get(name, []) if append else []) + items
-                self.vars.scalars.pop(name, None)
-            else:
-                now = expand_one(value, self.vars)
-                self.vars.set(name, (self.vars.get(name) or "") + now if append else now)
-            if export:
-                self.vars.exported.add(name)
-
-    def declared(self, words: list[str]) -> None:
-        """`export NAME` of a variable already set exports it."""
-        if words and words[0] == "export":
-            self.vars.exported |= {w for w in words[1:] if not w.startswith("-")}
-            self.vars.assigned += [w for w in words[1:] if w in self.vars.scalars and not w.startswith("-")]
