@@ -226,3 +226,16 @@ def test_a_modelzoo_run_line_fills_its_yaml(tmp_path, monkeypatch):
     assert config["train.global_batch_size"] == 8192 and config["model.mtp_num_layers"] == 1
     assert config["model.pipeline_model_parallel_layout"] == "Et|(tt|)*30mL"
 
+
+
+def test_a_sourced_file_that_is_not_here_is_named_on_stderr(tmp_path, capsys):
+    # bash fails a `source` of a missing file ("No such file or directory") and runs on; moetune had passed over it in
+    # silence, leaving the reader to wonder where MODEL_ARGS went
+    script = tmp_path / "run.sh"
+    script.write_text("source conf/missing.sh\n. ./env.sh || true\ntorchrun t.py --num-layers 2\n")
+    assert launch_words(script.read_text(), str(script), {})[-2:] == ["--num-layers", "2"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"moetune: note: {script} line 1: sources conf/missing.sh, which is not here (nor beside the "
+                   "script); what it would set is read as unset",
+                   f"moetune: note: {script} line 2: sources ./env.sh, which is not here (nor beside the script); "
+                   "what it would set is read as unset"]

@@ -6,9 +6,10 @@ pretrain_gpt.py ${ARGS[@]}` (examples/mixtral/train_mixtral_8x7b_distributed.sh)
 to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh). Read, in order:
 variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`, `local`,
 `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word the script
-knows, `{ }` groups, `eval WORDS`, `bash -c STRING`, and `source FILE` / `bash FILE ARGS` where FILE is here. No other
-command runs: loops and functions are not entered, and a condition that would run a command (`if grep ...`,
-`case $(hostname) in`) decides nothing. Where such a condition guards an assignment or the training command, that is
+knows, `{ }` groups, `eval WORDS`, `bash -c STRING`, and `source FILE` / `bash FILE ARGS` where FILE is here (a
+sourced FILE that is not fails as in bash, with a note on stderr naming it). No other command runs: loops and
+functions are not entered, and a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides
+nothing. Where such a condition guards an assignment or the training command, that is
 an error naming the line, never a guess.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -225,6 +227,11 @@ class _Run:
         if (run := script_file(words, self.origin)) is not None:
             self.run_file(*run, prefix)
             return True
+        if words[0] in ("source", ".") and len(words) > 1:  # bash says "No such file or directory" there, fails that
+            # command and goes on: whatever the file would set reads as unset, so the reader is told which file it was
+            print(f"moetune: note: {self.origin} line {s.line}: sources {words[1]}, which is not here (nor beside the "
+                  "script); what it would set is read as unset", file=sys.stderr)
+            return False
         if (fn := self.functions.get(words[0])) and any(acts(n) for n in fn.statements):
             raise MoetuneError(f"{self.origin} line {s.line}: calls {words[0]} (a function, line {fn.line}), which "
                                "moetune does not enter, and it sets what the launch reads; write its assignments "
