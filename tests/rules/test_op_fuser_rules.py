@@ -2,6 +2,7 @@
 fires where Megatron-Core builds TE grouped experts it cannot fuse, and stays silent where the switch is not read."""
 
 import pytest
+from fired_rules import findings
 from rule_cases import FULL_ITERATION_HYBRIDEP, MOE, S
 
 from moetune.configio import load_config
@@ -12,7 +13,7 @@ OFFLOAD = ("model.fine_grained_activation_offloading=true", "env.NVTE_CPU_OFFLOA
 
 
 def fired(*sets) -> set[str]:
-    return {f.rule for f in evaluate(load_config(sets=S(*sets)))} & {
+    return set(findings(*sets)) & {
         "compute.op_fuser_expert_tp", "compute.op_fuser_expert_offload", "compute.op_fuser_activation",
         "compute.op_fuser_probs_on_input"}
 
@@ -44,14 +45,13 @@ def test_op_fuser_refusals(extra, expected):
 
 
 def test_expert_tp_fix_moves_the_ranks_to_ep():
-    config = load_config(sets=S(FULL_ITERATION_HYBRIDEP, "model.expert_model_parallel_size=4",
-                                "model.expert_tensor_parallel_size=2"))
-    fix = {f.rule: f for f in evaluate(config)}["compute.op_fuser_expert_tp"].fix
+    fix = findings(FULL_ITERATION_HYBRIDEP, "model.expert_model_parallel_size=4",
+                   "model.expert_tensor_parallel_size=2")["compute.op_fuser_expert_tp"].fix
     assert fix == {"model.expert_tensor_parallel_size": 1, "model.expert_model_parallel_size": 8}
     # 60 experts over EP 8: no ETP 1 layout of the same ranks, and the HybridEP budget keeps the op fuser: no fix
-    odd = load_config(sets=S(FULL_ITERATION_HYBRIDEP, "model.num_moe_experts=60", "model.expert_model_parallel_size=4",
-                             "model.expert_tensor_parallel_size=2"))
-    assert not {f.rule: f for f in evaluate(odd)}["compute.op_fuser_expert_tp"].fix
+    odd = findings(FULL_ITERATION_HYBRIDEP, "model.num_moe_experts=60", "model.expert_model_parallel_size=4",
+                   "model.expert_tensor_parallel_size=2")
+    assert not odd["compute.op_fuser_expert_tp"].fix
 
 
 @pytest.mark.parametrize(("extra", "fires"), [

@@ -3,16 +3,14 @@ on): the layer-wise CPU offload, and offload_modules naming the routed experts' 
 fires where Megatron-Core refuses and stays silent where it runs."""
 
 import pytest
-from rule_cases import FULL_ITERATION_HYBRIDEP, S
-
-from moetune.configio import load_config
-from moetune.rules import evaluate
+from fired_rules import findings
+from rule_cases import FULL_ITERATION_HYBRIDEP
 
 STASH_RULES = {"dispatcher.paged_stash_cpu_offloading", "dispatcher.paged_stash_expert_offload"}
 
 
 def fired(*sets) -> set[str]:
-    return {f.rule for f in evaluate(load_config(sets=S(*sets)))} & STASH_RULES
+    return set(findings(*sets)) & STASH_RULES
 
 
 @pytest.mark.parametrize(("extra", "expected"), [
@@ -32,7 +30,6 @@ def test_stash_refusals(extra, expected):
 
 
 def test_expert_offload_fix_keeps_the_other_modules():
-    config = load_config(sets=S(FULL_ITERATION_HYBRIDEP, "model.fine_grained_activation_offloading=true",
-                                "model.offload_modules=[core_attn,expert_fc1,moe_act]"))
-    fix = {f.rule: f for f in evaluate(config)}["dispatcher.paged_stash_expert_offload"].fix
+    fix = findings(FULL_ITERATION_HYBRIDEP, "model.fine_grained_activation_offloading=true",
+                   "model.offload_modules=[core_attn,expert_fc1,moe_act]")["dispatcher.paged_stash_expert_offload"].fix
     assert fix == {"model.offload_modules": ["core_attn"], "model.fine_grained_activation_offloading": True}
