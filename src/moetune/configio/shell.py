@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from moetune.configio.readers import SHELL_NAME
 from moetune.configio.shell_assign import assign, declared, expand_words, let, unset
 from moetune.configio.shell_commands import (
     NOT_LAUNCHERS,
@@ -42,7 +43,7 @@ from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 
 # a name the script assigns somewhere (`X=`, `export X=`, `local X=`, `declare -a X=`)
-_ASSIGNED = re.compile(r"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)\+?=",
+_ASSIGNED = re.compile(rf"(?:^|[\s;&|(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?({SHELL_NAME})\+?=",
                        re.M)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 
 from moetune.configio import shell_arith as arith
+from moetune.configio.readers import SHELL_NAME
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_words import Vars
 
-_LET = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*([-+*/]?)=(?!=)(.+)", re.S)  # not `let "X == 1"`
+_LET = re.compile(rf"\s*({SHELL_NAME})\s*([-+*/]?)=(?!=)(.+)", re.S)  # not `let "X == 1"`
 _LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `${X}`, `${X[@]}` as a whole word
 
 

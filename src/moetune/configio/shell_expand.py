@@ -13,13 +13,13 @@ import os
 import re
 
 from moetune.configio import shell_arith as arith
+from moetune.configio.readers import SHELL_NAME
 from moetune.configio.shell_words import Vars, balanced, closing_quote, tokens
 from moetune.errors import MoetuneError
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 # ${NAME}, ${NAME[@]}, ${NAME[0]}, ${NAME:-default} and the other operators, ${#NAME}, ${#NAME[@]}, ${1}
-_BRACED = re.compile(rf"^(#?)({_NAME}|\d+|[@*#?$!])(?:\[(@|\*|\d+)\])?(?:(:?[-=?+])(.*))?$", re.S)
-_SIMPLE = re.compile(rf"{_NAME}|\d|[@*#?$!]")
+_BRACED = re.compile(rf"^(#?)({SHELL_NAME}|\d+|[@*#?$!])(?:\[(@|\*|\d+)\])?(?:(:?[-=?+])(.*))?$", re.S)
+_SIMPLE = re.compile(rf"{SHELL_NAME}|\d|[@*#?$!]")
 _IFS = re.compile(r"[ \t\n]+")
 
 

@@ -4,13 +4,11 @@ so it can tell whether one of them holds the training command."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from moetune.configio.shell_words import Token
+from moetune.configio.shell_words import ASSIGN, Token
 from moetune.errors import MoetuneError
 
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _SEPARATORS = ("\n", ";", "&", "|", ";;")
 _REDIRECTS = (">", ">>", "<", ">&", "<&", "&>", "<<", "<<-", "<<<")  # `<<<`: a here-string, one word
 _LOOPS = ("for", "while", "until", "select")
@@ -161,7 +159,7 @@ def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
             i += 1 if i < len(tokens) and tokens[i].text == ")" else 0
         elif tok.op:
             continue  # a subshell's parentheses: its commands are read as the script's
-        elif (m := _ASSIGN.match(tok.text)) and (not s.words or s.words[0] in DECLARE or
+        elif (m := ASSIGN.match(tok.text)) and (not s.words or s.words[0] in DECLARE or
                                                  all(w in _KEYWORDS for w in s.words)):  # `then A=1`
             if m.group(3) == "" and i < len(tokens) and tokens[i].text == "(":
                 words, i = _array(tokens, i + 1)

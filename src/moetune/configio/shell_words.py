@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from moetune.configio.readers import SHELL_NAME
 from moetune.errors import MoetuneError
 
 # longest first, so `&&` is not read as two `&`
 _OPS = ("&&", "||", ";;", ">>", "<<<", "<<-", "<<", ">&", "<&", "&>", ";", "&", "|", "(", ")", "<", ">", "\n")
 _OP_CHARS = set(";&|()<>")
 _SEPARATORS = ("\n", ";", "&&", "||", "|", "&", ";;")
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+# NAME=value or NAME+=value: (name, "+" or "", value)
+ASSIGN = re.compile(rf"^({SHELL_NAME})(\+?)=(.*)$", re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ class _Lexer:
         for tok in reversed(self.out):
             if tok.op and tok.text in _SEPARATORS:
                 return False
-            if not tok.op and not _ASSIGNMENT.match(tok.text):
+            if not tok.op and not ASSIGN.match(tok.text):
                 return True
         return False
 
