@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from moetune.configio.extra_args import check_extra
 from moetune.configio.mlm_validate import as_megatron_lm_runs
 from moetune.configio.names import names
 from moetune.configio.normalize import Assignment
@@ -92,7 +93,7 @@ def _unset_variable(flag: str, values: list[str], origin: str) -> None:
                                f"({name}=... moetune ...) or write the value into the file")
 
 
-def _flag_value(flag: str, values: list[str], origin: str):
+def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = None):
     row = names().by_flag.get(flag)
     if row is None:
         close = difflib.get_close_matches(flag, list(names().by_flag), n=1, cutoff=0.8)
@@ -100,6 +101,7 @@ def _flag_value(flag: str, values: list[str], origin: str):
                 "; not one of the training arguments (megatron/training/arguments.py) moetune checks: an inference or "
                 "export script's own flag, or one newer than megatron_names.csv")
         raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
+    check_extra(flag, row, entry, origin)
     if row.bridge_name and any(_VARIABLE.search(v) for v in values):
         if row.role == "used":  # a field moetune reads: its value must be known
             _unset_variable(flag, values, origin)
@@ -145,7 +147,8 @@ def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None
     out, env = list(out or []), dict(os.environ if env is None else env)
     out += _launch_words(words[:start], env, origin)
     args = [substitute(w, env) for w in words[start:]]
-    flags, vpp_layers = _flags(args, origin)
+    entry = os.path.basename(words[start - 1]) if start and words[start - 1].endswith(".py") else None
+    flags, vpp_layers = _flags(args, origin, entry)
     return as_megatron_lm_runs(out + flags, origin, gqa="--group-query-attention" in args, vpp_layers=vpp_layers)
 
 
@@ -163,9 +166,10 @@ def _launch_words(words: list[str], env: dict[str, str], origin: str) -> list[As
     return out
 
 
-def _flags(words: list[str], origin: str) -> tuple[list[Assignment], tuple[list[str], str] | None]:
+def _flags(words: list[str], origin: str,
+           entry: str | None = None) -> tuple[list[Assignment], tuple[list[str], str] | None]:
     """(assignments, the values and origin of --num-layers-per-virtual-pipeline-stage or None) of the script's
-    --flags, their shell variables substituted."""
+    --flags, their shell variables substituted; `entry`: the *.py they are handed to (configio/extra_args.py)."""
     out, i, raw_vpp_layers = [], 0, None
     while i < len(words):
         word = words[i]
@@ -189,7 +193,7 @@ def _flags(words: list[str], origin: str) -> tuple[list[Assignment], tuple[list[
             _unset_variable(flag, values, here)
             raw_vpp_layers = (values, here)
             continue
-        key, value = _flag_value(flag, values, here)
+        key, value = _flag_value(flag, values, here, entry)
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
     return out, raw_vpp_layers
