@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from moetune.configio import load_config
+from moetune.configio.mlm import parse_mlm
 from moetune.errors import MoetuneError
 from moetune.rules import evaluate
 
@@ -50,3 +51,50 @@ def test_the_entry_points_that_add_modelopt_flags_take_them(tmp_path, entry):
     script = tmp_path / "t.sh"
     script.write_text(f"torchrun {entry or ''} --num-layers 2 --export-force-local-attention --enable-gpt-oss\n")
     assert load_config([script])["model.num_layers"] == 2
+
+
+PAI_QWEN3 = FIXTURES / "pai_run_mcore_qwen3.sh"  # Pai-Megatron-Patch: the layout in $1 .. $27, Pai's flags on top
+# examples/qwen3/README.md's pretraining example (Qwen3-30B-A3B, dlc: NNODES=$WORLD_SIZE, GPUS_PER_NODE from the pod)
+PAI_README_ARGS = ("dlc A3B 1 8 1e-5 1e-6 128 128 bf16 4 2 1 1 4 true true true false sel false 100000 "
+                   "/mnt/qwen-datasets/mmap_qwen3_datasets_text_document "
+                   "/mnt/qwen-datasets/mmap_qwen3_datasets_text_document "
+                   "/mnt/qwen-ckpts/Qwen3-30B-A3B-to-mcore 10000 100 /mnt/logs/output_mcore_qwen3_pretrain").split()
+PAI_ENV = {"WORLD_SIZE": "4", "RANK": "0", "KUBERNETES_CONTAINER_RESOURCE_GPU": "8", "MASTER_ADDR": "h",
+           "MASTER_PORT": "1"}
+
+
+def test_pai_qwen3_script_reads_with_its_readme_arguments():
+    read = {a.key: a.value for a in parse_mlm(PAI_QWEN3.read_text(), str(PAI_QWEN3), PAI_ENV, PAI_README_ARGS)}
+    # TP=$10 PP=$11 CP=$12 ETP=$13 EP=$14; SP=true at TP 4; AC=sel; PR=bf16; DO=true
+    layout = {k: read[f"model.{k}_parallel_size"] for k in ("tensor_model", "pipeline_model", "context",
+                                                             "expert_tensor", "expert_model")}
+    assert layout == {"tensor_model": 4, "pipeline_model": 2, "context": 1, "expert_tensor": 1, "expert_model": 4}
+    assert read["model.sequence_parallel"] is True and read["model.recompute_granularity"] == "selective"
+    assert read["mixed_precision.bf16"] is True and read["ddp.use_distributed_optimizer"] is True
+    # the A3B arm: 48 layers, 128 experts, top-8, --moe-layer-freq '([1]*48)'
+    assert (read["model.num_layers"], read["model.num_moe_experts"], read["model.moe_router_topk"]) == (48, 128, 8)
+    assert read["model.moe_layer_freq"] == [1] * 48
+    # $7 SEQ_LEN=128 and $8 PAD_LEN=128 (--max-padding-length, read and ignored); TRAIN_TOKENS / GBS / SEQ_LEN iters
+    assert read["model.seq_length"] == 128 and read["train.train_iters"] == 10000 // 8 // 128
+
+
+def test_pai_cpu_offloading_sets_the_field_megatron_copies_it_to():
+    # AC=offload: --cpu-offloading --cpu-offloading-num-layers ${MP_AC_LAYERS}
+    args = list(PAI_README_ARGS)
+    args[18] = "offload"
+    read = {a.key: a.value for a in parse_mlm(PAI_QWEN3.read_text(), str(PAI_QWEN3), PAI_ENV, args)}
+    assert read["model.cpu_offloading"] is True and read["model.cpu_offloading_num_layers"] == 1
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("python pretrain_qwen.py --num-layers 2 --moe-expert-parallel-size 8",
+     "--moe-expert-parallel-size is read by no Pai-Megatron-Patch code .* --expert-model-parallel-size"),
+    ("python pretrain_qwen.py --num-layers 2 --freeze-LM", "--freeze-LM freezes weights"),
+    ("python pretrain_gpt.py --num-layers 2 --patch-tokenizer-type Qwen3Tokenizer",
+     "--patch-tokenizer-type is a Pai-Megatron-Patch flag .*, which pretrain_gpt.py does not take"),
+])
+def test_pai_flags_that_would_price_another_run_are_refused(tmp_path, line, says):
+    script = tmp_path / "t.sh"
+    script.write_text(line + "\n")
+    with pytest.raises(MoetuneError, match=says):
+        load_config([script])

@@ -30,11 +30,33 @@ MEGATRON_LM_ENTRIES = {
 
 _MODELOPT_ON = ("turns ModelOpt on (post_training/utils.py maybe_enable_modelopt), whose model builder "
                 "(post_training/model_builder.py) moetune does not price")
+_PAI_DEAD = "is read by no Pai-Megatron-Patch code (@a098ca5): it sets nothing; Megatron-Core's is "
+_FROZEN = ("freezes weights (Pai's VLM entry points: no gradient or optimizer state for them), which moetune does not "
+           "model: it prices every weight trained; check the run without it")
+# Flags that would change what moetune prices with no field to carry it, or that look like a layout knob and set
+# nothing (Pai adds them for its legacy models): read silently, they would price another run than the one meant.
 REFUSED = {
     "--modelopt-enabled": _MODELOPT_ON + "; check the run without it",
     "--export-kd-teacher-load": _MODELOPT_ON + ", and loads a distillation teacher beside the model, whose memory "
                                 "and step time moetune does not count; check the student's run without it",
+    "--moe-expert-parallel-size": _PAI_DEAD + "--expert-model-parallel-size",
+    "--moe-topk": _PAI_DEAD + "--moe-router-topk",
+    "--moe": _PAI_DEAD + "--num-experts",
+    "--expert-interval": _PAI_DEAD + "--moe-layer-freq",
+    "--num-shared-experts": _PAI_DEAD + "--moe-shared-expert-intermediate-size",
+    "--shared-moe-ffn-hidden-size": _PAI_DEAD + "--moe-shared-expert-intermediate-size",
+    "--enable-shared-expert": _PAI_DEAD + "--moe-shared-expert-intermediate-size",
+    "--qk-nope-head-dim": _PAI_DEAD + "--qk-head-dim",
+    "--qk-rope-head-dim": _PAI_DEAD + "--qk-pos-emb-head-dim",
+    "--n-head-kv": "sizes the KV heads of Pai's legacy Falcon-40B model only (megatron_patch/model/falcon40b); "
+                   "moetune prices Megatron-Core models, whose are --group-query-attention --num-query-groups",
+    "--intermediate-size": "sizes the MLP of Pai's legacy and DeepSpeed models only (megatron_patch/model/baichuan, "
+                           "examples/*/ds_train_*.py); moetune prices Megatron-Core models, whose is --ffn-hidden-size",
+    "--freeze-LM": _FROZEN, "--freeze-ViT": _FROZEN, "--freeze-llm": _FROZEN, "--freeze-clip-vision-tower": _FROZEN,
 }
+# Extra flags that set a field moetune reads: Pai's --cpu-offloading has the name of a TransformerConfig field, which
+# Megatron-LM's core_transformer_config_from_args (training/argument_utils.py) copies from args by name.
+MAPPED = {"--cpu-offloading": [("model.cpu_offloading", True)]}
 
 
 def provider(row: Name) -> str:

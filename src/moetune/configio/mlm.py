@@ -18,10 +18,10 @@ import ast
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from moetune.configio.extra_args import check_extra
+from moetune.configio.extra_args import MAPPED, check_extra
 from moetune.configio.mlm_validate import as_megatron_lm_runs
 from moetune.configio.names import names
 from moetune.configio.normalize import Assignment
@@ -50,11 +50,12 @@ SPECIAL = {
 }
 
 
-def _tokens(text: str, origin: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """Pragma words, then the words of the launch the script runs, as bash expands them (configio/shell.py)."""
+def _tokens(text: str, origin: str, env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> list[str]:
+    """Pragma words, then the words of the launch the script runs, as bash expands them (configio/shell.py); `args`:
+    the script's own ($1, $2, ...)."""
     pragmas = [line.strip()[len(PRAGMA):].strip() for line in text.splitlines()
                if line.strip().startswith(PRAGMA)]
-    return ["@pragma:" + p for p in pragmas] + launch_words(text, origin, os.environ if env is None else env)
+    return ["@pragma:" + p for p in pragmas] + launch_words(text, origin, os.environ if env is None else env, args)
 
 
 def has_flags(text: str, origin: str) -> bool:
@@ -130,9 +131,11 @@ def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = N
         raise MoetuneError(f"{origin}: {flag}: {err}") from None
 
 
-def parse_mlm(text: str, origin: str, env: Mapping[str, str] | None = None) -> list[Assignment]:
-    """A Megatron-LM argument list or launch script; ``env``: the variables it sees (default: os.environ)."""
-    return parse_mlm_words(_tokens(text, origin, env), origin, env)
+def parse_mlm(text: str, origin: str, env: Mapping[str, str] | None = None,
+              args: Sequence[str] = ()) -> list[Assignment]:
+    """A Megatron-LM argument list or launch script; ``env``: the variables it sees (default: os.environ); ``args``:
+    the script's positional arguments (Pai-Megatron-Patch's run_mcore_*.sh take their layout as $1 .. $27)."""
+    return parse_mlm_words(_tokens(text, origin, env, args), origin, env)
 
 
 def parse_mlm_words(words: list[str], origin: str, env: Mapping[str, str] | None = None,
@@ -186,8 +189,10 @@ def _flags(words: list[str], origin: str,
         values = ([inline] if eq else []) + words[i + 1:j]
         i = j
         here = f"{origin} {flag}"
-        if flag in SPECIAL:
-            out += [Assignment(key=k, value=v, origin=here) for k, v in SPECIAL[flag]]
+        if flag in SPECIAL or flag in MAPPED:
+            if flag in MAPPED:
+                check_extra(flag, names().by_flag[flag], entry, here)
+            out += [Assignment(key=k, value=v, origin=here) for k, v in (SPECIAL.get(flag) or MAPPED[flag])]
             continue
         if flag == "--num-layers-per-virtual-pipeline-stage":
             _unset_variable(flag, values, here)
