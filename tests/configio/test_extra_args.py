@@ -98,3 +98,11 @@ def test_pai_flags_that_would_price_another_run_are_refused(tmp_path, line, says
     script.write_text(line + "\n")
     with pytest.raises(MoetuneError, match=says):
         load_config([script])
+
+
+def test_pai_qwen3_script_reads_with_no_checkpoint_to_load():
+    # $24 PRETRAIN_CHECKPOINT_PATH=none: load_option stays unset, and `${pr_options} ${load_option}` gives --bf16 alone
+    args = list(PAI_README_ARGS)
+    args[23] = "none"
+    read = {a.key: a.value for a in parse_mlm(PAI_QWEN3.read_text(), str(PAI_QWEN3), PAI_ENV, args)}
+    assert read["mixed_precision.bf16"] is True and read["model.tensor_model_parallel_size"] == 4

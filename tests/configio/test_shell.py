@@ -104,6 +104,10 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     # after a -flag, keeps its text for the flag reader to name
     ('if [ "$OFF" = 1 ]; then opt="--optimizer-cpu-offload"; fi\npython t.py --lr 1 ${opt} --tp ${TP} $X',
      ["--lr", "1", "--tp", "${TP}", "$X"]),
+    # after a switch it is no value of the switch's: dropped too (Pai-Megatron-Patch's run_mcore_qwen3.sh with no
+    # checkpoint to load: `${pr_options} ${load_option}`, --bf16 then a load_option its `if` left unset)
+    ('P=none\nif [ $P != none ]; then load="--load $P"; fi\npython t.py --bf16 ${load} --lr 1',
+     ["--bf16", "--lr", "1"]),
     # an undecidable `if` whose other branches all `exit`: a script that reaches its launch took the one left
     ('if [[ -f "$P" ]]; then A=--x; else echo missing; exit 1; fi\npython t.py $A', ["--x"]),
     ('if [ -f "$P" ]; then echo found; exit 0; fi\nA=--y\nif [ -d "$Q" ]; then A=--z; exit 0; fi\npython t.py $A',

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from moetune.configio import shell_arith as arith
+from moetune.configio.names import names as names_table
 from moetune.configio.readers import SHELL_NAME
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_words import Vars
@@ -18,15 +19,22 @@ _LONE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?\}?")  # `$X`, `$
 
 def expand_words(raws: list[str], v: Vars, names: set[str]) -> list[str]:
     """The words `raws` give. An unset variable keeps its text for the flag reader to name (`--num-layers
-    ${NUM_LAYERS}`), except a lone unquoted one, not after a -flag, that the script itself sets on another path
-    (`${offload_option}` where offloading is off): bash drops that word, and so does moetune."""
+    ${NUM_LAYERS}`), except a lone unquoted one, not after a -flag that takes a value, that the script itself sets on
+    another path (`${offload_option}` where offloading is off; Pai-Megatron-Patch's `--bf16 ${load_option}` where
+    there is no checkpoint to load): bash drops that word, and so does moetune."""
     out: list[str] = []
     for raw in raws:
         m = _LONE.fullmatch(raw)
         if not (m and m.group(1) in names and v.get(m.group(1)) is None and
-                not (out and out[-1].startswith("-"))):
+                not (out and out[-1].startswith("-") and not _switch(out[-1]))):
             out += expand(raw, v, keep_unset=True)
     return out
+
+
+def _switch(word: str) -> bool:
+    """Whether `word` is a Megatron-LM flag that takes no value (megatron_names.csv: store_true / store_false)."""
+    row = names_table().by_flag.get(word.partition("=")[0])
+    return row is not None and row.mlm_action in ("store_true", "store_false", "bool_optional")
 
 
 def assign(v: Vars, names: set[str], assigns: list, export: bool) -> None:
