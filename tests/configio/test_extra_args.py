@@ -37,13 +37,17 @@ def test_a_flag_that_turns_modelopt_on_is_refused():
     ("python pretrain_vlm.py --num-layers 2 --enable-gpt-oss", "--enable-gpt-oss is a ModelOpt flag"),
     # a flag no parser adds: the line it always gave
     ("python pretrain_gpt.py --num-layers 2 --enable-gpt-os", "unknown Megatron-LM argument --enable-gpt-os; did you"),
+    # Megatron-LM's examples/multimodal/train.py adds a --freeze-LM of its own (as Pai does): a script moetune does
+    # not know keeps the unknown-argument line, never "a Pai-Megatron-Patch flag"
+    ("python examples/multimodal/train.py --num-layers 2 --freeze-LM", "unknown Megatron-LM argument --freeze-LM; not"),
+    ("python other.py --num-layers 2 --export-kd-teacher-load /t", "unknown Megatron-LM argument --export-kd-teacher"),
 ])
 def test_an_extra_flag_the_entry_point_does_not_take_says_whose_it_is(tmp_path, line, says):
     script = tmp_path / "t.sh"
     script.write_text(line + "\n")
     with pytest.raises(MoetuneError, match=says) as err:
         load_config([script])
-    assert ("ModelOpt" in str(err.value)) == ("ModelOpt" in says)
+    assert ("ModelOpt" in str(err.value)) == ("ModelOpt" in says) and "Pai" not in str(err.value)
 
 
 @pytest.mark.parametrize("entry", ["pretrain_gpt.py", "pretrain_mamba.py", None])  # None: bare arguments

@@ -6,7 +6,8 @@ pass it when nvidia-modelopt imports; pretrain_mamba.py runs pretrain_hybrid.py)
 megatron_patch/arguments.py get_patch_args (Pai-Megatron-Patch@a098ca5: its examples/*/pretrain_*.py pass it). Most
 are read and ignored (their notes say why); the few that would change what moetune prices, with nothing in the
 config to carry it, are refused here. A flag handed to one of Megatron-LM's own entry points that does not add it is
-an error there too (argparse: unrecognized arguments), named as such.
+an error there too (argparse: unrecognized arguments), named as such; one handed to any other script is unknown,
+as it was before these rows.
 """
 
 from __future__ import annotations
@@ -22,11 +23,29 @@ PROVIDERS = {
     _PAI: "a Pai-Megatron-Patch flag (megatron_patch/arguments.py get_patch_args)",
 }
 # Megatron-LM's own entry points (Megatron-LM@d98e8a6) and the extra flags each takes: pretrain_gpt.py :526 and
-# pretrain_hybrid.py :543 pass add_modelopt_args; the others pass no provider of these.
-MEGATRON_LM_ENTRIES = {
-    "pretrain_gpt.py": {_MODELOPT}, "pretrain_hybrid.py": {_MODELOPT}, "pretrain_mamba.py": {_MODELOPT},
-    "pretrain_vlm.py": set(), "train_rl.py": set(), "pretrain_bert.py": set(), "pretrain_t5.py": set(),
-}
+# pretrain_hybrid.py :543 pass add_modelopt_args (pretrain_mamba.py runs pretrain_hybrid.py), as do
+# megatron/elastification/pretrain_hybrid_flex.py, examples/post_training/modelopt/*.py and tools/'s servers; the
+# others pass no provider of these.
+_TAKE_MODELOPT = ("pretrain_gpt pretrain_hybrid pretrain_mamba pretrain_hybrid_flex finetune quantize prune export "
+                  "validate generate mmlu convert_model offline_feature_extract run_text_generation_server "
+                  "run_dynamic_text_generation_server prepare_cache")
+_TAKE_NONE = "pretrain_vlm pretrain_bert pretrain_t5 pretrain_mimo train_rl"
+# Pai-Megatron-Patch@a098ca5's training entry points: its examples/*/{pretrain,finetune}_*.py that pass
+# get_patch_args (none of them adds ModelOpt's flags)
+_TAKE_PAI = (
+    "finetune_huggingface_baichuan13b finetune_huggingface_chatglm finetune_huggingface_falcon "
+    "finetune_huggingface_galactica finetune_huggingface_llama finetune_mcore_llama_withGA "
+    "finetune_megatron_baichuan13b finetune_megatron_bloom finetune_megatron_chatglm finetune_megatron_falcon "
+    "finetune_megatron_falcon40b finetune_megatron_galactica finetune_megatron_llama finetune_megatron_llama_withGA "
+    "finetune_megatron_llava finetune_megatron_qwen finetune_megatron_qwen_vl finetune_megatron_qwen_withGA "
+    "finetune_megatron_starcoder pretrain_deepseek pretrain_llama pretrain_llama_mcore070 pretrain_llava "
+    "pretrain_mcore_llama pretrain_mcore_mistral pretrain_mcore_qwen pretrain_megatron_baichuan "
+    "pretrain_megatron_baichuan13b pretrain_megatron_bloom pretrain_megatron_chatglm pretrain_megatron_falcon "
+    "pretrain_megatron_falcon40b pretrain_megatron_galactica pretrain_megatron_glm130b pretrain_megatron_gpt3 "
+    "pretrain_megatron_llama pretrain_megatron_llava pretrain_megatron_qwen pretrain_megatron_qwen_upcycled "
+    "pretrain_megatron_starcoder pretrain_qwen pretrain_qwen2_moe pretrain_qwen3_next")
+ENTRIES = ({f"{n}.py": {_MODELOPT} for n in _TAKE_MODELOPT.split()} | {f"{n}.py": set() for n in _TAKE_NONE.split()}
+           | {f"{n}.py": {_PAI} for n in _TAKE_PAI.split()})
 
 _MODELOPT_ON = ("turns ModelOpt on (post_training/utils.py maybe_enable_modelopt), whose model builder "
                 "(post_training/model_builder.py) moetune does not price")
@@ -64,15 +83,25 @@ def provider(row: Name) -> str:
     return next((p for p in PROVIDERS if row.verified_in.startswith(p)), "") if row.role == "extra_args" else ""
 
 
-def check_extra(flag: str, row: Name, entry: str | None, origin: str) -> None:
-    """Refuse an extra flag that `entry` (the launch's *.py, or None when unknown) does not take, or that changes
-    what moetune prices."""
+def takes(row: Name, entry: str | None) -> bool:
+    """Whether the entry point `entry` (the launch's *.py; None for bare arguments, which any may take) parses the
+    flag of `row`: Megatron-LM's own flags always; an extra one where `entry` is unknown to ENTRIES only without
+    an entry, as the reader cannot tell what another script's parser adds."""
+    source = provider(row)
+    return not source or entry is None or source in ENTRIES.get(entry, ())
+
+
+def check_extra(flag: str, row: Name, entry: str | None, origin: str) -> bool:
+    """False where `entry` is no entry point known to add the extra flag (the caller's unknown-argument line
+    stands); an error where a known one does not take it, or where it changes what moetune prices."""
     source = provider(row)
     if not source:
-        return
-    taken = MEGATRON_LM_ENTRIES.get(entry or "")
-    if taken is not None and source not in taken:
-        raise MoetuneError(f"{origin}: {flag} is {PROVIDERS[source]}, which {entry} does not take (Megatron-LM stops "
-                           "on it: unrecognized arguments); drop it, or run the entry point that adds it")
+        return True
+    if not takes(row, entry):
+        if entry not in ENTRIES:
+            return False
+        raise MoetuneError(f"{origin}: {flag} is {PROVIDERS[source]}, which {entry} does not take (it stops on it: "
+                           "unrecognized arguments); drop it, or run the entry point that adds it")
     if flag in REFUSED:
         raise MoetuneError(f"{origin}: {flag} {REFUSED[flag]}")
+    return True

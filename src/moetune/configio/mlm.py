@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from moetune.configio.extra_args import MAPPED, check_extra
+from moetune.configio.extra_args import MAPPED, check_extra, takes
 from moetune.configio.mlm_validate import as_megatron_lm_runs
 from moetune.configio.names import names
 from moetune.configio.normalize import Assignment
@@ -96,13 +96,13 @@ def _unset_variable(flag: str, values: list[str], origin: str) -> None:
 
 def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = None):
     row = names().by_flag.get(flag)
-    if row is None:
-        close = difflib.get_close_matches(flag, list(names().by_flag), n=1, cutoff=0.8)
+    if row is None or not check_extra(flag, row, entry, origin):
+        known = [f for f, r in names().by_flag.items() if takes(r, entry)]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.8)
         hint = (f"; did you mean {close[0]}?" if close else
                 "; not one of the training arguments (megatron/training/arguments.py) moetune checks: an inference or "
                 "export script's own flag, or one newer than megatron_names.csv")
         raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
-    check_extra(flag, row, entry, origin)
     if row.bridge_name and any(_VARIABLE.search(v) for v in values):
         if row.role == "used":  # a field moetune reads: its value must be known
             _unset_variable(flag, values, origin)
@@ -190,8 +190,8 @@ def _flags(words: list[str], origin: str,
         i = j
         here = f"{origin} {flag}"
         if flag in SPECIAL or flag in MAPPED:
-            if flag in MAPPED:
-                check_extra(flag, names().by_flag[flag], entry, here)
+            if flag in MAPPED and not check_extra(flag, names().by_flag[flag], entry, here):
+                _flag_value(flag, [], here, entry)  # unknown to this entry point: the unknown-argument line
             out += [Assignment(key=k, value=v, origin=here) for k, v in (SPECIAL.get(flag) or MAPPED[flag])]
             continue
         if flag == "--num-layers-per-virtual-pipeline-stage":
