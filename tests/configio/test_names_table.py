@@ -89,3 +89,17 @@ def test_names_in_moetune_code_are_recorded_as_used():
             for name in pattern.findall(path.read_text()):
                 row = names().get(name)
                 assert row is not None and row.role == "used", f"{path.name}: {name}"
+
+
+def test_extra_args_rows_name_the_file_that_adds_them():
+    from moetune.configio.extra_args import MAPPED, PROVIDERS, REFUSED, provider
+
+    rows = [r for r in names().by_flag.values() if r.role == "extra_args"]
+    assert len(rows) >= 120
+    for r in rows:
+        assert provider(r) in PROVIDERS and not r.bridge_name, r.mlm_flags
+        assert r.mlm_action in ("store_true", "store_false", "value", "list"), r.mlm_flags
+    # every refused or mapped flag has its row, and its note says what becomes of it
+    for flag in (*REFUSED, *MAPPED):
+        row = names().by_flag[flag]
+        assert provider(row) and ("refused" if flag in REFUSED else "sets model.") in row.notes, flag
