@@ -108,6 +108,9 @@ def test_fsdp_sbatch_example_without_fsdp_takes_the_other_branch():
     # checkpoint to load: `${pr_options} ${load_option}`, --bf16 then a load_option its `if` left unset)
     ('P=none\nif [ $P != none ]; then load="--load $P"; fi\npython t.py --bf16 ${load} --lr 1',
      ["--bf16", "--lr", "1"]),
+    # `find -name "*.py"` names no script to run: a glob, and find no launcher (Pai-Megatron-Patch's
+    # run_mcore_moonlight.sh copies its checkpoint's *.py files so before `eval ${run_cmd}`)
+    ('find -L $C -maxdepth 1 -type f -name "*.py" -print0 | xargs -0 cp -t $S\npython t.py --k', ["--k"]),
     # an undecidable `if` whose other branches all `exit`: a script that reaches its launch took the one left
     ('if [[ -f "$P" ]]; then A=--x; else echo missing; exit 1; fi\npython t.py $A', ["--x"]),
     ('if [ -f "$P" ]; then echo found; exit 0; fi\nA=--y\nif [ -d "$Q" ]; then A=--z; exit 0; fi\npython t.py $A',

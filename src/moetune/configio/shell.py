@@ -29,6 +29,7 @@ from moetune.configio.shell_commands import (
     assigned_in,
     exits,
     positional,
+    runs_python,
     runs_script_with_flags,
     script_file,
     shell_string,
@@ -242,7 +243,7 @@ class _Run:
             return True
         exported = dict.fromkeys(n for n in self.vars.assigned if n in self.vars.exported)
         seen = [f"{n}={self.vars.scalars[n]}" for n in exported if n in self.vars.scalars] + prefix + words
-        if words[0] not in NOT_LAUNCHERS and any(w.endswith(".py") for w in words):
+        if runs_python(words):
             self.found = seen
             return True
         if runs_script_with_flags(words):

@@ -14,7 +14,7 @@ from moetune.configio.shell_words import Vars
 
 # commands whose words may name a .py file without running it (`echo "launching pretrain_gpt.py"`)
 NOT_LAUNCHERS = frozenset("echo printf cat cp mv ls rm git sed grep awk tee touch wget curl pip chmod mkdir cd "
-                          "source . test [ [[".split())
+                          "find xargs source . test [ [[".split())
 SHELLS = frozenset(("bash", "sh"))
 
 
@@ -29,6 +29,12 @@ def positional(env: Vars, script: str, args: Sequence[str]) -> Vars:
 def exits(body: list) -> bool:
     """Whether a branch's statements end the script (`exit` on a line of its own)."""
     return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] for n in body)
+
+
+def runs_python(words: list[str]) -> bool:
+    """Whether expanded words start a *.py: a command that is no file tool, given a path ending .py that is no glob
+    (Pai-Megatron-Patch's run_mcore_moonlight.sh copies its checkpoint's `find ... -name "*.py"` before training)."""
+    return words[0] not in NOT_LAUNCHERS and any(w.endswith(".py") and not any(c in w for c in "*?[") for w in words)
 
 
 def launches(words: list[str]) -> bool:
