@@ -91,8 +91,9 @@ def test_pai_cpu_offloading_sets_the_field_megatron_copies_it_to():
 
 
 @pytest.mark.parametrize(("line", "says"), [
-    ("python pretrain_qwen.py --num-layers 2 --moe-expert-parallel-size 8",
-     "--moe-expert-parallel-size is read by no Pai-Megatron-Patch code .* --expert-model-parallel-size"),
+    # Pai's Qwen1.5/Qwen2 TransformerConfigs take these fields from args by name: shared experts moetune would miss
+    ("python pretrain_mcore_qwen.py --num-layers 2 --enable-shared-expert --shared-moe-ffn-hidden-size 512",
+     "--enable-shared-expert sizes the shared experts of Pai's own .* --moe-shared-expert-intermediate-size"),
     ("python pretrain_qwen.py --num-layers 2 --freeze-LM", "--freeze-LM freezes weights"),
     ("python pretrain_gpt.py --num-layers 2 --patch-tokenizer-type Qwen3Tokenizer",
      "--patch-tokenizer-type is a Pai-Megatron-Patch flag .*, which pretrain_gpt.py does not take"),
@@ -110,3 +111,19 @@ def test_pai_qwen3_script_reads_with_no_checkpoint_to_load():
     args[23] = "none"
     read = {a.key: a.value for a in parse_mlm(PAI_QWEN3.read_text(), str(PAI_QWEN3), PAI_ENV, args)}
     assert read["mixed_precision.bf16"] is True and read["model.tensor_model_parallel_size"] == 4
+
+
+PAI_DSV3 = FIXTURES / "pai_run_mcore_deepseek_v3.sh"  # passes Pai's --qk-nope/rope-head-dim, which nothing reads
+
+
+def test_pai_deepseek_v3_script_reads_with_its_readme_arguments():
+    # examples/deepseek_v3/README.md's pretraining example: dsw A37B, TP8 PP8 CP1 ETP1 EP16, AC=sel, offload 1.0
+    args = ("dsw A37B 1 8 1e-5 1e-6 1024 1024 bf16 8 8 1 1 16 true true false false sel 1.0 100000 /d /d /ckpt "
+            "1000000000 10000 /out").split()
+    read = {a.key: a.value for a in parse_mlm(PAI_DSV3.read_text(), str(PAI_DSV3), PAI_ENV, args)}
+    assert (read["model.tensor_model_parallel_size"], read["model.pipeline_model_parallel_size"],
+            read["model.expert_model_parallel_size"]) == (8, 8, 16)
+    assert read["model.num_moe_experts"] == 256 and read["model.moe_layer_freq"] == [0] * 3 + [1] * 58
+    assert read["model.recompute_modules"] == ["mla_up_proj", "mlp", "moe"]  # its megatron_options win over sel
+    assert read["optimizer.optimizer_offload_fraction"] == 1.0 and read["model.mtp_num_layers"] == 1
+    assert "model.qk_head_dim" not in read  # Megatron-LM's default 128 stands: DeepSeek-V3's, as the script meant

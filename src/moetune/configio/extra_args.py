@@ -49,24 +49,21 @@ ENTRIES = ({f"{n}.py": {_MODELOPT} for n in _TAKE_MODELOPT.split()} | {f"{n}.py"
 
 _MODELOPT_ON = ("turns ModelOpt on (post_training/utils.py maybe_enable_modelopt), whose model builder "
                 "(post_training/model_builder.py) moetune does not price")
-_PAI_DEAD = "is read by no Pai-Megatron-Patch code (@a098ca5): it sets nothing; Megatron-Core's is "
 _FROZEN = ("freezes weights (Pai's VLM entry points: no gradient or optimizer state for them), which moetune does not "
            "model: it prices every weight trained; check the run without it")
-# Flags that would change what moetune prices with no field to carry it, or that look like a layout knob and set
-# nothing (Pai adds them for its legacy models): read silently, they would price another run than the one meant.
+_PAI_SHARED = ("sizes the shared experts of Pai's own Qwen1.5/Qwen2 TransformerConfig subclasses "
+               "(megatron_patch/model/qwen2/transformer_config.py), which Megatron-LM's "
+               "core_transformer_config_from_args fills from args by name; moetune prices Megatron-Core's, set by "
+               "--moe-shared-expert-intermediate-size")
+# Flags that would change what moetune prices with no field to carry it: read silently, they would price another run
+# than the one meant. (Pai's look-alike knobs that nothing reads, --moe-topk, --moe-expert-parallel-size,
+# --qk-nope-head-dim ..., are read and ignored: its DeepSeek-V3 and Moonlight scripts pass them beside the real ones.)
 REFUSED = {
     "--modelopt-enabled": _MODELOPT_ON + "; check the run without it",
     "--export-kd-teacher-load": _MODELOPT_ON + ", and loads a distillation teacher beside the model, whose memory "
                                 "and step time moetune does not count; check the student's run without it",
-    "--moe-expert-parallel-size": _PAI_DEAD + "--expert-model-parallel-size",
-    "--moe-topk": _PAI_DEAD + "--moe-router-topk",
-    "--moe": _PAI_DEAD + "--num-experts",
-    "--expert-interval": _PAI_DEAD + "--moe-layer-freq",
-    "--num-shared-experts": _PAI_DEAD + "--moe-shared-expert-intermediate-size",
-    "--shared-moe-ffn-hidden-size": _PAI_DEAD + "--moe-shared-expert-intermediate-size",
-    "--enable-shared-expert": _PAI_DEAD + "--moe-shared-expert-intermediate-size",
-    "--qk-nope-head-dim": _PAI_DEAD + "--qk-head-dim",
-    "--qk-rope-head-dim": _PAI_DEAD + "--qk-pos-emb-head-dim",
+    "--enable-shared-expert": _PAI_SHARED, "--shared-moe-ffn-hidden-size": _PAI_SHARED,
+    "--num-shared-experts": _PAI_SHARED,
     "--n-head-kv": "sizes the KV heads of Pai's legacy Falcon-40B model only (megatron_patch/model/falcon40b); "
                    "moetune prices Megatron-Core models, whose are --group-query-attention --num-query-groups",
     "--intermediate-size": "sizes the MLP of Pai's legacy and DeepSpeed models only (megatron_patch/model/baichuan, "
