@@ -101,7 +101,8 @@ def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = N
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.8)
         hint = (f"; did you mean {close[0]}?" if close else
                 "; not one of the training arguments (megatron/training/arguments.py) moetune checks: an inference or "
-                "export script's own flag, or one newer than megatron_names.csv")
+                "export script's own flag, or one newer than Megatron-LM d98e8a6 (2026-08-22, which megatron_names.csv "
+                "lists) or removed before it")
         raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
     if row.bridge_name and any(_VARIABLE.search(v) for v in values):
         if row.role == "used":  # a field moetune reads: its value must be known
