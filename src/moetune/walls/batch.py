@@ -23,6 +23,7 @@ from moetune.walls.activations import (
     offload_staging_bytes,
 )
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
+from moetune.walls.batch_rows import bubble, by_row, microbatches, row_max, row_sum, slowest_runs, stage_ranks
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
 from moetune.walls.iteration import gathered_weight_bytes, iteration_terms, step_weight_bytes
@@ -38,7 +39,7 @@ from moetune.walls.memory import (
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.rank_params import layer_rank_params
-from moetune.walls.split_floor import even_floor, whole_floor
+from moetune.walls.split_floor import even_floor, layer_shares, whole_floor
 from moetune.walls.step import layer_time
 
 
@@ -110,7 +111,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
         states = b.memo(states_key, lambda: _state_bytes(spec, b, knobs, arch))
         acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
         logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
-        return np.where(b.valid, states + acts + logits, 0).max(axis=1)
+        return row_max(np.where(b.valid, states + acts + logits, 0))
 
     peak_items = b.memo(("stage_max", states_key, acts_key, knobs.fp8_output_proj), stage_max)
     peak_items = peak_items + userbuffer_bytes(spec, seq // f.cp[:, 0] * b.mbs[:, 0], f.tp[:, 0], f.sp[:, 0], knobs)
@@ -153,14 +154,17 @@ def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
     host = b.memo(("host", knobs.optimizer_offload_fraction, knobs.adam_moments_bytes, knobs.sharded_optimizer,
                    knobs.torch_fsdp2, knobs.num_distributed_optimizer_instances, knobs.outer_dp_sharding_strategy),
                   lambda: offloaded_host_bytes(params, b.fields, knobs))
-    return np.where(b.valid, host, 0).max(axis=1)
+    return row_max(np.where(b.valid, host, 0))
 
 
-def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
-    """Per layer kind, (compute, exposed communication, host) seconds per micro-batch on each distinct shape."""
+def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """(u, K, 5), or (u, K + 1, 5) with the MTP layer's kind last: each distinct shape's five figures a layer of each
+    of `b.kinds` (compute, exposed communication, host, the EP all-to-all EP overlap hides, the host time it regains),
+    seconds per micro-batch, in one table that a subset's rows read in one take."""
     u, _ = distinct_shapes(b)
     ctx, r = _shape_ctx(u, seq, knobs), rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    out = {}
+    kinds = [*b.kinds, spec.mtp_layer_kind] if spec.mtp_num_layers else b.kinds
+    table = np.empty((len(u.mbs), len(kinds), 5))
     for kind in spec.layer_kinds:
         compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
                           knobs.token_imbalance,  # with routing, all Knobs.imbalance_at reads
@@ -168,43 +172,45 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
                                                                  modules=knobs.effective_modules, eff=eff))
         t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
-        out[kind] = (sum(t.compute.values()), sum(t.comm.values()), t.host,
-                     t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)
-    return out
+        for j, x in enumerate((sum(t.compute.values()), sum(t.comm.values()), t.host,
+                               t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)):
+            for i in (i for i, k in enumerate(kinds) if k == kind):  # the MTP layer's kind is a decoder kind too
+                table[:, i, j:j + 1] = x  # a (u, 1) array, or a scalar where no shape changes it
+    return table
 
 
 def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """Per-micro-batch time of each candidate's slowest stage, by wall (independent of the optimizer knobs)."""
-    f, ctx, r = b.fields, _ctx(b, seq, knobs), rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    root = b.root()
+    r, root = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj), b.root()
     on_shapes = root.memo(("layer_times", *time_key(knobs), seq),
                           lambda: _shape_layer_times(spec, root, seq, knobs, gpu, eff))
     _, inverse = distinct_shapes(b)
-    times = {k: [_expand(x, inverse) for x in v] for k, v in on_shapes.items()}
     # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers
-    per_layer = np.stack([np.hstack(times[k]) for k in b.kinds], axis=1)
+    per_layer = on_shapes[inverse, :len(b.kinds)]
     layers = b.counts @ per_layer
-    staged = layers + b.mtp[:, :, None] * np.hstack(times[spec.mtp_layer_kind])[:, None, :] if spec.mtp_num_layers \
-        else layers
-    compute, comm, host, hidden_ep, regain = np.moveaxis(staged, 2, 0)
-    compute = compute + heads_seconds(spec, ctx.tokens, b.loss + b.mtp, f.tp, b.padded_vocab, r)
-    rf = root.fields  # the send/recv link depends on the layout alone: once per search, read by row
-    bandwidth = root.memo(("p2p_bandwidth",), lambda: p2p_bandwidth(rf.pp, rf.world_size, gpu, eff))[b.rows]
-    comm = comm + p2p_seconds(spec, ctx, f.pp, bandwidth) * eff["p2p_exposed"]
+    # a fresh array either way: the heads and the send/recv are added to it in place
+    staged = layers + b.mtp[:, :, None] * on_shapes[inverse, -1][:, None, :] if spec.mtp_num_layers else layers.copy()
+    # the loss heads' GEMMs: the layout's, at the head's rate (the tokens a rank holds are the layout's: any knobs do)
+    staged[:, :, 0] += by_row(b, ("heads", seq, r.head), lambda a: heads_seconds(
+        spec, _ctx(a, seq, knobs).tokens, a.loss + a.mtp, a.fields.tp, a.padded_vocab, r))
+    staged[:, :, 1] += by_row(b, ("p2p", seq), lambda a: p2p_seconds(  # the send/recv: the layout's alone
+        spec, _ctx(a, seq, knobs), a.fields.pp, p2p_bandwidth(a.fields.pp, a.fields.world_size, gpu, eff))
+                               * eff["p2p_exposed"])
+    compute, comm, host = staged[:, :, 0], staged[:, :, 1], staged[:, :, 2]
     total = np.where(b.valid, compute + comm + host, -1.0)
-    slow = total.argmax(axis=1)
-    # the slowest stage's six figures, read at once
-    at_slow = np.stack([compute, comm, host, total, hidden_ep, regain], axis=2)[np.arange(len(slow)), slow]
+    at = np.arange(len(total)), total.argmax(axis=1)  # the slowest stage
+    compute, comm, host, hidden_ep, regain = staged[at].T  # its five figures, read at once
 
     # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
     # a stage past the last reads as the first, held by no rank
-    cost = per_layer[:, :, :3].sum(axis=2)  # a decoder layer's compute, exposed comm and host, (n, K)
-    fixed = total - layers[:, :, :3].sum(axis=2)
+    cost = row_sum(per_layer[:, :, :3])  # a decoder layer's compute, exposed comm and host, (n, K)
+    fixed = total - row_sum(layers[:, :, :3])
     fixed = np.where(b.valid, fixed, fixed[:, :1])
-    ranks = b.ranks.astype(float)
-    return {**dict(zip(("compute", "comm", "host", "total", "hidden_ep", "regain"), at_slow.T)),
-            "fixed": fixed, "layer_cost": cost,
-            "floor_total": even_floor(b.kind_layers, total, fixed, ranks, cost)}
+    ranks = stage_ranks(b)
+    shares = by_row(b, ("layer_shares",), lambda a: layer_shares(a.kind_layers, stage_ranks(a)))
+    return {"compute": compute, "comm": comm, "host": host, "total": total[at], "hidden_ep": hidden_ep,
+            "regain": regain, "fixed": fixed, "layer_cost": cost,
+            "floor_total": even_floor(shares, total, fixed, ranks, cost)}
 
 
 def time_key(knobs: Knobs) -> tuple:
@@ -227,7 +233,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     f = b.fields
     gpu = job_gpu(gpu, f.world_size.flat[0])  # one world size per search
     stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
-    m = (gbs // (b.mbs * f.dp))[:, 0]
+    m = microbatches(b, gbs)
     # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
     # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key; but Megatron
     # FSDP's gathers across its copies under outer optim run a count of passes the micro-batches set, so there it is)
@@ -239,19 +245,20 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
          *((gbs, knobs.ep_overlap) if knobs.outer_dp_sharding_strategy == "optim" else ())),  # its passes: m
         # plan's passes share one batch's memo
         lambda: _data_parallel(spec, root, knobs, gpu, eff, gbs)))
-    u = ep_overlap_unpaired(f, m[:, None])[:, 0] if knobs.ep_overlap else 0.0
+    u = by_row(b, ("unpaired", gbs), lambda a: ep_overlap_unpaired(a.fields, microbatches(a, gbs)[:, None])[:, 0]) \
+        if knobs.ep_overlap else 0.0
     unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
     walls = {"compute": m * stage["compute"] + optimizer,
              "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
                                                                       stage["host"], m, step_rs, step_ag)
                               + u * stage["hidden_ep"],
              # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
-             "bubble": ((f.pp - 1) / f.vpp)[:, 0] * (stage["total"] + unhidden),
+             "bubble": bubble(b) * (stage["total"] + unhidden),
              "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0) + offload}
     walls["step"] = sum(walls.values())
     # the same step with the slowest pipeline rank at the least a re-split could make it (walls/split_floor.py: the
     # work is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach
-    walls["balanced"] = walls["step"] - (m + ((f.pp - 1) / f.vpp)[:, 0]) * (stage["total"] - stage["floor_total"])
+    walls["balanced"] = walls["step"] - slowest_runs(b, gbs) * (stage["total"] - stage["floor_total"])
     return walls | {"stage": stage}
 
 
@@ -261,10 +268,10 @@ def whole_layer_balanced(b: LayoutBatch, gbs: int, walls: dict, rows: np.ndarray
     those the first bound keeps in reach."""
     stage, f = walls["stage"], b.fields
     least = (f.vpp - b.loss)[rows].astype(float)  # the layers each rank keeps (pipeline_balance.with_rank_layers)
-    whole = whole_floor(b.kind_layers, stage["fixed"][rows], b.ranks[rows].astype(float), least,
+    whole = whole_floor(b.kind_layers, stage["fixed"][rows], stage_ranks(b)[rows], least,
                         stage["layer_cost"][rows])
     floor = np.maximum(stage["floor_total"][rows], whole)
-    weight = (gbs // (b.mbs * f.dp))[rows, 0] + ((f.pp - 1) / f.vpp)[rows, 0]  # the slowest rank's times in a step
+    weight = slowest_runs(b, gbs)[rows]  # the slowest rank's times in a step
     return walls["step"][rows] - weight * (stage["total"][rows] - floor)
 
 

@@ -13,15 +13,22 @@ model's layers of each kind come counted with the batch (LayoutBatch.kind_layers
 
 import numpy as np
 
+from moetune.walls.batch_rows import row_max, row_min, row_sum
 
-def even_floor(kind_layers: np.ndarray, total: np.ndarray, fixed: np.ndarray, ranks: np.ndarray,
-               cost: np.ndarray) -> np.ndarray:
-    """The ranks' mean (`total` of each distinct stage weighted by its `ranks`), or where higher the ceil(n / PP) of
-    each kind's n layers (`kind_layers`, of `cost` seconds each) that some rank holds on top of the least fixed part:
-    89 MoE layers over PP17 leave one rank 6 where the mean is 5.4 (GLM-4.5). Cheap enough for every candidate."""
+
+def layer_shares(kind_layers: np.ndarray, ranks: np.ndarray) -> tuple:
+    """What even_floor reads of the layout alone: the pipeline ranks (PP) and the ceil(n / PP) of each kind's n layers
+    (`kind_layers`) that some rank holds; the planner takes them once per search, not once per knob set."""
     pp = ranks.sum(axis=1)
-    per_kind = np.ceil(kind_layers / pp[:, None]) * cost
-    return np.maximum((total * ranks).sum(axis=1) / pp, fixed.min(axis=1) + per_kind.max(axis=1))
+    return pp, np.ceil(kind_layers / pp[:, None])
+
+
+def even_floor(shares: tuple, total: np.ndarray, fixed: np.ndarray, ranks: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """The ranks' mean (`total` of each distinct stage weighted by its `ranks`), or where higher the ceil(n / PP) of
+    each kind's n layers (layer_shares), of `cost` seconds each, that some rank holds on top of the least fixed part:
+    89 MoE layers over PP17 leave one rank 6 where the mean is 5.4 (GLM-4.5). Cheap enough for every candidate."""
+    pp, most = shares
+    return np.maximum(row_sum(total * ranks) / pp, row_min(fixed) + row_max(most * cost))
 
 
 def whole_floor(kind_layers: np.ndarray, fixed: np.ndarray, ranks: np.ndarray, least: np.ndarray,
