@@ -23,7 +23,16 @@ from moetune.walls.activations import (
     offload_staging_bytes,
 )
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
-from moetune.walls.batch_rows import bubble, by_row, microbatches, row_max, row_sum, slowest_runs, stage_ranks
+from moetune.walls.batch_rows import (
+    bubble,
+    by_row,
+    microbatches,
+    root_rows,
+    row_max,
+    row_sum,
+    slowest_runs,
+    stage_ranks,
+)
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
 from moetune.walls.iteration import gathered_weight_bytes, iteration_terms, step_weight_bytes
@@ -52,16 +61,20 @@ def _shape_ctx(f: SimpleNamespace, seq: int, knobs: Knobs) -> ActivationContext:
     return activation_context(f, SimpleNamespace(seq_length=seq, micro_batch_size=f.mbs), knobs)
 
 
-def _expand(x, inverse: np.ndarray) -> np.ndarray:
-    """A per-shape value (scalar or (u, 1) array) as an (n, 1) array over the candidates."""
-    x = np.asarray(x, dtype=float)
-    return np.full((len(inverse), 1), float(x)) if x.ndim == 0 else x.reshape(-1, 1)[inverse]
+def _shapes_ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
+    """_shape_ctx of the root's distinct shapes, once per batch for the knobs activation_context reads (a few dozen
+    of a grid's knob sets share one)."""
+    root = b.root()
+    key = ("shapes_ctx", seq, knobs.recompute, knobs.effective_modules, knobs.routing, knobs.token_imbalance,
+           stash_factor(knobs), knobs.fp8, knobs.offload_modules, knobs.hidden_dropout > 0)
+    return root.memo(key, lambda: _shape_ctx(distinct_shapes(root)[0], seq, knobs))
 
 
 def _on_shapes(b: LayoutBatch, seq: int, knobs: Knobs, per_shape) -> np.ndarray:
-    """per_shape(ctx) evaluated once per distinct shape, as an (n, 1) array over the candidates."""
-    u, inverse = distinct_shapes(b)
-    return _expand(per_shape(_shape_ctx(u, seq, knobs)), inverse)
+    """per_shape(ctx) evaluated once per distinct shape (a scalar or a (u, 1) array), as an (n, 1) array over the
+    candidates."""
+    x, inverse = np.asarray(per_shape(_shapes_ctx(b, seq, knobs)), dtype=float), distinct_shapes(b)[1]
+    return np.full((len(inverse), 1), float(x)) if x.ndim == 0 else x.reshape(-1, 1)[inverse]
 
 
 def _per_stage(b: LayoutBatch, spec: ModelSpec, per_kind) -> np.ndarray:
@@ -108,13 +121,15 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
                 knobs.hidden_dropout > 0)
 
     def stage_max():  # the knob constants below are the same on every stage, so the max comes first
-        states = b.memo(states_key, lambda: _state_bytes(spec, b, knobs, arch))
-        acts = b.memo(acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
-        logits = b.memo(("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
+        states = root_rows(b, states_key, lambda: _state_bytes(spec, b, knobs, arch))
+        acts = root_rows(b, acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
+        logits = root_rows(b, ("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
         return row_max(np.where(b.valid, states + acts + logits, 0))
 
-    peak_items = b.memo(("stage_max", states_key, acts_key, knobs.fp8_output_proj), stage_max)
-    peak_items = peak_items + userbuffer_bytes(spec, seq // f.cp[:, 0] * b.mbs[:, 0], f.tp[:, 0], f.sp[:, 0], knobs)
+    peak_items = root_rows(b, ("stage_max", states_key, acts_key, knobs.fp8_output_proj), stage_max)
+    # the same buffers on every knob set that overlaps TP comm at one GEMM precision: once per batch
+    peak_items = peak_items + b.memo(("userbuffers", seq, knobs.tp_comm_overlap, knobs.precision), lambda: (
+        userbuffer_bytes(spec, seq // f.cp[:, 0] * b.mbs[:, 0], f.tp[:, 0], f.sp[:, 0], knobs)))
     over = overhead_bytes(knobs, overheads)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)
     return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
@@ -124,7 +139,7 @@ def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np
     """(n, S) model-state bytes of each stage (model_state.model_state_bytes, read from the batch's fields of
     rank_params.StageParams; the largest FSDP unit only where Megatron FSDP reads it)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
-                             fsdp_units=b.counts.sum(axis=2) + b.mtp)  # rank_params.StageParams.fsdp_units
+                             fsdp_units=row_sum(b.counts) + b.mtp)  # rank_params.StageParams.fsdp_units
     largest = largest_fsdp_unit(spec, b) if knobs.megatron_fsdp else None
     return sum(model_state_bytes(params, b.fields, knobs, arch, largest_unit=largest).values())
 
@@ -142,7 +157,7 @@ def largest_fsdp_unit(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:
 def batch_state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:
     """Model-state bytes (weights, gradients, optimizer state: model_state.model_state_bytes) of each candidate's
     heaviest stage: what no shorter sequence or smaller micro-batch lowers."""
-    return np.where(b.valid, _state_bytes(spec, b, knobs, arch), 0).max(axis=1)
+    return row_max(np.where(b.valid, _state_bytes(spec, b, knobs, arch), 0))
 
 
 def batch_host_bytes(b: LayoutBatch, knobs: Knobs) -> np.ndarray:
@@ -162,7 +177,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     of `b.kinds` (compute, exposed communication, host, the EP all-to-all EP overlap hides, the host time it regains),
     seconds per micro-batch, in one table that a subset's rows read in one take."""
     u, _ = distinct_shapes(b)
-    ctx, r = _shape_ctx(u, seq, knobs), rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
+    ctx, r = _shapes_ctx(b, seq, knobs), rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     kinds = [*b.kinds, spec.mtp_layer_kind] if spec.mtp_num_layers else b.kinds
     table = np.empty((len(u.mbs), len(kinds), 5))
     for kind in spec.layer_kinds:
@@ -172,10 +187,10 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
                          lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
                                                                  modules=knobs.effective_modules, eff=eff))
         t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
+        at = [i for i, k in enumerate(kinds) if k == kind]  # the MTP layer's kind is a decoder kind too
         for j, x in enumerate((sum(t.compute.values()), sum(t.comm.values()), t.host,
                                t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)):
-            for i in (i for i, k in enumerate(kinds) if k == kind):  # the MTP layer's kind is a decoder kind too
-                table[:, i, j:j + 1] = x  # a (u, 1) array, or a scalar where no shape changes it
+            table[:, at, j] = x  # a (u, 1) array, or a scalar where no shape changes it
     return table
 
 

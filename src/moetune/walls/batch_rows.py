@@ -30,6 +30,16 @@ def by_row(b: LayoutBatch, key: tuple, make):
     return tuple(x[b.rows] for x in whole) if isinstance(whole, tuple) else whole[b.rows]
 
 
+def root_rows(b: LayoutBatch, key: tuple, make):
+    """b.memo(key, make), read by row from the root where the root already holds it: plan's memory_bound weighs the
+    whole batch under the grid's lightest knobs, whose model state, activations and peak the knob sets of the pass
+    that share those knobs read again on their subset."""
+    root = b.root()
+    if b.origin is not None and key in root.cache:
+        return b.memo(key, lambda: root.cache[key][b.rows])
+    return b.memo(key, make)
+
+
 def stage_ranks(b: LayoutBatch) -> np.ndarray:
     """(n, S) LayoutBatch.ranks as floats, as split_floor weighs them."""
     return by_row(b, ("ranks",), lambda a: a.ranks.astype(float))
