@@ -43,4 +43,6 @@ _EP_SHARE = np.array([0.0] + [expected_max_normal(n) / expected_max_normal(DROPL
 def busiest_share(ep):
     """The share of the full default factor charged at this EP size (an array or a number; 1 from
     DROPLESS_IMBALANCE_EP): the busiest of EP ranks by table lookup, as a search asks it of every candidate."""
+    if type(ep) is int:  # one layout's (estimate): a float, without np.clip's cost on a number
+        return float(_EP_SHARE[max(1, min(ep, DROPLESS_IMBALANCE_EP))])
     return _EP_SHARE[np.clip(ep, 1, DROPLESS_IMBALANCE_EP)]

@@ -140,6 +140,9 @@ class ModelSpec:
     # the hash, computed once: a spec keys the per-model caches (walls/rank_params.py) on every estimate, and hashing
     # its dozens of layer kinds each time was a fifth of a time-only estimate
     _hash: int = field(init=False, repr=False, compare=False, default=0)
+    # the layer counts and kinds, counted once: the rule facts, walls and estimates ask them thousands of times a plan,
+    # and each was a pass over the layers
+    _counts: tuple = field(init=False, repr=False, compare=False, default=())
 
     def __hash__(self) -> int:
         return self._hash
@@ -152,6 +155,9 @@ class ModelSpec:
         if self.mtp_layer_kind is not None:
             object.__setattr__(self, "mtp_layer_kind", kinds.get(self.mtp_layer_kind, self.mtp_layer_kind))
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
+        object.__setattr__(self, "_counts", (
+            sum(layer.mlp == "moe" for layer in self.layers), sum(layer.mlp == "dense" for layer in self.layers),
+            frozenset(self.layers) | ({self.mtp_layer_kind} if self.mtp_num_layers else frozenset())))
         check_spec(self)
 
     def with_mtp(self, n: int) -> "ModelSpec":
@@ -182,15 +188,15 @@ class ModelSpec:
     @property
     def layer_kinds(self) -> frozenset[LayerKind]:
         """Every kind of layer the model runs: its decoder layers' and its MTP layers'."""
-        return frozenset(self.layers) | ({self.mtp_layer_kind} if self.mtp_num_layers else frozenset())
+        return self._counts[2]
 
     @property
     def num_moe_layers(self) -> int:
-        return sum(layer.mlp == "moe" for layer in self.layers)
+        return self._counts[0]
 
     @property
     def num_dense_layers(self) -> int:
-        return sum(layer.mlp == "dense" for layer in self.layers)
+        return self._counts[1]
 
     @property
     def attention(self) -> str:

@@ -41,17 +41,25 @@ class ActivationContext:
     fp8_gemm_inputs: bool = False  # FP8 recipes: TE saves GEMM inputs quantized (1 byte/element)
     offload_modules: frozenset[str] = field(default_factory=frozenset)  # inputs moved to host (offload_modules)
 
+    # tokens and sp_div, worked out once: the walls read them many times over a context, on the planner's arrays too
+    _shape: tuple = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self) -> None:
+        # s*b on this rank before any sequence-parallel split (CP already applied), and the divisor of the tensors that
+        # sequence parallelism shards (norms, dropouts, residuals)
+        sp_div = np.where(self.sequence_parallel, self.tp, 1) if isinstance(self.sequence_parallel, np.ndarray) \
+            else self.tp if self.sequence_parallel else 1  # the planner evaluates many layouts at once
+        object.__setattr__(self, "_shape", (self.seq_length // self.cp * self.micro_batch_size, sp_div))
+
     @property
     def tokens(self) -> int:
         """s*b on this rank before any sequence-parallel split (CP already applied)."""
-        return self.seq_length // self.cp * self.micro_batch_size
+        return self._shape[0]
 
     @property
     def sp_div(self) -> int:
         """Divisor of tensors that sequence parallelism shards (norms, dropouts, residuals)."""
-        if isinstance(self.sequence_parallel, np.ndarray):  # the planner evaluates many layouts at once
-            return np.where(self.sequence_parallel, self.tp, 1)
-        return self.tp if self.sequence_parallel else 1
+        return self._shape[1]
 
 
 def whole(x):
