@@ -50,3 +50,24 @@ def test_a_shared_batch_prices_each_knob_set_as_a_fresh_one():
         fresh = _figures(build_batch(spec, LAYOUTS), knobs)
         for name, got, want in zip(("step", "peak", "host"), _figures(shared, knobs), fresh):
             assert got == pytest.approx(want, rel=1e-12), (name, knobs)
+
+
+# DeepSeek-V3's dense and MoE layers, with and without MTP; knob sets that differ in what acts on the routed experts
+# alone, which the dense layers' memo leaves out of its key (walls/batch_keys.py layer_time_key)
+DENSE_AND_MOE = [(Layout(world_size=64, ep=8), 1), (Layout(world_size=64, tp=2, ep=16), 2),
+                 (Layout(world_size=64, ep=4, etp=2), 1)]
+ROUTED_ONLY = [Knobs(), Knobs(dispatcher="deepep"), Knobs(dispatcher="deepep", ep_overlap=True),
+               Knobs(dispatcher="deepep", ep_overlap=True, delay_wgrad=True), Knobs(dispatcher="hybridep"),
+               Knobs(dispatcher="hybridep", flex_num_sms=8), Knobs(moe_router_dtype=None),
+               Knobs(dispatcher="allgather")]
+
+
+@pytest.mark.parametrize("mtp", [0, 1])
+def test_knob_sets_that_differ_in_the_routed_experts_alone_share_the_dense_layers(mtp):
+    spec, gpu = load_model("deepseek-v3").with_mtp(mtp), load_gpu("h100")
+    shared = build_batch(spec, DENSE_AND_MOE)
+    for knobs in ROUTED_ONLY:
+        want = batch_step_seconds(spec, build_batch(spec, DENSE_AND_MOE), 4096, 512, knobs, gpu, efficiency(gpu.key))
+        got = batch_step_seconds(spec, shared, 4096, 512, knobs, gpu, efficiency(gpu.key))
+        for wall in ("step", "balanced", "communication", "host"):
+            assert np.array_equal(got[wall], want[wall]), (wall, knobs)

@@ -9,7 +9,8 @@ import numpy as np
 from moetune.layout.knobs import Knobs
 from moetune.planner.ranking import bound, cp_weight, preference
 from moetune.planner.search_state import Search
-from moetune.walls.batch import batch_step_seconds, time_key, whole_layer_balanced
+from moetune.walls.batch import batch_step_seconds, whole_layer_balanced
+from moetune.walls.batch_keys import time_key
 
 
 def _without_recompute(knobs: Knobs) -> tuple:

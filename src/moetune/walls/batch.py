@@ -22,6 +22,7 @@ from moetune.walls.activations import (
     layer_activation_items,
     offload_staging_bytes,
 )
+from moetune.walls.batch_keys import layer_time_key, time_key
 from moetune.walls.batch_layouts import LayoutBatch, distinct_shapes
 from moetune.walls.batch_rows import (
     bubble,
@@ -181,15 +182,17 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     kinds = [*b.kinds, spec.mtp_layer_kind] if spec.mtp_num_layers else b.kinds
     table = np.empty((len(u.mbs), len(kinds), 5))
     for kind in spec.layer_kinds:
-        compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules, knobs.routing,
-                          knobs.token_imbalance,  # with routing, all Knobs.imbalance_at reads
-                          knobs.hidden_dropout > 0),  # the elementwise kernels touch the dropout masks
-                         lambda kind=kind: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
-                                                                 modules=knobs.effective_modules, eff=eff))
-        t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
+        def figures(kind=kind) -> tuple:
+            compute = b.memo(("compute", kind, knobs.precision, knobs.recompute, knobs.effective_modules,
+                              knobs.routing, knobs.token_imbalance,  # with routing, all Knobs.imbalance_at reads
+                              knobs.hidden_dropout > 0),  # the elementwise kernels touch the dropout masks
+                             lambda: layer_compute_seconds(spec, kind, ctx, r, u.ep, recompute=knobs.recompute,
+                                                           modules=knobs.effective_modules, eff=eff))
+            t = layer_time(spec, kind, u, ctx, gpu, eff, knobs, r, compute=compute)
+            return (sum(t.compute.values()), sum(t.comm.values()), t.host,
+                    t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)
         at = [i for i, k in enumerate(kinds) if k == kind]  # the MTP layer's kind is a decoder kind too
-        for j, x in enumerate((sum(t.compute.values()), sum(t.comm.values()), t.host,
-                               t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)):
+        for j, x in enumerate(b.memo(("kind_times", kind, seq, *layer_time_key(kind, knobs)), figures)):
             table[:, at, j] = x  # a (u, 1) array, or a scalar where no shape changes it
     return table
 
@@ -226,19 +229,6 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     return {"compute": compute, "comm": comm, "host": host, "total": total[at], "hidden_ep": hidden_ep,
             "regain": regain, "fixed": fixed, "layer_cost": cost,
             "floor_total": even_floor(shares, total, fixed, ranks, cost)}
-
-
-def time_key(knobs: Knobs) -> tuple:
-    """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms); the router's dtype
-    sizes biased experts' fc2 bias pass (compute.expert_bias_seconds); a measured token_imbalance is charged whole at
-    any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so it is part of it beside routing
-    (Knobs.imbalance is a function of the two, so it adds nothing to the key); dropout adds
-    masks the elementwise kernels touch (compute.layer_compute_seconds)."""
-    return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
-            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing,
-            knobs.token_imbalance, knobs.hidden_dropout > 0,
-            knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size,
-            knobs.moe_router_dtype)
 
 
 def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec,

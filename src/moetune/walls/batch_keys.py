@@ -1,0 +1,34 @@
+"""The knob keys of the batched walls' memos (walls/batch.py): which knobs change a layer's or a stage's time, so the
+knob sets of a search that differ in none of them share one computation."""
+
+from moetune.layout.knobs import Knobs
+from moetune.specs.model import LayerKind
+
+
+def time_key(knobs: Knobs) -> tuple:
+    """Knobs that change the per-stage time (the optimizer knobs only add per-iteration terms); the router's dtype
+    sizes biased experts' fc2 bias pass (compute.expert_bias_seconds); a measured token_imbalance is charged whole at
+    any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so it is part of it beside routing
+    (Knobs.imbalance is a function of the two, so it adds nothing to the key); dropout adds
+    masks the elementwise kernels touch (compute.layer_compute_seconds)."""
+    return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
+            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing,
+            knobs.token_imbalance, knobs.hidden_dropout > 0,
+            knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size,
+            knobs.moe_router_dtype)
+
+
+def layer_time_key(kind: LayerKind, knobs: Knobs) -> tuple:
+    """The knobs one layer of `kind` reads of time_key: all of them for a layer with routed experts; the others read
+    none of those that act on the routed experts alone, so their figures serve every knob set that differs in those
+    (DeepSeek-V3's dense layers: one computation for several dispatcher and EP-overlap sets)."""
+    return time_key(knobs) if kind.mlp == "moe" else _without_routed_experts(knobs)
+
+
+def _without_routed_experts(knobs: Knobs) -> tuple:
+    """time_key less the knobs that act on the routed experts alone: the dispatcher and its SMs (the MoE branch of
+    layer_comm.layer_comm), EP overlap and delay_wgrad (a layer without an EP all-to-all has nothing to overlap, so
+    step.layer_time's unpaired host time is its host time), the router's dtype (compute.expert_bias_seconds)."""
+    return (knobs.precision, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope, knobs.tp_comm_overlap,
+            knobs.routing, knobs.token_imbalance, knobs.hidden_dropout > 0, knobs.offload_modules,
+            knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size)
