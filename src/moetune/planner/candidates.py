@@ -46,8 +46,9 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
                    for k in lightest], axis=0)
     rows = np.nonzero(peak <= gpu.capacity_bytes)[0]
     i = int(np.argmin(peak))
-    # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit)
-    host = float(batch_host_bytes(batch, lightest[0])[i]) / 2**30
+    # the host share the lightest knobs' optimizer offload needs (plan's "nothing fits" names it when it is the limit),
+    # of the one candidate named: asked of the whole batch it cost a ceil-division over every stage of every candidate
+    host = float(batch_host_bytes(batch.subset(np.array([i])), lightest[0])[0]) / 2**30
     offload = ", optimizer offload" if lightest[0].optimizer_offload_fraction > 0 else ""
     if lightest[0].megatron_fsdp:
         offload += f", Megatron FSDP {lightest[0].megatron_fsdp}"

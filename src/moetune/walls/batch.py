@@ -46,7 +46,7 @@ from moetune.walls.memory import (
     stash_factor,
     userbuffer_bytes,
 )
-from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes
+from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes, optimizer_shard
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.rank_params import layer_rank_params
 from moetune.walls.split_floor import even_floor, layer_shares, whole_floor
@@ -142,7 +142,12 @@ def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
                              fsdp_units=row_sum(b.counts) + b.mtp)  # rank_params.StageParams.fsdp_units
     largest = largest_fsdp_unit(spec, b) if knobs.megatron_fsdp else None
-    return sum(model_state_bytes(params, b.fields, knobs, arch, largest_unit=largest).values())
+    # the optimizer shard, by the knobs optimizer_divisors reads: a float ceil-division over every stage of every
+    # candidate, the same for each precision memory_bound and the knob sets weigh
+    divisors = (knobs.torch_fsdp2, knobs.sharded_optimizer, knobs.outer_dp_sharding_strategy,
+                knobs.num_distributed_optimizer_instances)
+    shard = root_rows(b, ("optimizer_shard", *divisors), lambda: optimizer_shard(params, b.fields, knobs))
+    return sum(model_state_bytes(params, b.fields, knobs, arch, largest_unit=largest, shard=shard).values())
 
 
 def largest_fsdp_unit(spec: ModelSpec, b: LayoutBatch) -> np.ndarray:

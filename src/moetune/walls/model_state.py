@@ -90,9 +90,11 @@ def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
     return {"weights": 2 * params, "fp8_weight_cache": fp8}
 
 
-def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str, *, largest_unit=None) -> dict[str, int]:
+def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str, *, largest_unit=None,
+                      shard=None) -> dict[str, int]:
     """Weights, gradients and optimizer state of one rank of stage `p`. `largest_unit`: parameters on one rank of the
-    stage's largest Megatron FSDP unit (rank_params.largest_fsdp_unit), read only under Megatron FSDP."""
+    stage's largest Megatron FSDP unit (rank_params.largest_fsdp_unit), read only under Megatron FSDP. `shard`:
+    optimizer_shard, where the caller has it (the planner's batch keeps it across precisions)."""
     params = p.dense + p.expert
     items = {**weight_items(p, knobs, arch), "main_grads": grad_bytes(knobs) * params}
     if knobs.torch_fsdp2:
@@ -100,7 +102,7 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str, *
     if knobs.fsdp_strategy:
         items.update(megatron_fsdp_items(p, layout, knobs, arch, largest_unit))
     linear, adam = optimizer_state_bytes(knobs)
-    shard = optimizer_shard(p, layout, knobs)
+    shard = optimizer_shard(p, layout, knobs) if shard is None else shard
     if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
         vocab = -(-p.vocab // optimizer_divisors(layout, knobs)[0])
         items["optimizer_states"] = whole(linear * (shard - vocab) + adam * vocab)
