@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from moetune.cli.estimate_input import load_overheads
-from moetune.cli.options import config_words
+from moetune.cli.options import config_words, script_args_option
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
 from moetune.configio import load_config
 from moetune.configio.names import is_megatron_lm
@@ -54,6 +54,7 @@ def config_options(func):
                      help="Dotted override, e.g. model.expert_model_parallel_size=8 (repeatable)."),
         click.option("--mlm-args", default=None,
                      help='Megatron-LM arguments, e.g. "--tensor-model-parallel-size 2 ...".'),
+        script_args_option(),
         click.option("--format", "fmt", type=click.Choice(["yaml", "json", "overrides", "mlm"]), default=None,
                      help="Force the format of CONFIG files (default: from the extension and content)."),
         click.option("--gpu", default=None, help="GPU (h100, gb200, ...) or a cluster .toml: cluster.gpu."),
@@ -63,10 +64,11 @@ def config_options(func):
     return func
 
 
-def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: list | None = None) -> dict:
+def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: list | None = None,
+                script_args: str | None = None) -> dict:
     """The merged config of the inputs; the result picked from each saved plan/estimate result read is appended to
     `saved`, whose overheads and model the memory wall runs with as they were predicted."""
-    if not (configs or sets or mlm_args is not None):
+    if not (configs or sets or mlm_args is not None or script_args is not None):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
@@ -77,7 +79,8 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: l
             saved.append(pick_result(data, rank))
         return results[-1]
 
-    config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result)
+    config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result,
+                         script_args=script_args)
     for saved in results:  # a plan was predicted for its own cluster: --gpu/--gpus may not move it elsewhere
         for flag, key, given in (("--gpu", "cluster.gpu", gpu), ("--gpus", "cluster.num_gpus", gpus)):
             if given is not None and str(saved.get(key)) != str(config[key]):
@@ -133,11 +136,12 @@ def findings_table(findings: list, mlm: bool = False) -> Table:
               help="TOML overriding memory_overheads.toml figures for --model's memory wall (default: a saved plan's "
                    "own, else the built-in figures).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(configs, sets, mlm_args, fmt, gpu, gpus, context, no_mcore, model, overheads, as_json) -> None:
+def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, context, no_mcore, model, overheads,
+            as_json) -> None:
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
     saved: list[dict] = []
-    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved)
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved, script_args=script_args)
     # a saved plan or estimate names its model (its built-in name or config.json): its memory wall runs as under
     # --model (the fit rules need it)
     models = {r.get("model_source", r["model"]) for r in saved if r.get("model")}

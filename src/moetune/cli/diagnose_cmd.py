@@ -3,7 +3,7 @@
 import click
 from rich.markup import escape
 
-from moetune.cli.options import config_words
+from moetune.cli.options import config_words, script_args_option
 from moetune.cli.output import console, emit_json, launched_by_mlm, table, unknown_launcher_note
 from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import synced_optimizer_switches
@@ -107,13 +107,14 @@ def _result_config(data: dict, where: str) -> dict:
     return config
 
 
-def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None) -> tuple[dict | None, TrainingLog | None]:
+def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
+                script_args: str | None = None) -> tuple[dict | None, TrainingLog | None]:
     """The run's config and its log. A Megatron-LM log's arguments are what ran: they fill in what --config, --set,
     --mlm-args, --gpu and --gpus do not say, for the prediction (a --model one) and the advice alike."""
     config = None
-    if configs or sets or mlm_args is not None or gpu or gpus:
+    if configs or sets or mlm_args is not None or gpu or gpus or script_args is not None:
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
-                             from_result=_result_config)
+                             from_result=_result_config, script_args=script_args)
     log = read_log(log_path) if log_path else None
     dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
     return ({**dump, **config} if config is not None else (dump or None)), log
@@ -152,6 +153,7 @@ def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool, mlm: bool = F
                    "env.sh), as for `check`.")
 @click.option("--set", "sets", multiple=True, help="Dotted override of the run's config (repeatable).")
 @click.option("--mlm-args", default=None, help="The run's Megatron-LM arguments.")
+@script_args_option()
 @click.option("--model", default=None, help="Built-in model or config.json: predict the run from --config.")
 @click.option("--gpu", default=None, help="GPU of the run (with --model).")
 @click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs of the run (with --model).")
@@ -160,15 +162,15 @@ def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool, mlm: bool = F
                    "architecture (other SMs, or another catalog GPU's name): a note instead of an error.")
 @click.option("--plan", "plan_file", default=None, help="`moetune estimate/plan --json` of this run to compare.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_args, model, gpu, gpus, force_gpu: bool,
-            plan_file, as_json: bool) -> None:
+def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_args, script_args, model, gpu, gpus,
+            force_gpu: bool, plan_file, as_json: bool) -> None:
     """Find the dominant wall (memory, communication, host overhead, compute) in Kineto traces
     (.json/.json.gz, one file per rank, or directories of them) and/or a Megatron training log,
     and name the next changes; with --config the advice is tailored, with --plan or --model the
     prediction is compared wall by wall."""
     if force_gpu and not (gpu or plan_file):  # it forces a GPU named to be the traces': without one it does nothing
         raise MoetuneError("--force-gpu prices the run on --gpu or the --plan's GPU; give one of them, or drop it")
-    config, log = _run_config(configs, sets, mlm_args, gpu, gpus, log_path)
+    config, log = _run_config(configs, sets, mlm_args, gpu, gpus, log_path, script_args)
     given = bool(configs or sets or mlm_args is not None)
     predicted = _prediction(config, model, plan_file, given)
     if predicted is not None and log is not None:  # before the traces are read: a log of another job compares nothing

@@ -52,9 +52,9 @@ def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
 @click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which result of a plan JSON to emit (1 = the pick).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: {files, config, findings}.")
-def command(configs, sets, mlm_args, fmt, gpu, gpus, out_dir, allow_errors, rank, as_json) -> None:
+def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, out_dir, allow_errors, rank, as_json) -> None:
     """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
-    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank)
+    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank, script_args=script_args)
     errors = [f for f in check_findings(config) if f.severity == "error"]  # Megatron-Core validation too, if installed
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])

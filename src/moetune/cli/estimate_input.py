@@ -33,12 +33,13 @@ def estimate_from_config(model: str, kw: dict):
     clash = flags_the_config_replaces()
     if clash:
         given = [flag for flag, on in (("--config", kw.get("configs")), ("--mlm-args", kw.get("mlm_args") is not None),
-                                       ("--set", kw.get("sets"))) if on]
+                                       ("--set", kw.get("sets")), ("--script-args", kw.get("script_args") is not None))
+                 if on]
         raise MoetuneError(f"{clash[0]}: with {' and '.join(given)} the layout and knobs are a config's (its Megatron "
                            f"names); drop {clash[0]} and give it as --set KEY=VALUE too (e.g. --set "
                            "model.pipeline_model_parallel_size=8), or drop the config options for the flags alone")
     config = load_config(list(kw["configs"]), sets=list(kw["sets"]), mlm_args=kw["mlm_args"], gpu=kw["gpu"],
-                         gpus=kw["gpus"])
+                         gpus=kw["gpus"], script_args=kw.get("script_args"))
     if "cluster.gpu" not in config:
         raise MoetuneError("the config does not say which GPU: pass --gpu (e.g. --gpu h100)")
     spec = load_model(model)
@@ -216,7 +217,7 @@ def with_mtp(spec, depth: int | None):
 def estimate_from_flags(model: str, kw: dict):
     """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags (or from a
     config, estimate_from_config); knobs left out take the platform defaults and are recorded in `defaulted`."""
-    if kw.get("configs") or kw.get("mlm_args") is not None or kw.get("sets"):
+    if kw.get("configs") or kw.get("mlm_args") is not None or kw.get("sets") or kw.get("script_args") is not None:
         return estimate_from_config(model, kw)
     from moetune.planner.estimate import estimate
     from moetune.specs.hardware import load_gpu

@@ -54,9 +54,9 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     saved = _saved_result(plan_file or model, bool(plan_file)) if plan_file or json_model else None
     if saved is None and plan_file:
         raise MoetuneError(f"--plan {plan_file}: not a `moetune plan --json` or `estimate --json` output")
-    if saved is not None and (kw["configs"] or kw["mlm_args"] or kw["sets"]):
+    if saved is not None and (kw["configs"] or kw["mlm_args"] or kw["sets"] or kw["script_args"] is not None):
         raise MoetuneError("explain reads one configuration: a saved plan/estimate, or --config / --mlm-args / --set "
-                           "with MODEL, not both")
+                           "(/ --script-args) with MODEL, not both")
     if saved is not None:
         if plan_file and model:
             raise MoetuneError(f"explain reads one configuration: --plan {plan_file} or MODEL {model}, not both")

@@ -111,6 +111,16 @@ def knob_options(func):
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
+def script_args_option():
+    """--script-args, the same in every command that reads launch scripts (configio/load.py script_arguments)."""
+    return click.option("--script-args", default=None, metavar='"ARG ..."',
+                        help=SCRIPT_ARGS_HELP)
+
+
+SCRIPT_ARGS_HELP = ("Arguments of the launch script (.sh) among the inputs, its $1 .. $N, as one string a shell "
+                    "splits, e.g. \"dsw A3B 1 8 ...\" (Pai-Megatron-Patch's run_mcore_*.sh take their layout so).")
+
+
 def config_options(func):
     """estimate/explain from a launch config instead of the layout and knob flags."""
     opts = [
@@ -119,6 +129,7 @@ def config_options(func):
                           "dotted overrides, Megatron-LM arguments or a MODEL_ARGS YAML, read as `check` reads it "
                           "(repeatable; Megatron's defaults where it is silent)."),
         click.option("--mlm-args", default=None, help="Megatron-LM arguments, with or instead of --config."),
+        script_args_option(),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Dotted override of the config, e.g. model.expert_model_parallel_size=8 (repeatable)."),
     ]

@@ -7,12 +7,14 @@ values is a contradiction and an error):
      a file of dotted overrides (key=value lines), a file of Megatron-LM arguments (--flags), or a file of
      ``export NAME=value`` lines (emit's env.sh: env.*);
   2. ``--mlm-args "..."``;
+  (``--script-args "..."``: the positional arguments ($1 .. $N) of the one launch script among the files)
   3. ``--set key=value`` overrides together with ``--gpu`` / ``--gpus`` (cluster.gpu / cluster.num_gpus).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,10 +38,10 @@ from moetune.specs.hardware import load_gpu
 
 
 def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None,
-              env: Mapping[str, str] | None = None) -> list[Assignment]:
+              env: Mapping[str, str] | None = None, args: Sequence[str] = ()) -> list[Assignment]:
     """Assignments from one file; ``fmt`` (yaml, json, overrides, mlm) forces the format; ``from_result``
     reads an estimate/plan result JSON (readers.ResultReader); ``env``: the variables a launch script or a
-    MODEL_ARGS YAML sees (default: os.environ)."""
+    MODEL_ARGS YAML sees (default: os.environ); ``args``: a launch script's positional arguments."""
     if path.is_dir():  # check run/ (emit's --out folder) instead of one of its files
         raise MoetuneError(f"{path}: is a directory; pass the config file inside it (e.g. {path}/overrides.txt)")
     if not path.is_file():
@@ -63,7 +65,7 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
     if fmt == "overrides" or (fmt is None and looks_dotted(text)):
         return dotted_assignments(overrides_lines(text), str(path))
     if fmt == "mlm" or (fmt is None and ("--" in text or looks_like_env(text))):
-        return parse_mlm(text, str(path), env)
+        return parse_mlm(text, str(path), env, args)
     raise MoetuneError(
         f"{path}: cannot tell the format; use a .yaml Bridge config, key=value override lines, "
         "Megatron-LM --flags, or pass --format")
@@ -81,17 +83,35 @@ def _for_gpu(source: dict[str, Any], gpu: str | None) -> dict[str, Any]:
     return source
 
 
+def script_arguments(files: Sequence[str | Path], script_args: str | None) -> dict[int, list[str]]:
+    """{index of the launch script among `files`: its positional arguments}, of `--script-args` split as a shell splits
+    it (Pai-Megatron-Patch's run_mcore_*.sh take their layout as $1 .. $27, as its README runs them)."""
+    if script_args is None:
+        return {}
+    shells = [k for k, f in enumerate(files) if Path(f).suffix.lower() == ".sh"]
+    if len(shells) != 1:
+        named = " and ".join(str(files[k]) for k in shells)
+        raise MoetuneError(f"--script-args: gives the arguments of one launch script (.sh), and the inputs hold "
+                           f"{named or 'none'}; pass the script as a config file, or drop --script-args")
+    try:
+        return {shells[0]: shlex.split(script_args)}
+    except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
+        raise MoetuneError(f"--script-args {script_args[:60]!r}: {str(err).lower()}; quote the arguments as bash "
+                           "would (e.g. --script-args \"dsw A3B 'a b'\")") from None
+
+
 def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), mlm_args: str | None = None,
                 gpu: str | None = None, gpus: int | None = None, fmt: str | None = None,
-                from_result: ResultReader | None = None) -> dict[str, Any]:
-    """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*)."""
+                from_result: ResultReader | None = None, script_args: str | None = None) -> dict[str, Any]:
+    """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*); ``script_args``: the launch
+    script's positional arguments, as one string a shell splits."""
     # launch scripts first: what they export reaches every input, as a launcher hands on its environment (the
     # Megatron-MoE-ModelZoo's `TP=2 PP=8 ... bash sbatch_benchmarking.sh --flags` fills its YAML's ${TP} by envsubst);
     # the inputs still override one another in the order given
-    env, read = dict(os.environ), {}
+    env, read, args = dict(os.environ), {}, script_arguments(files, script_args)
     for k, f in enumerate(files):
         if Path(f).suffix.lower() == ".sh":
-            read[k] = _for_gpu(resolve(read_file(Path(f), fmt, from_result, env)), gpu)
+            read[k] = _for_gpu(resolve(read_file(Path(f), fmt, from_result, env, args.get(k, ()))), gpu)
             env |= {n[len("env."):]: str(v) for n, v in read[k].items() if n.startswith("env.") and v is not None}
     sources = [read[k] if k in read else _for_gpu(resolve(read_file(Path(f), fmt, from_result, env)), gpu)
                for k, f in enumerate(files)]
