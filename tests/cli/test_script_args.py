@@ -29,6 +29,20 @@ def test_check_reads_a_pai_script_with_its_arguments(capsys):
     assert config["model.num_layers"] == 48 and config["train.train_iters"] == 10000 // 8 // 128
 
 
+def test_without_them_the_line_says_how_to_give_them(capsys):
+    code, _, err = run(["check", str(PAI_QWEN3), "--gpu", "h100"], capsys)
+    assert code == 2 and "`[ $1 = dsw ]`" in err and "--script-args" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_exit_the_arguments_take_is_one_line(capsys, monkeypatch):
+    # $11 PP=4 with MP_PP0_LAYERS=5: (48 - 5) % 3 != 0, Pai's uneven-split `exit -1` and the line it echoes before
+    monkeypatch.setenv("MP_PP0_LAYERS", "5")
+    args = PAI_ARGS.replace(" 4 2 ", " 4 4 ", 1)
+    code, _, err = run(["check", str(PAI_QWEN3), "--gpu", "h100", "--script-args", args], capsys)
+    assert code == 2 and "line 363: bash ends the script here (exit -1), after it echoes 'With uneven" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("command", [["check"], ["emit"], ["estimate", "qwen3-30b-a3b", "--config"],
                                      ["explain", "qwen3-30b-a3b", "--config"], ["diagnose", "--config"]])
 def test_every_command_that_reads_a_launch_script_takes_them(capsys, command):

@@ -19,15 +19,21 @@ import fnmatch
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 
 from moetune.configio.readers import SHELL_NAME
 from moetune.configio.shell_assign import assign, declared, expand_words, let, unset
 from moetune.configio.shell_commands import (
     NOT_LAUNCHERS,
+    PASS_ARGUMENTS,
+    POSITIONAL,
+    ScriptExit,
     acts,
     assigned_in,
+    exit_line,
     exits,
+    nothing_past,
     positional,
     runs_python,
     runs_script_with_flags,
@@ -55,7 +61,8 @@ def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[
     with neither (a bare argument list, an env file) gives every variable it sets and every word of its commands.
     `args` are the script's own ($1, $2, ...; $0 is `origin`)."""
     run = _Run(positional(Vars(scalars=dict(env), exported=set(env)), origin, args), origin)  # env is exported
-    run.run_text(text, origin)
+    run.top, run.given = True, bool(args)
+    stop = run.run_to_exit(text)
     if run.found is not None:
         return run.found
     if run.script_launch is not None:
@@ -65,6 +72,9 @@ def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[
         raise MoetuneError(f"{origin} line {line}: the training command runs inside a '{kind}', which moetune does "
                            "not unroll (its values are computed as bash runs it); pass one run's arguments "
                            "(a launch line, or --mlm-args)")
+    if stop is not None and not (stop.origin == origin and nothing_past(text, stop.line)):
+        # bash ends the script on the path it takes, before any command that trains, and moetune would read past it
+        raise MoetuneError(exit_line(stop, bool(args), run.reads_arguments))
     assigned = dict.fromkeys(run.vars.assigned)
     held = [n for n in assigned if not run.ran and any(w.startswith("--") for w in run.vars.arrays.get(
         n, str(run.vars.scalars.get(n)).split()))]
@@ -86,9 +96,27 @@ class _Run:
         self.depth = 0  # scripts run or sourced to get here
         self.ran = False  # whether a command ran that is no argument list and no echo, cd, source...
         self.functions: dict[str, Unread] = {}  # the script's functions, by name
+        self.said: str | None = None  # the first of the `echo`s run right before this command: an `exit`'s reason
+        self.tested: list[str] = []  # the words of the last test run (`[ -z "$1" ]`), or a `case`'s word
+        self.top, self.given = False, False  # the script moetune was given (not one it runs), and given arguments
+        self.reads_arguments = False  # whether it, or a file it sources, reads $1, $#, $@ ...
+
+    @property
+    def hint(self) -> str:
+        """How to give the script's arguments, where it reads them and was given none."""
+        return f"; {PASS_ARGUMENTS}" if self.top and not self.given and self.reads_arguments else ""
+
+    def run_to_exit(self, text: str) -> ScriptExit | None:
+        """Run the script; the `exit` that ends it before its launch, if one does (a child's ends the child alone)."""
+        try:
+            self.run_text(text, self.origin)
+        except ScriptExit as stop:
+            return stop
+        return None
 
     def run_text(self, text: str, origin: str) -> None:
         self.names |= set(_ASSIGNED.findall(text))
+        self.reads_arguments |= bool(POSITIONAL.search(text))
         self.block(parse(tokens(text, origin), origin))
 
     def run_file(self, path: str, args: list[str], own_shell: bool, prefix: list[str]) -> None:
@@ -106,7 +134,7 @@ class _Run:
             names = exported + [w.split("=", 1)[0] for w in prefix]
             child = _Run(positional(Vars(scalars, exported=set(scalars), assigned=names), path, args), path)
             child.depth = self.depth + 1
-            child.run_text(text, path)
+            child.run_to_exit(text)
             self.found, self.unread_python = child.found, self.unread_python or child.unread_python
             self.script_launch = self.script_launch or child.script_launch
             return
@@ -163,7 +191,7 @@ class _Run:
                                        f"tell whether `{shown(cond, self.vars)}` holds (it runs a command, tests a "
                                        "file or a command's output, or is malformed as bash reads it: an unset "
                                        "variable?) and a branch sets what the launch reads; set what it tests as the "
-                                       "launcher would, or write the branch's assignments without the 'if'")
+                                       "launcher would, or write the branch's assignments without the 'if'" + self.hint)
                 return
             if holds:
                 self.block(body)
@@ -172,12 +200,13 @@ class _Run:
     def case(self, node: Case) -> None:
         """The first arm whose pattern matches the word, as bash picks it (examples/mamba/train.sh's model sizes)."""
         subject = expand_one(node.subject, self.vars, keep_unset=False)
+        self.tested = [node.subject]
         if UNKNOWN.search(subject):  # a command's output, known only by running it, or an unset variable's text
             if any(acts(n) for _, body in node.arms for n in body):
                 raise MoetuneError(f"{self.origin} line {node.line}: moetune cannot tell which arm of this 'case' "
                                    f"runs (its word, {subject!r}, is a command's output or holds an unset "
                                    "variable) and an arm sets what the launch reads; set what it reads as the "
-                                   "launcher would, or write that arm's assignments without the 'case'")
+                                   "launcher would, or write that arm's assignments without the 'case'" + self.hint)
             return
         for patterns, body in node.arms:
             if any(fnmatch.fnmatchcase(subject, expand_one(p, self.vars, keep_unset=False)) for p in patterns):
@@ -207,6 +236,7 @@ class _Run:
     def simple(self, s: Simple, condition: bool) -> bool | None:
         words = expand_words(s.words, self.vars, self.names)
         if words and words[0] in ("[", "[[", "test", "!"):  # an unset variable is empty there, as bash reads it
+            self.tested = s.words
             if "[[" in words[:2]:  # no word splitting inside [[ ]]: an empty operand stays an operand
                 return evaluate([expand_one(raw, self.vars, keep_unset=False) for raw in s.words], self._is_set)
             return evaluate([w for raw in s.words for w in expand(raw, self.vars, keep_unset=False)], self._is_set)
@@ -225,6 +255,10 @@ class _Run:
         return self.vars.get(name) is not None
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
+        if words[0] == "exit":  # where nothing follows, the script's end: what ran stays as read (configio/shell.py)
+            self.words, self.ran = self.words + words, True
+            raise ScriptExit(self.origin, s.line, words, self.said, self.tested)
+        self.said = (self.said or " ".join(words[1:])) if words[0] in ("echo", "printf") else None
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
         if (run := script_file(words, self.origin)) is not None:
             self.run_file(*run, prefix)
@@ -257,7 +291,8 @@ class _Run:
             inner = _Run(Vars(scalars=dict(self.vars.scalars), arrays=dict(self.vars.arrays),
                               exported=set(self.vars.exported), assigned=list(self.vars.assigned)), self.origin)
             inner.names = self.names
-            inner.block(parse(tokens(script, self.origin), self.origin))
+            with suppress(ScriptExit):  # an `exit` in the string ends that shell, not this one
+                inner.block(parse(tokens(script, self.origin), self.origin))
             self.found = inner.found
         self.words += prefix + words
         self.ran |= words[0] not in NOT_LAUNCHERS and not words[0].startswith("-")

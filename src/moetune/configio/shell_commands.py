@@ -1,10 +1,11 @@
 """What a launch script's statements do, told from their words alone (configio/shell.py runs the script): whether
 they may start the training (a *.py, a script given --flags), set what the launch reads, run or source another
-script, run a string under `bash -c`, or end the script; and the positional parameters a script run with arguments
-sees."""
+script, run a string under `bash -c`, or end the script; the positional parameters a script run with arguments
+sees; and the line that says where bash ends the script before its launch."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +25,41 @@ def positional(env: Vars, script: str, args: Sequence[str]) -> Vars:
     env.scalars |= {"0": script, "#": str(len(args))} | {str(k): a for k, a in enumerate(args, 1)}
     env.arrays["@"] = list(args)
     return env
+
+
+class ScriptExit(Exception):
+    """`exit` on the path bash takes: the script (or the `bash FILE` / `bash -c` child running it) ends there."""
+
+    def __init__(self, origin: str, line: int, words: list[str], said: str | None, tested: list[str]):
+        super().__init__(origin, line)
+        self.origin, self.line, self.words, self.said = origin, line, words, said
+        self.tests_arguments = any(POSITIONAL.search(w) for w in tested)  # the last test run: `[ -z "$1" ]`
+
+
+# $1 .. $9, ${10}, $#, $@, $*: a script that reads its positional parameters
+POSITIONAL = re.compile(r"\$(?:[1-9#@*]|\{[1-9#@*])")
+PASS_ARGUMENTS = "pass the script's arguments with --script-args \"...\" (it reads $1 ... and was given none)"
+
+
+def exit_line(stop: ScriptExit, given: bool, reads_arguments: bool) -> str:
+    """One line for a script bash ends before its launch: where, the message it echoes before, and what to give:
+    its arguments where the test that ended it reads them (Megatron-LM's modelopt conf/arguments.sh: `[ -z ${1} ]`),
+    else what it tests (an environment variable: examples/multimodal's WORKSPACE), or its arguments where it reads
+    them and was given none (they set what it tests: examples/inference's --hf-token)."""
+    said = f", after it echoes {stop.said[:100]!r}" if stop.said else ""
+    arguments = "check the arguments given with --script-args" if given else \
+        PASS_ARGUMENTS if reads_arguments or stop.tests_arguments else ""
+    fixes = ([] if stop.tests_arguments else ["set what the script tests as the launcher would"]) + \
+        ([arguments] if arguments else [])
+    return (f"{stop.origin} line {stop.line}: bash ends the script here ({' '.join(stop.words)}){said}, before it "
+            f"starts the training; {', or '.join(fixes)}")
+
+
+def nothing_past(text: str, line: int) -> bool:
+    """Whether a script's text runs nothing after `line` (closing keywords and comments aside): an `exit` there ends
+    it where its end would (Megatron-LM's sc21 run_figure_*.sh end in `exit 0` after their sbatch)."""
+    rest = (s.strip() for s in text.splitlines()[line:])
+    return all(not s or s.startswith("#") or s.rstrip(";") in ("fi", "done", "esac", "}", ";") for s in rest)
 
 
 def exits(body: list) -> bool:
