@@ -247,7 +247,20 @@ def cp_chunk_refusal(seq: int, cp: int) -> str | None:
     return None
 
 
+def refuse_unpriced(spec: ModelSpec) -> None:
+    """A model whose attention the walls do not price yet, refused before any layout is timed or sized.
+
+    DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) runs an indexer and attends to index_topk keys per query
+    (Megatron-LM dsa.py @ core_v0.19.0); the walls know only MLA's dense causal attention, and would report those
+    figures for it in silence. Its parameters are exact (walls/params.py, `moetune models show`)."""
+    if spec.dsa is not None:
+        raise MoetuneError(f"{spec.name}: DeepSeek Sparse Attention ({spec.model_type}, index_topk "
+                           f"{spec.dsa.index_topk}) is not priced yet - moetune would time and size it as dense MLA "
+                           "without the indexer; `moetune models show` gives its parameters, which are exact")
+
+
 def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:
+    refuse_unpriced(spec)
     validate_model_layout(spec, layout)
     validate_workload(layout, workload, spec)
 

@@ -55,6 +55,12 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "fixed": {"qk_layernorm": True, "moe_router_score_function": "sigmoid",
                   "moe_router_enable_expert_bias": True},
     },
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the DeepSeek-V3 stack with an indexer in the MLA core attention
+    # (Megatron-Core experimental_attention_variant="dsa"; Bridge glm5_bridge.py provider_bridge)
+    **{arch: {"mla": True, "dsa": True, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
+              "fixed": {"qk_layernorm": True, "moe_router_score_function": "sigmoid",
+                        "moe_router_enable_expert_bias": True, "experimental_attention_variant": "dsa"}}
+       for arch in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
     "DeepseekV2ForCausalLM": {
         "mla": True, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
         "fixed": {"qk_layernorm": True},
@@ -94,6 +100,7 @@ class McoreModelArgs:
     architecture: str
     config: dict[str, Any] = field(default_factory=dict)  # TransformerConfig kwargs
     mla: bool = False
+    dsa: bool = False  # DeepSeek Sparse Attention: the core attention is DSAttention with an indexer
     vocab_size: int = 0
     tied: bool = False
     max_sequence_length: int = 4096
@@ -151,6 +158,16 @@ def _rope_type(hf: dict) -> str:
     return "yarn" if (scaling.get("type") or scaling.get("rope_type")) == "yarn" else "rope"
 
 
+def _dsa(hf: dict) -> dict[str, Any]:
+    """The indexer's shape fields (Bridge glm5_bridge.py). megatron-core 0.16.1 has no index sharing
+    (dsa_indexer_topk_freq comes at core_v0.19.0): a config that shares is refused, not built unshared."""
+    if int(hf.get("index_topk_freq") or 1) != 1:
+        raise MoetuneError("hf_config: index_topk_freq > 1 (shared indexers) needs megatron-core 0.19, and the "
+                           "oracle is pinned to 0.16.1; count it with index_topk_freq 1")
+    return {"dsa_indexer_n_heads": hf["index_n_heads"], "dsa_indexer_head_dim": hf["index_head_dim"],
+            "dsa_indexer_topk": hf["index_topk"]}
+
+
 def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
     """Map an HF config dict to the TransformerConfig fields that shape the parameters."""
     arch = architecture_of(hf_config)
@@ -172,10 +189,13 @@ def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
         cfg.update(_generic(hf_config, _MLA_FIELDS))
         cfg.setdefault("q_lora_rank", None)  # None: no query compression (V2-Lite, Moonlight)
         cfg["rope_type"] = _rope_type(hf_config)
+    if fam.get("dsa"):
+        cfg.update(_dsa(hf_config))
     return McoreModelArgs(
         architecture=arch,
         config=cfg,
         mla=fam["mla"],
+        dsa=bool(fam.get("dsa")),
         vocab_size=int(hf_config["vocab_size"]),
         tied=bool(hf_config.get("tie_word_embeddings", False)),
         max_sequence_length=int(hf_config.get("max_position_embeddings") or 4096),

@@ -167,7 +167,7 @@ def _transformer_config(args: McoreModelArgs, p: Parallelism, vpp: int | None,
     )
 
 
-def _chunk_specs(config, vp_stage: int | None, spec: str):
+def _chunk_specs(config, vp_stage: int | None, spec: str, dsa: bool = False):
     """Decoder block spec and MTP block spec for one virtual stage of the current rank."""
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_decoder_block_spec,
@@ -175,7 +175,7 @@ def _chunk_specs(config, vp_stage: int | None, spec: str):
         get_gpt_mtp_block_spec,
     )
 
-    from moetune.oracle.shims import use_oracle_core_attention, use_te_mla_down_proj
+    from moetune.oracle.shims import use_dsa_core_attention, use_oracle_core_attention, use_te_mla_down_proj
 
     block = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
                                        normalization="RMSNorm", vp_stage=vp_stage)
@@ -183,6 +183,8 @@ def _chunk_specs(config, vp_stage: int | None, spec: str):
     # get_gpt_mtp_block_spec takes from the last stage's block), even when this chunk has none.
     mtp_layer = get_gpt_decoder_layer_specs(config, False, "RMSNorm")[-1]
     use_oracle_core_attention([*block.layer_specs, mtp_layer])
+    if dsa:
+        use_dsa_core_attention([*block.layer_specs, mtp_layer])
     if spec == "te":
         use_te_mla_down_proj([*block.layer_specs, mtp_layer])
     mtp = None
@@ -200,7 +202,7 @@ def _build_chunks(args: McoreModelArgs, config, padded_vocab: int, spec: str) ->
     vpp = config.virtual_pipeline_model_parallel_size
     models = []
     for vp_stage in range(vpp) if vpp else [None]:
-        block, mtp = _chunk_specs(config, vp_stage, spec)
+        block, mtp = _chunk_specs(config, vp_stage, spec, args.dsa)
         with torch.device("meta"):
             models.append(GPTModel(
                 config, block, vocab_size=padded_vocab,

@@ -128,3 +128,25 @@ def use_oracle_core_attention(layer_specs: list) -> None:
         sub = getattr(spec.submodules.self_attention, "submodules", None)
         if sub is not None and hasattr(sub, "core_attention"):
             sub.core_attention = cls
+
+
+def use_dsa_core_attention(layer_specs: list) -> None:
+    """Point every MLA layer's core_attention at DSAttention with its indexer, as
+    experimental_attention_variant_module_specs.py get_dsa_module_spec_for_backend builds it (0.16.1), with no TE:
+    the indexer's three TE linears are parallel_mode="duplicated" (dsa.py DSAIndexer), so ``DuplicatedLinear``
+    holds what they hold; its k_norm is built under a LayerNorm copy of the config (dsa.py), which TENorm and
+    ``WrappedTorchNorm`` both build as a LayerNorm with a bias. DSAttention itself holds nothing else."""
+    from megatron.core.models.backends import WrappedTorchNorm
+    from megatron.core.transformer.experimental_attention_variant.dsa import (
+        DSAIndexer,
+        DSAIndexerSubmodules,
+        DSAttention,
+        DSAttentionSubmodules,
+    )
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    indexer = ModuleSpec(module=DSAIndexer, submodules=DSAIndexerSubmodules(
+        linear_wq_b=DuplicatedLinear, linear_wk=DuplicatedLinear, k_norm=WrappedTorchNorm,
+        linear_weights_proj=DuplicatedLinear))
+    for sub in _mla_submodules(layer_specs):
+        sub.core_attention = ModuleSpec(module=DSAttention, submodules=DSAttentionSubmodules(indexer=indexer))

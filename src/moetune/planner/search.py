@@ -18,7 +18,7 @@ from moetune.errors import MoetuneError
 from moetune.layout.dp_sharding import fsdp_optimizer_refusal
 from moetune.layout.layout import Layout
 from moetune.layout.modules import unsaved_offloads
-from moetune.layout.validate import LONG_CONTEXT, Workload
+from moetune.layout.validate import LONG_CONTEXT, Workload, refuse_unpriced
 from moetune.planner.candidates import candidate_pairs, fitting_dp, memory_bound
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
 from moetune.planner.estimate import Estimate, estimate
@@ -84,6 +84,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     routed experts' activations too (LAST_RESORT_OFFLOAD); a pinned offload is searched as pinned. The counts cover
     every pass run. `weigh_offload`: search the optimizer-offload alternative to a full-recompute pick
     (offload_instead; a caller that does not show it skips the search)."""
+    refuse_unpriced(spec)  # one line before any search, not a "no layout fits"
     fixed = fixed or {}
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it

@@ -11,9 +11,10 @@ from moetune.specs.model import ModelSpec
 from moetune.specs.spec_checks import SpecError
 
 # Megatron Bridge's model bridges that set the provider's make_vocab_size_divisible_by themselves (@067f987:
-# deepseek_v2_bridge.py 3200, deepseek_v3_bridge.py 1280, kimi_bridge.py 1280); every other bridge passes
-# MegatronModelBridge.make_vocab_size_divisible_by(vocab) (conversion/model_bridge.py): bridge_vocab_divisor
-PROVIDER_VOCAB_DIVISORS = {"deepseek_v2": 3200, "deepseek_v3": 1280, "kimi_k2": 1280}
+# deepseek_v2_bridge.py 3200, deepseek_v3_bridge.py 1280, kimi_bridge.py 1280, glm_moe_dsa/glm5_bridge.py 1280);
+# every other bridge passes MegatronModelBridge.make_vocab_size_divisible_by(vocab) (conversion/model_bridge.py):
+# bridge_vocab_divisor (DeepSeek-V3.2 has no bridge @067f987: it takes that rule)
+PROVIDER_VOCAB_DIVISORS = {"deepseek_v2": 3200, "deepseek_v3": 1280, "kimi_k2": 1280, "glm_moe_dsa": 1280}
 
 
 def bridge_vocab_divisor(model_type: str, vocab: int) -> int:

@@ -19,45 +19,9 @@ from moetune.specs.hf_common import (
     shared_experts,
     topk_scaling,
 )
+from moetune.specs.hf_deepseek import read_deepseek, read_deepseek_dsa
 from moetune.specs.hf_hybrid import read_nemotron_h
-from moetune.specs.model import GdnDims, LayerKind, MlaDims
-
-
-def _read_deepseek(c: HfConfig) -> dict:
-    """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
-    n = c.count("num_hidden_layers", least=1)
-    k_dense = c.count("first_k_dense_replace", default=0)
-    freq = c.count("moe_layer_freq", default=1, least=1)
-    mlps = ["moe" if i >= k_dense and i % freq == 0 else "dense" for i in range(n)]
-    mla = MlaDims(
-        q_lora_rank=c.get("q_lora_rank", default=None),
-        kv_lora_rank=c.get("kv_lora_rank"),
-        qk_head_dim=c.read("qk_head_dim", "qk_nope_head_dim"),
-        qk_pos_emb_head_dim=c.read("qk_pos_emb_head_dim", "qk_rope_head_dim"),
-        v_head_dim=c.get("v_head_dim"),
-    )
-    mtp = c.count("num_nextn_predict_layers", default=0)
-    # HF DeepseekV2/V3 MoE gates: scoring_func softmax (V2) or sigmoid (V3); topk_method greedy /
-    # group_limited_greedy (V2) or noaux_tc (V3, the e_score_correction_bias)
-    sigmoid = c.choice("scoring_func", ("softmax", "sigmoid"), "softmax") == "sigmoid"
-    method = c.choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"), "greedy")
-    return dict(
-        gqa_common(c),
-        num_query_groups=c.read("num_query_groups", "num_attention_heads"),  # MLA: a K,V per query head
-        kv_channels=mla.qk_head_dim + mla.qk_pos_emb_head_dim,
-        layers=layer_kinds(mlps, "mla"),
-        mla=mla,
-        ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),
-        **moe_fields(c, "deepseek"),
-        **shared_experts(c, "n_shared_experts"),
-        moe_router_score_function="sigmoid" if sigmoid else "softmax",
-        moe_router_pre_softmax=not sigmoid and pre_softmax(c),
-        moe_router_score_correction_bias=method == "noaux_tc",
-        moe_router_topk_scaling_factor=topk_scaling(c),
-        moe_router_num_groups=c.read("moe_router_num_groups", "n_group", default=1),
-        moe_router_group_topk=c.read("moe_router_group_topk", "topk_group", default=1),
-        **mtp_fields(mtp, LayerKind(mixer="mla", mlp=mlps[-1])),
-    )
+from moetune.specs.model import GdnDims, LayerKind
 
 
 def _read_glm4_moe(c: HfConfig) -> dict:
@@ -270,9 +234,11 @@ def _read_ernie(c: HfConfig) -> dict:
 
 
 READERS: dict[str, Callable[[HfConfig], dict]] = {
-    "deepseek_v2": _read_deepseek,
-    "deepseek_v3": _read_deepseek,
-    "kimi_k2": _read_deepseek,
+    "deepseek_v2": read_deepseek,
+    "deepseek_v3": read_deepseek,
+    "deepseek_v32": read_deepseek_dsa,
+    "glm_moe_dsa": read_deepseek_dsa,
+    "kimi_k2": read_deepseek,
     "glm4_moe": _read_glm4_moe,
     "qwen2_moe": _read_qwen_moe,
     "qwen3_moe": _read_qwen_moe,

@@ -23,6 +23,9 @@ class LayerKind:
     mixer: Mixer | Literal["none"]
     mlp: Mlp
     window: int | None = None  # sliding-window attention (gpt-oss's alternate layers); None: full causal
+    # a DeepSeek Sparse Attention layer that runs its own lightning indexer (and holds its weights); a DSA layer that
+    # reuses an earlier layer's top-k (GLM-5.2's index sharing) has none (Megatron-LM dsa.py DSAttention.__init__)
+    indexer: bool = False
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -34,6 +37,18 @@ class MlaDims:
     qk_head_dim: int  # the "nope" part of each query/key head
     qk_pos_emb_head_dim: int  # the rotary part, shared by all heads for keys
     v_head_dim: int
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class DsaDims:
+    """DeepSeek Sparse Attention on top of MLA (DeepSeek-V3.2, GLM-5): the lightning indexer's heads and head dim and
+    the keys each query attends to; Megatron-Core's dsa_indexer_* names (transformer_config.py @ core_v0.19.0)."""
+
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+    index_topk_freq: int = 1  # GLM-5.2: one indexer per this many layers, the others reuse its top-k
+    index_skip_topk_offset: int = 0  # the first layers that all run an indexer
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -88,6 +103,7 @@ class ModelSpec:
     no_rope_freq: int | None = None
     moe_apply_probs_on_input: bool = False
     mla: MlaDims | None = None
+    dsa: DsaDims | None = None  # DeepSeek Sparse Attention on the MLA layers (LayerKind.indexer: which run an indexer)
     gdn: GdnDims | None = None
     mamba: MambaDims | None = None
     # --- MLPs ---
@@ -178,7 +194,10 @@ class ModelSpec:
         # A model whose checkpoint ships no MTP module trains its MTP layers from scratch, each built as the decoder's
         # last layer (Megatron-LM gpt_builders.py: "Use spec of the last layer in decoder block as spec of the
         # transformer layer in MTP"; Megatron Bridge's providers take the same, gpt_provider.py mtp_block_spec)
-        return replace(self, mtp_num_layers=n, mtp_layer_kind=self.layers[-1])
+        # (a DSA MTP layer is its block's layer 1, which always runs its own indexer: Megatron-LM dsa.py
+        # is_dsa_skip_topk_layer, multi_token_prediction.py layer numbering @ core_v0.19.0)
+        last = self.layers[-1]
+        return replace(self, mtp_num_layers=n, mtp_layer_kind=replace(last, indexer=True) if self.dsa else last)
 
     # ---- derived facts -------------------------------------------------------------------
     @property

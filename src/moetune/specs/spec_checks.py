@@ -59,6 +59,10 @@ def check_spec(spec: "ModelSpec") -> None:
     if spec.mla is not None:
         _check_positive(spec.mla, ("kv_lora_rank", "qk_head_dim", "v_head_dim"), spec.name)
         _check_positive(spec.mla, ("q_lora_rank",) if spec.mla.q_lora_rank is not None else (), spec.name)
+    if spec.dsa is not None:  # Megatron-Core builds DSA inside MLA only (experimental_attention_variant_module_specs)
+        if spec.mla is None:
+            raise SpecError(spec.name, "DeepSeek Sparse Attention needs MLA ({kv_lora_rank})")
+        _check_positive(spec.dsa, ("index_n_heads", "index_head_dim", "index_topk", "index_topk_freq"), spec.name)
     if spec.num_moe_layers and not (0 < spec.moe_router_topk <= spec.num_moe_experts):
         raise SpecError(spec.name, f"{{moe_router_topk}} ({spec.moe_router_topk}) must be in "
                                    f"1..{{num_moe_experts}} ({spec.num_moe_experts})")
@@ -85,6 +89,8 @@ def _params_ceiling(spec: "ModelSpec") -> int:
     if (m := spec.mla) is not None:
         widths += [m.q_lora_rank or 0, m.kv_lora_rank + m.qk_pos_emb_head_dim,
                    spec.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)]
+    if (i := spec.dsa) is not None:  # the indexer's q projection: 3 more matrices at most, within the 8
+        widths += [i.index_n_heads * i.index_head_dim]
     if (g := spec.gdn) is not None:
         widths += [g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim]
     if (b := spec.mamba) is not None:

@@ -91,6 +91,20 @@ def _mla(spec: ModelSpec, layer_spec: LayerSpec) -> list[Tensor]:
     ]
 
 
+def _indexer(spec: ModelSpec) -> list[Tensor]:
+    """DeepSeek Sparse Attention's lightning indexer (Megatron-LM dsa.py DSAIndexer @ core_v0.19.0): three bias-free
+    linears built parallel_mode="duplicated" (whole on every TP rank, gradients averaged over TP) and a LayerNorm with
+    a bias on its keys. The query projection reads MLA's compressed query (the hidden state without q_lora_rank)."""
+    d, h = spec.dsa, spec.hidden_size
+    q_in = spec.mla.q_lora_rank or h
+    name = "core_attention.indexer."
+    return [Tensor(name=f"{name}linear_wq_b.weight", numel=q_in * d.index_n_heads * d.index_head_dim, shard="rep"),
+            Tensor(name=f"{name}linear_wk.weight", numel=h * d.index_head_dim, shard="rep"),
+            Tensor(name=f"{name}k_norm.weight", numel=d.index_head_dim, shard="rep"),
+            Tensor(name=f"{name}k_norm.bias", numel=d.index_head_dim, shard="rep"),
+            Tensor(name=f"{name}linear_weights_proj.weight", numel=h * d.index_n_heads, shard="rep")]
+
+
 def _gdn(spec: ModelSpec) -> list[Tensor]:
     """Gated delta-net (HF Qwen3NextGatedDeltaNet): fused qkvz and beta/alpha projections, a depthwise
     causal conv over q,k,v, per-value-head decay (A_log, dt_bias), a gated RMSNorm over each value head."""
@@ -166,6 +180,8 @@ def layer_tensors(spec: ModelSpec, kind: LayerKind, layer_spec: LayerSpec = "te"
     if kind.mixer != "none":
         out += _norm(spec, "input_layernorm")
         out += _mla(spec, layer_spec) if kind.mixer == "mla" else mixers[kind.mixer](spec)
+        if kind.indexer:
+            out += _indexer(spec)
     if kind.mlp == "dense":
         out += _norm(spec, "pre_mlp_layernorm")
         out += _ffn("mlp.", spec.hidden_size, spec.ffn_hidden_size, spec, "tp")
