@@ -49,6 +49,10 @@ class DsaDims:
     index_topk: int
     index_topk_freq: int = 1  # GLM-5.2: one indexer per this many layers, the others reuse its top-k
     index_skip_topk_offset: int = 0  # the first layers that all run an indexer
+    # the indexer's KL loss and its top-k-only form: training settings, at what Megatron Bridge's GLM-5 provider sets
+    # (glm5_bridge.py dsa_indexer_loss_coeff 0.001, dsa_indexer_use_sparse_loss True); Bridge's FLOP count reads them
+    indexer_loss: bool = True
+    sparse_loss: bool = True
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

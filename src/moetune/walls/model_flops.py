@@ -29,6 +29,9 @@ class _Rules:
     count_swa: bool  # sliding-window layers get the exact causal-window context
     count_attention_gate: bool  # Qwen3-Next's gate doubles the q projection width
     hybrid_glu_needs_silu: bool  # hybrid_flops' swiglu flag: Bridge passes gated_linear_unit, MLM args.swiglu
+    # DeepSeek Sparse Attention counted as top-k attention plus the indexer (Bridge 52fc01b9a, PR #5324, 2026-08-05);
+    # older Bridge and Megatron-LM main count a DSA layer as dense MLA with no indexer (training.py has no DSA term)
+    count_dsa: bool = False
 
 
 # Bridge: GLU rule and exact SWA from commit baa0259bd (PR #3947, 2026-05-28, first in v0.5.0 = 26.06);
@@ -37,7 +40,7 @@ class _Rules:
 # (gpt-oss runs --quick-geglu, so 2), no SWA term, gate counted.
 _CONVENTIONS: dict[str, _Rules] = {
     "bridge": _Rules(glu_needs_silu=False, count_swa=True, count_attention_gate=True,
-                     hybrid_glu_needs_silu=False),
+                     hybrid_glu_needs_silu=False, count_dsa=True),
     "bridge-pre-2026-05": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=False,
                                  hybrid_glu_needs_silu=False),
     "megatron-lm": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=True,
@@ -72,6 +75,30 @@ def _mla_linear(spec: ModelSpec) -> float:
     return q_term + kv_term + n * m.v_head_dim * h
 
 
+def _dsa_per_token(spec: ModelSpec, kind, seq: int) -> float:
+    """A DSA layer's core attention and indexer, / (3*2) per token, as Bridge flop_utils.py counts them @067f987:
+    absorbed MLA (q.k over kv_lora_rank + rope, p.v over kv_lora_rank) over the causal top-k context; an indexer
+    layer adds its projections (forward + wgrad with the loss, which detaches their input; forward alone without),
+    its dense causal scores (n_idx x (d_idx + 1) a pair; their gradient over the top-k pairs with the sparse loss) and
+    the loss's forward-only q.k target."""
+    m, d, n = spec.mla, spec.dsa, spec.num_attention_heads
+    dense = (seq + 1) / 2
+    k = d.index_topk
+    sparse = dense if seq <= k else k - k * (k - 1) / (2 * seq)
+    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    total = sparse * n * (qk + m.kv_lora_rank)
+    if not kind.indexer:
+        return total
+    h = spec.hidden_size
+    proj = (m.q_lora_rank or h) * d.index_n_heads * d.index_head_dim + h * d.index_head_dim + h * d.index_n_heads
+    unit = d.index_n_heads * (d.index_head_dim + 1)
+    total += (4 if d.indexer_loss else 2) * proj / 6 + 2 * dense * unit / 6
+    if d.indexer_loss:
+        context = sparse if d.sparse_loss else dense
+        total += 4 * context * unit / 6 + 2 * context * n * qk / 6
+    return total
+
+
 def _gdn_linear(spec: ModelSpec) -> float:
     """GDN per token: in_proj (q,k,v,z,beta,alpha), conv1d, 4 state-sized matmuls, out_proj."""
     g, h = spec.gdn, spec.hidden_size
@@ -94,6 +121,8 @@ def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> 
         if kind.mixer == "gqa":
             ctx = causal_context(seq, window if r.count_swa else None)
             total += _gqa_proj(spec, spec.attention_output_gate and r.count_attention_gate) + 2 * q * ctx
+        elif kind.mixer == "mla" and spec.dsa is not None and r.count_dsa:
+            total += _mla_linear(spec) + _dsa_per_token(spec, kind, seq)
         elif kind.mixer == "mla":
             m = spec.mla
             total += _mla_linear(spec) + spec.num_attention_heads * (
