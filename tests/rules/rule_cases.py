@@ -195,6 +195,8 @@ CASES: dict[str, Case] = {
                            "model.seq_length=131072", "model.tensor_model_parallel_size=4",
                            "model.context_parallel_size=8")),
     # Qwen3-235B-A22B's 64 heads / 4 KV groups at TP4: one group per rank, so a2a cannot split it over CP 8
+    "cp.dsa_allgather": Case(S(MOE, "model.experimental_attention_variant=dsa", "model.multi_latent_attention=true",
+                               "model.seq_length=131072", "model.context_parallel_size=4")),
     "cp.a2a_heads": Case(S(MOE, "model.num_attention_heads=64", "model.num_query_groups=4", "model.seq_length=131072",
                            "model.tensor_model_parallel_size=4", "model.context_parallel_size=8",
                            "model.cp_comm_type=a2a")),

@@ -45,6 +45,9 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
     split allows: heads and KV groups of each TP rank must divide (MLA: every head is its own group)."""
     kind = value(config, "model.cp_comm_type") or "p2p"
     d["cp_comm_type"] = "per-layer list" if isinstance(kind, list) else kind
+    # every exchange an all-gather (a per-layer list too), spelled as Megatron-Core's DSA check takes it (all_gather)
+    d["cp_all_allgather"] = all(str(k).replace("_", "").lower() == "allgather"
+                                for k in (kind if isinstance(kind, list) else [kind]))
     sizes = value(config, "model.hierarchical_context_parallel_sizes")
     d["hcp_sizes"] = list(sizes) if sizes else None
     d["hcp_sizes_product"] = math.prod(sizes) if sizes else None
