@@ -64,3 +64,11 @@ def test_a_dsa_model_is_refused_by_estimate_and_plan(tmp_path):
         estimate(spec, gpu, Layout(world_size=256, pp=8, ep=32))
     with pytest.raises(MoetuneError, match="DeepSeek Sparse Attention .* not priced yet"):
         plan(spec, gpu, 256, Workload(seq_length=4096, global_batch_size=256))
+
+
+def test_mtp_added_to_a_sharing_model_runs_its_own_indexer():
+    """--mtp-layers on a config without MTP builds each MTP layer from the last decoder layer's spec (gpt_builders.py),
+    numbered 1 in its block, so it computes its top-k even where that decoder layer shares (GLM-5.2's layer 78)."""
+    spec = _spec({**GLM5, **GLM52_SHARING, "num_nextn_predict_layers": 0})
+    assert not spec.layers[-1].indexer and spec.mtp_num_layers == 0
+    assert spec.with_mtp(1).mtp_layer_kind.indexer
