@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
 from moetune.layout.chunked_attention import chunk_refusal
+from moetune.layout.dsa_split import dsa_pipeline_split, refuse_unpriced
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
@@ -129,6 +130,7 @@ def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
     """Model-shape rules: heads, groups, experts and FFN widths vs TP/EP/ETP; layers vs PP x VPP."""
     validate_shapes(spec, layout)
     pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
+    dsa_pipeline_split(spec, layout)
 
 
 def mamba_cp_refusal(heads: int, groups: int, tp: int, cp: int) -> str | None:
@@ -245,18 +247,6 @@ def cp_chunk_refusal(seq: int, cp: int) -> str | None:
         return (f"sequence length ({seq}) must be divisible by 2 x CP (load-balanced causal CP chunks) ({2 * cp}); "
                 "change --seq or --cp")
     return None
-
-
-def refuse_unpriced(spec: ModelSpec) -> None:
-    """A model whose attention the walls do not price yet, refused before any layout is timed or sized.
-
-    DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) runs an indexer and attends to index_topk keys per query
-    (Megatron-LM dsa.py @ core_v0.19.0); the walls know only MLA's dense causal attention, and would report those
-    figures for it in silence. Its parameters are exact (walls/params.py, `moetune models show`)."""
-    if spec.dsa is not None:
-        raise MoetuneError(f"{spec.name}: DeepSeek Sparse Attention ({spec.model_type}, index_topk "
-                           f"{spec.dsa.index_topk}) is not priced yet - moetune would time and size it as dense MLA "
-                           "without the indexer; `moetune models show` gives its parameters, which are exact")
 
 
 def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, replace
 
 from moetune.errors import MoetuneError
 from moetune.layout.dp_sharding import fsdp_optimizer_refusal
+from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.layout import Layout
 from moetune.layout.modules import unsaved_offloads
-from moetune.layout.validate import LONG_CONTEXT, Workload, refuse_unpriced
+from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.candidates import candidate_pairs, fitting_dp, memory_bound
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
 from moetune.planner.estimate import Estimate, estimate
