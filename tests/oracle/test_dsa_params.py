@@ -72,3 +72,10 @@ def test_mtp_added_to_a_sharing_model_runs_its_own_indexer():
     spec = _spec({**GLM5, **GLM52_SHARING, "num_nextn_predict_layers": 0})
     assert not spec.layers[-1].indexer and spec.mtp_num_layers == 0
     assert spec.with_mtp(1).mtp_layer_kind.indexer
+
+
+@pytest.mark.parametrize("whole", [192, 100, "256"])
+def test_glm_qk_head_dim_must_hold_the_rope_part(whole):
+    """GlmMoeDsaConfig's qk_head_dim is nope + rope (glm5_bridge.py takes the rope part as their difference)."""
+    with pytest.raises(MoetuneError, match="qk_head_dim .* must be a whole number above qk_nope_head_dim"):
+        _spec({**GLM5, "qk_head_dim": whole})

@@ -28,6 +28,9 @@ def read_deepseek(c: HfConfig) -> dict:
     )
     whole = c.get("qk_head_dim", default=None) if c.get("model_type") in _WHOLE_QK_HEAD else None
     if whole is not None:
+        if not isinstance(whole, int) or whole <= mla.qk_head_dim:
+            raise MoetuneError(f"{c.origin}: qk_head_dim ({whole}) must be a whole number above qk_nope_head_dim "
+                               f"({mla.qk_head_dim}): GLM's qk_head_dim is nope + rope; fix the config.json")
         mla = replace(mla, qk_pos_emb_head_dim=whole - mla.qk_head_dim)
     mtp = c.count("num_nextn_predict_layers", default=0)
     # HF DeepseekV2/V3 MoE gates: scoring_func softmax (V2) or sigmoid (V3); topk_method greedy /
