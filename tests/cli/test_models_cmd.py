@@ -2,6 +2,8 @@
 files of the wrong shape refused in one line."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from cli_run import run
@@ -14,6 +16,18 @@ def test_models_show_json(capsys):
                 "num_experts", "topk", "shared_experts", "attention"):
         assert key in data
     assert (data["attention"], data["num_layers"], data["num_moe_layers"], data["topk"]) == ("mla", 61, 58, 8)
+
+
+def test_a_sparse_attention_model_says_so(capsys, tmp_path):
+    """DeepSeek-V3.2's attention is MLA with DeepSeek Sparse Attention's indexer, which estimate and plan refuse:
+    `models show` must not call it plain mla."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
+    from dsa_configs import DEEPSEEK_V32
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DEEPSEEK_V32))
+    code, out, _ = run(["models", "show", str(path), "--json"], capsys)
+    assert code == 0 and json.loads(out)["attention"] == "mla+dsa"
 
 
 def test_models_count_shared_experts_as_the_config_does(capsys):

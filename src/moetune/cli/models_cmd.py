@@ -22,7 +22,7 @@ def model_summary(name: str) -> dict:
         "shared_expert_intermediate_size": spec.moe_shared_expert_intermediate_size,
         "hidden_size": spec.hidden_size,
         "vocab_size": spec.vocab_size,
-        "attention": spec.attention,
+        "attention": spec.attention + ("+dsa" if spec.dsa else ""),  # DeepSeek Sparse Attention rides on MLA
         "mtp_layers": spec.mtp_num_layers,
         "source": spec.source,
     }
