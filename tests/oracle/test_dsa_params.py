@@ -79,3 +79,16 @@ def test_glm_qk_head_dim_must_hold_the_rope_part(whole):
     """GlmMoeDsaConfig's qk_head_dim is nope + rope (glm5_bridge.py takes the rope part as their difference)."""
     with pytest.raises(MoetuneError, match="qk_head_dim .* must be a whole number above qk_nope_head_dim"):
         _spec({**GLM5, "qk_head_dim": whole})
+
+
+def test_an_mtp_layer_that_would_share_a_top_k_is_refused():
+    """MTP layers are numbered 1, 2, ... (multi_token_prediction.py), so under sharing MTP layer max(offset, 1) + 1
+    holds no indexer (is_dsa_skip_topk_layer; Bridge's count_indexer_layers(mtp_num_layers)): one line, not a count
+    that gives it one. GLM-5.2 (offset 3) keeps up to 3; offset 0 keeps 1; no sharing keeps any."""
+    glm52 = _spec({**GLM5, **GLM52_SHARING})
+    assert glm52.with_mtp(3).mtp_layer_kind.indexer
+    with pytest.raises(ValueError, match="MTP layer 4 reuses an earlier MTP layer's top-k.*at most 3 MTP layers"):
+        glm52.with_mtp(4)
+    with pytest.raises(MoetuneError, match="x.json: 2 MTP layers: .*MTP layer 2 reuses.*at most 1 MTP layers"):
+        _spec({**GLM5, "index_topk_freq": 4, "num_nextn_predict_layers": 2})
+    assert _spec(GLM5).with_mtp(5).mtp_num_layers == 5

@@ -63,6 +63,7 @@ def check_spec(spec: "ModelSpec") -> None:
         if spec.mla is None:
             raise SpecError(spec.name, "DeepSeek Sparse Attention needs MLA ({kv_lora_rank})")
         _check_positive(spec.dsa, ("index_n_heads", "index_head_dim", "index_topk", "index_topk_freq"), spec.name)
+        _check_mtp_indexers(spec)
     if spec.num_moe_layers and not (0 < spec.moe_router_topk <= spec.num_moe_experts):
         raise SpecError(spec.name, f"{{moe_router_topk}} ({spec.moe_router_topk}) must be in "
                                    f"1..{{num_moe_experts}} ({spec.num_moe_experts})")
@@ -77,6 +78,21 @@ def check_spec(spec: "ModelSpec") -> None:
                                    "thousand times the largest model trained); check {hidden_size}, "
                                    "{ffn_hidden_size}, {moe_ffn_hidden_size}, {num_moe_experts} and the layer "
                                    "count")
+
+
+def _check_mtp_indexers(spec: "ModelSpec") -> None:
+    """Megatron-Core numbers MTP layers 1, 2, ... (multi_token_prediction.py @ core_v0.19.0), and under index
+    sharing MTP layer max(offset, 1) + 1 is a skip layer with no indexer (dsa.py is_dsa_skip_topk_layer), as
+    Bridge's flop_utils.py count_indexer_layers(mtp_num_layers) counts it @067f987. ModelSpec shapes every MTP layer
+    as one kind (mtp_layer_kind, with its own indexer), so a deeper MTP stack would be counted with one too many."""
+    d = spec.dsa
+    first = max(d.index_skip_topk_offset, 1)
+    if d.index_topk_freq > 1 and spec.mtp_num_layers > first:
+        raise SpecError(spec.name, f"{spec.mtp_num_layers} MTP layers: under DSA index sharing "
+                                   f"({{index_topk_freq}} {d.index_topk_freq}, {{index_skip_topk_offset}} "
+                                   f"{d.index_skip_topk_offset}) MTP layer {first + 1} reuses an earlier MTP layer's "
+                                   f"top-k and holds no indexer, which moetune does not model; use at most {first} "
+                                   "MTP layers")
 
 
 def _params_ceiling(spec: "ModelSpec") -> int:
