@@ -11,11 +11,7 @@ def time_key(knobs: Knobs) -> tuple:
     any EP, the default less below DROPLESS_IMBALANCE_EP (Knobs.imbalance_at), so it is part of it beside routing
     (Knobs.imbalance is a function of the two, so it adds nothing to the key); dropout adds
     masks the elementwise kernels touch (compute.layer_compute_seconds)."""
-    return (knobs.precision, knobs.dispatcher, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope,
-            knobs.ep_overlap, knobs.delay_wgrad, knobs.tp_comm_overlap, knobs.routing,
-            knobs.token_imbalance, knobs.hidden_dropout > 0,
-            knobs.offload_modules, knobs.num_sms, knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size,
-            knobs.moe_router_dtype)
+    return (*_without_routed_experts(knobs), *_routed_experts_only(knobs))
 
 
 def layer_time_key(kind: LayerKind, knobs: Knobs) -> tuple:
@@ -32,3 +28,8 @@ def _without_routed_experts(knobs: Knobs) -> tuple:
     return (knobs.precision, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope, knobs.tp_comm_overlap,
             knobs.routing, knobs.token_imbalance, knobs.hidden_dropout > 0, knobs.offload_modules,
             knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size)
+
+
+def _routed_experts_only(knobs: Knobs) -> tuple:
+    """The knobs of time_key that act on the routed experts alone (_without_routed_experts says why each)."""
+    return knobs.dispatcher, knobs.num_sms, knobs.ep_overlap, knobs.delay_wgrad, knobs.moe_router_dtype
