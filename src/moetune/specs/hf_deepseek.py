@@ -8,10 +8,6 @@ from moetune.specs import hf_common as common
 from moetune.specs.hf_access import HfConfig
 from moetune.specs.model import DsaDims, LayerKind, MlaDims
 
-# GlmMoeDsaConfig's qk_head_dim is the whole query/key head (nope + rope: 256 for GLM-5); transformers may rewrite
-# qk_rope_head_dim, so Megatron Bridge's glm5_bridge.py takes qk_head_dim - qk_nope_head_dim for the rope part
-_WHOLE_QK_HEAD = ("glm_moe_dsa",)
-
 
 def read_deepseek(c: HfConfig) -> dict:
     """DeepSeek-V2/V3/R1, Kimi-K2, Moonlight: MLA, first-k-dense, shared experts, MTP."""
@@ -26,7 +22,10 @@ def read_deepseek(c: HfConfig) -> dict:
         qk_pos_emb_head_dim=c.read("qk_pos_emb_head_dim", "qk_rope_head_dim"),
         v_head_dim=c.get("v_head_dim"),
     )
-    whole = c.get("qk_head_dim", default=None) if c.get("model_type") in _WHOLE_QK_HEAD else None
+    glm = c.get("model_type") == "glm_moe_dsa"
+    # GlmMoeDsaConfig's qk_head_dim is the whole query/key head (nope + rope: 256 for GLM-5); transformers may rewrite
+    # qk_rope_head_dim, so Megatron Bridge's glm5_bridge.py takes qk_head_dim - qk_nope_head_dim for the rope part
+    whole = c.get("qk_head_dim", default=None) if glm else None
     if whole is not None:
         if not isinstance(whole, int) or whole <= mla.qk_head_dim:
             raise MoetuneError(f"{c.origin}: qk_head_dim ({whole}) must be a whole number above qk_nope_head_dim "
@@ -36,7 +35,6 @@ def read_deepseek(c: HfConfig) -> dict:
     # HF DeepseekV2/V3 MoE gates: scoring_func softmax (V2) or sigmoid (V3); topk_method greedy /
     # group_limited_greedy (V2) or noaux_tc (V3, the e_score_correction_bias). GLM-5's bridge sets a sigmoid router
     # with the expert bias whatever the config says (glm5_bridge.py provider_bridge)
-    glm = c.get("model_type") == "glm_moe_dsa"
     sigmoid = glm or c.choice("scoring_func", ("softmax", "sigmoid"), "softmax") == "sigmoid"
     method = "noaux_tc" if glm else c.choice("topk_method", ("greedy", "group_limited_greedy", "noaux_tc"), "greedy")
     return dict(
