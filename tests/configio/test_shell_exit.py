@@ -43,6 +43,11 @@ def test_an_exit_bash_takes_stops_the_read(script, needle):
     'if [ -d "$CKPT" ]; then echo ok; else echo missing; exit 1; fi\npython t.py --k',  # a file test: undecided
     "mkdir -p out || { echo failed; exit 1; }\npython t.py --k",  # a command's status: undecided
     'bash -c "exit 1"\npython t.py --k',  # ends the child shell only
+    '[ -z "$TP" ] && ( echo "no TP"; exit 1 )\npython t.py --k',  # a subshell: bash goes on (bash(1) "Compound")
+    'if [ -z "$TP" ]; then\n  (exit 3)\nfi\npython t.py --k',
+    'echo hi | exit 1\npython t.py --k',  # each command of a pipeline runs in a child shell
+    '{ echo "no TP"; exit 1; } | tee log\npython t.py --k',
+    '[ -z "$TP" ] && { echo "no TP"; exit 1; } &\nwait\npython t.py --k',  # a background job
     "python t.py --k\nexit 0",  # after the launch
 ])
 def test_an_exit_bash_may_not_take_stops_nothing(script):

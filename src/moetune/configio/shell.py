@@ -255,7 +255,8 @@ class _Run:
         return self.vars.get(name) is not None
 
     def command(self, s: Simple, words: list[str], condition: bool) -> bool | None:
-        if words[0] == "exit":  # where nothing follows, the script's end: what ran stays as read (configio/shell.py)
+        # an `exit` in a child shell ends that alone; one with nothing after it is the script's end (launch_words)
+        if words[0] == "exit" and not s.child:
             self.words, self.ran = self.words + words, True
             raise ScriptExit(self.origin, s.line, words, self.said, self.tested)
         self.said = (self.said or " ".join(words[1:])) if words[0] in ("echo", "printf") else None

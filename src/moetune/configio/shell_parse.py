@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from moetune.configio.shell_words import ASSIGN, Token
+from moetune.configio.shell_words import ASSIGN, Token, in_child_shells
 from moetune.errors import MoetuneError
 
 _SEPARATORS = ("\n", ";", "&", "|", ";;")
@@ -21,6 +21,7 @@ class Simple:
     line: int
     assigns: list[tuple[str, bool, list[str] | str]] = field(default_factory=list)  # (name, +=, array or word)
     words: list[str] = field(default_factory=list)
+    child: bool = False  # run in a child shell (a subshell, a pipeline, the background): an `exit` ends that alone
 
 
 @dataclass(slots=True)
@@ -69,7 +70,7 @@ class _Kw:
 
 
 def parse(tokens: list[Token], origin: str) -> list:
-    units = _units(tokens, origin)
+    units = _units(in_child_shells(tokens), origin)
     nodes, i = _block(units, 0, set(), origin)
     if i < len(units):
         raise MoetuneError(f"{origin} line {units[i].line}: '{units[i].kw}' without its opening keyword")
@@ -145,6 +146,7 @@ def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
     s = Simple(line=tokens[i].line)
     while i < len(tokens):
         tok = tokens[i]
+        s.child |= tok.child
         if tok.op and tok.text in ("&&", "||", "<", ">") and _open_double_test(s.words):
             s.words.append(tok.text)  # inside [[ ]] these join or compare clauses
             i += 1

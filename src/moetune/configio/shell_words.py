@@ -8,7 +8,7 @@ substitutions are kept as written, since knowing their output means running them
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from moetune.configio.readers import SHELL_NAME
 from moetune.errors import MoetuneError
@@ -26,6 +26,7 @@ class Token:
     text: str  # a word as written, quotes kept; or an operator
     op: bool
     line: int
+    child: bool = False  # part of a command bash runs in a child shell (in_child_shells)
 
 
 @dataclass(slots=True)
@@ -46,6 +47,43 @@ class Vars:
         self.arrays.pop(name, None)
         self.scalars[name] = value
         self.assigned.append(name)
+
+
+_LIST_ENDS = ("\n", ";", ";;", "&")  # operators that end an and-or list (and a pipeline)
+_PIPELINE_ENDS = (*_LIST_ENDS, "&&", "||")  # operators that end a pipeline
+_STARTS = ("then", "do", "else", "{", "!")  # words after which a word starts a command
+
+
+def in_child_shells(toks: list[Token]) -> list[Token]:
+    """`toks` with those of the commands bash runs in a child shell flagged: a `( )` subshell, each command of a
+    pipeline `a | b` and a list sent to the background with `&` (bash(1) "Pipelines", "Lists", "Compound
+    Commands"), where an `exit` ends that child alone."""
+    close: dict[int, int] = {}  # a command's opening `(` or `{` -> its closing `)` or `}`
+    stack: list[int] = []
+    for k, t in enumerate(toks):
+        prev = toks[k - 1] if k else None
+        starts = prev is None or (prev.op and prev.text in (*_PIPELINE_ENDS, "|", "(")) or \
+            (not prev.op and prev.text in _STARTS)
+        if starts and t.text == ("(" if t.op else "{"):
+            stack.append(k)
+        elif stack and (t.op, t.text) == ((True, ")") if toks[stack[-1]].op else (False, "}")):
+            close[stack.pop()] = k
+    opener = {c: o for o, c in close.items()}
+    child = [False] * len(toks)
+    for k, t in enumerate(toks):
+        if t.op and t.text == "(" and k in close:
+            child[k:close[k] + 1] = [True] * (close[k] + 1 - k)
+        elif t.op and t.text in ("|", "&"):
+            ends = _PIPELINE_ENDS if t.text == "|" else _LIST_ENDS  # `a && b &` sends the whole list
+            j = k - 1
+            while j >= 0 and not (toks[j].op and toks[j].text in ends):
+                j = opener.get(j, j) - 1
+            child[j + 1:k] = [True] * (k - j - 1)
+            j = k + 1
+            while t.text == "|" and j < len(toks) and not (toks[j].op and toks[j].text in (*_PIPELINE_ENDS, "|")):
+                j = close.get(j, j) + 1
+            child[k + 1:j] = [True] * (j - k - 1)
+    return [replace(t, child=True) if c else t for t, c in zip(toks, child)]
 
 
 def tokens(text: str, origin: str) -> list[Token]:
