@@ -32,6 +32,7 @@ def test_a_usage_exit_on_a_missing_argument_stops_with_the_way_past():
     ('if [[ -z $WORKSPACE ]]; then\n  echo "Please set WORKSPACE"\n  exit 1\nfi\npython t.py --k',
      r"line 3: .*echoes 'Please set WORKSPACE', .*set what the script tests as the launcher would$"),
     ("[ -z \"$TP\" ] && { echo 'TP?'; exit 2; }\npython t.py --k", r"line 1: .*\(exit 2\), after it echoes 'TP\?'"),
+    ("[ -z \"$TP\" ] && echo 'TP?' && exit 2\npython t.py --k", r"line 1: .*\(exit 2\), after it echoes 'TP\?'"),
     ("case $MODE in\n  a) A=--x ;;\n  *) exit 3 ;;\nesac\npython t.py $A", r"line 3: .*\(exit 3\), before"),
 ])
 def test_an_exit_bash_takes_stops_the_read(script, needle):
@@ -42,6 +43,8 @@ def test_an_exit_bash_takes_stops_the_read(script, needle):
 @pytest.mark.parametrize("script", [
     'if [ -d "$CKPT" ]; then echo ok; else echo missing; exit 1; fi\npython t.py --k',  # a file test: undecided
     "mkdir -p out || { echo failed; exit 1; }\npython t.py --k",  # a command's status: undecided
+    "nvidia-smi -L && exit 0\npython t.py --k",  # a command moetune does not run: its status undecided
+    'false && exit 1\npython t.py --k',
     'bash -c "exit 1"\npython t.py --k',  # ends the child shell only
     '[ -z "$TP" ] && ( echo "no TP"; exit 1 )\npython t.py --k',  # a subshell: bash goes on (bash(1) "Compound")
     'if [ -z "$TP" ]; then\n  (exit 3)\nfi\npython t.py --k',

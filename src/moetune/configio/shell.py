@@ -40,6 +40,7 @@ from moetune.configio.shell_commands import (
     script_file,
     shell_string,
     shown,
+    status_known,
     tests_only,
     unread_launches,
 )
@@ -221,9 +222,12 @@ class _Run:
 
     def chain(self, chain: Chain, condition: bool = False) -> bool | None:
         status: bool | None = True
+        guessed = False  # whether a command moetune does not run (taken to succeed) decided the path to here
         for k, (conn, simple) in enumerate(chain.parts):
             if k and status is not None and (conn == "&&") != status:
                 continue  # `a && b` runs b where a holds, `a || b` where it does not
+            if guessed and simple.words[:1] == ["exit"]:
+                continue  # `nvidia-smi -L && exit 0`: bash may not take it, and it stops nothing
             if k and status is None:
                 if acts(Chain([(None, simple)])):
                     raise MoetuneError(f"{self.origin} line {simple.line}: moetune cannot tell whether the command "
@@ -231,6 +235,7 @@ class _Run:
                                        "launch reads; write it without the condition")
                 continue
             status = self.simple(simple, condition)
+            guessed |= not status_known(simple.words)
         return status
 
     def simple(self, s: Simple, condition: bool) -> bool | None:

@@ -67,6 +67,12 @@ def exits(body: list) -> bool:
     return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] for n in body)
 
 
+def status_known(words: list[str]) -> bool:
+    """Whether moetune knows a simple command's exit status from its raw words: a test it evaluates, an assignment,
+    a builtin that succeeds; not a command it does not run, whose status it takes to be success."""
+    return not words or words[0] in ("[", "[[", "test", "!", "echo", "printf", "true", ":", "unset", "let", *DECLARE)
+
+
 def runs_python(words: list[str]) -> bool:
     """Whether expanded words start a *.py: a command that is no file tool, given a path ending .py that is no glob
     (Pai-Megatron-Patch's run_mcore_moonlight.sh copies its checkpoint's `find ... -name "*.py"` before training)."""
