@@ -90,6 +90,12 @@ def test_pai_cpu_offloading_sets_the_field_megatron_copies_it_to():
     assert read["model.cpu_offloading"] is True and read["model.cpu_offloading_num_layers"] == 1
 
 
+def test_pai_cpu_offloading_is_a_switch_like_the_rest():
+    # store_true in get_patch_args: a value after it is argparse's "unrecognized arguments", not dropped in silence
+    with pytest.raises(MoetuneError, match="--cpu-offloading is a switch and takes no value"):
+        parse_mlm("python pretrain_qwen.py --cpu-offloading true", "t.sh", {})
+
+
 @pytest.mark.parametrize(("line", "says"), [
     # Pai's Qwen1.5/Qwen2 TransformerConfigs take these fields from args by name: shared experts moetune would miss
     ("python pretrain_mcore_qwen.py --num-layers 2 --enable-shared-expert --shared-moe-ffn-hidden-size 512",

@@ -190,18 +190,17 @@ def _flags(words: list[str], origin: str,
         values = ([inline] if eq else []) + words[i + 1:j]
         i = j
         here = f"{origin} {flag}"
-        if flag in SPECIAL or flag in MAPPED:
-            if flag in MAPPED and not check_extra(flag, names().by_flag[flag], entry, here):
-                _flag_value(flag, [], here, entry)  # unknown to this entry point: the unknown-argument line
-            out += [Assignment(key=k, value=v, origin=here) for k, v in (SPECIAL.get(flag) or MAPPED[flag])]
+        if flag in SPECIAL:
+            out += [Assignment(key=k, value=v, origin=here) for k, v in SPECIAL[flag]]
             continue
         if flag == "--num-layers-per-virtual-pipeline-stage":
             _unset_variable(flag, values, here)
             raw_vpp_layers = (values, here)
             continue
-        key, value = _flag_value(flag, values, here, entry)
+        key, value = _flag_value(flag, values, here, entry)  # an extra flag: refused where its entry does not add it
         if key is not None:
             out.append(Assignment(key=key, value=value, origin=here))
+        out += [Assignment(key=k, value=v, origin=here) for k, v in MAPPED.get(flag, ())]
     return out, raw_vpp_layers
 
 
