@@ -25,6 +25,9 @@ def test_a_usage_exit_on_a_missing_argument_stops_with_the_way_past():
                                            r"--script-args"):
         launch_words(USAGE, "t.sh", {})
     assert launch_words(USAGE, "t.sh", {}, ["/data"])[-3:] == ["--data-path", "/data", "--k"]
+    one_line = 'if [ -z "$1" ]; then echo "Usage: $0 <data-path>"; exit 1; fi; python t.py --data-path $1 --k\n'
+    with pytest.raises(MoetuneError, match=r"t.sh line 1: bash ends the script here \(exit 1\)"):
+        launch_words(one_line, "t.sh", {})  # the launch after it on its line is no end of the script
 
 
 @pytest.mark.parametrize(("script", "needle"), [

@@ -58,7 +58,9 @@ def exit_line(stop: ScriptExit, given: bool, reads_arguments: bool) -> str:
 def nothing_past(text: str, line: int) -> bool:
     """Whether a script's text runs nothing after `line` (closing keywords and comments aside): an `exit` there ends
     it where its end would (Megatron-LM's sc21 run_figure_*.sh end in `exit 0` after their sbatch)."""
-    rest = (s.strip() for s in text.splitlines()[line:])
+    lines = text.splitlines()
+    after = lines[line - 1].rpartition("exit")[2].split(";")[1:] if 0 < line <= len(lines) else []  # its own line's
+    rest = (s.strip() for s in [*after, *lines[line:]])
     return all(not s or s.startswith("#") or s.rstrip(";") in ("fi", "done", "esac", "}", ";") for s in rest)
 
 
