@@ -34,6 +34,10 @@ def test_a_usage_exit_on_a_missing_argument_stops_with_the_way_past():
     # an environment variable the launcher must set (Megatron-LM's examples/multimodal/pretrain_mistral_clip.sh)
     ('if [[ -z $WORKSPACE ]]; then\n  echo "Please set WORKSPACE"\n  exit 1\nfi\npython t.py --k',
      r"line 3: .*echoes 'Please set WORKSPACE', .*set what the script tests as the launcher would$"),
+    # an array's length, ${#GPUS[@]}, is no positional parameter: no --script-args hint
+    ('GPUS=(0 1)\nN=${#GPUS[@]}\nif [[ -z $WORKSPACE ]]; then\n  echo "Please set WORKSPACE"\n  exit 1\nfi\n'
+     'python t.py --k',
+     r"line 5: .*set what the script tests as the launcher would$"),
     ("[ -z \"$TP\" ] && { echo 'TP?'; exit 2; }\npython t.py --k", r"line 1: .*\(exit 2\), after it echoes 'TP\?'"),
     ("[ -z \"$TP\" ] && echo 'TP?' && exit 2\npython t.py --k", r"line 1: .*\(exit 2\), after it echoes 'TP\?'"),
     ("case $MODE in\n  a) A=--x ;;\n  *) exit 3 ;;\nesac\npython t.py $A", r"line 3: .*\(exit 3\), before"),
