@@ -84,17 +84,18 @@ def _for_gpu(source: dict[str, Any], gpu: str | None) -> dict[str, Any]:
 
 
 def script_arguments(files: Sequence[str | Path], script_args: str | None) -> dict[int, list[str]]:
-    """{index of the launch script among `files`: its positional arguments}, of `--script-args` split as a shell splits
-    it (Pai-Megatron-Patch's run_mcore_*.sh take their layout as $1 .. $27, as its README runs them)."""
+    """{index of each launch script (.sh) among `files`: its positional arguments}, those of the one script given
+    `--script-args`, split as a shell splits it (Pai-Megatron-Patch's run_mcore_*.sh take their layout as $1 .. $27,
+    as its README runs them)."""
+    shells: dict[int, list[str]] = {k: [] for k, f in enumerate(files) if Path(f).suffix.lower() == ".sh"}
     if script_args is None:
-        return {}
-    shells = [k for k, f in enumerate(files) if Path(f).suffix.lower() == ".sh"]
+        return shells
     if len(shells) != 1:
         named = " and ".join(str(files[k]) for k in shells)
         raise MoetuneError(f"--script-args: gives the arguments of one launch script (.sh), and the inputs hold "
                            f"{named or 'none'}; pass the script as a config file, or drop --script-args")
     try:
-        return {shells[0]: shlex.split(script_args)}
+        return {k: shlex.split(script_args) for k in shells}
     except ValueError as err:  # shlex: "No closing quotation", "No escaped character"
         raise MoetuneError(f"--script-args {script_args[:60]!r}: {str(err).lower()}; quote the arguments as bash "
                            "would (e.g. --script-args \"dsw A3B 'a b'\")") from None
@@ -108,11 +109,10 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
     # launch scripts first: what they export reaches every input, as a launcher hands on its environment (the
     # Megatron-MoE-ModelZoo's `TP=2 PP=8 ... bash sbatch_benchmarking.sh --flags` fills its YAML's ${TP} by envsubst);
     # the inputs still override one another in the order given
-    env, read, args = dict(os.environ), {}, script_arguments(files, script_args)
-    for k, f in enumerate(files):
-        if Path(f).suffix.lower() == ".sh":
-            read[k] = _for_gpu(resolve(read_file(Path(f), fmt, from_result, env, args.get(k, ()))), gpu)
-            env |= {n[len("env."):]: str(v) for n, v in read[k].items() if n.startswith("env.") and v is not None}
+    env, read = dict(os.environ), {}
+    for k, args in script_arguments(files, script_args).items():
+        read[k] = _for_gpu(resolve(read_file(Path(files[k]), fmt, from_result, env, args)), gpu)
+        env |= {n[len("env."):]: str(v) for n, v in read[k].items() if n.startswith("env.") and v is not None}
     sources = [read[k] if k in read else _for_gpu(resolve(read_file(Path(f), fmt, from_result, env)), gpu)
                for k, f in enumerate(files)]
     for f, source in zip(files, sources):
