@@ -89,3 +89,13 @@ def test_a_sourced_file_s_exit_ends_the_script_that_sources_it(tmp_path):
     with pytest.raises(MoetuneError, match=r"conf.sh line 3: .*'name the model'.*; pass the script's arguments"):
         load_config([script])
     assert load_config([script], script_args="m")["model.num_layers"] == 2
+
+
+def test_a_sourced_file_s_return_ends_that_file_alone(tmp_path):
+    # bash(1) "return": in a file run by `source`, it stops that file and the script that sources it goes on
+    (tmp_path / "conf.sh").write_text('if [ -n "$1" ]; then\n  return 0\nfi\necho "name the model"\nexit 1\n')
+    script = tmp_path / "run.sh"
+    script.write_text('source "conf.sh"\ntorchrun pretrain_gpt.py --num-layers 2\n')
+    assert load_config([script], script_args="m")["model.num_layers"] == 2
+    with pytest.raises(MoetuneError, match=r"conf.sh line 5: .*'name the model'"):
+        load_config([script])

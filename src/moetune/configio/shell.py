@@ -29,6 +29,7 @@ from moetune.configio.shell_commands import (
     PASS_ARGUMENTS,
     POSITIONAL,
     ScriptExit,
+    SourceReturn,
     acts,
     assigned_in,
     exit_line,
@@ -101,6 +102,7 @@ class _Run:
         self.tested: list[str] = []  # the words of the last test run (`[ -z "$1" ]`), or a `case`'s word
         self.top, self.given = False, False  # the script moetune was given (not one it runs), and given arguments
         self.reads_arguments = False  # whether it, or a file it sources, reads $1, $#, $@ ...
+        self.sourcing = 0  # files sourced to get here, where `return` ends the file (bash(1) "return")
 
     @property
     def hint(self) -> str:
@@ -142,9 +144,10 @@ class _Run:
         saved = self.origin, dict(self.vars.scalars), list(self.vars.arrays.get("@", []))
         if args:
             positional(self.vars, self.vars.scalars.get("0", path), args)
-        self.origin, self.depth = path, self.depth + 1
-        self.run_text(text, path)
-        self.origin, self.depth = saved[0], self.depth - 1
+        self.origin, self.depth, self.sourcing = path, self.depth + 1, self.sourcing + 1
+        with suppress(SourceReturn):  # `return` ends the sourced file, back in the script that sources it
+            self.run_text(text, path)
+        self.origin, self.depth, self.sourcing = saved[0], self.depth - 1, self.sourcing - 1
         if args:  # bash restores the caller's positional parameters
             positional(self.vars, saved[1].get("0", path), saved[2])
 
@@ -226,7 +229,7 @@ class _Run:
         for k, (conn, simple) in enumerate(chain.parts):
             if k and status is not None and (conn == "&&") != status:
                 continue  # `a && b` runs b where a holds, `a || b` where it does not
-            if guessed and simple.words[:1] == ["exit"]:
+            if guessed and simple.words[:1] in (["exit"], ["return"]):
                 continue  # `nvidia-smi -L && exit 0`: bash may not take it, and it stops nothing
             if k and status is None:
                 if acts(Chain([(None, simple)])):
@@ -264,6 +267,8 @@ class _Run:
         if words[0] == "exit" and not s.child:
             self.words, self.ran = self.words + words, True
             raise ScriptExit(self.origin, s.line, words, self.said, self.tested)
+        if words[0] == "return" and self.sourcing and not s.child:  # outside a function and a sourced file, bash
+            raise SourceReturn  # says "can only `return' from a function or sourced script" and goes on
         self.said = (self.said or " ".join(words[1:])) if words[0] in ("echo", "printf") else None
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
         if (run := script_file(words, self.origin)) is not None:

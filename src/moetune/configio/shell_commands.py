@@ -36,6 +36,10 @@ class ScriptExit(Exception):
         self.tests_arguments = any(POSITIONAL.search(w) for w in tested)  # the last test run: `[ -z "$1" ]`
 
 
+class SourceReturn(Exception):
+    """`return` on the path bash takes in a sourced file: the file ends there, its caller goes on."""
+
+
 # $1 .. $9, ${10}, $#, $@, $*, ${@:2}: a script that reads its positional parameters (not ${#NAME}, a length)
 POSITIONAL = re.compile(r"\$(?:[1-9#@*]|\{(?:[1-9]|[#@*][}:]))")
 PASS_ARGUMENTS = "pass the script's arguments with --script-args \"...\" (it reads $1 ... and was given none)"
