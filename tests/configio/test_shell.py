@@ -246,3 +246,16 @@ def test_a_sourced_file_that_is_not_here_is_named_on_stderr(tmp_path, capsys):
                    "script); what it would set is read as unset",
                    f"moetune: note: {script} line 2: sources ./env.sh, which is not here (nor beside the script); "
                    "what it would set is read as unset"]
+
+
+@pytest.mark.parametrize(("script", "args", "last"), [
+    # bash(1) shift: $1 is the second argument after it, "$@" the rest
+    ('MODEL=$1\nshift\npython t.py --model $MODEL --layers "$@"', ["m", "2", "3"],
+     ["--model", "m", "--layers", "2", "3"]),
+    ('shift 2\npython t.py --layers $1 $#', ["a", "b", "4"], ["--layers", "4", "1"]),
+    ('shift 3\npython t.py --layers $1', ["a", "b"], ["--layers", "a"]),  # past $#: nothing moves, status 1
+    ('set -- 8 x\npython t.py --layers $1 $#', ["a"], ["--layers", "8", "2"]),  # bash(1) set --
+    ('(shift)\npython t.py --layers $1', ["a", "b"], ["--layers", "a"]),  # a subshell's shift moves its own
+])
+def test_shift_and_set_move_the_positional_parameters(script, args, last):
+    assert launch_words(script, "t.sh", {}, args)[-len(last):] == last

@@ -39,6 +39,7 @@ from moetune.configio.shell_commands import (
     runs_python,
     runs_script_with_flags,
     script_file,
+    set_positional,
     shell_string,
     shown,
     status_known,
@@ -270,6 +271,8 @@ class _Run:
         if words[0] == "return" and self.sourcing and not s.child:  # outside a function and a sourced file, bash
             raise SourceReturn  # says "can only `return' from a function or sourced script" and goes on
         self.said = (self.said or " ".join(words[1:])) if words[0] in ("echo", "printf") else None
+        if not s.child and (moved := set_positional(self.vars, words)) is not None:
+            return moved
         prefix = [f"{name}={expand_one(v, self.vars)}" for name, _, v in s.assigns if isinstance(v, str)]
         if (run := script_file(words, self.origin)) is not None:
             self.run_file(*run, prefix)

@@ -27,6 +27,23 @@ def positional(env: Vars, script: str, args: Sequence[str]) -> Vars:
     return env
 
 
+def set_positional(env: Vars, words: list[str]) -> bool | None:
+    """`shift [N]` and `set -- ARGS` (bash(1) shift, set): their status, the positional parameters in `env` moved as
+    bash moves them; None for any other command."""
+    args = env.arrays.get("@", [])
+    if words[0] == "shift":
+        n = int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
+        if n > len(args):
+            return False  # a count past $# shifts nothing, and fails
+        args = args[n:]
+    elif words[0] == "set" and words[1:2] == ["--"]:
+        args = words[2:]
+    else:
+        return None
+    positional(env, env.scalars.get("0", ""), args)
+    return True
+
+
 class ScriptExit(Exception):
     """`exit` on the path bash takes: the script (or the `bash FILE` / `bash -c` child running it) ends there."""
 
