@@ -7,7 +7,8 @@ to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_dee
 variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`, `local`,
 `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word the script
 knows, `{ }` groups, `eval WORDS`, `bash -c STRING`, and `source FILE` / `bash FILE ARGS` where FILE is here (a
-sourced FILE that is not fails as in bash, with a note on stderr naming it). No other command runs: loops and
+sourced FILE that is not fails as in bash, with a note on stderr naming it), `shift`, `set --`, `return` in a sourced
+file, and `exit` outside a child shell (configio/shell_commands.py). No other command runs: loops and
 functions are not entered, and a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides
 nothing. Where such a condition guards an assignment or the training command, that is
 an error naming the line, never a guess.
