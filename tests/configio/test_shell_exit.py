@@ -99,3 +99,10 @@ def test_a_sourced_file_s_return_ends_that_file_alone(tmp_path):
     assert load_config([script], script_args="m")["model.num_layers"] == 2
     with pytest.raises(MoetuneError, match=r"conf.sh line 5: .*'name the model'"):
         load_config([script])
+
+
+def test_a_subshell_s_exit_does_not_pick_the_other_branch_of_an_undecided_if():
+    # bash may take the `then` (its subshell's exit ends the subshell alone) and go on without A: no guess
+    script = 'if [ -f "$CKPT" ]; then\n  (echo "no"; exit 1)\nelse\n  A=--x\nfi\npython t.py $A --k'
+    with pytest.raises(MoetuneError, match="line 1: moetune cannot tell whether"):
+        launch_words(script, "t.sh", {})

@@ -86,8 +86,9 @@ def nothing_past(text: str, line: int) -> bool:
 
 
 def exits(body: list) -> bool:
-    """Whether a branch's statements end the script (`exit` on a line of its own)."""
-    return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] for n in body)
+    """Whether a branch's statements end the script (`exit` on a line of its own, not in a child shell)."""
+    return any(isinstance(n, Chain) and len(n.parts) == 1 and n.parts[0][1].words[:1] == ["exit"] and
+               not n.parts[0][1].child for n in body)
 
 
 def status_known(words: list[str]) -> bool:
