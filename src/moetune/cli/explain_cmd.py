@@ -56,7 +56,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
         raise MoetuneError(f"--plan {plan_file}: not a `moetune plan --json` or `estimate --json` output")
     if saved is not None and (kw["configs"] or kw["mlm_args"] or kw["sets"] or kw["script_args"] is not None):
         raise MoetuneError("explain reads one configuration: a saved plan/estimate, or --config / --mlm-args / --set "
-                           "(/ --script-args) with MODEL, not both")
+                           "/ --script-args with MODEL, not both")
     if saved is not None:
         if plan_file and model:
             raise MoetuneError(f"explain reads one configuration: --plan {plan_file} or MODEL {model}, not both")
