@@ -15,6 +15,7 @@ from moetune.cli.output import console, emit_json, override_words, unknown_launc
 from moetune.configio import load_config
 from moetune.configio.names import is_megatron_lm
 from moetune.errors import MoetuneError, UnsupportedPrecision
+from moetune.layout.dsa_split import Unpriced
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.planner import to_config as result_config
 from moetune.planner.from_json import pick_result
@@ -153,7 +154,7 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, context, no_mc
     if not any(not k.startswith("cluster.") for k in config):
         raise MoetuneError("nothing to check: the config sets no Megatron Bridge field (an empty file?); pass a "
                            "Bridge YAML, --set key=value overrides or Megatron-LM arguments")
-    derived, layout_error, read = None, None, len(config)
+    derived, layout_error, unpriced, read = None, None, None, len(config)
     if model:
         if "cluster.gpu" not in config or "cluster.num_gpus" not in config:
             raise MoetuneError("--model needs --gpu and --gpus to run the memory wall")
@@ -179,6 +180,10 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, context, no_mc
             derived = config_memory_facts(spec, config, overheads)
         except UnsupportedPrecision:  # the rule table's precision errors say so, with the config's fix
             pass
+        except Unpriced as err:  # no layout fault: the memory wall cannot size this model, the config rules still run
+            unpriced = Finding(rule="check.model_unpriced", severity="warning",
+                               message=f"{err}; the memory wall's fit rules are skipped, the config's own rules run",
+                               source="moetune layout/dsa_split.py refuse_unpriced")
         except MoetuneError as err:  # the layout itself breaks a Megatron rule: that is a finding, not bad input
             layout_error = Finding(rule="layout.illegal", severity="error", message=config_words(str(err), config),
                                    fix={},
@@ -186,6 +191,8 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, context, no_mc
                                    same_as=err.same_as)  # the config-only rules (ids) that say the same fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
     findings = said_once(findings, layout_error)  # one finding for one fault
+    if unpriced:
+        findings.insert(0, unpriced)
     if model and conflicts:
         findings.insert(0, Finding(rule="check.model_differs", severity="warning",
                                    message=f"the config's architecture is not {model}'s: {'; '.join(conflicts)}; the "

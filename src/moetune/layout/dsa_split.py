@@ -7,6 +7,10 @@ from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.specs.model import ModelSpec
 
 
+class Unpriced(MoetuneError):
+    """A model the walls cannot price yet: bad input to estimate and plan, a skipped memory wall to check --model."""
+
+
 def refuse_unpriced(spec: ModelSpec) -> None:
     """A model whose attention the walls do not price yet, refused before any layout is timed or sized.
 
@@ -14,7 +18,7 @@ def refuse_unpriced(spec: ModelSpec) -> None:
     (Megatron-LM dsa.py @ core_v0.19.0); the walls know only MLA's dense causal attention, and would report those
     figures for it in silence. Its parameters are exact (walls/params.py, `moetune models show`)."""
     if spec.dsa is not None:
-        raise MoetuneError(f"{spec.name}: DeepSeek Sparse Attention ({spec.model_type}, index_topk "
+        raise Unpriced(f"{spec.name}: DeepSeek Sparse Attention ({spec.model_type}, index_topk "
                            f"{spec.dsa.index_topk}) is not priced yet - moetune would time and size it as dense MLA "
                            "without the indexer; `moetune models show` gives its parameters, which are exact")
 
