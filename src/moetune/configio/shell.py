@@ -7,8 +7,9 @@ to `bash -c` in an sbatch here-document (examples/megatron_fsdp/sbatch_mfsdp_dee
 variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`, `unset`, `declare`, `local`,
 `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word the script
 knows, `{ }` groups, `eval WORDS`, `bash -c STRING`, and `source FILE` / `bash FILE ARGS` where FILE is here (a
-sourced FILE that is not fails as in bash, with a note on stderr naming it), `shift`, `set --`, `return` in a sourced
-file, and `exit` outside a child shell (configio/shell_commands.py). No other command runs: loops and
+sourced FILE that is not fails as in bash, with a note on stderr naming it; configio/shell_children.py runs
+them), `shift`, `set --`, `return` in a sourced file, and `exit` outside a child shell
+(configio/shell_commands.py). No other command runs: loops and
 functions are not entered, and a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides
 nothing. Where such a condition guards an assignment or the training command, that is
 an error naming the line, never a guess.
@@ -20,11 +21,10 @@ import fnmatch
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
-from pathlib import Path
 
 from moetune.configio.readers import SHELL_NAME
 from moetune.configio.shell_assign import assign, declared, expand_words, let, unset
+from moetune.configio.shell_children import ChildShells
 from moetune.configio.shell_commands import (
     NOT_LAUNCHERS,
     PASS_ARGUMENTS,
@@ -89,7 +89,7 @@ def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[
     return [f"{n}={run.vars.scalars[n]}" for n in assigned if n in run.vars.scalars] + run.words
 
 
-class _Run:
+class _Run(ChildShells):
     def __init__(self, env: Vars, origin: str):
         self.vars, self.origin = env, origin
         self.found: list[str] | None = None
@@ -111,47 +111,10 @@ class _Run:
         """How to give the script's arguments, where it reads them and was given none."""
         return f"; {PASS_ARGUMENTS}" if self.top and not self.given and self.reads_arguments else ""
 
-    def run_to_exit(self, text: str) -> ScriptExit | None:
-        """Run the script; the `exit` that ends it before its launch, if one does (a child's ends the child alone)."""
-        try:
-            self.run_text(text, self.origin)
-        except ScriptExit as stop:
-            return stop
-        return None
-
     def run_text(self, text: str, origin: str) -> None:
         self.names |= set(_ASSIGNED.findall(text))
         self.reads_arguments |= bool(POSITIONAL.search(text))
         self.block(parse(tokens(text, origin), origin))
-
-    def run_file(self, path: str, args: list[str], own_shell: bool, prefix: list[str]) -> None:
-        """`source FILE ARGS` in this shell, or `bash FILE ARGS` in a child that sees what this one exports."""
-        if self.depth > 8:
-            raise MoetuneError(f"{self.origin}: scripts run or source one another more than 8 deep; pass the launch "
-                               "line itself")
-        text = Path(path).read_text(errors="replace")
-        if not own_shell and ".py" not in text:
-            return  # a child that starts no *.py (`bash setup_env.sh`) changes nothing this shell reads
-        if not own_shell:
-            exported = [n for n in dict.fromkeys(self.vars.assigned) if n in self.vars.exported]
-            scalars = {n: v for n, v in self.vars.scalars.items() if n in self.vars.exported}
-            scalars |= dict(w.split("=", 1) for w in prefix)
-            names = exported + [w.split("=", 1)[0] for w in prefix]
-            child = _Run(positional(Vars(scalars, exported=set(scalars), assigned=names), path, args), path)
-            child.depth = self.depth + 1
-            child.run_to_exit(text)
-            self.found, self.unread_python = child.found, self.unread_python or child.unread_python
-            self.script_launch = self.script_launch or child.script_launch
-            return
-        saved = self.origin, dict(self.vars.scalars), list(self.vars.arrays.get("@", []))
-        if args:
-            positional(self.vars, self.vars.scalars.get("0", path), args)
-        self.origin, self.depth, self.sourcing = path, self.depth + 1, self.sourcing + 1
-        with suppress(SourceReturn):  # `return` ends the sourced file, back in the script that sources it
-            self.run_text(text, path)
-        self.origin, self.depth, self.sourcing = saved[0], self.depth - 1, self.sourcing - 1
-        if args:  # bash restores the caller's positional parameters
-            positional(self.vars, saved[1].get("0", path), saved[2])
 
     def block(self, nodes: list) -> None:
         for node in nodes:
@@ -303,12 +266,7 @@ class _Run:
             self.script_launch = (s.line, seen)
             return True
         if (script := shell_string(words)) is not None:
-            inner = _Run(Vars(scalars=dict(self.vars.scalars), arrays=dict(self.vars.arrays),
-                              exported=set(self.vars.exported), assigned=list(self.vars.assigned)), self.origin)
-            inner.names = self.names
-            with suppress(ScriptExit):  # an `exit` in the string ends that shell, not this one
-                inner.block(parse(tokens(script, self.origin), self.origin))
-            self.found = inner.found
+            self.run_string(script)
         self.words += prefix + words
         self.ran |= words[0] not in NOT_LAUNCHERS and not words[0].startswith("-")
         return None if condition else True
