@@ -15,7 +15,7 @@ from typing import Literal
 
 from moetune.errors import MoetuneError
 from moetune.specs.model import ModelSpec
-from moetune.walls.flops import all_layers, causal_context, layer_windows
+from moetune.walls.flops import all_layers, attended_keys, causal_context, layer_windows
 from moetune.walls.rank_params import model_padded_vocab
 
 Convention = Literal["bridge", "bridge-pre-2026-05", "megatron-lm"]
@@ -82,9 +82,7 @@ def _dsa_per_token(spec: ModelSpec, kind, seq: int) -> float:
     its dense causal scores (n_idx x (d_idx + 1) a pair; their gradient over the top-k pairs with the sparse loss) and
     the loss's forward-only q.k target."""
     m, d, n = spec.mla, spec.dsa, spec.num_attention_heads
-    dense = (seq + 1) / 2
-    k = d.index_topk
-    sparse = dense if seq <= k else k - k * (k - 1) / (2 * seq)
+    dense, sparse = attended_keys(seq), attended_keys(seq, d.index_topk)  # top-k keys: a window's count
     qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
     total = sparse * n * (qk + m.kv_lora_rank)
     if not kind.indexer:
