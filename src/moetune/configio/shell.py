@@ -8,11 +8,10 @@ variable and array assignments (`NAME=v`, `NAME=(...)`, `NAME+=(...)`, `export`,
 `readonly`), `if`/`elif`/`else` over `[ ]`, `[[ ]]` and `test`, `&&`/`||` after them, `case` over a word the script
 knows, `{ }` groups, `eval WORDS`, `bash -c STRING`, and `source FILE` / `bash FILE ARGS` where FILE is here (a
 sourced FILE that is not fails as in bash, with a note on stderr naming it; configio/shell_children.py runs
-them), `shift`, `set --`, `return` in a sourced file, and `exit` outside a child shell
-(configio/shell_commands.py). No other command runs: loops and
-functions are not entered, and a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides
-nothing. Where such a condition guards an assignment or the training command, that is
-an error naming the line, never a guess.
+them), functions where called and loops whose words or test moetune knows (configio/shell_loops.py), `shift`,
+`set --`, `return`, `break`, `continue`, and `exit` outside a child shell (configio/shell_commands.py). No other
+command runs: a condition that would run a command (`if grep ...`, `case $(hostname) in`) decides nothing. Where
+such a condition guards an assignment or the training command, that is an error naming the line, never a guess.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from moetune.configio.shell_commands import (
     PASS_ARGUMENTS,
     POSITIONAL,
     ScriptExit,
-    SourceReturn,
     acts,
     assigned_in,
     exit_line,
@@ -49,6 +47,7 @@ from moetune.configio.shell_commands import (
 )
 from moetune.configio.shell_conditions import UNKNOWN, evaluate
 from moetune.configio.shell_expand import expand, expand_one
+from moetune.configio.shell_loops import LoopsAndFunctions
 from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
@@ -89,7 +88,7 @@ def launch_words(text: str, origin: str, env: Mapping[str, str], args: Sequence[
     return [f"{n}={run.vars.scalars[n]}" for n in assigned if n in run.vars.scalars] + run.words
 
 
-class _Run(ChildShells):
+class _Run(ChildShells, LoopsAndFunctions):
     def __init__(self, env: Vars, origin: str):
         self.vars, self.origin = env, origin
         self.found: list[str] | None = None
@@ -104,7 +103,8 @@ class _Run(ChildShells):
         self.tested: list[str] = []  # the words of the last test run (`[ -z "$1" ]`), or a `case`'s word
         self.top, self.given = False, False  # the script moetune was given (not one it runs), and given arguments
         self.reads_arguments = False  # whether it, or a file it sources, reads $1, $#, $@ ...
-        self.sourcing = 0  # files sourced to get here, where `return` ends the file (bash(1) "return")
+        self.returns: list[type[Exception]] = []  # what `return` ends: a sourced file's or a function's run
+        self.calls, self.loops = 0, 0  # functions and loops being run (configio/shell_loops.py)
 
     @property
     def hint(self) -> str:
@@ -135,6 +135,8 @@ class _Run(ChildShells):
         `$(set-in-while-loop-line-3)` text no test decides and the flag reader shows where read."""
         if node.kind == "function":
             self.functions[node.name] = node
+        elif self.run_loop(node):
+            return
         elif node.kind in ("while", "until") and tests_only(node.statements[:1]) and \
                 self.condition(node.statements[:1]) is (node.kind == "until"):
             return
@@ -232,8 +234,10 @@ class _Run(ChildShells):
         if words[0] == "exit" and not s.child:
             self.words, self.ran = self.words + words, True
             raise ScriptExit(self.origin, s.line, words, self.said, self.tested)
-        if words[0] == "return" and self.sourcing and not s.child:  # outside a function and a sourced file, bash
-            raise SourceReturn  # says "can only `return' from a function or sourced script" and goes on
+        if words[0] == "return" and self.returns and not s.child:  # outside a function and a sourced file, bash
+            raise self.returns[-1]  # says "can only `return' from a function or sourced script" and goes on
+        if words[0] in ("break", "continue") and not s.child:
+            return self.jump(words)
         self.said = (self.said or " ".join(words[1:])) if words[0] in ("echo", "printf") else None
         if not s.child and (moved := set_positional(self.vars, words)) is not None:
             return moved
@@ -246,7 +250,9 @@ class _Run(ChildShells):
             print(f"moetune: note: {self.origin} line {s.line}: sources {words[1]}, which is not here (nor beside the "
                   "script); what it would set is read as unset", file=sys.stderr)
             return False
-        if (fn := self.functions.get(words[0])) and any(acts(n) for n in fn.statements):
+        if (fn := self.functions.get(words[0])) and self.call(fn, words[1:]):
+            return True
+        if fn and any(acts(n) for n in fn.statements):
             raise MoetuneError(f"{self.origin} line {s.line}: calls {words[0]} (a function, line {fn.line}), which "
                                "moetune does not enter, and it sets what the launch reads; write its assignments "
                                "out of the function")

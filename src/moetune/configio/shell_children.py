@@ -26,7 +26,7 @@ class ChildShells:
     script_launch: tuple[int, list[str]] | None
     names: set[str]
     depth: int
-    sourcing: int
+    returns: list[type[Exception]]
 
     def run_text(self, text: str, origin: str) -> None:
         raise NotImplementedError  # _Run's
@@ -64,10 +64,12 @@ class ChildShells:
         saved = self.origin, dict(self.vars.scalars), list(self.vars.arrays.get("@", []))
         if args:
             positional(self.vars, self.vars.scalars.get("0", path), args)
-        self.origin, self.depth, self.sourcing = path, self.depth + 1, self.sourcing + 1
+        self.origin, self.depth = path, self.depth + 1
+        self.returns.append(SourceReturn)
         with suppress(SourceReturn):  # `return` ends the sourced file, back in the script that sources it
             self.run_text(text, path)
-        self.origin, self.depth, self.sourcing = saved[0], self.depth - 1, self.sourcing - 1
+        self.returns.pop()
+        self.origin, self.depth = saved[0], self.depth - 1
         if args:  # bash restores the caller's positional parameters
             positional(self.vars, saved[1].get("0", path), saved[2])
 

@@ -1,6 +1,6 @@
 """A bash script's statements as a small tree: simple commands (their assignments, arrays and words), `&&`/`||`
-chains, `if` branches, `case` arms, and the constructs configio/shell.py does not enter (loops, functions), kept whole
-so it can tell whether one of them holds the training command."""
+chains, `if` branches, `case` arms, and loops and functions, each kept whole (to tell whether one holds the training
+command) and as a tree of its own (what configio/shell_loops.py runs)."""
 
 from __future__ import annotations
 
@@ -44,13 +44,15 @@ class If:
 
 @dataclass(slots=True)
 class Unread:
-    """A loop or function body (or a `case` after `then`/`do` on its line): not entered (what it runs depends on
-    values bash computes as it goes)."""
+    """A loop or function (or a `case` after `then`/`do` on its line): configio/shell_loops.py runs a function where
+    it is called and a loop as bash would, where it can tell what bash computes as it goes; else it is not entered."""
     kind: str
     line: int
     words: list[str]
     name: str = ""  # a function's
     statements: list = field(default_factory=list)  # its chains and cases, to tell whether calling it sets anything
+    head: list = field(default_factory=list)  # a loop's chains before `do`: `for`'s NAME in WORDS, a `while` test
+    body: list | None = None  # its statements as a tree (None: not parsed as one), what a run of it runs
 
 
 @dataclass(slots=True)
@@ -161,8 +163,7 @@ def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
             i += 1 if i < len(tokens) and tokens[i].text == ")" else 0
         elif tok.op:
             continue  # a subshell's parentheses: its commands are read as the script's
-        elif (m := ASSIGN.match(tok.text)) and (not s.words or s.words[0] in DECLARE or
-                                                 all(w in _KEYWORDS for w in s.words)):  # `then A=1`
+        elif (m := ASSIGN.match(tok.text)) and _assigns_here(s.words):
             if m.group(3) == "" and i < len(tokens) and tokens[i].text == "(":
                 words, i = _array(tokens, i + 1)
                 s.assigns.append((m.group(1), m.group(2) == "+", words))
@@ -171,6 +172,13 @@ def _simple(tokens: list[Token], i: int) -> tuple[Simple, int]:
         else:
             s.words.append(tok.text)
     return s, i
+
+
+def _assigns_here(words: list[str]) -> bool:
+    """Whether a NAME=word after `words` is an assignment: first in its command (`then A=1`), or after `export`,
+    `local` ... (`then export A=1`), the keywords that open the command passed over."""
+    head = next((w for w in words if w not in _KEYWORDS), None)
+    return head is None or head in DECLARE
 
 
 def _open_double_test(words: list[str]) -> bool:
@@ -248,8 +256,22 @@ def _unread(units: list, i: int, origin: str) -> tuple[Unread, int]:
             continue
         depth += (u.kw in opens) - (u.kw == closes)
         if depth == 0 and u.kw == closes:
-            return Unread(kind, line, words, units[i].name, statements), j + 1
+            return Unread(kind, line, words, units[i].name, statements, *_tree(units, i, j, origin)), j + 1
     raise MoetuneError(f"{origin} line {line}: '{kind}' is never closed ('{closes}')")
+
+
+def _tree(units: list, i: int, end: int, origin: str) -> tuple[list, list | None]:
+    """(head, body) of the loop or function at units[i] closing at units[end]: the chains before `do` and the tree
+    between `do` and `done`, or between a function's braces; body None where that tree does not end at `end`."""
+    k, head, kind = i + 1, [], units[i].kw
+    while kind in _LOOPS and k < end and isinstance(units[k], Chain):
+        head.append(units[k])
+        k += 1
+    opener, closer = ("{", "}") if kind == "function" else ("do", "done")
+    if kind == "case" or not isinstance(units[k], _Kw) or units[k].kw != opener:
+        return head, None
+    body, stop = _block(units, k + 1, {closer}, origin)
+    return head, body if stop == end else None
 
 
 def _expect(units: list, i: int, kws, origin: str, line: int) -> None:
