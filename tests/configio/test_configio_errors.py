@@ -35,6 +35,8 @@ def run(args, capsys):
     ({}, ["--set", "model.num_moe_experts=8", "--gpu", "tpu9"], "unknown GPU"),
     ({}, ["--mlm-args", "--no-such-flag 3"], "unknown Megatron-LM argument"),
     ({}, ["missing.yaml"], "no such file"),
+    # a built-in model's name where a config goes (`moetune emit qwen3-30b-a3b`) says what to pass instead
+    ({}, ["qwen3-30b-a3b"], r"no such file; qwen3-30b-a3b is a built-in model, not a config: pass the run's config"),
     ({}, [], "nothing to read"),
     # a second fuzz round: YAML a loader takes but no config is, and inputs with no configuration in them
     ({"c.yaml": "? [a, b]\n: 1\n"}, [], "is a list, not a name"),

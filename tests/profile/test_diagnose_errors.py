@@ -42,6 +42,9 @@ CASES = {
     "garbage.json": (lambda p, t: p.write_text("this is not json {"), "not valid JSON"),
     # an error page saved under a trace's name had read as 'not valid JSON: lexical error', nothing about the .gz
     "page.json.gz": (lambda p, t: p.write_text("<html>404</html>"), "not valid JSON, and is not gzip-compressed"),
+    # binary bytes: yajl's message had come out as a bytes repr with the file's unprintable bytes in it
+    "binary.json": (lambda p, t: p.write_bytes(bytes(range(128, 256)) * 3), "is not valid JSON: lexical error: invalid "
+                                                                              "char in json text."),
     "other.json": (lambda p, t: p.write_text('{"hello": [1, 2, 3]}'), "no traceEvents"),
     "cpu_only.json": (lambda p, t: _cpu_only(p), "CPU-only"),
     "numbers.json": (lambda p, t: p.write_text('{"traceEvents": [1, 2, 3]}'), "no traceEvents"),
@@ -66,6 +69,7 @@ def test_bad_trace_is_one_line_and_exit_2(name, tmp_path, capsys):
     assert code == 2 and out == ""
     assert err.startswith("error: trace ") and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "b'" not in err and "\\x" not in err and all(c.isprintable() for c in err.strip())
 
 
 def test_missing_inputs(tmp_path, capsys):

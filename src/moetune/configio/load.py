@@ -35,6 +35,7 @@ from moetune.configio.readers import (
 )
 from moetune.errors import MoetuneError
 from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import builtin_names
 
 
 def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | None = None,
@@ -45,7 +46,7 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
     if path.is_dir():  # check run/ (emit's --out folder) instead of one of its files
         raise MoetuneError(f"{path}: is a directory; pass the config file inside it (e.g. {path}/overrides.txt)")
     if not path.is_file():
-        raise MoetuneError(f"{path}: no such file")
+        raise MoetuneError(f"{path}: no such file" + _model_name_hint(str(path)))
     try:
         text = path.read_text()
     except UnicodeDecodeError:
@@ -130,3 +131,11 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
         command_line.append(Assignment(key="cluster.num_gpus", value=gpus, origin="--gpus"))
     sources.append(resolve(command_line))
     return settle_dp_overlap(sync_megatron_fsdp(merge(sources)))
+
+
+def _model_name_hint(name: str) -> str:
+    """Where a missing input is a built-in model's name, how to get a config of it to check or emit."""
+    if name.lower() not in builtin_names():
+        return ""
+    return (f"; {name} is a built-in model, not a config: pass the run's config (a Bridge YAML, Megatron-LM arguments, "
+            f"a launch script) or a saved `moetune plan {name} ... --json` / `estimate --json` output")

@@ -31,6 +31,7 @@ from moetune.profile.trace_json import (
     EVENTS_NOT_A_LIST,
     fail,
     first_char,
+    json_detail,
     json_problem,
     misnamed_gzip,
     stream,
@@ -58,7 +59,7 @@ def read_trace(path: str | Path) -> RankTrace:
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:
         raise fail(path, f"is not a readable gzip/JSON file ({err.__class__.__name__}); truncated copy?") from None
     except BAD_JSON as err:
-        raise fail(path, f"{json_problem(err)}{misnamed_gzip(path)}: {str(err).splitlines()[0][:120]}") from None
+        raise fail(path, f"{json_problem(err)}{misnamed_gzip(path)}: {json_detail(err)}") from None
     return _assemble(path, header, sink)
 
 

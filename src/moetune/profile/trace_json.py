@@ -167,6 +167,15 @@ def json_problem(err: Exception) -> str:
     return "is not valid JSON" if decode else "has a malformed event (ts/dur/args of an unexpected type)"
 
 
+def json_detail(err: Exception) -> str:
+    """The parser's own first line, as text: yajl (under ijson) hands its message as bytes with the offending bytes
+    of the file after a newline, which a binary file fills with unprintable ones."""
+    text = err.args[0] if err.args else str(err)
+    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+    line = text.splitlines()[0] if text.strip() else type(err).__name__
+    return "".join(c if c.isprintable() else "?" for c in line)[:120]
+
+
 def fail(path: Path, why: str) -> MoetuneError:
     return MoetuneError(f"trace {path}: {why}")
 
