@@ -12,8 +12,10 @@ from rich.table import Table
 from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words, script_args_option
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
+from moetune.cli.release_check import megatron_core_option, release_findings
 from moetune.configio import load_config
 from moetune.configio.names import is_megatron_lm
+from moetune.configio.releases import reading
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.dsa_split import Unpriced
 from moetune.layout.layout import parse_pipeline_layout
@@ -60,6 +62,7 @@ def config_options(func):
                      help="Force the format of CONFIG files (default: from the extension and content)."),
         click.option("--gpu", default=None, help="GPU (h100, gb200, ...) or a cluster .toml: cluster.gpu."),
         click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in the job: cluster.num_gpus."),
+        megatron_core_option(),
     ]):
         func = opt(func)
     return func
@@ -137,12 +140,13 @@ def findings_table(findings: list, mlm: bool = False) -> Table:
               help="TOML overriding memory_overheads.toml figures for --model's memory wall (default: a saved plan's "
                    "own, else the built-in figures).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, context, no_mcore, model, overheads,
+def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core, context, no_mcore, model, overheads,
             as_json) -> None:
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
     saved: list[dict] = []
-    config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved, script_args=script_args)
+    with reading(megatron_core) as seen:  # the names the inputs use, for --megatron-core (cli/release_check.py)
+        config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved, script_args=script_args)
     # a saved plan or estimate names its model (its built-in name or config.json): its memory wall runs as under
     # --model (the fit rules need it)
     models = {r.get("model_source", r["model"]) for r in saved if r.get("model")}
@@ -190,7 +194,7 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, context, no_mc
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules",
                                    same_as=err.same_as)  # the config-only rules (ids) that say the same fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    findings = said_once(findings, layout_error)  # one finding for one fault
+    findings = release_findings(seen, config) + said_once(findings, layout_error)  # one finding for one fault
     if unpriced:
         findings.insert(0, unpriced)
     if model and conflicts:

@@ -33,6 +33,7 @@ from moetune.configio.readers import (
     read_json,
     yaml_assignments,
 )
+from moetune.configio.releases import noted_source
 from moetune.errors import MoetuneError
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import builtin_names
@@ -111,11 +112,15 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
     # Megatron-MoE-ModelZoo's `TP=2 PP=8 ... bash sbatch_benchmarking.sh --flags` fills its YAML's ${TP} by envsubst);
     # the inputs still override one another in the order given
     env, read = dict(os.environ), {}
+
+    def source(path: str | Path, args: Sequence[str] = ()) -> dict[str, Any]:
+        # its names noted for --megatron-core (configio/releases.py), in the environment read so far
+        return _for_gpu(noted_source(lambda: resolve(read_file(Path(path), fmt, from_result, env, args))), gpu)
+
     for k, args in script_arguments(files, script_args).items():
-        read[k] = _for_gpu(resolve(read_file(Path(files[k]), fmt, from_result, env, args)), gpu)
+        read[k] = source(files[k], args)
         env |= {n[len("env."):]: str(v) for n, v in read[k].items() if n.startswith("env.") and v is not None}
-    sources = [read[k] if k in read else _for_gpu(resolve(read_file(Path(f), fmt, from_result, env)), gpu)
-               for k, f in enumerate(files)]
+    sources = [read[k] if k in read else source(f) for k, f in enumerate(files)]
     for f, source in zip(files, sources):
         if not source:
             raise MoetuneError(f"{f}: sets nothing (an empty or comment-only file?); pass the config the run uses")
@@ -123,13 +128,13 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
         if not has_flags(mlm_args, "--mlm-args"):
             raise MoetuneError(f"--mlm-args {mlm_args.strip()[:60]!r}: no Megatron-LM --flags; pass the run's "
                                "arguments, e.g. \"--tensor-model-parallel-size 2 --bf16 ...\"")
-        sources.append(resolve(parse_mlm(mlm_args, "--mlm-args")))
+        sources.append(noted_source(lambda: resolve(parse_mlm(mlm_args, "--mlm-args"))))
     command_line = dotted_assignments(list(sets), "--set")
     if gpu is not None:
         command_line.append(Assignment(key="cluster.gpu", value=gpu, origin="--gpu"))
     if gpus is not None:
         command_line.append(Assignment(key="cluster.num_gpus", value=gpus, origin="--gpus"))
-    sources.append(resolve(command_line))
+    sources.append(noted_source(lambda: resolve(command_line)))
     return settle_dp_overlap(sync_megatron_fsdp(merge(sources)))
 
 

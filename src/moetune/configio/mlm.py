@@ -26,6 +26,7 @@ from moetune.configio.mlm_validate import as_megatron_lm_runs
 from moetune.configio.names import names
 from moetune.configio.normalize import Assignment
 from moetune.configio.readers import PRAGMA, SHELL_NAME
+from moetune.configio.releases import dropped_flag_of, note, old_flag_hint, target
 from moetune.configio.shell import launch_words
 from moetune.configio.shell_words import tokens
 from moetune.configio.types import coerce, parse_text
@@ -96,6 +97,8 @@ def _unset_variable(flag: str, values: list[str], origin: str) -> None:
 
 def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = None):
     row = names().by_flag.get(flag)
+    if row is None and dropped_flag_of(target(), flag):
+        return None, None  # a flag main dropped that the release the user targets has: read and ignored, as its own
     if row is None or not check_extra(flag, row, entry, origin):
         known = [f for f, r in names().by_flag.items() if takes(r, entry)]
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.8)
@@ -103,7 +106,7 @@ def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = N
                 "; not one of the training arguments (megatron/training/arguments.py) moetune checks: an inference or "
                 "export script's own flag, or one newer than Megatron-LM d98e8a6 (2026-08-22, which megatron_names.csv "
                 "lists) or removed before it")
-        raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{hint}")
+        raise MoetuneError(f"{origin}: unknown Megatron-LM argument {flag}{old_flag_hint(flag) or hint}")
     if row.bridge_name and any(_VARIABLE.search(v) for v in values):
         if row.role == "used":  # a field moetune reads: its value must be known
             _unset_variable(flag, values, origin)
@@ -190,6 +193,7 @@ def _flags(words: list[str], origin: str,
         values = ([inline] if eq else []) + words[i + 1:j]
         i = j
         here = f"{origin} {flag}"
+        note([flag], flags=True)  # for --megatron-core: the flags the launch passes (configio/releases.py)
         if flag in SPECIAL:
             out += [Assignment(key=k, value=v, origin=here) for k, v in SPECIAL[flag]]
             continue

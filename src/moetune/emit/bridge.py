@@ -12,6 +12,7 @@ from typing import Any
 
 from moetune.configio.finalize import DP_OVERLAP, megatron_lm_unstated
 from moetune.configio.names import is_megatron_lm
+from moetune.configio.releases import has, target
 from moetune.emit import values
 from moetune.emit.environment import environment
 from moetune.planner.config_map import PLAN_FIELDS
@@ -28,7 +29,10 @@ def bridge_config(config: dict[str, Any]) -> dict[str, Any]:
     is written as Megatron-LM runs it. A Bridge config's omitted field is its recipe's value, and stays omitted."""
     if not is_megatron_lm(config):
         return config
-    return {**config, **megatron_lm_unstated(config, PLAN_FIELDS)}
+    unstated = megatron_lm_unstated(config, PLAN_FIELDS)
+    if (release := target()) is not None:  # --megatron-core: a field that release lacks is not there to write over
+        unstated = {k: v for k, v in unstated.items() if has(release, k)}
+    return {**config, **unstated}
 
 
 def _bridge_items(config: dict[str, Any]) -> list[tuple[str, Any]]:

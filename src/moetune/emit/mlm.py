@@ -14,6 +14,7 @@ from moetune.configio.gates import VALUE_DEFAULTS, gate_on
 from moetune.configio.mlm import SPECIAL
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment, expand
+from moetune.configio.releases import spelling
 from moetune.configio.types import coerce
 from moetune.emit import values
 from moetune.emit.launch import entry_point
@@ -30,7 +31,7 @@ def _flag_line(name: str, value: Any) -> tuple[str | None, str | None]:
     row = names().get(name)
     if row is None or not row.mlm_flag:
         return None, f"# no Megatron-LM flag: {name}={values.hydra(value)}"
-    flag, action = row.mlm_flag, row.mlm_action
+    flag, action = spelling(row.mlm_flags), row.mlm_action  # --megatron-core: that release's spelling
     if action == "store_true":
         return (flag if value else None), None
     if action == "store_false":

@@ -1,0 +1,100 @@
+"""``--megatron-core X.Y`` on check and emit: the names a config uses that the release it targets lacks.
+
+A Megatron-LM launch on an older release dies at its first flag the parser lacks ("unrecognized arguments"), and a
+Bridge config at its first field TransformerConfig / DistributedDataParallelConfig / OptimizerConfig lacks ("got an
+unexpected keyword argument"); configio/releases.py reads megatron_releases.csv and records what the read meets.
+check says each such name (check.not_in_release, an error); emit drops one held at its default, which the release's
+own behaviour is, and refuses the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.releases import Reading, has, newest_having, releases, span
+from moetune.configio.types import coerce
+from moetune.errors import MoetuneError
+from moetune.rules import Finding
+
+# the Megatron-Core class each section's fields belong to (bench/megatron_releases.py CONFIGS)
+_CLASS = {"model": "TransformerConfig", "ddp": "DistributedDataParallelConfig", "optimizer": "OptimizerConfig"}
+
+
+def megatron_core_option():
+    return click.option("--megatron-core", "megatron_core", default=None, metavar="X.Y",
+                        help=f"The Megatron-Core release the job runs ({', '.join(releases().order)}): names it "
+                             "lacks are errors (check) or refused (emit). Default: Megatron-LM main's names.")
+
+
+def _advice(name: str) -> str:
+    upgrade = newest_having(name)
+    return f"upgrade to Megatron-Core {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
+
+
+def _what(name: str, release: str) -> str:
+    if name.startswith("--"):
+        return (f"Megatron-LM argument {name} is not in Megatron-Core {release}'s parser (Megatron-Core has it "
+                f"{span(name)}): the launch stops there with 'unrecognized arguments'")
+    cls = _CLASS.get(name.split(".", 1)[0], "config")
+    return (f"{name} is not a {cls} field in Megatron-Core {release} (it has it {span(name)}): Bridge stops there "
+            "with 'unexpected keyword argument'")
+
+
+def release_findings(reading: Reading, config: dict[str, Any]) -> list[Finding]:
+    """One error finding per name the read met that the target release lacks (a field CONFIG holds at its default,
+    as a saved plan writes every field it sets over a recipe, is said to be one emit leaves out)."""
+    def emit_note(name: str) -> str:
+        key = _key(name)
+        if key not in config or not _at_default(key, config[key]):
+            return ""
+        return f" (it holds the default, which `moetune emit --megatron-core {reading.release}` leaves out)"
+
+    return [Finding(rule="check.not_in_release", severity="error",
+                    message=f"{_what(name, reading.release)}; {_advice(name)}{emit_note(name)}",
+                    source=f"Megatron-LM core_v{reading.release}.0 (src/moetune/data/megatron_releases.csv)"
+                    if reading.release != "main" else "Megatron-LM main (src/moetune/data/megatron_releases.csv)")
+            for name in reading.lacking()]
+
+
+def _key(name: str) -> str:
+    """The config key a lacking name sets ('' for a Megatron-LM-only flag, which emit never writes)."""
+    if not name.startswith("--"):
+        return name
+    row = names().by_flag.get(name)
+    return row.bridge_name if row is not None else ""
+
+
+def _at_default(key: str, value: Any) -> bool:
+    row = names().get(key)
+    if row is None:
+        return False
+    defaults = [d for d in (row.default, row.mlm_default) if d is not NO_DEFAULT]
+    try:
+        return any(value == coerce(key, row.type, d) for d in defaults)
+    except MoetuneError:
+        return False
+
+
+def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
+    """CONFIG without the names the target release lacks that sit at their default (not written: the release runs
+    its own behaviour, which that default keeps); one line naming the others, which emit may not write."""
+    keys = {_key(name): name for name in reversed(reading.lacking())}  # the first name read for a key
+    kept = [k for k in keys if k in config and not _at_default(k, config[k])]
+    if kept:
+        listed = ", ".join(f"{keys[k]} ({k}={config[k]!r}; Megatron-Core has it {span(keys[k])})" for k in kept)
+        raise MoetuneError(f"--megatron-core {reading.release}: the config sets what that release lacks: {listed}; "
+                           f"upgrade Megatron-Core or drop them (`moetune check --megatron-core {reading.release}` "
+                           "says each)")
+    return {k: v for k, v in config.items() if k not in keys}
+
+
+def written_lacking(files: dict[str, str], release: str) -> list[str]:
+    """Flags (megatron_lm_args.txt) and Bridge fields (overrides.txt) the emitted files write that RELEASE lacks."""
+    words = [line.split()[0] for line in files.get("megatron_lm_args.txt", "").splitlines()
+             if line.startswith("--")]
+    words += [line.split("=", 1)[0] for line in files.get("overrides.txt", "").splitlines()
+              if line and not line.startswith(("#", "+")) and "=" in line]
+    return list(dict.fromkeys(w for w in words if not has(release, w)))

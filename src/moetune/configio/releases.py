@@ -1,0 +1,172 @@
+"""Which Megatron-Core release a config targets (``--megatron-core X.Y``): the names that release lacks.
+
+megatron_names.csv is taken from Megatron-LM main; src/moetune/data/megatron_releases.csv (bench/megatron_releases.py)
+lists each Megatron-LM flag and Megatron-Core config field (model.*, ddp.*, optimizer.*) that is not in every release
+it covers, with the releases that have it. A name it does not list is in all of them, or is not Megatron-Core's
+(Bridge's own fields, moetune's cluster.*, env.*).
+
+The release a read targets, and the names the read meets, live in a context (``reading``) the command opens around
+its read and emit: the Megatron-LM reader (configio/mlm.py) notes each flag a launch passes and takes a flag main no
+longer has where the release does; load.py notes the names of every other input; emit spells a flag as the release
+does. Outside such a context, or with no release named, nothing changes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+from moetune.errors import MoetuneError
+
+
+@dataclass(frozen=True, slots=True)
+class Releases:
+    order: tuple[str, ...]  # "0.16", ..., "main": the header's columns after name and kind
+    have: dict[str, frozenset[str]]  # name -> the releases that have it (listed names only)
+    kind: dict[str, str]  # name -> "flag" | "field"
+
+
+@lru_cache(maxsize=1)
+def releases() -> Releases:
+    text = (resources.files("moetune") / "data" / "megatron_releases.csv").read_text()
+    reader = csv.reader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
+    header = next(reader)
+    order = tuple(header[2:])
+    have, kind = {}, {}
+    for row in reader:
+        have[row[0]] = frozenset(r for r, mark in zip(order, row[2:]) if mark)
+        kind[row[0]] = row[1]
+    return Releases(order=order, have=have, kind=kind)
+
+
+def known_release(text: str) -> str:
+    """TEXT as one of the releases the data covers, or one line naming them."""
+    order = releases().order
+    if text not in order:
+        raise MoetuneError(f"--megatron-core {text}: not a release moetune knows the names of; use one of "
+                           f"{', '.join(order)} (Megatron-Core core_vX.Y.0 tags, and Megatron-LM main)")
+    return text
+
+
+def has(release: str, name: str) -> bool:
+    listed = releases().have.get(name)
+    return listed is None or release in listed
+
+
+def dropped_flag_of(release: str | None, flag: str) -> bool:
+    """Whether FLAG is one main lacks (megatron_names.csv has no row for it) that RELEASE's parser has."""
+    return release is not None and flag in releases().have and "main" not in releases().have[flag] and \
+        has(release, flag)
+
+
+def span(name: str) -> str:
+    """The releases that have NAME, in words: 'from 0.17 on', 'only in 0.19', 'in 0.16 to 0.18', 'in none'."""
+    order = releases().order
+    got = [r for r in order if r in releases().have.get(name, order)]
+    if not got:
+        return "in none"
+    if got[-1] == order[-1] and got == list(order[order.index(got[0]):]):
+        return f"from {got[0]} on"
+    if len(got) == 1:
+        return f"only in {got[0]}"
+    return f"in {got[0]} to {got[-1]}" if got == list(order[order.index(got[0]):order.index(got[-1]) + 1]) else \
+        "in " + ", ".join(got)
+
+
+def newest_having(name: str) -> str | None:
+    """The first release from which NAME stays (the one to upgrade to), or None where main lacks it."""
+    order = releases().order
+    got = releases().have.get(name, frozenset(order))
+    if order[-1] not in got:
+        return None
+    start = len(order) - 1
+    while start > 0 and order[start - 1] in got:
+        start -= 1
+    return order[start]
+
+
+@dataclass(slots=True)
+class Reading:
+    """One command's read: the release it targets (None: none named) and the names its inputs use, in order."""
+
+    release: str | None
+    names: list[str] = field(default_factory=list)
+    flags: int = 0  # Megatron-LM flags noted: load.py tells a launch (its flags are its names) from other inputs
+
+    def note(self, names: Iterable[str], flags: bool = False) -> None:
+        for n in names:
+            self.flags += flags
+            if n not in self.names:
+                self.names.append(n)
+
+    def lacking(self) -> list[str]:
+        """The names read that the release lacks (none without a release)."""
+        if self.release is None:
+            return []
+        return [n for n in self.names if not has(self.release, n)]
+
+
+_CURRENT: ContextVar[Reading | None] = ContextVar("megatron_core_reading", default=None)
+
+
+@contextmanager
+def reading(release: str | None) -> Iterator[Reading]:
+    """The context a command reads (and emits) in; RELEASE: --megatron-core's value, checked, or None."""
+    token = _CURRENT.set(Reading(known_release(release) if release is not None else None))
+    try:
+        yield _CURRENT.get()
+    finally:
+        _CURRENT.reset(token)
+
+
+def current() -> Reading | None:
+    return _CURRENT.get()
+
+
+def target() -> str | None:
+    """The release the current command targets, or None."""
+    now = _CURRENT.get()
+    return now.release if now is not None else None
+
+
+def note(names: Iterable[str], flags: bool = False) -> None:
+    """Names an input uses (`flags`: a launch's Megatron-LM arguments), for the current command's check against its
+    release (nothing outside a command)."""
+    now = _CURRENT.get()
+    if now is not None:
+        now.note(names, flags)
+
+
+def noted_source(read: Callable[[], dict]) -> dict:
+    """READ()'s source (a Resolved: soft keys are defaults it implies), its names noted unless it was a Megatron-LM
+    launch, whose flags the reader noted instead (its Bridge names are what they map to, and its defaults)."""
+    now = _CURRENT.get()
+    before = now.flags if now is not None else 0
+    source = read()
+    if now is not None and now.flags == before:
+        soft = getattr(source, "soft", frozenset())
+        now.note(k for k in source if k not in soft)
+    return source
+
+
+def spelling(flags: tuple[str, ...]) -> str:
+    """The first of a field's Megatron-LM spellings the target release has (emit writes it); the first without one."""
+    release = target()
+    if release is None or not flags:
+        return flags[0] if flags else ""
+    return next((f for f in flags if has(release, f)), flags[0])
+
+
+def old_flag_hint(flag: str) -> str:
+    """For a flag megatron_names.csv (main) lacks: the releases that had it, and how to read it as theirs; '' where
+    none did."""
+    if flag not in releases().have:
+        return ""
+    return (f"; Megatron-Core had it {span(flag)} (megatron_releases.csv), not at main: pass --megatron-core "
+            f"{sorted(releases().have[flag], key=releases().order.index)[-1]} to read it as that release's")

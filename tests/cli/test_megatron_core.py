@@ -1,0 +1,98 @@
+"""check and emit --megatron-core X.Y: what the release lacks is an error (check) or refused (emit); without the option
+nothing changes. The release facts are megatron_releases.csv's (tests/configio/test_releases.py cites them)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+FIXTURES = Path(__file__).resolve().parents[1] / "configio" / "fixtures"
+# Megatron-LM main examples/mamba/train.sh: its layout flag is --hybrid-layer-pattern (from core_v0.17.0 on)
+MAMBA = str(FIXTURES / "mlm_mamba_train.sh")
+# Megatron-LM examples/mixtral/train_mixtral_8x7b_distributed.sh: only flags core_v0.16.0 has
+MIXTRAL = str(FIXTURES / "mlm_train_mixtral_8x7b_distributed.sh")
+
+
+def _not_in_release(args, capsys):
+    code, out, err = run(["check", *args, "--json"], capsys)
+    found = [f for f in json.loads(out)["findings"] if f["rule"] == "check.not_in_release"]
+    return code, found, err
+
+
+def test_a_flag_from_0_17_is_an_error_for_0_16_not_for_0_17(capsys):
+    code, found, _ = _not_in_release([MAMBA, "--megatron-core", "0.16"], capsys)
+    assert code == 1 and [f["severity"] for f in found] == ["error"]
+    message = found[0]["message"]
+    assert "--hybrid-layer-pattern is not in Megatron-Core 0.16" in message and "from 0.17 on" in message
+    assert "upgrade to Megatron-Core 0.17 or later, or drop --hybrid-layer-pattern" in message
+    for release in ("0.17", "main"):
+        assert _not_in_release([MAMBA, "--megatron-core", release], capsys)[1] == []
+
+
+def test_without_the_option_nothing_changes(capsys):
+    plain = run(["check", MAMBA, "--json"], capsys)
+    assert plain == run(["check", MAMBA, "--json", "--megatron-core", "main"], capsys)
+    assert "not_in_release" not in plain[1]
+
+
+def test_a_launch_with_only_old_names_passes(capsys):
+    assert _not_in_release([MIXTRAL, "--megatron-core", "0.16"], capsys)[1] == []
+
+
+def test_a_bridge_field_the_release_lacks(capsys):
+    """model.moe_paged_stash: a TransformerConfig field from core_v0.18.0 on."""
+    code, found, _ = _not_in_release(["--set", "model.num_layers=4", "--set", "model.moe_paged_stash=true",
+                                      "--megatron-core", "0.17"], capsys)
+    assert len(found) == 1 and "model.moe_paged_stash is not a TransformerConfig field in Megatron-Core 0.17" in \
+        found[0]["message"]
+    assert _not_in_release(["--set", "model.num_layers=4", "--set", "model.moe_paged_stash=true",
+                            "--megatron-core", "0.18"], capsys)[1] == []
+
+
+@pytest.mark.parametrize("command", ["check", "emit"])
+def test_an_unknown_release_is_one_line_exit_2(command, capsys):
+    code, _, err = run([command, MIXTRAL, "--gpus", "64", "--megatron-core", "0.15"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "use one of 0.16, 0.17, 0.18, 0.19, main" in err
+
+
+def test_emit_refuses_a_name_the_release_lacks(capsys):
+    code, out, err = run(["emit", MAMBA, "--gpus", "8", "--megatron-core", "0.16", "--allow-errors"], capsys)
+    assert code == 2 and err.count("\n") == 1 and not out
+    assert "--hybrid-layer-pattern (model.hybrid_layer_pattern=" in err and "from 0.17 on" in err
+
+
+def test_emit_leaves_out_a_lacking_field_at_its_default_and_spells_flags_as_the_release(capsys):
+    args = ["emit", "--set", "model.num_layers=4", "--set", "model.moe_paged_stash=false", "--set",
+            "model.cuda_graph_scope=[attn]", "--gpus", "8", "--gpu", "h100", "--json", "--allow-errors"]
+    code, out, _ = run(args, capsys)
+    files = json.loads(out)["files"]
+    assert code == 0 and "model.moe_paged_stash=false" in files["overrides.txt"]
+    assert "--cuda-graph-modules attn" in files["megatron_lm_args.txt"]
+    code, out, _ = run([*args, "--megatron-core", "0.17"], capsys)
+    files = json.loads(out)["files"]
+    assert code == 0 and "moe_paged_stash" not in files["overrides.txt"] + files["megatron_lm_args.txt"]
+    assert "--cuda-graph-scope attn" in files["megatron_lm_args.txt"]  # --cuda-graph-modules: from core_v0.18.0
+    args[args.index("model.moe_paged_stash=false")] = "model.moe_paged_stash=true"
+    code, _, err = run([*args, "--megatron-core", "0.17"], capsys)
+    assert code == 2 and "model.moe_paged_stash=True" in err
+
+
+def test_a_saved_result_emitted_for_0_16_checks_clean_there(tmp_path, capsys):
+    """A saved estimate writes the fields it sets over a recipe, some newer than 0.16 at their defaults
+    (model.moe_paged_stash=false: a TransformerConfig field from core_v0.18.0 on): check says so and that emit leaves
+    them out; what emit writes for 0.16 then checks clean under 0.16, the Megatron-LM arguments and the overrides."""
+    code, estimate, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"],
+                            capsys)
+    assert code == 0
+    saved = tmp_path / "e.json"
+    saved.write_text(estimate)
+    code, found, _ = _not_in_release([str(saved), "--megatron-core", "0.16"], capsys)
+    paged = [f["message"] for f in found if f["message"].startswith("model.moe_paged_stash ")]
+    assert code == 1 and paged and "leaves out" in paged[0]
+    out = tmp_path / "run"
+    code, said, _ = run(["emit", str(saved), "--megatron-core", "0.16", "--out", str(out)], capsys)
+    assert code == 0 and "--megatron-core 0.16" in said
+    assert "moe_paged_stash" not in (out / "overrides.txt").read_text()
+    for inputs in ([out / "overrides.txt"], [out / "env.sh", out / "megatron_lm_args.txt"]):
+        assert _not_in_release([*map(str, inputs), "--megatron-core", "0.16"], capsys)[1] == []

@@ -1,0 +1,65 @@
+"""megatron_releases.csv (bench/megatron_releases.py) against megatron_names.csv, and the Megatron-LM reader under
+--megatron-core: a flag main dropped is read as the named release's, and without one the error names the release."""
+
+import pytest
+
+from moetune.configio.mlm import parse_mlm
+from moetune.configio.names import names
+from moetune.configio.releases import has, known_release, newest_having, reading, releases, span
+from moetune.errors import MoetuneError
+
+BASE = "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --micro-batch-size 1"
+
+
+def test_the_releases_are_the_columns_and_main_agrees_with_the_name_table():
+    """The table was dumped from main's real parser; the releases file's main column must say the same of every flag
+    it lists (a flag main has is in megatron_names.csv, one main lacks is not, extra_args aside)."""
+    data = releases()
+    assert data.order == ("0.16", "0.17", "0.18", "0.19", "main")
+    table = {f for f, r in names().by_flag.items() if r.role != "extra_args"}
+    for name, got in data.have.items():
+        assert got and got != set(data.order), name  # only names some release lacks are listed
+        if data.kind[name] == "flag":
+            assert (name in table) == ("main" in got), name
+        else:
+            assert name.split(".")[0] in ("model", "ddp", "optimizer"), name
+            assert ("main" in got) == (names().get(name) is not None), name
+
+
+def test_a_flag_from_core_v0_17_0():
+    """--hybrid-layer-pattern: megatron/training/arguments.py:3218 @core_v0.17.0 (_add_experimental_args); core_v0.16.0
+    has only --hybrid-override-pattern (arguments.py:2828 there). --cuda-graph-modules came in core_v0.18.0."""
+    assert not has("0.16", "--hybrid-layer-pattern") and has("0.17", "--hybrid-layer-pattern")
+    assert span("--hybrid-layer-pattern") == "from 0.17 on" and newest_having("--hybrid-layer-pattern") == "0.17"
+    assert has("0.16", "--hybrid-override-pattern") and has("main", "--hybrid-override-pattern")  # never dropped
+    assert span("--cuda-graph-modules") == "from 0.18 on"
+    assert span("--hybrid-attention-ratio") == "only in 0.16" and newest_having("--hybrid-attention-ratio") is None
+    assert has("0.16", "--tensor-model-parallel-size")  # in every release: not listed
+
+
+def test_an_unknown_release_is_one_line():
+    with pytest.raises(MoetuneError, match=r"--megatron-core 0\.15: .*use one of 0\.16, 0\.17, 0\.18, 0\.19, main"):
+        known_release("0.15")
+
+
+def test_a_flag_main_dropped_is_read_as_the_named_release_s():
+    """--hybrid-attention-ratio: arguments.py:2822 @core_v0.16.0, gone from core_v0.17.0 on. Without a release it is
+    unknown, the error naming the release that had it; with --megatron-core 0.16 it is read (and ignored)."""
+    args = f"{BASE} --hybrid-attention-ratio 0.25"
+    with pytest.raises(MoetuneError, match=r"unknown Megatron-LM argument --hybrid-attention-ratio; Megatron-Core "
+                                           r"had it only in 0\.16 .*pass --megatron-core 0\.16"):
+        parse_mlm(args, "--mlm-args")
+    with reading("0.16") as seen:
+        read = {a.key: a.value for a in parse_mlm(args, "--mlm-args")}
+    assert read["model.num_layers"] == 4 and seen.lacking() == []
+    with reading("0.17"), pytest.raises(MoetuneError, match="unknown Megatron-LM argument --hybrid-attention-ratio"):
+        parse_mlm(args, "--mlm-args")
+
+
+def test_the_reader_notes_the_launch_s_flags():
+    with reading("0.16") as seen:
+        parse_mlm(f"{BASE} --hybrid-layer-pattern M*M*", "--mlm-args")
+    assert seen.lacking() == ["--hybrid-layer-pattern"]
+    with reading(None) as seen:  # no release: nothing lacks
+        parse_mlm(f"{BASE} --hybrid-layer-pattern M*M*", "--mlm-args")
+    assert seen.lacking() == []
