@@ -1,4 +1,4 @@
-"""megatron_releases.csv (bench/megatron_releases.py) against megatron_names.csv, and the Megatron-LM reader under
+"""megatron_releases.csv (tools/megatron_releases.py) against megatron_names.csv, and the Megatron-LM reader under
 --megatron-core: a flag main dropped is read as the named release's, and without one the error names the release."""
 
 import pytest

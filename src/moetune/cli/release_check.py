@@ -19,7 +19,7 @@ from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
 from moetune.rules import Finding
 
-# the Megatron-Core class each section's fields belong to (bench/megatron_releases.py CONFIGS)
+# the Megatron-Core class each section's fields belong to (tools/megatron_releases.py CONFIGS)
 _CLASS = {"model": "TransformerConfig", "ddp": "DistributedDataParallelConfig", "optimizer": "OptimizerConfig"}
 
 

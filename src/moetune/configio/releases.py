@@ -1,6 +1,6 @@
 """Which Megatron-Core release a config targets (``--megatron-core X.Y``): the names that release lacks.
 
-megatron_names.csv is taken from Megatron-LM main; src/moetune/data/megatron_releases.csv (bench/megatron_releases.py)
+megatron_names.csv is taken from Megatron-LM main; src/moetune/data/megatron_releases.csv (tools/megatron_releases.py)
 lists each Megatron-LM flag and Megatron-Core config field (model.*, ddp.*, optimizer.*) that is not in every release
 it covers, with the releases that have it. A name it does not list is in all of them, or is not Megatron-Core's
 (Bridge's own fields, moetune's cluster.*, env.*).
