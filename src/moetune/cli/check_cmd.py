@@ -194,7 +194,8 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules",
                                    same_as=err.same_as)  # the config-only rules (ids) that say the same fault
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
-    findings = release_findings(seen, config) + said_once(findings, layout_error)  # one finding for one fault
+    # one finding for one fault; a saved result's default-held newer fields are info (emit leaves them out)
+    findings = release_findings(seen, config, bool(saved)) + said_once(findings, layout_error)
     if unpriced:
         findings.insert(0, unpriced)
     if model and conflicts:

@@ -43,16 +43,19 @@ def _what(name: str, release: str) -> str:
             "with 'unexpected keyword argument'")
 
 
-def release_findings(reading: Reading, config: dict[str, Any]) -> list[Finding]:
+def release_findings(reading: Reading, config: dict[str, Any], saved: bool = False) -> list[Finding]:
     """One error finding per name the read met that the target release lacks (a field CONFIG holds at its default,
-    as a saved plan writes every field it sets over a recipe, is said to be one emit leaves out)."""
-    def emit_note(name: str) -> str:
+    as a saved plan writes every field it sets over a recipe, is said to be one emit leaves out). `saved`: a saved
+    plan or estimate is among the inputs, which runs only through emit: its default-held fields are then info."""
+    def at_default(name: str) -> bool:
         key = _key(name)
-        if key not in config or not _at_default(key, config[key]):
-            return ""
-        return f" (it holds the default, which `moetune emit --megatron-core {reading.release}` leaves out)"
+        return key in config and _at_default(key, config[key])
 
-    return [Finding(rule="check.not_in_release", severity="error",
+    def emit_note(name: str) -> str:
+        return f" (it holds the default, which `moetune emit --megatron-core {reading.release}` leaves out)" \
+            if at_default(name) else ""
+
+    return [Finding(rule="check.not_in_release", severity="info" if saved and at_default(name) else "error",
                     message=f"{_what(name, reading.release)}; {_advice(name)}{emit_note(name)}",
                     source=f"Megatron-LM core_v{reading.release}.0 (src/moetune/data/megatron_releases.csv)"
                     if reading.release != "main" else "Megatron-LM main (src/moetune/data/megatron_releases.csv)")
