@@ -25,7 +25,7 @@ def test_deepseek_v3_on_h100_names_its_three_runs_and_the_bf16_gap():
     for r in t["same_model"]:
         assert r["error"] == pytest.approx(_independent_error(runs[r["run_id"]]), rel=1e-9)
     assert [r["listed_gap"] for r in t["same_model"]] == [False, False, True]
-    assert "R092 -19% (bf16, hybridep, 1024 GPUs, a listed gap)" in track_record_text(t)
+    assert "R092 -18% (bf16, hybridep, 1024 GPUs, a listed gap)" in track_record_text(t)
 
 
 def test_gpu_summary_counts_every_published_run_on_it():
@@ -59,7 +59,7 @@ def test_a_gpu_on_another_s_constants_shows_that_gpu_s_record():
     t = track_record("deepseek-v3", "h200")
     assert t["constants_of"] == "h100" and t["gpu"] == "h200"
     assert t["same_model"] == track_record("deepseek-v3", "h100")["same_model"]
-    assert "runs on h100's constants" in track_record_text(t) and "R092 -19%" in track_record_text(t)
+    assert "runs on h100's constants" in track_record_text(t) and "R092 -18%" in track_record_text(t)
     mine = {**efficiency("h200"), "gemm_eff": 0.5}
     assert track_record("deepseek-v3", "h200", mine)["gpu_runs"] == 0
 
@@ -122,7 +122,7 @@ def test_a_cross_node_b300_run_is_also_priced_at_the_nic_speed_its_published_run
     at_400 = estimate(cross.model, replace(cross.gpu, nic_gbps=400), cross.layout, cross.workload,
                       cross.knobs).time["tokens_per_s_per_gpu"]
     assert slow["nic_gbps"] == 400 and slow["tokens_per_s_per_gpu"] == pytest.approx(at_400)
-    assert slow["tokens_per_s_per_gpu"] / measured_tokens(cross) - 1 == pytest.approx(-0.05, abs=0.02)  # R243 there
+    assert slow["tokens_per_s_per_gpu"] / measured_tokens(cross) - 1 == pytest.approx(-0.07, abs=0.02)  # R243 there
     assert "NIC ran at 400 Gb/s" in track_record_text(record(cross))
     assert "observed_nic" not in record(inside)
     assert "observed_nic" not in record(runs["R024"])  # B200's twin: its datasheet NIC is what it ran at

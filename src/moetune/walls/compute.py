@@ -37,7 +37,9 @@ class Rates:
     gemm: float
     attn: float  # fused attention at head dim 128
     attn_hdim64: float  # ... at head dim 64 (head_dim_factor)
+    attn_mla: float  # ... at MLA's 192-wide query-key and 128-wide value heads
     attn_keys_half: float  # keys per query at which fused attention runs at half its long-sequence rate
+    attn_window_tile: float  # query rows a fused-attention tile holds: a sliding window's band computes W + this keys
     router: float  # the router GEMM runs in FP32/BF16 whatever the recipe
     head: float  # the LM head: BF16 unless fp8_output_proj puts it under MXFP8 (Knobs.fp8_output_proj)
     hbm: float
@@ -59,17 +61,19 @@ def rates(gpu: GpuSpec, precision: str, eff: dict, *, fp8_head: bool = False) ->
     gemm, bf16 = gemm_rate(gpu, precision, eff), gpu.bf16_tflops * 1e12 * eff["gemm_eff"]
     return Rates(gemm=gemm, attn=gpu.bf16_tflops * 1e12 * eff["attn_eff"],
                  attn_hdim64=gpu.bf16_tflops * 1e12 * eff["attn_eff_hdim64"],
-                 attn_keys_half=eff["attn_keys_half"], router=bf16,
+                 attn_mla=gpu.bf16_tflops * 1e12 * eff["attn_eff_mla"],
+                 attn_keys_half=eff["attn_keys_half"], attn_window_tile=eff["attn_window_tile"], router=bf16,
                  head=gemm if fp8_head else bf16, hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
                  m_half=eff["grouped_m_half"], tile=gpu.gemm_tile)
 
 
 def head_dim_factor(spec: ModelSpec, r: Rates) -> float:
-    """Fused attention's rate at the model's head dim over its rate at 128 (attn_eff): smaller heads do less
-    math per byte of Q, K, V they stream, `attn_eff_hdim64` at 64, linear in between; 128 and wider (MLA's 192)
-    at attn_eff (efficiency.toml)."""
-    d = spec.mla.qk_head_dim + spec.mla.qk_pos_emb_head_dim if spec.mla else spec.kv_channels
-    return float(np.interp(d, (64, 128), (r.attn_hdim64 / r.attn, 1.0)))
+    """Fused attention's rate at the model's head shape over its rate at head dim 128 (attn_eff): smaller heads do less
+    math per byte of Q, K, V they stream, `attn_eff_hdim64` at 64, linear in between; MLA's 192-wide query-key and
+    128-wide value heads at their own measured `attn_eff_mla` (efficiency.toml, cuDNN's benchmark dsv3 case)."""
+    if spec.mla:
+        return r.attn_mla / r.attn
+    return float(np.interp(spec.kv_channels, (64, 128), (r.attn_hdim64 / r.attn, 1.0)))
 
 
 # attn_eff is measured at 4k: 2,048 keys per query on average under the causal mask
@@ -80,8 +84,7 @@ def keys_factor(keys, r: Rates):
     """Fused attention's rate at `keys` per query over its rate at 4k: each query tile's fixed work (load Q, rescale,
     write O) is spread over the keys it loops through, L / (L + attn_keys_half), the curve cuDNN's causal forward
     follows from 512 to 16k tokens in the FlashAttention-3 paper (Shah et al. 2024, Fig. 5; efficiency.toml
-    attn_keys_half); a 128-key sliding window (gpt-oss) runs at 0.44 of the 4k rate, a 64k-key causal context at
-    1.08."""
+    attn_keys_half); a 64k-key causal context runs at 1.08 of the 4k rate (a sliding window: attention_rate)."""
     def tile(k):
         return k / (k + r.attn_keys_half)
     return tile(keys) / tile(ATTN_REF_KEYS)
@@ -109,8 +112,14 @@ def chunked_attention_flops(spec: ModelSpec, seq_length: int, tokens: float) -> 
 
 
 def attention_rate(spec: ModelSpec, seq_length: int, window: int | None, r: Rates):
-    """FLOP/s of fused attention for this model's head dim and the keys each query sees."""
-    return r.attn * head_dim_factor(spec, r) * keys_factor(attended_keys(seq_length, window), r)
+    """FLOP/s of fused attention for this model's head shape and the keys each query sees. A sliding window W shorter
+    than the sequence computes the band of its query tile: W + attn_window_tile keys a query, at that many keys'
+    rate, W of them useful (a 128-key window on GB200: 0.08 of the peak, cuDNN measures 0.07; efficiency.toml)."""
+    useful = attended_keys(seq_length, window)
+    if window is None or window >= seq_length:
+        return r.attn * head_dim_factor(spec, r) * keys_factor(useful, r)
+    done = useful + r.attn_window_tile
+    return r.attn * head_dim_factor(spec, r) * keys_factor(done, r) * useful / done
 
 
 def ring_slowdown(seq_length: int, ring, r: Rates):
@@ -149,11 +158,11 @@ def routed_rows(spec: ModelSpec, ctx: ActivationContext):
 def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep) -> dict:
     """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
     # Sliding-window layers (gpt-oss) are charged their window's attention, the keys each query sees
-    # (flops.attended_keys) at the rate keys_factor gives that many: flash-style fused attention skips the tiles a
-    # window masks whole. They had been charged full causal attention while gpt-oss read 17-27% fast on HybridEP (the
-    # window then put it 4-8 points further off); once the fc2 bias pass was charged (expert_bias_seconds) the window
-    # reads better: the same 40/40, 101/111 and 31/39 runs within 15%, medians 3.3/3.8/8.2% against 4.1/4.4/8.8%
-    # (docs/time.md)
+    # (flops.attended_keys), at attention_rate's band rate: flash-style fused attention skips the tiles a window masks
+    # whole, and computes the rest of the tiles it touches. They had been charged full causal attention while gpt-oss
+    # read 17-27% fast on HybridEP (the window then put it 4-8 points further off); once the fc2 bias pass was charged
+    # (expert_bias_seconds) the window read better: the same 40/40, 101/111 and 31/39 runs within 15%, medians
+    # 3.3/3.8/8.2% against 4.1/4.4/8.8% (docs/time.md)
     # chunked attention: each query sees its chunk only (FLOP counters count the whole; only core attention depends on
     # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
     # attention, whose split is not modelled)
