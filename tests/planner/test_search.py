@@ -327,16 +327,16 @@ def test_a_plan_whose_only_fit_overflows_the_host_says_so():
 
 def test_context_parallelism_below_long_context_must_beat_cp1_by_the_models_error(shared_data):
     """DeepSeek-V3 on 1,024 H100 at 4k: TP2 CP2 is predicted 4% over the best CP 1 layout, within the step model's own
-    error, so the pick keeps CP 1 (the seeds add CP for long context); pinned, CP 2 is what it predicts. Qwen2-57B-A14B
-    at 8k on 40 H100 (GBS 400), where CP 4 predicts 6% more, still takes it."""
+    error, so the pick keeps CP 1 (the seeds add CP for long context); pinned, CP 2 is what it predicts. Mixtral-8x22B
+    at 8k on 64 H100 (GBS 256), where CP 4 predicts 6% more, still takes it."""
     spec, gpu, wl = load_model("deepseek-v3"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=8192)
     pick = plan(spec, gpu, 1024, wl, top=1).results[0]
     pinned = plan(spec, gpu, 1024, wl, top=1, fixed={"cp": 2}).results[0]
     gain = pinned.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"]
     assert pick.layout.cp == 1 and 1.0 < gain < CP_SHORT_MARGIN
-    qwen2 = load_model(str(shared_data / "models" / "qwen2-57b-a14b.config.json"))
-    wide = plan(qwen2, gpu, 40, Workload(seq_length=8192, global_batch_size=400), top=1).results[0]
-    cp1 = plan(qwen2, gpu, 40, Workload(seq_length=8192, global_batch_size=400), top=1, fixed={"cp": 1}).results[0]
+    mixtral = load_model(str(shared_data / "models" / "mixtral-8x22b.config.json"))
+    wide = plan(mixtral, gpu, 64, Workload(seq_length=8192, global_batch_size=256), top=1).results[0]
+    cp1 = plan(mixtral, gpu, 64, Workload(seq_length=8192, global_batch_size=256), top=1, fixed={"cp": 1}).results[0]
     assert wide.layout.cp > 1
     assert wide.time["tokens_per_s_per_gpu"] > CP_SHORT_MARGIN * cp1.time["tokens_per_s_per_gpu"]
 

@@ -43,7 +43,8 @@ def test_attention_time_is_the_chunks(seq):
     per_token = chunked["compute_by_class"]["core_attn"] / seq
     assert per_token == pytest.approx(at_chunk["compute_by_class"]["core_attn"] / 8192, rel=1e-6)
     assert whole["compute_by_class"]["core_attn"] / chunked["compute_by_class"]["core_attn"] > \
-        causal_context(seq) / causal_context(8192) * 0.9  # the whole-sequence rate is higher, the FLOPs far more
+        causal_context(seq) / causal_context(8192) * 0.85  # the whole-sequence rate is higher (1.12x at 64k keys
+    # against 4k, L / (L + 540)), the FLOPs far more
     assert chunked["tflops_per_gpu"] > whole["tflops_per_gpu"]  # the same counted FLOPs in less time
     assert 0 < chunked["counted_not_run"] < 1 and whole["counted_not_run"] == 0
 

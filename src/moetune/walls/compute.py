@@ -82,9 +82,9 @@ ATTN_REF_KEYS = 2048
 
 def keys_factor(keys, r: Rates):
     """Fused attention's rate at `keys` per query over its rate at 4k: each query tile's fixed work (load Q, rescale,
-    write O) is spread over the keys it loops through, L / (L + attn_keys_half), the curve cuDNN's causal forward
-    follows from 512 to 16k tokens in the FlashAttention-3 paper (Shah et al. 2024, Fig. 5; efficiency.toml
-    attn_keys_half); a 64k-key causal context runs at 1.08 of the 4k rate (a sliding window: attention_rate)."""
+    write O) is spread over the keys it loops through, L / (L + attn_keys_half), the curve cuDNN's causal forward and
+    backward follow from 2k to 32k tokens in NVIDIA's cudnn-frontend benchmark (efficiency.toml attn_keys_half); a
+    64k-key causal context runs at 1.25 of the 4k rate (a sliding window: attention_rate)."""
     def tile(k):
         return k / (k + r.attn_keys_half)
     return tile(keys) / tile(ATTN_REF_KEYS)
@@ -114,7 +114,7 @@ def chunked_attention_flops(spec: ModelSpec, seq_length: int, tokens: float) -> 
 def attention_rate(spec: ModelSpec, seq_length: int, window: int | None, r: Rates):
     """FLOP/s of fused attention for this model's head shape and the keys each query sees. A sliding window W shorter
     than the sequence computes the band of its query tile: W + attn_window_tile keys a query, at that many keys'
-    rate, W of them useful (a 128-key window on GB200: 0.08 of the peak, cuDNN measures 0.07; efficiency.toml)."""
+    rate, W of them useful (a 128-key window on GB200: 0.067 of the peak, cuDNN measures 0.070; efficiency.toml)."""
     useful = attended_keys(seq_length, window)
     if window is None or window >= seq_length:
         return r.attn * head_dim_factor(spec, r) * keys_factor(useful, r)
