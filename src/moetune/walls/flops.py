@@ -104,8 +104,40 @@ def _macs(shapes: list[tuple[int, int, str]]) -> float:
 
 # ---- hardware forward FLOPs ---------------------------------------------------------------------
 
+# Heads the cuDNN indexer backward computes at least (Megatron-LM dsa_cudnn_kernels.py, indexer heads zero-padded to
+# 64 for its kernel, @ core_v0.19.0): GLM-5's 32 indexer heads run as 64
+INDEXER_BWD_HEADS = 64
+
+
+def _dsa_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: int) -> dict:
+    """A DeepSeek Sparse Attention layer as Megatron-Core runs it with dsa_kernel_backend "cudnn" (Megatron-LM dsa.py,
+    dsa_cudnn_kernels.py, absorbed_mla.py @ core_v0.19.0; docs/flops.md). Absorbed MLA: the q-absorb and v-up einsums
+    replace linear_kv_up_proj at the same FLOPs a token, so attn_proj is MLA's; the attention is MQA over the shared
+    latent key (kv_lora_rank + rope wide; the value its first kv_lora_rank channels) of the min(index_topk, causal)
+    keys each query's top-k keeps (attended_keys with index_topk as the window). A layer that computes its own top-k
+    adds the indexer: its three projections, its scores (index_n_heads x index_head_dim a pair) over the causal keys,
+    and with the KL loss on, the loss's q.k target over the top-k keys on every head and the indexer's backward (scores
+    recomputed, dq, dk) over the top-k keys on at least INDEXER_BWD_HEADS heads, all run inside the forward. Every
+    figure counts all heads; a TP rank runs the attention's and the target's heads/TP and the indexer whole."""
+    m, d, n, h = spec.mla, spec.dsa, spec.num_attention_heads, spec.hidden_size
+    sparse, causal = attended_keys(seq, d.index_topk), attended_keys(seq)
+    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    out = {"attn_proj": 2 * tokens * _macs(gemms["attn_proj"]),
+           "core_attn": 2 * tokens * sparse * n * (qk + m.kv_lora_rank)}
+    if kind.indexer:
+        ni, di = d.index_n_heads, d.index_head_dim
+        out["indexer_proj"] = 2 * tokens * ((m.q_lora_rank or h) * ni * di + h * di + h * ni)
+        out["indexer_scores"] = 2 * tokens * causal * ni * di
+        if d.indexer_loss:
+            out["indexer_target"] = 2 * tokens * sparse * n * qk
+            out["indexer_grads"] = 3 * 2 * tokens * sparse * max(ni, INDEXER_BWD_HEADS) * di
+    return out
+
+
 def _attention_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: int,
                   window: int | None) -> dict:
+    if kind.mixer == "mla" and spec.dsa is not None:
+        return _dsa_hw(spec, kind, gemms, tokens, seq)
     n, ctx = spec.num_attention_heads, attended_keys(seq, window)
     if kind.mixer == "gqa":
         width = 2 * spec.kv_channels
@@ -149,7 +181,8 @@ def _mlp_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float) -> dic
 def layer_flops(spec: ModelSpec, kind: LayerKind, tokens: float, seq_length: int, *,
                 window: int | None = None) -> dict[str, float]:
     """Forward FLOPs of one decoder layer on `tokens` tokens of `seq_length`-long causal sequences,
-    by op class (keys: LAYER_CLASSES). `window`: this layer's sliding window, if any (layer_windows)."""
+    by op class (keys: LAYER_CLASSES; a DSA layer adds its indexer's, _dsa_hw). `window`: this layer's sliding
+    window, if any (layer_windows)."""
     out, gemms = dict.fromkeys(LAYER_CLASSES, 0.0), gemm_shapes(spec, kind)
     if kind.mixer in ("gqa", "mla"):
         out.update(_attention_hw(spec, kind, gemms, tokens, seq_length, window))
