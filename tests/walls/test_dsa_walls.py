@@ -1,6 +1,6 @@
 """DeepSeek Sparse Attention on the walls (walls/flops.py _dsa_hw, walls/dsa.py): the FLOPs a GLM-5 layer runs,
 derived here by hand from the Megatron-LM source formulas (dsa.py, dsa_cudnn_kernels.py, absorbed_mla.py
-@ core_v0.19.0), not from moetune's helpers."""
+@ core_v0.19.0), not from moetune's helpers; what it saves; its CP gathers."""
 
 import sys
 from pathlib import Path
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from moetune.specs.hf_config import spec_from_hf
+from moetune.walls.activations import ActivationContext, layer_activation_items
 from moetune.walls.flops import layer_flops
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
@@ -60,3 +61,18 @@ def test_a_layer_that_reuses_its_top_k_runs_no_indexer():
     assert "indexer_proj" not in f and "indexer_target" not in f
     assert f["core_attn"] == pytest.approx(2 * TOPK_PAIRS * H * (KL + R + KL), rel=1e-12)
 
+
+def test_glm5_saves_the_whole_sequence_latent_key_under_cp():
+    """CP 32 at 128K (4096 rows a rank): FlashMLA saves the absorbed query (64 x 576), the latent key gathered over
+    CP (131072 x 576), the latent output (64 x 512), lse (64 FP32) and the int32 top-k (2048 + the length); the
+    indexer's precomputed gradients (q 32 x 128, k over all 131072 rows, weights 32)."""
+    spec = _spec()
+    ctx = ActivationContext(seq_length=S, micro_batch_size=1, cp=32)
+    items = layer_activation_items(spec, spec.layers[5], ctx)
+    t = S // 32
+    assert items["attn_qkv"] == 2 * t * H * (KL + R) + 2 * S * (KL + R)
+    assert items["dsa_latent_output"] == 2 * t * H * KL
+    assert items["attn_softmax_stats"] == 4 * t * H
+    assert items["dsa_topk_indices"] == 4 * t * (K + 1)
+    assert items["dsa_indexer_grads"] == 2 * (t * NI * DI + S * DI + t * NI)
+    assert items["mla_q_nope"] == 2 * t * H * NOPE

@@ -15,6 +15,7 @@ from functools import reduce
 import numpy as np
 
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.dsa import dsa_items, is_dsa
 from moetune.walls.flops import kv_groups_per_rank, qkv_gathered
 
 BF16 = 2
@@ -226,7 +227,7 @@ def _layer_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> di
         if norm_out:
             items["attn_norm_output"] = BF16 * sbh // ctx.sp_div
         mixer = {"gqa": _gqa, "mla": _mla, "gdn": _linear_mixer, "mamba": _linear_mixer}[kind.mixer]
-        items.update(mixer(spec, ctx))
+        items.update(dsa_items(spec, kind, ctx) if is_dsa(spec, kind) else mixer(spec, ctx))
         if ctx.dropout:
             items["attn_dropout_mask"] = sbh // ctx.sp_div
     if kind.mlp != "none":

@@ -17,6 +17,7 @@ from moetune.layout.knobs import PLAN_ROUTER_DTYPE, Knobs
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
+from moetune.walls.dsa import head_padding, indexer_seconds, is_dsa
 from moetune.walls.efficiency import rate_key
 from moetune.walls.flops import all_layers, attended_keys, gemm_shapes, layer_flops, tp_shard, tp_size
 
@@ -175,6 +176,8 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     shape = per_expert / (per_expert + r.m_half)
     g = gemm_shapes(spec, kind)
     te = {k: _tile_eff(v, r.tile, tp_size(k, ctx.tp, ctx.etp)) for k, v in g.items()}
+    if is_dsa(spec, kind):  # the top-k's keys at the fused-attention rate, on the heads the sparse kernels run
+        attn_rate = attention_rate(spec, span, spec.dsa.index_topk, r) / head_padding(spec, ctx.tp)
     return {
         "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"] / te["mixer_proj"]) / ctx.tp / r.gemm,
         "core_attn": (f["core_attn"] / attn_rate + f["mixer_scan"] / r.attn) / ctx.tp,
@@ -234,7 +237,20 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     kept = () if recompute == "full" else layer_activation_items(spec, kind, ctx)
     replayed = sum(v for k, v in items.items() if k not in kept)
     out["elementwise"] = eff["mem_passes"] * (touched + replayed) / r.hbm
+    if is_dsa(spec, kind):
+        _dsa_indexer(spec, kind, ctx, r, out, replay)
     return out
+
+
+def _dsa_indexer(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, out: dict, replay: set) -> None:
+    """A DSA layer's indexer seconds into `out` (class "indexer", dsa.indexer_seconds): its forward, replayed by full
+    recompute and by core_attn recompute (which checkpoints all of DSAttention, absorbed_mla.py), and its loss once."""
+    span = attention_span(spec, ctx.seq_length)
+    f = layer_flops(spec, kind, ctx.tokens, span)
+    sparse = attention_rate(spec, span, spec.dsa.index_topk, r)
+    fwd, loss = indexer_seconds(spec, kind, f, ctx.tp, r, sparse, attention_rate(spec, span, None, r))
+    out["indexer"] = fwd + loss
+    out["recompute"] = out["recompute"] + (fwd if "core_attn" in replay else 0.0)
 
 
 # Bytes a biased expert layer's fc2 bias pass moves per element of its [routed rows, hidden] output, forward and

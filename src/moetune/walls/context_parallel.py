@@ -34,6 +34,7 @@ from moetune.walls.cp_legal import (
     legal_exchanges,
     rank_heads,
 )
+from moetune.walls.dsa import dsa_cp_seconds, is_dsa
 from moetune.walls.flops import kv_groups_per_rank, layer_flops
 from moetune.walls.memory import activation_context
 
@@ -176,6 +177,8 @@ def layer_cp(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, knob
     exposed seconds of the forward exchange that recomputing the mixer runs again."""
     if not np.any(np.asarray(cp) > 1) or kind.mixer not in (*ATTENTION, "mamba", "gdn"):
         return 0.0, 0.0, 1.0, 0.0
+    if is_dsa(spec, kind):  # DSA gathers its keys over CP whatever the plan's cp_comm_type (all_gather: resolve_auto)
+        return dsa_cp_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff)
     if kind.mixer in ("mamba", "gdn"):  # their own all-to-alls, whatever cp_comm_type says (attention's exchange)
         hard = linear_mixer_seconds(spec, kind, ctx.tokens, cp, tp, gpu, eff)
         return hard, hard, 1.0, hard * A2A_FORWARD
@@ -205,6 +208,12 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
     if lay.cp == 1:
         return knobs if (knobs.cp_comm_type, knobs.hcp_a2a_size) == ("p2p", None) else replace(
             knobs, cp_comm_type="p2p", hcp_a2a_size=None)
+    if spec.dsa is not None:  # Megatron's default p2p too: Bridge's DSA providers set allgather (glm5_bridge.py)
+        if knobs.cp_comm_type not in ("auto", "all_gather", "p2p"):
+            raise MoetuneError(f"cp_comm_type {knobs.cp_comm_type} at CP {lay.cp}: DeepSeek Sparse Attention runs "
+                               "context parallel over all_gather only (Megatron-LM transformer_config.py); use "
+                               "--cp-comm-type all_gather")
+        return replace(knobs, cp_comm_type="all_gather", hcp_a2a_size=None)
     if knobs.cp_comm_type == "a2a+p2p":
         return replace(knobs, hcp_a2a_size=_hcp_size(spec, lay, knobs.hcp_a2a_size, job_gpu(gpu, lay.world_size)))
     if knobs.cp_comm_type == "a2a" and not a2a_allows(spec, lay.cp, lay.tp):

@@ -12,6 +12,7 @@ from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
 from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, nvlink_busy, ring_seconds
 from moetune.walls.compute import BWD_GEMM
+from moetune.walls.dsa import dsa_tp_seconds, is_dsa
 from moetune.walls.flops import qkv_gathered
 from moetune.walls.host import layer_cpu_share
 from moetune.walls.overlap import ep_overlap_exposed, ep_overlap_hide
@@ -51,6 +52,8 @@ def layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     replay = n_tp if knobs.recompute == "full" else 0
     tp = (2 * n_tp + regather + replay) * ring_seconds(full, lay.tp, 1, gpu, eff)  # forward + backward
     qkv = qkv_gather_seconds(spec, kind, lay, ctx, gpu, eff, knobs)
+    if is_dsa(spec, kind):
+        qkv = qkv + dsa_tp_seconds(spec, kind, ctx.tokens, lay.tp, gpu, eff, knobs.recompute == "full")
     ep, ep_exposed = 0.0, 0.0
     if kind.mlp == "moe":
         parts, etp = _dispatch_parts(spec, lay, ctx, gpu, eff, knobs, full)

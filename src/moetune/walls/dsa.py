@@ -1,0 +1,117 @@
+"""DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) on the walls: what one DSA layer saves for backward, the seconds
+of its indexer, and its context- and tensor-parallel gathers, as Megatron-Core runs it with dsa_kernel_backend
+"cudnn" (the Bridge GLM-5 recipes': FlashMLA sparse forward, cuDNN sparse backward and indexer kernels; Megatron-LM
+megatron/core/transformer/experimental_attention_variant/dsa.py, dsa_cudnn_kernels.py, absorbed_mla.py
+@ core_v0.19.0). Its FLOPs are flops._dsa_hw. No DSA kernel rate is calibrated on a published run (none publishes
+one): the rates are moetune's fused-attention and GEMM rates (docs/time.md, docs/memory.md)."""
+
+import numpy as np
+
+from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.comms import BF16, ring_seconds
+
+FP32 = INT32 = 4
+# FlashMLA's sparse kernels run a TP rank's heads in tiles of 64 on SM90, a smaller count zero-padded up
+# (dsa_cudnn_kernels.py head padding @ core_v0.19.0): GLM-5's 64 heads at TP 2 run as 64 a rank, twice the work
+HEAD_TILE = 64
+UNCALIBRATED = ("DeepSeek Sparse Attention: the sparse attention and indexer kernels run at moetune's fused-attention "
+                "and GEMM rates, not calibrated on any published run (none publishes its throughput)")
+
+
+def is_dsa(spec: ModelSpec, kind: LayerKind) -> bool:
+    return spec.dsa is not None and kind.mixer == "mla"
+
+
+def head_padding(spec: ModelSpec, tp):
+    """Heads a TP rank's sparse kernels run over the heads it holds (HEAD_TILE)."""
+    local = spec.num_attention_heads / tp
+    return np.ceil(local / HEAD_TILE) * HEAD_TILE / local
+
+
+def indexer_seconds(spec: ModelSpec, kind: LayerKind, f: dict, tp, r, sparse_rate, causal_rate) -> tuple:
+    """(forward, loss) seconds of one DSA layer's indexer on a TP rank, `f` its flops.layer_flops. Every TP rank runs
+    the whole indexer on the sequence-gathered rows (parallel_mode "duplicated", dsa.py DSAIndexer): projections at the
+    GEMM rate; scores in the cuDNN indexer kernel (BF16 q, k; the Bridge recipes' packed THD crops each CP segment's
+    keys to its causal prefix) at the fused-attention rate for the causal keys, their FP32 [rows, keys] matrix written
+    and read by the top-k at the HBM rate. The loss (a computing layer with dsa_indexer_loss_coeff > 0) runs once a
+    step, in the recompute pass under recompute: the projections' weight gradients (their input is detached: no dgrad),
+    the q.k target over the top-k keys on the rank's heads/TP and the indexer backward at the fused-attention rate for
+    index_topk keys, and under index sharing a second sparse forward for the target's log-sum-exp
+    (FusedQKTopKWithSparseLossFunc)."""
+    if not kind.indexer:
+        return 0.0, 0.0
+    d = spec.dsa
+    score_bytes = 2 * FP32 * f["indexer_scores"] / (2 * d.index_n_heads * d.index_head_dim)  # one FP32 a pair
+    forward = f["indexer_proj"] / r.gemm + f["indexer_scores"] / causal_rate + score_bytes / r.hbm
+    if "indexer_target" not in f:
+        return forward, 0.0
+    pad = head_padding(spec, tp)
+    loss = (f["indexer_proj"] / r.gemm + f["indexer_target"] * pad / tp / sparse_rate
+            + f["indexer_grads"] / sparse_rate)
+    if d.index_topk_freq > 1:
+        loss = loss + f["core_attn"] * pad / tp / sparse_rate
+    return forward, loss
+
+
+def dsa_items(spec: ModelSpec, kind: LayerKind, ctx) -> dict:
+    """Bytes one DSA layer saves for backward on a rank (with the cuDNN backend: FusedIndexerSparseAttnFunc /
+    FusedSparseAttentionFunc save_for_backward, dsa_cudnn_kernels.py @ core_v0.19.0): the absorbed query (q_flat,
+    heads/TP), the latent key of the WHOLE sequence (kv_flat: gathered over CP and TP), the latent output and the
+    log-sum-exp per head, the top-k indices and lengths (int32), and on a layer with the loss the indexer gradients
+    its forward already computed. Plus the q-absorb einsum's input (q_nope) and linear_proj's (the v-up output).
+    core_attn recompute checkpoints all of DSAttention: it keeps the absorbed query and the rank's latent key alone.
+    Index sharing holds each computing layer's top-k for the layers that reuse it (dsa.py topk_holder)."""
+    m, d, n = spec.mla, spec.dsa, spec.num_attention_heads
+    t, tp, rows = ctx.tokens, ctx.tp, ctx.tokens * ctx.cp
+    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    latents = (2 * (m.q_lora_rank or 0)) + 2 * m.kv_lora_rank + m.qk_pos_emb_head_dim
+    items = {"mla_latents": BF16 * t * latents // ctx.sp_div}
+    if "core_attn" in ctx.recompute_modules:
+        items["attn_qkv"] = BF16 * t * (n * qk // tp + qk)
+    else:
+        items["attn_qkv"] = BF16 * t * n * qk // tp + BF16 * rows * qk
+        items["attn_softmax_stats"] = FP32 * t * n // tp
+        items["dsa_latent_output"] = BF16 * t * n * m.kv_lora_rank // tp
+        items["dsa_topk_indices"] = INT32 * t * (d.index_topk + 1)
+        if kind.indexer and d.indexer_loss:
+            ni, di = d.index_n_heads, d.index_head_dim
+            items["dsa_indexer_grads"] = BF16 * (t * ni * di + rows * di + t * ni)
+    if "mla_up_proj" in ctx.recompute_modules:
+        items.pop("attn_qkv")
+    else:
+        items["mla_q_nope"] = BF16 * t * n * m.qk_head_dim // tp
+    if kind.indexer and d.index_topk_freq > 1:
+        items["dsa_topk_holder"] = INT32 * t * d.index_topk
+    items["attn_proj_input"] = BF16 * t * n * m.v_head_dim // tp
+    return items
+
+
+def dsa_cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: dict) -> tuple:
+    """(raw, exposed, ring slowdown, replay) of one DSA layer's CP exchange (cp_comm_type allgather, the only one DSA
+    runs: transformer_config.py @ core_v0.19.0). Forward: the latent key (kv_lora_rank + rope) and, on a computing
+    layer, the indexer key (index_head_dim) all-gathered over CP (dsa.py); backward: their gradients reduce-scattered,
+    the indexer key's only with the loss on (otherwise it ran under no_grad). Not overlapped; the forward's runs again
+    where the attention is recomputed."""
+    m, d = spec.mla, spec.dsa
+    rows, qk = tokens * cp, m.kv_lora_rank + m.qk_pos_emb_head_dim
+    idx = d.index_head_dim if kind.indexer else 0
+    grads = idx if d.indexer_loss else 0
+    fixed = eff["a2a_latency_us"] * 1e-6
+    fwd = ring_seconds(rows * BF16 * (qk + idx), cp, tp, gpu, eff) + np.where(cp > 1, fixed * (1 + bool(idx)), 0.0)
+    bwd = ring_seconds(rows * BF16 * (qk + grads), cp, tp, gpu, eff) + np.where(cp > 1, fixed * (1 + bool(grads)), 0.0)
+    return fwd + bwd, fwd + bwd, 1.0, fwd
+
+
+def dsa_tp_seconds(spec: ModelSpec, kind: LayerKind, tokens, tp, gpu, eff: dict, full_recompute: bool):
+    """Seconds of a DSA layer's own TP collectives (sequence parallel, which absorbed MLA needs at TP > 1): the latent
+    key all-gathered (absorbed_mla.py; reduce-scattered back in backward), the indexer's inputs x and q latent
+    all-gathered detached (dsa.py DSAIndexer: no backward), and with the loss the FP32 top-k target all-reduced (heads
+    are split). Full recompute gathers again. Not hidden by TP comm overlap (plain collectives)."""
+    m, d, h = spec.mla, spec.dsa, spec.hidden_size
+    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    idx_in = (h + (m.q_lora_rank or h)) if kind.indexer else 0
+    fwd = ring_seconds(tokens * BF16 * (qk + idx_in), tp, 1, gpu, eff)
+    out = (2 if full_recompute else 1) * fwd + ring_seconds(tokens * BF16 * qk, tp, 1, gpu, eff)
+    if kind.indexer and d.indexer_loss:
+        out = out + 2 * ring_seconds(tokens * FP32 * d.index_topk, tp, 1, gpu, eff)
+    return out
