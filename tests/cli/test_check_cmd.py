@@ -154,10 +154,10 @@ def test_a_saved_result_is_checked_against_the_model_it_names(tmp_path, capsys):
     assert code == 1 and "fit.does_not_fit" in rules
 
 
-def test_a_model_the_walls_cannot_price_skips_the_fit_rules_and_says_why(capsys, tmp_path):
-    """check --model DeepSeek-V3.2: the memory wall refuses a DSA model (layout/dsa_split.py), which is no fault of the
-    layout; it had come out as the error layout.illegal citing Megatron-Core's divisibility rules. Now a warning
-    says the fit rules are skipped, and the config's own rules still run (the ETP warning here)."""
+def test_a_sparse_attention_model_gets_the_fit_rules(capsys, tmp_path):
+    """check --model DeepSeek-V3.2: the memory wall prices DSA now (walls/dsa.py), so the fit rules run where a
+    warning check.model_unpriced had said they were skipped (and before that, the error layout.illegal citing
+    Megatron-Core's divisibility rules); the config's own rules still run (the ETP warning here)."""
     sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
     from dsa_configs import DEEPSEEK_V32
 
@@ -166,5 +166,5 @@ def test_a_model_the_walls_cannot_price_skips_the_fit_rules_and_says_why(capsys,
     code, out, _ = run(["check", "--set", "model.tensor_model_parallel_size=2", "--model", str(path), "--gpu", "h100",
                         "--gpus", "256", "--json"], capsys)
     found = {f["rule"]: f for f in json.loads(out)["findings"]}
-    assert code == 0 and "layout.illegal" not in found
-    assert found["check.model_unpriced"]["severity"] == "warning" and "scale.prefer_ep_over_etp" in found
+    assert "layout.illegal" not in found and "check.model_unpriced" not in found
+    assert code == 1 and "fit.does_not_fit" in found and "scale.prefer_ep_over_etp" in found

@@ -2,13 +2,16 @@
 
 import itertools
 import random
+import sys
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from moetune.errors import MoetuneError
+from moetune.layout.dsa_split import dsa_pipeline_split
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
@@ -21,12 +24,31 @@ from moetune.planner.ranking import CP_SHORT_MARGIN, preference, within
 from moetune.planner.search import plan
 from moetune.planner.search_state import Search
 from moetune.specs.hardware import load_gpu
+from moetune.specs.hf_config import spec_from_hf
 from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
 from moetune.walls.batch import batch_memory, batch_step_seconds
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads
+
+
+def _model(name: str):
+    """A built-in model, or one of the DSA test configs (tests/oracle/dsa_configs.py: none ships built in)."""
+    if name not in ("GLM5", "GLM52"):
+        return load_model(name)
+    sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
+    from dsa_configs import GLM5, GLM52_SHARING
+    return spec_from_hf({**GLM5, **(GLM52_SHARING if name == "GLM52" else {})}, name=name, origin=f"{name}.json")
+
+
+def _splits_index_groups(spec, lay) -> bool:
+    """Whether estimate takes this layout's pipeline split under DSA index sharing (layout/dsa_split.py)."""
+    try:
+        dsa_pipeline_split(spec, lay)
+    except MoetuneError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize(("model", "gpu", "world", "seq", "gbs", "fixed"), [
@@ -41,14 +63,19 @@ from moetune.walls.memory import default_overheads
     ("qwen3-30b-a3b", "h100", 8, 4096, 64, {}),
     # Muon's Newton-Schulz step, per layout's TP, DP and EDP (walls/muon.py), on an MLA model
     ("moonlight-16b-a3b", "h100", 32, 4096, 256, {"optimizer": "muon", "optimizer_offload_fraction": [0.0]}),
+    # DeepSeek Sparse Attention (walls/dsa.py): its indexer, CP all-gathers and saved tensors, batch as scalar; index
+    # sharing (GLM-5.2) too, at a length whose CP and TP layouts the search keeps
+    ("GLM5", "h100", 416, 131072, 520, {}),
+    ("GLM52", "h100", 64, 16384, 64, {}),
 ])
 def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
-    spec, g = load_model(model), load_gpu(gpu)
+    spec, g = _model(model), load_gpu(gpu)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     layouts = enumerate_layouts(spec, g, world, wl, {})
     rng = random.Random(0)
     cands = [(lay, m) for lay in rng.sample(layouts, min(40, len(layouts))) for m in (1, 2)
-             if gbs % (m * lay.dp) == 0 and (lay.vpp == 1 or gbs // (m * lay.dp) % lay.pp == 0)]
+             if gbs % (m * lay.dp) == 0 and (lay.vpp == 1 or gbs // (m * lay.dp) % lay.pp == 0)
+             and _splits_index_groups(spec, lay)]
     assert len({lay.ep for lay, _ in cands}) > 1
     batch = build_batch(spec, cands)
     for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), fixed, "dropless"), 6):

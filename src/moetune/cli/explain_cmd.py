@@ -204,6 +204,8 @@ def print_explain(a: dict, mlm: bool = False) -> None:
         out.print(fp8_caveat_line(a["fp8_caveat"]))
     if a["nvfp4_caveat"]:
         out.print(caveat_line(a["nvfp4_caveat"]))
+    if "uncalibrated" in a:
+        out.print(f"[yellow]note[/yellow]: {a['uncalibrated']}")
     out.print(f"[bold]Track record[/bold]: {escape(track_record_text(a['track_record']))}")
     d = a["default_mappings"]
     out.print(f"[bold]Defaults[/bold] for {d['platform']}:")

@@ -107,10 +107,12 @@ def print_checks(found: list[dict], mlm: bool = False) -> None:
 
 def attention_notes(e) -> list[str]:
     """What the step charges attention differently from the FLOP count (estimate and plan print them): Llama 4's chunks,
-    which the count does not know."""
+    which the count does not know; and DeepSeek Sparse Attention's uncalibrated kernel rates."""
     t, m, out = e.time, e.model, []
     if t["counted_not_run"] > 0.005:
         out.append(f"{m.name} attends within {m.attention_chunk:,}-token chunks (Megatron Bridge's Llama 4 attention), "
                    f"which the step is charged; {t['flops_convention']}'s FLOP count, and so TFLOP/s/GPU and MFU here, "
                    f"counts whole-sequence attention: {100 * t['counted_not_run']:.0f}% of the counted FLOPs never run")
+    if "uncalibrated" in t:  # DeepSeek Sparse Attention (walls/dsa.py)
+        out.append(t["uncalibrated"])
     return out

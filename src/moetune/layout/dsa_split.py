@@ -1,26 +1,34 @@
-"""What DeepSeek Sparse Attention asks of a layout: the walls do not price it yet (refuse_unpriced), and under index
-sharing every pipeline chunk must start on a layer that computes its own top-k (dsa_pipeline_split)."""
+"""What DeepSeek Sparse Attention asks of a layout: the walls price its sparse indexer loss alone (refuse_unpriced),
+and under index sharing every pipeline chunk must start on a layer that computes its own top-k (dsa_pipeline_split)."""
 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.specs.model import ModelSpec
 
+DSA_ARCHS = frozenset({"hopper", "blackwell"})
+
 
 class Unpriced(MoetuneError):
     """A model the walls cannot price yet: bad input to estimate and plan, a skipped memory wall to check --model."""
 
 
-def refuse_unpriced(spec: ModelSpec) -> None:
-    """A model whose attention the walls do not price yet, refused before any layout is timed or sized.
-
-    DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) runs an indexer and attends to index_topk keys per query
-    (Megatron-LM dsa.py @ core_v0.19.0); the walls know only MLA's dense causal attention, and would report those
-    figures for it in silence. Its parameters are exact (walls/params.py, `moetune models show`)."""
-    if spec.dsa is not None:
-        raise Unpriced(f"{spec.name}: DeepSeek Sparse Attention ({spec.model_type}, index_topk "
-                           f"{spec.dsa.index_topk}) is not priced yet - moetune would time and size it as dense MLA "
-                           "without the indexer; `moetune models show` gives its parameters, which are exact")
+def refuse_unpriced(spec: ModelSpec, arch: str | None = None) -> None:
+    """A DSA model whose attention the walls do not price, refused before any layout is timed or sized. They price
+    what the cuDNN backend runs (walls/dsa.py; Megatron-LM dsa_cudnn_kernels.py @ core_v0.19.0): its FlashMLA kernels
+    need Hopper or Blackwell (_flash_mla_head_padding declines below SM90, and the unfused fallback keeps O(heads s^2)
+    scores), and its loss is the sparse one (dsa_indexer_use_sparse_loss False takes a path whose work was not read).
+    `arch`: the GPU's, where the caller has one."""
+    if spec.dsa is None:
+        return
+    if spec.dsa.indexer_loss and not spec.dsa.sparse_loss:
+        raise Unpriced(f"{spec.name}: DeepSeek Sparse Attention's dense indexer loss (dsa_indexer_use_sparse_loss "
+                       "False) is not priced - only the sparse loss Megatron Bridge's GLM-5 provider sets is; "
+                       "`moetune models show` gives its parameters, which are exact")
+    if arch is not None and arch not in DSA_ARCHS:
+        raise Unpriced(f"{spec.name}: DeepSeek Sparse Attention on {arch} is not priced - its FlashMLA and cuDNN "
+                       "kernels need Hopper or Blackwell (below, Megatron-Core falls back to dense O(s^2) scores); "
+                       "use an H100/H200 or B200/GB200-class GPU")
 
 
 def dsa_pipeline_split(spec: ModelSpec, layout: Layout) -> None:

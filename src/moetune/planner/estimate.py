@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field, fields
 
 from moetune.configio.names import LAUNCHER
+from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.gemm_shapes import Widths, validate_gemm_shapes
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
@@ -194,6 +195,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     workload = workload or Workload()
     knobs = knobs or Knobs()
     validate(model, layout, workload)
+    refuse_unpriced(model, gpu.arch)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
     validate_knobs(model, layout, knobs)
     validate_gemm_shapes(Widths.of(model), knobs.precision, gpu.arch, seq=workload.seq_length,

@@ -275,7 +275,7 @@ def explain(e: Estimate) -> dict:
         "fp8_caveat": fp8, "fp8_evidence": evidence(), "nvfp4_caveat": nvfp4_caveat(e), "optimizer": e.knobs.optimizer,
         "optimizer_note": optimizer_note(e),
         "gbs_defaulted": gbs_default_text(e) if "global_batch_size" in e.defaulted else None,
-        "track_record": estimate_record(e), **e.user_files,
+        "track_record": estimate_record(e), **e.user_files, **{k: e.time[k] for k in ("uncalibrated",) if k in e.time},
         "fit": fit, "scale": scale(e, found), "profile": _profile(e), "retune": retune,
         "retune_blocked_by_memory": sorted(blocked, key=lambda r: -r["predicted_gain"])[:3],
         "checks": _checks(found, SEVERITY_ORDER),

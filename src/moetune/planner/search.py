@@ -85,7 +85,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     routed experts' activations too (LAST_RESORT_OFFLOAD); a pinned offload is searched as pinned. The counts cover
     every pass run. `weigh_offload`: search the optimizer-offload alternative to a full-recompute pick
     (offload_instead; a caller that does not show it skips the search)."""
-    refuse_unpriced(spec)  # one line before any search, not a "no layout fits"
+    refuse_unpriced(spec, gpu.arch)  # one line before any search, not a "no layout fits"
     fixed = fixed or {}
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it

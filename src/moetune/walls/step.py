@@ -36,6 +36,7 @@ from moetune.walls.compute import (
     replayed_classes,
 )
 from moetune.walls.context_parallel import layer_cp
+from moetune.walls.dsa import UNCALIBRATED
 from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import dp_raw_seconds, iteration_terms
 from moetune.walls.layer_comm import layer_comm
@@ -209,4 +210,6 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
         "slowest_stage": stages.index(slow),
         "stage_seconds": [float(s["total"]) for s in stages],  # per micro-batch, each pipeline rank
         "num_microbatches": m,
+        # DSA's kernel rates: moetune's own, no published run to calibrate them on (walls/dsa.py)
+        **({"uncalibrated": UNCALIBRATED} if spec.dsa is not None else {}),
     }

@@ -1,0 +1,65 @@
+"""estimate, plan and explain of a DeepSeek Sparse Attention model (GLM-5, tests/oracle/dsa_configs.py): they run,
+say in JSON and text that the DSA kernel rates are calibrated on no published run, and run CP over all_gather alone
+(Megatron-LM transformer_config.py: "DSAttention context parallelism currently supports cp_comm_type=allgather")."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from cli_run import run
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
+from dsa_configs import GLM5  # noqa: E402
+
+# Megatron Bridge's GLM-5 H100 recipe (perf_recipes/glm_moe_dsa/h100/glm5.py @067f987), at a shorter sequence
+RECIPE = ["--gpu", "h100", "--gpus", "416", "--tp", "1", "--pp", "13", "--vpp", "2", "--cp", "8", "--ep", "32",
+          "--seq", "32768", "--gbs", "520", "--precision", "bf16", "--recompute", "full", "--dispatcher", "deepep"]
+
+
+@pytest.fixture
+def glm5(tmp_path) -> str:
+    path = tmp_path / "glm5.json"
+    path.write_text(json.dumps(GLM5))
+    return str(path)
+
+
+def test_estimate_prices_glm5_and_says_the_rates_are_uncalibrated(glm5, capsys):
+    code, out, _ = run(["estimate", glm5, *RECIPE, "--json"], capsys)
+    t = json.loads(out)["time"]
+    assert code == 0 and "not calibrated on any published run" in t["uncalibrated"]
+    assert t["compute_by_class"]["indexer"] > 0 and t["exposed_collectives"]["cp"] > 0
+    assert json.loads(out)["knobs"]["cp_comm_type"] == "all_gather"
+    code, out, _ = run(["estimate", glm5, *RECIPE], capsys)
+    assert code == 0 and "not calibrated on any published run" in " ".join(out.split())
+
+
+def test_dsa_refuses_a_cp_exchange_it_cannot_run(glm5, capsys):
+    code, _, err = run(["estimate", glm5, *RECIPE, "--cp-comm-type", "a2a"], capsys)
+    assert code == 2 and "runs context parallel over all_gather only" in err and "Traceback" not in err
+
+
+def test_plan_and_explain_of_glm5_run_and_carry_the_note(glm5, capsys, tmp_path):
+    pins = ["--fix", "tp=1", "--fix", "pp=13", "--fix", "vpp=2", "--fix", "cp=8", "--fix", "ep=32"]
+    code, out, _ = run(["plan", glm5, "--gpu", "h100", "--gpus", "416", "--seq", "32768", "--gbs", "520", *pins,
+                        "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["results"] and "uncalibrated" in data["results"][0]["time"]
+    saved = tmp_path / "plan.json"
+    saved.write_text(out)
+    code, out, _ = run(["explain", "--plan", str(saved), "--json"], capsys)
+    assert code == 0 and "not calibrated" in json.loads(out)["uncalibrated"]
+    code, out, _ = run(["explain", "--plan", str(saved)], capsys)
+    assert code == 0 and "not calibrated on any published run" in " ".join(out.split())
+    code, out, _ = run(["plan", glm5, "--gpu", "h100", "--gpus", "416", "--seq", "32768", "--gbs", "520", *pins],
+                       capsys)
+    assert code == 0 and "not calibrated on any published run" in " ".join(out.split())
+
+
+def test_dsa_on_a_gpu_without_its_kernels_is_refused_in_one_line(glm5, capsys):
+    """FlashMLA declines below SM90 (dsa_cudnn_kernels.py _flash_mla_head_padding) and Megatron-Core falls back to the
+    unfused path's dense scores, which moetune does not price."""
+    code, _, err = run(["estimate", glm5, "--gpu", "a100", "--gpus", "416", "--pp", "13", "--ep", "32"], capsys)
+    assert code == 2 and "on ampere is not priced" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(["plan", glm5, "--gpu", "a100", "--gpus", "416", "--gbs", "520"], capsys)
+    assert code == 2 and "on ampere is not priced" in err
