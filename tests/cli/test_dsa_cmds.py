@@ -63,3 +63,23 @@ def test_dsa_on_a_gpu_without_its_kernels_is_refused_in_one_line(glm5, capsys):
     assert code == 2 and "on ampere is not priced" in err and len(err.strip().splitlines()) == 1
     code, _, err = run(["plan", glm5, "--gpu", "a100", "--gpus", "416", "--gbs", "520"], capsys)
     assert code == 2 and "on ampere is not priced" in err
+
+
+def test_plan_of_an_index_sharing_model_keeps_the_groups_whole(tmp_path, capsys):
+    """GLM-5.2 (index_topk_freq 4, offset 3): a pipeline chunk that starts on a layer reusing an earlier stage's top-k
+    is refused by Megatron-Core (layout/dsa_split.py). The plan had raised on the first such split it re-split; now it
+    enumerates splits along the sharing groups (1, 1, then 4-layer groups), re-splits within them, and its pick runs
+    under estimate (explain --plan re-validates it)."""
+    from dsa_configs import GLM52_SHARING
+
+    path = tmp_path / "glm52.json"
+    path.write_text(json.dumps({**GLM5, **GLM52_SHARING}))
+    code, out, err = run(["plan", str(path), "--gpu", "h100", "--gpus", "416", "--seq", "32768", "--gbs", "520",
+                          "--json"], capsys)
+    results = json.loads(out)["results"]
+    assert code == 0 and results and all(r["layout"]["pp"] > 1 for r in results), err
+    assert results[0]["pipeline"]["pipeline_layout"]
+    saved = tmp_path / "plan.json"
+    saved.write_text(out)
+    code, _, err = run(["explain", "--plan", str(saved), "--json"], capsys)
+    assert code == 0, err

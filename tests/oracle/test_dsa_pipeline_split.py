@@ -32,3 +32,17 @@ def test_an_even_split_through_a_sharing_group_is_refused():
 
 def test_without_sharing_any_split_stands():
     validate_model_layout(_spec({}), Layout(world_size=416, pp=13, vpp=2, cp=32, ep=32))
+
+
+def test_the_planner_splits_along_the_sharing_groups():
+    """GLM-5.2's groups are 1, 1, then nineteen of 4 (layers 3-6, 7-10, ..., 75-78, 1-based): split over 13 chunks
+    each chunk starts on a computing layer and sits as near the mean (6) as whole groups allow; 26 chunks exceed the
+    21 groups."""
+    from moetune.layout.dsa_split import index_group_counts, keeps_index_groups
+    from moetune.layout.layout import write_pipeline_layout
+
+    spec = spec_from_hf({**GLM5, **GLM52_SHARING}, name="g", origin="g.json")
+    counts = index_group_counts(spec, 13)
+    assert counts == [6, 8, 4, 8, 4, 8, 4, 8, 4, 8, 4, 8, 4]
+    lay = Layout(world_size=13, pp=13, pipeline_layout=write_pipeline_layout(counts, spec.mtp_num_layers))
+    assert keeps_index_groups(spec, lay) and index_group_counts(spec, 26) is None

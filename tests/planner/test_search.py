@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from moetune.errors import MoetuneError
-from moetune.layout.dsa_split import dsa_pipeline_split
+from moetune.layout.dsa_split import keeps_index_groups
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
@@ -42,15 +42,6 @@ def _model(name: str):
     return spec_from_hf({**GLM5, **(GLM52_SHARING if name == "GLM52" else {})}, name=name, origin=f"{name}.json")
 
 
-def _splits_index_groups(spec, lay) -> bool:
-    """Whether estimate takes this layout's pipeline split under DSA index sharing (layout/dsa_split.py)."""
-    try:
-        dsa_pipeline_split(spec, lay)
-    except MoetuneError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize(("model", "gpu", "world", "seq", "gbs", "fixed"), [
     ("qwen3-30b-a3b", "h100", 16, 4096, 256, {}),
     ("deepseek-v3", "gb200", 256, 4096, 1024, {}),
@@ -75,7 +66,7 @@ def test_batched_evaluation_equals_estimate(model, gpu, world, seq, gbs, fixed):
     rng = random.Random(0)
     cands = [(lay, m) for lay in rng.sample(layouts, min(40, len(layouts))) for m in (1, 2)
              if gbs % (m * lay.dp) == 0 and (lay.vpp == 1 or gbs // (m * lay.dp) % lay.pp == 0)
-             and _splits_index_groups(spec, lay)]
+             and keeps_index_groups(spec, lay)]
     assert len({lay.ep for lay, _ in cands}) > 1
     batch = build_batch(spec, cands)
     for knobs in rng.sample(knob_grid(spec, g, platform_defaults(g), fixed, "dropless"), 6):

@@ -31,6 +31,37 @@ def refuse_unpriced(spec: ModelSpec, arch: str | None = None) -> None:
                        "use an H100/H200 or B200/GB200-class GPU")
 
 
+def index_group_counts(spec: ModelSpec, chunks: int) -> list[int] | None:
+    """Decoder layers per pipeline chunk (Megatron's stage order) that keep every index-sharing group whole: a
+    computing layer and the layers reusing its top-k (dsa_pipeline_split), chunk by chunk as near the mean of the
+    layers left as whole groups allow. None without index sharing, or where there are fewer groups than chunks."""
+    if spec.dsa is None or spec.dsa.index_topk_freq <= 1:
+        return None
+    starts = [i for i, k in enumerate(spec.layers) if k.indexer]
+    groups = [b - a for a, b in zip(starts, [*starts[1:], spec.num_layers], strict=True)]
+    if len(groups) < chunks:
+        return None
+    counts: list[int] = []
+    for left in range(chunks, 1, -1):
+        target = sum(groups) / left
+        take = 1
+        while len(groups) - take > left - 1 and sum(groups[:take + 1]) <= target + groups[take] / 2:
+            take += 1
+        counts.append(sum(groups[:take]))
+        groups = groups[take:]
+    return [*counts, sum(groups)]
+
+
+def keeps_index_groups(spec: ModelSpec, layout: Layout) -> bool:
+    """Whether Megatron-Core builds this pipeline split under DSA index sharing (dsa_pipeline_split): what the planner
+    asks of the layouts it enumerates and of each re-split it tries."""
+    try:
+        dsa_pipeline_split(spec, layout)
+    except MoetuneError:
+        return False
+    return True
+
+
 def dsa_pipeline_split(spec: ModelSpec, layout: Layout) -> None:
     """Under index sharing a layer reuses the top-k of the computing layer before it, which must be earlier in the
     same pipeline chunk: Megatron-Core raises at build time otherwise (Megatron-LM

@@ -12,6 +12,7 @@ splits gets a balanced string). Illegal ones are dropped silently here
 from itertools import product
 
 from moetune.errors import MoetuneError
+from moetune.layout.dsa_split import index_group_counts, keeps_index_groups
 from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout, layout_stages, parse_pipeline_layout, write_pipeline_layout
 from moetune.layout.pipeline import check_placement, pipeline_chunks
@@ -146,6 +147,9 @@ def splits_for(spec: ModelSpec, pp: int, vpp: int, balanced: bool = False) -> li
     hybrid_fields)."""
     if bridge_refuses_vpp(spec, vpp):
         return []
+    if pp > 1 and spec.dsa is not None and spec.dsa.index_topk_freq > 1:  # DSA index sharing: groups kept whole
+        counts = index_group_counts(spec, pp * vpp)
+        return [{"pipeline_layout": write_pipeline_layout(counts, spec.mtp_num_layers)}] if counts else []
     return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers, balanced)
 
 
@@ -247,5 +251,7 @@ def _split_ok(spec: ModelSpec, lay: Layout) -> bool:
     try:
         pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)
     except MoetuneError:
+        return False
+    if not keeps_index_groups(spec, lay):  # DSA index sharing: every chunk starts on a computing layer
         return False
     return True

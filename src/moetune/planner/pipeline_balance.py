@@ -18,6 +18,7 @@ comes first, the loss last and the MTP layers in the last rank's last chunk: pip
 
 from dataclasses import replace
 
+from moetune.layout.dsa_split import keeps_index_groups
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.planner.estimate import Estimate
@@ -77,7 +78,8 @@ def _resplitter(e: Estimate):
 
     def split(check_memory: bool) -> Estimate:
         _, best = rebalance(e.layout, e.model.num_layers, e.model.mtp_num_layers,
-                            lambda cand: (variant(cand).time["step_seconds"], variant(cand).time["stage_seconds"]),
+                            lambda cand: (variant(cand).time["step_seconds"], variant(cand).time["stage_seconds"])
+                            if keeps_index_groups(e.model, cand) else None,
                             (lambda cand: variant(cand).fits) if check_memory else (lambda cand: True),
                             (e.time["step_seconds"], e.time["stage_seconds"]))
         return e if best is e.layout else variant(best)
@@ -106,7 +108,8 @@ def rebalance(lay: Layout, num_layers: int, mtp: int, evaluate, fits, start: tup
     """(step seconds, layout) after moving decoder layers one at a time from the slowest pipeline rank to the
     quickest other rank where the layout still fits, while that makes the ranks' times better: the step faster, or
     the same step with fewer ranks at the slowest time, so two equally slow ranks are relieved one after the other.
-    `evaluate(layout)` gives (step seconds, seconds a micro-batch of each rank); `fits(layout)` is asked only of a
+    `evaluate(layout)` gives (step seconds, seconds a micro-batch of each rank), or None for a split Megatron refuses
+    (DSA index sharing), which is passed over; `fits(layout)` is asked only of a
     move that would be taken; `start` is `lay`'s own evaluation. Only PP > 1 layouts are re-split."""
     if lay.pp < 2:
         return start[0], lay
@@ -146,6 +149,8 @@ def _move_off_slowest(lay: Layout, counts: list[int], best: tuple, mtp: int, eva
         if cand is None:
             continue
         found = evaluate(cand)
+        if found is None:  # a split Megatron refuses (DSA index sharing: layout/dsa_split.py)
+            continue
         if not _pays(found, best):
             return None
         if fits(cand):

@@ -1,6 +1,7 @@
 """Re-split the pipeline ranks of the candidates a re-split could still make the fastest (planner/pipeline_balance.py
 moves the layers; this picks which candidates and ranks the result as the search ranked it)."""
 
+from moetune.layout.dsa_split import keeps_index_groups
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
@@ -137,7 +138,9 @@ def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | N
     # resolves them to themselves, so each re-split layout skips auto_choice
     resolved: dict[tuple, Knobs] = {}
 
-    def evaluate(cand: Layout) -> tuple:
+    def evaluate(cand: Layout) -> tuple | None:
+        if not keeps_index_groups(s.spec, cand):  # a split DSA index sharing refuses: rebalance passes it over
+            return None
         if cand not in timed:
             mesh = (cand.world_size, cand.tp, cand.cp, cand.ep, cand.etp, cand.sp)
             timed[cand] = estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs),
