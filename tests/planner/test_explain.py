@@ -264,8 +264,9 @@ def test_tp_comm_overlap_is_offered_only_where_userbuffers_take_the_recipe():
 
 def test_scale_says_what_a_cp_ring_costs_the_attention():
     """CP4 over p2p at 8k: the ring's calls see 1,024-token chunks; explain names the ring and its slowdown
-    (compute.ring_slowdown), and an a2a exchange (whole-sequence calls) gets no such clause."""
-    from moetune.walls.compute import rates, ring_slowdown
+    (attention_rate.ring_slowdown), and an a2a exchange (whole-sequence calls) gets no such clause."""
+    from moetune.walls.attention_rate import ring_slowdown
+    from moetune.walls.compute import rates
     from moetune.walls.efficiency import efficiency
     spec, gpu = load_model("qwen3-235b-a22b"), load_gpu("h100")
     lay = Layout(world_size=64, tp=1, cp=4, pp=1, ep=8)

@@ -5,7 +5,8 @@ import pytest
 
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.compute import BWD_ATTN, attention_rate, head_dim_factor, keys_factor, rates
+from moetune.walls.attention_rate import attention_rate, head_dim_factor, keys_factor
+from moetune.walls.compute import BWD_ATTN, rates
 from moetune.walls.efficiency import efficiency
 
 # cuDNN fused attention on H100 SXM5, BF16, 4k sequence (FlashAttention-3 paper, Shah et al. 2024, Figs. 5-6):

@@ -16,7 +16,7 @@ from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.hf_config import load_hf_config
 from moetune.specs.registry import load_model
-from moetune.walls.compute import chunked_attention_flops
+from moetune.walls.attention_rate import chunked_attention_flops
 from moetune.walls.flops import causal_context
 
 SCOUT = load_model("llama4-scout")

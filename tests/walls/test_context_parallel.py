@@ -13,7 +13,8 @@ from moetune.planner.estimate import estimate
 from moetune.planner.runs import published_rows
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.compute import rates, ring_slowdown
+from moetune.walls.attention_rate import ring_slowdown
+from moetune.walls.compute import rates
 from moetune.walls.context_parallel import cp_seconds, layer_cp, widths
 from moetune.walls.cp_legal import a2a_allows, a2a_cp_limit, cp_exchange_exists, exchange_refusal, hcp_inner_size
 from moetune.walls.efficiency import efficiency

@@ -16,7 +16,8 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.moves import GIB, knobs_for, margin_gib
 from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.planner.rule_findings import cp_sizing
-from moetune.walls.compute import rates, ring_slowdown
+from moetune.walls.attention_rate import ring_slowdown
+from moetune.walls.compute import rates
 from moetune.walls.context_parallel import ring_ranks
 from moetune.walls.cp_legal import EXCHANGE_WORDS, exchange_text, refusal_at_cp
 from moetune.walls.model_state import inner_divisors
@@ -214,7 +215,7 @@ def _weighed_cp(e: Estimate, cp: int) -> str:
 
 
 def _ring_text(e: Estimate) -> str:
-    """What a p2p ring's chunked attention calls cost (compute.ring_slowdown), or "" without a ring."""
+    """What a p2p ring's chunked attention calls cost (attention_rate.ring_slowdown), or "" without a ring."""
     ring = int(ring_ranks(e.model, e.knobs.cp_comm_type, e.layout.cp, e.layout.tp, e.job_domain, e.knobs.hcp_a2a_size))
     if ring < 2:
         return ""

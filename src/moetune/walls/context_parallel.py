@@ -23,8 +23,9 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.ranks import job_gpu
 from moetune.memo import array_key, remembered
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.attention_rate import attention_rate, ring_slowdown
 from moetune.walls.comms import BF16, link_bandwidth
-from moetune.walls.compute import BWD_ATTN, Rates, attention_rate, rates, ring_slowdown
+from moetune.walls.compute import BWD_ATTN, Rates, rates
 from moetune.walls.cp_legal import (
     a2a_allows,
     exchange_refusal,
@@ -118,7 +119,7 @@ def cp_exposed(hard, soft, attn_total):
 
 
 def ring_ranks(spec: ModelSpec, comm_type: str, cp, tp, nvlink_domain: int, inner=None):
-    """Ranks of the p2p ring whose attention calls each see one chunk of the keys (compute.ring_slowdown): CP for
+    """Ranks of the p2p ring whose attention calls each see one chunk of the keys (attention_rate.ring_slowdown): CP for
     p2p, the outer group for a2a+p2p; 1 for a2a (whole sequence, heads split) and all_gather (each query chunk
     against the gathered K,V prefix)."""
     if comm_type == "p2p":
@@ -139,7 +140,7 @@ def representative_kind(spec: ModelSpec) -> LayerKind:
 def _option_cost(spec: ModelSpec, kind: LayerKind, ctx, cp, tp, gpu, eff: dict, r: Rates, comm_type: str, attn_total,
                  inner=None) -> tuple:
     """(raw, exposed, attention slowdown, replay) of one exchange: the exchange hides under the attention as its ring's
-    chunked calls run it, `attn_total` x the slowdown (compute.ring_slowdown)."""
+    chunked calls run it, `attn_total` x the slowdown (attention_rate.ring_slowdown)."""
     if comm_type == "a2a+p2p" and inner is None:  # once, for the ring and the exchange
         inner = hcp_inner_size(spec, cp, tp, gpu.nvlink_domain)
     slow = ring_slowdown(ctx.seq_length, ring_ranks(spec, comm_type, cp, tp, gpu.nvlink_domain, inner), r)

@@ -24,10 +24,10 @@ from moetune.layout.validate import Workload
 from moetune.memo import remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.attention_rate import chunked_attention_flops
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import (
     Rates,
-    chunked_attention_flops,
     expert_bias_seconds,
     heads_seconds,
     layer_compute_seconds,
@@ -57,7 +57,7 @@ class LayerTime:
 
 def ring_attention(compute: dict, attn, slow, knobs: Knobs) -> dict:
     """`compute` with the attention a CP p2p ring runs in chunked calls charged `slow` x its one-call time
-    (compute.ring_slowdown), the forward replayed by core_attn or full recompute included."""
+    (attention_rate.ring_slowdown), the forward replayed by core_attn or full recompute included."""
     if np.all(np.asarray(slow) == 1.0):
         return compute
     replayed = "core_attn" in replayed_classes(knobs.recompute, knobs.effective_modules, compute)
