@@ -104,15 +104,16 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     # attention, whose split is not modelled)
     span = attention_span(spec, ctx.seq_length)
     f = layer_flops(spec, kind, ctx.tokens, span, window=kind.window)
-    attn_rate = attention_rate(spec, span, kind.window, r)
+    if is_dsa(spec, kind):  # the top-k's keys at the fused-attention rate, on the heads the sparse kernels run
+        attn_rate = sparse_attention_rate(spec, span, r) / head_padding(spec, ctx.tp)
+    else:
+        attn_rate = attention_rate(spec, span, kind.window, r)
     experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1
     routed = routed_rows(spec, ctx)
     per_expert = routed / experts_local
     shape = per_expert / (per_expert + r.m_half)
     g = gemm_shapes(spec, kind)
     te = {k: _tile_eff(v, r.tile, tp_size(k, ctx.tp, ctx.etp)) for k, v in g.items()}
-    if is_dsa(spec, kind):  # the top-k's keys at the fused-attention rate, on the heads the sparse kernels run
-        attn_rate = sparse_attention_rate(spec, span, r) / head_padding(spec, ctx.tp)
     return {
         "attn_proj": (f["attn_proj"] / te["attn_proj"] + f["mixer_proj"] / te["mixer_proj"]) / ctx.tp / r.gemm,
         "core_attn": (f["core_attn"] / attn_rate + f["mixer_scan"] / r.attn) / ctx.tp,
