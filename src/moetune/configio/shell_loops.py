@@ -67,10 +67,9 @@ class LoopsAndFunctions:
 
     def _locals(self, fn: Unread) -> dict[str, tuple[str | None, list[str] | None, bool]]:
         """The values, before the call, of the names `fn` declares `local`, which bash restores when it returns."""
-        names = [w.split("=", 1)[0] for u in fn.statements if isinstance(u, Chain) for _, s in u.parts
-                 if s.words[:1] == ["local"] for w in s.words[1:] if not w.startswith("-")]
-        names += [a[0] for u in fn.statements if isinstance(u, Chain) for _, s in u.parts
-                  if s.words[:1] == ["local"] for a in s.assigns]
+        declared = [s for u in fn.statements if isinstance(u, Chain) for _, s in u.parts if s.words[:1] == ["local"]]
+        names = [w.split("=", 1)[0] for s in declared for w in s.words[1:] if not w.startswith("-")]
+        names += [a[0] for s in declared for a in s.assigns]
         v = self.vars
         return {n: (v.scalars.get(n), v.arrays.get(n), n in v.exported) for n in names}
 
