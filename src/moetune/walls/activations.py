@@ -15,8 +15,8 @@ from functools import reduce
 import numpy as np
 
 from moetune.specs.model import LayerKind, ModelSpec
-from moetune.walls.dsa import dsa_items, is_dsa
-from moetune.walls.flops import kv_groups_per_rank, qkv_gathered
+from moetune.walls.dsa import dsa_items
+from moetune.walls.flops import is_dsa, kv_groups_per_rank, qkv_gathered
 
 BF16 = 2
 FP32 = 4

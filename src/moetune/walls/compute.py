@@ -18,9 +18,9 @@ from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import ActivationContext, layer_activation_items
 from moetune.walls.attention_rate import attention_rate, attention_span, sparse_attention_rate
-from moetune.walls.dsa import head_padding, indexer_seconds, is_dsa
+from moetune.walls.dsa import head_padding, indexer_seconds
 from moetune.walls.efficiency import rate_key
-from moetune.walls.flops import gemm_shapes, layer_flops, tp_shard, tp_size
+from moetune.walls.flops import gemm_shapes, is_dsa, layer_flops, tp_shard, tp_size
 
 # Backward / forward work: a GEMM's backward is dgrad + wgrad (2x); fused attention's backward runs five
 # matmuls to the forward's two (2.5x; Dao 2023, FlashAttention-2, Sec. 3.1).

@@ -35,8 +35,8 @@ from moetune.walls.cp_legal import (
     legal_exchanges,
     rank_heads,
 )
-from moetune.walls.dsa import dsa_cp_seconds, is_dsa
-from moetune.walls.flops import kv_groups_per_rank, layer_flops
+from moetune.walls.dsa import dsa_cp_seconds
+from moetune.walls.flops import is_dsa, kv_groups_per_rank, layer_flops
 from moetune.walls.memory import activation_context
 
 # What a plan weighs per layout ("auto"): all_gather moves p2p's bytes without its overlap, so it never wins.

@@ -18,10 +18,6 @@ UNCALIBRATED = ("DeepSeek Sparse Attention: the sparse attention and indexer ker
                 "and GEMM rates, not calibrated on any published run (none publishes its throughput)")
 
 
-def is_dsa(spec: ModelSpec, kind: LayerKind) -> bool:
-    return spec.dsa is not None and kind.mixer == "mla"
-
-
 def head_padding(spec: ModelSpec, tp):
     """Heads a TP rank's sparse kernels run over the heads it holds (HEAD_TILE)."""
     local = spec.num_attention_heads / tp

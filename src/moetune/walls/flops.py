@@ -109,6 +109,11 @@ def _macs(shapes: list[tuple[int, int, str]]) -> float:
 INDEXER_BWD_HEADS = 64
 
 
+def is_dsa(spec: ModelSpec, kind: LayerKind) -> bool:
+    """Whether `kind` is a DeepSeek Sparse Attention layer (its MLA runs the sparse kernels, _dsa_hw; walls/dsa.py)."""
+    return spec.dsa is not None and kind.mixer == "mla"
+
+
 def _dsa_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: int) -> dict:
     """A DeepSeek Sparse Attention layer as Megatron-Core runs it with dsa_kernel_backend "cudnn" (Megatron-LM dsa.py,
     dsa_cudnn_kernels.py, absorbed_mla.py @ core_v0.19.0; docs/flops.md). Absorbed MLA: the q-absorb and v-up einsums
@@ -136,7 +141,7 @@ def _dsa_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: i
 
 def _attention_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: int,
                   window: int | None) -> dict:
-    if kind.mixer == "mla" and spec.dsa is not None:
+    if is_dsa(spec, kind):
         return _dsa_hw(spec, kind, gemms, tokens, seq)
     n, ctx = spec.num_attention_heads, attended_keys(seq, window)
     if kind.mixer == "gqa":

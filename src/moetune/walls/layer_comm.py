@@ -12,8 +12,8 @@ from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.activations import offloaded_bytes
 from moetune.walls.comms import BF16, alltoall_total, ep_alltoall_parts, nvlink_busy, ring_seconds
 from moetune.walls.compute import BWD_GEMM
-from moetune.walls.dsa import dsa_tp_seconds, is_dsa
-from moetune.walls.flops import qkv_gathered
+from moetune.walls.dsa import dsa_tp_seconds
+from moetune.walls.flops import is_dsa, qkv_gathered
 from moetune.walls.host import layer_cpu_share
 from moetune.walls.overlap import ep_overlap_exposed, ep_overlap_hide
 
