@@ -71,12 +71,12 @@ def span(name: str) -> str:
     got = [r for r in order if r in releases().have.get(name, order)]
     if not got:
         return "in none"
-    if got[-1] == order[-1] and got == list(order[order.index(got[0]):]):
+    first, last = order.index(got[0]), order.index(got[-1])
+    if got != list(order[first:last + 1]):  # a gap (none in the data: a dropped name never came back)
+        return "in " + ", ".join(got)
+    if last == len(order) - 1:
         return f"from {got[0]} on"
-    if len(got) == 1:
-        return f"only in {got[0]}"
-    return f"in {got[0]} to {got[-1]}" if got == list(order[order.index(got[0]):order.index(got[-1]) + 1]) else \
-        "in " + ", ".join(got)
+    return f"only in {got[0]}" if first == last else f"in {got[0]} to {got[-1]}"
 
 
 def newest_having(name: str) -> str | None:
