@@ -93,8 +93,12 @@ def dsa_cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: d
     idx = d.index_head_dim if kind.indexer else 0
     grads = idx if d.indexer_loss else 0
     fixed = eff["a2a_latency_us"] * 1e-6
-    fwd = ring_seconds(rows * BF16 * (qk + idx), cp, tp, gpu, eff) + np.where(cp > 1, fixed * (1 + bool(idx)), 0.0)
-    bwd = ring_seconds(rows * BF16 * (qk + grads), cp, tp, gpu, eff) + np.where(cp > 1, fixed * (1 + bool(grads)), 0.0)
+
+    def exchange(extra: int):  # the latent key and `extra` indexer-key channels: a collective (its launch) each
+        launches = np.where(cp > 1, fixed * (1 + bool(extra)), 0.0)
+        return ring_seconds(rows * BF16 * (qk + extra), cp, tp, gpu, eff) + launches
+
+    fwd, bwd = exchange(idx), exchange(grads)
     return fwd + bwd, fwd + bwd, 1.0, fwd
 
 
