@@ -31,11 +31,17 @@ def refuse_unpriced(spec: ModelSpec, arch: str | None = None) -> None:
                        "use an H100/H200 or B200/GB200-class GPU")
 
 
+def shares_index(spec: ModelSpec) -> bool:
+    """Whether DSA layers reuse an earlier layer's top-k (index_topk_freq > 1, GLM-5.2), whose groups a pipeline split
+    must keep whole (dsa_pipeline_split)."""
+    return spec.dsa is not None and spec.dsa.index_topk_freq > 1
+
+
 def index_group_counts(spec: ModelSpec, chunks: int) -> list[int] | None:
     """Decoder layers per pipeline chunk (Megatron's stage order) that keep every index-sharing group whole: a
     computing layer and the layers reusing its top-k (dsa_pipeline_split), chunk by chunk as near the mean of the
     layers left as whole groups allow. None without index sharing, or where there are fewer groups than chunks."""
-    if spec.dsa is None or spec.dsa.index_topk_freq <= 1:
+    if not shares_index(spec):
         return None
     starts = [i for i, k in enumerate(spec.layers) if k.indexer]
     groups = [b - a for a, b in zip(starts, [*starts[1:], spec.num_layers], strict=True)]
@@ -67,7 +73,7 @@ def dsa_pipeline_split(spec: ModelSpec, layout: Layout) -> None:
     same pipeline chunk: Megatron-Core raises at build time otherwise (Megatron-LM
     models/gpt/experimental_attention_variant_module_specs.py _validate_dsa_index_share_pipeline_split
     @ core_v0.19.0). Chunks hold consecutive layers, so each must start on a computing layer."""
-    if spec.dsa is None or spec.dsa.index_topk_freq <= 1:
+    if not shares_index(spec):
         return
     computing = [i + 1 for i, k in enumerate(spec.layers) if k.indexer]
     for chunk in stage_order(pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)):  # in model order

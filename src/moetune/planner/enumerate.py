@@ -12,7 +12,7 @@ splits gets a balanced string). Illegal ones are dropped silently here
 from itertools import product
 
 from moetune.errors import MoetuneError
-from moetune.layout.dsa_split import index_group_counts, keeps_index_groups
+from moetune.layout.dsa_split import index_group_counts, keeps_index_groups, shares_index
 from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout, layout_stages, parse_pipeline_layout, write_pipeline_layout
 from moetune.layout.pipeline import check_placement, pipeline_chunks
@@ -147,7 +147,7 @@ def splits_for(spec: ModelSpec, pp: int, vpp: int, balanced: bool = False) -> li
     hybrid_fields)."""
     if bridge_refuses_vpp(spec, vpp):
         return []
-    if pp > 1 and spec.dsa is not None and spec.dsa.index_topk_freq > 1:  # DSA index sharing: groups kept whole
+    if pp > 1 and shares_index(spec):  # DSA index sharing: groups kept whole
         counts = index_group_counts(spec, pp * vpp)
         return [{"pipeline_layout": write_pipeline_layout(counts, spec.mtp_num_layers)}] if counts else []
     return pipeline_variants(spec.num_layers, pp, vpp, spec.mtp_num_layers, balanced)
