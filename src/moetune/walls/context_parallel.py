@@ -27,6 +27,7 @@ from moetune.walls.attention_rate import attention_rate, ring_slowdown
 from moetune.walls.comms import BF16, link_bandwidth
 from moetune.walls.compute import BWD_ATTN, Rates, rates
 from moetune.walls.cp_legal import (
+    DSA_EXCHANGES,
     a2a_allows,
     exchange_refusal,
     exchanges_that_run,
@@ -210,7 +211,7 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
         return knobs if (knobs.cp_comm_type, knobs.hcp_a2a_size) == ("p2p", None) else replace(
             knobs, cp_comm_type="p2p", hcp_a2a_size=None)
     if spec.dsa is not None:  # Megatron's default p2p too: Bridge's DSA providers set allgather (glm5_bridge.py)
-        if knobs.cp_comm_type not in ("auto", "all_gather", "p2p"):
+        if knobs.cp_comm_type not in ("auto", *DSA_EXCHANGES):
             raise MoetuneError(f"cp_comm_type {knobs.cp_comm_type} at CP {lay.cp}: DeepSeek Sparse Attention runs "
                                "context parallel over all_gather only (Megatron-LM transformer_config.py); use "
                                "--cp-comm-type all_gather")

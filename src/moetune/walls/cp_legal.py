@@ -88,6 +88,10 @@ def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
     return hcp_largest_group(*rank_heads(spec, tp), cp, tp, nvlink_domain)
 
 
+# DeepSeek Sparse Attention's CP exchanges: all_gather, and Megatron's default p2p standing for it (legal_exchanges)
+DSA_EXCHANGES = ("p2p", "all_gather")
+
+
 def legal_exchanges(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
     """Where each exchange runs. Attention sinks (gpt-oss) leave only a2a: Transformer Engine runs them in its fused
     backend alone, which takes CP only with a2a (rules.yaml cp.sinks_need_a2a). DeepSeek Sparse Attention runs
@@ -95,8 +99,7 @@ def legal_exchanges(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
     cp_comm_type=allgather only"), which Megatron Bridge's GLM-5 provider sets over Megatron's default p2p
     (glm5_bridge.py): p2p stands for it (context_parallel.resolve_auto)."""
     if spec.dsa is not None:
-        none = np.full(np.shape(cp), False)
-        return {"p2p": ~none, "a2a": none, "a2a+p2p": none, "all_gather": ~none}
+        return {t: np.full(np.shape(cp), t in DSA_EXCHANGES) for t in ("p2p", "a2a", "a2a+p2p", "all_gather")}
     ring = np.full(np.shape(cp), not spec.softmax_sinks)
     return {"p2p": ring, "a2a": a2a_allows(spec, cp, tp),
             "a2a+p2p": ring & (hcp_inner_size(spec, cp, tp, nvlink_domain) > 1)}
