@@ -106,13 +106,19 @@ def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
     return items
 
 
+def _mla_latents(spec: ModelSpec, ctx: ActivationContext) -> dict:
+    """MLA's latents (q_lora, kv_lora+rope) and their norms' outputs, which every MLA layer keeps (a DSA one too)."""
+    m = spec.mla
+    latents = (2 * (m.q_lora_rank or 0)) + 2 * m.kv_lora_rank + m.qk_pos_emb_head_dim
+    return {"mla_latents": BF16 * ctx.tokens * latents // ctx.sp_div}
+
+
 def _mla(spec: ModelSpec, ctx: ActivationContext) -> dict:
-    """MLA: latents (q_lora, kv_lora+rope) and their norms' outputs, then per-head q, k, v; the
-    ``mla_up_proj`` recompute module recomputes the up-projections, keeping only the latents."""
+    """MLA: latents (_mla_latents), then per-head q, k, v; the ``mla_up_proj`` recompute module recomputes the
+    up-projections, keeping only the latents."""
     m, n, sb, t = spec.mla, spec.num_attention_heads, ctx.tokens, ctx.tp
     qk = m.qk_head_dim + m.qk_pos_emb_head_dim
-    latents = (2 * (m.q_lora_rank or 0)) + 2 * m.kv_lora_rank + m.qk_pos_emb_head_dim
-    items = {"mla_latents": BF16 * sb * latents // ctx.sp_div}
+    items = _mla_latents(spec, ctx)
     core = _attention_core(spec, ctx, n * qk, n * qk, n * m.v_head_dim)
     if "mla_up_proj" in ctx.recompute_modules:
         core.pop("attn_qkv")
@@ -227,7 +233,8 @@ def _layer_items(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> di
         if norm_out:
             items["attn_norm_output"] = BF16 * sbh // ctx.sp_div
         mixer = {"gqa": _gqa, "mla": _mla, "gdn": _linear_mixer, "mamba": _linear_mixer}[kind.mixer]
-        items.update(dsa_items(spec, kind, ctx) if is_dsa(spec, kind) else mixer(spec, ctx))
+        items.update({**_mla_latents(spec, ctx), **dsa_items(spec, kind, ctx)} if is_dsa(spec, kind) else
+                     mixer(spec, ctx))
         if ctx.dropout:
             items["attn_dropout_mask"] = sbh // ctx.sp_div
     if kind.mlp != "none":

@@ -50,18 +50,18 @@ def indexer_seconds(spec: ModelSpec, kind: LayerKind, f: dict, tp, r, sparse_rat
 
 
 def dsa_items(spec: ModelSpec, kind: LayerKind, ctx) -> dict:
-    """Bytes one DSA layer saves for backward on a rank (with the cuDNN backend: FusedIndexerSparseAttnFunc /
-    FusedSparseAttentionFunc save_for_backward, dsa_cudnn_kernels.py @ core_v0.19.0): the absorbed query (q_flat,
-    heads/TP), the latent key of the WHOLE sequence (kv_flat: gathered over CP and TP), the latent output and the
-    log-sum-exp per head, the top-k indices and lengths (int32), and on a layer with the loss the indexer gradients
-    its forward already computed. Plus the q-absorb einsum's input (q_nope) and linear_proj's (the v-up output).
-    core_attn recompute checkpoints all of DSAttention: it keeps the absorbed query and the rank's latent key alone.
-    Index sharing holds each computing layer's top-k for the layers that reuse it (dsa.py topk_holder)."""
+    """Bytes one DSA layer saves for backward on a rank beside MLA's latents (activations._mla_latents), with the cuDNN
+    backend (FusedIndexerSparseAttnFunc / FusedSparseAttentionFunc save_for_backward, dsa_cudnn_kernels.py @
+    core_v0.19.0): the absorbed query (q_flat, heads/TP), the latent key of the WHOLE sequence (kv_flat: gathered over
+    CP and TP), the latent output and the log-sum-exp per head, the top-k indices and lengths (int32), and on a layer
+    with the loss the indexer gradients its forward already computed. Plus the q-absorb einsum's input (q_nope) and
+    linear_proj's (the v-up output). core_attn recompute checkpoints all of DSAttention: it keeps the absorbed query and
+    the rank's latent key alone. Index sharing holds each computing layer's top-k for the layers that reuse it (dsa.py
+    topk_holder)."""
     m, d, n = spec.mla, spec.dsa, spec.num_attention_heads
     t, tp, rows = ctx.tokens, ctx.tp, ctx.tokens * ctx.cp
     qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
-    latents = (2 * (m.q_lora_rank or 0)) + 2 * m.kv_lora_rank + m.qk_pos_emb_head_dim
-    items = {"mla_latents": BF16 * t * latents // ctx.sp_div}
+    items = {}
     if "core_attn" in ctx.recompute_modules:
         items["attn_qkv"] = BF16 * t * (n * qk // tp + qk)
     else:
