@@ -130,9 +130,10 @@ class _Run(ChildShells, LoopsAndFunctions):
                 self.unread(node)
 
     def unread(self, node: Unread) -> None:
-        """A function is kept for its calls. A `while` whose test fails at once (`while [[ $# -gt 0 ]]` given no
-        arguments) never runs; any other loop leaves what it assigns unknown, never the value from before the loop: a
-        `$(set-in-while-loop-line-3)` text no test decides and the flag reader shows where read."""
+        """A function is kept for its calls. A loop whose words or test moetune knows runs as bash runs it
+        (configio/shell_loops.py run_loop); one it does not run but whose `while` test fails at once (`while [[ $# -gt
+        0 ]]` given no arguments) never runs; any other loop leaves what it assigns unknown, never the value from
+        before the loop: a `$(set-in-while-loop-line-3)` text no test decides and the flag reader shows where read."""
         if node.kind == "function":
             self.functions[node.name] = node
         elif self.run_loop(node):
