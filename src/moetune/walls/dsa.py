@@ -12,7 +12,8 @@ from moetune.walls.comms import BF16, ring_seconds
 
 FP32 = INT32 = 4
 # FlashMLA's sparse kernels run a TP rank's heads in tiles of 64 on SM90, a smaller count zero-padded up
-# (dsa_cudnn_kernels.py head padding @ core_v0.19.0): GLM-5's 64 heads at TP 2 run as 64 a rank, twice the work
+# (Megatron-LM dsa_cudnn_kernels.py _flash_mla_head_padding @ core_v0.19.0): GLM-5's 64 heads at TP 2 run as 64 a
+# rank, twice the work
 HEAD_TILE = 64
 UNCALIBRATED = ("DeepSeek Sparse Attention: the sparse attention and indexer kernels run at moetune's fused-attention "
                 "and GEMM rates, not calibrated on any published run (none publishes its throughput)")

@@ -104,8 +104,8 @@ def _macs(shapes: list[tuple[int, int, str]]) -> float:
 
 # ---- hardware forward FLOPs ---------------------------------------------------------------------
 
-# Heads the cuDNN indexer backward computes at least (Megatron-LM dsa_cudnn_kernels.py, indexer heads zero-padded to
-# 64 for its kernel, @ core_v0.19.0): GLM-5's 32 indexer heads run as 64
+# Heads the cuDNN indexer backward computes at least (Megatron-LM dsa_cudnn_kernels.py _pad_indexer_heads_for_backward,
+# indexer heads zero-padded to 64 for its kernel, @ core_v0.19.0): GLM-5's 32 indexer heads run as 64
 INDEXER_BWD_HEADS = 64
 
 
