@@ -94,14 +94,18 @@ def _parse_default(text: str) -> object:
     return json.loads(text)
 
 
+def data_csv(filename: str) -> csv.DictReader:
+    """The rows of a CSV in moetune/data whose '#' lines are comments (megatron_names.csv, megatron_releases.csv)."""
+    text = (resources.files("moetune") / "data" / filename).read_text()
+    return csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
+
+
 @lru_cache(maxsize=1)
 def names() -> NameTable:
     """Load the table once."""
-    text = (resources.files("moetune") / "data" / "megatron_names.csv").read_text()
-    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     by_bridge: dict[str, Name] = {}
     by_flag: dict[str, Name] = {}
-    for r in csv.DictReader(io.StringIO(body)):
+    for r in data_csv("megatron_names.csv"):
         row = Name(bridge_name=r["bridge_name"], mlm_flags=tuple(f for f in r["mlm_flag"].split("|") if f),
                    mlm_action=r["mlm_action"], type=r["type"], default=_parse_default(r["default"]),
                    mlm_default=_parse_default(r["mlm_default"]),

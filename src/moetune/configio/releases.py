@@ -13,15 +13,13 @@ does. Outside such a context, or with no release named, nothing changes.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 
+from moetune.configio.names import data_csv
 from moetune.errors import MoetuneError
 
 
@@ -34,14 +32,12 @@ class Releases:
 
 @lru_cache(maxsize=1)
 def releases() -> Releases:
-    text = (resources.files("moetune") / "data" / "megatron_releases.csv").read_text()
-    reader = csv.reader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
-    header = next(reader)
-    order = tuple(header[2:])
+    rows = data_csv("megatron_releases.csv")
+    order = tuple(rows.fieldnames[2:])  # after name and kind
     have, kind = {}, {}
-    for row in reader:
-        have[row[0]] = frozenset(r for r, mark in zip(order, row[2:]) if mark)
-        kind[row[0]] = row[1]
+    for row in rows:
+        have[row["name"]] = frozenset(r for r in order if row[r])
+        kind[row["name"]] = row["kind"]
     return Releases(order=order, have=have, kind=kind)
 
 
