@@ -7,6 +7,35 @@ from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.specs.model import ModelSpec
 
 DSA_ARCHS = frozenset({"hopper", "blackwell"})
+# FlashMLA's sparse kernels run a TP rank's query heads in groups of 64 on SM90 and 128 on SM100 (Megatron-LM
+# dsa_cudnn_kernels.py _flash_mla_head_padding @ core_v0.19.0)
+HEAD_ALIGN = {"hopper": 64, "blackwell": 128}
+
+
+def flash_mla_heads(local: int, arch: str | None) -> int | None:
+    """The query heads FlashMLA runs for `local` heads a rank, zero-padded (dsa_cudnn_kernels.py
+    _flash_mla_head_padding @ core_v0.19.0): a count dividing 64 pads to 64, on Blackwell one dividing 128 to 128;
+    a multiple of the architecture's group runs as it is; any other is None, where Megatron-Core falls back to the
+    unfused dense path. `arch` None: Hopper's rule, which every count Blackwell runs also meets."""
+    align = HEAD_ALIGN.get(arch or "hopper", 64)
+    for padded in (64, 128) if align == 128 else (64,):
+        if local <= padded and padded % local == 0:
+            return padded
+    return local if local % align == 0 else None
+
+
+def dsa_heads(spec: ModelSpec, layout: Layout, arch: str | None = None) -> None:
+    """A DSA model's query heads a TP rank holds must be a count FlashMLA's sparse kernels run (flash_mla_heads);
+    Megatron-Core otherwise falls back to the unfused path, dense O(s^2) scores moetune does not price."""
+    if spec.dsa is None or spec.num_attention_heads % layout.tp:
+        return
+    local = spec.num_attention_heads // layout.tp
+    if flash_mla_heads(local, arch) is None:
+        group = HEAD_ALIGN.get(arch or "hopper", 64)
+        raise MoetuneError(f"{spec.name}: {local} query heads a TP rank ({spec.num_attention_heads} / TP "
+                           f"{layout.tp}) is no count FlashMLA's sparse attention runs on {arch or 'Hopper'} (a "
+                           f"divisor of {group} or a multiple of it): Megatron-Core falls back to the unfused dense "
+                           "path, which moetune does not price; choose a TP that gives one")
 
 
 class Unpriced(MoetuneError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from moetune.errors import MoetuneError
 from moetune.layout.chunked_attention import chunk_refusal
-from moetune.layout.dsa_split import dsa_pipeline_split, refuse_unpriced
+from moetune.layout.dsa_split import dsa_heads, dsa_pipeline_split, refuse_unpriced
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
@@ -131,6 +131,7 @@ def validate_model_layout(spec: ModelSpec, layout: Layout) -> None:
     validate_shapes(spec, layout)
     pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers)  # raises on layers vs PP x VPP
     dsa_pipeline_split(spec, layout)
+    dsa_heads(spec, layout)  # Hopper's FlashMLA head groups; estimate checks the GPU's own
 
 
 def mamba_cp_refusal(heads: int, groups: int, tp: int, cp: int) -> str | None:

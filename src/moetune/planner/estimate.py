@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field, fields
 
 from moetune.configio.names import LAUNCHER
-from moetune.layout.dsa_split import refuse_unpriced
+from moetune.layout.dsa_split import dsa_heads, refuse_unpriced
 from moetune.layout.gemm_shapes import Widths, validate_gemm_shapes
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
@@ -196,6 +196,7 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     knobs = knobs or Knobs()
     validate(model, layout, workload)
     refuse_unpriced(model, gpu.arch)
+    dsa_heads(model, layout, gpu.arch)  # FlashMLA's head groups on this GPU (validate applied Hopper's)
     gpu.peak_tflops(knobs.precision)  # raises when the GPU has no such Tensor Core format
     validate_knobs(model, layout, knobs)
     validate_gemm_shapes(Widths.of(model), knobs.precision, gpu.arch, seq=workload.seq_length,

@@ -47,6 +47,7 @@ class Rates:
     hbm: float
     m_half: float
     tile: int = 1  # GEMM tile edge: weight dimensions round up to it
+    arch: str | None = None  # the GPU's architecture: the sparse attention kernels' head groups (walls/dsa.py)
 
 
 def gemm_rate(gpu: GpuSpec, precision: str, eff: dict) -> float:
@@ -66,7 +67,7 @@ def rates(gpu: GpuSpec, precision: str, eff: dict, *, fp8_head: bool = False) ->
                  attn_mla=gpu.bf16_tflops * 1e12 * eff["attn_eff_mla"],
                  attn_keys_half=eff["attn_keys_half"], attn_window_tile=eff["attn_window_tile"], router=bf16,
                  head=gemm if fp8_head else bf16, hbm=gpu.hbm_tbps * 1e12 * eff["mem_eff"],
-                 m_half=eff["grouped_m_half"], tile=gpu.gemm_tile)
+                 m_half=eff["grouped_m_half"], tile=gpu.gemm_tile, arch=gpu.arch)
 
 
 def _tile_eff(shapes: list, tile: int, tp) -> float:
@@ -105,7 +106,7 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     span = attention_span(spec, ctx.seq_length)
     f = layer_flops(spec, kind, ctx.tokens, span, window=kind.window)
     if is_dsa(spec, kind):  # the top-k's keys at the fused-attention rate, on the heads the sparse kernels run
-        attn_rate = sparse_attention_rate(spec, span, r) / head_padding(spec, ctx.tp)
+        attn_rate = sparse_attention_rate(spec, span, r) / head_padding(spec, ctx.tp, r.arch)
     else:
         attn_rate = attention_rate(spec, span, kind.window, r)
     experts_local = spec.num_moe_experts / ep if spec.num_moe_experts else 1

@@ -7,22 +7,23 @@ one): the rates are moetune's fused-attention and GEMM rates (docs/time.md, docs
 
 import numpy as np
 
+from moetune.layout.dsa_split import flash_mla_heads
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, ring_seconds
 
 FP32 = INT32 = 4
-# FlashMLA's sparse kernels run a TP rank's heads in tiles of 64 on SM90, a smaller count zero-padded up
-# (Megatron-LM dsa_cudnn_kernels.py _flash_mla_head_padding @ core_v0.19.0): GLM-5's 64 heads at TP 2 run as 64 a
-# rank, twice the work
-HEAD_TILE = 64
 UNCALIBRATED = ("DeepSeek Sparse Attention: the sparse attention and indexer kernels run at moetune's fused-attention "
                 "and GEMM rates, not calibrated on any published run (none publishes its throughput)")
 
 
-def head_padding(spec: ModelSpec, tp):
-    """Heads a TP rank's sparse kernels run over the heads it holds (HEAD_TILE)."""
-    local = spec.num_attention_heads / tp
-    return np.ceil(local / HEAD_TILE) * HEAD_TILE / local
+def head_padding(spec: ModelSpec, tp, arch: str | None):
+    """Heads a TP rank's sparse kernels run over the heads it holds (layout/dsa_split.py flash_mla_heads: GLM-5's 64
+    heads at TP 2 run as 64 a rank, twice the work). `tp` may be an array; a count the kernels do not run is refused
+    before pricing (dsa_heads)."""
+    def one(t) -> float:
+        local = spec.num_attention_heads // int(t)
+        return (flash_mla_heads(local, arch) or local) / local
+    return np.vectorize(one, otypes=[float])(tp) if isinstance(tp, np.ndarray) else one(tp)
 
 
 def indexer_seconds(spec: ModelSpec, kind: LayerKind, f: dict, tp, r, sparse_rate, causal_rate) -> tuple:
@@ -42,7 +43,7 @@ def indexer_seconds(spec: ModelSpec, kind: LayerKind, f: dict, tp, r, sparse_rat
     forward = f["indexer_proj"] / r.gemm + f["indexer_scores"] / causal_rate + score_bytes / r.hbm
     if "indexer_target" not in f:
         return forward, 0.0
-    pad = head_padding(spec, tp)
+    pad = head_padding(spec, tp, r.arch)
     loss = (f["indexer_proj"] / r.gemm + f["indexer_target"] * pad / tp / sparse_rate
             + f["indexer_grads"] / sparse_rate)
     if d.index_topk_freq > 1:
