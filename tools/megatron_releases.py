@@ -27,7 +27,8 @@ import tempfile
 import types
 
 # release -> tag (main: the commit megatron_names.csv was taken from)
-TAGS = {"0.16": "core_v0.16.0", "0.17": "core_v0.17.0", "0.18": "core_v0.18.0", "0.19": "core_v0.19.0",
+TAGS = {"0.13": "core_v0.13.0", "0.14": "core_v0.14.0", "0.15": "core_v0.15.0", "0.16": "core_v0.16.0",
+        "0.17": "core_v0.17.0", "0.18": "core_v0.18.0", "0.19": "core_v0.19.0",
         "main": "d98e8a64ddf3"}
 MIRROR = "/work/.mirror/NVIDIA+Megatron-LM/repo"
 STAND_INS = ("six", "regex", "pydantic", "triton")

@@ -52,8 +52,8 @@ def test_a_bridge_field_the_release_lacks(capsys):
 
 @pytest.mark.parametrize("command", ["check", "emit"])
 def test_an_unknown_release_is_one_line_exit_2(command, capsys):
-    code, _, err = run([command, MIXTRAL, "--gpus", "64", "--megatron-core", "0.15"], capsys)
-    assert code == 2 and err.count("\n") == 1 and "use one of 0.16, 0.17, 0.18, 0.19, main" in err
+    code, _, err = run([command, MIXTRAL, "--gpus", "64", "--megatron-core", "0.12"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "use one of 0.13, 0.14, 0.15, 0.16, 0.17, 0.18, 0.19, main" in err
 
 
 def test_emit_refuses_a_name_the_release_lacks(capsys):
@@ -108,3 +108,35 @@ def test_a_config_writing_a_newer_field_at_its_default_is_still_an_error(tmp_pat
     config.write_text("model:\n  moe_paged_stash: false\n")
     code, found, _ = _not_in_release([str(config), "--megatron-core", "0.16"], capsys)
     assert code == 1 and [f["severity"] for f in found] == ["error"] and "leaves out" in found[0]["message"]
+
+
+def test_before_0_16_the_flex_dispatcher_s_deepep_is_moe_enable_deepep(tmp_path, capsys):
+    """Megatron-Core 0.13-0.15's flex dispatcher runs DeepEP alone and asserts moe_enable_deepep (token_dispatcher.py
+    MoEFlexTokenDispatcher @ core_v0.15.0); moe_flex_dispatcher_backend came in 0.16. emit for 0.15 writes the flag
+    (it had written `--moe-token-dispatcher-type flex` alone, which stops at that assert), a launch without it is an
+    error there and not on 0.16, and HybridEP, which 0.15 does not have, is refused in one line."""
+    def saved(dispatcher):
+        code, estimate, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16",
+                                 "--dispatcher", dispatcher, "--json"], capsys)
+        path = tmp_path / f"{dispatcher}.json"
+        path.write_text(estimate)
+        return str(path)
+
+    out = tmp_path / "run"
+    code, _, _ = run(["emit", saved("deepep"), "--megatron-core", "0.15", "--out", str(out)], capsys)
+    lines = (out / "megatron_lm_args.txt").read_text().splitlines()
+    assert code == 0 and "--moe-enable-deepep" in lines and not [w for w in lines if "flex-dispatcher-backend" in w]
+    launch = [str(out / "env.sh"), str(out / "megatron_lm_args.txt")]
+    assert not [f for f in _findings([*launch, "--megatron-core", "0.15"], capsys) if f["severity"] == "error"]
+    (out / "megatron_lm_args.txt").write_text("\n".join(w for w in lines if w != "--moe-enable-deepep") + "\n")
+    rules = {f["rule"]: f["severity"] for f in _findings([*launch, "--megatron-core", "0.15"], capsys)}
+    assert rules.get("check.flex_needs_enable_deepep") == "error"
+    assert "check.flex_needs_enable_deepep" not in {f["rule"] for f in _findings([*launch, "--megatron-core", "0.16"],
+                                                                                   capsys)}
+    code, _, err = run(["emit", saved("hybridep"), "--megatron-core", "0.15", "--out", str(tmp_path / "h")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "hybridep backend came in Megatron-Core 0.16" in err
+
+
+def _findings(args, capsys):
+    code, out, _ = run(["check", *args, "--gpu", "h100", "--gpus", "16", "--json"], capsys)
+    return json.loads(out)["findings"]

@@ -15,7 +15,7 @@ def test_the_releases_are_the_columns_and_main_agrees_with_the_name_table():
     """The table was dumped from main's real parser; the releases file's main column must say the same of every flag
     it lists (a flag main has is in megatron_names.csv, one main lacks is not, extra_args aside)."""
     data = releases()
-    assert data.order == ("0.16", "0.17", "0.18", "0.19", "main")
+    assert data.order == ("0.13", "0.14", "0.15", "0.16", "0.17", "0.18", "0.19", "main")
     table = {f for f, r in names().by_flag.items() if r.role != "extra_args"}
     for name, got in data.have.items():
         assert got and got != set(data.order), name  # only names some release lacks are listed
@@ -33,21 +33,33 @@ def test_a_flag_from_core_v0_17_0():
     assert span("--hybrid-layer-pattern") == "from 0.17 on" and newest_having("--hybrid-layer-pattern") == "0.17"
     assert has("0.16", "--hybrid-override-pattern") and has("main", "--hybrid-override-pattern")  # never dropped
     assert span("--cuda-graph-modules") == "from 0.18 on"
-    assert span("--hybrid-attention-ratio") == "only in 0.16" and newest_having("--hybrid-attention-ratio") is None
+    assert span("--hybrid-attention-ratio") == "in 0.13 to 0.16" and newest_having("--hybrid-attention-ratio") is None
     assert has("0.16", "--tensor-model-parallel-size")  # in every release: not listed
 
 
 def test_an_unknown_release_is_one_line():
-    with pytest.raises(MoetuneError, match=r"--megatron-core 0\.15: .*use one of 0\.16, 0\.17, 0\.18, 0\.19, main"):
-        known_release("0.15")
+    with pytest.raises(MoetuneError, match=r"--megatron-core 0\.12: .*use one of 0\.13, 0\.14, 0\.15, 0\.16, 0\.17, "
+                                           r"0\.18, 0\.19, main"):
+        known_release("0.12")
+
+
+def test_the_moe_flags_of_the_older_releases():
+    """The flex dispatcher's backend flag came in core_v0.16.0 (TransformerConfig.moe_flex_dispatcher_backend, a field
+    there and in no earlier tag's transformer_config.py, whose dataclass-made flag it is); 0.13-0.15 turn
+    DeepEP on with --moe-enable-deepep (arguments.py:2794 @core_v0.13.0), which every release since keeps. EP overlap's
+    --overlap-moe-expert-parallel-comm came in core_v0.14.0."""
+    assert span("--moe-flex-dispatcher-backend") == "from 0.16 on" and not has("0.15", "--moe-flex-dispatcher-backend")
+    assert has("0.13", "--moe-enable-deepep") and has("main", "--moe-enable-deepep")
+    assert span("--overlap-moe-expert-parallel-comm") == "from 0.14 on"
 
 
 def test_a_flag_main_dropped_is_read_as_the_named_release_s():
-    """--hybrid-attention-ratio: arguments.py:2822 @core_v0.16.0, gone from core_v0.17.0 on. Without a release it is
-    unknown, the error naming the release that had it; with --megatron-core 0.16 it is read (and ignored)."""
+    """--hybrid-attention-ratio: arguments.py:2822 @core_v0.16.0 (2900 @core_v0.13.0), gone from core_v0.17.0 on.
+    Without a release it is unknown, the error naming the releases that had it; with --megatron-core 0.16 it is read
+    (and ignored)."""
     args = f"{BASE} --hybrid-attention-ratio 0.25"
     with pytest.raises(MoetuneError, match=r"unknown Megatron-LM argument --hybrid-attention-ratio; Megatron-Core "
-                                           r"had it only in 0\.16 .*pass --megatron-core 0\.16"):
+                                           r"had it in 0\.13 to 0\.16 .*pass --megatron-core 0\.16"):
         parse_mlm(args, "--mlm-args")
     with reading("0.16") as seen:
         read = {a.key: a.value for a in parse_mlm(args, "--mlm-args")}

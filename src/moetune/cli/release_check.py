@@ -59,7 +59,36 @@ def release_findings(reading: Reading, config: dict[str, Any], saved: bool = Fal
                     message=f"{_what(name, reading.release)}; {_advice(name)}{emit_note(name)}",
                     source=f"Megatron-LM core_v{reading.release}.0 (src/moetune/data/megatron_releases.csv)"
                     if reading.release != "main" else "Megatron-LM main (src/moetune/data/megatron_releases.csv)")
-            for name in reading.lacking()]
+            for name in reading.lacking()] + _deepep_findings(config, reading, saved)
+
+
+# Before core_v0.16.0 the flex dispatcher ran DeepEP alone and asserted moe_enable_deepep (Megatron-LM
+# megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher @ core_v0.13.0-core_v0.15.0: "DeepEP is not
+# enabled. Please set --moe-enable-deepep"); 0.16 added moe_flex_dispatcher_backend (default "deepep") instead
+_BACKEND, _ENABLE = "model.moe_flex_dispatcher_backend", "model.moe_enable_deepep"
+
+
+def _flex_backend(config: dict[str, Any], release: str | None) -> str | None:
+    """The backend a flex-dispatcher config runs on a release that predates moe_flex_dispatcher_backend; None where
+    the release has that field, or the dispatcher is not flex."""
+    if release is None or config.get("model.moe_token_dispatcher_type") != "flex" or has(release, _BACKEND):
+        return None
+    return config.get(_BACKEND) or "deepep"
+
+
+def _deepep_findings(config: dict[str, Any], reading: Reading, saved: bool) -> list[Finding]:
+    """A flex dispatcher without moe_enable_deepep, on a release whose flex dispatcher asserts it (a saved plan runs
+    through emit, which sets it: info there). A Megatron-LM launch's --moe-enable-deepep reads as the flex dispatcher
+    with the deepep backend (configio/mlm.py SPECIAL), so the flag the read met stands for the field."""
+    release = reading.release
+    if _flex_backend(config, release) != "deepep" or config.get(_ENABLE) or "--moe-enable-deepep" in reading.names:
+        return []
+    return [Finding(rule="check.flex_needs_enable_deepep", severity="info" if saved else "error",
+                    message=f"model.moe_token_dispatcher_type flex on Megatron-Core {release} needs "
+                            f"model.moe_enable_deepep (--moe-enable-deepep): its flex dispatcher runs DeepEP alone and "
+                            "asserts it (the backend field came in 0.16)",
+                    fix={_ENABLE: True}, source="Megatron-LM megatron/core/transformer/moe/token_dispatcher.py "
+                                                f"MoEFlexTokenDispatcher @ core_v{release}.0")]
 
 
 def _key(name: str) -> str:
@@ -84,6 +113,13 @@ def _at_default(key: str, value: Any) -> bool:
 def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     """CONFIG without the names the target release lacks that sit at their default (not written: the release runs
     its own behaviour, which that default keeps); one line naming the others, which emit may not write."""
+    backend = _flex_backend(config, reading.release)
+    if backend not in (None, "deepep"):
+        raise MoetuneError(f"--megatron-core {reading.release}: the flex dispatcher's {backend} backend came in "
+                           "Megatron-Core 0.16 (moe_flex_dispatcher_backend); before it flex runs DeepEP alone: "
+                           "upgrade, or emit with the deepep backend")
+    if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
+        config = {**config, _ENABLE: True}
     keys = {_key(name): name for name in reversed(reading.lacking())}  # the first name read for a key
     kept = [k for k in keys if k in config and not _at_default(k, config[k])]
     if kept:
