@@ -27,15 +27,23 @@ def flash_mla_heads(local: int, arch: str | None) -> int | None:
 def dsa_heads(spec: ModelSpec, layout: Layout, arch: str | None = None) -> None:
     """A DSA model's query heads a TP rank holds must be a count FlashMLA's sparse kernels run (flash_mla_heads);
     Megatron-Core otherwise falls back to the unfused path, dense O(s^2) scores moetune does not price."""
-    if spec.dsa is None or spec.num_attention_heads % layout.tp:
-        return
-    local = spec.num_attention_heads // layout.tp
-    if flash_mla_heads(local, arch) is None:
-        group = HEAD_ALIGN.get(arch or "hopper", 64)
-        raise MoetuneError(f"{spec.name}: {local} query heads a TP rank ({spec.num_attention_heads} / TP "
-                           f"{layout.tp}) is no count FlashMLA's sparse attention runs on {arch or 'Hopper'} (a "
-                           f"divisor of {group} or a multiple of it): Megatron-Core falls back to the unfused dense "
-                           "path, which moetune does not price; choose a TP that gives one")
+    if (why := dsa_heads_refusal(spec, layout.tp, arch)) is not None:
+        raise MoetuneError(why)
+
+
+def dsa_heads_refusal(spec: ModelSpec, tp: int, arch: str | None = None) -> str | None:
+    """The line refusing `tp` where a DSA model's heads a rank holds are no count FlashMLA runs on `arch`, else None
+    (a count TP does not divide is left to the layout's own head check)."""
+    if spec.dsa is None or spec.num_attention_heads % tp:
+        return None
+    local = spec.num_attention_heads // tp
+    if flash_mla_heads(local, arch) is not None:
+        return None
+    group = HEAD_ALIGN.get(arch or "hopper", 64)
+    return (f"{spec.name}: {local} query heads a TP rank ({spec.num_attention_heads} / TP {tp}) is no count "
+            f"FlashMLA's sparse attention runs on {arch or 'Hopper'} (a divisor of {group} or a multiple of it): "
+            "Megatron-Core falls back to the unfused dense path, which moetune does not price; choose a TP that gives "
+            "one")
 
 
 class Unpriced(MoetuneError):

@@ -12,7 +12,7 @@ splits gets a balanced string). Illegal ones are dropped silently here
 from itertools import product
 
 from moetune.errors import MoetuneError
-from moetune.layout.dsa_split import dsa_heads, index_group_counts, keeps_index_groups, shares_index
+from moetune.layout.dsa_split import dsa_heads_refusal, index_group_counts, keeps_index_groups, shares_index
 from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout, layout_stages, parse_pipeline_layout, write_pipeline_layout
 from moetune.layout.pipeline import check_placement, pipeline_chunks
@@ -183,7 +183,7 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
         return [fixed[name]] if name in fixed else values
 
     tps, cps = tp_cp_sizes(gpu, world, wl.seq_length, fixed)
-    tps = [t for t in tps if _dsa_heads_ok(spec, t, gpu.arch)]
+    tps = [t for t in tps if dsa_heads_refusal(spec, t, gpu.arch) is None]
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
     vpps = choice("vpp", list(VPP_CHOICES))
     eps = choice("ep", [e for e in _divisors(spec.num_moe_experts or 1) if world % e == 0])
@@ -230,15 +230,6 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
                 continue
             out.append(lay)
     return out
-
-
-def _dsa_heads_ok(spec: ModelSpec, tp: int, arch: str | None) -> bool:
-    """A TP whose heads a rank holds FlashMLA's sparse kernels run on this GPU (layout/dsa_split.py dsa_heads)."""
-    try:
-        dsa_heads(spec, Layout(world_size=tp, tp=tp), arch)
-    except MoetuneError:
-        return False
-    return True
 
 
 def _shapes_ok(spec: ModelSpec, lay: Layout) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from moetune.errors import MoetuneError
-from moetune.layout.dsa_split import dsa_heads
+from moetune.layout.dsa_split import dsa_heads_refusal
 from moetune.layout.knobs import CP1_COMM_TYPES
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_gpu
@@ -200,18 +200,9 @@ def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fi
 
 def _dsa_heads_reason(spec: ModelSpec, gpu: GpuSpec) -> str | None:
     """Where no TP the search tries gives a DSA model's ranks a head count FlashMLA runs on this GPU, the refusal of
-    the first (layout/dsa_split.py dsa_heads), else None."""
-    if spec.dsa is None:
-        return None
-    refusals = []
-    for tp in tp_choices(gpu, gpu.nvlink_domain):
-        try:
-            dsa_heads(spec, Layout(world_size=tp, tp=tp), gpu.arch)
-        except MoetuneError as err:
-            refusals.append(str(err))
-            continue
-        return None
-    return refusals[0]
+    the first (layout/dsa_split.py dsa_heads_refusal), else None."""
+    refusals = [dsa_heads_refusal(spec, tp, gpu.arch) for tp in tp_choices(gpu, gpu.nvlink_domain)]
+    return None if None in refusals else refusals[0]
 
 
 def _exchange_reason(layouts: _Enumerated, pins: dict, fixed: dict) -> str | None:
