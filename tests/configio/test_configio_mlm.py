@@ -66,6 +66,8 @@ def test_fp32_run_says_so():
     ("--cuda-graph-scope attn moe_router", "model.cuda_graph_scope", ["attn", "moe_router"]),
     ("--cuda-graph-modules attn", "model.cuda_graph_scope", ["attn"]),
     ("--moe-enable-deepep", "model.moe_flex_dispatcher_backend", "deepep"),
+    # the field too, which a release before 0.16 asserts under flex (token_dispatcher.py @ core_v0.15.0)
+    ("--moe-enable-deepep", "model.moe_enable_deepep", True),
     ("--recompute-activations", "model.recompute_granularity", "selective"),
     ("--fp8-format e4m3", "mixed_precision.fp8_recipe", "delayed"),  # Megatron-LM's --fp8-recipe default
     ("--tensor-model-parallel-size=2", "model.tensor_model_parallel_size", 2),

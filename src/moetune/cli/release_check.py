@@ -78,10 +78,10 @@ def _flex_backend(config: dict[str, Any], release: str | None) -> str | None:
 
 def _deepep_findings(config: dict[str, Any], reading: Reading, saved: bool) -> list[Finding]:
     """A flex dispatcher without moe_enable_deepep, on a release whose flex dispatcher asserts it (a saved plan runs
-    through emit, which sets it: info there). A Megatron-LM launch's --moe-enable-deepep reads as the flex dispatcher
-    with the deepep backend (configio/mlm.py SPECIAL), so the flag the read met stands for the field."""
+    through emit, which sets it: info there). A Megatron-LM launch's --moe-enable-deepep sets the field (configio/mlm.py
+    SPECIAL)."""
     release = reading.release
-    if _flex_backend(config, release) != "deepep" or config.get(_ENABLE) or "--moe-enable-deepep" in reading.names:
+    if _flex_backend(config, release) != "deepep" or config.get(_ENABLE):
         return []
     return [Finding(rule="check.flex_needs_enable_deepep", severity="info" if saved else "error",
                     message=f"model.moe_token_dispatcher_type flex on Megatron-Core {release} needs "

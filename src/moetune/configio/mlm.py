@@ -38,8 +38,10 @@ _VARIABLE = re.compile(rf"\$\{{({SHELL_NAME})(?::-([^}}]*))?\}}|\$({SHELL_NAME})
 # validate_args / core_transformer_config_from_args).
 SPECIAL = {
     "--recompute-activations": [("model.recompute_granularity", "selective")],
+    # the field itself too: a release before core_v0.16.0 asserts it under flex (cli/release_check.py), and from
+    # 0.16 TransformerConfig.__post_init__ turns it into flex + deepep (transformer_config.py @ core_v0.19.0)
     "--moe-enable-deepep": [("model.moe_token_dispatcher_type", "flex"),
-                            ("model.moe_flex_dispatcher_backend", "deepep")],
+                            ("model.moe_flex_dispatcher_backend", "deepep"), ("model.moe_enable_deepep", True)],
     "--untie-embeddings-and-output-weights": [("model.share_embeddings_and_output_weights", False)],
     "--te-rng-tracker": [("model.use_te_rng_tracker", True), ("rng.te_rng_tracker", True)],
     # one switch for both: Megatron-LM hands args.use_distributed_optimizer to the DDP and optimizer configs
