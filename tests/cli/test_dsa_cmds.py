@@ -54,6 +54,15 @@ def test_plan_and_explain_of_glm5_run_and_carry_the_note(glm5, capsys, tmp_path)
     code, out, _ = run(["plan", glm5, "--gpu", "h100", "--gpus", "416", "--seq", "32768", "--gbs", "520", *pins],
                        capsys)
     assert code == 0 and "not calibrated on any published run" in " ".join(out.split())
+    # the emitted launch builds the sparse attention that was priced (Megatron-LM's own default is plain MLA with
+    # the unfused kernels), and check reads it back without an error
+    code, _, err = run(["emit", str(saved), "--out", str(tmp_path / "run")], capsys)
+    args = (tmp_path / "run" / "megatron_lm_args.txt").read_text().splitlines()
+    assert code == 0 and {"--experimental-attention-variant dsa", "--dsa-kernel-backend cudnn",
+                          "--dsa-indexer-topk 2048", "--dsa-indexer-use-sparse-loss"} <= set(args), err
+    code, out, _ = run(["check", str(tmp_path / "run" / "megatron_lm_args.txt"), "--gpu", "h100", "--gpus", "416"],
+                       capsys)
+    assert code == 0 and "0 error(s)" in out
 
 
 def test_dsa_on_a_gpu_without_its_kernels_is_refused_in_one_line(glm5, capsys):
@@ -83,3 +92,26 @@ def test_plan_of_an_index_sharing_model_keeps_the_groups_whole(tmp_path, capsys)
     saved.write_text(out)
     code, _, err = run(["explain", "--plan", str(saved), "--json"], capsys)
     assert code == 0, err
+
+
+def test_dsa_attention_is_left_out_of_cuda_graphs(glm5, capsys):
+    """cudagraph.dsa_attention: the cuDNN sparse attention's backward syncs on torch.nonzero (Megatron-LM
+    dsa_cudnn_kernels.py _run_sparse_attention_backward @ core_v0.19.0), which stream capture refuses. estimate's
+    defaulted scope keeps the MoE router and preprocessing, explain's default mapping says why, a pinned graph over
+    the attention is a rule error, and no plan row graphs the attention."""
+    eager = [a for a in RECIPE if a not in ("--recompute", "full")]
+    code, out, _ = run(["estimate", glm5, *eager, "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["knobs"]["cuda_graph_scope"] == ["moe_router", "moe_preprocess"]
+    code, out, _ = run(["explain", glm5, *eager, "--json"], capsys)
+    mappings = json.loads(out)["default_mappings"]
+    assert mappings["cuda_graph_scope"] == ["moe_router", "moe_preprocess"]
+    assert "cudagraph.dsa_attention" in mappings["rules"]["cuda_graph_scope"]
+    code, out, _ = run(["estimate", glm5, *eager, "--cuda-graph-scope", "attn,moe_router,moe_preprocess"], capsys)
+    assert code == 1 and "cudagraph.dsa_attention" in out
+    # at 8k some rows fit with graphs: over the router and preprocessing (the attention had been graphed with them)
+    pins = ["--fix", "tp=1", "--fix", "pp=13", "--fix", "ep=32", "--top", "30"]
+    code, out, _ = run(["plan", glm5, "--gpu", "h100", "--gpus", "416", "--seq", "8192", "--gbs", "520", *pins,
+                        "--json"], capsys)
+    scopes = {tuple(r["knobs"]["cuda_graph_scope"]) for r in json.loads(out)["results"]}
+    assert code == 0 and scopes == {(), ("moe_router", "moe_preprocess")}

@@ -10,7 +10,9 @@ from moetune.configio.names import NO_DEFAULT, names
 # Fields Megatron-LM main has that megatron-core 0.16 does not (the table is verified against main).
 NEWER_THAN_INSTALLED = {"model.cuda_graph_modules", "model.moe_flex_dispatcher_num_sms", "model.fp8_output_proj",
                         "model.moe_expert_rank_capacity_factor", "model.moe_paged_stash",
-                        "model.moe_paged_stash_buffer_size_factor_cuda", "model.moe_use_grouped_tensor"}
+                        "model.moe_paged_stash_buffer_size_factor_cuda", "model.moe_use_grouped_tensor",
+                        # DSA's kernel backend and index sharing: from core_v0.19.0 (megatron_releases.csv)
+                        "model.dsa_kernel_backend", "model.dsa_indexer_topk_freq", "model.dsa_indexer_skip_topk_offset"}
 
 
 def test_used_rows_are_verified():

@@ -3,6 +3,9 @@ fields to_config writes beside the model's own and the cluster's, across plans t
 (a flex dispatcher, full-iteration HybridEP graphs, per-layer graphs, FP8 and FP4 recipes, full and selective
 recompute, hierarchical CP, a layout string, uneven stages, offloading, a Mamba hybrid)."""
 
+import sys
+from pathlib import Path
+
 from moetune.configio.layout_map import HYBRID_SPLIT
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
@@ -11,7 +14,11 @@ from moetune.planner.config_map import PLAN_FIELDS, to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.model_fields import architecture_fields
 from moetune.specs.hardware import load_gpu
+from moetune.specs.hf_config import spec_from_hf
 from moetune.specs.registry import load_model
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
+from dsa_configs import GLM5, GLM52_SHARING  # noqa: E402
 
 VARIANTS = [
     ("deepseek-v3", "h100", Layout(world_size=256, tp=2, cp=4, pp=8, ep=16, pipeline_layout="Et|(tt|)*30mL"),
@@ -25,6 +32,9 @@ VARIANTS = [
      Knobs(cuda_graph_scope=("attn",), cp_comm_type="a2a", overlap_param_gather=False)),
     ("qwen3-30b-a3b", "b200", Layout(world_size=24, pp=3, ep=8, first_stage_layers=15, last_stage_layers=15),
      Knobs(precision="nvfp4")),
+    # a DeepSeek Sparse Attention model: the plan sets the DSA kernels it priced (dsa_kernel_backend)
+    (GLM5, "h100", Layout(world_size=416, cp=32, pp=13, ep=32, pipeline_layout="Et*8|(t*6|)*11t*4mL"),
+     Knobs(dispatcher="deepep", cp_comm_type="all_gather")),
 ]
 # what to_config writes beside the plan's fields: the cluster, the environment, the sequence and micro-batch (which a
 # Megatron-LM launch's own arguments set), and a Mamba hybrid's layer pattern (the model's, carrying the split)
@@ -36,10 +46,14 @@ NOT_PLANNED = {"model.seq_length", "train.micro_batch_size", HYBRID_SPLIT}
 UNDECLARED = {"mixed_precision.fp8_recipe", "mixed_precision.fp4_recipe"}
 
 
+def _model(name: str | dict):
+    return load_model(name) if isinstance(name, str) else spec_from_hf(name, name="glm5", origin="glm5.json")
+
+
 def _planned_fields() -> set[str]:
     out: set[str] = set()
     for model, gpu, layout, knobs in VARIANTS:
-        e = estimate(load_model(model), load_gpu(gpu), layout, Workload(seq_length=4096, global_batch_size=1536),
+        e = estimate(_model(model), load_gpu(gpu), layout, Workload(seq_length=4096, global_batch_size=1536),
                      knobs, with_time=False, with_memory=False)
         # the model's own fields, but for the MTP depth: a plan sets it (0 drops a recipe's MTP layers)
         own = set(architecture_fields(e.model)) - {"model.mtp_num_layers"}
@@ -51,3 +65,26 @@ def test_declared_plan_fields_are_the_fields_plans_write():
     written = _planned_fields() - UNDECLARED
     assert not PLAN_FIELDS - written, f"declared, never written: {sorted(PLAN_FIELDS - written)}"
     assert not written - PLAN_FIELDS, f"written, not declared in PLAN_FIELDS: {sorted(written - PLAN_FIELDS)}"
+
+
+def test_a_dsa_plan_writes_the_sparse_attention_it_priced():
+    """Megatron Bridge's GLM-5 bridge sets the variant, the indexer's heads, head dim and top-k from the config.json
+    and the sparse indexer loss at 0.001 (glm5_bridge.py provider_bridge @067f987), its recipes the cuDNN kernels
+    (perf_recipes/glm_moe_dsa/h100/glm5.py dsa_kernel_backend); without them a Megatron-LM launch builds plain MLA.
+    GLM-5.2's index sharing: one indexer per 4 layers after the first 3 (its config.json index_topk_freq and
+    index_skip_topk_offset)."""
+    lay = Layout(world_size=416, cp=32, pp=13, ep=32, pipeline_layout="Et*8|(t*6|)*11t*4mL")
+    config = to_config(estimate(_model(GLM5), load_gpu("h100"), lay, Workload(seq_length=4096, global_batch_size=520),
+                                Knobs(dispatcher="deepep", cp_comm_type="all_gather"), with_time=False,
+                                with_memory=False))
+    assert {k: config.get(k) for k in (
+        "model.experimental_attention_variant", "model.dsa_indexer_n_heads", "model.dsa_indexer_head_dim",
+        "model.dsa_indexer_topk", "model.dsa_indexer_loss_coeff", "model.dsa_indexer_use_sparse_loss",
+        "model.dsa_kernel_backend")} == {
+        "model.experimental_attention_variant": "dsa", "model.dsa_indexer_n_heads": 32,
+        "model.dsa_indexer_head_dim": 128, "model.dsa_indexer_topk": 2048, "model.dsa_indexer_loss_coeff": 0.001,
+        "model.dsa_indexer_use_sparse_loss": True, "model.dsa_kernel_backend": "cudnn"}
+    assert "model.dsa_indexer_topk_freq" not in config  # no index sharing: Megatron-Core's default 1 stands
+    shared = architecture_fields(_model({**GLM5, **GLM52_SHARING}))
+    assert (shared["model.dsa_indexer_topk_freq"], shared["model.dsa_indexer_skip_topk_offset"]) == (4, 3)
+    assert architecture_fields(load_model("deepseek-v3")).get("model.experimental_attention_variant") is None

@@ -346,6 +346,9 @@ CASES: dict[str, Case] = {
     "cudagraph.local_scoped": Case(S(MOE, "model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]")),
     "cudagraph.variable_length": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
                                        "model.variable_seq_lengths=true")),
+    # GLM-5's attention under TE-scoped graphs (Bridge's GLM-5 recipes run none)
+    "cudagraph.dsa_attention": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]",
+                                      "model.multi_latent_attention=true", "model.experimental_attention_variant=dsa")),
     "cudagraph.memory_budget": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]")),
     "precision.router_fp32": Case(S(MOE, "model.moe_router_dtype=null")),
     "precision.fp8_fp4_exclusive": Case(S(MOE, "mixed_precision.fp8=e4m3", "mixed_precision.fp4=e2m1")),

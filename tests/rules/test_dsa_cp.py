@@ -28,3 +28,24 @@ def test_dsa_cp_needs_allgather(cp, kind, fires):
 def test_attention_other_than_dsa_is_not_asked():
     assert not any(f.rule == "cp.dsa_allgather" for f in evaluate(load_config(sets=[
         "model.num_moe_experts=64", "model.seq_length=131072", "model.context_parallel_size=4"])))
+
+
+def _graph_rule(*sets: str) -> bool:
+    return any(f.rule == "cudagraph.dsa_attention" for f in evaluate(load_config(sets=[*DSA, *sets])))
+
+
+@pytest.mark.parametrize(("sets", "fires"), [
+    (["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]"], True),
+    (["model.cuda_graph_impl=transformer_engine"], True),  # no scope: the whole layer, attention included
+    (["model.cuda_graph_impl=full_iteration", "rerun_state_machine.check_for_nan_in_loss=false"], True),
+    (["model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]"], True),
+    (["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[moe_router,moe_preprocess]"], False),
+    (["model.cuda_graph_impl=none"], False),
+])
+def test_dsa_attention_is_not_graph_captured(sets, fires):
+    """cudagraph.dsa_attention: the cuDNN sparse attention's backward syncs on torch.nonzero (Megatron-LM
+    dsa_cudnn_kernels.py _run_sparse_attention_backward @ core_v0.19.0), which stream capture refuses; graphs over the
+    MoE router and preprocessing leave the attention eager."""
+    assert _graph_rule(*sets) is fires
+    assert not any(f.rule == "cudagraph.dsa_attention" for f in evaluate(load_config(sets=[
+        "model.num_moe_experts=64", "model.multi_latent_attention=true", *sets])))

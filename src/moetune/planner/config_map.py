@@ -26,7 +26,10 @@ def _model_fields(e: Estimate) -> dict[str, Any]:
             # Recipe Quick Decision keeps it); to_config writes its None too, over a recipe's FP32 (bf16_router)
             "model.moe_router_dtype": e.knobs.moe_router_dtype if m.num_moe_layers else None,
             # the dropout the activations were counted with (a plan's: none, NO_DROPOUT)
-            "model.hidden_dropout": e.knobs.hidden_dropout, "model.attention_dropout": e.knobs.attention_dropout}
+            "model.hidden_dropout": e.knobs.hidden_dropout, "model.attention_dropout": e.knobs.attention_dropout,
+            # the DSA kernels the step was priced with (walls/dsa.py; Bridge's GLM-5 recipes set the same): Megatron-
+            # Core's default "none" runs the unfused PyTorch path, whose dense scores moetune does not price
+            **({"model.dsa_kernel_backend": "cudnn"} if m.dsa else {})}
 
 
 def _planned_model_fields(moe: bool, vocab_divisor: int) -> dict[str, Any]:
@@ -147,7 +150,8 @@ PLAN_FIELDS = frozenset({
     "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag",
     "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split",
     "model.attention_dropout", "model.context_parallel_size", "model.cp_comm_type", "model.cuda_graph_impl",
-    "model.cuda_graph_scope", "model.expert_model_parallel_size", "model.expert_tensor_parallel_size",
+    "model.cuda_graph_scope", "model.dsa_kernel_backend", "model.expert_model_parallel_size",
+    "model.expert_tensor_parallel_size",
     "model.fine_grained_activation_offloading", "model.fp8_output_proj", "model.hidden_dropout",
     "model.hierarchical_context_parallel_sizes", "model.make_vocab_size_divisible_by", "model.moe_deepep_num_sms",
     "model.moe_expert_rank_capacity_factor", "model.moe_flex_dispatcher_backend", "model.moe_grouped_gemm",

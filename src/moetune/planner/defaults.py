@@ -52,10 +52,13 @@ def default_scope(spec, gpu: GpuSpec) -> tuple[str, ...]:
     return with_mamba(spec, tuple(platform_defaults(gpu)["cuda_graph_scope"]))
 
 
-def mapping_rules(defaults: dict, mamba: bool) -> dict:
-    """The seed rule each default mapping comes from (data/platform_defaults.toml), a hybrid's Mamba scope included."""
+def mapping_rules(defaults: dict, mamba: bool, narrowed: list[str] = ()) -> dict:
+    """The seed rule each default mapping comes from (data/platform_defaults.toml), a hybrid's Mamba scope included,
+    and the cudagraph rules that narrow the scope for this model (`narrowed`: DeepSeek Sparse Attention's)."""
     graphs = defaults["cuda_graph_scope_source"] + ("; a hybrid's Mamba mixers captured too, as every Nemotron-3 "
                                                     "Nano recipe runs them (data/published_runs.csv)" if mamba else "")
+    if narrowed:
+        graphs += f"; narrowed to what this model's layers capture (rule {', '.join(narrowed)})"
     return {"dispatcher": defaults["dispatcher_source"], "fp8_recipe": defaults["precision_source"],
             "cuda_graph_scope": graphs}
 

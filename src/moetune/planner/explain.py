@@ -17,6 +17,7 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.explain_scale import scale
 from moetune.planner.fit_steps import fit_steps
 from moetune.planner.fp8_evidence import applies, caveat, evidence, same_config_in_bf16
+from moetune.planner.legal import knob_errors, legal_default_scope
 from moetune.planner.moves import (
     GIB,
     apply_move,
@@ -270,7 +271,7 @@ def explain(e: Estimate) -> dict:
     if not e.fits and (faster := _faster_fix(fit["steps"], retune)):
         fit["fastest_fix"] = faster
     dispatcher, dispatcher_note = default_dispatcher_and_why(e.gpu, e.layout)
-    scope = default_scope(e.model, e.gpu)
+    scope, narrowed = _default_scope(e)
     return {
         "fp8_caveat": fp8, "fp8_evidence": evidence(), "nvfp4_caveat": nvfp4_caveat(e), "optimizer": e.knobs.optimizer,
         "optimizer_note": optimizer_note(e),
@@ -285,7 +286,8 @@ def explain(e: Estimate) -> dict:
                              "fp8_recipe": defaults["precision"],
                              "cuda_graph_scope": list(scope),
                              "source": defaults["source"],
-                             "rules": mapping_rules(defaults, e.model.mamba is not None and "mamba" in scope),
+                             "rules": mapping_rules(defaults, e.model.mamba is not None and "mamba" in scope,
+                                                    narrowed),
                              "bridge_fields": mapping_fields(dispatcher, defaults["precision"], scope),
                              "dispatcher_note": dispatcher_note,
                              "flex_num_sms": TUNED_FLEX_SMS.get(dispatcher),
@@ -297,3 +299,13 @@ def explain(e: Estimate) -> dict:
                              "cp_comm_type_source": "walls/context_parallel.py auto_choice; Megatron-Bridge "
                                                     "docs/training/hierarchical-context-parallel.md"},
     }
+
+
+def _default_scope(e: Estimate) -> tuple[tuple[str, ...], list[str]]:
+    """The platform's graph scope for this model, narrowed as estimate narrows a defaulted one (legal_default_scope;
+    the model's own refusals, the user's recompute set aside), and the cudagraph rules that narrowed it."""
+    base = replace(e.knobs, recompute="none", recompute_modules=frozenset(),
+                   cuda_graph_scope=default_scope(e.model, e.gpu))
+    seq = e.workload.seq_length
+    refused = [r for r in knob_errors(e.model, e.gpu, base, seq) if r.startswith("cudagraph.")]
+    return legal_default_scope(e.model, e.gpu, base, seq).cuda_graph_scope, refused

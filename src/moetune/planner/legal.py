@@ -96,12 +96,14 @@ def knob_errors(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> list[s
     return [f.rule for f in knob_findings(spec, gpu, knobs, seq)]
 
 
-def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, optional_delay_wgrad: bool = True
-               ) -> list[Knobs]:
+def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, optional_delay_wgrad: bool = True,
+               optional_attn_graph: bool = True) -> list[Knobs]:
     """`grid` without the knob sets the rule table rejects (judged once per rule-relevant combination: the
     optimizer knobs appear in none of these rules). A set refused only with its paired delay_wgrad_compute keeps
-    EP overlap without it, unless delay_wgrad was pinned (`optional_delay_wgrad=False`). When every set breaks a
-    rule (pinned --fix values), the first broken rule is the error."""
+    EP overlap without it, unless delay_wgrad was pinned (`optional_delay_wgrad=False`); one refused for a graph over
+    the attention (DeepSeek Sparse Attention: cudagraph.dsa_attention) keeps the rest of its scope, unless the scope
+    was pinned (`optional_attn_graph=False`). When every set breaks a rule (pinned --fix values), the first broken
+    rule is the error."""
     verdict: dict[tuple, bool] = {}
 
     def legal(k: Knobs) -> bool:
@@ -115,6 +117,9 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
     for k in grid:
         if not legal(k) and optional_delay_wgrad and k.delay_wgrad and legal(replace(k, delay_wgrad=False)):
             k = replace(k, delay_wgrad=False)
+        narrowed = _eager_attention(k)
+        if not legal(k) and optional_attn_graph and narrowed != k and narrowed.cuda_graph_scope and legal(narrowed):
+            k = narrowed
         if legal(k):
             out.append(k)
     if grid and not out:
@@ -123,11 +128,16 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
     return out
 
 
+def _eager_attention(knobs: Knobs) -> Knobs:
+    """`knobs` with the attention left out of its graph scope (the MoE router and preprocessing kept)."""
+    return replace(knobs, cuda_graph_scope=tuple(x for x in knobs.cuda_graph_scope if x != "attn"))
+
+
 def legal_default_scope(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> Knobs:
     """`knobs` with a defaulted graph scope narrowed until no cudagraph rule refuses it beside the rest: the platform's
     TE-scoped graphs, then attention alone (a hybrid's Mamba mixers with it; a 'moe' recompute beside a router
-    graph), then none (full recompute)."""
-    for scope in (knobs.cuda_graph_scope, with_mamba(spec, ("attn",)), ()):
+    graph), then the scope without attention (DeepSeek Sparse Attention), then none (full recompute)."""
+    for scope in (knobs.cuda_graph_scope, with_mamba(spec, ("attn",)), _eager_attention(knobs).cuda_graph_scope, ()):
         k = replace(knobs, cuda_graph_scope=scope)
         if not any(r.startswith("cudagraph.") for r in knob_errors(spec, gpu, k, seq)):
             return k

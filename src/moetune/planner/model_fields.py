@@ -97,12 +97,28 @@ def _mixer_fields(m: ModelSpec) -> dict[str, Any]:
                     "model.linear_value_head_dim": m.gdn.value_head_dim,
                     "model.linear_num_key_heads": m.gdn.num_key_heads,
                     "model.linear_num_value_heads": m.gdn.num_value_heads})
+    if m.dsa:
+        out.update(_dsa_fields(m))
     if m.attention_output_gate:
         out["model.attention_output_gate"] = True
     if m.mamba:
         out.update({"model.mamba_num_heads": m.mamba.num_heads, "model.mamba_head_dim": m.mamba.head_dim,
                     "model.mamba_state_dim": m.mamba.state_size, "model.mamba_num_groups": m.mamba.n_groups})
     return out
+
+
+def _dsa_fields(m: ModelSpec) -> dict[str, Any]:
+    """DeepSeek Sparse Attention as Megatron Bridge's GLM-5 bridge sets it (glm5_bridge.py provider_bridge @067f987):
+    the variant and its indexer's shapes and top-k (with index sharing's period and offset), and the indexer loss
+    moetune prices (walls/dsa.py: coefficient 0.001, the sparse form). Without them Megatron-LM builds plain MLA."""
+    d = m.dsa
+    return {"model.experimental_attention_variant": "dsa", "model.dsa_indexer_n_heads": d.index_n_heads,
+            "model.dsa_indexer_head_dim": d.index_head_dim, "model.dsa_indexer_topk": d.index_topk,
+            "model.dsa_indexer_topk_freq": d.index_topk_freq if d.index_topk_freq > 1 else None,
+            "model.dsa_indexer_skip_topk_offset": d.index_skip_topk_offset or None,
+            # Megatron-Core runs no indexer loss at coefficient None or 0 (dsa.py: dsa_indexer_loss_coeff or 0.0)
+            "model.dsa_indexer_loss_coeff": 0.001 if d.indexer_loss else None,
+            "model.dsa_indexer_use_sparse_loss": True if d.indexer_loss and d.sparse_loss else None}
 
 
 def _shape_fields(m: ModelSpec) -> dict[str, Any]:

@@ -207,7 +207,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                            + no_layout_reason(spec, gpu, world, wl, fixed))
     defaults = platform_defaults(gpu)
     grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
-                      optional_delay_wgrad="delay_wgrad" not in fixed)
+                      optional_delay_wgrad="delay_wgrad" not in fixed,
+                      optional_attn_graph="cuda_graph_scope" not in fixed)
     budget = replace(gpu, memory_gib=gpu.memory_gib - headroom_gib)  # what a candidate may use
     s = Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                resplit="pipeline_layout" not in fixed,
