@@ -346,6 +346,9 @@ CASES: dict[str, Case] = {
     "cudagraph.local_scoped": Case(S(MOE, "model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]")),
     "cudagraph.variable_length": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
                                        "model.variable_seq_lengths=true")),
+    # GLM-5 on Megatron-Core's default DSA backend (Bridge's GLM-5 recipes set cudnn)
+    "compute.dsa_unfused": Case(S(MOE, "model.multi_latent_attention=true",
+                                  "model.experimental_attention_variant=dsa")),
     # GLM-5's attention under TE-scoped graphs (Bridge's GLM-5 recipes run none)
     "cudagraph.dsa_attention": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router,moe_preprocess]",
                                       "model.multi_latent_attention=true", "model.experimental_attention_variant=dsa")),

@@ -49,3 +49,11 @@ def test_dsa_attention_is_not_graph_captured(sets, fires):
     assert _graph_rule(*sets) is fires
     assert not any(f.rule == "cudagraph.dsa_attention" for f in evaluate(load_config(sets=[
         "model.num_moe_experts=64", "model.multi_latent_attention=true", *sets])))
+
+
+@pytest.mark.parametrize(("backend", "fires"), [(None, True), ("none", True), ("cudnn", False), ("tilelang", False)])
+def test_dsa_without_fused_kernels_is_flagged(backend, fires):
+    """compute.dsa_unfused: Megatron-Core's default backend 'none' runs dense O(s^2) scores (dsa.py unfused_dsa_fn @
+    core_v0.19.0); Bridge's GLM-5 recipes set cudnn."""
+    sets = [f"model.dsa_kernel_backend={backend}"] if backend else []
+    assert any(f.rule == "compute.dsa_unfused" for f in evaluate(load_config(sets=[*DSA, *sets]))) is fires
