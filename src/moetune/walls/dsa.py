@@ -12,8 +12,13 @@ from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.comms import BF16, ring_seconds
 
 FP32 = INT32 = 4
+# The cuDNN indexer prices what the recipes' packed THD sequences run (each CP segment's keys cropped to its causal
+# prefix); a fixed-length batch under CP takes the PyTorch FP32 score path over every key instead (dsa_cudnn_kernels.py
+# _indexer_topk_from_score_chunks -> _compute_indexer_scores_chunk_with_global_rows @ core_v0.19.0), not priced
 UNCALIBRATED = ("DeepSeek Sparse Attention: the sparse attention and indexer kernels run at moetune's fused-attention "
-                "and GEMM rates, not calibrated on any published run (none publishes its throughput)")
+                "and GEMM rates, not calibrated on any published run (none publishes its throughput); priced as "
+                "packed THD sequences (Megatron Bridge's GLM-5 recipes): under CP a fixed-length batch scores the "
+                "indexer in FP32 PyTorch over every key, which is not priced")
 
 
 def head_padding(spec: ModelSpec, tp, arch: str | None):
