@@ -114,6 +114,17 @@ def test_a_gated_default_is_not_written_where_its_gate_is_off(args, key):
     assert key not in load_config(mlm_args=args)
 
 
+def test_dsa_kernel_backend_is_written_over_a_recipe_only_for_the_dsa_variant():
+    """A Megatron-LM launch's PLAN_FIELDS it leaves out are written over a Bridge recipe at Megatron-LM's defaults
+    (configio/finalize.py megatron_lm_unstated); dsa_kernel_backend means something only under the dsa variant."""
+    from moetune.configio.finalize import megatron_lm_unstated
+
+    fields = frozenset({"model.dsa_kernel_backend"})
+    assert not megatron_lm_unstated(load_config(mlm_args="--num-experts 8"), fields)
+    dsa = load_config(mlm_args="--num-experts 8 --multi-latent-attention --experimental-attention-variant dsa")
+    assert megatron_lm_unstated(dsa, fields) == {"model.dsa_kernel_backend": "none"}
+
+
 def test_a_gated_default_is_written_where_its_gate_is_on():
     config = load_config(mlm_args="--num-experts 8 --optimizer-cpu-offload")
     assert config["model.moe_token_dispatcher_type"] == "allgather"  # Bridge's default too: written all the same

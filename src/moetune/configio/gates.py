@@ -21,6 +21,9 @@ ONLY_UNDER: dict[str, tuple[str, Any]] = {
     # written beside allgather or alltoall it reads as a backend the user chose and forgot to switch on (rule
     # dispatcher.flex_activation)
     "model.moe_flex_dispatcher_backend": ("model.moe_token_dispatcher_type", "flex"),
+    # DeepSeek Sparse Attention's kernels: built only for the dsa variant (experimental_attention_variant_module_specs
+    # @ core_v0.19.0); off it the field is not there to write (releases before 0.19 lack it)
+    "model.dsa_kernel_backend": ("model.experimental_attention_variant", "dsa"),
 }
 
 # The gated value flags (not switches) whose Megatron-LM default the reader writes down wherever their gate is on,

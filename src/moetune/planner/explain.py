@@ -307,5 +307,7 @@ def _default_scope(e: Estimate) -> tuple[tuple[str, ...], list[str]]:
     base = replace(e.knobs, recompute="none", recompute_modules=frozenset(),
                    cuda_graph_scope=default_scope(e.model, e.gpu))
     seq = e.workload.seq_length
-    refused = [r for r in knob_errors(e.model, e.gpu, base, seq) if r.startswith("cudagraph.")]
-    return legal_default_scope(e.model, e.gpu, base, seq).cuda_graph_scope, refused
+    scope = legal_default_scope(e.model, e.gpu, base, seq).cuda_graph_scope
+    if scope == base.cuda_graph_scope:
+        return scope, []
+    return scope, [r for r in knob_errors(e.model, e.gpu, base, seq) if r.startswith("cudagraph.")]

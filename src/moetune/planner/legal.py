@@ -117,9 +117,9 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
     for k in grid:
         if not legal(k) and optional_delay_wgrad and k.delay_wgrad and legal(replace(k, delay_wgrad=False)):
             k = replace(k, delay_wgrad=False)
-        narrowed = _eager_attention(k)
-        if not legal(k) and optional_attn_graph and narrowed != k and narrowed.cuda_graph_scope and legal(narrowed):
-            k = narrowed
+        if not legal(k) and optional_attn_graph and "attn" in k.cuda_graph_scope:
+            narrowed = _eager_attention(k)
+            k = narrowed if narrowed.cuda_graph_scope and legal(narrowed) else k
         if legal(k):
             out.append(k)
     if grid and not out:
