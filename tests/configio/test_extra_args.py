@@ -133,3 +133,25 @@ def test_pai_deepseek_v3_script_reads_with_its_readme_arguments():
     assert read["model.recompute_modules"] == ["mla_up_proj", "mlp", "moe"]  # its megatron_options win over sel
     assert read["optimizer.optimizer_offload_fraction"] == 1.0 and read["model.mtp_num_layers"] == 1
     assert "model.qk_head_dim" not in read  # Megatron-LM's default 128 stands: DeepSeek-V3's, as the script meant
+
+
+def test_entry_point_table_names_known_providers_and_real_files():
+    """data/extra_args_entries.csv: each provider is one configio/extra_args.py names, and each entry point is a file
+    of the repository at the commit it cites (checked where the mirror of that repository is on this machine)."""
+    import subprocess
+
+    from moetune.configio.extra_args import ENTRIES, PROVIDERS
+    from moetune.configio.names import data_csv
+
+    rows = list(data_csv("extra_args_entries.csv"))
+    assert len(rows) == len(ENTRIES) == 64 and all(p in PROVIDERS for ps in ENTRIES.values() for p in ps)
+    assert ENTRIES["pretrain_gpt.py"] and not ENTRIES["pretrain_bert.py"]  # add_modelopt_args; none
+    mirrors = {"Megatron-LM": "NVIDIA+Megatron-LM", "Pai-Megatron-Patch": "alibaba+Pai-Megatron-Patch"}
+    for row in rows:
+        name, commit = row["repository"].split("@")
+        git = Path("/work/.mirror") / mirrors[name] / "repo"
+        assert Path(row["path"]).name == row["entry"]
+        if not git.exists():
+            continue
+        found = subprocess.run(["git", "-C", str(git), "cat-file", "-e", f"{commit}:{row['path']}"], check=False)
+        assert found.returncode == 0, (row["entry"], row["path"])

@@ -12,7 +12,7 @@ as it was before these rows.
 
 from __future__ import annotations
 
-from moetune.configio.names import Name
+from moetune.configio.names import Name, data_csv
 from moetune.errors import MoetuneError
 
 _MODELOPT = "Megatron-LM:megatron/post_training/arguments.py"
@@ -22,30 +22,15 @@ PROVIDERS = {
     _MODELOPT: "a ModelOpt flag (Megatron-LM megatron/post_training/arguments.py add_modelopt_args)",
     _PAI: "a Pai-Megatron-Patch flag (megatron_patch/arguments.py get_patch_args)",
 }
-# Megatron-LM's own entry points (Megatron-LM@d98e8a6) and the extra flags each takes: pretrain_gpt.py :526 and
-# pretrain_hybrid.py :543 pass add_modelopt_args (pretrain_mamba.py runs pretrain_hybrid.py), as do
-# megatron/elastification/pretrain_hybrid_flex.py, examples/post_training/modelopt/*.py and tools/'s servers; the
-# others pass no provider of these.
-_TAKE_MODELOPT = ("pretrain_gpt pretrain_hybrid pretrain_mamba pretrain_hybrid_flex finetune quantize prune export "
-                  "validate generate mmlu convert_model offline_feature_extract run_text_generation_server "
-                  "run_dynamic_text_generation_server prepare_cache")
-_TAKE_NONE = "pretrain_vlm pretrain_bert pretrain_t5 pretrain_mimo train_rl"
-# Pai-Megatron-Patch@a098ca5's training entry points: its examples/*/{pretrain,finetune}_*.py that pass
-# get_patch_args (none of them adds ModelOpt's flags)
-_TAKE_PAI = (
-    "finetune_huggingface_baichuan13b finetune_huggingface_chatglm finetune_huggingface_falcon "
-    "finetune_huggingface_galactica finetune_huggingface_llama finetune_mcore_llama_withGA "
-    "finetune_megatron_baichuan13b finetune_megatron_bloom finetune_megatron_chatglm finetune_megatron_falcon "
-    "finetune_megatron_falcon40b finetune_megatron_galactica finetune_megatron_llama finetune_megatron_llama_withGA "
-    "finetune_megatron_llava finetune_megatron_qwen finetune_megatron_qwen_vl finetune_megatron_qwen_withGA "
-    "finetune_megatron_starcoder pretrain_deepseek pretrain_llama pretrain_llama_mcore070 pretrain_llava "
-    "pretrain_mcore_llama pretrain_mcore_mistral pretrain_mcore_qwen pretrain_megatron_baichuan "
-    "pretrain_megatron_baichuan13b pretrain_megatron_bloom pretrain_megatron_chatglm pretrain_megatron_falcon "
-    "pretrain_megatron_falcon40b pretrain_megatron_galactica pretrain_megatron_glm130b pretrain_megatron_gpt3 "
-    "pretrain_megatron_llama pretrain_megatron_llava pretrain_megatron_qwen pretrain_megatron_qwen_upcycled "
-    "pretrain_megatron_starcoder pretrain_qwen pretrain_qwen2_moe pretrain_qwen3_next")
-ENTRIES = ({f"{n}.py": {_MODELOPT} for n in _TAKE_MODELOPT.split()} | {f"{n}.py": set() for n in _TAKE_NONE.split()}
-           | {f"{n}.py": {_PAI} for n in _TAKE_PAI.split()})
+
+
+def _entries() -> dict[str, set[str]]:
+    """Each training entry point (its *.py name) -> the providers whose flags it parses: data/extra_args_entries.csv,
+    read from Megatron-LM@d98e8a6 and Pai-Megatron-Patch@a098ca5 (its header says where)."""
+    return {r["entry"]: {r["provider"]} if r["provider"] else set() for r in data_csv("extra_args_entries.csv")}
+
+
+ENTRIES = _entries()
 
 _MODELOPT_ON = ("turns ModelOpt on (post_training/utils.py maybe_enable_modelopt), whose model builder "
                 "(post_training/model_builder.py) moetune does not price")
