@@ -60,6 +60,7 @@ def test_plan_and_explain_of_glm5_run_and_carry_the_note(glm5, capsys, tmp_path)
     args = (tmp_path / "run" / "megatron_lm_args.txt").read_text().splitlines()
     assert code == 0 and {"--experimental-attention-variant dsa", "--dsa-kernel-backend cudnn",
                           "--dsa-indexer-topk 2048", "--dsa-indexer-use-sparse-loss"} <= set(args), err
+    assert any("priced on packed THD batches" in line for line in args if line.startswith("#"))  # CP 8
     code, out, _ = run(["check", str(tmp_path / "run" / "megatron_lm_args.txt"), "--gpu", "h100", "--gpus", "416"],
                        capsys)
     assert code == 0 and "0 error(s)" in out

@@ -128,6 +128,17 @@ def _fix_word(name: str, value: Any) -> str:
     return line or f"drop {flag}"  # off: a store_true switch left out, an empty list or null unset
 
 
+def _dsa_data_note(config: dict[str, Any]) -> list[str]:
+    """DeepSeek Sparse Attention under CP is priced on packed THD batches (walls/dsa.py UNCALIBRATED): said where the
+    launch's data decides it."""
+    cp = config.get("model.context_parallel_size") or 1
+    if config.get("model.experimental_attention_variant") != "dsa" or cp < 2:
+        return []
+    return ["# DeepSeek Sparse Attention under CP is priced on packed THD batches (Megatron Bridge's GLM-5",
+            "# recipes): with fixed-length ones the indexer scores in FP32 PyTorch over every key, which the plan",
+            "# does not price."]
+
+
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
     lines = [f"# {header}", f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
              "torchrun.sh reads them with shlex)."]
@@ -135,6 +146,7 @@ def megatron_lm_args(config: dict[str, Any], header: str) -> str:
               "# norm, or an attention-output bias without MLP biases); what no shape shows (activation beyond SwiGLU,",
               "# rotary base and scaling, windows and sinks, the tokenizer) comes from the model's own MODEL_ARGS,",
               "# e.g. the Megatron-MoE-ModelZoo's model_configs/benchmarking/*.yaml, in EXTRA_ARGS."]
+    lines += _dsa_data_note(config)
     lines += values.pragmas(config)
     switches, covered = _switches(config)
     dropped, why = _refused_by_megatron_lm(config)
