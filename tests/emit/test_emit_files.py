@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+from bridge_sections import fields_of
 from emit_plans import PLANS
 
 from moetune.cli.main import main
@@ -361,13 +362,16 @@ def _stand_in_bridge(root):
     training = root / "bridge" / "scripts" / "training"
     training.mkdir(parents=True)
     (root / "bridge" / "scripts" / "common").mkdir()
+    fields = {s: fields_of(s) for s in ("model", "train", "ddp", "optimizer", "dataset", "rng", "rerun_state_machine",
+                                        "checkpoint", "scheduler", "logger", "comm_overlap", "mixed_precision")}
+    (root / "fields.json").write_text(json.dumps(fields))  # each section's fields, as its dataclass holds them
     (training / "recipe_runner.py").write_text(
-        "import types\n"
+        f"import json, types\nFIELDS = json.load(open({str(root / 'fields.json')!r}))\n"
+        "def section(name, **values):\n"
+        "    return types.SimpleNamespace(**{**dict.fromkeys(FIELDS[name]), **values})\n"
         "def load_recipe(name, peft_scheme=None):\n"
-        "    ns = types.SimpleNamespace\n"
-        "    return ns(comm_overlap=None, mixed_precision='bf16_with_mxfp8_mixed', env_vars={},\n"
-        "              **{s: ns() for s in ('model', 'train', 'ddp', 'optimizer', 'dataset', 'rng',\n"
-        "                                   'rerun_state_machine', 'checkpoint', 'scheduler', 'logger')})\n"
+        "    return types.SimpleNamespace(comm_overlap=None, mixed_precision='bf16_with_mxfp8_mixed', env_vars={},\n"
+        "        **{s: section(s) for s in FIELDS if s not in ('comm_overlap', 'mixed_precision')})\n"
         "def apply_cli_overrides(config, cli_overrides):\n"
         "    config.cli = list(cli_overrides)\n"
         "    return config\n"
@@ -390,12 +394,15 @@ def _stand_in_bridge(root):
         (package / sub / "__init__.py").write_text("")
     (root / "site" / "megatron" / "__init__.py").write_text("")
     (package / "training" / "comm_overlap.py").write_text(
-        "import types\nclass CommOverlapConfig(types.SimpleNamespace):\n    pass\n")
+        "from recipe_runner import section\n"
+        "def CommOverlapConfig(**values):\n"
+        "    return section('comm_overlap', **values)\n")
     (package / "training" / "mixed_precision.py").write_text(
-        "import types\nPRESETS = {'bf16_mixed': (None, None), 'bf16_with_mxfp8_mixed': ('e4m3', 'mxfp8')}\n"
+        "from recipe_runner import section\n"
+        "PRESETS = {'bf16_mixed': (None, None), 'bf16_with_mxfp8_mixed': ('e4m3', 'mxfp8')}\n"
         "def get_mixed_precision_config(name):\n"
         "    fp8, recipe = PRESETS[name]\n"
-        "    return types.SimpleNamespace(fp8=fp8, fp8_recipe=recipe or 'tensorwise', fp4=None)\n")
+        "    return section('mixed_precision', fp8=fp8, fp8_recipe=recipe or 'tensorwise', fp4=None)\n")
     return root / "bridge", root / "site"
 
 

@@ -8,6 +8,7 @@ import types
 from pathlib import Path
 
 import pytest
+from bridge_sections import section as section_stub
 from emit_plans import MLM_BASE, MLM_LAUNCHES, MLM_UNSET, PLANS
 
 from modelzoo_launch import H100_ENV, MODELZOO
@@ -90,13 +91,13 @@ BRIDGE_PRESETS = {"bf16_mixed": (None, None, None),
 
 def _stub_bridge(monkeypatch):
     """Stand-ins for the two Bridge imports the snippet makes (Bridge is not installed in this suite)."""
-    class CommOverlapConfig(types.SimpleNamespace):
-        def __init__(self, tp_comm_overlap):
-            super().__init__(tp_comm_overlap=tp_comm_overlap)
+    def CommOverlapConfig(tp_comm_overlap):  # noqa: N802 (Bridge's class name)
+        return section_stub("comm_overlap", tp_comm_overlap=tp_comm_overlap)
 
     def get_mixed_precision_config(value):
         fp8, recipe, fp4 = BRIDGE_PRESETS[value]
-        return types.SimpleNamespace(fp8=fp8, fp8_recipe=recipe or "tensorwise", fp4=fp4, preset=value)
+        return section_stub("mixed_precision", fp8=fp8, fp8_recipe=recipe or "tensorwise", fp4=fp4, preset=value,
+                            fp8_param_gather=False)
 
     for mod, attrs in {"megatron.bridge": {}, "megatron.bridge.training": {},
                        "megatron.bridge.training.comm_overlap": {"CommOverlapConfig": CommOverlapConfig},
@@ -105,26 +106,60 @@ def _stub_bridge(monkeypatch):
         monkeypatch.setitem(sys.modules, mod, types.SimpleNamespace(**attrs))
 
 
-@pytest.mark.parametrize("name", sorted(PLANS))
-def test_python_snippet_sets_the_same_knobs(monkeypatch, name):
-    config = plan_config(name)
+def _snippet_over_stubs(monkeypatch, config, lacking=()):
+    """bridge_overrides.py of CONFIG applied to stand-in sections holding every field but LACKING (dotted names)."""
     source = emit_all(config)["bridge_overrides.py"]
     ast.parse(source)
     _stub_bridge(monkeypatch)
     namespace: dict = {}
     exec(compile(source, "bridge_overrides.py", "exec"), namespace)  # our own generated text, stubs only
-    sections = {k.split(".", 1)[0] for k in config} - {"cluster", "env"}
+    sections = {k.split(".", 1)[0] for k in config} - {"cluster", "env", "comm_overlap", "mixed_precision"}
     cfg = types.SimpleNamespace(comm_overlap=None, mixed_precision=None, env_vars={},
-                                **{s: types.SimpleNamespace() for s in sections - {"comm_overlap", "mixed_precision"}})
-    cfg = namespace["apply_overrides"](cfg)
+                                **{s: section_stub(s) for s in sections})
+    for key in lacking:
+        delattr(getattr(cfg, key.split(".")[0]), key.split(".", 1)[1])
+    return namespace["apply_overrides"](cfg)
+
+
+# The one SM-count field of Megatron-Core from 0.16 on, which the snippet sets in place of the backend's own there
+FLEX_SMS = "model.moe_flex_dispatcher_num_sms"
+
+
+@pytest.mark.parametrize("lacking", [(), (FLEX_SMS,)], ids=["main", "before-flex-sms"])
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_python_snippet_sets_the_same_knobs(monkeypatch, name, lacking):
+    config = plan_config(name)
+    cfg = _snippet_over_stubs(monkeypatch, config, lacking)
     for key, value in config.items():
         section, field = key.split(".", 1)
         if section == "cluster":
             continue
         got = cfg.env_vars[field] if section == "env" else getattr(getattr(cfg, section), field)
+        if re.fullmatch(r"moe_(deepep|hybridep)_num_sms", field) and got is None and not lacking:
+            got = getattr(cfg.model, FLEX_SMS.split(".", 1)[1])  # main's one field takes the backend's count
         if names().get(key) is not None and names().get(key).type.startswith("dtype"):  # torch dtypes, as Bridge
             got, value = str(got), f"torch.{value}"  # recipes hold them
         assert got == value, key
+
+
+def test_python_snippet_stops_at_a_planned_field_the_installed_release_lacks(monkeypatch):
+    """A Megatron-Core without moe_flex_dispatcher_backend (before 0.16) under a HybridEP plan: the snippet stops and
+    names the field, as Bridge's dotted overrides stop (struct mode). It had assigned it as a new attribute, which
+    nothing reads: the job would have run the release's DeepEP-only flex dispatcher and not said so."""
+    config = plan_config("dsv3_gb200_hybridep")
+    assert config["model.moe_flex_dispatcher_backend"] == "hybridep"
+    with pytest.raises(AttributeError, match=r"cfg\.model has no field moe_flex_dispatcher_backend in this"):
+        _snippet_over_stubs(monkeypatch, config, lacking=("model.moe_flex_dispatcher_backend",))
+
+
+def test_python_snippet_passes_over_a_missing_field_it_holds_at_megatrons_default(monkeypatch):
+    """A field the plan holds at Megatron's default (shared-expert overlap off) that the installed release lacks: that
+    release runs the default anyway, so the snippet leaves it unset and goes on (emit --megatron-core drops it so)."""
+    config = plan_config("dsv3_gb200_hybridep")
+    assert config["model.moe_shared_expert_overlap"] is False
+    cfg = _snippet_over_stubs(monkeypatch, config, lacking=("model.moe_shared_expert_overlap",))
+    assert not hasattr(cfg.model, "moe_shared_expert_overlap") and cfg.model.expert_model_parallel_size == \
+        config["model.expert_model_parallel_size"]
 
 
 @pytest.mark.parametrize(("recipe", "plan", "kept"), [
@@ -143,7 +178,7 @@ def test_python_snippet_replaces_a_recipes_precision_of_another_family(monkeypat
     held = namespace["get_mixed_precision_config"](recipe)
     held.fp8_param_gather = True  # a recipe's own tuning
     cfg = types.SimpleNamespace(comm_overlap=None, mixed_precision=held, env_vars={},
-                                **{s: types.SimpleNamespace() for s in sections})
+                                **{s: section_stub(s) for s in sections})
     mp = namespace["apply_overrides"](cfg).mixed_precision
     assert (mp is held) is kept and getattr(mp, "fp8_param_gather", False) is kept
     assert (mp.fp8, mp.fp4) == (PRECISION[plan].get("mixed_precision.fp8"), PRECISION[plan].get("mixed_precision.fp4"))
@@ -209,9 +244,9 @@ def test_python_snippet_of_a_megatron_lm_launch_over_a_recipe(monkeypatch, name)
     namespace: dict = {}
     exec(compile(source, "bridge_overrides.py", "exec"), namespace)  # our own generated text, stubs only
     recipe = by_section(load_config([RECIPE]))  # its ConfigContainer, with a section for each the snippet sets
-    named = (set(recipe) | set(re.findall(r"cfg\.(\w+)\.\w+ = ", source))) - {"mixed_precision", "env_vars"}
+    named = (set(recipe) | set(re.findall(r"_assign\('(\w+)'", source))) - {"mixed_precision", "env_vars"}
     cfg = types.SimpleNamespace(mixed_precision=None, env_vars={},
-                                **{s: types.SimpleNamespace(**recipe.get(s, {})) for s in named})
+                                **{s: section_stub(s, **recipe.get(s, {})) for s in named})
     cfg = namespace["apply_overrides"](cfg)
     want = {**MLM_UNSET, **expected}
     assert {k: getattr(getattr(cfg, k.split(".")[0]), k.split(".", 1)[1], "(unset)") for k in want} == want

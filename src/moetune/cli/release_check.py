@@ -13,9 +13,8 @@ from typing import Any
 
 import click
 
-from moetune.configio.names import NO_DEFAULT, names
-from moetune.configio.releases import Reading, has, newest_having, releases, span
-from moetune.configio.types import coerce
+from moetune.configio.names import names
+from moetune.configio.releases import Reading, at_default, has, newest_having, releases, span
 from moetune.errors import MoetuneError
 from moetune.rules import Finding
 
@@ -47,15 +46,15 @@ def release_findings(reading: Reading, config: dict[str, Any], saved: bool = Fal
     """One error finding per name the read met that the target release lacks (a field CONFIG holds at its default,
     as a saved plan writes every field it sets over a recipe, is said to be one emit leaves out). `saved`: a saved
     plan or estimate is among the inputs, which runs only through emit: its default-held fields are then info."""
-    def at_default(name: str) -> bool:
+    def held_at_default(name: str) -> bool:
         key = _key(name)
-        return key in config and _at_default(key, config[key])
+        return key in config and at_default(key, config[key])
 
     def emit_note(name: str) -> str:
         return f" (it holds the default, which `moetune emit --megatron-core {reading.release}` leaves out)" \
-            if at_default(name) else ""
+            if held_at_default(name) else ""
 
-    return [Finding(rule="check.not_in_release", severity="info" if saved and at_default(name) else "error",
+    return [Finding(rule="check.not_in_release", severity="info" if saved and held_at_default(name) else "error",
                     message=f"{_what(name, reading.release)}; {_advice(name)}{emit_note(name)}",
                     source=f"Megatron-LM core_v{reading.release}.0 (src/moetune/data/megatron_releases.csv)"
                     if reading.release != "main" else "Megatron-LM main (src/moetune/data/megatron_releases.csv)")
@@ -99,17 +98,6 @@ def _key(name: str) -> str:
     return row.bridge_name if row is not None else ""
 
 
-def _at_default(key: str, value: Any) -> bool:
-    row = names().get(key)
-    if row is None:
-        return False
-    defaults = [d for d in (row.default, row.mlm_default) if d is not NO_DEFAULT]
-    try:
-        return any(value == coerce(key, row.type, d) for d in defaults)
-    except MoetuneError:
-        return False
-
-
 def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     """CONFIG without the names the target release lacks that sit at their default (not written: the release runs
     its own behaviour, which that default keeps); one line naming the others, which emit may not write."""
@@ -121,7 +109,7 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
         config = {**config, _ENABLE: True}
     keys = {_key(name): name for name in reversed(reading.lacking())}  # the first name read for a key
-    kept = [k for k in keys if k in config and not _at_default(k, config[k])]
+    kept = [k for k in keys if k in config and not at_default(k, config[k])]
     if kept:
         listed = ", ".join(f"{keys[k]} ({k}={config[k]!r}; Megatron-Core has it {span(keys[k])})" for k in kept)
         raise MoetuneError(f"--megatron-core {reading.release}: the config sets what that release lacks: {listed}; "

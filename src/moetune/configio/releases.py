@@ -18,8 +18,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
-from moetune.configio.names import data_csv
+from moetune.configio.names import NO_DEFAULT, data_csv, names
+from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
 
 
@@ -166,3 +168,16 @@ def old_flag_hint(flag: str) -> str:
         return ""
     return (f"; Megatron-Core had it {span(flag)} (megatron_releases.csv), not at main: pass --megatron-core "
             f"{sorted(releases().have[flag], key=releases().order.index)[-1]} to read it as that release's")
+
+
+def at_default(key: str, value: Any) -> bool:
+    """Whether VALUE is KEY's default, Bridge's or Megatron-LM's (megatron_names.csv): what a release without the field
+    runs, so a config holding it there loses nothing where the field is absent."""
+    row = names().get(key)
+    if row is None:
+        return False
+    defaults = [d for d in (row.default, row.mlm_default) if d is not NO_DEFAULT]
+    try:
+        return any(value == coerce(key, row.type, d) for d in defaults)
+    except MoetuneError:
+        return False

@@ -12,7 +12,7 @@ from typing import Any
 
 from moetune.configio.finalize import DP_OVERLAP, megatron_lm_unstated
 from moetune.configio.names import is_megatron_lm
-from moetune.configio.releases import has, target
+from moetune.configio.releases import at_default, has, target
 from moetune.emit import values
 from moetune.emit.environment import environment
 from moetune.planner.config_map import PLAN_FIELDS
@@ -76,6 +76,21 @@ except ImportError:  # a Bridge release from before them
 def _family(mp):
     """A mixed-precision config's quantized recipe: FP8 with its scaling recipe, FP4, or neither."""
     return bool(mp.fp8), mp.fp8_recipe if mp.fp8 else None, bool(mp.fp4)
+
+
+def _assign(section, obj, planned, defaults=None):
+    """Set fields on one of cfg's sections. A planned field the installed Bridge / Megatron-Core lacks stops the run
+    here, as a dotted override does (Hydra struct mode); an attribute assignment alone would add a field nothing
+    reads, and the plan would run without it. `defaults` hold Megatron's default, which a release without the field
+    runs anyway: set where the field exists."""
+    missing = [name for name in planned if not hasattr(obj, name)]
+    if missing:
+        raise AttributeError(f"cfg.{section} has no field {', '.join(missing)} in this Megatron Bridge / "
+                             "Megatron-Core, and the plan sets it: upgrade, or plan without it (`moetune check "
+                             "--megatron-core X.Y` names each field a release lacks)")
+    for name, value in {**(defaults or {}), **planned}.items():
+        if name in planned or hasattr(obj, name):
+            setattr(obj, name, value)
 '''
 
 
@@ -93,9 +108,9 @@ def _graphs(config: dict[str, Any]) -> list[str]:
     impl, scope = config.get("model.cuda_graph_impl"), config.get("model.cuda_graph_scope") or []
     full = "full_iteration" in scope
     helper = "set_full_iteration_cuda_graph(cfg.model)" if full else f"set_cuda_graph_modules(cfg.model, {scope!r})"
-    return [f"    cfg.model.cuda_graph_impl = {impl!r}",
+    return [_assign_line("model", {"model.cuda_graph_impl": impl}),
             "    if set_cuda_graph_modules is None:",
-            f"        cfg.model.cuda_graph_scope = {scope or None!r}",
+            "    " + _assign_line("model", {"model.cuda_graph_scope": scope or None}),
             "    else:",
             f"        {helper}"]
 
@@ -105,15 +120,38 @@ def _sms(config: dict[str, Any]) -> list[str]:
     differ), the backend's own before it."""
     backend = config.get("model.moe_flex_dispatcher_backend")
     sms = config.get(f"model.moe_{backend}_num_sms") if backend else None
+    unset = {k: None for k in SM_FIELDS}
     if sms is None:
-        return ["    cfg.model.moe_deepep_num_sms = cfg.model.moe_hybridep_num_sms = None"]
-    other = "hybridep" if backend == "deepep" else "deepep"
+        return [_assign_line("model", unset)]
     return ['    if hasattr(cfg.model, "moe_flex_dispatcher_num_sms"):',
-            f"        cfg.model.moe_flex_dispatcher_num_sms = {sms!r}",
-            "        cfg.model.moe_deepep_num_sms = cfg.model.moe_hybridep_num_sms = None",
+            "    " + _assign_line("model", {"model.moe_flex_dispatcher_num_sms": sms, **unset}),
             "    else:",
-            f"        cfg.model.moe_{backend}_num_sms = {sms!r}",
-            f"        cfg.model.moe_{other}_num_sms = None"]
+            "    " + _assign_line("model", {**unset, f"model.moe_{backend}_num_sms": sms})]
+
+
+def _split(fields: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """FIELDS (dotted keys) as Python source by field name: those the plan sets off Megatron's default, and those it
+    holds at the default (configio.releases.at_default; a release without the field runs that)."""
+    planned, defaults = {}, {}
+    for key, v in fields.items():
+        (defaults if at_default(key, v) else planned)[key.split(".", 1)[1]] = values.python(key, v)
+    return planned, defaults
+
+
+def _assign_line(section: str, fields: dict[str, Any]) -> str:
+    """One `_assign` call on one line (a few fields)."""
+    planned, defaults = _split(fields)
+    def src(d): return "{" + ", ".join(f"{k!r}: {v}" for k, v in d.items()) + "}"
+    return f"    _assign({section!r}, cfg.{section}, {src(planned)}" + (f", {src(defaults)})" if defaults else ")")
+
+
+def _assign_block(section: str, fields: dict[str, Any]) -> list[str]:
+    """One `_assign` call over a section's fields, one per line: planned first, then those at Megatron's default."""
+    planned, defaults = _split(fields)
+    out = [f"    _assign({section!r}, cfg.{section}, {{"] + [f"        {k!r}: {v}," for k, v in planned.items()]
+    if not defaults:
+        return out + ["    })"]
+    return out + ["    }, defaults={"] + [f"        {k!r}: {v}," for k, v in defaults.items()] + ["    })"]
 
 
 def python_snippet(config: dict[str, Any], header: str) -> str:
@@ -141,12 +179,13 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
             tp = fields.get("tp_comm_overlap", False)
             out += ["    if cfg.comm_overlap is None:",
                     f"        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap={tp!r})"]
-            out += [f"    cfg.comm_overlap.{f} = {v!r}  # a recipe's own value would override ddp's" for f, v in
-                    _dp_overlap(items).items()]
+            if dp := _dp_overlap(items):
+                out.append("    # ddp's overlap here too: a recipe's own comm_overlap value would override ddp's")
+                fields = {**fields, **dp}
         if section == "mixed_precision":
             out += blocks["mixed_precision"] or \
                 ['    cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision or "bf16_mixed")']
-        out += [f"    cfg.{section}.{f} = {values.python(f'{section}.{f}', v)}" for f, v in fields.items()]
+        out += _assign_block(section, {f"{section}.{f}": v for f, v in fields.items()})
         if section == "model":
             out += blocks["model"]
     env = environment(config)
