@@ -12,7 +12,7 @@ from rich.table import Table
 from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words, script_args_option
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
-from moetune.cli.release_check import megatron_core_option, release_findings
+from moetune.cli.release_check import megatron_bridge_option, megatron_core_option, release_findings, release_target
 from moetune.configio import load_config
 from moetune.configio.names import is_megatron_lm
 from moetune.configio.releases import reading
@@ -63,6 +63,7 @@ def config_options(func):
         click.option("--gpu", default=None, help="GPU (h100, gb200, ...) or a cluster .toml: cluster.gpu."),
         click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in the job: cluster.num_gpus."),
         megatron_core_option(),
+        megatron_bridge_option(),
     ]):
         func = opt(func)
     return func
@@ -140,12 +141,13 @@ def findings_table(findings: list, mlm: bool = False) -> Table:
               help="TOML overriding memory_overheads.toml figures for --model's memory wall (default: a saved plan's "
                    "own, else the built-in figures).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core, context, no_mcore, model, overheads,
-            as_json) -> None:
+def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core, megatron_bridge, context, no_mcore,
+            model, overheads, as_json) -> None:
     """Check CONFIG (Bridge YAML or JSON, dotted overrides, Megatron-LM args, a MODEL_ARGS YAML or an env.sh) against
     the seeds' rules."""
     saved: list[dict] = []
-    with reading(megatron_core) as seen:  # the names the inputs use, for --megatron-core (cli/release_check.py)
+    # the names the inputs use, for --megatron-core / --megatron-bridge (cli/release_check.py)
+    with reading(*release_target(megatron_core, megatron_bridge)) as seen:
         config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved, script_args=script_args)
     # a saved plan or estimate names its model (its built-in name or config.json): its memory wall runs as under
     # --model (the fit rules need it)

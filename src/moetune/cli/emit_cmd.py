@@ -15,8 +15,8 @@ import click
 
 from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, read_inputs
 from moetune.cli.output import console, emit_json, table
-from moetune.cli.release_check import for_release, written_lacking
-from moetune.configio.releases import reading
+from moetune.cli.release_check import for_release, release_target, written_lacking
+from moetune.configio.releases import option, product, reading
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
 from moetune.files import write_text
@@ -24,12 +24,12 @@ from moetune.files import write_text
 
 def check_command(config: dict, out: Path, release: str | None = None) -> str:
     """`moetune check` of env.sh beside the arguments, with the job's GPU and count where the config names them and
-    the Megatron-Core release emit wrote for (--megatron-core), quoted for a shell."""
+    the release emit wrote for (--megatron-core / --megatron-bridge), quoted for a shell."""
     words = ["moetune", "check", str(out / "env.sh"), str(out / "megatron_lm_args.txt")]
     for flag, key in (("--gpu", "cluster.gpu"), ("--gpus", "cluster.num_gpus")):
         if config.get(key) is not None:
             words += [flag, str(config[key])]
-    return shlex.join(words + (["--megatron-core", release] if release is not None else []))
+    return shlex.join(words + (option(release).split() if release is not None else []))
 
 
 def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
@@ -54,10 +54,11 @@ def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
 @click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which result of a plan JSON to emit (1 = the pick).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: {files, config, findings}.")
-def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core, out_dir, allow_errors, rank,
-            as_json) -> None:
+def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core, megatron_bridge, out_dir, allow_errors,
+            rank, as_json) -> None:
     """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
-    with reading(megatron_core) as seen:  # --megatron-core: the names the inputs use, and the flags' spelling
+    # --megatron-core / --megatron-bridge: the names the inputs use, and the flags' spelling
+    with reading(*release_target(megatron_core, megatron_bridge)) as seen:
         config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank, script_args=script_args)
         if seen.release is not None:
             config = for_release(config, seen)
@@ -73,8 +74,8 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
                          "(`moetune check` lists them all)")
     files = emit_all(config)
     if release is not None and (lacking := written_lacking(files, release)):
-        raise MoetuneError(f"--megatron-core {release}: the files would pass {', '.join(lacking)}, which that release "
-                           "lacks (moetune writes them for the plan); upgrade Megatron-Core or drop what sets them")
+        raise MoetuneError(f"{option(release)}: the files would pass {', '.join(lacking)}, which that release lacks "
+                           f"(moetune writes them for the plan); upgrade {product(release)} or drop what sets them")
     written = _write(files, Path(out_dir)) if out_dir else []
     if as_json:
         emit_json({"files": files if not out_dir else {p.name: str(p) for p in written}, "config": config,

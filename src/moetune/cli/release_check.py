@@ -1,8 +1,10 @@
-"""``--megatron-core X.Y`` on check and emit: the names a config uses that the release it targets lacks.
+"""``--megatron-core X.Y`` / ``--megatron-bridge X.Y.Z`` on check and emit: the names a config uses that the release
+it targets lacks.
 
 A Megatron-LM launch on an older release dies at its first flag the parser lacks ("unrecognized arguments"), and a
 Bridge config at its first field TransformerConfig / DistributedDataParallelConfig / OptimizerConfig lacks ("got an
-unexpected keyword argument"); configio/releases.py reads megatron_releases.csv and records what the read meets.
+unexpected keyword argument"), or, as dotted overrides, at its first key the ConfigContainer lacks (Hydra: "not in
+struct"); configio/releases.py reads megatron_releases.csv and bridge_releases.csv and records what the read meets.
 check says each such name (check.not_in_release, an error); emit drops one held at its default, which the release's
 own behaviour is, and refuses the rest.
 """
@@ -14,12 +16,27 @@ from typing import Any
 import click
 
 from moetune.configio.names import names
-from moetune.configio.releases import Reading, at_default, has, newest_having, releases, span
+from moetune.configio.releases import (
+    Reading,
+    at_default,
+    core_source,
+    describe,
+    family_of,
+    has,
+    newest_having,
+    option,
+    product,
+    releases,
+    span,
+)
 from moetune.errors import MoetuneError
 from moetune.rules import Finding
 
-# the Megatron-Core class each section's fields belong to (tools/megatron_releases.py CONFIGS)
-_CLASS = {"model": "TransformerConfig", "ddp": "DistributedDataParallelConfig", "optimizer": "OptimizerConfig"}
+# the class each section's fields belong to (tools/megatron_releases.py CONFIGS, tools/bridge_releases.py SECTIONS)
+_CLASS = {"model": "TransformerConfig", "ddp": "DistributedDataParallelConfig", "optimizer": "OptimizerConfig",
+          "comm_overlap": "CommOverlapConfig", "mixed_precision": "MixedPrecisionConfig", "train": "TrainingConfig",
+          "dataset": "GPTDatasetConfig", "rng": "RNGConfig", "checkpoint": "CheckpointConfig",
+          "dist": "DistributedInitConfig", "rerun_state_machine": "RerunStateMachineConfig"}
 
 
 def megatron_core_option():
@@ -28,18 +45,42 @@ def megatron_core_option():
                              "lacks are errors (check) or refused (emit). Default: Megatron-LM main's names.")
 
 
-def _advice(name: str) -> str:
-    upgrade = newest_having(name)
-    return f"upgrade to Megatron-Core {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
+def megatron_bridge_option():
+    return click.option("--megatron-bridge", "megatron_bridge", default=None, metavar="X.Y.Z",
+                        help=f"The Megatron Bridge release the job runs ({', '.join(releases('bridge').order)}): its "
+                             "own fields and those of the Megatron-Core it pins, as --megatron-core does.")
+
+
+def release_target(megatron_core: str | None, megatron_bridge: str | None) -> tuple[str | None, str]:
+    """(the release named, its family) of the two options, which name one release between them."""
+    if megatron_core is not None and megatron_bridge is not None:
+        raise MoetuneError(f"--megatron-core {megatron_core} and --megatron-bridge {megatron_bridge}: pass one; a "
+                           "Bridge release runs the Megatron-Core its 3rdparty/Megatron-LM pins (bridge_pins.csv)")
+    return (megatron_bridge, "bridge") if megatron_bridge is not None else (megatron_core, "core")
+
+
+def _advice(name: str, release: str) -> str:
+    if alias := _alias_in(name, release):
+        return f"write it as {alias}, which that release has (`moetune emit {option(release)}` does)"
+    upgrade = newest_having(name, family_of(release))
+    return f"upgrade to {product(release)} {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
 
 
 def _what(name: str, release: str) -> str:
+    has_it = f"{product(release)} has it {span(name, family_of(release))}"
     if name.startswith("--"):
-        return (f"Megatron-LM argument {name} is not in Megatron-Core {release}'s parser (Megatron-Core has it "
-                f"{span(name)}): the launch stops there with 'unrecognized arguments'")
+        return (f"Megatron-LM argument {name} is not in {describe(release)}'s parser ({has_it}): the launch stops "
+                "there with 'unrecognized arguments'")
     cls = _CLASS.get(name.split(".", 1)[0], "config")
-    return (f"{name} is not a {cls} field in Megatron-Core {release} (it has it {span(name)}): Bridge stops there "
-            "with 'unexpected keyword argument'")
+    return f"{name} is not a {cls} field in {describe(release)} ({has_it}): Bridge stops there with " + (
+        "'unexpected keyword argument'" if family_of(release) == "core" else "'not in struct' (a dotted override) "
+        "or 'unexpected keyword argument'")
+
+
+def _source(release: str) -> str:
+    if family_of(release) == "bridge":
+        return f"Megatron-Bridge v{release} + Megatron-LM {core_source(release)} (src/moetune/data/bridge_releases.csv)"
+    return f"Megatron-LM {core_source(release)} (src/moetune/data/megatron_releases.csv)"
 
 
 def release_findings(reading: Reading, config: dict[str, Any], saved: bool = False) -> list[Finding]:
@@ -51,13 +92,12 @@ def release_findings(reading: Reading, config: dict[str, Any], saved: bool = Fal
         return key in config and at_default(key, config[key])
 
     def emit_note(name: str) -> str:
-        return f" (it holds the default, which `moetune emit --megatron-core {reading.release}` leaves out)" \
+        return f" (it holds the default, which `moetune emit {option(reading.release)}` leaves out)" \
             if held_at_default(name) else ""
 
     return [Finding(rule="check.not_in_release", severity="info" if saved and held_at_default(name) else "error",
-                    message=f"{_what(name, reading.release)}; {_advice(name)}{emit_note(name)}",
-                    source=f"Megatron-LM core_v{reading.release}.0 (src/moetune/data/megatron_releases.csv)"
-                    if reading.release != "main" else "Megatron-LM main (src/moetune/data/megatron_releases.csv)")
+                    message=f"{_what(name, reading.release)}; {_advice(name, reading.release)}{emit_note(name)}",
+                    source=_source(reading.release))
             for name in reading.lacking()] + _deepep_findings(config, reading, saved)
 
 
@@ -83,11 +123,17 @@ def _deepep_findings(config: dict[str, Any], reading: Reading, saved: bool) -> l
     if _flex_backend(config, release) != "deepep" or config.get(_ENABLE):
         return []
     return [Finding(rule="check.flex_needs_enable_deepep", severity="info" if saved else "error",
-                    message=f"model.moe_token_dispatcher_type flex on Megatron-Core {release} needs "
+                    message=f"model.moe_token_dispatcher_type flex on {describe(release)} needs "
                             f"model.moe_enable_deepep (--moe-enable-deepep): its flex dispatcher runs DeepEP alone and "
                             "asserts it (the backend field came in 0.16)",
                     fix={_ENABLE: True}, source="Megatron-LM megatron/core/transformer/moe/token_dispatcher.py "
-                                                f"MoEFlexTokenDispatcher @ core_v{release}.0")]
+                                                f"MoEFlexTokenDispatcher @ {core_source(release)}")]
+
+
+def _alias_in(key: str, release: str) -> str | None:
+    """An alias of KEY (megatron_names.csv folds it into KEY) that RELEASE has: Bridge before 0.6.0 has the data's
+    sequence length only as Megatron-Core's dataset.sequence_length."""
+    return next((a for a in names().aliases(key) if has(release, a)), None)
 
 
 def _key(name: str) -> str:
@@ -103,18 +149,22 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     its own behaviour, which that default keeps); one line naming the others, which emit may not write."""
     backend = _flex_backend(config, reading.release)
     if backend not in (None, "deepep"):
-        raise MoetuneError(f"--megatron-core {reading.release}: the flex dispatcher's {backend} backend came in "
+        raise MoetuneError(f"{option(reading.release)}: the flex dispatcher's {backend} backend came in "
                            "Megatron-Core 0.16 (moe_flex_dispatcher_backend); before it flex runs DeepEP alone: "
                            "upgrade, or emit with the deepep backend")
     if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
         config = {**config, _ENABLE: True}
     keys = {_key(name): name for name in reversed(reading.lacking())}  # the first name read for a key
+    respelled = {k: alias for k in keys if k in config and (alias := _alias_in(k, reading.release))}
+    config = {respelled.get(k, k): v for k, v in config.items()}  # written as that release spells it
     kept = [k for k in keys if k in config and not at_default(k, config[k])]
     if kept:
-        listed = ", ".join(f"{keys[k]} ({k}={config[k]!r}; Megatron-Core has it {span(keys[k])})" for k in kept)
-        raise MoetuneError(f"--megatron-core {reading.release}: the config sets what that release lacks: {listed}; "
-                           f"upgrade Megatron-Core or drop them (`moetune check --megatron-core {reading.release}` "
-                           "says each)")
+        family = family_of(reading.release)
+        listed = ", ".join(f"{keys[k]} ({k}={config[k]!r}; {product(reading.release)} has it "
+                           f"{span(keys[k], family)})" for k in kept)
+        raise MoetuneError(f"{option(reading.release)}: the config sets what that release lacks: {listed}; "
+                           f"upgrade {product(reading.release)} or drop them (`moetune check "
+                           f"{option(reading.release)}` says each)")
     return {k: v for k, v in config.items() if k not in keys}
 
 

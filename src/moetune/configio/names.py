@@ -83,6 +83,10 @@ class NameTable:
         row = self.by_bridge.get(name)
         return row.mlm_flag if row is not None else ""
 
+    def aliases(self, name: str) -> list[str]:
+        """The names the table folds into NAME (its `canonical` column)."""
+        return [n for n, row in self.by_bridge.items() if row.canonical == name]
+
     def section_names(self, section: str) -> list[str]:
         prefix = section + "."
         return [n for n in self.by_bridge if n.startswith(prefix)]

@@ -64,8 +64,8 @@ def canonical_key(key: str, origin: str) -> str:
         if not ENV_NAME.match(field):
             raise MoetuneError(f"{origin}: {key!r} is not a valid environment variable name")
         return key
-    if section in PASSTHROUGH:
-        return key
+    if section in PASSTHROUGH:  # unchecked, but an alias the table lists still folds (dataset.sequence_length)
+        return names().canonical(key)
     if section not in VALIDATED:
         allowed = ", ".join((*VALIDATED, "env", *PASSTHROUGH))
         raise MoetuneError(f"{origin}: unknown config section {section!r} in {key!r}; sections are {allowed}")
@@ -123,6 +123,10 @@ class Resolved(dict):
 
     soft: frozenset[str] = frozenset()
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.spelled: dict[str, str] = {}  # key -> the alias the source wrote it as (--megatron-core checks that)
+
 
 # Megatron-Core renamed cuda_graph_scope to cuda_graph_modules and keeps the old field as an alias that defaults to
 # None: a None scope is no value at all, and only a set one is moved onto cuda_graph_modules (TransformerConfig
@@ -156,6 +160,8 @@ def resolve(assignments: Iterable[Assignment]) -> Resolved:
             if key in out and a.soft and key not in soft:
                 continue  # an explicit value beats a recipe default from the same input
             out[key], where[key] = value, a.origin
+            if a.key != key and names().get(a.key) is not None:  # an alias in the table (not env_vars. -> env.)
+                out.spelled[key] = a.key
             (soft.add if a.soft else soft.discard)(key)
     out.soft = frozenset(soft)
     return out

@@ -1,9 +1,13 @@
-"""Which Megatron-Core release a config targets (``--megatron-core X.Y``): the names that release lacks.
+"""Which Megatron-Core or Megatron Bridge release a config targets (``--megatron-core X.Y``, ``--megatron-bridge
+X.Y.Z``): the names that release lacks.
 
 megatron_names.csv is taken from Megatron-LM main; src/moetune/data/megatron_releases.csv (tools/megatron_releases.py)
 lists each Megatron-LM flag and Megatron-Core config field (model.*, ddp.*, optimizer.*) that is not in every release
 it covers, with the releases that have it. A name it does not list is in all of them, or is not Megatron-Core's
-(Bridge's own fields, moetune's cluster.*, env.*).
+(Bridge's own fields, moetune's cluster.*, env.*). bridge_releases.csv (tools/bridge_releases.py) does the same for
+Megatron Bridge's releases: the fields of each ConfigContainer section, Bridge's own and those of the Megatron-Core
+its 3rdparty/Megatron-LM submodule pins (bridge_pins.csv), and that commit's flags. Core release names (0.13, ...,
+main) and Bridge's (0.2.0, ...) never meet, so a release names its family.
 
 The release a read targets, and the names the read meets, live in a context (``reading``) the command opens around
 its read and emit: the Megatron-LM reader (configio/mlm.py) notes each flag a launch passes and takes a flag main no
@@ -24,17 +28,21 @@ from moetune.configio.names import NO_DEFAULT, data_csv, names
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
 
+# family -> (its data file, the option naming a release of it, the product)
+FAMILIES = {"core": ("megatron_releases.csv", "--megatron-core", "Megatron-Core"),
+            "bridge": ("bridge_releases.csv", "--megatron-bridge", "Megatron Bridge")}
+
 
 @dataclass(frozen=True, slots=True)
 class Releases:
-    order: tuple[str, ...]  # "0.16", ..., "main": the header's columns after name and kind
+    order: tuple[str, ...]  # "0.13", ..., "main" (core) or "0.2.0", ... (bridge): the columns after name and kind
     have: dict[str, frozenset[str]]  # name -> the releases that have it (listed names only)
     kind: dict[str, str]  # name -> "flag" | "field"
 
 
-@lru_cache(maxsize=1)
-def releases() -> Releases:
-    rows = data_csv("megatron_releases.csv")
+@lru_cache(maxsize=2)
+def releases(family: str = "core") -> Releases:
+    rows = data_csv(FAMILIES[family][0])
     order = tuple(rows.fieldnames[2:])  # after name and kind
     have, kind = {}, {}
     for row in rows:
@@ -43,17 +51,54 @@ def releases() -> Releases:
     return Releases(order=order, have=have, kind=kind)
 
 
-def known_release(text: str) -> str:
+@lru_cache(maxsize=1)
+def bridge_pins() -> dict[str, dict[str, str]]:
+    """Bridge release -> its tag, commit, the Megatron-LM commit it pins and that commit's Megatron-Core version."""
+    return {row["bridge"]: row for row in data_csv("bridge_pins.csv")}
+
+
+def family_of(release: str) -> str:
+    return "bridge" if release in releases("bridge").order else "core"
+
+
+def option(release: str) -> str:
+    """The option that names RELEASE: '--megatron-core 0.17', '--megatron-bridge 0.4.2'."""
+    return f"{FAMILIES[family_of(release)][1]} {release}"
+
+
+def product(release: str) -> str:
+    return FAMILIES[family_of(release)][2]
+
+
+def describe(release: str) -> str:
+    """RELEASE in words: 'Megatron-Core 0.17', or 'Megatron Bridge 0.4.2 (Megatron-Core 0.17.1 at Megatron-LM
+    2edffadb528e)'."""
+    if family_of(release) == "core":
+        return f"Megatron-Core {release}"
+    pin = bridge_pins()[release]
+    return f"Megatron Bridge {release} (Megatron-Core {pin['megatron_core']} at Megatron-LM {core_source(release)})"
+
+
+def core_source(release: str) -> str:
+    """Where RELEASE's Megatron-Core source is: 'core_v0.17.0', 'main', or a Bridge release's pinned commit."""
+    if family_of(release) == "bridge":
+        return bridge_pins()[release]["megatron_lm_commit"]
+    return "main" if release == "main" else f"core_v{release}.0"
+
+
+def known_release(text: str, family: str = "core") -> str:
     """TEXT as one of the releases the data covers, or one line naming them."""
-    order = releases().order
+    order = releases(family).order
     if text not in order:
-        raise MoetuneError(f"--megatron-core {text}: not a release moetune knows the names of; use one of "
-                           f"{', '.join(order)} (Megatron-Core core_vX.Y.0 tags, and Megatron-LM main)")
+        what = "Megatron-Core core_vX.Y.0 tags, and Megatron-LM main" if family == "core" else \
+            "Megatron Bridge vX.Y.Z tags that pin a Megatron-LM commit"
+        raise MoetuneError(f"{FAMILIES[family][1]} {text}: not a release moetune knows the names of; use one of "
+                           f"{', '.join(order)} ({what})")
     return text
 
 
 def has(release: str, name: str) -> bool:
-    listed = releases().have.get(name)
+    listed = releases(family_of(release)).have.get(name)
     return listed is None or release in listed
 
 
@@ -63,10 +108,10 @@ def dropped_flag_of(release: str | None, flag: str) -> bool:
         has(release, flag)
 
 
-def span(name: str) -> str:
+def span(name: str, family: str = "core") -> str:
     """The releases that have NAME, in words: 'from 0.17 on', 'only in 0.19', 'in 0.16 to 0.18', 'in none'."""
-    order = releases().order
-    got = [r for r in order if r in releases().have.get(name, order)]
+    order = releases(family).order
+    got = [r for r in order if r in releases(family).have.get(name, order)]
     if not got:
         return "in none"
     first, last = order.index(got[0]), order.index(got[-1])
@@ -77,10 +122,10 @@ def span(name: str) -> str:
     return f"only in {got[0]}" if first == last else f"in {got[0]} to {got[-1]}"
 
 
-def newest_having(name: str) -> str | None:
-    """The first release from which NAME stays (the one to upgrade to), or None where main lacks it."""
-    order = releases().order
-    got = releases().have.get(name, frozenset(order))
+def newest_having(name: str, family: str = "core") -> str | None:
+    """The first release from which NAME stays (the one to upgrade to), or None where the newest (main) lacks it."""
+    order = releases(family).order
+    got = releases(family).have.get(name, frozenset(order))
     if order[-1] not in got:
         return None
     start = len(order) - 1
@@ -114,9 +159,10 @@ _CURRENT: ContextVar[Reading | None] = ContextVar("megatron_core_reading", defau
 
 
 @contextmanager
-def reading(release: str | None) -> Iterator[Reading]:
-    """The context a command reads (and emits) in; RELEASE: --megatron-core's value, checked, or None."""
-    token = _CURRENT.set(Reading(known_release(release) if release is not None else None))
+def reading(release: str | None, family: str = "core") -> Iterator[Reading]:
+    """The context a command reads (and emits) in; RELEASE: --megatron-core's (or FAMILY bridge: --megatron-bridge's)
+    value, checked, or None."""
+    token = _CURRENT.set(Reading(known_release(release, family) if release is not None else None))
     try:
         yield _CURRENT.get()
     finally:
@@ -148,8 +194,8 @@ def noted_source(read: Callable[[], dict]) -> dict:
     before = now.flags if now is not None else 0
     source = read()
     if now is not None and now.flags == before:
-        soft = getattr(source, "soft", frozenset())
-        now.note(k for k in source if k not in soft)
+        soft, spelled = getattr(source, "soft", frozenset()), getattr(source, "spelled", {})
+        now.note(spelled.get(k, k) for k in source if k not in soft)  # as written: an alias is a name too
     return source
 
 

@@ -87,7 +87,7 @@ def _assign(section, obj, planned, defaults=None):
     if missing:
         raise AttributeError(f"cfg.{section} has no field {', '.join(missing)} in this Megatron Bridge / "
                              "Megatron-Core, and the plan sets it: upgrade, or plan without it (`moetune check "
-                             "--megatron-core X.Y` names each field a release lacks)")
+                             "--megatron-bridge X.Y.Z` names each field a release lacks)")
     for name, value in {**(defaults or {}), **planned}.items():
         if name in planned or hasattr(obj, name):
             setattr(obj, name, value)

@@ -1,0 +1,91 @@
+"""check and emit --megatron-bridge X.Y.Z: a Bridge release's own fields and those of the Megatron-Core its
+3rdparty/Megatron-LM submodule pins (bridge_releases.csv, bridge_pins.csv; tests/configio/test_bridge_releases.py
+cites the facts). What it lacks is an error (check) or left out at its default, else refused (emit)."""
+
+import json
+
+import pytest
+from cli_run import run
+
+
+def _errors(args, capsys):
+    code, out, _ = run(["check", *args, "--json"], capsys)
+    return code, [f for f in json.loads(out)["findings"] if f["rule"] == "check.not_in_release"]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A saved qwen3-30b-a3b estimate: it writes the fields it sets over a recipe, moe_paged_stash=false among them."""
+    import contextlib
+    import io
+
+    from moetune.cli.main import main
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--json"]) == 0
+    path = tmp_path_factory.mktemp("saved") / "e.json"
+    path.write_text(out.getvalue())
+    return str(path)
+
+
+def test_emit_for_bridge_0_4_2_checks_clean_there(saved, tmp_path, capsys):
+    """Bridge 0.4.2 pins Megatron-Core 0.17.1 (no moe_paged_stash: a field from core_v0.18.0 on) and its
+    GPTDatasetConfig has no seq_length (a field from v0.6.0 on; Megatron-Core's sequence_length before it): emit
+    leaves the default-held field out, spells the data's length dataset.sequence_length, and what it writes checks
+    clean under 0.4.2, the overrides and the Megatron-LM launch."""
+    out = tmp_path / "run"
+    code, said, _ = run(["emit", saved, "--megatron-bridge", "0.4.2", "--out", str(out)], capsys)
+    overrides = (out / "overrides.txt").read_text()
+    assert code == 0 and "--megatron-bridge 0.4.2" in said
+    assert "moe_paged_stash" not in overrides and "dataset.sequence_length=4096" in overrides.splitlines()
+    assert "dataset.seq_length" not in overrides
+    for inputs in ([out / "overrides.txt"], [out / "env.sh", out / "megatron_lm_args.txt"]):
+        assert _errors([*map(str, inputs), "--megatron-bridge", "0.4.2"], capsys)[1] == []
+
+
+def test_the_main_spelling_checked_against_bridge_0_4_2(saved, tmp_path, capsys):
+    """The files emit writes for Megatron-LM main's names, checked against Bridge 0.4.2: each field it lacks is an
+    error, naming the Bridge release that has it; the data's length says to write the alias 0.4.2 has."""
+    out = tmp_path / "run"
+    assert run(["emit", saved, "--out", str(out)], capsys)[0] == 0
+    code, found = _errors([str(out / "overrides.txt"), "--megatron-bridge", "0.4.2"], capsys)
+    said = {f["message"].split(" ", 1)[0]: f["message"] for f in found}
+    assert code == 1 and {"model.moe_paged_stash", "dataset.seq_length"} <= set(said)
+    pinned = "in Megatron Bridge 0.4.2 (Megatron-Core 0.17.1 at Megatron-LM 2edffadb528e)"
+    assert pinned in said["model.moe_paged_stash"]
+    assert "upgrade to Megatron Bridge 0.5.0 or later" in said["model.moe_paged_stash"]
+    assert "write it as dataset.sequence_length" in said["dataset.seq_length"]
+    assert _errors([str(out / "overrides.txt"), "--megatron-bridge", "0.6.0"], capsys)[1] == []
+
+
+def test_a_planned_field_a_bridge_release_lacks_is_refused(capsys):
+    """moe_flex_dispatcher_num_sms: a TransformerConfig field only at Megatron-LM commits after Bridge 0.5.1's pin."""
+    args = ["emit", "--set", "model.num_layers=4", "--set", "model.moe_flex_dispatcher_num_sms=24", "--gpus", "8",
+            "--allow-errors"]
+    assert run([*args, "--megatron-bridge", "0.6.0"], capsys)[0] == 0
+    code, out, err = run([*args, "--megatron-bridge", "0.5.1"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert err.startswith("error: --megatron-bridge 0.5.1: the config sets what that release lacks: "
+                          "model.moe_flex_dispatcher_num_sms") and "upgrade Megatron Bridge" in err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--megatron-bridge", "0.4"], "--megatron-bridge 0.4: not a release moetune knows the names of; use one of "
+                                   "0.2.0, 0.2.1,"),
+    (["--megatron-bridge", "0.4.2", "--megatron-core", "0.17"], "--megatron-core 0.17 and --megatron-bridge 0.4.2: "
+                                                                "pass one"),
+])
+@pytest.mark.parametrize("command", ["check", "emit"])
+def test_bad_release_options_are_one_line_exit_2(command, args, said, capsys):
+    code, _, err = run([command, "--set", "model.num_layers=4", "--gpus", "8", *args], capsys)
+    assert code == 2 and err.count("\n") == 1 and said in err
+
+
+def test_an_alias_is_checked_as_written(tmp_path, capsys):
+    """model.cuda_graph_modules (Megatron-Core's newer name, from core_v0.18.0 on) folds into cuda_graph_scope, and
+    is checked as written: 0.17's TransformerConfig stops on it. The fold had hidden it (checked as cuda_graph_scope,
+    which 0.17 has)."""
+    path = tmp_path / "o.txt"
+    path.write_text("model.cuda_graph_impl=transformer_engine\nmodel.cuda_graph_modules=[attn]\n")
+    code, found = _errors([str(path), "--megatron-core", "0.17"], capsys)
+    assert code == 1 and [f["message"].split(" ", 1)[0] for f in found] == ["model.cuda_graph_modules"]
+    assert _errors([str(path), "--megatron-core", "0.18"], capsys)[1] == []

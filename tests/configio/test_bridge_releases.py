@@ -1,0 +1,54 @@
+"""bridge_releases.csv and bridge_pins.csv (tools/bridge_releases.py) against facts read from the sources, and the
+pins against the Bridge mirror where it is on the machine."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from moetune.configio.releases import bridge_pins, describe, has, known_release, newest_having, releases, span
+from moetune.errors import MoetuneError
+
+BRIDGE = Path("/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo")
+
+
+def test_the_releases_are_the_tags_that_pin_megatron_lm():
+    order = releases("bridge").order
+    assert order == ("0.2.0", "0.2.1", "0.2.2", "0.3.0", "0.3.1", "0.4.0", "0.4.1", "0.4.2", "0.5.0", "0.5.1", "0.6.0")
+    assert tuple(bridge_pins()) == order
+    for name, got in releases("bridge").have.items():
+        assert got != set(order), name  # a name every release has is not listed
+
+
+def test_bridge_own_fields():
+    """mixed_precision.fp4_param_gather: MixedPrecisionConfig field from v0.4.2 (mixed_precision.py:66 @v0.4.2, absent
+    @v0.4.1). dataset.seq_length: a GPTDatasetConfig field from v0.6.0 (config.py:230 @v0.6.0); v0.5.x has it as a
+    property over Megatron-Core's sequence_length (config.py:410 @v0.5.0), which dotted overrides do not see."""
+    assert span("mixed_precision.fp4_param_gather", "bridge") == "from 0.4.2 on"
+    assert not has("0.4.1", "mixed_precision.fp4_param_gather") and has("0.4.2", "mixed_precision.fp4_param_gather")
+    assert span("dataset.seq_length", "bridge") == "from 0.6.0 on"
+    assert has("0.2.0", "dataset.sequence_length")  # Megatron-Core's, in every release: not listed
+
+
+def test_the_pinned_megatron_core_s_fields():
+    """Bridge 0.4.2 pins Megatron-LM 2edffadb528e (Megatron-Core 0.17.1): no moe_paged_stash (a TransformerConfig
+    field from core_v0.18.0 on), which 0.5.0's pin (0.18.0) has; the flex backend field (core_v0.16.0 on) is in every
+    pin, 0.2.0's (a main commit before 0.16.0) included."""
+    assert not has("0.4.2", "model.moe_paged_stash") and has("0.5.0", "model.moe_paged_stash")
+    assert newest_having("model.moe_paged_stash", "bridge") == "0.5.0"
+    assert has("0.2.0", "model.moe_flex_dispatcher_backend")
+    assert describe("0.4.2") == "Megatron Bridge 0.4.2 (Megatron-Core 0.17.1 at Megatron-LM 2edffadb528e)"
+
+
+def test_an_unknown_bridge_release_is_one_line():
+    with pytest.raises(MoetuneError, match=r"^--megatron-bridge 0\.4: not a release .* use one of 0\.2\.0, 0\.2\.1,"):
+        known_release("0.4", "bridge")
+
+
+@pytest.mark.skipif(not BRIDGE.is_dir() or shutil.which("git") is None, reason="no Megatron-Bridge mirror here")
+def test_each_pin_is_the_tag_s_submodule_commit():
+    for release, row in bridge_pins().items():
+        tree = subprocess.run(["git", "-C", str(BRIDGE), "ls-tree", row["tag"], "3rdparty/Megatron-LM"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert tree[2].startswith(row["megatron_lm_commit"]), release
