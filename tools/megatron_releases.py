@@ -26,10 +26,11 @@ import sys
 import tempfile
 import types
 
-# release -> tag (main: the commit megatron_names.csv was taken from)
-TAGS = {"0.13": "core_v0.13.0", "0.14": "core_v0.14.0", "0.15": "core_v0.15.0", "0.16": "core_v0.16.0",
-        "0.17": "core_v0.17.0", "0.18": "core_v0.18.0", "0.19": "core_v0.19.0",
-        "main": "d98e8a64ddf3"}
+# release -> tag (X.Y: core_vX.Y.0; X.Y.Z: a patch release; main: the commit megatron_names.csv was taken from)
+TAGS = {"0.13": "core_v0.13.0", "0.13.1": "core_v0.13.1", "0.14": "core_v0.14.0", "0.15": "core_v0.15.0",
+        "0.15.1": "core_v0.15.1", "0.15.2": "core_v0.15.2", "0.15.3": "core_v0.15.3", "0.16": "core_v0.16.0",
+        "0.16.1": "core_v0.16.1", "0.17": "core_v0.17.0", "0.17.1": "core_v0.17.1", "0.18": "core_v0.18.0",
+        "0.18.2": "core_v0.18.2", "0.19": "core_v0.19.0", "main": "d98e8a64ddf3"}
 MIRROR = "/work/.mirror/NVIDIA+Megatron-LM/repo"
 STAND_INS = ("six", "regex", "pydantic", "triton")
 CONFIGS = {"model": ("megatron.core.transformer.transformer_config", ("TransformerConfig", "MLATransformerConfig")),

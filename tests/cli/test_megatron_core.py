@@ -53,7 +53,7 @@ def test_a_bridge_field_the_release_lacks(capsys):
 @pytest.mark.parametrize("command", ["check", "emit"])
 def test_an_unknown_release_is_one_line_exit_2(command, capsys):
     code, _, err = run([command, MIXTRAL, "--gpus", "64", "--megatron-core", "0.12"], capsys)
-    assert code == 2 and err.count("\n") == 1 and "use one of 0.13, 0.14, 0.15, 0.16, 0.17, 0.18, 0.19, main" in err
+    assert code == 2 and err.count("\n") == 1 and "use one of 0.13, 0.13.1, 0.14," in err
 
 
 def test_emit_refuses_a_name_the_release_lacks(capsys):

@@ -15,7 +15,8 @@ def test_the_releases_are_the_columns_and_main_agrees_with_the_name_table():
     """The table was dumped from main's real parser; the releases file's main column must say the same of every flag
     it lists (a flag main has is in megatron_names.csv, one main lacks is not, extra_args aside)."""
     data = releases()
-    assert data.order == ("0.13", "0.14", "0.15", "0.16", "0.17", "0.18", "0.19", "main")
+    assert data.order == ("0.13", "0.13.1", "0.14", "0.15", "0.15.1", "0.15.2", "0.15.3", "0.16", "0.16.1", "0.17",
+                          "0.17.1", "0.18", "0.18.2", "0.19", "main")
     table = {f for f, r in names().by_flag.items() if r.role != "extra_args"}
     for name, got in data.have.items():
         assert got and got != set(data.order), name  # only names some release lacks are listed
@@ -33,14 +34,28 @@ def test_a_flag_from_core_v0_17_0():
     assert span("--hybrid-layer-pattern") == "from 0.17 on" and newest_having("--hybrid-layer-pattern") == "0.17"
     assert has("0.16", "--hybrid-override-pattern") and has("main", "--hybrid-override-pattern")  # never dropped
     assert span("--cuda-graph-modules") == "from 0.18 on"
-    assert span("--hybrid-attention-ratio") == "in 0.13 to 0.16" and newest_having("--hybrid-attention-ratio") is None
+    assert span("--hybrid-attention-ratio") == "in 0.13 to 0.16.1" and newest_having("--hybrid-attention-ratio") is None
     assert has("0.16", "--tensor-model-parallel-size")  # in every release: not listed
 
 
 def test_an_unknown_release_is_one_line():
-    with pytest.raises(MoetuneError, match=r"--megatron-core 0\.12: .*use one of 0\.13, 0\.14, 0\.15, 0\.16, 0\.17, "
-                                           r"0\.18, 0\.19, main"):
+    with pytest.raises(MoetuneError, match=r"--megatron-core 0\.12: .*use one of 0\.13, 0\.13\.1, 0\.14, 0\.15, "):
         known_release("0.12")
+    assert known_release("0.16.0") == "0.16" and known_release("0.16.1") == "0.16.1"
+
+
+def test_a_patch_release_s_own_names():
+    """core_v0.17.1 added HybridEP's permute fusion and block counts (TransformerConfig
+    .moe_permute_fusion_into_hybridep, moe_hybridep_num_blocks_permute: transformer_config.py @core_v0.17.1, absent
+    @core_v0.17.0) and
+    DistributedDataParallelConfig.fp4_param_gather; the other patch tags (0.13.1, 0.15.1-0.15.3, 0.16.1, 0.18.2) have
+    exactly their X.Y.0's names."""
+    for name in ("model.moe_permute_fusion_into_hybridep", "model.moe_hybridep_num_blocks_permute",
+                 "ddp.fp4_param_gather", "--moe-permute-fusion-into-hybridep"):
+        assert not has("0.17", name) and has("0.17.1", name) and span(name) == "from 0.17.1 on", name
+    data = releases()
+    for patch, base in (("0.13.1", "0.13"), ("0.15.3", "0.15"), ("0.16.1", "0.16"), ("0.18.2", "0.18")):
+        assert all((patch in got) == (base in got) for got in data.have.values()), patch
 
 
 def test_the_moe_flags_of_the_older_releases():
@@ -59,7 +74,7 @@ def test_a_flag_main_dropped_is_read_as_the_named_release_s():
     (and ignored)."""
     args = f"{BASE} --hybrid-attention-ratio 0.25"
     with pytest.raises(MoetuneError, match=r"unknown Megatron-LM argument --hybrid-attention-ratio; Megatron-Core "
-                                           r"had it in 0\.13 to 0\.16 .*pass --megatron-core 0\.16"):
+                                           r"had it in 0\.13 to 0\.16\.1 .*pass --megatron-core 0\.16\.1"):
         parse_mlm(args, "--mlm-args")
     with reading("0.16") as seen:
         read = {a.key: a.value for a in parse_mlm(args, "--mlm-args")}

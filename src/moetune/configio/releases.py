@@ -83,17 +83,23 @@ def core_source(release: str) -> str:
     """Where RELEASE's Megatron-Core source is: 'core_v0.17.0', 'main', or a Bridge release's pinned commit."""
     if family_of(release) == "bridge":
         return bridge_pins()[release]["megatron_lm_commit"]
-    return "main" if release == "main" else f"core_v{release}.0"
+    return "main" if release == "main" else f"core_v{release}" + (".0" if release.count(".") == 1 else "")
+
+
+# what each family's release names are
+_NAMING = {"core": "Megatron-Core core_vX.Y.0 tags as X.Y (or X.Y.0), patch tags as X.Y.Z, and Megatron-LM main",
+           "bridge": "Megatron Bridge vX.Y.Z tags that pin a Megatron-LM commit"}
 
 
 def known_release(text: str, family: str = "core") -> str:
-    """TEXT as one of the releases the data covers, or one line naming them."""
+    """TEXT as one of the releases the data covers ('0.16.0' is core_v0.16.0, the column '0.16'), or one line naming
+    them."""
     order = releases(family).order
+    if family == "core" and text.endswith(".0") and text[:-2] in order:
+        return text[:-2]
     if text not in order:
-        what = "Megatron-Core core_vX.Y.0 tags, and Megatron-LM main" if family == "core" else \
-            "Megatron Bridge vX.Y.Z tags that pin a Megatron-LM commit"
         raise MoetuneError(f"{FAMILIES[family][1]} {text}: not a release moetune knows the names of; use one of "
-                           f"{', '.join(order)} ({what})")
+                           f"{', '.join(order)} ({_NAMING[family]})")
     return text
 
 
