@@ -102,13 +102,13 @@ def test_sliding_window_layers_are_charged_their_window_and_its_band():
     L / (L + attn_keys_half, 540): the windowed layer's attention takes its FLOP share over that rate share of the full
     layer's (walls/compute.py forward_seconds)."""
     from moetune.walls.activations import ActivationContext
-    from moetune.walls.compute import forward_seconds
+    from moetune.walls.compute import forward_flops, forward_seconds
 
     spec = load_model("gpt-oss-20b")
     windowed, full = (next(k for k in spec.layers if (k.window is not None) == w) for w in (True, False))
     ctx = ActivationContext(seq_length=8192, micro_batch_size=1)
     r = rates(load_gpu("h100"), "bf16", efficiency("h100"))
-    attn = [forward_seconds(spec, k, ctx, r, 8)["core_attn"] for k in (windowed, full)]
+    attn = [forward_seconds(spec, k, ctx, r, 8, forward_flops(spec, k, ctx))["core_attn"] for k in (windowed, full)]
     w_keys, f_keys = 128 - 128 * 127 / (2 * 8192), (8192 + 1) / 2
     done = w_keys + 128
     rate = (done / (done + 540)) * (w_keys / done) / (f_keys / (f_keys + 540))

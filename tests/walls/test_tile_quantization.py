@@ -10,7 +10,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.compute import forward_seconds, rates
+from moetune.walls.compute import forward_flops, forward_seconds, rates
 from moetune.walls.efficiency import efficiency
 from moetune.walls.flops import gemm_shapes
 from moetune.walls.memory import activation_context
@@ -22,7 +22,7 @@ def _routed_seconds(model: str, gpu_key: str, tile: int) -> float:
     lay, knobs = Layout(world_size=8, ep=8), Knobs(precision="bf16", routing="force-balance")
     ctx = activation_context(lay, Workload(seq_length=4096, micro_batch_size=1, global_batch_size=64), knobs)
     r = replace(rates(gpu, "bf16", efficiency(gpu.key)), tile=tile)
-    return forward_seconds(spec, kind, ctx, r, lay.ep)["routed_experts"]
+    return forward_seconds(spec, kind, ctx, r, lay.ep, forward_flops(spec, kind, ctx))["routed_experts"]
 
 
 def test_catalog_tiles_follow_the_mma_shapes():

@@ -92,8 +92,15 @@ def routed_rows(spec: ModelSpec, ctx: ActivationContext):
     return ctx.tokens / ctx.sp_div * spec.moe_router_topk * ctx.etp * ctx.token_imbalance
 
 
-def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep) -> dict:
-    """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group)."""
+def forward_flops(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext) -> dict:
+    """flops.layer_flops of one micro-batch on one TP group, attention over the keys each query sees (its window's on
+    a sliding-window layer, its chunk's on a chunked one: forward_seconds says why)."""
+    return layer_flops(spec, kind, ctx.tokens, attention_span(spec, ctx.seq_length), window=kind.window)
+
+
+def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, ep, f: dict) -> dict:
+    """Forward seconds by class on one rank for one micro-batch (tokens = seq/CP * MBS of the TP group); F: its
+    forward_flops."""
     # Sliding-window layers (gpt-oss) are charged their window's attention, the keys each query sees
     # (flops.attended_keys), at attention_rate's band rate: flash-style fused attention skips the tiles a window masks
     # whole, and computes the rest of the tiles it touches. They had been charged full causal attention while gpt-oss
@@ -104,7 +111,6 @@ def forward_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r:
     # the length); a CP ring's slowdown stays the whole sequence's (Bridge hands the chunks to Transformer Engine's CP
     # attention, whose split is not modelled)
     span = attention_span(spec, ctx.seq_length)
-    f = layer_flops(spec, kind, ctx.tokens, span, window=kind.window)
     if is_dsa(spec, kind):  # the top-k's keys at the fused-attention rate, on the heads the sparse kernels run
         attn_rate = sparse_attention_rate(spec, span, r) / head_padding(spec, ctx.tp, r.arch)
     else:
@@ -160,7 +166,8 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     """Forward + backward (+ replay) seconds by class, plus memory-bound elementwise time. Independent of
     activation offloading: the GPU runs the same kernels whether their saved inputs then go to the host or not."""
     ctx = replace(ctx, offload_modules=frozenset(), stash_factor=1.0)
-    fwd = forward_seconds(spec, kind, ctx, r, ep)
+    f = forward_flops(spec, kind, ctx)
+    fwd = forward_seconds(spec, kind, ctx, r, ep, f)
     out = {k: v * passes(k) for k, v in fwd.items()}
     replay = replayed_classes(recompute, modules, fwd)
     # summed in the forward's order, not the set's (its hash order moved the last digit from run to run)
@@ -175,15 +182,16 @@ def layer_compute_seconds(spec: ModelSpec, kind: LayerKind, ctx: ActivationConte
     replayed = sum(v for k, v in items.items() if k not in kept)
     out["elementwise"] = eff["mem_passes"] * (touched + replayed) / r.hbm
     if is_dsa(spec, kind):
-        _dsa_indexer(spec, kind, ctx, r, out, replay)
+        _dsa_indexer(spec, kind, ctx, r, f, out, replay)
     return out
 
 
-def _dsa_indexer(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, out: dict, replay: set) -> None:
+def _dsa_indexer(spec: ModelSpec, kind: LayerKind, ctx: ActivationContext, r: Rates, f: dict, out: dict,
+                 replay: set) -> None:
     """A DSA layer's indexer seconds into `out` (class "indexer", dsa.indexer_seconds): its forward, replayed by full
-    recompute and by core_attn recompute (which checkpoints all of DSAttention, absorbed_mla.py), and its loss once."""
+    recompute and by core_attn recompute (which checkpoints all of DSAttention, absorbed_mla.py), and its loss once.
+    F: the layer's forward_flops."""
     span = attention_span(spec, ctx.seq_length)
-    f = layer_flops(spec, kind, ctx.tokens, span)
     sparse = sparse_attention_rate(spec, span, r)
     fwd, loss = indexer_seconds(spec, kind, f, ctx.tp, r, sparse, attention_rate(spec, span, None, r))
     out["indexer"] = fwd + loss
