@@ -89,3 +89,27 @@ def test_an_alias_is_checked_as_written(tmp_path, capsys):
     code, found = _errors([str(path), "--megatron-core", "0.17"], capsys)
     assert code == 1 and [f["message"].split(" ", 1)[0] for f in found] == ["model.cuda_graph_modules"]
     assert _errors([str(path), "--megatron-core", "0.18"], capsys)[1] == []
+
+
+def test_plan_for_a_release_searches_what_it_runs_and_emit_takes_it(tmp_path, capsys):
+    """plan --megatron-core 0.15 of DeepSeek-V3 on GB200: no HybridEP (moe_flex_dispatcher_backend came in 0.16) nor
+    MXFP8 output projection (0.18) in any row; the saved plan names the release, and emit without an option writes
+    for it (no --moe-flex-dispatcher-backend, which 0.15's parser lacks), saying so."""
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--gbs", "4096", "--top", "3",
+                        "--megatron-core", "0.15", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["release"]["option"] == "--megatron-core 0.15"
+    assert "model.moe_flex_dispatcher_backend" in data["release"]["fields_it_lacks"]
+    rows = [r["knobs"] for r in data["results"]]
+    assert rows and all(k["dispatcher"] != "hybridep" and not k["fp8_output_proj"] for k in rows)
+    saved = tmp_path / "p.json"
+    saved.write_text(out)
+    code, said, _ = run(["emit", str(saved), "--out", str(tmp_path / "run")], capsys)
+    assert code == 0 and "written for Megatron-Core 0.15 (--megatron-core 0.15)" in said
+    assert "--moe-flex-dispatcher-backend" not in (tmp_path / "run" / "megatron_lm_args.txt").read_text()
+
+
+def test_plan_of_a_model_the_release_cannot_build_is_one_line(capsys):
+    code, out, err = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--megatron-bridge",
+                          "0.4"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1 and "use one of 0.2.0" in err

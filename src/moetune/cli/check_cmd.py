@@ -12,7 +12,7 @@ from rich.table import Table
 from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words, script_args_option
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
-from moetune.cli.release_check import megatron_bridge_option, megatron_core_option, release_findings, release_target
+from moetune.cli.release_check import inputs_release, megatron_bridge_option, megatron_core_option, release_findings
 from moetune.configio import load_config
 from moetune.configio.names import is_megatron_lm
 from moetune.configio.releases import reading
@@ -147,7 +147,7 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
     the seeds' rules."""
     saved: list[dict] = []
     # the names the inputs use, for --megatron-core / --megatron-bridge (cli/release_check.py)
-    with reading(*release_target(megatron_core, megatron_bridge)) as seen:
+    with reading(*inputs_release(configs, megatron_core, megatron_bridge)) as seen:
         config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, saved=saved, script_args=script_args)
     # a saved plan or estimate names its model (its built-in name or config.json): its memory wall runs as under
     # --model (the fit rules need it)

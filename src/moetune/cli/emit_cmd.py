@@ -15,8 +15,8 @@ import click
 
 from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, read_inputs
 from moetune.cli.output import console, emit_json, table
-from moetune.cli.release_check import for_release, release_target, written_lacking
-from moetune.configio.releases import option, product, reading
+from moetune.cli.release_check import for_release, inputs_release, written_lacking
+from moetune.configio.releases import describe, option, product, reading
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
 from moetune.files import write_text
@@ -58,7 +58,7 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
             rank, as_json) -> None:
     """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
     # --megatron-core / --megatron-bridge: the names the inputs use, and the flags' spelling
-    with reading(*release_target(megatron_core, megatron_bridge)) as seen:
+    with reading(*inputs_release(configs, megatron_core, megatron_bridge)) as seen:
         config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank, script_args=script_args)
         if seen.release is not None:
             config = for_release(config, seen)
@@ -83,6 +83,8 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
     elif out_dir:
         console().print(table(f"moetune emit -> {out_dir}", ["file", "lines"],
                               [[str(p), files[p.name].count("\n")] for p in written]))
+        if release is not None:
+            console().print(f"written for {describe(release)} ({option(release)})")
         # the launch's variables live in env.sh, so a check of the arguments alone misses them (HybridEP's topology)
         console().print(f"check the launch as it runs: {check_command(config, Path(out_dir), release)}")
     else:

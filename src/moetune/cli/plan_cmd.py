@@ -26,6 +26,7 @@ from moetune.cli.plan_notes import (
     recompute_text,
     short_cp_note,
 )
+from moetune.cli.release_check import checked_release, release_json, release_line
 from moetune.cli.versus_output import print_versus
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
@@ -78,10 +79,16 @@ def _offload(k) -> str:
               help="GiB of GPU memory every candidate must leave free (the estimate's own error is a few %).")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
+@click.option("--megatron-core", "megatron_core", default=None, metavar="X.Y",
+              help="Search only knob sets this Megatron-Core release can run (its fields: megatron_releases.csv).")
+@click.option("--megatron-bridge", "megatron_bridge", default=None, metavar="X.Y.Z",
+              help="Search only knob sets this Megatron Bridge release can run (its own fields and its pinned "
+                   "Megatron-Core's: bridge_releases.csv).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
-            as_json) -> None:
+            megatron_core, megatron_bridge, as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
+    release = checked_release(megatron_core, megatron_bridge)
     spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff, over = load_efficiency_file(efficiency, gpu_spec.key), load_overheads(overheads)
@@ -102,11 +109,11 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
         task = bar.add_task("evaluating knob sets", total=None)
         result = plan(spec, gpu_spec, gpus, wl, fixed=searched, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
-                      headroom_gib=headroom, overheads=over)
+                      headroom_gib=headroom, overheads=over, release=release)
         # the caveat reads the user's pins (not the baseline's recipe), under the optimizer the search ran
         pins = {**fixed, **({"optimizer": searched["optimizer"]} if "optimizer" in searched else {})}
         fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, pins, routing=routing, efficiency_overrides=eff,
-                          headroom_gib=headroom, overheads=over)
+                          headroom_gib=headroom, overheads=over, release=release)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     # the pick's rule findings, evaluated once for its checks, the unsearched moves and the in-domain alternative
     found = findings(result.results[0]) if result.results else []
@@ -212,6 +219,8 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
            "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r)} for r in result.results]}
+    if result.release is not None:  # emit and check of this file target the same release (release_check.py)
+        out["release"] = release_json(result.release, result.release_lacks)
     if result.gbs_excluded_dp:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if (alt := result.offload_alternative) is not None:
@@ -234,6 +243,8 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
               + (f" with {result.headroom_gib:g} GiB kept free" if result.headroom_gib else ""))
     if result.gbs_excluded_dp:
         out.print(f"[yellow]note[/yellow]: {gbs_note(result.gbs_excluded_dp, gbs)}")
+    if result.release is not None:
+        out.print(release_line(result.release, result.release_lacks))
     if not result.results:
         out.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
         return

@@ -11,6 +11,7 @@ own behaviour is, and refuses the rest.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -18,11 +19,13 @@ import click
 from moetune.configio.names import names
 from moetune.configio.releases import (
     Reading,
+    alias_in,
     at_default,
     core_source,
     describe,
     family_of,
     has,
+    known_release,
     newest_having,
     option,
     product,
@@ -59,8 +62,47 @@ def release_target(megatron_core: str | None, megatron_bridge: str | None) -> tu
     return (megatron_bridge, "bridge") if megatron_bridge is not None else (megatron_core, "core")
 
 
+def inputs_release(configs, megatron_core: str | None, megatron_bridge: str | None) -> tuple[str | None, str]:
+    """release_target; where neither option is given, the release a saved plan among CONFIGS was searched for
+    (plan --megatron-core / --megatron-bridge records it: release_json), so its files are written for that release."""
+    if megatron_core is None and megatron_bridge is None:
+        for path in configs:
+            if (saved := _saved_release(path)) is not None:
+                return saved
+    return release_target(megatron_core, megatron_bridge)
+
+
+def _saved_release(path: str) -> tuple[str, str] | None:
+    if not str(path).endswith(".json"):
+        return None
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):  # read_inputs says what is wrong with the file
+        return None
+    saved = data.get("release") if isinstance(data, dict) else None
+    return (saved["release"], saved["family"]) if isinstance(saved, dict) and "release" in saved else None
+
+
+def checked_release(megatron_core: str | None, megatron_bridge: str | None) -> str | None:
+    """The release the two options name, checked (one line where it is unknown), or None."""
+    release, family = release_target(megatron_core, megatron_bridge)
+    return known_release(release, family) if release is not None else None
+
+
+def release_json(release: str, lacks: tuple[str, ...]) -> dict:
+    """A plan's release, as its JSON records it: emit and check of the file take it where they name none."""
+    return {"release": release, "family": family_of(release), "option": option(release),
+            "described": describe(release), "fields_it_lacks": list(lacks)}
+
+
+def release_line(release: str, lacks: tuple[str, ...]) -> str:
+    left = f"; knob sets setting {', '.join(lacks)}, which it lacks, left out or run without them" if lacks else ""
+    return f"Searched for {describe(release)}{left}; emit and check of the saved plan target it ({option(release)})"
+
+
 def _advice(name: str, release: str) -> str:
-    if alias := _alias_in(name, release):
+    if alias := alias_in(name, release):
         return f"write it as {alias}, which that release has (`moetune emit {option(release)}` does)"
     upgrade = newest_having(name, family_of(release))
     return f"upgrade to {product(release)} {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
@@ -130,12 +172,6 @@ def _deepep_findings(config: dict[str, Any], reading: Reading, saved: bool) -> l
                                                 f"MoEFlexTokenDispatcher @ {core_source(release)}")]
 
 
-def _alias_in(key: str, release: str) -> str | None:
-    """An alias of KEY (megatron_names.csv folds it into KEY) that RELEASE has: Bridge before 0.6.0 has the data's
-    sequence length only as Megatron-Core's dataset.sequence_length."""
-    return next((a for a in names().aliases(key) if has(release, a)), None)
-
-
 def _key(name: str) -> str:
     """The config key a lacking name sets ('' for a Megatron-LM-only flag, which emit never writes)."""
     if not name.startswith("--"):
@@ -155,7 +191,7 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
         config = {**config, _ENABLE: True}
     keys = {_key(name): name for name in reversed(reading.lacking())}  # the first name read for a key
-    respelled = {k: alias for k in keys if k in config and (alias := _alias_in(k, reading.release))}
+    respelled = {k: alias for k in keys if k in config and (alias := alias_in(k, reading.release))}
     config = {respelled.get(k, k): v for k, v in config.items()}  # written as that release spells it
     kept = [k for k in keys if k in config and not at_default(k, config[k])]
     if kept:

@@ -233,3 +233,9 @@ def at_default(key: str, value: Any) -> bool:
         return any(value == coerce(key, row.type, d) for d in defaults)
     except MoetuneError:
         return False
+
+
+def alias_in(key: str, release: str) -> str | None:
+    """An alias of KEY (megatron_names.csv folds it into KEY) that RELEASE has, which a config for that release is
+    written with: Bridge before 0.6.0 has the data's sequence length only as Megatron-Core's dataset.sequence_length."""
+    return next((a for a in names().aliases(key) if has(release, a)), None)

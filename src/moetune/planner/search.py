@@ -27,6 +27,7 @@ from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
+from moetune.planner.release_fit import model_lacking, release_grid
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
@@ -68,6 +69,8 @@ class PlanResult:
     short_cp_alternative: Estimate | None = None
     # the TP and CP sizes the sequence length itself ruled out, and the nearest length that allows them (None: none)
     sequence_note: str | None = None
+    release: str | None = None  # the release the knob sets were bounded by (plan --megatron-core / --megatron-bridge)
+    release_lacks: tuple[str, ...] = ()  # the fields it lacks that kept knob sets out (release_fit.release_grid)
 
 
 # The seeds' last resort when nothing fits (seeds/000 Phase 1: "add offloading only when recompute and parallelism
@@ -77,15 +80,19 @@ LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
-         headroom_gib: float = 0.0, overheads: dict | None = None, weigh_offload: bool = True) -> PlanResult:
+         headroom_gib: float = 0.0, overheads: dict | None = None, weigh_offload: bool = True,
+         release: str | None = None) -> PlanResult:
     """The fastest candidates that fit with `headroom_gib` to spare, under the memory wall's overheads with the
     user's `overheads` figures on top; `progress(done, total)` is called once per knob set evaluated. Offloading
     comes last (seeds/000 Phase 1: "add offloading only when recompute and parallelism are still insufficient"):
     the optimizer's CPU offload is searched only when nothing fits without it, and then, for an MoE model, the
     routed experts' activations too (LAST_RESORT_OFFLOAD); a pinned offload is searched as pinned. The counts cover
     every pass run. `weigh_offload`: search the optimizer-offload alternative to a full-recompute pick
-    (offload_instead; a caller that does not show it skips the search)."""
+    (offload_instead; a caller that does not show it skips the search). `release`: a Megatron-Core or Bridge release
+    (configio/releases.py) whose fields bound the knob sets (release_fit.py)."""
     refuse_unpriced(spec, gpu.arch)  # one line before any search, not a "no layout fits"
+    if release is not None:
+        model_lacking(spec, gpu, release)
     fixed = fixed or {}
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
@@ -107,7 +114,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     def search(pinned: dict, best: int, report=None, shown: bool = weigh_offload) -> PlanResult:
         return _plan_once(spec, gpu, world, wl, fixed=pinned, top=best, routing=routing,
                           efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
-                          overheads=overheads, weigh_short_cp=shown, shared=shared)
+                          overheads=overheads, weigh_short_cp=shown, shared=shared, release=release)
 
     done, seconds = 0, 0.0
     for pinned in passes:
@@ -194,7 +201,8 @@ def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
                efficiency_overrides: dict | None, progress, headroom_gib: float,
-               overheads: dict | None, weigh_short_cp: bool = True, shared: dict | None = None) -> PlanResult:
+               overheads: dict | None, weigh_short_cp: bool = True, shared: dict | None = None,
+               release: str | None = None) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
@@ -209,6 +217,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
                       optional_delay_wgrad="delay_wgrad" not in fixed,
                       optional_attn_graph="cuda_graph_scope" not in fixed)
+    grid, release_lacks = release_grid(grid, release) if release is not None else (grid, ())
     budget = replace(gpu, memory_gib=gpu.memory_gib - headroom_gib)  # what a candidate may use
     s = Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                resplit="pipeline_layout" not in fixed,
@@ -244,7 +253,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,
                       memory_fits=s.memory_fits, gemm_note=None if results else s.gemm_note,
                       sequence_note=None if results else sequence_note(wl.seq_length,
-                                                                       *tp_cp_sizes(gpu, world, wl.seq_length, fixed)))
+                                                                       *tp_cp_sizes(gpu, world, wl.seq_length, fixed)),
+                      release=release, release_lacks=release_lacks)
 
 
 def _short_cp_alternative(s, results: list[Estimate], result, efficiency_overrides) -> Estimate | None:

@@ -1,0 +1,68 @@
+"""What a named release can run (plan --megatron-core X.Y / --megatron-bridge X.Y.Z): the knob sets whose fields it
+has, so the pick is one `emit` for that release writes rather than refuses.
+
+A field the release lacks is fine held at its default (the release runs that default: emit leaves it out,
+cli/release_check.py for_release); set otherwise, the release cannot run it: HybridEP before Megatron-Core 0.16
+(moe_flex_dispatcher_backend), fine-grained activation offloading before 0.16 (offload_modules), full-iteration
+graphs' static expert shapes before 0.18 (moe_paged_stash, moe_expert_rank_capacity_factor), any CUDA graph before
+0.15 (cuda_graph_impl); megatron_releases.csv and bridge_releases.csv say which release has which field.
+"""
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+from moetune.configio.releases import alias_in, at_default, describe, family_of, has, option, product, span
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.config_map import to_config
+from moetune.planner.knob_fields import knob_fields
+from moetune.specs.hardware import GpuSpec
+from moetune.specs.model import ModelSpec
+
+
+def lacking(fields: dict, release: str) -> list[str]:
+    """The fields of FIELDS set off their default that RELEASE lacks, and has no alias of (emit writes that)."""
+    return [k for k, v in fields.items() if not has(release, k) and not at_default(k, v) and not alias_in(k, release)]
+
+
+def _spans(names, release: str) -> str:
+    return ", ".join(f"{n} ({product(release)} has it {span(n, family_of(release))})" for n in names)
+
+
+def model_lacking(spec: ModelSpec, gpu: GpuSpec, release: str) -> None:
+    """One line where the model itself needs a field the release lacks (DeepSeek Sparse Attention's before 0.19, a
+    gated delta-net's), whatever the knobs: what to_config writes of it beside the knobs' own fields."""
+    probe = to_config(SimpleNamespace(model=spec, gpu=gpu, layout=Layout(world_size=1), knobs=Knobs(),
+                                      workload=Workload(seq_length=4096, micro_batch_size=1, global_batch_size=1)))
+    knobs = knob_fields(Knobs())
+    if missing := lacking({k: v for k, v in probe.items() if k not in knobs}, release):
+        raise MoetuneError(f"{option(release)}: {spec.name} needs {_spans(missing, release)}, which "
+                           f"{describe(release)} lacks: upgrade, or plan without the option")
+
+
+# A knob whose field a release lacks, and the knob set's value without it: the rest of the set runs there (the MXFP8
+# recipe without the output projection in MXFP8, fp8_output_proj: a TransformerConfig field from core_v0.18.0 on).
+# Other lacking fields leave the set out: HybridEP, offloading and full-iteration graphs have no such fallback.
+FALLBACKS = {"model.fp8_output_proj": {"fp8_output_proj": False}}
+
+
+def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[str, ...]]:
+    """(the knob sets of GRID whose fields RELEASE has, each with its FALLBACKS where those are all it lacks; the
+    fields that kept the others out or changed them); one line where none is left (the --fix pins ask for what the
+    release lacks)."""
+    kept, left, blocking = {}, {}, {}
+    for k in grid:
+        missing = lacking(knob_fields(k), release)
+        left.update(dict.fromkeys(missing))
+        if missing and all(m in FALLBACKS for m in missing):
+            k = replace(k, **{f: v for m in missing for f, v in FALLBACKS[m].items()})
+            missing = lacking(knob_fields(k), release)
+        blocking.update(dict.fromkeys(missing))
+        if not missing:
+            kept[k] = None  # in order, once: a fallback can meet a set the grid has already
+    if grid and not kept:
+        raise MoetuneError(f"{option(release)}: every knob set searched needs what {describe(release)} lacks: "
+                           f"{_spans(blocking, release)}; change the --fix values that ask for it, or upgrade")
+    return list(kept), tuple(left)

@@ -1,0 +1,53 @@
+"""planner/release_fit.py: the knob sets a named release can run, judged by its fields (megatron_releases.csv,
+bridge_releases.csv; tests/configio cites the facts)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.planner.release_fit import lacking, model_lacking, release_grid
+from moetune.specs.hardware import load_gpu
+from moetune.specs.hf_config import spec_from_hf
+from moetune.specs.registry import load_model
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "oracle"))
+from dsa_configs import GLM5  # noqa: E402
+
+GRID = [Knobs(dispatcher="hybridep"), Knobs(dispatcher="deepep"), Knobs(precision="mxfp8", fp8_output_proj=True),
+        Knobs(offload_modules=frozenset({"expert_fc1"}))]
+
+
+def test_before_0_16_hybridep_and_offloading_are_left_out_and_the_mxfp8_head_falls_back():
+    """0.15 lacks moe_flex_dispatcher_backend and offload_modules (from 0.16), fp8_output_proj (from 0.18): HybridEP and
+    activation offloading cannot run there, DeepEP can (the backend held at its default, moe_enable_deepep the
+    release's switch), and MXFP8 runs without the output projection in MXFP8."""
+    kept, lacks = release_grid(GRID, "0.15")
+    assert kept == [Knobs(dispatcher="deepep"), Knobs(precision="mxfp8", fp8_output_proj=False)]
+    assert {"model.moe_flex_dispatcher_backend", "model.offload_modules", "model.fp8_output_proj"} <= set(lacks)
+    assert release_grid(GRID, "0.19") == (GRID, ())
+
+
+def test_a_pinned_set_the_release_cannot_run_is_one_line():
+    with pytest.raises(MoetuneError, match=r"^--megatron-core 0\.15: every knob set searched needs what Megatron-Core "
+                                           r"0\.15 lacks: model\.moe_flex_dispatcher_backend \(Megatron-Core has it "
+                                           r"from 0\.16 on\)"):
+        release_grid([Knobs(dispatcher="hybridep")], "0.15")
+
+
+def test_a_default_held_or_aliased_field_is_no_lack():
+    """moe_paged_stash off is Megatron's default (a release without it runs that); the data's length has an alias
+    Bridge 0.2.0 has (dataset.sequence_length), which emit writes."""
+    assert lacking({"model.moe_paged_stash": False, "dataset.seq_length": 4096}, "0.2.0") == []
+    assert lacking({"model.moe_paged_stash": True}, "0.2.0") == ["model.moe_paged_stash"]
+
+
+def test_a_model_the_release_cannot_build_is_one_line():
+    """GLM-5 is priced on DSA's cuDNN kernels (dsa_kernel_backend, a TransformerConfig field from 0.19)."""
+    spec = spec_from_hf(GLM5, name="glm5", origin="glm5.json")
+    with pytest.raises(MoetuneError, match=r"^--megatron-core 0\.18: .* needs model\.dsa_kernel_backend"):
+        model_lacking(spec, load_gpu("h100"), "0.18")
+    model_lacking(spec, load_gpu("h100"), "0.19")
+    model_lacking(load_model("deepseek-v3"), load_gpu("h100"), "0.13")  # MLA and MTP: every release has them
