@@ -7,7 +7,8 @@ config field a Bridge ConfigContainer takes (and each Megatron-LM flag of the Me
 A Bridge release runs the Megatron-LM its 3rdparty/Megatron-LM submodule pins (a commit of Megatron-LM main between
 two Megatron-Core releases as often as a release tag), so its TransformerConfig is that commit's, not a release's.
 Per Bridge tag:
-- Megatron-LM flags: the pinned commit's real parser (tools/megatron_releases.py dump, in a child process);
+- Megatron-LM flags: the pinned commit's real parser (tools/megatron_releases.py dump, in a child process), and the
+  values its TransformerConfig takes (tools/megatron_values.py);
 - config fields: the dataclass fields of the class each ConfigContainer section holds (SECTIONS), read from the
   sources by ast: each class's annotated names (ClassVar aside) and its bases', each base found through the module's
   imports, in Bridge at the tag (src/megatron/bridge/...) or in Megatron-LM at the pin (megatron/core, .../training).
@@ -26,6 +27,7 @@ import sys
 import tempfile
 
 from megatron_releases import _export  # the sibling tool: a Megatron-LM tree exported at a commit
+from megatron_values import expand, values
 
 BRIDGE = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
 MLM = "/work/.mirror/NVIDIA+Megatron-LM/repo"
@@ -146,10 +148,12 @@ def fields(tag: str, pin: str) -> dict[str, str]:
 
 
 def flags(pin: str, tmp: str) -> dict[str, str]:
-    tools = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, os.path.join(tools, "megatron_releases.py"), "--dump", _export(pin, tmp)],
+    """The flags of Megatron-LM at PIN (its real parser), and the values its TransformerConfig takes
+    (megatron_values)."""
+    tools, tree = os.path.dirname(os.path.abspath(__file__)), _export(pin, tmp)
+    out = subprocess.run([sys.executable, os.path.join(tools, "megatron_releases.py"), "--dump", tree],
                          check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
-    return {f: "flag" for f in json.loads(out.stdout)["flags"]}
+    return {**{f: "flag" for f in json.loads(out.stdout)["flags"]}, **values(tree)}
 
 
 def core_version(pin: str) -> str:
@@ -183,6 +187,8 @@ def main() -> None:
         # megatron_releases.csv lists: one no pin has is listed with no release, not left out (a name not listed is
         # in every release)
         main = {**flags(MAIN, os.path.join(tmp, "main")), **core_fields(Sources(TAGS[-1], MAIN)), **core_listed()}
+    have = expand({**have, "main": main})
+    main = have.pop("main")
     every = set.intersection(*(set(h) for h in have.values()))
     kinds = {n: k for h in [main, *have.values()] for n, k in h.items()}
     with open(_data("bridge_releases.csv"), "w") as out:

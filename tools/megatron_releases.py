@@ -26,6 +26,8 @@ import sys
 import tempfile
 import types
 
+from megatron_values import expand, values  # the sibling tool
+
 # release -> tag (X.Y: core_vX.Y.0; X.Y.Z: a patch release; main: the commit megatron_names.csv was taken from)
 TAGS = {"0.13": "core_v0.13.0", "0.13.1": "core_v0.13.1", "0.14": "core_v0.14.0", "0.15": "core_v0.15.0",
         "0.15.1": "core_v0.15.1", "0.15.2": "core_v0.15.2", "0.15.3": "core_v0.15.3", "0.16": "core_v0.16.0",
@@ -138,11 +140,14 @@ def main() -> None:
     have: dict[str, dict[str, set[str]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for release, tag in TAGS.items():
-            out = subprocess.run([sys.executable, __file__, "--dump", _export(tag, tmp)], check=True,
+            tree = _export(tag, tmp)
+            out = subprocess.run([sys.executable, __file__, "--dump", tree], check=True,
                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
             data = json.loads(out.stdout)
             have[release] = {**{f: "flag" for f in data["flags"]},
-                             **{f"{s}.{n}": "field" for s, ns in data["fields"].items() for n in ns}}
+                             **{f"{s}.{n}": "field" for s, ns in data["fields"].items() for n in ns},
+                             **values(tree)}
+    have = expand(have)
     commits = {r: subprocess.run(["git", "-C", MIRROR, "rev-parse", "--short=12", f"{t}^{{commit}}"], check=True,
                                  capture_output=True, text=True).stdout.strip() for r, t in TAGS.items()}
     every = set.intersection(*(set(h) for h in have.values()))
@@ -157,7 +162,8 @@ def main() -> None:
           "groups too);")
     print("# fields from dataclasses.fields of TransformerConfig + MLATransformerConfig (model.*, with "
           "ModelParallelConfig's),")
-    print("# DistributedDataParallelConfig (ddp.*) and OptimizerConfig (optimizer.*).")
+    print("# DistributedDataParallelConfig (ddp.*) and OptimizerConfig (optimizer.*); values (model.FIELD=VALUE, "
+          "kind value) a field takes, by tools/megatron_values.py.")
     print("name,kind," + ",".join(TAGS))
     for name in sorted(set(kinds) - every, key=lambda n: (kinds[n], n)):
         print(f"{name},{kinds[name]}," + ",".join("x" if name in have[r] else "" for r in TAGS))

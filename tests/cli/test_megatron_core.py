@@ -116,8 +116,9 @@ def test_before_0_16_the_flex_dispatcher_s_deepep_is_moe_enable_deepep(tmp_path,
     (it had written `--moe-token-dispatcher-type flex` alone, which stops at that assert), a launch without it is an
     error there and not on 0.16, and HybridEP, which 0.15 does not have, is refused in one line."""
     def saved(dispatcher):
+        # attention graphs alone: 0.15 takes one scope string (the router's graph scopes came in 0.16)
         code, estimate, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16",
-                                 "--dispatcher", dispatcher, "--json"], capsys)
+                                 "--dispatcher", dispatcher, "--cuda-graph-scope", "attn", "--json"], capsys)
         path = tmp_path / f"{dispatcher}.json"
         path.write_text(estimate)
         return str(path)

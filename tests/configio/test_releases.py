@@ -5,7 +5,7 @@ import pytest
 
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.names import names
-from moetune.configio.releases import has, known_release, newest_having, reading, releases, span
+from moetune.configio.releases import has, known_release, newest_having, reading, releases, span, values_lacking
 from moetune.errors import MoetuneError
 
 BASE = "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --micro-batch-size 1"
@@ -22,6 +22,8 @@ def test_the_releases_are_the_columns_and_main_agrees_with_the_name_table():
         assert got and got != set(data.order), name  # only names some release lacks are listed
         if data.kind[name] == "flag":
             assert (name in table) == ("main" in got), name
+        elif data.kind[name] == "value":  # a value a field takes (tools/megatron_values.py): a field main has
+            assert names().get(name.split("=")[0]) is not None, name
         else:
             assert name.split(".")[0] in ("model", "ddp", "optimizer"), name
             assert ("main" in got) == (names().get(name) is not None), name
@@ -90,3 +92,18 @@ def test_the_reader_notes_the_launch_s_flags():
     with reading(None) as seen:  # no release: nothing lacks
         parse_mlm(f"{BASE} --hybrid-layer-pattern M*M*", "--mlm-args")
     assert seen.lacking() == []
+
+
+def test_the_values_a_release_takes():
+    """cuda_graph_scope: one string before core_v0.16.0 ("full", "attn" or "full_iteration": transformer_config.py:646-
+    652 @core_v0.15.0), CudaGraphScope's members as a list from 0.16 (enums.py @core_v0.16.0: moe_router,
+    moe_preprocess, ...); cuda_graph_impl full_iteration from 0.18 (its Literal @core_v0.18.0:927);
+    recompute_modules shared_experts from 0.14 (allowed_modules, transformer_config.py:869 @core_v0.14.0, absent at
+    :818 @core_v0.13.0)."""
+    assert span("model.cuda_graph_scope=moe_router") == "from 0.16 on"
+    assert span("model.cuda_graph_impl=full_iteration") == "from 0.18 on"
+    assert span("model.recompute_modules=shared_experts") == "from 0.14 on"
+    assert has("0.13", "model.cuda_graph_scope=attn")  # every release: not listed
+    assert values_lacking({"model.cuda_graph_scope": ["attn", "moe_router"], "model.num_layers": 4}, "0.15") == \
+        ["model.cuda_graph_scope=moe_router"]
+    assert values_lacking({"model.cuda_graph_scope": ["attn", "moe_router"]}, "0.16") == []

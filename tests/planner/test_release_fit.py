@@ -51,3 +51,13 @@ def test_a_model_the_release_cannot_build_is_one_line():
         model_lacking(spec, load_gpu("h100"), "0.18")
     model_lacking(spec, load_gpu("h100"), "0.19")
     model_lacking(load_model("deepseek-v3"), load_gpu("h100"), "0.13")  # MLA and MTP: every release has them
+
+
+def test_graphs_fall_back_to_the_scopes_the_release_captures():
+    """Before 0.16 the scope is one string (attn, full or full_iteration): the router's graphs drop, attention's stay;
+    before 0.15 there is no cuda_graph_impl (its graphs ran under enable_cuda_graph, which moetune does not write), so
+    no graphed set is left, and the same set without graphs is the grid's own."""
+    scoped = Knobs(cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    assert release_grid([scoped], "0.15")[0] == [Knobs(cuda_graph_scope=("attn",))]
+    assert release_grid([scoped], "0.16")[0] == [scoped]
+    assert release_grid([scoped, Knobs(cuda_graph_scope=())], "0.14")[0] == [Knobs(cuda_graph_scope=())]

@@ -31,6 +31,7 @@ from moetune.configio.releases import (
     product,
     releases,
     span,
+    values_lacking,
 )
 from moetune.errors import MoetuneError
 from moetune.rules import Finding
@@ -140,7 +141,21 @@ def release_findings(reading: Reading, config: dict[str, Any], saved: bool = Fal
     return [Finding(rule="check.not_in_release", severity="info" if saved and held_at_default(name) else "error",
                     message=f"{_what(name, reading.release)}; {_advice(name, reading.release)}{emit_note(name)}",
                     source=_source(reading.release))
-            for name in reading.lacking()] + _deepep_findings(config, reading, saved)
+            for name in reading.lacking()] + _value_findings(config, reading.release) + \
+        _deepep_findings(config, reading, saved)
+
+
+def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding]:
+    """One error per value a field takes that the release's TransformerConfig refuses (its __post_init__ or Literal:
+    configio/releases.py values_lacking); nothing of it can be left out."""
+    if release is None:
+        return []
+    family = family_of(release)
+    return [Finding(rule="check.not_in_release", severity="error",
+                    message=f"{name.replace('=', ' value ', 1)} is not one {describe(release)} accepts "
+                            f"({product(release)} takes it {span(name, family)}); {_advice(name, release)}",
+                    source=_source(release))
+            for name in values_lacking(config, release)]
 
 
 # Before core_v0.16.0 the flex dispatcher ran DeepEP alone and asserted moe_enable_deepep (Megatron-LM
@@ -183,6 +198,11 @@ def _key(name: str) -> str:
 def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     """CONFIG without the names the target release lacks that sit at their default (not written: the release runs
     its own behaviour, which that default keeps); one line naming the others, which emit may not write."""
+    if refused := values_lacking(config, reading.release):
+        family = family_of(reading.release)
+        raise MoetuneError(f"{option(reading.release)}: the config gives values that release refuses: "
+                           + ", ".join(f"{n} ({product(reading.release)} takes it {span(n, family)})" for n in refused)
+                           + f"; upgrade {product(reading.release)} or change them")
     backend = _flex_backend(config, reading.release)
     if backend not in (None, "deepep"):
         raise MoetuneError(f"{option(reading.release)}: the flex dispatcher's {backend} backend came in "

@@ -223,8 +223,11 @@ def old_flag_hint(flag: str) -> str:
 
 
 def at_default(key: str, value: Any) -> bool:
-    """Whether VALUE is KEY's default, Bridge's or Megatron-LM's (megatron_names.csv): what a release without the field
-    runs, so a config holding it there loses nothing where the field is absent."""
+    """Whether VALUE is KEY's default, Bridge's or Megatron-LM's (megatron_names.csv), or None, which sets nothing (a
+    plan's unset field, config_map.py UNSET_EXPLICITLY): what a release without the field runs, so a config holding
+    it there loses nothing where the field is absent."""
+    if value is None:
+        return True
     row = names().get(key)
     if row is None:
         return False
@@ -239,3 +242,13 @@ def alias_in(key: str, release: str) -> str | None:
     """An alias of KEY (megatron_names.csv folds it into KEY) that RELEASE has, which a config for that release is
     written with: Bridge before 0.6.0 has the data's sequence length only as Megatron-Core's dataset.sequence_length."""
     return next((a for a in names().aliases(key) if has(release, a)), None)
+
+
+def values_lacking(config: dict[str, Any], release: str) -> list[str]:
+    """'FIELD=VALUE' for each value CONFIG gives a field RELEASE has but whose TransformerConfig refuses the value (a
+    value row of the table, tools/megatron_values.py: cuda_graph_scope moe_router before 0.16, cuda_graph_impl
+    full_iteration before 0.18, recompute_modules shared_experts before 0.14)."""
+    table = releases(family_of(release))
+    return [f"{k}={item}" for k, v in config.items() if has(release, k)
+            for item in (v if isinstance(v, (list, tuple)) else [v])
+            if isinstance(item, str) and release not in table.have.get(f"{k}={item}", (release,))]

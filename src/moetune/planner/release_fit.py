@@ -11,7 +11,17 @@ graphs' static expert shapes before 0.18 (moe_paged_stash, moe_expert_rank_capac
 from dataclasses import replace
 from types import SimpleNamespace
 
-from moetune.configio.releases import alias_in, at_default, describe, family_of, has, option, product, span
+from moetune.configio.releases import (
+    alias_in,
+    at_default,
+    describe,
+    family_of,
+    has,
+    option,
+    product,
+    span,
+    values_lacking,
+)
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
@@ -23,8 +33,10 @@ from moetune.specs.model import ModelSpec
 
 
 def lacking(fields: dict, release: str) -> list[str]:
-    """The fields of FIELDS set off their default that RELEASE lacks, and has no alias of (emit writes that)."""
-    return [k for k, v in fields.items() if not has(release, k) and not at_default(k, v) and not alias_in(k, release)]
+    """The fields of FIELDS set off their default that RELEASE lacks, and has no alias of (emit writes that); and
+    'FIELD=VALUE' for a value of a field it has that it refuses (configio/releases.py values_lacking)."""
+    return [k for k, v in fields.items() if not has(release, k) and not at_default(k, v) and not alias_in(k, release)
+            ] + values_lacking(fields, release)
 
 
 def _spans(names, release: str) -> str:
@@ -42,10 +54,26 @@ def model_lacking(spec: ModelSpec, gpu: GpuSpec, release: str) -> None:
                            f"{describe(release)} lacks: upgrade, or plan without the option")
 
 
-# A knob whose field a release lacks, and the knob set's value without it: the rest of the set runs there (the MXFP8
-# recipe without the output projection in MXFP8, fp8_output_proj: a TransformerConfig field from core_v0.18.0 on).
-# Other lacking fields leave the set out: HybridEP, offloading and full-iteration graphs have no such fallback.
-FALLBACKS = {"model.fp8_output_proj": {"fp8_output_proj": False}}
+# What a knob set runs as where the release lacks a field or value it sets, keyed by field (the value refused, or
+# None for a field): the MXFP8 recipe without the output projection in MXFP8 (fp8_output_proj: a TransformerConfig
+# field from core_v0.18.0 on), CUDA graphs over the scopes the release captures (moe_router and moe_preprocess
+# from 0.16; before it one scope, attn, full or full_iteration). A lacking field with none (HybridEP, offloading,
+# full-iteration graphs' static experts) leaves the set out.
+FALLBACKS = {
+    "model.fp8_output_proj": lambda k, _: replace(k, fp8_output_proj=False),
+    "model.cuda_graph_scope": lambda k, value: replace(k, cuda_graph_scope=tuple(
+        s for s in k.cuda_graph_scope if s != value)),
+}
+
+
+def _fallback(k: Knobs, missing: list[str]) -> Knobs | None:
+    """K as FALLBACKS runs it without each of MISSING ('FIELD' or 'FIELD=VALUE'), or None where one has none."""
+    for name in missing:
+        field, _, value = name.partition("=")
+        if field not in FALLBACKS:
+            return None
+        k = FALLBACKS[field](k, value)
+    return k
 
 
 def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[str, ...]]:
@@ -56,9 +84,8 @@ def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[st
     for k in grid:
         missing = lacking(knob_fields(k), release)
         left.update(dict.fromkeys(missing))
-        if missing and all(m in FALLBACKS for m in missing):
-            k = replace(k, **{f: v for m in missing for f, v in FALLBACKS[m].items()})
-            missing = lacking(knob_fields(k), release)
+        if missing and (fallen := _fallback(k, missing)) is not None:
+            k, missing = fallen, lacking(knob_fields(fallen), release)
         blocking.update(dict.fromkeys(missing))
         if not missing:
             kept[k] = None  # in order, once: a fallback can meet a set the grid has already

@@ -214,10 +214,11 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
                            + no_layout_reason(spec, gpu, world, wl, fixed))
     defaults = platform_defaults(gpu)
-    grid = legal_grid(spec, gpu, knob_grid(spec, gpu, defaults, fixed, routing), wl.seq_length,
-                      optional_delay_wgrad="delay_wgrad" not in fixed,
-                      optional_attn_graph="cuda_graph_scope" not in fixed)
+    grid = knob_grid(spec, gpu, defaults, fixed, routing)
+    # what the release runs of each set first: the rule table then judges the sets as they will run
     grid, release_lacks = release_grid(grid, release) if release is not None else (grid, ())
+    grid = legal_grid(spec, gpu, grid, wl.seq_length, optional_delay_wgrad="delay_wgrad" not in fixed,
+                      optional_attn_graph="cuda_graph_scope" not in fixed)
     budget = replace(gpu, memory_gib=gpu.memory_gib - headroom_gib)  # what a candidate may use
     s = Search(spec=spec, gpu=budget, wl=wl, eff=efficiency(gpu.key, efficiency_overrides),
                resplit="pipeline_layout" not in fixed,
