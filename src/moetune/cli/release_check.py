@@ -25,12 +25,12 @@ from moetune.configio.releases import (
     describe,
     family_of,
     has,
+    has_it,
     known_release,
     newest_having,
     option,
     product,
     releases,
-    span,
     values_lacking,
 )
 from moetune.errors import MoetuneError
@@ -110,12 +110,11 @@ def _advice(name: str, release: str) -> str:
 
 
 def _what(name: str, release: str) -> str:
-    has_it = f"{product(release)} has it {span(name, family_of(release))}"
     if name.startswith("--"):
-        return (f"Megatron-LM argument {name} is not in {describe(release)}'s parser ({has_it}): the launch stops "
-                "there with 'unrecognized arguments'")
+        return (f"Megatron-LM argument {name} is not in {describe(release)}'s parser ({has_it(name, release)}): the "
+                "launch stops there with 'unrecognized arguments'")
     cls = _CLASS.get(name.split(".", 1)[0], "config")
-    return f"{name} is not a {cls} field in {describe(release)} ({has_it}): Bridge stops there with " + (
+    return f"{name} is not a {cls} field in {describe(release)} ({has_it(name, release)}): Bridge stops there with " + (
         "'unexpected keyword argument'" if family_of(release) == "core" else "'not in struct' (a dotted override) "
         "or 'unexpected keyword argument'")
 
@@ -150,10 +149,9 @@ def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding
     configio/releases.py values_lacking); nothing of it can be left out."""
     if release is None:
         return []
-    family = family_of(release)
     return [Finding(rule="check.not_in_release", severity="error",
                     message=f"{name.replace('=', ' value ', 1)} is not one {describe(release)} accepts "
-                            f"({product(release)} takes it {span(name, family)}); {_advice(name, release)}",
+                            f"({has_it(name, release)}); {_advice(name, release)}",
                     source=_source(release))
             for name in values_lacking(config, release)]
 
@@ -199,9 +197,8 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     """CONFIG without the names the target release lacks that sit at their default (not written: the release runs
     its own behaviour, which that default keeps); one line naming the others, which emit may not write."""
     if refused := values_lacking(config, reading.release):
-        family = family_of(reading.release)
         raise MoetuneError(f"{option(reading.release)}: the config gives values that release refuses: "
-                           + ", ".join(f"{n} ({product(reading.release)} takes it {span(n, family)})" for n in refused)
+                           + ", ".join(f"{n} ({has_it(n, reading.release)})" for n in refused)
                            + f"; upgrade {product(reading.release)} or change them")
     backend = _flex_backend(config, reading.release)
     if backend not in (None, "deepep"):
@@ -215,9 +212,7 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
     config = {respelled.get(k, k): v for k, v in config.items()}  # written as that release spells it
     kept = [k for k in keys if k in config and not at_default(k, config[k])]
     if kept:
-        family = family_of(reading.release)
-        listed = ", ".join(f"{keys[k]} ({k}={config[k]!r}; {product(reading.release)} has it "
-                           f"{span(keys[k], family)})" for k in kept)
+        listed = ", ".join(f"{keys[k]} ({k}={config[k]!r}; {has_it(keys[k], reading.release)})" for k in kept)
         raise MoetuneError(f"{option(reading.release)}: the config sets what that release lacks: {listed}; "
                            f"upgrade {product(reading.release)} or drop them (`moetune check "
                            f"{option(reading.release)}` says each)")

@@ -128,6 +128,11 @@ def span(name: str, family: str = "core") -> str:
     return f"only in {got[0]}" if first == last else f"in {got[0]} to {got[-1]}"
 
 
+def has_it(name: str, release: str) -> str:
+    """Which releases of RELEASE's family have NAME, in words: 'Megatron-Core has it from 0.16 on'."""
+    return f"{product(release)} has it {span(name, family_of(release))}"
+
+
 def newest_having(name: str, family: str = "core") -> str | None:
     """The first release from which NAME stays (the one to upgrade to), or None where the newest (main) lacks it."""
     order = releases(family).order

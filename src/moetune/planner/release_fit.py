@@ -15,11 +15,9 @@ from moetune.configio.releases import (
     alias_in,
     at_default,
     describe,
-    family_of,
     has,
+    has_it,
     option,
-    product,
-    span,
     values_lacking,
 )
 from moetune.errors import MoetuneError
@@ -40,7 +38,7 @@ def lacking(fields: dict, release: str) -> list[str]:
 
 
 def _spans(names, release: str) -> str:
-    return ", ".join(f"{n} ({product(release)} has it {span(n, family_of(release))})" for n in names)
+    return ", ".join(f"{n} ({has_it(n, release)})" for n in names)
 
 
 def model_lacking(spec: ModelSpec, gpu: GpuSpec, release: str) -> None:
