@@ -113,3 +113,17 @@ def test_plan_of_a_model_the_release_cannot_build_is_one_line(capsys):
     code, out, err = run(["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--megatron-bridge",
                           "0.4"], capsys)
     assert code == 2 and not out and err.count("\n") == 1 and "use one of 0.2.0" in err
+
+
+def test_explain_of_a_plan_for_a_release_says_what_each_move_needs(tmp_path, capsys):
+    """A plan kept to Megatron-Core 0.15 (GB200, no HybridEP): explain's retune moves that 0.15 cannot run name the
+    release that can (the flex backend field and the router's graph scopes came in 0.16): the gain of an upgrade."""
+    code, out, _ = run(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--gbs", "4096", "--top", "1",
+                        "--megatron-core", "0.15", "--json"], capsys)
+    saved = tmp_path / "p.json"
+    saved.write_text(out)
+    code, out, _ = run(["explain", "--plan", str(saved), "--json"], capsys)
+    moves = {m["rule"]: m for m in json.loads(out)["retune"]}
+    assert code == 0 and moves["dispatcher_hybridep"]["predicted_gain"] > 0
+    assert moves["dispatcher_hybridep"]["needs_release"] == "Megatron-Core 0.16 (model.moe_flex_dispatcher_backend)"
+    assert all(m["needs_release"] is None or "Megatron-Core 0.1" in m["needs_release"] for m in moves.values())

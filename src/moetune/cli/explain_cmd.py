@@ -29,6 +29,7 @@ from moetune.planner.fp8_evidence import evidence_text
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.nvfp4_evidence import caveat_line
+from moetune.planner.release_fit import upgrade_for
 from moetune.planner.track_record import track_record_text
 from moetune.planner.versus import versus
 from moetune.walls.efficiency import load_efficiency_file
@@ -77,6 +78,8 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
             raise MoetuneError("--rank picks a result of a saved plan; pass --plan FILE with it")
         result = estimate_from_flags(model, kw)
     answer = explain(result)
+    if saved is not None and isinstance(saved.get("release"), dict):  # a plan searched for a release (plan_cmd)
+        _with_release_needs(answer, saved["release"]["release"])
     if baseline:
         base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                                   where=f"--baseline {baseline}")
@@ -92,6 +95,14 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
         print_explain(answer, mlm=launched_by_mlm(result))
         if "versus_baseline" in answer:
             print_versus(answer["versus_baseline"])
+
+
+def _with_release_needs(answer: dict, release: str) -> None:
+    """Each retune move the plan's release cannot run says which release it needs (release_fit.upgrade_for): the gain
+    an upgrade would bring, where the plan itself kept to the release."""
+    answer["release"] = release
+    for move in answer["retune"]:
+        move["needs_release"] = upgrade_for(move["change"], release)
 
 
 def _saved_result(path: str, after_flag: bool):
@@ -179,7 +190,8 @@ def print_explain(a: dict, mlm: bool = False) -> None:
                   "--token-imbalance")
     rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), escape(override_words(r["change"], mlm)),
              f"{100 * r['predicted_gain']:+.1f}%",
-             f"{r['new_peak_gib']:.1f}" + (" tight" if r["tight"] else ""), r["source"]] for r in a["retune"]]
+             f"{r['new_peak_gib']:.1f}" + (" tight" if r["tight"] else ""),
+             r["source"] + (f"; needs {r['needs_release']}" if r.get("needs_release") else "")] for r in a["retune"]]
     if rows:
         what = "Megatron-LM arguments" if mlm else "overrides"
         out.print(table("Retune: next changes, predicted", ["move", what, "tokens/s", "peak GiB", "rule"], rows,

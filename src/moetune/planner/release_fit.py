@@ -15,9 +15,13 @@ from moetune.configio.releases import (
     alias_in,
     at_default,
     describe,
+    family_of,
     has,
     has_it,
+    newest_having,
     option,
+    product,
+    releases,
     values_lacking,
 )
 from moetune.errors import MoetuneError
@@ -91,3 +95,17 @@ def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[st
         raise MoetuneError(f"{option(release)}: every knob set searched needs what {describe(release)} lacks: "
                            f"{_spans(blocking, release)}; change the --fix values that ask for it, or upgrade")
     return list(kept), tuple(left)
+
+
+def upgrade_for(change: dict, release: str) -> str | None:
+    """Where CHANGE (config fields, a retune move's) needs what RELEASE lacks: the first release of its family that
+    has it all, with the names ('Megatron-Core 0.16 (model.moe_flex_dispatcher_backend)'); None where RELEASE runs
+    it. A name no release of the family has yet asks for Megatron-LM main's, or a newer Bridge."""
+    missing = lacking(change, release)
+    if not missing:
+        return None
+    family = family_of(release)
+    order = releases(family).order
+    firsts = [newest_having(n, family) for n in missing]
+    first = order[max(order.index(f) for f in firsts)] if None not in firsts else None
+    return f"{product(release)} {first or 'newer than ' + order[-1]} ({', '.join(missing)})"
