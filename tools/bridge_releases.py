@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 from megatron_releases import _export  # the sibling tool: a Megatron-LM tree exported at a commit
-from megatron_values import expand, values
+from megatron_values import expand, scripts, values
 
 BRIDGE = "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"
 MLM = "/work/.mirror/NVIDIA+Megatron-LM/repo"
@@ -153,7 +153,7 @@ def flags(pin: str, tmp: str) -> dict[str, str]:
     tools, tree = os.path.dirname(os.path.abspath(__file__)), _export(pin, tmp)
     out = subprocess.run([sys.executable, os.path.join(tools, "megatron_releases.py"), "--dump", tree],
                          check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
-    return {**{f: "flag" for f in json.loads(out.stdout)["flags"]}, **values(tree)}
+    return {**{f: "flag" for f in json.loads(out.stdout)["flags"]}, **values(tree), **scripts(MLM, pin)}
 
 
 def core_version(pin: str) -> str:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import types
 
-from megatron_values import expand, values  # the sibling tool
+from megatron_values import expand, scripts, values  # the sibling tool
 
 # release -> tag (X.Y: core_vX.Y.0; X.Y.Z: a patch release; main: the commit megatron_names.csv was taken from)
 TAGS = {"0.13": "core_v0.13.0", "0.13.1": "core_v0.13.1", "0.14": "core_v0.14.0", "0.15": "core_v0.15.0",
@@ -146,7 +146,7 @@ def main() -> None:
             data = json.loads(out.stdout)
             have[release] = {**{f: "flag" for f in data["flags"]},
                              **{f"{s}.{n}": "field" for s, ns in data["fields"].items() for n in ns},
-                             **values(tree)}
+                             **values(tree), **scripts(MIRROR, tag)}
     have = expand(have)
     commits = {r: subprocess.run(["git", "-C", MIRROR, "rev-parse", "--short=12", f"{t}^{{commit}}"], check=True,
                                  capture_output=True, text=True).stdout.strip() for r, t in TAGS.items()}
@@ -163,7 +163,7 @@ def main() -> None:
     print("# fields from dataclasses.fields of TransformerConfig + MLATransformerConfig (model.*, with "
           "ModelParallelConfig's),")
     print("# DistributedDataParallelConfig (ddp.*) and OptimizerConfig (optimizer.*); values (model.FIELD=VALUE, "
-          "kind value) a field takes, by tools/megatron_values.py.")
+          "kind value) a field takes, and the pretrain_*.py entry points (kind script), by tools/megatron_values.py.")
     print("name,kind," + ",".join(TAGS))
     for name in sorted(set(kinds) - every, key=lambda n: (kinds[n], n)):
         print(f"{name},{kinds[name]}," + ",".join("x" if name in have[r] else "" for r in TAGS))

@@ -112,3 +112,13 @@ def expand(have: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
     return {release: {**{n: k for n, k in names.items() if not n.endswith("=" + WILDCARD)},
                       **{v: "value" for n in names if n.endswith("=" + WILDCARD) for v in known.get(n[:-2], ())}}
             for release, names in have.items()}
+
+
+def scripts(repo: str, commit: str) -> dict[str, str]:
+    """{"pretrain_X.py": "script"}: the training entry points at the top of the Megatron-LM tree at COMMIT (Mamba
+    hybrids train through pretrain_mamba.py before core_v0.18.0, pretrain_hybrid.py from it)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only", commit], check=True, capture_output=True,
+                            text=True).stdout.split()
+    return {name: "script" for name in listed if name.startswith("pretrain_") and name.endswith(".py")}

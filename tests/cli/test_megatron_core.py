@@ -25,7 +25,8 @@ def test_a_flag_from_0_17_is_an_error_for_0_16_not_for_0_17(capsys):
     assert code == 1 and [f["severity"] for f in found] == ["error"]
     message = found[0]["message"]
     assert "--hybrid-layer-pattern is not in Megatron-Core 0.16" in message and "from 0.17 on" in message
-    assert "upgrade to Megatron-Core 0.17 or later, or drop --hybrid-layer-pattern" in message
+    # the field has the older spelling 0.16 takes (Megatron-LM main still reads it for the same field)
+    assert "write it as --hybrid-override-pattern, which that release has" in message
     for release in ("0.17", "main"):
         assert _not_in_release([MAMBA, "--megatron-core", release], capsys)[1] == []
 
@@ -56,10 +57,21 @@ def test_an_unknown_release_is_one_line_exit_2(command, capsys):
     assert code == 2 and err.count("\n") == 1 and "use one of 0.13, 0.13.1, 0.14," in err
 
 
-def test_emit_refuses_a_name_the_release_lacks(capsys):
-    code, out, err = run(["emit", MAMBA, "--gpus", "8", "--megatron-core", "0.16", "--allow-errors"], capsys)
-    assert code == 2 and err.count("\n") == 1 and not out
-    assert "--hybrid-layer-pattern (model.hybrid_layer_pattern=" in err and "from 0.17 on" in err
+def test_emit_spells_the_hybrid_pattern_as_the_release_and_refuses_a_split_one(capsys):
+    """Before core_v0.17.0 a hybrid's pattern is --hybrid-override-pattern, read by pretrain_mamba.py
+    (pretrain_hybrid.py came in core_v0.18.0), and takes no '|' stage separators (mamba_hybrid_layer_allocation.py:82
+    @core_v0.16.0 refuses any symbol but the layers'): emit for 0.16 writes that spelling and script for an unsplit
+    pattern (it had refused the field), and refuses a split one in one line."""
+    code, out, _ = run(["emit", MAMBA, "--gpus", "8", "--megatron-core", "0.16", "--allow-errors", "--set",
+                        "model.is_hybrid_model=true", "--json"], capsys)
+    files = json.loads(out)["files"]
+    assert code == 0 and "--hybrid-override-pattern" in files["megatron_lm_args.txt"]
+    assert "--hybrid-layer-pattern" not in files["megatron_lm_args.txt"] and "pretrain_mamba.py" in files["torchrun.sh"]
+    split = ["emit", MAMBA, "--gpus", "8", "--allow-errors", "--set", "model.pipeline_model_parallel_size=2",
+             "--set", "model.hybrid_layer_pattern=M-M-M--M-*M-M-M-M--*M-M-M-|M-*M--M-M-M-*M-M--M-M-"]
+    assert run(split, capsys)[0] == 0  # main takes the split
+    code, out, err = run([*split, "--megatron-core", "0.16"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1 and "splits the pipeline with '|'" in err
 
 
 def test_emit_leaves_out_a_lacking_field_at_its_default_and_spells_flags_as_the_release(capsys):

@@ -24,6 +24,8 @@ def test_the_releases_are_the_columns_and_main_agrees_with_the_name_table():
             assert (name in table) == ("main" in got), name
         elif data.kind[name] == "value":  # a value a field takes (tools/megatron_values.py): a field main has
             assert names().get(name.split("=")[0]) is not None, name
+        elif data.kind[name] == "script":  # a pretrain_*.py entry point at the tree's top
+            assert name.startswith("pretrain_") and name.endswith(".py"), name
         else:
             assert name.split(".")[0] in ("model", "ddp", "optimizer"), name
             assert ("main" in got) == (names().get(name) is not None), name
@@ -107,3 +109,13 @@ def test_the_values_a_release_takes():
     assert values_lacking({"model.cuda_graph_scope": ["attn", "moe_router"], "model.num_layers": 4}, "0.15") == \
         ["model.cuda_graph_scope=moe_router"]
     assert values_lacking({"model.cuda_graph_scope": ["attn", "moe_router"]}, "0.16") == []
+
+
+def test_the_hybrid_pattern_s_older_spelling_is_read_as_main_reads_it():
+    """--hybrid-override-pattern: deprecated in Megatron-LM main, which sets hybrid_layer_pattern from it (arguments.py
+    validate_args @d98e8a6); the only spelling before core_v0.17.0. It had been read and ignored, losing the
+    pattern. pretrain_hybrid.py came in core_v0.18.0 (pretrain_mamba.py before)."""
+    read = {a.key: a.value for a in parse_mlm(f"{BASE} --hybrid-override-pattern M*M-", "--mlm-args")}
+    assert read["model.hybrid_layer_pattern"] == "M*M-"
+    assert has("0.16", "--hybrid-override-pattern") and not has("0.16", "--hybrid-layer-pattern")
+    assert span("pretrain_hybrid.py") == "from 0.18 on"

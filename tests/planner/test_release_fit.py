@@ -8,7 +8,7 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
-from moetune.planner.release_fit import lacking, model_lacking, release_grid
+from moetune.planner.release_fit import lacking, model_lacking, release_grid, release_pins
 from moetune.specs.hardware import load_gpu
 from moetune.specs.hf_config import spec_from_hf
 from moetune.specs.registry import load_model
@@ -61,3 +61,11 @@ def test_graphs_fall_back_to_the_scopes_the_release_captures():
     assert release_grid([scoped], "0.15")[0] == [Knobs(cuda_graph_scope=("attn",))]
     assert release_grid([scoped], "0.16")[0] == [scoped]
     assert release_grid([scoped, Knobs(cuda_graph_scope=())], "0.14")[0] == [Knobs(cuda_graph_scope=())]
+
+
+def test_a_hybrid_is_pinned_to_one_stage_before_the_split_pattern():
+    """moetune writes a hybrid's pipeline split as '|' in --hybrid-layer-pattern (core_v0.17.0); before it the pattern
+    is unsplit, so plan keeps such a model at PP 1."""
+    hybrid = load_model("nemotron3-nano-30b-a3b")
+    assert release_pins(hybrid, "0.16") == {"pp": 1} and release_pins(hybrid, "0.17") == {}
+    assert release_pins(load_model("deepseek-v3"), "0.13") == {}

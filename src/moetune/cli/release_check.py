@@ -160,6 +160,9 @@ def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding
 # megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher @ core_v0.13.0-core_v0.15.0: "DeepEP is not
 # enabled. Please set --moe-enable-deepep"); 0.16 added moe_flex_dispatcher_backend (default "deepep") instead
 _BACKEND, _ENABLE = "model.moe_flex_dispatcher_backend", "model.moe_enable_deepep"
+# A Mamba hybrid's pattern: '|' stage separators came with --hybrid-layer-pattern (core_v0.17.0); the older
+# --hybrid-override-pattern refuses any symbol but the layers' (mamba_hybrid_layer_allocation.py:82 @core_v0.16.0)
+_PATTERN = "model.hybrid_layer_pattern"
 
 
 def _flex_backend(config: dict[str, Any], release: str | None) -> str | None:
@@ -200,6 +203,11 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
         raise MoetuneError(f"{option(reading.release)}: the config gives values that release refuses: "
                            + ", ".join(f"{n} ({has_it(n, reading.release)})" for n in refused)
                            + f"; upgrade {product(reading.release)} or change them")
+    if "|" in str(config.get(_PATTERN) or "") and not has(reading.release, "--hybrid-layer-pattern"):
+        raise MoetuneError(f"{option(reading.release)}: {_PATTERN} splits the pipeline with '|', which "
+                           f"--hybrid-layer-pattern brings ({has_it('--hybrid-layer-pattern', reading.release)}); "
+                           "before it --hybrid-override-pattern takes one unsplit pattern: plan with PP 1 "
+                           "(plan --megatron-core does), or upgrade")
     backend = _flex_backend(config, reading.release)
     if backend not in (None, "deepep"):
         raise MoetuneError(f"{option(reading.release)}: the flex dispatcher's {backend} backend came in "
@@ -207,7 +215,9 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
                            "upgrade, or emit with the deepep backend")
     if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
         config = {**config, _ENABLE: True}
-    keys = {_key(name): name for name in reversed(reading.lacking())}  # the first name read for a key
+    # the first name read for a key; a flag with a spelling the release has is not lacking (emit writes that one)
+    keys = {_key(name): name for name in reversed(reading.lacking())
+            if not (name.startswith("--") and alias_in(name, reading.release))}
     respelled = {k: alias for k in keys if k in config and (alias := alias_in(k, reading.release))}
     config = {respelled.get(k, k): v for k, v in config.items()}  # written as that release spells it
     kept = [k for k in keys if k in config and not at_default(k, config[k])]

@@ -244,8 +244,12 @@ def at_default(key: str, value: Any) -> bool:
 
 
 def alias_in(key: str, release: str) -> str | None:
-    """An alias of KEY (megatron_names.csv folds it into KEY) that RELEASE has, which a config for that release is
-    written with: Bridge before 0.6.0 has the data's sequence length only as Megatron-Core's dataset.sequence_length."""
+    """An alias of KEY that RELEASE has, which a config for that release is written with: for a field, a name
+    megatron_names.csv folds into it (Bridge before 0.6.0 has the data's sequence length only as Megatron-Core's
+    dataset.sequence_length); for a flag, another spelling of its field (--hybrid-override-pattern before 0.17)."""
+    if key.startswith("--"):
+        row = names().by_flag.get(key)
+        return next((f for f in (row.mlm_flags if row else ()) if f != key and has(release, f)), None)
     return next((a for a in names().aliases(key) if has(release, a)), None)
 
 

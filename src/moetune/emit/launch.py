@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from moetune.configio.releases import has, target
 from moetune.emit import values
 from moetune.emit.environment import environment, tp_cp_need_one_connection
 from moetune.errors import MoetuneError
@@ -58,8 +59,12 @@ def mlm_connections(config: dict[str, Any]) -> str:
 
 
 def entry_point(config: dict[str, Any]) -> str:
-    """Megatron-LM's training script: pretrain_hybrid.py for Mamba hybrids (HybridModel), else pretrain_gpt.py."""
-    return "pretrain_hybrid.py" if config.get("model.is_hybrid_model") else "pretrain_gpt.py"
+    """Megatron-LM's training script: pretrain_hybrid.py for Mamba hybrids (HybridModel), or pretrain_mamba.py on a
+    target release without it (before core_v0.18.0: the release tables' script rows); else pretrain_gpt.py."""
+    if not config.get("model.is_hybrid_model"):
+        return "pretrain_gpt.py"
+    release = target()
+    return "pretrain_hybrid.py" if release is None or has(release, "pretrain_hybrid.py") else "pretrain_mamba.py"
 
 
 def torchrun_sh(config: dict[str, Any], header: str) -> str:

@@ -109,3 +109,10 @@ def upgrade_for(change: dict, release: str) -> str | None:
     firsts = [newest_having(n, family) for n in missing]
     first = order[max(order.index(f) for f in firsts)] if None not in firsts else None
     return f"{product(release)} {first or 'newer than ' + order[-1]} ({', '.join(missing)})"
+
+
+def release_pins(spec: ModelSpec, release: str) -> dict:
+    """Layout pins a release needs of the model: a Mamba hybrid at PP 1 before --hybrid-layer-pattern (core_v0.17.0),
+    whose '|' stage separators are how moetune writes a hybrid's pipeline split (config_map.hybrid_fields); the older
+    --hybrid-override-pattern takes one unsplit pattern."""
+    return {"pp": 1} if spec.mamba and not has(release, "--hybrid-layer-pattern") else {}

@@ -27,7 +27,7 @@ from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
-from moetune.planner.release_fit import model_lacking, release_grid
+from moetune.planner.release_fit import model_lacking, release_grid, release_pins
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
@@ -93,6 +93,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     refuse_unpriced(spec, gpu.arch)  # one line before any search, not a "no layout fits"
     if release is not None:
         model_lacking(spec, gpu, release)
+        fixed = {**(fixed or {}), **release_pins(spec, release)}
     fixed = fixed or {}
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
