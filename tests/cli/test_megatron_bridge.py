@@ -127,3 +127,20 @@ def test_explain_of_a_plan_for_a_release_says_what_each_move_needs(tmp_path, cap
     assert code == 0 and moves["dispatcher_hybridep"]["predicted_gain"] > 0
     assert moves["dispatcher_hybridep"]["needs_release"] == "Megatron-Core 0.16 (model.moe_flex_dispatcher_backend)"
     assert all(m["needs_release"] is None or "Megatron-Core 0.1" in m["needs_release"] for m in moves.values())
+
+
+def test_a_hybrid_for_bridge_0_3_1_uses_its_provider_s_pattern_field(tmp_path, capsys):
+    """Bridge before 0.4.0 names the pattern hybrid_override_pattern (mamba_provider.py:99 @v0.3.1), and pins a
+    Megatron-Core without '|' stage separators (0.16.1): plan keeps Nemotron-3-Nano at PP 1, emit writes the older
+    name, and the overrides and launch check clean there."""
+    code, out, _ = run(["plan", "nemotron3-nano-30b-a3b", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--top", "1",
+                        "--megatron-bridge", "0.3.1", "--json"], capsys)
+    assert code == 0 and json.loads(out)["results"][0]["layout"]["pp"] == 1
+    saved = tmp_path / "p.json"
+    saved.write_text(out)
+    assert run(["emit", str(saved), "--out", str(tmp_path / "run")], capsys)[0] == 0
+    overrides = (tmp_path / "run" / "overrides.txt").read_text()
+    assert "model.hybrid_override_pattern=" in overrides and "model.hybrid_layer_pattern" not in overrides
+    for inputs in ([tmp_path / "run" / "overrides.txt"], [tmp_path / "run" / "env.sh", tmp_path / "run" /
+                                                            "megatron_lm_args.txt"]):
+        assert _errors([*map(str, inputs), "--megatron-bridge", "0.3.1"], capsys)[1] == []

@@ -119,3 +119,15 @@ def test_the_hybrid_pattern_s_older_spelling_is_read_as_main_reads_it():
     assert read["model.hybrid_layer_pattern"] == "M*M-"
     assert has("0.16", "--hybrid-override-pattern") and not has("0.16", "--hybrid-layer-pattern")
     assert span("pretrain_hybrid.py") == "from 0.18 on"
+
+
+def test_a_name_held_at_none_beside_its_other_name_is_no_value():
+    """Bridge's hybrid provider holds hybrid_override_pattern None beside hybrid_layer_pattern (hybrid_provider.py:128
+    @v0.6.0), as Megatron-Core holds cuda_graph_scope None beside cuda_graph_modules: the None is no value, not a
+    contradiction; the older name alone reads as the field."""
+    from moetune.configio.normalize import Assignment, resolve
+    both = resolve([Assignment(key="model.hybrid_override_pattern", value=None, origin="y"),
+                    Assignment(key="model.hybrid_layer_pattern", value="M*M-", origin="y")])
+    assert both["model.hybrid_layer_pattern"] == "M*M-"
+    alone = resolve([Assignment(key="model.hybrid_override_pattern", value="M*", origin="y")])
+    assert alone["model.hybrid_layer_pattern"] == "M*"

@@ -128,20 +128,20 @@ class Resolved(dict):
         self.spelled: dict[str, str] = {}  # key -> the alias the source wrote it as (--megatron-core checks that)
 
 
-# Megatron-Core renamed cuda_graph_scope to cuda_graph_modules and keeps the old field as an alias that defaults to
-# None: a None scope is no value at all, and only a set one is moved onto cuda_graph_modules (TransformerConfig
-# __post_init__, transformer_config.py @ core_v0.18.2). Bridge's own helper writes the new field with the old one
-# None beside it (utils/cuda_graph.py set_cuda_graph_modules @ 067f987), as the GPT-OSS 20B local-graph recipes do by
-# hand (perf_recipes/gpt_oss/common.py _apply_gpt_oss_20b_local_graph_configs), and so does every YAML dump of a config
-# Megatron-Core has normalized. Both fold to one name here (megatron_names.csv), so that None is dropped where the
-# same source sets cuda_graph_modules, instead of reading as an empty scope that contradicts it.
-_SCOPE, _MODULES = "model.cuda_graph_scope", "model.cuda_graph_modules"
-
-
-def _unset_scopes_dropped(assignments: list[Assignment]) -> list[Assignment]:
-    if not any(a.key == _MODULES for a in assignments):
-        return assignments
-    return [a for a in assignments if not (a.key == _SCOPE and a.value is None)]
+# A field with two names (an alias the name table folds into its canonical one) is often written under both, the unused
+# one None: Megatron-Core renamed cuda_graph_scope to cuda_graph_modules and keeps the old field as an alias that
+# defaults to None, moving only a set one onto cuda_graph_modules (TransformerConfig __post_init__,
+# transformer_config.py @ core_v0.18.2); Bridge's own helper writes the new field with the old one None beside it
+# (utils/cuda_graph.py set_cuda_graph_modules @ 067f987), as the GPT-OSS 20B local-graph recipes do by hand
+# (perf_recipes/gpt_oss/common.py _apply_gpt_oss_20b_local_graph_configs), and so does every YAML dump of a config
+# Megatron-Core has normalized; Bridge's hybrid provider holds hybrid_override_pattern None beside
+# hybrid_layer_pattern (models/hybrid/hybrid_provider.py:128 @ v0.6.0). Both names fold to one here, so a None under
+# one name is dropped where the same source sets the other, instead of reading as a value that contradicts it.
+def _unset_aliases_dropped(assignments: list[Assignment]) -> list[Assignment]:
+    field = names().canonical
+    given = {(field(a.key), a.key) for a in assignments if a.value is not None}
+    return [a for a in assignments
+            if not (a.value is None and any(f == field(a.key) and k != a.key for f, k in given))]
 
 
 def resolve(assignments: Iterable[Assignment]) -> Resolved:
@@ -149,7 +149,7 @@ def resolve(assignments: Iterable[Assignment]) -> Resolved:
     out = Resolved()
     soft: set[str] = set()
     where: dict[str, str] = {}
-    for raw in _unset_scopes_dropped(list(assignments)):
+    for raw in _unset_aliases_dropped(list(assignments)):
         for a in expand(raw):
             key = canonical_key(a.key, a.origin)
             value = _coerced(key, a.value, a.origin)
