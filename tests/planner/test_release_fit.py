@@ -69,3 +69,9 @@ def test_a_hybrid_is_pinned_to_one_stage_before_the_split_pattern():
     hybrid = load_model("nemotron3-nano-30b-a3b")
     assert release_pins(hybrid, "0.16") == {"pp": 1} and release_pins(hybrid, "0.17") == {}
     assert release_pins(load_model("deepseek-v3"), "0.13") == {}
+
+
+def test_a_user_pin_that_splits_a_hybrid_on_such_a_release_is_one_line():
+    with pytest.raises(MoetuneError, match=r"^--megatron-core 0\.16: --fix pp=2 splits .*fix pp=1, or upgrade"):
+        release_pins(load_model("nemotron3-nano-30b-a3b"), "0.16", {"pp": 2})
+    assert release_pins(load_model("nemotron3-nano-30b-a3b"), "0.16", {"pp": 1}) == {"pp": 1}

@@ -56,11 +56,11 @@ def model_lacking(spec: ModelSpec, gpu: GpuSpec, release: str) -> None:
                            f"{describe(release)} lacks: upgrade, or plan without the option")
 
 
-# What a knob set runs as where the release lacks a field or value it sets, keyed by field (the value refused, or
-# None for a field): the MXFP8 recipe without the output projection in MXFP8 (fp8_output_proj: a TransformerConfig
-# field from core_v0.18.0 on), CUDA graphs over the scopes the release captures (moe_router and moe_preprocess
-# from 0.16; before it one scope, attn, full or full_iteration). A lacking field with none (HybridEP, offloading,
-# full-iteration graphs' static experts) leaves the set out.
+# What a knob set runs as where the release lacks a field or value it sets, keyed by field (called with the refused
+# value, or '' for a lacking field): the MXFP8 recipe without the output projection in MXFP8 (fp8_output_proj: a
+# TransformerConfig field from core_v0.18.0 on), CUDA graphs over the scopes the release captures (moe_router and
+# moe_preprocess from 0.16; before it one scope, attn, full or full_iteration). A lacking field with none (HybridEP,
+# offloading, full-iteration graphs' static experts) leaves the set out.
 FALLBACKS = {
     "model.fp8_output_proj": lambda k, _: replace(k, fp8_output_proj=False),
     "model.cuda_graph_scope": lambda k, value: replace(k, cuda_graph_scope=tuple(
@@ -111,8 +111,14 @@ def upgrade_for(change: dict, release: str) -> str | None:
     return f"{product(release)} {first or 'newer than ' + order[-1]} ({', '.join(missing)})"
 
 
-def release_pins(spec: ModelSpec, release: str) -> dict:
+def release_pins(spec: ModelSpec, release: str, fixed: dict | None = None) -> dict:
     """Layout pins a release needs of the model: a Mamba hybrid at PP 1 before --hybrid-layer-pattern (core_v0.17.0),
     whose '|' stage separators are how moetune writes a hybrid's pipeline split (config_map.hybrid_fields); the older
-    --hybrid-override-pattern takes one unsplit pattern."""
-    return {"pp": 1} if spec.mamba and not has(release, "--hybrid-layer-pattern") else {}
+    --hybrid-override-pattern takes one unsplit pattern. One line where FIXED (the user's --fix) pins otherwise."""
+    pins = {"pp": 1} if spec.mamba and not has(release, "--hybrid-layer-pattern") else {}
+    for key, value in pins.items():
+        if key in (fixed or {}) and fixed[key] not in (value, [value]):
+            raise MoetuneError(f"{option(release)}: --fix {key}={fixed[key]} splits {spec.name}'s hybrid pattern, "
+                               f"which needs --hybrid-layer-pattern ({has_it('--hybrid-layer-pattern', release)}): "
+                               f"fix {key}={value}, or upgrade")
+    return pins

@@ -93,7 +93,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     refuse_unpriced(spec, gpu.arch)  # one line before any search, not a "no layout fits"
     if release is not None:
         model_lacking(spec, gpu, release)
-        fixed = {**(fixed or {}), **release_pins(spec, release)}
+        fixed = {**(fixed or {}), **release_pins(spec, release, fixed or {})}
     fixed = fixed or {}
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
