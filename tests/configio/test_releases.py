@@ -1,6 +1,9 @@
 """megatron_releases.csv (tools/megatron_releases.py) against megatron_names.csv, and the Megatron-LM reader under
 --megatron-core: a flag main dropped is read as the named release's, and without one the error names the release."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from moetune.configio.mlm import parse_mlm
@@ -131,3 +134,28 @@ def test_a_name_held_at_none_beside_its_other_name_is_no_value():
     assert both["model.hybrid_layer_pattern"] == "M*M-"
     alone = resolve([Assignment(key="model.hybrid_override_pattern", value="M*", origin="y")])
     assert alone["model.hybrid_layer_pattern"] == "M*"
+
+
+MLM_MIRROR = Path("/work/.mirror/NVIDIA+Megatron-LM/repo")
+
+
+@pytest.mark.skipif(not MLM_MIRROR.is_dir(), reason="no Megatron-LM mirror here")
+@pytest.mark.parametrize(("release", "tag"), [("0.15", "core_v0.15.0"), ("0.16", "core_v0.16.0"),
+                                              ("main", "d98e8a64ddf3")])
+def test_the_value_rows_are_what_the_sources_say(tmp_path, release, tag):
+    """tools/megatron_values.py over the tag's sources gives exactly the values the table says the release takes."""
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
+    from megatron_values import values
+    for path in ("megatron/core/transformer/transformer_config.py", "megatron/core/transformer/enums.py"):
+        text = subprocess.run(["git", "-C", str(MLM_MIRROR), "show", f"{tag}:{path}"], capture_output=True,
+                              text=True, check=True).stdout
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    found = {n for n in values(str(tmp_path)) if not n.endswith("=*")}
+    table = {n for n, kind in releases().kind.items() if kind == "value" and release in releases().have[n]}
+    fields = {n.split("=")[0] for n in found}
+    assert {n for n in table if n.split("=")[0] in fields} <= found  # each listed value the release has is found
+    listed = {n for n, kind in releases().kind.items() if kind == "value"}
+    assert {n for n in found if n in listed} == {n for n in table if n.split("=")[0] in fields}
