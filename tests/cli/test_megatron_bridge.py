@@ -144,3 +144,11 @@ def test_a_hybrid_for_bridge_0_3_1_uses_its_provider_s_pattern_field(tmp_path, c
     for inputs in ([tmp_path / "run" / "overrides.txt"], [tmp_path / "run" / "env.sh", tmp_path / "run" /
                                                             "megatron_lm_args.txt"]):
         assert _errors([*map(str, inputs), "--megatron-bridge", "0.3.1"], capsys)[1] == []
+
+
+def test_a_release_without_the_last_resort_offload_says_nothing_fits(capsys):
+    """Kimi-K2 does not fit on 64 H100; plan's last resort offloads the routed experts' activations, which 0.15 cannot
+    (offload_modules came in 0.16): the answer is nothing fits (exit 1), not a refusal of a pass nobody pinned."""
+    code, out, err = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--megatron-core", "0.15"],
+                         capsys)
+    assert code == 1 and "nothing fits" in out and not err

@@ -41,6 +41,11 @@ def lacking(fields: dict, release: str) -> list[str]:
             ] + values_lacking(fields, release)
 
 
+def runs(k: Knobs, release: str) -> bool:
+    """Whether RELEASE has every field and value knob set K sets."""
+    return not lacking(knob_fields(k), release)
+
+
 def _spans(names, release: str) -> str:
     return ", ".join(f"{n} ({has_it(n, release)})" for n in names)
 

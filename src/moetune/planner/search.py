@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from moetune.errors import MoetuneError
 from moetune.layout.dp_sharding import fsdp_optimizer_refusal
 from moetune.layout.dsa_split import refuse_unpriced
+from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.modules import unsaved_offloads
 from moetune.layout.validate import LONG_CONTEXT, Workload
@@ -27,7 +28,7 @@ from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
-from moetune.planner.release_fit import model_lacking, release_grid, release_pins
+from moetune.planner.release_fit import model_lacking, release_grid, release_pins, runs
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
@@ -107,7 +108,10 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     passes = [fixed]
     if "optimizer_offload_fraction" not in fixed:
         passes = [{**fixed, "optimizer_offload_fraction": [0.0]}, fixed]
-    if "offload_modules" not in fixed and spec.num_moe_experts:
+    # the last resort where the release runs it (fine-grained offloading came in Megatron-Core 0.16): without it,
+    # nothing fits is the answer, not a refusal of a pass the user never asked for
+    if "offload_modules" not in fixed and spec.num_moe_experts and (
+            release is None or runs(Knobs(offload_modules=LAST_RESORT_OFFLOAD), release)):
         passes.append({**fixed, "offload_modules": LAST_RESORT_OFFLOAD})
 
     shared: dict = {}  # the passes' layouts and batch: they differ in the offload knobs alone (_candidates)
