@@ -149,6 +149,25 @@ def test_a_hybrid_for_bridge_0_3_1_uses_its_provider_s_pattern_field(tmp_path, c
 def test_a_release_without_the_last_resort_offload_says_nothing_fits(capsys):
     """Kimi-K2 does not fit on 64 H100; plan's last resort offloads the routed experts' activations, which 0.15 cannot
     (offload_modules came in 0.16): the answer is nothing fits (exit 1), not a refusal of a pass nobody pinned."""
-    code, out, err = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--megatron-core", "0.15"],
-                         capsys)
+    code, out, err = run(["plan", "kimi-k2", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--megatron-core",
+                          "0.15"], capsys)
     assert code == 1 and "nothing fits" in out and not err
+
+
+QWEN_GB200 = ["qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "64", "--ep", "16"]
+
+
+def test_estimate_for_a_release_moves_defaulted_knobs_and_refuses_given_ones(tmp_path, capsys):
+    """On GB200 the platform defaults HybridEP and graphs over attn, moe_router and moe_preprocess; Megatron-Core 0.15
+    has neither the flex backend field nor the router's scope values (0.16): the defaulted dispatcher falls back to
+    alltoall (the seeds' safe bring-up), the scope to attention, and the saved estimate names the release, which
+    explain's retune moves and emit take. A --dispatcher hybridep the user gave is one line."""
+    code, out, _ = run(["estimate", *QWEN_GB200, "--megatron-core", "0.15", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["knobs"]["dispatcher"] == "alltoall" and data["knobs"]["cuda_graph_scope"] == ["attn"]
+    assert data["release"]["option"] == "--megatron-core 0.15" and "flex_num_sms" not in data["defaulted"]
+    code, out, _ = run(["explain", *QWEN_GB200, "--megatron-core", "0.15", "--json"], capsys)
+    needs = {m["rule"]: m["needs_release"] for m in json.loads(out)["retune"]}
+    assert needs.get("dispatcher_hybridep") == "Megatron-Core 0.16 (model.moe_flex_dispatcher_backend)"
+    code, out, err = run(["estimate", *QWEN_GB200, "--megatron-core", "0.15", "--dispatcher", "hybridep"], capsys)
+    assert code == 2 and not out and err.count("\n") == 1 and "model.moe_flex_dispatcher_backend" in err

@@ -4,8 +4,8 @@ import click
 from rich.markup import escape
 
 from moetune.cli.check_cmd import RuleErrors
-from moetune.cli.estimate_input import estimate_from_flags
-from moetune.cli.options import config_options, knob_options, layout_options
+from moetune.cli.estimate_input import estimate_from_flags, kw_release
+from moetune.cli.options import config_options, knob_options, layout_options, release_options
 from moetune.cli.output import (
     attention_notes,
     console,
@@ -17,6 +17,8 @@ from moetune.cli.output import (
     table,
     user_files_line,
 )
+from moetune.cli.release_check import release_json
+from moetune.configio.releases import describe, option
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import default_scope
 from moetune.planner.ep_domain import partial_domain_note
@@ -32,6 +34,7 @@ from moetune.specs.platform import platform_defaults
 @layout_options
 @knob_options
 @config_options
+@release_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,
@@ -42,10 +45,15 @@ def command(model: str, as_json: bool, **kw) -> None:
     fp4 = caveat(result)
     if as_json:
         note = partial_domain_note(result)
+        release = kw_release(kw)  # emit and check of the saved estimate target it (release_check.inputs_release)
         emit_json({**result.to_json(), **({"partial_domain_note": note} if note else {}),
-                   **({"nvfp4_caveat": fp4} if fp4 else {}), "checks": found, "track_record": record})
+                   **({"nvfp4_caveat": fp4} if fp4 else {}), "checks": found, "track_record": record,
+                   **({"release": release_json(release, ())} if release else {})})
     else:
         print_estimate(result)
+        if (release := kw_release(kw)) is not None:
+            console().print(f"For {describe(release)} ({option(release)}): defaulted knobs take what it runs "
+                            "(planner/release_fit.py release_knobs); emit and check of a saved estimate target it")
         print_checks(found, mlm=launched_by_mlm(result))
         if files := user_files_line(result.user_files):
             console().print(files)

@@ -21,6 +21,12 @@ from moetune.walls.compute import router_dtype_defaulted, router_dtype_or_plan
 from moetune.walls.cp_legal import hcp_groups, rank_heads
 
 
+def kw_release(kw: dict) -> str | None:
+    """The release --megatron-core / --megatron-bridge name (checked), or None (also where a command has neither)."""
+    from moetune.cli.release_check import checked_release
+    return checked_release(kw.get("megatron_core"), kw.get("megatron_bridge"))
+
+
 def estimate_from_config(model: str, kw: dict):
     """The estimate of a launch config (layout, batch and knobs as Megatron would run it) on MODEL."""
     from moetune.configio.load import load_config
@@ -51,6 +57,9 @@ def estimate_from_config(model: str, kw: dict):
     eff = load_efficiency_file(kw["efficiency"], gpu.key)
     try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
         layout, workload, knobs = from_config(config, spec)
+        if (release := kw_release(kw)) is not None:  # nothing defaulted: a knob the config sets must run there
+            from moetune.planner.release_fit import release_knobs
+            knobs = release_knobs(knobs, release, [])
         if kw["token_imbalance"] is not None:
             knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
         result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
@@ -227,6 +236,9 @@ def estimate_from_flags(model: str, kw: dict):
     layout = build_layout(kw)
     gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
     knobs, defaulted = build_knobs(kw, gpu, layout, spec)
+    if (release := kw_release(kw)) is not None:  # what that release runs of the knobs (release_fit.release_knobs)
+        from moetune.planner.release_fit import release_knobs
+        knobs = release_knobs(knobs, release, defaulted)
     result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"], gpu.key))
     # the global batch a run leaves out is MBS x DP x PP (Workload.gbs): it sets the micro-batches and so the bubble

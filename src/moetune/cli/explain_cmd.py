@@ -6,8 +6,15 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from moetune.cli.estimate_input import estimate_from_flags, load_overheads
-from moetune.cli.options import config_options, flags_a_saved_result_replaces, given, knob_options, layout_options
+from moetune.cli.estimate_input import estimate_from_flags, kw_release, load_overheads
+from moetune.cli.options import (
+    config_options,
+    flags_a_saved_result_replaces,
+    given,
+    knob_options,
+    layout_options,
+    release_options,
+)
 from moetune.cli.output import (
     console,
     emit_json,
@@ -43,6 +50,7 @@ from moetune.walls.efficiency import load_efficiency_file
 @layout_options
 @knob_options
 @config_options
+@release_options
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="An `estimate --json` of the same job (e.g. a published recipe): what this configuration changes "
                    "and which wall gains.")
@@ -78,8 +86,11 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
             raise MoetuneError("--rank picks a result of a saved plan; pass --plan FILE with it")
         result = estimate_from_flags(model, kw)
     answer = explain(result)
-    if saved is not None and isinstance(saved.get("release"), dict):  # a plan searched for a release (plan_cmd)
-        _with_release_needs(answer, saved["release"]["release"])
+    # a plan or estimate saved for a release (its "release"), or one named here: what each move needs of it
+    release = saved["release"]["release"] if saved is not None and isinstance(saved.get("release"), dict) else \
+        kw_release(kw)
+    if release is not None:
+        _with_release_needs(answer, release)
     if baseline:
         base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                                   where=f"--baseline {baseline}")

@@ -111,6 +111,20 @@ def knob_options(func):
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
+def release_options(func):
+    """--megatron-core / --megatron-bridge on estimate and explain: the release the knobs must run on (defaulted ones
+    move to what it runs; planner/release_fit.py release_knobs)."""
+    opts = [
+        click.option("--megatron-core", "megatron_core", default=None, metavar="X.Y",
+                     help="The Megatron-Core release the job runs: defaulted knobs move to what it runs, a given one "
+                          "it lacks is an error."),
+        click.option("--megatron-bridge", "megatron_bridge", default=None, metavar="X.Y.Z",
+                     help="The Megatron Bridge release the job runs (its own fields and its pinned Megatron-Core's), "
+                          "as --megatron-core."),
+    ]
+    return functools.reduce(lambda f, o: o(f), reversed(opts), func)
+
+
 def script_args_option():
     """--script-args, the same in every command that reads launch scripts (configio/load.py script_arguments)."""
     return click.option("--script-args", default=None, metavar='"ARG ..."',

@@ -127,3 +127,24 @@ def release_pins(spec: ModelSpec, release: str, fixed: dict | None = None) -> di
                                f"which needs --hybrid-layer-pattern ({has_it('--hybrid-layer-pattern', release)}): "
                                f"fix {key}={value}, or upgrade")
     return pins
+
+
+# The seeds' safe bring-up dispatcher: what a defaulted flex backend the release lacks falls back to (HybridEP, the
+# GB200/GB300 default, before Megatron-Core 0.16)
+SAFE_DISPATCHER = "alltoall"
+
+
+def release_knobs(k: Knobs, release: str, defaulted: list[str]) -> Knobs:
+    """K as RELEASE runs it, moving only what moetune defaulted (DEFAULTED, estimate's list, is updated): a flex
+    dispatcher the release lacks falls back to SAFE_DISPATCHER, a graph scope to the scopes it captures (FALLBACKS).
+    One line where what is left needs what the release lacks: a knob the user gave."""
+    if "dispatcher" in defaulted and not runs(Knobs(dispatcher=k.dispatcher), release):
+        k = replace(k, dispatcher=SAFE_DISPATCHER, flex_num_sms=None)
+        defaulted[:] = [d for d in defaulted if d != "flex_num_sms"]
+    scopes = [m for m in lacking(knob_fields(k), release) if m.startswith("model.cuda_graph_scope=")]
+    if "cuda_graph_scope" in defaulted and scopes:
+        k = _fallback(k, scopes)
+    if missing := lacking(knob_fields(k), release):
+        raise MoetuneError(f"{option(release)}: the knobs set what {describe(release)} lacks: "
+                           f"{_spans(missing, release)}; change the flags that set them, or upgrade")
+    return k
