@@ -34,6 +34,7 @@ from moetune.configio.releases import (
     values_lacking,
 )
 from moetune.errors import MoetuneError
+from moetune.planner.release_fit import SPLIT_PATTERN_FLAG, splits_hybrids
 from moetune.rules import Finding
 
 # the class each section's fields belong to (tools/megatron_releases.py CONFIGS, tools/bridge_releases.py SECTIONS)
@@ -160,9 +161,7 @@ def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding
 # megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher @ core_v0.13.0-core_v0.15.0: "DeepEP is not
 # enabled. Please set --moe-enable-deepep"); 0.16 added moe_flex_dispatcher_backend (default "deepep") instead
 _BACKEND, _ENABLE = "model.moe_flex_dispatcher_backend", "model.moe_enable_deepep"
-# A Mamba hybrid's pattern: '|' stage separators came with --hybrid-layer-pattern (core_v0.17.0); the older
-# --hybrid-override-pattern refuses any symbol but the layers' (mamba_hybrid_layer_allocation.py:82 @core_v0.16.0)
-_PATTERN = "model.hybrid_layer_pattern"
+_PATTERN = "model.hybrid_layer_pattern"  # a Mamba hybrid's, split by '|' where the release takes it (splits_hybrids)
 
 
 def _flex_backend(config: dict[str, Any], release: str | None) -> str | None:
@@ -203,9 +202,9 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
         raise MoetuneError(f"{option(reading.release)}: the config gives values that release refuses: "
                            + ", ".join(f"{n} ({has_it(n, reading.release)})" for n in refused)
                            + f"; upgrade {product(reading.release)} or change them")
-    if "|" in str(config.get(_PATTERN) or "") and not has(reading.release, "--hybrid-layer-pattern"):
+    if "|" in str(config.get(_PATTERN) or "") and not splits_hybrids(reading.release):
         raise MoetuneError(f"{option(reading.release)}: {_PATTERN} splits the pipeline with '|', which "
-                           f"--hybrid-layer-pattern brings ({has_it('--hybrid-layer-pattern', reading.release)}); "
+                           f"{SPLIT_PATTERN_FLAG} brings ({has_it(SPLIT_PATTERN_FLAG, reading.release)}); "
                            "before it --hybrid-override-pattern takes one unsplit pattern: plan with PP 1 "
                            "(plan --megatron-core does), or upgrade")
     backend = _flex_backend(config, reading.release)

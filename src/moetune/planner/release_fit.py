@@ -116,15 +116,25 @@ def upgrade_for(change: dict, release: str) -> str | None:
     return f"{product(release)} {first or 'newer than ' + order[-1]} ({', '.join(missing)})"
 
 
+# '|' stage separators in a hybrid's pattern came with --hybrid-layer-pattern (core_v0.17.0); the older
+# --hybrid-override-pattern refuses any symbol but the layers' (mamba_hybrid_layer_allocation.py:82 @core_v0.16.0)
+SPLIT_PATTERN_FLAG = "--hybrid-layer-pattern"
+
+
+def splits_hybrids(release: str) -> bool:
+    """Whether RELEASE takes a hybrid pattern split into pipeline stages ('|'), how moetune writes a hybrid's split
+    (config_map.hybrid_fields)."""
+    return has(release, SPLIT_PATTERN_FLAG)
+
+
 def release_pins(spec: ModelSpec, release: str, fixed: dict | None = None) -> dict:
-    """Layout pins a release needs of the model: a Mamba hybrid at PP 1 before --hybrid-layer-pattern (core_v0.17.0),
-    whose '|' stage separators are how moetune writes a hybrid's pipeline split (config_map.hybrid_fields); the older
-    --hybrid-override-pattern takes one unsplit pattern. One line where FIXED (the user's --fix) pins otherwise."""
-    pins = {"pp": 1} if spec.mamba and not has(release, "--hybrid-layer-pattern") else {}
+    """Layout pins a release needs of the model: a Mamba hybrid at PP 1 where it takes no split pattern
+    (splits_hybrids). One line where FIXED (the user's --fix) pins otherwise."""
+    pins = {"pp": 1} if spec.mamba and not splits_hybrids(release) else {}
     for key, value in pins.items():
         if key in (fixed or {}) and fixed[key] not in (value, [value]):
             raise MoetuneError(f"{option(release)}: --fix {key}={fixed[key]} splits {spec.name}'s hybrid pattern, "
-                               f"which needs --hybrid-layer-pattern ({has_it('--hybrid-layer-pattern', release)}): "
+                               f"which needs {SPLIT_PATTERN_FLAG} ({has_it(SPLIT_PATTERN_FLAG, release)}): "
                                f"fix {key}={value}, or upgrade")
     return pins
 
