@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from moetune.cli.estimate_input import load_overheads
-from moetune.cli.options import config_words, script_args_option
+from moetune.cli.options import config_words, release_options, script_args_option
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
-from moetune.cli.release_check import inputs_release, megatron_bridge_option, megatron_core_option, release_findings
+from moetune.cli.release_check import inputs_release, release_findings
 from moetune.configio import load_config
 from moetune.configio.names import is_megatron_lm
 from moetune.configio.releases import reading
@@ -62,8 +62,7 @@ def config_options(func):
                      help="Force the format of CONFIG files (default: from the extension and content)."),
         click.option("--gpu", default=None, help="GPU (h100, gb200, ...) or a cluster .toml: cluster.gpu."),
         click.option("--gpus", type=click.IntRange(min=1), default=None, help="GPUs in the job: cluster.num_gpus."),
-        megatron_core_option(),
-        megatron_bridge_option(),
+        release_options("names it lacks are errors (check) or refused (emit)"),
     ]):
         func = opt(func)
     return func

@@ -34,7 +34,7 @@ from moetune.specs.platform import platform_defaults
 @layout_options
 @knob_options
 @config_options
-@release_options
+@release_options("defaulted knobs move to what it runs, a given one it lacks is an error")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,

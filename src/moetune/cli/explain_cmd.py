@@ -50,7 +50,7 @@ from moetune.walls.efficiency import load_efficiency_file
 @layout_options
 @knob_options
 @config_options
-@release_options
+@release_options("defaulted knobs move to what it runs, and each retune move says the release it needs")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="An `estimate --json` of the same job (e.g. a published recipe): what this configuration changes "
                    "and which wall gains.")

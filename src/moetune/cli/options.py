@@ -7,6 +7,7 @@ import click
 
 from moetune.configio.layout_map import LAYOUT_FIELDS
 from moetune.configio.names import is_megatron_lm, names
+from moetune.configio.releases import releases
 from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.imbalance import DROPLESS_IMBALANCE
 from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
@@ -111,18 +112,19 @@ def knob_options(func):
     return functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
-def release_options(func):
-    """--megatron-core / --megatron-bridge on estimate and explain: the release the knobs must run on (defaulted ones
-    move to what it runs; planner/release_fit.py release_knobs)."""
+def release_options(effect: str):
+    """--megatron-core / --megatron-bridge, the same pair in every command that takes a release (configio/releases.py);
+    EFFECT: what naming one does in that command."""
+    core, bridge = releases().order, releases("bridge").order
     opts = [
         click.option("--megatron-core", "megatron_core", default=None, metavar="X.Y",
-                     help="The Megatron-Core release the job runs: defaulted knobs move to what it runs, a given one "
-                          "it lacks is an error."),
+                     help=f"The Megatron-Core release the job runs ({', '.join(core)}): {effect}. Default: Megatron-LM "
+                          "main's names."),
         click.option("--megatron-bridge", "megatron_bridge", default=None, metavar="X.Y.Z",
-                     help="The Megatron Bridge release the job runs (its own fields and its pinned Megatron-Core's), "
-                          "as --megatron-core."),
+                     help=f"The Megatron Bridge release the job runs ({', '.join(bridge)}), its own fields and those "
+                          f"of the Megatron-Core it pins: as --megatron-core."),
     ]
-    return functools.reduce(lambda f, o: o(f), reversed(opts), func)
+    return lambda func: functools.reduce(lambda f, o: o(f), reversed(opts), func)
 
 
 def script_args_option():

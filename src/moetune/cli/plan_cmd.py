@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
+from moetune.cli.options import release_options
 from moetune.cli.output import (
     attention_notes,
     console,
@@ -79,11 +80,7 @@ def _offload(k) -> str:
               help="GiB of GPU memory every candidate must leave free (the estimate's own error is a few %).")
 @click.option("--baseline", type=click.Path(dir_okay=False), default=None,
               help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
-@click.option("--megatron-core", "megatron_core", default=None, metavar="X.Y",
-              help="Search only knob sets this Megatron-Core release can run (its fields: megatron_releases.csv).")
-@click.option("--megatron-bridge", "megatron_bridge", default=None, metavar="X.Y.Z",
-              help="Search only knob sets this Megatron Bridge release can run (its own fields and its pinned "
-                   "Megatron-Core's: bridge_releases.csv).")
+@release_options("only the knob sets it runs are searched, and emit and check of the saved plan target it")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
             megatron_core, megatron_bridge, as_json) -> None:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import click
-
 from moetune.configio.names import names
 from moetune.configio.releases import (
     Reading,
@@ -30,7 +28,6 @@ from moetune.configio.releases import (
     newest_having,
     option,
     product,
-    releases,
     values_lacking,
 )
 from moetune.errors import MoetuneError
@@ -42,18 +39,6 @@ _CLASS = {"model": "TransformerConfig", "ddp": "DistributedDataParallelConfig", 
           "comm_overlap": "CommOverlapConfig", "mixed_precision": "MixedPrecisionConfig", "train": "TrainingConfig",
           "dataset": "GPTDatasetConfig", "rng": "RNGConfig", "checkpoint": "CheckpointConfig",
           "dist": "DistributedInitConfig", "rerun_state_machine": "RerunStateMachineConfig"}
-
-
-def megatron_core_option():
-    return click.option("--megatron-core", "megatron_core", default=None, metavar="X.Y",
-                        help=f"The Megatron-Core release the job runs ({', '.join(releases().order)}): names it "
-                             "lacks are errors (check) or refused (emit). Default: Megatron-LM main's names.")
-
-
-def megatron_bridge_option():
-    return click.option("--megatron-bridge", "megatron_bridge", default=None, metavar="X.Y.Z",
-                        help=f"The Megatron Bridge release the job runs ({', '.join(releases('bridge').order)}): its "
-                             "own fields and those of the Megatron-Core it pins, as --megatron-core does.")
 
 
 def release_target(megatron_core: str | None, megatron_bridge: str | None) -> tuple[str | None, str]:
@@ -83,7 +68,7 @@ def _saved_release(path: str) -> tuple[str, str] | None:
     except (OSError, ValueError):  # read_inputs says what is wrong with the file
         return None
     saved = data.get("release") if isinstance(data, dict) else None
-    return (saved["release"], saved["family"]) if isinstance(saved, dict) and "release" in saved else None
+    return (saved["release"], family_of(saved["release"])) if isinstance(saved, dict) and "release" in saved else None
 
 
 def checked_release(megatron_core: str | None, megatron_bridge: str | None) -> str | None:

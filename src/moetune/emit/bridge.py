@@ -138,11 +138,15 @@ def _split(fields: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     return planned, defaults
 
 
+def _dict_source(fields: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in fields.items()) + "}"
+
+
 def _assign_line(section: str, fields: dict[str, Any]) -> str:
     """One `_assign` call on one line (a few fields)."""
     planned, defaults = _split(fields)
-    def src(d): return "{" + ", ".join(f"{k!r}: {v}" for k, v in d.items()) + "}"
-    return f"    _assign({section!r}, cfg.{section}, {src(planned)}" + (f", {src(defaults)})" if defaults else ")")
+    tail = f", {_dict_source(defaults)})" if defaults else ")"
+    return f"    _assign({section!r}, cfg.{section}, {_dict_source(planned)}{tail}"
 
 
 def _assign_block(section: str, fields: dict[str, Any]) -> list[str]:
