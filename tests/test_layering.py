@@ -19,6 +19,8 @@ ALLOWED = {
     "rules": {"specs", "layout", "walls", "configio"},
     "planner": {"specs", "layout", "walls", "rules", "profile", "configio"},
     "emit": {"specs", "layout", "walls", "rules", "configio", "planner"},
+    # a sweep reads its candidates' logs (profile) against their saved predictions (planner)
+    "sweep": {"specs", "layout", "walls", "profile", "planner"},
 }
 
 

@@ -126,9 +126,9 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool) -> Non
               f"gap exceeds the group's repeat noise){other_way}")
 
 
-def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> None:
-    """Refit the per-GPU multipliers to a user's runs; report each run before and after."""
-    runs = load_user_runs(runs_path)
+def refit(runs: list, write_path: str | None) -> dict:
+    """The per-GPU multipliers refitted to measured runs (a user's CSV, a sweep's candidates), each run predicted with
+    the shipped constants and with the refit, written to WRITE_PATH where given: calibrate --runs' JSON object."""
     where = sections(by_gpu(runs)) if write_path else None  # a mix no file can hold fails before the fit
     fitted = fit_user_runs(runs)
     if write_path:
@@ -139,16 +139,30 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
              "fitted": predict(r, fitted[label[r.gpu.ref]]["constants"]).predicted} for r in runs]
     gpu_of = {r["run_id"]: r["gpu"] for r in rows}
     misfits = [{**m, "message": _misfit_line(m, gpu_of[m["run_id"]])} for m in memory_misfits(runs)]
+    return {"fitted": fitted, "runs": rows, "memory_warnings": misfits,
+            **({"written": {"path": write_path, "sections": where}} if write_path else {})}
+
+
+def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> None:
+    """Refit the per-GPU multipliers to a user's runs; report each run before and after."""
+    runs = load_user_runs(runs_path)
+    found = refit(runs, write_path)
     if as_json:
-        emit_json({"fitted": fitted, "runs": rows, "memory_warnings": misfits,
-                   **({"written": {"path": write_path, "sections": where}} if write_path else {})})
+        emit_json(found)
         return
-    out = console()
-    out.print(table("Your runs: tokens/s/GPU predicted with the shipped constants and with the refit",
-                    ["run", "model", "gpu", "GPUs", "measured", "shipped", "error", "refit", "error"],
-                    [[r["run_id"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}", f"{r['shipped']:,.0f}",
-                      f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%", f"{r['fitted']:,.0f}",
-                      f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows], justify_right_from=3))
+    rows = found["runs"]
+    console().print(table("Your runs: tokens/s/GPU predicted with the shipped constants and with the refit",
+                          ["run", "model", "gpu", "GPUs", "measured", "shipped", "error", "refit", "error"],
+                          [[r["run_id"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",
+                            f"{r['shipped']:,.0f}", f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%",
+                            f"{r['fitted']:,.0f}", f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows],
+                          justify_right_from=3))
+    print_refit(found, write_path, runs)
+
+
+def print_refit(found: dict, write_path: str | None, runs: list) -> None:
+    """Each GPU's multipliers, the limits the runs pressed, the memory warnings and where the constants went."""
+    out, fitted = console(), found["fitted"]
     for gpu, f in fitted.items():
         # a capped efficiency is named once, with what it got in effect, on the limit line below
         a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])})" if f["a2a_note"] is None else
@@ -158,9 +172,9 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
         if f["limits"]:
             out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
                       "does not meet them; check those rows (units, GPU count, configuration)")
-    for m in misfits:
+    for m in found["memory_warnings"]:
         out.print(f"[yellow]warning[/yellow]: {escape(m['message'])}")
-    out.print(_written_line(fitted, write_path, where, runs))
+    out.print(_written_line(fitted, write_path, found.get("written", {}).get("sections"), runs))
 
 
 def _misfit_line(m: dict, gpu: str) -> str:

@@ -32,7 +32,7 @@ def check_command(config: dict, out: Path, release: str | None = None) -> str:
     return shlex.join(words + (option(release).split() if release is not None else []))
 
 
-def _write(files: dict[str, str], out_dir: Path) -> list[Path]:
+def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -65,7 +65,9 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
         _emit(config, seen.release, out_dir, allow_errors, as_json)
 
 
-def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_json: bool) -> None:
+def emitted_files(config: dict, release: str | None, allow_errors: bool) -> tuple[dict[str, str], list]:
+    """(file name -> text, the rule errors passed over): refused in one line where `moetune check` finds errors
+    (unless allow_errors) or the files would pass a name RELEASE lacks."""
     errors = [f for f in check_findings(config) if f.severity == "error"]  # Megatron-Core validation too, if installed
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
@@ -76,7 +78,12 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
     if release is not None and (lacking := written_lacking(files, release)):
         raise MoetuneError(f"{option(release)}: the files would pass {', '.join(lacking)}, which that release lacks "
                            f"(moetune writes them for the plan); upgrade {product(release)} or drop what sets them")
-    written = _write(files, Path(out_dir)) if out_dir else []
+    return files, errors
+
+
+def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_json: bool) -> None:
+    files, errors = emitted_files(config, release, allow_errors)
+    written = write_files(files, Path(out_dir)) if out_dir else []
     if as_json:
         emit_json({"files": files if not out_dir else {p.name: str(p) for p in written}, "config": config,
                    "findings": [f.as_dict() for f in errors]})

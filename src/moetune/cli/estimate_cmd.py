@@ -1,4 +1,4 @@
-"""``moetune estimate``: memory (and, once modelled, time) of one configuration."""
+"""``moetune estimate``: memory and time of one configuration; ``moetune memory``: its memory alone."""
 
 import click
 from rich.markup import escape
@@ -66,7 +66,24 @@ def command(model: str, as_json: bool, **kw) -> None:
                          "numbers are what it would cost if it ran (`moetune check` lists the fixes)")
 
 
-def print_estimate(result: Estimate) -> None:
+@click.command(name="memory")
+@click.argument("model")
+@layout_options
+@knob_options
+@config_options
+@release_options("defaulted knobs move to what it runs, a given one it lacks is an error")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def memory_command(model: str, as_json: bool, **kw) -> None:
+    """Per-rank memory of MODEL on a layout: each pipeline stage's line items and whether it fits (`estimate` with
+    the step time and rule findings beside it)."""
+    result = estimate_from_flags(model, kw)
+    if as_json:
+        emit_json({key: value for key, value in result.to_json().items() if key != "time"})
+    else:
+        print_estimate(result, with_time=False)
+
+
+def print_estimate(result: Estimate, with_time: bool = True) -> None:
     out = console()
     out.print(f"[bold]{result.model.name}[/bold] on {result.layout.world_size} x {result.gpu.name}: "
               f"{result.layout.describe()}" + "".join(f"; {x}" for x in layout_extras(result.layout, result.knobs)))
@@ -83,7 +100,7 @@ def print_estimate(result: Estimate) -> None:
     rows.insert(0, ["params on rank"] + [f"{s.params / 1e9:.3f}B" for s in stages])
     rows.insert(1, ["micro-batches in flight"] + [f"{s.in_flight_microbatches:g}" for s in stages])
     out.print(table("Memory per rank (GiB) by pipeline stage", ["item"] + [f"stage {s.stage}" for s in stages], rows))
-    if result.time:
+    if result.time and with_time:
         print_time(result)
     # a configuration that does not fit is still one to cost (exit 0, JSON "fits": false); `check --model` fails on
     # it, and explain gives the seeds' fit steps

@@ -1,0 +1,249 @@
+"""``moetune sweep``: run a plan's top candidates as short benchmarks on the cluster, then read their logs back.
+
+``sweep write PLAN.json --out DIR`` emits each candidate's launch (as ``moetune emit PLAN.json --rank N`` does) into
+DIR/r01, DIR/r02, ..., set to run ``--iters`` iterations, log each one's time and save no checkpoint, with a
+submit.sh that submits them and a manifest; ``--submit`` runs submit.sh here. ``sweep ingest DIR`` reads each
+candidate's log: measured against predicted, the measured order against the predicted one, which candidate to run,
+and the per-GPU constants refitted to what the cluster measured (``--write FILE``, an --efficiency file).
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from moetune.cli.calibrate_cmd import print_refit, refit
+from moetune.cli.check_cmd import read_inputs
+from moetune.cli.emit_cmd import emitted_files, write_files
+from moetune.cli.options import release_options
+from moetune.cli.output import GIB, console, emit_json, table
+from moetune.cli.release_check import for_release, inputs_release
+from moetune.configio.releases import describe, reading
+from moetune.errors import MoetuneError
+from moetune.files import check_writable, read_json, write_text
+from moetune.planner.from_json import pick_result
+from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
+from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, write_manifest
+from moetune.sweep.submit import run_submit, submit_sh
+
+# What every candidate's launch gets besides its plan: the benchmark's length, a log line (with Megatron's TFLOP/s)
+# for every iteration, and no checkpoint at the end (a recipe's save directory would write the whole model and
+# optimizer state of a 30-iteration run). The names are Bridge's (megatron_names.csv) and emit spells them for
+# Megatron-LM.
+BENCHMARK_KEYS = ("train.train_iters", "logger.log_interval", "logger.log_throughput", "checkpoint.save")
+
+
+def _benchmark_sets(iters: int) -> tuple[str, ...]:
+    return (f"train.train_iters={iters}", "logger.log_interval=1", "logger.log_throughput=true", "checkpoint.save=null")
+
+
+@click.group(name="sweep")
+def command() -> None:
+    """Run a plan's top candidates as short Slurm benchmarks (write), then compare their logs with the predictions
+    and refit the constants (ingest)."""
+
+
+@command.command(name="write")
+@click.argument("plan_path", metavar="PLAN.json")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True,
+              help="Directory for the sweep (one folder per candidate, submit.sh, sweep.json). Required.")
+@click.option("--top", type=click.IntRange(min=1), default=4, show_default=True,
+              help="How many of the plan's results to run, from its pick down.")
+@click.option("--iters", type=click.IntRange(min=2), default=30, show_default=True,
+              help="Training iterations each benchmark runs (train_iters).")
+@click.option("--skip", type=click.IntRange(min=0), default=None,
+              help="Iterations left out of the timing (warm-up, compilation, CUDA-graph capture). Default: a third "
+                   "of --iters.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Dotted override for every candidate: data paths, tokenizer (repeatable).")
+@release_options("the files are written in its names, as emit writes them")
+@click.option("--allow-errors", is_flag=True, help="Write candidates `moetune check` finds errors in.")
+@click.option("--submit", is_flag=True, help="Run submit.sh now (on a login node, sbatch on PATH).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_bridge, allow_errors, submit,
+          as_json) -> None:
+    """Emit the top candidates of PLAN.json (`moetune plan --json`) as benchmarks, with a submit.sh."""
+    skip = iters // 3 if skip is None else skip
+    if skip >= iters:
+        raise MoetuneError(f"--skip {skip}: must be below --iters ({iters}), or no iteration is timed")
+    if given := [s for s in sets if s.split("=", 1)[0].strip() in BENCHMARK_KEYS]:
+        raise MoetuneError(f"--set {given[0]}: the sweep sets {', '.join(BENCHMARK_KEYS)} itself; use --iters")
+    out = Path(out_dir)
+    if (out / MANIFEST).exists():
+        raise MoetuneError(f"--out {out}: already holds a sweep ({MANIFEST}); pass another directory, so its logs "
+                           "stay with the candidates that wrote them")
+    results = _plan_results(plan_path)[:top]
+    with reading(*inputs_release([plan_path], megatron_core, megatron_bridge)) as seen:
+        emitted = {f"r{rank:02d}": _candidate_files(plan_path, rank, sets, iters, seen, allow_errors)
+                   for rank in range(1, len(results) + 1)}
+    for folder, files in emitted.items():  # every candidate emitted before any is written: a refusal writes nothing
+        write_files(files, out / folder)
+    sweep = Sweep(plan=str(Path(plan_path).resolve()), iters=iters, skip=skip, release=seen.release,
+                  candidates=[Candidate(rank=i, folder=f, result=r)
+                              for i, (f, r) in enumerate(zip(emitted, results, strict=True), 1)])
+    write_manifest(sweep, out)
+    script = write_text(out / "submit.sh", submit_sh(list(emitted), sweep.plan), "--out")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    jobs = run_submit(out) if submit else []
+    _print_written(sweep, out, jobs, as_json)
+
+
+def _plan_results(plan_path: str) -> list[dict]:
+    data = read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate --json`)")
+    if isinstance(data, dict) and "results" not in data:
+        return [pick_result(data)]  # an estimate: one candidate
+    pick_result(data)  # the one-line errors of a plan with no results, or not a plan
+    return data["results"]
+
+
+def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_errors: bool) -> dict[str, str]:
+    """emit's files for result RANK of the plan, set to benchmark; a refusal names the result."""
+    try:
+        config = read_inputs([plan_path], (*sets, *_benchmark_sets(iters)), None, None, None, None, rank)
+        if seen.release is not None:
+            config = for_release(config, seen)
+        return emitted_files(config, seen.release, allow_errors)[0]
+    except MoetuneError as err:
+        raise type(err)(f"result {rank}: {err}") from None
+
+
+def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool) -> None:
+    if as_json:
+        emit_json({"sweep": str(out), "candidates": [{"rank": c.rank, "folder": str(out / c.folder)}
+                                                     for c in sweep.candidates],
+                   "iters": sweep.iters, "skip": sweep.skip, "submitted": jobs})
+        return
+    shown = console()
+    shown.print(table(f"moetune sweep -> {out} ({sweep.iters} iterations each, timed after {sweep.skip})",
+                      ["#", "folder", "layout", "mbs", "precision", "dispatcher", "recompute", "tok/s/GPU",
+                       "peak GiB"],
+                      [[c.rank, c.folder, _layout(c.result), c.result["workload"]["micro_batch_size"],
+                        c.result["knobs"]["precision"], c.result["knobs"]["dispatcher"], _recompute(c.result),
+                        f"{c.result['time']['tokens_per_s_per_gpu']:,.0f}",
+                        f"{c.result['memory']['peak_bytes'] / GIB:.1f}"] for c in sweep.candidates],
+                      justify_right_from=7))
+    if sweep.release is not None:
+        shown.print(f"written for {describe(sweep.release)}")
+    for line in jobs:
+        shown.print(f"submitted: {line}")
+    if not jobs:
+        shown.print(escape(f"submit on the cluster: RECIPE=<this model's Bridge recipe> {out / 'submit.sh'} "
+                           "[sbatch options] (ENGINE=megatron-lm for Megatron-LM)"))
+    shown.print(f"when they have run: moetune sweep ingest {out}")
+
+
+def _layout(result: dict) -> str:
+    lay = result["layout"]
+    vpp = f"v{lay['vpp']}" if lay["vpp"] > 1 else ""
+    return f"TP{lay['tp']} CP{lay['cp']} PP{lay['pp']}{vpp} EP{lay['ep']} ETP{lay['etp']}"
+
+
+def _knobs(result: dict) -> str:
+    """What tells candidates of one layout apart: micro-batch, precision, dispatcher, recompute, graphs, EP overlap."""
+    k = result["knobs"]
+    graphs = ",".join(k["cuda_graph_scope"]) or "no graphs"
+    return (f"mbs {result['workload']['micro_batch_size']} {k['precision']} {k['dispatcher']} {_recompute(result)} "
+            f"{graphs}" + (" EP overlap" if k["ep_overlap"] else ""))
+
+
+def _recompute(result: dict) -> str:
+    k = result["knobs"]
+    modules = f" ({','.join(k['recompute_modules'])})" if k["recompute"] == "selective" else ""
+    return k["recompute"] + modules
+
+
+@command.command(name="ingest")
+@click.argument("directory", metavar="DIR")
+@click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the constants refitted to the measured candidates to this TOML file (an --efficiency "
+                   "file for plan, estimate and explain).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ingest(directory, write_path, as_json) -> None:
+    """Read each candidate's log in DIR (`sweep write --out DIR`): measured against predicted, and the refit."""
+    if write_path:
+        check_writable(write_path, "--write")
+    sweep = read_manifest(directory)
+    found = rows(sweep, Path(directory))
+    runs = measured_runs(found, sweep.release)
+    fit = refit(runs, write_path) if runs else None
+    if as_json:
+        emit_json(_ingest_json(sweep, found, fit))
+        return
+    _print_ingest(sweep, found, Path(directory))
+    if fit is not None:
+        print_refit(fit, write_path, runs)
+    else:
+        console().print("no candidate measured yet: nothing to refit")
+
+
+def _row_json(r: Row) -> dict:
+    m, res = r.measured, r.candidate.result
+    return {"rank": r.candidate.rank, "folder": r.candidate.folder, "status": m.status, "detail": m.detail,
+            "log": m.log, "predicted_tokens_per_s_per_gpu": r.predicted,
+            "measured_tokens_per_s_per_gpu": m.tokens_per_s_per_gpu, "error": r.error,
+            "predicted_step_seconds": res["time"]["step_seconds"], "measured_step_seconds": m.step_seconds,
+            "measured_tflops_per_gpu": m.tflops_per_gpu, "iteration_spread": m.spread, "timed_iterations": m.timed,
+            "predicted_peak_bytes": res["memory"]["peak_bytes"], "measured_max_reserved_bytes": m.peak_reserved_bytes,
+            "false_fit": r.false_fit}
+
+
+def _ingest_json(sweep: Sweep, found: list[Row], fit: dict | None) -> dict:
+    best = fastest(found)
+    return {"plan": sweep.plan, "candidates": [_row_json(r) for r in found],
+            "pairs": [{"faster": p.faster.candidate.folder, "slower": p.slower.candidate.folder,
+                       "measured_gap": p.measured_gap, "predicted_gap": p.predicted_gap, "agrees": p.agrees}
+                      for p in pairs(found)],
+            "fastest": None if best is None else best.candidate.folder, "refit": fit}
+
+
+def _print_ingest(sweep: Sweep, found: list[Row], directory: Path) -> None:
+    shown = console()
+    shown.print(table(f"moetune sweep {directory}: tokens/s/GPU predicted and measured",
+                      ["#", "folder", "layout", "knobs", "status", "predicted", "measured", "error", "peak GiB",
+                       "max reserved GiB"],
+                      [[r.candidate.rank, r.candidate.folder, _layout(r.candidate.result), _knobs(r.candidate.result),
+                        escape(f"{r.measured.status}: {r.measured.detail}" if r.measured.detail else r.measured.status),
+                        f"{r.predicted:,.0f}", _number(r.measured.tokens_per_s_per_gpu),
+                        "-" if r.error is None else f"{r.error:+.1%}",
+                        f"{r.candidate.result['memory']['peak_bytes'] / GIB:.1f}",
+                        _number(r.measured.peak_reserved_bytes, GIB, ".1f")] for r in found], justify_right_from=5))
+    for r in found:
+        if r.false_fit:
+            mem = r.candidate.result["memory"]
+            free = (mem["capacity_bytes"] - mem["peak_bytes"]) / GIB
+            shown.print(f"[red]false fit[/red]: {r.candidate.folder} ran out of memory where moetune predicted "
+                        f"{mem['peak_bytes'] / GIB:.1f} of {mem['capacity_bytes'] / GIB:.1f} GiB; plan again with "
+                        f"--headroom above {free:.1f} GiB to leave it out")
+    for line in _order_lines(found, sweep):
+        shown.print(line)
+
+
+def _order_lines(found: list[Row], sweep: Sweep) -> list[str]:
+    found_pairs, best = pairs(found), fastest(found)
+    if best is None:
+        return []
+    counted = [p for p in found_pairs if not p.level]
+    wrong = [f"{p.faster.candidate.folder} > {p.slower.candidate.folder} (measured {p.measured_gap:+.1%}, predicted "
+             f"{-p.predicted_gap:.1%} the other way)" for p in counted if not p.agrees]
+    level = len(found_pairs) - len(counted)
+    judged = (f"{len(counted) - len(wrong)}/{len(counted)} pairs as predicted" if counted else "no pair to judge")
+    lines = [f"measured order: {judged} (pairs measured apart by more than 2% and their own iteration spread)"
+             + (f"; the other way: {', '.join(wrong)}" if wrong else "")
+             + (f"; {level} pair(s) predicted within 1%, which plan ranks by the seeds' order" if level else "")]
+    pick = next((r for r in found if r.candidate.rank == 1), None)
+    if best.candidate.rank == 1:
+        lines.append("the pick (r01) measured fastest")
+    elif pick is not None and pick.measured.ok:
+        gain = best.measured.tokens_per_s_per_gpu / pick.measured.tokens_per_s_per_gpu - 1
+        lines.append(f"{best.candidate.folder} measured fastest, {gain:+.1%} over the pick: run it with `moetune emit "
+                     f"{sweep.plan} --rank {best.candidate.rank}`")
+    else:
+        lines.append(f"{best.candidate.folder} measured fastest of those timed (the pick was not)")
+    return lines
+
+
+def _number(value: float | None, unit: float = 1.0, fmt: str = ",.0f") -> str:
+    return "-" if value is None else format(value / unit, fmt)

@@ -1,0 +1,70 @@
+"""sweep.json: what `moetune sweep write` wrote (each candidate's plan result and folder, the benchmark's length), which
+`moetune sweep ingest` reads back: the sweep folder holds all it needs, wherever the plan file has gone since."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from moetune.errors import MoetuneError
+from moetune.files import read_json, write_text
+
+MANIFEST = "sweep.json"
+FORMAT = 1  # the manifest's layout; a later moetune that changes it reads this number first
+
+
+@dataclass(kw_only=True, slots=True)
+class Candidate:
+    rank: int  # the plan's result number (1 = the pick)
+    folder: str  # the candidate's launch files and log, relative to the sweep directory
+    result: dict  # the plan's result as `plan --json` wrote it: its layout, knobs and predictions
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or not self.folder or "/" in self.folder or self.folder in (".", ".."):
+            raise ValueError(f"candidate rank {self.rank}, folder {self.folder!r}: needs a rank from 1 and a plain "
+                             "folder name")
+
+
+@dataclass(kw_only=True, slots=True)
+class Sweep:
+    plan: str  # the plan file the candidates came from (absolute), for the reader
+    iters: int  # train_iters each benchmark runs
+    skip: int  # iterations left out of the timing: warm-up, compilation and CUDA-graph capture
+    release: str | None  # the release the files were written for (configio/releases.py), None: Megatron-LM main's
+    candidates: list[Candidate]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.skip < self.iters:
+            raise ValueError(f"skip ({self.skip}) must be below iters ({self.iters}): no iteration would be timed")
+        if not self.candidates:
+            raise ValueError("no candidates")
+
+
+def write_manifest(sweep: Sweep, directory: Path) -> Path:
+    data = {"moetune_sweep": FORMAT, "plan": sweep.plan, "iters": sweep.iters, "skip": sweep.skip,
+            "release": sweep.release,
+            "candidates": [{"rank": c.rank, "folder": c.folder, "result": c.result} for c in sweep.candidates]}
+    return write_text(directory / MANIFEST, json.dumps(data, indent=1) + "\n", "--out")
+
+
+def read_manifest(directory: str | Path) -> Sweep:
+    """The sweep a directory holds; one line naming what is wrong with it."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise MoetuneError(f"{path}: no such directory; pass the --out directory of `moetune sweep write`")
+    if not (path / MANIFEST).is_file():
+        raise MoetuneError(f"{path}: no {MANIFEST}; pass the --out directory of `moetune sweep write`")
+    data = read_json(path / MANIFEST, "", "pass the sweep.json `moetune sweep write` wrote")
+    where = f"{path / MANIFEST}"
+    if not isinstance(data, dict) or data.get("moetune_sweep") != FORMAT:
+        raise MoetuneError(f"{where}: not a moetune sweep manifest (format {FORMAT}); write the sweep again with "
+                           "`moetune sweep write`")
+    try:
+        return Sweep(plan=str(data["plan"]), iters=int(data["iters"]), skip=int(data["skip"]),
+                     release=data.get("release"),
+                     candidates=[Candidate(rank=int(c["rank"]), folder=str(c["folder"]), result=dict(c["result"]))
+                                 for c in data["candidates"]])
+    except (KeyError, TypeError, ValueError) as err:
+        raise MoetuneError(f"{where}: {err if not isinstance(err, KeyError) else f'no field {err}'}; write the sweep "
+                           "again with `moetune sweep write`") from None

@@ -1,0 +1,86 @@
+"""What one candidate's benchmark measured: its training log (the newest in its folder), timed past the warm-up.
+
+The step time is the median of the logged iterations after `skip` (the first ones hold compilation, CUDA-graph
+capture and the allocator's growth); tokens/s/GPU is the global batch's tokens over that time and the world size, as
+published_runs.csv counts them. A log that ran out of memory, logged no iteration yet, logged too few, or ran another
+global batch than planned is said so, not timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from moetune.profile.megatron_log import TrainingLog, parse_log
+from moetune.sweep.submit import LOG_PREFIX
+
+MEASURED = "measured"
+
+
+@dataclass(kw_only=True, slots=True)
+class Measured:
+    status: str  # MEASURED, or why not: "out of memory", "no log", "no iteration", "too short", "other batch"
+    detail: str = ""  # the reason in words, for the table
+    log: str | None = None
+    step_seconds: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None  # as the log printed it (Megatron's own count), where it did
+    spread: float = 0.0  # half the interquartile range of the timed iterations, over their median
+    timed: int = 0  # iterations in the median
+    peak_reserved_bytes: float | None = None  # the largest `max reserved` any rank reported
+
+    @property
+    def ok(self) -> bool:
+        return self.status == MEASURED
+
+
+def find_log(folder: Path) -> tuple[Path | None, int]:
+    """(the newest log in FOLDER, how many there are): submit.sh's train-<job id>.log, else Slurm's default
+    slurm-<job id>.out (a job submitted by hand); the newest is the last attempt."""
+    logs = [p for p in (*folder.glob(f"{LOG_PREFIX}*.log"), *folder.glob("slurm-*.out")) if p.is_file()]
+    return (max(logs, key=lambda p: p.stat().st_mtime) if logs else None), len(logs)
+
+
+def _spread(values: list[float]) -> float:
+    if len(values) < 4:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return (q3 - q1) / 2 / statistics.median(values)
+
+
+def measure(folder: Path, workload: dict, world: int, skip: int) -> Measured:
+    """The candidate in FOLDER, planned at WORKLOAD (a result's "workload") on WORLD GPUs."""
+    path, count = find_log(folder)
+    if path is None:
+        return Measured(status="no log", detail=f"no {LOG_PREFIX}*.log or slurm-*.out in {folder}: not run yet")
+    log = parse_log(path.read_text(errors="replace"), str(path))
+    found = Measured(status="", log=str(path), peak_reserved_bytes=log.peak_reserved_bytes)
+    if count > 1:
+        found.detail = f"the newest of {count} logs; "
+    return _timed(found, log, workload, world, skip)
+
+
+def _timed(found: Measured, log: TrainingLog, workload: dict, world: int, skip: int) -> Measured:
+    gbs, seq = int(workload["global_batch_size"]), int(workload["seq_length"])
+    logged = next((it.global_batch_size for it in reversed(log.iterations) if it.global_batch_size), None)
+    timed = [it for it in log.iterations if it.iteration > skip and it.elapsed_ms is not None]
+    if log.oom_lines:
+        found.status, found.detail = "out of memory", found.detail + log.oom_lines[0]
+    elif not log.iterations:
+        found.status = "no iteration"
+        found.detail += "no iteration logged: still starting, or failed first"
+    elif logged is not None and logged != gbs:
+        found.status, found.detail = "other batch", found.detail + f"ran global batch {logged}, planned {gbs}"
+    elif not timed:
+        found.status = "too short"
+        found.detail += f"logged to iteration {log.iterations[-1].iteration}; the timing starts after {skip}"
+    else:
+        seconds = [it.elapsed_ms / 1000 for it in timed]
+        found.status, found.timed, found.spread = MEASURED, len(timed), _spread(seconds)
+        found.step_seconds = statistics.median(seconds)
+        found.tokens_per_s_per_gpu = gbs * seq / found.step_seconds / world
+        flops = [it.tflops_per_gpu for it in timed if it.tflops_per_gpu is not None]
+        found.tflops_per_gpu = statistics.median(flops) if flops else None
+        found.detail += f"iterations {timed[0].iteration}-{timed[-1].iteration}"
+    return found

@@ -1,0 +1,30 @@
+"""`moetune memory`: estimate's memory answer alone, the same numbers."""
+
+import json
+
+from tests.cli.cli_run import run
+
+ARGS = ["deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--tp", "2", "--pp", "8", "--vpp", "4", "--ep", "64",
+        "--pipeline-layout", "Et|(tt|)*30mL", "--recompute", "selective", "--recompute-modules", "mla_up_proj,mlp"]
+
+
+def test_memory_is_estimates_memory_without_the_time(capsys):
+    code, out, err = run(["memory", *ARGS, "--json"], capsys)
+    assert code == 0, err
+    memory = json.loads(out)
+    code, out, _ = run(["estimate", *ARGS, "--json"], capsys)
+    estimate = json.loads(out)
+    assert "time" not in memory and "time" in estimate
+    assert memory["stages"] == estimate["stages"] and memory["memory"] == estimate["memory"]
+    assert len(memory["stages"]) == 8  # one per pipeline stage
+
+
+def test_memory_table_names_the_peak_and_the_verdict(capsys):
+    code, out, _ = run(["memory", *ARGS], capsys)
+    assert code == 0 and "Memory per rank (GiB) by pipeline stage" in out and "usable: fits" in out
+    assert "Step time" not in out
+
+
+def test_a_layout_that_cannot_be_is_one_line(capsys):
+    code, _, err = run(["memory", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--ep", "3"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--ep" in err

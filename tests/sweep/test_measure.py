@@ -1,0 +1,76 @@
+"""One candidate's log measured (sweep/measure.py) and the manifest's checks (sweep/manifest.py), without the CLI."""
+
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from moetune.errors import MoetuneError
+from moetune.sweep.manifest import Candidate, Sweep, read_manifest, write_manifest
+from moetune.sweep.measure import find_log, measure
+
+# Megatron-LM's stdout for a Qwen3-30B-A3B job, iterations 1-8 of 10 (tests/profile/fixtures: formats cited there)
+LOG = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "megatron_lm_qwen3_30b_a3b.log"
+WORKLOAD = {"global_batch_size": 1024, "seq_length": 4096}
+
+
+def _times_after(skip: int) -> list[float]:
+    """The fixture's iteration times after SKIP, read here with a plain split of its lines."""
+    out = []
+    for line in LOG.read_text().splitlines():
+        if " iteration " in line and "elapsed time per iteration (ms):" in line:
+            number = int(line.split(" iteration ")[1].split("/")[0])
+            ms = float(line.split("elapsed time per iteration (ms):")[1].split("|")[0])
+            if number > skip:
+                out.append(ms / 1000)
+    return out
+
+
+def test_a_megatron_lm_log_is_timed_past_the_warm_up(tmp_path):
+    shutil.copy(LOG, tmp_path / "train-7.log")
+    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    seconds = _times_after(3)
+    assert found.ok and found.timed == len(seconds) == 5
+    assert found.step_seconds == pytest.approx(statistics.median(seconds))
+    assert found.tokens_per_s_per_gpu == pytest.approx(1024 * 4096 / statistics.median(seconds) / 16)
+    assert found.peak_reserved_bytes == pytest.approx(65012.0 * 2**20)  # "max reserved" in MiB, the largest reported
+    assert found.tflops_per_gpu is not None and 243 < found.tflops_per_gpu < 245
+    assert 0 < found.spread < 0.01  # the fixture's steady iterations lie within a fraction of a percent
+
+
+def test_the_warm_up_left_out_changes_the_figure(tmp_path):
+    shutil.copy(LOG, tmp_path / "train-7.log")
+    everything = measure(tmp_path, WORKLOAD, world=16, skip=0)
+    assert everything.timed == 8 and everything.step_seconds == pytest.approx(statistics.median(_times_after(0)))
+
+
+def test_the_newest_log_is_the_last_attempt(tmp_path):
+    old, new = tmp_path / "slurm-1.out", tmp_path / "train-2.log"
+    old.write_text("x")
+    new.write_text("y")
+    os.utime(old, (1, 1))
+    assert find_log(tmp_path) == (new, 2)
+    (tmp_path / "notes.txt").write_text("z")  # not a log
+    assert find_log(tmp_path) == (new, 2)
+
+
+def test_a_log_of_another_batch_is_not_timed(tmp_path):
+    shutil.copy(LOG, tmp_path / "train-7.log")
+    found = measure(tmp_path, {**WORKLOAD, "global_batch_size": 512}, world=16, skip=3)
+    assert found.status == "other batch" and found.tokens_per_s_per_gpu is None
+
+
+def test_manifest_round_trip_and_checks(tmp_path):
+    sweep = Sweep(plan="/p.json", iters=30, skip=10, release=None,
+                  candidates=[Candidate(rank=1, folder="r01", result={"time": {}})])
+    write_manifest(sweep, tmp_path)
+    assert read_manifest(tmp_path) == sweep
+    with pytest.raises(ValueError, match="a plain folder name"):
+        Candidate(rank=1, folder="../r01", result={})
+    with pytest.raises(ValueError, match="no candidates"):
+        Sweep(plan="p", iters=3, skip=1, release=None, candidates=[])
+    (tmp_path / "sweep.json").write_text('{"moetune_sweep": 1, "plan": "p", "iters": 3, "skip": 1}')
+    with pytest.raises(MoetuneError, match="no field 'candidates'"):
+        read_manifest(tmp_path)
