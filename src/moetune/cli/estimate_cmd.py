@@ -29,13 +29,17 @@ from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.specs.platform import platform_defaults
 
 
+def configuration_inputs(func):
+    """MODEL and one configuration's flags (or a config), the same for estimate and memory."""
+    for opt in reversed([click.argument("model"), layout_options, knob_options, config_options,
+                         release_options("defaulted knobs move to what it runs, a given one it lacks is an error"),
+                         click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")]):
+        func = opt(func)
+    return func
+
+
 @click.command(name="estimate")
-@click.argument("model")
-@layout_options
-@knob_options
-@config_options
-@release_options("defaulted knobs move to what it runs, a given one it lacks is an error")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@configuration_inputs
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,
     with the rule findings for the configuration."""
@@ -67,12 +71,7 @@ def command(model: str, as_json: bool, **kw) -> None:
 
 
 @click.command(name="memory")
-@click.argument("model")
-@layout_options
-@knob_options
-@config_options
-@release_options("defaulted knobs move to what it runs, a given one it lacks is an error")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@configuration_inputs
 def memory_command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL on a layout: each pipeline stage's line items and whether it fits (`estimate` with
     the step time and rule findings beside it)."""
