@@ -51,6 +51,17 @@ def test_a_bridge_field_the_release_lacks(capsys):
                             "--megatron-core", "0.18"], capsys)[1] == []
 
 
+def test_a_bridge_field_applied_onto_a_field_the_release_lacks(capsys):
+    """comm_overlap.overlap_moe_expert_parallel_comm is Bridge's own, applied onto the model's
+    overlap_moe_expert_parallel_comm, which core_v0.14.0 brought: on 0.13 the run would go without it."""
+    args = ["--set", "model.num_layers=4", "--set", "comm_overlap.overlap_moe_expert_parallel_comm=true"]
+    code, found, _ = _not_in_release([*args, "--megatron-core", "0.13"], capsys)
+    assert len(found) == 1 and "onto model.overlap_moe_expert_parallel_comm, which Megatron-Core 0.13 lacks " \
+        "(Megatron-Core has it from 0.14 on)" in found[0]["message"] and "upgrade to Megatron-Core 0.14" in \
+        found[0]["message"]
+    assert _not_in_release([*args, "--megatron-core", "0.14"], capsys)[1] == []
+
+
 @pytest.mark.parametrize("command", ["check", "emit"])
 def test_an_unknown_release_is_one_line_exit_2(command, capsys):
     code, _, err = run([command, MIXTRAL, "--gpus", "64", "--megatron-core", "0.12"], capsys)

@@ -8,6 +8,7 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
+from moetune.planner.knob_fields import knob_fields
 from moetune.planner.release_fit import lacking, model_lacking, release_grid, release_pins
 from moetune.specs.hardware import load_gpu
 from moetune.specs.hf_config import spec_from_hf
@@ -75,3 +76,15 @@ def test_a_user_pin_that_splits_a_hybrid_on_such_a_release_is_one_line():
     with pytest.raises(MoetuneError, match=r"^--megatron-core 0\.16: --fix pp=2 splits .*fix pp=1, or upgrade"):
         release_pins(load_model("nemotron3-nano-30b-a3b"), "0.16", {"pp": 2})
     assert release_pins(load_model("nemotron3-nano-30b-a3b"), "0.16", {"pp": 1}) == {"pp": 1}
+
+
+def test_ep_overlap_is_left_out_where_megatron_core_lacks_the_field_bridge_applies_it_onto():
+    """comm_overlap.overlap_moe_expert_parallel_comm is Bridge's; Bridge sets it on the model's
+    overlap_moe_expert_parallel_comm, a TransformerConfig field from core_v0.14.0 on (megatron_releases.csv), so a plan
+    for 0.13 runs without EP overlap (its pick had been emitted and then refused for --overlap-moe-expert-parallel-comm,
+    which 0.13's parser lacks)."""
+    overlap = Knobs(dispatcher="alltoall", ep_overlap=True)
+    assert "comm_overlap.overlap_moe_expert_parallel_comm" in lacking(knob_fields(overlap), "0.13")
+    assert lacking(knob_fields(overlap), "0.14") == []
+    kept, _ = release_grid([overlap, Knobs(dispatcher="alltoall")], "0.13")
+    assert kept == [Knobs(dispatcher="alltoall")]

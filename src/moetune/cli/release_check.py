@@ -18,6 +18,7 @@ from moetune.configio.names import names
 from moetune.configio.releases import (
     Reading,
     alias_in,
+    applied_onto,
     at_default,
     core_source,
     describe,
@@ -99,6 +100,9 @@ def _what(name: str, release: str) -> str:
     if name.startswith("--"):
         return (f"Megatron-LM argument {name} is not in {describe(release)}'s parser ({has_it(name, release)}): the "
                 "launch stops there with 'unrecognized arguments'")
+    if onto := [a for a in applied_onto(name, family_of(release)) if not has(release, a)]:
+        return (f"Bridge applies {name} onto {onto[0]}, which {describe(release)} lacks ({has_it(name, release)}): the "
+                "run would go without it, silently")
     cls = _CLASS.get(name.split(".", 1)[0], "config")
     return f"{name} is not a {cls} field in {describe(release)} ({has_it(name, release)}): Bridge stops there with " + (
         "'unexpected keyword argument'" if family_of(release) == "core" else "'not in struct' (a dotted override) "

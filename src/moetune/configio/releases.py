@@ -103,9 +103,33 @@ def known_release(text: str, family: str = "core") -> str:
     return text
 
 
+# Bridge's sections that Bridge applies onto Megatron-Core's config (training/comm_overlap.py and mixed_precision.py
+# set each field on the model provider): such a field runs only where the release has the Megatron-Core field it is
+# applied through (its alias, megatron_names.csv's canonical column), comm_overlap.overlap_moe_expert_parallel_comm
+# through model.overlap_moe_expert_parallel_comm (core_v0.14.0 on)
+APPLIED_ONTO_MODEL = ("comm_overlap.", "mixed_precision.")
+
+
+@lru_cache(maxsize=None)
+def applied_onto(name: str, family: str = "core") -> tuple[str, ...]:
+    """The Megatron-Core fields Bridge applies NAME through, where the release table lists them (APPLIED_ONTO_MODEL)."""
+    if not name.startswith(APPLIED_ONTO_MODEL):
+        return ()
+    table = releases(family).have
+    return tuple(a for a in names().aliases(name) if a in table)
+
+
 def has(release: str, name: str) -> bool:
-    listed = releases(family_of(release)).have.get(name)
-    return listed is None or release in listed
+    family = family_of(release)
+    listed = releases(family).have.get(name)
+    if listed is not None and release not in listed:
+        return False
+    onto = applied_onto(name, family)
+    return not onto or any(has(release, a) for a in onto)
+
+
+def _having(name: str, family: str) -> list[str]:
+    return [r for r in releases(family).order if has(r, name)]
 
 
 def dropped_flag_of(release: str | None, flag: str) -> bool:
@@ -116,8 +140,7 @@ def dropped_flag_of(release: str | None, flag: str) -> bool:
 
 def span(name: str, family: str = "core") -> str:
     """The releases that have NAME, in words: 'from 0.17 on', 'only in 0.19', 'in 0.16 to 0.18', 'in none'."""
-    order = releases(family).order
-    got = [r for r in order if r in releases(family).have.get(name, order)]
+    order, got = releases(family).order, _having(name, family)
     if not got:
         return "in none"
     first, last = order.index(got[0]), order.index(got[-1])
@@ -135,8 +158,7 @@ def has_it(name: str, release: str) -> str:
 
 def newest_having(name: str, family: str = "core") -> str | None:
     """The first release from which NAME stays (the one to upgrade to), or None where the newest (main) lacks it."""
-    order = releases(family).order
-    got = releases(family).have.get(name, frozenset(order))
+    order, got = releases(family).order, _having(name, family)
     if order[-1] not in got:
         return None
     start = len(order) - 1
