@@ -60,10 +60,15 @@ def test_each_candidate_is_the_plans_result_set_to_benchmark(plan_file, tmp_path
         lay = results[rank]["layout"]
         assert f"model.expert_model_parallel_size={lay['ep']}" in overrides
         assert f"model.pipeline_model_parallel_size={lay['pp']}" in overrides
-        assert {"train.train_iters=40", "logger.log_interval=1", "logger.log_throughput=true",
-                "checkpoint.save=null"} <= set(overrides)
+        # Bridge's performance scripts' benchmark settings (scripts/performance/utils/overrides.py)
+        assert {"train.train_iters=40", "logger.log_interval=1", "logger.log_throughput=true", "checkpoint.save=null",
+                "train.eval_iters=0", "train.manual_gc=true", "train.manual_gc_interval=100",
+                "scheduler.lr_decay_iters=40", "scheduler.lr_warmup_iters=10",
+                "rerun_state_machine.check_for_nan_in_loss=false"} <= set(overrides)
         args = (out / folder / "megatron_lm_args.txt").read_text().splitlines()
-        assert {"--train-iters 40", "--log-interval 1", "--log-throughput"} <= set(args)
+        assert {"--train-iters 40", "--log-interval 1", "--log-throughput", "--eval-iters 0", "--manual-gc",
+                "--manual-gc-interval 100", "--lr-decay-iters 40", "--lr-warmup-iters 10",
+                "--no-check-for-nan-in-loss-and-grad"} <= set(args)
         assert manifest["candidates"][rank]["result"] == results[rank]
     assert subprocess.run(["bash", "-n", str(out / "submit.sh")]).returncode == 0
 
@@ -92,7 +97,8 @@ def test_submit_refuses_a_bridge_launch_without_its_recipe(plan_file, tmp_path, 
 
 @pytest.mark.parametrize(("args", "words"), [
     (["--iters", "10", "--skip", "10"], "--skip 10: must be below --iters (10)"),
-    (["--set", "train.train_iters=5"], "the sweep sets train.train_iters"),
+    (["--set", "train.train_iters=5"], "the sweep sets train.train_iters for every benchmark"),
+    (["--set", "scheduler.lr_warmup_iters=2000"], "the sweep sets scheduler.lr_warmup_iters"),
 ])
 def test_write_refuses_in_one_line(plan_file, tmp_path, capsys, args, words):
     code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "s"), *args], capsys)

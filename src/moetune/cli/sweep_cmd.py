@@ -29,15 +29,19 @@ from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
 from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, write_manifest
 from moetune.sweep.submit import run_submit, submit_sh
 
-# What every candidate's launch gets besides its plan: the benchmark's length, a log line (with Megatron's TFLOP/s)
-# for every iteration, and no checkpoint at the end (a recipe's save directory would write the whole model and
-# optimizer state of a 30-iteration run). The names are Bridge's (megatron_names.csv) and emit spells them for
-# Megatron-LM.
-BENCHMARK_KEYS = ("train.train_iters", "logger.log_interval", "logger.log_throughput", "checkpoint.save")
 
-
-def _benchmark_sets(iters: int) -> tuple[str, ...]:
-    return (f"train.train_iters={iters}", "logger.log_interval=1", "logger.log_throughput=true", "checkpoint.save=null")
+# What every candidate's launch gets besides its plan: what Megatron Bridge's performance scripts set on every
+# benchmark they publish (scripts/performance/utils/overrides.py _set_common_perf_overrides @067f987: no evaluation,
+# Python's garbage collector run by hand every 100 iterations, no NaN or large-gradient checks, no checkpoint, a log
+# line per iteration, the learning-rate schedule inside the run), so a candidate measures as the published runs that
+# calibrate moetune measured; plus Megatron's TFLOP/s in each line. The warm-up stays below the decay, which
+# Megatron-Core's scheduler asserts. Bridge's names (megatron_names.csv), which emit spells for Megatron-LM too.
+def benchmark_sets(iters: int) -> dict[str, str]:
+    return {"train.train_iters": str(iters), "train.eval_iters": "0", "train.manual_gc": "true",
+            "train.manual_gc_interval": "100", "checkpoint.save": "null", "logger.log_interval": "1",
+            "logger.log_throughput": "true", "ddp.check_for_nan_in_grad": "false",
+            "ddp.check_for_large_grads": "false", "rerun_state_machine.check_for_nan_in_loss": "false",
+            "scheduler.lr_decay_iters": str(iters), "scheduler.lr_warmup_iters": str(min(10, iters - 1))}
 
 
 @click.group(name="sweep")
@@ -69,8 +73,9 @@ def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_br
     skip = iters // 3 if skip is None else skip
     if skip >= iters:
         raise MoetuneError(f"--skip {skip}: must be below --iters ({iters}), or no iteration is timed")
-    if given := [s for s in sets if s.split("=", 1)[0].strip() in BENCHMARK_KEYS]:
-        raise MoetuneError(f"--set {given[0]}: the sweep sets {', '.join(BENCHMARK_KEYS)} itself; use --iters")
+    if given := [s for s in sets if s.split("=", 1)[0].strip() in benchmark_sets(iters)]:
+        raise MoetuneError(f"--set {given[0]}: the sweep sets {given[0].split('=', 1)[0].strip()} for every "
+                           "benchmark (sweep_cmd.benchmark_sets); its length is --iters")
     out = Path(out_dir)
     if (out / MANIFEST).exists():
         raise MoetuneError(f"--out {out}: already holds a sweep ({MANIFEST}); pass another directory, so its logs "
@@ -102,7 +107,8 @@ def _plan_results(plan_path: str) -> list[dict]:
 def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_errors: bool) -> dict[str, str]:
     """emit's files for result RANK of the plan, set to benchmark; a refusal names the result."""
     try:
-        config = read_inputs([plan_path], (*sets, *_benchmark_sets(iters)), None, None, None, None, rank)
+        bench = tuple(f"{key}={value}" for key, value in benchmark_sets(iters).items())
+        config = read_inputs([plan_path], (*sets, *bench), None, None, None, None, rank)
         if seen.release is not None:
             config = for_release(config, seen)
         return emitted_files(config, seen.release, allow_errors)[0]
