@@ -21,6 +21,8 @@ ALLOWED = {
     "emit": {"specs", "layout", "walls", "rules", "configio", "planner"},
     # a sweep reads its candidates' logs (profile) against their saved predictions (planner)
     "sweep": {"specs", "layout", "walls", "profile", "planner"},
+    # a report lays out what the commands' JSON holds (planner/result_text.py words a saved result)
+    "report": {"planner"},
 }
 
 

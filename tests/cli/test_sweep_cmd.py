@@ -225,3 +225,15 @@ def test_ingest_refuses_what_is_not_a_sweep_in_one_line(tmp_path, capsys, make, 
     make(tmp_path / "d")
     code, _, err = run(["sweep", "ingest", str(tmp_path / "d")], capsys)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_result_megatron_refuses_is_named_and_nothing_is_written(plan_file, tmp_path, capsys):
+    """A plan edited by hand into knobs Megatron-Core refuses (delayed wgrad without EP overlap): emit's rule errors,
+    exit 1, named by the result, and no candidate folder written."""
+    data = json.loads(plan_file.read_text())
+    data["results"][1]["knobs"].update(delay_wgrad=True, ep_overlap=False)
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    code, _, err = run(["sweep", "write", str(edited), "--out", str(tmp_path / "s"), "--top", "2"], capsys)
+    assert code == 1 and err.startswith("error: result 2:") and "rule error" in err
+    assert not (tmp_path / "s").exists()

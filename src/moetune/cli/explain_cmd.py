@@ -90,7 +90,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     release = saved["release"]["release"] if saved is not None and isinstance(saved.get("release"), dict) else \
         kw_release(kw)
     if release is not None:
-        _with_release_needs(answer, release)
+        with_release_needs(answer, release)
     if baseline:
         base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
                                   where=f"--baseline {baseline}")
@@ -108,7 +108,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
             print_versus(answer["versus_baseline"])
 
 
-def _with_release_needs(answer: dict, release: str) -> None:
+def with_release_needs(answer: dict, release: str) -> None:
     """Each retune move the plan's release cannot run says which release it needs (release_fit.upgrade_for): the gain
     an upgrade would bring, where the plan itself kept to the release."""
     answer["release"] = release

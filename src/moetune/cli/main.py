@@ -30,11 +30,12 @@ def _register() -> None:
         hardware_cmd,
         models_cmd,
         plan_cmd,
+        report_cmd,
         sweep_cmd,
     )
 
     for module in (models_cmd, hardware_cmd, estimate_cmd, plan_cmd, explain_cmd, diagnose_cmd, check_cmd, emit_cmd,
-                   sweep_cmd, calibrate_cmd):
+                   sweep_cmd, report_cmd, calibrate_cmd):
         cli.add_command(module.command)
     cli.add_command(estimate_cmd.memory_command)
 

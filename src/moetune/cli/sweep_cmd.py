@@ -16,7 +16,7 @@ import click
 from rich.markup import escape
 
 from moetune.cli.calibrate_cmd import print_refit, refit
-from moetune.cli.check_cmd import read_inputs
+from moetune.cli.check_cmd import RuleErrors, read_inputs
 from moetune.cli.emit_cmd import emitted_files, write_files
 from moetune.cli.options import release_options
 from moetune.cli.output import GIB, console, emit_json, table
@@ -25,6 +25,7 @@ from moetune.configio.releases import describe, reading
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.from_json import pick_result
+from moetune.planner.result_text import knobs_label, layout_label, recompute_label
 from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
 from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, write_manifest
 from moetune.sweep.submit import run_submit, submit_sh
@@ -112,7 +113,7 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
         if seen.release is not None:
             config = for_release(config, seen)
         return emitted_files(config, seen.release, allow_errors)[0]
-    except MoetuneError as err:
+    except (MoetuneError, RuleErrors) as err:  # one line naming the result, with the exit code it had
         raise type(err)(f"result {rank}: {err}") from None
 
 
@@ -126,8 +127,8 @@ def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool) -> N
     shown.print(table(f"moetune sweep -> {out} ({sweep.iters} iterations each, timed after {sweep.skip})",
                       ["#", "folder", "layout", "mbs", "precision", "dispatcher", "recompute", "tok/s/GPU",
                        "peak GiB"],
-                      [[c.rank, c.folder, _layout(c.result), c.result["workload"]["micro_batch_size"],
-                        c.result["knobs"]["precision"], c.result["knobs"]["dispatcher"], _recompute(c.result),
+                      [[c.rank, c.folder, layout_label(c.result), c.result["workload"]["micro_batch_size"],
+                        c.result["knobs"]["precision"], c.result["knobs"]["dispatcher"], recompute_label(c.result),
                         f"{c.result['time']['tokens_per_s_per_gpu']:,.0f}",
                         f"{c.result['memory']['peak_bytes'] / GIB:.1f}"] for c in sweep.candidates],
                       justify_right_from=7))
@@ -139,26 +140,6 @@ def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool) -> N
         shown.print(escape(f"submit on the cluster: RECIPE=<this model's Bridge recipe> {out / 'submit.sh'} "
                            "[sbatch options] (ENGINE=megatron-lm for Megatron-LM)"))
     shown.print(f"when they have run: moetune sweep ingest {out}")
-
-
-def _layout(result: dict) -> str:
-    lay = result["layout"]
-    vpp = f"v{lay['vpp']}" if lay["vpp"] > 1 else ""
-    return f"TP{lay['tp']} CP{lay['cp']} PP{lay['pp']}{vpp} EP{lay['ep']} ETP{lay['etp']}"
-
-
-def _knobs(result: dict) -> str:
-    """What tells candidates of one layout apart: micro-batch, precision, dispatcher, recompute, graphs, EP overlap."""
-    k = result["knobs"]
-    graphs = ",".join(k["cuda_graph_scope"]) or "no graphs"
-    return (f"mbs {result['workload']['micro_batch_size']} {k['precision']} {k['dispatcher']} {_recompute(result)} "
-            f"{graphs}" + (" EP overlap" if k["ep_overlap"] else ""))
-
-
-def _recompute(result: dict) -> str:
-    k = result["knobs"]
-    modules = f" ({','.join(k['recompute_modules'])})" if k["recompute"] == "selective" else ""
-    return k["recompute"] + modules
 
 
 @command.command(name="ingest")
@@ -176,7 +157,7 @@ def ingest(directory, write_path, as_json) -> None:
     runs = measured_runs(found, sweep.release)
     fit = refit(runs, write_path) if runs else None
     if as_json:
-        emit_json(_ingest_json(sweep, found, fit))
+        emit_json(ingest_json(sweep, found, fit))
         return
     _print_ingest(sweep, found, Path(directory))
     if fit is not None:
@@ -196,7 +177,7 @@ def _row_json(r: Row) -> dict:
             "false_fit": r.false_fit}
 
 
-def _ingest_json(sweep: Sweep, found: list[Row], fit: dict | None) -> dict:
+def ingest_json(sweep: Sweep, found: list[Row], fit: dict | None) -> dict:
     best = fastest(found)
     return {"plan": sweep.plan, "candidates": [_row_json(r) for r in found],
             "pairs": [{"faster": p.faster.candidate.folder, "slower": p.slower.candidate.folder,
@@ -210,7 +191,8 @@ def _print_ingest(sweep: Sweep, found: list[Row], directory: Path) -> None:
     shown.print(table(f"moetune sweep {directory}: tokens/s/GPU predicted and measured",
                       ["#", "folder", "layout", "knobs", "status", "predicted", "measured", "error", "peak GiB",
                        "max reserved GiB"],
-                      [[r.candidate.rank, r.candidate.folder, _layout(r.candidate.result), _knobs(r.candidate.result),
+                      [[r.candidate.rank, r.candidate.folder, layout_label(r.candidate.result),
+                        knobs_label(r.candidate.result),
                         escape(f"{r.measured.status}: {r.measured.detail}" if r.measured.detail else r.measured.status),
                         f"{r.predicted:,.0f}", _number(r.measured.tokens_per_s_per_gpu),
                         "-" if r.error is None else f"{r.error:+.1%}",

@@ -1,0 +1,60 @@
+"""``moetune report PLAN.json --out report.html [--sweep DIR]``: the plan, its pick explained and, with a sweep of it,
+what the cluster measured, as one self-contained HTML page to share (report/plan_report.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from moetune.cli.explain_cmd import with_release_needs
+from moetune.cli.output import console, emit_json
+from moetune.cli.sweep_cmd import ingest_json
+from moetune.errors import MoetuneError
+from moetune.files import check_writable, read_json, write_text
+from moetune.planner.explain import explain
+from moetune.planner.from_json import estimate_from_json, pick_result
+from moetune.report.plan_report import render
+from moetune.sweep.compare import rows
+from moetune.sweep.manifest import read_manifest
+
+
+@click.command(name="report")
+@click.argument("plan_path", metavar="PLAN.json")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True,
+              help="The HTML file to write. Required.")
+@click.option("--sweep", "sweep_dir", default=None, metavar="DIR",
+              help="A sweep of this plan (`moetune sweep write PLAN.json --out DIR`): its measurements beside the "
+                   "predictions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: {written, sections}.")
+def command(plan_path, out_path, sweep_dir, as_json) -> None:
+    """Write PLAN.json (`moetune plan --json` or `estimate --json`) as an HTML report: candidates, walls, memory,
+    Fit / Scale / Profile / Retune of the pick, and a sweep's measurements."""
+    data = read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate --json`)")
+    if not isinstance(data, dict) or not ("results" in data or "layout" in data):
+        raise MoetuneError(f"{plan_path}: not a `moetune plan --json` or `estimate --json` output")
+    pick_result(data)  # a plan with no results is one line
+    check_writable(out_path, "--out")
+    result = estimate_from_json(data, 1, where=plan_path)
+    answer = explain(result)
+    if isinstance(data.get("release"), dict):  # a plan searched for a release: what each move needs of it
+        with_release_needs(answer, data["release"]["release"])
+    ingest = _ingest(sweep_dir, data) if sweep_dir else None
+    write_text(out_path, render(data, answer, plan_path, ingest), "--out")
+    sections = ["candidates", "walls", "memory", "explain"] + (["sweep"] if ingest else [])
+    if as_json:
+        emit_json({"written": str(Path(out_path)), "sections": sections})
+    else:
+        console().print(f"wrote {out_path} ({', '.join(sections)})")
+
+
+def _ingest(sweep_dir: str, plan: dict) -> dict:
+    """sweep ingest's JSON for the sweep in SWEEP_DIR, which must be of PLAN: each candidate the plan's result of its
+    rank (the plan file may have moved since; its results may not have changed)."""
+    sweep = read_manifest(sweep_dir)
+    results = plan["results"] if "results" in plan else [plan]
+    for c in sweep.candidates:
+        if c.rank > len(results) or results[c.rank - 1] != c.result:
+            raise MoetuneError(f"--sweep {sweep_dir}: its candidate {c.folder} is not result {c.rank} of this plan "
+                               f"(the sweep was written from {sweep.plan}); pass the plan it was written from")
+    return ingest_json(sweep, rows(sweep, Path(sweep_dir)), None)

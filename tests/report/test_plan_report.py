@@ -1,0 +1,134 @@
+"""`moetune report`: a real plan's page, each figure read back from the page against the plan's own JSON."""
+
+import contextlib
+import io
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+from tests.cli.cli_run import run
+
+from moetune.cli.main import main
+from moetune.report.plan_report import memory_groups
+
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory):
+    """DeepSeek-V3 on 256 GB200 (pipeline stages to chart), its three fastest configurations."""
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["plan", "deepseek-v3", "--gpu", "gb200", "--gpus", "256", "--gbs", "4096", "--top", "3",
+                     "--json"]) == 0
+    path.write_text(out.getvalue())
+    return path
+
+
+class Page(HTMLParser):
+    """The page's table rows (cell texts) and SVG rects / lines (attributes), in order."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.rows, self.rects, self.lines, self.svgs, self._cell = [], [], [], [], None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+        elif tag == "svg":
+            self.svgs.append(a)
+        elif tag == "rect" and "data-segment" in a:
+            self.rects.append({**a, "svg": len(self.svgs) - 1})
+        elif tag == "line":
+            self.lines.append(a)
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append(self._cell)
+            self._cell = None
+
+
+def _report(plan_file, tmp_path, capsys, *extra) -> tuple[Page, str]:
+    out = tmp_path / "report.html"
+    code, _, err = run(["report", str(plan_file), "--out", str(out), *extra], capsys)
+    assert code == 0, err
+    return Page(out.read_text()), out.read_text()
+
+
+def test_each_candidate_and_its_walls_are_the_plans(plan_file, tmp_path, capsys):
+    page, text = _report(plan_file, tmp_path, capsys)
+    results = json.loads(plan_file.read_text())["results"]
+    speeds = [row[9] for row in page.rows if row and row[0].isdigit()]
+    assert speeds == [f"{r['time']['tokens_per_s_per_gpu']:,.0f}" for r in results]
+    scale = float(page.svgs[0]["data-scale"])  # the walls chart: one bar a candidate, a rect a wall
+    walls = [r for r in page.rects if r["svg"] == 0]
+    assert len(walls) == 4 * len(results)
+    for rect, (result, wall) in zip(walls, [(r, w) for r in results for w in ("compute", "communication", "bubble",
+                                                                                "host")], strict=True):
+        assert rect["data-segment"] == wall
+        assert float(rect["width"]) == pytest.approx(result["time"]["walls"][wall] * scale, abs=0.01)
+
+
+def test_the_picks_memory_adds_up_to_each_stage_under_the_capacity_line(plan_file, tmp_path, capsys):
+    page, _ = _report(plan_file, tmp_path, capsys)
+    pick = json.loads(plan_file.read_text())["results"][0]
+    memory = [r for r in page.rects if r["svg"] == 1]
+    per_stage = len(memory) // len(pick["stages"])
+    for i, stage in enumerate(pick["stages"]):
+        values = [float(r["data-value"]) for r in memory[i * per_stage:(i + 1) * per_stage]]
+        assert sum(values) == pytest.approx(stage["bytes"]["total"] / GIB, rel=1e-4)
+    assert float(page.lines[0]["data-limit"]) == pytest.approx(pick["memory"]["capacity_bytes"] / GIB, rel=1e-5)
+
+
+def test_memory_groups_keep_every_byte():
+    items = {"weights": 2 * GIB, "main_grads": GIB, "act_attn_qkv": GIB, "act_expert_fc1_output": 3 * GIB,
+             "nccl_buffers": GIB, "total": 8 * GIB}
+    grouped = dict(memory_groups(items))
+    assert grouped["activations"] == 4 and grouped["buffers and overheads"] == 1
+    assert sum(grouped.values()) == 8
+
+
+def test_the_picks_retune_moves_are_explains(plan_file, tmp_path, capsys):
+    page, text = _report(plan_file, tmp_path, capsys)
+    code, out, _ = run(["explain", "--plan", str(plan_file), "--json"], capsys)
+    moves = json.loads(out)["retune"]
+    shown = [row[0] for row in page.rows if row and row[0] in {m["rule"] for m in moves}]
+    assert shown == [m["rule"] for m in moves]
+
+
+def test_a_sweep_of_another_plan_is_refused(plan_file, tmp_path, capsys):
+    other = tmp_path / "other.json"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "2", "--json"])
+    other.write_text(out.getvalue())
+    assert run(["sweep", "write", str(other), "--out", str(tmp_path / "s"), "--top", "1"], capsys)[0] == 0
+    code, _, err = run(["report", str(plan_file), "--out", str(tmp_path / "r.html"), "--sweep", str(tmp_path / "s")],
+                       capsys)
+    assert code == 2 and "is not result 1 of this plan" in err
+    page, _ = _report(other, tmp_path, capsys, "--sweep", str(tmp_path / "s"))
+    assert ["r01", "no log"] == [row[:2] for row in page.rows if row and row[0] == "r01"][0]
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (lambda p: p.write_text('{"a": 1}'), "not a `moetune plan --json` or `estimate --json` output"),
+    (lambda p: p.write_text('{"results": []}'), "the plan has no results"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, make, words):
+    bad = tmp_path / "bad.json"
+    make(bad)
+    code, _, err = run(["report", str(bad), "--out", str(tmp_path / "r.html")], capsys)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_out_path_in_no_directory_is_one_line(plan_file, tmp_path, capsys):
+    code, _, err = run(["report", str(plan_file), "--out", str(tmp_path / "no" / "r.html")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(r"--out .*r\.html", err)
