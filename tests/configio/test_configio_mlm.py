@@ -159,6 +159,16 @@ def test_a_hybrid_pattern_sets_vpp_from_its_segments_and_refuses_a_vpp_flag():
                              "--num-virtual-stages-per-pipeline-rank 2")
 
 
+def test_a_layer_pattern_makes_a_hybrid_without_is_hybrid_model():
+    """Megatron-LM sets is_hybrid_model from the pattern (training/argument_utils.py), so a pretrain_hybrid.py launch
+    that leaves the switch out is a hybrid all the same, and emit launches it with pretrain_hybrid.py."""
+    from moetune.emit.launch import entry_point
+
+    config = load_config(mlm_args="--num-layers 4 --hybrid-layer-pattern 'M*ME'")
+    assert config["model.is_hybrid_model"] is True and entry_point(config) == "pretrain_hybrid.py"
+    assert "model.is_hybrid_model" not in load_config(mlm_args="--num-layers 4")
+
+
 def test_a_logs_argument_dump_reads_as_bridge_names():
     """Megatron-LM's print_args lines (argparse destinations, Python-printed values) map through the flags' own
     spellings: booleans, lists and None where the field takes it; names with no flag of their spelling and values the

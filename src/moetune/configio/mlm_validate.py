@@ -18,6 +18,7 @@ def as_megatron_lm_runs(out: list[Assignment], origin: str, *, gqa: bool,
     _validate_args(out)
     _groups_ignored_without_gqa(out, gqa)
     out += _precision_default(out, origin) + _distributed_optimizer_default(out, origin) + _mlm_defaults(out, origin)
+    out += _hybrid_from_pattern(out, origin)
     out.append(Assignment(key=LAUNCHER, value="megatron-lm", origin=origin, soft=True))
     if vpp_layers is not None:
         out.append(_vpp_from_layers(out, *vpp_layers))
@@ -42,6 +43,17 @@ def _vpp_from_layout(out: list[Assignment], origin: str) -> list[Assignment]:
                            "(Megatron-LM refuses both)")
     return [Assignment(key="model.virtual_pipeline_model_parallel_size", value=FROM_LAYOUT,
                        origin=f"{split.origin} (VPP from {flag}, as Megatron-LM derives it)")]
+
+
+def _hybrid_from_pattern(out: list[Assignment], origin: str) -> list[Assignment]:
+    """A layer pattern makes the model a hybrid whether or not --is-hybrid-model is given: Megatron-LM sets
+    is_hybrid_model from it (training/argument_utils.py core_transformer_config_from_args; utils/common_utils.py
+    is_hybrid_model: "hybrid_layer_pattern is not None"), and pretrain_hybrid.py / pretrain_mamba.py take it so."""
+    given = {a.key: a.value for a in out}
+    if given.get("model.hybrid_layer_pattern") is None or "model.is_hybrid_model" in given:
+        return []
+    return [Assignment(key="model.is_hybrid_model", value=True, soft=True,
+                       origin=f"{origin} (a hybrid: Megatron-LM derives it from the layer pattern)")]
 
 
 def _validate_args(out: list[Assignment]) -> None:
