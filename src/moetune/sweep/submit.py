@@ -23,6 +23,8 @@ def submit_sh(folders: list[str], plan: str) -> str:
 # <folder>/{LOG_PREFIX}<job id>.log, which `moetune sweep ingest` reads. On the cluster's login node:
 #   RECIPE=<Megatron Bridge recipe function> ./submit.sh [sbatch options, e.g. --account=A --partition=P]
 #   ENGINE=megatron-lm MEGATRON_LM_DIR=/opt/Megatron-LM EXTRA_ARGS="<the model's MODEL_ARGS>" ./submit.sh
+# EXTRA_ARGS come after the sweep's own settings and win: leave out of them the iterations, logging, evaluation and
+# learning-rate schedule the sweep sets (a MODEL_ARGS warm-up longer than the run fails Megatron-Core's assert).
 # The jobs run one at a time (one job name, --dependency=singleton) unless SWEEP_PARALLEL=1.
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
