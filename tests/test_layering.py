@@ -19,8 +19,8 @@ ALLOWED = {
     "rules": {"specs", "layout", "walls", "configio"},
     "planner": {"specs", "layout", "walls", "rules", "profile", "configio"},
     "emit": {"specs", "layout", "walls", "rules", "configio", "planner"},
-    # a sweep reads its candidates' logs (profile) against their saved predictions (planner)
-    "sweep": {"specs", "layout", "walls", "profile", "planner"},
+    # a sweep reads its candidates' logs (profile) against their saved predictions (planner), for a release (configio)
+    "sweep": {"specs", "layout", "walls", "profile", "planner", "configio"},
     # a report lays out what the commands' JSON holds (planner/result_text.py words a saved result)
     "report": {"planner"},
 }

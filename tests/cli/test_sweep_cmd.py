@@ -88,16 +88,11 @@ def test_submit_runs_each_candidate_from_its_folder_one_at_a_time(plan_file, tmp
     assert "submitted: r01 501" in stdout
 
 
-def test_submit_refuses_a_bridge_launch_without_its_recipe(plan_file, tmp_path, capsys, fake_sbatch, monkeypatch):
-    monkeypatch.delenv("RECIPE", raising=False)
-    monkeypatch.delenv("ENGINE", raising=False)
-    code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "s"), "--submit"], capsys)
-    assert code == 2 and "set RECIPE" in err and not fake_sbatch.exists()
-
-
 @pytest.mark.parametrize(("args", "words"), [
     (["--iters", "10", "--skip", "10"], "--skip 10: must be below --iters (10)"),
-    (["--set", "train.train_iters=5"], "the sweep sets train.train_iters for every benchmark"),
+    (["--set", "train.train_iters=5"], "the sweep sets train.train_iters for every benchmark, as Bridge's "
+                                       "performance scripts do (sweep_cmd.benchmark_sets); the benchmark's length is "
+                                       "--iters"),
     (["--set", "scheduler.lr_warmup_iters=2000"], "the sweep sets scheduler.lr_warmup_iters"),
 ])
 def test_write_refuses_in_one_line(plan_file, tmp_path, capsys, args, words):
@@ -115,7 +110,7 @@ def test_write_keeps_an_earlier_sweeps_logs(plan_file, tmp_path, capsys):
 def test_submit_without_sbatch_says_where_to_run_it(plan_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch
     code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "s"), "--submit"], capsys)
-    assert code == 2 and "sbatch is not on PATH" in err and (tmp_path / "s" / "submit.sh").exists()
+    assert code == 2 and "sbatch is not on PATH" in err and not (tmp_path / "s").exists()
 
 
 def bridge_log(seconds: list[float], gbs: int = GBS, oom: bool = False) -> str:
@@ -185,7 +180,7 @@ def test_ingest_reads_the_table_and_writes_constants_plan_takes(swept, tmp_path,
     rows = {c["folder"]: c for c in json.loads(stdout)["candidates"]}
     assert (rows["r02"]["status"], rows["r02"]["detail"]) == ("too short", "logged to iteration 8; the timing starts "
                                                                           "after 10")
-    assert (rows["r03"]["status"], rows["r03"]["detail"]) == ("other batch", "ran global batch 256, planned 512")
+    assert (rows["r03"]["status"], rows["r03"]["detail"]) == ("other run", "ran global batch 256 (planned 512)")
     written = tmp_path / "mine.toml"
     code, stdout, err = run(["sweep", "ingest", str(swept), "--write", str(written)], capsys)
     assert code == 0, err
@@ -196,11 +191,13 @@ def test_ingest_reads_the_table_and_writes_constants_plan_takes(swept, tmp_path,
     assert code == 0, err
 
 
-def test_ingest_names_a_false_fit_with_the_headroom_that_leaves_it_out(swept, capsys):
+def test_ingest_names_a_false_fit_with_the_headroom_that_leaves_it_out(swept, tmp_path, capsys):
     (swept / "r01" / "train-9.log").write_text(bridge_log([30.0], oom=True))
-    code, stdout, _ = run(["sweep", "ingest", str(swept)], capsys)
-    assert code == 0 and "false fit" in stdout and "--headroom above" in stdout
-    assert "no candidate measured yet" in stdout
+    written = tmp_path / "mine.toml"
+    code, stdout, err = run(["sweep", "ingest", str(swept), "--write", str(written)], capsys)
+    assert "false fit" in stdout and "--headroom above" in stdout
+    # nothing timed: the table, then exit 1 saying no constants were written
+    assert code == 1 and "nothing to refit" in err and f"{written} not written" in err and not written.exists()
 
 
 def test_ingest_says_which_candidate_measured_fastest(swept, capsys):
@@ -237,3 +234,59 @@ def test_a_result_megatron_refuses_is_named_and_nothing_is_written(plan_file, tm
     code, _, err = run(["sweep", "write", str(edited), "--out", str(tmp_path / "s"), "--top", "2"], capsys)
     assert code == 1 and err.startswith("error: result 2:") and "rule error" in err
     assert not (tmp_path / "s").exists()
+
+
+def test_set_may_add_to_the_recipe_but_not_change_the_plan(plan_file, tmp_path, capsys):
+    code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "a"), "--set",
+                        "dataset.seq_length=8192"], capsys)
+    assert code == 2 and "it changes dataset.seq_length, which the plan set to 4096" in err
+    assert not (tmp_path / "a").exists()
+    _sweep(plan_file, tmp_path / "b", capsys, "--top", "1", "--set", "dataset.data_path=/data/x")
+    assert 'dataset.data_path="/data/x"' in (tmp_path / "b" / "r01" / "overrides.txt").read_text()
+
+
+def test_the_first_iteration_is_never_timed_by_default(plan_file, tmp_path, capsys):
+    _sweep(plan_file, tmp_path / "s", capsys, "--top", "1", "--iters", "2")
+    assert json.loads((tmp_path / "s" / "sweep.json").read_text())["skip"] == 1
+
+
+def test_write_notes_fewer_results_than_asked_and_a_candidate_that_will_not_fit(plan_file, tmp_path, capsys):
+    code, out, _ = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "s"), "--top", "9", "--json"],
+                       capsys)
+    assert code == 0 and "the plan holds 5 result(s), so 5 of --top 9 are written" in json.loads(out)["notes"][0]
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--precision", "bf16",
+                        "--json"], capsys)
+    (tmp_path / "e.json").write_text(out)
+    code, out, _ = run(["sweep", "write", str(tmp_path / "e.json"), "--out", str(tmp_path / "e"), "--json"], capsys)
+    written = json.loads(out)
+    assert code == 0 and written["candidates"][0]["fits"] is False and "predicted NOT to fit" in written["notes"][0]
+
+
+def test_submit_passes_sbatch_args_and_is_checked_before_anything_is_written(plan_file, tmp_path, capsys,
+                                                                            fake_sbatch, monkeypatch):
+    monkeypatch.delenv("RECIPE", raising=False)
+    monkeypatch.delenv("ENGINE", raising=False)
+    code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "a"), "--submit"], capsys)
+    assert code == 2 and "set RECIPE" in err and not (tmp_path / "a").exists()
+    monkeypatch.setenv("ENGINE", "megatron-lm")
+    _sweep(plan_file, tmp_path / "b", capsys, "--top", "1", "--submit", "--sbatch-args", "--account=A --partition=P")
+    assert fake_sbatch.read_text().split()[-3:] == ["--account=A", "--partition=P", "sbatch.sh"]
+    code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "c"), "--sbatch-args", "-A x"],
+                       capsys)
+    assert code == 2 and "add --submit" in err
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ("{}", "not a `moetune plan --json` or `estimate --json` output"),
+    ("[1, 2]", "not a `moetune plan --json` or `estimate --json` output"),
+    ('{"moetune_sweep": 1, "plan": "/p.json"}', "a sweep's manifest; pass the plan it was written from (/p.json)"),
+])
+def test_write_names_what_its_input_is_not(tmp_path, capsys, content, words):
+    (tmp_path / "in.json").write_text(content)
+    code, _, err = run(["sweep", "write", str(tmp_path / "in.json"), "--out", str(tmp_path / "s")], capsys)
+    assert code == 2 and words in err and str(tmp_path / "in.json") in err
+
+
+def test_ingest_of_a_file_says_to_pass_the_directory(plan_file, capsys):
+    code, _, err = run(["sweep", "ingest", str(plan_file)], capsys)
+    assert code == 2 and "is a file; pass the --out directory" in err

@@ -132,3 +132,18 @@ def test_bad_input_is_one_line(tmp_path, capsys, make, words):
 def test_an_out_path_in_no_directory_is_one_line(plan_file, tmp_path, capsys):
     code, _, err = run(["report", str(plan_file), "--out", str(tmp_path / "no" / "r.html")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(r"--out .*r\.html", err)
+
+
+def test_a_sweeps_conclusions_are_on_the_page(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "2", "--json"])
+    plan.write_text(out.getvalue())
+    assert run(["sweep", "write", str(plan), "--out", str(tmp_path / "s")], capsys)[0] == 0
+    (tmp_path / "s" / "r01" / "train-1.log").write_text("Starting training loop at iteration 0\n"
+                                                        "torch.OutOfMemoryError: CUDA out of memory.\n")
+    _, text = _report(plan, tmp_path, capsys, "--sweep", str(tmp_path / "s"))
+    assert "false fit: r01 ran out of memory" in text and "--headroom above" in text
+    code, _, err = run(["report", str(plan), "--out", str(tmp_path / "r.html"), "--sweep", str(tmp_path / "no")],
+                       capsys)
+    assert code == 2 and err.startswith("error: --sweep ") and "no such directory" in err

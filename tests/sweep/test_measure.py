@@ -1,5 +1,6 @@
 """One candidate's log measured (sweep/measure.py) and the manifest's checks (sweep/manifest.py), without the CLI."""
 
+import json
 import os
 import shutil
 import statistics
@@ -56,21 +57,63 @@ def test_the_newest_log_is_the_last_attempt(tmp_path):
     assert find_log(tmp_path) == (new, 2)
 
 
-def test_a_log_of_another_batch_is_not_timed(tmp_path):
+def test_a_log_of_another_run_is_not_timed(tmp_path):
+    """The global batch of its iteration lines, the sequence length and world size of Megatron-LM's argument dump."""
     shutil.copy(LOG, tmp_path / "train-7.log")
     found = measure(tmp_path, {**WORKLOAD, "global_batch_size": 512}, world=16, skip=3)
-    assert found.status == "other batch" and found.tokens_per_s_per_gpu is None
+    assert found.status == "other run" and found.tokens_per_s_per_gpu is None
+    assert found.detail == "ran global batch 1024 (planned 512)"
+    found = measure(tmp_path, {**WORKLOAD, "seq_length": 8192}, world=32, skip=3)
+    assert (found.status, found.detail) == ("other run",
+                                            "ran sequence length 4096 (planned 8192), GPUs 16 (planned 32)")
+
+
+def test_what_is_not_a_timing_is_said(tmp_path):
+    assert measure(tmp_path / "gone", WORKLOAD, world=16, skip=3).status == "no folder"
+    assert measure(tmp_path, WORKLOAD, world=16, skip=3).status == "no log"
+    (tmp_path / "train-1.log").write_bytes(b"\x00\x01 random bytes\n")
+    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    assert found.status == "no iteration" and "no Megatron line" in found.detail
+    (tmp_path / "train-1.log").write_text("using world size: 16, data-parallel size: 16\n")
+    assert "started, no iteration logged yet" in measure(tmp_path, WORKLOAD, world=16, skip=3).detail
+    text = LOG.read_text().replace("elapsed time per iteration (ms): 41302.1", "elapsed time per iteration (ms): nan")
+    (tmp_path / "train-1.log").write_text(text)
+    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    assert found.status == "unreadable log" and "'nan'" in found.detail and not found.detail.startswith("--log")
+
+
+def test_a_relaunch_in_one_log_is_timed_on_the_last_run_and_said(tmp_path):
+    first = LOG.read_text().split("[Rank 0] (after 2 iterations)")[0] + "torch.OutOfMemoryError: CUDA out of memory.\n"
+    (tmp_path / "train-1.log").write_text(first + LOG.read_text())
+    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    assert found.ok and found.timed == 5 and any("holds 2 runs" in n for n in found.notes)
+
+
+RESULT = {"time": {"tokens_per_s_per_gpu": 1000.0, "step_seconds": 2.0},
+          "memory": {"peak_bytes": 10, "capacity_bytes": 20}, "workload": {"global_batch_size": 8, "seq_length": 4096}}
 
 
 def test_manifest_round_trip_and_checks(tmp_path):
-    sweep = Sweep(plan="/p.json", iters=30, skip=10, release=None,
-                  candidates=[Candidate(rank=1, folder="r01", result={"time": {}})])
+    sweep = Sweep(plan="/p.json", iters=30, skip=10, release="0.4.2",
+                  candidates=[Candidate(rank=1, folder="r01", result=RESULT)])
     write_manifest(sweep, tmp_path)
     assert read_manifest(tmp_path) == sweep
     with pytest.raises(ValueError, match="a plain folder name"):
-        Candidate(rank=1, folder="../r01", result={})
+        Candidate(rank=1, folder="../r01", result=RESULT)
     with pytest.raises(ValueError, match="no candidates"):
         Sweep(plan="p", iters=3, skip=1, release=None, candidates=[])
+    with pytest.raises(ValueError, match="skip .-1. must be 0 or more"):
+        Sweep(plan="p", iters=3, skip=-1, release=None, candidates=[Candidate(rank=1, folder="r01", result=RESULT)])
+    with pytest.raises(ValueError, match="folder r01 holds more than one candidate"):
+        Sweep(plan="p", iters=3, skip=1, release=None, candidates=[Candidate(rank=i, folder="r01", result=RESULT)
+                                                                   for i in (1, 2)])
+    for broken in (5, {**RESULT, "time": {"tokens_per_s_per_gpu": 0, "step_seconds": 2.0}}, {"memory": {}}):
+        with pytest.raises(ValueError, match="candidate r01: its result"):
+            Candidate(rank=1, folder="r01", result=broken)
+    (tmp_path / "sweep.json").write_text(json.dumps({"moetune_sweep": 1, "plan": "p", "iters": 3, "skip": 1,
+                                                     "release": "9.9", "candidates": []}))
+    with pytest.raises(MoetuneError, match="9.9: not a release"):
+        read_manifest(tmp_path)
     (tmp_path / "sweep.json").write_text('{"moetune_sweep": 1, "plan": "p", "iters": 3, "skip": 1}')
     with pytest.raises(MoetuneError, match="no field 'candidates'"):
         read_manifest(tmp_path)

@@ -126,13 +126,13 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool) -> Non
               f"gap exceeds the group's repeat noise){other_way}")
 
 
-def refit(runs: list, write_path: str | None) -> dict:
+def refit(runs: list, write_path: str | None, by: str = "moetune calibrate --runs") -> dict:
     """The per-GPU multipliers refitted to measured runs (a user's CSV, a sweep's candidates), each run predicted with
     the shipped constants and with the refit, written to WRITE_PATH where given: calibrate --runs' JSON object."""
     where = sections(by_gpu(runs)) if write_path else None  # a mix no file can hold fails before the fit
     fitted = fit_user_runs(runs)
     if write_path:
-        write_text(write_path, user_toml(fitted, where), "--write")
+        write_text(write_path, user_toml(fitted, where, by), "--write")
     label = {f["gpu"]: name for name, f in fitted.items()}  # each run's GPU as the user gave it
     rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": label[r.gpu.ref], "gpus": r.layout.world_size,
              "measured": r.tokens_per_s_per_gpu, "shipped": predict(r, efficiency(r.gpu.key)).predicted,

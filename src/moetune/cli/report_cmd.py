@@ -51,7 +51,10 @@ def command(plan_path, out_path, sweep_dir, as_json) -> None:
 def _ingest(sweep_dir: str, plan: dict) -> dict:
     """sweep ingest's JSON for the sweep in SWEEP_DIR, which must be of PLAN: each candidate the plan's result of its
     rank (the plan file may have moved since; its results may not have changed)."""
-    sweep = read_manifest(sweep_dir)
+    try:
+        sweep = read_manifest(sweep_dir)
+    except MoetuneError as err:
+        raise MoetuneError(f"--sweep {err}") from None
     results = plan["results"] if "results" in plan else [plan]
     for c in sweep.candidates:
         if c.rank > len(results) or results[c.rank - 1] != c.result:

@@ -9,6 +9,7 @@ and the per-GPU constants refitted to what the cluster measured (``--write FILE`
 
 from __future__ import annotations
 
+import shlex
 import stat
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from moetune.planner.from_json import pick_result
 from moetune.planner.result_text import knobs_label, layout_label, recompute_label
 from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
 from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, write_manifest
-from moetune.sweep.submit import run_submit, submit_sh
+from moetune.sweep.submit import run_submit, submit_ready, submit_sh
 
 
 # What every candidate's launch gets besides its plan: what Megatron Bridge's performance scripts set on every
@@ -61,48 +62,87 @@ def command() -> None:
               help="Training iterations each benchmark runs (train_iters).")
 @click.option("--skip", type=click.IntRange(min=0), default=None,
               help="Iterations left out of the timing (warm-up, compilation, CUDA-graph capture). Default: a third "
-                   "of --iters.")
+                   "of --iters, at least 1.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Dotted override for every candidate: data paths, tokenizer (repeatable).")
+              help="Bridge dotted override for every candidate, of what the plan leaves to the recipe: data, tokenizer "
+                   "(repeatable; a Megatron-LM launch takes its own in EXTRA_ARGS). What the plan sets is refused: "
+                   "its prediction is for the plan's values.")
 @release_options("the files are written in its names, as emit writes them")
 @click.option("--allow-errors", is_flag=True, help="Write candidates `moetune check` finds errors in.")
-@click.option("--submit", is_flag=True, help="Run submit.sh now (on a login node, sbatch on PATH).")
+@click.option("--submit", is_flag=True, help="Run submit.sh now (on a login node, sbatch on PATH; RECIPE set for a "
+                                             "Bridge launch, or ENGINE=megatron-lm).")
+@click.option("--sbatch-args", default="", metavar='"ARG ..."',
+              help='sbatch options for every job with --submit, as one string a shell splits, e.g. "--account=A '
+                   '--partition=P".')
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_bridge, allow_errors, submit,
-          as_json) -> None:
+          sbatch_args, as_json) -> None:
     """Emit the top candidates of PLAN.json (`moetune plan --json`) as benchmarks, with a submit.sh."""
-    skip = iters // 3 if skip is None else skip
+    skip = max(1, iters // 3) if skip is None else skip  # the first iteration compiles and captures: never timed
     if skip >= iters:
         raise MoetuneError(f"--skip {skip}: must be below --iters ({iters}), or no iteration is timed")
     if given := [s for s in sets if s.split("=", 1)[0].strip() in benchmark_sets(iters)]:
-        raise MoetuneError(f"--set {given[0]}: the sweep sets {given[0].split('=', 1)[0].strip()} for every "
-                           "benchmark (sweep_cmd.benchmark_sets); its length is --iters")
+        key = given[0].split("=", 1)[0].strip()
+        raise MoetuneError(f"--set {given[0]}: the sweep sets {key} for every benchmark, as Bridge's performance "
+                           "scripts do (sweep_cmd.benchmark_sets)"
+                           + ("; the benchmark's length is --iters" if key == "train.train_iters" else ""))
     out = Path(out_dir)
     if (out / MANIFEST).exists():
         raise MoetuneError(f"--out {out}: already holds a sweep ({MANIFEST}); pass another directory, so its logs "
-                           "stay with the candidates that wrote them")
-    results = _plan_results(plan_path)[:top]
+                           f"stay with the candidates that wrote them (or submit it: {out / 'submit.sh'})")
+    extra = _sbatch_words(sbatch_args, submit)
+    results, plan = _plan_results(plan_path)
     with reading(*inputs_release([plan_path], megatron_core, megatron_bridge)) as seen:
         emitted = {f"r{rank:02d}": _candidate_files(plan_path, rank, sets, iters, seen, allow_errors)
-                   for rank in range(1, len(results) + 1)}
+                   for rank in range(1, min(top, len(results)) + 1)}
     for folder, files in emitted.items():  # every candidate emitted before any is written: a refusal writes nothing
         write_files(files, out / folder)
     sweep = Sweep(plan=str(Path(plan_path).resolve()), iters=iters, skip=skip, release=seen.release,
                   candidates=[Candidate(rank=i, folder=f, result=r)
-                              for i, (f, r) in enumerate(zip(emitted, results, strict=True), 1)])
+                              for i, (f, r) in enumerate(zip(emitted, results, strict=False), 1)])
     write_manifest(sweep, out)
     script = write_text(out / "submit.sh", submit_sh(list(emitted), sweep.plan), "--out")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    jobs = run_submit(out) if submit else []
-    _print_written(sweep, out, jobs, as_json)
+    jobs = run_submit(out, extra) if submit else []
+    _print_written(sweep, out, jobs, as_json, _notes(sweep, top, len(results) if plan and len(results) < top else None))
 
 
-def _plan_results(plan_path: str) -> list[dict]:
+def _sbatch_words(sbatch_args: str, submit: bool) -> tuple[str, ...]:
+    """--sbatch-args split as a shell would; what --submit needs checked before anything is written (sbatch on PATH,
+    the Bridge recipe named), so a refusal leaves no half-made sweep."""
+    if sbatch_args and not submit:
+        raise MoetuneError("--sbatch-args: passed to sbatch by --submit; add --submit, or give them to submit.sh")
+    try:
+        words = tuple(shlex.split(sbatch_args))
+    except ValueError as err:
+        raise MoetuneError(f"--sbatch-args {sbatch_args!r}: {err}; quote it as a shell would") from None
+    if submit:
+        submit_ready()
+    return words
+
+
+def _notes(sweep: Sweep, top: int, available: int | None) -> list[str]:
+    """What a reader of the written sweep should know: a plan of fewer results than --top (AVAILABLE; None where it
+    holds enough, or is one estimate), a candidate predicted not to fit."""
+    notes = [f"the plan holds {available} result(s), so {available} of --top {top} are written; plan with --top "
+             f"{top} for more"] if available is not None else []
+    return notes + [f"{c.folder} is predicted NOT to fit ({c.result['memory']['peak_bytes'] / GIB:.1f} of "
+                    f"{c.result['memory']['capacity_bytes'] / GIB:.1f} GiB): its benchmark will likely run out of "
+                    "memory" for c in sweep.candidates if not c.result["memory"].get("fits", True)]
+
+
+def _plan_results(plan_path: str) -> tuple[list[dict], bool]:
+    """The saved results a sweep can run, and whether they are a plan's (else one estimate's)."""
     data = read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate --json`)")
-    if isinstance(data, dict) and "results" not in data:
-        return [pick_result(data)]  # an estimate: one candidate
-    pick_result(data)  # the one-line errors of a plan with no results, or not a plan
-    return data["results"]
+    if isinstance(data, dict) and "moetune_sweep" in data:
+        raise MoetuneError(f"{plan_path}: a sweep's manifest; pass the plan it was written from ({data.get('plan')})")
+    if not isinstance(data, dict) or not ("results" in data or "layout" in data):
+        raise MoetuneError(f"{plan_path}: not a `moetune plan --json` or `estimate --json` output")
+    try:
+        pick_result(data)  # the one-line errors of a plan with no results
+    except MoetuneError as err:
+        raise MoetuneError(f"{plan_path}: {err}") from None
+    return (data["results"], True) if "results" in data else ([data], False)
 
 
 def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_errors: bool) -> dict[str, str]:
@@ -110,6 +150,8 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
     try:
         bench = tuple(f"{key}={value}" for key, value in benchmark_sets(iters).items())
         config = read_inputs([plan_path], (*sets, *bench), None, None, None, None, rank)
+        if sets:
+            _keeps_the_plan(read_inputs([plan_path], bench, None, None, None, None, rank), config, sets)
         if seen.release is not None:
             config = for_release(config, seen)
         return emitted_files(config, seen.release, allow_errors)[0]
@@ -117,11 +159,25 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
         raise type(err)(f"result {rank}: {err}") from None
 
 
-def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool) -> None:
+def _keeps_the_plan(planned: dict, config: dict, sets) -> None:
+    """--set may add what the plan leaves to the recipe (data, tokenizer), not change what it set: the prediction
+    the sweep measures against is the plan's (a changed layout, batch or model shape would be compared with it)."""
+    if changed := [k for k in planned if config.get(k, DELETED) != planned[k]]:
+        key = changed[0]
+        raise MoetuneError(f"--set: it changes {key}, which the plan set to {planned[key]!r} (--set {' '.join(sets)}); "
+                           "the sweep measures the plan's own configurations: plan again with the change (plan --fix, "
+                           "or estimate it) and sweep that plan")
+
+
+DELETED = object()  # a key `--set ~KEY` removed
+
+
+def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool, notes: list[str]) -> None:
     if as_json:
-        emit_json({"sweep": str(out), "candidates": [{"rank": c.rank, "folder": str(out / c.folder)}
+        emit_json({"sweep": str(out), "candidates": [{"rank": c.rank, "folder": str(out / c.folder),
+                                                      "fits": c.result["memory"].get("fits", True)}
                                                      for c in sweep.candidates],
-                   "iters": sweep.iters, "skip": sweep.skip, "submitted": jobs})
+                   "iters": sweep.iters, "skip": sweep.skip, "submitted": jobs, "notes": notes})
         return
     shown = console()
     shown.print(table(f"moetune sweep -> {out} ({sweep.iters} iterations each, timed after {sweep.skip})",
@@ -134,6 +190,8 @@ def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool) -> N
                       justify_right_from=7))
     if sweep.release is not None:
         shown.print(f"written for {describe(sweep.release)}")
+    for note in notes:
+        shown.print(f"[yellow]note[/yellow]: {escape(note)}")
     for line in jobs:
         shown.print(f"submitted: {line}")
     if not jobs:
@@ -155,15 +213,22 @@ def ingest(directory, write_path, as_json) -> None:
     sweep = read_manifest(directory)
     found = rows(sweep, Path(directory))
     runs = measured_runs(found, sweep.release)
-    fit = refit(runs, write_path) if runs else None
+    fit = refit(runs, write_path, f"moetune sweep ingest {directory}") if runs else None
     if as_json:
         emit_json(ingest_json(sweep, found, fit))
-        return
-    _print_ingest(sweep, found, Path(directory))
-    if fit is not None:
-        print_refit(fit, write_path, runs)
     else:
-        console().print("no candidate measured yet: nothing to refit")
+        _print_ingest(sweep, found, Path(directory))
+        if fit is not None:
+            print_refit(fit, write_path, runs)
+    if fit is None:  # after the table: what each candidate's log says is still worth reading
+        raise NothingMeasured(f"no candidate of {directory} is measured yet: nothing to refit"
+                              + (f", {write_path} not written" if write_path else ""))
+
+
+class NothingMeasured(MoetuneError):
+    """Exit 1, after the table: the sweep is fine, its logs hold no timing yet (a script waiting on it checks this)."""
+
+    exit_code = 1
 
 
 def _row_json(r: Row) -> dict:
@@ -174,7 +239,7 @@ def _row_json(r: Row) -> dict:
             "predicted_step_seconds": res["time"]["step_seconds"], "measured_step_seconds": m.step_seconds,
             "measured_tflops_per_gpu": m.tflops_per_gpu, "iteration_spread": m.spread, "timed_iterations": m.timed,
             "predicted_peak_bytes": res["memory"]["peak_bytes"], "measured_max_reserved_bytes": m.peak_reserved_bytes,
-            "false_fit": r.false_fit}
+            "capacity_bytes": res["memory"]["capacity_bytes"], "false_fit": r.false_fit, "notes": m.notes}
 
 
 def ingest_json(sweep: Sweep, found: list[Row], fit: dict | None) -> dict:
@@ -183,7 +248,8 @@ def ingest_json(sweep: Sweep, found: list[Row], fit: dict | None) -> dict:
             "pairs": [{"faster": p.faster.candidate.folder, "slower": p.slower.candidate.folder,
                        "measured_gap": p.measured_gap, "predicted_gap": p.predicted_gap, "agrees": p.agrees}
                       for p in pairs(found)],
-            "fastest": None if best is None else best.candidate.folder, "refit": fit}
+            "fastest": None if best is None else best.candidate.folder, "conclusions": conclusions(sweep, found),
+            "refit": fit}
 
 
 def _print_ingest(sweep: Sweep, found: list[Row], directory: Path) -> None:
@@ -198,15 +264,23 @@ def _print_ingest(sweep: Sweep, found: list[Row], directory: Path) -> None:
                         "-" if r.error is None else f"{r.error:+.1%}",
                         f"{r.candidate.result['memory']['peak_bytes'] / GIB:.1f}",
                         _number(r.measured.peak_reserved_bytes, GIB, ".1f")] for r in found], justify_right_from=5))
+    for line in conclusions(sweep, found):
+        shown.print(escape(line))
+
+
+def conclusions(sweep: Sweep, found: list[Row]) -> list[str]:
+    """What the measurements say, in lines: each false fit with the --headroom that leaves it out, what the log reader
+    passed over, the measured order against the predicted one and the candidate to run."""
+    lines = []
     for r in found:
         if r.false_fit:
             mem = r.candidate.result["memory"]
             free = (mem["capacity_bytes"] - mem["peak_bytes"]) / GIB
-            shown.print(f"[red]false fit[/red]: {r.candidate.folder} ran out of memory where moetune predicted "
-                        f"{mem['peak_bytes'] / GIB:.1f} of {mem['capacity_bytes'] / GIB:.1f} GiB; plan again with "
-                        f"--headroom above {free:.1f} GiB to leave it out")
-    for line in _order_lines(found, sweep):
-        shown.print(line)
+            lines.append(f"false fit: {r.candidate.folder} ran out of memory where moetune predicted "
+                         f"{mem['peak_bytes'] / GIB:.1f} of {mem['capacity_bytes'] / GIB:.1f} GiB; plan again with "
+                         f"--headroom above {free:.1f} GiB to leave it out")
+        lines += [f"{r.candidate.folder}: {note}" for note in r.measured.notes]
+    return lines + _order_lines(found, sweep)
 
 
 def _order_lines(found: list[Row], sweep: Sweep) -> list[str]:

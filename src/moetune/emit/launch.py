@@ -211,5 +211,5 @@ if [[ -n "${{CONTAINER_IMAGE:-}}" ]]; then
   CONTAINER=(--container-image "$CONTAINER_IMAGE" --container-mounts "${{CONTAINER_MOUNTS:-$HERE:$HERE}}")
 fi
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 ${{CONTAINER[@]+"${{CONTAINER[@]}}"}} \\
-  bash -c 'NODE_RANK="$SLURM_NODEID" exec bash "'"$HERE"'/torchrun.sh"'
+  bash -c 'NODE_RANK="$SLURM_NODEID" exec bash "$1/torchrun.sh"' _ "$HERE"
 """

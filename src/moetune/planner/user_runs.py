@@ -168,10 +168,10 @@ def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> 
                   if held else [])
 
 
-def user_toml(fitted: dict, where: dict[str, str | None]) -> str:
+def user_toml(fitted: dict, where: dict[str, str | None], by: str = "moetune calibrate --runs") -> str:
     """The fitted constants as an --efficiency file, each GPU's under the section `where` names (sections; None: at
-    the top level)."""
-    lines = ["# Written by `moetune calibrate --runs`: the shipped constants refitted to your measured runs.",
+    the top level); BY: the command that wrote it."""
+    lines = [f"# Written by `{by}`: the shipped constants refitted to your measured runs.",
              "# Pass it to estimate, plan and explain with --efficiency."]
     for label, f in fitted.items():
         a2a = f"all-to-all x {f['a2a_scale']:.3f}" if f["a2a_note"] is None else "all-to-all as shipped"

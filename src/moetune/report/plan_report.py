@@ -89,10 +89,9 @@ def _sweep(ingest: dict) -> str:
     bars = [(f"{c['folder']} {kind}", [(kind, c[f"{kind}_tokens_per_s_per_gpu"])])
             for c in ingest["candidates"] if c["measured_tokens_per_s_per_gpu"] is not None
             for kind in ("predicted", "measured")]
-    fastest = ingest["fastest"]
+    said = ingest["conclusions"] or ["no candidate measured yet"]
     return (table(["candidate", "status", "predicted tok/s/GPU", "measured", "error"], rows, numeric_from=2)
-            + (stacked_bars(bars, "tok/s/GPU") if bars else "")
-            + paragraph(f"measured fastest: {fastest}" if fastest else "no candidate measured yet", note=True))
+            + (stacked_bars(bars, "tok/s/GPU") if bars else "") + "".join(paragraph(line) for line in said))
 
 
 def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) -> str:

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from moetune.configio.releases import family_of, known_release
 from moetune.errors import MoetuneError
 from moetune.files import read_json, write_text
 
@@ -24,6 +25,7 @@ class Candidate:
         if self.rank < 1 or not self.folder or "/" in self.folder or self.folder in (".", ".."):
             raise ValueError(f"candidate rank {self.rank}, folder {self.folder!r}: needs a rank from 1 and a plain "
                              "folder name")
+        _check_result(self.result, self.folder)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -35,10 +37,32 @@ class Sweep:
     candidates: list[Candidate]
 
     def __post_init__(self) -> None:
-        if not 0 <= self.skip < self.iters:
+        if self.skip < 0:
+            raise ValueError(f"skip ({self.skip}) must be 0 or more")
+        if self.skip >= self.iters:
             raise ValueError(f"skip ({self.skip}) must be below iters ({self.iters}): no iteration would be timed")
         if not self.candidates:
             raise ValueError("no candidates")
+        folders = [c.folder for c in self.candidates]
+        if repeated := sorted({f for f in folders if folders.count(f) > 1}):
+            raise ValueError(f"folder {repeated[0]} holds more than one candidate")
+
+
+# What ingest reads of each saved result besides what rebuilding its estimate needs (planner/from_json.py checks that)
+PREDICTED = {"time": ("tokens_per_s_per_gpu", "step_seconds"), "memory": ("peak_bytes", "capacity_bytes"),
+             "workload": ("global_batch_size", "seq_length")}
+
+
+def _check_result(result, folder: str) -> None:
+    if not isinstance(result, dict):
+        raise ValueError(f"candidate {folder}: its result is not a saved plan result")
+    for section, keys in PREDICTED.items():
+        values = result.get(section)
+        for key in keys:
+            value = values.get(key) if isinstance(values, dict) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"candidate {folder}: its result's {section}.{key} is {value!r}, not a positive "
+                                 "number")
 
 
 def write_manifest(sweep: Sweep, directory: Path) -> Path:
@@ -48,9 +72,21 @@ def write_manifest(sweep: Sweep, directory: Path) -> Path:
     return write_text(directory / MANIFEST, json.dumps(data, indent=1) + "\n", "--out")
 
 
+def _release(value) -> str | None:
+    """The release the files were written for, one moetune knows (a Megatron-Core or a Bridge one), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"release {value!r} is not a release name")
+    return known_release(value, family_of(value))
+
+
 def read_manifest(directory: str | Path) -> Sweep:
     """The sweep a directory holds; one line naming what is wrong with it."""
     path = Path(directory)
+    if path.is_file():
+        raise MoetuneError(f"{path}: is a file; pass the --out directory of `moetune sweep write` (the folder that "
+                           f"holds {MANIFEST})")
     if not path.is_dir():
         raise MoetuneError(f"{path}: no such directory; pass the --out directory of `moetune sweep write`")
     if not (path / MANIFEST).is_file():
@@ -62,9 +98,9 @@ def read_manifest(directory: str | Path) -> Sweep:
                            "`moetune sweep write`")
     try:
         return Sweep(plan=str(data["plan"]), iters=int(data["iters"]), skip=int(data["skip"]),
-                     release=data.get("release"),
+                     release=_release(data.get("release")),
                      candidates=[Candidate(rank=int(c["rank"]), folder=str(c["folder"]), result=dict(c["result"]))
                                  for c in data["candidates"]])
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, MoetuneError) as err:
         raise MoetuneError(f"{where}: {err if not isinstance(err, KeyError) else f'no field {err}'}; write the sweep "
                            "again with `moetune sweep write`") from None

@@ -42,15 +42,26 @@ done
 """
 
 
+def submit_ready() -> None:
+    """What --submit needs here, checked before the sweep is written: sbatch on PATH, and the Bridge recipe named
+    (submit.sh refuses without it)."""
+    if shutil.which("sbatch") is None:
+        raise MoetuneError("--submit: sbatch is not on PATH; run on the cluster's login node, or write the sweep "
+                           "without --submit and run its submit.sh there")
+    if os.environ.get("ENGINE", "bridge") == "bridge" and not os.environ.get("RECIPE"):
+        raise MoetuneError("--submit: set RECIPE to this model's Megatron Bridge recipe function (or "
+                           "ENGINE=megatron-lm with MEGATRON_LM_DIR and EXTRA_ARGS) in the environment")
+
+
 def run_submit(directory: Path, sbatch_args: tuple[str, ...] = ()) -> list[str]:
     """Run DIRECTORY/submit.sh here (a login node: sbatch on PATH); the "<folder> <job id>" lines it printed."""
-    if shutil.which("sbatch") is None:
-        raise MoetuneError(f"--submit: sbatch is not on PATH; run {directory / 'submit.sh'} on the cluster's login "
-                           "node (the sweep is written)")
     done = subprocess.run(["bash", str(directory / "submit.sh"), *sbatch_args], capture_output=True, text=True,
                           env=os.environ.copy(), check=False)
     if done.returncode:
         said = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise MoetuneError(f"--submit: submit.sh exited {done.returncode} ({said}); the jobs it listed before are in "
-                           f"{directory / JOBS}")
+        listed = done.stdout.split()[1::2]
+        raise MoetuneError(f"--submit: submit.sh exited {done.returncode} ({said}); "
+                           + (f"it submitted {', '.join(listed)} first ({directory / JOBS}); " if listed else
+                              "nothing was submitted; ")
+                           + f"the sweep is written: run {directory / 'submit.sh'} once fixed")
     return done.stdout.split("\n")[:-1]
