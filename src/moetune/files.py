@@ -54,8 +54,14 @@ def write_text(path: str | Path, text: str, what: str) -> Path:
     return Path(path)
 
 
-def check_writable(path: str | Path, what: str) -> None:
-    """Fail before a long computation when `path` cannot be written: its directory must exist."""
+def check_writable(path: str | Path, what: str, inputs: tuple[str | Path, ...] = ()) -> None:
+    """Fail before a long computation when `path` cannot be written: its directory must exist, and it may not be one
+    of the command's INPUTS (a plan, a sweep's manifest), which writing would destroy."""
+    if not str(path):
+        raise MoetuneError(f"{what}: an empty path; pass a file path")
+    if any(Path(path).resolve() == Path(i).resolve() for i in inputs):
+        raise MoetuneError(f"{what} {path}: is one of this command's inputs, which writing would destroy; pass "
+                           "another path")
     parent = Path(path).resolve().parent
     if not parent.is_dir():
         raise MoetuneError(f"{what} {path}: no directory {parent}; create it or pass another path")

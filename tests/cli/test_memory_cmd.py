@@ -28,3 +28,19 @@ def test_memory_table_names_the_peak_and_the_verdict(capsys):
 def test_a_layout_that_cannot_be_is_one_line(capsys):
     code, _, err = run(["memory", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--ep", "3"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--ep" in err
+
+
+def test_a_configuration_megatron_refuses_exits_1_as_estimate_does(capsys):
+    args = ["memory", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "16", "--dispatcher", "deepep",
+            "--cuda-graph-scope", "full_iteration"]
+    code, out, err = run(args, capsys)
+    assert code == 1 and "Memory per rank" in out and "rule error(s)" in err
+    code, out, _ = run([*args, "--json"], capsys)
+    assert code == 1 and {c["rule"] for c in json.loads(out)["checks"]} >= {"cudagraph.full_iteration_dropless"}
+
+
+def test_a_saved_plan_as_model_is_named_as_one(tmp_path, capsys):
+    code, out, _ = run(["estimate", *ARGS, "--json"], capsys)
+    (tmp_path / "e.json").write_text(out)
+    code, _, err = run(["memory", str(tmp_path / "e.json"), "--gpu", "h100", "--gpus", "1024"], capsys)
+    assert code == 2 and "a moetune plan or estimate output, not a model" in err

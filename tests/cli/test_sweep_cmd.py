@@ -178,8 +178,8 @@ def test_ingest_reads_the_table_and_writes_constants_plan_takes(swept, tmp_path,
     (swept / "r03" / "train-3.log").write_text(bridge_log(slow, gbs=256))  # another batch than planned
     code, stdout, err = run(["sweep", "ingest", str(swept), "--json"], capsys)
     rows = {c["folder"]: c for c in json.loads(stdout)["candidates"]}
-    assert (rows["r02"]["status"], rows["r02"]["detail"]) == ("too short", "logged to iteration 8; the timing starts "
-                                                                          "after 10")
+    assert rows["r02"]["status"] == "too short"
+    assert rows["r02"]["detail"].startswith("logged to iteration 8; the timing starts after 10")
     assert (rows["r03"]["status"], rows["r03"]["detail"]) == ("other run", "ran global batch 256 (planned 512)")
     written = tmp_path / "mine.toml"
     code, stdout, err = run(["sweep", "ingest", str(swept), "--write", str(written)], capsys)
@@ -290,3 +290,44 @@ def test_write_names_what_its_input_is_not(tmp_path, capsys, content, words):
 def test_ingest_of_a_file_says_to_pass_the_directory(plan_file, capsys):
     code, _, err = run(["sweep", "ingest", str(plan_file)], capsys)
     assert code == 2 and "is a file; pass the --out directory" in err
+
+
+@pytest.mark.parametrize("setting", ["model.mtp_num_layers=1", "model.moe_expert_capacity_factor=1.0",
+                                     "mixed_precision=bf16_mixed", "ddp.bucket_size=1000"])
+def test_set_may_not_reach_what_the_prediction_reads(plan_file, tmp_path, capsys, setting):
+    code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "s"), "--set", setting], capsys)
+    assert code == 2 and f"--set {setting}: the sweep measures the plan's own configurations" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_candidates_within_the_noise_keep_the_pick(swept, capsys):
+    manifest = json.loads((swept / "sweep.json").read_text())
+    step = GBS * SEQ / WORLD / manifest["candidates"][0]["result"]["time"]["tokens_per_s_per_gpu"]
+    (swept / "r01" / "train-1.log").write_text(bridge_log([step] * 30))
+    (swept / "r03" / "train-3.log").write_text(bridge_log([step * 0.995] * 30))  # 0.5% faster: within the noise
+    code, stdout, _ = run(["sweep", "ingest", str(swept)], capsys)
+    assert code == 0 and "the pick (r01) and r03 measured within the noise of each other: keep the pick" in stdout
+
+
+def test_the_advice_to_run_a_candidate_follows_the_plan_file(plan_file, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(plan_file.read_text())
+    out = tmp_path / "s"
+    _sweep(plan, out, capsys, "--top", "3")
+    predicted = json.loads((out / "sweep.json").read_text())["candidates"][2]["result"]["time"]["tokens_per_s_per_gpu"]
+    fast = [GBS * SEQ / WORLD / predicted] * 30
+    (out / "r01" / "train-1.log").write_text(bridge_log([s * 1.2 for s in fast]))
+    (out / "r03" / "train-3.log").write_text(bridge_log(fast))
+    assert f"run it with `moetune emit {plan} --rank 3`" in run(["sweep", "ingest", str(out)], capsys)[1]
+    plan.write_text(plan.read_text().replace('"micro_batch_size": 1', '"micro_batch_size": 2'))  # planned again
+    assert "no longer holds the result it ran" in run(["sweep", "ingest", str(out)], capsys)[1]
+
+
+def test_ingest_and_report_do_not_write_over_their_inputs(plan_file, swept, capsys):
+    for args in (["sweep", "ingest", str(swept), "--write", str(swept / "sweep.json")],
+                 ["sweep", "ingest", str(swept), "--write", str(plan_file)],
+                 ["report", str(plan_file), "--out", str(plan_file)],
+                 ["report", str(plan_file), "--out", str(swept / "sweep.json"), "--sweep", str(swept)]):
+        code, _, err = run(args, capsys)
+        assert code == 2 and "is one of this command's inputs" in err, args
+    assert json.loads((swept / "sweep.json").read_text())["moetune_sweep"] == 1

@@ -55,6 +55,12 @@ def test_the_newest_log_is_the_last_attempt(tmp_path):
     assert find_log(tmp_path) == (new, 2)
     (tmp_path / "notes.txt").write_text("z")  # not a log
     assert find_log(tmp_path) == (new, 2)
+    # a copy that gave both the same time, or the older the later one: Slurm's job ids order the attempts
+    first, retry = tmp_path / "train-999.log", tmp_path / "train-1000.log"
+    first.write_text("a")
+    retry.write_text("b")
+    os.utime(retry, (1, 1))
+    assert find_log(tmp_path)[0] == retry
 
 
 def test_a_log_of_another_run_is_not_timed(tmp_path):
@@ -80,6 +86,26 @@ def test_what_is_not_a_timing_is_said(tmp_path):
     (tmp_path / "train-1.log").write_text(text)
     found = measure(tmp_path, WORKLOAD, world=16, skip=3)
     assert found.status == "unreadable log" and "'nan'" in found.detail and not found.detail.startswith("--log")
+
+
+def test_a_log_of_another_run_that_ran_out_of_memory_is_another_run(tmp_path):
+    """Its OOM says nothing of the planned configuration: no false fit."""
+    (tmp_path / "train-1.log").write_text(LOG.read_text() + "RuntimeError: CUDA error: out of memory\n")
+    found = measure(tmp_path, {**WORKLOAD, "seq_length": 8192}, world=16, skip=3)
+    assert found.status == "other run" and found.peak_reserved_bytes is None
+    found = measure(tmp_path, WORKLOAD, world=16, skip=3)  # the CUDA runtime's own OOM message counts too
+    assert found.status == "out of memory" and "CUDA error: out of memory" in found.detail
+
+
+def test_a_line_averaging_warm_up_iterations_is_not_timed(tmp_path):
+    """Megatron's log line averages the iterations since the one before (log_interval): with an interval of 4 the line
+    at iteration 4 holds iterations 1-4, the one at 8 holds 5-8; past a skip of 3 only the second is timed."""
+    lines = [x for x in LOG.read_text().splitlines() if " iteration " not in x or any(
+        f" iteration {n:8d}/" in x for n in (4, 8))]
+    (tmp_path / "train-1.log").write_text("\n".join(lines) + "\n")
+    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    assert found.ok and found.timed == 1 and found.detail == "iterations 8-8"
+    assert measure(tmp_path, WORKLOAD, world=16, skip=5).status == "too short"
 
 
 def test_a_relaunch_in_one_log_is_timed_on_the_last_run_and_said(tmp_path):

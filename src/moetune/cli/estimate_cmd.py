@@ -76,10 +76,15 @@ def memory_command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL on a layout: each pipeline stage's line items and whether it fits (`estimate` with
     the step time and rule findings beside it)."""
     result = estimate_from_flags(model, kw)
+    errors = [c for c in checks(result) if c["severity"] == "error"]  # a config Megatron refuses: as estimate says
     if as_json:
-        emit_json({key: value for key, value in result.to_json().items() if key != "time"})
+        emit_json({**{key: value for key, value in result.to_json().items() if key != "time"}, "checks": errors})
     else:
         print_estimate(result, with_time=False)
+        print_checks(errors, mlm=launched_by_mlm(result))
+    if errors:
+        raise RuleErrors(f"{len(errors)} rule error(s): Megatron or the seeds refuse this configuration as written; "
+                         "the memory is what it would take if it ran (`moetune check` lists the fixes)")
 
 
 def print_estimate(result: Estimate, with_time: bool = True) -> None:

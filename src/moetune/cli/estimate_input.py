@@ -2,7 +2,9 @@
 platform's defaults where a flag is left out) and its estimate, the user's memory overheads file and the MTP depth
 trained."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
@@ -223,9 +225,24 @@ def with_mtp(spec, depth: int | None):
         raise MoetuneError(f"--mtp-layers {depth}: {err}") from None
 
 
+def _not_a_saved_result(model: str) -> None:
+    """MODEL a moetune plan or estimate output, which these flags cannot take as a model: one line naming the
+    commands that read it (its model_type would otherwise be reported missing, as of a broken Hugging Face config)."""
+    if not model.lower().endswith(".json") or not Path(model).is_file():
+        return
+    try:
+        data = json.loads(Path(model).read_text())
+    except (OSError, ValueError, RecursionError):
+        return  # the model reader says what is wrong with it
+    if isinstance(data, dict) and ("results" in data or ("layout" in data and "knobs" in data)):
+        raise MoetuneError(f"{model}: a moetune plan or estimate output, not a model; `explain`, `emit`, `report` and "
+                           "`sweep write` read it, and estimate/memory take a model name or a Hugging Face config.json")
+
+
 def estimate_from_flags(model: str, kw: dict):
     """The estimate behind `estimate` and `explain`: layout, workload and knobs from the shared flags (or from a
     config, estimate_from_config); knobs left out take the platform defaults and are recorded in `defaulted`."""
+    _not_a_saved_result(model)
     if kw.get("configs") or kw.get("mlm_args") is not None or kw.get("sets") or kw.get("script_args") is not None:
         return estimate_from_config(model, kw)
     from moetune.planner.estimate import estimate

@@ -16,7 +16,7 @@ from moetune.planner.explain import explain
 from moetune.planner.from_json import estimate_from_json, pick_result
 from moetune.report.plan_report import render
 from moetune.sweep.compare import rows
-from moetune.sweep.manifest import read_manifest
+from moetune.sweep.manifest import MANIFEST, read_manifest, saved_result_data
 
 
 @click.command(name="report")
@@ -30,11 +30,10 @@ from moetune.sweep.manifest import read_manifest
 def command(plan_path, out_path, sweep_dir, as_json) -> None:
     """Write PLAN.json (`moetune plan --json` or `estimate --json`) as an HTML report: candidates, walls, memory,
     Fit / Scale / Profile / Retune of the pick, and a sweep's measurements."""
-    data = read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate --json`)")
-    if not isinstance(data, dict) or not ("results" in data or "layout" in data):
-        raise MoetuneError(f"{plan_path}: not a `moetune plan --json` or `estimate --json` output")
+    data = saved_result_data(read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate "
+                                                  "--json`)"), plan_path)
     pick_result(data)  # a plan with no results is one line
-    check_writable(out_path, "--out")
+    check_writable(out_path, "--out", (plan_path, *([Path(sweep_dir) / MANIFEST] if sweep_dir else [])))
     result = estimate_from_json(data, 1, where=plan_path)
     answer = explain(result)
     if isinstance(data.get("release"), dict):  # a plan searched for a release: what each move needs of it

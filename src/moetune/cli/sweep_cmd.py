@@ -27,8 +27,8 @@ from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.from_json import pick_result
 from moetune.planner.result_text import knobs_label, layout_label, recompute_label
-from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
-from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, write_manifest
+from moetune.sweep.compare import Row, apart, fastest, measured_runs, pairs, plan_unchanged, rows
+from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, saved_result_data, write_manifest
 from moetune.sweep.submit import run_submit, submit_ready, submit_sh
 
 
@@ -86,6 +86,8 @@ def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_br
         raise MoetuneError(f"--set {given[0]}: the sweep sets {key} for every benchmark, as Bridge's performance "
                            "scripts do (sweep_cmd.benchmark_sets)"
                            + ("; the benchmark's length is --iters" if key == "train.train_iters" else ""))
+    if not out_dir:
+        raise MoetuneError("--out: an empty path; pass the directory for the sweep")
     out = Path(out_dir)
     if (out / MANIFEST).exists():
         raise MoetuneError(f"--out {out}: already holds a sweep ({MANIFEST}); pass another directory, so its logs "
@@ -133,11 +135,8 @@ def _notes(sweep: Sweep, top: int, available: int | None) -> list[str]:
 
 def _plan_results(plan_path: str) -> tuple[list[dict], bool]:
     """The saved results a sweep can run, and whether they are a plan's (else one estimate's)."""
-    data = read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate --json`)")
-    if isinstance(data, dict) and "moetune_sweep" in data:
-        raise MoetuneError(f"{plan_path}: a sweep's manifest; pass the plan it was written from ({data.get('plan')})")
-    if not isinstance(data, dict) or not ("results" in data or "layout" in data):
-        raise MoetuneError(f"{plan_path}: not a `moetune plan --json` or `estimate --json` output")
+    data = saved_result_data(read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate "
+                                                  "--json`)"), plan_path)
     try:
         pick_result(data)  # the one-line errors of a plan with no results
     except MoetuneError as err:
@@ -159,9 +158,20 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
         raise type(err)(f"result {rank}: {err}") from None
 
 
+# Sections --set may add to: what the prediction does not read (data, tokenizer, checkpoint loading, logging and
+# profiling outputs, the learning rate, fault tolerance) and env.* (the cluster's own NCCL and network variables)
+SET_SECTIONS = ("dataset", "tokenizer", "checkpoint", "logger", "profiling", "rng", "validation", "scheduler", "ft",
+                "straggler", "nvrx_straggler", "rerun_state_machine", "inprocess_restart", "env")
+
+
 def _keeps_the_plan(planned: dict, config: dict, sets) -> None:
-    """--set may add what the plan leaves to the recipe (data, tokenizer), not change what it set: the prediction
-    the sweep measures against is the plan's (a changed layout, batch or model shape would be compared with it)."""
+    """--set may add what the plan leaves to the recipe (data, tokenizer), not change what it set, nor set what the
+    prediction reads (the model, parallelism, precision, optimizer and overlap sections): the prediction the sweep
+    measures against is the plan's (a changed layout, batch or model shape would be compared with it)."""
+    if outside := [s for s in sets if s.split("=", 1)[0].strip().lstrip("~+").split(".", 1)[0] not in SET_SECTIONS]:
+        raise MoetuneError(f"--set {outside[0]}: the sweep measures the plan's own configurations, and this sets "
+                           "what its prediction reads; --set takes only " + ", ".join(f"{s}.*" for s in SET_SECTIONS)
+                           + " (plan again with the change, plan --fix, and sweep that plan)")
     if changed := [k for k in planned if config.get(k, DELETED) != planned[k]]:
         key = changed[0]
         raise MoetuneError(f"--set: it changes {key}, which the plan set to {planned[key]!r} (--set {' '.join(sets)}); "
@@ -208,9 +218,9 @@ def _print_written(sweep: Sweep, out: Path, jobs: list[str], as_json: bool, note
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ingest(directory, write_path, as_json) -> None:
     """Read each candidate's log in DIR (`sweep write --out DIR`): measured against predicted, and the refit."""
-    if write_path:
-        check_writable(write_path, "--write")
     sweep = read_manifest(directory)
+    if write_path:
+        check_writable(write_path, "--write", (Path(directory) / MANIFEST, sweep.plan))
     found = rows(sweep, Path(directory))
     runs = measured_runs(found, sweep.release)
     fit = refit(runs, write_path, f"moetune sweep ingest {directory}") if runs else None
@@ -298,13 +308,25 @@ def _order_lines(found: list[Row], sweep: Sweep) -> list[str]:
     pick = next((r for r in found if r.candidate.rank == 1), None)
     if best.candidate.rank == 1:
         lines.append("the pick (r01) measured fastest")
+    elif pick is not None and pick.measured.ok and not apart(best, pick):
+        lines.append(f"the pick (r01) and {best.candidate.folder} measured within the noise of each other: keep the "
+                     "pick")
     elif pick is not None and pick.measured.ok:
         gain = best.measured.tokens_per_s_per_gpu / pick.measured.tokens_per_s_per_gpu - 1
-        lines.append(f"{best.candidate.folder} measured fastest, {gain:+.1%} over the pick: run it with `moetune emit "
-                     f"{sweep.plan} --rank {best.candidate.rank}`")
+        lines.append(f"{best.candidate.folder} measured fastest, {gain:+.1%} over the pick: " + _run_it(sweep, best))
     else:
         lines.append(f"{best.candidate.folder} measured fastest of those timed (the pick was not)")
     return lines
+
+
+def _run_it(sweep: Sweep, best: Row) -> str:
+    """How to launch the measured fastest for a full run: emit of its plan result, where the plan file still holds
+    it; else plan again (the folder's files are set to the benchmark's length)."""
+    rank = best.candidate.rank
+    if plan_unchanged(sweep, rank):
+        return f"run it with `moetune emit {sweep.plan} --rank {rank}`"
+    return (f"{sweep.plan} no longer holds the result it ran (planned again, moved or deleted): plan again, or run "
+            f"{best.candidate.folder}'s files with a full run's train_iters")
 
 
 def _number(value: float | None, unit: float = 1.0, fmt: str = ",.0f") -> str:

@@ -3,6 +3,7 @@ one, the fastest candidate as measured, and the runs a refit of the constants ta
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -74,9 +75,9 @@ def pairs(found: list[Row]) -> list[Pair]:
     out = []
     for a, b in combinations(timed, 2):
         fast, slow = (a, b) if a.measured.tokens_per_s_per_gpu >= b.measured.tokens_per_s_per_gpu else (b, a)
-        gap = fast.measured.tokens_per_s_per_gpu / slow.measured.tokens_per_s_per_gpu - 1
-        if gap > max(NOISE_FLOOR, fast.measured.spread, slow.measured.spread):
-            out.append(Pair(faster=fast, slower=slow, measured_gap=gap,
+        if apart(fast, slow):
+            out.append(Pair(faster=fast, slower=slow,
+                            measured_gap=fast.measured.tokens_per_s_per_gpu / slow.measured.tokens_per_s_per_gpu - 1,
                             predicted_gap=fast.predicted / slow.predicted - 1))
     return out
 
@@ -84,6 +85,23 @@ def pairs(found: list[Row]) -> list[Pair]:
 def fastest(found: list[Row]) -> Row | None:
     timed = [r for r in found if r.measured.ok]
     return max(timed, key=lambda r: r.measured.tokens_per_s_per_gpu) if timed else None
+
+
+def apart(a: Row, b: Row) -> bool:
+    """Whether two timed candidates measured apart: by more than NOISE_FLOOR and either one's own iteration spread
+    (the test pairs() counts pairs by)."""
+    gap = abs(a.measured.tokens_per_s_per_gpu / b.measured.tokens_per_s_per_gpu - 1)
+    return gap > max(NOISE_FLOOR, a.measured.spread, b.measured.spread)
+
+
+def plan_unchanged(sweep: Sweep, rank: int) -> bool:
+    """Whether the sweep's plan file still holds the result RANK the sweep ran (it may have been planned again)."""
+    try:
+        data = json.loads(Path(sweep.plan).read_text())
+        results = data["results"] if "results" in data else [data]
+        return results[rank - 1] == next(c.result for c in sweep.candidates if c.rank == rank)
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return False
 
 
 def measured_runs(found: list[Row], release: str | None) -> list[Run]:

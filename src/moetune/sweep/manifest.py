@@ -72,6 +72,15 @@ def write_manifest(sweep: Sweep, directory: Path) -> Path:
     return write_text(directory / MANIFEST, json.dumps(data, indent=1) + "\n", "--out")
 
 
+def saved_result_data(data, path: str) -> dict:
+    """DATA (read from PATH) as a `plan --json` / `estimate --json` output, or one line saying what it is instead."""
+    if isinstance(data, dict) and "moetune_sweep" in data:
+        raise MoetuneError(f"{path}: a sweep's manifest; pass the plan it was written from ({data.get('plan')})")
+    if not isinstance(data, dict) or not ("results" in data or "layout" in data):
+        raise MoetuneError(f"{path}: not a `moetune plan --json` or `estimate --json` output")
+    return data
+
+
 def _release(value) -> str | None:
     """The release the files were written for, one moetune knows (a Megatron-Core or a Bridge one), or None."""
     if value is None:

@@ -40,11 +40,18 @@ class Measured:
         return self.status == MEASURED
 
 
+def _job_id(path: Path) -> int:
+    """The Slurm job id in a log's name (train-<id>.log, slurm-<id>.out), -1 where it holds none."""
+    digits = path.stem.rpartition("-")[2]
+    return int(digits) if digits.isdigit() else -1
+
+
 def find_log(folder: Path) -> tuple[Path | None, int]:
     """(the newest log in FOLDER, how many there are): submit.sh's train-<job id>.log, else Slurm's default
-    slurm-<job id>.out (a job submitted by hand); the newest is the last attempt."""
+    slurm-<job id>.out (a job submitted by hand); the newest is the last attempt, by job id (Slurm numbers jobs in
+    submission order; a copy may not keep the files' times), then by time."""
     logs = [p for p in (*folder.glob(f"{LOG_PREFIX}*.log"), *folder.glob("slurm-*.out")) if p.is_file()]
-    return (max(logs, key=lambda p: p.stat().st_mtime) if logs else None), len(logs)
+    return (max(logs, key=lambda p: (_job_id(p), p.stat().st_mtime)) if logs else None), len(logs)
 
 
 def _spread(values: list[float]) -> float:
@@ -65,7 +72,8 @@ def measure(folder: Path, workload: dict, world: int, skip: int) -> Measured:
         log = parse_log(path.read_text(errors="replace"), str(path))
     except MoetuneError as err:  # one bad file is that candidate's, not the sweep's
         return Measured(status="unreadable log", log=str(path), detail=str(err).removeprefix("--log "))
-    found = Measured(status="", log=str(path), peak_reserved_bytes=log.peak_reserved_bytes, notes=list(log.notes))
+    found = Measured(status="", log=str(path), peak_reserved_bytes=log.peak_reserved_bytes,
+                     notes=[n.removeprefix("--log ") for n in log.notes])
     if count > 1:
         found.detail = f"the newest of {count} logs; "
     return _timed(found, log, workload, world, skip)
@@ -84,19 +92,23 @@ def _other_run(log: TrainingLog, gbs: int, seq: int, world: int) -> str | None:
 
 def _timed(found: Measured, log: TrainingLog, workload: dict, world: int, skip: int) -> Measured:
     gbs, seq = int(workload["global_batch_size"]), int(workload["seq_length"])
-    timed = [it for it in log.iterations if it.iteration > skip and it.elapsed_ms is not None]
-    if log.oom_lines:
+    # a line averages the iterations since the line before it (log_interval): timed where all of them are past SKIP
+    starts = [0, *(it.iteration for it in log.iterations)][:len(log.iterations)]
+    timed = [it for it, start in zip(log.iterations, starts, strict=True)
+             if start >= skip and it.elapsed_ms is not None]
+    if other := _other_run(log, gbs, seq, world):  # first: another run's memory or time says nothing of the plan's
+        found.status, found.detail, found.peak_reserved_bytes = "other run", found.detail + other, None
+    elif log.oom_lines:
         found.status, found.detail = "out of memory", found.detail + log.oom_lines[0]
     elif not log.iterations:
         found.status = "no iteration"
         # rank 0's start-up lines or a memory report: Megatron began (megatron_log.py TrainingLog.rank0_lines)
         found.detail += ("started, no iteration logged yet (or it failed before the first)"
                          if log.rank0_lines or log.memory else "no Megatron line in it: still queued, or not a log")
-    elif other := _other_run(log, gbs, seq, world):
-        found.status, found.detail = "other run", found.detail + other
     elif not timed:
         found.status = "too short"
-        found.detail += f"logged to iteration {log.iterations[-1].iteration}; the timing starts after {skip}"
+        found.detail += (f"logged to iteration {log.iterations[-1].iteration}; the timing starts after {skip}, and a "
+                         "line averages the iterations since the one before it (log_interval)")
     else:
         seconds = [it.elapsed_ms / 1000 for it in timed]
         found.status, found.timed, found.spread = MEASURED, len(timed), _spread(seconds)
