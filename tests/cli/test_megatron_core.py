@@ -164,3 +164,21 @@ def test_before_0_16_the_flex_dispatcher_s_deepep_is_moe_enable_deepep(tmp_path,
 def _findings(args, capsys):
     code, out, _ = run(["check", *args, "--gpu", "h100", "--gpus", "16", "--json"], capsys)
     return json.loads(out)["findings"]
+
+
+def test_before_0_15_graphs_are_written_by_their_legacy_switch(tmp_path, capsys):
+    """core_v0.14.0 has no cuda_graph_impl: Transformer Engine's graphs are external_cuda_graph with the scope 'attn'
+    (transformer_config.py), and Megatron-LM's --external-cuda-graph flag; a plan for it keeps attention's graphs."""
+    code, out, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "1",
+                          "--megatron-core", "0.14", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["results"][0]["knobs"]["cuda_graph_scope"] == ["attn"]
+    (tmp_path / "plan.json").write_text(out)
+    code, _, err = run(["emit", str(tmp_path / "plan.json"), "--out", str(tmp_path / "run")], capsys)
+    assert code == 0, err
+    args = (tmp_path / "run" / "megatron_lm_args.txt").read_text().splitlines()
+    assert "--external-cuda-graph" in args and "--cuda-graph-scope attn" in args
+    assert not any(a.startswith("--cuda-graph-impl") for a in args)
+    code, _, err = run(["check", str(tmp_path / "run" / "env.sh"), str(tmp_path / "run" / "megatron_lm_args.txt"),
+                        "--gpu", "h100", "--gpus", "16", "--megatron-core", "0.14"], capsys)
+    assert code == 0, err

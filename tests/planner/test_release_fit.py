@@ -56,12 +56,14 @@ def test_a_model_the_release_cannot_build_is_one_line():
 
 def test_graphs_fall_back_to_the_scopes_the_release_captures():
     """Before 0.16 the scope is one string (attn, full or full_iteration): the router's graphs drop, attention's stay;
-    before 0.15 there is no cuda_graph_impl (its graphs ran under enable_cuda_graph, which moetune does not write), so
-    no graphed set is left, and the same set without graphs is the grid's own."""
+    before 0.15 there is no cuda_graph_impl, and Transformer Engine's graphs run by external_cuda_graph over 'attn'
+    (transformer_config.py @core_v0.14.0), so attention's graphs stay there too."""
     scoped = Knobs(cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
     assert release_grid([scoped], "0.15")[0] == [Knobs(cuda_graph_scope=("attn",))]
     assert release_grid([scoped], "0.16")[0] == [scoped]
-    assert release_grid([scoped, Knobs(cuda_graph_scope=())], "0.14")[0] == [Knobs(cuda_graph_scope=())]
+    for old in ("0.13", "0.14"):
+        assert release_grid([scoped, Knobs(cuda_graph_scope=())], old)[0] == [Knobs(cuda_graph_scope=("attn",)),
+                                                                              Knobs(cuda_graph_scope=())]
 
 
 def test_a_hybrid_is_pinned_to_one_stage_before_the_split_pattern():

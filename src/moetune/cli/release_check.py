@@ -16,6 +16,7 @@ from typing import Any
 
 from moetune.configio.names import names
 from moetune.configio.releases import (
+    GRAPH_IMPL,
     Reading,
     alias_in,
     applied_onto,
@@ -26,6 +27,7 @@ from moetune.configio.releases import (
     has,
     has_it,
     known_release,
+    legacy_graph_switch,
     newest_having,
     option,
     product,
@@ -203,6 +205,9 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
                            "upgrade, or emit with the deepep backend")
     if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
         config = {**config, _ENABLE: True}
+    if (switch := legacy_graph_switch(config.get(GRAPH_IMPL), reading.release)) is not None:
+        # that release's spelling of the graphs' implementation: its switch, the scope as it is
+        config = {k: v for k, v in config.items() if k != GRAPH_IMPL} | {switch: True}
     # the first name read for a key; a flag with a spelling the release has is not lacking (emit writes that one)
     keys = {_key(name): name for name in reversed(reading.lacking())
             if not (name.startswith("--") and alias_in(name, reading.release))}

@@ -4,20 +4,23 @@ has, so the pick is one `emit` for that release writes rather than refuses.
 A field the release lacks is fine held at its default (the release runs that default: emit leaves it out,
 cli/release_check.py for_release); set otherwise, the release cannot run it: HybridEP before Megatron-Core 0.16
 (moe_flex_dispatcher_backend), fine-grained activation offloading before 0.16 (offload_modules), full-iteration
-graphs' static expert shapes before 0.18 (moe_paged_stash, moe_expert_rank_capacity_factor), any CUDA graph before
-0.15 (cuda_graph_impl); megatron_releases.csv and bridge_releases.csv say which release has which field.
+graphs' static expert shapes before 0.18 (moe_paged_stash, moe_expert_rank_capacity_factor); a CUDA graph before 0.15
+runs by its implementation's legacy switch (external_cuda_graph for Transformer Engine's: configio/releases.py
+legacy_graph_switch); megatron_releases.csv and bridge_releases.csv say which release has which field.
 """
 
 from dataclasses import replace
 from types import SimpleNamespace
 
 from moetune.configio.releases import (
+    GRAPH_IMPL,
     alias_in,
     at_default,
     describe,
     family_of,
     has,
     has_it,
+    legacy_graph_switch,
     newest_having,
     option,
     product,
@@ -35,10 +38,11 @@ from moetune.specs.model import ModelSpec
 
 
 def lacking(fields: dict, release: str) -> list[str]:
-    """The fields of FIELDS set off their default that RELEASE lacks, and has no alias of (emit writes that); and
-    'FIELD=VALUE' for a value of a field it has that it refuses (configio/releases.py values_lacking)."""
+    """The fields of FIELDS set off their default that RELEASE lacks, and has no alias of (emit writes that), nor its
+    legacy switch (cuda_graph_impl before core_v0.15.0); and 'FIELD=VALUE' for a value of a field it has that it
+    refuses (configio/releases.py values_lacking)."""
     return [k for k, v in fields.items() if not has(release, k) and not at_default(k, v) and not alias_in(k, release)
-            ] + values_lacking(fields, release)
+            and not (k == GRAPH_IMPL and legacy_graph_switch(v, release))] + values_lacking(fields, release)
 
 
 def runs(k: Knobs, release: str) -> bool:
