@@ -17,6 +17,7 @@ from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.param_gather import FP8_PARAM_PRECISIONS
 from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher, default_precision, default_scope
+from moetune.planner.from_json import is_saved_result
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.compute import router_dtype_defaulted, router_dtype_or_plan
@@ -234,7 +235,7 @@ def _not_a_saved_result(model: str) -> None:
         data = json.loads(Path(model).read_text())
     except (OSError, ValueError, RecursionError):
         return  # the model reader says what is wrong with it
-    if isinstance(data, dict) and ("results" in data or ("layout" in data and "knobs" in data)):
+    if is_saved_result(data):
         raise MoetuneError(f"{model}: a moetune plan or estimate output, not a model; `explain`, `emit`, `report` and "
                            "`sweep write` read it, and estimate/memory take a model name or a Hugging Face config.json")
 

@@ -33,7 +33,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import evidence_text
-from moetune.planner.from_json import estimate_from_json
+from moetune.planner.from_json import estimate_from_json, is_saved_result
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.release_fit import upgrade_for
@@ -123,7 +123,7 @@ def _saved_result(path: str, after_flag: bool):
         raise MoetuneError(f"{path}: no such file; pass a `moetune plan --json` or `estimate --json` output, a model's "
                            "config.json or a built-in model name")
     data = read_json(path, "--plan" if after_flag else "", "pass `moetune plan --json` output")
-    return data if isinstance(data, dict) and ("results" in data or "layout" in data) else None
+    return data if is_saved_result(data) else None
 
 
 def _bias_dtype_words(bias: dict) -> str:

@@ -13,7 +13,7 @@ from moetune.cli.sweep_cmd import ingest_json
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.explain import explain
-from moetune.planner.from_json import estimate_from_json, pick_result
+from moetune.planner.from_json import estimate_from_json, pick_result, saved_results
 from moetune.report.plan_report import render
 from moetune.sweep.compare import rows
 from moetune.sweep.manifest import MANIFEST, read_manifest, saved_result_data
@@ -54,7 +54,7 @@ def _ingest(sweep_dir: str, plan: dict) -> dict:
         sweep = read_manifest(sweep_dir)
     except MoetuneError as err:
         raise MoetuneError(f"--sweep {err}") from None
-    results = plan["results"] if "results" in plan else [plan]
+    results = saved_results(plan)
     for c in sweep.candidates:
         if c.rank > len(results) or results[c.rank - 1] != c.result:
             raise MoetuneError(f"--sweep {sweep_dir}: its candidate {c.folder} is not result {c.rank} of this plan "

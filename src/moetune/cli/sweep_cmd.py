@@ -25,7 +25,7 @@ from moetune.cli.release_check import for_release, inputs_release
 from moetune.configio.releases import describe, reading
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
-from moetune.planner.from_json import pick_result
+from moetune.planner.from_json import pick_result, saved_results
 from moetune.planner.result_text import knobs_label, layout_label, recompute_label
 from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
 from moetune.sweep.conclusions import conclusions
@@ -142,7 +142,7 @@ def _plan_results(plan_path: str) -> tuple[list[dict], bool]:
         pick_result(data)  # the one-line errors of a plan with no results
     except MoetuneError as err:
         raise MoetuneError(f"{plan_path}: {err}") from None
-    return (data["results"], True) if "results" in data else ([data], False)
+    return saved_results(data), "results" in data
 
 
 def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_errors: bool) -> dict[str, str]:

@@ -16,6 +16,16 @@ from moetune.walls.compute import router_dtype_defaulted, router_dtype_or_plan
 from moetune.walls.efficiency import check_file, check_for_gpu, sets_for
 
 
+def is_saved_result(data) -> bool:
+    """Whether DATA is moetune's own `plan --json` (its results) or `estimate --json` (a layout) output."""
+    return isinstance(data, dict) and ("results" in data or "layout" in data)
+
+
+def saved_results(data: dict) -> list[dict]:
+    """A saved plan's results, or an estimate as the one result it is."""
+    return data["results"] if "results" in data else [data]
+
+
 def pick_result(data: dict, rank: int = 1) -> dict:
     """The estimate object: the JSON itself, or result number `rank` (1-based) of a plan."""
     if not isinstance(data, dict):

@@ -7,6 +7,7 @@ the commands say, laid out for a reader who shares it.
 
 from __future__ import annotations
 
+from moetune.planner.from_json import saved_results
 from moetune.planner.result_text import knobs_label, layout_label, recompute_label
 from moetune.report.html import page, pairs, paragraph, section, table
 from moetune.report.svg import stacked_bars
@@ -16,10 +17,6 @@ WALLS = ("compute", "communication", "bubble", "host")
 # the pick's memory line items, grouped for the chart (the table beside it keeps every item)
 MEMORY_GROUPS = (("weights", ("weights",)), ("gradients", ("main_grads",)), ("optimizer", ("optimizer_states",)),
                  ("logits and loss", ("logits_and_loss",)))
-
-
-def _results(plan: dict) -> list[dict]:
-    return plan["results"] if "results" in plan else [plan]
 
 
 def _candidates(results: list[dict]) -> str:
@@ -97,7 +94,7 @@ def _sweep(ingest: dict) -> str:
 def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) -> str:
     """The page for PLAN (a plan's or an estimate's JSON, from SOURCE), ANSWER (explain's JSON for its pick) and,
     where given, INGEST (sweep ingest's JSON)."""
-    results = _results(plan)
+    results = saved_results(plan)
     pick = results[0]
     title = f"moetune: {pick['model']} on {pick['gpus']} x {pick['gpu']}"
     searched = (f"{plan['candidates_evaluated']:,} candidates searched in {plan['search_seconds']:.2f} s, "

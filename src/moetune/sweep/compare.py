@@ -10,7 +10,7 @@ from pathlib import Path
 
 from moetune.planner.ab_order import NOISE_FLOOR
 from moetune.planner.estimate import Estimate
-from moetune.planner.from_json import estimate_from_json
+from moetune.planner.from_json import estimate_from_json, saved_results
 from moetune.planner.runs import Run
 from moetune.sweep.manifest import Candidate, Sweep
 from moetune.sweep.measure import Measured, measure
@@ -98,8 +98,7 @@ def plan_unchanged(sweep: Sweep, rank: int) -> bool:
     """Whether the sweep's plan file still holds the result RANK the sweep ran (it may have been planned again)."""
     try:
         data = json.loads(Path(sweep.plan).read_text())
-        results = data["results"] if "results" in data else [data]
-        return results[rank - 1] == next(c.result for c in sweep.candidates if c.rank == rank)
+        return saved_results(data)[rank - 1] == next(c.result for c in sweep.candidates if c.rank == rank)
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return False
 
