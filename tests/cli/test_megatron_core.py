@@ -153,12 +153,14 @@ def test_before_0_16_the_flex_dispatcher_s_deepep_is_moe_enable_deepep(tmp_path,
     launch = [str(out / "env.sh"), str(out / "megatron_lm_args.txt")]
     assert not [f for f in _findings([*launch, "--megatron-core", "0.15"], capsys) if f["severity"] == "error"]
     (out / "megatron_lm_args.txt").write_text("\n".join(w for w in lines if w != "--moe-enable-deepep") + "\n")
-    rules = {f["rule"]: f["severity"] for f in _findings([*launch, "--megatron-core", "0.15"], capsys)}
-    assert rules.get("check.flex_needs_enable_deepep") == "error"
-    assert "check.flex_needs_enable_deepep" not in {f["rule"] for f in _findings([*launch, "--megatron-core", "0.16"],
-                                                                                   capsys)}
+    found = [f for f in _findings([*launch, "--megatron-core", "0.15"], capsys) if f["severity"] == "error"]
+    assert [(f["rule"], f["fix"]) for f in found] == [("check.needs_legacy_switch", {"model.moe_enable_deepep": True})]
+    assert "--moe-enable-deepep" in found[0]["message"] and "from 0.16 on" in found[0]["message"]
+    assert "check.needs_legacy_switch" not in {f["rule"] for f in _findings([*launch, "--megatron-core", "0.16"],
+                                                                            capsys)}
     code, _, err = run(["emit", saved("hybridep"), "--megatron-core", "0.15", "--out", str(tmp_path / "h")], capsys)
-    assert code == 2 and err.count("\n") == 1 and "hybridep backend came in Megatron-Core 0.16" in err
+    assert code == 2 and err.count("\n") == 1 and "model.moe_flex_dispatcher_backend='hybridep'" in err
+    assert "Megatron-Core has it from 0.16 on" in err
 
 
 def _findings(args, capsys):

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from moetune.configio.legacy import legacy_switches, switches_in
+from moetune.configio.legacy import respelled as legacy_spelling
 from moetune.configio.names import names
 from moetune.configio.releases import (
-    GRAPH_IMPL,
     Reading,
     alias_in,
     applied_onto,
@@ -27,10 +28,10 @@ from moetune.configio.releases import (
     has,
     has_it,
     known_release,
-    legacy_graph_switch,
     newest_having,
     option,
     product,
+    span,
     values_lacking,
 )
 from moetune.errors import MoetuneError
@@ -95,7 +96,11 @@ def _advice(name: str, release: str) -> str:
     if alias := alias_in(name, release):
         return f"write it as {alias}, which that release has (`moetune emit {option(release)}` does)"
     upgrade = newest_having(name, family_of(release))
-    return f"upgrade to {product(release)} {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
+    advice = f"upgrade to {product(release)} {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
+    if legacy := [s for s in legacy_switches() if s.field == name and has(release, s.switch)]:
+        advice += (f" ({describe(release)} takes " + ", ".join(f"{s.value} by {s.switch}" for s in legacy)
+                   + f": `moetune emit {option(release)}` writes it)")
+    return advice
 
 
 def _what(name: str, release: str) -> str:
@@ -133,7 +138,7 @@ def release_findings(reading: Reading, config: dict[str, Any], saved: bool = Fal
                     message=f"{_what(name, reading.release)}; {_advice(name, reading.release)}{emit_note(name)}",
                     source=_source(reading.release))
             for name in reading.lacking()] + _value_findings(config, reading.release) + \
-        _deepep_findings(config, reading, saved)
+        _switch_findings(config, reading, saved)
 
 
 def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding]:
@@ -148,34 +153,29 @@ def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding
             for name in values_lacking(config, release)]
 
 
-# Before core_v0.16.0 the flex dispatcher ran DeepEP alone and asserted moe_enable_deepep (Megatron-LM
-# megatron/core/transformer/moe/token_dispatcher.py MoEFlexTokenDispatcher @ core_v0.13.0-core_v0.15.0: "DeepEP is not
-# enabled. Please set --moe-enable-deepep"); 0.16 added moe_flex_dispatcher_backend (default "deepep") instead
-_BACKEND, _ENABLE = "model.moe_flex_dispatcher_backend", "model.moe_enable_deepep"
 _PATTERN = "model.hybrid_layer_pattern"  # a Mamba hybrid's, split by '|' where the release takes it (splits_hybrids)
 
 
-def _flex_backend(config: dict[str, Any], release: str | None) -> str | None:
-    """The backend a flex-dispatcher config runs on a release that predates moe_flex_dispatcher_backend; None where
-    the release has that field, or the dispatcher is not flex."""
-    if release is None or config.get("model.moe_token_dispatcher_type") != "flex" or has(release, _BACKEND):
-        return None
-    return config.get(_BACKEND) or "deepep"
-
-
-def _deepep_findings(config: dict[str, Any], reading: Reading, saved: bool) -> list[Finding]:
-    """A flex dispatcher without moe_enable_deepep, on a release whose flex dispatcher asserts it (a saved plan runs
-    through emit, which sets it: info there). A Megatron-LM launch's --moe-enable-deepep sets the field (configio/mlm.py
-    SPECIAL)."""
+def _switch_findings(config: dict[str, Any], reading: Reading, saved: bool) -> list[Finding]:
+    """A value the release takes by a legacy switch (configio/legacy.py) without the switch: the flex dispatcher's
+    DeepEP without moe_enable_deepep before 0.16, which asserts it. A saved plan runs through emit, which sets it:
+    info there. A Megatron-LM launch's --moe-enable-deepep sets the field (configio/mlm.py SPECIAL)."""
     release = reading.release
-    if _flex_backend(config, release) != "deepep" or config.get(_ENABLE):
-        return []
-    return [Finding(rule="check.flex_needs_enable_deepep", severity="info" if saved else "error",
-                    message=f"model.moe_token_dispatcher_type flex on {describe(release)} needs "
-                            f"model.moe_enable_deepep (--moe-enable-deepep): its flex dispatcher runs DeepEP alone and "
-                            "asserts it (the backend field came in 0.16)",
-                    fix={_ENABLE: True}, source="Megatron-LM megatron/core/transformer/moe/token_dispatcher.py "
-                                                f"MoEFlexTokenDispatcher @ {core_source(release)}")]
+    return [Finding(rule="check.needs_legacy_switch", severity="info" if saved else "error",
+                    message=f"{describe(release)} takes {s.field}={s.value}{_with(s)} by {s.switch} "
+                            f"({_flags(s.switch)}), which the config leaves off: set it ({s.field} "
+                            f"{span(s.field, family_of(release))})",
+                    fix={s.switch: True}, source=f"{s.source} (src/moetune/data/legacy_switches.csv)")
+            for s in switches_in(config, release) if not config.get(s.switch)]
+
+
+def _with(s) -> str:
+    return f" with {s.when[0]}={s.when[1]}" if s.when else ""
+
+
+def _flags(name: str) -> str:
+    row = names().get(name)
+    return "/".join(row.mlm_flags) if row is not None and row.mlm_flags else name
 
 
 def _key(name: str) -> str:
@@ -198,16 +198,7 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
                            f"{SPLIT_PATTERN_FLAG} brings ({has_it(SPLIT_PATTERN_FLAG, reading.release)}); "
                            "before it --hybrid-override-pattern takes one unsplit pattern: plan with PP 1 "
                            "(plan --megatron-core does), or upgrade")
-    backend = _flex_backend(config, reading.release)
-    if backend not in (None, "deepep"):
-        raise MoetuneError(f"{option(reading.release)}: the flex dispatcher's {backend} backend came in "
-                           "Megatron-Core 0.16 (moe_flex_dispatcher_backend); before it flex runs DeepEP alone: "
-                           "upgrade, or emit with the deepep backend")
-    if backend == "deepep":  # that release's spelling of the flex dispatcher's DeepEP
-        config = {**config, _ENABLE: True}
-    if (switch := legacy_graph_switch(config.get(GRAPH_IMPL), reading.release)) is not None:
-        # that release's spelling of the graphs' implementation: its switch, the scope as it is
-        config = {k: v for k, v in config.items() if k != GRAPH_IMPL} | {switch: True}
+    config = legacy_spelling(config, reading.release)  # its legacy switches (configio/legacy.py)
     # the first name read for a key; a flag with a spelling the release has is not lacking (emit writes that one)
     keys = {_key(name): name for name in reversed(reading.lacking())
             if not (name.startswith("--") and alias_in(name, reading.release))}

@@ -128,21 +128,6 @@ def has(release: str, name: str) -> bool:
     return not onto or any(has(release, a) for a in onto)
 
 
-# Before cuda_graph_impl (core_v0.15.0) Megatron-Core took CUDA graphs by two switches, which it maps onto the
-# implementation since (transformer_config.py @core_v0.14.0: enable_cuda_graph, the local graphs; external_cuda_graph,
-# Transformer Engine's, whose cuda_graph_scope is 'full' or 'attn'; @core_v0.15.0 both "DEPRECATED and replaced by
-# cuda_graph_impl"): the switch each implementation was set by
-LEGACY_GRAPH_SWITCH = {"transformer_engine": "model.external_cuda_graph", "local": "model.enable_cuda_graph"}
-GRAPH_IMPL = "model.cuda_graph_impl"
-
-
-def legacy_graph_switch(impl: Any, release: str) -> str | None:
-    """The switch RELEASE takes cuda_graph_impl=IMPL by, where it lacks cuda_graph_impl (None where it has it, or
-    IMPL has none: 'full_iteration' came with the field)."""
-    switch = LEGACY_GRAPH_SWITCH.get(impl) if isinstance(impl, str) else None
-    return switch if switch and not has(release, GRAPH_IMPL) and has(release, switch) else None
-
-
 def _having(name: str, family: str) -> list[str]:
     return [r for r in releases(family).order if has(r, name)]
 

@@ -5,22 +5,21 @@ A field the release lacks is fine held at its default (the release runs that def
 cli/release_check.py for_release); set otherwise, the release cannot run it: HybridEP before Megatron-Core 0.16
 (moe_flex_dispatcher_backend), fine-grained activation offloading before 0.16 (offload_modules), full-iteration
 graphs' static expert shapes before 0.18 (moe_paged_stash, moe_expert_rank_capacity_factor); a CUDA graph before 0.15
-runs by its implementation's legacy switch (external_cuda_graph for Transformer Engine's: configio/releases.py
-legacy_graph_switch); megatron_releases.csv and bridge_releases.csv say which release has which field.
+runs by its implementation's legacy switch (external_cuda_graph for Transformer Engine's: configio/legacy.py);
+megatron_releases.csv and bridge_releases.csv say which release has which field.
 """
 
 from dataclasses import replace
 from types import SimpleNamespace
 
+from moetune.configio.legacy import by_switch
 from moetune.configio.releases import (
-    GRAPH_IMPL,
     alias_in,
     at_default,
     describe,
     family_of,
     has,
     has_it,
-    legacy_graph_switch,
     newest_having,
     option,
     product,
@@ -39,10 +38,10 @@ from moetune.specs.model import ModelSpec
 
 def lacking(fields: dict, release: str) -> list[str]:
     """The fields of FIELDS set off their default that RELEASE lacks, and has no alias of (emit writes that), nor its
-    legacy switch (cuda_graph_impl before core_v0.15.0); and 'FIELD=VALUE' for a value of a field it has that it
-    refuses (configio/releases.py values_lacking)."""
+    legacy switch (configio/legacy.py: cuda_graph_impl before core_v0.15.0); and 'FIELD=VALUE' for a value of a field
+    it has that it refuses (configio/releases.py values_lacking)."""
     return [k for k, v in fields.items() if not has(release, k) and not at_default(k, v) and not alias_in(k, release)
-            and not (k == GRAPH_IMPL and legacy_graph_switch(v, release))] + values_lacking(fields, release)
+            and not by_switch(fields, k, release)] + values_lacking(fields, release)
 
 
 def runs(k: Knobs, release: str) -> bool:
