@@ -58,8 +58,8 @@ def test_bad_input_is_one_line_and_exit_2(args, needle, capsys):
 
 def test_an_unwritable_output_fails_in_one_line(tmp_path, capsys, monkeypatch):
     """calibrate --write checks its path before the fit; emit --out and a write that fails anyway name the path."""
-    import moetune.cli.calibrate_cmd as calibrate_cmd
-    monkeypatch.setattr(calibrate_cmd, "calibrate", lambda *a: pytest.fail("fitted before checking --write"))
+    import moetune.cli.calibrate_published as calibrate_published
+    monkeypatch.setattr(calibrate_published, "calibrate", lambda *a: pytest.fail("fitted before checking --write"))
     for target in (tmp_path / "no" / "such" / "x.toml", tmp_path):
         code, _, err = run(["calibrate", "--write", str(target)], capsys)
         assert code == 2 and str(target) in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from moetune.cli.calibrate_cmd import fitted_toml
+from moetune.cli.calibrate_published import fitted_toml
 from moetune.layout.validate import validate
 from moetune.planner.ab_order import ordered_pairs
 from moetune.planner.calibrate import calibrate, fitted_effs, predict, split, unfitted_predictions
@@ -110,3 +110,21 @@ def test_a_fast_refit_writes_fp8_constants_the_efficiency_loader_accepts():
     refit = with_params(efficiency("h100"), {"compute_scale": 3.0})
     assert refit["fp8_gemm_eff"] == 0.9354 and refit["gemm_eff"] == 0.95
     check_for_gpu({"fp8_gemm_eff": float(f"{refit['fp8_gemm_eff']:.4g}")}, "h100")  # raises past the FP8 peak
+
+
+def test_leave_one_model_out_never_sees_the_model_it_predicts():
+    """Each model is predicted by a fit without its runs: doubling one model's measured throughput leaves its own
+    predictions exactly as they were and moves the other models' (whose fit now sees it)."""
+    from dataclasses import replace
+
+    from moetune.planner.calibrate import leave_one_model_out
+    models = ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b")
+    runs = [r for r in load_runs() if _legal(r) and r.model.name in models and r.gpu.key in ("h100", "gb200")]
+    doubled = [replace(r, tokens_per_s_per_gpu=2 * r.tokens_per_s_per_gpu) if r.model.name == "gpt-oss-120b" else r
+               for r in runs]
+    before = {p.run.run_id: p.predicted for p in leave_one_model_out(runs)}
+    after = {p.run.run_id: p.predicted for p in leave_one_model_out(doubled)}
+    assert set(before) == {r.run_id for r in runs}
+    oss = {r.run_id for r in runs if r.model.name == "gpt-oss-120b"}
+    assert oss and all(after[i] == before[i] for i in oss)
+    assert any(after[i] != before[i] for i in set(before) - oss)

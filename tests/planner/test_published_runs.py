@@ -17,6 +17,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.ab_order import NOISE_FLOOR
 from moetune.planner.calibrate import memory_misfits, split
 from moetune.planner.estimate import estimate
+from moetune.planner.repeats import reruns
 from moetune.planner.runs import known_gaps, load_configured_runs, load_runs, tokens_from_tflops
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -41,12 +42,19 @@ def test_every_published_run_is_predicted_to_fit():
 
 
 def test_held_out_runs_tokens_per_second():
-    _, held = split(RUNS)
+    """The held-out half within 15% at the rates README states (101/111, median 3.9%), with room for a point or two:
+    a change that doubles the median fails here even when it leaves every listed gap in place. Its reruns of a fitted
+    configuration (planner/repeats.py reruns) are judged apart from the configurations the fit never saw (6.2%), which
+    the reruns' easier 3.4% would otherwise hide."""
+    fit, held = split(RUNS)
     errors = {r.run_id: _error(r) for r in held}
     within = [rid for rid, e in errors.items() if abs(e) <= 0.15]
-    assert statistics.median(abs(e) for e in errors.values()) <= 0.15
-    assert len(within) >= 0.7 * len(errors)
+    assert statistics.median(abs(e) for e in errors.values()) <= 0.05
+    assert len(within) >= 0.88 * len(errors)
     assert set(errors) - set(within) <= set(KNOWN_GAPS)
+    again = {r.run_id for r in reruns(held, fit)}
+    assert 0.3 * len(held) < len(again) < 0.6 * len(held)
+    assert statistics.median(abs(e) for rid, e in errors.items() if rid not in again) <= 0.075
 
 
 def test_every_run_outside_15_percent_is_a_listed_gap():
@@ -69,7 +77,7 @@ def test_tflops_only_runs_in_tokens():
               / tokens_from_tflops(r) - 1 for r in runs}
     missed = {rid for rid, e in errors.items() if abs(e) > 0.15}
     assert missed == set(TFLOPS_GAPS), {rid: round(errors[rid], 3) for rid in missed ^ set(TFLOPS_GAPS)}
-    assert statistics.median(abs(e) for e in errors.values()) <= 0.10
+    assert statistics.median(abs(e) for e in errors.values()) <= 0.08  # 6.3% (README)
 
 
 def test_long_context_throughput_rises_with_sequence_as_measured():

@@ -48,6 +48,15 @@ def test_calibrate_names_the_misses_the_data_forces(capsys):
     assert forced[("R011", "R029")] == 1 and sum(forced.values()) == 4
     missed = {r["run_id"] for r in data["runs"] if abs(r["error"]) > 0.15}
     assert all(set(ids) & missed for ids in forced)  # every forced miss is among the misses reported
+    again = {r["run_id"] for r in data["runs"] if r["rerun_of_fit"]}
+    assert "R224" in again and again <= {r["run_id"] for r in data["runs"] if r["subset"] == "held-out"}
+    apart = {" ".join(sorted((q["faster"], q["slower"]))) for q in data["ab_ties"] if q["predicted_apart"]}
+    assert apart == set(known_gaps()["ties"]) and "leave_one_model_out" not in data
+
+
+def test_leave_one_model_out_is_the_published_fit_s(tmp_path, capsys):
+    assert main(["calibrate", "--runs", str(tmp_path / "mine.csv"), "--leave-one-model-out"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_every_forced_miss_is_a_listed_gap():
@@ -55,3 +64,14 @@ def test_every_forced_miss_is_a_listed_gap():
     listed = {**known_gaps()["runs"], **known_gaps()["tflops_only"]}
     for g in unmeetable(0.15):
         assert set(g.run_ids) & set(listed), g.run_ids
+
+
+def test_reruns_of_a_fitted_configuration():
+    """R105 (Qwen3-30B-A3B on 8 GB300, fit half) was re-measured by later releases' summaries as R224 and R234 (held
+    out), every configuration column the same; R107 (32 GPUs of the same card) and a run of another model are no
+    reruns."""
+    from moetune.planner.repeats import reruns
+    from moetune.planner.runs import load_configured_runs
+    runs = {r.run_id: r for r in load_configured_runs()}
+    assert [r.run_id for r in reruns([runs["R224"], runs["R234"], runs["R107"], runs["R001"]], [runs["R105"]])] == \
+        ["R224", "R234"]

@@ -67,10 +67,10 @@ def test_a_gpu_on_another_s_constants_shows_that_gpu_s_record():
 def test_known_gaps_name_published_runs():
     rows = published_rows()
     gaps = known_gaps()
-    assert set(gaps) == {"runs", "tflops_only", "order"}
+    assert set(gaps) == {"runs", "tflops_only", "order", "ties"}
     for section in ("runs", "tflops_only"):
         assert set(gaps[section]) <= set(rows) and all(gaps[section].values())
-    for pair in gaps["order"]:
+    for pair in (*gaps["order"], *gaps["ties"]):
         a, b = pair.split()
         assert a in rows and b in rows and a < b
 

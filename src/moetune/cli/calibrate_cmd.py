@@ -1,68 +1,18 @@
-"""``moetune calibrate``: fit the efficiency constants to the published measured runs."""
-
-import statistics
+"""``moetune calibrate``: fit the efficiency constants to the published measured runs (cli/calibrate_published.py),
+or refit the per-GPU multipliers to a user's own."""
 
 import click
 from rich.markup import escape
 
+from moetune.cli.calibrate_published import published
 from moetune.cli.output import GIB, console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, write_text
-from moetune.layout.validate import validate
-from moetune.planner.ab_order import ordered_pairs
-from moetune.planner.calibrate import (
-    COMPUTE_KEYS,
-    SHARED,
-    calibrate,
-    capped_a2a,
-    fitted_effs,
-    memory_misfits,
-    predict,
-    unfitted_predictions,
-    with_params,
-)
-from moetune.planner.repeats import unmeetable
-from moetune.planner.runs import load_runs
+from moetune.planner.calibrate import memory_misfits, predict
 from moetune.planner.user_runs import by_gpu, fit_user_runs, sections, shipped_of, user_toml
 from moetune.planner.user_runs_csv import load_user_runs
-from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
+from moetune.walls.efficiency import efficiency
 from moetune.words import a_figure
-
-TFLOPS_ONLY = "tflops-only"
-
-
-def _usable_runs():
-    runs = []
-    for run in load_runs():
-        try:
-            validate(run.model, run.layout, run.workload)
-        except MoetuneError:
-            continue
-        runs.append(run)
-    return runs
-
-
-def fitted_toml(fitted: dict) -> str:
-    lines = ["# Written by `moetune calibrate`; pass it with --efficiency."]
-    for gpu, params in fitted.items():
-        eff = with_params(efficiency(gpu, priors_only=True), params)
-        lines.append(f"\n[{gpu}]")
-        for key in (*COMPUTE_KEYS, "a2a_eff_alltoall", "a2a_eff_deepep", "a2a_eff_hybridep", *SHARED):
-            lines.append(f"{key} = {eff[key]:.4g}")
-    return "\n".join(lines) + "\n"
-
-
-def _unmeetable_line(rows: list[dict]) -> str:
-    """Which misses the data forces: one configuration measured further apart than any prediction can meet."""
-    found = unmeetable(0.15)
-    if not found:
-        return "No configuration was measured so far apart twice that a prediction could not meet both within 15%."
-    shown = {r["run_id"] for r in rows}
-    least = sum(g.least_misses(0.15) for g in found if set(g.run_ids) <= shown)
-    missed = sum(abs(r["error"]) > 0.15 for r in rows)
-    groups = ", ".join(f"{' vs '.join(g.run_ids)} ({g.spread:.2f}x)" for g in found)
-    return (f"Measured apart by more than any prediction can meet within 15% (1.35x), same configuration: {groups}; "
-            f"so at least {least} of these {len(rows)} runs miss 15% whatever the constants ({missed} do)")
 
 
 @click.command(name="calibrate")
@@ -71,59 +21,22 @@ def _unmeetable_line(rows: list[dict]) -> str:
                    "on the shipped constants to them instead.")
 @click.option("--write", "write_path", type=click.Path(dir_okay=False), default=None,
               help="Write the fitted constants to this TOML file (an --efficiency file).")
+@click.option("--leave-one-model-out", "one_model_out", is_flag=True,
+              help="Also refit without each model's runs in turn and predict them: how far the fit carries to a "
+                   "model it never saw (about a minute).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(runs_path: str | None, write_path: str | None, as_json: bool) -> None:
+def command(runs_path: str | None, write_path: str | None, as_json: bool, one_model_out: bool) -> None:
     """Fit compute / all-to-all constants per GPU and the shared host CPU cost on half the published runs;
     report both halves. With --runs, fit your own runs instead."""
     if write_path:
         check_writable(write_path, "--write")  # before the fit, not after it
+    if runs_path and one_model_out:
+        raise MoetuneError("--leave-one-model-out checks the published fit; with --runs, hold some of your runs out "
+                           "of the CSV and compare them to `estimate` under the --write file instead")
     if runs_path:
         _calibrate_user(runs_path, write_path, as_json)
         return
-    fitted, on_fit, held = calibrate(_usable_runs())
-    unfitted = unfitted_predictions(fitted)
-    if write_path:
-        write_text(write_path, fitted_toml(fitted), "--write")
-    rows = [{"run_id": p.run.run_id, "subset": subset, "model": p.run.model.name, "gpu": p.run.gpu.key,
-             "gpus": p.run.layout.world_size, "measured": p.target, "predicted": p.predicted, "error": p.error}
-            for subset, preds in (("fit", on_fit), ("held-out", held), (TFLOPS_ONLY, unfitted)) for p in preds]
-    effs = fitted_effs(fitted)
-    pairs = ordered_pairs(effs)
-    order = [{"group": q.group, "faster": q.faster, "slower": q.slower, "measured_gap": q.measured_gap,
-              "predicted_gap": q.predicted_gap, "agrees": q.agrees} for q in pairs]
-    capped = {g: capped_a2a(efficiency(g, priors_only=True), effs[g], p["a2a_scale"]) for g, p in fitted.items()}
-    if as_json:
-        emit_json({"fitted": fitted, "a2a_capped": capped, "runs": rows, "ab_order": order,
-                   "unmeetable_repeats": [{"run_ids": list(g.run_ids), "measured": list(g.measured),
-                                           "spread": g.spread, "least_misses": g.least_misses(0.15)}
-                                          for g in unmeetable(0.15)]})
-        return
-    out = console()
-    out.print(table("Fitted per GPU (host CPU cost and the fused all-to-all's token and SM costs: one value for all)",
-                    ["gpu", "compute x", "all-to-all x", "host us/layer", "a2a ns/token", "a2a GB/s/SM"],
-                    [[g, f"{p['compute_scale']:.3f}", f"{p['a2a_scale']:.3f}", f"{p['host_us_per_layer']:.0f}",
-                      f"{p['a2a_token_ns']:.2f}", f"{p['a2a_gbps_per_sm']:.1f}"] for g, p in fitted.items()]))
-    held_back = {g: c for g, c in capped.items() if c}
-    if held_back:  # the table's multiplier is the fit's; a dispatcher whose efficiency hit the link cap got less
-        out.print(f"all-to-all x held at the link cap (the achieved share of a link stays <= {EFFICIENCY_CAP:g}): "
-                  + "; ".join(f"{g} " + ", ".join(f"{k} x{v:.2f}" for k, v in c.items())
-                              for g, c in held_back.items()))
-    out.print(table("Tokens/s/GPU: predicted vs measured", ["run", "subset", "model", "gpu", "GPUs", "measured",
-                                                            "predicted", "error"],
-                    [[r["run_id"], r["subset"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",
-                      f"{r['predicted']:,.0f}", f"{100 * r['error']:+.1f}%"] for r in rows], justify_right_from=4))
-    for subset in ("fit", "held-out", TFLOPS_ONLY):
-        errs = [abs(r["error"]) for r in rows if r["subset"] == subset]
-        if errs:
-            within = sum(e <= 0.15 for e in errs)
-            out.print(f"{subset}: median |error| {100 * statistics.median(errs):.1f}%, {within}/{len(errs)} within 15%")
-    out.print(f"({TFLOPS_ONLY}: runs published as TFLOP/s only, in tokens where every FLOP convention agrees; "
-              "never fitted)")
-    out.print(_unmeetable_line(rows))
-    wrong = [f"{q['faster']} > {q['slower']}" for q in order if not q["agrees"]]
-    other_way = f"; predicted the other way: {', '.join(wrong)}" if wrong else ""
-    out.print(f"A/B groups: {len(order) - len(wrong)}/{len(order)} pairs in the measured order (pairs whose measured "
-              f"gap exceeds the group's repeat noise){other_way}")
+    published(write_path, as_json, one_model_out)
 
 
 def refit(runs: list, write_path: str | None, by: str = "moetune calibrate --runs") -> dict:

@@ -222,6 +222,21 @@ def calibrate(runs: list[Run]) -> tuple[dict[str, dict], list[Prediction], list[
     return fitted, on_fit, on_held
 
 
+def leave_one_model_out(runs: list[Run]) -> list[Prediction]:
+    """Each model's runs, both halves, predicted by constants fitted on the calibration subset without that model's
+    runs: how far the fit carries to a model it never saw. A GPU only that model calibrated keeps the shared constants
+    so fitted and multipliers of 1 (its priors)."""
+    fit_runs, _ = split(runs)
+    out = []
+    for model in sorted({r.model.name for r in runs}):
+        fitted = fit_all([r for r in fit_runs if r.model.name != model])
+        shared = {k: v for k, v in next(iter(fitted.values())).items() if k in SHARED}
+        effs = fitted_effs(fitted)
+        out += [predict(r, effs.get(r.gpu.key) or with_params(efficiency(r.gpu.key, priors_only=True), shared))
+                for r in runs if r.model.name == model]
+    return out
+
+
 def memory_misfits(runs: list[Run]) -> list[dict]:
     """The runs moetune predicts cannot fit in GPU (or host) memory. A run that ran fitted, so moetune's memory
     estimate or the row's layout is off: the published runs are held to none (tests/planner/test_published_runs.py);

@@ -19,6 +19,12 @@ def configuration(run: Run) -> tuple:
                                                                           flex_num_sms=run.knobs.num_sms or None)
 
 
+def reruns(runs: list[Run], of: list[Run]) -> list[Run]:
+    """The runs of RUNS whose configuration is one of OF's: a later release or another measurement of it."""
+    seen = {configuration(r) for r in of}
+    return [r for r in runs if configuration(r) in seen]
+
+
 def measured_tokens(run: Run) -> float | None:
     """Tokens/s/GPU as published, or converted from TFLOP/s where every FLOP convention agrees; else None."""
     return run.tokens_per_s_per_gpu or tokens_from_tflops(run)

@@ -138,6 +138,6 @@ def load_configured_runs() -> list[Run]:
 @cache
 def known_gaps() -> dict[str, dict[str, str]]:
     """data/known_gaps.toml: the published runs moetune misses by more than 15% ("runs": complete runs,
-    "tflops_only": runs published as TFLOP/s only) and the A/B pairs it orders the other way ("order": "Rxxx Ryyy"),
-    each with its reason."""
+    "tflops_only": runs published as TFLOP/s only), the A/B pairs it orders the other way ("order": "Rxxx Ryyy") and the
+    A/B ties it puts apart ("ties"), each with its reason."""
     return tomllib.loads((resources.files("moetune") / "data" / "known_gaps.toml").read_text())
