@@ -25,3 +25,8 @@ def words(items) -> str:
     """A list as a sentence says it: 'a', 'a and b', 'a, b and c' (rules/expr.py words() for rule messages)."""
     items = [str(i) for i in (items or [])]
     return " and ".join(filter(None, [", ".join(items[:-1]), items[-1]])) if items else ""
+
+
+def plural(count: int, noun: str) -> str:
+    """The count and its noun, plural past one: '1 micro-batch', '8 micro-batches' (an -s, -sh, -ch noun takes -es)."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith(("s", "sh", "ch")) else "s")

@@ -129,7 +129,7 @@ def test_console_script_runs():
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "1000000000", "--gbs", "1024"],
      "is past the 131,072 GPUs moetune plans for"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--seq", "99999999999999999999"],
-     "seq_length (99999999999999999999) is past the 8,388,608"),
+     "seq_length (99,999,999,999,999,999,999) is past the 8,388,608 moetune plans for: lower it"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", "ep=\u00b2"],
      "--fix ep=\u00b2: expected a positive integer"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", "routing=force-balance"],
@@ -231,3 +231,16 @@ def test_a_saved_result_s_error_is_named_whatever_its_words():
     with pytest.raises(MoetuneError) as err:
         estimate_from_json(data, where="world size")
     assert str(err.value).startswith("world size: world size (16) must be divisible by TP*CP*PP")
+
+
+def test_explain_of_a_json_that_is_neither_a_result_nor_a_model_says_so(tmp_path, capsys):
+    """A JSON with no results, layout or model_type had been told '--gpu is required'; a broken one as MODEL was
+    told to pass plan output alone, though a config.json is as welcome there."""
+    other = tmp_path / "other.json"
+    other.write_text('{"foo": 1}')
+    code, _, err = run(["explain", str(other)], capsys)
+    assert code == 2 and "nor a Hugging Face config.json" in err and err.count("\n") == 1
+    broken = tmp_path / "config.json"
+    broken.write_text('{"model_type": "qwen3_moe", "hidden_size": 2048\n')
+    code, _, err = run(["explain", str(broken), "--gpu", "h100", "--gpus", "8"], capsys)
+    assert code == 2 and "not valid JSON" in err and "or a Hugging Face config.json" in err

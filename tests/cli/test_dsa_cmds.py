@@ -35,8 +35,11 @@ def test_estimate_prices_glm5_and_says_the_rates_are_uncalibrated(glm5, capsys):
 
 
 def test_dsa_refuses_a_cp_exchange_it_cannot_run(glm5, capsys):
-    code, _, err = run(["estimate", glm5, *RECIPE, "--cp-comm-type", "a2a"], capsys)
-    assert code == 2 and "runs context parallel over all_gather only" in err and "Traceback" not in err
+    for exchange in ("a2a", "p2p"):  # p2p given as a flag is refused too: only a config's absent field stands for it
+        code, _, err = run(["estimate", glm5, *RECIPE, "--cp-comm-type", exchange], capsys)
+        assert code == 2 and "runs context parallel over all_gather only" in err and err.count("\n") == 1
+    code, out, _ = run(["estimate", glm5, *RECIPE, "--cp-comm-type", "all_gather", "--json"], capsys)
+    assert code in (0, 1) and json.loads(out)["knobs"]["cp_comm_type"] == "all_gather"
 
 
 def test_plan_and_explain_of_glm5_run_and_carry_the_note(glm5, capsys, tmp_path):

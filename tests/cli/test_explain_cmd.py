@@ -13,13 +13,14 @@ def test_explain_takes_a_config_json_model_or_a_saved_plan(shared_data, tmp_path
     code, out, _ = run(["explain", config, "--gpu", "gb200", "--gpus", "96", "--tp", "2", "--pp", "6", "--ep", "16",
                         "--first-stage-layers", "14", "--last-stage-layers", "14", "--seq", "8192", "--gbs", "384"],
                        capsys)
-    assert code == 0 and out.startswith("Fit: fits") and "TP2 x CP1 x DP8 x PP6" in out
+    assert code == 0 and out.splitlines()[1].startswith("Fit: fits") and out.startswith("Batch: sequence")
+    assert "TP2 x CP1 x DP8 x PP6" in out
     code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "1",
                         "--json"], capsys)
     saved = tmp_path / "plan.json"
     saved.write_text(out)
     code, out, _ = run(["explain", str(saved)], capsys)
-    assert code == 0 and out.startswith("Fit:")
+    assert code == 0 and out.splitlines()[1].startswith("Fit:")
     code, _, err = run(["explain", "--plan", config], capsys)
     assert code == 2 and "not a `moetune plan --json`" in err
 

@@ -12,6 +12,8 @@ def test_models_and_hardware_list(capsys):
     code, out, _ = run(["hardware", "--json"], capsys)
     assert code == 0 and {g["key"] for g in json.loads(out)} >= {"a100", "h100", "h200", "b200", "b300", "gb200",
                                                                  "gb300"}
+    a100 = next(g for g in json.loads(out) if g["key"] == "a100")
+    assert a100["fp8_tflops"] is None and a100["bf16_tflops"] > 0  # no FP8 on Ampere: null, as the table's "-"
     code, out, _ = run(["hardware", "b300"], capsys)  # the table names what its published runs read as
     assert code == 0 and "as if the NIC ran at 400 Gb/s a GPU, not 800" in out.replace("\n", " ")
     assert "NIC ran" not in run(["hardware", "b200"], capsys)[1]
@@ -55,6 +57,9 @@ def test_user_cluster_toml(tmp_path, capsys):
     ("tdp_w = -5", "tdp_w (-5) must be 0 or more"),
     ("fp8_tflops = -1", "fp8_tflops (-1) must be 0 or more"),
     ("host_memory_gib = -1", "host_memory_gib (-1) must be positive"),
+    # a digit too many: a figure no part has, against specs/hardware.py UPPER
+    ("memory_gib = 1e9", "memory_gib (1e+09) is past the 4,096 moetune plans for"),
+    ("nvlink_domain = 8000\ngpus_per_node = 8", "nvlink_domain (8,000) is past the 1,152"),
 ])
 def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, capsys):
     path = tmp_path / "c.toml"

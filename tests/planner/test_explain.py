@@ -787,3 +787,19 @@ def test_scale_says_the_megatron_fsdp_figure_holds_its_once_a_step_collectives()
     (note,) = [n for n in explain_scale(e)["notes"] if "Megatron FSDP" in n]
     dp = e.time["collectives"]["dp_grad_reduce_param_gather"]
     assert f"run every micro-batch beside compute; with what it runs once a step, {dp:.2f} s a step" in note
+
+
+def test_the_ladder_stops_at_the_first_step_a_wider_layout_takes():
+    """Qwen3-30B-A3B on 8 H100 at EP 1: nothing fits its own knobs, nor the ladder on its own layout; the smallest
+    model parallelism that fits comes at the first step of the ladder with a layout that takes it, and the steps
+    after it are left out (seeds/000 Phase 1: offloading only when recompute and parallelism are still
+    insufficient). The ladder had run on to the optimizer offload, then widened: 1,174 tokens/s/GPU."""
+    knobs = Knobs(precision="fp8-blockwise", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))  # Hopper's
+    e = estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=8),
+                 Workload(seq_length=4096, global_batch_size=64), knobs)
+    steps = fit_steps(e)
+    assert steps[-1]["step"] == "then the smallest model parallelism that fits"
+    assert "optimizer_offload" not in [s["step"] for s in steps] and not any(s.get("fits") for s in steps[:-1])
+    assert steps[-1]["peak_gib"] <= e.gpu.capacity_bytes / 2**30
+    assert steps[-1]["tokens_per_s_per_gpu"] > 1.5 * 1174
+

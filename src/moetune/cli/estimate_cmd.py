@@ -16,6 +16,7 @@ from moetune.cli.output import (
     print_checks,
     table,
     user_files_line,
+    workload_line,
 )
 from moetune.cli.release_check import release_json
 from moetune.configio.releases import describe, option
@@ -23,7 +24,7 @@ from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import default_scope
 from moetune.planner.ep_domain import partial_domain_note
 from moetune.planner.estimate import Estimate
-from moetune.planner.explain import checks, gbs_default_text, optimizer_note
+from moetune.planner.explain import checks, gbs_default_text, optimizer_note, workload_of
 from moetune.planner.nvfp4_evidence import caveat, caveat_line
 from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.specs.platform import platform_defaults
@@ -97,6 +98,7 @@ def print_estimate(result: Estimate, with_time: bool = True) -> None:
               + (", ".join(crossing) if crossing else "no group"))
     if note := partial_domain_note(result):
         out.print(f"[yellow]note[/yellow]: {note}")
+    out.print(workload_line(workload_of(result)))
     stages = result.stages
     names = list(dict.fromkeys(k for s in stages for k in s.items))
     rows = [[name] + [gib(s.items.get(name, 0)) for s in stages] for name in names]
@@ -106,7 +108,7 @@ def print_estimate(result: Estimate, with_time: bool = True) -> None:
     out.print(table("Memory per rank (GiB) by pipeline stage", ["item"] + [f"stage {s.stage}" for s in stages], rows))
     if result.time and with_time:
         print_time(result)
-    # a configuration that does not fit is still one to cost (exit 0, JSON "fits": false); `check --model` fails on
+    # a configuration that does not fit is still one to cost (exit 0, JSON memory.fits false); `check --model` fails on
     # it, and explain gives the seeds' fit steps
     verdict = "[green]fits[/green]" if result.fits else \
         "[red]does NOT fit[/red] (`explain` with these flags gives the seeds' fit steps; `check --model` exits 1 on it)"
@@ -148,7 +150,7 @@ def print_time(result: Estimate) -> None:
         shown = {"cuda_graph_scope": scope, "flex_num_sms": result.knobs.num_sms, "precision": precision,
                  "moe_router_dtype": f"{result.knobs.moe_router_dtype} (as plans emit it; Megatron's own: none)",
                  "fp8_param_gather": result.knobs.fp8_params, "fp4_param_gather": result.knobs.fp4_params}
-        knobs = [k for k in result.defaulted if k != "global_batch_size"]
+        knobs = [k for k in result.defaulted if k not in ("global_batch_size", "seq_length")]  # the batch line's
         if knobs:
             out.print("defaulted to platform values: " + ", ".join(
                 f"{k}={shown.get(k, getattr(result.knobs, k, None))}" for k in knobs))

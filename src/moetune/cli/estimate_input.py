@@ -134,6 +134,10 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} sets how context-parallel ranks exchange attention "
                            "inputs; CP is 1 here, with nothing to exchange: drop it or set --cp > 1")
     hcp_needs_a2a_p2p(kw["hcp_a2a_size"], kw["cp_comm_type"], spec, layout)
+    if spec.dsa is not None and layout.cp > 1 and kw["cp_comm_type"] == "p2p":
+        # a config's absent field reads as p2p and runs all_gather (cp_legal.DSA_EXCHANGES); a flag is what it says
+        raise MoetuneError("--cp-comm-type p2p at CP > 1: DeepSeek Sparse Attention runs context parallel over "
+                           "all_gather only (Megatron-LM transformer_config.py); use --cp-comm-type all_gather")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]
@@ -260,5 +264,6 @@ def estimate_from_flags(model: str, kw: dict):
     result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"], gpu.key))
     # the global batch a run leaves out is MBS x DP x PP (Workload.gbs): it sets the micro-batches and so the bubble
-    result.defaulted = defaulted + (["global_batch_size"] if kw["gbs"] is None else [])
+    result.defaulted = defaulted + (["global_batch_size"] if kw["gbs"] is None else []) + (
+        [] if given("seq") else ["seq_length"])
     return result

@@ -24,6 +24,7 @@ from moetune.cli.output import (
     table,
     unknown_launcher_note,
     user_files_line,
+    workload_line,
 )
 from moetune.cli.plan_baseline import same_job
 from moetune.cli.versus_output import print_versus
@@ -122,8 +123,14 @@ def _saved_result(path: str, after_flag: bool):
     if not after_flag and not Path(path).exists():
         raise MoetuneError(f"{path}: no such file; pass a `moetune plan --json` or `estimate --json` output, a model's "
                            "config.json or a built-in model name")
-    data = read_json(path, "--plan" if after_flag else "", "pass `moetune plan --json` output")
-    return data if is_saved_result(data) else None
+    data = read_json(path, "--plan" if after_flag else "", "pass `moetune plan --json` output" + (
+        "" if after_flag else " or a Hugging Face config.json"))
+    if is_saved_result(data):
+        return data
+    if not after_flag and not (isinstance(data, dict) and {"model_type", "architectures"} & data.keys()):
+        raise MoetuneError(f"{path}: neither a `moetune plan --json` / `estimate --json` output (no results, no "
+                           "layout) nor a Hugging Face config.json (no model_type); pass one of them")
+    return None
 
 
 def _bias_dtype_words(bias: dict) -> str:
@@ -147,6 +154,8 @@ def print_explain(a: dict, mlm: bool = False) -> None:
     f, s, p = a["fit"], a["scale"], a["profile"]
     verdict = "fits" if f["fits"] else "does NOT fit"
     items = ", ".join(f"{k} {v:.1f}" for k, v in f["largest_items_gib"].items())
+    if "workload" in a:
+        out.print(f"[bold]Batch[/bold]: {workload_line(a['workload'])}")
     out.print(f"[bold]Fit[/bold]: {verdict}: peak {f['peak_gib']:.1f} of {f['capacity_gib']:.1f} GiB on stage "
               f"{f['worst_stage']} (largest: {items} GiB)")
     if f.get("note"):

@@ -24,6 +24,7 @@ def model_summary(name: str) -> dict:
         "vocab_size": spec.vocab_size,
         "attention": spec.attention + ("+dsa" if spec.dsa else ""),  # DeepSeek Sparse Attention rides on MLA
         "mtp_layers": spec.mtp_num_layers,
+        "mtp_checkpoint_layers": spec.mtp_checkpoint_layers,
         "source": spec.source,
     }
 
@@ -57,3 +58,16 @@ def show(model: str, as_json: bool) -> None:
         return
     rows = [[k, billions(v) if k.endswith("_params") else v] for k, v in info.items()]
     console().print(table(f"Model {info['name']}", ["field", "value"], rows))
+    if note := _mtp_note(load_model(model), info):
+        console().print(note)
+
+
+def _mtp_note(spec, info: dict) -> str:
+    """Where the MTP trained by default is not what the model could train: said, with the flag that changes it."""
+    if spec.mtp_layer_kind is None or info["mtp_layers"]:
+        return ""
+    shipped = info["mtp_checkpoint_layers"]
+    held = (f"the checkpoint ships {shipped}, which Megatron Bridge maps" if shipped else
+            "the checkpoint's MTP modules are not mapped by Megatron Bridge (they would start from scratch)")
+    return (f"MTP: none trained by default, as its config.json builds it; {held}: estimate and plan take "
+            f"--mtp-layers N to train N")

@@ -13,6 +13,7 @@ from moetune.emit.values import hydra
 from moetune.planner.explain_scale import fsdp_shards
 from moetune.planner.from_json import pick_result, saved_launcher
 from moetune.walls.cp_legal import exchange_text
+from moetune.words import plural
 
 GIB = 1 << 30
 
@@ -116,3 +117,12 @@ def attention_notes(e) -> list[str]:
     if "uncalibrated" in t:  # DeepSeek Sparse Attention (walls/dsa.py)
         out.append(t["uncalibrated"])
     return out
+
+
+def workload_line(w: dict) -> str:
+    """The batch priced (planner/explain.py workload_of): sequence, micro- and global batch and the micro-batches each
+    DP rank runs a step, a defaulted one said so."""
+    said = {k: " (default)" if k in w["defaulted"] else "" for k in ("seq_length", "global_batch_size")}
+    return (f"sequence {w['seq_length']:,}{said['seq_length']}, micro-batch {w['micro_batch_size']}, global batch "
+            f"{w['global_batch_size']:,}{said['global_batch_size']}: {plural(w['num_microbatches'], 'micro-batch')} "
+            f"a step on each of DP {w['dp']}")

@@ -39,7 +39,8 @@ class Workload:
         for name, most in (("seq_length", MAX_SEQ), ("micro_batch_size", MAX_BATCH),
                            ("global_batch_size", MAX_BATCH)):
             if (getattr(self, name) or 0) > most:
-                raise MoetuneError(f"{name} ({getattr(self, name)}) is past the {most:,} moetune plans for")
+                raise MoetuneError(f"{name} ({getattr(self, name):,}) is past the {most:,} moetune plans for: "
+                                   "lower it (a digit too many?)")
 
     def gbs(self, layout: Layout) -> int:
         if self.global_batch_size is not None:

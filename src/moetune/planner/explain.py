@@ -257,6 +257,14 @@ def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
     return None
 
 
+def workload_of(e: Estimate) -> dict:
+    """The batch priced, and which of it was left to moetune's defaults."""
+    wl, lay = e.workload, e.layout
+    return {"seq_length": wl.seq_length, "micro_batch_size": wl.micro_batch_size, "global_batch_size": wl.gbs(lay),
+            "num_microbatches": wl.num_microbatches(lay), "dp": lay.dp,
+            "defaulted": [k for k in ("seq_length", "global_batch_size") if k in e.defaulted]}
+
+
 def explain(e: Estimate) -> dict:
     defaults = platform_defaults(e.gpu)
     fit = _fit(e)
@@ -277,7 +285,7 @@ def explain(e: Estimate) -> dict:
         "optimizer_note": optimizer_note(e),
         "gbs_defaulted": gbs_default_text(e) if "global_batch_size" in e.defaulted else None,
         "track_record": estimate_record(e), **e.user_files, **{k: e.time[k] for k in ("uncalibrated",) if k in e.time},
-        "fit": fit, "scale": scale(e, found), "profile": _profile(e), "retune": retune,
+        "workload": workload_of(e), "fit": fit, "scale": scale(e, found), "profile": _profile(e), "retune": retune,
         "retune_blocked_by_memory": sorted(blocked, key=lambda r: -r["predicted_gain"])[:3],
         "checks": _checks(found, SEVERITY_ORDER),
         "meshes": {"attention": "TP x CP x DP x PP", "moe": "ETP x EP x EDP x PP", "layout": e.layout.describe()},

@@ -26,9 +26,11 @@ from moetune.walls.cp_legal import exchange_text
 from moetune.walls.memory import merged_overheads
 
 # The seeds' order to make a run fit (seeds/000 Phase 1; seeds/002 Prefer selective recompute): a smaller micro-batch,
-# then recompute steps applied cumulatively (the modules seeds/002 names before full recompute), offload last.
+# then recompute steps applied cumulatively (the modules seeds/002 names before full recompute), offload last: where
+# no layout fits the run's own knobs, only once no wider layout takes the recompute steps either.
+OFFLOAD = "optimizer_offload"
 FIT_LADDER = ("smaller_micro_batch", "selective_recompute_moe_act", "selective_recompute_mla_up_proj",
-              "selective_recompute_mlp", "selective_recompute_moe", "full_recompute", "optimizer_offload")
+              "selective_recompute_mlp", "selective_recompute_moe", "full_recompute", OFFLOAD)
 
 
 def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
@@ -42,6 +44,8 @@ def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
         steps.append(_layout_step("smallest model parallelism that fits", smallest, "these knobs"))
     current, passed = e, [e]
     for move_id in _ladder(e):
+        if move_id == OFFLOAD and smallest is None and (wider := _first_wider(passed, broken)):
+            return _with_layout(steps, *wider)  # seeds/000: offload only when parallelism is still insufficient
         move = moves()[move_id]
         new = _legal_step(current, move, broken)
         if new is None:
@@ -53,15 +57,27 @@ def fit_steps(e: Estimate, broken: set | None = None) -> list[dict]:
         passed.append(new)
         if new.fits:
             break
-    if (smallest is None and not current.fits and current is not e
-            and (wider := smallest_fitting_layout(current, broken)) is not None):
-        # no layout fitted the run's own knobs, nor the ladder on its own layout: the two together
-        steps.append(_layout_step("then the smallest model parallelism that fits", wider, "the steps' knobs"))
+    if smallest is None and not current.fits and current is not e and (wider := _first_wider(passed, broken)):
+        return _with_layout(steps, *wider)  # nor the ladder on its own layout: the two together
     if current.fits and current.knobs.optimizer_offload_fraction > e.knobs.optimizer_offload_fraction:
         if lighter := _lighter_recompute(current, passed[:-2], broken):
             steps.append(_step("lighter_recompute_with_offload", _config_change(current, lighter), lighter,
                                "seeds/000 Phase 1: full recompute only when the run still does not fit"))
     return steps
+
+
+def _first_wider(passed: list[Estimate], broken: set) -> tuple[int, Estimate] | None:
+    """(its index, the layout) for the first of the ladder's states after the run's own with a layout that fits
+    (smallest_fitting_layout), where none fits the run's own knobs."""
+    for i, state in enumerate(passed[1:], start=1):
+        if (wider := smallest_fitting_layout(state, broken)) is not None:
+            return i, wider
+    return None
+
+
+def _with_layout(steps: list[dict], i: int, wider: Estimate) -> list[dict]:
+    """The ladder's steps up to the i-th state, then the smallest model parallelism that fits with its knobs."""
+    return steps[:i] + [_layout_step("then the smallest model parallelism that fits", wider, "the steps' knobs")]
 
 
 def _layout_step(name: str, smallest: Estimate, knobs: str) -> dict:

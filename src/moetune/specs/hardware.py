@@ -23,6 +23,11 @@ GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile", "sms")  # counts, not rates
 OPTIONAL = {"host_memory_gib", "nic_gbps_observed", "sms"}  # a [gpu] table may leave these out
+# Ceilings a cluster file's figures must stay under, about 10x the catalog's largest (hardware.toml: 278 GiB, an NVL72
+# domain, 15,000 TFLOP/s dense FP4, NVLink 5 at 900 GB/s a direction, 800 Gb/s NICs): room for parts to come, none for
+# a figure typed with a digit too many.
+UPPER = {"memory_gib": 4096, "nvlink_domain": 1152, "gpus_per_node": 1152, "bf16_tflops": 50_000, "fp8_tflops": 100_000,
+         "fp4_tflops": 200_000, "hbm_tbps": 100, "nvlink_gbps": 20_000, "nic_gbps": 20_000, "host_memory_gib": 65_536}
 ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
 # Architectures a [gpu] table may name without fitted constants: earlier NVIDIA ones and AMD CDNA parts
 PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
@@ -73,6 +78,10 @@ class GpuSpec:
                      "nic_gbps", "host_link_gbps", "gemm_tile"):
             if getattr(self, name) <= 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be positive")
+        for name, most in UPPER.items():  # a typo's digits (memory_gib = 1e9) would plan on hardware no one has
+            if getattr(self, name) > most:
+                raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name):,g}) is past the {most:,} moetune "
+                                   "plans for: lower it (a digit too many?)")
         for name in ("fp8_tflops", "fp4_tflops", "tdp_w"):  # 0: the GPU has no such format (or no figure)
             if getattr(self, name) < 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be 0 or more")
