@@ -130,7 +130,8 @@ def test_only_nvlink_copies_take_from_the_window_compute():
 
 def _eager(scopes: tuple[str, ...]) -> float:
     moe = LayerKind(mixer="gqa", mlp="moe")
-    return layer_cpu_share(moe, scopes) / layer_cpu_share(moe, ())
+    eff = efficiency("gb200")
+    return layer_cpu_share(moe, scopes, eff) / layer_cpu_share(moe, (), eff)
 
 
 def test_blackwell_overlap_is_capped_by_the_launches_left_eager():

@@ -146,8 +146,11 @@ def _range(key: str) -> tuple[float, float, bool]:
         return MIN_EFFICIENCY, 1.0, False
     if key.startswith("rate_"):  # a recipe's GEMM rate over the reference FP8 rate: a zero one divides by zero
         return MIN_EFFICIENCY, MAX_CONSTANT, False
-    if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed":
+    if key.endswith("_hide") or "_hide_" in key or key == "p2p_exposed" or key.startswith(("graph_capture_",
+                                                                                             "host_part_")):
         return 0.0, 1.0, False
+    if key == "host_norm":  # a p-norm: 1 adds the CPU and GPU times, larger tends to their maximum
+        return 1.0, 64.0, False
     return 0.0, MAX_CONSTANT, key in ("grouped_m_half", "fp8_host_factor", "cpu_optimizer_gbps", "mem_passes",
                                       "attn_keys_half", "a2a_gbps_per_sm")
 

@@ -63,7 +63,7 @@ def layer_comm(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         # (Megatron refuses MoE recompute under EP overlap, transformer_config.py; if asked, its replays show whole)
         ep_exposed = ep
         if knobs.ep_overlap:
-            eager = layer_cpu_share(kind, knobs.cuda_graph_scope) / layer_cpu_share(kind, ())
+            eager = layer_cpu_share(kind, knobs.cuda_graph_scope, eff) / layer_cpu_share(kind, (), eff)
             hide = ep_overlap_hide(eff, nvlink_busy(parts), eager)
             ep_exposed = (ep_overlap_exposed(a2a + etp, compute, hide, knobs.delay_wgrad, bias_forward)
                           + replays * (a2a + etp))

@@ -57,7 +57,8 @@ def ep_overlap_hide(eff: dict, nvlink_busy=1.0, eager=1.0):
     all-to-all's duration costs (comms.nvlink_busy: 1 inside an NVLink domain). Where the combined-1F1B schedule's
     CPU work sets the pace (fast GPUs, efficiency.toml ep_overlap_hide_eager), the share is capped by the layer's
     launches a CUDA graph captures: `ep_overlap_hide_eager` with none captured (`eager` 1, the share of the layer's
-    CPU work left eager: host.layer_cpu_share), rising linearly to no cap with all of them captured."""
+    CPU work left eager: host.layer_cpu_share, efficiency.toml graph_capture_*), rising linearly to no cap with all
+    of them captured."""
     share = 1 - (1 - eff["ep_overlap_hide"]) * nvlink_busy
     return np.minimum(share, eff["ep_overlap_hide_eager"] + (1 - eff["ep_overlap_hide_eager"]) * (1 - eager))
 

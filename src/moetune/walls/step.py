@@ -93,7 +93,7 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     # only for the part the layer's own GPU time does not cover (the CPU otherwise runs ahead). Counted per
     # layer, not per stage: each MoE layer makes the host wait for its token counts (TE GroupedLinear takes
     # m_splits as host integers; the alltoall dispatcher's split sizes too), so a lead does not carry over.
-    cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope) * (
+    cpu = eff["host_us_per_layer"] * 1e-6 * layer_cpu_share(kind, knobs.cuda_graph_scope, eff) * (
         eff["fp8_host_factor"] if knobs.fp8 else 1.0)
     # The wait itself, whatever the routing (force-balanced counts vary too: random router logits): every dispatcher
     # reads its token counts on the host (moe/token_dispatcher.py: alltoall before its EP all-to-all, HybridEP to size
@@ -101,8 +101,9 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
     sync = (eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1)
             if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0)
     gpu_s = total + sum(exposed.values())
-    host = host_wait(cpu, gpu_s) + sync
-    unpaired = host_wait(cpu, gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"]) + sync if knobs.ep_overlap else host
+    host = host_wait(cpu, gpu_s, eff["host_norm"]) + sync
+    unpaired = host_wait(cpu, gpu_s + raw["ep_alltoall"] - exposed["ep_alltoall"], eff["host_norm"]) + sync \
+        if knobs.ep_overlap else host
     return LayerTime(compute=compute, comm=exposed, comm_raw=raw, host=host, host_unpaired=unpaired)
 
 
