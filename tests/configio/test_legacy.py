@@ -6,6 +6,7 @@ import pytest
 from moetune.configio.legacy import legacy_switches, respelled, switches_in
 from moetune.configio.names import names
 from moetune.configio.releases import has, releases
+from moetune.errors import MoetuneError
 
 TE_GRAPHS = {"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["attn"]}
 FLEX = {"model.moe_token_dispatcher_type": "flex"}
@@ -23,10 +24,24 @@ def test_each_switch_is_a_bool_field_of_the_releases_that_lack_its_field(row):
     assert "Megatron-LM" in row.source and "@core_v0." in row.source
 
 
-def test_te_graphs_before_0_15_are_external_cuda_graph_and_the_scope_stays():
-    assert respelled(TE_GRAPHS, "0.14") == {"model.cuda_graph_scope": ["attn"], "model.external_cuda_graph": True}
+def test_te_graphs_before_0_15_are_external_cuda_graph_and_the_scope_one_string():
+    """0.14 takes Transformer Engine's graphs by external_cuda_graph; before 0.16 the scope is one string
+    (`cuda_graph_scope: str = "full"` @core_v0.15.0: a list ['attn'] fails 0.15's recompute check, which compares it
+    with "attn"); from 0.16 a list."""
+    assert respelled(TE_GRAPHS, "0.14") == {"model.cuda_graph_scope": "attn", "model.external_cuda_graph": True}
     assert respelled({**TE_GRAPHS, "model.cuda_graph_impl": "local"}, "0.13")["model.enable_cuda_graph"] is True
-    assert respelled(TE_GRAPHS, "0.15") == TE_GRAPHS
+    assert respelled(TE_GRAPHS, "0.15") == {**TE_GRAPHS, "model.cuda_graph_scope": "attn"}
+    assert respelled(TE_GRAPHS, "0.16") == TE_GRAPHS
+
+
+def test_graphs_off_before_0_15_turn_both_switches_off_where_the_config_says_so():
+    """cuda_graph_impl none, written: a recipe's own external_cuda_graph would stand under a config that only leaves
+    the new field out, so both switches are written off; a config silent on it keeps the recipe's."""
+    off = {"model.cuda_graph_impl": "none", "model.cuda_graph_scope": []}
+    assert respelled(off, "0.14") == {"model.external_cuda_graph": False, "model.enable_cuda_graph": False}
+    assert respelled({"model.num_layers": 4}, "0.14") == {"model.num_layers": 4}
+    with pytest.raises(MoetuneError, match="takes one CUDA-graph scope"):
+        respelled({**TE_GRAPHS, "model.cuda_graph_scope": ["attn", "moe_router"]}, "0.15")
 
 
 def test_flex_dispatcher_before_0_16_runs_deepep_by_moe_enable_deepep_even_with_the_backend_left_out():

@@ -119,8 +119,8 @@ CASES: dict[str, Case] = {
                                       "h100", 8),
     "scale.ep1_etp_needs_mcore_019": Case(S(MOE, "model.tensor_model_parallel_size=2",
                                             "model.expert_tensor_parallel_size=1")),
-    "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_model_parallel_size=4",
-                                   "model.expert_tensor_parallel_size=1")),
+    # EP 1: Megatron-Core's MoE layer raises at any EP (moe_layer.py MoELayer.forward), not only beside EP
+    "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=2")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),
     # gpt-oss's shape at 128k: 16K-token shards at CP 8 would be the 4K guess's CP 32, but its sinks run CP over a2a
     # alone, which its 8 KV groups cap at CP 8: the rule asks for CP 8 (rules/derive.py _cp_sizing)

@@ -84,7 +84,7 @@ def test_tp_a_multiple_of_the_kv_groups_passes_as_megatron_core_runs_it(qwen, ca
 def test_kv_groups_neither_multiple_nor_divisor_of_tp(qwen, capsys):
     heads = qwen["model.num_attention_heads"]
     found = errors([QWEN, *CLUSTER, "--set", "model.tensor_model_parallel_size=2", "--set",
-                    "model.num_query_groups=3", "--no-mcore"], capsys)
+                    "model.sequence_parallel=true", "--set", "model.num_query_groups=3", "--no-mcore"], capsys)
     assert heads % 2 == 0 and list(found) == ["shape.query_groups_vs_tp"]
 
 

@@ -166,7 +166,7 @@ def _switch_findings(config: dict[str, Any], reading: Reading, saved: bool) -> l
                             f"({_flags(s.switch)}), which the config leaves off: set it ({s.field} "
                             f"{span(s.field, family_of(release))})",
                     fix={s.switch: True}, source=f"{s.source} (src/moetune/data/legacy_switches.csv)")
-            for s in switches_in(config, release) if not config.get(s.switch)]
+            for s in switches_in(config, release) if s.switch_value and not config.get(s.switch)]
 
 
 def _with(s) -> str:

@@ -196,6 +196,8 @@ def _flags(words: list[str], origin: str,
         i = j
         here = f"{origin} {flag}"
         note([flag], flags=True)  # for --megatron-core: the flags the launch passes (configio/releases.py)
+        # a flag given again takes its last value, as argparse does (launch lines append overrides to a base list)
+        out = [a for a in out if a.origin != here]
         if flag in SPECIAL:
             out += [Assignment(key=k, value=v, origin=here) for k, v in SPECIAL[flag]]
             continue
