@@ -3,6 +3,7 @@ derived here by hand from the Megatron-LM source formulas (dsa.py, dsa_cudnn_ker
 @ core_v0.19.0), not from moetune's helpers; what it saves; its CP gathers."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ def test_glm5_sparse_attention_at_128k_against_dense_mla():
     sparse = 2 * TOPK_PAIRS * H * ((KL + R) + KL)
     dense = 2 * CAUSAL_PAIRS * H * ((NOPE + R) + V)
     assert f["core_attn"] == pytest.approx(sparse, rel=1e-12)
-    assert sparse / dense == pytest.approx(0.06589, abs=1e-5)
+    # the same layer without DSA takes moetune's dense MLA path, whose count must be the hand formula's too
+    plain = layer_flops(replace(_spec(), dsa=None), replace(_spec().layers[5], indexer=False), S, S)
+    assert plain["core_attn"] == pytest.approx(dense, rel=1e-12) and f["core_attn"] < dense / 15
     # absorbed MLA's projections: q-absorb (H nope kl) and v-up (H kl v) stand for kv_up (kl H (nope + v))
     mla = HID * QL + QL * H * (NOPE + R) + HID * (KL + R) + KL * H * (NOPE + V) + H * V * HID
     assert f["attn_proj"] == pytest.approx(2 * S * mla, rel=1e-12)

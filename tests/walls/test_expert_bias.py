@@ -125,3 +125,40 @@ def test_one_batch_times_each_router_dtype_s_bias_pass_as_estimate_does():
         step = batch_step_seconds(spec, batch, wl.seq_length, wl.global_batch_size, knobs, gpu, efficiency(gpu.key))
         assert float(step["step"][0]) == pytest.approx(estimate(spec, gpu, lay, wl, knobs).time["step_seconds"],
                                                       rel=1e-9), router
+
+
+@pytest.mark.parametrize(("probs", "dtype"), [("bf16", "bfloat16"), ("fp32", "float32")])
+def test_the_bias_pass_bytes_are_what_its_aten_ops_move(probs, dtype):
+    """EXPERT_BIAS_BYTES against the expression itself: Megatron-Core's TEGroupedMLP._apply_bias (moe/experts.py
+    @core_v0.16.0: split per expert, t + b * p, cat, .to(t.dtype)) run forward and backward under a dispatch mode
+    that adds up the bytes every aten op reads and writes (views move none), per element of the fc2 output."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from moetune.walls.compute import EXPERT_BIAS_BYTES
+
+    class Moved(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            ins, outs = ([a for a in tree_flatten(x)[0] if isinstance(a, torch.Tensor)] for x in ((args, kwargs), out))
+            held = {t.untyped_storage().data_ptr() for t in ins}
+            if any(t.untyped_storage().data_ptr() not in held for t in outs):  # a view (split, view) moves nothing
+                self.total += sum(t.numel() * t.element_size() for t in ins + outs)
+            return out
+
+    rows, hidden, experts = 8192, 2048, 4
+    t = torch.randn(rows, hidden, dtype=torch.bfloat16, requires_grad=True)
+    biases = [torch.randn(hidden, dtype=torch.bfloat16, requires_grad=True) for _ in range(experts)]
+    p = torch.rand(rows, 1, dtype=getattr(torch, dtype), requires_grad=True)
+    split = [rows // experts] * experts
+    with Moved() as forward:
+        y = torch.cat([a + b * q for a, b, q in zip(torch.split(t, split), biases, torch.split(p, split),
+                                                      strict=True)]).to(t.dtype)
+    grad = torch.randn_like(y)
+    with Moved() as backward:
+        y.backward(grad)
+    measured = (forward.total / (rows * hidden), backward.total / (rows * hidden))
+    assert measured == pytest.approx(EXPERT_BIAS_BYTES[probs], rel=0.005)  # the bias and probabilities: 0.1%
