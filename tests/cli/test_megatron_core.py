@@ -184,3 +184,16 @@ def test_before_0_15_graphs_are_written_by_their_legacy_switch(tmp_path, capsys)
     code, _, err = run(["check", str(tmp_path / "run" / "env.sh"), str(tmp_path / "run" / "megatron_lm_args.txt"),
                         "--gpu", "h100", "--gpus", "16", "--megatron-core", "0.14"], capsys)
     assert code == 0, err
+
+
+def test_a_graph_implementation_before_0_15_is_advised_by_its_switch(tmp_path, capsys):
+    """core_v0.14.0 lacks cuda_graph_impl: the finding names the switch that release takes it by (data/
+    legacy_switches.csv), and the switch left off is its own error with the fix; graphs off (none) is no advice."""
+    config = tmp_path / "g.yaml"
+    config.write_text("model:\n  cuda_graph_impl: transformer_engine\n  cuda_graph_scope: attn\n")
+    found = {f["rule"]: f for f in _findings([str(config), "--megatron-core", "0.14"], capsys)}
+    advice = found["check.not_in_release"]["message"]
+    assert "transformer_engine by model.external_cuda_graph" in advice and "none by" not in advice
+    assert found["check.needs_legacy_switch"]["fix"] == {"model.external_cuda_graph": True}
+    assert "check.needs_legacy_switch" not in {f["rule"] for f in _findings([str(config), "--megatron-core", "0.15"],
+                                                                            capsys)}

@@ -97,7 +97,7 @@ def _advice(name: str, release: str) -> str:
         return f"write it as {alias}, which that release has (`moetune emit {option(release)}` does)"
     upgrade = newest_having(name, family_of(release))
     advice = f"upgrade to {product(release)} {upgrade} or later, or drop {name}" if upgrade else f"drop {name}"
-    if legacy := [s for s in legacy_switches() if s.field == name and has(release, s.switch)]:
+    if legacy := [s for s in legacy_switches() if s.field == name and s.switch_value and has(release, s.switch)]:
         advice += (f" ({describe(release)} takes " + ", ".join(f"{s.value} by {s.switch}" for s in legacy)
                    + f": `moetune emit {option(release)}` writes it)")
     return advice
