@@ -126,3 +126,33 @@ def test_a_cross_node_b300_run_is_also_priced_at_the_nic_speed_its_published_run
     assert "NIC ran at 400 Gb/s" in track_record_text(record(cross))
     assert "observed_nic" not in record(inside)
     assert "observed_nic" not in record(runs["R024"])  # B200's twin: its datasheet NIC is what it ran at
+
+
+def test_a_model_with_no_published_run_is_told_what_an_unseen_model_met():
+    """GLM-4.5-Air has no published run: its record quotes how the published models fared refitted without their own
+    runs (data/unseen_models.toml), on the GPU asked about and in all; a published model's record does not."""
+    t = track_record("glm-4.5-air", "gb200")
+    text = track_record_text(t)
+    assert t["unseen_model"]["gpu"]["runs"] > 0 and "refitted without its own runs" in text
+    assert f"{t['unseen_model']['all']['within']} of {t['unseen_model']['all']['runs']} in all" in text
+    assert "unseen_model" not in track_record("deepseek-v3", "gb200")
+
+
+def test_the_unseen_model_figures_are_the_leave_one_model_out_fit():
+    """data/unseen_models.toml is what `calibrate --leave-one-model-out` gives (about 45 s: every model refitted
+    out); a change to the model or the runs that moves it fails here with the figures to write."""
+    import collections
+    import statistics
+
+    from moetune.cli.calibrate_published import usable_runs
+    from moetune.planner.calibrate import leave_one_model_out
+    from moetune.planner.track_record import unseen_models
+
+    errors = collections.defaultdict(list)
+    for p in leave_one_model_out(usable_runs()):
+        errors[p.run.gpu.key].append(abs(p.error))
+        errors["all"].append(abs(p.error))
+    found = {g: {"runs": len(e), "within": sum(x <= 0.15 for x in e),
+                 "median_abs_error": round(statistics.median(e), 4)} for g, e in errors.items()}
+    shipped = {g: unseen_models(g)["gpu"] for g in errors if g != "all"} | {"all": unseen_models("h100")["all"]}
+    assert found == shipped

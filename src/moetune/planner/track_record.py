@@ -7,8 +7,10 @@ sees the one published run like it, predicted 22% slow, next to the two FP8 runs
 """
 
 import statistics
+import tomllib
 from dataclasses import replace
 from functools import cache
+from importlib import resources
 
 from moetune.planner.calibrate import predict
 from moetune.planner.ranking import SMALLEST_GAIN
@@ -39,13 +41,22 @@ def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict
     twin = None if rows or (eff is not None and eff != efficiency(gpu_key)) else _constants_twin(gpu_key)
     if twin:  # no run on this GPU: the record of the GPU whose constants it runs on
         return {**track_record(model_name, twin), "gpu": gpu_key, "constants_of": twin}
+    published_on = sorted({r.gpu.key for r in load_configured_runs()
+                           if r.model.name == model_name and measured_tokens(r) is not None})
     return {"model": model_name, "gpu": gpu_key, "same_model": same, "gpu_runs": len(rows),
             "gpu_models": len({run.model.name for run, _ in rows}),
             "gpu_within": sum(e <= TOLERANCE for e in errors),
             "gpu_median_abs_error": statistics.median(errors) if errors else None,
-            "model_published_on": sorted({r.gpu.key for r in load_configured_runs()
-                                          if r.model.name == model_name and measured_tokens(r) is not None}),
+            "model_published_on": published_on,
+            **({} if published_on else {"unseen_model": unseen_models(gpu_key)}),
             "incomplete": _incomplete(model_name, gpu_key, {run.run_id for run, _ in rows})}
+
+
+def unseen_models(gpu_key: str) -> dict:
+    """How the fit fared on the published models left out of it in turn (data/unseen_models.toml): on this GPU where it
+    has published runs, and over all of them: what to expect of a model with no published run."""
+    table = tomllib.loads((resources.files("moetune") / "data" / "unseen_models.toml").read_text())
+    return {"gpu": table["gpu"].get(gpu_key), "all": table["all"]}
 
 
 def estimate_record(e) -> dict:
@@ -128,13 +139,27 @@ def track_record_text(t: dict) -> str:
         head += (f" ({len(t['incomplete'])} more published, not predicted: a field or the throughput left out; "
                  f"{', '.join(t['incomplete'][:4])}{'...' if len(t['incomplete']) > 4 else ''})")
     if not t["gpu_runs"]:
-        return f"{head}; no published run on this GPU to check the constants against"
+        return f"{head}; no published run on this GPU to check the constants against" + _unseen_text(t)
     if t.get("constants_of"):
         return (f"no published run on {t['gpu']}, which runs on {t['constants_of']}'s constants (efficiency.toml); "
                 f"on {t['constants_of']}: " + track_record_text({**t, "gpu": t["constants_of"], "constants_of": None}))
     return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
             f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
-            f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)" + _nic_text(t))
+            f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)" + _nic_text(t)
+            + _unseen_text(t))
+
+
+def _unseen_text(t: dict) -> str:
+    """For a model with no published run: how the fit fared on each published model it was refitted without."""
+    if "unseen_model" not in t:
+        return ""
+    mine, every = t["unseen_model"]["gpu"], t["unseen_model"]["all"]
+    where = (f"{mine['within']} of {mine['runs']} {t['gpu']} runs within {100 * TOLERANCE:.0f}% (median "
+             f"{100 * mine['median_abs_error']:.1f}%), " if mine else "")
+    return (f"; {t['model']} has no published run: each published model, refitted without its own runs, came "
+            f"{where}{every['within']} of {every['runs']} in all (median {100 * every['median_abs_error']:.1f}%; "
+            "`calibrate --leave-one-model-out`): expect errors of that size until your runs refit it (`sweep`, "
+            "`calibrate --runs`)")
 
 
 def _nic_text(t: dict) -> str:
