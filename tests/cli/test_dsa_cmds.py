@@ -40,6 +40,10 @@ def test_dsa_refuses_a_cp_exchange_it_cannot_run(glm5, capsys):
         assert code == 2 and "runs context parallel over all_gather only" in err and err.count("\n") == 1
     code, out, _ = run(["estimate", glm5, *RECIPE, "--cp-comm-type", "all_gather", "--json"], capsys)
     assert code in (0, 1) and json.loads(out)["knobs"]["cp_comm_type"] == "all_gather"
+    # a plan's pin too: the search had run all_gather under it, silently
+    code, _, err = run(["plan", glm5, "--gpu", "h100", "--gpus", "416", "--seq", "8192", "--gbs", "416", "--fix",
+                        "cp=2", "--fix", "cp_comm_type=p2p"], capsys)
+    assert code == 2 and "--fix cp_comm_type=p2p" in err and "dsa.py" in err and err.count("\n") == 1
 
 
 def test_plan_and_explain_of_glm5_run_and_carry_the_note(glm5, capsys, tmp_path):

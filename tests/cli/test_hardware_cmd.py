@@ -57,6 +57,7 @@ def test_user_cluster_toml(tmp_path, capsys):
     ("tdp_w = -5", "tdp_w (-5) must be 0 or more"),
     ("fp8_tflops = -1", "fp8_tflops (-1) must be 0 or more"),
     ("host_memory_gib = -1", "host_memory_gib (-1) must be positive"),
+    ("gpus_per_node = 0", "gpus_per_node (0) must be positive"),  # not the domain it would have been copied to
     # a digit too many: a figure no part has, against specs/hardware.py UPPER
     ("memory_gib = 1e9", "memory_gib (1e+09) is past the 4,096 moetune plans for"),
     ("nvlink_domain = 8000\ngpus_per_node = 8", "nvlink_domain (8,000) is past the 1,152"),

@@ -156,8 +156,8 @@ def test_a_log_alone_far_from_the_prediction_asks_whether_it_is_the_same_run(tmp
     assert data["facts"]["gpu.arch"] == "ampere"
 
 
-@pytest.mark.parametrize("change, needle", [({"gbs": 1024}, "global batch 1024 vs 512"),
-                                            ({"seq": 8192}, "seq length 8192 vs 4096")])
+@pytest.mark.parametrize("change, needle", [({"gbs": 1024}, "global batch 1024 (planned 512)"),
+                                            ({"seq": 8192}, "sequence length 8192 (planned 4096)")])
 def test_a_log_of_another_job_is_refused(tmp_path, capsys, change, needle):
     """The log records the global batch it ran (every iteration line) and, in Megatron-LM's argument dump, the
     sequence length and TP: a prediction of another job is one line, where it had read a ratio (fuzz audit)."""
@@ -192,3 +192,28 @@ def test_a_log_in_batch_ramp_up_and_a_log_that_states_its_sequence_are_the_same_
     args = ["diagnose", "--log", str(log), "--model", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--json"]
     assert main(args + [a for s in sets for a in ("--set", s)]) == 0
     assert json.loads(capsys.readouterr().out)["comparison"]["available"]
+
+
+def test_a_log_of_another_result_of_the_plan_names_its_rank(tmp_path, capsys):
+    """A sweep candidate's log given with its plan: the pick (EP 16 at PP 1) is another layout than the log's
+    PP 4 (VPP 8) x EP 4, which the plan's results 3 and 5 ran; --rank picks the result the run is (its prediction,
+    not the pick's)."""
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "5",
+                 "--json"]) == 0
+    plan = tmp_path / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    dump = {"seq_length": 4096, "world_size": 16, "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 4,
+            "virtual_pipeline_model_parallel_size": 8, "expert_model_parallel_size": 4, "micro_batch_size": 1}
+    log = tmp_path / "run.log"
+    log.write_text("------------------------ arguments ------------------------\n"
+                   + "".join(f"  {k} {'.' * (48 - len(k))} {v}\n" for k, v in dump.items())
+                   + "-------------------- end of arguments ---------------------\n"
+                   + "".join(f" iteration {i:8d}/      20 | consumed samples: 0 | elapsed time per iteration (ms): "
+                             f"5000.0 | global batch size:   256 |\n" for i in range(1, 9)))
+    assert main(["diagnose", "--log", str(log), "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert "pipeline_model_parallel_size 4 (planned 1)" in err and "result 3 or 5: pass --rank 3" in err
+    assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--rank", "3", "--json"]) == 0
+    rank3 = json.loads(plan.read_text())["results"][2]["time"]["step_seconds"]
+    assert json.loads(capsys.readouterr().out)["comparison"]["step_seconds"]["predicted"] == pytest.approx(rank3)
+    assert main(["diagnose", "--log", str(log), "--rank", "3"]) == 2  # --rank picks a result of --plan

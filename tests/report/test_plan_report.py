@@ -147,3 +147,17 @@ def test_a_sweeps_conclusions_are_on_the_page(tmp_path, capsys):
     code, _, err = run(["report", str(plan), "--out", str(tmp_path / "r.html"), "--sweep", str(tmp_path / "no")],
                        capsys)
     assert code == 2 and err.startswith("error: --sweep ") and "no such directory" in err
+
+
+def test_the_caveats_plan_prints_are_on_the_page(tmp_path, capsys):
+    """A page to share keeps what plan prints for the reader to weigh: the FP8 caveat of a narrow model (its published
+    FP8-vs-BF16 pairs against moetune's gain) and the track record, misses named."""
+    plan = tmp_path / "plan.json"
+    code, out, _ = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "2",
+                        "--json"], capsys)
+    assert code == 0
+    plan.write_text(out)
+    data = json.loads(out)
+    page, text = _report(plan, tmp_path, capsys)
+    assert data["fp8_caveat"]["hidden_size"] == 2048 and "FP8 caveat: the pick runs fp8-blockwise" in text
+    assert "Track record: 13 published qwen3-30b-a3b run(s) on h100" in text and "R029 +53%" in text

@@ -9,12 +9,22 @@ from pathlib import Path
 import pytest
 
 from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
+from moetune.planner.estimate import estimate
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
 from moetune.sweep.manifest import Candidate, Sweep, read_manifest, write_manifest
 from moetune.sweep.measure import find_log, measure
 
 # Megatron-LM's stdout for a Qwen3-30B-A3B job, iterations 1-8 of 10 (tests/profile/fixtures: formats cited there)
 LOG = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "megatron_lm_qwen3_30b_a3b.log"
-WORKLOAD = {"global_batch_size": 1024, "seq_length": 4096}
+def _planned(global_batch_size=1024, seq_length=4096, world=16, ep=16, mbs=1, tp=1):
+    """The job the fixture ran (its argument dump: Qwen3-30B-A3B on 16 GPUs at EP 16, MBS 1), or another."""
+    return estimate(load_model("qwen3-30b-a3b"), load_gpu("h100"), Layout(world_size=world, ep=ep, tp=tp),
+                    Workload(seq_length=seq_length, micro_batch_size=mbs, global_batch_size=global_batch_size),
+                    Knobs(), with_time=False)
 
 
 def _times_after(skip: int) -> list[float]:
@@ -31,7 +41,7 @@ def _times_after(skip: int) -> list[float]:
 
 def test_a_megatron_lm_log_is_timed_past_the_warm_up(tmp_path):
     shutil.copy(LOG, tmp_path / "train-7.log")
-    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    found = measure(tmp_path, _planned(), skip=3)
     seconds = _times_after(3)
     assert found.ok and found.timed == len(seconds) == 5
     assert found.step_seconds == pytest.approx(statistics.median(seconds))
@@ -43,7 +53,7 @@ def test_a_megatron_lm_log_is_timed_past_the_warm_up(tmp_path):
 
 def test_the_warm_up_left_out_changes_the_figure(tmp_path):
     shutil.copy(LOG, tmp_path / "train-7.log")
-    everything = measure(tmp_path, WORKLOAD, world=16, skip=0)
+    everything = measure(tmp_path, _planned(), skip=0)
     assert everything.timed == 8 and everything.step_seconds == pytest.approx(statistics.median(_times_after(0)))
 
 
@@ -66,34 +76,46 @@ def test_the_newest_log_is_the_last_attempt(tmp_path):
 def test_a_log_of_another_run_is_not_timed(tmp_path):
     """The global batch of its iteration lines, the sequence length and world size of Megatron-LM's argument dump."""
     shutil.copy(LOG, tmp_path / "train-7.log")
-    found = measure(tmp_path, {**WORKLOAD, "global_batch_size": 512}, world=16, skip=3)
+    found = measure(tmp_path, _planned(global_batch_size=512), skip=3)
     assert found.status == "other run" and found.tokens_per_s_per_gpu is None
     assert found.detail == "ran global batch 1024 (planned 512)"
-    found = measure(tmp_path, {**WORKLOAD, "seq_length": 8192}, world=32, skip=3)
+    found = measure(tmp_path, _planned(seq_length=8192, world=32), skip=3)
     assert (found.status, found.detail) == ("other run",
                                             "ran sequence length 4096 (planned 8192), GPUs 16 (planned 32)")
 
 
+def test_a_log_of_another_layout_or_model_is_not_timed(tmp_path):
+    """A launch's own MODEL_ARGS (EXTRA_ARGS win over the emitted flags) may run another layout, micro-batch or model
+    than the candidate: its argument dump says so, and the log is another run's, not timed or refitted."""
+    shutil.copy(LOG, tmp_path / "train-7.log")
+    found = measure(tmp_path, _planned(ep=8, mbs=2), skip=3)
+    assert found.status == "other run" and found.tokens_per_s_per_gpu is None
+    assert found.detail == "ran expert_model_parallel_size 16 (planned 8), micro_batch_size 1 (planned 2)"
+    dots = "." * 37
+    (tmp_path / "train-7.log").write_text(LOG.read_text().replace(f"num_experts {dots} 128", f"num_experts {dots} 256"))
+    assert measure(tmp_path, _planned(), skip=3).detail == "ran num_experts 256 (planned 128)"
+
+
 def test_what_is_not_a_timing_is_said(tmp_path):
-    assert measure(tmp_path / "gone", WORKLOAD, world=16, skip=3).status == "no folder"
-    assert measure(tmp_path, WORKLOAD, world=16, skip=3).status == "no log"
+    assert measure(tmp_path / "gone", _planned(), skip=3).status == "no folder"
+    assert measure(tmp_path, _planned(), skip=3).status == "no log"
     (tmp_path / "train-1.log").write_bytes(b"\x00\x01 random bytes\n")
-    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    found = measure(tmp_path, _planned(), skip=3)
     assert found.status == "no iteration" and "no Megatron line" in found.detail
     (tmp_path / "train-1.log").write_text("using world size: 16, data-parallel size: 16\n")
-    assert "started, no iteration logged yet" in measure(tmp_path, WORKLOAD, world=16, skip=3).detail
+    assert "started, no iteration logged yet" in measure(tmp_path, _planned(), skip=3).detail
     text = LOG.read_text().replace("elapsed time per iteration (ms): 41302.1", "elapsed time per iteration (ms): nan")
     (tmp_path / "train-1.log").write_text(text)
-    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    found = measure(tmp_path, _planned(), skip=3)
     assert found.status == "unreadable log" and "'nan'" in found.detail and not found.detail.startswith("--log")
 
 
 def test_a_log_of_another_run_that_ran_out_of_memory_is_another_run(tmp_path):
     """Its OOM says nothing of the planned configuration: no false fit."""
     (tmp_path / "train-1.log").write_text(LOG.read_text() + "RuntimeError: CUDA error: out of memory\n")
-    found = measure(tmp_path, {**WORKLOAD, "seq_length": 8192}, world=16, skip=3)
+    found = measure(tmp_path, _planned(seq_length=8192), skip=3)
     assert found.status == "other run" and found.peak_reserved_bytes is None
-    found = measure(tmp_path, WORKLOAD, world=16, skip=3)  # the CUDA runtime's own OOM message counts too
+    found = measure(tmp_path, _planned(), skip=3)  # the CUDA runtime's own OOM message counts too
     assert found.status == "out of memory" and "CUDA error: out of memory" in found.detail
 
 
@@ -103,15 +125,15 @@ def test_a_line_averaging_warm_up_iterations_is_not_timed(tmp_path):
     lines = [x for x in LOG.read_text().splitlines() if " iteration " not in x or any(
         f" iteration {n:8d}/" in x for n in (4, 8))]
     (tmp_path / "train-1.log").write_text("\n".join(lines) + "\n")
-    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    found = measure(tmp_path, _planned(), skip=3)
     assert found.ok and found.timed == 1 and found.detail == "iterations 8-8"
-    assert measure(tmp_path, WORKLOAD, world=16, skip=5).status == "too short"
+    assert measure(tmp_path, _planned(), skip=5).status == "too short"
 
 
 def test_a_relaunch_in_one_log_is_timed_on_the_last_run_and_said(tmp_path):
     first = LOG.read_text().split("[Rank 0] (after 2 iterations)")[0] + "torch.OutOfMemoryError: CUDA out of memory.\n"
     (tmp_path / "train-1.log").write_text(first + LOG.read_text())
-    found = measure(tmp_path, WORKLOAD, world=16, skip=3)
+    found = measure(tmp_path, _planned(), skip=3)
     assert found.ok and found.timed == 5 and any("holds 2 runs" in n for n in found.notes)
 
 
@@ -143,3 +165,14 @@ def test_manifest_round_trip_and_checks(tmp_path):
     (tmp_path / "sweep.json").write_text('{"moetune_sweep": 1, "plan": "p", "iters": 3, "skip": 1}')
     with pytest.raises(MoetuneError, match="no field 'candidates'"):
         read_manifest(tmp_path)
+
+
+def test_a_run_resumed_from_a_checkpoint_skips_its_own_warm_up(tmp_path):
+    """A run resumed at iteration 1000 logs 1001 first: its warm-up is 1001-1003 at a skip of 3, not iterations 1-3
+    (it had timed all but one)."""
+    text = LOG.read_text()
+    for n in range(8, 0, -1):
+        text = text.replace(f" iteration {n:8d}/", f" iteration {1000 + n:8d}/")
+    (tmp_path / "train-1.log").write_text(text)
+    found = measure(tmp_path, _planned(), skip=3)
+    assert found.ok and found.timed == 5 and found.detail == "iterations 1004-1008"

@@ -17,7 +17,7 @@ from moetune.planner import to_config as result_config
 from moetune.planner.compare import compare, same_log_job
 from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config, trained_model
-from moetune.planner.from_json import estimate_from_json
+from moetune.planner.from_json import estimate_from_json, saved_results
 from moetune.profile.diagnose import DiagnoseResult, diagnose
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.specs.hardware import GpuSpec
@@ -75,16 +75,24 @@ def _print_comparison(cmp: dict) -> None:
     out.print(f"[bold]Model check[/bold]: {escape(cmp['verdict'])}")
 
 
-def _prediction(config: dict | None, model: str | None, plan_file: str | None, given: bool):
-    """The planned run to compare with: a plan/estimate JSON, or MODEL + the config's layout and knobs (`given`:
-    --config, --set or --mlm-args were passed; --gpu/--gpus alone hold no layout)."""
+def _prediction(config: dict | None, model: str | None, plan_file: str | None, given: bool, rank: int | None,
+                log=None):
+    """The planned run to compare with: a plan/estimate JSON's result RANK (the pick by default), or MODEL + the
+    config's layout and knobs (`given`: --config, --set or --mlm-args were passed; --gpu/--gpus alone hold no
+    layout). With a LOG, one line where it timed another job (naming the plan's result it did time, if any)."""
+    if rank is not None and not plan_file:
+        raise MoetuneError("--rank picks a result of --plan; pass --plan FILE, or drop --rank")
     if plan_file:
         if model:
             raise MoetuneError("--plan and --model both name the prediction; pass one (--plan FILE, or --model with "
                                "--config)")
         saved, where = read_json(plan_file, "--plan"), f"--plan {plan_file}"
-        predicted = estimate_from_json(saved, where=where)
-        unknown_launcher_note(saved, 1, where)
+        predicted = estimate_from_json(saved, rank or 1, where=where)
+        unknown_launcher_note(saved, rank or 1, where)
+        if log is not None:  # before the traces are read: a log of another job compares nothing
+            results = range(1, len(saved_results(saved)) + 1)
+            same_log_job(predicted, log, lambda: [(n, estimate_from_json(saved, n, where=where)) for n in results
+                                                  if n != (rank or 1)])
         return predicted
     if model is None:
         return None
@@ -95,9 +103,12 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
     spec = trained_model(load_model(model), config)
     try:  # a layout or knob Megatron refuses, worded for the run's config (the checks word them for estimate's flags)
         layout, workload, knobs = from_config(config, spec)
-        return estimate(spec, config_gpu(config), layout, workload, knobs)
+        predicted = estimate(spec, config_gpu(config), layout, workload, knobs)
     except MoetuneError as err:
         raise MoetuneError(config_words(str(err), config)) from None
+    if log is not None:
+        same_log_job(predicted, log)
+    return predicted
 
 
 def _result_config(data: dict, where: str) -> dict:
@@ -161,9 +172,11 @@ def _emit(result: DiagnoseResult, cmp: dict | None, as_json: bool, mlm: bool = F
               help="Price the run on --gpu (or the plan's GPU) even where the traces record another part of its "
                    "architecture (other SMs, or another catalog GPU's name): a note instead of an error.")
 @click.option("--plan", "plan_file", default=None, help="`moetune estimate/plan --json` of this run to compare.")
+@click.option("--rank", type=click.IntRange(min=1), default=None,
+              help="Which result of --plan the run is (default 1, the pick), as `emit --rank N` wrote it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_args, script_args, model, gpu, gpus,
-            force_gpu: bool, plan_file, as_json: bool) -> None:
+            force_gpu: bool, plan_file, rank: int | None, as_json: bool) -> None:
     """Find the dominant wall (memory, communication, host overhead, compute) in Kineto traces
     (.json/.json.gz, one file per rank, or directories of them) and/or a Megatron training log,
     and name the next changes; with --config the advice is tailored, with --plan or --model the
@@ -172,9 +185,7 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
         raise MoetuneError("--force-gpu prices the run on --gpu or the --plan's GPU; give one of them, or drop it")
     config, log = _run_config(configs, sets, mlm_args, gpu, gpus, log_path, script_args)
     given = bool(configs or sets or mlm_args is not None)
-    predicted = _prediction(config, model, plan_file, given)
-    if predicted is not None and log is not None:  # before the traces are read: a log of another job compares nothing
-        same_log_job(predicted, log)
+    predicted = _prediction(config, model, plan_file, given, rank, log)
     run_gpu = _run_gpu(config, gpu, predicted, traces)
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches
     result = diagnose(list(traces), log=log, config=synced_optimizer_switches(config) if config else None, gpu=run_gpu,

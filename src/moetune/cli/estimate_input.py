@@ -21,7 +21,7 @@ from moetune.planner.from_json import is_saved_result
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.compute import router_dtype_defaulted, router_dtype_or_plan
-from moetune.walls.cp_legal import hcp_groups, rank_heads
+from moetune.walls.cp_legal import dsa_exchange_refusal, hcp_groups, rank_heads
 
 
 def kw_release(kw: dict) -> str | None:
@@ -134,10 +134,9 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
         raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} sets how context-parallel ranks exchange attention "
                            "inputs; CP is 1 here, with nothing to exchange: drop it or set --cp > 1")
     hcp_needs_a2a_p2p(kw["hcp_a2a_size"], kw["cp_comm_type"], spec, layout)
-    if spec.dsa is not None and layout.cp > 1 and kw["cp_comm_type"] == "p2p":
-        # a config's absent field reads as p2p and runs all_gather (cp_legal.DSA_EXCHANGES); a flag is what it says
-        raise MoetuneError("--cp-comm-type p2p at CP > 1: DeepSeek Sparse Attention runs context parallel over "
-                           "all_gather only (Megatron-LM transformer_config.py); use --cp-comm-type all_gather")
+    if layout.cp > 1 and (why := dsa_exchange_refusal(spec, kw["cp_comm_type"])):
+        raise MoetuneError(f"--cp-comm-type {kw['cp_comm_type']} at CP {layout.cp}: {why}; use --cp-comm-type "
+                           "all_gather")
     if kw["flex_num_sms"] is None and dispatcher in TUNED_FLEX_SMS:
         defaulted.append("flex_num_sms")  # Knobs.num_sms: the tuned recipes' count
     scope_text = kw["cuda_graph_scope"]

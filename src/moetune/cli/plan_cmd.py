@@ -29,6 +29,7 @@ from moetune.cli.plan_notes import (
 )
 from moetune.cli.release_check import checked_release, release_json, release_line
 from moetune.cli.versus_output import print_versus
+from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import LONG_CONTEXT, Workload
@@ -50,6 +51,7 @@ from moetune.planner.why_none import nothing_fits
 from moetune.specs.hardware import load_gpu
 from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
+from moetune.walls.cp_legal import dsa_exchange_refusal
 from moetune.walls.efficiency import load_efficiency_file
 
 
@@ -87,6 +89,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     release = checked_release(megatron_core, megatron_bridge)
     spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
+    if why := dsa_exchange_refusal(spec, fixed.get("cp_comm_type")):  # the search would run all_gather silently
+        raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']}: {why}; pin all_gather, or leave it out")
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff, over = load_efficiency_file(efficiency, gpu_spec.key), load_overheads(overheads)
     # a bad --baseline fails before the search, not after it

@@ -39,8 +39,8 @@ def command(plan_path, out_path, sweep_dir, as_json) -> None:
     if isinstance(data.get("release"), dict):  # a plan searched for a release: what each move needs of it
         with_release_needs(answer, data["release"]["release"])
     ingest = _ingest(sweep_dir, data) if sweep_dir else None
-    write_text(out_path, render(data, answer, plan_path, ingest), "--out")
-    sections = ["candidates", "walls", "memory", "explain"] + (["sweep"] if ingest else [])
+    text, sections = render(data, answer, plan_path, ingest)
+    write_text(out_path, text, "--out")
     if as_json:
         emit_json({"written": str(Path(out_path)), "sections": sections})
     else:

@@ -45,20 +45,45 @@ def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
                            f"ran on {family} GPUs; compare a plan or estimate made with --gpu of the run's GPU")
 
 
-def same_log_job(predicted: Estimate, log) -> None:
-    """A training log records the job it timed: its global batch (each iteration's line) and, where Megatron-LM
-    dumped its arguments, the sequence length and TP; a prediction of another job compares nothing (a GBS 1024 log
-    had read 0.96x against a GBS 8192 plan). One line naming the difference."""
+# Megatron-LM's argument dump (arguments.py print_args) -> what the prediction ran of it
+LOGGED_LAYOUT = {"tensor_model_parallel_size": lambda e: e.layout.tp,
+                 "pipeline_model_parallel_size": lambda e: e.layout.pp,
+                 "virtual_pipeline_model_parallel_size": lambda e: e.layout.vpp,
+                 "context_parallel_size": lambda e: e.layout.cp,
+                 "expert_model_parallel_size": lambda e: e.layout.ep,
+                 "expert_tensor_parallel_size": lambda e: e.layout.etp,
+                 "micro_batch_size": lambda e: e.workload.micro_batch_size,
+                 "num_layers": lambda e: e.model.num_layers, "hidden_size": lambda e: e.model.hidden_size,
+                 "num_experts": lambda e: e.model.num_moe_experts or None}
+
+
+def log_differences(predicted: Estimate, log) -> list[str]:
+    """What a training log ran that the prediction did not: its global batch (each iteration's line; none where the
+    batch ramps up), and where Megatron-LM dumped its arguments, the sequence length, GPUs, layout, micro-batch and
+    the model's shape; 'TP 2 (predicted 1)' each. A launch's own MODEL_ARGS may carry all of these (a sweep's
+    EXTRA_ARGS win over the emitted flags), so a log of another job reads as one."""
     sizes = {it.global_batch_size for it in log.iterations if it.global_batch_size}
     ramp = len(sizes) > 1 or log.args.get("rampup_batch_size") not in (None, "None")  # the batch grows: no one GBS
-    gbs = None if ramp else next(iter(sizes), None)
-    said = {"global batch": (gbs, predicted.workload.gbs(predicted.layout)),
-            "seq length": (int_or_none(log.args.get("seq_length")), predicted.workload.seq_length),
-            "TP": (int_or_none(log.args.get("tensor_model_parallel_size")), predicted.layout.tp)}
-    differ = [f"{k} {logged} vs {ours}" for k, (logged, ours) in said.items() if logged is not None and logged != ours]
-    if differ:
-        raise MoetuneError(f"the log {log.path} timed another job than the prediction ({'; '.join(differ)}, log vs "
-                           "prediction): compare a plan or config of this run")
+    said = {"global batch": (None if ramp else next(iter(sizes), None), predicted.workload.gbs(predicted.layout)),
+            "sequence length": (int_or_none(log.args.get("seq_length")), predicted.workload.seq_length),
+            "GPUs": (int_or_none(log.args.get("world_size")), predicted.layout.world_size)}
+    said |= {dest: (int_or_none(log.args.get(dest)), planned(predicted)) for dest, planned in LOGGED_LAYOUT.items()}
+    return [f"{k} {logged} (planned {ours})" for k, (logged, ours) in said.items()
+            if logged is not None and ours is not None and logged != ours]
+
+
+def same_log_job(predicted: Estimate, log, others=None) -> None:
+    """One line where the log timed another job than the prediction (a GBS 1024 log had read 0.96x against a GBS 8192
+    plan; a candidate's log against the plan's pick); OTHERS: a callable giving (rank, estimate) of the plan's other
+    results, one of which the log may be (called only where the log differs)."""
+    differ = log_differences(predicted, log)
+    if not differ:
+        return
+    match = [str(rank) for rank, e in (others() if others else []) if not log_differences(e, log)]
+    hint = (f"it ran the layout of the plan's result {' or '.join(match)}: pass --rank {match[0]}"
+            + (" (the log cannot tell their knobs apart)" if len(match) > 1 else "")) if match else \
+        "compare a plan or config of this run"
+    raise MoetuneError(f"the log {log.path} timed another job than the prediction ({'; '.join(differ)}): {hint}")
 
 
 def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:

@@ -7,8 +7,10 @@ the commands say, laid out for a reader who shares it.
 
 from __future__ import annotations
 
+from moetune.planner import fp8_evidence, nvfp4_evidence
 from moetune.planner.from_json import saved_results
 from moetune.planner.result_text import knobs_label, layout_label, recompute_label
+from moetune.planner.track_record import track_record_text
 from moetune.report.html import page, pairs, paragraph, section, table
 from moetune.report.svg import stacked_bars
 
@@ -91,9 +93,9 @@ def _sweep(ingest: dict) -> str:
             + (stacked_bars(bars, "tok/s/GPU") if bars else "") + "".join(paragraph(line) for line in said))
 
 
-def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) -> str:
+def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) -> tuple[str, list[str]]:
     """The page for PLAN (a plan's or an estimate's JSON, from SOURCE), ANSWER (explain's JSON for its pick) and,
-    where given, INGEST (sweep ingest's JSON)."""
+    where given, INGEST (sweep ingest's JSON); and the names of its sections."""
     results = saved_results(plan)
     pick = results[0]
     title = f"moetune: {pick['model']} on {pick['gpus']} x {pick['gpu']}"
@@ -105,6 +107,25 @@ def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) ->
                 section("Step time by wall (seconds a step)", _walls(results)),
                 section(f"Memory of #1 by pipeline stage ({knobs_label(pick)})", _memory(pick)),
                 section("Fit, Scale, Profile, Retune (#1)", _explain(answer))]
+    names = ["candidates", "walls", "memory", "explain"]
+    if notes := _caveats(plan):
+        sections.insert(1, section("How far to trust it", *notes))
+        names.insert(1, "caveats")
     if ingest is not None:
         sections.append(section("Measured on the cluster (moetune sweep)", _sweep(ingest)))
-    return page(title, subtitle, sections)
+        names.append("sweep")
+    return page(title, subtitle, sections), names
+
+
+def _caveats(plan: dict) -> list[str]:
+    """What plan prints beside its table for the reader to weigh: the FP8 / NVFP4 caveats (the published pairs against
+    moetune's gain) and the track record (the model's published runs on the GPU, misses named)."""
+    out = []
+    if c := plan.get("fp8_caveat"):
+        out.append(paragraph(f"{fp8_evidence.caveat_label(c)}: the pick runs {fp8_evidence.caveat_text(c)}"))
+    if c := plan.get("nvfp4_caveat"):
+        out.append(paragraph(f"{nvfp4_evidence.LABEL}: the pick runs {nvfp4_evidence.NVFP4}; "
+                             f"{nvfp4_evidence.caveat_text(c)}"))
+    if record := plan.get("track_record") or saved_results(plan)[0].get("track_record"):
+        out.append(paragraph(f"Track record: {track_record_text(record)}"))
+    return out

@@ -219,7 +219,7 @@ def node_domain(gpu: GpuSpec, data: dict) -> dict:
     node (HGX boards: NVLink stops at the node) and it names no domain of its own: an H100 file of 4-GPU nodes had
     kept the catalog's 8, and EP 8 ran over two nodes at NVLink speed. An NVL72-class domain spans nodes and stays."""
     node = data.get("gpus_per_node")
-    if "nvlink_domain" in data or gpu.nvlink_domain != gpu.gpus_per_node or not isinstance(node, int):
+    if "nvlink_domain" in data or gpu.nvlink_domain != gpu.gpus_per_node or not isinstance(node, int) or node < 1:
         return data
     return {**data, "nvlink_domain": node}
 

@@ -63,8 +63,7 @@ def rows(sweep: Sweep, directory: Path) -> list[Row]:
     for c in sweep.candidates:
         where = f"{directory / 'sweep.json'} candidate {c.folder}"
         e = estimate_from_json(c.result, where=where)
-        out.append(Row(candidate=c, estimate=e, measured=measure(directory / c.folder, c.result["workload"],
-                                                                 e.layout.world_size, sweep.skip)))
+        out.append(Row(candidate=c, estimate=e, measured=measure(directory / c.folder, e, sweep.skip)))
     return out
 
 

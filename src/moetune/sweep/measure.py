@@ -3,8 +3,9 @@
 The step time is the median of the logged iterations after `skip` (the first ones hold compilation, CUDA-graph
 capture and the allocator's growth); tokens/s/GPU is the global batch's tokens over that time and the world size, as
 published_runs.csv counts them. A log that ran out of memory, logged no iteration yet, logged too few, ran another
-global batch, sequence length or GPU count than planned (its argument dump, where Megatron-LM printed one), or cannot be
-read is said so, not timed; what the log reader passed over (a relaunch, a first launch that failed) is in `notes`.
+job than planned (its global batch; where Megatron-LM dumped its arguments, the sequence length, GPUs, layout,
+micro-batch or model shape: planner/compare.py log_differences), or cannot be read is said so, not timed; what the
+log reader passed over (a relaunch, a first launch that failed) is in `notes`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.planner.compare import log_differences
 from moetune.profile.megatron_log import TrainingLog, int_or_none, parse_log
 from moetune.sweep.submit import LOG_PREFIX
 
@@ -61,8 +63,8 @@ def _spread(values: list[float]) -> float:
     return (q3 - q1) / 2 / statistics.median(values)
 
 
-def measure(folder: Path, workload: dict, world: int, skip: int) -> Measured:
-    """The candidate in FOLDER, planned at WORKLOAD (a result's "workload") on WORLD GPUs."""
+def measure(folder: Path, planned, skip: int) -> Measured:
+    """The candidate in FOLDER, as PLANNED (its saved result's estimate: planner/estimate.py Estimate)."""
     if not folder.is_dir():
         return Measured(status="no folder", detail=f"{folder} is missing: write the sweep again, or restore it")
     path, count = find_log(folder)
@@ -76,28 +78,31 @@ def measure(folder: Path, workload: dict, world: int, skip: int) -> Measured:
                      notes=[n.removeprefix("--log ") for n in log.notes])
     if count > 1:
         found.detail = f"the newest of {count} logs; "
-    return _timed(found, log, workload, world, skip)
+    return _timed(found, log, planned, skip)
 
 
-def _other_run(log: TrainingLog, gbs: int, seq: int, world: int) -> str | None:
-    """What the log ran that the plan did not: its global batch (every iteration line), sequence length and world
-    size (Megatron-LM's argument dump; Bridge prints none)."""
-    logged = next((it.global_batch_size for it in reversed(log.iterations) if it.global_batch_size), None)
-    ran = {"global batch": (logged, gbs), "sequence length": (int_or_none(log.args.get("seq_length")), seq),
-           "GPUs": (int_or_none(log.args.get("world_size")), world)}
-    off = [f"{name} {got} (planned {planned})" for name, (got, planned) in ran.items()
-           if got is not None and got != planned]
-    return "ran " + ", ".join(off) if off else None
+def _run_start(log: TrainingLog) -> int:
+    """The iteration the run started after: the first line's, less the iterations it averages (log_interval: the gap
+    to the next line, or the argument dump's where one line is all; 1 where neither says)."""
+    if not log.iterations:
+        return 0
+    first = log.iterations[0].iteration
+    interval = (log.iterations[1].iteration - first if len(log.iterations) > 1
+                else int_or_none(log.args.get("log_interval")) or 1)
+    return max(first - interval, 0)
 
 
-def _timed(found: Measured, log: TrainingLog, workload: dict, world: int, skip: int) -> Measured:
-    gbs, seq = int(workload["global_batch_size"]), int(workload["seq_length"])
-    # a line averages the iterations since the line before it (log_interval): timed where all of them are past SKIP
-    starts = [0, *(it.iteration for it in log.iterations)][:len(log.iterations)]
+def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
+    wl, world = planned.workload, planned.layout.world_size
+    gbs, seq = wl.gbs(planned.layout), wl.seq_length
+    # a line averages the iterations since the line before it (log_interval): timed where all of them are past SKIP,
+    # counted from where the run started (a run resumed from a checkpoint logs iteration 1001 first)
+    starts = [_run_start(log), *(it.iteration for it in log.iterations)][:len(log.iterations)]
     timed = [it for it, start in zip(log.iterations, starts, strict=True)
-             if start >= skip and it.elapsed_ms is not None]
-    if other := _other_run(log, gbs, seq, world):  # first: another run's memory or time says nothing of the plan's
-        found.status, found.detail, found.peak_reserved_bytes = "other run", found.detail + other, None
+             if start - starts[0] >= skip and it.elapsed_ms is not None]
+    if other := log_differences(planned, log):  # first: another run's memory or time says nothing of the plan's
+        found.status, found.peak_reserved_bytes = "other run", None
+        found.detail += "ran " + ", ".join(other)
     elif log.oom_lines:
         found.status, found.detail = "out of memory", found.detail + log.oom_lines[0]
     elif not log.iterations:

@@ -29,6 +29,7 @@ from moetune.walls.compute import BWD_ATTN, Rates, rates
 from moetune.walls.cp_legal import (
     DSA_EXCHANGES,
     a2a_allows,
+    dsa_exchange_refusal,
     exchange_refusal,
     exchanges_that_run,
     hcp_group_checks,
@@ -212,9 +213,8 @@ def resolve_auto(spec: ModelSpec, lay, wl, knobs: Knobs, gpu, eff: dict) -> Knob
             knobs, cp_comm_type="p2p", hcp_a2a_size=None)
     if spec.dsa is not None:  # Megatron's default p2p too: Bridge's DSA providers set allgather (glm5_bridge.py)
         if knobs.cp_comm_type not in ("auto", *DSA_EXCHANGES):
-            raise MoetuneError(f"cp_comm_type {knobs.cp_comm_type} at CP {lay.cp}: DeepSeek Sparse Attention runs "
-                               "context parallel over all_gather only (Megatron-LM transformer_config.py); use "
-                               "--cp-comm-type all_gather")
+            raise MoetuneError(f"cp_comm_type {knobs.cp_comm_type} at CP {lay.cp}: "
+                               f"{dsa_exchange_refusal(spec, knobs.cp_comm_type)}; use --cp-comm-type all_gather")
         return replace(knobs, cp_comm_type="all_gather", hcp_a2a_size=None)
     if knobs.cp_comm_type == "a2a+p2p":
         return replace(knobs, hcp_a2a_size=_hcp_size(spec, lay, knobs.hcp_a2a_size, job_gpu(gpu, lay.world_size)))

@@ -90,6 +90,17 @@ def hcp_inner_size(spec: ModelSpec, cp, tp, nvlink_domain: int):
 
 # DeepSeek Sparse Attention's CP exchanges: all_gather, and Megatron's default p2p standing for it (legal_exchanges)
 DSA_EXCHANGES = ("p2p", "all_gather")
+DSA_CP_SOURCE = ("Megatron-LM megatron/core/transformer/experimental_attention_variant/dsa.py DSAttention "
+                 "@core_v0.19.0 :1808, 'currently supports cp_comm_type=allgather only'")
+
+
+def dsa_exchange_refusal(spec: ModelSpec, comm_type: str | None) -> str | None:
+    """Why an exchange a user named cannot carry DeepSeek Sparse Attention's CP (None where it can: all_gather, or
+    none named). A config's absent field reads as p2p and runs all_gather (DSA_EXCHANGES); a flag or pin is what it
+    says."""
+    if spec.dsa is None or comm_type in (None, "auto", "all_gather"):
+        return None
+    return f"DeepSeek Sparse Attention runs context parallel over all_gather only ({DSA_CP_SOURCE})"
 
 
 def legal_exchanges(spec: ModelSpec, cp, tp, nvlink_domain: int) -> dict:
