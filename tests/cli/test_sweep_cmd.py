@@ -210,6 +210,17 @@ def test_ingest_says_which_candidate_measured_fastest(swept, capsys):
     assert code == 0 and "r03 measured fastest, +20.0% over the pick" in stdout and "--rank 3" in stdout
 
 
+def test_the_fastest_without_the_pick_names_the_candidates_within_its_noise(swept, capsys):
+    """The pick not timed, r02 and r03 measured 0.2% apart: 'fastest' says they are within the noise of each other."""
+    manifest = json.loads((swept / "sweep.json").read_text())
+    base = GBS * SEQ / WORLD / manifest["candidates"][1]["result"]["time"]["tokens_per_s_per_gpu"]
+    (swept / "r02" / "train-2.log").write_text(bridge_log([base] * 30))
+    (swept / "r03" / "train-3.log").write_text(bridge_log([base * 1.002] * 30))
+    code, stdout, _ = run(["sweep", "ingest", str(swept)], capsys)
+    assert code == 0 and "r02 measured fastest of those timed (the pick was not), within the noise of r03" in \
+        " ".join(stdout.split())
+
+
 @pytest.mark.parametrize(("make", "words"), [
     (lambda d: None, "no such directory"),
     (lambda d: d.mkdir(), "no sweep.json"),

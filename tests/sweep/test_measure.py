@@ -176,3 +176,16 @@ def test_a_run_resumed_from_a_checkpoint_skips_its_own_warm_up(tmp_path):
     (tmp_path / "train-1.log").write_text(text)
     found = measure(tmp_path, _planned(), skip=3)
     assert found.ok and found.timed == 5 and found.detail == "iterations 1004-1008"
+
+
+def test_a_run_that_crashed_says_why_it_stopped(tmp_path):
+    """A job that died at iteration 5 (an NCCL error) had read only 'too short'; timed before it stopped, its figures
+    stand and the crash is a note."""
+    lines = LOG.read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if " iteration        6/" in x)
+    crash = "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error"
+    (tmp_path / "train-1.log").write_text("\n".join(lines[:cut] + [crash]) + "\n")
+    found = measure(tmp_path, _planned(), skip=5)
+    assert found.status == "failed" and found.detail.endswith(f"it stopped there: {crash}")
+    found = measure(tmp_path, _planned(), skip=3)
+    assert found.ok and found.timed == 2 and any("stopped after iteration 5" in n for n in found.notes)

@@ -37,6 +37,10 @@ _MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memor
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
 # PyTorch's allocator message, and the CUDA runtime's own (what NCCL, cuBLAS or a dispatcher's buffer allocation raise)
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:|CUDA error: out of memory", re.IGNORECASE)
+# How a crashed job says so in its stdout: a Python exception's last line (torch.distributed.DistBackendError, an
+# NCCL "unhandled system error"), torchrun's ChildFailedError, Slurm's "srun: error", a signal
+_FAILURE = re.compile(r"^\S*(Error|Exception)(: |$)|ChildFailedError|NCCL error|srun: error|Segmentation fault|"
+                      r"\bKilled\b|CANCELLED", re.IGNORECASE)
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
 # Lines rank 0 prints once per launch, before training: a relaunch prints them again, whatever iteration it resumes
 # at. Megatron-LM megatron/training/arguments.py @ core_v0.18.2 validate_args ("using world size: ") and _print_args
@@ -86,6 +90,7 @@ class TrainingLog:
     memory: list[MemoryReport]
     args: dict[str, str] = field(default_factory=dict)
     oom_lines: list[str] = field(default_factory=list)
+    failure_lines: list[str] = field(default_factory=list)  # how a crash said so (_FAILURE), after its last iteration
     # Megatron-LM's rank 0 prints its arguments at start-up (training/arguments.py _print_args); Bridge prints none
     argument_dump: bool = False
     # any line rank 0 prints at start-up (_STARTUP, the argument dump): without one, the log is the last rank's stdout
@@ -241,6 +246,8 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             log.memory.append(_memory(m, f"--log {path} line {n}"))
         elif _OOM.search(line):
             log.oom_lines.append(line.strip()[:200])
+        elif _FAILURE.search(line.strip()) and log.iterations:
+            log.failure_lines.append(line.strip()[:200])
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True

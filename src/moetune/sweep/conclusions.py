@@ -45,7 +45,9 @@ def _order_lines(found: list[Row], sweep: Sweep) -> list[str]:
         gain = best.measured.tokens_per_s_per_gpu / pick.measured.tokens_per_s_per_gpu - 1
         lines.append(f"{best.candidate.folder} measured fastest, {gain:+.1%} over the pick: " + _run_it(sweep, best))
     else:
-        lines.append(f"{best.candidate.folder} measured fastest of those timed (the pick was not)")
+        tied = [r.candidate.folder for r in found if r is not best and r.measured.ok and not apart(best, r)]
+        lines.append(f"{best.candidate.folder} measured fastest of those timed (the pick was not)"
+                     + (f", within the noise of {', '.join(tied)}" if tied else ""))
     return lines
 
 

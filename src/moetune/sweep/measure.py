@@ -25,7 +25,7 @@ MEASURED = "measured"
 @dataclass(kw_only=True, slots=True)
 class Measured:
     # MEASURED, or why not: "out of memory", "no folder", "no log", "no iteration", "unreadable log", "too short",
-    # "other run" (another global batch, sequence length or world size than planned)
+    # "failed" (too short, and the log says why it stopped), "other run" (another job than planned: log_differences)
     status: str
     detail: str = ""  # the reason in words, for the table
     log: str | None = None
@@ -114,6 +114,8 @@ def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
         found.status = "too short"
         found.detail += (f"logged to iteration {log.iterations[-1].iteration}; the timing starts after {skip}, and a "
                          "line averages the iterations since the one before it (log_interval)")
+        if log.failure_lines:  # it stopped, and said why: the job failed, not ran short
+            found.status, found.detail = "failed", found.detail + f"; it stopped there: {log.failure_lines[-1]}"
     else:
         seconds = [it.elapsed_ms / 1000 for it in timed]
         found.status, found.timed, found.spread = MEASURED, len(timed), _spread(seconds)
@@ -122,4 +124,6 @@ def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
         flops = [it.tflops_per_gpu for it in timed if it.tflops_per_gpu is not None]
         found.tflops_per_gpu = statistics.median(flops) if flops else None
         found.detail += f"iterations {timed[0].iteration}-{timed[-1].iteration}"
+        if log.failure_lines:  # timed before it stopped: the figures stand, the crash is said
+            found.notes.append(f"it stopped after iteration {log.iterations[-1].iteration}: {log.failure_lines[-1]}")
     return found
