@@ -86,13 +86,12 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
         if model:
             raise MoetuneError("--plan and --model both name the prediction; pass one (--plan FILE, or --model with "
                                "--config)")
-        saved, where = read_json(plan_file, "--plan"), f"--plan {plan_file}"
-        predicted = estimate_from_json(saved, rank or 1, where=where)
-        unknown_launcher_note(saved, rank or 1, where)
+        saved, where, rank = read_json(plan_file, "--plan"), f"--plan {plan_file}", rank or 1
+        predicted = estimate_from_json(saved, rank, where=where)
+        unknown_launcher_note(saved, rank, where)
         if log is not None:  # before the traces are read: a log of another job compares nothing
-            results = range(1, len(saved_results(saved)) + 1)
-            same_log_job(predicted, log, lambda: [(n, estimate_from_json(saved, n, where=where)) for n in results
-                                                  if n != (rank or 1)])
+            others = [n for n in range(1, len(saved_results(saved)) + 1) if n != rank]
+            same_log_job(predicted, log, lambda: [(n, estimate_from_json(saved, n, where=where)) for n in others])
         return predicted
     if model is None:
         return None

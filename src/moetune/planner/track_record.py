@@ -55,8 +55,13 @@ def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict
 def unseen_models(gpu_key: str) -> dict:
     """How the fit fared on the published models left out of it in turn (data/unseen_models.toml): on this GPU where it
     has published runs, and over all of them: what to expect of a model with no published run."""
-    table = tomllib.loads((resources.files("moetune") / "data" / "unseen_models.toml").read_text())
+    table = _unseen_table()
     return {"gpu": table["gpu"].get(gpu_key), "all": table["all"]}
+
+
+@cache
+def _unseen_table() -> dict:
+    return tomllib.loads((resources.files("moetune") / "data" / "unseen_models.toml").read_text())
 
 
 def estimate_record(e) -> dict:
