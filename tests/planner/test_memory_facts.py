@@ -70,7 +70,7 @@ def test_model_architecture_lets_megatron_core_validate_an_overrides_file(capsys
     """Overrides leave the architecture to the recipe; with --model, check fills it in from the model (never over
     the config's own values) and Megatron-Core's TransformerConfig validates the combination."""
     sets = ["model.expert_model_parallel_size=8", "model.pipeline_model_parallel_size=4",
-            "model.pipeline_model_parallel_layout=Et*3|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*3L",  # 9 stages on PP4
+            "model.recompute_granularity=full",  # no recompute_method: TransformerConfig refuses it
             "train.global_batch_size=256", "model.seq_length=4096"]
     args = ["check", *[a for s in sets for a in ("--set", s)], "--gpu", "h100", "--gpus", "64", "--json"]
     main(args)
@@ -80,7 +80,7 @@ def test_model_architecture_lets_megatron_core_validate_an_overrides_file(capsys
     rules = {f["rule"]: f for f in out["findings"]}
     assert "mcore.skipped" in alone and "mcore.transformer_config" not in alone
     assert code == 1 and "mcore.skipped" not in rules
-    assert "pipeline_model_parallel_layout must be divisible" in rules["mcore.transformer_config"]["message"]
+    assert "recompute_method must be" in rules["mcore.transformer_config"]["message"]
     assert out["config"]["model.num_layers"] == 27 and out["config"]["model.multi_latent_attention"] is True
     main([*args, "--model", "moonlight-16b-a3b", "--set", "model.num_layers=36"])  # the config's own value stands
     assert json.loads(capsys.readouterr().out)["config"]["model.num_layers"] == 36

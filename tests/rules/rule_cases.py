@@ -86,6 +86,9 @@ CASES: dict[str, Case] = {
     "model.seq_length_matches_dataset": Case(S(MOE, "model.seq_length=8192", "dataset.seq_length=4096")),
     "scale.maximize_dp": Case(MOE, derived={"fits_with_less_model_parallel": True,
                                             "less_model_parallel_layout": {"model.pipeline_model_parallel_size": 1}}),
+    # 25 stages over PP 2 (a user's typo of DeepSeek-V3's string): Megatron-Core asserts PP divides the stages
+    "pipeline.layout_stages_divisible": Case(S(MOE, "model.pipeline_model_parallel_size=2",
+                                               "model.pipeline_model_parallel_layout=Et*3|(tt|)*22t|L")),
     # DeepSeek-V3's GB200 recipe string (16 stages over PP 4: VPP 4) beside a VPP of 3
     "pipeline.vpp_matches_layout": Case(S(MOE, "model.pipeline_model_parallel_size=4",
                                           "model.pipeline_model_parallel_layout=Et*3|(tt|)*29m|L",

@@ -222,6 +222,10 @@ SAID_BY_LAYOUT = {
     "pipeline.vpp_matches_layout": (16, ["model.pipeline_model_parallel_size=2", "model.expert_model_parallel_size=8",
                                          "model.pipeline_model_parallel_layout=Et*12|t*12|t*12|t*12L",
                                          "model.virtual_pipeline_model_parallel_size=3"]),
+    # 5 stages over PP 2 (Megatron-Core's own assert, PipelineParallelLayerLayout, is left out beside it too)
+    "pipeline.layout_stages_divisible": (16, ["model.pipeline_model_parallel_size=2",
+                                              "model.expert_model_parallel_size=8",
+                                              "model.pipeline_model_parallel_layout=Et*12|t*9|t*9|t*9|t*9L"]),
     "batch.gbs_divisible": (16, ["model.expert_model_parallel_size=8", "train.global_batch_size=100",
                                  "train.micro_batch_size=1"]),  # DP 16
     "longctx.cp_seq_divisible": (16, ["model.seq_length=4100", "model.context_parallel_size=8",

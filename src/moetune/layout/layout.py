@@ -186,7 +186,8 @@ class Layout:
         """Megatron derives VPP from a layout string and accepts an equal explicit value (transformer_config.py)."""
         if stages % self.pp:
             raise MoetuneError(f"the pipeline layout has {stages} stages, not a multiple of pp ({self.pp}); each "
-                               "pipeline rank needs the same number of virtual stages")
+                               "pipeline rank needs the same number of virtual stages",
+                               same_as=("pipeline.layout_stages_divisible",))
         if self.vpp == 1:
             object.__setattr__(self, "vpp", stages // self.pp)
         elif self.vpp != stages // self.pp:

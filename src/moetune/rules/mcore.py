@@ -32,6 +32,9 @@ REFUSAL_OF_RULE = {
     "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
                                               r"pipeline_model_parallel_layout"),
     "precision.fp8_params_without_fp8": re.compile(r"fp8_param must be used together with fp8 mode"),
+    # PipelineParallelLayerLayout.__init__, which __post_init__ builds from the string
+    "pipeline.layout_stages_divisible": re.compile(r"pipeline_model_parallel_layout must be divisible\s*by "
+                                                   r"pipeline_model_parallel_size"),
 }
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
