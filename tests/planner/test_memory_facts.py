@@ -70,7 +70,8 @@ def test_model_architecture_lets_megatron_core_validate_an_overrides_file(capsys
     """Overrides leave the architecture to the recipe; with --model, check fills it in from the model (never over
     the config's own values) and Megatron-Core's TransformerConfig validates the combination."""
     sets = ["model.expert_model_parallel_size=8", "model.pipeline_model_parallel_size=4",
-            "model.recompute_granularity=full",  # no recompute_method: TransformerConfig refuses it
+            "model.cpu_offloading=true", "model.recompute_granularity=selective",  # TransformerConfig refuses it
+            "model.recompute_modules=[moe_act]",  # beside PP and beside recompute; no rule of the table says so
             "train.global_batch_size=256", "model.seq_length=4096"]
     args = ["check", *[a for s in sets for a in ("--set", s)], "--gpu", "h100", "--gpus", "64", "--json"]
     main(args)
@@ -80,7 +81,7 @@ def test_model_architecture_lets_megatron_core_validate_an_overrides_file(capsys
     rules = {f["rule"]: f for f in out["findings"]}
     assert "mcore.skipped" in alone and "mcore.transformer_config" not in alone
     assert code == 1 and "mcore.skipped" not in rules
-    assert "recompute_method must be" in rules["mcore.transformer_config"]["message"]
+    assert "CPU offloading" in rules["mcore.transformer_config"]["message"]  # its first refusal: beside PP 4
     assert out["config"]["model.num_layers"] == 27 and out["config"]["model.multi_latent_attention"] is True
     main([*args, "--model", "moonlight-16b-a3b", "--set", "model.num_layers=36"])  # the config's own value stands
     assert json.loads(capsys.readouterr().out)["config"]["model.num_layers"] == 36

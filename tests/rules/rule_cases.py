@@ -48,6 +48,7 @@ CASES: dict[str, Case] = {
     "fit.does_not_fit": Case(MOE, "h100", 8, {"fits": False, "peak_bytes": 96 << 30, "capacity_bytes": 78 << 30}),
     "fit.selective_before_full": Case(S(MOE, "model.recompute_granularity=full", "model.recompute_method=uniform",
                                        "model.recompute_num_layers=1")),
+    "fit.full_recompute_needs_method": Case(S(MOE, "model.recompute_granularity=full")),
     "fit.unknown_recompute_module": Case(S(MOE, "model.recompute_granularity=selective",
                                            "model.recompute_modules=[bogus,moe_act]")),
     "fit.delayed_fp8_recompute": Case(S(MOE, "mixed_precision.fp8=hybrid", "mixed_precision.fp8_recipe=delayed",

@@ -297,3 +297,17 @@ def test_nvfp4_weights_without_nvfp4_are_said_once(capsys):
     for more in ((), ("--model", "qwen3-30b-a3b")):
         errors = _check_errors(capsys, 16, sets, *more)[1]
         assert "precision.fp4_params_without_fp4" in errors and "layout.illegal" not in errors
+
+
+def test_full_recompute_without_its_method_is_said_once(capsys):
+    """Without --model the rule says it (a warning: a Bridge recipe may set the method); with --model Megatron-Core's
+    own refusal of it ("recompute_method must be") names the rule and is left out; a Megatron-LM launch, whose
+    absent flags are Megatron-LM's defaults, makes it an error."""
+    found, _ = _check_errors(capsys, 16, ["model.recompute_granularity=full"])
+    assert found["fit.full_recompute_needs_method"]["severity"] == "warning"
+    found, _ = _check_errors(capsys, 16, ["model.recompute_granularity=full"], "--model", "qwen3-30b-a3b")
+    assert "fit.full_recompute_needs_method" in found and "mcore.transformer_config" not in found
+    code, out, _ = run(["check", "--mlm-args", "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+                        "--recompute-granularity full", "--gpu", "h100", "--gpus", "8", "--json"], capsys)
+    rules = {f["rule"]: f["severity"] for f in json.loads(out)["findings"]}
+    assert code == 1 and rules["fit.full_recompute_needs_method"] == "error"

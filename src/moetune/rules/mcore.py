@@ -32,6 +32,7 @@ REFUSAL_OF_RULE = {
     "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
                                               r"pipeline_model_parallel_layout"),
     "precision.fp8_params_without_fp8": re.compile(r"fp8_param must be used together with fp8 mode"),
+    "fit.full_recompute_needs_method": re.compile(r"recompute_method must be|recompute_num_layers must be between"),
     # PipelineParallelLayerLayout.__init__, which __post_init__ builds from the string
     "pipeline.layout_stages_divisible": re.compile(r"pipeline_model_parallel_layout must be divisible\s*by "
                                                    r"pipeline_model_parallel_size"),
