@@ -17,7 +17,6 @@ from moetune.planner.calibrate import (
     capped_a2a,
     fitted_effs,
     leave_one_model_out,
-    split,
     unfitted_predictions,
     with_params,
 )
@@ -85,7 +84,7 @@ def published(write_path: str | None, as_json: bool, one_model_out: bool) -> Non
         write_text(write_path, fitted_toml(fitted), "--write")
     rows = [_row(p, subset) for subset, preds in (("fit", on_fit), ("held-out", held),
                                                   (TFLOPS_ONLY, unfitted_predictions(fitted))) for p in preds]
-    rerun = {r.run_id for r in reruns([p.run for p in held], split(runs)[0])}
+    rerun = {r.run_id for r in reruns([p.run for p in held], [p.run for p in on_fit])}  # on_fit: the fitted runs
     effs = fitted_effs(fitted)
     order, ties = ordered_pairs(effs), ordered_pairs(effs, ties=True)
     apart = {(q.faster, q.slower) for q in tied_apart(ties)}

@@ -5,10 +5,7 @@ import dataclasses
 import click
 
 from moetune.cli.output import console, emit_json, table
-from moetune.specs.hardware import catalog, load_gpu
-
-# GpuSpec fields whose 0 says "no such format" or "no figure" (hardware.py), which the table shows as "-"
-UNSET_AS_ZERO = ("fp8_tflops", "fp4_tflops", "host_memory_gib", "sms", "nic_gbps_observed", "tdp_w")
+from moetune.specs.hardware import ZERO_IS_NONE, catalog, load_gpu
 
 
 @click.command(name="hardware")
@@ -18,7 +15,7 @@ def command(gpu: str | None, as_json: bool) -> None:
     """List the GPU catalog, or show one GPU (a catalog name or a cluster .toml file)."""
     gpus = [load_gpu(gpu)] if gpu else list(catalog().values())
     if as_json:  # a 0 that means "none" (no FP8 on A100) or "unknown" (an SM count, host memory) as null
-        emit_json([{k: None if k in UNSET_AS_ZERO and v == 0 else v for k, v in dataclasses.asdict(g).items()}
+        emit_json([{k: None if k in ZERO_IS_NONE and v == 0 else v for k, v in dataclasses.asdict(g).items()}
                    for g in gpus])
         return
     cols = ["gpu", "name", "BF16 TF", "FP8 TF", "FP4 TF", "mem GiB", "HBM TB/s", "NVLink GB/s/dir", "NVL domain",

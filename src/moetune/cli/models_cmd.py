@@ -7,8 +7,9 @@ from moetune.specs.registry import builtin_names, load_model
 from moetune.walls.model_params import model_counts
 
 
-def model_summary(name: str) -> dict:
-    spec = load_model(name)
+def model_summary(name: str, spec=None) -> dict:
+    """The key figures of NAME (SPEC: the model already loaded)."""
+    spec = spec or load_model(name)
     counts = model_counts(spec)
     return {
         "name": spec.name,
@@ -52,13 +53,14 @@ def command(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show(model: str, as_json: bool) -> None:
     """Key figures of MODEL (a built-in name or a config.json path)."""
-    info = model_summary(model)
+    spec = load_model(model)
+    info = model_summary(model, spec)
     if as_json:
         emit_json(info)
         return
     rows = [[k, billions(v) if k.endswith("_params") else v] for k, v in info.items()]
     console().print(table(f"Model {info['name']}", ["field", "value"], rows))
-    if note := _mtp_note(load_model(model), info):
+    if note := _mtp_note(spec, info):
         console().print(note)
 
 

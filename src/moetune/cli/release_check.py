@@ -163,19 +163,14 @@ def _switch_findings(config: dict[str, Any], reading: Reading, saved: bool) -> l
     release = reading.release
     return [Finding(rule="check.needs_legacy_switch", severity="info" if saved else "error",
                     message=f"{describe(release)} takes {s.field}={s.value}{_with(s)} by {s.switch} "
-                            f"({_flags(s.switch)}), which the config leaves off: set it ({s.field} "
-                            f"{span(s.field, family_of(release))})",
+                            f"({names().mlm_flag(s.switch) or s.switch}), which the config leaves off: set it "
+                            f"({s.field} {span(s.field, family_of(release))})",
                     fix={s.switch: True}, source=f"{s.source} (src/moetune/data/legacy_switches.csv)")
             for s in switches_in(config, release) if s.switch_value and not config.get(s.switch)]
 
 
 def _with(s) -> str:
     return f" with {s.when[0]}={s.when[1]}" if s.when else ""
-
-
-def _flags(name: str) -> str:
-    row = names().get(name)
-    return "/".join(row.mlm_flags) if row is not None and row.mlm_flags else name
 
 
 def _key(name: str) -> str:

@@ -105,6 +105,12 @@ class Estimate:
         """Consecutive ranks that share an NVLink domain in this job (layout/ranks.py job_nvlink_domain)."""
         return job_nvlink_domain(self.layout.world_size, self.gpu.gpus_per_node, self.gpu.nvlink_domain)
 
+    def workload_json(self) -> dict:
+        """The batch priced: sequence, micro- and global batch, and the micro-batches a step on each DP rank."""
+        wl, lay = self.workload, self.layout
+        return {"seq_length": wl.seq_length, "micro_batch_size": wl.micro_batch_size, "global_batch_size": wl.gbs(lay),
+                "num_microbatches": wl.num_microbatches(lay)}
+
     def to_json(self) -> dict:
         lay = self.layout
         out = {
@@ -120,12 +126,7 @@ class Estimate:
                          "pipeline_layout": lay.pipeline_layout, "account_for_embedding": lay.account_for_embedding,
                          "account_for_loss": lay.account_for_loss, "sequence_parallel": lay.sp,
                          "mtp_num_layers": self.model.mtp_num_layers, "vocab_divisor": self.model.vocab_divisor},
-            "workload": {
-                "seq_length": self.workload.seq_length,
-                "micro_batch_size": self.workload.micro_batch_size,
-                "global_batch_size": self.workload.gbs(self.layout),
-                "num_microbatches": self.workload.num_microbatches(self.layout),
-            },
+            "workload": self.workload_json(),
             "knobs": knobs_json(self.knobs, self.layout.ep),
             "stages": [
                 {"stage": s.stage, "params": s.params, "in_flight_microbatches": s.in_flight_microbatches,

@@ -259,9 +259,7 @@ def _faster_fix(steps: list[dict], retune: list[dict]) -> dict | None:
 
 def workload_of(e: Estimate) -> dict:
     """The batch priced, and which of it was left to moetune's defaults."""
-    wl, lay = e.workload, e.layout
-    return {"seq_length": wl.seq_length, "micro_batch_size": wl.micro_batch_size, "global_batch_size": wl.gbs(lay),
-            "num_microbatches": wl.num_microbatches(lay), "dp": lay.dp,
+    return {**e.workload_json(), "dp": e.layout.dp,
             "defaulted": [k for k in ("seq_length", "global_batch_size") if k in e.defaulted]}
 
 

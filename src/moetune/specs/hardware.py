@@ -23,6 +23,9 @@ GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile", "sms")  # counts, not rates
 OPTIONAL = {"host_memory_gib", "nic_gbps_observed", "sms"}  # a [gpu] table may leave these out
+# Figures whose 0 says "no such format" or "no figure" (the optional ones' 0: unknown, not checked)
+NO_FORMAT = ("fp8_tflops", "fp4_tflops", "tdp_w")
+ZERO_IS_NONE = (*NO_FORMAT, *sorted(OPTIONAL))
 # Ceilings a cluster file's figures must stay under, about 10x the catalog's largest (hardware.toml: 278 GiB, an NVL72
 # domain, 15,000 TFLOP/s dense FP4, NVLink 5 at 900 GB/s a direction, 800 Gb/s NICs): room for parts to come, none for
 # a figure typed with a digit too many.
@@ -82,7 +85,7 @@ class GpuSpec:
             if getattr(self, name) > most:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name):,g}) is past the {most:,} moetune "
                                    "plans for: lower it (a digit too many?)")
-        for name in ("fp8_tflops", "fp4_tflops", "tdp_w"):  # 0: the GPU has no such format (or no figure)
+        for name in NO_FORMAT:  # 0: the GPU has no such format (or no figure)
             if getattr(self, name) < 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be 0 or more")
         if not isinstance(self.name, str) or not isinstance(self.arch, str):

@@ -49,7 +49,8 @@ class Sweep:
             raise ValueError(f"folder {repeated[0]} holds more than one candidate")
 
 
-# What ingest reads of each saved result besides what rebuilding its estimate needs (planner/from_json.py checks that)
+# What ingest prints of each saved result beside its rebuilt estimate (planner/from_json.py checks what that needs;
+# the timing reads the estimate's workload): a hand-edited manifest's nonsense is said here, in one line
 PREDICTED = {"time": ("tokens_per_s_per_gpu", "step_seconds"), "memory": ("peak_bytes", "capacity_bytes"),
              "workload": ("global_batch_size", "seq_length")}
 
