@@ -49,3 +49,21 @@ def test_a_saved_result_on_part_of_a_node_names_the_fix_emit_takes(tmp_path, cap
     assert code == 2
     code, out, _ = run(["emit", str(path), "--set", "cluster.gpus_per_node=4"], capsys)
     assert code == 0 and "--nodes=3" in out
+
+
+def test_emit_names_the_warnings_a_set_brings(tmp_path, capsys):
+    """emit writes a config that only warns, and says which rules warn: beside the files with --out, on stderr (not
+    among the files on stdout) without it. A plan's own pick raises none."""
+    plan = tmp_path / "plan.json"
+    code, stdout, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "512", "--top", "1",
+                             "--json"], capsys)
+    assert code == 0, err
+    plan.write_text(stdout)
+    assert json.loads(stdout)["results"][0]["knobs"]["ep_overlap"]
+    code, stdout, _ = run(["emit", str(plan), "--out", str(tmp_path / "plain")], capsys)
+    assert code == 0 and "warning(s)" not in stdout
+    one = ["--set", "env.CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    code, stdout, _ = run(["emit", str(plan), *one, "--out", str(tmp_path / "one")], capsys)
+    assert code == 0 and "raises 1 warning(s): env.ep_overlap_connections" in " ".join(stdout.split())
+    code, stdout, err = run(["emit", str(plan), *one], capsys)
+    assert code == 0 and "env.ep_overlap_connections" in err and "warning(s)" not in stdout

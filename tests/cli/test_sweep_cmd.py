@@ -342,3 +342,17 @@ def test_ingest_and_report_do_not_write_over_their_inputs(plan_file, swept, caps
         code, _, err = run(args, capsys)
         assert code == 2 and "is one of this command's inputs" in err, args
     assert json.loads((swept / "sweep.json").read_text())["moetune_sweep"] == 1
+
+
+def test_a_set_that_raises_a_warning_is_named_per_candidate(plan_file, tmp_path, capsys):
+    """A plan's own candidates write without a warning; --set env.CUDA_DEVICE_MAX_CONNECTIONS=1 is a sweep's to give
+    (the cluster's variables), yet it serializes EP overlap's second stream (rule env.ep_overlap_connections), so
+    each candidate that overlaps is named with it, where it had been written in silence."""
+    plain = _sweep(plan_file, tmp_path / "plain", capsys, "--top", "2")
+    assert "warning(s)" not in plain
+    stdout = _sweep(plan_file, tmp_path / "one", capsys, "--top", "2", "--set", "env.CUDA_DEVICE_MAX_CONNECTIONS=1")
+    overlapped = [r["knobs"]["ep_overlap"] for r in json.loads(plan_file.read_text())["results"][:2]]
+    assert any(overlapped)
+    for folder, overlap in zip(("r01", "r02"), overlapped, strict=True):
+        named = f"{folder}: the config raises 1 warning(s): env.ep_overlap_connections" in " ".join(stdout.split())
+        assert named == overlap

@@ -347,6 +347,7 @@ CASES: dict[str, Case] = {
                                       "model.recompute_num_layers=1")),
     "cudagraph.moe_recompute_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router]",
                                             "model.recompute_granularity=selective", "model.recompute_modules=[moe]")),
+    "cudagraph.full_iteration_scope_te": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,full_iteration]")),
     "cudagraph.local_scoped": Case(S(MOE, "model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]")),
     "cudagraph.variable_length": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
                                        "model.variable_seq_lengths=true")),

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, read_inputs
 from moetune.cli.output import console, emit_json, table
@@ -66,9 +67,10 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
 
 
 def emitted_files(config: dict, release: str | None, allow_errors: bool) -> tuple[dict[str, str], list]:
-    """(file name -> text, the rule errors passed over): refused in one line where `moetune check` finds errors
-    (unless allow_errors) or the files would pass a name RELEASE lacks."""
-    errors = [f for f in check_findings(config) if f.severity == "error"]  # Megatron-Core validation too, if installed
+    """(file name -> text, the rule errors passed over and the warnings): refused in one line where `moetune check`
+    finds errors (unless allow_errors) or the files would pass a name RELEASE lacks."""
+    found = [f for f in check_findings(config) if f.severity in ("error", "warning")]  # Megatron-Core's too
+    errors = [f for f in found if f.severity == "error"]
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
         first = f"the first 3: {listed}" if len(errors) > 3 else listed
@@ -78,15 +80,22 @@ def emitted_files(config: dict, release: str | None, allow_errors: bool) -> tupl
     if release is not None and (lacking := written_lacking(files, release)):
         raise MoetuneError(f"{option(release)}: the files would pass {', '.join(lacking)}, which that release lacks "
                            f"(moetune writes them for the plan); upgrade {product(release)} or drop what sets them")
-    return files, errors
+    return files, found
+
+
+def warned(findings: list) -> str | None:
+    """One line naming the warnings among FINDINGS (emitted_files' second part), or None: emit writes a config that
+    only warns, and says so, since a --set may have brought them (CUDA_DEVICE_MAX_CONNECTIONS=1 under EP overlap)."""
+    rules = [f.rule for f in findings if f.severity == "warning"]
+    return f"the config raises {len(rules)} warning(s): {', '.join(rules)}" if rules else None
 
 
 def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_json: bool) -> None:
-    files, errors = emitted_files(config, release, allow_errors)
+    files, found = emitted_files(config, release, allow_errors)
     written = write_files(files, Path(out_dir)) if out_dir else []
     if as_json:
         emit_json({"files": files if not out_dir else {p.name: str(p) for p in written}, "config": config,
-                   "findings": [f.as_dict() for f in errors]})
+                   "findings": [f.as_dict() for f in found]})
     elif out_dir:
         console().print(table(f"moetune emit -> {out_dir}", ["file", "lines"],
                               [[str(p), files[p.name].count("\n")] for p in written]))
@@ -94,6 +103,10 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
             console().print(f"written for {describe(release)} ({option(release)})")
         # the launch's variables live in env.sh, so a check of the arguments alone misses them (HybridEP's topology)
         console().print(f"check the launch as it runs: {check_command(config, Path(out_dir), release)}")
+        if line := warned(found):
+            console().print(f"[yellow]note[/yellow]: {escape(line)}; that check says why")
     else:
         for name, text in files.items():
             click.echo(f"==> {name} <==\n{text}")
+        if line := warned(found):  # beside the files on stdout, not in them
+            click.echo(f"note: {line}; `moetune check` of the config says why", err=True)

@@ -230,7 +230,8 @@ def graph_setting(config: dict[str, Any]) -> tuple[str, list[str], bool]:
 def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
     impl, modules, full = graph_setting(config)
     d.update(graph_impl=impl, graph_modules=[m for m in modules if m != "full_iteration"],
-             full_iteration_graph=full, scoped_graph=impl in ("local", "transformer_engine") and not full)
+             full_iteration_graph=full, scoped_graph=impl in ("local", "transformer_engine") and not full,
+             full_iteration_scope="full_iteration" in modules)
     shared = value(config, "model.moe_shared_expert_intermediate_size")
     # Megatron-Bridge training/comm_overlap.py: weight grads land inside a graph over attn, or over the
     # router when shared experts run inside the router's graph (shared-expert overlap off).
