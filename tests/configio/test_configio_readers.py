@@ -154,3 +154,15 @@ def test_a_model_config_json_given_as_a_launch_config_says_it_is_the_model(tmp_p
         with pytest.raises(MoetuneError, match=r"a Hugging Face model config.json \(model_type 'phimoe'\), not a "
                                                r"launch config .*check --model FILE"):
             load_config([path], from_result=reader)
+
+
+@pytest.mark.parametrize("key", ["recompute_modules", "offload_modules"])
+def test_a_yaml_string_for_a_module_list_is_refused(tmp_path, key):
+    """Bridge hands a YAML string to Megatron-Core as it is, and its set(recompute_modules) check reads the letters:
+    one line asks for the list. A list, and moetune's own --set of one name, read as before."""
+    path = write(tmp_path, "c.yaml", f"model:\n  {key}: core_attn,mlp\n")
+    with pytest.raises(MoetuneError, match=rf"model.{key}: 'core_attn,mlp' is one string.*\[core_attn, mlp\]"):
+        load_config([path])
+    assert load_config([write(tmp_path, "l.yaml", f"model:\n  {key}: [core_attn]\n")])[f"model.{key}"] == \
+        ["core_attn"]
+    assert load_config(sets=[f"model.{key}=core_attn"])[f"model.{key}"] == ["core_attn"]

@@ -62,7 +62,22 @@ def yaml_assignments(data: Any, origin: str) -> list[Assignment]:
     if not isinstance(data, dict):
         raise MoetuneError(f"{origin}: expected a Megatron Bridge config (model:, train:, ... sections) or "
                            "Megatron-LM's MODEL_ARGS: mapping")
-    return [_interpolated(a, origin) for a in flatten_sections(data, origin)]
+    return [_module_list(_interpolated(a, origin)) for a in flatten_sections(data, origin)]
+
+
+# Module lists Megatron-Core reads as a set of names (TransformerConfig.__post_init__: set(recompute_modules) and
+# set(offload_modules) less the allowed ones, transformer_config.py :1207 and :1282 @core_v0.16.0), which Bridge hands
+# a YAML string over to as it is (training/utils/omegaconf_utils.py process_config_with_overrides merges untyped
+# dicts): a string there is refused letter by letter, where moetune's --set reads `core_attn` as a one-item list
+MODULE_LISTS = ("model.recompute_modules", "model.offload_modules")
+
+
+def _module_list(a: Assignment) -> Assignment:
+    if a.key in MODULE_LISTS and isinstance(a.value, str) and a.value.strip():
+        items = ", ".join(s.strip() for s in a.value.strip("[]").split(","))
+        raise MoetuneError(f"{a.origin}: {a.key}: {a.value!r} is one string, which Megatron-Core reads letter by "
+                           f"letter as module names; write a list: [{items}]")
+    return a
 
 
 _OC_ENV = re.compile(r"^\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}$")
