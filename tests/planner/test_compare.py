@@ -217,3 +217,23 @@ def test_a_log_of_another_result_of_the_plan_names_its_rank(tmp_path, capsys):
     rank3 = json.loads(plan.read_text())["results"][2]["time"]["step_seconds"]
     assert json.loads(capsys.readouterr().out)["comparison"]["step_seconds"]["predicted"] == pytest.approx(rank3)
     assert main(["diagnose", "--log", str(log), "--rank", "3"]) == 2  # --rank picks a result of --plan
+
+
+def test_a_log_whose_work_a_step_is_not_the_predictions_is_named(tmp_path, capsys):
+    """A Bridge log prints no arguments, so a plan of another model had compared with it in silence; its TFLOP/s x
+    step is the work a GPU does a step, fixed by the model, batch and sequence: 3.5x off is another job, the same work
+    at a slower step is the same job run slower."""
+    plan = _plan(capsys, tmp_path)
+    time = json.loads(plan.read_text())["time"]
+    work = time["tflops_per_gpu"] * time["step_seconds"]
+    verdicts = {}
+    for factor in (1.0, 3.5):
+        log = tmp_path / f"run{factor}.log"
+        step = 2 * time["step_seconds"]  # measured twice as slow, in both
+        log.write_text("".join(f" iteration {i:8d}/     100 | consumed samples: 0 | elapsed time per iteration (ms): "
+                               f"{1000 * step:.1f} | throughput per GPU (TFLOP/s/GPU): {factor * work / step:.3f} | "
+                               "global batch size:   256 |\n" for i in range(1, 9)))
+        assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--json"]) == 0
+        verdicts[factor] = json.loads(capsys.readouterr().out)["comparison"]["verdict"]
+    assert "another model" not in verdicts[1.0]
+    assert verdicts[3.5].startswith("the log's work a GPU a step (TFLOP/s x step) is 3.50x the prediction's")

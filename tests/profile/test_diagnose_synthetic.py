@@ -125,6 +125,9 @@ def test_two_ranks_imbalance_and_peer_wait(tmp_path):
     assert per[1]["idle"]["comm_kernel_wait"] == pytest.approx(0.0, abs=1e-12)
     assert per[0]["seconds"] - per[1]["seconds"] == pytest.approx(300e-6)
     assert r.imbalance["slowest_rank"] in (0, 1) and r.imbalance["max_over_mean"] == pytest.approx(1.0)
+    # the evidence line keeps its figure with two ranks (it had kept only its tail, "instance of the same transfer")
+    wait = next(line for line in r.evidence if "beyond the fastest" in line)
+    assert wait.startswith("communication kernels ran ") and wait.endswith("(waiting on slower peers)")
 
 
 def test_trace_without_profiler_steps_is_one_window(tmp_path):

@@ -128,3 +128,39 @@ def test_an_iteration_logged_twice_in_a_row_counts_once(fixtures_dir):
     assert [it.iteration for it in log.iterations] == [it.iteration for it in plain.iterations]
     assert log.iteration_seconds == plain.iteration_seconds
     assert len(log.notes) == 1 and "8 iteration(s) twice in a row" in log.notes[0]
+
+
+def _line(i: int, ms: float, gbs: int, loss: str = "1.0", nans: int = 0) -> str:
+    """One iteration line as Megatron-LM's training_log prints it."""
+    return (f" [2025-01-01 00:00:00] iteration {i:8d}/     100 | consumed samples: {i * gbs} | elapsed time per "
+            f"iteration (ms): {ms} | throughput per GPU (TFLOP/s/GPU): 244.0 | global batch size: {gbs:5d} | "
+            f"lm loss: {loss} | number of nan iterations: {nans:3d} |")
+
+
+def test_a_batch_that_ramps_up_is_timed_at_its_last_size():
+    """--rampup-batch-size: 12 iterations at 256 (10.25 s) before 8 at 1024 (41 s). The step had been the median over
+    both sizes (10.25 s) while tokens/s took the last size: 4x fast. Both now time the last size, and a note says so."""
+    text = "\n".join([_line(i, 10250.0, 256) for i in range(1, 13)] + [_line(i, 41000.0, 1024) for i in range(13, 21)])
+    log = parse_log(text, "ramp.log")
+    assert log.iteration_seconds == pytest.approx(41.0)
+    assert [it.iteration for it in log.steady_iterations()] == list(range(13, 21))
+    assert any("the global batch changes (256 -> 1024)" in n and "8 iteration(s) at 1024" in n for n in log.notes)
+    steady = parse_log("\n".join(_line(i, 41000.0, 1024) for i in range(1, 9)), "steady.log")
+    assert steady.notes == [] and [it.iteration for it in steady.steady_iterations()] == list(range(2, 9))
+
+
+def test_one_timed_iteration_and_a_loss_that_is_not_finite_are_said():
+    one = parse_log(_line(1, 66909.3, 1024), "one.log")
+    assert one.iteration_seconds == pytest.approx(66.9093)
+    assert any("times one iteration (1), which includes warm-up" in n for n in one.notes)
+    nan = parse_log("\n".join([_line(i, 41000.0, 1024) for i in range(1, 6)]
+                              + [_line(6, 41000.0, 1024, "nan", 1), _line(7, 41000.0, 1024, "1.0", 2)]), "nan.log")
+    assert any("not finite at 2 logged iteration(s) (first 6)" in n for n in nan.notes)
+
+
+def test_a_run_that_stopped_with_an_error_is_said(tmp_path):
+    path = tmp_path / "crash.log"
+    path.write_text("\n".join([_line(i, 41000.0, 1024) for i in range(1, 6)]
+                              + ["Traceback (most recent call last):", "RuntimeError: NCCL error in: x.cpp:1275"]))
+    result = diagnose([], log=path)
+    assert any("the run stopped after iteration 5: RuntimeError: NCCL error" in n for n in result.notes)

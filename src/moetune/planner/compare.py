@@ -145,4 +145,22 @@ def _step_only(predicted: Estimate, measured: DiagnoseResult) -> dict:
             tflops = flops / step["predicted"] / predicted.layout.world_size / 1e12
         out["tflops_per_gpu"] = {"predicted": tflops, "measured": log["tflops_per_gpu"],
                                  "flops_convention": convention}
+        out["verdict"] = _other_work(tflops * step["predicted"], log["tflops_per_gpu"] * step["measured"]) + verdict
     return out
+
+
+# A log's FLOPs a GPU a step (its TFLOP/s x its step) further from the prediction's than this counted another job:
+# the work is fixed by the model, batch and sequence whatever the run's speed, and the launcher's FLOP conventions are
+# already matched (_step_only); were they not, the three conventions (walls/model_flops.py) differ by 1.20x at most
+# over the 28 built-in models at 4k and 32k (gpt-oss-120b at 4k: its GEGLU factor and sliding windows)
+WORK_APART = 1.5
+
+
+def _other_work(predicted: float, measured: float) -> str:
+    """The verdict's opening where the log's work per step is not the prediction's (a Bridge log prints no arguments
+    to check the job by, so a plan of another model had compared in silence); '' where it is."""
+    ratio = measured / predicted if predicted > 0 else math.inf
+    if 1 / WORK_APART <= ratio <= WORK_APART:
+        return ""
+    return (f"the log's work a GPU a step (TFLOP/s x step) is {ratio:.2f}x the prediction's: it timed another model, "
+            "batch or sequence (compare a plan or config of this run); ")

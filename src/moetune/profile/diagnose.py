@@ -115,6 +115,15 @@ def _fill_args(log: TrainingLog, config: dict[str, Any]) -> None:
             log.args[arg] = str(config[key])
 
 
+def _stopped_note(log: TrainingLog) -> list[str]:
+    """A run that stopped with an error after its last iteration line (TrainingLog.failure_lines): its figures are
+    what ran before, and the job failed (sweep/measure.py says the same of a candidate)."""
+    if not (log.failure_lines and log.iterations):
+        return []
+    return [f"--log {log.path}: the run stopped after iteration {log.iterations[-1].iteration}: "
+            f"{log.failure_lines[-1]}; the figures are the iterations before it"]
+
+
 def _rank0_note(log: TrainingLog) -> list[str]:
     """What a log without rank 0's start-up lines costs (TrainingLog.rank0_lines: Megatron prints them, and
     Megatron-LM's argument dump, from rank 0 alone; the iteration lines come from the last rank)."""
@@ -243,7 +252,8 @@ def diagnose(
     wall, reason = decide(f)
     s = m.combined
     notes = found.note() + part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
-    notes += (training_log.notes + _rank0_note(training_log)) if training_log is not None else []
+    notes += (training_log.notes + _rank0_note(training_log) + _stopped_note(training_log)) \
+        if training_log is not None else []
     if m.ranks and run_world and len(m.ranks) < run_world:
         notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
                      "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")

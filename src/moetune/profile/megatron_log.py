@@ -99,9 +99,17 @@ class TrainingLog:
     notes: list[str] = field(default_factory=list)  # what a reader of the figures should know: runs passed over
 
     def steady_iterations(self) -> list[LogIteration]:
-        """Logged intervals after the first: the first one includes warm-up and compilation."""
+        """Logged intervals after the first (it includes warm-up and compilation), at the last global batch size
+        logged: where the batch ramps up (Megatron-LM's --rampup-batch-size) an earlier size times another step."""
         timed = [it for it in self.iterations if it.elapsed_ms is not None]
-        return timed[1:] if len(timed) > 1 else timed
+        steady = timed[1:] if len(timed) > 1 else timed
+        final = self.final_batch
+        return [it for it in steady if it.global_batch_size in (None, final)]
+
+    @property
+    def final_batch(self) -> int | None:
+        """The global batch size of the last iteration that logged one (tokens_per_second_per_gpu's)."""
+        return next((it.global_batch_size for it in reversed(self.iterations) if it.global_batch_size), None)
 
     @property
     def iteration_seconds(self) -> float | None:
@@ -117,8 +125,7 @@ class TrainingLog:
     def tokens_per_second_per_gpu(self) -> float | None:
         """global batch x seq_length / iteration time / world size (needs the argument dump)."""
         seq, world = int_or_none(self.args.get("seq_length")), int_or_none(self.args.get("world_size"))
-        t = self.iteration_seconds
-        gbs = next((it.global_batch_size for it in reversed(self.iterations) if it.global_batch_size), None)
+        t, gbs = self.iteration_seconds, self.final_batch
         if not (seq and world and t and gbs):
             return None
         return gbs * seq / t / world
@@ -265,7 +272,31 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")
+    return _timing_notes(log, path)
+
+
+def _timing_notes(log: TrainingLog, path: str) -> TrainingLog:
+    """log with what its figures rest on said in its notes: a batch that ramps up (the figures time the last size), one
+    timed interval only (warm-up included), iterations whose loss is not finite."""
+    timed = [it for it in log.iterations if it.elapsed_ms is not None]
+    sizes = list(dict.fromkeys(it.global_batch_size for it in timed if it.global_batch_size))
+    if len(sizes) > 1:
+        log.notes.append(f"--log {path}: the global batch changes ({' -> '.join(map(str, sizes))}): the figures time "
+                         f"the {len(log.steady_iterations())} iteration(s) at {log.final_batch} only")
+    if len(timed) == 1:
+        log.notes.append(f"--log {path} times one iteration ({timed[0].iteration}), which includes warm-up and "
+                         "compilation: its figures read slow; log more iterations (--log-interval 1, --train-iters)")
+    if bad := [it.iteration for it in log.iterations if _not_finite_loss(it)]:
+        log.notes.append(f"--log {path}: the loss is not finite at {len(bad)} logged iteration(s) (first {bad[0]}): "
+                         "the run diverged or skipped steps, and its times may not be a healthy step's")
     return log
+
+
+def _not_finite_loss(it: LogIteration) -> bool:
+    """An iteration line whose 'lm loss' is nan/inf, or that counts NaN iterations (Megatron's training_log)."""
+    loss, nans = it.fields.get("lm loss"), it.fields.get("number of nan iterations")
+    return (isinstance(loss, str) and loss.lower().lstrip("+-") in ("nan", "inf")) or \
+        (isinstance(loss, float) and not math.isfinite(loss)) or (isinstance(nans, float) and nans > 0)
 
 
 def read_log(path: str | Path) -> TrainingLog:

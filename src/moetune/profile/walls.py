@@ -177,7 +177,10 @@ def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
         lines.append(f"allocator retries (cache flushes under memory pressure): {f['alloc_retries']}")
     if m.log is not None and m.log.iteration_seconds is not None:
         tf = m.log.tflops_per_gpu
-        lines.append(f"log: {m.log.iteration_seconds:.3f} s/iteration (median of steady intervals)"
+        timed = len(m.log.steady_iterations())
+        how = "median of steady intervals" if timed > 1 or len(m.log.iterations) > 1 else \
+            "its one logged interval, warm-up included"
+        lines.append(f"log: {m.log.iteration_seconds:.3f} s/iteration ({how})"
                      + (f", {tf:.1f} TFLOP/s/GPU" if tf is not None else ""))
     return lines
 
@@ -191,10 +194,10 @@ def _trace_evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
     lines.append(f"communication not overlapped with compute: {s.exposed_comm_seconds:.4f} s/step "
                  f"({f['exposed_comm_share']:.1%}; by class: {top})")
     if f["comm_wait_share"] >= 0.005:
+        why = "slower peers, or on a slower iteration of its own: one rank's trace cannot tell them apart" \
+            if len(m.ranks) == 1 else "slower peers"
         lines.append(f"communication kernels ran {f['comm_wait_share']:.1%} of the step beyond the fastest "
-                     "instance of the same transfer (waiting on slower peers, or on a slower iteration of its own: "
-                     "one rank's trace cannot tell them apart)" if len(m.ranks) == 1 else
-                     "instance of the same transfer (waiting on slower peers)")
+                     f"instance of the same transfer (waiting on {why})")
     if f.get("graph_replay_share", 0.0) >= 0.10:
         lines.append(f"the GPU idled {f['graph_replay_share']:.1%} of the step inside CUDA-graph replays (kernels of a "
                      "graph launched earlier waiting on its own dependencies or an event); no wall is charged with it")
