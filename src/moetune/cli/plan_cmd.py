@@ -282,5 +282,5 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
               "than it predicts (the seeds add CP for long context)") if short_cp else ""
         out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
                   "the last digits: 3% of memory free, less model parallelism, lighter recompute, no offload, the "
-                  "layout's default dispatcher, more DP, below 16k tokens less CP, then less TP (planner/ranking.py "
-                  f"preference){cp}")
+                  "layout's default dispatcher, more DP, below 16k tokens less CP, then less TP, less expert TP, "
+                  f"more EP (planner/ranking.py preference){cp}")

@@ -51,11 +51,12 @@ def preference(lay: Layout, k: Knobs, dispatcher: str | None, seq: int, tight: b
     mapping, data/platform_defaults.toml, narrowed by defaults.default_dispatcher to one that runs on the layout;
     None: the search runs no default there, and no candidate of the layout is ranked down), then, below the
     long-context regime, less CP (seeds/000 Phase 2: CP once the sequence makes attention memory dominate), less
-    TP, more EP."""
+    TP, less expert TP, more EP (seeds/000: EP before extra TP for the experts; a pick at EP2 ETP2 had stood 0.86% ahead
+    of EP4 ETP1 with the rule scale.prefer_ep_over_etp warning on it)."""
     recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
     return (tight, lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
             dispatcher is not None and k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0,
-            lay.tp, -lay.ep)
+            lay.tp, lay.etp, -lay.ep)
 
 
 # Least share of the step delay_wgrad_compute must save to stay on in a result: the seeds call it optional and their

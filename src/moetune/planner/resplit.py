@@ -11,6 +11,20 @@ from moetune.planner.ranking import cp_weight, preference, within
 from moetune.planner.search_state import Search
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
+# The re-split bound (walls/batch.py "balanced") moves only the slowest rank's decoder layers, at the step's own
+# count of its runs; what else a split moves (the interleaved bubble's slowest chunk, the largest stage's DP traffic,
+# the EP-overlap windows of each virtual stage) it leaves as it was, and re-splits beat it: by 0.5% (Llama-4-Scout on
+# 40 B300 at 8k, PP5 VPP6 EP2 ETP2 DeepEP: bound 11.481 s, re-split 11.428 s, then in the pick's 1% band below a pick
+# with heavier recompute) and by 6% (Qwen3-Next-80B-A3B on 128 H100, TP1 PP8 VPP4, force-balanced: bound 0.752 s,
+# re-split 0.709 s, which moves three layers off the loss rank's chunks; the pick had been TP2 at 0.723 s). A
+# candidate stays in reach while its bound is within this of the band; RESPLIT_LIMIT caps what it costs (bench/:
+# DeepSeek-V3 on 1,024 H100 0.60 -> 0.69 s)
+REACH_SLACK = 0.07
+
+
+def out_of_reach(reach: float, fastest: float) -> bool:
+    """Whether a candidate's re-split bound leaves it out of the 1% band of `fastest`, REACH_SLACK allowed."""
+    return within(reach / (1 + REACH_SLACK), fastest) > 0
 
 
 def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
@@ -36,7 +50,7 @@ def rebalance_best(s: Search, efficiency_overrides: dict | None) -> None:
     for i, (step, _, lay, mbs, knobs, reach) in enumerate(s.best):
         if len(found) == RESPLIT_LIMIT:
             break
-        if within(reach, fastest) > 0:  # neither it nor any later one of its group can reach the band
+        if out_of_reach(reach, fastest):  # neither it nor any later one of its group can reach the band
             if i >= banded:
                 break
             continue  # the band's rest are out of reach too, but the candidates after it are ordered by reach
