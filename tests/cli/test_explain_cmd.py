@@ -199,3 +199,26 @@ def test_defaults_print_each_mapping_with_bridge_fields_and_rule(capsys):
     assert "mixed_precision.fp8_recipe=mxfp8 (seeds/000 First Answer Checklist: Blackwell to MXFP8)" in out
     assert ("model.cuda_graph_impl=transformer_engine, model.cuda_graph_scope=[attn,moe_router,moe_preprocess] "
             "(seeds/000 First Answer Checklist: dropless MoE TE-scoped CUDA graphs") in out
+
+
+def test_a_plan_made_with_headroom_is_explained_against_its_budget(tmp_path, capsys):
+    """plan --headroom 10 searched Qwen3-30B-A3B on 16 H100 in 68 GiB; explain of it had judged its moves against the
+    whole 78 GiB, and named a re-split at 69.9 GiB as one that fits, which the plan had refused. Fit and every move
+    are read against the budget now, and it says so; report too."""
+    code, stdout, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--headroom",
+                             "10", "--json"], capsys)
+    assert code == 0, err
+    plan = tmp_path / "hr.json"
+    plan.write_text(stdout)
+    code, stdout, err = run(["explain", str(plan), "--json"], capsys)
+    assert code == 0, err
+    fit, whole = json.loads(stdout)["fit"], json.loads(plan.read_text())["results"][0]["memory"]["capacity_bytes"]
+    assert fit["headroom_gib"] == 10 and fit["capacity_gib"] == pytest.approx(whole / 2**30 - 10)
+    moves = json.loads(stdout)["retune"]
+    assert all(m["new_peak_gib"] <= fit["capacity_gib"] for m in moves if "new_peak_gib" in m)
+    code, stdout, _ = run(["explain", str(plan)], capsys)
+    assert "against the plan's budget: the GPU less its --headroom 10 GiB" in " ".join(stdout.split())
+    code, _, err = run(["report", str(plan), "--out", str(tmp_path / "r.html")], capsys)
+    assert code == 0, err
+    assert "plan&#x27;s --headroom 10" in (tmp_path / "r.html").read_text() or \
+        "plan's --headroom 10" in (tmp_path / "r.html").read_text()

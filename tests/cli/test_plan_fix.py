@@ -110,3 +110,19 @@ def test_an_unknown_megatron_fsdp_strategy_is_one_line(capsys):
                         "megatron_fsdp=full"], capsys)
     assert code == 2 and err.strip() == ("error: --fix megatron_fsdp=full: expected a data_parallel_sharding_strategy, "
                                          "one of no_shard, optim, optim_grads, optim_grads_params")
+
+
+@pytest.mark.parametrize(("pin", "extra", "words"), [
+    # a full-iteration graph makes a dropless MoE drop tokens past its per-rank budget: not the run priced
+    ("cuda_graph_scope=full_iteration", [], "under --routing dropless: a full-iteration graph captures MoE layers"),
+    # one graph of the whole step has no per-layer scope beside it (Megatron-LM arguments.py); it had been emitted
+    ("cuda_graph_scope=attn,full_iteration", ["--routing", "force-balance"],
+     "--fix cuda_graph_scope=attn,full_iteration: full_iteration captures the whole step and stands alone"),
+])
+def test_a_full_iteration_pin_that_cannot_run_as_priced_is_one_line(pin, extra, words, capsys):
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", pin,
+                        *extra], capsys)
+    assert code == 2 and words in " ".join(err.split())
+    code, out, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--top", "1",
+                          "--fix", "cuda_graph_scope=full_iteration", "--routing", "force-balance", "--json"], capsys)
+    assert code == 0, err

@@ -91,12 +91,15 @@ def test_reason_names_the_missing_cp_exchange(model, world, seq, fixed, expected
     (24584, [1, 2, 4, 8, 16], ["largest power-of-two factor", "CP above 4", "TP x CP above 8", "--seq 24576"]),
 ])
 def test_sequence_note_names_what_the_length_rules_out_and_the_nearest_that_does_not(seq, cps, expected):
-    note = sequence_note(seq, [1, 2, 4, 8], cps)
+    note = sequence_note(seq, [1, 2, 4, 8], cps, 1024)
     for text in expected:
         assert text in note, note
     nearest = int(note.rsplit("--seq ", 1)[1].split()[0])
     assert all(sequence_refusal(nearest, t, c, t > 1) is None for t in (1, 2, 4, 8) for c in cps)
-    assert sequence_note(65536, [1, 2, 4, 8], cps) is None
+    assert sequence_note(65536, [1, 2, 4, 8], cps, 1024) is None
+    # on 16 GPUs TP x CP stops at 16: 1,000,000 = 64 x 15,625 allows every such pair, so it is not the sequence's fault
+    assert sequence_note(1_000_000, [1, 2, 4, 8], [1, 2, 4, 8, 16, 512], 16) is None
+    assert "CP up to 8" in sequence_note(24584, [1, 2, 4, 8], [1, 2, 4, 8, 16], 8)
 
 
 def test_nothing_fits_on_an_odd_sequence_says_the_sequence_shut_out_tp_and_cp(capsys):

@@ -95,6 +95,9 @@ def test_memory_groups_keep_every_byte():
     grouped = dict(memory_groups(items))
     assert grouped["activations"] == 4 and grouped["buffers and overheads"] == 1
     assert sum(grouped.values()) == 8
+    # an MXFP8 stage's FP8 weights are weights, not overheads
+    fp8 = dict(memory_groups({"weights": 0, "fp8_weights": 3 * GIB, "nccl_buffers": GIB, "total": 4 * GIB}))
+    assert fp8["weights"] == 3 and fp8["buffers and overheads"] == 1
 
 
 def test_the_picks_retune_moves_are_explains(plan_file, tmp_path, capsys):

@@ -203,10 +203,15 @@ def hcp_needs_a2a_p2p(size: int | None, comm: str | None, spec: ModelSpec, layou
 def scope_words(text: str, flag: str) -> tuple[str, ...]:
     """CUDA-graph scopes as typed ("attn,moe_router" or "attn moe_router"); "none" alone is no graph."""
     words = text.replace(",", " ").split()
+    said = f"{flag}{'' if flag.endswith('=') else ' '}{text}"  # as typed: --fix key=value, or the flag and its value
     if not words:
         raise MoetuneError(f"{flag} is empty: name the scopes (attn,moe_router,...), or 'none' for no CUDA graphs")
     if "none" in words and len(words) > 1:
-        raise MoetuneError(f"{flag} {text}: 'none' turns CUDA graphs off; give it alone or drop it")
+        raise MoetuneError(f"{said}: 'none' turns CUDA graphs off; give it alone or drop it")
+    if "full_iteration" in words and len(words) > 1:  # one graph of the whole step: no per-layer scope beside it
+        raise MoetuneError(f"{said}: full_iteration captures the whole step and stands alone (Megatron-LM "
+                           "arguments.py: full_iteration runs under --cuda-graph-impl local, the other scopes under "
+                           "transformer_engine); give it alone, or the per-layer scopes")
     return tuple(w for w in words if w != "none")
 
 

@@ -34,7 +34,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import evidence_text
-from moetune.planner.from_json import estimate_from_json, is_saved_result
+from moetune.planner.from_json import estimate_from_json, is_saved_result, on_plan_budget
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.release_fit import upgrade_for
@@ -78,6 +78,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
                                     efficiency_overrides=load_efficiency_file(kw["efficiency"], None),
                                     where=source)
         unknown_launcher_note(saved, rank, source)
+        result, headroom = on_plan_budget(result, saved)
         if kw["token_imbalance"] is not None:  # the dropless factor a saved result may be weighed again under
             result = result.variant(knobs=replace(result.knobs, token_imbalance=kw["token_imbalance"]))
     else:
@@ -87,6 +88,8 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
             raise MoetuneError("--rank picks a result of a saved plan; pass --plan FILE with it")
         result = estimate_from_flags(model, kw)
     answer = explain(result)
+    if saved is not None and headroom:
+        answer["fit"]["headroom_gib"] = headroom
     # a plan or estimate saved for a release (its "release"), or one named here: what each move needs of it
     release = saved["release"]["release"] if saved is not None and isinstance(saved.get("release"), dict) else \
         kw_release(kw)
@@ -158,6 +161,9 @@ def print_explain(a: dict, mlm: bool = False) -> None:
         out.print(f"[bold]Batch[/bold]: {workload_line(a['workload'])}")
     out.print(f"[bold]Fit[/bold]: {verdict}: peak {f['peak_gib']:.1f} of {f['capacity_gib']:.1f} GiB on stage "
               f"{f['worst_stage']} (largest: {items} GiB)")
+    if f.get("headroom_gib"):
+        out.print(f"  - against the plan's budget: the GPU less its --headroom {f['headroom_gib']:g} GiB, as the moves "
+                  "below are too")
     if f.get("note"):
         out.print(f"  - {f['note']}")
     ladder = 0  # the recompute/offload steps apply one on top of another (planner/fit_steps.py)

@@ -45,7 +45,8 @@ def parse_fix(items: tuple[str, ...]) -> dict:
                 raise MoetuneError(f"--fix {key}={value}: expected one of {', '.join(choices)}")
             fixed[key] = [value]
         elif key == "cuda_graph_scope":
-            fixed[key] = [_named(key, value, lambda v: _scopes(scope_words(v, "--fix cuda_graph_scope=")))]
+            words = scope_words(value, "--fix cuda_graph_scope=")  # its lines name the pin themselves
+            fixed[key] = [_named(key, value, lambda v: _scopes(words))]
         elif key == "optimizer_offload_fraction":
             try:
                 fraction = float(value)

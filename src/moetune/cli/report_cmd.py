@@ -13,7 +13,7 @@ from moetune.cli.sweep_cmd import ingest_json
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.explain import explain
-from moetune.planner.from_json import estimate_from_json, pick_result, saved_results
+from moetune.planner.from_json import estimate_from_json, on_plan_budget, pick_result, saved_results
 from moetune.report.plan_report import render
 from moetune.sweep.compare import rows
 from moetune.sweep.manifest import MANIFEST, read_manifest, saved_result_data
@@ -34,8 +34,10 @@ def command(plan_path, out_path, sweep_dir, as_json) -> None:
                                                   "--json`)"), plan_path)
     pick_result(data)  # a plan with no results is one line
     check_writable(out_path, "--out", (plan_path, *([Path(sweep_dir) / MANIFEST] if sweep_dir else [])))
-    result = estimate_from_json(data, 1, where=plan_path)
+    result, headroom = on_plan_budget(estimate_from_json(data, 1, where=plan_path), data)
     answer = explain(result)
+    if headroom:
+        answer["fit"]["headroom_gib"] = headroom
     if isinstance(data.get("release"), dict):  # a plan searched for a release: what each move needs of it
         with_release_needs(answer, data["release"]["release"])
     ingest = _ingest(sweep_dir, data) if sweep_dir else None

@@ -124,6 +124,16 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
 
 
 # A saved result's own fix where the error's is worded in flags (its batch over its DP): no flag changes a file
+def on_plan_budget(e: Estimate, data: dict) -> tuple[Estimate, float]:
+    """(E judged against the memory its plan searched in, the GPU's less the plan's --headroom; that headroom in GiB,
+    0 where none): explain's and report's moves of a plan made with --headroom had read "fits" against the whole GPU
+    where the plan itself had refused them. The time is the same: memory does not price it."""
+    headroom = data.get("headroom_gib") if isinstance(data, dict) else None
+    if not isinstance(headroom, int | float) or headroom <= 0 or headroom >= e.gpu.memory_gib:
+        return e, 0.0
+    return replace(e, gpu=replace(e.gpu, memory_gib=e.gpu.memory_gib - headroom)), float(headroom)
+
+
 def _saved_fix(err: MoetuneError) -> str:
     """The fix of an error worded in flags, worded for a saved result: its fields to edit."""
     return f"edit the file's {err.file_fields or 'configuration'} to fit, or save the result again with " \

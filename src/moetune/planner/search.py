@@ -100,6 +100,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
     _pins_agree(fixed)
+    _full_iteration_routing(spec, fixed, routing)
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
                            f"{gpu.memory_gib:g} GiB")
@@ -152,6 +153,23 @@ def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -
     if alt.results and alt.results[0].time["tokens_per_s_per_gpu"] >= base * (1 + OFFLOAD_NOTE_GAIN):
         return alt
     return None
+
+
+def _full_iteration_routing(spec: ModelSpec, fixed: dict, routing: str) -> None:
+    """A pinned full-iteration graph on a dropless MoE is one line: its MoE layers capture only with static expert
+    shapes, which Bridge's recipes get from a per-rank token budget (moe_expert_rank_capacity_factor 1.5, emitted with
+    it) that drops the tokens past it (transformer_config.py), so the run would not be the dropless one priced; the
+    seeds keep full-iteration graphs for drop-and-pad or static-shape experiments (knob_grid searches them only
+    force-balanced)."""
+    scopes = fixed.get("cuda_graph_scope")
+    whole = bool(scopes) and all("full_iteration" in s for s in scopes)
+    if routing != "dropless" or not spec.num_moe_layers or not whole:
+        return
+    raise MoetuneError("--fix cuda_graph_scope=full_iteration under --routing dropless: a full-iteration graph "
+                       "captures MoE layers only with static expert shapes, a per-rank token budget "
+                       "(moe_expert_rank_capacity_factor 1.5) that drops the tokens past it, so the run would not be "
+                       "dropless (seeds/000 CUDA Graphs For MoE); pass --routing force-balance to plan it, or pin the "
+                       "TE-scoped graphs (attn,moe_router,moe_preprocess)")
 
 
 def _pins_agree(fixed: dict) -> None:
@@ -258,8 +276,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,
                       memory_fits=s.memory_fits, gemm_note=None if results else s.gemm_note,
-                      sequence_note=None if results else sequence_note(wl.seq_length,
-                                                                       *tp_cp_sizes(gpu, world, wl.seq_length, fixed)),
+                      sequence_note=None if results else sequence_note(
+                          wl.seq_length, *tp_cp_sizes(gpu, world, wl.seq_length, fixed), world),
                       release=release, release_lacks=release_lacks)
 
 

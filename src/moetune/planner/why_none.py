@@ -150,12 +150,15 @@ def _gbs_reason(layouts: _Enumerated, fixed: dict, pins: dict) -> str | None:
             f"{', '.join(map(str, dps))}; MBS {', '.join(map(str, mbs))}); choose a GBS one of them divides")
 
 
-def sequence_note(seq: int, tps: list[int], cps: list[int]) -> str | None:
+def sequence_note(seq: int, tps: list[int], cps: list[int], world: int) -> str | None:
     """Which of the TP and CP sizes searched (enumerate.tp_cp_sizes, powers of two) the sequence length itself rules
     out by Megatron's sequence rules (layout/validate.py sequence_refusal: 2 x CP divides the sequence; sequence
     parallelism, which MoE layers need at TP > 1, splits each CP rank's seq/CP tokens over TP), and the nearest length
-    that allows them all; None where it rules out none. Both rules read the sequence's power-of-two factor alone."""
-    ruled = [(t, c) for t in tps for c in cps if sequence_refusal(seq, t, c, t > 1)]
+    that allows them all; None where it rules out none. Both rules read the sequence's power-of-two factor alone. Only
+    pairs the `world` GPUs hold count: on 16 GPUs CP 512 was never the sequence's to allow (a 1M-token run had been
+    told a length that changed nothing)."""
+    pairs = [(t, c) for t in tps for c in cps if t * c <= world]
+    ruled = [(t, c) for t, c in pairs if sequence_refusal(seq, t, c, t > 1)]
     if not ruled:
         return None
     two = seq & -seq  # the largest power of two dividing the sequence
@@ -166,11 +169,12 @@ def sequence_note(seq: int, tps: list[int], cps: list[int]) -> str | None:
         what = (f"seq {seq:,} has {two} as its largest power-of-two factor, which rules out CP above {two // 2} "
                 f"(Megatron splits each sequence into 2 x CP chunks) and TP x CP above {two} (sequence parallelism, "
                 "which MoE layers need with TP, splits each CP rank's seq/CP tokens over TP)")
-    alone = ": the search had TP1 CP1 alone" if len(ruled) == len(tps) * len(cps) - 1 else ""
-    unit = max(max(2 * c if c > 1 else 1, t * c if t > 1 else 1) for t in tps for c in cps)
+    alone = ": the search had TP1 CP1 alone" if len(ruled) == len(pairs) - 1 else ""
+    unit = max(max(2 * c if c > 1 else 1, t * c if t > 1 else 1) for t, c in pairs)
     below = seq // unit * unit
     nearest = min((n for n in (below, below + unit) if n >= unit), key=lambda n: (abs(n - seq), n))
-    return f"{what}{alone}; --seq {nearest} allows TP up to {max(tps)} with CP up to {max(cps)}"
+    return (f"{what}{alone}; --seq {nearest} allows TP up to {max(t for t, _ in pairs)} with CP up to "
+            f"{max(c for _, c in pairs)}")
 
 
 def no_layout_reason(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict) -> str:

@@ -16,8 +16,11 @@ from moetune.report.svg import stacked_bars
 
 GIB = 1 << 30
 WALLS = ("compute", "communication", "bubble", "host")
-# the pick's memory line items, grouped for the chart (the table beside it keeps every item)
-MEMORY_GROUPS = (("weights", ("weights",)), ("gradients", ("main_grads",)), ("optimizer", ("optimizer_states",)),
+# the pick's memory line items, grouped for the chart (the table beside it keeps every item); an FP8 recipe's
+# quantized weights (FP8 parameters, or the quantized copy beside BF16 ones) and FSDP2's gathered ones are weights
+# too (walls/memory.py): an MXFP8 stage had charted "weights: 0 GiB" and its 17 GiB of FP8 weights as overheads
+WEIGHTS = ("weights", "fp8_weights", "fp8_weight_cache", "fsdp2_gathered_weights")
+MEMORY_GROUPS = (("weights", WEIGHTS), ("gradients", ("main_grads",)), ("optimizer", ("optimizer_states",)),
                  ("logits and loss", ("logits_and_loss",)))
 
 
@@ -60,7 +63,10 @@ def _memory(pick: dict) -> str:
 def _explain(answer: dict) -> str:
     fit, profile = answer["fit"], answer["profile"]
     parts = [paragraph(f"Fit: peak {fit['peak_gib']:.1f} of {fit['capacity_gib']:.1f} GiB on stage "
-                       f"{fit['worst_stage']}: {'fits' if fit['fits'] else 'does NOT fit'}; largest: "
+                       f"{fit['worst_stage']}"
+                       + (f" (the GPU less the plan's --headroom {fit['headroom_gib']:g})" if fit.get("headroom_gib")
+                          else "")
+                       + f": {'fits' if fit['fits'] else 'does NOT fit'}; largest: "
                        + ", ".join(f"{k} {v:.1f} GiB" for k, v in fit["largest_items_gib"].items())),
              pairs([("attention mesh", answer["scale"]["attention_mesh"]), ("MoE mesh", answer["scale"]["moe_mesh"]),
                     ("pipeline split", str(answer["scale"]["pipeline_split"]))]
