@@ -402,6 +402,8 @@ CASES: dict[str, Case] = {
                                                      "cluster.launcher=megatron-lm")),
     # Bridge re-enables the distributed optimizer for both when the recipe's ddp side stays true
     "optimizer.dist_opt_out_of_sync": Case(S(MOE, "optimizer.use_distributed_optimizer=false")),
+    "optimizer.cpu_offload_needs_precision_aware": Case(S(MOE, "optimizer.optimizer_cpu_offload=true",
+                                                          "optimizer.optimizer_offload_fraction=1.0")),
     "optimizer.low_precision_state_needs_precision_aware": Case(S(MOE, "optimizer.exp_avg_dtype=bf16",
                                                                   "optimizer.exp_avg_sq_dtype=bf16")),
     # Megatron-LM's validate_args under --use-torch-fsdp2 (arguments.py, core_v0.16.0-core_v0.18.2)

@@ -129,19 +129,19 @@ def test_fit_steps_follow_the_seed_order():
     assert fix(derived={"fitting_layout": layout}) == layout
     assert fix()["model.recompute_granularity"] == "selective"
     assert fix(("model.recompute_granularity=selective",))["model.recompute_granularity"] == "full"
-    assert fix(("model.recompute_granularity=full",)) == {"optimizer.optimizer_cpu_offload": True,
-                                                         "optimizer.optimizer_offload_fraction": 1.0}
+    # with the precision-aware optimizer the offload's hybrid device optimizer runs on (Megatron-LM asserts it)
+    offload = {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
+               "optimizer.use_precision_aware_optimizer": True}
+    assert fix(("model.recompute_granularity=full",)) == offload
     # a recipe's FP8 weights give way to BF16 ones beside the offload but under the delayed recipe
     # (precision.fp8_params_with_optimizer_offload, which the fixed config then passes)
     fp8 = ("model.recompute_granularity=full", "mixed_precision=bf16_with_fp8_current_scaling_mixed")
-    assert fix(fp8) == {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
-                        "mixed_precision.fp8_param_gather": False}
+    assert fix(fp8) == {**offload, "mixed_precision.fp8_param_gather": False}
     fixed = {**base, **load_config(sets=fp8), **fix(fp8)}
     assert "precision.fp8_params_with_optimizer_offload" not in {f.rule for f in evaluate(fixed, {"fits": False})}
     # NVFP4 weights beside no offload at all (precision.fp4_params_with_optimizer_offload)
     fp4 = ("model.recompute_granularity=full", "mixed_precision=bf16_with_nvfp4_mixed")
-    assert fix(fp4) == {"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
-                        "mixed_precision.fp4_param_gather": False}
+    assert fix(fp4) == {**offload, "mixed_precision.fp4_param_gather": False}
     fixed = {**base, **load_config(sets=fp4), **fix(fp4)}
     assert "precision.fp4_params_with_optimizer_offload" not in {f.rule for f in evaluate(fixed, {"fits": False})}
 
