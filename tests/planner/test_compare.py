@@ -157,7 +157,7 @@ def test_a_log_alone_far_from_the_prediction_asks_whether_it_is_the_same_run(tmp
 
 
 @pytest.mark.parametrize("change, needle", [({"gbs": 1024}, "global batch 1024 (planned 512)"),
-                                            ({"seq": 8192}, "sequence length 8192 (planned 4096)")])
+                                            ({"seq": 8192}, "model.seq_length 4096 (the log ran 8192)")])
 def test_a_log_of_another_job_is_refused(tmp_path, capsys, change, needle):
     """The log records the global batch it ran (every iteration line) and, in Megatron-LM's argument dump, the
     sequence length and TP: a prediction of another job is one line, where it had read a ratio (fuzz audit)."""
@@ -237,3 +237,14 @@ def test_a_log_whose_work_a_step_is_not_the_predictions_is_named(tmp_path, capsy
         verdicts[factor] = json.loads(capsys.readouterr().out)["comparison"]["verdict"]
     assert "another model" not in verdicts[1.0]
     assert verdicts[3.5].startswith("the log's work a GPU a step (TFLOP/s x step) is 3.50x the prediction's")
+
+
+def test_a_gpu_that_contradicts_the_plan_names_the_flag_not_traces(tmp_path, capsys):
+    """A log alone has no traces: where --gpu names another family than the --plan's, the error says --gpu did."""
+    log = tmp_path / "run.log"
+    log.write_text("".join(f" iteration {i:8d}/     100 | consumed samples: 0 | elapsed time per iteration (ms): "
+                           "4000.0 | global batch size:   256 |\n" for i in range(1, 6)))
+    plan = _plan(capsys, tmp_path)  # an A100 prediction
+    assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "but --gpu names hopper GPUs for the log" in err and "traces" not in err

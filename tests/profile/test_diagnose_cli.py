@@ -138,3 +138,15 @@ def test_a_megatron_lm_launch_is_told_its_changes_as_arguments(tmp_path, capsys)
     out = capsys.readouterr().out
     assert code == 0 and "Next changes (Megatron-LM arguments)" in out and "--moe-deepep-num-sms 32" in out
     assert "--overlap-moe-expert-parallel-comm; drop --moe-shared-expert-overlap" in out and "comm_overlap." not in out
+
+
+def test_a_config_that_contradicts_the_logs_argument_dump_is_refused(fixtures_dir, capsys):
+    """The log's argument dump is what ran (EP 16, alltoall); --mlm-args saying EP 8 and DeepEP had tailored the advice
+    to them in silence (with --model it was already refused). Agreeing with the dump, or saying what it does not,
+    reads as before."""
+    log = str(fixtures_dir / "megatron_lm_qwen3_30b_a3b.log")
+    wrong = "--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
+    assert main(["diagnose", "--log", log, "--gpu", "h100", "--mlm-args", wrong]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "contradicts the argument dump" in err and "model.expert_model_parallel_size 8 (the log ran 16)" in err
+    assert main(["diagnose", "--log", log, "--gpu", "h100", "--mlm-args", "--expert-model-parallel-size 16"]) == 0

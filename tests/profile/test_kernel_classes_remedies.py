@@ -102,6 +102,21 @@ def test_config_tailors_multiplied_values():
     graphs = {"model.cuda_graph_impl": "transformer_engine"}
     assert "host.cuda_graphs" not in {r.rule for r in recommend("host_overhead", host, graphs)}
 
+    # seeds/000 Phase 3's host-overhead row ends with CPU affinity tuning: emit's NUMA binding is that change
+    assert next(r for r in recommend("host_overhead", host) if r.rule == "host.cpu_affinity").overrides == \
+        {"env.NUMA_BIND": 1}
+
+    def mbs(**config):
+        found = recommend("host_overhead", host, config)
+        return next((r.overrides for r in found if r.rule == "host.larger_mbs"), None)
+    # the global batch splits over DP into micro-batches: the advice keeps it whole (batch.gbs_divisible), or goes
+    assert mbs(**{"train.micro_batch_size": 1, "train.global_batch_size": 2, "cluster.num_gpus": 2}) is None
+    assert mbs(**{"train.micro_batch_size": 1, "train.global_batch_size": 8, "cluster.num_gpus": 2}) == \
+        {"train.micro_batch_size": 2}
+    # GBS 24 over DP 4 (TP 2 of 8 GPUs) is 6 a rank: MBS 2 -> 3 is no multiple of 2, 6 is the least that splits it
+    assert mbs(**{"train.micro_batch_size": 2, "train.global_batch_size": 24, "cluster.num_gpus": 8,
+                  "model.tensor_model_parallel_size": 2}) == {"train.micro_batch_size": 6}
+
 
 def test_fp8_variant_by_architecture():
     def fp8(f):

@@ -164,3 +164,10 @@ def test_a_run_that_stopped_with_an_error_is_said(tmp_path):
                               + ["Traceback (most recent call last):", "RuntimeError: NCCL error in: x.cpp:1275"]))
     result = diagnose([], log=path)
     assert any("the run stopped after iteration 5: RuntimeError: NCCL error" in n for n in result.notes)
+
+
+def test_the_logs_tokens_per_gpu_are_in_the_evidence(fixtures_dir):
+    """docs/diagnose.md lists tokens/s/GPU among what a log gives; the report had shown it in JSON alone."""
+    log = read_log(fixtures_dir / MLM)
+    line = next(x for x in diagnose([], log=log).evidence if x.startswith("log: "))
+    assert f"{log.tokens_per_second_per_gpu:,.0f} tokens/s/GPU" in line

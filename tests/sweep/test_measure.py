@@ -189,3 +189,9 @@ def test_a_run_that_crashed_says_why_it_stopped(tmp_path):
     assert found.status == "failed" and found.detail.endswith(f"it stopped there: {crash}")
     found = measure(tmp_path, _planned(), skip=3)
     assert found.ok and found.timed == 2 and any("stopped after iteration 5" in n for n in found.notes)
+    # ingest's "measured fastest ... run it" says so of such a candidate: a full run of it may stop the same way
+    from types import SimpleNamespace
+
+    from moetune.sweep.conclusions import _stopped
+    assert found.stopped == crash and crash in _stopped(SimpleNamespace(measured=found))
+    assert _stopped(SimpleNamespace(measured=measure(tmp_path.parent, _planned(), skip=3))) == ""

@@ -127,7 +127,25 @@ def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
                              from_result=_result_config, script_args=script_args)
     log = read_log(log_path) if log_path else None
     dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
+    if config is not None and (differ := _against_dump(config, dump)):
+        raise MoetuneError(f"the config given contradicts the argument dump of --log {log_path}, which is what ran: "
+                           f"{'; '.join(differ)}; pass the run's own config, or leave it out (the dump is read)")
     return ({**dump, **config} if config is not None else (dump or None)), log
+
+
+# What a config given beside a Megatron-LM log may not contradict in the log's argument dump (what ran): the layout,
+# the batch and the dispatcher the advice and any prediction are tailored to; a --model prediction also refuses it
+# (planner/compare.py same_log_job), the advice alone had been tailored to the config in silence
+RUN_SHAPE = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
+             "model.expert_model_parallel_size", "model.expert_tensor_parallel_size", "train.micro_batch_size",
+             "train.global_batch_size", "model.seq_length", "model.moe_token_dispatcher_type",
+             "model.moe_flex_dispatcher_backend", "cluster.num_gpus")
+
+
+def _against_dump(config: dict, dump: dict) -> list[str]:
+    """'KEY VALUE (the log ran DUMPED)' for each RUN_SHAPE key both give, differently."""
+    return [f"{k} {config[k]} (the log ran {dump[k]})" for k in RUN_SHAPE
+            if config.get(k) is not None and dump.get(k) is not None and config[k] != dump[k]]
 
 
 def _run_gpu(config: dict | None, gpu: str | None, predicted, traces) -> GpuSpec | None:

@@ -41,8 +41,9 @@ def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
                            f"{world}; compare a plan or config of this run")
     if family != "unknown" and family != predicted.gpu.arch:
         # only a saved one can be: a --model prediction is priced on --gpu, which diagnose has held to the traces
-        raise MoetuneError(f"the --plan's prediction is for {predicted.gpu.key} ({predicted.gpu.arch}) but the traces "
-                           f"ran on {family} GPUs; compare a plan or estimate made with --gpu of the run's GPU")
+        ran = f"the traces ran on {family} GPUs" if measured.ranks else f"--gpu names {family} GPUs for the log"
+        raise MoetuneError(f"the --plan's prediction is for {predicted.gpu.key} ({predicted.gpu.arch}) but {ran}; "
+                           "compare a plan or estimate made with --gpu of the run's GPU")
 
 
 # Megatron-LM's argument dump (arguments.py print_args) -> what the prediction ran of it

@@ -38,14 +38,37 @@ def _fmt(value: Any) -> str:
 
 
 def _resolve(key: str, value: Any, config: dict[str, Any]) -> Any:
-    """A ``{times: k}`` value becomes k x the config's value, or a placeholder without one."""
+    """A ``{times: k}`` value becomes k x the config's value, or a placeholder without one; a micro-batch, the least
+    such multiple the global batch still splits into over DP (None: none does, and the advice goes)."""
     if not (isinstance(value, dict) and "times" in value):
         return value
     k = value["times"]
     if key not in config:
         return f"<{k}x current>"
     current = config[key]
-    return k * (current if isinstance(current, (int, float)) and not isinstance(current, bool) else 1)
+    base = current if isinstance(current, (int, float)) and not isinstance(current, bool) else 1
+    return _whole_batch(k * base, base, config) if key == MBS else k * base
+
+
+MBS = "train.micro_batch_size"
+
+
+def _whole_batch(mbs: int, step: int, config: dict[str, Any]) -> int | None:
+    """MBS, or the least larger one by STEP (the current micro-batch) that divides the global batch over DP, where the
+    config gives both (Megatron asserts GBS % (MBS x DP) == 0: rule batch.gbs_divisible); None where none does."""
+    gbs, dp = config.get("train.global_batch_size"), _data_parallel(config)
+    if not (isinstance(gbs, int) and dp):
+        return mbs
+    return next((m for m in range(mbs, gbs // dp + 1, int(step)) if gbs % (m * dp) == 0), None)
+
+
+def _data_parallel(config: dict[str, Any]) -> int | None:
+    """DP = GPUs / (TP x CP x PP), where the config names the GPUs (the parallel sizes default to 1)."""
+    world = config.get("cluster.num_gpus")
+    model = 1
+    for key in ("tensor_model_parallel_size", "context_parallel_size", "pipeline_model_parallel_size"):
+        model *= config.get(f"model.{key}") or 1
+    return world // model if isinstance(world, int) and world % model == 0 else None
 
 
 def _pick_change(rule: dict, facts: dict[str, Any]) -> dict[str, Any] | None:
@@ -74,7 +97,10 @@ def recommend(wall: str, facts: dict[str, Any], config: dict[str, Any] | None = 
         change = _pick_change(rule, facts)
         if change is None:
             continue
-        overrides = _not_yet_set({k: _resolve(k, v, config) for k, v in change.items()}, config)
+        resolved = {k: _resolve(k, v, config) for k, v in change.items()}
+        if None in resolved.values():  # no value of it runs on this config (a micro-batch the batch cannot split into)
+            continue
+        overrides = _not_yet_set(resolved, config)
         if not overrides:
             continue
         out.append(Recommendation(rule=rule["rule"], wall=wall, overrides=overrides,

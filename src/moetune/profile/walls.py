@@ -180,8 +180,10 @@ def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
         timed = len(m.log.steady_iterations())
         how = "median of steady intervals" if timed > 1 or len(m.log.iterations) > 1 else \
             "its one logged interval, warm-up included"
+        tokens = m.log.tokens_per_second_per_gpu  # where the argument dump gives the sequence and the GPUs
         lines.append(f"log: {m.log.iteration_seconds:.3f} s/iteration ({how})"
-                     + (f", {tf:.1f} TFLOP/s/GPU" if tf is not None else ""))
+                     + (f", {tf:.1f} TFLOP/s/GPU" if tf is not None else "")
+                     + (f", {tokens:,.0f} tokens/s/GPU" if tokens else ""))
     return lines
 
 

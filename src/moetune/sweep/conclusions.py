@@ -37,18 +37,28 @@ def _order_lines(found: list[Row], sweep: Sweep) -> list[str]:
              + (f"; {level} pair(s) predicted within 1%, which plan ranks by the seeds' order" if level else "")]
     pick = next((r for r in found if r.candidate.rank == 1), None)
     if best.candidate.rank == 1:
-        lines.append("the pick (r01) measured fastest")
+        lines.append("the pick (r01) measured fastest" + _stopped(best))
     elif pick is not None and pick.measured.ok and not apart(best, pick):
         lines.append(f"the pick (r01) and {best.candidate.folder} measured within the noise of each other: keep the "
                      "pick")
     elif pick is not None and pick.measured.ok:
         gain = best.measured.tokens_per_s_per_gpu / pick.measured.tokens_per_s_per_gpu - 1
-        lines.append(f"{best.candidate.folder} measured fastest, {gain:+.1%} over the pick: " + _run_it(sweep, best))
+        lines.append(f"{best.candidate.folder} measured fastest, {gain:+.1%} over the pick: " + _run_it(sweep, best)
+                     + _stopped(best))
     else:
         tied = [r.candidate.folder for r in found if r is not best and r.measured.ok and not apart(best, r)]
         lines.append(f"{best.candidate.folder} measured fastest of those timed (the pick was not)"
-                     + (f", within the noise of {', '.join(tied)}" if tied else ""))
+                     + (f", within the noise of {', '.join(tied)}" if tied else "") + _stopped(best))
     return lines
+
+
+def _stopped(best: Row) -> str:
+    """A caveat where the measured fastest stopped with an error after its timed iterations: its speed was measured,
+    but a full run of it may stop the same way."""
+    if best.measured.stopped is None:
+        return ""
+    return (f"; but its job stopped with an error after the timed iterations ({best.measured.stopped}): find why, and "
+            "run it again, before a full run")
 
 
 def _run_it(sweep: Sweep, best: Row) -> str:

@@ -36,6 +36,7 @@ class Measured:
     timed: int = 0  # iterations in the median
     peak_reserved_bytes: float | None = None  # the largest `max reserved` any rank reported
     notes: list[str] = field(default_factory=list)  # the log reader's: runs passed over in the file
+    stopped: str | None = None  # measured, then stopped with an error: the log's last error line
 
     @property
     def ok(self) -> bool:
@@ -126,4 +127,5 @@ def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
         found.detail += f"iterations {timed[0].iteration}-{timed[-1].iteration}"
         if log.failure_lines:  # timed before it stopped: the figures stand, the crash is said
             found.notes.append(f"it stopped after iteration {log.iterations[-1].iteration}: {log.failure_lines[-1]}")
+            found.stopped = log.failure_lines[-1]
     return found
