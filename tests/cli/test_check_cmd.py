@@ -168,3 +168,45 @@ def test_a_sparse_attention_model_gets_the_fit_rules(capsys, tmp_path):
     found = {f["rule"]: f for f in json.loads(out)["findings"]}
     assert "layout.illegal" not in found and "check.model_unpriced" not in found
     assert code == 1 and "fit.does_not_fit" in found and "scale.prefer_ep_over_etp" in found
+
+
+def test_a_recipes_cp_exchange_is_filled_in_with_model(tmp_path, capsys):
+    """gpt-oss runs attention sinks, which CP exchanges by a2a alone; Bridge's gpt-oss recipes set cp_comm_type a2a
+    (recipes/gpt_oss/h100/gpt_oss.py:70), so an overrides file at CP 2 that leaves it to the recipe is clean with
+    --model, as without it (--model had filled softmax_type from the recipe but not the exchange: a false error)."""
+    path = tmp_path / "go.yaml"
+    path.write_text("model:\n  context_parallel_size: 2\n  expert_model_parallel_size: 4\n"
+                    "  moe_token_dispatcher_type: flex\n  moe_flex_dispatcher_backend: hybridep\n"
+                    "train:\n  micro_batch_size: 1\n  global_batch_size: 64\n")
+    code, out, err = run(["check", str(path), "--model", "gpt-oss-20b", "--gpu", "gb200", "--gpus", "8", "--json"],
+                         capsys)
+    assert "cp.sinks_need_a2a" not in {f["rule"] for f in json.loads(out)["findings"]}, err
+    code, out, _ = run(["check", "--mlm-args", "--context-parallel-size 2 --num-experts 32", "--model", "gpt-oss-20b",
+                        "--gpu", "gb200", "--gpus", "8", "--json"], capsys)
+    assert "cp.sinks_need_a2a" in {f["rule"] for f in json.loads(out)["findings"]}  # no recipe: p2p, refused
+
+
+def test_tp_without_sp_on_an_expert_parallel_config_is_an_error_without_model(tmp_path, capsys):
+    """EP 8 is a MoE model whatever the overrides leave to the recipe (Megatron-Core asserts experts beside EP > 1):
+    TP 2 without sequence parallelism had passed without --model."""
+    path = tmp_path / "o.yaml"
+    path.write_text("model:\n  tensor_model_parallel_size: 2\n  expert_model_parallel_size: 8\n"
+                    "  sequence_parallel: false\n")
+    code, out, _ = run(["check", str(path), "--json"], capsys)
+    assert code == 1 and "scale.moe_tp_needs_sp" in {f["rule"] for f in json.loads(out)["findings"]}
+
+
+def test_a_misspelled_recompute_module_is_one_finding_that_names_the_module(tmp_path, capsys):
+    """moe_act,lyernorm: three errors for one fault (moetune's layout error, Megatron-Core's refusal and the rule),
+    none naming layernorm; now one, with the module meant, and the rule's fix corrects the spelling."""
+    path = tmp_path / "o.txt"
+    path.write_text("model.recompute_granularity=selective\nmodel.recompute_modules=[moe_act,lyernorm]\n"
+                    "model.expert_model_parallel_size=8\n")
+    code, out, _ = run(["check", str(path), "--json"], capsys)
+    found = {f["rule"]: f for f in json.loads(out)["findings"]}
+    assert "did you mean layernorm?" in found["fit.unknown_recompute_module"]["message"]
+    assert found["fit.unknown_recompute_module"]["fix"] == {"model.recompute_modules": ["moe_act", "layernorm"]}
+    code, out, _ = run(["check", str(path), "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--json"],
+                       capsys)
+    errors = [f for f in json.loads(out)["findings"] if f["severity"] == "error"]
+    assert len(errors) == 1 and "did you mean layernorm?" in errors[0]["message"]

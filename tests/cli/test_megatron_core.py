@@ -197,3 +197,39 @@ def test_a_graph_implementation_before_0_15_is_advised_by_its_switch(tmp_path, c
     assert found["check.needs_legacy_switch"]["fix"] == {"model.external_cuda_graph": True}
     assert "check.needs_legacy_switch" not in {f["rule"] for f in _findings([str(config), "--megatron-core", "0.15"],
                                                                             capsys)}
+
+
+MOE_ARGS = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --num-experts 8 --expert-model-parallel-size 8 "
+            "--moe-grouped-gemm --bf16 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
+            "--global-batch-size 8")
+
+
+def _rules(args, capsys) -> dict:
+    code, out, err = run(["check", *args, "--json"], capsys)
+    return {f["rule"]: f["severity"] for f in json.loads(out)["findings"]}
+
+
+@pytest.mark.parametrize(("release", "refused"), [(["--megatron-core", "0.16"], False),
+                                                  (["--megatron-core", "0.18"], False),
+                                                  (["--megatron-core", "0.18.2"], True),
+                                                  (["--megatron-bridge", "0.5.1"], True),  # pins 0.18.2
+                                                  ([], True)])  # none named: the newest
+def test_a_check_megatron_lm_added_later_holds_from_its_release_on(release, refused, capsys):
+    """Megatron-LM's arguments refuse TE's fused cross entropy from core_v0.18.2 on (arguments.py :1528), not in
+    0.13-0.18.0, whose own functional-test configs set it: it had been an error under every release."""
+    args = MOE_ARGS + " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te"
+    assert ("compute.te_cross_entropy" in _rules(["--mlm-args", args, *release], capsys)) == refused
+
+
+def test_emit_for_a_core_release_names_the_bridge_fields_its_bridge_lacks(capsys, tmp_path):
+    """emit --megatron-core 0.16 writes Megatron-LM arguments of 0.16 and Bridge overrides in current names, two of
+    which Bridge 0.3.1 (the newest on 0.16) lacks, and its struct-mode overrides abort on: emit says so."""
+    code, out, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--top", "1",
+                          "--megatron-core", "0.16", "--json"], capsys)
+    assert code == 0, err
+    plan = tmp_path / "p.json"
+    plan.write_text(out)
+    code, out, err = run(["emit", str(plan), "--out", str(tmp_path / "e")], capsys)
+    said = " ".join(out.split())
+    assert code == 0 and "dataset.seq_length" in said and "Megatron Bridge 0.3.1, the newest on Megatron-Core 0.16" \
+        in said and "`emit --megatron-bridge 0.3.1`" in said

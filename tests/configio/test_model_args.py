@@ -68,3 +68,14 @@ def test_script_variables_resolve_as_the_shell_would():
     assert (config["model.tensor_model_parallel_size"], config["model.expert_model_parallel_size"],
             config["model.pipeline_model_parallel_size"]) == (2, 8, 4)
     assert resolve(parse_mlm(script, "run.sh", env={"PP": "4", "TP": "8"}))["model.tensor_model_parallel_size"] == 8
+
+
+def test_escaped_values_read_as_the_harness_hands_them_to_megatron(tmp_path):
+    """core_v0.14-0.16 functional-test configs write the pipeline layout with the escapes their harness takes off
+    (an xargs pass, then an eval: _run_training.sh :112, :139), doubled backslashes before | ( and ): it runs as
+    Et|(tt|)*6mL, where it had been refused as unknown layout symbols."""
+    path = tmp_path / "model_config.yaml"
+    path.write_text("MODEL_ARGS:\n  --pipeline-model-parallel-size: 2\n"
+                    "  --pipeline-model-parallel-layout: Et\\\\|\\\\(tt\\\\|\\\\)*6mL # Et|(tt|)*6mL\n")
+    config = load_config([path])
+    assert config["model.pipeline_model_parallel_layout"] == "Et|(tt|)*6mL"

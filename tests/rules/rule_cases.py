@@ -220,6 +220,8 @@ CASES: dict[str, Case] = {
                                     "model.seq_length=131072", "model.context_parallel_size=32"), "h100", 256,
                                   context="explain"),
     "dispatcher.flex_activation": Case(S(MOE, "model.moe_flex_dispatcher_backend=hybridep")),
+    "dispatcher.ncclep_needs_flex": Case(S(MOE, "model.moe_token_dispatcher_type=alltoall",
+                                           "model.moe_flex_dispatcher_backend=ncclep")),
     "dispatcher.allgather_with_ep": Case(S(MOE, "model.moe_token_dispatcher_type=allgather",
                                           "model.expert_model_parallel_size=8")),
     "dispatcher.deepep_needs_ep": Case(S(MOE, "model.moe_token_dispatcher_type=flex",

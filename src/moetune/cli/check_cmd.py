@@ -194,6 +194,8 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
                                    fix={},
                                    source="moetune layout/validate.py: Megatron-Core's divisibility rules",
                                    same_as=err.same_as)  # the config-only rules (ids) that say the same fault
+    if seen.release is not None:  # the rules that hold from a Megatron-Core release on ask it (core_at_least)
+        derived = {**(derived or {}), "target_release": seen.release}
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
     # one finding for one fault; a saved result's default-held newer fields are info (emit leaves them out)
     findings = release_findings(seen, config, bool(saved)) + said_once(findings, layout_error)

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, read_inputs
 from moetune.cli.output import console, emit_json, table
-from moetune.cli.release_check import for_release, inputs_release, written_lacking
+from moetune.cli.release_check import bridge_names_note, for_release, inputs_release, written_lacking
 from moetune.configio.releases import describe, option, product, reading
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
@@ -69,7 +69,8 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
 def emitted_files(config: dict, release: str | None, allow_errors: bool) -> tuple[dict[str, str], list]:
     """(file name -> text, the rule errors passed over and the warnings): refused in one line where `moetune check`
     finds errors (unless allow_errors) or the files would pass a name RELEASE lacks."""
-    found = [f for f in check_findings(config) if f.severity in ("error", "warning")]  # Megatron-Core's too
+    target = {"target_release": release} if release is not None else None  # rules.expr core_at_least reads it
+    found = [f for f in check_findings(config, derived=target) if f.severity in ("error", "warning")]  # and mcore's
     errors = [f for f in found if f.severity == "error"]
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
@@ -101,6 +102,8 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
                               [[str(p), files[p.name].count("\n")] for p in written]))
         if release is not None:
             console().print(f"written for {describe(release)} ({option(release)})")
+        if line := bridge_names_note(files, release):
+            console().print(f"[yellow]note[/yellow]: {escape(line)}")
         # the launch's variables live in env.sh, so a check of the arguments alone misses them (HybridEP's topology)
         console().print(f"check the launch as it runs: {check_command(config, Path(out_dir), release)}")
         if line := warned(found):

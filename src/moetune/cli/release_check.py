@@ -22,6 +22,7 @@ from moetune.configio.releases import (
     alias_in,
     applied_onto,
     at_default,
+    bridge_pins,
     core_source,
     describe,
     family_of,
@@ -206,6 +207,28 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
                            f"upgrade {product(reading.release)} or drop them (`moetune check "
                            f"{option(reading.release)}` says each)")
     return {k: v for k, v in config.items() if k not in keys}
+
+
+def bridge_on_core(release: str) -> str | None:
+    """The newest Megatron Bridge release whose pinned Megatron-Core is core RELEASE's minor (0.16 and 0.16.1: 0.3.1),
+    or None (none in data/bridge_pins.csv: 0.13-0.15)."""
+    minor = ".".join(release.split(".")[:2])
+    on = [b for b, pin in bridge_pins().items() if ".".join(pin["megatron_core"].split(".")[:2]) == minor]
+    return on[-1] if on else None
+
+
+def bridge_names_note(files: dict[str, str], release: str | None) -> str | None:
+    """Where emit wrote for a Megatron-Core release (--megatron-core) and the Bridge files name fields the Bridge
+    releases on that Megatron-Core lack (struct-mode overrides abort on an unknown key: training/utils/
+    omegaconf_utils.py @v0.3.1), one line naming them and the option that writes that Bridge's names."""
+    if release is None or family_of(release) != "core" or (bridge := bridge_on_core(release)) is None:
+        return None
+    lacking = written_lacking({"overrides.txt": files.get("overrides.txt", "")}, bridge)
+    if not lacking:
+        return None
+    return (f"the Bridge files (overrides.txt, bridge_overrides.py) write {', '.join(lacking)}, which Megatron Bridge "
+            f"{bridge}, the newest on Megatron-Core {'.'.join(release.split('.')[:2])}, lacks: for a Bridge launch, "
+            f"`emit --megatron-bridge {bridge}` writes that release's names (megatron_lm_args.txt is this release's)")
 
 
 def written_lacking(files: dict[str, str], release: str) -> list[str]:

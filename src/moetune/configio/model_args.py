@@ -12,6 +12,7 @@ LAUNCHER, ...) steer the test harness, not the run, and are not read.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,10 +35,25 @@ def _values(value: Any) -> list[str] | None:
         return None
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
-    text = str(value).strip()
+    text = _unescaped(str(value).strip())
     if text.startswith("[") and text.endswith("]"):
         return [v.strip() for v in text[1:-1].replace(",", " ").split()]
     return [text]
+
+
+def _unescaped(text: str) -> str:
+    """A value with backslash escapes as the harness hands it to Megatron-LM: `echo "$value" | xargs` takes one level
+    of escapes, the `eval "TRAINING_PARAMS_ARRAY=(...)"` the next (tests/functional_tests/shell_test_utils/
+    _run_training.sh :112 and :139 @core_v0.16.0), so the test configs' `Et\\|\\(tt\\|\\)*6mL` runs as
+    `Et|(tt|)*6mL` (it had read as a layout with unknown symbols). Only values with a backslash are read this way."""
+    if "\\" not in text:
+        return text
+    try:
+        for _ in range(2):
+            text = " ".join(shlex.split(text))
+    except ValueError as err:
+        raise MoetuneError(f"MODEL_ARGS value {text!r}: {err}, as the test harness's shell would read it") from None
+    return text
 
 
 def model_args_words(args: Any, origin: str, env: Mapping[str, str]) -> list[str]:

@@ -206,6 +206,20 @@ def current() -> Reading | None:
     return _CURRENT.get()
 
 
+def core_at_least(now: str | None, release: str) -> bool:
+    """Whether NOW, the release a command targets (--megatron-core / --megatron-bridge), runs Megatron-Core RELEASE
+    ('0.18.2') or later: a core release by the table's order, a Bridge release by the Megatron-Core its pin names (an
+    rc counts as its release); True for none (moetune follows the newest) and for main. Rules ask it as
+    core_at_least(get('derived.target_release'), '0.18.2')."""
+    if now is None or now == "main":
+        return True
+    order = releases("core").order
+    if family_of(now) == "bridge":
+        pinned = bridge_pins()[now]["megatron_core"].split("rc")[0]
+        now = pinned[:-2] if pinned.endswith(".0") else pinned
+    return order.index(now) >= order.index(release)
+
+
 def target() -> str | None:
     """The release the current command targets, or None."""
     now = _CURRENT.get()

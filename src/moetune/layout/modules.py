@@ -2,6 +2,8 @@
 ones moetune models, how a user's list of them is read, and which offloads a recompute plan leaves nothing to move.
 Knobs (knobs.py) holds the chosen sets; the walls read what each module saves (walls/activations.py)."""
 
+import difflib
+
 from moetune.errors import MoetuneError
 
 RECOMPUTE_MODULES: tuple[str, ...] = (
@@ -41,8 +43,22 @@ def _parse_names(text: str | list[str] | tuple[str, ...] | None, allowed: tuple[
         raise MoetuneError(f"moetune does not model recompute module(s) {unmodelled} (Megatron-Core main accepts "
                            f"them); drop them to estimate the rest, or choose from {', '.join(allowed)}")
     if bad:
-        raise MoetuneError(f"unknown {what} module(s) {bad}; choose from {', '.join(allowed)}")
+        # the config-only rule says the same of a config (check --model reports one finding for it)
+        raise MoetuneError(f"unknown {what} module(s) {bad}{did_you_mean(bad, allowed)}; choose from "
+                           f"{', '.join(allowed)}", same_as=("fit.unknown_recompute_module",) if what == "recompute"
+                           else ())
     return frozenset(names)
+
+
+def closest(name: str, allowed) -> str | None:
+    """The module name NAME is likely a misspelling of, or None."""
+    return next(iter(difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.7)), None)
+
+
+def did_you_mean(bad: list[str], allowed) -> str:
+    """' (did you mean layernorm?)' for the misspellings with a close module name; '' for none."""
+    close = [m for b in bad if (m := closest(b, allowed))]
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 def parse_modules(text: str | list[str] | tuple[str, ...] | None) -> frozenset[str]:

@@ -257,7 +257,7 @@ def _named(key: str, parse, value) -> frozenset[str]:
     try:
         return parse(value)
     except MoetuneError as err:
-        raise MoetuneError(f"{key}: {err}") from None
+        raise MoetuneError(f"{key}: {err}", same_as=err.same_as) from None
 
 
 def _offload_modules(config: dict) -> frozenset[str]:

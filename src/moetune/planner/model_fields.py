@@ -82,6 +82,10 @@ def provider_fields(m: ModelSpec) -> dict[str, Any]:
     moe = {"model.moe_grouped_gemm": True, "model.moe_token_dispatcher_type": "alltoall"} if m.num_moe_layers else {}
     if dtype := bridge_router_dtype(m):
         moe["model.moe_router_dtype"] = dtype
+    # attention sinks run CP only by a2a, which Bridge's gpt-oss recipes set (recipes/gpt_oss/h100/gpt_oss.py:70
+    # @067f987 cfg.model.cp_comm_type = "a2a"): a CP > 1 override left to the recipe had read as p2p, refused
+    if m.softmax_sinks:
+        moe["model.cp_comm_type"] = "a2a"
     return {**moe, **NO_DROPOUT, "mixed_precision.bf16": True, "mixed_precision.params_dtype": "bfloat16",
             "mixed_precision.pipeline_dtype": "bfloat16"}
 

@@ -16,6 +16,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from moetune.configio.releases import core_at_least
 from moetune.errors import MoetuneError
 from moetune.words import words
 
@@ -63,6 +64,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "len": len, "min": min, "max": max, "int": int, "lower": _lower, "words": words,
     "pow2_round": _pow2_round, "pow2_floor": _pow2_floor,
     "without": _without, "union": _union, "contains_any": _contains_any, "contains_all": _contains_all,
+    # core_at_least(get('derived.target_release'), 'X.Y'): the release targeted runs Megatron-Core X.Y or later
+    "core_at_least": core_at_least,
 }
 SPECIAL = ("has", "get")
 

@@ -36,6 +36,8 @@ REFUSAL_OF_RULE = {
     # PipelineParallelLayerLayout.__init__, which __post_init__ builds from the string
     "pipeline.layout_stages_divisible": re.compile(r"pipeline_model_parallel_layout must be divisible\s*by "
                                                    r"pipeline_model_parallel_size"),
+    "fit.unknown_recompute_module": re.compile(r"Invalid choices for recompute_modules"),
+    "dispatcher.ncclep_needs_flex": re.compile(r"moe_flex_dispatcher_backend='ncclep' requires"),
     "cudagraph.full_iteration_scope_te": re.compile(r"To use full iteration cuda graph, please use\s*"
                                                     r"cuda_graph_impl=local"),
 }
