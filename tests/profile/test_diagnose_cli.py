@@ -150,3 +150,14 @@ def test_a_config_that_contradicts_the_logs_argument_dump_is_refused(fixtures_di
     err = " ".join(capsys.readouterr().err.split())
     assert "contradicts the argument dump" in err and "model.expert_model_parallel_size 8 (the log ran 16)" in err
     assert main(["diagnose", "--log", log, "--gpu", "h100", "--mlm-args", "--expert-model-parallel-size 16"]) == 0
+
+
+def test_model_takes_the_gpu_count_the_traces_record(traces_dir, capsys):
+    """The 2-rank A100 trace records world size 2: diagnose --model needs no --gpus beside it (it had asked for one),
+    and the prediction is for 2 GPUs."""
+    trace = str(traces_dir / "a100_2rank_allreduce.json.gz")
+    args = ["diagnose", trace, "--model", "qwen3-30b-a3b", "--gpu", "a100", "--json", "--mlm-args",
+            "--bf16 --expert-model-parallel-size 2 --global-batch-size 8 --micro-batch-size 1 --seq-length 4096"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["world_size"] == 2 and out["comparison"]["available"]

@@ -20,6 +20,7 @@ from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.from_json import estimate_from_json, saved_results
 from moetune.profile.diagnose import DiagnoseResult, diagnose
 from moetune.profile.megatron_log import TrainingLog, read_log
+from moetune.profile.trace_json import recorded_world_size
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.registry import load_model
 
@@ -201,6 +202,9 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     if force_gpu and not (gpu or plan_file):  # it forces a GPU named to be the traces': without one it does nothing
         raise MoetuneError("--force-gpu prices the run on --gpu or the --plan's GPU; give one of them, or drop it")
     config, log = _run_config(configs, sets, mlm_args, gpu, gpus, log_path, script_args)
+    if model and traces and config is not None and "cluster.num_gpus" not in config:
+        if world := recorded_world_size(list(traces)):  # what the traces record, where neither --gpus nor the config
+            config = {**config, "cluster.num_gpus": world}  # says it (they are checked against it below)
     given = bool(configs or sets or mlm_args is not None)
     predicted = _prediction(config, model, plan_file, given, rank, log)
     run_gpu = _run_gpu(config, gpu, predicted, traces)

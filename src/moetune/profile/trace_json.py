@@ -207,6 +207,19 @@ class TracePaths:
             if self.skipped else []
 
 
+def recorded_world_size(inputs: list[str | Path]) -> int | None:
+    """The world size the first trace's distributedInfo records (its header alone is read), or None: what `diagnose
+    --model` takes for the GPUs where --gpus and the config leave them out."""
+    paths = expand_paths(inputs).paths if inputs else []
+    if not paths or ijson is None:  # without the streaming parser the header is not read apart: --gpus says it
+        return None
+    try:
+        world = (_read_header(paths[0])[0].get("distributedInfo") or {}).get("world_size")
+    except (*BAD_JSON, OSError, EOFError):  # a broken trace: the trace reader says so, in its own line
+        return None
+    return int(world) if isinstance(world, int | Decimal) and world > 0 else None
+
+
 def expand_paths(inputs: list[str | Path]) -> TracePaths:
     """Files as given, and every *.json / *.json.gz directly inside each directory that is a trace, sorted; a file
     named twice (by two spellings, or a file and its directory) is one error line, not two ranks."""
