@@ -61,6 +61,10 @@ def test_user_cluster_toml(tmp_path, capsys):
     # a digit too many: a figure no part has, against specs/hardware.py UPPER
     ("memory_gib = 1e9", "memory_gib (1e+09) is past the 4,096 moetune plans for"),
     ("nvlink_domain = 8000\ngpus_per_node = 8", "nvlink_domain (8,000) is past the 1,152"),
+    # another unit: Tb/s for Gb/s, a fraction for a whole (specs/hardware.py LOWER); it had planned at 0 tokens/s/GPU
+    ("nic_gbps = 0.4", "nic_gbps (0.4) is under the 10 moetune plans for: check its unit"),
+    ("hbm_tbps = 0.0001", "hbm_tbps (0.0001) is under the 0.2"),
+    ("bf16_tflops = 0.000001", "bf16_tflops (1e-06) is under the 10"),
 ])
 def test_a_cluster_file_of_the_wrong_types_is_one_line(line, needle, tmp_path, capsys):
     path = tmp_path / "c.toml"

@@ -156,3 +156,11 @@ def test_a_cluster_file_is_read_once_until_it_changes(tmp_path, monkeypatch):
     assert load_gpu(str(path)).nvlink_domain == 36 and len(reads) == 2
     path.write_text('gpu = "b200"\n')
     assert load_gpu(str(path)).nvlink_domain == 8 and len(reads) == 3
+
+
+def test_a_misspelt_field_of_a_gpu_table_is_named_with_the_field_meant(tmp_path):
+    """hbm_tbs had been reported only as a missing hbm_tbps, the typo itself never named."""
+    path = tmp_path / "c.toml"
+    path.write_text('[gpu]\nname = "x"\narch = "hopper"\nbf16_tflops = 989\nmemory_gib = 80\nhbm_tbs = 3.35\n')
+    with pytest.raises(MoetuneError, match=r"has unknown field\(s\) hbm_tbs \(hbm_tbps\?\); is missing"):
+        load_gpu(str(path))

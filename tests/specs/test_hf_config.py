@@ -438,3 +438,16 @@ def test_qwen3_next_trains_its_checkpoints_mtp_layer_when_asked():
     head = 2 * h * h + 3 * h  # eh_proj, enorm, hnorm, final_layernorm
     added = stage_params(spec.with_mtp(1), lay)[0].total - stage_params(spec, lay)[0].total
     assert added == attention + moe + head
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "mixtral-8x7b"])
+def test_a_bridge_mtp_field_is_read_whatever_the_family(model, shared_data, tmp_path):
+    """Megatron Bridge maps num_nextn_predict_layers to mtp_num_layers for every config (model_bridge.py
+    CONFIG_MAPPING); the Qwen3-MoE and Mixtral readers had left it unread, planning no MTP in silence. Each layer is
+    built as the decoder's last, and the checkpoint ships them."""
+    data = json.loads((shared_data / "models" / f"{model}.config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "num_nextn_predict_layers": 2}))
+    spec, base = load_model(str(path)), load_model(model)
+    assert (spec.mtp_num_layers, spec.mtp_checkpoint_layers, base.mtp_num_layers) == (2, 2, 0)
+    assert spec.mtp_layer_kind == base.layers[-1]

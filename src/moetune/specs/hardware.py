@@ -9,6 +9,7 @@ A cluster file looks like::
     nic_gbps = 400
 """
 
+import difflib
 import math
 import tomllib
 from dataclasses import dataclass, fields, replace
@@ -31,6 +32,10 @@ ZERO_IS_NONE = (*NO_FORMAT, *sorted(OPTIONAL))
 # a figure typed with a digit too many.
 UPPER = {"memory_gib": 4096, "nvlink_domain": 1152, "gpus_per_node": 1152, "bf16_tflops": 50_000, "fp8_tflops": 100_000,
          "fp4_tflops": 200_000, "hbm_tbps": 100, "nvlink_gbps": 20_000, "nic_gbps": 20_000, "host_memory_gib": 65_536}
+# Floors, about a tenth of the catalog's smallest (hardware.toml: 78 GiB, H20's 148 TFLOP/s, A100's 2.0 TB/s HBM and
+# 300 GB/s NVLink, 200 Gb/s NICs, a 32 GB/s host link): room for older or smaller parts, none for a figure in another
+# unit (nic_gbps = 0.4 meaning Tb/s, hbm_tbps = 3350 meaning GB/s is the ceiling's) or a fraction typed for a whole
+LOWER = {"memory_gib": 8, "bf16_tflops": 10, "hbm_tbps": 0.2, "nvlink_gbps": 10, "nic_gbps": 10, "host_link_gbps": 2}
 ARCHS = ("ampere", "hopper", "blackwell")  # what the model has constants and rules for
 # Architectures a [gpu] table may name without fitted constants: earlier NVIDIA ones and AMD CDNA parts
 PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
@@ -85,6 +90,10 @@ class GpuSpec:
             if getattr(self, name) > most:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name):,g}) is past the {most:,} moetune "
                                    "plans for: lower it (a digit too many?)")
+        for name, least in LOWER.items():  # a figure in another unit (Tb/s for Gb/s) would plan a machine 1000x slow
+            if getattr(self, name) < least:
+                raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name):,g}) is under the {least:g} "
+                                   "moetune plans for: check its unit (GB/s, Gb/s, TB/s, GiB as hardware.toml has it)")
         for name in NO_FORMAT:  # 0: the GPU has no such format (or no figure)
             if getattr(self, name) < 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be 0 or more")
@@ -185,6 +194,12 @@ def _cached_cluster_file(path: Path, _resolved: Path, *_version: int) -> GpuSpec
     return _parse_cluster_file(path)
 
 
+def _with_likely(unknown: list[str], known: set[str]) -> list[str]:
+    """Each unknown field, with the known one it is likely a misspelling of: 'hbm_tbs (hbm_tbps?)'."""
+    return [f"{u} ({m[0]}?)" if (m := difflib.get_close_matches(u, sorted(known), n=1, cutoff=0.75)) else u
+            for u in unknown]
+
+
 def _parse_cluster_file(path: Path) -> GpuSpec:
     data = read_toml(path, "cluster file")
     base = data.pop("gpu", None)
@@ -195,9 +210,10 @@ def _parse_cluster_file(path: Path) -> GpuSpec:
     elif isinstance(base, dict):
         known = {f.name for f in fields(GpuSpec)} - {"key", "source"}
         missing, unknown = sorted(known - set(base) - OPTIONAL), sorted(set(base) - known)
-        if missing or unknown:
-            raise MoetuneError(f"{path}: [gpu] table " + (f"is missing {', '.join(missing)}" if missing else
-                                                           f"has unknown field(s) {', '.join(unknown)}")
+        if missing or unknown:  # a typo is both: its unknown spelling said first, with the field it likely means
+            said = [f"has unknown field(s) {', '.join(_with_likely(unknown, known))}"] if unknown else []
+            raise MoetuneError(f"{path}: [gpu] table " + "; ".join(said + ([f"is missing {', '.join(missing)}"]
+                                                                            if missing else []))
                                + f"; its fields: {', '.join(sorted(known))}")
         gpu = GpuSpec(key=_family(base, path), source=str(path), **base)
     else:

@@ -1,5 +1,6 @@
 """Read a Hugging Face ``config.json`` into a ``ModelSpec`` (family readers: hf_readers.py, hf_hybrid.py)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from moetune.errors import MoetuneError
@@ -97,11 +98,29 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
                            "config.json") from None
     try:
         divisor = bridge_vocab_divisor(model_type, fields["vocab_size"])  # moetune plans Bridge launches
-        return ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields)
+        return _bridge_mtp(ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields),
+                           config)
     except SpecError as err:  # in the config's own keys; the origin names the model
         raise MoetuneError(f"{origin}: {err.render(config.keys)}; fix the config.json") from None
     except TypeError as err:  # a number given as text ("128") that the spec's checks compare
         raise MoetuneError(f"{origin}: a field holds a value of the wrong type ({err}); fix the config.json") from None
+
+
+# The MTP depth Megatron Bridge reads from any config.json, whatever its family's reader (models/conversion/
+# model_bridge.py CONFIG_MAPPING: num_nextn_predict_layers and mtp_num_hidden_layers -> mtp_num_layers)
+BRIDGE_MTP_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+def _bridge_mtp(spec: ModelSpec, config: HfConfig) -> ModelSpec:
+    """SPEC with the MTP depth Bridge maps from the config.json where its family's reader read none (a Qwen3-MoE or
+    Mixtral config naming num_nextn_predict_layers had planned no MTP in silence): each such layer built as the
+    decoder's last (ModelSpec.with_mtp), shipped with the checkpoint."""
+    if spec.mtp_num_layers or not (depth := config.count(*BRIDGE_MTP_FIELDS, default=0)):
+        return spec
+    try:
+        return replace(spec.with_mtp(depth), mtp_checkpoint_layers=depth)
+    except ValueError as err:  # a Mamba stack, or more MTP layers than decoder layers
+        raise MoetuneError(f"{config.origin}: field '{BRIDGE_MTP_FIELDS[0]}' ({depth}): {err}") from None
 
 
 def _model_type(data: dict, origin: str) -> str:
