@@ -1,6 +1,7 @@
 """``moetune models``: list the built-in models; ``moetune models show MODEL``: their key figures."""
 
 import click
+from rich.markup import escape
 
 from moetune.cli.output import billions, console, emit_json, table
 from moetune.specs.registry import builtin_names, load_model
@@ -27,6 +28,7 @@ def model_summary(name: str, spec=None) -> dict:
         "mtp_layers": spec.mtp_num_layers,
         "mtp_checkpoint_layers": spec.mtp_checkpoint_layers,
         "source": spec.source,
+        "notes": list(spec.notes),  # fields the config.json leaves out, read at their config class's defaults
     }
 
 
@@ -58,10 +60,12 @@ def show(model: str, as_json: bool) -> None:
     if as_json:
         emit_json(info)
         return
-    rows = [[k, billions(v) if k.endswith("_params") else v] for k, v in info.items()]
+    rows = [[k, billions(v) if k.endswith("_params") else v] for k, v in info.items() if k != "notes"]
     console().print(table(f"Model {info['name']}", ["field", "value"], rows))
     if note := _mtp_note(spec, info):
         console().print(note)
+    for note in info["notes"]:
+        console().print(f"note: {escape(note)}")
 
 
 def _mtp_note(spec, info: dict) -> str:

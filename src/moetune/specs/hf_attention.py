@@ -33,6 +33,10 @@ REFUSED_BIASES: dict[str, dict[str, tuple[bool, str]]] = {
     # NVIDIA's modeling_nemotron_h.py NemotronHAttention: q/k/v/o (transformers 5's JambaAttention: none);
     # NemotronHMLP: up/down_proj of the MLPs and the shared expert, and the latent projections, not the routed experts;
     # NemotronHMamba2Mixer: in_proj and out_proj
+    # HF Ernie4_5_Moe: use_bias biases q/k/v/o, the MLPs' gate/up/down and the LM head (modeling_ernie4_5_moe.py
+    # :73-75, :222-225, :635 @5.24.0), and Megatron's output layer has no bias
+    **{t: {"use_bias": (True, "q/k/v/o, the MLPs and the LM head, whose bias Megatron's output layer cannot hold")}
+       for t in ("ernie4_5_moe", "ernie_moe")},
     "nemotron_h": {"attention_bias": (True, _QKVO),
                    "mlp_bias": (True, "the MLPs and the shared expert but not the routed experts, which Megatron's "
                                       "add_bias_linear cannot do"),

@@ -7,6 +7,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.specs.hf_access import ABSENT, HfConfig, lookup, short
 from moetune.specs.hf_attention import refuse_biases
+from moetune.specs.hf_defaults import defaults_note, with_class_defaults
 from moetune.specs.hf_readers import ARCHITECTURE_ALIASES, READERS
 from moetune.specs.model import ModelSpec
 from moetune.specs.spec_checks import SpecError
@@ -86,6 +87,7 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json dict."""
     model_type = _model_type(data, origin)  # first: another family's fields may mean other things (Hunyuan's lists)
     _check_size_fields(data, origin)
+    data, filled = with_class_defaults(data, model_type)  # what transformers' config class builds it with
     config = HfConfig({**data, "model_type": model_type}, origin)
     try:
         refuse_biases(config)
@@ -98,8 +100,9 @@ def spec_from_hf(data: dict, *, name: str, origin: str) -> ModelSpec:
                            "config.json") from None
     try:
         divisor = bridge_vocab_divisor(model_type, fields["vocab_size"])  # moetune plans Bridge launches
-        return _bridge_mtp(ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor, **fields),
-                           config)
+        spec = ModelSpec(name=name, model_type=model_type, source=origin, vocab_divisor=divisor,
+                         notes=defaults_note(model_type, filled), **fields)
+        return _bridge_mtp(spec, config)
     except SpecError as err:  # in the config's own keys; the origin names the model
         raise MoetuneError(f"{origin}: {err.render(config.keys)}; fix the config.json") from None
     except TypeError as err:  # a number given as text ("128") that the spec's checks compare

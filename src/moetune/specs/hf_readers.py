@@ -7,7 +7,7 @@ ModelSpec keyword arguments; a missing field is a one-line ``MoetuneError`` that
 from typing import Callable
 
 from moetune.errors import MoetuneError
-from moetune.specs.hf_access import HfConfig
+from moetune.specs.hf_access import HfConfig, short
 from moetune.specs.hf_attention import attention_biases, refuse_qwen_windows, windows
 from moetune.specs.hf_common import (
     GDN_FIELDS,
@@ -152,12 +152,26 @@ def _read_olmoe(c: HfConfig) -> dict:
     )
 
 
+def _layer_indices(c: HfConfig, key: str, n: int) -> list[int]:
+    """A config's list of layer indices (Llama-4's moe_layers), each a layer of the model, or one line naming it."""
+    value = c.get(key)
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                              for i in value):
+        raise MoetuneError(f"{c.origin}: field '{key}' ({short(value)}) must be a list of layer indices from 0 to "
+                           f"{n - 1}; fix the config.json")
+    return value
+
+
 def _read_llama4(c: HfConfig) -> dict:
     """Llama 4 (text_config): MoE every `interleave_moe_layer_step` layers, one shared expert."""
     t = c.section("text_config")
     n = t.count("num_hidden_layers", least=1)
     step = t.count("interleave_moe_layer_step", default=1, least=1)
-    mlps = ["moe" if (i + 1) % step == 0 else "dense" for i in range(n)]
+    # Llama4TextConfig's moe_layers where given, else every step-th from step - 1 (configuration_llama4.py :175-185
+    # @5.24.0); HF builds a MoE layer where layer_idx in config.moe_layers (modeling_llama4.py :400)
+    moe = set(_layer_indices(t, "moe_layers", n)) if t.get("moe_layers", default=None) is not None else \
+        set(range(step - 1, n, step))
+    mlps = ["moe" if i in moe else "dense" for i in range(n)]
     return dict(
         gqa_common(t),
         layers=layer_kinds(mlps),
@@ -212,9 +226,12 @@ def _read_ernie(c: HfConfig) -> dict:
     """ERNIE-4.5 MoE: MoE on layers start..end every `moe_layer_interval`, optional shared experts."""
     n = c.count("num_hidden_layers", least=1)
     start = c.count("moe_layer_start_index", default=0)
-    end = c.count("moe_layer_end_index", default=n - 1)
+    # -1: the last layer (Ernie4_5_MoeConfig.__post_init__, configuration_ernie4_5_moe.py :119-121 @5.24.0)
+    end = n - 1 if c.get("moe_layer_end_index", default=n - 1) == -1 else c.count("moe_layer_end_index")
     step = c.count("moe_layer_interval", default=1, least=1)
-    mlps = ["moe" if start <= i <= end and (i - start) % step == 0 else "dense" for i in range(n)]
+    # HF Ernie4_5_MoeDecoderLayer (modeling_ernie4_5_moe.py :397-404 @5.24.0): MoE where (i + 1) % interval == 0 and
+    # start <= i <= end (the interval counts from layer 0, not from start: interval 3 from 0 is layers 2, 5, 8, ...)
+    mlps = ["moe" if start <= i <= end and (i + 1) % step == 0 else "dense" for i in range(n)]
     mtp = c.count("num_nextn_predict_layers", default=0)
     return dict(
         gqa_common(c),
