@@ -83,3 +83,16 @@ def test_mtp_trained_from_scratch_is_the_decoders_last_layer(name, layout):
                                     pp=lay.pp, ep=lay.ep, etp=lay.etp, world_size=lay.world_size)
     ours = [s.total for s in stage_params(spec, lay, layer_spec="te")]
     assert ours == theirs and ours[-1] > _both(hf, **layout)[0][-1]
+
+
+@pytest.mark.parametrize(("model", "dropped", "layout"), [
+    ("qwen3-30b-a3b", "num_key_value_heads", dict(world_size=16, tp=2, pp=2, ep=8)),
+    ("deepseek-v3", "n_shared_experts", dict(world_size=64, tp=2, pp=1, ep=64)),
+])
+def test_a_field_left_out_is_built_at_its_class_default_by_both(model, dropped, layout):
+    """A config.json without a field builds, in Megatron-Core and in moetune alike, what the full config builds where
+    the field holds transformers' class default (Qwen3MoeConfig's 4 KV heads, DeepseekV3Config's one shared expert):
+    moetune had read 32 KV heads and no shared expert (specs/hf_defaults.py)."""
+    hf = _builtin(model)
+    ours, theirs = _both({k: v for k, v in hf.items() if k != dropped}, **layout)
+    assert ours == theirs == _both(hf, **layout)[0]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moetune.errors import MoetuneError
+from moetune.specs.hf_defaults import with_class_defaults
 
 # (HF key, TransformerConfig field). First HF key present wins for a given field.
 _GENERIC_FIELDS: tuple[tuple[str, str], ...] = (
@@ -169,7 +170,9 @@ def _dsa(hf: dict) -> dict[str, Any]:
 
 
 def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
-    """Map an HF config dict to the TransformerConfig fields that shape the parameters."""
+    """Map an HF config dict to the TransformerConfig fields that shape the parameters; a field it leaves out at its
+    transformers config class's default, as Megatron Bridge's AutoConfig builds it (specs/hf_defaults.py)."""
+    hf_config, _ = with_class_defaults(hf_config, str(hf_config.get("model_type")))
     arch = architecture_of(hf_config)
     fam = FAMILIES[arch]
     cfg = _generic(hf_config, _GENERIC_FIELDS)
