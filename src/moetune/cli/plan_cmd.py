@@ -171,7 +171,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]Not searched[/bold] (the seeds' starting choice stays the pick's): {m['rule']} "
                             f"predicts {m['predicted_gain']:+.1%} on #1 ({m['new_tokens_per_s_per_gpu']:,.0f} "
                             f"tokens/s/GPU): {m['why']}; `explain --plan` lists it with its settings")
-        for model_note in result.results[0].model.notes:  # config.json fields read at their class's defaults
+        for model_note in pick.model.notes if pick else []:  # config.json fields read at their class defaults
             console().print(f"[yellow]note[/yellow]: {escape(model_note)}")
         if record:
             console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
