@@ -1,5 +1,6 @@
 """English for figures in moetune's sentences (any layer may import it)."""
 
+import difflib
 import re
 
 _DIGITS = re.compile(r"\d[\d,]*")
@@ -30,3 +31,8 @@ def words(items) -> str:
 def plural(count: int, noun: str) -> str:
     """The count and its noun, plural past one: '1 micro-batch', '8 micro-batches' (an -s, -sh, -ch noun takes -es)."""
     return f"{count:,} {noun}" + ("" if count == 1 else "es" if noun.endswith(("s", "sh", "ch")) else "s")
+
+
+def closest(name: str, choices, cutoff: float = 0.75) -> str | None:
+    """The choice NAME is likely a misspelling of (difflib's ratio at least `cutoff`), or None: a module, a field."""
+    return next(iter(difflib.get_close_matches(name, sorted(choices), n=1, cutoff=cutoff)), None)

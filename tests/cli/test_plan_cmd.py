@@ -210,3 +210,11 @@ def test_a_check_on_the_pick_keeps_its_brackets(capsys, monkeypatch):
     code, out, _ = run(["plan", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--top", "1"],
                        capsys)
     assert code == 0 and "cp.hcp_sizes: needs sizes [a2a, p2p] whose product" in " ".join(out.split())
+
+
+def test_a_headroom_that_leaves_little_memory_says_nothing_fits(capsys):
+    """--headroom 75 on an 80 GB H100 leaves 3 GiB to plan in: nothing fits, said as such (a floor meant for cluster
+    files' units had refused the budget as 'check its unit')."""
+    code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--headroom", "75"],
+                       capsys)
+    assert code == 1 and "check its unit" not in err

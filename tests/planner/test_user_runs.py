@@ -171,14 +171,43 @@ def test_a_bad_file_is_one_line(edit, needle, tmp_path, capsys):
 
 
 def test_a_fit_that_cannot_meet_the_runs_says_so(tmp_path, capsys):
-    """A run measured a million times faster than any GPU can go: the constants cap at 0.95 of their peak, and the
-    report says the refit does not meet it instead of printing the multiplier as if it did."""
-    rows = [{**dict(published_rows()["R014"]), "tokens_per_s_per_gpu": "1e9"}]
+    """A run measured 2.9x faster than predicted asks H100's GEMMs past 0.95 of their peak: the constants cap there,
+    and the report says the refit does not meet it instead of printing the multiplier as if it did; a million times
+    faster, the fit caps the same."""
+    row = dict(published_rows()["R014"])
+    run = load_user_runs(_write(tmp_path / "cfg.csv", [row]))[0]
+    rows = [{**row, "tokens_per_s_per_gpu": f"{2.9 * predict(run, efficiency('h100')).predicted:.1f}"}]
     assert main(["calibrate", "--runs", _write(tmp_path / "fast.csv", rows)]) == 0
     out = capsys.readouterr().out
     assert "limit:" in out and "capped: gemm_eff" in out
-    fitted = fit_user_runs(load_user_runs(str(tmp_path / "fast.csv")))["h100"]
+    absurd = _write(tmp_path / "absurd.csv", [{**row, "tokens_per_s_per_gpu": "1e9"}])
+    fitted = fit_user_runs(load_user_runs(absurd))["h100"]
     assert fitted["constants"]["gemm_eff"] == 0.95 and fitted["limits"]
+
+
+@pytest.mark.parametrize(("figure", "needle"), [
+    (lambda run, t: t["tflops_per_gpu"], "TFLOP/s/GPU in the tokens column?"),
+    (lambda run, t: t["tokens_per_s_per_gpu"] * run.layout.world_size, "the whole cluster's tokens/s?"),
+    (lambda run, t: t["tokens_per_s_per_gpu"] / 3.5, "check its units, GPU count and configuration"),
+])
+def test_a_run_no_model_error_explains_is_held_out_and_named(figure, needle, tmp_path, capsys):
+    """Four runs of a cluster at compute 0.8, and a fifth whose figure is 3x or more off what moetune predicts (further
+    than any published run it predicts): it had pulled the refit off all five; now the fit is the four's, and the
+    fifth is named with the unit slip its figure resembles. With --write the file is the four's fit."""
+    from moetune.walls.step import step_time
+    good = _as_measured_on(IDS, {"compute_scale": 0.8, "a2a_scale": 1.0}, tmp_path)
+    rows = list(csv.DictReader(open(good)))
+    odd = {**rows[0], "run_id": "odd"}
+    run = load_user_runs(_write(tmp_path / "one.csv", [odd]))[0]
+    predicted = step_time(run.model, run.layout, run.workload, run.knobs, run.gpu, efficiency("h100"))
+    odd["tokens_per_s_per_gpu"] = f"{figure(run, predicted):.3f}"
+    path = _write(tmp_path / "all.csv", rows + [odd])
+    assert main(["calibrate", "--runs", path, "--json", "--write", str(tmp_path / "f.toml")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    held = {r["run_id"]: r["held_out"] for r in out["runs"] if r["held_out"]}
+    assert list(held) == ["odd"] and needle in held["odd"]
+    assert out["fitted"]["h100"]["runs"] == len(IDS)
+    assert out["fitted"]["h100"]["compute_scale"] == pytest.approx(0.8, rel=0.03)
 
 
 def test_a_row_longer_than_the_header_is_refused_not_cut(tmp_path, capsys):

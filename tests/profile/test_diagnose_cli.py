@@ -148,7 +148,7 @@ def test_a_config_that_contradicts_the_logs_argument_dump_is_refused(fixtures_di
     wrong = "--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
     assert main(["diagnose", "--log", log, "--gpu", "h100", "--mlm-args", wrong]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "contradicts the argument dump" in err and "model.expert_model_parallel_size 8 (the log ran 16)" in err
+    assert "contradicts the argument dump" in err and "--expert-model-parallel-size 8 (the log ran 16)" in err
     assert main(["diagnose", "--log", log, "--gpu", "h100", "--mlm-args", "--expert-model-parallel-size 16"]) == 0
 
 

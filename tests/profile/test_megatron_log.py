@@ -171,3 +171,12 @@ def test_the_logs_tokens_per_gpu_are_in_the_evidence(fixtures_dir):
     log = read_log(fixtures_dir / MLM)
     line = next(x for x in diagnose([], log=log).evidence if x.startswith("log: "))
     assert f"{log.tokens_per_second_per_gpu:,.0f} tokens/s/GPU" in line
+
+
+def test_an_error_the_run_went_on_past_is_no_stop(tmp_path):
+    """A RuntimeError line after iteration 2 with iterations 3-5 after it: the run did not stop there."""
+    path = tmp_path / "went_on.log"
+    path.write_text("\n".join([_line(1, 41000.0, 1024), _line(2, 41000.0, 1024), "RuntimeError: transient",
+                               *[_line(i, 41000.0, 1024) for i in range(3, 6)]]))
+    assert read_log(path).failure_lines == []
+    assert not any("stopped" in n for n in diagnose([], log=path).notes)

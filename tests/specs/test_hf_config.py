@@ -451,3 +451,12 @@ def test_a_bridge_mtp_field_is_read_whatever_the_family(model, shared_data, tmp_
     spec, base = load_model(str(path)), load_model(model)
     assert (spec.mtp_num_layers, spec.mtp_checkpoint_layers, base.mtp_num_layers) == (2, 2, 0)
     assert spec.mtp_layer_kind == base.layers[-1]
+
+
+def test_an_mtp_depth_that_cannot_be_built_names_the_field_given(shared_data, tmp_path):
+    """mtp_num_hidden_layers alone, on a model with fewer decoder layers: the error names that field."""
+    data = json.loads((shared_data / "models" / "qwen3-30b-a3b.config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "mtp_num_hidden_layers": 99}))
+    with pytest.raises(MoetuneError, match="field 'mtp_num_hidden_layers' \\(99\\)"):
+        load_model(str(path))

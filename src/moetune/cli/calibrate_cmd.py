@@ -9,7 +9,8 @@ from moetune.cli.output import GIB, console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, write_text
 from moetune.planner.calibrate import memory_misfits, predict
-from moetune.planner.user_runs import by_gpu, fit_user_runs, sections, shipped_of, user_toml
+from moetune.planner.run_checks import suspect_runs
+from moetune.planner.user_runs import by_gpu, fit_user_runs, gpu_label, sections, shipped_of, user_toml
 from moetune.planner.user_runs_csv import load_user_runs
 from moetune.walls.efficiency import efficiency
 from moetune.words import a_figure
@@ -42,16 +43,24 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool, one_mo
 def refit(runs: list, write_path: str | None, by: str = "moetune calibrate --runs") -> dict:
     """The per-GPU multipliers refitted to measured runs (a user's CSV, a sweep's candidates), each run predicted with
     the shipped constants and with the refit, written to WRITE_PATH where given: calibrate --runs' JSON object."""
-    where = sections(by_gpu(runs)) if write_path else None  # a mix no file can hold fails before the fit
-    fitted = fit_user_runs(runs)
+    held = suspect_runs(runs)  # a figure no model error explains (a unit slip): out of the fit, named
+    kept = [r for r in runs if r.run_id not in held]
+    if not kept:
+        raise MoetuneError("every run lies 3x or more from moetune's prediction, so none is fitted ("
+                           + "; ".join(f"{k}: {v}" for k, v in list(held.items())[:2])
+                           + "): check the CSV's units (tokens/s per GPU), GPU counts and configurations")
+    where = sections(by_gpu(kept)) if write_path else None  # a mix no file can hold fails before the fit
+    fitted = fit_user_runs(kept)
     if write_path:
         write_text(write_path, user_toml(fitted, where, by), "--write")
     label = {f["gpu"]: name for name, f in fitted.items()}  # each run's GPU as the user gave it
-    rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": label[r.gpu.ref], "gpus": r.layout.world_size,
-             "measured": r.tokens_per_s_per_gpu, "shipped": predict(r, efficiency(r.gpu.key)).predicted,
-             "fitted": predict(r, fitted[label[r.gpu.ref]]["constants"]).predicted} for r in runs]
+    rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": label.get(r.gpu.ref, gpu_label(r.gpu)),
+             "gpus": r.layout.world_size, "measured": r.tokens_per_s_per_gpu,
+             "shipped": predict(r, efficiency(r.gpu.key)).predicted,
+             "fitted": predict(r, fitted[label[r.gpu.ref]]["constants"]).predicted if r.gpu.ref in label else None,
+             "held_out": held.get(r.run_id)} for r in runs]
     gpu_of = {r["run_id"]: r["gpu"] for r in rows}
-    misfits = [{**m, "message": _misfit_line(m, gpu_of[m["run_id"]])} for m in memory_misfits(runs)]
+    misfits = [{**m, "message": _misfit_line(m, gpu_of[m["run_id"]])} for m in memory_misfits(kept)]
     return {"fitted": fitted, "runs": rows, "memory_warnings": misfits,
             **({"written": {"path": write_path, "sections": where}} if write_path else {})}
 
@@ -68,9 +77,16 @@ def _calibrate_user(runs_path: str, write_path: str | None, as_json: bool) -> No
                           ["run", "model", "gpu", "GPUs", "measured", "shipped", "error", "refit", "error"],
                           [[r["run_id"], r["model"], r["gpu"], r["gpus"], f"{r['measured']:,.0f}",
                             f"{r['shipped']:,.0f}", f"{100 * (r['shipped'] / r['measured'] - 1):+.1f}%",
-                            f"{r['fitted']:,.0f}", f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"] for r in rows],
+                            *_refit_cells(r)] for r in rows],
                           justify_right_from=3))
     print_refit(found, write_path, runs)
+
+
+def _refit_cells(r: dict) -> list[str]:
+    """The refit's prediction and error of a run, or 'held out' where the run was left out of the fit."""
+    if r["held_out"] is not None or r["fitted"] is None:
+        return ["held out", "-"]
+    return [f"{r['fitted']:,.0f}", f"{100 * (r['fitted'] / r['measured'] - 1):+.1f}%"]
 
 
 def print_refit(found: dict, write_path: str | None, runs: list) -> None:
@@ -85,6 +101,10 @@ def print_refit(found: dict, write_path: str | None, runs: list) -> None:
         if f["limits"]:
             out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
                       "does not meet them; check those rows (units, GPU count, configuration)")
+    for r in found["runs"]:
+        if r["held_out"]:
+            out.print(f"[yellow]warning[/yellow]: run {escape(r['run_id'])} held out of the fit: "
+                      f"{escape(r['held_out'])}")
     for m in found["memory_warnings"]:
         out.print(f"[yellow]warning[/yellow]: {escape(m['message'])}")
     out.print(_written_line(fitted, write_path, found.get("written", {}).get("sections"), runs))

@@ -9,7 +9,7 @@ from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import synced_optimizer_switches
 from moetune.configio.load import load_config
 from moetune.configio.mlm import argument_dump_config
-from moetune.configio.names import LAUNCHER, is_megatron_lm
+from moetune.configio.names import LAUNCHER, is_megatron_lm, names
 from moetune.emit.mlm import mlm_fix_words
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -56,7 +56,8 @@ def _print(result: DiagnoseResult, mlm: bool = False) -> None:
         out.print(f"  note: {escape(note)}")
     if result.recommendations:
         # a Megatron-LM launch has no Bridge field to set: its changes are said as its arguments (emit/mlm.py)
-        rows = [[r.rule, escape(mlm_fix_words(r.overrides) if mlm else "\n".join(r.change)), escape(r.why)]
+        rows = [[r.rule, escape(r.action or (mlm_fix_words(r.overrides) if mlm else "\n".join(r.change))),
+                 escape(r.why)]
                 for r in result.recommendations]
         words = "Megatron-LM arguments" if mlm else "Megatron Bridge overrides"
         out.print(table(f"Next changes ({words})", ["rule", "change", "why"], rows, justify_right_from=3))
@@ -144,8 +145,14 @@ RUN_SHAPE = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_
 
 
 def _against_dump(config: dict, dump: dict) -> list[str]:
-    """'KEY VALUE (the log ran DUMPED)' for each RUN_SHAPE key both give, differently."""
-    return [f"{k} {config[k]} (the log ran {dump[k]})" for k in RUN_SHAPE
+    """'NAME VALUE (the log ran DUMPED)' for each RUN_SHAPE key both give, differently; NAME as the config was given
+    (a Megatron-LM argument list's flag)."""
+    mlm = is_megatron_lm(config)
+
+    def name(key: str) -> str:
+        return (names().mlm_flag(key) if mlm else None) or key
+
+    return [f"{name(k)} {config[k]} (the log ran {dump[k]})" for k in RUN_SHAPE
             if config.get(k) is not None and dump.get(k) is not None and config[k] != dump[k]]
 
 

@@ -208,10 +208,12 @@ def scope_words(text: str, flag: str) -> tuple[str, ...]:
         raise MoetuneError(f"{flag} is empty: name the scopes (attn,moe_router,...), or 'none' for no CUDA graphs")
     if "none" in words and len(words) > 1:
         raise MoetuneError(f"{said}: 'none' turns CUDA graphs off; give it alone or drop it")
-    if "full_iteration" in words and len(words) > 1:  # one graph of the whole step: no per-layer scope beside it
-        raise MoetuneError(f"{said}: full_iteration captures the whole step and stands alone (Megatron-LM "
-                           "arguments.py: full_iteration runs under --cuda-graph-impl local, the other scopes under "
-                           "transformer_engine); give it alone, or the per-layer scopes")
+    # one graph of the whole step, no per-layer scope beside it: Megatron-LM arguments.py @core_v0.16.0 :1441
+    # ("full_iteration scope is only supported with --cuda-graph-impl=local, other scopes only with transformer_engine")
+    if "full_iteration" in words and len(words) > 1:
+        raise MoetuneError(f"{said}: full_iteration captures the whole step and stands alone (Megatron-LM runs it "
+                           "under --cuda-graph-impl local, the other scopes under transformer_engine); give it alone, "
+                           "or the per-layer scopes")
     return tuple(w for w in words if w != "none")
 
 

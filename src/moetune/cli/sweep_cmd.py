@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from moetune.cli.calibrate_cmd import print_refit, refit
 from moetune.cli.check_cmd import RuleErrors, read_inputs
-from moetune.cli.emit_cmd import emitted_files, warned, write_files
+from moetune.cli.emit_cmd import check_command, emitted_files, warned, write_files
 from moetune.cli.options import release_options
 from moetune.cli.output import GIB, console, emit_json, table
 from moetune.cli.release_check import for_release, inputs_release
@@ -96,7 +96,8 @@ def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_br
     extra = _sbatch_words(sbatch_args, submit)
     results, plan = _plan_results(plan_path)
     with reading(*inputs_release([plan_path], megatron_core, megatron_bridge)) as seen:
-        emitted = {f"r{rank:02d}": _candidate_files(plan_path, rank, sets, iters, seen, allow_errors)
+        emitted = {f"r{rank:02d}": _candidate_files(plan_path, rank, sets, iters, seen, allow_errors,
+                                                    out / f"r{rank:02d}")
                    for rank in range(1, min(top, len(results)) + 1)}
     for folder, (files, _) in emitted.items():  # all emitted before any is written: a refusal writes nothing
         write_files(files, out / folder)
@@ -107,8 +108,7 @@ def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_br
     script = write_text(out / "submit.sh", submit_sh(list(emitted), sweep.plan), "--out")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     jobs = run_submit(out, extra) if submit else []
-    warnings = [f"{folder}: {line} (`moetune check {out / folder / 'overrides.txt'}` says why)"
-                for folder, (_, line) in emitted.items() if line]
+    warnings = [f"{folder}: {line}" for folder, (_, line) in emitted.items() if line]
     _print_written(sweep, out, jobs, as_json,
                    _notes(sweep, top, len(results) if plan and len(results) < top else None) + warnings)
 
@@ -148,9 +148,9 @@ def _plan_results(plan_path: str) -> tuple[list[dict], bool]:
     return saved_results(data), "results" in data
 
 
-def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_errors: bool) -> tuple:
-    """(emit's files for result RANK of the plan, set to benchmark; the line naming its config's warnings, or None);
-    a refusal names the result."""
+def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_errors: bool, where: Path) -> tuple:
+    """(emit's files for result RANK of the plan, set to benchmark; the line naming its config's warnings and the
+    check of its launch in WHERE that says why, or None); a refusal names the result."""
     try:
         bench = tuple(f"{key}={value}" for key, value in benchmark_sets(iters).items())
         config = read_inputs([plan_path], (*sets, *bench), None, None, None, None, rank)
@@ -159,7 +159,8 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
         if seen.release is not None:
             config = for_release(config, seen)
         files, found = emitted_files(config, seen.release, allow_errors)
-        return files, warned(found)
+        line = warned(found)
+        return files, line and f"{line} (`{check_command(config, where, seen.release)}` says why)"
     except (MoetuneError, RuleErrors) as err:  # one line naming the result, with the exit code it had
         raise type(err)(f"result {rank}: {err}") from None
 

@@ -213,11 +213,10 @@ def core_at_least(now: str | None, release: str) -> bool:
     core_at_least(get('derived.target_release'), '0.18.2')."""
     if now is None or now == "main":
         return True
-    order = releases("core").order
     if family_of(now) == "bridge":
-        pinned = bridge_pins()[now]["megatron_core"].split("rc")[0]
-        now = pinned[:-2] if pinned.endswith(".0") else pinned
-    return order.index(now) >= order.index(release)
+        now = bridge_pins()[now]["megatron_core"].split("rc")[0]
+    order = releases("core").order
+    return order.index(known_release(now)) >= order.index(known_release(release))
 
 
 def target() -> str | None:

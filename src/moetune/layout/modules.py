@@ -2,9 +2,8 @@
 ones moetune models, how a user's list of them is read, and which offloads a recompute plan leaves nothing to move.
 Knobs (knobs.py) holds the chosen sets; the walls read what each module saves (walls/activations.py)."""
 
-import difflib
-
 from moetune.errors import MoetuneError
+from moetune.words import closest
 
 RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
@@ -50,14 +49,9 @@ def _parse_names(text: str | list[str] | tuple[str, ...] | None, allowed: tuple[
     return frozenset(names)
 
 
-def closest(name: str, allowed) -> str | None:
-    """The module name NAME is likely a misspelling of, or None."""
-    return next(iter(difflib.get_close_matches(name, list(allowed), n=1, cutoff=0.7)), None)
-
-
 def did_you_mean(bad: list[str], allowed) -> str:
     """' (did you mean layernorm?)' for the misspellings with a close module name; '' for none."""
-    close = [m for b in bad if (m := closest(b, allowed))]
+    close = [m for b in bad if (m := closest(b, allowed, 0.7))]
     return f" (did you mean {', '.join(close)}?)" if close else ""
 
 

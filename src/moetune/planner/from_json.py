@@ -123,7 +123,6 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     return result
 
 
-# A saved result's own fix where the error's is worded in flags (its batch over its DP): no flag changes a file
 def on_plan_budget(e: Estimate, data: dict) -> tuple[Estimate, float]:
     """(E judged against the memory its plan searched in, the GPU's less the plan's --headroom; that headroom in GiB,
     0 where none): explain's and report's moves of a plan made with --headroom had read "fits" against the whole GPU
@@ -134,6 +133,7 @@ def on_plan_budget(e: Estimate, data: dict) -> tuple[Estimate, float]:
     return replace(e, gpu=replace(e.gpu, memory_gib=e.gpu.memory_gib - headroom)), float(headroom)
 
 
+# A saved result's own fix where the error's is worded in flags (its batch over its DP): no flag changes a file
 def _saved_fix(err: MoetuneError) -> str:
     """The fix of an error worded in flags, worded for a saved result: its fields to edit."""
     return f"edit the file's {err.file_fields or 'configuration'} to fit, or save the result again with " \

@@ -96,7 +96,7 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
     scoped = with_mamba(spec, tuple(defaults["cuda_graph_scope"]) or TE_SCOPED)
     scopes = fixed.get("cuda_graph_scope", [(), scoped] + ([("full_iteration",)] if routing == "force-balance" else []))
     overlaps = fixed.get("ep_overlap", [False, True])
-    if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (search._pins_agree)
+    if fixed.get("delay_wgrad") is True:  # Megatron-Core asserts EP overlap with it (planner/pins.py)
         overlaps = [o for o in overlaps if o]
     offloads = fixed.get("optimizer_offload_fraction", [0.0, 1.0])  # search.plan pins it to 0 under Muon
     recomputes = recompute_sets(spec)

@@ -15,11 +15,9 @@ import time
 from dataclasses import dataclass, field, replace
 
 from moetune.errors import MoetuneError
-from moetune.layout.dp_sharding import fsdp_optimizer_refusal
 from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.modules import unsaved_offloads
 from moetune.layout.validate import LONG_CONTEXT, Workload
 from moetune.planner.candidates import candidate_pairs, fitting_dp, memory_bound
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
@@ -27,6 +25,7 @@ from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
+from moetune.planner.pins import pins_agree
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
 from moetune.planner.release_fit import model_lacking, release_grid, release_pins, runs
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
@@ -99,8 +98,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
-    _pins_agree(fixed)
-    _full_iteration_routing(spec, fixed, routing)
+    pins_agree(spec, fixed, routing)
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
                            f"{gpu.memory_gib:g} GiB")
@@ -153,57 +151,6 @@ def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -
     if alt.results and alt.results[0].time["tokens_per_s_per_gpu"] >= base * (1 + OFFLOAD_NOTE_GAIN):
         return alt
     return None
-
-
-def _full_iteration_routing(spec: ModelSpec, fixed: dict, routing: str) -> None:
-    """A pinned full-iteration graph on a dropless MoE is one line: its MoE layers capture only with static expert
-    shapes, which Bridge's recipes get from a per-rank token budget (moe_expert_rank_capacity_factor 1.5, emitted with
-    it) that drops the tokens past it (transformer_config.py), so the run would not be the dropless one priced; the
-    seeds keep full-iteration graphs for drop-and-pad or static-shape experiments (knob_grid searches them only
-    force-balanced)."""
-    scopes = fixed.get("cuda_graph_scope")
-    whole = bool(scopes) and all("full_iteration" in s for s in scopes)
-    if routing != "dropless" or not spec.num_moe_layers or not whole:
-        return
-    raise MoetuneError("--fix cuda_graph_scope=full_iteration under --routing dropless: a full-iteration graph "
-                       "captures MoE layers only with static expert shapes, a per-rank token budget "
-                       "(moe_expert_rank_capacity_factor 1.5) that drops the tokens past it, so the run would not be "
-                       "dropless (seeds/000 CUDA Graphs For MoE); pass --routing force-balance to plan it, or pin the "
-                       "TE-scoped graphs (attn,moe_router,moe_preprocess)")
-
-
-def _pins_agree(fixed: dict) -> None:
-    """Pinned knobs that cannot run together: one error line naming the pair (the search would find nothing and
-    blame memory or the batch)."""
-    if fixed.get("delay_wgrad") is True and fixed.get("ep_overlap") == [False]:
-        raise MoetuneError("--fix delay_wgrad=true needs EP overlap (Megatron-Core: overlap_moe_expert_parallel_comm "
-                           "must be enabled when enabling delay_wgrad_compute, transformer_config.py); drop --fix "
-                           "ep_overlap=false or the delay_wgrad pin")
-    if fixed.get("tp_comm_overlap") is True and fixed.get("tp") == 1:
-        raise MoetuneError("--fix tp_comm_overlap=true needs TP > 1 (Megatron Bridge turns it off at TP 1 and "
-                           "Megatron-LM refuses it without sequence parallelism); drop --fix tp=1 or the overlap pin")
-    if fixed.get("ep_overlap") == [True] and fixed.get("pp", 1) > 1 and fixed.get("vpp") == 1:
-        raise MoetuneError(f"--fix ep_overlap=true with pp={fixed['pp']} needs VPP > 1 (seeds/003 Prerequisites: with "
-                           "PP, virtual_pipeline_model_parallel_size must be set; Megatron-Core asserts it) but "
-                           "--fix vpp=1 is pinned; drop one of the pins")
-    if why := fsdp_optimizer_refusal(fixed.get("megatron_fsdp"), fixed.get("optimizer", "adam")):
-        raise MoetuneError(f"--fix megatron_fsdp={fixed['megatron_fsdp']} with optimizer={fixed['optimizer']}: {why}; "
-                           "drop one of the pins")
-    offload = fixed.get("offload_modules", frozenset())
-    if offload and fixed.get("recompute") == "full":
-        raise MoetuneError("--fix offload_modules with recompute=full: full recompute keeps only layer inputs, so "
-                           "there is nothing fine-grained to offload; drop one of the pins")
-    if inside := unsaved_offloads("selective", fixed.get("recompute_modules", ()), offload):
-        raise MoetuneError(f"--fix offload_modules={','.join(inside)} with the 'moe' recompute module: recomputing the "
-                           "whole MoE layer saves nothing inside it to offload (Megatron-Core asserts, "
-                           "transformer_config.py); drop one of the pins")
-    if fixed.get("ep") != 1:
-        return
-    for key, needs in (("dispatcher", ("deepep", "hybridep")), ("ep_overlap", (True,))):
-        pinned = [v for v in fixed.get(key, []) if v in needs]
-        if pinned and len(pinned) == len(fixed[key]):
-            raise MoetuneError(f"--fix {key}={str(pinned[0]).lower()} needs EP > 1 (expert ranks to exchange tokens "
-                               f"with) but --fix ep=1 is pinned; drop one of the pins")
 
 
 def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, shared: dict | None) -> tuple:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.profile.log_notes import timing_notes
 
 _ITER = re.compile(r"\biteration\s+(\d{1,12})\s*/\s*(\d{1,12})\s*\|(.*)$")  # counts a log can hold
 _MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
@@ -105,6 +106,11 @@ class TrainingLog:
         steady = timed[1:] if len(timed) > 1 else timed
         final = self.final_batch
         return [it for it in steady if it.global_batch_size in (None, final)]
+
+    @property
+    def timed_once(self) -> bool:
+        """Whether the log times one interval alone: the first, warm-up and compilation included."""
+        return sum(it.elapsed_ms is not None for it in self.iterations) == 1
 
     @property
     def final_batch(self) -> int | None:
@@ -249,6 +255,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
                 repeats.append(n)
             else:
                 log.iterations.append(it)
+                log.failure_lines.clear()  # an error the run went on past is no stop: only those after the last
         elif m := _MEM.search(line):
             log.memory.append(_memory(m, f"--log {path} line {n}"))
         elif _OOM.search(line):
@@ -272,31 +279,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")
-    return _timing_notes(log, path)
-
-
-def _timing_notes(log: TrainingLog, path: str) -> TrainingLog:
-    """log with what its figures rest on said in its notes: a batch that ramps up (the figures time the last size), one
-    timed interval only (warm-up included), iterations whose loss is not finite."""
-    timed = [it for it in log.iterations if it.elapsed_ms is not None]
-    sizes = list(dict.fromkeys(it.global_batch_size for it in timed if it.global_batch_size))
-    if len(sizes) > 1:
-        log.notes.append(f"--log {path}: the global batch changes ({' -> '.join(map(str, sizes))}): the figures time "
-                         f"the {len(log.steady_iterations())} iteration(s) at {log.final_batch} only")
-    if len(timed) == 1:
-        log.notes.append(f"--log {path} times one iteration ({timed[0].iteration}), which includes warm-up and "
-                         "compilation: its figures read slow; log more iterations (--log-interval 1, --train-iters)")
-    if bad := [it.iteration for it in log.iterations if _not_finite_loss(it)]:
-        log.notes.append(f"--log {path}: the loss is not finite at {len(bad)} logged iteration(s) (first {bad[0]}): "
-                         "the run diverged or skipped steps, and its times may not be a healthy step's")
-    return log
-
-
-def _not_finite_loss(it: LogIteration) -> bool:
-    """An iteration line whose 'lm loss' is nan/inf, or that counts NaN iterations (Megatron's training_log)."""
-    loss, nans = it.fields.get("lm loss"), it.fields.get("number of nan iterations")
-    return (isinstance(loss, str) and loss.lower().lstrip("+-") in ("nan", "inf")) or \
-        (isinstance(loss, float) and not math.isfinite(loss)) or (isinstance(nans, float) and nans > 0)
+    return timing_notes(log, path)
 
 
 def read_log(path: str | Path) -> TrainingLog:

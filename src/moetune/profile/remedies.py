@@ -19,6 +19,7 @@ class Recommendation:
     overrides: dict[str, Any]  # dotted name -> value; a str placeholder where config is needed
     why: str
     source: str
+    action: str = ""  # what to do where no config field carries it (a launch step: bind each rank's CPUs)
 
     @property
     def change(self) -> list[str]:
@@ -26,7 +27,7 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "wall": self.wall, "change": self.change, "overrides": self.overrides,
-                "why": self.why, "source": self.source}
+                "why": self.why, "source": self.source, **({"action": self.action} if self.action else {})}
 
 
 def _fmt(value: Any) -> str:
@@ -39,7 +40,7 @@ def _fmt(value: Any) -> str:
 
 def _resolve(key: str, value: Any, config: dict[str, Any]) -> Any:
     """A ``{times: k}`` value becomes k x the config's value, or a placeholder without one; a micro-batch, the least
-    such multiple the global batch still splits into over DP (None: none does, and the advice goes)."""
+    such multiple the global batch still splits into over DP (NO_VALUE: none does, and the advice goes)."""
     if not (isinstance(value, dict) and "times" in value):
         return value
     k = value["times"]
@@ -51,15 +52,16 @@ def _resolve(key: str, value: Any, config: dict[str, Any]) -> Any:
 
 
 MBS = "train.micro_batch_size"
+NO_VALUE = object()  # _resolve's answer where no value of a multiplied setting runs on the config
 
 
-def _whole_batch(mbs: int, step: int, config: dict[str, Any]) -> int | None:
+def _whole_batch(mbs: int, step: int, config: dict[str, Any]) -> Any:
     """MBS, or the least larger one by STEP (the current micro-batch) that divides the global batch over DP, where the
-    config gives both (Megatron asserts GBS % (MBS x DP) == 0: rule batch.gbs_divisible); None where none does."""
+    config gives both (Megatron asserts GBS % (MBS x DP) == 0: rule batch.gbs_divisible); NO_VALUE where none does."""
     gbs, dp = config.get("train.global_batch_size"), _data_parallel(config)
     if not (isinstance(gbs, int) and dp):
         return mbs
-    return next((m for m in range(mbs, gbs // dp + 1, int(step)) if gbs % (m * dp) == 0), None)
+    return next((m for m in range(mbs, gbs // dp + 1, int(step)) if gbs % (m * dp) == 0), NO_VALUE)
 
 
 def _data_parallel(config: dict[str, Any]) -> int | None:
@@ -94,12 +96,16 @@ def recommend(wall: str, facts: dict[str, Any], config: dict[str, Any] | None = 
             continue
         if any(holds(c, config) for c in rule.get("skip_if_config", ())):
             continue
+        if "action" in rule:  # a launch step, no setting: said as words, whatever the config
+            out.append(Recommendation(rule=rule["rule"], wall=wall, overrides={}, action=rule["action"],
+                                      why=" ".join(rule["why"].split()), source=rule["source"]))
+            continue
         change = _pick_change(rule, facts)
         if change is None:
             continue
         resolved = {k: _resolve(k, v, config) for k, v in change.items()}
-        if None in resolved.values():  # no value of it runs on this config (a micro-batch the batch cannot split into)
-            continue
+        if any(v is NO_VALUE for v in resolved.values()):  # no value runs on this config (a micro-batch the batch
+            continue                                         # cannot split into)
         overrides = _not_yet_set(resolved, config)
         if not overrides:
             continue

@@ -177,9 +177,7 @@ def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
         lines.append(f"allocator retries (cache flushes under memory pressure): {f['alloc_retries']}")
     if m.log is not None and m.log.iteration_seconds is not None:
         tf = m.log.tflops_per_gpu
-        timed = len(m.log.steady_iterations())
-        how = "median of steady intervals" if timed > 1 or len(m.log.iterations) > 1 else \
-            "its one logged interval, warm-up included"
+        how = "its one logged interval, warm-up included" if m.log.timed_once else "median of steady intervals"
         tokens = m.log.tokens_per_second_per_gpu  # where the argument dump gives the sequence and the GPUs
         lines.append(f"log: {m.log.iteration_seconds:.3f} s/iteration ({how})"
                      + (f", {tf:.1f} TFLOP/s/GPU" if tf is not None else "")

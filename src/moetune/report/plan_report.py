@@ -18,7 +18,7 @@ GIB = 1 << 30
 WALLS = ("compute", "communication", "bubble", "host")
 # the pick's memory line items, grouped for the chart (the table beside it keeps every item); an FP8 recipe's
 # quantized weights (FP8 parameters, or the quantized copy beside BF16 ones) and FSDP2's gathered ones are weights
-# too (walls/memory.py): an MXFP8 stage had charted "weights: 0 GiB" and its 17 GiB of FP8 weights as overheads
+# too (walls/model_state.py): an MXFP8 stage had charted "weights: 0 GiB" and its 17 GiB of FP8 weights as overheads
 WEIGHTS = ("weights", "fp8_weights", "fp8_weight_cache", "fsdp2_gathered_weights")
 MEMORY_GROUPS = (("weights", WEIGHTS), ("gradients", ("main_grads",)), ("optimizer", ("optimizer_states",)),
                  ("logits and loss", ("logits_and_loss",)))

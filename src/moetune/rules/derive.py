@@ -25,7 +25,7 @@ from moetune.configio.finalize import (
 from moetune.configio.names import is_megatron_lm
 from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
-from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, closest, did_you_mean, unsaved_offloads
+from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, did_you_mean, unsaved_offloads
 from moetune.layout.param_gather import offload_refuses_params
 from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
@@ -33,6 +33,7 @@ from moetune.layout.validate import (
 )
 from moetune.rules.derive_layers import context_parallel, dense_mlp, gemm_shapes, value, vpp2_runs
 from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of, spanning_backend
+from moetune.words import closest
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
 EXTERNAL = {
@@ -172,8 +173,8 @@ def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
         known = set(RECOMPUTE_MODULES) | set(UNMODELLED_RECOMPUTE)
         d["unknown_recompute_modules"] = [m for m in modules if m not in known]
         # each misspelling by the module it is closest to, where one is close; the others dropped (the rule's fix)
-        d["known_recompute_modules"] = [m if m in known else closest(m, sorted(known)) for m in modules
-                                        if m in known or closest(m, sorted(known))]
+        meant = {m: m if m in known else closest(m, known, 0.7) for m in modules}
+        d["known_recompute_modules"] = list(dict.fromkeys(v for v in meant.values() if v))
         d["recompute_module_hint"] = did_you_mean(d["unknown_recompute_modules"], sorted(known))
     # what Megatron-Core recomputes under selective: core_attn where recompute_modules is None, nothing for an empty
     # list (transformer_config.py @ core_v0.18.2), as Bridge's GB300 DeepSeek-V3 MXFP8 perf recipes set it (@067f987)

@@ -9,7 +9,6 @@ A cluster file looks like::
     nic_gbps = 400
 """
 
-import difflib
 import math
 import tomllib
 from dataclasses import dataclass, fields, replace
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.files import read_toml
+from moetune.words import closest
 
 GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
@@ -90,10 +90,6 @@ class GpuSpec:
             if getattr(self, name) > most:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name):,g}) is past the {most:,} moetune "
                                    "plans for: lower it (a digit too many?)")
-        for name, least in LOWER.items():  # a figure in another unit (Tb/s for Gb/s) would plan a machine 1000x slow
-            if getattr(self, name) < least:
-                raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name):,g}) is under the {least:g} "
-                                   "moetune plans for: check its unit (GB/s, Gb/s, TB/s, GiB as hardware.toml has it)")
         for name in NO_FORMAT:  # 0: the GPU has no such format (or no figure)
             if getattr(self, name) < 0:
                 raise MoetuneError(f"gpu '{self.key}': {name} ({getattr(self, name)}) must be 0 or more")
@@ -194,10 +190,20 @@ def _cached_cluster_file(path: Path, _resolved: Path, *_version: int) -> GpuSpec
     return _parse_cluster_file(path)
 
 
+def _floors_kept(gpu: GpuSpec) -> GpuSpec:
+    """GPU, where a cluster file's figures stay over LOWER: one in another unit (nic_gbps = 0.4 meaning Tb/s) would plan
+    a machine a thousand times slow. Read at the file only: a plan's memory budget (the GPU less --headroom) may be
+    small."""
+    for name, least in LOWER.items():
+        if getattr(gpu, name) < least:
+            raise MoetuneError(f"gpu '{gpu.key}': {name} ({getattr(gpu, name):,g}) is under the {least:g} moetune "
+                               "plans for: check its unit (GB/s, Gb/s, TB/s, GiB as hardware.toml has it)")
+    return gpu
+
+
 def _with_likely(unknown: list[str], known: set[str]) -> list[str]:
     """Each unknown field, with the known one it is likely a misspelling of: 'hbm_tbs (hbm_tbps?)'."""
-    return [f"{u} ({m[0]}?)" if (m := difflib.get_close_matches(u, sorted(known), n=1, cutoff=0.75)) else u
-            for u in unknown]
+    return [f"{u} ({m}?)" if (m := closest(u, known)) else u for u in unknown]
 
 
 def _parse_cluster_file(path: Path) -> GpuSpec:
@@ -224,11 +230,12 @@ def _parse_cluster_file(path: Path) -> GpuSpec:
     allowed = {f.name for f in fields(GpuSpec)} - {"key", "source"}
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise MoetuneError(f"{path}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise MoetuneError(f"{path}: unknown field(s) {', '.join(_with_likely(unknown, allowed))}; allowed: "
+                           f"{', '.join(sorted(allowed))}")
     if "nic_gbps" in data and "nic_gbps_observed" not in data:  # the file's own fabric: the catalog's reading is not
         data = {**data, "nic_gbps_observed": 0.0}  # of it (B300's published runs read 400 of the datasheet's 800)
     try:
-        return replace(gpu, source=str(path.resolve()), **node_domain(gpu, data))  # absolute: found from anywhere
+        return _floors_kept(replace(gpu, source=str(path.resolve()), **node_domain(gpu, data)))  # absolute path
     except (TypeError, MoetuneError) as err:
         raise MoetuneError(f"{path}: {err}") from None
 

@@ -123,7 +123,8 @@ def _bridge_mtp(spec: ModelSpec, config: HfConfig) -> ModelSpec:
     try:
         return replace(spec.with_mtp(depth), mtp_checkpoint_layers=depth)
     except ValueError as err:  # a Mamba stack, or more MTP layers than decoder layers
-        raise MoetuneError(f"{config.origin}: field '{BRIDGE_MTP_FIELDS[0]}' ({depth}): {err}") from None
+        key = next(k for k in BRIDGE_MTP_FIELDS if config.get(k, default=None) is not None)
+        raise MoetuneError(f"{config.origin}: field '{key}' ({depth}): {err}") from None
 
 
 def _model_type(data: dict, origin: str) -> str:

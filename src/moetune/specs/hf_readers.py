@@ -7,7 +7,7 @@ ModelSpec keyword arguments; a missing field is a one-line ``MoetuneError`` that
 from typing import Callable
 
 from moetune.errors import MoetuneError
-from moetune.specs.hf_access import HfConfig, short
+from moetune.specs.hf_access import HfConfig
 from moetune.specs.hf_attention import attention_biases, refuse_qwen_windows, windows
 from moetune.specs.hf_common import (
     GDN_FIELDS,
@@ -152,16 +152,6 @@ def _read_olmoe(c: HfConfig) -> dict:
     )
 
 
-def _layer_indices(c: HfConfig, key: str, n: int) -> list[int]:
-    """A config's list of layer indices (Llama-4's moe_layers), each a layer of the model, or one line naming it."""
-    value = c.get(key)
-    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
-                                              for i in value):
-        raise MoetuneError(f"{c.origin}: field '{key}' ({short(value)}) must be a list of layer indices from 0 to "
-                           f"{n - 1}; fix the config.json")
-    return value
-
-
 def _read_llama4(c: HfConfig) -> dict:
     """Llama 4 (text_config): MoE every `interleave_moe_layer_step` layers, one shared expert."""
     t = c.section("text_config")
@@ -169,7 +159,7 @@ def _read_llama4(c: HfConfig) -> dict:
     step = t.count("interleave_moe_layer_step", default=1, least=1)
     # Llama4TextConfig's moe_layers where given, else every step-th from step - 1 (configuration_llama4.py :175-185
     # @5.24.0); HF builds a MoE layer where layer_idx in config.moe_layers (modeling_llama4.py :400)
-    moe = set(_layer_indices(t, "moe_layers", n)) if t.get("moe_layers", default=None) is not None else \
+    moe = t.layer_indices("moe_layers", n) if t.get("moe_layers", default=None) is not None else \
         set(range(step - 1, n, step))
     mlps = ["moe" if i in moe else "dense" for i in range(n)]
     return dict(
@@ -227,7 +217,7 @@ def _read_ernie(c: HfConfig) -> dict:
     n = c.count("num_hidden_layers", least=1)
     start = c.count("moe_layer_start_index", default=0)
     # -1: the last layer (Ernie4_5_MoeConfig.__post_init__, configuration_ernie4_5_moe.py :119-121 @5.24.0)
-    end = n - 1 if c.get("moe_layer_end_index", default=n - 1) == -1 else c.count("moe_layer_end_index")
+    end = n - 1 if c.get("moe_layer_end_index", default=-1) == -1 else c.count("moe_layer_end_index")
     step = c.count("moe_layer_interval", default=1, least=1)
     # HF Ernie4_5_MoeDecoderLayer (modeling_ernie4_5_moe.py :397-404 @5.24.0): MoE where (i + 1) % interval == 0 and
     # start <= i <= end (the interval counts from layer 0, not from start: interval 3 from 0 is layers 2, 5, 8, ...)
