@@ -249,3 +249,16 @@ def test_the_whole_layer_bound_sees_what_the_last_rank_cannot_take():
     assert max(rank_layers(split, 46, 1)) == 7
     assert assumed(walls["balanced"][0]) < 0.97 * assumed(tight)
     assert assumed(tight) == pytest.approx(max(evaluate(split)[1]), rel=1e-9)
+
+
+def test_the_ranks_note_names_where_the_mtp_layer_and_the_loss_sit():
+    """Et*3|(tt|)*29m|L at PP8 VPP4: virtual stage 30 (the 'm') is rank 6's, stage 31 (the 'L') rank 7's; the note
+    had put both on the last rank, against its own rank times."""
+    from moetune.layout.layout import Layout
+    from moetune.planner.pipeline_balance import _heads_note
+    from moetune.specs.registry import load_model
+    spec = load_model("deepseek-v3")
+    split = Layout(world_size=256, pp=8, vpp=4, ep=32, pipeline_layout="Et*3|(tt|)*29m|L")
+    assert _heads_note(split, spec) == "1 MTP layer(s) on rank 6, the loss on the last"
+    together = Layout(world_size=256, pp=8, vpp=4, ep=32, pipeline_layout="Et*3|(tt|)*28t|t|mL")
+    assert _heads_note(together, spec) == "the last also 1 MTP layer(s) and the loss"

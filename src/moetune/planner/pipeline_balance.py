@@ -36,11 +36,25 @@ def rank_layers(lay: Layout, num_layers: int, mtp: int) -> list[int]:
 def ranks_note(spec: ModelSpec, lay: Layout, time: dict) -> str:
     """explain's line on the pipeline: decoder layers and milliseconds a micro-batch of each rank."""
     layers = rank_layers(lay, spec.num_layers, spec.mtp_num_layers)
-    extra = f"{spec.mtp_num_layers} MTP layer(s) and " if spec.mtp_num_layers else ""
     ms = "/".join(f"{1e3 * s:.0f}" for s in time["stage_seconds"])
-    return (f"pipeline ranks hold {'/'.join(map(str, layers))} decoder layers (the last also {extra}the loss) and "
+    return (f"pipeline ranks hold {'/'.join(map(str, layers))} decoder layers ({_heads_note(lay, spec)}) and "
             f"take {ms} ms a micro-batch; rank {time['slowest_stage']} sets the pace (`plan` moves layers off the "
             "slowest rank while that is faster, planner/pipeline_balance.py)")
+
+
+def _heads_note(lay: Layout, spec: ModelSpec) -> str:
+    """Which rank holds the MTP layers and which the loss: a layout string may put 'm' in an earlier virtual stage
+    than 'L' (Et*3|(tt|)*29m|L at PP8 VPP4: the MTP layer on rank 6, the loss on rank 7)."""
+    chunks = pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers)
+    loss = next(r for r, cs in enumerate(chunks) if any(c.loss for c in cs))
+    mtp = {r: sum(c.mtp_layers for c in cs) for r, cs in enumerate(chunks) if any(c.mtp_layers for c in cs)}
+    last = "the last" if loss == len(chunks) - 1 else f"rank {loss}"
+    if not mtp:
+        return f"{last} also the loss"
+    if set(mtp) == {loss}:
+        return f"{last} also {mtp[loss]} MTP layer(s) and the loss"
+    held = ", ".join(f"{n} MTP layer(s) on rank {r}" for r, n in mtp.items())
+    return f"{held}, the loss on {'the last' if loss == len(chunks) - 1 else f'rank {loss}'}"
 
 
 def move_note(e: Estimate) -> str | None:
