@@ -409,3 +409,20 @@ def test_a_run_predicted_not_to_fit_is_fitted_and_named(tmp_path, capsys):
     peak, cap = (b / 2**30 for b in over["dbrx-ep8"])
     assert len(warned) == 1 and "run dbrx-ep8" in warned[0] and f"{peak:.1f} GiB" in warned[0], warned
     assert f"{cap:.1f} GiB h100" in warned[0] and "memory estimate or the row's layout is off" in warned[0]
+
+
+def test_a_gpu_files_fit_is_kept_to_its_architecture(tmp_path, capsys):
+    """Constants fitted on an H800 file sit at the top level of the written file, which applied them to any --gpu:
+    GB200 had run on Hopper's fitted GEMM and all-to-all rates. The file now records the runs' architecture, and
+    another architecture's GPU refuses it in one line; a Hopper GPU takes it."""
+    row = {**published_rows()["R103"], **EAGER, "run_id": "h800", "gpu": _gpu(tmp_path, "h800.toml")}
+    run = load_user_runs(_write(tmp_path / "one.csv", [row]))[0]
+    row["tokens_per_s_per_gpu"] = f"{0.9 * predict(run, efficiency(run.gpu.key)).predicted:.3f}"
+    written = tmp_path / "eff.toml"
+    assert main(["calibrate", "--runs", _write(tmp_path / "mine.csv", [row]), "--write", str(written)]) == 0
+    capsys.readouterr()
+    assert 'fitted_arch = "hopper"' in written.read_text()
+    args = ["estimate", "qwen3-30b-a3b", "--gpus", "16", "--ep", "16", "--efficiency", str(written)]
+    assert main([*args, "--gpu", "gb200"]) == 2
+    assert "was fitted on hopper runs" in capsys.readouterr().err
+    assert main([*args, "--gpu", str(tmp_path / "h800.toml")]) == 0

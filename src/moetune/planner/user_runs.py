@@ -28,7 +28,7 @@ from moetune.planner.calibrate import (
 )
 from moetune.planner.runs import Run
 from moetune.specs.hardware import GpuSpec, catalog, catalog_unchanged
-from moetune.walls.efficiency import efficiency
+from moetune.walls.efficiency import FITTED_ARCH, efficiency
 
 MIN_RUNS_FOR_A2A = 3
 # The all-to-all multiplier is fitted only where the runs pin it apart from compute (a2a_unpinned). Each run's share
@@ -176,9 +176,10 @@ def user_toml(fitted: dict, where: dict[str, str | None], by: str = "moetune cal
     for label, f in fitted.items():
         a2a = f"all-to-all x {f['a2a_scale']:.3f}" if f["a2a_note"] is None else "all-to-all as shipped"
         what = f"{f['runs']} run(s) on {label}; compute x {f['compute_scale']:.3f}, {a2a} on {shipped_of(f['gpu_key'])}"
-        if where[label] is None:
-            lines.append(f"\n# Top level, for --gpu {f['gpu']}: {what}. They apply to whatever --gpu this file is "
-                         "passed with.")
+        if where[label] is None:  # a cluster file's GPU: its architecture kept, so another's is refused the file
+            lines.append(f"\n# Top level, for --gpu {f['gpu']}: {what}. They apply to a GPU of its architecture.")
+            if (family := catalog().get(f["gpu_key"])) is not None:  # a GPU on the priors has no family to keep
+                lines.append(f'{FITTED_ARCH} = "{family.arch}"')
         else:
             lines.append(f"\n[{where[label]}]  # {what}")
         lines += [f"{k} = {f['constants'][k]:.4g}" for k in (*COMPUTE_KEYS, *f["a2a_keys"])]

@@ -26,9 +26,15 @@ def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = Fa
     return {**out, **user_constants(user, gpu_key)} if user else out
 
 
+# A top-level key `calibrate --runs --write` sets beside constants fitted on a cluster file's GPU: the architecture of
+# the runs, which a file used with another architecture's GPU would overwrite that GPU's own constants with
+FITTED_ARCH = "fitted_arch"
+
+
 def user_constants(user: dict, gpu_key: str) -> dict:
     """What a user's table sets for this GPU: its top-level constants, then its [gpu_key] section's over them."""
-    return {**{k: v for k, v in user.items() if not isinstance(v, dict)}, **user.get(gpu_key, {})}
+    return {**{k: v for k, v in user.items() if not isinstance(v, dict) and k != FITTED_ARCH},
+            **user.get(gpu_key, {})}
 
 
 def check_for_gpu(user: dict | None, gpu_key: str) -> dict | None:
@@ -39,6 +45,11 @@ def check_for_gpu(user: dict | None, gpu_key: str) -> dict | None:
     if user is None:
         return None
     where, mine = getattr(user, "where", "efficiency file"), user_constants(user, gpu_key)
+    family = catalog().get(gpu_key)  # None: a GPU on the priors, of no catalog family
+    if (fitted := user.get(FITTED_ARCH)) is not None and family is not None and fitted != family.arch:
+        raise MoetuneError(f"{where} was fitted on {fitted} runs ({FITTED_ARCH}), and its top-level constants would "
+                           f"replace {gpu_key}'s own ({family.arch}): pass it with a {fitted} GPU, or calibrate "
+                           f"--runs on {gpu_key} runs")
     if not mine:  # a file that changes nothing must not be reported as in use (sets_for)
         sections = ", ".join(f"[{k}]" for k, v in user.items() if isinstance(v, dict)) or "none"
         raise MoetuneError(f"{where} sets no constant for {gpu_key} (sections: {sections}): put them at the top "
@@ -59,7 +70,7 @@ def check_for_gpu(user: dict | None, gpu_key: str) -> dict | None:
 
 def sets_for(user: dict, gpu_key: str) -> bool:
     """Whether a user's table sets any constant for this GPU: at the top level, or in its [gpu_key] section."""
-    return any(not isinstance(v, dict) for v in user.values()) or bool(user.get(gpu_key))
+    return bool(user_constants(user, gpu_key))
 
 
 def priors(gpu_key: str) -> dict[str, float]:
@@ -168,6 +179,11 @@ def check_file(user: dict, where: str) -> dict:
     known constant in its range; anything else is one error line naming the key and `where` (the file)."""
     known, gpus = _table()["default"], catalog()
     for key, value in user.items():
+        if key == FITTED_ARCH:  # calibrate's note of the runs' architecture (check_for_gpu reads it)
+            if value not in {g.arch for g in gpus.values()}:
+                raise MoetuneError(f"{where}: {FITTED_ARCH} = {value!r}; one of "
+                                   f"{', '.join(sorted({g.arch for g in gpus.values()}))}")
+            continue
         if isinstance(value, dict) and key not in gpus:
             raise MoetuneError(f"{where}: section [{key}] is not a catalog GPU; use one of {', '.join(gpus)}, or put "
                                f"the constants at the top level for every GPU")
