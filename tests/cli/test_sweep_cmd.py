@@ -356,3 +356,23 @@ def test_a_set_that_raises_a_warning_is_named_per_candidate(plan_file, tmp_path,
     for folder, overlap in zip(("r01", "r02"), overlapped, strict=True):
         named = f"{folder}: the config raises 1 warning(s): env.ep_overlap_connections" in " ".join(stdout.split())
         assert named == overlap
+
+
+def test_ingest_says_it_sets_aside_the_plans_efficiency_file(tmp_path, capsys):
+    """A plan made under --efficiency: the refit starts from the shipped constants (as calibrate --runs does), so the
+    file it writes holds the refit alone; ingest says so, where it had dropped that file's constants in silence."""
+    eff = tmp_path / "mine.toml"
+    eff.write_text("[h100]\ngemm_eff = 0.35\n")
+    code, out, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", str(WORLD), "--gbs", str(GBS), "--top",
+                          "2", "--efficiency", str(eff), "--json"], capsys)
+    assert code == 0, err
+    plan = tmp_path / "plan.json"
+    plan.write_text(out)
+    swept = tmp_path / "sweep"
+    _sweep(plan, swept, capsys, "--top", "1", "--iters", "30")
+    predicted = json.loads((swept / "sweep.json").read_text())["candidates"][0]["result"]["time"]
+    (swept / "r01" / "train-1.log").write_text(bridge_log([GBS * SEQ / WORLD / predicted["tokens_per_s_per_gpu"]] * 30))
+    code, stdout, err = run(["sweep", "ingest", str(swept), "--write", str(tmp_path / "out.toml")], capsys)
+    assert code == 0, err
+    said = " ".join(stdout.split())
+    assert f"the plan was made under --efficiency {eff}" in said and "holds the refit alone" in said

@@ -231,15 +231,29 @@ def ingest(directory, write_path, as_json) -> None:
     found = rows(sweep, Path(directory))
     runs = measured_runs(found, sweep.release)
     fit = refit(runs, write_path, f"moetune sweep ingest {directory}") if runs else None
+    note = _set_aside(sweep, write_path) if fit is not None else None
     if as_json:
-        emit_json(ingest_json(sweep, found, fit))
+        emit_json(ingest_json(sweep, found, fit) | ({"notes": [note]} if note else {}))
     else:
         _print_ingest(sweep, found, Path(directory))
         if fit is not None:
             print_refit(fit, write_path, runs)
+        if note:
+            console().print(f"[yellow]note[/yellow]: {escape(note)}")
     if fit is None:  # after the table: what each candidate's log says is still worth reading
         raise NothingMeasured(f"no candidate of {directory} is measured yet: nothing to refit"
                               + (f", {write_path} not written" if write_path else ""))
+
+
+def _set_aside(sweep: Sweep, write_path: str | None) -> str | None:
+    """Where the plan was made under an --efficiency file: the refit starts from the shipped constants, as calibrate
+    --runs does, so the file it writes holds the refit alone, not that file's other constants (said, not merged)."""
+    files = sorted({f for c in sweep.candidates if (f := c.result.get("efficiency_file"))})
+    if not files:
+        return None
+    kept = f"; {write_path} holds the refit alone" if write_path else ""
+    return (f"the plan was made under --efficiency {', '.join(files)}, which the refit sets aside: it starts from the "
+            f"shipped constants, as calibrate --runs does{kept} (copy over what that file sets and the refit does not)")
 
 
 class NothingMeasured(MoetuneError):
