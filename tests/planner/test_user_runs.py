@@ -426,3 +426,23 @@ def test_a_gpu_files_fit_is_kept_to_its_architecture(tmp_path, capsys):
     assert main([*args, "--gpu", "gb200"]) == 2
     assert "was fitted on hopper runs" in capsys.readouterr().err
     assert main([*args, "--gpu", str(tmp_path / "h800.toml")]) == 0
+
+
+def test_a_runs_step_time_is_its_measurement_where_tokens_are_left_out(tmp_path, capsys):
+    """step_time_s, the figure Megatron's log prints, gives tokens/s/GPU (global batch x sequence / step / GPUs) where
+    the row leaves tokens out; beside tokens it must agree with them within 10%, and each must be a number. A row
+    pasted twice without run_ids is one run, not two."""
+    row = {**published_rows()["R014"], "run_id": ""}
+    gbs, seq, gpus = int(row["global_batch_size"]), int(row["seq_length"]), int(row["num_gpus"])
+    columns = (*COLUMNS, "step_time_s")
+    run = load_user_runs(_write(tmp_path / "s.csv", [{**row, "tokens_per_s_per_gpu": "", "step_time_s": "12.5"}],
+                                columns))[0]
+    assert run.tokens_per_s_per_gpu == pytest.approx(gbs * seq / 12.5 / gpus, rel=1e-5)
+    for cells, needle in (({"step_time_s": "abc"}, "step_time_s = 'abc': expected a number"),
+                          ({"tokens_per_s_per_gpu": f"{2 * gbs * seq / 12.5 / gpus:.1f}", "step_time_s": "12.5"},
+                           "step_time_s = 12.5 implies")):
+        path = _write(tmp_path / "bad.csv", [{**row, **cells}], columns)
+        assert main(["calibrate", "--runs", path]) == 2 and needle in capsys.readouterr().err
+    twice = _write(tmp_path / "twice.csv", [row, row])
+    assert main(["calibrate", "--runs", twice]) == 2
+    assert "line 2 and line 3 are the same run" in capsys.readouterr().err

@@ -21,6 +21,7 @@ INT_COLUMNS = ("num_gpus", "seq_length", "global_batch_size", "micro_batch_size"
 BOOL_COLUMNS = ("account_for_embedding", "account_for_loss", "ep_overlap", "delay_wgrad", "overlap_grad_reduce",
                 "overlap_param_gather", "tp_comm_overlap", "fp8_output_proj")
 ROUTINGS = ("dropless", "force-balance")
+UNNAMED = "line "  # the id of a row without a run_id: its line in the file
 # the value a required column takes where the run does not use what it sets (published_runs.md: "vpp=1 means no
 # interleaving"), named in the error for an empty one: published rows leave them empty as "not stated"
 UNSET = {"cp": ("1", "has no context parallelism"), "vpp": ("1", "does not interleave"),
@@ -53,7 +54,22 @@ def load_user_runs(path: str) -> list[Run]:
     if repeated := sorted({i for i in ids if ids.count(i) > 1}):
         raise MoetuneError(f"--runs {path}: run_id {', '.join(repeated)} appears more than once; give each run its "
                            "own id (two measurements of one configuration are two runs)")
+    if twice := _same_rows(runs):  # without run_ids, one measurement pasted twice would be fitted twice
+        raise MoetuneError(f"--runs {path}: {twice[0]} and {twice[1]} are the same run (configuration and "
+                           "measurement); keep one, or give each measurement its own run_id")
     return runs
+
+
+def _same_rows(runs: list[Run]) -> tuple[str, str] | None:
+    """The first two rows without a run_id (named by their line) alike in everything else, or None: runs the user
+    named apart are two runs, whatever they measured."""
+    seen: dict = {}
+    for r in (r for r in runs if r.run_id.startswith(UNNAMED)):
+        key = (r.model.name, r.gpu, r.layout, r.workload, r.knobs, r.tokens_per_s_per_gpu)
+        if key in seen:
+            return seen[key], r.run_id
+        seen[key] = r.run_id
+    return None
 
 
 def _check_cells(full: dict) -> None:
@@ -66,13 +82,34 @@ def _check_cells(full: dict) -> None:
             raise ValueError(f"{c} = {full[c]!r}: expected true, false or empty")
     if full["routing"] not in ROUTINGS:
         raise ValueError(f"routing = {full['routing']!r}: expected {' or '.join(ROUTINGS)}")
-    for c in ("tokens_per_s_per_gpu", "tflops_per_gpu"):
+    for c in ("tokens_per_s_per_gpu", "tflops_per_gpu", "step_time_s", "peak_mem_gib"):
         try:
             value = float(full[c]) if full[c] else 1.0
         except ValueError:
             raise ValueError(f"{c} = {full[c]!r}: expected a number") from None
         if not 0 < value < float("inf"):
             raise ValueError(f"{c} = {full[c]!r}: expected a positive number")
+    # the step a log prints and the tokens a row gives are one measurement: 10% apart, one of them is not this run's
+    tokens = float(full["tokens_per_s_per_gpu"])
+    if full["step_time_s"] and not 0.9 < (implied := _step_tokens(full)) / tokens < 1.1:
+        raise ValueError(f"step_time_s = {full['step_time_s']} implies {implied:,.0f} tokens/s/GPU (global batch x "
+                         f"sequence / step / GPUs), tokens_per_s_per_gpu says {tokens:,.0f}"
+                         ": one of them is off (units? the whole cluster's?)")
+
+
+def _step_tokens(row: dict) -> float:
+    """Tokens/s/GPU a step time gives: global batch x sequence / step seconds / GPUs."""
+    return int(row["global_batch_size"]) * int(row["seq_length"]) / float(row["step_time_s"]) / int(row["num_gpus"])
+
+
+def _tokens_from_step(row: dict) -> dict:
+    """ROW with tokens_per_s_per_gpu from step_time_s where only the step (what Megatron's log prints) is given."""
+    if (row.get("tokens_per_s_per_gpu") or "").strip() or not (row.get("step_time_s") or "").strip():
+        return row
+    try:
+        return {**row, "tokens_per_s_per_gpu": f"{_step_tokens(row):.6g}"}
+    except (ValueError, KeyError, ZeroDivisionError):  # a cell the checks below name
+        return row
 
 
 def _runnable(run: Run) -> None:
@@ -87,13 +124,14 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
     if None in row:  # csv.DictReader files cells past the header under None
         raise MoetuneError(f"--runs {path} line {line}: {len(row[None])} more cell(s) than the header "
                            f"({', '.join(map(repr, row[None]))}); quote a number written with thousands commas")
+    row = _tokens_from_step(row)
     if empty := [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]:
         plain = "; ".join(f"{c} = {UNSET[c][0]} where the run {UNSET[c][1]}" for c in empty if c in UNSET)
         raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}; fill in what the run used"
                            f"{' (' + plain + ')' if plain else ''}: a fit needs each run's whole configuration "
                            "(data/published_runs.md describes the columns)")
     full = {c: (row.get(c) or "").strip() for c in known}
-    full["run_id"] = full["run_id"] or f"line {line}"
+    full["run_id"] = full["run_id"] or f"{UNNAMED}{line}"
     full["gpu"] = _gpu_cell(full["gpu"], Path(path).parent)
     try:
         _check_cells(full)
