@@ -65,7 +65,8 @@ def _whole_batch(mbs: int, step: int, config: dict[str, Any]) -> Any:
 
 
 def _data_parallel(config: dict[str, Any]) -> int | None:
-    """DP = GPUs / (TP x CP x PP), where the config names the GPUs (the parallel sizes default to 1)."""
+    """DP = GPUs / (TP x CP x PP), where the config names the GPUs (the parallel sizes default to 1). configio's
+    data_parallel_size says the same of a full config, but profile sits below configio (tests/test_layering.py)."""
     world = config.get("cluster.num_gpus")
     model = 1
     for key in ("tensor_model_parallel_size", "context_parallel_size", "pipeline_model_parallel_size"):
