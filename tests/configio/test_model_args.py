@@ -10,6 +10,7 @@ from moetune.cli.main import main
 from moetune.configio import load_config
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.normalize import resolve
+from moetune.errors import MoetuneError
 
 
 @pytest.fixture
@@ -79,3 +80,12 @@ def test_escaped_values_read_as_the_harness_hands_them_to_megatron(tmp_path):
                     "  --pipeline-model-parallel-layout: Et\\\\|\\\\(tt\\\\|\\\\)*6mL # Et|(tt|)*6mL\n")
     config = load_config([path])
     assert config["model.pipeline_model_parallel_layout"] == "Et|(tt|)*6mL"
+
+
+def test_a_layout_megatron_lm_arguments_give_is_named_by_their_flag(tmp_path):
+    """A layout string that does not parse, given as --pipeline-model-parallel-layout, is named by that flag (it had
+    been named by estimate's own --pipeline-layout, which the file never wrote)."""
+    path = tmp_path / "model_config.yaml"
+    path.write_text("MODEL_ARGS:\n  --pipeline-model-parallel-size: 2\n  --pipeline-model-parallel-layout: Et|tqL\n")
+    with pytest.raises(MoetuneError, match=r"^--pipeline-model-parallel-layout 'Et\|tqL': unknown symbols \['q'\]"):
+        load_config([path])

@@ -189,7 +189,9 @@ def merge(sources: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def _layout_vpp(config: dict[str, Any]) -> int | None:
     """Stages of the merged layout string (or hybrid pattern) over the merged PP, as arguments.py derives it; None
     where it is 1 or does not divide (the layout rules then say why)."""
-    stages = split_stages(config.get("model.pipeline_model_parallel_layout"), config.get("model.hybrid_layer_pattern"))
+    # only Megatron-LM arguments derive VPP from the layout (mlm_validate): a refusal names their flag
+    stages = split_stages(config.get("model.pipeline_model_parallel_layout"), config.get("model.hybrid_layer_pattern"),
+                          "--pipeline-model-parallel-layout")
     if stages is None:
         return None
     pp = int(config.get("model.pipeline_model_parallel_size") or 1)

@@ -53,10 +53,10 @@ def parse_pipeline_layout(text: str, named: str | None = None) -> list[str]:
     return list(_stages(text, named))
 
 
-def layout_stages(text: str) -> int:
+def layout_stages(text: str, named: str | None = None) -> int:
     """Virtual stages of all ranks a layout string gives (its '|'-separated pieces, expanded): Megatron-Core derives
-    VPP as these over PP (transformer_config.py)."""
-    return len(_stages(text))
+    VPP as these over PP (transformer_config.py); a refusal begins with `named` (_stages)."""
+    return len(_stages(text, named))
 
 
 def layout_stages_or_none(text: Any) -> int | None:
@@ -84,11 +84,11 @@ def hybrid_segments(pattern: str) -> list[str]:
     return pattern.split("/")[0].split("|")
 
 
-def split_stages(layout: str | None, hybrid_pattern: str | None) -> int | None:
+def split_stages(layout: str | None, hybrid_pattern: str | None, named: str | None = None) -> int | None:
     """Virtual pipeline stages a layout string, or else a Mamba hybrid pattern's '|' segments, define; None without
     either (Megatron derives VPP as these over PP: transformer_config.py, hybrid_layer_allocation.py)."""
     if layout:
-        return layout_stages(str(layout))
+        return layout_stages(str(layout), named and f"{named} {str(layout)!r}")
     return len(hybrid_segments(hybrid_pattern)) if isinstance(hybrid_pattern, str) else None
 
 
