@@ -180,3 +180,14 @@ def test_an_error_the_run_went_on_past_is_no_stop(tmp_path):
                                *[_line(i, 41000.0, 1024) for i in range(3, 6)]]))
     assert read_log(path).failure_lines == []
     assert not any("stopped" in n for n in diagnose([], log=path).notes)
+
+
+@pytest.mark.parametrize("last", ["[rank5]: RuntimeError: CUDA error: an illegal memory access was encountered",
+                                  "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."])
+def test_a_stop_after_the_last_iteration_is_said_in_its_usual_forms(last, tmp_path):
+    """A rank's error behind torchrun's '[rank5]: ' prefix, and an OOM after ten healthy iterations: each is a stop
+    after the last iteration (neither had been said)."""
+    path = tmp_path / "stop.log"
+    path.write_text("\n".join([_line(i, 41000.0, 1024) for i in range(1, 11)] + [last]))
+    assert read_log(path).failure_lines == [last]
+    assert any("the run stopped after iteration 10" in n for n in diagnose([], log=path).notes)

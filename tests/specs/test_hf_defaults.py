@@ -92,3 +92,23 @@ def test_llama4_moe_layers_list_is_read(shared_data):
     with pytest.raises(MoetuneError, match="'moe_layers'.*must be a list of layer indices from 0 to 47"):
         _spec(data)
 
+
+
+def test_kimi_k2_and_llama4_take_their_classes_defaults(shared_data):
+    """Kimi-K2 builds a DeepseekV3Config: without q_lora_rank it is its own 1.026T (it had read a plain q projection);
+    Llama4TextConfig's attention_chunk_size 8192 chunks Scout's RoPE layers where the config leaves it out (it had
+    planned full attention, 24% slower at 32k)."""
+    kimi = {k: v for k, v in _config(shared_data, "kimi-k2").items() if k != "q_lora_rank"}
+    assert _spec(kimi).mla == load_model("kimi-k2").mla
+    scout = _config(shared_data, "llama4-scout")
+    scout["text_config"] = {k: v for k, v in scout["text_config"].items() if k != "attention_chunk_size"}
+    assert _spec(scout).attention_chunk == 8192 == load_model("llama4-scout").attention_chunk
+
+
+def test_two_mtp_depths_are_refused_and_a_bad_one_names_its_field(shared_data):
+    data = _config(shared_data, "deepseek-v3")
+    with pytest.raises(MoetuneError, match=r"num_nextn_predict_layers \(1\) and mtp_num_hidden_layers \(2\)"):
+        _spec({**data, "mtp_num_hidden_layers": 2})
+    qwen = _config(shared_data, "qwen3-30b-a3b")
+    with pytest.raises(MoetuneError, match="field 'mtp_num_hidden_layers'"):
+        _spec({**qwen, "mtp_num_hidden_layers": -1})

@@ -131,7 +131,8 @@ def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
     dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
     if config is not None and (differ := _against_dump(config, dump)):
         raise MoetuneError(f"the config given contradicts the argument dump of --log {log_path}, which is what ran: "
-                           f"{'; '.join(differ)}; pass the run's own config, or leave it out (the dump is read)")
+                           f"{'; '.join(differ)}; pass the run's own config (without --model, leaving it out reads "
+                           "the dump)")
     return ({**dump, **config} if config is not None else (dump or None)), log
 
 

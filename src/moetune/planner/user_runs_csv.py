@@ -127,7 +127,9 @@ def _user_run(path: str, line: int, row: dict, known: tuple) -> Run:
     row = _tokens_from_step(row)
     if empty := [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]:
         plain = "; ".join(f"{c} = {UNSET[c][0]} where the run {UNSET[c][1]}" for c in empty if c in UNSET)
-        raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}; fill in what the run used"
+        measured = " (tokens_per_s_per_gpu, or step_time_s: what Megatron's log prints)" \
+            if "tokens_per_s_per_gpu" in empty else ""
+        raise MoetuneError(f"--runs {path} line {line}: empty {', '.join(empty)}; fill in what the run used{measured}"
                            f"{' (' + plain + ')' if plain else ''}: a fit needs each run's whole configuration "
                            "(data/published_runs.md describes the columns)")
     full = {c: (row.get(c) or "").strip() for c in known}

@@ -42,6 +42,8 @@ _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:|CUDA error: out of memo
 # NCCL "unhandled system error"), torchrun's ChildFailedError, Slurm's "srun: error", a signal
 _FAILURE = re.compile(r"^\S*(Error|Exception)(: |$)|ChildFailedError|NCCL error|srun: error|Segmentation fault|"
                       r"\bKilled\b|CANCELLED", re.IGNORECASE)
+# the "[rank5]: " torchrun puts before each line of a rank's output (its Python errors included)
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
 # Lines rank 0 prints once per launch, before training: a relaunch prints them again, whatever iteration it resumes
 # at. Megatron-LM megatron/training/arguments.py @ core_v0.18.2 validate_args ("using world size: ") and _print_args
@@ -260,7 +262,9 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             log.memory.append(_memory(m, f"--log {path} line {n}"))
         elif _OOM.search(line):
             log.oom_lines.append(line.strip()[:200])
-        elif _FAILURE.search(line.strip()) and log.iterations:
+            if log.iterations:  # after an iteration: the run stopped on it (the note says so, beside the OOM)
+                log.failure_lines.append(line.strip()[:200])
+        elif _FAILURE.search(_RANK_PREFIX.sub("", line.strip())) and log.iterations:
             log.failure_lines.append(line.strip()[:200])
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))

@@ -118,12 +118,16 @@ def _bridge_mtp(spec: ModelSpec, config: HfConfig) -> ModelSpec:
     """SPEC with the MTP depth Bridge maps from the config.json where its family's reader read none (a Qwen3-MoE or
     Mixtral config naming num_nextn_predict_layers had planned no MTP in silence): each such layer built as the
     decoder's last (ModelSpec.with_mtp), shipped with the checkpoint."""
-    if spec.mtp_num_layers or not (depth := config.count(*BRIDGE_MTP_FIELDS, default=0)):
+    given = {k: config.count(k) for k in BRIDGE_MTP_FIELDS if config.get(k, default=None) is not None}
+    if len(set(given.values())) > 1:  # Bridge maps both onto one field: which wins is the mapping's order, not said
+        raise MoetuneError(f"{config.origin}: " + " and ".join(f"{k} ({v})" for k, v in given.items())
+                           + " give two MTP depths; keep one")
+    key, depth = next(iter(given.items()), (None, 0))
+    if spec.mtp_num_layers or not depth:
         return spec
     try:
         return replace(spec.with_mtp(depth), mtp_checkpoint_layers=depth)
     except ValueError as err:  # a Mamba stack, or more MTP layers than decoder layers
-        key = next(k for k in BRIDGE_MTP_FIELDS if config.get(k, default=None) is not None)
         raise MoetuneError(f"{config.origin}: field '{key}' ({depth}): {err}") from None
 
 

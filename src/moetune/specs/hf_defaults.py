@@ -11,7 +11,9 @@ from importlib import resources
 # the section a family's language-model fields live in (Llama-4's text_config), where not the top level
 SECTION = {"llama4": "text_config"}
 # the table a family reads (llama4's text_config is a Llama4TextConfig; ERNIE's older model_type is the same class)
-TABLE = {"llama4": "llama4_text", "ernie_moe": "ernie4_5_moe"}
+TABLE = {"llama4": "llama4_text", "ernie_moe": "ernie4_5_moe",
+         # Kimi-K2's config.json builds a DeepseekV3Config (its architectures, DeepseekV3ForCausalLM)
+         "kimi_k2": "deepseek_v3"}
 @cache
 def class_defaults() -> dict[str, dict]:
     return tomllib.loads((resources.files("moetune") / "data" / "hf_defaults.toml").read_text())
