@@ -52,8 +52,8 @@ def check_spec(spec: "ModelSpec") -> None:
                                    f"{{num_query_groups}} ({spec.num_query_groups})")
     if spec.num_moe_experts and not spec.num_moe_layers:
         raise SpecError(spec.name, f"{spec.num_moe_experts} experts but no MoE layer among the {spec.num_layers} "
-                                   "(first_k_dense_replace, mlp_only_layers or decoder_sparse_step makes them all "
-                                   "dense)")
+                                   "(the family's MoE-layer fields make them all dense: first_k_dense_replace, "
+                                   "mlp_only_layers, decoder_sparse_step, moe_layers, moe_layer_start_index ...)")
     if spec.num_moe_layers:
         _check_positive(spec, ("moe_ffn_hidden_size",))
     if spec.mla is not None:
