@@ -9,10 +9,9 @@ from moetune.cli.output import GIB, console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, write_text
 from moetune.planner.calibrate import memory_misfits, predict
-from moetune.planner.run_checks import suspect_runs
+from moetune.planner.run_checks import shipped_times, suspect_runs
 from moetune.planner.user_runs import by_gpu, fit_user_runs, gpu_label, sections, shipped_of, user_toml
 from moetune.planner.user_runs_csv import load_user_runs
-from moetune.walls.efficiency import efficiency
 from moetune.words import a_figure
 
 
@@ -43,7 +42,8 @@ def command(runs_path: str | None, write_path: str | None, as_json: bool, one_mo
 def refit(runs: list, write_path: str | None, by: str = "moetune calibrate --runs") -> dict:
     """The per-GPU multipliers refitted to measured runs (a user's CSV, a sweep's candidates), each run predicted with
     the shipped constants and with the refit, written to WRITE_PATH where given: calibrate --runs' JSON object."""
-    held = suspect_runs(runs)  # a figure no model error explains (a unit slip): out of the fit, named
+    shipped = shipped_times(runs)
+    held = suspect_runs(runs, shipped)  # a figure no model error explains (a unit slip): out of the fit, named
     kept = [r for r in runs if r.run_id not in held]
     if not kept:
         raise MoetuneError("every run lies 3x or more from moetune's prediction, so none is fitted ("
@@ -56,7 +56,7 @@ def refit(runs: list, write_path: str | None, by: str = "moetune calibrate --run
     label = {f["gpu"]: name for name, f in fitted.items()}  # each run's GPU as the user gave it
     rows = [{"run_id": r.run_id, "model": r.model.name, "gpu": label.get(r.gpu.ref, gpu_label(r.gpu)),
              "gpus": r.layout.world_size, "measured": r.tokens_per_s_per_gpu,
-             "shipped": predict(r, efficiency(r.gpu.key)).predicted,
+             "shipped": shipped[r.run_id]["tokens_per_s_per_gpu"],
              "fitted": predict(r, fitted[label[r.gpu.ref]]["constants"]).predicted if r.gpu.ref in label else None,
              "held_out": held.get(r.run_id)} for r in runs]
     gpu_of = {r["run_id"]: r["gpu"] for r in rows}

@@ -51,6 +51,12 @@ class Workload:
         return self.gbs(layout) // (self.micro_batch_size * layout.dp)
 
 
+def tokens_per_gpu(global_batch: float, seq_length: float, step_seconds: float, gpus: float) -> float:
+    """Tokens a GPU trains a second: global batch x sequence / step seconds / GPUs, as Megatron Bridge's performance
+    summaries count tokens/s/GPU (a log's step, a runs CSV's step_time_s, a sweep's timed median alike)."""
+    return global_batch * seq_length / step_seconds / gpus
+
+
 # seeds/002 "Start from a 4K shard target: a good first guess is CP ~= seq_len / 4096". moetune's reading: under
 # sequence parallelism TP shards the same tokens (and attention by heads), so the shard is seq / (CP x TP) and the
 # guess CP ~= seq_len / (4096 x TP): seeds/002's own Qwen3-235B-A22B 128K NVL72 recipe trades CP for TP at TP4 x CP4

@@ -8,12 +8,19 @@ from moetune.walls.efficiency import efficiency
 from moetune.walls.step import step_time
 
 
-def suspect_runs(runs: list[Run]) -> dict[str, str]:
+def shipped_times(runs: list[Run]) -> dict[str, dict]:
+    """run_id -> the step time of each run under the shipped constants (calibrate.predict's, with its TFLOP/s):
+    computed once for the held-out check and the report's "shipped" column."""
+    return {r.run_id: step_time(r.model, r.layout, r.workload, r.knobs, r.gpu, efficiency(r.gpu.key)) for r in runs}
+
+
+def suspect_runs(runs: list[Run], times: dict[str, dict]) -> dict[str, str]:
     """run_id -> why, for each run whose measured tokens/s/GPU lies APART (3x) or more from the shipped constants'
-    prediction: further than any published run moetune predicts (the worst, R222, 1.8x: data/known_gaps.toml)."""
+    prediction (TIMES: shipped_times): further than any published run moetune predicts (the worst, R222, 1.8x:
+    data/known_gaps.toml)."""
     out = {}
     for r in runs:
-        t = step_time(r.model, r.layout, r.workload, r.knobs, r.gpu, efficiency(r.gpu.key))
+        t = times[r.run_id]
         ratio = r.tokens_per_s_per_gpu / t["tokens_per_s_per_gpu"]
         if not 1 / APART < ratio < APART:
             out[r.run_id] = _why(r, t, ratio)

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from moetune.errors import MoetuneError
-from moetune.layout.validate import validate
+from moetune.layout.validate import tokens_per_gpu, validate
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
 from moetune.planner.runs import CONFIG, Run, columns, run_from_row
@@ -98,8 +98,9 @@ def _check_cells(full: dict) -> None:
 
 
 def _step_tokens(row: dict) -> float:
-    """Tokens/s/GPU a step time gives: global batch x sequence / step seconds / GPUs."""
-    return int(row["global_batch_size"]) * int(row["seq_length"]) / float(row["step_time_s"]) / int(row["num_gpus"])
+    """Tokens/s/GPU a row's step time gives (layout/validate.py tokens_per_gpu)."""
+    return tokens_per_gpu(int(row["global_batch_size"]), int(row["seq_length"]), float(row["step_time_s"]),
+                          int(row["num_gpus"]))
 
 
 def _tokens_from_step(row: dict) -> dict:

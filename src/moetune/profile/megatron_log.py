@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.layout.validate import tokens_per_gpu
 from moetune.profile.log_notes import timing_notes
 
 _ITER = re.compile(r"\biteration\s+(\d{1,12})\s*/\s*(\d{1,12})\s*\|(.*)$")  # counts a log can hold
@@ -136,7 +137,7 @@ class TrainingLog:
         t, gbs = self.iteration_seconds, self.final_batch
         if not (seq and world and t and gbs):
             return None
-        return gbs * seq / t / world
+        return tokens_per_gpu(gbs, seq, t, world)
 
     @property
     def peak_reserved_bytes(self) -> float | None:

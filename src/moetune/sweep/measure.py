@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.layout.validate import tokens_per_gpu
 from moetune.planner.compare import log_differences
 from moetune.profile.megatron_log import TrainingLog, int_or_none, parse_log
 from moetune.sweep.submit import LOG_PREFIX
@@ -121,7 +122,7 @@ def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
         seconds = [it.elapsed_ms / 1000 for it in timed]
         found.status, found.timed, found.spread = MEASURED, len(timed), _spread(seconds)
         found.step_seconds = statistics.median(seconds)
-        found.tokens_per_s_per_gpu = gbs * seq / found.step_seconds / world
+        found.tokens_per_s_per_gpu = tokens_per_gpu(gbs, seq, found.step_seconds, world)
         flops = [it.tflops_per_gpu for it in timed if it.tflops_per_gpu is not None]
         found.tflops_per_gpu = statistics.median(flops) if flops else None
         found.detail += f"iterations {timed[0].iteration}-{timed[-1].iteration}"
