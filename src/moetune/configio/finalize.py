@@ -3,22 +3,13 @@ Megatron Bridge's TransformerConfig.finalize (models/transformer_config.py @067f
 Megatron-Core's own defaults. Readers of a config (rules/derive.py, planner/from_config.py, rules/mcore.py) ask here,
 so the two launchers' configs read as each engine runs them."""
 
-import math
 from typing import Any
 
 from moetune.configio.gates import gate_on
 from moetune.configio.names import NO_DEFAULT, Name, is_megatron_lm, names
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
-
-
-def parallel_size(config: dict[str, Any], key: str, *, zero_is_one: bool = True) -> int:
-    """A parallel size as the config sets it, Megatron's 1 where it is silent. zero_is_one: a 0 reads as 1 too
-    (this module's readers; data_parallel_size divides by it); layout_map's Layout reader passes False, leaving a 0
-    for Layout to refuse in one line. A normalized config holds neither a 0 nor a non-integer
-    (normalize.AT_LEAST_ONE, types._int)."""
-    value = config.get(key)
-    return 1 if value is None or zero_is_one and not value else int(value)
+from moetune.layout.config_sizes import data_parallel_size, parallel_size
 
 
 def expert_tensor_parallel_size(config: dict[str, Any]) -> int:
@@ -190,14 +181,6 @@ def synced_optimizer_switches(config: dict[str, Any]) -> dict[str, Any]:
     (distributed_optimizer): advice that asks either switch reads what Bridge syncs, not a side the config left out."""
     on = distributed_optimizer(config)
     return {**config, "ddp.use_distributed_optimizer": on, "optimizer.use_distributed_optimizer": on}
-
-
-def data_parallel_size(config: dict[str, Any]) -> int | None:
-    """world / (TP x CP x PP), or None where the world is unknown or the attention mesh does not tile it."""
-    world = config.get("cluster.num_gpus")
-    attn = math.prod(parallel_size(config, key) for key in (
-        "model.tensor_model_parallel_size", "model.context_parallel_size", "model.pipeline_model_parallel_size"))
-    return int(world) // attn if world and int(world) % attn == 0 else None
 
 
 def settle_dp_overlap(config: dict[str, Any]) -> dict[str, Any]:

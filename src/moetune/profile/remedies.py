@@ -9,6 +9,7 @@ Keys absent from the config never remove anything: the advice stays, untailored.
 from dataclasses import dataclass
 from typing import Any
 
+from moetune.layout.config_sizes import data_parallel_size
 from moetune.profile.table import all_hold, holds, remedies_table
 
 
@@ -58,20 +59,10 @@ NO_VALUE = object()  # _resolve's answer where no value of a multiplied setting 
 def _whole_batch(mbs: int, step: int, config: dict[str, Any]) -> Any:
     """MBS, or the least larger one by STEP (the current micro-batch) that divides the global batch over DP, where the
     config gives both (Megatron asserts GBS % (MBS x DP) == 0: rule batch.gbs_divisible); NO_VALUE where none does."""
-    gbs, dp = config.get("train.global_batch_size"), _data_parallel(config)
+    gbs, dp = config.get("train.global_batch_size"), data_parallel_size(config)
     if not (isinstance(gbs, int) and dp):
         return mbs
     return next((m for m in range(mbs, gbs // dp + 1, int(step)) if gbs % (m * dp) == 0), NO_VALUE)
-
-
-def _data_parallel(config: dict[str, Any]) -> int | None:
-    """DP = GPUs / (TP x CP x PP), where the config names the GPUs (the parallel sizes default to 1). configio's
-    data_parallel_size says the same of a full config, but profile sits below configio (tests/test_layering.py)."""
-    world = config.get("cluster.num_gpus")
-    model = 1
-    for key in ("tensor_model_parallel_size", "context_parallel_size", "pipeline_model_parallel_size"):
-        model *= config.get(f"model.{key}") or 1
-    return world // model if isinstance(world, int) and world % model == 0 else None
 
 
 def _pick_change(rule: dict, facts: dict[str, Any]) -> dict[str, Any] | None:
