@@ -14,6 +14,7 @@ from moetune.cli.output import (
     launched_by_mlm,
     layout_extras,
     print_checks,
+    print_model_notes,
     table,
     user_files_line,
     workload_line,
@@ -139,8 +140,7 @@ def print_time(result: Estimate) -> None:
             if t["collectives"][c] > 0]
     if coll:
         out.print(table("Communication per step (s)", ["collective", "total", "exposed"], coll))
-    for note in result.model.notes:  # config.json fields read at their config class's defaults (specs/hf_defaults.py)
-        out.print(f"[yellow]note[/yellow]: {escape(note)}")
+    print_model_notes(out, result.model)
     if result.defaulted:
         scope = ",".join(result.knobs.cuda_graph_scope) or "none"
         if result.knobs.cuda_graph_scope != default_scope(result.model, result.gpu):

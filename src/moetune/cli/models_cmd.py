@@ -1,9 +1,8 @@
 """``moetune models``: list the built-in models; ``moetune models show MODEL``: their key figures."""
 
 import click
-from rich.markup import escape
 
-from moetune.cli.output import billions, console, emit_json, table
+from moetune.cli.output import billions, console, emit_json, print_model_notes, table
 from moetune.specs.registry import builtin_names, load_model
 from moetune.walls.model_params import model_counts
 
@@ -64,8 +63,7 @@ def show(model: str, as_json: bool) -> None:
     console().print(table(f"Model {info['name']}", ["field", "value"], rows))
     if note := _mtp_note(spec, info):
         console().print(note)
-    for note in info["notes"]:
-        console().print(f"note: {escape(note)}")
+    print_model_notes(console(), spec)
 
 
 def _mtp_note(spec, info: dict) -> str:

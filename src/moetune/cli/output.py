@@ -40,6 +40,13 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
+def print_model_notes(printer, spec) -> None:
+    """The config.json fields a model read at its config class's defaults (specs/hf_defaults.py), one note each;
+    PRINTER is the command's console (or its quiet-aware wrapper)."""
+    for note in spec.notes:
+        printer.print(f"[yellow]note[/yellow]: {escape(note)}")
+
+
 def emit_json(data: dict | list) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 

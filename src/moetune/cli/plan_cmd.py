@@ -14,6 +14,7 @@ from moetune.cli.output import (
     emit_json,
     fsdp_text,
     layout_extras,
+    print_model_notes,
     table,
     user_files_line,
 )
@@ -171,8 +172,8 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
             console().print(f"[bold]Not searched[/bold] (the seeds' starting choice stays the pick's): {m['rule']} "
                             f"predicts {m['predicted_gain']:+.1%} on #1 ({m['new_tokens_per_s_per_gpu']:,.0f} "
                             f"tokens/s/GPU): {m['why']}; `explain --plan` lists it with its settings")
-        for model_note in pick.model.notes if pick else []:  # config.json fields read at their class defaults
-            console().print(f"[yellow]note[/yellow]: {escape(model_note)}")
+        if pick:
+            print_model_notes(console(), pick.model)
         if record:
             console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
         if comparison:
