@@ -15,7 +15,6 @@ then make of the flags is configio/mlm_validate.py's.
 from __future__ import annotations
 
 import ast
-import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -31,6 +30,7 @@ from moetune.configio.shell import launch_words
 from moetune.configio.shell_words import tokens
 from moetune.configio.types import coerce, parse_text
 from moetune.errors import MoetuneError
+from moetune.words import closest
 
 _ENV_WORD = re.compile(rf"^({SHELL_NAME})=(.*)$")
 _VARIABLE = re.compile(rf"\$\{{({SHELL_NAME})(?::-([^}}]*))?\}}|\$({SHELL_NAME})")
@@ -103,8 +103,8 @@ def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = N
         return None, None  # a flag main dropped that the release the user targets has: read and ignored, as its own
     if row is None or not check_extra(flag, row, entry, origin):
         known = [f for f, r in names().by_flag.items() if takes(r, entry)]
-        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.8)
-        hint = (f"; did you mean {close[0]}?" if close else
+        close = closest(flag, known, cutoff=0.8)
+        hint = (f"; did you mean {close}?" if close else
                 "; not one of the training arguments (megatron/training/arguments.py) moetune checks: an inference or "
                 "export script's own flag, or one newer than Megatron-LM d98e8a6 (2026-08-22, which megatron_names.csv "
                 "lists) or removed before it")

@@ -10,7 +10,6 @@ onto the model, so ``model.overlap_moe_expert_parallel_comm`` becomes ``comm_ove
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -18,6 +17,7 @@ from moetune.configio.names import ENV_NAME, PASSTHROUGH, VALIDATED, names
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
 from moetune.layout.layout import split_stages
+from moetune.words import closest
 
 DELETE = object()  # a `~key` Hydra override
 # The VPP Megatron-LM derives from --pipeline-model-parallel-layout (or a hybrid pattern's '|' stages): stages / PP,
@@ -71,8 +71,8 @@ def canonical_key(key: str, origin: str) -> str:
         raise MoetuneError(f"{origin}: unknown config section {section!r} in {key!r}; sections are {allowed}")
     table = names()
     if table.get(key) is None:
-        close = difflib.get_close_matches(key, table.section_names(section), n=1, cutoff=0.75)
-        hint = f"; did you mean {close[0]}?" if close else f"; see the {section}.* names in megatron_names.csv"
+        close = closest(key, table.section_names(section))
+        hint = f"; did you mean {close}?" if close else f"; see the {section}.* names in megatron_names.csv"
         raise MoetuneError(f"{origin}: unknown key {key!r}{hint}")
     return table.canonical(key)
 

@@ -1,6 +1,5 @@
 """Built-in models: the Hugging Face configs shipped in moetune/data/models, addressable by short name."""
 
-import difflib
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -8,6 +7,7 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.specs.hf_config import load_hf_config, spec_from_hf
 from moetune.specs.model import ModelSpec
+from moetune.words import closest
 
 _SUFFIX = ".config.json"
 
@@ -45,5 +45,5 @@ def load_model(name_or_path: str) -> ModelSpec:
 def _closest(name: str) -> str:
     """'; did you mean X?' for the built-in name nearest a typo or a Hugging Face repo id (Qwen/Qwen3-30B-A3B,
     kimi-k2-instruct), else nothing: the list of every name alone leaves the user to spot it."""
-    close = difflib.get_close_matches(name.lower().rsplit("/", 1)[-1], builtin_names(), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]}?)" if close else ""
+    close = closest(name.lower().rsplit("/", 1)[-1], builtin_names(), cutoff=0.6)
+    return f" (did you mean {close}?)" if close else ""
