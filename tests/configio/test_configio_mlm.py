@@ -191,6 +191,12 @@ def test_a_logs_argument_dump_reads_as_bridge_names():
                       "model.cuda_graph_scope": ["attn"]}
 
 
+def test_a_dumps_world_size_is_the_gpu_count():
+    """validate_args sets args.world_size, which print_args dumps: the GPUs that ran, though no flag sets it."""
+    assert argument_dump_config({"world_size": "16"}) == {"cluster.num_gpus": 16}
+    assert argument_dump_config({"world_size": "None"}) == {}
+
+
 @pytest.mark.parametrize(("flags", "groups"), [
     ("--num-attention-heads 32 --num-query-groups 8 --group-query-attention", 8),
     ("--num-attention-heads 32 --num-query-groups 8", 32),  # Megatron-LM passes None: a KV group per head

@@ -152,6 +152,22 @@ def test_a_config_that_contradicts_the_logs_argument_dump_is_refused(fixtures_di
     assert main(["diagnose", "--log", log, "--gpu", "h100", "--mlm-args", "--expert-model-parallel-size 16"]) == 0
 
 
+def test_a_logs_argument_dump_is_the_runs_config_for_model(fixtures_dir, tmp_path, capsys):
+    """A Megatron-LM log's argument dump holds the layout, the knobs and the world size (validate_args' world_size):
+    diagnose --model had asked for --config and then --gpus beside it. --gpus that contradicts the dump is named as
+    the flag (it had read as the log timing 'another job'), and the advice is said in Megatron-LM arguments."""
+    text = (fixtures_dir / "megatron_lm_qwen3_30b_a3b.log").read_text()
+    log = tmp_path / "run.log"
+    log.write_text(text.replace("  global_batch_size ..", "  bf16 .............. True\n  global_batch_size ..", 1))
+    args = ["diagnose", "--log", str(log), "--model", "qwen3-30b-a3b", "--gpu", "h100"]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["world_size"] == 16 and out["comparison"]["step_seconds"]["measured"] > 0
+    assert main(args + ["--gpus", "32"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--gpus 32 (the log ran 16)" in err and "another job" not in err
+
+
 def test_model_takes_the_gpu_count_the_traces_record(traces_dir, capsys):
     """The 2-rank A100 trace records world size 2: diagnose --model needs no --gpus beside it (it had asked for one),
     and the prediction is for 2 GPUs."""

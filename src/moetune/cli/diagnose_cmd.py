@@ -98,7 +98,8 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
     if model is None:
         return None
     if not given:
-        raise MoetuneError("--model needs --config (the run's layout and knobs) or use --plan FILE")
+        raise MoetuneError("--model needs the run's layout and knobs: --config (or --mlm-args), a Megatron-LM --log "
+                           "with its argument dump, or use --plan FILE")
     if "cluster.gpu" not in config:
         raise MoetuneError("--model needs --gpu (the GPU the run used)")
     spec = trained_model(load_model(model), config)
@@ -128,11 +129,12 @@ def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
                              from_result=_result_config, script_args=script_args)
     log = read_log(log_path) if log_path else None
-    dump = argument_dump_config(log.args) if log is not None and log.argument_dump else {}
+    # only Megatron-LM prints the dump (Bridge prints none): the run is a Megatron-LM launch, its advice in its flags
+    dump = argument_dump_config(log.args) | {LAUNCHER: "megatron-lm"} if log is not None and log.argument_dump else {}
     if config is not None and (differ := _against_dump(config, dump)):
         raise MoetuneError(f"the config given contradicts the argument dump of --log {log_path}, which is what ran: "
-                           f"{'; '.join(differ)}; pass the run's own config (without --model, leaving it out reads "
-                           "the dump)")
+                           f"{'; '.join(differ)}; pass the run's own config and GPU count, or leave them out: the "
+                           "dump says them")
     return ({**dump, **config} if config is not None else (dump or None)), log
 
 
@@ -151,7 +153,7 @@ def _against_dump(config: dict, dump: dict) -> list[str]:
     mlm = is_megatron_lm(config)
 
     def name(key: str) -> str:
-        return (names().mlm_flag(key) if mlm else None) or key
+        return "--gpus" if key == "cluster.num_gpus" else (names().mlm_flag(key) if mlm else None) or key
 
     return [f"{name(k)} {config[k]} (the log ran {dump[k]})" for k in RUN_SHAPE
             if config.get(k) is not None and dump.get(k) is not None and config[k] != dump[k]]
@@ -213,7 +215,8 @@ def command(traces: tuple[str, ...], log_path: str | None, configs, sets, mlm_ar
     if model and traces and config is not None and "cluster.num_gpus" not in config:
         if world := recorded_world_size(list(traces)):  # what the traces record, where neither --gpus nor the config
             config = {**config, "cluster.num_gpus": world}  # says it (they are checked against it below)
-    given = bool(configs or sets or mlm_args is not None)
+    # the layout and knobs a --model prediction needs: a config given, or what a Megatron-LM log's argument dump says
+    given = bool(configs or sets or mlm_args is not None or log is not None and log.argument_dump)
     predicted = _prediction(config, model, plan_file, given, rank, log)
     run_gpu = _run_gpu(config, gpu, predicted, traces)
     # the remedies ask the distributed optimizer (parameter-gather overlap needs it): as the run syncs its two switches

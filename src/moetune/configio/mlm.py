@@ -235,4 +235,7 @@ def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
             out["optimizer.use_distributed_optimizer"] = out[row.bridge_name]
     if "model.num_query_groups" in out and args.get("group_query_attention") == "False":  # mlm_validate.py's GQA rule
         out["model.num_query_groups"] = out.get("model.num_attention_heads")
+    world = args.get("world_size", "")
+    if world.isascii() and world.isdigit() and int(world) > 0:  # validate_args sets it: the GPUs that ran (no flag)
+        out["cluster.num_gpus"] = int(world)
     return out
