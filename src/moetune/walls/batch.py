@@ -50,7 +50,7 @@ from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes, o
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.rank_params import layer_rank_params
 from moetune.walls.split_floor import even_floor, layer_shares, whole_floor
-from moetune.walls.step import layer_time
+from moetune.walls.step import layer_time, step_walls
 
 
 def _ctx(b: LayoutBatch, seq: int, knobs: Knobs) -> ActivationContext:
@@ -257,14 +257,11 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
         lambda: _data_parallel(spec, root, knobs, gpu, eff, gbs)))
     u = by_row(b, ("unpaired", gbs), lambda a: ep_overlap_unpaired(a.fields, microbatches(a, gbs)[:, None])[:, 0]) \
         if knobs.ep_overlap else 0.0
-    unhidden = (stage["hidden_ep"] + stage["regain"]) if knobs.ep_overlap else 0.0
-    walls = {"compute": m * stage["compute"] + optimizer,
-             "communication": m * stage["comm"] + dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs,
-                                                                      stage["host"], m, step_rs, step_ag)
-                              + u * stage["hidden_ep"],
-             # the warm-up chunks the bubble waits through run unpaired, their all-to-all whole (step.step_time)
-             "bubble": bubble(b) * (stage["total"] + unhidden),
-             "host": m * stage["host"] + (u * stage["regain"] if knobs.ep_overlap else 0.0) + offload}
+    hidden, regain = (stage["hidden_ep"], stage["regain"]) if knobs.ep_overlap else (0.0, 0.0)
+    dp_exposed = dp_exposed_seconds(rs, ag, stage["compute"], eff, knobs, stage["host"], m, step_rs, step_ag)
+    walls = step_walls(m, stage["compute"], stage["comm"], stage["host"], stage["total"], hidden=hidden,
+                       regain=regain, unpaired_runs=u, bubble_factor=bubble(b), dp_exposed=dp_exposed,
+                       optimizer=optimizer, offload=offload)
     walls["step"] = sum(walls.values())
     # the same step with the slowest pipeline rank at the least a re-split could make it (walls/split_floor.py: the
     # work is the same, only where it runs moves), so the planner re-splits only candidates this keeps in reach

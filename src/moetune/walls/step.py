@@ -150,6 +150,22 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     return out
 
 
+def step_walls(m, compute, comm, host, total, *, hidden, regain, unpaired_runs, bubble_factor, dp_exposed, optimizer,
+               offload) -> dict:
+    """The four walls of a step from its slowest pipeline rank's seconds a micro-batch (compute, exposed comm, host,
+    total), scalars or one per candidate (walls/batch.py): M micro-batches, plus the step's own terms. Under EP overlap
+    `hidden` (the all-to-all it hides) and `regain` (the host wait an unpaired micro-batch's longer GPU work covers)
+    come back whole in the `unpaired_runs` micro-batches the combined 1F1B does not pair, and in the bubble, which
+    waits through the warm-up and cool-down chunks (step_time); 0 without it. `bubble_factor`: (PP - 1) / VPP."""
+    return {
+        "compute": m * compute + optimizer,
+        "communication": m * comm + dp_exposed + unpaired_runs * hidden,
+        "bubble": bubble_factor * (total + hidden + regain),
+        # the optimizer's offloaded share steps on the host CPU while the GPU waits (HybridDeviceOptimizer)
+        "host": m * host + unpaired_runs * regain + offload,
+    }
+
+
 def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """The `time` object of estimate's JSON (seconds)."""
     gpu = job_gpu(gpu, lay.world_size)  # collectives see the job's NVLink domain
@@ -171,13 +187,9 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     regain = slow["host_unpaired"] - slow["host"] if knobs.ep_overlap else 0.0
     u = float(ep_overlap_unpaired(lay, m)) if knobs.ep_overlap else 0.0
     unpaired = u * hidden
-    walls = {
-        "compute": m * sum(slow["compute"].values()) + optimizer,
-        "communication": m * sum(slow["comm"].values()) + dp_exposed + unpaired,
-        "bubble": (lay.pp - 1) / lay.vpp * (slow["total"] + hidden + regain),
-        # the optimizer's offloaded share steps on the host CPU while the GPU waits (HybridDeviceOptimizer)
-        "host": m * slow["host"] + u * regain + offload,
-    }
+    walls = step_walls(m, sum(slow["compute"].values()), sum(slow["comm"].values()), slow["host"], slow["total"],
+                       hidden=hidden, regain=regain, unpaired_runs=u, bubble_factor=(lay.pp - 1) / lay.vpp,
+                       dp_exposed=dp_exposed, optimizer=optimizer, offload=offload)
     walls = {k: float(v) for k, v in walls.items()}
     step = sum(walls.values())
     tokens = wl.gbs(lay) * wl.seq_length
