@@ -64,7 +64,7 @@ def test_a_prediction_of_another_cluster_is_refused(shared_data, tmp_path, capsy
 def test_ambiguous_or_damaged_predictions_are_one_line(shared_data, tmp_path, capsys):
     trace = str(shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz")
     plan = _plan(capsys, tmp_path)
-    cases = [(["--model", "qwen3-30b-a3b", "--gpu", "a100", "--gpus", "16"], "--model needs --config"),
+    cases = [(["--model", "qwen3-30b-a3b", "--gpu", "a100", "--gpus", "16"], "the run's layout and knobs: --config"),
              (["--model", "qwen3-30b-a3b", "--plan", str(plan)], "--plan and --model both name the prediction")]
     data = json.loads(plan.read_text())
     del data["knobs"]["precision"]

@@ -129,13 +129,21 @@ def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
         config = load_config(list(configs), sets=list(sets), mlm_args=mlm_args, gpu=gpu, gpus=gpus,
                              from_result=_result_config, script_args=script_args)
     log = read_log(log_path) if log_path else None
-    # only Megatron-LM prints the dump (Bridge prints none): the run is a Megatron-LM launch, its advice in its flags
-    dump = argument_dump_config(log.args) | {LAUNCHER: "megatron-lm"} if log is not None and log.argument_dump else {}
+    dump = _dump_config(log) if log is not None and log.argument_dump else {}
     if config is not None and (differ := _against_dump(config, dump)):
         raise MoetuneError(f"the config given contradicts the argument dump of --log {log_path}, which is what ran: "
                            f"{'; '.join(differ)}; pass the run's own config and GPU count, or leave them out: the "
                            "dump says them")
     return ({**dump, **config} if config is not None else (dump or None)), log
+
+
+def _dump_config(log: TrainingLog) -> dict:
+    """The config a Megatron-LM log's argument dump says. Only Megatron-LM prints one (Bridge prints none), so the run
+    is a Megatron-LM launch, its defaults Megatron-LM's and its advice in its flags, where the dump is whole:
+    print_args prints every argument, bf16 among them; one cut short (a grep of the log) says nothing of the rest, and
+    Megatron-LM's defaults would read its precision as FP32."""
+    config = argument_dump_config(log.args)
+    return config | {LAUNCHER: "megatron-lm"} if "bf16" in log.args else config
 
 
 # What a config given beside a Megatron-LM log may not contradict in the log's argument dump (what ran): the layout,
