@@ -18,6 +18,7 @@ from moetune.planner.compare import compare, same_log_job
 from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config, trained_model
 from moetune.planner.from_json import estimate_from_json, saved_results
+from moetune.planner.run_shape import config_run, dumped_run, run_differences
 from moetune.profile.diagnose import DiagnoseResult, diagnose
 from moetune.profile.megatron_log import TrainingLog, read_log
 from moetune.profile.trace_json import recorded_world_size
@@ -130,7 +131,7 @@ def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
                              from_result=_result_config, script_args=script_args)
     log = read_log(log_path) if log_path else None
     dump = _dump_config(log) if log is not None and log.argument_dump else {}
-    if config is not None and (differ := _against_dump(config, dump)):
+    if config is not None and log is not None and (differ := _against_dump(config, log.args)):
         raise MoetuneError(f"the config given contradicts the argument dump of --log {log_path}, which is what ran: "
                            f"{'; '.join(differ)}; pass the run's own config and GPU count, or leave them out: the "
                            "dump says them")
@@ -146,25 +147,18 @@ def _dump_config(log: TrainingLog) -> dict:
     return config | {LAUNCHER: "megatron-lm"} if "bf16" in log.args else config
 
 
-# What a config given beside a Megatron-LM log may not contradict in the log's argument dump (what ran): the layout,
-# the batch and the dispatcher the advice and any prediction are tailored to; a --model prediction also refuses it
-# (planner/compare.py same_log_job), the advice alone had been tailored to the config in silence
-RUN_SHAPE = ("model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
-             "model.expert_model_parallel_size", "model.expert_tensor_parallel_size", "train.micro_batch_size",
-             "train.global_batch_size", "model.seq_length", "model.moe_token_dispatcher_type",
-             "model.moe_flex_dispatcher_backend", "cluster.num_gpus")
-
-
-def _against_dump(config: dict, dump: dict) -> list[str]:
-    """'NAME VALUE (the log ran DUMPED)' for each RUN_SHAPE key both give, differently; NAME as the config was given
-    (a Megatron-LM argument list's flag)."""
-    mlm = is_megatron_lm(config)
+def _against_dump(config: dict, args: dict) -> list[str]:
+    """'NAME VALUE (the log ran DUMPED)' for each field of the run's shape (planner/run_shape.py: the layout, the batch,
+    the precision, dispatcher, overlaps, graphs and recompute the advice and any prediction are tailored to) that the
+    config and the log's argument dump ARGS both give, differently; NAME as the config was given (a Megatron-LM
+    argument list's flag). A --model prediction also refuses it (planner/compare.py same_log_job); the advice alone
+    had been tailored to the config in silence."""
+    mlm, ran, given = is_megatron_lm(config), dumped_run(args), config_run(config)
 
     def name(key: str) -> str:
         return "--gpus" if key == "cluster.num_gpus" else (names().mlm_flag(key) if mlm else None) or key
 
-    return [f"{name(k)} {config[k]} (the log ran {dump[k]})" for k in RUN_SHAPE
-            if config.get(k) is not None and dump.get(k) is not None and config[k] != dump[k]]
+    return [f"{name(k)} {given[k]} (the log ran {ran[k]})" for k in run_differences(ran, given)]
 
 
 def _run_gpu(config: dict | None, gpu: str | None, predicted, traces) -> GpuSpec | None:

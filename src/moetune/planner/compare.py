@@ -10,9 +10,10 @@ compute = the rest of the step.
 import math
 
 from moetune.errors import MoetuneError
+from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
+from moetune.planner.run_shape import RUN_SHAPE, config_run, dumped_run, run_differences
 from moetune.profile.diagnose import DiagnoseResult
-from moetune.profile.megatron_log import int_or_none
 from moetune.walls.model_flops import megatron_model_flops
 
 WALLS = ("compute", "communication", "bubble", "host")
@@ -46,31 +47,24 @@ def same_run(predicted: Estimate, measured: DiagnoseResult) -> None:
                            "compare a plan or estimate made with --gpu of the run's GPU")
 
 
-# Megatron-LM's argument dump (arguments.py print_args) -> what the prediction ran of it
-LOGGED_LAYOUT = {"tensor_model_parallel_size": lambda e: e.layout.tp,
-                 "pipeline_model_parallel_size": lambda e: e.layout.pp,
-                 "virtual_pipeline_model_parallel_size": lambda e: e.layout.vpp,
-                 "context_parallel_size": lambda e: e.layout.cp,
-                 "expert_model_parallel_size": lambda e: e.layout.ep,
-                 "expert_tensor_parallel_size": lambda e: e.layout.etp,
-                 "micro_batch_size": lambda e: e.workload.micro_batch_size,
-                 "num_layers": lambda e: e.model.num_layers, "hidden_size": lambda e: e.model.hidden_size,
-                 "num_experts": lambda e: e.model.num_moe_experts or None}
+# How log_differences names a field it finds apart: its own words for these, else the dump's destination
+SAID_AS = {"model.seq_length": "sequence length", "cluster.num_gpus": "GPUs"}
 
 
 def log_differences(predicted: Estimate, log) -> list[str]:
     """What a training log ran that the prediction did not: its global batch (each iteration's line; none where the
-    batch ramps up), and where Megatron-LM dumped its arguments, the sequence length, GPUs, layout, micro-batch and
-    the model's shape; 'TP 2 (predicted 1)' each. A launch's own MODEL_ARGS may carry all of these (a sweep's
-    EXTRA_ARGS win over the emitted flags), so a log of another job reads as one."""
+    batch ramps up), and where Megatron-LM dumped its arguments, the sequence length, GPUs, layout, micro-batch,
+    model shape and the knobs the step rests on (run_shape.RUN_SHAPE: precision, dispatcher, overlaps, graphs,
+    recompute); 'TP 2 (predicted 1)' each. A launch's own MODEL_ARGS may carry all of these (a sweep's EXTRA_ARGS win
+    over the emitted flags), so a log of another job reads as one: a BF16 alltoall run with every overlap off had been
+    compared with an FP8 DeepEP plan as a 0.53x model error."""
     sizes = {it.global_batch_size for it in log.iterations if it.global_batch_size}
     ramp = len(sizes) > 1 or log.args.get("rampup_batch_size") not in (None, "None")  # the batch grows: no one GBS
-    said = {"global batch": (None if ramp else next(iter(sizes), None), predicted.workload.gbs(predicted.layout)),
-            "sequence length": (int_or_none(log.args.get("seq_length")), predicted.workload.seq_length),
-            "GPUs": (int_or_none(log.args.get("world_size")), predicted.layout.world_size)}
-    said |= {dest: (int_or_none(log.args.get(dest)), planned(predicted)) for dest, planned in LOGGED_LAYOUT.items()}
-    return [f"{k} {logged} (planned {ours})" for k, (logged, ours) in said.items()
-            if logged is not None and ours is not None and logged != ours]
+    logged, gbs = None if ramp else next(iter(sizes), None), predicted.workload.gbs(predicted.layout)
+    ran = {k: v for k, v in dumped_run(log.args).items() if k != "train.global_batch_size"}  # the lines say it
+    planned = config_run(to_config(predicted))
+    return ([f"global batch {logged} (planned {gbs})"] if logged is not None and logged != gbs else []) + \
+        [f"{SAID_AS.get(k, RUN_SHAPE[k][0])} {ran[k]} (planned {planned[k]})" for k in run_differences(ran, planned)]
 
 
 def same_log_job(predicted: Estimate, log, others=None) -> None:

@@ -1,0 +1,81 @@
+"""What a Megatron-LM run was, as its log's argument dump says (training/arguments.py print_args, after validate_args
+has filled it in): the GPUs, sequence, batch, layout, model shape and the knobs its speed rests on. One table serves
+both checks of a log: against a prediction (planner/compare.py log_differences: a log of another job times nothing
+the prediction says) and against a config given beside it (cli diagnose: the dump is what ran)."""
+
+from typing import Any
+
+from moetune.configio.mlm import argument_dump_config
+
+# Dotted name (data/megatron_names.csv) -> (the dump's argparse destination, what the dump's None reads as). The
+# destination is the flag's own spelling but where validate_args or the flag sets another (VPP from
+# --num-virtual-stages-per-pipeline-rank, the FP8/FP4 formats, the world size no flag sets); None is Megatron-LM's
+# "unset": one virtual stage, no FP8, no recompute, overlap off
+RUN_SHAPE: dict[str, tuple[str, Any]] = {
+    "model.seq_length": ("seq_length", None),
+    "cluster.num_gpus": ("world_size", None),
+    "train.global_batch_size": ("global_batch_size", None),
+    "model.tensor_model_parallel_size": ("tensor_model_parallel_size", 1),
+    "model.pipeline_model_parallel_size": ("pipeline_model_parallel_size", 1),
+    "model.virtual_pipeline_model_parallel_size": ("virtual_pipeline_model_parallel_size", 1),
+    "model.context_parallel_size": ("context_parallel_size", 1),
+    "model.expert_model_parallel_size": ("expert_model_parallel_size", 1),
+    "model.expert_tensor_parallel_size": ("expert_tensor_parallel_size", None),
+    "train.micro_batch_size": ("micro_batch_size", None),
+    "model.num_layers": ("num_layers", None),
+    "model.hidden_size": ("hidden_size", None),
+    "model.num_moe_experts": ("num_experts", None),
+    "model.moe_token_dispatcher_type": ("moe_token_dispatcher_type", None),
+    "model.moe_flex_dispatcher_backend": ("moe_flex_dispatcher_backend", None),
+    "mixed_precision.fp8": ("fp8", None),
+    "mixed_precision.fp8_recipe": ("fp8_recipe", None),
+    "mixed_precision.fp4": ("fp4", None),
+    "comm_overlap.overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm", False),
+    "model.cuda_graph_impl": ("cuda_graph_impl", "none"),
+    "model.recompute_granularity": ("recompute_granularity", None),
+    "model.recompute_modules": ("recompute_modules", None),
+    "ddp.overlap_grad_reduce": ("overlap_grad_reduce", False),
+    "ddp.overlap_param_gather": ("overlap_param_gather", False),
+}
+UNFLAGGED = ("virtual_pipeline_model_parallel_size", "fp8", "fp4")  # destinations no flag of theirs spells
+# Fields that mean something only where another holds a value: print_args shows Megatron-LM's default recipe for a
+# BF16 run, its backend for a non-flex dispatcher and its default module list without selective recompute
+ONLY_WHERE = {"mixed_precision.fp8_recipe": ("mixed_precision.fp8", None),
+              "model.moe_flex_dispatcher_backend": ("model.moe_token_dispatcher_type", "flex"),
+              "model.recompute_modules": ("model.recompute_granularity", "selective")}
+
+
+def dumped_run(args: dict[str, str]) -> dict[str, Any]:
+    """RUN_SHAPE's fields the dump ARGS state, in dotted names and their types (argument_dump_config's reading, which
+    leaves out a value the field refuses); a None at what it reads as, and a destination no flag spells as Python
+    printed it."""
+    read, out = argument_dump_config(args), {}
+    for key, (dest, unset) in RUN_SHAPE.items():
+        text = args.get(dest)
+        if text == "None":
+            out[key] = unset
+        elif key in read:
+            out[key] = read[key]
+        elif text is not None and dest in UNFLAGGED:
+            out[key] = int(text) if text.isascii() and text.isdigit() else text
+    return out
+
+
+def config_run(config: dict[str, Any]) -> dict[str, Any]:
+    """RUN_SHAPE's fields a dotted config holds, a None at what it reads as."""
+    return {k: (unset if config[k] is None else config[k]) for k, (_, unset) in RUN_SHAPE.items() if k in config}
+
+
+def run_differences(ran: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """The RUN_SHAPE fields that both give and that differ, in RUN_SHAPE's order (a field of ONLY_WHERE only where
+    both hold its gate's value); module lists compare as sets."""
+    def same(key: str) -> bool:
+        a, b = ran[key], other[key]
+        return sorted(a) == sorted(b) if isinstance(a, list) and isinstance(b, list) else a == b
+
+    def gated_off(key: str) -> bool:
+        gate, on = ONLY_WHERE.get(key, (None, None))
+        return gate is not None and any(r.get(gate) is None or on is not None and r.get(gate) != on
+                                        for r in (ran, other))
+
+    return [k for k in RUN_SHAPE if k in ran and k in other and not gated_off(k) and not same(k)]
