@@ -90,3 +90,22 @@ def test_ep_overlap_is_left_out_where_megatron_core_lacks_the_field_bridge_appli
     assert lacking(knob_fields(overlap), "0.14") == []
     kept, _ = release_grid([overlap, Knobs(dispatcher="alltoall")], "0.13")
     assert kept == [Knobs(dispatcher="alltoall")]
+
+
+def test_a_bridge_release_reports_tflops_with_its_own_counter(capsys):
+    """Bridge v0.4.2 counts gpt-oss's GLU at 2 (its SiLU-only rule) where main counts 3: estimate and plan for that
+    release print the TFLOP/s/GPU its log prints (the step and tokens are the same); a Megatron-Core release alone
+    keeps Bridge main's count."""
+    import json
+
+    from moetune.cli.main import main
+    args = ["estimate", "gpt-oss-120b", "--gpu", "h100", "--gpus", "64", "--tp", "4", "--pp", "4", "--ep", "8",
+            "--precision", "bf16", "--json"]
+    times = {}
+    for release in ([], ["--megatron-bridge", "0.4.2"], ["--megatron-core", "0.16"]):
+        main(args + release)
+        times[tuple(release)] = json.loads(capsys.readouterr().out)["time"]
+    main_count, old, core = times.values()
+    assert old["flops_convention"] == "bridge-pre-2026-05" and core["flops_convention"] == "bridge"
+    assert old["tokens_per_s_per_gpu"] == main_count["tokens_per_s_per_gpu"]
+    assert old["tflops_per_gpu"] < main_count["tflops_per_gpu"] / 1.15 and core == main_count

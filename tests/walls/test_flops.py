@@ -262,3 +262,24 @@ def test_mla_up_proj_recompute_replays_the_up_projections_alone():
     up = 1536 * 128 * 192 + 512 * 128 * 256
     assert mla_up_share(spec, spec.layers[-1]) == pytest.approx(up / (up + 7168 * 1536 + 7168 * 576 + 128 * 128 * 7168))
     assert mla_up_share(load_model("qwen3-30b-a3b"), load_model("qwen3-30b-a3b").layers[0]) == 0.0
+
+
+@pytest.mark.parametrize(("seq", "mlm"), [(4096, 3.28764e15), (32768, 3.51676e16), (131072, 2.62267e17)])
+def test_megatron_lm_lays_qwen3_next_linear_pattern_over_its_mtp_layer(seq, mlm):
+    """Megatron-LM's training.py (core_v0.19.0:715-719) builds the linear-attention pattern over num_layers +
+    mtp_num_layers, so Qwen3-Next's MTP layer (index 48, (48 + 1) % 4 != 0) counts as gated delta-net; Bridge main
+    counts it as the last decoder layer (full attention, PR #4834). MLM figures: an independent re-typing of that
+    function for TP 2, GBS 32 (audit of 2026-11-29); moetune had counted the MTP layer as attention, +5.1% at 128k."""
+    spec = dataclasses.replace(load_model("qwen3-next-80b-a3b"), mtp_num_layers=1)
+    assert megatron_model_flops(spec, seq, 32, tp=2, convention="megatron-lm") == pytest.approx(mlm, rel=2e-6)
+    assert megatron_model_flops(spec, seq, 32, tp=2, convention="bridge-0.5") == pytest.approx(mlm, rel=2e-6)
+    assert megatron_model_flops(spec, seq, 32, tp=2, convention="bridge") > mlm * 1.001
+
+
+def test_each_bridge_release_reports_its_own_counter():
+    """v0.2-0.4 predate PR #3947 (GLU, windows), v0.5 lays the linear pattern over MTP, v0.6 has PR #4834 but not the
+    DSA term (52fc01b9a); main and later releases count as main."""
+    from moetune.walls.model_flops import bridge_release_convention
+    got = {r: bridge_release_convention(r) for r in ("0.2.0", "0.4.2", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "main")}
+    assert got == {"0.2.0": "bridge-pre-2026-05", "0.4.2": "bridge-pre-2026-05", "0.5.0": "bridge-0.5",
+                   "0.5.1": "bridge-0.5", "0.6.0": "bridge-0.6", "0.7.0": "bridge", "main": "bridge"}

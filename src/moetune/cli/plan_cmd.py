@@ -44,6 +44,7 @@ from moetune.planner.moves import TIGHT_SHARE, margin_gib, tight
 from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
 from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
+from moetune.planner.release_fit import release_model
 from moetune.planner.rule_findings import findings, with_fix
 from moetune.planner.search import PlanResult, plan
 from moetune.planner.track_record import estimate_record, track_record_text
@@ -90,6 +91,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     release = checked_release(megatron_core, megatron_bridge)
     spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
+    spec = release_model(spec, release)  # TFLOP/s/GPU as that release's log counts it
     if why := dsa_exchange_refusal(spec, fixed.get("cp_comm_type")):  # the search would run all_gather silently
         raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']}: {why}; pin all_gather, or leave it out")
     wl = Workload(seq_length=seq, global_batch_size=gbs)

@@ -34,6 +34,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.knob_fields import knob_fields
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
+from moetune.walls.model_flops import bridge_release_convention
 
 
 def lacking(fields: dict, release: str) -> list[str]:
@@ -161,3 +162,12 @@ def release_knobs(k: Knobs, release: str, defaulted: list[str]) -> Knobs:
         raise MoetuneError(f"{option(release)}: the knobs set what {describe(release)} lacks: "
                            f"{_spans(missing, release)}; change the flags that set them, or upgrade")
     return k
+
+
+def release_model(spec: ModelSpec, release: str | None) -> ModelSpec:
+    """SPEC counted as RELEASE's log counts TFLOP/s/GPU: a Megatron Bridge release's own counter
+    (model_flops.bridge_release_convention: v0.4.2 counts gpt-oss-120b's GLU 20% lower than main); a Megatron-LM
+    launch keeps training.py's (from_config.trained_model), a Megatron-Core release alone says nothing of it."""
+    if release is None or family_of(release) != "bridge" or spec.flops_convention == "megatron-lm":
+        return spec
+    return replace(spec, flops_convention=bridge_release_convention(release))

@@ -9,7 +9,7 @@ capacity padding and dropped tokens are not counted. BSHD batches only (every sa
 The hardware FLOPs of the time wall are walls/flops.py. See docs/flops.md.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -18,7 +18,7 @@ from moetune.specs.model import ModelSpec
 from moetune.walls.flops import all_layers, attended_keys, causal_context, layer_windows
 from moetune.walls.rank_params import model_padded_vocab
 
-Convention = Literal["bridge", "bridge-pre-2026-05", "megatron-lm"]
+Convention = Literal["bridge", "bridge-0.6", "bridge-0.5", "bridge-pre-2026-05", "megatron-lm"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -32,20 +32,43 @@ class _Rules:
     # DeepSeek Sparse Attention counted as top-k attention plus the indexer (Bridge 52fc01b9a, PR #5324, 2026-08-05);
     # older Bridge and Megatron-LM main count a DSA layer as dense MLA with no indexer (training.py has no DSA term)
     count_dsa: bool = False
+    # the linear-attention pattern laid over the decoder and MTP layers alike, so an MTP layer's mixer is the pattern's
+    # at its index (Megatron-LM training.py core_v0.19.0:715-719 over num_layers + mtp_num_layers; Bridge before
+    # 7d03e8cad, PR #4834, 2026-07-12, first in v0.6.0); after it, an MTP layer counts as the last decoder layer
+    mtp_in_pattern: bool = False
 
 
 # Bridge: GLU rule and exact SWA from commit baa0259bd (PR #3947, 2026-05-28, first in v0.5.0 = 26.06);
 # releases up to 26.04.01 (v0.4.0) had the SiLU-only GLU rule, no SWA term and no gate term
 # (gate added in eaddead3f, PR #3029, not in v0.4.0). Megatron-LM HEAD: ffn factor from args.swiglu
 # (gpt-oss runs --quick-geglu, so 2), no SWA term, gate counted.
+# The releases: v0.6.0 (2026-08-19) has PR #4834 but not the DSA term (52fc01b9a is in no release tag yet); v0.5.x
+# (v0.5.0 2026-06-16) has the GLU, SWA and gate terms of PR #3947/#3029 but neither.
 _CONVENTIONS: dict[str, _Rules] = {
     "bridge": _Rules(glu_needs_silu=False, count_swa=True, count_attention_gate=True,
                      hybrid_glu_needs_silu=False, count_dsa=True),
+    "bridge-0.6": _Rules(glu_needs_silu=False, count_swa=True, count_attention_gate=True,
+                         hybrid_glu_needs_silu=False),
+    "bridge-0.5": _Rules(glu_needs_silu=False, count_swa=True, count_attention_gate=True,
+                         hybrid_glu_needs_silu=False, mtp_in_pattern=True),
     "bridge-pre-2026-05": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=False,
-                                 hybrid_glu_needs_silu=False),
+                                 hybrid_glu_needs_silu=False, mtp_in_pattern=True),
     "megatron-lm": _Rules(glu_needs_silu=True, count_swa=False, count_attention_gate=True,
-                          hybrid_glu_needs_silu=True),
+                          hybrid_glu_needs_silu=True, mtp_in_pattern=True),
 }
+# The counter each Megatron Bridge release ships, by its first release (newest first); a release past the table counts
+# as main does
+BRIDGE_RELEASE_COUNTERS = (((0, 6, 0), "bridge-0.6"), ((0, 5, 0), "bridge-0.5"), ((0, 0, 0), "bridge-pre-2026-05"))
+NEWEST_COUNTED_RELEASE = (0, 6, 0)
+
+
+def bridge_release_convention(release: str) -> Convention:
+    """The FLOP counter a Megatron Bridge release ('0.4.2') reports TFLOP/s/GPU with."""
+    parts = release.split(".")[:3]
+    version = tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) else None
+    if version is None or version > NEWEST_COUNTED_RELEASE:  # main, or a release after the table
+        return "bridge"
+    return next(c for first, c in BRIDGE_RELEASE_COUNTERS if version >= first)
 
 
 def _rules(convention: str) -> _Rules:
@@ -105,12 +128,28 @@ def _gdn_linear(spec: ModelSpec) -> float:
             + g.num_value_heads * g.value_head_dim ** 2 * 4 + h * v)
 
 
+def _counted_layers(spec: ModelSpec, r: _Rules) -> tuple:
+    """The decoder and MTP layers as the counter has them: under `mtp_in_pattern` an MTP layer of a linear-attention
+    stack takes the pattern's mixer at its index, the pattern Megatron builds from linear_attention_freq (full
+    attention where (i + 1) % freq == 0; the decoder's gated attention layers give freq)."""
+    layers = all_layers(spec)
+    gqa = [i for i, k in enumerate(spec.layers) if k.mixer == "gqa"]
+    if not (r.mtp_in_pattern and spec.mtp_num_layers and gqa and any(k.mixer == "gdn" for k in spec.layers)):
+        return layers
+    freq = gqa[0] + 1
+    if gqa != list(range(freq - 1, spec.num_layers, freq)):
+        return layers  # a list pattern: Megatron takes it as given, one entry a layer with MTP's among them
+    n = spec.num_layers
+    return spec.layers + tuple(replace(k, mixer="gqa" if (n + j + 1) % freq == 0 else "gdn")
+                               for j, k in enumerate(layers[n:]))
+
+
 def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
     """transformer_flops(): everything / (3*2*tokens)."""
     h, f = spec.hidden_size, _glu(spec, r.glu_needs_silu)
     q = spec.kv_channels * spec.num_attention_heads
     total = 0.0
-    for kind, window in zip(all_layers(spec), layer_windows(spec)):
+    for kind, window in zip(_counted_layers(spec, r), layer_windows(spec)):
         if kind.mlp == "dense":
             total += h * spec.ffn_hidden_size * f
         elif kind.mlp == "moe":  # shared experts use the routed experts' factor, as Megatron does
