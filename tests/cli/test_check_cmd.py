@@ -104,6 +104,19 @@ def test_a_config_of_another_model_is_named(tmp_path, capsys):
     assert "check.model_differs" in {f["rule"] for f in json.loads(out)["findings"]}
 
 
+@pytest.mark.parametrize(("model", "freq", "differs"), [
+    ("llama4-maverick", "2", True),  # every even layer, where the config.json has experts on the odd ones
+    ("llama4-maverick", "([0]+[1])*24", False),
+    ("qwen3-30b-a3b", "2", True), ("qwen3-30b-a3b", "1", False),
+    ("deepseek-v3", "([0]*3+[1]*58)", False), ("deepseek-v3", "([0]*1+[1]*60)", True)])
+def test_a_configs_moe_layers_elsewhere_are_another_model(model, freq, differs, capsys):
+    """--moe-layer-freq builds experts where it says (TransformerConfig: an int N is every N-th layer from 0): the
+    estimate had priced the model's own MoE layers in silence, Llama-4-Maverick's first stage 14% off."""
+    code, _, err = run(["estimate", model, "--gpu", "h100", "--gpus", "64", "--mlm-args",
+                        f"--bf16 --expert-model-parallel-size 8 --moe-layer-freq {freq}"], capsys)
+    assert ("model.moe_layer_freq" in err) is differs and (code == 2) is differs
+
+
 def test_check_words_layout_errors_in_config_names(tmp_path, capsys):
     """A layout error found by check names the config's fields, not estimate's flags."""
     path = tmp_path / "o.txt"

@@ -82,6 +82,8 @@ def test_fp32_run_says_so():
     ("--moe-layer-freq 2", "model.moe_layer_freq", 2),
     # quoted once more for a shell, as Megatron-MoE-ModelZoo's Kimi-K2.yaml writes it
     ("--moe-layer-freq \"'([0]*1+[1]*3)'\"", "model.moe_layer_freq", [0, 1, 1, 1]),
+    # repeated whole, moe_freq_type's docstring example (arguments.py core_v0.19.0:333-339)
+    ("--moe-layer-freq ([1]*3+[0]*2)*2", "model.moe_layer_freq", [1, 1, 1, 0, 0, 1, 1, 1, 0, 0]),
     # VPP from layers per virtual stage counts the embedding and loss the split accounts for (arguments.py):
     # (94 + 2) / (8 x 3) = 4, as the ModelZoo Qwen3-235B-A22B H100 best practice runs it
     ("--num-layers 94 --pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 3 "

@@ -126,6 +126,25 @@ def _layout(name: str, v: Any) -> str:
 _FREQ_TERM = re.compile(r"\[([01](?:\s*,\s*[01])*)\]\s*(?:\*\s*(\d+))?")
 
 
+_REPEATED = re.compile(r"\((.*)\)\s*\*\s*(\d+)")
+
+
+def _freq_pattern(text: str) -> list[int] | None:
+    """A 0/1 pattern in Megatron-LM's expression form, or None: '+'-joined [..] or [..]*N terms, in parentheses or in
+    parentheses repeated N times ("([1]*3+[0]*2)*2", moe_freq_type's docstring example)."""
+    text = text.strip()
+    if m := _REPEATED.fullmatch(text):
+        inner = _freq_pattern(m.group(1))
+        return None if inner is None else inner * int(m.group(2))
+    text = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+    out: list[int] = []
+    for term in (t.strip() for t in text.split("+")):
+        if not (m := _FREQ_TERM.fullmatch(term)):
+            return None
+        out += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
+    return out
+
+
 def _moe_freq(name: str, v: Any) -> int | list[int]:
     """moe_layer_freq: every N-th layer MoE (an int >= 1) or one 0/1 per layer (1 = MoE), given as a list or in
     Megatron-LM's expression form "([0]*3+[1]*58)" (arguments.py moe_freq_type evaluates it; read here without
@@ -134,15 +153,10 @@ def _moe_freq(name: str, v: Any) -> int | list[int]:
         text = v.strip()
         # quoted once more for the shell that expands it (Megatron-MoE-ModelZoo's Kimi-K2.yaml: "'([0]*1+[1]*60)'")
         text = text[1:-1].strip() if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" else text
-        text = text[1:-1] if text.startswith("(") and text.endswith(")") else text
-        terms = [t.strip() for t in text.split("+")]
-        out: list[int] = []
-        for term in terms:
-            m = _FREQ_TERM.fullmatch(term)
-            if not m:
-                raise MoetuneError(f"{name} = {v!r}: expected an integer, a list of 0/1 or Megatron-LM's form "
-                                   "\"([0]*3+[1]*58)\"")
-            out += [int(x) for x in m.group(1).split(",")] * int(m.group(2) or 1)
+        out = _freq_pattern(text)
+        if out is None:
+            raise MoetuneError(f"{name} = {v!r}: expected an integer, a list of 0/1 or Megatron-LM's form "
+                               "\"([0]*3+[1]*58)\" (or \"([1]*3+[0]*2)*2\")")
         return out
     if isinstance(v, list):
         if not v or any(x not in (0, 1) or isinstance(x, bool) for x in v):

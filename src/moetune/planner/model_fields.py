@@ -44,10 +44,32 @@ IDENTITY_FIELDS = ("model.num_layers", "model.hidden_size", "model.num_attention
 
 
 def architecture_conflicts(m: ModelSpec, config: dict) -> list[str]:
-    """`key (config's vs model's)` for each identity field the config sets to another value than MODEL's."""
+    """`key (config's vs model's)` for each identity field the config sets to another value than MODEL's, and the
+    MoE layers a config's moe_layer_freq puts elsewhere than MODEL has them (moe_layer_conflict)."""
     mine = architecture_fields(m)
-    return [f"{k} ({config[k]} vs {m.name}'s {mine[k]})" for k in IDENTITY_FIELDS
-            if mine.get(k) is not None and config.get(k) is not None and config[k] != mine[k]]
+    found = [f"{k} ({config[k]} vs {m.name}'s {mine[k]})" for k in IDENTITY_FIELDS
+             if mine.get(k) is not None and config.get(k) is not None and config[k] != mine[k]]
+    return found + ([moe] if (moe := moe_layer_conflict(m, config)) else [])
+
+
+def moe_layer_conflict(m: ModelSpec, config: dict) -> str | None:
+    """Where a config's moe_layer_freq builds experts on other decoder layers than MODEL's, which the estimate would
+    price in silence (the model's own pattern): an int N is every N-th layer from layer 0 (TransformerConfig's
+    `i % N == 0`), a list one 0/1 a layer. Llama-4-Maverick at `--moe-layer-freq 2` builds experts on its even layers,
+    its config.json on its odd ones: the first stage 14% off. A Mamba hybrid's layers come from its pattern."""
+    freq = config.get("model.moe_layer_freq")
+    if freq is None or m.mamba or not m.num_moe_layers:
+        return None
+    built = [int(i % freq == 0) for i in range(m.num_layers)] if isinstance(freq, int) else [int(x) for x in freq]
+    mine = [int(k.mlp == "moe") for k in m.layers]
+    if built == mine:
+        return None
+    def where(flags: list[int]) -> str:
+        layers = [str(i) for i, f in enumerate(flags) if f]
+        return ", ".join(layers[:4]) + (", ..." if len(layers) > 4 else "") if layers else "none"
+
+    return (f"model.moe_layer_freq ({freq}: experts on layers {where(built)} of {len(built)}, {m.name}'s on "
+            f"{where(mine)} of {m.num_layers})")
 
 
 # HF model types whose Megatron Bridge model bridge sets provider.moe_router_dtype = "fp32" (deepseek_v2_bridge.py,
