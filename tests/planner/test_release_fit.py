@@ -109,3 +109,22 @@ def test_a_bridge_release_reports_tflops_with_its_own_counter(capsys):
     assert old["flops_convention"] == "bridge-pre-2026-05" and core["flops_convention"] == "bridge"
     assert old["tokens_per_s_per_gpu"] == main_count["tokens_per_s_per_gpu"]
     assert old["tflops_per_gpu"] < main_count["tflops_per_gpu"] / 1.15 and core == main_count
+
+
+def test_a_release_before_a_fix_is_not_planned_what_it_mis_runs(capsys):
+    """Megatron-Core 0.18 trains EP 1 with expert TP unlike TP with an undercounted gradient norm (fixed in 0.19: its
+    own rule says so) and 0.14 replays no scoped CUDA graph under EP overlap (from 0.16): Qwen3-235B-A22B on 128
+    GB200 had picked TP2 EP1 ETP1 for 0.18, DeepSeek-V3 on 256 B200 attention graphs with EP overlap for 0.14."""
+    import json
+
+    from moetune.cli.main import main
+    rows = {}
+    for release, args in (("0.18", ["qwen3-235b-a22b", "--gpu", "gb200", "--gpus", "128", "--gbs", "4096"]),
+                          ("0.14", ["deepseek-v3", "--gpu", "b200", "--gpus", "256", "--gbs", "8192"])):
+        assert main(["plan", *args, "--megatron-core", release, "--top", "5", "--json"]) == 0
+        rows[release] = json.loads(capsys.readouterr().out)["results"]
+    assert all(r["layout"]["ep"] > 1 or r["layout"]["etp"] == r["layout"]["tp"] for r in rows["0.18"])
+    assert not any(r["knobs"]["ep_overlap"] and r["knobs"]["cuda_graph_scope"] for r in rows["0.14"])
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", "ep=1",
+                 "--fix", "tp=2", "--fix", "etp=1", "--megatron-core", "0.18"]) == 2
+    assert "undercounted gradient norm" in capsys.readouterr().err

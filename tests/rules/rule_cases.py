@@ -122,7 +122,13 @@ CASES: dict[str, Case] = {
     "pipeline.layers_divisible": Case(S(MOE, "model.num_layers=12", "model.pipeline_model_parallel_size=8"),
                                       "h100", 8),
     "scale.ep1_etp_needs_mcore_019": Case(S(MOE, "model.tensor_model_parallel_size=2",
-                                            "model.expert_tensor_parallel_size=1")),
+                                            "model.expert_tensor_parallel_size=1"),
+                                          derived={"target_release": "0.18"}),
+    "scale.ep1_etp_older_mcore": Case(S(MOE, "model.tensor_model_parallel_size=2",
+                                        "model.expert_tensor_parallel_size=1")),
+    # Transformer Engine's attention graphs beside EP overlap, on a release before Megatron-Core 0.16
+    "ep_overlap.graphs_need_mcore_016": Case(S(EP_OVERLAP, TE_GRAPHS, "model.cuda_graph_scope=[attn]"),
+                                             derived={"target_release": "0.15"}),
     # EP 1: Megatron-Core's MoE layer raises at any EP (moe_layer.py MoELayer.forward), not only beside EP
     "scale.moe_tp_needs_sp": Case(S(MOE, "model.tensor_model_parallel_size=2", "model.expert_tensor_parallel_size=2")),
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),

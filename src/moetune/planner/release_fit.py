@@ -16,6 +16,7 @@ from moetune.configio.legacy import by_switch
 from moetune.configio.releases import (
     alias_in,
     at_default,
+    core_at_least,
     describe,
     family_of,
     has,
@@ -87,6 +88,28 @@ def _fallback(k: Knobs, missing: list[str]) -> Knobs | None:
     return k
 
 
+# Behaviour a release has beyond its fields, each a (first Megatron-Core release, why) the planner leaves out before it:
+# - expert TP unlike attention TP at EP 1: the expert weights sit in the dense gradient buffer (tensor_parallel/
+#   layers.py allreduce = not (is_expert and expert_parallel)), reduced over DP x CP not EDP and the gradient norm
+#   undercounted, until cd4afffa64 (PR #5916); rules scale.ep1_etp_needs_mcore_019 / scale.ep1_etp_older_mcore
+# - scoped CUDA graphs under EP overlap: the overlapped schedule calls each layer's attention directly
+#   (models/gpt/fine_grained_callables.py core_v0.15.0:334), past MegatronModule.__call__ where a graph replays, so
+#   they run eager, priced as captured; 1501c0f33a (PR #2184) replays them; rule ep_overlap.graphs_need_mcore_016
+EP1_ETP_FIXED, GRAPHS_UNDER_EP_OVERLAP = "0.19", "0.16"
+
+
+def release_runs_layout(spec: ModelSpec, lay: Layout, release: str | None) -> bool:
+    """Whether RELEASE trains LAY as moetune sizes it (EP1_ETP_FIXED)."""
+    return release is None or not (spec.num_moe_layers and lay.ep == 1 and lay.etp != lay.tp) \
+        or core_at_least(release, EP1_ETP_FIXED)
+
+
+def _graphs_replay(k: Knobs, release: str) -> bool:
+    """Whether RELEASE replays K's scoped CUDA graphs, as the step prices them (GRAPHS_UNDER_EP_OVERLAP)."""
+    scoped = k.cuda_graph_scope and "full_iteration" not in k.cuda_graph_scope
+    return not (k.ep_overlap and scoped) or core_at_least(release, GRAPHS_UNDER_EP_OVERLAP)
+
+
 def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[str, ...]]:
     """(the knob sets of GRID whose fields RELEASE has, each with its FALLBACKS where those are all it lacks; the
     fields that kept the others out or changed them); one line where none is left (the --fix pins ask for what the
@@ -98,7 +121,7 @@ def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[st
         if missing and (fallen := _fallback(k, missing)) is not None:
             k, missing = fallen, lacking(knob_fields(fallen), release)
         blocking.update(dict.fromkeys(missing))
-        if not missing:
+        if not missing and _graphs_replay(k, release):
             kept[k] = None  # in order, once: a fallback can meet a set the grid has already
     if grid and not kept:
         raise MoetuneError(f"{option(release)}: every knob set searched needs what {describe(release)} lacks: "

@@ -14,6 +14,7 @@ and the winners are re-evaluated with it for their full breakdown.
 import time
 from dataclasses import dataclass, field, replace
 
+from moetune.configio.releases import describe, option
 from moetune.errors import MoetuneError
 from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.knobs import Knobs
@@ -27,7 +28,7 @@ from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.pins import pins_agree
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
-from moetune.planner.release_fit import model_lacking, release_grid, release_pins, runs
+from moetune.planner.release_fit import model_lacking, release_grid, release_pins, release_runs_layout, runs
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
@@ -153,7 +154,8 @@ def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -
     return None
 
 
-def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, shared: dict | None) -> tuple:
+def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, shared: dict | None,
+                release: str | None = None) -> tuple:
     """The legal layouts, those the global batch alone rules out, the (layout, MBS) candidates and their batch (None
     without any), kept in `shared` for the plan's next pass: the passes and offload_instead's search differ in the
     offload knobs alone, which neither enumerate_layouts nor candidate_pairs reads, and the batch's memo
@@ -161,7 +163,12 @@ def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
     if shared is not None and "candidates" in shared:
         return shared["candidates"]
     excluded: set[Layout] = set()
-    layouts = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
+    legal = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
+    layouts = [lay for lay in legal if release_runs_layout(spec, lay, release)]
+    if legal and not layouts:
+        raise MoetuneError(f"{option(release)}: every layout the --fix values leave runs EP 1 with expert TP unlike "
+                           f"TP, which {describe(release)} trains with an undercounted gradient norm (fixed in "
+                           "Megatron-Core 0.19); fix etp to the TP, or ep above 1")
     cands = candidate_pairs(layouts, wl, fixed)
     found = layouts, excluded, cands, build_batch(spec, cands) if cands else None
     if shared is not None:
@@ -176,7 +183,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
-    layouts, excluded, cands, built = _candidates(spec, gpu, world, wl, fixed, shared)
+    layouts, excluded, cands, built = _candidates(spec, gpu, world, wl, fixed, shared, release)
     # layouts never searched: ruled out by GBS itself, or with no MBS choice that makes DP x MBS divide it
     searched = {lay.dp for lay, _ in cands}
     excluded = [lay for lay in excluded | set(layouts) if lay.dp not in searched]
