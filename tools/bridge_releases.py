@@ -143,8 +143,24 @@ def core_listed() -> dict[str, str]:
 
 def fields(tag: str, pin: str) -> dict[str, str]:
     src = Sources(tag, pin)
-    return {f"{section}.{f}": "field" for section, classes in SECTIONS.items()
-            for module, cls in classes for f in class_fields(src, module, cls)}
+    return {**{f"{section}.{f}": "field" for section, classes in SECTIONS.items()
+               for module, cls in classes for f in class_fields(src, module, cls)},
+            **{f: "field" for f in class_fields(src, "megatron.bridge.training.config", "ConfigContainer")
+               if f not in SECTIONS and not f.startswith("_")}, **runner(tag)}
+
+
+# What emit's Bridge launch (emit/launch.py) runs of the tag's own runner: run_recipe.py (from v0.3.0), its --mode
+# option (v0.3.x, again from v0.6.0), and recipe_runner.py, whose hooks the launch patches (from v0.6.0)
+RUNNER = ("scripts/training/run_recipe.py", "scripts/training/recipe_runner.py")
+
+
+def runner(tag: str) -> dict[str, str]:
+    """{"scripts/training/run_recipe.py": "bridge_script", "run_recipe.py --mode": "bridge_option", ...} at TAG."""
+    listed = set(_git("-C", BRIDGE, "ls-tree", "--name-only", tag, "scripts/training/").split())
+    out = {name: "bridge_script" for name in RUNNER if name in listed}
+    if RUNNER[0] in listed and '"--mode"' in _git("-C", BRIDGE, "show", f"{tag}:{RUNNER[0]}"):
+        out["run_recipe.py --mode"] = "bridge_option"
+    return out
 
 
 def flags(pin: str, tmp: str) -> dict[str, str]:

@@ -527,3 +527,24 @@ def test_a_full_iteration_hybridep_plan_exports_the_cutedsl_switch():
     nano = planned("nemotron3-nano-30b-a3b", ("full_iteration",))
     assert "env.NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in nano and nano["model.use_fused_weighted_squared_relu"]
     assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in emit_all(planned("qwen3-30b-a3b", ()))["env.sh"]
+
+
+@pytest.mark.parametrize(("release", "runner", "mode", "env"), [
+    (None, "import recipe_runner", True, True), ("0.6.0", "import recipe_runner", True, True),
+    ("0.5.1", "omegaconf_utils as omegaconf_utils", False, False),
+    ("0.3.1", "omegaconf_utils as omegaconf_utils", True, False),
+    ("0.2.0", "sys.exit(", False, False)])
+def test_the_bridge_launch_runs_on_the_release_it_targets(release, runner, mode, env, tmp_path):
+    """Bridge's scripts/training/recipe_runner.py, ConfigContainer.env_vars and run_recipe.py's --mode arrive in
+    v0.6.0 (--mode was in v0.3.x too; run_recipe.py itself in v0.3.0): a launch emitted for v0.4.2 had raised
+    ModuleNotFoundError, passed --mode to a parser without it, and set cfg.env_vars on a config that lacks it."""
+    from moetune.configio.releases import reading
+    with reading(release, "bridge"):
+        files = emit_all(plan("dsv3_gb200_hybridep"))
+    assert runner in files["run_planned.py"] and ("--mode pretrain" in files["torchrun.sh"]) is mode
+    assert ("env_vars" in files["bridge_overrides.py"]) is env and ("++env_vars." in files["overrides.txt"]) is env
+    assert ("exit 2" in files["torchrun.sh"]) is (release == "0.2.0")
+    compile(files["run_planned.py"], "run_planned.py", "exec")
+    if shutil.which("bash"):
+        (tmp_path / "torchrun.sh").write_text(files["torchrun.sh"])
+        assert subprocess.run(["bash", "-n", str(tmp_path / "torchrun.sh")], capture_output=True).returncode == 0

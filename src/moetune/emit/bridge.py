@@ -56,8 +56,16 @@ def dotted_overrides(config: dict[str, Any], header: str) -> str:
     lines += [f"{k}={values.hydra(v)}" for k, v in _bridge_items(config)]
     if any(k.startswith("comm_overlap.") for k in config):
         lines += [f"comm_overlap.{f}={values.hydra(v)}" for f, v in _dp_overlap(config).items()]
-    lines += [f"++env_vars.{name}={values.hydra(v)}" for name, (v, _) in environment(config).items()]
+    lines += [f"++env_vars.{name}={values.hydra(v)}" for name, (v, _) in _config_environment(config).items()]
     return "\n".join(lines) + "\n"
+
+
+def _config_environment(config: dict[str, Any]) -> dict:
+    """The environment the config carries (ConfigContainer.env_vars, exported before training): none on a targeted
+    Bridge release before v0.6.0, which has no such field (cfg.env_vars had raised AttributeError, and Hydra skips the
+    unknown ++env_vars keys); env.sh, which torchrun.sh sources, exports them either way."""
+    release = target()
+    return environment(config) if release is None or has(release, "env_vars") else {}
 
 
 # Fields the snippet writes through a block of its own, not one assignment each (see _graphs, _sms, _precision)
@@ -192,7 +200,7 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
         out += _assign_block(section, {f"{section}.{f}": v for f, v in fields.items()})
         if section == "model":
             out += blocks["model"]
-    env = environment(config)
+    env = _config_environment(config)
     if env:
         out.append("    # environment (exported before training starts; launcher values take precedence)")
         out.append("    cfg.env_vars.update({")

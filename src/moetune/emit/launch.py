@@ -58,6 +58,22 @@ def mlm_connections(config: dict[str, Any]) -> str:
     return ""
 
 
+def _target_has(name: str) -> bool:
+    """Whether the release emit targets has NAME (a Bridge runner script, option or field: bridge_releases.csv);
+    with none named, the newest does."""
+    release = target()
+    return release is None or has(release, name)
+
+
+def bridge_runner() -> str:
+    """What emit's Bridge launch runs on the targeted release: "hooks" (recipe_runner.py, from Bridge v0.6.0: its CLI
+    overrides and its benchmark bootstrap are patched), "overrides" (run_recipe.py alone, v0.3-v0.5: the override
+    function it imports is patched), or "none" (v0.2.x ships no training runner)."""
+    if _target_has("scripts/training/recipe_runner.py"):
+        return "hooks"
+    return "overrides" if _target_has("scripts/training/run_recipe.py") else "none"
+
+
 def entry_point(config: dict[str, Any]) -> str:
     """Megatron-LM's training script: pretrain_hybrid.py for Mamba hybrids (HybridModel), or pretrain_mamba.py on a
     target release without it (before core_v0.18.0: the release tables' script rows); else pretrain_gpt.py."""
@@ -71,6 +87,11 @@ def torchrun_sh(config: dict[str, Any], header: str) -> str:
     nodes, per_node = topology(config)
     aware = values.hydra(bool(config.get("optimizer.use_precision_aware_optimizer")))
     entry = entry_point(config)
+    # --mode: run_recipe.py's option on Bridge v0.3.x and from v0.6.0; between them it infers the mode from the recipe
+    mode = " --mode pretrain" if _target_has("run_recipe.py --mode") else ""
+    no_runner = "" if bridge_runner() != "none" else (
+        '\n  echo "this Megatron Bridge release ships no scripts/training/run_recipe.py (from v0.3.0): apply '
+        'bridge_overrides.py in a script of your own, or run ENGINE=megatron-lm" >&2; exit 2')
     return f"""#!/usr/bin/env bash
 # {header}
 # {nodes} node(s) x {per_node} GPUs. Run once per node (sbatch.sh does that with srun), e.g.
@@ -95,13 +116,13 @@ LAUNCH=(torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-ra
 # EXTRA_ARGS: more arguments, quotes as a shell reads them (Bridge: dotted overrides; Megatron-LM: the model's
 # MODEL_ARGS); empty arrays expand as ${{A[@]+"${{A[@]}}"}} for bash before 4.4 under set -u
 mapfile -t EXTRA < <({READ_WORDS} "${{EXTRA_ARGS:-}}")
-if [[ "$ENGINE" == "bridge" ]]; then
+if [[ "$ENGINE" == "bridge" ]]; then{no_runner}
   : "${{RECIPE:?set RECIPE to the Megatron Bridge recipe function of this model, e.g. deepseek_v3_pretrain_config}}"
   export BRIDGE_DIR="${{BRIDGE_DIR:-/opt/Megatron-Bridge}}"
   # run_planned.py applies bridge_overrides.py to the recipe inside scripts/training/run_recipe.py (dotted
   # overrides cannot reach every recipe); the two named here keep run_recipe.py's benchmark defaults (a weak-scaled
   # global batch, the precision-aware optimizer) off the plan
-  exec "${{LAUNCH[@]}}" "$HERE/run_planned.py" --recipe "$RECIPE" --mode pretrain \\
+  exec "${{LAUNCH[@]}}" "$HERE/run_planned.py" --recipe "$RECIPE"{mode} \\
     train.global_batch_size={config.get("train.global_batch_size")} \\
     optimizer.use_precision_aware_optimizer={aware} \\
     ${{EXTRA[@]+"${{EXTRA[@]}}"}}
@@ -116,15 +137,21 @@ fi
 
 def run_planned_py(header: str) -> str:
     """Megatron Bridge's own runner (scripts/training/run_recipe.py) with bridge_overrides.apply_overrides applied to
-    the recipe just before the runner's CLI overrides: after the runner has recorded a benchmark recipe's canonical
-    topology (its weak-scaling check reads it), and again in the process a benchmark recipe's environment bootstrap
-    re-executes (recipe_runner.bootstrap_recipe_environment runs the script it is given, so it is given this one).
-    A recipe whose comm_overlap is None or whose mixed_precision is a preset name takes Python, not dotted overrides."""
+    the recipe just before the runner's CLI overrides, as the targeted release runs it (bridge_runner). From v0.6.0,
+    through recipe_runner's hooks: after the runner has recorded a benchmark recipe's canonical topology (its
+    weak-scaling check reads it), and again in the process a benchmark recipe's environment bootstrap re-executes
+    (recipe_runner.bootstrap_recipe_environment runs the script it is given, so it is given this one). Before it,
+    through the override function run_recipe.py imports (omegaconf_utils.process_config_with_overrides, v0.3-v0.5: the
+    v0.6.0 hooks had raised ModuleNotFoundError there). A recipe whose comm_overlap is None or whose mixed_precision is
+    a preset name takes Python, not dotted overrides."""
+    runner = bridge_runner()
+    mode = " --mode pretrain" if _target_has("run_recipe.py --mode") else ""
+    hooks = RUNNER_HOOKS[runner]
     return f'''"""{header}
 
 Megatron Bridge's scripts/training/run_recipe.py, with this plan (bridge_overrides.apply_overrides) applied to the
 recipe before the runner's dotted overrides. Run as run_recipe.py is run (torchrun.sh does):
-    BRIDGE_DIR=/opt/Megatron-Bridge python run_planned.py --recipe <name> --mode pretrain [dotted overrides]
+    BRIDGE_DIR=/opt/Megatron-Bridge python run_planned.py --recipe <name>{mode} [dotted overrides]
 """
 
 import os
@@ -135,7 +162,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 SCRIPTS = Path(os.environ.get("BRIDGE_DIR", "/opt/Megatron-Bridge")) / "scripts"
 sys.path[:0] = [str(SCRIPTS / "training"), str(SCRIPTS / "common"), str(HERE.parent)]
+{hooks}
+sys.argv[0] = str(SCRIPTS / "training" / "run_recipe.py")
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
 
+
+# How run_planned.py puts apply_overrides in front of the runner's own overrides, by bridge_runner()
+RUNNER_HOOKS = {
+    "hooks": '''
 import recipe_runner  # noqa: E402  (scripts/training/recipe_runner.py, which run_recipe.py imports these from)
 from bridge_overrides import apply_overrides  # noqa: E402
 
@@ -143,10 +178,18 @@ _apply_cli_overrides = recipe_runner.apply_cli_overrides
 recipe_runner.apply_cli_overrides = lambda cfg, overrides: _apply_cli_overrides(apply_overrides(cfg), overrides)
 _bootstrap = recipe_runner.bootstrap_recipe_environment
 recipe_runner.bootstrap_recipe_environment = lambda cfg, *, script_path, argv: _bootstrap(
-    cfg, script_path=str(HERE), argv=argv)  # a benchmark recipe's re-exec runs this script again, not run_recipe.py
-sys.argv[0] = str(SCRIPTS / "training" / "run_recipe.py")
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
+    cfg, script_path=str(HERE), argv=argv)  # a benchmark recipe's re-exec runs this script again, not run_recipe.py''',
+    "overrides": '''
+# run_recipe.py imports its override function by name when it runs: patched first, it applies the plan before them
+import megatron.bridge.training.utils.omegaconf_utils as omegaconf_utils  # noqa: E402
+from bridge_overrides import apply_overrides  # noqa: E402
+
+_process = omegaconf_utils.process_config_with_overrides
+omegaconf_utils.process_config_with_overrides = lambda cfg, *args, **kw: _process(apply_overrides(cfg), *args, **kw)''',
+    "none": '''
+sys.exit("this Megatron Bridge release ships no scripts/training/run_recipe.py (it came in v0.3.0): apply "
+         "bridge_overrides.apply_overrides to your recipe in your own script, or run ENGINE=megatron-lm")''',
+}
 
 
 def numa_bind_sh(header: str) -> str:
