@@ -348,3 +348,8 @@ def test_numbers_past_pythons_limits_in_a_log_are_not_a_crash(tmp_path, capsys):
                    + f" iteration {'9' * 5000}/      10 | elapsed time per iteration (ms): 1000.0 |\n")
     code, _, err = cli(["--log", log], capsys)
     assert code == 0 and "Traceback" not in err
+
+
+def test_a_log_passed_as_a_trace_is_pointed_at_log(tmp_path, capsys):
+    code, _, err = cli([_log(tmp_path / "run.log", "1000.0")], capsys)
+    assert code == 2 and "a training log? pass it as --log FILE" in err

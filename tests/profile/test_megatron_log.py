@@ -191,3 +191,55 @@ def test_a_stop_after_the_last_iteration_is_said_in_its_usual_forms(last, tmp_pa
     path.write_text("\n".join([_line(i, 41000.0, 1024) for i in range(1, 11)] + [last]))
     assert read_log(path).failure_lines == [last]
     assert any("the run stopped after iteration 10" in n for n in diagnose([], log=path).notes)
+
+
+def _lines(times_ms) -> str:
+    return "".join(f" [2026-01-01 00:00:00] iteration {i:8d}/     100 | consumed samples: 64 | elapsed time per "
+                   f"iteration (ms): {ms} | throughput per GPU (TFLOP/s/GPU): 300.0 | global batch size:    64 |\n"
+                   for i, ms in enumerate(times_ms, 1))
+
+
+def test_a_step_that_slows_or_stalls_is_said_with_its_mean():
+    """The figures take the steady median, which reads a run that slows (18 s, then 30 s) or stalls every 7th
+    iteration faster than its mean: each is a note with both figures; a steady run has none."""
+    slowing = parse_log(_lines([20000] + [18000] * 20 + [30000] * 20), "slow.log")
+    assert any("slows over the run" in n and "18.000 s" in n and "30.000 s" in n for n in slowing.notes)
+    every_7th = [26000 if i % 7 == 0 else 18000 for i in range(1, 43)]
+    note = next(n for n in parse_log(_lines([20000] + every_7th), "gc.log").notes if "stall past" in n)
+    assert "6 of 42 iterations" in note and f"mean is {statistics.fmean(every_7th) / 1000:.3f} s" in note
+    assert not [n for n in parse_log(_lines([20000] + [18000] * 30), "ok.log").notes if "stall" in n or "slows" in n]
+
+
+def test_a_hung_collective_is_named_as_the_stop():
+    """NCCL's watchdog line is the root cause of the aborts printed after it (torchrun's SIGABRT, srun's exit): the
+    stop is said by the collective, its group and timeout, where the last line had been quoted, or none at all."""
+    watchdog = ("[rank3]:[E1120 09:13:52.114000 2211 ProcessGroupNCCL.cpp:632] [PG ID 4 PG GUID 61(EXPERT_MODEL_"
+                "PARALLEL_GROUP) Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=18803, "
+                "OpType=ALLTOALL_BASE, NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000) ran for 600081 "
+                "milliseconds before timing out.\n")
+    for tail in ("", "terminate called after throwing an instance of 'c10::DistBackendError'\n",
+                 "srun: error: node-017: task 0: Exited with exit code 1\n"):
+        log = parse_log(_lines([20000] * 5) + watchdog + tail, "hang.log")
+        assert log.hung and log.stop_cause == ("NCCL watchdog timeout: ALLTOALL_BASE on EXPERT_MODEL_PARALLEL_GROUP "
+                                               "after 600 s, rank 3")
+
+
+def test_one_garbled_iteration_line_is_passed_over_with_a_note():
+    """srun interleaving another rank's line into an iteration line had thrown the other iterations away."""
+    text = _lines([20000] * 6).replace("(ms): 20000 |", "(ms): 20[Rank 8] (after 2 iterations) memory (MB) |", 1)
+    log = parse_log(text, "spliced.log")
+    assert len(log.iterations) == 5 and any("1 iteration line(s) passed over" in n for n in log.notes)
+
+
+def test_a_gzipped_empty_or_odd_log_reads_or_says_why(tmp_path):
+    import gzip
+    (tmp_path / "run.log.gz").write_bytes(gzip.compress(_lines([20000] * 4).encode()))
+    assert len(read_log(tmp_path / "run.log.gz").iterations) == 4
+    (tmp_path / "bad.log.gz").write_text(_lines([20000] * 4))
+    with pytest.raises(MoetuneError, match="not a readable gzip"):
+        read_log(tmp_path / "bad.log.gz")
+    (tmp_path / "empty.log").write_text("\n")
+    with pytest.raises(MoetuneError, match="is empty"):
+        read_log(tmp_path / "empty.log")
+    with pytest.raises(MoetuneError, match="not a regular file"):
+        read_log(tmp_path)

@@ -120,8 +120,10 @@ def _stopped_note(log: TrainingLog) -> list[str]:
     what ran before, and the job failed (sweep/measure.py says the same of a candidate)."""
     if not (log.failure_lines and log.iterations):
         return []
+    hang = ("; a collective timed out: a rank stalled or died and the watchdog aborted the job (a hang, not a slow "
+            "step): find the first rank that failed in its own output") if log.hung else ""
     return [f"--log {log.path}: the run stopped after iteration {log.iterations[-1].iteration}: "
-            f"{log.failure_lines[-1]}; the figures are the iterations before it"]
+            f"{log.stop_cause}{hang}; the figures are the iterations before it"]
 
 
 def _rank0_note(log: TrainingLog) -> list[str]:

@@ -24,9 +24,11 @@ to read is the job's whole stdout (every rank's, as srun gathers it; torchrun ga
 lines is flagged (TrainingLog.rank0_lines).
 """
 
+import gzip
 import math
 import re
 import statistics
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,10 +41,15 @@ _MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memor
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
 # PyTorch's allocator message, and the CUDA runtime's own (what NCCL, cuBLAS or a dispatcher's buffer allocation raise)
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:|CUDA error: out of memory", re.IGNORECASE)
+# How a hung collective says so: PyTorch's NCCL watchdog (c10d ProcessGroupNCCL.cpp "Watchdog caught collective
+# operation timeout: WorkNCCL(SeqNum=..., OpType=ALLTOALL_BASE, ... Timeout(ms)=600000)"), then an abort on every rank:
+# the root cause of the lines after it, which a stop note quotes first
+_HANG = re.compile(r"Watchdog caught collective operation timeout|collective operation timeout|"
+                   r"NCCL (?:communicator|watchdog).*(?:timeout|timed out)", re.IGNORECASE)
 # How a crashed job says so in its stdout: a Python exception's last line (torch.distributed.DistBackendError, an
 # NCCL "unhandled system error"), torchrun's ChildFailedError, Slurm's "srun: error", a signal
 _FAILURE = re.compile(r"^\S*(Error|Exception)(: |$)|ChildFailedError|NCCL error|srun: error|Segmentation fault|"
-                      r"\bKilled\b|CANCELLED", re.IGNORECASE)
+                      r"\bKilled\b|CANCELLED|terminate called after throwing|SIGABRT|" + _HANG.pattern, re.IGNORECASE)
 # the "[rank5]: " torchrun puts before each line of a rank's output (its Python errors included)
 _RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
@@ -109,6 +116,17 @@ class TrainingLog:
         steady = timed[1:] if len(timed) > 1 else timed
         final = self.final_batch
         return [it for it in steady if it.global_batch_size in (None, final)]
+
+    @property
+    def stop_cause(self) -> str | None:
+        """The line that says why the run stopped after its last iteration: a collective's timeout (_HANG) where one
+        was printed, the root of the aborts after it, else the last failure line; None where it did not stop."""
+        return next((x for x in self.failure_lines if _HANG.search(x)), None) or \
+            (self.failure_lines[-1] if self.failure_lines else None)
+
+    @property
+    def hung(self) -> bool:
+        return any(_HANG.search(x) for x in self.failure_lines)
 
     @property
     def timed_once(self) -> bool:
@@ -239,6 +257,22 @@ def _last_run(lines: list[str]) -> tuple[int, int, int | None]:
     return start, runs, launch if last is not None else None
 
 
+_WATCHDOG = {"op": re.compile(r"OpType=(\w+)"), "group": re.compile(r"PG GUID \d+\(([^)]+)\)"),
+             "ms": re.compile(r"Timeout\(ms\)=(\d+)"), "rank": re.compile(r"\bRank (\d+)\]")}
+
+
+def _hang_words(line: str) -> str | None:
+    """A watchdog timeout line in words ('NCCL watchdog timeout: ALLTOALL_BASE on EXPERT_MODEL_PARALLEL_GROUP after
+    600 s, rank 3'), where it is one and names its collective; its own text runs past what a note quotes."""
+    if not _HANG.search(line) or not (op := _WATCHDOG["op"].search(line)):
+        return None
+    found = {k: m.group(1) for k, r in _WATCHDOG.items() if (m := r.search(line))}
+    group = f" on {found['group']}" if "group" in found else ""
+    after = f" after {int(found['ms']) / 1000:g} s" if "ms" in found else ""
+    rank = f", rank {found['rank']}" if "rank" in found else ""
+    return f"NCCL watchdog timeout: {op.group(1)}{group}{after}{rank}"
+
+
 def _oom_words(lines: list[str]) -> str:
     """' and ran out of memory (its OOM line)' for a launch passed over, "" where it printed no OOM."""
     oom = next((x.strip()[:200] for x in lines if _OOM.search(x)), None)
@@ -250,10 +284,14 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     logged twice in a row (two ranks' output in one file) counts once. What was passed over is said in log.notes."""
     lines = text.splitlines()
     start, runs, failed = _last_run(lines)
-    log, repeats = TrainingLog(path=path, iterations=[], memory=[]), []
+    log, repeats, unread = TrainingLog(path=path, iterations=[], memory=[]), [], []
     for n, line in enumerate(lines[start:failed], start + 1):
         if m := _is_iteration(line):
-            it = _numeric(_iteration(m), f"--log {path} line {n}")
+            try:
+                it = _numeric(_iteration(m), f"--log {path} line {n}")
+            except MoetuneError as err:  # one line garbled (two ranks' output interleaved) spoils only itself
+                unread.append(err)
+                continue
             if log.iterations and it.iteration == log.iterations[-1].iteration:
                 repeats.append(n)
             else:
@@ -266,7 +304,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             if log.iterations:  # after an iteration: the run stopped on it (the note says so, beside the OOM)
                 log.failure_lines.append(line.strip()[:200])
         elif _FAILURE.search(_RANK_PREFIX.sub("", line.strip())) and log.iterations:
-            log.failure_lines.append(line.strip()[:200])
+            log.failure_lines.append(_hang_words(line) or line.strip()[:200])
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
@@ -281,6 +319,11 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     if failed is not None:  # its OOM is its own, not the figures' run's
         log.notes.append(f"--log {path}: the last launch, from line {failed + 1}, logged no iteration"
                          f"{_oom_words(lines[failed:])}: the figures are the run before it")
+    if unread and not log.iterations:
+        raise unread[0]
+    if unread:
+        log.notes.append(f"--log {path}: {len(unread)} iteration line(s) passed over, a value not a number (first: "
+                         f"{unread[0]}; another rank's output written into the line?)")
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")
@@ -289,12 +332,29 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
 
 def read_log(path: str | Path) -> TrainingLog:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise MoetuneError(f"--log {path}: no such file; pass a Megatron-LM / Megatron Bridge training log")
-    log = parse_log(path.read_text(errors="replace"), str(path))
+    if not path.is_file():
+        raise MoetuneError(f"--log {path}: not a regular file; pass a Megatron-LM / Megatron Bridge training log")
+    text = _log_text(path)
+    if not text.strip():
+        raise MoetuneError(f"--log {path}: is empty; pass the job's stdout (the last rank prints the iteration lines)")
+    log = parse_log(text, str(path))
     if not (log.iterations or log.memory or log.oom_lines):
         raise MoetuneError(
             f"--log {path}: no Megatron iteration lines ('iteration N/M | ... elapsed time per iteration (ms)'), "
             "memory reports or OOM messages found; pass the job's stdout (the last rank prints the iteration lines)"
         )
     return log
+
+
+def _log_text(path: Path) -> str:
+    """The log's text; a .gz log (a gzipped copy of the job's stdout) decompressed, one line where it is not gzip."""
+    if not path.name.endswith(".gz"):
+        return path.read_text(errors="replace")
+    try:
+        with gzip.open(path, "rt", errors="replace") as fh:
+            return fh.read()
+    except (OSError, EOFError, zlib.error) as err:
+        raise MoetuneError(f"--log {path}: named .gz but not a readable gzip file ({err.__class__.__name__}); "
+                           "pass the log as written, or gunzip a whole copy") from None

@@ -6,6 +6,7 @@ profile/event_sink.py keeps what each event means."""
 import gzip
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -32,6 +33,17 @@ def _open(path: Path) -> "_Screened":
 def _gzipped(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == b"\x1f\x8b"
+
+
+def a_log(path: Path) -> str:
+    """What to add where a file read as a trace holds Megatron's iteration lines: a training log, which --log reads."""
+    try:
+        with _open(path) as fh:
+            head = fh.read(1 << 20)
+    except (OSError, EOFError, zlib.error):
+        return ""
+    return "; it holds Megatron iteration lines: a training log? pass it as --log FILE" \
+        if b"elapsed time per iteration" in head else ""
 
 
 def misnamed_gzip(path: Path) -> str:

@@ -117,7 +117,7 @@ def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
         found.detail += (f"logged to iteration {log.iterations[-1].iteration}; the timing starts after {skip}, and a "
                          "line averages the iterations since the one before it (log_interval)")
         if log.failure_lines:  # it stopped, and said why: the job failed, not ran short
-            found.status, found.detail = "failed", found.detail + f"; it stopped there: {log.failure_lines[-1]}"
+            found.status, found.detail = "failed", found.detail + f"; it stopped there: {log.stop_cause}"
     else:
         seconds = [it.elapsed_ms / 1000 for it in timed]
         found.status, found.timed, found.spread = MEASURED, len(timed), _spread(seconds)
@@ -127,6 +127,6 @@ def _timed(found: Measured, log: TrainingLog, planned, skip: int) -> Measured:
         found.tflops_per_gpu = statistics.median(flops) if flops else None
         found.detail += f"iterations {timed[0].iteration}-{timed[-1].iteration}"
         if log.failure_lines:  # timed before it stopped: the figures stand, the crash is said
-            found.notes.append(f"it stopped after iteration {log.iterations[-1].iteration}: {log.failure_lines[-1]}")
+            found.notes.append(f"it stopped after iteration {log.iterations[-1].iteration}: {log.stop_cause}")
             found.stopped = log.failure_lines[-1]
     return found
