@@ -248,3 +248,20 @@ def test_a_gpu_that_contradicts_the_plan_names_the_flag_not_traces(tmp_path, cap
     assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--gpu", "h100"]) == 2
     err = capsys.readouterr().err
     assert "but --gpu names hopper GPUs for the log" in err and "traces" not in err
+
+
+def test_steps_far_apart_blame_no_wall(shared_data):
+    """The shared 16-rank trace is a recommender model's step; a Qwen3-30B-A3B prediction on its 16 A100s is tens of
+    times off. The verdict asks whether it is this run's prediction and judges no wall (it had gone on to say the model
+    over-estimates compute by thousands of percent)."""
+    from moetune.layout.knobs import Knobs
+    from moetune.layout.layout import Layout
+    from moetune.layout.validate import Workload
+    from moetune.planner.estimate import estimate
+    from moetune.specs.hardware import load_gpu
+    from moetune.specs.registry import load_model
+    predicted = estimate(load_model("qwen3-30b-a3b"), load_gpu("a100"), Layout(world_size=16, ep=16),
+                         Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256), Knobs())
+    result = compare(predicted, diagnose([shared_data / "traces" / "a100_16rank_sendrecv_rank0.json.gz"]))
+    assert "beyond any error" in result["verdict"] and "none is judged" in result["verdict"]
+    assert "over-estimates" not in result["verdict"] and "under-estimates" not in result["verdict"]

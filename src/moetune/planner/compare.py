@@ -107,10 +107,10 @@ def compare(predicted: Estimate, measured: DiagnoseResult) -> dict:
                        f"which the model does not predict (PP 1 has no pipeline bubble); it moves the step by "
                        f"{100 * weight(worst):.0f}%: find what the queued kernels wait on (`diagnose` evidence)")
     apart = step["predicted"] / max(step["measured"], 1e-12)
-    if not 1 / APART <= apart <= APART:
+    if not 1 / APART <= apart <= APART:  # two runs, more likely than a model error: no wall is blamed
         verdict = (f"predicted and measured steps are {max(apart, 1 / apart):.1f}x apart, beyond any error of the "
-                   f"model's published track record: is the prediction for this run's model, batch and layout? "
-                   + verdict)
+                   f"model's published track record: is the prediction for this run's model, batch and layout? The "
+                   f"walls are listed, but none is judged until it is (the largest gap is {worst})")
     return {"available": True, "walls": rows, "step_seconds": step, "worst_wall": worst, "verdict": verdict}
 
 
