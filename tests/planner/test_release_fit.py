@@ -128,3 +128,18 @@ def test_a_release_before_a_fix_is_not_planned_what_it_mis_runs(capsys):
     assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--fix", "ep=1",
                  "--fix", "tp=2", "--fix", "etp=1", "--megatron-core", "0.18"]) == 2
     assert "undercounted gradient norm" in capsys.readouterr().err
+
+
+def test_estimate_judges_the_release_it_is_for(capsys):
+    """estimate's rule findings read --megatron-core as check's do: Megatron-Core 0.16 splits a Mamba hybrid evenly
+    whatever the layout string says (ssm/mamba_block.py), so an uneven split for it is an error; for 0.17 it runs."""
+    import json
+
+    from moetune.cli.main import main
+    args = ["estimate", "nemotron3-nano-30b-a3b", "--gpu", "h100", "--gpus", "32", "--tp", "2", "--pp", "2", "--ep",
+            "8", "--pipeline-layout", "Et*20|t*32L", "--precision", "bf16", "--json"]
+    rules = {}
+    for release in ("0.16", "0.17"):
+        main(args + ["--megatron-core", release])
+        rules[release] = {c["rule"] for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert "scale.hybrid_split_needs_mcore_017" in rules["0.16"] - rules["0.17"]

@@ -115,6 +115,11 @@ CASES: dict[str, Case] = {
     "scale.hybrid_split_from_pattern": Case(S(MOE, "model.is_hybrid_model=true", "model.pipeline_model_parallel_size=2",
                                              "model.virtual_pipeline_model_parallel_size=2")),
     # a hybrid pattern split into 4 segments over PP 2: Megatron-LM runs VPP 2 from it, Megatron Bridge refuses
+    # Nemotron-H style hybrid split unevenly over PP 2, for a release before Megatron-Core 0.17
+    "scale.hybrid_split_needs_mcore_017": Case(S(MOE, "model.is_hybrid_model=true",
+                                                 "model.pipeline_model_parallel_size=2",
+                                                 "model.hybrid_layer_pattern=M*-M*-|M*-"),
+                                               derived={"target_release": "0.16"}),
     "scale.hybrid_vpp_bridge": Case(S(MOE, "model.is_hybrid_model=true", "model.pipeline_model_parallel_size=2",
                                       "model.hybrid_layer_pattern=M*-|M*-|M*-|M*-")),
     # DeepSeek-V3-style single MTP layer under EP overlap on PP 1: Megatron-Core < 0.18 asserts PP > 1

@@ -19,8 +19,8 @@ from moetune.cli.output import (
     user_files_line,
     workload_line,
 )
-from moetune.cli.release_check import release_json
-from moetune.configio.releases import describe, option
+from moetune.cli.release_check import release_json, release_target
+from moetune.configio.releases import describe, option, reading
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import default_scope
 from moetune.planner.ep_domain import partial_domain_note
@@ -45,8 +45,10 @@ def configuration_inputs(func):
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,
     with the rule findings for the configuration."""
-    result = estimate_from_flags(model, kw)
-    found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
+    # the rules read the release named (rules core_at_least: what it runs is judged as it runs it)
+    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))):
+        result = estimate_from_flags(model, kw)
+        found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
     record = estimate_record(result)
     fp4 = caveat(result)
     if as_json:

@@ -28,8 +28,9 @@ from moetune.cli.plan_notes import (
     recompute_text,
     short_cp_note,
 )
-from moetune.cli.release_check import checked_release, release_json, release_line
+from moetune.cli.release_check import checked_release, release_json, release_line, release_target
 from moetune.cli.versus_output import print_versus
+from moetune.configio.releases import reading
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
@@ -89,7 +90,14 @@ def _offload(k) -> str:
 def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
             megatron_core, megatron_bridge, as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
-    release = checked_release(megatron_core, megatron_bridge)
+    # the rows' rule findings read the release named (rules core_at_least), as check of the saved plan will
+    with reading(*release_target(megatron_core, megatron_bridge)):
+        _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
+              checked_release(megatron_core, megatron_bridge), as_json)
+
+
+def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
+          release, as_json) -> None:
     spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
     spec = release_model(spec, release)  # TFLOP/s/GPU as that release's log counts it
     if why := dsa_exchange_refusal(spec, fixed.get("cp_comm_type")):  # the search would run all_gather silently

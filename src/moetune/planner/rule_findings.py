@@ -4,6 +4,7 @@ recompute, dispatcher or TP would fit), and a finding's fix re-estimated. planne
 
 from dataclasses import replace
 
+from moetune.configio.releases import target
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.validate import shard_cp, undersharded_cp
@@ -25,7 +26,8 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
     config = to_config(e) | (e.source_config or {})  # what a config states stands, as check reads it
     # the estimate's own facts only: evaluate derives the config's, and vet_fixes derives each fixed config's afresh
     # (facts derived here would pin the fixed configs to this one's: rules/derive.py derive lets `extra` win)
-    derived = {**cp_sizing_facts(e), **host_facts(e), **model_facts(e)}
+    derived = {**cp_sizing_facts(e), **host_facts(e), **model_facts(e),
+               **({"target_release": release} if (release := target()) is not None else {})}
     if weigh_selective and e.knobs.recompute == "full" and e.stages:
         derived["fits_with_selective_recompute"] = _fits_with_selective(e)
     if weigh_selective and e.knobs.recompute == "none" and _offloads(e.knobs) and e.stages:

@@ -120,7 +120,10 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     # the string's virtual stages (rule pipeline.vpp_matches_layout); None where it does not parse
     d["layout_stages"] = layout_stages_or_none(value(config, "model.pipeline_model_parallel_layout"))
     pattern = value(config, "model.hybrid_layer_pattern")  # a Mamba hybrid's stages: its '|' segments
-    d["hybrid_stages"] = len(hybrid_segments(pattern)) if isinstance(pattern, str) and "|" in pattern else None
+    segments = hybrid_segments(pattern) if isinstance(pattern, str) and "|" in pattern else None
+    d["hybrid_stages"] = len(segments) if segments else None
+    # segments of unequal length: a split Megatron-Core before 0.17 does not make (scale.hybrid_split_needs_mcore_017)
+    d["hybrid_uneven"] = bool(segments) and len({len(seg) for seg in segments}) > 1
     world = config.get("cluster.num_gpus")
     if world:
         d["world_size"] = world = int(world)
