@@ -17,6 +17,7 @@ from moetune.configio import load_config
 from moetune.configio.names import PASSTHROUGH, names
 from moetune.emit import FILES, emit_all
 from moetune.emit.environment import environment
+from moetune.errors import MoetuneError
 
 
 def plan(name, **changes):
@@ -548,3 +549,15 @@ def test_the_bridge_launch_runs_on_the_release_it_targets(release, runner, mode,
     if shutil.which("bash"):
         (tmp_path / "torchrun.sh").write_text(files["torchrun.sh"])
         assert subprocess.run(["bash", "-n", str(tmp_path / "torchrun.sh")], capture_output=True).returncode == 0
+
+
+def test_emits_launch_code_is_named_not_read_as_a_config(tmp_path, dsv3):
+    """check of torchrun.sh had refused --recipe as a Megatron-LM argument, sbatch.sh --nodes, and read
+    bridge_overrides.py as bash; each of emit's launch files now says what it is and which file to check."""
+    from moetune.configio.load import EMIT_LAUNCHERS
+    launch = [name for name in FILES if name in EMIT_LAUNCHERS or name.endswith(".py")]
+    assert set(launch) >= {"torchrun.sh", "sbatch.sh", "numa_bind.sh", "bridge_overrides.py", "run_planned.py"}
+    for name in launch:
+        (tmp_path / name).write_text(dsv3[name])
+        with pytest.raises(MoetuneError, match="launch code, not a config; check overrides.txt"):
+            load_config([tmp_path / name], gpu="gb200", gpus=256)

@@ -57,6 +57,8 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
         raise MoetuneError(f"{path}: --format {fmt} says how to read the input, and this one is JSON (a saved plan or "
                            "estimate?); drop --format: emit writes every output format, the Megatron-LM arguments "
                            "among them (megatron_lm_args.txt)")
+    if why := _not_a_config(path, text):
+        raise MoetuneError(f"{path}: {why}")
     # a .sh is a launch script, however it starts (`TP=2 EP=4 bash finetune.sh Qwen/Qwen3-30B-A3B` is no override)
     fmt = fmt or {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sh": "mlm"}.get(path.suffix.lower())
     if fmt == "yaml":
@@ -71,6 +73,24 @@ def read_file(path: Path, fmt: str | None = None, from_result: ResultReader | No
     raise MoetuneError(
         f"{path}: cannot tell the format; use a .yaml Bridge config, key=value override lines, "
         "Megatron-LM --flags, or pass --format")
+
+
+# What emit writes beside the configs it runs (emit/__init__.py FILES), each with its header in its first lines
+EMIT_LAUNCHERS = ("torchrun.sh", "sbatch.sh", "numa_bind.sh")
+
+
+def _not_a_config(path: Path, text: str) -> str | None:
+    """Why a file is no config moetune reads, or None: emit's own launch scripts, which read their config from the
+    files beside them (their bash had been read as Megatron-LM arguments, --recipe and --nodes refused), and Python,
+    which sets a recipe's fields in code (bridge_overrides.py had been read as a shell script)."""
+    emitted = "moetune emit:" in text[:600]
+    configs = "check overrides.txt (Megatron Bridge) or megatron_lm_args.txt (Megatron-LM) beside it"
+    if emitted and (path.name in EMIT_LAUNCHERS or path.suffix == ".py"):
+        return f"moetune emit's launch code, not a config; {configs}"
+    if path.suffix == ".py":
+        return ("Python sets a recipe's fields in code, which moetune does not run; pass the run's overrides, "
+                "a YAML of its ConfigContainer or its Megatron-LM arguments")
+    return None
 
 
 def _for_gpu(source: dict[str, Any], gpu: str | None) -> dict[str, Any]:
