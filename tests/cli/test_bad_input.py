@@ -244,3 +244,31 @@ def test_explain_of_a_json_that_is_neither_a_result_nor_a_model_says_so(tmp_path
     broken.write_text('{"model_type": "qwen3_moe", "hidden_size": 2048\n')
     code, _, err = run(["explain", str(broken), "--gpu", "h100", "--gpus", "8"], capsys)
     assert code == 2 and "not valid JSON" in err and "or a Hugging Face config.json" in err
+
+
+def test_a_saved_file_that_is_a_failure_or_lacks_its_split_says_so(tmp_path, capsys):
+    """emit of a failed plan's JSON had said "lacks 'layout'" (the saved error unsaid), and a plan result whose pipeline
+    object was cut read its uneven split as an even one ("num_layers (61) must be divisible by PP*VPP")."""
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"error": "--megatron-core 0.14: gpt-oss-120b needs model.softmax_type",
+                                  "exit_code": 2}))
+    code, _, err = run(["emit", str(failed)], capsys)
+    assert code == 2 and "the command that wrote it failed (--megatron-core 0.14" in err
+    code, out, _ = run(["estimate", "deepseek-v3", "--gpu", "h100", "--gpus", "64", "--pp", "4", "--ep", "8",
+                        "--first-stage-layers", "16", "--last-stage-layers", "15", "--json"], capsys)
+    saved = json.loads(out)
+    del saved["pipeline"]
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps(saved))
+    code, _, err = run(["emit", str(cut)], capsys)
+    assert code == 2 and "lacks 'pipeline'" in err
+
+
+def test_estimate_reads_a_saved_plan_as_its_config(tmp_path, capsys):
+    """check, emit and diagnose read a saved result as its config; estimate --config had said 'no "config" object'."""
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--json"], capsys)
+    path = tmp_path / "e.json"
+    path.write_text(out)
+    code, again, _ = run(["estimate", "qwen3-30b-a3b", "--config", str(path), "--json"], capsys)
+    assert code == 0 and json.loads(again)["time"]["step_seconds"] == pytest.approx(
+        json.loads(out)["time"]["step_seconds"], rel=1e-9)

@@ -47,8 +47,10 @@ def estimate_from_config(model: str, kw: dict):
         raise MoetuneError(f"{clash[0]}: with {' and '.join(given)} the layout and knobs are a config's (its Megatron "
                            f"names); drop {clash[0]} and give it as --set KEY=VALUE too (e.g. --set "
                            "model.pipeline_model_parallel_size=8), or drop the config options for the flags alone")
+    from moetune.planner import to_config as result_config
+    # a saved plan or estimate reads as its config, as check, emit and diagnose read it
     config = load_config(list(kw["configs"]), sets=list(kw["sets"]), mlm_args=kw["mlm_args"], gpu=kw["gpu"],
-                         gpus=kw["gpus"], script_args=kw.get("script_args"))
+                         gpus=kw["gpus"], script_args=kw.get("script_args"), from_result=result_config)
     if "cluster.gpu" not in config:
         raise MoetuneError("the config does not say which GPU: pass --gpu (e.g. --gpu h100)")
     spec = load_model(model)

@@ -30,6 +30,9 @@ def pick_result(data: dict, rank: int = 1) -> dict:
     """The estimate object: the JSON itself, or result number `rank` (1-based) of a plan."""
     if not isinstance(data, dict):
         raise MoetuneError("expected a JSON object from `moetune plan --json` or `moetune estimate --json`")
+    if "error" in data and "results" not in data and "layout" not in data:  # what a failed command writes
+        raise MoetuneError(f"it holds no result: the command that wrote it failed ({data['error']}); run it again "
+                           "with what the error asks")
     if "results" in data:
         if not isinstance(data["results"], list) or not all(isinstance(r, dict) for r in data["results"]):
             raise MoetuneError("the plan's results are not a list of results: pass unmodified `moetune plan --json` "
@@ -159,7 +162,9 @@ def _defaulted(r: dict, model) -> list[str]:
 
 
 def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
-    lay, pipe = _need(r, "layout", where), r.get("pipeline", {})
+    lay = _need(r, "layout", where)
+    # the split of a pipeline: without it a first/last-stage or layout-string split reads as an even one
+    pipe = _need(r, "pipeline", where) if lay.get("pp", 1) > 1 else r.get("pipeline", {})
     wl, k = _need(r, "workload", where), _need(r, "knobs", where)
     layout = Layout(world_size=_need(r, "gpus", where), tp=lay["tp"], cp=lay["cp"], pp=lay["pp"], vpp=lay["vpp"],
                     ep=lay["ep"], etp=lay["etp"], first_stage_layers=pipe.get("first_stage_layers"),
