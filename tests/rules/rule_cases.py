@@ -226,6 +226,10 @@ CASES: dict[str, Case] = {
                                "model.hierarchical_context_parallel_sizes=[4,2]")),
     "cp.sinks_need_a2a": Case(S(MOE, "model.softmax_type=learnable", "model.seq_length=65536",
                                 "model.context_parallel_size=2")),
+    # DeepSeek-V3's MLA at CP 8 over a2a, which Transformer Engine before 2.15 refuses
+    "cp.mla_exchange_needs_te_215": Case(S(MOE, "model.num_attention_heads=128", "model.multi_latent_attention=true",
+                                           "model.seq_length=131072", "model.context_parallel_size=8",
+                                           "model.cp_comm_type=a2a")),
     # DeepSeek-V3 (MLA, 128 heads) at CP 32 on H100: the p2p ring spans 4 nodes
     "cp.p2p_crosses_nvlink": Case(S(MOE, "model.num_attention_heads=128", "model.multi_latent_attention=true",
                                     "model.seq_length=131072", "model.context_parallel_size=32"), "h100", 256,
