@@ -36,10 +36,13 @@ class Tensor:
 
 
 def _norm(spec: ModelSpec, name: str, width: int | None = None) -> list[Tensor]:
+    """A norm's parameters. Megatron-Core's LayerNorm always has a bias (Transformer Engine's LayerNorm and
+    LayerNormLinear allocate layer_norm_bias, normalization="LayerNorm"), which a checkpoint whose LayerNorm has none
+    (DBRX: nn.LayerNorm(bias=False)) lacks: Megatron's, not the checkpoint's."""
     width = width or spec.hidden_size
     out = [Tensor(name=f"{name}.weight", numel=width, shard="rep")]
-    if spec.norm_has_bias:
-        out.append(Tensor(name=f"{name}.bias", numel=width, shard="rep"))
+    if spec.norm_has_bias or spec.normalization == "LayerNorm":
+        out.append(Tensor(name=f"{name}.bias", numel=width, shard="rep", hf=spec.norm_has_bias))
     return out
 
 
