@@ -3,6 +3,7 @@ estimate --config."""
 
 import json
 
+import pytest
 from cli_run import run
 
 
@@ -134,3 +135,21 @@ def test_the_deepep_refusal_names_the_dispatcher_field(capsys):
                         "model.moe_token_dispatcher_type=flex", "--set", "model.moe_flex_dispatcher_backend=deepep"],
                        capsys)
     assert code == 2 and "use model.moe_token_dispatcher_type alltoall at EP 1" in err
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("32k", 32768), ("128K", 131072), ("4096", 4096)])
+def test_seq_takes_tokens_in_k(text, tokens, capsys):
+    """--seq 32K had been refused as 'not a valid integer range'; K is 1024 tokens, as sequence lengths are written."""
+    import json
+
+    from moetune.cli.main import main
+    assert main(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--seq", text,
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workload"]["seq_length"] == tokens
+
+
+@pytest.mark.parametrize("text", ["1e5", "0", "32KB", "-5"])
+def test_seq_that_is_no_token_count_says_how_to_write_one(text, capsys):
+    from moetune.cli.main import main
+    assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "64", "--seq", text]) == 2
+    assert "write a whole number (32768) or one in K" in capsys.readouterr().err

@@ -14,6 +14,24 @@ from moetune.layout.knobs import CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, 
 from moetune.layout.modules import OFFLOAD_MODULES
 
 
+class Tokens(click.ParamType):
+    """A sequence length as engineers write it: a whole number (32768) or one in K of 1024 tokens (32k, 128K)."""
+
+    name = "tokens"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        if m := re.fullmatch(r"(\d+)([kK]?)", text):
+            count = int(m.group(1)) * (1024 if m.group(2) else 1)
+            if count >= 1:
+                return count
+        self.fail(f"{value!r} is not a token count: write a whole number (32768) or one in K (32k = 32768)", param,
+                  ctx)
+
+
+TOKENS = Tokens()
+
+
 def layout_options(func):
     opts = [
         click.option("--gpu", default=None, help="Catalog GPU (h100, gb200, ...) or a cluster .toml file. Required."),
@@ -32,7 +50,7 @@ def layout_options(func):
         click.option("--account-for-embedding", is_flag=True, help="account_for_embedding_in_pipeline_split."),
         click.option("--account-for-loss", is_flag=True, help="account_for_loss_in_pipeline_split."),
         click.option("--no-sequence-parallel", is_flag=True, help="Turn sequence parallel off (on when TP>1)."),
-        click.option("--seq", type=click.IntRange(min=1), default=4096, show_default=True),
+        click.option("--seq", type=TOKENS, default=4096, show_default=True, help="Sequence length (32768 or 32k)."),
         click.option("--mbs", type=click.IntRange(min=1), default=1, show_default=True),
         click.option("--gbs", type=click.IntRange(min=1), default=None,
                      help="Global batch (default MBS*DP*PP, PP micro-batches a step; Megatron-LM's own is MBS*DP)."),

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
-from moetune.cli.options import release_options
+from moetune.cli.options import TOKENS, release_options
 from moetune.cli.output import (
     attention_notes,
     console,
@@ -70,7 +70,7 @@ def _offload(k) -> str:
 @click.argument("model")
 @click.option("--gpu", required=True, help="Catalog GPU or cluster .toml file.")
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="World size.")
-@click.option("--seq", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--seq", type=TOKENS, default=4096, show_default=True, help="Sequence length (32768 or 32k).")
 @click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size.")
 @click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True)
 @click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
