@@ -139,6 +139,8 @@ CASES: dict[str, Case] = {
     "batch.gbs_divisible": Case(S(MOE, "train.global_batch_size=12", "train.micro_batch_size=1"), "h100", 8),
     # gpt-oss's shape at 128k: 16K-token shards at CP 8 would be the 4K guess's CP 32, but its sinks run CP over a2a
     # alone, which its 8 KV groups cap at CP 8: the rule asks for CP 8 (rules/derive.py _cp_sizing)
+    # 16k tokens over CP 64: 256-token shards, where the 4K guess is CP 4
+    "longctx.cp_oversharded": Case(S(MOE, "model.seq_length=16384", "model.context_parallel_size=64"), "h100", 64),
     "longctx.cp_sizing": Case(S(MOE, "model.num_attention_heads=64", "model.num_query_groups=8",
                                 "model.softmax_type=learnable", "model.cp_comm_type=a2a", "model.seq_length=131072",
                                 "model.context_parallel_size=2")),

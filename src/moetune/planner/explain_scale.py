@@ -152,8 +152,8 @@ def _cp_sizing_note(e: Estimate) -> str | None:
     if lay.cp > 1 and shard < SHARD_TOKENS:  # past the 4K target the other way: the pick's own trade, weighed
         return (f"{'long context' if seq >= LONG_CONTEXT else 'CP'}: {shard:,} tokens per TP x CP shard, "
                 f"1/{SHARD_TOKENS / shard:g} of the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which moetune "
-                f"reads per TP x CP shard as CP ~= seq_len / (4096 x TP): CP{target} here); CP{lay.cp} stands on "
-                "moetune's prediction, not the seeds' guess" + (_weighed_cp(e, target) if target < lay.cp else ""))
+                f"reads per TP x CP shard as CP ~= seq_len / (4096 x TP): CP{target} here); this run's CP{lay.cp} "
+                "shards finer than that guess" + (_weighed_cp(e, target) if target < lay.cp else ""))
     unrestricted = shard_cp(seq, lay.tp, lay.pp, lay.world_size, sp=lay.sp)  # the sequence and the world alone
     if seq >= LONG_CONTEXT and shard > 2 * SHARD_TOKENS and unrestricted > lay.cp:
         why = refusal_at_cp(e.model, lay, e.workload, e.gpu, 2 * lay.cp)
