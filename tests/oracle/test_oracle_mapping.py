@@ -85,4 +85,6 @@ def test_glm_qkv_bias_and_qk_norm_come_from_config():
 
 def test_unsupported_architecture_is_a_user_error():
     with pytest.raises(MoetuneError, match="architectures"):
-        hf_to_mcore(load_config("olmoe-1b-7b"))
+        hf_to_mcore(dict(load_config("olmoe-1b-7b"), architectures=["JambaForCausalLM"]))
+    with pytest.raises(MoetuneError, match="missing"):  # neither architectures nor a known model_type
+        hf_to_mcore({k: v for k, v in load_config("olmoe-1b-7b").items() if k not in ("architectures", "model_type")})

@@ -11,7 +11,8 @@ Public API (see docs/oracle.md):
 Importing this package needs neither torch nor megatron; calling the counters needs both.
 """
 
-from moetune.oracle.hf_to_mcore import FAMILIES, McoreModelArgs, hf_to_mcore
+from moetune.oracle.families import FAMILIES
+from moetune.oracle.hf_to_mcore import McoreModelArgs, hf_to_mcore
 from moetune.oracle.mcore import SPECS, count_params_breakdown, count_params_per_stage
 from moetune.oracle.vocab import bridge_divisible_by, padded_vocab_size
 

@@ -4,7 +4,7 @@ Only the fields that decide *which parameters exist and their shapes* are mapped
 hyper-parameters, dropout, fusions, RoPE scaling values do not change a parameter count).
 Field semantics follow Megatron-Bridge's bridges (``MegatronModelBridge.CONFIG_MAPPING`` in
 src/megatron/bridge/models/conversion/model_bridge.py and the per-family ``provider_bridge``
-overrides under src/megatron/bridge/models/{deepseek,qwen,glm,gpt_oss,kimi}/); the code is ours.
+overrides under src/megatron/bridge/models/*/, cited per family in families.py); the code is ours.
 
 Pure Python: importable without torch or megatron.
 """
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moetune.errors import MoetuneError
+from moetune.oracle.families import FAMILIES, MODEL_TYPE_ARCHITECTURES
 from moetune.specs.hf_defaults import with_class_defaults
 
 # (HF key, TransformerConfig field). First HF key present wins for a given field.
@@ -45,53 +46,8 @@ _MLA_FIELDS: tuple[tuple[str, str], ...] = (
     ("v_head_dim", "v_head_dim"),
 )
 
-_DENSE_LAYER_RULES = ("first_k_dense", "qwen_sparse_step", "all_moe")
-_SHARED_RULES = ("n_shared_x_moe_width", "qwen_shared_width", "none")
-
-# Per-architecture facts that the HF config does not spell out (from the bridge overrides).
-# Every family here uses RMSNorm and a gated (SwiGLU-style) expert/dense MLP.
-FAMILIES: dict[str, dict[str, Any]] = {
-    "DeepseekV3ForCausalLM": {  # DeepSeek-V3/R1/V3.1, Kimi-K2, Moonlight
-        "mla": True, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
-        "fixed": {"qk_layernorm": True, "moe_router_score_function": "sigmoid",
-                  "moe_router_enable_expert_bias": True},
-    },
-    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): the DeepSeek-V3 stack with an indexer in the MLA core attention
-    # (Megatron-Core experimental_attention_variant="dsa"; Bridge glm5_bridge.py provider_bridge)
-    **{arch: {"mla": True, "dsa": True, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
-              "fixed": {"qk_layernorm": True, "moe_router_score_function": "sigmoid",
-                        "moe_router_enable_expert_bias": True, "experimental_attention_variant": "dsa"}}
-       for arch in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")},
-    "DeepseekV2ForCausalLM": {
-        "mla": True, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
-        "fixed": {"qk_layernorm": True},
-    },
-    "Qwen3MoeForCausalLM": {
-        "mla": False, "dense": "qwen_sparse_step", "shared": "none",
-        "fixed": {"qk_layernorm": True, "add_qkv_bias": False},
-    },
-    "Qwen2MoeForCausalLM": {  # Qwen1.5-MoE, Qwen2-MoE: gated shared expert; q/k/v biases by config.qkv_bias
-        "mla": False, "dense": "qwen_sparse_step", "shared": "qwen_shared_width",
-        "fixed": {"moe_shared_expert_gate": True},
-        # HF key -> (TransformerConfig field, the HF config class's default): Qwen2MoeConfig qkv_bias=True
-        "switches": {"qkv_bias": ("add_qkv_bias", True)},
-    },
-    # HF MixtralAttention hard-codes bias=False on q/k/v/o (modeling_mixtral.py): a Mixtral config's attention_bias
-    # builds nothing (Megatron-Bridge's generic attention_bias -> add_qkv_bias would add q/k/v biases HF has not)
-    "MixtralForCausalLM": {"mla": False, "dense": "all_moe", "shared": "none", "fixed": {"add_qkv_bias": False}},
-    "GptOssForCausalLM": {  # biases everywhere (qkv, o_proj, router, experts) + attention sinks
-        "mla": False, "dense": "all_moe", "shared": "none",
-        "fixed": {"add_bias_linear": True, "softmax_type": "learnable"},
-    },
-    # HF PhimoeAttention biases q, k, v and o_proj (attention_bias), its norms are LayerNorms with biases; Megatron
-    # biases o_proj only under add_bias_linear, which biases the router and every expert too (no bridge ships Phi)
-    "PhiMoEForCausalLM": {"mla": False, "dense": "all_moe", "shared": "none",
-                          "fixed": {"normalization": "LayerNorm", "add_bias_linear": True}},
-    "Glm4MoeForCausalLM": {  # GLM-4.5 / 4.5-Air: qkv bias from attention_bias, q/k norm from use_qk_norm
-        "mla": False, "dense": "first_k_dense", "shared": "n_shared_x_moe_width",
-        "fixed": {"moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True},
-    },
-}
+_DENSE_LAYER_RULES = ("first_k_dense", "qwen_sparse_step", "ernie_start", "llama4_step", "all_moe")
+_SHARED_RULES = ("n_shared_x_moe_width", "qwen_shared_width", "ernie_shared", "llama4_shared", "direct", "none")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,11 +61,15 @@ class McoreModelArgs:
     vocab_size: int = 0
     tied: bool = False
     max_sequence_length: int = 4096
+    # "per_head" (Megatron's qk_layernorm), "full_tp" (one norm over the rank's heads, MiniMax-M2), "full" (one norm
+    # over every head on each TP rank, OLMoE in Bridge)
+    qk_norm: str = "per_head"
+    hybrid_pattern: str | None = None  # a Mamba hybrid (MambaModel) and its layer symbols; None: a GPTModel
 
 
 def architecture_of(hf_config: dict) -> str:
     archs = hf_config.get("architectures") or []
-    arch = archs[0] if archs else ""
+    arch = archs[0] if archs else MODEL_TYPE_ARCHITECTURES.get(str(hf_config.get("model_type")), "")
     if arch not in FAMILIES:
         raise MoetuneError(
             f"hf_config.architectures: {arch or 'missing'!r} has no oracle mapping; "
@@ -132,6 +92,20 @@ def _moe_layer_freq(hf: dict, rule: str, num_layers: int) -> int | list[int]:
         step = int(hf.get("decoder_sparse_step") or 1)
         dense = set(hf.get("mlp_only_layers") or [])
         pattern = [int(i not in dense and (i + 1) % step == 0) for i in range(num_layers)]
+    elif rule == "ernie_start":
+        # Bridge ernie_45_bridge.py (v0.5.0 :241-253): mlp_layer_types where given, else dense below
+        # moe_layer_start_index (first pool) and MoE from there to the last layer
+        types = hf.get("mlp_layer_types")
+        start = hf.get("moe_layer_start_index")
+        start = 1 if start is None else int(start[0] if isinstance(start, (list, tuple)) else start)
+        pattern = [int(t != "dense") for t in types] if types else [int(i >= start) for i in range(num_layers)]
+    elif rule == "llama4_step":
+        # HF Llama4TextConfig: moe_layers where given, else every interleave_moe_layer_step-th layer from step - 1
+        # (Bridge's 128-expert provider: [0, 1] * 24 for step 2)
+        step = int(hf.get("interleave_moe_layer_step") or 1)
+        moe = hf.get("moe_layers")
+        moe = set(moe) if moe is not None else set(range(step - 1, num_layers, step))
+        pattern = [int(i in moe) for i in range(num_layers)]
     else:
         return 1
     return 1 if all(pattern) else pattern
@@ -143,6 +117,13 @@ def _shared_width(hf: dict, rule: str, moe_width: int) -> int | None:
         return n * moe_width or None
     if rule == "qwen_shared_width":
         return int(hf.get("shared_expert_intermediate_size") or 0) or None
+    if rule == "ernie_shared":  # Bridge ernie_45_bridge.py (v0.5.0 :216-217): moe_num_shared_experts, default 2
+        n = hf.get("moe_num_shared_experts")
+        return moe_width * int(2 if n is None else n) or None
+    if rule == "llama4_shared":  # one shared expert of the routed experts' width
+        return moe_width
+    if rule == "direct":
+        return int(hf.get("moe_shared_expert_intermediate_size") or 0) or None
     return None
 
 
@@ -175,6 +156,8 @@ def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
     hf_config, _ = with_class_defaults(hf_config, str(hf_config.get("model_type")))
     arch = architecture_of(hf_config)
     fam = FAMILIES[arch]
+    if "names" in fam:
+        hf_config = fam["names"](hf_config)
     cfg = _generic(hf_config, _GENERIC_FIELDS)
     for key in ("num_layers", "hidden_size", "num_attention_heads", "num_moe_experts"):
         if key not in cfg:
@@ -183,10 +166,12 @@ def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
     cfg.update(normalization="RMSNorm", gated_linear_unit=True, add_bias_linear=False)
     cfg.update(fam["fixed"])
     cfg.update({field: bool(hf_config.get(key, default)) for key, (field, default) in fam.get("switches", {}).items()})
+    if "extra" in fam:
+        cfg.update(fam["extra"](hf_config))
     cfg["moe_layer_freq"] = _moe_layer_freq(hf_config, fam["dense"], cfg["num_layers"])
     cfg["moe_shared_expert_intermediate_size"] = _shared_width(
         hf_config, fam["shared"], cfg["moe_ffn_hidden_size"])
-    mtp = int(hf_config.get("num_nextn_predict_layers") or 0)
+    mtp = int(hf_config.get("num_nextn_predict_layers") or 0) if fam.get("mtp", True) else 0
     cfg["mtp_num_layers"] = mtp if (mtp and include_mtp) else None
     if fam["mla"]:
         cfg.update(_generic(hf_config, _MLA_FIELDS))
@@ -202,4 +187,19 @@ def hf_to_mcore(hf_config: dict, *, include_mtp: bool = True) -> McoreModelArgs:
         vocab_size=int(hf_config["vocab_size"]),
         tied=bool(hf_config.get("tie_word_embeddings", False)),
         max_sequence_length=int(hf_config.get("max_position_embeddings") or 4096),
+        qk_norm=fam.get("qk_norm", "per_head"),
+        hybrid_pattern=_hybrid_pattern(hf_config, cfg["num_layers"]) if fam.get("stack") == "hybrid" else None,
     )
+
+
+def _hybrid_pattern(hf: dict, num_layers: int) -> str:
+    """The Mamba hybrid's layer symbols (M Mamba, * attention, - MLP, E MoE), as Bridge passes hybrid_override_pattern
+    to MambaModel (nemotron_h_bridge.py CONFIG_MAPPING, v0.3.1 :64); transformers 5 writes them as layers_block_type."""
+    names = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+    pattern = hf.get("hybrid_override_pattern")
+    if pattern is None and hf.get("layers_block_type"):
+        pattern = "".join(names.get(b, "?") for b in hf["layers_block_type"])
+    if not isinstance(pattern, str) or len(pattern) != num_layers or set(pattern) - set("M*-E"):
+        raise MoetuneError(f"hf_config: hybrid_override_pattern {pattern!r} must give one of M * - E for each of the "
+                           f"{num_layers} layers")
+    return pattern

@@ -3,10 +3,10 @@
 For every pipeline stage we start a *fake* process group (``torch.distributed`` backend
 ``"fake"``: collectives are no-ops, only ranks and group sizes are real), call
 ``parallel_state.initialize_model_parallel`` as that stage's first rank, build one ``GPTModel``
-per virtual stage with the local (no-TE) layer specs on the ``meta`` device, and sum
-``numel()`` over ``model.parameters()``. Buffers (e.g. the router's ``expert_bias``) are not
-parameters and are not counted. Global Megatron state is torn down after every build, so the
-functions are safe to call many times in one process.
+per virtual stage with the local (no-TE) layer specs on the ``meta`` device (a ``MambaModel`` for a
+Mamba hybrid; layer_specs.py), and sum ``numel()`` over ``model.parameters()``. Buffers (e.g. the
+router's ``expert_bias``) are not parameters and are not counted. Global Megatron state is torn
+down after every build, so the functions are safe to call many times in one process.
 
 Requires torch + megatron-core (the ``oracle`` extra); imports them lazily.
 """
@@ -167,42 +167,19 @@ def _transformer_config(args: McoreModelArgs, p: Parallelism, vpp: int | None,
     )
 
 
-def _chunk_specs(config, vp_stage: int | None, spec: str, dsa: bool = False):
-    """Decoder block spec and MTP block spec for one virtual stage of the current rank."""
-    from megatron.core.models.gpt.gpt_layer_specs import (
-        get_gpt_decoder_block_spec,
-        get_gpt_decoder_layer_specs,
-        get_gpt_mtp_block_spec,
-    )
-
-    from moetune.oracle.shims import use_dsa_core_attention, use_oracle_core_attention, use_te_mla_down_proj
-
-    block = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
-                                       normalization="RMSNorm", vp_stage=vp_stage)
-    # MTP's inner layer copies the *last decoder layer* spec of the whole model (what
-    # get_gpt_mtp_block_spec takes from the last stage's block), even when this chunk has none.
-    mtp_layer = get_gpt_decoder_layer_specs(config, False, "RMSNorm")[-1]
-    use_oracle_core_attention([*block.layer_specs, mtp_layer])
-    if dsa:
-        use_dsa_core_attention([*block.layer_specs, mtp_layer])
-    if spec == "te":
-        use_te_mla_down_proj([*block.layer_specs, mtp_layer])
-    mtp = None
-    if config.mtp_num_layers:
-        mtp = get_gpt_mtp_block_spec(config, mtp_layer, use_transformer_engine=False,
-                                     vp_stage=vp_stage)
-    return block, mtp
-
-
 def _build_chunks(args: McoreModelArgs, config, padded_vocab: int, spec: str) -> list:
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt.gpt_model import GPTModel
 
+    from moetune.oracle.layer_specs import chunk_specs
+
+    if args.hybrid_pattern is not None:
+        return [_build_hybrid(args, config, padded_vocab)]
     vpp = config.virtual_pipeline_model_parallel_size
     models = []
     for vp_stage in range(vpp) if vpp else [None]:
-        block, mtp = _chunk_specs(config, vp_stage, spec, args.dsa)
+        block, mtp = chunk_specs(config, vp_stage, spec, dsa=args.dsa, qk_norm=args.qk_norm)
         with torch.device("meta"):
             models.append(GPTModel(
                 config, block, vocab_size=padded_vocab,
@@ -216,19 +193,40 @@ def _build_chunks(args: McoreModelArgs, config, padded_vocab: int, spec: str) ->
     return models
 
 
+def _build_hybrid(args: McoreModelArgs, config, padded_vocab: int):
+    """A Mamba hybrid as Bridge builds it (mamba_provider.py MambaModelProvider.provide, v0.3.1 :130-182): MambaModel
+    over the hybrid pattern. MambaStack splits the layers over PP itself (mamba_block.py _select_layers_for_pipeline_
+    parallel) and has no VPP nor layout; no position embedding (the provider's default)."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.mamba.mamba_model import MambaModel
+
+    from moetune.oracle.layer_specs import hybrid_stack_spec
+
+    if config.virtual_pipeline_model_parallel_size or config.pipeline_model_parallel_layout is not None:
+        raise MoetuneError("oracle: a Mamba hybrid (MambaModel) takes no VPP nor pipeline layout in megatron-core "
+                           "0.16.1 (mamba_block.py _select_layers_for_pipeline_parallel)")
+    with torch.device("meta"):
+        return MambaModel(config, hybrid_stack_spec(), vocab_size=padded_vocab,
+                          max_sequence_length=args.max_sequence_length,
+                          pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
+                          hybrid_override_pattern=args.hybrid_pattern,
+                          share_embeddings_and_output_weights=args.tied, position_embedding_type="none")
+
+
 def _stage_params(args: McoreModelArgs, p: Parallelism, padded_vocab: int, stage: int,
                   spec: str, grouped_gemm: bool = False) -> dict[str, int]:
     """{param name: numel} held by the first rank of pipeline stage ``stage``."""
     from megatron.core import parallel_state as ps
 
-    from moetune.oracle.shims import cuda_free, te_mla_down_proj
+    from moetune.oracle.shims import cuda_free, ssm_free, te_mla_down_proj
 
     vpp = _layout_vpp(p) if p.pipeline_model_parallel_layout is not None else \
         p.virtual_pipeline_model_parallel_size
     world = p.build_world_size()
     rank = stage * (world // p.pipeline_model_parallel_size)  # pp is outermost in tp-cp-ep-dp-pp
     with warnings.catch_warnings(), _fake_rank(rank, world, p, vpp), cuda_free(), \
-            te_mla_down_proj():
+            te_mla_down_proj(), ssm_free():
         warnings.simplefilter("ignore")
         assert ps.get_pipeline_model_parallel_rank() == stage
         try:

@@ -150,3 +150,81 @@ def use_dsa_core_attention(layer_specs: list) -> None:
         linear_weights_proj=DuplicatedLinear))
     for sub in _mla_submodules(layer_specs):
         sub.core_attention = ModuleSpec(module=DSAttention, submodules=DSAttentionSubmodules(indexer=indexer))
+
+
+class GatedRMSNormStandIn:
+    """Stands in for mamba_ssm's gated ``RMSNorm`` (mamba_ssm/ops/triton/layernorm_gated.py), which MambaMixer builds
+    as ``ExtendedRMSNorm`` (ssm/mamba_mixer.py:83, :354-363) and which needs the mamba_ssm package: that class holds
+    one ``weight`` [hidden_size] and no bias. This returns ``torch.nn.RMSNorm`` of the same width, which holds the
+    same; it holds nothing itself."""
+
+    def __new__(cls, hidden_size: int, eps: float = 1e-5, group_size=None, norm_before_gate: bool = True,
+                device=None, dtype=None):
+        return torch.nn.RMSNorm(hidden_size, eps=eps, device=device, dtype=dtype)
+
+
+class _NoRngTracker:
+    """A CUDA RNG tracker whose fork changes nothing (see ssm_free)."""
+
+    @staticmethod
+    def fork(*_a, **_k):
+        return contextlib.nullcontext()
+
+
+def _placeholder_module(name: str, *attrs: str):
+    """A module whose functions refuse to run: it stands in for an inference-only Megatron module at import time."""
+    import types
+
+    def refuse(*_a, **_k):
+        raise RuntimeError(f"moetune oracle: {name} is a build-only placeholder")
+
+    module = types.ModuleType(name)
+    for attr in attrs:
+        setattr(module, attr, refuse)
+    return module
+
+
+@contextlib.contextmanager
+def ssm_free() -> Iterator[None]:
+    """Let Megatron-Core's Mamba and gated delta-net modules be *constructed* without their kernel packages.
+
+    * ssm/mamba_mixer.py imports inference/contexts/attention_context/triton/tensor_ops.py (triton kernels for
+      inference only); without triton a placeholder module stands in for that import alone, then is dropped.
+    * MambaMixer.__init__ raises without mamba_ssm / einops (mamba_mixer.py:173-179; mamba_context_parallel.py:74,
+      the CP helper it builds) and GatedDeltaNet.__init__ without fla (gated_delta_net.py:103-106): the flags are
+      set for the build; nothing they guard holds a parameter (the kernels run in forward), except mamba_ssm's gated
+      norm: ``GatedRMSNormStandIn``.
+    * MambaStack builds its final norm as TENorm (ssm/mamba_block.py:166): MCore's ``WrappedTorchNorm`` stands in,
+      the same [hidden] weight (and bias under LayerNorm).
+    * MambaMixer draws its conv and dt initial values under the CUDA RNG tracker's model-parallel state
+      (mamba_mixer.py:293, :317), which only model_parallel_cuda_manual_seed (CUDA) registers: the fork is a no-op
+      here (initial values, never shapes).
+    """
+    import importlib.util
+    import sys
+
+    ops = "megatron.core.inference.contexts.attention_context.triton.tensor_ops"
+    placed = importlib.util.find_spec("triton") is None and ops not in sys.modules
+    if placed:
+        sys.modules[ops] = _placeholder_module(ops, "tensor_get_slice_after", "tensor_masked_update", "tensor_merge")
+    try:
+        from megatron.core.ssm import gated_delta_net, mamba_block, mamba_context_parallel, mamba_mixer
+    finally:
+        if placed:
+            del sys.modules[ops]
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    saved = [(m, name, getattr(m, name)) for m, name in (
+        (mamba_mixer, "HAVE_MAMBA_SSM"), (mamba_mixer, "HAVE_EINOPS"), (mamba_mixer, "ExtendedRMSNorm"),
+        (mamba_block, "TENorm"), (gated_delta_net, "HAVE_FLA"), (mamba_mixer, "get_cuda_rng_tracker"),
+        (mamba_context_parallel, "HAVE_EINOPS"))]
+    mamba_mixer.HAVE_MAMBA_SSM = mamba_mixer.HAVE_EINOPS = mamba_context_parallel.HAVE_EINOPS = True
+    gated_delta_net.HAVE_FLA = True
+    mamba_mixer.get_cuda_rng_tracker = _NoRngTracker
+    mamba_mixer.ExtendedRMSNorm = GatedRMSNormStandIn
+    mamba_block.TENorm = WrappedTorchNorm
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
