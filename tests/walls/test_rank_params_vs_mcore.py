@@ -57,10 +57,9 @@ CASES = [
     ("nemotron3-nano-30b-a3b", dict(world_size=16, tp=2, pp=2, ep=4), "te"),
     ("nemotron3-nano-30b-a3b", dict(world_size=32, tp=4, pp=4, ep=8, first_stage_layers=12, last_stage_layers=14),
      "local"),
-    pytest.param("dbrx", dict(world_size=32, tp=2, pp=4, ep=4), "te", marks=pytest.mark.xfail(strict=True, reason=(
-        "Megatron-Core's LayerNorm always has a bias (transformer/torch_norm.py:38-51 builds torch.nn.LayerNorm with "
-        "its default bias; TENorm te.pytorch.LayerNorm likewise): MCore holds 2 x 6144 per layer, +6144 with the "
-        "final norm, that moetune omits, reading HF's bias-free LayerNorms (hf_readers.py _read_dbrx)"))),
+    # LayerNorm with the bias Megatron-Core always builds (transformer/torch_norm.py, TE's LayerNorm), which DBRX's
+    # checkpoint lacks (walls/params.py _norm): 2 x 6144 a layer, +6144 with the final norm, had been left out
+    ("dbrx", dict(world_size=32, tp=2, pp=4, ep=4), "te"),
     pytest.param("grok-1", dict(world_size=32, tp=4, pp=4, ep=2), "te", marks=pytest.mark.xfail(strict=True, reason=(
         "Grok-1's post-attention and post-MoE RMSNorms (xai-org/grok-1 model.py:1059, :1095) have no slot in "
         "Megatron-Core's TransformerLayer (transformer_layer.py:224-236): moetune counts 2 x 6144 per layer that "
