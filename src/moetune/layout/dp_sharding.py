@@ -26,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.layout.pipeline import interleaved_warmup
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ def _stage0_passes(pp: int, vpp: int, m: int, ep_overlap: bool) -> float:
         end = m if start + pp >= m else start + pp
         table += [c for c in range(vpp) for _ in range(start, end)]
     total = m * vpp
-    warmup = min(2 * (pp - 1) + (vpp - 1) * pp + int(ep_overlap), total)
+    warmup = min(interleaved_warmup(pp, vpp) + int(ep_overlap), total)
     counts = 0
     for c in range(vpp):
         first = next(k for k in range(total) if vpp - 1 - table[k] == c)  # chunk c's first backward

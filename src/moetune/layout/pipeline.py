@@ -123,6 +123,13 @@ def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
     return counts
 
 
+def interleaved_warmup(pp, vpp, stage=0):
+    """Forward chunks pipeline rank `stage` runs before its first backward under the interleaved schedule:
+    2(PP - stage - 1) + (VPP - 1)PP (Megatron-Core pipeline_parallel/schedules.py, the interleaved schedule's warm-up
+    count); arrays broadcast."""
+    return 2 * (pp - stage - 1) + (vpp - 1) * pp
+
+
 def stage_order(grid: list[list]) -> list:
     """Items given per pipeline rank and virtual chunk (``grid[pp_rank][vpp_rank]``) in Megatron's flat stage order:
     stage s is chunk s // PP of rank s % PP (pipeline_parallel_layer_layout.py)."""

@@ -14,7 +14,7 @@ from moetune.planner.config_map import to_config
 from moetune.planner.estimate import Estimate
 from moetune.planner.run_shape import RUN_SHAPE, config_run, dumped_run, run_differences
 from moetune.profile.diagnose import DiagnoseResult
-from moetune.walls.model_flops import megatron_model_flops
+from moetune.walls.model_flops import megatron_model_flops, tflops_per_gpu
 
 WALLS = ("compute", "communication", "bubble", "host")
 # Predicted and measured steps further apart than this are more likely two runs than a model error: the worst
@@ -137,7 +137,7 @@ def _step_only(predicted: Estimate, measured: DiagnoseResult) -> dict:
             flops = megatron_model_flops(predicted.model, predicted.workload.seq_length,
                                          predicted.workload.gbs(predicted.layout), tp=predicted.layout.tp,
                                          convention=convention)
-            tflops = flops / step["predicted"] / predicted.layout.world_size / 1e12
+            tflops = tflops_per_gpu(flops, step["predicted"], predicted.layout.world_size)
         out["tflops_per_gpu"] = {"predicted": tflops, "measured": log["tflops_per_gpu"],
                                  "flops_convention": convention}
         out["verdict"] = _other_work(tflops * step["predicted"], log["tflops_per_gpu"] * step["measured"]) + verdict

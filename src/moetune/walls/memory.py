@@ -18,6 +18,7 @@ import numpy as np
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
+from moetune.layout.pipeline import interleaved_warmup
 from moetune.layout.validate import Workload
 from moetune.memo import remembered
 from moetune.specs.hardware import GIB
@@ -88,7 +89,7 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     1F1B: PP - p (warm-up + 1). Interleaved: Megatron's warm-up of 2(PP-p-1) + (VPP-1)PP chunks + 1,
     each chunk 1/VPP of the stage (schedules.py get_pp_warmup...; Korthikanti Sec. 4.2.3)."""
     one_f_one_b = np.minimum(layout.pp - stage, microbatches)
-    chunks = 2 * (layout.pp - stage - 1) + (layout.vpp - 1) * layout.pp + 1
+    chunks = interleaved_warmup(layout.pp, layout.vpp, stage) + 1
     interleaved = np.minimum(chunks, microbatches * layout.vpp) / layout.vpp
     out = np.where(layout.vpp == 1, one_f_one_b, interleaved)
     return out if isinstance(out, np.ndarray) and out.ndim else float(out)

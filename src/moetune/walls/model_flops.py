@@ -213,3 +213,9 @@ def megatron_model_flops(spec: ModelSpec, seq_length: int, global_batch_size: in
     if is_hybrid(spec):
         return 3 * tokens * _hybrid_per_token(spec, seq_length, vocab, r)
     return 3 * 2 * tokens * _transformer_per_token(spec, seq_length, vocab, r)
+
+
+def tflops_per_gpu(flops: float, step_seconds: float, gpus: int) -> float:
+    """Megatron's "throughput per GPU (TFLOP/s/GPU)": a step's model FLOPs over its seconds and GPUs
+    (training.py training_log)."""
+    return flops / step_seconds / gpus / 1e12

@@ -7,6 +7,7 @@ schedule runs beside it; step.py adds what is left exposed to the communication 
 import numpy as np
 
 from moetune.layout.knobs import Knobs
+from moetune.layout.pipeline import interleaved_warmup
 from moetune.walls.compute import BWD_GEMM, passes
 
 
@@ -72,7 +73,7 @@ def ep_overlap_unpaired(lay, microbatches) -> float:
     pipeline's critical path (every later stage waits on it), while a later stage's shorter warm-up overlaps it.
     At most every micro-batch: with fewer micro-batches than the warm-up, Megatron runs all of them unpaired."""
     pp, vpp = lay.pp, lay.vpp
-    return np.minimum(np.where(pp > 1, (2 * (pp - 1) + (vpp - 1) * pp) / vpp, 1.0), microbatches)
+    return np.minimum(np.where(pp > 1, interleaved_warmup(pp, vpp) / vpp, 1.0), microbatches)
 
 
 def dp_exposed_seconds(rs, ag, stage_compute, eff: dict, knobs: Knobs, stage_host=0.0, microbatches=1, step_rs=0.0,

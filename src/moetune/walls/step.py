@@ -20,7 +20,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
-from moetune.layout.validate import Workload
+from moetune.layout.validate import Workload, tokens_per_gpu
 from moetune.memo import remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
@@ -41,7 +41,7 @@ from moetune.walls.host import host_wait, layer_cpu_share
 from moetune.walls.iteration import dp_raw_seconds, iteration_terms
 from moetune.walls.layer_comm import layer_comm
 from moetune.walls.memory import activation_context
-from moetune.walls.model_flops import megatron_model_flops
+from moetune.walls.model_flops import megatron_model_flops, tflops_per_gpu
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.rank_params import model_padded_vocab, stage_params
 
@@ -194,7 +194,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     step = sum(walls.values())
     tokens = wl.gbs(lay) * wl.seq_length
     flops = megatron_model_flops(spec, wl.seq_length, wl.gbs(lay), tp=lay.tp, convention=spec.flops_convention)
-    tflops = flops / step / lay.world_size / 1e12
+    tflops = tflops_per_gpu(flops, step, lay.world_size)
     collectives = {k: float(m * v) for k, v in slow["comm_raw"].items()}
     collectives["dp_grad_reduce_param_gather"] = dp_raw
     exposed = {k: float(m * v) for k, v in slow["comm"].items()}
@@ -202,7 +202,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     exposed["ep_alltoall"] = exposed.get("ep_alltoall", 0.0) + unpaired
     return {
         "step_seconds": step,
-        "tokens_per_s_per_gpu": tokens / step / lay.world_size,
+        "tokens_per_s_per_gpu": tokens_per_gpu(wl.gbs(lay), wl.seq_length, step, lay.world_size),
         "tflops_per_gpu": tflops,
         "flops_convention": spec.flops_convention,  # whose counter tflops_per_gpu follows (walls/model_flops.py)
         # against the dense peak of the recipe's GEMM precision, as the seeds read MFU (seeds/004: tuned MXFP8
