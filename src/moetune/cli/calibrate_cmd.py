@@ -5,13 +5,14 @@ import click
 from rich.markup import escape
 
 from moetune.cli.calibrate_published import published
-from moetune.cli.output import GIB, console, emit_json, table
+from moetune.cli.output import console, emit_json, table
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, write_text
 from moetune.planner.calibrate import memory_misfits, predict
 from moetune.planner.run_checks import shipped_times, suspect_runs
 from moetune.planner.user_runs import by_gpu, fit_user_runs, gpu_label, sections, shipped_of, user_toml
 from moetune.planner.user_runs_csv import load_user_runs
+from moetune.units import GIB
 from moetune.words import a_figure
 
 

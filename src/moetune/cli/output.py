@@ -12,10 +12,9 @@ from moetune.emit.mlm import mlm_fix_words
 from moetune.emit.values import hydra
 from moetune.planner.explain_scale import fsdp_shards
 from moetune.planner.from_json import pick_result, saved_launcher
+from moetune.units import GIB
 from moetune.walls.cp_legal import exchange_text
 from moetune.words import plural
-
-GIB = 1 << 30
 
 
 def layout_extras(layout, knobs, fsdp: bool = True) -> list[str]:

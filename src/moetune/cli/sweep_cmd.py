@@ -20,7 +20,7 @@ from moetune.cli.calibrate_cmd import print_refit, refit
 from moetune.cli.check_cmd import RuleErrors, read_inputs
 from moetune.cli.emit_cmd import check_command, emitted_files, warned, write_files
 from moetune.cli.options import release_options
-from moetune.cli.output import GIB, console, emit_json, table
+from moetune.cli.output import console, emit_json, table
 from moetune.cli.release_check import for_release, inputs_release
 from moetune.configio.releases import describe, reading
 from moetune.errors import MoetuneError
@@ -31,6 +31,7 @@ from moetune.sweep.compare import Row, fastest, measured_runs, pairs, rows
 from moetune.sweep.conclusions import conclusions
 from moetune.sweep.manifest import MANIFEST, Candidate, Sweep, read_manifest, saved_result_data, write_manifest
 from moetune.sweep.submit import run_submit, submit_ready, submit_sh
+from moetune.units import GIB
 
 
 # What every candidate's launch gets besides its plan: what Megatron Bridge's performance scripts set on every

@@ -13,9 +13,10 @@ from moetune.planner.defaults import default_dispatcher
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, segment_note
 from moetune.planner.ep_first import ep_first_note
 from moetune.planner.estimate import Estimate
-from moetune.planner.moves import GIB, knobs_for, margin_gib
+from moetune.planner.moves import knobs_for, margin_gib
 from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.planner.rule_findings import cp_sizing
+from moetune.units import GIB
 from moetune.walls.attention_rate import ring_slowdown
 from moetune.walls.compute import rates
 from moetune.walls.context_parallel import ring_ranks

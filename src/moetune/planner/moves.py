@@ -20,8 +20,7 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.knob_fields import PRECISION
 from moetune.planner.pipeline_balance import even_out
 from moetune.specs.platform import platform_defaults
-
-GIB = 1 << 30
+from moetune.units import GIB
 
 
 @cache

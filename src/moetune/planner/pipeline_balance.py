@@ -24,8 +24,7 @@ from moetune.layout.pipeline import pipeline_chunks, stage_order
 from moetune.planner.estimate import Estimate
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.model import ModelSpec
-
-GIB = 1 << 30
+from moetune.units import GIB
 
 
 def rank_layers(lay: Layout, num_layers: int, mtp: int) -> list[int]:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from moetune.errors import MoetuneError
 from moetune.profile.rank_trace import RankTrace
 from moetune.profile.walls import arch
-from moetune.specs.hardware import GIB, GpuSpec, catalog
+from moetune.specs.hardware import GpuSpec, catalog
+from moetune.units import GIB
 
 # A product's model number in a device or catalog name (moetune's reading of NVIDIA's device names, as the shared
 # traces' deviceProperties and the catalog spell them): "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA GB200" -> gb200,

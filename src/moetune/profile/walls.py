@@ -13,8 +13,8 @@ from moetune.profile.megatron_log import TrainingLog
 from moetune.profile.metrics import RankMetrics, StepMetrics
 from moetune.profile.table import holds, remedies_table
 from moetune.specs.hardware import GpuSpec
+from moetune.units import GIB
 
-GIB = 2**30
 NEAR_FULL = 0.90  # peak reserved share of the GPU worth naming (not a wall: diagnose_remedies.yaml memory)
 # Compute capability -> architecture family (CUDA C Programming Guide, compute capabilities table).
 _ARCH = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell"}

@@ -13,8 +13,8 @@ from moetune.planner.result_text import knobs_label, layout_label, recompute_lab
 from moetune.planner.track_record import track_record_text
 from moetune.report.html import page, pairs, paragraph, section, table
 from moetune.report.svg import stacked_bars
+from moetune.units import GIB
 
-GIB = 1 << 30
 WALLS = ("compute", "communication", "bubble", "host")
 # the pick's memory line items, grouped for the chart (the table beside it keeps every item); an FP8 recipe's
 # quantized weights (FP8 parameters, or the quantized copy beside BF16 ones) and FSDP2's gathered ones are weights

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.files import read_toml
+from moetune.units import GIB
 from moetune.words import closest
 
-GIB = 1 << 30
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 WHOLE = ("nvlink_domain", "gpus_per_node", "gemm_tile", "sms")  # counts, not rates
 OPTIONAL = {"host_memory_gib", "nic_gbps_observed", "sms"}  # a [gpu] table may leave these out

@@ -4,8 +4,7 @@ to run (only one measured apart from the pick, with `emit --rank` while the plan
 
 from moetune.sweep.compare import Row, apart, fastest, pairs, plan_unchanged
 from moetune.sweep.manifest import Sweep
-
-GIB = 1 << 30
+from moetune.units import GIB
 
 
 def conclusions(sweep: Sweep, found: list[Row]) -> list[str]:

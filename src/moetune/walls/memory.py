@@ -21,8 +21,8 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import interleaved_warmup
 from moetune.layout.validate import Workload
 from moetune.memo import remembered
-from moetune.specs.hardware import GIB
 from moetune.specs.model import ModelSpec
+from moetune.units import GIB
 from moetune.walls.activations import (
     FP32,
     ActivationContext,
