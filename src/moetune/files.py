@@ -3,10 +3,21 @@ errors that name the file."""
 
 import json
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from moetune.errors import MoetuneError
+
+
+def shipped_text(name: str) -> str:
+    """The text of a data file moetune ships (src/moetune/data/NAME)."""
+    return (resources.files("moetune") / "data" / name).read_text()
+
+
+def shipped_toml(name: str) -> dict[str, Any]:
+    """A TOML table moetune ships (src/moetune/data/NAME)."""
+    return tomllib.loads(shipped_text(name))
 
 
 def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tuple, kind: str, hint: str) -> Any:

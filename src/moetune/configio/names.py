@@ -15,7 +15,8 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+
+from moetune.files import shipped_text
 
 NO_DEFAULT = object()  # "n/a" or "required" in the table: the rule needing it skips
 
@@ -100,7 +101,7 @@ def _parse_default(text: str) -> object:
 
 def data_csv(filename: str) -> csv.DictReader:
     """The rows of a CSV in moetune/data whose '#' lines are comments (megatron_names.csv, megatron_releases.csv)."""
-    text = (resources.files("moetune") / "data" / filename).read_text()
+    text = shipped_text(filename)
     return csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
 
 

@@ -6,11 +6,10 @@ lands on FP8 (or FP4) for a model no wider than the widest model of those pairs,
 and moetune's own FP8 gain next to them, instead of letting the predicted gain stand as if it were measured.
 """
 
-import tomllib
 from dataclasses import dataclass, replace
 from functools import cache
-from importlib import resources
 
+from moetune.files import shipped_toml
 from moetune.layout.knobs import Knobs
 from moetune.planner.estimate import Estimate
 from moetune.planner.runs import published_rows
@@ -36,7 +35,7 @@ def _metric(row: dict) -> float:
 
 @cache
 def fp8_pairs() -> tuple[Fp8Pair, ...]:
-    table = tomllib.loads((resources.files("moetune") / "data" / "fp8_ab_pairs.toml").read_text())
+    table = shipped_toml("fp8_ab_pairs.toml")
     rows = published_rows()
     out = []
     for p in table["pair"]:

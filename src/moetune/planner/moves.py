@@ -3,13 +3,12 @@ one: what explain offers is re-estimated, and its overrides applied to the run g
 findings those moves are vetted by are planner/rule_findings.py's."""
 
 import math
-import tomllib
 from dataclasses import replace
 from functools import cache
-from importlib import resources
 
 from moetune.configio.layout_map import LAYOUT_FIELDS, UNEVEN_SPLIT, layout_fields
 from moetune.errors import MoetuneError
+from moetune.files import shipped_toml
 from moetune.layout.layout import Layout
 from moetune.layout.param_gather import OFFLOAD_RECIPES, PARAM_RECIPES, offload_refuses_params
 from moetune.layout.validate import Workload
@@ -25,7 +24,7 @@ from moetune.units import GIB
 
 @cache
 def moves() -> dict:
-    return tomllib.loads((resources.files("moetune") / "data" / "retune_moves.toml").read_text())
+    return shipped_toml("retune_moves.toml")
 
 
 # Free memory below this share of the GPU is within the estimate's own error: the one published run with a measured

@@ -9,10 +9,9 @@ Bridge's performance summary, measured NVFP4 at 0.88-1.03x of MXFP8. So wherever
 as the FP8 caveat (fp8_evidence.py) sets its FP8 gain beside the FP8-vs-BF16 pairs.
 """
 
-import tomllib
 from functools import cache
-from importlib import resources
 
+from moetune.files import shipped_toml
 from moetune.planner.estimate import Estimate
 from moetune.planner.fp8_evidence import comparison, comparison_text, same_config_in
 from moetune.planner.runs import published_rows
@@ -27,7 +26,7 @@ SOURCE = ("Megatron Bridge's performance summary, NeMo 26.04.01 container: "
 
 @cache
 def _pairs() -> tuple[dict, ...]:
-    return tuple(tomllib.loads((resources.files("moetune") / "data" / "nvfp4_moe_pairs.toml").read_text())["pair"])
+    return tuple(shipped_toml("nvfp4_moe_pairs.toml")["pair"])
 
 
 def published_nvfp4_runs() -> int:

@@ -1,12 +1,11 @@
 """Published measured runs (data/published_runs.csv, each row cited) as moetune configurations."""
 
 import csv
-import tomllib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import get_args
 
+from moetune.files import shipped_text, shipped_toml
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
@@ -98,7 +97,7 @@ def run_from_row(row: dict) -> Run:
 @cache
 def _rows() -> tuple[dict, ...]:
     """published_runs.csv, read once per process (rows are not modified)."""
-    text = (resources.files("moetune") / "data" / "published_runs.csv").read_text()
+    text = shipped_text("published_runs.csv")
     return tuple(csv.DictReader(text.splitlines()))
 
 
@@ -140,4 +139,4 @@ def known_gaps() -> dict[str, dict[str, str]]:
     """data/known_gaps.toml: the published runs moetune misses by more than 15% ("runs": complete runs,
     "tflops_only": runs published as TFLOP/s only), the A/B pairs it orders the other way ("order": "Rxxx Ryyy") and the
     A/B ties it puts apart ("ties"), each with its reason."""
-    return tomllib.loads((resources.files("moetune") / "data" / "known_gaps.toml").read_text())
+    return shipped_toml("known_gaps.toml")

@@ -7,11 +7,10 @@ sees the one published run like it, predicted 22% slow, next to the two FP8 runs
 """
 
 import statistics
-import tomllib
 from dataclasses import replace
 from functools import cache
-from importlib import resources
 
+from moetune.files import shipped_toml
 from moetune.planner.calibrate import predict
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.repeats import measured_tokens
@@ -61,7 +60,7 @@ def unseen_models(gpu_key: str) -> dict:
 
 @cache
 def _unseen_table() -> dict:
-    return tomllib.loads((resources.files("moetune") / "data" / "unseen_models.toml").read_text())
+    return shipped_toml("unseen_models.toml")
 
 
 def estimate_record(e) -> dict:

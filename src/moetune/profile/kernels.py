@@ -9,9 +9,10 @@ because a training trace repeats a few hundred distinct kernel names hundreds of
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 
 import yaml
+
+from moetune.files import shipped_text
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 _KINDS = (COMPUTE, COMMUNICATION, MEMORY)
@@ -34,7 +35,7 @@ def _compile(patterns: list[str]) -> tuple[re.Pattern, ...]:
 @lru_cache(maxsize=1)
 def kernel_classes() -> tuple[KernelClass, ...]:
     """The class table, in matching order; the last entry is the fallback."""
-    text = resources.files("moetune").joinpath("data/kernel_classes.yaml").read_text()
+    text = shipped_text("kernel_classes.yaml")
     table = []
     for row in yaml.safe_load(text)["classes"]:
         if row["kind"] not in _KINDS:

@@ -5,17 +5,18 @@ stay something a performance engineer can read and edit without reading Python.
 """
 
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import yaml
+
+from moetune.files import shipped_text
 
 _MISSING = object()
 
 
 @lru_cache(maxsize=1)
 def remedies_table() -> dict:
-    text = resources.files("moetune").joinpath("data/diagnose_remedies.yaml").read_text()
+    text = shipped_text("diagnose_remedies.yaml")
     return yaml.safe_load(text)
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import yaml
 
 from moetune.errors import MoetuneError
+from moetune.files import shipped_text
 from moetune.rules.expr import Expr, compile_expr
 
 SEVERITIES = ("error", "warning", "info")
@@ -136,4 +136,4 @@ def parse_table(text: str) -> Table:
 @lru_cache(maxsize=1)
 def load_table() -> Table:
     """The packaged rule table, parsed once."""
-    return parse_table((resources.files("moetune") / "data" / "rules.yaml").read_text())
+    return parse_table(shipped_text("rules.yaml"))

@@ -13,11 +13,10 @@ import math
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cache, lru_cache
-from importlib import resources
 from pathlib import Path
 
 from moetune.errors import MoetuneError, UnsupportedPrecision
-from moetune.files import read_toml
+from moetune.files import read_toml, shipped_text
 from moetune.units import GIB
 from moetune.words import closest
 
@@ -139,7 +138,7 @@ class GpuSpec:
 
 @cache
 def catalog() -> dict[str, GpuSpec]:
-    text = (resources.files("moetune") / "data" / "hardware.toml").read_text()
+    text = shipped_text("hardware.toml")
     return {key: GpuSpec(key=key, **row) for key, row in tomllib.loads(text).items()}
 
 

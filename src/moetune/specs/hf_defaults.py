@@ -4,9 +4,9 @@ had read as a plain q projection (678.8B parameters where transformers builds 67
 num_key_value_heads as 32 KV heads where Qwen3MoeConfig gives 4. Each default filled is named (ModelSpec.notes).
 """
 
-import tomllib
 from functools import cache
-from importlib import resources
+
+from moetune.files import shipped_toml
 
 # the section a family's language-model fields live in (Llama-4's text_config), where not the top level
 SECTION = {"llama4": "text_config"}
@@ -16,7 +16,7 @@ TABLE = {"llama4": "llama4_text", "ernie_moe": "ernie4_5_moe",
          "kimi_k2": "deepseek_v3"}
 @cache
 def class_defaults() -> dict[str, dict]:
-    return tomllib.loads((resources.files("moetune") / "data" / "hf_defaults.toml").read_text())
+    return shipped_toml("hf_defaults.toml")
 
 
 def with_class_defaults(data: dict, model_type: str) -> tuple[dict, tuple[str, ...]]:

@@ -2,16 +2,15 @@
 which dispatcher, FP8 recipe and CUDA-graph scope the seeds start each platform on, read by the planner's defaults
 and by the rules' recommended backend alike."""
 
-import tomllib
 from functools import cache
-from importlib import resources
 
+from moetune.files import shipped_toml
 from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
 
 
 @cache
 def _table() -> dict:
-    return tomllib.loads((resources.files("moetune") / "data" / "platform_defaults.toml").read_text())
+    return shipped_toml("platform_defaults.toml")
 
 
 # Grace-Blackwell superchips: Megatron Bridge runs DeepEP only on GPUs named B200/B300 among Blackwells

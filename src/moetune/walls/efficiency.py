@@ -3,19 +3,17 @@ architecture ([priors.<arch>]) and its own ([priors.<gpu>]), the GPU's fitted ta
 keys, flat or under the GPU's name)."""
 
 import math
-import tomllib
 from functools import cache
-from importlib import resources
 
 from moetune.errors import MoetuneError
-from moetune.files import FileTable, read_toml
+from moetune.files import FileTable, read_toml, shipped_toml
 from moetune.layout.knobs import PRECISIONS
 from moetune.specs.hardware import catalog
 
 
 @cache
 def _table() -> dict:
-    return tomllib.loads((resources.files("moetune") / "data" / "efficiency.toml").read_text())
+    return shipped_toml("efficiency.toml")
 
 
 def efficiency(gpu_key: str, user: dict | None = None, *, priors_only: bool = False) -> dict[str, float]:

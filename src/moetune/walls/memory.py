@@ -5,17 +5,16 @@ Activations: activations.py per layer, times the micro-batches in flight on that
 """
 
 import math
-import tomllib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from types import MappingProxyType
 
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.files import shipped_toml
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import interleaved_warmup
@@ -37,7 +36,7 @@ from moetune.walls.rank_params import largest_fsdp_unit, stage_params, vocab_sha
 
 @cache
 def default_overheads() -> dict[str, float]:
-    return tomllib.loads((resources.files("moetune") / "data" / "memory_overheads.toml").read_text())
+    return shipped_toml("memory_overheads.toml")
 
 
 MAX_OVERHEAD_GIB = 1e6  # a PiB: more than any GPU or node holds
