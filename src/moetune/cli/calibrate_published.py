@@ -21,7 +21,7 @@ from moetune.planner.calibrate import (
     with_params,
 )
 from moetune.planner.repeats import reruns, unmeetable
-from moetune.planner.runs import load_runs
+from moetune.planner.runs import TOLERANCE, load_runs
 from moetune.walls.efficiency import EFFICIENCY_CAP, efficiency
 
 TFLOPS_ONLY = "tflops-only"
@@ -50,12 +50,12 @@ def fitted_toml(fitted: dict) -> str:
 
 def _unmeetable_line(rows: list[dict]) -> str:
     """Which misses the data forces: one configuration measured further apart than any prediction can meet."""
-    found = unmeetable(0.15)
+    found = unmeetable(TOLERANCE)
     if not found:
         return "No configuration was measured so far apart twice that a prediction could not meet both within 15%."
     shown = {r["run_id"] for r in rows}
-    least = sum(g.least_misses(0.15) for g in found if set(g.run_ids) <= shown)
-    missed = sum(abs(r["error"]) > 0.15 for r in rows)
+    least = sum(g.least_misses(TOLERANCE) for g in found if set(g.run_ids) <= shown)
+    missed = sum(abs(r["error"]) > TOLERANCE for r in rows)
     groups = ", ".join(f"{' vs '.join(g.run_ids)} ({g.spread:.2f}x)" for g in found)
     return (f"Measured apart by more than any prediction can meet within 15% (1.35x), same configuration: {groups}; "
             f"so at least {least} of these {len(rows)} runs miss 15% whatever the constants ({missed} do)")
@@ -73,7 +73,8 @@ def _row(p: Prediction, subset: str) -> dict:
 
 def _stats(rows: list[dict]) -> str:
     errs = [abs(r["error"]) for r in rows]
-    return f"median |error| {100 * statistics.median(errs):.1f}%, {sum(e <= 0.15 for e in errs)}/{len(errs)} within 15%"
+    within = sum(e <= TOLERANCE for e in errs)
+    return f"median |error| {100 * statistics.median(errs):.1f}%, {within}/{len(errs)} within {TOLERANCE:.0%}"
 
 
 def published(write_path: str | None, as_json: bool, one_model_out: bool) -> None:
@@ -96,8 +97,8 @@ def published(write_path: str | None, as_json: bool, one_model_out: bool) -> Non
                    "ab_order": [_pair(q) for q in order],
                    "ab_ties": [{**_pair(q), "predicted_apart": (q.faster, q.slower) in apart} for q in ties],
                    "unmeetable_repeats": [{"run_ids": list(g.run_ids), "measured": list(g.measured),
-                                           "spread": g.spread, "least_misses": g.least_misses(0.15)}
-                                          for g in unmeetable(0.15)],
+                                           "spread": g.spread, "least_misses": g.least_misses(TOLERANCE)}
+                                          for g in unmeetable(TOLERANCE)],
                    **({"leave_one_model_out": lomo} if lomo is not None else {})})
         return
     _print_fit(fitted, capped, rows)
@@ -157,6 +158,6 @@ def _print_lomo(rows: list[dict]) -> None:
                           ["model", "runs", "median |error|", "within 15%"],
                           [[m, len(mine := [r for r in rows if r["model"] == m]),
                             f"{100 * statistics.median(abs(r['error']) for r in mine):.1f}%",
-                            f"{sum(abs(r['error']) <= 0.15 for r in mine)}/{len(mine)}"] for m in models],
+                            f"{sum(abs(r['error']) <= TOLERANCE for r in mine)}/{len(mine)}"] for m in models],
                           justify_right_from=1))
     console().print(f"left out in turn: {_stats(rows)}")

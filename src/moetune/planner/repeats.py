@@ -10,7 +10,7 @@ own misses, so a reader can tell a miss the model could remove from one the data
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from moetune.planner.runs import Run, load_configured_runs, tokens_from_tflops
+from moetune.planner.runs import TOLERANCE, Run, load_configured_runs, tokens_from_tflops
 
 
 def configuration(run: Run) -> tuple:
@@ -63,6 +63,6 @@ def repeats(runs: list[Run] | None = None) -> list[Repeat]:
                   key=lambda r: -r.spread)
 
 
-def unmeetable(tolerance: float = 0.15, runs: list[Run] | None = None) -> list[Repeat]:
+def unmeetable(tolerance: float = TOLERANCE, runs: list[Run] | None = None) -> list[Repeat]:
     """The repeats no prediction can meet within `tolerance`."""
     return [r for r in repeats(runs) if not r.meetable(tolerance)]

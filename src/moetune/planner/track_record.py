@@ -14,10 +14,8 @@ from moetune.files import shipped_toml
 from moetune.planner.calibrate import predict
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.repeats import measured_tokens
-from moetune.planner.runs import Run, known_gaps, load_configured_runs, published_rows
+from moetune.planner.runs import TOLERANCE, Run, known_gaps, load_configured_runs, published_rows
 from moetune.walls.efficiency import efficiency
-
-TOLERANCE = 0.15  # the bar: tokens/s/GPU within 15%
 
 
 @cache
