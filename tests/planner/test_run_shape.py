@@ -1,6 +1,7 @@
 """A Megatron-LM run's shape, as its argument dump says it, against a plan's (planner/run_shape.py)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,7 @@ from moetune.configio.load import load_config
 from moetune.planner.config_map import to_config
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.run_shape import config_run, dumped_run, run_differences
+from moetune.profile.megatron_log import read_log
 
 
 def _plan(tmp_path, capsys, *args) -> tuple:
@@ -48,3 +50,34 @@ def test_a_dumps_knobs_are_held_against_the_plans(tmp_path, capsys):
     assert ("model.virtual_pipeline_model_parallel_size" in apart) is (
         pick.get("model.virtual_pipeline_model_parallel_size") not in (None, 1))
     assert "cluster.num_gpus" not in apart
+
+
+def test_a_whole_megatron_lm_dump_reads_as_the_run_it_printed(capsys):
+    """Megatron-LM 0.18's own dump prints VPP as validate_args derived it from the layout string (beside
+    num_virtual_stages_per_pipeline_rank None, which had read as VPP 1), the FP8 format under dest fp8 (which had gone
+    unread: every FP8 run priced as BF16), the graph scope as enum reprs and cp_comm_type as argparse's list (which had
+    refused every --model prediction): read whole, it is its own plan's job, and --model needs nothing else."""
+    log = Path(__file__).parents[1] / "profile" / "fixtures" / "megatron_lm_core018_dsv3_b200.log"
+    ran = dumped_run(read_log(log).args)
+    assert ran["model.virtual_pipeline_model_parallel_size"] == 2 and ran["model.pipeline_model_parallel_size"] == 16
+    assert (ran["mixed_precision.fp8"], ran["mixed_precision.fp8_recipe"]) == ("e4m3", "mxfp8")
+    assert ran["model.cuda_graph_scope"] == ["attn", "moe_router", "moe_preprocess"]
+    assert ran["model.moe_flex_dispatcher_backend"] == "deepep" and ran["cluster.num_gpus"] == 256
+    assert main(["diagnose", "--log", str(log), "--model", "deepseek-v3", "--gpu", "b200", "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)["comparison"]["step_seconds"]
+    assert abs(step["predicted"] / step["measured"] - 1) < 0.15
+
+
+def test_flags_left_at_their_defaults_do_not_contradict_the_dump(capsys):
+    """--mlm-args "--bf16" beside a whole dump: the reader fills the flags left out at Megatron-LM's defaults (EP
+    overlap off), which had contradicted the dump's EP overlap and refused the run."""
+    log = Path(__file__).parents[1] / "profile" / "fixtures" / "megatron_lm_core018_dsv3_b200.log"
+    assert main(["diagnose", "--log", str(log), "--model", "deepseek-v3", "--gpu", "b200", "--mlm-args", "--bf16"]) == 0
+
+
+def test_a_local_full_iteration_graph_is_the_full_iteration_implementation():
+    """Megatron-Core 0.18 turns the deprecated --cuda-graph-impl local --cuda-graph-modules full_iteration (what emit
+    writes for older releases) into cuda_graph_impl full_iteration with no modules: the same run."""
+    planned = config_run({"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]})
+    ran = dumped_run({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": "[]"})
+    assert run_differences(ran, planned) == []

@@ -10,6 +10,7 @@ from moetune.configio.finalize import synced_optimizer_switches
 from moetune.configio.load import load_config
 from moetune.configio.mlm import argument_dump_config
 from moetune.configio.names import LAUNCHER, is_megatron_lm, names
+from moetune.configio.releases import at_default
 from moetune.emit.mlm import mlm_fix_words
 from moetune.errors import MoetuneError
 from moetune.files import read_json
@@ -135,7 +136,14 @@ def _run_config(configs, sets, mlm_args, gpu, gpus, log_path: str | None,
         raise MoetuneError(f"the config given contradicts the argument dump of --log {log_path}, which is what ran: "
                            f"{'; '.join(differ)}; pass the run's own config and GPU count, or leave them out: the "
                            "dump says them")
-    return ({**dump, **config} if config is not None else (dump or None)), log
+    return (_beside_dump(config, dump) if config is not None else (dump or None)), log
+
+
+def _beside_dump(config: dict, dump: dict) -> dict:
+    """The config given, over the dump where it says something: a Megatron-LM argument list's defaults, which its
+    reader fills in for the flags left out, do not override what the dump says ran."""
+    said = {k: v for k, v in config.items() if not (is_megatron_lm(config) and k in dump and at_default(k, v))}
+    return {**dump, **said}
 
 
 def _dump_config(log: TrainingLog) -> dict:
@@ -154,6 +162,8 @@ def _against_dump(config: dict, args: dict) -> list[str]:
     argument list's flag). A --model prediction also refuses it (planner/compare.py same_log_job); the advice alone
     had been tailored to the config in silence."""
     mlm, ran, given = is_megatron_lm(config), dumped_run(args), config_run(config)
+    if mlm:  # Megatron-LM arguments leave most flags at their defaults, which the reader fills in: the dump says those
+        given = {k: v for k, v in given.items() if not at_default(k, config.get(k))}
 
     def name(key: str) -> str:
         return "--gpus" if key == "cluster.num_gpus" else (names().mlm_flag(key) if mlm else None) or key

@@ -212,21 +212,33 @@ def _flags(words: list[str], origin: str,
     return out, raw_vpp_layers
 
 
+# Destinations the dump prints under another name than their flag's: validate_args' own (the world size, no flag's;
+# VPP, from --num-virtual-stages-per-pipeline-rank or the layout string) and dest= renames (--fp8-format's fp8)
+DUMP_DESTS = {"fp8": "--fp8-format", "fp4": "--fp4-format",
+              "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank"}
+# print_args shows an enum as Python's repr: "[<CudaGraphModule.attn: 1>, ...]" (cuda_graph_modules, core_v0.18)
+_ENUM_REPR = re.compile(r"<\w+\.(\w+): -?\d+>")
+
+
 def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
     """Bridge dotted names of a Megatron-LM log's argument dump (training/arguments.py print_args: one
     ``name ..... value`` line per argparse destination, the value as Python prints it). A destination is read where it
-    is its flag's own spelling (``overlap_grad_reduce`` is ``--overlap-grad-reduce``; ``--no-...`` switches are not);
-    None where the field takes none, and a value the field's type refuses, are left out: the dump tells what ran, it
-    is not checked here."""
+    is its flag's own spelling (``overlap_grad_reduce`` is ``--overlap-grad-reduce``; ``--no-...`` switches are not) or
+    one DUMP_DESTS names; None where the field takes none, and a value the field's type refuses, are left out: the dump
+    tells what ran, it is not checked here."""
     out: dict[str, Any] = {}
     for dest, text in args.items():
-        row = names().by_flag.get("--" + dest.replace("_", "-"))
+        row = names().by_flag.get(DUMP_DESTS.get(dest) or "--" + dest.replace("_", "-"))
         if row is None or not row.bridge_name or text == "None" and not row.type.endswith("?"):
             continue
+        if dest == "num_virtual_stages_per_pipeline_rank" and "virtual_pipeline_model_parallel_size" in args:
+            continue  # validate_args' VPP, set from it or from a layout string, is what ran
         try:
-            value = ast.literal_eval(text) if len(text) <= 1000 else text
+            value = ast.literal_eval(_ENUM_REPR.sub(r"'\1'", text)) if len(text) <= 1000 else text
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             value = text
+        if dest == "cp_comm_type" and isinstance(value, list) and len(value) == 1:
+            value = value[0]  # argparse's nargs='+' list; one type is every layer's (argument_utils.py)
         try:
             out[row.bridge_name] = coerce(row.bridge_name, row.type, value)
         except (MoetuneError, ValueError, OverflowError):  # text the field refuses, a number past Python's limits
@@ -238,4 +250,6 @@ def argument_dump_config(args: Mapping[str, str]) -> dict[str, Any]:
     world = args.get("world_size", "")
     if world.isascii() and world.isdigit() and int(world) > 0:  # validate_args sets it: the GPUs that ran (no flag)
         out["cluster.num_gpus"] = int(world)
+    if "virtual_pipeline_model_parallel_size" not in args and out.get("model.pipeline_model_parallel_layout"):
+        out.pop("model.virtual_pipeline_model_parallel_size", None)  # the layout's stages set it (normalize derives it)
     return out

@@ -31,39 +31,48 @@ RUN_SHAPE: dict[str, tuple[str, Any]] = {
     "mixed_precision.fp8_recipe": ("fp8_recipe", None),
     "mixed_precision.fp4": ("fp4", None),
     "comm_overlap.overlap_moe_expert_parallel_comm": ("overlap_moe_expert_parallel_comm", False),
+    "comm_overlap.delay_wgrad_compute": ("delay_wgrad_compute", False),
     "model.cuda_graph_impl": ("cuda_graph_impl", "none"),
+    "model.cuda_graph_scope": ("cuda_graph_modules", None),
     "model.recompute_granularity": ("recompute_granularity", None),
     "model.recompute_modules": ("recompute_modules", None),
     "ddp.overlap_grad_reduce": ("overlap_grad_reduce", False),
     "ddp.overlap_param_gather": ("overlap_param_gather", False),
+    "ddp.use_distributed_optimizer": ("use_distributed_optimizer", False),
+    "comm_overlap.tp_comm_overlap": ("tp_comm_overlap", False),
+    "model.sequence_parallel": ("sequence_parallel", False),
+    "model.mtp_num_layers": ("mtp_num_layers", None),
 }
-UNFLAGGED = ("virtual_pipeline_model_parallel_size", "fp8", "fp4")  # destinations no flag of theirs spells
 # Fields that mean something only where another holds a value: print_args shows Megatron-LM's default recipe for a
 # BF16 run, its backend for a non-flex dispatcher and its default module list without selective recompute
 ONLY_WHERE = {"mixed_precision.fp8_recipe": ("mixed_precision.fp8", None),
               "model.moe_flex_dispatcher_backend": ("model.moe_token_dispatcher_type", "flex"),
-              "model.recompute_modules": ("model.recompute_granularity", "selective")}
+              "model.recompute_modules": ("model.recompute_granularity", "selective"),
+              "model.cuda_graph_scope": ("model.cuda_graph_impl", "transformer_engine")}
 
 
 def dumped_run(args: dict[str, str]) -> dict[str, Any]:
-    """RUN_SHAPE's fields the dump ARGS state, in dotted names and their types (argument_dump_config's reading, which
-    leaves out a value the field refuses); a None at what it reads as, and a destination no flag spells as Python
-    printed it."""
-    read, out = argument_dump_config(args), {}
-    for key, (dest, unset) in RUN_SHAPE.items():
-        text = args.get(dest)
-        if text == "None":
-            out[key] = unset
-        elif key in read:
-            out[key] = read[key]
-        elif text is not None and dest in UNFLAGGED:
-            out[key] = int(text) if text.isascii() and text.isdigit() else text
-    return out
+    """RUN_SHAPE's fields the dump ARGS state, in dotted names and their types (configio's argument_dump_config, which
+    leaves out a value the field refuses); a None at what it reads as."""
+    read = argument_dump_config(args)
+    out = {key: unset if read[key] is None else read[key] for key, (_, unset) in RUN_SHAPE.items() if key in read}
+    out |= {key: unset for key, (dest, unset) in RUN_SHAPE.items() if key not in read and args.get(dest) == "None"}
+    return _graphs(out)
+
+
+def _graphs(run: dict[str, Any]) -> dict[str, Any]:
+    """RUN as Megatron-Core 0.18 normalizes its CUDA graphs (arguments.py _normalize_cuda_graph_modules_args): the
+    deprecated local implementation over a full_iteration scope is the full_iteration implementation, which emit
+    writes for releases before it."""
+    if run.get("model.cuda_graph_impl") == "local" and "full_iteration" in (run.get("model.cuda_graph_scope") or ()):
+        return run | {"model.cuda_graph_impl": "full_iteration", "model.cuda_graph_scope": []}
+    return run
 
 
 def config_run(config: dict[str, Any]) -> dict[str, Any]:
     """RUN_SHAPE's fields a dotted config holds, a None at what it reads as."""
-    return {k: (unset if config[k] is None else config[k]) for k, (_, unset) in RUN_SHAPE.items() if k in config}
+    return _graphs({k: (unset if config[k] is None else config[k]) for k, (_, unset) in RUN_SHAPE.items()
+                    if k in config})
 
 
 def run_differences(ran: dict[str, Any], other: dict[str, Any]) -> list[str]:
