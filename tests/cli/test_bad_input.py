@@ -252,8 +252,11 @@ def test_a_saved_file_that_is_a_failure_or_lacks_its_split_says_so(tmp_path, cap
     failed = tmp_path / "failed.json"
     failed.write_text(json.dumps({"error": "--megatron-core 0.14: gpt-oss-120b needs model.softmax_type",
                                   "exit_code": 2}))
-    code, _, err = run(["emit", str(failed)], capsys)
-    assert code == 2 and "the command that wrote it failed (--megatron-core 0.14" in err
+    f = str(failed)
+    for argv in (["emit", f], ["explain", f], ["explain", "--plan", f], ["report", f, "--out", str(tmp_path / "r")],
+                 ["sweep", "write", f, "--out", str(tmp_path / "sw")]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "the command that wrote it failed (--megatron-core 0.14" in err, argv
     code, out, _ = run(["estimate", "deepseek-v3", "--gpu", "h100", "--gpus", "64", "--pp", "4", "--ep", "8",
                         "--first-stage-layers", "16", "--last-stage-layers", "15", "--json"], capsys)
     saved = json.loads(out)
@@ -272,3 +275,11 @@ def test_estimate_reads_a_saved_plan_as_its_config(tmp_path, capsys):
     code, again, _ = run(["estimate", "qwen3-30b-a3b", "--config", str(path), "--json"], capsys)
     assert code == 0 and json.loads(again)["time"]["step_seconds"] == pytest.approx(
         json.loads(out)["time"]["step_seconds"], rel=1e-9)
+
+
+def test_estimate_for_a_release_refuses_a_model_it_cannot_build(capsys):
+    """plan and emit refused Qwen3-Next for Megatron-Core 0.15 (no gated delta-net before 0.16); estimate had priced
+    it."""
+    code, _, err = run(["estimate", "qwen3-next-80b-a3b", "--gpu", "h100", "--gpus", "64", "--ep", "16", "--gbs",
+                        "512", "--megatron-core", "0.15"], capsys)
+    assert code == 2 and "model.experimental_attention_variant (Megatron-Core has it from 0.16 on)" in err

@@ -243,3 +243,14 @@ def test_a_gzipped_empty_or_odd_log_reads_or_says_why(tmp_path):
         read_log(tmp_path / "empty.log")
     with pytest.raises(MoetuneError, match="not a regular file"):
         read_log(tmp_path)
+
+
+def test_a_hang_before_the_first_iteration_is_named(tmp_path):
+    """A job whose all-to-all timed out at start-up had been told its log held no iteration lines."""
+    (tmp_path / "hang.log").write_text(
+        "using world size: 16, data-parallel size: 16\n[rank3]:[E1120 09:13:52 ProcessGroupNCCL.cpp:632] [PG ID 4 PG "
+        "GUID 61(EXPERT_MODEL_PARALLEL_GROUP) Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+        "OpType=ALLTOALL_BASE, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.\n"
+        "srun: error: node-017: task 0: Exited with exit code 1\n")
+    with pytest.raises(MoetuneError, match="hung before its first iteration .NCCL watchdog timeout: ALLTOALL_BASE"):
+        read_log(tmp_path / "hang.log")

@@ -34,7 +34,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import evidence_text
-from moetune.planner.from_json import estimate_from_json, is_saved_result, on_plan_budget
+from moetune.planner.from_json import estimate_from_json, is_saved_result, on_plan_budget, refuse_failure
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.nvfp4_evidence import caveat_line
 from moetune.planner.release_fit import upgrade_for
@@ -130,6 +130,7 @@ def _saved_result(path: str, after_flag: bool):
         "" if after_flag else " or a Hugging Face config.json"))
     if is_saved_result(data):
         return data
+    refuse_failure(data, path)  # what a failed command writes: its error, not its shape
     if not after_flag and not (isinstance(data, dict) and {"model_type", "architectures"} & data.keys()):
         raise MoetuneError(f"{path}: neither a `moetune plan --json` / `estimate --json` output (no results, no "
                            "layout) nor a Hugging Face config.json (no model_type); pass one of them")

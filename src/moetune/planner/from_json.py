@@ -26,13 +26,19 @@ def saved_results(data: dict) -> list[dict]:
     return data["results"] if "results" in data else [data]
 
 
+def refuse_failure(data, where: str = "") -> None:
+    """One line where DATA is what a failed command wrote (`{"error": ..., "exit_code": 2}`), saying its error; WHERE
+    names the file (a caller that names it itself passes none)."""
+    if isinstance(data, dict) and "error" in data and not is_saved_result(data):
+        raise MoetuneError(f"{where + ': ' if where else ''}it holds no result: the command that wrote it failed "
+                           f"({data['error']}); run it again with what the error asks")
+
+
 def pick_result(data: dict, rank: int = 1) -> dict:
     """The estimate object: the JSON itself, or result number `rank` (1-based) of a plan."""
     if not isinstance(data, dict):
         raise MoetuneError("expected a JSON object from `moetune plan --json` or `moetune estimate --json`")
-    if "error" in data and "results" not in data and "layout" not in data:  # what a failed command writes
-        raise MoetuneError(f"it holds no result: the command that wrote it failed ({data['error']}); run it again "
-                           "with what the error asks")
+    refuse_failure(data)
     if "results" in data:
         if not isinstance(data["results"], list) or not all(isinstance(r, dict) for r in data["results"]):
             raise MoetuneError("the plan's results are not a list of results: pass unmodified `moetune plan --json` "

@@ -68,8 +68,13 @@ def moe_layer_conflict(m: ModelSpec, config: dict) -> str | None:
         layers = [str(i) for i, f in enumerate(flags) if f]
         return ", ".join(layers[:4]) + (", ..." if len(layers) > 4 else "") if layers else "none"
 
-    return (f"model.moe_layer_freq ({freq}: experts on layers {where(built)} of {len(built)}, {m.name}'s on "
-            f"{where(mine)} of {m.num_layers})")
+    first = next((i for i, (a, b) in enumerate(zip(built, mine)) if a != b), min(len(built), len(mine)))
+    kind = {1: "MoE", 0: "dense"}
+    at = (f"; layer {first} is {kind[built[first]]} there, {kind[mine[first]]} in {m.name}"
+          if first < min(len(built), len(mine)) else "")
+    said = freq if isinstance(freq, int) else f"a list of {len(freq)}"
+    return (f"model.moe_layer_freq ({said}: experts on layers {where(built)} of {len(built)}, {m.name}'s on "
+            f"{where(mine)} of {m.num_layers}{at})")
 
 
 # HF model types whose Megatron Bridge model bridge sets provider.moe_router_dtype = "fp32" (deepseek_v2_bridge.py,

@@ -63,7 +63,7 @@ def model_lacking(spec: ModelSpec, gpu: GpuSpec, release: str) -> None:
     knobs = knob_fields(Knobs())
     if missing := lacking({k: v for k, v in probe.items() if k not in knobs}, release):
         raise MoetuneError(f"{option(release)}: {spec.name} needs {_spans(missing, release)}, which "
-                           f"{describe(release)} lacks: upgrade, or plan without the option")
+                           f"{describe(release)} lacks: upgrade, or drop the option")
 
 
 # What a knob set runs as where the release lacks a field or value it sets, keyed by field (called with the refused

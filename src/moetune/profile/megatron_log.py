@@ -340,6 +340,9 @@ def read_log(path: str | Path) -> TrainingLog:
     if not text.strip():
         raise MoetuneError(f"--log {path}: is empty; pass the job's stdout (the last rank prints the iteration lines)")
     log = parse_log(text, str(path))
+    if not log.iterations and (hang := next((_hang_words(x) for x in text.splitlines() if _HANG.search(x)), None)):
+        raise MoetuneError(f"--log {path}: the job hung before its first iteration ({hang}): a rank stalled or died "
+                           "at start-up; find the first rank that failed in its own output")
     if not (log.iterations or log.memory or log.oom_lines):
         raise MoetuneError(
             f"--log {path}: no Megatron iteration lines ('iteration N/M | ... elapsed time per iteration (ms)'), "

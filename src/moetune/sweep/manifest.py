@@ -10,7 +10,7 @@ from pathlib import Path
 from moetune.configio.releases import family_of, known_release
 from moetune.errors import MoetuneError
 from moetune.files import read_json, write_text
-from moetune.planner.from_json import is_saved_result
+from moetune.planner.from_json import is_saved_result, refuse_failure
 
 MANIFEST = "sweep.json"
 FORMAT = 1  # the manifest's layout; a later moetune that changes it reads this number first
@@ -78,6 +78,7 @@ def saved_result_data(data, path: str) -> dict:
     """DATA (read from PATH) as a `plan --json` / `estimate --json` output, or one line saying what it is instead."""
     if isinstance(data, dict) and "moetune_sweep" in data:
         raise MoetuneError(f"{path}: a sweep's manifest; pass the plan it was written from ({data.get('plan')})")
+    refuse_failure(data, path)
     if not is_saved_result(data):
         raise MoetuneError(f"{path}: not a `moetune plan --json` or `estimate --json` output")
     return data
