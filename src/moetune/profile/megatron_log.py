@@ -35,23 +35,11 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.layout.validate import tokens_per_gpu
 from moetune.profile.log_notes import timing_notes
+from moetune.profile.log_stops import FAILURE, HANG, OOM, RANK_PREFIX, hang_words, oom_words
 
 _ITER = re.compile(r"\biteration\s+(\d{1,12})\s*/\s*(\d{1,12})\s*\|(.*)$")  # counts a log can hold
 _MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
-# PyTorch's allocator message, and the CUDA runtime's own (what NCCL, cuBLAS or a dispatcher's buffer allocation raise)
-_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError:|CUDA error: out of memory", re.IGNORECASE)
-# How a hung collective says so: PyTorch's NCCL watchdog (c10d ProcessGroupNCCL.cpp "Watchdog caught collective
-# operation timeout: WorkNCCL(SeqNum=..., OpType=ALLTOALL_BASE, ... Timeout(ms)=600000)"), then an abort on every rank:
-# the root cause of the lines after it, which a stop note quotes first
-_HANG = re.compile(r"Watchdog caught collective operation timeout|collective operation timeout|"
-                   r"NCCL (?:communicator|watchdog).*(?:timeout|timed out)", re.IGNORECASE)
-# How a crashed job says so in its stdout: a Python exception's last line (torch.distributed.DistBackendError, an
-# NCCL "unhandled system error"), torchrun's ChildFailedError, Slurm's "srun: error", a signal
-_FAILURE = re.compile(r"^\S*(Error|Exception)(: |$)|ChildFailedError|NCCL error|srun: error|Segmentation fault|"
-                      r"\bKilled\b|CANCELLED|terminate called after throwing|SIGABRT|" + _HANG.pattern, re.IGNORECASE)
-# the "[rank5]: " torchrun puts before each line of a rank's output (its Python errors included)
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
 # Lines rank 0 prints once per launch, before training: a relaunch prints them again, whatever iteration it resumes
 # at. Megatron-LM megatron/training/arguments.py @ core_v0.18.2 validate_args ("using world size: ") and _print_args
@@ -101,7 +89,7 @@ class TrainingLog:
     memory: list[MemoryReport]
     args: dict[str, str] = field(default_factory=dict)
     oom_lines: list[str] = field(default_factory=list)
-    failure_lines: list[str] = field(default_factory=list)  # how a crash said so (_FAILURE), after its last iteration
+    failure_lines: list[str] = field(default_factory=list)  # how a crash said so (FAILURE), after its last iteration
     # Megatron-LM's rank 0 prints its arguments at start-up (training/arguments.py _print_args); Bridge prints none
     argument_dump: bool = False
     # any line rank 0 prints at start-up (_STARTUP, the argument dump): without one, the log is the last rank's stdout
@@ -119,14 +107,14 @@ class TrainingLog:
 
     @property
     def stop_cause(self) -> str | None:
-        """The line that says why the run stopped after its last iteration: a collective's timeout (_HANG) where one
+        """The line that says why the run stopped after its last iteration: a collective's timeout (HANG) where one
         was printed, the root of the aborts after it, else the last failure line; None where it did not stop."""
-        return next((x for x in self.failure_lines if _HANG.search(x)), None) or \
+        return next((x for x in self.failure_lines if HANG.search(x)), None) or \
             (self.failure_lines[-1] if self.failure_lines else None)
 
     @property
     def hung(self) -> bool:
-        return any(_HANG.search(x) for x in self.failure_lines)
+        return any(HANG.search(x) for x in self.failure_lines)
 
     @property
     def timed_once(self) -> bool:
@@ -257,26 +245,7 @@ def _last_run(lines: list[str]) -> tuple[int, int, int | None]:
     return start, runs, launch if last is not None else None
 
 
-_WATCHDOG = {"op": re.compile(r"OpType=(\w+)"), "group": re.compile(r"PG GUID \d+\(([^)]+)\)"),
-             "ms": re.compile(r"Timeout\(ms\)=(\d+)"), "rank": re.compile(r"\bRank (\d+)\]")}
 
-
-def _hang_words(line: str) -> str | None:
-    """A watchdog timeout line in words ('NCCL watchdog timeout: ALLTOALL_BASE on EXPERT_MODEL_PARALLEL_GROUP after
-    600 s, rank 3'), where it is one and names its collective; its own text runs past what a note quotes."""
-    if not _HANG.search(line) or not (op := _WATCHDOG["op"].search(line)):
-        return None
-    found = {k: m.group(1) for k, r in _WATCHDOG.items() if (m := r.search(line))}
-    group = f" on {found['group']}" if "group" in found else ""
-    after = f" after {int(found['ms']) / 1000:g} s" if "ms" in found else ""
-    rank = f", rank {found['rank']}" if "rank" in found else ""
-    return f"NCCL watchdog timeout: {op.group(1)}{group}{after}{rank}"
-
-
-def _oom_words(lines: list[str]) -> str:
-    """' and ran out of memory (its OOM line)' for a launch passed over, "" where it printed no OOM."""
-    oom = next((x.strip()[:200] for x in lines if _OOM.search(x)), None)
-    return f" and ran out of memory ({oom})" if oom else ""
 
 
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
@@ -299,12 +268,12 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
                 log.failure_lines.clear()  # an error the run went on past is no stop: only those after the last
         elif m := _MEM.search(line):
             log.memory.append(_memory(m, f"--log {path} line {n}"))
-        elif _OOM.search(line):
+        elif OOM.search(line):
             log.oom_lines.append(line.strip()[:200])
             if log.iterations:  # after an iteration: the run stopped on it (the note says so, beside the OOM)
                 log.failure_lines.append(line.strip()[:200])
-        elif _FAILURE.search(_RANK_PREFIX.sub("", line.strip())) and log.iterations:
-            log.failure_lines.append(_hang_words(line) or line.strip()[:200])
+        elif FAILURE.search(RANK_PREFIX.sub("", line.strip())) and log.iterations:
+            log.failure_lines.append(hang_words(line) or line.strip()[:200])
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
@@ -315,10 +284,10 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
                          f"line {start + 1}, iteration {log.iterations[0].iteration} on")
     elif start:  # launches before the first iteration line that failed at start-up: their OOM is not the run's
         log.notes.append(f"--log {path}: the launch(es) before line {start + 1} logged no iteration"
-                         f"{_oom_words(lines[:start])}: the figures are the launch from line {start + 1}")
+                         f"{oom_words(lines[:start])}: the figures are the launch from line {start + 1}")
     if failed is not None:  # its OOM is its own, not the figures' run's
         log.notes.append(f"--log {path}: the last launch, from line {failed + 1}, logged no iteration"
-                         f"{_oom_words(lines[failed:])}: the figures are the run before it")
+                         f"{oom_words(lines[failed:])}: the figures are the run before it")
     if unread and not log.iterations:
         raise unread[0]
     if unread:
@@ -340,7 +309,7 @@ def read_log(path: str | Path) -> TrainingLog:
     if not text.strip():
         raise MoetuneError(f"--log {path}: is empty; pass the job's stdout (the last rank prints the iteration lines)")
     log = parse_log(text, str(path))
-    if not log.iterations and (hang := next((_hang_words(x) for x in text.splitlines() if _HANG.search(x)), None)):
+    if not log.iterations and (hang := next((hang_words(x) for x in text.splitlines() if HANG.search(x)), None)):
         raise MoetuneError(f"--log {path}: the job hung before its first iteration ({hang}): a rank stalled or died "
                            "at start-up; find the first rank that failed in its own output")
     if not (log.iterations or log.memory or log.oom_lines):
