@@ -177,3 +177,14 @@ def test_model_takes_the_gpu_count_the_traces_record(traces_dir, capsys):
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["world_size"] == 2 and out["comparison"]["available"]
+
+
+@pytest.mark.parametrize(("domain", "nvl72"), [(72, True), (8, False)])
+def test_a_log_on_a_rack_scale_cluster_file_reads_as_nvl72(fixtures_dir, tmp_path, capsys, domain, nvl72):
+    """The platform of a log alone is --gpu's as the planner reads it (specs/platform.py): B200s in a cluster file's
+    72-GPU NVLink domain are the seeds' NVL72 row, where diagnose had matched GB200/GB300 names only."""
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(f'gpu = "b200"\nnvlink_domain = {domain}\n')
+    log = str(fixtures_dir / "megatron_lm_qwen3_30b_a3b.log")
+    assert main(["diagnose", "--log", log, "--gpu", str(cluster), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["facts"]["gpu.nvl72"] is nvl72

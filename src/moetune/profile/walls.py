@@ -13,6 +13,7 @@ from moetune.profile.megatron_log import TrainingLog
 from moetune.profile.metrics import RankMetrics, StepMetrics
 from moetune.profile.table import holds, remedies_table
 from moetune.specs.hardware import GpuSpec
+from moetune.specs.platform import platform_of
 from moetune.units import GIB
 
 NEAR_FULL = 0.90  # peak reserved share of the GPU worth naming (not a wall: diagnose_remedies.yaml memory)
@@ -69,7 +70,8 @@ def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any
     out: dict[str, Any] = {"ranks": len(m.ranks), "gpu.arch": arch(m.compute_capability),
                            "gpu.nvl72": any(n in (m.gpu_name or "") for n in _NVL72_NAMES)}
     if m.gpu is not None and m.compute_capability is None:  # a log alone: the platform is --gpu's
-        out.update({"gpu.arch": m.gpu.arch, "gpu.nvl72": m.gpu.key.upper() in _NVL72_NAMES})
+        # the seeds' NVL72 row as the planner reads it (specs/platform.py): a cluster file's 72-GPU B200 domain too
+        out.update({"gpu.arch": m.gpu.arch, "gpu.nvl72": platform_of(m.gpu) == "blackwell-nvl72"})
     out["gemm_streams"] = max((len({op.stream for op in r.trace.ops if op.cls == "gemm"}) for r in m.ranks), default=0)
     s = m.combined
     if s is not None and s.seconds > 0:
