@@ -208,6 +208,11 @@ def test_a_step_that_slows_or_stalls_is_said_with_its_mean():
     note = next(n for n in parse_log(_lines([20000] + every_7th), "gc.log").notes if "stall past" in n)
     assert "6 of 42 iterations" in note and f"mean is {statistics.fmean(every_7th) / 1000:.3f} s" in note
     assert not [n for n in parse_log(_lines([20000] + [18000] * 30), "ok.log").notes if "stall" in n or "slows" in n]
+    # a 4x stall every 15th iteration: under a tenth of them, yet the mean 20% over the median
+    rare = [72000 if i % 15 == 0 else 18000 for i in range(1, 46)]
+    assert any("3 of 45 iterations stall" in n for n in parse_log(_lines([20000] + rare), "rare.log").notes)
+    jitter = [18000 + (i % 5) * 90 for i in range(1, 46)]  # +-1% noise: no note
+    assert not [n for n in parse_log(_lines([20000] + jitter), "jitter.log").notes if "stall" in n]
 
 
 def test_a_hung_collective_is_named_as_the_stop():
