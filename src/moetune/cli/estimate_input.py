@@ -63,9 +63,8 @@ def estimate_from_config(model: str, kw: dict):
     try:  # a layout or knob Megatron refuses, worded for the config's names (the checks word them for flags)
         layout, workload, knobs = from_config(config, spec)
         if (release := kw_release(kw)) is not None:  # nothing defaulted: a knob the config sets must run there
-            from moetune.planner.release_fit import model_lacking, release_knobs, release_model
-            model_lacking(spec, gpu, release)  # a model the release cannot build, as plan and emit refuse it
-            knobs, spec = release_knobs(knobs, release, []), release_model(spec, release)
+            from moetune.planner.release_fit import for_release
+            knobs, spec = for_release(spec, gpu, knobs, release, [])
         if kw["token_imbalance"] is not None:
             knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
         result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
@@ -268,9 +267,8 @@ def estimate_from_flags(model: str, kw: dict):
     gpu, spec = load_gpu(kw["gpu"]), with_mtp(load_model(model), kw.get("mtp_layers"))
     knobs, defaulted = build_knobs(kw, gpu, layout, spec)
     if (release := kw_release(kw)) is not None:  # what that release runs of the knobs (release_fit.release_knobs)
-        from moetune.planner.release_fit import model_lacking, release_knobs, release_model
-        model_lacking(spec, gpu, release)  # a model the release cannot build, as plan and emit refuse it
-        knobs, spec = release_knobs(knobs, release, defaulted), release_model(spec, release)
+        from moetune.planner.release_fit import for_release
+        knobs, spec = for_release(spec, gpu, knobs, release, defaulted)
     result = estimate(spec, gpu, layout, build_workload(kw), knobs, load_overheads(kw["overheads"]),
                       efficiency_overrides=load_efficiency_file(kw["efficiency"], gpu.key))
     # the global batch a run leaves out is MBS x DP x PP (Workload.gbs): it sets the micro-batches and so the bubble

@@ -194,3 +194,10 @@ def release_model(spec: ModelSpec, release: str | None) -> ModelSpec:
     if release is None or family_of(release) != "bridge" or spec.flops_convention == "megatron-lm":
         return spec
     return replace(spec, flops_convention=bridge_release_convention(release))
+
+
+def for_release(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, release: str, defaulted: list[str]) -> tuple:
+    """(knobs, spec) of an estimate for RELEASE: one line where the release cannot build the model (model_lacking, as
+    plan and emit refuse it), the knobs as it runs them (release_knobs) and its TFLOP/s counter (release_model)."""
+    model_lacking(spec, gpu, release)
+    return release_knobs(knobs, release, defaulted), release_model(spec, release)
