@@ -165,9 +165,12 @@ def layer_rank_params(spec: ModelSpec, kind: LayerKind, layout, layer_spec: Laye
     return sum(per_rank(kind_sums(spec, kind, layer_spec), layout)[:2])
 
 
+@lru_cache(maxsize=4096)  # asked by the memory and the time estimate of each layout, and again by each knob set of a
+# layout the planner re-splits (planner/resplit.py), whose splits repeat across its knob sets
 def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te",
-                 include_mtp: bool = True) -> list[StageParams]:
-    """One entry per pipeline stage, for one rank of that stage (all its virtual chunks together)."""
+                 include_mtp: bool = True) -> tuple[StageParams, ...]:
+    """One entry per pipeline stage, for one rank of that stage (all its virtual chunks together); read-only, as
+    the result is shared."""
     vocab = model_padded_vocab(spec, layout.tp)
     tied_copy = not spec.untie_embeddings_and_output_weights and layout.pp > 1
     result = []
@@ -176,7 +179,7 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
         dense, expert, vocab_share = per_rank(sums, layout)
         result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
                                   mtp_layers=st.mtp_layers, loss=st.outputs > 0))
-    return result
+    return tuple(result)
 
 
 def largest_fsdp_unit(spec: ModelSpec, p: StageParams, layout: Layout, layer_spec: LayerSpec = "te") -> int:

@@ -11,14 +11,12 @@ become host-bound, as the seeds' "higher MBS, CUDA graphs" remedy implies. Plus 
 MoE layer (token counts) unless a full-iteration graph removes it.
 """
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, tokens_per_gpu
 from moetune.memo import remembered
@@ -43,7 +41,7 @@ from moetune.walls.layer_comm import layer_comm
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops, tflops_per_gpu
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import model_padded_vocab, stage_params
+from moetune.walls.rank_params import model_padded_vocab, stage_params, stage_structures
 
 
 @dataclass(kw_only=True, slots=True)
@@ -130,10 +128,10 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     # the stage-boundary send/recv is the same on every stage (PP and the link are the layout's)
     p2p = p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff))
     out = []
-    for chunks in pipeline_chunks(lay, spec.num_layers, spec.mtp_num_layers):
-        kinds = Counter(spec.layers[i] for c in chunks for i in c.layers)
-        if mtp := sum(c.mtp_layers for c in chunks):
-            kinds[spec.mtp_layer_kind] += mtp
+    for st in stage_structures(spec, lay):  # each stage's layers by kind, counted once a layout (rank_params.py)
+        kinds = dict(st.kind_counts)
+        if st.mtp_layers:
+            kinds[spec.mtp_layer_kind] = kinds.get(spec.mtp_layer_kind, 0) + st.mtp_layers
         compute, comm, raw, host, host_unpaired = {}, {}, {}, 0.0, 0.0
         for kind, n in kinds.items():
             if kind not in by_kind:
@@ -141,7 +139,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
             t = by_kind[kind]
             _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
             host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
-        heads = sum(c.loss for c in chunks) + sum(c.mtp_layers for c in chunks)
+        heads = st.outputs + st.mtp_layers
         compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
         raw["pp_p2p"] = p2p
         comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
