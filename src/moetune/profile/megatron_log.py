@@ -13,7 +13,8 @@ Formats mirrored (each a `` | ``-separated list of ``key: value`` pairs):
 - the argument dump Megatron-LM prints at start-up (``  seq_length ........ 4096``), for
   seq_length / world_size / micro_batch_size.
 - CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``).
-- lines printed once per launch (_STARTUP), which tell a job restarted from a checkpoint from one run.
+- lines printed once per launch (profile/log_runs.py STARTUP), which tell a job restarted from a checkpoint from one
+  run.
 
 Which rank prints what (Megatron-LM megatron/training @ core_v0.18.2; Megatron Bridge training/ @067f987 alike): the
 iteration lines come from the last rank (training.py training_log, print_rank_last), the start-up lines and the
@@ -35,19 +36,12 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.layout.validate import tokens_per_gpu
 from moetune.profile.log_notes import timing_notes
+from moetune.profile.log_runs import STARTUP, is_iteration, last_run, stray_note, strays
 from moetune.profile.log_stops import FAILURE, HANG, OOM, RANK_PREFIX, hang_words, oom_words
 
-_ITER = re.compile(r"\biteration\s+(\d{1,12})\s*/\s*(\d{1,12})\s*\|(.*)$")  # counts a log can hold
 _MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
 _NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
-# Lines rank 0 prints once per launch, before training: a relaunch prints them again, whatever iteration it resumes
-# at. Megatron-LM megatron/training/arguments.py @ core_v0.18.2 validate_args ("using world size: ") and _print_args
-# (the arguments banner); initialize.py _initialize_distributed and training.py pretrain (also Megatron Bridge
-# training/initialize.py and setup.py); Bridge training/train.py train ("Starting training loop at iteration").
-# Not checkpoint lines: saves recur within a run, and a run may load a checkpoint more than once (RL reference weights).
-_STARTUP = re.compile(r"-{8,} arguments -{8,}|using world size: |> initializing torch distributed \.\.\.|"
-                      r"time to initialize megatron \(seconds\)|Starting training loop at iteration")
 # Memory report keys -> our names; MB keys from Megatron-LM, *-gigabytes keys from Megatron Bridge.
 _MEM_KEYS = {
     "allocated": "allocated", "max allocated": "max_allocated", "reserved": "reserved",
@@ -92,8 +86,8 @@ class TrainingLog:
     failure_lines: list[str] = field(default_factory=list)  # how a crash said so (FAILURE), after its last iteration
     # Megatron-LM's rank 0 prints its arguments at start-up (training/arguments.py _print_args); Bridge prints none
     argument_dump: bool = False
-    # any line rank 0 prints at start-up (_STARTUP, the argument dump): without one, the log is the last rank's stdout
-    # alone (or was cut after start-up), so a relaunch shows only where iteration numbers go back
+    # any line rank 0 prints at start-up (log_runs.STARTUP, the argument dump): without one, the log is the last rank's
+    # stdout alone (or was cut after start-up), so a relaunch shows only where iteration numbers go back
     rank0_lines: bool = True
     notes: list[str] = field(default_factory=list)  # what a reader of the figures should know: runs passed over
 
@@ -217,45 +211,18 @@ def _numeric(it: LogIteration, where: str) -> LogIteration:
     return it
 
 
-def _is_iteration(line: str) -> re.Match | None:
-    return m if (m := _ITER.search(line)) and "elapsed time per iteration" in line else None
-
-
-def _last_run(lines: list[str]) -> tuple[int, int, int | None]:
-    """(index of the line the log's last run starts at, how many runs it holds, index of a launch after the last
-    iteration line that logged none: it stopped before training, None where there is none). A run starts again where,
-    after an iteration line, Megatron's start-up lines (_STARTUP) come before the next one (a job restarted from a
-    checkpoint, at whatever iteration it resumes, or two runs appended to one file), or where an iteration number falls
-    below the one logged before it. The new run starts at its launch's first start-up line, so what the previous run
-    printed last (its OOM, its memory report) stays with it and the new run's argument dump is its own; with no start-up
-    lines, on the line after the previous run's last iteration line. Of launches before an iteration line (the first
-    one's included), the last counts (an earlier one that failed at start-up logged no iteration): a launch prints each
-    start-up line once, so one printed again begins the next."""
-    start, runs, last, at = 0, 1, None, 0
-    launch, seen = None, set()  # first line of a launch since the last iteration line (or a relaunch before the first)
-    for i, line in enumerate(lines):
-        if m := _is_iteration(line):
-            if launch is not None or (last is not None and int(m.group(1)) < last):
-                start, runs = at + 1 if launch is None else launch, runs + (last is not None)
-            last, at, launch, seen = int(m.group(1)), i, None, set()
-        elif up := _STARTUP.search(line):
-            if up.group(0) in seen or (launch is None and last is not None):
-                launch, seen = i, set()
-            seen.add(up.group(0))
-    return start, runs, launch if last is not None else None
-
-
-
-
-
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
-    """The log's last run (_last_run): its iterations, memory reports, OOM messages and argument dump; an iteration
-    logged twice in a row (two ranks' output in one file) counts once. What was passed over is said in log.notes."""
+    """The log's last run (log_runs.last_run): its iterations, memory reports, OOM messages and argument dump; an
+    iteration logged twice in a row (two ranks' output in one file) counts once, one out of sequence (log_runs.strays)
+    not at all. What was passed over is said in log.notes."""
     lines = text.splitlines()
-    start, runs, failed = _last_run(lines)
+    passed = strays(lines)
+    start, runs, failed = last_run(lines, passed)
     log, repeats, unread = TrainingLog(path=path, iterations=[], memory=[]), [], []
     for n, line in enumerate(lines[start:failed], start + 1):
-        if m := _is_iteration(line):
+        if n - 1 in passed:
+            continue
+        if m := is_iteration(line):
             try:
                 it = _numeric(_iteration(m), f"--log {path} line {n}")
             except MoetuneError as err:  # one line garbled (two ranks' output interleaved) spoils only itself
@@ -277,7 +244,7 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
         elif m := _ARG.search(line):
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
-    log.rank0_lines = log.argument_dump or any(_STARTUP.search(x) for x in lines)
+    log.rank0_lines = log.argument_dump or any(STARTUP.search(x) for x in lines)
     if runs > 1:
         log.notes.append(f"--log {path} holds {runs} runs (Megatron started again {runs - 1} time(s): its start-up "
                          "lines printed anew, or iteration numbers going back): the figures are the last run's, from "
@@ -293,6 +260,8 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     if unread:
         log.notes.append(f"--log {path}: {len(unread)} iteration line(s) passed over, a value not a number (first: "
                          f"{unread[0]}; another rank's output written into the line?)")
+    if skipped := [s for i, s in passed.items() if i >= start]:  # those in the runs passed over go unsaid
+        log.notes.append(stray_note(path, skipped))
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")

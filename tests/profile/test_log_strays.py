@@ -1,0 +1,67 @@
+"""One iteration line whose number its neighbours contradict (a typo, or another process's output written over its
+digits) is passed over with a note; it had split the log into two runs. A real relaunch, whose count restarts and goes
+on from the restart, still splits."""
+
+import re
+
+import pytest
+
+from moetune.profile import parse_log, read_log
+
+MLM = "megatron_lm_qwen3_30b_a3b.log"  # iterations 1..8, log_interval 1 (Megatron-LM training.py training_log lines)
+FIFTH = "iteration        5/      10"
+
+
+@pytest.mark.parametrize("garbled", ["2", "75", "0"])  # below the count (a typo), above it (a digit written over a
+def test_one_out_of_sequence_iteration_is_passed_over(fixtures_dir, garbled):  # space), and a zeroed number
+    """Iteration 5 logged as 2 had made the log 'two runs' read from that line (iterations 2, 6, 7, 8), and as 75 had
+    kept 6, 7, 8 only: the figures of a third of the run, and a relaunch said where there was none."""
+    text = (fixtures_dir / MLM).read_text()
+    assert text.count(FIFTH) == 1
+    log = parse_log(text.replace(FIFTH, f"iteration {garbled:>8}/      10"), "x.log")
+    plain = read_log(fixtures_dir / MLM)
+    assert [it.iteration for it in log.iterations] == [1, 2, 3, 4, 6, 7, 8]
+    assert log.args == plain.args and len(log.memory) == len(plain.memory) == 2
+    # the step times are the fixture's iterations 2..8 less the passed-over 5th (41248.0 ms): 41250.3, 41190.8,
+    # 41302.1, 41275.6, 41231.9, 41260.4 ms, median the mean of the middle two (41250.3 + 41260.4) / 2
+    assert log.iteration_seconds == pytest.approx(41.25535)
+    line = text.splitlines().index(next(x for x in text.splitlines() if FIFTH in x)) + 1
+    assert log.notes == [f"--log x.log: 1 iteration line(s) out of sequence passed over (first at line {line}: "
+                         f"iteration {garbled} between 4 and 6; the number garbled, another process's output written "
+                         "into the line?): no relaunch, the lines after it go on with the count"]
+
+
+def _iteration_lines(fixtures_dir) -> list[str]:
+    return [x for x in (fixtures_dir / MLM).read_text().splitlines() if "elapsed time per iteration" in x]
+
+
+def test_a_relaunch_whose_count_goes_on_from_the_restart_still_splits(fixtures_dir):
+    """Iteration lines alone (no start-up lines), 1..8 then 3..8: the line after the 3 goes on from it (4), not from
+    8, so it is a relaunch, not a stray."""
+    lines = _iteration_lines(fixtures_dir)
+    log = parse_log("\n".join(lines + lines[2:]))
+    assert [it.iteration for it in log.iterations] == list(range(3, 9))
+    assert len(log.notes) == 1 and "holds 2 runs" in log.notes[0] and "from line 9, iteration 3 on" in log.notes[0]
+
+
+def test_a_relaunch_with_start_up_lines_splits_where_its_numbers_would_look_garbled(fixtures_dir):
+    """A relaunch from a checkpoint at iteration 2 with --log-interval 3 logs 3, 6: seen through its start-up lines the
+    3 has no neighbour before it in its launch, so it is not read as a stray between the first run's 5 and the 6."""
+    text = (fixtures_dir / MLM).read_text()
+    header = text[text.index("using world size"):text.index("[after dataloaders")]
+    first = [x for x in text.splitlines() if not re.search(r"iteration +[678]/", x)]  # stopped after iteration 5
+    lines = _iteration_lines(fixtures_dir)
+    second = [re.sub(r"iteration +2/", "iteration        3/", lines[1]),
+              re.sub(r"iteration +5/", "iteration        6/", lines[4])]
+    log = parse_log("\n".join(first) + "\n" + header + "training ...\n" + "\n".join(second))
+    assert [it.iteration for it in log.iterations] == [3, 6]
+    assert len(log.notes) == 1 and "holds 2 runs" in log.notes[0]
+
+
+def test_an_out_of_sequence_last_line_is_no_stray(fixtures_dir):
+    """A lower number on the last iteration line has no line after it to contradict it: it may be a relaunch that
+    logged one iteration, so it splits as before."""
+    lines = _iteration_lines(fixtures_dir)
+    log = parse_log("\n".join(lines + [lines[1]]))
+    assert [it.iteration for it in log.iterations] == [2]
+    assert len(log.notes) == 2 and "holds 2 runs" in log.notes[0] and "times one iteration" in log.notes[1]
