@@ -81,3 +81,41 @@ def test_a_local_full_iteration_graph_is_the_full_iteration_implementation():
     planned = config_run({"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["full_iteration"]})
     ran = dumped_run({"cuda_graph_impl": "full_iteration", "cuda_graph_modules": "[]"})
     assert run_differences(ran, planned) == []
+
+
+def _cp_log(tmp_path, cp: int, exchange: str):
+    """The Qwen3-30B-A3B fixture's log with a CP degree and an exchange in its dump, as Megatron-LM 0.18 prints them
+    (print_args: argparse's --cp-comm-type list, e.g. ['a2a'])."""
+    text = (Path(__file__).parents[1] / "profile" / "fixtures" / "megatron_lm_qwen3_30b_a3b.log").read_text()
+    first = "  expert_model_parallel_size"
+    assert text.count(first) == 1
+    path = tmp_path / f"cp{cp}.log"
+    path.write_text(text.replace(first, f"  context_parallel_size ........................... {cp}\n"
+                                        f"  cp_comm_type .................................... {exchange}\n{first}"))
+    return path
+
+
+@pytest.mark.parametrize("cp", [2, 1])
+def test_a_cp_exchange_apart_from_the_dump_is_said_at_cp_above_one(cp, tmp_path, capsys):
+    """A CP 2 run that exchanged by a2a, given as p2p: the advice and a prediction had been tailored to p2p in silence.
+    At CP 1 the exchange is no part of the run (Megatron-Core checks it only past CP 1), so no difference."""
+    path = _cp_log(tmp_path, cp, "['a2a']")
+    assert dumped_run(read_log(path).args)["model.cp_comm_type"] == "a2a"
+    code = main(["diagnose", "--log", str(path), "--set", f"model.context_parallel_size={cp}",
+                 "--set", "model.cp_comm_type=p2p"])
+    err = capsys.readouterr().err
+    assert (code != 0) is (cp > 1)
+    assert ("model.cp_comm_type p2p (the log ran a2a)" in err) is (cp > 1)
+
+
+def test_a_per_layer_cp_exchange_compares_layer_by_layer():
+    """--cp-comm-type takes a type per layer (Megatron-LM arguments.py: '--cp-comm-type p2p p2p a2a a2a ...'): one
+    type for every layer is that type, and layers swapped are another run (not a set, as module lists are)."""
+    dump = {"context_parallel_size": "2", "cp_comm_type": "['a2a', 'a2a', 'p2p', 'p2p']"}
+    ran = dumped_run(dump)
+    swapped = {"model.context_parallel_size": 2, "model.cp_comm_type": ["p2p", "p2p", "a2a", "a2a"]}
+    assert run_differences(ran, config_run(swapped)) == ["model.cp_comm_type"]
+    assert run_differences(ran, config_run(swapped | {"model.cp_comm_type": ["a2a", "a2a", "p2p", "p2p"]})) == []
+    alike = dumped_run({"context_parallel_size": "2", "cp_comm_type": "['a2a', 'a2a', 'a2a', 'a2a']"})
+    assert run_differences(alike, config_run(swapped | {"model.cp_comm_type": "a2a"})) == []
+    assert run_differences(alike, config_run(swapped | {"model.cp_comm_type": "p2p"})) == ["model.cp_comm_type"]

@@ -19,6 +19,9 @@ RUN_SHAPE: dict[str, tuple[str, Any]] = {
     "model.pipeline_model_parallel_size": ("pipeline_model_parallel_size", 1),
     "model.virtual_pipeline_model_parallel_size": ("virtual_pipeline_model_parallel_size", 1),
     "model.context_parallel_size": ("context_parallel_size", 1),
+    # TransformerConfig's None is TE's p2p (Megatron-LM core/extensions/transformer_engine.py @ core_v0.18.2
+    # TEDotProductAttention); argparse's default is ["p2p"] (training/arguments.py --cp-comm-type)
+    "model.cp_comm_type": ("cp_comm_type", "p2p"),
     "model.expert_model_parallel_size": ("expert_model_parallel_size", 1),
     "model.expert_tensor_parallel_size": ("expert_tensor_parallel_size", None),
     "train.micro_batch_size": ("micro_batch_size", None),
@@ -43,12 +46,17 @@ RUN_SHAPE: dict[str, tuple[str, Any]] = {
     "model.sequence_parallel": ("sequence_parallel", False),
     "model.mtp_num_layers": ("mtp_num_layers", None),
 }
-# Fields that mean something only where another holds a value: print_args shows Megatron-LM's default recipe for a
-# BF16 run, its backend for a non-flex dispatcher and its default module list without selective recompute
+# Fields that mean something only where another holds a value (None: any; a callable: one it passes): print_args
+# shows Megatron-LM's default recipe for a BF16 run, its backend for a non-flex dispatcher, its default module list
+# without selective recompute and its default CP exchange at CP 1 (TransformerConfig.__post_init__ checks
+# cp_comm_type only where context_parallel_size > 1, transformer_config.py @ core_v0.18.2)
 ONLY_WHERE = {"mixed_precision.fp8_recipe": ("mixed_precision.fp8", None),
               "model.moe_flex_dispatcher_backend": ("model.moe_token_dispatcher_type", "flex"),
               "model.recompute_modules": ("model.recompute_granularity", "selective"),
-              "model.cuda_graph_scope": ("model.cuda_graph_impl", "transformer_engine")}
+              "model.cuda_graph_scope": ("model.cuda_graph_impl", "transformer_engine"),
+              "model.cp_comm_type": ("model.context_parallel_size", lambda cp: cp > 1)}
+# Lists that are per layer, compared in order: the others (module lists) compare as sets
+PER_LAYER = {"model.cp_comm_type"}
 
 
 def dumped_run(args: dict[str, str]) -> dict[str, Any]:
@@ -63,7 +71,11 @@ def dumped_run(args: dict[str, str]) -> dict[str, Any]:
 def _graphs(run: dict[str, Any]) -> dict[str, Any]:
     """RUN as Megatron-Core 0.18 normalizes its CUDA graphs (arguments.py _normalize_cuda_graph_modules_args): the
     deprecated local implementation over a full_iteration scope is the full_iteration implementation, which emit
-    writes for releases before it."""
+    writes for releases before it; and a per-layer CP exchange list of one type as that type (argument_utils.py hands a
+    one-item --cp-comm-type list over as its item; TEDotProductAttention takes each layer's from either)."""
+    cp = run.get("model.cp_comm_type")
+    if isinstance(cp, list) and cp and all(x == cp[0] for x in cp):
+        run = run | {"model.cp_comm_type": cp[0]}
     if run.get("model.cuda_graph_impl") == "local" and "full_iteration" in (run.get("model.cuda_graph_scope") or ()):
         return run | {"model.cuda_graph_impl": "full_iteration", "model.cuda_graph_scope": []}
     return run
@@ -77,14 +89,17 @@ def config_run(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_differences(ran: dict[str, Any], other: dict[str, Any]) -> list[str]:
     """The RUN_SHAPE fields that both give and that differ, in RUN_SHAPE's order (a field of ONLY_WHERE only where
-    both hold its gate's value); module lists compare as sets."""
+    both hold its gate's value); module lists compare as sets, per-layer lists (PER_LAYER) in order."""
     def same(key: str) -> bool:
         a, b = ran[key], other[key]
-        return sorted(a) == sorted(b) if isinstance(a, list) and isinstance(b, list) else a == b
+        listed = isinstance(a, list) and isinstance(b, list) and key not in PER_LAYER
+        return sorted(a) == sorted(b) if listed else a == b
+
+    def holds(value: Any, on: Any) -> bool:
+        return value is not None and (on is None or (on(value) if callable(on) else value == on))
 
     def gated_off(key: str) -> bool:
         gate, on = ONLY_WHERE.get(key, (None, None))
-        return gate is not None and any(r.get(gate) is None or on is not None and r.get(gate) != on
-                                        for r in (ran, other))
+        return gate is not None and not all(holds(r.get(gate), on) for r in (ran, other))
 
     return [k for k in RUN_SHAPE if k in ran and k in other and not gated_off(k) and not same(k)]
