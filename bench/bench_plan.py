@@ -20,7 +20,9 @@ def main(repeats: int = 3) -> None:
         times.append(time.perf_counter() - start)
     best = result.results[0]
     print(f"plan deepseek-v3 on 1024 x h100, seq 4096, GBS 8192: {result.candidates_evaluated:,} candidates "
-          f"({result.layouts:,} layouts x micro-batch sizes x {result.knob_sets} knob sets), {result.feasible:,} fit")
+          f"({result.layouts:,} layouts x micro-batch sizes x {result.knob_sets} knob sets), {result.feasible:,} fit; "
+          f"{result.bounded_knob_sets} recompute knob sets weighed by their no-recompute twin's floor, the rest timed "
+          "(planner/search_grid.py)")
     print(f"search_seconds: median {statistics.median(times):.3f} s, min {min(times):.3f} s over {repeats} runs; the "
           f"first, with this process's caches cold (as one `moetune plan` runs it), {times[0]:.3f} s")
     print(f"winner: {best.layout.describe()} mbs {best.workload.micro_batch_size} {best.knobs.precision} "

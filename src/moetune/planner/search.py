@@ -49,6 +49,8 @@ class PlanResult:
     layouts: int
     knob_sets: int
     results: list[Estimate] = field(default_factory=list)
+    # knob sets weighed by their no-recompute twin's floor alone, not timed (search_grid._Floors), over every pass
+    bounded_knob_sets: int = 0
     lightest_peak_gib: float | None = None  # least peak memory of any candidate under the lightest knobs
     lightest: str = ""  # that candidate's layout and micro-batch size
     capacity_gib: float = 0.0  # the GPU's memory
@@ -121,16 +123,18 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
                           efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
                           overheads=overheads, weigh_short_cp=shown, shared=shared, release=release)
 
-    done, seconds = 0, 0.0
+    done, seconds, bounded = 0, 0.0, 0
     for pinned in passes:
         result = search(pinned, top, progress)
         done, seconds = done + result.candidates_evaluated, seconds + result.search_seconds
+        bounded += result.bounded_knob_sets
         if result.results:
             break
     if weigh_offload and (alt := offload_instead(result, pinned is passes[0], fixed, search)) is not None:
         done, seconds = done + alt.candidates_evaluated, seconds + alt.search_seconds
+        bounded += alt.bounded_knob_sets
         result.offload_alternative = alt.results[0]
-    result.candidates_evaluated, result.search_seconds = done, seconds
+    result.candidates_evaluated, result.search_seconds, result.bounded_knob_sets = done, seconds, bounded
     return result
 
 
@@ -224,6 +228,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_short_cp else None
     return PlanResult(short_cp_alternative=short_cp, candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
                       search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
+                      bounded_knob_sets=s.bounded,
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       lightest_state_gib=least_state,
                       host_capacity_gib=gpu.host_memory_gib or None,

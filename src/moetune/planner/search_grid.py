@@ -26,20 +26,77 @@ def _groups(items, key) -> list[list]:
     return list(out.values())
 
 
-def search_grid(s: Search, batch, grid: list[Knobs]) -> None:
-    """Time every knob set of the grid where it fits."""
-    fits_plain: dict[tuple, np.ndarray] = {}  # other knobs -> rows that fit with no recompute at all
-    for group in _groups(sorted(grid, key=lambda k: k.recompute != "none"), time_key):  # no recompute first
-        timed = {}
-        for knobs in group:
-            fits, roomy = s.fits(batch, knobs)
-            plain_key = _without_recompute(knobs)
-            if knobs.recompute == "none":
-                fits_plain[plain_key] = roomy
-                timed[knobs] = fits, roomy
-            else:  # recompute only adds time: where the same knobs fit roomily without it, this set cannot win
-                timed[knobs] = fits & ~fits_plain.get(plain_key, np.zeros_like(fits)), roomy
-        _time(s, batch, timed)
+# A recompute set's step is at least its no-recompute twin's (the same knobs but recompute none) less this share, so
+# a set whose every fitting row that floor already leaves off the list is weighed by the floor alone (_bounded_out).
+# Recompute adds GPU work, but the step model is not monotone in it: the work it adds can hide more of the EP
+# all-to-all, and the bubble waits through the slowest rank's own hidden all-to-all, so where a recompute moves the
+# slowest rank onto a dense stage with none the bubble shrinks. Measured over 18 plans of 18 models
+# (bench/recompute_floor.py): at most 0.94% (ERNIE-4.5-300B on 96 H100, PP12, 'mlp' recompute on the dense first
+# stage), else under 0.03%; the margin is three times that largest.
+FLOOR_SLACK = 0.03
+
+
+def twins(grid) -> list[tuple[Knobs, Knobs]]:
+    """Each recompute set of `grid` with its no-recompute twin (the same knobs, recompute none) where it holds one."""
+    plain = {_without_recompute(k): k for k in grid if k.recompute == "none"}
+    return [(k, plain[key]) for k in grid if k.recompute != "none" and (key := _without_recompute(k)) in plain]
+
+
+def search_grid(s: Search, batch, grid: list[Knobs], bounded: bool = True) -> None:
+    """Time every knob set of the grid where it fits, but a recompute set its no-recompute twin's step bounds off the
+    list on every row it fits (Search.bounded counts them; `bounded=False` times them too, as tests compare)."""
+    groups = _groups(sorted(grid, key=lambda k: k.recompute != "none"), time_key)  # no recompute first
+    fit = {knobs: s.fits(batch, knobs) for group in groups for knobs in group}
+    twin_of = dict(twins(fit))
+    # recompute only adds time: where the same knobs fit roomily without it, a recompute set cannot win
+    masks = {k: (f & ~fit[twin_of[k]][1] if k in twin_of else f, roomy) for k, (f, roomy) in fit.items()}
+    floors = _Floors(s, batch, twin_of, masks)
+    for group in groups:
+        timed = {knobs: masks[knobs] for knobs in group}
+        if bounded and all(floors.bounds_out(knobs, mask) for knobs, (mask, _) in timed.items()):
+            s.bounded += len(group)
+        else:
+            _time(s, batch, timed)
+        s.done += len(group)
+        if s.progress:
+            s.progress(s.done, s.total)
+
+
+class _Floors:
+    """Per no-recompute twin, its re-split bound and unweighted reach on the rows any of its recompute sets fits
+    (the rest inf), timed when first asked: its own layer times are then in the batch's memo."""
+
+    def __init__(self, s: Search, batch, twin_of: dict, masks: dict):
+        self.s, self.batch, self.twin_of, self.masks, self.known = s, batch, twin_of, masks, {}
+
+    def bounds_out(self, knobs: Knobs, mask: np.ndarray) -> bool:
+        """Whether the floor leaves every row of `mask` off the list and off the short-context note's CP few."""
+        twin = self.twin_of.get(knobs)
+        if twin is None or not mask.any():
+            return False
+        reach, raw = self.known[twin] if twin in self.known else self._time(twin)
+        s, low = self.s, 1 - FLOOR_SLACK
+        if not np.all(reach[mask] * low > s.bound):
+            return False
+        if not s.short_cp:
+            return True
+        worst = s.short_cp_best[-1][0] if len(s.short_cp_best) == SHORT_CP_KEPT else np.inf
+        cp = mask & (self.batch.fields.cp[:, 0] > 1)
+        return bool(np.all(raw[cp] * low >= worst))
+
+    def _time(self, twin: Knobs) -> tuple[np.ndarray, np.ndarray]:
+        s, batch = self.s, self.batch
+        rows = np.flatnonzero(np.logical_or.reduce([self.masks[k][0] for k, t in self.twin_of.items() if t == twin]))
+        sub = batch.subset(rows)
+        walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, twin, s.gpu, s.eff)
+        weight = cp_weight(sub.fields.cp[:, 0], s.wl.seq_length)
+        step = walls["step"] * weight
+        resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
+        reach, raw = np.full(batch.size, np.inf), np.full(batch.size, np.inf)
+        reach[rows] = np.where(resplit, _within(walls["balanced"], step, weight), step)  # as _time ranks them
+        raw[rows] = _loose_reach(s, walls)
+        self.known[twin] = reach, raw
+        return reach, raw
 
 
 def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:

@@ -83,7 +83,8 @@ class Search:
     progress: object
     total: int
     roomy_bytes: float = np.inf  # a peak at most this leaves moves.TIGHT_SHARE of the (whole) GPU free
-    done: int = 0
+    done: int = 0  # knob sets weighed (search_grid: timed, or bounded out)
+    bounded: int = 0  # knob sets a recompute floor weighed without timing them (search_grid._Floors)
     feasible: int = 0
     bound: float = np.inf  # candidates slower than this cannot reach the top (ranking.bound)
     memory_fits: bool = False  # some candidate fit in memory under some knob set, prerequisites aside
@@ -114,9 +115,6 @@ class Search:
         return max(4 * self.top, 20)
 
     def fits(self, batch, knobs: Knobs) -> np.ndarray:
-        self.done += 1
-        if self.progress:
-            self.progress(self.done, self.total)
         fits, roomy, in_memory = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads, self.roomy_bytes)
         self.feasible += int(fits.sum())
         self.memory_fits |= bool(in_memory.any())
