@@ -60,6 +60,22 @@ def test_the_layer_wise_optimizer_all_reduces_gradients_and_gathers_parameters_u
     assert adam.overlap_param_gather and not muon.overlap_param_gather
 
 
+def test_the_non_2d_parameters_step_on_adam_without_newton_schulz():
+    """Megatron's Muon hands the parameters it does not build 2-D (norms, biases) to Adam (optimizer/muon.py:252-258
+    @core_v0.16.1): each holds Adam's 12 bytes, read and written, where Muon's 2-D weights hold 8, its BF16 weight
+    written either way, and no Newton-Schulz GEMM runs on it."""
+    from moetune.walls.efficiency import efficiency
+    from moetune.walls.iteration import iteration_terms
+    gpu, lay, eff = load_gpu("h100"), Layout(world_size=64, ep=8), efficiency("h100")
+    knobs = Knobs(optimizer="muon", precision="bf16")
+    base = iteration_terms(KIMI, 1e9, 4e9, 1e8, lay, knobs, gpu, eff)[1]
+    norms = iteration_terms(KIMI, 1e9, 4e9, 1e8, lay, knobs, gpu, eff, nonmatrix=(8e6, 0))[1]
+    n = 8e6 / (lay.dp * lay.cp)  # this rank's shard of them
+    moved = 2 * (12 - 8) * n / (gpu.hbm_tbps * 1e12 * eff["mem_eff"])
+    newton_schulz = ns_flops_per_param(KIMI, 1, 1)[0] * n / (gpu.bf16_tflops * 1e12 * eff["gemm_eff"])
+    assert norms - base == pytest.approx(moved - newton_schulz, rel=1e-9)
+
+
 def test_the_planner_searches_muon_without_an_offload_pin():
     from moetune.planner.search import plan
     result = plan(load_model("qwen3-30b-a3b"), load_gpu("h100"), 16, Workload(seq_length=4096, global_batch_size=512),

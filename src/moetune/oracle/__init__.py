@@ -6,6 +6,7 @@ Public API (see docs/oracle.md):
   padded_vocab_size, ...) -> list[int]`` - params on the first rank of each pipeline stage.
 * ``count_params_breakdown(...) -> dict[str, int]`` - {MCore param name: numel} for one rank.
 * ``padded_vocab_size(vocab, tp, divisible_by=128)`` - Megatron's vocab padding rule.
+* ``muon_adam_per_stage(hf_config, *, pp, ...) -> list[dict]`` - per stage, what Megatron's Muon leaves to Adam.
 * ``hf_to_mcore(hf_config)`` - the HF -> TransformerConfig field mapping used by the oracle.
 
 Importing this package needs neither torch nor megatron; calling the counters needs both.
@@ -14,6 +15,7 @@ Importing this package needs neither torch nor megatron; calling the counters ne
 from moetune.oracle.families import FAMILIES
 from moetune.oracle.hf_to_mcore import McoreModelArgs, hf_to_mcore
 from moetune.oracle.mcore import SPECS, count_params_breakdown, count_params_per_stage
+from moetune.oracle.muon_split import muon_adam_per_stage
 from moetune.oracle.vocab import bridge_divisible_by, padded_vocab_size
 
 __all__ = [
@@ -24,5 +26,6 @@ __all__ = [
     "count_params_breakdown",
     "count_params_per_stage",
     "hf_to_mcore",
+    "muon_adam_per_stage",
     "padded_vocab_size",
 ]

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from moetune.errors import MoetuneError
 from moetune.oracle.hf_to_mcore import McoreModelArgs, hf_to_mcore
 
 SPECS = ("te", "local")
+Keep = Callable[[Any, str, Any], bool]  # (model chunk, parameter name, parameter) -> counted
 
 
 @dataclass(kw_only=True, slots=True)
@@ -214,9 +215,9 @@ def _build_hybrid(args: McoreModelArgs, config, padded_vocab: int):
                           share_embeddings_and_output_weights=args.tied, position_embedding_type="none")
 
 
-def _stage_params(args: McoreModelArgs, p: Parallelism, padded_vocab: int, stage: int,
-                  spec: str, grouped_gemm: bool = False) -> dict[str, int]:
-    """{param name: numel} held by the first rank of pipeline stage ``stage``."""
+def _build_stage(args: McoreModelArgs, p: Parallelism, padded_vocab: int, stage: int, spec: str,
+                 grouped_gemm: bool = False) -> list:
+    """The model chunks (one per virtual stage) the first rank of pipeline stage ``stage`` builds."""
     from megatron.core import parallel_state as ps
 
     from moetune.oracle.shims import cuda_free, ssm_free, te_mla_down_proj
@@ -231,12 +232,18 @@ def _stage_params(args: McoreModelArgs, p: Parallelism, padded_vocab: int, stage
         assert ps.get_pipeline_model_parallel_rank() == stage
         try:
             config = _transformer_config(args, p, vpp, grouped_gemm)
-            chunks = _build_chunks(args, config, padded_vocab, spec)
+            return _build_chunks(args, config, padded_vocab, spec)
         except (AssertionError, ValueError, RuntimeError) as exc:
             raise MoetuneError(f"oracle: Megatron-Core rejected this setup: {exc}") from exc
+
+
+def _stage_params(args: McoreModelArgs, p: Parallelism, padded_vocab: int, stage: int,
+                  spec: str, grouped_gemm: bool = False, keep: Keep | None = None) -> dict[str, int]:
+    """{param name: numel} held by the first rank of pipeline stage ``stage`` (those ``keep`` accepts)."""
+    chunks = _build_stage(args, p, padded_vocab, stage, spec, grouped_gemm)
     prefix = (lambda v: f"chunk{v}.") if len(chunks) > 1 else (lambda v: "")
-    return {prefix(v) + name: t.numel()
-            for v, m in enumerate(chunks) for name, t in m.named_parameters()}
+    return {prefix(v) + name: t.numel() for v, m in enumerate(chunks) for name, t in m.named_parameters()
+            if keep is None or keep(m, name, t)}
 
 
 def _parallelism(kw: dict[str, Any]) -> Parallelism:
@@ -257,12 +264,13 @@ def count_params_breakdown(hf_config: dict, *, tp: int, pp: int, ep: int, etp: i
                            num_layers_in_last_pipeline_stage: int | None = None,
                            pipeline_model_parallel_layout: str | list | None = None,
                            include_mtp: bool = True, stage: int = 0,
-                           spec: str = "te") -> dict[str, int]:
+                           spec: str = "te", keep: Keep | None = None) -> dict[str, int]:
     """{MCore parameter name: numel} on the first rank of pipeline ``stage``.
 
     With VPP, names carry a ``chunk<v>.`` prefix for virtual stage ``v``. ``spec="te"``
     reproduces the Transformer Engine layer spec's allocation (what real training uses);
     ``spec="local"`` is the stock MCore local spec. They differ only for MLA down-projections.
+    ``keep(chunk, name, param)``: count only the parameters it accepts (oracle/muon_split.py).
     """
     if spec not in SPECS:
         raise MoetuneError(f"oracle: spec must be one of {SPECS}, got {spec!r}")
@@ -272,7 +280,7 @@ def count_params_breakdown(hf_config: dict, *, tp: int, pp: int, ep: int, etp: i
     if not 0 <= stage < pp:
         raise MoetuneError(f"oracle: stage must be in [0, {pp}), got {stage}")
     args = hf_to_mcore(hf_config, include_mtp=include_mtp)
-    return _stage_params(args, p, padded_vocab_size, stage, spec)
+    return _stage_params(args, p, padded_vocab_size, stage, spec, keep=keep)
 
 
 def count_params_per_stage(hf_config: dict, *, tp: int, pp: int, ep: int, etp: int, cp: int = 1,
@@ -280,8 +288,9 @@ def count_params_per_stage(hf_config: dict, *, tp: int, pp: int, ep: int, etp: i
                            num_layers_in_first_pipeline_stage: int | None = None,
                            num_layers_in_last_pipeline_stage: int | None = None,
                            pipeline_model_parallel_layout: str | list | None = None,
-                           include_mtp: bool = True, spec: str = "te") -> list[int]:
-    """Parameters held by one rank (the first) of each pipeline stage, all its VPP chunks."""
+                           include_mtp: bool = True, spec: str = "te", keep: Keep | None = None) -> list[int]:
+    """Parameters held by one rank (the first) of each pipeline stage, all its VPP chunks (those ``keep``
+    accepts)."""
     kw = {k: v for k, v in locals().items() if k not in ("hf_config", "pp")}
     return [sum(count_params_breakdown(hf_config, pp=pp, stage=s, **kw).values())
             for s in range(pp)]

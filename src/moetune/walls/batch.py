@@ -139,7 +139,8 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
 def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np.ndarray:
     """(n, S) model-state bytes of each stage (model_state.model_state_bytes, read from the batch's fields of
     rank_params.StageParams; the largest FSDP unit only where Megatron FSDP reads it)."""
-    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab,
+    params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab, nonmatrix=b.nonmatrix,
+                             expert_nonmatrix=b.expert_nonmatrix,
                              fsdp_units=row_sum(b.counts) + b.mtp)  # rank_params.StageParams.fsdp_units
     largest = largest_fsdp_unit(spec, b) if knobs.megatron_fsdp else None
     # the optimizer shard, by the knobs optimizer_divisors reads: a float ceil-division over every stage of every
@@ -285,7 +286,9 @@ def whole_layer_balanced(b: LayoutBatch, gbs: int, walls: dict, rows: np.ndarray
 def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict, gbs: int) -> tuple:
     """iteration.iteration_terms for each candidate's largest stage, over its micro-batches."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
-    dense, expert, vocab = (np.take_along_axis(x, big, 1) for x in (b.dense, b.expert, b.vocab))
+    dense, expert, vocab, nonmatrix, expert_nonmatrix = (np.take_along_axis(x, big, 1) for x in (
+        b.dense, b.expert, b.vocab, b.nonmatrix, b.expert_nonmatrix))
     m = gbs // (b.mbs * b.fields.dp)
-    dp, optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff, m)
+    dp, optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff, m,
+                                             nonmatrix=(nonmatrix, expert_nonmatrix))
     return tuple(np.broadcast_to(x, dp.rs.shape)[:, 0] for x in (*dp, optimizer, offload))

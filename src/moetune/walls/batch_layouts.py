@@ -13,6 +13,7 @@ import numpy as np
 from moetune.layout.layout import Layout
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.rank_params import (
+    RankShare,
     StageStructure,
     model_padded_vocab,
     per_rank,
@@ -40,7 +41,7 @@ class LayoutBatch:
     ranks: np.ndarray  # (n, S) pipeline ranks with this stage's contents (0 where it does not exist)
     stage_index: np.ndarray  # (n, S) pipeline rank of the stage
     padded_vocab: np.ndarray  # (n, 1)
-    params: np.ndarray  # the root batch's (N, 3S) dense, expert and vocab parameters per rank, read by `rows`
+    params: np.ndarray  # the root batch's (N, 5S) parameters per rank (rank_params.RankShare's fields), read by `rows`
     cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
     origin: "LayoutBatch | None" = None  # the batch every subset was cut from (None: this one); `rows` index it
     packed: np.ndarray | None = None  # every integer array above as columns, so a subset is one take
@@ -56,17 +57,12 @@ class LayoutBatch:
             return self.params[:, cols]
         return self.memo(("params", i), lambda: self.params[self.rows, cols])
 
-    @property
-    def dense(self) -> np.ndarray:  # (n, S) parameters per rank
-        return self._params(0)
-
-    @property
-    def expert(self) -> np.ndarray:
-        return self._params(1)
-
-    @property
-    def vocab(self) -> np.ndarray:
-        return self._params(2)
+    # (n, S) parameters per rank, one array per field of rank_params.RankShare, in its order
+    dense = property(lambda self: self._params(0))
+    expert = property(lambda self: self._params(1))
+    vocab = property(lambda self: self._params(2))
+    nonmatrix = property(lambda self: self._params(3))
+    expert_nonmatrix = property(lambda self: self._params(4))
 
     def layout(self, i: int) -> Layout:
         return self.layouts[self.rows[i]]
@@ -117,7 +113,7 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
     counts = np.zeros((n, depth, len(kinds)))
     mtp, loss, valid = np.zeros((n, depth)), np.zeros((n, depth), bool), np.zeros((n, depth), bool)
     index, ranks = np.zeros((n, depth), int), np.zeros((n, depth), int)
-    dense, expert, vocab = np.zeros((n, depth)), np.zeros((n, depth)), np.zeros((n, depth))
+    shares = np.zeros((len(RankShare._fields), n, depth))  # rank_params.per_rank's, field by field
     table = np.array(list(map(attrgetter(*_FIELDS), distinct.values())), dtype=np.int64)[which]  # one C call a layout
     fields = SimpleNamespace(**{k: table[:, j:j + 1] for j, k in enumerate(_FIELDS)})
     fields.sp = fields.sp.astype(bool)
@@ -136,15 +132,15 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
                 sums = structure_sums(spec, st, vocab=model_padded_vocab(spec, int(tp)),
                                       tied_copy=not spec.untie_embeddings_and_output_weights and sig[0] > 1,
                                       layer_spec="te")
-                d, e, v = per_rank(sums, layout_view)
-                dense[rows[sel], j], expert[rows[sel], j], vocab[rows[sel], j] = d, e, v
+                for i, share in enumerate(per_rank(sums, layout_view)):
+                    shares[i, rows[sel], j] = share
     tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
     padded = np.array([model_padded_vocab(spec, int(t)) for t in tps])
     padded = padded[tp_index].reshape(-1, 1)
     mbs = np.array([m for _, m in candidates]).reshape(-1, 1)
     ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp,
                       ranks])
-    return _unpack(ints.astype(np.int32), np.hstack([dense, expert, vocab]), layouts=[lay for lay, _ in candidates],
+    return _unpack(ints.astype(np.int32), np.hstack(list(shares)), layouts=[lay for lay, _ in candidates],
                    kinds=kinds, kind_layers=kind_layers)
 
 

@@ -202,13 +202,15 @@ def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict,
 
 
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict,
-                    microbatches=1) -> tuple:
+                    microbatches=1, *, nonmatrix=(0, 0)) -> tuple:
     """Per-iteration seconds outside the pipeline, for the largest stage's `dense` and `expert` parameters, `vocab` of
-    them the embedding's and output layer's (scalars, or arrays with `lay` fields of the same shape):
+    them the embedding's and output layer's and `nonmatrix` the (dense, expert) ones not 2-D, read under Muon only
+    (rank_params.StageParams; scalars, or arrays with `lay` fields of the same shape):
     - raw DP traffic (dp_traffic; `microbatches` a step runs set Megatron FSDP's passes across its copies);
     - the optimizer step, memory-bound over this rank's shard (master weights and moments read and written,
-      grads read, weights written: step_weight_bytes; Muon keeps one momentum on the linear weights, the embedding
-      and output layer stay on Adam), plus Muon's Newton-Schulz GEMMs (walls/muon.py);
+      grads read, weights written: step_weight_bytes; Muon keeps one momentum on the 2-D weights, the embedding,
+      output layer and non-2-D parameters stay on Adam: model_state.py), plus Muon's Newton-Schulz GEMMs on the 2-D
+      weights it steps (walls/muon.py);
     - optimizer CPU offload: the offloaded share through the host (HybridDeviceOptimizer; measured 1.9x-4.2x
       step time on Qwen3-30B-A3B, megatron_flops_memory_notes.md item 6)."""
     dp = dp_traffic(dense, expert, vocab, lay, knobs, gpu, eff, microbatches)
@@ -222,6 +224,9 @@ def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gp
     # optimizer/distributed_optimizer.py steps FP32 main params on FP32 main grads, then copies them to the BF16 model
     # params, or quantizes them into FP8/NVFP4 ones: step_weight_bytes; the embedding and output layer stay BF16)
     per_linear, adam = (2 * held + FP32_GRAD_BYTES for held in optimizer_state_bytes(knobs))
+    if muon:  # the non-2-D parameters step on Adam, and their BF16 weights are no GEMM's to quantize
+        linear, experts = linear - nonmatrix[0] / share[0], experts - nonmatrix[1] / share[1]
+        vocab_shard = vocab_shard + nonmatrix[0] / share[0] + nonmatrix[1] / share[1]
     moved = ((linear + experts) * ((per_linear if muon else adam) + step_weight_bytes(knobs))
              + vocab_shard * (adam + WEIGHT_BYTES))
     f = knobs.optimizer_offload_fraction

@@ -58,10 +58,20 @@ def quantized_weight_bytes(precision: str, arch: str) -> float:
 
 
 # Muon's state a parameter: the FP32 master copy and one FP32 momentum buffer (emerging_optimizers Muon keeps
-# momentum_buffer alone, against Adam's exp_avg and exp_avg_sq). Megatron puts linear weights under Muon and the rest
-# under Adam; the norms and biases among the rest are counted at Muon's bytes here (under 0.1% of a MoE layer's
-# parameters), the embedding and output layer at Adam's. The layer-wise distributed optimizer (dist_muon) owns whole
-# parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
+# momentum_buffer alone, against Adam's exp_avg and exp_avg_sq). Megatron steps a parameter with Muon when it is 2-D
+# and not tagged is_embedding_or_output_parameter, and with Adam otherwise (optimizer/muon.py:252-258 @core_v0.16.1,
+# :296-302 @core_v0.17.0; emerging_optimizers.py:128-130 _is_nonlinear_or_embedding and layer_wise_optimizer.py:46-49
+# @core_v0.18.0, the same at core_v0.19.0). On Adam, then: the embedding and output layer (vocab), and every tensor
+# Megatron-Core builds other than 2-D (StageParams.nonmatrix and expert_nonmatrix: norms, linear and expert biases,
+# attention sinks, conv1d weights, Mamba's and the gated delta-net's A_log, D, dt_bias). Routed-expert weights are
+# 2-D however they are built (TEGroupedLinear's weight<i> and bias<i> per local expert, extensions/
+# transformer_engine.py:1754 @core_v0.16.1; SequentialMLP's per-expert linears; the legacy GroupedMLP's one
+# [hidden, local experts x ffn] weight1, moe/experts.py:144-150): Muon, their biases Adam. The router's weight and a
+# shared expert's [1, hidden] gate (moe/shared_experts.py:57) are 2-D: Muon. The MTP stage's copy of
+# the embedding is tagged from core_v0.18.0 (language_module.py:210; only the pre_process one before, so 0.16 and
+# 0.17 step it with Muon): on Adam here. Megatron-LM after core_v0.19.0 also marks Mamba's in_proj use_muon=False
+# (ssm/mamba_mixer.py), in no release moetune reads: Muon here. The layer-wise distributed optimizer (dist_muon) owns
+# whole parameters per DP rank: sharded like the distributed optimizer here, even where layers do not split evenly.
 MUON_MOMENT_BYTES = 4
 MASTER_BYTES = 4  # the FP32 master copy of a BF16 parameter, under either optimizer
 FP32_GRAD_BYTES = 4  # the FP32 main gradient the optimizer steps on
@@ -69,9 +79,9 @@ WEIGHT_BYTES = 2  # the BF16 model weight
 
 
 def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
-    """Bytes of optimizer state a parameter *holds*, (linear weights, embedding and output layer): the FP32 master copy
-    plus Adam's exp_avg and exp_avg_sq (FP32, or BF16 under --bf16-moments), or plus Muon's one momentum on the linear
-    weights, the vocabulary staying on Adam. What an update reads and writes each step is derived from it
+    """Bytes of optimizer state a parameter *holds*, (2-D weights, the rest): the FP32 master copy plus Adam's exp_avg
+    and exp_avg_sq (FP32, or BF16 under --bf16-moments), or plus Muon's one momentum on the 2-D weights, the vocabulary
+    and the non-2-D parameters staying on Adam. What an update reads and writes each step is derived from it
     (iteration.iteration_terms); the gradient and the BF16 weight are separate line items."""
     adam = MASTER_BYTES + 2 * knobs.adam_moments_bytes
     return (MASTER_BYTES + MUON_MOMENT_BYTES if knobs.optimizer == "muon" else adam), adam
@@ -103,9 +113,9 @@ def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str, *
         items.update(megatron_fsdp_items(p, layout, knobs, arch, largest_unit))
     linear, adam = optimizer_state_bytes(knobs)
     shard = optimizer_shard(p, layout, knobs) if shard is None else shard
-    if knobs.optimizer == "muon":  # the embedding and output layer stay on Adam
-        vocab = -(-p.vocab // optimizer_divisors(layout, knobs)[0])
-        items["optimizer_states"] = whole(linear * (shard - vocab) + adam * vocab)
+    if knobs.optimizer == "muon":  # the embedding, output layer and non-2-D parameters stay on Adam
+        scalar = muon_adam_shard(p, layout, knobs)
+        items["optimizer_states"] = whole(linear * (shard - scalar) + adam * scalar)
     else:
         items["optimizer_states"] = whole(adam * shard * (1 - knobs.optimizer_offload_fraction))
     return items
@@ -167,6 +177,13 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest
 def _stored_weights(p, knobs: Knobs, arch: str) -> dict:
     """weight_items without TE's cached FP8 copy of a BF16 weight: the bytes the weights are stored and gathered in."""
     return {name: n for name, n in weight_items(p, knobs, arch).items() if name != "fp8_weight_cache"}
+
+
+def muon_adam_shard(p: StageParams, layout: Layout, knobs: Knobs):
+    """Parameters of this rank's optimizer shard that Muon leaves to Adam: the embedding and output layer and the
+    non-2-D parameters (the comment above MUON_MOMENT_BYTES)."""
+    dense, expert = optimizer_divisors(layout, knobs)
+    return -(-(p.vocab + p.nonmatrix) // dense) + -(-p.expert_nonmatrix // expert)
 
 
 def optimizer_shard(p: StageParams, layout: Layout, knobs: Knobs):

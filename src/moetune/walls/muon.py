@@ -8,7 +8,8 @@ side) is ``A = X Xᵀ`` (2a²b FLOPs), the polynomial's ``A @ A`` (2a³) and its
 matrices and how large:
 - every linear weight of a layer (flops.gemm_shapes), routed experts one matrix each (TE GroupedLinear keeps a weight
   per expert), a gated fc1 whole; the fused QKV split into its q, k and v (muon_split_qkv, on by default); the
-  router's too; the embedding and output layer stay on Adam (muon_scalar_optimizer);
+  router's too; the embedding, output layer and the parameters not built 2-D stay on Adam (muon_scalar_optimizer;
+  walls/model_state.py);
 - Bridge's Muon recipes orthogonalize each TP shard on its own (muon_tp_mode "blockwise", the default of
   recipes/utils/optimizer_utils.py distributed_muon_with_cosine_annealing; Megatron-Core's own is "duplicated"), so
   TP shrinks the matrix a rank works on;
@@ -83,6 +84,6 @@ def ns_flops_per_param(spec: ModelSpec, tp, etp) -> tuple:
 
 def ns_seconds(spec: ModelSpec, linear, experts, tp, etp, gemm_rate: float):
     """Seconds of Newton-Schulz work on one rank a step: the dense linear weights and routed-expert weights it steps
-    (its optimizer shard, the vocabulary on Adam left out: iteration.iteration_terms)."""
+    (its optimizer shard, the vocabulary and non-2-D parameters on Adam left out: iteration.iteration_terms)."""
     per_dense, per_expert = ns_flops_per_param(spec, tp, etp)
     return (per_dense * linear + per_expert * experts) / gemm_rate

@@ -14,6 +14,9 @@ Hugging Face checkpoint but are buffers (not parameters) in Megatron, e.g. DeepS
 ``e_score_correction_bias`` (Megatron's router ``expert_bias`` is a registered buffer), or that Megatron does not
 build (an LM-head bias); ``hf=False`` marks the biases Megatron's one ``add_bias_linear`` switch builds where the
 checkpoint has none (Phi-3.5-MoE biases o_proj, and Megatron can only bias it with every MLP and router too).
+``matrix=False`` marks the tensors Megatron-Core does not build 2-D (norm weights and biases, linear biases, the
+attention sinks, a conv1d's 3-D weight, Mamba's and the gated delta-net's per-head A_log, D, dt_bias), which Muon
+leaves to Adam (walls/model_state.py).
 """
 
 from dataclasses import dataclass
@@ -33,6 +36,12 @@ class Tensor:
     megatron: bool = True  # a parameter Megatron-Core allocates
     hf: bool = True  # present in the Hugging Face checkpoint
     expert: bool = False  # a routed-expert parameter (optimizer shards it over EDP)
+    matrix: bool = True  # 2-D as Megatron-Core builds it (every weight a GEMM reads, the embedding, the router)
+
+
+def vector(name: str, numel: int, shard: Shard, **kw) -> Tensor:
+    """A tensor Megatron-Core builds with other than two dimensions (matrix=False)."""
+    return Tensor(name=name, numel=numel, shard=shard, matrix=False, **kw)
 
 
 def _norm(spec: ModelSpec, name: str, width: int | None = None) -> list[Tensor]:
@@ -40,9 +49,9 @@ def _norm(spec: ModelSpec, name: str, width: int | None = None) -> list[Tensor]:
     LayerNormLinear allocate layer_norm_bias, normalization="LayerNorm"), which a checkpoint whose LayerNorm has none
     (DBRX: nn.LayerNorm(bias=False)) lacks: Megatron's, not the checkpoint's."""
     width = width or spec.hidden_size
-    out = [Tensor(name=f"{name}.weight", numel=width, shard="rep")]
+    out = [vector(f"{name}.weight", width, "rep")]
     if spec.norm_has_bias or spec.normalization == "LayerNorm":
-        out.append(Tensor(name=f"{name}.bias", numel=width, shard="rep", hf=spec.norm_has_bias))
+        out.append(vector(f"{name}.bias", width, "rep", hf=spec.norm_has_bias))
     return out
 
 
@@ -51,18 +60,17 @@ def _gqa(spec: ModelSpec) -> list[Tensor]:
     q, kv = spec.qkv_widths
     out = [Tensor(name="linear_qkv.weight", numel=h * (q + kv), shard="tp")]
     if spec.add_qkv_bias:
-        out.append(Tensor(name="linear_qkv.bias", numel=q + kv, shard="tp"))
+        out.append(vector("linear_qkv.bias", q + kv, "tp"))
     if spec.qk_layernorm == "head":
-        out += [Tensor(name="q_layernorm.weight", numel=d, shard="rep"),
-                Tensor(name="k_layernorm.weight", numel=d, shard="rep")]
+        out += [vector("q_layernorm.weight", d, "rep"), vector("k_layernorm.weight", d, "rep")]
     elif spec.qk_layernorm == "full":  # one norm over all heads: MiniMax-M2's splits over TP; OLMoE runs at TP 1
-        out += [Tensor(name="q_layernorm.weight", numel=spec.num_attention_heads * d, shard="tp"),
-                Tensor(name="k_layernorm.weight", numel=spec.num_query_groups * d, shard="tp")]
+        out += [vector("q_layernorm.weight", spec.num_attention_heads * d, "tp"),
+                vector("k_layernorm.weight", spec.num_query_groups * d, "tp")]
     if spec.softmax_sinks:
-        out.append(Tensor(name="core_attention.softmax_offset", numel=spec.num_attention_heads, shard="tp"))
+        out.append(vector("core_attention.softmax_offset", spec.num_attention_heads, "tp"))
     out.append(Tensor(name="linear_proj.weight", numel=spec.num_attention_heads * d * h, shard="tp"))
     if bias_linear(spec):
-        out.append(Tensor(name="linear_proj.bias", numel=h, shard="rep", hf=spec.add_proj_bias))
+        out.append(vector("linear_proj.bias", h, "rep", hf=spec.add_proj_bias))
     return out
 
 
@@ -83,11 +91,11 @@ def _mla(spec: ModelSpec, layer_spec: LayerSpec) -> list[Tensor]:
         out = [Tensor(name="linear_q_proj.weight", numel=h * n * qk, shard="tp")]
     else:
         out = [Tensor(name="linear_q_down_proj.weight", numel=h * m.q_lora_rank, shard=down),
-               Tensor(name="q_layernorm.weight", numel=m.q_lora_rank, shard="rep"),
+               vector("q_layernorm.weight", m.q_lora_rank, "rep"),
                Tensor(name="linear_q_up_proj.weight", numel=m.q_lora_rank * n * qk, shard="tp")]
     return out + [
         Tensor(name="linear_kv_down_proj.weight", numel=h * (m.kv_lora_rank + m.qk_pos_emb_head_dim), shard=down),
-        Tensor(name="kv_layernorm.weight", numel=m.kv_lora_rank, shard="rep"),
+        vector("kv_layernorm.weight", m.kv_lora_rank, "rep"),
         Tensor(name="linear_kv_up_proj.weight", numel=m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim),
                shard="tp"),
         Tensor(name="linear_proj.weight", numel=n * m.v_head_dim * h, shard="tp"),
@@ -103,44 +111,46 @@ def _indexer(spec: ModelSpec) -> list[Tensor]:
     name = "core_attention.indexer."
     return [Tensor(name=f"{name}linear_wq_b.weight", numel=q_in * d.index_n_heads * d.index_head_dim, shard="rep"),
             Tensor(name=f"{name}linear_wk.weight", numel=h * d.index_head_dim, shard="rep"),
-            Tensor(name=f"{name}k_norm.weight", numel=d.index_head_dim, shard="rep"),
-            Tensor(name=f"{name}k_norm.bias", numel=d.index_head_dim, shard="rep"),
+            vector(f"{name}k_norm.weight", d.index_head_dim, "rep"),
+            vector(f"{name}k_norm.bias", d.index_head_dim, "rep"),
             Tensor(name=f"{name}linear_weights_proj.weight", numel=h * d.index_n_heads, shard="rep")]
 
 
 def _gdn(spec: ModelSpec) -> list[Tensor]:
     """Gated delta-net (HF Qwen3NextGatedDeltaNet): fused qkvz and beta/alpha projections, a depthwise
-    causal conv over q,k,v, per-value-head decay (A_log, dt_bias), a gated RMSNorm over each value head."""
+    causal conv over q,k,v, per-value-head decay (A_log, dt_bias), a gated RMSNorm over each value head. The conv's
+    weight is 3-D, [channels, 1, kernel] (Megatron-Core ssm/gated_delta_net.py builds an nn.Conv1d)."""
     g, h = spec.gdn, spec.hidden_size
     key_dim, value_dim = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
     conv_dim = 2 * key_dim + value_dim
     return [
         Tensor(name="in_proj_qkvz.weight", numel=h * (2 * key_dim + 2 * value_dim), shard="tp"),
         Tensor(name="in_proj_ba.weight", numel=h * 2 * g.num_value_heads, shard="tp"),
-        Tensor(name="conv1d.weight", numel=conv_dim * g.conv_kernel, shard="tp"),
-        Tensor(name="dt_bias", numel=g.num_value_heads, shard="tp"),
-        Tensor(name="A_log", numel=g.num_value_heads, shard="tp"),
-        Tensor(name="norm.weight", numel=g.value_head_dim, shard="rep"),
+        vector("conv1d.weight", conv_dim * g.conv_kernel, "tp"),
+        vector("dt_bias", g.num_value_heads, "tp"),
+        vector("A_log", g.num_value_heads, "tp"),
+        vector("norm.weight", g.value_head_dim, "rep"),
         Tensor(name="out_proj.weight", numel=value_dim * h, shard="tp"),
     ]
 
 
 def _mamba(spec: ModelSpec) -> list[Tensor]:
-    """Mamba-2 mixer (HF NemotronHMamba2Mixer; Megatron megatron/core/ssm/mamba_mixer.py splits heads over TP)."""
+    """Mamba-2 mixer (HF NemotronHMamba2Mixer; Megatron megatron/core/ssm/mamba_mixer.py splits heads over TP); its
+    conv1d an nn.Conv1d, weight [channels, 1, kernel]."""
     m, h = spec.mamba, spec.hidden_size
     d_in = m.num_heads * m.head_dim
     conv_dim = d_in + 2 * m.n_groups * m.state_size
     out = [
         Tensor(name="in_proj.weight", numel=h * (2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads), shard="tp"),
-        Tensor(name="conv1d.weight", numel=conv_dim * m.conv_kernel, shard="tp"),
-        Tensor(name="dt_bias", numel=m.num_heads, shard="tp"),
-        Tensor(name="A_log", numel=m.num_heads, shard="tp"),
-        Tensor(name="D", numel=m.num_heads, shard="tp"),
-        Tensor(name="norm.weight", numel=d_in, shard="tp"),
+        vector("conv1d.weight", conv_dim * m.conv_kernel, "tp"),
+        vector("dt_bias", m.num_heads, "tp"),
+        vector("A_log", m.num_heads, "tp"),
+        vector("D", m.num_heads, "tp"),
+        vector("norm.weight", d_in, "tp"),
         Tensor(name="out_proj.weight", numel=d_in * h, shard="tp"),
     ]
     if m.conv_bias:
-        out.insert(2, Tensor(name="conv1d.bias", numel=conv_dim, shard="tp"))
+        out.insert(2, vector("conv1d.bias", conv_dim, "tp"))
     return out
 
 
@@ -154,9 +164,8 @@ def _ffn(prefix: str, h: int, ffn: int, spec: ModelSpec, shard: Shard, n: int = 
            Tensor(name=f"{prefix}linear_fc2.weight", numel=n * ffn * h, shard=shard, expert=expert)]
     if bias_linear(spec):
         hf = spec.add_mlp_bias if hf_bias is None else hf_bias
-        out += [Tensor(name=f"{prefix}linear_fc1.bias", numel=n * fc1, shard=shard, expert=expert, hf=hf),
-                Tensor(name=f"{prefix}linear_fc2.bias", numel=n * h, shard="expert_rep" if expert else "rep",
-                       expert=expert, hf=hf)]
+        out += [vector(f"{prefix}linear_fc1.bias", n * fc1, shard, expert=expert, hf=hf),
+                vector(f"{prefix}linear_fc2.bias", n * h, "expert_rep" if expert else "rep", expert=expert, hf=hf)]
     return out
 
 
@@ -164,14 +173,14 @@ def _moe(spec: ModelSpec) -> list[Tensor]:
     h, e = spec.hidden_size, spec.num_moe_experts
     out = [Tensor(name="router.weight", numel=e * h, shard="rep")]
     if bias_linear(spec):
-        out.append(Tensor(name="router.bias", numel=e, shard="rep", hf=spec.moe_router_bias))
+        out.append(vector("router.bias", e, "rep", hf=spec.moe_router_bias))
     if spec.moe_router_score_correction_bias:
-        out.append(Tensor(name="router.expert_bias", numel=e, shard="rep", megatron=False))
+        out.append(vector("router.expert_bias", e, "rep", megatron=False))
     out += _ffn("experts.", h, spec.moe_ffn_hidden_size, spec, "expert", n=e)
     shared = spec.moe_shared_expert_intermediate_size
     if shared:  # Megatron's SharedExpertMLP is an MLP: biased under add_bias_linear; no HF family here biases one
         out += _ffn("shared_experts.", h, shared, spec, "tp", gated=spec.shared_expert_gated, hf_bias=False)
-        if spec.moe_shared_expert_gate:
+        if spec.moe_shared_expert_gate:  # [1, hidden]: 2-D (transformer/moe/shared_experts.py)
             out.append(Tensor(name="shared_experts.gate_weight", numel=h, shard="rep"))
     return out
 
@@ -213,7 +222,7 @@ def output_tensors(spec: ModelSpec, vocab: int, *, tied_copy: bool) -> list[Tens
     if spec.untie_embeddings_and_output_weights or tied_copy:
         out.append(Tensor(name="output_layer.weight", numel=vocab * spec.hidden_size, shard="vocab"))
     if spec.output_layer_bias:  # Megatron's output layer is built with bias=False (gpt_model.py)
-        out.append(Tensor(name="output_layer.bias", numel=vocab, shard="vocab", megatron=False))
+        out.append(vector("output_layer.bias", vocab, "vocab", megatron=False))
     return out
 
 

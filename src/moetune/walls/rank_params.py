@@ -6,6 +6,7 @@ expert mesh's EDP ranks; the distributed optimizer shards each over that group (
 
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from typing import NamedTuple
 
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
@@ -48,6 +49,8 @@ class StageParams:
     dense: int  # non-expert parameters on one rank of this stage
     expert: int  # routed-expert parameters on one rank of this stage
     vocab: int  # embedding / output-layer parameters among `dense` (not GEMM weights TE caches in FP8)
+    nonmatrix: int  # parameters among `dense` Megatron-Core builds other than 2-D (params.Tensor.matrix)
+    expert_nonmatrix: int  # the same among `expert` (routed experts' biases)
     layers: tuple[int, ...]  # decoder layer ids held (all virtual chunks)
     mtp_layers: int
     loss: bool  # holds the output layer (logits and loss activations)
@@ -67,14 +70,15 @@ def _divisor(shard: str, layout: Layout):
             "expert_rep": layout.ep}[shard]
 
 
-ShardSums = dict[tuple[str, bool], int]  # (shard, is_expert) -> elements
+ShardSums = dict[tuple[str, bool, bool], int]  # (shard, is_expert, is 2-D) -> elements
 
 
 def shard_sums(tensors: list[Tensor]) -> ShardSums:
     out: ShardSums = {}
     for t in tensors:
         if t.megatron:
-            out[(t.shard, t.expert)] = out.get((t.shard, t.expert), 0) + t.numel
+            key = (t.shard, t.expert, t.matrix)
+            out[key] = out.get(key, 0) + t.numel
     return out
 
 
@@ -144,19 +148,31 @@ def structure_sums(spec: ModelSpec, st: StageStructure, *, vocab: int, tied_copy
     return out
 
 
-def per_rank(sums: ShardSums, layout: Layout) -> tuple[int, int, int]:
-    """(dense, expert, vocab) elements held by one rank; shards divide exactly once the layout is validated.
-    Divisors may be numpy arrays (the planner's batched layouts)."""
-    dense = expert = vocab = 0
-    for (shard, is_expert), numel in sums.items():
+class RankShare(NamedTuple):
+    """Elements one rank holds (StageParams' fields of the same names)."""
+
+    dense: int
+    expert: int
+    vocab: int
+    nonmatrix: int
+    expert_nonmatrix: int
+
+
+def per_rank(sums: ShardSums, layout: Layout) -> RankShare:
+    """Elements held by one rank; shards divide exactly once the layout is validated. Divisors may be numpy arrays
+    (the planner's batched layouts)."""
+    dense = expert = vocab = nonmatrix = expert_nonmatrix = 0
+    for (shard, is_expert, matrix), numel in sums.items():
         share = numel // _divisor(shard, layout)
         if is_expert:
             expert = expert + share
+            expert_nonmatrix = expert_nonmatrix if matrix else expert_nonmatrix + share
         else:
             dense = dense + share
+            nonmatrix = nonmatrix if matrix else nonmatrix + share
         if shard == "vocab":
             vocab = vocab + share
-    return dense, expert, vocab
+    return RankShare(dense, expert, vocab, nonmatrix, expert_nonmatrix)
 
 
 def layer_rank_params(spec: ModelSpec, kind: LayerKind, layout, layer_spec: LayerSpec = "te"):
@@ -176,8 +192,7 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     result = []
     for st in stage_structures(spec, layout, include_mtp):
         sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
-        dense, expert, vocab_share = per_rank(sums, layout)
-        result.append(StageParams(stage=st.stage, dense=dense, expert=expert, vocab=vocab_share, layers=st.layers,
+        result.append(StageParams(stage=st.stage, **per_rank(sums, layout)._asdict(), layers=st.layers,
                                   mtp_layers=st.mtp_layers, loss=st.outputs > 0))
     return tuple(result)
 

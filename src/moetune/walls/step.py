@@ -171,7 +171,8 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
-    dp, optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff, m)
+    dp, optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff, m,
+                                             nonmatrix=(big.nonmatrix, big.expert_nonmatrix))
     dp_raw = float(dp_raw_seconds(dp.rs, dp.ag, knobs, m, dp.step_rs, dp.step_ag))
     dp_exposed = float(dp_exposed_seconds(dp.rs, dp.ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m,
                                           dp.step_rs, dp.step_ag))
