@@ -218,3 +218,41 @@ def test_a_headroom_that_leaves_little_memory_says_nothing_fits(capsys):
     code, _, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--headroom", "75"],
                        capsys)
     assert code == 1 and "check its unit" not in err
+
+
+def test_plan_says_which_preference_ranked_a_faster_candidate_below_its_pick(capsys):
+    """Qwen3-30B-A3B on 64 H100 at 8k picks HybridEP though DeepEP is the H100 default (seeds/000): the DeepEP row
+    predicts 0.6% more but leaves 0.5 GiB of 78 free, under the 3% the seeds' order keeps first. Table and JSON say
+    so; the note names the row and the preference (planner/ranking.py preference)."""
+    job = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "8192", "--gbs", "512"]
+    code, out, _ = run([*job, "--json"], capsys)
+    data = json.loads(out)
+    tie, rows = data["near_tie"], data["results"]
+    assert code == 0 and tie["decided_by"] == "memory_margin" and tie["row"] == 2
+    assert tie["knobs"]["dispatcher"] == "deepep" and rows[0]["knobs"]["dispatcher"] == "hybridep"
+    assert tie["time"]["tokens_per_s_per_gpu"] == rows[1]["time"]["tokens_per_s_per_gpu"] \
+        > rows[0]["time"]["tokens_per_s_per_gpu"]
+    assert rows[1]["tight"] and not rows[0]["tight"]
+    code, out, _ = run(job, capsys)
+    text = " ".join(out.split())
+    gain = rows[1]["time"]["tokens_per_s_per_gpu"] / rows[0]["time"]["tokens_per_s_per_gpu"] - 1
+    free = 78 - rows[1]["memory"]["peak_bytes"] / 2**30  # data/hardware.toml [h100] memory_gib
+    assert f"note: #2 (deepep) predicts {gain:+.1%} over #1 but leaves {free:.1f} GiB free, under 3% of the GPU's 78 " \
+        "GiB" in text
+    assert "the seeds rank what fits reliably first (seeds/001; planner/ranking.py preference)" in text
+    code, out, _ = run([*job, "--top", "1"], capsys)  # off the list: named by its layout
+    assert (f"note: TP1 CP1 PP1 EP16 ETP1 (DP64 EDP4) mbs 1 deepep, recompute selective (moe_act), predicts "
+            f"{gain:+.1%}") in " ".join(out.split())
+
+
+def test_plan_notes_no_near_tie_where_its_pick_is_the_fastest(capsys):
+    code, out, _ = run(["plan", "moonlight-16b-a3b", "--gpu", "h100", "--gpus", "32", "--gbs", "256", "--json"],
+                       capsys)
+    assert code == 0 and "near_tie" not in json.loads(out)
+
+
+def test_every_preference_has_words():
+    from moetune.cli.plan_notes import NEAR_TIE_WORDS
+    from moetune.planner.ranking import PREFERENCES
+
+    assert set(NEAR_TIE_WORDS) == set(PREFERENCES)

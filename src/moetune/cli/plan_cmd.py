@@ -24,6 +24,8 @@ from moetune.cli.plan_notes import (
     gain_over_pick,
     gbs_allowing,
     gbs_note,
+    near_tie_json,
+    near_tie_note,
     offload_note,
     recompute_text,
     short_cp_note,
@@ -241,6 +243,8 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
         out["offload_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
     if (alt := result.short_cp_alternative) is not None:
         out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
+    if result.near_tie is not None:
+        out["near_tie"] = near_tie_json(result)
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
@@ -288,6 +292,8 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
         out.print(f"[yellow]note[/yellow]: {offload_note(result)}")
     if result.short_cp_alternative is not None:
         out.print(f"[yellow]note[/yellow]: {short_cp_note(result)}")
+    if result.near_tie is not None:
+        out.print(f"[yellow]note[/yellow]: {near_tie_note(result)}")
     speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
     if any(a < b for a, b in zip(speeds, speeds[1:])):
         short_cp = any(r.layout.cp > 1 and r.workload.seq_length < LONG_CONTEXT for r in result.results)

@@ -44,6 +44,12 @@ def cp_weight(cp, seq: int):
     return np.where(np.asarray(cp) > 1, CP_SHORT_MARGIN, 1.0) if seq < LONG_CONTEXT else np.ones_like(cp, float)
 
 
+# What each place of a preference() tuple prefers, in its order: plan names the one that decided a near-tie against a
+# faster candidate (planner/near_tie.py)
+PREFERENCES = ("memory_margin", "model_parallelism", "recompute", "activation_offload", "optimizer_offload",
+               "default_dispatcher", "data_parallel", "short_context_cp", "tp", "expert_tp", "ep")
+
+
 def preference(lay: Layout, k: Knobs, dispatcher: str | None, seq: int, tight: bool = False) -> tuple:
     """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
     "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model

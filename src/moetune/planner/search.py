@@ -26,6 +26,7 @@ from moetune.planner.estimate import Estimate, estimate
 from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
+from moetune.planner.near_tie import NearTie, near_tie
 from moetune.planner.pins import pins_agree
 from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
 from moetune.planner.release_fit import model_lacking, release_grid, release_pins, release_runs_layout, runs
@@ -70,6 +71,8 @@ class PlanResult:
     # below 16k, the fastest CP > 1 layout where its prediction beats the pick's but the CP weight ranked it off the
     # list (_short_cp_alternative)
     short_cp_alternative: Estimate | None = None
+    # the fastest candidate the seeds' order ranked below the pick in its 1% band, and the preference that did it
+    near_tie: NearTie | None = None
     # the TP and CP sizes the sequence length itself ruled out, and the nearest length that allows them (None: none)
     sequence_note: str | None = None
     release: str | None = None  # the release the knob sets were bounded by (plan --megatron-core / --megatron-bridge)
@@ -121,7 +124,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     def search(pinned: dict, best: int, report=None, shown: bool = weigh_offload) -> PlanResult:
         return _plan_once(spec, gpu, world, wl, fixed=pinned, top=best, routing=routing,
                           efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
-                          overheads=overheads, weigh_short_cp=shown, shared=shared, release=release)
+                          overheads=overheads, weigh_notes=shown, shared=shared, release=release)
 
     done, seconds, bounded = 0, 0.0, 0
     for pinned in passes:
@@ -182,7 +185,7 @@ def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
                efficiency_overrides: dict | None, progress, headroom_gib: float,
-               overheads: dict | None, weigh_short_cp: bool = True, shared: dict | None = None,
+               overheads: dict | None, weigh_notes: bool = True, shared: dict | None = None,
                release: str | None = None) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
@@ -205,7 +208,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                resplit="pipeline_layout" not in fixed,
                overheads=merged_overheads(overheads), user_overheads=overheads, top=top,
                dispatchers=frozenset(k.dispatcher for k in grid), progress=progress, total=len(grid),
-               short_cp=weigh_short_cp and wl.seq_length < LONG_CONTEXT,
+               short_cp=weigh_notes and wl.seq_length < LONG_CONTEXT,
                roomy_bytes=gpu.capacity_bytes * (1 - TIGHT_SHARE))
     batch, (least_gib, least, least_host, least_state) = memory_bound(spec, budget, built, wl, grid, s.overheads)
     excluded_dp = fitting_dp(spec, budget, excluded, wl, grid, s.overheads)
@@ -225,10 +228,11 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
 
     results = [result(lay, mbs, knobs) for _, _, lay, mbs, knobs, _ in s.best[:top]]
     # named only where a caller shows it (not offload_instead's search, nor the FP8 caveat's BF16 one)
-    short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_short_cp else None
-    return PlanResult(short_cp_alternative=short_cp, candidates_evaluated=len(cands) * len(grid), feasible=s.feasible,
-                      search_seconds=time.perf_counter() - start, layouts=len(layouts), knob_sets=len(grid),
-                      bounded_knob_sets=s.bounded,
+    short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_notes else None
+    tie = near_tie(s, results, result, efficiency_overrides) if weigh_notes else None
+    return PlanResult(short_cp_alternative=short_cp, near_tie=tie, candidates_evaluated=len(cands) * len(grid),
+                      feasible=s.feasible, search_seconds=time.perf_counter() - start, layouts=len(layouts),
+                      knob_sets=len(grid), bounded_knob_sets=s.bounded,
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
                       lightest_state_gib=least_state,
                       host_capacity_gib=gpu.host_memory_gib or None,
