@@ -126,16 +126,20 @@ def test_plan_table_cells_are_folded_never_cut(capsys):
 
 
 def test_a_pick_check_says_what_its_own_fix_predicts(capsys):
-    """Qwen3-Next-80B-A3B at 32k on 48 GB200: the pick keeps CP 1 and the long-context rule asks for CP 4; the search
-    already weighed that, so the check carries the fix's prediction (slower here: its linear-attention layers need
-    no 4K shards, and CP 4 leaves DP 1)."""
+    """Mixtral-8x7B on 64 H100: the pick runs EP2 x ETP4 and the rule scale.prefer_ep_over_etp asks for EP8 x ETP1;
+    the search already weighed that, so the check carries the fix's prediction (slower here: EP 8 is charged more
+    routing imbalance). Qwen3-Next-80B-A3B at 32k on 48 GB200 had served here, its CP 1 pick told CP 4: its shard
+    is weighed by its attention share now (12 of 48 mixers, 8K attention tokens at CP 1), and the rule is silent."""
+    assert main(["plan", "mixtral-8x7b", "--gpu", "h100", "--gpus", "64", "--gbs", "256", "--top", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    pick = data["results"][0]
+    check = next(c for c in data["pick_checks"] if c["rule"] == "scale.prefer_ep_over_etp")
+    assert (pick["layout"]["ep"], pick["layout"]["etp"]) == (2, 4) and check["with_fix"]["fits"]
+    assert check["with_fix"]["tokens_per_s_per_gpu"] < pick["time"]["tokens_per_s_per_gpu"]
     assert main(["plan", "qwen3-next-80b-a3b", "--gpu", "gb200", "--gpus", "48", "--seq", "32768", "--gbs", "96",
                  "--top", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    pick = data["results"][0]
-    check = next(c for c in data["pick_checks"] if c["rule"] == "longctx.cp_sizing")
-    assert pick["layout"]["cp"] == 1 and check["with_fix"]["fits"]
-    assert check["with_fix"]["tokens_per_s_per_gpu"] < pick["time"]["tokens_per_s_per_gpu"]
+    assert "longctx.cp_sizing" not in {c["rule"] for c in data["pick_checks"]}
 
 
 def test_the_largest_model_allowed_plans_without_overflow(shared_data, tmp_path, capsys):

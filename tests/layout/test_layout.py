@@ -10,8 +10,10 @@ from moetune.layout.layout import Layout, layout_stages, layout_stages_or_none, 
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
 from moetune.layout.validate import (
     Workload,
+    attention_share,
     sequence_refusal,
     shard_cp,
+    undersharded_cp,
     validate,
     validate_knobs,
     validate_model_layout,
@@ -342,3 +344,15 @@ def test_an_uneven_split_s_fix_is_not_the_flags_already_given(accounted, drop):
     with pytest.raises(MoetuneError) as err:
         pipeline_chunks(Layout(world_size=4, pp=4, **accounted), 92 + int(not accounted), 0)
     assert drop in str(err.value)
+
+
+def test_the_4k_shard_is_weighed_by_the_attention_share():
+    """A stack with a quarter of its mixers attention (Qwen3-Next: 12 of 48) holds at 128k over CP8 the attention
+    memory an all-attention one holds at 4K tokens a shard: its guess is CP8, not CP32, and at CP2 (16K weighed) it
+    is undersharded where at CP4 (8K weighed, twice the target at most) it is not. A share of 1 changes neither."""
+    assert attention_share((12, 48)) == 0.25 and attention_share(None) == 1.0 and attention_share((61, 61)) == 1.0
+    assert shard_cp(131072, 1, 1, 256, share=0.25) == 8
+    assert undersharded_cp(131072, 1, 2, 8, share=0.25) and not undersharded_cp(131072, 1, 4, 8, share=0.25)
+    assert shard_cp(131072, 1, 1, 256, share=1.0) == shard_cp(131072, 1, 1, 256) == 32
+    assert undersharded_cp(131072, 1, 8, 32) and undersharded_cp(131072, 1, 8, 32, share=1.0)
+    assert shard_cp(131072, 1, 1, 256, share=0.0) == 1  # no attention at all: CP 1

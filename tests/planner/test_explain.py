@@ -324,13 +324,15 @@ def _cp_advice(e):
 def test_cp_advice_names_only_a_cp_estimate_runs():
     """The 4K-shard CP is taken among the CPs estimate runs for the model: gpt-oss-120b's sinks run CP over a2a alone,
     at most its 8 KV groups (the picks' TP1 CP8 at 128k on 256 GB200: no CP32 priced with p2p, the note says why CP16
-    does not run); Qwen3-Next-80B-A3B's 16 gated delta-net key heads leave 8 a TP2 rank, so CP8, not CP16."""
+    does not run); Qwen3-Next-80B-A3B's 16 gated delta-net key heads leave 8 a TP2 rank, so CP8, not CP16 (at 512k:
+    its shard is weighed by its attention share, 12 of 48 mixers, so at 128k TP2 x CP4 it holds 4K attention tokens,
+    the target itself; rules/derive_layers.py attention_facts)."""
     gpt = _long("gpt-oss-120b", 256, 131072, 256, cp=8, ep=64)
     notes, rule = _cp_advice(gpt)
     assert rule == [] and len(notes) == 1 and "here CP" not in notes[0] and "predicts" not in notes[0]
     assert "no CP above 8 runs on this layout: CP16: no CP exchange runs at CP 16" in notes[0]
     assert '"CP ~= seq_len / 4096"' in notes[0]  # the seed as it reads; (4096 x TP) is labelled moetune's reading
-    nxt = _long("qwen3-next-80b-a3b", 256, 131072, 256, tp=2, cp=4, pp=4, ep=64)
+    nxt = _long("qwen3-next-80b-a3b", 256, 524288, 256, tp=2, cp=4, pp=4, ep=64)
     notes, rule = _cp_advice(nxt)
     assert "here CP8, the nearest power of two estimate runs" in notes[0] and "CP=8." in rule[0].message
     assert rule[0].fix == {"model.context_parallel_size": 8}

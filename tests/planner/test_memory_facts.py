@@ -88,9 +88,11 @@ def test_model_architecture_lets_megatron_core_validate_an_overrides_file(capsys
 
 
 def test_check_with_the_model_advises_a_cp_its_linear_attention_runs(capsys):
-    """Qwen3-Next-80B-A3B at 128k, TP2 CP4 on 256 GB200: the 4K guess is CP16, but its 16 gated delta-net key heads
-    leave 8 a TP2 rank, which CP16 cannot split; with --model the rule takes the estimator's CP, 8."""
-    code = main(["check", "--set", "model.seq_length=131072", "--set", "model.tensor_model_parallel_size=2",
+    """Qwen3-Next-80B-A3B at 512k, TP2 CP4 on 256 GB200: the 4K guess, weighed by its attention share (12 of 48
+    mixers: rules/derive_layers.py attention_facts), is CP16, but its 16 gated delta-net key heads leave 8 a TP2 rank,
+    which CP16 cannot split; with --model the rule takes the estimator's CP, 8. (At 128k it holds 4K attention tokens
+    a shard at CP4, the target itself.)"""
+    code = main(["check", "--set", "model.seq_length=524288", "--set", "model.tensor_model_parallel_size=2",
                  "--set", "model.sequence_parallel=true", "--set", "model.context_parallel_size=4",
                  "--set", "model.pipeline_model_parallel_size=4", "--set", "model.expert_model_parallel_size=64",
                  "--set", "model.expert_tensor_parallel_size=1",

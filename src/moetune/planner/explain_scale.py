@@ -16,6 +16,7 @@ from moetune.planner.estimate import Estimate
 from moetune.planner.moves import knobs_for, margin_gib
 from moetune.planner.pipeline_balance import move_note, ranks_note
 from moetune.planner.rule_findings import cp_sizing
+from moetune.rules.derive_layers import attention_facts
 from moetune.units import GIB
 from moetune.walls.attention_rate import ring_slowdown
 from moetune.walls.compute import rates
@@ -143,24 +144,32 @@ SHARD_READING = (f"seeds/002 § Start from a 4K shard target: \"{SEED_CP_GUESS}\
 
 def _cp_sizing_note(e: Estimate) -> str | None:
     """The long-context CP advice (rule longctx.cp_sizing): the 4K-shard CP among those estimate runs, weighed against
-    this run; or, where the shard is past twice 4K and no larger CP runs, why the next one does not."""
+    this run; or, where the shard is past twice 4K and no larger CP runs, why the next one does not. A hybrid's shard
+    is weighed by its attention share of the token mixers, as the rule weighs it (validate.attention_share)."""
     lay, seq = e.layout, e.workload.seq_length
     shard = seq // (lay.cp * lay.tp)
+    facts = attention_facts(e.model.attention_mixers)
+    share, reading = facts["attention_share"], SHARD_READING + facts["cp_shard_weighing"]
+    weighed = share * shard  # the shard's attention tokens: the shard itself for an all-attention stack
+    # the shard and its ratio to 4K, with the attention tokens they count where the share weighs them
+    tokens = f"{shard:,} tokens per TP x CP shard" + ("" if share == 1 else f" ({weighed:,.0f} weighed)")
+    ratio = (lambda x: f"{x:g}") if share == 1 else (lambda x: f"{x:.2g}")
     target, under = cp_sizing(e)
     if under:
-        return (f"long context: {shard:,} tokens per TP x CP shard; {SHARD_READING}: here CP{target}, the nearest "
-                f"power of two estimate runs (rule longctx.cp_sizing)" + _weighed_cp(e, target))
-    if lay.cp > 1 and shard < SHARD_TOKENS:  # past the 4K target the other way: the pick's own trade, weighed
-        return (f"{'long context' if seq >= LONG_CONTEXT else 'CP'}: {shard:,} tokens per TP x CP shard, "
-                f"1/{SHARD_TOKENS / shard:g} of the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which moetune "
-                f"reads per TP x CP shard as CP ~= seq_len / (4096 x TP): CP{target} here); this run's CP{lay.cp} "
-                "shards finer than that guess" + (_weighed_cp(e, target) if target < lay.cp else ""))
-    unrestricted = shard_cp(seq, lay.tp, lay.pp, lay.world_size, sp=lay.sp)  # the sequence and the world alone
-    if seq >= LONG_CONTEXT and shard > 2 * SHARD_TOKENS and unrestricted > lay.cp:
+        return (f"long context: {tokens}; {reading}: here CP{target}, the nearest power of two estimate runs (rule "
+                "longctx.cp_sizing)" + _weighed_cp(e, target))
+    if lay.cp > 1 and weighed < SHARD_TOKENS:  # past the 4K target the other way: the pick's own trade, weighed
+        return (f"{'long context' if seq >= LONG_CONTEXT else 'CP'}: {tokens}, "
+                f"1/{ratio(SHARD_TOKENS / weighed)} of the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which "
+                f"moetune reads per TP x CP shard as CP ~= seq_len / (4096 x TP){facts['cp_shard_weighing']}: "
+                f"CP{target} here); this run's CP{lay.cp} shards finer than that guess"
+                + (_weighed_cp(e, target) if target < lay.cp else ""))
+    # the sequence and the world alone
+    unrestricted = shard_cp(seq, lay.tp, lay.pp, lay.world_size, sp=lay.sp, share=share)
+    if seq >= LONG_CONTEXT and weighed > 2 * SHARD_TOKENS and unrestricted > lay.cp:
         why = refusal_at_cp(e.model, lay, e.workload, e.gpu, 2 * lay.cp)
-        return (f"long context: {shard:,} tokens per TP x CP shard, {shard / SHARD_TOKENS:g}x the seeds' 4K; "
-                f"{SHARD_READING}, CP{unrestricted} here, but no CP above {lay.cp} runs on this layout: "
-                f"CP{2 * lay.cp}: {why}")
+        return (f"long context: {tokens}, {ratio(weighed / SHARD_TOKENS)}x the seeds' 4K; {reading}, "
+                f"CP{unrestricted} here, but no CP above {lay.cp} runs on this layout: CP{2 * lay.cp}: {why}")
     return None
 
 

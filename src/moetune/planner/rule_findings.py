@@ -7,12 +7,13 @@ from dataclasses import replace
 from moetune.configio.releases import target
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS
-from moetune.layout.validate import shard_cp, undersharded_cp
+from moetune.layout.validate import attention_share, shard_cp, undersharded_cp
 from moetune.planner.config_map import to_config
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.estimate import Estimate
 from moetune.planner.from_config import from_config
 from moetune.rules import evaluate
+from moetune.rules.derive_layers import attention_facts
 from moetune.rules.engine import vet_fixes
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.cp_legal import cp_runs, exchange_text
@@ -44,19 +45,23 @@ def findings(e: Estimate, *, weigh_selective: bool = True) -> list:
 def cp_sizing(e: Estimate) -> tuple[int, bool]:
     """(the 4K-shard CP, whether the run's CP is below it: rule longctx.cp_sizing) over the CPs this run would run at
     by estimate's own checks (cp_legal.cp_runs: the model's shapes, the sequence and batch rules, a CP exchange
-    that runs), so the advice never names a CP that estimate refuses."""
+    that runs), so the advice never names a CP that estimate refuses; the shard weighed by the model's attention
+    share of its token mixers (validate.attention_share: a hybrid's Mamba and gated delta-net layers keep no keys
+    and values per token)."""
     if "cp_sizing" not in e.memo:  # explain asks it three times (its rules, its Scale note, its memory facts)
-        lay, seq = e.layout, e.workload.seq_length
-        target = shard_cp(seq, lay.tp, lay.pp, lay.world_size, cp_runs(e.model, lay, e.workload, e.gpu), sp=lay.sp)
-        e.memo["cp_sizing"] = (target, undersharded_cp(seq, lay.tp, lay.cp, target))
+        lay, seq, share = e.layout, e.workload.seq_length, attention_share(e.model.attention_mixers)
+        target = shard_cp(seq, lay.tp, lay.pp, lay.world_size, cp_runs(e.model, lay, e.workload, e.gpu), sp=lay.sp,
+                          share=share)
+        e.memo["cp_sizing"] = (target, undersharded_cp(seq, lay.tp, lay.cp, target, share))
     return e.memo["cp_sizing"]
 
 
 def cp_sizing_facts(e: Estimate) -> dict:
-    """cp_sizing as the rule table's facts (derived.cp_shard_target, derived.cp_undersharded), which win over the
-    config-only ones (rules/derive.py _cp_sizing)."""
+    """cp_sizing as the rule table's facts (derived.cp_shard_target, derived.cp_undersharded, with the attention
+    mixers they weigh: derive_layers.attention_facts), which win over the config-only ones (rules/derive_layers.py
+    _cp_sizing)."""
     target, under = cp_sizing(e)
-    return {"cp_shard_target": target, "cp_undersharded": under}
+    return {"cp_shard_target": target, "cp_undersharded": under, **attention_facts(e.model.attention_mixers)}
 
 
 def model_facts(e: Estimate) -> dict:

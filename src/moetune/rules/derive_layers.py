@@ -15,8 +15,11 @@ from moetune.layout.gemm_shapes import Widths, gemm_refusal, token_fix
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
-from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
+from moetune.layout.validate import attention_share, gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
 from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group, heads_per_rank
+
+# experimental_attention_variant's names of gated delta-net (Megatron-LM arguments.py choices, Bridge's providers)
+GDN_VARIANTS = ("gated_delta_net", "gdn", "gdn2")
 
 
 def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
@@ -118,7 +121,7 @@ def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
         counts = _count(heads), _count(value(config, "model.mamba_num_groups"))
         if None not in counts:
             d["mamba_cp_refusal"] = mamba_cp_refusal(*counts, d["tp"], d["cp"])
-    if str(value(config, "model.experimental_attention_variant") or "") in ("gated_delta_net", "gdn", "gdn2"):
+    if str(value(config, "model.experimental_attention_variant") or "") in GDN_VARIANTS:
         counts = (_count(value(config, "model.linear_num_key_heads")),
                   _count(value(config, "model.linear_num_value_heads")))
         if None not in counts:
@@ -128,8 +131,10 @@ def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
 def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
     """The 4K-shard CP (rule longctx.cp_sizing) over the CPs this config's own fields allow: the sequence rules under
     its sequence parallelism (a recipe's, on with TP > 1, where it is silent), the world, and with attention sinks
-    a2a's head split (the only exchange they run). The estimator supplies the model's every check on top
-    (planner/rule_findings.py cp_sizing_facts: linear-attention heads, the layer split, the batch)."""
+    a2a's head split (the only exchange they run); the shard weighed by the config's attention share of its token
+    mixers (attention_mixers). The estimator supplies the model's every check on top (planner/rule_findings.py
+    cp_sizing_facts: linear-attention heads, the layer split, the batch)."""
+    d.update(attention_facts(attention_mixers(config)))
     seq = value(config, "model.seq_length")
     if not seq:
         return
@@ -138,8 +143,38 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
     # one KV group a rank past the groups: CP 1 alone
     runs = _rank_a2a(d) if d["softmax_sinks"] and d.get("cp_a2a_limit") is not None else None
     d["cp_shard_target"] = shard_cp(int(seq), tp, d["pp"], int(world) if world else None, runs,
-                                    sp=sequence_parallel(config))
-    d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"])
+                                    sp=sequence_parallel(config), share=d["attention_share"])
+    d["cp_undersharded"] = undersharded_cp(int(seq), tp, d["cp"], d["cp_shard_target"], d["attention_share"])
+
+
+def attention_facts(mixers: tuple[int, int] | None) -> dict[str, Any]:
+    """The attention mixers as rule facts: the counts, their share (validate.attention_share), and what
+    longctx.cp_sizing's message adds where the share weighs the shard (empty for an all-attention stack)."""
+    share = attention_share(mixers)
+    weighing = "" if share == 1 else (
+        f", weighed by the attention share of a hybrid: {mixers[0]} of its {mixers[1]} token mixers are attention, the "
+        f"others Mamba-2 or gated delta-net, which keep no keys and values per token, so CP ~= {mixers[0]}/{mixers[1]} "
+        "x seq_len / (4096 x TP)")
+    return {"attention_mixers": list(mixers) if mixers else None, "attention_share": share,
+            "cp_shard_weighing": weighing}
+
+
+def attention_mixers(config: dict[str, Any]) -> tuple[int, int] | None:
+    """(softmax-attention token mixers, all token mixers) a hybrid config builds; None where every layer is attention
+    or the config does not say. A Mamba hybrid's '*' among the '*' and 'M' of its hybrid_layer_pattern
+    (Megatron-Core mamba_hybrid_layer_allocation.py Symbols; an MTP part after '/' left out); a gated delta-net
+    stack's softmax layers by linear_attention_freq: every N-th layer for an int N, the 0s of a list
+    (experimental_attention_variant_module_specs.py, the linear-attention pattern)."""
+    pattern = value(config, "model.hybrid_layer_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        main = pattern.split("/")[0]
+        return main.count("*"), main.count("*") + main.count("M")
+    if str(value(config, "model.experimental_attention_variant") or "") not in GDN_VARIANTS:
+        return None
+    freq, layers = value(config, "model.linear_attention_freq"), _count(value(config, "model.num_layers"))
+    if isinstance(freq, list) and freq and all(f in (0, 1) for f in freq):
+        return freq.count(0), len(freq)
+    return (layers // freq, layers) if _count(freq) and layers else None
 
 
 def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:

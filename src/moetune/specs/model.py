@@ -222,6 +222,14 @@ class ModelSpec:
         return self._counts[1]
 
     @property
+    def attention_mixers(self) -> tuple[int, int]:
+        """(softmax-attention token mixers, all token mixers) of the decoder layers: equal for a transformer (sliding
+        windows included); Nemotron-3 Nano's pattern has 6 attention layers among 29 mixers, the rest Mamba-2, and
+        Qwen3-Next 12 among 48, the rest gated delta-net (rule longctx.cp_sizing weighs its shard by them)."""
+        mixers = [k.mixer for k in self.layers if k.mixer != "none"]
+        return sum(m in ("gqa", "mla") for m in mixers), len(mixers)
+
+    @property
     def attention(self) -> str:
         """A one-word description of the attention: gqa, mha, mla, hybrid-linear (GDN), hybrid-mamba."""
         mixers = {layer.mixer for layer in self.layers}
