@@ -24,6 +24,13 @@ def within(step: float, fastest: float) -> int:
     return int(np.floor(100 * np.log(step / fastest) + 1e-9))
 
 
+def rank_key(step: float, pref: tuple, fastest: float) -> tuple:
+    """The list's order: the 1% band of the fastest, the seeds' preferences inside it, then the faster (two candidates
+    no preference tells apart, PP16 at VPP3 and VPP6, had kept the order the search found them in, the faster
+    second)."""
+    return within(step, fastest), pref, step
+
+
 # Below the long-context regime a layout with CP > 1 ranks as if this much slower: the seeds add CP "for long context
 # once sequence length makes attention memory dominant" (seeds/000 Phase 2) and start it at seq/4096 (seeds/002),
 # and no published run under 16k tokens uses it; a gain smaller than the step model's own error (held-out median

@@ -7,7 +7,7 @@ from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner.estimate import Estimate, estimate, with_memory_wall
 from moetune.planner.pipeline_balance import rebalance
-from moetune.planner.ranking import cp_weight, preference, within
+from moetune.planner.ranking import cp_weight, preference, rank_key, within
 from moetune.planner.search_state import Search
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
@@ -73,7 +73,7 @@ def resplit_shown(s: Search, shown: int, fastest: float, efficiency_overrides: d
     found: dict[tuple, Layout] = {}  # kept across passes: a later knob set of a layout starts from its split
 
     def rank(x) -> tuple:  # the seeds' order picks among near-ties
-        return within(x[0], fastest), x[1]
+        return rank_key(x[0], x[1], fastest)
 
     # A pass that does not return re-splits one candidate at least (its bound cleared, _unsplit never picks it again)
     # or drops one repeat (the list only shrinks): at most len(s.best) of each, so a pass with neither, which returns,

@@ -28,7 +28,7 @@ from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.near_tie import NearTie, near_tie
 from moetune.planner.pins import pins_agree
-from moetune.planner.ranking import NEAR_TIE_MARGIN, within, without_idle_delay_wgrad
+from moetune.planner.ranking import NEAR_TIE_MARGIN, rank_key, within, without_idle_delay_wgrad
 from moetune.planner.release_fit import model_lacking, release_grid, release_pins, release_runs_layout, runs
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
@@ -217,7 +217,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     rebalance_best(s, efficiency_overrides)
     fastest = min((b[0] for b in s.best), default=1.0)
     # within 1% of each other, candidates are ordered by the seeds' preferences
-    s.best.sort(key=lambda x: (within(x[0], fastest), x[1]))
+    s.best.sort(key=lambda x: rank_key(x[0], x[1], fastest))
     # the rows shown are each at their own best split (none overtakes the pick), then ranked again among themselves
     resplit_shown(s, top, fastest, efficiency_overrides)
     def result(lay, mbs, knobs) -> Estimate:  # a candidate as a row shows it, on the GPU itself
