@@ -199,6 +199,23 @@ def test_a_graph_implementation_before_0_15_is_advised_by_its_switch(tmp_path, c
                                                                             capsys)}
 
 
+
+@pytest.mark.parametrize(("release", "refused"), [("0.14", True), ("0.15", True), ("0.15.3", True), ("0.16", False)])
+def test_a_list_of_graph_scopes_before_0_16_is_an_error(release, refused, tmp_path, capsys):
+    """Megatron Bridge's list scope: core_v0.14.0-v0.15.3 type cuda_graph_scope as one string (transformer_config.py
+    core_v0.15.0:646 `cuda_graph_scope: str`), a list from core_v0.16.0 (2b343d739f, PR #1920). The fix keeps one
+    scope, attn (Transformer Engine's graphs take 'full' or 'attn' there: cuda_graphs.py core_v0.15.0:1357)."""
+    config = tmp_path / "g.yaml"
+    config.write_text("model:\n  cuda_graph_impl: transformer_engine\n  cuda_graph_scope: [attn, moe_router]\n")
+    found = {f["rule"]: f for f in _findings([str(config), "--megatron-core", release], capsys)}
+    rule = found.get("cudagraph.scope_list_needs_mcore_016")
+    assert (rule is not None) == refused
+    if refused:
+        assert rule["severity"] == "error" and rule["fix"] == {"model.cuda_graph_scope": ["attn"]}
+        assert "2 scopes (attn and moe_router)" in rule["message"] and "upgrade to Megatron-Core 0.16" in \
+            rule["message"]
+        assert "transformer_config.py core_v0.15.0:646" in rule["source"]
+
 MOE_ARGS = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --num-experts 8 --expert-model-parallel-size 8 "
             "--moe-grouped-gemm --bf16 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
             "--global-batch-size 8")

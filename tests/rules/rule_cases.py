@@ -367,6 +367,11 @@ CASES: dict[str, Case] = {
     "cudagraph.moe_recompute_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_router]",
                                             "model.recompute_granularity=selective", "model.recompute_modules=[moe]")),
     "cudagraph.full_iteration_scope_te": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,full_iteration]")),
+    # Bridge's list scope (attn beside full_iteration, both names 0.15 knows) on Megatron-Core 0.15, whose
+    # cuda_graph_scope is one string (transformer_config.py core_v0.15.0:646)
+    "cudagraph.scope_list_needs_mcore_016": Case(S(MOE, "model.cuda_graph_impl=local",
+                                                   "model.cuda_graph_scope=[attn,full_iteration]"),
+                                                 derived={"target_release": "0.15"}),
     "cudagraph.local_scoped": Case(S(MOE, "model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]")),
     "cudagraph.variable_length": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
                                        "model.variable_seq_lengths=true")),
