@@ -13,7 +13,7 @@ from moetune.cli.estimate_input import load_overheads
 from moetune.cli.options import config_words, release_options, script_args_option
 from moetune.cli.output import console, emit_json, override_words, unknown_launcher_note
 from moetune.cli.release_check import inputs_release, release_findings
-from moetune.configio import load_config
+from moetune.configio.load import read_sources, settled
 from moetune.configio.names import is_megatron_lm
 from moetune.configio.releases import reading
 from moetune.errors import MoetuneError, UnsupportedPrecision
@@ -72,7 +72,14 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: l
                 script_args: str | None = None) -> dict:
     """The merged config of the inputs; the result picked from each saved plan/estimate result read is appended to
     `saved`, whose overheads and model the memory wall runs with as they were predicted."""
-    if not (configs or sets or mlm_args is not None or script_args is not None):
+    return read_inputs_under(configs, [sets], mlm_args, fmt, gpu, gpus, rank, saved, script_args)[0]
+
+
+def read_inputs_under(configs, set_lists, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: list | None = None,
+                      script_args: str | None = None) -> list[dict]:
+    """read_inputs' config under each list of --set overrides of SET_LISTS, in order, the inputs read once (sweep write
+    holds a plan's config with the user's --set against the plan's own)."""
+    if not (configs or any(set_lists) or mlm_args is not None or script_args is not None):
         raise MoetuneError("nothing to read: give a CONFIG file, --mlm-args or --set key=value")
     results: list[dict] = []  # the configs of saved plan/estimate results read, as they were predicted
 
@@ -83,8 +90,14 @@ def read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank: int = 1, saved: l
             saved.append(pick_result(data, rank))
         return results[-1]
 
-    config = load_config(configs, sets=sets, mlm_args=mlm_args, gpu=gpu, gpus=gpus, fmt=fmt, from_result=from_result,
-                         script_args=script_args)
+    sources = read_sources(configs, mlm_args=mlm_args, gpu=gpu, fmt=fmt, from_result=from_result,
+                           script_args=script_args)
+    return [_held_to_results(settled(sources, sets=sets, gpu=gpu, gpus=gpus), results, gpu, gpus)
+            for sets in set_lists]
+
+
+def _held_to_results(config: dict, results: list[dict], gpu, gpus) -> dict:
+    """CONFIG, where --gpu/--gpus keep the cluster its saved RESULTS were predicted for and its layout string parses."""
     for saved in results:  # a plan was predicted for its own cluster: --gpu/--gpus may not move it elsewhere
         for flag, key, given in (("--gpu", "cluster.gpu", gpu), ("--gpus", "cluster.num_gpus", gpus)):
             if given is not None and str(saved.get(key)) != str(config[key]):

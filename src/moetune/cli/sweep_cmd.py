@@ -17,7 +17,7 @@ import click
 from rich.markup import escape
 
 from moetune.cli.calibrate_cmd import print_refit, refit
-from moetune.cli.check_cmd import RuleErrors, read_inputs
+from moetune.cli.check_cmd import RuleErrors, read_inputs_under
 from moetune.cli.emit_cmd import check_command, emitted_files, warned, write_files
 from moetune.cli.options import release_options
 from moetune.cli.output import console, emit_json, table
@@ -154,9 +154,11 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
     check of its launch in WHERE that says why, or None); a refusal names the result."""
     try:
         bench = tuple(f"{key}={value}" for key, value in benchmark_sets(iters).items())
-        config = read_inputs([plan_path], (*sets, *bench), None, None, None, None, rank)
+        # the plan's result read once: its config with the user's --set, and without it where there is one
+        config, *planned = read_inputs_under([plan_path], [(*sets, *bench)] + ([bench] if sets else []), None, None,
+                                             None, None, rank)
         if sets:
-            _keeps_the_plan(read_inputs([plan_path], bench, None, None, None, None, rank), config, sets)
+            _keeps_the_plan(planned[0], config, sets)
         if seen.release is not None:
             config = for_release(config, seen)
         files, found = emitted_files(config, seen.release, allow_errors)

@@ -128,6 +128,16 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
                 from_result: ResultReader | None = None, script_args: str | None = None) -> dict[str, Any]:
     """The normalized config (flat dict of Bridge dotted names + cluster.* + env.*); ``script_args``: the launch
     script's positional arguments, as one string a shell splits."""
+    sources = read_sources(files, mlm_args=mlm_args, gpu=gpu, fmt=fmt, from_result=from_result,
+                           script_args=script_args)
+    return settled(sources, sets=sets, gpu=gpu, gpus=gpus)
+
+
+def read_sources(files: Sequence[str | Path] = (), *, mlm_args: str | None = None, gpu: str | None = None,
+                 fmt: str | None = None, from_result: ResultReader | None = None,
+                 script_args: str | None = None) -> list[dict[str, Any]]:
+    """Each input file, then --mlm-args, read and resolved: what `settled` merges under the command line's overrides
+    (a caller that settles one read under several --set lists reads each file once: sweep write)."""
     # launch scripts first: what they export reaches every input, as a launcher hands on its environment (the
     # Megatron-MoE-ModelZoo's `TP=2 PP=8 ... bash sbatch_benchmarking.sh --flags` fills its YAML's ${TP} by envsubst);
     # the inputs still override one another in the order given
@@ -147,15 +157,20 @@ def load_config(files: Sequence[str | Path] = (), *, sets: Sequence[str] = (), m
     if mlm_args is not None:
         if not has_flags(mlm_args, "--mlm-args"):
             raise MoetuneError(f"--mlm-args {mlm_args.strip()[:60]!r}: no Megatron-LM --flags; pass the run's "
-                               "arguments, e.g. \"--tensor-model-parallel-size 2 --bf16 ...\"")
+                               "arguments, e.g. \"--tensor-model-parallel-size 2 ...\"")
         sources.append(noted_source(lambda: resolve(parse_mlm(mlm_args, "--mlm-args"))))
+    return sources
+
+
+def settled(sources: Sequence[dict[str, Any]], *, sets: Sequence[str] = (), gpu: str | None = None,
+            gpus: int | None = None) -> dict[str, Any]:
+    """SOURCES (read_sources) merged under the command line: ``--set`` overrides, then --gpu / --gpus."""
     command_line = dotted_assignments(list(sets), "--set")
     if gpu is not None:
         command_line.append(Assignment(key="cluster.gpu", value=gpu, origin="--gpu"))
     if gpus is not None:
         command_line.append(Assignment(key="cluster.num_gpus", value=gpus, origin="--gpus"))
-    sources.append(noted_source(lambda: resolve(command_line)))
-    return settle_dp_overlap(sync_megatron_fsdp(merge(sources)))
+    return settle_dp_overlap(sync_megatron_fsdp(merge([*sources, noted_source(lambda: resolve(command_line))])))
 
 
 def _model_name_hint(name: str) -> str:
