@@ -44,10 +44,10 @@ def test_nvfp4_parameters_drop_the_bf16_copy_of_every_quantized_weight():
     """An NVFP4Tensor weight holds packed E2M1 data row- and column-wise (0.5 B an element each) and an E4M3 scale per
     16 elements each way; with NVFP4 parameters that is all a GEMM weight holds, the BF16 weight goes."""
     p = stage_params(SPEC, LAYOUT)[0]
-    quantized = p.dense + p.expert - p.vocab
+    quantized = p.quantized  # the GEMM weights (hand-counted in test_fp8_gemm_weights.py)
     kept, held = memory_wall(SPEC, LAYOUT, WL, ON, arch="blackwell")[0].items, memory_wall(
         SPEC, LAYOUT, WL, OFF, arch="blackwell")[0].items
-    assert kept["weights"] == 2 * p.vocab and "fp8_weight_cache" not in kept
+    assert kept["weights"] == 2 * (p.total - quantized) and "fp8_weight_cache" not in kept
     assert kept["fp8_weights"] == held["fp8_weight_cache"] == pytest.approx((2 * 0.5 + 2 / 16) * quantized, abs=1)
     assert held["weights"] - kept["weights"] == 2 * quantized
 

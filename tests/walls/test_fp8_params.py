@@ -38,13 +38,13 @@ def test_the_default_is_what_bridges_preset_for_the_recipe_sets(precision):
 
 def test_fp8_parameters_drop_the_bf16_copy_of_every_quantized_weight():
     """Per GEMM weight 2 B less: the FP8 bytes stay (row-wise data in DDP's uint8 buffer plus TE's transpose), the
-    BF16 weight goes; the embedding and output layer stay BF16 either way."""
+    BF16 weight goes; the parameters no TE GEMM reads (embedding, output layer, router, norms) stay BF16 either way."""
     on, off = Knobs(precision="fp8-current"), Knobs(precision="fp8-current", fp8_param_gather=False)
     p = stage_params(SPEC, LAYOUT)[0]
-    quantized = p.dense + p.expert - p.vocab
+    quantized = p.quantized  # the GEMM weights (hand-counted in test_fp8_gemm_weights.py)
     kept, held = memory_wall(SPEC, LAYOUT, WL, on, arch="hopper")[0].items, memory_wall(
         SPEC, LAYOUT, WL, off, arch="hopper")[0].items
-    assert kept["weights"] == 2 * p.vocab and "fp8_weight_cache" not in kept
+    assert kept["weights"] == 2 * (p.total - quantized) and "fp8_weight_cache" not in kept
     assert kept["fp8_weights"] == held["fp8_weight_cache"] == 2 * quantized
     assert held["weights"] - kept["weights"] == 2 * quantized
 
@@ -58,7 +58,7 @@ def test_tensor_scaled_fp8_weights_keep_no_transpose_on_blackwell(precision, fp8
     row-wise data, on H100 that plus its 1-byte transpose, in estimate and in the planner's batch alike."""
     knobs = Knobs(precision=precision, fp8_param_gather=fp8_params)
     p = stage_params(SPEC, LAYOUT)[0]
-    quantized = p.dense + p.expert - p.vocab
+    quantized = p.quantized  # the GEMM weights (hand-counted in test_fp8_gemm_weights.py)
     item = "fp8_weights" if fp8_params else "fp8_weight_cache"
     batch = build_batch(SPEC, [(LAYOUT, 1)])
     for gpu, per_weight in (("h100", 2), ("b200", 1), ("gb200", 1)):
@@ -76,7 +76,7 @@ def test_block_scaled_weights_keep_both_copies_on_blackwell(precision, per_weigh
     p = stage_params(SPEC, LAYOUT)[0]
     items = estimate(SPEC, load_gpu("b200"), LAYOUT, WL, Knobs(precision=precision)).stages[0].items
     cached = items.get("fp8_weights", items.get("fp8_weight_cache"))
-    assert cached == pytest.approx(per_weight * (p.dense + p.expert - p.vocab), abs=1)
+    assert cached == pytest.approx(per_weight * p.quantized, abs=1)
 
 
 def test_the_batch_path_tells_the_two_apart():

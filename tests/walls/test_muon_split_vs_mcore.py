@@ -42,14 +42,19 @@ def _oracle_kwargs(lay: Layout) -> dict:
                 num_layers_in_last_pipeline_stage=lay.last_stage_layers)
 
 
-@pytest.mark.parametrize(("model", "kwargs", "layer_spec"), CASES, ids=[c[0] for c in CASES])
-def test_what_muon_leaves_to_adam_equals_megatron_core(model, kwargs, layer_spec, shared_data):
+def oracle_and_ours(counter, model: str, kwargs: dict, layer_spec: str, shared_data) -> tuple:
+    """(the oracle `counter`'s per-stage answer, moetune's stage_params) for one case of CASES."""
     spec, lay = load_model(model), Layout(**kwargs)
     hf = json.loads((shared_data / "models" / f"{model}.config.json").read_text())
     padded = padded_vocab_size(spec.vocab_size, lay.tp, spec.vocab_divisor)
-    theirs = muon_adam_per_stage(hf, padded_vocab_size=padded, spec=layer_spec, **_oracle_kwargs(lay))
-    ours = [dict(vocab=s.vocab, nonmatrix=s.nonmatrix, expert_nonmatrix=s.expert_nonmatrix)
-            for s in stage_params(spec, lay, layer_spec=layer_spec)]
+    theirs = counter(hf, padded_vocab_size=padded, spec=layer_spec, **_oracle_kwargs(lay))
+    return theirs, stage_params(spec, lay, layer_spec=layer_spec)
+
+
+@pytest.mark.parametrize(("model", "kwargs", "layer_spec"), CASES, ids=[c[0] for c in CASES])
+def test_what_muon_leaves_to_adam_equals_megatron_core(model, kwargs, layer_spec, shared_data):
+    theirs, stages = oracle_and_ours(muon_adam_per_stage, model, kwargs, layer_spec, shared_data)
+    ours = [dict(vocab=s.vocab, nonmatrix=s.nonmatrix, expert_nonmatrix=s.expert_nonmatrix) for s in stages]
     assert ours == theirs
     assert any(s["nonmatrix"] for s in theirs)  # the count is not vacuous
 
@@ -60,7 +65,7 @@ def test_the_planner_batch_counts_as_the_scalar_path(model, kwargs):
     spec, lay = load_model(model), Layout(**kwargs)
     batch = build_batch(spec, [(lay, 1)])
     scalar = stage_params(spec, lay)
-    for field in ("nonmatrix", "expert_nonmatrix", "vocab"):
+    for field in ("nonmatrix", "expert_nonmatrix", "vocab", "quantized"):  # quantized: test_fp8_split_vs_mcore.py
         kept = getattr(batch, field)[0][batch.valid[0]]
         # the batch keeps each distinct stage once (batch_layouts._distinct), at its lowest index
         assert list(kept) == [getattr(scalar[i], field) for i in batch.stage_index[0][batch.valid[0]]]

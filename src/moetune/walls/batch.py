@@ -140,7 +140,7 @@ def _state_bytes(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, arch: str) -> np
     """(n, S) model-state bytes of each stage (model_state.model_state_bytes, read from the batch's fields of
     rank_params.StageParams; the largest FSDP unit only where Megatron FSDP reads it)."""
     params = SimpleNamespace(dense=b.dense, expert=b.expert, vocab=b.vocab, nonmatrix=b.nonmatrix,
-                             expert_nonmatrix=b.expert_nonmatrix,
+                             expert_nonmatrix=b.expert_nonmatrix, quantized=b.quantized,
                              fsdp_units=row_sum(b.counts) + b.mtp)  # rank_params.StageParams.fsdp_units
     largest = largest_fsdp_unit(spec, b) if knobs.megatron_fsdp else None
     # the optimizer shard, by the knobs optimizer_divisors reads: a float ceil-division over every stage of every

@@ -41,7 +41,7 @@ class LayoutBatch:
     ranks: np.ndarray  # (n, S) pipeline ranks with this stage's contents (0 where it does not exist)
     stage_index: np.ndarray  # (n, S) pipeline rank of the stage
     padded_vocab: np.ndarray  # (n, 1)
-    params: np.ndarray  # the root batch's (N, 5S) parameters per rank (rank_params.RankShare's fields), read by `rows`
+    params: np.ndarray  # the root batch's (N, 6S) parameters per rank (rank_params.RankShare's fields), read by `rows`
     cache: dict = field(default_factory=dict)  # per-plan memo of knob-independent pieces
     origin: "LayoutBatch | None" = None  # the batch every subset was cut from (None: this one); `rows` index it
     packed: np.ndarray | None = None  # every integer array above as columns, so a subset is one take
@@ -63,6 +63,7 @@ class LayoutBatch:
     vocab = property(lambda self: self._params(2))
     nonmatrix = property(lambda self: self._params(3))
     expert_nonmatrix = property(lambda self: self._params(4))
+    quantized = property(lambda self: self._params(5))
 
     def layout(self, i: int) -> Layout:
         return self.layouts[self.rows[i]]

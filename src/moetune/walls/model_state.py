@@ -88,16 +88,18 @@ def optimizer_state_bytes(knobs: Knobs) -> tuple[int, int]:
 
 
 def weight_items(p: StageParams, knobs: Knobs, arch: str) -> dict[str, int]:
-    """The weights of a rank: BF16, plus under an FP8/FP4 recipe TE's cached quantized copies of the GEMM weights (all
-    but the embedding and output layer), or with FP8 or NVFP4 parameters those weights in place of their BF16 ones;
-    `arch` is the GPU's (quantized_weight_bytes)."""
+    """The weights of a rank: BF16, plus under an FP8/FP4 recipe TE's cached quantized copies of the GEMM weights
+    (StageParams.quantized: the weights of TE's Linear, LayerNormLinear and GroupedLinear modules; not the embedding,
+    output layer, router, shared-expert gate, norms or biases: params.Tensor.quantized), or with FP8 or NVFP4
+    parameters those weights in place of their BF16 ones, the rest staying BF16; `arch` is the GPU's
+    (quantized_weight_bytes)."""
     params = p.dense + p.expert
     if not knobs.fp8:
-        return {"weights": 2 * params}
-    fp8 = whole(quantized_weight_bytes(knobs.precision, arch) * (params - p.vocab))
+        return {"weights": WEIGHT_BYTES * params}
+    fp8 = whole(quantized_weight_bytes(knobs.precision, arch) * p.quantized)
     if knobs.quantized_params:
-        return {"weights": 2 * p.vocab, "fp8_weights": fp8}
-    return {"weights": 2 * params, "fp8_weight_cache": fp8}
+        return {"weights": WEIGHT_BYTES * (params - p.quantized), "fp8_weights": fp8}
+    return {"weights": WEIGHT_BYTES * params, "fp8_weight_cache": fp8}
 
 
 def model_state_bytes(p: StageParams, layout: Layout, knobs: Knobs, arch: str, *, largest_unit=None,
@@ -158,20 +160,31 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest
         raise ValueError("Megatron FSDP's transients need the stage's largest unit (rank_params.largest_fsdp_unit)")
     strategy, out = knobs.fsdp_strategy, {}
     dense, expert = inner_divisors(layout, knobs)
-    kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense))
+    expert_quantized = p.expert - p.expert_nonmatrix  # every routed-expert 2-D weight is a TE GroupedLinear's
+    kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense),
+                           quantized=-(-(p.quantized - expert_quantized) // dense) + -(-expert_quantized // expert))
     layers = p.dense + p.expert - p.vocab  # the FSDP units' elements (decoder and MTP layers)
     mean = layers / np.maximum(p.fsdp_units, 1) if strategy.weights else 0  # units exist under optim_grads_params
     pools = (knobs.suggested_communication_unit_size, knobs.fsdp_double_buffer and bool(strategy.weights))
     if strategy.weights:
         out.update(_stored_weights(kept, knobs, arch))
         gathered = gathered_elements(largest_unit, mean, layers, *pools)
-        per_weight = quantized_weight_bytes(knobs.precision, arch) if knobs.quantized_params else WEIGHT_BYTES
-        out["fsdp_gathered_weights"] = whole(WEIGHT_BYTES * p.vocab + per_weight * gathered)
+        out["fsdp_gathered_weights"] = whole(WEIGHT_BYTES * p.vocab + _unit_bytes(p, layers, knobs, arch) * gathered)
     if strategy.grads:
         out["main_grads"] = grad_bytes(knobs) * (kept.dense + kept.expert)
         pending = pending_grad_elements(largest_unit, mean, layers, *pools)
         out["fsdp_pending_grads"] = whole(grad_bytes(knobs) * pending)
     return out
+
+
+def _unit_bytes(p, layers, knobs: Knobs, arch: str):
+    """Bytes an element of the stage's FSDP units is gathered in: BF16, or under quantized parameters the quantized
+    bytes for the share of its elements TE quantizes (StageParams.quantized; the norms, biases and router stay BF16),
+    the stage's share standing for the units'."""
+    if not knobs.quantized_params:
+        return WEIGHT_BYTES
+    share = p.quantized / np.maximum(layers, 1)
+    return quantized_weight_bytes(knobs.precision, arch) * share + WEIGHT_BYTES * (1 - share)
 
 
 def _stored_weights(p, knobs: Knobs, arch: str) -> dict:

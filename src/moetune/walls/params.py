@@ -16,7 +16,10 @@ build (an LM-head bias); ``hf=False`` marks the biases Megatron's one ``add_bias
 checkpoint has none (Phi-3.5-MoE biases o_proj, and Megatron can only bias it with every MLP and router too).
 ``matrix=False`` marks the tensors Megatron-Core does not build 2-D (norm weights and biases, linear biases, the
 attention sinks, a conv1d's 3-D weight, Mamba's and the gated delta-net's per-head A_log, D, dt_bias), which Muon
-leaves to Adam (walls/model_state.py).
+leaves to Adam (walls/model_state.py). ``quantized=False`` marks the tensors Transformer Engine keeps out of FP8/FP4
+under a low-precision recipe: all but the weights of its GEMM modules (the non-2-D ones, the embedding and output
+layer, the router's weight and a shared expert's gate, which Megatron-Core multiplies in torch); the sources are cited
+at ``Tensor.quantized``.
 """
 
 from dataclasses import dataclass
@@ -37,11 +40,26 @@ class Tensor:
     hf: bool = True  # present in the Hugging Face checkpoint
     expert: bool = False  # a routed-expert parameter (optimizer shards it over EDP)
     matrix: bool = True  # 2-D as Megatron-Core builds it (every weight a GEMM reads, the embedding, the router)
+    # The weight of a TE GEMM module, which TE quantizes under an FP8/FP4 recipe: into a workspace it caches across
+    # micro-batches beside the BF16 weight, or, under fp8_model_init (fp8_param_gather), in place of it. TE v2.12
+    # registers a weight with an fp8_meta_index and its bias without (pytorch/module/linear.py:1269-1274 and :1284,
+    # layernorm_linear.py:1354-1359 and :1369, grouped_linear.py:674-686 and :691), a LayerNormLinear's
+    # layer_norm_weight/_bias without (layernorm_linear.py:1258-1267); base.py:1266-1268 reset_parameters quantizes
+    # only a parameter with one, and the forward passes only `weight` to get_weight_workspace (linear.py:269-272,
+    # layernorm_linear.py:303-306, grouped_linear.py:169-172), casting a bias to BF16 (linear.py:287-291). So norms
+    # (TE's, or fused into a LayerNormLinear as MLA's latent norms are: gpt_layer_specs.py:100-109 @core_v0.16.0)
+    # and biases stay BF16. Megatron-Core's router weight is a plain nn.Parameter multiplied by torch.mm in the
+    # router's dtype (moe/router.py:53-54, :100 and moe_utils.py:1196 @core_v0.16.0; router.py:61, :108, moe_utils.py
+    # :1330 @core_v0.19.0), a shared expert's gate one F.linear reads (moe/shared_experts.py:57 @core_v0.16.0, :134 and
+    # :199 @core_v0.19.0): neither is a TE module, so fp8_model_init leaves them BF16 and Megatron's DDP keeps them in
+    # the BF16 buffer (distributed_data_parallel.py:139-146 @core_v0.16.0: uint8 only for is_float8tensor). The
+    # embedding and output layer are no TE GEMM either (fp8_output_proj's MXFP8 LM head: memory.py).
+    quantized: bool = True
 
 
 def vector(name: str, numel: int, shard: Shard, **kw) -> Tensor:
-    """A tensor Megatron-Core builds with other than two dimensions (matrix=False)."""
-    return Tensor(name=name, numel=numel, shard=shard, matrix=False, **kw)
+    """A tensor Megatron-Core builds with other than two dimensions (matrix=False): no GEMM weight, never quantized."""
+    return Tensor(name=name, numel=numel, shard=shard, matrix=False, quantized=False, **kw)
 
 
 def _norm(spec: ModelSpec, name: str, width: int | None = None) -> list[Tensor]:
@@ -171,7 +189,7 @@ def _ffn(prefix: str, h: int, ffn: int, spec: ModelSpec, shard: Shard, n: int = 
 
 def _moe(spec: ModelSpec) -> list[Tensor]:
     h, e = spec.hidden_size, spec.num_moe_experts
-    out = [Tensor(name="router.weight", numel=e * h, shard="rep")]
+    out = [Tensor(name="router.weight", numel=e * h, shard="rep", quantized=False)]  # torch.mm: Tensor.quantized
     if bias_linear(spec):
         out.append(vector("router.bias", e, "rep", hf=spec.moe_router_bias))
     if spec.moe_router_score_correction_bias:
@@ -181,7 +199,7 @@ def _moe(spec: ModelSpec) -> list[Tensor]:
     if shared:  # Megatron's SharedExpertMLP is an MLP: biased under add_bias_linear; no HF family here biases one
         out += _ffn("shared_experts.", h, shared, spec, "tp", gated=spec.shared_expert_gated, hf_bias=False)
         if spec.moe_shared_expert_gate:  # [1, hidden]: 2-D (transformer/moe/shared_experts.py)
-            out.append(Tensor(name="shared_experts.gate_weight", numel=h, shard="rep"))
+            out.append(Tensor(name="shared_experts.gate_weight", numel=h, shard="rep", quantized=False))
     return out
 
 
@@ -205,7 +223,8 @@ def layer_tensors(spec: ModelSpec, kind: LayerKind, layer_spec: LayerSpec = "te"
 
 
 def embedding_tensors(spec: ModelSpec, vocab: int) -> list[Tensor]:
-    return [Tensor(name="embedding.word_embeddings.weight", numel=vocab * spec.hidden_size, shard="vocab")]
+    return [Tensor(name="embedding.word_embeddings.weight", numel=vocab * spec.hidden_size, shard="vocab",
+                   quantized=False)]
 
 
 def final_norm_tensors(spec: ModelSpec) -> list[Tensor]:
@@ -220,7 +239,7 @@ def output_tensors(spec: ModelSpec, vocab: int, *, tied_copy: bool) -> list[Tens
     a copy synced by all-reduce); ``tied_copy`` says so."""
     out: list[Tensor] = []
     if spec.untie_embeddings_and_output_weights or tied_copy:
-        out.append(Tensor(name="output_layer.weight", numel=vocab * spec.hidden_size, shard="vocab"))
+        out.append(Tensor(name="output_layer.weight", numel=vocab * spec.hidden_size, shard="vocab", quantized=False))
     if spec.output_layer_bias:  # Megatron's output layer is built with bias=False (gpt_model.py)
         out.append(vector("output_layer.bias", vocab, "vocab", megatron=False))
     return out

@@ -48,9 +48,10 @@ class StageParams:
     stage: int
     dense: int  # non-expert parameters on one rank of this stage
     expert: int  # routed-expert parameters on one rank of this stage
-    vocab: int  # embedding / output-layer parameters among `dense` (not GEMM weights TE caches in FP8)
+    vocab: int  # embedding / output-layer parameters among `dense` (not GEMM weights TE quantizes)
     nonmatrix: int  # parameters among `dense` Megatron-Core builds other than 2-D (params.Tensor.matrix)
     expert_nonmatrix: int  # the same among `expert` (routed experts' biases)
+    quantized: int  # parameters among `dense` and `expert` TE quantizes under an FP8/FP4 recipe (params.Tensor)
     layers: tuple[int, ...]  # decoder layer ids held (all virtual chunks)
     mtp_layers: int
     loss: bool  # holds the output layer (logits and loss activations)
@@ -70,14 +71,14 @@ def _divisor(shard: str, layout: Layout):
             "expert_rep": layout.ep}[shard]
 
 
-ShardSums = dict[tuple[str, bool, bool], int]  # (shard, is_expert, is 2-D) -> elements
+ShardSums = dict[tuple[str, bool, bool, bool], int]  # (shard, is_expert, is 2-D, quantized) -> elements
 
 
 def shard_sums(tensors: list[Tensor]) -> ShardSums:
     out: ShardSums = {}
     for t in tensors:
         if t.megatron:
-            key = (t.shard, t.expert, t.matrix)
+            key = (t.shard, t.expert, t.matrix, t.quantized)
             out[key] = out.get(key, 0) + t.numel
     return out
 
@@ -156,13 +157,14 @@ class RankShare(NamedTuple):
     vocab: int
     nonmatrix: int
     expert_nonmatrix: int
+    quantized: int
 
 
 def per_rank(sums: ShardSums, layout: Layout) -> RankShare:
     """Elements held by one rank; shards divide exactly once the layout is validated. Divisors may be numpy arrays
     (the planner's batched layouts)."""
-    dense = expert = vocab = nonmatrix = expert_nonmatrix = 0
-    for (shard, is_expert, matrix), numel in sums.items():
+    dense = expert = vocab = nonmatrix = expert_nonmatrix = quantized = 0
+    for (shard, is_expert, matrix, is_quantized), numel in sums.items():
         share = numel // _divisor(shard, layout)
         if is_expert:
             expert = expert + share
@@ -172,7 +174,8 @@ def per_rank(sums: ShardSums, layout: Layout) -> RankShare:
             nonmatrix = nonmatrix if matrix else nonmatrix + share
         if shard == "vocab":
             vocab = vocab + share
-    return RankShare(dense, expert, vocab, nonmatrix, expert_nonmatrix)
+        quantized = quantized + share if is_quantized else quantized
+    return RankShare(dense, expert, vocab, nonmatrix, expert_nonmatrix, quantized)
 
 
 def layer_rank_params(spec: ModelSpec, kind: LayerKind, layout, layer_spec: LayerSpec = "te"):
