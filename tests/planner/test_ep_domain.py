@@ -101,3 +101,17 @@ def test_a_segment_of_one_node_is_said_in_the_singular():
     e = estimate(load_model("qwen3-30b-a3b"), load_gpu("gb200"), Layout(world_size=76, ep=4),
                  Workload(seq_length=4096, micro_batch_size=1, global_batch_size=76), Knobs())
     assert segment_note(e).startswith("76 GPUs in Slurm segments of 1 node: 4 consecutive ranks")
+
+
+@pytest.mark.parametrize(("text", "nvl72"), [('gpu = "gb200"\n', True),
+                                             ('gpu = "h100"\nnvlink_domain = 16\ngpus_per_node = 8\n', False)])
+def test_the_search_names_the_rack_domain_where_hybridep_is_kept_inside_one(tmp_path, text, nvl72):
+    """The search's NVL72 flag (why_none: 'HybridEP on NVL72 needs every EP group inside one of the job's NVLink
+    domains') is GpuSpec.rack_scale, the gate of layout/ranks.py hybridep_spans: a 16-GPU domain of two HGX nodes spans
+    nodes but is no rack, and HybridEP is not kept inside it (it had read `nvlink_domain > gpus_per_node` there)."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    result = plan(load_model("qwen3-30b-a3b"), load_gpu(str(path)), 16, Workload(seq_length=4096,
+                                                                                global_batch_size=256),
+                  top=1, fixed={"tp": 1, "cp": 1, "pp": 1, "ep": 8, "etp": 1})
+    assert result.nvl72 is nvl72

@@ -57,10 +57,14 @@ def test_communication_wall_from_exposed_nccl_alltoall(tmp_path):
     assert "comm.ep_overlap" in rules and "comm.deepep_sms" not in rules
 
 
-def test_hybridep_on_nvl72(tmp_path):
-    r = run(alltoall_exposed(device_name="NVIDIA GB200", compute_capability=(10, 0)), tmp_path)
+@pytest.mark.parametrize(("device", "backend"), [("NVIDIA GB200", "hybridep"), ("NVIDIA GB300", "hybridep"),
+                                                ("NVIDIA B200", "deepep")])
+def test_hybridep_on_nvl72(tmp_path, device, backend):
+    """The traced device's name names its catalog GPU, whose platform (specs/platform.py on_nvl72) picks the seeds'
+    row: HybridEP on GB200/GB300 NVL72, DeepEP on B200 (seed 000 default mappings)."""
+    r = run(alltoall_exposed(device_name=device, compute_capability=(10, 0)), tmp_path)
     dispatcher = next(rec for rec in r.recommendations if rec.rule == "comm.dispatcher")
-    assert dispatcher.overrides["model.moe_flex_dispatcher_backend"] == "hybridep"
+    assert dispatcher.overrides["model.moe_flex_dispatcher_backend"] == backend
 
 
 def test_deepep_rank_wait(tmp_path):

@@ -164,3 +164,27 @@ def test_a_misspelt_field_of_a_gpu_table_is_named_with_the_field_meant(tmp_path)
     path.write_text('[gpu]\nname = "x"\narch = "hopper"\nbf16_tflops = 989\nmemory_gib = 80\nhbm_tbs = 3.35\n')
     with pytest.raises(MoetuneError, match=r"has unknown field\(s\) hbm_tbs \(hbm_tbps\?\); is missing"):
         load_gpu(str(path))
+
+
+@pytest.mark.parametrize(("text", "rack", "several_nodes"), [
+    ('gpu = "gb200"\n', True, True),  # NVL72: 72 GPUs of 4-GPU trays (hardware.toml gb200)
+    ('gpu = "gb300"\n', True, True),
+    ('gpu = "h100"\n', False, False),  # HGX: NVLink stops at the 8-GPU node
+    ('gpu = "h100"\nnvlink_domain = 16\ngpus_per_node = 8\n', False, True),  # two nodes of NVLink: no rack
+    ('gpu = "b200"\nnvlink_domain = 72\ngpus_per_node = 72\n', True, False),  # a rack read as one node
+])
+def test_rack_scale_and_a_domain_of_several_nodes_are_two_questions(tmp_path, text, rack, several_nodes):
+    """GpuSpec.rack_scale is the one answer to "is this NVLink domain a rack (NVL36/NVL72)?" (platform_of's NVL72 row,
+    HybridEP kept inside it); spans_nodes says whether a domain holds several nodes, which the job's rank arithmetic
+    turns on (layout/ranks.py job_gpu): a 16-GPU domain of 8-GPU nodes spans nodes and is no rack."""
+    from moetune.layout.ranks import hybridep_spans_on
+    from moetune.specs.hardware import spans_nodes
+    from moetune.specs.platform import on_nvl72
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    gpu = load_gpu(str(path))
+    assert gpu.rack_scale is rack
+    assert spans_nodes(gpu.nvlink_domain, gpu.gpus_per_node) is several_nodes
+    # HybridEP's EP 128 over 256 GPUs leaves a rack's domain (Bridge refuses it there), not two HGX nodes' NVLink
+    assert hybridep_spans_on(gpu, 256, 128, 1) is not rack
+    assert on_nvl72(gpu) is (rack and gpu.arch == "blackwell")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.rules.derive import derive
+from moetune.specs.hardware import spans_nodes
 
 
 def tp_cp_need_one_connection(d: dict[str, Any]) -> bool:
@@ -43,7 +44,7 @@ def environment(config: dict[str, Any]) -> dict[str, tuple[Any, str]]:
             d["hybridep_ranks_per_domain"],
             f"HybridEP: min(EP={d['ep']}, the job's NVLink domain={d.get('job_nvlink_domain', domain)})")
         out["NVLINK_DOMAIN_SIZE"] = (domain, "HybridEP topology: GPUs in one NVLink domain")
-        out["USE_MNNVL"] = (int(domain > d.get("gpus_per_node", domain)), "1 on multi-node NVLink (NVL72)")
+        out["USE_MNNVL"] = (int(spans_nodes(domain, d.get("gpus_per_node", domain))), "1 on multi-node NVLink (NVL72)")
     # Megatron-Bridge scripts/performance/utils/overrides.py, in its order: 32 on Blackwell; else 1 when TP/CP
     # communication must overlap GEMMs without MoE overlap (Megatron-LM asserts it, arguments.py validate_args),
     # whatever the dispatcher; else 32 with DeepEP/HybridEP; else 8.

@@ -25,7 +25,7 @@ import numpy as np
 
 from moetune.layout.layout import Layout
 from moetune.memo import array_key, remembered
-from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
+from moetune.specs.hardware import GpuSpec, rack_scale_domain, spans_nodes
 
 
 def job_nvlink_domain(world: int, gpus_per_node: int, nvlink_domain: int) -> int:
@@ -34,7 +34,7 @@ def job_nvlink_domain(world: int, gpus_per_node: int, nvlink_domain: int) -> int
     a rack, as Megatron Bridge's launcher does for GB200 (scripts/performance/utils/executors.py: `--segment` =
     the node count up to 18 nodes, else its largest divisor <= 18): 64 GPUs -> one domain of 64, 256 -> 64,
     240 -> 60, 144 -> 72. One domain per node elsewhere (HGX: 8)."""
-    if nvlink_domain <= gpus_per_node:  # a node holds one domain or more (a cluster file may say so)
+    if not spans_nodes(nvlink_domain, gpus_per_node):  # a node holds one domain or more (a cluster file may say so)
         return min(world, nvlink_domain)
     per_rack = nvlink_domain // gpus_per_node
     nodes = -(-world // gpus_per_node)
@@ -51,8 +51,8 @@ def job_gpu(gpu: GpuSpec, world: int) -> GpuSpec:
     domain = job_nvlink_domain(int(world), gpu.gpus_per_node, gpu.nvlink_domain)
     if domain == gpu.nvlink_domain:
         return gpu
-    rack = gpu.nvlink_domain > gpu.gpus_per_node
-    node = math.gcd(domain, gpu.gpus_per_node) if rack else min(domain, gpu.gpus_per_node)
+    several = spans_nodes(gpu.nvlink_domain, gpu.gpus_per_node)
+    node = math.gcd(domain, gpu.gpus_per_node) if several else min(domain, gpu.gpus_per_node)
     return replace(gpu, nvlink_domain=domain, gpus_per_node=node)
 
 
@@ -116,7 +116,7 @@ def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
     reaches the other nodes by RDMA, but on a rack-scale NVLink domain Megatron Bridge runs it only inside the domain
     (it refuses EP past the 72-rank rack: scripts/performance/utils/utils.py apply_target_topology_environment), here
     the job's (its Slurm segment). Which backend then runs is platform policy (specs/platform.py spanning_backend)."""
-    return nvlink_domain < NVL72_DOMAIN or members_in_domain(ep, etp, job_domain) >= ep
+    return not rack_scale_domain(nvlink_domain) or members_in_domain(ep, etp, job_domain) >= ep
 
 
 def hybridep_spans_on(gpu: GpuSpec, world: int, ep, etp):

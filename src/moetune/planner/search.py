@@ -62,7 +62,7 @@ class PlanResult:
     # DP sizes of otherwise legal layouts that the global batch rules out (GBS not a multiple of DP x MBS), where one
     # of that DP would fit (candidates.fitting_dp)
     gbs_excluded_dp: list[int] = field(default_factory=list)
-    nvl72: bool = False  # the GPU's NVLink domain spans nodes (HybridEP's EP groups must lie in one)
+    nvl72: bool = False  # the GPU's NVLink domain is a rack (GpuSpec.rack_scale: HybridEP's EP groups must lie in one)
     memory_fits: bool = False  # some candidate fit in memory under a searched knob set, its prerequisites aside
     gemm_note: str | None = None  # the GEMM shape an FP8/FP4 recipe refused where that kept them from running
     # the fastest candidate with the optimizer's CPU offload, where the pick recomputes whole layers and it predicts
@@ -237,7 +237,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       lightest_state_gib=least_state,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
-                      gbs_excluded_dp=excluded_dp, nvl72=gpu.nvlink_domain > gpu.gpus_per_node,
+                      gbs_excluded_dp=excluded_dp, nvl72=gpu.rack_scale,
                       memory_fits=s.memory_fits, gemm_note=None if results else s.gemm_note,
                       sequence_note=None if results else sequence_note(
                           wl.seq_length, *tp_cp_sizes(gpu, world, wl.seq_length, fixed), world),

@@ -8,30 +8,19 @@ another catalog GPU, or an SM count the catalog's GPU does not have, is another 
 --force-gpu. Memory alone is a note: one part ships in several memory sizes (the A100 40 GB and 80 GB).
 """
 
-import re
 from collections.abc import Sequence
 
 from moetune.errors import MoetuneError
 from moetune.profile.rank_trace import RankTrace
 from moetune.profile.walls import arch
-from moetune.specs.hardware import GpuSpec, catalog
+from moetune.specs.hardware import GpuSpec, catalog, model_of
 from moetune.units import GIB
 
-# A product's model number in a device or catalog name (moetune's reading of NVIDIA's device names, as the shared
-# traces' deviceProperties and the catalog spell them): "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA GB200" -> gb200,
-# "NVIDIA H20-3e" -> h20, "A100 80GB SXM4" -> a100; not a board code inside a word ("A100-PG509-200" -> a100)
-_MODEL = re.compile(r"(?<![A-Za-z0-9])(G?[A-Za-z]\d{2,3})(?![0-9])")
 # A trace's device memory this far from the GPU's (either way) is another memory size: the catalog's memory_gib is
 # what a process sees, within 2% of totalGlobalMem on the parts it lists (78 GiB against an 80 GB part's 79.15).
 # 10% is moetune's tolerance, five times that gap and well inside the step to the nearest other size of a part
 # (A100 40 vs 80 GB, H100 80 vs H200 141)
 MEMORY_SLACK = 1.10
-
-
-def model_of(name: str | None) -> str | None:
-    """The model number a GPU name carries, in lower case (the catalog's keys are its parts' model numbers)."""
-    m = _MODEL.search(name or "")
-    return m.group(1).lower() if m else None
 
 
 def _same_arch(recorded: RankTrace | None, gpu: GpuSpec, force: bool) -> None:

@@ -12,14 +12,13 @@ from moetune.profile.kernels import class_ids
 from moetune.profile.megatron_log import TrainingLog
 from moetune.profile.metrics import RankMetrics, StepMetrics
 from moetune.profile.table import holds, remedies_table
-from moetune.specs.hardware import GpuSpec
-from moetune.specs.platform import platform_of
+from moetune.specs.hardware import GpuSpec, catalog, model_of
+from moetune.specs.platform import on_nvl72
 from moetune.units import GIB
 
 NEAR_FULL = 0.90  # peak reserved share of the GPU worth naming (not a wall: diagnose_remedies.yaml memory)
 # Compute capability -> architecture family (CUDA C Programming Guide, compute capabilities table).
 _ARCH = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell"}
-_NVL72_NAMES = ("GB200", "GB300")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,11 +66,12 @@ def _compute_seconds(step: StepMetrics) -> float:
 
 
 def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    platform = _platform_gpu(m)
+    # the seeds' NVL72 row as the planner reads it (specs/platform.py on_nvl72): a cluster file's 72-GPU B200 domain too
     out: dict[str, Any] = {"ranks": len(m.ranks), "gpu.arch": arch(m.compute_capability),
-                           "gpu.nvl72": any(n in (m.gpu_name or "") for n in _NVL72_NAMES)}
+                           "gpu.nvl72": platform is not None and on_nvl72(platform)}
     if m.gpu is not None and m.compute_capability is None:  # a log alone: the platform is --gpu's
-        # the seeds' NVL72 row as the planner reads it (specs/platform.py): a cluster file's 72-GPU B200 domain too
-        out.update({"gpu.arch": m.gpu.arch, "gpu.nvl72": platform_of(m.gpu) == "blackwell-nvl72"})
+        out["gpu.arch"] = m.gpu.arch
     out["gemm_streams"] = max((len({op.stream for op in r.trace.ops if op.cls == "gemm"}) for r in m.ranks), default=0)
     s = m.combined
     if s is not None and s.seconds > 0:
@@ -87,6 +87,14 @@ def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any
     if moe is not None:
         out["moe"] = moe
     return out
+
+
+def _platform_gpu(m: Measurement) -> GpuSpec | None:
+    """The GPU whose platform the facts read: --gpu's where no trace records the device (a log alone), else the
+    catalog GPU the traces' device name names ("NVIDIA GB200" -> gb200; None for a part the catalog lacks)."""
+    if m.gpu is not None and m.compute_capability is None:
+        return m.gpu
+    return catalog().get(model_of(m.gpu_name))
 
 
 def _moe_evidence(f: dict[str, Any], config: dict[str, Any]) -> bool | None:

@@ -10,6 +10,7 @@ A cluster file looks like::
 """
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass, fields, replace
 from functools import cache, lru_cache
@@ -42,7 +43,22 @@ PRIOR_ARCHS = ("volta", "turing", "ada", "cdna2", "cdna3", "cdna4")
 # architecture (by key): the file's name says nothing about the hardware. An NVL72-class Blackwell domain takes
 # GB200's (its HybridEP constants), any other Blackwell B200's.
 FAMILY_KEY = {"ampere": "a100", "hopper": "h100", "blackwell": "b200"}
-NVL72_KEY, NVL72_DOMAIN = "gb200", 36  # an NVLink domain this wide is a rack (NVL36/NVL72), as platform_of reads it
+NVL72_KEY, NVL72_DOMAIN = "gb200", 36  # an NVLink domain this wide is a rack (NVL36/NVL72): rack_scale_domain
+
+
+def rack_scale_domain(nvlink_domain: int) -> bool:
+    """Whether an NVLink domain this wide is a rack (NVL36/NVL72): the one answer to "is this GPU on rack-scale
+    NVLink?" that the platform family (specs/platform.py platform_of, the seeds' NVL72 row), HybridEP's reach (Megatron
+    Bridge keeps it inside such a domain: layout/ranks.py hybridep_spans), the search's note on it and a [gpu] table's
+    family (_family) all read. Whether a domain holds several nodes is another question (spans_nodes): a 16-GPU domain
+    of 8-GPU nodes does, and is no rack."""
+    return nvlink_domain >= NVL72_DOMAIN
+
+
+def spans_nodes(nvlink_domain: int, gpus_per_node: int) -> bool:
+    """Whether one NVLink domain holds several nodes (multi-node NVLink, Bridge's USE_MNNVL): what the rank arithmetic
+    of a job's domain turns on (layout/ranks.py job_nvlink_domain, job_gpu), whether or not the domain is a rack."""
+    return nvlink_domain > gpus_per_node
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -109,6 +125,11 @@ class GpuSpec:
 
 
     @property
+    def rack_scale(self) -> bool:
+        """The GPU's NVLink domain is a rack (NVL36/NVL72): rack_scale_domain."""
+        return rack_scale_domain(self.nvlink_domain)
+
+    @property
     def ref(self) -> str:
         """What load_gpu takes back: the cluster file it came from, else its catalog name."""
         return self.source if self.source.endswith(".toml") else self.key
@@ -142,6 +163,18 @@ def catalog() -> dict[str, GpuSpec]:
     return {key: GpuSpec(key=key, **row) for key, row in tomllib.loads(text).items()}
 
 
+# A product's model number in a device or catalog name (moetune's reading of NVIDIA's device names, as the shared
+# traces' deviceProperties and the catalog spell them): "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA GB200" -> gb200,
+# "NVIDIA H20-3e" -> h20, "A100 80GB SXM4" -> a100; not a board code inside a word ("A100-PG509-200" -> a100)
+_MODEL = re.compile(r"(?<![A-Za-z0-9])(G?[A-Za-z]\d{2,3})(?![0-9])")
+
+
+def model_of(name: str | None) -> str | None:
+    """The model number a GPU name carries, in lower case (the catalog's keys are its parts' model numbers)."""
+    m = _MODEL.search(name or "")
+    return m.group(1).lower() if m else None
+
+
 def load_gpu(name_or_path: str) -> GpuSpec:
     """A catalog name (h100, gb200, ...) or a path to a cluster TOML file."""
     key = name_or_path.lower()
@@ -168,7 +201,7 @@ def _family(table: dict, path: Path) -> str:
                                f"{', '.join(PRIOR_ARCHS)} (run on the priors of efficiency.toml), in lower case")
         return f"{path.stem}-{arch}" if path.stem.lower() in catalog() else path.stem
     domain = table.get("nvlink_domain", 0)
-    return NVL72_KEY if arch == "blackwell" and isinstance(domain, int | float) and domain >= NVL72_DOMAIN \
+    return NVL72_KEY if arch == "blackwell" and isinstance(domain, int | float) and rack_scale_domain(domain) \
         else FAMILY_KEY[arch]
 
 

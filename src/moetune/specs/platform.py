@@ -5,7 +5,7 @@ and by the rules' recommended backend alike."""
 from functools import cache
 
 from moetune.files import shipped_toml
-from moetune.specs.hardware import NVL72_DOMAIN, GpuSpec
+from moetune.specs.hardware import GpuSpec
 
 
 @cache
@@ -17,14 +17,20 @@ def _table() -> dict:
 # (training/flex_dispatcher_backend.py apply_flex_dispatcher_backend), so these take HybridEP whatever NVLink domain a
 # cluster file gives them.
 GRACE_BLACKWELL = ("gb200", "gb300")
+NVL72_PLATFORM = "blackwell-nvl72"  # the seeds' NVL72 row (data/platform_defaults.toml)
 
 
 def platform_of(gpu: GpuSpec) -> str:
     """The platform family: Blackwell on a rack-scale NVLink domain (or a Grace-Blackwell) is the seeds' NVL72 row,
     an architecture without a row starts where A100 does (safe bring-up)."""
-    if gpu.arch == "blackwell" and (gpu.nvlink_domain >= NVL72_DOMAIN or gpu.key in GRACE_BLACKWELL):
-        return "blackwell-nvl72"
+    if gpu.arch == "blackwell" and (gpu.rack_scale or gpu.key in GRACE_BLACKWELL):
+        return NVL72_PLATFORM
     return gpu.arch if gpu.arch in _table() else "ampere"
+
+
+def on_nvl72(gpu: GpuSpec) -> bool:
+    """Whether the GPU is on the seeds' NVL72 row (platform_of): diagnose's gpu.nvl72 fact reads it too."""
+    return platform_of(gpu) == NVL72_PLATFORM
 
 
 def platform_defaults(gpu: GpuSpec) -> dict:
