@@ -250,3 +250,11 @@ def test_emit_for_a_core_release_names_the_bridge_fields_its_bridge_lacks(capsys
     said = " ".join(out.split())
     assert code == 0 and "dataset.seq_length" in said and "Megatron Bridge 0.3.1, the newest on Megatron-Core 0.16" \
         in said and "`emit --megatron-bridge 0.3.1`" in said
+
+
+def test_the_bridge_on_each_core_release_is_its_pins_newest():
+    """bridge_pins.csv: v0.3.0 pins Megatron-Core 0.16.0 and v0.3.1 0.16.1, v0.4.2 0.17.1, v0.6.0 0.19.0; none pins
+    0.13-0.15 or main."""
+    from moetune.cli.release_check import bridge_on_core
+    got = {r: bridge_on_core(r) for r in ("0.15", "0.16", "0.16.1", "0.17", "0.19", "main")}
+    assert got == {"0.15": None, "0.16": "0.3.1", "0.16.1": "0.3.1", "0.17": "0.4.2", "0.19": "0.6.0", "main": None}

@@ -8,7 +8,16 @@ import pytest
 
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.names import names
-from moetune.configio.releases import has, known_release, newest_having, reading, releases, span, values_lacking
+from moetune.configio.releases import (
+    has,
+    known_release,
+    newest_having,
+    reading,
+    release_number,
+    releases,
+    span,
+    values_lacking,
+)
 from moetune.errors import MoetuneError
 
 BASE = "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --micro-batch-size 1"
@@ -159,3 +168,12 @@ def test_the_value_rows_are_what_the_sources_say(tmp_path, release, tag):
     assert {n for n in table if n.split("=")[0] in fields} <= found  # each listed value the release has is found
     listed = {n for n, kind in releases().kind.items() if kind == "value"}
     assert {n for n in found if n in listed} == {n for n in table if n.split("=")[0] in fields}
+
+
+def test_a_release_s_number():
+    """One reading of a release's number for walls' FLOP counters and emit's Bridge-on-core note: Bridge tags (v0.4.2),
+    core columns (0.16, 0.16.1), a pin's rc (bridge_pins.csv 0.16.0rc0, counted as its release as core_at_least
+    does); main has none."""
+    assert [release_number(r) for r in ("0.4.2", "0.16", "0.16.1", "0.16.0rc0", "main")] == \
+        [(0, 4, 2), (0, 16), (0, 16, 1), (0, 16, 0), None]
+

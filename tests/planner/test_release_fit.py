@@ -9,7 +9,7 @@ import pytest
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
 from moetune.planner.knob_fields import knob_fields
-from moetune.planner.release_fit import lacking, model_lacking, release_grid, release_pins
+from moetune.planner.release_fit import lacking, model_lacking, release_grid, release_model, release_pins
 from moetune.specs.hardware import load_gpu
 from moetune.specs.hf_config import spec_from_hf
 from moetune.specs.registry import load_model
@@ -143,3 +143,14 @@ def test_estimate_judges_the_release_it_is_for(capsys):
         main(args + ["--megatron-core", release])
         rules[release] = {c["rule"] for c in json.loads(capsys.readouterr().out)["checks"]}
     assert "scale.hybrid_split_needs_mcore_017" in rules["0.16"] - rules["0.17"]
+
+
+def test_a_bridge_release_counts_flops_as_its_own_counter_does():
+    """release_model reads a Bridge release's number (configio/releases.py release_number) for walls' counter table:
+    v0.2-v0.4.2 predate PR #3947, v0.5.x and v0.6.0 have their own (walls/model_flops.py BRIDGE_RELEASE_COUNTERS). A
+    Megatron-Core release, or none, says nothing of Bridge's counter: the model's stays."""
+    spec = load_model("gpt-oss-120b")
+    got = {r: release_model(spec, r).flops_convention for r in ("0.2.0", "0.4.2", "0.5.0", "0.5.1", "0.6.0", "0.17",
+                                                                  None)}
+    assert got == {"0.2.0": "bridge-pre-2026-05", "0.4.2": "bridge-pre-2026-05", "0.5.0": "bridge-0.5",
+                   "0.5.1": "bridge-0.5", "0.6.0": "bridge-0.6", "0.17": "bridge", None: "bridge"}

@@ -278,8 +278,10 @@ def test_megatron_lm_lays_qwen3_next_linear_pattern_over_its_mtp_layer(seq, mlm)
 
 def test_each_bridge_release_reports_its_own_counter():
     """v0.2-0.4 predate PR #3947 (GLU, windows), v0.5 lays the linear pattern over MTP, v0.6 has PR #4834 but not the
-    DSA term (52fc01b9a); main and later releases count as main."""
+    DSA term (52fc01b9a); main (no number) and later releases count as main. Walls takes the number the planner read
+    (planner/release_fit.py release_model)."""
     from moetune.walls.model_flops import bridge_release_convention
-    got = {r: bridge_release_convention(r) for r in ("0.2.0", "0.4.2", "0.5.0", "0.5.1", "0.6.0", "0.7.0", "main")}
-    assert got == {"0.2.0": "bridge-pre-2026-05", "0.4.2": "bridge-pre-2026-05", "0.5.0": "bridge-0.5",
-                   "0.5.1": "bridge-0.5", "0.6.0": "bridge-0.6", "0.7.0": "bridge", "main": "bridge"}
+    got = {v: bridge_release_convention(v) for v in ((0, 2, 0), (0, 4, 2), (0, 5, 0), (0, 5, 1), (0, 6, 0), (0, 7, 0),
+                                                      None)}
+    assert got == {(0, 2, 0): "bridge-pre-2026-05", (0, 4, 2): "bridge-pre-2026-05", (0, 5, 0): "bridge-0.5",
+                   (0, 5, 1): "bridge-0.5", (0, 6, 0): "bridge-0.6", (0, 7, 0): "bridge", None: "bridge"}

@@ -32,6 +32,7 @@ from moetune.configio.releases import (
     newest_having,
     option,
     product,
+    release_number,
     span,
     values_lacking,
 )
@@ -212,8 +213,9 @@ def for_release(config: dict[str, Any], reading: Reading) -> dict[str, Any]:
 def bridge_on_core(release: str) -> str | None:
     """The newest Megatron Bridge release whose pinned Megatron-Core is core RELEASE's minor (0.16 and 0.16.1: 0.3.1),
     or None (none in data/bridge_pins.csv: 0.13-0.15)."""
-    minor = ".".join(release.split(".")[:2])
-    on = [b for b, pin in bridge_pins().items() if ".".join(pin["megatron_core"].split(".")[:2]) == minor]
+    if (number := release_number(release)) is None:  # main: no Bridge release pins it
+        return None
+    on = [b for b, pin in bridge_pins().items() if release_number(pin["megatron_core"])[:2] == number[:2]]
     return on[-1] if on else None
 
 

@@ -79,6 +79,13 @@ def describe(release: str) -> str:
     return f"Megatron Bridge {release} (Megatron-Core {pin['megatron_core']} at Megatron-LM {core_source(release)})"
 
 
+def release_number(release: str) -> tuple[int, ...] | None:
+    """RELEASE's number, to compare: '0.4.2' -> (0, 4, 2), '0.16' -> (0, 16), a pin's '0.16.0rc0' -> (0, 16, 0) (an rc
+    counts as its release, as core_at_least reads it); None for main, which has none."""
+    parts = release.split("rc")[0].split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+
+
 def core_source(release: str) -> str:
     """Where RELEASE's Megatron-Core source is: 'core_v0.17.0', 'main', or a Bridge release's pinned commit."""
     if family_of(release) == "bridge":

@@ -24,6 +24,7 @@ from moetune.configio.releases import (
     newest_having,
     option,
     product,
+    release_number,
     releases,
     values_lacking,
 )
@@ -193,7 +194,7 @@ def release_model(spec: ModelSpec, release: str | None) -> ModelSpec:
     launch keeps training.py's (from_config.trained_model), a Megatron-Core release alone says nothing of it."""
     if release is None or family_of(release) != "bridge" or spec.flops_convention == "megatron-lm":
         return spec
-    return replace(spec, flops_convention=bridge_release_convention(release))
+    return replace(spec, flops_convention=bridge_release_convention(release_number(release)))
 
 
 def for_release(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, release: str, defaulted: list[str]) -> tuple:

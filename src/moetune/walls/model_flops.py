@@ -62,10 +62,9 @@ BRIDGE_RELEASE_COUNTERS = (((0, 6, 0), "bridge-0.6"), ((0, 5, 0), "bridge-0.5"),
 NEWEST_COUNTED_RELEASE = (0, 6, 0)
 
 
-def bridge_release_convention(release: str) -> Convention:
-    """The FLOP counter a Megatron Bridge release ('0.4.2') reports TFLOP/s/GPU with."""
-    parts = release.split(".")[:3]
-    version = tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) else None
+def bridge_release_convention(version: tuple[int, ...] | None) -> Convention:
+    """The FLOP counter a Megatron Bridge release reports TFLOP/s/GPU with, by its number ((0, 4, 2); None for main),
+    as the planner reads it (configio/releases.py release_number: walls reads no release names)."""
     if version is None or version > NEWEST_COUNTED_RELEASE:  # main, or a release after the table
         return "bridge"
     return next(c for first, c in BRIDGE_RELEASE_COUNTERS if version >= first)
