@@ -80,6 +80,21 @@ def test_bad_release_options_are_one_line_exit_2(command, args, said, capsys):
     assert code == 2 and err.count("\n") == 1 and said in err
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["--megatron-bridge", "0.4"], "error: --megatron-bridge 0.4: not a release moetune knows the names of; use one of "
+                                   "0.2.0, 0.2.1,"),
+    (["--megatron-core", "0.20"], "error: --megatron-core 0.20: not a release moetune knows the names of; use one of "
+                                  "0.13, 0.13.1,"),
+    (["--megatron-bridge", "0.4.2", "--megatron-core", "0.17"], "error: --megatron-core 0.17 and --megatron-bridge "
+                                                                "0.4.2: pass one"),
+])
+def test_plan_refuses_a_bad_release_in_one_line_before_any_search(args, said, capsys):
+    """plan checks the release once, as the command's reading opens (configio/releases.py reading): one line, exit 2,
+    nothing on stdout."""
+    code, out, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", *args], capsys)
+    assert code == 2 and not out and err.count("\n") == 1 and err.startswith(said)
+
+
 def test_an_alias_is_checked_as_written(tmp_path, capsys):
     """model.cuda_graph_modules (Megatron-Core's newer name, from core_v0.18.0 on) folds into cuda_graph_scope, and
     is checked as written: 0.17's TransformerConfig stops on it. The fold had hidden it (checked as cuda_graph_scope,

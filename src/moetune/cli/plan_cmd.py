@@ -30,7 +30,7 @@ from moetune.cli.plan_notes import (
     recompute_text,
     short_cp_note,
 )
-from moetune.cli.release_check import checked_release, release_json, release_line, release_target
+from moetune.cli.release_check import release_json, release_line, release_target
 from moetune.cli.versus_output import print_versus
 from moetune.configio.releases import reading
 from moetune.errors import MoetuneError
@@ -92,10 +92,11 @@ def _offload(k) -> str:
 def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
             megatron_core, megatron_bridge, as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
-    # the rows' rule findings read the release named (rules core_at_least), as check of the saved plan will
-    with reading(*release_target(megatron_core, megatron_bridge)):
+    # the rows' rule findings read the release named (rules core_at_least), as check of the saved plan will; the
+    # reading holds it checked (known_release), so the search takes it from there
+    with reading(*release_target(megatron_core, megatron_bridge)) as read:
         _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
-              checked_release(megatron_core, megatron_bridge), as_json)
+              read.release, as_json)
 
 
 def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
