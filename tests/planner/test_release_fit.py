@@ -8,6 +8,7 @@ import pytest
 
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
 from moetune.planner.knob_fields import knob_fields
 from moetune.planner.release_fit import lacking, model_lacking, release_grid, release_model, release_pins
 from moetune.specs.hardware import load_gpu
@@ -154,3 +155,42 @@ def test_a_bridge_release_counts_flops_as_its_own_counter_does():
                                                                   None)}
     assert got == {"0.2.0": "bridge-pre-2026-05", "0.4.2": "bridge-pre-2026-05", "0.5.0": "bridge-0.5",
                    "0.5.1": "bridge-0.5", "0.6.0": "bridge-0.6", "0.17": "bridge", None: "bridge"}
+
+
+@pytest.mark.parametrize(("release", "lay", "why"), [
+    ("0.17", Layout(tp=2, ep=1, etp=1, world_size=16), "ep1_etp"),  # before core_v0.19.0 (PR #5916, cd4afffa64)
+    ("0.5.1", Layout(tp=2, ep=1, etp=1, world_size=16), "ep1_etp"),  # Bridge 0.5.1 pins Megatron-Core 0.18.2
+    ("0.19", Layout(tp=2, ep=1, etp=1, world_size=16), None),
+    ("0.6.0", Layout(tp=2, ep=1, etp=1, world_size=16), None),  # Bridge 0.6.0 pins cd4afffa6484, 0.19.0
+    ("0.17", Layout(tp=2, ep=1, etp=2, world_size=16), None),  # expert TP as TP: the expert grads reduce as dense
+    ("0.17", Layout(tp=2, ep=2, etp=1, world_size=16), None),  # EP > 1: the expert grads reduce over EDP
+    (None, Layout(tp=2, ep=1, etp=1, world_size=16), None),
+])
+def test_the_layouts_a_release_refuses_and_why(release, lay, why):
+    from moetune.planner.release_fit import layout_refusal
+    assert layout_refusal(load_model("qwen3-30b-a3b"), lay, release) == why
+
+
+@pytest.mark.parametrize(("release", "pins", "described"), [
+    ("0.17", {"pp": 1, "cp": 1}, "Megatron-Core 0.17"),
+    ("0.5.1", {}, "Megatron Bridge 0.5.1 (Megatron-Core 0.18.2 at Megatron-LM 458c8d0ecafd)"),
+])
+def test_a_search_the_release_leaves_no_layout_names_why_with_the_count(release, pins, described):
+    """Qwen3-30B-A3B on 16 H100 with EP 1, TP 2 and expert TP 1 pinned: every layout the --fix values leave runs EP 1
+    with expert TP unlike TP, which Megatron-Core before 0.19 mis-trains. The line names the reason layout_refusal
+    gave with the layouts it refused: one with PP and CP pinned too (TP2 CP1 PP1 DP8), else every layout the pins
+    leave (enumerate_layouts, before the release's filter)."""
+    from moetune.layout.validate import Workload
+    from moetune.planner.enumerate import enumerate_layouts
+    from moetune.planner.search import plan
+    spec, h100, wl = load_model("qwen3-30b-a3b"), load_gpu("h100"), Workload(seq_length=4096, global_batch_size=256)
+    fixed = {"ep": 1, "tp": 2, "etp": 1, **pins}
+    n = len(enumerate_layouts(spec, h100, 16, wl, fixed, gbs_excluded=set()))
+    leave = "1 layout" if pins else f"{n} layouts"
+    assert n > 1 or pins
+    with pytest.raises(MoetuneError) as err:
+        plan(spec, h100, 16, wl, fixed=fixed, release=release)
+    assert str(err.value) == (
+        f"{'--megatron-core' if release == '0.17' else '--megatron-bridge'} {release}: every layout the --fix values "
+        f"leave ({leave}) is one {described} does not train as moetune sizes it: EP 1 with expert TP unlike TP in "
+        f"{leave} (an undercounted gradient norm, fixed in Megatron-Core 0.19); fix etp to the TP, or ep above 1")

@@ -9,6 +9,7 @@ runs by its implementation's legacy switch (external_cuda_graph for Transformer 
 megatron_releases.csv and bridge_releases.csv say which release has which field.
 """
 
+from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -99,10 +100,34 @@ def _fallback(k: Knobs, missing: list[str]) -> Knobs | None:
 EP1_ETP_FIXED, GRAPHS_UNDER_EP_OVERLAP = "0.19", "0.16"
 
 
-def release_runs_layout(spec: ModelSpec, lay: Layout, release: str | None) -> bool:
-    """Whether RELEASE trains LAY as moetune sizes it (EP1_ETP_FIXED)."""
-    return release is None or not (spec.num_moe_layers and lay.ep == 1 and lay.etp != lay.tp) \
-        or core_at_least(release, EP1_ETP_FIXED)
+# Why a release does not train a layout as moetune sizes it, by the reason layout_refusal names: (the layouts, what the
+# release does to them, the --fix that avoids it); the search's one line names each (layouts_refused)
+LAYOUT_REFUSALS = {
+    "ep1_etp": ("EP 1 with expert TP unlike TP", f"an undercounted gradient norm, fixed in Megatron-Core "
+                f"{EP1_ETP_FIXED}", "fix etp to the TP, or ep above 1"),
+}
+
+
+def layout_refusal(spec: ModelSpec, lay: Layout, release: str | None) -> str | None:
+    """Why RELEASE does not train LAY as moetune sizes it (a key of LAYOUT_REFUSALS), or None where it does."""
+    if release is not None and spec.num_moe_layers and lay.ep == 1 and lay.etp != lay.tp \
+            and not core_at_least(release, EP1_ETP_FIXED):
+        return "ep1_etp"
+    return None
+
+
+def _layouts(n: int) -> str:
+    return f"{n} layout{'s' * (n != 1)}"
+
+
+def layouts_refused(reasons: list[str], release: str) -> str:
+    """The search's one line where RELEASE refuses every layout the --fix values leave: each reason layout_refusal
+    gave (REASONS, one a layout) with the layouts it refused, most first, and their fixes."""
+    counts = Counter(reasons).most_common()
+    said = "; ".join(f"{LAYOUT_REFUSALS[why][0]} in {_layouts(n)} ({LAYOUT_REFUSALS[why][1]})" for why, n in counts)
+    fixes = "; or ".join(LAYOUT_REFUSALS[why][2] for why, _ in counts)
+    return (f"{option(release)}: every layout the --fix values leave ({_layouts(len(reasons))}) is one "
+            f"{describe(release)} does not train as moetune sizes it: {said}; {fixes}")
 
 
 def _graphs_replay(k: Knobs, release: str) -> bool:

@@ -14,7 +14,6 @@ and the winners are re-evaluated with it for their full breakdown.
 import time
 from dataclasses import dataclass, field, replace
 
-from moetune.configio.releases import describe, option
 from moetune.errors import MoetuneError
 from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.knobs import Knobs
@@ -29,7 +28,14 @@ from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.near_tie import NearTie, near_tie
 from moetune.planner.pins import pins_agree
 from moetune.planner.ranking import NEAR_TIE_MARGIN, rank_key, within, without_idle_delay_wgrad
-from moetune.planner.release_fit import model_lacking, release_grid, release_pins, release_runs_layout, runs
+from moetune.planner.release_fit import (
+    layout_refusal,
+    layouts_refused,
+    model_lacking,
+    release_grid,
+    release_pins,
+    runs,
+)
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
@@ -171,11 +177,10 @@ def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
         return shared["candidates"]
     excluded: set[Layout] = set()
     legal = enumerate_layouts(spec, gpu, world, wl, fixed, gbs_excluded=excluded)
-    layouts = [lay for lay in legal if release_runs_layout(spec, lay, release)]
-    if legal and not layouts:
-        raise MoetuneError(f"{option(release)}: every layout the --fix values leave runs EP 1 with expert TP unlike "
-                           f"TP, which {describe(release)} trains with an undercounted gradient norm (fixed in "
-                           "Megatron-Core 0.19); fix etp to the TP, or ep above 1")
+    reasons = [layout_refusal(spec, lay, release) for lay in legal]
+    layouts = [lay for lay, why in zip(legal, reasons) if why is None]
+    if legal and not layouts:  # each layout refused: the one line names why, as many times as it refused
+        raise MoetuneError(layouts_refused(reasons, release))
     cands = candidate_pairs(layouts, wl, fixed)
     found = layouts, excluded, cands, build_batch(spec, cands) if cands else None
     if shared is not None:
