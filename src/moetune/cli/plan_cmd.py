@@ -8,64 +8,35 @@ from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
 from moetune.cli.options import TOKENS, release_options
-from moetune.cli.output import (
-    attention_notes,
-    console,
-    emit_json,
-    fsdp_text,
-    layout_extras,
-    print_model_notes,
-    table,
-    user_files_line,
-)
+from moetune.cli.output import attention_notes, console, emit_json, print_model_notes, user_files_line
 from moetune.cli.plan_baseline import same_job, same_optimizer
 from moetune.cli.plan_fix import parse_fix
-from moetune.cli.plan_notes import (
-    gain_over_pick,
-    gbs_allowing,
-    gbs_note,
-    near_tie_json,
-    near_tie_note,
-    offload_note,
-    recompute_text,
-    short_cp_note,
-)
-from moetune.cli.release_check import release_json, release_line, release_target
+from moetune.cli.plan_output import plan_json, print_plan
+from moetune.cli.release_check import release_target
 from moetune.cli.versus_output import print_versus
 from moetune.configio.releases import reading
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
-from moetune.layout.validate import LONG_CONTEXT, Workload
+from moetune.layout.validate import Workload
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
-from moetune.planner.explain import checks, optimizer_note, unsearched_gains
+from moetune.planner.explain import checks, unsearched_gains
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import plan_caveat
 from moetune.planner.from_json import estimate_from_json
-from moetune.planner.moves import TIGHT_SHARE, margin_gib, tight
 from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
 from moetune.planner.nvfp4_evidence import caveat_line
-from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
 from moetune.planner.release_fit import release_model
 from moetune.planner.rule_findings import findings, with_fix
-from moetune.planner.search import PlanResult, plan
+from moetune.planner.search import plan
 from moetune.planner.track_record import estimate_record, track_record_text
 from moetune.planner.versus import versus
-from moetune.planner.why_none import nothing_fits
 from moetune.specs.hardware import load_gpu
 from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
 from moetune.walls.cp_legal import dsa_exchange_refusal
 from moetune.walls.efficiency import load_efficiency_file
-
-
-def _offload(k) -> str:
-    """Optimizer offload fraction, plus the activation-offload modules when any."""
-    parts = [f"{k.optimizer_offload_fraction:g}"]
-    if k.offload_modules:
-        parts.append("act: " + ",".join(sorted(k.offload_modules)))
-    return " ".join(parts)
 
 
 @click.command(name="plan")
@@ -217,90 +188,3 @@ def _fix_text(check: dict, pick) -> str:
     fits = "" if w["fits"] else f", and needs {w['peak_gib']:.1f} GiB of {pick.gpu.capacity_bytes / 2**30:.1f}"
     return (f" (its fix predicts {w['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
             f"{w['tokens_per_s_per_gpu'] / speed - 1:+.0%} against the pick{fits})")
-
-
-def _overlap_text(k) -> str:
-    """EP overlap (with delayed wgrad), and TP comm overlap where the result runs it."""
-    ep = ("on + delay wgrad" if k.delay_wgrad else "on") if k.ep_overlap else "off"
-    return ep + (" (+TP overlap)" if k.tp_comm_overlap else "")
-
-
-def ranking_weight(r) -> float:
-    """The factor the search ranked this result's step by: CP_SHORT_MARGIN for CP > 1 below the long-context regime
-    (planner/ranking.py), else 1; its time figures are its own prediction either way."""
-    return float(cp_weight(r.layout.cp, r.workload.seq_length))
-
-
-def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
-    out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
-           "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
-           "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
-           "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r)} for r in result.results]}
-    if result.release is not None:  # emit and check of this file target the same release (release_check.py)
-        out["release"] = release_json(result.release, result.release_lacks)
-    if result.gbs_excluded_dp:
-        out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
-    if (alt := result.offload_alternative) is not None:
-        out["offload_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
-    if (alt := result.short_cp_alternative) is not None:
-        out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
-    if result.near_tie is not None:
-        out["near_tie"] = near_tie_json(result)
-    if not result.results:
-        out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
-                               "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,
-                               "lightest_state_gib": result.lightest_state_gib,
-                               "host_capacity_gib": result.host_capacity_gib,
-                               "sequence_excludes": result.sequence_note, "reason": nothing_fits(result, pins)}
-    return out
-
-
-def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
-    out = console()
-    out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
-              f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit"
-              + (f" with {result.headroom_gib:g} GiB kept free" if result.headroom_gib else ""))
-    if result.gbs_excluded_dp:
-        out.print(f"[yellow]note[/yellow]: {gbs_note(result.gbs_excluded_dp, gbs)}")
-    if result.release is not None:
-        out.print(release_line(result.release, result.release_lacks))
-    if not result.results:
-        out.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
-        return
-    rows = []
-    for rank, r in enumerate(result.results, 1):
-        k, t = r.knobs, r.time
-        precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
-        layout = " ".join([r.layout.short(), *layout_extras(r.layout, k, fsdp=False)])
-        rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
-                     recompute_text(k),
-                     ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
-                     _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",
-                     f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])
-    out.print(table("Fastest configurations that fit", ["#", "layout", "mbs", "precision", "dispatcher", "recompute",
-                                                         "cuda graphs", "EP overlap", "offload", "tok/s/GPU",
-                                                         "TFLOP/s/GPU", "peak GiB", "dominant wall"], rows,
-                    justify_right_from=9))
-    if note := optimizer_note(result.results[0]):  # pinned, so the same on every row
-        out.print(f"Optimizer (every row): {note}")
-    for note in fsdp_text(result.results[0].knobs):  # one search pass, one strategy (search.plan)
-        out.print(f"Data-parallel sharding (every row): {note}")
-    if close := [str(rank) for rank, r in enumerate(result.results, 1) if tight(r)]:
-        out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
-                  f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "
-                  f"--headroom {margin_gib(result.results[0].gpu)} to keep that margin")
-    if result.offload_alternative is not None:
-        out.print(f"[yellow]note[/yellow]: {offload_note(result)}")
-    if result.short_cp_alternative is not None:
-        out.print(f"[yellow]note[/yellow]: {short_cp_note(result)}")
-    if result.near_tie is not None:
-        out.print(f"[yellow]note[/yellow]: {near_tie_note(result)}")
-    speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
-    if any(a < b for a, b in zip(speeds, speeds[1:])):
-        short_cp = any(r.layout.cp > 1 and r.workload.seq_length < LONG_CONTEXT for r in result.results)
-        cp = (f"; below {LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower "
-              "than it predicts (the seeds add CP for long context)") if short_cp else ""
-        out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
-                  "the last digits: 3% of memory free, less model parallelism, lighter recompute, no offload, the "
-                  "layout's default dispatcher, more DP, below 16k tokens less CP, then less TP, less expert TP, "
-                  f"more EP (planner/ranking.py preference){cp}")
