@@ -1,15 +1,15 @@
 """Every A/B group of the published runs with complete configurations (planner/ab_order.py): each pair of different
 configurations whose measured gap exceeds the group's repeat noise is predicted in the measured order, except the
-pairs listed in data/known_gaps.toml [order] with their reasons; a test fails when an unlisted pair disagrees or a
-listed one starts to agree."""
+pairs listed in data/known_gaps.toml [[ab]] `order` with their reasons; a test fails when an unlisted pair disagrees
+or a listed one starts to agree."""
 
 import pytest
 
 from moetune.planner.ab_order import TIE_TOLERANCE, _metric, group_pairs, ordered_pairs, tied_apart
-from moetune.planner.runs import known_gaps
+from moetune.planner.runs import ab_gaps, known_gaps
 
-ORDER_GAPS = {tuple(k.split()): v for k, v in known_gaps()["order"].items()}  # data/known_gaps.toml
-TIE_GAPS = {tuple(k.split()): v for k, v in known_gaps()["ties"].items()}
+ORDER_GAPS = ab_gaps("order")  # data/known_gaps.toml [[ab]]
+TIE_GAPS = ab_gaps("ties")
 PAIRS = ordered_pairs()
 TIES = ordered_pairs(ties=True)
 
@@ -54,7 +54,7 @@ def test_ties_are_the_pairs_within_noise():
 @pytest.mark.parametrize("pair", TIES, ids=[f"{p.group}:{p.faster}~{p.slower}" for p in TIES])
 def test_tie_predicted_close_to_its_measured_ratio(pair):
     """A tie counts as met when the predicted ratio is within TIE_TOLERANCE of the measured one; the ties it misses
-    are listed in data/known_gaps.toml [ties] with their reason, exactly both ways."""
+    are listed in data/known_gaps.toml [[ab]] `ties` with their reason, exactly both ways."""
     key = tuple(sorted((pair.faster, pair.slower)))
     apart = bool(tied_apart([pair]))
     assert apart == (key in TIE_GAPS), TIE_GAPS.get(key, f"{pair.faster} and {pair.slower} measured "
@@ -73,3 +73,12 @@ def test_tied_apart_reads_the_ratio_of_ratios():
 
 def test_listed_ties_are_ties():
     assert set(TIE_GAPS) <= {tuple(sorted((p.faster, p.slower))) for p in TIES}
+
+
+def test_each_listed_pair_is_stated_once():
+    """known_gaps.toml [[ab]] gives each cause once, with every pair it explains: no pair under two causes or listed
+    twice, and every cause explains at least one pair with a reason of its own (no 'see ...' pointers)."""
+    pairs = [p for cause in known_gaps()["ab"] for kind in ("order", "ties") for p in cause.get(kind, ())]
+    assert len(pairs) == len(set(pairs)) == len(ORDER_GAPS) + len(TIE_GAPS)
+    assert all(set(cause) <= {"order", "ties", "reason"} and (cause.get("order") or cause.get("ties"))
+               and not cause["reason"].startswith("see ") for cause in known_gaps()["ab"])

@@ -8,7 +8,7 @@ import pytest
 
 from moetune.cli.main import main
 from moetune.planner.repeats import Repeat, repeats, unmeetable
-from moetune.planner.runs import known_gaps
+from moetune.planner.runs import ab_gaps, known_gaps
 
 
 def _brute_least_misses(measured, tolerance):
@@ -50,8 +50,8 @@ def test_calibrate_names_the_misses_the_data_forces(capsys):
     assert all(set(ids) & missed for ids in forced)  # every forced miss is among the misses reported
     again = {r["run_id"] for r in data["runs"] if r["rerun_of_fit"]}
     assert "R224" in again and again <= {r["run_id"] for r in data["runs"] if r["subset"] == "held-out"}
-    apart = {" ".join(sorted((q["faster"], q["slower"]))) for q in data["ab_ties"] if q["predicted_apart"]}
-    assert apart == set(known_gaps()["ties"]) and "leave_one_model_out" not in data
+    apart = {tuple(sorted((q["faster"], q["slower"]))) for q in data["ab_ties"] if q["predicted_apart"]}
+    assert apart == set(ab_gaps("ties")) and "leave_one_model_out" not in data
 
 
 def test_leave_one_model_out_is_the_published_fit_s(tmp_path, capsys):

@@ -8,7 +8,7 @@ import pytest
 from moetune.cli.main import main
 from moetune.planner.estimate import estimate
 from moetune.planner.repeats import measured_tokens
-from moetune.planner.runs import known_gaps, load_configured_runs, published_rows
+from moetune.planner.runs import ab_gaps, known_gaps, load_configured_runs, published_rows
 from moetune.planner.track_record import track_record, track_record_text
 from moetune.walls.efficiency import efficiency
 
@@ -67,11 +67,10 @@ def test_a_gpu_on_another_s_constants_shows_that_gpu_s_record():
 def test_known_gaps_name_published_runs():
     rows = published_rows()
     gaps = known_gaps()
-    assert set(gaps) == {"runs", "tflops_only", "order", "ties"}
+    assert set(gaps) == {"runs", "tflops_only", "ab"}
     for section in ("runs", "tflops_only"):
         assert set(gaps[section]) <= set(rows) and all(gaps[section].values())
-    for pair in (*gaps["order"], *gaps["ties"]):
-        a, b = pair.split()
+    for a, b in (*ab_gaps("order"), *ab_gaps("ties")):
         assert a in rows and b in rows and a < b
 
 

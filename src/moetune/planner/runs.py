@@ -138,8 +138,14 @@ def load_configured_runs() -> list[Run]:
 
 
 @cache
-def known_gaps() -> dict[str, dict[str, str]]:
+def known_gaps() -> dict:
     """data/known_gaps.toml: the published runs moetune misses by more than 15% ("runs": complete runs,
-    "tflops_only": runs published as TFLOP/s only), the A/B pairs it orders the other way ("order": "Rxxx Ryyy") and the
-    A/B ties it puts apart ("ties"), each with its reason."""
+    "tflops_only": runs published as TFLOP/s only), each with its reason, and the A/B pairs it misses ("ab": one entry
+    per cause, its pairs under "order" and "ties"; ab_gaps reads them by pair)."""
     return shipped_toml("known_gaps.toml")
+
+
+def ab_gaps(kind: str) -> dict[tuple[str, str], str]:
+    """The A/B pairs of known_gaps.toml's `kind` ("order": predicted in the other order; "ties": a tie put apart),
+    each (its two run ids, sorted) with its cause's reason."""
+    return {tuple(pair.split()): cause["reason"] for cause in known_gaps()["ab"] for pair in cause.get(kind, ())}
