@@ -34,19 +34,73 @@ def test_megatron_core_errors_become_findings(qwen, overrides, needle):
     assert needle in errors[0].message
 
 
-@pytest.mark.parametrize(("overrides", "same_as"), [
-    ({"model.tensor_model_parallel_size": 3}, ("shape.heads_divisible_by_tp",)),
-    ({"model.tensor_model_parallel_size": 4, "model.num_query_groups": 6}, ("shape.query_groups_vs_tp",)),
-    ({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_shared_expert_overlap": True}, ()),
+# A layout string of 4 stages over PP 2 (VPP 2), and one of 5 stages, which PP 2 does not divide
+_PP2 = ("model.pipeline_model_parallel_size=2", "model.expert_model_parallel_size=8")
+
+
+@pytest.mark.parametrize(("sets", "same_as"), [
+    (["model.tensor_model_parallel_size=3"], ("shape.heads_divisible_by_tp",)),  # 32 heads, 4 groups: heads first
+    (["model.tensor_model_parallel_size=4", "model.num_query_groups=6"], ("shape.query_groups_vs_tp",)),
+    (["mixed_precision.fp8_param_gather=true"], ("precision.fp8_params_without_fp8",)),
+    (["model.recompute_granularity=full"], ("fit.full_recompute_needs_method",)),
+    (["model.recompute_granularity=full", "model.recompute_method=uniform"], ("fit.full_recompute_needs_method",)),
+    (["model.recompute_granularity=selective", "model.recompute_modules=[foo]"], ("fit.unknown_recompute_module",)),
+    ([*_PP2, "model.pipeline_model_parallel_layout=Et*12|t*12|t*12|t*12L",
+      "model.virtual_pipeline_model_parallel_size=3"], ("pipeline.vpp_matches_layout",)),
+    ([*_PP2, "model.pipeline_model_parallel_layout=Et*12|t*9|t*9|t*9|t*9L"], ("pipeline.layout_stages_divisible",)),
+    (["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[full_iteration]"],
+     ("cudagraph.full_iteration_scope_te",)),
+    # faults no rule's change reaches: Megatron-Core's alone, or before the one a rule says (gated delta-net's
+    # linear_attention_freq is checked before the recompute method and the FP8 weights)
+    (["comm_overlap.overlap_moe_expert_parallel_comm=true", "model.moe_shared_expert_overlap=true"], ()),
+    (["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=[moe,moe_router]"], ()),
+    (["model.experimental_attention_variant=gated_delta_net", "model.recompute_granularity=full"], ()),
+    (["model.experimental_attention_variant=gated_delta_net", "mixed_precision.fp8_param_gather=true"], ()),
 ])
-def test_a_refusal_names_the_rules_that_say_its_fault(qwen, overrides, same_as):
+def test_a_refusal_names_the_rules_that_say_its_fault(sets, same_as):
     """check leaves Megatron-Core's refusal out by these ids where their rule says the fault (cli/check_cmd.py
-    said_once): they are the rule table's, and a refusal no rule says names none."""
+    said_once): the rules whose change gets Megatron-Core past the check that refused; a refusal no rule's change
+    reaches names none, and is said beside the rule's finding."""
+    from moetune.cli.check_cmd import check_findings, said_once
     from moetune.rules import load_table
 
-    [error] = [f for f in mcore_findings({**qwen, **overrides}) if f.rule == "mcore.transformer_config"]
+    config = load_config([QWEN], sets=sets, gpu="h100", gpus=16)
+    [error] = [f for f in mcore_findings(config) if f.rule == "mcore.transformer_config"]
     assert error.same_as == same_as and set(same_as) <= {r.id for r in load_table().rules}
     assert "same_as" not in error.as_dict()
+    said = {f.rule for f in said_once(check_findings(config), None)}
+    assert set(same_as) <= said and ("mcore.transformer_config" in said) == (not same_as)
+
+
+def test_the_refusal_is_matched_by_its_check_not_its_words():
+    """A Megatron-Core that words its refusals otherwise (a stand-in TransformerConfig with the heads and query-group
+    checks of transformer_config.py __post_init__, in that order) names the same rules: TP 3 under 32 heads is the
+    heads fault though the 4 groups fail too, TP 4 under 6 groups the groups' alone."""
+    from dataclasses import dataclass
+
+    from moetune.rules.mcore import _SAME_FAULT, _construct, same_fault
+
+    @dataclass
+    class Reworded:
+        num_attention_heads: int
+        tensor_model_parallel_size: int = 1
+        num_query_groups: int | None = None
+
+        def __post_init__(self):
+            tp, groups = self.tensor_model_parallel_size, self.num_query_groups or self.num_attention_heads
+            if self.num_attention_heads % tp:
+                raise ValueError("cannot shard attention")
+            if groups % tp and tp % groups:
+                raise ValueError("cannot shard attention")  # the same words: the check, not its text, tells them
+
+    def named(**kw):
+        return same_fault(Reworded, kw, _construct(Reworded, kw))
+    assert named(num_attention_heads=32, tensor_model_parallel_size=3, num_query_groups=4) == \
+        ("shape.heads_divisible_by_tp",)
+    assert named(num_attention_heads=32, tensor_model_parallel_size=4, num_query_groups=6) == \
+        ("shape.query_groups_vs_tp",)
+    from moetune.rules import load_table
+    assert set(_SAME_FAULT) <= {r.id for r in load_table().rules}
 
 
 def test_fp8_weights_without_fp8_are_refused_and_the_bf16_fixes_turn_them_off(qwen):

@@ -27,7 +27,8 @@ class Finding:
     # the errors the rule's own fix would add, where vet_fixes withdrew it (a fix that trips another rule is none)
     fix_withdrawn: list[str] = field(default_factory=list)
     # the rule ids whose fault this finding says too (layout.illegal: MoetuneError.same_as; Megatron-Core's refusal:
-    # rules/mcore.py REFUSAL_OF_RULE), so check says each fault once (cli/check_cmd.py said_once); not in as_dict
+    # the rules whose change gets it past that check, rules/mcore.py same_fault), so check says each fault once
+    # (cli/check_cmd.py said_once); not in as_dict
     same_as: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:

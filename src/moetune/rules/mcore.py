@@ -8,38 +8,51 @@ comm_overlap.* onto the model before Megatron-Core validates it, so those are pa
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import re
+import traceback
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 from moetune.configio.finalize import expert_tensor_parallel_size, quantized_params, sequence_parallel
+from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE
+from moetune.rules.derive import graph_modules
 from moetune.rules.engine import Finding
 
 RULE = "mcore.transformer_config"
 SOURCE = "Megatron-LM megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__"
 REQUIRED = ("num_layers", "hidden_size", "num_attention_heads")
-# TransformerConfig's refusal (its own words, transformer_config.py __post_init__) of the fault a rule of rules.yaml
-# says: the refusal's finding names that rule in same_as, and check leaves it out where the fault is said already
-# (the rule's finding, or the layout error that repeats it). Only these: TransformerConfig checks no FFN width or
-# expert count against TP/ETP/EP, and its other refusals that name such a field are other faults
-# ("num_moe_experts (60) should be divisible by moe_router_num_groups (7)" beside a 60-expert EP 8 error)
-REFUSAL_OF_RULE = {
-    "shape.heads_divisible_by_tp": re.compile(r"num_attention_heads \(\d+\) must be a multiple of "
-                                              r"tensor_model_parallel_size"),
-    "shape.query_groups_vs_tp": re.compile(r"num_query_groups \(\d+\) must be a multiple or divisor of "
-                                           r"tensor_model_parallel_size"),
-    "pipeline.vpp_matches_layout": re.compile(r"virtual_pipeline_model_parallel_size conflicts with\s*"
-                                              r"pipeline_model_parallel_layout"),
-    "precision.fp8_params_without_fp8": re.compile(r"fp8_param must be used together with fp8 mode"),
-    "fit.full_recompute_needs_method": re.compile(r"recompute_method must be|recompute_num_layers must be between"),
-    # PipelineParallelLayerLayout.__init__, which __post_init__ builds from the string
-    "pipeline.layout_stages_divisible": re.compile(r"pipeline_model_parallel_layout must be divisible\s*by "
-                                                   r"pipeline_model_parallel_size"),
-    "fit.unknown_recompute_module": re.compile(r"Invalid choices for recompute_modules"),
-    "dispatcher.ncclep_needs_flex": re.compile(r"moe_flex_dispatcher_backend='ncclep' requires"),
-    "cudagraph.full_iteration_scope_te": re.compile(r"To use full iteration cuda graph, please use\s*"
-                                                    r"cuda_graph_impl=local"),
+# The rules of rules.yaml whose fault TransformerConfig refuses too (transformer_config.py __post_init__;
+# pipeline_parallel_layer_layout.py), each with the change to TransformerConfig's fields that puts that fault right
+# and leaves the fields other checks read alone ({} where the config cannot have the fault). A refusal is the rule's
+# fault when, given the change, Megatron-Core gets past the check that refused (same_fault): its finding names the
+# rule in same_as, and check leaves it out where the fault is said already (cli/check_cmd.py said_once). Matched by
+# what puts the fault right, not by the refusal's words, which differ between releases. Only these: TransformerConfig
+# checks no FFN width or expert count against TP/ETP/EP, and its refusals that name such a field are other faults
+# ("num_moe_experts (60) should be divisible by moe_router_num_groups (7)" beside a 60-expert EP 8 error).
+_SAME_FAULT = {
+    # a head count TP divides, the query groups as they are (their own check follows)
+    "shape.heads_divisible_by_tp": lambda kw: {
+        "num_attention_heads": kw["num_attention_heads"] * kw["tensor_model_parallel_size"]}
+    if (kw.get("tensor_model_parallel_size") or 1) > 1 else {},
+    "shape.query_groups_vs_tp": lambda kw: {"num_query_groups": None},  # Megatron-Core's default: a group a head
+    "pipeline.vpp_matches_layout": lambda kw: {"virtual_pipeline_model_parallel_size": None}  # VPP from the string
+    if kw.get("pipeline_model_parallel_layout") else {},
+    # PipelineParallelLayerLayout.__init__ asserts PP divides the stages; one pipeline rank takes any string
+    "pipeline.layout_stages_divisible": lambda kw: {"pipeline_model_parallel_size": 1}
+    if kw.get("pipeline_model_parallel_layout") else {},
+    "precision.fp8_params_without_fp8": lambda kw: {"fp8_param": False} if kw.get("fp8_param") else {},
+    "fit.full_recompute_needs_method": lambda kw: {"recompute_method": "uniform", "recompute_num_layers": 1}
+    if kw.get("recompute_granularity") == "full" else {},
+    "fit.unknown_recompute_module": lambda kw: {"recompute_modules": [
+        m for m in kw["recompute_modules"] if m in RECOMPUTE_MODULES or m in UNMODELLED_RECOMPUTE]}
+    if isinstance(kw.get("recompute_modules"), list) else {},
+    "dispatcher.ncclep_needs_flex": lambda kw: {"moe_token_dispatcher_type": "flex"}
+    if kw.get("moe_flex_dispatcher_backend") == "ncclep" else {},
+    "cudagraph.full_iteration_scope_te": lambda kw: {"cuda_graph_scope": [
+        s for s in graph_modules(kw.get("cuda_graph_scope")) if s != "full_iteration"]}
+    if kw.get("cuda_graph_impl") == "transformer_engine" else {},
 }
 # Checks that depend on the machine (Transformer Engine, torch or CUDA builds), not on the config:
 # reported as info, never as a config error.
@@ -142,9 +155,10 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
     skipped: list[str] = []
     switched: set[str] = set()
     for _ in range(8):  # switch off, one at a time, kernel options this machine cannot validate
-        text, is_env = _construct(cls, kw)
-        if text is None:
+        refusal = _construct(cls, kw)
+        if refusal is None:
             break
+        text, is_env = refusal.text, refusal.machine
         newer = _newer_accepts(text)
         if newer and newer[0](kw):
             kw.update(newer[1])
@@ -157,7 +171,7 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
         if not is_env and not any(re.search(rf"\b{k}\b", text) for k in switched):
             return [Finding(rule=RULE, severity="error", source=SOURCE,
                             message=f"Megatron-Core rejects the model config: {text}",
-                            same_as=tuple(r for r, words in REFUSAL_OF_RULE.items() if words.search(text)))]
+                            same_as=same_fault(cls, kw, refusal))]
         if culprit is None or culprit in switched:  # nothing more to switch, or a consequence of a switch
             skipped.append(text)
             break
@@ -171,8 +185,25 @@ def mcore_findings(config: dict[str, Any]) -> list[Finding]:
                             f"skipped: {'; '.join(skipped)}")]
 
 
-def _construct(cls, kw: dict[str, Any]) -> tuple[str | None, bool]:
-    """(None, False) when Megatron-Core accepts ``kw``; else (message, depends-on-the-machine).
+class _Refusal(NamedTuple):
+    text: str
+    machine: bool  # depends on this machine's libraries, not on the config
+    site: tuple  # where it was raised: (file, line) of each frame, which tells one check from another
+
+
+def same_fault(cls, kw: dict[str, Any], refusal: _Refusal) -> tuple[str, ...]:
+    """The rules (_SAME_FAULT) whose change gets Megatron-Core past the check that raised `refusal`."""
+    out = []
+    for rule, change in _SAME_FAULT.items():
+        changed = {k: v for k, v in change(kw).items() if kw.get(k) != v}
+        # a copy: __post_init__ may append to the config's lists (cuda_graph_scope), and each try starts from kw
+        if changed and getattr(_construct(cls, copy.deepcopy({**kw, **changed})), "site", None) != refusal.site:
+            out.append(rule)
+    return tuple(out)
+
+
+def _construct(cls, kw: dict[str, Any]) -> _Refusal | None:
+    """None when Megatron-Core accepts ``kw``; else its refusal.
     Transformer Engine version gates (is_te_min_version) are answered as if a current TE were installed:
     they are facts about the training machine, not about the config."""
     import sys
@@ -187,5 +218,6 @@ def _construct(cls, kw: dict[str, Any]) -> tuple[str | None, bool]:
             cls(**dict(kw))
     except (ValueError, AssertionError, TypeError, ImportError, RuntimeError, KeyError, ZeroDivisionError) as err:
         text = " ".join(str(err).split()) or type(err).__name__
-        return text, isinstance(err, ImportError) or bool(_ENVIRONMENT.search(text))
-    return None, False
+        site = tuple((frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(err.__traceback__))
+        return _Refusal(text, isinstance(err, ImportError) or bool(_ENVIRONMENT.search(text)), site)
+    return None
