@@ -48,7 +48,7 @@ from moetune.walls.memory import (
 )
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes, optimizer_shard
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import layer_rank_params
+from moetune.walls.rank_params import layer_rank_params, quantized_split
 from moetune.walls.split_floor import even_floor, layer_shares, whole_floor
 from moetune.walls.step import layer_time, step_walls
 
@@ -286,9 +286,9 @@ def whole_layer_balanced(b: LayoutBatch, gbs: int, walls: dict, rows: np.ndarray
 def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, eff: dict, gbs: int) -> tuple:
     """iteration.iteration_terms for each candidate's largest stage, over its micro-batches."""
     big = np.where(b.valid, b.dense + b.expert, -1).argmax(axis=1)[:, None]
-    dense, expert, vocab, nonmatrix, expert_nonmatrix = (np.take_along_axis(x, big, 1) for x in (
-        b.dense, b.expert, b.vocab, b.nonmatrix, b.expert_nonmatrix))
+    p = SimpleNamespace(**{k: np.take_along_axis(getattr(b, k), big, 1) for k in (
+        "dense", "expert", "vocab", "nonmatrix", "expert_nonmatrix", "quantized")})
     m = gbs // (b.mbs * b.fields.dp)
-    dp, optimizer, offload = iteration_terms(spec, dense, expert, vocab, b.fields, knobs, gpu, eff, m,
-                                             nonmatrix=(nonmatrix, expert_nonmatrix))
+    dp, optimizer, offload = iteration_terms(spec, p.dense, p.expert, p.vocab, b.fields, knobs, gpu, eff, m,
+                                             nonmatrix=(p.nonmatrix, p.expert_nonmatrix), quantized=quantized_split(p))
     return tuple(np.broadcast_to(x, dp.rs.shape)[:, 0] for x in (*dp, optimizer, offload))

@@ -16,7 +16,7 @@ from moetune.layout.dp_sharding import gathered_elements, pending_grad_elements
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.walls.activations import whole
-from moetune.walls.rank_params import StageParams
+from moetune.walls.rank_params import StageParams, quantized_split
 
 # TE keeps FP8 copies of GEMM weights: row-wise and column-wise (transposed) data, plus block scales. Blockwise
 # weights take one FP32 scale per 128x128 block each way (TE recipe Float8BlockScaling w_block_scaling_dim=2, which
@@ -160,9 +160,9 @@ def megatron_fsdp_items(p: StageParams, layout, knobs: Knobs, arch: str, largest
         raise ValueError("Megatron FSDP's transients need the stage's largest unit (rank_params.largest_fsdp_unit)")
     strategy, out = knobs.fsdp_strategy, {}
     dense, expert = inner_divisors(layout, knobs)
-    expert_quantized = p.expert - p.expert_nonmatrix  # every routed-expert 2-D weight is a TE GroupedLinear's
+    dense_quantized, expert_quantized = quantized_split(p)
     kept = SimpleNamespace(dense=-(-p.dense // dense), expert=-(-p.expert // expert), vocab=-(-p.vocab // dense),
-                           quantized=-(-(p.quantized - expert_quantized) // dense) + -(-expert_quantized // expert))
+                           quantized=-(-dense_quantized // dense) + -(-expert_quantized // expert))
     layers = p.dense + p.expert - p.vocab  # the FSDP units' elements (decoder and MTP layers)
     mean = layers / np.maximum(p.fsdp_units, 1) if strategy.weights else 0  # units exist under optim_grads_params
     pools = (knobs.suggested_communication_unit_size, knobs.fsdp_double_buffer and bool(strategy.weights))

@@ -66,6 +66,14 @@ class StageParams:
         return len(self.layers) + self.mtp_layers
 
 
+def quantized_split(p) -> tuple:
+    """(dense, routed-expert) parameters among `p.quantized` (StageParams' fields, or the planner's arrays of them):
+    every routed-expert 2-D weight is a TE GroupedLinear's and its biases are vectors (params._ffn), so the experts'
+    quantized ones are their 2-D ones and the rest of `quantized` is dense."""
+    expert = p.expert - p.expert_nonmatrix
+    return p.quantized - expert, expert
+
+
 def _divisor(shard: str, layout: Layout):
     return {"tp": layout.tp, "rep": 1, "vocab": layout.tp, "expert": layout.ep * layout.etp,
             "expert_rep": layout.ep}[shard]
