@@ -111,3 +111,21 @@ def test_plan_of_the_hybrid_at_128k_warns_no_more():
     pick = result.results[0]
     assert (pick.layout.tp, pick.layout.cp) == (2, 2)
     assert "longctx.cp_sizing" not in {f.rule for f in findings(pick)}
+
+
+def test_a_stack_without_softmax_attention_weighs_its_shard_at_none():
+    """A Mamba hybrid whose pattern holds no '*' (Nemotron-3 Nano's 6 attention layers made Mamba-2 here) has an
+    attention share of 0: explain's Scale note on a CP 2 run at 8k says its shard holds no attention tokens, where it
+    had divided by them (ZeroDivisionError, a traceback)."""
+    from dataclasses import replace
+
+    from moetune.planner.explain_scale import scale
+
+    spec = load_model("nemotron3-nano-30b-a3b")
+    spec = replace(spec, layers=tuple(replace(k, mixer="mamba") if k.mixer == "gqa" else k for k in spec.layers))
+    assert spec.attention_mixers == (0, 29)
+    e = estimate(spec, load_gpu("b200"), Layout(world_size=16, cp=2, ep=8),
+                 Workload(seq_length=8192, micro_batch_size=1, global_batch_size=64))
+    [note] = [n for n in scale(e)["notes"] if "TP x CP shard" in n]
+    assert note.startswith("CP: 4,096 tokens per TP x CP shard (0 weighed), no attention tokens against the seeds' 4K")
+    assert "0 of its 29 token mixers are attention" in note and "this run's CP2 shards finer" in note

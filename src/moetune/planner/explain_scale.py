@@ -159,8 +159,10 @@ def _cp_sizing_note(e: Estimate) -> str | None:
         return (f"long context: {tokens}; {reading}: here CP{target}, the nearest power of two estimate runs (rule "
                 "longctx.cp_sizing)" + _weighed_cp(e, target))
     if lay.cp > 1 and weighed < SHARD_TOKENS:  # past the 4K target the other way: the pick's own trade, weighed
+        # a stack with no softmax attention (every mixer Mamba-2 or gated delta-net) weighs its shard at none
+        below = f"1/{ratio(SHARD_TOKENS / weighed)} of" if weighed else "no attention tokens against"
         return (f"{'long context' if seq >= LONG_CONTEXT else 'CP'}: {tokens}, "
-                f"1/{ratio(SHARD_TOKENS / weighed)} of the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which "
+                f"{below} the seeds' 4K target (seeds/002: \"{SEED_CP_GUESS}\", which "
                 f"moetune reads per TP x CP shard as CP ~= seq_len / (4096 x TP){facts['cp_shard_weighing']}: "
                 f"CP{target} here); this run's CP{lay.cp} shards finer than that guess"
                 + (_weighed_cp(e, target) if target < lay.cp else ""))
