@@ -1,12 +1,15 @@
 """The recompute floor of the search (planner/search_grid.py): a recompute set its no-recompute twin bounds off the
 list is not timed, and the plan comes out as if every set had been timed."""
 
+from dataclasses import replace
+
 import pytest
 from bench.recompute_floor import largest_ratios
 
 import moetune.planner.search as search
+from moetune.layout.knobs import Knobs
 from moetune.layout.validate import Workload
-from moetune.planner.search_grid import FLOOR_SLACK, search_grid
+from moetune.planner.search_grid import FLOOR_SLACK, search_grid, twins
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -47,3 +50,14 @@ def test_the_floor_slack_covers_the_largest_step_a_recompute_set_saves():
     # no hidden all-to-all: the step falls 0.94% below the twin's (measured by the bench over 18 plans: the largest)
     step, reach = largest_ratios("ernie-4.5-300b-a47b", "h100", 96, 4096, 768, sample=1500)
     assert 1.005 < max(step, reach) < 1 / (1 - FLOOR_SLACK)
+
+
+def test_a_recompute_set_is_twinned_only_with_its_own_knobs_less_the_recompute():
+    """The floor and the roomy rows a recompute set is weighed by are its twin's: a no-recompute set differing in any
+    other field (here the hidden dropout, which the elementwise kernels time: walls/batch_keys.py time_key) is another
+    knob set's twin, where a hand-kept list of fields that left it out had paired them (the later one listed)."""
+    plain = Knobs()
+    dropout = replace(plain, hidden_dropout=0.1)
+    recompute = replace(plain, recompute="selective", recompute_modules=frozenset({"moe_act"}))
+    assert twins([plain, dropout, recompute]) == [(recompute, plain)]
+    assert twins([dropout, recompute]) == []

@@ -4,6 +4,8 @@ list (Search.best), which bounds what later knob sets may add (ranking.bound). B
 collects the fastest CP > 1 candidates for plan's short-context note (Search.short_cp).
 """
 
+from dataclasses import fields
+
 import numpy as np
 
 from moetune.layout.knobs import Knobs
@@ -12,12 +14,16 @@ from moetune.planner.search_state import Search
 from moetune.walls.batch import batch_step_seconds, whole_layer_balanced
 from moetune.walls.batch_keys import time_key
 
+# Every field of a knob set but these: what a recompute set shares with its no-recompute twin (twins)
+_OTHER_FIELDS = tuple(f.name for f in fields(Knobs) if f.name not in ("recompute", "recompute_modules"))
+
 
 def _without_recompute(knobs: Knobs) -> tuple:
-    return (knobs.precision, knobs.dispatcher, knobs.cuda_graph_scope, knobs.ep_overlap, knobs.delay_wgrad,
-            knobs.tp_comm_overlap, knobs.routing, knobs.optimizer_offload_fraction, knobs.main_grads_fp32,
-            knobs.overlap_grad_reduce, knobs.overlap_param_gather, knobs.fp8_output_proj, knobs.cp_comm_type,
-            knobs.hcp_a2a_size, knobs.quantized_params)
+    """The knob set less its recompute, every other field read: a hand-kept list of fields (it had 14 of Knobs' 35)
+    would pair a recompute set with a twin differing in a field it left out once the grid varied one, whose floor
+    and roomy rows then stood for another knob set's."""
+    return tuple(getattr(knobs, name) for name in _OTHER_FIELDS)
+
 
 def _groups(items, key) -> list[list]:
     out: dict[tuple, list] = {}
@@ -27,7 +33,8 @@ def _groups(items, key) -> list[list]:
 
 
 # A recompute set's step is at least its no-recompute twin's (the same knobs but recompute none) less this share, so
-# a set whose every fitting row that floor already leaves off the list is weighed by the floor alone (_bounded_out).
+# a set whose every fitting row that floor already leaves off the list is weighed by the floor alone
+# (_Floors.bounds_out).
 # Recompute adds GPU work, but the step model is not monotone in it: the work it adds can hide more of the EP
 # all-to-all, and the bubble waits through the slowest rank's own hidden all-to-all, so where a recompute moves the
 # slowest rank onto a dense stage with none the bubble shrinks. Measured over 18 plans of 18 models
