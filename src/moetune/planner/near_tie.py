@@ -30,7 +30,7 @@ def near_tie(s, results: list[Estimate], result, efficiency_overrides: dict | No
     pick's yet stands below it, as a row would show it (`result`, at its own best split), where its prediction beats
     the pick's by NEAR_TIE_NOTE_GAIN and it fits the search's budget; None where the pick is the fastest, or where the
     seeds' order does not explain it: the two in other 1% bands, or alike in every preference (resplit_shown keeps
-    the pick the pick, and a sort keeps alike candidates in the order they came)."""
+    the pick the pick, where ranking.rank_key would put the faster of two alike candidates first)."""
     if not results or len(s.best) < 2:
         return None
     ahead = [(b[0], i) for i, b in enumerate(s.best[1:], 1) if b[0] < s.best[0][0]]
@@ -40,10 +40,8 @@ def near_tie(s, results: list[Estimate], result, efficiency_overrides: dict | No
     fastest = min(b[0] for b in s.best)  # the band each stands in, as the search's sort read it (search._plan_once)
     if within(s.best[i][0], fastest) != within(s.best[0][0], fastest):
         return None
-    _, _, lay, mbs, knobs, reach = s.best[i]
-    if s.resplit and lay.pp > 1 and reach is not None:  # not re-split yet: at its own best split, as the pick is
-        lay = resplit_one(s, lay, mbs, knobs, efficiency_overrides)
-    pick, alt = results[0], result(lay, mbs, knobs)
+    pick, alt = results[0], results[i] if i < len(results) else _off_the_list(s, s.best[i], result,
+                                                                              efficiency_overrides)
     gain = alt.time["tokens_per_s_per_gpu"] / pick.time["tokens_per_s_per_gpu"] - 1
     if gain < NEAR_TIE_NOTE_GAIN or not alt.fits_on(s.gpu):
         return None
@@ -53,3 +51,12 @@ def near_tie(s, results: list[Estimate], result, efficiency_overrides: dict | No
     if decided is None or first > second:
         return None
     return NearTie(alternative=alt, gain=gain, preference=decided, row=i + 1 if i < len(results) else None)
+
+
+def _off_the_list(s, entry: tuple, result, efficiency_overrides: dict | None) -> Estimate:
+    """A ranked candidate below the rows shown, as a row would show it: at its own best split, as the pick is (a row
+    shown is one already: resplit_shown)."""
+    _, _, lay, mbs, knobs, reach = entry
+    if s.resplit and lay.pp > 1 and reach is not None:  # not re-split yet
+        lay = resplit_one(s, lay, mbs, knobs, efficiency_overrides)
+    return result(lay, mbs, knobs)
