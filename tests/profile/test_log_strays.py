@@ -65,3 +65,27 @@ def test_an_out_of_sequence_last_line_is_no_stray(fixtures_dir):
     log = parse_log("\n".join(lines + [lines[1]]))
     assert [it.iteration for it in log.iterations] == [2]
     assert len(log.notes) == 2 and "holds 2 runs" in log.notes[0] and "times one iteration" in log.notes[1]
+
+
+def _numbered(fixtures_dir, numbers: list[int]) -> str:
+    """The fixture's iteration lines (no start-up lines: the last rank's stdout alone), renumbered."""
+    lines = _iteration_lines(fixtures_dir)
+    return "\n".join(re.sub(r"iteration +\d+/", f"iteration {n:>8}/", lines[i % len(lines)])
+                     for i, n in enumerate(numbers))
+
+
+def test_a_relaunch_logging_its_first_iteration_is_no_stray(fixtures_dir):
+    """--log-interval 10: the run logs 1 (its first iteration), 10 .. 40 and dies; resumed from its checkpoint at 30,
+    Megatron-LM logs the relaunch's first iteration, 31, then 40, 50 (training.py training_log: `iteration %
+    args.log_interval == 0 or is_first_iteration`, :2597 @ core_v0.18.2). The first run's 40, between 30 and 31, had
+    been passed over as a garbled line and the two runs read as one (1 .. 30, 31, 40, 50, no relaunch said)."""
+    log = parse_log(_numbered(fixtures_dir, [1, 10, 20, 30, 40, 31, 40, 50]), "x.log")
+    assert [it.iteration for it in log.iterations] == [31, 40, 50]
+    assert len(log.notes) == 1 and "holds 2 runs" in log.notes[0] and "iteration 31 on" in log.notes[0]
+
+
+def test_a_garbled_line_at_a_log_interval_of_ten_is_passed_over(fixtures_dir):
+    """Two intervals between its neighbours (30 and 50 at --log-interval 10): the 40 logged as 4 is one line garbled."""
+    log = parse_log(_numbered(fixtures_dir, [1, 10, 20, 30, 4, 50, 60]), "x.log")
+    assert [it.iteration for it in log.iterations] == [1, 10, 20, 30, 50, 60]
+    assert len(log.notes) == 1 and "iteration 4 between 30 and 50" in log.notes[0]

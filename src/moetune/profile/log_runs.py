@@ -3,6 +3,7 @@ printed anew, or an iteration number going back; and iteration lines whose numbe
 garbled), which start nothing."""
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 ITER = re.compile(r"\biteration\s+(\d{1,12})\s*/\s*(\d{1,12})\s*\|(.*)$")  # counts a log can hold
@@ -18,9 +19,13 @@ STARTUP = re.compile(r"-{8,} arguments -{8,}|using world size: |> initializing t
 @dataclass(frozen=True, slots=True)
 class Stray:
     """An iteration line out of sequence: its number below the one logged before it or above the one after, where
-    those two run on (before < after). A relaunch that logs two lines or more cannot look so: it logs every
-    log_interval-th iteration from the checkpoint it resumes at (Megatron-LM megatron/training/training.py train,
-    `iteration % args.log_interval == 0`), so its second number is at most the number it went back from."""
+    those two stand two log intervals apart (the log's usual step between lines, log_interval): one line's number
+    garbled where one iteration in between was logged. A relaunch cannot look so. Megatron-LM logs the first iteration
+    of each launch and then every log_interval-th (megatron/training/training.py training_log, `iteration %
+    args.log_interval == 0 or is_first_iteration`, :2597 @ core_v0.18.2; Bridge every log_interval-th alone,
+    training/utils/train_utils.py:1103 @ v0.6.0): resuming at checkpoint c below the last number L it logs c + 1, then
+    the interval's multiples, so no line of it nor L lies between neighbours two intervals apart (a resume at c = 30
+    after 30, 40 logs 31, 40: 40 between 30 and 31 is no stray, as it had been read, which mixed the two runs)."""
     line: int  # index in the log's lines
     before: int
     number: int
@@ -29,6 +34,13 @@ class Stray:
 
 def is_iteration(line: str) -> re.Match | None:
     return m if (m := ITER.search(line)) and "elapsed time per iteration" in line else None
+
+
+def log_interval(numbers: list[int]) -> int | None:
+    """The usual step between iteration numbers logged one after the other (log_interval): the most frequent rise, the
+    smaller of two as frequent; None where none rises."""
+    rises = Counter(b - a for a, b in zip(numbers, numbers[1:]) if b > a)
+    return max(rises, key=lambda rise: (rises[rise], -rise)) if rises else None
 
 
 def strays(lines: list[str]) -> dict[int, Stray]:
@@ -41,12 +53,13 @@ def strays(lines: list[str]) -> dict[int, Stray]:
         elif STARTUP.search(line):
             marks.append(None)
     out: dict[int, Stray] = {}
-    before = None
+    before, step = None, log_interval([m[1] for m in marks if m is not None])
     for k, here in enumerate(marks):
         after = marks[k + 1] if k + 1 < len(marks) else None
         if here is None:
             before = None
-        elif before is not None and after is not None and before < after[1] and not before <= here[1] <= after[1]:
+        elif (before is not None and after is not None and step and after[1] - before == 2 * step
+              and not before <= here[1] <= after[1]):
             out[here[0]] = Stray(line=here[0], before=before, number=here[1], after=after[1])
         else:
             before = here[1]
