@@ -153,7 +153,7 @@ def _cp_sizing_note(e: Estimate) -> str | None:
     weighed = share * shard  # the shard's attention tokens: the shard itself for an all-attention stack
     # the shard and its ratio to 4K, with the attention tokens they count where the share weighs them
     tokens = f"{shard:,} tokens per TP x CP shard" + ("" if share == 1 else f" ({weighed:,.0f} weighed)")
-    ratio = (lambda x: f"{x:g}") if share == 1 else (lambda x: f"{x:.2g}")
+    ratio = (lambda x: f"{x:g}") if share == 1 else (lambda x: f"{round(x, 2):g}")  # 150, not .2g's 1.5e+02
     target, under = cp_sizing(e)
     if under:
         return (f"long context: {tokens}; {reading}: here CP{target}, the nearest power of two estimate runs (rule "

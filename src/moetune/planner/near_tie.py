@@ -25,7 +25,7 @@ class NearTie:
     row: int | None
 
 
-def near_tie(s, results: list[Estimate], result, efficiency_overrides: dict | None) -> NearTie | None:
+def near_tie(s, results: list[Estimate], result, fastest: float, efficiency_overrides: dict | None) -> NearTie | None:
     """The fastest candidate of the search's ranked list (`s.best`, planner/search.py) whose ranked step beats the
     pick's yet stands below it, as a row would show it (`result`, at its own best split), where its prediction beats
     the pick's by NEAR_TIE_NOTE_GAIN and it fits the search's budget; None where the pick is the fastest, or where the
@@ -37,7 +37,8 @@ def near_tie(s, results: list[Estimate], result, efficiency_overrides: dict | No
     if not ahead:
         return None
     i = min(ahead)[1]
-    fastest = min(b[0] for b in s.best)  # the band each stands in, as the search's sort read it (search._plan_once)
+    # the band each stands in is the search's sort's (search._plan_once `fastest`, taken before the rows shown were
+    # re-split), so the note and the order read one band
     if within(s.best[i][0], fastest) != within(s.best[0][0], fastest):
         return None
     pick, alt = results[0], results[i] if i < len(results) else _off_the_list(s, s.best[i], result,

@@ -234,7 +234,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     results = [result(lay, mbs, knobs) for _, _, lay, mbs, knobs, _ in s.best[:top]]
     # named only where a caller shows it (not offload_instead's search, nor the FP8 caveat's BF16 one)
     short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_notes else None
-    tie = near_tie(s, results, result, efficiency_overrides) if weigh_notes else None
+    tie = near_tie(s, results, result, fastest, efficiency_overrides) if weigh_notes else None
     return PlanResult(short_cp_alternative=short_cp, near_tie=tie, candidates_evaluated=len(cands) * len(grid),
                       feasible=s.feasible, search_seconds=time.perf_counter() - start, layouts=len(layouts),
                       knob_sets=len(grid), bounded_knob_sets=s.bounded,
