@@ -25,8 +25,8 @@ class Tokens(click.ParamType):
             count = int(m.group(1)) * (1024 if m.group(2) else 1)
             if count >= 1:
                 return count
-        self.fail(f"{value!r} is not a token count: write a whole number (32768) or one in K (32k = 32768)", param,
-                  ctx)
+        self.fail(f"{value!r} is not a token count: write a positive whole number (32768) or one in K (32k = 32768)",
+                  param, ctx)
 
 
 TOKENS = Tokens()

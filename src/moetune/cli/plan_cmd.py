@@ -44,7 +44,8 @@ from moetune.walls.efficiency import load_efficiency_file
 @click.option("--gpu", required=True, help="Catalog GPU or cluster .toml file.")
 @click.option("--gpus", type=click.IntRange(min=1), required=True, help="World size.")
 @click.option("--seq", type=TOKENS, default=4096, show_default=True, help="Sequence length (32768 or 32k).")
-@click.option("--gbs", type=click.IntRange(min=1), required=True, help="Global batch size.")
+@click.option("--gbs", type=click.IntRange(min=1), default=None,
+              help="Global batch size (required: it fixes DP x micro-batches).")
 @click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True)
 @click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
 @click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless", show_default=True)

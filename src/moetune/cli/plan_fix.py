@@ -7,10 +7,14 @@ from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.knobs import CP1_COMM_TYPES, CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS
 from moetune.layout.layout import parse_pipeline_layout
 from moetune.layout.modules import parse_modules, parse_offload_modules
+from moetune.words import closest
 
 INT_KEYS = ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs")
 BOOL_KEYS = ("ep_overlap", "delay_wgrad", "main_grads_fp32", "overlap_grad_reduce", "overlap_param_gather",
              "fp8_output_proj", "tp_comm_overlap")
+# the keys that take a word, a list or a fraction (parse_fix reads each below)
+OTHER_KEYS = ("precision", "dispatcher", "cuda_graph_scope", "optimizer", "optimizer_offload_fraction", "recompute",
+              "recompute_modules", "offload_modules", "cp_comm_type", "megatron_fsdp", "pipeline_layout")
 
 
 # Choices plan takes as flags of their own (a --fix of them is a slip for the flag)
@@ -83,10 +87,9 @@ def parse_fix(items: tuple[str, ...]) -> dict:
         elif key in OWN_FLAGS:
             raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key]}, not --fix")
         else:
-            raise MoetuneError(f"--fix {key}: unknown key; use one of {', '.join(INT_KEYS + BOOL_KEYS)}, "
-                               "precision, dispatcher, cuda_graph_scope, optimizer, optimizer_offload_fraction, "
-                               "recompute, recompute_modules, offload_modules, cp_comm_type, megatron_fsdp, "
-                               "pipeline_layout")
+            keys = [*INT_KEYS, *BOOL_KEYS, *OTHER_KEYS]
+            guess = f" (did you mean {near}?)" if (near := closest(key, keys)) else ""
+            raise MoetuneError(f"--fix {key}: unknown key{guess}; use one of {', '.join(keys)}")
     if fixed.get("cp") == 1 and fixed.get("cp_comm_type", "auto") not in CP1_COMM_TYPES:  # as estimate's at CP 1
         raise MoetuneError(f"--fix cp_comm_type={fixed['cp_comm_type']} sets how context-parallel ranks exchange "
                            "attention inputs; --fix cp=1 leaves nothing to exchange: drop one of the two")

@@ -60,13 +60,16 @@ PREFERENCES = ("memory_margin", "model_parallelism", "recompute", "activation_of
 def preference(lay: Layout, k: Knobs, dispatcher: str | None, seq: int, tight: bool = False) -> tuple:
     """Seeds' order among near-equal candidates: one that leaves the memory estimate's own error free (seeds/001
     "start with a configuration that fits reliably before chasing throughput"; moves.TIGHT_SHARE), less model
-    parallelism, lighter recompute, no offload, the layout's own default dispatcher (`dispatcher`: seeds/004
+    parallelism, lighter recompute (none, then selective with fewer modules, then full: a selective set of more
+    modules had ranked as light as one of fewer, Qwen3-30B-A3B's layernorm + moe_act above moe_act alone), no
+    offload, the layout's own default dispatcher (`dispatcher`: seeds/004
     mapping, data/platform_defaults.toml, narrowed by defaults.default_dispatcher to one that runs on the layout;
     None: the search runs no default there, and no candidate of the layout is ranked down), then, below the
     long-context regime, less CP (seeds/000 Phase 2: CP once the sequence makes attention memory dominate), less
     TP, less expert TP, more EP (seeds/000: EP before extra TP for the experts; a pick at EP2 ETP2 had stood 0.86% ahead
     of EP4 ETP1 with the rule scale.prefer_ep_over_etp warning on it)."""
-    recompute = {"none": 0, "selective": 1, "full": 2}[k.recompute]
+    level = {"none": 0, "selective": 1, "full": 2}[k.recompute]
+    recompute = level, len(k.effective_modules) if level == 1 else 0
     return (tight, lay.tp * lay.cp * lay.pp, recompute, bool(k.offload_modules), k.optimizer_offload_fraction,
             dispatcher is not None and k.dispatcher != dispatcher, -lay.dp, lay.cp if seq < LONG_CONTEXT else 0,
             lay.tp, lay.etp, -lay.ep)
