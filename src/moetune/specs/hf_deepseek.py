@@ -6,7 +6,8 @@ from dataclasses import replace
 from moetune.errors import MoetuneError
 from moetune.specs import hf_common as common
 from moetune.specs.hf_access import HfConfig
-from moetune.specs.model import DsaDims, LayerKind, MlaDims
+from moetune.specs.mixer_dims import DsaDims, MlaDims
+from moetune.specs.model import LayerKind
 
 
 def read_deepseek(c: HfConfig) -> dict:
@@ -40,7 +41,7 @@ def read_deepseek(c: HfConfig) -> dict:
     return dict(
         common.gqa_common(c),
         num_query_groups=c.read("num_query_groups", "num_attention_heads"),  # MLA: a K,V per query head
-        kv_channels=mla.qk_head_dim + mla.qk_pos_emb_head_dim,
+        kv_channels=mla.q_head_dim,
         layers=common.layer_kinds(mlps, "mla"),
         mla=mla,
         ffn_hidden_size=c.read("ffn_hidden_size", "intermediate_size"),

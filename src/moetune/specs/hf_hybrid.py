@@ -4,7 +4,8 @@ symbols, the Mamba-2 dimensions, and the fields moetune refuses (latent MoE, Nem
 from moetune.errors import MoetuneError
 from moetune.specs.hf_access import HfConfig, short
 from moetune.specs.hf_common import MAMBA_FIELDS, gqa_common, moe_fields, topk_scaling
-from moetune.specs.model import LayerKind, MambaDims
+from moetune.specs.mixer_dims import MambaDims
+from moetune.specs.model import LayerKind
 
 # Megatron's hybrid layer symbols (Megatron-Core ssm/mamba_hybrid_layer_allocation.py Symbols) -> the layer's mixer
 # and MLP; a config gives them as hybrid_override_pattern ("MEM*E...")

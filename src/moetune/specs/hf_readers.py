@@ -21,7 +21,8 @@ from moetune.specs.hf_common import (
 )
 from moetune.specs.hf_deepseek import read_deepseek, read_deepseek_dsa
 from moetune.specs.hf_hybrid import read_nemotron_h
-from moetune.specs.model import GdnDims, LayerKind
+from moetune.specs.mixer_dims import GdnDims
+from moetune.specs.model import LayerKind
 
 
 def _read_glm4_moe(c: HfConfig) -> dict:

@@ -4,12 +4,14 @@ Field names follow Megatron-Core's ``TransformerConfig`` where one exists
 (megatron/core/transformer/transformer_config.py), so a reader can hold this file next to it.
 A model is a stack of layers; each layer has a token *mixer* (attention of some kind, or a
 Mamba/gated-delta-net block) and an *mlp* (dense, MoE or none, as in hybrid Mamba models). A spec checks its own
-numbers when built (specs/spec_checks.py).
+numbers when built (specs/spec_checks.py); its mixers' dimensions, with the widths Megatron-Core derives from them,
+are specs/mixer_dims.py's.
 """
 
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
+from moetune.specs.mixer_dims import DsaDims, GdnDims, MambaDims, MlaDims
 from moetune.specs.spec_checks import check_spec
 
 Mixer = Literal["gqa", "mla", "gdn", "mamba"]
@@ -26,56 +28,6 @@ class LayerKind:
     # a DeepSeek Sparse Attention layer that runs its own lightning indexer (and holds its weights); a DSA layer that
     # reuses an earlier layer's top-k (GLM-5.2's index sharing) has none (Megatron-LM dsa.py DSAttention.__init__)
     indexer: bool = False
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class MlaDims:
-    """Multi-head latent attention (DeepSeek-V2/V3); Megatron's MLATransformerConfig names."""
-
-    q_lora_rank: int | None  # None: a plain q projection (DeepSeek-V2-Lite, Moonlight? no: see configs)
-    kv_lora_rank: int
-    qk_head_dim: int  # the "nope" part of each query/key head
-    qk_pos_emb_head_dim: int  # the rotary part, shared by all heads for keys
-    v_head_dim: int
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class DsaDims:
-    """DeepSeek Sparse Attention on top of MLA (DeepSeek-V3.2, GLM-5): the lightning indexer's heads and head dim and
-    the keys each query attends to; Megatron-Core's dsa_indexer_* names (transformer_config.py @ core_v0.19.0)."""
-
-    index_n_heads: int
-    index_head_dim: int
-    index_topk: int
-    index_topk_freq: int = 1  # GLM-5.2: one indexer per this many layers, the others reuse its top-k
-    index_skip_topk_offset: int = 0  # the first layers that all run an indexer
-    # the indexer's KL loss and its top-k-only form: training settings, at what Megatron Bridge's GLM-5 provider sets
-    # (glm5_bridge.py dsa_indexer_loss_coeff 0.001, dsa_indexer_use_sparse_loss True); Bridge's FLOP count reads them
-    indexer_loss: bool = True
-    sparse_loss: bool = True
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class GdnDims:
-    """Gated delta-net linear attention (Qwen3-Next), HF Qwen3NextGatedDeltaNet names."""
-
-    num_key_heads: int
-    num_value_heads: int
-    key_head_dim: int
-    value_head_dim: int
-    conv_kernel: int
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class MambaDims:
-    """Mamba-2 mixer (Nemotron-H family), HF NemotronHMamba2Mixer names."""
-
-    num_heads: int
-    head_dim: int
-    state_size: int
-    n_groups: int
-    conv_kernel: int
-    conv_bias: bool
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -247,11 +199,28 @@ class ModelSpec:
         return self.num_attention_heads if self.mla else self.num_query_groups
 
     @property
+    def query_projection_size(self) -> int:
+        """All query heads, heads x kv_channels (linear_proj's input): Megatron-Core transformer/attention.py
+        Attention.query_projection_size."""
+        return self.kv_channels * self.num_attention_heads
+
+    @property
+    def kv_projection_size(self) -> int:
+        """K (or V) of all query groups, groups x kv_channels: attention.py Attention.kv_projection_size."""
+        return self.kv_channels * self.num_query_groups
+
+    @property
     def qkv_widths(self) -> tuple[int, int]:
         """(query, key + value) widths of a GQA layer's fused QKV projection output: the query doubled where a sigmoid
         output gate rides with it (Qwen3-Next's attention_output_gate), K and V one head each per group."""
-        d = self.kv_channels
-        return self.num_attention_heads * d * (2 if self.attention_output_gate else 1), 2 * self.num_query_groups * d
+        return self.query_projection_size * (2 if self.attention_output_gate else 1), 2 * self.kv_projection_size
+
+    @property
+    def moe_ffn_per_token(self) -> int:
+        """The expert FFN width one token of a MoE layer runs through, its top-k routed experts' and the shared
+        experts': Megatron-LM training/training.py num_floating_point_operations, moe_ffn_hidden_size x
+        num_experts_routed_to + shared_expert_ffn_hidden_size."""
+        return self.moe_ffn_hidden_size * self.moe_router_topk + self.moe_shared_expert_intermediate_size
 
     @property
     def num_shared_experts(self) -> int:

@@ -101,16 +101,15 @@ def _params_ceiling(spec: "ModelSpec") -> int:
     its widest dimension (MLA's 5 projections, a Mamba in-projection of up to 5 widths); the MTP projection (2 square
     ones), the embedding and the output layer."""
     h = spec.hidden_size
-    widths = [h, spec.num_attention_heads * spec.kv_channels]
+    widths = [h, spec.query_projection_size]
     if (m := spec.mla) is not None:
-        widths += [m.q_lora_rank or 0, m.kv_lora_rank + m.qk_pos_emb_head_dim,
-                   spec.num_attention_heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)]
+        widths += [m.q_lora_rank or 0, m.kv_down_dim, spec.num_attention_heads * (m.q_head_dim + m.v_head_dim)]
     if (i := spec.dsa) is not None:  # the indexer's q projection: 3 more matrices at most, within the 8
         widths += [i.index_n_heads * i.index_head_dim]
     if (g := spec.gdn) is not None:
-        widths += [g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim]
+        widths += [g.qk_dim, g.v_dim]
     if (b := spec.mamba) is not None:
-        widths += [b.num_heads * b.head_dim + b.n_groups * b.state_size + b.num_heads]
+        widths += [b.d_inner + b.n_groups * b.state_size + b.num_heads]
     d = max(widths)
     mlps = spec.ffn_hidden_size + spec.moe_shared_expert_intermediate_size + spec.num_moe_experts * (
         spec.moe_ffn_hidden_size + 1)

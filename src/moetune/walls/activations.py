@@ -102,7 +102,7 @@ def _gqa(spec: ModelSpec, ctx: ActivationContext) -> dict:
     if recomputed:
         held_by = np.where(qkv_gathered(spec, ctx.tp), 1, ctx.tp)  # gathered past the groups, the rank's share within
         items["attn_qkv_buffer"] = whole(BF16 * ctx.tokens * (q + kv_width) // held_by)
-    items["attn_proj_input"] = BF16 * ctx.tokens * spec.num_attention_heads * d // ctx.tp
+    items["attn_proj_input"] = BF16 * ctx.tokens * spec.query_projection_size // ctx.tp
     return items
 
 
@@ -117,7 +117,7 @@ def _mla(spec: ModelSpec, ctx: ActivationContext) -> dict:
     """MLA: latents (_mla_latents), then per-head q, k, v; the ``mla_up_proj`` recompute module recomputes the
     up-projections, keeping only the latents."""
     m, n, sb, t = spec.mla, spec.num_attention_heads, ctx.tokens, ctx.tp
-    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    qk = m.q_head_dim
     items = _mla_latents(spec, ctx)
     core = _attention_core(spec, ctx, n * qk, n * qk, n * m.v_head_dim)
     if "mla_up_proj" in ctx.recompute_modules:
@@ -133,12 +133,10 @@ def _linear_mixer(spec: ModelSpec, ctx: ActivationContext) -> dict:
     over TP by heads. Chunked-scan kernels recompute their intra-chunk state, so no s^2 or state-size term."""
     if spec.gdn:
         g = spec.gdn
-        key, value = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
-        width = (2 * key + 2 * value + 2 * g.num_value_heads) + (2 * key + value) + value
+        width = g.in_proj_dim + g.conv_dim + g.v_dim
     else:
         m = spec.mamba
-        d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
-        width = (2 * d_in + bc + m.num_heads) + (d_in + bc) + d_in
+        width = m.in_proj_dim + m.conv_dim + m.d_inner
     return {"linear_mixer": BF16 * ctx.tokens * width // ctx.tp}
 
 

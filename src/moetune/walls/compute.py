@@ -152,7 +152,7 @@ def mla_up_share(spec: ModelSpec, kind: LayerKind) -> float:
     macs = [k * nn for k, nn, _ in gemm_shapes(spec, kind)["attn_proj"]]
     # without a q LoRA rank the one q projection runs inside the checkpointed function too (linear_q_proj)
     q_in = m.q_lora_rank if m.q_lora_rank is not None else spec.hidden_size
-    up = m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + q_in * n * (m.qk_head_dim + m.qk_pos_emb_head_dim)
+    up = m.kv_lora_rank * n * m.kv_up_head_dim + q_in * n * m.q_head_dim
     return up / sum(macs)
 
 

@@ -54,10 +54,10 @@ def widths(spec: ModelSpec, kind: LayerKind, tp) -> tuple:
     a rank, flops.kv_groups_per_rank)."""
     if kind.mixer == "mla":
         m, h = spec.mla, spec.num_attention_heads
-        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        qk = m.q_head_dim
         return h * qk, h * (qk + m.v_head_dim), h * m.v_head_dim
-    h, g, d = spec.num_attention_heads, spec.num_query_groups, spec.kv_channels
-    return h * d, 2 * kv_groups_per_rank(g, tp) * d * tp, h * d
+    g, d, q = spec.num_query_groups, spec.kv_channels, spec.query_projection_size
+    return q, 2 * kv_groups_per_rank(g, tp) * d * tp, q
 
 
 # Each ring step and each all-to-all also pays a collective's fixed cost (launch + handshake): efficiency.toml
@@ -88,12 +88,10 @@ def linear_mixer_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, 
     B, C, dt in and y out; ssm/gated_delta_net/common.py: q, k, v in and the output out)."""
     if kind.mixer == "mamba":
         m = spec.mamba
-        d_inner = m.num_heads * m.head_dim
-        width, calls = 3 * d_inner + 2 * m.n_groups * m.state_size + m.num_heads, 12
+        width, calls = 3 * m.d_inner + 2 * m.n_groups * m.state_size + m.num_heads, 12
     else:
         g = spec.gdn
-        qk, v = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
-        width, calls = 2 * qk + 2 * v, 8
+        width, calls = 2 * g.qk_dim + 2 * g.v_dim, 8
     return _a2a(tokens / np.maximum(tp, 1) * BF16 * width, cp, tp, gpu, eff, calls)
 
 

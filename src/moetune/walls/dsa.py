@@ -67,7 +67,7 @@ def dsa_items(spec: ModelSpec, kind: LayerKind, ctx) -> dict:
     topk_holder)."""
     m, d, n = spec.mla, spec.dsa, spec.num_attention_heads
     t, tp, rows = ctx.tokens, ctx.tp, ctx.tokens * ctx.cp
-    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    qk = m.kv_down_dim
     items = {}
     if "core_attn" in ctx.recompute_modules:
         items["attn_qkv"] = BF16 * t * (n * qk // tp + qk)
@@ -96,7 +96,7 @@ def dsa_cp_seconds(spec: ModelSpec, kind: LayerKind, tokens, cp, tp, gpu, eff: d
     the indexer key's only with the loss on (otherwise it ran under no_grad). Not overlapped; the forward's runs again
     where the attention is recomputed."""
     m, d = spec.mla, spec.dsa
-    rows, qk = tokens * cp, m.kv_lora_rank + m.qk_pos_emb_head_dim
+    rows, qk = tokens * cp, m.kv_down_dim
     idx = d.index_head_dim if kind.indexer else 0
     grads = idx if d.indexer_loss else 0
     fixed = eff["a2a_latency_us"] * 1e-6
@@ -115,7 +115,7 @@ def dsa_tp_seconds(spec: ModelSpec, kind: LayerKind, tokens, tp, gpu, eff: dict,
     all-gathered detached (dsa.py DSAIndexer: no backward), and with the loss the FP32 top-k target all-reduced (heads
     are split). Full recompute gathers again. Not hidden by TP comm overlap (plain collectives)."""
     m, d, h = spec.mla, spec.dsa, spec.hidden_size
-    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    qk = m.kv_down_dim
     idx_in = (h + (m.q_lora_rank or h)) if kind.indexer else 0
     fwd = ring_seconds(tokens * BF16 * (qk + idx_in), tp, 1, gpu, eff)
     out = (2 if full_recompute else 1) * fwd + ring_seconds(tokens * BF16 * qk, tp, 1, gpu, eff)

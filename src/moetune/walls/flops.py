@@ -45,20 +45,18 @@ def gemm_shapes(spec: ModelSpec, kind: LayerKind) -> dict[str, list[tuple[int, i
                             "routed_experts": []}
     if kind.mixer == "mamba":  # in_proj to (z, x, B, C, dt), out_proj from the inner width
         m = spec.mamba
-        d_in = m.num_heads * m.head_dim
-        out["mixer_proj"] = [(h, 2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads, "n"), (d_in, h, "k")]
+        out["mixer_proj"] = [(h, m.in_proj_dim, "n"), (m.d_inner, h, "k")]
     elif kind.mixer == "gdn":  # in_proj to (q, k, v, z, beta, alpha), out_proj from the value width
         g = spec.gdn
-        qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
-        out["mixer_proj"] = [(h, 2 * qk + 2 * v + 2 * g.num_value_heads, "n"), (v, h, "k")]
+        out["mixer_proj"] = [(h, g.in_proj_dim, "n"), (g.v_dim, h, "k")]
     if kind.mixer == "gqa":
-        out["attn_proj"] = [(h, sum(spec.qkv_widths), "n"), (spec.kv_channels * n, h, "k")]
+        out["attn_proj"] = [(h, sum(spec.qkv_widths), "n"), (spec.query_projection_size, h, "k")]
     elif kind.mixer == "mla":
         m = spec.mla
-        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        qk = m.q_head_dim
         q = [(h, n * qk, "n")] if m.q_lora_rank is None else [(h, m.q_lora_rank, "-"), (m.q_lora_rank, n * qk, "n")]
-        out["attn_proj"] = q + [(h, m.kv_lora_rank + m.qk_pos_emb_head_dim, "-"),
-                                (m.kv_lora_rank, n * (m.qk_head_dim + m.v_head_dim), "n"), (n * m.v_head_dim, h, "k")]
+        out["attn_proj"] = q + [(h, m.kv_down_dim, "-"), (m.kv_lora_rank, n * m.kv_up_head_dim, "n"),
+                                (n * m.v_head_dim, h, "k")]
     f = 2 if spec.gated_linear_unit else 1
     if kind.mlp == "dense":
         out["dense_mlp"] = [(h, f * spec.ffn_hidden_size, "n"), (spec.ffn_hidden_size, h, "k")]
@@ -126,7 +124,7 @@ def _dsa_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, seq: i
     figure counts all heads; a TP rank runs the attention's and the target's heads/TP and the indexer whole."""
     m, d, n, h = spec.mla, spec.dsa, spec.num_attention_heads, spec.hidden_size
     sparse, causal = attended_keys(seq, d.index_topk), attended_keys(seq)
-    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    qk = m.kv_down_dim
     out = {"attn_proj": 2 * tokens * _macs(gemms["attn_proj"]),
            "core_attn": 2 * tokens * sparse * n * (qk + m.kv_lora_rank)}
     if kind.indexer:
@@ -148,15 +146,14 @@ def _attention_hw(spec: ModelSpec, kind: LayerKind, gemms: dict, tokens: float, 
         width = 2 * spec.kv_channels
     else:
         m = spec.mla
-        width = m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim
+        width = m.q_head_dim + m.v_head_dim
     return {"attn_proj": 2 * tokens * _macs(gemms["attn_proj"]), "core_attn": 2 * tokens * ctx * n * width}
 
 
 def _gdn_hw(spec: ModelSpec, gemms: dict, tokens: float) -> dict:
     g = spec.gdn
-    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
     # per value head: intra-chunk q.k and attn.v (chunk/2 causal mean), plus state read, decay-update, output
-    scan = g.conv_kernel * (2 * qk + v) + g.num_value_heads * (
+    scan = g.conv_kernel * g.conv_dim + g.num_value_heads * (
         _GDN_CHUNK / 2 * (g.key_head_dim + g.value_head_dim) + 3 * g.key_head_dim * g.value_head_dim)
     return {"mixer_proj": 2 * tokens * _macs(gemms["mixer_proj"]), "mixer_scan": 2 * tokens * scan}
 
@@ -164,9 +161,8 @@ def _gdn_hw(spec: ModelSpec, gemms: dict, tokens: float) -> dict:
 def _mamba_hw(spec: ModelSpec, gemms: dict, tokens: float) -> dict:
     """Mamba-2 with its real inner width heads*head_dim and the SSD chunked algorithm."""
     m = spec.mamba
-    d_in, bc = m.num_heads * m.head_dim, 2 * m.n_groups * m.state_size
     # SSD per token: C.B^T per group, its masked product with x, chunk-state write and read per head
-    scan = m.conv_kernel * (d_in + bc) + m.n_groups * _SSD_CHUNK * m.state_size + m.num_heads * (
+    scan = m.conv_kernel * m.conv_dim + m.n_groups * _SSD_CHUNK * m.state_size + m.num_heads * (
         _SSD_CHUNK * m.head_dim + 2 * m.state_size * m.head_dim)
     return {"mixer_proj": 2 * tokens * _macs(gemms["mixer_proj"]), "mixer_scan": 2 * tokens * scan}
 

@@ -83,17 +83,16 @@ def _glu(spec: ModelSpec, needs_silu: bool) -> int:
 
 
 def _gqa_proj(spec: ModelSpec, gate: bool) -> float:
-    q = spec.kv_channels * spec.num_attention_heads
-    kv = spec.kv_channels * spec.num_query_groups
+    q, kv = spec.query_projection_size, spec.kv_projection_size
     return spec.hidden_size * (q + 2 * kv + (q if gate else 0)) + q * spec.hidden_size
 
 
 def _mla_linear(spec: ModelSpec) -> float:
     """Token-linear MLA work as flop_utils counts it: q (lora or plain), kv lora, rope k, o-proj, norms."""
     m, h, n = spec.mla, spec.hidden_size, spec.num_attention_heads
-    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    qk = m.q_head_dim
     q_term = h * n * qk if m.q_lora_rank is None else m.q_lora_rank * (h + n * qk + 1)
-    kv_term = m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1) + h * m.qk_pos_emb_head_dim
+    kv_term = m.kv_lora_rank * (h + n * m.kv_up_head_dim + 1) + h * m.qk_pos_emb_head_dim
     return q_term + kv_term + n * m.v_head_dim * h
 
 
@@ -105,7 +104,7 @@ def _dsa_per_token(spec: ModelSpec, kind, seq: int) -> float:
     the loss's forward-only q.k target."""
     m, d, n = spec.mla, spec.dsa, spec.num_attention_heads
     dense, sparse = attended_keys(seq), attended_keys(seq, d.index_topk)  # top-k keys: a window's count
-    qk = m.kv_lora_rank + m.qk_pos_emb_head_dim
+    qk = m.kv_down_dim
     total = sparse * n * (qk + m.kv_lora_rank)
     if not kind.indexer:
         return total
@@ -122,9 +121,8 @@ def _dsa_per_token(spec: ModelSpec, kind, seq: int) -> float:
 def _gdn_linear(spec: ModelSpec) -> float:
     """GDN per token: in_proj (q,k,v,z,beta,alpha), conv1d, 4 state-sized matmuls, out_proj."""
     g, h = spec.gdn, spec.hidden_size
-    qk, v = g.key_head_dim * g.num_key_heads, g.value_head_dim * g.num_value_heads
-    return (h * (2 * qk + 2 * v + 2 * g.num_value_heads) + g.conv_kernel * (2 * qk + v)
-            + g.num_value_heads * g.value_head_dim ** 2 * 4 + h * v)
+    return (h * g.in_proj_dim + g.conv_kernel * g.conv_dim + g.num_value_heads * g.value_head_dim ** 2 * 4
+            + h * g.v_dim)
 
 
 def _counted_layers(spec: ModelSpec, r: _Rules) -> tuple:
@@ -146,14 +144,13 @@ def _counted_layers(spec: ModelSpec, r: _Rules) -> tuple:
 def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
     """transformer_flops(): everything / (3*2*tokens)."""
     h, f = spec.hidden_size, _glu(spec, r.glu_needs_silu)
-    q = spec.kv_channels * spec.num_attention_heads
+    q = spec.query_projection_size
     total = 0.0
     for kind, window in zip(_counted_layers(spec, r), layer_windows(spec)):
         if kind.mlp == "dense":
             total += h * spec.ffn_hidden_size * f
         elif kind.mlp == "moe":  # shared experts use the routed experts' factor, as Megatron does
-            routed = spec.moe_ffn_hidden_size * spec.moe_router_topk
-            total += h * f * (routed + spec.moe_shared_expert_intermediate_size)
+            total += h * f * spec.moe_ffn_per_token
         if kind.mixer == "gqa":
             ctx = causal_context(seq, window if r.count_swa else None)
             total += _gqa_proj(spec, spec.attention_output_gate and r.count_attention_gate) + 2 * q * ctx
@@ -161,8 +158,7 @@ def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> 
             total += _mla_linear(spec) + _dsa_per_token(spec, kind, seq)
         elif kind.mixer == "mla":
             m = spec.mla
-            total += _mla_linear(spec) + spec.num_attention_heads * (
-                m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) * seq / 2
+            total += _mla_linear(spec) + spec.num_attention_heads * (m.q_head_dim + m.v_head_dim) * seq / 2
         elif kind.mixer == "gdn":
             total += _gdn_linear(spec)
     total += spec.mtp_num_layers * (3 * h + 2 * h * h)  # MTP enorm/hnorm/final norm + eh_proj
@@ -172,7 +168,7 @@ def _transformer_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> 
 def _hybrid_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float:
     """hybrid_flops(): forward FLOPs per token; the caller multiplies by 3 (fwd + bwd) and by tokens."""
     h, n, g = spec.hidden_size, spec.num_attention_heads, spec.num_query_groups
-    q = spec.kv_channels * n
+    q = spec.query_projection_size
     scale = 1.5 if _glu(spec, r.hybrid_glu_needs_silu) == 3 else 1.0
     total = 0.0
     for kind, window in zip(all_layers(spec), layer_windows(spec)):
@@ -188,8 +184,7 @@ def _hybrid_per_token(spec: ModelSpec, seq: int, vocab: int, r: _Rules) -> float
         if kind.mlp == "dense":
             total += 4 * spec.ffn_hidden_size * scale * h
         elif kind.mlp == "moe":
-            total += 4 * h * scale * (spec.moe_ffn_hidden_size * spec.moe_router_topk
-                                      + spec.moe_shared_expert_intermediate_size)
+            total += 4 * h * scale * spec.moe_ffn_per_token
     return total + 2 * h * vocab * (1 + spec.mtp_num_layers)
 
 

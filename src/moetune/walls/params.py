@@ -82,11 +82,11 @@ def _gqa(spec: ModelSpec) -> list[Tensor]:
     if spec.qk_layernorm == "head":
         out += [vector("q_layernorm.weight", d, "rep"), vector("k_layernorm.weight", d, "rep")]
     elif spec.qk_layernorm == "full":  # one norm over all heads: MiniMax-M2's splits over TP; OLMoE runs at TP 1
-        out += [vector("q_layernorm.weight", spec.num_attention_heads * d, "tp"),
-                vector("k_layernorm.weight", spec.num_query_groups * d, "tp")]
+        out += [vector("q_layernorm.weight", spec.query_projection_size, "tp"),
+                vector("k_layernorm.weight", spec.kv_projection_size, "tp")]
     if spec.softmax_sinks:
         out.append(vector("core_attention.softmax_offset", spec.num_attention_heads, "tp"))
-    out.append(Tensor(name="linear_proj.weight", numel=spec.num_attention_heads * d * h, shard="tp"))
+    out.append(Tensor(name="linear_proj.weight", numel=spec.query_projection_size * h, shard="tp"))
     if bias_linear(spec):
         out.append(vector("linear_proj.bias", h, "rep", hf=spec.add_proj_bias))
     return out
@@ -104,7 +104,7 @@ def _mla(spec: ModelSpec, layer_spec: LayerSpec) -> list[Tensor]:
     (multi_latent_attention.py, q_down_proj_kwargs / kv_down_proj_kwargs)."""
     m, h, n = spec.mla, spec.hidden_size, spec.num_attention_heads
     down: Shard = "rep" if layer_spec == "te" else "tp"
-    qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    qk = m.q_head_dim
     if m.q_lora_rank is None:
         out = [Tensor(name="linear_q_proj.weight", numel=h * n * qk, shard="tp")]
     else:
@@ -112,10 +112,9 @@ def _mla(spec: ModelSpec, layer_spec: LayerSpec) -> list[Tensor]:
                vector("q_layernorm.weight", m.q_lora_rank, "rep"),
                Tensor(name="linear_q_up_proj.weight", numel=m.q_lora_rank * n * qk, shard="tp")]
     return out + [
-        Tensor(name="linear_kv_down_proj.weight", numel=h * (m.kv_lora_rank + m.qk_pos_emb_head_dim), shard=down),
+        Tensor(name="linear_kv_down_proj.weight", numel=h * m.kv_down_dim, shard=down),
         vector("kv_layernorm.weight", m.kv_lora_rank, "rep"),
-        Tensor(name="linear_kv_up_proj.weight", numel=m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim),
-               shard="tp"),
+        Tensor(name="linear_kv_up_proj.weight", numel=m.kv_lora_rank * n * m.kv_up_head_dim, shard="tp"),
         Tensor(name="linear_proj.weight", numel=n * m.v_head_dim * h, shard="tp"),
     ]
 
@@ -139,16 +138,14 @@ def _gdn(spec: ModelSpec) -> list[Tensor]:
     causal conv over q,k,v, per-value-head decay (A_log, dt_bias), a gated RMSNorm over each value head. The conv's
     weight is 3-D, [channels, 1, kernel] (Megatron-Core ssm/gated_delta_net.py builds an nn.Conv1d)."""
     g, h = spec.gdn, spec.hidden_size
-    key_dim, value_dim = g.num_key_heads * g.key_head_dim, g.num_value_heads * g.value_head_dim
-    conv_dim = 2 * key_dim + value_dim
     return [
-        Tensor(name="in_proj_qkvz.weight", numel=h * (2 * key_dim + 2 * value_dim), shard="tp"),
+        Tensor(name="in_proj_qkvz.weight", numel=h * (2 * g.qk_dim + 2 * g.v_dim), shard="tp"),
         Tensor(name="in_proj_ba.weight", numel=h * 2 * g.num_value_heads, shard="tp"),
-        vector("conv1d.weight", conv_dim * g.conv_kernel, "tp"),
+        vector("conv1d.weight", g.conv_dim * g.conv_kernel, "tp"),
         vector("dt_bias", g.num_value_heads, "tp"),
         vector("A_log", g.num_value_heads, "tp"),
         vector("norm.weight", g.value_head_dim, "rep"),
-        Tensor(name="out_proj.weight", numel=value_dim * h, shard="tp"),
+        Tensor(name="out_proj.weight", numel=g.v_dim * h, shard="tp"),
     ]
 
 
@@ -156,10 +153,9 @@ def _mamba(spec: ModelSpec) -> list[Tensor]:
     """Mamba-2 mixer (HF NemotronHMamba2Mixer; Megatron megatron/core/ssm/mamba_mixer.py splits heads over TP); its
     conv1d an nn.Conv1d, weight [channels, 1, kernel]."""
     m, h = spec.mamba, spec.hidden_size
-    d_in = m.num_heads * m.head_dim
-    conv_dim = d_in + 2 * m.n_groups * m.state_size
+    d_in, conv_dim = m.d_inner, m.conv_dim
     out = [
-        Tensor(name="in_proj.weight", numel=h * (2 * d_in + 2 * m.n_groups * m.state_size + m.num_heads), shard="tp"),
+        Tensor(name="in_proj.weight", numel=h * m.in_proj_dim, shard="tp"),
         vector("conv1d.weight", conv_dim * m.conv_kernel, "tp"),
         vector("dt_bias", m.num_heads, "tp"),
         vector("A_log", m.num_heads, "tp"),
