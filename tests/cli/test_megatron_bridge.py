@@ -88,11 +88,27 @@ def test_bad_release_options_are_one_line_exit_2(command, args, said, capsys):
     (["--megatron-bridge", "0.4.2", "--megatron-core", "0.17"], "error: --megatron-core 0.17 and --megatron-bridge "
                                                                 "0.4.2: pass one"),
 ])
-def test_plan_refuses_a_bad_release_in_one_line_before_any_search(args, said, capsys):
-    """plan checks the release once, as the command's reading opens (configio/releases.py reading): one line, exit 2,
-    nothing on stdout."""
-    code, out, err = run(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", *args], capsys)
+@pytest.mark.parametrize("command", ["plan", "estimate"])
+def test_plan_and_estimate_refuse_a_bad_release_in_one_line_first(command, args, said, capsys):
+    """plan and estimate check the release once, as the command's reading opens (configio/releases.py reading),
+    before any search, and estimate before its layout (TP 3 does not divide the 8 GPUs): one line, exit 2, nothing on
+    stdout."""
+    layout = ["--tp", "3"] if command == "estimate" else []
+    code, out, err = run([command, "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", *layout, *args],
+                         capsys)
     assert code == 2 and not out and err.count("\n") == 1 and err.startswith(said)
+
+
+def test_estimate_names_the_release_its_reading_checked(capsys):
+    """estimate --megatron-core 0.16.0 targets core_v0.16.0, the release table's column 0.16 (releases.py
+    known_release), in its text and in the JSON emit and check of the saved estimate read."""
+    args = ["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "8", "--ep", "8", "--megatron-core", "0.16.0"]
+    code, out, _ = run(args, capsys)
+    assert code == 0 and "For Megatron-Core 0.16 (--megatron-core 0.16): defaulted knobs take what it runs" in out
+    code, out, _ = run([*args, "--json"], capsys)
+    assert code == 0 and json.loads(out)["release"] == {
+        "release": "0.16", "family": "core", "option": "--megatron-core 0.16", "described": "Megatron-Core 0.16",
+        "fields_it_lacks": []}
 
 
 def test_an_alias_is_checked_as_written(tmp_path, capsys):

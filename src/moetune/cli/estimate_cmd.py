@@ -4,7 +4,7 @@ import click
 from rich.markup import escape
 
 from moetune.cli.check_cmd import RuleErrors
-from moetune.cli.estimate_input import estimate_from_flags, kw_release
+from moetune.cli.estimate_input import estimate_from_flags
 from moetune.cli.options import config_options, knob_options, layout_options, release_options
 from moetune.cli.output import (
     attention_notes,
@@ -45,21 +45,22 @@ def configuration_inputs(func):
 def command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory (per pipeline stage) and step time of MODEL (built-in name or config.json) on a layout,
     with the rule findings for the configuration."""
-    # the rules read the release named (rules core_at_least: what it runs is judged as it runs it)
-    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))):
+    # the rules read the release named (rules core_at_least: what it runs is judged as it runs it); the reading holds
+    # it checked (known_release), so the output takes it from there, as plan does
+    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))) as read:
         result = estimate_from_flags(model, kw)
         found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
+    release = read.release  # emit and check of the saved estimate target it (release_check.inputs_release)
     record = estimate_record(result)
     fp4 = caveat(result)
     if as_json:
         note = partial_domain_note(result)
-        release = kw_release(kw)  # emit and check of the saved estimate target it (release_check.inputs_release)
         emit_json({**result.to_json(), **({"partial_domain_note": note} if note else {}),
                    **({"nvfp4_caveat": fp4} if fp4 else {}), "checks": found, "track_record": record,
                    **({"release": release_json(release, ())} if release else {})})
     else:
         print_estimate(result)
-        if (release := kw_release(kw)) is not None:
+        if release is not None:
             console().print(f"For {describe(release)} ({option(release)}): defaulted knobs take what it runs "
                             "(planner/release_fit.py release_knobs); emit and check of a saved estimate target it")
         print_checks(found, mlm=launched_by_mlm(result))
