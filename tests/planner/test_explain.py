@@ -12,7 +12,8 @@ from moetune.layout.layout import Layout, parse_pipeline_layout
 from moetune.layout.validate import Workload
 from moetune.planner.config_map import to_config
 from moetune.planner.estimate import estimate
-from moetune.planner.explain import COMPOUND, COMPOUND_MARGIN, explain
+from moetune.planner.explain import explain
+from moetune.planner.explain_retune import COMPOUND, COMPOUND_MARGIN
 from moetune.planner.explain_scale import scale as explain_scale
 from moetune.planner.fit_steps import FIT_LADDER, fit_steps, smallest_fitting_layout
 from moetune.planner.from_config import from_config

@@ -21,7 +21,8 @@ from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import Workload
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
-from moetune.planner.explain import checks, unsearched_gains
+from moetune.planner.explain import checks
+from moetune.planner.explain_retune import unsearched_gains
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import plan_caveat
 from moetune.planner.from_json import estimate_from_json
