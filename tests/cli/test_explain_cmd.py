@@ -222,3 +222,16 @@ def test_a_plan_made_with_headroom_is_explained_against_its_budget(tmp_path, cap
     assert code == 0, err
     assert "plan&#x27;s --headroom 10" in (tmp_path / "r.html").read_text() or \
         "plan's --headroom 10" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("command", ["explain", "memory"])
+def test_explain_and_memory_judge_the_rules_under_the_release_named(command, capsys):
+    """EP 1 with expert TP unlike TP trains with an undercounted gradient norm before Megatron-Core 0.19: under
+    --megatron-core 0.17 that is the error rule, as estimate says it, not the warning a run of no named release gets
+    (both commands had read the release without opening it for the rules)."""
+    args = [command, "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--tp", "2", "--ep", "1", "--etp", "1"]
+    _, named, _ = run([*args, "--megatron-core", "0.17", "--json"], capsys)
+    _, unnamed, _ = run([*args, "--json"], capsys)
+    assert "scale.ep1_etp_needs_mcore_019" in named and "scale.ep1_etp_needs_mcore_019" not in unnamed
+    assert "scale.ep1_etp_older_mcore" not in named  # memory lists errors alone; explain the warning, unnamed
+    assert ("scale.ep1_etp_older_mcore" in unnamed) == (command == "explain")

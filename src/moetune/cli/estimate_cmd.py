@@ -80,8 +80,9 @@ def command(model: str, as_json: bool, **kw) -> None:
 def memory_command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL on a layout: each pipeline stage's line items and whether it fits (`estimate` with
     the step time and rule findings beside it)."""
-    result = estimate_from_flags(model, kw)
-    errors = [c for c in checks(result) if c["severity"] == "error"]  # a config Megatron refuses: as estimate says
+    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))):  # as estimate's rules read it
+        result = estimate_from_flags(model, kw)
+        errors = [c for c in checks(result) if c["severity"] == "error"]  # a config Megatron refuses: as estimate says
     if as_json:
         emit_json({**{key: value for key, value in result.to_json().items() if key != "time"}, "checks": errors})
     else:

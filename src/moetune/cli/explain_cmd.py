@@ -27,7 +27,9 @@ from moetune.cli.output import (
     workload_line,
 )
 from moetune.cli.plan_baseline import same_job
+from moetune.cli.release_check import release_target
 from moetune.cli.versus_output import print_versus
+from moetune.configio.releases import reading
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload
@@ -58,6 +60,13 @@ from moetune.walls.efficiency import load_efficiency_file
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
+    # the rules read the release named (rules core_at_least), as estimate's and plan's do: explain's findings and
+    # moves are judged as that release runs them
+    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))):
+        _explain(model, plan_file, rank, baseline, as_json, kw)
+
+
+def _explain(model, plan_file, rank, baseline, as_json, kw: dict) -> None:
     # errors name the file as the user gave it: after --plan, or as the MODEL argument
     source = f"--plan {plan_file}" if plan_file else model
     json_model = bool(model) and model.lower().endswith(".json")
