@@ -176,10 +176,10 @@ def test_manifest_round_trip_and_checks(tmp_path):
 
 def test_a_run_resumed_from_a_checkpoint_skips_its_own_warm_up(tmp_path):
     """A run resumed at iteration 1000 logs 1001 first: its warm-up is 1001-1003 at a skip of 3, not iterations 1-3
-    (it had timed all but one)."""
+    (it had timed all but one). Its total is past 1008 (Megatron logs no iteration past its --train-iters)."""
     text = LOG.read_text()
     for n in range(8, 0, -1):
-        text = text.replace(f" iteration {n:8d}/", f" iteration {1000 + n:8d}/")
+        text = text.replace(f" iteration {n:8d}/      10 |", f" iteration {1000 + n:8d}/    2000 |")
     (tmp_path / "train-1.log").write_text(text)
     found = measure(tmp_path, _planned(), skip=3)
     assert found.ok and found.timed == 5 and found.detail == "iterations 1004-1008"

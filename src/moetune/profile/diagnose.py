@@ -143,8 +143,9 @@ def _rank0_note(log: TrainingLog) -> list[str]:
 def _check_memory(m: Measurement) -> None:
     """A peak reserved above the GPU's memory cannot be one run's: the log or traces (or --gpu) are another's."""
     if m.peak_reserved_bytes and m.gpu_memory_bytes and m.peak_reserved_bytes > m.gpu_memory_bytes:
+        said = f" ({m.capacity_source})" if m.capacity_source else ""
         raise MoetuneError(f"peak reserved memory {m.peak_reserved_bytes / 2**30:.1f} GiB ({m.peak_source}) exceeds "
-                           f"the GPU's {m.gpu_memory_bytes / 2**30:.1f} GiB: pass the log and traces of one run")
+                           f"the GPU's {m.gpu_memory_bytes / 2**30:.1f} GiB{said}: pass the log and traces of one run")
 
 
 def _log_versus_traces(log: TrainingLog | None, s: StepMetrics | None) -> list[str]:
@@ -209,10 +210,12 @@ def _measure(traces: list[RankTrace], log: TrainingLog | None, gpu_memory_bytes:
         peak, source = log.peak_reserved_bytes, f"log {log.path}"
     elif trace_peaks:
         peak, source = max(trace_peaks), "trace [memory] events"
+    capacity, said = gpu_memory_bytes or (first.device_memory_bytes if first else None), None
+    if not capacity and log is not None and log.oom_capacity_bytes:  # no --gpu, no trace's: PyTorch's OOM states it
+        capacity, said = log.oom_capacity_bytes, f"capacity from the log's OOM message, line {log.oom_capacity_line}"
     return Measurement(
         ranks=ranks, combined=mean_steps([r.mean for r in ranks]) if ranks else None, log=log,
-        gpu_name=first.device_name if first else None,
-        gpu_memory_bytes=gpu_memory_bytes or (first.device_memory_bytes if first else None),
+        gpu_name=first.device_name if first else None, gpu_memory_bytes=capacity, capacity_source=said,
         compute_capability=first.compute_capability if first else None,
         peak_reserved_bytes=peak, peak_source=source, gpu=gpu,
     )
@@ -268,6 +271,6 @@ def diagnose(
         recommendations=recommend(wall, f, config), per_rank=[_rank_dict(r) for r in m.ranks],
         imbalance=imbalance(m.ranks) if len(m.ranks) > 1 else {},
         memory={"peak_reserved_bytes": m.peak_reserved_bytes, "capacity_bytes": m.gpu_memory_bytes,
-                "fraction": f.get("memory_fraction"), "source": m.peak_source},
+                "fraction": f.get("memory_fraction"), "source": m.peak_source, "capacity_source": m.capacity_source},
         log=_log_dict(training_log) if training_log else None, facts=f, notes=notes,
     )

@@ -14,6 +14,13 @@ HANG = re.compile(r"Watchdog caught collective operation timeout|collective oper
 # NCCL "unhandled system error"), torchrun's ChildFailedError, Slurm's "srun: error", a signal
 FAILURE = re.compile(r"^\S*(Error|Exception)(: |$)|ChildFailedError|NCCL error|srun: error|Segmentation fault|"
                      r"\bKilled\b|CANCELLED|terminate called after throwing|SIGABRT|" + HANG.pattern, re.IGNORECASE)
+# The GPU's whole memory as PyTorch's allocator states it on running out (c10/cuda/CUDACachingAllocator.cpp malloc:
+# "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.02 GiB is free.",
+# cudaMemGetInfo's total; older releases "(GPU 0; 79.15 GiB total capacity; ...)"), its size in format_size's units:
+# two decimals of bytes, KiB, MiB or GiB (powers of 1024)
+CAPACITY = re.compile(r"GPU \d+ has a total capacity of (\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB)\b|"
+                      r"GPU \d+; (\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB) total capacity")
+_SIZE = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 # the "[rank5]: " torchrun puts before each line of a rank's output (its Python errors included)
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:\s*")
 
@@ -37,3 +44,15 @@ def oom_words(lines: list[str]) -> str:
     """' and ran out of memory (its OOM line)' for a launch passed over, "" where it printed no OOM."""
     oom = next((x.strip()[:200] for x in lines if OOM.search(x)), None)
     return f" and ran out of memory ({oom})" if oom else ""
+
+
+def stated_capacity(lines: list[str], start: int, end: int | None) -> tuple[int | None, float | None]:
+    """(line number from 1, the GPU's total memory in bytes) from the first OOM message that states it (CAPACITY)
+    among the figures' run's lines (lines[start:end]), else the log's (a launch passed over ran on the job's GPUs
+    too); (None, None) where none does."""
+    for i in [*range(len(lines))[start:end], *range(len(lines))]:
+        if "capacity" in lines[i] and OOM.search(lines[i]) and (m := CAPACITY.search(lines[i])):  # cheap test first
+            size, unit = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            if float(size) > 0:
+                return i + 1, float(size) * _SIZE[unit]
+    return None, None

@@ -5,14 +5,11 @@ Formats mirrored (each a `` | ``-separated list of ``key: value`` pairs):
   src/megatron/bridge/training/utils/train_utils.py ``training_log``:
   `` [2025-..] iteration      100/    1000 | consumed samples: ... | elapsed time per iteration (ms):
   41250.3 | throughput per GPU (TFLOP/s/GPU): 244.0 | ... | global batch size:  1024 | ...``
-- memory reports, Megatron-LM megatron/training/utils ``report_memory`` (MiB = 2**20 bytes):
-  ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max allocated: ... | reserved:
-  ... | max reserved: ...``; Megatron Bridge train_utils ``report_memory`` (GB = 1e9 bytes, keys
-  from torch.cuda.memory_stats renamed by MEMORY_KEYS): ``... memory (GB) | mem-max-reserved-gigabytes:
-  71.3 | mem-alloc-retires: 0 | ...`` (sic: "retires" is how Bridge spells it).
+- memory reports, Megatron-LM's ``memory (MB)`` and Megatron Bridge's ``memory (GB)`` (profile/log_memory.py).
 - the argument dump Megatron-LM prints at start-up (``  seq_length ........ 4096``), for
   seq_length / world_size / micro_batch_size.
-- CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``).
+- CUDA OOM messages from PyTorch (``torch.OutOfMemoryError: CUDA out of memory``), and the GPU's total memory one
+  states (log_stops.stated_capacity).
 - lines printed once per launch (profile/log_runs.py STARTUP), which tell a job restarted from a checkpoint from one
   run.
 
@@ -35,22 +32,21 @@ from pathlib import Path
 
 from moetune.errors import MoetuneError
 from moetune.layout.validate import tokens_per_gpu
+from moetune.profile.log_memory import MEM, MemoryReport, memory_report, pairs
 from moetune.profile.log_notes import timing_notes
-from moetune.profile.log_runs import STARTUP, is_iteration, last_run, stray_note, strays
-from moetune.profile.log_stops import FAILURE, HANG, OOM, RANK_PREFIX, hang_words, oom_words
+from moetune.profile.log_runs import (
+    STARTUP,
+    is_iteration,
+    last_run,
+    miscount,
+    miscount_note,
+    run_notes,
+    stray_note,
+    strays,
+)
+from moetune.profile.log_stops import FAILURE, HANG, OOM, RANK_PREFIX, hang_words, stated_capacity
 
-_MEM = re.compile(r"\[Rank (\d{1,9})\]\s*\(after (\d{1,12}) iterations\)\s*memory \((MB|GB)\)\s*\|(.*)$")
 _ARG = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*) \.{2,} (\S.*?)\s*$")  # "  name ..... value"
-_NUM = re.compile(r"^[-+]?\d+(\.\d*)?([eE][-+]?\d+)?$")
-# Memory report keys -> our names; MB keys from Megatron-LM, *-gigabytes keys from Megatron Bridge.
-_MEM_KEYS = {
-    "allocated": "allocated", "max allocated": "max_allocated", "reserved": "reserved",
-    "max reserved": "max_reserved", "mem-allocated-gigabytes": "allocated",
-    "mem-max-allocated-gigabytes": "max_allocated", "mem-reserved-gigabytes": "reserved",
-    "mem-max-reserved-gigabytes": "max_reserved", "mem-alloc-retires": "alloc_retries",
-    "mem-alloc-retries": "alloc_retries",
-}
-_UNIT_BYTES = {"MB": 2**20, "GB": 1e9}
 # Iteration fields moetune reads: a value that is not a number is an error, not a silent gap
 _NUMERIC = _ELAPSED, _TFLOPS, _GBS = ("elapsed time per iteration (ms)", "throughput per GPU (TFLOP/s/GPU)",
                                       "global batch size")
@@ -63,17 +59,6 @@ class LogIteration:
     tflops_per_gpu: float | None
     global_batch_size: int | None
     fields: dict[str, float | str]
-
-
-@dataclass(kw_only=True, slots=True)
-class MemoryReport:
-    rank: int
-    after_iteration: int
-    allocated_bytes: float | None
-    max_allocated_bytes: float | None
-    reserved_bytes: float | None
-    max_reserved_bytes: float | None
-    alloc_retries: int | None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -90,6 +75,9 @@ class TrainingLog:
     # stdout alone (or was cut after start-up), so a relaunch shows only where iteration numbers go back
     rank0_lines: bool = True
     notes: list[str] = field(default_factory=list)  # what a reader of the figures should know: runs passed over
+    # the GPU's total memory as an OOM message states it (log_stops.stated_capacity), and the line (from 1) that does
+    oom_capacity_bytes: float | None = None
+    oom_capacity_line: int | None = None
 
     def steady_iterations(self) -> list[LogIteration]:
         """Logged intervals after the first (it includes warm-up and compilation), at the last global batch size
@@ -157,18 +145,8 @@ def int_or_none(text: str | None) -> int | None:
         return None
 
 
-def _pairs(text: str) -> dict[str, float | str]:
-    out: dict[str, float | str] = {}
-    for part in text.split("|"):
-        key, sep, value = part.partition(":")
-        if sep:
-            value = value.strip()
-            out[key.strip()] = float(value) if _NUM.match(value) else value
-    return out
-
-
 def _iteration(m: re.Match) -> LogIteration:
-    f = _pairs(m.group(3))
+    f = pairs(m.group(3))
 
     def num(key: str) -> float | None:
         v = f.get(key)
@@ -178,25 +156,6 @@ def _iteration(m: re.Match) -> LogIteration:
     return LogIteration(
         iteration=int(m.group(1)), elapsed_ms=num(_ELAPSED), tflops_per_gpu=num(_TFLOPS),
         global_batch_size=int(gbs) if gbs is not None and 0 < gbs < 1e12 else None, fields=f,
-    )
-
-
-def _memory(m: re.Match, where: str = "memory report") -> MemoryReport:
-    unit = _UNIT_BYTES[m.group(3)]
-    vals = {_MEM_KEYS[k]: v for k, v in _pairs(m.group(4)).items() if k in _MEM_KEYS and isinstance(v, float)}
-    bad = next((k for k, v in vals.items() if not (math.isfinite(v) and v >= 0)), None)
-    if bad:  # a byte count or retry count below 0 or past a float is no measurement
-        raise MoetuneError(f"{where}: {bad} ({vals[bad]:g}) must be a finite number >= 0; pass the log as Megatron "
-                           "wrote it")
-
-    def size(key: str) -> float | None:
-        return vals[key] * unit if key in vals else None
-
-    retries = vals.get("alloc_retries")
-    return MemoryReport(
-        rank=int(m.group(1)), after_iteration=int(m.group(2)), allocated_bytes=size("allocated"),
-        max_allocated_bytes=size("max_allocated"), reserved_bytes=size("reserved"),
-        max_reserved_bytes=size("max_reserved"), alloc_retries=int(retries) if retries is not None else None,
     )
 
 
@@ -214,11 +173,11 @@ def _numeric(it: LogIteration, where: str) -> LogIteration:
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     """The log's last run (log_runs.last_run): its iterations, memory reports, OOM messages and argument dump; an
     iteration logged twice in a row (two ranks' output in one file) counts once, one out of sequence (log_runs.strays)
-    not at all. What was passed over is said in log.notes."""
+    or whose count does not read (log_runs.miscount) not at all. What was passed over is said in log.notes."""
     lines = text.splitlines()
     passed = strays(lines)
     start, runs, failed = last_run(lines, passed)
-    log, repeats, unread = TrainingLog(path=path, iterations=[], memory=[]), [], []
+    log, repeats, unread, miscounted = TrainingLog(path=path, iterations=[], memory=[]), [], [], []
     for n, line in enumerate(lines[start:failed], start + 1):
         if n - 1 in passed:
             continue
@@ -233,8 +192,10 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             else:
                 log.iterations.append(it)
                 log.failure_lines.clear()  # an error the run went on past is no stop: only those after the last
-        elif m := _MEM.search(line):
-            log.memory.append(_memory(m, f"--log {path} line {n}"))
+        elif (count := miscount(line)) is not None:
+            miscounted.append((n, count))
+        elif m := MEM.search(line):
+            log.memory.append(memory_report(m, f"--log {path} line {n}"))
         elif OOM.search(line):
             log.oom_lines.append(line.strip()[:200])
             if log.iterations:  # after an iteration: the run stopped on it (the note says so, beside the OOM)
@@ -245,23 +206,17 @@ def parse_log(text: str, path: str = "<log>") -> TrainingLog:
             log.args.setdefault(m.group(1), m.group(2))
             log.argument_dump = True
     log.rank0_lines = log.argument_dump or any(STARTUP.search(x) for x in lines)
-    if runs > 1:
-        log.notes.append(f"--log {path} holds {runs} runs (Megatron started again {runs - 1} time(s): its start-up "
-                         "lines printed anew, or iteration numbers going back): the figures are the last run's, from "
-                         f"line {start + 1}, iteration {log.iterations[0].iteration} on")
-    elif start:  # launches before the first iteration line that failed at start-up: their OOM is not the run's
-        log.notes.append(f"--log {path}: the launch(es) before line {start + 1} logged no iteration"
-                         f"{oom_words(lines[:start])}: the figures are the launch from line {start + 1}")
-    if failed is not None:  # its OOM is its own, not the figures' run's
-        log.notes.append(f"--log {path}: the last launch, from line {failed + 1}, logged no iteration"
-                         f"{oom_words(lines[failed:])}: the figures are the run before it")
-    if unread and not log.iterations:
-        raise unread[0]
+    log.oom_capacity_line, log.oom_capacity_bytes = stated_capacity(lines, start, failed)
+    log.notes += run_notes(path, lines, start, runs, failed, log.iterations[0].iteration if log.iterations else None)
+    if (unread or miscounted) and not log.iterations:  # nothing else to read the run by
+        raise unread[0] if unread else MoetuneError(miscount_note(path, miscounted, alone=True))
     if unread:
         log.notes.append(f"--log {path}: {len(unread)} iteration line(s) passed over, a value not a number (first: "
                          f"{unread[0]}; another rank's output written into the line?)")
-    if skipped := [s for i, s in passed.items() if i >= start]:  # those in the runs passed over go unsaid
+    if skipped := sorted((s for i, s in passed.items() if i >= start), key=lambda s: s.line):  # earlier runs' unsaid
         log.notes.append(stray_note(path, skipped))
+    if miscounted:
+        log.notes.append(miscount_note(path, miscounted))
     if repeats:
         log.notes.append(f"--log {path} logs {len(repeats)} iteration(s) twice in a row (first at line {repeats[0]}; "
                          "two ranks' output in one file?): each is counted once")

@@ -34,6 +34,7 @@ class Measurement:
     peak_reserved_bytes: float | None
     peak_source: str | None
     gpu: GpuSpec | None = None  # --gpu: the platform where no trace records one
+    capacity_source: str | None = None  # where gpu_memory_bytes came from, said where not --gpu's or a trace's
 
 
 def arch(cc: tuple[int, int] | None) -> str:
@@ -175,8 +176,9 @@ def evidence(m: Measurement, f: dict[str, Any]) -> list[str]:
     if "step_seconds" in f:
         lines += _trace_evidence(m, f)
     if m.peak_reserved_bytes is not None:
-        cap = f" of {m.gpu_memory_bytes / GIB:.1f} GiB ({f['memory_fraction']:.0%})" if "memory_fraction" in f else \
-            " (GPU capacity unknown: pass a trace or --gpu)"
+        said = f"; {m.capacity_source}" if m.capacity_source else ""
+        cap = f" of {m.gpu_memory_bytes / GIB:.1f} GiB ({f['memory_fraction']:.0%}{said})" if "memory_fraction" in f \
+            else " (GPU capacity unknown: pass a trace or --gpu)"
         lines.append(f"peak reserved memory {m.peak_reserved_bytes / GIB:.1f} GiB{cap} [{m.peak_source}]")
         if f.get("memory_fraction", 0.0) >= NEAR_FULL and not (f.get("oom") or f.get("alloc_retries")):
             lines.append("reserved memory is near the GPU's size, but no out-of-memory and no allocator retries were "
