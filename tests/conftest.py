@@ -12,3 +12,10 @@ def shared_data() -> Path:
     if not path.exists():
         pytest.skip("../shared/data is not beside the repository")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch):
+    """Output captured by a test lays out at the piped width (cli/output.py console), not at a COLUMNS the shell that
+    runs pytest exports; a test that wants a width sets COLUMNS itself."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -1,6 +1,7 @@
 """Shared output helpers: JSON to stdout, rich tables for people."""
 
 import json
+import os
 import sys
 
 import click
@@ -17,11 +18,13 @@ from moetune.walls.cp_legal import exchange_text
 from moetune.words import plural
 
 
-def layout_extras(layout, knobs, fsdp: bool = True) -> list[str]:
+def layout_extras(layout, knobs, fsdp: bool = True, split: bool = True) -> list[str]:
     """What a layout row needs besides its sizes to be run again: the CP exchange, the pipeline split and an FSDP in
-    place of Megatron's DDP (`fsdp` False: said once beside the table, as plan's rows share it)."""
+    place of Megatron's DDP (`fsdp` False: said once beside the table, as plan's rows share it; `split` False: said
+    below it, plan_table.py)."""
     cp = [f"CP via {exchange_text(knobs, layout.cp)}"] if layout.cp > 1 else []
-    return cp + ([layout.split_text()] if layout.split_text() else []) + (fsdp_text(knobs, layout) if fsdp else [])
+    return cp + ([layout.split_text()] if split and layout.split_text() else []) \
+        + (fsdp_text(knobs, layout) if fsdp else [])
 
 
 def fsdp_text(knobs, layout=None) -> list[str]:
@@ -35,8 +38,10 @@ def fsdp_text(knobs, layout=None) -> list[str]:
 
 
 def console() -> Console:
-    # Piped output keeps whole table rows (a terminal uses its own width).
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    # Piped output keeps whole table rows (a terminal uses its own width), unless COLUMNS names a width, which rich
+    # then reads (Console's width from the environment): `COLUMNS=80 moetune plan ... | less` lays out for 80
+    return Console(highlight=False, soft_wrap=True,
+                   width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200)
 
 
 def print_model_notes(printer, spec) -> None:

@@ -1,6 +1,6 @@
 """``moetune plan``'s results: the table people read (print_plan) and the JSON scripts read (plan_json)."""
 
-from moetune.cli.output import console, fsdp_text, layout_extras, table
+from moetune.cli.output import console, fsdp_text
 from moetune.cli.plan_notes import (
     gain_over_pick,
     gbs_allowing,
@@ -8,9 +8,9 @@ from moetune.cli.plan_notes import (
     near_tie_json,
     near_tie_note,
     offload_note,
-    recompute_text,
     short_cp_note,
 )
+from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
 from moetune.layout.validate import LONG_CONTEXT
 from moetune.planner.explain import optimizer_note
@@ -18,20 +18,6 @@ from moetune.planner.moves import TIGHT_SHARE, margin_gib, tight
 from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
 from moetune.planner.search import PlanResult
 from moetune.planner.why_none import nothing_fits
-
-
-def _offload(k) -> str:
-    """Optimizer offload fraction, plus the activation-offload modules when any."""
-    parts = [f"{k.optimizer_offload_fraction:g}"]
-    if k.offload_modules:
-        parts.append("act: " + ",".join(sorted(k.offload_modules)))
-    return " ".join(parts)
-
-
-def _overlap_text(k) -> str:
-    """EP overlap (with delayed wgrad), and TP comm overlap where the result runs it."""
-    ep = ("on + delay wgrad" if k.delay_wgrad else "on") if k.ep_overlap else "off"
-    return ep + (" (+TP overlap)" if k.tp_comm_overlap else "")
 
 
 def ranking_weight(r) -> float:
@@ -76,20 +62,7 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
     if not result.results:
         out.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
         return
-    rows = []
-    for rank, r in enumerate(result.results, 1):
-        k, t = r.knobs, r.time
-        precision = k.precision + (" +LM head" if k.fp8_output_proj else "")  # fp8_output_proj: the head in MXFP8 too
-        layout = " ".join([r.layout.short(), *layout_extras(r.layout, k, fsdp=False)])
-        rows.append([rank, layout, r.workload.micro_batch_size, precision, k.dispatcher,
-                     recompute_text(k),
-                     ",".join(k.cuda_graph_scope) or "-", _overlap_text(k),
-                     _offload(k), f"{t['tokens_per_s_per_gpu']:,.0f}",
-                     f"{t['tflops_per_gpu']:.0f}", f"{r.peak_bytes / 2**30:.1f}", t["dominant_wall"]])
-    out.print(table("Fastest configurations that fit", ["#", "layout", "mbs", "precision", "dispatcher", "recompute",
-                                                         "cuda graphs", "EP overlap", "offload", "tok/s/GPU",
-                                                         "TFLOP/s/GPU", "peak GiB", "dominant wall"], rows,
-                    justify_right_from=9))
+    print_rows(out, result.results)
     if note := optimizer_note(result.results[0]):  # pinned, so the same on every row
         out.print(f"Optimizer (every row): {note}")
     for note in fsdp_text(result.results[0].knobs):  # one search pass, one strategy (search.plan)

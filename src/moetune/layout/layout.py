@@ -220,6 +220,13 @@ class Layout:
         vpp = f"v{self.vpp}" if self.vpp > 1 else ""
         return f"TP{self.tp} CP{self.cp} PP{self.pp}{vpp} EP{self.ep} ETP{self.etp} (DP{self.dp} EDP{self.edp})"
 
+    def compact(self) -> str:
+        """short() less CP and expert TP where they are 1, for plan's narrow columns: TP4 PP4v8 EP64 (DP64 EDP4)."""
+        vpp = f"v{self.vpp}" if self.vpp > 1 else ""
+        sizes = [f"TP{self.tp}", *([f"CP{self.cp}"] if self.cp > 1 else []), f"PP{self.pp}{vpp}", f"EP{self.ep}",
+                 *([f"ETP{self.etp}"] if self.etp > 1 else [])]
+        return f"{' '.join(sizes)} (DP{self.dp} EDP{self.edp})"
+
     def split_text(self) -> str:
         """How the layers are split over pipeline stages when not evenly: what a user must pass again to reproduce
         the layout (--pipeline-layout, --first/--last-stage-layers, --account-for-*); "" for an even split."""

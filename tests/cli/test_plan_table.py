@@ -1,0 +1,68 @@
+"""plan's candidates as a person reads them at 80, 120 and the piped 200 columns: every figure and layout whole on
+the line of its row, each pipeline split whole on one line."""
+
+import json
+import re
+
+import pytest
+from cli_run import run
+
+# the README's own example: re-split pipeline layouts ~60 characters long, which the table's layout column had folded
+# into ~8 lines a row, and 1,264 tokens/s split as "1,2" over "64" at 80 columns
+JOB = ["plan", "deepseek-v3", "--gpu", "h100", "--gpus", "1024", "--seq", "4096", "--gbs", "8192"]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    import contextlib
+    import io
+
+    from moetune.cli.main import main
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main([*JOB, "--json"]) == 0
+    return json.loads(out.getvalue())["results"]
+
+
+def _compact(lay: dict) -> str:
+    """The layout as the rows write it: CP and ETP named only above 1 (the legend under the table says so)."""
+    vpp = f"v{lay['vpp']}" if lay["vpp"] > 1 else ""
+    cp = f" CP{lay['cp']}" if lay["cp"] > 1 else ""
+    etp = f" ETP{lay['etp']}" if lay["etp"] > 1 else ""
+    return f"TP{lay['tp']}{cp} PP{lay['pp']}{vpp} EP{lay['ep']}{etp} (DP{lay['dp']} EDP{lay['edp']})"
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_each_row_reads_whole_at_the_terminal_width(width, rows, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(width))
+    code, out, _ = run(JOB, capsys)
+    lines = out.splitlines()
+    start = lines.index("Fastest configurations that fit")
+    end = next(i for i, line in enumerate(lines) if re.match(r"#\d+(, #\d+)*: ", line))  # the splits below
+    shown = lines[start:end]
+    assert code == 0 and "…" not in out and all(len(line) <= width for line in shown), max(map(len, shown))
+    for rank, r in enumerate(rows, 1):
+        # the row's first line: a table's "│ 1 │" (the results table comes first), a block's "#1"
+        first = next(line for line in shown if line.startswith((f"│ {rank} │", f"#{rank} ")))
+        figures = [f"{r['time']['tokens_per_s_per_gpu']:,.0f}", f"{r['time']['tflops_per_gpu']:.0f}",
+                   f"{r['memory']['peak_bytes'] / 2**30:.1f}"]
+        assert all(re.search(rf"(?<![\d,.]){re.escape(f)}(?![\d,.])", first) for f in figures), (figures, first)
+        assert any(_compact(r["layout"]) in line for line in shown), _compact(r["layout"])
+        # the split, whole on one line below the rows, to be passed again as --pipeline-layout
+        assert any(line.endswith(f"pipeline layout {r['pipeline']['pipeline_layout']}") and f"#{rank}" in line
+                   for line in lines[end:]), r["pipeline"]["pipeline_layout"]
+    assert "Layouts name CP and ETP only above 1." in lines
+
+
+def test_the_knobs_of_every_row_are_still_shown(rows, capsys, monkeypatch):
+    """At 80 columns the knobs move into each row's block: each row's recompute modules and graph scope are there."""
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = run(JOB, capsys)
+    text = " ".join(out.split())
+    for rank, r in enumerate(rows, 1):
+        k = r["knobs"]
+        block = text.split(f"#{rank} ", 1)[1].split(f"#{rank + 1} ", 1)[0]
+        recompute = k["recompute"] + (f" ({','.join(k['recompute_modules'])})" if k["recompute"] == "selective" else "")
+        assert f"dispatcher {k['dispatcher']}" in block and f"recompute {recompute}" in block, block
+        assert f"cuda graphs {','.join(k['cuda_graph_scope'])}" in block, block
+        assert f"mbs {r['workload']['micro_batch_size']}" in block and k["precision"] in block, block
+
