@@ -1,8 +1,9 @@
 """plan's candidates as a person reads them at 80, 120 and the piped 200 columns: every figure and layout whole on
-the line of its row, each pipeline split whole on one line."""
+the line of its row, each pipeline split whole on one line, and the closing line's commands run as written."""
 
 import json
 import re
+import shlex
 
 import pytest
 from cli_run import run
@@ -66,3 +67,27 @@ def test_the_knobs_of_every_row_are_still_shown(rows, capsys, monkeypatch):
         assert f"cuda graphs {','.join(k['cuda_graph_scope'])}" in block, block
         assert f"mbs {r['workload']['micro_batch_size']}" in block and k["precision"] in block, block
 
+
+def test_the_closing_line_s_commands_run_as_written(tmp_path, capsys, monkeypatch):
+    """plan's Next line: save the plan, explain it, emit it and check what emit wrote, each command as the line
+    gives it (the check as emit itself prints it, the release the plan was searched for included)."""
+    monkeypatch.chdir(tmp_path)
+    job = ["plan", "olmoe-1b-7b", "--gpu", "h100", "--gpus", "8", "--gbs", "64", "--top", "1", "--megatron-core",
+           "0.15"]
+    code, out, _ = run(job, capsys)
+    line = " ".join(out.split()).split("Next: ", 1)[1]
+    commands = re.findall(r"`([^`]+)`", line)
+    assert code == 0 and commands[0] == "--json > plan.json" and out.rstrip().endswith(line.split()[-1])
+    code, saved, _ = run([*job, "--json"], capsys)
+    (tmp_path / "plan.json").write_text(saved)
+    emitted = None
+    for command in commands[1:]:
+        words = shlex.split(command)
+        assert words[0] == "moetune"
+        code, said, err = run(words[1:], capsys)
+        assert code == 0, (command, err)
+        if words[1] == "emit":
+            emitted = " ".join(said.split()).split("check the launch as it runs: ", 1)[1]
+    check = next(c for c in commands if c.startswith("moetune check"))
+    assert emitted == check and "--megatron-core 0.15" in check
+    assert (tmp_path / "run" / "megatron_lm_args.txt").exists() and (tmp_path / "plan.html").exists()

@@ -11,7 +11,7 @@ from moetune.cli.options import TOKENS, release_options
 from moetune.cli.output import attention_notes, console, emit_json, print_model_notes, user_files_line
 from moetune.cli.plan_baseline import same_job, same_optimizer
 from moetune.cli.plan_fix import parse_fix
-from moetune.cli.plan_output import plan_json, print_plan
+from moetune.cli.plan_output import next_steps, plan_json, print_plan
 from moetune.cli.release_check import release_target
 from moetune.cli.versus_output import print_versus
 from moetune.configio.releases import reading
@@ -164,6 +164,8 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
             console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
         if comparison:
             print_versus(comparison)
+        if pick:
+            console().print(next_steps(result))
     if not result.results:
         raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
 

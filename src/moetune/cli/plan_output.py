@@ -1,5 +1,10 @@
 """``moetune plan``'s results: the table people read (print_plan) and the JSON scripts read (plan_json)."""
 
+from pathlib import Path
+
+from rich.markup import escape
+
+from moetune.cli.emit_cmd import check_command
 from moetune.cli.output import console, fsdp_text
 from moetune.cli.plan_notes import (
     gain_over_pick,
@@ -86,3 +91,21 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
                   "the last digits: 3% of memory free, less model parallelism, lighter recompute, no offload, the "
                   "layout's default dispatcher, more DP, below 16k tokens less CP, then less TP, less expert TP, "
                   f"more EP (planner/ranking.py preference){cp}")
+
+
+# where `next_steps` saves the plan and writes the launch (any names work: they are the commands' arguments)
+PLAN_FILE, RUN_DIR = "plan.json", "run"
+
+
+def next_steps(result: PlanResult) -> str:
+    """The commands that take the plan on (plan's closing line, text output only): save it as JSON, then explain, emit
+    and check the launch emit writes, as emit of the saved plan prints that check (emit_cmd.check_command: its GPU,
+    count and the release the plan was searched for), and report."""
+    pick = result.results[0]
+    check = check_command({"cluster.gpu": pick.gpu.ref, "cluster.num_gpus": pick.layout.world_size}, Path(RUN_DIR),
+                          result.release)
+    return (f"[bold]Next[/bold]: save this plan: the same command with `--json > {PLAN_FILE}`; then `moetune explain "
+            f"--plan {PLAN_FILE}` (why #1, and what to retune), `moetune emit {PLAN_FILE} --out {RUN_DIR}/` (Megatron "
+            f"Bridge overrides, Megatron-LM arguments, env.sh and launch scripts; --rank N for row N), "
+            f"`{escape(check)}` (the launch as it runs), and `moetune report {PLAN_FILE} --out plan.html` (a page to "
+            "share)")
