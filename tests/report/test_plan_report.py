@@ -1,6 +1,7 @@
 """`moetune report`: a real plan's page, each figure read back from the page against the plan's own JSON."""
 
 import contextlib
+import html
 import io
 import json
 import re
@@ -164,3 +165,32 @@ def test_the_caveats_plan_prints_are_on_the_page(tmp_path, capsys):
     page, text = _report(plan, tmp_path, capsys)
     assert data["fp8_caveat"]["hidden_size"] == 2048 and "FP8 caveat: the pick runs fp8-blockwise" in text
     assert "Track record: 13 published qwen3-30b-a3b run(s) on h100" in text and "R029 +53%" in text
+
+
+@pytest.mark.parametrize("job, key", [
+    # Qwen3-30B-A3B on 64 H100 at 8k: the DeepEP row predicts +0.6% over the HybridEP pick but leaves under 3% free
+    (["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "8192", "--gbs", "512"], "near_tie"),
+    # Mixtral-8x7B on 16 H100 at 8k: a CP 2 layout predicts more, ranked off below 16k (test_plan_cmd.py)
+    (["mixtral-8x7b", "--gpu", "h100", "--gpus", "16", "--seq", "8192", "--gbs", "64", "--top", "3"],
+     "short_cp_alternative"),
+    # GLM-4.5 at 128k on 136 H100: full recompute, the optimizer offload alternative named (test_plan_cmd.py)
+    (["glm-4.5", "--gpu", "h100", "--gpus", "136", "--seq", "131072", "--gbs", "136", "--top", "1"],
+     "offload_alternative")])
+def test_the_notes_plan_prints_are_on_the_page(job, key, tmp_path, capsys):
+    """The page had left out the notes plan prints under its table (the near-tie, the headroom, a faster CP layout,
+    the offload alternative) and the moves the search leaves out: each note plan prints is on the page, word for
+    word, read from the saved JSON."""
+    plan = tmp_path / "plan.json"
+    code, out, _ = run(["plan", *job, "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and key in data
+    plan.write_text(out)
+    code, printed, _ = run(["plan", *job], capsys)
+    notes = [line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith(("note: ", "Not searched"))]
+    page, text = _report(plan, tmp_path, capsys)
+    said = html.unescape(text)
+    assert code == 0 and len(notes) >= 1 + bool(data.get("unsearched_moves"))
+    assert all(note in said for note in notes), [n for n in notes if n not in said]
+    if key == "near_tie":
+        assert data["near_tie"]["why"] in said and "Not searched (the seeds' starting choice stays the pick's): " \
+            f"fp8_current_scaling predicts {data['unsearched_moves'][0]['predicted_gain']:+.1%}" in said

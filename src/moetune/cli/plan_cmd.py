@@ -28,6 +28,7 @@ from moetune.planner.fp8_evidence import plan_caveat
 from moetune.planner.from_json import estimate_from_json
 from moetune.planner.nvfp4_evidence import caveat as nvfp4_caveat
 from moetune.planner.nvfp4_evidence import caveat_line
+from moetune.planner.plan_notes import UNSEARCHED, unsearched_text
 from moetune.planner.release_fit import release_model
 from moetune.planner.rule_findings import findings, with_fix
 from moetune.planner.search import plan
@@ -155,9 +156,7 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
         if near_ep:
             console().print(f"[bold]NVLink domain[/bold]: #1's {ep_domain_text(result.results[0], near_ep)}")
         for m in unsearched:
-            console().print(f"[bold]Not searched[/bold] (the seeds' starting choice stays the pick's): {m['rule']} "
-                            f"predicts {m['predicted_gain']:+.1%} on #1 ({m['new_tokens_per_s_per_gpu']:,.0f} "
-                            f"tokens/s/GPU): {m['why']}; `explain --plan` lists it with its settings")
+            console().print(f"[bold]{UNSEARCHED}[/bold]: {escape(unsearched_text(m))}")
         if pick:
             print_model_notes(console(), pick.model)
         if record:

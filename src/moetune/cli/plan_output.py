@@ -6,21 +6,13 @@ from rich.markup import escape
 
 from moetune.cli.emit_cmd import check_command
 from moetune.cli.output import console, fsdp_text
-from moetune.cli.plan_notes import (
-    gain_over_pick,
-    gbs_allowing,
-    gbs_note,
-    near_tie_json,
-    near_tie_note,
-    offload_note,
-    short_cp_note,
-)
+from moetune.cli.plan_notes import gain_over_pick, near_tie_json
 from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
-from moetune.layout.validate import LONG_CONTEXT
 from moetune.planner.explain import optimizer_note
-from moetune.planner.moves import TIGHT_SHARE, margin_gib, tight
-from moetune.planner.ranking import CP_SHORT_MARGIN, cp_weight
+from moetune.planner.moves import tight
+from moetune.planner.plan_notes import gbs_allowing, gbs_note, table_notes
+from moetune.planner.ranking import cp_weight
 from moetune.planner.search import PlanResult
 from moetune.planner.why_none import nothing_fits
 
@@ -72,25 +64,8 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
         out.print(f"Optimizer (every row): {note}")
     for note in fsdp_text(result.results[0].knobs):  # one search pass, one strategy (search.plan)
         out.print(f"Data-parallel sharding (every row): {note}")
-    if close := [str(rank) for rank, r in enumerate(result.results, 1) if tight(r)]:
-        out.print(f"[yellow]note[/yellow]: #{', #'.join(close)} leave{'s' if len(close) == 1 else ''} under "
-                  f"{TIGHT_SHARE:.0%} of the GPU's memory free, within the memory estimate's own error: pass "
-                  f"--headroom {margin_gib(result.results[0].gpu)} to keep that margin")
-    if result.offload_alternative is not None:
-        out.print(f"[yellow]note[/yellow]: {offload_note(result)}")
-    if result.short_cp_alternative is not None:
-        out.print(f"[yellow]note[/yellow]: {short_cp_note(result)}")
-    if result.near_tie is not None:
-        out.print(f"[yellow]note[/yellow]: {near_tie_note(result)}")
-    speeds = [r.time["tokens_per_s_per_gpu"] for r in result.results]
-    if any(a < b for a, b in zip(speeds, speeds[1:])):
-        short_cp = any(r.layout.cp > 1 and r.workload.seq_length < LONG_CONTEXT for r in result.results)
-        cp = (f"; below {LONG_CONTEXT // 1024}k tokens a layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower "
-              "than it predicts (the seeds add CP for long context)") if short_cp else ""
-        out.print("[yellow]note[/yellow]: candidates within 1% of each other are ranked by the seeds' order, not by "
-                  "the last digits: 3% of memory free, less model parallelism, lighter recompute, no offload, the "
-                  "layout's default dispatcher, more DP, below 16k tokens less CP, then less TP, less expert TP, "
-                  f"more EP (planner/ranking.py preference){cp}")
+    for note in table_notes(plan_json(result, gbs, pins)):  # worded from the JSON, as report's page words them
+        out.print(f"[yellow]note[/yellow]: {escape(note)}")
 
 
 # where `next_steps` saves the plan and writes the launch (any names work: they are the commands' arguments)

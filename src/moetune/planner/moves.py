@@ -128,7 +128,12 @@ COMPANIONS = ("mixed_precision.fp8", "mixed_precision.fp8_recipe", "mixed_precis
 
 def margin_gib(gpu) -> int:
     """Whole GiB of --headroom that keep a plan's picks out of `tight`: TIGHT_SHARE of the GPU's memory, rounded up."""
-    return math.ceil(TIGHT_SHARE * gpu.capacity_bytes / GIB)
+    return headroom_for(gpu.capacity_bytes)
+
+
+def headroom_for(capacity_bytes: int) -> int:
+    """margin_gib of a GPU of CAPACITY_BYTES (a saved result's memory.capacity_bytes)."""
+    return math.ceil(TIGHT_SHARE * capacity_bytes / GIB)
 
 
 def tight(e: Estimate) -> bool:

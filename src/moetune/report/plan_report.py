@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from moetune.planner import fp8_evidence, nvfp4_evidence
 from moetune.planner.from_json import saved_results
+from moetune.planner.plan_notes import saved_notes
 from moetune.planner.result_text import knobs_label, layout_label, recompute_label
 from moetune.planner.track_record import track_record_text
 from moetune.report.html import page, pairs, paragraph, section, table
@@ -117,6 +118,9 @@ def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) ->
     if notes := _caveats(plan):
         sections.insert(1, section("How far to trust it", *notes))
         names.insert(1, "caveats")
+    if notes := saved_notes(plan):  # what plan prints under its table, and the moves it leaves out
+        sections.insert(1, section("Notes (as plan prints them)", *(paragraph(n) for n in notes)))
+        names.insert(1, "notes")
     if ingest is not None:
         sections.append(section("Measured on the cluster (moetune sweep)", _sweep(ingest)))
         names.append("sweep")
