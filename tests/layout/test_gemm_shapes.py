@@ -62,6 +62,22 @@ def test_the_fuzz_case_names_its_numbers_and_fixes():
     assert err.value.same_as == ("precision.gemm_shapes",) and "\n" not in str(err.value)
 
 
+def test_the_refusal_names_every_check_the_fix_meets():
+    """An odd sequence on Hopper fails Transformer Engine's multiple of 8 (assert_dim_for_fp8_exec) and cuBLAS's 16
+    (cublaslt_gemm.cu, wgrad's leading dimension): both are named, since --seq 4112 / --mbs 16 meet the second; 4104
+    fails only cuBLAS's 16 (4104 = 8 x 513), and Blackwell asks only the 8."""
+    odd = gemm_refusal(DBRX, "fp8-blockwise", "hopper", seq=4097, mbs=1, tp=1, cp=1, sp=False, etp=1)
+    assert "multiple of 8, got 4097 (Transformer Engine asserts it: utils.py assert_dim_for_fp8_exec)" in odd
+    assert "weight-gradient GEMM (seq x MBS / CP) a multiple of 16, got 4097" in odd and "cublaslt_gemm.cu" in odd
+    even = gemm_refusal(DBRX, "fp8-blockwise", "hopper", seq=4104, mbs=1, tp=1, cp=1, sp=False, etp=1)
+    assert "multiple of 8" not in even and "a multiple of 16, got 4104" in even
+    blackwell = gemm_refusal(DBRX, "mxfp8", "blackwell", seq=4097, mbs=1, tp=1, cp=1, sp=False, etp=1)
+    assert "multiple of 8, got 4097" in blackwell and "multiple of 16" not in blackwell
+    with pytest.raises(MoetuneError, match=r"multiple of 8, got 4097 .*, and the tokens of each weight-gradient GEMM "
+                                           r".*multiple of 16, got 4097 .*; use --seq 4112 or --mbs 16"):
+        validate_gemm_shapes(DBRX, "fp8-blockwise", "hopper", seq=4097, mbs=1, tp=1, cp=1, sp=False, etp=1)
+
+
 @pytest.mark.parametrize("w", [DBRX, DSV3])
 @pytest.mark.parametrize("shape", SHAPES[::7])
 def test_token_fix_runs(w, shape):

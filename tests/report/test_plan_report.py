@@ -175,7 +175,10 @@ def test_the_caveats_plan_prints_are_on_the_page(tmp_path, capsys):
      "short_cp_alternative"),
     # GLM-4.5 at 128k on 136 H100: full recompute, the optimizer offload alternative named (test_plan_cmd.py)
     (["glm-4.5", "--gpu", "h100", "--gpus", "136", "--seq", "131072", "--gbs", "136", "--top", "1"],
-     "offload_alternative")])
+     "offload_alternative"),
+    # Qwen3-30B-A3B on 64 H100 at 4,097 tokens: no FP8 GEMM shape runs, the pick is BF16 (planner/shape_note.py)
+    (["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "4097", "--gbs", "512", "--top", "1"],
+     "shape_refusal")])
 def test_the_notes_plan_prints_are_on_the_page(job, key, tmp_path, capsys):
     """The page had left out the notes plan prints under its table (the near-tie, the headroom, a faster CP layout,
     the offload alternative) and the moves the search leaves out: each note plan prints is on the page, word for

@@ -38,6 +38,8 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
         out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
     if result.near_tie is not None:
         out["near_tie"] = near_tie_json(result)
+    if result.shape_refusal is not None:
+        out["shape_refusal"] = result.shape_refusal
     if not result.results:
         out["nothing_fits"] = {"lightest_peak_gib": result.lightest_peak_gib, "lightest": result.lightest,
                                "capacity_gib": result.capacity_gib, "lightest_host_gib": result.lightest_host_gib,

@@ -95,18 +95,19 @@ def gemm_shapes_ok(w: Widths, precision: str, arch: str, **shape) -> np.ndarray 
     return np.logical_and.reduce([np.asarray(c.count) % c.multiple == 0 for c in checks])
 
 
-def _first_refused(w: Widths, precision: str | None, arch: str | None, **shape) -> Check | None:
+def _refused(w: Widths, precision: str | None, arch: str | None, **shape) -> list[Check]:
     if not precision or precision == "bf16":
-        return None
-    return next((c for c in gemm_checks(w, hopper=hopper_fp8(precision, arch), **shape)
-                 if int(c.count) % c.multiple), None)
+        return []
+    return [c for c in gemm_checks(w, hopper=hopper_fp8(precision, arch), **shape) if int(c.count) % c.multiple]
 
 
 def gemm_refusal(w: Widths, precision: str | None, arch: str | None, **shape) -> str | None:
-    """The first shape this recipe refuses, in words with its numbers (None: every one holds, or BF16). `shape`:
-    seq, mbs, tp, cp, sp, etp."""
-    c = _first_refused(w, precision, arch, **shape)
-    return c and f"{precision} needs the {c.what} a multiple of {c.multiple}, got {int(c.count)} ({c.why})"
+    """Every shape this recipe refuses, in words with its numbers and the source that refuses it (None: every one
+    holds, or BF16): an odd sequence on Hopper fails both Transformer Engine's multiple of 8 and cuBLAS's 16, and the
+    fix (token_fix) meets both, so both are named. `shape`: seq, mbs, tp, cp, sp, etp."""
+    refused = _refused(w, precision, arch, **shape)
+    return f"{precision} needs " + ", and ".join(f"the {c.what} a multiple of {c.multiple}, got {int(c.count)} "
+                                                 f"({c.why})" for c in refused) if refused else None
 
 
 def token_fix(w: Widths, precision: str, arch: str | None, *, seq: int, mbs: int, tp: int, cp: int,
@@ -124,10 +125,10 @@ def validate_gemm_shapes(w: Widths, precision: str, arch: str | None, *, seq: in
                          sp: bool, etp: int) -> None:
     """Raise the refusal in one line, with the sequence length, MBS or layout that runs (estimate's validation)."""
     shape = {"seq": seq, "mbs": mbs, "tp": tp, "cp": cp, "sp": sp, "etp": etp}
-    c = _first_refused(w, precision, arch, **shape)
-    if c is None:
+    refused = _refused(w, precision, arch, **shape)
+    if not refused:
         return
-    if c.shard is not None:
+    if refused[0].shard is not None:
         s, m = token_fix(w, precision, arch, seq=seq, mbs=mbs, tp=tp, cp=cp, sp=sp)
         fix = f"use --seq {s} or --mbs {m}, or --precision bf16"
     else:

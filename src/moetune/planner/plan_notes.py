@@ -1,7 +1,8 @@
 """The notes `plan` prints beside its table, worded from the plan's JSON (cli/plan_output.py plan_json), so that plan's
 text and `report` of the saved plan say the same: the DP sizes the global batch rules out, the rows within the memory
 estimate's own error of the GPU, the optimizer-offload alternative to a full-recompute pick, a faster CP layout the
-short-context weight ranked off, the near-tie, the seeds' order within 1%, and the moves the search leaves out."""
+short-context weight ranked off, the near-tie, the seeds' order within 1%, the moves the search leaves out, and why
+a BF16 pick where FP8/FP4 was searched (planner/shape_note.py)."""
 
 from moetune.layout.validate import LONG_CONTEXT
 from moetune.planner.from_json import saved_results
@@ -99,11 +100,22 @@ def unsearched_text(m: dict) -> str:
             f"tokens/s/GPU): {m['why']}; `explain --plan` lists it with its settings")
 
 
+def shape_note(refusal: dict) -> str:
+    """Why a BF16 pick where FP8/FP4 was searched: the GEMM shapes refused it (planner/shape_note.py), and the nearest
+    sequence length (or the least micro-batch) at which they accept it on #1's layout."""
+    p = refusal["precision"]
+    allow = [f"--seq {refusal['seq_allowing']}"] * bool(refusal["seq_allowing"]) \
+        + [f"--fix mbs={refusal['mbs_allowing']}"] * bool(refusal["mbs_allowing"])
+    return (f"no {p} candidate runs at sequence {refusal['seq_length']:,}, so the pick runs bf16: the GEMM shapes "
+            f"refuse every {p} candidate that fits in memory; on #1's layout, {refusal['refusal']}"
+            + (f"; {' or '.join(allow)} lets {p} run there" if allow else ""))
+
+
 def table_notes(data: dict) -> list[str]:
     """The notes plan prints under its table, in its order, from its JSON."""
     rows = saved_results(data)
     pick = rows[0]
-    notes = [tight_note(rows)]
+    notes = [shape_note(data["shape_refusal"]) if data.get("shape_refusal") else None, tight_note(rows)]
     if alt := data.get("offload_alternative"):
         notes.append(offload_note(pick, alt))
     if alt := data.get("short_cp_alternative"):

@@ -39,6 +39,7 @@ from moetune.planner.release_fit import (
 from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
+from moetune.planner.shape_note import shape_refusal
 from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -81,6 +82,8 @@ class PlanResult:
     near_tie: NearTie | None = None
     # the TP and CP sizes the sequence length itself ruled out, and the nearest length that allows them (None: none)
     sequence_note: str | None = None
+    # a BF16 pick where the GEMM shapes refused every FP8/FP4 candidate that fit in memory (shape_note.py)
+    shape_refusal: dict | None = None
     release: str | None = None  # the release the knob sets were bounded by (plan --megatron-core / --megatron-bridge)
     release_lacks: tuple[str, ...] = ()  # the fields it lacks that kept knob sets out (release_fit.release_grid)
 
@@ -235,7 +238,9 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     # named only where a caller shows it (not offload_instead's search, nor the FP8 caveat's BF16 one)
     short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_notes else None
     tie = near_tie(s, results, result, fastest, efficiency_overrides) if weigh_notes else None
-    return PlanResult(short_cp_alternative=short_cp, near_tie=tie, candidates_evaluated=len(cands) * len(grid),
+    shapes = shape_refusal(s, results[0], defaults["precision"]) if weigh_notes and results else None
+    return PlanResult(short_cp_alternative=short_cp, near_tie=tie, shape_refusal=shapes,
+                      candidates_evaluated=len(cands) * len(grid),
                       feasible=s.feasible, search_seconds=time.perf_counter() - start, layouts=len(layouts),
                       knob_sets=len(grid), bounded_knob_sets=s.bounded,
                       results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,

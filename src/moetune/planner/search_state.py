@@ -90,6 +90,10 @@ class Search:
     memory_fits: bool = False  # some candidate fit in memory under some knob set, prerequisites aside
     # where candidates fit in memory but none runs: the GEMM shape an FP8/FP4 recipe refused in one of them
     gemm_note: str | None = None
+    # the FP8/FP4 recipes with candidates that fit in memory, and whether their GEMM shapes let any of those run:
+    # where none, a BF16 pick says why (planner/shape_note.py)
+    quantized_in_memory: set = field(default_factory=set)
+    quantized_shapes_ok: bool = False
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
     short_cp: bool = False  # collect short_cp_best: a search that shows plan's note, below the long-context regime
     # below the long-context regime, the fastest CP > 1 candidates by their own prediction (the ranking weighs CP
@@ -118,6 +122,10 @@ class Search:
         fits, roomy, in_memory = _fits(self.spec, self.gpu, batch, self.wl, knobs, self.overheads, self.roomy_bytes)
         self.feasible += int(fits.sum())
         self.memory_fits |= bool(in_memory.any())
+        if knobs.precision != "bf16" and in_memory.any():
+            self.quantized_in_memory.add(knobs.precision)
+            self.quantized_shapes_ok = self.quantized_shapes_ok or bool(
+                (in_memory & _gemm_shapes(batch, self.spec, self.gpu, knobs.precision, self.wl.seq_length)).any())
         if self.gemm_note is None and knobs.precision != "bf16" and in_memory.any() and not fits.any():
             i = int(np.argmax(in_memory))
             lay = batch.layout(i)
