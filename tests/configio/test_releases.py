@@ -13,6 +13,7 @@ from moetune.configio.releases import (
     known_release,
     newest_having,
     reading,
+    refused,
     release_number,
     releases,
     span,
@@ -121,6 +122,17 @@ def test_the_values_a_release_takes():
     assert values_lacking({"model.cuda_graph_scope": ["attn", "moe_router"], "model.num_layers": 4}, "0.15") == \
         ["model.cuda_graph_scope=moe_router"]
     assert values_lacking({"model.cuda_graph_scope": ["attn", "moe_router"]}, "0.16") == []
+
+
+def test_what_a_fix_sets_that_the_release_refuses():
+    """vet_fixes' release check (rules/engine.py): a name the release lacks (moe_paged_stash: a TransformerConfig field
+    from core_v0.18.0) and a value it refuses (moe_preprocess among 0.15's one-string scopes); a None sets nothing, and
+    Bridge 0.5.0 takes the data's length as dataset.sequence_length, which check tells the user to write."""
+    assert refused({"model.moe_paged_stash": True, "model.num_layers": 4}, "0.17") == ["model.moe_paged_stash"]
+    assert refused({"model.cuda_graph_scope": ["attn", "moe_preprocess"]}, "0.15") == \
+        ["model.cuda_graph_scope=moe_preprocess"]
+    assert refused({"model.moe_paged_stash": None, "dataset.seq_length": 4096}, "0.5.0") == []
+    assert refused({"model.moe_paged_stash": True}, "0.18") == []
 
 
 def test_the_hybrid_pattern_s_older_spelling_is_read_as_main_reads_it():

@@ -303,3 +303,11 @@ def values_lacking(config: dict[str, Any], release: str) -> list[str]:
     return [f"{k}={item}" for k, v in config.items() if has(release, k)
             for item in (v if isinstance(v, (list, tuple)) else [v])
             if isinstance(item, str) and release not in table.have.get(f"{k}={item}", (release,))]
+
+
+def refused(fix: dict[str, Any], release: str) -> list[str]:
+    """The names of FIX (config overrides: a rule's fix) that RELEASE lacks, and 'FIELD=VALUE' for each value of it
+    RELEASE refuses (values_lacking): what check.not_in_release would say of a config holding FIX. A field set to None
+    sets nothing, and one with an alias the release has is written so (check says which), so neither is one."""
+    return [k for k, v in fix.items() if v is not None and not has(release, k) and not alias_in(k, release)] + \
+        values_lacking(fix, release)

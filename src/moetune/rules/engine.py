@@ -7,12 +7,15 @@ from typing import Any
 
 from moetune.configio.names import NO_DEFAULT, is_megatron_lm, names
 from moetune.configio.normalize import Assignment, resolve
+from moetune.configio.releases import refused
 from moetune.rules.derive import derive
 from moetune.rules.expr import Env, Expr, Missing
 from moetune.rules.expr import evaluate as eval_expr
 from moetune.rules.table import Rule, Table, load_table
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
+# the finding check gives a name or value the target release lacks (cli/release_check.py), outside the rule table
+NOT_IN_RELEASE = "check.not_in_release"
 
 
 @dataclass(kw_only=True, slots=True)
@@ -126,14 +129,18 @@ def vet_fixes(config: dict[str, Any], found: list[Finding], derived: dict[str, A
               context: str = "check") -> list[Finding]:
     """`found` with each fix applied to the config alone and the table run again: a fix that adds an error is
     withdrawn, its errors named (Finding.fix_withdrawn), so no printed fix sends a user into another refusal (the
-    explain audit found four that did). ``derived``: the same estimator facts the findings had."""
+    explain audit found four that did). ``derived``: the same estimator facts the findings had, with the release
+    targeted (target_release), under which each fix is judged too: one setting a name or value that release lacks
+    is what check.not_in_release refuses there (configio/releases.py refused), though no rule of the table says it."""
     before = {f.rule for f in found if f.severity == "error"}
+    release = (derived or {}).get("target_release")
     out = []
     for f in found:
         if f.fix:
             fix = resolve(Assignment(key=k, value=v, origin=f"fix of {f.rule}") for k, v in f.fix.items())
             after = evaluate({**config, **fix}, derived, context=context)
-            added = sorted({g.rule for g in after if g.severity == "error"} - before)
+            added = sorted(({g.rule for g in after if g.severity == "error"} - before)
+                           | ({NOT_IN_RELEASE} if release is not None and refused(fix, release) else set()))
             f = replace(f, fix={}, fix_withdrawn=added) if added else f
         out.append(f)
     return out
