@@ -172,6 +172,19 @@ def flags(pin: str, tmp: str) -> dict[str, str]:
     return {**{f: "flag" for f in json.loads(out.stdout)["flags"]}, **values(tree), **scripts(MLM, pin)}
 
 
+# Bridge's own optimizer setup (training/optim.py) routes a Muon name to Megatron-Core's get_megatron_muon_optimizer
+# from v0.3.0; before it every name goes to get_megatron_optimizer, which at the pin (0d8e0714cd29,
+# optimizer/__init__.py:415) raises "muon optimizer is not supported" though the pin's own trainer takes it
+MUON_ROUTE = "get_megatron_muon_optimizer"
+
+
+def bridge_optimizers(tag: str, pinned: dict[str, str]) -> dict[str, str]:
+    """PINNED (the pin's names) with the Muon optimizer values (megatron_values.MUON) only where TAG's own optimizer
+    setup routes them (MUON_ROUTE)."""
+    routes = MUON_ROUTE in _git("-C", BRIDGE, "show", f"{tag}:src/megatron/bridge/training/optim.py")
+    return {n: k for n, k in pinned.items() if routes or not n.startswith("optimizer.optimizer=")}
+
+
 def core_version(pin: str) -> str:
     info = _git("-C", MLM, "show", f"{pin}:megatron/core/package_info.py")
     parts = dict(line.replace(" ", "").split("=", 1) for line in info.splitlines()
@@ -190,7 +203,7 @@ def main() -> None:
         for tag, pin in pins.items():
             if pin not in dumped:
                 dumped[pin] = flags(pin, os.path.join(tmp, pin[:12]))
-            have[tag] = {**dumped[pin], **fields(tag, pin)}
+            have[tag] = {**bridge_optimizers(tag, dumped[pin]), **fields(tag, pin)}
     releases = [t[1:] for t in TAGS]
     with open(_data("bridge_pins.csv"), "w") as out:
         out.write("# Megatron Bridge release tags and the Megatron-LM their 3rdparty/Megatron-LM submodule pins "

@@ -163,6 +163,7 @@ def main() -> None:
     print("# fields from dataclasses.fields of TransformerConfig + MLATransformerConfig (model.*, with "
           "ModelParallelConfig's),")
     print("# DistributedDataParallelConfig (ddp.*) and OptimizerConfig (optimizer.*); values (model.FIELD=VALUE, "
+          "optimizer.optimizer=VALUE, "
           "kind value) a field takes, and the pretrain_*.py entry points (kind script), by tools/megatron_values.py.")
     print("name,kind," + ",".join(TAGS))
     for name in sorted(set(kinds) - every, key=lambda n: (kinds[n], n)):

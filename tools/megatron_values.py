@@ -1,6 +1,7 @@
-"""The values a Megatron-LM tree's TransformerConfig accepts for the fields moetune's plans enumerate, as names
-"model.FIELD=VALUE" of kind "value" (tools/megatron_releases.py and tools/bridge_releases.py list them beside the
-fields, so configio/releases.has answers for a value as for a field). Read from the sources by ast:
+"""The values a Megatron-LM tree's TransformerConfig (and its trainer's --optimizer) accepts for the fields moetune's
+plans enumerate, as names "model.FIELD=VALUE" (and "optimizer.optimizer=VALUE") of kind "value"
+(tools/megatron_releases.py and tools/bridge_releases.py list them beside the fields, so configio/releases.has
+answers for a value as for a field). Read from the sources by ast:
 
 - recompute_modules, offload_modules: the `allowed_modules = {...}` sets __post_init__ checks each against (told
   apart by the field the statements after the set name);
@@ -10,7 +11,13 @@ fields, so configio/releases.has answers for a value as for a field). Read from 
   @core_v0.15.0), which SINGLE_SCOPES lists;
 - cuda_graph_impl, moe_flex_dispatcher_backend: the field's Literal annotation; a plain `str` cuda_graph_impl
   (core_v0.15.0, transformer_config.py:638-644) takes what its docstring names, STR_IMPLS, and a plain `str` backend
-  any value (WILDCARD, expand).
+  any value (WILDCARD, expand);
+- optimizer.optimizer: the Muon optimizers moetune prices beside Adam (MUON; Adam is in every release), where the
+  tree's --optimizer choices list them (megatron/training/arguments.py: adam and sgd alone at core_v0.15.0:2198,
+  muon and dist_muon from core_v0.16.0:2057); OptimizerConfig's field is a plain str, and it is Megatron-LM's trainer
+  that routes a Muon name to get_megatron_muon_optimizer (training.py core_v0.16.0), Megatron-Core's
+  get_megatron_optimizer raising "optimizer is not supported" for it. Megatron Bridge routes them itself
+  (tools/bridge_releases.py bridge_optimizers).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ SINGLE_SCOPES = ("full", "attn", "full_iteration")
 WILDCARD = "*"  # a str field no Literal or list bounds: every value any release takes (expand)
 STR_IMPLS = ("none", "local", "transformer_engine")
 LITERALS = ("cuda_graph_impl", "moe_flex_dispatcher_backend")
+MUON = ("muon", "dist_muon")
 
 
 def _parse(tree: str, path: str) -> ast.Module | None:
@@ -83,6 +91,17 @@ def _scopes(tree: str, config: ast.Module) -> list[str]:
     return list(SINGLE_SCOPES)
 
 
+def optimizers(tree: str) -> list[str]:
+    """The Muon optimizers (MUON) among the choices of the tree's --optimizer argument."""
+    arguments = _parse(tree, "megatron/training/arguments.py")
+    for node in ast.walk(arguments) if arguments else ():
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument" and node.args and \
+                isinstance(node.args[0], ast.Constant) and node.args[0].value == "--optimizer":
+            choices = next((ast.literal_eval(k.value) for k in node.keywords if k.arg == "choices"), [])
+            return [c for c in choices if c in MUON]
+    return []
+
+
 def values(tree: str) -> dict[str, str]:
     """{"model.FIELD=VALUE": "value"} of the Megatron-LM tree at TREE (its megatron/ directory's parent)."""
     config = _parse(tree, "megatron/core/transformer/transformer_config.py")
@@ -96,7 +115,8 @@ def values(tree: str) -> dict[str, str]:
             found[field] = got
     if _annotation(config, "cuda_graph_scope") is not None:
         found["cuda_graph_scope"] = _scopes(tree, config)
-    return {f"model.{field}={v}": "value" for field, vs in found.items() for v in vs}
+    return {**{f"model.{field}={v}": "value" for field, vs in found.items() for v in vs},
+            **{f"optimizer.optimizer={v}": "value" for v in optimizers(tree)}}
 
 
 def expand(have: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:

@@ -52,3 +52,21 @@ def test_each_pin_is_the_tag_s_submodule_commit():
         tree = subprocess.run(["git", "-C", str(BRIDGE), "ls-tree", row["tag"], "3rdparty/Megatron-LM"],
                               capture_output=True, text=True, check=True).stdout.split()
         assert tree[2].startswith(row["megatron_lm_commit"]), release
+
+
+def test_muon_runs_from_bridge_0_3_0():
+    """Bridge's setup_optimizer routes Muon to get_megatron_muon_optimizer from v0.3.0 (training/optim.py:22, :62-71
+    @v0.3.0); v0.2.x sends every name to get_megatron_optimizer, which raises for it (optimizer/__init__.py:415 at the
+    pin 0d8e0714cd29), though the pin's own parser lists muon."""
+    for value in ("optimizer.optimizer=muon", "optimizer.optimizer=dist_muon"):
+        assert span(value, "bridge") == "from 0.3.0 on" and not has("0.2.2", value)
+
+
+@pytest.mark.skipif(not BRIDGE.is_dir() or shutil.which("git") is None, reason="no Megatron-Bridge mirror here")
+def test_the_tool_reads_muon_off_bridge_s_own_optimizer_setup():
+    import sys
+    sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
+    from bridge_releases import bridge_optimizers
+    pinned = {"optimizer.optimizer=muon": "value", "model.cuda_graph_scope=attn": "value"}
+    assert bridge_optimizers("v0.2.2", pinned) == {"model.cuda_graph_scope=attn": "value"}
+    assert bridge_optimizers("v0.3.0", pinned) == pinned

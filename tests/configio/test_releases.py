@@ -135,6 +135,14 @@ def test_what_a_fix_sets_that_the_release_refuses():
     assert refused({"model.moe_paged_stash": True}, "0.18") == []
 
 
+def test_muon_is_a_value_from_0_16():
+    """--optimizer takes adam and sgd alone before core_v0.16.0 (arguments.py core_v0.15.0:2197-2199) and adds muon and
+    dist_muon there (core_v0.16.0:2056-2058): the refusal plan, estimate, emit and check share (values_lacking)."""
+    assert span("optimizer.optimizer=muon") == span("optimizer.optimizer=dist_muon") == "from 0.16 on"
+    assert values_lacking({"optimizer.optimizer": "dist_muon"}, "0.15.3") == ["optimizer.optimizer=dist_muon"]
+    assert values_lacking({"optimizer.optimizer": "adam"}, "0.13") == []  # in every release: not listed
+
+
 def test_the_hybrid_pattern_s_older_spelling_is_read_as_main_reads_it():
     """--hybrid-override-pattern: deprecated in Megatron-LM main, which sets hybrid_layer_pattern from it (arguments.py
     validate_args @d98e8a6); the only spelling before core_v0.17.0. It had been read and ignored, losing the
@@ -169,7 +177,8 @@ def test_the_value_rows_are_what_the_sources_say(tmp_path, release, tag):
 
     sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
     from megatron_values import values
-    for path in ("megatron/core/transformer/transformer_config.py", "megatron/core/transformer/enums.py"):
+    for path in ("megatron/core/transformer/transformer_config.py", "megatron/core/transformer/enums.py",
+                 "megatron/training/arguments.py"):
         text = subprocess.run(["git", "-C", str(MLM_MIRROR), "show", f"{tag}:{path}"], capture_output=True,
                               text=True, check=True).stdout
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,17 @@ def test_a_pinned_set_the_release_cannot_run_is_one_line():
         release_grid([Knobs(dispatcher="hybridep")], "0.15")
 
 
+def test_a_muon_pin_is_named_alone_though_some_sets_lack_more():
+    """Muon (dist_muon: Megatron-LM --optimizer from core_v0.16.0, arguments.py:2056-2058) beside HybridEP, whose
+    backend field 0.15 lacks too: every set lacks dist_muon, which the one line names (the --fix pin), not the
+    dispatcher."""
+    grid = [Knobs(optimizer="muon", dispatcher="hybridep"), Knobs(optimizer="muon", dispatcher="alltoall")]
+    with pytest.raises(MoetuneError, match=r"lacks: optimizer\.optimizer=dist_muon \(Megatron-Core has it from 0\.16 "
+                                           r"on\); change the --fix"):
+        release_grid(grid, "0.15")
+    assert release_grid(grid, "0.16")[0] == grid
+
+
 def test_a_default_held_or_aliased_field_is_no_lack():
     """moe_paged_stash off is Megatron's default (a release without it runs that); the data's length has an alias
     Bridge 0.2.0 has (dataset.sequence_length), which emit writes."""

@@ -163,6 +163,9 @@ CASES: dict[str, Case] = {
     "optimizer.layerwise_param_gather_overlap": Case(S(MOE, "optimizer.optimizer=dist_muon",
                                                        "optimizer.overlap_param_gather_with_optimizer_step=true")),
     # Kimi-K2's Muon recipe at TP 16 over 8 KV groups
+    # Kimi-K2's Muon recipe (dist_muon) on Megatron-Core 0.15, whose --optimizer takes adam or sgd alone
+    # (arguments.py core_v0.15.0:2197-2199)
+    "optimizer.muon_needs_mcore_016": Case(S(MOE, "optimizer.optimizer=dist_muon"), derived={"target_release": "0.15"}),
     # Megatron-LM launches with Muon and DP overlap (Kimi-K2's Bridge recipes overlap the gradient reduce under it)
     "optimizer.muon_dp_overlap_needs_mcore_018": Case(S(MOE, "optimizer.optimizer=muon", "ddp.overlap_grad_reduce=true",
                                                         "cluster.launcher=megatron-lm")),

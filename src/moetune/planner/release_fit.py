@@ -136,22 +136,30 @@ def _graphs_replay(k: Knobs, release: str) -> bool:
     return not (k.ep_overlap and scoped) or core_at_least(release, GRAPHS_UNDER_EP_OVERLAP)
 
 
+def _said(blocking: list[list[str]]) -> list[str]:
+    """What the knob sets refused lack (BLOCKING, one list a set), as their one line names it: what every one of them
+    lacks, the --fix pin the release refuses (Muon: each set's dispatcher and graphs lack more or less besides), else
+    all of it."""
+    every = list(dict.fromkeys(n for missing in blocking for n in missing))
+    return [n for n in every if all(n in missing for missing in blocking)] or every
+
+
 def release_grid(grid: list[Knobs], release: str) -> tuple[list[Knobs], tuple[str, ...]]:
     """(the knob sets of GRID whose fields RELEASE has, each with its FALLBACKS where those are all it lacks; the
     fields that kept the others out or changed them); one line where none is left (the --fix pins ask for what the
     release lacks)."""
-    kept, left, blocking = {}, {}, {}
+    kept, left, blocking = {}, {}, []
     for k in grid:
         missing = lacking(knob_fields(k), release)
         left.update(dict.fromkeys(missing))
         if missing and (fallen := _fallback(k, missing)) is not None:
             k, missing = fallen, lacking(knob_fields(fallen), release)
-        blocking.update(dict.fromkeys(missing))
+        blocking.append(missing)
         if not missing and _graphs_replay(k, release):
             kept[k] = None  # in order, once: a fallback can meet a set the grid has already
     if grid and not kept:
         raise MoetuneError(f"{option(release)}: every knob set searched needs what {describe(release)} lacks: "
-                           f"{_spans(blocking, release)}; change the --fix values that ask for it, or upgrade")
+                           f"{_spans(_said(blocking), release)}; change the --fix values that ask for it, or upgrade")
     return list(kept), tuple(left)
 
 
