@@ -69,7 +69,7 @@ def estimate_from_config(model: str, kw: dict):
         layout, workload, knobs = from_config(config, spec)
         if (release := kw_release(kw)) is not None:  # nothing defaulted: a knob the config sets must run there
             from moetune.planner.release_fit import for_release
-            knobs, spec = for_release(spec, gpu, knobs, release, [])
+            knobs, spec = for_release(spec, gpu, knobs, release, [], config_source(kw, config))
         if kw["token_imbalance"] is not None:
             knobs = replace(knobs, token_imbalance=kw["token_imbalance"])
         result = estimate(spec, gpu, layout, workload, knobs, overheads, efficiency_overrides=eff)
@@ -78,6 +78,27 @@ def estimate_from_config(model: str, kw: dict):
     result.defaulted = []  # nothing takes moetune's platform defaults: Megatron's own stand where the config is silent
     result.source_config = config
     return result
+
+
+def config_source(kw: dict, config: dict):
+    """The config's inputs (its files, --mlm-args, --set) as a refusal names what set its knobs: their fields, or a
+    Megatron-LM launch's arguments (release_fit.KnobSource)."""
+    from moetune.configio.names import is_megatron_lm, names
+    from moetune.planner.release_fit import KnobSource
+
+    inputs = [str(f) for f in kw["configs"]] + ["--mlm-args"] * (kw["mlm_args"] is not None) + \
+        ["--set"] * bool(kw["sets"])
+    where = f"{', '.join(inputs[:-1])} or {inputs[-1]}" if len(inputs) > 1 else inputs[0]
+    if not is_megatron_lm(config):
+        return KnobSource(subject=f"the config ({where}) sets", change=f"those fields in {where}",
+                          holds=frozenset(config))
+
+    def argument(name: str) -> str:  # 'FIELD' or 'FIELD=VALUE' as the launch's argument, where Megatron-LM has one
+        field, _, value = name.partition("=")
+        flag = names().mlm_flag(field)
+        return f"{flag} {value}".strip() if flag else name
+    return KnobSource(subject=f"the launch ({where}) sets", change=f"those arguments in {where}", spell=argument,
+                      holds=frozenset(config))
 
 
 def require_cluster(kw: dict) -> None:

@@ -10,7 +10,8 @@ megatron_releases.csv and bridge_releases.csv say which release has which field.
 """
 
 from collections import Counter
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 from moetune.configio.legacy import by_switch
@@ -53,8 +54,8 @@ def runs(k: Knobs, release: str) -> bool:
     return not lacking(knob_fields(k), release)
 
 
-def _spans(names, release: str) -> str:
-    return ", ".join(f"{n} ({has_it(n, release)})" for n in names)
+def _spans(names, release: str, spell: Callable[[str], str] = str) -> str:
+    return ", ".join(f"{spell(n)} ({has_it(n, release)})" for n in names)
 
 
 def model_lacking(spec: ModelSpec, gpu: GpuSpec, release: str) -> None:
@@ -205,10 +206,29 @@ def release_pins(spec: ModelSpec, release: str, fixed: dict | None = None) -> di
 SAFE_DISPATCHER = "alltoall"
 
 
-def release_knobs(k: Knobs, release: str, defaulted: list[str]) -> Knobs:
+@dataclass(frozen=True, slots=True)
+class KnobSource:
+    """What set an estimate's knobs, as release_knobs' refusal names it: estimate's flags (FLAGS), or a config's
+    fields (or a Megatron-LM launch's arguments, SPELL giving each field's) in its inputs."""
+
+    subject: str = "the knobs set"  # with its verb
+    change: str = "the flags that set them"
+    spell: Callable[[str], str] = str  # 'FIELD' or 'FIELD=VALUE' as the source writes it
+    # the fields the config sets (None: flags): a field its knobs imply without the config writing it (a flex
+    # dispatcher's SM count a launch leaves to its default) is not named where one it writes is
+    holds: frozenset[str] | None = None
+
+    def named(self, missing: list[str]) -> list[str]:
+        return [m for m in missing if self.holds is None or m.partition("=")[0] in self.holds] or missing
+
+
+FLAGS = KnobSource()
+
+
+def release_knobs(k: Knobs, release: str, defaulted: list[str], source: KnobSource = FLAGS) -> Knobs:
     """K as RELEASE runs it, moving only what moetune defaulted (DEFAULTED, estimate's list, is updated): a flex
     dispatcher the release lacks falls back to SAFE_DISPATCHER, a graph scope to the scopes it captures (FALLBACKS).
-    One line where what is left needs what the release lacks: a knob the user gave."""
+    One line where what is left needs what the release lacks: a knob the user gave, by SOURCE's flags or fields."""
     if "dispatcher" in defaulted and not runs(Knobs(dispatcher=k.dispatcher), release):
         k = replace(k, dispatcher=SAFE_DISPATCHER, flex_num_sms=None)
         defaulted[:] = [d for d in defaulted if d != "flex_num_sms"]
@@ -216,8 +236,9 @@ def release_knobs(k: Knobs, release: str, defaulted: list[str]) -> Knobs:
     if "cuda_graph_scope" in defaulted and scopes:
         k = _fallback(k, scopes)
     if missing := lacking(knob_fields(k), release):
-        raise MoetuneError(f"{option(release)}: the knobs set what {describe(release)} lacks: "
-                           f"{_spans(missing, release)}; change the flags that set them, or upgrade")
+        named = _spans(source.named(missing), release, source.spell)
+        raise MoetuneError(f"{option(release)}: {source.subject} what {describe(release)} lacks: {named}; change "
+                           f"{source.change}, or upgrade")
     return k
 
 
@@ -230,8 +251,10 @@ def release_model(spec: ModelSpec, release: str | None) -> ModelSpec:
     return replace(spec, flops_convention=bridge_release_convention(release_number(release)))
 
 
-def for_release(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, release: str, defaulted: list[str]) -> tuple:
+def for_release(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, release: str, defaulted: list[str],
+                source: KnobSource = FLAGS) -> tuple:
     """(knobs, spec) of an estimate for RELEASE: one line where the release cannot build the model (model_lacking, as
-    plan and emit refuse it), the knobs as it runs them (release_knobs) and its TFLOP/s counter (release_model)."""
+    plan and emit refuse it), the knobs as it runs them (release_knobs: SOURCE set them) and its TFLOP/s counter
+    (release_model)."""
     model_lacking(spec, gpu, release)
-    return release_knobs(knobs, release, defaulted), release_model(spec, release)
+    return release_knobs(knobs, release, defaulted, source), release_model(spec, release)
