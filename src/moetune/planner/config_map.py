@@ -104,6 +104,10 @@ def to_config(e: Estimate) -> dict[str, Any]:
         "model.seq_length": e.workload.seq_length, "dataset.seq_length": e.workload.seq_length,
         "train.micro_batch_size": e.workload.micro_batch_size,
         "train.global_batch_size": e.workload.gbs(e.layout),
+        # Python's GC collected by hand every 100 steps, as Bridge's recipes set it (recipes/common.py
+        # manual_gc=True, manual_gc_interval=100; scripts/performance/utils/overrides.py): Megatron-LM leaves it off
+        # (arguments.py --manual-gc), so the launch says it, and rule host.manual_gc (seeds/000 Phase 3) is met
+        "train.manual_gc": True, "train.manual_gc_interval": 100,
         **cp_fields(e), **hybrid_fields(e),
     }
     # the op fuser (STATIC_EXPERTS) fuses a GLU expert only under TE's CuTe DSL kernel (rule env.op_fuser_cutedsl), a
@@ -167,5 +171,5 @@ PLAN_FIELDS = frozenset({
     "optimizer.optimizer_cpu_offload", "optimizer.optimizer_offload_fraction",
     "optimizer.overlap_param_gather_with_optimizer_step", "optimizer.use_distributed_optimizer",
     "optimizer.use_precision_aware_optimizer", "rerun_state_machine.check_for_nan_in_loss", "rng.te_rng_tracker",
-    "train.global_batch_size",
+    "train.global_batch_size", "train.manual_gc", "train.manual_gc_interval",
 })
