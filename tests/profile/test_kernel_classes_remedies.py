@@ -79,6 +79,15 @@ def test_decide_orders_walls():
     assert decide({**COMM, "config.model.recompute_granularity": "full"})[0] == "memory"
 
 
+def test_the_memory_verdict_says_which_sign_it_read_in_words():
+    """Each memory condition has its words (diagnose_remedies.yaml `says`), not the table's expression
+    (`oom == True` had been printed as the reason)."""
+    walls = {w["id"]: w for w in remedies_table()["walls"]}
+    assert len(walls["memory"]["says"]) == len(walls["memory"]["any"])
+    assert decide({**COMM, "oom": True})[1].startswith("the run hit a CUDA out-of-memory (")
+    assert decide({**COMM, "alloc_retries": 3})[1].startswith("the caching allocator retried")
+
+
 def test_config_drops_what_is_already_on_or_moot():
     base = {r.rule for r in recommend("communication", COMM)}
     assert {"comm.dispatcher", "comm.ep_overlap"} <= base

@@ -133,8 +133,9 @@ def decide(f: dict[str, Any]) -> tuple[str, str]:
     walls = remedies_table()["walls"]
     for wall in walls:
         if "any" in wall and any(holds(c, f) for c in wall["any"]):
-            hit = next(c for c in wall["any"] if holds(c, f))
-            return wall["id"], f"{hit[0]} {hit[1]} {hit[2]} ({wall['seed']})"
+            i, hit = next((i, c) for i, c in enumerate(wall["any"]) if holds(c, f))
+            says = wall.get("says", [])  # the table's words for the condition, else the condition itself
+            return wall["id"], f"{says[i] if i < len(says) else ' '.join(map(str, hit))} ({wall['seed']})"
     if "busy_share" not in f:
         return "undetermined", "no trace: the log alone cannot split communication, host and compute time"
     scored = [(w, _score(w, f)) for w in walls if "score" in w]
