@@ -185,7 +185,7 @@ def load_gpu(name_or_path: str) -> GpuSpec:
         return load_cluster_file(path)
     raise MoetuneError(f"unknown GPU '{name_or_path}': use one of {', '.join(catalog())}, or describe it in a cluster "
                        ".toml file: gpu = \"<the nearest of them>\" with the fields that differ (memory_gib = ...), "
-                       "or a [gpu] table of every field (`moetune hardware b200` lists them)")
+                       "or a [gpu] table of every field (`moetune hardware b200 --json` lists them)")
 
 
 def _family(table: dict, path: Path) -> str:
