@@ -152,4 +152,4 @@ def test_seq_takes_tokens_in_k(text, tokens, capsys):
 def test_seq_that_is_no_token_count_says_how_to_write_one(text, capsys):
     from moetune.cli.main import main
     assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "64", "--seq", text]) == 2
-    assert "write a whole number (32768) or one in K" in capsys.readouterr().err
+    assert "write a positive whole number (32768) or one in K" in capsys.readouterr().err

@@ -56,8 +56,12 @@ def test_no_fix_on_an_audited_run_adds_an_error(args):
     e = _estimate(args)
     config = to_config(e)
     before = _errors(config)
-    offered = [f for f in findings(e) if f.fix]
-    assert offered
+    found = findings(e)
+    offered = [f for f in found if f.fix]
+    # the audit's refused fixes (EP overlap beside PP without VPP or a 'moe' recompute; a router graph beside it) are
+    # withdrawn, each naming the rule it would trip; what is still offered adds no error (plans set manual_gc, whose
+    # fix this list had held too)
+    assert {r for f in found for r in f.fix_withdrawn} & {"ep_overlap.pp_needs_vpp", "ep_overlap.moe_recompute"}
     for f in offered:
         fixed = resolve(Assignment(key=k, value=v, origin="fix") for k, v in f.fix.items())
         assert not _errors({**config, **fixed}) - before, (f.rule, f.fix)
