@@ -44,3 +44,13 @@ def test_a_saved_plan_as_model_is_named_as_one(tmp_path, capsys):
     (tmp_path / "e.json").write_text(out)
     code, _, err = run(["memory", str(tmp_path / "e.json"), "--gpu", "h100", "--gpus", "1024"], capsys)
     assert code == 2 and "a moetune plan or estimate output, not a model" in err
+
+
+def test_nvfp4_weights_are_named_so_in_the_table_and_keep_their_json_key(capsys):
+    """The quantized weights' line keeps its JSON key (fp8_weights) under every recipe; the table says NVFP4 holds
+    them in FP4 (new-user test: it read fp8_weights under NVFP4)."""
+    args = ["memory", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "16", "--ep", "8", "--precision", "nvfp4"]
+    _, text, _ = run(args, capsys)
+    _, raw, _ = run([*args, "--json"], capsys)
+    assert "fp4_weights (NVFP4)" in text and "fp8_weights" not in text
+    assert '"fp8_weights"' in raw

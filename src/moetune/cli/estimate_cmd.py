@@ -93,6 +93,12 @@ def memory_command(model: str, as_json: bool, **kw) -> None:
                          "the memory is what it would take if it ran (`moetune check` lists the fixes)")
 
 
+def _item_label(name: str, precision: str) -> str:
+    """A memory line's name as the table shows it: the quantized weights' lines keep their JSON keys (fp8_weights,
+    fp8_weight_cache) under every recipe, and the table says which format they hold under NVFP4."""
+    return name.replace("fp8_", "fp4_") + " (NVFP4)" if precision == "nvfp4" and name.startswith("fp8_weight") else name
+
+
 def print_estimate(result: Estimate, with_time: bool = True) -> None:
     out = console()
     out.print(f"[bold]{result.model.name}[/bold] on {result.layout.world_size} x {result.gpu.name}: "
@@ -106,7 +112,8 @@ def print_estimate(result: Estimate, with_time: bool = True) -> None:
     out.print(workload_line(workload_of(result)))
     stages = result.stages
     names = list(dict.fromkeys(k for s in stages for k in s.items))
-    rows = [[name] + [gib(s.items.get(name, 0)) for s in stages] for name in names]
+    rows = [[_item_label(name, result.knobs.precision)] + [gib(s.items.get(name, 0)) for s in stages]
+            for name in names]
     rows.append(["[bold]total[/bold]"] + [f"[bold]{gib(s.total)}[/bold]" for s in stages])
     rows.insert(0, ["params on rank"] + [f"{s.params / 1e9:.3f}B" for s in stages])
     rows.insert(1, ["micro-batches in flight"] + [f"{s.in_flight_microbatches:g}" for s in stages])
