@@ -87,3 +87,14 @@ def test_a_failed_last_launch_states_the_capacity_of_the_run_before_it(fixtures_
     assert [it.iteration for it in log.iterations] == list(range(1, 9)) and not log.oom_lines
     assert log.oom_capacity_bytes == pytest.approx(79.11 * 2**30)
     assert log.oom_capacity_line == len(text.splitlines()) + len(header.splitlines()) + 1
+
+
+def test_a_gpu_given_that_the_oom_message_contradicts_is_said(fixtures_dir):
+    """The log's OOM states 79.11 GiB: diagnosed against an H200 (139 GiB usable, data/hardware.toml) the note says
+    the run was on another GPU; against an H100 (78 GiB usable) the two agree within CAPACITY_APART and nothing is
+    said."""
+    h200 = diagnose(log=fixtures_dir / BRIDGE, gpu=catalog()["h200"])
+    h100 = diagnose(log=fixtures_dir / BRIDGE, gpu=catalog()["h100"])
+    said = [n for n in h200.notes if "its OOM message (line 15) states 79.1 GiB" in n]
+    assert len(said) == 1 and "139.0 GiB" in said[0] and "--gpu" in said[0]
+    assert not any("its OOM message" in n for n in h100.notes)

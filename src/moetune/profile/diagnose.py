@@ -107,6 +107,23 @@ LOG_TRACE_RATIO = 1.5
 LOG_TRACE_MISMATCH = 3.0
 
 
+# PyTorch's OOM message states the device's whole memory (79.11 GiB on an 80 GB H100) and the catalog the part a
+# job can use (78 GiB); past this apart the two are not one GPU model, or the device is partitioned (MIG)
+CAPACITY_APART = 1.05
+
+
+def _capacity_note(log: TrainingLog | None, m: Measurement) -> list[str]:
+    """Where the log's OOM message states a capacity far from the one diagnosed against (--gpu's or a trace's)."""
+    if log is None or not log.oom_capacity_bytes or not m.gpu_memory_bytes or m.capacity_source:
+        return []
+    stated, used = log.oom_capacity_bytes, m.gpu_memory_bytes
+    if max(stated, used) <= CAPACITY_APART * min(stated, used):
+        return []
+    return [f"--log {log.path}: its OOM message (line {log.oom_capacity_line}) states {stated / 2**30:.1f} GiB of "
+            f"GPU memory where the memory figures are read against {used / 2**30:.1f} GiB: the run was on another GPU "
+            "than the one given, or a partitioned one (MIG); pass --gpu for the GPU it ran on"]
+
+
 def _fill_args(log: TrainingLog, config: dict[str, Any]) -> None:
     """The config's seq_length and GPU count where the log's argument dump is silent (Megatron Bridge logs print
     none)."""
@@ -259,6 +276,7 @@ def diagnose(
     notes = found.note() + part + sorted({n for r in m.ranks for n in r.notes}) + _log_versus_traces(training_log, s)
     notes += (training_log.notes + _rank0_note(training_log) + _stopped_note(training_log)) \
         if training_log is not None else []
+    notes += _capacity_note(training_log, m)
     if m.ranks and run_world and len(m.ranks) < run_world:
         notes.append(f"{len(m.ranks)} of {run_world} ranks profiled: the figures are theirs; imbalance across ranks "
                      "shows only as rank waits here (profile every rank, or one per pipeline stage, to compare them)")
