@@ -36,7 +36,7 @@ from moetune.walls.batch_rows import (
 )
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
-from moetune.walls.iteration import gathered_weight_bytes, iteration_terms, step_weight_bytes
+from moetune.walls.iteration import gathered_weight_bytes, stage_iteration_terms, step_weight_bytes
 from moetune.walls.memory import (
     activation_context,
     in_flight,
@@ -48,7 +48,7 @@ from moetune.walls.memory import (
 )
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes, optimizer_shard
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import layer_rank_params, quantized_split
+from moetune.walls.rank_params import layer_rank_params
 from moetune.walls.split_floor import even_floor, layer_shares, whole_floor
 from moetune.walls.step import layer_time, step_walls
 
@@ -289,6 +289,5 @@ def _data_parallel(spec: ModelSpec, b: LayoutBatch, knobs: Knobs, gpu: GpuSpec, 
     p = SimpleNamespace(**{k: np.take_along_axis(getattr(b, k), big, 1) for k in (
         "dense", "expert", "vocab", "nonmatrix", "expert_nonmatrix", "quantized")})
     m = gbs // (b.mbs * b.fields.dp)
-    dp, optimizer, offload = iteration_terms(spec, p.dense, p.expert, p.vocab, b.fields, knobs, gpu, eff, m,
-                                             nonmatrix=(p.nonmatrix, p.expert_nonmatrix), quantized=quantized_split(p))
+    dp, optimizer, offload = stage_iteration_terms(spec, p, b.fields, knobs, gpu, eff, m)
     return tuple(np.broadcast_to(x, dp.rs.shape)[:, 0] for x in (*dp, optimizer, offload))

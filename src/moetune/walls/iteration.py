@@ -19,6 +19,7 @@ from moetune.walls.model_state import (
     optimizer_state_bytes,
 )
 from moetune.walls.muon import ns_seconds
+from moetune.walls.rank_params import quantized_split
 
 
 class DpTraffic(NamedTuple):
@@ -213,6 +214,13 @@ def dp_traffic(dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict,
                                             grad, passes)
         dp = dp._replace(**{name: getattr(dp, name) + seconds for name, seconds in outer.items()})
     return dp
+
+
+def stage_iteration_terms(spec: ModelSpec, p, lay, knobs: Knobs, gpu: GpuSpec, eff: dict, microbatches=1) -> tuple:
+    """iteration_terms of the largest stage's parameters `p` (rank_params.StageParams, or the planner's arrays of its
+    fields): the step's and the planner's one reading of them."""
+    return iteration_terms(spec, p.dense, p.expert, p.vocab, lay, knobs, gpu, eff, microbatches,
+                           nonmatrix=(p.nonmatrix, p.expert_nonmatrix), quantized=quantized_split(p))
 
 
 def iteration_terms(spec: ModelSpec, dense, expert, vocab, lay, knobs: Knobs, gpu: GpuSpec, eff: dict,

@@ -36,12 +36,12 @@ from moetune.walls.compute import (
 from moetune.walls.context_parallel import layer_cp
 from moetune.walls.dsa import UNCALIBRATED
 from moetune.walls.host import host_wait, layer_cpu_share
-from moetune.walls.iteration import dp_raw_seconds, iteration_terms
+from moetune.walls.iteration import dp_raw_seconds, stage_iteration_terms
 from moetune.walls.layer_comm import layer_comm
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops, tflops_per_gpu
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import model_padded_vocab, quantized_split, stage_params, stage_structures
+from moetune.walls.rank_params import model_padded_vocab, stage_params, stage_structures
 
 
 @dataclass(kw_only=True, slots=True)
@@ -171,9 +171,7 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
-    dp, optimizer, offload = iteration_terms(spec, big.dense, big.expert, big.vocab, lay, knobs, gpu, eff, m,
-                                             nonmatrix=(big.nonmatrix, big.expert_nonmatrix),
-                                             quantized=quantized_split(big))
+    dp, optimizer, offload = stage_iteration_terms(spec, big, lay, knobs, gpu, eff, m)
     dp_raw = float(dp_raw_seconds(dp.rs, dp.ag, knobs, m, dp.step_rs, dp.step_ag))
     dp_exposed = float(dp_exposed_seconds(dp.rs, dp.ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m,
                                           dp.step_rs, dp.step_ag))
