@@ -19,8 +19,8 @@ from moetune.cli.output import (
     user_files_line,
     workload_line,
 )
-from moetune.cli.release_check import release_json, release_target
-from moetune.configio.releases import describe, option, reading
+from moetune.cli.release_check import options_reading, release_json
+from moetune.configio.releases import describe, option
 from moetune.layout.ranks import groups_leaving_domain
 from moetune.planner.defaults import default_scope
 from moetune.planner.ep_domain import partial_domain_note
@@ -47,7 +47,7 @@ def command(model: str, as_json: bool, **kw) -> None:
     with the rule findings for the configuration."""
     # the rules read the release named (rules core_at_least: what it runs is judged as it runs it); the reading holds
     # it checked (known_release), so the output takes it from there, as plan does
-    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))) as read:
+    with options_reading(kw.get("megatron_core"), kw.get("megatron_bridge")) as read:
         result = estimate_from_flags(model, kw)
         found = checks(result)  # a configuration Megatron refuses still gets its numbers, and says so
     release = read.release  # emit and check of the saved estimate target it (release_check.inputs_release)
@@ -80,7 +80,7 @@ def command(model: str, as_json: bool, **kw) -> None:
 def memory_command(model: str, as_json: bool, **kw) -> None:
     """Per-rank memory of MODEL on a layout: each pipeline stage's line items and whether it fits (`estimate` with
     the step time and rule findings beside it)."""
-    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))):  # as estimate's rules read it
+    with options_reading(kw.get("megatron_core"), kw.get("megatron_bridge")):  # as estimate's rules read it
         result = estimate_from_flags(model, kw)
         errors = [c for c in checks(result) if c["severity"] == "error"]  # a config Megatron refuses: as estimate says
     if as_json:

@@ -27,9 +27,8 @@ from moetune.cli.output import (
     workload_line,
 )
 from moetune.cli.plan_baseline import same_job
-from moetune.cli.release_check import release_target
+from moetune.cli.release_check import options_reading
 from moetune.cli.versus_output import print_versus
-from moetune.configio.releases import reading
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload
@@ -62,7 +61,7 @@ def command(model, plan_file, rank, baseline, as_json, **kw) -> None:
     """Fit, Scale, Profile, Retune for MODEL and a layout (or a plan result), with this run's numbers."""
     # the rules read the release named (rules core_at_least), as estimate's and plan's do: explain's findings and
     # moves are judged as that release runs them
-    with reading(*release_target(kw.get("megatron_core"), kw.get("megatron_bridge"))):
+    with options_reading(kw.get("megatron_core"), kw.get("megatron_bridge")):
         _explain(model, plan_file, rank, baseline, as_json, kw)
 
 

@@ -12,9 +12,8 @@ from moetune.cli.output import attention_notes, console, emit_json, print_model_
 from moetune.cli.plan_baseline import same_job, same_optimizer
 from moetune.cli.plan_fix import parse_fix
 from moetune.cli.plan_output import next_steps, plan_json, print_plan
-from moetune.cli.release_check import release_target
+from moetune.cli.release_check import options_reading
 from moetune.cli.versus_output import print_versus
-from moetune.configio.releases import reading
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.knobs import imbalance_source
@@ -68,7 +67,7 @@ def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     # the rows' rule findings read the release named (rules core_at_least), as check of the saved plan will; the
     # reading holds it checked (known_release), so the search takes it from there
-    with reading(*release_target(megatron_core, megatron_bridge)) as read:
+    with options_reading(megatron_core, megatron_bridge) as read:
         _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
               read.release, as_json)
 

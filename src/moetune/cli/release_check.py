@@ -32,6 +32,7 @@ from moetune.configio.releases import (
     newest_having,
     option,
     product,
+    reading,
     release_number,
     span,
     values_lacking,
@@ -53,6 +54,12 @@ def release_target(megatron_core: str | None, megatron_bridge: str | None) -> tu
         raise MoetuneError(f"--megatron-core {megatron_core} and --megatron-bridge {megatron_bridge}: pass one; a "
                            "Bridge release runs the Megatron-Core its 3rdparty/Megatron-LM pins (bridge_pins.csv)")
     return (megatron_bridge, "bridge") if megatron_bridge is not None else (megatron_core, "core")
+
+
+def options_reading(megatron_core: str | None, megatron_bridge: str | None):
+    """The reading (configio/releases.py) of the release the two options name, checked as it opens: the rules a
+    command's findings read (core_at_least) judge under it, and the command takes the release from it."""
+    return reading(*release_target(megatron_core, megatron_bridge))
 
 
 def inputs_release(configs, megatron_core: str | None, megatron_bridge: str | None) -> tuple[str | None, str]:
