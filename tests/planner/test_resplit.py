@@ -11,6 +11,7 @@ from moetune.planner.resplit import first_of_each, resplit_one
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
+from moetune.walls.efficiency import efficiency
 
 
 def test_a_candidate_re_split_twice_to_one_string_is_listed_once():
@@ -26,7 +27,8 @@ def test_every_row_shown_is_at_its_own_best_split():
     predicted 0.446 s a step where its own re-split runs it in 0.400 s."""
     spec, gpu, wl = load_model("qwen3-30b-a3b"), load_gpu("gb200"), Workload(seq_length=4096, global_batch_size=1024)
     result = plan(spec, gpu, 256, wl, top=10)
-    search = SimpleNamespace(spec=spec, gpu=gpu, wl=wl, user_overheads=None)  # what resplit_one reads of a Search
+    search = SimpleNamespace(spec=spec, gpu=gpu, wl=wl, user_overheads=None, eff=efficiency(gpu.key),
+                             step_estimates={})  # what resplit_one reads of a Search
 
     def step(r, lay) -> float:
         return estimate(spec, gpu, lay, r.workload, r.knobs, with_memory=False).time["step_seconds"]
@@ -47,7 +49,8 @@ def test_a_row_its_own_split_would_show_is_not_left_out():
     pick, last = rows[0], rows[-1]
     lay = next(r.layout for r in rows if (r.layout.tp, r.layout.pp, r.layout.ep) == (1, 4, 1))
     lay = replace(lay, vpp=4, pipeline_layout=None, first_stage_layers=None, last_stage_layers=None)
-    search = SimpleNamespace(spec=spec, gpu=gpu, wl=wl, user_overheads=None)  # what resplit_one reads of a Search
+    search = SimpleNamespace(spec=spec, gpu=gpu, wl=wl, user_overheads=None, eff=efficiency(gpu.key),
+                             step_estimates={})  # what resplit_one reads of a Search
     split = resplit_one(search, lay, pick.workload.micro_batch_size, pick.knobs, None)
     step = estimate(spec, gpu, split, pick.workload, pick.knobs).time["step_seconds"]
     fastest = pick.time["step_seconds"]

@@ -9,6 +9,7 @@ from moetune.planner.estimate import Estimate, estimate, with_memory_wall
 from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.ranking import cp_weight, preference, rank_key, within
 from moetune.planner.search_state import Search
+from moetune.walls.batch_keys import step_key
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
 # The re-split bound (walls/batch.py "balanced") moves only the slowest rank's decoder layers, at the step's own
@@ -148,29 +149,37 @@ def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | N
     would take; and its memory estimate (fits' reading, the re-split's peak). Each layout is estimated once a kind:
     rebalance asks fits of a layout it has just evaluated, and the re-split's peak of the one fits last passed."""
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-    timed: dict[Layout, Estimate] = {}
     held: dict[Layout, Estimate] = {}
+    priced = step_key(knobs, s.gpu, s.eff)  # knob sets priced alike share their steps (Search.step_estimates)
     # the knobs with a plan's "auto" CP exchange resolved (context_parallel.resolve_auto), by the layout fields it
     # reads (world size, TP, CP, EP, ETP, SP; never the pipeline split, all that rebalance moves): estimate given them
     # resolves them to themselves, so each re-split layout skips auto_choice
     resolved: dict[tuple, Knobs] = {}
 
+    def timed(cand: Layout) -> tuple[Estimate, Knobs]:
+        """The time-only estimate of `cand` and the knob set it was made under (these knobs or others priced alike)."""
+        shared = (cand, mbs, priced)
+        if shared not in s.step_estimates:
+            mesh = (cand.world_size, cand.tp, cand.cp, cand.ep, cand.etp, cand.sp)
+            e = estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs), efficiency_overrides=efficiency_overrides,
+                         with_memory=False)
+            resolved.setdefault(mesh, e.knobs)
+            s.step_estimates[shared] = e, knobs
+        return s.step_estimates[shared]
+
     def evaluate(cand: Layout) -> tuple | None:
         if not keeps_index_groups(s.spec, cand):  # a split DSA index sharing refuses: rebalance passes it over
             return None
-        if cand not in timed:
-            mesh = (cand.world_size, cand.tp, cand.cp, cand.ep, cand.etp, cand.sp)
-            timed[cand] = estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs),
-                                   efficiency_overrides=efficiency_overrides, with_memory=False)
-            resolved.setdefault(mesh, timed[cand].knobs)
-        t = timed[cand].time
+        t = timed(cand)[0].time
         return t["step_seconds"], t["stage_seconds"]
 
     def memory(cand: Layout) -> Estimate:
         if cand not in held:
             # the memory estimate resolves "auto" under the shipped constants (no efficiency_overrides), so the time
-            # estimate's validated and resolved knobs serve it only where the user's constants are not in play
-            held[cand] = with_memory_wall(timed[cand], s.user_overheads) if cand in timed and not efficiency_overrides \
+            # estimate's validated and resolved knobs serve it only where the user's constants are not in play, and
+            # only where it was made under these knobs (a knob set priced alike may hold other buffers)
+            e, made_under = timed(cand)
+            held[cand] = with_memory_wall(e, s.user_overheads) if made_under == knobs and not efficiency_overrides \
                 else estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False)
         return held[cand]
 

@@ -52,7 +52,9 @@ def twins(grid) -> list[tuple[Knobs, Knobs]]:
 def search_grid(s: Search, batch, grid: list[Knobs], bounded: bool = True) -> None:
     """Time every knob set of the grid where it fits, but a recompute set its no-recompute twin's step bounds off the
     list on every row it fits (Search.bounded counts them; `bounded=False` times them too, as tests compare)."""
-    groups = _groups(sorted(grid, key=lambda k: k.recompute != "none"), time_key)  # no recompute first
+    # knob sets alike in time_key share their subset and the batch's stage memo (DeepEP and HybridEP where priced alike)
+    groups = _groups(sorted(grid, key=lambda k: k.recompute != "none"),  # no recompute first
+                     lambda k: time_key(k, s.gpu, s.eff))
     fit = {knobs: s.fits(batch, knobs) for group in groups for knobs in group}
     twin_of = dict(twins(fit))
     # recompute only adds time: where the same knobs fit roomily without it, a recompute set cannot win

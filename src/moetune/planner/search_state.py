@@ -101,6 +101,9 @@ class Search:
     short_cp_best: list = field(default_factory=list)
     dispatchers: frozenset = frozenset()  # the dispatchers the grid searches
     defaults: dict = field(default_factory=dict)  # (EP, ETP) -> dispatcher(): it depends on the expert mesh alone
+    # the re-split's time-only estimates by (layout, MBS, batch_keys.step_key): knob sets priced alike (DeepEP and
+    # HybridEP on Hopper) share them, each still fitted under its own knobs (planner/resplit.py _evaluator)
+    step_estimates: dict = field(default_factory=dict)
 
     def dispatcher(self, lay: Layout) -> str | None:
         """The layout's default dispatcher, which ranking.preference favours among near-ties: the platform's where

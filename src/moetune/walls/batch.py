@@ -198,7 +198,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
             return (sum(t.compute.values()), sum(t.comm.values()), t.host,
                     t.comm_raw["ep_alltoall"] - t.comm["ep_alltoall"], t.host_unpaired - t.host)
         at = [i for i, k in enumerate(kinds) if k == kind]  # the MTP layer's kind is a decoder kind too
-        for j, x in enumerate(b.memo(("kind_times", kind, seq, *layer_time_key(kind, knobs)), figures)):
+        for j, x in enumerate(b.memo(("kind_times", kind, seq, *layer_time_key(kind, knobs, gpu, eff)), figures)):
             table[:, at, j] = x  # a (u, 1) array, or a scalar where no shape changes it
     return table
 
@@ -206,7 +206,7 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
 def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """Per-micro-batch time of each candidate's slowest stage, by wall (independent of the optimizer knobs)."""
     r, root = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj), b.root()
-    on_shapes = root.memo(("layer_times", *time_key(knobs), seq),
+    on_shapes = root.memo(("layer_times", *time_key(knobs, gpu, eff), seq),
                           lambda: _shape_layer_times(spec, root, seq, knobs, gpu, eff))
     _, inverse = distinct_shapes(b)
     # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers
@@ -243,7 +243,8 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     per-micro-batch part (_stage_part) that whole_layer_balanced tightens."""
     f = b.fields
     gpu = job_gpu(gpu, f.world_size.flat[0])  # one world size per search
-    stage = b.memo(("stage", *time_key(knobs), gbs, seq), lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
+    stage = b.memo(("stage", *time_key(knobs, gpu, eff), gbs, seq),
+                   lambda: _stage_part(spec, b, seq, gbs, knobs, gpu, eff))
     m = microbatches(b, gbs)
     # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
     # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key; but Megatron

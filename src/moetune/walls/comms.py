@@ -97,6 +97,25 @@ def fused_nvlink_rate(gpu: GpuSpec, eff: dict, a2a: float, num_sms: int) -> floa
     return min(link, num_sms * eff["a2a_gbps_per_sm"] * 1e9) if num_sms else link
 
 
+def _sm_bound(dispatcher: str, num_sms: int) -> int:
+    """The SMs that bound a fused dispatcher's NVLink rate: only HybridEP's bound is pinned by published runs (16 vs
+    32 SMs on NVLink5); DeepEP's is not, so it is unbounded (0)."""
+    return num_sms if dispatcher == "hybridep" else 0
+
+
+def dispatch_price(dispatcher: str, num_sms: int, gpu: GpuSpec, eff: dict) -> tuple:
+    """What the step model reads of a dispatcher and its SMs, as a key: DeepEP and HybridEP send the same copies
+    (fused_copies) at the same latency and both cast the routing probabilities to FP32 (compute.fp32_probs_source),
+    so they differ only in their a2a_eff and SM-bound NVLink rate. Where a platform's constants make those equal,
+    the two price alike and the planner times them once (walls/batch_keys.py): on A100 and Hopper (data/efficiency.toml
+    a2a_eff 1.187 for both, and HybridEP's 32 SMs push 467 GB/s, more than an H100's NVLink share of 401), not on
+    NVLink5, where those SMs bind. tests/walls/test_batch_keys.py holds the step times equal wherever the prices are."""
+    if dispatcher not in ("deepep", "hybridep"):
+        return (dispatcher,)
+    a2a = eff[f"a2a_eff_{dispatcher}"]
+    return ("fused", a2a, fused_nvlink_rate(gpu, eff, a2a, _sm_bound(dispatcher, num_sms)))
+
+
 def ep_alltoall_parts(tokens_sent, hidden: int, topk: int, num_experts: int, ep, etp, gpu: GpuSpec, eff: dict,
                       dispatcher: str, groups: int = 1, group_topk: int = 1, num_sms: int = 0) -> tuple:
     """(NVLink seconds, NIC seconds, fixed seconds) of one EP all-to-all (a dispatch or a combine) on one rank;
@@ -111,9 +130,8 @@ def ep_alltoall_parts(tokens_sent, hidden: int, topk: int, num_experts: int, ep,
         nv_copies, nic_copies = copies * (1 - remote), copies * remote
     token_bytes = tokens_sent * BF16 * hidden
     per_copy = tokens_sent * eff["a2a_token_ns"] * 1e-9
-    # only HybridEP's SM bound is pinned by published runs (16 vs 32 SMs on NVLink5); DeepEP's is not, so unbounded
-    sm_bound = num_sms if dispatcher == "hybridep" else 0
-    t_intra = nv_copies * (token_bytes / fused_nvlink_rate(gpu, eff, a2a, sm_bound) + per_copy / a2a)
+    t_intra = nv_copies * (token_bytes / fused_nvlink_rate(gpu, eff, a2a, _sm_bound(dispatcher, num_sms))
+                           + per_copy / a2a)
     t_inter = nic_copies * (token_bytes / (gpu.nic_gbps / 8 * 1e9 * eff["nic_eff"]) + per_copy) / a2a
     # NCCL's all-to-all posts one send/recv pair per peer (a setup cost each); the fused kernels reach all at once
     latency = eff["a2a_latency_us"] + (eff["a2a_peer_us"] * (ep - 1) if dispatcher == "alltoall" else 0.0)

@@ -23,6 +23,7 @@ from moetune.memo import remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.attention_rate import chunked_attention_flops
+from moetune.walls.batch_keys import step_key
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import (
     Rates,
@@ -112,8 +113,10 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
 
 # Layer times by (model, the layout's sizes, micro-batch shape, knobs, GPU, constants), then by layer kind: a layer's
 # time does not depend on which pipeline stage holds it, so the planner's re-split, which moves layers between the
-# ranks of one layout, reuses them (moetune/memo.py; read only: stage_times adds them up into new dicts). The outer
-# key, whose knobs, GPU and constants take a while to hash, is hashed once a call, not once a stage and kind.
+# ranks of one layout, reuses them (moetune/memo.py; read only: stage_times adds them up into new dicts). The knobs
+# are keyed as batch_keys.step_key prices them (DeepEP's layer times serve HybridEP where a platform prices them
+# alike). The outer key, whose knobs, GPU and constants take a while to hash, is hashed once a call, not once a stage
+# and kind.
 _LAYER_TIMES: dict = {}
 
 
@@ -123,7 +126,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
     vocab = model_padded_vocab(spec, lay.tp)
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
-             knobs, gpu, tuple(sorted(eff.items())))
+             step_key(knobs, gpu, eff), gpu, tuple(sorted(eff.items())))
     by_kind = remembered(_LAYER_TIMES, shape, dict, 1024)
     # the stage-boundary send/recv is the same on every stage (PP and the link are the layout's)
     p2p = p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff))
