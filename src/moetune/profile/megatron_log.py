@@ -33,6 +33,7 @@ from pathlib import Path
 from moetune.errors import MoetuneError
 from moetune.layout.validate import tokens_per_gpu
 from moetune.profile.log_memory import MEM, MemoryReport, memory_report, pairs
+from moetune.profile.log_nodes import joined_nodes
 from moetune.profile.log_notes import timing_notes
 from moetune.profile.log_runs import (
     STARTUP,
@@ -173,8 +174,20 @@ def _numeric(it: LogIteration, where: str) -> LogIteration:
 def parse_log(text: str, path: str = "<log>") -> TrainingLog:
     """The log's last run (log_runs.last_run): its iterations, memory reports, OOM messages and argument dump; an
     iteration logged twice in a row (two ranks' output in one file) counts once, one out of sequence (log_runs.strays)
-    or whose count does not read (log_runs.miscount) not at all. What was passed over is said in log.notes."""
+    or whose count does not read (log_runs.miscount) not at all. What was passed over is said in log.notes. A log that
+    is rank 0's node's log followed by another node's (log_nodes.joined_nodes) is read at its latest launch's lines."""
     lines = text.splitlines()
+    if (joined := joined_nodes(lines)) is None:
+        return _parse(lines, path)
+    log = _parse([line if keep else "" for line, keep in zip(lines, joined.kept(len(lines)))], path)
+    log.notes[:0] = joined.notes(path, lines, log.iterations[0].iteration if log.iterations else None)
+    if log.oom_capacity_bytes is None:  # a launch passed over ran on the job's GPUs too (log_stops.stated_capacity)
+        log.oom_capacity_line, log.oom_capacity_bytes = stated_capacity(lines, 0, None)
+    return log
+
+
+def _parse(lines: list[str], path: str) -> TrainingLog:
+    """parse_log's reading of the log's lines (blank where they are not the figures' launch's)."""
     passed = strays(lines)
     start, runs, failed = last_run(lines, passed)
     log, repeats, unread, miscounted = TrainingLog(path=path, iterations=[], memory=[]), [], [], []
