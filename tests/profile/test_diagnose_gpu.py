@@ -9,8 +9,9 @@ import json
 import pytest
 
 from moetune.cli.main import main
-from moetune.profile import read_trace
+from moetune.profile import diagnose, read_trace
 from moetune.profile.device import MEMORY_SLACK, model_of
+from moetune.profile.synthetic import alltoall_exposed, write_trace
 from moetune.specs.hardware import GIB, catalog
 
 ALLREDUCE = "a100_2rank_allreduce.json.gz"  # NVIDIA A100-PG509-200: the 40 GB A100
@@ -163,3 +164,47 @@ def test_a_plan_of_another_architecture_beside_the_right_gpu_names_the_plan(trac
     code, _, err = cli([traces_dir / SENDRECV, "--plan", plan, "--gpu", "a100"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "the --plan's prediction is for h100 (hopper)" in err and "made with --gpu of the run's GPU" in err
+
+
+B200 = {"name": "NVIDIA B200", "numSms": 148, "totalGlobalMem": 191_514_476_544, "computeMajor": 10, "computeMinor": 0}
+
+
+def facts_and_notes(args, capsys) -> tuple[dict, list[str]]:
+    code, out, err = cli([*args, "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    return data["facts"], [n for n in data["notes"] if "ran on" in n]
+
+
+def test_gpu_given_is_the_platform_the_advice_reads_with_one_note(edited, tmp_path, capsys):
+    """A B200 trace as a cluster file's B200s in a 72-GPU NVLink domain (the seeds' NVL72 row, specs/platform.py
+    platform_of): the facts had read the platform from the device name (the catalog's b200, an 8-GPU HGX) while the
+    capacity and a prediction read --gpu's; now all read --gpu's, and one note says the name's platform differs."""
+    trace, toml = edited(**B200), tmp_path / "b200_nvl72.toml"
+    toml.write_text('gpu = "b200"\nnvlink_domain = 72\n')
+    facts, said = facts_and_notes([trace, "--gpu", toml], capsys)
+    assert facts["gpu.nvl72"] is True and facts["gpu.arch"] == "blackwell"
+    assert said == [f"{trace} ran on NVIDIA B200: advised on --gpu {toml}'s platform (blackwell-nvl72), not the "
+                    "blackwell the catalog's b200 is on"]
+    facts, said = facts_and_notes([trace, "--gpu", "b200"], capsys)  # the name's own platform: nothing to say
+    assert facts["gpu.nvl72"] is False and not said
+
+
+def test_a_forced_part_is_advised_on_its_own_platform_in_the_forced_note(edited, capsys):
+    """A GB200 trace as --gpu b200 --force-gpu had been priced as a B200 but advised as the GB200 NVL72 it names."""
+    trace = edited(**{**B200, "name": "NVIDIA GB200", "numSms": 152})
+    facts, said = facts_and_notes([trace, "--gpu", "b200", "--force-gpu"], capsys)
+    assert facts["gpu.nvl72"] is False and len(said) == 1
+    assert "priced as B200 (HGX B200) all the same (--force-gpu); advised on --gpu b200's platform (blackwell), " \
+        "not the blackwell-nvl72 the catalog's gb200 is on" in said[0]
+
+
+@pytest.mark.parametrize(("device", "gpu", "backend"), [("NVIDIA B200", "gb200", "hybridep"),
+                                                        ("NVIDIA GB200", "b200", "deepep")])
+def test_the_dispatcher_advice_is_the_gpu_givens(tmp_path, device, gpu, backend):
+    """Exposed all-to-all on a Blackwell trace: the dispatcher the seeds give --gpu's platform (seed 000 default
+    mappings: HybridEP on GB200/GB300 NVL72, DeepEP on B200), not the one the traced name's platform takes."""
+    trace = write_trace(alltoall_exposed(device_name=device, compute_capability=(10, 0)), tmp_path / "r.json.gz")
+    r = diagnose([trace], gpu=catalog()[gpu], force_gpu=True)
+    dispatcher = next(rec for rec in r.recommendations if rec.rule == "comm.dispatcher")
+    assert dispatcher.overrides["model.moe_flex_dispatcher_backend"] == backend

@@ -14,6 +14,7 @@ from moetune.errors import MoetuneError
 from moetune.profile.rank_trace import RankTrace
 from moetune.profile.walls import arch
 from moetune.specs.hardware import GpuSpec, catalog, model_of
+from moetune.specs.platform import platform_of
 from moetune.units import GIB
 
 # A trace's device memory this far from the GPU's (either way) is another memory size: the catalog's memory_gib is
@@ -74,6 +75,22 @@ def _other_memory(t: RankTrace, gpu: GpuSpec, who: str) -> str | None:
             f"memory_gib = {mem / GIB:.0f} counts the traced GPU's)")
 
 
+def _other_platform(traces: Sequence[RankTrace], gpu: GpuSpec, notes: list[str]) -> list[str]:
+    """notes, saying where the catalog GPU the traced device names is on another platform (specs/platform.py
+    platform_of) than --gpu: a B200 trace as a cluster file's 72-GPU NVLink domain, a GB200 trace as --gpu b200
+    --force-gpu. The advice is --gpu's platform's (profile/walls.py _platform_gpu): a device name names a part, not its
+    NVLink domain or the variant the user means. Said in the note on the part where there is one, so once."""
+    t = next((t for t in traces if t.device_name), None)
+    traced = catalog().get(model_of(t.device_name)) if t is not None else None
+    if traced is None or platform_of(traced) == platform_of(gpu):
+        return notes
+    said = (f"advised on --gpu {gpu.ref}'s platform ({platform_of(gpu)}), not the {platform_of(traced)} the "
+            f"catalog's {traced.key} is on")
+    if notes and notes[0].startswith(f"{t.path} ran on "):
+        return [f"{notes[0]}; {said}", *notes[1:]]
+    return [f"{t.path} ran on {t.device_name}: {said}", *notes]
+
+
 def _part_notes(traces: Sequence[RankTrace], gpu: GpuSpec, who: str, force: bool) -> list[str]:
     """What differs between the traced GPU (the first trace that records one; _same_run made them agree) and ``gpu``
     of the same architecture, as notes; another part is one error line unless ``force``."""
@@ -93,7 +110,7 @@ def gpu_notes(traces: Sequence[RankTrace], gpu: GpuSpec | None, priced_on: GpuSp
     recorded = next((t for t in traces if t.compute_capability is not None), None)
     if gpu is not None:
         _same_arch(recorded, gpu, force)
-        notes = _part_notes(traces, gpu, f"--gpu {gpu.ref}", force)
+        notes = _other_platform(traces, gpu, _part_notes(traces, gpu, f"--gpu {gpu.ref}", force))
     cc = recorded.compute_capability if recorded is not None else None
     if priced_on is not None and priced_on != gpu and priced_on.arch == arch(cc):
         notes += _part_notes(traces, priced_on, f"--plan's GPU {priced_on.ref}", force)

@@ -251,9 +251,10 @@ def diagnose(
 
     ``config``: Megatron Bridge dotted names -> values; it drops advice the config makes moot and
     lets config facts (e.g. full recompute) count as evidence. ``gpu`` (--gpu) is the run's GPU: it must be the
-    traces' architecture, and gives the capacity and the platform a log alone lacks (``gpu_memory_bytes`` overrides
-    the capacity alone). It and ``priced_on`` (the GPU a compared prediction is priced on) must be the traces' GPU:
-    another part of its architecture (an H20 as --gpu h100) is one error line, a note with ``force_gpu``.
+    traces' architecture, and gives the capacity and the platform the advice reads, a trace's device name aside
+    (``gpu_memory_bytes`` overrides the capacity alone). It and ``priced_on`` (the GPU a compared prediction is
+    priced on) must be the traces' GPU: another part of its architecture (an H20 as --gpu h100) is one error line, a
+    note with ``force_gpu``.
     """
     found = expand_paths([traces] if isinstance(traces, (str, Path)) else list(traces))
     paths = found.paths

@@ -33,7 +33,7 @@ class Measurement:
     compute_capability: tuple[int, int] | None
     peak_reserved_bytes: float | None
     peak_source: str | None
-    gpu: GpuSpec | None = None  # --gpu: the platform where no trace records one
+    gpu: GpuSpec | None = None  # --gpu: the platform, a trace's device name aside
     capacity_source: str | None = None  # where gpu_memory_bytes came from, said where not --gpu's or a trace's
 
 
@@ -71,7 +71,7 @@ def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any
     # the seeds' NVL72 row as the planner reads it (specs/platform.py on_nvl72): a cluster file's 72-GPU B200 domain too
     out: dict[str, Any] = {"ranks": len(m.ranks), "gpu.arch": arch(m.compute_capability),
                            "gpu.nvl72": platform is not None and on_nvl72(platform)}
-    if m.gpu is not None and m.compute_capability is None:  # a log alone: the platform is --gpu's
+    if m.gpu is not None:  # --gpu's (the traces' own, profile/device.py _same_arch: or a log alone's)
         out["gpu.arch"] = m.gpu.arch
     out["gemm_streams"] = max((len({op.stream for op in r.trace.ops if op.cls == "gemm"}) for r in m.ranks), default=0)
     s = m.combined
@@ -91,9 +91,11 @@ def facts(m: Measurement, config: dict[str, Any] | None = None) -> dict[str, Any
 
 
 def _platform_gpu(m: Measurement) -> GpuSpec | None:
-    """The GPU whose platform the facts read: --gpu's where no trace records the device (a log alone), else the
-    catalog GPU the traces' device name names ("NVIDIA GB200" -> gb200; None for a part the catalog lacks)."""
-    if m.gpu is not None and m.compute_capability is None:
+    """The GPU whose platform the facts read: --gpu's where given, as the capacity and a compared prediction are (a
+    device name names a catalog part, not the cluster file's NVLink domain or the variant the user means; where their
+    platforms differ profile/device.py says so), else the catalog GPU the traces' device name names ("NVIDIA GB200"
+    -> gb200; None for a part the catalog lacks)."""
+    if m.gpu is not None:
         return m.gpu
     return catalog().get(model_of(m.gpu_name))
 
