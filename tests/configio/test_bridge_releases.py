@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from moetune.configio.releases import bridge_pins, describe, has, known_release, newest_having, releases, span
+from moetune.configio.releases import (
+    bridge_pins,
+    describe,
+    has,
+    known_release,
+    newest_having,
+    parse_bridge_pins,
+    releases,
+    span,
+)
 from moetune.errors import MoetuneError
 
 BRIDGE = Path("/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo")
@@ -44,6 +53,31 @@ def test_the_pinned_megatron_core_s_fields():
 def test_an_unknown_bridge_release_is_one_line():
     with pytest.raises(MoetuneError, match=r"^--megatron-bridge 0\.4: not a release .* use one of 0\.2\.0, 0\.2\.1,"):
         known_release("0.4", "bridge")
+
+
+PINS = ("# a comment, as the shipped file's first lines\nbridge,tag,bridge_commit,megatron_lm_commit,megatron_core\n"
+        "0.3.0,v0.3.0,21b02e0cfb2f,b0cc2706ddc6,0.16.0\n")
+
+
+def test_pins_read_from_text_keep_their_core_version():
+    pins = parse_bridge_pins(PINS + "0.4.0,v0.4.0,0fbfe7d3e970,d7288711ba27,0.17.0rc0\n")
+    assert {b: p["megatron_core"] for b, p in pins.items()} == {"0.3.0": "0.16.0", "0.4.0": "0.17.0rc0"}
+
+
+@pytest.mark.parametrize("core", ["main", "0.17", "0.l7.0", "v0.17.0", "0.17.0-rc0", ""])
+def test_a_pin_whose_core_is_no_version_is_one_line_naming_file_line_release_and_value(core):
+    """release_check.bridge_on_core compares release_number(pin)[:2], None for 'main' (a TypeError there); the loader
+    refuses it first. The bad row is line 4 (after a comment, the header and one good pin)."""
+    said = (rf"^pins\.csv line 4: Bridge release '0\.4\.0' pins megatron_core '{core}', not a Megatron-Core version "
+            r"\(X\.Y\.Z or X\.Y\.ZrcN")
+    with pytest.raises(MoetuneError, match=said):
+        parse_bridge_pins(PINS + f"0.4.0,v0.4.0,0fbfe7d3e970,d7288711ba27,{core}\n", "pins.csv")
+
+
+def test_a_pin_row_short_of_its_core_column_is_one_line():
+    said = r"^bridge_pins\.csv line 4: Bridge release '0\.4\.0' pins megatron_core None"
+    with pytest.raises(MoetuneError, match=said):
+        parse_bridge_pins(PINS + "0.4.0,v0.4.0,0fbfe7d3e970,d7288711ba27\n")
 
 
 @pytest.mark.skipif(not BRIDGE.is_dir() or shutil.which("git") is None, reason="no Megatron-Bridge mirror here")

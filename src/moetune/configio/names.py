@@ -99,10 +99,22 @@ def _parse_default(text: str) -> object:
     return json.loads(text)
 
 
-def data_csv(filename: str) -> csv.DictReader:
-    """The rows of a CSV in moetune/data whose '#' lines are comments (megatron_names.csv, megatron_releases.csv)."""
-    text = shipped_text(filename)
+def csv_rows(text: str) -> csv.DictReader:
+    """The rows of CSV TEXT whose '#' lines are comments (megatron_names.csv, megatron_releases.csv)."""
     return csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if not line.startswith("#"))))
+
+
+def numbered_csv_rows(text: str) -> list[tuple[int, dict[str, str]]]:
+    """CSV TEXT's rows (as csv_rows reads them), each with its line number in TEXT, comments counted: for an error
+    to name the line."""
+    kept = [n for n, line in enumerate(text.splitlines(), 1) if not line.startswith("#")]
+    rows = csv_rows(text)
+    return [(kept[rows.line_num - 1], row) for row in rows]
+
+
+def data_csv(filename: str) -> csv.DictReader:
+    """The rows of a CSV in moetune/data (csv_rows)."""
+    return csv_rows(shipped_text(filename))
 
 
 @lru_cache(maxsize=1)

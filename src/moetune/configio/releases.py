@@ -17,6 +17,7 @@ does. Outside such a context, or with no release named, nothing changes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,9 +25,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from moetune.configio.names import NO_DEFAULT, data_csv, names
+from moetune.configio.names import NO_DEFAULT, data_csv, names, numbered_csv_rows
 from moetune.configio.types import coerce
 from moetune.errors import MoetuneError
+from moetune.files import shipped_text
 
 # family -> (its data file, the option naming a release of it, the product)
 FAMILIES = {"core": ("megatron_releases.csv", "--megatron-core", "Megatron-Core"),
@@ -51,10 +53,30 @@ def releases(family: str = "core") -> Releases:
     return Releases(order=order, have=have, kind=kind)
 
 
+# a pin's Megatron-Core version as that commit's megatron/core/package_info.py spells it (__version__,
+# MAJOR.MINOR.PATCH then PRE_RELEASE 'rcN' or '': package_info.py:4-13 @core_v0.17.0): core_at_least and
+# release_check.bridge_on_core read the release number from it
+_PIN_VERSION = re.compile(r"\d+\.\d+\.\d+(rc\d+)?")
+
+
+def parse_bridge_pins(text: str, filename: str = "bridge_pins.csv") -> dict[str, dict[str, str]]:
+    """TEXT's pins by Bridge release, each row's megatron_core checked as it is read (a bad one is one line naming the
+    file, line, release and value, not a TypeError where a command compares release numbers)."""
+    pins = {}
+    for line, row in numbered_csv_rows(text):
+        core = row.get("megatron_core")
+        if core is None or not _PIN_VERSION.fullmatch(core):
+            raise MoetuneError(f"{filename} line {line}: Bridge release {row.get('bridge')!r} pins megatron_core "
+                               f"{core!r}, not a Megatron-Core version (X.Y.Z or X.Y.ZrcN, as the pinned commit's "
+                               "megatron/core/package_info.py has it)")
+        pins[row["bridge"]] = row
+    return pins
+
+
 @lru_cache(maxsize=1)
 def bridge_pins() -> dict[str, dict[str, str]]:
     """Bridge release -> its tag, commit, the Megatron-LM commit it pins and that commit's Megatron-Core version."""
-    return {row["bridge"]: row for row in data_csv("bridge_pins.csv")}
+    return parse_bridge_pins(shipped_text("bridge_pins.csv"))
 
 
 def family_of(release: str) -> str:
