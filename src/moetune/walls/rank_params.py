@@ -4,8 +4,10 @@ The dense part is replicated over the attention mesh's DP x CP ranks, the expert
 expert mesh's EDP ranks; the distributed optimizer shards each over that group (see model_state.py).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from types import MappingProxyType
 from typing import NamedTuple
 
 from moetune.layout.layout import Layout
@@ -79,16 +81,19 @@ def _divisor(shard: str, layout: Layout):
             "expert_rep": layout.ep}[shard]
 
 
-ShardSums = dict[tuple[str, bool, bool, bool], int]  # (shard, is_expert, is 2-D, quantized) -> elements
+ShardKey = tuple[str, bool, bool, bool]  # (shard, is_expert, is 2-D, quantized)
+ShardSums = Mapping[ShardKey, int]  # ShardKey -> elements
 
 
 def shard_sums(tensors: list[Tensor]) -> ShardSums:
-    out: ShardSums = {}
+    """Elements by shard, read-only: kind_sums and _piece_sums cache the result and hand the one mapping to every
+    caller, so a caller writing to it would change every later estimate of the model."""
+    out: dict[ShardKey, int] = {}
     for t in tensors:
         if t.megatron:
             key = (t.shard, t.expert, t.matrix, t.quantized)
             out[key] = out.get(key, 0) + t.numel
-    return out
+    return MappingProxyType(out)
 
 
 @cache
@@ -150,7 +155,7 @@ def structure_sums(spec: ModelSpec, st: StageStructure, *, vocab: int, tied_copy
     pieces = (("embedding", st.embeddings), ("final_norm", st.final_norms), ("mtp", st.mtp_layers),
               ("output", st.outputs))
     parts += [(_piece_sums(spec, vocab, name, tied_copy, layer_spec), n) for name, n in pieces if n]
-    out: ShardSums = {}
+    out: dict[ShardKey, int] = {}
     for sums, times in parts:
         for key, numel in sums.items():
             out[key] = out.get(key, 0) + numel * times
