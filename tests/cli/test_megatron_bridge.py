@@ -90,7 +90,7 @@ def test_bad_release_options_are_one_line_exit_2(command, args, said, capsys):
 ])
 @pytest.mark.parametrize("command", ["plan", "estimate"])
 def test_plan_and_estimate_refuse_a_bad_release_in_one_line_first(command, args, said, capsys):
-    """plan and estimate check the release once, as the command's reading opens (configio/releases.py reading),
+    """plan and estimate check the release once, as the command's reading opens (configio/release_context.py reading),
     before any search, and estimate before its layout (TP 3 does not divide the 8 GPUs): one line, exit 2, nothing on
     stdout."""
     layout = ["--tp", "3"] if command == "estimate" else []

@@ -8,11 +8,11 @@ import pytest
 
 from moetune.configio.mlm import parse_mlm
 from moetune.configio.names import names
+from moetune.configio.release_context import reading
 from moetune.configio.releases import (
     has,
     known_release,
     newest_having,
-    reading,
     refused,
     release_number,
     releases,

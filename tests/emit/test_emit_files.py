@@ -539,7 +539,7 @@ def test_the_bridge_launch_runs_on_the_release_it_targets(release, runner, mode,
     """Bridge's scripts/training/recipe_runner.py, ConfigContainer.env_vars and run_recipe.py's --mode arrive in
     v0.6.0 (--mode was in v0.3.x too; run_recipe.py itself in v0.3.0): a launch emitted for v0.4.2 had raised
     ModuleNotFoundError, passed --mode to a parser without it, and set cfg.env_vars on a config that lacks it."""
-    from moetune.configio.releases import reading
+    from moetune.configio.release_context import reading
     with reading(release, "bridge"):
         files = emit_all(plan("dsv3_gb200_hybridep"))
     assert runner in files["run_planned.py"] and ("--mode pretrain" in files["torchrun.sh"]) is mode

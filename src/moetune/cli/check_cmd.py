@@ -15,7 +15,7 @@ from moetune.cli.output import console, emit_json, override_words, unknown_launc
 from moetune.cli.release_check import inputs_release, release_findings
 from moetune.configio.load import read_sources, settled
 from moetune.configio.names import is_megatron_lm
-from moetune.configio.releases import reading
+from moetune.configio.release_context import reading
 from moetune.errors import MoetuneError, UnsupportedPrecision
 from moetune.layout.dsa_split import Unpriced
 from moetune.layout.layout import parse_pipeline_layout

@@ -17,7 +17,8 @@ from rich.markup import escape
 from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, read_inputs
 from moetune.cli.output import console, emit_json, table
 from moetune.cli.release_check import bridge_names_note, for_release, inputs_release, written_lacking
-from moetune.configio.releases import describe, option, product, reading
+from moetune.configio.release_context import reading
+from moetune.configio.releases import describe, option, product
 from moetune.emit import emit_all
 from moetune.errors import MoetuneError
 from moetune.files import write_text

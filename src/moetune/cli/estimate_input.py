@@ -8,7 +8,7 @@ from pathlib import Path
 
 from moetune.cli.options import config_words, flags_the_config_replaces, given
 from moetune.configio.cluster import config_gpu
-from moetune.configio.releases import current
+from moetune.configio.release_context import current
 from moetune.errors import MoetuneError
 from moetune.files import FileTable, read_toml
 from moetune.layout.dp_sharding import fsdp_optimizer_refusal
@@ -28,7 +28,7 @@ from moetune.walls.cp_legal import dsa_exchange_refusal, hcp_groups, rank_heads
 def kw_release(kw: dict) -> str | None:
     """The release --megatron-core / --megatron-bridge name (checked), or None (also where a command has neither):
     the command's reading's where it opened one from those options (estimate), which checked it then
-    (configio/releases.py reading), else the options' own, checked here (explain, memory)."""
+    (configio/release_context.py reading), else the options' own, checked here (explain, memory)."""
     if (read := current()) is not None:
         return read.release
     from moetune.cli.release_check import checked_release

@@ -4,9 +4,9 @@ it targets lacks.
 A Megatron-LM launch on an older release dies at its first flag the parser lacks ("unrecognized arguments"), and a
 Bridge config at its first field TransformerConfig / DistributedDataParallelConfig / OptimizerConfig lacks ("got an
 unexpected keyword argument"), or, as dotted overrides, at its first key the ConfigContainer lacks (Hydra: "not in
-struct"); configio/releases.py reads megatron_releases.csv and bridge_releases.csv and records what the read meets.
-check says each such name (check.not_in_release, an error); emit drops one held at its default, which the release's
-own behaviour is, and refuses the rest.
+struct"); configio/releases.py reads megatron_releases.csv and bridge_releases.csv and configio/release_context.py
+records what the read meets. check says each such name (check.not_in_release, an error); emit drops one held at its
+default, which the release's own behaviour is, and refuses the rest.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from moetune.configio.legacy import legacy_switches, switches_in
 from moetune.configio.legacy import respelled as legacy_spelling
 from moetune.configio.names import names
+from moetune.configio.release_context import Reading, reading
 from moetune.configio.releases import (
-    Reading,
     alias_in,
     applied_onto,
     at_default,
@@ -32,7 +32,6 @@ from moetune.configio.releases import (
     newest_having,
     option,
     product,
-    reading,
     release_number,
     span,
     values_lacking,
@@ -57,7 +56,7 @@ def release_target(megatron_core: str | None, megatron_bridge: str | None) -> tu
 
 
 def options_reading(megatron_core: str | None, megatron_bridge: str | None):
-    """The reading (configio/releases.py) of the release the two options name, checked as it opens: the rules a
+    """The reading (configio/release_context.py) of the release the two options name, checked as it opens: the rules a
     command's findings read (core_at_least) judge under it, and the command takes the release from it."""
     return reading(*release_target(megatron_core, megatron_bridge))
 

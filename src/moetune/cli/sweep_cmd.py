@@ -22,7 +22,8 @@ from moetune.cli.emit_cmd import check_command, emitted_files, warned, write_fil
 from moetune.cli.options import release_options
 from moetune.cli.output import console, emit_json, table
 from moetune.cli.release_check import for_release, inputs_release
-from moetune.configio.releases import describe, reading
+from moetune.configio.release_context import reading
+from moetune.configio.releases import describe
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.from_json import pick_result, saved_results

@@ -33,7 +33,7 @@ from moetune.configio.readers import (
     read_json,
     yaml_assignments,
 )
-from moetune.configio.releases import noted_source
+from moetune.configio.release_context import noted_source
 from moetune.errors import MoetuneError
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import builtin_names
@@ -144,7 +144,7 @@ def read_sources(files: Sequence[str | Path] = (), *, mlm_args: str | None = Non
     env, read = dict(os.environ), {}
 
     def source(path: str | Path, args: Sequence[str] = ()) -> dict[str, Any]:
-        # its names noted for --megatron-core (configio/releases.py), in the environment read so far
+        # its names noted for --megatron-core (configio/release_context.py), in the environment read so far
         return _for_gpu(noted_source(lambda: resolve(read_file(Path(path), fmt, from_result, env, args))), gpu)
 
     for k, args in script_arguments(files, script_args).items():

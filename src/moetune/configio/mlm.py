@@ -25,7 +25,8 @@ from moetune.configio.mlm_validate import as_megatron_lm_runs
 from moetune.configio.names import names
 from moetune.configio.normalize import Assignment
 from moetune.configio.readers import PRAGMA, SHELL_NAME
-from moetune.configio.releases import dropped_flag_of, note, old_flag_hint, target
+from moetune.configio.release_context import note, target
+from moetune.configio.releases import dropped_flag_of, old_flag_hint
 from moetune.configio.shell import launch_words
 from moetune.configio.shell_words import tokens
 from moetune.configio.types import coerce, parse_text
@@ -195,7 +196,7 @@ def _flags(words: list[str], origin: str,
         values = ([inline] if eq else []) + words[i + 1:j]
         i = j
         here = f"{origin} {flag}"
-        note([flag], flags=True)  # for --megatron-core: the flags the launch passes (configio/releases.py)
+        note([flag], flags=True)  # for --megatron-core: the flags the launch passes (configio/release_context.py)
         # a flag given again takes its last value, as argparse does (launch lines append overrides to a base list)
         out = [a for a in out if a.origin != here]
         if flag in SPECIAL:

@@ -12,7 +12,8 @@ from typing import Any
 
 from moetune.configio.finalize import DP_OVERLAP, megatron_lm_unstated
 from moetune.configio.names import is_megatron_lm
-from moetune.configio.releases import at_default, has, target
+from moetune.configio.release_context import target
+from moetune.configio.releases import at_default, has
 from moetune.emit import values
 from moetune.emit.environment import environment
 from moetune.planner.config_map import PLAN_FIELDS

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from moetune.configio.releases import has, target
+from moetune.configio.release_context import target
+from moetune.configio.releases import has
 from moetune.emit import values
 from moetune.emit.environment import environment, tp_cp_need_one_connection
 from moetune.errors import MoetuneError

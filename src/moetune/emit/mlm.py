@@ -14,7 +14,7 @@ from moetune.configio.gates import VALUE_DEFAULTS, gate_on
 from moetune.configio.mlm import SPECIAL
 from moetune.configio.names import NO_DEFAULT, names
 from moetune.configio.normalize import Assignment, expand
-from moetune.configio.releases import spelling
+from moetune.configio.release_context import spelling
 from moetune.configio.types import coerce
 from moetune.emit import values
 from moetune.emit.launch import entry_point

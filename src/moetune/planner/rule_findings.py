@@ -4,7 +4,7 @@ recompute, dispatcher or TP would fit), and a finding's fix re-estimated. planne
 
 from dataclasses import replace
 
-from moetune.configio.releases import target
+from moetune.configio.release_context import target
 from moetune.errors import MoetuneError
 from moetune.layout.knobs import TUNED_FLEX_SMS
 from moetune.layout.validate import attention_share, shard_cp, undersharded_cp
