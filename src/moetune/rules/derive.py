@@ -59,7 +59,7 @@ EXTERNAL = {
     # computed here from the config too; the estimator's, over every check the model adds, win
     "cp_shard_target": "int: the 4K-shard CP among those the model runs at (planner/rule_findings.py cp_sizing)",
     "cp_undersharded": "bool: the config's CP is below cp_shard_target at long context",
-    "attention_mixers": "list: [softmax-attention token mixers, all token mixers] of a hybrid (None: all attention)",
+    "attention_mixers": "list: [softmax-attention token mixers, all token mixers] (a transformer's both its layers)",
     "attention_share": "float: their share, which weighs the 4K shard (1 for a transformer)",
     "cp_shard_weighing": "str: what longctx.cp_sizing's message adds where that share weighs the shard",
 }

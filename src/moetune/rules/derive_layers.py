@@ -16,10 +16,16 @@ from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
 from moetune.layout.validate import attention_share, gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
+from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
+from moetune.specs.model import count_attention_mixers
 from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group, heads_per_rank
 
 # experimental_attention_variant's names of gated delta-net (Megatron-LM arguments.py choices, Bridge's providers)
 GDN_VARIANTS = ("gated_delta_net", "gdn", "gdn2")
+# a hybrid_layer_pattern symbol -> its layer's token mixer: specs/hf_hybrid.py HYBRID_SYMBOLS' M * E - and the ones
+# core_v0.19.0 adds (models/hybrid/hybrid_layer_allocation.py:17-23: G gated delta-net, D DeepSeek sparse attention,
+# + MLA, both softmax attention over the MLA projections)
+PATTERN_MIXERS = {symbol: mixer for symbol, (mixer, _) in HYBRID_SYMBOLS.items()} | {"G": "gdn", "D": "mla", "+": "mla"}
 
 
 def value(config: dict[str, Any], name: str, fallback: Any = None) -> Any:
@@ -160,21 +166,31 @@ def attention_facts(mixers: tuple[int, int] | None) -> dict[str, Any]:
 
 
 def attention_mixers(config: dict[str, Any]) -> tuple[int, int] | None:
-    """(softmax-attention token mixers, all token mixers) a hybrid config builds; None where every layer is attention
-    or the config does not say. A Mamba hybrid's '*' among the '*' and 'M' of its hybrid_layer_pattern
-    (Megatron-Core mamba_hybrid_layer_allocation.py Symbols; an MTP part after '/' left out); a gated delta-net
-    stack's softmax layers by linear_attention_freq: every N-th layer for an int N, the 0s of a list
-    (experimental_attention_variant_module_specs.py, the linear-attention pattern)."""
+    """(softmax-attention token mixers, all token mixers) the config builds, counted as the model's are
+    (specs/model.py count_attention_mixers): a transformer's every layer; None where the config does not say."""
+    mixers = layer_mixers(config)
+    return count_attention_mixers(mixers) if mixers is not None else None
+
+
+def layer_mixers(config: dict[str, Any]) -> list[str] | None:
+    """Each decoder layer's token mixer as Megatron-Core builds the config, None where it does not say. A hybrid's
+    hybrid_layer_pattern symbol by symbol (PATTERN_MIXERS; '|' stage cuts and an MTP part after '/' left out; None
+    with a symbol Megatron-Core does not have). Otherwise the linear-attention pattern of get_linear_attention_pattern
+    (models/gpt/experimental_attention_variant_module_specs.py:402-436 @core_v0.19.0): for a gated delta-net stack,
+    one softmax layer every N for an int linear_attention_freq N, a list's 0s softmax; for any other stack, every one
+    of num_layers softmax (MLA or GQA)."""
     pattern = value(config, "model.hybrid_layer_pattern")
-    if isinstance(pattern, str) and "M" in pattern:
-        main = pattern.split("/")[0]
-        return main.count("*"), main.count("*") + main.count("M")
-    if str(value(config, "model.experimental_attention_variant") or "") not in GDN_VARIANTS:
-        return None
+    if isinstance(pattern, str) and pattern:
+        main = pattern.split("/")[0].replace("|", "")
+        return [PATTERN_MIXERS[ch] for ch in main] if set(main) <= set(PATTERN_MIXERS) else None
     freq, layers = value(config, "model.linear_attention_freq"), _count(value(config, "model.num_layers"))
-    if isinstance(freq, list) and freq and all(f in (0, 1) for f in freq):
-        return freq.count(0), len(freq)
-    return (layers // freq, layers) if _count(freq) and layers else None
+    if str(value(config, "model.experimental_attention_variant") or "") in GDN_VARIANTS:
+        if isinstance(freq, list) and freq and all(f in (0, 1) for f in freq):
+            return ["gdn" if f else "gqa" for f in freq]
+        every = _count(freq)
+        return ["gqa" if (i + 1) % every == 0 else "gdn" for i in range(layers)] if every and layers else None
+    softmax = "mla" if value(config, "model.multi_latent_attention") else "gqa"
+    return [softmax] * layers if layers else None
 
 
 def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:

@@ -16,6 +16,17 @@ from moetune.specs.spec_checks import check_spec
 
 Mixer = Literal["gqa", "mla", "gdn", "mamba"]
 Mlp = Literal["dense", "moe", "none"]
+# the mixers that are softmax attention, keeping keys and values per token (Mamba-2 and gated delta-net keep a
+# fixed-size state); MLA's sparse DSA layers and sliding windows are MLA and GQA layers here
+SOFTMAX_MIXERS = frozenset({"gqa", "mla"})
+
+
+def count_attention_mixers(mixers) -> tuple[int, int]:
+    """(softmax-attention token mixers, all token mixers) among decoder layers' MIXERS ("none": a hybrid's MLP-only
+    layer, which has none): the one count of ModelSpec.attention_mixers and of a config's (rules/derive_layers.py
+    attention_mixers), so a transformer is (layers, layers) whichever it is read from."""
+    mixers = [m for m in mixers if m != "none"]
+    return sum(m in SOFTMAX_MIXERS for m in mixers), len(mixers)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -178,8 +189,7 @@ class ModelSpec:
         """(softmax-attention token mixers, all token mixers) of the decoder layers: equal for a transformer (sliding
         windows included); Nemotron-3 Nano's pattern has 6 attention layers among 29 mixers, the rest Mamba-2, and
         Qwen3-Next 12 among 48, the rest gated delta-net (rule longctx.cp_sizing weighs its shard by them)."""
-        mixers = [k.mixer for k in self.layers if k.mixer != "none"]
-        return sum(m in ("gqa", "mla") for m in mixers), len(mixers)
+        return count_attention_mixers(k.mixer for k in self.layers)
 
     @property
     def attention(self) -> str:
