@@ -91,3 +91,25 @@ def test_the_closing_line_s_commands_run_as_written(tmp_path, capsys, monkeypatc
     check = next(c for c in commands if c.startswith("moetune check"))
     assert emitted == check and "--megatron-core 0.15" in check
     assert (tmp_path / "run" / "megatron_lm_args.txt").exists() and (tmp_path / "plan.html").exists()
+
+
+def test_a_dispatcher_twin_takes_no_row_of_its_own(capsys, monkeypatch):
+    """Qwen3-30B-A3B on 64 H100 at 8k (a new user's plan): DeepEP and HybridEP rows had stood as #2 and #3 with the
+    same 12,957 tokens/s/GPU. Now each of the 5 rows is a distinct candidate; a twin is named on its row, in the
+    table (`deepep (=hybridep)`), in JSON (`same_prediction`, with its own peak) and in a note giving that peak."""
+    job = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "8192", "--gbs", "512"]
+    code, out, _ = run([*job, "--json"], capsys)
+    rows = json.loads(out)["results"]
+    apart = {(json.dumps(r["layout"]), r["workload"]["micro_batch_size"],
+              json.dumps({**r["knobs"], "dispatcher": None, "flex_num_sms": None})) for r in rows}
+    assert code == 0 and len(rows) == len(apart) == 5
+    second = rows[1]
+    assert second["knobs"]["dispatcher"] == "deepep" and [t["dispatcher"] for t in second["same_prediction"]] == \
+        ["hybridep"]
+    assert second["same_prediction"][0]["peak_bytes"] < second["memory"]["peak_bytes"]  # HybridEP's buffers: 1 GiB
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(job, capsys)
+    text = " ".join(out.split())
+    block = text.split("#2 ", 1)[1].split("#3 ", 1)[0]
+    assert code == 0 and "dispatcher deepep (=hybridep)," in block
+    assert f"#2 hybridep {second['same_prediction'][0]['peak_bytes'] / 2**30:.1f} GiB" in text

@@ -23,11 +23,24 @@ def ranking_weight(r) -> float:
     return float(cp_weight(r.layout.cp, r.workload.seq_length))
 
 
+def _twins(result: PlanResult) -> list[list]:
+    """The dispatcher twins folded into each row (search.PlanResult.same_prediction; none in a result built without)."""
+    return result.same_prediction or [[] for _ in result.results]
+
+
+def same_json(twins: list) -> dict:
+    """A row's `same_prediction`: each dispatcher whose candidate predicts the row's step time and was folded into it
+    (planner/twins.py), with the peak it needs (its buffers differ); nothing where none was."""
+    return {"same_prediction": [{"dispatcher": e.knobs.dispatcher, "peak_bytes": e.peak_bytes} for e in twins]} \
+        if twins else {}
+
+
 def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
-           "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r)} for r in result.results]}
+           "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r), **same_json(twins)}
+                       for r, twins in zip(result.results, _twins(result))]}
     if result.release is not None:  # emit and check of this file target the same release (release_check.py)
         out["release"] = release_json(result.release, result.release_lacks)
     if result.gbs_excluded_dp:
@@ -61,7 +74,7 @@ def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
     if not result.results:
         out.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
         return
-    print_rows(out, result.results)
+    print_rows(out, result.results, [[e.knobs.dispatcher for e in twins] for twins in _twins(result)])
     if note := optimizer_note(result.results[0]):  # pinned, so the same on every row
         out.print(f"Optimizer (every row): {note}")
     for note in fsdp_text(result.results[0].knobs):  # one search pass, one strategy (search.plan)

@@ -30,15 +30,17 @@ def _overlap(k) -> str:
     return ep + ("\n(+TP overlap)" if k.tp_comm_overlap else "")
 
 
-def row_cells(rank: int, r) -> dict[str, str]:
+def row_cells(rank: int, r, twins: list[str] = ()) -> dict[str, str]:
     """Result R's cells by column; a cell's lines break where its words do (a module list or a layout stays one
-    line), so the widest line is the column's natural width."""
+    line), so the widest line is the column's natural width. TWINS: the dispatchers folded into the row, which
+    predict its step time too (planner/twins.py)."""
     k, t = r.knobs, r.time
     recompute = recompute_text(k).replace(" (", "\n(")
     return {"#": str(rank), "layout": "\n".join([r.layout.compact(), *layout_extras(r.layout, k, False, False)]),
             "mbs": str(r.workload.micro_batch_size),
             "precision": k.precision + ("\n+LM head" if k.fp8_output_proj else ""),  # the head in MXFP8 too
-            "dispatcher": k.dispatcher, "recompute": recompute, "cuda graphs": ",".join(k.cuda_graph_scope) or "-",
+            "dispatcher": k.dispatcher + "".join(f"\n(={d})" for d in twins), "recompute": recompute,
+            "cuda graphs": ",".join(k.cuda_graph_scope) or "-",
             "EP overlap": _overlap(k), "offload": _offload(k), "tok/s/GPU": f"{t['tokens_per_s_per_gpu']:,.0f}",
             "TFLOP/s/GPU": f"{t['tflops_per_gpu']:.0f}", "peak GiB": f"{r.peak_bytes / 2**30:.1f}",
             "dominant wall": t["dominant_wall"]}
@@ -87,9 +89,10 @@ def _block(row: dict, width: int) -> list[str]:
             + _fill([f"{c} {said[c]}" for c in KNOBS[1:]], width, indent, indent))
 
 
-def print_rows(out: Console, results: list) -> None:
-    """The results in the widest form that fits OUT, then their pipeline splits and what the layouts leave out."""
-    rows = [row_cells(rank, r) for rank, r in enumerate(results, 1)]
+def print_rows(out: Console, results: list, twins: list[list[str]] | None = None) -> None:
+    """The results in the widest form that fits OUT, then their pipeline splits and what the layouts leave out;
+    TWINS: by row, the dispatchers folded into it."""
+    rows = [row_cells(rank, r, same) for rank, (r, same) in enumerate(zip(results, twins or [[]] * len(results)), 1)]
     form = next((tables for tables in _tables(rows) if all(_fits(out, t) for t in tables)), None)
     if form is not None:
         for t in form:

@@ -49,6 +49,17 @@ def tight_note(rows: list[dict]) -> str | None:
             f"{headroom_for(rows[0]['memory']['capacity_bytes'])} to keep that margin")
 
 
+def twin_note(rows: list[dict]) -> str | None:
+    """The dispatchers folded into a row for predicting its step time too (plan_json's `same_prediction`,
+    planner/twins.py), with the peak each needs: their buffers differ."""
+    named = [(rank, t) for rank, r in enumerate(rows, 1) for t in r.get("same_prediction", [])]
+    if not named:
+        return None
+    peaks = ", ".join(f"#{rank} {t['dispatcher']} {t['peak_bytes'] / 2**30:.1f} GiB" for rank, t in named)
+    return f"a dispatcher in brackets, (=...), predicts its row's step time too, so the two take one row; its own " \
+        f"peak: {peaks}"
+
+
 def offload_note(pick: dict, alt: dict) -> str:
     """The optimizer-offload alternative to a full-recompute pick (search.offload_instead), with its numbers: the
     offload is added, not put in recompute's place, so the note says what the memory it frees buys."""
@@ -115,7 +126,8 @@ def table_notes(data: dict) -> list[str]:
     """The notes plan prints under its table, in its order, from its JSON."""
     rows = saved_results(data)
     pick = rows[0]
-    notes = [shape_note(data["shape_refusal"]) if data.get("shape_refusal") else None, tight_note(rows)]
+    notes = [shape_note(data["shape_refusal"]) if data.get("shape_refusal") else None, tight_note(rows),
+             twin_note(rows)]
     if alt := data.get("offload_alternative"):
         notes.append(offload_note(pick, alt))
     if alt := data.get("short_cp_alternative"):

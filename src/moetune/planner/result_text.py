@@ -8,6 +8,11 @@ def layout_label(result: dict) -> str:
     return f"TP{lay['tp']} CP{lay['cp']} PP{lay['pp']}{vpp} EP{lay['ep']} ETP{lay['etp']}"
 
 
+def dispatcher_label(result: dict) -> str:
+    """The row's dispatcher, and each folded into it that predicts its step time too (plan's `same_prediction`)."""
+    return result["knobs"]["dispatcher"] + "".join(f" (={t['dispatcher']})" for t in result.get("same_prediction", []))
+
+
 def recompute_label(result: dict) -> str:
     k = result["knobs"]
     return k["recompute"] + (f" ({','.join(k['recompute_modules'])})" if k["recompute"] == "selective" else "")

@@ -40,6 +40,7 @@ from moetune.planner.resplit import rebalance_best, resplit_one, resplit_shown
 from moetune.planner.search_grid import search_grid
 from moetune.planner.search_state import Search
 from moetune.planner.shape_note import shape_refusal
+from moetune.planner.twins import entries_for, fold_twins
 from moetune.planner.why_none import no_layout_reason, sequence_note
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
@@ -57,6 +58,8 @@ class PlanResult:
     layouts: int
     knob_sets: int
     results: list[Estimate] = field(default_factory=list)
+    # by row: the dispatcher twins folded into it (planner/twins.py), each as its own row would have shown it
+    same_prediction: list[list[Estimate]] = field(default_factory=list)
     # knob sets weighed by their no-recompute twin's floor alone, not timed (search_grid._Floors), over every pass
     bounded_knob_sets: int = 0
     lightest_peak_gib: float | None = None  # least peak memory of any candidate under the lightest knobs
@@ -228,6 +231,13 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     s.best.sort(key=lambda x: rank_key(x[0], x[1], fastest))
     # the rows shown are each at their own best split (none overtakes the pick), then ranked again among themselves
     resplit_shown(s, top, fastest, efficiency_overrides)
+    # dispatcher twins fold into one row (planner/twins.py): the rows shown reach `top` distinct candidates, each at
+    # its own split (`shown` only grows, up to len(s.best), so this ends)
+    shown = top
+    while (need := entries_for(s.best, top)) > shown:
+        shown = need
+        resplit_shown(s, shown, fastest, efficiency_overrides)
+    s.best, twins = fold_twins(s.best)
     def result(lay, mbs, knobs) -> Estimate:  # a candidate as a row shows it, on the GPU itself
         wl_row = Workload(seq_length=wl.seq_length, micro_batch_size=mbs, global_batch_size=wl.global_batch_size)
         e = estimate(spec, gpu, lay, wl_row, replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),
@@ -235,6 +245,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
         return e if "delay_wgrad" in fixed else without_idle_delay_wgrad(e)
 
     results = [result(lay, mbs, knobs) for _, _, lay, mbs, knobs, _ in s.best[:top]]
+    same = [[result(lay, mbs, k) for k in twins.get((lay, mbs, knobs), [])]
+            for _, _, lay, mbs, knobs, _ in s.best[:top]]
     # named only where a caller shows it (not offload_instead's search, nor the FP8 caveat's BF16 one)
     short_cp = _short_cp_alternative(s, results, result, efficiency_overrides) if weigh_notes else None
     tie = near_tie(s, results, result, fastest, efficiency_overrides) if weigh_notes else None
@@ -243,8 +255,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       candidates_evaluated=len(cands) * len(grid),
                       feasible=s.feasible, search_seconds=time.perf_counter() - start, layouts=len(layouts),
                       knob_sets=len(grid), bounded_knob_sets=s.bounded,
-                      results=results, lightest_peak_gib=least_gib, lightest=least, lightest_host_gib=least_host,
-                      lightest_state_gib=least_state,
+                      results=results, same_prediction=same, lightest_peak_gib=least_gib, lightest=least,
+                      lightest_host_gib=least_host, lightest_state_gib=least_state,
                       host_capacity_gib=gpu.host_memory_gib or None,
                       capacity_gib=gpu.capacity_bytes / 2**30, headroom_gib=headroom_gib,
                       gbs_excluded_dp=excluded_dp, nvl72=gpu.rack_scale,

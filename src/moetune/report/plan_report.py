@@ -10,7 +10,7 @@ from __future__ import annotations
 from moetune.planner import fp8_evidence, nvfp4_evidence
 from moetune.planner.from_json import saved_results
 from moetune.planner.plan_notes import saved_notes
-from moetune.planner.result_text import knobs_label, layout_label, recompute_label
+from moetune.planner.result_text import dispatcher_label, knobs_label, layout_label, recompute_label
 from moetune.planner.track_record import track_record_text
 from moetune.report.html import page, pairs, paragraph, section, table
 from moetune.report.svg import stacked_bars
@@ -26,7 +26,7 @@ MEMORY_GROUPS = (("weights", WEIGHTS), ("gradients", ("main_grads",)), ("optimiz
 
 
 def _candidates(results: list[dict]) -> str:
-    rows = [[i, layout_label(r), r["workload"]["micro_batch_size"], r["knobs"]["precision"], r["knobs"]["dispatcher"],
+    rows = [[i, layout_label(r), r["workload"]["micro_batch_size"], r["knobs"]["precision"], dispatcher_label(r),
              recompute_label(r), ",".join(r["knobs"]["cuda_graph_scope"]) or "-",
              "on" if r["knobs"]["ep_overlap"] else "off", r["time"]["dominant_wall"],
              f"{r['time']['tokens_per_s_per_gpu']:,.0f}", f"{r['time']['tflops_per_gpu']:.0f}",
