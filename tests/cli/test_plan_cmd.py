@@ -244,7 +244,9 @@ def test_plan_says_which_preference_ranked_a_faster_candidate_below_its_pick(cap
     free = 78 - rows[1]["memory"]["peak_bytes"] / 2**30  # data/hardware.toml [h100] memory_gib
     assert f"note: #2 (deepep) predicts {gain:+.1%} over #1 but leaves {free:.1f} GiB free, under 3% of the GPU's 78 " \
         "GiB" in text
-    assert "the seeds rank what fits reliably first (seeds/001; planner/ranking.py preference)" in text
+    # the reference behind the note is the JSON's (`source`), not the terminal's
+    assert "the seeds rank what fits reliably first" in text and "seeds/001" not in text and "ranking.py" not in text
+    assert tie["source"] == "seeds/001; planner/ranking.py preference" and tie["why"] in text
     code, out, _ = run([*job, "--top", "1"], capsys)  # off the list: named by its layout
     assert (f"note: TP1 CP1 PP1 EP16 ETP1 (DP64 EDP4) mbs 1 deepep, recompute selective (moe_act), predicts "
             f"{gain:+.1%}") in " ".join(out.split())

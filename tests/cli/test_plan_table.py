@@ -113,3 +113,49 @@ def test_a_dispatcher_twin_takes_no_row_of_its_own(capsys, monkeypatch):
     block = text.split("#2 ", 1)[1].split("#3 ", 1)[0]
     assert code == 0 and "dispatcher deepep (=hybridep)," in block
     assert f"#2 hybridep {second['same_prediction'][0]['peak_bytes'] / 2**30:.1f} GiB" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_notes_wrap_to_the_terminal_with_a_hanging_indent(width, capsys, monkeypatch):
+    """The notes under the table had been single lines of up to 600 characters with the code's own references in them
+    (planner/ranking.py preference, layout/imbalance.py DROPLESS_IMBALANCE, seeds/001, R151-R158). Each now fills
+    the terminal's width, its later lines hung under the text after its label, and keeps its figures; the references
+    are the JSON's (near_tie `source`) or `explain --plan`'s (the routing factor's source, the FP8 pairs' run ids)."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    job = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "64", "--seq", "8192", "--gbs", "512"]
+    code, out, _ = run(job, capsys)
+    lines = out.splitlines()
+    below = lines[lines.index("Layouts name CP and ETP only above 1.") + 1:]
+    assert code == 0 and all(len(line) <= width for line in below), max(below, key=len)
+    labels = {"note: ": 6, "Routing: ": 9, "FP8 caveat: ": 12, "Track record: ": 14, "Next: ": 6}
+    starts = [i for i, line in enumerate(below) if not line.startswith(" ")]
+    for i, j in zip(starts, [*starts[1:], len(below)]):
+        label = next((lab for lab in labels if below[i].startswith(lab)), None)
+        hang = labels.get(label, 4)  # a longer label ("Not searched (...): ") hangs its lines by 4
+        # a note breaks only where the next word would pass the width (a `command`, and a figure with its unit,
+        # "13,599 tokens/s/GPU", count as one word: each is read, or copied, whole)
+        for line, after in zip(below[i:j - 1], below[i + 1:j]):
+            words = after.split()
+            word = "`" + after.split("`")[1] + "`" if words[0].startswith("`") else words[0]
+            if len(words) > 1 and words[1].rstrip(",;:).") in ("s", "GiB", "tokens/s/GPU"):
+                word += " " + words[1]
+            assert len(line) + 1 + len(word) > width, (line, after)
+        assert all(line.startswith(" " * hang) and line[hang] != " " for line in below[i + 1:j]), below[i:j]
+    text = " ".join(out.split())
+    for ref in ("planner/", ".py", "DROPLESS_IMBALANCE", "seeds/001", "R151", "R122/R124", "known_gaps.toml"):
+        assert ref not in text, ref
+    assert "charged 1.47x the mean" in text  # layout/imbalance.py DROPLESS_IMBALANCE at EP 16
+    assert "measured FP8 at 0.95-1.06x of BF16" in text and "6 pairs, named by `explain --plan`" in text
+    assert "R029 +53%" in text  # the track record keeps its run ids: they are its evidence
+    code, out, _ = run([*job, "--json"], capsys)
+    data = json.loads(out)
+    assert data["near_tie"]["source"].startswith("seeds/001") and len(data["fp8_caveat"]["pairs"]) == 6
+
+
+def test_a_wrapped_note_keeps_commands_and_long_words_whole():
+    from moetune.cli.output import wrapped
+    text = wrapped("[bold]Next[/bold]: run `moetune explain --plan plan.json` then a_word_longer_than_the_line_is "
+                   "alone; 12.5 GiB\nsecond", 30)
+    assert text.plain.splitlines() == ["Next: run", "      `moetune explain --plan plan.json`", "      then",
+                                       "      a_word_longer_than_the_line_is", "      alone; 12.5 GiB", "      second"]
+    assert [str(s.style) for s in text.spans] == ["bold"] and text.plain[:4] == "Next"  # the label keeps its style

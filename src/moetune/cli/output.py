@@ -2,12 +2,14 @@
 
 import json
 import os
+import re
 import sys
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from moetune.emit.mlm import mlm_fix_words
 from moetune.emit.values import hydra
@@ -42,6 +44,47 @@ def console() -> Console:
     # then reads (Console's width from the environment): `COLUMNS=80 moetune plan ... | less` lays out for 80
     return Console(highlight=False, soft_wrap=True,
                    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 200)
+
+
+# A note's lines after the first start under its text where its label ("note: ", "Routing: ", "Track record: ") is at
+# most this wide, else HANG in ("Not searched (the seeds' starting choice stays the pick's): " would leave little room)
+HANG_MAX, HANG = 16, 4
+# the words a line breaks between: a `command` is one (it stays whole on one line, to be copied), and so is a number
+# with its unit ("2.85 s", "75.9 GiB")
+_WORDS = re.compile(r"`[^`]*`\S*|\S+(?: (?:s|ms|GiB|GB|GB/s|Gb/s|tokens/s/GPU)\b\S*)?")
+
+
+def wrapped(line: str, width: int) -> Text:
+    """LINE (rich markup) in lines of at most WIDTH, broken between words (a word longer than a line stands alone),
+    the lines after the first hung under the text after its label."""
+    text = Text.from_markup(line)
+    label = text.plain.find(": ")
+    indent = label + 2 if 0 < label <= HANG_MAX - 2 else HANG
+    lines = [piece for n, part in enumerate(text.split("\n", allow_blank=True))
+             for piece in _pieces(part, width - (indent if n else 0), width - indent)]
+    return Text("\n").join([lines[0], *(Text(" " * indent) + piece for piece in lines[1:])])
+
+
+def _pieces(text: Text, first: int, rest: int) -> list[Text]:
+    """TEXT's lines, greedily filled with whole words: the first FIRST characters long at most, the others REST."""
+    spans: list[list[int]] = []  # [start, end] of each line in text.plain
+    for m in _WORDS.finditer(text.plain):
+        if spans and m.end() - spans[-1][0] <= (first if len(spans) == 1 else rest):
+            spans[-1][1] = m.end()
+        else:
+            spans.append([m.start(), m.end()])
+    return [text[a:b] for a, b in spans] or [text]
+
+
+class Notes:
+    """A console for the lines under plan's table: each wrapped to the console's width (wrapped), where the console
+    itself leaves lines whole (console(): soft_wrap)."""
+
+    def __init__(self, out: Console) -> None:
+        self.out = out
+
+    def print(self, line: str) -> None:
+        self.out.print(wrapped(line, self.out.width))
 
 
 def print_model_notes(printer, spec) -> None:

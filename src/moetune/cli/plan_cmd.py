@@ -8,15 +8,14 @@ from rich.progress import Progress
 
 from moetune.cli.estimate_input import load_overheads, with_mtp
 from moetune.cli.options import TOKENS, release_options
-from moetune.cli.output import attention_notes, console, emit_json, print_model_notes, user_files_line
+from moetune.cli.output import Notes, attention_notes, console, emit_json, print_model_notes, user_files_line
 from moetune.cli.plan_baseline import same_job, same_optimizer
 from moetune.cli.plan_fix import parse_fix
-from moetune.cli.plan_output import next_steps, plan_json, print_plan
+from moetune.cli.plan_output import next_steps, plan_json, print_plan, routing_line
 from moetune.cli.release_check import options_reading
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
-from moetune.layout.knobs import imbalance_source
 from moetune.layout.validate import Workload
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
@@ -127,43 +126,35 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
                    **({"track_record": record} if record else {})})
     else:
         print_plan(result, gbs, fixed)
+        notes = Notes(console())  # each line under the table wrapped to the terminal's width
         if line := user_files_line(files):
-            console().print(line)
+            notes.print(line)
         pick = result.results[0] if result.results else None
-        charged = pick.knobs.imbalance_at(pick.layout.ep) if pick else 1.0
-        if charged > 1:
-            console().print(f"[bold]Routing[/bold]: dropless: the busiest of EP {pick.layout.ep} expert ranks is "
-                            f"charged {charged:.2f}x the mean ({imbalance_source(pick.knobs)}); `explain --plan` shows "
-                            "what it costs; published benchmark recipes run --routing force-balance")
-        elif pick and pick.knobs.routing == "dropless" and pick.layout.ep == 1 and pick.layout.etp > 1:
-            console().print(f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice "
-                            f"of every expert, so no rank waits for a busier one, while EP > 1 is charged "
-                            f"{pick.knobs.imbalance_at(2):.2f}x (EP 2) to {pick.knobs.imbalance_at(64):.2f}x (EP 8 "
-                            "and up) the mean at its busiest expert rank: why the pick keeps ETP over the seeds' EP "
-                            "first; `explain --plan` compares the two")
+        if line := routing_line(pick):
+            notes.print(line)
         for f in pick_checks(pick, found) if pick else []:
-            console().print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {escape(f['message'])}"
-                            f"{_fix_text(f, pick)}")  # escaped: brackets in a message are no markup
+            notes.print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {escape(f['message'])}"
+                        f"{_fix_text(f, pick)}")  # escaped: brackets in a message are no markup
         if fp8:
-            console().print(fp8_caveat_line(fp8, "the pick"))
+            notes.print(fp8_caveat_line(fp8, "the pick", runs=False))
         if fp4:
-            console().print(caveat_line(fp4, "the pick"))
+            notes.print(caveat_line(fp4, "the pick"))
         for note in attention_notes(pick) if pick else []:
-            console().print(f"[yellow]note[/yellow] on #1: {note}")
+            notes.print(f"[yellow]note[/yellow] on #1: {note}")
         if partial:
-            console().print(f"[yellow]note[/yellow] on #1: {partial}")
+            notes.print(f"[yellow]note[/yellow] on #1: {partial}")
         if near_ep:
-            console().print(f"[bold]NVLink domain[/bold]: #1's {ep_domain_text(result.results[0], near_ep)}")
+            notes.print(f"[bold]NVLink domain[/bold]: #1's {ep_domain_text(result.results[0], near_ep)}")
         for m in unsearched:
-            console().print(f"[bold]{UNSEARCHED}[/bold]: {escape(unsearched_text(m))}")
+            notes.print(f"[bold]{UNSEARCHED}[/bold]: {escape(unsearched_text(m))}")
         if pick:
-            print_model_notes(console(), pick.model)
+            print_model_notes(notes, pick.model)
         if record:
-            console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
+            notes.print(f"[bold]Track record[/bold]: {escape(track_record_text(record, files=False))}")
         if comparison:
             print_versus(comparison)
         if pick:
-            console().print(next_steps(result))
+            notes.print(next_steps(result))
     if not result.results:
         raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
 

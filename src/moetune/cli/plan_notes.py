@@ -4,6 +4,7 @@ JSON holds as `why`; plan's other notes are worded from its JSON (planner/plan_n
 from moetune.layout.validate import LONG_CONTEXT
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.moves import TIGHT_SHARE
+from moetune.planner.plan_notes import RANKING_SOURCE
 from moetune.planner.search import PlanResult
 
 
@@ -56,18 +57,19 @@ def near_tie_note(result: PlanResult) -> str:
     """Why a candidate predicting more than the pick stands below it (search.PlanResult.near_tie): the first of the
     seeds' preferences on which the two differ (planner/ranking.py preference)."""
     tie, pick = result.near_tie, result.results[0]
-    alt, (does, first, source) = tie.alternative, NEAR_TIE_WORDS[tie.preference]
+    alt, (does, first, _) = tie.alternative, NEAR_TIE_WORDS[tie.preference]
     # the dispatcher named where it differs: why a pick runs other than the platform's default is what a user asks
     other = f" ({alt.knobs.dispatcher})" if alt.knobs.dispatcher != pick.knobs.dispatcher \
         and tie.preference != "default_dispatcher" else ""
     name = f"#{tie.row}{other}" if tie.row else (f"{alt.layout.short()} mbs {alt.workload.micro_batch_size} "
                                                  f"{alt.knobs.dispatcher}, recompute {recompute_text(alt.knobs)},")
-    return (f"{name} predicts {tie.gain:+.1%} over #1 but {does(pick, alt)}; within 1% the seeds rank {first} first "
-            f"({source}; planner/ranking.py preference)")
+    return f"{name} predicts {tie.gain:+.1%} over #1 but {does(pick, alt)}; within 1% the seeds rank {first} first"
 
 
 def near_tie_json(result: PlanResult) -> dict:
-    """The near-tie's candidate as a row has it, with its gain, its row (None: not shown) and what decided it."""
+    """The near-tie's candidate as a row has it, with its gain, its row (None: not shown), what decided it, the note
+    plan prints (`why`) and where the seeds and the ranking say so (`source`: JSON only, the terminal keeps the
+    note short)."""
     tie = result.near_tie
     return {**tie.alternative.to_json(), "predicted_gain": tie.gain, "row": tie.row, "decided_by": tie.preference,
-            "why": near_tie_note(result)}
+            "why": near_tie_note(result), "source": f"{NEAR_TIE_WORDS[tie.preference][2]}; {RANKING_SOURCE}"}

@@ -5,13 +5,14 @@ from pathlib import Path
 from rich.markup import escape
 
 from moetune.cli.emit_cmd import check_command
-from moetune.cli.output import console, fsdp_text
+from moetune.cli.output import Notes, console, fsdp_text
 from moetune.cli.plan_notes import gain_over_pick, near_tie_json
 from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
+from moetune.layout.knobs import imbalance_source
 from moetune.planner.explain import optimizer_note
 from moetune.planner.moves import tight
-from moetune.planner.plan_notes import gbs_allowing, gbs_note, table_notes
+from moetune.planner.plan_notes import OFFLOAD_SOURCE, SHORT_CP_SOURCE, gbs_allowing, gbs_note, table_notes
 from moetune.planner.ranking import cp_weight
 from moetune.planner.search import PlanResult
 from moetune.planner.why_none import nothing_fits
@@ -46,9 +47,11 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
     if result.gbs_excluded_dp:
         out["gbs_allowing_widest_dp"] = gbs_allowing(result.gbs_excluded_dp, gbs)
     if (alt := result.offload_alternative) is not None:
-        out["offload_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
+        out["offload_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt),
+                                      "source": OFFLOAD_SOURCE}
     if (alt := result.short_cp_alternative) is not None:
-        out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt)}
+        out["short_cp_alternative"] = {**alt.to_json(), "predicted_gain": gain_over_pick(result, alt),
+                                       "source": SHORT_CP_SOURCE}
     if result.near_tie is not None:
         out["near_tie"] = near_tie_json(result)
     if result.shape_refusal is not None:
@@ -64,23 +67,24 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
 
 def print_plan(result: PlanResult, gbs: int, pins: dict | None = None) -> None:
     out = console()
-    out.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
-              f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit"
-              + (f" with {result.headroom_gib:g} GiB kept free" if result.headroom_gib else ""))
+    notes = Notes(out)  # each note wrapped to the terminal's width
+    notes.print(f"{result.candidates_evaluated:,} candidates ({result.layouts:,} layouts x micro-batch sizes x "
+                f"{result.knob_sets} knob sets) in {result.search_seconds:.2f} s; {result.feasible:,} fit"
+                + (f" with {result.headroom_gib:g} GiB kept free" if result.headroom_gib else ""))
     if result.gbs_excluded_dp:
-        out.print(f"[yellow]note[/yellow]: {gbs_note(result.gbs_excluded_dp, gbs)}")
+        notes.print(f"[yellow]note[/yellow]: {gbs_note(result.gbs_excluded_dp, gbs)}")
     if result.release is not None:
-        out.print(release_line(result.release, result.release_lacks))
+        notes.print(release_line(result.release, result.release_lacks))
     if not result.results:
-        out.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
+        notes.print(f"[red]nothing fits[/red]: {nothing_fits(result, pins)}")
         return
     print_rows(out, result.results, [[e.knobs.dispatcher for e in twins] for twins in _twins(result)])
     if note := optimizer_note(result.results[0]):  # pinned, so the same on every row
-        out.print(f"Optimizer (every row): {note}")
+        notes.print(f"Optimizer (every row): {note}")
     for note in fsdp_text(result.results[0].knobs):  # one search pass, one strategy (search.plan)
-        out.print(f"Data-parallel sharding (every row): {note}")
+        notes.print(f"Data-parallel sharding (every row): {note}")
     for note in table_notes(plan_json(result, gbs, pins)):  # worded from the JSON, as report's page words them
-        out.print(f"[yellow]note[/yellow]: {escape(note)}")
+        notes.print(f"[yellow]note[/yellow]: {escape(note)}")
 
 
 # where `next_steps` saves the plan and writes the launch (any names work: they are the commands' arguments)
@@ -99,3 +103,21 @@ def next_steps(result: PlanResult) -> str:
             f"Bridge overrides, Megatron-LM arguments, env.sh and launch scripts; --rank N for row N), "
             f"`{escape(check)}` (the launch as it runs), and `moetune report {PLAN_FILE} --out plan.html` (a page to "
             "share)")
+
+
+def routing_line(pick) -> str | None:
+    """What dropless routing charges the pick (None where nothing): where that factor comes from (the published
+    dropless runs behind moetune's default, layout/imbalance.py) and what it costs are `explain --plan`'s."""
+    if pick is None or pick.knobs.routing != "dropless":
+        return None
+    if (charged := pick.knobs.imbalance_at(pick.layout.ep)) > 1:
+        source = "moetune's default" if pick.knobs.token_imbalance is None else imbalance_source(pick.knobs)
+        return (f"[bold]Routing[/bold]: dropless: the busiest of EP {pick.layout.ep} expert ranks is charged "
+                f"{charged:.2f}x the mean ({source}); `explain --plan` shows where that comes from and what it costs; "
+                "published benchmark recipes run --routing force-balance")
+    if pick.layout.ep == 1 and pick.layout.etp > 1:
+        return (f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice of every "
+                f"expert, so no rank waits for a busier one, while EP > 1 is charged {pick.knobs.imbalance_at(2):.2f}x "
+                f"(EP 2) to {pick.knobs.imbalance_at(64):.2f}x (EP 8 and up) the mean at its busiest expert rank: why "
+                "the pick keeps ETP over the seeds' EP first; `explain --plan` compares the two")
+    return None

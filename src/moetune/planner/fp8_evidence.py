@@ -62,10 +62,14 @@ def evidence() -> dict:
             "models": sorted({p.model for p in pairs})}
 
 
-def evidence_text(ev: dict) -> str:
+def evidence_text(ev: dict, runs: bool = True) -> str:
+    """The measured pairs in words; `runs` False: counted, not named (plan's terminal line, which `explain --plan`
+    and the JSON's `pairs` name)."""
     lo, hi = ev["measured_fp8_over_bf16"]
+    pairs = ", ".join(ev["pairs"]) if runs else f"{len(ev['pairs'])} pairs, named by `explain --plan`"
+    sep = ", " if runs else "; "
     return (f"the published FP8-vs-BF16 A/B runs of models this narrow (hidden size <= {ev['widest_hidden_size']}: "
-            f"{', '.join(ev['models'])}, {', '.join(ev['pairs'])}) measured FP8 at {lo:.2f}-{hi:.2f}x of BF16")
+            f"{', '.join(ev['models'])}{sep}{pairs}) measured FP8 at {lo:.2f}-{hi:.2f}x of BF16")
 
 
 def caveat(pick: Estimate, bf16: Estimate | None, bf16_what: str) -> dict:
@@ -131,15 +135,15 @@ def caveat_label(c: dict) -> str:
     return f"{_format(c)} caveat"
 
 
-def caveat_line(c: dict, subject: str = "this configuration") -> str:
-    """The caveat as plan and explain print it, as nvfp4_evidence.caveat_line words its own."""
-    return f"[bold]{caveat_label(c)}[/bold]: {subject} runs {caveat_text(c)}"
+def caveat_line(c: dict, subject: str = "this configuration", runs: bool = True) -> str:
+    """The caveat as plan and explain print it, as nvfp4_evidence.caveat_line words its own (`runs`: evidence_text)."""
+    return f"[bold]{caveat_label(c)}[/bold]: {subject} runs {caveat_text(c, runs)}"
 
 
-def caveat_text(c: dict) -> str:
+def caveat_text(c: dict, runs: bool = True) -> str:
     nearest = " (no published run measures NVFP4 against BF16: the FP8 pairs are the nearest evidence)" \
         if c["precision"] == "nvfp4" else ""
-    text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c)}{nearest}"
+    text = f"{c['precision']} on a model of hidden size {c['hidden_size']}; {evidence_text(c, runs)}{nearest}"
     if "predicted_fp8_gain" in c:
         text += f"; {comparison_text(c, 'bf16', 'predicted_fp8_gain')}"
     if c.get("predicted_fp8_gain", 1.0) < 0:  # slower here anyway (host-bound FP8: TE's quantizer launches)

@@ -11,6 +11,11 @@ from moetune.planner.ranking import CP_SHORT_MARGIN
 from moetune.planner.result_text import layout_label, recompute_label
 
 UNSEARCHED = "Not searched (the seeds' starting choice stays the pick's)"
+# Where the notes' reasons are written down: kept in plan's JSON (`source`), out of the terminal's text
+RANKING_SOURCE = "planner/ranking.py preference"
+OFFLOAD_SOURCE = ("seeds/000 Phase 1: offloading only after recompute; seeds/002: DeepSeek-V3's long-context pattern "
+                  "with optimizer offload")
+SHORT_CP_SOURCE = "seeds/000 Phase 2: CP for long context; planner/ranking.py CP_SHORT_MARGIN"
 
 
 def gbs_allowing(excluded: list[int], gbs: int) -> int:
@@ -68,8 +73,8 @@ def offload_note(pick: dict, alt: dict) -> str:
     return (f"#1 recomputes whole layers; offloading the optimizer to the CPU frees the memory for "
             f"{_offload_buys(pick, alt)}: it predicts {_speed(alt) / _speed(pick) - 1:+.0%}, {_speed(alt):,.0f} "
             f"tokens/s/GPU at {alt['memory']['peak_bytes'] / 2**30:.1f} GiB{host}. The seeds add offloading only after "
-            "recompute (seeds/000 Phase 1), so it is not the pick; their own long-context DeepSeek-V3 pattern uses it "
-            "(seeds/002): --fix optimizer_offload_fraction=1 searches it")
+            "recompute, so it is not the pick; their own long-context DeepSeek-V3 pattern uses it: --fix "
+            "optimizer_offload_fraction=1 searches it")
 
 
 def _offload_buys(pick: dict, alt: dict) -> str:
@@ -88,8 +93,8 @@ def short_cp_note(pick: dict, alt: dict) -> str:
     """The faster CP layout the ranking's short-context CP weight kept off the list (search._short_cp_alternative)."""
     return (f"{_short(alt)} (mbs {_mbs(alt)}) predicts {_speed(alt):,.0f} tokens/s/GPU, "
             f"{_speed(alt) / _speed(pick) - 1:+.1%} over #1, and fits, but below {LONG_CONTEXT // 1024}k tokens a "
-            f"layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower (the seeds add CP for long context, "
-            f"seeds/000 Phase 2; within the step model's own error); `--fix cp={alt['layout']['cp']}` lists it")
+            f"layout with CP > 1 ranks as {CP_SHORT_MARGIN - 1:.0%} slower (the seeds add CP for long context; within "
+            f"the step model's own error); `--fix cp={alt['layout']['cp']}` lists it")
 
 
 def order_note(rows: list[dict]) -> str | None:
@@ -102,7 +107,7 @@ def order_note(rows: list[dict]) -> str | None:
           "than it predicts (the seeds add CP for long context)") if short_cp else ""
     return ("candidates within 1% of each other are ranked by the seeds' order, not by the last digits: 3% of memory "
             "free, less model parallelism, lighter recompute, no offload, the layout's default dispatcher, more DP, "
-            "below 16k tokens less CP, then less TP, less expert TP, more EP (planner/ranking.py preference)" + cp)
+            "below 16k tokens less CP, then less TP, less expert TP, more EP" + cp)
 
 
 def unsearched_text(m: dict) -> str:

@@ -124,10 +124,11 @@ def _runs_text(same: list[dict]) -> str:
     return "; ".join(parts) + (f"; outside {100 * TOLERANCE:.0f}%: {', '.join(missed)}" if missed else "")
 
 
-def track_record_text(t: dict) -> str:
-    """One line: this model's runs on this GPU with their errors, then the GPU's runs in all."""
+def track_record_text(t: dict, files: bool = True) -> str:
+    """One line: this model's runs on this GPU with their errors, then the GPU's runs in all; `files` False leaves
+    out the data files behind them (plan's terminal line: `explain --plan` names them)."""
     if t.get("not_under"):  # estimate_record: the user's file is not what these errors measure
-        return (track_record_text({**t, "not_under": None}) + f"; with the shipped constants, not those of "
+        return (track_record_text({**t, "not_under": None}, files) + f"; with the shipped constants, not those of "
                 f"{t['not_under']}: "
                 "the published runs ran on the clusters those were fitted to (`calibrate --runs` checks yours on "
                 "your runs)")
@@ -143,12 +144,13 @@ def track_record_text(t: dict) -> str:
     if not t["gpu_runs"]:
         return f"{head}; no published run on this GPU to check the constants against" + _unseen_text(t)
     if t.get("constants_of"):
-        return (f"no published run on {t['gpu']}, which runs on {t['constants_of']}'s constants (efficiency.toml); "
-                f"on {t['constants_of']}: " + track_record_text({**t, "gpu": t["constants_of"], "constants_of": None}))
+        return (f"no published run on {t['gpu']}, which runs on {t['constants_of']}'s constants"
+                + " (efficiency.toml)" * files + f"; on {t['constants_of']}: "
+                + track_record_text({**t, "gpu": t["constants_of"], "constants_of": None}, files))
     return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
             f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
-            f"{100 * t['gpu_median_abs_error']:.1f}% (listed gaps and reasons: data/known_gaps.toml)" + _nic_text(t)
-            + _unseen_text(t))
+            f"{100 * t['gpu_median_abs_error']:.1f}%" + " (listed gaps and reasons: data/known_gaps.toml)" * files
+            + _nic_text(t, files) + _unseen_text(t))
 
 
 def _unseen_text(t: dict) -> str:
@@ -164,13 +166,13 @@ def _unseen_text(t: dict) -> str:
             "`calibrate --runs`)")
 
 
-def _nic_text(t: dict) -> str:
+def _nic_text(t: dict, files: bool = True) -> str:
     if not (slow := t.get("observed_nic")):
         return ""
-    return (f"; its published cross-node runs read as if the NIC ran at {slow['nic_gbps']:.0f} Gb/s a GPU "
-            f"(hardware.toml nic_gbps_observed), where this run predicts {slow['tokens_per_s_per_gpu']:,.0f} "
-            f"tokens/s/GPU ({100 * slow['change']:+.0f}%; a cluster file with nic_gbps = {slow['nic_gbps']:.0f} plans "
-            "for it)")
+    return (f"; its published cross-node runs read as if the NIC ran at {slow['nic_gbps']:.0f} Gb/s a GPU"
+            + " (hardware.toml nic_gbps_observed)" * files
+            + f", where this run predicts {slow['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU "
+            f"({100 * slow['change']:+.0f}%; a cluster file with nic_gbps = {slow['nic_gbps']:.0f} plans for it)")
 
 
 def _same_config(run: Run, e) -> bool:
