@@ -2,6 +2,7 @@
 errors that name the file."""
 
 import json
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -20,9 +21,10 @@ def shipped_toml(name: str) -> dict[str, Any]:
     return tomllib.loads(shipped_text(name))
 
 
-def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tuple, kind: str, hint: str) -> Any:
+def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tuple, kind: str, hint: str,
+          json_hint: Callable[[str], str] | None = None) -> Any:
     """`what` names the flag or role in the error, e.g. "--efficiency" (empty for a positional argument: the path alone
-    names it); `hint` says what to pass instead."""
+    names it); `hint` says what to pass instead (`json_hint`: for JSON that does not parse, from the text read)."""
     name = f"{what} {path}" if what else str(path)
     try:
         return parse(Path(path).read_text())
@@ -32,6 +34,8 @@ def _read(path: str | Path, what: str, parse: Callable[[str], Any], errors: tupl
         raise MoetuneError(f"{name}: is a directory; pass a file") from None
     except OSError as err:
         raise MoetuneError(f"{name}: cannot read it ({err.strerror}); check its permissions") from None
+    except json.JSONDecodeError as err:  # before ValueError, its base
+        raise MoetuneError(json_error(name, err, json_hint(err.doc) if json_hint else hint)) from None
     except (*errors, ValueError) as err:  # a decode error, or a number past Python's 4,300-digit limit
         raise MoetuneError(f"{name}: not valid {kind} ({err}){'; ' + hint if hint else ''}") from None
     except RecursionError:
@@ -52,8 +56,56 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     return _read(path, what, tomllib.loads, (tomllib.TOMLDecodeError,), "TOML", "")
 
 
-def read_json(path: str | Path, what: str, hint: str = "") -> Any:
-    return _read(path, what, json.loads, (json.JSONDecodeError,), "JSON", hint)
+def read_json(path: str | Path, what: str, hint: str = "", saved: bool | str = False) -> Any:
+    """`saved`: the file may be a saved plan or estimate (True), or should be one (the command, "plan" or
+    "estimate", that writes it): JSON that does not parse is then said to be saved again with the command that wrote
+    it (its first key shows which: written_by) or else with `saved`'s, in place of `hint`."""
+    command = saved if isinstance(saved, str) else None
+    return _read(path, what, json.loads, (), "JSON", hint,
+                 (lambda doc: saved_again(path, doc, command) or hint) if saved else None)
+
+
+# A reader's words for a JSON file that does not parse, shared by every command that reads one (a saved plan or
+# estimate, a config, a model's config.json, a trace): where the parser stopped and what it said, whether that is
+# where the file ends (a copy cut short), and what to do; one line
+CUT = "the file ends there: truncated?"
+
+
+def not_json(name: str, said: str, cut: bool, hint: str = "") -> str:
+    return f"{name}: not valid JSON ({said}{'; ' + CUT if cut else ''})" + (f"; {hint}" if hint else "")
+
+
+def json_error(name: str, err: json.JSONDecodeError, hint: str = "") -> str:
+    """not_json of a JSONDecodeError: its line, column and message; cut where all that is left of the text at that
+    point is one unfinished literal or string (`{"a": tru`, `"abc`), not where something follows ("Extra data")."""
+    rest = err.doc[err.pos:]
+    cut = err.msg != "Extra data" and (err.msg.startswith("Unterminated string")
+                                       or re.fullmatch(r"[\w.+-]*\s*", rest) is not None)
+    return not_json(name, f"line {err.lineno}, column {err.colno}: {err.msg}", cut, hint)
+
+
+# The first key of the JSON that `moetune plan` and `estimate` (or `memory`) write (cli/plan_output.py plan_json,
+# planner/estimate.py Estimate.to_json): a file cut short still shows which of them wrote it
+_WRITTEN_BY = (("plan", re.compile(r'\s*\{\s*"candidates_evaluated"')),
+               ("estimate", re.compile(r'\s*\{\s*"model"\s*:\s*"')))
+
+
+def written_by(text: str) -> str | None:
+    return next((command for command, first in _WRITTEN_BY if first.match(text)), None)
+
+
+# The saved results a reader of one command's output takes: a plan's readers (explain, emit, report, sweep, diagnose
+# --plan) take an estimate too; --baseline takes an estimate alone
+TAKES = {"plan": ("plan", "estimate"), "estimate": ("estimate",)}
+
+
+def saved_again(path: str | Path, text: str, command: str | None = None) -> str | None:
+    """What to do with a saved result that does not parse: save it again with the command that wrote it where the
+    reader takes that command's output, else with `command`; None where neither is known (the file may be a config,
+    or a model's config.json)."""
+    by = written_by(text)
+    by = by if command is None or by in TAKES[command] else command
+    return f"save it again with `moetune {by} ... --json > {path}`" if by else None
 
 
 def write_text(path: str | Path, text: str, what: str) -> Path:

@@ -90,7 +90,7 @@ def _prediction(config: dict | None, model: str | None, plan_file: str | None, g
         if model:
             raise MoetuneError("--plan and --model both name the prediction; pass one (--plan FILE, or --model with "
                                "--config)")
-        saved, where, rank = read_json(plan_file, "--plan"), f"--plan {plan_file}", rank or 1
+        saved, where, rank = read_json(plan_file, "--plan", saved="plan"), f"--plan {plan_file}", rank or 1
         predicted = estimate_from_json(saved, rank, where=where)
         unknown_launcher_note(saved, rank, where)
         if log is not None:  # before the traces are read: a log of another job compares nothing

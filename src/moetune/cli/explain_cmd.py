@@ -104,8 +104,8 @@ def _explain(model, plan_file, rank, baseline, as_json, kw: dict) -> None:
     if release is not None:
         with_release_needs(answer, release)
     if baseline:
-        base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
-                                  where=f"--baseline {baseline}")
+        saved = read_json(baseline, "--baseline", "pass `moetune estimate --json` output", saved="estimate")
+        base = estimate_from_json(saved, where=f"--baseline {baseline}")
         same_job(baseline, base, result.model, result.gpu, result.layout.world_size,
                   Workload(seq_length=result.workload.seq_length, global_batch_size=result.workload.gbs(result.layout)),
                   result.knobs.routing)
@@ -135,7 +135,7 @@ def _saved_result(path: str, after_flag: bool):
         raise MoetuneError(f"{path}: no such file; pass a `moetune plan --json` or `estimate --json` output, a model's "
                            "config.json or a built-in model name")
     data = read_json(path, "--plan" if after_flag else "", "pass `moetune plan --json` output" + (
-        "" if after_flag else " or a Hugging Face config.json"))
+        "" if after_flag else " or a Hugging Face config.json"), saved="plan" if after_flag else True)
     if is_saved_result(data):
         return data
     refuse_failure(data, path)  # what a failed command writes: its error, not its shape

@@ -80,9 +80,8 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
     wl = Workload(seq_length=seq, global_batch_size=gbs)
     eff, over = load_efficiency_file(efficiency, gpu_spec.key), load_overheads(overheads)
     # a bad --baseline fails before the search, not after it
-    base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output"),
-                              where=f"--baseline {baseline}") \
-        if baseline else None
+    base = estimate_from_json(read_json(baseline, "--baseline", "pass `moetune estimate --json` output",
+                                        saved="estimate"), where=f"--baseline {baseline}") if baseline else None
     searched = fixed  # the user's pins, widened by a baseline's recipe; the FP8 caveat reads the pins alone
     if base is not None:
         same_job(baseline, base, spec, gpu_spec, gpus, wl, routing)

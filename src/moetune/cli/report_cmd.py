@@ -31,7 +31,7 @@ def command(plan_path, out_path, sweep_dir, as_json) -> None:
     """Write PLAN.json (`moetune plan --json` or `estimate --json`) as an HTML report: candidates, walls, memory,
     Fit / Scale / Profile / Retune of the pick, and a sweep's measurements."""
     data = saved_result_data(read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate "
-                                                  "--json`)"), plan_path)
+                                                  "--json`)", saved="plan"), plan_path)
     pick_result(data)  # a plan with no results is one line
     check_writable(out_path, "--out", (plan_path, *([Path(sweep_dir) / MANIFEST] if sweep_dir else [])))
     result, headroom = on_plan_budget(estimate_from_json(data, 1, where=plan_path), data)

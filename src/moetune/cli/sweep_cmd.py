@@ -142,7 +142,7 @@ def _notes(sweep: Sweep, top: int, available: int | None) -> list[str]:
 def _plan_results(plan_path: str) -> tuple[list[dict], bool]:
     """The saved results a sweep can run, and whether they are a plan's (else one estimate's)."""
     data = saved_result_data(read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate "
-                                                  "--json`)"), plan_path)
+                                                  "--json`)", saved="plan"), plan_path)
     try:
         pick_result(data)  # the one-line errors of a plan with no results
     except MoetuneError as err:

@@ -20,6 +20,7 @@ from moetune.configio.names import PASSTHROUGH, VALIDATED
 from moetune.configio.normalize import DELETE, Assignment
 from moetune.configio.types import parse_text
 from moetune.errors import MoetuneError
+from moetune.files import json_error, saved_again
 
 _DOTTED_LINE = re.compile(r"^[+~]{0,2}[A-Za-z_][\w.]*(=|$)")
 PRAGMA = "# moetune:"  # `# moetune: cluster.num_gpus=16` in an emitted file carries moetune's own facts
@@ -164,8 +165,8 @@ def read_json(path: Path, from_result: ResultReader | None = None) -> list[Assig
         return []
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise MoetuneError(f"{path}: JSON syntax error at line {err.lineno}: {err.msg}") from None
+    except json.JSONDecodeError as err:  # a saved plan or estimate (from_result) is said to be saved again
+        raise MoetuneError(json_error(str(path), err, from_result and saved_again(path, err.doc) or "")) from None
     except RecursionError:
         raise MoetuneError(f"{path}: nests its values too deeply to read; pass the config or result as written "
                            "out") from None

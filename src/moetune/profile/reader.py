@@ -29,12 +29,9 @@ from moetune.profile.rank_trace import RankTrace
 from moetune.profile.trace_json import (
     BAD_JSON,
     EVENTS_NOT_A_LIST,
-    a_log,
     fail,
     first_char,
-    json_detail,
     json_problem,
-    misnamed_gzip,
     stream,
 )
 
@@ -60,7 +57,7 @@ def read_trace(path: str | Path) -> RankTrace:
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:
         raise fail(path, f"is not a readable gzip/JSON file ({err.__class__.__name__}); truncated copy?") from None
     except BAD_JSON as err:
-        raise fail(path, f"{json_problem(err)}{misnamed_gzip(path)}: {json_detail(err)}{a_log(path)}") from None
+        raise MoetuneError(json_problem(path, err)) from None
     return _assemble(path, header, sink)
 
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from moetune.errors import MoetuneError
+from moetune.files import json_error, not_json
 
 try:  # optional: the C-backed streaming parser
     import ijson
@@ -42,14 +43,14 @@ def a_log(path: Path) -> str:
             head = fh.read(1 << 20)
     except (OSError, EOFError, zlib.error):
         return ""
-    return "; it holds Megatron iteration lines: a training log? pass it as --log FILE" \
+    return "it holds Megatron iteration lines: a training log? pass it as --log FILE" \
         if b"elapsed time per iteration" in head else ""
 
 
 def misnamed_gzip(path: Path) -> str:
     """What to add where a trace named .gz holds no gzip stream (read as plain text, it is then not JSON either): a
     download saved over by an error page, or a copy cut at its start."""
-    return ", and is not gzip-compressed though named .gz (a copy saved over, or cut at its start?)" \
+    return "it is not gzip-compressed though named .gz (a copy saved over, or cut at its start?)" \
         if path.name.endswith(".gz") and not _gzipped(path) else ""
 
 
@@ -170,13 +171,17 @@ def _top_level_base(tail: bytes) -> int | None:
     return None
 
 
-def json_problem(err: Exception) -> str:
-    """yajl says "premature EOF" for a cut file (ijson raises IncompleteJSONError for every error)."""
+def json_problem(path: Path, err: Exception) -> str:
+    """What is wrong with a trace that does not parse, worded as every reader of a JSON file words it (files.not_json):
+    the parser's own line (yajl under ijson gives no line and column, and says "premature EOF" for a cut file; ijson
+    raises IncompleteJSONError for every error), whether the file ends there, what to do; or the malformed event."""
     decode = isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)) or (ijson and isinstance(err, ijson.JSONError))
-    if "premature EOF" in str(err) or (
-            isinstance(err, json.JSONDecodeError) and err.pos >= len(err.doc.rstrip()) - 1):
-        return "ends early (truncated?)"
-    return "is not valid JSON" if decode else "has a malformed event (ts/dur/args of an unexpected type)"
+    if not decode:
+        return f"trace {path}: has a malformed event (ts/dur/args of an unexpected type)"
+    hint = "; ".join(filter(None, (misnamed_gzip(path), a_log(path)))) or "export it again from torch.profiler"
+    if isinstance(err, json.JSONDecodeError):
+        return json_error(f"trace {path}", err, hint)
+    return not_json(f"trace {path}", json_detail(err), "premature EOF" in str(err), hint)
 
 
 def json_detail(err: Exception) -> str:
