@@ -52,10 +52,11 @@ def test_the_refit_finds_a_clusters_multipliers(tmp_path):
         assert predict(run, fitted["constants"]).predicted == pytest.approx(run.tokens_per_s_per_gpu, rel=0.01)
 
 
-def test_few_runs_move_the_compute_multiplier_only(tmp_path):
-    path = _as_measured_on(IDS[:2], {"compute_scale": 0.8, "a2a_scale": 1.0}, tmp_path)
+def test_few_runs_move_both_multipliers_as_one(tmp_path):
+    """Two runs cannot pin two multipliers: one moves both, and a cluster evenly at 0.8 is found."""
+    path = _as_measured_on(IDS[:2], {"compute_scale": 0.8, "a2a_scale": 0.8}, tmp_path)
     fitted = fit_user_runs(load_user_runs(path))["h100"]
-    assert fitted["a2a_scale"] == 1.0 and fitted["compute_scale"] == pytest.approx(0.8, rel=0.03)
+    assert fitted["tied"] and fitted["a2a_scale"] == fitted["compute_scale"] == pytest.approx(0.8, rel=0.03)
     assert fitted["a2a_note"].startswith("2 run(s): two multipliers would fit them exactly")
 
 
@@ -65,31 +66,41 @@ def _one_configuration(run_id, batches):
     return [{**row, "run_id": f"{run_id}-{gbs}", "global_batch_size": str(gbs)} for gbs in batches]
 
 
-def test_runs_that_hide_the_all_to_all_keep_it_as_shipped(tmp_path, capsys):
+def test_runs_that_hide_the_all_to_all_move_it_with_compute(tmp_path, capsys):
     """Qwen3-30B-A3B on 16 H100 with HybridEP under EP overlap (R103) hides its all-to-all: three batch sizes of it,
-    measured on a cluster at compute 0.8 and all-to-all 0.5, cannot tell the two apart. Fitted together they came out
-    at 1.55 and 0.25 with every run within 0.2%; the all-to-all now stays as shipped and the report says why."""
+    measured on a cluster at compute 0.8 and all-to-all 0.5, cannot tell the two apart. Fitted apart they came out
+    at 1.55 and 0.25 with every run within 0.2%; now one multiplier moves both, compute's (the all-to-all stays
+    hidden), and the report says why. Only HybridEP's efficiency moves: the runs use no other dispatcher."""
     rows = _one_configuration("R103", (512, 1024, 2048))
     path = _as_measured_on((), {"compute_scale": 0.8, "a2a_scale": 0.5}, tmp_path, rows)
     fitted = fit_user_runs(load_user_runs(path))["h100"]
-    assert fitted["a2a_scale"] == 1.0 and fitted["a2a_keys"] == []
+    assert fitted["tied"] and fitted["a2a_keys"] == ["a2a_eff_hybridep"]
     assert fitted["a2a_note"].startswith("your runs expose too little all-to-all to fit it: at most 0.")
-    assert fitted["compute_scale"] == pytest.approx(0.8, rel=0.05)
+    assert fitted["a2a_scale"] == fitted["compute_scale"] == pytest.approx(0.8, rel=0.05)
+    shipped = efficiency("h100")
     for key in A2A_KEYS:
-        assert fitted["constants"][key] == efficiency("h100")[key]
+        moved = fitted["compute_scale"] if key == "a2a_eff_hybridep" else 1.0
+        assert fitted["constants"][key] == pytest.approx(moved * shipped[key])
     out = tmp_path / "eff.toml"
     assert main(["calibrate", "--runs", path, "--write", str(out)]) == 0
-    assert "all-to-all kept as shipped: your runs expose too little all-to-all" in capsys.readouterr().out
-    assert "a2a_eff" not in out.read_text()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "compute and all-to-all (a2a_eff_hybridep) x 0." in printed and "together" in printed
+    assert "since your runs expose too little all-to-all" in printed
+    assert "a2a_eff_hybridep" in out.read_text() and "a2a_eff_deepep" not in out.read_text()
 
 
-def test_runs_with_one_mix_of_compute_and_all_to_all_keep_it_as_shipped(tmp_path):
+def test_runs_with_one_mix_of_compute_and_all_to_all_move_both_as_one(tmp_path):
     """Qwen3-235B-A22B across 32 nodes with NCCL alltoall (R014) spends over half its step in all-to-all, but three
-    batch sizes of it scale compute and all-to-all together: no pair of multipliers is pinned."""
+    batch sizes of it scale compute and all-to-all together: no pair of multipliers is pinned, and one that moves both
+    meets all three (the mix they share)."""
     rows = _one_configuration("R014", (4096, 8192, 16384))
     path = _as_measured_on((), {"compute_scale": 1.3, "a2a_scale": 0.7}, tmp_path, rows)
-    fitted = fit_user_runs(load_user_runs(path))["h100"]
-    assert fitted["a2a_scale"] == 1.0 and "too alike to tell the two apart" in fitted["a2a_note"]
+    runs = load_user_runs(path)
+    fitted = fit_user_runs(runs)["h100"]
+    assert fitted["tied"] and fitted["a2a_scale"] == fitted["compute_scale"]
+    assert "too alike to tell the two apart" in fitted["a2a_note"]
+    for run in runs:
+        assert predict(run, fitted["constants"]).predicted == pytest.approx(run.tokens_per_s_per_gpu, rel=0.01)
 
 
 def test_only_the_dispatchers_the_runs_use_are_refitted(tmp_path):
@@ -275,19 +286,21 @@ def _gpu(tmp_path, name):
 
 def test_each_gpu_file_is_fitted_on_its_own_and_labelled_by_its_name(tmp_path, capsys):
     """Catalog H100, an H100 with a 200 Gb/s NIC and an H800 were shown as h100, fitted together and written to one
-    [h100] section. Each is now its own GPU, named as given; one file cannot hold them, so --write refuses."""
+    [h100] section. Each is now its own GPU, named as given; one file cannot hold them, so --write refuses. One run
+    each moves compute and all-to-all as one: each cluster here is evenly off the shipped constants."""
     scale = {"h100": 0.8, "nic200.toml": 1.1, "h800.toml": 0.6}
     rows = []
     for name, compute in scale.items():
         row = {**published_rows()["R103"], **EAGER, "run_id": name, "gpu": _gpu(tmp_path, name)}
         run = load_user_runs(_write(tmp_path / "one.csv", [row]))[0]
-        truth = with_params(efficiency(run.gpu.key), {"compute_scale": compute})
+        truth = with_params(efficiency(run.gpu.key), {"compute_scale": compute, "a2a_scale": compute})
         rows.append({**row, "tokens_per_s_per_gpu": f"{predict(run, truth).predicted:.3f}"})
     path = _write(tmp_path / "mine.csv", rows)
     fitted = fit_user_runs(load_user_runs(path))
     assert sorted(fitted) == sorted(scale)
     for name, compute in scale.items():
         assert fitted[name]["runs"] == 1 and fitted[name]["compute_scale"] == pytest.approx(compute, rel=0.02)
+        assert fitted[name]["tied"] and fitted[name]["a2a_scale"] == fitted[name]["compute_scale"]
     assert [fitted[n]["catalog_unchanged"] for n in ("h100", "nic200.toml", "h800.toml")] == [True, False, False]
     assert main(["calibrate", "--runs", path, "--json"]) == 0
     assert {r["run_id"]: r["gpu"] for r in json.loads(capsys.readouterr().out)["runs"]} == {n: n for n in scale}

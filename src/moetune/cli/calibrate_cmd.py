@@ -10,10 +10,12 @@ from moetune.errors import MoetuneError
 from moetune.files import check_writable, write_text
 from moetune.planner.calibrate import memory_misfits, predict
 from moetune.planner.run_checks import shipped_times, suspect_runs
-from moetune.planner.user_runs import by_gpu, fit_user_runs, gpu_label, sections, shipped_of, user_toml
+from moetune.planner.user_runs import by_gpu, fit_user_runs, gpu_label, multipliers, sections, shipped_of, user_toml
 from moetune.planner.user_runs_csv import load_user_runs
 from moetune.units import GIB
 from moetune.words import a_figure
+
+MATCHED_BY_NAME = 6  # runs whose refit errors print by name; more print as a range
 
 
 @click.command(name="calibrate")
@@ -95,10 +97,12 @@ def print_refit(found: dict, write_path: str | None, runs: list) -> None:
     out, fitted = console(), found["fitted"]
     for gpu, f in fitted.items():
         # a capped efficiency is named once, with what it got in effect, on the limit line below
-        a2a = (f"all-to-all x {f['a2a_scale']:.3f} ({', '.join(f['a2a_keys'])})" if f["a2a_note"] is None else
-               f"all-to-all kept as shipped: {f['a2a_note']}")
         base = "" if f["catalog_unchanged"] else f" (on {shipped_of(f['gpu_key'])})"
-        out.print(f"{gpu}{base}: {f['runs']} run(s): compute x {f['compute_scale']:.3f}, {a2a}")
+        note = f": {f['a2a_note']}" if f["a2a_note"] and not f["tied"] else ""
+        out.print(f"{gpu}{base}: {f['runs']} run(s): {multipliers(f)}{note}")
+        if f["tied"]:
+            out.print(f"  assumed: your cluster evenly off the shipped constants (one factor for both), since "
+                      f"{f['a2a_note']}; your runs now {_matched(found['runs'], gpu)}")
         if f["limits"]:
             out.print(f"  limit: {'; '.join(f['limits'])}: your runs ask for more than the model allows, so the refit "
                       "does not meet them; check those rows (units, GPU count, configuration)")
@@ -109,6 +113,15 @@ def print_refit(found: dict, write_path: str | None, runs: list) -> None:
     for m in found["memory_warnings"]:
         out.print(f"[yellow]warning[/yellow]: {escape(m['message'])}")
     out.print(_written_line(fitted, write_path, found.get("written", {}).get("sections"), runs))
+
+
+def _matched(rows: list[dict], gpu: str) -> str:
+    """How the refit meets a GPU's fitted runs: each run's error where a line holds them, else the range."""
+    errors = [(r["run_id"], r["fitted"] / r["measured"] - 1) for r in rows
+              if r["gpu"] == gpu and r["held_out"] is None and r["fitted"] is not None]
+    if len(errors) <= MATCHED_BY_NAME:
+        return "matched at " + ", ".join(f"{escape(i)} {e:+.1%}" for i, e in errors)
+    return f"matched within {min(e for _, e in errors):+.1%} to {max(e for _, e in errors):+.1%}"
 
 
 def _misfit_line(m: dict, gpu: str) -> str:

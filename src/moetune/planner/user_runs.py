@@ -5,13 +5,18 @@ own (another NIC, another container, a tuned kernel) runs faster or slower. A CS
 one row per measured run, refits the two per-GPU multipliers on the shipped constants (compute: GEMM, FP8 GEMM and
 elementwise rates together; all-to-all: the efficiencies of the dispatchers the runs use, together), keeping the
 constants shared by all GPUs (host CPU cost, the fused all-to-all's per-token and per-SM costs) as shipped: a handful
-of runs cannot pin them. The all-to-all multiplier moves only where the runs tell it from compute: MIN_RUNS_FOR_A2A
+of runs cannot pin them. The two multipliers are fitted apart only where the runs tell them apart: MIN_RUNS_FOR_A2A
 runs or more (two multipliers would fit two runs exactly and say nothing), enough exposed all-to-all, and a mix of
-compute and all-to-all that differs between runs (a2a_unpinned). The result is an --efficiency file for estimate,
-plan and explain. planner/user_runs_csv.py reads the CSV.
+compute and all-to-all that differs between runs (a2a_unpinned). Where they do not, one multiplier moves both (TIED):
+the cluster is taken as evenly off the shipped constants. Holding the all-to-all as shipped instead had put the whole
+gap on compute: three GB200 Qwen3-30B-A3B runs measured 10% under the published R176/R194/R212 (13-15% under the
+shipped prediction; 35-46% of their step in all-to-all, 13-19% in attention, which no multiplier moves) gave compute
+x 0.697, and an EP1 plan, all compute, then lost 22.5% where the runs had lost 13-15%. The result is an --efficiency
+file for estimate, plan and explain. planner/user_runs_csv.py reads the CSV.
 """
 
 import math
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -49,17 +54,28 @@ def a2a_keys(runs: list[Run]) -> tuple[str, ...]:
     return tuple(k for k in A2A_KEYS if k in used)
 
 
-def _fit(runs: list[Run], base: dict, keys: tuple[str, ...], *, a2a: bool) -> dict[str, float]:
-    """compute_scale (and a2a_scale when `a2a`) on `base`: a log grid, then shrinking multiplicative steps."""
+# The multipliers fitted, in groups that move as one: compute alone (runs without all-to-all), both apart (runs that
+# pin them), or both as one (TIED: runs that cannot tell them apart)
+COMPUTE_ONLY = (("compute_scale",),)
+APART = (("compute_scale",), ("a2a_scale",))
+TIED = (("compute_scale", "a2a_scale"),)
+
+
+def _fit(runs: list[Run], base: dict, keys: tuple[str, ...], groups: tuple[tuple[str, ...], ...]) -> dict[str, float]:
+    """compute_scale and a2a_scale on `base`, each of `groups` one multiplier (a multiplier in none stays 1): a log
+    grid, then shrinking multiplicative steps."""
     grid = np.geomspace(*SCALE_BOUNDS, 13)
-    moved = ("compute_scale", "a2a_scale") if a2a else ("compute_scale",)
+    heads = [g[0] for g in groups]
+
+    def full(p: dict) -> dict:
+        return {"compute_scale": 1.0, "a2a_scale": 1.0, **{k: p[g[0]] for g in groups for k in g}}
 
     def loss(p: dict) -> float:
-        return mean_log_error(runs, with_params(base, p, keys))
+        return mean_log_error(runs, with_params(base, full(p), keys))
 
-    params = min(({"compute_scale": float(c), "a2a_scale": float(a)} for c in grid for a in (grid if a2a else [1.0])),
-                 key=loss)
-    return refine(params, dict.fromkeys(moved, SCALE_BOUNDS), loss, steps=(1.2, 1.1, 1.05, 1.025, 1.01))
+    start = min((dict(zip(heads, map(float, point), strict=True)) for point in product(grid, repeat=len(heads))),
+                key=loss)
+    return full(refine(start, dict.fromkeys(heads, SCALE_BOUNDS), loss, steps=(1.2, 1.1, 1.05, 1.025, 1.01)))
 
 
 def step_shares(run: Run, base: dict, params: dict, keys: tuple[str, ...]) -> tuple[float, float]:
@@ -76,10 +92,11 @@ def step_shares(run: Run, base: dict, params: dict, keys: tuple[str, ...]) -> tu
 
 
 def a2a_unpinned(runs: list[Run], base: dict, params: dict, keys: tuple[str, ...]) -> str | None:
-    """Why these runs cannot fit the all-to-all multiplier beside the compute one (None: they can). Fitted where
-    they cannot, it trades off against compute along a valley the runs do not see (three runs of one configuration,
-    all-to-all hidden under EP overlap, gave compute x 1.55 and all-to-all x 0.25 for a cluster at 0.8 and 0.5,
-    every run within 0.2%), and the pair predicts wrong wherever the all-to-all shows."""
+    """Why these runs cannot fit the all-to-all multiplier apart from the compute one (None: they can). Fitted apart
+    where they cannot, it trades off against compute along a valley the runs do not see (three runs of one
+    configuration, all-to-all hidden under EP overlap, gave compute x 1.55 and all-to-all x 0.25 for a cluster at 0.8
+    and 0.5, every run within 0.2%), and the pair predicts wrong wherever the all-to-all shows: fit_user_runs ties
+    them instead."""
     if not keys:
         return "none of your runs moves tokens by all-to-all (EP 1, or the allgather dispatcher)"
     if len(runs) < MIN_RUNS_FOR_A2A:
@@ -138,21 +155,32 @@ def sections(groups: dict[str, list[Run]]) -> dict[str, str | None]:
 
 def fit_user_runs(runs: list[Run]) -> dict[str, dict]:
     """Per GPU of the runs (by_gpu): the multipliers found and the constants they give (on the shipped ones of the
-    catalog GPU it is modelled on). The all-to-all multiplier moves only where the runs pin it (a2a_unpinned says why
-    not, in `a2a_note`), and only the efficiencies of the dispatchers they use."""
+    catalog GPU it is modelled on). The all-to-all multiplier moves only the efficiencies of the dispatchers the runs
+    use; apart from compute where the runs pin it, else with it (`tied`; a2a_unpinned says why, in `a2a_note`)."""
     out = {}
     for label, mine in by_gpu(runs).items():
         gpu = mine[0].gpu
         base, keys = efficiency(gpu.key), a2a_keys(mine)
-        params = _fit(mine, base, keys, a2a=False)
+        params = _fit(mine, base, keys, COMPUTE_ONLY)
         note = a2a_unpinned(mine, base, params, keys)
-        if note is None:
-            params = _fit(mine, base, keys, a2a=True)
+        if keys:
+            params = _fit(mine, base, keys, TIED if note else APART)
         constants = with_params(base, params, keys)
         out[label] = {**params, "gpu": gpu.ref, "gpu_key": gpu.key, "catalog_unchanged": catalog_unchanged(gpu),
-                      "runs": len(mine), "constants": constants, "a2a_keys": list(keys) if note is None else [],
-                      "a2a_note": note, "limits": _limits(params, base, constants, keys if note is None else ())}
+                      "runs": len(mine), "constants": constants, "a2a_keys": list(keys), "a2a_note": note,
+                      "tied": bool(keys) and note is not None, "limits": _limits(params, base, constants, keys)}
     return out
+
+
+def multipliers(f: dict) -> str:
+    """A GPU's refit in words (fit_user_runs' entry): each multiplier, or the one both share where the runs could not
+    tell them apart, or compute's alone where they move no tokens by all-to-all."""
+    keys = ", ".join(f["a2a_keys"])
+    if f["tied"]:
+        return f"compute and all-to-all ({keys}) x {f['compute_scale']:.3f} together"
+    if not keys:
+        return f"compute x {f['compute_scale']:.3f}, all-to-all as shipped"
+    return f"compute x {f['compute_scale']:.3f}, all-to-all x {f['a2a_scale']:.3f} ({keys})"
 
 
 def _limits(params: dict, base: dict, constants: dict, a2a: tuple[str, ...]) -> list[str]:
@@ -174,8 +202,7 @@ def user_toml(fitted: dict, where: dict[str, str | None], by: str = "moetune cal
     lines = [f"# Written by `{by}`: the shipped constants refitted to your measured runs.",
              "# Pass it to estimate, plan and explain with --efficiency."]
     for label, f in fitted.items():
-        a2a = f"all-to-all x {f['a2a_scale']:.3f}" if f["a2a_note"] is None else "all-to-all as shipped"
-        what = f"{f['runs']} run(s) on {label}; compute x {f['compute_scale']:.3f}, {a2a} on {shipped_of(f['gpu_key'])}"
+        what = f"{f['runs']} run(s) on {label}; {multipliers(f)} on {shipped_of(f['gpu_key'])}"
         if where[label] is None:  # a cluster file's GPU: its architecture kept, so another's is refused the file
             lines.append(f"\n# Top level, for --gpu {f['gpu']}: {what}. They apply to a GPU of its architecture.")
             if (family := catalog().get(f["gpu_key"])) is not None:  # a GPU on the priors has no family to keep
