@@ -85,6 +85,13 @@ def test_derived_names_are_computed_or_declared():
     ("rules: [{id: a.b, severity: error, when: 'open(1)', message: m, source: s}]", "not allowed"),
     ("rules: [{id: a.b, severity: error, when: 'True', message: m, source: s, contexts: [lint]}]", "contexts"),
     ("rules: [{id: a.b, severity: error, severity_mlm: mild, when: 'True', message: m, source: s}]", "severity_mlm"),
+    # covers: rows of the release tables (a misspelt value would leave check.not_in_release saying it), on an error
+    ("rules: [{id: a.b, severity: error, when: 'True', message: m, source: s, covers: [optimizer.optimizer=muonn]}]",
+     "no release table has: optimizer.optimizer=muonn"),
+    ("rules: [{id: a.b, severity: warning, when: 'True', message: m, source: s, covers: [optimizer.optimizer=muon]}]",
+     "covers needs severity error"),
+    ("rules: [{id: a.b, severity: error, severity_mlm: warning, when: 'True', message: m, source: s, "
+     "covers: [optimizer.optimizer=muon]}]", "covers needs severity error"),
 ])
 def test_malformed_tables_are_rejected(text, needle):
     with pytest.raises(MoetuneError, match=needle):

@@ -39,14 +39,16 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
-def said_once(findings: list[Finding], layout_error: Finding | None) -> list[Finding]:
-    """layout.illegal (with --model) first and the config-only rules it repeats (its same_as) dropped; then a finding
-    that repeats a fault said already (Megatron-Core's refusal, by its same_as) dropped."""
+def said_once(findings: list[Finding], layout_error: Finding | None, release: tuple | list = ()) -> list[Finding]:
+    """RELEASE (check.not_in_release's findings) ahead of layout.illegal (with --model) and the rules' findings, the
+    config-only rules layout.illegal repeats (its same_as) dropped; then a finding that repeats a fault a rule says
+    already, by its same_as, dropped: Megatron-Core's refusal, or a name or value the release lacks that a rule
+    covers (cli/release_check.py)."""
     said = set(layout_error.same_as) if layout_error is not None else set()
     if layout_error is not None:
         findings = [layout_error] + [f for f in findings if f.rule not in said]
     said |= {f.rule for f in findings}
-    return [f for f in findings if f is layout_error or not said & set(f.same_as)]
+    return [f for f in [*release, *findings] if f is layout_error or not said & set(f.same_as)]
 
 
 def config_options(func):
@@ -211,7 +213,7 @@ def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core,
         derived = {**(derived or {}), "target_release": seen.release}
     findings = check_findings(config, context, mcore=not no_mcore, derived=derived)
     # one finding for one fault; a saved result's default-held newer fields are info (emit leaves them out)
-    findings = release_findings(seen, config, bool(saved)) + said_once(findings, layout_error)
+    findings = said_once(findings, layout_error, release_findings(seen, config, bool(saved)))
     if unpriced:
         findings.insert(0, unpriced)
     if model and conflicts:

@@ -38,7 +38,7 @@ from moetune.configio.releases import (
 )
 from moetune.errors import MoetuneError
 from moetune.planner.release_fit import SPLIT_PATTERN_FLAG, splits_hybrids
-from moetune.rules import Finding
+from moetune.rules import Finding, load_table
 
 # the class each section's fields belong to (tools/megatron_releases.py CONFIGS, tools/bridge_releases.py SECTIONS)
 _CLASS = {"model": "TransformerConfig", "ddp": "DistributedDataParallelConfig", "optimizer": "OptimizerConfig",
@@ -133,7 +133,9 @@ def _source(release: str) -> str:
 def release_findings(reading: Reading, config: dict[str, Any], saved: bool = False) -> list[Finding]:
     """One error finding per name the read met that the target release lacks (a field CONFIG holds at its default,
     as a saved plan writes every field it sets over a recipe, is said to be one emit leaves out). `saved`: a saved
-    plan or estimate is among the inputs, which runs only through emit: its default-held fields are then info."""
+    plan or estimate is among the inputs, which runs only through emit: its default-held fields are then info. Each
+    names, as its same_as, the rules that cover its name or value (rules.yaml `covers`): where one fires, it says
+    the fault with its fix and check leaves this finding out (check_cmd.py said_once)."""
     def held_at_default(name: str) -> bool:
         key = _key(name)
         return key in config and at_default(key, config[key])
@@ -144,7 +146,7 @@ def release_findings(reading: Reading, config: dict[str, Any], saved: bool = Fal
 
     return [Finding(rule="check.not_in_release", severity="info" if saved and held_at_default(name) else "error",
                     message=f"{_what(name, reading.release)}; {_advice(name, reading.release)}{emit_note(name)}",
-                    source=_source(reading.release))
+                    source=_source(reading.release), same_as=load_table().covering(name))
             for name in reading.lacking()] + _value_findings(config, reading.release) + \
         _switch_findings(config, reading, saved)
 
@@ -157,7 +159,7 @@ def _value_findings(config: dict[str, Any], release: str | None) -> list[Finding
     return [Finding(rule="check.not_in_release", severity="error",
                     message=f"{name.replace('=', ' value ', 1)} is not one {describe(release)} accepts "
                             f"({has_it(name, release)}); {_advice(name, release)}",
-                    source=_source(release))
+                    source=_source(release), same_as=load_table().covering(name))
             for name in values_lacking(config, release)]
 
 

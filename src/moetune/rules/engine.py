@@ -139,8 +139,17 @@ def vet_fixes(config: dict[str, Any], found: list[Finding], derived: dict[str, A
         if f.fix:
             fix = resolve(Assignment(key=k, value=v, origin=f"fix of {f.rule}") for k, v in f.fix.items())
             after = evaluate({**config, **fix}, derived, context=context)
-            added = sorted(({g.rule for g in after if g.severity == "error"} - before)
-                           | ({NOT_IN_RELEASE} if release is not None and refused(fix, release) else set()))
+            added = {g.rule for g in after if g.severity == "error"} - before
+            added = sorted(added | ({NOT_IN_RELEASE} if _refused_unsaid(fix, release, added) else set()))
             f = replace(f, fix={}, fix_withdrawn=added) if added else f
         out.append(f)
     return out
+
+
+def _refused_unsaid(fix: dict[str, Any], release: str | None, added: set[str]) -> bool:
+    """Whether FIX sets a name or value RELEASE lacks (configio/releases.py refused) that none of the rules it newly
+    trips, ADDED, covers (rules.yaml `covers`): check would say it as check.not_in_release."""
+    if release is None:
+        return False
+    table = load_table()
+    return any(not set(table.covering(row)) & added for row in refused(fix, release))

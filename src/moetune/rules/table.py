@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from moetune.configio.releases import releases
 from moetune.errors import MoetuneError
 from moetune.files import shipped_text
 from moetune.rules.expr import Expr, compile_expr
@@ -47,6 +48,9 @@ class Rule:
     names: frozenset[str] = field(default_factory=frozenset)  # every config name the rule reads
     # the severity under a Megatron-LM launch (cluster.launcher), where it differs: a check only Bridge makes
     severity_mlm: str | None = None
+    # release-table rows (megatron_releases.csv / bridge_releases.csv names) whose lack the rule says when it fires,
+    # which check.not_in_release leaves to it (rules.yaml `covers`)
+    covers: frozenset[str] = field(default_factory=frozenset)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +63,10 @@ class Table:
             if r.id == rule_id:
                 return r
         raise KeyError(rule_id)
+
+    def covering(self, row: str) -> tuple[str, ...]:
+        """The ids of the rules that say ROW's lack themselves (their `covers`)."""
+        return tuple(r.id for r in self.rules if row in r.covers)
 
 
 def _value(v: Any) -> Any:
@@ -116,7 +124,19 @@ def _rule(raw: dict[str, Any]) -> Rule:
         names |= set(step.fix) if isinstance(step.fix, dict) else set()
     return Rule(id=rid, severity=raw["severity"], when=when, message=message, placeholders=holders,
                 steps=tuple(steps), source=str(raw["source"]), code=str(raw.get("code", "")), contexts=contexts,
-                names=frozenset(names), severity_mlm=raw.get("severity_mlm"))
+                names=frozenset(names), severity_mlm=raw.get("severity_mlm"), covers=_covers(raw, rid))
+
+
+def _covers(raw: dict[str, Any], rid: str) -> frozenset[str]:
+    """A rule's `covers`, each a row of a release table; only an error rule's (it stands in for an error)."""
+    covers = frozenset(str(row) for row in raw.get("covers", ()))
+    if not covers:
+        return covers
+    if {raw["severity"], raw.get("severity_mlm", raw["severity"])} != {"error"}:
+        raise MoetuneError(f"rules.yaml {rid}: covers needs severity error (it stands in for check.not_in_release)")
+    if unknown := sorted(covers - set(releases("core").have) - set(releases("bridge").have)):
+        raise MoetuneError(f"rules.yaml {rid}: covers names rows no release table has: {', '.join(unknown)}")
+    return covers
 
 
 # libyaml's safe loader where PyYAML was built with it (ten times faster on rules.yaml, which every plan reads)
