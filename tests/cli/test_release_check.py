@@ -1,16 +1,22 @@
 """check --megatron-core: one finding for one fault. A rule that says a release's lack itself (rules.yaml covers) stands
-for check.not_in_release's finding of that name or value; what no rule covers is still check.not_in_release's.
+for check.not_in_release's finding of that name or value; what no rule covers is still check.not_in_release's. And a
+one-item list CUDA-graph scope on Megatron-Core 0.15, which only Bridge's list form breaks.
 
 Facts: megatron_releases.csv lists optimizer.optimizer=muon / =dist_muon and the cuda_graph_scope values moe_router,
-moe_preprocess, mlp, moe and mamba from 0.16 on, model.moe_flex_dispatcher_backend from 0.16 on."""
+moe_preprocess, mlp, moe and mamba from 0.16 on, model.moe_flex_dispatcher_backend from 0.16 on. Megatron-Core
+0.15 types cuda_graph_scope as one str (transformer_config.py core_v0.15.0:646) and TECudaGraphHelper asserts it is
+'full' or 'attn' (cuda_graphs.py core_v0.15.0:1357); Bridge hands a YAML or Hydra list to it as a list (OmegaConf
+merge, training/utils/omegaconf_utils.py _apply_overrides @v0.2.0rc6); Megatron-LM's --cuda-graph-scope takes one
+value (arguments.py core_v0.15.0:1411), which a MODEL_ARGS YAML's one-item list becomes."""
 
 import json
 from pathlib import Path
 
 import pytest
-from cli_run import run
+from cli_run import run, saved
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridge"
+AS_LIST = "cudagraph.scope_as_list_needs_mcore_016"
 SCOPES = "cudagraph.scope_list_needs_mcore_016"
 MUON = "optimizer.muon_needs_mcore_016"
 
@@ -105,3 +111,74 @@ def test_two_scopes_on_0_15_are_the_rules_alone(capsys):
     assert code == 1 and _rules(errors).count(SCOPES) == 1
     assert lacking == ["model.moe_flex_dispatcher_backend", "model.moe_hybridep_num_sms",
                        "model.fine_grained_activation_offloading", "model.offload_modules"]
+
+
+@pytest.mark.parametrize("written", [lambda tmp: [_yaml(tmp, scope="[attn]")],
+                                     lambda tmp: [_yaml(tmp), "--set", "model.cuda_graph_scope=[attn]"]],
+                         ids=["bridge-yaml", "dotted-override"])
+def test_one_scope_as_a_list_on_0_15_is_an_error(tmp_path, capsys, written):
+    code, errors = _errors([*written(tmp_path), "--megatron-core", "0.15"], capsys)
+    assert code == 1 and _rules(errors) == [AS_LIST]
+    assert errors[0]["fix"] == {"model.cuda_graph_scope": "attn"}  # the string 0.15 takes
+    assert "written as a list (['attn'])" in errors[0]["message"]
+    assert _errors([*written(tmp_path), "--megatron-core", "0.16"], capsys) == (0, [])  # 0.16 takes a list
+    assert _errors(written(tmp_path), capsys) == (0, [])  # none named: the newest
+
+
+def test_one_scope_the_release_lacks_as_a_list_is_said_once(tmp_path, capsys):
+    """[moe_router]: a list, and a scope 0.15 lacks; the rule covers the value and its fix is attn (not moe_router as
+    a string, which 0.15 refuses too)."""
+    code, errors = _errors([_yaml(tmp_path, scope="[moe_router]"), "--megatron-core", "0.15"], capsys)
+    assert code == 1 and _rules(errors) == [AS_LIST] and errors[0]["fix"] == {"model.cuda_graph_scope": "attn"}
+
+
+def test_the_string_last_written_decides(tmp_path, capsys):
+    """A --set string over the YAML's list is what runs (Hydra's override replaces it): clean."""
+    args = [_yaml(tmp_path, scope="[attn]"), "--set", "model.cuda_graph_scope=attn", "--megatron-core", "0.15"]
+    assert _errors(args, capsys) == (0, [])
+
+
+@pytest.mark.parametrize("args", [
+    ["--mlm-args", MLM + "--cuda-graph-impl transformer_engine --cuda-graph-scope attn"],
+    ["@model_args"],
+], ids=["mlm-args", "model-args-yaml"])
+def test_a_megatron_lm_launch_takes_one_scope(tmp_path, capsys, args):
+    """Megatron-LM's --cuda-graph-scope is one value on 0.15: a MODEL_ARGS YAML's [attn] becomes
+    `--cuda-graph-scope attn`, which runs; not flagged."""
+    model_args = tmp_path / "model_config.yaml"
+    model_args.write_text("MODEL_ARGS:\n" + "".join(f"  {flag}: {value}\n" for flag, value in (
+        ("--num-layers", 4), ("--hidden-size", 1024), ("--num-attention-heads", 8), ("--num-experts", 8),
+        ("--moe-grouped-gemm", "true"), ("--moe-router-dtype", "fp32"), ("--bf16", "true"), ("--manual-gc", "true"),
+        ("--cuda-graph-impl", "transformer_engine"), ("--cuda-graph-scope", "[attn]"))))
+    args = [str(model_args) if a == "@model_args" else a for a in args]
+    assert _errors([*args, "--megatron-core", "0.15"], capsys) == (0, [])
+
+
+@pytest.mark.parametrize("impl", ["none", "local"])
+def test_a_list_scope_transformer_engine_never_reads_is_not_flagged(tmp_path, capsys, impl):
+    """Graphs off, or Megatron-Core's local per-layer graphs, which read the scope only against 'full_iteration'
+    (transformer_layer.py core_v0.15.0:829): the list does not fail there."""
+    code, errors = _errors([_yaml(tmp_path, scope="[attn]", impl=impl), "--megatron-core", "0.15"], capsys)
+    assert AS_LIST not in _rules(errors)
+
+
+def test_emit_for_0_15_writes_the_string(tmp_path, capsys):
+    """What check's fix says is what emit writes for that release (configio/legacy.py scalar_scope), and check of the
+    emitted overrides is clean of the list rule."""
+    out = tmp_path / "run"
+    code, _, _ = run(["emit", _yaml(tmp_path, scope="[attn]"), "--gpu", "h100", "--gpus", "8", "--megatron-core",
+                      "0.15", "--out", str(out)], capsys)
+    assert code == 0 and "model.cuda_graph_scope=attn" in (out / "overrides.txt").read_text().splitlines()
+    assert AS_LIST not in _rules(_errors([str(out / "overrides.txt"), "--megatron-core", "0.15"], capsys)[1])
+
+
+def test_a_saved_plan_for_0_15_is_not_a_written_list(tmp_path, capsys):
+    """A plan's scope is moetune's, which emit writes as the string 0.15 takes: check of the saved plan (its release
+    recorded) has no list to refuse, though its JSON holds the scope as a list."""
+    plan = saved(tmp_path / "plan.json", ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq", "4096",
+                                          "--gbs", "256", "--megatron-core", "0.15", "--fix", "cuda_graph_scope=attn",
+                                          "--top", "1"])
+    assert json.loads(plan.read_text())["results"][0]["knobs"]["cuda_graph_scope"] == ["attn"]
+    code, out, _ = run(["check", str(plan), "--json"], capsys)
+    assert json.loads(out)["config"]["model.cuda_graph_impl"] == "transformer_engine"
+    assert AS_LIST not in {f["rule"] for f in json.loads(out)["findings"]}

@@ -375,6 +375,11 @@ CASES: dict[str, Case] = {
     "cudagraph.scope_list_needs_mcore_016": Case(S(MOE, "model.cuda_graph_impl=local",
                                                    "model.cuda_graph_scope=[attn,full_iteration]"),
                                                  derived={"target_release": "0.15"}),
+    # Bridge's one-item list scope (as Bridge 0.16+ recipes write [attn]) on Megatron-Core 0.15, whose str
+    # cuda_graph_scope then holds ['attn'], which Transformer Engine's graph helper refuses (cuda_graphs.py
+    # core_v0.15.0:1357 asserts 'full' or 'attn')
+    "cudagraph.scope_as_list_needs_mcore_016": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]"),
+                                                    derived={"target_release": "0.15"}),
     "cudagraph.local_scoped": Case(S(MOE, "model.cuda_graph_impl=local", "model.cuda_graph_scope=[attn]")),
     "cudagraph.variable_length": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
                                        "model.variable_seq_lengths=true")),

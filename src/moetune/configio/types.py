@@ -93,16 +93,31 @@ def _list(name: str, v: Any, item: str) -> list:
     return [conv(x) for x in v]
 
 
+class Scopes(list):
+    """A CUDA-graph scope as module names (the canonical form), with `listed`: the items as the input wrote them in a
+    list (a YAML `[attn]`, Hydra's `model.cuda_graph_scope=[attn]`, a Megatron-LM flag's values), or None where it
+    wrote one string ('attn', 'attn,moe_router'). Megatron-Core before core_v0.16.0 types cuda_graph_scope as one str
+    (transformer_config.py core_v0.15.0:646) and Bridge hands a YAML or Hydra list to it as a list (OmegaConf keeps
+    it), so there [attn] is not attn: the rules read which was written (rules/derive.py graph_scope_listed). A plan's
+    scope is no input's: None (emit writes it as each release takes it, configio/legacy.py scalar_scope)."""
+
+    def __init__(self, scopes: list[str], listed: tuple[str, ...] | None = None) -> None:
+        super().__init__(scopes)
+        self.listed = listed
+
+
 def _scope(name: str, v: Any) -> list[str]:
     if v is None or v == "full":
-        return []
+        return Scopes([])
     items = v.split(",") if isinstance(v, str) else v
     if not isinstance(items, (list, tuple)):
         raise MoetuneError(f"{name} expects module names (attn, moe_router, moe_preprocess, ...), got {v!r}")
     scopes = [str(i).strip().rsplit(".", 1)[-1] for i in items if str(i).strip() not in ("", "full")]
     if bad := [x for x in scopes if x not in CUDA_GRAPH_SCOPES]:  # Megatron-Core's CudaGraphScope names
         raise MoetuneError(f"{name}: unknown CUDA-graph scope(s) {', '.join(bad)}; use {', '.join(CUDA_GRAPH_SCOPES)}")
-    return scopes
+    # one read already (a plan's knobs, which no input wrote: planner/knob_fields.py) keeps what it says of that
+    listed = v.listed if isinstance(v, Scopes) else None if isinstance(v, str) else tuple(str(i).strip() for i in v)
+    return Scopes(scopes, listed)
 
 
 _SYMBOL_OF = {name: symbol for symbol, name in LAYOUT_SYMBOLS.items()}  # Megatron-Core LayerType name -> symbol

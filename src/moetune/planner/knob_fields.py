@@ -7,6 +7,7 @@ fp8-delayed = hybrid + "delayed", nvfp4 = fp4 e2m1 + "nvfp4".
 
 from typing import Any
 
+from moetune.configio.types import Scopes
 from moetune.layout.knobs import Knobs
 from moetune.layout.param_gather import FP8_RECIPES
 from moetune.walls.memory import PAGED_STASH_CUDA
@@ -70,7 +71,8 @@ def _step_fields(k: Knobs) -> dict[str, Any]:
         "model.recompute_granularity": None if k.recompute == "none" else k.recompute,
         "model.recompute_modules": sorted(k.effective_modules) if k.recompute == "selective" else None,
         "model.cuda_graph_impl": ("local" if full else "transformer_engine") if k.cuda_graph_scope else "none",
-        "model.cuda_graph_scope": list(k.cuda_graph_scope) or None,
+        # written by no input: its list is no YAML list (emit writes the string a release before 0.16 takes)
+        "model.cuda_graph_scope": Scopes(list(k.cuda_graph_scope)) or None,
         # CUDA graphs need Transformer Engine's RNG tracker (Bridge docs/training/cuda-graphs.md; perf_recipes/
         # _common.py sets both to graphs_active; Megatron-LM turns it on itself, arguments.py)
         "model.use_te_rng_tracker": True if k.cuda_graph_scope else None,

@@ -243,6 +243,11 @@ def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
     d.update(graph_impl=impl, graph_modules=[m for m in modules if m != "full_iteration"],
              full_iteration_graph=full, scoped_graph=impl in ("local", "transformer_engine") and not full,
              full_iteration_scope="full_iteration" in modules)
+    # the scope as written, a list or one string (configio/types.py Scopes; None for a config no input wrote, a
+    # plan's), and as the one string Megatron-Core before 0.16 takes (None where it names two or more)
+    listed = getattr(value(config, "model.cuda_graph_scope"), "listed", None)
+    d["graph_scope_listed"] = list(listed) if listed is not None else None
+    d["graph_scope_string"] = modules[0] if len(modules) == 1 else None if modules else "full"
     shared = value(config, "model.moe_shared_expert_intermediate_size")
     # Megatron-Bridge training/comm_overlap.py: weight grads land inside a graph over attn, or over the
     # router when shared experts run inside the router's graph (shared-expert overlap off).
