@@ -134,6 +134,17 @@ def test_console_script_runs():
      "--fix ep=\u00b2: expected a positive integer"),
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", "routing=force-balance"],
      "set it with --routing"),
+    # plan's own --token-imbalance (the refusal had pointed at estimate's), its range, its routing, and a pinned EP
+    # too small to hold it (the busiest of 2 ranks holds at most 2x the mean: layout/validate.py)
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", "token_imbalance=1.1"],
+     "--fix token_imbalance: set it with --token-imbalance 1.1, not --fix"),
+    *[(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--token-imbalance", value],
+       f"Invalid value for '--token-imbalance': {value}: the busiest expert rank's tokens over the mean, a number >= 1")
+      for value in ("0.9", "nan", "inf")],
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--token-imbalance", "1.2",
+      "--routing", "force-balance"], "--token-imbalance (1.2) weighs dropless routing"),
+    (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--token-imbalance", "3", "--fix",
+      "ep=2"], "--token-imbalance 3 with --fix ep=2: the busiest of 2 expert ranks holds at most every token"),
     # a bad value of these pins had been refused in estimate's words: no --fix named, or --pipeline-layout, a flag
     # plan has not
     *[(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", pin], needle)

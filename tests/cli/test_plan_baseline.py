@@ -51,3 +51,17 @@ def test_a_baselines_fp8_recipe_is_searched_and_an_unsearched_move_is_named(tmp_
     assert data["results"][0]["knobs"]["precision"] == "fp8-blockwise"
     move = {m["rule"]: m for m in data["unsearched_moves"]}["fp8_current_scaling"]
     assert move["predicted_gain"] > 0.03
+
+
+def test_a_baseline_weighed_under_another_token_imbalance_is_another_job(tmp_path, capsys):
+    """A baseline estimated under a measured --token-imbalance against a plan charged the default would credit the
+    router to the layout: refused with the flag that matches them, accepted once it does."""
+    job = ["--gpu", "gb200", "--gpus", "8", "--gbs", "64"]
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", *job, "--ep", "8", "--token-imbalance", "1.1", "--json"], capsys)
+    base = tmp_path / "base.json"
+    base.write_text(out)
+    code, _, err = run(["plan", "qwen3-30b-a3b", *job, "--top", "1", "--baseline", str(base)], capsys)
+    assert code == 2 and "token imbalance 1.1 vs the default" in err and "--token-imbalance" in err
+    code, out, _ = run(["plan", "qwen3-30b-a3b", *job, "--top", "1", "--baseline", str(base), "--token-imbalance",
+                        "1.1", "--json"], capsys)
+    assert code == 0 and "versus_baseline" in json.loads(out)

@@ -263,3 +263,23 @@ def test_every_preference_has_words():
     from moetune.planner.ranking import PREFERENCES
 
     assert set(NEAR_TIE_WORDS) == set(PREFERENCES)
+
+
+def test_plan_charges_a_measured_token_imbalance_and_its_saved_plan_keeps_it(tmp_path, capsys):
+    """plan --token-imbalance (the new-user audit: plan had no way to take a measured factor, and `explain` told users
+    to pass one): every row is charged it, the JSON records it, and explain --plan of the saved plan weighs it."""
+    args = ["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--top", "2"]
+    code, out, _ = run([*args, "--token-imbalance", "1.1", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["token_imbalance"] == 1.1
+    assert all(r["knobs"]["token_imbalance_set"] == 1.1 for r in data["results"])
+    pick = data["results"][0]
+    assert pick["layout"]["ep"] > 1 and pick["knobs"]["token_imbalance"] == 1.1
+    code, out, _ = run([*args, "--json"], capsys)
+    assert code == 0 and json.loads(out)["token_imbalance"] is None
+    code, out, _ = run([*args, "--token-imbalance", "1.1"], capsys)
+    assert code == 0 and "charged 1.10x the mean (--token-imbalance)" in " ".join(out.split())
+    saved = tmp_path / "plan.json"
+    saved.write_text(json.dumps(data))
+    code, out, _ = run(["explain", "--plan", str(saved)], capsys)
+    assert code == 0 and "charged 1.10x the mean (--token-imbalance)" in " ".join(out.split())

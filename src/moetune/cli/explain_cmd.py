@@ -108,7 +108,7 @@ def _explain(model, plan_file, rank, baseline, as_json, kw: dict) -> None:
         base = estimate_from_json(saved, where=f"--baseline {baseline}")
         same_job(baseline, base, result.model, result.gpu, result.layout.world_size,
                   Workload(seq_length=result.workload.seq_length, global_batch_size=result.workload.gbs(result.layout)),
-                  result.knobs.routing)
+                  result.knobs.routing, result.knobs.token_imbalance)
         answer["versus_baseline"] = versus(result, base)
     elif saved is not None and rank == 1 and "versus_baseline" in saved:  # a plan saved with --baseline
         answer["versus_baseline"] = saved["versus_baseline"]

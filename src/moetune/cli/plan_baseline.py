@@ -6,19 +6,27 @@ from moetune.layout.validate import Workload
 from moetune.specs.hardware import catalog_unchanged
 
 
-def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str) -> None:
+def same_job(path: str, base, spec, gpu_spec, gpus: int, wl: Workload, routing: str,
+             token_imbalance: float | None = None) -> None:
     """A baseline compares wall by wall only with the same job: model, MTP depth, GPU, GPU count, sequence, global
-    batch and routing (another GPU or batch changes every wall's seconds for reasons no layout explains, MTP layers
-    are training the user chose, and force-balanced routing is a benchmark setting, not a layout's gain)."""
+    batch, routing and its dropless factor (another GPU or batch changes every wall's seconds for reasons no layout
+    explains, MTP layers are training the user chose, force-balanced routing is a benchmark setting, not a layout's
+    gain, and a measured --token-imbalance against the default would credit the router to the layout)."""
     ours = {"model": spec.name, "MTP layers": spec.mtp_num_layers, "GPU": _machine(gpu_spec), "GPU count": gpus,
-            "seq": wl.seq_length, "GBS": wl.global_batch_size, "routing": routing}
+            "seq": wl.seq_length, "GBS": wl.global_batch_size, "routing": routing,
+            "token imbalance": _factor(token_imbalance)}
     theirs = {"model": base.model.name, "MTP layers": base.model.mtp_num_layers, "GPU": _machine(base.gpu),
               "GPU count": base.layout.world_size, "seq": base.workload.seq_length,
-              "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing}
+              "GBS": base.workload.gbs(base.layout), "routing": base.knobs.routing,
+              "token imbalance": _factor(base.knobs.token_imbalance)}
     differ = [f"{k} {theirs[k]} vs {ours[k]}" for k in ours if theirs[k] != ours[k]]
     if differ:
         raise MoetuneError(f"--baseline {path} is another job ({', '.join(differ)}): pass an estimate of the same "
-                           "model, --mtp-layers, GPU, GPU count, --seq, --gbs and --routing")
+                           "model, --mtp-layers, GPU, GPU count, --seq, --gbs, --routing and --token-imbalance")
+
+
+def _factor(token_imbalance: float | None) -> str:
+    return "the default" if token_imbalance is None else f"{token_imbalance:g}"
 
 
 def _machine(gpu) -> str:

@@ -16,6 +16,7 @@ from moetune.cli.release_check import options_reading
 from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
+from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP
 from moetune.layout.validate import Workload
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
@@ -49,6 +50,10 @@ from moetune.walls.efficiency import load_efficiency_file
 @click.option("--top", type=click.IntRange(min=1, max=100), default=5, show_default=True)
 @click.option("--fix", multiple=True, help="Pin a choice: --fix ep=64 --fix precision=bf16 ...")
 @click.option("--routing", type=click.Choice(["dropless", "force-balance"]), default="dropless", show_default=True)
+@click.option("--token-imbalance", type=float, default=None, metavar="F", callback=lambda _c, _p, v: _factor(v),
+              help=f"Dropless: your router's measured busiest expert rank's tokens / mean, charged at every EP > 1 "
+                   f"(default {DROPLESS_IMBALANCE} from EP {DROPLESS_IMBALANCE_EP} up, less at smaller EP; none at EP "
+                   "1). EP sizes below F are not searched.")
 @click.option("--efficiency", type=click.Path(dir_okay=False), default=None,
               help="TOML of efficiency constants over the fitted ones (flat, or under a [gpu] section).")
 @click.option("--overheads", type=click.Path(dir_okay=False), default=None,
@@ -61,18 +66,19 @@ from moetune.walls.efficiency import load_efficiency_file
               help="`moetune estimate --json` of a recipe or your config: explain how the pick differs.")
 @release_options("only the knob sets it runs are searched, and emit and check of the saved plan target it")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def command(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
-            megatron_core, megatron_bridge, as_json) -> None:
+def command(model, gpu, gpus, seq, gbs, top, fix, routing, token_imbalance, efficiency, overheads, mtp_layers, headroom,
+            baseline, megatron_core, megatron_bridge, as_json) -> None:
     """Search every legal Parallel Folding layout x knob set; print the fastest that fit."""
     # the rows' rule findings read the release named (rules core_at_least), as check of the saved plan will; the
     # reading holds it checked (known_release), so the search takes it from there
     with options_reading(megatron_core, megatron_bridge) as read:
-        _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
-              read.release, as_json)
+        _plan(model, gpu, gpus, seq, gbs, top, fix, routing, token_imbalance, efficiency, overheads, mtp_layers,
+              headroom, baseline, read.release, as_json)
 
 
-def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, mtp_layers, headroom, baseline,
-          release, as_json) -> None:
+def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, imbalance, efficiency, overheads, mtp_layers, headroom,
+          baseline, release, as_json) -> None:
+    """`imbalance`: --token-imbalance, the dropless factor every candidate is charged (None: moetune's default)."""
     spec, gpu_spec, fixed = with_mtp(load_model(model), mtp_layers), load_gpu(gpu), parse_fix(fix)
     spec = release_model(spec, release)  # TFLOP/s/GPU as that release's log counts it
     if why := dsa_exchange_refusal(spec, fixed.get("cp_comm_type")):  # the search would run all_gather silently
@@ -84,7 +90,7 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
                                         saved="estimate"), where=f"--baseline {baseline}") if baseline else None
     searched = fixed  # the user's pins, widened by a baseline's recipe; the FP8 caveat reads the pins alone
     if base is not None:
-        same_job(baseline, base, spec, gpu_spec, gpus, wl, routing)
+        same_job(baseline, base, spec, gpu_spec, gpus, wl, routing, imbalance)
         searched = same_optimizer(baseline, base, searched)
         if "precision" not in fixed:  # the baseline's own recipe is a candidate (the recipe audit: an fp8-current
             # recipe was switched to the seeds' blockwise for -0.1% while explain offered current back for +6.8%)
@@ -95,11 +101,11 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
         task = bar.add_task("evaluating knob sets", total=None)
         result = plan(spec, gpu_spec, gpus, wl, fixed=searched, top=top, routing=routing, efficiency_overrides=eff,
                       progress=lambda done, total: bar.update(task, completed=done, total=total),
-                      headroom_gib=headroom, overheads=over, release=release)
+                      headroom_gib=headroom, overheads=over, release=release, token_imbalance=imbalance)
         # the caveat reads the user's pins (not the baseline's recipe), under the optimizer the search ran
         pins = {**fixed, **({"optimizer": searched["optimizer"]} if "optimizer" in searched else {})}
         fp8 = plan_caveat(result, spec, gpu_spec, gpus, wl, pins, routing=routing, efficiency_overrides=eff,
-                          headroom_gib=headroom, overheads=over, release=release)
+                          headroom_gib=headroom, overheads=over, release=release, token_imbalance=imbalance)
     comparison = versus(result.results[0], base) if base is not None and result.results else None
     # the pick's rule findings, evaluated once for its checks, the unsearched moves and the in-domain alternative
     found = findings(result.results[0]) if result.results else []
@@ -156,6 +162,14 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, efficiency, overheads, 
             notes.print(next_steps(result))
     if not result.results:
         raise click.exceptions.Exit(1)  # a search that finds nothing is not a success for scripts either
+
+
+def _factor(value: float | None) -> float | None:
+    """--token-imbalance in range (a ratio of token counts: 1 is perfectly balanced; nan and inf are no measurement)."""
+    if value is not None and not 1.0 <= value < float("inf"):
+        raise click.BadParameter(f"{value:g}: the busiest expert rank's tokens over the mean, a number >= 1 (1: every "
+                                 "rank gets the mean)")
+    return value
 
 
 def pick_checks(pick, found: list | None = None, row: list[dict] | None = None) -> list[dict]:

@@ -17,8 +17,8 @@ OTHER_KEYS = ("precision", "dispatcher", "cuda_graph_scope", "optimizer", "optim
               "recompute_modules", "offload_modules", "cp_comm_type", "megatron_fsdp", "pipeline_layout")
 
 
-# Choices plan takes as flags of their own (a --fix of them is a slip for the flag)
-OWN_FLAGS = {"routing": "--routing dropless|force-balance", "token_imbalance": "estimate's --token-imbalance",
+# Choices plan takes as flags of their own (a --fix of them is a slip for the flag; {value}: the value as typed)
+OWN_FLAGS = {"routing": "--routing dropless|force-balance", "token_imbalance": "--token-imbalance {value}",
              "seq": "--seq", "seq_length": "--seq", "gbs": "--gbs", "global_batch_size": "--gbs", "gpus": "--gpus"}
 
 
@@ -85,7 +85,7 @@ def parse_fix(items: tuple[str, ...]) -> dict:
                 raise MoetuneError(f"--fix cp_comm_type={value}: expected one of {', '.join(CP_COMM_TYPES)}")
             fixed[key] = value
         elif key in OWN_FLAGS:
-            raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key]}, not --fix")
+            raise MoetuneError(f"--fix {key}: set it with {OWN_FLAGS[key].replace('{value}', value)}, not --fix")
         else:
             keys = [*INT_KEYS, *BOOL_KEYS, *OTHER_KEYS]
             guess = f" (did you mean {near}?)" if (near := closest(key, keys)) else ""

@@ -40,6 +40,8 @@ def plan_json(result: PlanResult, gbs: int, pins: dict | None = None) -> dict:
     out = {"candidates_evaluated": result.candidates_evaluated, "feasible": result.feasible,
            "search_seconds": result.search_seconds, "layouts": result.layouts, "knob_sets": result.knob_sets,
            "headroom_gib": result.headroom_gib, "gbs_excluded_dp": result.gbs_excluded_dp,
+           # the dropless factor every row was charged (plan --token-imbalance; null: the default, which grows with EP)
+           "token_imbalance": result.token_imbalance,
            "results": [{**r.to_json(), "tight": tight(r), "ranking_weight": ranking_weight(r), **same_json(twins)}
                        for r, twins in zip(result.results, _twins(result))]}
     if result.release is not None:  # emit and check of this file target the same release (release_check.py)

@@ -35,7 +35,9 @@ def memory_bound(spec: ModelSpec, gpu: GpuSpec, batch, wl: Workload, grid: list[
     """Drop candidates that cannot fit under any knob set of the grid: memory is smallest with full
     recompute, the largest offload, no dispatcher buffers or graph pools, and either precision; a candidate
     over capacity even then is over it for every knob set (it still counts as evaluated)."""
-    lightest = [Knobs(precision=p, recompute="full", routing=grid[0].routing if grid else "dropless",
+    # under the grid's routing and dropless factor: a measured factor below the default sizes the routed activations
+    # smaller, and the default's would drop candidates that fit under it
+    lightest = [Knobs(precision=p, recompute="full", routing=grid[0].routing, token_imbalance=grid[0].token_imbalance,
                       optimizer_offload_fraction=max(k.optimizer_offload_fraction for k in grid),
                       main_grads_fp32=grid[0].main_grads_fp32 if grid else True,
                       megatron_fsdp=grid[0].megatron_fsdp if grid else None)  # one pass shares its strategy

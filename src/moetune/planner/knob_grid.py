@@ -86,8 +86,10 @@ def _precisions(defaults: dict, fixed: dict) -> list[str]:
 TE_SCOPED = ("attn", "moe_router", "moe_preprocess")  # seeds/000: the graph scope for dropless MoE
 
 
-def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str) -> list[Knobs]:
-    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload.
+def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routing: str,
+              token_imbalance: float | None = None) -> list[Knobs]:
+    """Precision x dispatcher x recompute x CUDA-graph scope x EP overlap (with delay_wgrad) x optimizer offload,
+    each under the routing and dropless factor given (None: the default, layout/imbalance.py).
     Fine-grained activation offloading is searched only when pinned (--fix offload_modules=...): the seeds put
     offloading last, and each offload set would double the search."""
     precisions = _precisions(defaults, fixed)
@@ -111,7 +113,8 @@ def knob_grid(spec: ModelSpec, gpu: GpuSpec, defaults: dict, fixed: dict, routin
             continue  # seeds/003: full recompute is not a companion for the EP-overlap path
         grid.append(Knobs(precision=prec, dispatcher=disp, recompute=rc, recompute_modules=mods,
                           cuda_graph_scope=scope, ep_overlap=ov, delay_wgrad=_delay_wgrad(ov, fixed),
-                          routing=routing, optimizer_offload_fraction=off, optimizer=fixed.get("optimizer", "adam"),
+                          routing=routing, token_imbalance=token_imbalance, optimizer_offload_fraction=off,
+                          optimizer=fixed.get("optimizer", "adam"),
                           main_grads_fp32=fixed.get("main_grads_fp32", True),
                           overlap_grad_reduce=fixed.get("overlap_grad_reduce", True),
                           overlap_param_gather=fixed.get("overlap_param_gather", True),

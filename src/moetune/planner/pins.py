@@ -3,15 +3,35 @@ pins, where the search would find nothing and blame memory or the batch."""
 
 from moetune.errors import MoetuneError
 from moetune.layout.dp_sharding import fsdp_optimizer_refusal
+from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
 from moetune.layout.modules import unsaved_offloads
 from moetune.specs.model import ModelSpec
 
 
-def pins_agree(spec: ModelSpec, fixed: dict, routing: str) -> None:
+def pins_agree(spec: ModelSpec, fixed: dict, routing: str, token_imbalance: float | None = None) -> None:
     """One error line for pins that cannot run together (_pins_run) or not under this routing (a full-iteration graph
-    on a dropless MoE)."""
+    on a dropless MoE, a measured dropless factor under force-balanced routing or above a pinned EP)."""
     _pins_run(fixed)
     _full_iteration_routing(spec, fixed, routing)
+    Knobs(routing=routing, token_imbalance=token_imbalance)  # its range and routing, in estimate's words (knob_checks)
+    if token_imbalance is not None and 1 < fixed.get("ep", 1) < token_imbalance:
+        raise MoetuneError(f"--token-imbalance {token_imbalance:g} with --fix ep={fixed['ep']}: the busiest of "
+                           f"{fixed['ep']} expert ranks holds at most every token, {fixed['ep']}x the mean; pass the "
+                           "factor measured at this EP, or drop the pin")
+
+
+def carries(layouts: list[Layout], token_imbalance: float | None) -> list[Layout]:
+    """The layouts whose busiest expert rank can hold a measured dropless factor: at most EP x the mean (every token;
+    layout/validate.py validate_knobs refuses more), so a factor of 3 leaves EP 2 out; EP 1 pays none."""
+    if token_imbalance is None:
+        return layouts
+    kept = [lay for lay in layouts if lay.ep == 1 or lay.ep >= token_imbalance]
+    if layouts and not kept:
+        raise MoetuneError(f"--token-imbalance {token_imbalance:g} exceeds the EP of every legal layout (at most "
+                           f"{max(lay.ep for lay in layouts)}): the busiest of EP expert ranks holds at most EP x the "
+                           "mean; pass the factor your router measured")
+    return kept
 
 
 def _full_iteration_routing(spec: ModelSpec, fixed: dict, routing: str) -> None:

@@ -26,7 +26,7 @@ from moetune.planner.knob_grid import knob_grid
 from moetune.planner.legal import legal_grid
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.near_tie import NearTie, near_tie
-from moetune.planner.pins import pins_agree
+from moetune.planner.pins import carries, pins_agree
 from moetune.planner.ranking import NEAR_TIE_MARGIN, rank_key, within, without_idle_delay_wgrad
 from moetune.planner.release_fit import (
     layout_refusal,
@@ -88,6 +88,7 @@ class PlanResult:
     # a BF16 pick where the GEMM shapes refused every FP8/FP4 candidate that fit in memory (shape_note.py)
     shape_refusal: dict | None = None
     release: str | None = None  # the release the knob sets were bounded by (plan --megatron-core / --megatron-bridge)
+    token_imbalance: float | None = None  # the dropless factor every candidate was charged (plan --token-imbalance)
     release_lacks: tuple[str, ...] = ()  # the fields it lacks that kept knob sets out (release_fit.release_grid)
 
 
@@ -99,7 +100,7 @@ LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
          headroom_gib: float = 0.0, overheads: dict | None = None, weigh_offload: bool = True,
-         release: str | None = None) -> PlanResult:
+         release: str | None = None, token_imbalance: float | None = None) -> PlanResult:
     """The fastest candidates that fit with `headroom_gib` to spare, under the memory wall's overheads with the
     user's `overheads` figures on top; `progress(done, total)` is called once per knob set evaluated. Offloading
     comes last (seeds/000 Phase 1: "add offloading only when recompute and parallelism are still insufficient"):
@@ -107,7 +108,9 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     routed experts' activations too (LAST_RESORT_OFFLOAD); a pinned offload is searched as pinned. The counts cover
     every pass run. `weigh_offload`: search the optimizer-offload alternative to a full-recompute pick
     (offload_instead; a caller that does not show it skips the search). `release`: a Megatron-Core or Bridge release
-    (configio/releases.py) whose fields bound the knob sets (release_fit.py)."""
+    (configio/releases.py) whose fields bound the knob sets (release_fit.py). `token_imbalance`: a measured dropless
+    factor every candidate is charged at its EP (Knobs.token_imbalance, estimate's --token-imbalance); None: the
+    default, which grows with EP (layout/imbalance.py)."""
     refuse_unpriced(spec, gpu.arch)  # one line before any search, not a "no layout fits"
     if release is not None:
         model_lacking(spec, gpu, release)
@@ -116,7 +119,7 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
     if fixed.get("optimizer") == "muon":  # Muon runs without the optimizer's CPU offload (layout/knobs.py): no pass
         fixed = {**fixed, "optimizer_offload_fraction": [0.0]}  # or offload_instead search asks for it
     Layout(world_size=world)  # the job's size is in range before any layout is enumerated
-    pins_agree(spec, fixed, routing)
+    pins_agree(spec, fixed, routing, token_imbalance)
     if not 0 <= headroom_gib < gpu.memory_gib:
         raise MoetuneError(f"--headroom ({headroom_gib:g} GiB) must be at least 0 and below the GPU's "
                            f"{gpu.memory_gib:g} GiB")
@@ -135,8 +138,9 @@ def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict
 
     def search(pinned: dict, best: int, report=None, shown: bool = weigh_offload) -> PlanResult:
         return _plan_once(spec, gpu, world, wl, fixed=pinned, top=best, routing=routing,
-                          efficiency_overrides=efficiency_overrides, progress=report, headroom_gib=headroom_gib,
-                          overheads=overheads, weigh_notes=shown, shared=shared, release=release)
+                          token_imbalance=token_imbalance, efficiency_overrides=efficiency_overrides,
+                          progress=report, headroom_gib=headroom_gib, overheads=overheads, weigh_notes=shown,
+                          shared=shared, release=release)
 
     done, seconds, bounded = 0, 0.0, 0
     for pinned in passes:
@@ -174,7 +178,7 @@ def offload_instead(result: PlanResult, first_pass: bool, fixed: dict, search) -
 
 
 def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict, shared: dict | None,
-                release: str | None = None) -> tuple:
+                release: str | None = None, token_imbalance: float | None = None) -> tuple:
     """The legal layouts, those the global batch alone rules out, the (layout, MBS) candidates and their batch (None
     without any), kept in `shared` for the plan's next pass: the passes and offload_instead's search differ in the
     offload knobs alone, which neither enumerate_layouts nor candidate_pairs reads, and the batch's memo
@@ -187,6 +191,7 @@ def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
     layouts = [lay for lay, why in zip(legal, reasons) if why is None]
     if legal and not layouts:  # each layout refused: the one line names why, as many times as it refused
         raise MoetuneError(layouts_refused(reasons, release))
+    layouts = carries(layouts, token_imbalance)
     cands = candidate_pairs(layouts, wl, fixed)
     found = layouts, excluded, cands, build_batch(spec, cands) if cands else None
     if shared is not None:
@@ -195,13 +200,13 @@ def _candidates(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: 
 
 
 def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict, top: int, routing: str,
-               efficiency_overrides: dict | None, progress, headroom_gib: float,
+               token_imbalance: float | None, efficiency_overrides: dict | None, progress, headroom_gib: float,
                overheads: dict | None, weigh_notes: bool = True, shared: dict | None = None,
                release: str | None = None) -> PlanResult:
     if wl.global_batch_size is None:
         raise MoetuneError("plan needs --gbs (the global batch size fixes DP x micro-batches)")
     start = time.perf_counter()
-    layouts, excluded, cands, built = _candidates(spec, gpu, world, wl, fixed, shared, release)
+    layouts, excluded, cands, built = _candidates(spec, gpu, world, wl, fixed, shared, release, token_imbalance)
     # layouts never searched: ruled out by GBS itself, or with no MBS choice that makes DP x MBS divide it
     searched = {lay.dp for lay, _ in cands}
     excluded = [lay for lay in excluded | set(layouts) if lay.dp not in searched]
@@ -209,7 +214,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
         raise MoetuneError(f"no legal layout of {spec.name} on {world} GPUs with GBS {wl.global_batch_size}: "
                            + no_layout_reason(spec, gpu, world, wl, fixed))
     defaults = platform_defaults(gpu)
-    grid = knob_grid(spec, gpu, defaults, fixed, routing)
+    grid = knob_grid(spec, gpu, defaults, fixed, routing, token_imbalance)
     # what the release runs of each set first: the rule table then judges the sets as they will run
     grid, release_lacks = release_grid(grid, release) if release is not None else (grid, ())
     grid = legal_grid(spec, gpu, grid, wl.seq_length, optional_delay_wgrad="delay_wgrad" not in fixed,
@@ -263,7 +268,7 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       memory_fits=s.memory_fits, gemm_note=None if results else s.gemm_note,
                       sequence_note=None if results else sequence_note(
                           wl.seq_length, *tp_cp_sizes(gpu, world, wl.seq_length, fixed), world),
-                      release=release, release_lacks=release_lacks)
+                      release=release, release_lacks=release_lacks, token_imbalance=token_imbalance)
 
 
 def _short_cp_alternative(s, results: list[Estimate], result, efficiency_overrides) -> Estimate | None:
