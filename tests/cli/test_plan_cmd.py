@@ -283,3 +283,23 @@ def test_plan_charges_a_measured_token_imbalance_and_its_saved_plan_keeps_it(tmp
     saved.write_text(json.dumps(data))
     code, out, _ = run(["explain", "--plan", str(saved)], capsys)
     assert code == 0 and "charged 1.10x the mean (--token-imbalance)" in " ".join(out.split())
+
+
+def test_an_ep1_pick_says_no_published_run_measures_it_in_plan_explain_and_report(tmp_path, capsys):
+    """The new-user audit: an EP 1 x ETP 1 pick printed no Routing note while every EP > 1 candidate was charged the
+    default factor and no published run has EP 1. Qwen3-30B-A3B on 8 GB200 picks EP 1 (tests/planner/test_pins.py)."""
+    args = ["plan", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--gbs", "64", "--top", "2"]
+    code, out, _ = run(args, capsys)
+    said = "no published run measures EP 1 (they run EP 8 to 64)"
+    assert code == 0 and "Routing: dropless: #1 runs EP 1" in out and said in " ".join(out.split())
+    code, out, _ = run([*args, "--json"], capsys)
+    data = json.loads(out)
+    assert data["results"][0]["layout"]["ep"] == 1 and data["ep1_pick"]["ep_searched"] == [2, 4, 8]
+    saved = tmp_path / "plan.json"
+    saved.write_text(out)
+    code, out, _ = run(["explain", "--plan", str(saved)], capsys)
+    assert code == 0 and said in " ".join(out.split())
+    code, out, _ = run(["explain", "--plan", str(saved), "--rank", "2", "--json"], capsys)
+    assert code == 0 and "ep1_pick" not in json.loads(out)  # the note is the pick's
+    code, _, _ = run(["report", str(saved), "--out", str(tmp_path / "plan.html")], capsys)
+    assert code == 0 and said in (tmp_path / "plan.html").read_text()

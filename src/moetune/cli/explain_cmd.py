@@ -32,6 +32,7 @@ from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.validate import Workload
+from moetune.planner.ep1_note import ep1_text
 from moetune.planner.explain import explain
 from moetune.planner.fp8_evidence import caveat_line as fp8_caveat_line
 from moetune.planner.fp8_evidence import evidence_text
@@ -112,6 +113,8 @@ def _explain(model, plan_file, rank, baseline, as_json, kw: dict) -> None:
         answer["versus_baseline"] = versus(result, base)
     elif saved is not None and rank == 1 and "versus_baseline" in saved:  # a plan saved with --baseline
         answer["versus_baseline"] = saved["versus_baseline"]
+    if saved is not None and rank == 1 and "ep1_pick" in saved:  # the plan's EP 1 pick among EP > 1 candidates
+        answer["ep1_pick"] = saved["ep1_pick"]
     if as_json:
         emit_json(answer)
     else:
@@ -223,6 +226,8 @@ def print_explain(a: dict, mlm: bool = False) -> None:
                   f"{r['force_balanced_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU: the imbalance costs "
                   f"{100 * r['cost']:.0f}%. Measure yours from the router's per-expert token counts and pass "
                   "--token-imbalance")
+    if ep1 := a.get("ep1_pick"):  # the saved plan's: its pick runs EP 1 among EP > 1 candidates
+        out.print(f"  - {escape(ep1_text(ep1))}")
     rows = [[r["rule"] + (" *" if r["unconfirmed"] else ""), escape(override_words(r["change"], mlm)),
              f"{100 * r['predicted_gain']:+.1f}%",
              f"{r['new_peak_gib']:.1f}" + (" tight" if r["tight"] else ""),

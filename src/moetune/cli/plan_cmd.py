@@ -18,6 +18,7 @@ from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP
 from moetune.layout.validate import Workload
+from moetune.planner.ep1_note import ep1_pick
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
 from moetune.planner.estimate import user_files
 from moetune.planner.explain import checks
@@ -114,6 +115,7 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, imbalance, efficiency, 
     partial = partial_domain_note(result.results[0]) if result.results else None
     record = estimate_record(result.results[0]) if result.results else None
     fp4 = nvfp4_caveat(result.results[0]) if result.results else None
+    ep1 = ep1_pick(result)  # an EP 1 pick among EP > 1 candidates: what each was charged, and what no run measured
     # the files the search ran under, named even when nothing fits (each result records them too)
     files = user_files(eff, over)
     if as_json:
@@ -126,7 +128,7 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, imbalance, efficiency, 
                       if result.results else {}),
                    **({"versus_baseline": comparison} if comparison else {}),
                    **({"unsearched_moves": unsearched} if unsearched else {}),
-                   **({"ep_in_domain": near_ep} if near_ep else {}),
+                   **({"ep_in_domain": near_ep} if near_ep else {}), **({"ep1_pick": ep1} if ep1 else {}),
                    **({"partial_domain_note": partial} if partial else {}),
                    **({"track_record": record} if record else {})})
     else:
@@ -135,7 +137,7 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, imbalance, efficiency, 
         if line := user_files_line(files):
             notes.print(line)
         pick = result.results[0] if result.results else None
-        if line := routing_line(pick):
+        if line := routing_line(pick, ep1):
             notes.print(line)
         for f in pick_checks(pick, found) if pick else []:
             notes.print(f"[bold]Check on #1[/bold] {f['severity']} {f['rule']}: {escape(f['message'])}"

@@ -10,6 +10,7 @@ from moetune.cli.plan_notes import gain_over_pick, near_tie_json
 from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
 from moetune.layout.knobs import imbalance_source
+from moetune.planner.ep1_note import ep1_text
 from moetune.planner.explain import optimizer_note
 from moetune.planner.moves import tight
 from moetune.planner.plan_notes import OFFLOAD_SOURCE, SHORT_CP_SOURCE, gbs_allowing, gbs_note, table_notes
@@ -107,11 +108,14 @@ def next_steps(result: PlanResult) -> str:
             "share)")
 
 
-def routing_line(pick) -> str | None:
+def routing_line(pick, ep1: dict | None = None) -> str | None:
     """What dropless routing charges the pick (None where nothing): where that factor comes from (the published
-    dropless runs behind moetune's default, layout/imbalance.py) and what it costs are `explain --plan`'s."""
+    dropless runs behind moetune's default, layout/imbalance.py) and what it costs are `explain --plan`'s. `ep1`: an
+    EP 1 pick's facts among EP > 1 candidates (planner/ep1_note.py ep1_pick)."""
     if pick is None or pick.knobs.routing != "dropless":
         return None
+    if ep1:
+        return f"[bold]Routing[/bold]: {escape(ep1_text(ep1))}"
     if (charged := pick.knobs.imbalance_at(pick.layout.ep)) > 1:
         source = "moetune's default" if pick.knobs.token_imbalance is None else imbalance_source(pick.knobs)
         return (f"[bold]Routing[/bold]: dropless: the busiest of EP {pick.layout.ep} expert ranks is charged "

@@ -89,6 +89,7 @@ class PlanResult:
     shape_refusal: dict | None = None
     release: str | None = None  # the release the knob sets were bounded by (plan --megatron-core / --megatron-bridge)
     token_imbalance: float | None = None  # the dropless factor every candidate was charged (plan --token-imbalance)
+    ep_sizes: tuple[int, ...] = ()  # the EP sizes of the candidates searched (ep1_note.py: an EP 1 pick among wider)
     release_lacks: tuple[str, ...] = ()  # the fields it lacks that kept knob sets out (release_fit.release_grid)
 
 
@@ -268,7 +269,8 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
                       memory_fits=s.memory_fits, gemm_note=None if results else s.gemm_note,
                       sequence_note=None if results else sequence_note(
                           wl.seq_length, *tp_cp_sizes(gpu, world, wl.seq_length, fixed), world),
-                      release=release, release_lacks=release_lacks, token_imbalance=token_imbalance)
+                      release=release, release_lacks=release_lacks, token_imbalance=token_imbalance,
+                      ep_sizes=tuple(sorted({lay.ep for lay, _ in cands})))
 
 
 def _short_cp_alternative(s, results: list[Estimate], result, efficiency_overrides) -> Estimate | None:

@@ -49,6 +49,18 @@ def track_record(model_name: str, gpu_key: str, eff: dict | None = None) -> dict
             "incomplete": _incomplete(model_name, gpu_key, {run.run_id for run, _ in rows})}
 
 
+@cache
+def published_ep() -> tuple[int, ...]:
+    """The EP sizes of the published runs moetune's step model is checked on (those with a throughput in tokens): a
+    configuration at another EP is predicted where no measurement has tested the model."""
+    return tuple(sorted({r.layout.ep for r in load_configured_runs() if measured_tokens(r) is not None}))
+
+
+def ep_span(eps: tuple[int, ...]) -> str:
+    """EP sizes as a range a note names: EP 8 to 64."""
+    return f"EP {eps[0]}" if len(eps) == 1 else f"EP {eps[0]} to {eps[-1]}"
+
+
 def unseen_models(gpu_key: str) -> dict:
     """How the fit fared on the published models left out of it in turn (data/unseen_models.toml): on this GPU where it
     has published runs, and over all of them: what to expect of a model with no published run."""

@@ -8,6 +8,7 @@ the commands say, laid out for a reader who shares it.
 from __future__ import annotations
 
 from moetune.planner import fp8_evidence, nvfp4_evidence
+from moetune.planner.ep1_note import ep1_text
 from moetune.planner.from_json import saved_results
 from moetune.planner.plan_notes import saved_notes
 from moetune.planner.result_text import dispatcher_label, knobs_label, layout_label, recompute_label
@@ -129,13 +130,16 @@ def render(plan: dict, answer: dict, source: str, ingest: dict | None = None) ->
 
 def _caveats(plan: dict) -> list[str]:
     """What plan prints beside its table for the reader to weigh: the FP8 / NVFP4 caveats (the published pairs against
-    moetune's gain) and the track record (the model's published runs on the GPU, misses named)."""
+    moetune's gain), an EP 1 pick's routing note (no published run at EP 1) and the track record (the model's published
+    runs on the GPU, misses named)."""
     out = []
     if c := plan.get("fp8_caveat"):
         out.append(paragraph(f"{fp8_evidence.caveat_label(c)}: the pick runs {fp8_evidence.caveat_text(c)}"))
     if c := plan.get("nvfp4_caveat"):
         out.append(paragraph(f"{nvfp4_evidence.LABEL}: the pick runs {nvfp4_evidence.NVFP4}; "
                              f"{nvfp4_evidence.caveat_text(c)}"))
+    if ep1 := plan.get("ep1_pick"):  # plan's Routing note on an EP 1 pick among EP > 1 candidates
+        out.append(paragraph(f"Routing: {ep1_text(ep1)}"))
     if record := plan.get("track_record") or saved_results(plan)[0].get("track_record"):
         out.append(paragraph(f"Track record: {track_record_text(record)}"))
     return out
