@@ -290,8 +290,9 @@ def test_an_ep1_pick_says_no_published_run_measures_it_in_plan_explain_and_repor
     default factor and no published run has EP 1. Qwen3-30B-A3B on 8 GB200 picks EP 1 (tests/planner/test_pins.py)."""
     args = ["plan", "qwen3-30b-a3b", "--gpu", "gb200", "--gpus", "8", "--gbs", "64", "--top", "2"]
     code, out, _ = run(args, capsys)
-    said = "no published run measures EP 1 (they run EP 8 to 64)"
+    said = "no published run measures EP 1, so the step model is unchecked there"
     assert code == 0 and "Routing: dropless: #1 runs EP 1" in out and said in " ".join(out.split())
+    assert "no published run has EP 1 (they run EP 8 to 64)" in " ".join(out.split())  # the Track record's words
     code, out, _ = run([*args, "--json"], capsys)
     data = json.loads(out)
     assert data["results"][0]["layout"]["ep"] == 1 and data["ep1_pick"]["ep_searched"] == [2, 4, 8]

@@ -38,7 +38,7 @@ def test_an_ep1_pick_names_what_every_wider_ep_was_charged_and_that_no_run_measu
     text = ep1_text(d)
     assert "#1 runs EP 1 and pays no busiest-rank imbalance" in text
     assert "charged moetune's default 1.19x (EP 2) to 1.47x (EP 8) the mean" in text
-    assert "no published run measures EP 1 (they run EP 8 to 64)" in text
+    assert "no published run measures EP 1, so the step model is unchecked there" in text
     assert text.endswith("plan with --token-imbalance F (your router's measured factor) or --fix ep=8")
 
 

@@ -1,15 +1,21 @@
 """explain and plan show how moetune did on the published runs nearest to a configuration, misses included."""
 
+import csv
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from moetune.cli.main import main
+from moetune.layout.layout import Layout
+from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.planner.repeats import measured_tokens
 from moetune.planner.runs import ab_gaps, known_gaps, load_configured_runs, published_rows
-from moetune.planner.track_record import track_record, track_record_text
+from moetune.planner.track_record import estimate_record, published_ep, track_record, track_record_text
+from moetune.specs.hardware import load_gpu
+from moetune.specs.registry import load_model
 from moetune.walls.efficiency import efficiency
 
 
@@ -155,3 +161,21 @@ def test_the_unseen_model_figures_are_the_leave_one_model_out_fit():
                  "median_abs_error": round(statistics.median(e), 4)} for g, e in errors.items()}
     shipped = {g: unseen_models(g)["gpu"] for g in errors if g != "all"} | {"all": unseen_models("h100")["all"]}
     assert found == shipped
+
+
+def test_an_ep1_run_is_told_no_published_run_has_ep1():
+    """The new-user audit: EP 1 picks were predicted past every published run with no caveat. The shipped runs'
+    `ep` column holds no 1 (src/moetune/data/published_runs.csv), so the track record of an EP 1 MoE configuration
+    says so, on a GPU with runs and on one that runs on another's constants (A100: H100's); an EP 8 one (the runs'
+    commonest EP) does not."""
+    shipped = Path(__file__).parents[2] / "src" / "moetune" / "data" / "published_runs.csv"
+    assert "1" not in {row["ep"] for row in csv.DictReader(shipped.open())}
+    assert 1 not in published_ep() and {8, 64} <= set(published_ep())
+    spec, wl = load_model("qwen3-30b-a3b"), Workload(seq_length=4096, micro_batch_size=1, global_batch_size=64)
+    for gpu in ("gb200", "a100"):
+        ep1 = estimate_record(estimate(spec, load_gpu(gpu), Layout(world_size=8, pp=2), wl))
+        assert ep1["unpublished_ep"]["ep"] == 1
+        assert track_record_text(ep1).endswith(
+            "; no published run has EP 1 (they run EP 8 to 64): moetune's step model is unchecked there")
+    ep8 = estimate_record(estimate(spec, load_gpu("gb200"), Layout(world_size=8, ep=8), wl))
+    assert "unpublished_ep" not in ep8 and "EP 1" not in track_record_text(ep8)

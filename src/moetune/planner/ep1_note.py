@@ -7,7 +7,7 @@ pinned EP.
 """
 
 from moetune.layout.imbalance import DROPLESS_IMBALANCE_EP
-from moetune.planner.track_record import ep_span, published_ep
+from moetune.planner.track_record import published_ep
 
 
 def ep1_pick(result) -> dict | None:
@@ -48,10 +48,9 @@ def _charged_text(d: dict) -> str:
 def ep1_text(d: dict) -> str:
     """The note, from the JSON (`ep1_pick`)."""
     etp = f" x ETP {d['etp']} (each rank a slice of every expert)" if d["etp"] > 1 else ""
-    published = f" (they run {ep_span(tuple(d['published_ep']))})" if d["published_ep"] else ""
     shown = f" (#{d['first_ep_row']['rank']})" if d["first_ep_row"] else ""
     measured = "" if d["token_imbalance_set"] is not None else "--token-imbalance F (your router's measured factor) or "
     return (f"dropless: #1 runs EP 1{etp} and pays no busiest-rank imbalance, while every EP > 1 candidate is charged "
-            f"{_charged_text(d)} the mean; no published run measures EP 1{published}, so the step model is unchecked "
-            f"there. Compare: plan with {measured}--fix ep={d['compare_ep']}{shown}"
+            f"{_charged_text(d)} the mean; no published run measures EP 1, so the step model "
+            f"is unchecked there. Compare: plan with {measured}--fix ep={d['compare_ep']}{shown}"
             + ("; `explain --plan` names the seeds' EP-first layout's figure" if d["etp"] > 1 else ""))

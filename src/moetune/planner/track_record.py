@@ -82,6 +82,10 @@ def estimate_record(e) -> dict:
     15% to 18, read as moetune missing). How the user's constants meet the user's runs is what `calibrate --runs`
     reports."""
     record = track_record(e.model.name, e.gpu.key)
+    if e.model.num_moe_experts and e.layout.ep == 1 and 1 not in published_ep():
+        # every rank holds every expert (or a slice of each): no all-to-all and no busiest-rank factor, a step no
+        # published run has measured (plan's Routing note says it of an EP 1 pick too: planner/ep1_note.py)
+        record["unpublished_ep"] = {"ep": e.layout.ep, "published_ep": list(published_ep())}
     if slower := observed_nic(e):
         record["observed_nic"] = slower
     if e.efficiency_overrides:
@@ -154,7 +158,7 @@ def track_record_text(t: dict, files: bool = True) -> str:
         head += (f" ({len(t['incomplete'])} more published, not predicted: a field or the throughput left out; "
                  f"{', '.join(t['incomplete'][:4])}{'...' if len(t['incomplete']) > 4 else ''})")
     if not t["gpu_runs"]:
-        return f"{head}; no published run on this GPU to check the constants against" + _unseen_text(t)
+        return f"{head}; no published run on this GPU to check the constants against" + _unseen_text(t) + _ep_text(t)
     if t.get("constants_of"):
         return (f"no published run on {t['gpu']}, which runs on {t['constants_of']}'s constants"
                 + " (efficiency.toml)" * files + f"; on {t['constants_of']}: "
@@ -162,7 +166,15 @@ def track_record_text(t: dict, files: bool = True) -> str:
     return (f"{head}; all {t['gpu_runs']} published {t['gpu']} runs ({t['gpu_models']} models): "
             f"{t['gpu_within']} within {100 * TOLERANCE:.0f}%, median |error| "
             f"{100 * t['gpu_median_abs_error']:.1f}%" + " (listed gaps and reasons: data/known_gaps.toml)" * files
-            + _nic_text(t, files) + _unseen_text(t))
+            + _nic_text(t, files) + _unseen_text(t) + _ep_text(t))
+
+
+def _ep_text(t: dict) -> str:
+    """For a run at an EP no published run has (EP 1: estimate_record's `unpublished_ep`)."""
+    if not (u := t.get("unpublished_ep")):
+        return ""
+    theirs = f" (they run {ep_span(tuple(u['published_ep']))})" if u["published_ep"] else ""
+    return f"; no published run has EP {u['ep']}{theirs}: moetune's step model is unchecked there"
 
 
 def _unseen_text(t: dict) -> str:
