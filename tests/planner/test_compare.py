@@ -196,8 +196,8 @@ def test_a_log_in_batch_ramp_up_and_a_log_that_states_its_sequence_are_the_same_
 
 def test_a_log_of_another_result_of_the_plan_names_its_rank(tmp_path, capsys):
     """A sweep candidate's log given with its plan: the pick (EP 16 at PP 1) is another layout than the log's
-    PP 4 (VPP 8) x EP 4, which the plan's results 3 and 5 ran; --rank picks the result the run is (its prediction,
-    not the pick's)."""
+    PP 4 (VPP 8) x EP 4, which the plan's result 2 ran (DeepEP, HybridEP folded into it: planner/twins.py); --rank
+    picks the result the run is (its prediction, not the pick's)."""
     assert main(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--top", "5",
                  "--json"]) == 0
     plan = tmp_path / "plan.json"
@@ -212,10 +212,10 @@ def test_a_log_of_another_result_of_the_plan_names_its_rank(tmp_path, capsys):
                              f"5000.0 | global batch size:   256 |\n" for i in range(1, 9)))
     assert main(["diagnose", "--log", str(log), "--plan", str(plan)]) == 2
     err = capsys.readouterr().err
-    assert "pipeline_model_parallel_size 4 (planned 1)" in err and "result 3 or 5: pass --rank 3" in err
-    assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--rank", "3", "--json"]) == 0
-    rank3 = json.loads(plan.read_text())["results"][2]["time"]["step_seconds"]
-    assert json.loads(capsys.readouterr().out)["comparison"]["step_seconds"]["predicted"] == pytest.approx(rank3)
+    assert "pipeline_model_parallel_size 4 (planned 1)" in err and "result 2: pass --rank 2" in err
+    assert main(["diagnose", "--log", str(log), "--plan", str(plan), "--rank", "2", "--json"]) == 0
+    rank2 = json.loads(plan.read_text())["results"][1]["time"]["step_seconds"]
+    assert json.loads(capsys.readouterr().out)["comparison"]["step_seconds"]["predicted"] == pytest.approx(rank2)
     assert main(["diagnose", "--log", str(log), "--rank", "3"]) == 2  # --rank picks a result of --plan
 
 
