@@ -29,3 +29,26 @@ def test_readme_counts_the_rules_the_table_holds():
 
     (count,) = re.findall(r"against (\d+) rules", (REPO / "README.md").read_text())
     assert int(count) == len(load_table().rules)
+
+
+def test_modelzoo_explain_example_runs_as_written(monkeypatch, capsys):
+    """README's Megatron-MoE-ModelZoo example, pasted as rendered (a code span's line breaks are spaces), runs: it had
+    left the layout `Et|(tt|)*30mL` unquoted inside --mlm-args, which the shell splits at | and ( ), and exited 2. Its
+    flags are the best practice's (tests/modelzoo_launch.py, from run_deepseek_v3_h100.sh)."""
+    import shlex
+
+    from modelzoo_launch import H100_ENV, H100_FLAGS, MODELZOO
+    from moetune.cli.main import main
+
+    text = (REPO / "README.md").read_text()
+    span = text[text.index("`TP=2 PP=8 EP=64"):]
+    words = shlex.split(span[1:span.index("`", 1)].replace("\n", " "))
+    env = dict(w.split("=", 1) for w in words[:words.index("moetune")])
+    args = words[words.index("moetune") + 1:]
+    assert env == H100_ENV
+    assert shlex.split(args[args.index("--mlm-args") + 1]) == shlex.split(H100_FLAGS)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args[args.index("model_configs/benchmarking/DeepSeek-V3.yaml")] = str(MODELZOO)  # the fixture is that file
+    assert main(args) == 0
+    assert "pipeline layout Et|(tt|)*30mL" in capsys.readouterr().out

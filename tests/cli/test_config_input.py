@@ -143,3 +143,22 @@ def test_estimate_of_a_config_raises_what_check_raises_of_it(capsys):
     assert main(["estimate", "qwen3-30b-a3b", "--config", recipe, *sets]) == 1
     estimated = {f["rule"] for f in json.loads(capsys.readouterr().out)["checks"] if f["severity"] == "error"}
     assert estimated == checked == {"model.seq_length_matches_dataset"}
+
+
+@pytest.mark.parametrize(("mlm_args", "hint"), [
+    # the README's example as it was written: the shell splits the unquoted layout at | ( ) (it said only "takes one
+    # value, got 4"); quoted, the same flags run (tests/test_readme.py)
+    ("--mtp-num-layers 1 --pipeline-model-parallel-layout Et|(tt|)*30mL ...",
+     "quote it inside --mlm-args, e.g. --mlm-args \"... --pipeline-model-parallel-layout 'Et|(tt|)*30mL'\""),
+    ("--pipeline-model-parallel-layout Et tt", "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'"),
+    ("--tokenizer-model /ckpt/*/tokenizer.model x", "--tokenizer-model '...'"),  # a glob left in a value
+    ("--seq-length 4096 4096", None),  # two plain values: no shell character, nothing to quote
+])
+def test_a_one_value_flag_split_by_the_shell_says_to_quote_it(capsys, mlm_args, hint):
+    code = main(["explain", "deepseek-v3", "--config", str(MODELZOO), "--mlm-args", mlm_args, *CLUSTER])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "takes one value, got" in err
+    if hint is None:
+        assert "quote" not in err
+    else:
+        assert hint in err and "the shell splits an unquoted value at | ( )" in err

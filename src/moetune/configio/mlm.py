@@ -98,6 +98,24 @@ def _unset_variable(flag: str, values: list[str], origin: str) -> None:
                                f"({name}=... moetune ...) or write the value into the file")
 
 
+# characters an unquoted shell word loses or splits at; one left in a value (the `*` of `*30mL`) shows the shell cut it
+_SHELL_CHARS = re.compile(r"[|&;<>()*?\[\]]")
+
+
+def _split_hint(flag: str, values: list[str], origin: str) -> str:
+    """Where one value came in pieces because the shell split it: a pipeline layout (`Et|(tt|)*30mL`, whose `|` and
+    parentheses are shell operators, and which holds no space: parse_str_to_list in Megatron-LM
+    megatron/core/transformer/pipeline_parallel_layer_layout.py @ d98e8a6 refuses any other character than E t m L,
+    commas, | ( ) * and digits) or a value still holding such a character."""
+    layout = flag == "--pipeline-model-parallel-layout"
+    if not layout and not any(_SHELL_CHARS.search(v) for v in values):
+        return ""
+    example = "Et|(tt|)*30mL" if layout else "..."
+    where = (f"inside --mlm-args, e.g. --mlm-args \"... {flag} '{example}'\"" if origin.startswith("--mlm-args")
+             else "where the file passes it")
+    return f"; the shell splits an unquoted value at | ( ) ; & < > and spaces: quote it {where}"
+
+
 def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = None):
     row = names().by_flag.get(flag)
     if row is None and dropped_flag_of(target(), flag):
@@ -128,7 +146,8 @@ def _flag_value(flag: str, values: list[str], origin: str, entry: str | None = N
             value = parsed[0] if len(parsed) == 1 else parsed
     else:
         if len(values) != 1:
-            raise MoetuneError(f"{origin}: {flag} takes one value, got {len(values)} ({' '.join(values)!r})")
+            raise MoetuneError(f"{origin}: {flag} takes one value, got {len(values)} ({' '.join(values)!r})"
+                               f"{_split_hint(flag, values, origin)}")
         value = values[0]
     if not row.bridge_name:
         return None, None
