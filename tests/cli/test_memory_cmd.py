@@ -54,3 +54,22 @@ def test_nvfp4_weights_are_named_so_in_the_table_and_keep_their_json_key(capsys)
     _, raw, _ = run([*args, "--json"], capsys)
     assert "fp4_weights (NVFP4)" in text and "fp8_weights" not in text
     assert '"fp8_weights"' in raw
+
+
+def test_memory_says_which_knobs_and_batch_it_defaulted_as_estimate_does(capsys):
+    """The table holds deepep_buffers, fp8_weight_cache and cuda_graph_pool lines for knobs the flags never named:
+    memory had left out the line that says so (estimate printed it beside the step time). On H200 (Hopper) the seeds'
+    defaults are DeepEP + FP8 blockwise with TE-scoped graphs (README, Knobs left out)."""
+    args = ["qwen3-next-80b-a3b", "--gpu", "h200", "--gpus", "32", "--ep", "16", "--pp", "2"]
+    code, out, _ = run(["memory", *args, "--gbs", "256"], capsys)
+    assert code == 0 and "deepep_buffers" in out and "cuda_graph_pool" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("defaulted to platform values: ")]
+    assert "precision=fp8-blockwise" in line and "dispatcher=deepep" in line
+    assert "global batch defaulted" not in out  # --gbs was given
+    code, estimate, _ = run(["estimate", *args, "--gbs", "256"], capsys)
+    assert line in estimate.splitlines()  # the same line, not a second wording
+    code, out, _ = run(["memory", *args], capsys)
+    assert code == 0 and "global batch defaulted to MBS x DP x PP = 32" in out  # 1 x 16 x 2
+    code, out, _ = run(["memory", *ARGS, "--precision", "bf16", "--dispatcher", "alltoall", "--cuda-graph-scope",
+                        "none", "--gbs", "8192"], capsys)
+    assert code == 0 and "dispatcher=" not in out and "precision=" not in out

@@ -120,6 +120,7 @@ def print_estimate(result: Estimate, with_time: bool = True) -> None:
     out.print(table("Memory per rank (GiB) by pipeline stage", ["item"] + [f"stage {s.stage}" for s in stages], rows))
     if result.time and with_time:
         print_time(result)
+    print_defaulted(result)
     # a configuration that does not fit is still one to cost (exit 0, JSON memory.fits false); `check --model` fails on
     # it, and explain gives the seeds' fit steps
     verdict = "[green]fits[/green]" if result.fits else \
@@ -152,6 +153,12 @@ def print_time(result: Estimate) -> None:
     if coll:
         out.print(table("Communication per step (s)", ["collective", "total", "exposed"], coll))
     print_model_notes(out, result.model)
+
+
+def print_defaulted(result: Estimate) -> None:
+    """The knobs and batch the flags left to the platform's values: what memory and estimate both ran on (the
+    dispatcher's buffers, the FP8 caches and graph pools in the memory table come from them)."""
+    out = console()
     if result.defaulted:
         scope = ",".join(result.knobs.cuda_graph_scope) or "none"
         if result.knobs.cuda_graph_scope != default_scope(result.model, result.gpu):
