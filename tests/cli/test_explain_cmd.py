@@ -235,3 +235,18 @@ def test_explain_and_memory_judge_the_rules_under_the_release_named(command, cap
     assert "scale.ep1_etp_needs_mcore_019" in named and "scale.ep1_etp_needs_mcore_019" not in unnamed
     assert "scale.ep1_etp_older_mcore" not in named  # memory lists errors alone; explain the warning, unnamed
     assert ("scale.ep1_etp_older_mcore" in unnamed) == (command == "explain")
+
+
+def test_explain_exits_1_on_a_rule_error_as_estimate_and_memory_do(capsys):
+    """--delay-wgrad without --ep-overlap: Megatron-Core asserts delay_wgrad_compute needs
+    overlap_moe_expert_parallel_comm (rule ep_overlap.delay_wgrad_needs_overlap). estimate and memory exited 1 on it
+    while explain printed the same "Check error" and exited 0; it now explains, then exits 1 as they do."""
+    job = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8"]
+    for command in ("estimate", "memory", "explain"):
+        code, out, err = run([command, *job, "--delay-wgrad"], capsys)
+        assert code == 1 and "ep_overlap.delay_wgrad_needs_overlap" in out and "1 rule error(s)" in err, command
+    code, out, _ = run(["explain", *job, "--delay-wgrad"], capsys)
+    assert "Fit:" in out and "Retune" in out  # the explanation is still printed in full
+    code, out, _ = run(["explain", *job, "--delay-wgrad", "--json"], capsys)
+    assert code == 1 and "ep_overlap.delay_wgrad_needs_overlap" in {c["rule"] for c in json.loads(out)["checks"]}
+    assert run(["explain", *job, "--delay-wgrad", "--ep-overlap"], capsys)[0] == 0  # the pair Megatron accepts

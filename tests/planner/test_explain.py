@@ -607,7 +607,7 @@ def test_past_the_rack_the_default_dispatcher_is_one_that_runs(capsys):
     checks = {c["rule"]: c for c in data["checks"]}
     assert not [c for c in checks.values() if c["severity"] == "error"]
     assert checks["scale.ep_outside_rack"]["fix"] == {"model.expert_model_parallel_size": 64}
-    assert main(["explain", *job, "--dispatcher", "deepep"]) == 0
+    assert main(["explain", *job, "--dispatcher", "deepep"]) == 1  # the refused dispatcher: explained, then exit 1
     fix = {c["rule"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["dispatcher.deepep_platform"]["fix"]
     assert fix["model.moe_token_dispatcher_type"] == "alltoall"
 
@@ -636,7 +636,7 @@ def test_explain_withdraws_a_fix_that_would_trip_another_rule(capsys):
     """vet_fixes re-derives each fixed config; explain had handed it the run's own derived facts, which pinned the fixed
     config to the run's (EP overlap still off), so no fix was ever withdrawn there (review)."""
     assert main(["explain", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "32", "--ep", "16", "--dispatcher", "alltoall",
-                 "--cuda-graph-scope", "attn,moe", "--routing", "force-balance", "--json"]) == 0
+                 "--cuda-graph-scope", "attn,moe", "--routing", "force-balance", "--json"]) == 1  # moe_scope_dropless
     found = {c["rule"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert found["ep_overlap.candidate"]["fix"] == {}
     assert found["ep_overlap.candidate"]["fix_withdrawn"] == ["ep_overlap.graph_scope_moe"]

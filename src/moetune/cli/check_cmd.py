@@ -39,6 +39,13 @@ class RuleErrors(click.ClickException):
     exit_code = 1
 
 
+def refused(errors: int, what: str) -> RuleErrors:
+    """Exit 1 after the numbers, as `check` fails: estimate, memory and explain of a configuration Megatron or the seeds
+    refuse still show `what` it would be if it ran, and a script gating on them must not pass it."""
+    return RuleErrors(f"{errors} rule error(s): Megatron or the seeds refuse this configuration as written; {what} "
+                      "(`moetune check` lists the fixes)")
+
+
 def said_once(findings: list[Finding], layout_error: Finding | None, release: tuple | list = ()) -> list[Finding]:
     """RELEASE (check.not_in_release's findings) ahead of layout.illegal (with --model) and the rules' findings, the
     config-only rules layout.illegal repeats (its same_as) dropped; then a finding that repeats a fault a rule says

@@ -3,7 +3,7 @@
 import click
 from rich.markup import escape
 
-from moetune.cli.check_cmd import RuleErrors
+from moetune.cli.check_cmd import refused
 from moetune.cli.estimate_input import estimate_from_flags
 from moetune.cli.options import config_options, knob_options, layout_options, release_options
 from moetune.cli.output import (
@@ -71,8 +71,7 @@ def command(model: str, as_json: bool, **kw) -> None:
         console().print(f"[bold]Track record[/bold]: {escape(track_record_text(record))}")
     errors = sum(c["severity"] == "error" for c in found)
     if errors:  # exit 1, as `check` does: a script gating on estimate must not pass a config Megatron refuses
-        raise RuleErrors(f"{errors} rule error(s): Megatron or the seeds refuse this configuration as written; the "
-                         "numbers are what it would cost if it ran (`moetune check` lists the fixes)")
+        raise refused(errors, "the numbers are what it would cost if it ran")
 
 
 @click.command(name="memory")
@@ -89,8 +88,7 @@ def memory_command(model: str, as_json: bool, **kw) -> None:
         print_estimate(result, with_time=False)
         print_checks(errors, mlm=launched_by_mlm(result))
     if errors:
-        raise RuleErrors(f"{len(errors)} rule error(s): Megatron or the seeds refuse this configuration as written; "
-                         "the memory is what it would take if it ran (`moetune check` lists the fixes)")
+        raise refused(len(errors), "the memory is what it would take if it ran")
 
 
 def _item_label(name: str, precision: str) -> str:

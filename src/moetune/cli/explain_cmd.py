@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
+from moetune.cli.check_cmd import refused
 from moetune.cli.estimate_input import estimate_from_flags, kw_release, load_overheads
 from moetune.cli.options import (
     config_options,
@@ -121,6 +122,8 @@ def _explain(model, plan_file, rank, baseline, as_json, kw: dict) -> None:
         print_explain(answer, mlm=launched_by_mlm(result))
         if "versus_baseline" in answer:
             print_versus(answer["versus_baseline"])
+    if errors := sum(c["severity"] == "error" for c in answer["checks"]):  # as estimate and memory of the same flags
+        raise refused(errors, "the explanation is of what it would do if it ran")
 
 
 def with_release_needs(answer: dict, release: str) -> None:
