@@ -80,3 +80,27 @@ def test_a_cluster_file_with_a_misspelt_architecture_is_refused(tmp_path, capsys
     table.write_text(LAB_GPU.replace('arch = "hopper"', 'arch = "Hopper"'))
     code, _, err = run(["estimate", "qwen3-30b-a3b", "--gpu", str(table), "--gpus", "16", "--ep", "4"], capsys)
     assert code == 2 and "arch ('Hopper') must be one of ampere, hopper, blackwell" in err
+
+
+def test_a_gpu_table_shows_its_own_name_and_the_catalog_gpu_that_stands_for_it(tmp_path, capsys):
+    """A [gpu] table on Blackwell with an 8-GPU domain runs on B200's fitted constants (specs/hardware.py FAMILY_KEY).
+    hardware had shown its gpu column as b200, and estimate's track record listed "5 published ... run(s) on b200"
+    without saying the user's GPU is not a B200 (h200's says it runs on h100's constants)."""
+    mine = tmp_path / "mygpu.toml"
+    mine.write_text(LAB_GPU.replace('name = "X"', 'name = "MyGPU"').replace('"hopper"', '"blackwell"')
+                    .replace("nvlink_domain = 4", "nvlink_domain = 8")
+                    .replace("gpus_per_node = 4", "gpus_per_node = 8"))
+    code, out, _ = run(["hardware", str(mine)], capsys)
+    (row,) = [line for line in out.splitlines() if "MyGPU" in line and "│" in line]
+    assert code == 0 and "b200" not in row.split("│")[1]  # the gpu column: the file, not the catalog key
+    assert f"MyGPU ({mine}, a [gpu] table): modelled on b200" in out.replace("\n", " ")
+    code, out, _ = run(["hardware", str(mine), "--json"], capsys)
+    assert code == 0 and json.loads(out)[0]["modelled_on"] == "b200" and json.loads(out)[0]["name"] == "MyGPU"
+    assert "modelled_on" not in json.loads(run(["hardware", "b200", "--json"], capsys)[1])[0]
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", str(mine), "--gpus", "16", "--ep", "8"], capsys)
+    record = out[out.index("Track record"):].replace("\n", " ")
+    assert code == 0 and record.startswith("Track record: no published run on MyGPU, a [gpu] table modelled on b200: "
+                                           "it runs on b200's constants (efficiency.toml) and b200's published runs "
+                                           "stand for it; on b200: ")
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "b200", "--gpus", "16", "--ep", "8", "--json"], capsys)
+    assert "modelled_on" not in json.loads(out)["track_record"]  # a catalog GPU's record is its own

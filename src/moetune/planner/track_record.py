@@ -15,6 +15,7 @@ from moetune.planner.calibrate import predict
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.planner.repeats import measured_tokens
 from moetune.planner.runs import TOLERANCE, Run, known_gaps, load_configured_runs, published_rows
+from moetune.specs.hardware import modelled_on
 from moetune.walls.efficiency import efficiency
 
 
@@ -86,6 +87,8 @@ def estimate_record(e) -> dict:
         # every rank holds every expert (or a slice of each): no all-to-all and no busiest-rank factor, a step no
         # published run has measured (plan's Routing note says it of an EP 1 pick too: planner/ep1_note.py)
         record["unpublished_ep"] = {"ep": e.layout.ep, "published_ep": list(published_ep())}
+    if family := modelled_on(e.gpu):  # a [gpu] table: the runs are its family's, not of the user's GPU
+        record.update(gpu_name=e.gpu.name, modelled_on=family)
     if slower := observed_nic(e):
         record["observed_nic"] = slower
     if e.efficiency_overrides:
@@ -148,6 +151,11 @@ def track_record_text(t: dict, files: bool = True) -> str:
                 f"{t['not_under']}: "
                 "the published runs ran on the clusters those were fitted to (`calibrate --runs` checks yours on "
                 "your runs)")
+    if t.get("modelled_on"):  # estimate_record: the user's own GPU, on a catalog GPU's constants and runs
+        family = t["modelled_on"]
+        return (f"no published run on {t['gpu_name']}, a [gpu] table modelled on {family}: it runs on {family}'s "
+                "constants" + " (efficiency.toml)" * files + f" and {family}'s published runs stand for it; on "
+                f"{family}: " + track_record_text({**t, "modelled_on": None}, files))
     if t["same_model"]:
         head = f"{len(t['same_model'])} published {t['model']} run(s) on {t['gpu']}: {_runs_text(t['same_model'])}"
     else:

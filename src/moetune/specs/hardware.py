@@ -282,6 +282,14 @@ def node_domain(gpu: GpuSpec, data: dict) -> dict:
     return {**data, "nvlink_domain": node}
 
 
+def modelled_on(gpu: GpuSpec) -> str | None:
+    """The catalog GPU whose fitted constants and published runs stand for a cluster file's GPU of its own name (a
+    [gpu] table: _family gives it the catalog key, its name stays the file's), or None: a catalog GPU, a file that
+    keeps one's name (gpu = "h100" with overrides), or an architecture with no fitted constants (the file's key)."""
+    shipped = catalog().get(gpu.key)
+    return gpu.key if shipped is not None and gpu.name != shipped.name else None
+
+
 def catalog_unchanged(gpu: GpuSpec) -> bool:
     """The catalog GPU of its key with none of its figures changed (a cluster file may give gpu = "h100" alone, a
     config its own NVLink domain)."""
