@@ -165,6 +165,22 @@ def test_bias_rules_leave_a_bridge_recipe_s_bias_to_the_recipe(launcher, fires):
     assert ("scale.moe_bias_needs_etp1" in found) == fires
 
 
+@pytest.mark.parametrize("bias, cause", [
+    # a Megatron-LM launch that never passes --disable-bias-linear: TransformerConfig.add_bias_linear defaults to True
+    # (Megatron-LM transformer_config.py @ d98e8a6); the message had blamed gpt-oss for it
+    (None, "add_bias_linear=True, Megatron-LM's default, which the launch keeps by not passing --disable-bias-linear"),
+    ("true", "model.add_bias_linear=true (set by the config, or by the model"),
+])
+def test_the_moe_bias_error_names_the_setting_that_gives_the_experts_a_bias(bias, cause):
+    from moetune.rules import evaluate
+    sets = ["model.num_moe_experts=64", "model.expert_model_parallel_size=4", "model.expert_tensor_parallel_size=2",
+            "cluster.launcher=megatron-lm", *([f"model.add_bias_linear={bias}"] if bias else [])]
+    (message,) = [f.message for f in evaluate(load_config(sets=sets, gpu="h100", gpus=8))
+                  if f.rule == "scale.moe_bias_needs_etp1"]
+    assert cause in message and "only at ETP 1" in message
+    assert ("or pass --disable-bias-linear" in message) == (bias is None)  # a config's own bias is its choice
+
+
 @pytest.mark.parametrize("rule, sets", [
     ("overlap.tp_comm_needs_sp", ["comm_overlap.tp_comm_overlap=true"]),
     ("env.cuda_device_max_connections", ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true",
