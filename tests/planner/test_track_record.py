@@ -179,3 +179,15 @@ def test_an_ep1_run_is_told_no_published_run_has_ep1():
             "; no published run has EP 1 (they run EP 8 to 64): moetune's step model is unchecked there")
     ep8 = estimate_record(estimate(spec, load_gpu("gb200"), Layout(world_size=8, ep=8), wl))
     assert "unpublished_ep" not in ep8 and "EP 1" not in track_record_text(ep8)
+
+
+def test_a_precision_with_one_run_gives_its_error_not_a_range():
+    """Past four runs the line sums each precision up as a range; a precision with one run had read "1 bf16 at -14% to
+    -14%" (qwen3-235b-a22b on gb200). The record is written here, so the figures are not the code's own."""
+    def r(run_id, precision, error):
+        return {"run_id": run_id, "precision": precision, "dispatcher": "deepep", "gpus": 64, "error": error,
+                "listed_gap": False, "release": None}
+    same = [r("A", "bf16", -0.14), *(r(f"B{i}", "mxfp8", e) for i, e in enumerate((-0.11, 0.02, 0.05, 0.12)))]
+    t = {"model": "m", "gpu": "gb200", "same_model": same, "gpu_runs": 5, "gpu_models": 1, "gpu_within": 5,
+         "gpu_median_abs_error": 0.05, "model_published_on": ["gb200"], "incomplete": []}
+    assert track_record_text(t).startswith("5 published m run(s) on gb200: 1 bf16 at -14%; 4 mxfp8 at -11% to +12%;")

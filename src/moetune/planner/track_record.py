@@ -138,7 +138,8 @@ def _runs_text(same: list[dict]) -> str:
     parts = []
     for precision in sorted({r["precision"] for r in same}):
         errs = [100 * r["error"] for r in same if r["precision"] == precision]
-        parts.append(f"{len(errs)} {precision} at {min(errs):+.0f}% to {max(errs):+.0f}%")
+        span = f"{errs[0]:+.0f}%" if len(errs) == 1 else f"{min(errs):+.0f}% to {max(errs):+.0f}%"
+        parts.append(f"{len(errs)} {precision} at {span}")
     missed = [_run_text(r) for r in same if abs(r["error"]) > TOLERANCE]
     return "; ".join(parts) + (f"; outside {100 * TOLERANCE:.0f}%: {', '.join(missed)}" if missed else "")
 
