@@ -83,3 +83,17 @@ def test_a_snapshot_directory_is_read_through_its_config_json(shared_data, tmp_p
     assert code == 0 and json.loads(out)["model"] == "Qwen3-30B-A3B"
     code, _, err = run(["estimate", str(tmp_path), "--gpu", "h100", "--gpus", "16"], capsys)
     assert code == 2 and "a directory without a config.json" in err
+
+
+@pytest.mark.parametrize(("word", "hint"), [
+    ("deepseek-v3", "for a model's key figures: moetune models show deepseek-v3"),
+    ("deepsek-v3", "moetune models show deepseek-v3 (the nearest built-in name)"),  # a misspelt model
+    ("config.json", "moetune models show config.json"),  # a model's config.json, as `show` takes one
+    ("shw", "did you mean moetune models show MODEL?"),
+    ("foo", "`moetune models` lists the built-in models, `moetune models show MODEL` gives one's key figures"),
+])
+def test_models_given_a_model_for_a_sub_command_points_to_show(word, hint, capsys):
+    """`moetune models deepseek-v3` had said only "No such command 'deepseek-v3'" (click's own words)."""
+    code, out, err = run(["models", word], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith(f"error: No such command '{word}'")
+    assert hint in err

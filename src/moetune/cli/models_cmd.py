@@ -5,6 +5,7 @@ import click
 from moetune.cli.output import billions, console, emit_json, print_model_notes, table
 from moetune.specs.registry import builtin_names, load_model
 from moetune.walls.model_params import model_counts
+from moetune.words import closest
 
 
 def model_summary(name: str, spec=None) -> dict:
@@ -31,7 +32,29 @@ def model_summary(name: str, spec=None) -> dict:
     }
 
 
-@click.group(name="models", invoke_without_command=True)
+def _not_a_command(word: str) -> str:
+    """`models WORD` where WORD is no sub-command: a model's name (or a config.json), or one near a built-in name, is
+    what `models show` takes."""
+    names = builtin_names()
+    model = word if word.lower() in names or word.endswith(".json") else closest(word.lower(), names)
+    if model is None and closest(word.lower(), ["show"]):
+        return f"No such command '{word}'; did you mean moetune models show MODEL?"
+    if model is None:
+        return (f"No such command '{word}': `moetune models` lists the built-in models, `moetune models show MODEL` "
+                "gives one's key figures")
+    meant = "" if model == word else " (the nearest built-in name)"
+    return f"No such command '{word}'; for a model's key figures: moetune models show {model}{meant}"
+
+
+class _ModelsGroup(click.Group):
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:  # the one refusal here: no sub-command of that name
+            raise click.UsageError(_not_a_command(args[0]), ctx) from None
+
+
+@click.group(name="models", cls=_ModelsGroup, invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def command(ctx: click.Context, as_json: bool) -> None:
