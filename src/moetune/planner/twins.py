@@ -2,15 +2,17 @@
 ranked steps are equal. plan lists the one its ranking puts first and names the other on it, so a twin does not take
 a row of --top from the next distinct candidate.
 
-Why the step prices them alike: both backends send a token once per destination rank and expand it on arrival
-(walls/comms.py fused_copies), both carry the GPU's one fitted all-to-all efficiency where the fit gave them the same
-(data/efficiency.toml [h100]: a2a_eff_deepep = a2a_eff_hybridep = 1.187), and HybridEP's SM bound at the tuned 32 SMs
-(32 x a2a_gbps_per_sm 14.6 = 467 GB/s, comms.fused_nvlink_rate) lies above the NVLink rate both reach on H100
-(450 GB/s x nvlink_eff 0.75 x 1.187 = 401 GB/s), inside a node or across nodes (the NIC share is the same formula for
-both). Their memory differs (memory_overheads.toml deepep_buffer_gib 2, hybridep_buffer_gib 1), so the twin's peak is
-kept with the row. Where HybridEP's SM bound sets the pace (B200 with EP inside a node: 467 GB/s against the 801 that
-DeepEP reaches; across nodes the NIC share outlasts both and they tie again) or a fit gives the two backends different
-efficiencies (GB200: 0.657 and 0.698), they predict apart and both stay rows.
+When the step prices them alike is walls/comms.py dispatch_price's to say (the constants and figures are there, and
+tests/walls/test_batch_keys.py holds it): the two backends differ in the step model only by their fitted a2a_eff and
+HybridEP's SM-bound NVLink rate, which coincide on A100 and Hopper and part on NVLink5 and where a fit gives the two
+different efficiencies. Their memory differs (memory_overheads.toml deepep_buffer_gib, hybridep_buffer_gib), so the
+twin's peak is kept with the row.
+
+Twins fold by their ranked steps being equal (SAME_STEP), not by an equal price (walls/batch_keys.py step_key): an
+equal price gives an equal step, but the steps may also meet where the prices part (the NIC share outlasting both
+backends' NVLink copies across nodes on B200, test_batch_keys.py), and the ranked step is each entry's own, after its
+re-split (planner/resplit.py), which a key of the knobs does not see. Comparing the outcome folds exactly the rows
+that would show the same prediction.
 """
 
 from dataclasses import replace
