@@ -9,6 +9,7 @@ from moetune.cli.output import Notes, console, fsdp_text
 from moetune.cli.plan_notes import gain_over_pick, near_tie_json
 from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
+from moetune.layout.imbalance import DROPLESS_IMBALANCE_EP
 from moetune.layout.knobs import imbalance_source
 from moetune.planner.ep1_note import ep1_text
 from moetune.planner.explain import optimizer_note
@@ -122,8 +123,9 @@ def routing_line(pick, ep1: dict | None = None) -> str | None:
                 f"{charged:.2f}x the mean ({source}); `explain --plan` shows where that comes from and what it costs; "
                 "published benchmark recipes run --routing force-balance")
     if pick.layout.ep == 1 and pick.layout.etp > 1:
+        full = DROPLESS_IMBALANCE_EP  # where the default reaches its whole factor (layout/imbalance.py busiest_share)
         return (f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice of every "
                 f"expert, so no rank waits for a busier one, while EP > 1 is charged {pick.knobs.imbalance_at(2):.2f}x "
-                f"(EP 2) to {pick.knobs.imbalance_at(64):.2f}x (EP 8 and up) the mean at its busiest expert rank: why "
-                "the pick keeps ETP over the seeds' EP first; `explain --plan` compares the two")
+                f"(EP 2) to {pick.knobs.imbalance_at(full):.2f}x (EP {full} and up) the mean at its busiest expert "
+                "rank: why the pick keeps ETP over the seeds' EP first; `explain --plan` compares the two")
     return None
