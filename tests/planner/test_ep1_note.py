@@ -65,3 +65,13 @@ def test_the_note_names_expert_tp_and_the_ep_row_shown():
     assert "#1 runs EP 1 x ETP 4 (each rank a slice of every expert)" in text
     assert "1.19x (EP 2) to 1.47x (EP 8 and up)" in text and "--fix ep=2 (#3)" in text
     assert text.endswith("`explain --plan` names the seeds' EP-first layout's figure")
+
+
+def test_the_note_says_what_the_published_runs_hold_at_ep1():
+    """The note reads the published EP sizes saved with it (track_record.published_ep), so a published EP 1 run would
+    turn "unchecked" into "checked" rather than leave the plan contradicting its own track record."""
+    facts = {"etp": 1, "ep_searched": [2, 8], "charged": [[2, 1.19], [8, 1.47]], "token_imbalance_set": None,
+             "first_ep_row": None, "compare_ep": 8}
+    assert "no published run measures EP 1" in ep1_text({**facts, "published_ep": [8, 16, 64]})
+    checked = ep1_text({**facts, "published_ep": [1, 8]})
+    assert "published runs at EP 1 check the step model there" in checked and "unchecked" not in checked

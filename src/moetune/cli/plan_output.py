@@ -127,5 +127,5 @@ def routing_line(pick, ep1: dict | None = None) -> str | None:
         return (f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice of every "
                 f"expert, so no rank waits for a busier one, while EP > 1 is charged {pick.knobs.imbalance_at(2):.2f}x "
                 f"(EP 2) to {pick.knobs.imbalance_at(full):.2f}x (EP {full} and up) the mean at its busiest expert "
-                "rank: why the pick keeps ETP over the seeds' EP first; `explain --plan` compares the two")
+                "rank (this search had no EP > 1 candidate to weigh against it)")
     return None

@@ -50,7 +50,9 @@ def ep1_text(d: dict) -> str:
     etp = f" x ETP {d['etp']} (each rank a slice of every expert)" if d["etp"] > 1 else ""
     shown = f" (#{d['first_ep_row']['rank']})" if d["first_ep_row"] else ""
     measured = "" if d["token_imbalance_set"] is not None else "--token-imbalance F (your router's measured factor) or "
+    # the published runs' EP sizes as saved with the note (track_record.published_ep), so it says what they hold
+    checked = ("published runs at EP 1 check the step model there" if 1 in d.get("published_ep", ())
+               else "no published run measures EP 1, so the step model is unchecked there")
     return (f"dropless: #1 runs EP 1{etp} and pays no busiest-rank imbalance, while every EP > 1 candidate is charged "
-            f"{_charged_text(d)} the mean; no published run measures EP 1, so the step model "
-            f"is unchecked there. Compare: plan with {measured}--fix ep={d['compare_ep']}{shown}"
+            f"{_charged_text(d)} the mean; {checked}. Compare: plan with {measured}--fix ep={d['compare_ep']}{shown}"
             + ("; `explain --plan` names the seeds' EP-first layout's figure" if d["etp"] > 1 else ""))
