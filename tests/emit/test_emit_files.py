@@ -347,7 +347,7 @@ def test_full_iteration_graphs_turn_the_loss_nan_check_off(tmp_path):
                      "full_iteration", "--routing", "force-balance", "--json"]) == 0
     (tmp_path / "e.json").write_text(text.getvalue())
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["emit", str(tmp_path / "e.json"), "--out", str(tmp_path / "run")]) == 0
+        assert main(["emit", str(tmp_path / "e.json"), "--benchmark", "--out", str(tmp_path / "run")]) == 0
     assert "rerun_state_machine.check_for_nan_in_loss=false" in (tmp_path / "run" / "overrides.txt").read_text()
     assert "--no-check-for-nan-in-loss-and-grad" in (tmp_path / "run" / "megatron_lm_args.txt").read_text()
     for name in ("overrides.txt", "megatron_lm_args.txt"):

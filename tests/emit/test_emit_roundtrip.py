@@ -286,7 +286,8 @@ def test_a_plan_over_a_recipe_that_overlaps_the_optimizer_step(tmp_path, capsys,
     assert main(["estimate", "deepseek-v3", "--config", str(RECIPE), "--gpu", "gb200", "--gpus", "256", "--set",
                  f"mixed_precision={preset}", "--json"]) in (0, 1)  # the recipe's own layout, this precision
     (tmp_path / "e.json").write_text(capsys.readouterr().out)
-    assert main(["emit", str(tmp_path / "e.json"), "--out", str(tmp_path / "out")]) == 0
+    # the perf recipe routes force-balanced (a benchmark): emit writes it with --benchmark
+    assert main(["emit", str(tmp_path / "e.json"), "--benchmark", "--out", str(tmp_path / "out")]) == 0
     ran = load_config([RECIPE, tmp_path / "out" / "overrides.txt"])
     keys = ("optimizer.overlap_param_gather_with_optimizer_step",
             "comm_overlap.overlap_param_gather_with_optimizer_step")

@@ -283,6 +283,8 @@ CASES: dict[str, Case] = {
                                            "model.moe_flex_dispatcher_backend=hybridep",
                                            "model.expert_model_parallel_size=8", "model.moe_hybridep_num_sms=48")),
     "dispatcher.force_balance_benchmark": Case(MOE, context="diagnose"),
+    # Megatron-Core: random router logits, "only for benchmark" (transformer_config.py:812-814 @core_v0.19.0)
+    "dispatcher.force_balance_not_for_training": Case(S(MOE, "model.moe_router_force_load_balancing=true")),
     "ep_overlap.needs_ep": Case(S(MOE, "comm_overlap.overlap_moe_expert_parallel_comm=true")),
     # a dense model that says so (overrides silent on the experts leave them to the recipe: skipped)
     "ep_overlap.needs_experts": Case(("mixed_precision.bf16=true", "model.expert_model_parallel_size=2",

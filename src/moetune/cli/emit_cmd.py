@@ -2,7 +2,7 @@
 
 INPUT is a plan/estimate JSON (``{"config": {...}}``), a Bridge YAML, dotted overrides or Megatron-LM
 arguments, read exactly like ``moetune check``. Refuses (exit 1) when the config has rule errors,
-unless --allow-errors.
+unless --allow-errors, and (exit 2) force-balanced routing unless --benchmark.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from moetune.cli.output import console, emit_json, table
 from moetune.cli.release_check import bridge_names_note, for_release, inputs_release, written_lacking
 from moetune.configio.release_context import reading
 from moetune.configio.releases import describe, option, product
-from moetune.emit import emit_all
+from moetune.emit import emit_all, force_balanced
 from moetune.errors import MoetuneError
 from moetune.files import write_text
 
@@ -53,25 +53,40 @@ def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Directory to write the files to (default: print them).")
 @click.option("--allow-errors", is_flag=True, help="Emit even when `moetune check` finds errors.")
+@click.option("--benchmark", is_flag=True,
+              help="Write force-balanced routing (plan --routing force-balance), which runs on random router logits: "
+                   "for a throughput benchmark, never a training run; the files say so.")
 @click.option("--rank", type=click.IntRange(min=1), default=1, show_default=True,
               help="Which result of a plan JSON to emit (1 = the pick).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: {files, config, findings}.")
 def command(configs, sets, mlm_args, script_args, fmt, gpu, gpus, megatron_core, megatron_bridge, out_dir, allow_errors,
-            rank, as_json) -> None:
+            benchmark, rank, as_json) -> None:
     """Emit Bridge overrides, Megatron-LM args, env vars and torchrun/Slurm scripts for INPUT."""
     # --megatron-core / --megatron-bridge: the names the inputs use, and the flags' spelling
     with reading(*inputs_release(configs, megatron_core, megatron_bridge)) as seen:
         config = read_inputs(configs, sets, mlm_args, fmt, gpu, gpus, rank, script_args=script_args)
         if seen.release is not None:
             config = for_release(config, seen)
-        _emit(config, seen.release, out_dir, allow_errors, as_json)
+        _emit(config, seen.release, out_dir, allow_errors, as_json, benchmark)
 
 
-def emitted_files(config: dict, release: str | None, allow_errors: bool) -> tuple[dict[str, str], list]:
-    """(file name -> text, the rule errors passed over and the warnings): refused in one line where `moetune check`
-    finds errors (unless allow_errors) or the files would pass a name RELEASE lacks."""
+# the warning a --benchmark launch answers (data/rules.yaml), which emit then does not repeat
+BENCHMARK_RULE = "dispatcher.force_balance_not_for_training"
+
+
+def emitted_files(config: dict, release: str | None, allow_errors: bool,
+                  benchmark: bool = False) -> tuple[dict[str, str], list]:
+    """(file name -> text, the rule errors passed over and the warnings): refused in one line where the config routes
+    force-balanced and BENCHMARK is not set (sweep's candidates are benchmarks), where `moetune check` finds errors
+    (unless allow_errors) or the files would pass a name RELEASE lacks."""
+    if force_balanced(config) and not benchmark:
+        raise MoetuneError("force-balanced routing (moe_router_force_load_balancing) runs on random router logits, "
+                           "which Megatron-Core keeps for benchmarks only: pass --benchmark to write it for a "
+                           "throughput benchmark, or plan again with --routing dropless for a training run (a config "
+                           "of your own: --set model.moe_router_force_load_balancing=false)")
     target = {"target_release": release} if release is not None else None  # rules.expr core_at_least reads it
-    found = [f for f in check_findings(config, derived=target) if f.severity in ("error", "warning")]  # and mcore's
+    found = [f for f in check_findings(config, derived=target) if f.severity in ("error", "warning")  # and mcore's
+             and not (benchmark and f.rule == BENCHMARK_RULE)]
     errors = [f for f in found if f.severity == "error"]
     if errors and not allow_errors:
         listed = "; ".join(f"{f.rule}: {f.message}" for f in errors[:3])
@@ -92,8 +107,8 @@ def warned(findings: list) -> str | None:
     return f"the config raises {len(rules)} warning(s): {', '.join(rules)}" if rules else None
 
 
-def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_json: bool) -> None:
-    files, found = emitted_files(config, release, allow_errors)
+def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_json: bool, benchmark: bool) -> None:
+    files, found = emitted_files(config, release, allow_errors, benchmark)
     written = write_files(files, Path(out_dir)) if out_dir else []
     if as_json:
         emit_json({"files": files if not out_dir else {p.name: str(p) for p in written}, "config": config,
@@ -103,6 +118,9 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
                               [[str(p), files[p.name].count("\n")] for p in written]))
         if release is not None:
             console().print(f"written for {describe(release)} ({option(release)})")
+        if force_balanced(config):  # --benchmark: said once here, and first in every file
+            console().print("[yellow]benchmark launch[/yellow]: force-balanced routing runs on random router logits; "
+                            "for a training run, plan again with --routing dropless")
         if line := bridge_names_note(files, release):
             console().print(f"[yellow]note[/yellow]: {escape(line)}")
         # the launch's variables live in env.sh, so a check of the arguments alone misses them (HybridEP's topology)

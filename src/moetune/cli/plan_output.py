@@ -102,9 +102,13 @@ def next_steps(result: PlanResult) -> str:
     pick = result.results[0]
     check = check_command({"cluster.gpu": pick.gpu.ref, "cluster.num_gpus": pick.layout.world_size}, Path(RUN_DIR),
                           result.release)
+    # emit refuses force-balanced routing without --benchmark (it runs on random router logits: emit_cmd.py)
+    bench = (" --benchmark", "a benchmark launch: force-balanced routing; to train, plan with --routing dropless; ") \
+        if pick.knobs.routing == "force-balance" else ("", "")
     return (f"[bold]Next[/bold]: save this plan: the same command with `--json > {PLAN_FILE}`; then `moetune explain "
-            f"--plan {PLAN_FILE}` (why #1, and what to retune), `moetune emit {PLAN_FILE} --out {RUN_DIR}/` (Megatron "
-            f"Bridge overrides, Megatron-LM arguments, env.sh and launch scripts; --rank N for row N), "
+            f"--plan {PLAN_FILE}` (why #1, and what to retune), `moetune emit {PLAN_FILE} --out {RUN_DIR}/{bench[0]}` "
+            f"({bench[1]}Megatron Bridge overrides, Megatron-LM arguments, env.sh and launch scripts; --rank N for row "
+            "N), "
             f"`{escape(check)}` (the launch as it runs), and `moetune report {PLAN_FILE} --out plan.html` (a page to "
             "share)")
 
@@ -121,7 +125,8 @@ def routing_line(pick, ep1: dict | None = None) -> str | None:
         source = "moetune's default" if pick.knobs.token_imbalance is None else imbalance_source(pick.knobs)
         return (f"[bold]Routing[/bold]: dropless: the busiest of EP {pick.layout.ep} expert ranks is charged "
                 f"{charged:.2f}x the mean ({source}); `explain --plan` shows where that comes from and what it costs; "
-                "published benchmark recipes run --routing force-balance")
+                "published benchmarks run force-balanced routing, on random router logits: a throughput "
+                "measurement, not a way to train")
     if pick.layout.ep == 1 and pick.layout.etp > 1:
         full = DROPLESS_IMBALANCE_EP  # where the default reaches its whole factor (layout/imbalance.py busiest_share)
         return (f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice of every "

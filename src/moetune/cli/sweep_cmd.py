@@ -162,7 +162,8 @@ def _candidate_files(plan_path: str, rank: int, sets, iters: int, seen, allow_er
             _keeps_the_plan(planned[0], config, sets)
         if seen.release is not None:
             config = for_release(config, seen)
-        files, found = emitted_files(config, seen.release, allow_errors)
+        # a sweep runs benchmarks: a force-balanced plan's candidates are written, the files saying so
+        files, found = emitted_files(config, seen.release, allow_errors, benchmark=True)
         line = warned(found)
         return files, line and f"{line} (`{check_command(config, where, seen.release)}` says why)"
     except (MoetuneError, RuleErrors) as err:  # one line naming the result, with the exit code it had

@@ -24,22 +24,38 @@ def describe(config: dict[str, Any]) -> str:
             f"EDP{d.get('expert_data_parallel_size', '?')} x PP{d['pp']}")
 
 
+# Megatron-Core runs moe_router_force_load_balancing on random router logits, "only for benchmark"
+# (transformer_config.py:812-814, router.py:856-858 @core_v0.19.0): files that carry it say so first
+BENCHMARK = ("BENCHMARK launch (moetune emit --benchmark): force-balanced routing (moe_router_force_load_balancing)",
+             "routes tokens by random router logits, Megatron-Core's benchmark-only setting: measure throughput with",
+             "these files, never train from them.")
+
+
+def force_balanced(config: dict[str, Any]) -> bool:
+    return bool(config.get("model.moe_router_force_load_balancing"))
+
+
+def header(config: dict[str, Any]) -> str:
+    """The lines every file opens with: the layout (describe), and that it is a benchmark launch where it is one."""
+    return "\n".join([describe(config), *(BENCHMARK if force_balanced(config) else ())])
+
+
 def emit_all(config: dict[str, Any]) -> dict[str, str]:
     """File name -> text for every output (see FILES)."""
     if config.get("train.train_samples") is not None and "train.train_iters" not in config:
         # Bridge allows one of train_iters / train_samples (training/config.py) and the recipes set train_iters
         config = {**config, "train.train_iters": None}
-    header, bridge = describe(config), bridge_config(config)
+    head, bridge = header(config), bridge_config(config)
     return {
-        "bridge_overrides.py": python_snippet(bridge, header),
-        "run_planned.py": run_planned_py(header),
-        "overrides.txt": dotted_overrides(bridge, header),
-        "megatron_lm_args.txt": megatron_lm_args(config, header),
-        "env.sh": env_sh(config, header),
-        "torchrun.sh": torchrun_sh(config, header),
-        "numa_bind.sh": numa_bind_sh(header),
-        "sbatch.sh": sbatch_sh(config, header),
+        "bridge_overrides.py": python_snippet(bridge, head),
+        "run_planned.py": run_planned_py(head),
+        "overrides.txt": dotted_overrides(bridge, head),
+        "megatron_lm_args.txt": megatron_lm_args(config, head),
+        "env.sh": env_sh(config, head),
+        "torchrun.sh": torchrun_sh(config, head),
+        "numa_bind.sh": numa_bind_sh(head),
+        "sbatch.sh": sbatch_sh(config, head),
     }
 
 
-__all__ = ["FILES", "emit_all"]
+__all__ = ["FILES", "emit_all", "force_balanced"]

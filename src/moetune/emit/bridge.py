@@ -49,7 +49,7 @@ def _dp_overlap(items: dict[str, Any]) -> dict[str, Any]:
 
 
 def dotted_overrides(config: dict[str, Any], header: str) -> str:
-    lines = [f"# {header}", "# Megatron Bridge dotted overrides: pass after `run_recipe.py --recipe <name>`.",
+    lines = [values.comment(header), "# Megatron Bridge dotted overrides: pass after `run_recipe.py --recipe <name>`.",
              "# They assume a recipe with cfg.comm_overlap set, a MixedPrecisionConfig (not a preset-name string),",
              "# and the deprecated cuda_graph_scope (not cuda_graph_modules) and per-backend dispatcher SM fields;",
              "# bridge_overrides.py handles every recipe, and torchrun.sh applies it (run_planned.py)."]

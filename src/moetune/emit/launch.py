@@ -37,7 +37,7 @@ def topology(config: dict[str, Any]) -> tuple[int, int]:
 
 
 def env_sh(config: dict[str, Any], header: str) -> str:
-    lines = ["# shellcheck shell=bash", f"# {header}",
+    lines = ["# shellcheck shell=bash", values.comment(header),
              "# Sourced by torchrun.sh; values already in the environment win."]
     for name, (value, why) in environment(config).items():
         lines.append(f'export {name}="${{{name}:-{values.double_quoted(value)}}}"  # {why}')
@@ -94,7 +94,7 @@ def torchrun_sh(config: dict[str, Any], header: str) -> str:
         '\n  echo "this Megatron Bridge release ships no scripts/training/run_recipe.py (from v0.3.0): apply '
         'bridge_overrides.py in a script of your own, or run ENGINE=megatron-lm" >&2; exit 2')
     return f"""#!/usr/bin/env bash
-# {header}
+{values.comment(header)}
 # {nodes} node(s) x {per_node} GPUs. Run once per node (sbatch.sh does that with srun), e.g.
 #   RECIPE=<bridge recipe function> NODE_RANK=0 MASTER_ADDR=<node0> ./torchrun.sh
 #   ENGINE=megatron-lm MEGATRON_LM_DIR=/opt/Megatron-LM ./torchrun.sh
@@ -200,7 +200,7 @@ def numa_bind_sh(header: str) -> str:
     from the GPU's PCI address rather than a per-platform divisor. Runs the command unbound where numactl, nvidia-smi
     or the node is missing, saying so."""
     return f"""#!/usr/bin/env bash
-# {header}
+{values.comment(header)}
 # torchrun runs this once per rank (LOCAL_RANK set): exec the command bound to the NUMA node of GPU LOCAL_RANK.
 set -euo pipefail
 node=-1
@@ -236,7 +236,7 @@ def _segment(config: dict[str, Any], nodes: int, per_node: int) -> str:
 def sbatch_sh(config: dict[str, Any], header: str) -> str:
     nodes, per_node = topology(config)
     return f"""#!/bin/bash
-# {header}
+{values.comment(header)}
 #SBATCH --job-name=moetune
 {_segment(config, nodes, per_node)}#SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1

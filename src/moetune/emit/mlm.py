@@ -140,7 +140,7 @@ def _dsa_data_note(config: dict[str, Any]) -> list[str]:
 
 
 def megatron_lm_args(config: dict[str, Any], header: str) -> str:
-    lines = [f"# {header}", f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
+    lines = [values.comment(header), f"# Megatron-LM arguments for {entry_point(config)} (one per line, shell-quoted; "
              "torchrun.sh reads them with shlex)."]
     lines += ["# The architecture below sets the parameter shapes Megatron-LM's flags express (not a full-width q/k",
               "# norm, or an attention-output bias without MLP biases); what no shape shows (activation beyond SwiGLU,",

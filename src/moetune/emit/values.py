@@ -66,6 +66,11 @@ def sections(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def comment(header: str) -> str:
+    """HEADER (emit's lines naming the run, emit_all) as `#` comment lines, for the shell and text files."""
+    return "\n".join(f"# {line}" for line in header.splitlines())
+
+
 def pragmas(config: dict) -> list[str]:
     """moetune's own cluster facts as ``# moetune: key=value`` comment lines, which check reads back; not the
     launcher, which the reader of each emitted file sets itself (one config emits both Bridge and Megatron-LM)."""

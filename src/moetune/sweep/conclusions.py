@@ -64,6 +64,9 @@ def _run_it(sweep: Sweep, best: Row) -> str:
     """How to launch the measured fastest for a full run: emit of its plan result, where the plan file still holds
     it; else plan again (the folder's files are set to the benchmark's length)."""
     rank = best.candidate.rank
+    if best.candidate.result["knobs"].get("routing") == "force-balance":  # emit refuses it without --benchmark
+        return ("it ran force-balanced routing (random router logits, a benchmark setting): for a training run, plan "
+                "again with --routing dropless and its layout pinned (--fix)")
     if plan_unchanged(sweep, rank):
         return f"run it with `moetune emit {sweep.plan} --rank {rank}`"
     return (f"{sweep.plan} no longer holds the result it ran (planned again, moved or deleted): plan again, or run "
