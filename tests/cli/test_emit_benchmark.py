@@ -44,7 +44,7 @@ def test_with_benchmark_every_file_says_so_first(plan_file, tmp_path, capsys):
     assert "benchmark launch: force-balanced routing runs on random router logits" in text
     assert "warning(s)" not in text  # the warning --benchmark answers is not repeated as a note
     for name in FILES:
-        head = "\n".join((out_dir / name).read_text().splitlines()[:6])
+        head = "\n".join((out_dir / name).read_text().splitlines()[:12])
         assert "moetune emit:" in head and "BENCHMARK launch" in head and "never train from them" in head, name
     assert "model.moe_router_force_load_balancing=true" in (out_dir / "overrides.txt").read_text().splitlines()
     assert "--moe-router-force-load-balancing" in (out_dir / "megatron_lm_args.txt").read_text().splitlines()

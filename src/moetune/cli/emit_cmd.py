@@ -18,7 +18,8 @@ from moetune.cli.check_cmd import RuleErrors, check_findings, config_options, re
 from moetune.cli.output import console, emit_json, table
 from moetune.cli.release_check import bridge_names_note, for_release, inputs_release, written_lacking
 from moetune.configio.release_context import reading
-from moetune.configio.releases import describe, option, product
+from moetune.configio.releases import option, product
+from moetune.configio.written_for import other_releases, written_for
 from moetune.emit import emit_all, force_balanced
 from moetune.errors import MoetuneError
 from moetune.files import write_text
@@ -112,12 +113,13 @@ def _emit(config: dict, release: str | None, out_dir, allow_errors: bool, as_jso
     written = write_files(files, Path(out_dir)) if out_dir else []
     if as_json:
         emit_json({"files": files if not out_dir else {p.name: str(p) for p in written}, "config": config,
-                   "findings": [f.as_dict() for f in found]})
+                   "findings": [f.as_dict() for f in found], "written_for": written_for(release)})
     elif out_dir:
         console().print(table(f"moetune emit -> {out_dir}", ["file", "lines"],
                               [[str(p), files[p.name].count("\n")] for p in written]))
-        if release is not None:
-            console().print(f"written for {describe(release)} ({option(release)})")
+        # the release whose names the files use, as their headers say (Bridge 0.5.0 refuses 0.6.0's: audit)
+        console().print(escape(f"written for {written_for(release)}; for another release, emit again with "
+                               f"{other_releases()}, and check with the same option"))
         if force_balanced(config):  # --benchmark: said once here, and first in every file
             console().print("[yellow]benchmark launch[/yellow]: force-balanced routing runs on random router logits; "
                             "for a training run, plan again with --routing dropless")

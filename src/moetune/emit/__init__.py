@@ -3,8 +3,11 @@ environment variables and torchrun / Slurm launch scripts."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
+from moetune.configio.release_context import target
+from moetune.configio.written_for import other_releases, written_for
 from moetune.emit.bridge import bridge_config, dotted_overrides, python_snippet
 from moetune.emit.launch import env_sh, numa_bind_sh, run_planned_py, sbatch_sh, torchrun_sh
 from moetune.emit.mlm import megatron_lm_args
@@ -36,8 +39,11 @@ def force_balanced(config: dict[str, Any]) -> bool:
 
 
 def header(config: dict[str, Any]) -> str:
-    """The lines every file opens with: the layout (describe), and that it is a benchmark launch where it is one."""
-    return "\n".join([describe(config), *(BENCHMARK if force_balanced(config) else ())])
+    """The lines every file opens with: the layout (describe), the release its names are for and how to write for
+    another, and that it is a benchmark launch where it is one."""
+    release = textwrap.wrap(f"Written for {written_for(target())}; for another release, emit again with "
+                            f"{other_releases()}.", width=114)
+    return "\n".join([describe(config), *release, *(BENCHMARK if force_balanced(config) else ())])
 
 
 def emit_all(config: dict[str, Any]) -> dict[str, str]:
