@@ -167,6 +167,19 @@ def _assign_block(section: str, fields: dict[str, Any]) -> list[str]:
     return out + ["    }, defaults={"] + [f"        {k!r}: {v}," for k, v in defaults.items()] + ["    })"]
 
 
+# MixedPrecisionConfig's own tuning (Megatron-Bridge src/megatron/bridge/training/mixed_precision.py:53-61 @v0.6.0):
+# where the recipe's config is of the plan's family, it keeps those the config leaves unset. A plan sets
+# fp8_param_gather (knob_fields.py: the weights the memory wall sized), so the recipe's is not kept there.
+RECIPE_TUNING = ("fp8_dot_product_attention", "fp8_multi_head_attention", "first_last_layers_bf16",
+                 "fp8_amax_history_len", "fp8_wgrad", "fp8_param_gather")
+
+
+def _kept_tuning(items: dict[str, Any]) -> str:
+    """The recipe's precision tuning the body leaves alone, named in the file's docstring (it had named
+    fp8_param_gather, which a plan's body sets)."""
+    return ", ".join(f for f in RECIPE_TUNING if f"mixed_precision.{f}" not in items)
+
+
 def python_snippet(config: dict[str, Any], header: str) -> str:
     items = dict(_bridge_items(config))
     blocks = {"model": _graphs(items) + _sms(items) if "model.cuda_graph_impl" in items else [],
@@ -179,8 +192,9 @@ def python_snippet(config: dict[str, Any], header: str) -> str:
            "    cfg = apply_overrides(<this model's recipe>())  # e.g. deepseek_v3_pretrain_config()",
            "The overrides carry the model's parameter shapes, not what a recipe holds beside them (rotary base,",
            "activation, tokenizer): start from this model's own recipe, or for a model with none run Megatron-LM.",
-           "Within the plan's precision family the recipe's own tuning stays (fp8_dot_product_attention,",
-           "fp8_param_gather; moetune times attention in BF16).",
+           "Within the plan's precision family the recipe keeps its own tuning of what the plan leaves unset",
+           f"({_kept_tuning(items) or 'none here'}).",
+           "moetune times attention in BF16, whatever fp8_dot_product_attention says.",
            "torchrun.sh applies it through run_planned.py. Equivalent dotted overrides: overrides.txt.\"\"\"", ""]
     if uses_torch:
         out.append("import torch")
