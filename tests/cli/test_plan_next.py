@@ -52,3 +52,21 @@ def test_a_dropless_plan_is_not_told_to_benchmark(tmp_path, capsys, monkeypatch)
     out = " ".join(run(job, capsys)[1].split())
     routing = out.split("Routing: ", 1)[1].split("Next: ", 1)[0]
     assert "run --routing force-balance" not in routing and "not a way to train" in routing
+
+
+def test_a_plan_on_part_of_a_node_names_what_to_plan_to_launch(tmp_path, capsys, monkeypatch):
+    """12 GPUs over 8-GPU nodes (the audit: Qwen3-30B-A3B on 12 H100): plan warns scale.partial_node, and its Next line
+    had still recommended `moetune emit plan.json` and the check of its files, which emit refuses ('not a multiple of
+    8 GPUs per node'). It recommends what runs, and names the whole-node counts to plan for a launch."""
+    monkeypatch.chdir(tmp_path)
+    job = [*BASE, "--gpus", "12", "--gbs", "96"]
+    line, commands = _next_commands(job, tmp_path, capsys)
+    assert not any(c.startswith(("moetune emit", "moetune check")) for c in commands), commands
+    assert "refuses 12 GPUs over 8-GPU nodes" in line and "--gpus 8 or 16" in line
+    _run_all(commands, capsys)
+    code, _, err = run(["emit", "plan.json"], capsys)
+    assert code == 2 and "not a multiple of 8 GPUs per node" in err  # what the line no longer recommends
+    # the counts it names emit: 16 is two whole nodes
+    code, out, _ = run([*BASE, "--gpus", "16", "--gbs", "96", "--json"], capsys)
+    (tmp_path / "p16.json").write_text(out)
+    assert run(["emit", "p16.json"], capsys)[0] == 0

@@ -9,6 +9,7 @@ from moetune.cli.output import Notes, console, fsdp_text
 from moetune.cli.plan_notes import gain_over_pick, near_tie_json
 from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
+from moetune.emit.launch import whole_nodes
 from moetune.layout.imbalance import DROPLESS_IMBALANCE_EP
 from moetune.layout.knobs import imbalance_source
 from moetune.planner.ep1_note import ep1_text
@@ -98,8 +99,12 @@ PLAN_FILE, RUN_DIR = "plan.json", "run"
 def next_steps(result: PlanResult) -> str:
     """The commands that take the plan on (plan's closing line, text output only): save it as JSON, then explain, emit
     and check the launch emit writes, as emit of the saved plan prints that check (emit_cmd.check_command: its GPU,
-    count and the release the plan was searched for), and report."""
+    count and the release the plan was searched for), and report. Only commands that run: where emit would refuse the
+    pick's GPUs (part of a node), what to plan instead."""
     pick = result.results[0]
+    world, per_node = pick.layout.world_size, pick.gpu.gpus_per_node
+    if not whole_nodes(world, per_node):
+        return _partial_node_steps(world, per_node)
     check = check_command({"cluster.gpu": pick.gpu.ref, "cluster.num_gpus": pick.layout.world_size}, Path(RUN_DIR),
                           result.release)
     # emit refuses force-balanced routing without --benchmark (it runs on random router logits: emit_cmd.py)
@@ -111,6 +116,17 @@ def next_steps(result: PlanResult) -> str:
             "N), "
             f"`{escape(check)}` (the launch as it runs), and `moetune report {PLAN_FILE} --out plan.html` (a page to "
             "share)")
+
+
+def _partial_node_steps(world: int, per_node: int) -> str:
+    """next_steps where the job leaves a node partly used (rule scale.partial_node): emit refuses it (its launch runs
+    whole nodes, emit/launch.py topology), so the line names the whole-node counts to plan, not emit and its check."""
+    fewer = world // per_node * per_node
+    return (f"[bold]Next[/bold]: save this plan: the same command with `--json > {PLAN_FILE}`; then `moetune explain "
+            f"--plan {PLAN_FILE}` (why #1, and what to retune) and `moetune report {PLAN_FILE} --out plan.html` (a "
+            f"page to share). moetune emit refuses {world} GPUs over {per_node}-GPU nodes (its launch runs whole "
+            f"nodes): to launch, plan again with --gpus {fewer} or {fewer + per_node}, or with --gpu a cluster file "
+            "whose gpus_per_node is what each node runs")
 
 
 def routing_line(pick, ep1: dict | None = None) -> str | None:

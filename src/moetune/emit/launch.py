@@ -20,6 +20,12 @@ from moetune.layout.ranks import job_nvlink_domain
 from moetune.rules.derive import derive
 
 
+def whole_nodes(world: int, per_node: int) -> bool:
+    """Whether WORLD GPUs are one node's or whole nodes of PER_NODE: what the launch runs, a torchrun a node with all
+    its GPUs (sbatch.sh; Megatron Bridge's scripts/performance/utils/executors.py slurm_executor likewise)."""
+    return world <= per_node or world % per_node == 0
+
+
 def topology(config: dict[str, Any]) -> tuple[int, int]:
     """(nodes, GPUs per node) for the job."""
     world = config.get("cluster.num_gpus")
@@ -28,7 +34,7 @@ def topology(config: dict[str, Any]) -> tuple[int, int]:
     per_node = derive(config).get("gpus_per_node") or 8
     if world <= per_node:
         return 1, int(world)
-    if world % per_node:
+    if not whole_nodes(world, per_node):
         # a saved result refuses another --gpus (it was priced for this count): name the fix that both take
         raise MoetuneError(f"cluster.num_gpus ({world}) is not a multiple of {per_node} GPUs per node: the launch "
                            f"runs whole nodes; use a multiple of {per_node} GPUs (for a saved result, plan that "
