@@ -15,22 +15,27 @@ re-split (planner/resplit.py), which a key of the knobs does not see. Comparing 
 that would show the same prediction.
 """
 
-from dataclasses import replace
+from dataclasses import fields
 
-from moetune.layout.knobs import TUNED_FLEX_SMS
+from moetune.layout.knobs import TUNED_FLEX_SMS, Knobs
 
 # Relative difference of two ranked steps read as the same prediction: the step model's floating-point rounding
 # (twins are priced by the same formulas), far below any wall a knob moves (ranking.SMALLEST_GAIN is 0.1%)
 SAME_STEP = 1e-9
 
 
+# every knob but the dispatcher: what twins share
+_BUT_DISPATCHER = tuple(f.name for f in fields(Knobs) if f.name != "dispatcher")
+
+
 def _twins(a: tuple, b: tuple) -> bool:
     """Whether search entries (step, preference, layout, mbs, knobs, reach) A and B are twins: both flex backends,
-    apart from that the same candidate, with the same step. The knobs are compared last (a replace costs ~20 us, and
-    a search holds hundreds of entries)."""
+    apart from that the same candidate, with the same step. The knobs are compared last, field by field (a replace
+    would validate a new knob set each time, and a search holds hundreds of entries)."""
     ka, kb = a[4], b[4]
     return (ka.dispatcher != kb.dispatcher and ka.dispatcher in TUNED_FLEX_SMS and kb.dispatcher in TUNED_FLEX_SMS
-            and a[2:4] == b[2:4] and _same(a[0], b[0]) and replace(kb, dispatcher=ka.dispatcher) == ka)
+            and a[2:4] == b[2:4] and _same(a[0], b[0])
+            and all(getattr(ka, n) == getattr(kb, n) for n in _BUT_DISPATCHER))
 
 
 def _same(a: float, b: float) -> bool:

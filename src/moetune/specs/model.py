@@ -140,7 +140,8 @@ class ModelSpec:
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare)))
         object.__setattr__(self, "_counts", (
             sum(layer.mlp == "moe" for layer in self.layers), sum(layer.mlp == "dense" for layer in self.layers),
-            frozenset(self.layers) | ({self.mtp_layer_kind} if self.mtp_num_layers else frozenset())))
+            frozenset(self.layers) | ({self.mtp_layer_kind} if self.mtp_num_layers else frozenset()),
+            count_attention_mixers(layer.mixer for layer in self.layers)))
         check_spec(self)
 
     def with_mtp(self, n: int) -> "ModelSpec":
@@ -189,7 +190,7 @@ class ModelSpec:
         """(softmax-attention token mixers, all token mixers) of the decoder layers: equal for a transformer (sliding
         windows included); Nemotron-3 Nano's pattern has 6 attention layers among 29 mixers, the rest Mamba-2, and
         Qwen3-Next 12 among 48, the rest gated delta-net (rule longctx.cp_sizing weighs its shard by them)."""
-        return count_attention_mixers(k.mixer for k in self.layers)
+        return self._counts[3]  # counted once (__post_init__): the planner's rule table reads it for every knob set
 
     @property
     def attention(self) -> str:
