@@ -32,10 +32,13 @@ def test_modelzoo_yaml_reads_as_its_launcher_runs_it(h100_env):
 
 
 def test_modelzoo_best_practice_checks_clean(h100_env, capsys):
+    """NVIDIA's tuned DeepSeek-V3 launch passes every rule but one warning: it is a throughput benchmark, run with
+    forced balance as the published rows were (tests/modelzoo_launch.py), which check says is never for training."""
     code = main(["check", str(MODELZOO), "--mlm-args", H100_FLAGS, "--gpu", "h100", "--gpus", "1024",
                  "--model", "deepseek-v3", "--json"])
     findings = json.loads(capsys.readouterr().out)["findings"]
-    assert code == 0 and not [f for f in findings if f["severity"] != "info"], findings
+    raised = [f["rule"] for f in findings if f["severity"] != "info"]
+    assert code == 0 and raised == ["dispatcher.force_balance_not_for_training"], findings
 
 
 def test_unset_placeholder_is_one_line_naming_the_variable(capsys):
