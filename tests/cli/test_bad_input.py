@@ -139,7 +139,8 @@ def test_console_script_runs():
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--fix", "token_imbalance=1.1"],
      "--fix token_imbalance: set it with --token-imbalance 1.1, not --fix"),
     *[(["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--token-imbalance", value],
-       f"Invalid value for '--token-imbalance': {value}: the busiest expert rank's tokens over the mean, a number >= 1")
+       f"Invalid value for '--token-imbalance': {value} must be a number >= 1, the busiest expert rank's tokens over "
+       "the mean")
       for value in ("0.9", "nan", "inf")],
     (["plan", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "1024", "--token-imbalance", "1.2",
       "--routing", "force-balance"], "--token-imbalance (1.2) weighs dropless routing"),

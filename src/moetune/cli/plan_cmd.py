@@ -17,6 +17,7 @@ from moetune.cli.versus_output import print_versus
 from moetune.errors import MoetuneError
 from moetune.files import read_json
 from moetune.layout.imbalance import DROPLESS_IMBALANCE, DROPLESS_IMBALANCE_EP
+from moetune.layout.knob_checks import TOKEN_IMBALANCE_RANGE, token_imbalance_in_range
 from moetune.layout.validate import Workload
 from moetune.planner.ep1_note import ep1_pick
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, partial_domain_note
@@ -167,10 +168,9 @@ def _plan(model, gpu, gpus, seq, gbs, top, fix, routing, imbalance, efficiency, 
 
 
 def _factor(value: float | None) -> float | None:
-    """--token-imbalance in range (a ratio of token counts: 1 is perfectly balanced; nan and inf are no measurement)."""
-    if value is not None and not 1.0 <= value < float("inf"):
-        raise click.BadParameter(f"{value:g}: the busiest expert rank's tokens over the mean, a number >= 1 (1: every "
-                                 "rank gets the mean)")
+    """--token-imbalance in range, as Knobs checks it (layout/knob_checks.py), said as the option's usage error."""
+    if not token_imbalance_in_range(value):
+        raise click.BadParameter(f"{value:g} must be {TOKEN_IMBALANCE_RANGE}")
     return value
 
 

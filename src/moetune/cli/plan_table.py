@@ -8,6 +8,7 @@ from rich.table import Table
 
 from moetune.cli.output import layout_extras
 from moetune.cli.plan_notes import recompute_text
+from moetune.planner.result_text import with_twins
 
 TITLE = "Fastest configurations that fit"
 COLUMNS = ("#", "layout", "mbs", "precision", "dispatcher", "recompute", "cuda graphs", "EP overlap", "offload",
@@ -39,7 +40,7 @@ def row_cells(rank: int, r, twins: list[str] = ()) -> dict[str, str]:
     return {"#": str(rank), "layout": "\n".join([r.layout.compact(), *layout_extras(r.layout, k, False, False)]),
             "mbs": str(r.workload.micro_batch_size),
             "precision": k.precision + ("\n+LM head" if k.fp8_output_proj else ""),  # the head in MXFP8 too
-            "dispatcher": k.dispatcher + "".join(f"\n(={d})" for d in twins), "recompute": recompute,
+            "dispatcher": with_twins(k.dispatcher, twins, "\n"), "recompute": recompute,
             "cuda graphs": ",".join(k.cuda_graph_scope) or "-",
             "EP overlap": _overlap(k), "offload": _offload(k), "tok/s/GPU": f"{t['tokens_per_s_per_gpu']:,.0f}",
             "TFLOP/s/GPU": f"{t['tflops_per_gpu']:.0f}", "peak GiB": f"{r.peak_bytes / 2**30:.1f}",

@@ -124,14 +124,23 @@ def check_cp(k) -> None:
                            f"a2a+p2p, but cp_comm_type is {k.cp_comm_type}: set a2a+p2p, or drop the sizes")
 
 
+# what a measured token imbalance is: a ratio of token counts (nan and inf are no measurement)
+TOKEN_IMBALANCE_RANGE = "a number >= 1, the busiest expert rank's tokens over the mean (1: every rank gets the mean)"
+
+
+def token_imbalance_in_range(value: float | None) -> bool:
+    """Whether a measured token imbalance (None: not given) is TOKEN_IMBALANCE_RANGE's: the one test of Knobs and of
+    plan's --token-imbalance option."""
+    return value is None or 1.0 <= value < float("inf")
+
+
 def check_token_imbalance(k) -> None:
     """A measured token imbalance: a dropless routing's factor, at least 1."""
     if k.token_imbalance is not None and k.routing == "force-balance":
         raise MoetuneError(f"--token-imbalance ({k.token_imbalance:g}) weighs dropless routing; force-balanced "
                            "routing sends every expert rank the mean: drop it or pass --routing dropless")
-    if k.token_imbalance is not None and not 1.0 <= k.token_imbalance < float("inf"):
-        raise MoetuneError(f"token_imbalance ({k.token_imbalance}) must be a number >= 1 (busiest expert rank's "
-                           "tokens over the mean)")
+    if not token_imbalance_in_range(k.token_imbalance):
+        raise MoetuneError(f"token_imbalance ({k.token_imbalance}) must be {TOKEN_IMBALANCE_RANGE}")
 
 
 def check_routed_buffer_factor(k) -> None:

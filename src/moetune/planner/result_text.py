@@ -10,7 +10,12 @@ def layout_label(result: dict) -> str:
 
 def dispatcher_label(result: dict) -> str:
     """The row's dispatcher, and each folded into it that predicts its step time too (plan's `same_prediction`)."""
-    return result["knobs"]["dispatcher"] + "".join(f" (={t['dispatcher']})" for t in result.get("same_prediction", []))
+    return with_twins(result["knobs"]["dispatcher"], [t["dispatcher"] for t in result.get("same_prediction", [])])
+
+
+def with_twins(dispatcher: str, twins: list[str], sep: str = " ") -> str:
+    """deepep (=hybridep): a dispatcher and the twins folded into its row (planner/twins.py), `sep` between."""
+    return dispatcher + "".join(f"{sep}(={d})" for d in twins)
 
 
 def recompute_label(result: dict) -> str:
