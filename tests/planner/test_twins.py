@@ -28,7 +28,8 @@ def test_only_flex_backends_with_the_same_step_fold():
     kept, twins = fold_twins(best)
     assert kept == [best[0], *best[2:]]  # 1e-6 apart is a prediction, not rounding; other knobs are no twin
     assert twins == {(LAY, 1, DEEPEP): [hybrid]}
-    assert entries_for(best, 2) == 3 and entries_for(best, 10) == len(best)
+    kept = fold_twins(best)[0]
+    assert entries_for(best, kept, 2) == 3 and entries_for(best, kept, 10) == len(best)
 
 
 def test_twins_on_h100_take_one_row_and_the_next_candidate_takes_the_freed_one():

@@ -239,11 +239,12 @@ def _plan_once(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed
     resplit_shown(s, top, fastest, efficiency_overrides)
     # dispatcher twins fold into one row (planner/twins.py): the rows shown reach `top` distinct candidates, each at
     # its own split (`shown` only grows, up to len(s.best), so this ends)
-    shown = top
-    while (need := entries_for(s.best, top)) > shown:
+    shown, (kept, twins) = top, fold_twins(s.best)
+    while (need := entries_for(s.best, kept, top)) > shown:
         shown = need
         resplit_shown(s, shown, fastest, efficiency_overrides)
-    s.best, twins = fold_twins(s.best)
+        kept, twins = fold_twins(s.best)
+    s.best = kept
     def result(lay, mbs, knobs) -> Estimate:  # a candidate as a row shows it, on the GPU itself
         wl_row = Workload(seq_length=wl.seq_length, micro_batch_size=mbs, global_batch_size=wl.global_batch_size)
         e = estimate(spec, gpu, lay, wl_row, replace(knobs, tp_comm_overlap=knobs.tp_comm_overlap and lay.sp),

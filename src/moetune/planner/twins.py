@@ -57,7 +57,7 @@ def fold_twins(best: list) -> tuple[list, dict]:
     return kept, twins
 
 
-def entries_for(best: list, rows: int) -> int:
-    """How many entries of `best` it takes to show `rows` rows once twins fold (all of them where it has fewer)."""
-    kept = fold_twins(best)[0]
+def entries_for(best: list, kept: list, rows: int) -> int:
+    """How many entries of `best` it takes to show `rows` rows once twins fold (`kept`: fold_twins of it; all of them
+    where it has fewer)."""
     return best.index(kept[rows - 1]) + 1 if len(kept) >= rows else len(best)
