@@ -7,12 +7,10 @@ EXTERNAL); a rule that needs a fact nobody supplied skips.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from moetune.configio.cluster import OVERRIDDEN, config_gpu
 from moetune.configio.finalize import (
-    data_parallel_size,
     distributed_optimizer,
     dropout_rate,
     expert_tensor_parallel_size,
@@ -27,12 +25,20 @@ from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, did_you_mean, unsaved_offloads
 from moetune.layout.param_gather import offload_refuses_params
-from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.layout.validate import (
     ep_first_sizes,
 )
-from moetune.rules.derive_layers import context_parallel, dense_mlp, gemm_shapes, value, vpp2_runs
-from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of, spanning_backend
+from moetune.rules.derive_cluster import cluster_facts
+from moetune.rules.derive_layers import (
+    cp_exchange,
+    cp_sizing,
+    dense_mlp,
+    gemm_shapes,
+    linear_mixer_heads,
+    value,
+    vpp2_runs,
+)
+from moetune.specs.platform import deepep_runs, hybridep_runs, platform_defaults, platform_of
 from moetune.words import closest
 
 # Facts moetune's estimator / profiler supply (not computed here). Rules on them skip when absent.
@@ -92,7 +98,8 @@ def _platform(config: dict[str, Any]) -> dict[str, Any]:
                "fp4_supported": spec.fp4_tflops > 0, "mxfp8_supported": spec.arch == "blackwell",
                "capacity_bytes": spec.capacity_bytes, "deepep_supported": deepep_runs(spec),
                "hybridep_supported": hybridep_runs(spec), "platform_family": platform_of(spec),
-               # the platform's starting dispatcher, as the planner defaults it; narrowed to the EP group in _domain
+               # the platform's starting dispatcher, as the planner defaults it; narrowed to the EP group by
+               # derive_cluster.py cluster_facts
                "recommended_backend": platform_defaults(spec)["dispatcher"]}
     else:  # a config without a GPU may still state its topology
         out.update({k: int(config[f"cluster.{k}"]) for k in OVERRIDDEN if f"cluster.{k}" in config})
@@ -127,43 +134,6 @@ def _mesh(config: dict[str, Any], d: dict[str, Any]) -> None:
     d["hybrid_stages"] = len(segments) if segments else None
     # segments of unequal length: a split Megatron-Core before 0.17 does not make (scale.hybrid_split_needs_mcore_017)
     d["hybrid_uneven"] = bool(segments) and len({len(seg) for seg in segments}) > 1
-    world = config.get("cluster.num_gpus")
-    if world:
-        d["world_size"] = world = int(world)
-        expert = d["etp"] * d["ep"] * d["pp"]
-        if dp := data_parallel_size(config):
-            d["data_parallel_size"] = dp
-        if world % expert == 0:
-            d["expert_data_parallel_size"] = world // expert
-        gbs, mbs = value(config, "train.global_batch_size"), value(config, "train.micro_batch_size")
-        dp = d.get("data_parallel_size")
-        if gbs and mbs and dp and gbs % (mbs * dp) == 0:
-            d["num_microbatches"] = gbs // (mbs * dp)
-        if "gpus_per_node" in d:
-            d["num_nodes"] = math.ceil(world / d["gpus_per_node"])
-            d["multi_node"] = world > d["gpus_per_node"]
-    if "nvlink_domain" in d:
-        # The job's NVLink domain in consecutive ranks (Slurm segments on NVL72 racks: 64 for 256 GB200s).
-        domain = d["nvlink_domain"]
-        if "world_size" in d and "gpus_per_node" in d:
-            domain = job_nvlink_domain(d["world_size"], d["gpus_per_node"], d["nvlink_domain"])
-        d["job_nvlink_domain"] = domain
-        d["tp_crosses_nvlink"] = bool(members_in_domain(d["tp"], 1, domain) < d["tp"])
-        # Expert ranks are laid out ETP-fastest, so one EP group spans ETP*EP consecutive ranks; it leaves the domain
-        # when wider than it, or when it straddles two domains (EP40 in 60-rank domains).
-        d["ep_crosses_nvlink"] = bool(members_in_domain(d["ep"], d["etp"], domain) < d["ep"])
-        d["ep_in_domain"] = _largest_ep_in_domain(config, d, domain)
-        # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment: EP itself, at most the
-        # domain (8 on HGX; on NVL72 Bridge refuses EP > 72, and a job's Slurm segment can hold fewer: 64 of 256 GB200)
-        d["hybridep_ranks_per_domain"] = min(d["ep"], domain)
-        d["hybridep_spans"] = hybridep_spans(d["ep"], d["etp"], d["nvlink_domain"], domain)
-        if "recommended_backend" in d:  # (none without cluster.gpu: a rule asking for it stays undecided)
-            # None where alltoall is the one to run (EP 1, or no flex backend spans this EP): the seeds' bring-up
-            # dispatcher is then the start (its fixes had sent a user from one refused backend to the other)
-            d["recommended_backend"] = spanning_backend(d["recommended_backend"], d["ep"], d["hybridep_spans"],
-                                                        d["deepep_supported"])
-        # the flex backend that spans an EP group leaving the domain: the platform's, else DeepEP where Bridge runs it
-        d["ep_remedy_backend"] = d.get("recommended_backend") or ("deepep" if d.get("deepep_supported") else None)
 
 
 def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
@@ -197,13 +167,6 @@ def _recompute(config: dict[str, Any], d: dict[str, Any]) -> None:
         if d["recomputes_moe"] and isinstance(offloaded, list) else []
     d["recompute_modules_for_moe_offload"] = list(dict.fromkeys("moe_act" if m == "moe" else m for m in modules)) \
         if d["recomputes_moe"] else None
-
-
-def _largest_ep_in_domain(config: dict[str, Any], d: dict[str, Any], domain: int) -> int:
-    """The largest EP, up to the configured one, whose every group lies in one NVLink domain of the job, divides
-    the experts and tiles the ranks (1 when none does)."""
-    experts = int(value(config, "model.num_moe_experts", 0) or 0)
-    return next(in_domain_eps(d["ep"], d["etp"], domain, experts, d.get("world_size") or 0, d["pp"]), 1)
 
 
 def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
@@ -273,15 +236,8 @@ def _precision(config: dict[str, Any], d: dict[str, Any]) -> None:
         d[f] = value(config, f"mixed_precision.{f}")
 
 
-def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """All derived facts for ``config``; ``extra`` (from the estimator/profiler) wins."""
-    d: dict[str, Any] = _platform(config)
-    _mesh(config, d)
-    context_parallel(config, d)
-    _dispatcher(config, d)
-    _graphs(config, d)
-    _precision(config, d)
-    gemm_shapes(config, d)
+def _training(config: dict[str, Any], d: dict[str, Any]) -> None:
+    """Dropless routing, the optimizer and its data-parallel sharding, the overlaps, dropout and the launcher."""
     d["dropless"] = d["is_moe"] and value(config, "model.moe_expert_capacity_factor") is None
     d["optimizer"] = str(value(config, "optimizer.optimizer", "adam"))
     d["layer_wise_optimizer"] = layer_wise_optimizer(config)
@@ -302,6 +258,25 @@ def derive(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[
     d["megatron_lm"] = is_megatron_lm(config)
     d["vpp2_runs"] = vpp2_runs(config, d)
     d["long_context_tokens"] = LONG_CONTEXT_TOKENS  # a constant: the rules table has no constants of its own
+
+
+# Each step adds its facts to those of the steps before it, which it may read. LAYOUT_STEPS add none that a rule of
+# the planner's knob probe reads (planner/legal.py knob_rules: each reads the model, the platform and the knobs
+# alone; tests/planner/test_legal_grid.py checks it on every rule case): the CP exchange and sizing, the groups past
+# the NVLink domain, the batch, and the GEMM shapes of the layout's tokens and widths.
+_STEPS = (_mesh, cluster_facts, cp_exchange, linear_mixer_heads, cp_sizing, _dispatcher, _graphs, _precision,
+          gemm_shapes, _training)
+LAYOUT_STEPS = frozenset({cluster_facts, cp_exchange, cp_sizing, gemm_shapes})
+
+
+def derive(config: dict[str, Any], extra: dict[str, Any] | None = None, *, layout: bool = True) -> dict[str, Any]:
+    """All derived facts for ``config``; ``extra`` (from the estimator/profiler) wins. ``layout=False`` leaves out
+    the facts of LAYOUT_STEPS, which the planner's knob probe has no use for (planner/legal.py legal_grid), and the
+    platform's recommended_backend unnarrowed to the EP group (derive_cluster.py)."""
+    d: dict[str, Any] = _platform(config)
+    for step in _STEPS:
+        if layout or step not in LAYOUT_STEPS:
+            step(config, d)
     d.update(extra or {})
     for key in GIB_FACTS:
         if d.get(key) is not None:

@@ -49,7 +49,7 @@ def dense_mlp(config: dict[str, Any], is_moe: bool, freq: Any, hybrid_pattern: A
     return 0 in freq if isinstance(freq, list) else isinstance(freq, int) and freq > 1
 
 
-def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
+def cp_exchange(config: dict[str, Any], d: dict[str, Any]) -> None:
     """The CP exchange (Megatron hands TE p2p when cp_comm_type is unset) and the largest CP an all-to-all's head
     split allows: heads and KV groups of each TP rank must divide (MLA: every head is its own group)."""
     kind = value(config, "model.cp_comm_type") or "p2p"
@@ -68,7 +68,10 @@ def context_parallel(config: dict[str, Any], d: dict[str, Any]) -> None:
         d["cp_a2a_limit"] = max(hcp_groups(*_rank_heads(d), d["cp"]))
         _hcp_a2a_group(d)
     d["softmax_sinks"] = (value(config, "model.softmax_type", "vanilla") or "vanilla") != "vanilla"
-    _linear_mixer_heads(config, d)
+
+
+def cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
+    """The 4K-shard CP (_cp_sizing) and whether the CP group leaves the job's NVLink domain."""
     _cp_sizing(config, d)
     if "job_nvlink_domain" in d:
         d["cp_crosses_nvlink"] = bool(members_in_domain(d["cp"], d["tp"], d["job_nvlink_domain"]) < d["cp"])
@@ -111,7 +114,7 @@ def _count(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
+def linear_mixer_heads(config: dict[str, Any], d: dict[str, Any]) -> None:
     """Why CP cannot split the Mamba-2 and gated delta-net mixers a config builds, None where it can (rules
     cp.mamba_heads, cp.gdn_heads; the facts are set only where the config builds such layers): CP splits their heads
     whole per TP rank. Mamba layers where hybrid_layer_pattern has an M, with MambaMixer's heads (mamba_num_heads,
