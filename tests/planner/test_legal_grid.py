@@ -1,6 +1,8 @@
-"""derive(config, layout=False) (rules/derive.py LAYOUT_STEPS) gives every fact a knob rule reads (planner/legal.py
-knob_rules) as derive(config) does: on the probes of the grids plan builds (search.py _plan_once: knob_grid,
-release_grid, then legal_grid) for models whose knob rules differ, and on every rule case."""
+"""legal_grid's fast judge (planner/legal.py _knob_judge: the probe's layout built once, derive without its layout
+steps, each rule's verdict memoized on what it reads) says of every knob set what knob_errors says, one set at a
+time, over the grids plan builds (search.py _plan_once: knob_grid, release_grid, then legal_grid) for models whose
+knob rules differ, pinned --fix values that break rules among them: the same sets kept, in the same order, with the
+same delay_wgrad and attention-graph narrowing."""
 
 import sys
 from pathlib import Path
@@ -8,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from moetune.configio import load_config
+from moetune.errors import MoetuneError
+from moetune.layout.knobs import Knobs
 from moetune.planner import legal
 from moetune.planner.config_map import to_config
 from moetune.planner.knob_grid import TE_SCOPED, knob_grid
@@ -62,6 +66,49 @@ def _grid(model, gpu, fixed, routing, release):
     spec, gpu_spec = _model(model), load_gpu(gpu)
     grid = knob_grid(spec, gpu_spec, platform_defaults(gpu_spec), fixed, routing)
     return spec, gpu_spec, release_grid(grid, release)[0] if release else grid
+
+
+@pytest.mark.parametrize(("model", "gpu", "fixed", "routing", "release", "refused_all"), CASES)
+def test_the_fast_judge_keeps_what_knob_errors_keeps(model, gpu, fixed, routing, release, refused_all, monkeypatch):
+    spec, gpu_spec, grid = _grid(model, gpu, fixed, routing, release)
+    flags = {"optional_delay_wgrad": "delay_wgrad" not in fixed, "optional_attn_graph": "cuda_graph_scope" not in fixed}
+    fast = legal._knob_judge(spec, gpu_spec, 4096)
+    asked: list[Knobs] = []
+
+    def slow(*_):  # each set legal_grid asks of, judged as the plan judged it before: knob_errors, set by set
+        def breaks(k: Knobs) -> bool:
+            asked.append(k)
+            return bool(legal.knob_errors(spec, gpu_spec, k, 4096))
+        return breaks
+
+    def kept(judge):
+        monkeypatch.setattr(legal, "_knob_judge", judge)
+        try:
+            return legal.legal_grid(spec, gpu_spec, grid, 4096, **flags)
+        except MoetuneError as err:
+            return str(err)
+
+    want = kept(slow)
+    assert kept(lambda *_: fast) == want
+    assert [fast(k) for k in asked] == [bool(legal.knob_errors(spec, gpu_spec, k, 4096)) for k in asked]
+    assert any(fast(k) for k in asked)  # every case has sets the rules refuse
+    if refused_all:
+        assert f"no knob set passes the rule table ({refused_all})" in want
+    else:
+        assert want and all(isinstance(k, Knobs) for k in want)
+
+
+def test_the_cases_narrow_as_legal_grid_does():
+    """The cases reach both narrowings: a set refused only with delay_wgrad keeps EP overlap without it (gpt-oss's
+    biased attention under an attention graph: ep_overlap.delay_wgrad_graph_bias), and a DSA set refused for its
+    attention graph keeps the rest of the scope (cudagraph.dsa_attention)."""
+    spec, gpu, grid = _grid("gpt-oss-120b", "b200", {}, "force-balance", None)
+    out = legal.legal_grid(spec, gpu, grid, 4096)
+    assert any(k.ep_overlap and not k.delay_wgrad and "attn" in k.cuda_graph_scope for k in out)
+    spec, gpu, grid = _grid("GLM5", "gb200", {}, "force-balance", None)
+    out = legal.legal_grid(spec, gpu, grid, 4096)
+    assert any(k.cuda_graph_scope and "attn" not in k.cuda_graph_scope and k.cuda_graph_scope != FULL for k in out)
+    assert not any("attn" in k.cuda_graph_scope for k in out)
 
 
 def _knob_rule_names() -> frozenset[str]:

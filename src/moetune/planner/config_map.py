@@ -122,7 +122,8 @@ def to_config(e: Estimate) -> dict[str, Any]:
         else set()
     # a MoE model's BF16 router (None): the model bridge may set FP32 (model_fields.py bridge_router_dtype)
     bf16_router = {"model.moe_router_dtype"} if e.model.num_moe_layers else set()
-    return {k: v for k, v in out.items() if v is not None or k in UNSET_EXPLICITLY | dropped_mtp | bf16_router}
+    kept = UNSET_EXPLICITLY | dropped_mtp | bf16_router  # once, not per None (the planner's knob probe asks often)
+    return {k: v for k, v in out.items() if v is not None or k in kept}
 
 
 # Fields whose None is the plan's own choice (no recompute, no interleaving, no uneven or string split, no graph

@@ -10,6 +10,7 @@ from dataclasses import replace
 from functools import cache
 from itertools import combinations, product
 from types import SimpleNamespace
+from typing import Callable
 
 from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
 from moetune.errors import MoetuneError
@@ -21,6 +22,7 @@ from moetune.planner.defaults import with_mamba
 from moetune.rules import evaluate
 from moetune.rules.derive import EXTERNAL, derive
 from moetune.rules.table import Table, load_table
+from moetune.rules.verdicts import Verdicts
 from moetune.specs.hardware import GpuSpec, load_gpu
 from moetune.specs.model import ModelSpec
 from moetune.specs.registry import load_model
@@ -79,11 +81,17 @@ def knob_rules() -> Table:
     return replace(table, rules=tuple(r for r in table.rules if r.severity == "error" and not r.when.names & layout))
 
 
-def _probe(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> SimpleNamespace:
+def _probe_layout(spec: ModelSpec, seq: int) -> tuple[Layout, Workload]:
+    """The probe's layout and batch: expert parallelism over the fewest ranks that split the experts."""
     experts = spec.num_moe_experts
-    ep = min((d for d in range(2, experts + 1) if experts % d == 0), default=1) if experts > 1 else 1
-    return SimpleNamespace(model=spec, gpu=gpu, layout=Layout(world_size=ep, ep=ep), knobs=knobs,
-                           workload=Workload(seq_length=seq, micro_batch_size=1, global_batch_size=ep))
+    ep = next((d for d in range(2, experts + 1) if experts % d == 0), 1) if experts > 1 else 1
+    return Layout(world_size=ep, ep=ep), Workload(seq_length=seq, micro_batch_size=1, global_batch_size=ep)
+
+
+def _probe(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int,
+           frame: tuple[Layout, Workload] | None = None) -> SimpleNamespace:
+    lay, wl = frame or _probe_layout(spec, seq)
+    return SimpleNamespace(model=spec, gpu=gpu, layout=lay, knobs=knobs, workload=wl)
 
 
 def knob_findings(spec: ModelSpec, gpu: GpuSpec, knobs: Knobs, seq: int) -> list:
@@ -105,12 +113,13 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
     was pinned (`optional_attn_graph=False`). When every set breaks a rule (pinned --fix values), the first broken
     rule is the error."""
     verdict: dict[tuple, bool] = {}
+    breaks = _knob_judge(spec, gpu, seq)
 
     def legal(k: Knobs) -> bool:
         key = (k.precision, k.dispatcher, k.recompute, k.effective_modules, k.cuda_graph_scope, k.ep_overlap,
                k.delay_wgrad, k.routing, k.offload_modules)
         if key not in verdict:
-            verdict[key] = not knob_errors(spec, gpu, k, seq)
+            verdict[key] = not breaks(k)
         return verdict[key]
 
     out = []
@@ -126,6 +135,19 @@ def legal_grid(spec: ModelSpec, gpu: GpuSpec, grid: list[Knobs], seq: int, *, op
         f = knob_findings(spec, gpu, grid[0], seq)[0]
         raise MoetuneError(f"no knob set passes the rule table ({f.rule}): {f.message} Change the --fix values.")
     return out
+
+
+def _knob_judge(spec: ModelSpec, gpu: GpuSpec, seq: int) -> Callable[[Knobs], bool]:
+    """Whether a knob set breaks a rule of knob_rules, as `knob_errors(spec, gpu, knobs, seq)` being non-empty says,
+    at a fraction of its cost: the probe's layout built once, only the facts a layout does not decide derived
+    (rules/derive.py LAYOUT_STEPS: no knob rule reads the others), and each rule run once per distinct reading of
+    its names (rules/verdicts.py). tests/planner/test_legal_grid.py holds it to knob_errors, set by set."""
+    frame, verdicts = _probe_layout(spec, seq), Verdicts(knob_rules())
+
+    def breaks(knobs: Knobs) -> bool:
+        config = to_config(_probe(spec, gpu, knobs, seq, frame))
+        return verdicts.breaks(config, derive(config, layout=False))
+    return breaks
 
 
 def _eager_attention(knobs: Knobs) -> Knobs:

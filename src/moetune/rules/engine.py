@@ -105,6 +105,17 @@ def _fix(rule: Rule, env: Env) -> dict[str, Any]:
     return {}
 
 
+def fires(rule: Rule, env: Env) -> bool:
+    """Whether the rule's condition holds; not where it cannot be decided (_safe)."""
+    ok, fired = _safe(rule.when, env)
+    return bool(ok and fired)
+
+
+def severity_of(rule: Rule, megatron_lm: bool) -> str:
+    """The rule's severity, its Megatron-LM one on a Megatron-LM launch (rules.yaml severity_mlm)."""
+    return rule.severity_mlm if rule.severity_mlm and megatron_lm else rule.severity
+
+
 def evaluate(config: dict[str, Any], derived: dict[str, Any] | None = None, *, context: str = "check",
              table: Table | None = None) -> list[Finding]:
     """Findings for a normalized config, errors first. ``derived`` adds estimator/profiler facts."""
@@ -115,10 +126,8 @@ def evaluate(config: dict[str, Any], derived: dict[str, Any] | None = None, *, c
     for rule in table.rules:
         if context not in rule.contexts:
             continue
-        ok, fired = _safe(rule.when, env)
-        if ok and fired:
-            mlm = rule.severity_mlm and is_megatron_lm(config)
-            findings.append(Finding(rule=rule.id, severity=rule.severity_mlm if mlm else rule.severity,
+        if fires(rule, env):
+            findings.append(Finding(rule=rule.id, severity=severity_of(rule, is_megatron_lm(config)),
                                     message=_message(rule, env),
                                     fix=_fix(rule, env), source=rule.source))
     findings.sort(key=lambda f: _ORDER[f.severity])
