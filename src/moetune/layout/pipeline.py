@@ -9,10 +9,10 @@ Mirrors Megatron-Core:
 """
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from moetune.errors import MoetuneError
 from moetune.layout.layout import Layout, parse_pipeline_layout
+from moetune.memo import remembered
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -137,9 +137,26 @@ def stage_order(grid: list[list]) -> list:
     return [grid[s % pp][s // pp] for s in range(pp * vpp)]
 
 
-@lru_cache(maxsize=4096)  # asked three times per estimate (validation, stage parameters, stage times)
+def split_key(layout: Layout) -> tuple:
+    """The fields of a layout that decide which layers, embedding, loss and MTP layers each stage holds (all that
+    pipeline_chunks reads): layouts of other TP, CP, EP sizes or world sizes share its answer."""
+    return (layout.pp, layout.vpp, layout.pipeline_layout, layout.first_stage_layers, layout.last_stage_layers,
+            layout.account_for_embedding, layout.account_for_loss)
+
+
+# pipeline_chunks by split_key and the layer counts: asked three times per estimate (validation, stage parameters,
+# stage times), and the planner's re-split weighs each split under several layouts' sizes and knob sets. A refusal is
+# not remembered (memo.remembered keeps nothing where it raises).
+_CHUNKS: dict = {}
+
+
 def pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int = 0) -> tuple[tuple[Chunk, ...], ...]:
     """Chunks per pipeline rank: ``result[pp_rank][vpp_rank]`` (read-only: the result is shared)."""
+    return remembered(_CHUNKS, (*split_key(layout), num_layers, mtp_layers),
+                      lambda: _pipeline_chunks(layout, num_layers, mtp_layers), 4096)
+
+
+def _pipeline_chunks(layout: Layout, num_layers: int, mtp_layers: int) -> tuple[tuple[Chunk, ...], ...]:
     if layout.pipeline_layout:
         stages, vpp = _counts_from_layout(layout, num_layers, mtp_layers)
     else:

@@ -5,11 +5,11 @@ Activations: activations.py per layer, times the micro-batches in flight on that
 """
 
 import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from moetune.walls.activations import (
     whole,
 )
 from moetune.walls.model_state import FP8_CACHE_BYTES, model_state_bytes, offloaded_host_bytes
-from moetune.walls.rank_params import largest_fsdp_unit, stage_params, vocab_shard
+from moetune.walls.rank_params import held_kinds, largest_fsdp_unit, stage_params, stage_structures, vocab_shard
 
 
 @cache
@@ -87,6 +87,13 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     """Micro-batches whose activations a stage holds at its peak, in whole-stage units.
     1F1B: PP - p (warm-up + 1). Interleaved: Megatron's warm-up of 2(PP-p-1) + (VPP-1)PP chunks + 1,
     each chunk 1/VPP of the stage (schedules.py get_pp_warmup...; Korthikanti Sec. 4.2.3)."""
+    pp, vpp = layout.pp, layout.vpp
+    if type(pp) is int and type(vpp) is int and type(stage) is int and type(microbatches) is int:
+        # one layout (estimate, a re-split's every split): the same figures on Python numbers, without numpy's cost
+        # a call (np.minimum and np.where on scalars); the planner's batches (walls/batch.py) take the arrays' path
+        if vpp == 1:
+            return float(min(pp - stage, microbatches))
+        return min(interleaved_warmup(pp, vpp, stage) + 1, microbatches * vpp) / vpp
     one_f_one_b = np.minimum(layout.pp - stage, microbatches)
     chunks = interleaved_warmup(layout.pp, layout.vpp, stage) + 1
     interleaved = np.minimum(chunks, microbatches * layout.vpp) / layout.vpp
@@ -120,24 +127,26 @@ def activation_context(layout: Layout, workload: Workload, knobs: Knobs) -> Acti
     )
 
 
-def stage_activation_items(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
-                           stage: int, layers: tuple[int, ...], mtp_layers: int) -> tuple[dict[str, int], float]:
-    """Activation line items of one stage at its peak, and the micro-batches in flight."""
-    ctx = activation_context(layout, workload, knobs)
-    kinds = [spec.layers[i] for i in layers] + [spec.mtp_layer_kind] * mtp_layers
-    flight = in_flight(layout, stage, workload.num_microbatches(layout))
+def _activation_sums(spec: ModelSpec, knobs: Knobs, ctx: ActivationContext, kinds: dict) -> tuple[dict, dict]:
+    """Activation line items of a stage holding `kinds` (its layers by kind, the MTP layers' included:
+    rank_params.held_kinds): (bytes a micro-batch, which the micro-batches in flight multiply; bytes held once). Read
+    only: stages share them (memory_wall)."""
     if knobs.recompute == "full":
-        stored = full_recompute_layer_bytes(spec, ctx) * len(kinds)
+        stored = full_recompute_layer_bytes(spec, ctx) * sum(kinds.values())
         working = max((sum(layer_activation_items(spec, k, ctx).values()) for k in kinds), default=0)
-        return {"activations_layer_inputs": round(stored * flight), "activations_recompute_working": working}, flight
+        return {"activations_layer_inputs": stored}, {"activations_recompute_working": working}
     items: dict[str, int] = {}
-    for kind, count in Counter(kinds).items():  # one evaluation per layer kind, times its layers
+    for kind, count in kinds.items():  # one evaluation per layer kind, times its layers
         for name, value in _layer_items(spec, kind, ctx).items():
             items[name] = items.get(name, 0) + value * count
-    out = {f"act_{k}": round(v * flight) for k, v in items.items()}
-    if knobs.offload_modules:
-        out["act_offload_staging"] = int(offload_staging_bytes(spec, ctx))
-    return out, flight
+    once = {"act_offload_staging": int(offload_staging_bytes(spec, ctx))} if knobs.offload_modules else {}
+    return {f"act_{k}": v for k, v in items.items()}, once
+
+
+def _activation_items(sums: tuple[dict, dict], flight: float) -> dict[str, int]:
+    """A stage's activation line items at its peak, `flight` micro-batches in flight (_activation_sums)."""
+    scaled, once = sums
+    return {**{k: round(v * flight) for k, v in scaled.items()}, **once}
 
 
 _LAYER_ITEMS: dict = {}  # one layer's items by (model, kind, context): a re-split asks again for every split it weighs
@@ -197,29 +206,84 @@ def userbuffer_bytes(spec: ModelSpec, tokens, tp, sp, knobs: Knobs):
     return np.where((np.asarray(tp) > 1) & np.asarray(sp, dtype=bool), tokens * spec.hidden_size * per_row, 0)
 
 
+# Each stage's memory by (model, the layout's sizes, workload, knobs, overheads, GPU architecture), then by what the
+# stage holds (layers by kind, embeddings, final norms, MTP layers, outputs) and its place (the micro-batches in flight
+# follow it): a re-split (planner/resplit.py) moves a layer between two ranks and asks again for every rank it left
+# alone. Nothing else of a layout reaches a stage's bytes (its split reaches them only through what each stage holds).
+# The outer key, whose knobs take a while to hash, is hashed once a call (moetune/memo.py).
+_STAGE_MEMORY: dict = {}
+STAGES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
+
+
 def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
                 overheads: dict[str, float] | None = None, *, arch: str) -> list[StageMemory]:
-    """Per-stage memory of one rank, every line item named, on a GPU of architecture `arch`."""
+    """Per-stage memory of one rank, every line item named, on a GPU of architecture `arch` (each stage its own
+    StageMemory and items)."""
     overheads = merged_overheads(overheads)
-    ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
-                              layout.sp, knobs))  # the same buffers on every stage
+    key = (spec, layout.world_size, layout.tp, layout.cp, layout.pp, layout.vpp, layout.ep, layout.etp, layout.sp,
+           workload, knobs, tuple(sorted(overheads.items())), arch)
+    by_place, by_held = remembered(_STAGE_MEMORY, key, lambda: ({}, {}), 256)
+    if len(by_place) > STAGES_HELD:
+        by_place.clear(), by_held.clear()
+    parts = None  # what a stage not seen yet needs, worked out once a call
     result = []
-    for p in stage_params(spec, layout):
-        largest = largest_fsdp_unit(spec, p, layout) if knobs.megatron_fsdp else None
-        items = model_state_bytes(p, layout, knobs, arch, largest_unit=largest)
-        acts, flight = stage_activation_items(spec, layout, workload, knobs, p.stage, p.layers, p.mtp_layers)
-        items.update(acts)
-        if p.loss:
-            items["logits_and_loss"] = loss_bytes(spec, layout, workload)
-        if p.loss and knobs.fp8_output_proj:
-            items["fp8_output_proj_cache"] = output_proj_cache_bytes(spec, vocab_shard(spec, layout.tp))
-        items.update(overhead_bytes(knobs, overheads))
-        if ub:
-            items["tp_comm_userbuffers"] = ub
-        allocated = sum(v for k, v in items.items() if k not in ("cuda_context", "nccl_buffers"))
-        items["fragmentation"] = round(allocated * overheads["fragmentation_fraction"])
-        result.append(StageMemory(stage=p.stage, params=p.total, items=items, in_flight_microbatches=flight,
-                                  host_bytes=int(offloaded_host_bytes(p, layout, knobs))))
+    for p, st in zip(stage_params(spec, layout), stage_structures(spec, layout)):
+        held = st.held
+        if (p.stage, held) not in by_place:
+            parts = parts or _wall_parts(spec, layout, workload, knobs, overheads)
+            if held not in by_held:
+                by_held[held] = _held_bytes(spec, layout, knobs, arch, p, st, parts.ctx)
+            by_place[p.stage, held] = _stage_memory(layout, p, by_held[held], parts)
+        s = by_place[p.stage, held]
+        result.append(StageMemory(stage=s.stage, params=s.params, items=dict(s.items),
+                                  in_flight_microbatches=s.in_flight_microbatches, host_bytes=s.host_bytes))
     return result
 
 
+class _WallParts(NamedTuple):
+    """What memory_wall works a stage's bytes out of, alike for every stage of a layout."""
+
+    ctx: ActivationContext
+    microbatches: int
+    overheads: dict[str, float]  # merged_overheads
+    shared: dict[str, int]  # the overheads' and the userbuffers' items, the same on every stage
+    loss: dict[str, int]  # the items of a stage holding the output layer and the loss
+
+
+def _wall_parts(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs, overheads: dict) -> _WallParts:
+    shared = overhead_bytes(knobs, overheads)
+    ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
+                              layout.sp, knobs))
+    if ub:
+        shared["tp_comm_userbuffers"] = ub
+    loss = {"logits_and_loss": loss_bytes(spec, layout, workload)}
+    if knobs.fp8_output_proj:
+        loss["fp8_output_proj_cache"] = output_proj_cache_bytes(spec, vocab_shard(spec, layout.tp))
+    return _WallParts(activation_context(layout, workload, knobs), workload.num_microbatches(layout), overheads,
+                      shared, loss)
+
+
+class _HeldBytes(NamedTuple):
+    """A stage's bytes that follow from what it holds alone, not its place in the pipeline."""
+
+    state: dict[str, int]  # model_state_bytes (read only: copied into each stage's items)
+    host: int  # offloaded_host_bytes
+    activations: tuple  # _activation_sums
+
+
+def _held_bytes(spec: ModelSpec, layout: Layout, knobs: Knobs, arch: str, p, st, ctx) -> _HeldBytes:
+    largest = largest_fsdp_unit(spec, p, layout) if knobs.megatron_fsdp else None
+    return _HeldBytes(model_state_bytes(p, layout, knobs, arch, largest_unit=largest),
+                      int(offloaded_host_bytes(p, layout, knobs)),
+                      _activation_sums(spec, knobs, ctx, held_kinds(spec, st)))
+
+
+def _stage_memory(layout: Layout, p, held: _HeldBytes, parts: _WallParts) -> StageMemory:
+    flight = in_flight(layout, p.stage, parts.microbatches)
+    items = {**held.state, **_activation_items(held.activations, flight)}
+    if p.loss:
+        items.update(parts.loss)
+    items.update(parts.shared)
+    allocated = sum(v for k, v in items.items() if k not in ("cuda_context", "nccl_buffers"))
+    items["fragmentation"] = round(allocated * parts.overheads["fragmentation_fraction"])
+    return StageMemory(stage=p.stage, params=p.total, items=items, in_flight_microbatches=flight, host_bytes=held.host)

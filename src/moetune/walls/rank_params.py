@@ -4,6 +4,7 @@ The dense part is replicated over the attention mesh's DP x CP ranks, the expert
 expert mesh's EDP ranks; the distributed optimizer shards each over that group (see model_state.py).
 """
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -11,7 +12,8 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from moetune.layout.layout import Layout
-from moetune.layout.pipeline import pipeline_chunks
+from moetune.layout.pipeline import pipeline_chunks, split_key
+from moetune.memo import remembered
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.params import (
     LayerSpec,
@@ -125,19 +127,40 @@ class StageStructure:
     outputs: int
     layers: tuple[int, ...]
 
+    @property
+    def held(self) -> tuple:
+        """What the stage holds, its place and its layers' ids aside: stages alike in it hold the same parameters and
+        activations, and take the same time (the walls' memos key a stage by it)."""
+        return self.kind_counts, self.embeddings, self.final_norms, self.mtp_layers, self.outputs
 
-@lru_cache(maxsize=4096)  # asked twice per estimate (memory and time), and again for each split a re-split weighs
+
+def held_kinds(spec: ModelSpec, st: StageStructure) -> dict[LayerKind, int]:
+    """A stage's decoder and MTP layers by kind, in the order its layers come (the MTP layers' kind last, or added to
+    the same kind's count): what the walls evaluate once a kind and multiply by its count."""
+    kinds = dict(st.kind_counts)
+    if st.mtp_layers:
+        kinds[spec.mtp_layer_kind] = kinds.get(spec.mtp_layer_kind, 0) + st.mtp_layers
+    return kinds
+
+
+# stage_structures by the model, the layout's split (pipeline.split_key) and include_mtp: asked twice per estimate
+# (memory and time), and again for each split a re-split weighs, under several layouts' sizes
+_STRUCTURES: dict = {}
+
+
 def stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool = True) -> tuple[StageStructure, ...]:
     """Each pipeline stage's structure (read-only: the result is shared)."""
+    return remembered(_STRUCTURES, (spec, *split_key(layout), include_mtp),
+                      lambda: _stage_structures(spec, layout, include_mtp), 4096)
+
+
+def _stage_structures(spec: ModelSpec, layout: Layout, include_mtp: bool) -> tuple[StageStructure, ...]:
     grid = pipeline_chunks(layout, spec.num_layers, spec.mtp_num_layers if include_mtp else 0)
     out = []
     for stage, chunks in enumerate(grid):
         layers = tuple(i for c in chunks for i in c.layers)
-        counts: dict[LayerKind, int] = {}
-        for i in layers:
-            counts[spec.layers[i]] = counts.get(spec.layers[i], 0) + 1
         out.append(StageStructure(
-            stage=stage, kind_counts=tuple(counts.items()), layers=layers,
+            stage=stage, kind_counts=tuple(Counter(map(spec.layers.__getitem__, layers)).items()), layers=layers,
             embeddings=sum(bool(c.embedding or c.mtp_layers) for c in chunks),
             # with MTP the final norm follows the last decoder layer, else the post-process stage (Megatron-Core
             # transformer_block.py has_final_layernorm_in_this_stage)
@@ -197,6 +220,13 @@ def layer_rank_params(spec: ModelSpec, kind: LayerKind, layout, layer_spec: Laye
     return sum(per_rank(kind_sums(spec, kind, layer_spec), layout)[:2])
 
 
+# One rank's elements of a stage (per_rank) by the model, layer spec, the sizes that divide them (TP, EP, ETP) and
+# whether the output layer keeps its own copy of a tied embedding, then by what the stage holds (StageStructure.held):
+# a layout's middle stages hold the same, and so do most stages of each split a re-split weighs
+_SHARES: dict = {}
+SHARES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
+
+
 @lru_cache(maxsize=4096)  # asked by the memory and the time estimate of each layout, and again by each knob set of a
 # layout the planner re-splits (planner/resplit.py), whose splits repeat across its knob sets
 def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te",
@@ -205,10 +235,16 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     the result is shared."""
     vocab = model_padded_vocab(spec, layout.tp)
     tied_copy = not spec.untie_embeddings_and_output_weights and layout.pp > 1
+    shares = remembered(_SHARES, (spec, layer_spec, layout.tp, layout.ep, layout.etp, tied_copy), dict, 256)
+    if len(shares) > SHARES_HELD:
+        shares.clear()
     result = []
     for st in stage_structures(spec, layout, include_mtp):
-        sums = structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec)
-        result.append(StageParams(stage=st.stage, **per_rank(sums, layout)._asdict(), layers=st.layers,
+        held = st.held
+        if held not in shares:
+            shares[held] = per_rank(structure_sums(spec, st, vocab=vocab, tied_copy=tied_copy, layer_spec=layer_spec),
+                                    layout)
+        result.append(StageParams(stage=st.stage, **shares[held]._asdict(), layers=st.layers,
                                   mtp_layers=st.mtp_layers, loss=st.outputs > 0))
     return tuple(result)
 

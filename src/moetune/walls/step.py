@@ -12,6 +12,7 @@ MoE layer (token counts) unless a full-iteration graph removes it.
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from moetune.layout.validate import Workload, tokens_per_gpu
 from moetune.memo import remembered
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import LayerKind, ModelSpec
+from moetune.walls.activations import ActivationContext
 from moetune.walls.attention_rate import chunked_attention_flops
 from moetune.walls.batch_keys import step_key
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
@@ -42,7 +44,7 @@ from moetune.walls.layer_comm import layer_comm
 from moetune.walls.memory import activation_context
 from moetune.walls.model_flops import megatron_model_flops, tflops_per_gpu
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
-from moetune.walls.rank_params import model_padded_vocab, stage_params, stage_structures
+from moetune.walls.rank_params import held_kinds, model_padded_vocab, stage_params, stage_structures
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,42 +115,69 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
 
 # Layer times by (model, the layout's sizes, micro-batch shape, knobs, GPU, constants), then by layer kind: a layer's
 # time does not depend on which pipeline stage holds it, so the planner's re-split, which moves layers between the
-# ranks of one layout, reuses them (moetune/memo.py; read only: stage_times adds them up into new dicts). The knobs
-# are keyed as batch_keys.step_key prices them (DeepEP's layer times serve HybridEP where a platform prices them
-# alike). The outer key, whose knobs, GPU and constants take a while to hash, is hashed once a call, not once a stage
-# and kind.
+# ranks of one layout, reuses them (moetune/memo.py; read only: _stage_time adds them up into new dicts). Beside them,
+# a stage's times by what it holds (rank_params.StageStructure.held) and the pipeline's depth (its send/recv): a
+# layout's middle ranks hold the same, and a re-split asks again for every rank a move left alone. The knobs are keyed
+# as batch_keys.step_key prices them (DeepEP's layer times serve HybridEP where a platform prices them alike). The
+# outer key, whose knobs, GPU and constants take a while to hash, is hashed once a call, not once a stage and kind.
 _LAYER_TIMES: dict = {}
+STAGE_TIMES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
 
 
 def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> list[dict]:
-    """Per stage: seconds per micro-batch by wall and by class."""
-    ctx = activation_context(lay, wl, knobs)
-    r = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj)
-    vocab = model_padded_vocab(spec, lay.tp)
+    """Per stage: seconds per micro-batch by wall and by class (each stage its own dict; the dicts inside are shared
+    with the memo: read only)."""
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
-             step_key(knobs, gpu, eff), gpu, tuple(sorted(eff.items())))
-    by_kind = remembered(_LAYER_TIMES, shape, dict, 1024)
-    # the stage-boundary send/recv is the same on every stage (PP and the link are the layout's)
-    p2p = p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff))
+             step_key(knobs, gpu, eff), gpu, tuple(eff.items()))  # a dict's items in its order: equal ones, one key
+    by_kind, by_stage = remembered(_LAYER_TIMES, shape, lambda: ({}, {}), 1024)
+    if len(by_stage) > STAGE_TIMES_HELD:
+        by_stage.clear()
+    parts = None  # what a stage not seen yet needs, worked out once a call
     out = []
     for st in stage_structures(spec, lay):  # each stage's layers by kind, counted once a layout (rank_params.py)
-        kinds = dict(st.kind_counts)
-        if st.mtp_layers:
-            kinds[spec.mtp_layer_kind] = kinds.get(spec.mtp_layer_kind, 0) + st.mtp_layers
-        compute, comm, raw, host, host_unpaired = {}, {}, {}, 0.0, 0.0
-        for kind, n in kinds.items():
-            if kind not in by_kind:
-                by_kind[kind] = layer_time(spec, kind, lay, ctx, gpu, eff, knobs, r)
-            t = by_kind[kind]
-            _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
-            host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
-        heads = st.outputs + st.mtp_layers
-        compute["logits"] = heads_seconds(spec, ctx.tokens, heads, lay.tp, vocab, r)
-        raw["pp_p2p"] = p2p
-        comm["pp_p2p"] = raw["pp_p2p"] * eff["p2p_exposed"]
-        out.append({"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
-                    "total": sum(compute.values()) + sum(comm.values()) + host})
+        held = (st.held, lay.pp)
+        if held not in by_stage:
+            parts = parts or _stage_parts(spec, lay, wl, knobs, gpu, eff)
+            by_stage[held] = _stage_time(spec, st, parts, by_kind)
+        out.append(dict(by_stage[held]))
     return out
+
+
+class _StageParts(NamedTuple):
+    """What stage_times works a stage's time out of, alike for every stage of a layout."""
+
+    lay: Layout
+    knobs: Knobs
+    gpu: GpuSpec
+    eff: dict
+    ctx: ActivationContext
+    r: Rates
+    vocab: int
+    p2p: float  # the stage-boundary send/recv: PP and the link are the layout's
+
+
+def _stage_parts(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> _StageParts:
+    ctx = activation_context(lay, wl, knobs)
+    return _StageParts(lay, knobs, gpu, eff, ctx, rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj),
+                       model_padded_vocab(spec, lay.tp),
+                       p2p_seconds(spec, ctx, lay.pp, p2p_bandwidth(lay.pp, lay.world_size, gpu, eff)))
+
+
+def _stage_time(spec: ModelSpec, st, parts: _StageParts, by_kind: dict) -> dict:
+    """One stage's seconds a micro-batch (stage_times), its layer times taken from, or added to, `by_kind`."""
+    compute, comm, raw, host, host_unpaired = {}, {}, {}, 0.0, 0.0
+    for kind, n in held_kinds(spec, st).items():
+        if kind not in by_kind:
+            by_kind[kind] = layer_time(spec, kind, parts.lay, parts.ctx, parts.gpu, parts.eff, parts.knobs, parts.r)
+        t = by_kind[kind]
+        _add(compute, t.compute, n), _add(comm, t.comm, n), _add(raw, t.comm_raw, n)
+        host, host_unpaired = host + t.host * n, host_unpaired + t.host_unpaired * n
+    heads = st.outputs + st.mtp_layers
+    compute["logits"] = heads_seconds(spec, parts.ctx.tokens, heads, parts.lay.tp, parts.vocab, parts.r)
+    raw["pp_p2p"] = parts.p2p
+    comm["pp_p2p"] = raw["pp_p2p"] * parts.eff["p2p_exposed"]
+    return {"compute": compute, "comm": comm, "comm_raw": raw, "host": host, "host_unpaired": host_unpaired,
+            "total": sum(compute.values()) + sum(comm.values()) + host}
 
 
 def step_walls(m, compute, comm, host, total, *, hidden, regain, unpaired_runs, bubble_factor, dp_exposed, optimizer,
