@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from moetune.errors import MoetuneError
+from moetune.memo import remembered
 from moetune.specs.model import ModelSpec
 
 TOKEN_MULTIPLE = 8  # assert_dim_for_fp8_exec: leading dims
@@ -121,13 +122,24 @@ def token_fix(w: Widths, precision: str, arch: str | None, *, seq: int, mbs: int
     return -(-seq // seq_step) * seq_step, step(seq)
 
 
+# The shapes validate_gemm_shapes passed, by all it reads: the planner's re-split asks again for every split and knob
+# set of a layout it weighs. A refusal is not remembered (memo.remembered keeps nothing where the check raises).
+_PASSED: dict = {}
+
+
 def validate_gemm_shapes(w: Widths, precision: str, arch: str | None, *, seq: int, mbs: int, tp: int, cp: int,
                          sp: bool, etp: int) -> None:
     """Raise the refusal in one line, with the sequence length, MBS or layout that runs (estimate's validation)."""
+    remembered(_PASSED, (w, precision, arch, seq, mbs, tp, cp, sp, etp),
+               lambda: _validate_gemm_shapes(w, precision, arch, seq=seq, mbs=mbs, tp=tp, cp=cp, sp=sp, etp=etp), 4096)
+
+
+def _validate_gemm_shapes(w: Widths, precision: str, arch: str | None, *, seq: int, mbs: int, tp: int, cp: int,
+                          sp: bool, etp: int) -> bool:
     shape = {"seq": seq, "mbs": mbs, "tp": tp, "cp": cp, "sp": sp, "etp": etp}
     refused = _refused(w, precision, arch, **shape)
     if not refused:
-        return
+        return True
     if refused[0].shard is not None:
         s, m = token_fix(w, precision, arch, seq=seq, mbs=mbs, tp=tp, cp=cp, sp=sp)
         fix = f"use --seq {s} or --mbs {m}, or --precision bf16"

@@ -136,13 +136,15 @@ class Layout:
     account_for_loss: bool = False  # account_for_loss_in_pipeline_split: loss counts as a layer
 
     def __post_init__(self) -> None:
-        for name in ("account_for_embedding", "account_for_loss", "sequence_parallel"):  # a hand-edited saved result
-            if not isinstance(getattr(self, name), bool) and (name != "sequence_parallel" or self.sequence_parallel
-                                                              is not None):
-                raise MoetuneError(f"{name} is {getattr(self, name)!r}; it takes true or false")
-        for name in ("world_size", "tp", "cp", "pp", "vpp", "ep", "etp"):
-            if getattr(self, name) < 1:
-                raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
+        # the checks spelled out field by field first, their loops (which name the field) run only where one fails: the
+        # planner builds thousands of layouts a plan
+        sp = self.sequence_parallel
+        if type(self.account_for_embedding) is not bool or type(self.account_for_loss) is not bool or (
+                sp is not None and type(sp) is not bool):
+            self._refuse_flags()
+        if self.world_size < 1 or self.tp < 1 or self.cp < 1 or self.pp < 1 or self.vpp < 1 or self.ep < 1 \
+                or self.etp < 1:
+            self._refuse_sizes()
         if self.world_size > MAX_GPUS:
             raise MoetuneError(f"world size ({self.world_size}) is past the {MAX_GPUS:,} GPUs moetune plans for; "
                                "check --gpus")
@@ -181,6 +183,17 @@ class Layout:
                      else "--first-stage-layers/--last-stage-layers")
             raise MoetuneError(f"--account-for-embedding/--account-for-loss cannot go with {given} (Megatron-Core "
                                "rejects the combination): drop one")
+
+    def _refuse_flags(self) -> None:
+        for name in ("account_for_embedding", "account_for_loss", "sequence_parallel"):  # a hand-edited saved result
+            if not isinstance(getattr(self, name), bool) and (name != "sequence_parallel" or self.sequence_parallel
+                                                              is not None):
+                raise MoetuneError(f"{name} is {getattr(self, name)!r}; it takes true or false")
+
+    def _refuse_sizes(self) -> None:
+        for name in ("world_size", "tp", "cp", "pp", "vpp", "ep", "etp"):
+            if getattr(self, name) < 1:
+                raise MoetuneError(f"{name} ({getattr(self, name)}) must be at least 1")
 
     def _derive_vpp(self, stages: int) -> None:
         """Megatron derives VPP from a layout string and accepts an equal explicit value (transformer_config.py)."""

@@ -15,6 +15,7 @@ from moetune.layout.dsa_split import dsa_heads, dsa_pipeline_split, refuse_unpri
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
+from moetune.memo import remembered
 from moetune.specs.model import ModelSpec
 
 # Bounds that keep a workload's token counts inside 64-bit arithmetic: 8M-token sequences, 64M sequences a batch
@@ -266,10 +267,22 @@ def cp_chunk_refusal(seq: int, cp: int) -> str | None:
     return None
 
 
+# The (model, layout, workload) triples validate passed: the checks read nothing else, so one that passed passes again,
+# and the planner's re-split estimates a layout again under each knob set it weighs (92 distinct of a DeepSeek-V3
+# plan's 254 estimates). A refusal is not remembered (memo.remembered keeps nothing where the check raises): it is
+# raised again, the same, every time it is asked.
+_VALID: dict = {}
+
+
 def validate(spec: ModelSpec, layout: Layout, workload: Workload) -> None:
+    remembered(_VALID, (spec, layout, workload), lambda: _validate(spec, layout, workload), 4096)
+
+
+def _validate(spec: ModelSpec, layout: Layout, workload: Workload) -> bool:
     refuse_unpriced(spec)
     validate_model_layout(spec, layout)
     validate_workload(layout, workload, spec)
+    return True
 
 
 def validate_optimizer_copies(layout: Layout, knobs: Knobs) -> None:

@@ -9,6 +9,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import groups_leaving_domain, job_nvlink_domain
 from moetune.layout.validate import Workload, validate, validate_knobs
+from moetune.memo import remembered
 from moetune.specs.hardware import GpuSpec, catalog_unchanged
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import resolve_auto
@@ -203,11 +204,24 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     validate_gemm_shapes(Widths.of(model), knobs.precision, gpu.arch, seq=workload.seq_length,
                          mbs=workload.micro_batch_size, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp)
     eff = efficiency(gpu.key, efficiency_overrides)
-    knobs = resolve_auto(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
+    knobs = _resolved(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
     stages = memory_wall(model, layout, workload, knobs, overheads, arch=gpu.arch) if with_memory else []
     time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
     return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
                     overheads=overheads, efficiency_overrides=efficiency_overrides)
+
+
+# resolve_auto's knobs by all it reads: the model, the layout's world size, TP, CP, EP, ETP and SP (never its pipeline
+# split), the sequence and micro-batch, the knobs, GPU and constants. The planner's re-split estimates each split of a
+# layout under the knobs as the search left them, and each was a dataclasses.replace (Knobs validates itself) or a
+# weighing of the CP exchanges again. A refusal is not remembered (memo.remembered keeps nothing where it raises).
+_RESOLVED: dict = {}
+
+
+def _resolved(model: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> Knobs:
+    key = (model, layout.world_size, layout.tp, layout.cp, layout.ep, layout.etp, layout.sp, workload.seq_length,
+           workload.micro_batch_size, knobs, gpu, tuple(eff.items()))
+    return remembered(_RESOLVED, key, lambda: resolve_auto(model, layout, workload, knobs, gpu, eff), 1024)
 
 
 def with_memory_wall(e: Estimate, overheads: dict | None) -> Estimate:

@@ -21,6 +21,7 @@ from dataclasses import replace
 from moetune.layout.dsa_split import keeps_index_groups
 from moetune.layout.layout import Layout, write_pipeline_layout
 from moetune.layout.pipeline import pipeline_chunks, stage_order
+from moetune.memo import remembered
 from moetune.planner.estimate import Estimate
 from moetune.planner.ranking import SMALLEST_GAIN
 from moetune.specs.model import ModelSpec
@@ -106,9 +107,18 @@ def chunk_counts(rank_counts: list[int], vpp: int) -> list[int]:
     return stage_order([[n // vpp + (v < n % vpp) for v in range(vpp)] for n in rank_counts])
 
 
+# with_rank_layers by its inputs: the re-split weighs the same moves of a layout again under each knob set it tries
+# (89 distinct of a DeepSeek-V3 plan's 207), and each was a layout string written, parsed and checked (Layout)
+_SPLITS: dict = {}
+
+
 def with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
     """`lay` re-split with `counts[r]` decoder layers on pipeline rank r; None where a chunk but the last would
     hold no layer."""
+    return remembered(_SPLITS, (lay, tuple(counts), mtp), lambda: _with_rank_layers(lay, counts, mtp), 4096)
+
+
+def _with_rank_layers(lay: Layout, counts: list[int], mtp: int) -> Layout | None:
     chunks = chunk_counts(counts, lay.vpp)
     if any(c < 1 for c in chunks[:-1]) or chunks[-1] < 0:
         return None
