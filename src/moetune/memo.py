@@ -11,10 +11,15 @@ def array_key(x) -> object:
     return x
 
 
+_ABSENT = object()  # what remembered's lookup finds where the key is not stored (None may be a stored answer)
+
+
 def remembered(store: dict, key: tuple, compute, limit: int):
-    """store[key], computing it with compute() the first time; the store is emptied past `limit` entries. Arrays in
-    the result are made read-only: every later caller shares them."""
-    if key not in store:
+    """store[key], computing it with compute() the first time (nothing is stored where it raises); the store is
+    emptied past `limit` entries. Arrays in the result are made read-only: every later caller shares them. The key is
+    looked up once where it is stored: a key holding knobs hashes each of their fields every time it is hashed."""
+    out = store.get(key, _ABSENT)
+    if out is _ABSENT:
         if len(store) > limit:
             store.clear()
         out = compute()
@@ -22,4 +27,4 @@ def remembered(store: dict, key: tuple, compute, limit: int):
             if isinstance(x, np.ndarray):
                 x.flags.writeable = False
         store[key] = out
-    return store[key]
+    return out
