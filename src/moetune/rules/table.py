@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
 from moetune.configio.releases import releases
 from moetune.errors import MoetuneError
-from moetune.files import shipped_text
+from moetune.files import shipped_text, yaml_data
 from moetune.rules.expr import Expr, compile_expr
 
 SEVERITIES = ("error", "warning", "info")
@@ -139,12 +137,8 @@ def _covers(raw: dict[str, Any], rid: str) -> frozenset[str]:
     return covers
 
 
-# libyaml's safe loader where PyYAML was built with it (ten times faster on rules.yaml, which every plan reads)
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def parse_table(text: str) -> Table:
-    data = yaml.load(text, Loader=_LOADER)  # noqa: S506 -- a safe loader
+    data = yaml_data(text)
     rules = tuple(_rule(r) for r in data["rules"])
     ids = [r.id for r in rules]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
