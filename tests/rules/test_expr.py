@@ -3,7 +3,7 @@
 import pytest
 
 from moetune.errors import MoetuneError
-from moetune.rules.expr import Env, Missing, compile_expr, evaluate
+from moetune.rules.expr import Env, Missing, compile_expr, deferred_expr, evaluate
 
 
 def env(values):
@@ -71,3 +71,36 @@ def test_refuses_unsafe_or_unknown_constructs(source):
 def test_syntax_error_is_one_line():
     with pytest.raises(MoetuneError, match="not valid"):
         compile_expr("model.a >")
+
+
+@pytest.mark.parametrize(("source", "needle"), [
+    ("model.a ** 2", "Pow is not allowed"),
+    ("~model.a", "Invert is not allowed"),
+    ("[*model.a]", "Starred is not allowed"),
+    ("model.a if model.b else c", "bare name 'c'"),
+    # children in ast's field order: a BinOp's operator before its right operand, a UnaryOp's before its operand
+    ("model.a ** open(1)", "Pow is not allowed"),
+    ("~open(1)", "Invert is not allowed"),
+    ("open(1) ** model.a", "function 'open' is not allowed"),
+])
+def test_names_the_first_offending_construct(source, needle):
+    with pytest.raises(MoetuneError, match=needle):
+        compile_expr(source)
+
+
+def test_names_read_are_the_dotted_names_and_quoted_has_get_arguments():
+    expr = compile_expr("has('x.y') and model.a.b > get('c.d', 1) + len([env.E, (model.t,)]) if not model.u else 0")
+    assert expr.names == {"x.y", "model.a.b", "c.d", "env.E", "model.t", "model.u"}
+
+
+def test_a_deferred_expression_is_parsed_when_first_asked():
+    """The rule table's expressions are parsed when first asked for (rules/table.py load_table): a malformed one is
+    compile_expr's error there, its names or its value."""
+    bad = deferred_expr("model.a >")
+    with pytest.raises(MoetuneError, match="not valid"):
+        _ = bad.names
+    with pytest.raises(MoetuneError, match="Pow is not allowed"):
+        evaluate(deferred_expr("model.a ** 2"), env({"model.a": 2}))
+    good = deferred_expr("model.a + 1")
+    assert evaluate(good, env({"model.a": 2})) == 3 and evaluate(good, env({"model.a": 5})) == 6
+    assert good.names == {"model.a"}

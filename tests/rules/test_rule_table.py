@@ -10,6 +10,7 @@ from rule_cases import FIXTURES, RECIPES
 from moetune.configio import load_config
 from moetune.configio.names import PASSTHROUGH, names
 from moetune.errors import MoetuneError
+from moetune.files import shipped_text
 from moetune.rules import EXTERNAL, derive, evaluate, load_table
 from moetune.rules.derive import GIB_FACTS, LONG_CONTEXT_TOKENS
 from moetune.rules.table import parse_table
@@ -96,6 +97,27 @@ def test_derived_names_are_computed_or_declared():
 def test_malformed_tables_are_rejected(text, needle):
     with pytest.raises(MoetuneError, match=needle):
         parse_table(text)
+
+
+def test_the_shipped_table_parses_in_full():
+    """load_table leaves each expression to be parsed when first asked, and the `covers` rows unlooked-up: parsed in
+    full (every expression, every row), the shipped table is the same table, and a malformed rule fails here."""
+    full, lazy = parse_table(shipped_text("rules.yaml")), load_table()
+    assert [(r.id, r.when.source, r.message, r.names, r.covers) for r in full.rules] == [
+        (r.id, r.when.source, r.message, r.names, r.covers) for r in lazy.rules]
+
+
+def test_a_table_read_lazily_says_a_malformed_expression_when_it_is_asked():
+    text = ("rules: [{id: a.b, severity: error, when: 'model.a > 1', message: 'a is {model.a ** 2}', source: s, "
+            "fix: {model.b: '=open(1)'}, covers: [optimizer.optimizer=muonn]}]")
+    with pytest.raises(MoetuneError, match="Pow is not allowed"):
+        parse_table(text)
+    rule = parse_table(text, full=False).rules[0]
+    assert rule.when.names == {"model.a"}
+    with pytest.raises(MoetuneError, match="Pow is not allowed"):
+        _ = rule.names
+    with pytest.raises(MoetuneError, match="function 'open' is not allowed"):
+        _ = rule.steps[0].fix["model.b"].names
 
 
 def test_docs_list_every_rule():

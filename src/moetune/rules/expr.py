@@ -79,13 +79,38 @@ _UNOPS = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Expr:
-    """A parsed, validated expression, the config names it reads, and the tree compiled to nested closures (_closure:
-    each node's type dispatched once, at compile time, not every time a rule is asked)."""
+    """An expression: its source, parsed and validated (its tree, the config names it reads) when first asked, and
+    compiled to nested closures (_closure: each node's type dispatched once, not every time a rule is asked) when
+    first evaluated. compile_expr parses at once; the shipped rule table waits (rules/table.py load_table): a plan
+    reads the conditions of its 113 error rules, evaluates 73 (planner/legal.py knob_rules), and few messages or
+    fixes."""
 
     source: str
-    tree: ast.expr
-    names: frozenset[str] = field(default_factory=frozenset)
-    run: Callable[["Env"], Any] = field(compare=False, repr=False)
+    _parsed: tuple[ast.expr, frozenset[str]] | None = field(default=None, compare=False, repr=False)
+    run: Callable[["Env"], Any] = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.run is None:
+            object.__setattr__(self, "run", self._first_run)  # frozen: set here, then once when first run
+
+    @property
+    def tree(self) -> ast.expr:
+        return self.parsed()[0]
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.parsed()[1]
+
+    def parsed(self) -> tuple[ast.expr, frozenset[str]]:
+        """(tree, names); a MoetuneError naming the offending construct where the source is not a valid expression."""
+        if self._parsed is None:
+            object.__setattr__(self, "_parsed", _parse(self.source))
+        return self._parsed
+
+    def _first_run(self, env: "Env") -> Any:
+        run = _closure(self.tree)
+        object.__setattr__(self, "run", run)
+        return run(env)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -109,41 +134,72 @@ def dotted(node: ast.AST) -> str | None:
 
 def compile_expr(source: str) -> Expr:
     """Parse and validate ``source``; raise MoetuneError naming the offending construct."""
+    expr = Expr(source=source)
+    expr.parsed()
+    return expr
+
+
+def deferred_expr(source: str) -> Expr:
+    """``source`` as an Expr parsed and validated when first asked for its names, tree or value (where a malformed one
+    raises compile_expr's MoetuneError)."""
+    return Expr(source=source)
+
+
+def _parse(source: str) -> tuple[ast.expr, frozenset[str]]:
     try:
         tree = ast.parse(source.strip(), mode="eval").body
     except SyntaxError as err:
         raise MoetuneError(f"rule expression {source!r} is not valid: {err.msg}") from None
     names: set[str] = set()
     _check(tree, source, names)
-    return Expr(source=source, tree=tree, names=frozenset(names), run=_closure(tree))
+    return tree, frozenset(names)
 
 
 def _check(node: ast.AST, source: str, names: set[str]) -> None:
-    if isinstance(node, ast.Attribute):
+    """Reject any node outside the whitelist, children in ast's field order (a BinOp's left, op, right: the first
+    offender is the one named), and gather the config names read; one branch per node type, not ast's generic walk
+    (the table's 191 conditions are checked whenever a command loads it)."""
+    kind = type(node)
+    if kind is ast.Constant or kind in _ALLOWED_OPS:
+        return
+    if kind is ast.Attribute:
         name = dotted(node)
         if name is None:
             raise MoetuneError(f"rule expression {source!r}: attributes only on config names")
         names.add(name)
         return
-    if isinstance(node, ast.Call):
-        fn = node.func.id if isinstance(node.func, ast.Name) else None
-        if fn not in FUNCTIONS and fn not in SPECIAL or node.keywords:
-            raise MoetuneError(f"rule expression {source!r}: function {ast.unparse(node.func)!r} is not allowed")
-        if fn in SPECIAL:
-            if not node.args or not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
-                raise MoetuneError(f"rule expression {source!r}: {fn}() takes a quoted config name")
-            names.add(node.args[0].value)
-        for arg in node.args:
-            _check(arg, source, names)
+    if kind is ast.Call:
+        _check_call(node, source, names)
         return
-    if isinstance(node, ast.Name):
+    if kind is ast.Name:
         raise MoetuneError(f"rule expression {source!r}: bare name {node.id!r} (use a dotted config name)")
-    allowed = (ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Constant, ast.List, ast.Tuple,
-               ast.And, ast.Or, ast.Load, *_BINOPS, *_CMPOPS, *_UNOPS)
-    if not isinstance(node, allowed):
-        raise MoetuneError(f"rule expression {source!r}: {type(node).__name__} is not allowed")
-    for child in ast.iter_child_nodes(node):
+    children = _CHILDREN.get(kind)
+    if children is None:
+        raise MoetuneError(f"rule expression {source!r}: {kind.__name__} is not allowed")
+    for child in children(node):
         _check(child, source, names)
+
+
+def _check_call(node: ast.Call, source: str, names: set[str]) -> None:
+    fn = node.func.id if isinstance(node.func, ast.Name) else None
+    if fn not in FUNCTIONS and fn not in SPECIAL or node.keywords:
+        raise MoetuneError(f"rule expression {source!r}: function {ast.unparse(node.func)!r} is not allowed")
+    if fn in SPECIAL:
+        if not node.args or not isinstance(node.args[0], ast.Constant) or not isinstance(node.args[0].value, str):
+            raise MoetuneError(f"rule expression {source!r}: {fn}() takes a quoted config name")
+        names.add(node.args[0].value)
+    for arg in node.args:
+        _check(arg, source, names)
+
+
+# the whitelisted compound nodes, each with its children in ast's field order (a BoolOp's And/Or and a List's or
+# Tuple's Load context need no check); the operators allowed are those the evaluator knows
+_CHILDREN: dict[type, Callable[[Any], Any]] = {
+    ast.BoolOp: lambda n: n.values, ast.BinOp: lambda n: (n.left, n.op, n.right),
+    ast.UnaryOp: lambda n: (n.op, n.operand), ast.Compare: lambda n: (n.left, *n.ops, *n.comparators),
+    ast.IfExp: lambda n: (n.test, n.body, n.orelse), ast.List: lambda n: n.elts, ast.Tuple: lambda n: n.elts,
+}
+_ALLOWED_OPS = frozenset((*_BINOPS, *_CMPOPS, *_UNOPS))
 
 
 def evaluate(expr: Expr, env: Env) -> Any:

@@ -1,8 +1,10 @@
 """Load and validate the rule table (src/moetune/data/rules.yaml).
 
 A rule is data: id, severity, a condition, a message, a fix as config overrides and the seed section it
-comes from. Loading parses every expression once (moetune.rules.expr), so a malformed table fails at
-import time in the tests rather than when a user's config happens to reach that rule.
+comes from. parse_table parses every expression and looks every `covers` row up in the release tables, so a
+malformed table fails when it is read; load_table, the shipped table every command reads, leaves each expression
+to be parsed when first asked (a plan asks for the conditions of the error rules alone) and the rows unlooked-up:
+tests/rules/test_rule_table.py parses the shipped table in full, so a malformed rule still fails the tests.
 """
 
 from __future__ import annotations
@@ -15,12 +17,16 @@ from typing import Any
 from moetune.configio.releases import releases
 from moetune.errors import MoetuneError
 from moetune.files import shipped_text, yaml_data
-from moetune.rules.expr import Expr, compile_expr
+from moetune.rules.expr import Expr, deferred_expr
 
 SEVERITIES = ("error", "warning", "info")
 CONTEXTS = ("check", "explain", "diagnose")
 _ID = re.compile(r"^[a-z0-9_]+\.[a-z0-9_]+$")
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+# the table writes 159 of its 526 expressions more than once (has('...') guards, the same fix value): an Expr is
+# immutable, so one text is parsed once
+_expr = lru_cache(maxsize=None)(deferred_expr)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,12 +49,24 @@ class Rule:
     source: str
     code: str = ""
     contexts: tuple[str, ...] = CONTEXTS
-    names: frozenset[str] = field(default_factory=frozenset)  # every config name the rule reads
     # the severity under a Megatron-LM launch (cluster.launcher), where it differs: a check only Bridge makes
     severity_mlm: str | None = None
     # release-table rows (megatron_releases.csv / bridge_releases.csv names) whose lack the rule says when it fires,
     # which check.not_in_release leaves to it (rules.yaml `covers`)
     covers: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every config name the rule reads: its condition's, message's and fix's, and the names the fix sets."""
+        names = set(self.when.names)
+        for _, expr, _ in self.placeholders:
+            names |= expr.names
+        for step in self.steps:
+            names |= step.when.names if step.when else set()
+            exprs = [step.fix] if isinstance(step.fix, Expr) else [v for v in step.fix.values() if isinstance(v, Expr)]
+            names |= {n for e in exprs for n in e.names}
+            names |= set(step.fix) if isinstance(step.fix, dict) else set()
+        return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,12 +87,12 @@ class Table:
 
 def _value(v: Any) -> Any:
     """Fix values: a string starting with '=' is an expression, anything else a literal."""
-    return compile_expr(v[1:]) if isinstance(v, str) and v.startswith("=") else v
+    return _expr(v[1:]) if isinstance(v, str) and v.startswith("=") else v
 
 
 def _fix(raw: Any, rule_id: str) -> dict[str, Any] | Expr:
     if isinstance(raw, str) and raw.startswith("="):
-        return compile_expr(raw[1:])
+        return _expr(raw[1:])
     if not isinstance(raw, dict):
         raise MoetuneError(f"rules.yaml {rule_id}: fix must be a mapping of dotted names or an '=expression'")
     return {str(k): _value(v) for k, v in raw.items()}
@@ -85,11 +103,11 @@ def _placeholders(message: str) -> tuple[tuple[str, Expr, str], ...]:
     for m in _PLACEHOLDER.finditer(message):
         text = m.group(1)
         source, conv = (text[:-2], "r") if text.endswith("!r") else (text, "")
-        out.append((text, compile_expr(source), conv))
+        out.append((text, _expr(source), conv))
     return tuple(out)
 
 
-def _rule(raw: dict[str, Any]) -> Rule:
+def _rule(raw: dict[str, Any], full: bool) -> Rule:
     rid = raw.get("id", "?")
     missing = [k for k in ("id", "severity", "when", "message", "source") if k not in raw]
     if missing:
@@ -107,39 +125,38 @@ def _rule(raw: dict[str, Any]) -> Rule:
     if "fix" in raw:
         steps.append(FixStep(when=None, fix=_fix(raw["fix"], rid)))
     for step in raw.get("fix_steps", []):
-        steps.append(FixStep(when=compile_expr(str(step["when"])), fix=_fix(step["fix"], rid),
-                             note=step.get("note", "")))
-    when = compile_expr(str(raw["when"]))
+        steps.append(FixStep(when=_expr(str(step["when"])), fix=_fix(step["fix"], rid), note=step.get("note", "")))
     message = " ".join(str(raw["message"]).split())
-    holders = _placeholders(message)
-    names = set(when.names)
-    for _, expr, _ in holders:
-        names |= expr.names
-    for step in steps:
-        names |= step.when.names if step.when else set()
-        exprs = [step.fix] if isinstance(step.fix, Expr) else [v for v in step.fix.values() if isinstance(v, Expr)]
-        names |= {n for e in exprs for n in e.names}
-        names |= set(step.fix) if isinstance(step.fix, dict) else set()
-    return Rule(id=rid, severity=raw["severity"], when=when, message=message, placeholders=holders,
-                steps=tuple(steps), source=str(raw["source"]), code=str(raw.get("code", "")), contexts=contexts,
-                names=frozenset(names), severity_mlm=raw.get("severity_mlm"), covers=_covers(raw, rid))
+    rule = Rule(id=rid, severity=raw["severity"], when=_expr(str(raw["when"])), message=message,
+                placeholders=_placeholders(message), steps=tuple(steps), source=str(raw["source"]),
+                code=str(raw.get("code", "")), contexts=contexts, severity_mlm=raw.get("severity_mlm"),
+                covers=_covers(raw, rid))
+    if full:
+        _ = rule.names  # every expression parsed: its condition's, message's and fix's
+        _rows_known(rule)
+    return rule
 
 
 def _covers(raw: dict[str, Any], rid: str) -> frozenset[str]:
     """A rule's `covers`, each a row of a release table; only an error rule's (it stands in for an error)."""
     covers = frozenset(str(row) for row in raw.get("covers", ()))
-    if not covers:
-        return covers
-    if {raw["severity"], raw.get("severity_mlm", raw["severity"])} != {"error"}:
+    if covers and {raw["severity"], raw.get("severity_mlm", raw["severity"])} != {"error"}:
         raise MoetuneError(f"rules.yaml {rid}: covers needs severity error (it stands in for check.not_in_release)")
-    if unknown := sorted(covers - set(releases("core").have) - set(releases("bridge").have)):
-        raise MoetuneError(f"rules.yaml {rid}: covers names rows no release table has: {', '.join(unknown)}")
     return covers
 
 
-def parse_table(text: str) -> Table:
+def _rows_known(rule: Rule) -> None:
+    """Every row the rule covers is one a release table has (a misspelt one would leave check.not_in_release saying
+    what the rule says)."""
+    if unknown := sorted(rule.covers - set(releases("core").have) - set(releases("bridge").have)):
+        raise MoetuneError(f"rules.yaml {rule.id}: covers names rows no release table has: {', '.join(unknown)}")
+
+
+def parse_table(text: str, *, full: bool = True) -> Table:
+    """The rule table in TEXT. FULL: every expression parsed and every `covers` row looked up now, so any fault is
+    said here; else each expression waits until it is asked for (load_table)."""
     data = yaml_data(text)
-    rules = tuple(_rule(r) for r in data["rules"])
+    rules = tuple(_rule(r, full) for r in data["rules"])
     ids = [r.id for r in rules]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -149,5 +166,6 @@ def parse_table(text: str) -> Table:
 
 @lru_cache(maxsize=1)
 def load_table() -> Table:
-    """The packaged rule table, parsed once."""
-    return parse_table(shipped_text("rules.yaml"))
+    """The packaged rule table, read once; each expression parsed when first asked (the tests parse the table in
+    full: tests/rules/test_rule_table.py)."""
+    return parse_table(shipped_text("rules.yaml"), full=False)
