@@ -1,11 +1,14 @@
 """megatron_names.csv: every name moetune uses is recorded with where it was verified, and the Megatron-Core
 fields it lists exist in the installed megatron-core."""
 
+import csv
 import dataclasses
+import json
 
 import pytest
 
-from moetune.configio.names import NO_DEFAULT, names
+from moetune.configio.names import NO_DEFAULT, _records, data_csv, names
+from moetune.files import shipped_text
 
 # Fields Megatron-LM main has that megatron-core 0.16 does not (the table is verified against main).
 NEWER_THAN_INSTALLED = {"model.cuda_graph_modules", "model.moe_flex_dispatcher_num_sms", "model.fp8_output_proj",
@@ -105,3 +108,27 @@ def test_extra_args_rows_name_the_file_that_adds_them():
     for flag in (*REFUSED, *MAPPED):
         row = names().by_flag[flag]
         assert provider(row) and ("refused" if flag in REFUSED else "sets model.") in row.notes, flag
+
+
+def test_records_are_what_csv_reader_reads():
+    """names() splits a line without a quote at its commas and leaves the rest to csv's reader (_records): the same
+    records as the reader's, a quoted field's commas, doubled quotes and line breaks kept."""
+    text = 'a,b,c\nx,"y, z",w\n"two\nlines, one field",2,"3"\n\n"q""uote",,\nplain,, \n,\n"a\n\n","b"\nlast'
+    assert list(_records(text.splitlines())) == list(csv.reader(text.splitlines()))
+    for shipped in ("megatron_names.csv", "megatron_releases.csv", "bridge_releases.csv"):
+        lines = [line for line in shipped_text(shipped).splitlines() if not line.startswith("#")]
+        assert list(_records(lines)) == list(csv.reader(lines))
+
+
+def test_rows_are_the_csv_rows():
+    """Every row of megatron_names.csv as csv's DictReader reads it, its defaults as JSON (the way names() read it)."""
+    table = names()
+    for r in data_csv("megatron_names.csv"):
+        flags = tuple(f for f in r["mlm_flag"].split("|") if f)
+        row = table.by_bridge[r["bridge_name"]] if r["bridge_name"] else table.by_flag[flags[0]]
+        assert (row.mlm_flags, row.mlm_action, row.type, row.role, row.canonical, row.verified_in, row.notes) == (
+            flags, r["mlm_action"], r["type"], r["role"], r["canonical"], r["verified_in"], r["notes"])
+        for got, text in ((row.default, r["default"]), (row.mlm_default, r["mlm_default"])):
+            assert got is NO_DEFAULT if text in ("n/a", "required", "") else got == json.loads(text), row.bridge_name
+    lists = [row.default for row in table.by_bridge.values() if row.default == []]
+    assert len(lists) > 1 and len({id(x) for x in lists}) == len(lists)  # each row its own list
