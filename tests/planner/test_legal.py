@@ -2,10 +2,13 @@
 are dropped before the search, and every pick passes the whole rule table."""
 
 from dataclasses import replace
+from itertools import combinations, product
 
 import pytest
 
+from moetune.configio.layout_map import HYBRID_SPLIT, layout_fields
 from moetune.layout.knobs import Knobs
+from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.planner import legal
 from moetune.planner.config_map import to_config
@@ -15,6 +18,7 @@ from moetune.planner.moves import moves
 from moetune.planner.rule_findings import rule_errors
 from moetune.planner.search import plan
 from moetune.rules import evaluate
+from moetune.rules.derive import EXTERNAL
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 
@@ -44,6 +48,19 @@ def test_layout_facts_are_found_by_probing():
     finally:
         legal._PROBE_MODELS = models
         legal.layout_facts.cache_clear()
+
+
+def test_layout_facts_are_those_of_every_pair_of_probes():
+    """layout_facts compares each probe with the first: a fact two probes differ in differs from the first's in one of
+    them. Compared pair by pair, as layout_facts once did, the probes find the same facts."""
+    listed = (set(layout_fields(Layout(world_size=1))) | {f"derived.{k}" for k in EXTERNAL}
+              | {HYBRID_SPLIT, "derived.hybrid_stages", "derived.gemm_refusal", "derived.gemm_fix_seq",
+                 "derived.gemm_fix"})
+    pairs = set()
+    for model, gpu, knobs in product(legal._PROBE_MODELS, legal._PROBE_GPUS, legal._PROBE_KNOBS):
+        probes = [legal._facts(load_model(model), load_gpu(gpu), knobs, lay, wl) for lay, wl in legal._LAYOUT_PROBES]
+        pairs |= {n for a, b in combinations(probes, 2) for n in a.keys() | b.keys() if a.get(n) != b.get(n)}
+    assert legal.layout_facts() == listed | pairs
 
 
 def test_ep_overlap_is_refused_for_three_mtp_layers():
