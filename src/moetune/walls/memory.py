@@ -88,16 +88,15 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     1F1B: PP - p (warm-up + 1). Interleaved: Megatron's warm-up of 2(PP-p-1) + (VPP-1)PP chunks + 1,
     each chunk 1/VPP of the stage (schedules.py get_pp_warmup...; Korthikanti Sec. 4.2.3)."""
     pp, vpp = layout.pp, layout.vpp
-    if type(pp) is int and type(vpp) is int and type(stage) is int and type(microbatches) is int:
-        # one layout (estimate, a re-split's every split): the same figures on Python numbers, without numpy's cost
-        # a call (np.minimum and np.where on scalars); the planner's batches (walls/batch.py) take the arrays' path
-        if vpp == 1:
-            return float(min(pp - stage, microbatches))
-        return min(interleaved_warmup(pp, vpp, stage) + 1, microbatches * vpp) / vpp
-    one_f_one_b = np.minimum(layout.pp - stage, microbatches)
-    chunks = interleaved_warmup(layout.pp, layout.vpp, stage) + 1
-    interleaved = np.minimum(chunks, microbatches * layout.vpp) / layout.vpp
-    out = np.where(layout.vpp == 1, one_f_one_b, interleaved)
+    # one layout (estimate, a re-split's every split) on Python numbers, without numpy's cost a call; the planner's
+    # batches (walls/batch.py) on arrays: one formula, its minimum taken by whichever the inputs need
+    scalar = all(type(x) is int for x in (pp, vpp, stage, microbatches))
+    minimum = min if scalar else np.minimum
+    one_f_one_b = minimum(pp - stage, microbatches)
+    interleaved = minimum(interleaved_warmup(pp, vpp, stage) + 1, microbatches * vpp) / vpp
+    if scalar:
+        return float(one_f_one_b) if vpp == 1 else interleaved
+    out = np.where(vpp == 1, one_f_one_b, interleaved)
     return out if isinstance(out, np.ndarray) and out.ndim else float(out)
 
 
