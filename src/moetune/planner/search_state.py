@@ -66,7 +66,7 @@ def _gemm_shapes(batch, spec: ModelSpec, gpu: GpuSpec, precision: str, seq: int)
                             cp=u.cp[:, 0], sp=u.sp[:, 0], etp=u.etp[:, 0])
         return np.broadcast_to(ok, u.mbs[:, 0].shape)[inverse]
     root = batch.root().memo(("gemm_shapes", precision, seq), make)
-    return root if batch.origin is None else batch.memo(("gemm_shapes", precision, seq), lambda: root[batch.rows])
+    return root if batch.origin is None else batch.memo(("gemm_shapes", precision, seq), lambda: root.take(batch.rows))
 
 
 @dataclass(kw_only=True, slots=True)

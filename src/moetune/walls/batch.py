@@ -33,6 +33,7 @@ from moetune.walls.batch_rows import (
     row_sum,
     slowest_runs,
     stage_ranks,
+    take,
 )
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
@@ -250,7 +251,7 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key; but Megatron
     # FSDP's gathers across its copies under outer optim run a count of passes the micro-batches set, so there it is)
     root = b.root()
-    rs, ag, step_rs, step_ag, optimizer, offload = (x[b.rows] for x in root.memo(
+    rs, ag, step_rs, step_ag, optimizer, offload = (take(x, b.rows) for x in root.memo(
         ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
          knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2,
          knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp, knobs.outer_dp_sharding_strategy,

@@ -70,7 +70,7 @@ class LayoutBatch:
 
     def subset(self, rows: np.ndarray) -> "LayoutBatch":
         """The candidates at `rows` (a fresh memo: cached arrays are per batch)."""
-        return _unpack(self.packed[rows], self.params, layouts=self.layouts, kinds=self.kinds,
+        return _unpack(self.packed.take(rows, axis=0), self.params, layouts=self.layouts, kinds=self.kinds,
                        kind_layers=self.kind_layers, origin=self.root())
 
     def root(self) -> "LayoutBatch":
@@ -159,7 +159,8 @@ def _unpack(ints: np.ndarray, params: np.ndarray, **rest) -> LayoutBatch:
     fields = SimpleNamespace(**{name: col(2 + j).astype(np.int64) for j, name in enumerate(_FIELDS)})
     fields.sp = fields.sp != 0
     stage = 3 + f
-    return LayoutBatch(rows=ints[:, 0], mbs=col(1).astype(np.int64), fields=fields,
+    # the rows as a contiguous index array: numpy converts a strided int32 one on every gather that reads it
+    return LayoutBatch(rows=ints[:, 0].astype(np.intp), mbs=col(1).astype(np.int64), fields=fields,
                        padded_vocab=col(2 + f).astype(np.int64), stage_index=col(stage, depth),
                        loss=col(stage + depth, depth) != 0, valid=col(stage + 2 * depth, depth) != 0,
                        counts=col(stage + 3 * depth, depth * k).reshape(-1, depth, k),
@@ -176,7 +177,7 @@ def distinct_shapes(b: LayoutBatch) -> tuple[SimpleNamespace, np.ndarray]:
     and a few hundred shapes cover 10^4 candidates."""
     if b.origin is not None:
         u, inverse = distinct_shapes(b.origin)
-        return u, b.memo(("shape_rows",), lambda: inverse[b.rows])
+        return u, b.memo(("shape_rows",), lambda: inverse.take(b.rows))
 
     def make():
         cols = np.hstack([b.mbs, *(getattr(b.fields, k) for k in _SHAPE[1:])]).astype(np.int64)

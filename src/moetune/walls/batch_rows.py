@@ -21,6 +21,12 @@ from moetune.walls.batch_layouts import LayoutBatch
 PAIRWISE_FROM = 8
 
 
+def take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """x[rows] along the first axis: np.take where `x` is contiguous, 4x faster than fancy indexing on a batch's (n, S)
+    arrays (numpy 2.4: 2.6k of 23.7k rows x 5, 14 us against 60), but slower on a strided view (a column slice)."""
+    return x.take(rows, axis=0) if x.flags.c_contiguous else x[rows]
+
+
 def by_row(b: LayoutBatch, key: tuple, make):
     """make(root): a per-candidate array (or a tuple of them) of the layout alone (and of the search's one GPU and
     constants, as the batch's root memos all take them) for the batch `b`, computed once on its root and read by row."""
@@ -28,7 +34,7 @@ def by_row(b: LayoutBatch, key: tuple, make):
     whole = root.memo(key, lambda: make(root))
     if b.origin is None:
         return whole
-    return tuple(x[b.rows] for x in whole) if isinstance(whole, tuple) else whole[b.rows]
+    return tuple(take(x, b.rows) for x in whole) if isinstance(whole, tuple) else take(whole, b.rows)
 
 
 def root_rows(b: LayoutBatch, key: tuple, make):
@@ -37,7 +43,7 @@ def root_rows(b: LayoutBatch, key: tuple, make):
     that share those knobs read again on their subset."""
     root = b.root()
     if b.origin is not None and key in root.cache:
-        return b.memo(key, lambda: root.cache[key][b.rows])
+        return b.memo(key, lambda: take(root.cache[key], b.rows))
     return b.memo(key, make)
 
 
