@@ -11,12 +11,12 @@ from moetune.layout.validate import LONG_CONTEXT
 from moetune.planner.estimate import Estimate
 
 
-def bound(best: list, keep: int) -> float:
-    """Step seconds past which a candidate cannot make the final list: 2% slower than `keep` others puts it in a
-    later 1% bin than all of them (the ranking below), so it never outranks them."""
-    if len(best) < keep:
+def bound(steps: list, keep: int) -> float:
+    """Step seconds past which a candidate cannot make the final list: 2% slower than `keep` others (of the listed
+    candidates' `steps`) puts it in a later 1% bin than all of them (the ranking below), so it never outranks them."""
+    if len(steps) < keep:
         return np.inf
-    return 1.02 * float(np.partition([b[0] for b in best], keep - 1)[keep - 1])
+    return 1.02 * float(np.partition(steps, keep - 1)[keep - 1])
 
 
 def within(step: float, fastest: float) -> int:

@@ -5,6 +5,7 @@ collects the fastest CP > 1 candidates for plan's short-context note (Search.sho
 """
 
 from dataclasses import fields
+from operator import attrgetter
 
 import numpy as np
 
@@ -16,13 +17,14 @@ from moetune.walls.batch_keys import time_key
 
 # Every field of a knob set but these: what a recompute set shares with its no-recompute twin (twins)
 _OTHER_FIELDS = tuple(f.name for f in fields(Knobs) if f.name not in ("recompute", "recompute_modules"))
+_OTHERS = attrgetter(*_OTHER_FIELDS)  # read in one call: the tuple of those fields, in their order
 
 
 def _without_recompute(knobs: Knobs) -> tuple:
     """The knob set less its recompute, every other field read: a hand-kept list of fields (it had 14 of Knobs' 35)
     would pair a recompute set with a twin differing in a field it left out once the grid varied one, whose floor
     and roomy rows then stood for another knob set's."""
-    return tuple(getattr(knobs, name) for name in _OTHER_FIELDS)
+    return _OTHERS(knobs)
 
 
 def _groups(items, key) -> list[list]:
@@ -77,6 +79,9 @@ class _Floors:
 
     def __init__(self, s: Search, batch, twin_of: dict, masks: dict):
         self.s, self.batch, self.twin_of, self.masks, self.known = s, batch, twin_of, masks, {}
+        self.sets: dict[Knobs, list] = {}  # each twin's recompute sets, gathered once (not a scan a twin)
+        for knobs, twin in twin_of.items():
+            self.sets.setdefault(twin, []).append(knobs)
 
     def bounds_out(self, knobs: Knobs, mask: np.ndarray) -> bool:
         """Whether the floor leaves every row of `mask` off the list and off the short-context note's CP few."""
@@ -95,7 +100,7 @@ class _Floors:
 
     def _time(self, twin: Knobs) -> tuple[np.ndarray, np.ndarray]:
         s, batch = self.s, self.batch
-        rows = np.flatnonzero(np.logical_or.reduce([self.masks[k][0] for k, t in self.twin_of.items() if t == twin]))
+        rows = np.flatnonzero(np.logical_or.reduce([self.masks[k][0] for k in self.sets[twin]]))
         sub = batch.subset(rows)
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, twin, s.gpu, s.eff)
         weight = cp_weight(sub.fields.cp[:, 0], s.wl.seq_length)
@@ -133,13 +138,14 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
             _short_cp_best(s, _cp_reach(s, walls, cp_near, tight), mask[rows], sub, knobs)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
-        for i in _union(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep], len(step)):
-            if np.isfinite(step[i]) and reach[i] <= s.bound:
-                lay = sub.layout(i)
-                s.best.append((float(step[i]), preference(lay, knobs, s.dispatcher(lay), s.wl.seq_length,
-                                                           not roomy[rows[i]]), lay,
-                               int(sub.mbs[i, 0]), knobs, float(reach[i])))
-        s.bound = bound(s.best, s.kept)
+        first = _union(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep], len(step))
+        first = first[np.isfinite(step[first]) & (reach[first] <= s.bound)]  # those that join the list
+        for i, t, r, mbs, tight in zip(first.tolist(), step[first].tolist(), reach[first].tolist(),
+                                        sub.mbs[first, 0].tolist(), (~roomy[rows[first]]).tolist()):
+            lay = sub.layout(i)
+            s.best.append((t, preference(lay, knobs, s.dispatcher(lay), s.wl.seq_length, tight), lay, mbs, knobs, r))
+        s.fastest = sorted(s.fastest + step[first].tolist())[:s.kept]  # the kept fastest steps of s.best
+        s.bound = bound(s.fastest, s.kept)
 
 
 def _union(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:

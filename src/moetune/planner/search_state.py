@@ -95,6 +95,7 @@ class Search:
     quantized_in_memory: set = field(default_factory=set)
     quantized_shapes_ok: bool = False
     best: list = field(default_factory=list)  # (step seconds, preference, layout, mbs, knobs, re-split bound)
+    fastest: list = field(default_factory=list)  # the `kept` least step seconds of `best` as the search fills it
     short_cp: bool = False  # collect short_cp_best: a search that shows plan's note, below the long-context regime
     # below the long-context regime, the fastest CP > 1 candidates by their own prediction (the ranking weighs CP
     # there: ranking.cp_weight), so plan can say where the weight hid a faster layout: (reach, layout, mbs, knobs)

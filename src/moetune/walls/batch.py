@@ -33,7 +33,6 @@ from moetune.walls.batch_rows import (
     row_sum,
     slowest_runs,
     stage_ranks,
-    take,
 )
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
@@ -204,17 +203,36 @@ def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, 
     return table
 
 
+def _layer_tables(spec: ModelSpec, root: LayoutBatch, seq: int, knobs: Knobs, gpu: GpuSpec,
+                  eff: dict) -> SimpleNamespace:
+    """_shape_layer_times' table as _stage_part reads it, once per batch and time_key: the decoder kinds' figures
+    (u, K, 5) and a layer's compute, exposed comm and host (u, K), and with MTP layers the figures of m of them on one
+    stage, m from 0 to the most a stage holds, as rows m * u + shape: the (n, S, 5) product a subset would otherwise
+    broadcast (a 5-long inner loop, 4x slower than reading those rows back), by the same products."""
+    table = _shape_layer_times(spec, root, seq, knobs, gpu, eff)
+    kinds = np.ascontiguousarray(table[:, :len(root.kinds)])
+    mtp = None
+    if spec.mtp_num_layers:
+        held = np.arange(int(root.mtp.max(initial=0)) + 1)  # MTP layers a stage may hold
+        mtp = (held[:, None, None] * table[None, :, -1]).reshape(-1, table.shape[2])
+    return SimpleNamespace(kinds=kinds, cost=row_sum(kinds[:, :, :3]), mtp=mtp)
+
+
 def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
     """Per-micro-batch time of each candidate's slowest stage, by wall (independent of the optimizer knobs)."""
     r, root = rates(gpu, knobs.precision, eff, fp8_head=knobs.fp8_output_proj), b.root()
-    on_shapes = root.memo(("layer_times", *time_key(knobs, gpu, eff), seq),
-                          lambda: _shape_layer_times(spec, root, seq, knobs, gpu, eff))
+    tables = root.memo(("layer_times", *time_key(knobs, gpu, eff), seq),
+                       lambda: _layer_tables(spec, root, seq, knobs, gpu, eff))
     _, inverse = distinct_shapes(b)
     # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers
-    per_layer = on_shapes[inverse, :len(b.kinds)]
+    per_layer = tables.kinds.take(inverse, axis=0)
     layers = b.counts @ per_layer
     # a fresh array either way: the heads and the send/recv are added to it in place
-    staged = layers + b.mtp[:, :, None] * on_shapes[inverse, -1][:, None, :] if spec.mtp_num_layers else layers.copy()
+    if spec.mtp_num_layers:  # each stage's MTP layers' figures: mtp x the MTP layer's, read from the tables
+        mtp = tables.mtp.take(b.mtp * len(tables.kinds) + inverse[:, None], axis=0)
+        staged = layers + mtp
+    else:
+        staged = layers.copy()
     # the loss heads' GEMMs: the layout's, at the head's rate (the tokens a rank holds are the layout's: any knobs do)
     staged[:, :, 0] += by_row(b, ("heads", seq, r.head), lambda a: heads_seconds(
         spec, _ctx(a, seq, knobs).tokens, a.loss + a.mtp, a.fields.tp, a.padded_vocab, r))
@@ -223,17 +241,17 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
                                * eff["p2p_exposed"])
     compute, comm, host = staged[:, :, 0], staged[:, :, 1], staged[:, :, 2]
     total = np.where(b.valid, compute + comm + host, -1.0)
-    at = np.arange(len(total)), total.argmax(axis=1)  # the slowest stage
-    compute, comm, host, hidden_ep, regain = staged[at].T  # its five figures, read at once
+    slowest = np.arange(len(total)) * total.shape[1] + total.argmax(axis=1)  # the slowest stage, as a flat index
+    compute, comm, host, hidden_ep, regain = staged.reshape(-1, staged.shape[2]).take(slowest, axis=0).T  # at once
 
     # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
     # a stage past the last reads as the first, held by no rank
-    cost = row_sum(per_layer[:, :, :3])  # a decoder layer's compute, exposed comm and host, (n, K)
+    cost = tables.cost.take(inverse, axis=0)  # a decoder layer's compute, exposed comm and host, (n, K)
     fixed = total - row_sum(layers[:, :, :3])
     fixed = np.where(b.valid, fixed, fixed[:, :1])
     ranks = stage_ranks(b)
     shares = by_row(b, ("layer_shares",), lambda a: layer_shares(a.kind_layers, stage_ranks(a)))
-    return {"compute": compute, "comm": comm, "host": host, "total": total[at], "hidden_ep": hidden_ep,
+    return {"compute": compute, "comm": comm, "host": host, "total": total.take(slowest), "hidden_ep": hidden_ep,
             "regain": regain, "fixed": fixed, "layer_cost": cost,
             "floor_total": even_floor(shares, total, fixed, ranks, cost)}
 
@@ -250,14 +268,14 @@ def batch_step_seconds(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knob
     # the data-parallel terms depend on the layout and the knobs below: computed once, read by row (one micro-batch's
     # FSDP traffic: how many times a step runs it applies later, in dp_raw/exposed_seconds, not the key; but Megatron
     # FSDP's gathers across its copies under outer optim run a count of passes the micro-batches set, so there it is)
-    root = b.root()
-    rs, ag, step_rs, step_ag, optimizer, offload = (take(x, b.rows) for x in root.memo(
-        ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
-         knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs), knobs.torch_fsdp2,
-         knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp, knobs.outer_dp_sharding_strategy,
-         *((gbs, knobs.ep_overlap) if knobs.outer_dp_sharding_strategy == "optim" else ())),  # its passes: m
-        # plan's passes share one batch's memo
-        lambda: _data_parallel(spec, root, knobs, gpu, eff, gbs)))
+    # (plan's passes share one batch's memo; by_row keeps a subset's rows for the other knob sets of its group)
+    dp_key = ("dp", knobs.main_grads_fp32, knobs.sharded_optimizer, knobs.adam_moments_bytes, knobs.optimizer,
+              knobs.optimizer_offload_fraction, gathered_weight_bytes(knobs), step_weight_bytes(knobs),
+              knobs.torch_fsdp2, knobs.num_distributed_optimizer_instances, knobs.megatron_fsdp,
+              knobs.outer_dp_sharding_strategy,
+              *((gbs, knobs.ep_overlap) if knobs.outer_dp_sharding_strategy == "optim" else ()))  # its passes: m
+    rs, ag, step_rs, step_ag, optimizer, offload = by_row(
+        b, dp_key, lambda a: _data_parallel(spec, a, knobs, gpu, eff, gbs))
     u = by_row(b, ("unpaired", gbs), lambda a: ep_overlap_unpaired(a.fields, microbatches(a, gbs)[:, None])[:, 0]) \
         if knobs.ep_overlap else 0.0
     hidden, regain = (stage["hidden_ep"], stage["regain"]) if knobs.ep_overlap else (0.0, 0.0)

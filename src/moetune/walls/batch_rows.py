@@ -34,7 +34,9 @@ def by_row(b: LayoutBatch, key: tuple, make):
     whole = root.memo(key, lambda: make(root))
     if b.origin is None:
         return whole
-    return tuple(take(x, b.rows) for x in whole) if isinstance(whole, tuple) else take(whole, b.rows)
+    # kept on the subset too: the knob sets of a group (planner/search_grid.py) read it on one subset
+    return b.memo(key, lambda: tuple(take(x, b.rows) for x in whole) if isinstance(whole, tuple)
+                  else take(whole, b.rows))
 
 
 def root_rows(b: LayoutBatch, key: tuple, make):
