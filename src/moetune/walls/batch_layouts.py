@@ -5,7 +5,7 @@ matrices (integers and floats), so cutting a subset of candidates is two takes, 
 """
 
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from types import SimpleNamespace
 
 import numpy as np
@@ -82,9 +82,9 @@ class LayoutBatch:
         return self.cache[key]
 
 
-def _signature(lay: Layout) -> tuple:
-    return (lay.pp, lay.vpp, lay.first_stage_layers, lay.last_stage_layers, lay.pipeline_layout,
-            lay.account_for_embedding, lay.account_for_loss)
+# what a layout's stage structures depend on (rank_params.stage_structures): read in one call a layout
+_signature = attrgetter("pp", "vpp", "first_stage_layers", "last_stage_layers", "pipeline_layout",
+                        "account_for_embedding", "account_for_loss")
 
 
 def _distinct(structs: list[StageStructure]) -> list[tuple[StageStructure, int]]:
@@ -96,28 +96,46 @@ def _distinct(structs: list[StageStructure]) -> list[tuple[StageStructure, int]]
     return [(st, n) for st, n in out.values()]
 
 
+def _index(candidates: list[tuple[Layout, int]]) -> tuple:
+    """The candidates' layouts, their distinct layouts (each comes once per micro-batch size; by identity), each
+    candidate's among those (`which`), and the first layout of each distinct stage signature with each distinct
+    layout's signature group: a few C-level passes over the 10^4 candidates rather than a Python loop each."""
+    lays = list(map(itemgetter(0), candidates))
+    ids = list(map(id, lays))
+    distinct = dict(zip(ids, lays))  # first-seen order; one object per id
+    position = dict(zip(distinct, range(len(distinct))))
+    which = np.fromiter(map(position.__getitem__, ids), np.intp, len(ids))
+    distinct = list(distinct.values())
+    sigs = list(map(_signature, distinct))
+    group = dict(zip(dict.fromkeys(sigs), range(len(sigs))))  # each signature's group, in first-seen order
+    first = dict(zip(reversed(sigs), reversed(distinct)))  # each signature's first layout (the last write wins)
+    shapes = {sig: first[sig] for sig in group}
+    return lays, distinct, which, shapes, np.fromiter(map(group.__getitem__, sigs), np.intp, len(sigs))[which]
+
+
 def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> LayoutBatch:
     # a total order (gpt-oss's sliding-window and full layers tie on mixer and MLP): a set's order follows the
     # process's string hashes, and the per-stage sums would add the kinds in another order run to run
     kinds = sorted(set(spec.layers), key=lambda k: (k.mixer, k.mlp, k.window is not None, k.window or 0))
     kind_layers = np.array([spec.layers.count(k) for k in kinds])  # counted once: every knob set's floor reads it
-    distinct = {id(lay): lay for lay, _ in candidates}  # each layout comes once per micro-batch size
-    position = {key: i for i, key in enumerate(distinct)}
-    which = np.array([position[id(lay)] for lay, _ in candidates])
-    shapes: dict[tuple, Layout] = {}
-    for lay in distinct.values():
-        shapes.setdefault(_signature(lay), lay)
-    group = {sig: g for g, sig in enumerate(shapes)}
-    sig_id = np.array([group[_signature(lay)] for lay in distinct.values()])[which]
+    lays, distinct, which, shapes, sig_id = _index(candidates)
     structures = {sig: _distinct(stage_structures(spec, lay)) for sig, lay in shapes.items()}
     n, depth = len(candidates), max(len(v) for v in structures.values())
-    counts = np.zeros((n, depth, len(kinds)))
-    mtp, loss, valid = np.zeros((n, depth)), np.zeros((n, depth), bool), np.zeros((n, depth), bool)
-    index, ranks = np.zeros((n, depth), int), np.zeros((n, depth), int)
-    shares = np.zeros((len(RankShare._fields), n, depth))  # rank_params.per_rank's, field by field
-    table = np.array(list(map(attrgetter(*_FIELDS), distinct.values())), dtype=np.int64)[which]  # one C call a layout
+    table = np.array(list(map(attrgetter(*_FIELDS), distinct)), dtype=np.int64)[which]  # one C call a layout
     fields = SimpleNamespace(**{k: table[:, j:j + 1] for j, k in enumerate(_FIELDS)})
     fields.sp = fields.sp.astype(bool)
+    tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
+    padded = np.array([model_padded_vocab(spec, int(t)) for t in tps])
+    mbs = np.fromiter(map(itemgetter(1), candidates), np.int64, n)
+    # every integer array as columns of one int32 matrix (see _unpack), filled in place
+    k, f = len(kinds), len(_FIELDS)
+    ints = np.zeros((n, 3 + f + (5 + k) * depth), np.int32)
+    ints[:, 0], ints[:, 1], ints[:, 2:2 + f], ints[:, 2 + f] = np.arange(n), mbs, table, padded[tp_index]
+    stage = 3 + f
+    index, loss, valid = (ints[:, stage + i * depth:stage + (i + 1) * depth] for i in range(3))
+    counts = ints[:, stage + 3 * depth:stage + (3 + k) * depth].reshape(n, depth, k)
+    mtp, ranks = (ints[:, stage + (3 + k + i) * depth:stage + (4 + k + i) * depth] for i in range(2))
+    params = np.zeros((n, len(RankShare._fields), depth))  # rank_params.per_rank's, field by field
     for g, (sig, structs) in enumerate(structures.items()):
         rows = np.nonzero(sig_id == g)[0]
         sub = SimpleNamespace(**{k: getattr(fields, k)[rows, 0] for k in ("tp", "ep", "etp")})
@@ -129,20 +147,14 @@ def build_batch(spec: ModelSpec, candidates: list[tuple[Layout, int]]) -> Layout
             ranks[rows, j] = same
             for tp in np.array(sorted(set(sub.tp.tolist())), dtype=sub.tp.dtype):  # np.unique: see _group_sizes
                 sel = sub.tp == tp
+                at = rows[sel]
                 layout_view = SimpleNamespace(tp=tp, ep=sub.ep[sel], etp=sub.etp[sel])
                 sums = structure_sums(spec, st, vocab=model_padded_vocab(spec, int(tp)),
                                       tied_copy=not spec.untie_embeddings_and_output_weights and sig[0] > 1,
                                       layer_spec="te")
                 for i, share in enumerate(per_rank(sums, layout_view)):
-                    shares[i, rows[sel], j] = share
-    tps, tp_index = np.unique(fields.tp[:, 0], return_inverse=True)
-    padded = np.array([model_padded_vocab(spec, int(t)) for t in tps])
-    padded = padded[tp_index].reshape(-1, 1)
-    mbs = np.array([m for _, m in candidates]).reshape(-1, 1)
-    ints = np.hstack([np.arange(n)[:, None], mbs, table, padded, index, loss, valid, counts.reshape(n, -1), mtp,
-                      ranks])
-    return _unpack(ints.astype(np.int32), np.hstack(list(shares)), layouts=[lay for lay, _ in candidates],
-                   kinds=kinds, kind_layers=kind_layers)
+                    params[at, i, j] = share
+    return _unpack(ints, params.reshape(n, -1), layouts=lays, kinds=kinds, kind_layers=kind_layers)
 
 
 _FIELDS = ("tp", "cp", "pp", "vpp", "ep", "etp", "dp", "edp", "world_size", "sp")
