@@ -1,7 +1,7 @@
 """``moetune plan --fix key=value``: the pins a user gives, each checked and parsed into the `fixed` dict the search
 reads (planner/search.py plan; its layouts, enumerate.py, and its knob sets, knob_grid.py)."""
 
-from moetune.cli.estimate_input import scope_words
+from moetune.cli.flag_checks import scope_words
 from moetune.errors import MoetuneError
 from moetune.layout.dp_sharding import MEGATRON_FSDP_STRATEGIES
 from moetune.layout.knobs import CP1_COMM_TYPES, CP_COMM_TYPES, CUDA_GRAPH_SCOPES, DISPATCHERS, PRECISIONS

@@ -9,7 +9,7 @@ import click
 
 from moetune.cli.explain_cmd import with_release_needs
 from moetune.cli.output import console, emit_json
-from moetune.cli.sweep_cmd import ingest_json
+from moetune.cli.sweep_shown import ingest_json
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.explain import explain

@@ -48,7 +48,8 @@ from moetune.configio.shell_commands import (
 from moetune.configio.shell_conditions import UNKNOWN, evaluate
 from moetune.configio.shell_expand import expand, expand_one
 from moetune.configio.shell_loops import LoopsAndFunctions
-from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Simple, Unread, parse
+from moetune.configio.shell_parse import parse
+from moetune.configio.shell_tree import DECLARE, Case, Chain, If, Simple, Unread
 from moetune.configio.shell_words import Vars, tokens
 from moetune.errors import MoetuneError
 

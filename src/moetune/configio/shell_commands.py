@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from moetune.configio.shell_expand import expand_one
-from moetune.configio.shell_parse import DECLARE, Case, Chain, If, Unread
+from moetune.configio.shell_tree import DECLARE, Case, Chain, If, Unread
 from moetune.configio.shell_words import Vars
 
 # commands whose words may name a .py file without running it (`echo "launching pretrain_gpt.py"`)

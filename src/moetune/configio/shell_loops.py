@@ -12,7 +12,7 @@ from __future__ import annotations
 from moetune.configio.shell_commands import positional, unread_launches
 from moetune.configio.shell_conditions import UNKNOWN
 from moetune.configio.shell_expand import expand
-from moetune.configio.shell_parse import Chain, Unread
+from moetune.configio.shell_tree import Chain, Unread
 from moetune.configio.shell_words import Vars
 
 MAX_CALLS = 16  # functions calling functions deeper than this are not entered (a recursion moetune cannot bound)
