@@ -96,11 +96,13 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     return _read(path, what, tomllib.loads, (tomllib.TOMLDecodeError,), "TOML", "")
 
 
-def read_json(path: str | Path, what: str, hint: str = "", saved: bool | str = False) -> Any:
-    """`saved`: the file may be a saved plan or estimate (True), or should be one (the command, "plan" or
-    "estimate", that writes it): JSON that does not parse is then said to be saved again with the command that wrote
-    it (its first key shows which: written_by) or else with `saved`'s, in place of `hint`."""
-    command = saved if isinstance(saved, str) else None
+def read_json(path: str | Path, what: str, hint: str = "", saved: str | None = None) -> Any:
+    """`saved`: the command whose output the file should be ("plan" or "estimate"), or "any" where it may be a saved
+    plan or estimate (or something else, a config): JSON that does not parse is then said to be saved again with the
+    command that wrote it (its first key shows which: written_by) or else with `saved`'s, in place of `hint`."""
+    if saved not in (None, "any", *TAKES):
+        raise ValueError(f"read_json: saved={saved!r} is not None, 'any' or one of {sorted(TAKES)}")
+    command = None if saved == "any" else saved
     return _read(path, what, json.loads, (), "JSON", hint,
                  (lambda doc: saved_again(path, doc, command) or hint) if saved else None)
 

@@ -141,7 +141,7 @@ def _saved_result(path: str, after_flag: bool):
         raise MoetuneError(f"{path}: no such file; pass a `moetune plan --json` or `estimate --json` output, a model's "
                            "config.json or a built-in model name")
     data = read_json(path, "--plan" if after_flag else "", "pass `moetune plan --json` output" + (
-        "" if after_flag else " or a Hugging Face config.json"), saved="plan" if after_flag else True)
+        "" if after_flag else " or a Hugging Face config.json"), saved="plan" if after_flag else "any")
     if is_saved_result(data):
         return data
     refuse_failure(data, path)  # what a failed command writes: its error, not its shape
