@@ -9,7 +9,7 @@ import pytest
 
 from moetune.layout.imbalance import DROPLESS_IMBALANCE
 from moetune.layout.validate import Workload
-from moetune.planner.ep1_note import ep1_pick, ep1_text
+from moetune.planner.ep1_note import ep1_pick, ep1_text, etp_alone_text
 from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
@@ -75,3 +75,16 @@ def test_the_note_says_what_the_published_runs_hold_at_ep1():
     assert "no published run measures EP 1" in ep1_text({**facts, "published_ep": [8, 16, 64]})
     checked = ep1_text({**facts, "published_ep": [1, 8]})
     assert "published runs at EP 1 check the step model there" in checked and "unchecked" not in checked
+
+
+def test_an_ep1_etp_pick_with_no_wider_ep_searched_says_what_ep_above_1_would_be_charged():
+    """--fix ep=1 etp=2: no EP > 1 candidate, so no ep1_pick; the note instead names the default's range, EP 2's
+    scaled factor (1.19x, layout/imbalance.py's comment: the expected maximum of 2 standard normals over 8's) up to the
+    full factor at EP 8 and above."""
+    result = _plan(fixed={"ep": 1, "etp": 2})
+    pick = result.results[0]
+    assert (pick.layout.ep, pick.layout.etp) == (1, 2) and ep1_pick(result) is None
+    text = etp_alone_text(pick.knobs, pick.layout.etp)
+    assert text.startswith("dropless on EP 1 x ETP 2: each rank holds a slice of every expert")
+    assert f"1.19x (EP 2) to {DROPLESS_IMBALANCE:.2f}x (EP 8 and up)" in text
+    assert text.endswith("(this search had no EP > 1 candidate to weigh against it)")

@@ -10,9 +10,8 @@ from moetune.cli.plan_notes import gain_over_pick, near_tie_json
 from moetune.cli.plan_table import print_rows
 from moetune.cli.release_check import release_json, release_line
 from moetune.emit.launch import whole_nodes
-from moetune.layout.imbalance import DROPLESS_IMBALANCE_EP
 from moetune.layout.knobs import imbalance_source
-from moetune.planner.ep1_note import ep1_text
+from moetune.planner.ep1_note import ep1_text, etp_alone_text
 from moetune.planner.explain import optimizer_note
 from moetune.planner.moves import tight
 from moetune.planner.plan_notes import OFFLOAD_SOURCE, SHORT_CP_SOURCE, gbs_allowing, gbs_note, table_notes
@@ -144,9 +143,5 @@ def routing_line(pick, ep1: dict | None = None) -> str | None:
                 "published benchmarks run force-balanced routing, on random router logits: a throughput "
                 "measurement, not a way to train")
     if pick.layout.ep == 1 and pick.layout.etp > 1:
-        full = DROPLESS_IMBALANCE_EP  # where the default reaches its whole factor (layout/imbalance.py busiest_share)
-        return (f"[bold]Routing[/bold]: dropless on EP 1 x ETP {pick.layout.etp}: each rank holds a slice of every "
-                f"expert, so no rank waits for a busier one, while EP > 1 is charged {pick.knobs.imbalance_at(2):.2f}x "
-                f"(EP 2) to {pick.knobs.imbalance_at(full):.2f}x (EP {full} and up) the mean at its busiest expert "
-                "rank (this search had no EP > 1 candidate to weigh against it)")
+        return f"[bold]Routing[/bold]: {escape(etp_alone_text(pick.knobs, pick.layout.etp))}"
     return None

@@ -56,3 +56,13 @@ def ep1_text(d: dict) -> str:
     return (f"dropless: #1 runs EP 1{etp} and pays no busiest-rank imbalance, while every EP > 1 candidate is charged "
             f"{_charged_text(d)} the mean; {checked}. Compare: plan with {measured}--fix ep={d['compare_ep']}{shown}"
             + ("; `explain --plan` names the seeds' EP-first layout's figure" if d["etp"] > 1 else ""))
+
+
+def etp_alone_text(knobs, etp: int) -> str:
+    """The note for an EP 1 x ETP pick where the search had no EP > 1 candidate (ep1_pick is None there): what EP > 1
+    would have been charged, by the knobs' factor (Knobs.imbalance_at)."""
+    full = DROPLESS_IMBALANCE_EP  # where the default reaches its whole factor (layout/imbalance.py busiest_share)
+    return (f"dropless on EP 1 x ETP {etp}: each rank holds a slice of every expert, so no rank waits for a busier "
+            f"one, while EP > 1 is charged {knobs.imbalance_at(2):.2f}x (EP 2) to {knobs.imbalance_at(full):.2f}x "
+            f"(EP {full} and up) the mean at its busiest expert rank (this search had no EP > 1 candidate to weigh "
+            "against it)")
