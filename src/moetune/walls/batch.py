@@ -8,6 +8,7 @@ and read back by row. Only the per-stage assembly is written here; tests check i
 by candidate.
 """
 
+from functools import reduce
 from types import SimpleNamespace
 
 import numpy as np
@@ -75,14 +76,17 @@ def _on_shapes(b: LayoutBatch, seq: int, knobs: Knobs, per_shape) -> np.ndarray:
     """per_shape(ctx) evaluated once per distinct shape (a scalar or a (u, 1) array), as an (n, 1) array over the
     candidates."""
     x, inverse = np.asarray(per_shape(_shapes_ctx(b, seq, knobs)), dtype=float), distinct_shapes(b)[1]
-    return np.full((len(inverse), 1), float(x)) if x.ndim == 0 else x.reshape(-1, 1)[inverse]
+    return np.full((len(inverse), 1), float(x)) if x.ndim == 0 else x.reshape(-1, 1).take(inverse, axis=0)
 
 
 def _per_stage(b: LayoutBatch, spec: ModelSpec, per_kind) -> np.ndarray:
-    """Sum a per-layer-kind quantity (arrays of shape (n, 1)) over each stage's layers and MTP layers."""
-    total = sum(b.counts[:, :, k] * per_kind(kind) for k, kind in enumerate(b.kinds))
+    """Sum a per-layer-kind quantity (arrays of shape (n, 1)) over each stage's layers and MTP layers, in kind order
+    (a fresh array, added to in place: a sum() of products had started from 0 and allocated at each step)."""
+    total = b.counts[:, :, 0] * per_kind(b.kinds[0])
+    for k, kind in enumerate(b.kinds[1:], 1):
+        total += b.counts[:, :, k] * per_kind(kind)
     if spec.mtp_num_layers:
-        total = total + b.mtp * per_kind(spec.mtp_layer_kind)
+        total += b.mtp * per_kind(spec.mtp_layer_kind)
     return total
 
 
@@ -103,9 +107,13 @@ def _activations(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     if knobs.recompute == "full":
         stored = _per_stage(b, spec, lambda k: _on_shapes(b, seq, knobs,
                                                          lambda c: full_recompute_layer_bytes(spec, c)))
-        return stored * flight + np.max([saved[k] for k in b.kinds], axis=0)
-    return _per_stage(b, spec, saved.__getitem__) * flight + _on_shapes(
-        b, seq, knobs, lambda c: offload_staging_bytes(spec, c))
+        stored *= flight
+        stored += reduce(np.maximum, [saved[k] for k in b.kinds])
+        return stored
+    stored = _per_stage(b, spec, saved.__getitem__)
+    stored *= flight
+    stored += _on_shapes(b, seq, knobs, lambda c: offload_staging_bytes(spec, c))
+    return stored
 
 
 def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, overheads: dict, *,
@@ -125,7 +133,9 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
         states = root_rows(b, states_key, lambda: _state_bytes(spec, b, knobs, arch))
         acts = root_rows(b, acts_key, lambda: _activations(spec, b, seq, gbs, knobs))
         logits = root_rows(b, ("logits", seq, knobs.fp8_output_proj), lambda: _head_bytes(spec, b, seq, knobs))
-        return row_max(np.where(b.valid, states + acts + logits, 0))
+        peak = states + acts
+        peak += logits  # (states + acts) + logits, without a second temporary
+        return row_max(np.where(b.valid, peak, 0))
 
     peak_items = root_rows(b, ("stage_max", states_key, acts_key, knobs.fp8_output_proj), stage_max)
     # the same buffers on every knob set that overlaps TP comm at one GEMM precision: once per batch
@@ -213,9 +223,16 @@ def _layer_tables(spec: ModelSpec, root: LayoutBatch, seq: int, knobs: Knobs, gp
     kinds = np.ascontiguousarray(table[:, :len(root.kinds)])
     mtp = None
     if spec.mtp_num_layers:
-        held = np.arange(int(root.mtp.max(initial=0)) + 1)  # MTP layers a stage may hold
+        # MTP layers a stage may hold: the max over the root's strided int32 column is ~1 ms, once per batch not key
+        held = np.arange(root.memo(("mtp_held",), lambda: int(root.mtp.max(initial=0))) + 1)
         mtp = (held[:, None, None] * table[None, :, -1]).reshape(-1, table.shape[2])
     return SimpleNamespace(kinds=kinds, cost=row_sum(kinds[:, :, :3]), mtp=mtp)
+
+
+def _mtp_rows(root: LayoutBatch, shapes: int) -> np.ndarray:
+    """(n, S) each stage's row of _layer_tables' MTP figures: m * `shapes` + its shape, m its MTP layers: computed once
+    per batch and read by row (the product of the strided int32 column alone cost more than reading it back)."""
+    return root.mtp * shapes + distinct_shapes(root)[1][:, None]
 
 
 def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
@@ -224,25 +241,31 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     tables = root.memo(("layer_times", *time_key(knobs, gpu, eff), seq),
                        lambda: _layer_tables(spec, root, seq, knobs, gpu, eff))
     _, inverse = distinct_shapes(b)
-    # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers
-    per_layer = tables.kinds.take(inverse, axis=0)
-    layers = b.counts @ per_layer
-    # a fresh array either way: the heads and the send/recv are added to it in place
+    # each kind's five figures a layer, (n, K, 5): one product sums all five over each stage's decoder layers (the
+    # counts cast first: matmul's own cast of the strided int32 view costs more than the cast and a float product)
+    layers = b.counts.astype(float) @ tables.kinds.take(inverse, axis=0)
+    # the first three figures of each stage as fresh (n, S) columns (the heads and the send/recv are added in place);
+    # the last two are read at the slowest stage alone
+    mtp = None
     if spec.mtp_num_layers:  # each stage's MTP layers' figures: mtp x the MTP layer's, read from the tables
-        mtp = tables.mtp.take(b.mtp * len(tables.kinds) + inverse[:, None], axis=0)
-        staged = layers + mtp
+        mtp = tables.mtp.take(by_row(b, ("mtp_rows",), lambda a: _mtp_rows(a, len(tables.kinds))), axis=0)
+        compute, comm, host = (layers[:, :, j] + mtp[:, :, j] for j in range(3))
     else:
-        staged = layers.copy()
+        compute, comm, host = (layers[:, :, j].copy() for j in range(3))
     # the loss heads' GEMMs: the layout's, at the head's rate (the tokens a rank holds are the layout's: any knobs do)
-    staged[:, :, 0] += by_row(b, ("heads", seq, r.head), lambda a: heads_seconds(
+    compute += by_row(b, ("heads", seq, r.head), lambda a: heads_seconds(
         spec, _ctx(a, seq, knobs).tokens, a.loss + a.mtp, a.fields.tp, a.padded_vocab, r))
-    staged[:, :, 1] += by_row(b, ("p2p", seq), lambda a: p2p_seconds(  # the send/recv: the layout's alone
+    comm += by_row(b, ("p2p", seq), lambda a: p2p_seconds(  # the send/recv: the layout's alone
         spec, _ctx(a, seq, knobs), a.fields.pp, p2p_bandwidth(a.fields.pp, a.fields.world_size, gpu, eff))
-                               * eff["p2p_exposed"])
-    compute, comm, host = staged[:, :, 0], staged[:, :, 1], staged[:, :, 2]
-    total = np.where(b.valid, compute + comm + host, -1.0)
+                   * eff["p2p_exposed"])
+    total = compute + comm
+    total += host  # (compute + comm) + host, as the scalar step adds them
+    total = np.where(b.valid, total, -1.0)
     slowest = np.arange(len(total)) * total.shape[1] + total.argmax(axis=1)  # the slowest stage, as a flat index
-    compute, comm, host, hidden_ep, regain = staged.reshape(-1, staged.shape[2]).take(slowest, axis=0).T  # at once
+    ep = layers.reshape(-1, layers.shape[2]).take(slowest, axis=0)  # the slowest stage's five figures
+    if mtp is not None:
+        ep += mtp.reshape(-1, mtp.shape[2]).take(slowest, axis=0)
+    hidden_ep, regain = ep[:, 3], ep[:, 4]
 
     # the stages' time outside their decoder layers (loss, MTP layers, send/recv), what a re-split leaves in place;
     # a stage past the last reads as the first, held by no rank
@@ -251,8 +274,8 @@ def _stage_part(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Knob
     fixed = np.where(b.valid, fixed, fixed[:, :1])
     ranks = stage_ranks(b)
     shares = by_row(b, ("layer_shares",), lambda a: layer_shares(a.kind_layers, stage_ranks(a)))
-    return {"compute": compute, "comm": comm, "host": host, "total": total.take(slowest), "hidden_ep": hidden_ep,
-            "regain": regain, "fixed": fixed, "layer_cost": cost,
+    return {"compute": compute.take(slowest), "comm": comm.take(slowest), "host": host.take(slowest),
+            "total": total.take(slowest), "hidden_ep": hidden_ep, "regain": regain, "fixed": fixed, "layer_cost": cost,
             "floor_total": even_floor(shares, total, fixed, ranks, cost)}
 
 
