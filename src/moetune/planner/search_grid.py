@@ -79,6 +79,7 @@ class _Floors:
 
     def __init__(self, s: Search, batch, twin_of: dict, masks: dict):
         self.s, self.batch, self.twin_of, self.masks, self.known = s, batch, twin_of, masks, {}
+        self.cp = batch.fields.cp[:, 0] > 1  # the CP > 1 rows, which the short-context note weighs
         self.sets: dict[Knobs, list] = {}  # each twin's recompute sets, gathered once (not a scan a twin)
         for knobs, twin in twin_of.items():
             self.sets.setdefault(twin, []).append(knobs)
@@ -95,8 +96,7 @@ class _Floors:
         if not s.short_cp:
             return True
         worst = s.short_cp_best[-1][0] if len(s.short_cp_best) == SHORT_CP_KEPT else np.inf
-        cp = mask & (self.batch.fields.cp[:, 0] > 1)
-        return bool(np.all(raw[cp] * low >= worst))
+        return bool(np.all(raw[mask & self.cp] * low >= worst))
 
     def _time(self, twin: Knobs) -> tuple[np.ndarray, np.ndarray]:
         s, batch = self.s, self.batch
@@ -121,21 +121,23 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
     rows = np.nonzero(union)[0]
     sub = batch.subset(rows)  # time only what fits under some knob set of the group
     resplit = (sub.fields.pp[:, 0] > 1) & s.resplit
+    # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (ranking.cp_weight)
+    cp = cp_weight(sub.fields.cp[:, 0], s.wl.seq_length)  # the subset's, once for the group's knob sets
     for knobs, (mask, roomy) in timed.items():
         walls = batch_step_seconds(s.spec, sub, s.wl.seq_length, s.wl.global_batch_size, knobs, s.gpu, s.eff)
-        # ranked as CP_SHORT_MARGIN slower where CP > 1 below the long-context regime (ranking.cp_weight)
-        step = np.where(mask[rows], walls["step"] * cp_weight(sub.fields.cp[:, 0], s.wl.seq_length), np.inf)
+        fits = mask.take(rows)  # the knob set's rows of the subset
+        step = np.where(fits, walls["step"] * cp, np.inf)
         weight = step / walls["step"]  # the CP weight the ranking put on each step (inf where it does not fit)
         # the best a re-split could make it; inf where it does not fit (min(balanced, inf) would let it take a place)
         reach = np.where(resplit & np.isfinite(step), _within(walls["balanced"], step, weight), step)
         # tightened to whole layers where that first bound keeps it in reach of the list (the rest stay out either way)
         near = np.nonzero(resplit & np.isfinite(step) & (reach <= s.bound))[0]
-        cp_near = _cp_first(s, sub, walls, resplit & mask[rows]) if s.short_cp else near[:0]
+        cp_near = _cp_first(s, sub, walls, resplit & fits) if s.short_cp else near[:0]
         tight = _whole_layers(s, sub, walls, _union(near, cp_near, len(step)))  # once for both readers
         if len(near):
             reach[near] = _within(tight[near], step[near], weight[near])
         if s.short_cp:
-            _short_cp_best(s, _cp_reach(s, walls, cp_near, tight), mask[rows], sub, knobs)
+            _short_cp_best(s, _cp_reach(s, walls, cp_near, tight), fits, sub, knobs)
         keep = min(s.kept, len(step))
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         first = _union(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep], len(step))

@@ -34,6 +34,7 @@ from moetune.walls.batch_rows import (
     row_sum,
     slowest_runs,
     stage_ranks,
+    take,
 )
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
@@ -318,9 +319,10 @@ def whole_layer_balanced(b: LayoutBatch, gbs: int, walls: dict, rows: np.ndarray
     layers (split_floor.whole_floor): tighter, and too dear to take for every candidate, so the planner asks it of
     those the first bound keeps in reach."""
     stage, f = walls["stage"], b.fields
-    least = (f.vpp - b.loss)[rows].astype(float)  # the layers each rank keeps (pipeline_balance.with_rank_layers)
-    whole = whole_floor(b.kind_layers, stage["fixed"][rows], stage_ranks(b)[rows], least,
-                        stage["layer_cost"][rows])
+    # the layers each rank keeps (pipeline_balance.with_rank_layers), at `rows` alone (not every row, then a few)
+    least = (take(f.vpp, rows) - take(b.loss, rows)).astype(float)
+    whole = whole_floor(b.kind_layers, take(stage["fixed"], rows), take(stage_ranks(b), rows), least,
+                        take(stage["layer_cost"], rows))
     floor = np.maximum(stage["floor_total"][rows], whole)
     weight = slowest_runs(b, gbs)[rows]  # the slowest rank's times in a step
     return walls["step"][rows] - weight * (stage["total"][rows] - floor)
