@@ -18,7 +18,8 @@ from moetune.planner.search import plan
 from moetune.specs.hardware import load_gpu
 from moetune.specs.platform import platform_defaults
 from moetune.specs.registry import load_model
-from moetune.walls.batch import batch_memory, batch_step_seconds
+from moetune.walls.batch import batch_step_seconds
+from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import default_overheads

@@ -1,6 +1,6 @@
-"""The batch path's memos (walls/batch.py b.memo) are shared by every knob set a search prices on one batch: each key
-must hold every knob its computation reads, so a batch asked in turn for knob sets that differ in one knob gives what
-a fresh batch gives for each."""
+"""The batch path's memos (walls/batch.py and batch_bytes.py b.memo) are shared by every knob set a search prices on
+one batch: each key must hold every knob its computation reads, so a batch asked in turn for knob sets that differ in
+one knob gives what a fresh batch gives for each."""
 
 from dataclasses import replace
 
@@ -11,7 +11,8 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.batch import batch_host_bytes, batch_memory, batch_step_seconds
+from moetune.walls.batch import batch_step_seconds
+from moetune.walls.batch_bytes import batch_host_bytes, batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.memory import merged_overheads

@@ -15,7 +15,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.estimate import estimate
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.batch import batch_memory
+from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.memory import default_overheads
 from moetune.walls.rank_params import stage_params

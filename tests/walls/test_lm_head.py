@@ -69,7 +69,7 @@ def test_fp8_output_proj_keeps_an_mxfp8_copy_of_the_lm_head_weight():
     and TE caches its MXFP8 copy (row- and column-wise bytes and one E8M0 scale per 32 each way): gpt-oss-120b's
     201,088-token vocabulary (padded to 201,088) x 2,880 hidden on the stage holding the loss, about 1.1 GiB at TP 1,
     alike in estimate and the planner's batch."""
-    from moetune.walls.batch import batch_memory
+    from moetune.walls.batch_bytes import batch_memory
     from moetune.walls.batch_layouts import build_batch
     from moetune.walls.memory import default_overheads
 

@@ -22,8 +22,9 @@ from moetune.planner.estimate import estimate
 from moetune.planner.from_config import from_config
 from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
-from moetune.walls.batch import batch_memory, batch_step_seconds
-from moetune.walls.batch import largest_fsdp_unit as batch_largest_unit
+from moetune.walls.batch import batch_step_seconds
+from moetune.walls.batch_bytes import batch_memory
+from moetune.walls.batch_bytes import largest_fsdp_unit as batch_largest_unit
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.comms import ring_seconds
 from moetune.walls.efficiency import efficiency
@@ -108,7 +109,7 @@ def test_the_decoder_layer_of_an_mtp_layer_is_an_fsdp_unit(mtp):
                               for k in (_fsdp("optim_grads"), Knobs()))
     assert stage.items["fsdp_pending_grads"] == 4 * queue * unit == (7_023_820_800 if mtp else 7_001_800_704)
     assert plain.total == (48_224_792_888 if mtp else 28_319_967_744)  # as before: no FSDP, no unit
-    batch = build_batch(spec, [(layout, 1)])  # the planner's batches take the same unit (walls/batch.py)
+    batch = build_batch(spec, [(layout, 1)])  # the planner's batches take the same unit (walls/batch_bytes.py)
     units = [largest_fsdp_unit(spec, p, layout) for p in stage_params(spec, layout)]
     assert batch_largest_unit(spec, batch)[0].tolist() == units
 

@@ -153,7 +153,8 @@ def test_bridges_deepseek_v3_hsdp_recipe_fits_only_with_the_optimizer_sharded_ov
 def test_the_batch_path_prices_hybrid_sharding_as_estimate_does(knobs):
     """plan and explain size candidates in batches (walls/batch.py): their memo keys carry the outer strategy and
     the buffer settings."""
-    from moetune.walls.batch import batch_memory, batch_step_seconds
+    from moetune.walls.batch import batch_step_seconds
+    from moetune.walls.batch_bytes import batch_memory
     from moetune.walls.batch_layouts import build_batch
     from moetune.walls.memory import merged_overheads
 

@@ -79,8 +79,9 @@ def test_muon_takes_no_precision_aware_state():
     ("nemotron3-nano-30b-a3b", Layout(world_size=32, tp=2, pp=2, ep=4)),  # Mamba's conv1d, A_log, D, dt_bias
 ])
 def test_the_planner_batch_prices_muon_as_estimate_does(model, layout):
-    """walls/batch.py reads the non-2-D counts through the batch (LayoutBatch.nonmatrix, expert_nonmatrix)."""
-    from moetune.walls.batch import batch_state_bytes, batch_step_seconds
+    """walls/batch_bytes.py reads the non-2-D counts through the batch (LayoutBatch.nonmatrix, expert_nonmatrix)."""
+    from moetune.walls.batch import batch_step_seconds
+    from moetune.walls.batch_bytes import batch_state_bytes
     from moetune.walls.batch_layouts import build_batch
     from moetune.walls.efficiency import efficiency
     spec, gpu, knobs = load_model(model), load_gpu("h100"), Knobs(optimizer="muon", precision="bf16")

@@ -1,6 +1,7 @@
-"""One search pass's candidates: the (layout, micro-batch) pairs it evaluates in numpy batches (walls/batch.py), less
-those over capacity under the grid's lightest knobs (memory_bound). Each knob set's rows are then timed by
-planner/search_grid.py, which keeps the fitting ones in the running state of planner/search_state.py.
+"""One search pass's candidates: the (layout, micro-batch) pairs it evaluates in numpy batches (walls/batch.py,
+walls/batch_bytes.py), less those over capacity under the grid's lightest knobs (memory_bound). Each knob set's rows
+are then timed by planner/search_grid.py, which keeps the fitting ones in the running state of
+planner/search_state.py.
 """
 
 from dataclasses import replace
@@ -13,7 +14,7 @@ from moetune.layout.validate import Workload, interleaves
 from moetune.planner.enumerate import MBS_CHOICES
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_host_bytes, batch_memory, batch_state_bytes
+from moetune.walls.batch_bytes import batch_host_bytes, batch_memory, batch_state_bytes
 from moetune.walls.batch_layouts import build_batch
 
 

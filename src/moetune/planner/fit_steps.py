@@ -20,7 +20,7 @@ from moetune.planner.moves import (
 )
 from moetune.planner.ranking import cp_weight
 from moetune.planner.rule_findings import rule_errors
-from moetune.walls.batch import batch_memory
+from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.cp_legal import exchange_text
 from moetune.walls.memory import merged_overheads

@@ -16,7 +16,7 @@ from moetune.layout.validate import Workload
 from moetune.planner.defaults import default_dispatcher
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
-from moetune.walls.batch import batch_host_bytes, batch_memory
+from moetune.walls.batch_bytes import batch_host_bytes, batch_memory
 from moetune.walls.batch_layouts import distinct_shapes
 
 

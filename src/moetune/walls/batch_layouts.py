@@ -1,4 +1,4 @@
-"""The planner's candidates (layout x micro-batch size) as numpy arrays, for walls/batch.py.
+"""The planner's candidates (layout x micro-batch size) as numpy arrays, for walls/batch.py and walls/batch_bytes.py.
 
 One row per candidate; per-stage quantities have a second axis. Every array is a column view of two packed
 matrices (integers and floats), so cutting a subset of candidates is two takes, not twenty.

@@ -1,4 +1,4 @@
-"""Helpers of the batched walls (walls/batch.py) for the planner's per-knob-set hot path.
+"""Helpers of the batched walls (walls/batch.py, walls/batch_bytes.py) for the planner's per-knob-set hot path.
 
 A knob set's candidates are a subset of the root batch (walls/batch_layouts.py): by_row reads a per-candidate array of
 the layout alone, computed once on the root, by row, rather than computing it again for each knob set; root_rows reads

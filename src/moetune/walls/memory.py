@@ -89,7 +89,7 @@ def in_flight(layout: Layout, stage: int, microbatches: int) -> float:
     each chunk 1/VPP of the stage (schedules.py get_pp_warmup...; Korthikanti Sec. 4.2.3)."""
     pp, vpp = layout.pp, layout.vpp
     # one layout (estimate, a re-split's every split) on Python numbers, without numpy's cost a call; the planner's
-    # batches (walls/batch.py) on arrays: one formula, its minimum taken by whichever the inputs need
+    # batches (walls/batch_bytes.py) on arrays: one formula, its minimum taken by whichever the inputs need
     scalar = all(type(x) is int for x in (pp, vpp, stage, microbatches))
     minimum = min if scalar else np.minimum
     one_f_one_b = minimum(pp - stage, microbatches)
