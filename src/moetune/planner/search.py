@@ -14,6 +14,7 @@ and the winners are re-evaluated with it for their full breakdown.
 import time
 from dataclasses import dataclass, field, replace
 
+from moetune.collector import collector_paused
 from moetune.errors import MoetuneError
 from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.knobs import Knobs
@@ -98,6 +99,7 @@ class PlanResult:
 LAST_RESORT_OFFLOAD = frozenset({"expert_fc1", "moe_act"})
 
 
+@collector_paused
 def plan(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, *, fixed: dict | None = None, top: int = 5,
          routing: str = "dropless", efficiency_overrides: dict | None = None, progress=None,
          headroom_gib: float = 0.0, overheads: dict | None = None, weigh_offload: bool = True,
