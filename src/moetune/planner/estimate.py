@@ -14,8 +14,8 @@ from moetune.specs.hardware import GpuSpec, catalog_unchanged
 from moetune.specs.model import ModelSpec
 from moetune.walls.context_parallel import resolve_auto
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import StageMemory, memory_wall
-from moetune.walls.step import step_time
+from moetune.walls.memory import StageMemory, memory_peaks, memory_wall
+from moetune.walls.step import step_seconds, step_time
 
 # Estimate field -> the result key naming the user's file it came from (one map: results, from_json, plan)
 USER_FILE_KEYS = {"efficiency_overrides": "efficiency_file", "overheads": "overheads_file"}
@@ -161,6 +161,13 @@ class Estimate:
         return {**out, **self.user_files}
 
 
+def fits_memory(peak: int, host_peak: int, budget: GpuSpec, gpu: GpuSpec) -> bool:
+    """Estimate.fits_on(budget) of an estimate on `gpu` whose largest stage holds `peak` bytes and whose ranks keep at
+    most `host_peak` on the host (unknown host memory: assumed to fit), from those figures alone (plan's re-split)."""
+    cap = gpu.host_capacity_bytes
+    return peak <= budget.capacity_bytes and (cap is None or host_peak <= cap)
+
+
 def knobs_json(k: Knobs, ep: int) -> dict:
     return {
         "precision": k.precision, "recompute": k.recompute, "recompute_modules": sorted(k.effective_modules),
@@ -195,7 +202,17 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     """Validate the layout for this model and workload, then compute the memory and time walls (with_memory=False
     leaves `stages` empty: for a caller that needs only the time first, and `fits` is then not known)."""
     workload = workload or Workload()
-    knobs = knobs or Knobs()
+    knobs, eff = _checked(model, gpu, layout, workload, knobs or Knobs(), efficiency_overrides)
+    stages = memory_wall(model, layout, workload, knobs, overheads, arch=gpu.arch) if with_memory else []
+    time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
+    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
+                    overheads=overheads, efficiency_overrides=efficiency_overrides)
+
+
+def _checked(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload, knobs: Knobs,
+             efficiency_overrides: dict | None) -> tuple[Knobs, dict]:
+    """estimate's checks of the configuration (each raises where Megatron or the GPU refuses it), then its knobs with a
+    plan's "auto" CP exchange named, and the efficiency constants in use."""
     validate(model, layout, workload)
     refuse_unpriced(model, gpu.arch)
     dsa_heads(model, layout, gpu.arch)  # FlashMLA's head groups on this GPU (validate applied Hopper's)
@@ -204,11 +221,24 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
     validate_gemm_shapes(Widths.of(model), knobs.precision, gpu.arch, seq=workload.seq_length,
                          mbs=workload.micro_batch_size, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp)
     eff = efficiency(gpu.key, efficiency_overrides)
-    knobs = _resolved(model, layout, workload, knobs, gpu, eff)  # a plan's "auto" CP exchange, named
-    stages = memory_wall(model, layout, workload, knobs, overheads, arch=gpu.arch) if with_memory else []
-    time = step_time(model, layout, workload, knobs, gpu, eff) if with_time else None
-    return Estimate(model=model, gpu=gpu, layout=layout, workload=workload, knobs=knobs, stages=stages, time=time,
-                    overheads=overheads, efficiency_overrides=efficiency_overrides)
+    return _resolved(model, layout, workload, knobs, gpu, eff), eff  # a plan's "auto" CP exchange, named
+
+
+def step_estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload, knobs: Knobs, *,
+                  efficiency_overrides: dict | None = None) -> tuple[Knobs, float, list[float]]:
+    """(knobs as estimate resolves them, step seconds, seconds a micro-batch of each pipeline rank): what
+    estimate(..., with_memory=False) gives of this configuration, checked as it checks it, for the planner's re-split
+    (planner/resplit.py), which weighs nothing else of each split it tries."""
+    knobs, eff = _checked(model, gpu, layout, workload, knobs, efficiency_overrides)
+    return knobs, *step_seconds(model, layout, workload, knobs, gpu, eff)
+
+
+def memory_estimate_peaks(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload, knobs: Knobs,
+                          overheads: dict | None) -> tuple[int, int]:
+    """(peak bytes, host peak bytes) of estimate(..., overheads, with_time=False), checked as it checks it (the
+    shipped efficiency constants resolve "auto"), without its stages' items: for the planner's re-split."""
+    knobs, _ = _checked(model, gpu, layout, workload, knobs, None)
+    return memory_peaks(model, layout, workload, knobs, overheads, arch=gpu.arch)
 
 
 # resolve_auto's knobs by all it reads: the model, the layout's world size, TP, CP, EP, ETP and SP (never its pipeline
@@ -222,12 +252,3 @@ def _resolved(model: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs
     key = (model, layout.world_size, layout.tp, layout.cp, layout.ep, layout.etp, layout.sp, workload.seq_length,
            workload.micro_batch_size, knobs, gpu, tuple(eff.items()))
     return remembered(_RESOLVED, key, lambda: resolve_auto(model, layout, workload, knobs, gpu, eff), 1024)
-
-
-def with_memory_wall(e: Estimate, overheads: dict | None) -> Estimate:
-    """`e`, a time-only estimate (with_memory=False: validated, its "auto" CP exchange resolved), with its memory
-    wall under `overheads` and no time: what estimate(..., overheads, with_time=False) gives where it resolves "auto"
-    as `e` did (the same efficiency constants), without validating and resolving again."""
-    stages = memory_wall(e.model, e.layout, e.workload, e.knobs, overheads, arch=e.gpu.arch)
-    return Estimate(model=e.model, gpu=e.gpu, layout=e.layout, workload=e.workload, knobs=e.knobs, stages=stages,
-                    overheads=overheads, efficiency_overrides=e.efficiency_overrides)

@@ -5,11 +5,12 @@ from moetune.layout.dsa_split import keeps_index_groups
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
-from moetune.planner.estimate import Estimate, estimate, with_memory_wall
+from moetune.planner.estimate import fits_memory, memory_estimate_peaks, step_estimate
 from moetune.planner.pipeline_balance import rebalance
 from moetune.planner.ranking import cp_weight, preference, rank_key, within
 from moetune.planner.search_state import Search
 from moetune.walls.batch_keys import step_key
+from moetune.walls.memory import memory_peaks
 
 RESPLIT_LIMIT = 24  # most distinct layouts re-split per search (each costs a few scalar estimates, ~1-2 ms apiece)
 # The re-split bound (walls/batch.py "balanced") moves only the slowest rank's decoder layers, at the step's own
@@ -129,7 +130,7 @@ def resplit_one(s: Search, lay: Layout, mbs: int, knobs: Knobs, efficiency_overr
 def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | None) -> float:
     """Re-split candidate `i` of s.best in place (its re-split bound cleared: done), returning its new ranked step."""
     step, _, lay, mbs, knobs, _ = s.best[i]
-    evaluate, fits, memory = _evaluator(s, mbs, knobs, efficiency_overrides)
+    evaluate, fits, peak = _evaluator(s, mbs, knobs, efficiency_overrides)
     seed = found.get((lay, mbs))  # another knob set of a layout already re-split starts from that split
     seeded = evaluate(seed) if seed else None
     weight = float(cp_weight(lay.cp, s.wl.seq_length))  # `step` is ranked as the search ranked it (search_grid._time)
@@ -137,50 +138,53 @@ def _resplit_entry(s: Search, i: int, found: dict, efficiency_overrides: dict | 
     new_step, new_lay = rebalance(begin, s.spec.num_layers, s.spec.mtp_num_layers, evaluate, fits, start)
     new_step *= weight
     found.setdefault((lay, mbs), new_lay)
-    tight = s.best[i][1][0] if new_lay == lay else memory(new_lay).peak_bytes > s.roomy_bytes
+    tight = s.best[i][1][0] if new_lay == lay else peak(new_lay) > s.roomy_bytes
     rank = preference(new_lay, knobs, s.dispatcher(new_lay), s.wl.seq_length, tight)
     s.best[i] = (new_step, rank, new_lay, mbs, knobs, None)
     return new_step
 
 
 def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | None):
-    """(evaluate, fits, memory) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank)
+    """(evaluate, fits, peak) for rebalance: a layout's (step seconds, seconds a micro-batch of each pipeline rank)
     by the scalar estimate, time only; whether it fits the search's memory budget, asked only of a move rebalance
-    would take; and its memory estimate (fits' reading, the re-split's peak). Each layout is estimated once a kind:
-    rebalance asks fits of a layout it has just evaluated, and the re-split's peak of the one fits last passed."""
+    would take; and its memory estimate's peak bytes (what fits reads, beside the host peak: the re-split's peak).
+    Each layout is estimated once a kind: rebalance asks fits of a layout it has just evaluated, and the re-split's
+    peak of the one fits last passed."""
     wl = Workload(seq_length=s.wl.seq_length, micro_batch_size=mbs, global_batch_size=s.wl.global_batch_size)
-    held: dict[Layout, Estimate] = {}
+    held: dict[Layout, tuple[int, int]] = {}
     priced = step_key(knobs, s.gpu, s.eff)  # knob sets priced alike share their steps (Search.step_estimates)
     # the knobs with a plan's "auto" CP exchange resolved (context_parallel.resolve_auto), by the layout fields it
     # reads (world size, TP, CP, EP, ETP, SP; never the pipeline split, all that rebalance moves): estimate given them
     # resolves them to themselves, so each re-split layout skips auto_choice
     resolved: dict[tuple, Knobs] = {}
 
-    def timed(cand: Layout) -> tuple[Estimate, Knobs]:
-        """The time-only estimate of `cand` and the knob set it was made under (these knobs or others priced alike)."""
+    def timed(cand: Layout) -> tuple[Knobs, float, list[float], Knobs]:
+        """The time-only estimate of `cand` (step_estimate: its resolved knobs, step and stage seconds) and the knob
+        set it was made under (these knobs or others priced alike)."""
         shared = (cand, mbs, priced)
         if shared not in s.step_estimates:
             mesh = (cand.world_size, cand.tp, cand.cp, cand.ep, cand.etp, cand.sp)
-            e = estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs), efficiency_overrides=efficiency_overrides,
-                         with_memory=False)
-            resolved.setdefault(mesh, e.knobs)
-            s.step_estimates[shared] = e, knobs
+            e = step_estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs),
+                              efficiency_overrides=efficiency_overrides)
+            resolved.setdefault(mesh, e[0])
+            s.step_estimates[shared] = *e, knobs
         return s.step_estimates[shared]
 
     def evaluate(cand: Layout) -> tuple | None:
         if not keeps_index_groups(s.spec, cand):  # a split DSA index sharing refuses: rebalance passes it over
             return None
-        t = timed(cand)[0].time
-        return t["step_seconds"], t["stage_seconds"]
+        return timed(cand)[1:3]
 
-    def memory(cand: Layout) -> Estimate:
+    def memory(cand: Layout) -> tuple[int, int]:
+        """(peak bytes, host peak bytes) of `cand`'s memory estimate."""
         if cand not in held:
             # the memory estimate resolves "auto" under the shipped constants (no efficiency_overrides), so the time
             # estimate's validated and resolved knobs serve it only where the user's constants are not in play, and
             # only where it was made under these knobs (a knob set priced alike may hold other buffers)
-            e, made_under = timed(cand)
-            held[cand] = with_memory_wall(e, s.user_overheads) if made_under == knobs and not efficiency_overrides \
-                else estimate(s.spec, s.gpu, cand, wl, knobs, s.user_overheads, with_time=False)
+            made = timed(cand)
+            held[cand] = memory_peaks(s.spec, cand, wl, made[0], s.user_overheads, arch=s.gpu.arch) \
+                if (made[3] is knobs or made[3] == knobs) and not efficiency_overrides \
+                else memory_estimate_peaks(s.spec, s.gpu, cand, wl, knobs, s.user_overheads)
         return held[cand]
 
-    return evaluate, lambda cand: memory(cand).fits, memory
+    return evaluate, lambda cand: fits_memory(*memory(cand), s.gpu, s.gpu), lambda cand: memory(cand)[0]

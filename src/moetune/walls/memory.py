@@ -218,6 +218,23 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
                 overheads: dict[str, float] | None = None, *, arch: str) -> list[StageMemory]:
     """Per-stage memory of one rank, every line item named, on a GPU of architecture `arch` (each stage its own
     StageMemory and items)."""
+    return [StageMemory(stage=s.stage, params=s.params, items=dict(s.items), host_bytes=s.host_bytes,
+                        in_flight_microbatches=s.in_flight_microbatches)
+            for s in _stage_memories(spec, layout, workload, knobs, overheads, arch)]
+
+
+def memory_peaks(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
+                 overheads: dict[str, float] | None = None, *, arch: str) -> tuple[int, int]:
+    """(the largest stage's bytes, the largest host bytes a rank keeps, 0 without any): memory_wall's peak and host
+    peak (Estimate.peak_bytes, host_peak_bytes) without a copy of every stage's items, for the planner's re-split,
+    which weighs nothing else of the splits it tries (planner/resplit.py)."""
+    stages = _stage_memories(spec, layout, workload, knobs, overheads, arch)
+    return max(s.total for s in stages), max((s.host_bytes for s in stages), default=0)
+
+
+def _stage_memories(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs, overheads: dict | None,
+                    arch: str) -> list[StageMemory]:
+    """Each stage's StageMemory as the memo holds it (read only)."""
     overheads = merged_overheads(overheads)
     key = (spec, layout.world_size, layout.tp, layout.cp, layout.pp, layout.vpp, layout.ep, layout.etp, layout.sp,
            workload, knobs, tuple(sorted(overheads.items())), arch)
@@ -233,9 +250,7 @@ def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knob
             if held not in by_held:
                 by_held[held] = _held_bytes(spec, layout, knobs, arch, p, st, parts.ctx)
             by_place[p.stage, held] = _stage_memory(layout, p, by_held[held], parts)
-        s = by_place[p.stage, held]
-        result.append(StageMemory(stage=s.stage, params=s.params, items=dict(s.items),
-                                  in_flight_microbatches=s.in_flight_microbatches, host_bytes=s.host_bytes))
+        result.append(by_place[p.stage, held])
     return result
 
 

@@ -124,9 +124,10 @@ _LAYER_TIMES: dict = {}
 STAGE_TIMES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
 
 
-def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> list[dict]:
+def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict,
+                copies: bool = True) -> list[dict]:
     """Per stage: seconds per micro-batch by wall and by class (each stage its own dict; the dicts inside are shared
-    with the memo: read only)."""
+    with the memo: read only; copies=False: the stage dicts too, for a caller that only reads them)."""
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              step_key(knobs, gpu, eff), gpu, tuple(eff.items()))  # a dict's items in its order: equal ones, one key
     by_kind, by_stage = remembered(_LAYER_TIMES, shape, lambda: ({}, {}), 1024)
@@ -139,7 +140,7 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
         if held not in by_stage:
             parts = parts or _stage_parts(spec, lay, wl, knobs, gpu, eff)
             by_stage[held] = _stage_time(spec, st, parts, by_kind)
-        out.append(dict(by_stage[held]))
+        out.append(dict(by_stage[held]) if copies else by_stage[held])
     return out
 
 
@@ -196,10 +197,32 @@ def step_walls(m, compute, comm, host, total, *, hidden, regain, unpaired_runs, 
     }
 
 
-def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
-    """The `time` object of estimate's JSON (seconds)."""
+class _Step(NamedTuple):
+    """What step_time reads past the step's walls: its stages, the slowest, and the terms that split the walls."""
+
+    walls: dict
+    stages: list
+    slow: dict
+    m: int
+    dp_raw: float
+    dp_exposed: float
+    unpaired: float  # the EP all-to-all seconds the unpaired micro-batches leave exposed
+    u: float  # those micro-batches (overlap.ep_overlap_unpaired)
+    regain: float
+    optimizer: float
+    offload: float
+
+
+def step_seconds(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """(step seconds, seconds a micro-batch of each pipeline rank): step_time's "step_seconds" and "stage_seconds"
+    alone, for the re-split (planner/resplit.py), which weighs nothing else of the thousands of splits it tries."""
+    st = _step(spec, lay, wl, knobs, gpu, eff, copies=False)
+    return sum(st.walls.values()), [float(s["total"]) for s in st.stages]
+
+
+def _step(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict, copies=True) -> _Step:
     gpu = job_gpu(gpu, lay.world_size)  # collectives see the job's NVLink domain
-    stages = stage_times(spec, lay, wl, knobs, gpu, eff)
+    stages = stage_times(spec, lay, wl, knobs, gpu, eff, copies)
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
@@ -216,11 +239,17 @@ def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: Gpu
     # an unpaired micro-batch's GPU work is longer, so less of it waits for the host (layer_time's host_unpaired)
     regain = slow["host_unpaired"] - slow["host"] if knobs.ep_overlap else 0.0
     u = float(ep_overlap_unpaired(lay, m)) if knobs.ep_overlap else 0.0
-    unpaired = u * hidden
     walls = step_walls(m, sum(slow["compute"].values()), sum(slow["comm"].values()), slow["host"], slow["total"],
                        hidden=hidden, regain=regain, unpaired_runs=u, bubble_factor=(lay.pp - 1) / lay.vpp,
                        dp_exposed=dp_exposed, optimizer=optimizer, offload=offload)
-    walls = {k: float(v) for k, v in walls.items()}
+    return _Step({k: float(v) for k, v in walls.items()}, stages, slow, m, dp_raw, dp_exposed, u * hidden, u, regain,
+                 optimizer, offload)
+
+
+def step_time(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> dict:
+    """The `time` object of estimate's JSON (seconds)."""
+    walls, stages, slow, m, dp_raw, dp_exposed, unpaired, u, regain, optimizer, offload = _step(
+        spec, lay, wl, knobs, gpu, eff)
     step = sum(walls.values())
     tokens = wl.gbs(lay) * wl.seq_length
     flops = megatron_model_flops(spec, wl.seq_length, wl.gbs(lay), tp=lay.tp, convention=spec.flops_convention)
