@@ -210,9 +210,9 @@ def estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload 
 
 
 def _checked(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload, knobs: Knobs,
-             efficiency_overrides: dict | None) -> tuple[Knobs, dict]:
+             efficiency_overrides: dict | None, eff: dict | None = None) -> tuple[Knobs, dict]:
     """estimate's checks of the configuration (each raises where Megatron or the GPU refuses it), then its knobs with a
-    plan's "auto" CP exchange named, and the efficiency constants in use."""
+    plan's "auto" CP exchange named, and the efficiency constants in use (`eff`, where the caller holds them)."""
     validate(model, layout, workload)
     refuse_unpriced(model, gpu.arch)
     dsa_heads(model, layout, gpu.arch)  # FlashMLA's head groups on this GPU (validate applied Hopper's)
@@ -220,16 +220,18 @@ def _checked(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload,
     validate_knobs(model, layout, knobs)
     validate_gemm_shapes(Widths.of(model), knobs.precision, gpu.arch, seq=workload.seq_length,
                          mbs=workload.micro_batch_size, tp=layout.tp, cp=layout.cp, sp=layout.sp, etp=layout.etp)
-    eff = efficiency(gpu.key, efficiency_overrides)
+    eff = efficiency(gpu.key, efficiency_overrides) if eff is None else eff
     return _resolved(model, layout, workload, knobs, gpu, eff), eff  # a plan's "auto" CP exchange, named
 
 
 def step_estimate(model: ModelSpec, gpu: GpuSpec, layout: Layout, workload: Workload, knobs: Knobs, *,
-                  efficiency_overrides: dict | None = None) -> tuple[Knobs, float, list[float]]:
+                  efficiency_overrides: dict | None = None,
+                  eff: dict | None = None) -> tuple[Knobs, float, list[float]]:
     """(knobs as estimate resolves them, step seconds, seconds a micro-batch of each pipeline rank): what
     estimate(..., with_memory=False) gives of this configuration, checked as it checks it, for the planner's re-split
-    (planner/resplit.py), which weighs nothing else of each split it tries."""
-    knobs, eff = _checked(model, gpu, layout, workload, knobs, efficiency_overrides)
+    (planner/resplit.py), which weighs nothing else of each split it tries. `eff`: efficiency(gpu.key,
+    efficiency_overrides), where the caller holds it (the search does: Search.eff), so it is not merged again."""
+    knobs, eff = _checked(model, gpu, layout, workload, knobs, efficiency_overrides, eff)
     return knobs, *step_seconds(model, layout, workload, knobs, gpu, eff)
 
 

@@ -165,7 +165,7 @@ def _evaluator(s: Search, mbs: int, knobs: Knobs, efficiency_overrides: dict | N
         if shared not in s.step_estimates:
             mesh = (cand.world_size, cand.tp, cand.cp, cand.ep, cand.etp, cand.sp)
             e = step_estimate(s.spec, s.gpu, cand, wl, resolved.get(mesh, knobs),
-                              efficiency_overrides=efficiency_overrides)
+                              efficiency_overrides=efficiency_overrides, eff=s.eff)
             resolved.setdefault(mesh, e[0])
             s.step_estimates[shared] = *e, knobs
         return s.step_estimates[shared]

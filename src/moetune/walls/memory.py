@@ -238,18 +238,19 @@ def _stage_memories(spec: ModelSpec, layout: Layout, workload: Workload, knobs: 
     overheads = merged_overheads(overheads)
     key = (spec, layout.world_size, layout.tp, layout.cp, layout.pp, layout.vpp, layout.ep, layout.etp, layout.sp,
            workload, knobs, tuple(sorted(overheads.items())), arch)
-    by_place, by_held = remembered(_STAGE_MEMORY, key, lambda: ({}, {}), 256)
+    # beside the stages, what a stage not seen yet needs (_wall_parts: alike for every split under the outer key)
+    by_place, by_held, parts = remembered(_STAGE_MEMORY, key, lambda: ({}, {}, []), 256)
     if len(by_place) > STAGES_HELD:
         by_place.clear(), by_held.clear()
-    parts = None  # what a stage not seen yet needs, worked out once a call
     result = []
     for p, st in zip(stage_params(spec, layout), stage_structures(spec, layout)):
         held = st.held
         if (p.stage, held) not in by_place:
-            parts = parts or _wall_parts(spec, layout, workload, knobs, overheads)
+            if not parts:
+                parts.append(_wall_parts(spec, layout, workload, knobs, overheads))
             if held not in by_held:
-                by_held[held] = _held_bytes(spec, layout, knobs, arch, p, st, parts.ctx)
-            by_place[p.stage, held] = _stage_memory(layout, p, by_held[held], parts)
+                by_held[held] = _held_bytes(spec, layout, knobs, arch, p, st, parts[0].ctx)
+            by_place[p.stage, held] = _stage_memory(layout, p, by_held[held], parts[0])
         result.append(by_place[p.stage, held])
     return result
 

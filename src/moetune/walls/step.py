@@ -130,15 +130,20 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     with the memo: read only; copies=False: the stage dicts too, for a caller that only reads them)."""
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              step_key(knobs, gpu, eff), gpu, tuple(eff.items()))  # a dict's items in its order: equal ones, one key
-    by_kind, by_stage = remembered(_LAYER_TIMES, shape, lambda: ({}, {}), 1024)
+    # beside them, by PP, what a stage not seen yet needs (_stage_parts), alike for every split of that depth and
+    # every knob set of the key but for the layout and knobs themselves, which a call puts in its own
+    by_kind, by_stage, by_pp = remembered(_LAYER_TIMES, shape, lambda: ({}, {}, {}), 1024)
     if len(by_stage) > STAGE_TIMES_HELD:
         by_stage.clear()
-    parts = None  # what a stage not seen yet needs, worked out once a call
+    parts = None  # worked out once a call
     out = []
     for st in stage_structures(spec, lay):  # each stage's layers by kind, counted once a layout (rank_params.py)
         held = (st.held, lay.pp)
         if held not in by_stage:
-            parts = parts or _stage_parts(spec, lay, wl, knobs, gpu, eff)
+            if parts is None:
+                if lay.pp not in by_pp:
+                    by_pp[lay.pp] = _stage_parts(spec, lay, wl, knobs, gpu, eff)
+                parts = by_pp[lay.pp]._replace(lay=lay, knobs=knobs)
             by_stage[held] = _stage_time(spec, st, parts, by_kind)
         out.append(dict(by_stage[held]) if copies else by_stage[held])
     return out
