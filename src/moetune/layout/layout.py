@@ -6,7 +6,7 @@ Checks that need the model or the workload live in ``validate.py``.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -134,6 +134,18 @@ class Layout:
     pipeline_layout: str | None = None  # pipeline_model_parallel_layout, e.g. "Et*4|(t*4|)*14tmL"
     account_for_embedding: bool = False  # account_for_embedding_in_pipeline_split: embedding counts as a layer
     account_for_loss: bool = False  # account_for_loss_in_pipeline_split: loss counts as a layer
+    # the hash, worked out at the first lookup: layouts key the planner's sets and the re-split's memos (a DeepSeek-V3
+    # plan hashes some 13,000), and each was a tuple of every field built and hashed again
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        # the value dataclass's own __hash__ gives (its compared fields in order), so sets of layouts iterate alike
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((
+                self.world_size, self.tp, self.cp, self.pp, self.vpp, self.ep, self.etp, self.sequence_parallel,
+                self.first_stage_layers, self.last_stage_layers, self.pipeline_layout, self.account_for_embedding,
+                self.account_for_loss)))
+        return self._hash
 
     def __post_init__(self) -> None:
         # the checks spelled out field by field first, their loops (which name the field) run only where one fails: the

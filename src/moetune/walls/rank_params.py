@@ -6,7 +6,7 @@ expert mesh's EDP ranks; the distributed optimizer shards each over that group (
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import NamedTuple
@@ -126,12 +126,26 @@ class StageStructure:
     mtp_layers: int
     outputs: int
     layers: tuple[int, ...]
+    # What the stage holds, its place and its layers' ids aside: stages alike in it hold the same parameters and
+    # activations, and take the same time (the walls' memos key a stage by it, several lookups a stage and estimate)
+    held: tuple = field(init=False, repr=False, compare=False)
 
-    @property
-    def held(self) -> tuple:
-        """What the stage holds, its place and its layers' ids aside: stages alike in it hold the same parameters and
-        activations, and take the same time (the walls' memos key a stage by it)."""
-        return self.kind_counts, self.embeddings, self.final_norms, self.mtp_layers, self.outputs
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "held", _Held((self.kind_counts, self.embeddings, self.final_norms, self.mtp_layers,
+                                                self.outputs)))
+
+
+class _Held(tuple):
+    """StageStructure.held: a tuple (equal to, and hashing as, the plain one) whose hash is worked out once, not again
+    over its layer kinds at each of the walls' lookups."""
+
+    def __new__(cls, parts: tuple):
+        self = super().__new__(cls, parts)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def held_kinds(spec: ModelSpec, st: StageStructure) -> dict[LayerKind, int]:
