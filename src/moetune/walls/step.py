@@ -128,13 +128,27 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
                 copies: bool = True) -> list[dict]:
     """Per stage: seconds per micro-batch by wall and by class (each stage its own dict; the dicts inside are shared
     with the memo: read only; copies=False: the stage dicts too, for a caller that only reads them)."""
+    return _stage_times(spec, lay, wl, knobs, gpu, eff, _memo(spec, lay, wl, knobs, gpu, eff), copies)
+
+
+def _memo(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+    """The _LAYER_TIMES entry of this layout's sizes, knobs, GPU and constants: (layer times by kind, stage times by
+    what a stage holds and PP, _stage_parts by PP, _step's iteration terms by PP, VPP, micro-batches and the largest
+    stage's parameters). The _stage_parts are alike for every split of a depth and every knob set of the key but for
+    the layout and knobs themselves, which a call puts in its own; iteration.py's terms read nothing else of them."""
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              step_key(knobs, gpu, eff), gpu, tuple(eff.items()))  # a dict's items in its order: equal ones, one key
-    # beside them, by PP, what a stage not seen yet needs (_stage_parts), alike for every split of that depth and
-    # every knob set of the key but for the layout and knobs themselves, which a call puts in its own
-    by_kind, by_stage, by_pp = remembered(_LAYER_TIMES, shape, lambda: ({}, {}, {}), 1024)
-    if len(by_stage) > STAGE_TIMES_HELD:
-        by_stage.clear()
+    memo = remembered(_LAYER_TIMES, shape, lambda: ({}, {}, {}, {}), 1024)
+    if len(memo[1]) > STAGE_TIMES_HELD:
+        memo[1].clear()
+    if len(memo[3]) > STAGE_TIMES_HELD:
+        memo[3].clear()
+    return memo
+
+
+def _stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict, memo: tuple,
+                 copies: bool) -> list[dict]:
+    by_kind, by_stage, by_pp, _ = memo
     parts = None  # worked out once a call
     out = []
     for st in stage_structures(spec, lay):  # each stage's layers by kind, counted once a layout (rank_params.py)
@@ -227,11 +241,15 @@ def step_seconds(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: 
 
 def _step(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict, copies=True) -> _Step:
     gpu = job_gpu(gpu, lay.world_size)  # collectives see the job's NVLink domain
-    stages = stage_times(spec, lay, wl, knobs, gpu, eff, copies)
+    memo = _memo(spec, lay, wl, knobs, gpu, eff)
+    stages = _stage_times(spec, lay, wl, knobs, gpu, eff, memo, copies)
     slow = max(stages, key=lambda s: s["total"])
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
-    dp, optimizer, offload = stage_iteration_terms(spec, big, lay, knobs, gpu, eff, m)
+    terms = (lay.pp, lay.vpp, m, big.dense, big.expert, big.vocab, big.nonmatrix, big.expert_nonmatrix, big.quantized)
+    if terms not in memo[3]:  # a re-split's splits mostly keep the largest stage's parameters
+        memo[3][terms] = stage_iteration_terms(spec, big, lay, knobs, gpu, eff, m)
+    dp, optimizer, offload = memo[3][terms]
     dp_raw = float(dp_raw_seconds(dp.rs, dp.ag, knobs, m, dp.step_rs, dp.step_ag))
     dp_exposed = float(dp_exposed_seconds(dp.rs, dp.ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m,
                                           dp.step_rs, dp.step_ag))
