@@ -116,8 +116,14 @@ def _unsplit(s: Search, shown: int, rank, further: bool) -> list[int]:
 def first_of_each(best: list) -> list:
     """`best` without later repeats of a (layout, micro-batch, knobs) candidate."""
     firsts: dict = {}
+    # each knob set by the first equal one met, through its object: a DeepSeek-V3 plan's 541 entries hold 35 knob sets,
+    # and hashing a knob set hashes every field of it
+    first_knobs: dict = {}
+    by_object: dict[int, int] = {}
     for b in best:
-        firsts.setdefault((b[2], b[3], b[4]), b)
+        if (same := by_object.get(id(b[4]))) is None:
+            same = by_object[id(b[4])] = id(first_knobs.setdefault(b[4], b[4]))
+        firsts.setdefault((b[2], b[3], same), b)
     return list(firsts.values())
 
 
