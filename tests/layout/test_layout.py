@@ -1,6 +1,7 @@
 """Every illegal layout is rejected with the rule it breaks; legal ones derive DP/EDP and stage contents."""
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -356,3 +357,16 @@ def test_the_4k_shard_is_weighed_by_the_attention_share():
     assert shard_cp(131072, 1, 1, 256, share=1.0) == shard_cp(131072, 1, 1, 256) == 32
     assert undersharded_cp(131072, 1, 8, 32) and undersharded_cp(131072, 1, 8, 32, share=1.0)
     assert shard_cp(131072, 1, 1, 256, share=0.0) == 1  # no attention at all: CP 1
+
+
+def test_a_layouts_kept_hash_is_the_dataclass_one():
+    """Layout keeps its hash after the first lookup; it is the value a plain frozen dataclass gives (its compared
+    fields in order), so sets and dicts of layouts iterate as they did, and a replaced layout hashes its own fields
+    (its VPP derived from the string: 8 stages over PP 4)."""
+    lay = Layout(world_size=64, pp=4, ep=8, pipeline_layout="Et*7|(t*8|)*6t*6mL")
+    fields = (64, 1, 1, 4, 2, 8, 1, None, None, None, "Et*7|(t*8|)*6t*6mL", False, False)
+    first = hash(lay)
+    assert first == hash(fields) and hash(lay) == first  # worked out, then kept
+    moved = replace(lay, pipeline_layout="Et*6|(t*8|)*6t*7mL")
+    assert hash(moved) == hash((*fields[:10], "Et*6|(t*8|)*6t*7mL", False, False)) != hash(lay)
+    assert moved != lay and replace(lay) == lay and len({lay, replace(lay), moved}) == 2

@@ -3,6 +3,7 @@
 from dataclasses import replace
 from types import SimpleNamespace
 
+from moetune.layout.knobs import Knobs
 from moetune.layout.validate import Workload
 from moetune.planner import resplit
 from moetune.planner.estimate import estimate
@@ -93,3 +94,12 @@ def test_expert_parallelism_goes_before_expert_tp_in_the_band():
     rows = plan(spec, gpu, 96, Workload(seq_length=4096, global_batch_size=960), top=2).results
     assert (rows[0].layout.ep, rows[0].layout.etp) == (4, 1)
     assert within(rows[0].time["step_seconds"], min(r.time["step_seconds"] for r in rows)) == 0
+
+
+def test_equal_knob_sets_fold_together_whatever_their_objects():
+    """first_of_each keys a knob set by the first equal one it meets: two equal Knobs objects are one candidate's,
+    another knob set another's."""
+    a, same, other = Knobs(recompute="full"), Knobs(recompute="full"), Knobs(recompute="selective")
+    assert a is not same
+    best = [(1.0, 0, "L1", 1, a), (2.0, 0, "L1", 1, same), (3.0, 0, "L1", 1, other), (4.0, 0, "L2", 1, same)]
+    assert first_of_each(best) == [best[0], best[2], best[3]]
