@@ -22,7 +22,7 @@ from moetune.walls.batch import batch_step_seconds
 from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import default_overheads
+from moetune.walls.overheads import default_overheads
 
 # Qwen3-30B-A3B on 8 GB200, GBS 64: under the default factor the pick is EP 1 (charged nothing, EP 2 1.19x, EP 8
 # 1.47x: layout/imbalance.py); a small search (~1 s)

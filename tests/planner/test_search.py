@@ -31,7 +31,7 @@ from moetune.walls.batch import batch_step_seconds
 from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import default_overheads
+from moetune.walls.overheads import default_overheads
 
 
 def _model(name: str):

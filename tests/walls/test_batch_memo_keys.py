@@ -15,7 +15,7 @@ from moetune.walls.batch import batch_step_seconds
 from moetune.walls.batch_bytes import batch_host_bytes, batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import merged_overheads
+from moetune.walls.overheads import merged_overheads
 
 # Qwen3-30B-A3B on 64 H100 at EP 8 (DP 64, EDP 8), at PP 2, and at EP 4 (where the default imbalance is charged
 # below its full value: Knobs.imbalance_at)

@@ -23,7 +23,8 @@ from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
 from moetune.walls.iteration import gathered_weight_bytes
-from moetune.walls.memory import default_overheads, memory_wall
+from moetune.walls.memory import memory_wall
+from moetune.walls.overheads import default_overheads
 from moetune.walls.rank_params import stage_params
 
 SPEC = load_model("qwen3-30b-a3b")

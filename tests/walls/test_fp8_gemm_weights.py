@@ -17,7 +17,7 @@ from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
-from moetune.walls.memory import default_overheads
+from moetune.walls.overheads import default_overheads
 from moetune.walls.rank_params import stage_params
 
 MODEL = "qwen3-30b-a3b"

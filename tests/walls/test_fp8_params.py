@@ -19,8 +19,9 @@ from moetune.walls.batch import batch_step_seconds
 from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import default_overheads, memory_wall
+from moetune.walls.memory import memory_wall
 from moetune.walls.model_state import FP8_CACHE_BYTES
+from moetune.walls.overheads import default_overheads
 from moetune.walls.rank_params import stage_params
 
 SPEC = load_model("qwen3-30b-a3b")

@@ -71,7 +71,7 @@ def test_fp8_output_proj_keeps_an_mxfp8_copy_of_the_lm_head_weight():
     alike in estimate and the planner's batch."""
     from moetune.walls.batch_bytes import batch_memory
     from moetune.walls.batch_layouts import build_batch
-    from moetune.walls.memory import default_overheads
+    from moetune.walls.overheads import default_overheads
 
     spec, lay = load_model("gpt-oss-120b"), Layout(world_size=64, ep=64)
     wl = Workload(seq_length=4096, micro_batch_size=4, global_batch_size=1280)

@@ -185,7 +185,7 @@ def test_the_batch_path_prices_megatron_fsdp_as_estimate_does(strategy):
     batch = build_batch(spec, [(LAYOUT, 1)])
     step = batch_step_seconds(spec, batch, 4096, 256, knobs, gpu, efficiency(gpu.key))["step"][0]
     assert float(step) == pytest.approx(_time(knobs)["step_seconds"], rel=1e-9)
-    from moetune.walls.memory import merged_overheads
+    from moetune.walls.overheads import merged_overheads
     peak = batch_memory(spec, batch, 4096, 256, knobs, merged_overheads(None), arch="hopper")[0]
     wl = Workload(seq_length=4096, micro_batch_size=1, global_batch_size=256)
     assert float(peak) == pytest.approx(estimate(spec, gpu, LAYOUT, wl, knobs, with_time=False).peak_bytes, rel=1e-9)

@@ -156,7 +156,7 @@ def test_the_batch_path_prices_hybrid_sharding_as_estimate_does(knobs):
     from moetune.walls.batch import batch_step_seconds
     from moetune.walls.batch_bytes import batch_memory
     from moetune.walls.batch_layouts import build_batch
-    from moetune.walls.memory import merged_overheads
+    from moetune.walls.overheads import merged_overheads
 
     spec, gpu = load_model("qwen3-30b-a3b"), load_gpu("h100")
     batch = build_batch(spec, [(LAYOUT, 1)])

@@ -9,7 +9,8 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.validate import Workload
 from moetune.specs.registry import load_model
-from moetune.walls.memory import memory_wall, merged_overheads
+from moetune.walls.memory import memory_wall
+from moetune.walls.overheads import merged_overheads
 
 QWEN235 = load_model("qwen3-235b-a22b")  # hidden 4096
 WL = Workload(seq_length=16384, micro_batch_size=1, global_batch_size=256)

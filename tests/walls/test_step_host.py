@@ -10,8 +10,8 @@ from moetune.specs.hardware import load_gpu
 from moetune.specs.registry import load_model
 from moetune.walls.compute import rates
 from moetune.walls.efficiency import efficiency
+from moetune.walls.layer_time import layer_time
 from moetune.walls.memory import activation_context
-from moetune.walls.step import layer_time
 
 SPEC, GPU = load_model("qwen3-30b-a3b"), load_gpu("b200")
 LAYOUT = Layout(world_size=8, ep=8)

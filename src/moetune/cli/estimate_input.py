@@ -207,7 +207,7 @@ def build_knobs(kw: dict, gpu: GpuSpec, layout: Layout, spec: ModelSpec) -> tupl
 
 def load_overheads(path: str | None) -> dict | None:
     """The user's --overheads figures, checked; they remember their file (results record it)."""
-    from moetune.walls.memory import check_overheads
+    from moetune.walls.overheads import check_overheads
     if not path:
         return None
     where = f"--overheads {path}"

@@ -23,7 +23,7 @@ from moetune.planner.rule_findings import rule_errors
 from moetune.walls.batch_bytes import batch_memory
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.cp_legal import exchange_text
-from moetune.walls.memory import merged_overheads
+from moetune.walls.overheads import merged_overheads
 
 # The seeds' order to make a run fit (seeds/000 Phase 1; seeds/002 Prefer selective recompute): a smaller micro-batch,
 # then recompute steps applied cumulatively (the modules seeds/002 names before full recompute), offload last: where

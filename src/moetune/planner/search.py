@@ -48,7 +48,7 @@ from moetune.specs.model import ModelSpec
 from moetune.specs.platform import platform_defaults
 from moetune.walls.batch_layouts import build_batch
 from moetune.walls.efficiency import efficiency
-from moetune.walls.memory import merged_overheads
+from moetune.walls.overheads import merged_overheads
 
 
 @dataclass(kw_only=True, slots=True)

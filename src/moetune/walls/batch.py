@@ -1,6 +1,6 @@
 """Step time of many layouts at once (numpy arrays), for the planner's full search (their memory: walls/batch_bytes.py).
 
-The formulas are the scalar ones (step.layer_time, compute.heads_seconds, comms.p2p_seconds,
+The formulas are the scalar ones (layer_time.layer_time, compute.heads_seconds, comms.p2p_seconds,
 iteration.iteration_terms): they are plain arithmetic, so they accept arrays whose first axis is the candidate and
 whose second is the pipeline stage (walls/batch_layouts.py). Per-layer quantities are evaluated once per distinct
 shape (MBS, TP, CP, ETP, EP, SP) and read back by row. Only the per-stage assembly is written here; tests check it
@@ -30,9 +30,10 @@ from moetune.walls.batch_rows import (
 from moetune.walls.comms import p2p_bandwidth, p2p_seconds
 from moetune.walls.compute import heads_seconds, layer_compute_seconds, rates
 from moetune.walls.iteration import gathered_weight_bytes, stage_iteration_terms, step_weight_bytes
+from moetune.walls.layer_time import layer_time
 from moetune.walls.overlap import dp_exposed_seconds, ep_overlap_unpaired
 from moetune.walls.split_floor import even_floor, layer_shares, whole_floor
-from moetune.walls.step import layer_time, step_walls
+from moetune.walls.step import step_walls
 
 
 def _shape_layer_times(spec: ModelSpec, b: LayoutBatch, seq: int, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:

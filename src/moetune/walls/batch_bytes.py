@@ -30,11 +30,11 @@ from moetune.walls.memory import (
     in_flight,
     logits_bytes,
     output_proj_cache_bytes,
-    overhead_bytes,
     stash_factor,
     userbuffer_bytes,
 )
 from moetune.walls.model_state import model_state_bytes, offloaded_host_bytes, optimizer_shard
+from moetune.walls.overheads import overhead_bytes
 from moetune.walls.rank_params import layer_rank_params
 
 

@@ -40,7 +40,7 @@ def step_key(knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
 def _without_routed_experts(knobs: Knobs) -> tuple:
     """time_key less the knobs that act on the routed experts alone: the dispatcher and its SMs (the MoE branch of
     layer_comm.layer_comm), EP overlap and delay_wgrad (a layer without an EP all-to-all has nothing to overlap, so
-    step.layer_time's unpaired host time is its host time), the router's dtype (compute.expert_bias_seconds)."""
+    layer_time.layer_time's unpaired host time is its host time), the router's dtype (compute.expert_bias_seconds)."""
     return (knobs.precision, knobs.recompute, knobs.effective_modules, knobs.cuda_graph_scope, knobs.tp_comm_overlap,
             knobs.routing, knobs.token_imbalance, knobs.hidden_dropout > 0, knobs.offload_modules,
             knobs.fp8_output_proj, knobs.cp_comm_type, knobs.hcp_a2a_size)

@@ -1,5 +1,5 @@
 """The host wall: the CPU work of issuing a layer's kernels, what CUDA-graph scopes capture of it, and how long the
-GPU waits for the host beside its own work (step.layer_time uses these per layer)."""
+GPU waits for the host beside its own work (layer_time.layer_time uses these per layer)."""
 
 from moetune.specs.model import LayerKind
 

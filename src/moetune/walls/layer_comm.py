@@ -1,6 +1,7 @@
 """One layer's communication: the TP collectives of its sequence-parallel linear layers (and the QKV gather past the
-KV groups), the EP dispatch and combine of a MoE layer, the CP exchange step.layer_time hands in, and the activation
-offload's host transfers; raw and left exposed under the layer's compute (step.py adds them to the layer's time)."""
+KV groups), the EP dispatch and combine of a MoE layer, the CP exchange layer_time.layer_time hands in, and the
+activation offload's host transfers; raw and left exposed under the layer's compute (layer_time.py adds them to the
+layer's time)."""
 
 import numpy as np
 
