@@ -6,15 +6,13 @@ from dataclasses import replace
 import pytest
 
 from moetune.errors import MoetuneError
+from moetune.layout.cp_sizing import attention_share, shard_cp, undersharded_cp
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout, layout_stages, layout_stages_or_none, write_pipeline_layout
 from moetune.layout.pipeline import parse_pipeline_layout, pipeline_chunks
 from moetune.layout.validate import (
     Workload,
-    attention_share,
     sequence_refusal,
-    shard_cp,
-    undersharded_cp,
     validate,
     validate_knobs,
     validate_model_layout,

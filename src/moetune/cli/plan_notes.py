@@ -1,7 +1,7 @@
 """The words of plan's near-tie (a faster candidate the seeds' order ranked below the pick in its 1% band), which its
 JSON holds as `why`; plan's other notes are worded from its JSON (planner/plan_notes.py)."""
 
-from moetune.layout.validate import LONG_CONTEXT
+from moetune.layout.cp_sizing import LONG_CONTEXT
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.moves import TIGHT_SHARE
 from moetune.planner.plan_notes import RANKING_SOURCE

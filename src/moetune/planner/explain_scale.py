@@ -7,8 +7,8 @@ platform's default dispatcher where it does not fit.
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
+from moetune.layout.cp_sizing import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
 from moetune.layout.ranks import groups_leaving_domain, members_in_domain
-from moetune.layout.validate import LONG_CONTEXT, SEED_CP_GUESS, SHARD_TOKENS, shard_cp
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.ep_domain import ep_domain_note, ep_domain_text, segment_note
 from moetune.planner.ep_first import ep_first_note
@@ -145,7 +145,7 @@ SHARD_READING = (f"seeds/002 § Start from a 4K shard target: \"{SEED_CP_GUESS}\
 def _cp_sizing_note(e: Estimate) -> str | None:
     """The long-context CP advice (rule longctx.cp_sizing): the 4K-shard CP among those estimate runs, weighed against
     this run; or, where the shard is past twice 4K and no larger CP runs, why the next one does not. A hybrid's shard
-    is weighed by its attention share of the token mixers, as the rule weighs it (validate.attention_share)."""
+    is weighed by its attention share of the token mixers, as the rule weighs it (cp_sizing.attention_share)."""
     lay, seq = e.layout, e.workload.seq_length
     shard = seq // (lay.cp * lay.tp)
     facts = attention_facts(e.model.attention_mixers)

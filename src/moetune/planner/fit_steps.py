@@ -4,8 +4,9 @@ smallest model parallelism that fits, then a ladder of moves applied one on top 
 from dataclasses import replace
 
 from moetune.errors import MoetuneError
+from moetune.layout.cp_sizing import LONG_CONTEXT
 from moetune.layout.knobs import Knobs
-from moetune.layout.validate import LONG_CONTEXT, Workload, validate_optimizer_copies
+from moetune.layout.validate import Workload, validate_optimizer_copies
 from moetune.planner.config_map import to_config
 from moetune.planner.enumerate import enumerate_layouts
 from moetune.planner.estimate import Estimate

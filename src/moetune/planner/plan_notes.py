@@ -4,7 +4,7 @@ estimate's own error of the GPU, the optimizer-offload alternative to a full-rec
 short-context weight ranked off, the near-tie, the seeds' order within 1%, the moves the search leaves out, and why
 a BF16 pick where FP8/FP4 was searched (planner/shape_note.py)."""
 
-from moetune.layout.validate import LONG_CONTEXT
+from moetune.layout.cp_sizing import LONG_CONTEXT
 from moetune.planner.from_json import saved_results
 from moetune.planner.moves import TIGHT_SHARE, headroom_for
 from moetune.planner.ranking import CP_SHORT_MARGIN

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from moetune.layout.cp_sizing import LONG_CONTEXT
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.validate import LONG_CONTEXT
 from moetune.planner.estimate import Estimate
 
 

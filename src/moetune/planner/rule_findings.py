@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from moetune.configio.release_context import target
 from moetune.errors import MoetuneError
+from moetune.layout.cp_sizing import attention_share, shard_cp, undersharded_cp
 from moetune.layout.knobs import TUNED_FLEX_SMS
-from moetune.layout.validate import attention_share, shard_cp, undersharded_cp
 from moetune.planner.config_map import to_config
 from moetune.planner.defaults import default_dispatcher
 from moetune.planner.estimate import Estimate
@@ -46,7 +46,7 @@ def cp_sizing(e: Estimate) -> tuple[int, bool]:
     """(the 4K-shard CP, whether the run's CP is below it: rule longctx.cp_sizing) over the CPs this run would run at
     by estimate's own checks (cp_legal.cp_runs: the model's shapes, the sequence and batch rules, a CP exchange
     that runs), so the advice never names a CP that estimate refuses; the shard weighed by the model's attention
-    share of its token mixers (validate.attention_share: a hybrid's Mamba and gated delta-net layers keep no keys
+    share of its token mixers (cp_sizing.attention_share: a hybrid's Mamba and gated delta-net layers keep no keys
     and values per token)."""
     if "cp_sizing" not in e.memo:  # explain asks it three times (its rules, its Scale note, its memory facts)
         lay, seq, share = e.layout, e.workload.seq_length, attention_share(e.model.attention_mixers)

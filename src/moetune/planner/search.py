@@ -16,10 +16,11 @@ from dataclasses import dataclass, field, replace
 
 from moetune.collector import collector_paused
 from moetune.errors import MoetuneError
+from moetune.layout.cp_sizing import LONG_CONTEXT
 from moetune.layout.dsa_split import refuse_unpriced
 from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
-from moetune.layout.validate import LONG_CONTEXT, Workload
+from moetune.layout.validate import Workload
 from moetune.planner.candidates import candidate_pairs, fitting_dp, memory_bound
 from moetune.planner.enumerate import enumerate_layouts, pinned_split, tp_cp_sizes
 from moetune.planner.estimate import Estimate, estimate

@@ -25,9 +25,7 @@ from moetune.layout.knobs import MEGATRON_FLEX_SMS
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, did_you_mean, unsaved_offloads
 from moetune.layout.param_gather import offload_refuses_params
-from moetune.layout.validate import (
-    ep_first_sizes,
-)
+from moetune.layout.validate import ep_first_sizes
 from moetune.rules.derive_cluster import cluster_facts
 from moetune.rules.derive_layers import (
     cp_exchange,

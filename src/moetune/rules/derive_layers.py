@@ -11,11 +11,12 @@ from moetune.configio.finalize import sequence_parallel
 from moetune.configio.layout_map import UNEVEN_SPLIT, layout_settings
 from moetune.configio.names import NO_DEFAULT, is_megatron_lm, names
 from moetune.errors import MoetuneError
+from moetune.layout.cp_sizing import attention_share, shard_cp, undersharded_cp
 from moetune.layout.gemm_shapes import Widths, gemm_refusal, token_fix
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks
 from moetune.layout.ranks import members_in_domain
-from moetune.layout.validate import attention_share, gdn_cp_refusal, mamba_cp_refusal, shard_cp, undersharded_cp
+from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal
 from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
 from moetune.specs.model import count_attention_mixers
 from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group, heads_per_rank
@@ -157,7 +158,7 @@ def _cp_sizing(config: dict[str, Any], d: dict[str, Any]) -> None:
 
 
 def attention_facts(mixers: tuple[int, int] | None) -> dict[str, Any]:
-    """The attention mixers as rule facts: the counts, their share (validate.attention_share), and what
+    """The attention mixers as rule facts: the counts, their share (cp_sizing.attention_share), and what
     longctx.cp_sizing's message adds where the share weighs the shard (empty for an all-attention stack)."""
     share = attention_share(mixers)
     weighing = "" if share == 1 else (
