@@ -134,6 +134,11 @@ class Layout:
     pipeline_layout: str | None = None  # pipeline_model_parallel_layout, e.g. "Et*4|(t*4|)*14tmL"
     account_for_embedding: bool = False  # account_for_embedding_in_pipeline_split: embedding counts as a layer
     account_for_loss: bool = False  # account_for_loss_in_pipeline_split: loss counts as a layer
+    # derived sizes, set once by __post_init__ (read tens of thousands of times a plan, a property call each was a
+    # share of it); not compared, hashed or shown: the fields above decide them
+    dp: int = field(init=False, repr=False, compare=False)  # data_parallel_size of the attention mesh
+    edp: int = field(init=False, repr=False, compare=False)  # expert_data_parallel_size: the expert mesh's DP
+    sp: bool = field(init=False, repr=False, compare=False)  # sequence parallel: on whenever TP > 1 unless given
     # the hash, worked out at the first lookup: layouts key the planner's sets and the re-split's memos (a DeepSeek-V3
     # plan hashes some 13,000), and each was a tuple of every field built and hashed again
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
@@ -174,6 +179,9 @@ class Layout:
                 f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank",
                 same_as=("scale.world_size_experts",), flags_fix="change --ep/--etp/--pp",
                 file_fields="layout (ep, etp, pp)")
+        object.__setattr__(self, "dp", self.world_size // attention)
+        object.__setattr__(self, "edp", self.world_size // experts)
+        object.__setattr__(self, "sp", self.tp > 1 if sp is None else sp)
         if self.pipeline_layout is not None:
             self._derive_vpp(layout_stages(self.pipeline_layout))
         if self.vpp > 1 and self.pp == 1:  # parallel_state.py: the interleaved schedule needs PP > 1
@@ -219,20 +227,6 @@ class Layout:
             raise MoetuneError(f"--vpp ({self.vpp}) contradicts --pipeline-layout ({stages} stages / pp {self.pp} = "
                                f"{stages // self.pp} virtual stages); leave --vpp unset or match it",
                                same_as=("pipeline.vpp_matches_layout",))
-
-    @property
-    def dp(self) -> int:
-        """data_parallel_size of the attention mesh."""
-        return self.world_size // (self.tp * self.cp * self.pp)
-
-    @property
-    def edp(self) -> int:
-        """expert_data_parallel_size: the expert mesh's data-parallel size."""
-        return self.world_size // (self.etp * self.ep * self.pp)
-
-    @property
-    def sp(self) -> bool:
-        return self.tp > 1 if self.sequence_parallel is None else self.sequence_parallel
 
     def as_dict(self) -> dict:
         return {

@@ -18,6 +18,7 @@ from moetune.layout.layout import Layout, layout_stages, parse_pipeline_layout, 
 from moetune.layout.pipeline import check_placement, pipeline_chunks
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, validate_shapes, validate_workload
+from moetune.planner.layout_stamp import stamp
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.cp_legal import cp_exchange_exists
@@ -176,60 +177,99 @@ def tp_cp_sizes(gpu: GpuSpec, world: int, seq: int, fixed: dict) -> tuple[list[i
 def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, fixed: dict,
                       gbs_excluded: set | None = None) -> list[Layout]:
     """Every legal layout, honouring `fixed` layout fields (tp, cp, pp, vpp, ep, etp, pipeline_layout). The global
-    batch is checked last: otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`."""
-    job_domain = job_gpu(gpu, world).nvlink_domain
+    batch is checked last: otherwise legal layouts it rules out (GBS not a multiple of DP) go to `gbs_excluded`.
+    In TP, CP, PP, VPP, EP, ETP order (the ranking breaks exact ties by it), each split innermost."""
+    tps, cps, pps, vpps, eps, etps = _sizes(spec, gpu, world, wl.seq_length, fixed)
+    judge = _Judge(spec, world, job_gpu(gpu, world).nvlink_domain, wl.seq_length, fixed)
+    gbs = wl.global_batch_size
+    out = []
+    for tp, cp, pp in product(tps, cps, pps):
+        if world % (tp * cp * pp):
+            continue
+        dp = world // (tp * cp * pp)
+        experts = [(ep, etp) for ep, etp in product(eps, etps) if not world % (ep * etp * pp)]
+        for vpp in (v for v in vpps if v == 1 or pp > 1):  # parallel_state.py: interleaving needs PP > 1
+            if not experts or not judge.exchange(cp, tp):
+                continue
+            if not (templates := [t for t in judge.templates(pp, vpp) if judge.sequence(t, tp, cp, dp)]):
+                continue
+            for ep, etp in experts:
+                if not judge.shapes(templates[0], tp, cp, ep, etp, dp):
+                    continue
+                for template in templates:
+                    lay = stamp(template, tp, cp, ep, etp, dp)
+                    if gbs is not None and gbs % dp:
+                        if gbs_excluded is not None:
+                            gbs_excluded.add(lay)
+                        continue
+                    out.append(lay)
+    return out
 
+
+def _sizes(spec: ModelSpec, gpu: GpuSpec, world: int, seq: int, fixed: dict) -> tuple[list[int], ...]:
+    """The TP, CP, PP, VPP, EP and ETP sizes the search crosses, pins honoured; a pinned size below 1 none (Layout
+    refuses it whatever the rest)."""
     def choice(name, values):
         return [fixed[name]] if name in fixed else values
 
-    tps, cps = tp_cp_sizes(gpu, world, wl.seq_length, fixed)
+    tps, cps = tp_cp_sizes(gpu, world, seq, fixed)
     tps = [t for t in tps if dsa_heads_refusal(spec, t, gpu.arch) is None]
     pps = choice("pp", [p for p in _divisors(world) if p <= spec.num_layers])
     vpps = choice("vpp", list(VPP_CHOICES))
     eps = choice("ep", [e for e in _divisors(spec.num_moe_experts or 1) if world % e == 0])
     etps = choice("etp", tp_choices(gpu, world))
-    out = []
-    splits: dict[tuple, bool] = {}  # (pp, vpp, variant) -> Megatron accepts the split (same for every TP/EP)
-    shapes: dict[tuple, bool] = {}  # (tp, cp, ep, etp) -> heads, groups, experts, widths (and linear heads/CP) divide
-    exchanges: dict[tuple, bool] = {}  # (cp, tp) -> a CP exchange runs (walls/context_parallel.py)
-    variants: dict[tuple, list] = {}  # (pp, vpp) -> the splits tried (_splits)
-    probe = Workload(seq_length=wl.seq_length, micro_batch_size=1)  # the sequence rules; GBS is checked below
-    # (dp, pp, vpp, tp, cp, sp) -> the probe passes validate_workload, which reads those alone of the layout (and the
-    # probe, the model and the sequence, the same for every layout here): ~6k layouts share a few dozen verdicts
-    sequenced: dict[tuple, bool] = {}
-    for tp, cp, pp, vpp, ep, etp in product(tps, cps, pps, vpps, eps, etps):
-        if world % (tp * cp * pp) or world % (ep * etp * pp) or (vpp > 1 and pp == 1):
-            continue
-        if (cp, tp) not in exchanges:
-            exchanges[(cp, tp)] = cp_exchange_exists(spec, cp, tp, job_domain, fixed.get("cp_comm_type", "auto"))
-        if not exchanges[(cp, tp)]:
-            continue
-        if (pp, vpp) not in variants:
-            variants[(pp, vpp)] = _splits(spec, pp, vpp, fixed)
-        for extra in variants[(pp, vpp)]:
-            try:
-                lay = Layout(world_size=world, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, **extra)
-                if (tp, cp, ep, etp) not in shapes:
-                    shapes[(tp, cp, ep, etp)] = _shapes_ok(spec, lay)
-                if not shapes[(tp, cp, ep, etp)]:
+    return tuple([v for v in values if v >= 1] for values in (tps, cps, pps, vpps, eps, etps))
+
+
+class _Judge:
+    """enumerate_layouts' verdicts, each asked once of the few sizes it reads (a few dozen verdicts cover ~6k
+    layouts): the CP exchange of (CP, TP), the splits Megatron accepts at (PP, VPP), the shapes of (TP, CP, EP, ETP),
+    and the sequence rules of (DP, PP, VPP, TP, CP, SP), which validate_workload reads alone of the layout (with the
+    probe, the model and the sequence, the same for every layout here; the global batch is checked apart)."""
+
+    def __init__(self, spec: ModelSpec, world: int, job_domain: int, seq: int, fixed: dict):
+        self.spec, self.world, self.job_domain, self.fixed = spec, world, job_domain, fixed
+        self.probe = Workload(seq_length=seq, micro_batch_size=1)
+        self._exchanges: dict[tuple, bool] = {}
+        self._templates: dict[tuple, list[Layout]] = {}
+        self._shapes: dict[tuple, bool] = {}
+        self._sequences: dict[tuple, bool] = {}
+
+    def exchange(self, cp: int, tp: int) -> bool:
+        """A CP exchange runs (walls/context_parallel.py)."""
+        if (cp, tp) not in self._exchanges:
+            self._exchanges[(cp, tp)] = cp_exchange_exists(self.spec, cp, tp, self.job_domain,
+                                                           self.fixed.get("cp_comm_type", "auto"))
+        return self._exchanges[(cp, tp)]
+
+    def templates(self, pp: int, vpp: int) -> list[Layout]:
+        """The splits tried at (PP, VPP) (_splits) that Layout and Megatron accept, each as a layout of TP, CP, EP
+        and ETP 1: Layout's other checks read those sizes only through the meshes' divisibility, which the
+        enumeration asks itself, and the split's through none (_split_ok)."""
+        if (pp, vpp) not in self._templates:
+            found = []
+            for extra in _splits(self.spec, pp, vpp, self.fixed):
+                try:
+                    template = Layout(world_size=self.world, pp=pp, vpp=vpp, **extra)
+                except MoetuneError:
                     continue
-                if (seq_key := (lay.dp, lay.pp, lay.vpp, lay.tp, lay.cp, lay.sp)) not in sequenced:
-                    sequenced[seq_key] = _sequence_ok(spec, lay, probe)
-                if not sequenced[seq_key]:
-                    continue
-                key = (pp, vpp, tuple(sorted(extra.items())))
-                if key not in splits:
-                    splits[key] = _split_ok(spec, lay)
-            except MoetuneError:
-                continue
-            if not splits[key]:
-                continue
-            if wl.global_batch_size is not None and wl.global_batch_size % lay.dp:
-                if gbs_excluded is not None:
-                    gbs_excluded.add(lay)
-                continue
-            out.append(lay)
-    return out
+                if _split_ok(self.spec, template):
+                    found.append(template)
+            self._templates[(pp, vpp)] = found
+        return self._templates[(pp, vpp)]
+
+    def shapes(self, template: Layout, tp: int, cp: int, ep: int, etp: int, dp: int) -> bool:
+        """Heads, groups, experts and widths (and linear heads over CP) divide (validate_shapes)."""
+        if (key := (tp, cp, ep, etp)) not in self._shapes:
+            self._shapes[key] = _shapes_ok(self.spec, stamp(template, tp, cp, ep, etp, dp))
+        return self._shapes[key]
+
+    def sequence(self, template: Layout, tp: int, cp: int, dp: int) -> bool:
+        """The probe (micro-batch 1, no global batch) passes validate_workload."""
+        if (key := (dp, template.pp, template.vpp, tp, cp, tp > 1)) not in self._sequences:
+            lay = stamp(template, tp, cp, 1, 1, dp)
+            self._sequences[key] = _sequence_ok(self.spec, lay, self.probe)
+        return self._sequences[key]
 
 
 def _shapes_ok(spec: ModelSpec, lay: Layout) -> bool:
