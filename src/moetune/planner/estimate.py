@@ -89,8 +89,7 @@ class Estimate:
     @property
     def host_fits(self) -> bool:
         """What the optimizer's CPU offload keeps on the host fits the host memory of a GPU (unknown: assumed)."""
-        cap = self.gpu.host_capacity_bytes
-        return cap is None or self.host_peak_bytes <= cap
+        return _host_fits(self.host_peak_bytes, self.gpu)
 
     @property
     def fits(self) -> bool:
@@ -99,7 +98,7 @@ class Estimate:
     def fits_on(self, gpu: GpuSpec) -> bool:
         """Whether this estimate's peak fits `gpu`'s memory (plan: the search's budget, the GPU less --headroom) and
         its offloaded optimizer states the host memory of this estimate's GPU."""
-        return self.peak_bytes <= gpu.capacity_bytes and self.host_fits
+        return fits_memory(self.peak_bytes, self.host_peak_bytes, gpu, self.gpu)
 
     @property
     def job_domain(self) -> int:
@@ -164,8 +163,12 @@ class Estimate:
 def fits_memory(peak: int, host_peak: int, budget: GpuSpec, gpu: GpuSpec) -> bool:
     """Estimate.fits_on(budget) of an estimate on `gpu` whose largest stage holds `peak` bytes and whose ranks keep at
     most `host_peak` on the host (unknown host memory: assumed to fit), from those figures alone (plan's re-split)."""
+    return peak <= budget.capacity_bytes and _host_fits(host_peak, gpu)
+
+
+def _host_fits(host_peak: int, gpu: GpuSpec) -> bool:
     cap = gpu.host_capacity_bytes
-    return peak <= budget.capacity_bytes and (cap is None or host_peak <= cap)
+    return cap is None or host_peak <= cap
 
 
 def knobs_json(k: Knobs, ep: int) -> dict:
