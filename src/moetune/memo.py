@@ -28,3 +28,16 @@ def remembered(store: dict, key: tuple, compute, limit: int):
                 x.flags.writeable = False
         store[key] = out
     return out
+
+
+STAGES_HELD = 4096  # entries an inner memo of remembered_stages keeps (a bound: each re-split move adds a few)
+
+
+def remembered_stages(store: dict, key: tuple, compute, limit: int):
+    """remembered(), for an entry of inner memos by pipeline stage (walls/step.py, memory.py, rank_params.py: a layout's
+    stages by what each holds, under a key of all else they read), each dict of it emptied past STAGES_HELD entries."""
+    entry = remembered(store, key, compute, limit)
+    for inner in entry if isinstance(entry, tuple) else (entry,):
+        if isinstance(inner, dict) and len(inner) > STAGES_HELD:
+            inner.clear()
+    return entry

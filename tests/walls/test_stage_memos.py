@@ -59,15 +59,13 @@ class _Forgetful(dict):
 
 
 def _forgetting(monkeypatch) -> None:
-    """The two stage memos forget; every other memo of those modules works as it does."""
-    for module, stages in ((memory, memory._STAGE_MEMORY), (step, step._LAYER_TIMES)):
-        def forgetful(store, key, make, limit, stages=stages, real=module.remembered):
-            if store is not stages:
-                return real(store, key, make, limit)
-            # as many memos as the entry holds, every one fresh: its dicts forgetful, anything else (a list that
-            # keeps a layout's shared parts) new and empty, so those parts are worked out again too
-            return tuple(_Forgetful() if isinstance(x, dict) else type(x)() for x in make())
-        monkeypatch.setattr(module, "remembered", forgetful)
+    """The two stage memos forget: every stage, layer kind and shared part is worked out again on each call."""
+    for module in (memory, step):
+        def forgetful(store, key, make, limit):
+            made = make()  # the entry's memos, empty: dicts made forgetful, anything else (a list of parts) left new
+            fresh = [_Forgetful() if isinstance(x, dict) else x for x in made]
+            return made._make(fresh) if hasattr(made, "_make") else tuple(fresh)
+        monkeypatch.setattr(module, "remembered_stages", forgetful)
 
 
 def _memory(spec, lay, knobs, wl):

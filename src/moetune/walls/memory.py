@@ -15,7 +15,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import interleaved_warmup
 from moetune.layout.validate import Workload
-from moetune.memo import remembered
+from moetune.memo import remembered, remembered_stages
 from moetune.specs.model import ModelSpec
 from moetune.walls.activations import (
     FP32,
@@ -161,7 +161,6 @@ def userbuffer_bytes(spec: ModelSpec, tokens, tp, sp, knobs: Knobs):
 # alone. Nothing else of a layout reaches a stage's bytes (its split reaches them only through what each stage holds).
 # The outer key, whose knobs take a while to hash, is hashed once a call (moetune/memo.py).
 _STAGE_MEMORY: dict = {}
-STAGES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
 
 
 def memory_wall(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs,
@@ -189,9 +188,7 @@ def _stage_memories(spec: ModelSpec, layout: Layout, workload: Workload, knobs: 
     key = (spec, layout.world_size, layout.tp, layout.cp, layout.pp, layout.vpp, layout.ep, layout.etp, layout.sp,
            workload, knobs, tuple(sorted(overheads.items())), arch)
     # beside the stages, what a stage not seen yet needs (_wall_parts: alike for every split under the outer key)
-    by_place, by_held, parts = remembered(_STAGE_MEMORY, key, lambda: ({}, {}, []), 256)
-    if len(by_place) > STAGES_HELD:
-        by_place.clear(), by_held.clear()
+    by_place, by_held, parts = remembered_stages(_STAGE_MEMORY, key, lambda: ({}, {}, []), 256)
     result = []
     for p, st in zip(stage_params(spec, layout), stage_structures(spec, layout)):
         held = st.held

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from moetune.layout.layout import Layout
 from moetune.layout.pipeline import pipeline_chunks, split_key
-from moetune.memo import remembered
+from moetune.memo import remembered, remembered_stages
 from moetune.specs.model import LayerKind, ModelSpec
 from moetune.walls.params import (
     LayerSpec,
@@ -238,7 +238,6 @@ def layer_rank_params(spec: ModelSpec, kind: LayerKind, layout, layer_spec: Laye
 # whether the output layer keeps its own copy of a tied embedding, then by what the stage holds (StageStructure.held):
 # a layout's middle stages hold the same, and so do most stages of each split a re-split weighs
 _SHARES: dict = {}
-SHARES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
 
 
 @lru_cache(maxsize=4096)  # asked by the memory and the time estimate of each layout, and again by each knob set of a
@@ -249,9 +248,7 @@ def stage_params(spec: ModelSpec, layout: Layout, *, layer_spec: LayerSpec = "te
     the result is shared."""
     vocab = model_padded_vocab(spec, layout.tp)
     tied_copy = not spec.untie_embeddings_and_output_weights and layout.pp > 1
-    shares = remembered(_SHARES, (spec, layer_spec, layout.tp, layout.ep, layout.etp, tied_copy), dict, 256)
-    if len(shares) > SHARES_HELD:
-        shares.clear()
+    shares = remembered_stages(_SHARES, (spec, layer_spec, layout.tp, layout.ep, layout.etp, tied_copy), dict, 256)
     result = []
     for st in stage_structures(spec, layout, include_mtp):
         held = st.held

@@ -12,7 +12,7 @@ from moetune.layout.knobs import Knobs
 from moetune.layout.layout import Layout
 from moetune.layout.ranks import job_gpu
 from moetune.layout.validate import Workload, tokens_per_gpu
-from moetune.memo import remembered
+from moetune.memo import remembered_stages
 from moetune.specs.hardware import GpuSpec
 from moetune.specs.model import ModelSpec
 from moetune.walls.activations import ActivationContext
@@ -46,7 +46,15 @@ def _add(acc: dict, new: dict, times: float = 1.0) -> None:
 # as batch_keys.step_key prices them (DeepEP's layer times serve HybridEP where a platform prices them alike). The
 # outer key, whose knobs, GPU and constants take a while to hash, is hashed once a call, not once a stage and kind.
 _LAYER_TIMES: dict = {}
-STAGE_TIMES_HELD = 4096  # stage entries kept per outer key (a bound: each re-split move adds a few)
+
+
+class _StageMemo(NamedTuple):
+    """A _LAYER_TIMES entry (_memo)."""
+
+    by_kind: dict  # LayerTime by layer kind
+    by_stage: dict  # a stage's times by (what it holds, PP)
+    by_pp: dict  # _stage_parts by PP
+    terms: dict  # _step's iteration terms by PP, VPP, micro-batches and the largest stage's parameters
 
 
 def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict,
@@ -56,24 +64,19 @@ def stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: G
     return _stage_times(spec, lay, wl, knobs, gpu, eff, _memo(spec, lay, wl, knobs, gpu, eff), copies)
 
 
-def _memo(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> tuple:
+def _memo(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict) -> _StageMemo:
     """The _LAYER_TIMES entry of this layout's sizes, knobs, GPU and constants: (layer times by kind, stage times by
     what a stage holds and PP, _stage_parts by PP, _step's iteration terms by PP, VPP, micro-batches and the largest
     stage's parameters). The _stage_parts are alike for every split of a depth and every knob set of the key but for
     the layout and knobs themselves, which a call puts in its own; iteration.py's terms read nothing else of them."""
     shape = (spec, lay.world_size, lay.tp, lay.cp, lay.ep, lay.etp, lay.sp, wl.seq_length, wl.micro_batch_size,
              step_key(knobs, gpu, eff), gpu, tuple(eff.items()))  # a dict's items in its order: equal ones, one key
-    memo = remembered(_LAYER_TIMES, shape, lambda: ({}, {}, {}, {}), 1024)
-    if len(memo[1]) > STAGE_TIMES_HELD:
-        memo[1].clear()
-    if len(memo[3]) > STAGE_TIMES_HELD:
-        memo[3].clear()
-    return memo
+    return remembered_stages(_LAYER_TIMES, shape, lambda: _StageMemo({}, {}, {}, {}), 1024)
 
 
-def _stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict, memo: tuple,
-                 copies: bool) -> list[dict]:
-    by_kind, by_stage, by_pp, _ = memo
+def _stage_times(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec, eff: dict,
+                 memo: _StageMemo, copies: bool) -> list[dict]:
+    by_kind, by_stage, by_pp = memo.by_kind, memo.by_stage, memo.by_pp
     parts = None  # worked out once a call
     out = []
     for st in stage_structures(spec, lay):  # each stage's layers by kind, counted once a layout (rank_params.py)
@@ -172,9 +175,9 @@ def _step(spec: ModelSpec, lay: Layout, wl: Workload, knobs: Knobs, gpu: GpuSpec
     m = wl.num_microbatches(lay)
     big = max(stage_params(spec, lay), key=lambda s: s.total)
     terms = (lay.pp, lay.vpp, m, big.dense, big.expert, big.vocab, big.nonmatrix, big.expert_nonmatrix, big.quantized)
-    if terms not in memo[3]:  # a re-split's splits mostly keep the largest stage's parameters
-        memo[3][terms] = stage_iteration_terms(spec, big, lay, knobs, gpu, eff, m)
-    dp, optimizer, offload = memo[3][terms]
+    if terms not in memo.terms:  # a re-split's splits mostly keep the largest stage's parameters
+        memo.terms[terms] = stage_iteration_terms(spec, big, lay, knobs, gpu, eff, m)
+    dp, optimizer, offload = memo.terms[terms]
     dp_raw = float(dp_raw_seconds(dp.rs, dp.ag, knobs, m, dp.step_rs, dp.step_ag))
     dp_exposed = float(dp_exposed_seconds(dp.rs, dp.ag, sum(slow["compute"].values()), eff, knobs, slow["host"], m,
                                           dp.step_rs, dp.step_ag))
