@@ -117,6 +117,13 @@ def write_pipeline_layout(counts: list[int], mtp: int) -> str:
 MAX_GPUS = 2 ** 17
 
 
+def derived_sizes(world: int, tp: int, cp: int, pp: int, ep: int, etp: int,
+                  sequence_parallel: bool | None) -> tuple[int, int, bool]:
+    """A layout's (DP, EDP, SP): the attention mesh's data-parallel size, the expert mesh's, and sequence parallelism
+    as it runs (on whenever TP > 1 unless given): Layout's fields, and planner/layout_stamp.py's."""
+    return world // (tp * cp * pp), world // (etp * ep * pp), tp > 1 if sequence_parallel is None else sequence_parallel
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Layout:
     """One folded layout. ``dp`` and ``edp`` are derived from the world size."""
@@ -179,9 +186,8 @@ class Layout:
                 f"={experts}) so that the expert mesh ETPxEPxEDPxPP covers every rank",
                 same_as=("scale.world_size_experts",), flags_fix="change --ep/--etp/--pp",
                 file_fields="layout (ep, etp, pp)")
-        object.__setattr__(self, "dp", self.world_size // attention)
-        object.__setattr__(self, "edp", self.world_size // experts)
-        object.__setattr__(self, "sp", self.tp > 1 if sp is None else sp)
+        dp, edp, sp = derived_sizes(self.world_size, self.tp, self.cp, self.pp, self.ep, self.etp, sp)
+        object.__setattr__(self, "dp", dp), object.__setattr__(self, "edp", edp), object.__setattr__(self, "sp", sp)
         if self.pipeline_layout is not None:
             self._derive_vpp(layout_stages(self.pipeline_layout))
         if self.vpp > 1 and self.pp == 1:  # parallel_state.py: the interleaved schedule needs PP > 1

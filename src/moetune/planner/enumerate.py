@@ -194,10 +194,10 @@ def enumerate_layouts(spec: ModelSpec, gpu: GpuSpec, world: int, wl: Workload, f
             if not (templates := [t for t in judge.templates(pp, vpp) if judge.sequence(t, tp, cp, dp)]):
                 continue
             for ep, etp in experts:
-                if not judge.shapes(templates[0], tp, cp, ep, etp, dp):
+                if not judge.shapes(templates[0], tp, cp, ep, etp):
                     continue
                 for template in templates:
-                    lay = stamp(template, tp, cp, ep, etp, dp)
+                    lay = stamp(template, tp, cp, ep, etp)
                     if gbs is not None and gbs % dp:
                         if gbs_excluded is not None:
                             gbs_excluded.add(lay)
@@ -258,16 +258,16 @@ class _Judge:
             self._templates[(pp, vpp)] = found
         return self._templates[(pp, vpp)]
 
-    def shapes(self, template: Layout, tp: int, cp: int, ep: int, etp: int, dp: int) -> bool:
+    def shapes(self, template: Layout, tp: int, cp: int, ep: int, etp: int) -> bool:
         """Heads, groups, experts and widths (and linear heads over CP) divide (validate_shapes)."""
         if (key := (tp, cp, ep, etp)) not in self._shapes:
-            self._shapes[key] = _shapes_ok(self.spec, stamp(template, tp, cp, ep, etp, dp))
+            self._shapes[key] = _shapes_ok(self.spec, stamp(template, tp, cp, ep, etp))
         return self._shapes[key]
 
     def sequence(self, template: Layout, tp: int, cp: int, dp: int) -> bool:
         """The probe (micro-batch 1, no global batch) passes validate_workload."""
         if (key := (dp, template.pp, template.vpp, tp, cp, tp > 1)) not in self._sequences:
-            lay = stamp(template, tp, cp, 1, 1, dp)
+            lay = stamp(template, tp, cp, 1, 1)
             self._sequences[key] = _sequence_ok(self.spec, lay, self.probe)
         return self._sequences[key]
 
