@@ -142,10 +142,10 @@ def _time(s: Search, batch, timed: dict[Knobs, np.ndarray]) -> None:
         # the fastest as they are, and those a re-split could make fastest (neither crowds the other out)
         first = _union(np.argpartition(step, keep - 1)[:keep], np.argpartition(reach, keep - 1)[:keep], len(step))
         first = first[np.isfinite(step[first]) & (reach[first] <= s.bound)]  # those that join the list
-        for i, t, r, mbs, tight in zip(first.tolist(), step[first].tolist(), reach[first].tolist(),
-                                        sub.mbs[first, 0].tolist(), (~roomy[rows[first]]).tolist()):
-            lay = sub.layout(i)
-            s.best.append((t, preference(lay, knobs, s.dispatcher(lay), s.wl.seq_length, tight), lay, mbs, knobs, r))
+        for i, t, r, mbs, crowded in zip(first.tolist(), step[first].tolist(), reach[first].tolist(),
+                                          sub.mbs[first, 0].tolist(), (~roomy[rows[first]]).tolist()):
+            lay = sub.layout(i)  # `crowded`: under TIGHT_SHARE free (the ranking's preference reads it)
+            s.best.append((t, preference(lay, knobs, s.dispatcher(lay), s.wl.seq_length, crowded), lay, mbs, knobs, r))
         s.fastest = sorted(s.fastest + step[first].tolist())[:s.kept]  # the kept fastest steps of s.best
         s.bound = bound(s.fastest, s.kept)
 
