@@ -6,8 +6,9 @@ Checks that need the model or the workload live in ``validate.py``.
 """
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 from moetune.errors import MoetuneError
@@ -153,10 +154,7 @@ class Layout:
     def __hash__(self) -> int:
         # the value dataclass's own __hash__ gives (its compared fields in order), so sets of layouts iterate alike
         if self._hash is None:
-            object.__setattr__(self, "_hash", hash((
-                self.world_size, self.tp, self.cp, self.pp, self.vpp, self.ep, self.etp, self.sequence_parallel,
-                self.first_stage_layers, self.last_stage_layers, self.pipeline_layout, self.account_for_embedding,
-                self.account_for_loss)))
+            object.__setattr__(self, "_hash", hash(_compared_fields(self)))
         return self._hash
 
     def __post_init__(self) -> None:
@@ -272,3 +270,8 @@ class Layout:
             f"{f' (VPP{self.vpp})' if self.vpp > 1 else ''} | "
             f"MoE: ETP{self.etp} x EP{self.ep} x EDP{self.edp} x PP{self.pp}"
         )
+
+
+# Layout's compared fields in order, read as one tuple: what the dataclass's own __hash__ would hash, so a field added
+# to Layout joins its hash as it joins its equality
+_compared_fields = attrgetter(*(f.name for f in fields(Layout) if f.compare))
