@@ -125,7 +125,7 @@ def batch_memory(spec: ModelSpec, b: LayoutBatch, seq: int, gbs: int, knobs: Kno
     # the same buffers on every knob set that overlaps TP comm at one GEMM precision: once per batch
     peak_items = peak_items + b.memo(("userbuffers", seq, knobs.tp_comm_overlap, knobs.precision), lambda: (
         userbuffer_bytes(spec, seq // f.cp[:, 0] * b.mbs[:, 0], f.tp[:, 0], f.sp[:, 0], knobs)))
-    over = overhead_bytes(knobs, overheads)
+    over = overhead_bytes(knobs, overheads, spec.layer_kinds)
     outside = over.get("cuda_context", 0) + over.get("nccl_buffers", 0)
     return (peak_items + sum(over.values()) - outside) * (1 + overheads["fragmentation_fraction"]) + outside
 

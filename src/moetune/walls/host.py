@@ -12,17 +12,34 @@ GRAPH_PART = {"attn": "attention", "mamba": "mamba", "mlp": "dense", "moe": "moe
               "moe_preprocess": "moe"}
 
 
+def _mixer_part(kind: LayerKind) -> str:
+    """The GRAPH_PART name of a layer's token mixer. A gated delta-net layer is a TransformerLayer whose self_attention
+    is the GatedDeltaNet (Megatron-Core experimental_attention_variant_module_specs.py), which the attn scope captures
+    (transformer_layer.py _get_submodules_under_cudagraphs: self.self_attention); Mamba layers have a scope of their
+    own."""
+    return {"gqa": "attention", "mla": "attention", "gdn": "attention"}.get(kind.mixer, kind.mixer)
+
+
+def scope_captures(kinds, scopes: tuple[str, ...]) -> bool:
+    """Whether these graph scopes capture any part of a layer of these kinds. Megatron-Core graphs a layer only where
+    the scope names a module it has (transformer/cuda_graphs.py _layer_is_graphable @core_v0.19.0: mamba a MambaLayer,
+    attn a layer with self-attention, mlp a dense MLP, moe/moe_router/moe_preprocess a MoELayer), so `mamba` on a
+    model without Mamba layers, or `mlp` on one whose every layer is MoE, captures nothing; a full-iteration graph
+    captures the whole step."""
+    if "full_iteration" in scopes:
+        return True
+    parts = {p for kind in kinds for p in (_mixer_part(kind), kind.mlp)}
+    return any(GRAPH_PART.get(scope) in parts for scope in scopes)
+
+
 def layer_cpu_share(kind: LayerKind, scopes: tuple[str, ...], eff: dict) -> float:
     """Host CPU work of one layer of this kind left eager under these graph scopes, in standard layers."""
     if "full_iteration" in scopes:
         scopes, left = (), 1 - eff["graph_capture_full_iteration"]
     else:
         left = 1.0
-    # a gated delta-net layer is a TransformerLayer whose self_attention is the GatedDeltaNet (Megatron-Core
-    # experimental_attention_variant_module_specs.py), which the attn scope captures (transformer_layer.py
-    # _get_submodules_under_cudagraphs: self.self_attention); Mamba layers have a scope of their own
-    mixer = {"gqa": "attention", "mla": "attention", "gdn": "attention"}.get(kind.mixer, kind.mixer)
-    parts = {p: eff[f"host_part_{key}"] for p, key in ((mixer, "mixer"), (kind.mlp, kind.mlp)) if p != "none"}
+    parts = {p: eff[f"host_part_{key}"] for p, key in ((_mixer_part(kind), "mixer"), (kind.mlp, kind.mlp))
+             if p != "none"}
     for scope in scopes:
         part = GRAPH_PART.get(scope, "")
         if part in parts:

@@ -213,7 +213,7 @@ class _WallParts(NamedTuple):
 
 
 def _wall_parts(spec: ModelSpec, layout: Layout, workload: Workload, knobs: Knobs, overheads: dict) -> _WallParts:
-    shared = overhead_bytes(knobs, overheads)
+    shared = overhead_bytes(knobs, overheads, spec.layer_kinds)
     ub = int(userbuffer_bytes(spec, workload.seq_length // layout.cp * workload.micro_batch_size, layout.tp,
                               layout.sp, knobs))
     if ub:

@@ -9,6 +9,7 @@ from moetune.errors import MoetuneError
 from moetune.files import shipped_toml
 from moetune.layout.knobs import Knobs
 from moetune.units import GIB
+from moetune.walls.host import scope_captures
 
 
 @cache
@@ -47,11 +48,14 @@ def merged_overheads(user: dict | None) -> dict[str, float]:
     return {**default_overheads(), **check_overheads(user or {})}
 
 
-def overhead_bytes(knobs: Knobs, overheads: dict[str, float]) -> dict[str, int]:
+def overhead_bytes(knobs: Knobs, overheads: dict[str, float], kinds) -> dict[str, int]:
+    """The overheads a rank holds under these knobs, for a model of these layer kinds (ModelSpec.layer_kinds): the
+    graph pool only where the scope captures some layer (host.scope_captures; its static buffers are per captured
+    layer, memory_overheads.toml), as the host wall credits only what a scope captures."""
     items = {"cuda_context": overheads["cuda_context_gib"], "nccl_buffers": overheads["nccl_gib"]}
     if knobs.dispatcher in ("deepep", "hybridep"):
         items[f"{knobs.dispatcher}_buffers"] = overheads[f"{knobs.dispatcher}_buffer_gib"]
-    if knobs.cuda_graph_scope:
+    if knobs.cuda_graph_scope and scope_captures(kinds, knobs.cuda_graph_scope):
         full = "full_iteration" in knobs.cuda_graph_scope
         items["cuda_graph_pool"] = overheads["cuda_graph_full_gib" if full else "cuda_graph_partial_gib"]
     return {k: round(v * GIB) for k, v in items.items()}
