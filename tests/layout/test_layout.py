@@ -258,7 +258,15 @@ def test_sequence_rules_refuse_in_one_line_as_validate_does(seq, tp, cp, sp, nee
     (dict(world_size=2, pp=2, pipeline_layout="Et*4|t*4m|L|"), 8, 1, "that rank's last virtual stage"),
     (dict(world_size=2, pp=2, pipeline_layout="Et*4|t*4m|m|L"), 8, 2, "splits the MTP layers"),
     # transformer_config.py: "0 middle layers remaining but 1 middle PP stages"
-    (dict(world_size=3, pp=3, first_stage_layers=4, last_stage_layers=4), 8, 0, "no layers for the 1 middle"),
+    (dict(world_size=3, pp=3, first_stage_layers=4, last_stage_layers=4), 8, 0,
+     "--first-stage-layers (4) and --last-stage-layers (4) leave no layers for the 1 middle stage of PP3"),
+    # with one size given, the stage at the other end shares what is left, and is the one named
+    (dict(world_size=2, pp=2, last_stage_layers=8), 8, 0, "--last-stage-layers (8) leaves no layers for the first "
+     "stage of PP2"),
+    (dict(world_size=4, pp=4, first_stage_layers=8), 8, 0, "leaves no layers for the 2 middle stages and the last "
+     "stage of PP4"),
+    (dict(world_size=4, pp=4, last_stage_layers=3), 8, 0, "the 5 layers left after --last-stage-layers (3) must "
+     "split evenly over the first stage and the 2 middle stages of PP4 x vpp 1"),
     # transformer_layer.py get_transformer_layer_offset divides by the middle stages
     (dict(world_size=2, pp=2, vpp=2, first_stage_layers=4, last_stage_layers=4), 8, 0, "leave no middle stage"),
 ])
@@ -322,7 +330,7 @@ def test_olmoe_trains_at_tp_1_only(tp):
 
 
 @pytest.mark.parametrize("first, last, needle", [
-    (30, None, r"^--first-stage-layers \(30\) exceed the model's 24 layers"),
+    (30, None, r"^--first-stage-layers \(30\) exceeds the model's 24 layers"),
     (10, 20, r"^--first-stage-layers \(10\) \+ --last-stage-layers \(20\) exceed the model's 24 layers"),
 ])
 def test_stages_larger_than_the_model_say_so(first, last, needle):

@@ -86,6 +86,27 @@ def _even_counts(layout: Layout, num_layers: int) -> list[int]:
     return counts
 
 
+def _given_sizes(first: int | None, last: int | None, joint: str = " and ") -> str:
+    """The stage-size flags given, with their values, for an error line."""
+    return joint.join(f"{n} ({v})" for n, v in (("--first-stage-layers", first), ("--last-stage-layers", last))
+                      if v is not None)
+
+
+def _verb(first: int | None, last: int | None, verb: str) -> str:
+    """`verb` agreeing with the flags given: one of them or both."""
+    return verb if first is not None and last is not None else verb + "s"
+
+
+def _other_stages(layout: Layout) -> str:
+    """The pipeline stages those flags leave the rest of the layers to, named: with only one of them given, the stage
+    at the other end is among them (Megatron-Core splits the layers left over every stage the flags do not set)."""
+    inner = layout.pp - 2
+    parts = (["the first stage"] * (layout.first_stage_layers is None)
+             + [f"the {inner} middle stage" + "s" * (inner > 1)] * (inner > 0)
+             + ["the last stage"] * (layout.last_stage_layers is None))
+    return f"{' and '.join(parts)} of PP{layout.pp}"
+
+
 def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
     first, last, pp, vpp = layout.first_stage_layers, layout.last_stage_layers, layout.pp, layout.vpp
     middle_stages = pp - (first is not None) - (last is not None)
@@ -99,16 +120,15 @@ def _uneven_counts(layout: Layout, num_layers: int) -> list[int]:
         raise MoetuneError(f"--first-stage-layers and --last-stage-layers on PP{pp} leave no middle stage, which "
                            f"Megatron-Core cannot interleave (VPP {vpp}); drop --vpp or one of them")
     if middle < 0:
-        given = " + ".join(f"{n} ({v})" for n, v in (("--first-stage-layers", first), ("--last-stage-layers", last))
-                           if v is not None)
-        raise MoetuneError(f"{given} exceed the model's {num_layers} layers; make them smaller")
+        given = _given_sizes(first, last, " + ")
+        raise MoetuneError(f"{given} {_verb(first, last, 'exceed')} the model's {num_layers} layers; make them smaller")
     if middle_stages and middle == 0:  # transformer_config.py: "0 middle layers remaining but N middle PP stages"
-        raise MoetuneError(f"--first-stage-layers/--last-stage-layers leave no layers for the {middle_stages} middle "
-                           "stage(s); Megatron-Core refuses an empty middle stage: make them smaller")
+        raise MoetuneError(f"{_given_sizes(first, last)} {_verb(first, last, 'leave')} no layers for "
+                           f"{_other_stages(layout)}; Megatron-Core refuses a stage without layers: make them smaller")
     if (middle_stages == 0 and middle) or (middle_stages and middle % (middle_stages * vpp)):
         raise MoetuneError(
-            f"the {middle} layers left after first/last stages must split evenly over {middle_stages} middle "
-            f"stages x vpp {vpp}; adjust --first-stage-layers/--last-stage-layers"
+            f"the {middle} layers left after {_given_sizes(first, last)} must split evenly over "
+            f"{_other_stages(layout)} x vpp {vpp}; adjust --first-stage-layers/--last-stage-layers"
         )
     per_middle = middle // (middle_stages * vpp) if middle_stages else 0
     counts = []
