@@ -366,6 +366,9 @@ CASES: dict[str, Case] = {
     "cudagraph.moe_scope_dropless": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe]")),
     "cudagraph.dropless_start_scope": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[moe_router,moe_preprocess]")),
     "cudagraph.preprocess_needs_router": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn,moe_preprocess]")),
+    # a transformer of 8 MoE layers (Megatron-Core's default moe_layer_freq 1: no dense MLP, no Mamba mixer)
+    "cudagraph.scope_captures_nothing": Case(S(MOE, TE_GRAPHS, "model.num_layers=8",
+                                               "model.cuda_graph_scope=[attn,mamba,mlp]")),
     "cudagraph.full_recompute": Case(S(MOE, TE_GRAPHS, "model.cuda_graph_scope=[attn]",
                                       "model.recompute_granularity=full", "model.recompute_method=uniform",
                                       "model.recompute_num_layers=1")),

@@ -32,6 +32,7 @@ from moetune.rules.derive_layers import (
     cp_sizing,
     dense_mlp,
     gemm_shapes,
+    idle_graph_scopes,
     linear_mixer_heads,
     value,
     vpp2_runs,
@@ -209,6 +210,9 @@ def _graphs(config: dict[str, Any], d: dict[str, Any]) -> None:
     listed = getattr(value(config, "model.cuda_graph_scope"), "listed", None)
     d["graph_scope_listed"] = list(listed) if listed is not None else None
     d["graph_scope_string"] = modules[0] if len(modules) == 1 else None if modules else "full"
+    # the scopes that capture no layer of this model (rule cudagraph.scope_captures_nothing)
+    if d["graph_modules"] and (idle := idle_graph_scopes(config, d)) is not None:
+        d["graph_scopes_idle"], d["graph_scopes_captured"] = idle, [m for m in d["graph_modules"] if m not in idle]
     shared = value(config, "model.moe_shared_expert_intermediate_size")
     # Megatron-Bridge training/comm_overlap.py: weight grads land inside a graph over attn, or over the
     # router when shared experts run inside the router's graph (shared-expert overlap off).

@@ -187,6 +187,8 @@ def layer_mixers(config: dict[str, Any]) -> list[str] | None:
     if isinstance(pattern, str) and pattern:
         main = pattern.split("/")[0].replace("|", "")
         return [PATTERN_MIXERS[ch] for ch in main] if set(main) <= set(PATTERN_MIXERS) else None
+    if value(config, "model.is_hybrid_model"):  # a hybrid whose pattern is left out (a layout-free probe's config)
+        return None
     freq, layers = value(config, "model.linear_attention_freq"), _count(value(config, "model.num_layers"))
     if str(value(config, "model.experimental_attention_variant") or "") in GDN_VARIANTS:
         if isinstance(freq, list) and freq and all(f in (0, 1) for f in freq):
@@ -195,6 +197,25 @@ def layer_mixers(config: dict[str, Any]) -> list[str] | None:
         return ["gqa" if (i + 1) % every == 0 else "gdn" for i in range(layers)] if every and layers else None
     softmax = "mla" if value(config, "model.multi_latent_attention") else "gqa"
     return [softmax] * layers if layers else None
+
+
+# The token mixers the attn graph scope captures: every one a TransformerLayer's self_attention (GQA, MLA, the gated
+# delta-net of experimental_attention_variant_module_specs.py); a Mamba mixer has a scope of its own
+_ATTN_MIXERS = frozenset({"gqa", "mla", "gdn"})
+
+
+def idle_graph_scopes(config: dict[str, Any], d: dict[str, Any]) -> list[str] | None:
+    """The graph scopes of d['graph_modules'] that name no module the config builds, and so capture nothing: Megatron-
+    Core graphs a layer only where a scope names its Mamba mixer (mamba), its self-attention (attn), its MoELayer (moe,
+    moe_router, moe_preprocess) or its dense MLP (mlp) (transformer/cuda_graphs.py _layer_is_graphable,
+    transformer_layer.py create_mcore_cudagraph_manager @core_v0.19.0). None where the config leaves its layers to a
+    recipe."""
+    mixers = layer_mixers(config)
+    if mixers is None or d["dense_mlp"] is None:
+        return None
+    built = {"mamba": "mamba" in mixers, "attn": not _ATTN_MIXERS.isdisjoint(mixers), "mlp": d["dense_mlp"],
+             "moe": d["is_moe"], "moe_router": d["is_moe"], "moe_preprocess": d["is_moe"]}
+    return [scope for scope in d["graph_modules"] if not built.get(scope, True)]
 
 
 def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:
