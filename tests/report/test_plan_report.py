@@ -133,6 +133,25 @@ def test_bad_input_is_one_line(tmp_path, capsys, make, words):
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda rs: rs[1].update(time={}), "lacks 'dominant_wall'"),  # a result below the pick: only the page reads it
+    (lambda rs: rs[2].pop("layout"), "lacks 'layout'"),
+    (lambda rs: rs[1].update(memory="x"), "holds a value of the wrong type"),
+    (lambda rs: rs[0]["time"].update(mfu="high"), "holds a value moetune cannot take"),
+    (lambda rs: rs[0].pop("stages"), "lacks 'stages'"),
+])
+def test_a_hand_edited_result_is_one_line(plan_file, tmp_path, capsys, edit, words):
+    """The page shows every result's saved figures: one a hand edit removed or retyped had raised a traceback."""
+    data = json.loads(plan_file.read_text())
+    edit(data["results"])
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    code, _, err = run(["report", str(edited), "--out", str(tmp_path / "r.html")], capsys)
+    assert code == 2 and err.startswith(f"error: {edited} {words}") and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("pass unmodified `moetune plan/estimate --json` output")
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_an_out_path_in_no_directory_is_one_line(plan_file, tmp_path, capsys):
     code, _, err = run(["report", str(plan_file), "--out", str(tmp_path / "no" / "r.html")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and re.search(r"--out .*r\.html", err)

@@ -13,7 +13,7 @@ from moetune.cli.sweep_shown import ingest_json
 from moetune.errors import MoetuneError
 from moetune.files import check_writable, read_json, write_text
 from moetune.planner.explain import explain
-from moetune.planner.from_json import estimate_from_json, on_plan_budget, pick_result, saved_results
+from moetune.planner.from_json import estimate_from_json, on_plan_budget, pick_result, saved_fields, saved_results
 from moetune.report.plan_report import render
 from moetune.sweep.compare import rows
 from moetune.sweep.manifest import MANIFEST, read_manifest, saved_result_data
@@ -41,7 +41,8 @@ def command(plan_path, out_path, sweep_dir, as_json) -> None:
     if isinstance(data.get("release"), dict):  # a plan searched for a release: what each move needs of it
         with_release_needs(answer, data["release"]["release"])
     ingest = _ingest(sweep_dir, data) if sweep_dir else None
-    text, sections = render(data, answer, plan_path, ingest)
+    with saved_fields(plan_path):  # the page shows every result's saved figures as the file holds them
+        text, sections = render(data, answer, plan_path, ingest)
     write_text(out_path, text, "--out")
     if as_json:
         emit_json({"written": str(Path(out_path)), "sections": sections})

@@ -1,5 +1,7 @@
 """Rebuild an `Estimate` from moetune's own JSON (`estimate --json`, or one result of `plan --json`)."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from moetune.configio.names import LAUNCHER
@@ -81,6 +83,30 @@ def _need(obj: dict, key: str, where: str):
     return obj[key]
 
 
+def saved_field_error(err: Exception, where: str) -> MoetuneError:
+    """The one line for ERR, met reading a saved result's fields (WHERE names the file): a field missing (KeyError),
+    of the wrong type, or of the right type out of range (a model check's SpecError, int("two"))."""
+    if isinstance(err, KeyError):
+        said = f"lacks {err}"
+    elif isinstance(err, TypeError | AttributeError):
+        said = f"holds a value of the wrong type ({err})"
+    else:
+        said = f"holds a value moetune cannot take ({err})"
+    return MoetuneError(f"{where} {said}: pass unmodified `moetune plan/estimate --json` output")
+
+
+@contextmanager
+def saved_fields(where: str) -> Iterator[None]:
+    """Reading the fields of a saved plan/estimate result that a command shows as saved (report's page): a field a
+    hand edit removed or retyped is one line naming WHERE, not a traceback (moetune's own errors pass through)."""
+    try:
+        yield
+    except MoetuneError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise saved_field_error(err, where) from None
+
+
 def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = None,
                        efficiency_overrides: dict | None = None, where: str = "result") -> Estimate:
     """A saved plan result (or estimate) rebuilt under the memory-overhead and efficiency files it was made with
@@ -98,14 +124,8 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
         gpu = GpuSpec(**r["gpu_spec"]) if "gpu_spec" in r else load_gpu(r["gpu"])
     except MoetuneError as err:  # a field missing (_need) or a layout Megatron refuses: said once, with `where`
         raise _named(err, where) from None
-    except KeyError as err:
-        raise MoetuneError(f"{where} lacks {err}: pass unmodified `moetune plan/estimate --json` output") from None
-    except (TypeError, AttributeError) as err:
-        raise MoetuneError(f"{where} holds a value of the wrong type ({err}): pass unmodified "
-                           "`moetune plan/estimate --json` output") from None
-    except ValueError as err:  # a value of the right type out of range: a model check (SpecError), int("two")
-        raise MoetuneError(f"{where} holds a value moetune cannot take ({err}): pass unmodified "
-                           "`moetune plan/estimate --json` output") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise saved_field_error(err, where) from None
     saved = {k: r.get(k) for k in ("overheads", "efficiency_overrides")}
     for key, value in saved.items():
         if value is not None and not isinstance(value, dict):
