@@ -120,6 +120,20 @@ def test_plan_searches_under_the_users_overheads(tmp_path, capsys):
     assert "overheads" not in light[0] and max(s["bytes"]["cuda_context"] for s in light[0]["stages"]) < 2**30
 
 
+def test_explain_of_a_saved_result_takes_an_empty_overheads_file_as_the_built_in_figures(tmp_path, capsys):
+    """An empty --overheads file is the built-in figures given explicitly (as check --model takes it, below); explain
+    --plan had passed it over for the saved result's own heavy figures."""
+    heavy, saved, empty = tmp_path / "o.toml", tmp_path / "e.json", tmp_path / "none.toml"
+    heavy.write_text("cuda_context_gib = 30\n")
+    empty.write_text("")
+    job = ["qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--gbs", "256", "--ep", "16"]
+    builtin = _json(["explain", *job], capsys)["fit"]["peak_gib"]
+    saved.write_text(json.dumps(_json(["estimate", *job, "--overheads", str(heavy)], capsys)))
+    kept = _json(["explain", "--plan", str(saved)], capsys)["fit"]["peak_gib"]
+    assert kept > builtin + 29  # the saved 30 GiB CUDA context in place of the built-in 0.75 (memory_overheads.toml)
+    assert _json(["explain", "--plan", str(saved), "--overheads", str(empty)], capsys)["fit"]["peak_gib"] == builtin
+
+
 def test_check_judges_the_fit_under_the_plans_own_overheads_or_the_users(tmp_path, capsys):
     """check --model of a saved plan runs the memory wall under the overheads the plan was made with; --overheads
     replaces them, and needs --model (the only thing that reads them)."""

@@ -142,8 +142,10 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
     given = efficiency_overrides is not None  # an empty file given is refused, not passed over for the saved one
     eff = check_for_gpu(efficiency_overrides if given else saved["efficiency_overrides"], gpu.key)
     try:
-        result = estimate(model, gpu, layout, workload, knobs, overheads or saved["overheads"],
-                          efficiency_overrides=eff)
+        # an empty --overheads file given is the built-in figures in place of the saved ones, as check --model reads
+        # it (cli/check_cmd.py), not passed over for them
+        result = estimate(model, gpu, layout, workload, knobs,
+                          overheads if overheads is not None else saved["overheads"], efficiency_overrides=eff)
     except MoetuneError as err:  # the saved configuration as a whole (its batch over its DP): the file is named
         raise _named(err, where) from None
     result.defaulted = _defaulted(r, model)
