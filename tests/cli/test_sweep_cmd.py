@@ -247,6 +247,24 @@ def test_a_result_megatron_refuses_is_named_and_nothing_is_written(plan_file, tm
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda r: r.update(time={}), "candidate r02: its result's time.tokens_per_s_per_gpu is None"),
+    (lambda r: r["memory"].update(peak_bytes="x"), "candidate r02: its result's memory.peak_bytes is 'x'"),
+])
+def test_a_result_without_its_predictions_is_one_line_and_nothing_is_written(plan_file, tmp_path, capsys, edit,
+                                                                             words):
+    """A hand edit that removes a prediction ingest compares (manifest.PREDICTED) had raised a traceback after the
+    candidates' folders were written, leaving a sweep without its sweep.json."""
+    data = json.loads(plan_file.read_text())
+    edit(data["results"][1])
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    code, _, err = run(["sweep", "write", str(edited), "--out", str(tmp_path / "s"), "--top", "2"], capsys)
+    assert code == 2 and err == f"error: {edited}: {words}, not a positive number; pass unmodified `moetune plan " \
+                                "--json` output\n"
+    assert not (tmp_path / "s").exists()
+
+
 def test_set_may_add_to_the_recipe_but_not_change_the_plan(plan_file, tmp_path, capsys):
     code, _, err = run(["sweep", "write", str(plan_file), "--out", str(tmp_path / "a"), "--set",
                         "dataset.seq_length=8192"], capsys)

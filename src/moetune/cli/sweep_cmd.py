@@ -101,11 +101,9 @@ def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_br
         emitted = {f"r{rank:02d}": _candidate_files(plan_path, rank, sets, iters, seen, allow_errors,
                                                     out / f"r{rank:02d}")
                    for rank in range(1, min(top, len(results)) + 1)}
+    sweep = _sweep(plan_path, iters, skip, seen.release, list(emitted), results)
     for folder, (files, _) in emitted.items():  # all emitted before any is written: a refusal writes nothing
         write_files(files, out / folder)
-    sweep = Sweep(plan=str(Path(plan_path).resolve()), iters=iters, skip=skip, release=seen.release,
-                  candidates=[Candidate(rank=i, folder=f, result=r)
-                              for i, (f, r) in enumerate(zip(emitted, results, strict=False), 1)])
     write_manifest(sweep, out)
     script = write_text(out / "submit.sh", submit_sh(list(emitted), sweep.plan), "--out")
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -113,6 +111,18 @@ def write(plan_path, out_dir, top, iters, skip, sets, megatron_core, megatron_br
     warnings = [f"{folder}: {line}" for folder, (_, line) in emitted.items() if line]
     _print_written(sweep, out, jobs, as_json,
                    _notes(sweep, top, len(results) if plan and len(results) < top else None) + warnings)
+
+
+def _sweep(plan_path: str, iters: int, skip: int, release: str | None, folders: list[str],
+           results: list[dict]) -> Sweep:
+    """The manifest of the candidates in FOLDERS, checked before anything is written: a result whose predictions
+    ingest compares (manifest.PREDICTED) a hand edit removed is one line, and leaves no half-made sweep."""
+    try:
+        return Sweep(plan=str(Path(plan_path).resolve()), iters=iters, skip=skip, release=release,
+                     candidates=[Candidate(rank=i, folder=f, result=r)
+                                 for i, (f, r) in enumerate(zip(folders, results, strict=False), 1)])
+    except ValueError as err:
+        raise MoetuneError(f"{plan_path}: {err}; pass unmodified `moetune plan --json` output") from None
 
 
 def _sbatch_words(sbatch_args: str, submit: bool) -> tuple[str, ...]:
