@@ -67,3 +67,15 @@ def test_emit_names_the_warnings_a_set_brings(tmp_path, capsys):
     assert code == 0 and "raises 1 warning(s): env.ep_overlap_connections" in " ".join(stdout.split())
     code, stdout, err = run(["emit", str(plan), *one], capsys)
     assert code == 0 and "env.ep_overlap_connections" in err and "warning(s)" not in stdout
+
+
+@pytest.mark.parametrize("inputs", [["--set", "model.expert_model_parallel_size=8"],
+                                    ["--mlm-args", "--tensor-model-parallel-size 2"]])
+def test_a_rank_past_a_config_is_refused(inputs, capsys):
+    """--rank picks among a saved plan's results; beside a config (one configuration) --rank 2 had been passed over
+    and the config emitted as if it were the plan's second result."""
+    code, out, err = run(["emit", *inputs, "--gpus", "8", "--rank", "2"], capsys)
+    assert code == 2 and out == ""
+    assert err == ("error: --rank 2: picks a result of a saved plan (`moetune plan --json`), and the inputs hold none; "
+                   "drop --rank, or pass the plan\n")
+    assert run(["emit", *inputs, "--gpus", "8", "--rank", "1"], capsys)[0] == 0  # the default, said or not

@@ -101,6 +101,9 @@ def read_inputs_under(configs, set_lists, mlm_args, fmt, gpu, gpus, rank: int = 
 
     sources = read_sources(configs, mlm_args=mlm_args, gpu=gpu, fmt=fmt, from_result=from_result,
                            script_args=script_args)
+    if rank > 1 and not results:  # a config holds one configuration: a --rank past it must not pass unread
+        raise MoetuneError(f"--rank {rank}: picks a result of a saved plan (`moetune plan --json`), and the inputs "
+                           "hold none; drop --rank, or pass the plan")
     return [_held_to_results(settled(sources, sets=sets, gpu=gpu, gpus=gpus), results, gpu, gpus)
             for sets in set_lists]
 
