@@ -101,6 +101,8 @@ METADATA = {
     "args_str.json": ({}, {**KERNEL, "args": "x"}, "malformed event"),
     "negative_dur.json": ({}, {**KERNEL, "dur": -5}, "has dur -5: not a duration"),
     "no_dur.json": ({}, {k: v for k, v in KERNEL.items() if k != "dur"}, "has dur missing: not a duration"),
+    # a kernel without ts had been passed over, and a trace of such kernels read as 'a CPU-only profile'
+    "no_ts.json": ({}, {k: v for k, v in KERNEL.items() if k != "ts"}, "GPU event 'k' has no ts"),
     # a kernel of 31 years, an infinite one (1e400 parses as inf) and a 401-digit integer (float() overflows)
     "huge_dur.json": ({}, {**KERNEL, "dur": 10**15}, "not a duration between 0 and an hour"),
     "huge_int_dur.json": ({}, {**KERNEL, "dur": 10**400}, "not a duration between 0 and an hour"),

@@ -70,6 +70,9 @@ class EventSink:
             return
         self.events += 1
         if "ts" not in e:
+            if e.get("ph") == "X" and str(e.get("cat", "")).lower() in _GPU_CATS:  # had read as a CPU-only profile
+                raise BadEvent(f"GPU event {str(e.get('name', ''))[:40]!r} has no ts: it cannot be placed on the "
+                               "step's timeline; re-export the trace")
             return
         ph = e.get("ph")
         if ph == "X":
