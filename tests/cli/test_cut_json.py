@@ -68,3 +68,42 @@ def test_a_cut_trace_reads_the_same_way(tmp_path, capsys):
     code, _, err = run(["diagnose", str(path)], capsys)
     assert code == 2 and err.startswith(f"error: trace {path}: not valid JSON (")
     assert err.strip().endswith("; the file ends there: truncated?); export it again from torch.profiler"), err
+
+
+# A plan whose search found nothing that fits (`results: []`; planner/search.py), as `plan --json` writes it
+EMPTY = '{"candidates_evaluated": 12, "results": []}'
+
+
+@pytest.mark.parametrize("args, named", [
+    (["explain", "{p}"], "{p}"),
+    (["emit", "{p}"], "{p}"),
+    (["report", "{p}", "--out", "{d}/r.html"], "{p}"),
+    (["check", "{p}"], "{p}"),
+    (["sweep", "write", "{p}", "--out", "{d}/sweep"], "{p}"),
+    (["diagnose", "{d}/trace.json", "--plan", "{p}"], "--plan {p}"),
+])
+def test_every_reader_of_an_empty_plan_names_it(args, named, tmp_path, capsys):
+    """diagnose had said 'nothing to explain or emit' without naming --plan's file."""
+    path = _cut(tmp_path, EMPTY)
+    (tmp_path / "trace.json").write_text('{"traceEvents": []}')
+    code, _, err = run([a.format(p=path, d=tmp_path) for a in args], capsys)
+    expected = f"error: {named.format(p=path)}: the plan has no results (nothing fit): no configuration in it to read"
+    assert code == 2 and err.strip() == expected, err
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("tp", "2", "layout.tp '2'"),  # it had quoted Python's "'<' not supported between 'str' and 'int'"
+    ("ep", True, "layout.ep True"),
+    ("gpus", 16.0, "gpus 16.0"),
+])
+def test_a_retyped_layout_size_is_named(field, value, said, tmp_path, capsys):
+    import json
+
+    code, out, _ = run(["estimate", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--ep", "8", "--json"], capsys)
+    saved = json.loads(out)
+    (saved if field == "gpus" else saved["layout"])[field] = value
+    path = tmp_path / "estimate.json"
+    path.write_text(json.dumps(saved))
+    code, _, err = run(["explain", str(path)], capsys)
+    assert code == 2 and err.strip() == (f"error: {path} holds {said}, not a whole number: pass unmodified "
+                                         "`moetune plan/estimate --json` output"), err

@@ -73,7 +73,7 @@ def test_ambiguous_or_damaged_predictions_are_one_line(shared_data, tmp_path, ca
     data["layout"]["tp"] = "two"
     (tmp_path / "typed.json").write_text(json.dumps(data))
     cases += [(["--plan", str(tmp_path / "cut.json")], "cut.json lacks 'precision'"),
-              (["--plan", str(tmp_path / "typed.json")], "typed.json holds a value of the wrong type")]
+              (["--plan", str(tmp_path / "typed.json")], "typed.json holds layout.tp 'two', not a whole number")]
     for args, needle in cases:
         assert main(["diagnose", trace, *args]) == 2
         err = capsys.readouterr().err

@@ -32,7 +32,10 @@ def command(plan_path, out_path, sweep_dir, as_json) -> None:
     Fit / Scale / Profile / Retune of the pick, and a sweep's measurements."""
     data = saved_result_data(read_json(plan_path, "", "pass the output of `moetune plan --json` (or `estimate "
                                                   "--json`)", saved="plan"), plan_path)
-    pick_result(data)  # a plan with no results is one line
+    try:
+        pick_result(data)  # a plan with no results is one line
+    except MoetuneError as err:
+        raise MoetuneError(f"{plan_path}: {err}") from None
     check_writable(out_path, "--out", (plan_path, *([Path(sweep_dir) / MANIFEST] if sweep_dir else [])))
     result, headroom = on_plan_budget(estimate_from_json(data, 1, where=plan_path), data)
     answer = explain(result)

@@ -46,7 +46,7 @@ def pick_result(data: dict, rank: int = 1) -> dict:
             raise MoetuneError("the plan's results are not a list of results: pass unmodified `moetune plan --json` "
                                "output")
         if not data["results"]:
-            raise MoetuneError("the plan has no results (nothing fit): nothing to explain or emit")
+            raise MoetuneError("the plan has no results (nothing fit): no configuration in it to read")
         if rank > len(data["results"]):
             raise MoetuneError(f"--rank {rank}: the plan has only {len(data['results'])} results")
         return data["results"][rank - 1]
@@ -111,7 +111,10 @@ def estimate_from_json(data: dict, rank: int = 1, *, overheads: dict | None = No
                        efficiency_overrides: dict | None = None, where: str = "result") -> Estimate:
     """A saved plan result (or estimate) rebuilt under the memory-overhead and efficiency files it was made with
     (saved in it), or under the ones given here instead; `where` names the input in errors (e.g. "--plan p.json")."""
-    r = pick_result(data, rank)
+    try:
+        r = pick_result(data, rank)
+    except MoetuneError as err:  # its lines do not name the input
+        raise MoetuneError(f"{where}: {err}") from None
     try:
         layout, workload, knobs = _configuration(r, where)
         model = load_model(r.get("model_source", r["model"]))
@@ -189,8 +192,22 @@ def _defaulted(r: dict, model) -> list[str]:
     return out
 
 
+# The layout's sizes as plan/estimate --json write them: whole numbers, each checked by name before any is compared
+_LAYOUT_SIZES = ("tp", "cp", "pp", "vpp", "ep", "etp")
+
+
+def _whole_sizes(r: dict, lay: dict, where: str) -> None:
+    """The GPU count and the layout's sizes a hand edit retyped (a string, a fraction, true) are named in one line."""
+    for name, value in (("gpus", _need(r, "gpus", where)), *((f"layout.{k}", _need(lay, k, where))
+                                                             for k in _LAYOUT_SIZES)):
+        if type(value) is not int:
+            raise _NamesFile(f"{where} holds {name} {value!r}, not a whole number: pass unmodified "
+                             "`moetune plan/estimate --json` output")
+
+
 def _configuration(r: dict, where: str) -> tuple[Layout, Workload, Knobs]:
     lay = _need(r, "layout", where)
+    _whole_sizes(r, lay, where)
     # the split of a pipeline: without it a first/last-stage or layout-string split reads as an even one
     pipe = _need(r, "pipeline", where) if lay.get("pp", 1) > 1 else r.get("pipeline", {})
     wl, k = _need(r, "workload", where), _need(r, "knobs", where)
