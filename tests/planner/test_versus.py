@@ -10,7 +10,7 @@ from moetune.planner.runs import load_configured_runs
 from moetune.planner.search import plan
 from moetune.planner.versus import versus
 
-# Every published run whose configuration is complete, the TFLOP/s-only ones included (170 recipes).
+# Every published run whose configuration is complete, the TFLOP/s-only ones included (194 recipes).
 RUNS = {r.run_id: r for r in load_configured_runs()}
 RECIPES = sorted(RUNS)
 
