@@ -80,14 +80,21 @@ def test_a_plan_under_megatron_fsdp_emits_a_config_that_reads_back_and_checks_cl
         assert errors == []
 
 
-def test_a_config_without_an_sm_count_gets_megatrons_default_not_the_tuned_one():
-    """Megatron-Core gives HybridEP 16 SMs unless told (TransformerConfig.moe_hybridep_num_sms); Bridge's perf
-    scripts ask for 32. A config read back keeps what it says, and Megatron's default where it is silent."""
-    base = {"cluster.num_gpus": 8, "model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "flex",
-            "model.moe_flex_dispatcher_backend": "hybridep"}
-    assert from_config(base)[2].num_sms == 16
+def test_a_config_without_an_sm_count_gets_what_runs_unset_not_the_tuned_one():
+    """Megatron-Core gave HybridEP 16 SMs unless told through 0.17 (TransformerConfig.moe_hybridep_num_sms); from 0.18
+    it leaves the count to HybridEP, 24 where the EP group is one NVLink domain and 8 where it spans several (DeepEP
+    hybrid-ep csrc/hybrid_ep/config.cuh:315); Bridge's perf scripts ask for 32. A config read back keeps what it says,
+    and what runs unset where it is silent."""
+    from moetune.configio.release_context import reading
+
+    base = {"cluster.num_gpus": 16, "cluster.gpu": "h100", "model.expert_model_parallel_size": 8,
+            "model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "hybridep"}
+    assert from_config(base)[2].num_sms == 24  # EP 8 in one 8-GPU node
+    assert from_config({**base, "model.expert_model_parallel_size": 16})[2].num_sms == 8  # over two nodes
+    with reading("0.17"):
+        assert from_config(base)[2].num_sms == 16
     assert from_config({**base, "model.moe_hybridep_num_sms": 32})[2].num_sms == 32
-    assert from_config({**base, "model.moe_flex_dispatcher_num_sms": 24})[2].num_sms == 24
+    assert from_config({**base, "model.moe_flex_dispatcher_num_sms": 20})[2].num_sms == 20
 
 
 def test_a_zero_sm_count_in_a_config_is_an_error_not_the_default():

@@ -7,6 +7,12 @@ become arguments as their harness builds them (tests/functional_tests/shell_test
 is the bare switch, a list or a ``[a, b]`` string is several values, an empty value drops the flag; ``false``
 drops it too (the harness would pass the word "false", which a switch refuses). Other top-level keys (TEST_TYPE,
 LAUNCHER, ...) steer the test harness, not the run, and are not read.
+
+Megatron-LM's MoE recipes (examples/moe_recipes/*/*/*.yaml on its dev branch, 9c5258f109: "ENV_VARS: environment
+variables ... ARGS: Megatron-LM training arguments", beside a DEPENDENCIES container build) key the same arguments by
+their argparse destination, ``num_layers: 48``: each is read as its flag, ``--num-layers``, with MODEL_ARGS's values;
+a destination whose flag turns it off (``overlap_p2p_comm``, set by ``--no-overlap-p2p-communication``) is that flag
+where the recipe sets it false, and nothing where it sets it true (its default).
 """
 
 from __future__ import annotations
@@ -23,7 +29,33 @@ from moetune.errors import MoetuneError
 
 
 def is_model_args(data: Any) -> bool:
-    return isinstance(data, dict) and "MODEL_ARGS" in data
+    return isinstance(data, dict) and ("MODEL_ARGS" in data or "ARGS" in data)
+
+
+def _flag_of(dest: str) -> tuple[str, bool]:
+    """(the flag that sets argparse destination `dest`, whether it stores false): the destination spelled as a flag
+    where Megatron-LM has that flag, else its store_false flag (names: a Bridge field of the same name), else the
+    spelled flag, which the parser then names as unknown."""
+    spelled = "--" + dest.replace("_", "-")
+    if names().by_flag.get(spelled) is not None:
+        return spelled, False
+    for row in names().by_bridge.values():
+        if row.mlm_action == "store_false" and row.bridge_name.rsplit(".", 1)[-1] == dest and row.mlm_flags:
+            return row.mlm_flags[0], True
+    return spelled, False
+
+
+def _recipe_args(args: Any, origin: str) -> dict:
+    """A moe_recipes ARGS mapping (destination: value) as MODEL_ARGS's (--flag: value)."""
+    if not isinstance(args, dict):
+        raise MoetuneError(f"{origin}: ARGS must be a mapping of argument: value, got {str(args)[:80]!r}")
+    out: dict = {}
+    for dest, value in args.items():
+        flag, stores_false = _flag_of(str(dest))
+        if stores_false:  # the flag sets the destination false: given where the recipe sets it false
+            value = value is False or str(value).lower() == "false"
+        out[flag] = value
+    return out
 
 
 def _values(value: Any) -> list[str] | None:
@@ -81,4 +113,5 @@ def read_model_args(data: dict, origin: str, env: Mapping[str, str] | None = Non
     shell = os.environ if env is None else env
     out = [Assignment(key=f"env.{k}", value=substitute(v, shell) if isinstance(v, str) else v, origin=origin)
            for k, v in env_vars.items()]
-    return parse_mlm_words(model_args_words(data["MODEL_ARGS"], origin, shell), origin, env, out=out)
+    args = data["MODEL_ARGS"] if "MODEL_ARGS" in data else _recipe_args(data["ARGS"], origin)
+    return parse_mlm_words(model_args_words(args, origin, shell), origin, env, out=out)

@@ -28,11 +28,27 @@ from moetune.layout.param_gather import PARAM_SWITCHES
 
 # SMs a fused dispatcher's kernels get when a config does not say (moe_deepep_num_sms / moe_hybridep_num_sms;
 # newer Megatron: moe_flex_dispatcher_num_sms). MEGATRON_FLEX_SMS: Megatron-Core's TransformerConfig defaults
-# (megatron-core 0.16). TUNED_FLEX_SMS: what the tuned recipes set, moetune's default for a plan: 32 for HybridEP
-# (Megatron Bridge scripts/performance/utils/overrides.py _set_common_perf_overrides; Megatron-LM
-# examples/moe_recipes YAMLs), DeepEP left at Megatron's 20 (Bridge never overrides it).
+# (megatron-core 0.16; HybridEP's through 0.17, below). TUNED_FLEX_SMS: what the tuned recipes set, moetune's default
+# for a plan: 32 for HybridEP (Megatron Bridge scripts/performance/utils/overrides.py _set_common_perf_overrides;
+# Megatron-LM examples/moe_recipes YAMLs), DeepEP left at Megatron's 20 (Bridge never overrides it).
 MEGATRON_FLEX_SMS = {"deepep": 20, "hybridep": 16}
 TUNED_FLEX_SMS = {"deepep": 20, "hybridep": 32}
+# From Megatron-Core core_v0.18.0 moe_hybridep_num_sms defaults to None (transformer_config.py; 16 through
+# core_v0.17.x) and is handed to HybridEP as None, which then runs its own count for dispatch and combine: 24 where the
+# EP group is one NVLink domain, 8 where it spans several (DeepEP hybrid-ep cf780852 csrc/hybrid_ep/config.cuh:315-316,
+# `num_of_nodes == 1 ? 24 : 8`). DeepEP keeps 20: Megatron-Core passes 20 where the count is unset
+# (token_dispatcher.py "None -> 20", core_v0.19.0 on).
+HYBRIDEP_UNSET_FROM = "0.18.0"
+HYBRIDEP_LIBRARY_SMS = {True: 24, False: 8}  # by whether the EP group lies in one NVLink domain
+
+
+def unset_flex_sms(backend: str | None, library: bool, one_domain: bool | None) -> int | None:
+    """SMs a fused dispatcher runs where the config leaves the count unset: Megatron-Core's default, or under a
+    release that leaves HybridEP's to HybridEP (`library`: core_v0.18.0 on) HybridEP's own by whether the EP group
+    lies in one NVLink domain (`one_domain`; None: the topology unknown, and so the count)."""
+    if backend != "hybridep" or not library:
+        return MEGATRON_FLEX_SMS.get(backend)
+    return None if one_domain is None else HYBRIDEP_LIBRARY_SMS[one_domain]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -8,6 +8,7 @@ The inverse of `config_map.to_config`: the same field names and precision recipe
 from dataclasses import replace
 from typing import Any
 
+from moetune.configio.cluster import config_gpu
 from moetune.configio.finalize import (
     distributed_optimizer,
     dropout_rate,
@@ -27,6 +28,7 @@ from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, K
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.param_gather import FP4_PARAM_PRECISION, FP8_PARAM_PRECISIONS
+from moetune.layout.ranks import job_nvlink_domain, members_in_domain
 from moetune.layout.validate import Workload
 from moetune.planner.knob_fields import PRECISION
 from moetune.planner.model_fields import bridge_router_dtype
@@ -129,11 +131,19 @@ def _dispatcher(config: dict) -> str:
     return kind
 
 
-def _flex_sms(config: dict) -> int | None:
-    """SMs of a fused dispatcher as the config sets them, else Megatron's default (not the tuned one: the config
-    did not ask for more); None for the NCCL dispatchers."""
+def _flex_sms(config: dict, layout: Layout) -> int | None:
+    """SMs of a fused dispatcher as the config sets them, else what runs unset under the release targeted (not the
+    tuned count: the config did not ask for more), HybridEP's own by whether this layout's EP group lies in one
+    NVLink domain of the job; None for the NCCL dispatchers."""
     backend = _dispatcher(config)
-    return dispatcher_sms(config, backend) if backend in MEGATRON_FLEX_SMS else None
+    if backend not in MEGATRON_FLEX_SMS:
+        return None
+    one_domain = True  # no GPU named (a config read without --gpu): its EP group taken to be one domain
+    if config.get("cluster.gpu") is not None:
+        gpu = config_gpu(config)
+        domain = job_nvlink_domain(layout.world_size, gpu.gpus_per_node, gpu.nvlink_domain)
+        one_domain = bool(members_in_domain(layout.ep, layout.etp, domain) >= layout.ep)
+    return dispatcher_sms(config, backend, one_domain)
 
 
 def _router_dtype(config: dict, model: ModelSpec | None) -> str | None:
@@ -187,7 +197,7 @@ def from_config(config: dict[str, Any], model: ModelSpec | None = None) -> tuple
         # optimizer.low_precision_state_needs_precision_aware refuses them otherwise)
         adam_moments_bytes=2 if config.get("optimizer.exp_avg_dtype") in ("bf16", "bfloat16") and
         config.get("optimizer.use_precision_aware_optimizer") else 4,
-        dispatcher=_dispatcher(config), flex_num_sms=_flex_sms(config),
+        dispatcher=_dispatcher(config), flex_num_sms=_flex_sms(config, layout),
         cuda_graph_scope=_graph_scope(config),
         ep_overlap=bool(config.get("comm_overlap.overlap_moe_expert_parallel_comm")),
         delay_wgrad=bool(config.get("comm_overlap.delay_wgrad_compute")),

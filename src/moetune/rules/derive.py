@@ -21,7 +21,9 @@ from moetune.configio.finalize import (
     quantized_params,
 )
 from moetune.configio.names import is_megatron_lm
-from moetune.layout.knobs import MEGATRON_FLEX_SMS
+from moetune.configio.release_context import target
+from moetune.configio.releases import core_at_least
+from moetune.layout.knobs import HYBRIDEP_UNSET_FROM, MEGATRON_FLEX_SMS, unset_flex_sms
 from moetune.layout.layout import hybrid_segments, layout_stages_or_none
 from moetune.layout.modules import RECOMPUTE_MODULES, UNMODELLED_RECOMPUTE, did_you_mean, unsaved_offloads
 from moetune.layout.param_gather import offload_refuses_params
@@ -172,19 +174,33 @@ def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
     dispatcher = value(config, "model.moe_token_dispatcher_type", "allgather")
     backend = value(config, "model.moe_flex_dispatcher_backend")
     d["flex_backend"] = backend if dispatcher == "flex" else None
-    d["dispatcher_sms"] = dispatcher_sms(config, backend)
+    # whether the EP group lies in one NVLink domain, where the GPU is known (cluster_facts): HybridEP's own count
+    one_domain = not d["ep_crosses_nvlink"] if "ep_crosses_nvlink" in d else None
+    d["dispatcher_sms_given"] = given_dispatcher_sms(config, backend) is not None
+    # left out where it waits on the topology (HybridEP's own count, no GPU or a layout-free probe): not read as None
+    if (sms := dispatcher_sms(config, backend, one_domain)) is not None or backend != "hybridep":
+        d["dispatcher_sms"] = sms
 
 
-def dispatcher_sms(config: dict[str, Any], backend: str | None) -> int | None:
-    """SMs of a fused dispatcher's kernels: moe_flex_dispatcher_num_sms (Megatron routes the per-backend fields
-    into it, and it wins), else the backend's own field, else Megatron-Core's default for the backend
-    (MEGATRON_FLEX_SMS; seeds/004 § Tuning Parameters: 20 for DeepEP, 16 for HybridEP)."""
+def given_dispatcher_sms(config: dict[str, Any], backend: str | None) -> int | None:
+    """The SM count a config sets for a fused dispatcher's kernels: moe_flex_dispatcher_num_sms (Megatron routes the
+    per-backend fields into it, and it wins), else the backend's own field; None where it sets none."""
     fields = ["model.moe_flex_dispatcher_num_sms"] + ([f"model.moe_{backend}_num_sms"] if backend in MEGATRON_FLEX_SMS
                                                       else [])
     for name in fields:
-        if (sms := value(config, name)) is not None:
+        if (sms := config.get(name)) is not None:
             return sms
-    return MEGATRON_FLEX_SMS.get(backend)
+    return None
+
+
+def dispatcher_sms(config: dict[str, Any], backend: str | None, one_domain: bool | None) -> int | None:
+    """SMs of a fused dispatcher's kernels: the count the config sets, else what runs unset under the release the
+    command targets (knobs.unset_flex_sms; seeds/004 § Tuning Parameters: 20 for DeepEP, 16 for HybridEP before
+    Megatron-Core 0.18, HybridEP's own 24 or 8 by `one_domain` from it; None where that is unknown)."""
+    given = given_dispatcher_sms(config, backend)
+    if given is not None:
+        return given
+    return unset_flex_sms(backend, core_at_least(target(), HYBRIDEP_UNSET_FROM), one_domain)
 
 
 def graph_setting(config: dict[str, Any]) -> tuple[str, list[str], bool]:
