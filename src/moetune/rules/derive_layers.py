@@ -20,6 +20,7 @@ from moetune.layout.validate import gdn_cp_refusal, mamba_cp_refusal
 from moetune.specs.hf_hybrid import HYBRID_SYMBOLS
 from moetune.specs.model import count_attention_mixers
 from moetune.walls.cp_legal import a2a_splits, hcp_groups, hcp_largest_group, heads_per_rank
+from moetune.walls.host import GRAPH_PART, mixer_part
 
 # experimental_attention_variant's names of gated delta-net (Megatron-LM arguments.py choices, Bridge's providers)
 GDN_VARIANTS = ("gated_delta_net", "gdn", "gdn2")
@@ -199,23 +200,18 @@ def layer_mixers(config: dict[str, Any]) -> list[str] | None:
     return [softmax] * layers if layers else None
 
 
-# The token mixers the attn graph scope captures: every one a TransformerLayer's self_attention (GQA, MLA, the gated
-# delta-net of experimental_attention_variant_module_specs.py); a Mamba mixer has a scope of its own
-_ATTN_MIXERS = frozenset({"gqa", "mla", "gdn"})
-
-
 def idle_graph_scopes(config: dict[str, Any], d: dict[str, Any]) -> list[str] | None:
     """The graph scopes of d['graph_modules'] that name no module the config builds, and so capture nothing: Megatron-
     Core graphs a layer only where a scope names its Mamba mixer (mamba), its self-attention (attn), its MoELayer (moe,
     moe_router, moe_preprocess) or its dense MLP (mlp) (transformer/cuda_graphs.py _layer_is_graphable,
-    transformer_layer.py create_mcore_cudagraph_manager @core_v0.19.0). None where the config leaves its layers to a
-    recipe."""
+    transformer_layer.py create_mcore_cudagraph_manager @core_v0.19.0), the parts the host wall credits a scope with
+    (walls/host.py GRAPH_PART, scope_captures). None where the config leaves its layers to a recipe."""
     mixers = layer_mixers(config)
     if mixers is None or d["dense_mlp"] is None:
         return None
-    built = {"mamba": "mamba" in mixers, "attn": not _ATTN_MIXERS.isdisjoint(mixers), "mlp": d["dense_mlp"],
-             "moe": d["is_moe"], "moe_router": d["is_moe"], "moe_preprocess": d["is_moe"]}
-    return [scope for scope in d["graph_modules"] if not built.get(scope, True)]
+    blocks = {p for p, built in (("dense", d["dense_mlp"]), ("moe", d["is_moe"])) if built}
+    parts = {mixer_part(m) for m in mixers} | blocks
+    return [scope for scope in d["graph_modules"] if scope in GRAPH_PART and GRAPH_PART[scope] not in parts]
 
 
 def vpp2_runs(config: dict[str, Any], d: dict[str, Any]) -> bool | None:

@@ -12,12 +12,12 @@ GRAPH_PART = {"attn": "attention", "mamba": "mamba", "mlp": "dense", "moe": "moe
               "moe_preprocess": "moe"}
 
 
-def _mixer_part(kind: LayerKind) -> str:
-    """The GRAPH_PART name of a layer's token mixer. A gated delta-net layer is a TransformerLayer whose self_attention
-    is the GatedDeltaNet (Megatron-Core experimental_attention_variant_module_specs.py), which the attn scope captures
-    (transformer_layer.py _get_submodules_under_cudagraphs: self.self_attention); Mamba layers have a scope of their
-    own."""
-    return {"gqa": "attention", "mla": "attention", "gdn": "attention"}.get(kind.mixer, kind.mixer)
+def mixer_part(mixer: str) -> str:
+    """The GRAPH_PART name of a layer's token mixer (LayerKind.mixer). A gated delta-net layer is a TransformerLayer
+    whose self_attention is the GatedDeltaNet (Megatron-Core experimental_attention_variant_module_specs.py), which the
+    attn scope captures (transformer_layer.py _get_submodules_under_cudagraphs: self.self_attention); Mamba layers have
+    a scope of their own."""
+    return "attention" if mixer in ("gqa", "mla", "gdn") else mixer
 
 
 def scope_captures(kinds, scopes: tuple[str, ...]) -> bool:
@@ -28,7 +28,7 @@ def scope_captures(kinds, scopes: tuple[str, ...]) -> bool:
     captures the whole step."""
     if "full_iteration" in scopes:
         return True
-    parts = {p for kind in kinds for p in (_mixer_part(kind), kind.mlp)}
+    parts = {p for kind in kinds for p in (mixer_part(kind.mixer), kind.mlp)}
     return any(GRAPH_PART.get(scope) in parts for scope in scopes)
 
 
@@ -38,7 +38,7 @@ def layer_cpu_share(kind: LayerKind, scopes: tuple[str, ...], eff: dict) -> floa
         scopes, left = (), 1 - eff["graph_capture_full_iteration"]
     else:
         left = 1.0
-    parts = {p: eff[f"host_part_{key}"] for p, key in ((_mixer_part(kind), "mixer"), (kind.mlp, kind.mlp))
+    parts = {p: eff[f"host_part_{key}"] for p, key in ((mixer_part(kind.mixer), "mixer"), (kind.mlp, kind.mlp))
              if p != "none"}
     for scope in scopes:
         part = GRAPH_PART.get(scope, "")
