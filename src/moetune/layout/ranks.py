@@ -97,6 +97,13 @@ def members_in_domain(size, stride, domain):
 _MEMBERS: dict = {}
 
 
+def ep_group_in_domain(ep, etp, domain):
+    """Whether an EP group lies in one NVLink domain of `domain` consecutive ranks (a bool, or one per row for
+    arrays): expert ranks are laid out ETP-fastest, so the group spans ETP*EP consecutive ranks and leaves the domain
+    when wider than it or when it straddles two (EP40 in 60-rank domains)."""
+    return members_in_domain(ep, etp, domain) >= ep
+
+
 def _members_in_domain_arrays(size, stride, domain):
     size, stride, domain = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(size, stride, domain))
     # aligned shapes (the usual case): every group alike
@@ -116,7 +123,7 @@ def hybridep_spans(ep, etp, nvlink_domain: int, job_domain: int):
     reaches the other nodes by RDMA, but on a rack-scale NVLink domain Megatron Bridge runs it only inside the domain
     (it refuses EP past the 72-rank rack: scripts/performance/utils/utils.py apply_target_topology_environment), here
     the job's (its Slurm segment). Which backend then runs is platform policy (specs/platform.py spanning_backend)."""
-    return not rack_scale_domain(nvlink_domain) or members_in_domain(ep, etp, job_domain) >= ep
+    return not rack_scale_domain(nvlink_domain) or ep_group_in_domain(ep, etp, job_domain)
 
 
 def hybridep_spans_on(gpu: GpuSpec, world: int, ep, etp):

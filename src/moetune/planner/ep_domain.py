@@ -7,7 +7,7 @@ from dataclasses import replace
 from itertools import takewhile
 
 from moetune.errors import MoetuneError
-from moetune.layout.ranks import groups_leaving_domain, in_domain_eps, members_in_domain
+from moetune.layout.ranks import ep_group_in_domain, groups_leaving_domain, in_domain_eps
 from moetune.planner.estimate import Estimate
 from moetune.planner.moves import knobs_for
 from moetune.planner.ranking import NEAR_TIE_MARGIN
@@ -24,7 +24,7 @@ def in_domain_ep(e: Estimate, found: list | None = None) -> Estimate | None:
     (`found`: the pick's rule findings where the caller has them)."""
     lay, experts = e.layout, e.model.num_moe_experts
     domain = e.job_domain
-    if not experts or int(members_in_domain(lay.ep, lay.etp, domain)) == lay.ep:
+    if not experts or ep_group_in_domain(lay.ep, lay.etp, domain):
         return None
     broken = set(rule_errors(e, found))
     smaller = in_domain_eps(lay.ep - 1, lay.etp, domain, experts, lay.world_size, lay.pp)

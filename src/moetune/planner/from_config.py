@@ -28,7 +28,7 @@ from moetune.layout.knobs import FP8_OUTPUT_PROJ_PRECISION, MEGATRON_FLEX_SMS, K
 from moetune.layout.layout import Layout, check_vpp_one
 from moetune.layout.modules import parse_modules, parse_offload_modules
 from moetune.layout.param_gather import FP4_PARAM_PRECISION, FP8_PARAM_PRECISIONS
-from moetune.layout.ranks import job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import ep_group_in_domain, job_gpu
 from moetune.layout.validate import Workload
 from moetune.planner.knob_fields import PRECISION
 from moetune.planner.model_fields import bridge_router_dtype
@@ -140,9 +140,8 @@ def _flex_sms(config: dict, layout: Layout) -> int | None:
         return None
     one_domain = True  # no GPU named (a config read without --gpu): its EP group taken to be one domain
     if config.get("cluster.gpu") is not None:
-        gpu = config_gpu(config)
-        domain = job_nvlink_domain(layout.world_size, gpu.gpus_per_node, gpu.nvlink_domain)
-        one_domain = bool(members_in_domain(layout.ep, layout.etp, domain) >= layout.ep)
+        domain = job_gpu(config_gpu(config), layout.world_size).nvlink_domain
+        one_domain = bool(ep_group_in_domain(layout.ep, layout.etp, domain))
     return dispatcher_sms(config, backend, one_domain)
 
 

@@ -176,9 +176,10 @@ def _dispatcher(config: dict[str, Any], d: dict[str, Any]) -> None:
     d["flex_backend"] = backend if dispatcher == "flex" else None
     # whether the EP group lies in one NVLink domain, where the GPU is known (cluster_facts): HybridEP's own count
     one_domain = not d["ep_crosses_nvlink"] if "ep_crosses_nvlink" in d else None
-    d["dispatcher_sms_given"] = given_dispatcher_sms(config, backend) is not None
+    given = given_dispatcher_sms(config, backend)
+    d["dispatcher_sms_given"] = given is not None
     # left out where it waits on the topology (HybridEP's own count, no GPU or a layout-free probe): not read as None
-    if (sms := dispatcher_sms(config, backend, one_domain)) is not None or backend != "hybridep":
+    if (sms := given if given is not None else _unset_sms(backend, one_domain)) is not None or backend != "hybridep":
         d["dispatcher_sms"] = sms
 
 
@@ -198,8 +199,11 @@ def dispatcher_sms(config: dict[str, Any], backend: str | None, one_domain: bool
     command targets (knobs.unset_flex_sms; seeds/004 § Tuning Parameters: 20 for DeepEP, 16 for HybridEP before
     Megatron-Core 0.18, HybridEP's own 24 or 8 by `one_domain` from it; None where that is unknown)."""
     given = given_dispatcher_sms(config, backend)
-    if given is not None:
-        return given
+    return given if given is not None else _unset_sms(backend, one_domain)
+
+
+def _unset_sms(backend: str | None, one_domain: bool | None) -> int | None:
+    """What a fused dispatcher runs with no SM count set, under the release the command targets."""
     return unset_flex_sms(backend, core_at_least(target(), HYBRIDEP_UNSET_FROM), one_domain)
 
 

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from moetune.configio.finalize import data_parallel_size
-from moetune.layout.ranks import hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
+from moetune.layout.ranks import ep_group_in_domain, hybridep_spans, in_domain_eps, job_nvlink_domain, members_in_domain
 from moetune.rules.derive_layers import value
 from moetune.specs.platform import spanning_backend
 
@@ -37,9 +37,7 @@ def cluster_facts(config: dict[str, Any], d: dict[str, Any]) -> None:
             domain = job_nvlink_domain(d["world_size"], d["gpus_per_node"], d["nvlink_domain"])
         d["job_nvlink_domain"] = domain
         d["tp_crosses_nvlink"] = bool(members_in_domain(d["tp"], 1, domain) < d["tp"])
-        # Expert ranks are laid out ETP-fastest, so one EP group spans ETP*EP consecutive ranks; it leaves the domain
-        # when wider than it, or when it straddles two domains (EP40 in 60-rank domains).
-        d["ep_crosses_nvlink"] = bool(members_in_domain(d["ep"], d["etp"], domain) < d["ep"])
+        d["ep_crosses_nvlink"] = not ep_group_in_domain(d["ep"], d["etp"], domain)
         d["ep_in_domain"] = _largest_ep_in_domain(config, d, domain)
         # Megatron-Bridge scripts/performance/utils/utils.py apply_target_topology_environment: EP itself, at most the
         # domain (8 on HGX; on NVL72 Bridge refuses EP > 72, and a job's Slurm segment can hold fewer: 64 of 256 GB200)
