@@ -80,7 +80,8 @@ def layer_time(spec: ModelSpec, kind: LayerKind, lay: Layout, ctx, gpu: GpuSpec,
         eff["fp8_host_factor"] if knobs.fp8 else 1.0)
     # The wait itself, whatever the routing (force-balanced counts vary too: random router logits): every dispatcher
     # reads its token counts on the host (moe/token_dispatcher.py: alltoall before its EP all-to-all, HybridEP to size
-    # its buffers, DeepEP's per-expert receive counts); only a full-iteration graph's sync-free path avoids it.
+    # its buffers, DeepEP's per-expert receive counts); only a full-iteration graph's sync-free path avoids it. Full
+    # recompute runs the layer's forward, its dispatch included, a second time in the backward: two waits.
     sync = (eff["sync_us_per_moe_layer"] * 1e-6 * (2 if knobs.recompute == "full" else 1)
             if kind.mlp == "moe" and "full_iteration" not in knobs.cuda_graph_scope else 0.0)
     gpu_s = total + sum(exposed.values())
